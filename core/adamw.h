@@ -1,0 +1,44 @@
+// AdamW (decoupled weight decay, bias-corrected moments; the arithmetic of torch.optim.AdamW)
+// over the flat arena. One implementation behind the YAML names AdamWeightDecay,
+// FusedAdamWeightDecay and AdamW. Moments share the parameter layout, so a shard of the
+// optimizer is a [begin, end) range of floats.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/param_table.h"
+
+namespace gf {
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+class AdamW {
+ public:
+  AdamW(const ParamTable& table, AdamWConfig cfg);
+
+  // One step (step counts from 1) over [begin, end) of the arena (the whole arena by default).
+  void step(float* params, const float* grads, double lr, int64_t step, int64_t begin = 0,
+            int64_t end = -1);
+
+  const AdamWConfig& config() const { return cfg_; }
+  float* m() { return m_.data(); }
+  float* v() { return v_.data(); }
+  int64_t size() const { return static_cast<int64_t>(m_.size()); }
+
+ private:
+  struct Range { int64_t begin, end; bool decay; };
+  std::vector<Range> ranges_;
+  AdamWConfig cfg_;
+  AlignedBuffer<float> m_, v_;
+};
+
+// Global L2 norm of a gradient buffer (double accumulation).
+double grad_sq_sum(const float* g, int64_t n);
+// torch.nn.utils.clip_grad_norm_: coef = min(1, max_norm / (norm + 1e-6)); returns coef.
+double clip_coefficient(double norm, double max_norm);
+void scale_inplace(float* x, int64_t n, float s);
+
+}  // namespace gf

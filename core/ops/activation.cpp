@@ -1,0 +1,92 @@
+#include "core/ops/activation.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace gf::ops {
+namespace {
+
+template <typename T>
+struct Gelu {
+  static T f(T x) { return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476))); }
+  static T df(T x) {
+    return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) +
+           x * T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+  }
+};
+
+template <typename T>
+struct GeluNew {
+  static constexpr T k = T(0.7978845608028654), c = T(0.044715);
+  static T f(T x) { return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x))); }
+  static T df(T x) {
+    const T t = std::tanh(k * (x + c * x * x * x));
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+  }
+};
+
+template <typename T>
+struct FastGelu {
+  static T f(T x) { return x / (T(1) + std::exp(T(-1.702) * x)); }
+  static T df(T x) {
+    const T s = T(1) / (T(1) + std::exp(T(-1.702) * x));
+    return s + T(1.702) * x * s * (T(1) - s);
+  }
+};
+
+template <typename Op, typename T>
+void map_fwd(T* y, const T* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = Op::f(x[i]);
+}
+
+template <typename Op, typename T>
+void map_bwd(T* dx, const T* dy, const T* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * Op::df(x[i]);
+}
+
+}  // namespace
+
+Activation parse_activation(std::string_view name) {
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "gelu_new") return Activation::kGeluNew;
+  if (name == "fast_gelu") return Activation::kFastGelu;
+  throw std::invalid_argument("unknown hidden_act '" + std::string(name) +
+                              "'; known: gelu, gelu_new, fast_gelu");
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluNew: return "gelu_new";
+    case Activation::kFastGelu: return "fast_gelu";
+  }
+  return "?";
+}
+
+template <typename T>
+void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
+  switch (a) {
+    case Activation::kGelu: return map_fwd<Gelu<T>>(y, x, n);
+    case Activation::kGeluNew: return map_fwd<GeluNew<T>>(y, x, n);
+    case Activation::kFastGelu: return map_fwd<FastGelu<T>>(y, x, n);
+  }
+}
+
+template <typename T>
+void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n) {
+  switch (a) {
+    case Activation::kGelu: return map_bwd<Gelu<T>>(dx, dy, x, n);
+    case Activation::kGeluNew: return map_bwd<GeluNew<T>>(dx, dy, x, n);
+    case Activation::kFastGelu: return map_bwd<FastGelu<T>>(dx, dy, x, n);
+  }
+}
+
+template void activation_fwd<float>(Activation, float*, const float*, int64_t);
+template void activation_fwd<double>(Activation, double*, const double*, int64_t);
+template void activation_bwd<float>(Activation, float*, const float*, const float*, int64_t);
+template void activation_bwd<double>(Activation, double*, const double*, const double*, int64_t);
+
+}  // namespace gf::ops

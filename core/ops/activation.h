@@ -1,0 +1,22 @@
+// Element-wise activations of the MLP, forward and backward.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace gf::ops {
+
+enum class Activation { kGelu, kGeluNew, kFastGelu };
+
+// "gelu" (exact, erf), "gelu_new" (tanh approximation, GPT-2's), "fast_gelu" (x*sigmoid(1.702x),
+// MindSpore's FastGeLU). Throws std::invalid_argument listing the known names.
+Activation parse_activation(std::string_view name);
+const char* activation_name(Activation a);
+
+// T is float (the model) or double (the finite-difference checks).
+template <typename T>
+void activation_fwd(Activation a, T* y, const T* x, int64_t n);
+// dx += dy * act'(x)
+template <typename T>
+void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n);
+
+}  // namespace gf::ops

@@ -1,0 +1,116 @@
+#include "core/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/gemm.h"
+#include "core/scratch.h"
+
+namespace gf::ops {
+namespace {
+
+uint64_t drop_base(const AttentionShape& s, int64_t b, int64_t h) {
+  const int64_t hg = s.heads_global > 0 ? s.heads_global : s.heads;
+  return static_cast<uint64_t>(((s.batch_offset + b) * hg + s.head_offset + h) * s.seq * s.seq);
+}
+
+// Row-wise causal softmax of a T x T score block in place; entries above the diagonal become 0.
+template <typename S>
+void causal_softmax(S* p, int64_t T) {
+  for (int64_t i = 0; i < T; ++i) {
+    S* row = p + i * T;
+    S mx = row[0];
+    for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    S sum = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const S inv = S(1) / sum;
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    std::fill(row + i + 1, row + T, S(0));
+  }
+}
+
+// Copies probs to dst with the dropout mask applied.
+template <typename S>
+void dropped_probs(S* dst, const S* p, int64_t T, const DropoutKey& drop, uint64_t base) {
+  for (int64_t i = 0; i < T * T; ++i) dst[i] = p[i] * drop.scale(base + i);
+}
+
+}  // namespace
+
+template <typename S>
+void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
+                   const DropoutKey& drop) {
+  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D;
+  const S scale = S(1) / std::sqrt(static_cast<S>(D));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.batch * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    const S* q = qkv + b * T * 3 * C + h * D;
+    const S* k = q + C;
+    const S* v = q + 2 * C;
+    S* p = probs + bh * T * T;
+    gemm(Trans::kNo, Trans::kYes, T, T, D, scale, q, 3 * C, k, 3 * C, S(0), p, T);
+    causal_softmax(p, T);
+    const S* pv = p;
+    if (drop.active()) {
+      S* tmp = scratch<S>(static_cast<size_t>(T * T));
+      dropped_probs(tmp, p, T, drop, drop_base(s, b, h));
+      pv = tmp;
+    }
+    gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), pv, T, v, 3 * C, S(0), y + b * T * C + h * D, C);
+  }
+}
+
+template <typename S>
+void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
+                   const AttentionShape& s, const DropoutKey& drop) {
+  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D;
+  const S scale = S(1) / std::sqrt(static_cast<S>(D));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.batch * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    const S* q = qkv + b * T * 3 * C + h * D;
+    const S* k = q + C;
+    const S* v = q + 2 * C;
+    S* dq = dqkv + b * T * 3 * C + h * D;
+    S* dk = dq + C;
+    S* dv = dq + 2 * C;
+    const S* dyb = dy + b * T * C + h * D;
+    const S* p = probs + bh * T * T;
+    S* dp = scratch<S>(static_cast<size_t>(2 * T * T));
+    const S* pv = p;
+    const uint64_t base = drop_base(s, b, h);
+    if (drop.active()) {
+      S* tmp = dp + T * T;
+      dropped_probs(tmp, p, T, drop, base);
+      pv = tmp;
+    }
+    // dV += P'^T dY ; dP' = dY V^T
+    gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), pv, T, dyb, C, S(1), dv, 3 * C);
+    gemm(Trans::kNo, Trans::kYes, T, T, D, S(1), dyb, C, v, 3 * C, S(0), dp, T);
+    // dS = P * (dP - rowsum(dP * P)) (through the dropout mask), times the score scale.
+    for (int64_t i = 0; i < T; ++i) {
+      S* dpr = dp + i * T;
+      const S* pr = p + i * T;
+      if (drop.active())
+        for (int64_t j = 0; j <= i; ++j) dpr[j] *= drop.scale(base + i * T + j);
+      S dot = 0;
+      for (int64_t j = 0; j <= i; ++j) dot += dpr[j] * pr[j];
+      for (int64_t j = 0; j <= i; ++j) dpr[j] = pr[j] * (dpr[j] - dot) * scale;
+      std::fill(dpr + i + 1, dpr + T, S(0));
+    }
+    // dQ += dS K ; dK += dS^T Q
+    gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), dp, T, k, 3 * C, S(1), dq, 3 * C);
+    gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), dp, T, q, 3 * C, S(1), dk, 3 * C);
+  }
+}
+
+template void attention_fwd<float>(float*, float*, const float*, const AttentionShape&, const DropoutKey&);
+template void attention_fwd<double>(double*, double*, const double*, const AttentionShape&, const DropoutKey&);
+template void attention_bwd<float>(float*, const float*, const float*, const float*, const AttentionShape&, const DropoutKey&);
+template void attention_bwd<double>(double*, const double*, const double*, const double*, const AttentionShape&, const DropoutKey&);
+
+}  // namespace gf::ops

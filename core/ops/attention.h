@@ -1,0 +1,28 @@
+// Causal multi-head self-attention core: softmax(Q K^T / sqrt(D) + causal mask) V.
+// qkv is [B, T, 3*H*D] (q | k | v, each head's D values consecutive, as GPT-2's c_attn writes);
+// y is [B, T, H*D].
+#pragma once
+#include <cstdint>
+
+#include "core/ops/dropout.h"
+
+namespace gf::ops {
+
+struct AttentionShape {
+  int64_t batch, seq, heads, head_dim;
+  // Global position of this block, for the dropout mask: global sample index of batch row 0,
+  // global index of head 0, and the global head count.
+  int64_t batch_offset = 0, head_offset = 0, heads_global = 0;
+};
+
+// probs: [B, H, T, T] softmax probabilities (before dropout), kept for backward.
+template <typename T>
+void attention_fwd(T* y, T* probs, const T* qkv, const AttentionShape& s,
+                   const DropoutKey& drop);
+
+// Accumulates into dqkv.
+template <typename T>
+void attention_bwd(T* dqkv, const T* dy, const T* qkv, const T* probs,
+                   const AttentionShape& s, const DropoutKey& drop);
+
+}  // namespace gf::ops

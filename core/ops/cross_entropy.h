@@ -1,0 +1,20 @@
+// Softmax cross-entropy over a vocabulary stored padded: logits rows are `ld` wide (the padded
+// vocabulary) but only the first `valid` columns are real tokens; the padding is masked out of
+// the softmax, so the loss equals the loss over the unpadded vocabulary.
+#pragma once
+#include <cstdint>
+
+namespace gf::ops {
+
+// losses[r] = logsumexp(logits[r, :valid]) - logits[r, target[r]].
+template <typename T>
+void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int64_t rows,
+                       int64_t ld, int64_t valid);
+
+// Overwrites logits with d(loss_scale * sum_r losses[r])/dlogits, i.e.
+// (softmax - onehot) * grad_scale for the valid columns and 0 for the padding.
+template <typename T>
+void cross_entropy_bwd_inplace(T* logits, const int32_t* targets, int64_t rows, int64_t ld,
+                               int64_t valid, float grad_scale);
+
+}  // namespace gf::ops

@@ -1,0 +1,24 @@
+// LayerNorm over the last dimension: y = (x - mean) * rstd * w + b.
+#pragma once
+#include <cstdint>
+
+namespace gf::ops {
+
+// What backward needs besides x, w: per-row mean and 1/std (each `rows` floats).
+template <typename T>
+struct LayerNormCache {
+  T* mean;
+  T* rstd;
+};
+
+// T is float (the model) or double (the finite-difference checks).
+template <typename T>
+void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
+                   int64_t rows, int64_t dim, float eps);
+
+// Accumulates into dx, dw, db (+=).
+template <typename T>
+void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
+                   LayerNormCache<T> cache, int64_t rows, int64_t dim);
+
+}  // namespace gf::ops

@@ -1,0 +1,49 @@
+#include "core/ops/linear.h"
+
+#include "core/gemm.h"
+
+namespace gf::ops {
+
+template <typename T>
+void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in, int64_t out) {
+  if (b) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
+  }
+  gemm(Trans::kNo, Trans::kNo, n, out, in, T(1), x, in, w, out, b ? T(1) : T(0), y, out);
+}
+
+template <typename T>
+void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols) {
+  // Columns are split across threads; each column is summed in row order by one thread.
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < cols; c0 += 64) {
+    const int64_t c1 = c0 + 64 < cols ? c0 + 64 : cols;
+    T acc[64] = {0};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * cols;
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += xr[c];
+    }
+    for (int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
+  }
+}
+
+template <typename T>
+void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
+                int64_t out) {
+  if (dx) gemm(Trans::kNo, Trans::kYes, n, in, out, T(1), dy, out, w, out, T(1), dx, in);
+  gemm(Trans::kYes, Trans::kNo, in, out, n, T(1), x, in, dy, out, T(1), dw, out);
+  if (db) sum_rows_accumulate(db, dy, n, out);
+}
+
+#define GF_INSTANTIATE(T)                                                                    \
+  template void linear_fwd<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
+  template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,    \
+                              int64_t);                                                      \
+  template void sum_rows_accumulate<T>(T*, const T*, int64_t, int64_t);
+GF_INSTANTIATE(float)
+GF_INSTANTIATE(double)
+#undef GF_INSTANTIATE
+
+}  // namespace gf::ops

@@ -1,0 +1,22 @@
+// Linear layer in the Conv1D layout GPT-2 checkpoints use: y[N, out] = x[N, in] @ W[in, out] + b.
+// T is float (the model) or double (the finite-difference checks).
+#pragma once
+#include <cstdint>
+
+namespace gf::ops {
+
+// b may be null.
+template <typename T>
+void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in, int64_t out);
+
+// Accumulates: dx += dy W^T (skipped when dx is null), dW += x^T dy, db += sum_rows dy (db may
+// be null).
+template <typename T>
+void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
+                int64_t out);
+
+// out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
+template <typename T>
+void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols);
+
+}  // namespace gf::ops

@@ -1,0 +1,70 @@
+// The parameter table: every parameter's stable global name (the Hugging Face name), global
+// shape, how it is split across tensor-parallel ranks, how it is initialised, and where its local
+// slice lives in the flat arena. Gradients and optimizer moments use the same layout, so gradient
+// buckets and optimizer sharding are plain slices of one buffer.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+
+namespace gf {
+
+enum class Split {
+  kNone,      // replicated
+  kRows,      // dim 0 split (row-parallel input dim of a [in, out] weight)
+  kCols,      // last dim split (column-parallel output dim)
+  kColsQKV,   // last dim is q|k|v; each third split (fused column-parallel QKV)
+  kVocab,     // dim 0 is the vocabulary, padded then split
+};
+
+enum class Init { kNormal, kZeros, kOnes };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;        // global, logical (what a checkpoint holds)
+  Split split = Split::kNone;
+  Init init = Init::kNormal;
+  float std = 0.02f;                 // for kNormal
+  bool weight_decay = false;         // AdamW decays 2-D weights only
+  // Filled by ParamTable::finalize:
+  std::vector<int64_t> local_shape;  // this rank's storage (vocab rows padded)
+  int64_t offset = 0;                // in floats, into the arena
+  int64_t numel() const;             // of local_shape
+  int64_t global_numel() const;
+};
+
+class ParamTable {
+ public:
+  // tp_rank/tp_size: this rank's position on the tensor-parallel axis; vocab_padded: the padded
+  // vocabulary size (dim 0 of kVocab parameters).
+  ParamTable(int tp_rank = 0, int tp_size = 1, int64_t vocab_padded = 0);
+
+  void add(ParamSpec spec);
+  void finalize();  // lays out local slices, 16-float aligned
+
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const ParamSpec& at(const std::string& name) const;
+  const ParamSpec* find(const std::string& name) const;
+  int64_t total_floats() const { return total_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+
+  // Global flat index of local element `i` of `p`; -1 for padding (vocab rows past the end).
+  int64_t global_index(const ParamSpec& p, int64_t i) const;
+  // Fills this rank's slice of every parameter from (seed, name): the same seed gives the same
+  // full tensors under any tensor-parallel layout. Padding is zero.
+  void initialize(float* arena, uint64_t seed) const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::unordered_map<std::string, size_t> index_;
+  int tp_rank_, tp_size_;
+  int64_t vocab_padded_;
+  int64_t total_ = 0;
+  bool finalized_ = false;
+};
+
+}  // namespace gf

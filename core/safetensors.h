@@ -1,0 +1,62 @@
+// The safetensors format, by its published spec: 8-byte little-endian header length N, N bytes
+// of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the raw
+// little-endian data (offsets relative to the start of the data). Used for Hugging Face GPT-2
+// weights, golden files and checkpoints.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gf {
+
+enum class StDtype { kF32, kF16, kBF16, kI32, kI64, kF64, kU8 };
+
+struct StTensor {
+  StDtype dtype;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // into the file's bytes
+  int64_t nbytes = 0;
+  int64_t numel() const;
+};
+
+class SafeTensorsFile {
+ public:
+  // Reads and validates the whole file; throws std::runtime_error naming the file, and the tensor
+  // where one is at fault (unknown dtype, size that does not match the shape, offsets outside the
+  // data or overlapping).
+  static SafeTensorsFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  const StTensor& get(const std::string& name) const;  // throws naming the missing tensor
+  const std::map<std::string, StTensor>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Converts an F32/F16/BF16/F64 tensor to float.
+  std::vector<float> floats(const std::string& name) const;
+  void to_floats(const std::string& name, float* out, int64_t n) const;
+  std::vector<int32_t> ints(const std::string& name) const;  // I32 or I64
+
+ private:
+  std::string path_;
+  std::vector<uint8_t> bytes_;
+  std::map<std::string, StTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct StWriteTensor {
+  std::string name;
+  StDtype dtype;
+  std::vector<int64_t> shape;
+  const void* data;
+};
+
+// Writes `path` atomically (to path + ".tmp", then rename).
+void write_safetensors(const std::string& path, const std::vector<StWriteTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+float half_to_float(uint16_t h);
+float bf16_to_float(uint16_t h);
+
+}  // namespace gf

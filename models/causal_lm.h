@@ -1,0 +1,47 @@
+// What the trainer needs of a causal language model: its parameters in a flat arena, a forward
+// that returns the summed token loss of a micro-batch, and a backward that accumulates gradients.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/aligned_buffer.h"
+#include "core/param_table.h"
+#include "models/model_config.h"
+
+namespace gf {
+
+struct StepInfo {
+  int64_t step = 0;           // optimizer step (keys the dropout masks)
+  int64_t sample_offset = 0;  // global index of this micro-batch's first sample
+  bool training = true;       // dropout on
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamTable& params() const = 0;
+  virtual float* weights() = 0;
+  virtual float* grads() = 0;
+  virtual int64_t micro_batch() const = 0;
+
+  // tokens: [micro_batch, seq_length + 1]; inputs are [:, :T], targets [:, 1:].
+  // Returns the sum over the micro-batch's B*T tokens of the cross-entropy loss.
+  virtual double forward(const int32_t* tokens, const StepInfo& info) = 0;
+  // After forward: accumulates d(grad_scale * summed loss)/dparams into grads().
+  virtual void backward(float grad_scale) = 0;
+  // Logits of the last forward, [B*T, padded vocab / tp] row-major (valid until backward).
+  virtual const float* logits() const = 0;
+  virtual int64_t logits_ld() const = 0;
+
+  // Bytes of activations planned for one micro-batch (for the memory report).
+  virtual int64_t activation_bytes() const = 0;
+  // Megatron's model FLOPs for one forward+backward over `tokens_per_step` tokens.
+  virtual double flops_per_step(int64_t batch) const = 0;
+
+  void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
+  // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint).
+  void load_hf_checkpoint(const std::string& path);
+};
+
+}  // namespace gf

@@ -1,0 +1,62 @@
+// GPT-2 (Radford et al. 2019; the Hugging Face GPT2LMHeadModel): token + learned position
+// embeddings, pre-LayerNorm blocks of causal multi-head attention and an MLP, a final LayerNorm and
+// an LM head tied to the token embedding. Explicit forward and backward per layer (llm.c style);
+// every activation buffer is planned at construction, nothing is allocated inside a step.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/ops/activation.h"
+#include "core/ops/dropout.h"
+#include "core/ops/layernorm.h"
+#include "models/causal_lm.h"
+#include "parallel/parallel_context.h"
+
+namespace gf {
+
+class GPT2LMHeadModel : public CausalLM {
+ public:
+  GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx);
+
+  const ModelConfig& config() const override { return cfg_; }
+  const ParamTable& params() const override { return table_; }
+  float* weights() override { return weights_.data(); }
+  float* grads() override { return grads_.data(); }
+  int64_t micro_batch() const override { return B_; }
+
+  double forward(const int32_t* tokens, const StepInfo& info) override;
+  void backward(float grad_scale) override;
+  const float* logits() const override { return logits_.data(); }
+  int64_t logits_ld() const override { return Vp_; }
+  int64_t activation_bytes() const override;
+  double flops_per_step(int64_t batch) const override;
+
+  // The parameter table of a GPT-2 with this config (Hugging Face names and layouts).
+  static ParamTable make_param_table(const ModelConfig& cfg, int tp_rank, int tp_size);
+
+ private:
+  struct LayerWeights;
+  struct LayerActs {
+    AlignedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, probs, atty, res2, ln2, ln2_mean, ln2_rstd,
+        fch, fch_act, out;
+  };
+  LayerWeights layer_weights(float* base, int64_t l) const;
+  void layer_fwd(int64_t l, const float* x, const StepInfo& info);
+  void layer_bwd(int64_t l, const float* x);
+  ops::DropoutKey hidden_dropout(int64_t layer, int64_t site) const;
+
+  ModelConfig cfg_;
+  int64_t B_, T_, C_, H_, F_, V_, Vp_, L_;
+  ops::Activation act_;
+  ParamTable table_;
+  AlignedBuffer<float> weights_, grads_;
+  // Activations.
+  AlignedBuffer<int32_t> inputs_, targets_;
+  AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  std::vector<LayerActs> acts_;
+  // Backward scratch, shared by all layers.
+  AlignedBuffer<float> dres_, dtmp_, dln_, datty_, dqkv_, dfch_act_, dfch_;
+  StepInfo info_;
+};
+
+}  // namespace gf

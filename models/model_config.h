@@ -1,0 +1,41 @@
+// The typed model configuration shared by every model (YAML model.model_config). Later models
+// (MoE, Mixtral-style) add their fields here; each model reads what it needs.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace gf {
+
+struct ModelConfig {
+  std::string type = "GPT2Config";   // model.model_config.type
+  std::string arch = "GPT2LMHeadModel";  // model.arch.type
+  int64_t vocab_size = 50257;
+  int64_t seq_length = 1024;
+  int64_t max_position_embeddings = 1024;
+  int64_t hidden_size = 768;
+  int64_t num_layers = 12;
+  int64_t num_heads = 12;
+  int64_t expand_ratio = 4;
+  std::string hidden_act = "gelu";
+  float hidden_dropout_rate = 0.1f;
+  float attention_dropout_rate = 0.1f;
+  float initializer_range = 0.02f;
+  float layernorm_epsilon = 1e-5f;
+  int64_t vocab_pad_multiple = 128;
+  std::string compute_dtype = "float32";
+  std::string param_init_type = "float32";
+  std::string layernorm_compute_type = "float32";
+  std::string softmax_compute_type = "float32";
+  int64_t eos_token_id = 50256;
+
+  int64_t ffn_hidden() const { return hidden_size * expand_ratio; }
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (so each rank's share is a
+  // multiple of vocab_pad_multiple).
+  int64_t padded_vocab(int tp = 1) const {
+    const int64_t m = vocab_pad_multiple * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
+};
+
+}  // namespace gf

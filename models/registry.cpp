@@ -1,0 +1,44 @@
+#include "models/registry.h"
+
+#include <stdexcept>
+
+#include "models/gpt2.h"
+
+namespace gf {
+
+const std::vector<ModelEntry>& model_registry() {
+  static const std::vector<ModelEntry> entries = {
+      {"GPT2LMHeadModel", "GPT2Config",
+       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<GPT2LMHeadModel>(c, b, ctx);
+       }},
+  };
+  return entries;
+}
+
+const ModelEntry& find_model(const std::string& arch, const std::string& config_type) {
+  std::string archs, configs;
+  for (const auto& e : model_registry()) {
+    archs += (archs.empty() ? "" : ", ") + e.arch;
+    configs += (configs.empty() ? "" : ", ") + e.config_type;
+  }
+  const ModelEntry* found = nullptr;
+  for (const auto& e : model_registry())
+    if (e.arch == arch) found = &e;
+  if (!found)
+    throw std::invalid_argument("model.arch.type: unknown type '" + arch + "'; registered: " + archs);
+  if (found->config_type != config_type) {
+    bool known = false;
+    for (const auto& e : model_registry()) known |= e.config_type == config_type;
+    throw std::invalid_argument("model.model_config.type: " +
+                                (known ? "'" + config_type + "' does not go with arch " + arch + "; use " + found->config_type
+                                       : "unknown type '" + config_type + "'; registered: " + configs));
+  }
+  return *found;
+}
+
+std::unique_ptr<CausalLM> build_model(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx) {
+  return find_model(cfg.arch, cfg.type).factory(cfg, micro_batch, ctx);
+}
+
+}  // namespace gf

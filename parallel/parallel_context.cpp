@@ -1,0 +1,26 @@
+#include "parallel/parallel_context.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace gf {
+
+ParallelContext ParallelContext::single() { return ParallelContext{}; }
+
+ParallelContext ParallelContext::build(Communicator world, const ProcessGrid& grid) {
+  if (world.size() != grid.world_size())
+    throw std::invalid_argument("world size " + std::to_string(world.size()) +
+                                " does not match the grid " + grid.describe());
+  ParallelContext ctx;
+  ctx.grid = grid;
+  ctx.world_rank = world.rank();
+  ctx.coord = grid.coord(world.rank());
+  const GridCoord c = ctx.coord;
+  ctx.tp = world.split(c.dp + grid.dp() * c.pp, c.tp);
+  ctx.dp = world.split(c.tp + grid.tp() * c.pp, c.dp);
+  ctx.pp = world.split(c.tp + grid.tp() * c.dp, c.pp);
+  ctx.world = std::move(world);
+  return ctx;
+}
+
+}  // namespace gf

@@ -1,0 +1,24 @@
+// Each parallel axis's communicator, built once from the world and the grid and passed
+// explicitly to the model and the trainer (Megatron's global parallel_state is what we avoid).
+#pragma once
+#include "parallel/communicator.h"
+#include "parallel/process_grid.h"
+
+namespace gf {
+
+struct ParallelContext {
+  ProcessGrid grid{1, 1, 1};
+  GridCoord coord;
+  int world_rank = 0;
+  Communicator world;  // all ranks
+  Communicator tp;     // same (dp, pp)
+  Communicator dp;     // same (tp, pp)
+  Communicator pp;     // same (tp, dp)
+
+  // One-rank context: every communicator is the trivial group; no MPI needed.
+  static ParallelContext single();
+  // Splits `world` into the axes of `grid` (world.size() must equal grid.world_size()).
+  static ParallelContext build(Communicator world, const ProcessGrid& grid);
+};
+
+}  // namespace gf

@@ -1,0 +1,91 @@
+// The typed configuration: the MindFormers-style YAML checked against the schema
+// (config_schema.cpp), defaults filled in, --set overrides applied, then read into structs.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/adamw.h"
+#include "core/lr_schedule.h"
+#include "models/model_config.h"
+
+namespace gf {
+
+// Every problem found in a config, one per line, each naming its key path and the fix.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+struct ParallelConfig {
+  int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
+  bool use_seq_parallel = false;
+  int64_t micro_batch_num = 1;
+  bool vocab_emb_dp = true;
+  int64_t gradient_aggregation_group = 4;
+  bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
+};
+
+struct LossScaleConfig {
+  bool dynamic = false;
+  double value = 1.0, factor = 2.0;
+  int64_t window = 1000;
+};
+
+struct DatasetConfig {
+  std::string loader_type = "MegatronDataset";
+  std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)
+  std::string split = "949,50,1";
+  bool shuffle = true;
+  uint64_t seed = 1234;
+  int64_t eval_iters = 10;
+};
+
+struct CheckpointConfig {
+  bool enabled = false;
+  std::string prefix = "gridformer";
+  int64_t save_steps = 1, keep_max = 5;
+  std::string directory;
+};
+
+struct Config {
+  int64_t seed = 0;
+  std::string run_mode = "train", output_dir = "./output", load_checkpoint;
+  bool resume_training = false;
+  ParallelConfig parallel;
+  int64_t expert_num = 1;
+  bool recompute = false, select_recompute = false;
+  int64_t recompute_num_layers = -1;
+  int64_t epochs = 1, batch_size = 1, sink_size = 1, train_steps = -1;
+  double peak_tflops = 0.33;
+  LossScaleConfig loss_scale;
+  bool use_clip_grad = false;
+  double max_grad_norm = 1.0;
+  std::string optimizer_type = "AdamWeightDecay";
+  AdamWConfig adamw;
+  LrScheduleConfig lr;
+  DatasetConfig train_data, eval_data;
+  bool do_eval = false;
+  int64_t eval_step_interval = 100;
+  ModelConfig model;
+  int64_t per_print_times = 1;
+  CheckpointConfig checkpoint;
+  YAML::Node resolved;                // the full resolved tree
+  std::vector<std::string> warnings;  // keys that mean nothing here, and what was done instead
+};
+
+// Reads `path`, applies `overrides` ("a.b.c=value", a YAML scalar or flow value), validates and
+// resolves. Throws ConfigError listing every problem.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config_string(const std::string& yaml, const std::vector<std::string>& overrides = {},
+                          const std::string& source = "<string>");
+std::string dump_resolved(const Config& cfg);
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace gf

@@ -1,0 +1,254 @@
+// The schema of the YAML config: every known key with its default value and type. The resolved
+// config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
+// prints it. A key whose default is null (~) takes any value. Lists take their item keys from
+// kItemTemplates.
+#include "runner/config_schema.h"
+
+namespace gf {
+
+const char* const kConfigDefaults = R"YAML(
+seed: 0
+run_mode: train
+output_dir: ./output
+load_checkpoint: ""
+src_strategy_path_or_dir: ""
+auto_trans_ckpt: false
+only_save_strategy: false
+resume_training: false
+use_parallel: false
+micro_batch_interleave_num: 1
+remote_save_url: ""
+do_eval: false
+eval_step_interval: 100
+eval_epoch_interval: -1
+layer_scale: false
+layer_decay: 0.65
+lr_scale: false
+lr_scale_factor: 256
+auto_tune: false
+filepath_prefix: ./autotune
+autotune_per_step: 10
+profile: false
+profile_start_step: 1
+profile_stop_step: 10
+init_start_profile: false
+profile_communication: false
+profile_memory: false
+context:
+  mode: 0
+  device_target: CPU
+  device_id: 0
+  enable_graph_kernel: false
+  graph_kernel_flags: ""
+  max_call_depth: 10000
+  max_device_memory: ""
+  save_graphs: false
+  save_graphs_path: ./graph
+  runtime_num_threads: 0
+runner_config:
+  epochs: 1
+  batch_size: 1
+  sink_mode: false
+  sink_size: 1
+  train_steps: -1
+  peak_tflops: 0.33
+  gradient_accumulation_steps: 1
+runner_wrapper:
+  type: MFTrainOneStepCell
+  scale_sense: 1.0
+  use_clip_grad: false
+  max_grad_norm: 1.0
+parallel:
+  parallel_mode: 0
+  gradients_mean: true
+  loss_repeated_mean: true
+  full_batch: false
+  search_mode: sharding_propagation
+  enable_parallel_optimizer: false
+  strategy_ckpt_save_file: ./ckpt_strategy.ckpt
+  enable_alltoall: false
+parallel_config:
+  data_parallel: 1
+  model_parallel: 1
+  pipeline_stage: 1
+  expert_parallel: 1
+  use_seq_parallel: false
+  micro_batch_num: 1
+  vocab_emb_dp: true
+  gradient_aggregation_group: 4
+  optimizer_shard: false
+moe_config:
+  expert_num: 1
+  capacity_factor: 1.05
+  aux_loss_factor: 0.05
+  num_experts_chosen: 1
+recompute_config:
+  recompute: false
+  select_recompute: false
+  recompute_num_layers: -1
+  parallel_optimizer_comm_recompute: false
+  mp_comm_recompute: true
+  recompute_slice_activation: false
+trainer:
+  type: CausalLanguageModelingTrainer
+  model_name: gpt2
+train_dataset:
+  data_loader:
+    type: MegatronDataset
+    data_path: ~
+    dataset_dir: ""
+    split: "949,50,1"
+    shuffle: true
+    seed: 1234
+    vocab_size: -1
+  tokenizer:
+    type: GPT2Tokenizer
+    max_length: -1
+    vocab_file: ""
+    merge_file: ""
+  input_columns: [input_ids]
+  num_parallel_workers: 8
+  python_multiprocessing: false
+  drop_remainder: true
+  batch_size: -1
+  repeat: 1
+  numa_enable: false
+  prefetch_size: 1
+train_dataset_task:
+  type: CausalLanguageModelDataset
+  dataset_config: ~
+eval_dataset:
+  data_loader:
+    type: MegatronDataset
+    data_path: ~
+    dataset_dir: ""
+    split: "949,50,1"
+    shuffle: false
+    seed: 1234
+    vocab_size: -1
+  tokenizer:
+    type: GPT2Tokenizer
+    max_length: -1
+    vocab_file: ""
+    merge_file: ""
+  input_columns: [input_ids]
+  num_parallel_workers: 8
+  python_multiprocessing: false
+  drop_remainder: false
+  batch_size: -1
+  repeat: 1
+  numa_enable: false
+  prefetch_size: 1
+  eval_iters: 10
+eval_dataset_task:
+  type: CausalLanguageModelDataset
+  dataset_config: ~
+model:
+  model_config:
+    type: GPT2Config
+    seq_length: 1024
+    vocab_size: 50257
+    hidden_size: 768
+    num_layers: 12
+    num_heads: 12
+    expand_ratio: 4
+    hidden_act: gelu
+    hidden_dropout_rate: 0.1
+    attention_dropout_rate: 0.1
+    max_position_embeddings: -1  # -1: seq_length (MindFormers sizes the position table by it)
+    initializer_range: 0.02
+    layernorm_epsilon: 1.0e-5
+    param_init_type: float32
+    layernorm_compute_type: float32
+    softmax_compute_type: float32
+    compute_dtype: float32
+    use_flash_attention: false
+    checkpoint_name_or_path: ""
+    eos_token_id: 50256
+    bos_token_id: 50256
+    pad_token_id: 50256
+    repetition_penalty: 1
+    max_decode_length: 1024
+    top_k: 5
+    top_p: 1
+    do_sample: true
+    use_past: false
+  arch:
+    type: GPT2LMHeadModel
+lr_schedule:
+  type: polynomial
+  learning_rate: 1.0e-4
+  lr_end: 0.0
+  warmup_steps: 0
+  warmup_ratio: 0.0
+  total_steps: -1
+  power: 1.0
+optimizer:
+  type: AdamWeightDecay
+  beta1: 0.9
+  beta2: 0.999
+  eps: 1.0e-8
+  weight_decay: 0.0
+callbacks:
+  - type: MFLossMonitor
+    per_print_times: 1
+eval_callbacks: []
+metric:
+  type: PerplexityMetric
+processor:
+  type: GPT2Processor
+  return_tensors: ms
+  tokenizer:
+    type: GPT2Tokenizer
+    unk_token: "<|endoftext|>"
+    bos_token: "<|endoftext|>"
+    eos_token: "<|endoftext|>"
+    pad_token: "<|endoftext|>"
+    vocab_file: ""
+    merge_file: ""
+)YAML";
+
+// Keys of list items, by the list's path.
+const char* const kItemTemplates = R"YAML(
+callbacks:
+  type: MFLossMonitor
+  per_print_times: 1
+  prefix: gridformer
+  save_checkpoint_steps: 1
+  keep_checkpoint_max: 5
+  integrated_save: true
+  save_network_params: true
+  save_trainable_params: false
+  async_save: false
+  directory: ""
+eval_callbacks:
+  type: ObsMonitor
+)YAML";
+
+// Keys accepted but meaningless on a CPU: one warning each when set to something that would
+// matter on an accelerator. `*` matches any one path element.
+const std::vector<std::string>& cpu_ignored_keys() {
+  static const std::vector<std::string> keys = {
+      "context.mode", "context.device_target", "context.device_id", "context.enable_graph_kernel",
+      "context.graph_kernel_flags", "context.max_call_depth", "context.max_device_memory",
+      "context.save_graphs", "context.save_graphs_path", "src_strategy_path_or_dir",
+      "auto_trans_ckpt", "only_save_strategy", "remote_save_url", "auto_tune", "filepath_prefix",
+      "autotune_per_step", "profile", "profile_start_step", "profile_stop_step",
+      "init_start_profile", "profile_communication", "profile_memory", "runner_config.sink_mode",
+      "parallel.search_mode", "parallel.strategy_ckpt_save_file", "parallel.parallel_mode",
+      "parallel.full_batch", "parallel.enable_alltoall", "micro_batch_interleave_num",
+      "recompute_config.parallel_optimizer_comm_recompute", "recompute_config.mp_comm_recompute",
+      "recompute_config.recompute_slice_activation", "*.num_parallel_workers",
+      "*.python_multiprocessing", "*.numa_enable", "*.prefetch_size", "layer_scale", "lr_scale",
+      "callbacks.*.integrated_save", "callbacks.*.async_save",
+  };
+  return keys;
+}
+
+// Paths whose value may be a scalar where the schema has a map (or the reverse).
+const std::vector<std::string>& polymorphic_keys() {
+  static const std::vector<std::string> keys = {"runner_wrapper.scale_sense"};
+  return keys;
+}
+
+}  // namespace gf

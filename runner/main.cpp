@@ -1,0 +1,112 @@
+// gridformer: one binary, subcommands train | config | tokenize.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "core/data/tokenize_cli.h"
+#include "core/gemm.h"
+#include "parallel/communicator.h"
+#include "runner/config.h"
+#include "runner/logging.h"
+#include "runner/trainer.h"
+
+namespace {
+
+// Threads per rank: OMP_NUM_THREADS if set, else the cores shared evenly among this host's ranks.
+int threads_per_rank() {
+  if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
+  int local = 1;
+  if (const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); e && std::atoi(e) > 0) local = std::atoi(e);
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, hw / local);
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& sets, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Communicator world = gf::Communicator::world();
+  const int rank = world.rank();
+  gf::setup_console_logging(rank);
+  gf::Config cfg;
+  try {
+    cfg = gf::load_config(config_path, sets);
+  } catch (const std::exception& e) {
+    if (rank == 0) std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  const int threads = threads_per_rank();
+  omp_set_num_threads(threads);
+  gf::gemm_set_threads(threads);
+  gf::setup_logging(cfg.output_dir, rank, rank == 0);
+  for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  const auto& p = cfg.parallel;
+  const int64_t need = p.data_parallel * p.model_parallel * p.pipeline_stage;
+  if (need != world.size()) {
+    if (rank == 0)
+      spdlog::error("parallel_config: data_parallel ({}) x model_parallel ({}) x pipeline_stage ({}) = {}, but {} rank(s) "
+                    "are running; set data_parallel: {} (or start {} ranks)",
+                    p.data_parallel, p.model_parallel, p.pipeline_stage, need, world.size(),
+                    world.size() / (p.model_parallel * p.pipeline_stage) > 0 ? world.size() / (p.model_parallel * p.pipeline_stage) : 1,
+                    need);
+    return 2;
+  }
+  int status = 0;
+  const int world_size = world.size();
+  try {
+    gf::ParallelContext ctx = gf::ParallelContext::build(
+        std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
+                                          static_cast<int>(p.pipeline_stage)));
+    spdlog::info("rank {} of {}, {} thread(s)", ctx.world_rank, ctx.world.size(), threads);
+    gf::install_stop_handlers();
+    gf::Trainer trainer(cfg, ctx);
+    status = trainer.run();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    spdlog::default_logger()->flush();
+    if (world_size == 1) return 1;
+    gf::MpiEnvironment::abort(1);
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gridformer: trains GPT-2 and MoE transformers from MindFormers-style YAML across MPI ranks"};
+  app.require_subcommand(1);
+  std::string config_path;
+  std::vector<std::string> sets;
+
+  auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
+  train->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
+
+  auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
+  config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  config->add_option("--set", sets, "override a key (repeatable)");
+
+  std::string vocab, merges;
+  bool decode = false;
+  auto* tok = app.add_subcommand("tokenize", "GPT-2 BPE: each stdin line -> its ids space-separated (or back with --decode)");
+  tok->add_option("--vocab-file", vocab, "gpt2-vocab.json (encoder.json)")->required()->check(CLI::ExistingFile);
+  tok->add_option("--merge-file", merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
+  tok->add_flag("--decode", decode, "read ids, print text");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*config) {
+    try {
+      const gf::Config cfg = gf::load_config(config_path, sets);
+      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      std::cout << gf::dump_resolved(cfg);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
+  return run_train(config_path, sets, argc, argv);
+}

@@ -1,0 +1,207 @@
+#include "runner/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/registry.h"
+#include "runner/logging.h"
+
+namespace gf {
+
+std::atomic<int> g_stop_signal{0};
+
+void install_stop_handlers() {
+  auto handler = [](int sig) { g_stop_signal.store(sig); };
+  std::signal(SIGINT, handler);
+  std::signal(SIGTERM, handler);
+}
+
+struct Trainer::Metrics {
+  std::ofstream out;
+};
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) { b /= 1024.0; ++u; }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
+  return buf;
+}
+
+std::string hms(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", static_cast<int>(t / 3600), static_cast<int>(t / 60 % 60), static_cast<int>(t % 60));
+  return buf;
+}
+
+std::string progress_bar(double frac, int width = 20) {
+  std::string bar;
+  const int full = static_cast<int>(frac * width + 1e-9);
+  for (int i = 0; i < width; ++i) bar += i < full ? "\u2588" : " ";
+  return bar;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx) : cfg_(cfg), ctx_(ctx) {
+  model_ = build_model(cfg.model, cfg.batch_size, ctx);
+  if (!cfg.load_checkpoint.empty()) {
+    model_->load_hf_checkpoint(cfg.load_checkpoint);
+    spdlog::info("loaded weights from {}", cfg.load_checkpoint);
+  } else {
+    model_->init_weights(static_cast<uint64_t>(cfg.seed));
+  }
+  global_batch_ = cfg.batch_size * ctx.grid.dp();
+  // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
+  auto probe = make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
+  const int64_t epoch_samples = probe->samples_per_epoch();
+  steps_per_epoch_ = epoch_samples < 0 ? -1 : epoch_samples / global_batch_;
+  if (steps_per_epoch_ == 0)
+    throw std::runtime_error("the training data holds " + std::to_string(epoch_samples) + " samples of seq_length + 1 = " +
+                             std::to_string(cfg.model.seq_length + 1) + " tokens, fewer than one global batch of " +
+                             std::to_string(global_batch_) + "; use more data or lower runner_config.batch_size");
+  if (cfg.train_steps > 0) total_steps_ = cfg.train_steps;
+  else if (steps_per_epoch_ > 0) total_steps_ = cfg.epochs * steps_per_epoch_;
+  else throw std::runtime_error("runner_config.train_steps must be set when the data has no epoch size (RandomTokens)");
+  data_ = epoch_samples >= 0 && total_steps_ * global_batch_ > epoch_samples
+              ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
+              : std::move(probe);
+  tokens_.resize(static_cast<size_t>(cfg.batch_size * (cfg.model.seq_length + 1)));
+  opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
+  lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
+  loss_scale_ = cfg.loss_scale.value;
+  if (ctx.world_rank == 0) {
+    metrics_ = std::make_unique<Metrics>();
+    std::filesystem::create_directories(cfg.output_dir);
+    metrics_->out.open(std::filesystem::path(cfg.output_dir) / "metrics.jsonl", std::ios::app);
+  }
+  log_setup();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::log_setup() const {
+  const auto& m = cfg_.model;
+  int64_t nparams = 0;
+  for (const auto& p : model_->params().specs()) nparams += p.global_numel();
+  spdlog::info("model {} ({}): {} layers, hidden {}, heads {}, vocab {} (padded {}), seq {}, {} parameters",
+               m.arch, m.type, m.num_layers, m.hidden_size, m.num_heads, m.vocab_size, m.padded_vocab(ctx_.grid.tp()),
+               m.seq_length, nparams);
+  spdlog::info("layout: {}; micro batch {} per rank, global batch {} samples ({} tokens)", ctx_.grid.describe(),
+               cfg_.batch_size, global_batch_, global_batch_ * m.seq_length);
+  spdlog::info("data: {}", data_->describe());
+  const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
+  spdlog::info("memory per rank: parameters {}, gradients {}, AdamW moments {}, activations {} (planned)",
+               human_bytes(pbytes), human_bytes(pbytes), human_bytes(2 * pbytes),
+               human_bytes(static_cast<double>(model_->activation_bytes())));
+  spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
+               "warmup {} total {}; clip {}",
+               cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
+               cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
+               cfg_.use_clip_grad ? "max_grad_norm " + std::to_string(cfg_.max_grad_norm) : std::string("off"));
+  spdlog::info("training {} steps ({} per epoch); MFU is relative to a peak of {} TFLOP/s per rank "
+               "(runner_config.peak_tflops; default: the measured fp32 GEMM ceiling of a 2-core AVX-512 Xeon)",
+               total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"),
+               cfg_.peak_tflops);
+}
+
+StepResult Trainer::train_step(int64_t step) {
+  StepResult r;
+  r.loss_scale = loss_scale_;
+  const int64_t T = cfg_.model.seq_length;
+  const int64_t first = (step - 1) * global_batch_ + ctx_.coord.dp * cfg_.batch_size;
+  data_->read(first, cfg_.batch_size, tokens_.data());
+  float* grads = model_->grads();
+  const int64_t n = model_->params().total_floats();
+  std::fill(grads, grads + n, 0.0f);
+  StepInfo info{step, first, true};
+  double loss_sum = model_->forward(tokens_.data(), info);
+  const double global_tokens = static_cast<double>(global_batch_ * T);
+  model_->backward(static_cast<float>(loss_scale_ / global_tokens));
+  ctx_.dp.allreduce_sum(&loss_sum, 1);
+  ctx_.dp.allreduce_sum(grads, n);
+  r.loss = loss_sum / global_tokens;
+  if (loss_scale_ != 1.0) scale_inplace(grads, n, static_cast<float>(1.0 / loss_scale_));
+  r.grad_norm = std::sqrt(grad_sq_sum(grads, n));
+  r.lr = lr_->at(step);
+  if (!std::isfinite(r.grad_norm) && cfg_.loss_scale.dynamic) {
+    r.skipped = true;
+    ++skipped_steps_;
+    good_steps_ = 0;
+    loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
+    return r;
+  }
+  if (cfg_.use_clip_grad) {
+    const double coef = clip_coefficient(r.grad_norm, cfg_.max_grad_norm);
+    if (coef < 1.0) scale_inplace(grads, n, static_cast<float>(coef));
+  }
+  opt_->step(model_->weights(), grads, r.lr, step - skipped_steps_);
+  if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
+    loss_scale_ *= cfg_.loss_scale.factor;
+    good_steps_ = 0;
+  }
+  return r;
+}
+
+void Trainer::log_step(int64_t step, const StepResult& r, double step_ms) {
+  const double tokens = static_cast<double>(global_batch_ * cfg_.model.seq_length);
+  const double tok_s = tokens / (step_ms / 1000.0);
+  const double samples_s = static_cast<double>(global_batch_) / (step_ms / 1000.0);
+  const double tflops = model_->flops_per_step(global_batch_) / (step_ms / 1000.0) / 1e12 / ctx_.world.size();
+  const double mfu = tflops / cfg_.peak_tflops;
+  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
+  const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
+  const double frac = static_cast<double>(step) / total_steps_;
+  const double eta = timed_steps_ > 0 ? elapsed_s_ / timed_steps_ * (total_steps_ - step) : 0.0;
+  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {:.4f}, "
+               "loss_scale: {}{}, per_step_time: {:.1f} ms, tokens/s: {:.1f}, samples/s: {:.2f}, "
+               "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
+               epoch, epochs, step, total_steps_, r.loss, r.lr, r.grad_norm, r.loss_scale,
+               r.skipped ? " (overflow, step skipped)" : "", step_ms, tok_s, samples_s, tflops, 100.0 * mfu);
+  spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
+               samples_s / ctx_.world.size(), hms(eta));
+  if (metrics_) {
+    nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
+                        {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
+                        {"step_ms", step_ms}, {"tokens_per_s", tok_s}, {"samples_per_s", samples_s},
+                        {"tflops", tflops}, {"mfu", mfu}};
+    metrics_->out << j.dump() << "\n";
+    metrics_->out.flush();
+  }
+}
+
+int Trainer::run() {
+  for (int64_t step = 1; step <= total_steps_; ++step) {
+    double stop = g_stop_signal.load();
+    ctx_.world.allreduce_max(&stop, 1);
+    if (stop != 0) {
+      spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
+      return 128 + static_cast<int>(stop);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepResult r = train_step(step);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (step > 1 || total_steps_ == 1) { elapsed_s_ += ms / 1000.0; ++timed_steps_; }
+    if (!std::isfinite(r.loss) || (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+      spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
+                    "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
+                    step, r.loss, r.grad_norm, r.lr);
+      return 3;
+    }
+    if (step % cfg_.per_print_times == 0 || step == total_steps_) log_step(step, r, ms);
+  }
+  spdlog::info("training finished: {} steps, {} skipped for overflow, average step {:.1f} ms", total_steps_,
+               skipped_steps_, timed_steps_ ? 1000.0 * elapsed_s_ / timed_steps_ : 0.0);
+  return 0;
+}
+
+}  // namespace gf

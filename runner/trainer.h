@@ -1,0 +1,64 @@
+// The training loop: data -> forward -> backward -> gradient sync -> unscale/overflow check ->
+// clip -> AdamW step -> log -> (checkpoint). One Trainer per rank; communicators come in the
+// ParallelContext.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/adamw.h"
+#include "core/lr_schedule.h"
+#include "models/causal_lm.h"
+#include "parallel/parallel_context.h"
+#include "runner/batch_source.h"
+#include "runner/config.h"
+
+namespace gf {
+
+// Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
+extern std::atomic<int> g_stop_signal;
+void install_stop_handlers();
+
+struct StepResult {
+  double loss = 0.0;       // mean token loss over the global batch
+  double grad_norm = 0.0;  // before clipping, after unscaling
+  double lr = 0.0;
+  double loss_scale = 1.0;
+  bool skipped = false;    // overflow under dynamic loss scaling
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, ParallelContext& ctx);
+  ~Trainer();
+  // Trains for the configured number of steps. Returns the process exit status: 0 done,
+  // 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss.
+  int run();
+
+  // One optimizer step on global batch `step - 1` (step counts from 1).
+  StepResult train_step(int64_t step);
+  CausalLM& model() { return *model_; }
+  int64_t total_steps() const { return total_steps_; }
+
+ private:
+  void log_step(int64_t step, const StepResult& r, double step_ms);
+  void log_setup() const;
+
+  const Config& cfg_;
+  ParallelContext& ctx_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<LrSchedule> lr_;
+  std::unique_ptr<BatchSource> data_;
+  std::vector<int32_t> tokens_;
+  int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
+  double loss_scale_ = 1.0;
+  int64_t good_steps_ = 0, skipped_steps_ = 0;
+  double elapsed_s_ = 0.0;
+  int64_t timed_steps_ = 0;
+  struct Metrics;
+  std::unique_ptr<Metrics> metrics_;
+};
+
+}  // namespace gf

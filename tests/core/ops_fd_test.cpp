@@ -1,0 +1,167 @@
+// Every op's backward against central finite differences of its own forward, in double precision.
+// loss = sum(g * y) for a fixed random g, so dL/dy = g is the upstream gradient given to backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/ops/activation.h"
+#include "core/ops/attention.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/embedding.h"
+#include "core/ops/layernorm.h"
+#include "core/ops/linear.h"
+
+namespace gf::ops {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec randn(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> d(0.0, scale);
+  Vec v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks `analytic` == d loss / d x by central differences; loss() reads x.
+void expect_grad(const char* what, Vec& x, const Vec& analytic, const std::function<double()>& loss,
+                 double h = 1e-6, double tol = 1e-7) {
+  ASSERT_EQ(x.size(), analytic.size());
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double down = loss();
+    x[i] = keep;
+    const double num = (up - down) / (2 * h);
+    max_diff = std::max(max_diff, std::abs(num - analytic[i]));
+    max_ref = std::max(max_ref, std::abs(num));
+  }
+  EXPECT_GT(max_ref, 0.0) << what << ": gradient is identically zero; the check would be vacuous";
+  EXPECT_LE(max_diff, tol * std::max(1.0, max_ref)) << what << ": max |numeric - analytic| = " << max_diff
+                                                     << " (max |numeric| = " << max_ref << ")";
+}
+
+TEST(OpsFiniteDifference, LayerNorm) {
+  const int64_t R = 5, D = 7;
+  Vec x = randn(R * D, 1), w = randn(D, 2), b = randn(D, 3), g = randn(R * D, 4);
+  Vec y(R * D), mean(R), rstd(R);
+  auto loss = [&] {
+    layernorm_fwd<double>(y.data(), {mean.data(), rstd.data()}, x.data(), w.data(), b.data(), R, D, 1e-5f);
+    return dot(y, g);
+  };
+  loss();
+  Vec dx(R * D, 0.0), dw(D, 0.0), db(D, 0.0);
+  layernorm_bwd<double>(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), {mean.data(), rstd.data()}, R, D);
+  expect_grad("layernorm dx", x, dx, loss);
+  expect_grad("layernorm dw", w, dw, loss);
+  expect_grad("layernorm db", b, db, loss);
+}
+
+TEST(OpsFiniteDifference, Activations) {
+  for (Activation a : {Activation::kGelu, Activation::kGeluNew, Activation::kFastGelu}) {
+    const int64_t n = 41;
+    Vec x = randn(n, 5, 2.0), g = randn(n, 6), y(n);
+    auto loss = [&] {
+      activation_fwd<double>(a, y.data(), x.data(), n);
+      return dot(y, g);
+    };
+    Vec dx(n, 0.0);
+    activation_bwd<double>(a, dx.data(), g.data(), x.data(), n);
+    expect_grad(activation_name(a), x, dx, loss);
+  }
+}
+
+TEST(OpsFiniteDifference, Linear) {
+  const int64_t N = 6, I = 5, O = 4;
+  Vec x = randn(N * I, 7), w = randn(I * O, 8), b = randn(O, 9), g = randn(N * O, 10), y(N * O);
+  auto loss = [&] {
+    linear_fwd<double>(y.data(), x.data(), w.data(), b.data(), N, I, O);
+    return dot(y, g);
+  };
+  Vec dx(N * I, 0.0), dw(I * O, 0.0), db(O, 0.0);
+  linear_bwd<double>(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, I, O);
+  expect_grad("linear dx", x, dx, loss);
+  expect_grad("linear dw", w, dw, loss);
+  expect_grad("linear db", b, db, loss);
+}
+
+void check_attention(float dropout) {
+  const int64_t B = 2, T = 5, H = 2, D = 3, C = H * D;
+  Vec qkv = randn(B * T * 3 * C, 11), g = randn(B * T * C, 12), y(B * T * C), probs(B * H * T * T);
+  AttentionShape s{B, T, H, D, 0, 0, H};
+  DropoutKey key{dropout, 42, 7};
+  auto loss = [&] {
+    attention_fwd<double>(y.data(), probs.data(), qkv.data(), s, key);
+    return dot(y, g);
+  };
+  loss();
+  Vec dqkv(qkv.size(), 0.0);
+  attention_bwd<double>(dqkv.data(), g.data(), qkv.data(), probs.data(), s, key);
+  expect_grad(dropout > 0 ? "attention (dropout 0.3) dqkv" : "attention dqkv", qkv, dqkv, loss);
+}
+
+TEST(OpsFiniteDifference, CausalAttention) { check_attention(0.0f); }
+TEST(OpsFiniteDifference, CausalAttentionWithDropout) { check_attention(0.3f); }
+
+TEST(OpsFiniteDifference, CausalAttentionIgnoresTheFuture) {
+  const int64_t B = 1, T = 4, H = 1, D = 2, C = H * D;
+  Vec qkv = randn(B * T * 3 * C, 13), y1(B * T * C), y2(B * T * C), probs(B * H * T * T);
+  AttentionShape s{B, T, H, D};
+  attention_fwd<double>(y1.data(), probs.data(), qkv.data(), s, DropoutKey{});
+  for (int64_t c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 5.0;  // change only the last token
+  attention_fwd<double>(y2.data(), probs.data(), qkv.data(), s, DropoutKey{});
+  for (int64_t i = 0; i < (T - 1) * C; ++i) EXPECT_DOUBLE_EQ(y1[i], y2[i]) << "output " << i << " saw a later token";
+}
+
+TEST(OpsFiniteDifference, Embedding) {
+  const int64_t B = 2, T = 3, D = 4, V = 5;
+  std::vector<int32_t> tok = {1, 4, 1, 0, 1, 3};
+  Vec wte = randn(V * D, 14), wpe = randn(T * D, 15), g = randn(B * T * D, 16), y(B * T * D);
+  auto loss = [&] {
+    embedding_fwd<double>(y.data(), tok.data(), wte.data(), wpe.data(), B, T, D);
+    return dot(y, g);
+  };
+  Vec dwte(V * D, 0.0), dwpe(T * D, 0.0);
+  embedding_bwd<double>(dwte.data(), dwpe.data(), g.data(), tok.data(), B, T, D);
+  expect_grad("embedding dwte", wte, dwte, loss);
+  expect_grad("embedding dwpe", wpe, dwpe, loss);
+}
+
+TEST(OpsFiniteDifference, CrossEntropyMasksThePadding) {
+  const int64_t R = 4, V = 9, LD = 16;  // 7 padded columns
+  Vec logits = randn(R * LD, 17, 3.0);
+  std::vector<int32_t> tgt = {0, 8, 3, 8};
+  Vec losses(R);
+  auto loss = [&] {
+    cross_entropy_fwd<double>(losses.data(), logits.data(), tgt.data(), R, LD, V);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s;
+  };
+  const double before = loss();
+  Vec grad = logits;
+  cross_entropy_bwd_inplace<double>(grad.data(), tgt.data(), R, LD, V, 1.0f);
+  expect_grad("cross_entropy dlogits", logits, grad, loss);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = V; j < LD; ++j) {
+      EXPECT_EQ(grad[r * LD + j], 0.0);
+      logits[r * LD + j] = 1e3;  // a huge padded logit must not change the loss
+    }
+  EXPECT_DOUBLE_EQ(loss(), before);
+}
+
+}  // namespace
+}  // namespace gf::ops

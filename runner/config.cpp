@@ -259,20 +259,24 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 Config load_config_string(const std::string& yaml, const std::vector<std::string>& overrides,
                           const std::string& source) {
-  YAML::Node user = parse_yaml(yaml, source);
+  const YAML::Node user = parse_yaml(yaml, source);
+  const YAML::Node schema = YAML::Load(kConfigDefaults);
+  const YAML::Node templates = YAML::Load(kItemTemplates);
+  // Overrides apply to the file laid over the defaults, so they can reach keys (and list items)
+  // the file does not mention; the schema check then covers the file and the overrides alike.
+  Config c;
+  c.resolved = config_tree::overlay(schema, user);
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) throw ConfigError("--set " + o + ": expects key.path=value");
-    config_tree::set_path(user, o.substr(0, eq), o.substr(eq + 1));
+    config_tree::set_path(c.resolved, o.substr(0, eq), o.substr(eq + 1));
   }
-  const YAML::Node schema = YAML::Load(kConfigDefaults);
-  const YAML::Node templates = YAML::Load(kItemTemplates);
   std::vector<std::string> errors;
-  config_tree::check(user, schema, templates, "", errors);
+  config_tree::check(c.resolved, schema, templates, "", errors);
   if (!errors.empty()) throw ConfigError(join_errors(source, errors));
-  Config c;
-  config_tree::cpu_warnings(user, schema, templates, "", c.warnings);
-  c.resolved = config_tree::overlay(schema, user);
+  // Only keys that differ from their defaults warn, so the resolved tree gives the same warnings
+  // as the file plus the overrides.
+  config_tree::cpu_warnings(c.resolved, schema, templates, "", c.warnings);
   const YAML::Node& r = c.resolved;
   read_training(r, c, errors);
   read_parallel(r, c);

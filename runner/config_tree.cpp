@@ -212,7 +212,7 @@ void check(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& t
 
 YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user) {
   if (!user.IsDefined() || user.IsNull()) return YAML::Clone(defaults);
-  if (!defaults.IsMap() || !user.IsMap()) return YAML::Clone(user);
+  if (!defaults.IsDefined() || !defaults.IsMap() || !user.IsMap()) return YAML::Clone(user);
   YAML::Node out = YAML::Clone(defaults);
   for (auto it = user.begin(); it != user.end(); ++it) {
     const std::string key = it->first.as<std::string>();

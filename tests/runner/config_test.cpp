@@ -1,0 +1,184 @@
+// The config rules: unknown keys with suggestions, overrides, CPU-meaningless keys, registered
+// type names, bad values, and MindFormers' own files loading as they are.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runner/batch_source.h"
+#include "runner/config.h"
+
+namespace gf {
+namespace {
+
+const std::string kMinimal = R"(
+model:
+  model_config:
+    type: GPT2Config
+    seq_length: 32
+    vocab_size: 1000
+    hidden_size: 64
+    num_layers: 2
+    num_heads: 4
+  arch:
+    type: GPT2LMHeadModel
+)";
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    load_config_string(yaml, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has_warning(const Config& c, const std::string& needle) {
+  return std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });
+}
+
+TEST(Config, MinimalFileGetsDefaults) {
+  const Config c = load_config_string(kMinimal);
+  EXPECT_EQ(c.model.hidden_size, 64);
+  EXPECT_EQ(c.model.max_position_embeddings, 32);  // -1 resolves to seq_length
+  EXPECT_EQ(c.parallel.data_parallel, 1);
+  EXPECT_EQ(c.batch_size, 1);
+  EXPECT_EQ(c.optimizer_type, "AdamWeightDecay");
+  EXPECT_EQ(c.per_print_times, 1);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(Config, UnknownKeyNamesPathAndClosestKey) {
+  const std::string e = error_of(kMinimal + "parallel_config:\n  model_paralel: 2\n");
+  EXPECT_NE(e.find("`parallel_config.model_paralel`: unknown key; did you mean `model_parallel`?"), std::string::npos) << e;
+}
+
+TEST(Config, UnknownKeyFarFromAnyListsKnownKeys) {
+  const std::string e = error_of(kMinimal + "runner_config:\n  zzzzzzzzzz: 1\n");
+  EXPECT_NE(e.find("`runner_config.zzzzzzzzzz`: unknown key; known keys here: epochs, batch_size"), std::string::npos) << e;
+}
+
+TEST(Config, EveryProblemIsReportedAtOnce) {
+  const std::string e = error_of(kMinimal + "seeed: 1\noptimizer:\n  betaa1: 0.9\n");
+  EXPECT_NE(e.find("2 problem(s)"), std::string::npos) << e;
+  EXPECT_NE(e.find("`seeed`"), std::string::npos) << e;
+  EXPECT_NE(e.find("`optimizer.betaa1`: unknown key; did you mean `beta1`?"), std::string::npos) << e;
+}
+
+TEST(Config, UnknownKeyInsideAListItem) {
+  const std::string e = error_of(kMinimal + "callbacks:\n  - type: MFLossMonitor\n    per_print_time: 3\n");
+  EXPECT_NE(e.find("`callbacks.0.per_print_time`: unknown key; did you mean `per_print_times`?"), std::string::npos) << e;
+}
+
+TEST(Config, SetOverridesAnyKey) {
+  const Config c = load_config_string(kMinimal, {"runner_config.train_steps=5", "model.model_config.num_layers=3",
+                                                 "optimizer.weight_decay=0.25", "callbacks.0.per_print_times=7"});
+  EXPECT_EQ(c.train_steps, 5);
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_DOUBLE_EQ(c.adamw.weight_decay, 0.25);
+  EXPECT_EQ(c.per_print_times, 7);
+  EXPECT_EQ(c.resolved["runner_config"]["train_steps"].as<int>(), 5);
+}
+
+TEST(Config, SetWithUnknownKeyOrBadValueFails) {
+  EXPECT_NE(error_of(kMinimal, {"runner_config.train_step=5"}).find("did you mean `train_steps`?"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=abc"}).find("`runner_config.batch_size: abc`: expects an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size"}).find("expects key.path=value"), std::string::npos);
+}
+
+TEST(Config, AscendKeysWarnOnceEach) {
+  const Config c = load_config_string(kMinimal + "context:\n  device_target: Ascend\n  graph_kernel_flags: \"--opt\"\nprofile: True\n");
+  EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend` has no meaning on a CPU"));
+  EXPECT_TRUE(has_warning(c, "`context.graph_kernel_flags"));
+  EXPECT_TRUE(has_warning(c, "`profile: True`"));
+  EXPECT_EQ(std::count_if(c.warnings.begin(), c.warnings.end(), [](const std::string& w) { return w.find("device_target") != std::string::npos; }), 1);
+  const Config cpu = load_config_string(kMinimal + "context:\n  device_target: CPU\nprofile: False\n");
+  EXPECT_TRUE(cpu.warnings.empty());
+}
+
+TEST(Config, UnknownTypeNamesListRegisteredOnes) {
+  std::string e = error_of(kMinimal, {"optimizer.type=Adam"});
+  EXPECT_NE(e.find("`optimizer.type: Adam`: unknown type; registered: AdamWeightDecay, FusedAdamWeightDecay, AdamW"), std::string::npos) << e;
+  e = error_of(kMinimal, {"lr_schedule.type=linear"});
+  EXPECT_NE(e.find("registered: constant, cosine, polynomial"), std::string::npos) << e;
+  e = error_of(kMinimal, {"model.arch.type=LlamaForCausalLM"});
+  EXPECT_NE(e.find("model.arch.type: unknown type 'LlamaForCausalLM'; registered: GPT2LMHeadModel"), std::string::npos) << e;
+  e = error_of(kMinimal, {"callbacks.0.type=Foo"});
+  EXPECT_NE(e.find("registered: MFLossMonitor"), std::string::npos) << e;
+  e = error_of(kMinimal, {"model.model_config.hidden_act=relu"});
+  EXPECT_NE(e.find("known: gelu, gelu_new, fast_gelu"), std::string::npos) << e;
+}
+
+TEST(Config, RegisteredNamesAreAccepted) {
+  for (const char* opt : {"AdamWeightDecay", "FusedAdamWeightDecay", "AdamW"})
+    EXPECT_EQ(error_of(kMinimal, {std::string("optimizer.type=") + opt}), "") << opt;
+  for (const char* lr : {"polynomial", "cosine", "constant"})
+    EXPECT_EQ(error_of(kMinimal, {std::string("lr_schedule.type=") + lr}), "") << lr;
+}
+
+TEST(Config, BadValuesAreRefused) {
+  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=-2"}).find("`runner_config.batch_size: -2`: must be > 0"), std::string::npos);
+  const std::string e = error_of(kMinimal, {"model.model_config.max_position_embeddings=16"});
+  EXPECT_NE(e.find("`model.model_config.seq_length: 32` is larger than the position table `max_position_embeddings: 16`"),
+            std::string::npos) << e;
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.num_heads=3"}).find("not divisible by `num_heads: 3`"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.hidden_dropout_rate=1.5"}).find("must be in [0, 1)"), std::string::npos);
+  EXPECT_NE(error_of("a: [1,\n").find("YAML syntax error at line"), std::string::npos);
+}
+
+TEST(Config, ScaleSenseTakesANumberOrAnUpdateCell) {
+  Config c = load_config_string(kMinimal + "runner_wrapper:\n  scale_sense: 1024\n");
+  EXPECT_FALSE(c.loss_scale.dynamic);
+  EXPECT_DOUBLE_EQ(c.loss_scale.value, 1024.0);
+  c = load_config_string(kMinimal + "runner_wrapper:\n  scale_sense:\n    type: DynamicLossScaleUpdateCell\n    loss_scale_value: 65536\n    scale_factor: 2\n    scale_window: 10\n");
+  EXPECT_TRUE(c.loss_scale.dynamic);
+  EXPECT_EQ(c.loss_scale.window, 10);
+  EXPECT_NE(error_of(kMinimal + "runner_wrapper:\n  scale_sense:\n    type: Dynamic\n").find("DynamicLossScaleUpdateCell"), std::string::npos);
+}
+
+TEST(Config, MindFormersReferenceFilesLoad) {
+  for (const char* f : {"run_gpt2.yaml", "run_gpt2_13b.yaml"}) {
+    const Config c = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f);
+    EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend`")) << f;
+    EXPECT_EQ(c.optimizer_type, "FusedAdamWeightDecay") << f;
+    EXPECT_TRUE(c.loss_scale.dynamic) << f;
+  }
+  const Config big = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/run_gpt2_13b.yaml");
+  EXPECT_EQ(big.model.hidden_size, 5120);
+  EXPECT_EQ(big.parallel.data_parallel, 4);
+  EXPECT_EQ(big.parallel.model_parallel, 8);
+  EXPECT_TRUE(big.parallel.optimizer_shard);
+  EXPECT_EQ(big.model.hidden_act, "fast_gelu");
+}
+
+TEST(Config, ResolvedConfigLoadsBackToTheSameValues) {
+  const Config a = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/run_gpt2.yaml", {"runner_config.train_steps=9"});
+  const std::string text = dump_resolved(a);
+  EXPECT_NE(text.find("expert_parallel: 1"), std::string::npos);  // a default filled in
+  const Config b = load_config_string(text);
+  EXPECT_EQ(b.train_steps, 9);
+  EXPECT_EQ(b.model.num_layers, a.model.num_layers);
+  EXPECT_EQ(dump_resolved(b), text);
+}
+
+TEST(Config, MindSporeLoadersSayWhatToUseInstead) {
+  const Config c = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/run_gpt2.yaml");
+  try {
+    make_batch_source(c.train_data, c.model, 0, 0, "train_dataset");
+    FAIL() << "MindDataset was accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("`train_dataset.data_loader.type: MindDataset`"), std::string::npos) << m;
+    EXPECT_NE(m.find("type: MegatronDataset"), std::string::npos) << m;
+  }
+}
+
+TEST(EditDistance, Basics) {
+  EXPECT_EQ(edit_distance("model_paralel", "model_parallel"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("abc", "abc"), 0u);
+}
+
+}  // namespace
+}  // namespace gf

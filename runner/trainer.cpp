@@ -52,17 +52,26 @@ std::string progress_bar(double frac, int width = 20) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& cfg, ParallelContext& ctx) : cfg_(cfg), ctx_(ctx) {
-  model_ = build_model(cfg.model, cfg.batch_size, ctx);
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx) : cfg_(cfg), ctx_(ctx) { setup(nullptr); }
+
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data)
+    : cfg_(cfg), ctx_(ctx) {
+  setup(std::move(data));
+}
+
+void Trainer::setup(std::unique_ptr<BatchSource> given) {
+  const Config& cfg = cfg_;
+  model_ = build_model(cfg.model, cfg.batch_size, ctx_);
   if (!cfg.load_checkpoint.empty()) {
     model_->load_hf_checkpoint(cfg.load_checkpoint);
     spdlog::info("loaded weights from {}", cfg.load_checkpoint);
   } else {
     model_->init_weights(static_cast<uint64_t>(cfg.seed));
   }
-  global_batch_ = cfg.batch_size * ctx.grid.dp();
+  global_batch_ = cfg.batch_size * ctx_.grid.dp();
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
-  auto probe = make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
+  const bool from_config = !given;
+  auto probe = given ? std::move(given) : make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
   const int64_t epoch_samples = probe->samples_per_epoch();
   steps_per_epoch_ = epoch_samples < 0 ? -1 : epoch_samples / global_batch_;
   if (steps_per_epoch_ == 0)
@@ -72,14 +81,15 @@ Trainer::Trainer(const Config& cfg, ParallelContext& ctx) : cfg_(cfg), ctx_(ctx)
   if (cfg.train_steps > 0) total_steps_ = cfg.train_steps;
   else if (steps_per_epoch_ > 0) total_steps_ = cfg.epochs * steps_per_epoch_;
   else throw std::runtime_error("runner_config.train_steps must be set when the data has no epoch size (RandomTokens)");
-  data_ = epoch_samples >= 0 && total_steps_ * global_batch_ > epoch_samples
+  const bool more_epochs = epoch_samples >= 0 && total_steps_ * global_batch_ > epoch_samples;
+  data_ = more_epochs && from_config
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
   tokens_.resize(static_cast<size_t>(cfg.batch_size * (cfg.model.seq_length + 1)));
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
-  if (ctx.world_rank == 0) {
+  if (ctx_.world_rank == 0) {
     metrics_ = std::make_unique<Metrics>();
     std::filesystem::create_directories(cfg.output_dir);
     metrics_->out.open(std::filesystem::path(cfg.output_dir) / "metrics.jsonl", std::ios::app);

@@ -31,6 +31,8 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const Config& cfg, ParallelContext& ctx);
+  // With a given data source instead of the one the config names (tests, benchmarks).
+  Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data);
   ~Trainer();
   // Trains for the configured number of steps. Returns the process exit status: 0 done,
   // 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss.
@@ -44,6 +46,7 @@ class Trainer {
  private:
   void log_step(int64_t step, const StepResult& r, double step_ms);
   void log_setup() const;
+  void setup(std::unique_ptr<BatchSource> data);
 
   const Config& cfg_;
   ParallelContext& ctx_;

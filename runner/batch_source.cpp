@@ -9,23 +9,30 @@ namespace gf {
 namespace {
 
 // Synthetic tokens, uniform over the vocabulary: a pure function of (seed, sample, position), for
-// benchmarks and tests that need no data on disk.
+// benchmarks and tests that need no data on disk. With `count` > 0 there are that many distinct
+// samples, cycled epoch after epoch (something a model can learn by heart).
 class RandomTokens : public BatchSource {
  public:
-  RandomTokens(uint64_t seed, int64_t vocab, int64_t seq) : seed_(seed), vocab_(vocab), seq_(seq) {}
-  int64_t samples_per_epoch() const override { return -1; }
+  RandomTokens(uint64_t seed, int64_t vocab, int64_t seq, int64_t count)
+      : seed_(seed), vocab_(vocab), seq_(seq), count_(count) {}
+  int64_t samples_per_epoch() const override { return count_ > 0 ? count_ : -1; }
   void read(int64_t first, int64_t count, int32_t* out) const override {
     const int64_t n = seq_ + 1;
-    for (int64_t s = 0; s < count; ++s)
+    for (int64_t s = 0; s < count; ++s) {
+      const int64_t id = count_ > 0 ? (first + s) % count_ : first + s;
       for (int64_t t = 0; t < n; ++t)
         out[s * n + t] = static_cast<int32_t>(
-            counter_bits(seed_, static_cast<uint64_t>(first + s), static_cast<uint64_t>(t)) % static_cast<uint64_t>(vocab_));
+            counter_bits(seed_, static_cast<uint64_t>(id), static_cast<uint64_t>(t)) % static_cast<uint64_t>(vocab_));
+    }
   }
-  std::string describe() const override { return "RandomTokens (uniform random ids, seed " + std::to_string(seed_) + ")"; }
+  std::string describe() const override {
+    return "RandomTokens (uniform random ids, seed " + std::to_string(seed_) +
+           (count_ > 0 ? ", " + std::to_string(count_) + " distinct samples" : std::string()) + ")";
+  }
 
  private:
   uint64_t seed_;
-  int64_t vocab_, seq_;
+  int64_t vocab_, seq_, count_;
 };
 
 class MegatronSource : public BatchSource {
@@ -51,7 +58,7 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
                                                const std::string& what) {
   const std::string key = what + ".data_loader";
   if (data.loader_type == "RandomTokens")
-    return std::make_unique<RandomTokens>(data.seed, model.vocab_size, model.seq_length);
+    return std::make_unique<RandomTokens>(data.seed, model.vocab_size, model.seq_length, data.num_samples);
   if (data.loader_type != "MegatronDataset") {
     throw std::runtime_error(
         "`" + key + ".type: " + data.loader_type + "` is a MindSpore loader that gridformer does not read. "

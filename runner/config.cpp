@@ -135,6 +135,7 @@ DatasetConfig read_dataset(const YAML::Node& r, const std::string& k) {
   d.split = get<std::string>(r, k + ".data_loader.split");
   d.shuffle = get<bool>(r, k + ".data_loader.shuffle");
   d.seed = get<uint64_t>(r, k + ".data_loader.seed");
+  d.num_samples = get<int64_t>(r, k + ".data_loader.num_samples");
   const YAML::Node p = find(r, k + ".data_loader.data_path");
   if (p.IsScalar()) {
     d.data_path.push_back({1.0, p.as<std::string>()});

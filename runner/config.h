@@ -42,6 +42,7 @@ struct DatasetConfig {
   std::string split = "949,50,1";
   bool shuffle = true;
   uint64_t seed = 1234;
+  int64_t num_samples = -1;  // RandomTokens: distinct samples, cycled (-1: every sample new)
   int64_t eval_iters = 10;
 };
 

@@ -100,7 +100,7 @@ train_dataset:
     split: "949,50,1"
     shuffle: true
     seed: 1234
-    vocab_size: -1
+    num_samples: -1
   tokenizer:
     type: GPT2Tokenizer
     max_length: -1
@@ -125,7 +125,7 @@ eval_dataset:
     split: "949,50,1"
     shuffle: false
     seed: 1234
-    vocab_size: -1
+    num_samples: -1
   tokenizer:
     type: GPT2Tokenizer
     max_length: -1

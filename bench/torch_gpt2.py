@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""PyTorch side of gridformer's GPT-2 training benchmark (CPU).
+
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape gpt2-tiny --steps 5 --warmup 2 --threads 2
+
+Builds a GPT-2 (HF layout: Conv1D weights [in, out], tied LM head, gelu_new,
+LayerNorm eps 1e-5, no dropout), trains it on random tokens with
+AdamW(betas 0.9/0.95, eps 1e-8, wd 0.1 on 2-D weights only) and
+clip_grad_norm_(1.0), and times every optimizer step (zero_grad + forward +
+backward + clip + step) after `--warmup` untimed steps.
+
+Reported per timed step and as medians: tokens/s = B*T/t, samples/s = B/t,
+achieved TFLOP/s with Megatron-LM's formula (Narayanan et al. 2021, "Efficient
+Large-Scale Language Model Training on GPU Clusters", eq. without activation
+recomputation) for the FLOPs of one iteration (forward + backward):
+
+    F = 72 * B * T * L * h^2 * (1 + T/(6h) + V/(12*L*h))
+
+(B batch, T sequence length, L layers, h hidden size, V vocabulary). It counts
+only matmul FLOPs (QKV/proj/MLP, attention scores and values, LM head), with
+backward = 2x forward; the optimizer, LayerNorm, GELU, softmax are not counted.
+MFU = achieved TFLOP/s / --peak-tflops (not printed without a peak).
+
+Notes for torch 1.13 (Debian's python3-torch): AdamW has no `fused` option in
+1.13 (it was added in 2.0), so the plain for-loop implementation
+(foreach=False, i.e. "fused=False") is used; there is no
+scaled_dot_product_attention, so attention is the explicit
+softmax(q k^T / sqrt(d)) v with a causal mask. Use /usr/bin/python3.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SHAPES = {
+    # name: (n_layer, n_embd, n_head, vocab_size, n_positions, T, B)
+    "gpt2-124M": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, T=256, B=4),
+    "gpt2-tiny": dict(n_layer=4, n_embd=256, n_head=4, vocab_size=50257, n_positions=1024, T=256, B=8),
+}
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+class Conv1D(nn.Module):
+    """HF Conv1D: weight [in, out]; y = b + x @ W computed as one addmm."""
+
+    def __init__(self, n_in, n_out, std):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_in, n_out) * std)
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        y = torch.addmm(self.bias, x.reshape(-1, x.size(-1)), self.weight)
+        return y.view(*x.shape[:-1], -1)
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, L, P):
+        super().__init__()
+        self.H = H
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = Conv1D(C, 3 * C, 0.02)
+        self.attn_proj = Conv1D(C, C, 0.02 / math.sqrt(2 * L))
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = Conv1D(C, 4 * C, 0.02)
+        self.mlp_proj = Conv1D(4 * C, C, 0.02 / math.sqrt(2 * L))
+        self.register_buffer("mask", torch.tril(torch.ones(P, P, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H, D = self.H, C // self.H
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, H, D).transpose(1, 2)
+        v = v.view(B, T, H, D).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + self.attn_proj(y)
+        x = x + self.mlp_proj(gelu_new(self.c_fc(self.ln_2(x))))
+        return x
+
+
+class GPT2(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        C, L = s["n_embd"], s["n_layer"]
+        self.wte = nn.Parameter(torch.randn(s["vocab_size"], C) * 0.02)
+        self.wpe = nn.Parameter(torch.randn(s["n_positions"], C) * 0.01)
+        self.h = nn.ModuleList([Block(C, s["n_head"], L, s["n_positions"]) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = F.embedding(idx, self.wte) + self.wpe[:T]
+        for blk in self.h:
+            x = blk(x)
+        x = self.ln_f(x)
+        logits = x.reshape(B * T, -1) @ self.wte.t()          # tied LM head
+        return F.cross_entropy(logits.float(), targets.reshape(-1))
+
+
+def megatron_flops(B, T, L, h, V):
+    """Training FLOPs per iteration, Megatron-LM formula without recomputation (see module doc)."""
+    return 72.0 * B * T * L * h * h * (1.0 + T / (6.0 * h) + V / (12.0 * L * h))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-tiny")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: OMP_NUM_THREADS or nproc)")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16 = torch.autocast('cpu', bfloat16)")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="peak TFLOP/s of the machine, for MFU")
+    ap.add_argument("--batch", type=int, default=None, help="override B")
+    ap.add_argument("--seq", type=int, default=None, help="override T")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print only one JSON line")
+    args = ap.parse_args()
+
+    env_threads = os.environ.get("OMP_NUM_THREADS")
+    K = args.threads or (int(env_threads) if env_threads else os.cpu_count())
+    torch.set_num_threads(K)
+    log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+    if env_threads != str(K):
+        log(f"warning: OMP_NUM_THREADS={env_threads!r} but --threads {K}; set OMP_NUM_THREADS={K} "
+            f"(OpenMP/OpenBLAS pools are sized from it at startup)")
+
+    s = dict(SHAPES[args.shape])
+    if args.batch:
+        s["B"] = args.batch
+    if args.seq:
+        s["T"] = args.seq
+    B, T, L, C, V = s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"]
+    assert T <= s["n_positions"]
+
+    torch.manual_seed(args.seed)
+    model = GPT2(s)
+    params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, foreach=False)  # no `fused` in 1.13
+
+    n_total = args.warmup + args.steps
+    data = torch.randint(0, V, (n_total, B, T + 1))
+    flops = megatron_flops(B, T, L, C, V)
+    log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, shape {args.shape} "
+        f"(L={L} C={C} H={s['n_head']} V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, "
+        f"{flops / 1e9:.1f} GFLOP/step (Megatron formula)")
+
+    load_before = os.getloadavg()[0]
+    if load_before > 0.5:
+        log(f"warning: 1-min load average is {load_before:.2f} before the run; other processes "
+            f"compete for the cores and the timings will be pessimistic")
+    times, losses, utils = [], [], []
+    for i in range(n_total):
+        x, y = data[i, :, :T], data[i, :, 1:]
+        t0, c0 = time.perf_counter(), time.process_time()
+        opt.zero_grad(set_to_none=True)
+        if args.dtype == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x, y)
+        else:
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        util = (time.process_time() - c0) / (dt * K)   # <~1 when our threads got the cores
+        lv = loss.item()
+        timed = i >= args.warmup
+        if timed:
+            times.append(dt)
+            utils.append(util)
+            losses.append(lv)
+        log(f"step {i + 1:3d}{'' if timed else ' (warmup)'}: {dt * 1e3:9.1f} ms  loss {lv:.4f}  "
+            f"{B * T / dt:9.1f} tok/s  {flops / dt / 1e12:.4f} TFLOP/s  cpu util {util:.2f}")
+
+    if not times:
+        log("no timed steps")
+        return
+    med = statistics.median(times)
+    tflops = flops / med / 1e12
+    res = {
+        "impl": "pytorch", "shape": args.shape, "dtype": args.dtype, "threads": torch.get_num_threads(),
+        "B": B, "T": T, "n_layer": L, "n_embd": C, "n_head": s["n_head"], "vocab_size": V,
+        "params": n_params, "steps": args.steps, "warmup": args.warmup,
+        "step_times_s": [round(t, 6) for t in times], "median_step_s": med,
+        "tokens_per_s": B * T / med, "samples_per_s": B / med,
+        "flops_per_step": flops, "tflops": tflops,
+        "mfu": (tflops / args.peak_tflops) if args.peak_tflops else None,
+        "peak_tflops": args.peak_tflops, "torch_version": torch.__version__,
+        "final_loss": losses[-1],
+        "median_cpu_util": statistics.median(utils),  # process CPU time / (wall * threads)
+        "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
+    }
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"median over {len(times)} steps: {med * 1e3:.1f} ms/step, {res['tokens_per_s']:.1f} tokens/s, "
+              f"{res['samples_per_s']:.3f} samples/s, {tflops:.4f} TFLOP/s"
+              + (f", MFU {100 * res['mfu']:.1f}% of {args.peak_tflops} TFLOP/s" if args.peak_tflops else ""))
+
+
+if __name__ == "__main__":
+    main()

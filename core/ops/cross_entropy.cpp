@@ -1,5 +1,6 @@
 #include "core/ops/cross_entropy.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
@@ -7,30 +8,27 @@ namespace gf::ops {
 namespace {
 
 template <typename T>
-struct RowStats {
-  T max;
-  double sum;  // sum of exp(x - max), in double so a 50k-wide row loses nothing
-};
-
+using RowMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
-RowStats<T> row_stats(const T* x, int64_t n) {
-  T mx = x[0];
-  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, x[j]);
-  double s = 0.0;
-  for (int64_t j = 0; j < n; ++j) s += std::exp(x[j] - mx);
-  return {mx, s};
+using ConstRowMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// log(sum(exp(x))) of one row, vectorised (Eigen's packet exp).
+template <typename T>
+T logsumexp(const T* x, int64_t n) {
+  ConstRowMap<T> row(x, n);
+  const T mx = row.maxCoeff();
+  return mx + std::log((row - mx).exp().sum());
 }
 
 }  // namespace
 
 template <typename T>
-void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int64_t rows,
-                       int64_t ld, int64_t valid) {
+void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
+                       int64_t valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
-    const RowStats<T> st = row_stats(x, valid);
-    losses[r] = static_cast<T>(std::log(st.sum) + st.max - x[targets[r]]);
+    losses[r] = logsumexp(x, valid) - x[targets[r]];
   }
 }
 
@@ -40,10 +38,10 @@ void cross_entropy_bwd_inplace(T* logits, const int32_t* targets, int64_t rows, 
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
-    const RowStats<T> st = row_stats(x, valid);
-    const T inv = static_cast<T>(1.0 / st.sum);
-    for (int64_t j = 0; j < valid; ++j) x[j] = std::exp(x[j] - st.max) * inv * grad_scale;
-    x[targets[r]] -= grad_scale;
+    const T lse = logsumexp(x, valid);
+    RowMap<T> row(x, valid);
+    row = (row - lse).exp() * static_cast<T>(grad_scale);
+    x[targets[r]] -= static_cast<T>(grad_scale);
     std::fill(x + valid, x + ld, T(0));
   }
 }

@@ -1,0 +1,271 @@
+// preprocess_data: tokenize a JSONL (or plain text) corpus into Megatron indexed datasets
+// {output-prefix}_{key}_document.bin/.idx, byte for byte what Megatron-LM's
+// tools/preprocess_data.py writes for the same tokens. See docs/data.md.
+//
+//   preprocess_data --input corpus.jsonl --output-prefix data/corpus --vocab-file gpt2-vocab.json
+//                   --merge-file gpt2-merges.txt --append-eod --workers 2
+//
+// Documents are read in batches, encoded by --workers threads and written in input order, so
+// the output does not depend on the number of workers.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/data/indexed_dataset.h"
+#include "core/data/tokenizer.h"
+
+namespace {
+
+using gf::data::GPT2Tokenizer;
+using gf::data::IndexedDatasetBuilder;
+
+struct Options {
+  std::string input, output_prefix, vocab_file, merge_file;
+  std::string input_format = "auto";  // auto | jsonl | text
+  std::vector<std::string> json_keys{"text"};
+  std::string tokenizer_type = "GPT2BPETokenizer";
+  std::string dump_ids;  // optional JSONL dump of the ids written (used by the Megatron check)
+  bool append_eod = false;
+  int workers = 1;
+  int64_t log_interval = 1000;
+};
+
+// One input document: a JSONL line or a plain-text paragraph.
+struct Record {
+  int64_t line = 0;  // 1-based line where it starts
+  std::string text;
+};
+
+// Token ids of one document for one key, split into sentences as Megatron's Encoder.encode does.
+struct EncodedKey {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> lengths;
+};
+
+struct Encoded {
+  std::vector<EncodedKey> keys;
+  std::string error;  // non-empty: the record could not be processed
+};
+
+bool is_blank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
+}
+
+// Reads records: one per non-blank line (jsonl), or one per paragraph of lines separated by
+// blank lines (text; the paragraph's lines are joined with '\n').
+class InputReader {
+ public:
+  InputReader(const std::string& path, bool text_mode) : in_(path, std::ios::binary), text_mode_(text_mode) {
+    if (!in_) throw std::runtime_error(path + ": cannot open");
+    total_bytes_ = std::filesystem::file_size(path);
+  }
+  std::optional<Record> next() { return text_mode_ ? next_paragraph() : next_line(); }
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  bool getline(std::string* line) {
+    if (!std::getline(in_, *line)) return false;
+    bytes_read_ += line->size() + (in_.eof() ? 0 : 1);
+    ++line_no_;
+    return true;
+  }
+  std::optional<Record> next_line() {
+    std::string line;
+    while (getline(&line))
+      if (!is_blank(line)) return Record{line_no_, std::move(line)};
+    return std::nullopt;
+  }
+  std::optional<Record> next_paragraph() {
+    std::string line;
+    Record rec;
+    while (getline(&line)) {
+      if (is_blank(line)) {
+        if (rec.line != 0) return rec;
+        continue;
+      }
+      if (rec.line == 0) rec.line = line_no_;
+      else rec.text += '\n';
+      rec.text += line;
+    }
+    if (rec.line != 0) return rec;
+    return std::nullopt;
+  }
+
+  std::ifstream in_;
+  bool text_mode_;
+  uint64_t total_bytes_ = 0, bytes_read_ = 0;
+  int64_t line_no_ = 0;
+};
+
+EncodedKey encode_sentences(const GPT2Tokenizer& tok, const std::vector<std::string>& sentences, bool append_eod) {
+  EncodedKey out;
+  for (const std::string& sentence : sentences) {
+    const size_t before = out.ids.size();
+    tok.encode_append(sentence, out.ids);
+    if (out.ids.size() > before) out.lengths.push_back(static_cast<int32_t>(out.ids.size() - before));
+  }
+  if (!out.ids.empty() && append_eod) {
+    out.ids.push_back(tok.eod_id());
+    out.lengths.back() += 1;
+  }
+  return out;
+}
+
+// The sentences stored under `key`: a string is one sentence, a list of strings is several.
+std::vector<std::string> sentences_of(const nlohmann::json& doc, const std::string& key, const std::string& where) {
+  const auto it = doc.find(key);
+  if (it == doc.end()) throw std::runtime_error(where + ": key \"" + key + "\" missing");
+  if (it->is_string()) return {it->get<std::string>()};
+  if (it->is_array() && std::all_of(it->begin(), it->end(), [](const auto& v) { return v.is_string(); }))
+    return it->get<std::vector<std::string>>();
+  throw std::runtime_error(where + ": key \"" + key + "\" is not a string or a list of strings");
+}
+
+Encoded encode_record(const Options& opt, bool text_mode, const GPT2Tokenizer& tok, const Record& rec) {
+  Encoded out;
+  const std::string where = opt.input + ":" + std::to_string(rec.line);
+  try {
+    if (text_mode) {
+      out.keys.push_back(encode_sentences(tok, {rec.text}, opt.append_eod));
+      return out;
+    }
+    nlohmann::json doc;
+    try {
+      doc = nlohmann::json::parse(rec.text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+    }
+    if (!doc.is_object()) throw std::runtime_error(where + ": line is not a JSON object");
+    for (const std::string& key : opt.json_keys) out.keys.push_back(encode_sentences(tok, sentences_of(doc, key, where), opt.append_eod));
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+class Progress {
+ public:
+  Progress(int64_t interval, uint64_t total_bytes) : interval_(interval), total_bytes_(total_bytes) {}
+  void add(int64_t docs, int64_t tokens, uint64_t bytes_read) {
+    const int64_t before = docs_ / interval_;
+    docs_ += docs, tokens_ += tokens, bytes_ = bytes_read;
+    if (docs_ / interval_ != before) print();
+  }
+  void print() const {
+    const double s = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    const double frac = total_bytes_ ? static_cast<double>(bytes_) / static_cast<double>(total_bytes_) : 1.0;
+    const long eta = frac > 0 ? static_cast<long>(s * (1.0 - frac) / frac + 0.5) : 0;
+    std::fprintf(stderr, "Processed %lld documents (%.1f docs/s, %.0f tokens/s, %.2f MB/s), %.1f%% of input, ETA %ld:%02ld:%02ld\n",
+                 static_cast<long long>(docs_), docs_ / s, tokens_ / s, bytes_ / s / 1048576.0, 100.0 * frac,
+                 eta / 3600, eta / 60 % 60, eta % 60);
+  }
+  int64_t docs() const { return docs_; }
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int64_t interval_;
+  uint64_t total_bytes_;
+  int64_t docs_ = 0, tokens_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+bool resolve_text_mode(const Options& opt) {
+  if (opt.input_format == "text") return true;
+  if (opt.input_format == "jsonl") return false;
+  return std::filesystem::path(opt.input).extension() == ".txt";  // auto: .txt is text, anything else JSONL
+}
+
+void run(const Options& opt) {
+  if (opt.tokenizer_type != "GPT2BPETokenizer")
+    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " is not supported; only GPT2BPETokenizer is");
+  const bool text_mode = resolve_text_mode(opt);
+  const std::vector<std::string> keys = text_mode ? std::vector<std::string>{"text"} : opt.json_keys;
+  const GPT2Tokenizer tok = GPT2Tokenizer::from_files(opt.vocab_file, opt.merge_file);
+  const auto dtype = gf::data::optimal_token_dtype(tok.vocab_size());
+
+  InputReader reader(opt.input, text_mode);
+  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  for (const std::string& key : keys)
+    builders.push_back(std::make_unique<IndexedDatasetBuilder>(opt.output_prefix + "_" + key + "_document", dtype));
+  std::ofstream dump;
+  if (!opt.dump_ids.empty()) dump.open(opt.dump_ids, std::ios::binary | std::ios::trunc);
+  if (!opt.dump_ids.empty() && !dump) throw std::runtime_error(opt.dump_ids + ": cannot create");
+
+  Progress progress(opt.log_interval, reader.total_bytes());
+  const size_t batch_size = 256 * static_cast<size_t>(opt.workers);
+  std::vector<Record> batch;
+  std::vector<Encoded> encoded;
+  for (bool more = true; more;) {
+    batch.clear();
+    while (batch.size() < batch_size) {
+      auto rec = reader.next();
+      if (!rec) { more = false; break; }
+      batch.push_back(std::move(*rec));
+    }
+    encoded.assign(batch.size(), {});
+    const int64_t n = static_cast<int64_t>(batch.size());
+#pragma omp parallel for num_threads(opt.workers) schedule(dynamic, 8)
+    for (int64_t i = 0; i < n; ++i) encoded[i] = encode_record(opt, text_mode, tok, batch[i]);
+    int64_t tokens = 0;
+    for (const Encoded& doc : encoded) {  // written in input order
+      if (!doc.error.empty()) throw std::runtime_error(doc.error);
+      for (size_t k = 0; k < keys.size(); ++k) {
+        builders[k]->add_document(doc.keys[k].ids, doc.keys[k].lengths);
+        tokens += static_cast<int64_t>(doc.keys[k].ids.size());
+        if (dump.is_open())
+          dump << nlohmann::json{{"key", keys[k]}, {"ids", doc.keys[k].ids}, {"lengths", doc.keys[k].lengths}}.dump() << '\n';
+      }
+    }
+    progress.add(n, tokens, reader.bytes_read());
+  }
+  for (size_t k = 0; k < keys.size(); ++k) {
+    builders[k]->finalize();
+    std::printf("wrote %s_%s_document.{bin,idx}: %lld documents, %lld sequences, %lld tokens, dtype %s\n",
+                opt.output_prefix.c_str(), keys[k].c_str(), static_cast<long long>(builders[k]->num_documents()),
+                static_cast<long long>(builders[k]->num_sequences()), static_cast<long long>(builders[k]->num_tokens()),
+                gf::data::dtype_name(dtype));
+  }
+  if (dump.is_open() && !dump.flush()) throw std::runtime_error(opt.dump_ids + ": write failed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  CLI::App app{"Tokenize a JSONL or text corpus into Megatron indexed datasets ({prefix}_{key}_document.bin/.idx)"};
+  app.add_option("--input", opt.input, "input file: JSONL with one document per line, or plain text")->required()->check(CLI::ExistingFile);
+  app.add_option("--input-format", opt.input_format,
+                 "jsonl, text (one document per blank-line separated paragraph) or auto (.txt is text, else jsonl)")
+      ->check(CLI::IsMember({"auto", "jsonl", "text"}))->capture_default_str();
+  app.add_option("--json-keys", opt.json_keys, "keys to extract from each JSON line")->capture_default_str();
+  app.add_option("--output-prefix", opt.output_prefix, "output path without suffix")->required();
+  app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json")->required()->check(CLI::ExistingFile);
+  app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt")->required()->check(CLI::ExistingFile);
+  app.add_option("--tokenizer-type", opt.tokenizer_type, "only GPT2BPETokenizer")->capture_default_str();
+  app.add_flag("--append-eod", opt.append_eod, "append <|endoftext|> (50256) to every non-empty document");
+  app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "preprocess_data: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

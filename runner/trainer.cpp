@@ -86,6 +86,15 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
   tokens_.resize(static_cast<size_t>(cfg.batch_size * (cfg.model.seq_length + 1)));
+  if (cfg.do_eval) {
+    // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
+    DatasetConfig e = cfg.eval_data;
+    if (e.data_path.empty()) {
+      e = cfg.train_data;
+      e.shuffle = false;
+    }
+    eval_data_ = make_batch_source(e, cfg.model, cfg.eval_data.eval_iters * global_batch_, 1, "eval_dataset");
+  }
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
@@ -189,6 +198,18 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_ms) {
   }
 }
 
+double Trainer::evaluate() {
+  const int64_t T = cfg_.model.seq_length;
+  double sum = 0.0;
+  for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
+    const int64_t first = i * global_batch_ + ctx_.coord.dp * cfg_.batch_size;
+    eval_data_->read(first, cfg_.batch_size, tokens_.data());
+    sum += model_->forward(tokens_.data(), StepInfo{0, first, false});
+  }
+  ctx_.dp.allreduce_sum(&sum, 1);
+  return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
+}
+
 int Trainer::run() {
   for (int64_t step = 1; step <= total_steps_; ++step) {
     double stop = g_stop_signal.load();
@@ -208,6 +229,15 @@ int Trainer::run() {
       return 3;
     }
     if (step % cfg_.per_print_times == 0 || step == total_steps_) log_step(step, r, ms);
+    if (eval_data_ && (step % cfg_.eval_step_interval == 0 || step == total_steps_)) {
+      const double loss = evaluate();
+      spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
+                   std::exp(loss), cfg_.eval_data.eval_iters);
+      if (metrics_) {
+        metrics_->out << nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}}.dump() << "\n";
+        metrics_->out.flush();
+      }
+    }
   }
   spdlog::info("training finished: {} steps, {} skipped for overflow, average step {:.1f} ms", total_steps_,
                skipped_steps_, timed_steps_ ? 1000.0 * elapsed_s_ / timed_steps_ : 0.0);

@@ -40,6 +40,8 @@ class Trainer {
 
   // One optimizer step on global batch `step - 1` (step counts from 1).
   StepResult train_step(int64_t step);
+  // Mean token loss over eval_iters global batches of the validation split (no dropout).
+  double evaluate();
   CausalLM& model() { return *model_; }
   int64_t total_steps() const { return total_steps_; }
 
@@ -53,7 +55,7 @@ class Trainer {
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<LrSchedule> lr_;
-  std::unique_ptr<BatchSource> data_;
+  std::unique_ptr<BatchSource> data_, eval_data_;
   std::vector<int32_t> tokens_;
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;

@@ -47,6 +47,13 @@ rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=5 --set callbacks.0.per_print_times=1 > c2.txt 2>&1 || fail "bounded run"
 [ "$(wc -l < out/metrics.jsonl)" -eq 5 ] || fail "train_steps=5 did not give 5 steps"
 
+# 2b. Evaluation every eval_step_interval steps adds eval_loss and ppl.
+rm -rf out
+"$BIN" train --config tiny.yaml --set runner_config.train_steps=4 --set do_eval=True --set eval_step_interval=2 \
+  --set eval_dataset.eval_iters=2 > c2b.txt 2>&1 || { cat c2b.txt; fail "eval run"; }
+[ "$(grep -c eval_loss out/metrics.jsonl)" -eq 2 ] || fail "expected 2 eval lines in metrics.jsonl"
+grep -q "perplexity" c2b.txt || fail "no eval log line"
+
 # 3. A non-finite loss stops the run with status 3 and says what to do.
 set +e
 "$BIN" train --config tiny.yaml --set lr_schedule.type=constant --set lr_schedule.learning_rate=1e30 \

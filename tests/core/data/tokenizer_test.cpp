@@ -1,0 +1,477 @@
+// Tests for the GPT-2 byte-level BPE tokenizer (core/data/tokenizer.h) and the
+// `gridformer tokenize` stream form (core/data/tokenize_cli.h).
+//
+// Two kinds of tests:
+//  * Real-vocabulary tests compare against ids produced by gpt-3-encoder and js-tiktoken
+//    (tests/golden/tokenizer, written by tools/make_tokenizer_golden.js). They need
+//    data/gpt2/gpt2-{vocab.json,merges.txt} (scripts/fetch_gpt2_vocab.sh) and skip
+//    with a message if those are absent.
+//  * Toy-vocabulary tests write a tiny vocab/merges pair to a temp dir to check merge
+//    order, pre-token boundaries and file errors without the real files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "core/data/tokenize_cli.h"
+#include "core/data/tokenizer.h"
+
+namespace gf::data {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<int32_t>;
+
+const fs::path kGpt2Dir = fs::path(GF_SOURCE_DIR) / "data" / "gpt2";
+const fs::path kGoldenDir = fs::path(GF_SOURCE_DIR) / "tests" / "golden" / "tokenizer";
+const std::string kVocab = (kGpt2Dir / "gpt2-vocab.json").string();
+const std::string kMerges = (kGpt2Dir / "gpt2-merges.txt").string();
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot open " << path;
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+void write_file(const fs::path& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+  ASSERT_TRUE(out) << "cannot write " << path;
+}
+
+// Splits on '\n'; a final '\n' does not start another line.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+Ids parse_ids(const std::string& line) {
+  Ids ids;
+  std::istringstream in(line);
+  for (int32_t id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+Ids concat(std::initializer_list<Ids> parts) {
+  Ids all;
+  for (const Ids& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+// The real GPT-2 tokenizer, loaded once; nullptr if the files have not been fetched.
+const GPT2Tokenizer* gpt2() {
+  static const std::unique_ptr<GPT2Tokenizer> tokenizer = []() -> std::unique_ptr<GPT2Tokenizer> {
+    if (!fs::exists(kVocab) || !fs::exists(kMerges)) return nullptr;
+    return std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::from_files(kVocab, kMerges));
+  }();
+  return tokenizer.get();
+}
+
+#define REQUIRE_GPT2()                                                                     \
+  if (gpt2() == nullptr) {                                                                 \
+    GTEST_SKIP() << "GPT-2 vocab files not found in " << kGpt2Dir                          \
+                 << "; run scripts/fetch_gpt2_vocab.sh to fetch them";                      \
+  }                                                                                        \
+  [[maybe_unused]] const GPT2Tokenizer& tok = *gpt2()
+
+// ---------------------------------------------------------------------------------------
+// Real vocabulary: reference ids.
+
+TEST(GPT2Tokenizer, HandCheckedIds) {
+  REQUIRE_GPT2();
+  EXPECT_EQ(tok.encode("Hello world"), (Ids{15496, 995}));
+  EXPECT_EQ(tok.encode("a b"), (Ids{64, 275}));
+  EXPECT_EQ(tok.encode(""), Ids{});
+  EXPECT_EQ(tok.encode("\n"), Ids{198});
+  EXPECT_EQ(tok.decode(Ids{15496, 995}), "Hello world");
+}
+
+TEST(GPT2Tokenizer, EodAndVocabSize) {
+  REQUIRE_GPT2();
+  EXPECT_EQ(tok.eod_id(), 50256);
+  EXPECT_EQ(tok.vocab_size(), 50257);
+  EXPECT_EQ(tok.decode(Ids{50256}), "<|endoftext|>");
+}
+
+TEST(GPT2Tokenizer, EndOfTextInTextIsOrdinaryCharacters) {
+  REQUIRE_GPT2();
+  const Ids ids = tok.encode("<|endoftext|>");
+  EXPECT_EQ(ids, (Ids{27, 91, 437, 1659, 5239, 91, 29}));  // as gpt-3-encoder encodes it
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.eod_id()), 0);
+}
+
+TEST(GPT2Tokenizer, CorpusLinesMatchReference) {
+  REQUIRE_GPT2();
+  const auto lines = split_lines(read_file(kGoldenDir / "corpus.txt"));
+  const auto golden = split_lines(read_file(kGoldenDir / "ids.txt"));
+  ASSERT_GT(lines.size(), 200u);
+  ASSERT_EQ(lines.size(), golden.size()) << "ids.txt is out of date; rerun the generator";
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(tok.encode(lines[i]), parse_ids(golden[i])) << "corpus line " << i + 1 << ": " << lines[i];
+  }
+}
+
+TEST(GPT2Tokenizer, FullTextMatchesReference) {
+  REQUIRE_GPT2();
+  const std::string text = read_file(kGoldenDir / "corpus.txt");
+  const Ids golden = parse_ids(read_file(kGoldenDir / "ids_fulltext.txt"));
+  ASSERT_GT(golden.size(), 1000u);
+  const Ids ids = tok.encode(text);
+  ASSERT_EQ(ids.size(), golden.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(ids[i], golden[i]) << "first difference at id " << i << ", text around it: '"
+                                 << tok.decode(std::span(golden).subspan(i > 5 ? i - 5 : 0, 10)) << "'";
+  }
+}
+
+TEST(GPT2Tokenizer, SpecialCasesMatchReference) {
+  REQUIRE_GPT2();
+  const auto golden = nlohmann::json::parse(read_file(kGoldenDir / "special_cases.json"));
+  ASSERT_GT(golden.at("cases").size(), 30u);
+  for (const auto& c : golden.at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(tok.encode(text), c.at("ids").get<Ids>()) << "text: " << c.at("text").dump();
+  }
+}
+
+TEST(GPT2Tokenizer, EncodeAppendAppends) {
+  REQUIRE_GPT2();
+  Ids ids{7};
+  tok.encode_append("Hello world", ids);
+  EXPECT_EQ(ids, (Ids{7, 15496, 995}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Real vocabulary: round trips and invalid UTF-8.
+
+TEST(GPT2Tokenizer, DecodeRoundTripsCorpus) {
+  REQUIRE_GPT2();
+  const std::string text = read_file(kGoldenDir / "corpus.txt");
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  const auto golden = split_lines(read_file(kGoldenDir / "ids.txt"));
+  const auto lines = split_lines(text);
+  ASSERT_EQ(lines.size(), golden.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(tok.decode(parse_ids(golden[i])), lines[i]) << "corpus line " << i + 1;
+  }
+}
+
+void append_utf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// A random code point, mostly from ranges real text uses, never a surrogate.
+char32_t random_code_point(std::mt19937& rng) {
+  static const char32_t kRanges[][2] = {
+      {0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x17F}, {0x370, 0x4FF}, {0x600, 0x6FF}, {0x900, 0x97F},
+      {0x2000, 0x206F}, {0x3000, 0x30FF}, {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x1F300, 0x1FAFF},
+      {0x0, 0xD7FF}, {0xE000, 0x10FFFF}};
+  const auto& range = kRanges[std::uniform_int_distribution<size_t>(0, std::size(kRanges) - 1)(rng)];
+  return std::uniform_int_distribution<char32_t>(range[0], range[1])(rng);
+}
+
+TEST(GPT2Tokenizer, RoundTripsRandomValidUtf8) {
+  REQUIRE_GPT2();
+  std::mt19937 rng(20240229);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const int length = std::uniform_int_distribution<int>(0, 40)(rng);
+    for (int i = 0; i < length; ++i) append_utf8(random_code_point(rng), text);
+    ASSERT_EQ(tok.decode(tok.encode(text)), text) << "trial " << trial;
+  }
+}
+
+TEST(GPT2Tokenizer, RoundTripsRandomBytes) {
+  REQUIRE_GPT2();
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes;
+    const int length = std::uniform_int_distribution<int>(0, 64)(rng);
+    const int high_bias = trial % 3;  // 0: any byte, 1: mostly >= 0x80, 2: mostly ASCII
+    for (int i = 0; i < length; ++i) {
+      int b = std::uniform_int_distribution<int>(0, 255)(rng);
+      if (high_bias == 1 && b < 0x80 && rng() % 4 != 0) b |= 0x80;
+      if (high_bias == 2 && rng() % 4 != 0) b &= 0x7F;
+      bytes += static_cast<char>(b);
+    }
+    const Ids ids = tok.encode(bytes);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size());
+    ASSERT_EQ(tok.decode(ids), bytes) << "trial " << trial;
+  }
+}
+
+TEST(GPT2Tokenizer, InvalidUtf8RunsArePreTokensOfTheirOwn) {
+  REQUIRE_GPT2();
+  EXPECT_EQ(tok.encode("\xff"), Ids{187});  // byte 0xFF is vocab token "ÿ"
+  EXPECT_EQ(tok.encode("a\xff" "b"), (Ids{64, 187, 65}));
+  // Malformed sequences (lone continuation, truncated, overlong, surrogate, > U+10FFFF)
+  // split the text exactly where they start and end.
+  for (const std::string bad : {"\x80", "\xc3", "\xe6\x97", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    const std::string text = "Hello" + bad + " world";
+    EXPECT_EQ(tok.encode(text), concat({tok.encode("Hello"), tok.encode(bad), tok.encode(" world")}))
+        << "bytes of length " << bad.size();
+    EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  }
+  // A truncated character at the end of an otherwise valid text.
+  EXPECT_EQ(tok.encode("caf\xc3"), concat({tok.encode("caf"), Ids{127}}));  // 0xC3 is "Ã"
+}
+
+TEST(GPT2Tokenizer, LongPreTokensStayFast) {
+  REQUIRE_GPT2();
+  // Pre-tokens of a million bytes: quadratic merging would not finish.
+  const std::string letters(1 << 20, 'a'), digits(1 << 20, '7'), spaces(1 << 20, ' ');
+  const std::string invalid(1 << 20, '\x80');
+  const Ids letter_ids = tok.encode(letters);
+  EXPECT_EQ(letter_ids, Ids(letters.size() / 4, 24794));  // "aaaa", the longest a-run token
+  const Ids digit_ids = tok.encode(digits);
+  EXPECT_EQ(digit_ids, Ids(digits.size() / 2, 3324));  // "77"
+  EXPECT_EQ(tok.encode(spaces), Ids(spaces.size(), 220));  // GPT-2 has no multi-space tokens
+  const Ids invalid_ids = tok.encode(invalid);
+  EXPECT_EQ(invalid_ids, Ids(invalid.size(), tok.encode("\x80").at(0)));
+  EXPECT_EQ(tok.decode(invalid_ids), invalid);
+}
+
+TEST(GPT2Tokenizer, DecodeRejectsOutOfRangeIds) {
+  REQUIRE_GPT2();
+  EXPECT_THROW(tok.decode(Ids{15496, -1}), std::out_of_range);
+  EXPECT_THROW(tok.decode(Ids{50257}), std::out_of_range);
+  EXPECT_NO_THROW(tok.decode(Ids{0, 50256}));
+}
+
+TEST(GPT2Tokenizer, ConcurrentEncodeMatchesSequential) {
+  REQUIRE_GPT2();
+  const auto lines = split_lines(read_file(kGoldenDir / "corpus.txt"));
+  std::vector<Ids> expected;
+  for (const auto& line : lines) expected.push_back(tok.encode(line));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const GPT2Tokenizer copy = tok;  // copies share tables; encode from both
+      for (int round = 0; round < 5; ++round) {
+        for (size_t i = 0; i < lines.size(); ++i) {
+          const size_t k = (i * 7 + t * 13 + round) % lines.size();
+          const GPT2Tokenizer& which = (i + t) % 2 == 0 ? tok : copy;
+          mismatches[t] += which.encode(lines[k]) != expected[k];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// Toy vocabularies written to a temp dir.
+
+std::string byte_token(int b) {  // GPT-2's byte -> unicode map, written out independently
+  const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+  int extra = 0;
+  for (int c = 0; c < b; ++c) extra += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
+  std::string out;
+  append_utf8(printable ? b : 256 + extra, out);
+  return out;
+}
+
+class GPT2TokenizerToyVocab : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gf_tokenizer_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // 256 byte tokens, then `extra` tokens, then "<|endoftext|>".
+  nlohmann::json vocab_json(const std::vector<std::string>& extra) const {
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[byte_token(b)] = b;
+    for (size_t i = 0; i < extra.size(); ++i) vocab[extra[i]] = 256 + i;
+    vocab["<|endoftext|>"] = 256 + extra.size();
+    return vocab;
+  }
+  GPT2Tokenizer load(const std::string& vocab, const std::string& merges) {
+    write_file(vocab_path(), vocab);
+    write_file(merges_path(), merges);
+    return GPT2Tokenizer::from_files(vocab_path(), merges_path());
+  }
+  // Expects from_files to throw a runtime_error whose message contains every fragment.
+  void expect_load_error(const std::string& vocab, const std::string& merges,
+                         const std::vector<std::string>& fragments) {
+    try {
+      load(vocab, merges);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragments.front() << "'";
+    } catch (const std::runtime_error& e) {
+      for (const auto& fragment : fragments) {
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+            << "message '" << e.what() << "' lacks '" << fragment << "'";
+      }
+    }
+  }
+  std::string vocab_path() const { return (dir_ / "vocab.json").string(); }
+  std::string merges_path() const { return (dir_ / "merges.txt").string(); }
+
+  fs::path dir_;
+};
+
+// Merges: rank 0 "b c", rank 1 "a b", rank 2 "a bc", rank 3 "a a", rank 4 "aa aa",
+// rank 5 "c Ġ" (c followed by a space).
+const std::vector<std::string> kToyTokens = {"bc", "ab", "abc", "aa", "aaaa", "cĠ"};
+const std::string kToyMerges = "#version: 0.2\nb c\na b\na bc\na a\naa aa\nc Ġ\n";
+
+TEST_F(GPT2TokenizerToyVocab, MergesLowestRankFirst) {
+  const auto tok = load(vocab_json(kToyTokens).dump(), kToyMerges);
+  EXPECT_EQ(tok.vocab_size(), 256 + 6 + 1);
+  EXPECT_EQ(tok.eod_id(), 262);
+  EXPECT_EQ(tok.encode("abc"), Ids{258});       // (b,c) before (a,b), then (a,bc)
+  EXPECT_EQ(tok.encode("ab"), Ids{257});
+  EXPECT_EQ(tok.encode("aaaa"), Ids{260});      // (a,a) twice, then (aa,aa)
+  EXPECT_EQ(tok.encode("aaa"), (Ids{259, 'a'}));  // leftmost pair first
+  EXPECT_EQ(tok.encode("aaaaa"), (Ids{260, 'a'}));
+  EXPECT_EQ(tok.encode("cab"), (Ids{'c', 257}));
+}
+
+TEST_F(GPT2TokenizerToyVocab, MergesDoNotCrossPreTokens) {
+  const auto tok = load(vocab_json(kToyTokens).dump(), kToyMerges);
+  // Toy ids equal byte values. "c a" is "c" + " a", so the (c, space) merge cannot apply.
+  EXPECT_EQ(tok.encode("c a"), (Ids{'c', ' ', 'a'}));
+  EXPECT_EQ(tok.encode("c  a"), (Ids{'c', ' ', ' ', 'a'}));
+  EXPECT_EQ(tok.encode("c\xff"), (Ids{'c', 0xFF}));  // invalid byte: its own pre-token
+  EXPECT_EQ(tok.decode(tok.encode("c  a")), "c  a");
+}
+
+TEST_F(GPT2TokenizerToyVocab, CachesAreNotSharedBetweenVocabularies) {
+  const auto with_merges = load(vocab_json(kToyTokens).dump(), kToyMerges);
+  const auto without = load(vocab_json(kToyTokens).dump(), "#version: 0.2\n");
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(with_merges.encode("abc"), Ids{258});
+    EXPECT_EQ(without.encode("abc"), (Ids{'a', 'b', 'c'}));
+  }
+}
+
+TEST_F(GPT2TokenizerToyVocab, MissingFilesNameThePath) {
+  const std::string vocab = vocab_json(kToyTokens).dump();
+  write_file(merges_path(), kToyMerges);
+  try {
+    GPT2Tokenizer::from_files((dir_ / "nope.json").string(), merges_path());
+    ADD_FAILURE() << "no error for a missing vocab file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos) << e.what();
+  }
+  write_file(vocab_path(), vocab);
+  EXPECT_THROW(GPT2Tokenizer::from_files(vocab_path(), (dir_ / "nope.txt").string()), std::runtime_error);
+}
+
+TEST_F(GPT2TokenizerToyVocab, CorruptVocabIsRejected) {
+  const std::string merges = kToyMerges;
+  auto vocab = vocab_json(kToyTokens);
+  expect_load_error(vocab.dump().substr(0, 500), merges, {"vocab.json", "not valid JSON"});
+  expect_load_error("[1, 2, 3]", merges, {"vocab.json", "JSON object"});
+  auto bad = vocab;
+  bad["ab"] = "257";
+  expect_load_error(bad.dump(), merges, {"'ab'", "not an integer"});
+  bad = vocab;
+  bad["ab"] = 9999;
+  expect_load_error(bad.dump(), merges, {"9999", "outside"});
+  bad = vocab;
+  bad["ab"] = 0;
+  expect_load_error(bad.dump(), merges, {"id 0", "twice"});
+  bad = vocab;
+  bad.erase("<|endoftext|>");
+  expect_load_error(bad.dump(), merges, {"<|endoftext|>"});
+  bad = vocab;
+  bad.erase(byte_token('q'));
+  bad["qq"] = 'q';  // keep ids dense
+  expect_load_error(bad.dump(), merges, {"no token for byte 113"});
+  bad.erase("qq");
+  bad["q q"] = 'q';  // " " is not in the byte encoding
+  expect_load_error(bad.dump(), merges, {"'q q'", "byte encoding"});
+}
+
+TEST_F(GPT2TokenizerToyVocab, CorruptMergesAreRejected) {
+  const std::string vocab = vocab_json(kToyTokens).dump();
+  expect_load_error(vocab, "b c\na b\n", {"merges.txt", "#version"});
+  expect_load_error(vocab, "#version: 0.2\nb c\na b c\n", {"merges.txt", "line 3", "two"});
+  expect_load_error(vocab, "#version: 0.2\nb c\nx y\n", {"line 3", "'xy' is not in the vocabulary"});
+  expect_load_error(vocab, "#version: 0.2\nb c\na z z\n", {"line 3"});
+  expect_load_error(vocab, "#version: 0.2\n\xff\xfe q\n", {"line 2", "byte encoding"});
+  EXPECT_NO_THROW(load(vocab, "#version: 0.2\r\nb c\r\n\r\n"));  // CRLF and blank lines
+}
+
+TEST_F(GPT2TokenizerToyVocab, RealVocabTruncatedIsRejected) {
+  REQUIRE_GPT2();
+  const std::string vocab = read_file(kVocab);
+  const std::string merges = read_file(kMerges);
+  expect_load_error(vocab.substr(0, vocab.size() / 2), merges, {"vocab.json", "not valid JSON"});
+  // Merges referring to tokens the vocabulary lacks: a vocabulary without its last entries.
+  const auto full = nlohmann::json::parse(vocab);
+  auto json = full;
+  for (const auto& [token, id] : full.items()) {
+    if (id.get<int>() >= 50000 && id.get<int>() < 50256) json.erase(token);
+  }
+  json["<|endoftext|>"] = 50000;
+  expect_load_error(json.dump(), merges, {"merges.txt", "is not in the vocabulary"});
+}
+
+// ---------------------------------------------------------------------------------------
+// `gridformer tokenize`.
+
+TEST(TokenizeCli, EncodesEachLineAndDecodesBack) {
+  REQUIRE_GPT2();
+  const std::string input = "Hello world\n\n  indented\ttab\r\nlast line without newline";
+  std::istringstream in(input);
+  std::ostringstream out;
+  ASSERT_EQ(run_tokenize(kVocab, kMerges, false, in, out), 0);
+  const auto lines = split_lines(out.str());
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0], "15496 995");
+  EXPECT_EQ(lines[1], "");
+  EXPECT_EQ(parse_ids(lines[2]), tok.encode("  indented\ttab\r"));
+  EXPECT_EQ(parse_ids(lines[3]), tok.encode("last line without newline"));
+
+  std::istringstream ids_in(out.str());
+  std::ostringstream text_out;
+  ASSERT_EQ(run_tokenize(kVocab, kMerges, true, ids_in, text_out), 0);
+  EXPECT_EQ(text_out.str(), input + "\n");
+}
+
+TEST(TokenizeCli, RejectsBadIdsAndFiles) {
+  REQUIRE_GPT2();
+  for (const std::string bad : {"15496 hello\n", "15496 50257\n", "1 -1\n", "12x\n", "99999999999\n"}) {
+    std::istringstream in("995\n" + bad);
+    std::ostringstream out;
+    EXPECT_EQ(run_tokenize(kVocab, kMerges, true, in, out), 1) << bad;
+  }
+  std::istringstream in("Hello\n");
+  std::ostringstream out;
+  EXPECT_EQ(run_tokenize(kVocab + ".missing", kMerges, false, in, out), 1);
+  EXPECT_EQ(out.str(), "");
+}
+
+}  // namespace
+}  // namespace gf::data

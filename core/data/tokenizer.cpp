@@ -1,0 +1,570 @@
+// GPT-2 byte-level BPE tokenizer. Behaviour is documented in tokenizer.h.
+//
+// Layout: file loading (vocab JSON, merges text) builds an immutable Impl shared by all
+// copies. Encoding walks the text in maximal valid-UTF-8 / invalid-byte runs, splits valid
+// runs with the PCRE2 pattern and BPE-merges each pre-token. Per-thread state (word cache,
+// PCRE2 match data, scratch buffers) lives in a thread_local keyed by the Impl's serial.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "core/data/tokenizer.h"
+
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+namespace gf::data {
+namespace {
+
+constexpr const char* kEndOfText = "<|endoftext|>";
+constexpr size_t kMaxCachedWordBytes = 64;    // longer pre-tokens are not cached
+constexpr size_t kMaxCachedWords = 1u << 16;  // cache is cleared when it grows past this
+
+// ---------------------------------------------------------------------------------------
+// GPT-2's byte <-> unicode map: printable Latin-1 bytes map to themselves, the other 68
+// bytes (controls, space, 0x7F-0xA0, 0xAD) map to U+0100.. in byte order.
+
+struct ByteUnicodeMap {
+  std::array<char32_t, 256> to_unicode{};
+  std::array<int16_t, 512> to_byte{};  // code point -> byte, -1 if not in the map
+};
+
+ByteUnicodeMap make_byte_unicode_map() {
+  ByteUnicodeMap map;
+  map.to_byte.fill(-1);
+  auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
+  char32_t next_extra = 256;
+  for (int b = 0; b < 256; ++b) {
+    char32_t cp = printable(b) ? static_cast<char32_t>(b) : next_extra++;
+    map.to_unicode[b] = cp;
+    map.to_byte[cp] = static_cast<int16_t>(b);
+  }
+  return map;
+}
+
+const ByteUnicodeMap& byte_unicode_map() {
+  static const ByteUnicodeMap map = make_byte_unicode_map();
+  return map;
+}
+
+// ---------------------------------------------------------------------------------------
+// UTF-8 helpers.
+
+// Length of the well-formed UTF-8 sequence starting at s[0] (Unicode Table 3-7: no
+// overlongs, no surrogates, nothing above U+10FFFF), or 0 if it is not well formed.
+size_t utf8_sequence_length(const unsigned char* s, size_t n) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  auto cont = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < n && s[i] >= lo && s[i] <= hi;
+  };
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    return cont(1, lo, hi) && cont(2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    return cont(1, lo, hi) && cont(2) && cont(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// Length of the longest valid UTF-8 prefix of s.
+size_t valid_utf8_prefix(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t n = text.size(), i = 0;
+  while (i < n) {
+    if (i + 8 <= n) {  // ASCII fast path, 8 bytes at a time
+      uint64_t block;
+      std::memcpy(&block, s + i, 8);
+      if ((block & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
+    size_t len = utf8_sequence_length(s + i, n - i);
+    if (len == 0) break;
+    i += len;
+  }
+  return i;
+}
+
+// Length of the longest prefix of s in which no well-formed UTF-8 sequence starts.
+size_t invalid_utf8_prefix(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  size_t i = 0;
+  while (i < text.size() && utf8_sequence_length(s + i, text.size() - i) == 0) ++i;
+  return i;
+}
+
+// Decodes one code point of a string already checked to be valid UTF-8.
+char32_t next_code_point(std::string_view s, size_t& i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  char32_t cp = len == 1 ? c : c & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += len;
+  return cp;
+}
+
+// ---------------------------------------------------------------------------------------
+// Merge table: (left id, right id) -> (rank, merged id), open addressing on a 64-bit key.
+
+struct Merge {
+  int32_t rank;
+  int32_t merged_id;
+};
+
+class MergeTable {
+ public:
+  void reserve(size_t count) {
+    size_t capacity = 16;
+    while (capacity < 2 * count) capacity *= 2;
+    slots_.assign(capacity, Slot{kEmpty, Merge{-1, -1}});
+    mask_ = capacity - 1;
+  }
+  // Later entries replace earlier ones, as Python's dict(zip(merges, ranks)) does.
+  void insert(int32_t left, int32_t right, Merge merge) {
+    Slot& slot = find_slot(key(left, right));
+    slot = Slot{key(left, right), merge};
+  }
+  const Merge* find(int32_t left, int32_t right) const {
+    const Slot& slot = const_cast<MergeTable*>(this)->find_slot(key(left, right));
+    return slot.key == kEmpty ? nullptr : &slot.merge;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  struct Slot {  // key and value side by side: one cache line per probe
+    uint64_t key;
+    Merge merge;
+  };
+  static uint64_t key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  Slot& find_slot(uint64_t k) {
+    size_t i = static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 29) & mask_;
+    while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+    return slots_[i];
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// The GPT-2 pre-tokenisation pattern. `\s` is spelled out as JavaScript's \s (the
+// references are JavaScript): PCRE2's UCP \s would add U+0085 and U+180E and miss U+FEFF.
+
+constexpr const char* kSpace = R"(\t\n\x{0B}\f\r\p{Zs}\x{2028}\x{2029}\x{FEFF})";
+
+std::string gpt2_pattern() {
+  const std::string ws = kSpace;
+  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^)" + ws + R"(\p{L}\p{N}]+|[)" + ws +
+         "]+(?![^" + ws + "])|[" + ws + "]+";
+}
+
+struct CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+struct MatchDataDeleter {
+  void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
+};
+
+std::unique_ptr<pcre2_code, CodeDeleter> compile_pattern(bool& jit) {
+  const std::string pattern = gpt2_pattern();
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    throw std::runtime_error("GPT-2 tokenizer: cannot compile pre-tokenisation pattern: " +
+                             std::string(reinterpret_cast<char*>(message)));
+  }
+  jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  return std::unique_ptr<pcre2_code, CodeDeleter>(code);
+}
+
+// ---------------------------------------------------------------------------------------
+// File loading.
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw std::runtime_error(std::string("GPT-2 ") + what + " file '" + path +
+                             "': cannot open: " + std::strerror(errno));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+[[noreturn]] void file_error(const char* what, const std::string& path, const std::string& msg) {
+  throw std::runtime_error(std::string("GPT-2 ") + what + " file '" + path + "': " + msg);
+}
+
+// Turns a vocabulary/merge token (written with the byte-unicode map) back into bytes.
+// Returns false if it contains a character outside the map.
+bool token_to_bytes(std::string_view token, std::string& bytes) {
+  const auto& map = byte_unicode_map();
+  bytes.clear();
+  if (valid_utf8_prefix(token) != token.size()) return false;
+  for (size_t i = 0; i < token.size();) {
+    char32_t cp = next_code_point(token, i);
+    if (cp >= map.to_byte.size() || map.to_byte[cp] < 0) return false;
+    bytes.push_back(static_cast<char>(map.to_byte[cp]));
+  }
+  return !bytes.empty();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+struct GPT2Tokenizer::Impl {
+  std::vector<std::string> id_to_bytes;
+  std::unordered_map<std::string, int32_t> bytes_to_id;
+  std::array<int32_t, 256> byte_ids{};
+  MergeTable merges;
+  std::unique_ptr<pcre2_code, CodeDeleter> pattern;
+  bool jit = false;
+  int32_t eod = -1;
+  uint64_t serial = 0;  // identifies this table set for the per-thread word caches
+
+  void load_vocab(const std::string& path);
+  void load_merges(const std::string& path);
+  int32_t id_of(const std::string& bytes) const {
+    auto it = bytes_to_id.find(bytes);
+    return it == bytes_to_id.end() ? -1 : it->second;
+  }
+};
+
+void GPT2Tokenizer::Impl::load_vocab(const std::string& path) {
+  const char* what = "vocab";
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_file(path, what));
+  } catch (const nlohmann::json::exception& e) {
+    file_error(what, path, std::string("not valid JSON: ") + e.what());
+  }
+  if (!json.is_object() || json.empty()) file_error(what, path, "expected a non-empty JSON object");
+  id_to_bytes.assign(json.size(), std::string());
+  std::vector<bool> seen(json.size(), false);
+  std::string bytes;
+  for (const auto& [token, value] : json.items()) {
+    if (!value.is_number_integer()) file_error(what, path, "id of '" + token + "' is not an integer");
+    const int64_t id = value.get<int64_t>();
+    if (id < 0 || id >= static_cast<int64_t>(json.size())) {
+      file_error(what, path, "id " + std::to_string(id) + " of '" + token + "' is outside [0, " +
+                                 std::to_string(json.size()) + ")");
+    }
+    if (seen[id]) file_error(what, path, "id " + std::to_string(id) + " is used twice");
+    if (!token_to_bytes(token, bytes)) {
+      file_error(what, path, "token '" + token + "' is empty or not in GPT-2's byte encoding");
+    }
+    seen[id] = true;
+    id_to_bytes[id] = bytes;
+    if (!bytes_to_id.emplace(bytes, static_cast<int32_t>(id)).second) {
+      file_error(what, path, "token '" + token + "' appears twice");
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    byte_ids[b] = id_of(std::string(1, static_cast<char>(b)));
+    if (byte_ids[b] < 0) file_error(what, path, "no token for byte " + std::to_string(b));
+  }
+  eod = id_of(kEndOfText);
+  if (eod < 0) file_error(what, path, std::string("no '") + kEndOfText + "' token");
+}
+
+void GPT2Tokenizer::Impl::load_merges(const std::string& path) {
+  const char* what = "merges";
+  std::istringstream in(read_file(path, what));
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("#version", 0) != 0) {
+    file_error(what, path, "first line is not a '#version' header");
+  }
+  std::vector<std::array<int32_t, 3>> entries;  // left, right, merged
+  std::string left_bytes, right_bytes;
+  for (size_t line_no = 2; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    std::string left, right, extra;
+    auto where = "line " + std::to_string(line_no) + " '" + line + "': ";
+    if (!(fields >> left >> right) || (fields >> extra)) {
+      file_error(what, path, where + "expected two space-separated tokens");
+    }
+    if (!token_to_bytes(left, left_bytes) || !token_to_bytes(right, right_bytes)) {
+      file_error(what, path, where + "token not in GPT-2's byte encoding");
+    }
+    int32_t l = id_of(left_bytes), r = id_of(right_bytes), m = id_of(left_bytes + right_bytes);
+    if (l < 0 || r < 0 || m < 0) {
+      file_error(what, path, where + "'" + (l < 0 ? left : r < 0 ? right : left + right) +
+                                 "' is not in the vocabulary");
+    }
+    entries.push_back({l, r, m});
+  }
+  merges.reserve(entries.size());
+  for (size_t rank = 0; rank < entries.size(); ++rank) {
+    const auto& [l, r, m] = entries[rank];
+    merges.insert(l, r, Merge{static_cast<int32_t>(rank), m});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-thread encoding state.
+
+namespace {
+
+// A fast 64-bit hash for short byte strings (never 0, which marks an empty cache slot).
+uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xFF51AFD7ED558CCDull);
+  const char* p = s.data();
+  size_t n = s.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t k;
+    std::memcpy(&k, p, 8);
+    h = (h ^ k) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p, n);
+  h = (h ^ tail) * 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  return h == 0 ? 1 : h;
+}
+
+// Recently encoded pre-tokens -> their ids. Open addressing over flat arrays: the words
+// live in one byte arena and the ids in one id arena, so a hit costs a few cache lines.
+class WordCache {
+ public:
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+    for (size_t i = hash & mask_; slots_[i].hash != 0; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.hash == hash && slot.word_size == word.size() &&
+          std::memcmp(words_.data() + slot.word_offset, word.data(), word.size()) == 0) {
+        out.insert(out.end(), ids_.begin() + slot.ids_offset,
+                   ids_.begin() + slot.ids_offset + slot.ids_size);
+        return true;
+      }
+    }
+    return false;
+  }
+  void store(std::string_view word, uint64_t hash, const int32_t* ids, size_t count) {
+    if (word.size() > kMaxCachedWordBytes) return;
+    if (size_ >= kMaxCachedWords) clear();
+    size_t i = hash & mask_;
+    while (slots_[i].hash != 0) i = (i + 1) & mask_;
+    slots_[i] = Slot{hash, static_cast<uint32_t>(words_.size()), static_cast<uint32_t>(ids_.size()),
+                     static_cast<uint16_t>(word.size()), static_cast<uint16_t>(count)};
+    words_.append(word);
+    ids_.insert(ids_.end(), ids, ids + count);
+    ++size_;
+  }
+  void clear() {
+    if (slots_.empty()) {
+      slots_.resize(2 * kMaxCachedWords);  // load factor stays <= 1/2
+      mask_ = slots_.size() - 1;
+    } else if (size_ > 0) {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+    }
+    words_.clear();
+    ids_.clear();
+    size_ = 0;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty
+    uint32_t word_offset = 0;
+    uint32_t ids_offset = 0;
+    uint16_t word_size = 0;
+    uint16_t ids_size = 0;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+  std::string words_;
+  std::vector<int32_t> ids_;
+};
+
+struct Symbol {
+  int32_t id;
+  int32_t prev;  // index of the previous live symbol, -1 at the start
+  int32_t next;  // index of the next live symbol, -1 at the end
+};
+
+struct Candidate {
+  int32_t rank;
+  int32_t left;  // index of the left symbol; ties go to the leftmost pair
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+};
+
+struct ThreadState {
+  uint64_t owner = 0;  // serial of the Impl the cache belongs to
+  WordCache cache;
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> match_data{pcre2_match_data_create(1, nullptr)};
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> heap;
+};
+
+ThreadState& thread_state(uint64_t serial) {
+  thread_local ThreadState state;
+  if (state.owner != serial) {
+    state.cache.clear();
+    state.owner = serial;
+  }
+  return state;
+}
+
+std::atomic<uint64_t> next_serial{1};
+
+// Byte-level BPE of one pre-token: starting from one symbol per byte, repeatedly merges
+// the adjacent pair with the lowest rank (leftmost on ties) until no pair has a rank.
+// This is tiktoken's loop; it equals GPT-2's bpe() (merge every occurrence of the best
+// pair, repeat) when merges only use tokens made by earlier merges, as GPT-2's do.
+// A min-heap of candidate pairs keeps this O(n log n) for long pre-tokens. Appends ids.
+void bpe(const GPT2Tokenizer::Impl& impl, std::string_view word, ThreadState& ts,
+         std::vector<int32_t>& out) {
+  if (word.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw std::length_error("GPT-2 tokenizer: pre-token longer than 2 GiB");
+  }
+  auto& syms = ts.symbols;
+  auto& heap = ts.heap;
+  const int32_t n = static_cast<int32_t>(word.size());
+  syms.resize(n);
+  heap.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    syms[i] = Symbol{impl.byte_ids[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  }
+  auto push_pair = [&](int32_t left) {
+    if (left < 0 || syms[left].next < 0) return;
+    if (const Merge* m = impl.merges.find(syms[left].id, syms[syms[left].next].id)) {
+      heap.push_back(Candidate{m->rank, left});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+    }
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    const Candidate c = heap.back();
+    heap.pop_back();
+    Symbol& left = syms[c.left];
+    if (left.id < 0 || left.next < 0) continue;  // merged away since it was pushed
+    const Merge* m = impl.merges.find(left.id, syms[left.next].id);
+    if (m == nullptr || m->rank != c.rank) continue;  // the pair has changed
+    Symbol& right = syms[left.next];
+    left.id = m->merged_id;
+    left.next = right.next;
+    if (right.next >= 0) syms[right.next].prev = c.left;
+    right.id = -1;
+    push_pair(left.prev);
+    push_pair(c.left);
+  }
+  for (int32_t i = 0; i >= 0 && i < n; i = syms[i].next) out.push_back(syms[i].id);
+}
+
+void encode_word(const GPT2Tokenizer::Impl& impl, std::string_view word, ThreadState& ts,
+                 std::vector<int32_t>& out) {
+  if (word.size() == 1) {
+    out.push_back(impl.byte_ids[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  const uint64_t hash = hash_bytes(word);
+  if (ts.cache.lookup(word, hash, out)) return;
+  const size_t start = out.size();
+  bpe(impl, word, ts, out);
+  ts.cache.store(word, hash, out.data() + start, out.size() - start);
+}
+
+// Splits a valid UTF-8 run into pre-tokens with the GPT-2 pattern and encodes each.
+void encode_valid_run(const GPT2Tokenizer::Impl& impl, std::string_view run, ThreadState& ts,
+                      std::vector<int32_t>& out) {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
+  pcre2_match_data* md = ts.match_data.get();
+  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md);
+  size_t offset = 0;
+  while (offset < run.size()) {
+    int rc = impl.jit ? pcre2_jit_match(impl.pattern.get(), subject, run.size(), offset, 0, md, nullptr)
+                      : pcre2_match(impl.pattern.get(), subject, run.size(), offset,
+                                    PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches
+    if (rc < 0) throw std::runtime_error("GPT-2 tokenizer: PCRE2 match error " + std::to_string(rc));
+    const size_t begin = ovector[0], end = ovector[1];
+    if (begin > offset) encode_word(impl, run.substr(offset, begin - offset), ts, out);
+    if (end <= begin) throw std::logic_error("GPT-2 tokenizer: empty pre-token match");
+    encode_word(impl, run.substr(begin, end - begin), ts, out);
+    offset = end;
+  }
+  if (offset < run.size()) encode_word(impl, run.substr(offset), ts, out);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Public interface.
+
+GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
+  auto impl = std::make_shared<Impl>();
+  impl->load_vocab(vocab_json);
+  impl->load_merges(merges_txt);
+  impl->pattern = compile_pattern(impl->jit);
+  impl->serial = next_serial.fetch_add(1);
+  return GPT2Tokenizer(std::move(impl));
+}
+
+GPT2Tokenizer::GPT2Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+GPT2Tokenizer::GPT2Tokenizer(const GPT2Tokenizer&) = default;
+GPT2Tokenizer& GPT2Tokenizer::operator=(const GPT2Tokenizer&) = default;
+GPT2Tokenizer::GPT2Tokenizer(GPT2Tokenizer&&) noexcept = default;
+GPT2Tokenizer& GPT2Tokenizer::operator=(GPT2Tokenizer&&) noexcept = default;
+GPT2Tokenizer::~GPT2Tokenizer() = default;
+
+std::vector<int32_t> GPT2Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  encode_append(text, ids);
+  return ids;
+}
+
+void GPT2Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  ThreadState& ts = thread_state(impl_->serial);
+  while (!text.empty()) {
+    const size_t valid = valid_utf8_prefix(text);
+    if (valid > 0) encode_valid_run(*impl_, text.substr(0, valid), ts, out);
+    text.remove_prefix(valid);
+    const size_t invalid = invalid_utf8_prefix(text);
+    if (invalid > 0) encode_word(*impl_, text.substr(0, invalid), ts, out);
+    text.remove_prefix(invalid);
+  }
+}
+
+std::string GPT2Tokenizer::decode(std::span<const int32_t> ids) const {
+  const auto& table = impl_->id_to_bytes;
+  std::string text;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= static_cast<int32_t>(table.size())) {
+      throw std::out_of_range("GPT-2 tokenizer: id " + std::to_string(id) + " is outside [0, " +
+                              std::to_string(table.size()) + ")");
+    }
+    text += table[id];
+  }
+  return text;
+}
+
+int32_t GPT2Tokenizer::eod_id() const { return impl_->eod; }
+int32_t GPT2Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_bytes.size()); }
+
+}  // namespace gf::data

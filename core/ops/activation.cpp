@@ -54,13 +54,15 @@ void gelu_new_fwd_vec(T* y, const T* x, int64_t n) {
 template <typename T>
 void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 4096;
+  constexpr int kBlock = 2048;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
+    const int64_t m = std::min<int64_t>(kBlock, n - b);
     Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
     Eigen::Map<A> d(dx + b, m);
-    const A t = (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
+    // Fixed maximum size: lives on the stack, no allocation inside the step.
+    const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBlock, 1> t =
+        (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
     d += g * (T(0.5) * (T(1) + t) +
               T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square()));
   }

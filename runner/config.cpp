@@ -226,6 +226,23 @@ void read_optimizer(const YAML::Node& r, Config& c, std::vector<std::string>& er
   if (c.lr.warmup_steps < 0) errors.push_back("`lr_schedule.warmup_steps`: must be >= 0");
 }
 
+// Keys whose feature is not built yet: accepted, with a warning saying what happens instead, so
+// that a MindFormers file still runs and nobody is misled.
+void warn_not_built(Config& c) {
+  auto w = [&](const std::string& msg) { c.warnings.push_back(msg); };
+  if (c.checkpoint.enabled)
+    w("callbacks: CheckpointMointor/CheckpointMonitor: checkpoint saving is not built yet; no checkpoints are written");
+  if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
+  if (c.recompute || c.select_recompute)
+    w("recompute_config: activation recompute is not built yet; all activations are kept (the numbers are the same)");
+  if (c.parallel.optimizer_shard)
+    w("parallel.enable_parallel_optimizer / optimizer_shard: the sharded optimizer is not built yet; every rank keeps the full AdamW state");
+  if (c.parallel.use_seq_parallel) w("`parallel_config.use_seq_parallel: True`: sequence parallelism is not built yet; ignored");
+  if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
+  if (get<bool>(c.resolved, "model.model_config.use_flash_attention"))
+    w("`model.model_config.use_flash_attention: True`: fused attention is not built yet; using the unfused path");
+}
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
     YAML::Node n = YAML::Load(text);
@@ -291,6 +308,7 @@ Config load_config_string(const std::string& yaml, const std::vector<std::string
     errors.push_back("`train_dataset.data_loader.data_path`: expects a prefix or a list [weight, prefix, ...]: " + e.msg);
   }
   if (!errors.empty()) throw ConfigError(join_errors(source, errors));
+  warn_not_built(c);
   return c;
 }
 

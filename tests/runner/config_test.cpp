@@ -174,6 +174,16 @@ TEST(Config, MindSporeLoadersSayWhatToUseInstead) {
   }
 }
 
+TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
+  const Config c = load_config_string(kMinimal, {"recompute_config.recompute=True", "resume_training=True",
+                                                 "model.model_config.compute_dtype=bfloat16",
+                                                 "callbacks=[{type: CheckpointMointor, save_checkpoint_steps: 10}]"});
+  EXPECT_TRUE(has_warning(c, "activation recompute is not built yet"));
+  EXPECT_TRUE(has_warning(c, "resuming is not built yet"));
+  EXPECT_TRUE(has_warning(c, "`model.model_config.compute_dtype: bfloat16`: mixed precision is not built yet"));
+  EXPECT_TRUE(has_warning(c, "no checkpoints are written"));
+}
+
 TEST(EditDistance, Basics) {
   EXPECT_EQ(edit_distance("model_paralel", "model_parallel"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);

@@ -235,6 +235,7 @@ const std::vector<std::string>& cpu_ignored_keys() {
       "auto_trans_ckpt", "only_save_strategy", "remote_save_url", "auto_tune", "filepath_prefix",
       "autotune_per_step", "profile", "profile_start_step", "profile_stop_step",
       "init_start_profile", "profile_communication", "profile_memory", "runner_config.sink_mode",
+      "runner_config.sink_size",
       "parallel.search_mode", "parallel.strategy_ckpt_save_file", "parallel.parallel_mode",
       "parallel.full_batch", "parallel.enable_alltoall", "micro_batch_interleave_num",
       "recompute_config.parallel_optimizer_comm_recompute", "recompute_config.mp_comm_recompute",

@@ -77,11 +77,18 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   g.seq_length = model.seq_length;
   g.vocab_size = model.vocab_size;
   g.num_samples = 0;
-  auto src = data::build_gpt_dataset(g);  // one epoch: tells its size
-  const int64_t epoch = src->size();
-  if (num_samples > epoch) {
-    g.num_samples = num_samples;
-    src = data::build_gpt_dataset(g);
+  std::unique_ptr<data::SampleSource> src;
+  int64_t epoch = 0;
+  try {
+    src = data::build_gpt_dataset(g);  // one epoch: tells its size
+    epoch = src->size();
+    if (num_samples > epoch) {
+      g.num_samples = num_samples;
+      src = data::build_gpt_dataset(g);
+    }
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("`" + key + ".data_path`: " + e.what() +
+                             " (the default corpus is made by scripts/setup.sh; your own text by build/bin/preprocess_data)");
   }
   std::string desc = "MegatronDataset " + data.data_path.front().second + (data.data_path.size() > 1 ? " (blended)" : "") +
                      ", split " + data.split + " part " + std::to_string(split_index) + ", " +

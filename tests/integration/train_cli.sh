@@ -63,6 +63,20 @@ set -e
 [ "$status" -eq 3 ] || { cat c3.txt; fail "non-finite loss gave status $status, expected 3"; }
 grep -q "training stopped" c3.txt || fail "no message for the non-finite loss"
 
+# 3b. Dynamic loss scaling: after scale_window good steps the scale grows past float range, that
+# step overflows, is skipped (no update) and the scale comes back down; training goes on.
+rm -rf out
+"$BIN" train --config tiny.yaml --set runner_config.train_steps=6 --set callbacks.0.per_print_times=1 \
+  --set "runner_wrapper.scale_sense={type: DynamicLossScaleUpdateCell, loss_scale_value: 1.0e38, scale_factor: 1.0e6, scale_window: 2}" \
+  > c3b.txt 2>&1 || { cat c3b.txt; fail "dynamic loss scale run"; }
+python3 - <<'PY' || fail "dynamic loss scaling"
+import json
+rows = [json.loads(l) for l in open("out/metrics.jsonl")]
+assert [r["skipped"] for r in rows] == [False, False, True, False, False, True], [r["skipped"] for r in rows]
+assert rows[3]["loss_scale"] == 1e38 and rows[2]["loss_scale"] > 1e43, [r["loss_scale"] for r in rows]
+PY
+grep -q "overflow, step skipped" c3b.txt || fail "the log does not show the skipped step"
+
 # 4. SIGINT stops cleanly between steps with 128+2.
 rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > c4.txt 2>&1 &

@@ -126,7 +126,7 @@ void Trainer::log_setup() const {
                "warmup {} total {}; clip {}",
                cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
-               cfg_.use_clip_grad ? "max_grad_norm " + std::to_string(cfg_.max_grad_norm) : std::string("off"));
+               cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
   spdlog::info("training {} steps ({} per epoch); MFU is relative to a peak of {} TFLOP/s per rank "
                "(runner_config.peak_tflops; default: the measured fp32 GEMM ceiling of a 2-core AVX-512 Xeon)",
                total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"),

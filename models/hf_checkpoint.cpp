@@ -2,6 +2,7 @@
 // prefix, Conv1D [in, out] layout (our layout too), F32/F16/BF16; `lm_head.weight` (tied) and
 // the `attn.bias` / `attn.masked_bias` buffers are ignored. Every model parameter must be present
 // with its global shape, and every other tensor must be one of the ignored ones.
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,7 +29,24 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-void CausalLM::load_hf_checkpoint(const std::string& path) {
+// A directory means a Hugging Face model directory (its model.safetensors); MindSpore's .ckpt is
+// refused with what to do instead.
+std::string resolve_checkpoint_path(const std::string& given) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(given)) {
+    const fs::path p = fs::path(given) / "model.safetensors";
+    if (!fs::exists(p))
+      throw std::runtime_error("load_checkpoint: " + given + " is a directory without model.safetensors");
+    return p.string();
+  }
+  if (fs::path(given).extension() == ".ckpt")
+    throw std::runtime_error("load_checkpoint: " + given + " is a MindSpore .ckpt, which gridformer does not read; "
+                             "give a Hugging Face GPT-2 .safetensors file (or its directory)");
+  return given;
+}
+
+void CausalLM::load_hf_checkpoint(const std::string& given) {
+  const std::string path = resolve_checkpoint_path(given);
   const SafeTensorsFile f = SafeTensorsFile::open(path);
   const ParamTable& table = params();
   for (const auto& [name, t] : f.tensors()) {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -60,8 +61,16 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
                                           static_cast<int>(p.pipeline_stage)));
     spdlog::info("rank {} of {}, {} thread(s)", ctx.world_rank, ctx.world.size(), threads);
     gf::install_stop_handlers();
+    if (cfg.run_mode == "predict")
+      throw std::runtime_error("run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval");
     gf::Trainer trainer(cfg, ctx);
-    status = trainer.run();
+    if (cfg.run_mode == "eval") {
+      const double loss = trainer.evaluate();
+      spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
+                   cfg.eval_data.eval_iters);
+    } else {
+      status = trainer.run();
+    }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     spdlog::default_logger()->flush();

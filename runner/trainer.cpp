@@ -86,7 +86,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
   tokens_.resize(static_cast<size_t>(cfg.batch_size * (cfg.model.seq_length + 1)));
-  if (cfg.do_eval) {
+  if (cfg.do_eval || cfg.run_mode == "eval") {
     // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
     DatasetConfig e = cfg.eval_data;
     if (e.data_path.empty()) {

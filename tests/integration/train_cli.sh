@@ -54,6 +54,11 @@ rm -rf out
 [ "$(grep -c eval_loss out/metrics.jsonl)" -eq 2 ] || fail "expected 2 eval lines in metrics.jsonl"
 grep -q "perplexity" c2b.txt || fail "no eval log line"
 
+# 2c. run_mode: eval evaluates without training.
+"$BIN" train --config tiny.yaml --set run_mode=eval --set eval_dataset.eval_iters=3 > c2c.txt 2>&1 || { cat c2c.txt; fail "eval mode"; }
+grep -q "eval: loss .* perplexity .* over 3 batches" c2c.txt || fail "eval mode printed no loss"
+grep -q "step:\[" c2c.txt && fail "eval mode trained"
+
 # 3. A non-finite loss stops the run with status 3 and says what to do.
 set +e
 "$BIN" train --config tiny.yaml --set lr_schedule.type=constant --set lr_schedule.learning_rate=1e30 \

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <functional>
 
 #include "core/safetensors.h"
@@ -94,6 +95,24 @@ TEST(HfCheckpointRefuses, UnknownTensor) {
     data.push_back(std::vector<float>(32, 0.0f));
     ts.push_back({"transformer.h.7.ln_1.weight", StDtype::kF32, {32}, data.back().data()});
   }, "tensor 'transformer.h.7.ln_1.weight' is not a parameter of the configured model");
+}
+
+TEST(HfCheckpointPaths, DirectoryMeansItsModelSafetensorsAndCkptIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(GF_BINARY_DIR) / "hf_tiny_dir";
+  fs::create_directories(dir);
+  fs::copy_file(golden("hf_tiny_f32.safetensors"), dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  ParallelContext ctx = ParallelContext::single();
+  GPT2LMHeadModel a(hf_tiny_config(), 1, ctx), b(hf_tiny_config(), 1, ctx);
+  a.load_hf_checkpoint(dir.string());
+  b.load_hf_checkpoint(golden("hf_tiny_f32.safetensors"));
+  EXPECT_EQ(std::memcmp(a.weights(), b.weights(), sizeof(float) * a.params().total_floats()), 0);
+  try {
+    a.load_hf_checkpoint("/nonexistent/gpt2.ckpt");
+    FAIL() << "a .ckpt was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MindSpore .ckpt"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SafeTensors, RefusesBrokenFiles) {

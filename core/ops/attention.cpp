@@ -38,6 +38,14 @@ void dropped_probs(S* dst, const S* p, int64_t T, const DropoutKey& drop, uint64
   for (int64_t i = 0; i < T * T; ++i) dst[i] = p[i] * drop.scale(base + i);
 }
 
+// Pointers to one (batch, head)'s q, k, v in the packed [B, T, 3C] tensor (row stride 3C).
+template <typename P>
+struct HeadQKV {
+  P q, k, v;
+  HeadQKV(P qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t D)
+      : q(qkv + b * T * 3 * C + h * D), k(q + C), v(q + 2 * C) {}
+};
+
 }  // namespace
 
 template <typename S>
@@ -48,9 +56,7 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
-    const S* q = qkv + b * T * 3 * C + h * D;
-    const S* k = q + C;
-    const S* v = q + 2 * C;
+    const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, T, C, D);
     S* p = probs + bh * T * T;
     gemm(Trans::kNo, Trans::kYes, T, T, D, scale, q, 3 * C, k, 3 * C, S(0), p, T);
     causal_softmax(p, T);
@@ -72,12 +78,8 @@ void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
-    const S* q = qkv + b * T * 3 * C + h * D;
-    const S* k = q + C;
-    const S* v = q + 2 * C;
-    S* dq = dqkv + b * T * 3 * C + h * D;
-    S* dk = dq + C;
-    S* dv = dq + 2 * C;
+    const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, T, C, D);
+    const auto [dq, dk, dv] = HeadQKV<S*>(dqkv, b, h, T, C, D);
     const S* dyb = dy + b * T * C + h * D;
     const S* p = probs + bh * T * T;
     S* dp = scratch<S>(static_cast<size_t>(2 * T * T));

@@ -74,6 +74,16 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch,
   if (ctx.grid.tp() != 1 || ctx.grid.pp() != 1)
     throw std::invalid_argument("GPT2LMHeadModel: tensor and pipeline parallelism are not built yet");
   if (C_ % H_ != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
+  for (int64_t l = 0; l < L_; ++l) {
+    auto o = [&](const char* n) { return table_.at(layer_name(l, n)).offset; };
+    layer_offsets_.push_back({o("ln_1.weight"), o("ln_1.bias"), o("attn.c_attn.weight"), o("attn.c_attn.bias"),
+                              o("attn.c_proj.weight"), o("attn.c_proj.bias"), o("ln_2.weight"), o("ln_2.bias"),
+                              o("mlp.c_fc.weight"), o("mlp.c_fc.bias"), o("mlp.c_proj.weight"), o("mlp.c_proj.bias")});
+  }
+  wte_ = table_.at("wte.weight").offset;
+  wpe_ = table_.at("wpe.weight").offset;
+  lnf_w_ = table_.at("ln_f.weight").offset;
+  lnf_b_ = table_.at("ln_f.bias").offset;
   const size_t N = static_cast<size_t>(B_ * T_), C = static_cast<size_t>(C_);
   weights_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
   grads_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
@@ -85,6 +95,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch,
   lnf_rstd_ = AlignedBuffer<float>(N);
   logits_ = AlignedBuffer<float>(N * static_cast<size_t>(Vp_));
   losses_ = AlignedBuffer<float>(N);
+  lse_ = AlignedBuffer<float>(N);
   acts_.resize(static_cast<size_t>(L_));
   for (auto& a : acts_) {
     a.ln1 = AlignedBuffer<float>(N * C);
@@ -111,10 +122,9 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch,
 }
 
 GPT2LMHeadModel::LayerWeights GPT2LMHeadModel::layer_weights(float* base, int64_t l) const {
-  auto p = [&](const char* n) { return base + table_.at(layer_name(l, n)).offset; };
-  return {p("ln_1.weight"), p("ln_1.bias"), p("attn.c_attn.weight"), p("attn.c_attn.bias"),
-          p("attn.c_proj.weight"), p("attn.c_proj.bias"), p("ln_2.weight"), p("ln_2.bias"),
-          p("mlp.c_fc.weight"), p("mlp.c_fc.bias"), p("mlp.c_proj.weight"), p("mlp.c_proj.bias")};
+  const LayerOffsets& o = layer_offsets_[static_cast<size_t>(l)];
+  return {base + o.ln1_w, base + o.ln1_b, base + o.attn_w, base + o.attn_b, base + o.proj_w, base + o.proj_b,
+          base + o.ln2_w, base + o.ln2_b, base + o.fc_w, base + o.fc_b, base + o.fcproj_w, base + o.fcproj_b};
 }
 
 ops::DropoutKey GPT2LMHeadModel::hidden_dropout(int64_t layer, int64_t site) const {
@@ -157,8 +167,8 @@ double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
     if (inputs_[i] < 0 || inputs_[i] >= V_ || targets_[i] < 0 || targets_[i] >= V_)
       throw std::out_of_range("token id " + std::to_string(inputs_[i] < 0 || inputs_[i] >= V_ ? inputs_[i] : targets_[i]) +
                               " outside the vocabulary [0, " + std::to_string(V_) + ")");
-  const float* wte = weights_.data() + table_.at("wte.weight").offset;
-  const float* wpe = weights_.data() + table_.at("wpe.weight").offset;
+  const float* wte = weights_.data() + wte_;
+  const float* wpe = weights_.data() + wpe_;
   ops::embedding_fwd(emb_.data(), inputs_.data(), wte, wpe, B_, T_, C_);
   ops::dropout_apply(emb_.data(), hidden_dropout(-1, kEmbedding), N, C_, info.sample_offset * T_, 0, C_);
   const float* x = emb_.data();
@@ -166,12 +176,12 @@ double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
     layer_fwd(l, x, info);
     x = acts_[static_cast<size_t>(l)].out.data();
   }
-  const float* lnf_w = weights_.data() + table_.at("ln_f.weight").offset;
-  const float* lnf_b = weights_.data() + table_.at("ln_f.bias").offset;
+  const float* lnf_w = weights_.data() + lnf_w_;
+  const float* lnf_b = weights_.data() + lnf_b_;
   ops::layernorm_fwd(lnf_.data(), {lnf_mean_.data(), lnf_rstd_.data()}, x, lnf_w, lnf_b, N, C_, cfg_.layernorm_epsilon);
   // logits [N, Vp] = lnf [N, C] @ wte[Vp, C]^T (the padded rows of wte are zero and masked below)
   gemm(Trans::kNo, Trans::kYes, N, Vp_, C_, 1.0f, lnf_.data(), C_, wte, C_, 0.0f, logits_.data(), Vp_);
-  ops::cross_entropy_fwd(losses_.data(), logits_.data(), targets_.data(), N, Vp_, V_);
+  ops::cross_entropy_fwd(losses_.data(), lse_.data(), logits_.data(), targets_.data(), N, Vp_, V_);
   double sum = 0.0;
   for (int64_t i = 0; i < N; ++i) sum += losses_[i];
   return sum;
@@ -208,30 +218,32 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
 
 void GPT2LMHeadModel::backward(float grad_scale) {
   const int64_t N = B_ * T_;
-  float* wte = weights_.data() + table_.at("wte.weight").offset;
-  float* dwte = grads_.data() + table_.at("wte.weight").offset;
-  ops::cross_entropy_bwd_inplace(logits_.data(), targets_.data(), N, Vp_, V_, grad_scale);
+  float* wte = weights_.data() + wte_;
+  float* dwte = grads_.data() + wte_;
+  ops::cross_entropy_bwd_inplace(logits_.data(), lse_.data(), targets_.data(), N, Vp_, V_, grad_scale);
   // dlnf = dlogits @ wte ; dwte += dlogits^T @ lnf
   zero(dln_);
   gemm(Trans::kNo, Trans::kNo, N, C_, Vp_, 1.0f, logits_.data(), Vp_, wte, C_, 0.0f, dln_.data(), C_);
   gemm(Trans::kYes, Trans::kNo, Vp_, C_, N, 1.0f, logits_.data(), Vp_, lnf_.data(), C_, 1.0f, dwte, C_);
   const float* xlast = L_ > 0 ? acts_.back().out.data() : emb_.data();
   zero(dres_);
-  ops::layernorm_bwd(dres_.data(), grads_.data() + table_.at("ln_f.weight").offset,
-                     grads_.data() + table_.at("ln_f.bias").offset, dln_.data(), xlast,
-                     weights_.data() + table_.at("ln_f.weight").offset, {lnf_mean_.data(), lnf_rstd_.data()}, N, C_);
+  ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), xlast,
+                     weights_.data() + lnf_w_, {lnf_mean_.data(), lnf_rstd_.data()}, N, C_);
   for (int64_t l = L_ - 1; l >= 0; --l) {
     const float* x = l > 0 ? acts_[static_cast<size_t>(l - 1)].out.data() : emb_.data();
     layer_bwd(l, x);
   }
   ops::dropout_apply(dres_.data(), hidden_dropout(-1, kEmbedding), N, C_, info_.sample_offset * T_, 0, C_);
-  ops::embedding_bwd(dwte, grads_.data() + table_.at("wpe.weight").offset, dres_.data(), inputs_.data(), B_, T_, C_);
+  ops::embedding_bwd(dwte, grads_.data() + wpe_, dres_.data(), inputs_.data(), B_, T_, C_);
 }
 
 int64_t GPT2LMHeadModel::activation_bytes() const {
   const int64_t N = B_ * T_;
-  const int64_t per_layer = N * (C_ * 6 + 3 * C_ + 2 * F_ + 4) + B_ * H_ * T_ * T_;
-  const int64_t other = N * (2 * C_ + Vp_ + 5);
+  // per layer: ln1, atty, res2, ln2, out (C each), qkv (3C), fch and its activation (F each),
+  // two LayerNorm means and rstds, and the attention probabilities
+  const int64_t per_layer = N * (5 * C_ + 3 * C_ + 2 * F_ + 4) + B_ * H_ * T_ * T_;
+  // emb, lnf (C each), logits (padded vocabulary), losses, lse, lnf mean/rstd, inputs, targets
+  const int64_t other = N * (2 * C_ + Vp_ + 6);
   const int64_t scratch = N * (4 * C_ + 3 * C_ + 2 * F_);
   return 4 * (L_ * per_layer + other + scratch);
 }

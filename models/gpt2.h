@@ -36,6 +36,10 @@ class GPT2LMHeadModel : public CausalLM {
 
  private:
   struct LayerWeights;
+  // Arena offsets of one layer's parameters, looked up once at construction.
+  struct LayerOffsets {
+    int64_t ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  };
   struct LayerActs {
     AlignedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, probs, atty, res2, ln2, ln2_mean, ln2_rstd,
         fch, fch_act, out;
@@ -49,10 +53,12 @@ class GPT2LMHeadModel : public CausalLM {
   int64_t B_, T_, C_, H_, F_, V_, Vp_, L_;
   ops::Activation act_;
   ParamTable table_;
+  std::vector<LayerOffsets> layer_offsets_;
+  int64_t wte_, wpe_, lnf_w_, lnf_b_;  // offsets of the non-layer parameters
   AlignedBuffer<float> weights_, grads_;
   // Activations.
   AlignedBuffer<int32_t> inputs_, targets_;
-  AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lse_;
   std::vector<LayerActs> acts_;
   // Backward scratch, shared by all layers.
   AlignedBuffer<float> dres_, dtmp_, dln_, datty_, dqkv_, dfch_act_, dfch_;

@@ -23,32 +23,32 @@ T logsumexp(const T* x, int64_t n) {
 }  // namespace
 
 template <typename T>
-void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
+void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
                        int64_t valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
-    losses[r] = logsumexp(x, valid) - x[targets[r]];
+    lse[r] = logsumexp(x, valid);
+    losses[r] = lse[r] - x[targets[r]];
   }
 }
 
 template <typename T>
-void cross_entropy_bwd_inplace(T* logits, const int32_t* targets, int64_t rows, int64_t ld,
+void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
                                int64_t valid, float grad_scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
-    const T lse = logsumexp(x, valid);
     RowMap<T> row(x, valid);
-    row = (row - lse).exp() * static_cast<T>(grad_scale);
+    row = (row - lse[r]).exp() * static_cast<T>(grad_scale);
     x[targets[r]] -= static_cast<T>(grad_scale);
     std::fill(x + valid, x + ld, T(0));
   }
 }
 
-template void cross_entropy_fwd<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t);
-template void cross_entropy_fwd<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t);
-template void cross_entropy_bwd_inplace<float>(float*, const int32_t*, int64_t, int64_t, int64_t, float);
-template void cross_entropy_bwd_inplace<double>(double*, const int32_t*, int64_t, int64_t, int64_t, float);
+template void cross_entropy_fwd<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t);
+template void cross_entropy_fwd<double>(double*, double*, const double*, const int32_t*, int64_t, int64_t, int64_t);
+template void cross_entropy_bwd_inplace<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
+template void cross_entropy_bwd_inplace<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t, float);
 
 }  // namespace gf::ops

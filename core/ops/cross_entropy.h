@@ -6,15 +6,17 @@
 
 namespace gf::ops {
 
-// losses[r] = logsumexp(logits[r, :valid]) - logits[r, target[r]].
+// losses[r] = logsumexp(logits[r, :valid]) - logits[r, target[r]]; lse[r] keeps the logsumexp
+// for backward.
 template <typename T>
-void cross_entropy_fwd(T* losses, const T* logits, const int32_t* targets, int64_t rows,
+void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows,
                        int64_t ld, int64_t valid);
 
 // Overwrites logits with d(loss_scale * sum_r losses[r])/dlogits, i.e.
-// (softmax - onehot) * grad_scale for the valid columns and 0 for the padding.
+// (softmax - onehot) * grad_scale for the valid columns and 0 for the padding, with the lse
+// that forward wrote.
 template <typename T>
-void cross_entropy_bwd_inplace(T* logits, const int32_t* targets, int64_t rows, int64_t ld,
+void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
                                int64_t valid, float grad_scale);
 
 }  // namespace gf::ops

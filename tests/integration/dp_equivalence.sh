@@ -26,6 +26,7 @@ OMP_NUM_THREADS=1 "$BIN" train --config dp.yaml --set output_dir=one --set runne
   || { cat one.txt; exit 1; }
 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$BIN" train --config dp.yaml --set output_dir=two \
   --set runner_config.batch_size=2 --set parallel_config.data_parallel=2 > two.txt 2>&1 || { cat two.txt; exit 1; }
+for r in 0 1; do [ -s "two/log/rank_$r/gridformer.log" ] || { echo "FAIL: no log file for rank $r"; exit 1; }; done
 python3 - <<'PY'
 import json
 one = [json.loads(l)["loss"] for l in open("one/metrics.jsonl")]

@@ -1,5 +1,8 @@
 #include "parallel/communicator.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace gf {
@@ -17,6 +20,123 @@ MpiEnvironment::~MpiEnvironment() {
 
 void MpiEnvironment::abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); std::abort(); }
 
+int64_t shard_begin(int64_t n, int parts, int k) {
+  const int64_t base = n / parts, extra = n % parts;
+  return k * base + std::min<int64_t>(k, extra);
+}
+
+// ---- the ring state machine ----
+
+namespace {
+
+enum class Dtype { kFloat, kDouble };
+
+size_t elem_size(Dtype t) { return t == Dtype::kFloat ? sizeof(float) : sizeof(double); }
+MPI_Datatype mpi_type(Dtype t) { return t == Dtype::kFloat ? MPI_FLOAT : MPI_DOUBLE; }
+
+template <typename T>
+void reduce_typed(T* dst, const T* src, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::kSum) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+  }
+}
+
+void reduce_into(void* dst, const void* src, int64_t n, Dtype t, ReduceOp op) {
+  if (t == Dtype::kFloat) reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+  else reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+}
+
+constexpr int kBlockingTag = 7;
+constexpr int kUserTagBase = 100;
+
+}  // namespace
+
+struct PendingAllreduce::State {
+  enum Phase { kReduceScatter, kAllGather, kDone };
+  MPI_Comm comm;
+  int rank, size, tag;
+  CommStats* stats;
+  char* data;
+  int64_t n;
+  Dtype dtype;
+  ReduceOp op;
+  Phase phase, last;  // the phases to run: [phase, last]
+  int step = 0;
+  bool posted = false;
+  int recv_chunk = 0;
+  std::vector<char> tmp;
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+  int64_t begin(int k) const { return shard_begin(n, size, ((k % size) + size) % size); }
+  int64_t count(int k) const {
+    const int c = ((k % size) + size) % size;
+    return shard_begin(n, size, c + 1) - shard_begin(n, size, c);
+  }
+  char* at(int k) const { return data + begin(k) * static_cast<int64_t>(elem_size(dtype)); }
+
+  void post() {
+    const int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
+    int send_chunk;
+    void* recv_buf;
+    if (phase == kReduceScatter) {
+      send_chunk = rank - step - 1;
+      recv_chunk = rank - step - 2;
+      recv_buf = tmp.data();
+    } else {
+      send_chunk = rank - step;
+      recv_chunk = rank - step - 1;
+      recv_buf = at(recv_chunk);
+    }
+    const int64_t sc = count(send_chunk), rc = count(recv_chunk);
+    MPI_Irecv(recv_buf, static_cast<int>(rc), mpi_type(dtype), prev, tag, comm, &req[0]);
+    MPI_Isend(at(send_chunk), static_cast<int>(sc), mpi_type(dtype), next, tag, comm, &req[1]);
+    stats->bytes_sent += sc * static_cast<int64_t>(elem_size(dtype));
+    stats->messages += 1;
+    posted = true;
+  }
+
+  // The posted step has completed: apply it and post the next one (or finish).
+  void advance() {
+    if (phase == kReduceScatter) reduce_into(at(recv_chunk), tmp.data(), count(recv_chunk), dtype, op);
+    posted = false;
+    if (++step == size - 1) {
+      step = 0;
+      phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
+    }
+    if (phase != kDone) post();
+  }
+};
+
+PendingAllreduce::PendingAllreduce(PendingAllreduce&&) noexcept = default;
+PendingAllreduce& PendingAllreduce::operator=(PendingAllreduce&&) noexcept = default;
+PendingAllreduce::~PendingAllreduce() {
+  if (s_ && s_->phase != State::kDone) wait();
+}
+
+bool PendingAllreduce::done() const { return !s_ || s_->phase == State::kDone; }
+
+bool PendingAllreduce::test() {
+  while (!done()) {
+    int flag = 0;
+    MPI_Testall(2, s_->req, &flag, MPI_STATUSES_IGNORE);
+    if (!flag) return false;
+    s_->advance();
+  }
+  return true;
+}
+
+void PendingAllreduce::wait() {
+  while (!done()) {
+    MPI_Waitall(2, s_->req, MPI_STATUSES_IGNORE);
+    s_->advance();
+  }
+}
+
+// ---- Communicator ----
+
 Communicator Communicator::world() {
   Communicator c;
   MPI_Comm_dup(MPI_COMM_WORLD, &c.comm_);
@@ -29,6 +149,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(comm_, o.comm_);
   std::swap(rank_, o.rank_);
   std::swap(size_, o.size_);
+  std::swap(stats_, o.stats_);
   return *this;
 }
 
@@ -53,17 +174,61 @@ void Communicator::barrier() const {
   if (size_ > 1) MPI_Barrier(comm_);
 }
 
-void Communicator::allreduce_sum(float* data, int64_t n) const {
-  if (size_ > 1) MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_);
+namespace {
+
+PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, CommStats* stats, void* data,
+                                    int64_t n, Dtype t, ReduceOp op, int first, int last) {
+  auto* s = new PendingAllreduce::State{};
+  s->comm = comm;
+  s->rank = rank;
+  s->size = size;
+  s->tag = tag;
+  s->stats = stats;
+  s->data = static_cast<char*>(data);
+  s->n = n;
+  s->dtype = t;
+  s->op = op;
+  s->phase = static_cast<PendingAllreduce::State::Phase>(first);
+  s->last = static_cast<PendingAllreduce::State::Phase>(last);
+  if (first == PendingAllreduce::State::kReduceScatter)
+    s->tmp.resize(static_cast<size_t>(shard_begin(n, size, 1)) * elem_size(t));  // the largest shard
+  stats->collectives += 1;
+  s->post();
+  return s;
 }
-void Communicator::allreduce_sum(double* data, int64_t n) const {
-  if (size_ > 1) MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_);
+
+}  // namespace
+
+#define GF_RING(data, n, dtype, op, first, last)                                                           \
+  do {                                                                                                     \
+    if (size_ <= 1) return;                                                                                \
+    PendingAllreduce p;                                                                                    \
+    p.s_.reset(make_state(comm_, rank_, size_, kBlockingTag, stats_.get(), data, n, dtype, op, first, last)); \
+    p.wait();                                                                                              \
+  } while (0)
+
+void Communicator::allreduce_sum(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_sum(double* data, int64_t n) const { GF_RING(data, n, Dtype::kDouble, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_max(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kMax, 0, 1); }
+void Communicator::allreduce_max(double* data, int64_t n) const { GF_RING(data, n, Dtype::kDouble, ReduceOp::kMax, 0, 1); }
+void Communicator::reduce_scatter_sum(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 0, 0); }
+void Communicator::allgather(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 1, 1); }
+
+#undef GF_RING
+
+PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int tag) const {
+  PendingAllreduce p;
+  if (size_ > 1)
+    p.s_.reset(make_state(comm_, rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
+  return p;
 }
-void Communicator::allreduce_max(double* data, int64_t n) const {
-  if (size_ > 1) MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_);
-}
+
 void Communicator::broadcast(void* data, int64_t bytes, int root) const {
-  if (size_ > 1) MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
+  if (size_ > 1) {
+    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
+    if (rank_ == root) stats_->bytes_sent += bytes;  // the payload; MPI chooses the tree
+    stats_->collectives += 1;
+  }
 }
 
 }  // namespace gf

@@ -1,11 +1,20 @@
 // An RAII MPI environment and a move-only communicator that the library takes as an argument
 // (never a global). A default-constructed Communicator is the trivial group of one rank, so
 // single-rank code paths need no MPI calls at all.
+//
+// The collectives are rings over MPI point-to-point messages (reduce-scatter, all-gather, and
+// all-reduce as the two in turn), written here rather than taken from MPI_Allreduce for three
+// reasons: every rank ends with bitwise the same result (replicated activations stay identical
+// across tensor-parallel ranks); the bytes each rank sends are counted exactly, per communicator,
+// for the communication report; and an all-reduce can run in the background of the backward pass,
+// advanced by `test()` between layers (OpenMPI has no progress thread).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace gf {
 
@@ -17,6 +26,41 @@ class MpiEnvironment {
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
   // Stops every rank with `code` (for a failure one rank found after start-up).
   [[noreturn]] static void abort(int code);
+};
+
+// What one communicator has sent since construction (or the last reset).
+struct CommStats {
+  int64_t bytes_sent = 0;
+  int64_t messages = 0;
+  int64_t collectives = 0;
+};
+
+enum class ReduceOp { kSum, kMax };
+
+// Element `i` of an `n`-element buffer split into `parts` balanced contiguous shards: shard k is
+// [shard_begin(n, parts, k), shard_begin(n, parts, k + 1)).
+int64_t shard_begin(int64_t n, int parts, int k);
+
+class Communicator;
+
+// A ring all-reduce in flight over one buffer. Started by Communicator::start_allreduce; `test()`
+// advances it as far as possible without blocking; `wait()` finishes it. The buffer must stay
+// alive and untouched until done.
+class PendingAllreduce {
+ public:
+  PendingAllreduce() = default;
+  PendingAllreduce(PendingAllreduce&&) noexcept;
+  PendingAllreduce& operator=(PendingAllreduce&&) noexcept;
+  ~PendingAllreduce();
+  bool done() const;
+  bool test();  // returns done()
+  void wait();
+
+  struct State;  // defined in communicator.cpp
+
+ private:
+  friend class Communicator;
+  std::unique_ptr<State> s_;
 };
 
 class Communicator {
@@ -37,12 +81,25 @@ class Communicator {
   void barrier() const;
   void allreduce_sum(float* data, int64_t n) const;
   void allreduce_sum(double* data, int64_t n) const;
+  void allreduce_max(float* data, int64_t n) const;
   void allreduce_max(double* data, int64_t n) const;
+  // In place over `n` elements split into size() shards (shard_begin): afterwards this rank's
+  // shard holds the sum over ranks; the rest of the buffer is scratch.
+  void reduce_scatter_sum(float* data, int64_t n) const;
+  // In place: every rank's shard of the `n` elements is copied to all ranks.
+  void allgather(float* data, int64_t n) const;
+  // Background sum all-reduce of a float buffer; `tag` must differ between those in flight.
+  PendingAllreduce start_allreduce_sum(float* data, int64_t n, int tag) const;
   void broadcast(void* data, int64_t bytes, int root) const;
 
+  const CommStats& stats() const { return *stats_; }
+  void reset_stats() const { *stats_ = CommStats{}; }
+
  private:
+  friend class PendingAllreduce;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();
 };
 
 }  // namespace gf

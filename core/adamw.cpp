@@ -5,23 +5,22 @@
 
 namespace gf {
 
-AdamW::AdamW(const ParamTable& table, AdamWConfig cfg)
-    : cfg_(cfg), m_(static_cast<size_t>(table.total_floats())),
-      v_(static_cast<size_t>(table.total_floats())) {
+AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin, int64_t shard_end)
+    : cfg_(cfg), begin_(shard_begin), end_(shard_end < 0 ? table.total_floats() : shard_end),
+      m_(static_cast<size_t>(end_ - begin_)), v_(static_cast<size_t>(end_ - begin_)) {
   for (const auto& p : table.specs()) ranges_.push_back({p.offset, p.offset + p.numel(), p.weight_decay});
 }
 
-void AdamW::step(float* params, const float* grads, double lr, int64_t step, int64_t begin,
-                 int64_t end) {
-  if (end < 0) end = size();
+void AdamW::step(float* params, const float* grads, double lr, int64_t step) {
+  const int64_t begin = begin_, end = end_;
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step));
   const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float eps = static_cast<float>(cfg_.eps);
-  float* m = m_.data();
-  float* v = v_.data();
+  float* m = m_.data() - begin;  // indexed by arena position
+  float* v = v_.data() - begin;
   for (const Range& r : ranges_) {
     const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
     if (lo >= hi) continue;

@@ -17,14 +17,18 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, AdamWConfig cfg);
+  // Updates [shard_begin, shard_end) of the arena (the whole arena by default) and keeps moments
+  // for that range only: the sharded optimizer (ZeRO-1) gives each data-parallel rank a shard.
+  AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin = 0, int64_t shard_end = -1);
 
-  // One step (step counts from 1) over [begin, end) of the arena (the whole arena by default).
-  void step(float* params, const float* grads, double lr, int64_t step, int64_t begin = 0,
-            int64_t end = -1);
+  // One step (step counts from 1) over this optimizer's shard of the arena.
+  void step(float* params, const float* grads, double lr, int64_t step);
+  int64_t shard_begin() const { return begin_; }
+  int64_t shard_end() const { return end_; }
+  int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }
 
   const AdamWConfig& config() const { return cfg_; }
-  float* m() { return m_.data(); }
+  float* m() { return m_.data(); }  // element i of the shard is arena element shard_begin + i
   float* v() { return v_.data(); }
   int64_t size() const { return static_cast<int64_t>(m_.size()); }
 
@@ -32,6 +36,7 @@ class AdamW {
   struct Range { int64_t begin, end; bool decay; };
   std::vector<Range> ranges_;
   AdamWConfig cfg_;
+  int64_t begin_, end_;
   AlignedBuffer<float> m_, v_;
 };
 

@@ -18,8 +18,12 @@ int64_t product(const std::vector<int64_t>& s) {
 int64_t ParamSpec::numel() const { return product(local_shape); }
 int64_t ParamSpec::global_numel() const { return product(shape); }
 
-ParamTable::ParamTable(int tp_rank, int tp_size, int64_t vocab_padded)
-    : tp_rank_(tp_rank), tp_size_(tp_size), vocab_padded_(vocab_padded) {}
+ParamTable::ParamTable(int tp_rank, int tp_size, int64_t vocab_padded, bool vocab_split)
+    : tp_rank_(tp_rank), tp_size_(tp_size), vocab_padded_(vocab_padded), vocab_split_(vocab_split || tp_size == 1) {}
+
+bool ParamTable::replicated(const ParamSpec& p) const {
+  return p.split == Split::kNone || (p.split == Split::kVocab && !vocab_split_);
+}
 
 void ParamTable::add(ParamSpec spec) {
   if (finalized_) throw std::logic_error("ParamTable::add after finalize");
@@ -50,7 +54,7 @@ void ParamTable::finalize() {
       }
       case Split::kVocab:
         p.local_shape.front() = (vocab_padded_ > 0 ? vocab_padded_ : p.shape.front());
-        divide(p.local_shape.front(), "padded vocabulary");
+        if (vocab_split_) divide(p.local_shape.front(), "padded vocabulary");
         break;
     }
     p.offset = off;
@@ -85,7 +89,7 @@ int64_t ParamTable::global_index(const ParamSpec& p, int64_t i) const {
       return r * gcols + part * gthird + tp_rank_ * lthird + within;
     }
     case Split::kVocab: {
-      const int64_t grow = tp_rank_ * p.local_shape.front() + r;
+      const int64_t grow = (vocab_split_ ? tp_rank_ * p.local_shape.front() : 0) + r;
       return grow < p.shape.front() ? grow * gcols + c : -1;
     }
   }

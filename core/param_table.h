@@ -39,8 +39,9 @@ struct ParamSpec {
 class ParamTable {
  public:
   // tp_rank/tp_size: this rank's position on the tensor-parallel axis; vocab_padded: the padded
-  // vocabulary size (dim 0 of kVocab parameters).
-  ParamTable(int tp_rank = 0, int tp_size = 1, int64_t vocab_padded = 0);
+  // vocabulary size (dim 0 of kVocab parameters); vocab_split: whether kVocab parameters are split
+  // across the tensor-parallel ranks (MindFormers' vocab_emb_dp: False) or replicated.
+  ParamTable(int tp_rank = 0, int tp_size = 1, int64_t vocab_padded = 0, bool vocab_split = true);
 
   void add(ParamSpec spec);
   void finalize();  // lays out local slices, 16-float aligned
@@ -51,6 +52,9 @@ class ParamTable {
   int64_t total_floats() const { return total_; }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
+  bool vocab_split() const { return vocab_split_; }
+  // Whether every tensor-parallel rank holds the whole of `p` (so its gradient norm counts once).
+  bool replicated(const ParamSpec& p) const;
 
   // Global flat index of local element `i` of `p`; -1 for padding (vocab rows past the end).
   int64_t global_index(const ParamSpec& p, int64_t i) const;
@@ -63,6 +67,7 @@ class ParamTable {
   std::unordered_map<std::string, size_t> index_;
   int tp_rank_, tp_size_;
   int64_t vocab_padded_;
+  bool vocab_split_;
   int64_t total_ = 0;
   bool finalized_ = false;
 };

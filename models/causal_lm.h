@@ -2,6 +2,7 @@
 // that returns the summed token loss of a micro-batch, and a backward that accumulates gradients.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/aligned_buffer.h"
@@ -39,9 +40,22 @@ class CausalLM {
   // Megatron's model FLOPs for one forward+backward over `tokens_per_step` tokens.
   virtual double flops_per_step(int64_t batch) const = 0;
 
+  // Called during backward with an arena offset: every gradient at or after it is final on this
+  // rank (parameters finish from the end of the arena towards the front). The trainer uses it to
+  // start data-parallel reductions while backward goes on.
+  void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
+
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
   // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint).
   void load_hf_checkpoint(const std::string& path);
+
+ protected:
+  void grads_ready_from(int64_t offset) {
+    if (grad_ready_) grad_ready_(offset);
+  }
+
+ private:
+  std::function<void(int64_t)> grad_ready_;
 };
 
 }  // namespace gf

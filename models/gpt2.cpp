@@ -1,5 +1,6 @@
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -37,7 +38,8 @@ ParamTable GPT2LMHeadModel::make_param_table(const ModelConfig& cfg, int tp_rank
   const int64_t C = cfg.hidden_size, F = cfg.ffn_hidden();
   const float std = cfg.initializer_range;
   const float proj_std = std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers));
-  ParamTable t(tp_rank, tp_size, cfg.padded_vocab(tp_size));
+  const bool vocab_split = !cfg.vocab_emb_dp;
+  ParamTable t(tp_rank, tp_size, cfg.padded_vocab(vocab_split ? tp_size : 1), vocab_split);
   auto weight = [&](std::string name, std::vector<int64_t> shape, Split split, float s) {
     t.add({std::move(name), std::move(shape), split, Init::kNormal, s, true});
   };
@@ -66,14 +68,29 @@ ParamTable GPT2LMHeadModel::make_param_table(const ModelConfig& cfg, int tp_rank
   return t;
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch,
-                                 const ParallelContext& ctx)
+GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx)
     : cfg_(cfg), B_(micro_batch), T_(cfg.seq_length), C_(cfg.hidden_size), H_(cfg.num_heads),
-      F_(cfg.ffn_hidden()), V_(cfg.vocab_size), Vp_(cfg.padded_vocab(1)), L_(cfg.num_layers),
-      act_(ops::parse_activation(cfg.hidden_act)), table_(make_param_table(cfg, 0, 1)) {
-  if (ctx.grid.tp() != 1 || ctx.grid.pp() != 1)
-    throw std::invalid_argument("GPT2LMHeadModel: tensor and pipeline parallelism are not built yet");
+      F_(cfg.ffn_hidden()), V_(cfg.vocab_size), L_(cfg.num_layers), act_(ops::parse_activation(cfg.hidden_act)),
+      table_(make_param_table(cfg, ctx.coord.tp, ctx.grid.tp())) {
+  const int tp = ctx.grid.tp();
+  if (ctx.grid.pp() != 1) throw std::invalid_argument("GPT2LMHeadModel: pipeline parallelism is not built yet");
   if (C_ % H_ != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
+  if (H_ % tp != 0 || F_ % tp != 0)
+    throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");
+  N_ = B_ * T_;
+  if (cfg.use_seq_parallel && tp > 1 && T_ % tp != 0)
+    throw std::invalid_argument("seq_length must be divisible by model_parallel under use_seq_parallel");
+  tp_ = TensorParallel(&ctx.tp, cfg.use_seq_parallel, N_);
+  Nl_ = tp_.local_rows();
+  Hl_ = H_ / tp;
+  Cl_ = C_ / tp;
+  Fl_ = F_ / tp;
+  vocab_parallel_ = table_.vocab_split() && tp > 1;
+  Vp_ = cfg.padded_vocab(vocab_parallel_ ? tp : 1);
+  Vl_ = vocab_parallel_ ? Vp_ / tp : Vp_;
+  v_begin_ = vocab_parallel_ ? ctx.coord.tp * Vl_ : 0;
+  valid_ = std::clamp<int64_t>(V_ - v_begin_, 0, Vl_);
+  head_rows_ = vocab_parallel_ ? N_ : Nl_;
   for (int64_t l = 0; l < L_; ++l) {
     auto o = [&](const char* n) { return table_.at(layer_name(l, n)).offset; };
     layer_offsets_.push_back({o("ln_1.weight"), o("ln_1.bias"), o("attn.c_attn.weight"), o("attn.c_attn.bias"),
@@ -84,41 +101,47 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch,
   wpe_ = table_.at("wpe.weight").offset;
   lnf_w_ = table_.at("ln_f.weight").offset;
   lnf_b_ = table_.at("ln_f.bias").offset;
-  const size_t N = static_cast<size_t>(B_ * T_), C = static_cast<size_t>(C_);
-  weights_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
-  grads_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
-  inputs_ = AlignedBuffer<int32_t>(N);
-  targets_ = AlignedBuffer<int32_t>(N);
-  emb_ = AlignedBuffer<float>(N * C);
-  lnf_ = AlignedBuffer<float>(N * C);
-  lnf_mean_ = AlignedBuffer<float>(N);
-  lnf_rstd_ = AlignedBuffer<float>(N);
-  logits_ = AlignedBuffer<float>(N * static_cast<size_t>(Vp_));
-  losses_ = AlignedBuffer<float>(N);
-  lse_ = AlignedBuffer<float>(N);
+  auto buf = [](int64_t rows, int64_t cols) { return AlignedBuffer<float>(static_cast<size_t>(rows * cols)); };
+  weights_ = buf(table_.total_floats(), 1);
+  grads_ = buf(table_.total_floats(), 1);
+  inputs_ = AlignedBuffer<int32_t>(static_cast<size_t>(N_));
+  targets_ = AlignedBuffer<int32_t>(static_cast<size_t>(N_));
+  emb_ = buf(Nl_, C_);
+  lnf_ = buf(Nl_, C_);
+  lnf_mean_ = buf(Nl_, 1);
+  lnf_rstd_ = buf(Nl_, 1);
+  logits_ = buf(head_rows_, Vl_);
+  losses_ = buf(head_rows_, 1);
+  lse_ = buf(head_rows_, 1);
   acts_.resize(static_cast<size_t>(L_));
   for (auto& a : acts_) {
-    a.ln1 = AlignedBuffer<float>(N * C);
-    a.ln1_mean = AlignedBuffer<float>(N);
-    a.ln1_rstd = AlignedBuffer<float>(N);
-    a.qkv = AlignedBuffer<float>(N * 3 * C);
-    a.probs = AlignedBuffer<float>(static_cast<size_t>(B_ * H_ * T_ * T_));
-    a.atty = AlignedBuffer<float>(N * C);
-    a.res2 = AlignedBuffer<float>(N * C);
-    a.ln2 = AlignedBuffer<float>(N * C);
-    a.ln2_mean = AlignedBuffer<float>(N);
-    a.ln2_rstd = AlignedBuffer<float>(N);
-    a.fch = AlignedBuffer<float>(N * static_cast<size_t>(F_));
-    a.fch_act = AlignedBuffer<float>(N * static_cast<size_t>(F_));
-    a.out = AlignedBuffer<float>(N * C);
+    a.ln1 = buf(Nl_, C_);
+    a.ln1_mean = buf(Nl_, 1);
+    a.ln1_rstd = buf(Nl_, 1);
+    a.qkv = buf(N_, 3 * Cl_);
+    a.probs = buf(B_ * Hl_ * T_, T_);
+    a.atty = buf(N_, Cl_);
+    a.res2 = buf(Nl_, C_);
+    a.ln2 = buf(Nl_, C_);
+    a.ln2_mean = buf(Nl_, 1);
+    a.ln2_rstd = buf(Nl_, 1);
+    a.fch = buf(N_, Fl_);
+    a.fch_act = buf(N_, Fl_);
+    a.out = buf(Nl_, C_);
   }
-  dres_ = AlignedBuffer<float>(N * C);
-  dtmp_ = AlignedBuffer<float>(N * C);
-  dln_ = AlignedBuffer<float>(N * C);
-  datty_ = AlignedBuffer<float>(N * C);
-  dqkv_ = AlignedBuffer<float>(N * 3 * C);
-  dfch_act_ = AlignedBuffer<float>(N * static_cast<size_t>(F_));
-  dfch_ = AlignedBuffer<float>(N * static_cast<size_t>(F_));
+  dres_ = buf(Nl_, C_);
+  dtmp_ = buf(Nl_, C_);
+  dln_ = buf(Nl_, C_);
+  datty_ = buf(N_, Cl_);
+  dqkv_ = buf(N_, 3 * Cl_);
+  dfch_act_ = buf(N_, Fl_);
+  dfch_ = buf(N_, Fl_);
+  if (tp > 1) {
+    gather_ = buf(N_, C_);
+    partial_ = buf(N_, C_);
+    dfull_ = buf(N_, C_);
+    ce_scratch_ = buf(head_rows_, 2);
+  }
 }
 
 GPT2LMHeadModel::LayerWeights GPT2LMHeadModel::layer_weights(float* base, int64_t l) const {
@@ -138,52 +161,67 @@ ops::DropoutKey GPT2LMHeadModel::hidden_dropout(int64_t layer, int64_t site) con
 void GPT2LMHeadModel::layer_fwd(int64_t l, const float* x, const StepInfo& info) {
   LayerActs& a = acts_[static_cast<size_t>(l)];
   const LayerWeights w = layer_weights(weights_.data(), l);
-  const int64_t N = B_ * T_;
-  const int64_t row0 = info.sample_offset * T_;
-  ops::layernorm_fwd(a.ln1.data(), {a.ln1_mean.data(), a.ln1_rstd.data()}, x, w.ln1_w, w.ln1_b, N, C_, cfg_.layernorm_epsilon);
-  ops::linear_fwd(a.qkv.data(), a.ln1.data(), w.attn_w, w.attn_b, N, C_, 3 * C_);
-  ops::AttentionShape s{B_, T_, H_, C_ / H_, info.sample_offset, 0, H_};
+  const int64_t row0 = global_row0();
+  const float eps = cfg_.layernorm_epsilon;
+  // res2 = x + dropout(c_proj(attn(c_attn(ln1(x)))))
+  ops::layernorm_fwd(a.ln1.data(), {a.ln1_mean.data(), a.ln1_rstd.data()}, x, w.ln1_w, w.ln1_b, Nl_, C_, eps);
+  column_parallel_fwd(tp_, a.qkv.data(), a.ln1.data(), w.attn_w, w.attn_b, C_, 3 * Cl_, gather_.data());
+  ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info.sample_offset, tp_.rank() * Hl_, H_};
   ops::attention_fwd(a.atty.data(), a.probs.data(), a.qkv.data(), s, hidden_dropout(l, kAttnProbs));
-  // res2 = x + dropout(c_proj(atty))
-  ops::linear_fwd(a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, N, C_, C_);
-  ops::dropout_apply(a.res2.data(), hidden_dropout(l, kAttnOut), N, C_, row0, 0, C_);
-  add_inplace(a.res2.data(), x, N * C_);
-  ops::layernorm_fwd(a.ln2.data(), {a.ln2_mean.data(), a.ln2_rstd.data()}, a.res2.data(), w.ln2_w, w.ln2_b, N, C_, cfg_.layernorm_epsilon);
-  ops::linear_fwd(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C_, F_);
-  ops::activation_fwd(act_, a.fch_act.data(), a.fch.data(), N * F_);
-  ops::linear_fwd(a.out.data(), a.fch_act.data(), w.fcproj_w, w.fcproj_b, N, F_, C_);
-  ops::dropout_apply(a.out.data(), hidden_dropout(l, kMlpOut), N, C_, row0, 0, C_);
-  add_inplace(a.out.data(), a.res2.data(), N * C_);
+  row_parallel_fwd(tp_, a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, Cl_, C_, partial_.data());
+  ops::dropout_apply(a.res2.data(), hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
+  add_inplace(a.res2.data(), x, Nl_ * C_);
+  // out = res2 + dropout(c_proj(act(c_fc(ln2(res2)))))
+  ops::layernorm_fwd(a.ln2.data(), {a.ln2_mean.data(), a.ln2_rstd.data()}, a.res2.data(), w.ln2_w, w.ln2_b, Nl_, C_, eps);
+  column_parallel_fwd(tp_, a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, C_, Fl_, gather_.data());
+  ops::activation_fwd(act_, a.fch_act.data(), a.fch.data(), N_ * Fl_);
+  row_parallel_fwd(tp_, a.out.data(), a.fch_act.data(), w.fcproj_w, w.fcproj_b, Fl_, C_, partial_.data());
+  ops::dropout_apply(a.out.data(), hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
+  add_inplace(a.out.data(), a.res2.data(), Nl_ * C_);
 }
 
 double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
   info_ = info;
-  const int64_t N = B_ * T_;
   for (int64_t b = 0; b < B_; ++b) {
     std::memcpy(inputs_.data() + b * T_, tokens + b * (T_ + 1), sizeof(int32_t) * T_);
     std::memcpy(targets_.data() + b * T_, tokens + b * (T_ + 1) + 1, sizeof(int32_t) * T_);
   }
-  for (int64_t i = 0; i < N; ++i)
+  for (int64_t i = 0; i < N_; ++i)
     if (inputs_[i] < 0 || inputs_[i] >= V_ || targets_[i] < 0 || targets_[i] >= V_)
       throw std::out_of_range("token id " + std::to_string(inputs_[i] < 0 || inputs_[i] >= V_ ? inputs_[i] : targets_[i]) +
                               " outside the vocabulary [0, " + std::to_string(V_) + ")");
-  const float* wte = weights_.data() + wte_;
-  const float* wpe = weights_.data() + wpe_;
-  ops::embedding_fwd(emb_.data(), inputs_.data(), wte, wpe, B_, T_, C_);
-  ops::dropout_apply(emb_.data(), hidden_dropout(-1, kEmbedding), N, C_, info.sample_offset * T_, 0, C_);
+  const EmbeddingShape es{N_, T_, C_, v_begin_, v_begin_ + Vl_, vocab_parallel_};
+  embedding_parallel_fwd(tp_, emb_.data(), inputs_.data(), weights_.data() + wte_, weights_.data() + wpe_, es,
+                         partial_.data());
+  ops::dropout_apply(emb_.data(), hidden_dropout(-1, kEmbedding), Nl_, C_, global_row0(), 0, C_);
   const float* x = emb_.data();
   for (int64_t l = 0; l < L_; ++l) {
     layer_fwd(l, x, info);
     x = acts_[static_cast<size_t>(l)].out.data();
   }
-  const float* lnf_w = weights_.data() + lnf_w_;
-  const float* lnf_b = weights_.data() + lnf_b_;
-  ops::layernorm_fwd(lnf_.data(), {lnf_mean_.data(), lnf_rstd_.data()}, x, lnf_w, lnf_b, N, C_, cfg_.layernorm_epsilon);
-  // logits [N, Vp] = lnf [N, C] @ wte[Vp, C]^T (the padded rows of wte are zero and masked below)
-  gemm(Trans::kNo, Trans::kYes, N, Vp_, C_, 1.0f, lnf_.data(), C_, wte, C_, 0.0f, logits_.data(), Vp_);
-  ops::cross_entropy_fwd(losses_.data(), lse_.data(), logits_.data(), targets_.data(), N, Vp_, V_);
+  return head_fwd(x);
+}
+
+// ln_f, then the LM head tied to wte and the cross-entropy. Vocabulary-parallel: every rank
+// computes its vocabulary slice of the logits of all N rows (gathered under SP) and the softmax is
+// reduced across the group. Replicated: every rank computes all logits of its own rows.
+double GPT2LMHeadModel::head_fwd(const float* x) {
+  const float* wte = weights_.data() + wte_;
+  ops::layernorm_fwd(lnf_.data(), {lnf_mean_.data(), lnf_rstd_.data()}, x, weights_.data() + lnf_w_,
+                     weights_.data() + lnf_b_, Nl_, C_, cfg_.layernorm_epsilon);
+  const float* h = vocab_parallel_ ? tp_.gather_rows(lnf_.data(), gather_.data(), C_) : lnf_.data();
+  const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
+  // logits [rows, Vl] = h [rows, C] @ wte[Vl, C]^T (padded rows of wte are zero and masked below)
+  gemm(Trans::kNo, Trans::kYes, head_rows_, Vl_, C_, 1.0f, h, C_, wte, C_, 0.0f, logits_.data(), Vl_);
+  if (vocab_parallel_)
+    vocab_parallel_cross_entropy_fwd(tp_, losses_.data(), lse_.data(), logits_.data(), tgt, head_rows_, Vl_, v_begin_,
+                                     valid_, ce_scratch_.data());
+  else
+    ops::cross_entropy_fwd(losses_.data(), lse_.data(), logits_.data(), tgt, head_rows_, Vl_, valid_);
   double sum = 0.0;
-  for (int64_t i = 0; i < N; ++i) sum += losses_[i];
+  for (int64_t i = 0; i < head_rows_; ++i) sum += losses_[i];
+  // Replicated head under SP: each rank has the loss of its own rows.
+  if (!vocab_parallel_ && tp_.sequence_parallel()) tp_.allreduce_sum(&sum, 1);
   return sum;
 }
 
@@ -191,60 +229,77 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
   LayerActs& a = acts_[static_cast<size_t>(l)];
   const LayerWeights w = layer_weights(weights_.data(), l);
   const LayerWeights g = layer_weights(grads_.data(), l);
-  const int64_t N = B_ * T_;
-  const int64_t row0 = info_.sample_offset * T_;
+  const int64_t row0 = global_row0();
   // MLP: out = res2 + drop(c_proj(act(c_fc(ln2(res2)))))
-  std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * N * C_);
-  ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kMlpOut), N, C_, row0, 0, C_);
-  zero(dfch_act_);
-  ops::linear_bwd(dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act.data(), w.fcproj_w, N, F_, C_);
+  std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
+  ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
+  row_parallel_bwd(tp_, dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act.data(), w.fcproj_w, Fl_, C_,
+                   gather_.data());
   zero(dfch_);
-  ops::activation_bwd(act_, dfch_.data(), dfch_act_.data(), a.fch.data(), N * F_);
-  zero(dln_);
-  ops::linear_bwd(dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2.data(), w.fc_w, N, C_, F_);
-  ops::layernorm_bwd(dres_.data(), g.ln2_w, g.ln2_b, dln_.data(), a.res2.data(), w.ln2_w, {a.ln2_mean.data(), a.ln2_rstd.data()}, N, C_);
+  ops::activation_bwd(act_, dfch_.data(), dfch_act_.data(), a.fch.data(), N_ * Fl_);
+  column_parallel_bwd(tp_, dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2.data(), w.fc_w, C_, Fl_, gather_.data(),
+                      dfull_.data());
+  ops::layernorm_bwd(dres_.data(), g.ln2_w, g.ln2_b, dln_.data(), a.res2.data(), w.ln2_w,
+                     {a.ln2_mean.data(), a.ln2_rstd.data()}, Nl_, C_);
   // Attention: res2 = x + drop(c_proj(attn(c_attn(ln1(x)))))
-  std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * N * C_);
-  ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kAttnOut), N, C_, row0, 0, C_);
-  zero(datty_);
-  ops::linear_bwd(datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty.data(), w.proj_w, N, C_, C_);
+  std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
+  ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
+  row_parallel_bwd(tp_, datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty.data(), w.proj_w, Cl_, C_,
+                   gather_.data());
   zero(dqkv_);
-  ops::AttentionShape s{B_, T_, H_, C_ / H_, info_.sample_offset, 0, H_};
+  ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
   ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv.data(), a.probs.data(), s, hidden_dropout(l, kAttnProbs));
-  zero(dln_);
-  ops::linear_bwd(dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1.data(), w.attn_w, N, C_, 3 * C_);
-  ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean.data(), a.ln1_rstd.data()}, N, C_);
+  column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1.data(), w.attn_w, C_, 3 * Cl_,
+                      gather_.data(), dfull_.data());
+  ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean.data(), a.ln1_rstd.data()},
+                     Nl_, C_);
+}
+
+void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
+  const float* wte = weights_.data() + wte_;
+  float* dwte = grads_.data() + wte_;
+  const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
+  vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
+  if (vocab_parallel_) {
+    // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices.
+    const float* h = tp_.gather_rows(lnf_.data(), gather_.data(), C_);
+    gemm(Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dfull_.data(), C_);
+    gemm(Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), Vl_, h, C_, 1.0f, dwte, C_);
+    tp_.reduce_rows(dfull_.data(), dln_.data(), C_);
+  } else {
+    gemm(Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dln_.data(), C_);
+    gemm(Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), Vl_, lnf_.data(), C_, 1.0f, dwte, C_);
+  }
+  zero(dres_);
+  ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), x,
+                     weights_.data() + lnf_w_, {lnf_mean_.data(), lnf_rstd_.data()}, Nl_, C_);
 }
 
 void GPT2LMHeadModel::backward(float grad_scale) {
-  const int64_t N = B_ * T_;
-  float* wte = weights_.data() + wte_;
-  float* dwte = grads_.data() + wte_;
-  ops::cross_entropy_bwd_inplace(logits_.data(), lse_.data(), targets_.data(), N, Vp_, V_, grad_scale);
-  // dlnf = dlogits @ wte ; dwte += dlogits^T @ lnf
-  zero(dln_);
-  gemm(Trans::kNo, Trans::kNo, N, C_, Vp_, 1.0f, logits_.data(), Vp_, wte, C_, 0.0f, dln_.data(), C_);
-  gemm(Trans::kYes, Trans::kNo, Vp_, C_, N, 1.0f, logits_.data(), Vp_, lnf_.data(), C_, 1.0f, dwte, C_);
-  const float* xlast = L_ > 0 ? acts_.back().out.data() : emb_.data();
-  zero(dres_);
-  ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), xlast,
-                     weights_.data() + lnf_w_, {lnf_mean_.data(), lnf_rstd_.data()}, N, C_);
+  head_bwd(grad_scale, L_ > 0 ? acts_.back().out.data() : emb_.data());
+  grads_ready_from(lnf_w_);
   for (int64_t l = L_ - 1; l >= 0; --l) {
     const float* x = l > 0 ? acts_[static_cast<size_t>(l - 1)].out.data() : emb_.data();
     layer_bwd(l, x);
+    grads_ready_from(layer_offsets_[static_cast<size_t>(l)].ln1_w);
   }
-  ops::dropout_apply(dres_.data(), hidden_dropout(-1, kEmbedding), N, C_, info_.sample_offset * T_, 0, C_);
-  ops::embedding_bwd(dwte, grads_.data() + wpe_, dres_.data(), inputs_.data(), B_, T_, C_);
+  ops::dropout_apply(dres_.data(), hidden_dropout(-1, kEmbedding), Nl_, C_, global_row0(), 0, C_);
+  const EmbeddingShape es{N_, T_, C_, v_begin_, v_begin_ + Vl_, vocab_parallel_};
+  embedding_parallel_bwd(tp_, grads_.data() + wte_, grads_.data() + wpe_, dres_.data(), inputs_.data(), es,
+                         gather_.data());
+  grads_ready_from(0);
 }
 
 int64_t GPT2LMHeadModel::activation_bytes() const {
-  const int64_t N = B_ * T_;
-  // per layer: ln1, atty, res2, ln2, out (C each), qkv (3C), fch and its activation (F each),
-  // two LayerNorm means and rstds, and the attention probabilities
-  const int64_t per_layer = N * (5 * C_ + 3 * C_ + 2 * F_ + 4) + B_ * H_ * T_ * T_;
-  // emb, lnf (C each), logits (padded vocabulary), losses, lse, lnf mean/rstd, inputs, targets
-  const int64_t other = N * (2 * C_ + Vp_ + 6);
-  const int64_t scratch = N * (4 * C_ + 3 * C_ + 2 * F_);
+  // Per layer, on this rank: ln1, res2, ln2, out on the residual rows (Nl x C each) with four
+  // LayerNorm statistics per row; qkv (3 Cl), atty (Cl), fch and its activation (Fl each) on all
+  // N rows; the attention probabilities of the local heads.
+  const int64_t per_layer = Nl_ * (4 * C_ + 4) + N_ * (4 * Cl_ + 2 * Fl_) + B_ * Hl_ * T_ * T_;
+  // emb, lnf (Nl x C), lnf statistics, the logits and per-row losses/lse of the head, tokens.
+  const int64_t other = Nl_ * (2 * C_ + 2) + head_rows_ * (Vl_ + 2) + 2 * N_;
+  // Backward scratch shared by all layers, and the tensor-parallel buffers.
+  const int64_t scratch = 3 * Nl_ * C_ + N_ * (4 * Cl_ + 2 * Fl_) +
+                          static_cast<int64_t>(gather_.size() + partial_.size() + dfull_.size() + ce_scratch_.size());
   return 4 * (L_ * per_layer + other + scratch);
 }
 

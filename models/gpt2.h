@@ -11,6 +11,7 @@
 #include "core/ops/layernorm.h"
 #include "models/causal_lm.h"
 #include "parallel/parallel_context.h"
+#include "parallel/tensor_parallel.h"
 
 namespace gf {
 
@@ -27,11 +28,12 @@ class GPT2LMHeadModel : public CausalLM {
   double forward(const int32_t* tokens, const StepInfo& info) override;
   void backward(float grad_scale) override;
   const float* logits() const override { return logits_.data(); }
-  int64_t logits_ld() const override { return Vp_; }
+  int64_t logits_ld() const override { return Vl_; }
   int64_t activation_bytes() const override;
   double flops_per_step(int64_t batch) const override;
 
-  // The parameter table of a GPT-2 with this config (Hugging Face names and layouts).
+  // The parameter table of a GPT-2 with this config (Hugging Face names and layouts), for
+  // tensor-parallel rank tp_rank of tp_size (cfg.vocab_emb_dp: False splits the vocabulary).
   static ParamTable make_param_table(const ModelConfig& cfg, int tp_rank, int tp_size);
 
  private:
@@ -47,10 +49,19 @@ class GPT2LMHeadModel : public CausalLM {
   LayerWeights layer_weights(float* base, int64_t l) const;
   void layer_fwd(int64_t l, const float* x, const StepInfo& info);
   void layer_bwd(int64_t l, const float* x);
+  double head_fwd(const float* x);
+  void head_bwd(float grad_scale, const float* x);
   ops::DropoutKey hidden_dropout(int64_t layer, int64_t site) const;
+  int64_t global_row0() const { return info_.sample_offset * T_ + tp_.row_begin(); }
 
   ModelConfig cfg_;
   int64_t B_, T_, C_, H_, F_, V_, Vp_, L_;
+  // Tensor/sequence parallel: this rank's residual rows Nl (N = B*T, or N/tp under SP), heads
+  // Hl, attention width Cl, MLP width Fl, and vocabulary slice [v_begin_, v_begin_ + Vl_) of
+  // which valid_ are real tokens; head_rows_ is how many rows the LM head computes here.
+  TensorParallel tp_;
+  int64_t N_, Nl_, Hl_, Cl_, Fl_, Vl_, v_begin_, valid_, head_rows_;
+  bool vocab_parallel_;
   ops::Activation act_;
   ParamTable table_;
   std::vector<LayerOffsets> layer_offsets_;
@@ -62,6 +73,9 @@ class GPT2LMHeadModel : public CausalLM {
   std::vector<LayerActs> acts_;
   // Backward scratch, shared by all layers.
   AlignedBuffer<float> dres_, dtmp_, dln_, datty_, dqkv_, dfch_act_, dfch_;
+  // Tensor-parallel scratch ([N, C] each; empty on one rank): gathered rows, partial sums, and
+  // the full-row input gradient of a column-parallel layer under SP.
+  AlignedBuffer<float> gather_, partial_, dfull_, ce_scratch_;
   StepInfo info_;
 };
 

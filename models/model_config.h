@@ -27,6 +27,9 @@ struct ModelConfig {
   std::string layernorm_compute_type = "float32";
   std::string softmax_compute_type = "float32";
   int64_t eos_token_id = 50256;
+  // From parallel_config: how the model is split across the tensor-parallel ranks.
+  bool use_seq_parallel = false;
+  bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary
 
   int64_t ffn_hidden() const { return hidden_size * expand_ratio; }
   int64_t head_dim() const { return hidden_size / num_heads; }

@@ -235,9 +235,6 @@ void warn_not_built(Config& c) {
   if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
   if (c.recompute || c.select_recompute)
     w("recompute_config: activation recompute is not built yet; all activations are kept (the numbers are the same)");
-  if (c.parallel.optimizer_shard)
-    w("parallel.enable_parallel_optimizer / optimizer_shard: the sharded optimizer is not built yet; every rank keeps the full AdamW state");
-  if (c.parallel.use_seq_parallel) w("`parallel_config.use_seq_parallel: True`: sequence parallelism is not built yet; ignored");
   if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
   if (get<bool>(c.resolved, "model.model_config.use_flash_attention"))
     w("`model.model_config.use_flash_attention: True`: fused attention is not built yet; using the unfused path");
@@ -299,6 +296,8 @@ Config load_config_string(const std::string& yaml, const std::vector<std::string
   read_training(r, c, errors);
   read_parallel(r, c);
   read_model(c.resolved, c, errors);
+  c.model.use_seq_parallel = c.parallel.use_seq_parallel;
+  c.model.vocab_emb_dp = c.parallel.vocab_emb_dp;
   read_optimizer(r, c, errors);
   read_callbacks(r, c, errors);
   try {

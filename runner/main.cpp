@@ -25,7 +25,8 @@ int threads_per_rank() {
   return std::max(1, hw / local);
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& sets, int argc, char** argv) {
+int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& save_weights,
+              int argc, char** argv) {
   gf::MpiEnvironment mpi(&argc, &argv);
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
@@ -70,6 +71,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
                    cfg.eval_data.eval_iters);
     } else {
       status = trainer.run();
+      if (status == 0 && !save_weights.empty()) trainer.save_weights(save_weights);
     }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
@@ -91,6 +93,10 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
   train->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
   train->add_option("--set", sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
+  std::string save_weights;
+  train->add_option("--save-weights", save_weights,
+                    "after training, write the full weights (gathered from every rank) to this .safetensors file "
+                    "(Hugging Face GPT-2 names; load_checkpoint reads it)");
 
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
@@ -117,5 +123,5 @@ int main(int argc, char** argv) {
     }
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
-  return run_train(config_path, sets, argc, argv);
+  return run_train(config_path, sets, save_weights, argc, argv);
 }

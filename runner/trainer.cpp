@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
+#include "core/safetensors.h"
 #include "models/registry.h"
 #include "runner/logging.h"
 
@@ -95,7 +97,10 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
     }
     eval_data_ = make_batch_source(e, cfg.model, cfg.eval_data.eval_iters * global_batch_, 1, "eval_dataset");
   }
-  opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
+  sync_ = std::make_unique<GradientSync>(model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
+                                         cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
+  model_->set_grad_ready_hook([this](int64_t offset) { sync_->grads_ready_from(offset); });
+  opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
   if (ctx_.world_rank == 0) {
@@ -119,9 +124,16 @@ void Trainer::log_setup() const {
                cfg_.batch_size, global_batch_, global_batch_ * m.seq_length);
   spdlog::info("data: {}", data_->describe());
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
-  spdlog::info("memory per rank: parameters {}, gradients {}, AdamW moments {}, activations {} (planned)",
-               human_bytes(pbytes), human_bytes(pbytes), human_bytes(2 * pbytes),
+  spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+               "activations {} (planned)",
+               ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes())),
+               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.grid.dp()) : std::string(),
                human_bytes(static_cast<double>(model_->activation_bytes())));
+  if (ctx_.grid.dp() > 1)
+    spdlog::info("data-parallel gradients: {}", sync_->sharded()
+        ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")
+        : fmt::format("{} bucket(s) all-reduced in the background of backward (parallel_config.gradient_aggregation_group)",
+                      sync_->buckets().size()));
   spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
                "warmup {} total {}; clip {}",
                cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
@@ -142,15 +154,19 @@ StepResult Trainer::train_step(int64_t step) {
   float* grads = model_->grads();
   const int64_t n = model_->params().total_floats();
   std::fill(grads, grads + n, 0.0f);
+  sync_->begin_step(grads);
   StepInfo info{step, first, true};
   double loss_sum = model_->forward(tokens_.data(), info);
   const double global_tokens = static_cast<double>(global_batch_ * T);
   model_->backward(static_cast<float>(loss_scale_ / global_tokens));
   ctx_.dp.allreduce_sum(&loss_sum, 1);
-  ctx_.dp.allreduce_sum(grads, n);
+  sync_->finish();
   r.loss = loss_sum / global_tokens;
-  if (loss_scale_ != 1.0) scale_inplace(grads, n, static_cast<float>(1.0 / loss_scale_));
-  r.grad_norm = std::sqrt(grad_sq_sum(grads, n));
+  // From here on only this rank's shard of the gradients is used (all of them without ZeRO).
+  float* shard = grads + sync_->shard_begin();
+  const int64_t shard_n = sync_->shard_end() - sync_->shard_begin();
+  if (loss_scale_ != 1.0) scale_inplace(shard, shard_n, static_cast<float>(1.0 / loss_scale_));
+  r.grad_norm = std::sqrt(sync_->global_sq_norm(grads));
   r.lr = lr_->at(step);
   if (!std::isfinite(r.grad_norm) && cfg_.loss_scale.dynamic) {
     r.skipped = true;
@@ -161,9 +177,10 @@ StepResult Trainer::train_step(int64_t step) {
   }
   if (cfg_.use_clip_grad) {
     const double coef = clip_coefficient(r.grad_norm, cfg_.max_grad_norm);
-    if (coef < 1.0) scale_inplace(grads, n, static_cast<float>(coef));
+    if (coef < 1.0) scale_inplace(shard, shard_n, static_cast<float>(coef));
   }
   opt_->step(model_->weights(), grads, r.lr, step - skipped_steps_);
+  sync_->allgather_params(model_->weights());
   if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
     loss_scale_ *= cfg_.loss_scale.factor;
     good_steps_ = 0;
@@ -241,7 +258,60 @@ int Trainer::run() {
   }
   spdlog::info("training finished: {} steps, {} skipped for overflow, average step {:.1f} ms", total_steps_,
                skipped_steps_, timed_steps_ ? 1000.0 * elapsed_s_ / timed_steps_ : 0.0);
+  log_resource_report();
   return 0;
+}
+
+void Trainer::save_weights(const std::string& path) {
+  const ParamTable& table = model_->params();
+  const float* w = model_->weights();
+  std::vector<std::vector<float>> full;
+  std::vector<StWriteTensor> out;
+  for (const ParamSpec& p : table.specs()) {
+    std::vector<float> f(static_cast<size_t>(p.global_numel()), 0.0f);
+    if (!table.replicated(p) || ctx_.coord.tp == 0)
+      for (int64_t i = 0; i < p.numel(); ++i)
+        if (const int64_t g = table.global_index(p, i); g >= 0) f[static_cast<size_t>(g)] = w[p.offset + i];
+    ctx_.tp.allreduce_sum(f.data(), p.global_numel());  // disjoint slices: the sum is exact
+    full.push_back(std::move(f));
+    out.push_back({p.name, StDtype::kF32, p.shape, full.back().data()});
+  }
+  if (ctx_.world_rank == 0) {
+    write_safetensors(path, out, {{"format", "pt"}});
+    spdlog::info("weights written to {}", path);
+  }
+}
+
+void Trainer::log_resource_report() {
+  // Per rank: peak RSS, bytes sent in the tensor, data and world groups. Gathered by a sum over
+  // the world of vectors in which each rank fills its own slot.
+  const int W = ctx_.world.size(), me = ctx_.world_rank;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  constexpr int K = 5;
+  std::vector<double> v(static_cast<size_t>(K * W), 0.0);
+  v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
+  v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
+  v[K * me + 2] = static_cast<double>(ctx_.dp.stats().bytes_sent);
+  v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
+  v[K * me + 4] = static_cast<double>(opt_->state_bytes());
+  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (me != 0) return;
+  const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
+  for (int r = 0; r < W; ++r)
+    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group "
+                 "({} per step in all)",
+                 r, human_bytes(v[K * r]), human_bytes(v[K * r + 1]), human_bytes(v[K * r + 2]), human_bytes(v[K * r + 3]),
+                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3]) / steps));
+  // The same, machine-readable, in output_dir/resources.json.
+  nlohmann::json j;
+  j["steps"] = total_steps_;
+  j["layout"] = ctx_.grid.describe();
+  for (int r = 0; r < W; ++r)
+    j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
+                          {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
+                          {"optimizer_state_bytes", v[K * r + 4]}});
+  std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 
 }  // namespace gf

@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/adamw.h"
 #include "core/lr_schedule.h"
 #include "models/causal_lm.h"
+#include "parallel/grad_sync.h"
 #include "parallel/parallel_context.h"
 #include "runner/batch_source.h"
 #include "runner/config.h"
@@ -43,7 +45,13 @@ class Trainer {
   // Mean token loss over eval_iters global batches of the validation split (no dropout).
   double evaluate();
   CausalLM& model() { return *model_; }
+  const AdamW& optimizer() const { return *opt_; }
   int64_t total_steps() const { return total_steps_; }
+  // Writes the full weights (gathered over the tensor-parallel group; Hugging Face names, F32)
+  // as a safetensors file from world rank 0. Collective: every rank calls.
+  void save_weights(const std::string& path);
+  // Peak RSS per rank and bytes sent per group, logged by rank 0 (collective: every rank calls).
+  void log_resource_report();
 
  private:
   void log_step(int64_t step, const StepResult& r, double step_ms);
@@ -53,6 +61,7 @@ class Trainer {
   const Config& cfg_;
   ParallelContext& ctx_;
   std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchSource> data_, eval_data_;

@@ -35,20 +35,21 @@ void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* target
 
 template <typename T>
 void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
-                               int64_t valid, float grad_scale) {
+                               int64_t valid, float grad_scale, int64_t vocab_begin) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
     RowMap<T> row(x, valid);
     row = (row - lse[r]).exp() * static_cast<T>(grad_scale);
-    x[targets[r]] -= static_cast<T>(grad_scale);
+    const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+    if (t >= 0 && t < valid) x[t] -= static_cast<T>(grad_scale);
     std::fill(x + valid, x + ld, T(0));
   }
 }
 
 template void cross_entropy_fwd<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t);
 template void cross_entropy_fwd<double>(double*, double*, const double*, const int32_t*, int64_t, int64_t, int64_t);
-template void cross_entropy_bwd_inplace<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float);
-template void cross_entropy_bwd_inplace<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t, float);
+template void cross_entropy_bwd_inplace<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, float, int64_t);
+template void cross_entropy_bwd_inplace<double>(double*, const double*, const int32_t*, int64_t, int64_t, int64_t, float, int64_t);
 
 }  // namespace gf::ops

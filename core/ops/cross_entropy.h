@@ -14,9 +14,10 @@ void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* target
 
 // Overwrites logits with d(loss_scale * sum_r losses[r])/dlogits, i.e.
 // (softmax - onehot) * grad_scale for the valid columns and 0 for the padding, with the lse
-// that forward wrote.
+// that forward wrote. The columns are vocabulary ids [vocab_begin, vocab_begin + ld) (a
+// vocabulary-parallel slice); a target outside them contributes no one-hot term here.
 template <typename T>
 void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
-                               int64_t valid, float grad_scale);
+                               int64_t valid, float grad_scale, int64_t vocab_begin = 0);
 
 }  // namespace gf::ops

@@ -24,8 +24,11 @@ ModelConfig small() {
 }
 
 // Reassembles the global tensor of `name` from the tp slices and compares with the tp=1 tensor.
+// Both with the vocabulary split (vocab_emb_dp: False) and replicated (True).
 TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
-  const ModelConfig cfg = small();
+  for (bool vocab_emb_dp : {false, true}) {
+  ModelConfig cfg = small();
+  cfg.vocab_emb_dp = vocab_emb_dp;
   const ParamTable one = GPT2LMHeadModel::make_param_table(cfg, 0, 1);
   AlignedBuffer<float> full(static_cast<size_t>(one.total_floats()));
   one.initialize(full.data(), 42);
@@ -41,7 +44,7 @@ TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
           const int64_t g = t.global_index(p, i);
           if (g < 0) { EXPECT_EQ(w[p.offset + i], 0.0f) << p.name << " padding"; continue; }
           const float v = w[static_cast<size_t>(p.offset + i)];
-          if (p.split == Split::kNone) {  // replicated: every rank holds the same full tensor
+          if (t.replicated(p)) {  // every rank holds the same full tensor
             EXPECT_EQ(v, full[static_cast<size_t>(p1.offset + g)]) << p.name;
           } else {
             EXPECT_TRUE(std::isnan(rebuilt[g])) << p.name << ": element " << g << " held by two ranks";
@@ -52,6 +55,9 @@ TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
       for (int64_t g = 0; g < p1.global_numel(); ++g)
         ASSERT_EQ(rebuilt[g], full[static_cast<size_t>(p1.offset + g)]) << p1.name << " tp=" << tp << " element " << g;
     }
+  }
+  EXPECT_EQ(GPT2LMHeadModel::make_param_table(cfg, 1, 2).replicated(GPT2LMHeadModel::make_param_table(cfg, 1, 2).at("wte.weight")),
+            vocab_emb_dp);
   }
 }
 

@@ -1,0 +1,93 @@
+#include "parallel/grad_sync.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace gf {
+
+GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+                           bool sequence_parallel)
+    : table_(table), ctx_(ctx), sharded_(shard_optimizer && ctx.dp.size() > 1),
+      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(table.total_floats()) {
+  shard_begin_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank()) : 0;
+  shard_end_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
+  if (!sharded_ && ctx.dp.size() > 1) {
+    // Cut from the end of the arena (where backward starts) at parameter boundaries.
+    const int64_t target = std::max<int64_t>(1, total_ / std::max<int64_t>(1, buckets));
+    int64_t end = total_;
+    const auto& specs = table.specs();
+    for (size_t i = specs.size(); i-- > 0;) {
+      const int64_t b = specs[i].offset;
+      if (end - b >= target || i == 0) {
+        buckets_.push_back({i == 0 ? 0 : b, end});
+        end = b;
+      }
+    }
+  }
+  if (sequence_parallel_) {
+    int64_t n = 0;
+    for (const auto& p : table.specs())
+      if (table.replicated(p)) {
+        tp_partial_.push_back({p.offset, p.offset + p.numel()});
+        n += p.numel();
+      }
+    staging_.resize(static_cast<size_t>(n));
+  }
+}
+
+void GradientSync::begin_step(float* grads) {
+  grads_ = grads;
+  pending_.clear();
+  started_ = 0;
+}
+
+void GradientSync::grads_ready_from(int64_t offset) {
+  while (started_ < buckets_.size() && buckets_[started_].begin >= offset) {
+    const Bucket& b = buckets_[started_];
+    pending_.push_back(ctx_.dp.start_allreduce_sum(grads_ + b.begin, b.end - b.begin, static_cast<int>(started_)));
+    ++started_;
+  }
+  for (auto& p : pending_) p.test();
+}
+
+void GradientSync::finish() {
+  grads_ready_from(0);
+  for (auto& p : pending_) p.wait();
+  if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, total_);
+  if (sequence_parallel_) {
+    // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
+    int64_t n = 0;
+    for (const Range& r : tp_partial_) {
+      const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
+      if (lo < hi) { std::memcpy(staging_.data() + n, grads_ + lo, sizeof(float) * (hi - lo)); n += hi - lo; }
+    }
+    ctx_.tp.allreduce_sum(staging_.data(), n);
+    n = 0;
+    for (const Range& r : tp_partial_) {
+      const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
+      if (lo < hi) { std::memcpy(grads_ + lo, staging_.data() + n, sizeof(float) * (hi - lo)); n += hi - lo; }
+    }
+  }
+}
+
+double GradientSync::global_sq_norm(const float* grads) const {
+  double local = 0.0;
+  const bool count_replicated = ctx_.tp.rank() == 0;
+  for (const auto& p : table_.specs()) {
+    if (table_.replicated(p) && !count_replicated) continue;
+    const int64_t lo = std::max(p.offset, shard_begin_), hi = std::min(p.offset + p.numel(), shard_end_);
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(grads[i]) * grads[i];
+    local += s;
+  }
+  ctx_.tp.allreduce_sum(&local, 1);
+  if (sharded_) ctx_.dp.allreduce_sum(&local, 1);
+  return local;
+}
+
+void GradientSync::allgather_params(float* weights) const {
+  if (sharded_) ctx_.dp.allgather(weights, total_);
+}
+
+}  // namespace gf

@@ -1,0 +1,68 @@
+// Gradient synchronisation over the flat arena, after (and during) the backward pass:
+//
+//  * data parallel, plain: the arena is cut at parameter boundaries into `buckets` contiguous
+//    buckets (parallel_config.gradient_aggregation_group is the bucket count). Backward finishes
+//    parameters from the end of the arena towards the front; as soon as a bucket is complete its
+//    ring all-reduce starts in the background and is advanced between layers.
+//  * data parallel with the sharded optimizer (ZeRO-1): the arena is reduce-scattered so each
+//    data-parallel rank holds the summed gradient of its 1/dp shard, updates only that shard, and
+//    the parameters are all-gathered afterwards.
+//  * sequence parallel: replicated parameters (LayerNorms, row-parallel biases, position
+//    embedding) see only this rank's rows, so their gradients are summed over the tensor group.
+//
+// The gradient norm is the true global norm under every layout: split parameters count on every
+// tensor-parallel rank, replicated ones once, and shards are summed over the data group.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/param_table.h"
+#include "parallel/communicator.h"
+#include "parallel/parallel_context.h"
+
+namespace gf {
+
+class GradientSync {
+ public:
+  struct Bucket {
+    int64_t begin, end;  // arena floats
+  };
+
+  GradientSync(const ParamTable& table, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+               bool sequence_parallel);
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // This rank's shard of the arena: what it reduces, clips and updates (everything without ZeRO).
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  bool sharded() const { return sharded_; }
+
+  void begin_step(float* grads);
+  // Backward has finished every gradient at arena offsets >= `offset` on this rank.
+  void grads_ready_from(int64_t offset);
+  // Completes every reduction; afterwards [shard_begin, shard_end) of grads holds the global sum.
+  void finish();
+  // Sum of squares of the global gradient (the same on every rank).
+  double global_sq_norm(const float* grads) const;
+  // ZeRO: every data-parallel rank's updated shard to all (no-op otherwise).
+  void allgather_params(float* weights) const;
+
+ private:
+  struct Range {
+    int64_t begin, end;
+  };
+  const ParamTable& table_;
+  const ParallelContext& ctx_;
+  bool sharded_, sequence_parallel_;
+  int64_t total_, shard_begin_, shard_end_;
+  std::vector<Bucket> buckets_;           // in the order backward completes them
+  std::vector<PendingAllreduce> pending_;
+  size_t started_ = 0;
+  float* grads_ = nullptr;
+  std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
+  std::vector<float> staging_;
+};
+
+}  // namespace gf

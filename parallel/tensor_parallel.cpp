@@ -1,0 +1,146 @@
+#include "parallel/tensor_parallel.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "core/ops/cross_entropy.h"
+#include "core/ops/embedding.h"
+#include "core/ops/linear.h"
+
+namespace gf {
+
+TensorParallel::TensorParallel(const Communicator* tp, bool sequence_parallel, int64_t rows)
+    : tp_(tp), sp_(sequence_parallel && tp && tp->size() > 1), rows_(rows) {
+  if (sp_ && rows % tp->size() != 0)
+    throw std::invalid_argument("sequence parallel: " + std::to_string(rows) + " token rows do not split over " +
+                                std::to_string(tp->size()) + " ranks");
+}
+
+const float* TensorParallel::gather_rows(const float* x, float* full, int64_t cols) const {
+  if (!sp_) return x;
+  const int64_t n = local_rows() * cols;
+  std::memcpy(full + row_begin() * cols, x, sizeof(float) * static_cast<size_t>(n));
+  tp_->allgather(full, rows_ * cols);
+  return full;
+}
+
+void TensorParallel::reduce_rows(float* partial, float* y, int64_t cols) const {
+  if (size() == 1) {
+    if (y != partial) std::memcpy(y, partial, sizeof(float) * static_cast<size_t>(rows_ * cols));
+    return;
+  }
+  if (!sp_) {
+    tp_->allreduce_sum(partial, rows_ * cols);
+    if (y != partial) std::memcpy(y, partial, sizeof(float) * static_cast<size_t>(rows_ * cols));
+    return;
+  }
+  tp_->reduce_scatter_sum(partial, rows_ * cols);
+  std::memcpy(y, partial + row_begin() * cols, sizeof(float) * static_cast<size_t>(local_rows() * cols));
+}
+
+void TensorParallel::allreduce_sum(float* x, int64_t n) const { if (tp_) tp_->allreduce_sum(x, n); }
+void TensorParallel::allreduce_sum(double* x, int64_t n) const { if (tp_) tp_->allreduce_sum(x, n); }
+void TensorParallel::allreduce_max(float* x, int64_t n) const { if (tp_) tp_->allreduce_max(x, n); }
+
+void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+                         int64_t in, int64_t out_local, float* gather_buf) {
+  const float* xf = tp.gather_rows(x, gather_buf, in);
+  ops::linear_fwd(y, xf, w, b, tp.rows(), in, out_local);
+}
+
+void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
+                         const float* x, const float* w, int64_t in, int64_t out_local, float* gather_buf,
+                         float* dx_buf) {
+  // Under SP the input is gathered again rather than kept: activation memory stays at the local rows.
+  const float* xf = tp.gather_rows(x, gather_buf, in);
+  float* dfull = tp.sequence_parallel() ? dx_buf : dx;
+  std::memset(dfull, 0, sizeof(float) * static_cast<size_t>(tp.rows() * in));
+  ops::linear_bwd(dfull, dw, db, dy, xf, w, tp.rows(), in, out_local);
+  tp.reduce_rows(dfull, dx, in);
+}
+
+void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+                      int64_t in_local, int64_t out, float* partial_buf) {
+  if (tp.size() == 1) {
+    ops::linear_fwd(y, x, w, b, tp.rows(), in_local, out);
+    return;
+  }
+  ops::linear_fwd(partial_buf, x, w, tp.rank() == 0 ? b : nullptr, tp.rows(), in_local, out);
+  tp.reduce_rows(partial_buf, y, out);
+}
+
+void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
+                      const float* x, const float* w, int64_t in_local, int64_t out, float* gather_buf) {
+  const float* dyf = tp.gather_rows(dy, gather_buf, out);
+  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(tp.rows() * in_local));
+  ops::linear_bwd<float>(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
+  // The bias gradient from this rank's rows: the whole sum without SP, a partial sum under SP
+  // (completed by the gradient all-reduce of sequence-parallel replicated parameters).
+  if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
+}
+
+void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
+                            const float* wpe, const EmbeddingShape& s, float* full_buf) {
+  const int64_t r0 = tp.row_begin(), nl = tp.local_rows();
+  if (s.vocab_parallel && tp.size() > 1) {
+    // Each rank looks up the tokens in its vocabulary slice (zeros elsewhere); the sum over the
+    // group is the embedding (SP: reduce-scattered straight to the local rows).
+    ops::embedding_lookup_fwd(full_buf, tokens, wte, s.rows, s.dim, s.vocab_begin, s.vocab_end);
+    tp.reduce_rows(full_buf, y, s.dim);
+  } else {
+    ops::embedding_lookup_fwd(y, tokens + r0, wte, nl, s.dim, s.vocab_begin, s.vocab_end);
+  }
+  ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim);
+}
+
+void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, const float* dy,
+                            const int32_t* tokens, const EmbeddingShape& s, float* full_buf) {
+  const int64_t r0 = tp.row_begin(), nl = tp.local_rows();
+  if (s.vocab_parallel && tp.size() > 1) {
+    const float* dyf = tp.gather_rows(dy, full_buf, s.dim);
+    ops::embedding_lookup_bwd(dwte, dyf, tokens, s.rows, s.dim, s.vocab_begin, s.vocab_end);
+  } else {
+    ops::embedding_lookup_bwd(dwte, dy, tokens + r0, nl, s.dim, s.vocab_begin, s.vocab_end);
+  }
+  ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim);
+}
+
+void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, float* lse, const float* logits,
+                                      const int32_t* targets, int64_t rows, int64_t ld, int64_t vocab_begin,
+                                      int64_t valid, float* scratch) {
+  if (tp.size() == 1) {
+    ops::cross_entropy_fwd(losses, lse, logits, targets, rows, ld, valid);
+    return;
+  }
+  using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+  float* mx = lse;  // the global row maxima live in lse until the end
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    mx[r] = valid > 0 ? ConstRow(logits + r * ld, valid).maxCoeff() : -std::numeric_limits<float>::infinity();
+  tp.allreduce_max(mx, rows);
+  // (sum of exp(x - max) over this slice, the target's logit if it is in this slice)
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * ld;
+    scratch[2 * r] = valid > 0 ? (ConstRow(x, valid) - mx[r]).exp().sum() : 0.0f;
+    const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+    scratch[2 * r + 1] = t >= 0 && t < valid ? x[t] : 0.0f;
+  }
+  tp.allreduce_sum(scratch, 2 * rows);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    lse[r] = mx[r] + std::log(scratch[2 * r]);
+    losses[r] = lse[r] - scratch[2 * r + 1];
+  }
+}
+
+void vocab_parallel_cross_entropy_bwd(float* logits, const float* lse, const int32_t* targets, int64_t rows,
+                                      int64_t ld, int64_t vocab_begin, int64_t valid, float grad_scale) {
+  ops::cross_entropy_bwd_inplace(logits, lse, targets, rows, ld, valid, grad_scale, vocab_begin);
+}
+
+}  // namespace gf

@@ -1,0 +1,90 @@
+// Tensor (Megatron-style) and sequence parallelism as layers that own their collectives, so the
+// model code never calls MPI. A `TensorParallel` describes how the N = B*T token rows of the
+// residual stream are held on this rank: all of them (tensor parallel alone), or a contiguous
+// 1/tp share (sequence parallel). The collectives come in conjugate forward/backward pairs:
+//
+//   gather_rows: forward of "enter a column-parallel layer" (SP: all-gather; else identity),
+//                backward of "leave a row-parallel layer".
+//   reduce_rows: forward of "leave a row-parallel layer" (SP: reduce-scatter; else all-reduce),
+//                backward of "enter a column-parallel layer".
+//
+// With one rank every collective is a no-op and the layers do exactly the single-rank arithmetic.
+#pragma once
+#include <cstdint>
+
+#include "parallel/communicator.h"
+
+namespace gf {
+
+class TensorParallel {
+ public:
+  TensorParallel() = default;  // one rank
+  TensorParallel(const Communicator* tp, bool sequence_parallel, int64_t rows);
+
+  int size() const { return tp_ ? tp_->size() : 1; }
+  int rank() const { return tp_ ? tp_->rank() : 0; }
+  bool sequence_parallel() const { return sp_; }
+  int64_t rows() const { return rows_; }                                  // N = B*T
+  int64_t local_rows() const { return sp_ ? rows_ / size() : rows_; }    // of the residual stream
+  int64_t row_begin() const { return sp_ ? rank() * local_rows() : 0; }  // first global row held here
+
+  // Returns the full [rows, cols]: `x` itself, or (SP) `full` after an all-gather of every
+  // rank's local rows.
+  const float* gather_rows(const float* x, float* full, int64_t cols) const;
+  // `partial` [rows, cols] holds this rank's partial sums. Writes the summed local rows to `y`
+  // (SP: reduce-scatter; else all-reduce, and y may equal partial). `partial` is clobbered.
+  void reduce_rows(float* partial, float* y, int64_t cols) const;
+  // Sums a small per-row vector or scalar over the group (the vocabulary-parallel softmax).
+  void allreduce_sum(float* x, int64_t n) const;
+  void allreduce_sum(double* x, int64_t n) const;
+  void allreduce_max(float* x, int64_t n) const;
+
+ private:
+  const Communicator* tp_ = nullptr;
+  bool sp_ = false;
+  int64_t rows_ = 0;
+};
+
+// y[rows, out_local] = gather(x) @ W[in, out_local] + b   (W split by columns).
+// gather_buf: [rows, in] scratch, used under SP.
+void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+                         int64_t in, int64_t out_local, float* gather_buf);
+// dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
+// gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
+void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
+                         const float* x, const float* w, int64_t in, int64_t out_local, float* gather_buf,
+                         float* dx_buf);
+
+// y (local rows) = reduce(x[rows, in_local] @ W[in_local, out]) + b   (W split by rows; the bias
+// is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch.
+void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+                      int64_t in_local, int64_t out, float* partial_buf);
+// dy_full = gather(dy); dW += x^T dy_full, db += sum dy (local rows), dx (overwritten) = dy_full W^T.
+// gather_buf: [rows, out] scratch.
+void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
+                      const float* x, const float* w, int64_t in_local, int64_t out, float* gather_buf);
+
+// Token + position embedding over a vocabulary split into row ranges [vocab_begin, vocab_end) per
+// rank (one range covering everything when the vocabulary is replicated). y holds the local rows.
+// tokens: [rows] global token ids; positions are (global row % seq).
+struct EmbeddingShape {
+  int64_t rows, seq, dim, vocab_begin, vocab_end;
+  bool vocab_parallel;  // wte rows split across the group (else replicated)
+};
+void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
+                            const float* wpe, const EmbeddingShape& s, float* full_buf);
+// dy: local rows (clobbered under SP is not allowed: it is read only). dwte: this rank's rows.
+void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, const float* dy,
+                            const int32_t* tokens, const EmbeddingShape& s, float* full_buf);
+
+// Softmax cross-entropy over logits whose columns are this rank's vocabulary slice
+// [vocab_begin, vocab_begin + ld); only `valid` of the ld columns are real tokens. Rows are the
+// same on every rank. losses/lse: [rows], equal on every rank afterwards.
+void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, float* lse, const float* logits,
+                                      const int32_t* targets, int64_t rows, int64_t ld, int64_t vocab_begin,
+                                      int64_t valid, float* scratch /* 2*rows */);
+// Overwrites logits with d(grad_scale * sum losses)/dlogits for this rank's columns.
+void vocab_parallel_cross_entropy_bwd(float* logits, const float* lse, const int32_t* targets, int64_t rows,
+                                      int64_t ld, int64_t vocab_begin, int64_t valid, float grad_scale);
+
+}  // namespace gf

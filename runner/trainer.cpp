@@ -117,9 +117,25 @@ void Trainer::log_setup() const {
   const auto& m = cfg_.model;
   int64_t nparams = 0;
   for (const auto& p : model_->params().specs()) nparams += p.global_numel();
-  spdlog::info("model {} ({}): {} layers, hidden {}, heads {}, vocab {} (padded {}), seq {}, {} parameters",
-               m.arch, m.type, m.num_layers, m.hidden_size, m.num_heads, m.vocab_size, m.padded_vocab(ctx_.grid.tp()),
-               m.seq_length, nparams);
+  const bool vocab_split = !m.vocab_emb_dp && ctx_.grid.tp() > 1;
+  const int64_t vp = m.padded_vocab(vocab_split ? ctx_.grid.tp() : 1);
+  spdlog::info("model {} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters", m.arch, m.type,
+               m.num_layers, m.hidden_size, m.num_heads, m.vocab_size, m.seq_length, nparams);
+  if (vp != m.vocab_size)
+    spdlog::info("vocabulary {} padded to {} (a multiple of {}{}); the {} padding logits are masked out of the softmax, "
+                 "so the loss is that of the {}-token vocabulary",
+                 m.vocab_size, vp, m.vocab_pad_multiple * (vocab_split ? ctx_.grid.tp() : 1),
+                 vocab_split ? fmt::format(" = {} x model_parallel {}, split by vocabulary: vocab_emb_dp False",
+                                           m.vocab_pad_multiple, ctx_.grid.tp())
+                             : std::string(""),
+                 vp - m.vocab_size, m.vocab_size);
+  if (ctx_.grid.tp() > 1)
+    spdlog::info("tensor parallel over {} ranks: attention heads and MLP split by columns/rows; embedding and LM head {}; "
+                 "sequence parallel {}",
+                 ctx_.grid.tp(), vocab_split ? "split by vocabulary" : "replicated (vocab_emb_dp True)",
+                 m.use_seq_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
+                                                  m.seq_length / ctx_.grid.tp(), m.seq_length)
+                                    : std::string("off"));
   spdlog::info("layout: {}; micro batch {} per rank, global batch {} samples ({} tokens)", ctx_.grid.describe(),
                cfg_.batch_size, global_batch_, global_batch_ * m.seq_length);
   spdlog::info("data: {}", data_->describe());

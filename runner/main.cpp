@@ -11,6 +11,7 @@
 #include "core/gemm.h"
 #include "parallel/communicator.h"
 #include "runner/config.h"
+#include "runner/layout_check.h"
 #include "runner/logging.h"
 #include "runner/trainer.h"
 
@@ -44,14 +45,16 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::setup_logging(cfg.output_dir, rank, rank == 0);
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
   const auto& p = cfg.parallel;
-  const int64_t need = p.data_parallel * p.model_parallel * p.pipeline_stage;
-  if (need != world.size()) {
-    if (rank == 0)
-      spdlog::error("parallel_config: data_parallel ({}) x model_parallel ({}) x pipeline_stage ({}) = {}, but {} rank(s) "
-                    "are running; set data_parallel: {} (or start {} ranks)",
-                    p.data_parallel, p.model_parallel, p.pipeline_stage, need, world.size(),
-                    world.size() / (p.model_parallel * p.pipeline_stage) > 0 ? world.size() / (p.model_parallel * p.pipeline_stage) : 1,
-                    need);
+  if (const auto problems = gf::layout_problems(cfg, world.size()); !problems.empty()) {
+    if (rank == 0) {
+      std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world.size());
+      for (const auto& s : problems) msg += "\n  " + s;
+      const std::string fit = gf::suggest_layout(cfg, world.size());
+      msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
+                                       world.size())
+                         : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world.size(), fit);
+      spdlog::error("{}", msg);
+    }
     return 2;
   }
   int status = 0;

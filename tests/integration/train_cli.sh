@@ -110,7 +110,7 @@ set +e
 "$BIN" train --config tiny.yaml --set parallel_config.data_parallel=2 > c6.txt 2>&1; status=$?
 set -e
 [ "$status" -eq 2 ] || fail "dp=2 on one rank gave status $status"
-grep -q "set data_parallel: 1" c6.txt || fail "layout error lacks the fix: $(cat c6.txt)"
+grep -q "a layout that fits 1 rank(s): parallel_config: {data_parallel: 1, model_parallel: 1, pipeline_stage: 1}" c6.txt || fail "layout error lacks the fix: $(cat c6.txt)"
 
 # 6a. OMP_NUM_THREADS is honoured.
 OMP_NUM_THREADS=1 "$BIN" train --config tiny.yaml --set runner_config.train_steps=1 > c6a.txt 2>&1 || fail "1-thread run"

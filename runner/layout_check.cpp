@@ -1,0 +1,58 @@
+#include "runner/layout_check.h"
+
+#include <fmt/format.h>
+
+namespace gf {
+namespace {
+
+// The model-side rules for a tensor-parallel size (independent of the rank count).
+std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
+  std::vector<std::string> out;
+  const ModelConfig& m = cfg.model;
+  auto need = [&](int64_t value, const char* key) {
+    if (value % mp != 0)
+      out.push_back(fmt::format("`{}` ({}) is not divisible by `parallel_config.model_parallel` ({})", key, value, mp));
+  };
+  need(m.num_heads, "model.model_config.num_heads");
+  need(m.hidden_size, "model.model_config.hidden_size");
+  if (m.ffn_hidden() % mp != 0)
+    out.push_back(fmt::format("the FFN width `hidden_size` x `expand_ratio` ({} x {} = {}) is not divisible by "
+                              "`parallel_config.model_parallel` ({})",
+                              m.hidden_size, m.expand_ratio, m.ffn_hidden(), mp));
+  if (cfg.parallel.use_seq_parallel && m.seq_length % mp != 0)
+    out.push_back(fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.model_parallel` "
+                              "({}), which `parallel_config.use_seq_parallel: True` needs",
+                              m.seq_length, mp));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
+  const auto& p = cfg.parallel;
+  std::vector<std::string> out;
+  if (p.data_parallel < 1 || p.model_parallel < 1 || p.pipeline_stage < 1) {
+    out.push_back("`parallel_config.data_parallel`, `model_parallel` and `pipeline_stage` must each be >= 1");
+    return out;
+  }
+  const int64_t need = p.data_parallel * p.model_parallel * p.pipeline_stage;
+  if (need != world_size)
+    out.push_back(fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
+                              "but {} rank(s) are running",
+                              p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
+  if (p.pipeline_stage > 1)
+    out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: pipeline parallelism is not built yet; use 1",
+                              p.pipeline_stage));
+  for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
+  return out;
+}
+
+std::string suggest_layout(const Config& cfg, int world_size) {
+  for (int64_t mp = std::min<int64_t>(cfg.parallel.model_parallel, world_size); mp >= 1; --mp) {
+    if (world_size % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
+    return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: 1", world_size / mp, mp);
+  }
+  return "";
+}
+
+}  // namespace gf

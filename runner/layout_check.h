@@ -1,0 +1,18 @@
+// The checks every rank runs on the parallel layout before any work: the grid must cover the
+// ranks exactly, and the model must split the way the layout asks. Each problem names the YAML
+// keys; the caller prints them once (from rank 0) with a layout that would fit.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "runner/config.h"
+
+namespace gf {
+
+std::vector<std::string> layout_problems(const Config& cfg, int world_size);
+// "data_parallel: D, model_parallel: M, pipeline_stage: 1" for a layout of world_size ranks that
+// passes every check with this model (the largest model_parallel not above the one asked for), or
+// an empty string when there is none.
+std::string suggest_layout(const Config& cfg, int world_size);
+
+}  // namespace gf

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A layout that cannot run stops every rank before any work with one message from rank 0 naming
+# the keys and a layout that fits; the exit status is non-zero. One case per rule.
+set -uo pipefail
+BUILD="$1"; SRC="$2"
+BIN="$BUILD/bin/gridformer"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+cat > m.yaml <<'YAML'
+runner_config: {train_steps: 2, batch_size: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 18, hidden_size: 48, num_layers: 1, num_heads: 6}
+YAML
+# expect NP "message" --set ...
+expect() {
+  local np=$1 msg=$2 fit=$3; shift 3
+  timeout 60 mpirun -np "$np" --oversubscribe "$BIN" train --config m.yaml "$@" > out.txt 2>&1; local status=$?
+  [ "$status" -ne 0 ] || fail "$* on $np ranks ran (status 0)"
+  [ "$status" -ne 124 ] || fail "$* on $np ranks hung"
+  grep -qF -- "$msg" out.txt || fail "$* on $np ranks: no '$msg' in: $(cat out.txt)"
+  grep -qF -- "$fit" out.txt || fail "$* on $np ranks: no '$fit' in: $(cat out.txt)"
+  [ "$(grep -c 'does not fit' out.txt)" -eq 1 ] || fail "$*: the message is not printed exactly once: $(cat out.txt)"
+  ! grep -q "step:\[" out.txt || fail "$*: training started"
+  echo "ok: $np ranks, $*"
+}
+expect 4 "\`parallel_config.data_parallel\` (2) x \`model_parallel\` (1) x \`pipeline_stage\` (1) = 2, but 4 rank(s)" \
+  "a layout that fits 4 rank(s): parallel_config: {data_parallel: 4, model_parallel: 1, pipeline_stage: 1}" \
+  --set parallel_config.data_parallel=2
+expect 4 "\`model.model_config.num_heads\` (6) is not divisible by \`parallel_config.model_parallel\` (4)" \
+  "{data_parallel: 2, model_parallel: 2, pipeline_stage: 1}" --set parallel_config.model_parallel=4
+expect 5 "\`model.model_config.hidden_size\` (48) is not divisible by \`parallel_config.model_parallel\` (5)" \
+  "{data_parallel: 5, model_parallel: 1, pipeline_stage: 1}" --set parallel_config.model_parallel=5
+expect 4 "\`model.model_config.seq_length\` (18) is not divisible by \`parallel_config.model_parallel\` (4)" \
+  "{data_parallel: 2, model_parallel: 2, pipeline_stage: 1}" --set parallel_config.model_parallel=4 \
+  --set model.model_config.num_heads=4 --set parallel_config.use_seq_parallel=True
+expect 2 "pipeline parallelism is not built yet" "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1}" \
+  --set parallel_config.pipeline_stage=2
+echo PASS

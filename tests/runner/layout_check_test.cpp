@@ -1,0 +1,78 @@
+// Each layout rule refuses what it should, names the keys, and the suggested layout passes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runner/layout_check.h"
+
+namespace gf {
+namespace {
+
+const std::string kModel = R"(
+model:
+  model_config: {type: GPT2Config, seq_length: 30, vocab_size: 1000, hidden_size: 48, num_layers: 2, num_heads: 6}
+  arch: {type: GPT2LMHeadModel}
+)";
+
+std::string problems(int world, const std::vector<std::string>& sets) {
+  const Config c = load_config_string(kModel, sets);
+  std::string all;
+  for (const auto& p : layout_problems(c, world)) all += p + "\n";
+  return all;
+}
+
+TEST(LayoutCheck, AFittingLayoutPasses) {
+  EXPECT_EQ(problems(1, {}), "");
+  EXPECT_EQ(problems(4, {"parallel_config.data_parallel=2", "parallel_config.model_parallel=2"}), "");
+  EXPECT_EQ(problems(3, {"parallel_config.model_parallel=3", "parallel_config.use_seq_parallel=True"}), "");
+}
+
+TEST(LayoutCheck, GridMustCoverTheRanks) {
+  const std::string p = problems(4, {"parallel_config.data_parallel=3"});
+  EXPECT_NE(p.find("`parallel_config.data_parallel` (3) x `model_parallel` (1) x `pipeline_stage` (1) = 3, but 4 rank(s)"),
+            std::string::npos) << p;
+}
+
+TEST(LayoutCheck, HeadsHiddenAndFfnMustSplit) {
+  // 48 hidden, 6 heads: model_parallel 4 splits the hidden size but not the heads.
+  std::string p = problems(4, {"parallel_config.model_parallel=4"});
+  EXPECT_NE(p.find("`model.model_config.num_heads` (6) is not divisible by `parallel_config.model_parallel` (4)"),
+            std::string::npos) << p;
+  EXPECT_EQ(p.find("hidden_size` (48)"), std::string::npos) << p;
+  p = problems(5, {"parallel_config.model_parallel=5"});
+  EXPECT_NE(p.find("`model.model_config.hidden_size` (48) is not divisible"), std::string::npos) << p;
+  EXPECT_NE(p.find("FFN width `hidden_size` x `expand_ratio` (48 x 4 = 192) is not divisible"), std::string::npos) << p;
+}
+
+TEST(LayoutCheck, SequenceParallelNeedsTheSequenceToSplit) {
+  const std::string p = problems(4, {"parallel_config.model_parallel=2", "parallel_config.data_parallel=2",
+                                     "parallel_config.use_seq_parallel=True", "model.model_config.seq_length=31"});
+  EXPECT_NE(p.find("`model.model_config.seq_length` (31) is not divisible by `parallel_config.model_parallel` (2), which "
+                   "`parallel_config.use_seq_parallel: True` needs"),
+            std::string::npos) << p;
+  EXPECT_EQ(problems(4, {"parallel_config.model_parallel=2", "parallel_config.data_parallel=2",
+                         "model.model_config.seq_length=31"}), "");
+}
+
+TEST(LayoutCheck, PipelineIsRefusedUntilBuilt) {
+  const std::string p = problems(2, {"parallel_config.pipeline_stage=2"});
+  EXPECT_NE(p.find("pipeline parallelism is not built yet"), std::string::npos) << p;
+}
+
+TEST(LayoutCheck, TheSuggestionFits) {
+  for (int world : {1, 2, 3, 4, 6, 8, 12}) {
+    for (int mp : {1, 2, 3, 4, 6, 8}) {
+      const Config c = load_config_string(kModel, {"parallel_config.model_parallel=" + std::to_string(mp)});
+      const std::string s = suggest_layout(c, world);
+      ASSERT_FALSE(s.empty()) << world << " " << mp;  // model_parallel 1 always fits
+      const auto dp = s.substr(s.find("data_parallel: ") + 15, s.find(',') - s.find("data_parallel: ") - 15);
+      const auto m = s.substr(s.find("model_parallel: ") + 16, s.find(", pipeline") - s.find("model_parallel: ") - 16);
+      EXPECT_EQ(problems(world, {"parallel_config.data_parallel=" + dp, "parallel_config.model_parallel=" + m}), "")
+          << world << ": " << s;
+      EXPECT_LE(std::stoi(m), mp);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gf

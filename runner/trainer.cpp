@@ -304,13 +304,14 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world.size(), me = ctx_.world_rank;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 5;
+  constexpr int K = 6;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
   v[K * me + 2] = static_cast<double>(ctx_.dp.stats().bytes_sent);
   v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
   v[K * me + 4] = static_cast<double>(opt_->state_bytes());
+  v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
@@ -326,7 +327,7 @@ void Trainer::log_resource_report() {
   for (int r = 0; r < W; ++r)
     j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
                           {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
-                          {"optimizer_state_bytes", v[K * r + 4]}});
+                          {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

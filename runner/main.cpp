@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <unistd.h>
 #include <thread>
 
 #include "core/data/tokenize_cli.h"
@@ -13,6 +14,7 @@
 #include "runner/config.h"
 #include "runner/layout_check.h"
 #include "runner/logging.h"
+#include "runner/rank_table.h"
 #include "runner/trainer.h"
 
 namespace {
@@ -26,8 +28,44 @@ int threads_per_rank() {
   return std::max(1, hw / local);
 }
 
-int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& save_weights,
-              int argc, char** argv) {
+// The rank table (--rank_table, else $RANK_TABLE_FILE as in MindFormers; neither: no table). Every rank loads and
+// validates it and the ranks agree on the outcome (hosts may see different files): on a problem rank 0 prints one
+// error line, the first failing rank's, and every rank gets 2. Returns 0 when there is no table or it fits.
+int check_rank_table(std::string path, const gf::Communicator& world) {
+  if (path.empty())
+    if (const char* e = std::getenv("RANK_TABLE_FILE"); e && *e) path = e;
+  if (path.empty()) return 0;
+  std::string problem;
+  gf::RankTable table;
+  try {
+    table = gf::load_rank_table(path);
+    if (table.rank_count() != world.size())
+      problem = fmt::format("rank table {} has {} rank(s) but {} rank(s) are running; start {} ranks (mpirun -np {}, or "
+                            "RANK_SIZE {} for run_distribute.sh), or use a table for {} (rank_table --device_num \"[0,{})\")",
+                            path, table.rank_count(), world.size(), table.rank_count(), table.rank_count(),
+                            table.rank_count(), world.size(), world.size());
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  double last_bad = problem.empty() ? -1.0 : static_cast<double>(world.size() - world.rank());  // max = first bad rank
+  world.allreduce_max(&last_bad, 1);
+  if (last_bad < 0) {
+    const gf::RankLocation here = table.locate(world.rank());
+    spdlog::info("rank table {}: {} ranks on {} server(s); this rank: server {} device {}", path, table.rank_count(),
+                 table.servers.size(), here.server_id, here.device.device_id);
+    return 0;
+  }
+  const int first_bad = world.size() - static_cast<int>(last_bad);
+  int64_t length = static_cast<int64_t>(problem.size());
+  world.broadcast(&length, sizeof length, first_bad);
+  problem.resize(static_cast<size_t>(length));
+  world.broadcast(problem.data(), length, first_bad);
+  if (world.rank() == 0) spdlog::error("{}{}", first_bad == 0 ? "" : fmt::format("on rank {}: ", first_bad), problem);
+  return 2;
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+              const std::string& save_weights, int argc, char** argv) {
   gf::MpiEnvironment mpi(&argc, &argv);
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
@@ -44,6 +82,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::gemm_set_threads(threads);
   gf::setup_logging(cfg.output_dir, rank, rank == 0);
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  if (const int status = check_rank_table(rank_table, world); status != 0) return status;
   const auto& p = cfg.parallel;
   if (const auto problems = gf::layout_problems(cfg, world.size()); !problems.empty()) {
     if (rank == 0) {
@@ -63,7 +102,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
     gf::ParallelContext ctx = gf::ParallelContext::build(
         std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
                                           static_cast<int>(p.pipeline_stage)));
-    spdlog::info("rank {} of {}, {} thread(s)", ctx.world_rank, ctx.world.size(), threads);
+    spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
     gf::install_stop_handlers();
     if (cfg.run_mode == "predict")
       throw std::runtime_error("run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval");
@@ -92,6 +131,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string config_path;
   std::vector<std::string> sets;
+  std::string rank_table;
 
   auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
   train->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
@@ -100,6 +140,9 @@ int main(int argc, char** argv) {
   train->add_option("--save-weights", save_weights,
                     "after training, write the full weights (gathered from every rank) to this .safetensors file "
                     "(Hugging Face GPT-2 names; load_checkpoint reads it)");
+  train->add_option("--rank_table", rank_table,
+                    "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
+                    "$RANK_TABLE_FILE; neither: no table)");
 
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
@@ -126,5 +169,5 @@ int main(int argc, char** argv) {
     }
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
-  return run_train(config_path, sets, save_weights, argc, argv);
+  return run_train(config_path, sets, rank_table, save_weights, argc, argv);
 }

@@ -113,21 +113,49 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
   logits_ = buf(head_rows_, Vl_);
   losses_ = buf(head_rows_, 1);
   lse_ = buf(head_rows_, 1);
+  // Activations, planned for the recompute mode of each layer.
+  recompute_layers_ = (cfg.recompute || cfg.select_recompute)
+                          ? (cfg.recompute_num_layers < 0 ? L_ : std::min(L_, cfg.recompute_num_layers))
+                          : 0;
+  auto full_set = [&]() {
+    LayerActs a{};
+    a.ln1 = plan(Nl_, C_);
+    a.ln1_mean = plan(Nl_, 1);
+    a.ln1_rstd = plan(Nl_, 1);
+    a.qkv = plan(N_, 3 * Cl_);
+    a.atty = plan(N_, Cl_);
+    a.res2 = plan(Nl_, C_);
+    a.ln2 = plan(Nl_, C_);
+    a.ln2_mean = plan(Nl_, 1);
+    a.ln2_rstd = plan(Nl_, 1);
+    a.fch = plan(N_, Fl_);
+    return a;
+  };
+  LayerActs shared{};  // the buffers recomputed layers share
+  bool have_shared = false, have_shared_core = false;
   acts_.resize(static_cast<size_t>(L_));
-  for (auto& a : acts_) {
-    a.ln1 = buf(Nl_, C_);
-    a.ln1_mean = buf(Nl_, 1);
-    a.ln1_rstd = buf(Nl_, 1);
-    a.qkv = buf(N_, 3 * Cl_);
-    a.probs = buf(B_ * Hl_ * T_, T_);
-    a.atty = buf(N_, Cl_);
-    a.res2 = buf(Nl_, C_);
-    a.ln2 = buf(Nl_, C_);
-    a.ln2_mean = buf(Nl_, 1);
-    a.ln2_rstd = buf(Nl_, 1);
-    a.fch = buf(N_, Fl_);
-    a.fch_act = buf(N_, Fl_);
-    a.out = buf(Nl_, C_);
+  for (int64_t l = 0; l < L_; ++l) {
+    LayerActs& a = acts_[static_cast<size_t>(l)];
+    const Recompute mode = recompute_mode(l);
+    if (mode == Recompute::kFull) {
+      if (!have_shared) { shared = full_set(); have_shared = true; }
+      a = shared;
+    } else {
+      a = full_set();
+    }
+    if (mode == Recompute::kNone) {
+      a.probs = plan(B_ * Hl_ * T_, T_);
+      a.fch_act = plan(N_, Fl_);
+    } else {
+      if (!have_shared_core) {
+        shared.probs = plan(B_ * Hl_ * T_, T_);
+        shared.fch_act = plan(N_, Fl_);
+        have_shared_core = true;
+      }
+      a.probs = shared.probs;
+      a.fch_act = shared.fch_act;
+    }
+    a.out = plan(Nl_, C_);
   }
   dres_ = buf(Nl_, C_);
   dtmp_ = buf(Nl_, C_);
@@ -142,6 +170,16 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
     dfull_ = buf(N_, C_);
     ce_scratch_ = buf(head_rows_, 2);
   }
+}
+
+float* GPT2LMHeadModel::plan(int64_t rows, int64_t cols) {
+  storage_.emplace_back(static_cast<size_t>(rows * cols));
+  return storage_.back().data();
+}
+
+GPT2LMHeadModel::Recompute GPT2LMHeadModel::recompute_mode(int64_t l) const {
+  if (l >= recompute_layers_) return Recompute::kNone;
+  return cfg_.recompute ? Recompute::kFull : Recompute::kSelective;
 }
 
 GPT2LMHeadModel::LayerWeights GPT2LMHeadModel::layer_weights(float* base, int64_t l) const {
@@ -164,20 +202,20 @@ void GPT2LMHeadModel::layer_fwd(int64_t l, const float* x, const StepInfo& info)
   const int64_t row0 = global_row0();
   const float eps = cfg_.layernorm_epsilon;
   // res2 = x + dropout(c_proj(attn(c_attn(ln1(x)))))
-  ops::layernorm_fwd(a.ln1.data(), {a.ln1_mean.data(), a.ln1_rstd.data()}, x, w.ln1_w, w.ln1_b, Nl_, C_, eps);
-  column_parallel_fwd(tp_, a.qkv.data(), a.ln1.data(), w.attn_w, w.attn_b, C_, 3 * Cl_, gather_.data());
+  ops::layernorm_fwd(a.ln1, {a.ln1_mean, a.ln1_rstd}, x, w.ln1_w, w.ln1_b, Nl_, C_, eps);
+  column_parallel_fwd(tp_, a.qkv, a.ln1, w.attn_w, w.attn_b, C_, 3 * Cl_, gather_.data());
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info.sample_offset, tp_.rank() * Hl_, H_};
-  ops::attention_fwd(a.atty.data(), a.probs.data(), a.qkv.data(), s, hidden_dropout(l, kAttnProbs));
-  row_parallel_fwd(tp_, a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, Cl_, C_, partial_.data());
-  ops::dropout_apply(a.res2.data(), hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
-  add_inplace(a.res2.data(), x, Nl_ * C_);
+  ops::attention_fwd(a.atty, a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));
+  row_parallel_fwd(tp_, a.res2, a.atty, w.proj_w, w.proj_b, Cl_, C_, partial_.data());
+  ops::dropout_apply(a.res2, hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
+  add_inplace(a.res2, x, Nl_ * C_);
   // out = res2 + dropout(c_proj(act(c_fc(ln2(res2)))))
-  ops::layernorm_fwd(a.ln2.data(), {a.ln2_mean.data(), a.ln2_rstd.data()}, a.res2.data(), w.ln2_w, w.ln2_b, Nl_, C_, eps);
-  column_parallel_fwd(tp_, a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, C_, Fl_, gather_.data());
-  ops::activation_fwd(act_, a.fch_act.data(), a.fch.data(), N_ * Fl_);
-  row_parallel_fwd(tp_, a.out.data(), a.fch_act.data(), w.fcproj_w, w.fcproj_b, Fl_, C_, partial_.data());
-  ops::dropout_apply(a.out.data(), hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
-  add_inplace(a.out.data(), a.res2.data(), Nl_ * C_);
+  ops::layernorm_fwd(a.ln2, {a.ln2_mean, a.ln2_rstd}, a.res2, w.ln2_w, w.ln2_b, Nl_, C_, eps);
+  column_parallel_fwd(tp_, a.fch, a.ln2, w.fc_w, w.fc_b, C_, Fl_, gather_.data());
+  ops::activation_fwd(act_, a.fch_act, a.fch, N_ * Fl_);
+  row_parallel_fwd(tp_, a.out, a.fch_act, w.fcproj_w, w.fcproj_b, Fl_, C_, partial_.data());
+  ops::dropout_apply(a.out, hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
+  add_inplace(a.out, a.res2, Nl_ * C_);
 }
 
 double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
@@ -197,7 +235,7 @@ double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
   const float* x = emb_.data();
   for (int64_t l = 0; l < L_; ++l) {
     layer_fwd(l, x, info);
-    x = acts_[static_cast<size_t>(l)].out.data();
+    x = acts_[static_cast<size_t>(l)].out;
   }
   return head_fwd(x);
 }
@@ -225,6 +263,21 @@ double GPT2LMHeadModel::head_fwd(const float* x) {
   return sum;
 }
 
+// Before layer l's backward: what its forward did not keep, computed again from what it did (the
+// same operations on the same inputs with the same dropout keys, so bitwise the same values).
+void GPT2LMHeadModel::recompute_fwd(int64_t l, const float* x) {
+  const Recompute mode = recompute_mode(l);
+  if (mode == Recompute::kNone) return;
+  if (mode == Recompute::kFull) {
+    layer_fwd(l, x, info_);  // also rewrites the layer's output with the same values
+    return;
+  }
+  LayerActs& a = acts_[static_cast<size_t>(l)];
+  ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
+  ops::attention_fwd(datty_.data(), a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));  // y itself is kept
+  ops::activation_fwd(act_, a.fch_act, a.fch, N_ * Fl_);
+}
+
 void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
   LayerActs& a = acts_[static_cast<size_t>(l)];
   const LayerWeights w = layer_weights(weights_.data(), l);
@@ -233,25 +286,25 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
   // MLP: out = res2 + drop(c_proj(act(c_fc(ln2(res2)))))
   std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
   ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
-  row_parallel_bwd(tp_, dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act.data(), w.fcproj_w, Fl_, C_,
+  row_parallel_bwd(tp_, dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act, w.fcproj_w, Fl_, C_,
                    gather_.data());
   zero(dfch_);
-  ops::activation_bwd(act_, dfch_.data(), dfch_act_.data(), a.fch.data(), N_ * Fl_);
-  column_parallel_bwd(tp_, dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2.data(), w.fc_w, C_, Fl_, gather_.data(),
+  ops::activation_bwd(act_, dfch_.data(), dfch_act_.data(), a.fch, N_ * Fl_);
+  column_parallel_bwd(tp_, dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2, w.fc_w, C_, Fl_, gather_.data(),
                       dfull_.data());
-  ops::layernorm_bwd(dres_.data(), g.ln2_w, g.ln2_b, dln_.data(), a.res2.data(), w.ln2_w,
-                     {a.ln2_mean.data(), a.ln2_rstd.data()}, Nl_, C_);
+  ops::layernorm_bwd(dres_.data(), g.ln2_w, g.ln2_b, dln_.data(), a.res2, w.ln2_w,
+                     {a.ln2_mean, a.ln2_rstd}, Nl_, C_);
   // Attention: res2 = x + drop(c_proj(attn(c_attn(ln1(x)))))
   std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
   ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
-  row_parallel_bwd(tp_, datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty.data(), w.proj_w, Cl_, C_,
+  row_parallel_bwd(tp_, datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty, w.proj_w, Cl_, C_,
                    gather_.data());
   zero(dqkv_);
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
-  ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv.data(), a.probs.data(), s, hidden_dropout(l, kAttnProbs));
-  column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1.data(), w.attn_w, C_, 3 * Cl_,
+  ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv, a.probs, s, hidden_dropout(l, kAttnProbs));
+  column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1, w.attn_w, C_, 3 * Cl_,
                       gather_.data(), dfull_.data());
-  ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean.data(), a.ln1_rstd.data()},
+  ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean, a.ln1_rstd},
                      Nl_, C_);
 }
 
@@ -276,10 +329,11 @@ void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
 }
 
 void GPT2LMHeadModel::backward(float grad_scale) {
-  head_bwd(grad_scale, L_ > 0 ? acts_.back().out.data() : emb_.data());
+  head_bwd(grad_scale, L_ > 0 ? acts_.back().out : emb_.data());
   grads_ready_from(lnf_w_);
   for (int64_t l = L_ - 1; l >= 0; --l) {
-    const float* x = l > 0 ? acts_[static_cast<size_t>(l - 1)].out.data() : emb_.data();
+    const float* x = l > 0 ? acts_[static_cast<size_t>(l - 1)].out : emb_.data();
+    recompute_fwd(l, x);
     layer_bwd(l, x);
     grads_ready_from(layer_offsets_[static_cast<size_t>(l)].ln1_w);
   }
@@ -291,16 +345,16 @@ void GPT2LMHeadModel::backward(float grad_scale) {
 }
 
 int64_t GPT2LMHeadModel::activation_bytes() const {
-  // Per layer, on this rank: ln1, res2, ln2, out on the residual rows (Nl x C each) with four
-  // LayerNorm statistics per row; qkv (3 Cl), atty (Cl), fch and its activation (Fl each) on all
-  // N rows; the attention probabilities of the local heads.
-  const int64_t per_layer = Nl_ * (4 * C_ + 4) + N_ * (4 * Cl_ + 2 * Fl_) + B_ * Hl_ * T_ * T_;
-  // emb, lnf (Nl x C), lnf statistics, the logits and per-row losses/lse of the head, tokens.
-  const int64_t other = Nl_ * (2 * C_ + 2) + head_rows_ * (Vl_ + 2) + 2 * N_;
-  // Backward scratch shared by all layers, and the tensor-parallel buffers.
-  const int64_t scratch = 3 * Nl_ * C_ + N_ * (4 * Cl_ + 2 * Fl_) +
-                          static_cast<int64_t>(gather_.size() + partial_.size() + dfull_.size() + ce_scratch_.size());
-  return 4 * (L_ * per_layer + other + scratch);
+  // Everything planned besides the parameters and their gradients: the layers' activations (as the
+  // recompute mode laid them out), the embedding/head buffers, backward scratch and the
+  // tensor-parallel buffers.
+  int64_t floats = 0;
+  for (const auto& b : storage_) floats += static_cast<int64_t>(b.size());
+  for (const AlignedBuffer<float>* b : {&emb_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &lse_, &dres_, &dtmp_,
+                                        &dln_, &datty_, &dqkv_, &dfch_act_, &dfch_, &gather_, &partial_, &dfull_,
+                                        &ce_scratch_})
+    floats += static_cast<int64_t>(b->size());
+  return 4 * floats + static_cast<int64_t>(sizeof(int32_t) * (inputs_.size() + targets_.size()));
 }
 
 double GPT2LMHeadModel::flops_per_step(int64_t batch) const {

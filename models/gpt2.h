@@ -42,13 +42,19 @@ class GPT2LMHeadModel : public CausalLM {
   struct LayerOffsets {
     int64_t ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   };
+  // One layer's activations: views into planned storage. A layer under full recompute shares
+  // one set of buffers with every other such layer (only its output is its own); under selective
+  // recompute the attention probabilities and the activation function's output are shared.
   struct LayerActs {
-    AlignedBuffer<float> ln1, ln1_mean, ln1_rstd, qkv, probs, atty, res2, ln2, ln2_mean, ln2_rstd,
-        fch, fch_act, out;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_act, *out;
   };
+  enum class Recompute { kNone, kSelective, kFull };
+  Recompute recompute_mode(int64_t l) const;
+  float* plan(int64_t rows, int64_t cols);  // a zeroed activation buffer, kept for the model's life
   LayerWeights layer_weights(float* base, int64_t l) const;
   void layer_fwd(int64_t l, const float* x, const StepInfo& info);
   void layer_bwd(int64_t l, const float* x);
+  void recompute_fwd(int64_t l, const float* x);
   double head_fwd(const float* x);
   void head_bwd(float grad_scale, const float* x);
   ops::DropoutKey hidden_dropout(int64_t layer, int64_t site) const;
@@ -71,6 +77,8 @@ class GPT2LMHeadModel : public CausalLM {
   AlignedBuffer<int32_t> inputs_, targets_;
   AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lse_;
   std::vector<LayerActs> acts_;
+  std::vector<AlignedBuffer<float>> storage_;  // what acts_ points into
+  int64_t recompute_layers_ = 0;               // the first this many layers are recomputed
   // Backward scratch, shared by all layers.
   AlignedBuffer<float> dres_, dtmp_, dln_, datty_, dqkv_, dfch_act_, dfch_;
   // Tensor-parallel scratch ([N, C] each; empty on one rank): gathered rows, partial sums, and

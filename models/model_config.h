@@ -30,6 +30,11 @@ struct ModelConfig {
   // From parallel_config: how the model is split across the tensor-parallel ranks.
   bool use_seq_parallel = false;
   bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary
+  // From recompute_config: recompute each layer's forward in backward (recompute), or only the
+  // attention core and the activation function (select_recompute), in the first
+  // recompute_num_layers layers (-1: all).
+  bool recompute = false, select_recompute = false;
+  int64_t recompute_num_layers = -1;
 
   int64_t ffn_hidden() const { return hidden_size * expand_ratio; }
   int64_t head_dim() const { return hidden_size / num_heads; }

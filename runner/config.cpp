@@ -233,8 +233,6 @@ void warn_not_built(Config& c) {
   if (c.checkpoint.enabled)
     w("callbacks: CheckpointMointor/CheckpointMonitor: checkpoint saving is not built yet; no checkpoints are written");
   if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
-  if (c.recompute || c.select_recompute)
-    w("recompute_config: activation recompute is not built yet; all activations are kept (the numbers are the same)");
   if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
   if (get<bool>(c.resolved, "model.model_config.use_flash_attention"))
     w("`model.model_config.use_flash_attention: True`: fused attention is not built yet; using the unfused path");
@@ -298,6 +296,9 @@ Config load_config_string(const std::string& yaml, const std::vector<std::string
   read_model(c.resolved, c, errors);
   c.model.use_seq_parallel = c.parallel.use_seq_parallel;
   c.model.vocab_emb_dp = c.parallel.vocab_emb_dp;
+  c.model.recompute = c.recompute;
+  c.model.select_recompute = c.select_recompute;
+  c.model.recompute_num_layers = c.recompute_num_layers;
   read_optimizer(r, c, errors);
   read_callbacks(r, c, errors);
   try {

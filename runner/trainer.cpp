@@ -141,10 +141,14 @@ void Trainer::log_setup() const {
   spdlog::info("data: {}", data_->describe());
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
-               "activations {} (planned)",
+               "activations {} (planned{})",
                ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes())),
                sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.grid.dp()) : std::string(),
-               human_bytes(static_cast<double>(model_->activation_bytes())));
+               human_bytes(static_cast<double>(model_->activation_bytes())),
+               m.recompute || m.select_recompute
+                   ? fmt::format("; {} recompute of {} layer(s)", m.recompute ? "full" : "selective",
+                                 m.recompute_num_layers < 0 ? m.num_layers : std::min(m.num_layers, m.recompute_num_layers))
+                   : std::string("; no recompute"));
   if (ctx_.grid.dp() > 1)
     spdlog::info("data-parallel gradients: {}", sync_->sharded()
         ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")

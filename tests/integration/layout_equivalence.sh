@@ -59,6 +59,16 @@ for v in rep vp; do
 done
 train dp4_mp2_vp small.yaml 4 2 $VP
 train dp4_mp2_sp_zero_rep small.yaml 4 2 $SP $ZERO
+# Recompute changes memory, not numbers, under tensor + sequence parallelism too: bitwise equal losses.
+train dp2_mp2_sp_zero_vp_recompute small.yaml 2 2 $SP $ZERO $VP --set recompute_config.recompute=True
+train mp2_sp_vp_select small.yaml 1 2 $SP $VP --set recompute_config.select_recompute=True
+for pair in "dp2_mp2_sp_zero_vp dp2_mp2_sp_zero_vp_recompute" "mp2_sp_vp mp2_sp_vp_select"; do
+  set -- $pair
+  cmp <(grep -o '"loss":[^,]*' "$1/metrics.jsonl") <(grep -o '"loss":[^,]*' "$2/metrics.jsonl") \
+    || { echo "FAIL: $2 losses are not bitwise those of $1"; exit 1; }
+  cmp "$1/weights.safetensors" "$2/weights.safetensors" || { echo "FAIL: $2 weights are not bitwise those of $1"; exit 1; }
+  echo "$2: losses and weights bitwise equal to $1"
+done
 python3 "$SRC/tests/integration/compare_runs.py" one dp2 dp2_zero mp2_rep mp2_vp mp2_sp_rep mp2_sp_vp dp2_mp2_rep \
   dp2_mp2_vp dp2_mp2_sp_zero_rep dp2_mp2_sp_zero_vp dp4_mp2_vp dp4_mp2_sp_zero_rep
 

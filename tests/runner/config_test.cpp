@@ -178,7 +178,8 @@ TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
   const Config c = load_config_string(kMinimal, {"recompute_config.recompute=True", "resume_training=True",
                                                  "model.model_config.compute_dtype=bfloat16",
                                                  "callbacks=[{type: CheckpointMointor, save_checkpoint_steps: 10}]"});
-  EXPECT_TRUE(has_warning(c, "activation recompute is not built yet"));
+  EXPECT_FALSE(has_warning(c, "recompute"));  // built: recompute_config reaches the model
+  EXPECT_TRUE(c.model.recompute);
   EXPECT_TRUE(has_warning(c, "resuming is not built yet"));
   EXPECT_TRUE(has_warning(c, "`model.model_config.compute_dtype: bfloat16`: mixed precision is not built yet"));
   EXPECT_TRUE(has_warning(c, "no checkpoints are written"));

@@ -1,0 +1,94 @@
+// Activation recompute changes memory, never numbers: the loss and every gradient of two training
+// steps are bitwise the same with full, selective and partial (first N layers) recompute as with
+// none, with dropout on; and the planned activation bytes fall in the expected order.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "models/gpt2.h"
+
+namespace gf {
+namespace {
+
+ModelConfig tiny() {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.seq_length = 24;
+  c.max_position_embeddings = 32;
+  c.hidden_size = 32;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.hidden_act = "gelu_new";
+  c.hidden_dropout_rate = 0.1f;
+  c.attention_dropout_rate = 0.1f;
+  return c;
+}
+
+struct StepsRun {
+  std::vector<double> losses;
+  std::vector<float> grads;
+  int64_t activation_bytes;
+};
+
+StepsRun run_steps(ModelConfig cfg) {
+  const int64_t B = 3;
+  ParallelContext ctx = ParallelContext::single();
+  GPT2LMHeadModel model(cfg, B, ctx);
+  model.init_weights(7);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * (cfg.seq_length + 1)));
+  StepsRun r;
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 31 + 7 * step) % cfg.vocab_size);
+    std::fill(model.grads(), model.grads() + model.params().total_floats(), 0.0f);
+    r.losses.push_back(model.forward(tokens.data(), StepInfo{step, 5 * step, true}));
+    model.backward(0.01f);
+    r.grads.insert(r.grads.end(), model.grads(), model.grads() + model.params().total_floats());
+    // A tiny update so the second step runs on different weights.
+    for (int64_t i = 0; i < model.params().total_floats(); ++i) model.weights()[i] -= 0.1f * model.grads()[i];
+  }
+  r.activation_bytes = model.activation_bytes();
+  return r;
+}
+
+void expect_bitwise(const StepsRun& a, const StepsRun& b, const char* what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << what << " step " << i + 1;
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  EXPECT_EQ(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)), 0) << what << ": gradients differ";
+}
+
+TEST(Recompute, BitwiseIdenticalInEveryMode) {
+  const ModelConfig base = tiny();
+  const StepsRun none = run_steps(base);
+  ModelConfig full = base;
+  full.recompute = true;
+  ModelConfig select = base;
+  select.select_recompute = true;
+  ModelConfig first_one = full;
+  first_one.recompute_num_layers = 2;  // (one layer alone saves nothing: the shared set is one layer)
+  ModelConfig select_two = select;
+  select_two.recompute_num_layers = 2;
+  const StepsRun r_full = run_steps(full), r_select = run_steps(select), r_first = run_steps(first_one), r_sel2 = run_steps(select_two);
+  expect_bitwise(none, r_full, "full recompute");
+  expect_bitwise(none, r_select, "selective recompute");
+  expect_bitwise(none, r_first, "full recompute of the first two layers");
+  expect_bitwise(none, r_sel2, "selective recompute of the first two layers");
+  // Memory: full < full on one layer < none; selective < none; selective on 2 layers > on all 3.
+  EXPECT_LT(r_full.activation_bytes, r_first.activation_bytes);
+  EXPECT_LT(r_first.activation_bytes, none.activation_bytes);
+  EXPECT_LT(r_select.activation_bytes, r_sel2.activation_bytes);
+  EXPECT_LT(r_sel2.activation_bytes, none.activation_bytes);
+  EXPECT_LT(r_full.activation_bytes, r_select.activation_bytes);
+  // Full recompute keeps per layer only the output (and one shared set): the saving is at least
+  // two layers' worth of everything else.
+  const int64_t N = 3 * 24, C = 32, F = 128, H = 4, T = 24;
+  // ln1, res2, ln2 (C), qkv (3C), atty (C), four LayerNorm statistics, fch and its activation (F),
+  // and the probabilities: everything but the output.
+  const int64_t per_layer_floats = N * (7 * C + 4 + 2 * F) + 3 * H * T * T;
+  EXPECT_EQ(none.activation_bytes - r_full.activation_bytes, 4 * 2 * per_layer_floats);
+  EXPECT_EQ(none.activation_bytes - r_select.activation_bytes, 4 * 2 * (3 * H * T * T + N * F));
+}
+
+}  // namespace
+}  // namespace gf

@@ -314,8 +314,9 @@ void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
   vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
   if (vocab_parallel_) {
-    // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices.
-    const float* h = tp_.gather_rows(lnf_.data(), gather_.data(), C_);
+    // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices. Under
+    // SP, gather_ still holds the rows head_fwd gathered (backward starts here, nothing used it since).
+    const float* h = tp_.sequence_parallel() ? gather_.data() : lnf_.data();
     gemm(Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dfull_.data(), C_);
     gemm(Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), Vl_, h, C_, 1.0f, dwte, C_);
     tp_.reduce_rows(dfull_.data(), dln_.data(), C_);

@@ -12,14 +12,23 @@ GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, 
   shard_begin_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank()) : 0;
   shard_end_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
   if (!sharded_ && ctx.dp.size() > 1) {
-    // Cut from the end of the arena (where backward starts) at parameter boundaries.
-    const int64_t target = std::max<int64_t>(1, total_ / std::max<int64_t>(1, buckets));
-    int64_t end = total_;
+    // Cut from the end of the arena (where backward starts) at parameter boundaries into about
+    // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
+    // whose gradient is complete only at the very end) gets a bucket of its own, and the target
+    // size is taken over the rest, so that the layers' gradients still go out during backward.
     const auto& specs = table.specs();
+    const int64_t groups = std::max<int64_t>(1, buckets);
+    auto span = [&](size_t i) { return (i + 1 < specs.size() ? specs[i + 1].offset : total_) - specs[i].offset; };
+    auto big = [&](size_t i) { return span(i) > total_ / groups; };
+    int64_t rest = total_;
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (big(i)) rest -= span(i);
+    const int64_t target = std::max<int64_t>(1, rest / groups);
+    int64_t end = total_;
     for (size_t i = specs.size(); i-- > 0;) {
-      const int64_t b = specs[i].offset;
-      if (end - b >= target || i == 0) {
-        buckets_.push_back({i == 0 ? 0 : b, end});
+      const int64_t b = i == 0 ? 0 : specs[i].offset;
+      if (i == 0 || big(i) || big(i - 1) || end - b >= target) {
+        buckets_.push_back({b, end});
         end = b;
       }
     }

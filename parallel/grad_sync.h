@@ -1,7 +1,8 @@
 // Gradient synchronisation over the flat arena, after (and during) the backward pass:
 //
-//  * data parallel, plain: the arena is cut at parameter boundaries into `buckets` contiguous
-//    buckets (parallel_config.gradient_aggregation_group is the bucket count). Backward finishes
+//  * data parallel, plain: the arena is cut at parameter boundaries into about `buckets`
+//    contiguous buckets (parallel_config.gradient_aggregation_group; a parameter larger than a
+//    bucket, such as the tied embedding, gets one of its own on top). Backward finishes
 //    parameters from the end of the arena towards the front; as soon as a bucket is complete its
 //    ring all-reduce starts in the background and is advanced between layers.
 //  * data parallel with the sharded optimizer (ZeRO-1): the arena is reduce-scattered so each

@@ -1,5 +1,7 @@
 #include "models/gpt2.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/dropout.h"
 #include "core/ops/embedding.h"
+#include "core/ops/flash_attention.h"
 #include "core/ops/linear.h"
 #include "core/gemm.h"
 
@@ -143,16 +146,22 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
     } else {
       a = full_set();
     }
+    // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused,
+    // which the flash backward needs with the output; it is kept even under selective recompute,
+    // as there is nothing T x T to save).
+    if (cfg.use_flash_attention && mode != Recompute::kFull) a.lse = plan(B_ * Hl_, T_);
     if (mode == Recompute::kNone) {
-      a.probs = plan(B_ * Hl_ * T_, T_);
+      if (!cfg.use_flash_attention) a.probs = plan(B_ * Hl_ * T_, T_);
       a.fch_act = plan(N_, Fl_);
     } else {
       if (!have_shared_core) {
-        shared.probs = plan(B_ * Hl_ * T_, T_);
+        if (cfg.use_flash_attention) shared.lse = plan(B_ * Hl_, T_);
+        else shared.probs = plan(B_ * Hl_ * T_, T_);
         shared.fch_act = plan(N_, Fl_);
         have_shared_core = true;
       }
-      a.probs = shared.probs;
+      if (!cfg.use_flash_attention) a.probs = shared.probs;
+      if (mode == Recompute::kFull) a.lse = shared.lse;
       a.fch_act = shared.fch_act;
     }
     a.out = plan(Nl_, C_);
@@ -169,6 +178,11 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
     partial_ = buf(N_, C_);
     dfull_ = buf(N_, C_);
     ce_scratch_ = buf(head_rows_, 2);
+  }
+  if (cfg.use_flash_attention) {
+    flash_ws_.threads = omp_get_max_threads();
+    flash_buf_ = buf(flash_ws_.threads, ops::flash_workspace_per_thread({B_, T_, Hl_, C_ / H_}, flash_ws_.tiles));
+    flash_ws_.data = flash_buf_.data();
   }
 }
 
@@ -205,7 +219,10 @@ void GPT2LMHeadModel::layer_fwd(int64_t l, const float* x, const StepInfo& info)
   ops::layernorm_fwd(a.ln1, {a.ln1_mean, a.ln1_rstd}, x, w.ln1_w, w.ln1_b, Nl_, C_, eps);
   column_parallel_fwd(tp_, a.qkv, a.ln1, w.attn_w, w.attn_b, C_, 3 * Cl_, gather_.data());
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info.sample_offset, tp_.rank() * Hl_, H_};
-  ops::attention_fwd(a.atty, a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));
+  if (cfg_.use_flash_attention)
+    ops::flash_attention_fwd(a.atty, a.lse, a.qkv, s, hidden_dropout(l, kAttnProbs), flash_ws_);
+  else
+    ops::attention_fwd(a.atty, a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));
   row_parallel_fwd(tp_, a.res2, a.atty, w.proj_w, w.proj_b, Cl_, C_, partial_.data());
   ops::dropout_apply(a.res2, hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
   add_inplace(a.res2, x, Nl_ * C_);
@@ -273,8 +290,10 @@ void GPT2LMHeadModel::recompute_fwd(int64_t l, const float* x) {
     return;
   }
   LayerActs& a = acts_[static_cast<size_t>(l)];
-  ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
-  ops::attention_fwd(datty_.data(), a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));  // y itself is kept
+  if (!cfg_.use_flash_attention) {  // the fused backward recomputes its probabilities itself
+    ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
+    ops::attention_fwd(datty_.data(), a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));  // y itself is kept
+  }
   ops::activation_fwd(act_, a.fch_act, a.fch, N_ * Fl_);
 }
 
@@ -301,7 +320,11 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
                    gather_.data());
   zero(dqkv_);
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
-  ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv, a.probs, s, hidden_dropout(l, kAttnProbs));
+  if (cfg_.use_flash_attention)
+    ops::flash_attention_bwd(dqkv_.data(), datty_.data(), a.qkv, a.atty, a.lse, s, hidden_dropout(l, kAttnProbs),
+                             flash_ws_);
+  else
+    ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv, a.probs, s, hidden_dropout(l, kAttnProbs));
   column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1, w.attn_w, C_, 3 * Cl_,
                       gather_.data(), dfull_.data());
   ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean, a.ln1_rstd},
@@ -353,7 +376,7 @@ int64_t GPT2LMHeadModel::activation_bytes() const {
   for (const auto& b : storage_) floats += static_cast<int64_t>(b.size());
   for (const AlignedBuffer<float>* b : {&emb_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &lse_, &dres_, &dtmp_,
                                         &dln_, &datty_, &dqkv_, &dfch_act_, &dfch_, &gather_, &partial_, &dfull_,
-                                        &ce_scratch_})
+                                        &ce_scratch_, &flash_buf_})
     floats += static_cast<int64_t>(b->size());
   return 4 * floats + static_cast<int64_t>(sizeof(int32_t) * (inputs_.size() + targets_.size()));
 }

@@ -8,6 +8,7 @@
 
 #include "core/ops/activation.h"
 #include "core/ops/dropout.h"
+#include "core/ops/flash_attention.h"
 #include "core/ops/layernorm.h"
 #include "models/causal_lm.h"
 #include "parallel/parallel_context.h"
@@ -45,8 +46,10 @@ class GPT2LMHeadModel : public CausalLM {
   // One layer's activations: views into planned storage. A layer under full recompute shares
   // one set of buffers with every other such layer (only its output is its own); under selective
   // recompute the attention probabilities and the activation function's output are shared.
+  // Attention keeps probs [B, Hl, T, T] (unfused) or lse [B, Hl, T] (use_flash_attention).
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_act, *out;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *lse, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_act,
+        *out;
   };
   enum class Recompute { kNone, kSelective, kFull };
   Recompute recompute_mode(int64_t l) const;
@@ -84,6 +87,9 @@ class GPT2LMHeadModel : public CausalLM {
   // Tensor-parallel scratch ([N, C] each; empty on one rank): gathered rows, partial sums, and
   // the full-row input gradient of a column-parallel layer under SP.
   AlignedBuffer<float> gather_, partial_, dfull_, ce_scratch_;
+  // Fused attention's per-thread tile scratch, shared by all layers (empty when unfused).
+  AlignedBuffer<float> flash_buf_;
+  ops::FlashWorkspace<float> flash_ws_;
   StepInfo info_;
 };
 

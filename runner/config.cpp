@@ -66,6 +66,14 @@ void read_model(YAML::Node r, Config& c, std::vector<std::string>& errors) {
   m.layernorm_compute_type = get<std::string>(r, k + "layernorm_compute_type");
   m.softmax_compute_type = get<std::string>(r, k + "softmax_compute_type");
   m.eos_token_id = get<int64_t>(r, k + "eos_token_id");
+  const YAML::Node flash = find(r, k + "use_flash_attention");
+  if (flash.IsScalar() && flash.Scalar() == "auto") {
+    m.use_flash_attention = m.seq_length >= kFlashAttentionAutoMinSeq;
+    r["model"]["model_config"]["use_flash_attention"] = m.use_flash_attention;  // the resolved config says which
+  } else if (!YAML::convert<bool>::decode(flash, m.use_flash_attention)) {
+    errors.push_back("`" + k + "use_flash_attention: " + (flash.IsScalar() ? flash.Scalar() : std::string("...")) +
+                     "`: expects True, False or auto");
+  }
   try {
     find_model(m.arch, m.type);
   } catch (const std::exception& e) {
@@ -234,8 +242,6 @@ void warn_not_built(Config& c) {
     w("callbacks: CheckpointMointor/CheckpointMonitor: checkpoint saving is not built yet; no checkpoints are written");
   if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
   if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
-  if (get<bool>(c.resolved, "model.model_config.use_flash_attention"))
-    w("`model.model_config.use_flash_attention: True`: fused attention is not built yet; using the unfused path");
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {

@@ -162,7 +162,7 @@ model:
     layernorm_compute_type: float32
     softmax_compute_type: float32
     compute_dtype: float32
-    use_flash_attention: false
+    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on (bench/README.md)
     checkpoint_name_or_path: ""
     eos_token_id: 50256
     bos_token_id: 50256

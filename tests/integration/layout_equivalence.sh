@@ -4,7 +4,9 @@
 # within 1e-5 relative (see compare_runs.py for the one slice that is checked differently).
 # Layouts: dp2, mp2, mp2+sp, dp2+zero, dp2xmp2, dp2xmp2+sp+zero, dp4xmp2 (8 ranks), each
 # tensor-parallel one with vocab_emb_dp True and False; and the real 50257 vocabulary with mp2 and
-# mp4 (not divisible: padded to 50432 / 50688 and masked).
+# mp4 (not divisible: padded to 50432 / 50688 and masked). The fused attention
+# (use_flash_attention: True; seq_length 16 would pick the unfused one) on one rank and on dp2xmp2+sp
+# trains the same steps as the unfused one.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -59,10 +61,16 @@ for v in rep vp; do
 done
 train dp4_mp2_vp small.yaml 4 2 $VP
 train dp4_mp2_sp_zero_rep small.yaml 4 2 $SP $ZERO
+FLASH="--set model.model_config.use_flash_attention=True"
+train flash small.yaml 1 1 $FLASH
+train dp2_mp2_sp_flash small.yaml 2 2 $SP $FLASH
 # Recompute changes memory, not numbers, under tensor + sequence parallelism too: bitwise equal losses.
 train dp2_mp2_sp_zero_vp_recompute small.yaml 2 2 $SP $ZERO $VP --set recompute_config.recompute=True
 train mp2_sp_vp_select small.yaml 1 2 $SP $VP --set recompute_config.select_recompute=True
-for pair in "dp2_mp2_sp_zero_vp dp2_mp2_sp_zero_vp_recompute" "mp2_sp_vp mp2_sp_vp_select"; do
+train dp2_mp2_sp_flash_recompute small.yaml 2 2 $SP $FLASH --set recompute_config.recompute=True
+train flash_select small.yaml 1 1 $FLASH --set recompute_config.select_recompute=True
+for pair in "dp2_mp2_sp_zero_vp dp2_mp2_sp_zero_vp_recompute" "mp2_sp_vp mp2_sp_vp_select" \
+            "dp2_mp2_sp_flash dp2_mp2_sp_flash_recompute" "flash flash_select"; do
   set -- $pair
   cmp <(grep -o '"loss":[^,]*' "$1/metrics.jsonl") <(grep -o '"loss":[^,]*' "$2/metrics.jsonl") \
     || { echo "FAIL: $2 losses are not bitwise those of $1"; exit 1; }
@@ -70,7 +78,7 @@ for pair in "dp2_mp2_sp_zero_vp dp2_mp2_sp_zero_vp_recompute" "mp2_sp_vp mp2_sp_
   echo "$2: losses and weights bitwise equal to $1"
 done
 python3 "$SRC/tests/integration/compare_runs.py" one dp2 dp2_zero mp2_rep mp2_vp mp2_sp_rep mp2_sp_vp dp2_mp2_rep \
-  dp2_mp2_vp dp2_mp2_sp_zero_rep dp2_mp2_sp_zero_vp dp4_mp2_vp dp4_mp2_sp_zero_rep
+  dp2_mp2_vp dp2_mp2_sp_zero_rep dp2_mp2_sp_zero_vp dp4_mp2_vp dp4_mp2_sp_zero_rep flash dp2_mp2_sp_flash
 
 # The real GPT-2 vocabulary, 50257 = 3 x 11 x 1523: not divisible by 2 or 4.
 train v_one gpt2vocab.yaml 1 1

@@ -90,5 +90,22 @@ TEST(Recompute, BitwiseIdenticalInEveryMode) {
   EXPECT_EQ(none.activation_bytes - r_select.activation_bytes, 4 * 2 * (3 * H * T * T + N * F));
 }
 
+// With fused attention the layer keeps a log-sum-exp per row instead of the probabilities; every
+// recompute mode still gives bitwise the same numbers.
+TEST(Recompute, BitwiseIdenticalWithFusedAttention) {
+  ModelConfig base = tiny();
+  base.use_flash_attention = true;
+  const StepsRun none = run_steps(base);
+  ModelConfig full = base;
+  full.recompute = true;
+  ModelConfig select = base;
+  select.select_recompute = true;
+  const StepsRun r_full = run_steps(full), r_select = run_steps(select);
+  expect_bitwise(none, r_full, "full recompute, fused attention");
+  expect_bitwise(none, r_select, "selective recompute, fused attention");
+  EXPECT_LT(r_full.activation_bytes, r_select.activation_bytes);
+  EXPECT_LT(r_select.activation_bytes, none.activation_bytes);
+}
+
 }  // namespace
 }  // namespace gf

@@ -185,6 +185,25 @@ TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
   EXPECT_TRUE(has_warning(c, "no checkpoints are written"));
 }
 
+TEST(Config, FlashAttentionIsAutoTrueOrFalse) {
+  // auto (the default): fused from seq_length kFlashAttentionAutoMinSeq on, and the resolved
+  // config says which; True/False as written, at any length, and no "not built" warning.
+  const Config short_auto = load_config_string(kMinimal);
+  EXPECT_FALSE(short_auto.model.use_flash_attention);
+  EXPECT_NE(dump_resolved(short_auto).find("use_flash_attention: false"), std::string::npos);
+  const std::string at = "model.model_config.seq_length=" + std::to_string(kFlashAttentionAutoMinSeq);
+  const Config long_auto = load_config_string(kMinimal, {at, "model.model_config.max_position_embeddings=1024"});
+  EXPECT_TRUE(long_auto.model.use_flash_attention);
+  EXPECT_NE(dump_resolved(long_auto).find("use_flash_attention: true"), std::string::npos);
+  const Config on = load_config_string(kMinimal, {"model.model_config.use_flash_attention=True"});
+  EXPECT_TRUE(on.model.use_flash_attention);
+  EXPECT_TRUE(on.warnings.empty());
+  const Config off = load_config_string(kMinimal, {at, "model.model_config.use_flash_attention=False"});
+  EXPECT_FALSE(off.model.use_flash_attention);
+  const std::string e = error_of(kMinimal, {"model.model_config.use_flash_attention=sometimes"});
+  EXPECT_NE(e.find("`model.model_config.use_flash_attention: sometimes`: expects True, False or auto"), std::string::npos) << e;
+}
+
 TEST(EditDistance, Basics) {
   EXPECT_EQ(edit_distance("model_paralel", "model_parallel"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);

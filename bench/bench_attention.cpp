@@ -1,0 +1,161 @@
+// Unfused causal attention (core/ops/attention.h, T x T probabilities kept) against the fused one
+// (core/ops/flash_attention.h, tiles and an online softmax) on gpt2-tiny-like shapes.
+//
+//   build/bin/bench_attention [--runs N] [--threads N] [--tiles RxC[,RxC...]] [--shapes B:T:H:D[,...]]
+//                             [--dropout P[,P...]]
+//
+// Defaults: 9 runs, all OpenMP threads, the default tiles (FlashTiles), shapes 8:256:4:64 and 8:1024:4:64 (gpt2-tiny:
+// batch 8, 4 heads of 64, at its trained T = 256 and at 1024), dropout 0 and 0.1. Each run times
+// forward, backward and both, for the unfused path and then each tile size (interleaved, so load
+// from other processes hits both alike); the table shows medians and the ratio unfused / fused
+// (> 1: the fused path is faster). Memory: what each path keeps for backward plus its scratch.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/ops/attention.h"
+#include "core/ops/flash_attention.h"
+
+namespace {
+
+using gf::AlignedBuffer;
+using namespace gf::ops;
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  int64_t B, T, H, D;
+};
+
+struct Options {
+  int runs = 9;
+  int threads = 0;
+  std::vector<FlashTiles> tiles{FlashTiles{}};
+  std::vector<Shape> shapes{{8, 256, 4, 64}, {8, 1024, 4, 64}};
+  std::vector<float> dropout{0.0f, 0.1f};
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--runs") o.runs = std::stoi(v);
+    else if (k == "--threads") o.threads = std::stoi(v);
+    else if (k == "--tiles") {
+      o.tiles.clear();
+      for (const auto& t : split(v, ',')) {
+        const auto x = t.find('x');
+        o.tiles.push_back({std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1))});
+      }
+    } else if (k == "--shapes") {
+      o.shapes.clear();
+      for (const auto& t : split(v, ',')) {
+        const auto p = split(t, ':');
+        o.shapes.push_back({std::stoll(p.at(0)), std::stoll(p.at(1)), std::stoll(p.at(2)), std::stoll(p.at(3))});
+      }
+    } else if (k == "--dropout") {
+      o.dropout.clear();
+      for (const auto& t : split(v, ',')) o.dropout.push_back(std::stof(t));
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Times {
+  std::vector<double> fwd, bwd;
+};
+
+void bench_shape(const Shape& sh, float rate, const Options& o) {
+  const int64_t C = sh.H * sh.D, nqkv = sh.B * sh.T * 3 * C, ny = sh.B * sh.T * C;
+  const AttentionShape s{sh.B, sh.T, sh.H, sh.D, 0, 0, sh.H};
+  const DropoutKey drop{rate, 1, 2};
+  AlignedBuffer<float> qkv(nqkv), dy(ny), y(ny), dqkv(nqkv), probs(sh.B * sh.H * sh.T * sh.T), lse(sh.B * sh.H * sh.T);
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t i = 0; i < nqkv; ++i) qkv[i] = nd(g);
+  for (int64_t i = 0; i < ny; ++i) dy[i] = nd(g);
+  const int threads = omp_get_max_threads();
+  std::vector<AlignedBuffer<float>> ws_buf;
+  std::vector<FlashWorkspace<float>> ws;
+  for (const FlashTiles& t : o.tiles) {
+    ws_buf.emplace_back(static_cast<size_t>(threads * flash_workspace_per_thread(s, t)));
+    ws.push_back({ws_buf.back().data(), threads, t});
+  }
+  Times unfused;
+  std::vector<Times> fused(o.tiles.size());
+  for (int run = 0; run <= o.runs; ++run) {  // run 0 warms up and is not kept
+    auto t0 = Clock::now();
+    attention_fwd(y.data(), probs.data(), qkv.data(), s, drop);
+    const double f = seconds_since(t0);
+    t0 = Clock::now();
+    attention_bwd(dqkv.data(), dy.data(), qkv.data(), probs.data(), s, drop);
+    const double b = seconds_since(t0);
+    if (run > 0) unfused.fwd.push_back(f), unfused.bwd.push_back(b);
+    for (size_t k = 0; k < ws.size(); ++k) {
+      t0 = Clock::now();
+      flash_attention_fwd(y.data(), lse.data(), qkv.data(), s, drop, ws[k]);
+      const double ff = seconds_since(t0);
+      t0 = Clock::now();
+      flash_attention_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s, drop, ws[k]);
+      const double fb = seconds_since(t0);
+      if (run > 0) fused[k].fwd.push_back(ff), fused[k].bwd.push_back(fb);
+    }
+  }
+  std::vector<double> u_sum(unfused.fwd.size());
+  for (size_t i = 0; i < u_sum.size(); ++i) u_sum[i] = unfused.fwd[i] + unfused.bwd[i];
+  const double uf = median(unfused.fwd), ub = median(unfused.bwd), ut = median(u_sum);
+  // Unfused: probs kept for backward, plus per-thread scratch (T*T with dropout in forward, 2*T*T in backward).
+  const double mib = 1024.0 * 1024.0;
+  const double u_mem = 4.0 * static_cast<double>(sh.B * sh.H * sh.T * sh.T + threads * 2 * sh.T * sh.T);
+  std::printf("B %lld T %lld H %lld D %lld dropout %.2f, %d threads\n", static_cast<long long>(sh.B),
+              static_cast<long long>(sh.T), static_cast<long long>(sh.H), static_cast<long long>(sh.D), rate, threads);
+  std::printf("  %-14s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB\n", "unfused", 1e3 * uf, 1e3 * ub,
+              1e3 * ut, u_mem / mib);
+  for (size_t k = 0; k < ws.size(); ++k) {
+    std::vector<double> sum(fused[k].fwd.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = fused[k].fwd[i] + fused[k].bwd[i];
+    const double ff = median(fused[k].fwd), fb = median(fused[k].bwd), ft = median(sum);
+    const double f_mem = 4.0 * static_cast<double>(sh.B * sh.H * sh.T + ws_buf[k].size());
+    char name[32];
+    std::snprintf(name, sizeof name, "flash %lldx%lld", static_cast<long long>(o.tiles[k].rows),
+                  static_cast<long long>(o.tiles[k].cols));
+    std::printf("  %-14s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB  "
+                "unfused/flash: fwd %.2fx bwd %.2fx fwd+bwd %.2fx\n",
+                name, 1e3 * ff, 1e3 * fb, 1e3 * ft, f_mem / mib, uf / ff, ub / fb, ut / ft);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  std::printf("medians of %d runs (after one warm-up), unfused and fused interleaved in each run\n", o.runs);
+  for (const Shape& sh : o.shapes)
+    for (float rate : o.dropout) bench_shape(sh, rate, o);
+  return 0;
+}

@@ -1,0 +1,290 @@
+#include "core/ops/flash_attention.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include "core/gemm.h"
+#include "core/scratch.h"
+
+namespace gf::ops {
+namespace {
+
+constexpr int64_t kAlign = 16;  // elements: 64 bytes of float, 128 of double
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Row stride of a score tile: a multiple of 64 bytes, so every tile row starts aligned and the
+// vectorised exp below splits each row into packets the same way whichever thread runs it.
+int64_t tile_ld(FlashTiles t) { return round_up(t.cols, kAlign); }
+
+// The elements of a workspace slice that the kernels use (see fwd_query_tile, bwd_head).
+int64_t used_per_thread(const AttentionShape& s, FlashTiles t) {
+  const int64_t br = t.rows, ld = tile_ld(t);
+  const int64_t fwd = round_up(br * ld, kAlign) + round_up(br * s.head_dim, kAlign) + 2 * round_up(br, kAlign);
+  const int64_t bwd = 2 * round_up(br * ld, kAlign) + round_up(br, kAlign);
+  return std::max(fwd, bwd) + ld;  // + one row of dropout scales
+}
+
+template <typename S>
+S* align_up(S* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<S*>((a + 63) / 64 * 64);
+}
+
+// This thread's slice of the workspace, 64-byte aligned.
+template <typename S>
+S* thread_slice(const FlashWorkspace<S>& ws, int64_t per) {
+  S* base = ws.data ? ws.data + static_cast<int64_t>(omp_get_thread_num()) * per : scratch<S>(static_cast<size_t>(per), 1);
+  return align_up(base);
+}
+
+// The OpenMP threads, at most as many as the planned workspace has slices.
+template <typename S>
+int team_size(const FlashWorkspace<S>& ws) {
+  return ws.data ? std::clamp(omp_get_max_threads(), 1, std::max(1, ws.threads)) : omp_get_max_threads();
+}
+
+uint64_t drop_base(const AttentionShape& s, int64_t b, int64_t h) {
+  const int64_t hg = s.heads_global > 0 ? s.heads_global : s.heads;
+  return static_cast<uint64_t>(((s.batch_offset + b) * hg + s.head_offset + h) * s.seq * s.seq);
+}
+
+// Sum of x[0..n) in 16 interleaved lanes: vectorises without -ffast-math and the order of the
+// additions depends only on n.
+template <typename S>
+S lane_sum(const S* x, int64_t n) {
+  S acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += x[c + k];
+  for (int k = 0; c < n; ++c, ++k) acc[k] += x[c];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+template <typename S>
+S lane_max(const S* x, int64_t n, S init) {
+  S acc[16];
+  std::fill(acc, acc + 16, init);
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) acc[k] = acc[k] > x[c + k] ? acc[k] : x[c + k];
+  for (; c < n; ++c) acc[0] = acc[0] > x[c] ? acc[0] : x[c];
+  return *std::max_element(acc, acc + 16);
+}
+
+// mk[j] = drop.scale(at + j), j < n: the same function as the unfused path, in a loop of its own
+// (with the key in a local) so that the compiler vectorises the hashing.
+template <typename S>
+void dropout_scales(S* mk, const DropoutKey& drop, uint64_t at, int64_t n) {
+  const DropoutKey k = drop;
+  for (int64_t j = 0; j < n; ++j) mk[j] = static_cast<S>(k.scale(at + static_cast<uint64_t>(j)));
+}
+
+// x[0..n) = exp(x - shift) (Eigen's vectorised exp; x is 64-byte aligned). GCC 12 takes the
+// _mm512_undefined_* operands inside Eigen's AVX-512 exp for maybe-uninitialized values.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <typename S>
+void exp_shifted(S* x, int64_t n, S shift) {
+  Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>> a(x, n);
+  a = (a - shift).exp();
+}
+#pragma GCC diagnostic pop
+
+// One (batch, head): pointers into the packed qkv (row stride 3C) and into y / dy (row stride C).
+template <typename P>
+struct HeadView {
+  P q, k, v;
+  int64_t ld;
+  HeadView(P qkv, const AttentionShape& s, int64_t b, int64_t h)
+      : q(qkv + b * s.seq * 3 * s.heads * s.head_dim + h * s.head_dim),
+        k(q + s.heads * s.head_dim),
+        v(q + 2 * s.heads * s.head_dim),
+        ld(3 * s.heads * s.head_dim) {}
+};
+
+// Keys visible to query row i in the key tile starting at j0 (causal: keys 0..i), clamped to [0, bc].
+int64_t visible(int64_t i, int64_t j0, int64_t bc) { return std::clamp<int64_t>(i - j0 + 1, 0, bc); }
+
+template <typename S>
+struct Ctx {
+  const AttentionShape& s;
+  const DropoutKey& drop;
+  FlashTiles t;
+  int64_t ld;  // score tile row stride
+  S scale;
+};
+
+// Forward of query rows [i0, i0 + br) of one head: online softmax over the key tiles up to the
+// diagonal. yh: this head's y (row stride C); lseh: this head's lse row.
+template <typename S>
+void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, int64_t br, uint64_t base,
+                    const Ctx<S>& c, S* w) {
+  const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
+  S* st = w;
+  S* o = st + round_up(Br * c.ld, kAlign);
+  S* m = o + round_up(Br * D, kAlign);
+  S* l = m + round_up(Br, kAlign);
+  S* mk = l + round_up(Br, kAlign);
+  std::fill(o, o + br * D, S(0));
+  std::fill(m, m + br, -std::numeric_limits<S>::infinity());
+  std::fill(l, l + br, S(0));
+  const int64_t i_last = i0 + br - 1;
+  for (int64_t j0 = 0; j0 <= i_last; j0 += c.t.cols) {
+    const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
+    gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
+    for (int64_t r = 0; r < br; ++r) {
+      S* row = st + r * c.ld;
+      const int64_t n = visible(i0 + r, j0, bc);
+      std::fill(row + n, row + bc, S(0));
+      if (n == 0) continue;
+      const S mx = lane_max(row, n, m[r]);
+      const S alpha = std::exp(m[r] - mx);  // 0 on the first tile (m = -inf)
+      exp_shifted(row, n, mx);
+      l[r] = l[r] * alpha + lane_sum(row, n);
+      m[r] = mx;
+      if (alpha != S(1))
+        for (int64_t d = 0; d < D; ++d) o[r * D + d] *= alpha;
+      if (c.drop.active()) {
+        dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0), n);
+        for (int64_t j = 0; j < n; ++j) row[j] *= mk[j];
+      }
+    }
+    gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
+  }
+  for (int64_t r = 0; r < br; ++r) {
+    const S inv = S(1) / l[r];
+    for (int64_t d = 0; d < D; ++d) yh[(i0 + r) * C + d] = o[r * D + d] * inv;
+    lseh[i0 + r] = m[r] + std::log(l[r]);
+  }
+}
+
+// dS = P * (dP' - Di) * scale and P' = P * mask for one tile, where P = exp(S - lse) is
+// recomputed from the scores in p, dP' = (dY V^T) * mask arrives in ds, Di = rowsum(dY * Y).
+template <typename S>
+void bwd_tile_softmax(S* p, S* ds, S* mk, const S* lse, const S* di, int64_t i0, int64_t br, int64_t j0, int64_t bc,
+                      uint64_t base, const Ctx<S>& c) {
+  const int64_t T = c.s.seq;
+  for (int64_t r = 0; r < br; ++r) {
+    S* pr = p + r * c.ld;
+    S* dr = ds + r * c.ld;
+    const int64_t n = visible(i0 + r, j0, bc);
+    std::fill(pr + n, pr + bc, S(0));
+    std::fill(dr + n, dr + bc, S(0));
+    if (n == 0) continue;
+    exp_shifted(pr, n, lse[i0 + r]);
+    const S d = di[r];
+    if (c.drop.active()) {
+      dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0), n);
+      for (int64_t j = 0; j < n; ++j) {
+        dr[j] = pr[j] * (dr[j] * mk[j] - d) * c.scale;
+        pr[j] *= mk[j];
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - d) * c.scale;
+    }
+  }
+}
+
+// Backward of one (batch, head), FlashAttention-2 style, query tiles outer and key tiles inner.
+template <typename S>
+void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh, const S* yh, const S* lseh,
+              uint64_t base, const Ctx<S>& c, S* w) {
+  const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
+  S* p = w;
+  S* ds = p + round_up(Br * c.ld, kAlign);
+  S* di = ds + round_up(Br * c.ld, kAlign);
+  S* mk = di + round_up(Br, kAlign);
+  for (int64_t i0 = 0; i0 < T; i0 += Br) {
+    const int64_t br = std::min(Br, T - i0), i_last = i0 + br - 1;
+    for (int64_t r = 0; r < br; ++r) {
+      S acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += dyh[(i0 + r) * C + d] * yh[(i0 + r) * C + d];
+      di[r] = acc;
+    }
+    const S* qi = hv.q + i0 * hv.ld;
+    const S* dyi = dyh + i0 * C;
+    for (int64_t j0 = 0; j0 <= i_last; j0 += c.t.cols) {
+      const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
+      const S* kj = hv.k + j0 * hv.ld;
+      gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
+      gemm(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
+      bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, c);
+      // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i
+      gemm(Trans::kYes, Trans::kNo, bc, D, br, S(1), p, c.ld, dyi, C, S(1), dh.v + j0 * dh.ld, dh.ld);
+      gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), ds, c.ld, kj, hv.ld, S(1), dh.q + i0 * dh.ld, dh.ld);
+      gemm(Trans::kYes, Trans::kNo, bc, D, br, S(1), ds, c.ld, qi, hv.ld, S(1), dh.k + j0 * dh.ld, dh.ld);
+    }
+  }
+}
+
+template <typename S>
+Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, FlashTiles t) {
+  if (t.rows < 1 || t.cols < 1) throw std::invalid_argument("flash attention: tiles must be at least 1 x 1");
+  return {s, drop, t, tile_ld(t), S(1) / std::sqrt(static_cast<S>(s.head_dim))};
+}
+
+}  // namespace
+
+int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
+  return round_up(used_per_thread(s, tiles), kAlign) + kAlign;  // + room to align the slice
+}
+
+template <typename S>
+void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, const DropoutKey& drop,
+                         const FlashWorkspace<S>& ws) {
+  const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
+  const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
+  const int64_t nq = (T + c.t.rows - 1) / c.t.rows, per = flash_workspace_per_thread(s, c.t);
+  const int64_t items = s.batch * H * nq;
+#pragma omp parallel num_threads(team_size(ws))
+  {
+    S* w = thread_slice(ws, per);
+    // Longest tiles (last rows, most keys) first; each item writes its own rows of y and lse.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t bh = it / nq, qt = nq - 1 - it % nq, b = bh / H, h = bh % H;
+      const int64_t i0 = qt * c.t.rows;
+      fwd_query_tile(y + b * T * C + h * s.head_dim, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
+                     std::min(c.t.rows, T - i0), drop_base(s, b, h), c, w);
+    }
+  }
+}
+
+template <typename S>
+void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S* lse, const AttentionShape& s,
+                         const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+  const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
+  const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
+  const int64_t per = flash_workspace_per_thread(s, c.t);
+#pragma omp parallel num_threads(team_size(ws))
+  {
+    S* w = thread_slice(ws, per);
+    // Each (batch, head) owns its columns of dqkv: one thread, a fixed order, no atomics.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < s.batch * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H, off = b * T * C + h * s.head_dim;
+      bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
+               drop_base(s, b, h), c, w);
+    }
+  }
+}
+
+template void flash_attention_fwd<float>(float*, float*, const float*, const AttentionShape&, const DropoutKey&,
+                                         const FlashWorkspace<float>&);
+template void flash_attention_fwd<double>(double*, double*, const double*, const AttentionShape&, const DropoutKey&,
+                                          const FlashWorkspace<double>&);
+template void flash_attention_bwd<float>(float*, const float*, const float*, const float*, const float*,
+                                         const AttentionShape&, const DropoutKey&, const FlashWorkspace<float>&);
+template void flash_attention_bwd<double>(double*, const double*, const double*, const double*, const double*,
+                                          const AttentionShape&, const DropoutKey&, const FlashWorkspace<double>&);
+
+}  // namespace gf::ops

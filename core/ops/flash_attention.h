@@ -1,0 +1,52 @@
+// Fused causal attention (FlashAttention, Dao et al. 2022; backward as in FlashAttention-2): the
+// same function as attention_fwd / attention_bwd (core/ops/attention.h), computed in tiles of
+// `rows` queries x `cols` keys with an online softmax, so the T x T probabilities are never
+// stored. Forward keeps only the log-sum-exp of each score row; backward recomputes each tile's
+// probabilities from it. Attention memory is O(T) per head instead of O(T^2).
+//
+// Dropout on the probabilities uses the same global element index as the unfused path
+// (((batch_offset + b) * heads_global + head_offset + h) * T * T + i * T + j), so the masks, and
+// hence the results, are the same.
+//
+// Work is split over (batch, head, query tile) in forward and (batch, head) in backward; each
+// output element is written by one thread in a fixed order, so results do not depend on the
+// number of threads.
+#pragma once
+#include <cstdint>
+
+#include "core/ops/attention.h"
+#include "core/ops/dropout.h"
+
+namespace gf::ops {
+
+// 64 x 128 measured 0-8% faster than 64 x 64 on one and two threads at T = 256 and 1024, D = 64
+// (bench/bench_attention.cpp --tiles 64x64,64x128,128x64,128x128,32x32; bench/README.md).
+struct FlashTiles {
+  int64_t rows = 64;   // query rows per tile (Br)
+  int64_t cols = 128;  // key columns per tile (Bc)
+};
+
+// Per-thread scratch of the kernels, planned once by the caller (e.g. at model construction).
+template <typename T>
+struct FlashWorkspace {
+  T* data = nullptr;  // threads * flash_workspace_per_thread(shape, tiles) values; nullptr: the
+                      // calling threads' gf::scratch buffers
+  int threads = 0;    // thread slices in data: the kernels run on at most this many threads
+                      // (and at most omp_get_max_threads())
+  FlashTiles tiles;
+};
+
+// Values of T each thread needs: O(rows * cols + rows * head_dim), independent of seq.
+int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles);
+
+// y: [B, T, H*D]; lse: [B, H, T] log-sum-exp of each row of scaled scores (kept for backward).
+template <typename T>
+void flash_attention_fwd(T* y, T* lse, const T* qkv, const AttentionShape& s, const DropoutKey& drop,
+                         const FlashWorkspace<T>& ws);
+
+// Accumulates into dqkv. y and lse are the forward's outputs.
+template <typename T>
+void flash_attention_bwd(T* dqkv, const T* dy, const T* qkv, const T* y, const T* lse, const AttentionShape& s,
+                         const DropoutKey& drop, const FlashWorkspace<T>& ws);
+
+}  // namespace gf::ops

@@ -1,0 +1,85 @@
+// GPT-2 with `use_flash_attention: True` against the unfused attention: the same loss, logits and
+// every parameter gradient within 1e-5 relative (max abs diff / max abs, per parameter) in float,
+// with dropout on (attention and hidden) and a sequence longer than one 64-row tile and not a
+// multiple of it; and the planned activations no longer hold the T x T probabilities.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "models/gpt2.h"
+
+namespace gf {
+namespace {
+
+constexpr int64_t kB = 2, kT = 80, kV = 97;
+
+ModelConfig cfg(bool flash) {
+  ModelConfig c;
+  c.vocab_size = kV;
+  c.seq_length = kT;
+  c.max_position_embeddings = kT;
+  c.hidden_size = 32;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.hidden_dropout_rate = 0.1f;
+  c.attention_dropout_rate = 0.1f;
+  c.use_flash_attention = flash;
+  return c;
+}
+
+std::vector<int32_t> tokens() {
+  std::vector<int32_t> t(static_cast<size_t>(kB * (kT + 1)));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 37 + 11) % kV);
+  return t;
+}
+
+double rel_err(const float* a, const float* ref, int64_t n) {
+  double diff = 0, mx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
+    mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
+  }
+  return mx > 0 ? diff / mx : diff;
+}
+
+TEST(Gpt2FlashAttention, LossLogitsAndGradientsEqualTheUnfusedPath) {
+  ParallelContext ctx = ParallelContext::single();
+  GPT2LMHeadModel unfused(cfg(false), kB, ctx), flash(cfg(true), kB, ctx);
+  unfused.init_weights(5);
+  flash.init_weights(5);
+  const auto t = tokens();
+  const StepInfo step{3, 0, true};
+  const double lu = unfused.forward(t.data(), step), lf = flash.forward(t.data(), step);
+  EXPECT_NEAR(lf, lu, 1e-5 * std::abs(lu));
+  EXPECT_NE(lu, unfused.forward(t.data(), StepInfo{3, 0, false})) << "dropout is not on; the test would be weaker";
+  unfused.forward(t.data(), step);
+  EXPECT_LE(rel_err(flash.logits(), unfused.logits(), kB * kT * flash.logits_ld()), 1e-5) << "logits";
+  const float scale = 1.0f / static_cast<float>(kB * kT);
+  unfused.backward(scale);
+  flash.backward(scale);
+  double worst = 0;
+  for (const ParamSpec& p : unfused.params().specs()) {
+    const double e = rel_err(flash.grads() + p.offset, unfused.grads() + p.offset, p.numel());
+    EXPECT_LE(e, 1e-5) << p.name;
+    worst = std::max(worst, e);
+  }
+  std::printf("  loss %.9g vs %.9g; worst gradient relative difference %.2e\n", lf, lu, worst);
+}
+
+TEST(Gpt2FlashAttention, ActivationsDropTheProbabilities) {
+  ParallelContext ctx = ParallelContext::single();
+  GPT2LMHeadModel unfused(cfg(false), kB, ctx), flash(cfg(true), kB, ctx);
+  const ModelConfig c = cfg(false);
+  const int64_t probs = 4 * c.num_layers * kB * c.num_heads * kT * kT, lse = 4 * c.num_layers * kB * c.num_heads * kT;
+  const int64_t saved = unfused.activation_bytes() - flash.activation_bytes();
+  // The probabilities go; one lse per row and head comes, and a tile workspace per thread.
+  const int64_t ws = 4 * omp_get_max_threads() * ops::flash_workspace_per_thread({kB, kT, c.num_heads, c.head_dim()}, {});
+  EXPECT_EQ(saved, probs - lse - ws);
+  EXPECT_LT(ws, 80 * 1024 * omp_get_max_threads());  // two 64 x 128 float tiles and a little per thread
+}
+
+}  // namespace
+}  // namespace gf

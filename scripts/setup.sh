@@ -10,7 +10,7 @@ cd "$ROOT"
 
 PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmpi-bin libeigen3-dev
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
-          libopenblas-openmp-dev fortunes python3-numpy nodejs npm)
+          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   # node and npm may be installed outside Debian's packages: working binaries are enough.

@@ -65,7 +65,6 @@ struct PendingAllreduce::State {
   ReduceOp op;
   Phase phase, last;  // the phases to run: [phase, last]
   int step = 0;
-  bool posted = false;
   int recv_chunk = 0;
   std::vector<char> tmp;
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -95,13 +94,11 @@ struct PendingAllreduce::State {
     MPI_Isend(at(send_chunk), static_cast<int>(sc), mpi_type(dtype), next, tag, comm, &req[1]);
     stats->bytes_sent += sc * static_cast<int64_t>(elem_size(dtype));
     stats->messages += 1;
-    posted = true;
   }
 
   // The posted step has completed: apply it and post the next one (or finish).
   void advance() {
     if (phase == kReduceScatter) reduce_into(at(recv_chunk), tmp.data(), count(recv_chunk), dtype, op);
-    posted = false;
     if (++step == size - 1) {
       step = 0;
       phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
@@ -199,22 +196,21 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
 
 }  // namespace
 
-#define GF_RING(data, n, dtype, op, first, last)                                                           \
-  do {                                                                                                     \
-    if (size_ <= 1) return;                                                                                \
-    PendingAllreduce p;                                                                                    \
-    p.s_.reset(make_state(comm_, rank_, size_, kBlockingTag, stats_.get(), data, n, dtype, op, first, last)); \
-    p.wait();                                                                                              \
-  } while (0)
+// A blocking ring over phases [first, last] (0: reduce-scatter, 1: all-gather).
+void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const {
+  if (size_ <= 1) return;
+  PendingAllreduce p;
+  p.s_.reset(make_state(comm_, rank_, size_, kBlockingTag, stats_.get(), data, n,
+                        is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last));
+  p.wait();
+}
 
-void Communicator::allreduce_sum(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1); }
-void Communicator::allreduce_sum(double* data, int64_t n) const { GF_RING(data, n, Dtype::kDouble, ReduceOp::kSum, 0, 1); }
-void Communicator::allreduce_max(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kMax, 0, 1); }
-void Communicator::allreduce_max(double* data, int64_t n) const { GF_RING(data, n, Dtype::kDouble, ReduceOp::kMax, 0, 1); }
-void Communicator::reduce_scatter_sum(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 0, 0); }
-void Communicator::allgather(float* data, int64_t n) const { GF_RING(data, n, Dtype::kFloat, ReduceOp::kSum, 1, 1); }
-
-#undef GF_RING
+void Communicator::allreduce_sum(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_sum(double* data, int64_t n) const { ring(data, n, true, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_max(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kMax, 0, 1); }
+void Communicator::allreduce_max(double* data, int64_t n) const { ring(data, n, true, ReduceOp::kMax, 0, 1); }
+void Communicator::reduce_scatter_sum(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 0, 0); }
+void Communicator::allgather(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 1, 1); }
 
 PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int tag) const {
   PendingAllreduce p;

@@ -97,6 +97,7 @@ class Communicator {
 
  private:
   friend class PendingAllreduce;
+  void ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();

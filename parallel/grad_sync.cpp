@@ -65,17 +65,21 @@ void GradientSync::finish() {
   if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, total_);
   if (sequence_parallel_) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
-    int64_t n = 0;
-    for (const Range& r : tp_partial_) {
-      const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
-      if (lo < hi) { std::memcpy(staging_.data() + n, grads_ + lo, sizeof(float) * (hi - lo)); n += hi - lo; }
-    }
+    auto each_range = [&](auto&& copy) {
+      int64_t n = 0;
+      for (const Range& r : tp_partial_) {
+        const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
+        if (lo < hi) { copy(lo, hi, staging_.data() + n); n += hi - lo; }
+      }
+      return n;
+    };
+    const int64_t n = each_range([&](int64_t lo, int64_t hi, float* st) {
+      std::memcpy(st, grads_ + lo, sizeof(float) * (hi - lo));
+    });
     ctx_.tp.allreduce_sum(staging_.data(), n);
-    n = 0;
-    for (const Range& r : tp_partial_) {
-      const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
-      if (lo < hi) { std::memcpy(grads_ + lo, staging_.data() + n, sizeof(float) * (hi - lo)); n += hi - lo; }
-    }
+    each_range([&](int64_t lo, int64_t hi, const float* st) {
+      std::memcpy(grads_ + lo, st, sizeof(float) * (hi - lo));
+    });
   }
 }
 

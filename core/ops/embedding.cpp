@@ -1,37 +1,8 @@
 #include "core/ops/embedding.h"
 
+#include <limits>
+
 namespace gf::ops {
-
-template <typename T>
-void embedding_fwd(T* y, const int32_t* tokens, const T* wte, const T* wpe,
-                   int64_t batch, int64_t seq, int64_t dim) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < batch * seq; ++i) {
-    const T* e = wte + static_cast<int64_t>(tokens[i]) * dim;
-    const T* p = wpe + (i % seq) * dim;
-    T* yr = y + i * dim;
-    for (int64_t c = 0; c < dim; ++c) yr[c] = e[c] + p[c];
-  }
-}
-
-template <typename T>
-void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens,
-                   int64_t batch, int64_t seq, int64_t dim) {
-  constexpr int64_t kChunk = 16;
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
-    const int64_t c1 = c0 + kChunk < dim ? c0 + kChunk : dim;
-    for (int64_t i = 0; i < batch * seq; ++i) {
-      const T* d = dy + i * dim;
-      T* e = dwte + static_cast<int64_t>(tokens[i]) * dim;
-      T* p = dwpe + (i % seq) * dim;
-      for (int64_t c = c0; c < c1; ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
-    }
-  }
-}
 
 template <typename T>
 void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
@@ -88,6 +59,19 @@ void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq,
       for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
     }
   }
+}
+
+// The whole embedding: the two halves over the full vocabulary and every row.
+template <typename T>
+void embedding_fwd(T* y, const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq, int64_t dim) {
+  embedding_lookup_fwd(y, tokens, wte, batch * seq, dim, 0, std::numeric_limits<int64_t>::max());
+  position_add_fwd(y, wpe, batch * seq, 0, seq, dim);
+}
+
+template <typename T>
+void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens, int64_t batch, int64_t seq, int64_t dim) {
+  embedding_lookup_bwd(dwte, dy, tokens, batch * seq, dim, 0, std::numeric_limits<int64_t>::max());
+  position_bwd(dwpe, dy, batch * seq, 0, seq, dim);
 }
 
 template void embedding_lookup_fwd<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);

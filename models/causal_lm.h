@@ -37,6 +37,8 @@ class CausalLM {
 
   // Bytes of activations planned for one micro-batch (for the memory report).
   virtual int64_t activation_bytes() const = 0;
+  // Bytes of the weights' low-precision copy that mixed precision computes from (0 in fp32).
+  virtual int64_t weight_copy_bytes() const { return 0; }
   // Megatron's model FLOPs for one forward+backward over `tokens_per_step` tokens.
   virtual double flops_per_step(int64_t batch) const = 0;
 

@@ -106,6 +106,8 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
   lnf_b_ = table_.at("ln_f.bias").offset;
   auto buf = [](int64_t rows, int64_t cols) { return AlignedBuffer<float>(static_cast<size_t>(rows * cols)); };
   weights_ = buf(table_.total_floats(), 1);
+  cdt_ = parse_compute_dtype(cfg.compute_dtype);
+  low_ = AlignedBuffer<std::byte>(static_cast<size_t>(table_.total_floats() * low_copy_element_bytes(cdt_)));
   grads_ = buf(table_.total_floats(), 1);
   inputs_ = AlignedBuffer<int32_t>(static_cast<size_t>(N_));
   targets_ = AlignedBuffer<int32_t>(static_cast<size_t>(N_));
@@ -217,26 +219,32 @@ void GPT2LMHeadModel::layer_fwd(int64_t l, const float* x, const StepInfo& info)
   const float eps = cfg_.layernorm_epsilon;
   // res2 = x + dropout(c_proj(attn(c_attn(ln1(x)))))
   ops::layernorm_fwd(a.ln1, {a.ln1_mean, a.ln1_rstd}, x, w.ln1_w, w.ln1_b, Nl_, C_, eps);
-  column_parallel_fwd(tp_, a.qkv, a.ln1, w.attn_w, w.attn_b, C_, 3 * Cl_, gather_.data());
+  column_parallel_fwd(tp_, a.qkv, a.ln1, wt(w.attn_w), w.attn_b, C_, 3 * Cl_, gather_.data());
+  // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
+  // with its products accumulated and its softmax computed in fp32.
+  if (cdt_ == ComputeDtype::kBFloat16) round_to_dtype(cdt_, a.qkv, N_, 3 * Cl_, 3 * Cl_);
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info.sample_offset, tp_.rank() * Hl_, H_};
   if (cfg_.use_flash_attention)
     ops::flash_attention_fwd(a.atty, a.lse, a.qkv, s, hidden_dropout(l, kAttnProbs), flash_ws_);
   else
     ops::attention_fwd(a.atty, a.probs, a.qkv, s, hidden_dropout(l, kAttnProbs));
-  row_parallel_fwd(tp_, a.res2, a.atty, w.proj_w, w.proj_b, Cl_, C_, partial_.data());
+  row_parallel_fwd(tp_, a.res2, a.atty, wt(w.proj_w), w.proj_b, Cl_, C_, partial_.data());
   ops::dropout_apply(a.res2, hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
   add_inplace(a.res2, x, Nl_ * C_);
   // out = res2 + dropout(c_proj(act(c_fc(ln2(res2)))))
   ops::layernorm_fwd(a.ln2, {a.ln2_mean, a.ln2_rstd}, a.res2, w.ln2_w, w.ln2_b, Nl_, C_, eps);
-  column_parallel_fwd(tp_, a.fch, a.ln2, w.fc_w, w.fc_b, C_, Fl_, gather_.data());
+  column_parallel_fwd(tp_, a.fch, a.ln2, wt(w.fc_w), w.fc_b, C_, Fl_, gather_.data());
   ops::activation_fwd(act_, a.fch_act, a.fch, N_ * Fl_);
-  row_parallel_fwd(tp_, a.out, a.fch_act, w.fcproj_w, w.fcproj_b, Fl_, C_, partial_.data());
+  row_parallel_fwd(tp_, a.out, a.fch_act, wt(w.fcproj_w), w.fcproj_b, Fl_, C_, partial_.data());
   ops::dropout_apply(a.out, hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
   add_inplace(a.out, a.res2, Nl_ * C_);
 }
 
 double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
   info_ = info;
+  // The products of this step read the weights' low-precision copy, made from the masters as
+  // they are now (after the last optimizer step).
+  if (cdt_ != ComputeDtype::kFloat32) make_low_copy(cdt_, low_.data(), weights_.data(), table_.total_floats());
   for (int64_t b = 0; b < B_; ++b) {
     std::memcpy(inputs_.data() + b * T_, tokens + b * (T_ + 1), sizeof(int32_t) * T_);
     std::memcpy(targets_.data() + b * T_, tokens + b * (T_ + 1) + 1, sizeof(int32_t) * T_);
@@ -267,7 +275,9 @@ double GPT2LMHeadModel::head_fwd(const float* x) {
   const float* h = vocab_parallel_ ? tp_.gather_rows(lnf_.data(), gather_.data(), C_) : lnf_.data();
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
   // logits [rows, Vl] = h [rows, C] @ wte[Vl, C]^T (padded rows of wte are zero and masked below)
-  gemm(Trans::kNo, Trans::kYes, head_rows_, Vl_, C_, 1.0f, h, C_, wte, C_, 0.0f, logits_.data(), Vl_);
+  const Weight w = wt(wte);
+  gemm_mixed(cdt_, Trans::kNo, Trans::kYes, head_rows_, Vl_, C_, 1.0f, h, C_, wte, w.low, C_, 0.0f, logits_.data(), Vl_,
+             true);
   if (vocab_parallel_)
     vocab_parallel_cross_entropy_fwd(tp_, losses_.data(), lse_.data(), logits_.data(), tgt, head_rows_, Vl_, v_begin_,
                                      valid_, ce_scratch_.data());
@@ -305,18 +315,18 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
   // MLP: out = res2 + drop(c_proj(act(c_fc(ln2(res2)))))
   std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
   ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kMlpOut), Nl_, C_, row0, 0, C_);
-  row_parallel_bwd(tp_, dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act, w.fcproj_w, Fl_, C_,
+  row_parallel_bwd(tp_, dfch_act_.data(), g.fcproj_w, g.fcproj_b, dtmp_.data(), a.fch_act, wt(w.fcproj_w), Fl_, C_,
                    gather_.data());
   zero(dfch_);
   ops::activation_bwd(act_, dfch_.data(), dfch_act_.data(), a.fch, N_ * Fl_);
-  column_parallel_bwd(tp_, dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2, w.fc_w, C_, Fl_, gather_.data(),
+  column_parallel_bwd(tp_, dln_.data(), g.fc_w, g.fc_b, dfch_.data(), a.ln2, wt(w.fc_w), C_, Fl_, gather_.data(),
                       dfull_.data());
   ops::layernorm_bwd(dres_.data(), g.ln2_w, g.ln2_b, dln_.data(), a.res2, w.ln2_w,
                      {a.ln2_mean, a.ln2_rstd}, Nl_, C_);
   // Attention: res2 = x + drop(c_proj(attn(c_attn(ln1(x)))))
   std::memcpy(dtmp_.data(), dres_.data(), sizeof(float) * Nl_ * C_);
   ops::dropout_apply(dtmp_.data(), hidden_dropout(l, kAttnOut), Nl_, C_, row0, 0, C_);
-  row_parallel_bwd(tp_, datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty, w.proj_w, Cl_, C_,
+  row_parallel_bwd(tp_, datty_.data(), g.proj_w, g.proj_b, dtmp_.data(), a.atty, wt(w.proj_w), Cl_, C_,
                    gather_.data());
   zero(dqkv_);
   ops::AttentionShape s{B_, T_, Hl_, C_ / H_, info_.sample_offset, tp_.rank() * Hl_, H_};
@@ -325,7 +335,7 @@ void GPT2LMHeadModel::layer_bwd(int64_t l, const float* x) {
                              flash_ws_);
   else
     ops::attention_bwd(dqkv_.data(), datty_.data(), a.qkv, a.probs, s, hidden_dropout(l, kAttnProbs));
-  column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1, w.attn_w, C_, 3 * Cl_,
+  column_parallel_bwd(tp_, dln_.data(), g.attn_w, g.attn_b, dqkv_.data(), a.ln1, wt(w.attn_w), C_, 3 * Cl_,
                       gather_.data(), dfull_.data());
   ops::layernorm_bwd(dres_.data(), g.ln1_w, g.ln1_b, dln_.data(), x, w.ln1_w, {a.ln1_mean, a.ln1_rstd},
                      Nl_, C_);
@@ -336,16 +346,21 @@ void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
   float* dwte = grads_.data() + wte_;
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
   vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
+  const Weight w = wt(wte);
   if (vocab_parallel_) {
     // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices. Under
     // SP, gather_ still holds the rows head_fwd gathered (backward starts here, nothing used it since).
     const float* h = tp_.sequence_parallel() ? gather_.data() : lnf_.data();
-    gemm(Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dfull_.data(), C_);
-    gemm(Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), Vl_, h, C_, 1.0f, dwte, C_);
+    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, w.low, C_, 0.0f, dfull_.data(),
+               C_, true);
+    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), Vl_, h, nullptr, C_, 1.0f, dwte, C_,
+               false);
     tp_.reduce_rows(dfull_.data(), dln_.data(), C_);
   } else {
-    gemm(Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dln_.data(), C_);
-    gemm(Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), Vl_, lnf_.data(), C_, 1.0f, dwte, C_);
+    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, w.low, C_, 0.0f, dln_.data(),
+               C_, true);
+    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), Vl_, lnf_.data(), nullptr, C_, 1.0f,
+               dwte, C_, false);
   }
   zero(dres_);
   ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), x,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/mixed_precision.h"
 #include "core/ops/activation.h"
 #include "core/ops/dropout.h"
 #include "core/ops/flash_attention.h"
@@ -31,6 +32,7 @@ class GPT2LMHeadModel : public CausalLM {
   const float* logits() const override { return logits_.data(); }
   int64_t logits_ld() const override { return Vl_; }
   int64_t activation_bytes() const override;
+  int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }
   double flops_per_step(int64_t batch) const override;
 
   // The parameter table of a GPT-2 with this config (Hugging Face names and layouts), for
@@ -60,6 +62,13 @@ class GPT2LMHeadModel : public CausalLM {
   void recompute_fwd(int64_t l, const float* x);
   double head_fwd(const float* x);
   void head_bwd(float grad_scale, const float* x);
+  // A weight inside the arena as the products see it: with its low-precision copy under
+  // bf16/fp16 compute.
+  Weight wt(const float* w) const {
+    return cdt_ == ComputeDtype::kFloat32
+               ? Weight(w)
+               : Weight(w, cdt_, low_.data() + (w - weights_.data()) * low_copy_element_bytes(cdt_));
+  }
   ops::DropoutKey hidden_dropout(int64_t layer, int64_t site) const;
   int64_t global_row0() const { return info_.sample_offset * T_ + tp_.row_begin(); }
 
@@ -76,6 +85,10 @@ class GPT2LMHeadModel : public CausalLM {
   std::vector<LayerOffsets> layer_offsets_;
   int64_t wte_, wpe_, lnf_w_, lnf_b_;  // offsets of the non-layer parameters
   AlignedBuffer<float> weights_, grads_;
+  // Mixed precision: the dtype of the products, and the weights' low-precision copy (bf16, or
+  // fp16-valued floats; empty for float32), refreshed from the fp32 masters at each forward.
+  ComputeDtype cdt_ = ComputeDtype::kFloat32;
+  AlignedBuffer<std::byte> low_;
   // Activations.
   AlignedBuffer<int32_t> inputs_, targets_;
   AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lse_;

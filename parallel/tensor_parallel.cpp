@@ -46,14 +46,14 @@ void TensorParallel::allreduce_sum(float* x, int64_t n) const { if (tp_) tp_->al
 void TensorParallel::allreduce_sum(double* x, int64_t n) const { if (tp_) tp_->allreduce_sum(x, n); }
 void TensorParallel::allreduce_max(float* x, int64_t n) const { if (tp_) tp_->allreduce_max(x, n); }
 
-void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
                          int64_t in, int64_t out_local, float* gather_buf) {
   const float* xf = tp.gather_rows(x, gather_buf, in);
   ops::linear_fwd(y, xf, w, b, tp.rows(), in, out_local);
 }
 
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                         const float* x, const float* w, int64_t in, int64_t out_local, float* gather_buf,
+                         const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
                          float* dx_buf) {
   // Under SP the input is gathered again rather than kept: activation memory stays at the local rows.
   const float* xf = tp.gather_rows(x, gather_buf, in);
@@ -63,7 +63,7 @@ void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* 
   tp.reduce_rows(dfull, dx, in);
 }
 
-void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
                       int64_t in_local, int64_t out, float* partial_buf) {
   if (tp.size() == 1) {
     ops::linear_fwd(y, x, w, b, tp.rows(), in_local, out);
@@ -74,10 +74,10 @@ void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const 
 }
 
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                      const float* x, const float* w, int64_t in_local, int64_t out, float* gather_buf) {
+                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf) {
   const float* dyf = tp.gather_rows(dy, gather_buf, out);
   std::memset(dx, 0, sizeof(float) * static_cast<size_t>(tp.rows() * in_local));
-  ops::linear_bwd<float>(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
+  ops::linear_bwd(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
   // The bias gradient from this rank's rows: the whole sum without SP, a partial sum under SP
   // (completed by the gradient all-reduce of sequence-parallel replicated parameters).
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);

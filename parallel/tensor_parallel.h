@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/mixed_precision.h"
 #include "parallel/communicator.h"
 
 namespace gf {
@@ -45,24 +46,27 @@ class TensorParallel {
   int64_t rows_ = 0;
 };
 
+// The weights W are `Weight`s: a plain fp32 pointer, or with the low-precision copy that
+// model_config.compute_dtype computes in (core/mixed_precision.h).
+//
 // y[rows, out_local] = gather(x) @ W[in, out_local] + b   (W split by columns).
 // gather_buf: [rows, in] scratch, used under SP.
-void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
                          int64_t in, int64_t out_local, float* gather_buf);
 // dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
 // gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                         const float* x, const float* w, int64_t in, int64_t out_local, float* gather_buf,
+                         const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
                          float* dx_buf);
 
 // y (local rows) = reduce(x[rows, in_local] @ W[in_local, out]) + b   (W split by rows; the bias
 // is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch.
-void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const float* w, const float* b,
+void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
                       int64_t in_local, int64_t out, float* partial_buf);
 // dy_full = gather(dy); dW += x^T dy_full, db += sum dy (local rows), dx (overwritten) = dy_full W^T.
 // gather_buf: [rows, out] scratch.
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                      const float* x, const float* w, int64_t in_local, int64_t out, float* gather_buf);
+                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf);
 
 // Token + position embedding over a vocabulary split into row ranges [vocab_begin, vocab_end) per
 // rank (one range covering everything when the vocabulary is replicated). y holds the local rows.

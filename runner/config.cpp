@@ -112,8 +112,14 @@ void read_model(YAML::Node r, Config& c, std::vector<std::string>& errors) {
     const std::string v = get<std::string>(r, k + key);
     if (v != "float32" && v != "float16" && v != "bfloat16")
       errors.push_back("`" + k + key + ": " + v + "`: expects float32, float16 or bfloat16");
-    else if (v != "float32")
-      c.warnings.push_back("`" + k + key + ": " + v + "`: mixed precision is not built yet; computing in float32");
+    else if (v != "float32" && std::string(key) == "param_init_type")
+      c.warnings.push_back("`" + k + key + ": " + v + "`: master weights, their gradients and the optimizer state are "
+                           "kept in float32; compute_dtype sets the precision of the matrix products");
+    else if (v != "float32" && std::string(key) != "compute_dtype")
+      c.warnings.push_back("`" + k + key + ": " + v + "`: " +
+                           (std::string(key) == "layernorm_compute_type" ? "LayerNorm" : "softmax (attention and cross-entropy)") +
+                           " is computed in float32 (more precise than asked); its output is rounded to compute_dtype "
+                           "where it enters a matrix product");
   }
 }
 
@@ -241,6 +247,10 @@ void warn_not_built(Config& c) {
   if (c.checkpoint.enabled)
     w("callbacks: CheckpointMointor/CheckpointMonitor: checkpoint saving is not built yet; no checkpoints are written");
   if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
+  if (c.model.compute_dtype == "float16" && !c.loss_scale.dynamic && c.loss_scale.value == 1.0)
+    w("`model.model_config.compute_dtype: float16` without a loss scale: gradients below 2^-24 flush to zero in "
+      "float16; set runner_wrapper.scale_sense (e.g. {type: DynamicLossScaleUpdateCell, loss_scale_value: 65536, "
+      "scale_factor: 2, scale_window: 1000})");
   if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
 }
 

@@ -1,5 +1,7 @@
 #include "runner/trainer.h"
 
+#include "core/gemm_bf16.h"
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -149,6 +151,20 @@ void Trainer::log_setup() const {
                    ? fmt::format("; {} recompute of {} layer(s)", m.recompute ? "full" : "selective",
                                  m.recompute_num_layers < 0 ? m.num_layers : std::min(m.num_layers, m.recompute_num_layers))
                    : std::string("; no recompute"));
+  if (m.compute_dtype != "float32")
+    spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
+                 "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is refreshed each step; "
+                 "loss scale {}",
+                 m.compute_dtype,
+                 m.compute_dtype == "bfloat16" ? gemm_bf16_backend_info()
+                                               : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
+                 m.compute_dtype == "bfloat16" ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
+                 m.compute_dtype, human_bytes(static_cast<double>(model_->weight_copy_bytes())),
+                 cfg_.loss_scale.dynamic
+                     ? fmt::format("dynamic from {} (x{} after {} good steps, /{} and the step skipped on overflow)",
+                                   cfg_.loss_scale.value, cfg_.loss_scale.factor, cfg_.loss_scale.window,
+                                   cfg_.loss_scale.factor)
+                     : fmt::format("fixed {}", cfg_.loss_scale.value));
   if (ctx_.grid.dp() > 1)
     spdlog::info("data-parallel gradients: {}", sync_->sharded()
         ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")
@@ -308,7 +324,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world.size(), me = ctx_.world_rank;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 6;
+  constexpr int K = 7;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
@@ -316,6 +332,7 @@ void Trainer::log_resource_report() {
   v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
   v[K * me + 4] = static_cast<double>(opt_->state_bytes());
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
+  v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
   ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
@@ -331,7 +348,8 @@ void Trainer::log_resource_report() {
   for (int r = 0; r < W; ++r)
     j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
                           {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
-                          {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]}});
+                          {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]},
+                          {"weight_copy_bytes", v[K * r + 6]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

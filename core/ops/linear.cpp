@@ -37,6 +37,25 @@ void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
 
+void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
+  if (w.dtype == ComputeDtype::kFloat32) return linear_fwd<float>(y, x, w.f32, b, n, in, out);
+  if (b) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
+  }
+  gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, in, w.f32, w.low, out, b ? 1.0f : 0.0f, y, out,
+             true);
+}
+
+void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
+                int64_t in, int64_t out) {
+  if (w.dtype == ComputeDtype::kFloat32) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out);
+  if (dx) gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, out, w.f32, w.low, out, 1.0f, dx, in, true);
+  gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, in, dy, nullptr, out, 1.0f, dw, out, false);
+  if (db) sum_rows_accumulate(db, dy, n, out);
+}
+
 #define GF_INSTANTIATE(T)                                                                    \
   template void linear_fwd<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
   template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,    \

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/mixed_precision.h"
+
 namespace gf::ops {
 
 // b may be null.
@@ -14,6 +16,14 @@ void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in,
 template <typename T>
 void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
                 int64_t out);
+
+// The float layer at the weight's compute dtype (core/mixed_precision.h): fp32 weights run the
+// templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
+// low-precision copy. Forward outputs and input gradients are activations (fp16 rounds them);
+// the weight gradient accumulates in fp32.
+void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out);
+void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
+                int64_t in, int64_t out);
 
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>

@@ -181,8 +181,29 @@ TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
   EXPECT_FALSE(has_warning(c, "recompute"));  // built: recompute_config reaches the model
   EXPECT_TRUE(c.model.recompute);
   EXPECT_TRUE(has_warning(c, "resuming is not built yet"));
-  EXPECT_TRUE(has_warning(c, "`model.model_config.compute_dtype: bfloat16`: mixed precision is not built yet"));
+  EXPECT_FALSE(has_warning(c, "compute_dtype"));  // built: bf16 products
+  EXPECT_EQ(c.model.compute_dtype, "bfloat16");
   EXPECT_TRUE(has_warning(c, "no checkpoints are written"));
+}
+
+TEST(Config, MixedPrecisionKeysSayWhatIsComputedInWhat) {
+  // MindFormers' 13B file: fp16 products, fp16 parameters and softmax asked for. The products are
+  // fp16 (emulated); parameters and softmax stay float32, and the warnings say so.
+  const Config c = load_config_string(kMinimal, {"model.model_config.compute_dtype=float16",
+                                                 "model.model_config.param_init_type=float16",
+                                                 "model.model_config.softmax_compute_type=float16"});
+  EXPECT_EQ(c.model.compute_dtype, "float16");
+  EXPECT_TRUE(has_warning(c, "`model.model_config.param_init_type: float16`: master weights"));
+  EXPECT_TRUE(has_warning(c, "`model.model_config.softmax_compute_type: float16`: softmax (attention and cross-entropy) "
+                             "is computed in float32"));
+  // fp16 without a loss scale: small gradients would flush to zero; the warning names the key.
+  EXPECT_TRUE(has_warning(c, "runner_wrapper.scale_sense"));
+  const Config scaled = load_config_string(
+      kMinimal, {"model.model_config.compute_dtype=float16",
+                 "runner_wrapper.scale_sense={type: DynamicLossScaleUpdateCell, loss_scale_value: 65536, "
+                 "scale_factor: 2, scale_window: 1000}"});
+  EXPECT_FALSE(has_warning(scaled, "scale_sense"));
+  EXPECT_THROW(load_config_string(kMinimal, {"model.model_config.compute_dtype=int8"}), ConfigError);
 }
 
 TEST(Config, FlashAttentionIsAutoTrueOrFalse) {

@@ -1,0 +1,130 @@
+#include "core/mixed_precision.h"
+
+#include <omp.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace gf {
+
+namespace {
+
+// As lambdas, so the conversion loops inline them.
+constexpr auto kToBf16 = [](float v) { return float_to_bf16(v); };
+constexpr auto kToFp16 = [](float v) { return round_to_fp16(v); };
+
+// Element-wise passes go parallel when big enough and not already inside a parallel region.
+bool parallel_worth(int64_t n) { return n >= (int64_t{1} << 15) && !omp_in_parallel(); }
+
+// A thread's conversion buffers: grown on the first call of a larger shape, then reused, so a
+// step of fixed shapes allocates nothing after its first.
+template <typename E>
+E* scratch(std::vector<E>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// Dense copy of a rows x cols block (row stride ld), each element rounded with f.
+template <typename E, typename F>
+void convert_block(E* dst, const float* src, int64_t rows, int64_t cols, int64_t ld, F f) {
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    E* d = dst + r * cols;
+    for (int64_t c = 0; c < cols; ++c) d[c] = f(s[c]);
+  }
+}
+
+}  // namespace
+
+ComputeDtype parse_compute_dtype(const std::string& s) {
+  if (s == "float32") return ComputeDtype::kFloat32;
+  if (s == "bfloat16") return ComputeDtype::kBFloat16;
+  if (s == "float16") return ComputeDtype::kFloat16;
+  throw std::invalid_argument("unknown compute dtype '" + s + "'; expects float32, bfloat16 or float16");
+}
+
+const char* compute_dtype_name(ComputeDtype d) {
+  switch (d) {
+    case ComputeDtype::kFloat32: return "float32";
+    case ComputeDtype::kBFloat16: return "bfloat16";
+    case ComputeDtype::kFloat16: return "float16";
+  }
+  return "?";
+}
+
+void round_to_dtype(ComputeDtype d, float* x, int64_t rows, int64_t cols, int64_t ld) {
+  if (d == ComputeDtype::kFloat32) return;
+  const bool bf = d == ComputeDtype::kBFloat16;
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = x + r * ld;
+    if (bf)
+      for (int64_t c = 0; c < cols; ++c) p[c] = bf16_to_float(float_to_bf16(p[c]));
+    else
+      for (int64_t c = 0; c < cols; ++c) p[c] = round_to_fp16(p[c]);
+  }
+}
+
+int64_t low_copy_element_bytes(ComputeDtype d) {
+  switch (d) {
+    case ComputeDtype::kFloat32: return 0;
+    case ComputeDtype::kBFloat16: return static_cast<int64_t>(sizeof(bf16));
+    case ComputeDtype::kFloat16: return static_cast<int64_t>(sizeof(float));
+  }
+  return 0;
+}
+
+void make_low_copy(ComputeDtype d, void* low, const float* w, int64_t n) {
+  // As one row per 4096 elements, so the pass is split across threads.
+  constexpr int64_t kCols = 4096;
+  const int64_t rows = n / kCols, tail = n - rows * kCols;
+  if (d == ComputeDtype::kBFloat16) {
+    auto* out = static_cast<bf16*>(low);
+    convert_block(out, w, rows, kCols, kCols, kToBf16);
+    convert_block(out + rows * kCols, w + rows * kCols, 1, tail, tail, kToBf16);
+  } else if (d == ComputeDtype::kFloat16) {
+    auto* out = static_cast<float*>(low);
+    convert_block(out, w, rows, kCols, kCols, kToFp16);
+    convert_block(out + rows * kCols, w + rows * kCols, 1, tail, tail, kToFp16);
+  }
+}
+
+void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C, int64_t ldc,
+                bool round_c) {
+  if (d == ComputeDtype::kFloat32) {
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // The stored shapes of A and B (op() transposes them).
+  const int64_t a_rows = ta == Trans::kNo ? M : K, a_cols = ta == Trans::kNo ? K : M;
+  const int64_t b_rows = tb == Trans::kNo ? K : N, b_cols = tb == Trans::kNo ? N : K;
+  if (d == ComputeDtype::kBFloat16) {
+    if (!B_low) {
+      gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    thread_local std::vector<bf16> a_buf;
+    bf16* a = scratch(a_buf, a_rows * a_cols);
+    convert_block(a, A, a_rows, a_cols, lda, kToBf16);
+    gemm_bf16(ta, tb, M, N, K, alpha, a, a_cols, static_cast<const bf16*>(B_low), ldb, beta, C, ldc);
+    return;
+  }
+  // float16, emulated: fp16-valued operands, fp32 product.
+  thread_local std::vector<float> a_buf, b_buf;
+  float* a = scratch(a_buf, a_rows * a_cols);
+  convert_block(a, A, a_rows, a_cols, lda, kToFp16);
+  const float* b = static_cast<const float*>(B_low);
+  int64_t b_ld = ldb;
+  if (!b) {
+    float* bb = scratch(b_buf, b_rows * b_cols);
+    convert_block(bb, B, b_rows, b_cols, ldb, kToFp16);
+    b = bb;
+    b_ld = b_cols;
+  }
+  gemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_ld, beta, C, ldc);
+  if (round_c) round_to_dtype(d, C, M, N, ldc);
+}
+
+}  // namespace gf

@@ -1,0 +1,92 @@
+// The golden tiny GPT-2s written by PyTorch (tools/make_golden.py): their config as a gridformer
+// Config, their initial weights, and the batch they replay every step.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "models/causal_lm.h"
+#include "runner/batch_source.h"
+#include "runner/config.h"
+
+namespace gf::golden_case {
+
+inline std::string golden(const std::string& name) { return std::string(GF_SOURCE_DIR) + "/tests/golden/" + name; }
+
+// max |a - b| / max |b| over the first n elements; a is read with row stride lda (padding skipped).
+inline double rel_err(const float* a, const std::vector<float>& b, int64_t rows, int64_t cols, int64_t lda) {
+  double diff = 0, ref = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      diff = std::max(diff, std::abs(static_cast<double>(a[r * lda + c]) - b[r * cols + c]));
+      ref = std::max(ref, std::abs(static_cast<double>(b[r * cols + c])));
+    }
+  return diff / ref;
+}
+
+// Global tensor of parameter `p` (TP = 1: local == global, plus vocabulary padding rows).
+inline double param_rel_err(const ParamSpec& p, const float* arena, const std::vector<float>& ref) {
+  const int64_t cols = p.shape.back();
+  return rel_err(arena + p.offset, ref, p.global_numel() / cols, cols, cols);
+}
+
+// Replays its batch for every step.
+class FixedBatch : public BatchSource {
+ public:
+  explicit FixedBatch(std::vector<int32_t> tokens) : tokens_(std::move(tokens)) {}
+  int64_t samples_per_epoch() const override { return -1; }
+  void read(int64_t, int64_t, int32_t* out) const override { std::copy(tokens_.begin(), tokens_.end(), out); }
+  std::string describe() const override { return "golden batch"; }
+
+ private:
+  std::vector<int32_t> tokens_;
+};
+
+struct GoldenCase {
+  SafeTensorsFile f;
+  Config cfg;
+  int64_t B, T, V;
+
+  // overrides: `--set`-style key=value edits of the config (e.g. more steps, another compute dtype).
+  explicit GoldenCase(const std::string& file, const std::vector<std::string>& overrides = {}) : f(SafeTensorsFile::open(golden(file))) {
+    const auto& m = f.metadata();
+    B = std::stoll(m.at("B"));
+    T = std::stoll(m.at("T"));
+    V = std::stoll(m.at("vocab_size"));
+    const std::string sched = m.at("lr_schedule");
+    const std::string yaml =
+        "runner_config: {batch_size: " + m.at("B") + ", train_steps: " + m.at("total_steps") + "}\n"
+        "runner_wrapper: {use_clip_grad: True, max_grad_norm: " + m.at("max_norm") + "}\n"
+        "optimizer: {type: AdamWeightDecay, beta1: " + m.at("beta1") + ", beta2: " + m.at("beta2") + ", eps: " + m.at("adam_eps") +
+        ", weight_decay: " + m.at("weight_decay") + "}\n"
+        "lr_schedule: {type: " + sched + ", learning_rate: " + m.at("learning_rate") + ", lr_end: " + m.at("lr_end") +
+        ", warmup_steps: " + m.at("warmup_steps") + ", total_steps: " + m.at("total_steps") +
+        (sched == "polynomial" ? ", power: " + m.at("lr_power") : std::string()) + "}\n"
+        "train_dataset: {data_loader: {type: RandomTokens}}\n"
+        "callbacks: [{type: MFLossMonitor, per_print_times: 1000}]\n"
+        "output_dir: " + std::string(GF_BINARY_DIR) + "/test_output/golden\n"
+        "model:\n  arch: {type: GPT2LMHeadModel}\n  model_config:\n    type: GPT2Config\n"
+        "    vocab_size: " + m.at("vocab_size") + "\n    seq_length: " + m.at("T") + "\n    max_position_embeddings: " +
+        m.at("n_positions") + "\n    hidden_size: " + m.at("n_embd") + "\n    num_layers: " + m.at("n_layer") +
+        "\n    num_heads: " + m.at("n_head") + "\n    hidden_act: " + m.at("activation") +
+        "\n    layernorm_epsilon: " + m.at("layer_norm_epsilon") +
+        "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n";
+    cfg = load_config_string(yaml, overrides, file);
+  }
+
+  void load_weights(CausalLM& model) const {
+    for (const ParamSpec& p : model.params().specs()) {
+      const std::vector<float> w = f.floats("weights." + p.name);
+      float* dst = model.weights() + p.offset;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        const int64_t g = model.params().global_index(p, i);
+        dst[i] = g < 0 ? 0.0f : w[static_cast<size_t>(g)];
+      }
+    }
+  }
+};
+
+}  // namespace gf::golden_case

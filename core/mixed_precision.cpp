@@ -46,9 +46,12 @@ ComputeDtype parse_compute_dtype(const std::string& s) {
 
 const char* compute_dtype_name(ComputeDtype d) {
   switch (d) {
-    case ComputeDtype::kFloat32: return "float32";
-    case ComputeDtype::kBFloat16: return "bfloat16";
-    case ComputeDtype::kFloat16: return "float16";
+    case ComputeDtype::kFloat32:
+      return "float32";
+    case ComputeDtype::kBFloat16:
+      return "bfloat16";
+    case ComputeDtype::kFloat16:
+      return "float16";
   }
   return "?";
 }
@@ -68,9 +71,12 @@ void round_to_dtype(ComputeDtype d, float* x, int64_t rows, int64_t cols, int64_
 
 int64_t low_copy_element_bytes(ComputeDtype d) {
   switch (d) {
-    case ComputeDtype::kFloat32: return 0;
-    case ComputeDtype::kBFloat16: return static_cast<int64_t>(sizeof(bf16));
-    case ComputeDtype::kFloat16: return static_cast<int64_t>(sizeof(float));
+    case ComputeDtype::kFloat32:
+      return 0;
+    case ComputeDtype::kBFloat16:
+      return static_cast<int64_t>(sizeof(bf16));
+    case ComputeDtype::kFloat16:
+      return static_cast<int64_t>(sizeof(float));
   }
   return 0;
 }
@@ -90,9 +96,24 @@ void make_low_copy(ComputeDtype d, void* low, const float* w, int64_t n) {
   }
 }
 
+const void* low_copy_scratch(ComputeDtype d, const float* x, int64_t rows, int64_t cols, int slot) {
+  if (d == ComputeDtype::kFloat32) return nullptr;
+  if (slot < 0 || slot > 1) throw std::invalid_argument("low_copy_scratch: slot must be 0 or 1");
+  if (d == ComputeDtype::kBFloat16) {
+    thread_local std::vector<bf16> bufs[2];
+    bf16* out = scratch(bufs[slot], rows * cols);
+    convert_block(out, x, rows, cols, cols, kToBf16);
+    return out;
+  }
+  thread_local std::vector<float> bufs[2];
+  float* out = scratch(bufs[slot], rows * cols);
+  convert_block(out, x, rows, cols, cols, kToFp16);
+  return out;
+}
+
 void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C, int64_t ldc,
-                bool round_c) {
+                const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C,
+                int64_t ldc, bool round_c) {
   if (d == ComputeDtype::kFloat32) {
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -101,29 +122,47 @@ void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_
   const int64_t a_rows = ta == Trans::kNo ? M : K, a_cols = ta == Trans::kNo ? K : M;
   const int64_t b_rows = tb == Trans::kNo ? K : N, b_cols = tb == Trans::kNo ? N : K;
   if (d == ComputeDtype::kBFloat16) {
-    if (!B_low) {
+    if (!A_low && !B_low) {
       gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
-    thread_local std::vector<bf16> a_buf;
-    bf16* a = scratch(a_buf, a_rows * a_cols);
-    convert_block(a, A, a_rows, a_cols, lda, kToBf16);
-    gemm_bf16(ta, tb, M, N, K, alpha, a, a_cols, static_cast<const bf16*>(B_low), ldb, beta, C, ldc);
+    thread_local std::vector<bf16> a_buf, b_buf;
+    const bf16* a = static_cast<const bf16*>(A_low);
+    const bf16* b = static_cast<const bf16*>(B_low);
+    int64_t a_ld = lda, b_ld = ldb;
+    if (!a) {
+      bf16* t = scratch(a_buf, a_rows * a_cols);
+      convert_block(t, A, a_rows, a_cols, lda, kToBf16);
+      a = t;
+      a_ld = a_cols;
+    }
+    if (!b) {
+      bf16* t = scratch(b_buf, b_rows * b_cols);
+      convert_block(t, B, b_rows, b_cols, ldb, kToBf16);
+      b = t;
+      b_ld = b_cols;
+    }
+    gemm_bf16(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
     return;
   }
   // float16, emulated: fp16-valued operands, fp32 product.
   thread_local std::vector<float> a_buf, b_buf;
-  float* a = scratch(a_buf, a_rows * a_cols);
-  convert_block(a, A, a_rows, a_cols, lda, kToFp16);
+  const float* a = static_cast<const float*>(A_low);
   const float* b = static_cast<const float*>(B_low);
-  int64_t b_ld = ldb;
+  int64_t a_ld = lda, b_ld = ldb;
+  if (!a) {
+    float* t = scratch(a_buf, a_rows * a_cols);
+    convert_block(t, A, a_rows, a_cols, lda, kToFp16);
+    a = t;
+    a_ld = a_cols;
+  }
   if (!b) {
-    float* bb = scratch(b_buf, b_rows * b_cols);
-    convert_block(bb, B, b_rows, b_cols, ldb, kToFp16);
-    b = bb;
+    float* t = scratch(b_buf, b_rows * b_cols);
+    convert_block(t, B, b_rows, b_cols, ldb, kToFp16);
+    b = t;
     b_ld = b_cols;
   }
-  gemm(ta, tb, M, N, K, alpha, a, a_cols, b, b_ld, beta, C, ldc);
+  gemm(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
   if (round_c) round_to_dtype(d, C, M, N, ldc);
 }
 

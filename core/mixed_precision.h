@@ -55,11 +55,18 @@ struct Weight {
 };
 
 // C = alpha * op(A) * op(B) + beta * C in dtype d (row-major, cblas conventions as gemm()).
-// B_low: B's low-precision copy (see make_low_copy; same layout and ldb), or null to round B per
-// call. round_c: C holds an activation (fp16: rounded to fp16 values after the product; ignored
-// for bf16, whose fp32-accumulated output is kept, and for float32).
+// A_low / B_low: the operand's low-precision copy (see make_low_copy; the same layout and leading
+// dimension), or null to round it in this call. round_c: C holds an activation (fp16: rounded to
+// fp16 values after the product; ignored for bf16, whose fp32-accumulated output is kept, and for
+// float32).
 void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C, int64_t ldc,
-                bool round_c);
+                const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C,
+                int64_t ldc, bool round_c);
+
+// The low-precision copy of a dense rows x cols activation, in the calling thread's scratch slot
+// `slot` (0 or 1; kept until the next call with that slot, grown only when a larger one comes), so
+// an operand two products share is converted once (a layer's output gradient feeds both its input-
+// and weight-gradient products). Null for float32.
+const void* low_copy_scratch(ComputeDtype d, const float* x, int64_t rows, int64_t cols, int slot);
 
 }  // namespace gf

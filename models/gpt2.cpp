@@ -276,8 +276,8 @@ double GPT2LMHeadModel::head_fwd(const float* x) {
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
   // logits [rows, Vl] = h [rows, C] @ wte[Vl, C]^T (padded rows of wte are zero and masked below)
   const Weight w = wt(wte);
-  gemm_mixed(cdt_, Trans::kNo, Trans::kYes, head_rows_, Vl_, C_, 1.0f, h, C_, wte, w.low, C_, 0.0f, logits_.data(), Vl_,
-             true);
+  gemm_mixed(cdt_, Trans::kNo, Trans::kYes, head_rows_, Vl_, C_, 1.0f, h, nullptr, C_, wte, w.low, C_, 0.0f,
+             logits_.data(), Vl_, true);
   if (vocab_parallel_)
     vocab_parallel_cross_entropy_fwd(tp_, losses_.data(), lse_.data(), logits_.data(), tgt, head_rows_, Vl_, v_begin_,
                                      valid_, ce_scratch_.data());
@@ -347,20 +347,22 @@ void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
   vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
   const Weight w = wt(wte);
+  // The logits' gradient feeds both products: converted once.
+  const void* dlogits_low = low_copy_scratch(cdt_, logits_.data(), head_rows_, Vl_, 0);
   if (vocab_parallel_) {
     // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices. Under
     // SP, gather_ still holds the rows head_fwd gathered (backward starts here, nothing used it since).
     const float* h = tp_.sequence_parallel() ? gather_.data() : lnf_.data();
-    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, w.low, C_, 0.0f, dfull_.data(),
-               C_, true);
-    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), Vl_, h, nullptr, C_, 1.0f, dwte, C_,
-               false);
+    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), dlogits_low, Vl_, wte, w.low, C_, 0.0f,
+               dfull_.data(), C_, true);
+    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), dlogits_low, Vl_, h, nullptr, C_, 1.0f,
+               dwte, C_, false);
     tp_.reduce_rows(dfull_.data(), dln_.data(), C_);
   } else {
-    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, w.low, C_, 0.0f, dln_.data(),
-               C_, true);
-    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), Vl_, lnf_.data(), nullptr, C_, 1.0f,
-               dwte, C_, false);
+    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), dlogits_low, Vl_, wte, w.low, C_, 0.0f,
+               dln_.data(), C_, true);
+    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), dlogits_low, Vl_, lnf_.data(), nullptr,
+               C_, 1.0f, dwte, C_, false);
   }
   zero(dres_);
   ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), x,

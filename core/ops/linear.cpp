@@ -44,15 +44,19 @@ void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
   }
-  gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, in, w.f32, w.low, out, b ? 1.0f : 0.0f, y, out,
-             true);
+  gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, out, b ? 1.0f : 0.0f,
+             y, out, true);
 }
 
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
                 int64_t in, int64_t out) {
   if (w.dtype == ComputeDtype::kFloat32) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out);
-  if (dx) gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, out, w.f32, w.low, out, 1.0f, dx, in, true);
-  gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, in, dy, nullptr, out, 1.0f, dw, out, false);
+  // dy feeds both products: converted once.
+  const void* dy_low = low_copy_scratch(w.dtype, dy, n, out, 0);
+  if (dx)
+    gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, dy_low, out, w.f32, w.low, out, 1.0f, dx, in,
+               true);
+  gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, nullptr, in, dy, dy_low, out, 1.0f, dw, out, false);
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
 

@@ -51,29 +51,40 @@ struct GoldenCase {
   int64_t B, T, V;
 
   // overrides: `--set`-style key=value edits of the config (e.g. more steps, another compute dtype).
-  explicit GoldenCase(const std::string& file, const std::vector<std::string>& overrides = {}) : f(SafeTensorsFile::open(golden(file))) {
+  explicit GoldenCase(const std::string& file, const std::vector<std::string>& overrides = {})
+      : f(SafeTensorsFile::open(golden(file))) {
     const auto& m = f.metadata();
     B = std::stoll(m.at("B"));
     T = std::stoll(m.at("T"));
     V = std::stoll(m.at("vocab_size"));
     const std::string sched = m.at("lr_schedule");
-    const std::string yaml =
-        "runner_config: {batch_size: " + m.at("B") + ", train_steps: " + m.at("total_steps") + "}\n"
-        "runner_wrapper: {use_clip_grad: True, max_grad_norm: " + m.at("max_norm") + "}\n"
-        "optimizer: {type: AdamWeightDecay, beta1: " + m.at("beta1") + ", beta2: " + m.at("beta2") + ", eps: " + m.at("adam_eps") +
-        ", weight_decay: " + m.at("weight_decay") + "}\n"
-        "lr_schedule: {type: " + sched + ", learning_rate: " + m.at("learning_rate") + ", lr_end: " + m.at("lr_end") +
-        ", warmup_steps: " + m.at("warmup_steps") + ", total_steps: " + m.at("total_steps") +
-        (sched == "polynomial" ? ", power: " + m.at("lr_power") : std::string()) + "}\n"
-        "train_dataset: {data_loader: {type: RandomTokens}}\n"
-        "callbacks: [{type: MFLossMonitor, per_print_times: 1000}]\n"
-        "output_dir: " + std::string(GF_BINARY_DIR) + "/test_output/golden\n"
-        "model:\n  arch: {type: GPT2LMHeadModel}\n  model_config:\n    type: GPT2Config\n"
-        "    vocab_size: " + m.at("vocab_size") + "\n    seq_length: " + m.at("T") + "\n    max_position_embeddings: " +
-        m.at("n_positions") + "\n    hidden_size: " + m.at("n_embd") + "\n    num_layers: " + m.at("n_layer") +
-        "\n    num_heads: " + m.at("n_head") + "\n    hidden_act: " + m.at("activation") +
-        "\n    layernorm_epsilon: " + m.at("layer_norm_epsilon") +
-        "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n";
+    const std::string yaml = "runner_config: {batch_size: " + m.at("B") + ", train_steps: " + m.at("total_steps") +
+                             "}\n"
+                             "runner_wrapper: {use_clip_grad: True, max_grad_norm: " +
+                             m.at("max_norm") +
+                             "}\n"
+                             "optimizer: {type: AdamWeightDecay, beta1: " +
+                             m.at("beta1") + ", beta2: " + m.at("beta2") + ", eps: " + m.at("adam_eps") +
+                             ", weight_decay: " + m.at("weight_decay") +
+                             "}\n"
+                             "lr_schedule: {type: " +
+                             sched + ", learning_rate: " + m.at("learning_rate") + ", lr_end: " + m.at("lr_end") +
+                             ", warmup_steps: " + m.at("warmup_steps") + ", total_steps: " + m.at("total_steps") +
+                             (sched == "polynomial" ? ", power: " + m.at("lr_power") : std::string()) +
+                             "}\n"
+                             "train_dataset: {data_loader: {type: RandomTokens}}\n"
+                             "callbacks: [{type: MFLossMonitor, per_print_times: 1000}]\n"
+                             "output_dir: " +
+                             std::string(GF_BINARY_DIR) +
+                             "/test_output/golden\n"
+                             "model:\n  arch: {type: GPT2LMHeadModel}\n  model_config:\n    type: GPT2Config\n"
+                             "    vocab_size: " +
+                             m.at("vocab_size") + "\n    seq_length: " + m.at("T") +
+                             "\n    max_position_embeddings: " + m.at("n_positions") +
+                             "\n    hidden_size: " + m.at("n_embd") + "\n    num_layers: " + m.at("n_layer") +
+                             "\n    num_heads: " + m.at("n_head") + "\n    hidden_act: " + m.at("activation") +
+                             "\n    layernorm_epsilon: " + m.at("layer_norm_epsilon") +
+                             "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n";
     cfg = load_config_string(yaml, overrides, file);
   }
 

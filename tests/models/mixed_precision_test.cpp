@@ -3,6 +3,8 @@
 // against float32, held to how far PyTorch's own bf16 autocast strays from its fp32 curve on the
 // same model, batch and schedule (tools/make_mixed_golden.py), and a forced fp16 overflow that is
 // skipped and recovered from.
+#include "core/mixed_precision.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "core/mixed_precision.h"
 #include "runner/trainer.h"
 #include "tests/models/golden_case.h"
 
@@ -21,11 +22,11 @@ namespace {
 using namespace golden_case;
 
 TEST(MixedPrecision, Fp16RoundingIsIeeeBinary16) {
-  EXPECT_EQ(round_to_fp16(65504.0f), 65504.0f);                        // the largest half
-  EXPECT_EQ(round_to_fp16(65519.0f), 65504.0f);                        // below the midpoint to 2^16
+  EXPECT_EQ(round_to_fp16(65504.0f), 65504.0f);                                // the largest half
+  EXPECT_EQ(round_to_fp16(65519.0f), 65504.0f);                                // below the midpoint to 2^16
   EXPECT_EQ(round_to_fp16(65520.0f), std::numeric_limits<float>::infinity());  // the midpoint: overflow
   EXPECT_EQ(round_to_fp16(-1e6f), -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(round_to_fp16(1.0f + std::ldexp(1.0f, -11)), 1.0f);        // a tie goes to even
+  EXPECT_EQ(round_to_fp16(1.0f + std::ldexp(1.0f, -11)), 1.0f);  // a tie goes to even
   EXPECT_EQ(round_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 1.0f + std::ldexp(1.0f, -9));
   EXPECT_EQ(round_to_fp16(std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));  // the smallest subnormal
   EXPECT_EQ(round_to_fp16(std::ldexp(1.0f, -25)), 0.0f);                   // half of it: a tie, to even (0)
@@ -47,8 +48,8 @@ TEST(MixedPrecision, Fp16ProductIsTheFp32ProductOfRoundedOperandsThenRounded) {
   std::vector<float> C(M * N), ref(M * N), Ar(A), Br(B);
   for (float& x : Ar) x = round_to_fp16(x);
   for (float& x : Br) x = round_to_fp16(x);
-  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), K, B.data(), nullptr, N, 0.0f,
-             C.data(), N, true);
+  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), nullptr, K, B.data(), nullptr, N,
+             0.0f, C.data(), N, true);
   gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, Ar.data(), K, Br.data(), N, 0.0f, ref.data(), N);
   int rounded_away = 0;
   for (int64_t i = 0; i < M * N; ++i) {
@@ -60,17 +61,17 @@ TEST(MixedPrecision, Fp16ProductIsTheFp32ProductOfRoundedOperandsThenRounded) {
   std::vector<float> Blow(B.size()), C2(M * N);
   make_low_copy(ComputeDtype::kFloat16, Blow.data(), B.data(), static_cast<int64_t>(B.size()));
   EXPECT_EQ(Blow, Br);
-  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), K, B.data(), Blow.data(), N,
-             0.0f, C2.data(), N, true);
+  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), nullptr, K, B.data(), Blow.data(),
+             N, 0.0f, C2.data(), N, true);
   EXPECT_EQ(C2, C);
   // An output beyond 65504 overflows to Inf, as fp16 storage would: what loss scaling detects.
   std::vector<float> big(K * N, 100.0f), ones(M * K, 1.0f);  // each output is 100 K = 5300 ...
-  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 20.0f, ones.data(), K, big.data(), nullptr, N,
-             0.0f, C.data(), N, true);  // ... times 20 = 106000 > 65504
+  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 20.0f, ones.data(), nullptr, K, big.data(),
+             nullptr, N, 0.0f, C.data(), N, true);  // ... times 20 = 106000 > 65504
   EXPECT_EQ(C[0], std::numeric_limits<float>::infinity());
   // Weight gradients (round_c false) keep their fp32 values.
-  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 20.0f, ones.data(), K, big.data(), nullptr, N,
-             0.0f, C.data(), N, false);
+  gemm_mixed(ComputeDtype::kFloat16, Trans::kNo, Trans::kNo, M, N, K, 20.0f, ones.data(), nullptr, K, big.data(),
+             nullptr, N, 0.0f, C.data(), N, false);
   EXPECT_EQ(C[0], 106000.0f);
 }
 
@@ -83,10 +84,16 @@ TEST(MixedPrecision, Bf16ProductWithTheWeightCopyEqualsRoundingBothOperands) {
   for (Trans tb : {Trans::kNo, Trans::kYes}) {
     const int64_t ldb = tb == Trans::kNo ? N : K;
     std::vector<float> C(M * N, 0.5f), ref(M * N, 0.5f);
-    gemm_mixed(ComputeDtype::kBFloat16, Trans::kNo, tb, M, N, K, 1.0f, A.data(), K, B.data(), Blow.data(), ldb, 1.0f,
-               C.data(), N, true);
+    gemm_mixed(ComputeDtype::kBFloat16, Trans::kNo, tb, M, N, K, 1.0f, A.data(), nullptr, K, B.data(), Blow.data(), ldb,
+               1.0f, C.data(), N, true);
     gemm_bf16(Trans::kNo, tb, M, N, K, 1.0f, A.data(), K, B.data(), ldb, 1.0f, ref.data(), N);
     EXPECT_EQ(C, ref);
+    // A converted once ahead (low_copy_scratch, as a layer's output gradient is) gives the same.
+    std::vector<float> C2(M * N, 0.5f);
+    const void* a_low = low_copy_scratch(ComputeDtype::kBFloat16, A.data(), M, K, 1);
+    gemm_mixed(ComputeDtype::kBFloat16, Trans::kNo, tb, M, N, K, 1.0f, A.data(), a_low, K, B.data(), Blow.data(), ldb,
+               1.0f, C2.data(), N, true);
+    EXPECT_EQ(C2, ref);
   }
 }
 

@@ -7,6 +7,7 @@
 //
 //   build/bin/bench_gemm [--threads 2] [--rounds 5] [--min-ms 25] [--models gpt2-tiny,gpt2-124M]
 //                        [--clock wall|cpu]
+//   build/bin/bench_gemm --shape 2048x2048x2048,1024x3072x768 [--threads 2] [--rounds 5] [--min-ms 25]
 //
 // For each product: one untimed call per backend (first-call work: oneDNN primitives, buffers),
 // then --rounds rounds; in each round every backend runs the product back to back enough times to
@@ -17,6 +18,9 @@
 // --clock cpu times with the process's CPU clock instead of the wall clock: with --threads 1 that
 // is the kernels' own speed on one core, little disturbed by other processes on a shared machine
 // (time spent descheduled is not counted); with more threads it would count spinning as work.
+// --shape M x N x K[,...] times plain NN products C[M,N] = A[M,K] B[K,N] (alpha 1, beta 0, dense)
+// on the four backends instead of the model's products, the same way, and prints one line per
+// shape, `shape MxNxK blas G eigen G bf16 G bf16* G` (GFLOP/s), for bench/targets.py's GEMM ceiling.
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -201,7 +205,43 @@ struct Options {
   int threads = 2, rounds = 5;
   double min_ms = 25;
   std::vector<std::string> models = {"gpt2-tiny", "gpt2-124M"};
+  std::vector<std::string> shapes;  // --shape: plain NN products instead of the models' steps
 };
+
+// Median seconds per call of `p` on each backend: one untimed call per backend, then o.rounds
+// rounds in which each backend (order rotating) runs the product enough times to take >= min_ms.
+void time_product(const Product& p, const Options& o, std::mt19937& g, double sec[kNumBackends]) {
+  Buffers buf = make_buffers(p, g);
+  for (int be = 0; be < kNumBackends; ++be) seconds_of(Backend(be), p, buf, 1);  // untimed first calls
+  // Calls per sample so that one sample takes >= min_ms at OpenBLAS's pace.
+  const double pace = std::max(seconds_of(kBlas, p, buf, 1), 1e-6);
+  const int reps = std::max(1, static_cast<int>(std::ceil(o.min_ms * 1e-3 / pace)));
+  std::vector<double> t[kNumBackends];
+  for (int r = 0; r < o.rounds; ++r)
+    for (int i = 0; i < kNumBackends; ++i) {
+      const int be = (i + r) % kNumBackends;
+      t[be].push_back(seconds_of(Backend(be), p, buf, reps));
+    }
+  for (int be = 0; be < kNumBackends; ++be) sec[be] = median(t[be]);
+}
+
+// --shape: C[M,N] = A[M,K] B[K,N], dense, alpha 1, beta 0.
+void bench_shape(const std::string& shape, const Options& o) {
+  int64_t M = 0, N = 0, K = 0;
+  char x1 = 0, x2 = 0;
+  std::istringstream in(shape);
+  if (!(in >> M >> x1 >> N >> x2 >> K) || x1 != 'x' || x2 != 'x' || M <= 0 || N <= 0 || K <= 0 || !in.eof())
+    throw std::runtime_error("--shape expects MxNxK, not " + shape);
+  const Trans n = Trans::kNo;
+  const Product p{shape, n, n, M, N, K, K, N, N, 1.f, 0.f, 1, 0, 0, {M * K}, {K * N}, {M * N}};
+  std::mt19937 g(1234);
+  double sec[kNumBackends];
+  time_product(p, o, g, sec);
+  std::printf("shape %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+  for (int be = 0; be < kNumBackends; ++be) std::printf(" %s %.1f", kBackendName[be], p.flops() / sec[be] * 1e-9);
+  std::printf("\n");
+  std::fflush(stdout);
+}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -219,11 +259,14 @@ Options parse_args(int argc, char** argv) {
       if (c != "wall" && c != "cpu") throw std::runtime_error("--clock wall|cpu, not " + c);
       g_cpu_clock = c == "cpu";
     }
-    else if (arg == "--models") {
+    else if (arg == "--shape") {
+      std::stringstream ss(value());
+      for (std::string s; std::getline(ss, s, ',');) o.shapes.push_back(s);
+    } else if (arg == "--models") {
       o.models.clear();
       std::stringstream ss(value());
       for (std::string s; std::getline(ss, s, ',');) o.models.push_back(s);
-    } else throw std::runtime_error("unknown argument " + arg + " (--threads N --rounds N --min-ms X --models a,b --clock wall|cpu)");
+    } else throw std::runtime_error("unknown argument " + arg + " (--threads N --rounds N --min-ms X --models a,b --shape MxNxK,... --clock wall|cpu)");
   }
   return o;
 }
@@ -240,23 +283,13 @@ void bench_model(const Model& m, const Options& o) {
   const auto wall0 = std::chrono::steady_clock::now();
   double total_flops = 0, total_s[kNumBackends] = {0};
   for (const Product& p : ps) {
-    Buffers buf = make_buffers(p, g);
-    for (int be = 0; be < kNumBackends; ++be) seconds_of(Backend(be), p, buf, 1);  // untimed first calls
-    // Calls per sample so that one sample takes >= min_ms at OpenBLAS's pace.
-    const double pace = std::max(seconds_of(kBlas, p, buf, 1), 1e-6);
-    const int reps = std::max(1, static_cast<int>(std::ceil(o.min_ms * 1e-3 / pace)));
-    std::vector<double> t[kNumBackends];
-    for (int r = 0; r < o.rounds; ++r)
-      for (int i = 0; i < kNumBackends; ++i) {
-        const int be = (i + r) % kNumBackends;
-        t[be].push_back(seconds_of(Backend(be), p, buf, reps));
-      }
+    double sec[kNumBackends];
+    time_product(p, o, g, sec);
     const double f = p.flops();
     double gfs[kNumBackends];
     for (int be = 0; be < kNumBackends; ++be) {
-      const double s = median(t[be]);
-      gfs[be] = f / s * 1e-9;
-      total_s[be] += s * p.count;
+      gfs[be] = f / sec[be] * 1e-9;
+      total_s[be] += sec[be] * p.count;
     }
     total_flops += f * p.count;
     const std::string impl = gf::gemm_bf16_impl(p.ta, p.tb, p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.alpha, p.beta);
@@ -297,6 +330,13 @@ int main(int argc, char** argv) {
     if (g_cpu_clock && o.threads > 1)
       std::printf("warning: --clock cpu with %d threads counts threads spinning at barriers as work\n", o.threads);
     const auto t0 = std::chrono::steady_clock::now();
+    if (!o.shapes.empty()) {
+      for (const std::string& shape : o.shapes) bench_shape(shape, o);
+      if (getloadavg(load, 3) < 0) load[0] = -1;
+      std::printf("(GFLOP/s = 2*M*N*K / median time per call over %d rounds; %.0f s; load average %.2f at the end)\n",
+                  o.rounds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), load[0]);
+      return 0;
+    }
     for (const std::string& name : o.models) {
       const auto it = std::find_if(std::begin(kModels), std::end(kModels), [&](const Model& m) { return m.name == name; });
       if (it == std::end(kModels)) throw std::runtime_error("unknown model " + name + " (gpt2-tiny, gpt2-124M)");

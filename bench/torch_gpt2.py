@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -207,13 +208,15 @@ def main():
         "final_loss": losses[-1],
         "median_cpu_util": statistics.median(utils),  # process CPU time / (wall * threads)
         "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
+        "peak_rss_bytes": 1024 * resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # the process's, KiB on Linux
     }
     if args.json:
         print(json.dumps(res))
     else:
         print(f"median over {len(times)} steps: {med * 1e3:.1f} ms/step, {res['tokens_per_s']:.1f} tokens/s, "
               f"{res['samples_per_s']:.3f} samples/s, {tflops:.4f} TFLOP/s"
-              + (f", MFU {100 * res['mfu']:.1f}% of {args.peak_tflops} TFLOP/s" if args.peak_tflops else ""))
+              + (f", MFU {100 * res['mfu']:.1f}% of {args.peak_tflops} TFLOP/s" if args.peak_tflops else "")
+              + f"; peak RSS {res['peak_rss_bytes'] / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput of gridformer against PyTorch, side by side on this machine.
 
-    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M] [--steps 6] [--rounds 3] [--threads 2]
+    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M] [--steps 6] [--rounds 3] [--threads 2] [--build DIR]
 
 For each shape, runs `rounds` rounds; each round trains gridformer (build/bin/gridformer, synthetic
 tokens) and then PyTorch (bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape,
@@ -24,45 +24,85 @@ SHAPES = {
 }
 
 
-def gridformer_run(shape, steps, threads, peak, workdir):
-    s = SHAPES[shape]
-    cfg = f"""
+def _yaml_value(v):
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    return str(v)
+
+
+def _flow(d):
+    return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in d.items()) + "}"
+
+
+def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
+    """The training YAML of a run: `shape` is a name in SHAPES or a dict of the same keys (plus,
+    optionally, vocab_size and max_position_embeddings); model_extra / data_extra add or override
+    model.model_config / train_dataset.data_loader keys."""
+    s = SHAPES[shape] if isinstance(shape, str) else shape
+    mc = dict(type="GPT2Config", vocab_size=s.get("vocab_size", 50257), seq_length=s["seq_length"],
+              max_position_embeddings=s.get("max_position_embeddings", 1024), hidden_size=s["hidden_size"],
+              num_layers=s["num_layers"], num_heads=s["num_heads"], hidden_act="gelu_new",
+              hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+    mc.update(model_extra or {})
+    data = dict(type="RandomTokens", seed=0)
+    data.update(data_extra or {})
+    return f"""
 seed: 1
-output_dir: {workdir}/out_{shape}
+output_dir: {out}
 runner_config: {{batch_size: {s['batch_size']}, train_steps: {steps}, peak_tflops: {peak}}}
 runner_wrapper: {{use_clip_grad: True, max_grad_norm: 1.0}}
 optimizer: {{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}}
 lr_schedule: {{type: constant, learning_rate: 1.0e-4}}
-train_dataset: {{data_loader: {{type: RandomTokens, seed: 0}}}}
+train_dataset: {{data_loader: {_flow(data)}}}
 callbacks: [{{type: MFLossMonitor, per_print_times: 1}}]
 model:
   arch: {{type: GPT2LMHeadModel}}
-  model_config: {{type: GPT2Config, vocab_size: 50257, seq_length: {s['seq_length']}, max_position_embeddings: 1024,
-                 hidden_size: {s['hidden_size']}, num_layers: {s['num_layers']}, num_heads: {s['num_heads']},
-                 hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}}
+  model_config: {_flow(mc)}
 """
-    path = os.path.join(workdir, f"{shape}.yaml")
+
+
+def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None):
+    """One `gridformer train` run; returns every row of metrics.jsonl (step 1 included), the
+    parsed resources.json and the run's console output (stdout and stderr)."""
+    tag = tag or (shape if isinstance(shape, str) else "run")
+    out = os.path.join(workdir, f"out_{tag}")
+    path = os.path.join(workdir, f"{tag}.yaml")
     with open(path, "w") as f:
-        f.write(cfg)
-    metrics = os.path.join(workdir, f"out_{shape}", "metrics.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
+        f.write(gridformer_yaml(shape, steps, peak, out, model_extra, data_extra))
+    for name in ("metrics.jsonl", "resources.json"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    subprocess.run([os.path.join(ROOT, "build", "bin", "gridformer"), "train", "--config", path],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rows = [json.loads(l) for l in open(metrics)][1:]  # step 1 is warm-up
+    binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
+    p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    res_path = os.path.join(out, "resources.json")
+    res = json.load(open(res_path)) if os.path.exists(res_path) else None
+    return {"rows": rows, "resources": res, "log": p.stdout}
+
+
+def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
+    """Medians of the timed steps of one run (step 1 is warm-up), plus the run itself under "run"."""
+    run = gridformer_train(shape, steps, threads, peak, workdir, build, **kw)
+    rows = run["rows"][1:]  # step 1 is warm-up
     return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
             "tflops": statistics.median(r["tflops"] for r in rows),
-            "step_ms": statistics.median(r["step_ms"] for r in rows)}
+            "step_ms": statistics.median(r["step_ms"] for r in rows),
+            "run": run}
 
 
-def pytorch_run(shape, steps, threads):
+def pytorch_run(shape, steps, threads, dtype="fp32"):
+    """bench/torch_gpt2.py's --json result (tokens_per_s, tflops, peak_rss_bytes, ...); the first
+    of `steps` steps is warm-up."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
-                          "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json"],
+                          "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json",
+                          "--dtype", dtype],
                          env=env, check=True, capture_output=True, text=True).stdout
-    r = json.loads(out.strip().splitlines()[-1])
-    return {"tokens_per_s": r["tokens_per_s"], "tflops": r["tflops"]}
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -73,6 +113,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peak-tflops", type=float, default=0.33)
     ap.add_argument("--no-pytorch", action="store_true")
+    ap.add_argument("--build", default=None, help="build directory holding bin/gridformer (default: build)")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; threads {args.threads}; "
           f"{args.steps} steps per run, {args.rounds} rounds; MFU peak {args.peak_tflops} TFLOP/s")
@@ -80,7 +121,7 @@ def main():
         for shape in args.shapes.split(","):
             ours, theirs = [], []
             for r in range(args.rounds):
-                ours.append(gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work))
+                ours.append(gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, args.build))
                 if not args.no_pytorch:
                     theirs.append(pytorch_run(shape, args.steps, args.threads))
                 print(f"  {shape} round {r + 1}: gridformer {ours[-1]['tokens_per_s']:.1f} tok/s"

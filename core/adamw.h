@@ -40,8 +40,13 @@ class AdamW {
   AlignedBuffer<float> m_, v_;
 };
 
-// Global L2 norm of a gradient buffer (double accumulation).
+// Sum of squares of a gradient buffer (double accumulation); the same for any number of threads.
 double grad_sq_sum(const float* g, int64_t n);
+// The same over [begin, end) ranges of g, each range's sum as above, added in range order.
+struct ArenaRange {
+  int64_t begin, end;
+};
+double grad_sq_sum(const float* g, const std::vector<ArenaRange>& ranges);
 // torch.nn.utils.clip_grad_norm_: coef = min(1, max_norm / (norm + 1e-6)); returns coef.
 double clip_coefficient(double norm, double max_norm);
 void scale_inplace(float* x, int64_t n, float s);

@@ -33,6 +33,13 @@ GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, 
       }
     }
   }
+  // What this rank adds to the gradient norm: its shard of every parameter, replicated ones on
+  // tensor-parallel rank 0 only.
+  for (const auto& p : table.specs()) {
+    if (table.replicated(p) && ctx.tp.rank() != 0) continue;
+    const int64_t lo = std::max(p.offset, shard_begin_), hi = std::min(p.offset + p.numel(), shard_end_);
+    if (lo < hi) norm_ranges_.push_back({lo, hi});
+  }
   if (sequence_parallel_) {
     int64_t n = 0;
     for (const auto& p : table.specs())
@@ -84,16 +91,7 @@ void GradientSync::finish() {
 }
 
 double GradientSync::global_sq_norm(const float* grads) const {
-  double local = 0.0;
-  const bool count_replicated = ctx_.tp.rank() == 0;
-  for (const auto& p : table_.specs()) {
-    if (table_.replicated(p) && !count_replicated) continue;
-    const int64_t lo = std::max(p.offset, shard_begin_), hi = std::min(p.offset + p.numel(), shard_end_);
-    double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(grads[i]) * grads[i];
-    local += s;
-  }
+  double local = grad_sq_sum(grads, norm_ranges_);
   ctx_.tp.allreduce_sum(&local, 1);
   if (sharded_) ctx_.dp.allreduce_sum(&local, 1);
   return local;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/adamw.h"
 #include "core/param_table.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
@@ -63,6 +64,7 @@ class GradientSync {
   size_t started_ = 0;
   float* grads_ = nullptr;
   std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
+  std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm
   std::vector<float> staging_;
 };
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
+#include "core/parallel_memory.h"
 #include "core/safetensors.h"
 #include "models/registry.h"
 #include "runner/logging.h"
@@ -189,7 +190,7 @@ StepResult Trainer::train_step(int64_t step) {
   data_->read(first, cfg_.batch_size, tokens_.data());
   float* grads = model_->grads();
   const int64_t n = model_->params().total_floats();
-  std::fill(grads, grads + n, 0.0f);
+  parallel_zero(grads, n);  // 124M floats for GPT-2 124M: on every thread
   sync_->begin_step(grads);
   StepInfo info{step, first, true};
   double loss_sum = model_->forward(tokens_.data(), info);

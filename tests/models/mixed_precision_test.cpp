@@ -203,12 +203,15 @@ TEST_F(MixedCurves, Float16OverflowIsSkippedCountedAndRecovered) {
   for (size_t s = static_cast<size_t>(skipped); s < 50; ++s) {
     ASSERT_TRUE(std::isfinite(h.loss[s]));
     if (!h.skipped[s]) ++good;
-    if (s + 1 < 50 && h.skipped[s]) EXPECT_EQ(h.scale[s + 1], h.scale[s] / 2) << "step " << s + 1;
+    if (s + 1 < 50 && h.skipped[s]) {
+      EXPECT_EQ(h.scale[s + 1], h.scale[s] / 2) << "step " << s + 1;
+    }
   }
   EXPECT_GE(good, 50 - skipped - 3);
-  // It recovered: the curve learned as much as fp32 did in its first `good` steps (the schedule
-  // runs on regardless of skips, so only the loss reached is comparable), within the fp16 curve's
-  // tolerance above.
+  // It recovered: the loss fell by more than 2 nats (fp32 falls 3.3 in 50 steps). Not compared
+  // with the fp32 curve step by step: the schedule runs on through the skipped steps, so the two
+  // take different learning rates (printed for the reader: 8.62 after 36 good steps against fp32's
+  // 7.70 after as many).
   const double reached = h.loss.back(), fp32_reached = fp32_->loss[static_cast<size_t>(good)];
   std::printf("after %d good steps: loss %.4f (fp32 after as many: %.4f)\n", good, reached, fp32_reached);
   EXPECT_LT(reached, h.loss[0] - 2.0);

@@ -20,11 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/aligned_buffer.h"
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
 
 namespace {
+
+using namespace gf::bench;
 
 using gf::AlignedBuffer;
 using namespace gf::ops;
@@ -42,12 +45,6 @@ struct Options {
   std::vector<float> dropout{0.0f, 0.1f};
 };
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
-  return out;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -80,10 +77,6 @@ Options parse(int argc, char** argv) {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Times {
   std::vector<double> fwd, bwd;

@@ -37,10 +37,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/gemm.h"
 #include "core/gemm_bf16.h"
 
 namespace {
+
+using namespace gf::bench;
 
 using gf::bf16;
 using gf::Trans;
@@ -180,18 +183,7 @@ double seconds_of(Backend be, const Product& p, Buffers& buf, int reps) {
   return (now_seconds() - t0) / reps;
 }
 
-// CPU seconds used by the process so far (all threads, user + system).
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::string shape_of(const Product& p) {
   std::ostringstream s;

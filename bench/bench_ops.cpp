@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/adamw.h"
 #include "core/aligned_buffer.h"
 #include "core/ops/activation.h"
@@ -48,20 +49,14 @@
 #include "core/ops/flash_attention.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
+#include "core/parallel_memory.h"
 #include "models/gpt2.h"
 #include "parallel/grad_sync.h"
 #include "parallel/parallel_context.h"
 
-// The step zeroes the gradient arena through core/parallel_memory.h; on the tree before it (for the
-// before/after table in bench/README.md) this file builds with the serial std::fill the trainer did.
-#if __has_include("core/parallel_memory.h")
-#include "core/parallel_memory.h"
-constexpr bool kParallelZero = true;
-#else
-constexpr bool kParallelZero = false;
-#endif
-
 namespace {
+
+using namespace gf::bench;
 
 using gf::AlignedBuffer;
 using namespace gf::ops;
@@ -84,29 +79,9 @@ struct Row {
   std::function<void()> run;
 };
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
-// CPU seconds used by the process so far (all threads, user + system).
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
 
 void fill_normal(float* x, int64_t n, float std, uint32_t seed) {
   std::mt19937 g(seed);
@@ -131,12 +106,6 @@ struct Options {
   std::string filter;  // only rows whose name contains this
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -321,10 +290,8 @@ std::vector<Row> step_rows(StepBuffers& s) {
   memset_row("zero [N,3C] (memset)", 3 * C, L, s.dqkv);
   add("copy dres_ -> dtmp_ (memcpy)", nc, 2 * L, true,
       [&s, N, C] { std::memcpy(s.y.data(), s.dres.data(), sizeof(float) * static_cast<size_t>(N * C)); });
-#if __has_include("core/parallel_memory.h")
   // What parallel_zero would make of the largest of them (the step does not use it there).
   add("zero [N,F] by parallel_zero (not in step)", nf, 2 * L, false, [&s, N, F] { gf::parallel_zero(s.dfch.data(), N * F); });
-#endif
   add("gelu_new bwd", nf, L, true, [&s, N, F] {
     activation_bwd(Activation::kGeluNew, s.dfch.data(), s.dfch_act.data(), s.fch.data(), N * F);
   });
@@ -349,13 +316,7 @@ std::vector<Row> step_rows(StepBuffers& s) {
   });
   // Optimizer: the trainer's train_step.
   const std::string an = dims({arena});
-  add(kParallelZero ? "zero grad arena (parallel_zero)" : "zero grad arena (std::fill)", an, 1, true, [g, arena] {
-#if __has_include("core/parallel_memory.h")
-    gf::parallel_zero(g, arena);
-#else
-    std::fill(g, g + arena, 0.0f);
-#endif
-  });
+  add("zero grad arena (parallel_zero)", an, 1, true, [g, arena] { gf::parallel_zero(g, arena); });
   add("global_sq_norm (grad norm)", an, 1, true, [&s] {
     volatile double keep = s.sync->global_sq_norm(s.grads.data());
     (void)keep;
@@ -381,7 +342,7 @@ void bench_model(const Model& m, const Options& o) {
   std::printf(" speedup %dt/%dt |\n|---|---|---:|", o.threads.front(), o.threads.back());
   for (size_t i = 0; i < 2 * nt + 1; ++i) std::printf("---:|");
   std::printf("\n");
-  const double cpu0 = cpu_seconds(), wall0 = now_seconds();
+  const double cpu0 = cpu_seconds(), wall0 = wall_seconds();
   std::vector<double> total(nt, 0.0), total_all(nt, 0.0);
   for (Row& r : rows) {
     if (r.name.find(o.filter) == std::string::npos) continue;
@@ -391,18 +352,18 @@ void bench_model(const Model& m, const Options& o) {
       r.run();
     }
     omp_set_num_threads(o.threads.front());
-    double t0 = now_seconds();
+    double t0 = wall_seconds();
     r.run();
-    const double pace = std::max(now_seconds() - t0, 1e-7);
+    const double pace = std::max(wall_seconds() - t0, 1e-7);
     const int reps = std::max(1, static_cast<int>(std::ceil(o.min_ms * 1e-3 / pace)));
     std::vector<std::vector<double>> times(nt);
     for (int round = 0; round < o.rounds; ++round)
       for (size_t i = 0; i < nt; ++i) {
         const size_t k = round % 2 ? nt - 1 - i : i;  // alternate the order of the thread counts
         omp_set_num_threads(o.threads[k]);
-        t0 = now_seconds();
+        t0 = wall_seconds();
         for (int rep = 0; rep < reps; ++rep) r.run();
-        times[k].push_back((now_seconds() - t0) / reps);
+        times[k].push_back((wall_seconds() - t0) / reps);
       }
     std::vector<double> ms(nt);
     for (size_t k = 0; k < nt; ++k) ms[k] = 1e3 * median(times[k]);
@@ -424,7 +385,7 @@ void bench_model(const Model& m, const Options& o) {
   for (size_t k = 0; k < nt; ++k) std::printf(" |");
   for (size_t k = 0; k < nt; ++k) std::printf(" %.1f |", total_all[k]);
   std::printf(" %.2f |\n", total_all.front() / total_all.back());
-  const double wall = now_seconds() - wall0;
+  const double wall = wall_seconds() - wall0;
   double mean_threads = 0;
   for (int t : o.threads) mean_threads += static_cast<double>(t) / nt;
   // Spinning threads count as busy, so this is an upper bound on the cores we really had.
@@ -444,11 +405,10 @@ int main(int argc, char** argv) {
       if (!threads.empty()) threads += ',';
       threads += std::to_string(t);
     }
-    std::printf("bench_ops: %s, %d cores; threads %s; %d rounds, >= %.0f ms per sample, wall clock; gradient "
-                "arena zeroed by %s; load average %.2f at start\n",
-                cpu_model().c_str(), omp_get_num_procs(), threads.c_str(), o.rounds, o.min_ms,
-                kParallelZero ? "parallel_zero" : "std::fill", load[0]);
-    const double t0 = now_seconds();
+    std::printf("bench_ops: %s, %d cores; threads %s; %d rounds, >= %.0f ms per sample, wall clock; load "
+                "average %.2f at start\n",
+                cpu_model().c_str(), omp_get_num_procs(), threads.c_str(), o.rounds, o.min_ms, load[0]);
+    const double t0 = wall_seconds();
     for (const std::string& name : o.models) {
       const auto it = std::find_if(std::begin(kModels), std::end(kModels), [&](const Model& m) { return m.name == name; });
       if (it == std::end(kModels)) throw std::runtime_error("unknown model " + name + " (gpt2-tiny, gpt2-124M)");
@@ -457,7 +417,7 @@ int main(int argc, char** argv) {
     if (getloadavg(load, 3) < 0) load[0] = -1;
     std::printf("\n(%.0f s; load average %.2f at the end. ms/call: median over rounds; ms/step = ms/call x calls/step;\n"
                 "speedup = ms/call on %d thread(s) / on %d.)\n",
-                now_seconds() - t0, load[0], o.threads.front(), o.threads.back());
+                wall_seconds() - t0, load[0], o.threads.front(), o.threads.back());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ops: %s\n", e.what());
     return 1;

@@ -22,9 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/data/tokenizer.h"
 
 namespace {
+
+using namespace gf::bench;
 
 namespace fs = std::filesystem;
 using gf::data::GPT2Tokenizer;
@@ -96,11 +99,6 @@ void time_encode(const GPT2Tokenizer& tokenizer, const std::string& text, size_t
   timing.cpu.push_back(thread_cpu_seconds() - cpu_start);
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 void report(const char* label, const Timing& timing, size_t bytes, size_t tokens) {
   for (const auto& [clock, seconds] : {std::pair{"wall", &timing.wall}, std::pair{"cpu ", &timing.cpu}}) {

@@ -4,7 +4,8 @@
 // tests passing on each): AMX "brg:avx512_core_amx_bf16"; AVX-512 BF16 "brg:avx512_core_bf16";
 // plain AVX-512 "gemm:jit"; below AVX-512 it has no bf16 matmul, and the product runs on the
 // fp32 GEMM over the bf16-rounded inputs (the same arithmetic) after a one-time warning.
-// Not used by the model yet: mixed precision is a later step, and fp32 stays the default.
+// The model's bf16 compute (model_config.compute_dtype: bfloat16) reaches it through gemm_mixed
+// (core/mixed_precision.h); fp32 stays the default.
 //
 // A primitive (with its scratchpad, and the dense buffers of the call) is created on the first
 // call of a shape and cached per calling thread, keyed by (float or bf16 inputs, transposes, M, N,

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace gf {
@@ -111,59 +112,55 @@ const void* low_copy_scratch(ComputeDtype d, const float* x, int64_t rows, int64
   return out;
 }
 
+namespace {
+
+// op(A) op(B) on operands in low-precision element type E: each given copy (A_low, B_low) is used
+// as it is; a missing one is converted here with `to` into a dense thread-local buffer. Then
+// product(a, lda, b, ldb) runs on them.
+template <typename E, typename To, typename Product>
+void with_low_operands(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A, const void* A_low,
+                       int64_t lda, const float* B, const void* B_low, int64_t ldb, To to, Product product) {
+  thread_local std::vector<E> a_buf, b_buf;
+  auto operand = [to](const float* x, const void* low, int64_t rows, int64_t cols, int64_t ld,
+                      std::vector<E>& buf) -> std::pair<const E*, int64_t> {
+    if (low) return {static_cast<const E*>(low), ld};
+    E* t = scratch(buf, rows * cols);
+    convert_block(t, x, rows, cols, ld, to);
+    return {t, cols};
+  };
+  // The stored shapes of A and B (op() transposes them).
+  const auto [a, a_ld] = ta == Trans::kNo ? operand(A, A_low, M, K, lda, a_buf) : operand(A, A_low, K, M, lda, a_buf);
+  const auto [b, b_ld] = tb == Trans::kNo ? operand(B, B_low, K, N, ldb, b_buf) : operand(B, B_low, N, K, ldb, b_buf);
+  product(a, a_ld, b, b_ld);
+}
+
+}  // namespace
+
 void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                 const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C,
                 int64_t ldc, bool round_c) {
-  if (d == ComputeDtype::kFloat32) {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  // The stored shapes of A and B (op() transposes them).
-  const int64_t a_rows = ta == Trans::kNo ? M : K, a_cols = ta == Trans::kNo ? K : M;
-  const int64_t b_rows = tb == Trans::kNo ? K : N, b_cols = tb == Trans::kNo ? N : K;
-  if (d == ComputeDtype::kBFloat16) {
-    if (!A_low && !B_low) {
-      gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  switch (d) {
+    case ComputeDtype::kFloat32:
+      gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
-    }
-    thread_local std::vector<bf16> a_buf, b_buf;
-    const bf16* a = static_cast<const bf16*>(A_low);
-    const bf16* b = static_cast<const bf16*>(B_low);
-    int64_t a_ld = lda, b_ld = ldb;
-    if (!a) {
-      bf16* t = scratch(a_buf, a_rows * a_cols);
-      convert_block(t, A, a_rows, a_cols, lda, kToBf16);
-      a = t;
-      a_ld = a_cols;
-    }
-    if (!b) {
-      bf16* t = scratch(b_buf, b_rows * b_cols);
-      convert_block(t, B, b_rows, b_cols, ldb, kToBf16);
-      b = t;
-      b_ld = b_cols;
-    }
-    gemm_bf16(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
-    return;
+    case ComputeDtype::kBFloat16:
+      if (!A_low && !B_low) {  // gemm_bf16 converts both itself
+        gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+      }
+      with_low_operands<bf16>(ta, tb, M, N, K, A, A_low, lda, B, B_low, ldb, kToBf16,
+                              [&](const bf16* a, int64_t a_ld, const bf16* b, int64_t b_ld) {
+                                gemm_bf16(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
+                              });
+      return;
+    case ComputeDtype::kFloat16:  // emulated: fp16-valued operands, fp32 product
+      with_low_operands<float>(ta, tb, M, N, K, A, A_low, lda, B, B_low, ldb, kToFp16,
+                               [&](const float* a, int64_t a_ld, const float* b, int64_t b_ld) {
+                                 gemm(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
+                               });
+      if (round_c) round_to_dtype(d, C, M, N, ldc);
+      return;
   }
-  // float16, emulated: fp16-valued operands, fp32 product.
-  thread_local std::vector<float> a_buf, b_buf;
-  const float* a = static_cast<const float*>(A_low);
-  const float* b = static_cast<const float*>(B_low);
-  int64_t a_ld = lda, b_ld = ldb;
-  if (!a) {
-    float* t = scratch(a_buf, a_rows * a_cols);
-    convert_block(t, A, a_rows, a_cols, lda, kToFp16);
-    a = t;
-    a_ld = a_cols;
-  }
-  if (!b) {
-    float* t = scratch(b_buf, b_rows * b_cols);
-    convert_block(t, B, b_rows, b_cols, ldb, kToFp16);
-    b = t;
-    b_ld = b_cols;
-  }
-  gemm(ta, tb, M, N, K, alpha, a, a_ld, b, b_ld, beta, C, ldc);
-  if (round_c) round_to_dtype(d, C, M, N, ldc);
 }
 
 }  // namespace gf

@@ -247,11 +247,16 @@ void warn_not_built(Config& c) {
   if (c.checkpoint.enabled)
     w("callbacks: CheckpointMointor/CheckpointMonitor: checkpoint saving is not built yet; no checkpoints are written");
   if (c.resume_training) w("`resume_training: True`: resuming is not built yet; training starts from step 1");
-  if (c.model.compute_dtype == "float16" && !c.loss_scale.dynamic && c.loss_scale.value == 1.0)
-    w("`model.model_config.compute_dtype: float16` without a loss scale: gradients below 2^-24 flush to zero in "
-      "float16; set runner_wrapper.scale_sense (e.g. {type: DynamicLossScaleUpdateCell, loss_scale_value: 65536, "
-      "scale_factor: 2, scale_window: 1000})");
   if (c.expert_num > 1) w("`moe_config.expert_num: " + std::to_string(c.expert_num) + "`: Mixture-of-Experts layers are not built yet; the model is dense");
+}
+
+// float16 compute without a loss scale is valid but loses small gradients: said once.
+void warn_unscaled_float16(Config& c) {
+  if (c.model.compute_dtype == "float16" && !c.loss_scale.dynamic && c.loss_scale.value == 1.0)
+    c.warnings.push_back(
+        "`model.model_config.compute_dtype: float16` without a loss scale: gradients below 2^-24 flush to zero in "
+        "float16; set runner_wrapper.scale_sense (e.g. {type: DynamicLossScaleUpdateCell, loss_scale_value: 65536, "
+        "scale_factor: 2, scale_window: 1000})");
 }
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
@@ -325,6 +330,7 @@ Config load_config_string(const std::string& yaml, const std::vector<std::string
   }
   if (!errors.empty()) throw ConfigError(join_errors(source, errors));
   warn_not_built(c);
+  warn_unscaled_float16(c);
   return c;
 }
 

@@ -4,13 +4,21 @@
 
 namespace gf::ops {
 
+namespace {
+
+// y[r, :] = b for every row: the product then accumulates onto it (beta 1).
+template <typename T>
+void broadcast_bias(T* y, const T* b, int64_t n, int64_t out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
+}
+
+}  // namespace
+
 template <typename T>
 void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in, int64_t out) {
-  if (b) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
-  }
+  if (b) broadcast_bias(y, b, n, out);
   gemm(Trans::kNo, Trans::kNo, n, out, in, T(1), x, in, w, out, b ? T(1) : T(0), y, out);
 }
 
@@ -39,11 +47,7 @@ void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_
 
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
   if (w.dtype == ComputeDtype::kFloat32) return linear_fwd<float>(y, x, w.f32, b, n, in, out);
-  if (b) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
-  }
+  if (b) broadcast_bias(y, b, n, out);
   gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, out, b ? 1.0f : 0.0f,
              y, out, true);
 }

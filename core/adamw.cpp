@@ -15,7 +15,32 @@ AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin, int6
   for (const auto& p : table.specs()) ranges_.push_back({p.offset, p.offset + p.numel(), p.weight_decay});
 }
 
-void AdamW::step(float* params, const float* grads, double lr, int64_t step) {
+namespace {
+
+// The update of one parameter's [lo, hi): `store_low(i, p)` writes the low-precision copy (or nothing).
+template <typename StoreLow>
+inline void adamw_range(float* params, const float* grads, float* m, float* v, int64_t lo, int64_t hi, float gscale,
+                        float decay, float b1, float b2, float step_size, float inv_sqrt_bc2, float eps,
+                        StoreLow store_low) {
+  // This file is compiled without FMA contraction (CMakeLists.txt), so the roundings are the ones
+  // written here: the decayed weight is rounded before the update is subtracted (as torch's
+  // param.mul_(1 - lr * wd) then addcdiv_), and the moments and denominator use one FMA each.
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = grads[i] * gscale;
+    const float p = params[i] * decay;
+    m[i] = std::fma(b1, m[i], (1.0f - b1) * g);
+    v[i] = std::fma(b2, v[i], (1.0f - b2) * g * g);
+    const float denom = std::fma(std::sqrt(v[i]), inv_sqrt_bc2, eps);
+    const float np = p - step_size * m[i] / denom;
+    params[i] = np;
+    store_low(i, np);
+  }
+}
+
+}  // namespace
+
+void AdamW::step(float* params, const float* grads, double lr, int64_t step, const AdamWStepExtras& extras) {
   const int64_t begin = begin_, end = end_;
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step));
@@ -23,8 +48,12 @@ void AdamW::step(float* params, const float* grads, double lr, int64_t step) {
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float eps = static_cast<float>(cfg_.eps);
+  const float gscale = extras.grad_scale;
   float* m = m_.data() - begin;  // indexed by arena position
   float* v = v_.data() - begin;
+  const ComputeDtype low_dtype = extras.low ? extras.low_dtype : ComputeDtype::kFloat32;
+  bf16* low_bf16 = static_cast<bf16*>(extras.low);
+  float* low_fp16 = static_cast<float*>(extras.low);  // fp16 values held in floats
   // One parallel region for the whole shard, each thread updating a contiguous share parameter by
   // parameter. A region per parameter (as before) cost a fork and a barrier per parameter, 148 of
   // them for GPT-2 124M, and each barrier can wait a scheduler time slice when another process holds
@@ -38,17 +67,19 @@ void AdamW::step(float* params, const float* grads, double lr, int64_t step) {
       const int64_t lo = std::max(t_begin, r.begin), hi = std::min(t_end, r.end);
       if (lo >= hi) continue;
       const float decay = r.decay ? static_cast<float>(std::fma(-lr, cfg_.weight_decay, 1.0)) : 1.0f;
-      // This file is compiled without FMA contraction (CMakeLists.txt), so the roundings are the ones
-      // written here: the decayed weight is rounded before the update is subtracted (as torch's
-      // param.mul_(1 - lr * wd) then addcdiv_), and the moments and denominator use one FMA each.
-#pragma omp simd
-      for (int64_t i = lo; i < hi; ++i) {
-        const float g = grads[i];
-        const float p = params[i] * decay;
-        m[i] = std::fma(b1, m[i], (1.0f - b1) * g);
-        v[i] = std::fma(b2, v[i], (1.0f - b2) * g * g);
-        const float denom = std::fma(std::sqrt(v[i]), inv_sqrt_bc2, eps);
-        params[i] = p - step_size * m[i] / denom;
+      switch (low_dtype) {
+        case ComputeDtype::kFloat32:
+          adamw_range(params, grads, m, v, lo, hi, gscale, decay, b1, b2, step_size, inv_sqrt_bc2, eps,
+                      [](int64_t, float) {});
+          break;
+        case ComputeDtype::kBFloat16:
+          adamw_range(params, grads, m, v, lo, hi, gscale, decay, b1, b2, step_size, inv_sqrt_bc2, eps,
+                      [low_bf16](int64_t i, float p) { low_bf16[i] = float_to_bf16(p); });
+          break;
+        case ComputeDtype::kFloat16:
+          adamw_range(params, grads, m, v, lo, hi, gscale, decay, b1, b2, step_size, inv_sqrt_bc2, eps,
+                      [low_fp16](int64_t i, float p) { low_fp16[i] = round_to_fp16(p); });
+          break;
       }
     }
   }

@@ -7,12 +7,25 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "core/mixed_precision.h"
 #include "core/param_table.h"
 
 namespace gf {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+// What a step may do besides the update, in the same pass over the shard (each saves a pass over
+// every parameter: for GPT-2 124M, 0.5 GB read and written).
+struct AdamWStepExtras {
+  // Each gradient is multiplied by this (rounded to float) before use, as scale_inplace(grads,
+  // grad_scale) before the step would: gradient clipping's coefficient.
+  float grad_scale = 1.0f;
+  // When not null: the arena-indexed low-precision copy of the weights (make_low_copy's layout for
+  // low_dtype) gets the updated weights of the shard, as make_low_copy would write them.
+  void* low = nullptr;
+  ComputeDtype low_dtype = ComputeDtype::kFloat32;
 };
 
 class AdamW {
@@ -22,7 +35,7 @@ class AdamW {
   AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin = 0, int64_t shard_end = -1);
 
   // One step (step counts from 1) over this optimizer's shard of the arena.
-  void step(float* params, const float* grads, double lr, int64_t step);
+  void step(float* params, const float* grads, double lr, int64_t step, const AdamWStepExtras& extras = {});
   int64_t shard_begin() const { return begin_; }
   int64_t shard_end() const { return end_; }
   int64_t state_bytes() const { return static_cast<int64_t>(2 * m_.size() * sizeof(float)); }

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <Eigen/Core>
+
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -110,6 +112,61 @@ const void* low_copy_scratch(ComputeDtype d, const float* x, int64_t rows, int64
   float* out = scratch(bufs[slot], rows * cols);
   convert_block(out, x, rows, cols, cols, kToFp16);
   return out;
+}
+
+ColumnChunks column_chunks(int64_t rows, int64_t ld, int64_t target) {
+  const int64_t n = std::max<int64_t>(1, (ld + target - 1) / target);
+  int64_t width = (ld + n - 1) / n;
+  width = std::max<int64_t>(1, (width + 63) / 64 * 64);
+  return ColumnChunks{rows, ld, width};
+}
+
+namespace {
+
+template <typename E, typename To>
+void cross_entropy_bwd_chunks(E* out, const ColumnChunks& ch, const float* logits, const float* lse,
+                              const int32_t* targets, int64_t valid, float grad_scale, int64_t vocab_begin, To to) {
+  using Row = Eigen::Map<Eigen::ArrayXf>;
+  using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+  const int64_t nc = ch.count();
+#pragma omp parallel
+  {
+    thread_local std::vector<float> row_buf;
+    float* g = scratch(row_buf, ch.ld);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < ch.rows; ++r) {
+      // The gradient row in fp32, as cross_entropy_bwd_inplace computes it.
+      Row(g, valid) = (ConstRow(logits + r * ch.ld, valid) - lse[r]).exp() * grad_scale;
+      const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
+      if (t >= 0 && t < valid) g[t] -= grad_scale;
+      std::fill(g + valid, g + ch.ld, 0.0f);
+      for (int64_t c = 0; c < nc; ++c) {
+        const int64_t w = ch.cols(c);
+        const float* src = g + ch.begin(c);
+        E* dst = out + ch.offset(c) + r * w;
+        for (int64_t j = 0; j < w; ++j) dst[j] = to(src[j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void cross_entropy_bwd_low(ComputeDtype d, void* out, const ColumnChunks& chunks, const float* logits,
+                           const float* lse, const int32_t* targets, int64_t valid, float grad_scale,
+                           int64_t vocab_begin) {
+  switch (d) {
+    case ComputeDtype::kFloat32:
+      throw std::invalid_argument("cross_entropy_bwd_low: float32 has no low-precision copy");
+    case ComputeDtype::kBFloat16:
+      cross_entropy_bwd_chunks(static_cast<bf16*>(out), chunks, logits, lse, targets, valid, grad_scale, vocab_begin,
+                               kToBf16);
+      return;
+    case ComputeDtype::kFloat16:
+      cross_entropy_bwd_chunks(static_cast<float*>(out), chunks, logits, lse, targets, valid, grad_scale,
+                               vocab_begin, kToFp16);
+      return;
+  }
 }
 
 namespace {

@@ -15,6 +15,7 @@
 //              guards against, and what its tests exercise. This CPU has no fast fp16 GEMM path in
 //              oneDNN 2.6, so fp16 runs at fp32 speed.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -68,5 +69,28 @@ void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_
 // an operand two products share is converted once (a layer's output gradient feeds both its input-
 // and weight-gradient products). Null for float32.
 const void* low_copy_scratch(ComputeDtype d, const float* x, int64_t rows, int64_t cols, int slot);
+
+// A rows x ld matrix stored as column chunks, one after another, each dense (rows x cols(c), row
+// stride cols(c)): a product over one chunk's columns reads a dense operand. The LM head's backward
+// splits its K = vocabulary product this way (oneDNN runs K = 50304 at about 60% of the speed of
+// K-chunks of a few thousand).
+struct ColumnChunks {
+  int64_t rows = 0, ld = 0, width = 1;  // every chunk is `width` wide but the last
+  int64_t count() const { return (ld + width - 1) / width; }
+  int64_t begin(int64_t c) const { return c * width; }
+  int64_t cols(int64_t c) const { return std::min(width, ld - c * width); }
+  int64_t offset(int64_t c) const { return c * rows * width; }  // elements before chunk c
+};
+// Chunks of about `target` columns (a multiple of 64) covering ld.
+ColumnChunks column_chunks(int64_t rows, int64_t ld, int64_t target = 4096);
+
+// The cross-entropy gradient of ops::cross_entropy_bwd_inplace ((softmax - onehot) * grad_scale on
+// the valid columns, 0 on the padding), written in d's low precision (bf16, or fp16 values in
+// floats) into `out`, laid out as `chunks`, instead of over the fp32 logits: one pass reads the
+// logits and writes the half-size copy the products read. `out` holds chunks.rows * chunks.ld
+// elements of low_copy_element_bytes(d) bytes.
+void cross_entropy_bwd_low(ComputeDtype d, void* out, const ColumnChunks& chunks, const float* logits,
+                           const float* lse, const int32_t* targets, int64_t valid, float grad_scale,
+                           int64_t vocab_begin);
 
 }  // namespace gf

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/aligned_buffer.h"
+#include "core/mixed_precision.h"
 #include "core/param_table.h"
 #include "models/model_config.h"
 
@@ -39,6 +40,14 @@ class CausalLM {
   virtual int64_t activation_bytes() const = 0;
   // Bytes of the weights' low-precision copy that mixed precision computes from (0 in fp32).
   virtual int64_t weight_copy_bytes() const { return 0; }
+  // That copy (make_low_copy's layout, indexed like the arena) and its element type; nullptr in fp32.
+  // The optimizer may write it while it updates the weights, then call weight_copy_is_current():
+  // the next forward uses it instead of converting the weights again. Any call of weights() (the
+  // mutable access, through which weights are changed) makes the copy stale until a forward
+  // refreshes it.
+  virtual void* weight_copy() { return nullptr; }
+  virtual ComputeDtype weight_copy_dtype() const { return ComputeDtype::kFloat32; }
+  virtual void weight_copy_is_current() {}
   // Megatron's model FLOPs for one forward+backward over `tokens_per_step` tokens.
   virtual double flops_per_step(int64_t batch) const = 0;
 

@@ -116,6 +116,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const ModelConfig& cfg, int64_t micro_batch, co
   lnf_mean_ = buf(Nl_, 1);
   lnf_rstd_ = buf(Nl_, 1);
   logits_ = buf(head_rows_, Vl_);
+  dlogits_low_ = AlignedBuffer<std::byte>(static_cast<size_t>(head_rows_ * Vl_ * low_copy_element_bytes(cdt_)));
   losses_ = buf(head_rows_, 1);
   lse_ = buf(head_rows_, 1);
   // Activations, planned for the recompute mode of each layer.
@@ -243,8 +244,11 @@ void GPT2LMHeadModel::layer_fwd(int64_t l, const float* x, const StepInfo& info)
 double GPT2LMHeadModel::forward(const int32_t* tokens, const StepInfo& info) {
   info_ = info;
   // The products of this step read the weights' low-precision copy, made from the masters as
-  // they are now (after the last optimizer step).
-  if (cdt_ != ComputeDtype::kFloat32) make_low_copy(cdt_, low_.data(), weights_.data(), table_.total_floats());
+  // they are now, unless the optimizer step wrote it already or no weight changed since.
+  if (cdt_ != ComputeDtype::kFloat32 && !low_current_) {
+    make_low_copy(cdt_, low_.data(), weights_.data(), table_.total_floats());
+    low_current_ = true;
+  }
   for (int64_t b = 0; b < B_; ++b) {
     std::memcpy(inputs_.data() + b * T_, tokens + b * (T_ + 1), sizeof(int32_t) * T_);
     std::memcpy(targets_.data() + b * T_, tokens + b * (T_ + 1) + 1, sizeof(int32_t) * T_);
@@ -345,25 +349,37 @@ void GPT2LMHeadModel::head_bwd(float grad_scale, const float* x) {
   const float* wte = weights_.data() + wte_;
   float* dwte = grads_.data() + wte_;
   const int32_t* tgt = targets_.data() + (vocab_parallel_ ? 0 : tp_.row_begin());
-  vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
-  const Weight w = wt(wte);
-  // The logits' gradient feeds both products: converted once.
-  const void* dlogits_low = low_copy_scratch(cdt_, logits_.data(), head_rows_, Vl_, 0);
-  if (vocab_parallel_) {
-    // A column-parallel layer with W = wte^T: dh is a partial sum over the vocabulary slices. Under
-    // SP, gather_ still holds the rows head_fwd gathered (backward starts here, nothing used it since).
-    const float* h = tp_.sequence_parallel() ? gather_.data() : lnf_.data();
-    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, N_, C_, Vl_, 1.0f, logits_.data(), dlogits_low, Vl_, wte, w.low, C_, 0.0f,
-               dfull_.data(), C_, true);
-    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, N_, 1.0f, logits_.data(), dlogits_low, Vl_, h, nullptr, C_, 1.0f,
-               dwte, C_, false);
-    tp_.reduce_rows(dfull_.data(), dln_.data(), C_);
+  // Vocabulary-parallel: a column-parallel layer with W = wte^T, so dh is a partial sum over the
+  // vocabulary slices. Under SP, gather_ still holds the rows head_fwd gathered (backward starts
+  // here, nothing used it since).
+  const float* h = vocab_parallel_ && tp_.sequence_parallel() ? gather_.data() : lnf_.data();
+  float* dh = vocab_parallel_ ? dfull_.data() : dln_.data();
+  if (cdt_ == ComputeDtype::kFloat32) {
+    vocab_parallel_cross_entropy_bwd(logits_.data(), lse_.data(), tgt, head_rows_, Vl_, v_begin_, valid_, grad_scale);
+    gemm(Trans::kNo, Trans::kNo, head_rows_, C_, Vl_, 1.0f, logits_.data(), Vl_, wte, C_, 0.0f, dh, C_);
+    gemm(Trans::kYes, Trans::kNo, Vl_, C_, head_rows_, 1.0f, logits_.data(), Vl_, h, C_, 1.0f, dwte, C_);
   } else {
-    gemm_mixed(cdt_, Trans::kNo, Trans::kNo, Nl_, C_, Vl_, 1.0f, logits_.data(), dlogits_low, Vl_, wte, w.low, C_, 0.0f,
-               dln_.data(), C_, true);
-    gemm_mixed(cdt_, Trans::kYes, Trans::kNo, Vl_, C_, Nl_, 1.0f, logits_.data(), dlogits_low, Vl_, lnf_.data(), nullptr,
-               C_, 1.0f, dwte, C_, false);
+    // The logits' gradient goes straight from the fp32 logits to its low-precision copy, in column
+    // chunks: both products run chunk by chunk over the vocabulary (K of dh, rows of dwte), each on
+    // dense operands, and dh accumulates over the chunks in fp32.
+    const ColumnChunks ch = column_chunks(head_rows_, Vl_);
+    cross_entropy_bwd_low(cdt_, dlogits_low_.data(), ch, logits_.data(), lse_.data(), tgt, valid_, grad_scale,
+                          v_begin_);
+    const void* h_low = low_copy_scratch(cdt_, h, head_rows_, C_, 1);
+    const int64_t eb = low_copy_element_bytes(cdt_);
+    const auto* wte_low = static_cast<const std::byte*>(wt(wte).low);
+    for (int64_t c = 0; c < ch.count(); ++c) {
+      const int64_t k0 = ch.begin(c), kc = ch.cols(c);
+      const std::byte* dl = dlogits_low_.data() + ch.offset(c) * eb;
+      gemm_mixed(cdt_, Trans::kNo, Trans::kNo, head_rows_, C_, kc, 1.0f, nullptr, dl, kc, nullptr,
+                 wte_low + k0 * C_ * eb, C_, c == 0 ? 0.0f : 1.0f, dh, C_, false);
+      gemm_mixed(cdt_, Trans::kYes, Trans::kNo, kc, C_, head_rows_, 1.0f, nullptr, dl, kc, nullptr, h_low, C_, 1.0f,
+                 dwte + k0 * C_, C_, false);
+    }
+    // fp16: dh is an activation, rounded once its sum over the chunks is complete (as gemm_mixed's round_c).
+    if (cdt_ == ComputeDtype::kFloat16) round_to_dtype(cdt_, dh, head_rows_, C_, C_);
   }
+  if (vocab_parallel_) tp_.reduce_rows(dfull_.data(), dln_.data(), C_);
   zero(dres_);
   ops::layernorm_bwd(dres_.data(), grads_.data() + lnf_w_, grads_.data() + lnf_b_, dln_.data(), x,
                      weights_.data() + lnf_w_, {lnf_mean_.data(), lnf_rstd_.data()}, Nl_, C_);
@@ -395,7 +411,8 @@ int64_t GPT2LMHeadModel::activation_bytes() const {
                                         &dln_, &datty_, &dqkv_, &dfch_act_, &dfch_, &gather_, &partial_, &dfull_,
                                         &ce_scratch_, &flash_buf_})
     floats += static_cast<int64_t>(b->size());
-  return 4 * floats + static_cast<int64_t>(sizeof(int32_t) * (inputs_.size() + targets_.size()));
+  return 4 * floats + static_cast<int64_t>(dlogits_low_.size()) +
+         static_cast<int64_t>(sizeof(int32_t) * (inputs_.size() + targets_.size()));
 }
 
 double GPT2LMHeadModel::flops_per_step(int64_t batch) const {

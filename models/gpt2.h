@@ -23,7 +23,10 @@ class GPT2LMHeadModel : public CausalLM {
 
   const ModelConfig& config() const override { return cfg_; }
   const ParamTable& params() const override { return table_; }
-  float* weights() override { return weights_.data(); }
+  float* weights() override {
+    low_current_ = false;
+    return weights_.data();
+  }
   float* grads() override { return grads_.data(); }
   int64_t micro_batch() const override { return B_; }
 
@@ -33,6 +36,9 @@ class GPT2LMHeadModel : public CausalLM {
   int64_t logits_ld() const override { return Vl_; }
   int64_t activation_bytes() const override;
   int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }
+  void* weight_copy() override { return cdt_ == ComputeDtype::kFloat32 ? nullptr : low_.data(); }
+  ComputeDtype weight_copy_dtype() const override { return cdt_; }
+  void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
 
   // The parameter table of a GPT-2 with this config (Hugging Face names and layouts), for
@@ -89,6 +95,8 @@ class GPT2LMHeadModel : public CausalLM {
   // fp16-valued floats; empty for float32), refreshed from the fp32 masters at each forward.
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<std::byte> low_;
+  bool low_current_ = false;
+  AlignedBuffer<std::byte> dlogits_low_;  // the logits' gradient in low precision, column-chunked (head_bwd)  // low_ holds the weights as they are (see CausalLM::weight_copy)
   // Activations.
   AlignedBuffer<int32_t> inputs_, targets_;
   AlignedBuffer<float> emb_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lse_;

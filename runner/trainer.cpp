@@ -154,13 +154,16 @@ void Trainer::log_setup() const {
                    : std::string("; no recompute"));
   if (m.compute_dtype != "float32")
     spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
-                 "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is refreshed each step; "
+                 "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is {}; "
                  "loss scale {}",
                  m.compute_dtype,
                  m.compute_dtype == "bfloat16" ? gemm_bf16_backend_info()
                                                : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
                  m.compute_dtype == "bfloat16" ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
                  m.compute_dtype, human_bytes(static_cast<double>(model_->weight_copy_bytes())),
+                 sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats()
+                     ? "written by AdamW's update"
+                     : "converted from the gathered weights before each forward (ZeRO)",
                  cfg_.loss_scale.dynamic
                      ? fmt::format("dynamic from {} (x{} after {} good steps, /{} and the step skipped on overflow)",
                                    cfg_.loss_scale.value, cfg_.loss_scale.factor, cfg_.loss_scale.window,
@@ -212,12 +215,22 @@ StepResult Trainer::train_step(int64_t step) {
     loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
     return r;
   }
-  if (cfg_.use_clip_grad) {
+  AdamWStepExtras extras;
+  if (cfg_.use_clip_grad) {  // the clipped gradient is computed inside the update's pass
     const double coef = clip_coefficient(r.grad_norm, cfg_.max_grad_norm);
-    if (coef < 1.0) scale_inplace(shard, shard_n, static_cast<float>(coef));
+    if (coef < 1.0) extras.grad_scale = static_cast<float>(coef);
   }
-  opt_->step(model_->weights(), grads, r.lr, step - skipped_steps_);
-  sync_->allgather_params(model_->weights());
+  // Without ZeRO this rank updates every weight, so the update also writes the weights' bf16/fp16
+  // copy (under ZeRO the next forward converts the gathered weights).
+  const bool whole_arena = sync_->shard_begin() == 0 && sync_->shard_end() == n;
+  float* weights = model_->weights();
+  if (whole_arena && model_->weight_copy() != nullptr) {
+    extras.low = model_->weight_copy();
+    extras.low_dtype = model_->weight_copy_dtype();
+  }
+  opt_->step(weights, grads, r.lr, step - skipped_steps_, extras);
+  sync_->allgather_params(weights);
+  if (extras.low != nullptr) model_->weight_copy_is_current();
   if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
     loss_scale_ *= cfg_.loss_scale.factor;
     good_steps_ = 0;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/adamw.h"
+#include "core/ops/cross_entropy.h"
 #include "runner/trainer.h"
 #include "tests/models/golden_case.h"
 
@@ -97,6 +99,97 @@ TEST(MixedPrecision, Bf16ProductWithTheWeightCopyEqualsRoundingBothOperands) {
   }
 }
 
+TEST(MixedPrecision, ColumnChunksCoverTheRowInWholeCacheLines) {
+  for (const int64_t ld : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{4096}, int64_t{4097}, int64_t{50304},
+                           int64_t{25152}}) {
+    const ColumnChunks ch = column_chunks(7, ld);
+    int64_t covered = 0;
+    for (int64_t c = 0; c < ch.count(); ++c) {
+      EXPECT_EQ(ch.begin(c), covered);
+      EXPECT_GT(ch.cols(c), 0);
+      if (c + 1 < ch.count()) EXPECT_EQ(ch.cols(c) % 64, 0) << ld;
+      EXPECT_EQ(ch.offset(c), 7 * ch.begin(c));
+      covered += ch.cols(c);
+    }
+    EXPECT_EQ(covered, ld);
+    EXPECT_LE(ch.width, 4096 + 63);
+  }
+}
+
+// The fused backward of the cross-entropy writes what cross_entropy_bwd_inplace computes, rounded,
+// at each element's place in the column chunks: padding zero, the one-hot term only for a target
+// inside this vocabulary slice.
+TEST(MixedPrecision, CrossEntropyGradientGoesStraightToTheChunkedLowCopy) {
+  const int64_t rows = 6, ld = 200, valid = 190, vocab_begin = 1000;
+  const std::vector<float> logits = randn(rows * ld, 11, 3.0f);
+  // Targets inside the slice, one outside it (another rank's), one in the last chunk.
+  const std::vector<int32_t> targets = {1000, 1063, 1130, 2500, 1189, 1064};
+  std::vector<float> lse(rows), losses(rows), ref = logits;
+  ops::cross_entropy_fwd(losses.data(), lse.data(), logits.data(), targets.data(), rows, ld, valid);
+  const float grad_scale = 0.37f;
+  ops::cross_entropy_bwd_inplace(ref.data(), lse.data(), targets.data(), rows, ld, valid, grad_scale, vocab_begin);
+  const ColumnChunks ch = column_chunks(rows, ld, 64);
+  ASSERT_EQ(ch.count(), 4);  // 64, 64, 64, 8
+  std::vector<bf16> b(rows * ld);
+  std::vector<float> h(rows * ld);
+  cross_entropy_bwd_low(ComputeDtype::kBFloat16, b.data(), ch, logits.data(), lse.data(), targets.data(), valid,
+                        grad_scale, vocab_begin);
+  cross_entropy_bwd_low(ComputeDtype::kFloat16, h.data(), ch, logits.data(), lse.data(), targets.data(), valid,
+                        grad_scale, vocab_begin);
+  for (int64_t c = 0; c < ch.count(); ++c)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < ch.cols(c); ++j) {
+        const float want = ref[r * ld + ch.begin(c) + j];
+        const int64_t at = ch.offset(c) + r * ch.cols(c) + j;
+        ASSERT_EQ(b[at].bits, float_to_bf16(want).bits) << "row " << r << " column " << ch.begin(c) + j;
+        ASSERT_EQ(h[at], round_to_fp16(want)) << "row " << r << " column " << ch.begin(c) + j;
+      }
+  EXPECT_THROW(cross_entropy_bwd_low(ComputeDtype::kFloat32, h.data(), ch, logits.data(), lse.data(), targets.data(),
+                                     valid, grad_scale, vocab_begin),
+               std::invalid_argument);
+}
+
+// AdamW's step with the clip coefficient and the weight copy in its pass gives the bits of the three
+// passes it replaces: scale_inplace(grads, coef), the step, make_low_copy.
+TEST(MixedPrecision, AdamWClipsAndWritesTheWeightCopyInItsPass) {
+  ParamTable table;
+  ParamSpec w{.name = "w", .shape = {40, 33}, .weight_decay = true}, bias{.name = "b", .shape = {33}};
+  table.add(w);
+  table.add(bias);
+  table.finalize();
+  const int64_t n = table.total_floats();
+  const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  for (const ComputeDtype d : {ComputeDtype::kBFloat16, ComputeDtype::kFloat16}) {
+    const std::vector<float> w0 = randn(n, 21, 0.5f);
+    std::vector<float> wa = w0, wb = w0;
+    AdamW a(table, cfg), b(table, cfg);
+    const int64_t eb = low_copy_element_bytes(d);
+    std::vector<std::byte> low_a(static_cast<size_t>(n * eb)), low_b(static_cast<size_t>(n * eb));
+    for (int64_t step = 1; step <= 3; ++step) {
+      std::vector<float> g = randn(n, 30 + static_cast<uint64_t>(step), 2.0f);
+      const float coef = 0.3f + 0.2f * static_cast<float>(step);
+      std::vector<float> clipped = g;
+      scale_inplace(clipped.data(), n, coef);
+      a.step(wa.data(), clipped.data(), 1e-3, step);
+      make_low_copy(d, low_a.data(), wa.data(), n);
+      AdamWStepExtras x;
+      x.grad_scale = coef;
+      x.low = low_b.data();
+      x.low_dtype = d;
+      b.step(wb.data(), g.data(), 1e-3, step, x);
+      ASSERT_EQ(wa, wb) << compute_dtype_name(d) << " step " << step;
+      // Every parameter's elements (the arena's alignment gaps between parameters are no weight's).
+      for (const ParamSpec& p : table.specs())
+        for (int64_t i = p.offset * eb; i < (p.offset + p.numel()) * eb; ++i)
+          ASSERT_EQ(low_a[i], low_b[i]) << compute_dtype_name(d) << " byte " << i << " of the copy, step " << step;
+      for (int64_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a.m()[i], b.m()[i]);
+        ASSERT_EQ(a.v()[i], b.v()[i]);
+      }
+    }
+  }
+}
+
 // 50 steps of the golden tiny model (2 layers, hidden 64, the 50257 vocabulary, its batch replayed
 // every step, cosine schedule over 50 steps, AdamW, clipping) at one compute dtype.
 struct Curve {
@@ -136,6 +229,37 @@ double pytorch_bf16_deviation(std::vector<double>* fp32_out = nullptr) {
   std::vector<double> fp32(a.begin(), a.end()), bf(b.begin(), b.end());
   if (fp32_out) *fp32_out = fp32;
   return max_rel_diff(bf, fp32);
+}
+
+// The weights' bf16 copy: written by the optimizer step when it updates every weight, and
+// converted again by the forward after any change made through weights().
+TEST(MixedPrecision, WeightCopyFollowsTheWeights) {
+  GoldenCase g("gpt2_tiny.safetensors", {"model.model_config.compute_dtype=bfloat16"});
+  ParallelContext ctx = ParallelContext::single();
+  const std::vector<int32_t> tokens = g.f.ints("tokens");
+  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(tokens));
+  CausalLM& model = trainer.model();
+  g.load_weights(model);
+  trainer.train_step(1);
+  // After the step, the copy AdamW wrote is the one make_low_copy makes of the new weights.
+  const int64_t n = model.params().total_floats();
+  std::vector<bf16> fresh(static_cast<size_t>(n));
+  const std::vector<bf16> written(static_cast<const bf16*>(model.weight_copy()),
+                                  static_cast<const bf16*>(model.weight_copy()) + n);
+  make_low_copy(ComputeDtype::kBFloat16, fresh.data(), model.weights(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(written[i].bits, fresh[i].bits) << "arena element " << i;
+  // Weights changed through weights() after a forward: the next forward computes with them.
+  const StepInfo info{2, 0, false};
+  const double before = model.forward(tokens.data(), info);
+  float* w = model.weights();
+  for (int64_t i = 0; i < n; ++i) w[i] *= 0.75f;
+  const double after = model.forward(tokens.data(), info);
+  Trainer other(g.cfg, ctx, std::make_unique<FixedBatch>(tokens));
+  std::copy(w, w + n, other.model().weights());
+  EXPECT_EQ(after, other.model().forward(tokens.data(), info));
+  EXPECT_NE(after, before);
+  // No change since: the same loss again.
+  EXPECT_EQ(model.forward(tokens.data(), info), after);
 }
 
 class MixedCurves : public ::testing::Test {

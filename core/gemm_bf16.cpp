@@ -72,6 +72,7 @@ struct PrimKey {
   int64_t M, N, K;
   uint32_t alpha_bits;
   bool accumulate;  // beta != 0 and C dense: oneDNN's sum post-op adds the product to C
+  bool bias = false;  // a bias row added in the accumulator (DNNL_ARG_BIAS)
   bool operator==(const PrimKey&) const = default;
 };
 
@@ -81,6 +82,7 @@ struct CallKey {
   int64_t M, N, K, lda, ldb, ldc;
   uint32_t alpha_bits;
   bool beta_nonzero;
+  bool bias = false;
   bool operator==(const CallKey&) const = default;
 };
 
@@ -90,7 +92,7 @@ struct PrimKeyHash {
   size_t operator()(const PrimKey& k) const {
     uint64_t h = 1469598103934665603ull;
     for (const uint64_t v : {uint64_t(k.ta), uint64_t(k.tb), uint64_t(k.M), uint64_t(k.N), uint64_t(k.K),
-                             uint64_t(k.alpha_bits), uint64_t(k.accumulate)})
+                             uint64_t(k.alpha_bits), uint64_t(k.accumulate), uint64_t(k.bias)})
       h = mix(h, v);
     return static_cast<size_t>(h);
   }
@@ -101,7 +103,7 @@ struct CallKeyHash {
     uint64_t h = 1469598103934665603ull;
     for (const uint64_t v : {uint64_t(k.bf16_in), uint64_t(k.ta), uint64_t(k.tb), uint64_t(k.M), uint64_t(k.N),
                              uint64_t(k.K), uint64_t(k.lda), uint64_t(k.ldb), uint64_t(k.ldc), uint64_t(k.alpha_bits),
-                             uint64_t(k.beta_nonzero)})
+                             uint64_t(k.beta_nonzero), uint64_t(k.bias)})
       h = mix(h, v);
     return static_cast<size_t>(h);
   }
@@ -131,8 +133,9 @@ struct Matmul {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   AlignedBytes scratch;
-  memory src, wei, dst, pad;
-  dnnl_exec_arg_t args[4];
+  memory src, wei, dst, pad, bias;
+  dnnl_exec_arg_t args[5];
+  int nargs = 4;
 };
 
 // One call shape: its primitive and the dense buffers it needs (bf16 copies of A and B unless the
@@ -177,7 +180,10 @@ std::unique_ptr<Matmul> make_matmul(ThreadCache& tc, const PrimKey& k) {
     attr.set_post_ops(po);
   }
   try {
-    mm->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, tc.engine);
+    mm->pd = k.bias ? dnnl::matmul::primitive_desc(
+                          dnnl::matmul::desc(a, b, memory::desc({1, k.N}, memory::data_type::f32, memory::dims{k.N, 1}), c),
+                          attr, tc.engine)
+                    : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, tc.engine);
   } catch (const dnnl::error& e) {
     if (e.status != dnnl_unimplemented) throw;
     mm->available = false;
@@ -196,6 +202,11 @@ std::unique_ptr<Matmul> make_matmul(ThreadCache& tc, const PrimKey& k) {
   mm->args[1] = {DNNL_ARG_WEIGHTS, mm->wei.get()};
   mm->args[2] = {DNNL_ARG_DST, mm->dst.get()};
   mm->args[3] = {DNNL_ARG_SCRATCHPAD, mm->pad.get()};
+  if (k.bias) {
+    mm->bias = memory(mm->pd.bias_desc(), tc.engine, nullptr);
+    mm->args[4] = {DNNL_ARG_BIAS, mm->bias.get()};
+    mm->nargs = 5;
+  }
   return mm;
 }
 
@@ -213,7 +224,7 @@ Plan& plan_for(ThreadCache& tc, const CallKey& k) {
   if (!k.bf16_in || k.ldb != b_cols(k)) plan->b = aligned_bytes(sizeof(bf16) * static_cast<size_t>(k.K * k.N));
   const bool dense_c = k.ldc == k.N;
   if (!dense_c) plan->c = aligned_bytes(sizeof(float) * static_cast<size_t>(k.M * k.N));
-  const PrimKey pk{k.ta, k.tb, k.M, k.N, k.K, k.alpha_bits, dense_c && k.beta_nonzero};
+  const PrimKey pk{k.ta, k.tb, k.M, k.N, k.K, k.alpha_bits, dense_c && k.beta_nonzero, k.bias && dense_c};
   auto mit = tc.matmuls.find(pk);
   if (mit == tc.matmuls.end()) mit = tc.matmuls.emplace(pk, make_matmul(tc, pk)).first;
   plan->mm = mit->second.get();
@@ -277,8 +288,21 @@ void execute_fallback(const CallKey& k, Plan& plan, const bf16* a, const bf16* b
        std::bit_cast<float>(k.alpha_bits), fa, a_cols(k), fb, b_cols(k), beta, C, k.ldc);
 }
 
-void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const bf16* b, float beta, float* C) {
+void broadcast_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias) {
+#pragma omp parallel for schedule(static) if (parallel_worth(M * N))
+  for (int64_t r = 0; r < M; ++r) std::memcpy(C + r * ldc, bias, sizeof(float) * static_cast<size_t>(N));
+}
+
+void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const bf16* b, float beta, float* C,
+             const float* bias = nullptr) {
   Matmul& mm = *plan.mm;
+  if (bias && !(mm.available && mm.nargs == 5)) {  // no fused bias: C = bias, then C += the product
+    broadcast_rows(C, k.M, k.N, k.ldc, bias);
+    CallKey k1 = k;
+    k1.bias = false;
+    k1.beta_nonzero = true;
+    return execute(tc, k1, plan_for(tc, k1), a, b, 1.0f, C);
+  }
   if (!mm.available) return execute_fallback(k, plan, a, b, beta, C);
   const bool dense_c = plan.c == nullptr;
   if (dense_c && beta != 0.0f && beta != 1.0f) scale_c(C, k.M, k.N, k.ldc, beta);  // the sum post-op adds 1 x C
@@ -286,7 +310,8 @@ void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const
   check(dnnl_memory_set_data_handle_v2(mm.src.get(), const_cast<bf16*>(a), nullptr), "set src");
   check(dnnl_memory_set_data_handle_v2(mm.wei.get(), const_cast<bf16*>(b), nullptr), "set weights");
   check(dnnl_memory_set_data_handle_v2(mm.dst.get(), dst, nullptr), "set dst");
-  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), 4, mm.args), "matmul execute");
+  if (mm.nargs == 5) check(dnnl_memory_set_data_handle_v2(mm.bias.get(), const_cast<float*>(bias), nullptr), "set bias");
+  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), mm.nargs, mm.args), "matmul execute");
   check(dnnl_stream_wait(tc.stream.get()), "stream wait");
   if (!dense_c) add_product(C, k.ldc, dst, k.M, k.N, beta);
 }
@@ -325,6 +350,30 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
     b = static_cast<const bf16*>(plan.b.get());
   }
   execute(tc, k, plan, a, b, beta, C);
+}
+
+void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                    const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) {  // C = bias
+    broadcast_rows(C, M, N, ldc, bias);
+    return;
+  }
+  ThreadCache& tc = cache();
+  CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, ldc, alpha, 0.0f);
+  k.bias = true;
+  Plan& plan = plan_for(tc, k);
+  const bf16* a = A;
+  const bf16* b = B;
+  if (plan.a) {
+    copy_rows(static_cast<bf16*>(plan.a.get()), A, a_rows(k), a_cols(k), lda);
+    a = static_cast<const bf16*>(plan.a.get());
+  }
+  if (plan.b) {
+    copy_rows(static_cast<bf16*>(plan.b.get()), B, b_rows(k), b_cols(k), ldb);
+    b = static_cast<const bf16*>(plan.b.get());
+  }
+  execute(tc, k, plan, a, b, 0.0f, C, bias);
 }
 
 std::string gemm_bf16_impl(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -387,6 +436,12 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
   for (int64_t i = 0; i < na; ++i) a[i] = bf16_to_float(A[i]);
   for (int64_t i = 0; i < nb; ++i) b[i] = bf16_to_float(B[i]);
   gemm(ta, tb, M, N, K, alpha, a.get(), lda, b.get(), ldb, beta, C, ldc);
+}
+
+void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                    const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  for (int64_t r = 0; r < M; ++r) std::memcpy(C + r * ldc, bias, sizeof(float) * static_cast<size_t>(N));
+  gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 std::string gemm_bf16_impl(Trans, Trans, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool) {

@@ -57,6 +57,11 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
                int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// C = alpha * op(A) * op(B) + bias (bias: N floats added to every row in the fp32 accumulator, as
+// C = bias then the product with beta 1 would, without writing C twice), bf16 inputs.
+void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
+                    const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
+
 // The implementation oneDNN picked for this shape (primitive_desc::impl_info_str(), e.g.
 // "brg:avx512_core_amx"), creating the primitive if need be: the float entry point's (dense bf16
 // copies), or with bf16_inputs the bf16 entry point's (the caller's strides).

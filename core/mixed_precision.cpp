@@ -220,4 +220,19 @@ void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_
   }
 }
 
+void gemm_mixed_bias(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A,
+                     const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
+                     const float* bias, float* C, int64_t ldc, bool round_c) {
+  if (d != ComputeDtype::kBFloat16) {
+#pragma omp parallel for schedule(static) if (parallel_worth(M * N))
+    for (int64_t r = 0; r < M; ++r) std::copy(bias, bias + N, C + r * ldc);
+    gemm_mixed(d, ta, tb, M, N, K, 1.0f, A, A_low, lda, B, B_low, ldb, 1.0f, C, ldc, round_c);
+    return;
+  }
+  with_low_operands<bf16>(ta, tb, M, N, K, A, A_low, lda, B, B_low, ldb, kToBf16,
+                          [&](const bf16* a, int64_t a_ld, const bf16* b, int64_t b_ld) {
+                            gemm_bf16_bias(ta, tb, M, N, K, 1.0f, a, a_ld, b, b_ld, bias, C, ldc);
+                          });
+}
+
 }  // namespace gf

@@ -64,6 +64,13 @@ void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_
                 const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb, float beta, float* C,
                 int64_t ldc, bool round_c);
 
+// C = op(A) op(B) + bias (N floats added to each row; alpha 1), as C = bias then gemm_mixed with
+// beta 1 computes it: in bf16 the bias enters oneDNN's fp32 accumulator instead, so C is written
+// once and not read.
+void gemm_mixed_bias(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A,
+                     const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
+                     const float* bias, float* C, int64_t ldc, bool round_c);
+
 // The low-precision copy of a dense rows x cols activation, in the calling thread's scratch slot
 // `slot` (0 or 1; kept until the next call with that slot, grown only when a larger one comes), so
 // an operand two products share is converted once (a layer's output gradient feeds both its input-

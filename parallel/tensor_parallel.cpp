@@ -58,8 +58,7 @@ void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* 
   // Under SP the input is gathered again rather than kept: activation memory stays at the local rows.
   const float* xf = tp.gather_rows(x, gather_buf, in);
   float* dfull = tp.sequence_parallel() ? dx_buf : dx;
-  std::memset(dfull, 0, sizeof(float) * static_cast<size_t>(tp.rows() * in));
-  ops::linear_bwd(dfull, dw, db, dy, xf, w, tp.rows(), in, out_local);
+  ops::linear_bwd(dfull, dw, db, dy, xf, w, tp.rows(), in, out_local, 0.0f);  // dfull is written, not added to
   tp.reduce_rows(dfull, dx, in);
 }
 
@@ -76,8 +75,7 @@ void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const 
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                       const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf) {
   const float* dyf = tp.gather_rows(dy, gather_buf, out);
-  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(tp.rows() * in_local));
-  ops::linear_bwd(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
+  ops::linear_bwd(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out, 0.0f);  // dx is written, not added to
   // The bias gradient from this rank's rows: the whole sum without SP, a partial sum under SP
   // (completed by the gradient all-reduce of sequence-parallel replicated parameters).
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);

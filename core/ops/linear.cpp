@@ -39,27 +39,28 @@ void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols) {
 
 template <typename T>
 void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
-                int64_t out) {
-  if (dx) gemm(Trans::kNo, Trans::kYes, n, in, out, T(1), dy, out, w, out, T(1), dx, in);
+                int64_t out, T dx_beta) {
+  if (dx) gemm(Trans::kNo, Trans::kYes, n, in, out, T(1), dy, out, w, out, dx_beta, dx, in);
   gemm(Trans::kYes, Trans::kNo, in, out, n, T(1), x, in, dy, out, T(1), dw, out);
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
 
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
   if (w.dtype == ComputeDtype::kFloat32) return linear_fwd<float>(y, x, w.f32, b, n, in, out);
-  if (b) broadcast_bias(y, b, n, out);
-  gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, out, b ? 1.0f : 0.0f,
-             y, out, true);
+  if (b)
+    gemm_mixed_bias(w.dtype, Trans::kNo, Trans::kNo, n, out, in, x, nullptr, in, w.f32, w.low, out, b, y, out, true);
+  else
+    gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, out, 0.0f, y, out, true);
 }
 
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
-                int64_t in, int64_t out) {
-  if (w.dtype == ComputeDtype::kFloat32) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out);
+                int64_t in, int64_t out, float dx_beta) {
+  if (w.dtype == ComputeDtype::kFloat32) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out, dx_beta);
   // dy feeds both products: converted once.
   const void* dy_low = low_copy_scratch(w.dtype, dy, n, out, 0);
   if (dx)
-    gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, dy_low, out, w.f32, w.low, out, 1.0f, dx, in,
-               true);
+    gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, dy_low, out, w.f32, w.low, out, dx_beta, dx,
+               in, true);
   gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, nullptr, in, dy, dy_low, out, 1.0f, dw, out, false);
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
@@ -67,7 +68,7 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
 #define GF_INSTANTIATE(T)                                                                    \
   template void linear_fwd<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
   template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,    \
-                              int64_t);                                                      \
+                              int64_t, T);                                                   \
   template void sum_rows_accumulate<T>(T*, const T*, int64_t, int64_t);
 GF_INSTANTIATE(float)
 GF_INSTANTIATE(double)

@@ -11,11 +11,11 @@ namespace gf::ops {
 template <typename T>
 void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in, int64_t out);
 
-// Accumulates: dx += dy W^T (skipped when dx is null), dW += x^T dy, db += sum_rows dy (db may
-// be null).
+// Accumulates: dx = dx_beta dx + dy W^T (skipped when dx is null; dx_beta 0 writes dx without
+// reading it), dW += x^T dy, db += sum_rows dy (db may be null).
 template <typename T>
 void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
-                int64_t out);
+                int64_t out, T dx_beta = T(1));
 
 // The float layer at the weight's compute dtype (core/mixed_precision.h): fp32 weights run the
 // templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
@@ -23,7 +23,7 @@ void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_
 // the weight gradient accumulates in fp32.
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out);
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
-                int64_t in, int64_t out);
+                int64_t in, int64_t out, float dx_beta = 1.0f);
 
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>

@@ -334,6 +334,33 @@ TEST(Bf16, Bf16InputsWithStrides) {
 }
 
 // As attention calls it: from inside an OpenMP loop, each thread with its own products.
+// The bias in oneDNN's accumulator gives the bits of C = bias followed by the product with beta 1,
+// for dense C (the fused bias) and strided C (bias broadcast, then the product added).
+TEST(Bf16, BiasInTheAccumulatorEqualsBroadcastThenAccumulate) {
+  const int64_t M = 33, N = 70, K = 45;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<bf16> A(M * K), B(K * N);
+  for (auto& v : A) v = float_to_bf16(nd(rng));
+  for (auto& v : B) v = float_to_bf16(nd(rng));
+  std::vector<float> bias(N);
+  for (auto& v : bias) v = 10.0f * nd(rng);
+  for (const int64_t ldc : {N, N + 5}) {
+    std::vector<float> C(M * ldc, 123.0f), ref(M * ldc, 123.0f);
+    for (int64_t r = 0; r < M; ++r) std::copy(bias.begin(), bias.end(), ref.begin() + r * ldc);
+    gemm_bf16(Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), K, B.data(), N, 1.0f, ref.data(), ldc);
+    gemm_bf16_bias(Trans::kNo, Trans::kNo, M, N, K, 1.0f, A.data(), K, B.data(), N, bias.data(), C.data(), ldc);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < N; ++c) ASSERT_EQ(C[r * ldc + c], ref[r * ldc + c]) << "ldc " << ldc << " at " << r << "," << c;
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = N; c < ldc; ++c) ASSERT_EQ(C[r * ldc + c], 123.0f);  // past the row: untouched
+  }
+  // K == 0: C = bias.
+  std::vector<float> C(2 * N, 5.0f);
+  gemm_bf16_bias(Trans::kNo, Trans::kNo, 2, N, 0, 1.0f, A.data(), 1, B.data(), N, bias.data(), C.data(), N);
+  for (int64_t c = 0; c < N; ++c) EXPECT_EQ(C[N + c], bias[c]);
+}
+
 TEST(Bf16, InsideAnOpenMPParallelLoop) {
   if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN";
   std::vector<Problem> ps;

@@ -1,5 +1,7 @@
 #include "core/gemm_bf16.h"
 
+#include "core/parallel_memory.h"
+
 #include <omp.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #ifdef GF_WITH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -251,6 +254,19 @@ void copy_rows(bf16* dst, const bf16* src, int64_t rows, int64_t cols, int64_t l
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, src + r * ld, sizeof(bf16) * static_cast<size_t>(cols));
 }
 
+// The caller's bf16 operands, or the plan's dense copies of the strided ones.
+std::pair<const bf16*, const bf16*> dense_operands(const CallKey& k, Plan& plan, const bf16* A, const bf16* B) {
+  if (plan.a) {
+    copy_rows(static_cast<bf16*>(plan.a.get()), A, a_rows(k), a_cols(k), k.lda);
+    A = static_cast<const bf16*>(plan.a.get());
+  }
+  if (plan.b) {
+    copy_rows(static_cast<bf16*>(plan.b.get()), B, b_rows(k), b_cols(k), k.ldb);
+    B = static_cast<const bf16*>(plan.b.get());
+  }
+  return {A, B};
+}
+
 // C = beta C + P for a strided C and the dense product P.
 void add_product(float* C, int64_t ldc, const float* P, int64_t M, int64_t N, float beta) {
 #pragma omp parallel for schedule(static) if (parallel_worth(M * N))
@@ -288,16 +304,11 @@ void execute_fallback(const CallKey& k, Plan& plan, const bf16* a, const bf16* b
        std::bit_cast<float>(k.alpha_bits), fa, a_cols(k), fb, b_cols(k), beta, C, k.ldc);
 }
 
-void broadcast_rows(float* C, int64_t M, int64_t N, int64_t ldc, const float* bias) {
-#pragma omp parallel for schedule(static) if (parallel_worth(M * N))
-  for (int64_t r = 0; r < M; ++r) std::memcpy(C + r * ldc, bias, sizeof(float) * static_cast<size_t>(N));
-}
-
 void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const bf16* b, float beta, float* C,
              const float* bias = nullptr) {
   Matmul& mm = *plan.mm;
   if (bias && !(mm.available && mm.nargs == 5)) {  // no fused bias: C = bias, then C += the product
-    broadcast_rows(C, k.M, k.N, k.ldc, bias);
+    parallel_broadcast_rows(C, k.M, k.N, k.ldc, bias);
     CallKey k1 = k;
     k1.bias = false;
     k1.beta_nonzero = true;
@@ -339,16 +350,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
   ThreadCache& tc = cache();
   const CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
   Plan& plan = plan_for(tc, k);
-  const bf16* a = A;
-  const bf16* b = B;
-  if (plan.a) {
-    copy_rows(static_cast<bf16*>(plan.a.get()), A, a_rows(k), a_cols(k), lda);
-    a = static_cast<const bf16*>(plan.a.get());
-  }
-  if (plan.b) {
-    copy_rows(static_cast<bf16*>(plan.b.get()), B, b_rows(k), b_cols(k), ldb);
-    b = static_cast<const bf16*>(plan.b.get());
-  }
+  const auto [a, b] = dense_operands(k, plan, A, B);
   execute(tc, k, plan, a, b, beta, C);
 }
 
@@ -356,23 +358,14 @@ void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {  // C = bias
-    broadcast_rows(C, M, N, ldc, bias);
+    parallel_broadcast_rows(C, M, N, ldc, bias);
     return;
   }
   ThreadCache& tc = cache();
   CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, ldc, alpha, 0.0f);
   k.bias = true;
   Plan& plan = plan_for(tc, k);
-  const bf16* a = A;
-  const bf16* b = B;
-  if (plan.a) {
-    copy_rows(static_cast<bf16*>(plan.a.get()), A, a_rows(k), a_cols(k), lda);
-    a = static_cast<const bf16*>(plan.a.get());
-  }
-  if (plan.b) {
-    copy_rows(static_cast<bf16*>(plan.b.get()), B, b_rows(k), b_cols(k), ldb);
-    b = static_cast<const bf16*>(plan.b.get());
-  }
+  const auto [a, b] = dense_operands(k, plan, A, B);
   execute(tc, k, plan, a, b, 0.0f, C, bias);
 }
 
@@ -440,7 +433,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  for (int64_t r = 0; r < M; ++r) std::memcpy(C + r * ldc, bias, sizeof(float) * static_cast<size_t>(N));
+  parallel_broadcast_rows(C, M, N, ldc, bias);
   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
 }
 

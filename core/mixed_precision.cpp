@@ -1,5 +1,7 @@
 #include "core/mixed_precision.h"
 
+#include "core/parallel_memory.h"
+
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -224,8 +226,7 @@ void gemm_mixed_bias(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, i
                      const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
                      const float* bias, float* C, int64_t ldc, bool round_c) {
   if (d != ComputeDtype::kBFloat16) {
-#pragma omp parallel for schedule(static) if (parallel_worth(M * N))
-    for (int64_t r = 0; r < M; ++r) std::copy(bias, bias + N, C + r * ldc);
+    parallel_broadcast_rows(C, M, N, ldc, bias);
     gemm_mixed(d, ta, tb, M, N, K, 1.0f, A, A_low, lda, B, B_low, ldb, 1.0f, C, ldc, round_c);
     return;
   }

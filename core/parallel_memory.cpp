@@ -24,4 +24,9 @@ void parallel_zero(float* x, int64_t n) {
   }
 }
 
+void parallel_broadcast_rows(float* x, int64_t rows, int64_t cols, int64_t ld, const float* row) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16) && !omp_in_parallel())
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(x + r * ld, row, sizeof(float) * static_cast<size_t>(cols));
+}
+
 }  // namespace gf

@@ -161,8 +161,7 @@ void Trainer::log_setup() const {
                                                : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
                  m.compute_dtype == "bfloat16" ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
                  m.compute_dtype, human_bytes(static_cast<double>(model_->weight_copy_bytes())),
-                 sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats()
-                     ? "written by AdamW's update"
+                 optimizer_updates_every_weight() ? "written by AdamW's update"
                      : "converted from the gathered weights before each forward (ZeRO)",
                  cfg_.loss_scale.dynamic
                      ? fmt::format("dynamic from {} (x{} after {} good steps, /{} and the step skipped on overflow)",
@@ -222,9 +221,8 @@ StepResult Trainer::train_step(int64_t step) {
   }
   // Without ZeRO this rank updates every weight, so the update also writes the weights' bf16/fp16
   // copy (under ZeRO the next forward converts the gathered weights).
-  const bool whole_arena = sync_->shard_begin() == 0 && sync_->shard_end() == n;
   float* weights = model_->weights();
-  if (whole_arena && model_->weight_copy() != nullptr) {
+  if (optimizer_updates_every_weight() && model_->weight_copy() != nullptr) {
     extras.low = model_->weight_copy();
     extras.low_dtype = model_->weight_copy_dtype();
   }

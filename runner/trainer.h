@@ -56,6 +56,11 @@ class Trainer {
  private:
   void log_step(int64_t step, const StepResult& r, double step_ms);
   void log_setup() const;
+  // Without ZeRO this rank's optimizer updates the whole arena, so it can also write the weights'
+  // low-precision copy; under ZeRO the forward converts the gathered weights.
+  bool optimizer_updates_every_weight() const {
+    return sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats();
+  }
   void setup(std::unique_ptr<BatchSource> data);
 
   const Config& cfg_;

@@ -28,6 +28,10 @@ fi
 BUILD="${GF_BUILD_DIR:-$ROOT/build}"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "${GF_JOBS:-2}"
+# This machine's GEMM figures (README, "The machine probe"): measured once per CPU into
+# $BUILD/machine_probe.json, where runs take their fp32 GEMM backend default and MFU peak from.
+"$BUILD/bin/machine_probe" --if-stale --out "$BUILD/machine_probe.json" \
+  || echo "setup: machine_probe failed; runs keep the built-in defaults (OpenBLAS, MFU peak 0.33 TFLOP/s)"
 
 if [ "${GF_SKIP_DATA:-0}" != "1" ]; then
   bash "$ROOT/scripts/fetch_gpt2_vocab.sh" "$ROOT/data/gpt2"

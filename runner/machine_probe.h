@@ -1,0 +1,77 @@
+// The machine probe: what tools/machine_probe.cpp measured on this machine, and what a run takes
+// from it. The tool times the fp32 GEMM backends (OpenBLAS, Eigen) and oneDNN's bf16 matmul on the
+// model's typical products at one thread count (a few hundred ms), and writes a JSON file next to
+// the build (build/machine_probe.json; scripts/setup.sh runs it after building when the file is
+// missing or names another CPU). A run reads it to
+//   - pick the fp32 GEMM backend default (the probe's faster one; GF_GEMM still overrides), and
+//   - take the MFU peak per rank (the probe's GEMM ceiling for the compute dtype, scaled to the
+//     rank's thread count; runner_config.peak_tflops > 0 still overrides).
+// Without the file (a binary run from elsewhere, or the probe never run) a run keeps the built-in
+// defaults (OpenBLAS, 0.33 TFLOP/s) and says so in its log.
+//
+// Where a run looks: $GF_MACHINE_PROBE if set (a path; "off" for no probe), else
+// <directory of the running binary>/../machine_probe.json (build/bin/.. = build/).
+//
+// The file's fields (version 1) that a run reads: "cpu", "date", "threads", "fp32_backend"
+// ("blas" | "eigen"), "gflops" {"blas", "eigen", "bf16"}, "peak_tflops" {"float32", "bfloat16"
+// (null when oneDNN was not built)}. The tool writes more (per-product figures, load, versions).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace gf {
+
+struct MachineProbe {
+  std::string path;  // where it was read from
+  std::string cpu, date;
+  int threads = 0;
+  std::string fp32_backend;  // "blas" or "eigen"
+  double gflops_blas = 0.0, gflops_eigen = 0.0, gflops_bf16 = 0.0;  // FLOP-weighted over the products
+  double peak_tflops_fp32 = 0.0;
+  double peak_tflops_bf16 = 0.0;  // 0: not measured (built without oneDNN)
+};
+
+// The probe's fields from its JSON document; throws std::runtime_error naming a missing or bad field.
+MachineProbe machine_probe_from_json(const nlohmann::json& j);
+
+// Where a run looks for the file: $GF_MACHINE_PROBE, else <binary dir>/../machine_probe.json.
+// Empty when GF_MACHINE_PROBE is "off".
+std::string machine_probe_path();
+// The directory-relative default for a binary at `exe` (exe's directory /.. /machine_probe.json).
+std::string machine_probe_path_for(const std::string& exe);
+
+// What a run uses, and why (for the log and metrics.jsonl's run_start line).
+struct MachineSetup {
+  std::optional<MachineProbe> probe;  // set when a probe for this CPU was read
+  std::string probe_path;             // where the run looked ("" when GF_MACHINE_PROBE=off)
+  std::string probe_note;             // without a probe: why not ("no file at ...", "measured on another CPU", ...)
+  std::string cpu;                    // this machine's CPU
+  int threads = 0;                    // this rank's threads
+  std::string gemm_backend;           // the fp32 GEMM backend the run uses
+  std::string gemm_reason;            // why: GF_GEMM, the probe's measurement, or the built-in default
+};
+
+// Reads the probe for a rank running `threads` threads (a probe of another CPU is ignored) and sets
+// the process's fp32 GEMM backend from it unless GF_GEMM is set. Never throws for a missing or bad
+// file (it is noted in probe_note); throws std::invalid_argument for an unknown GF_GEMM value.
+MachineSetup apply_machine_probe(int threads);
+// The same from a given path (no environment lookup of the path; GF_GEMM still read).
+MachineSetup apply_machine_probe_at(const std::string& path, int threads);
+
+// The MFU peak per rank and where it comes from, for the log line "MFU relative to ...".
+struct PeakChoice {
+  double tflops = 0.0;
+  std::string source;  // "measured by machine_probe on <CPU> (<date>)", "set by runner_config.peak_tflops", ...
+  bool measured = false;
+};
+// config_peak > 0 wins; else the probe's peak for compute_dtype (bfloat16: the bf16 figure when
+// measured; float32 and the emulated float16: the fp32 one) scaled by threads / the probe's
+// threads; else the built-in 0.33.
+PeakChoice choose_peak(double config_peak, const std::string& compute_dtype, const MachineSetup& machine);
+
+// The built-in MFU peak without a probe: the fp32 GEMM ceiling once measured on a 2-core AVX-512 Xeon.
+inline constexpr double kDefaultPeakTflops = 0.33;
+
+}  // namespace gf

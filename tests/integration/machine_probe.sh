@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tools/machine_probe.cpp: with a tiny budget and small products it writes its JSON with every field
+# a run reads, consistent with itself; --if-stale leaves a file for this CPU alone and re-measures
+# one for another CPU; a run reads the file it wrote.
+set -euo pipefail
+BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
+PROBE="$BUILD/bin/machine_probe"
+WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+unset GF_GEMM GF_MACHINE_PROBE
+
+start=$SECONDS
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:128x128x128,NT:192x64x96,TN:64x128x256 > a.txt 2>&1 \
+  || { cat a.txt; fail "machine_probe exited non-zero"; }
+grep -q "machine_probe: .* at 1 thread(s): blas .* eigen .* GFLOP/s; fp32 backend .* -> p.json" a.txt || fail "summary: $(cat a.txt)"
+python3 - p.json <<'PY' || fail "the probe's JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
+assert j["cpu"] == cpu, (j["cpu"], cpu)
+assert j["tool"] == "machine_probe" and j["version"] == 1
+assert j["threads"] == 1
+assert len(j["date"]) == 20 and j["date"].endswith("Z"), j["date"]
+assert j["git_commit"]
+g = j["gflops"]
+assert g["blas"] > 0 and g["eigen"] > 0, g
+assert j["fp32_backend"] == ("eigen" if g["eigen"] > g["blas"] else "blas"), (j["fp32_backend"], g)
+assert [(p["op"], p["M"], p["N"], p["K"]) for p in j["products"]] == [("NN", 128, 128, 128), ("NT", 192, 64, 96), ("TN", 64, 128, 256)]
+best = max(p["gflops"][j["fp32_backend"]] for p in j["products"])
+assert abs(j["peak_tflops"]["float32"] - best / 1000) <= 0.0006, (j["peak_tflops"], best)  # rounded to 1 GFLOP/s
+if g["bf16"] is None:  # built without oneDNN
+    assert j["peak_tflops"]["bfloat16"] is None
+else:
+    assert g["bf16"] > 0 and j["peak_tflops"]["bfloat16"] > 0, j
+    assert all("bf16_impl" in p for p in j["products"])
+assert 0 < j["cores_share"] < 3 and j["elapsed_ms"] >= 0 and "load_average_start" in j
+print(f"probe: blas {g['blas']} eigen {g['eigen']} bf16 {g['bf16']} GFLOP/s -> {j['fp32_backend']}, "
+      f"peak {j['peak_tflops']} in {j['elapsed_ms']} ms")
+PY
+[ $((SECONDS - start)) -le 30 ] || fail "a 20 ms budget took $((SECONDS - start)) s"
+
+# --if-stale: a file for this CPU is kept as it is; one for another CPU (or a broken one) is measured again.
+cp p.json before.json
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > b.txt 2>&1 || fail "--if-stale"
+grep -q "is up to date for this CPU" b.txt || fail "--if-stale re-measured: $(cat b.txt)"
+cmp -s p.json before.json || fail "--if-stale changed the file"
+python3 -c 'import json; j = json.load(open("p.json")); j["cpu"] = "Not This CPU 9000"; json.dump(j, open("p.json", "w"))'
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > c.txt 2>&1 || fail "--if-stale, other CPU"
+grep -q "is up to date" c.txt && fail "--if-stale kept another CPU's probe"
+python3 -c 'import json; j = json.load(open("p.json")); assert j["cpu"] != "Not This CPU 9000" and len(j["products"]) == 1'
+echo "{broken" > p.json
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > d.txt 2>&1 || fail "--if-stale, broken file"
+python3 -c 'import json; json.load(open("p.json"))' || fail "--if-stale did not replace a broken file"
+
+# A bad --shapes is refused by name.
+set +e
+"$PROBE" --out x.json --shapes NX:1x2x3 > e.txt 2>&1; status=$?
+set -e
+[ "$status" -ne 0 ] && grep -q '"NX:1x2x3" is not op:MxNxK' e.txt || fail "bad --shapes: $status $(cat e.txt)"
+
+# A run reads what the tool wrote (the default products, at one thread, a short budget).
+"$PROBE" --out real.json --threads 1 --budget-ms 100 > f.txt 2>&1 || { cat f.txt; fail "default products"; }
+cat f.txt
+cat > run.yaml <<'YAML'
+output_dir: ./out
+runner_config: {batch_size: 2, train_steps: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 3}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 1, num_heads: 2}
+YAML
+backend="$(python3 -c 'import json; print(json.load(open("real.json"))["fp32_backend"])')"
+OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BUILD/bin/gridformer" train --config run.yaml > g.txt 2>&1 \
+  || { cat g.txt; fail "a run with the probe"; }
+grep -q "fp32 GEMM backend: $backend (the faster one here: machine_probe measured" g.txt || fail "$(grep 'GEMM backend' g.txt)"
+grep -q "MFU relative to .* TFLOP/s per rank measured by machine_probe on" g.txt || fail "$(grep 'MFU relative' g.txt)"
+echo "machine_probe: all checks passed"

@@ -1,0 +1,162 @@
+// The machine probe file as a run reads it: its fields, where it is looked for, a probe of another
+// CPU or an unreadable one ignored, the GEMM backend it picks unless GF_GEMM says otherwise, and
+// the MFU peak (runner_config.peak_tflops first, then the probe for the compute dtype, scaled to
+// the rank's threads, then the built-in default).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include "core/gemm.h"
+#include "runner/machine_probe.h"
+#include "runner/run_info.h"
+
+namespace gf {
+namespace {
+
+nlohmann::json probe_json(const std::string& cpu, const std::string& backend = "eigen") {
+  return {{"tool", "machine_probe"}, {"version", 1}, {"cpu", cpu}, {"date", "2026-11-23T10:00:00Z"}, {"threads", 2},
+          {"fp32_backend", backend}, {"gflops", {{"blas", 200.0}, {"eigen", 250.0}, {"bf16", 600.0}}},
+          {"peak_tflops", {{"float32", 0.26}, {"bfloat16", 0.7}}}};
+}
+
+// Writes `text` to a fresh file under the test's temporary directory.
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gf_machine_probe_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Restores the process-wide GEMM backend whatever a test sets.
+struct KeepBackend {
+  GemmBackend before = gemm_backend();
+  ~KeepBackend() { gemm_set_backend(before); }
+};
+
+TEST(MachineProbe, ReadsItsFields) {
+  const MachineProbe p = machine_probe_from_json(probe_json("Some CPU"));
+  EXPECT_EQ(p.cpu, "Some CPU");
+  EXPECT_EQ(p.threads, 2);
+  EXPECT_EQ(p.fp32_backend, "eigen");
+  EXPECT_DOUBLE_EQ(p.gflops_blas, 200.0);
+  EXPECT_DOUBLE_EQ(p.gflops_eigen, 250.0);
+  EXPECT_DOUBLE_EQ(p.peak_tflops_fp32, 0.26);
+  EXPECT_DOUBLE_EQ(p.peak_tflops_bf16, 0.7);
+  nlohmann::json no_bf16 = probe_json("Some CPU");
+  no_bf16["peak_tflops"]["bfloat16"] = nullptr;
+  EXPECT_EQ(machine_probe_from_json(no_bf16).peak_tflops_bf16, 0.0);
+}
+
+TEST(MachineProbe, AMissingOrBadFieldIsNamed) {
+  nlohmann::json j = probe_json("Some CPU");
+  j.erase("threads");
+  try {
+    machine_probe_from_json(j);
+    ADD_FAILURE() << "a probe without threads was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"threads\""), std::string::npos) << e.what();
+  }
+  j = probe_json("Some CPU", "mkl");
+  EXPECT_THROW(machine_probe_from_json(j), std::runtime_error);
+  j = probe_json("Some CPU");
+  j["peak_tflops"]["float32"] = "fast";
+  EXPECT_THROW(machine_probe_from_json(j), std::runtime_error);
+}
+
+TEST(MachineProbe, LooksNextToTheBuildOfTheBinary) {
+  EXPECT_EQ(machine_probe_path_for("/work/main/build/bin/gridformer"), "/work/main/build/machine_probe.json");
+}
+
+TEST(MachineProbe, APeakFromTheConfigWins) {
+  MachineSetup m;
+  m.threads = 2;
+  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  const PeakChoice c = choose_peak(0.5, "float32", m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.5);
+  EXPECT_EQ(c.source, "set by runner_config.peak_tflops");
+  EXPECT_FALSE(c.measured);
+}
+
+TEST(MachineProbe, ThePeakOfTheComputeDtypeScaledToTheRanksThreads) {
+  MachineSetup m;
+  m.threads = 2;
+  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  PeakChoice c = choose_peak(0.0, "float32", m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.26);
+  EXPECT_TRUE(c.measured);
+  EXPECT_EQ(c.source.rfind("measured by machine_probe on Some CPU (2026-11-23T10:00:00Z)", 0), 0u) << c.source;
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, "bfloat16", m).tflops, 0.7);
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, "float16", m).tflops, 0.26);  // emulated on the fp32 GEMM
+  m.threads = 1;  // one of the probe's two threads
+  c = choose_peak(0.0, "float32", m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.13);
+  EXPECT_NE(c.source.find("scaled to this rank's 1"), std::string::npos) << c.source;
+  m.probe->peak_tflops_bf16 = 0.0;  // built without oneDNN: bf16 runs the fp32 GEMM
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, "bfloat16", m).tflops, 0.13);
+}
+
+TEST(MachineProbe, WithoutAProbeTheBuiltInPeak) {
+  MachineSetup m;
+  m.probe_note = "no machine probe at /nowhere";
+  const PeakChoice c = choose_peak(0.0, "float32", m);
+  EXPECT_DOUBLE_EQ(c.tflops, kDefaultPeakTflops);
+  EXPECT_NE(c.source.find("no machine probe at /nowhere"), std::string::npos);
+}
+
+TEST(MachineProbe, AppliedOnlyForThisCpuAndSetsTheBackendUnlessGfGemmIsSet) {
+  const KeepBackend keep;
+  const char* env = std::getenv("GF_GEMM");
+  const bool env_set = env != nullptr && *env != '\0';
+  const std::string cpu = cpu_model_name();
+  for (const std::string backend : {"eigen", "blas"}) {
+    const std::string path = write_temp("probe_" + backend + ".json", probe_json(cpu, backend).dump());
+    const MachineSetup m = apply_machine_probe_at(path, 2);
+    ASSERT_TRUE(m.probe.has_value()) << m.probe_note;
+    EXPECT_EQ(m.probe->path, path);
+    if (env_set) {
+      EXPECT_EQ(m.gemm_backend, gemm_backend_name(gemm_backend()));
+      EXPECT_NE(m.gemm_reason.find("GF_GEMM="), std::string::npos) << m.gemm_reason;
+    } else {
+      EXPECT_EQ(m.gemm_backend, backend);
+      EXPECT_EQ(gemm_backend_name(gemm_backend()), backend);
+      EXPECT_NE(m.gemm_reason.find("machine_probe measured blas 200 and eigen 250 GFLOP/s"), std::string::npos)
+          << m.gemm_reason;
+    }
+  }
+  // Another CPU's probe is ignored, and so is an unreadable one; the backend stays as it was.
+  gemm_set_backend(keep.before);
+  const std::string other = write_temp("other.json", probe_json("Another CPU 9000").dump());
+  MachineSetup m = apply_machine_probe_at(other, 2);
+  EXPECT_FALSE(m.probe.has_value());
+  EXPECT_NE(m.probe_note.find("measured on \"Another CPU 9000\""), std::string::npos) << m.probe_note;
+  EXPECT_EQ(gemm_backend(), keep.before);
+  m = apply_machine_probe_at(write_temp("bad.json", "{not json"), 2);
+  EXPECT_FALSE(m.probe.has_value());
+  EXPECT_NE(m.probe_note.find("unreadable"), std::string::npos) << m.probe_note;
+  m = apply_machine_probe_at("/nonexistent/machine_probe.json", 2);
+  EXPECT_FALSE(m.probe.has_value());
+  EXPECT_NE(m.probe_note.find("no machine probe at /nonexistent/machine_probe.json"), std::string::npos);
+  if (!env_set) {
+    EXPECT_NE(m.gemm_reason.find("the built-in default"), std::string::npos) << m.gemm_reason;
+  }
+}
+
+TEST(RunInfo, HashTimeAndCommit) {
+  EXPECT_EQ(fnv1a64_hex(""), "cbf29ce484222325");
+  EXPECT_EQ(fnv1a64_hex("a"), "af63dc4c8601ec8c");
+  EXPECT_NE(fnv1a64_hex("seed: 1\n"), fnv1a64_hex("seed: 2\n"));
+  const std::string t = iso8601_utc_now();
+  EXPECT_EQ(t.size(), 20u) << t;
+  EXPECT_EQ(t[10], 'T');
+  EXPECT_EQ(t.back(), 'Z');
+  EXPECT_FALSE(std::string(build_git_commit()).empty());
+}
+
+}  // namespace
+}  // namespace gf

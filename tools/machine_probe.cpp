@@ -1,0 +1,285 @@
+// machine_probe: times this machine's GEMMs once, for the runs to read (runner/machine_probe.h).
+// fp32 products of the model's typical shapes on both fp32 backends (OpenBLAS, Eigen) and, when
+// built with oneDNN, the bf16 matmul (on inputs already in bf16, the primitive alone), at one
+// thread count, in a few hundred ms. Writes a JSON file: the CPU, the threads, GFLOP/s per backend
+// (FLOP-weighted over the products) and per product, the faster fp32 backend (the runs' default),
+// and the peak TFLOP/s for fp32 (the fastest product on that backend) and bf16.
+//
+//   machine_probe [--out FILE] [--threads N] [--budget-ms 500] [--shapes NN:2048x1024x256,...]
+//                 [--if-stale] [--print]
+//
+// --out: default where the runs look, $GF_MACHINE_PROBE or <this binary's dir>/../machine_probe.json
+// (build/machine_probe.json). --threads: default $OMP_NUM_THREADS, else every core (one rank per
+// host). --if-stale: do nothing when the file exists, parses and names this CPU (scripts/setup.sh).
+// --shapes: op:MxNxK with op NN, NT, TN or TT (C[M,N] = op(A) op(B), dense, alpha 1, beta 0).
+//
+// Timing: one untimed call per product and backend (first-call work: oneDNN primitives, packing
+// buffers; it also sets the pace), then up to 3 rounds in which each backend in turn (order
+// rotating) runs the product enough times to fill its share of the budget; a figure is the best
+// round (a ceiling, and the figure least lowered by other processes' bursts). The wall clock is
+// used, so other processes on the cores lower every figure: the file records the load average and
+// the share of the cores the probe had (CPU time / (wall x threads); spinning threads count, so
+// it is an upper bound), the tool warns below 0.8, and re-running it replaces the file.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "core/gemm.h"
+#include "core/gemm_bf16.h"
+#include "runner/machine_probe.h"
+#include "runner/run_info.h"
+
+namespace {
+
+using gf::Trans;
+
+struct Shape {
+  Trans ta = Trans::kNo, tb = Trans::kNo;
+  int64_t M = 0, N = 0, K = 0;
+  std::string what;
+  std::string op() const { return std::string(ta == Trans::kYes ? "T" : "N") + (tb == Trans::kYes ? "T" : "N"); }
+  std::string text() const { return fmt::format("{}:{}x{}x{}", op(), M, N, K); }
+  double flops() const { return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K); }
+};
+
+// The model's products (bench/bench_gemm.cpp lists every product of a step; these are the large
+// ones that make up most of its FLOPs; attention's small per-head products are left out).
+std::vector<Shape> default_shapes() {
+  const Trans n = Trans::kNo, t = Trans::kYes;
+  return {{n, n, 2048, 1024, 256, "gpt2-tiny mlp.c_fc forward"},
+          {n, t, 2048, 256, 1024, "gpt2-tiny mlp.c_fc input gradient"},
+          {t, n, 256, 1024, 2048, "gpt2-tiny mlp.c_fc weight gradient"},
+          {n, n, 1024, 3072, 768, "gpt2-124M mlp.c_fc forward"},
+          {n, t, 2048, 4096, 256, "4096 columns of gpt2-tiny's LM-head logits"}};
+}
+
+Shape parse_shape(const std::string& s) {
+  static const std::regex pattern(R"(^\s*([NT])([NT]):(\d{1,6})x(\d{1,6})x(\d{1,6})\s*$)");
+  std::smatch m;
+  if (!std::regex_match(s, m, pattern))
+    throw std::runtime_error("--shapes: \"" + s + "\" is not op:MxNxK with op NN, NT, TN or TT (e.g. NN:1024x3072x768)");
+  Shape sh{m[1] == "T" ? Trans::kYes : Trans::kNo, m[2] == "T" ? Trans::kYes : Trans::kNo, std::stoll(m[3]),
+           std::stoll(m[4]), std::stoll(m[5]), "given"};
+  if (sh.M <= 0 || sh.N <= 0 || sh.K <= 0) throw std::runtime_error("--shapes: \"" + s + "\" has a zero size");
+  return sh;
+}
+
+enum Backend { kBlas, kEigen, kBf16 };
+const char* const kName[] = {"blas", "eigen", "bf16"};
+
+struct Operands {
+  std::vector<float> a, b, c;
+  std::vector<gf::bf16> a16, b16;
+  int64_t lda = 0, ldb = 0;
+};
+
+// Values in [-0.1, 0.1) from a multiplicative hash of the index (cheaper than a random generator;
+// a GEMM's speed does not depend on its values, as long as they are normal floats).
+void fill(std::vector<float>& v, uint32_t seed) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t h = (static_cast<uint32_t>(i) + seed) * 2654435761u;
+    v[i] = (static_cast<float>(h >> 8) / 16777216.0f - 0.5f) * 0.2f;
+  }
+}
+
+Operands make_operands(const Shape& s) {
+  Operands o;
+  o.a.resize(static_cast<size_t>(s.M * s.K));
+  o.b.resize(static_cast<size_t>(s.K * s.N));
+  o.c.assign(static_cast<size_t>(s.M * s.N), 0.0f);
+  fill(o.a, 1);
+  fill(o.b, 2);
+  for (float x : o.a) o.a16.push_back(gf::float_to_bf16(x));
+  for (float x : o.b) o.b16.push_back(gf::float_to_bf16(x));
+  o.lda = s.ta == Trans::kYes ? s.M : s.K;  // A stored M x K, or K x M when transposed
+  o.ldb = s.tb == Trans::kYes ? s.K : s.N;  // B stored K x N, or N x K when transposed
+  return o;
+}
+
+void call(Backend be, const Shape& s, Operands& o) {
+  if (be == kBf16)
+    gf::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, 1.0f, o.a16.data(), o.lda, o.b16.data(), o.ldb, 0.0f, o.c.data(), s.N);
+  else
+    gf::gemm(be == kBlas ? gf::GemmBackend::kBlas : gf::GemmBackend::kEigen, s.ta, s.tb, s.M, s.N, s.K, 1.0f,
+             o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, o.c.data(), s.N);
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double seconds_per_call(Backend be, const Shape& s, Operands& o, int reps) {
+  const double t0 = now();
+  for (int r = 0; r < reps; ++r) call(be, s, o);
+  return (now() - t0) / reps;
+}
+
+
+double load_average() {
+  double l[3] = {0, 0, 0};
+  return getloadavg(l, 3) < 1 ? -1.0 : l[0];
+}
+
+nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budget_ms) {
+  std::vector<Backend> backends = {kBlas, kEigen};
+  if (gf::gemm_bf16_available()) backends.push_back(kBf16);
+  const double wall0 = now(), cpu0 = cpu_seconds(), load0 = load_average();
+  std::vector<Operands> ops;
+  std::vector<std::vector<double>> pace(shapes.size(), std::vector<double>(3, 0.0));
+  double pace_sum = 0.0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    ops.push_back(make_operands(shapes[i]));
+    for (Backend be : backends) {
+      // Untimed for the figures (first-call work: oneDNN primitives, packing buffers), but an
+      // upper bound on the pace, which is all the calls-per-sample count needs.
+      pace[i][be] = std::max(seconds_per_call(be, shapes[i], ops[i], 1), 1e-7);
+      pace_sum += pace[i][be];
+    }
+  }
+  // Rounds and calls per sample that fill what is left of the budget (at least one of each).
+  const double left = std::max(0.0, budget_ms * 1e-3 - (now() - wall0));
+  const int rounds = std::clamp(static_cast<int>(left / pace_sum), 1, 3);
+  const double share = left / rounds / static_cast<double>(shapes.size() * backends.size());
+  std::vector<std::vector<std::vector<double>>> t(shapes.size(), std::vector<std::vector<double>>(3));
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < shapes.size(); ++i)
+      for (size_t k = 0; k < backends.size(); ++k) {
+        const Backend be = backends[(k + static_cast<size_t>(r)) % backends.size()];
+        const int reps = std::max(1, static_cast<int>(share / pace[i][be]));
+        t[i][be].push_back(seconds_per_call(be, shapes[i], ops[i], reps));
+      }
+  nlohmann::json j;
+  double total_flops = 0.0, total_s[3] = {0, 0, 0}, best[3] = {0, 0, 0};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    nlohmann::json row = {{"op", s.op()}, {"M", s.M}, {"N", s.N}, {"K", s.K}, {"what", s.what}};
+    total_flops += s.flops();
+    for (Backend be : backends) {
+      const double sec = *std::min_element(t[i][be].begin(), t[i][be].end());  // the best round
+      total_s[be] += sec;
+      const double gf = s.flops() / sec * 1e-9;
+      best[be] = std::max(best[be], gf);
+      row["gflops"][kName[be]] = std::round(gf * 10) / 10;
+    }
+    if (gf::gemm_bf16_available())
+      row["bf16_impl"] = gf::gemm_bf16_impl(s.ta, s.tb, s.M, s.N, s.K, s.ta == Trans::kYes ? s.M : s.K,
+                                            s.tb == Trans::kYes ? s.K : s.N, s.N, 1.0f, 0.0f, /*bf16_inputs=*/true);
+    j["products"].push_back(row);
+  }
+  const double wall = now() - wall0;
+  auto weighted = [&](Backend be) { return std::round(total_flops / total_s[be] * 1e-9 * 10) / 10; };
+  const Backend winner = weighted(kEigen) > weighted(kBlas) ? kEigen : kBlas;
+  j["tool"] = "machine_probe";
+  j["version"] = 1;
+  j["cpu"] = gf::cpu_model_name();
+  j["date"] = gf::iso8601_utc_now();
+  j["threads"] = threads;
+  j["git_commit"] = gf::build_git_commit();
+  j["gflops"] = {{"blas", weighted(kBlas)}, {"eigen", weighted(kEigen)}};
+  j["gflops"]["bf16"] = gf::gemm_bf16_available() ? nlohmann::json(weighted(kBf16)) : nlohmann::json(nullptr);
+  j["fp32_backend"] = kName[winner];
+  j["fp32_backend_why"] = "the higher FLOP-weighted GFLOP/s over the products (total FLOPs / total time, best rounds)";
+  j["peak_tflops"] = {{"float32", std::round(best[winner]) / 1000.0}};
+  j["peak_tflops"]["bfloat16"] =
+      gf::gemm_bf16_available() ? nlohmann::json(std::round(best[kBf16]) / 1000.0) : nlohmann::json(nullptr);
+  j["peak_why"] = "the fastest product's GFLOP/s (best round) on the fp32 backend chosen, and on oneDNN bf16 (bf16 inputs)";
+  j["bf16_backend"] = gf::gemm_bf16_backend_info();
+  j["rounds"] = rounds;
+  j["budget_ms"] = budget_ms;
+  j["elapsed_ms"] = std::round(wall * 1000);
+  j["load_average_start"] = load0;
+  j["load_average_end"] = load_average();
+  j["cores_share"] = std::round((cpu_seconds() - cpu0) / (wall * threads) * 100) / 100;
+  return j;
+}
+
+int default_threads() {
+  if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// True when `path` holds a probe that parses and names this CPU.
+bool up_to_date(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return false;
+  try {
+    return gf::machine_probe_from_json(nlohmann::json::parse(in)).cpu == gf::cpu_model_name();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"machine_probe: times the fp32 GEMM backends and the bf16 matmul on the model's products and writes "
+               "the result where gridformer runs read it (the fp32 backend default and the MFU peak)"};
+  std::string out = gf::machine_probe_path();
+  int threads = default_threads();
+  double budget_ms = 500;
+  std::string shapes_text;
+  bool if_stale = false, print = false;
+  app.add_option("--out", out, "the JSON file (default: $GF_MACHINE_PROBE, else <binary dir>/../machine_probe.json)");
+  app.add_option("--threads", threads, "threads (default: $OMP_NUM_THREADS, else every core)")->check(CLI::PositiveNumber);
+  app.add_option("--budget-ms", budget_ms, "time to spend measuring, roughly (at least one call per product and backend)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--shapes", shapes_text, "products instead of the model's: op:MxNxK,... (op NN, NT, TN, TT)");
+  app.add_flag("--if-stale", if_stale, "do nothing if the file exists, parses and names this CPU");
+  app.add_flag("--print", print, "also print the JSON on stdout");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (out.empty()) throw std::runtime_error("GF_MACHINE_PROBE=off and no --out: nowhere to write");
+    if (if_stale && up_to_date(out)) {
+      std::cout << "machine_probe: " << out << " is up to date for this CPU (" << gf::cpu_model_name() << ")\n";
+      return 0;
+    }
+    std::vector<Shape> shapes = default_shapes();
+    if (!shapes_text.empty()) {
+      shapes.clear();
+      std::stringstream ss(shapes_text);
+      for (std::string item; std::getline(ss, item, ',');) shapes.push_back(parse_shape(item));
+    }
+    omp_set_num_threads(threads);
+    gf::gemm_set_threads(threads);
+    const nlohmann::json j = probe(shapes, threads, budget_ms);
+    const std::filesystem::path path(out);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    const std::string tmp = out + ".tmp";
+    std::ofstream(tmp) << j.dump(1) << "\n";
+    std::filesystem::rename(tmp, path);
+    std::cout << fmt::format("machine_probe: {} at {} thread(s): blas {} eigen {} bf16 {} GFLOP/s; fp32 backend {}, "
+                             "peak {} TFLOP/s fp32, {} bf16 ({} ms, {} of the cores) -> {}\n",
+                             j["cpu"].get<std::string>(), threads, j["gflops"]["blas"].dump(), j["gflops"]["eigen"].dump(),
+                             j["gflops"]["bf16"].dump(), j["fp32_backend"].get<std::string>(),
+                             j["peak_tflops"]["float32"].dump(), j["peak_tflops"]["bfloat16"].dump(),
+                             j["elapsed_ms"].dump(), j["cores_share"].dump(), out);
+    if (j["cores_share"].get<double>() < 0.8)
+      std::cout << fmt::format("machine_probe: warning: other processes held the cores ({} of {} thread(s)' time was "
+                               "ours, load average {:.2f}): every figure is low and the backend choice may be off; "
+                               "re-run build/bin/machine_probe when the machine is quiet\n",
+                               j["cores_share"].get<double>(), threads, j["load_average_start"].get<double>());
+    if (print) std::cout << j.dump(1) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "machine_probe: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

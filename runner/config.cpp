@@ -212,6 +212,7 @@ void read_training(const YAML::Node& r, Config& c, std::vector<std::string>& err
   if (c.train_steps == 0 || c.train_steps < -1)
     errors.push_back("`runner_config.train_steps: " + std::to_string(c.train_steps) + "`: must be > 0, or -1 for epochs x dataset size");
   if (c.max_grad_norm <= 0) errors.push_back("`runner_wrapper.max_grad_norm`: must be > 0");
+  if (c.peak_tflops < 0) errors.push_back("`runner_config.peak_tflops`: must be >= 0 (0: the machine probe's measured peak)");
   read_scale_sense(r, c, errors);
 }
 

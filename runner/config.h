@@ -62,7 +62,7 @@ struct Config {
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
   int64_t epochs = 1, batch_size = 1, sink_size = 1, train_steps = -1;
-  double peak_tflops = 0.33;
+  double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/machine_probe.h)
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;
   double max_grad_norm = 1.0;

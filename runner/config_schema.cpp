@@ -51,7 +51,7 @@ runner_config:
   sink_mode: false
   sink_size: 1
   train_steps: -1
-  peak_tflops: 0.33
+  peak_tflops: 0.0
   gradient_accumulation_steps: 1
 runner_wrapper:
   type: MFTrainOneStepCell

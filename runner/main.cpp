@@ -14,6 +14,7 @@
 #include "runner/config.h"
 #include "runner/layout_check.h"
 #include "runner/logging.h"
+#include "runner/machine_probe.h"
 #include "runner/rank_table.h"
 #include "runner/trainer.h"
 
@@ -106,7 +107,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
     gf::install_stop_handlers();
     if (cfg.run_mode == "predict")
       throw std::runtime_error("run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval");
-    gf::Trainer trainer(cfg, ctx);
+    gf::Trainer trainer(cfg, ctx, gf::apply_machine_probe(threads));  // fp32 GEMM backend and MFU peak
     if (cfg.run_mode == "eval") {
       const double loss = trainer.evaluate();
       spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),

@@ -15,6 +15,7 @@
 #include "core/safetensors.h"
 #include "models/registry.h"
 #include "runner/logging.h"
+#include "runner/run_info.h"
 
 namespace gf {
 
@@ -57,7 +58,10 @@ std::string progress_bar(double frac, int width = 20) {
 
 }  // namespace
 
-Trainer::Trainer(const Config& cfg, ParallelContext& ctx) : cfg_(cfg), ctx_(ctx) { setup(nullptr); }
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx, MachineSetup machine)
+    : cfg_(cfg), ctx_(ctx), machine_(std::move(machine)) {
+  setup(nullptr);
+}
 
 Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data)
     : cfg_(cfg), ctx_(ctx) {
@@ -111,6 +115,13 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_->out.open(std::filesystem::path(cfg.output_dir) / "metrics.jsonl", std::ios::app);
   }
+  if (machine_.gemm_backend.empty()) {  // built without a machine setup (tests, benchmarks)
+    machine_.cpu = cpu_model_name();
+    machine_.probe_note = "no machine probe looked up";
+    machine_.gemm_backend = gemm_backend_name(gemm_backend());
+    machine_.gemm_reason = "the process's setting; " + machine_.probe_note;
+  }
+  peak_ = choose_peak(cfg.peak_tflops, cfg.model.compute_dtype, machine_);
   log_setup();
 }
 
@@ -178,10 +189,11 @@ void Trainer::log_setup() const {
                cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
                cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
-  spdlog::info("training {} steps ({} per epoch); MFU is relative to a peak of {} TFLOP/s per rank "
-               "(runner_config.peak_tflops; default: the measured fp32 GEMM ceiling of a 2-core AVX-512 Xeon)",
-               total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"),
-               cfg_.peak_tflops);
+  spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
+  spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
+  spdlog::info("training {} steps ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
+               "averages over the steps since the previous line (step 1, the start-up, alone; evaluation not counted)",
+               total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"));
 }
 
 StepResult Trainer::train_step(int64_t step) {
@@ -236,31 +248,62 @@ StepResult Trainer::train_step(int64_t step) {
   return r;
 }
 
-void Trainer::log_step(int64_t step, const StepResult& r, double step_ms) {
-  const double tokens = static_cast<double>(global_batch_ * cfg_.model.seq_length);
-  const double tok_s = tokens / (step_ms / 1000.0);
-  const double samples_s = static_cast<double>(global_batch_) / (step_ms / 1000.0);
-  const double tflops = model_->flops_per_step(global_batch_) / (step_ms / 1000.0) / 1e12 / ctx_.world.size();
-  const double mfu = tflops / cfg_.peak_tflops;
+void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
+  const IntervalRates x =
+      interval_rates(iv, static_cast<double>(global_batch_ * cfg_.model.seq_length), static_cast<double>(global_batch_),
+                     model_->flops_per_step(global_batch_), ctx_.world.size(), peak_.tflops);
   const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
   const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
   const double frac = static_cast<double>(step) / total_steps_;
-  const double eta = timed_steps_ > 0 ? elapsed_s_ / timed_steps_ * (total_steps_ - step) : 0.0;
+  const double eta = steady_ms_per_step / 1000.0 * static_cast<double>(total_steps_ - step);
+  const std::string span = iv.startup                ? std::string("step 1 alone: start-up")
+                           : iv.steps() == 1         ? fmt::format("step {}", iv.last_step)
+                                                     : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
   spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {:.4f}, "
-               "loss_scale: {}{}, per_step_time: {:.1f} ms, tokens/s: {:.1f}, samples/s: {:.2f}, "
+               "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
                "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
                epoch, epochs, step, total_steps_, r.loss, r.lr, r.grad_norm, r.loss_scale,
-               r.skipped ? " (overflow, step skipped)" : "", step_ms, tok_s, samples_s, tflops, 100.0 * mfu);
+               r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
+               100.0 * x.mfu);
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
-               samples_s / ctx_.world.size(), hms(eta));
+               x.samples_per_s / ctx_.world.size(), hms(eta));
   if (metrics_) {
     nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
                         {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
-                        {"step_ms", step_ms}, {"tokens_per_s", tok_s}, {"samples_per_s", samples_s},
-                        {"tflops", tflops}, {"mfu", mfu}};
+                        {"interval_steps", iv.steps()}, {"startup", iv.startup},
+                        {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
+                        {"tflops", x.tflops}, {"mfu", x.mfu}};
     metrics_->out << j.dump() << "\n";
     metrics_->out.flush();
   }
+}
+
+// One line before the first step: what ran, where, with what (metrics.jsonl readers select the
+// step lines by their "loss" key and skip it).
+void Trainer::write_run_start() {
+  if (!metrics_) return;
+  const ProcessGrid& g = ctx_.grid;
+  nlohmann::json j = {
+      {"event", "run_start"},
+      {"time", iso8601_utc_now()},
+      {"config_hash", fnv1a64_hex(dump_resolved(cfg_))},
+      {"git_commit", build_git_commit()},
+      {"layout", {{"dp", g.dp()}, {"mp", g.tp()}, {"pp", g.pp()}, {"sp", cfg_.parallel.use_seq_parallel},
+                  {"zero", sync_->sharded()}, {"ranks", ctx_.world.size()}}},
+      {"cpu", machine_.cpu},
+      {"threads", machine_.threads},
+      {"compute_dtype", cfg_.model.compute_dtype},
+      {"gemm_backend", machine_.gemm_backend},
+      {"gemm_backend_reason", machine_.gemm_reason},
+      {"peak_tflops", peak_.tflops},
+      {"peak_source", peak_.source},
+      {"machine_probe", machine_.probe ? nlohmann::json(machine_.probe->path) : nlohmann::json(nullptr)},
+      {"train_steps", total_steps_},
+      {"global_batch", global_batch_},
+      {"seq_length", cfg_.model.seq_length},
+      {"per_print_times", cfg_.per_print_times}};
+  metrics_->out << j.dump() << "\n";
+  metrics_->out.flush();
 }
 
 double Trainer::evaluate() {
@@ -276,6 +319,10 @@ double Trainer::evaluate() {
 }
 
 int Trainer::run() {
+  write_run_start();
+  const auto origin = std::chrono::steady_clock::now();
+  const auto now = [&origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
+  IntervalMeter meter(now());
   for (int64_t step = 1; step <= total_steps_; ++step) {
     double stop = g_stop_signal.load();
     ctx_.world.allreduce_max(&stop, 1);
@@ -283,18 +330,21 @@ int Trainer::run() {
       spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
       return 128 + static_cast<int>(stop);
     }
-    const auto t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(step);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (step > 1 || total_steps_ == 1) { elapsed_s_ += ms / 1000.0; ++timed_steps_; }
+    meter.step_done();
     if (!std::isfinite(r.loss) || (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
       spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
                     "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
                     step, r.loss, r.grad_norm, r.lr);
       return 3;
     }
-    if (step % cfg_.per_print_times == 0 || step == total_steps_) log_step(step, r, ms);
+    // Step 1 (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
+    if (step == 1 || step % cfg_.per_print_times == 0 || step == total_steps_) {
+      const Interval iv = meter.close(now());
+      log_step(step, r, iv, meter.steady_ms_per_step());
+    }
     if (eval_data_ && (step % cfg_.eval_step_interval == 0 || step == total_steps_)) {
+      const double t0 = now();
       const double loss = evaluate();
       spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
                    std::exp(loss), cfg_.eval_data.eval_iters);
@@ -302,10 +352,14 @@ int Trainer::run() {
         metrics_->out << nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}}.dump() << "\n";
         metrics_->out.flush();
       }
+      meter.exclude(now() - t0);  // not training time
     }
   }
-  spdlog::info("training finished: {} steps, {} skipped for overflow, average step {:.1f} ms", total_steps_,
-               skipped_steps_, timed_steps_ ? 1000.0 * elapsed_s_ / timed_steps_ : 0.0);
+  spdlog::info("training finished: {} steps, {} skipped for overflow; step 1 {:.1f} ms{}", total_steps_, skipped_steps_,
+               meter.startup().ms_per_step(),
+               meter.steady_steps() > 0 ? fmt::format(", then {:.1f} ms per step (mean of steps 2-{}, evaluation not counted)",
+                                                      meter.steady_ms_per_step(), total_steps_)
+                                        : std::string());
   log_resource_report();
   return 0;
 }

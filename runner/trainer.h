@@ -15,6 +15,8 @@
 #include "parallel/parallel_context.h"
 #include "runner/batch_source.h"
 #include "runner/config.h"
+#include "runner/interval_meter.h"
+#include "runner/machine_probe.h"
 
 namespace gf {
 
@@ -32,12 +34,15 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const Config& cfg, ParallelContext& ctx);
+  // `machine`: the fp32 GEMM backend and machine probe this rank uses (apply_machine_probe, in
+  // main); without one the MFU peak is runner_config.peak_tflops or the built-in default.
+  explicit Trainer(const Config& cfg, ParallelContext& ctx, MachineSetup machine = {});
   // With a given data source instead of the one the config names (tests, benchmarks).
   Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data);
   ~Trainer();
   // Trains for the configured number of steps. Returns the process exit status: 0 done,
-  // 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss.
+  // 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss. Rank 0 first appends a run_start line
+  // to metrics.jsonl; each log line's timing is over the steps since the last one (step 1 alone).
   int run();
 
   // One optimizer step on global batch `step - 1` (step counts from 1).
@@ -54,8 +59,9 @@ class Trainer {
   void log_resource_report();
 
  private:
-  void log_step(int64_t step, const StepResult& r, double step_ms);
+  void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
   void log_setup() const;
+  void write_run_start();
   // Without ZeRO this rank's optimizer updates the whole arena, so it can also write the weights'
   // low-precision copy; under ZeRO the forward converts the gathered weights.
   bool optimizer_updates_every_weight() const {
@@ -74,8 +80,8 @@ class Trainer {
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;
-  double elapsed_s_ = 0.0;
-  int64_t timed_steps_ = 0;
+  MachineSetup machine_;
+  PeakChoice peak_;
   struct Metrics;
   std::unique_ptr<Metrics> metrics_;
 };

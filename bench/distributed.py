@@ -127,7 +127,7 @@ def run(lay, steps, build, work, tag):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"{lay.name}: `{' '.join(cmd)}` failed ({p.returncode}):\n" + p.stdout[-3000:])
-    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]  # not run_start
     with open(os.path.join(out, "resources.json")) as f:
         res = json.load(f)
     return rows[1:], res  # step 1 is warm-up

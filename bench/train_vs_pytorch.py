@@ -78,7 +78,8 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
                        stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
-    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    # The step lines (the run_start line has no "loss").
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]
     res_path = os.path.join(out, "resources.json")
     res = json.load(open(res_path)) if os.path.exists(res_path) else None
     return {"rows": rows, "resources": res, "log": p.stdout}

@@ -29,8 +29,8 @@ OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$BIN" train --config dp.yaml --s
 for r in 0 1; do [ -s "two/log/rank_$r/gridformer.log" ] || { echo "FAIL: no log file for rank $r"; exit 1; }; done
 python3 - <<'PY'
 import json
-one = [json.loads(l)["loss"] for l in open("one/metrics.jsonl")]
-two = [json.loads(l)["loss"] for l in open("two/metrics.jsonl")]
+one = [json.loads(l)["loss"] for l in open("one/metrics.jsonl") if '"loss"' in l]  # step lines, not run_start
+two = [json.loads(l)["loss"] for l in open("two/metrics.jsonl") if '"loss"' in l]
 assert len(one) == len(two) == 10, (len(one), len(two))
 for s, (a, b) in enumerate(zip(one, two), 1):
     rel = abs(a - b) / abs(a)

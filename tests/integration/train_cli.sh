@@ -31,11 +31,12 @@ for k in "loss:" "lr:" "grad_norm:" "loss_scale:" "per_step_time:" "tokens/s:" "
   grep -q "$k" console.txt || fail "log line lacks $k"
 done
 [ -s out/log/rank_0/gridformer.log ] || fail "no per-rank log file"
-[ "$(wc -l < out/metrics.jsonl)" -eq 8 ] || fail "metrics.jsonl should have 8 lines (every 5 steps of 40)"
+[ "$(grep -c '"loss"' out/metrics.jsonl)" -eq 9 ] || fail "metrics.jsonl should have 9 step lines (step 1, then every 5 steps of 40)"
+[ "$(grep -c '"event": *"run_start"' out/metrics.jsonl)" -eq 1 ] || fail "metrics.jsonl should have one run_start line"
 python3 - <<'PY' || fail "metrics.jsonl check"
 import json
-rows = [json.loads(l) for l in open("out/metrics.jsonl")]
-for k in ["step", "loss", "lr", "grad_norm", "loss_scale", "step_ms", "tokens_per_s", "tflops", "mfu"]:
+rows = [json.loads(l) for l in open("out/metrics.jsonl") if '"loss"' in l]
+for k in ["step", "loss", "lr", "grad_norm", "loss_scale", "step_ms", "tokens_per_s", "tflops", "mfu", "interval_steps"]:
     assert all(k in r for r in rows), k
 first, last = rows[0]["loss"], rows[-1]["loss"]
 print(f"loss step {rows[0]['step']}: {first:.4f} -> step {rows[-1]['step']}: {last:.4f}")
@@ -45,7 +46,7 @@ PY
 # 2. --set bounds the run.
 rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=5 --set callbacks.0.per_print_times=1 > c2.txt 2>&1 || fail "bounded run"
-[ "$(wc -l < out/metrics.jsonl)" -eq 5 ] || fail "train_steps=5 did not give 5 steps"
+[ "$(grep -c '"loss"' out/metrics.jsonl)" -eq 5 ] || fail "train_steps=5 did not give 5 steps"
 
 # 2b. Evaluation every eval_step_interval steps adds eval_loss and ppl.
 rm -rf out
@@ -76,7 +77,7 @@ rm -rf out
   > c3b.txt 2>&1 || { cat c3b.txt; fail "dynamic loss scale run"; }
 python3 - <<'PY' || fail "dynamic loss scaling"
 import json
-rows = [json.loads(l) for l in open("out/metrics.jsonl")]
+rows = [json.loads(l) for l in open("out/metrics.jsonl") if '"loss"' in l]
 assert [r["skipped"] for r in rows] == [False, False, True, False, False, True], [r["skipped"] for r in rows]
 assert rows[3]["loss_scale"] == 1e38 and rows[2]["loss_scale"] > 1e43, [r["loss_scale"] for r in rows]
 PY
@@ -86,7 +87,7 @@ grep -q "overflow, step skipped" c3b.txt || fail "the log does not show the skip
 rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > c4.txt 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do [ -s out/metrics.jsonl ] && break; sleep 0.2; done
+for _ in $(seq 1 100); do grep -qs '"loss"' out/metrics.jsonl && break; sleep 0.2; done
 kill -INT "$pid"
 set +e; wait "$pid"; status=$?; set -e
 [ "$status" -eq 130 ] || { tail c4.txt; fail "SIGINT gave status $status, expected 130"; }
@@ -94,7 +95,7 @@ grep -q "stopped by signal 2" c4.txt || fail "no clean-stop message"
 rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > c4b.txt 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do [ -s out/metrics.jsonl ] && break; sleep 0.2; done
+for _ in $(seq 1 100); do grep -qs '"loss"' out/metrics.jsonl && break; sleep 0.2; done
 kill -TERM "$pid"
 set +e; wait "$pid"; status=$?; set -e
 [ "$status" -eq 143 ] || { tail c4b.txt; fail "SIGTERM gave status $status, expected 143"; }

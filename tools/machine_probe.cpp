@@ -132,7 +132,6 @@ double seconds_per_call(Backend be, const Shape& s, Operands& o, int reps) {
   return (now() - t0) / reps;
 }
 
-
 double load_average() {
   double l[3] = {0, 0, 0};
   return getloadavg(l, 3) < 1 ? -1.0 : l[0];
@@ -141,7 +140,7 @@ double load_average() {
 nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budget_ms) {
   std::vector<Backend> backends = {kBlas, kEigen};
   if (gf::gemm_bf16_available()) backends.push_back(kBf16);
-  const double wall0 = now(), cpu0 = cpu_seconds(), load0 = load_average();
+  const double wall0 = now(), load0 = load_average();
   std::vector<Operands> ops;
   std::vector<std::vector<double>> pace(shapes.size(), std::vector<double>(3, 0.0));
   double pace_sum = 0.0;
@@ -154,7 +153,9 @@ nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budge
       pace_sum += pace[i][be];
     }
   }
-  // Rounds and calls per sample that fill what is left of the budget (at least one of each).
+  // Rounds and calls per sample that fill what is left of the budget (at least one of each). The
+  // share of the cores is taken over the rounds alone (making operands is single-threaded).
+  const double rounds_wall0 = now(), rounds_cpu0 = cpu_seconds();
   const double left = std::max(0.0, budget_ms * 1e-3 - (now() - wall0));
   const int rounds = std::clamp(static_cast<int>(left / pace_sum), 1, 3);
   const double share = left / rounds / static_cast<double>(shapes.size() * backends.size());
@@ -166,6 +167,7 @@ nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budge
         const int reps = std::max(1, static_cast<int>(share / pace[i][be]));
         t[i][be].push_back(seconds_per_call(be, shapes[i], ops[i], reps));
       }
+  const double rounds_wall = now() - rounds_wall0, rounds_cpu = cpu_seconds() - rounds_cpu0;
   nlohmann::json j;
   double total_flops = 0.0, total_s[3] = {0, 0, 0}, best[3] = {0, 0, 0};
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -207,7 +209,7 @@ nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budge
   j["elapsed_ms"] = std::round(wall * 1000);
   j["load_average_start"] = load0;
   j["load_average_end"] = load_average();
-  j["cores_share"] = std::round((cpu_seconds() - cpu0) / (wall * threads) * 100) / 100;
+  j["cores_share"] = std::round(rounds_cpu / (rounds_wall * threads) * 100) / 100;
   return j;
 }
 

@@ -84,16 +84,8 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
   if (const int status = check_rank_table(rank_table, world); status != 0) return status;
   const auto& p = cfg.parallel;
-  if (const auto problems = gf::layout_problems(cfg, world.size()); !problems.empty()) {
-    if (rank == 0) {
-      std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world.size());
-      for (const auto& s : problems) msg += "\n  " + s;
-      const std::string fit = gf::suggest_layout(cfg, world.size());
-      msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
-                                       world.size())
-                         : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world.size(), fit);
-      spdlog::error("{}", msg);
-    }
+  if (const std::string msg = gf::layout_error_message(cfg, world.size()); !msg.empty()) {
+    if (rank == 0) spdlog::error("{}", msg);
     return 2;
   }
   int status = 0;
@@ -147,6 +139,11 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
   config->add_option("--set", sets, "override a key (repeatable)");
+  int ranks = 0;
+  config->add_option("--ranks", ranks,
+                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
+                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+      ->check(CLI::Range(1, 1 << 24));
 
   std::string vocab, merges;
   bool decode = false;
@@ -161,6 +158,10 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      if (const std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : ""; !msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
       std::cout << gf::dump_resolved(cfg);
       return 0;
     } catch (const std::exception& e) {

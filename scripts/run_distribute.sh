@@ -76,16 +76,6 @@ for line in "${SERVER_LINES[@]}"; do
   SERVER_IDS+=("$id") SERVER_COUNTS+=("$count") SERVER_RANKS+=("$ranks") SERVER_DEVICES+=("$devices")
 done
 
-# ---- the config: valid, and where its output goes -----------------------------------------------
-resolved=$("$BIN" config --config "$CONFIG" --set run_mode="$RUN_MODE" 2>"${TMPDIR:-/tmp}/gf_rd_config.$$") || {
-  cat "${TMPDIR:-/tmp}/gf_rd_config.$$" >&2; rm -f "${TMPDIR:-/tmp}/gf_rd_config.$$"
-  die "CONFIG $CONFIG has the problems above"
-}
-rm -f "${TMPDIR:-/tmp}/gf_rd_config.$$"
-OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^[\"']//; s/[\"']\$//")
-OUT=${OUT:-./output}
-LOGDIR=$OUT/log
-
 # ---- does the range fit the table? --------------------------------------------------------------
 if ((S == 1)); then
   ((WIDTH == N)) || die "DEVICE_RANGE $RANGE has $WIDTH device(s) but the rank table $TABLE has $N rank(s); use \"[0,$N)\", or write a table for $WIDTH: rank_table --device_num \"$RANGE\""
@@ -108,10 +98,27 @@ else
   fi
   ((RANK_SIZE == N)) || die "RANK_SIZE $RANK_SIZE but the rank table $TABLE has $N rank(s) on $S servers; give RANK_SIZE $N"
   ((mine >= 0)) || die "DEVICE_RANGE $RANGE is not the rank range of any server in $TABLE; the servers' ranges are:${ranges%;}"
-  if ((mine != 0)); then
-    say "ranks $START..$((END - 1)) (server ${SERVER_IDS[mine]}) are started by mpirun from the server of rank 0 (${SERVER_IDS[0]}): run this script there with DEVICE_RANGE [0,${SERVER_COUNTS[0]}); nothing to start here"
-    exit 0
-  fi
+fi
+
+# ---- the config: valid, laid out for RANK_SIZE ranks, and where its output goes --------------------
+# `gridformer config --ranks N` runs the check every rank runs at start and prints the same message.
+config_err=$(mktemp "${TMPDIR:-/tmp}/gf_rd_config.XXXXXX") || die "cannot create a temporary file"
+resolved=$("$BIN" config --config "$CONFIG" --set run_mode="$RUN_MODE" --ranks "$RANK_SIZE" 2>"$config_err")
+config_status=$?
+config_problems=$(cat "$config_err"); rm -f "$config_err"
+if ((config_status != 0)); then
+  echo "$config_problems" >&2
+  grep -q '^error: the parallel layout does not fit' <<<"$config_problems" &&
+    die "the parallel layout of $CONFIG does not fit RANK_SIZE $RANK_SIZE (the rank table's rank count): change parallel_config as above, or use a rank table of the size the layout needs; nothing started (every rank would stop with this message)"
+  die "CONFIG $CONFIG has the problems above"
+fi
+OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^[\"']//; s/[\"']\$//")
+OUT=${OUT:-./output}
+LOGDIR=$OUT/log
+
+if ((S > 1 && mine != 0)); then
+  say "ranks $START..$((END - 1)) (server ${SERVER_IDS[mine]}) are started by mpirun from the server of rank 0 (${SERVER_IDS[0]}): run this script there with DEVICE_RANGE [0,${SERVER_COUNTS[0]}); nothing to start here"
+  exit 0
 fi
 
 # ---- placement: one rank per device slot (a core) when the cores suffice ------------------------

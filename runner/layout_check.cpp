@@ -55,4 +55,16 @@ std::string suggest_layout(const Config& cfg, int world_size) {
   return "";
 }
 
+std::string layout_error_message(const Config& cfg, int world_size) {
+  const auto problems = layout_problems(cfg, world_size);
+  if (problems.empty()) return "";
+  std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world_size);
+  for (const auto& s : problems) msg += "\n  " + s;
+  const std::string fit = suggest_layout(cfg, world_size);
+  msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
+                                   world_size)
+                     : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world_size, fit);
+  return msg;
+}
+
 }  // namespace gf

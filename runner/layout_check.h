@@ -14,5 +14,10 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size);
 // passes every check with this model (the largest model_parallel not above the one asked for), or
 // an empty string when there is none.
 std::string suggest_layout(const Config& cfg, int world_size);
+// The one message for a layout that does not fit `world_size` ranks, as the ranks print it and as
+// `gridformer config --ranks N` (run_distribute.sh's check before launch) prints it: a first line,
+// each problem on its own indented line, then a layout that fits (or that none does). Empty when
+// the layout fits.
+std::string layout_error_message(const Config& cfg, int world_size);
 
 }  // namespace gf

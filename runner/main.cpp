@@ -75,17 +75,6 @@ std::string check_rank_table(std::string path, const gf::Communicator& world) {
   return problem;
 }
 
-std::string layout_message(const gf::Config& cfg, int ranks) {
-  const auto problems = gf::layout_problems(cfg, ranks);
-  if (problems.empty()) return "";
-  std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", ranks);
-  for (const auto& s : problems) msg += "\n  " + s;
-  const std::string fit = gf::suggest_layout(cfg, ranks);
-  msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks", ranks)
-                     : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", ranks, fit);
-  return msg;
-}
-
 // Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
 // table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
 std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
@@ -109,7 +98,7 @@ std::string check_before_work(const std::string& config_path, const std::vector<
   if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
   if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
-  return layout_message(cfg, world.size());  // the same arithmetic on every rank
+  return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
 }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
@@ -189,6 +178,11 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
   config->add_option("--set", sets, "override a key (repeatable)");
+  int ranks = 0;
+  config->add_option("--ranks", ranks,
+                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
+                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+      ->check(CLI::Range(1, 1 << 24));
 
   std::string vocab, merges;
   bool decode = false;
@@ -209,6 +203,10 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      if (const std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : ""; !msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
       std::cout << gf::dump_resolved(cfg);
       return 0;
     } catch (const std::exception& e) {

@@ -8,9 +8,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
+# openssh-client: mpirun reaches the other servers of a rank table over ssh, and run_distribute.sh
+# probes them with it; iproute2: the launcher test's network namespaces (tests/integration/run_distribute_launch.sh).
 PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmpi-bin libeigen3-dev
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
-          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm)
+          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   # node and npm may be installed outside Debian's packages: working binaries are enough.

@@ -82,6 +82,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::gemm_set_threads(threads);
   gf::setup_logging(cfg.output_dir, rank, rank == 0);
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
   if (const int status = check_rank_table(rank_table, world); status != 0) return status;
   const auto& p = cfg.parallel;
   if (const auto problems = gf::layout_problems(cfg, world.size()); !problems.empty()) {
@@ -161,6 +162,12 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); !unbuilt.empty()) {
+        std::cerr << "error: " << config_path << ": " << unbuilt.size() << " problem(s) in the config:";
+        for (const auto& u : unbuilt) std::cerr << "\n  " << u;
+        std::cerr << "\n";
+        return 2;
+      }
       std::cout << gf::dump_resolved(cfg);
       return 0;
     } catch (const std::exception& e) {

@@ -231,8 +231,10 @@ YAML::Node default_of(const YAML::Node& schema, const YAML::Node& templates, con
 std::string show(const YAML::Node& v) {
   if (!v.IsDefined() || v.IsNull()) return "~";
   if (v.IsScalar()) return v.Scalar();
+  YAML::Node flow = YAML::Clone(v);  // a parsed node keeps its block style; one line reads better in a message
+  flow.SetStyle(YAML::EmitterStyle::Flow);
   YAML::Emitter e;
-  e << YAML::Flow << v;
+  e << flow;
   return e.c_str();
 }
 

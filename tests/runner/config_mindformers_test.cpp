@@ -170,6 +170,16 @@ TEST(MindFormersKeys, ExpertAndPipelineParallelismAreRefusedUntilBuilt) {
   EXPECT_TRUE(has_warning(m, "`parallel_config.micro_batch_num: 4` with `pipeline_stage: 1`"));
 }
 
+TEST(MindFormersKeys, UseParallelFalseWithSeveralRanksIsSaid) {
+  const Config c = load_config_string(kMinimal, {"use_parallel=False"});
+  EXPECT_FALSE(c.use_parallel);
+  EXPECT_TRUE(layout_warnings(c, 1).empty());
+  const auto w = layout_warnings(c, 2);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("`use_parallel: False`, but 2 ranks are running: they train together"), std::string::npos) << w[0];
+  EXPECT_TRUE(layout_warnings(load_config_string(kMinimal), 2).empty());
+}
+
 TEST(MindFormersKeys, CheckpointMonitorAcceptsItsKeysWithOneWarning) {
   for (const char* type : {"CheckpointMonitor", "CheckpointMointor"}) {
     const Config c = load_config_string(

@@ -104,7 +104,8 @@ void read_training(ReadContext& x) {
   if (c.train_steps == 0 || c.train_steps < -1)
     x.refuse("`runner_config.train_steps: " + std::to_string(c.train_steps) + "`: must be > 0, or -1 for epochs x dataset size");
   if (c.max_grad_norm <= 0) x.refuse("`runner_wrapper.max_grad_norm`: must be > 0");
-  for (auto [key, v] : {std::pair{"eval_step_interval", c.eval_step_interval}, {"eval_epoch_interval", c.eval_epoch_interval}})
+  for (auto [key, v] :
+       {std::pair{"eval_step_interval", c.eval_step_interval}, {"eval_epoch_interval", c.eval_epoch_interval}})
     if (v == 0 || v < -1) x.refuse(kv(key, std::to_string(v)) + ": must be > 0, or -1 for never");
   check_runner(x);
   read_scale_sense(x);
@@ -122,10 +123,11 @@ void read_parallel(ReadContext& x) {
   p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");
   p.gradient_aggregation_group = rd.get<int64_t>("parallel_config.gradient_aggregation_group");
   p.optimizer_shard = rd.get<bool>("parallel_config.optimizer_shard") || rd.get<bool>("parallel.enable_parallel_optimizer");
-  if (p.micro_batch_num < 1) x.refuse(kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num)) + ": must be >= 1");
+  const std::string mbn = kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num));
+  if (p.micro_batch_num < 1)
+    x.refuse(mbn + ": must be >= 1");
   else if (p.micro_batch_num > 1 && p.pipeline_stage == 1)
-    x.warn(kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num)) +
-           " with `pipeline_stage: 1`: micro-batches only split the batch for pipeline parallelism; MindFormers ignores "
+    x.warn(mbn + " with `pipeline_stage: 1`: micro-batches only split the batch for pipeline parallelism; MindFormers ignores "
            "it here too (global batch = batch_size x data_parallel); ignored");
   // parallel_mode is read raw: it stays a CPU-meaningless key, it only decides what gradients_mean would mean.
   const YAML::Node mode = config_tree::find(rd.root(), "parallel.parallel_mode");
@@ -161,13 +163,15 @@ void read_optimizer(ReadContext& x) {
         !YAML::convert<double>::decode(betas[1], b[1])) {
       x.refuse(kv("optimizer.betas", show(betas)) + ": expects [beta1, beta2]");
     } else {
+      // beta1/beta2 away from their defaults were given too: they must say the same.
       const YAML::Node def = x.schema["optimizer"];
-      const char* names[] = {"beta1", "beta2"};
       const double given[] = {c.adamw.beta1, c.adamw.beta2};
-      for (int i = 0; i < 2; ++i)
-        if (given[i] != def[names[i]].as<double>() && given[i] != b[i])
-          x.refuse(kv("optimizer.betas", show(betas)) + " and " + kv(std::string("optimizer.") + names[i], show(rd.node(std::string("optimizer.") + names[i]))) +
+      for (int i = 0; i < 2; ++i) {
+        const std::string key = i == 0 ? "beta1" : "beta2";
+        if (given[i] != def[key].as<double>() && given[i] != b[i])
+          x.refuse(kv("optimizer.betas", show(betas)) + " and " + kv("optimizer." + key, show(rd.node("optimizer." + key))) +
                    " disagree; give one of them (betas for type AdamW, beta1 and beta2 for the AdamWeightDecay family)");
+      }
       c.adamw.beta1 = b[0];
       c.adamw.beta2 = b[1];
     }

@@ -10,6 +10,12 @@
 namespace gf {
 
 std::vector<std::string> layout_problems(const Config& cfg, int world_size);
+// The parallel axes the config asks for that are not built yet (pipeline_stage > 1, expert_parallel
+// > 1), whatever the rank count: part of layout_problems, and what `gridformer config` refuses.
+std::vector<std::string> unbuilt_parallelism(const Config& cfg);
+// Things the layout check lets run but the user should hear about: use_parallel: False with
+// several ranks.
+std::vector<std::string> layout_warnings(const Config& cfg, int world_size);
 // "data_parallel: D, model_parallel: M, pipeline_stage: 1" for a layout of world_size ranks that
 // passes every check with this model (the largest model_parallel not above the one asked for), or
 // an empty string when there is none.

@@ -97,6 +97,7 @@ std::string check_before_work(const std::string& config_path, const std::vector<
   }
   if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
   if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
   return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
 }
@@ -203,7 +204,13 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-      if (const std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : ""; !msg.empty()) {
+      // The parallel axes that are not built yet are refused here too; with --ranks N, the whole layout check.
+      std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
+      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); msg.empty() && !unbuilt.empty()) {
+        msg = config_path + ": " + std::to_string(unbuilt.size()) + " problem(s) in the config:";
+        for (const auto& u : unbuilt) msg += "\n  " + u;
+      }
+      if (!msg.empty()) {
         std::cerr << "error: " << msg << "\n";
         return 2;
       }

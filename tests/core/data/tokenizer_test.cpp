@@ -136,7 +136,7 @@ TEST(GPT2Tokenizer, FullTextMatchesReference) {
 TEST(GPT2Tokenizer, SpecialCasesMatchReference) {
   REQUIRE_GPT2();
   const auto golden = nlohmann::json::parse(read_file(kGoldenDir / "special_cases.json"));
-  ASSERT_GT(golden.at("cases").size(), 30u);
+  ASSERT_GT(golden.at("cases").size(), 25u);
   for (const auto& c : golden.at("cases")) {
     const std::string text = c.at("text").get<std::string>();
     EXPECT_EQ(tok.encode(text), c.at("ids").get<Ids>()) << "text: " << c.at("text").dump();

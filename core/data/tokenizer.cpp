@@ -184,16 +184,21 @@ constexpr const char* kSpace =
 // unassigned (which would put them in [^\s\p{L}\p{N}]). With a PCRE2 on Unicode 15.0 or
 // later these ranges are redundant; python_regex_classes.json and the test that walks every
 // code point catch a PCRE2 whose tables have moved past `regex`'s.
+// The ranges cost about 10% of PCRE2's matching speed even on ASCII text. They all lie in
+// U+11000..U+323AF, whose UTF-8 starts with byte 0xF0, so a run of text without a 0xF0 byte
+// is split with a second pattern that has plain \p{L} and \p{N}: on such text the two
+// patterns match the same pieces.
 constexpr const char* kLetter =
     R"(\p{L}\x{1123F}-\x{11240}\x{11F02}\x{11F04}-\x{11F10}\x{11F12}-\x{11F33}\x{1342F})"
     R"(\x{13441}-\x{13446}\x{1B132}\x{1B155}\x{1DF25}-\x{1DF2A}\x{1E030}-\x{1E06D})"
     R"(\x{1E4D0}-\x{1E4EB}\x{2B739}\x{31350}-\x{323AF})";
 constexpr const char* kNumber = R"(\p{N}\x{11F50}-\x{11F59}\x{1D2C0}-\x{1D2D3}\x{1E4F0}-\x{1E4F9})";
+constexpr char kLeadByteOfExtraRanges = '\xF0';  // the UTF-8 of U+10000..U+3FFFF starts with it
 
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// with \s = [kSpace], \S = [^kSpace], \p{L} = [kLetter], \p{N} = [kNumber].
-std::string gpt2_pattern() {
-  const std::string ws = kSpace, letter = kLetter, number = kNumber;
+// with \s = [kSpace], \S = [^kSpace], \p{L} = [letter], \p{N} = [number].
+std::string gpt2_pattern(const std::string& letter, const std::string& number) {
+  const std::string ws = kSpace;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letter + "]+| ?[" + number + "]+| ?[^" + ws + letter +
          number + "]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
 }
@@ -205,8 +210,7 @@ struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
 };
 
-std::unique_ptr<pcre2_code, CodeDeleter> compile_pattern(bool& jit) {
-  const std::string pattern = gpt2_pattern();
+std::unique_ptr<pcre2_code, CodeDeleter> compile_pattern(const std::string& pattern, bool& jit) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
@@ -262,8 +266,9 @@ struct GPT2Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> bytes_to_id;
   std::array<int32_t, 256> byte_ids{};
   MergeTable merges;
-  std::unique_ptr<pcre2_code, CodeDeleter> pattern;
-  bool jit = false;
+  std::unique_ptr<pcre2_code, CodeDeleter> pattern;       // kLetter, kNumber: any text
+  std::unique_ptr<pcre2_code, CodeDeleter> pattern_no_f0;  // \p{L}, \p{N}: text without 0xF0
+  bool jit = false;                                         // both are JIT-compiled
   int32_t eod = -1;
   uint64_t serial = 0;  // identifies this table set for the per-thread word caches
 
@@ -519,13 +524,15 @@ template <typename OnWord>
 void split_valid_run(const GPT2Tokenizer::Impl& impl, std::string_view run, ThreadState& ts,
                      OnWord&& on_word) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
+  const pcre2_code* code = std::memchr(run.data(), kLeadByteOfExtraRanges, run.size()) != nullptr
+                               ? impl.pattern.get()
+                               : impl.pattern_no_f0.get();
   pcre2_match_data* md = ts.match_data.get();
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md);
   size_t offset = 0;
   while (offset < run.size()) {
-    int rc = impl.jit ? pcre2_jit_match(impl.pattern.get(), subject, run.size(), offset, 0, md, nullptr)
-                      : pcre2_match(impl.pattern.get(), subject, run.size(), offset,
-                                    PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = impl.jit ? pcre2_jit_match(code, subject, run.size(), offset, 0, md, nullptr)
+                      : pcre2_match(code, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches
     if (rc < 0) throw std::runtime_error("GPT-2 tokenizer: PCRE2 match error " + std::to_string(rc));
     const size_t begin = ovector[0], end = ovector[1];
@@ -561,7 +568,10 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std
   auto impl = std::make_shared<Impl>();
   impl->load_vocab(vocab_json);
   impl->load_merges(merges_txt);
-  impl->pattern = compile_pattern(impl->jit);
+  bool jit = false, jit_no_f0 = false;
+  impl->pattern = compile_pattern(gpt2_pattern(kLetter, kNumber), jit);
+  impl->pattern_no_f0 = compile_pattern(gpt2_pattern(R"(\p{L})", R"(\p{N})"), jit_no_f0);
+  impl->jit = jit && jit_no_f0;
   impl->serial = next_serial.fetch_add(1);
   return GPT2Tokenizer(std::move(impl));
 }

@@ -17,16 +17,13 @@
 #include <string>
 
 #include "runner/config.h"
+#include "tests/runner/config_test_util.h"
 #include "runner/config_schema.h"
 
 namespace gf {
 namespace {
 
-const std::string kMinimal = R"(
-model:
-  model_config: {type: GPT2Config, seq_length: 32, vocab_size: 1000, hidden_size: 64, num_layers: 2, num_heads: 4}
-  arch: {type: GPT2LMHeadModel}
-)";
+using config_test::kMinimal;
 
 struct Leaf {
   std::string path;

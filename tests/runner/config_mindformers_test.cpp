@@ -9,27 +9,16 @@
 #include <string>
 
 #include "runner/config.h"
+#include "tests/runner/config_test_util.h"
 #include "runner/layout_check.h"
 
 namespace gf {
 namespace {
 
-const std::string kMinimal = R"(
-model:
-  model_config: {type: GPT2Config, seq_length: 32, vocab_size: 1000, hidden_size: 64, num_layers: 2, num_heads: 4}
-  arch: {type: GPT2LMHeadModel}
-)";
+using config_test::error_of;
+using config_test::kMinimal;
 
 std::string data(const std::string& f) { return std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f; }
-
-std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  try {
-    load_config_string(yaml, sets);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string file_error(const std::string& f, const std::vector<std::string>& sets = {}) {
   try {

@@ -7,31 +7,13 @@
 
 #include "runner/batch_source.h"
 #include "runner/config.h"
+#include "tests/runner/config_test_util.h"
 
 namespace gf {
 namespace {
 
-const std::string kMinimal = R"(
-model:
-  model_config:
-    type: GPT2Config
-    seq_length: 32
-    vocab_size: 1000
-    hidden_size: 64
-    num_layers: 2
-    num_heads: 4
-  arch:
-    type: GPT2LMHeadModel
-)";
-
-std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  try {
-    load_config_string(yaml, sets);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using config_test::error_of;
+using config_test::kMinimal;
 
 bool has_warning(const Config& c, const std::string& needle) {
   return std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });

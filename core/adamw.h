@@ -14,6 +14,7 @@ namespace gf {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool operator==(const AdamWConfig&) const = default;
 };
 
 // What a step may do besides the update, in the same pass over the shard (each saves a pass over

@@ -18,6 +18,7 @@ struct LrScheduleConfig {
   double warmup_ratio = 0.0;  // used when warmup_steps is 0: W = round(ratio * total)
   int64_t total_steps = -1;   // -1: the run's number of steps
   double power = 1.0;         // polynomial
+  bool operator==(const LrScheduleConfig&) const = default;
 };
 
 class LrSchedule {

@@ -69,4 +69,9 @@ class CausalLM {
   std::function<void(int64_t)> grad_ready_;
 };
 
+// The file load_hf_checkpoint reads for `given`: a directory means its model.safetensors. Throws,
+// naming the config key `key`, for a directory without one and for a MindSpore .ckpt (with what to
+// use instead). The config loader calls it so that a bad path stops every rank before any work.
+std::string resolve_checkpoint_path(const std::string& given, const std::string& key = "load_checkpoint");
+
 }  // namespace gf

@@ -29,18 +29,16 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-// A directory means a Hugging Face model directory (its model.safetensors); MindSpore's .ckpt is
-// refused with what to do instead.
-std::string resolve_checkpoint_path(const std::string& given) {
+std::string resolve_checkpoint_path(const std::string& given, const std::string& key) {
   namespace fs = std::filesystem;
   if (fs::is_directory(given)) {
     const fs::path p = fs::path(given) / "model.safetensors";
     if (!fs::exists(p))
-      throw std::runtime_error("load_checkpoint: " + given + " is a directory without model.safetensors");
+      throw std::runtime_error("`" + key + ": " + given + "` is a directory without model.safetensors");
     return p.string();
   }
   if (fs::path(given).extension() == ".ckpt")
-    throw std::runtime_error("load_checkpoint: " + given + " is a MindSpore .ckpt, which gridformer does not read; "
+    throw std::runtime_error("`" + key + ": " + given + "` is a MindSpore .ckpt, which gridformer does not read; "
                              "give a Hugging Face GPT-2 .safetensors file (or its directory)");
   return given;
 }

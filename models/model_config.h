@@ -45,6 +45,7 @@ struct ModelConfig {
   // recompute_num_layers layers (-1: all).
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
+  bool operator==(const ModelConfig&) const = default;
 
   int64_t ffn_hidden() const { return hidden_size * expand_ratio; }
   int64_t head_dim() const { return hidden_size / num_heads; }

@@ -1,7 +1,7 @@
 // The schema of the YAML config: every known key with its default value and type. The resolved
 // config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
-// prints it. A key whose default is null (~) takes any value. Lists take their item keys from
-// kItemTemplates.
+// prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
+// their item keys from kItemTemplates. What each key does: config_keys.cpp.
 #include "runner/config_schema.h"
 
 namespace gf {
@@ -15,7 +15,7 @@ src_strategy_path_or_dir: ""
 auto_trans_ckpt: false
 only_save_strategy: false
 resume_training: false
-use_parallel: false
+use_parallel: true  # MindFormers writes it; the ranks mpirun starts train together either way
 micro_batch_interleave_num: 1
 remote_save_url: ""
 do_eval: false
@@ -45,6 +45,12 @@ context:
   save_graphs: false
   save_graphs_path: ./graph
   runtime_num_threads: 0
+  jit_config:
+    jit_level: ""
+  memory_optimize_level: O0
+  mempool_block_size: 1GB
+  ascend_config:
+    precision_mode: ""
 runner_config:
   epochs: 1
   batch_size: 1
@@ -58,6 +64,7 @@ runner_wrapper:
   scale_sense: 1.0
   use_clip_grad: false
   max_grad_norm: 1.0
+  enable_check_overflow: false
 parallel:
   parallel_mode: 0
   gradients_mean: true
@@ -67,6 +74,17 @@ parallel:
   enable_parallel_optimizer: false
   strategy_ckpt_save_file: ./ckpt_strategy.ckpt
   enable_alltoall: false
+  strategy_ckpt_config:
+    save_file: ./ckpt_strategy.ckpt
+    only_trainable_params: false
+  parallel_optimizer_config:
+    gradient_accumulation_shard: false
+    parallel_optimizer_threshold: 64
+    optimizer_weight_shard_size: -1
+  pipeline_config:
+    pipeline_interleave: false
+    pipeline_scheduler: 1f1b
+  auto_pipeline: false
 parallel_config:
   data_parallel: 1
   model_parallel: 1
@@ -77,11 +95,16 @@ parallel_config:
   vocab_emb_dp: true
   gradient_aggregation_group: 4
   optimizer_shard: false
+  mem_coeff: 0.1
 moe_config:
   expert_num: 1
   capacity_factor: 1.05
   aux_loss_factor: 0.05
   num_experts_chosen: 1
+  routing_policy: TopkRouterV1
+  enable_sdrop: false
+  router_dense_type: float32
+  use_fused_ops_topkrouter: false
 recompute_config:
   recompute: false
   select_recompute: false
@@ -89,6 +112,7 @@ recompute_config:
   parallel_optimizer_comm_recompute: false
   mp_comm_recompute: true
   recompute_slice_activation: false
+  select_comm_recompute: false
 trainer:
   type: CausalLanguageModelingTrainer
   model_name: gpt2
@@ -171,8 +195,12 @@ model:
     max_decode_length: 1024
     top_k: 5
     top_p: 1
-    do_sample: true
+    do_sample: false
     use_past: false
+    batch_size: 1
+    use_prompt_flash_attention: false
+    num_labels: 2
+    pet_config: ~
   arch:
     type: GPT2LMHeadModel
 lr_schedule:
@@ -189,12 +217,15 @@ optimizer:
   beta2: 0.999
   eps: 1.0e-8
   weight_decay: 0.0
+  betas: ~          # [beta1, beta2] (MindFormers' AdamW)
+  learning_rate: ~  # used when the file has no lr_schedule (as in MindFormers)
 callbacks:
   - type: MFLossMonitor
     per_print_times: 1
 eval_callbacks: []
 metric:
   type: PerplexityMetric
+  eval_type: ""
 processor:
   type: GPT2Processor
   return_tensors: ms
@@ -225,30 +256,11 @@ eval_callbacks:
   type: ObsMonitor
 )YAML";
 
-// Keys accepted but meaningless on a CPU: one warning each when set to something that would
-// matter on an accelerator. `*` matches any one path element.
-const std::vector<std::string>& cpu_ignored_keys() {
-  static const std::vector<std::string> keys = {
-      "context.mode", "context.device_target", "context.device_id", "context.enable_graph_kernel",
-      "context.graph_kernel_flags", "context.max_call_depth", "context.max_device_memory",
-      "context.save_graphs", "context.save_graphs_path", "src_strategy_path_or_dir",
-      "auto_trans_ckpt", "only_save_strategy", "remote_save_url", "auto_tune", "filepath_prefix",
-      "autotune_per_step", "profile", "profile_start_step", "profile_stop_step",
-      "init_start_profile", "profile_communication", "profile_memory", "runner_config.sink_mode",
-      "runner_config.sink_size",
-      "parallel.search_mode", "parallel.strategy_ckpt_save_file", "parallel.parallel_mode",
-      "parallel.full_batch", "parallel.enable_alltoall", "micro_batch_interleave_num",
-      "recompute_config.parallel_optimizer_comm_recompute", "recompute_config.mp_comm_recompute",
-      "recompute_config.recompute_slice_activation", "*.num_parallel_workers",
-      "*.python_multiprocessing", "*.numa_enable", "*.prefetch_size", "layer_scale", "lr_scale",
-      "callbacks.*.integrated_save", "callbacks.*.async_save",
-  };
-  return keys;
-}
-
-// Paths whose value may be a scalar where the schema has a map (or the reverse).
+// Paths whose value may have another shape than their default (a scalar for a map, a list for a
+// boolean): the loader checks them.
 const std::vector<std::string>& polymorphic_keys() {
-  static const std::vector<std::string> keys = {"runner_wrapper.scale_sense"};
+  static const std::vector<std::string> keys = {"runner_wrapper.scale_sense", "recompute_config.select_recompute",
+                                                "recompute_config.select_comm_recompute"};
   return keys;
 }
 

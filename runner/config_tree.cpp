@@ -93,13 +93,6 @@ std::string known_keys(const YAML::Node& schema) {
   return r;
 }
 
-bool matches(const std::vector<std::string>& pattern, const std::vector<std::string>& path) {
-  if (pattern.size() != path.size()) return false;
-  for (size_t i = 0; i < path.size(); ++i)
-    if (pattern[i] != "*" && pattern[i] != path[i]) return false;
-  return true;
-}
-
 bool same_scalar(const YAML::Node& a, const YAML::Node& b) {
   if (!a.IsScalar() || !b.IsDefined() || !b.IsScalar()) return false;
   bool x, y;
@@ -221,37 +214,95 @@ YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user) {
   return out;
 }
 
-void cpu_warnings(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& templates,
-                  const std::string& path, std::vector<std::string>& out) {
-  if (!user.IsMap() && !user.IsSequence()) return;
-  auto visit = [&](const std::string& kp, const YAML::Node& v) {
-    const auto parts = split_path(kp);
-    bool ignored = false;
-    for (const auto& pat : cpu_ignored_keys()) ignored |= matches(split_path(pat), parts);
-    if (ignored) {
-      YAML::Node def = find(schema, kp);
-      if (!def.IsDefined() && parts.size() >= 3 && is_index(parts[parts.size() - 2])) {
-        std::string list_path = parts[0];
-        for (size_t i = 1; i + 2 < parts.size(); ++i) list_path += "." + parts[i];
-        def = find(templates, list_path + "." + parts.back());
-      }
-      if (truthy(v) && !same_scalar(v, def)) {
-        std::string shown = v.IsScalar() ? v.Scalar() : "...";
-        out.push_back("`" + kp + ": " + shown + "` has no meaning on a CPU; ignored");
-      }
+YAML::Node default_of(const YAML::Node& schema, const YAML::Node& templates, const std::string& path) {
+  const YAML::Node def = find(schema, path);
+  if (def.IsDefined()) return def;
+  const auto parts = split_path(path);
+  for (size_t i = 1; i + 1 < parts.size(); ++i) {
+    if (!is_index(parts[i])) continue;
+    std::string list_path = parts[0], rest;
+    for (size_t j = 1; j < i; ++j) list_path += "." + parts[j];
+    for (size_t j = i + 1; j < parts.size(); ++j) rest += (rest.empty() ? "" : ".") + parts[j];
+    return find(templates, list_path + "." + rest);
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+std::string show(const YAML::Node& v) {
+  if (!v.IsDefined() || v.IsNull()) return "~";
+  if (v.IsScalar()) return v.Scalar();
+  YAML::Node flow = YAML::Clone(v);  // a parsed node keeps its block style; one line reads better in a message
+  flow.SetStyle(YAML::EmitterStyle::Flow);
+  YAML::Emitter e;
+  e << flow;
+  return e.c_str();
+}
+
+bool same_value(const YAML::Node& a, const YAML::Node& b) {
+  if (!a.IsDefined() || !b.IsDefined()) return a.IsDefined() == b.IsDefined();
+  if (a.IsNull() || b.IsNull()) return a.IsNull() == b.IsNull();
+  if (a.IsScalar() && b.IsScalar()) return same_scalar(a, b);
+  if (a.IsScalar() != b.IsScalar()) return false;
+  return show(a) == show(b);
+}
+
+namespace {
+
+struct RuleWalk {
+  const YAML::Node& schema;
+  const YAML::Node& templates;
+  std::vector<std::string>& warnings;
+  std::vector<std::string>& errors;
+  std::vector<std::pair<std::string, std::string>> ignored;  // (why, "`key: value`, ...")
+
+  void visit(const std::string& path, const YAML::Node& v) {
+    const KeyRule* rule = rule_for(path);
+    if (!rule) {
+      if (v.IsMap() || (v.IsSequence() && find(templates, path).IsDefined())) return children(path, v);
+      errors.push_back("`" + path + "`: the schema has this key but no rule says what gridformer does with it "
+                       "(runner/config_keys.cpp)");
       return;
     }
-    cpu_warnings(v, schema, templates, kp, out);
-  };
-  if (user.IsMap()) {
-    for (auto it = user.begin(); it != user.end(); ++it) {
-      const std::string key = it->first.as<std::string>();
-      if (path.empty() && (key == "train_dataset_task" || key == "eval_dataset_task")) continue;  // aliases
-      visit(join(path, key), it->second);
+    const YAML::Node def = default_of(schema, templates, path);
+    const std::string kv = "`" + path + ": " + show(v) + "`";
+    switch (rule->use) {
+      case KeyUse::kBuilt:
+      case KeyUse::kChecked:
+        return;
+      case KeyUse::kCpu:
+        if (truthy(v) && !same_value(v, def))
+          warnings.push_back(kv + (rule->why.empty() ? " has no meaning on a CPU" : ": " + rule->why) + "; ignored");
+        return;
+      case KeyUse::kIgnored:
+        if (!same_value(v, def)) {
+          auto it = std::find_if(ignored.begin(), ignored.end(), [&](const auto& p) { return p.first == rule->why; });
+          if (it == ignored.end()) ignored.emplace_back(rule->why, kv);
+          else it->second += ", " + kv;
+        }
+        return;
+      case KeyUse::kRefused:
+        if (!same_value(v, def)) errors.push_back(kv + ": " + rule->why);
+        return;
     }
-  } else {
-    for (size_t i = 0; i < user.size(); ++i) visit(join(path, std::to_string(i)), user[i]);
   }
+
+  void children(const std::string& path, const YAML::Node& n) {
+    if (n.IsMap()) {
+      for (auto it = n.begin(); it != n.end(); ++it) visit(join(path, it->first.as<std::string>()), it->second);
+    } else if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i)
+        if (n[i].IsMap()) children(join(path, std::to_string(i)), n[i]);
+    }
+  }
+};
+
+}  // namespace
+
+void apply_rules(const YAML::Node& resolved, const YAML::Node& schema, const YAML::Node& templates,
+                 std::vector<std::string>& warnings, std::vector<std::string>& errors) {
+  RuleWalk walk{schema, templates, warnings, errors, {}};
+  walk.children("", resolved);
+  for (const auto& [why, keys] : walk.ignored) warnings.push_back(keys + ": " + why + "; ignored");
 }
 
 }  // namespace gf::config_tree

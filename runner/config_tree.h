@@ -20,10 +20,23 @@ void check(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& i
 // null user values keep the default).
 YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user);
 
-// Messages for keys in `user` that mean nothing on a CPU and are set to something that would
-// matter on an accelerator (true, non-zero, non-empty, and not the default).
-void cpu_warnings(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& templates,
-                  const std::string& path, std::vector<std::string>& out);
+// Applies the kCpu, kIgnored and kRefused rules (config_schema.h) to the resolved tree: one warning
+// per kCpu key set to something that would matter on an accelerator (true, non-zero, non-empty, and
+// not the default), one warning per reason for the kIgnored keys not at their default, one error
+// per kRefused key not at its default. A leaf without a rule is an error (a schema key nobody
+// decided about).
+void apply_rules(const YAML::Node& resolved, const YAML::Node& schema, const YAML::Node& templates,
+                 std::vector<std::string>& warnings, std::vector<std::string>& errors);
+
+// The default of `path` (list items from the templates), or an undefined node.
+YAML::Node default_of(const YAML::Node& schema, const YAML::Node& templates, const std::string& path);
+
+// Whether two values are the same (scalars compared as booleans, numbers or text; lists and maps
+// compared as emitted YAML).
+bool same_value(const YAML::Node& a, const YAML::Node& b);
+
+// A value shown in a message: the scalar, or the flow-style YAML of a list or map.
+std::string show(const YAML::Node& v);
 
 // The node at dotted `path`, or an undefined node.
 YAML::Node find(const YAML::Node& root, const std::string& path);

@@ -40,10 +40,32 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
     out.push_back(fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
                               "but {} rank(s) are running",
                               p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
+  for (auto& s : unbuilt_parallelism(cfg)) out.push_back(std::move(s));
+  for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
+  return out;
+}
+
+std::vector<std::string> unbuilt_parallelism(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  std::vector<std::string> out;
   if (p.pipeline_stage > 1)
     out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: pipeline parallelism is not built yet; use 1",
                               p.pipeline_stage));
-  for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
+  if (p.expert_parallel > 1)
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: expert parallelism is not built yet (MoE issue); "
+                              "use 1",
+                              p.expert_parallel));
+  else if (p.expert_parallel < 1)
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: must be >= 1", p.expert_parallel));
+  return out;
+}
+
+std::vector<std::string> layout_warnings(const Config& cfg, int world_size) {
+  std::vector<std::string> out;
+  if (!cfg.use_parallel && world_size > 1)
+    out.push_back(fmt::format("`use_parallel: False`, but {} ranks are running: they train together as parallel_config "
+                              "lays them out (MindFormers would start {} separate single-device runs)",
+                              world_size, world_size));
   return out;
 }
 
@@ -53,6 +75,18 @@ std::string suggest_layout(const Config& cfg, int world_size) {
     return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: 1", world_size / mp, mp);
   }
   return "";
+}
+
+std::string layout_error_message(const Config& cfg, int world_size) {
+  const auto problems = layout_problems(cfg, world_size);
+  if (problems.empty()) return "";
+  std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world_size);
+  for (const auto& s : problems) msg += "\n  " + s;
+  const std::string fit = suggest_layout(cfg, world_size);
+  msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
+                                   world_size)
+                     : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world_size, fit);
+  return msg;
 }
 
 }  // namespace gf

@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <new>
 #include <iostream>
 #include <unistd.h>
 #include <thread>
@@ -15,6 +18,7 @@
 #include "runner/layout_check.h"
 #include "runner/logging.h"
 #include "runner/machine_probe.h"
+#include "runner/rank_agreement.h"
 #include "runner/rank_table.h"
 #include "runner/trainer.h"
 
@@ -29,13 +33,28 @@ int threads_per_rank() {
   return std::max(1, hw / local);
 }
 
+// Exit statuses (README "Exit status"): 0 done; 1 a failure during training; 2 a problem found
+// before training (usage, config, layout, rank table, output_dir, data, weights); 3 a NaN/Inf loss;
+// 130/143 stopped by SIGINT/SIGTERM.
+constexpr int kSetupError = 2;
+
+// What an exception says, as one line for the user: out-of-memory and filesystem errors get what to do.
+std::string describe(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return "out of memory: the model, batch or data does not fit in this host's memory; lower "
+           "runner_config.batch_size or the model size, raise parallel_config.model_parallel, or run fewer ranks per host";
+  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
+    return fmt::format("{}: {}", f->path1().string(), f->code().message());
+  return e.what();
+}
+
 // The rank table (--rank_table, else $RANK_TABLE_FILE as in MindFormers; neither: no table). Every rank loads and
-// validates it and the ranks agree on the outcome (hosts may see different files): on a problem rank 0 prints one
-// error line, the first failing rank's, and every rank gets 2. Returns 0 when there is no table or it fits.
-int check_rank_table(std::string path, const gf::Communicator& world) {
+// validates it and the ranks agree on the outcome (hosts may see different files). Returns "" when there is no
+// table or it fits, else the problem (the same text on every rank).
+std::string check_rank_table(std::string path, const gf::Communicator& world) {
   if (path.empty())
     if (const char* e = std::getenv("RANK_TABLE_FILE"); e && *e) path = e;
-  if (path.empty()) return 0;
+  if (path.empty()) return "";
   std::string problem;
   gf::RankTable table;
   try {
@@ -48,21 +67,40 @@ int check_rank_table(std::string path, const gf::Communicator& world) {
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  double last_bad = problem.empty() ? -1.0 : static_cast<double>(world.size() - world.rank());  // max = first bad rank
-  world.allreduce_max(&last_bad, 1);
-  if (last_bad < 0) {
+  problem = gf::first_problem(world, problem);
+  if (problem.empty()) {
     const gf::RankLocation here = table.locate(world.rank());
     spdlog::info("rank table {}: {} ranks on {} server(s); this rank: server {} device {}", path, table.rank_count(),
                  table.servers.size(), here.server_id, here.device.device_id);
-    return 0;
   }
-  const int first_bad = world.size() - static_cast<int>(last_bad);
-  int64_t length = static_cast<int64_t>(problem.size());
-  world.broadcast(&length, sizeof length, first_bad);
-  problem.resize(static_cast<size_t>(length));
-  world.broadcast(problem.data(), length, first_bad);
-  if (world.rank() == 0) spdlog::error("{}{}", first_bad == 0 ? "" : fmt::format("on rank {}: ", first_bad), problem);
-  return 2;
+  return problem;
+}
+
+// Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
+// table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
+std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
+                              const std::string& rank_table, const gf::Communicator& world, gf::Config& cfg) {
+  const int rank = world.rank();
+  std::string problem;
+  try {
+    cfg = gf::load_config(config_path, sets);
+    if (cfg.run_mode == "predict")
+      problem = "run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval";
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
+  try {
+    gf::setup_logging(cfg.output_dir, rank, rank == 0);
+  } catch (const std::exception& e) {
+    problem = fmt::format("output_dir `{}`: cannot create the log directory ({}); set output_dir to a directory this "
+                          "user can write (--set output_dir=...)", cfg.output_dir, describe(e));
+  }
+  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
+  for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
+  if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
+  return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
 }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
@@ -71,53 +109,47 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
   gf::setup_console_logging(rank);
-  gf::Config cfg;
-  try {
-    cfg = gf::load_config(config_path, sets);
-  } catch (const std::exception& e) {
-    if (rank == 0) std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  }
   const int threads = threads_per_rank();
   omp_set_num_threads(threads);
   gf::gemm_set_threads(threads);
-  gf::setup_logging(cfg.output_dir, rank, rank == 0);
-  for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
-  if (const int status = check_rank_table(rank_table, world); status != 0) return status;
-  const auto& p = cfg.parallel;
-  if (const auto problems = gf::layout_problems(cfg, world.size()); !problems.empty()) {
-    if (rank == 0) {
-      std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world.size());
-      for (const auto& s : problems) msg += "\n  " + s;
-      const std::string fit = gf::suggest_layout(cfg, world.size());
-      msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
-                                       world.size())
-                         : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world.size(), fit);
-      spdlog::error("{}", msg);
-    }
-    return 2;
+  gf::Config cfg;
+  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
   }
-  int status = 0;
+  const auto& p = cfg.parallel;
   const int world_size = world.size();
+  gf::ParallelContext ctx = gf::ParallelContext::build(
+      std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
+                                        static_cast<int>(p.pipeline_stage)));
+  spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
+  // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
+  // with the others: one message, status 2 on every rank.
+  std::unique_ptr<gf::Trainer> trainer;
+  std::string problem;
   try {
-    gf::ParallelContext ctx = gf::ParallelContext::build(
-        std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
-                                          static_cast<int>(p.pipeline_stage)));
-    spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
-    gf::install_stop_handlers();
-    if (cfg.run_mode == "predict")
-      throw std::runtime_error("run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval");
-    gf::Trainer trainer(cfg, ctx, gf::apply_machine_probe(threads));  // fp32 GEMM backend and MFU peak
+    trainer = std::make_unique<gf::Trainer>(cfg, ctx, gf::apply_machine_probe(threads));  // fp32 GEMM backend, MFU peak
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
+  }
+  gf::install_stop_handlers();
+  int status = 0;
+  try {
     if (cfg.run_mode == "eval") {
-      const double loss = trainer.evaluate();
+      const double loss = trainer->evaluate();
       spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
                    cfg.eval_data.eval_iters);
     } else {
-      status = trainer.run();
-      if (status == 0 && !save_weights.empty()) trainer.save_weights(save_weights);
+      status = trainer->run();
+      if (status == 0 && !save_weights.empty()) trainer->save_weights(save_weights);
     }
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    // Past set-up the other ranks may be inside a collective: this rank says what failed and stops them all.
+    spdlog::error("{}{}", world_size == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
     spdlog::default_logger()->flush();
     if (world_size == 1) return 1;
     gf::MpiEnvironment::abort(1);
@@ -148,6 +180,11 @@ int main(int argc, char** argv) {
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
   config->add_option("--set", sets, "override a key (repeatable)");
+  int ranks = 0;
+  config->add_option("--ranks", ranks,
+                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
+                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+      ->check(CLI::Range(1, 1 << 24));
 
   std::string vocab, merges;
   bool decode = false;
@@ -156,17 +193,33 @@ int main(int argc, char** argv) {
   tok->add_option("--merge-file", merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
   tok->add_flag("--decode", decode, "read ids, print text");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "error: " << e.what() << " (gridformer --help, gridformer SUBCOMMAND --help)\n";
+    return kSetupError;
+  }
 
   if (*config) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      // The parallel axes that are not built yet are refused here too; with --ranks N, the whole layout check.
+      std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
+      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); msg.empty() && !unbuilt.empty()) {
+        msg = config_path + ": " + std::to_string(unbuilt.size()) + " problem(s) in the config:";
+        for (const auto& u : unbuilt) msg += "\n  " + u;
+      }
+      if (!msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
       std::cout << gf::dump_resolved(cfg);
       return 0;
     } catch (const std::exception& e) {
-      std::cerr << "error: " << e.what() << "\n";
-      return 2;
+      std::cerr << "error: " << describe(e) << "\n";
+      return kSetupError;
     }
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);

@@ -133,8 +133,9 @@ void Trainer::log_setup() const {
   for (const auto& p : model_->params().specs()) nparams += p.global_numel();
   const bool vocab_split = !m.vocab_emb_dp && ctx_.grid.tp() > 1;
   const int64_t vp = m.padded_vocab(vocab_split ? ctx_.grid.tp() : 1);
-  spdlog::info("model {} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters", m.arch, m.type,
-               m.num_layers, m.hidden_size, m.num_heads, m.vocab_size, m.seq_length, nparams);
+  spdlog::info("model {}{} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters",
+               cfg_.model_name.empty() ? "" : cfg_.model_name + ": ", m.arch, m.type, m.num_layers, m.hidden_size,
+               m.num_heads, m.vocab_size, m.seq_length, nparams);
   if (vp != m.vocab_size)
     spdlog::info("vocabulary {} padded to {} (a multiple of {}{}); the {} padding logits are masked out of the softmax, "
                  "so the loss is that of the {}-token vocabulary",
@@ -194,6 +195,12 @@ void Trainer::log_setup() const {
   spdlog::info("training {} steps ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
                "averages over the steps since the previous line (step 1, the start-up, alone; evaluation not counted)",
                total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"));
+}
+
+bool Trainer::eval_due(int64_t step) const {
+  if (step == total_steps_) return true;
+  if (cfg_.eval_step_interval > 0 && step % cfg_.eval_step_interval == 0) return true;
+  return cfg_.eval_epoch_interval > 0 && steps_per_epoch_ > 0 && step % (cfg_.eval_epoch_interval * steps_per_epoch_) == 0;
 }
 
 StepResult Trainer::train_step(int64_t step) {
@@ -343,7 +350,7 @@ int Trainer::run() {
       const Interval iv = meter.close(now());
       log_step(step, r, iv, meter.steady_ms_per_step());
     }
-    if (eval_data_ && (step % cfg_.eval_step_interval == 0 || step == total_steps_)) {
+    if (eval_data_ && eval_due(step)) {
       const double t0 = now();
       const double loss = evaluate();
       spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,

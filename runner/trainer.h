@@ -62,6 +62,9 @@ class Trainer {
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
   void log_setup() const;
   void write_run_start();
+  // Whether to evaluate after `step` (do_eval): every eval_step_interval steps, at the end of every
+  // eval_epoch_interval-th epoch, and after the last step.
+  bool eval_due(int64_t step) const;
   // Without ZeRO this rank's optimizer updates the whole arena, so it can also write the weights'
   // low-precision copy; under ZeRO the forward converts the gathered weights.
   bool optimizer_updates_every_weight() const {

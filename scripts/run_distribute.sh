@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts gridformer's ranks from a MindFormers rank table under OpenMPI's mpirun, with
 # MindFormers' arguments, and supervises them: one rank failing stops all of them, the script
-# names it and shows the end of its log. See docs/distributed.md.
+# names it and shows its errors whole. It fails fast: the layout is checked against the table
+# and the other servers are probed over ssh before anything starts, ssh has a connection
+# timeout, and nothing it started outlives it. See docs/distributed.md.
 set -uo pipefail
 
 PROG=run_distribute.sh
@@ -19,13 +21,20 @@ usage: bash scripts/run_distribute.sh RANK_TABLE CONFIG DEVICE_RANGE RUN_MODE [R
 
 Starts `mpirun -np RANK_SIZE gridformer train --config CONFIG --set run_mode=RUN_MODE` with
 RANK_TABLE_FILE=RANK_TABLE; mpirun's output goes to <output_dir>/log/mpirun.log, each rank's log to
-<output_dir>/log/rank_N/gridformer.log (output_dir from the config, default ./output).
+<output_dir>/log/rank_N/gridformer.log (output_dir from the config, default ./output). First checks
+the config and its parallel layout on RANK_SIZE ranks (gridformer config --ranks RANK_SIZE) and, with
+several servers, that ssh reaches each of them. As root, mpirun gets --allow-run-as-root.
 
 environment:
   GRIDFORMER_BIN  the gridformer binary (default: <this script's dir>/../build/bin/gridformer)
   RANK_TABLE_BIN  the rank_table tool (default: next to GRIDFORMER_BIN)
   MPIRUN          mpirun to use (default: mpirun); MPIRUN_ARGS: extra mpirun options (split on spaces)
   GF_STOP_TIMEOUT seconds to wait for the ranks after SIGINT/SIGTERM before killing mpirun (default 20)
+  GF_CONNECT_TIMEOUT  seconds ssh may take to connect to a server (default 10): the remote servers are
+                  probed with `ssh -o ConnectTimeout=N -o BatchMode=yes HOST true` before launch, and
+                  mpirun's ssh agent gets the same options
+  GF_PROBE        0: do not probe the remote servers; 1: probe them in a dry run too (default: before a launch)
+  GF_PROGRESS_INTERVAL  seconds between progress lines while the job runs (default 30)
   GF_DRY_RUN=1    check everything, write the hostfile/rankfile, print the mpirun command, start nothing
 EOF
   exit "${1:-2}"
@@ -64,6 +73,50 @@ TOOL=${RANK_TABLE_BIN:-$(dirname "$BIN")/rank_table}
 [ -x "$TOOL" ] || die "no rank_table tool at $TOOL: build it with gridformer, or set RANK_TABLE_BIN"
 MPIRUN=${MPIRUN:-mpirun}
 command -v "$MPIRUN" >/dev/null || die "$MPIRUN not found (Debian: apt-get install openmpi-bin), or set MPIRUN"
+CONNECT_TIMEOUT=${GF_CONNECT_TIMEOUT:-10} PROGRESS_INTERVAL=${GF_PROGRESS_INTERVAL:-30} PROBE=${GF_PROBE:-}
+[[ $CONNECT_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "GF_CONNECT_TIMEOUT '$CONNECT_TIMEOUT' is not a positive number of seconds"
+[[ $PROGRESS_INTERVAL =~ ^[1-9][0-9]*$ ]] || die "GF_PROGRESS_INTERVAL '$PROGRESS_INTERVAL' is not a positive number of seconds"
+case "$PROBE" in "" | 0 | 1) ;; *) die "GF_PROBE '$PROBE': expected 0 (never probe) or 1 (probe in a dry run too)" ;; esac
+
+# ---- children: nothing this script starts outlives it ---------------------------------------------
+# mpirun runs in a session of its own (setsid): its ssh children and the ranks put themselves in
+# process groups of their own but stay in that session, so on exit every process left in it is
+# stopped (SIGTERM, then SIGKILL). Each ssh probe runs under timeout(1), which makes a process group
+# of its own. Ctrl-C at a terminal reaches only this script's group; the script decides what the
+# ranks get (SIGINT/SIGTERM below).
+MPI_PID="" PROBE_PIDS=()
+# session_pids: the live processes of mpirun's session (its id is mpirun's pid). Nothing if that pid
+# now belongs to another program (mpirun gone and the number reused).
+session_pids() {
+  local leader
+  leader=$(ps -o comm= -p "$MPI_PID" 2>/dev/null)
+  case "$leader" in "" | setsid | mpirun | orterun | mpiexec | "$(basename "$MPIRUN")") ;; *) return 0 ;; esac
+  ps --sid "$MPI_PID" -o pid=,stat= 2>/dev/null | awk '$2 !~ /^Z/ {print $1}'
+}
+cleanup_children() {
+  local pid left i
+  for pid in "${PROBE_PIDS[@]}"; do # still this script's child: the probe's group (timeout and its ssh)
+    [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = $$ ] && kill -KILL -- "-$pid" 2>/dev/null
+  done
+  [ -n "$MPI_PID" ] || return 0
+  left=$(session_pids)
+  [ -n "$left" ] || return 0
+  say "stopping what is left of mpirun's session: $(ps -o pid=,comm= -p "$(paste -sd, <<<"$left")" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}')"
+  kill -TERM $left 2>/dev/null
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.2
+    left=$(session_pids)
+    [ -n "$left" ] || return 0
+  done
+  kill -KILL $left 2>/dev/null
+  for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2; [ -n "$(session_pids)" ] || return 0; done
+  say "could not stop: $(session_pids | paste -sd' ')"
+}
+trap cleanup_children EXIT
+# Until mpirun has started, a signal just ends the script (the EXIT trap stops the probes).
+early_signal() { say "SIG$1: stopping before anything started"; [ "$1" = INT ] && exit 130; exit 143; }
+trap 'early_signal INT' INT
+trap 'early_signal TERM' TERM
 
 # ---- the rank table -----------------------------------------------------------------------------
 summary=$("$TOOL" check "$TABLE" 2>&1) || die "${summary#error: }"
@@ -75,16 +128,6 @@ for line in "${SERVER_LINES[@]}"; do
   read -r _ _ id _ count _ ranks _ devices <<<"$line"
   SERVER_IDS+=("$id") SERVER_COUNTS+=("$count") SERVER_RANKS+=("$ranks") SERVER_DEVICES+=("$devices")
 done
-
-# ---- the config: valid, and where its output goes -----------------------------------------------
-resolved=$("$BIN" config --config "$CONFIG" --set run_mode="$RUN_MODE" 2>"${TMPDIR:-/tmp}/gf_rd_config.$$") || {
-  cat "${TMPDIR:-/tmp}/gf_rd_config.$$" >&2; rm -f "${TMPDIR:-/tmp}/gf_rd_config.$$"
-  die "CONFIG $CONFIG has the problems above"
-}
-rm -f "${TMPDIR:-/tmp}/gf_rd_config.$$"
-OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^[\"']//; s/[\"']\$//")
-OUT=${OUT:-./output}
-LOGDIR=$OUT/log
 
 # ---- does the range fit the table? --------------------------------------------------------------
 if ((S == 1)); then
@@ -108,10 +151,27 @@ else
   fi
   ((RANK_SIZE == N)) || die "RANK_SIZE $RANK_SIZE but the rank table $TABLE has $N rank(s) on $S servers; give RANK_SIZE $N"
   ((mine >= 0)) || die "DEVICE_RANGE $RANGE is not the rank range of any server in $TABLE; the servers' ranges are:${ranges%;}"
-  if ((mine != 0)); then
-    say "ranks $START..$((END - 1)) (server ${SERVER_IDS[mine]}) are started by mpirun from the server of rank 0 (${SERVER_IDS[0]}): run this script there with DEVICE_RANGE [0,${SERVER_COUNTS[0]}); nothing to start here"
-    exit 0
-  fi
+fi
+
+# ---- the config: valid, laid out for RANK_SIZE ranks, and where its output goes --------------------
+# `gridformer config --ranks N` runs the check every rank runs at start and prints the same message.
+config_err=$(mktemp "${TMPDIR:-/tmp}/gf_rd_config.XXXXXX") || die "cannot create a temporary file"
+resolved=$("$BIN" config --config "$CONFIG" --set run_mode="$RUN_MODE" --ranks "$RANK_SIZE" 2>"$config_err")
+config_status=$?
+config_problems=$(cat "$config_err"); rm -f "$config_err"
+if ((config_status != 0)); then
+  echo "$config_problems" >&2
+  grep -q '^error: the parallel layout does not fit' <<<"$config_problems" &&
+    die "the parallel layout of $CONFIG does not fit RANK_SIZE $RANK_SIZE (the rank table's rank count): change parallel_config as above, or use a rank table of the size the layout needs; nothing started (every rank would stop with this message)"
+  die "CONFIG $CONFIG has the problems above"
+fi
+OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^[\"']//; s/[\"']\$//")
+OUT=${OUT:-./output}
+LOGDIR=$OUT/log
+
+if ((S > 1 && mine != 0)); then
+  say "ranks $START..$((END - 1)) (server ${SERVER_IDS[mine]}) are started by mpirun from the server of rank 0 (${SERVER_IDS[0]}): run this script there with DEVICE_RANGE [0,${SERVER_COUNTS[0]}); nothing to start here"
+  exit 0
 fi
 
 # ---- placement: one rank per device slot (a core) when the cores suffice ------------------------
@@ -155,13 +215,118 @@ export RANK_TABLE_FILE=$TABLE
 exports=(-x RANK_TABLE_FILE)
 for v in OMP_NUM_THREADS LD_LIBRARY_PATH; do [ -n "${!v:-}" ] && exports+=(-x "$v"); done
 read -r -a extra <<<"${MPIRUN_ARGS:-}"
-cmd=("$MPIRUN" -np "$RANK_SIZE" "${placement[@]}" --mca orte_abort_on_non_zero_status 1 "${exports[@]}" "${extra[@]}"
-  "$BIN" train --config "$CONFIG" --set run_mode="$RUN_MODE")
+
+# ---- as root: allowed, with a warning -----------------------------------------------------------
+root_opts=()
+if [ "$(id -u)" -eq 0 ]; then
+  say "warning: running as root; a non-root account is recommended for training (Open MPI refuses root unless told, and Huawei's Ascend Megatron-LM adaptation advises a normal user): mpirun gets --allow-run-as-root"
+  [[ " ${extra[*]} " == *" --allow-run-as-root "* ]] || root_opts=(--allow-run-as-root)
+fi
+
+# ---- remote servers: mpirun's ssh with a connection timeout, and a probe of each ---------------
+# mpirun starts a daemon on every other server with its rsh agent, ssh by default. Without a
+# timeout, ssh to a host that never answers waits out the kernel's TCP retries (minutes), and
+# without BatchMode it may wait for a password nobody types. The agent is
+# "ssh -o ConnectTimeout=N -o BatchMode=yes" (OpenMPI splits plm_rsh_agent on spaces; ':' separates
+# alternatives). An agent the user set (MPIRUN_ARGS, OMPI_MCA_plm_rsh_agent or an mca-params.conf
+# file) is kept as it is: a second --mca plm_rsh_agent would be joined to it with a comma.
+OMPI_INFO_OUT="" # what ompi_info says of the rsh launcher's parameters (environment and mca-params.conf files)
+user_mca() { # user_mca NAME SYNONYM...: "SOURCE<tab>VALUE" of an MCA parameter the user set, nothing if it is the default
+  local i n v src
+  for ((i = 0; i + 2 < ${#extra[@]}; i++)); do
+    case ${extra[i]} in -mca | --mca | -gmca | --gmca) ;; *) continue ;; esac
+    for n in "$@"; do [ "${extra[i + 1]}" = "$n" ] && { printf 'MPIRUN_ARGS\t%s\n' "${extra[i + 2]}"; return; }; done
+  done
+  for n in "$@"; do v=OMPI_MCA_$n; [ -n "${!v:-}" ] && { printf '%s\t%s\n' "$v" "${!v}"; return; }; done
+  src=$(sed -n "s/^mca:plm:rsh:param:$1:source://p" <<<"$OMPI_INFO_OUT")
+  [ -n "$src" ] && [ "$src" != default ] || return 0
+  v=$(sed -n "s/^mca:plm:rsh:param:$1:value://p" <<<"$OMPI_INFO_OUT")
+  v=${v#\"} v=${v%\"}
+  printf '%s\t%s\n' "$src" "$v"
+}
+REMOTE=() AGENT=() RSH_ARGS=() agent_opts=()
+if ((S > 1)); then
+  THIS_HOST=$({ hostname; hostname -s; hostname -I | tr ' ' '\n'; ip -o addr show | awk '{sub(/\/.*/, "", $4); print $4}'; } 2>/dev/null | sed '/^$/d')
+  for id in "${SERVER_IDS[@]}"; do
+    case "$id" in localhost | 127.* | ::1) continue ;; esac
+    grep -qxF -- "$id" <<<"$THIS_HOST" || REMOTE+=("$id")
+  done
+  info=$(dirname "$(command -v "$MPIRUN")")/ompi_info
+  [ -x "$info" ] || info=$(command -v ompi_info) || info=""
+  [ -z "$info" ] || OMPI_INFO_OUT=$("$info" --parsable --level 9 --param plm rsh 2>/dev/null)
+  IFS=$'\t' read -r agent_from agent_value <<<"$(user_mca plm_rsh_agent orte_rsh_agent pls_rsh_agent)"
+  IFS=$'\t' read -r _ args_value <<<"$(user_mca plm_rsh_args)"
+  read -r -a RSH_ARGS <<<"${args_value:-}"
+  if [ -n "${agent_value:-}" ]; then
+    read -r -a AGENT <<<"${agent_value%%:*}"
+    say "ssh agent: your plm_rsh_agent '$agent_value' (from $agent_from) is used as it is; GF_CONNECT_TIMEOUT is not added to it (add -o ConnectTimeout=$CONNECT_TIMEOUT -o BatchMode=yes yourself)"
+  else
+    AGENT=(ssh -o ConnectTimeout="$CONNECT_TIMEOUT" -o BatchMode=yes)
+    agent_opts=(--mca plm_rsh_agent "${AGENT[*]}")
+  fi
+  if ((${#REMOTE[@]})) && ! command -v "${AGENT[0]}" >/dev/null; then
+    [ "${GF_DRY_RUN:-0}" = 1 ] || die "${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
+    say "warning: ${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
+  fi
+fi
+
+# probe_remote: every remote server at once, with mpirun's own agent; names each one that does not
+# answer and says what to do. Each probe is bounded by timeout(1) as well, should ssh hang after
+# connecting.
+probe_reason() { # probe_reason HOST STATUS OUTPUT
+  case "$3" in
+    *"timed out"*) echo "no answer${agent_opts[*]:+ within $CONNECT_TIMEOUT s}: check the address (server_id in the rank table), that the host is up, and that its ssh port is open from here" ;;
+    *"No route to host"* | *"Network is unreachable"*) echo "no route to it from here: check the address (server_id in the rank table) and the network" ;;
+    *"Could not resolve hostname"* | *"Name or service not known"*) echo "the name does not resolve: check server_id in the rank table, or add it to /etc/hosts" ;;
+    *"Connection refused"*) echo "it answers but nothing listens on the ssh port: start sshd there" ;;
+    *"Host key verification failed"*) echo "its host key is not known here and BatchMode cannot ask: connect once by hand (ssh $1 true) or add it (ssh-keyscan $1 >> ~/.ssh/known_hosts)" ;;
+    *"Permission denied"*) echo "ssh wants a password: set up passwordless ssh for $(id -un) (ssh-keygen; ssh-copy-id $1)" ;;
+    *) if (($2 == 124 || $2 == 137)); then echo "ssh did not finish within $((CONNECT_TIMEOUT + 10)) s"; else echo "ssh failed with status $2"; fi ;;
+  esac
+}
+probe_remote() {
+  local dir i bad=0 statuses=() start=$SECONDS
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/gf_rd_probe.XXXXXX") || die "cannot create a temporary directory"
+  say "checking ssh to ${#REMOTE[@]} remote server(s) (${REMOTE[*]}): ${AGENT[*]}${RSH_ARGS[*]:+ ${RSH_ARGS[*]}} HOST true"
+  for i in "${!REMOTE[@]}"; do
+    timeout -k 2 $((CONNECT_TIMEOUT + 10)) "${AGENT[@]}" "${RSH_ARGS[@]}" "${REMOTE[i]}" true </dev/null >"$dir/$i" 2>&1 &
+    PROBE_PIDS+=($!)
+  done
+  for i in "${!REMOTE[@]}"; do wait "${PROBE_PIDS[i]}"; statuses[i]=$?; done
+  PROBE_PIDS=()
+  for i in "${!REMOTE[@]}"; do
+    ((statuses[i] == 0)) && continue
+    ((bad++ == 0)) && say "cannot reach these servers over ssh (mpirun starts a daemon on each this way):"
+    echo "  ${REMOTE[i]}: $(probe_reason "${REMOTE[i]}" "${statuses[i]}" "$(cat "$dir/$i")")" >&2
+    sed '/^[[:space:]]*$/d; s/^/      /' "$dir/$i" | tail -n 3 >&2
+  done
+  rm -rf "$dir"
+  ((bad == 0)) || die "$bad of ${#REMOTE[@]} remote server(s) unreachable (checked in $((SECONDS - start)) s); fix them or the rank table; nothing started (GF_PROBE=0 skips this check)"
+  say "ssh reaches all ${#REMOTE[@]} remote server(s) ($((SECONDS - start)) s)"
+}
+
+cmd=("$MPIRUN" -np "$RANK_SIZE" "${placement[@]}" "${root_opts[@]}" --mca orte_abort_on_non_zero_status 1
+  "${agent_opts[@]}" "${exports[@]}" "${extra[@]}" "$BIN" train --config "$CONFIG" --set run_mode="$RUN_MODE")
 
 say "$RANK_SIZE rank(s) from $TABLE ($S server(s)), run_mode $RUN_MODE, config $CONFIG"
 say "placement: $note"
 say "mpirun output: $LOGDIR/mpirun.log; rank logs: $LOGDIR/rank_N/gridformer.log"
-say "command: ${cmd[*]}"
+shell_words() { # the words as a shell would read them back: plain, or in single quotes
+  local w out=""
+  for w in "$@"; do
+    [[ $w =~ ^[A-Za-z0-9_./=:,@%+-]+$ ]] || w="'${w//\'/\'\\\'\'}'"
+    out+="${out:+ }$w"
+  done
+  echo "$out"
+}
+say "command: $(shell_words "${cmd[@]}")"
+if ((${#REMOTE[@]})); then
+  if [ "$PROBE" = 1 ] || { [ -z "$PROBE" ] && [ "${GF_DRY_RUN:-0}" != 1 ]; }; then
+    probe_remote
+  else
+    say "remote servers not probed (${REMOTE[*]})$([ "$PROBE" = 0 ] && echo ": GF_PROBE=0" || echo "; GF_PROBE=1 probes them in a dry run")"
+  fi
+fi
 if [ "${GF_DRY_RUN:-0}" = 1 ]; then
   say "GF_DRY_RUN=1: nothing started"
   exit 0
@@ -183,15 +348,12 @@ is_gridformer() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q "gridfor
 # on every server, stop together between steps with status 128+signal, and mpirun ends.
 # (Signalling mpirun instead is no good: OpenMPI 4 waits odls_base_sigkill_timeout, sends SIGTERM
 # and then SIGKILL almost at once, so ranks die mid-step without a word.) mpirun itself gets
-# SIGTERM only if no rank could be signalled or the ranks have not stopped after GF_STOP_TIMEOUT
-# seconds, and SIGKILL 10 s after that, or at a second signal.
-MPI_PID="" STOP_SIGNAL="" STOP_DEADLINE=0 MPI_TERMED=0
+# SIGTERM if no rank could be signalled (then, if it has not ended within 5 s, its whole session
+# is killed), or if the ranks have not stopped after GF_STOP_TIMEOUT seconds, and SIGKILL 10 s after
+# that, or at a second signal. Whatever is left of mpirun's session when the script exits is
+# stopped by the EXIT trap (cleanup_children).
+STOP_SIGNAL="" STOP_DEADLINE=0 MPI_TERMED=0 NO_RANKS=0 BEFORE_RANKS=0
 on_signal() {
-  if [ -z "$MPI_PID" ]; then
-    say "SIG$1 before mpirun started"
-    [ "$1" = INT ] && exit 130
-    exit 143
-  fi
   if [ -n "$STOP_SIGNAL" ]; then
     say "second signal: killing mpirun"
     kill -KILL "$MPI_PID" 2>/dev/null
@@ -204,22 +366,53 @@ on_signal() {
     pid=$(rank_pid "$r")
     if [ -n "$pid" ] && is_gridformer "$pid" && kill -"$1" "$pid" 2>/dev/null; then signalled=$((signalled + 1)); fi
   done
-  say "SIG$1: sent SIG$1 to $signalled rank(s) on this host; all ranks stop together between steps"
-  if ((signalled == 0)); then
-    say "no rank to signal yet: asking mpirun to stop the job"
+  if ((signalled > 0)); then
+    say "SIG$1: sent SIG$1 to $signalled rank(s) on this host; all ranks stop together between steps"
+  else
+    say "SIG$1: no rank has started on this host yet: asking mpirun to stop the job"
     kill -TERM "$MPI_PID" 2>/dev/null
-    MPI_TERMED=1
+    MPI_TERMED=1 NO_RANKS=1 BEFORE_RANKS=1 STOP_DEADLINE=$((SECONDS + 5))
   fi
 }
+# A signal between starting mpirun and knowing its pid is held until the pid is known.
+PENDING_SIGNAL=""
+trap 'PENDING_SIGNAL=INT' INT
+trap 'PENDING_SIGNAL=TERM' TERM
+setsid -w "${cmd[@]}" >"$LOGDIR/mpirun.log" 2>&1 </dev/null &
+MPI_PID=$! T0=$SECONDS
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
-"${cmd[@]}" >"$LOGDIR/mpirun.log" 2>&1 &
-MPI_PID=$!
-say "started mpirun (pid $MPI_PID)"
+if ((S > 1)); then
+  say "started mpirun (pid $MPI_PID): a daemon on each of ${#REMOTE[@]} remote server(s) over ssh (connect timeout ${CONNECT_TIMEOUT} s), then $RANK_SIZE rank(s); progress every $PROGRESS_INTERVAL s"
+else
+  say "started mpirun (pid $MPI_PID): $RANK_SIZE rank(s); progress every $PROGRESS_INTERVAL s"
+fi
+[ -n "$PENDING_SIGNAL" ] && on_signal "$PENDING_SIGNAL"
 
+# progress: one line on how far the job is, so the console is never silent for long.
+progress() {
+  local r started=0 step last
+  for ((r = 0; r < N; r++)); do [ -n "$(rank_pid "$r")" ] && started=$((started + 1)); done
+  step=$(grep -a 'step:\[' "$LOGDIR/mpirun.log" 2>/dev/null | tail -1 | sed -n 's/.*\(step:\[[^]]*\]\), \(loss: [^,]*\).*/\1, \2/p')
+  if ((started == 0)); then
+    last=$(grep -av -e '^[[:space:]]*$' -e '^-----' "$LOGDIR/mpirun.log" 2>/dev/null | tail -1 | cut -c1-200)
+    say "$((SECONDS - T0)) s: no rank has logged its start yet$( ((S > 1)) && echo " (mpirun starts its daemons over ssh first)")${last:+; mpirun.log: $last}"
+  elif [ -z "$step" ]; then
+    say "$((SECONDS - T0)) s: $started of $N rank(s) have logged their start; no step yet"
+  else
+    say "$((SECONDS - T0)) s: $started of $N rank(s) have logged their start; rank 0 at $step"
+  fi
+}
+
+next_progress=$((SECONDS + PROGRESS_INTERVAL))
 while kill -0 "$MPI_PID" 2>/dev/null; do
   if [ -n "$STOP_SIGNAL" ]; then
-    if ((SECONDS >= STOP_DEADLINE && MPI_TERMED == 0)); then
+    if ((NO_RANKS && SECONDS >= STOP_DEADLINE)); then
+      say "mpirun did not stop within 5 s: killing its session"
+      # shellcheck disable=SC2046 # one pid per word
+      kill -KILL $(session_pids) 2>/dev/null
+      NO_RANKS=0 STOP_DEADLINE=$((SECONDS + 10))
+    elif ((SECONDS >= STOP_DEADLINE && MPI_TERMED == 0)); then
       say "the ranks did not stop within ${GF_STOP_TIMEOUT:-20} s: asking mpirun to stop the job"
       kill -TERM "$MPI_PID" 2>/dev/null
       MPI_TERMED=1
@@ -229,12 +422,18 @@ while kill -0 "$MPI_PID" 2>/dev/null; do
     fi
     sleep 0.2
   else
-    wait "$MPI_PID" # returns when mpirun ends or a trapped signal arrives
+    sleep 0.5 & # a trapped signal interrupts this wait at once
+    wait $!
+    if ((SECONDS >= next_progress)) && [ -z "$STOP_SIGNAL" ]; then
+      progress
+      next_progress=$((SECONDS + PROGRESS_INTERVAL))
+    fi
   fi
 done
 wait "$MPI_PID"
 STATUS=$?
-trap - INT TERM
+trap 'exit 130' INT # from here a signal just ends the script (the EXIT trap still sweeps mpirun's session)
+trap 'exit 143' TERM
 
 # No rank of this run may outlive mpirun (mpirun kills them; this is the check, and the last resort).
 for ((r = 0; r < N; r++)); do
@@ -246,7 +445,11 @@ for ((r = 0; r < N; r++)); do
 done
 
 if [ -n "$STOP_SIGNAL" ]; then
-  say "stopped by SIG$STOP_SIGNAL; all ranks stopped (mpirun status $STATUS)"
+  if ((BEFORE_RANKS)); then
+    say "stopped by SIG$STOP_SIGNAL before any rank started here (mpirun status $STATUS)"
+  else
+    say "stopped by SIG$STOP_SIGNAL; all ranks stopped (mpirun status $STATUS)"
+  fi
   [ "$STOP_SIGNAL" = INT ] && exit 130
   exit 143
 fi
@@ -254,6 +457,26 @@ if ((STATUS == 0)); then
   say "all $RANK_SIZE rank(s) finished; logs in $LOGDIR"
   exit 0
 fi
+
+# error_blocks SEEN FILE: the [error]/[critical] records of gridformer's logs in FILE, each with all
+# its lines (a message may span several; a record ends at the next record, a blank line or mpirun's
+# own output), leaving out those also in SEEN and repeats (rank 0's console copy in mpirun.log and
+# its log file hold the same records); the last 10.
+error_blocks() {
+  awk '
+    function flush(key) {
+      if (block != "") {
+        key = block; sub(/^\[[^]]*\] /, "", key)
+        if (!(key in seen)) { seen[key] = 1; if (!quiet) out[++n] = block }
+      }
+      block = ""
+    }
+    FNR == 1 { flush(); quiet = (FILENAME == ARGV[1]) }
+    /^\[[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] / { flush(); if ($0 ~ /\] \[(error|critical)\] /) block = $0; next }
+    block != "" && (/^[[:space:]]*$/ || /^-----/ || /^\[[^] ]*:[0-9]+\] / || /^(mpirun|Primary job|prterun|ORTE) /) { flush(); next }
+    block != "" { block = block "\n" $0 }
+    END { flush(); for (i = (n > 10 ? n - 9 : 1); i <= n; i++) print out[i] }' "$@"
+}
 
 # A rank failed: mpirun names it ("process rank 3 with PID ... exited on signal 9 (Killed)", or
 # "The first process to do so was: Process name: [[jobid,1],3] Exit code: 2").
@@ -265,9 +488,14 @@ if [ -z "$failed" ]; then
   code=$(sed -n 's/.*Exit code:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$MLOG" | head -1)
   [ -n "$code" ] && how="exited with status $code"
 fi
+rank_errors=""
+[ -n "$failed" ] && rank_errors=$(error_blocks /dev/null <(this_run_log "$failed"))
 if [ -n "$failed" ]; then
   say "rank $failed failed (${how:-see $MLOG}); mpirun stopped the other ranks (mpirun status $STATUS)"
-  if [ -n "$(this_run_log "$failed")" ]; then
+  if [ -n "$rank_errors" ]; then
+    say "the errors rank $failed logged ($LOGDIR/rank_$failed/gridformer.log):"
+    echo "$rank_errors" >&2
+  elif [ -n "$(this_run_log "$failed")" ]; then
     say "last 20 lines of $LOGDIR/rank_$failed/gridformer.log:"
     this_run_log "$failed" | tail -n 20 >&2
   else
@@ -275,10 +503,23 @@ if [ -n "$failed" ]; then
     tail -n 20 "$MLOG" >&2
   fi
 else
-  say "mpirun failed with status $STATUS and named no rank; last 20 lines of $MLOG:"
-  tail -n 20 "$MLOG" >&2
+  ssh_lines=$(grep -a -E '^ssh: |Permission denied|Host key verification failed|Could not resolve hostname' "$MLOG" | sort -u)
+  if [ -n "$ssh_lines" ]; then
+    say "mpirun could not start its daemons over ssh:"
+    echo "$ssh_lines" >&2
+    say "every server needs passwordless ssh from this host ('${AGENT[*]:-ssh} HOST true' must work without a prompt) and its right address as server_id in the rank table"
+    say "mpirun failed with status $STATUS; its whole report: $MLOG"
+  else
+    say "mpirun failed with status $STATUS and named no rank; last 20 lines of $MLOG:"
+    tail -n 20 "$MLOG" >&2
+  fi
 fi
-# Errors the runner reported (rank 0 reports the ones every rank shares, such as a config or rank table problem).
-errors=$(grep -a '\] \[error\] ' "$MLOG" | tail -n 5)
+# The other errors the ranks reported, each whole (rank 0 reports the ones every rank shares, such
+# as a config or rank table problem, on its console, which mpirun.log holds).
+if [ -n "$failed" ]; then
+  errors=$(error_blocks <(this_run_log "$failed") "$MLOG")
+else
+  errors=$(error_blocks /dev/null "$MLOG")
+fi
 [ -n "$errors" ] && { say "errors reported by the ranks (from $MLOG):"; echo "$errors" >&2; }
 exit "$STATUS"

@@ -8,9 +8,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
+# openssh-client: mpirun reaches the other servers of a rank table over ssh, and run_distribute.sh
+# probes them with it; iproute2: the launcher test's network namespaces (tests/integration/run_distribute_launch.sh).
 PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmpi-bin libeigen3-dev
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
-          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm)
+          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   # node and npm may be installed outside Debian's packages: working binaries are enough.
@@ -26,8 +28,35 @@ if ((${#missing[@]})); then
 fi
 
 BUILD="${GF_BUILD_DIR:-$ROOT/build}"
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "${GF_JOBS:-2}"
+mkdir -p "$BUILD"
+# The compiler's output goes to build/build.log; the console gets one progress line per stage (and
+# the end of the log if the build fails). CI builds with warnings as errors.
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release)
+[ -n "${CI:-}" ] && CMAKE_ARGS+=(-DGF_WERROR=ON)
+echo "setup: configuring ($BUILD)"
+cmake -S "$ROOT" -B "$BUILD" "${CMAKE_ARGS[@]}" > "$BUILD/configure.log" 2>&1 || {
+  tail -40 "$BUILD/configure.log" >&2; echo "setup: cmake configure failed (log: $BUILD/configure.log)" >&2; exit 1; }
+echo "setup: building with ${GF_JOBS:-2} jobs (compiler output: $BUILD/build.log)"
+build_status=0
+cmake --build "$BUILD" -j "${GF_JOBS:-2}" > "$BUILD/build.log" 2>&1 &
+build_pid=$!
+trap 'kill $build_pid 2>/dev/null' INT TERM
+last=""
+while kill -0 "$build_pid" 2>/dev/null; do
+  sleep 10
+  pct=$(grep -o '^\[ *[0-9]*%\]' "$BUILD/build.log" | tail -1 | tr -d '[] ' || true)
+  if [ -n "$pct" ] && [ "$pct" != "$last" ]; then echo "setup: build $pct"; last=$pct; fi
+done
+wait "$build_pid" || build_status=$?
+trap - INT TERM
+if [ "$build_status" -ne 0 ]; then
+  grep -E -A12 'error|Error' "$BUILD/build.log" | head -80 >&2 || tail -60 "$BUILD/build.log" >&2
+  echo "setup: build failed (log: $BUILD/build.log)" >&2
+  exit 1
+fi
+warnings=$(grep -c 'warning:' "$BUILD/build.log" || true)
+[ "$warnings" -gt 0 ] && echo "setup: the build printed $warnings compiler warning(s): see $BUILD/build.log" >&2
+echo "setup: build done"
 # This machine's GEMM figures (README, "The machine probe"): measured once per CPU into
 # $BUILD/machine_probe.json, where runs take their fp32 GEMM backend default and MFU peak from.
 "$BUILD/bin/machine_probe" --if-stale --out "$BUILD/machine_probe.json" \

@@ -163,15 +163,44 @@ class MergeTable {
 };
 
 // ---------------------------------------------------------------------------------------
-// The GPT-2 pre-tokenisation pattern. `\s` is spelled out as JavaScript's \s (the
-// references are JavaScript): PCRE2's UCP \s would add U+0085 and U+180E and miss U+FEFF.
+// The GPT-2 pre-tokenisation pattern, with `\s`, `\p{L}` and `\p{N}` spelled out so that
+// PCRE2 matches exactly the characters Python's `regex` module matches. Megatron-LM's
+// GPT2BPETokenizer, OpenAI's encoder.py and Hugging Face's GPT2Tokenizer all compile the
+// pattern with `regex`; tools/gpt2_encoder_reference.py is our transcription of them.
+//
+// kSpace is `regex`'s `\s`: the Unicode White_Space property, read off python3-regex
+// 2022.10.31 (Debian 12) by testing every code point 0..0x10FFFF
+// (tools/make_tokenizer_golden_py.py, tests/golden/tokenizer/python_regex_classes.json).
+// It includes U+0085 (NEL). It does not include U+180E (PCRE2's UCP `\s` does, for Perl
+// compatibility), U+FEFF (JavaScript's `\s` does), U+200B, U+2060 or U+001C-U+001F (Python's
+// `re` and str.isspace() count the last four as space; `regex` does not).
+constexpr const char* kSpace =
+    R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
-constexpr const char* kSpace = R"(\t\n\x{0B}\f\r\p{Zs}\x{2028}\x{2029}\x{FEFF})";
+// `\p{L}` and `\p{N}` are general categories, so they follow the Unicode version of the
+// tables: Debian 12's PCRE2 10.42 has Unicode 14.0, python3-regex 2022.10.31 has 15.0. The
+// letters and digits Unicode 15.0 added are listed here (4,348 letters, among them CJK
+// Extension H, and 40 digits), so that PCRE2 classifies them as `regex` does instead of as
+// unassigned (which would put them in [^\s\p{L}\p{N}]). With a PCRE2 on Unicode 15.0 or
+// later these ranges are redundant; python_regex_classes.json and the test that walks every
+// code point catch a PCRE2 whose tables have moved past `regex`'s.
+// The ranges cost about 10% of PCRE2's matching speed even on ASCII text. They all lie in
+// U+11000..U+323AF, whose UTF-8 starts with byte 0xF0, so a run of text without a 0xF0 byte
+// is split with a second pattern that has plain \p{L} and \p{N}: on such text the two
+// patterns match the same pieces.
+constexpr const char* kLetter =
+    R"(\p{L}\x{1123F}-\x{11240}\x{11F02}\x{11F04}-\x{11F10}\x{11F12}-\x{11F33}\x{1342F})"
+    R"(\x{13441}-\x{13446}\x{1B132}\x{1B155}\x{1DF25}-\x{1DF2A}\x{1E030}-\x{1E06D})"
+    R"(\x{1E4D0}-\x{1E4EB}\x{2B739}\x{31350}-\x{323AF})";
+constexpr const char* kNumber = R"(\p{N}\x{11F50}-\x{11F59}\x{1D2C0}-\x{1D2D3}\x{1E4F0}-\x{1E4F9})";
+constexpr char kLeadByteOfExtraRanges = '\xF0';  // the UTF-8 of U+10000..U+3FFFF starts with it
 
-std::string gpt2_pattern() {
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// with \s = [kSpace], \S = [^kSpace], \p{L} = [letter], \p{N} = [number].
+std::string gpt2_pattern(const std::string& letter, const std::string& number) {
   const std::string ws = kSpace;
-  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^)" + ws + R"(\p{L}\p{N}]+|[)" + ws +
-         "]+(?![^" + ws + "])|[" + ws + "]+";
+  return "'s|'t|'re|'ve|'m|'ll|'d| ?[" + letter + "]+| ?[" + number + "]+| ?[^" + ws + letter +
+         number + "]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
 }
 
 struct CodeDeleter {
@@ -181,8 +210,7 @@ struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
 };
 
-std::unique_ptr<pcre2_code, CodeDeleter> compile_pattern(bool& jit) {
-  const std::string pattern = gpt2_pattern();
+std::unique_ptr<pcre2_code, CodeDeleter> compile_pattern(const std::string& pattern, bool& jit) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
@@ -238,8 +266,9 @@ struct GPT2Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> bytes_to_id;
   std::array<int32_t, 256> byte_ids{};
   MergeTable merges;
-  std::unique_ptr<pcre2_code, CodeDeleter> pattern;
-  bool jit = false;
+  std::unique_ptr<pcre2_code, CodeDeleter> pattern;       // kLetter, kNumber: any text
+  std::unique_ptr<pcre2_code, CodeDeleter> pattern_no_f0;  // \p{L}, \p{N}: text without 0xF0
+  bool jit = false;                                         // both are JIT-compiled
   int32_t eod = -1;
   uint64_t serial = 0;  // identifies this table set for the per-thread word caches
 
@@ -489,26 +518,45 @@ void encode_word(const GPT2Tokenizer::Impl& impl, std::string_view word, ThreadS
   ts.cache.store(word, hash, out.data() + start, out.size() - start);
 }
 
-// Splits a valid UTF-8 run into pre-tokens with the GPT-2 pattern and encodes each.
-void encode_valid_run(const GPT2Tokenizer::Impl& impl, std::string_view run, ThreadState& ts,
-                      std::vector<int32_t>& out) {
+// Splits a valid UTF-8 run into pre-tokens with the GPT-2 pattern; calls on_word(piece) for
+// each, in order.
+template <typename OnWord>
+void split_valid_run(const GPT2Tokenizer::Impl& impl, std::string_view run, ThreadState& ts,
+                     OnWord&& on_word) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
+  const pcre2_code* code = std::memchr(run.data(), kLeadByteOfExtraRanges, run.size()) != nullptr
+                               ? impl.pattern.get()
+                               : impl.pattern_no_f0.get();
   pcre2_match_data* md = ts.match_data.get();
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md);
   size_t offset = 0;
   while (offset < run.size()) {
-    int rc = impl.jit ? pcre2_jit_match(impl.pattern.get(), subject, run.size(), offset, 0, md, nullptr)
-                      : pcre2_match(impl.pattern.get(), subject, run.size(), offset,
-                                    PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = impl.jit ? pcre2_jit_match(code, subject, run.size(), offset, 0, md, nullptr)
+                      : pcre2_match(code, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches
     if (rc < 0) throw std::runtime_error("GPT-2 tokenizer: PCRE2 match error " + std::to_string(rc));
     const size_t begin = ovector[0], end = ovector[1];
-    if (begin > offset) encode_word(impl, run.substr(offset, begin - offset), ts, out);
+    if (begin > offset) on_word(run.substr(offset, begin - offset));
     if (end <= begin) throw std::logic_error("GPT-2 tokenizer: empty pre-token match");
-    encode_word(impl, run.substr(begin, end - begin), ts, out);
+    on_word(run.substr(begin, end - begin));
     offset = end;
   }
-  if (offset < run.size()) encode_word(impl, run.substr(offset), ts, out);
+  if (offset < run.size()) on_word(run.substr(offset));
+}
+
+// Splits text into maximal valid-UTF-8 and invalid-byte runs; valid runs go through
+// split_valid_run, each invalid run is one pre-token. Calls on_word(piece) in order.
+template <typename OnWord>
+void split_text(const GPT2Tokenizer::Impl& impl, std::string_view text, ThreadState& ts,
+                OnWord&& on_word) {
+  while (!text.empty()) {
+    const size_t valid = valid_utf8_prefix(text);
+    if (valid > 0) split_valid_run(impl, text.substr(0, valid), ts, on_word);
+    text.remove_prefix(valid);
+    const size_t invalid = invalid_utf8_prefix(text);
+    if (invalid > 0) on_word(text.substr(0, invalid));
+    text.remove_prefix(invalid);
+  }
 }
 
 }  // namespace
@@ -520,7 +568,10 @@ GPT2Tokenizer GPT2Tokenizer::from_files(const std::string& vocab_json, const std
   auto impl = std::make_shared<Impl>();
   impl->load_vocab(vocab_json);
   impl->load_merges(merges_txt);
-  impl->pattern = compile_pattern(impl->jit);
+  bool jit = false, jit_no_f0 = false;
+  impl->pattern = compile_pattern(gpt2_pattern(kLetter, kNumber), jit);
+  impl->pattern_no_f0 = compile_pattern(gpt2_pattern(R"(\p{L})", R"(\p{N})"), jit_no_f0);
+  impl->jit = jit && jit_no_f0;
   impl->serial = next_serial.fetch_add(1);
   return GPT2Tokenizer(std::move(impl));
 }
@@ -541,14 +592,14 @@ std::vector<int32_t> GPT2Tokenizer::encode(std::string_view text) const {
 
 void GPT2Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
   ThreadState& ts = thread_state(impl_->serial);
-  while (!text.empty()) {
-    const size_t valid = valid_utf8_prefix(text);
-    if (valid > 0) encode_valid_run(*impl_, text.substr(0, valid), ts, out);
-    text.remove_prefix(valid);
-    const size_t invalid = invalid_utf8_prefix(text);
-    if (invalid > 0) encode_word(*impl_, text.substr(0, invalid), ts, out);
-    text.remove_prefix(invalid);
-  }
+  split_text(*impl_, text, ts, [&](std::string_view word) { encode_word(*impl_, word, ts, out); });
+}
+
+std::vector<std::string_view> GPT2Tokenizer::pre_tokenize(std::string_view text) const {
+  std::vector<std::string_view> words;
+  split_text(*impl_, text, thread_state(impl_->serial),
+             [&](std::string_view word) { words.push_back(word); });
+  return words;
 }
 
 std::string GPT2Tokenizer::decode(std::span<const int32_t> ids) const {

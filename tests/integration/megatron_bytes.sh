@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# preprocess_data writes the same .bin/.idx bytes as Megatron-LM's writer for the same tokens.
+# preprocess_data writes the same .bin/.idx bytes as Megatron-LM's tools/preprocess_data.py.
 #   bash tests/integration/megatron_bytes.sh BUILD_DIR SOURCE_DIR
-# preprocess_data --dump-ids records the ids of every document; tools/megatron_index_writer_check.py
-# (Megatron's IndexedDatasetBuilder/_IndexWriter, transcribed) writes them again; cmp compares.
-# Skips (exit 0) without python3 + numpy or without the GPT-2 vocabulary.
+# 1. Tokens and bytes: tests/golden/tokenizer/unicode_space.jsonl (U+0085, U+FEFF, U+180E and
+#    other characters where JavaScript's, PCRE2's and Python's `regex`'s \s, \p{L}, \p{N}
+#    differ) must give the committed unicode_space_text_document.bin/.idx, which
+#    tools/make_tokenizer_golden_py.py wrote with Python's `regex` (as Megatron tokenizes) and
+#    Megatron's writer. No Python needed; with python3-regex + numpy the goldens are also
+#    regenerated and compared.
+# 2. Bytes for the same tokens: preprocess_data --dump-ids records the ids of every document;
+#    tools/megatron_index_writer_check.py (Megatron's IndexedDatasetBuilder/_IndexWriter,
+#    transcribed) writes them again; cmp compares. Skipped without python3 + numpy.
+# Skips (exit 0) without the GPT-2 vocabulary.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$(cd "$2" && pwd)"
@@ -14,13 +21,32 @@ MERGES="${SRC}/data/gpt2/gpt2-merges.txt"
 if [[ ! -s "${VOCAB}" || ! -s "${MERGES}" ]]; then
   echo "SKIP: GPT-2 vocabulary missing (run scripts/fetch_gpt2_vocab.sh)"; exit 0
 fi
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+
+# 1. The Python-made golden for the characters where the regex engines differ.
+GOLDEN="${SRC}/tests/golden/tokenizer"
+for workers in 1 2; do
+  "${TOOL}" --input "${GOLDEN}/unicode_space.jsonl" --output-prefix "${WORK}/us${workers}" \
+    --vocab-file "${VOCAB}" --merge-file "${MERGES}" --append-eod --workers "${workers}" > /dev/null 2>&1
+  for ext in bin idx; do
+    cmp "${WORK}/us${workers}_text_document.${ext}" "${GOLDEN}/unicode_space_text_document.${ext}" \
+      || { echo "FAIL: unicode_space.jsonl: .${ext} differs from Megatron's (Python regex) bytes"; exit 1; }
+  done
+done
+echo "PASS: unicode_space.jsonl gives Megatron's .bin/.idx bytes (committed Python golden)"
+if /usr/bin/python3 -c 'import regex, numpy' 2>/dev/null; then
+  /usr/bin/python3 "${SRC}/tools/make_tokenizer_golden_py.py" --check --vocab-file "${VOCAB}" --merge-file "${MERGES}"
+else
+  echo "NOTE: no /usr/bin/python3 with regex + numpy: the golden was not regenerated (apt-get install python3-regex)"
+fi
+
+# 2. Megatron's writer on our ids.
 PY=""
 for candidate in python3 /usr/bin/python3; do
   if command -v "${candidate}" >/dev/null && "${candidate}" -c 'import numpy' 2>/dev/null; then PY="${candidate}"; break; fi
 done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with numpy"; exit 0; }
-WORK="$(mktemp -d)"
-trap 'rm -rf "${WORK}"' EXIT
+[[ -n "${PY}" ]] || { echo "SKIP: no python3 with numpy for the writer check"; exit 0; }
 
 cat > "${WORK}/in.jsonl" <<'JSON'
 {"text": "Hello world!", "title": "Greeting"}

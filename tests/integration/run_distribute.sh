@@ -21,12 +21,12 @@ trap cleanup EXIT
 cd "$WORK"
 fail() { echo "FAIL: $*"; exit 1; }
 
-write_config() {  # write_config FILE TRAIN_STEPS
+write_config() {  # write_config FILE TRAIN_STEPS [DATA_PARALLEL]
   cat > "$1" <<YAML
 seed: 11
 output_dir: ./out
 runner_config: {batch_size: 1, train_steps: $2}
-parallel_config: {data_parallel: 8}
+parallel_config: {data_parallel: ${3:-8}}
 train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
 callbacks: [{type: MFLossMonitor, per_print_times: 1}]
 model:
@@ -36,6 +36,7 @@ YAML
 }
 write_config "$WORK/short.yaml" 3
 write_config "$WORK/long.yaml" 100000
+write_config "$WORK/sixteen.yaml" 100000 16
 "$TOOL" --device_num "[0,8)" --server_ip 127.0.0.1 --output_dir tables > /dev/null
 "$TOOL" --device_num "[0,4)" --server_ip 127.0.0.1 --output_dir tables > /dev/null
 T8=tables/hccl_8p_01234567_127.0.0.1.json
@@ -168,14 +169,17 @@ printf 'model: {model_config: {num_layer: 2}}\n' > typo.yaml
 usage_case "did you mean \`num_layers\`" "$T8" typo.yaml "[0,8)" train
 echo "(e) bad arguments refused"
 
-# (f) a two-server table: a hostfile from the server ids (dry run; this host cannot reach them).
+# (f) a two-server table: a hostfile from the server ids and mpirun's ssh agent (dry run; this host cannot reach them).
 "$TOOL" --device_num "[0,8)" --server_ip 10.0.0.1 --output_dir tables > /dev/null
 "$TOOL" --device_num "[0,8)" --server_ip 10.0.0.2 --output_dir tables > /dev/null
 "$TOOL" merge tables/two.json tables/hccl_8p_01234567_10.0.0.1.json tables/hccl_8p_01234567_10.0.0.2.json > /dev/null
-GF_DRY_RUN=1 bash "$RUN" tables/two.json "$WORK/long.yaml" "[0,8)" train 16 > f.txt 2>&1 || { cat f.txt; fail "(f) dry run"; }
+GF_DRY_RUN=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[0,8)" train 16 > f.txt 2>&1 || { cat f.txt; fail "(f) dry run"; }
 printf '10.0.0.1 slots=8\n10.0.0.2 slots=8\n' | cmp -s - out/log/hostfile || fail "(f) hostfile: $(cat out/log/hostfile)"
 grep -q "command: mpirun -np 16 --hostfile ./out/log/hostfile --map-by slot" f.txt || fail "(f) command: $(grep command f.txt)"
-bash "$RUN" tables/two.json "$WORK/long.yaml" "[8,16)" train 16 > f2.txt 2>&1 || fail "(f) second server's range"
+grep -q "command: .* --mca plm_rsh_agent 'ssh -o ConnectTimeout=10 -o BatchMode=yes' " f.txt || fail "(f) ssh agent: $(grep command f.txt)"
+# A dry run sends nothing to the servers (these addresses are not on this machine).
+grep -q "remote servers not probed (10.0.0.1 10.0.0.2)" f.txt || fail "(f) the dry run should not probe: $(cat f.txt)"
+bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 > f2.txt 2>&1 || fail "(f) second server's range"
 grep -q "nothing to start here" f2.txt || fail "(f) the second server's range should start nothing: $(cat f2.txt)"
 usage_case "pass RANK_SIZE 16 as the 5th argument" tables/two.json short.yaml "[0,8)" train
 usage_case "DEVICE_RANGE [4,12) is not the rank range of any server" tables/two.json short.yaml "[4,12)" train 16

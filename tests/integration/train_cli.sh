@@ -54,6 +54,12 @@ rm -rf out
   --set eval_dataset.eval_iters=2 > c2b.txt 2>&1 || { cat c2b.txt; fail "eval run"; }
 [ "$(grep -c eval_loss out/metrics.jsonl)" -eq 2 ] || fail "expected 2 eval lines in metrics.jsonl"
 grep -q "perplexity" c2b.txt || fail "no eval log line"
+# eval_step_interval -1 (MindFormers' "not by steps") with eval_epoch_interval 1: after every epoch
+# (8 samples / batch 4 = 2 steps) and after the last step: steps 2, 4 and 5.
+rm -rf out
+"$BIN" train --config tiny.yaml --set runner_config.train_steps=5 --set do_eval=True --set eval_step_interval=-1 \
+  --set eval_epoch_interval=1 --set eval_dataset.eval_iters=1 > c2e.txt 2>&1 || { cat c2e.txt; fail "eval by epoch"; }
+[ "$(grep -c eval_loss out/metrics.jsonl)" -eq 3 ] || fail "expected evaluations at steps 2, 4, 5: $(grep eval_loss out/metrics.jsonl)"
 
 # 2c. run_mode: eval evaluates without training.
 "$BIN" train --config tiny.yaml --set run_mode=eval --set eval_dataset.eval_iters=3 > c2c.txt 2>&1 || { cat c2c.txt; fail "eval mode"; }

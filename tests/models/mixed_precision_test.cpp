@@ -107,7 +107,9 @@ TEST(MixedPrecision, ColumnChunksCoverTheRowInWholeCacheLines) {
     for (int64_t c = 0; c < ch.count(); ++c) {
       EXPECT_EQ(ch.begin(c), covered);
       EXPECT_GT(ch.cols(c), 0);
-      if (c + 1 < ch.count()) EXPECT_EQ(ch.cols(c) % 64, 0) << ld;
+      if (c + 1 < ch.count()) {
+        EXPECT_EQ(ch.cols(c) % 64, 0) << ld;
+      }
       EXPECT_EQ(ch.offset(c), 7 * ch.begin(c));
       covered += ch.cols(c);
     }

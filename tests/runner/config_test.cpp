@@ -7,31 +7,13 @@
 
 #include "runner/batch_source.h"
 #include "runner/config.h"
+#include "tests/runner/config_test_util.h"
 
 namespace gf {
 namespace {
 
-const std::string kMinimal = R"(
-model:
-  model_config:
-    type: GPT2Config
-    seq_length: 32
-    vocab_size: 1000
-    hidden_size: 64
-    num_layers: 2
-    num_heads: 4
-  arch:
-    type: GPT2LMHeadModel
-)";
-
-std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  try {
-    load_config_string(yaml, sets);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using config_test::error_of;
+using config_test::kMinimal;
 
 bool has_warning(const Config& c, const std::string& needle) {
   return std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });
@@ -82,7 +64,7 @@ TEST(Config, SetOverridesAnyKey) {
 
 TEST(Config, SetWithUnknownKeyOrBadValueFails) {
   EXPECT_NE(error_of(kMinimal, {"runner_config.train_step=5"}).find("did you mean `train_steps`?"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=abc"}).find("`runner_config.batch_size: abc`: expects an integer"),
+  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=abc"}).find("--set runner_config.batch_size=abc: expects an integer"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size"}).find("expects key.path=value"), std::string::npos);
 }
@@ -99,7 +81,8 @@ TEST(Config, AscendKeysWarnOnceEach) {
 
 TEST(Config, UnknownTypeNamesListRegisteredOnes) {
   std::string e = error_of(kMinimal, {"optimizer.type=Adam"});
-  EXPECT_NE(e.find("`optimizer.type: Adam`: unknown type; registered: AdamWeightDecay, FusedAdamWeightDecay, AdamW"), std::string::npos) << e;
+  EXPECT_NE(e.find("--set optimizer.type=Adam: unknown type; registered: AdamWeightDecay, FusedAdamWeightDecay, "
+                   "FP32StateAdamWeightDecay, AdamW"), std::string::npos) << e;
   e = error_of(kMinimal, {"lr_schedule.type=linear"});
   EXPECT_NE(e.find("registered: constant, cosine, polynomial"), std::string::npos) << e;
   e = error_of(kMinimal, {"model.arch.type=LlamaForCausalLM"});
@@ -111,14 +94,16 @@ TEST(Config, UnknownTypeNamesListRegisteredOnes) {
 }
 
 TEST(Config, RegisteredNamesAreAccepted) {
-  for (const char* opt : {"AdamWeightDecay", "FusedAdamWeightDecay", "AdamW"})
+  for (const char* opt : {"AdamWeightDecay", "FusedAdamWeightDecay", "FP32StateAdamWeightDecay", "AdamW"})
     EXPECT_EQ(error_of(kMinimal, {std::string("optimizer.type=") + opt}), "") << opt;
-  for (const char* lr : {"polynomial", "cosine", "constant"})
+  for (const char* lr : {"polynomial", "cosine", "constant", "CosineWithWarmUpLR"})
     EXPECT_EQ(error_of(kMinimal, {std::string("lr_schedule.type=") + lr}), "") << lr;
 }
 
 TEST(Config, BadValuesAreRefused) {
-  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=-2"}).find("`runner_config.batch_size: -2`: must be > 0"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=-2"}).find("--set runner_config.batch_size=-2: must be > 0"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal + "runner_config: {batch_size: -2}\n").find("`runner_config.batch_size: -2`: must be > 0"),
+            std::string::npos);
   const std::string e = error_of(kMinimal, {"model.model_config.max_position_embeddings=16"});
   EXPECT_NE(e.find("`model.model_config.seq_length: 32` is larger than the position table `max_position_embeddings: 16`"),
             std::string::npos) << e;
@@ -222,7 +207,7 @@ TEST(Config, FlashAttentionIsAutoTrueOrFalse) {
   const Config off = load_config_string(kMinimal, {at, "model.model_config.use_flash_attention=False"});
   EXPECT_FALSE(off.model.use_flash_attention);
   const std::string e = error_of(kMinimal, {"model.model_config.use_flash_attention=sometimes"});
-  EXPECT_NE(e.find("`model.model_config.use_flash_attention: sometimes`: expects True, False or auto"), std::string::npos) << e;
+  EXPECT_NE(e.find("--set model.model_config.use_flash_attention=sometimes: expects True, False or auto"), std::string::npos) << e;
 }
 
 TEST(EditDistance, Basics) {

@@ -74,5 +74,18 @@ TEST(LayoutCheck, TheSuggestionFits) {
   }
 }
 
+// The one message the ranks and `gridformer config --ranks N` print: empty when the layout fits,
+// else a first line, one indented line per problem and a layout that fits.
+TEST(LayoutCheck, OneMessageForEveryProblem) {
+  EXPECT_EQ(layout_error_message(load_config_string(kModel, {"parallel_config.data_parallel=4"}), 4), "");
+  const Config c = load_config_string(kModel, {"parallel_config.data_parallel=2", "parallel_config.model_parallel=4"});
+  EXPECT_EQ(layout_error_message(c, 4),
+            "the parallel layout does not fit 4 rank(s):\n"
+            "  `parallel_config.data_parallel` (2) x `model_parallel` (4) x `pipeline_stage` (1) = 8, but 4 rank(s) are "
+            "running\n"
+            "  `model.model_config.num_heads` (6) is not divisible by `parallel_config.model_parallel` (4)\n"
+            "  a layout that fits 4 rank(s): parallel_config: {data_parallel: 2, model_parallel: 2, pipeline_stage: 1}");
+}
+
 }  // namespace
 }  // namespace gf

@@ -3,13 +3,18 @@
 //
 // Two kinds of tests:
 //  * Real-vocabulary tests compare against ids produced by gpt-3-encoder and js-tiktoken
-//    (tests/golden/tokenizer, written by tools/make_tokenizer_golden.js). They need
-//    data/gpt2/gpt2-{vocab.json,merges.txt} (scripts/fetch_gpt2_vocab.sh) and skip
-//    with a message if those are absent.
+//    (tests/golden/tokenizer, written by tools/make_tokenizer_golden.js) and, for the
+//    characters where JavaScript's and PCRE2's `\s`, `\p{L}`, `\p{N}` differ from Python's
+//    `regex` (Megatron's tokenizer), against tools/gpt2_encoder_reference.py
+//    (tests/golden/tokenizer/unicode_space*, written by tools/make_tokenizer_golden_py.py).
+//    They need data/gpt2/gpt2-{vocab.json,merges.txt} (scripts/fetch_gpt2_vocab.sh) and
+//    skip with a message if those are absent.
 //  * Toy-vocabulary tests write a tiny vocab/merges pair to a temp dir to check merge
-//    order, pre-token boundaries and file errors without the real files.
+//    order, pre-token boundaries (against `regex`'s classes for every code point) and file
+//    errors without the real files.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -136,11 +141,39 @@ TEST(GPT2Tokenizer, FullTextMatchesReference) {
 TEST(GPT2Tokenizer, SpecialCasesMatchReference) {
   REQUIRE_GPT2();
   const auto golden = nlohmann::json::parse(read_file(kGoldenDir / "special_cases.json"));
-  ASSERT_GT(golden.at("cases").size(), 30u);
+  ASSERT_GT(golden.at("cases").size(), 25u);
   for (const auto& c : golden.at("cases")) {
     const std::string text = c.at("text").get<std::string>();
     EXPECT_EQ(tok.encode(text), c.at("ids").get<Ids>()) << "text: " << c.at("text").dump();
   }
+}
+
+// Megatron documents ({"text": string or list of sentences}) full of the characters where
+// the `\s` of JavaScript, PCRE2 and Python's `regex` differ (U+0085, U+180E, U+FEFF), of
+// look-alikes that are not `\s` (U+200B, U+2060, U+001C-U+001F), of every other `\s`
+// character and of letters and digits new in Unicode 15.0, in many contexts; ids written by
+// the Python reference. A document's ids are its sentences' ids, concatenated.
+TEST(GPT2Tokenizer, PythonRegexCorpusMatchesReference) {
+  REQUIRE_GPT2();
+  const auto docs = split_lines(read_file(kGoldenDir / "unicode_space.jsonl"));
+  const auto golden = split_lines(read_file(kGoldenDir / "unicode_space_ids.txt"));
+  ASSERT_GT(docs.size(), 1000u);
+  ASSERT_EQ(docs.size(), golden.size()) << "unicode_space_ids.txt is out of date; rerun the generator";
+  size_t mismatches = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const auto doc = nlohmann::json::parse(docs[i]).at("text");
+    Ids ids;
+    std::string text;
+    for (const auto& sentence : doc.is_array() ? doc : nlohmann::json::array({doc})) {
+      tok.encode_append(sentence.get<std::string>(), ids);
+      text += sentence.get<std::string>();
+    }
+    const Ids expected = parse_ids(golden[i]);
+    EXPECT_EQ(ids, expected) << "unicode_space.jsonl line " << i + 1 << ": " << docs[i];
+    EXPECT_EQ(tok.decode(expected), text) << "line " << i + 1;
+    mismatches += ids != expected;
+  }
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST(GPT2Tokenizer, EncodeAppendAppends) {
@@ -362,6 +395,90 @@ TEST_F(GPT2TokenizerToyVocab, MergesDoNotCrossPreTokens) {
   EXPECT_EQ(tok.encode("c  a"), (Ids{'c', ' ', ' ', 'a'}));
   EXPECT_EQ(tok.encode("c\xff"), (Ids{'c', 0xFF}));  // invalid byte: its own pre-token
   EXPECT_EQ(tok.decode(tok.encode("c  a")), "c  a");
+}
+
+std::vector<std::string> pieces(const GPT2Tokenizer& tok, std::string_view text) {
+  const auto views = tok.pre_tokenize(text);
+  return std::vector<std::string>(views.begin(), views.end());
+}
+using Pieces = std::vector<std::string>;
+
+TEST_F(GPT2TokenizerToyVocab, PreTokenizeFollowsPythonRegex) {
+  const auto tok = load(vocab_json(kToyTokens).dump(), kToyMerges);
+  EXPECT_EQ(pieces(tok, "Hello world's 42!"), (Pieces{"Hello", " world", "'s", " 42", "!"}));
+  EXPECT_EQ(pieces(tok, ""), Pieces{});
+  // U+0085 is space in `regex`: it joins a whitespace run, and "\u0085 b" is space + " b".
+  EXPECT_EQ(pieces(tok, "a\u0085 b"), (Pieces{"a", "\u0085", " b"}));
+  EXPECT_EQ(pieces(tok, "a \u0085\u0085b"), (Pieces{"a", " \u0085", "\u0085", "b"}));
+  // U+FEFF and U+180E are not: they stick to a leading space like punctuation does.
+  EXPECT_EQ(pieces(tok, "a \ufeffb"), (Pieces{"a", " \ufeff", "b"}));
+  EXPECT_EQ(pieces(tok, "a \u180e\u200b\u2060b"), (Pieces{"a", " \u180e\u200b\u2060", "b"}));
+  EXPECT_EQ(pieces(tok, "x\x1c\x1d\x1e\x1f y"), (Pieces{"x", "\x1c\x1d\x1e\x1f", " y"}));
+  // Letters and digits new in Unicode 15.0 (CJK Extension H, Kaktovik numerals).
+  EXPECT_EQ(pieces(tok, "a \U00031350\U00031351 \U0001D2C0\U0001D2C1"),
+            (Pieces{"a", " \U00031350\U00031351", " \U0001D2C0\U0001D2C1"}));
+  // Invalid bytes: a pre-token of their own; the pieces always concatenate to the text.
+  EXPECT_EQ(pieces(tok, "ab\xff\xfe cd"), (Pieces{"ab", "\xff\xfe", " cd"}));
+}
+
+// Every Unicode scalar value is classified as `regex` classifies it: White_Space (`\s`),
+// letter (`\p{L}`), number (`\p{N}`) or other, per tests/golden/tokenizer/python_regex_classes.json
+// (all of 0..0x10FFFF tested with python3-regex by tools/make_tokenizer_golden_py.py). The class
+// of c shows in which of "a"+c, "1"+c, "!"+c, "\t"+c the pattern leaves as one pre-token; the
+// generator checks that this probe recovers `regex`'s classes in `regex` itself.
+// The tokenizer splits text that has no 0xF0 byte with a faster pattern, so each code point is
+// probed twice: alone, and after a prefix with U+1F600 (two pieces of its own), which selects
+// the full pattern for code points below U+10000 too.
+TEST_F(GPT2TokenizerToyVocab, EveryCodePointClassifiedAsPythonRegexDoes) {
+  const auto tok = load(vocab_json(kToyTokens).dump(), kToyMerges);
+  const auto golden = nlohmann::json::parse(read_file(kGoldenDir / "python_regex_classes.json"));
+  enum Class : uint8_t { kOther, kLetter, kNumber, kSpace };
+  std::vector<uint8_t> expected(0x110000, kOther);
+  const std::pair<const char*, Class> kKeys[] = {{"space", kSpace}, {"letter", kLetter}, {"number", kNumber}};
+  for (const auto& [key, cls] : kKeys) {
+    for (const auto& range : golden.at(key)) {
+      const auto first = range.at(0).get<uint32_t>(), last = range.at(1).get<uint32_t>();
+      ASSERT_TRUE(first <= last && last < expected.size()) << range.dump();
+      for (uint32_t cp = first; cp <= last; ++cp) expected[cp] = cls;
+    }
+  }
+  static const char* const kNames[] = {"other", "letter", "number", "space"};
+  static const char* const kProbes[] = {"!", "a", "1", "\t"};  // indexed by Class
+  // Prefixes ending in a class other than the probe's first character's.
+  static const char* const kPrefixes[] = {"\U0001F600a", "\U0001F600" "1", "\U0001F600a", "\U0001F600a"};
+  for (const bool with_prefix : {false, true}) {
+    std::array<size_t, 4> counts{};
+    size_t mismatches = 0;
+    std::string text, piece;
+    for (char32_t cp = 0; cp < 0x110000; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      int single = 0, found = -1;
+      for (int cls = 0; cls < 4; ++cls) {
+        piece = kProbes[cls];
+        append_utf8(cp, piece);
+        text = with_prefix ? kPrefixes[cls] + piece : piece;
+        const auto pieces = tok.pre_tokenize(text);
+        if (pieces.size() == (with_prefix ? 3u : 1u) && pieces.back() == piece) {
+          ++single;
+          found = cls;
+        }
+      }
+      if (single != 1 || found != expected[cp]) {
+        if (++mismatches <= 20) {
+          ADD_FAILURE() << "U+" << std::hex << std::uppercase << static_cast<uint32_t>(cp)
+                        << (with_prefix ? " (after U+1F600)" : "") << ": `regex` says "
+                        << kNames[expected[cp]] << ", the tokenizer's pattern says "
+                        << (single == 1 ? kNames[found] : "several classes");
+        }
+        continue;
+      }
+      ++counts[found];
+    }
+    EXPECT_EQ(mismatches, 0u) << (with_prefix ? "after U+1F600" : "alone");
+    // python3-regex 2022.10.31 (Unicode 15.0): 25 White_Space characters.
+    EXPECT_EQ(counts[kSpace], 25u);
+    EXPECT_EQ(counts[kLetter] + counts[kNumber] + counts[kSpace] + counts[kOther], 0x110000u - 0x800u);
+  }
 }
 
 TEST_F(GPT2TokenizerToyVocab, CachesAreNotSharedBetweenVocabularies) {

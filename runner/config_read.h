@@ -1,0 +1,55 @@
+// Reading the resolved config tree into Settings (internal to config.cpp). Every read goes through
+// KeyReader, which records the key path: the config tests compare what was read with the
+// dispositions of config_keys.cpp.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runner/config.h"
+#include "runner/config_tree.h"
+
+namespace gf::config_read {
+
+class KeyReader {
+ public:
+  KeyReader(YAML::Node root, std::set<std::string>& consumed) : root_(root), consumed_(consumed) {}
+  YAML::Node node(const std::string& path) {
+    consumed_.insert(path);
+    return config_tree::find(root_, path);
+  }
+  template <typename T>
+  T get(const std::string& path) {
+    return node(path).as<T>();
+  }
+  YAML::Node root() const { return root_; }  // the resolved tree, to write resolved values back
+
+ private:
+  YAML::Node root_;
+  std::set<std::string>& consumed_;
+};
+
+struct ReadContext {
+  KeyReader rd;
+  Config& c;
+  std::vector<std::string>& errors;
+  const YAML::Node& user;  // the file as written (before defaults and overrides)
+  bool lr_schedule_given;  // the file or an override writes lr_schedule
+  const YAML::Node& schema;
+
+  void warn(std::string msg) { c.warnings.push_back(std::move(msg)); }
+  void refuse(std::string msg) { errors.push_back(std::move(msg)); }
+};
+
+void read_training(ReadContext& x);
+void read_parallel(ReadContext& x);
+void read_optimizer(ReadContext& x);
+void read_callbacks(ReadContext& x);
+void read_datasets(ReadContext& x);
+void read_model(ReadContext& x);
+void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
+
+}  // namespace gf::config_read

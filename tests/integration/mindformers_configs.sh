@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# `gridformer config` on MindFormers' own files (tests/data/mindformers, see its README): each
+# resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
+# with that key overridden. A config that cannot load stops with status 2 and a message naming its
+# cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
+# does not exist (under mpirun too, before any work).
+set -uo pipefail
+BUILD="$1"; SRC="$2"
+BIN="$BUILD/bin/gridformer"
+DATA="$SRC/tests/data/mindformers"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+
+# resolves FILE [--set ...]: status 0, a resolved config on stdout, warnings only on stderr.
+resolves() {
+  local f=$1; shift
+  "$BIN" config --config "$DATA/$f" "$@" > out.yaml 2> err.txt || fail "$f $*: status $?: $(cat err.txt)"
+  grep -q "^model:" out.yaml || fail "$f: no resolved config printed"
+  ! grep -v "^warning: " err.txt | grep -q . || fail "$f $*: more than warnings: $(cat err.txt)"
+  ! grep -qi "unknown key" err.txt || fail "$f: an unknown key: $(cat err.txt)"
+  echo "ok: $f $* ($(grep -c '^warning: ' err.txt) warning(s))"
+}
+# refused FILE MESSAGE [--set ...]: status 2 and MESSAGE on stderr.
+refused() {
+  local f=$1 msg=$2; shift 2
+  "$BIN" config --config "$f" "$@" > out.yaml 2> err.txt; local status=$?
+  [ "$status" -eq 2 ] || fail "$f $*: status $status, expected 2: $(cat err.txt)"
+  grep -qF -- "$msg" err.txt || fail "$f $*: no '$msg' in: $(cat err.txt)"
+  echo "ok: refused $(basename "$f") $*: $msg"
+}
+
+for f in run_gpt2.yaml run_gpt2_13b.yaml r1.1/run_gpt2_xl.yaml r1.3/pretrain_gpt2_13b_fp16.yaml \
+         r1.3/finetune_gpt2_small_fp16.yaml; do
+  resolves "$f"
+done
+refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`parallel_config.pipeline_stage: 16\`: pipeline parallelism is not built yet"
+resolves r1.2/run_gpt2_52b.yaml --set parallel_config.pipeline_stage=1
+refused "$DATA/r1.3/pretrain_llama2_7b_common.yaml" \
+  "\`runner_config.gradient_accumulation_steps: 8\`: gradient accumulation is not built yet"
+resolves r1.3/pretrain_llama2_7b_common.yaml --set runner_config.gradient_accumulation_steps=1
+for f in r1.3/pretrain_mixtral-8x7b_common.yaml r1.1/finetune_mixtral-8x7b_common.yaml; do
+  refused "$DATA/$f" "\`parallel_config.expert_parallel: 8\`: expert parallelism is not built yet (MoE issue)"
+  resolves "$f" --set parallel_config.pipeline_stage=1 --set parallel_config.expert_parallel=1
+done
+# The resolved config of a MindFormers file loads back to itself.
+"$BIN" config --config "$DATA/r1.3/pretrain_gpt2_13b_fp16.yaml" > a.yaml 2>/dev/null || fail "13b resolve"
+"$BIN" config --config a.yaml > b.yaml 2>/dev/null || fail "the resolved 13b config does not load"
+cmp -s a.yaml b.yaml || fail "the resolved config changes when loaded again: $(diff a.yaml b.yaml | head)"
+
+# An empty config (or one with only comments) is refused.
+: > empty.yaml
+refused empty.yaml "config empty.yaml is empty"
+printf '# nothing but a comment\n' > comments.yaml
+refused comments.yaml "config comments.yaml is empty"
+
+cat > tiny.yaml <<'YAML'
+runner_config: {batch_size: 2, train_steps: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 1, num_heads: 4}
+YAML
+# A bad --set is named as the override, not the file.
+refused tiny.yaml "--set runner_config.train_step=5: unknown key; did you mean \`train_steps\`?" --set runner_config.train_step=5
+! grep -q "tiny.yaml" err.txt || fail "the override's problem names the file: $(cat err.txt)"
+refused tiny.yaml "--set load_checkpoint=/x/y: no such file or directory" --set load_checkpoint=/x/y
+# A load_checkpoint that does not exist names the key, and stops every rank before any work.
+cp tiny.yaml missing.yaml; echo "load_checkpoint: /x/y.safetensors" >> missing.yaml
+refused missing.yaml "\`load_checkpoint: /x/y.safetensors\`: no such file or directory"
+timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config missing.yaml > train.txt 2>&1; status=$?
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "train with a missing load_checkpoint: status $status: $(cat train.txt)"
+[ "$(grep -c 'no such file or directory' train.txt)" -eq 1 ] || fail "the message is not printed once: $(cat train.txt)"
+! grep -q "step:\[" train.txt || fail "training started: $(cat train.txt)"
+echo "ok: train on 2 ranks with a missing load_checkpoint stops before work (status $status)"

@@ -1,0 +1,238 @@
+// Nothing in a config is ignored without a word. Every leaf of the schema (and of the list-item
+// templates) has exactly one rule in runner/config_keys.cpp, and the loader does what the rule
+// says: each key alone is set to a value other than its default and the load is compared with the
+// load without it.
+//   kBuilt    the loader reads the key (it is in Config::consumed) and the Settings differ;
+//   kChecked  the loader reads the key and a new warning names it, or the load is refused;
+//   kCpu, kIgnored  nobody reads the key and a new warning names it;
+//   kRefused  nobody reads the key and the load is refused.
+// A key that nobody reads and nobody warns about fails here, whatever its rule says.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "runner/config.h"
+#include "tests/runner/config_test_util.h"
+#include "runner/config_schema.h"
+
+namespace gf {
+namespace {
+
+using config_test::kMinimal;
+
+struct Leaf {
+  std::string path;
+};
+
+// The leaves of the schema; list items (callbacks, eval_callbacks) from the templates, as index 0.
+void collect(const YAML::Node& n, const std::string& path, const YAML::Node& templates, std::vector<Leaf>& out) {
+  if (templates[path].IsDefined()) {
+    for (auto it = templates[path].begin(); it != templates[path].end(); ++it)
+      out.push_back({path + ".0." + it->first.as<std::string>()});
+    return;
+  }
+  if (n.IsMap() && n.size() > 0) {
+    for (auto it = n.begin(); it != n.end(); ++it)
+      collect(it->second, (path.empty() ? "" : path + ".") + it->first.as<std::string>(), templates, out);
+    return;
+  }
+  out.push_back({path});
+}
+
+std::vector<Leaf> schema_leaves() {
+  std::vector<Leaf> out;
+  collect(YAML::Load(kConfigDefaults), "", YAML::Load(kItemTemplates), out);
+  return out;
+}
+
+bool pattern_matches(const std::string& pattern, const std::string& path) {
+  std::stringstream a(pattern), b(path);
+  std::string x, y;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(a, x, '.')), gb = static_cast<bool>(std::getline(b, y, '.'));
+    if (ga != gb) return false;
+    if (!ga) return true;
+    if (x != "*" && x != y) return false;
+  }
+}
+
+TEST(ConfigKeys, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
+  const auto leaves = schema_leaves();
+  ASSERT_GT(leaves.size(), 150u);
+  for (const Leaf& l : leaves) {
+    int n = 0;
+    for (const KeyRule& r : key_rules()) n += pattern_matches(r.path, l.path);
+    EXPECT_EQ(n, 1) << l.path << " has " << n << " rules in runner/config_keys.cpp";
+  }
+  for (const KeyRule& r : key_rules()) {
+    const bool used = std::any_of(leaves.begin(), leaves.end(), [&](const Leaf& l) { return pattern_matches(r.path, l.path); });
+    EXPECT_TRUE(used) << "rule " << r.path << " matches no key of the schema";
+  }
+}
+
+// An existing weights file for load_checkpoint (only its existence and name are checked at load).
+std::string weights_file() {
+  const std::string p = std::string(GF_BINARY_DIR) + "/config_keys_probe.safetensors";
+  std::ofstream(p) << "";
+  return p;
+}
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << std::setprecision(12) << v;
+  return os.str();
+}
+
+// A value other than `v` (the key's resolved value) that the loader should take.
+std::string other_value(const std::string& path, const YAML::Node& v) {
+  static const std::map<std::string, std::string> chosen = {
+      {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"load_checkpoint", weights_file()},
+      {"model.model_config.hidden_size", "128"}, {"model.model_config.num_heads", "8"},
+      {"model.model_config.hidden_act", "gelu_new"}, {"model.model_config.compute_dtype", "bfloat16"},
+      {"model.model_config.param_init_type", "bfloat16"}, {"model.model_config.layernorm_compute_type", "bfloat16"},
+      {"model.model_config.softmax_compute_type", "bfloat16"}, {"lr_schedule.type", "cosine"},
+      {"optimizer.type", "AdamW"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
+      {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
+      {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
+      {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},
+      {"train_dataset.data_loader.data_path", "probe/prefix"}, {"eval_dataset.data_loader.data_path", "probe/prefix"},
+      {"train_dataset.input_columns", "[input_ids, labels]"}, {"eval_dataset.input_columns", "[input_ids, labels]"},
+      {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
+      {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
+      {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
+  };
+  if (auto it = chosen.find(path); it != chosen.end()) return it->second;
+  if (v.IsScalar()) {
+    bool b;
+    long long i;
+    double d;
+    if (YAML::convert<bool>::decode(v, b)) return b ? "False" : "True";
+    if (YAML::convert<long long>::decode(v, i)) return std::to_string(i == -1 ? 2 : i + 1);
+    if (YAML::convert<double>::decode(v, d)) return number(d == 0 ? 0.5 : d * 1.5);
+  }
+  return "gf_probe";
+}
+
+YAML::Node resolved_value(const YAML::Node& root, const std::string& path) {
+  YAML::Node n = YAML::Clone(root);
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) {
+    const YAML::Node next = n.IsSequence() ? n[std::stoul(p)] : n[p];
+    n.reset(next);
+  }
+  return n;
+}
+
+struct Outcome {
+  bool refused = false;
+  std::string error;
+  Config c;
+};
+
+Outcome load(const std::vector<std::string>& sets) {
+  Outcome o;
+  try {
+    o.c = load_config_string(kMinimal, sets);
+  } catch (const ConfigError& e) {
+    o.refused = true;
+    o.error = e.what();
+  }
+  return o;
+}
+
+// Whether `msg` names `path` (in full, or its leaf within its section, as grouped messages do).
+bool names(const std::string& msg, const std::string& path) {
+  if (msg.find(path) != std::string::npos) return true;
+  const std::string leaf = path.substr(path.rfind('.') + 1), section = path.substr(0, path.find('.'));
+  return msg.find(leaf) != std::string::npos && msg.find(section) != std::string::npos;
+}
+
+bool new_warning_names(const Config& base, const Config& probe, const std::string& path) {
+  for (const auto& w : probe.warnings)
+    if (std::find(base.warnings.begin(), base.warnings.end(), w) == base.warnings.end() && names(w, path)) return true;
+  return false;
+}
+
+const char* use_name(KeyUse u) {
+  switch (u) {
+    case KeyUse::kBuilt: return "built";
+    case KeyUse::kChecked: return "checked";
+    case KeyUse::kCpu: return "cpu";
+    case KeyUse::kIgnored: return "ignored";
+    case KeyUse::kRefused: return "refused";
+  }
+  return "?";
+}
+
+// Built keys whose registry holds one name: any other value is refused by name.
+bool single_valued(const std::string& path) { return path == "model.model_config.type" || path == "model.arch.type"; }
+
+// What one key does when set alone; "" when that is what its rule says.
+std::string probe(const Leaf& leaf) {
+  const KeyRule* rule = rule_for(leaf.path);
+  if (!rule) return "no rule";
+  std::vector<std::string> base_sets, sets;
+  const std::string key = leaf.path.substr(leaf.path.rfind('.') + 1);
+  if (leaf.path.rfind("callbacks.0.", 0) == 0 && key != "type" && key != "per_print_times") {
+    base_sets = {"callbacks=[{type: CheckpointMonitor}]"};
+    const YAML::Node def = YAML::Load(kItemTemplates)["callbacks"][key];
+    sets = {"callbacks=[{type: CheckpointMonitor, " + key + ": " + other_value(leaf.path, def) + "}]"};
+  } else if (leaf.path == "callbacks.0.type") {  // the default item's per_print_times belongs to MFLossMonitor
+    sets = {"callbacks=[{type: CheckpointMonitor}]"};
+  } else if (leaf.path == "eval_callbacks.0.type") {
+    base_sets = {"eval_callbacks=[{type: ObsMonitor}]"};
+    sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
+  }
+  const Outcome base = load(base_sets);
+  if (base.refused) return "the baseline is refused: " + base.error;
+  const YAML::Node current = resolved_value(base.c.resolved, leaf.path);
+  bool on;
+  if (rule->use == KeyUse::kCpu && YAML::convert<bool>::decode(current, on) && on && current.Scalar() != "1")
+    return "";  // a CPU-only switch that is on by default: turning it off asks for nothing, so nothing to warn about
+  if (sets.empty()) sets = {leaf.path + "=" + other_value(leaf.path, current)};
+  const Outcome out = load(sets);
+  const bool read = out.refused ? base.c.consumed.count(leaf.path) > 0 : out.c.consumed.count(leaf.path) > 0;
+  const std::string what = std::string(use_name(rule->use)) + " key, set with --set " + sets[0] + ": ";
+  switch (rule->use) {
+    case KeyUse::kBuilt:
+      if (!read) return what + "the loader did not read it";
+      if (out.refused && !single_valued(leaf.path)) return what + "refused: " + out.error;
+      if (out.refused) return "";
+      if (static_cast<const Settings&>(out.c) == static_cast<const Settings&>(base.c)) return what + "no field changed";
+      return "";
+    case KeyUse::kChecked:
+      if (!read) return what + "the loader did not read it";
+      if (!out.refused && !new_warning_names(base.c, out.c, leaf.path)) return what + "neither warned nor refused";
+      return "";
+    case KeyUse::kCpu:
+    case KeyUse::kIgnored:
+      if (read) return what + "the loader read it (so it is not ignored: say what it does)";
+      if (out.refused) return what + "refused: " + out.error;
+      if (!new_warning_names(base.c, out.c, leaf.path)) return what + "no warning names it";
+      return "";
+    case KeyUse::kRefused:
+      if (read) return what + "the loader read it";
+      if (!out.refused) return what + "accepted";
+      return "";
+  }
+  return "?";
+}
+
+TEST(ConfigKeys, EveryKeyIsReadIntoAFieldOrWarnedOrRefused) {
+  std::string failures;
+  int n = 0;
+  for (const Leaf& leaf : schema_leaves()) {
+    const std::string f = probe(leaf);
+    if (!f.empty()) failures += "\n  " + leaf.path + ": " + f;
+    ++n;
+  }
+  EXPECT_TRUE(failures.empty()) << "keys whose rule the loader does not keep (of " << n << "):" << failures;
+}
+
+}  // namespace
+}  // namespace gf

@@ -1,0 +1,293 @@
+// MindFormers r0.8-r1.3 configs load as MindFormers means them: the files in tests/data/mindformers
+// resolve with warnings only, or with a named refusal of what is not built (then the override of
+// that key loads); and the keys whose meaning was read from MindFormers' source behave that way.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "runner/config.h"
+#include "tests/runner/config_test_util.h"
+#include "runner/layout_check.h"
+
+namespace gf {
+namespace {
+
+using config_test::error_of;
+using config_test::kMinimal;
+
+std::string data(const std::string& f) { return std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f; }
+
+std::string file_error(const std::string& f, const std::vector<std::string>& sets = {}) {
+  try {
+    const Config c = load_config(data(f), sets);
+    std::string all;
+    for (const auto& u : unbuilt_parallelism(c)) all += u + "\n";
+    return all;
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+bool has_warning(const Config& c, const std::string& needle) {
+  return std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });
+}
+
+int count_warnings(const Config& c, const std::string& needle) {
+  return static_cast<int>(std::count_if(c.warnings.begin(), c.warnings.end(),
+                                        [&](const std::string& w) { return w.find(needle) != std::string::npos; }));
+}
+
+// The file, what it refuses as it is (empty: nothing), and the overrides that make it load.
+struct MindFormersFile {
+  const char* file;
+  const char* refusal;
+  std::vector<std::string> sets;
+};
+
+const MindFormersFile kFiles[] = {
+    {"run_gpt2.yaml", "", {}},
+    {"run_gpt2_13b.yaml", "", {}},
+    {"r1.1/run_gpt2_xl.yaml", "", {}},
+    {"r1.2/run_gpt2_52b.yaml", "`parallel_config.pipeline_stage: 16`: pipeline parallelism is not built yet",
+     {"parallel_config.pipeline_stage=1"}},
+    {"r1.3/pretrain_gpt2_13b_fp16.yaml", "", {}},
+    {"r1.3/finetune_gpt2_small_fp16.yaml", "", {}},
+    {"r1.3/pretrain_llama2_7b_common.yaml", "`runner_config.gradient_accumulation_steps: 8`: gradient accumulation is not built yet",
+     {"runner_config.gradient_accumulation_steps=1"}},
+    {"r1.3/pretrain_mixtral-8x7b_common.yaml", "`parallel_config.expert_parallel: 8`: expert parallelism is not built yet (MoE issue)",
+     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
+    {"r1.1/finetune_mixtral-8x7b_common.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
+     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
+};
+
+TEST(MindFormersConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {
+  for (const auto& f : kFiles) {
+    const std::string e = file_error(f.file);
+    if (std::string(f.refusal).empty()) {
+      EXPECT_EQ(e, "") << f.file;
+    } else {
+      EXPECT_NE(e.find(f.refusal), std::string::npos) << f.file << ": " << e;
+      EXPECT_EQ(file_error(f.file, f.sets), "") << f.file;
+    }
+    const Config c = load_config(data(f.file), f.sets);
+    EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend` has no meaning on a CPU")) << f.file;
+    for (const auto& w : c.warnings) EXPECT_EQ(w.find("unknown"), std::string::npos) << f.file << ": " << w;
+  }
+}
+
+TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {
+  const Config big = load_config(data("r1.3/pretrain_gpt2_13b_fp16.yaml"));
+  EXPECT_EQ(big.model.hidden_size, 5120);
+  EXPECT_EQ(big.parallel.data_parallel, 4);
+  EXPECT_EQ(big.parallel.model_parallel, 8);
+  EXPECT_EQ(big.model.compute_dtype, "float16");
+  EXPECT_TRUE(big.loss_scale.dynamic);
+  EXPECT_TRUE(has_warning(big, "`context.jit_config.jit_level: O2`"));
+  EXPECT_EQ(count_warnings(big, "checkpoint saving is not built yet"), 1);
+  // The dataset's batch_size is replaced by runner_config.batch_size, as MindFormers does.
+  EXPECT_EQ(big.batch_size, 2);
+  EXPECT_TRUE(has_warning(big, "`train_dataset.batch_size: 8` is replaced by runner_config.batch_size (2)"));
+
+  const Config small = load_config(data("r1.3/finetune_gpt2_small_fp16.yaml"));
+  EXPECT_EQ(small.lr.type, "cosine");  // CosineWithWarmUpLR
+  EXPECT_EQ(small.optimizer_type, "FP32StateAdamWeightDecay");
+
+  const Config mixtral = load_config(data("r1.3/pretrain_mixtral-8x7b_common.yaml"),
+                                     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"});
+  EXPECT_EQ(mixtral.optimizer_type, "AdamW");
+  EXPECT_DOUBLE_EQ(mixtral.adamw.beta1, 0.9);  // betas: [0.9, 0.95]
+  EXPECT_DOUBLE_EQ(mixtral.adamw.beta2, 0.95);
+  EXPECT_TRUE(has_warning(mixtral, "`moe_config.expert_num: 8`"));
+  EXPECT_TRUE(has_warning(mixtral, "Mixture-of-Experts layers are not built yet"));
+  EXPECT_TRUE(has_warning(mixtral, "`parallel_config.micro_batch_num: 16` with `pipeline_stage: 1`"));
+  EXPECT_EQ(mixtral.model_name, "mixtral-8x7b");
+
+  // r1.1's Mixtral finetune gives the optimizer 3e-4 and the lr_schedule 1e-5: MindFormers trains with the latter.
+  const Config ft = load_config(data("r1.1/finetune_mixtral-8x7b_common.yaml"),
+                                {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"});
+  EXPECT_DOUBLE_EQ(ft.lr.learning_rate, 1e-5);
+  EXPECT_TRUE(has_warning(ft, "`optimizer.learning_rate: 3.e-4` is not used: lr_schedule sets the learning rate"));
+}
+
+TEST(MindFormersKeys, OptimizerLearningRateIsTheRateOnlyWithoutAnLrSchedule) {
+  Config c = load_config_string(kMinimal + "optimizer: {type: AdamW, learning_rate: 0.002}\n");
+  EXPECT_EQ(c.lr.type, "constant");
+  EXPECT_DOUBLE_EQ(c.lr.learning_rate, 0.002);
+  EXPECT_TRUE(c.warnings.empty());
+  const Config again = load_config_string(dump_resolved(c));  // the resolved config says what runs
+  EXPECT_TRUE(static_cast<const Settings&>(again) == static_cast<const Settings&>(c));
+  EXPECT_TRUE(again.warnings.empty());
+  c = load_config_string(kMinimal + "optimizer: {learning_rate: 0.002}\nlr_schedule: {type: cosine, learning_rate: 0.001}\n");
+  EXPECT_DOUBLE_EQ(c.lr.learning_rate, 0.001);
+  EXPECT_TRUE(has_warning(c, "`optimizer.learning_rate: 0.002` is not used"));
+  c = load_config_string(kMinimal + "optimizer: {learning_rate: 0.001}\nlr_schedule: {type: cosine, learning_rate: 0.001}\n");
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_NE(error_of(kMinimal, {"optimizer.learning_rate=fast"}).find("expects a number"), std::string::npos);
+}
+
+TEST(MindFormersKeys, BetasAreBeta1AndBeta2) {
+  Config c = load_config_string(kMinimal, {"optimizer.type=AdamW", "optimizer.betas=[0.8, 0.95]"});
+  EXPECT_DOUBLE_EQ(c.adamw.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.adamw.beta2, 0.95);
+  std::string e = error_of(kMinimal, {"optimizer.betas=[0.8, 0.95]", "optimizer.beta1=0.7"});
+  EXPECT_NE(e.find("and `optimizer.beta1: 0.7` disagree; give one of them"), std::string::npos) << e;
+  EXPECT_EQ(error_of(kMinimal, {"optimizer.betas=[0.8, 0.95]", "optimizer.beta1=0.8"}), "");
+  EXPECT_NE(error_of(kMinimal, {"optimizer.betas=[0.8]"}).find("expects [beta1, beta2]"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optimizer.betas=[0.8, 1.5]"}).find("must be in (0, 1)"), std::string::npos);
+}
+
+TEST(MindFormersKeys, GradientAccumulationIsOneUntilBuilt) {
+  EXPECT_EQ(error_of(kMinimal, {"runner_config.gradient_accumulation_steps=1"}), "");
+  const std::string e = error_of(kMinimal, {"runner_config.gradient_accumulation_steps=4"});
+  EXPECT_NE(e.find("gradient accumulation is not built yet; raise runner_config.batch_size or parallel_config.data_parallel "
+                   "for the same global batch"), std::string::npos) << e;
+}
+
+TEST(MindFormersKeys, ExpertAndPipelineParallelismAreRefusedUntilBuilt) {
+  const Config c = load_config_string(kMinimal, {"parallel_config.expert_parallel=2", "parallel_config.pipeline_stage=2"});
+  const auto u = unbuilt_parallelism(c);
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_NE(u[0].find("pipeline parallelism is not built yet"), std::string::npos);
+  EXPECT_EQ(u[1], "`parallel_config.expert_parallel: 2`: expert parallelism is not built yet (MoE issue); use 1");
+  const auto all = layout_problems(c, 4);
+  EXPECT_NE(std::find(all.begin(), all.end(), u[1]), all.end());
+  // micro_batch_num only splits the batch for a pipeline: MindFormers ignores it with one stage, and says so here.
+  const Config m = load_config_string(kMinimal, {"parallel_config.micro_batch_num=4"});
+  EXPECT_TRUE(has_warning(m, "`parallel_config.micro_batch_num: 4` with `pipeline_stage: 1`"));
+}
+
+TEST(MindFormersKeys, UseParallelFalseWithSeveralRanksIsSaid) {
+  const Config c = load_config_string(kMinimal, {"use_parallel=False"});
+  EXPECT_FALSE(c.use_parallel);
+  EXPECT_TRUE(layout_warnings(c, 1).empty());
+  const auto w = layout_warnings(c, 2);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("`use_parallel: False`, but 2 ranks are running: they train together"), std::string::npos) << w[0];
+  EXPECT_TRUE(layout_warnings(load_config_string(kMinimal), 2).empty());
+}
+
+TEST(MindFormersKeys, CheckpointMonitorAcceptsItsKeysWithOneWarning) {
+  for (const char* type : {"CheckpointMonitor", "CheckpointMointor"}) {
+    const Config c = load_config_string(
+        kMinimal, {std::string("callbacks=[{type: MFLossMonitor}, {type: ") + type +
+                   ", prefix: gpt2, save_checkpoint_steps: 500, keep_checkpoint_max: 3, integrated_save: False, "
+                   "async_save: True, save_network_params: True, save_trainable_params: False}, {type: ObsMonitor}]"});
+    EXPECT_EQ(c.warnings.size(), 1u) << type;
+    EXPECT_TRUE(has_warning(c, "checkpoint saving is not built yet; no checkpoints are written (`gridformer train "
+                               "--save-weights FILE` writes the final weights)"));
+    EXPECT_TRUE(has_warning(c, "save_checkpoint_steps: 500"));
+  }
+  const std::string e = error_of(kMinimal, {"callbacks=[{type: MFLossMonitor, prefix: x}]"});
+  EXPECT_NE(e.find("`callbacks.0.prefix`: MFLossMonitor takes no key prefix (its keys: per_print_times)"), std::string::npos) << e;
+}
+
+// A weights file that exists (its content is read only when training starts).
+std::string weights(const std::string& name) {
+  const std::string p = std::string(GF_BINARY_DIR) + "/" + name;
+  std::ofstream(p) << "";
+  return p;
+}
+
+TEST(MindFormersKeys, WeightsAreCheckedAtLoadTime) {
+  EXPECT_EQ(error_of(kMinimal, {"load_checkpoint=/x/y"}), "1 problem(s) in the --set overrides:\n  --set load_checkpoint=/x/y: no such file or directory");
+  std::string e = error_of(kMinimal + "load_checkpoint: /x/y.safetensors\n");
+  EXPECT_NE(e.find("`load_checkpoint: /x/y.safetensors`: no such file or directory"), std::string::npos) << e;
+  e = error_of(kMinimal + "load_checkpoint: gpt2\n");
+  EXPECT_NE(e.find("`load_checkpoint: gpt2`: no hub at run time: convert/download weights"), std::string::npos) << e;
+  const std::string ckpt = weights("probe_model.ckpt");
+  e = error_of(kMinimal + "load_checkpoint: " + ckpt + "\n");
+  EXPECT_NE(e.find("is a MindSpore .ckpt, which gridformer does not read"), std::string::npos) << e;
+  const std::string w = weights("probe_model.safetensors");
+  EXPECT_EQ(load_config_string(kMinimal, {"load_checkpoint=" + w}).load_checkpoint, w);
+}
+
+TEST(MindFormersKeys, CheckpointNameOrPathIsNotLoadedForTrainingAsInMindFormers) {
+  const std::string w = weights("probe_named.safetensors"), other = weights("probe_other.safetensors");
+  const std::string k = "model.model_config.checkpoint_name_or_path=";
+  // train/finetune: run_mindformer.py drops it; the warning says to use load_checkpoint.
+  Config c = load_config_string(kMinimal, {k + "gpt2"});
+  EXPECT_EQ(c.load_checkpoint, "");
+  EXPECT_TRUE(has_warning(c, "`model.model_config.checkpoint_name_or_path: gpt2` is not loaded for run_mode train"));
+  c = load_config_string(kMinimal, {"run_mode=finetune", k + w});
+  EXPECT_EQ(c.load_checkpoint, "");
+  // eval: a path loads like load_checkpoint; a hub name is refused; two different weights are refused.
+  c = load_config_string(kMinimal, {"run_mode=eval", k + w});
+  EXPECT_EQ(c.load_checkpoint, w);
+  EXPECT_TRUE(c.warnings.empty());
+  std::string e = error_of(kMinimal, {"run_mode=eval", k + "gpt2"});
+  EXPECT_NE(e.find("no hub at run time: convert/download weights (a Hugging Face GPT-2 .safetensors or its directory) and "
+                   "give a path in load_checkpoint"), std::string::npos) << e;
+  e = error_of(kMinimal, {"run_mode=eval", k + w, "load_checkpoint=" + other});
+  EXPECT_NE(e.find("`load_checkpoint: " + other + "` and `model.model_config.checkpoint_name_or_path: " + w +
+                   "` name different weights; keep one (load_checkpoint)"), std::string::npos) << e;
+  EXPECT_EQ(load_config_string(kMinimal, {"run_mode=eval", k + w, "load_checkpoint=" + w}).load_checkpoint, w);
+  EXPECT_EQ(error_of(kMinimal, {"run_mode=eval", k + "\"\""}), "");  // empty: nothing
+}
+
+TEST(MindFormersKeys, DatasetCopiesAndBatchSizesFollowMindFormers) {
+  // train_dataset_task.dataset_config is the alias *train_dataset in MindFormers' files: silent; if it differs, said.
+  const std::string aliased = kMinimal + "train_dataset: &td\n  data_loader: {type: RandomTokens}\n  batch_size: 1\n"
+                              "train_dataset_task: {type: CausalLanguageModelDataset, dataset_config: *td}\n";
+  Config c = load_config_string(aliased, {"train_dataset.data_loader.num_samples=8"});
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_TRUE(load_config_string(dump_resolved(c)).warnings.empty());
+  c = load_config_string(kMinimal, {"train_dataset_task.dataset_config={data_loader: {type: RandomTokens}}"});
+  EXPECT_TRUE(has_warning(c, "`train_dataset_task.dataset_config` differs from `train_dataset`"));
+  c = load_config_string(kMinimal, {"runner_config.batch_size=4", "train_dataset.batch_size=6"});
+  EXPECT_EQ(c.batch_size, 4);
+  EXPECT_TRUE(has_warning(c, "`train_dataset.batch_size: 6` is replaced by runner_config.batch_size (4)"));
+  EXPECT_NE(error_of(kMinimal, {"train_dataset_task.type=TextClassificationDataset"}).find("CausalLanguageModelDataset"),
+            std::string::npos);
+}
+
+TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"micro_batch_interleave_num=2", "set runner_config.batch_size to that product"},
+      {"layer_scale=True", "layer-wise learning-rate decay (layer_decay) is not built yet"},
+      {"lr_scale=True", "lr_scale_factor yourself"},
+      {"parallel.auto_pipeline=True", "pipeline parallelism is not built yet"},
+      {"model.model_config.pet_config={pet_type: lora, lora_rank: 8}", "remove model.model_config.pet_config"},
+      {"recompute_config.select_recompute=[4, 4]", "needs pipeline parallelism"},
+      {"trainer.type=TextClassificationTrainer", "causal language models only"},
+      {"runner_wrapper.type=MFPipelineWithLossScaleCell", "registered: MFTrainOneStepCell"},
+      {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=2", "over all data_parallel"},
+  };
+  for (auto [set, fix] : cases) {
+    const std::vector<std::string> sets = {set, "parallel.enable_parallel_optimizer=True", "parallel_config.data_parallel=4"};
+    const std::string e = error_of(kMinimal, sets);
+    EXPECT_NE(e.find(fix), std::string::npos) << set << ": " << e;
+    EXPECT_NE(e.find(std::string("--set ") + set), std::string::npos) << set << ": " << e;
+  }
+  EXPECT_EQ(error_of(kMinimal, {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=4",
+                                "parallel.enable_parallel_optimizer=True", "parallel_config.data_parallel=4"}), "");
+}
+
+TEST(ConfigErrors, AnEmptyFileIsRefused) {
+  for (const char* text : {"", "# only a comment\n", "---\n", "{}\n"})
+    EXPECT_EQ(error_of(text), "config <string> is empty") << text;
+  const std::string path = std::string(GF_BINARY_DIR) + "/empty_config.yaml";
+  std::ofstream(path) << "# nothing here\n";
+  try {
+    load_config(path);
+    FAIL() << "an empty file loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "config " + path + " is empty");
+  }
+}
+
+TEST(ConfigErrors, AnOverrideProblemNamesTheOverrideAndTheFileItsOwn) {
+  std::string e = error_of(kMinimal, {"runner_config.train_step=5"});
+  EXPECT_EQ(e, "1 problem(s) in the --set overrides:\n  --set runner_config.train_step=5: unknown key; did you mean `train_steps`?");
+  e = error_of(kMinimal + "runner_config: {epochs: 0}\n", {"runner_config.batch_size=0"});
+  EXPECT_EQ(e, "<string>: 2 problem(s) in the config:\n  `runner_config.epochs: 0`: must be > 0\n"
+               "  --set runner_config.batch_size=0: must be > 0");
+  // A problem of the file that an override does not touch stays the file's; one an override fixes is gone.
+  e = error_of(kMinimal + "runner_config: {batch_size: 0, epochs: 0}\n", {"runner_config.batch_size=2"});
+  EXPECT_EQ(e, "<string>: 1 problem(s) in the config:\n  `runner_config.epochs: 0`: must be > 0");
+}
+
+}  // namespace
+}  // namespace gf

@@ -10,6 +10,8 @@
 #include "core/gemm.h"
 #include "runner/run_info.h"
 
+extern "C" char* openblas_get_corename(void);  // OpenBLAS's (cblas.h is gf_core's private include)
+
 namespace gf {
 
 namespace {
@@ -35,9 +37,15 @@ std::string trim_number(double v) { return fmt::format("{:.3g}", v); }
 
 }  // namespace
 
+std::string blas_core_name() {
+  const char* c = openblas_get_corename();
+  return c != nullptr ? c : "unknown";
+}
+
 MachineProbe machine_probe_from_json(const nlohmann::json& j) {
   MachineProbe p;
   p.cpu = field<std::string>(j, "cpu");
+  if (j.contains("blas_core")) p.blas_core = field<std::string>(j, "blas_core");
   p.date = field<std::string>(j, "date");
   p.threads = field<int>(j, "threads");
   p.fp32_backend = field<std::string>(j, "fp32_backend");
@@ -86,6 +94,10 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
       if (p.cpu != m.cpu)
         m.probe_note = fmt::format("the machine probe at {} was measured on \"{}\", this CPU is \"{}\": ignored "
                                    "(re-run build/bin/machine_probe here)", path, p.cpu, m.cpu);
+      else if (!p.blas_core.empty() && p.blas_core != blas_core_name())
+        m.probe_note = fmt::format("the machine probe at {} measured OpenBLAS's {} kernels, this run has its {} "
+                                   "(OPENBLAS_CORETYPE): ignored (re-run build/bin/machine_probe in this environment)",
+                                   path, p.blas_core, blas_core_name());
       else
         m.probe = std::move(p);
     } catch (const std::exception& e) {
@@ -98,7 +110,8 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
   if (!from_env && m.probe) gemm_set_backend(m.probe->fp32_backend == "eigen" ? GemmBackend::kEigen : GemmBackend::kBlas);
   m.gemm_backend = gemm_backend_name(gemm_backend());  // throws for an unknown GF_GEMM
   const std::string measured =
-      m.probe ? fmt::format("machine_probe measured blas {} and eigen {} GFLOP/s at {} thread(s) on {} ({})",
+      m.probe ? fmt::format("machine_probe measured blas{} {} and eigen {} GFLOP/s at {} thread(s) on {} ({})",
+                            m.probe->blas_core.empty() ? std::string() : " (" + m.probe->blas_core + ")",
                             trim_number(m.probe->gflops_blas), trim_number(m.probe->gflops_eigen), m.probe->threads,
                             m.probe->cpu, m.probe->date)
               : std::string();

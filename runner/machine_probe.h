@@ -7,14 +7,17 @@
 //   - take the MFU peak per rank (the probe's GEMM ceiling for the compute dtype, scaled to the
 //     rank's thread count; runner_config.peak_tflops > 0 still overrides).
 // Without the file (a binary run from elsewhere, or the probe never run) a run keeps the built-in
-// defaults (OpenBLAS, 0.33 TFLOP/s) and says so in its log.
+// defaults (OpenBLAS, 0.33 TFLOP/s) and says so in its log. A probe of another CPU, or of other
+// OpenBLAS kernels (OPENBLAS_CORETYPE picks them: on a 2-vCPU AMD EPYC its Haswell kernels ran at
+// 0.55x its SkylakeX ones, which reversed the OpenBLAS/Eigen order), is ignored the same way.
 //
 // Where a run looks: $GF_MACHINE_PROBE if set (a path; "off" for no probe), else
 // <directory of the running binary>/../machine_probe.json (build/bin/.. = build/).
 //
 // The file's fields (version 1) that a run reads: "cpu", "date", "threads", "fp32_backend"
 // ("blas" | "eigen"), "gflops" {"blas", "eigen", "bf16"}, "peak_tflops" {"float32", "bfloat16"
-// (null when oneDNN was not built)}. The tool writes more (per-product figures, load, versions).
+// (null when oneDNN was not built)}, "blas_core" (optional). The tool writes more (per-product
+// figures, load, versions).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -26,12 +29,17 @@ namespace gf {
 struct MachineProbe {
   std::string path;  // where it was read from
   std::string cpu, date;
+  std::string blas_core;  // OpenBLAS's kernels when measured ("" in a file without the field)
   int threads = 0;
   std::string fp32_backend;  // "blas" or "eigen"
   double gflops_blas = 0.0, gflops_eigen = 0.0, gflops_bf16 = 0.0;  // FLOP-weighted over the products
   double peak_tflops_fp32 = 0.0;
   double peak_tflops_bf16 = 0.0;  // 0: not measured (built without oneDNN)
 };
+
+// OpenBLAS's kernel family in this process (openblas_get_corename(): "Haswell", "SkylakeX", "Zen",
+// ...; the environment's OPENBLAS_CORETYPE forces one).
+std::string blas_core_name();
 
 // The probe's fields from its JSON document; throws std::runtime_error naming a missing or bad field.
 MachineProbe machine_probe_from_json(const nlohmann::json& j);
@@ -46,7 +54,7 @@ std::string machine_probe_path_for(const std::string& exe);
 struct MachineSetup {
   std::optional<MachineProbe> probe;  // set when a probe for this CPU was read
   std::string probe_path;             // where the run looked ("" when GF_MACHINE_PROBE=off)
-  std::string probe_note;             // without a probe: why not ("no file at ...", "measured on another CPU", ...)
+  std::string probe_note;             // without a probe: why not ("no file at ...", "another CPU", "other kernels")
   std::string cpu;                    // this machine's CPU
   int threads = 0;                    // this rank's threads
   std::string gemm_backend;           // the fp32 GEMM backend the run uses

@@ -10,7 +10,8 @@
 //
 // --out: default where the runs look, $GF_MACHINE_PROBE or <this binary's dir>/../machine_probe.json
 // (build/machine_probe.json). --threads: default $OMP_NUM_THREADS, else every core (one rank per
-// host). --if-stale: do nothing when the file exists, parses and names this CPU (scripts/setup.sh).
+// host). --if-stale: do nothing when the file exists, parses and names this CPU and the OpenBLAS
+// kernels this environment selects (OPENBLAS_CORETYPE; scripts/setup.sh).
 // --shapes: op:MxNxK with op NN, NT, TN or TT (C[M,N] = op(A) op(B), dense, alpha 1, beta 0).
 //
 // Timing: one untimed call per product and backend (first-call work: oneDNN primitives, packing
@@ -195,6 +196,9 @@ nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budge
   j["date"] = gf::iso8601_utc_now();
   j["threads"] = threads;
   j["git_commit"] = gf::build_git_commit();
+  j["blas_core"] = gf::blas_core_name();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  j["openblas_coretype_env"] = coretype != nullptr ? nlohmann::json(coretype) : nlohmann::json(nullptr);
   j["gflops"] = {{"blas", weighted(kBlas)}, {"eigen", weighted(kEigen)}};
   j["gflops"]["bf16"] = gf::gemm_bf16_available() ? nlohmann::json(weighted(kBf16)) : nlohmann::json(nullptr);
   j["fp32_backend"] = kName[winner];
@@ -218,12 +222,13 @@ int default_threads() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-// True when `path` holds a probe that parses and names this CPU.
+// True when `path` holds a probe that parses and names this CPU and OpenBLAS's kernels here.
 bool up_to_date(const std::string& path) {
   std::ifstream in(path);
   if (!in) return false;
   try {
-    return gf::machine_probe_from_json(nlohmann::json::parse(in)).cpu == gf::cpu_model_name();
+    const gf::MachineProbe p = gf::machine_probe_from_json(nlohmann::json::parse(in));
+    return p.cpu == gf::cpu_model_name() && p.blas_core == gf::blas_core_name();
   } catch (const std::exception&) {
     return false;
   }
@@ -244,13 +249,14 @@ int main(int argc, char** argv) {
   app.add_option("--budget-ms", budget_ms, "time to spend measuring, roughly (at least one call per product and backend)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--shapes", shapes_text, "products instead of the model's: op:MxNxK,... (op NN, NT, TN, TT)");
-  app.add_flag("--if-stale", if_stale, "do nothing if the file exists, parses and names this CPU");
+  app.add_flag("--if-stale", if_stale, "do nothing if the file exists, parses and names this CPU and OpenBLAS kernels");
   app.add_flag("--print", print, "also print the JSON on stdout");
   CLI11_PARSE(app, argc, argv);
   try {
     if (out.empty()) throw std::runtime_error("GF_MACHINE_PROBE=off and no --out: nowhere to write");
     if (if_stale && up_to_date(out)) {
-      std::cout << "machine_probe: " << out << " is up to date for this CPU (" << gf::cpu_model_name() << ")\n";
+      std::cout << "machine_probe: " << out << " is up to date for this CPU (" << gf::cpu_model_name()
+                << ", OpenBLAS " << gf::blas_core_name() << ")\n";
       return 0;
     }
     std::vector<Shape> shapes = default_shapes();
@@ -267,9 +273,10 @@ int main(int argc, char** argv) {
     const std::string tmp = out + ".tmp";
     std::ofstream(tmp) << j.dump(1) << "\n";
     std::filesystem::rename(tmp, path);
-    std::cout << fmt::format("machine_probe: {} at {} thread(s): blas {} eigen {} bf16 {} GFLOP/s; fp32 backend {}, "
+    std::cout << fmt::format("machine_probe: {} at {} thread(s): blas ({}) {} eigen {} bf16 {} GFLOP/s; fp32 backend {}, "
                              "peak {} TFLOP/s fp32, {} bf16 ({} ms, {} of the cores) -> {}\n",
-                             j["cpu"].get<std::string>(), threads, j["gflops"]["blas"].dump(), j["gflops"]["eigen"].dump(),
+                             j["cpu"].get<std::string>(), threads, j["blas_core"].get<std::string>(),
+                             j["gflops"]["blas"].dump(), j["gflops"]["eigen"].dump(),
                              j["gflops"]["bf16"].dump(), j["fp32_backend"].get<std::string>(),
                              j["peak_tflops"]["float32"].dump(), j["peak_tflops"]["bfloat16"].dump(),
                              j["elapsed_ms"].dump(), j["cores_share"].dump(), out);

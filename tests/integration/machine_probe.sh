@@ -23,6 +23,7 @@ assert j["tool"] == "machine_probe" and j["version"] == 1
 assert j["threads"] == 1
 assert len(j["date"]) == 20 and j["date"].endswith("Z"), j["date"]
 assert j["git_commit"]
+assert j["blas_core"], j  # OpenBLAS's kernels (openblas_get_corename)
 g = j["gflops"]
 assert g["blas"] > 0 and g["eigen"] > 0, g
 assert j["fp32_backend"] == ("eigen" if g["eigen"] > g["blas"] else "blas"), (j["fp32_backend"], g)
@@ -49,6 +50,10 @@ python3 -c 'import json; j = json.load(open("p.json")); j["cpu"] = "Not This CPU
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > c.txt 2>&1 || fail "--if-stale, other CPU"
 grep -q "is up to date" c.txt && fail "--if-stale kept another CPU's probe"
 python3 -c 'import json; j = json.load(open("p.json")); assert j["cpu"] != "Not This CPU 9000" and len(j["products"]) == 1'
+python3 -c 'import json; j = json.load(open("p.json")); j["blas_core"] = "NotACore"; json.dump(j, open("p.json", "w"))'
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > c2.txt 2>&1 || fail "--if-stale, other kernels"
+grep -q "is up to date" c2.txt && fail "--if-stale kept a probe of other OpenBLAS kernels"
+python3 -c 'import json; assert json.load(open("p.json"))["blas_core"] != "NotACore"'
 echo "{broken" > p.json
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > d.txt 2>&1 || fail "--if-stale, broken file"
 python3 -c 'import json; json.load(open("p.json"))' || fail "--if-stale did not replace a broken file"
@@ -75,4 +80,10 @@ OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BUILD/bin/gridformer" tra
   || { cat g.txt; fail "a run with the probe"; }
 grep -q "fp32 GEMM backend: $backend (the faster one here: machine_probe measured" g.txt || fail "$(grep 'GEMM backend' g.txt)"
 grep -q "MFU relative to .* TFLOP/s per rank measured by machine_probe on" g.txt || fail "$(grep 'MFU relative' g.txt)"
+# The same file with other OpenBLAS kernels recorded (as if OPENBLAS_CORETYPE had differed) is not used.
+python3 -c 'import json; j = json.load(open("real.json")); j["blas_core"] = "NotACore"; json.dump(j, open("other.json", "w"))'
+OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/other.json" "$BUILD/bin/gridformer" train --config run.yaml > h.txt 2>&1 \
+  || { cat h.txt; fail "a run with another kernels' probe"; }
+grep -q "measured OpenBLAS's NotACore kernels, this run has its .* (OPENBLAS_CORETYPE): ignored" h.txt \
+  || fail "another kernels' probe was used: $(grep 'MFU relative' h.txt)"
 echo "machine_probe: all checks passed"

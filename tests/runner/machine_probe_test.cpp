@@ -136,6 +136,19 @@ TEST(MachineProbe, AppliedOnlyForThisCpuAndSetsTheBackendUnlessGfGemmIsSet) {
   EXPECT_FALSE(m.probe.has_value());
   EXPECT_NE(m.probe_note.find("measured on \"Another CPU 9000\""), std::string::npos) << m.probe_note;
   EXPECT_EQ(gemm_backend(), keep.before);
+  // A probe of other OpenBLAS kernels (OPENBLAS_CORETYPE) is ignored; one of these kernels is taken.
+  nlohmann::json kernels = probe_json(cpu);
+  kernels["blas_core"] = "NotAnOpenBlasCore";
+  m = apply_machine_probe_at(write_temp("kernels.json", kernels.dump()), 2);
+  EXPECT_FALSE(m.probe.has_value());
+  EXPECT_NE(m.probe_note.find("measured OpenBLAS's NotAnOpenBlasCore kernels, this run has its " + blas_core_name()),
+            std::string::npos)
+      << m.probe_note;
+  kernels["blas_core"] = blas_core_name();
+  m = apply_machine_probe_at(write_temp("kernels.json", kernels.dump()), 2);
+  ASSERT_TRUE(m.probe.has_value()) << m.probe_note;
+  EXPECT_EQ(m.probe->blas_core, blas_core_name());
+  gemm_set_backend(keep.before);
   m = apply_machine_probe_at(write_temp("bad.json", "{not json"), 2);
   EXPECT_FALSE(m.probe.has_value());
   EXPECT_NE(m.probe_note.find("unreadable"), std::string::npos) << m.probe_note;

@@ -14,10 +14,11 @@
 //   1 thread, CPU clock, three runs: 71-82 vs 59-67 (gpt2-tiny), 79-95 vs 65-79 (gpt2-124M), 1.2x;
 //   2 threads with half the cores taken by other processes: 1.35-1.55x.
 // bench/README.md has the tables. `GF_GEMM=blas|eigen` in the environment (read at the first
-// call) or gemm_set_backend() override the default. Which is faster depends on the CPU (Eigen on an
-// AMD EPYC, bench/README.md), so `gridformer train` sets the default per machine from the machine
-// probe's measurement (runner/machine_probe.h) unless GF_GEMM is set; kBlas stays the default of
-// this library without one (tests, benchmarks).
+// call) or gemm_set_backend() override the default. Which is faster depends on the CPU and on
+// OpenBLAS's kernels (on an AMD EPYC Eigen beat OpenBLAS held to its Haswell kernels by
+// OPENBLAS_CORETYPE, and lost to its SkylakeX ones: bench/README.md), so `gridformer train` sets
+// the default per machine from the machine probe's measurement (runner/machine_probe.h) unless
+// GF_GEMM is set; kBlas stays the default of this library without one (tests, benchmarks).
 //
 // Neither backend is allocation-free per call (a malloc counter on a 1024x768x768 product at 2
 // threads): OpenBLAS mallocs 512 KiB per call, Eigen its packing buffers, 3 blocks of ~1.9 MB in

@@ -112,8 +112,8 @@ GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_
   --set runner_config.peak_tflops=0.5 > c.txt 2>&1 || { cat c.txt; fail "run with peak_tflops"; }
 grep -q "MFU relative to 0.5 TFLOP/s per rank set by runner_config.peak_tflops" c.txt \
   || fail "peak_tflops did not override: $(grep 'MFU relative' c.txt)"
-python3 - out/metrics.jsonl "$SRC" <<'PY' || fail "run_start lines"
-import json, subprocess, sys
+python3 - out/metrics.jsonl "$BUILD/generated/gf_git_commit.h" <<'PY' || fail "run_start lines"
+import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 starts = [r for r in rows if r.get("event") == "run_start"]
 assert len(starts) == 2, len(starts)
@@ -127,9 +127,11 @@ assert second["peak_source"] == "set by runner_config.peak_tflops"
 assert first["gemm_backend"] == "eigen", first
 assert first["config_hash"] != second["config_hash"]  # different --set, different resolved config
 assert len(second["time"]) == 20 and second["time"].endswith("Z"), second["time"]
-head = subprocess.run(["git", "-C", sys.argv[2], "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-if head.returncode == 0:
-    assert second["git_commit"].startswith(head.stdout.strip()), (second["git_commit"], head.stdout)
+# The commit CMake wrote for this build (scripts/git_commit.cmake), not HEAD: a commit made after
+# the build is not the binary's.
+built = re.search(r'GF_GIT_COMMIT "([^"]*)"', open(sys.argv[2]).read()).group(1)
+assert second["git_commit"] == built, (second["git_commit"], built)
+assert re.fullmatch(r"[0-9a-f]{4,40}(-dirty)?|unknown", built), built
 last = [r for r in rows[rows.index(second):] if "loss" in r]
 assert all(abs(r["mfu"] - r["tflops"] / 0.5) <= 1e-9 for r in last), last
 PY

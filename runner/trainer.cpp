@@ -266,10 +266,12 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
   const std::string span = iv.startup                ? std::string("step 1 alone: start-up")
                            : iv.steps() == 1         ? fmt::format("step {}", iv.last_step)
                                                      : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
-  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {:.4f}, "
+  // An overflowing fp16 step has no finite gradient norm to show (the sum of squares is inf or NaN).
+  const std::string grad_norm = std::isfinite(r.grad_norm) ? fmt::format("{:.4f}", r.grad_norm) : "overflow";
+  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {}, "
                "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
                "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
-               epoch, epochs, step, total_steps_, r.loss, r.lr, r.grad_norm, r.loss_scale,
+               epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
                r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),

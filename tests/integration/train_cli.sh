@@ -145,6 +145,18 @@ set -e
 [ "$status" -ne 0 ] || fail "a checkpoint with too few layers was accepted"
 grep -q "tensor 'h.2.ln_1.weight' is missing" c6c.txt || fail "refusal does not name the tensor: $(tail -1 c6c.txt)"
 
+# 6d. fp16 with a loss scale of 2^32 overflows: the step is skipped and its line says so, with no NaN
+# for the gradient norm; metrics.jsonl holds null there (JSON has no NaN) and skipped: true.
+rm -rf out
+sed 's/^runner_wrapper: {/runner_wrapper: {scale_sense: {type: DynamicLossScaleUpdateCell, loss_scale_value: 4294967296, scale_factor: 2, scale_window: 1000}, /' \
+  tiny.yaml > fp16.yaml
+grep -q 4294967296 fp16.yaml || fail "fp16.yaml has no loss scale"
+"$BIN" train --config fp16.yaml --set model.model_config.compute_dtype=float16 --set runner_config.train_steps=1 \
+  > c6d.txt 2>&1 || { cat c6d.txt; fail "fp16 overflow run"; }
+grep -q "grad_norm: overflow, .*(overflow, step skipped)" c6d.txt || fail "no overflow line: $(grep 'step:\[' c6d.txt)"
+! grep -qi "nan" <(grep 'step:\[' c6d.txt) || fail "the overflow line shows NaN: $(grep 'step:\[' c6d.txt)"
+grep '"loss"' out/metrics.jsonl | grep -q '"grad_norm":null.*"skipped":true' || fail "metrics.jsonl: $(cat out/metrics.jsonl)"
+
 # 6. `config` prints the resolved tree.
 "$BIN" config --config tiny.yaml > resolved.yaml; grep -q "expert_parallel: 1" resolved.yaml || fail "config did not print defaults"
 echo "train_cli: all checks passed"

@@ -48,7 +48,14 @@ void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const 
 template <typename T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                    LayerNormCache<T> cache, int64_t rows, int64_t dim) {
-  // dx, row by row.
+  layernorm_bwd_input(dx, dy, x, w, cache, rows, dim);
+  layernorm_bwd_weight(dw, db, dy, x, cache, rows, dim);
+}
+
+template <typename T>
+void layernorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, LayerNormCache<T> cache, int64_t rows,
+                         int64_t dim) {
+  // Row by row.
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -69,6 +76,11 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
       dxr[i] += (w[i] * dyr[i] - mean_dn - xhat * mean_dn_xhat) * s;
     }
   }
+}
+
+template <typename T>
+void layernorm_bwd_weight(T* dw, T* db, const T* dy, const T* x, LayerNormCache<T> cache, int64_t rows,
+                          int64_t dim) {
   // dw/db are sums over rows: the columns are split across threads and each column is summed in
   // row order by one thread (as in sum_rows_accumulate), so the result does not depend on the
   // number of threads (it is what one thread computed before). Per-thread partial sums over row
@@ -102,5 +114,9 @@ template void layernorm_fwd<float>(float*, LayerNormCache<float>, const float*, 
 template void layernorm_fwd<double>(double*, LayerNormCache<double>, const double*, const double*, const double*, int64_t, int64_t, float);
 template void layernorm_bwd<float>(float*, float*, float*, const float*, const float*, const float*, LayerNormCache<float>, int64_t, int64_t);
 template void layernorm_bwd<double>(double*, double*, double*, const double*, const double*, const double*, LayerNormCache<double>, int64_t, int64_t);
+template void layernorm_bwd_input<float>(float*, const float*, const float*, const float*, LayerNormCache<float>, int64_t, int64_t);
+template void layernorm_bwd_input<double>(double*, const double*, const double*, const double*, LayerNormCache<double>, int64_t, int64_t);
+template void layernorm_bwd_weight<float>(float*, float*, const float*, const float*, LayerNormCache<float>, int64_t, int64_t);
+template void layernorm_bwd_weight<double>(double*, double*, const double*, const double*, LayerNormCache<double>, int64_t, int64_t);
 
 }  // namespace gf::ops

@@ -16,9 +16,19 @@ template <typename T>
 void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
                    int64_t rows, int64_t dim, float eps);
 
-// Accumulates into dx, dw, db (+=).
+// Accumulates into dx, dw, db (+=): layernorm_bwd_input then layernorm_bwd_weight.
 template <typename T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                    LayerNormCache<T> cache, int64_t rows, int64_t dim);
+
+// The two halves of the backward, which may run apart (a zero-bubble pipeline delays the weight
+// pass): dx += the input gradient; dw, db += the weight gradients. Each gives the bits the fused
+// call gives.
+template <typename T>
+void layernorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, LayerNormCache<T> cache, int64_t rows,
+                         int64_t dim);
+template <typename T>
+void layernorm_bwd_weight(T* dw, T* db, const T* dy, const T* x, LayerNormCache<T> cache, int64_t rows,
+                          int64_t dim);
 
 }  // namespace gf::ops

@@ -38,11 +38,21 @@ void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols) {
 }
 
 template <typename T>
-void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
-                int64_t out, T dx_beta) {
-  if (dx) gemm(Trans::kNo, Trans::kYes, n, in, out, T(1), dy, out, w, out, dx_beta, dx, in);
+void linear_bwd_input(T* dx, const T* dy, const T* w, int64_t n, int64_t in, int64_t out, T dx_beta) {
+  gemm(Trans::kNo, Trans::kYes, n, in, out, T(1), dy, out, w, out, dx_beta, dx, in);
+}
+
+template <typename T>
+void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t in, int64_t out) {
   gemm(Trans::kYes, Trans::kNo, in, out, n, T(1), x, in, dy, out, T(1), dw, out);
   if (db) sum_rows_accumulate(db, dy, n, out);
+}
+
+template <typename T>
+void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
+                int64_t out, T dx_beta) {
+  if (dx) linear_bwd_input(dx, dy, w, n, in, out, dx_beta);
+  linear_bwd_weight(dw, db, dy, x, n, in, out);
 }
 
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
@@ -53,22 +63,35 @@ void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64
     gemm_mixed(w.dtype, Trans::kNo, Trans::kNo, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, out, 0.0f, y, out, true);
 }
 
+void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out, float dx_beta,
+                      const void* dy_low) {
+  if (w.dtype == ComputeDtype::kFloat32) return linear_bwd_input<float>(dx, dy, w.f32, n, in, out, dx_beta);
+  gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, dy_low, out, w.f32, w.low, out, dx_beta, dx, in,
+             true);
+}
+
+void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, ComputeDtype dtype, int64_t n,
+                       int64_t in, int64_t out, const void* dy_low) {
+  if (dtype == ComputeDtype::kFloat32) return linear_bwd_weight<float>(dw, db, dy, x, n, in, out);
+  gemm_mixed(dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, nullptr, in, dy, dy_low, out, 1.0f, dw, out, false);
+  if (db) sum_rows_accumulate(db, dy, n, out);
+}
+
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
                 int64_t in, int64_t out, float dx_beta) {
   if (w.dtype == ComputeDtype::kFloat32) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out, dx_beta);
   // dy feeds both products: converted once.
   const void* dy_low = low_copy_scratch(w.dtype, dy, n, out, 0);
-  if (dx)
-    gemm_mixed(w.dtype, Trans::kNo, Trans::kYes, n, in, out, 1.0f, dy, dy_low, out, w.f32, w.low, out, dx_beta, dx,
-               in, true);
-  gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, nullptr, in, dy, dy_low, out, 1.0f, dw, out, false);
-  if (db) sum_rows_accumulate(db, dy, n, out);
+  if (dx) linear_bwd_input(dx, dy, w, n, in, out, dx_beta, dy_low);
+  linear_bwd_weight(dw, db, dy, x, w.dtype, n, in, out, dy_low);
 }
 
 #define GF_INSTANTIATE(T)                                                                    \
   template void linear_fwd<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
   template void linear_bwd<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                               int64_t, T);                                                   \
+  template void linear_bwd_input<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, T);   \
+  template void linear_bwd_weight<T>(T*, T*, const T*, const T*, int64_t, int64_t, int64_t); \
   template void sum_rows_accumulate<T>(T*, const T*, int64_t, int64_t);
 GF_INSTANTIATE(float)
 GF_INSTANTIATE(double)

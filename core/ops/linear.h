@@ -17,6 +17,14 @@ template <typename T>
 void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_t n, int64_t in,
                 int64_t out, T dx_beta = T(1));
 
+// The two halves of linear_bwd, which may run apart (a zero-bubble pipeline delays the weight
+// pass): dx = dx_beta dx + dy W^T; dW += x^T dy, db += sum_rows dy. linear_bwd is input then
+// weight, so each gives the bits the fused call gives.
+template <typename T>
+void linear_bwd_input(T* dx, const T* dy, const T* w, int64_t n, int64_t in, int64_t out, T dx_beta = T(1));
+template <typename T>
+void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t in, int64_t out);
+
 // The float layer at the weight's compute dtype (core/mixed_precision.h): fp32 weights run the
 // templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
 // low-precision copy. Forward outputs and input gradients are activations (fp16 rounds them);
@@ -24,6 +32,12 @@ void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out);
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
                 int64_t in, int64_t out, float dx_beta = 1.0f);
+// Its halves. Under bf16/fp16 the fused call converts dy once for both products; called apart,
+// each converts it (the same bits) unless given dy_low, dy's low-precision copy.
+void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out,
+                      float dx_beta = 1.0f, const void* dy_low = nullptr);
+void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, ComputeDtype dtype, int64_t n,
+                       int64_t in, int64_t out, const void* dy_low = nullptr);
 
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>

@@ -13,6 +13,9 @@
 #include "core/ops/embedding.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/swiglu.h"
 
 namespace gf::ops {
 namespace {
@@ -161,6 +164,73 @@ TEST(OpsFiniteDifference, CrossEntropyMasksThePadding) {
       logits[r * LD + j] = 1e3;  // a huge padded logit must not change the loss
     }
   EXPECT_DOUBLE_EQ(loss(), before);
+}
+
+TEST(OpsFiniteDifference, RMSNorm) {
+  const int64_t R = 5, D = 7;
+  Vec x = randn(R * D, 31), w = randn(D, 32), g = randn(R * D, 33);
+  Vec y(R * D), rstd(R);
+  auto loss = [&] {
+    rmsnorm_fwd<double>(y.data(), rstd.data(), x.data(), w.data(), R, D, 1e-6f);
+    return dot(y, g);
+  };
+  loss();
+  Vec dx(R * D, 0.0), dw(D, 0.0);
+  rmsnorm_bwd<double>(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), R, D);
+  expect_grad("rmsnorm dx", x, dx, loss);
+  expect_grad("rmsnorm dw", w, dw, loss);
+}
+
+TEST(OpsFiniteDifference, SwiGLU) {
+  // gate and up side by side in one [R, 2F] buffer, as one fused product would write them.
+  const int64_t R = 4, F = 9;
+  Vec gu = randn(R * 2 * F, 34, 2.0), g = randn(R * F, 35), h(R * F);
+  auto loss = [&] {
+    swiglu_fwd<double>(h.data(), gu.data(), gu.data() + F, R, F, 2 * F);
+    return dot(h, g);
+  };
+  loss();
+  Vec dgu(R * 2 * F, 0.0);
+  swiglu_bwd<double>(dgu.data(), dgu.data() + F, g.data(), gu.data(), gu.data() + F, R, F, 2 * F);
+  expect_grad("swiglu d(gate, up)", gu, dgu, loss);
+}
+
+TEST(OpsFiniteDifference, RoPE) {
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  const RopeTable<double> table = make_rope_table<double>(16, D, 10000.0);
+  Vec x = randn(B * T * H * D, 36), g = randn(B * T * H * D, 37), y(x.size());
+  auto loss = [&] {
+    rope_fwd<double>(y.data(), x.data(), table, B * T, T, H, 3);
+    return dot(y, g);
+  };
+  loss();
+  Vec dx(x.size());
+  rope_bwd<double>(dx.data(), g.data(), table, B * T, T, H, 3);
+  expect_grad("rope dx", x, dx, loss);
+}
+
+// What RoPE is for, checked without its formula: a rotation per position (norms kept), and the
+// score of a query at p and a key at p' depends on p - p' only. theta 1e6 as Mixtral uses.
+TEST(RoPE, RotatesAndScoresDependOnRelativePosition) {
+  const int64_t D = 16;
+  const RopeTable<double> table = make_rope_table<double>(64, D, 1e6);
+  const Vec q = randn(D, 38), k = randn(D, 39);
+  auto at = [&](const Vec& v, int64_t p) {
+    Vec out(D);
+    rope_fwd<double>(out.data(), v.data(), table, 1, 1, 1, p);
+    return out;
+  };
+  for (int64_t p : {0, 5, 40}) EXPECT_NEAR(std::sqrt(dot(at(q, p), at(q, p))), std::sqrt(dot(q, q)), 1e-12);
+  const double s1 = dot(at(q, 9), at(k, 4)), s2 = dot(at(q, 30), at(k, 25)), s3 = dot(at(q, 9), at(k, 5));
+  EXPECT_NEAR(s1, s2, 1e-12);
+  EXPECT_GT(std::abs(s1 - s3), 1e-6);  // a different offset gives a different score
+  // In place equals out of place; forward then backward is the identity.
+  Vec v = randn(D, 40), w = at(v, 7);
+  rope_fwd<double>(v.data(), v.data(), table, 1, 1, 1, 7);
+  for (int64_t i = 0; i < D; ++i) EXPECT_EQ(v[static_cast<size_t>(i)], w[static_cast<size_t>(i)]);
+  rope_bwd<double>(v.data(), v.data(), table, 1, 1, 1, 7);
+  const Vec orig = randn(D, 40);
+  for (int64_t i = 0; i < D; ++i) EXPECT_NEAR(v[static_cast<size_t>(i)], orig[static_cast<size_t>(i)], 1e-12);
 }
 
 }  // namespace

@@ -1,0 +1,77 @@
+#include "core/ops/rope.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace gf::ops {
+
+template <typename T>
+RopeTable<T> make_rope_table(int64_t max_positions, int64_t head_dim, double theta) {
+  if (head_dim % 2 != 0) throw std::invalid_argument("RoPE needs an even head dimension");
+  RopeTable<T> t;
+  t.max_positions = max_positions;
+  t.half = head_dim / 2;
+  t.cos.resize(static_cast<size_t>(max_positions * t.half));
+  t.sin.resize(t.cos.size());
+  for (int64_t i = 0; i < t.half; ++i) {
+    // Hugging Face: inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in float32.
+    const T exponent = static_cast<T>(2 * i) / static_cast<T>(head_dim);
+    const T inv_freq = T(1) / std::pow(static_cast<T>(theta), exponent);
+    for (int64_t p = 0; p < max_positions; ++p) {
+      const T angle = static_cast<T>(p) * inv_freq;  // float32 product, as HF's freqs
+      t.cos[static_cast<size_t>(p * t.half + i)] = static_cast<T>(std::cos(static_cast<double>(angle)));
+      t.sin[static_cast<size_t>(p * t.half + i)] = static_cast<T>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  return t;
+}
+
+namespace {
+
+// y = R(sign * angle) x per head: sign +1 forward, -1 the transpose.
+template <typename T>
+void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0,
+            T sign) {
+  const int64_t half = table.half, dim = 2 * half;
+  if (pos0 + seq_len > table.max_positions)
+    throw std::out_of_range("RoPE: position past the table (max_positions " + std::to_string(table.max_positions) + ")");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = pos0 + r % seq_len;
+    const T* c = table.cos.data() + p * half;
+    const T* s = table.sin.data() + p * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      const T* xh = x + (r * heads + h) * dim;
+      T* yh = y + (r * heads + h) * dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const T a = xh[i], b = xh[i + half], si = sign * s[i];
+        yh[i] = a * c[i] - b * si;
+        yh[i + half] = b * c[i] + a * si;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0) {
+  rotate(y, x, table, rows, seq_len, heads, pos0, T(1));
+}
+
+template <typename T>
+void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
+              int64_t pos0) {
+  rotate(dx, dy, table, rows, seq_len, heads, pos0, T(-1));
+}
+
+#define GF_INSTANTIATE(T)                                                                                     \
+  template RopeTable<T> make_rope_table<T>(int64_t, int64_t, double);                                         \
+  template void rope_fwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t);           \
+  template void rope_bwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t);
+GF_INSTANTIATE(float)
+GF_INSTANTIATE(double)
+#undef GF_INSTANTIATE
+
+}  // namespace gf::ops

@@ -1,0 +1,42 @@
+#include "core/ops/swiglu.h"
+
+#include <cmath>
+
+namespace gf::ops {
+
+template <typename T>
+void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * ld_in;
+    const T* ur = u + r * ld_in;
+    T* hr = h + r * cols;
+    for (int64_t c = 0; c < cols; ++c) hr[c] = gr[c] / (T(1) + std::exp(-gr[c])) * ur[c];
+  }
+}
+
+template <typename T>
+void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * ld_in;
+    const T* ur = u + r * ld_in;
+    const T* dhr = dh + r * cols;
+    T* dgr = dg + r * ld_in;
+    T* dur = du + r * ld_in;
+    for (int64_t c = 0; c < cols; ++c) {
+      const T s = T(1) / (T(1) + std::exp(-gr[c]));
+      const T silu = gr[c] * s;
+      dur[c] += dhr[c] * silu;
+      dgr[c] += dhr[c] * ur[c] * (s + gr[c] * s * (T(1) - s));
+    }
+  }
+}
+
+template void swiglu_fwd<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void swiglu_fwd<double>(double*, const double*, const double*, int64_t, int64_t, int64_t);
+template void swiglu_bwd<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void swiglu_bwd<double>(double*, double*, const double*, const double*, const double*, int64_t, int64_t,
+                                 int64_t);
+
+}  // namespace gf::ops

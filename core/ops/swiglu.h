@@ -1,0 +1,16 @@
+// SwiGLU, the gated MLP activation of Llama and Mixtral (Hugging Face's LlamaMLP:
+// down_proj(silu(gate_proj(x)) * up_proj(x))): h = silu(g) * u with silu(g) = g * sigmoid(g).
+#pragma once
+#include <cstdint>
+
+namespace gf::ops {
+
+// g and u are `rows` x `cols` with row stride ld_in (so one fused [rows, 2 cols] product can hold
+// both: u = g + cols, ld_in = 2 cols); h and dh are rows x cols, contiguous.
+template <typename T>
+void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
+// dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in).
+template <typename T>
+void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
+
+}  // namespace gf::ops

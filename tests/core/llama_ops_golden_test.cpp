@@ -1,0 +1,79 @@
+// Llama's ops in float against PyTorch, written from Hugging Face's modeling_llama.py
+// (tests/golden/llama_ops.safetensors, tools/make_llama_ops_golden.py): RMSNorm, RoPE in the
+// rotate-half convention with HF's float32 frequency tables (theta 1e6 and 1e4, positions from 5),
+// SwiGLU. Forward within 1e-5 and gradients within 1e-5 of the largest magnitude.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/swiglu.h"
+#include "core/safetensors.h"
+
+namespace gf::ops {
+namespace {
+
+const SafeTensorsFile& golden() {
+  static const SafeTensorsFile f =
+      SafeTensorsFile::open(std::string(GF_SOURCE_DIR) + "/tests/golden/llama_ops.safetensors");
+  return f;
+}
+std::vector<float> G(const std::string& n) { return golden().floats(n); }
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double diff = 0, mx = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - ref[i]));
+    mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
+  }
+  EXPECT_GT(mx, 0.0) << what;
+  EXPECT_LE(diff / mx, tol) << what << ": max abs diff " << diff << ", max abs " << mx;
+}
+
+TEST(LlamaOpsVsPyTorch, RMSNorm) {
+  for (const auto& [tag, eps] : {std::pair{"rmsnorm", 1e-6f}, std::pair{"rmsnorm_eps5", 1e-5f}}) {
+    const std::string t = tag;
+    auto x = G(t + ".x"), w = G(t + ".w"), dy = G(t + ".dy");
+    const int64_t D = static_cast<int64_t>(w.size()), R = static_cast<int64_t>(x.size()) / D;
+    std::vector<float> y(x.size()), rstd(R), dx(x.size(), 0.f), dw(D, 0.f);
+    rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), R, D, eps);
+    rmsnorm_bwd<float>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), R, D);
+    expect_close(y, G(t + ".y"), 1e-5, t + " y");
+    expect_close(dx, G(t + ".dx"), 1e-5, t + " dx");
+    expect_close(dw, G(t + ".dw"), 1e-5, t + " dw");
+  }
+}
+
+TEST(LlamaOpsVsPyTorch, RoPE) {
+  constexpr int64_t B = 2, T = 12, H = 3, D = 16, pos0 = 5;
+  for (const auto& [tag, theta] : {std::pair{"rope_theta1e6", 1e6}, std::pair{"rope_theta1e4", 1e4}}) {
+    const std::string t = tag;
+    const RopeTable<float> table = make_rope_table<float>(64, D, theta);
+    auto x = G(t + ".x"), dy = G(t + ".dy");
+    ASSERT_EQ(x.size(), static_cast<size_t>(B * T * H * D));
+    std::vector<float> y(x.size()), dx(x.size());
+    rope_fwd<float>(y.data(), x.data(), table, B * T, T, H, pos0);
+    rope_bwd<float>(dx.data(), dy.data(), table, B * T, T, H, pos0);
+    expect_close(y, G(t + ".y"), 1e-5, t + " y");
+    expect_close(dx, G(t + ".dx"), 1e-5, t + " dx");
+  }
+}
+
+TEST(LlamaOpsVsPyTorch, SwiGLU) {
+  auto g = G("swiglu.g"), u = G("swiglu.u"), dh = G("swiglu.dh");
+  const int64_t cols = 33, rows = static_cast<int64_t>(g.size()) / cols;
+  std::vector<float> h(g.size()), dg(g.size(), 0.f), du(g.size(), 0.f);
+  swiglu_fwd<float>(h.data(), g.data(), u.data(), rows, cols, cols);
+  swiglu_bwd<float>(dg.data(), du.data(), dh.data(), g.data(), u.data(), rows, cols, cols);
+  expect_close(h, G("swiglu.h"), 1e-5, "swiglu h");
+  expect_close(dg, G("swiglu.dg"), 1e-5, "swiglu dg");
+  expect_close(du, G("swiglu.du"), 1e-5, "swiglu du");
+}
+
+}  // namespace
+}  // namespace gf::ops

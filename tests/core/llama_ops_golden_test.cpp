@@ -13,6 +13,7 @@
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
 #include "core/safetensors.h"
+#include "tests/core/golden_compare.h"
 
 namespace gf::ops {
 namespace {
@@ -24,16 +25,7 @@ const SafeTensorsFile& golden() {
 }
 std::vector<float> G(const std::string& n) { return golden().floats(n); }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double diff = 0, mx = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - ref[i]));
-    mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
-  }
-  EXPECT_GT(mx, 0.0) << what;
-  EXPECT_LE(diff / mx, tol) << what << ": max abs diff " << diff << ", max abs " << mx;
-}
+using golden::expect_close;
 
 TEST(LlamaOpsVsPyTorch, RMSNorm) {
   for (const auto& [tag, eps] : {std::pair{"rmsnorm", 1e-6f}, std::pair{"rmsnorm_eps5", 1e-5f}}) {

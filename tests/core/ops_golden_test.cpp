@@ -11,6 +11,7 @@
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
 #include "core/safetensors.h"
+#include "tests/core/golden_compare.h"
 
 namespace gf::ops {
 namespace {
@@ -21,16 +22,7 @@ const SafeTensorsFile& ops_file() {
 }
 std::vector<float> T(const std::string& n) { return ops_file().floats(n); }
 
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  double diff = 0, mx = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - ref[i]));
-    mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
-  }
-  EXPECT_GT(mx, 0.0) << what;
-  EXPECT_LE(diff / mx, tol) << what << ": max abs diff " << diff << ", max abs " << mx;
-}
+using golden::expect_close;
 
 TEST(OpsVsPyTorch, LayerNorm) {
   auto x = T("layernorm.x"), w = T("layernorm.w"), b = T("layernorm.b"), dy = T("layernorm.dy");

@@ -8,6 +8,8 @@ semantics of Hugging Face transformers' models/llama/modeling_llama.py:
                         cos = emb.cos(), sin = emb.sin()  (float32)
   apply_rotary_pos_emb  q * cos + rotate_half(q) * sin,  rotate_half(x) = cat(-x2, x1)
   LlamaMLP's act        silu(gate) * up
+  eager attention       repeat_kv (kv head j serves query heads j*n_rep .. j*n_rep+n_rep-1),
+                        softmax(q k^T / sqrt(d) + causal mask) v   (grouped-query, 8 heads, 2 kv)
 
 The ops themselves run in float64 on float32-rounded inputs (the cos/sin tables in float32, as
 HF computes them), backward by autograd; stored as F32 in tests/golden/llama_ops.safetensors.
@@ -87,9 +89,30 @@ def main():
     out.update({"swiglu.g": g, "swiglu.u": u, "swiglu.dh": dh, "swiglu.h": h, "swiglu.dg": g.grad,
                 "swiglu.du": u.grad})
 
+    # Grouped-query causal attention, packed as gridformer packs it: [B, T, (H + 2 Hkv) D] = q | k | v.
+    B, T, H, G, D = 2, 7, 8, 2, 4
+    q, k, v = rand(gen, B, T, H, D), rand(gen, B, T, G, D), rand(gen, B, T, G, D)
+    qkv = torch.cat([q.reshape(B, T, H * D), k.reshape(B, T, G * D), v.reshape(B, T, G * D)], -1).requires_grad_()
+    dy = rand(gen, B, T, H * D)
+    qh = qkv[..., :H * D].reshape(B, T, H, D).transpose(1, 2)
+    kh = qkv[..., H * D:(H + G) * D].reshape(B, T, G, D).transpose(1, 2)
+    vh = qkv[..., (H + G) * D:].reshape(B, T, G, D).transpose(1, 2)
+
+    def repeat_kv(x, n_rep):  # modeling_llama.py
+        b, g, t, d = x.shape
+        return x[:, :, None, :, :].expand(b, g, n_rep, t, d).reshape(b, g * n_rep, t, d)
+
+    kh, vh = repeat_kv(kh, H // G), repeat_kv(vh, H // G)
+    scores = qh @ kh.transpose(2, 3) / D ** 0.5
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    y = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2).reshape(B, T, H * D)
+    y.backward(dy)
+    out.update({"gqa.qkv": qkv, "gqa.dy": dy, "gqa.y": y, "gqa.dqkv": qkv.grad})
+    meta_gqa = f"B {B} T {T} H {H} Hkv {G} D {D}"
+
     out = {k: v.detach().float() for k, v in out.items()}
     meta = {"generator": "tools/make_llama_ops_golden.py", "torch": torch.__version__,
-            "rope": f"B {B} T {T} H {H} D {D} pos0 {pos0}"}
+            "rope": f"B 2 T 12 H 3 D 16 pos0 {pos0}", "gqa": meta_gqa}
     write_safetensors(args.out, out, meta)
 
 

@@ -38,12 +38,16 @@ void dropped_probs(S* dst, const S* p, int64_t T, const DropoutKey& drop, uint64
   for (int64_t i = 0; i < T * T; ++i) dst[i] = p[i] * drop.scale(base + i);
 }
 
-// Pointers to one (batch, head)'s q, k, v in the packed [B, T, 3C] tensor (row stride 3C).
+// Pointers to one (batch, query head)'s q and its kv head's k, v in the packed
+// [B, T, W] tensor, W = (H + 2 Hkv) D its row stride.
 template <typename P>
 struct HeadQKV {
   P q, k, v;
-  HeadQKV(P qkv, int64_t b, int64_t h, int64_t T, int64_t C, int64_t D)
-      : q(qkv + b * T * 3 * C + h * D), k(q + C), v(q + 2 * C) {}
+  HeadQKV(P qkv, int64_t b, int64_t h, const AttentionShape& s)
+      : q(qkv + b * s.seq * width(s) + h * s.head_dim),
+        k(qkv + b * s.seq * width(s) + (s.heads + h / (s.heads / s.kv())) * s.head_dim),
+        v(k + s.kv() * s.head_dim) {}
+  static int64_t width(const AttentionShape& s) { return (s.heads + 2 * s.kv()) * s.head_dim; }
 };
 
 }  // namespace
@@ -51,14 +55,14 @@ struct HeadQKV {
 template <typename S>
 void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
                    const DropoutKey& drop) {
-  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D;
+  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
   const S scale = S(1) / std::sqrt(static_cast<S>(D));
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
-    const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, T, C, D);
+    const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, s);
     S* p = probs + bh * T * T;
-    gemm(Trans::kNo, Trans::kYes, T, T, D, scale, q, 3 * C, k, 3 * C, S(0), p, T);
+    gemm(Trans::kNo, Trans::kYes, T, T, D, scale, q, W, k, W, S(0), p, T);
     causal_softmax(p, T);
     const S* pv = p;
     if (drop.active()) {
@@ -66,47 +70,52 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
       dropped_probs(tmp, p, T, drop, drop_base(s, b, h));
       pv = tmp;
     }
-    gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), pv, T, v, 3 * C, S(0), y + b * T * C + h * D, C);
+    gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), pv, T, v, W, S(0), y + b * T * C + h * D, C);
   }
 }
 
 template <typename S>
 void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
                    const AttentionShape& s, const DropoutKey& drop) {
-  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D;
+  const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
+  const int64_t G = s.kv(), rep = H / G;
   const S scale = S(1) / std::sqrt(static_cast<S>(D));
+  // One thread per (batch, kv head): the query heads that share a kv head add into its dK, dV in
+  // head order, so there is no race and the sums do not depend on the thread count.
 #pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < s.batch * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, T, C, D);
-    const auto [dq, dk, dv] = HeadQKV<S*>(dqkv, b, h, T, C, D);
-    const S* dyb = dy + b * T * C + h * D;
-    const S* p = probs + bh * T * T;
-    S* dp = scratch<S>(static_cast<size_t>(2 * T * T));
-    const S* pv = p;
-    const uint64_t base = drop_base(s, b, h);
-    if (drop.active()) {
-      S* tmp = dp + T * T;
-      dropped_probs(tmp, p, T, drop, base);
-      pv = tmp;
+  for (int64_t bg = 0; bg < s.batch * G; ++bg) {
+    for (int64_t r = 0; r < rep; ++r) {
+      const int64_t b = bg / G, h = (bg % G) * rep + r, bh = b * H + h;
+      const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, s);
+      const auto [dq, dk, dv] = HeadQKV<S*>(dqkv, b, h, s);
+      const S* dyb = dy + b * T * C + h * D;
+      const S* p = probs + bh * T * T;
+      S* dp = scratch<S>(static_cast<size_t>(2 * T * T));
+      const S* pv = p;
+      const uint64_t base = drop_base(s, b, h);
+      if (drop.active()) {
+        S* tmp = dp + T * T;
+        dropped_probs(tmp, p, T, drop, base);
+        pv = tmp;
+      }
+      // dV += P'^T dY ; dP' = dY V^T
+      gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), pv, T, dyb, C, S(1), dv, W);
+      gemm(Trans::kNo, Trans::kYes, T, T, D, S(1), dyb, C, v, W, S(0), dp, T);
+      // dS = P * (dP - rowsum(dP * P)) (through the dropout mask), times the score scale.
+      for (int64_t i = 0; i < T; ++i) {
+        S* dpr = dp + i * T;
+        const S* pr = p + i * T;
+        if (drop.active())
+          for (int64_t j = 0; j <= i; ++j) dpr[j] *= drop.scale(base + i * T + j);
+        S dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += dpr[j] * pr[j];
+        for (int64_t j = 0; j <= i; ++j) dpr[j] = pr[j] * (dpr[j] - dot) * scale;
+        std::fill(dpr + i + 1, dpr + T, S(0));
+      }
+      // dQ += dS K ; dK += dS^T Q
+      gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), dp, T, k, W, S(1), dq, W);
+      gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), dp, T, q, W, S(1), dk, W);
     }
-    // dV += P'^T dY ; dP' = dY V^T
-    gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), pv, T, dyb, C, S(1), dv, 3 * C);
-    gemm(Trans::kNo, Trans::kYes, T, T, D, S(1), dyb, C, v, 3 * C, S(0), dp, T);
-    // dS = P * (dP - rowsum(dP * P)) (through the dropout mask), times the score scale.
-    for (int64_t i = 0; i < T; ++i) {
-      S* dpr = dp + i * T;
-      const S* pr = p + i * T;
-      if (drop.active())
-        for (int64_t j = 0; j <= i; ++j) dpr[j] *= drop.scale(base + i * T + j);
-      S dot = 0;
-      for (int64_t j = 0; j <= i; ++j) dot += dpr[j] * pr[j];
-      for (int64_t j = 0; j <= i; ++j) dpr[j] = pr[j] * (dpr[j] - dot) * scale;
-      std::fill(dpr + i + 1, dpr + T, S(0));
-    }
-    // dQ += dS K ; dK += dS^T Q
-    gemm(Trans::kNo, Trans::kNo, T, D, T, S(1), dp, T, k, 3 * C, S(1), dq, 3 * C);
-    gemm(Trans::kYes, Trans::kNo, T, D, T, S(1), dp, T, q, 3 * C, S(1), dk, 3 * C);
   }
 }
 

@@ -1,6 +1,8 @@
 // Causal multi-head self-attention core: softmax(Q K^T / sqrt(D) + causal mask) V.
-// qkv is [B, T, 3*H*D] (q | k | v, each head's D values consecutive, as GPT-2's c_attn writes);
-// y is [B, T, H*D].
+// qkv is [B, T, (H + 2 Hkv) * D]: q (H heads) | k (Hkv heads) | v (Hkv heads), each head's D values
+// consecutive (with Hkv = H, what GPT-2's c_attn writes); y is [B, T, H*D]. Grouped-query attention
+// (Hkv < H, Llama's num_key_value_heads): query head h reads kv head h / (H / Hkv), as Hugging
+// Face's repeat_kv arranges them.
 #pragma once
 #include <cstdint>
 
@@ -13,6 +15,8 @@ struct AttentionShape {
   // Global position of this block, for the dropout mask: global sample index of batch row 0,
   // global index of head 0, and the global head count.
   int64_t batch_offset = 0, head_offset = 0, heads_global = 0;
+  int64_t kv_heads = 0;  // 0: heads (multi-head attention)
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 // probs: [B, H, T, T] softmax probabilities (before dropout), kept for backward.

@@ -101,10 +101,11 @@ TEST(OpsFiniteDifference, Linear) {
   expect_grad("linear db", b, db, loss);
 }
 
-void check_attention(float dropout) {
-  const int64_t B = 2, T = 5, H = 2, D = 3, C = H * D;
-  Vec qkv = randn(B * T * 3 * C, 11), g = randn(B * T * C, 12), y(B * T * C), probs(B * H * T * T);
-  AttentionShape s{B, T, H, D, 0, 0, H};
+// kv_heads 0: multi-head; 2 of 4 (or 1): grouped-query, two query heads (or all) per kv head.
+void check_attention(float dropout, int64_t kv_heads = 0) {
+  const int64_t B = 2, T = 5, H = kv_heads > 0 ? 4 : 2, D = 3, C = H * D, G = kv_heads > 0 ? kv_heads : H;
+  Vec qkv = randn(B * T * (H + 2 * G) * D, 11), g = randn(B * T * C, 12), y(B * T * C), probs(B * H * T * T);
+  AttentionShape s{B, T, H, D, 0, 0, H, kv_heads};
   DropoutKey key{dropout, 42, 7};
   auto loss = [&] {
     attention_fwd<double>(y.data(), probs.data(), qkv.data(), s, key);
@@ -113,11 +114,17 @@ void check_attention(float dropout) {
   loss();
   Vec dqkv(qkv.size(), 0.0);
   attention_bwd<double>(dqkv.data(), g.data(), qkv.data(), probs.data(), s, key);
-  expect_grad(dropout > 0 ? "attention (dropout 0.3) dqkv" : "attention dqkv", qkv, dqkv, loss);
+  expect_grad(dropout > 0 ? "attention (dropout 0.3) dqkv" : kv_heads > 0 ? "grouped-query attention dqkv" : "attention dqkv",
+              qkv, dqkv, loss);
 }
 
 TEST(OpsFiniteDifference, CausalAttention) { check_attention(0.0f); }
 TEST(OpsFiniteDifference, CausalAttentionWithDropout) { check_attention(0.3f); }
+TEST(OpsFiniteDifference, GroupedQueryAttention) {
+  check_attention(0.0f, 2);
+  check_attention(0.3f, 2);
+  check_attention(0.0f, 1);
+}
 
 TEST(OpsFiniteDifference, CausalAttentionIgnoresTheFuture) {
   const int64_t B = 1, T = 4, H = 1, D = 2, C = H * D;

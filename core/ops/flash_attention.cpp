@@ -229,6 +229,9 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
 template <typename S>
 Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, FlashTiles t) {
   if (t.rows < 1 || t.cols < 1) throw std::invalid_argument("flash attention: tiles must be at least 1 x 1");
+  if (s.kv() != s.heads)
+    throw std::invalid_argument("flash attention: grouped-query attention (kv_heads < heads) is not built in the fused "
+                                "core yet; use the unfused one (use_flash_attention: False)");
   return {s, drop, t, tile_ld(t), S(1) / std::sqrt(static_cast<S>(s.head_dim))};
 }
 

@@ -1,4 +1,5 @@
-// The non-GEMM work of a training step on 1, 2 and 3 OpenMP threads: every op, the gradient norm's
+// The non-GEMM work of a training step on 1, 2 and 3 OpenMP threads (GPT-2's ops and Llama's: RMSNorm, RoPE,
+// SwiGLU, grouped-query attention): every op, the gradient norm's
 // sum of squares and the AdamW update give the same bits whatever the thread count; AdamW rounds
 // exactly as its formula is written (one FMA per moment and in the denominator, the decayed weight
 // rounded before the update is subtracted); parallel_zero zeroes exactly its range.
@@ -16,11 +17,15 @@
 #include "core/adamw.h"
 #include "core/aligned_buffer.h"
 #include "core/ops/activation.h"
+#include "core/ops/attention.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/dropout.h"
 #include "core/ops/embedding.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/swiglu.h"
 #include "core/parallel_memory.h"
 #include "models/gpt2.h"
 
@@ -99,10 +104,43 @@ std::vector<std::pair<std::string, std::vector<float>>> ops_on(int threads) {
           {"dropout", vec(drop)}};
 }
 
+// Llama's ops: RMSNorm, RoPE, SwiGLU over a fused gate|up buffer, and grouped-query attention
+// (its backward adds several query heads into one kv head's gradient).
+std::vector<std::pair<std::string, std::vector<float>>> llama_ops_on(int threads) {
+  const int64_t B = 3, T = 37, N = B * T, C = 192, F = 520, H = 12, G = 4, D = C / H;
+  auto randn = [](int64_t n, float std, uint32_t seed) { return aligned(normal(n, std, seed)); };
+  const AlignedBuffer<float> x = randn(N * C, 1.0f, 21), dy = randn(N * C, 0.1f, 22), w = randn(C, 1.0f, 23),
+                             gu = randn(N * 2 * F, 1.0f, 24), dh = randn(N * F, 0.1f, 25),
+                             qkv = randn(N * (H + 2 * G) * D, 1.0f, 26), datt = randn(N * C, 0.1f, 27);
+  AlignedBuffer<float> y(N * C), rstd(N), dx = randn(N * C, 0.1f, 28), dw = randn(C, 0.1f, 29), rot(N * C),
+      drot(N * C), h(N * F), dgu = randn(N * 2 * F, 0.1f, 30), att(N * C), probs(B * H * T * T),
+      dqkv = randn(N * (H + 2 * G) * D, 0.1f, 31);
+  const ops::RopeTable<float> table = ops::make_rope_table<float>(T, D, 1e6);
+  const ops::AttentionShape shape{B, T, H, D, 0, 0, H, G};
+  using namespace ops;
+  on_threads(threads, [&] {
+    rmsnorm_fwd(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+    rope_fwd(rot.data(), x.data(), table, N, T, H);
+    rope_bwd(drot.data(), dy.data(), table, N, T, H);
+    swiglu_fwd(h.data(), gu.data(), gu.data() + F, N, F, 2 * F);
+    swiglu_bwd(dgu.data(), dgu.data() + F, dh.data(), gu.data(), gu.data() + F, N, F, 2 * F);
+    attention_fwd(att.data(), probs.data(), qkv.data(), shape, DropoutKey{0.1f, 3, 4});
+    attention_bwd(dqkv.data(), datt.data(), qkv.data(), probs.data(), shape, DropoutKey{0.1f, 3, 4});
+    return 0;
+  });
+  auto vec = [](const AlignedBuffer<float>& v) { return std::vector<float>(v.data(), v.data() + v.size()); };
+  return {{"rmsnorm y", vec(y)}, {"rmsnorm rstd", vec(rstd)}, {"rmsnorm dx", vec(dx)}, {"rmsnorm dw", vec(dw)},
+          {"rope y", vec(rot)}, {"rope dx", vec(drot)}, {"swiglu h", vec(h)}, {"swiglu d(gate, up)", vec(dgu)},
+          {"gqa attention y", vec(att)}, {"gqa attention dqkv", vec(dqkv)}};
+}
+
 TEST(Threads, EveryNonGemmOpGivesTheSameBitsOnAnyThreadCount) {
-  const auto one = ops_on(1);
+  auto one = ops_on(1);
+  for (auto& op : llama_ops_on(1)) one.push_back(std::move(op));
   for (int t : {2, 3}) {
-    const auto other = ops_on(t);
+    auto other = ops_on(t);
+    for (auto& op : llama_ops_on(t)) other.push_back(std::move(op));
     for (size_t k = 0; k < one.size(); ++k) {
       ASSERT_EQ(other[k].second.size(), one[k].second.size());
       EXPECT_EQ(std::memcmp(other[k].second.data(), one[k].second.data(), sizeof(float) * one[k].second.size()), 0)

@@ -37,6 +37,19 @@ struct ModelConfig {
   std::string layernorm_compute_type = "float32";
   std::string softmax_compute_type = "float32";
   int64_t eos_token_id = 50256;
+  // Llama (LlamaConfig, MindFormers' names): grouped-query attention with num_kv_heads key/value
+  // heads (n_kv_heads; 0 = num_heads), RoPE base rope_theta (theta), RMSNorm epsilon
+  // rms_norm_eps, and the SwiGLU width: intermediate_size when > 0, else derived from
+  // multiple_of and ffn_dim_multiplier (0 = None) as Meta's and MindFormers' LlamaFeedForward do.
+  // tie_word_embeddings: the LM head reads the token embedding (GPT-2 always does).
+  int64_t num_kv_heads = 0;
+  double rope_theta = 10000.0;
+  float rms_norm_eps = 1e-5f;
+  int64_t intermediate_size = 0;
+  int64_t multiple_of = 256;
+  double ffn_dim_multiplier = 0.0;
+  bool tie_word_embeddings = false;
+  bool qkv_has_bias = false;
   // From parallel_config: how the model is split across the tensor-parallel ranks.
   bool use_seq_parallel = false;
   bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary
@@ -47,7 +60,18 @@ struct ModelConfig {
   int64_t recompute_num_layers = -1;
   bool operator==(const ModelConfig&) const = default;
 
-  int64_t ffn_hidden() const { return hidden_size * expand_ratio; }
+  bool is_llama() const { return type == "LlamaConfig"; }
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  // GPT-2: hidden_size * expand_ratio. Llama: intermediate_size, or Meta's derivation
+  // (4 h, times 2/3, times ffn_dim_multiplier, rounded up to a multiple of multiple_of).
+  int64_t ffn_hidden() const {
+    if (!is_llama()) return hidden_size * expand_ratio;
+    if (intermediate_size > 0) return intermediate_size;
+    int64_t f = 2 * (4 * hidden_size) / 3;
+    if (ffn_dim_multiplier > 0.0) f = static_cast<int64_t>(ffn_dim_multiplier * static_cast<double>(f));
+    const int64_t m = multiple_of > 0 ? multiple_of : 1;
+    return (f + m - 1) / m * m;
+  }
   int64_t head_dim() const { return hidden_size / num_heads; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (so each rank's share is a
   // multiple of vocab_pad_multiple).

@@ -12,6 +12,10 @@ const std::vector<ModelEntry>& model_registry() {
        [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<GPT2LMHeadModel>(c, b, ctx);
        }},
+      {"LlamaForCausalLM", "LlamaConfig",
+       [](const ModelConfig&, int64_t, const ParallelContext&) -> std::unique_ptr<CausalLM> {
+         throw std::invalid_argument("model.arch.type: LlamaForCausalLM is registered but not built in this commit");
+       }},
   };
   return entries;
 }

@@ -53,6 +53,14 @@ struct Weight {
   const float* f32;
   ComputeDtype dtype = ComputeDtype::kFloat32;
   const void* low = nullptr;
+  // How the matrix is stored: [in, out] (GPT-2's Conv1D, y = x W) or, when out_in, [out, in]
+  // (nn.Linear's, y = x W^T: Llama's checkpoints).
+  bool out_in = false;
+  Weight transposed_layout(bool v) const {
+    Weight r = *this;
+    r.out_in = v;
+    return r;
+  }
 };
 
 // C = alpha * op(A) * op(B) + beta * C in dtype d (row-major, cblas conventions as gemm()).

@@ -58,7 +58,7 @@ void ParamTable::finalize() {
         break;
     }
     p.offset = off;
-    off += (p.numel() + 15) / 16 * 16;
+    off += p.packed_with_next ? p.numel() : (p.numel() + 15) / 16 * 16;
   }
   total_ = off;
   finalized_ = true;

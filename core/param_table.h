@@ -29,6 +29,9 @@ struct ParamSpec {
   Init init = Init::kNormal;
   float std = 0.02f;                 // for kNormal
   bool weight_decay = false;         // AdamW decays 2-D weights only
+  // The next parameter starts right after this one's last element (no alignment gap), so
+  // consecutive projections ([out, in] each, like q_proj, k_proj, v_proj) form one matrix.
+  bool packed_with_next = false;
   // Filled by ParamTable::finalize:
   std::vector<int64_t> local_shape;  // this rank's storage (vocab rows padded)
   int64_t offset = 0;                // in floats, into the arena

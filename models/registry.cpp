@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace gf {
 
@@ -13,8 +14,8 @@ const std::vector<ModelEntry>& model_registry() {
          return std::make_unique<GPT2LMHeadModel>(c, b, ctx);
        }},
       {"LlamaForCausalLM", "LlamaConfig",
-       [](const ModelConfig&, int64_t, const ParallelContext&) -> std::unique_ptr<CausalLM> {
-         throw std::invalid_argument("model.arch.type: LlamaForCausalLM is registered but not built in this commit");
+       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, b, ctx);
        }},
   };
   return entries;

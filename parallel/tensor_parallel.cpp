@@ -81,6 +81,32 @@ void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db,
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
 }
 
+void column_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in,
+                               int64_t out_local, float* dx_buf, const void* dy_low) {
+  float* dfull = tp.sequence_parallel() ? dx_buf : dx;
+  ops::linear_bwd_input(dfull, dy, w, tp.rows(), in, out_local, 0.0f, dy_low);
+  tp.reduce_rows(dfull, dx, in);
+}
+
+void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
+                                const Weight& w, int64_t in, int64_t out_local, float* gather_buf, const void* dy_low) {
+  const float* xf = tp.gather_rows(x, gather_buf, in);
+  ops::linear_bwd_weight(dw, db, dy, xf, w, tp.rows(), in, out_local, dy_low);
+}
+
+void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,
+                            int64_t out, float* gather_buf) {
+  const float* dyf = tp.gather_rows(dy, gather_buf, out);
+  ops::linear_bwd_input(dx, dyf, w, tp.rows(), in_local, out, 0.0f);
+}
+
+void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
+                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf) {
+  const float* dyf = tp.gather_rows(dy, gather_buf, out);
+  ops::linear_bwd_weight(dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
+  if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
+}
+
 void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
                             const float* wpe, const EmbeddingShape& s, float* full_buf) {
   const int64_t r0 = tp.row_begin(), nl = tp.local_rows();
@@ -92,7 +118,7 @@ void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* t
   } else {
     ops::embedding_lookup_fwd(y, tokens + r0, wte, nl, s.dim, s.vocab_begin, s.vocab_end);
   }
-  ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim);
+  if (wpe) ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim);
 }
 
 void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, const float* dy,
@@ -104,7 +130,7 @@ void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, 
   } else {
     ops::embedding_lookup_bwd(dwte, dy, tokens + r0, nl, s.dim, s.vocab_begin, s.vocab_end);
   }
-  ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim);
+  if (dwpe) ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim);
 }
 
 void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, float* lse, const float* logits,

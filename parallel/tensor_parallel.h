@@ -68,8 +68,25 @@ void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const 
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                       const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf);
 
+// The halves of the two backwards, which may run apart (the weight pass of a zero-bubble
+// pipeline runs later); each pair gives the fused call's bits. The weight passes gather under SP
+// what they read (x for column-parallel, dy for row-parallel) again rather than keep it.
+// column: dx (local rows, overwritten) = reduce(dy W^T) | dW += gather(x)^T dy, db += sum dy.
+// row:    dx (overwritten) = gather(dy) W^T              | dW += x^T gather(dy), db += sum dy (local rows).
+// dy_low: dy's low-precision copy, or null to convert it in the call.
+void column_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in,
+                               int64_t out_local, float* dx_buf, const void* dy_low = nullptr);
+void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
+                                const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
+                                const void* dy_low = nullptr);
+void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,
+                            int64_t out, float* gather_buf);
+void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
+                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf);
+
 // Token + position embedding over a vocabulary split into row ranges [vocab_begin, vocab_end) per
 // rank (one range covering everything when the vocabulary is replicated). y holds the local rows.
+// wpe / dwpe may be null: no learned positions (Llama).
 // tokens: [rows] global token ids; positions are (global row % seq).
 struct EmbeddingShape {
   int64_t rows, seq, dim, vocab_begin, vocab_end;

@@ -25,7 +25,7 @@ void linear_bwd_input(T* dx, const T* dy, const T* w, int64_t n, int64_t in, int
 template <typename T>
 void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t in, int64_t out);
 
-// The float layer at the weight's compute dtype (core/mixed_precision.h): fp32 weights run the
+// The float layer at the weight's compute dtype and in its layout (Weight::out_in: [out, in]) (core/mixed_precision.h): fp32 weights run the
 // templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
 // low-precision copy. Forward outputs and input gradients are activations (fp16 rounds them);
 // the weight gradient accumulates in fp32.
@@ -38,6 +38,9 @@ void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, in
                       float dx_beta = 1.0f, const void* dy_low = nullptr);
 void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, ComputeDtype dtype, int64_t n,
                        int64_t in, int64_t out, const void* dy_low = nullptr);
+// The same for a Weight, in its layout (w.out_in: dW is [out, in]).
+void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n, int64_t in,
+                       int64_t out, const void* dy_low = nullptr);
 
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>

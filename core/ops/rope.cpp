@@ -32,8 +32,9 @@ namespace {
 // y = R(sign * angle) x per head: sign +1 forward, -1 the transpose.
 template <typename T>
 void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0,
-            T sign) {
+            T sign, int64_t ld) {
   const int64_t half = table.half, dim = 2 * half;
+  if (ld == 0) ld = heads * dim;
   if (pos0 + seq_len > table.max_positions)
     throw std::out_of_range("RoPE: position past the table (max_positions " + std::to_string(table.max_positions) + ")");
 #pragma omp parallel for schedule(static)
@@ -42,8 +43,8 @@ void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t s
     const T* c = table.cos.data() + p * half;
     const T* s = table.sin.data() + p * half;
     for (int64_t h = 0; h < heads; ++h) {
-      const T* xh = x + (r * heads + h) * dim;
-      T* yh = y + (r * heads + h) * dim;
+      const T* xh = x + r * ld + h * dim;
+      T* yh = y + r * ld + h * dim;
       for (int64_t i = 0; i < half; ++i) {
         const T a = xh[i], b = xh[i + half], si = sign * s[i];
         yh[i] = a * c[i] - b * si;
@@ -56,20 +57,21 @@ void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t s
 }  // namespace
 
 template <typename T>
-void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0) {
-  rotate(y, x, table, rows, seq_len, heads, pos0, T(1));
+void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0,
+              int64_t ld) {
+  rotate(y, x, table, rows, seq_len, heads, pos0, T(1), ld);
 }
 
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
-              int64_t pos0) {
-  rotate(dx, dy, table, rows, seq_len, heads, pos0, T(-1));
+              int64_t pos0, int64_t ld) {
+  rotate(dx, dy, table, rows, seq_len, heads, pos0, T(-1), ld);
 }
 
 #define GF_INSTANTIATE(T)                                                                                     \
   template RopeTable<T> make_rope_table<T>(int64_t, int64_t, double);                                         \
-  template void rope_fwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t);           \
-  template void rope_bwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t);
+  template void rope_fwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t, int64_t);  \
+  template void rope_bwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t, int64_t);
 GF_INSTANTIATE(float)
 GF_INSTANTIATE(double)
 #undef GF_INSTANTIATE

@@ -22,13 +22,14 @@ template <typename T>
 RopeTable<T> make_rope_table(int64_t max_positions, int64_t head_dim, double theta);
 
 // x, y: `rows` tokens x `heads` heads x head_dim (= 2 half), row r at position pos0 + r % seq_len
-// (rows hold whole sequences of seq_len tokens). y may be x (in place).
+// (rows hold whole sequences of seq_len tokens). y may be x (in place). ld: the row stride of x and
+// y (0: heads x head_dim), so the q or k part of a packed q|k|v row rotates in place.
 template <typename T>
 void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
-              int64_t pos0 = 0);
+              int64_t pos0 = 0, int64_t ld = 0);
 // The transpose rotation: dx = R^T dy (writes dx; dx may be dy).
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
-              int64_t pos0 = 0);
+              int64_t pos0 = 0, int64_t ld = 0);
 
 }  // namespace gf::ops

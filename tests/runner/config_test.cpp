@@ -85,8 +85,12 @@ TEST(Config, UnknownTypeNamesListRegisteredOnes) {
                    "FP32StateAdamWeightDecay, AdamW"), std::string::npos) << e;
   e = error_of(kMinimal, {"lr_schedule.type=linear"});
   EXPECT_NE(e.find("registered: constant, cosine, polynomial"), std::string::npos) << e;
+  e = error_of(kMinimal, {"model.arch.type=BloomForCausalLM"});
+  EXPECT_NE(e.find("model.arch.type: unknown type 'BloomForCausalLM'; registered: GPT2LMHeadModel, LlamaForCausalLM"),
+            std::string::npos) << e;
   e = error_of(kMinimal, {"model.arch.type=LlamaForCausalLM"});
-  EXPECT_NE(e.find("model.arch.type: unknown type 'LlamaForCausalLM'; registered: GPT2LMHeadModel"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.model_config.type: 'GPT2Config' does not go with arch LlamaForCausalLM; use LlamaConfig"),
+            std::string::npos) << e;
   e = error_of(kMinimal, {"callbacks.0.type=Foo"});
   EXPECT_NE(e.find("registered: MFLossMonitor"), std::string::npos) << e;
   e = error_of(kMinimal, {"model.model_config.hidden_act=relu"});

@@ -1,0 +1,101 @@
+#include "models/blocks/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/mixed_precision.h"
+
+namespace gf {
+
+AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
+                               const ops::FlashWorkspace<float>* flash)
+    : spec_(s), tp_(tp_size), Hl_(s.heads / tp_size), Hkvl_(s.kv_heads / tp_size), D_(s.head_dim()), rope_(rope),
+      flash_(flash) {
+  qkv_ = {ParallelLinear::Kind::kColumn, s.hidden, qkv_width(), s.out_in};
+  o_ = {ParallelLinear::Kind::kRow, width(), s.hidden, s.out_in};
+}
+
+void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
+  const int64_t C = spec_.hidden, D = D_;
+  const float std = spec_.init_std;
+  const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
+  auto n = [&](Role r) { return names(r, l); };
+  if (spec_.fused_qkv_param) {  // GPT-2's c_attn: [C, 3C], each third split by heads
+    t.add({n(Role::kQkvW), {C, 3 * C}, Split::kColsQKV, Init::kNormal, std, true});
+    if (spec_.qkv_bias) t.add({n(Role::kQkvB), {3 * C}, Split::kColsQKV, Init::kZeros, 0.0f, false});
+  } else {  // q_proj, k_proj, v_proj [out, in], split by (kv) heads, packed into one q|k|v matrix
+    const int64_t widths[3] = {spec_.heads * D, spec_.kv_heads * D, spec_.kv_heads * D};
+    const Role w[3] = {Role::kQW, Role::kKW, Role::kVW}, b[3] = {Role::kQB, Role::kKB, Role::kVB};
+    for (int i = 0; i < 3; ++i) {
+      ParamSpec p{n(w[i]), {widths[i], C}, Split::kRows, Init::kNormal, std, true};
+      p.packed_with_next = i < 2;
+      t.add(p);
+    }
+    if (spec_.qkv_bias)
+      for (int i = 0; i < 3; ++i) {
+        ParamSpec p{n(b[i]), {widths[i]}, Split::kRows, Init::kZeros, 0.0f, false};
+        p.packed_with_next = i < 2;
+        t.add(p);
+      }
+  }
+  if (spec_.out_in) t.add({n(Role::kOW), {C, spec_.heads * D}, Split::kCols, Init::kNormal, proj_std, true});
+  else t.add({n(Role::kOW), {spec_.heads * D, C}, Split::kRows, Init::kNormal, proj_std, true});
+  if (spec_.linear_bias) t.add({n(Role::kOB), {C}, Split::kNone, Init::kZeros, 0.0f, false});
+}
+
+void AttentionBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+  auto off = [&](Role r) { return t.at(names(r, l)).offset; };
+  if (spec_.fused_qkv_param) {
+    qkv_.w = off(Role::kQkvW);
+    qkv_.b = spec_.qkv_bias ? off(Role::kQkvB) : -1;
+  } else {
+    qkv_.w = off(Role::kQW);
+    qkv_.b = spec_.qkv_bias ? off(Role::kQB) : -1;
+    // q, k, v (and their biases) must lie back to back: one [q|k|v, C] matrix.
+    const ParamSpec &q = t.at(names(Role::kQW, l)), &k = t.at(names(Role::kKW, l)), &v = t.at(names(Role::kVW, l));
+    if (k.offset != q.offset + q.numel() || v.offset != k.offset + k.numel())
+      throw std::logic_error("attention: q, k, v projections are not packed in the arena");
+  }
+  o_.w = off(Role::kOW);
+  o_.b = spec_.linear_bias ? off(Role::kOB) : -1;
+}
+
+ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
+  ops::AttentionShape s{e.B, e.T, Hl_, D_, e.info.sample_offset, e.tp->rank() * Hl_, spec_.heads};
+  if (Hkvl_ != Hl_) s.kv_heads = Hkvl_;
+  return s;
+}
+
+void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* xn, const Acts& a) const {
+  const int64_t W = qkv_width();
+  qkv_.fwd(e, a.qkv, xn);
+  if (rope_) ops::rope_fwd(a.qkv, a.qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
+  // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
+  // with its products accumulated and its softmax computed in fp32.
+  if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, e.N, W, W);
+  if (spec_.flash) ops::flash_attention_fwd(a.y, a.lse, a.qkv, shape(e), probs_dropout(e, l), *flash_);
+  else ops::attention_fwd(a.y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
+  o_.fwd(e, out, a.y);
+}
+
+void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a, float* y_scratch) const {
+  if (!spec_.flash) ops::attention_fwd(y_scratch, a.probs, a.qkv, shape(e), probs_dropout(e, l));  // y itself is kept
+}
+
+void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn, const float* dout, const float* xn,
+                         const Acts& a, const Grads& g) const {
+  if (pass == BwdPass::kWeight) {
+    o_.bwd(e, pass, nullptr, dout, a.y);
+    qkv_.bwd(e, pass, nullptr, g.dqkv, xn);
+    return;
+  }
+  o_.bwd(e, pass, g.dy, dout, a.y);
+  std::fill(g.dqkv, g.dqkv + e.N * qkv_width(), 0.0f);
+  if (spec_.flash) ops::flash_attention_bwd(g.dqkv, g.dy, a.qkv, a.y, a.lse, shape(e), probs_dropout(e, l), *flash_);
+  else ops::attention_bwd(g.dqkv, g.dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
+  if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
+  qkv_.bwd(e, pass, dxn, g.dqkv, xn);
+}
+
+}  // namespace gf

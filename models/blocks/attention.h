@@ -1,0 +1,66 @@
+// Attention block: q|k|v projection (column-parallel: this rank's heads and kv heads), optional
+// RoPE on q and k, the causal attention core (multi-head or grouped-query; probabilities kept, or
+// the fused core's log-sum-exp), and the output projection (row-parallel). Its output is the
+// projection's, before the residual dropout and add.
+#pragma once
+#include <string>
+
+#include "core/buffer_plan.h"
+#include "core/ops/attention.h"
+#include "core/ops/flash_attention.h"
+#include "core/ops/rope.h"
+#include "core/param_table.h"
+#include "models/blocks/env.h"
+#include "models/blocks/linear.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+class AttentionBlock {
+ public:
+  struct Acts {
+    float* qkv = nullptr;    // [N, qkv_width()] after RoPE
+    float* probs = nullptr;  // [B, Hl, T, T] (unfused core)
+    float* lse = nullptr;    // [B, Hl, T] (fused core)
+    float* y = nullptr;      // [N, Hl D], the core's output
+  };
+  // Backward scratch: the core's output gradient and the q|k|v gradient (kept for the weight pass).
+  struct Grads {
+    float* dy = nullptr;
+    float* dqkv = nullptr;
+  };
+  AttentionBlock() = default;
+  AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
+                 const ops::FlashWorkspace<float>* flash);
+
+  void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
+  void bind(const ParamTable& t, const NameMap& names, int64_t layer);
+
+  int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
+  int64_t width() const { return Hl_ * D_; }
+  int64_t heads_local() const { return Hl_; }
+
+  // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))).
+  void fwd(const BlockEnv& e, int64_t layer, float* out, const float* xn, const Acts& a) const;
+  // Selective recompute: the probabilities again from the kept q|k|v (the fused core needs nothing).
+  void recompute_core(const BlockEnv& e, int64_t layer, const Acts& a, float* y_scratch) const;
+  // dxn [Nl, C] (written) from dout [Nl, C]; the weight pass reads dout and g.dqkv again.
+  void bwd(const BlockEnv& e, BwdPass pass, int64_t layer, float* dxn, const float* dout, const float* xn,
+           const Acts& a, const Grads& g) const;
+  int64_t first_offset() const { return qkv_.w; }
+
+ private:
+  ops::AttentionShape shape(const BlockEnv& e) const;
+  ops::DropoutKey probs_dropout(const BlockEnv& e, int64_t layer) const {
+    return e.dropout(layer, kDropAttnProbs, spec_.attention_dropout);
+  }
+
+  TransformerSpec spec_;
+  int tp_ = 1;
+  int64_t Hl_ = 0, Hkvl_ = 0, D_ = 0;
+  ParallelLinear qkv_, o_;
+  const ops::RopeTable<float>* rope_ = nullptr;
+  const ops::FlashWorkspace<float>* flash_ = nullptr;
+};
+
+}  // namespace gf

@@ -1,0 +1,39 @@
+// Embedding block: the token embedding (vocabulary-parallel or replicated, padded rows zero) plus,
+// for GPT-2, learned positions, then the embedding dropout. Backward is a weight pass only.
+#pragma once
+#include <string>
+
+#include "core/param_table.h"
+#include "models/blocks/env.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+struct VocabSlice {
+  bool parallel = false;               // split over the tensor-parallel ranks
+  int64_t begin = 0, local = 0, valid = 0;  // this rank's rows [begin, begin + local), of which `valid` are real
+};
+
+class EmbeddingBlock {
+ public:
+  EmbeddingBlock() = default;
+  EmbeddingBlock(const TransformerSpec& s, const VocabSlice& v) : spec_(s), v_(v) {}
+  void declare(ParamTable& t, const NameMap& names) const;
+  void bind(const ParamTable& t, const NameMap& names);
+  int64_t token_offset() const { return wte_; }
+
+  // y [Nl, C] from the micro-batch's N tokens.
+  void fwd(const BlockEnv& e, float* y, const int32_t* tokens) const;
+  // dy [Nl, C] (the embedding dropout is applied to it in place).
+  void bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const;
+
+ private:
+  EmbeddingShape shape(const BlockEnv& e) const {
+    return {e.N, e.T, spec_.hidden, v_.begin, v_.begin + v_.local, v_.parallel};
+  }
+  TransformerSpec spec_;
+  VocabSlice v_;
+  int64_t wte_ = 0, wpe_ = -1;
+};
+
+}  // namespace gf

@@ -1,0 +1,57 @@
+// What a block sees while it runs: the tensor-parallel layer (never a communicator), the compute
+// dtype, the parameter arena, its gradients and low-precision copy, the micro-batch's sizes and
+// step, and the model's shared scratch. Blocks hold arena offsets; the env turns them into
+// pointers, so one block object serves every micro-batch slot.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/mixed_precision.h"
+#include "core/ops/dropout.h"
+#include "models/causal_lm.h"
+#include "parallel/tensor_parallel.h"
+
+namespace gf {
+
+// Dropout sites of a layer (the embedding's is layer -1, site 0); with the step, the global
+// layer and the global element index they key every mask, so masks do not depend on the layout.
+enum DropSite : int64_t { kDropEmbedding = 0, kDropAttnOut = 1, kDropMlpOut = 2, kDropAttnProbs = 3 };
+
+struct BlockEnv {
+  const TensorParallel* tp = nullptr;
+  ComputeDtype cdt = ComputeDtype::kFloat32;
+  float* weights = nullptr;
+  float* grads = nullptr;
+  const std::byte* low = nullptr;  // the weights' low-precision copy (bf16/fp16 compute)
+  int64_t B = 0, T = 0, N = 0, Nl = 0;
+  // Tensor-parallel scratch [N, widest row] (null on one rank): gathered rows, partial sums, the
+  // full-row input gradient of a column-parallel layer under SP.
+  float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
+  StepInfo info;
+
+  const float* w(int64_t offset) const { return weights + offset; }
+  float* g(int64_t offset) const { return grads + offset; }
+  // The weight at `offset` as the products read it (with its low-precision copy under bf16/fp16).
+  Weight wt(int64_t offset, bool out_in) const {
+    Weight r = cdt == ComputeDtype::kFloat32
+                   ? Weight(weights + offset)
+                   : Weight(weights + offset, cdt, low + offset * low_copy_element_bytes(cdt));
+    r.out_in = out_in;
+    return r;
+  }
+  ops::DropoutKey dropout(int64_t layer, int64_t site, float rate) const {
+    ops::DropoutKey k;
+    k.rate = info.training ? rate : 0.0f;
+    k.seed = 0x6766u;  // fixed salt; the step and the global element index make masks unique
+    k.stream = ops::dropout_stream(static_cast<uint64_t>(info.step), static_cast<uint64_t>(layer),
+                                   static_cast<uint64_t>(site));
+    return k;
+  }
+  int64_t global_row0() const { return info.sample_offset * T + tp->row_begin(); }
+};
+
+// Which half of a backward runs: both (the fused backward), the input-gradient pass, or the
+// weight-gradient pass (which reads what the input pass kept for it).
+enum class BwdPass { kBoth, kInput, kWeight };
+
+}  // namespace gf

@@ -1,0 +1,42 @@
+// A tensor-parallel linear layer as the blocks use it: column-parallel (the output features split,
+// the input rows gathered under SP) or row-parallel (the input features split, the output reduced),
+// its weight in either storage layout, with an optional bias. Arena offsets only: the env supplies
+// the weights, gradients and scratch.
+#pragma once
+#include <cstdint>
+
+#include "models/blocks/env.h"
+#include "parallel/tensor_parallel.h"
+
+namespace gf {
+
+struct ParallelLinear {
+  enum class Kind { kColumn, kRow };
+  Kind kind = Kind::kColumn;
+  int64_t in = 0, out = 0;  // local: column [in, out_local], row [in_local, out]
+  bool out_in = false;      // weight stored [out, in]
+  int64_t w = -1, b = -1;   // arena offsets (b < 0: no bias)
+
+  void fwd(const BlockEnv& e, float* y, const float* x) const {
+    const float* bias = b >= 0 ? e.w(b) : nullptr;
+    if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather);
+    else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial);
+  }
+  // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
+  // weight and bias gradients.
+  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x) const {
+    const Weight wt = e.wt(w, out_in);
+    float* db = b >= 0 ? e.g(b) : nullptr;
+    if (kind == Kind::kColumn) {
+      if (pass == BwdPass::kBoth) column_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, e.dfull);
+      if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.dfull);
+      if (pass == BwdPass::kWeight) column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather);
+    } else {
+      if (pass == BwdPass::kBoth) row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather);
+      if (pass == BwdPass::kInput) row_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.gather);
+      if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather);
+    }
+  }
+};
+
+}  // namespace gf

@@ -1,0 +1,97 @@
+#include "models/blocks/lm_head.h"
+
+#include <algorithm>
+
+#include "core/gemm.h"
+#include "core/mixed_precision.h"
+#include "core/ops/cross_entropy.h"
+
+namespace gf {
+
+void LmHeadBlock::declare_norm(ParamTable& t, const NameMap& names) const {
+  norm_.declare(t, names(Role::kFinalNormW, -1), names(Role::kFinalNormB, -1));
+}
+
+void LmHeadBlock::declare_head(ParamTable& t, const NameMap& names) const {
+  if (!spec_.tied_head)
+    t.add({names(Role::kLmHead, -1), {spec_.vocab, spec_.hidden}, Split::kVocab, Init::kNormal, spec_.init_std, true});
+}
+
+void LmHeadBlock::bind(const ParamTable& t, const NameMap& names) {
+  norm_.bind(t, names(Role::kFinalNormW, -1), names(Role::kFinalNormB, -1));
+  w_ = t.at(names(spec_.tied_head ? Role::kEmbed : Role::kLmHead, -1)).offset;
+}
+
+double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const {
+  const int64_t C = spec_.hidden, Vl = v_.local;
+  norm_.fwd(e, a.ln, a.norm, x, e.Nl);
+  const float* h = v_.parallel ? e.tp->gather_rows(a.ln, e.gather, C) : a.ln;
+  const int32_t* tgt = local_targets(e, targets);
+  // logits [rows, Vl] = h [rows, C] @ W[Vl, C]^T (padded rows of W are zero and masked below)
+  const Weight w = e.wt(w_, false);
+  gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, Vl, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f, a.logits, Vl,
+             true);
+  if (v_.parallel)
+    vocab_parallel_cross_entropy_fwd(*e.tp, a.losses, a.lse, a.logits, tgt, rows_, Vl, v_.begin, v_.valid, e.dfull);
+  else
+    ops::cross_entropy_fwd(a.losses, a.lse, a.logits, tgt, rows_, Vl, v_.valid);
+  double sum = 0.0;
+  for (int64_t i = 0; i < rows_; ++i) sum += a.losses[i];
+  // Replicated head under SP: each rank has the loss of its own rows.
+  if (!v_.parallel && e.tp->sequence_parallel()) e.tp->allreduce_sum(&sum, 1);
+  return sum;
+}
+
+void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x,
+                      const int32_t* targets, const Acts& a) const {
+  const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;
+  const Weight w = e.wt(w_, false);
+  float* dw = e.g(w_);
+  const bool input = pass != BwdPass::kWeight, weight = pass != BwdPass::kInput;
+  // The rows the forward multiplied: under vocabulary-parallel SP the gathered ones, which the
+  // gather buffer still holds right after the forward (fused backward) and are gathered again for
+  // a weight pass run apart.
+  const float* h = a.ln;
+  if (v_.parallel && e.tp->sequence_parallel())
+    h = pass == BwdPass::kBoth ? e.gather : (weight ? e.tp->gather_rows(a.ln, e.gather, C) : nullptr);
+  // Vocabulary-parallel: a column-parallel layer with W^T, so dh is a partial sum over the slices.
+  float* dh = v_.parallel ? e.dfull : a.dln;
+  if (e.cdt == ComputeDtype::kFloat32) {
+    if (input) {
+      vocab_parallel_cross_entropy_bwd(a.logits, a.lse, local_targets(e, targets), rows, Vl, v_.begin, v_.valid,
+                                       grad_scale);
+      gemm(Trans::kNo, Trans::kNo, rows, C, Vl, 1.0f, a.logits, Vl, w.f32, C, 0.0f, dh, C);
+    }
+    if (weight) gemm(Trans::kYes, Trans::kNo, Vl, C, rows, 1.0f, a.logits, Vl, h, C, 1.0f, dw, C);
+  } else {
+    // The logits' gradient goes straight from the fp32 logits to its low-precision copy, in column
+    // chunks: both products run chunk by chunk over the vocabulary (K of dh, rows of dW), each on
+    // dense operands, and dh accumulates over the chunks in fp32.
+    const ColumnChunks ch = column_chunks(rows, Vl);
+    const int64_t eb = low_copy_element_bytes(e.cdt);
+    const auto* w_low = static_cast<const std::byte*>(w.low);
+    if (input)
+      cross_entropy_bwd_low(e.cdt, a.dlogits_low, ch, a.logits, a.lse, local_targets(e, targets), v_.valid,
+                            grad_scale, v_.begin);
+    const void* h_low = weight ? low_copy_scratch(e.cdt, h, rows, C, 1) : nullptr;
+    for (int64_t c = 0; c < ch.count(); ++c) {
+      const int64_t k0 = ch.begin(c), kc = ch.cols(c);
+      const std::byte* dl = a.dlogits_low + ch.offset(c) * eb;
+      if (input)
+        gemm_mixed(e.cdt, Trans::kNo, Trans::kNo, rows, C, kc, 1.0f, nullptr, dl, kc, nullptr, w_low + k0 * C * eb, C,
+                   c == 0 ? 0.0f : 1.0f, dh, C, false);
+      if (weight)
+        gemm_mixed(e.cdt, Trans::kYes, Trans::kNo, kc, C, rows, 1.0f, nullptr, dl, kc, nullptr, h_low, C, 1.0f,
+                   dw + k0 * C, C, false);
+    }
+    // fp16: dh is an activation, rounded once its sum over the chunks is complete (as gemm_mixed's round_c).
+    if (input && e.cdt == ComputeDtype::kFloat16) round_to_dtype(e.cdt, dh, rows, C, C);
+  }
+  if (input) {
+    if (v_.parallel) e.tp->reduce_rows(e.dfull, a.dln, C);
+    std::fill(dx, dx + e.Nl * C, 0.0f);
+  }
+  norm_.bwd(e, pass, dx, a.dln, x, a.norm, e.Nl);
+}
+
+}  // namespace gf

@@ -1,0 +1,58 @@
+// LM head block: the final norm, the logits against the token embedding (tied) or lm_head.weight
+// (untied), both [V, C], and the softmax cross-entropy. Vocabulary-parallel: every rank computes
+// its vocabulary slice of the logits of all N rows (gathered under SP) and the softmax is reduced
+// across the group. Replicated: every rank computes all logits of its own rows.
+#pragma once
+#include <string>
+
+#include "core/buffer_plan.h"
+#include "core/param_table.h"
+#include "models/blocks/embedding.h"
+#include "models/blocks/env.h"
+#include "models/blocks/norm.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+class LmHeadBlock {
+ public:
+  struct Acts {
+    float* ln = nullptr;  // [Nl, C] the final norm's output
+    NormBlock::Acts norm;
+    float* logits = nullptr;  // [rows, Vl]; the fp32 backward overwrites it with its gradient
+    float *losses = nullptr, *lse = nullptr;  // [rows]
+    std::byte* dlogits_low = nullptr;  // bf16/fp16: the logits' gradient, column-chunked
+    float* dln = nullptr;              // [Nl, C]: the final norm's output gradient (weight pass)
+  };
+  LmHeadBlock() = default;
+  LmHeadBlock(const TransformerSpec& s, const VocabSlice& v, int64_t rows)
+      : spec_(s), v_(v), rows_(rows), norm_(s.norm, s.hidden, s.norm_eps) {}
+  void declare_norm(ParamTable& t, const NameMap& names) const;
+  void declare_head(ParamTable& t, const NameMap& names) const;  // untied: lm_head.weight
+  // wte: the token embedding's offset when tied and this table holds it, else -1.
+  void bind(const ParamTable& t, const NameMap& names);
+  int64_t rows() const { return rows_; }
+  int64_t first_offset() const { return norm_.first_offset(); }
+  NormBlock::Acts plan_norm(BufferPlan& p, const std::string& name, int64_t rows) const {
+    return norm_.plan(p, name, rows);
+  }
+
+  // Returns the summed loss of this rank's rows (SP, replicated head: of all rows).
+  double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const;
+  // dx [Nl, C] (written) from d(grad_scale * summed loss). Input pass: dx and the logits'
+  // gradient; weight pass: the head's and the norm's weight gradients.
+  void bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x, const int32_t* targets,
+           const Acts& a) const;
+
+ private:
+  const int32_t* local_targets(const BlockEnv& e, const int32_t* targets) const {
+    return targets + (v_.parallel ? 0 : e.tp->row_begin());
+  }
+  TransformerSpec spec_;
+  VocabSlice v_;
+  int64_t rows_ = 0;
+  NormBlock norm_;
+  int64_t w_ = 0;  // the head's weight
+};
+
+}  // namespace gf

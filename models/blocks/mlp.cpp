@@ -1,0 +1,76 @@
+#include "models/blocks/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/ops/activation.h"
+#include "core/ops/swiglu.h"
+
+namespace gf {
+
+MlpBlock::MlpBlock(const TransformerSpec& s, int tp_size) : spec_(s), Fl_(s.ffn / tp_size) {
+  up_ = {ParallelLinear::Kind::kColumn, s.hidden, up_width(), s.out_in};
+  down_ = {ParallelLinear::Kind::kRow, Fl_, s.hidden, s.out_in};
+}
+
+void MlpBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
+  const int64_t C = spec_.hidden, F = spec_.ffn;
+  const float std = spec_.init_std;
+  const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
+  auto n = [&](Role r) { return names(r, l); };
+  if (spec_.mlp == MlpKind::kSwiGLU) {  // gate_proj, up_proj [F, C] packed: one [gate | up, C] matrix
+    ParamSpec gate{n(Role::kGateW), {F, C}, Split::kRows, Init::kNormal, std, true};
+    gate.packed_with_next = true;
+    t.add(gate);
+    t.add({n(Role::kUpW), {F, C}, Split::kRows, Init::kNormal, std, true});
+  } else {
+    t.add({n(Role::kFcW), {C, F}, Split::kCols, Init::kNormal, std, true});
+    if (spec_.linear_bias) t.add({n(Role::kFcB), {F}, Split::kCols, Init::kZeros, 0.0f, false});
+  }
+  if (spec_.out_in) t.add({n(Role::kDownW), {C, F}, Split::kCols, Init::kNormal, proj_std, true});
+  else t.add({n(Role::kDownW), {F, C}, Split::kRows, Init::kNormal, proj_std, true});
+  if (spec_.linear_bias) t.add({n(Role::kDownB), {C}, Split::kNone, Init::kZeros, 0.0f, false});
+}
+
+void MlpBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+  auto off = [&](Role r) { return t.at(names(r, l)).offset; };
+  if (spec_.mlp == MlpKind::kSwiGLU) {
+    up_.w = off(Role::kGateW);
+    const ParamSpec& gate = t.at(names(Role::kGateW, l));
+    if (off(Role::kUpW) != gate.offset + gate.numel())
+      throw std::logic_error("mlp: gate and up projections are not packed in the arena");
+  } else {
+    up_.w = off(Role::kFcW);
+    up_.b = spec_.linear_bias ? off(Role::kFcB) : -1;
+  }
+  down_.w = off(Role::kDownW);
+  down_.b = spec_.linear_bias ? off(Role::kDownB) : -1;
+}
+
+void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
+  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+  else ops::activation_fwd(spec_.act, a.act, a.h, e.N * Fl_);
+}
+
+void MlpBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
+  up_.fwd(e, a.h, xn);
+  activation_fwd(e, a);
+  down_.fwd(e, out, a.act);
+}
+
+void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dout, const float* xn, const Acts& a,
+                   const Grads& g) const {
+  if (pass == BwdPass::kWeight) {
+    down_.bwd(e, pass, nullptr, dout, a.act);
+    up_.bwd(e, pass, nullptr, g.dh, xn);
+    return;
+  }
+  down_.bwd(e, pass, g.dact, dout, a.act);
+  std::fill(g.dh, g.dh + e.N * up_width(), 0.0f);
+  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+  else ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
+  up_.bwd(e, pass, dxn, g.dh, xn);
+}
+
+}  // namespace gf

@@ -1,0 +1,46 @@
+#include "models/blocks/norm.h"
+
+#include "core/ops/layernorm.h"
+#include "core/ops/rmsnorm.h"
+
+namespace gf {
+
+void NormBlock::declare(ParamTable& t, const std::string& weight, const std::string& bias) const {
+  t.add({weight, {dim_}, Split::kNone, Init::kOnes, 0.0f, false});
+  if (kind_ == NormKind::kLayerNorm) t.add({bias, {dim_}, Split::kNone, Init::kZeros, 0.0f, false});
+}
+
+void NormBlock::bind(const ParamTable& t, const std::string& weight, const std::string& bias) {
+  w_ = t.at(weight).offset;
+  b_ = kind_ == NormKind::kLayerNorm ? t.at(bias).offset : -1;
+}
+
+NormBlock::Acts NormBlock::plan(BufferPlan& p, const std::string& name, int64_t rows) const {
+  Acts a;
+  if (kind_ == NormKind::kLayerNorm) a.mean = p.take(name + ".mean", rows);
+  a.rstd = p.take(name + ".rstd", rows);
+  return a;
+}
+
+void NormBlock::fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const {
+  if (kind_ == NormKind::kLayerNorm)
+    ops::layernorm_fwd(y, {a.mean, a.rstd}, x, e.w(w_), e.w(b_), rows, dim_, eps_);
+  else
+    ops::rmsnorm_fwd(y, a.rstd, x, e.w(w_), rows, dim_, eps_);
+}
+
+void NormBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const Acts& a,
+                    int64_t rows) const {
+  if (kind_ == NormKind::kLayerNorm) {
+    const ops::LayerNormCache<float> c{a.mean, a.rstd};
+    if (pass == BwdPass::kBoth) ops::layernorm_bwd(dx, e.g(w_), e.g(b_), dy, x, e.w(w_), c, rows, dim_);
+    if (pass == BwdPass::kInput) ops::layernorm_bwd_input(dx, dy, x, e.w(w_), c, rows, dim_);
+    if (pass == BwdPass::kWeight) ops::layernorm_bwd_weight(e.g(w_), e.g(b_), dy, x, c, rows, dim_);
+  } else {
+    if (pass == BwdPass::kBoth) ops::rmsnorm_bwd(dx, e.g(w_), dy, x, e.w(w_), a.rstd, rows, dim_);
+    if (pass == BwdPass::kInput) ops::rmsnorm_bwd_input(dx, dy, x, e.w(w_), a.rstd, rows, dim_);
+    if (pass == BwdPass::kWeight) ops::rmsnorm_bwd_weight(e.g(w_), dy, x, a.rstd, rows, dim_);
+  }
+}
+
+}  // namespace gf

@@ -1,0 +1,39 @@
+// Norm block: LayerNorm (weight and bias; GPT-2) or RMSNorm (weight only; Llama) over the hidden
+// dimension of this rank's residual rows.
+#pragma once
+#include <string>
+
+#include "core/buffer_plan.h"
+#include "core/param_table.h"
+#include "models/blocks/env.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+class NormBlock {
+ public:
+  struct Acts {
+    float* mean = nullptr;  // LayerNorm only
+    float* rstd = nullptr;
+  };
+  NormBlock() = default;
+  NormBlock(NormKind kind, int64_t dim, float eps) : kind_(kind), dim_(dim), eps_(eps) {}
+
+  void declare(ParamTable& t, const std::string& weight, const std::string& bias) const;
+  void bind(const ParamTable& t, const std::string& weight, const std::string& bias);
+  Acts plan(BufferPlan& p, const std::string& name, int64_t rows) const;
+
+  void fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const;
+  // dx += d(input) (kBoth, kInput); dw, db += (kBoth, kWeight).
+  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const Acts& a,
+           int64_t rows) const;
+  int64_t first_offset() const { return w_; }
+
+ private:
+  NormKind kind_ = NormKind::kLayerNorm;
+  int64_t dim_ = 0;
+  float eps_ = 1e-5f;
+  int64_t w_ = 0, b_ = -1;
+};
+
+}  // namespace gf

@@ -1,0 +1,78 @@
+#include "models/blocks/transformer_layer.h"
+
+#include <cstring>
+
+namespace gf {
+namespace {
+
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace
+
+TransformerLayer::TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer,
+                                   const ops::RopeTable<float>* rope, const ops::FlashWorkspace<float>* flash)
+    : spec_(s), layer_(layer), norm1_(s.norm, s.hidden, s.norm_eps), norm2_(s.norm, s.hidden, s.norm_eps),
+      attn_(s, tp_size, rope, flash), mlp_(s, tp_size) {}
+
+void TransformerLayer::declare(ParamTable& t, const NameMap& names) const {
+  norm1_.declare(t, names(Role::kNorm1W, layer_), names(Role::kNorm1B, layer_));
+  attn_.declare(t, names, layer_);
+  norm2_.declare(t, names(Role::kNorm2W, layer_), names(Role::kNorm2B, layer_));
+  mlp_.declare(t, names, layer_);
+}
+
+void TransformerLayer::bind(const ParamTable& t, const NameMap& names) {
+  norm1_.bind(t, names(Role::kNorm1W, layer_), names(Role::kNorm1B, layer_));
+  attn_.bind(t, names, layer_);
+  norm2_.bind(t, names(Role::kNorm2W, layer_), names(Role::kNorm2B, layer_));
+  mlp_.bind(t, names, layer_);
+}
+
+void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) const {
+  const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
+  norm1_.fwd(e, a.ln1, a.n1, x, Nl);
+  attn_.fwd(e, layer_, a.res2, a.ln1, a.attn);
+  ops::dropout_apply(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  add_inplace(a.res2, x, Nl * C);
+  norm2_.fwd(e, a.ln2, a.n2, a.res2, Nl);
+  mlp_.fwd(e, a.out, a.ln2, a.mlp);
+  ops::dropout_apply(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  add_inplace(a.out, a.res2, Nl * C);
+}
+
+void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float* x, const Acts& a,
+                                 float* y_scratch) const {
+  if (mode == Recompute::kNone) return;
+  if (mode == Recompute::kFull) {
+    fwd(e, x, a);  // also rewrites the layer's output with the same values
+    return;
+  }
+  attn_.recompute_core(e, layer_, a.attn, y_scratch);
+  mlp_.activation_fwd(e, a.mlp);
+}
+
+void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const {
+  const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
+  if (pass == BwdPass::kWeight) {
+    mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+    norm2_.bwd(e, pass, nullptr, g.dln2, a.res2, a.n2, Nl);
+    attn_.bwd(e, pass, layer_, nullptr, g.dout_attn, a.ln1, a.attn, g.attn);
+    norm1_.bwd(e, pass, nullptr, g.dln1, x, a.n1, Nl);
+    return;
+  }
+  // MLP: out = res2 + dropout(mlp(norm2(res2)))
+  std::memcpy(g.dout_mlp, g.dres, sizeof(float) * Nl * C);
+  ops::dropout_apply(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+  norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
+  // Attention: res2 = x + dropout(attention(norm1(x)))
+  std::memcpy(g.dout_attn, g.dres, sizeof(float) * Nl * C);
+  ops::dropout_apply(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, a.ln1, a.attn, g.attn);
+  norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);
+}
+
+}  // namespace gf

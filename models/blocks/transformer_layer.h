@@ -1,0 +1,60 @@
+// A pre-norm transformer layer composed of the blocks:
+//   res2 = x + dropout(attention(norm1(x))),   out = res2 + dropout(mlp(norm2(res2))).
+// Its activations live in planned storage (TransformerLayer::Acts, laid out by the model for its
+// recompute mode); its backward runs fused or as an input pass and a later weight pass.
+#pragma once
+#include <string>
+
+#include "core/buffer_plan.h"
+#include "core/param_table.h"
+#include "models/blocks/attention.h"
+#include "models/blocks/env.h"
+#include "models/blocks/mlp.h"
+#include "models/blocks/norm.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+enum class Recompute { kNone, kSelective, kFull };
+
+class TransformerLayer {
+ public:
+  struct Acts {
+    NormBlock::Acts n1, n2;
+    float *ln1 = nullptr, *res2 = nullptr, *ln2 = nullptr, *out = nullptr;
+    AttentionBlock::Acts attn;
+    MlpBlock::Acts mlp;
+  };
+  // Backward buffers. dres [Nl, C] carries the residual gradient in and out. The rest is scratch
+  // of the fused backward; what the weight pass reads (the two dropout-masked output gradients,
+  // the two norm-output gradients, dqkv, the MLP's dh) must stay untouched until it has run.
+  struct Grads {
+    float* dres = nullptr;
+    float *dout_mlp = nullptr, *dout_attn = nullptr, *dln1 = nullptr, *dln2 = nullptr;
+    AttentionBlock::Grads attn;
+    MlpBlock::Grads mlp;
+  };
+
+  TransformerLayer() = default;
+  TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer, const ops::RopeTable<float>* rope,
+                   const ops::FlashWorkspace<float>* flash);
+  void declare(ParamTable& t, const NameMap& names) const;
+  void bind(const ParamTable& t, const NameMap& names);
+  const AttentionBlock& attention() const { return attn_; }
+  const MlpBlock& mlp() const { return mlp_; }
+  int64_t first_offset() const { return norm1_.first_offset(); }
+
+  void fwd(const BlockEnv& e, const float* x, const Acts& a) const;
+  // Before the backward: what the forward did not keep under `mode`, computed again bitwise.
+  void recompute(const BlockEnv& e, Recompute mode, const float* x, const Acts& a, float* y_scratch) const;
+  void bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const;
+
+ private:
+  TransformerSpec spec_;
+  int64_t layer_ = 0;
+  NormBlock norm1_, norm2_;
+  AttentionBlock attn_;
+  MlpBlock mlp_;
+};
+
+}  // namespace gf

@@ -1,0 +1,27 @@
+// Llama (Touvron et al. 2023; Hugging Face's LlamaForCausalLM, MindFormers' LlamaConfig names):
+// token embedding without learned positions, pre-RMSNorm layers of causal grouped-query attention
+// (n_kv_heads key/value heads) with RoPE in Hugging Face's rotate-half convention (base theta) and
+// a SwiGLU MLP, no biases (q/k/v biases with qkv_has_bias), nn.Linear [out, in] weights, a final
+// RMSNorm and an untied lm_head (tie_word_embeddings: True reads the embedding). Mixtral and
+// MindSpeed's MoE GPT are built from these parts. Built from the shared blocks.
+#pragma once
+#include "models/transformer_lm.h"
+
+namespace gf {
+
+TransformerSpec llama_spec(const ModelConfig& cfg);
+// Hugging Face Llama names: model.embed_tokens, model.layers.{i}.input_layernorm /
+// self_attn.{q,k,v,o}_proj / post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm, lm_head.
+std::string llama_name(Role role, int64_t layer);
+
+class LlamaForCausalLM : public TransformerLM {
+ public:
+  LlamaForCausalLM(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx,
+                   const StageOptions& stage = {})
+      : TransformerLM(llama_spec(cfg), llama_name, cfg, micro_batch, ctx, stage) {}
+  static ParamTable make_param_table(const ModelConfig& cfg, int tp_rank, int tp_size) {
+    return TransformerLM::make_param_table(llama_spec(cfg), llama_name, cfg, tp_rank, tp_size);
+  }
+};
+
+}  // namespace gf

@@ -1,0 +1,140 @@
+// A decoder-only transformer assembled from the blocks (models/blocks/): embedding, a range of
+// transformer layers, the final norm, LM head and loss. GPT-2 and Llama are a TransformerSpec and a
+// NameMap each (models/gpt2.cpp, models/llama.cpp).
+//
+// A TransformerLM may be a pipeline stage: it runs layers [layer_begin, layer_end) of the model,
+// with the embedding when the range starts at 0 and the head and loss when it ends at the last
+// layer, taking the hidden state in and giving it out, on `slots` micro-batch slots whose
+// activations are planned once. Its backward runs fused, or as an input pass and a weight pass
+// that may run later (defer_weight_grads keeps what the weight pass reads per slot). Every
+// buffer is sized by lay_out() before anything is allocated, so `plan` can size a run without
+// building it (activation_plan).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/buffer_plan.h"
+#include "core/ops/flash_attention.h"
+#include "core/ops/rope.h"
+#include "models/blocks/embedding.h"
+#include "models/blocks/lm_head.h"
+#include "models/blocks/transformer_layer.h"
+#include "models/causal_lm.h"
+#include "parallel/parallel_context.h"
+#include "parallel/tensor_parallel.h"
+
+namespace gf {
+
+struct StageOptions {
+  int64_t layer_begin = 0, layer_end = -1;  // -1: the last layer
+  int64_t slots = 1;
+  bool defer_weight_grads = false;
+};
+
+// The sizes a layout gives one rank: everything lay_out() needs, computed without a communicator.
+struct StageDims {
+  int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1;
+  int tp = 1;
+  bool first = true, last = true, defer = false, low_precision = false, flash = false;
+  int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
+  int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
+  bool layer_norm = true;
+  VocabSlice vocab;
+  int64_t recompute_layers = 0;
+  bool full_recompute = false;
+  Recompute mode(int64_t layer) const {
+    if (layer >= recompute_layers) return Recompute::kNone;
+    return full_recompute ? Recompute::kFull : Recompute::kSelective;
+  }
+  static StageDims make(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch, int tp_size,
+                        int tp_rank, const StageOptions& st);
+};
+
+class TransformerLM : public CausalLM {
+ public:
+  TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
+                const ParallelContext& ctx, const StageOptions& stage = {});
+
+  // The parameter table of this spec under these names for tensor-parallel rank tp_rank of
+  // tp_size (cfg.vocab_emb_dp: False splits the vocabulary), holding the stage's parameters.
+  static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
+                                     int tp_rank, int tp_size, const StageOptions& stage = {});
+  // Every activation, workspace and scratch buffer of a rank of this layout, sized but not allocated.
+  static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, int64_t micro_batch,
+                                    int tp_size, int tp_rank, const StageOptions& stage = {});
+
+  const ModelConfig& config() const override { return cfg_; }
+  const ParamTable& params() const override { return table_; }
+  float* weights() override {
+    low_current_ = false;
+    return weights_.data();
+  }
+  float* grads() override { return grads_.data(); }
+  int64_t micro_batch() const override { return dims_.B; }
+  double forward(const int32_t* tokens, const StepInfo& info) override;
+  void backward(float grad_scale) override;
+  const float* logits() const override { return slots_[0].head.logits; }
+  int64_t logits_ld() const override { return dims_.vocab.local; }
+  int64_t activation_bytes() const override { return plan_.bytes(); }
+  int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }
+  void* weight_copy() override { return cdt_ == ComputeDtype::kFloat32 ? nullptr : low_.data(); }
+  ComputeDtype weight_copy_dtype() const override { return cdt_; }
+  void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
+  double flops_per_step(int64_t batch) const override;
+
+  // The stage interface. tokens: [B, T + 1] (the first stage reads the inputs, the last the
+  // targets); hidden_in: [Nl, C] for a stage that does not start at layer 0. Returns the summed
+  // loss on the last stage, 0 elsewhere.
+  const StageDims& dims() const { return dims_; }
+  double stage_forward(int64_t slot, const int32_t* tokens, const float* hidden_in, const StepInfo& info);
+  const float* stage_output(int64_t slot) const;  // [Nl, C], stages before the last
+  // dhidden_out: [Nl, C] for a stage before the last. kInput leaves input_grad() (stages after the
+  // first); kWeight then accumulates the weight gradients (apart from kInput only with
+  // defer_weight_grads, which keeps what it reads).
+  void stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale);
+  const float* input_grad() const { return scratch_.dres; }
+  const BufferPlan& plan() const { return plan_; }
+
+ private:
+  struct Slot {
+    int32_t *inputs = nullptr, *targets = nullptr;
+    float *xin = nullptr, *emb = nullptr;
+    std::vector<TransformerLayer::Acts> layers;
+    std::vector<TransformerLayer::Grads> stash;  // defer_weight_grads: per layer
+    LmHeadBlock::Acts head;
+    StepInfo info;
+  };
+  struct Buffers {
+    std::vector<Slot> slots;
+    TransformerLayer::Grads scratch;
+    float* flash = nullptr;
+    float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
+  };
+  static void lay_out(const StageDims& d, BufferPlan& p, Buffers& b);
+  BlockEnv env(const Slot& s);
+  const float* layer_input(const Slot& s, int64_t l) const;
+  TransformerLayer::Grads layer_grads(const Slot& s, int64_t l) const;
+
+  TransformerSpec spec_;
+  NameMap names_;
+  ModelConfig cfg_;
+  StageDims dims_;
+  TensorParallel tp_;
+  ParamTable table_;
+  ComputeDtype cdt_ = ComputeDtype::kFloat32;
+  AlignedBuffer<float> weights_, grads_;
+  AlignedBuffer<std::byte> low_;  // the weights' low-precision copy (see CausalLM::weight_copy)
+  bool low_current_ = false;
+  std::unique_ptr<ops::RopeTable<float>> rope_;
+  ops::FlashWorkspace<float> flash_ws_;
+  EmbeddingBlock embedding_;
+  std::vector<TransformerLayer> layers_;  // layers [l0, l1)
+  LmHeadBlock head_;
+  BufferPlan plan_;
+  std::vector<Slot> slots_;
+  TransformerLayer::Grads scratch_;
+  float *gather_ = nullptr, *partial_ = nullptr, *dfull_ = nullptr;
+};
+
+}  // namespace gf

@@ -1,9 +1,12 @@
-// The golden tiny GPT-2s written by PyTorch (tools/make_golden.py): their config as a gridformer
-// Config, their initial weights, and the batch they replay every step.
+// The golden tiny models written by PyTorch (tools/make_golden.py: GPT-2; tools/make_llama_golden.py:
+// Llama): their config as a gridformer Config, their initial weights, and the batch they replay
+// every step.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,7 +61,7 @@ struct GoldenCase {
     T = std::stoll(m.at("T"));
     V = std::stoll(m.at("vocab_size"));
     const std::string sched = m.at("lr_schedule");
-    const std::string yaml = "runner_config: {batch_size: " + m.at("B") + ", train_steps: " + m.at("total_steps") +
+    const std::string runner_yaml = "runner_config: {batch_size: " + m.at("B") + ", train_steps: " + m.at("total_steps") +
                              "}\n"
                              "runner_wrapper: {use_clip_grad: True, max_grad_norm: " +
                              m.at("max_norm") +
@@ -76,7 +79,13 @@ struct GoldenCase {
                              "callbacks: [{type: MFLossMonitor, per_print_times: 1000}]\n"
                              "output_dir: " +
                              std::string(GF_BINARY_DIR) +
-                             "/test_output/golden\n"
+                             "/test_output/golden\n";
+    if (is_llama(m)) {
+      cfg = load_config_string(runner_yaml + llama_stand_in_yaml(m), overrides, file);
+      set_llama_fields(m, cfg.model);
+      return;
+    }
+    const std::string yaml = runner_yaml +
                              "model:\n  arch: {type: GPT2LMHeadModel}\n  model_config:\n    type: GPT2Config\n"
                              "    vocab_size: " +
                              m.at("vocab_size") + "\n    seq_length: " + m.at("T") +
@@ -86,6 +95,39 @@ struct GoldenCase {
                              "\n    layernorm_epsilon: " + m.at("layer_norm_epsilon") +
                              "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n";
     cfg = load_config_string(yaml, overrides, file);
+  }
+
+  // A Llama golden file (tools/make_llama_golden.py) says arch: LlamaForCausalLM; GPT-2's have no arch.
+  static bool is_llama(const std::map<std::string, std::string>& m) {
+    const auto it = m.find("arch");
+    return it != m.end() && it->second == "LlamaForCausalLM";
+  }
+
+  // The YAML schema knows GPT-2's model keys only: the Llama's sizes go through a GPT-2 stand-in
+  // (checked as usual), and set_llama_fields then makes it the Llama.
+  static std::string llama_stand_in_yaml(const std::map<std::string, std::string>& m) {
+    return "model:\n  arch: {type: GPT2LMHeadModel}\n  model_config:\n    type: GPT2Config\n"
+           "    vocab_size: " + m.at("vocab_size") + "\n    seq_length: " + m.at("T") +
+           "\n    max_position_embeddings: " + m.at("max_position_embeddings") +
+           "\n    hidden_size: " + m.at("hidden_size") + "\n    num_layers: " + m.at("num_layers") +
+           "\n    num_heads: " + m.at("num_heads") +
+           "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n    use_flash_attention: False\n";
+  }
+
+  // HF LlamaConfig's fields from the file's metadata (cfg.resolved still shows the GPT-2 stand-in).
+  static void set_llama_fields(const std::map<std::string, std::string>& m, ModelConfig& c) {
+    c.type = "LlamaConfig";
+    c.arch = "LlamaForCausalLM";
+    c.num_kv_heads = std::stoll(m.at("num_kv_heads"));
+    c.intermediate_size = std::stoll(m.at("intermediate_size"));
+    c.rope_theta = std::stod(m.at("rope_theta"));
+    c.rms_norm_eps = std::stof(m.at("rms_norm_eps"));
+    const std::string tied = m.at("tie_word_embeddings");  // Python's str(bool)
+    if (tied != "True" && tied != "False") throw std::runtime_error("tie_word_embeddings: " + tied);
+    c.tie_word_embeddings = tied == "True";
+    c.hidden_act = m.at("hidden_act");  // silu (SwiGLU's gate); not a GPT-2 activation
+    c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
+    c.use_flash_attention = false;
   }
 
   void load_weights(CausalLM& model) const {

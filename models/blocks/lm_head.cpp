@@ -9,7 +9,7 @@
 namespace gf {
 
 void LmHeadBlock::declare_norm(ParamTable& t, const NameMap& names) const {
-  norm_.declare(t, names(Role::kFinalNormW, -1), names(Role::kFinalNormB, -1));
+  norm_.declare(t, names(Role::kFinalNormW, -1), spec_.norm == NormKind::kLayerNorm ? names(Role::kFinalNormB, -1) : std::string());
 }
 
 void LmHeadBlock::declare_head(ParamTable& t, const NameMap& names) const {
@@ -18,7 +18,7 @@ void LmHeadBlock::declare_head(ParamTable& t, const NameMap& names) const {
 }
 
 void LmHeadBlock::bind(const ParamTable& t, const NameMap& names) {
-  norm_.bind(t, names(Role::kFinalNormW, -1), names(Role::kFinalNormB, -1));
+  norm_.bind(t, names(Role::kFinalNormW, -1), spec_.norm == NormKind::kLayerNorm ? names(Role::kFinalNormB, -1) : std::string());
   w_ = t.at(names(spec_.tied_head ? Role::kEmbed : Role::kLmHead, -1)).offset;
 }
 

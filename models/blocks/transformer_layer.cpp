@@ -17,17 +17,24 @@ TransformerLayer::TransformerLayer(const TransformerSpec& s, int tp_size, int64_
     : spec_(s), layer_(layer), norm1_(s.norm, s.hidden, s.norm_eps), norm2_(s.norm, s.hidden, s.norm_eps),
       attn_(s, tp_size, rope, flash), mlp_(s, tp_size) {}
 
+namespace {
+// RMSNorm has no bias: its name is asked only of LayerNorm.
+std::string norm_bias(const TransformerSpec& s, const NameMap& names, Role r, int64_t l) {
+  return s.norm == NormKind::kLayerNorm ? names(r, l) : std::string();
+}
+}  // namespace
+
 void TransformerLayer::declare(ParamTable& t, const NameMap& names) const {
-  norm1_.declare(t, names(Role::kNorm1W, layer_), names(Role::kNorm1B, layer_));
+  norm1_.declare(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.declare(t, names, layer_);
-  norm2_.declare(t, names(Role::kNorm2W, layer_), names(Role::kNorm2B, layer_));
+  norm2_.declare(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
   mlp_.declare(t, names, layer_);
 }
 
 void TransformerLayer::bind(const ParamTable& t, const NameMap& names) {
-  norm1_.bind(t, names(Role::kNorm1W, layer_), names(Role::kNorm1B, layer_));
+  norm1_.bind(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.bind(t, names, layer_);
-  norm2_.bind(t, names(Role::kNorm2W, layer_), names(Role::kNorm2B, layer_));
+  norm2_.bind(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
   mlp_.bind(t, names, layer_);
 }
 

@@ -15,6 +15,7 @@
 #include "core/safetensors.h"
 #include "models/registry.h"
 #include "runner/logging.h"
+#include "runner/metrics_log.h"
 #include "runner/run_info.h"
 
 namespace gf {
@@ -26,10 +27,6 @@ void install_stop_handlers() {
   std::signal(SIGINT, handler);
   std::signal(SIGTERM, handler);
 }
-
-struct Trainer::Metrics {
-  std::ofstream out;
-};
 
 namespace {
 
@@ -111,9 +108,8 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
   if (ctx_.world_rank == 0) {
-    metrics_ = std::make_unique<Metrics>();
     std::filesystem::create_directories(cfg.output_dir);
-    metrics_->out.open(std::filesystem::path(cfg.output_dir) / "metrics.jsonl", std::ios::app);
+    metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
   }
   if (machine_.gemm_backend.empty()) {  // built without a machine setup (tests, benchmarks)
     machine_.cpu = cpu_model_name();
@@ -282,8 +278,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                         {"interval_steps", iv.steps()}, {"startup", iv.startup},
                         {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
                         {"tflops", x.tflops}, {"mfu", x.mfu}};
-    metrics_->out << j.dump() << "\n";
-    metrics_->out.flush();
+    metrics_->write(j);
   }
 }
 
@@ -311,8 +306,7 @@ void Trainer::write_run_start() {
       {"global_batch", global_batch_},
       {"seq_length", cfg_.model.seq_length},
       {"per_print_times", cfg_.per_print_times}};
-  metrics_->out << j.dump() << "\n";
-  metrics_->out.flush();
+  metrics_->write(j);
 }
 
 double Trainer::evaluate() {
@@ -357,10 +351,7 @@ int Trainer::run() {
       const double loss = evaluate();
       spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
                    std::exp(loss), cfg_.eval_data.eval_iters);
-      if (metrics_) {
-        metrics_->out << nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}}.dump() << "\n";
-        metrics_->out.flush();
-      }
+      if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
       meter.exclude(now() - t0);  // not training time
     }
   }

@@ -20,6 +20,8 @@
 
 namespace gf {
 
+class MetricsLog;  // runner/metrics_log.h
+
 // Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
 extern std::atomic<int> g_stop_signal;
 void install_stop_handlers();
@@ -85,8 +87,7 @@ class Trainer {
   int64_t good_steps_ = 0, skipped_steps_ = 0;
   MachineSetup machine_;
   PeakChoice peak_;
-  struct Metrics;
-  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
 };
 
 }  // namespace gf

@@ -12,7 +12,6 @@
 #include <sys/resource.h>
 
 #include "core/parallel_memory.h"
-#include "core/safetensors.h"
 #include "models/registry.h"
 #include "runner/logging.h"
 #include "runner/metrics_log.h"
@@ -362,26 +361,6 @@ int Trainer::run() {
                                         : std::string());
   log_resource_report();
   return 0;
-}
-
-void Trainer::save_weights(const std::string& path) {
-  const ParamTable& table = model_->params();
-  const float* w = model_->weights();
-  std::vector<std::vector<float>> full;
-  std::vector<StWriteTensor> out;
-  for (const ParamSpec& p : table.specs()) {
-    std::vector<float> f(static_cast<size_t>(p.global_numel()), 0.0f);
-    if (!table.replicated(p) || ctx_.coord.tp == 0)
-      for (int64_t i = 0; i < p.numel(); ++i)
-        if (const int64_t g = table.global_index(p, i); g >= 0) f[static_cast<size_t>(g)] = w[p.offset + i];
-    ctx_.tp.allreduce_sum(f.data(), p.global_numel());  // disjoint slices: the sum is exact
-    full.push_back(std::move(f));
-    out.push_back({p.name, StDtype::kF32, p.shape, full.back().data()});
-  }
-  if (ctx_.world_rank == 0) {
-    write_safetensors(path, out, {{"format", "pt"}});
-    spdlog::info("weights written to {}", path);
-  }
 }
 
 void Trainer::log_resource_report() {

@@ -1,6 +1,7 @@
 // The training loop: data -> forward -> backward -> gradient sync -> unscale/overflow check ->
 // clip -> AdamW step -> log -> (checkpoint). One Trainer per rank; communicators come in the
-// ParallelContext.
+// ParallelContext. Defined in runner/trainer.cpp (the step loop), runner/trainer_setup.cpp
+// (construction, the set-up and resource reports) and runner/weight_gather.cpp (save_weights).
 #pragma once
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The training loop: data -> forward -> backward -> gradient sync -> unscale/overflow check ->
 // clip -> AdamW step -> log -> (checkpoint). One Trainer per rank; communicators come in the
-// ParallelContext.
+// ParallelContext. Defined in runner/trainer.cpp (the step loop), runner/trainer_setup.cpp
+// (construction, the set-up and resource reports) and runner/weight_gather.cpp (save_weights).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,6 +20,8 @@
 #include "runner/machine_probe.h"
 
 namespace gf {
+
+class MetricsLog;  // runner/metrics_log.h
 
 // Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
 extern std::atomic<int> g_stop_signal;
@@ -85,8 +88,7 @@ class Trainer {
   int64_t good_steps_ = 0, skipped_steps_ = 0;
   MachineSetup machine_;
   PeakChoice peak_;
-  struct Metrics;
-  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
 };
 
 }  // namespace gf

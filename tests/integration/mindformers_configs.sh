@@ -76,6 +76,15 @@ done
 refused "$DATA/r1.0/run_llama2_7b.yaml" \
   "--set model.model_config.hidden_dropout_rate=0.1: not a LlamaConfig key: MindFormers' LlamaConfig has no dropout rate" \
   --set model.model_config.hidden_dropout_rate=0.1
+# The tiny Llama loads without a warning (tensor-parallel on 2 ranks too), and its resolved config loads back to itself.
+TINY_LLAMA="$SRC/configs/llama/run_llama_tiny.yaml"
+"$BIN" config --config "$TINY_LLAMA" --set parallel_config.model_parallel=2 --ranks 2 > a.yaml 2> err.txt \
+  || fail "run_llama_tiny.yaml on 2 ranks: $(cat err.txt)"
+[ ! -s err.txt ] || fail "run_llama_tiny.yaml warns: $(cat err.txt)"
+"$BIN" config --config "$TINY_LLAMA" > a.yaml 2>/dev/null || fail "run_llama_tiny.yaml"
+"$BIN" config --config a.yaml > b.yaml 2>/dev/null || fail "the resolved tiny Llama does not load"
+cmp -s a.yaml b.yaml || fail "the resolved tiny Llama changes when loaded again: $(diff a.yaml b.yaml | head)"
+echo "ok: configs/llama/run_llama_tiny.yaml resolves without a warning, on 1 and 2 ranks, and loads back to itself"
 
 # An empty config (or one with only comments) is refused.
 : > empty.yaml

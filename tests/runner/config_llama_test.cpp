@@ -1,12 +1,14 @@
 // MindFormers' LlamaConfig keys as they are: `model.model_config.type: LlamaConfig` picks Llama's
 // model section; its built keys land in ModelConfig (None as MindFormers reads it), the others are
-// warned about or refused naming the key; a GPT2Config file behaves as it always did.
+// warned about or refused naming the key; a GPT2Config file behaves as it always did; and
+// configs/llama/run_llama_tiny.yaml loads as it is.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 
 #include "runner/config.h"
+#include "runner/layout_check.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {
@@ -219,6 +221,34 @@ TEST(LlamaConfigKeys, TheModelTypePicksTheSchemaAndGptTwoStaysAsItWas) {
   const Config bare = load_config_string("model: {model_config: {type: LlamaConfig, num_layers: 2, hidden_size: 64, "
                                          "num_heads: 4, seq_length: 32, vocab_size: 100}}\n");
   EXPECT_EQ(bare.model.arch, "LlamaForCausalLM");
+}
+
+TEST(LlamaTinyConfig, LoadsAsItIsAndSplitsOverTwoRanks) {
+  const Config c = load_config(std::string(GF_SOURCE_DIR) + "/configs/llama/run_llama_tiny.yaml");
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  const ModelConfig& m = c.model;
+  EXPECT_EQ(m.arch, "LlamaForCausalLM");
+  EXPECT_EQ(m.num_layers, 4);
+  EXPECT_EQ(m.hidden_size, 256);
+  EXPECT_EQ(m.num_heads, 8);
+  EXPECT_EQ(m.kv_heads(), 2);
+  EXPECT_EQ(m.ffn_hidden(), 704);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 10000.0);
+  EXPECT_EQ(m.seq_length, 256);
+  EXPECT_GE(m.vocab_size, 50257);  // the default corpus's GPT-2 ids
+  EXPECT_EQ(c.batch_size, 8);
+  // The same data, optimizer, schedule and callbacks as the tiny GPT-2.
+  const Config gpt2 = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml");
+  EXPECT_TRUE(c.train_data == gpt2.train_data);
+  EXPECT_TRUE(c.adamw == gpt2.adamw);
+  EXPECT_TRUE(c.lr == gpt2.lr);
+  EXPECT_EQ(c.optimizer_type, gpt2.optimizer_type);
+  EXPECT_EQ(c.train_steps, gpt2.train_steps);
+  EXPECT_EQ(c.per_print_times, gpt2.per_print_times);
+  EXPECT_EQ(c.seed, gpt2.seed);
+  EXPECT_EQ(layout_error_message(c, 1), "");
+  EXPECT_EQ(layout_error_message(load_config(std::string(GF_SOURCE_DIR) + "/configs/llama/run_llama_tiny.yaml",
+                                             {"parallel_config.model_parallel=2"}), 2), "");
 }
 
 }  // namespace

@@ -22,12 +22,20 @@ ParamTable::ParamTable(int tp_rank, int tp_size, int64_t vocab_padded, bool voca
     : tp_rank_(tp_rank), tp_size_(tp_size), vocab_padded_(vocab_padded), vocab_split_(vocab_split || tp_size == 1) {}
 
 bool ParamTable::replicated(const ParamSpec& p) const {
-  return p.split == Split::kNone || (p.split == Split::kVocab && !vocab_split_);
+  return p.split.axis == Axis::kNone || (p.split.axis == Axis::kVocab && !vocab_split_);
 }
 
 void ParamTable::add(ParamSpec spec) {
   if (finalized_) throw std::logic_error("ParamTable::add after finalize");
   if (index_.count(spec.name)) throw std::logic_error("duplicate parameter " + spec.name);
+  const SplitSpec& s = spec.split;
+  if (s.axis != Axis::kNone) {
+    if (s.dim < 0 || s.dim >= static_cast<int>(spec.shape.size()))
+      throw std::logic_error(spec.name + ": split dim " + std::to_string(s.dim) + " is not a dim of the parameter");
+    if (s.parts < 1 || spec.shape[static_cast<size_t>(s.dim)] % s.parts != 0)
+      throw std::logic_error(spec.name + ": split dim " + std::to_string(s.dim) + " does not cut into " +
+                             std::to_string(s.parts) + " equal parts");
+  }
   index_[spec.name] = specs_.size();
   specs_.push_back(std::move(spec));
 }
@@ -36,25 +44,26 @@ void ParamTable::finalize() {
   int64_t off = 0;
   for (auto& p : specs_) {
     p.local_shape = p.shape;
-    auto divide = [&](int64_t& d, const char* what) {
-      if (d % tp_size_ != 0)
-        throw std::invalid_argument(p.name + ": " + what + " " + std::to_string(d) +
+    const size_t d = static_cast<size_t>(p.split.dim);
+    auto divide = [&](int64_t& n, const std::string& what) {
+      if (n % tp_size_ != 0)
+        throw std::invalid_argument(p.name + ": " + what + " " + std::to_string(n) +
                                     " is not divisible by model_parallel " + std::to_string(tp_size_));
-      d /= tp_size_;
+      n /= tp_size_;
     };
-    switch (p.split) {
-      case Split::kNone: break;
-      case Split::kRows: divide(p.local_shape.front(), "dim 0"); break;
-      case Split::kCols: divide(p.local_shape.back(), "last dim"); break;
-      case Split::kColsQKV: {
-        int64_t third = p.local_shape.back() / 3;
-        divide(third, "per-projection width");
-        p.local_shape.back() = 3 * third;
+    switch (p.split.axis) {
+      case Axis::kNone: break;
+      case Axis::kTensor: {
+        int64_t part = p.shape[d] / p.split.parts;
+        divide(part, p.split.parts == 1 ? "dim " + std::to_string(d)
+                                        : "each of the " + std::to_string(p.split.parts) + " parts of dim " +
+                                              std::to_string(d));
+        p.local_shape[d] = p.split.parts * part;
         break;
       }
-      case Split::kVocab:
-        p.local_shape.front() = (vocab_padded_ > 0 ? vocab_padded_ : p.shape.front());
-        if (vocab_split_) divide(p.local_shape.front(), "padded vocabulary");
+      case Axis::kVocab:
+        p.local_shape[d] = vocab_padded_ > 0 ? vocab_padded_ : p.shape[d];
+        if (vocab_split_) divide(p.local_shape[d], "padded vocabulary");
         break;
     }
     p.offset = off;
@@ -76,24 +85,22 @@ const ParamSpec& ParamTable::at(const std::string& name) const {
 }
 
 int64_t ParamTable::global_index(const ParamSpec& p, int64_t i) const {
-  const int64_t lcols = p.local_shape.back();
-  const int64_t gcols = p.shape.back();
-  const int64_t r = i / lcols, c = i % lcols;
-  switch (p.split) {
-    case Split::kNone: return i;
-    case Split::kRows: return (tp_rank_ * p.local_shape.front() + r) * gcols + c;
-    case Split::kCols: return r * gcols + tp_rank_ * lcols + c;
-    case Split::kColsQKV: {
-      const int64_t lthird = lcols / 3, gthird = gcols / 3;
-      const int64_t part = c / lthird, within = c % lthird;
-      return r * gcols + part * gthird + tp_rank_ * lthird + within;
-    }
-    case Split::kVocab: {
-      const int64_t grow = (vocab_split_ ? tp_rank_ * p.local_shape.front() : 0) + r;
-      return grow < p.shape.front() ? grow * gcols + c : -1;
-    }
+  if (p.split.axis == Axis::kNone) return i;
+  // Only the split dim differs between the local and the global index.
+  const size_t d = static_cast<size_t>(p.split.dim);
+  int64_t inner = 1;
+  for (size_t k = d + 1; k < p.shape.size(); ++k) inner *= p.shape[k];
+  const int64_t lext = p.local_shape[d], gext = p.shape[d];
+  const int64_t x = i / inner % lext, outer = i / inner / lext, in = i % inner;
+  int64_t gx = 0;
+  if (p.split.axis == Axis::kTensor) {
+    const int64_t lpart = lext / p.split.parts, gpart = gext / p.split.parts;
+    gx = x / lpart * gpart + tp_rank_ * lpart + x % lpart;
+  } else {
+    gx = (vocab_split_ ? tp_rank_ * lext : 0) + x;
+    if (gx >= gext) return -1;
   }
-  return i;
+  return (outer * gext + gx) * inner + in;
 }
 
 void ParamTable::initialize(float* arena, uint64_t seed) const {

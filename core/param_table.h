@@ -12,23 +12,43 @@
 
 namespace gf {
 
-enum class Split {
-  kNone,      // replicated
-  kRows,      // dim 0 split (row-parallel input dim of a [in, out] weight)
-  kCols,      // last dim split (column-parallel output dim)
-  kColsQKV,   // last dim is q|k|v; each third split (fused column-parallel QKV)
-  kVocab,     // dim 0 is the vocabulary, padded then split
+// The parallel axes a parameter dimension can be split over.
+enum class Axis {
+  kNone,    // not split: every rank holds the whole tensor
+  kTensor,  // the tensor-parallel group (model_parallel)
+  kVocab,   // the vocabulary: padded to the layout's padded vocabulary, then split over the
+            // tensor-parallel group when the layout splits the vocabulary (vocab_emb_dp: False)
+  // kExpert (the experts of an MoE layer over the expert-parallel group) comes with MoE.
 };
+
+// Which dimension of a parameter is split over which axis. Dimension `dim` is first cut into
+// `parts` equal parts (1 normally; 3 for GPT-2's fused q|k|v, whose last dimension is q, k and v
+// side by side), then each part is split evenly over the axis: a rank holds its share of every
+// part, the shares side by side in part order.
+struct SplitSpec {
+  int dim = 0;
+  Axis axis = Axis::kNone;
+  int64_t parts = 1;
+  bool operator==(const SplitSpec&) const = default;
+};
+
+inline SplitSpec no_split() { return {}; }
+// Dimension `dim` over the tensor-parallel group, cut into `parts` first.
+inline SplitSpec split_dim(int dim, int64_t parts = 1) { return {dim, Axis::kTensor, parts}; }
+// Dimension 0 is the vocabulary.
+inline SplitSpec vocab_rows() { return {0, Axis::kVocab, 1}; }
 
 enum class Init { kNormal, kZeros, kOnes };
 
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;        // global, logical (what a checkpoint holds)
-  Split split = Split::kNone;
+  SplitSpec split;
   Init init = Init::kNormal;
   float std = 0.02f;                 // for kNormal
   bool weight_decay = false;         // AdamW decays 2-D weights only
+  // Read in a second place besides its own (GPT-2's wte by the tied LM head). Informational.
+  bool tied = false;
   // The next parameter starts right after this one's last element (no alignment gap), so
   // consecutive projections ([out, in] each, like q_proj, k_proj, v_proj) form one matrix.
   bool packed_with_next = false;
@@ -42,7 +62,7 @@ struct ParamSpec {
 class ParamTable {
  public:
   // tp_rank/tp_size: this rank's position on the tensor-parallel axis; vocab_padded: the padded
-  // vocabulary size (dim 0 of kVocab parameters); vocab_split: whether kVocab parameters are split
+  // vocabulary size (the split dim of Axis::kVocab parameters); vocab_split: whether they are split
   // across the tensor-parallel ranks (MindFormers' vocab_emb_dp: False) or replicated.
   ParamTable(int tp_rank = 0, int tp_size = 1, int64_t vocab_padded = 0, bool vocab_split = true);
 

@@ -20,44 +20,32 @@ std::vector<SlicePiece> pieces_of(const ParamSpec& p, int rank, bool vocab_split
   const size_t nd = g.size();
   if (nd < 1 || nd > 2) throw std::invalid_argument(p.name + ": placement handles 1-D and 2-D parameters");
   const std::vector<int64_t> zero(nd, 0);
-  auto whole = [&] { return std::vector<SlicePiece>{{{zero, g}, zero}}; };
-  switch (p.split) {
-    case Split::kNone: return whole();
-    case Split::kRows: {
-      SlicePiece s{{zero, g}, zero};
-      s.global.offset[0] = rank * l[0];
-      s.global.extent[0] = l[0];
-      return {s};
-    }
-    case Split::kCols: {
-      SlicePiece s{{zero, g}, zero};
-      s.global.offset[nd - 1] = rank * l[nd - 1];
-      s.global.extent[nd - 1] = l[nd - 1];
-      return {s};
-    }
-    case Split::kColsQKV: {
-      const int64_t lthird = l[nd - 1] / 3, gthird = g[nd - 1] / 3;
+  const size_t d = static_cast<size_t>(p.split.dim);
+  switch (p.split.axis) {
+    case Axis::kNone: return {{{zero, g}, zero}};
+    case Axis::kTensor: {  // one piece per part: this rank's share of it
+      const int64_t lpart = l[d] / p.split.parts, gpart = g[d] / p.split.parts;
       std::vector<SlicePiece> out;
-      for (int64_t part = 0; part < 3; ++part) {
+      for (int64_t part = 0; part < p.split.parts; ++part) {
         SlicePiece s{{zero, g}, zero};
-        s.global.offset[nd - 1] = part * gthird + rank * lthird;
-        s.global.extent[nd - 1] = lthird;
-        s.local_offset[nd - 1] = part * lthird;
+        s.global.offset[d] = part * gpart + rank * lpart;
+        s.global.extent[d] = lpart;
+        s.local_offset[d] = part * lpart;
         out.push_back(s);
       }
       return out;
     }
-    case Split::kVocab: {
-      const int64_t row0 = vocab_split ? rank * l[0] : 0;
-      const int64_t rows = std::clamp<int64_t>(g[0] - row0, 0, l[0]);  // padding rows are in no box
+    case Axis::kVocab: {
+      const int64_t row0 = vocab_split ? rank * l[d] : 0;
+      const int64_t rows = std::clamp<int64_t>(g[d] - row0, 0, l[d]);  // padding rows are in no box
       if (rows == 0) return {};
       SlicePiece s{{zero, g}, zero};
-      s.global.offset[0] = row0;
-      s.global.extent[0] = rows;
+      s.global.offset[d] = row0;
+      s.global.extent[d] = rows;
       return {s};
     }
   }
-  return whole();
+  return {};
 }
 
 // Calls f(local_index, global_index) for every element of every piece.

@@ -44,7 +44,7 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
   if (spec_.linear_bias) t.add({n(Role::kOB), {C}, no_split(), Init::kZeros, 0.0f, false});
 }
 
-void AttentionBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
   if (spec_.fused_qkv_param) {
     qkv_.w = off(Role::kQkvW);
@@ -53,7 +53,8 @@ void AttentionBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) 
     qkv_.w = off(Role::kQW);
     qkv_.b = spec_.qkv_bias ? off(Role::kQB) : -1;
     // q, k, v (and their biases) must lie back to back: one [q|k|v, C] matrix.
-    const ParamSpec &q = t.at(names(Role::kQW, l)), &k = t.at(names(Role::kKW, l)), &v = t.at(names(Role::kVW, l));
+    const TensorPlacement &q = t.at(names(Role::kQW, l)), &k = t.at(names(Role::kKW, l)),
+                          &v = t.at(names(Role::kVW, l));
     if (k.offset != q.offset + q.numel() || v.offset != k.offset + k.numel())
       throw std::logic_error("attention: q, k, v projections are not packed in the arena");
   }

@@ -33,11 +33,11 @@ void MlpBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
   if (spec_.linear_bias) t.add({n(Role::kDownB), {C}, no_split(), Init::kZeros, 0.0f, false});
 }
 
-void MlpBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
   if (spec_.mlp == MlpKind::kSwiGLU) {
     up_.w = off(Role::kGateW);
-    const ParamSpec& gate = t.at(names(Role::kGateW, l));
+    const TensorPlacement& gate = t.at(names(Role::kGateW, l));
     if (off(Role::kUpW) != gate.offset + gate.numel())
       throw std::logic_error("mlp: gate and up projections are not packed in the arena");
   } else {

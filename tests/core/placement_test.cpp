@@ -1,17 +1,21 @@
-// Placement: each rank's slice of every GPT-2 parameter as boxes in the global tensor. The boxes
-// name exactly the global elements the split's element-wise formula gives (padding in none), the
-// slices of the tensor-parallel ranks tile each split tensor exactly once, scatter then gather
-// over the ranks rebuilds the single-rank weights bit for bit, and every rank's initial weights
-// are its slice of the single-rank ones. Vocabulary split and replicated, tp 1-4.
+// Placement: each rank's slice of every parameter as boxes in the global tensor, for GPT-2 and for
+// Llama (grouped-query attention: fewer key/value heads than query heads, packed q|k|v and
+// gate|up, an untied or tied head, q/k/v biases). The boxes name exactly the global elements the
+// split's element-wise formula gives (padding in none), the slices of the tensor-parallel ranks
+// tile each split tensor exactly once, scatter then gather over the ranks rebuilds the single-rank
+// weights bit for bit, and every rank's initial weights are its slice of the single-rank ones.
+// Vocabulary split and replicated, tp 1-4 where the heads allow.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/placement.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace gf {
 namespace {
@@ -28,8 +32,27 @@ ModelConfig gpt2_small(bool vocab_emb_dp) {
   return c;
 }
 
+ModelConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv_bias) {
+  ModelConfig c;
+  c.type = "LlamaConfig";
+  c.arch = "LlamaForCausalLM";
+  c.vocab_size = 1000;
+  c.seq_length = 16;
+  c.max_position_embeddings = 16;
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 8;
+  c.num_kv_heads = kv_heads;
+  c.intermediate_size = 96;
+  c.hidden_act = "silu";
+  c.tie_word_embeddings = tied;
+  c.qkv_has_bias = qkv_bias;
+  c.vocab_emb_dp = vocab_emb_dp;
+  return c;
+}
+
 Placement placement_of(const ModelConfig& c, int rank, int tp) {
-  return GPT2LMHeadModel::make_placement(c, rank, tp);
+  return c.is_llama() ? LlamaForCausalLM::make_placement(c, rank, tp) : GPT2LMHeadModel::make_placement(c, rank, tp);
 }
 
 // The layouts the model can run (layout_check refuses the others).
@@ -126,6 +149,15 @@ TEST(Placement, Gpt2BoxesAreTheGlobalIndicesAndTileEachTensor) {
   for (bool vocab_emb_dp : {false, true}) check_tiles_and_rebuilds(gpt2_small(vocab_emb_dp), "gpt2");
 }
 
+// 8 query heads on 4 key/value heads (tp 1, 2, 4), and on 2 with a tied head and q/k/v biases
+// (tp 1, 2).
+TEST(Placement, LlamaBoxesAreTheGlobalIndicesAndTileEachTensor) {
+  for (bool vocab_emb_dp : {false, true}) {
+    check_tiles_and_rebuilds(llama_small(vocab_emb_dp, 4, false, false), "llama kv 4");
+    check_tiles_and_rebuilds(llama_small(vocab_emb_dp, 2, true, true), "llama kv 2 tied, biases");
+  }
+}
+
 TEST(Placement, FusedQkvIsThreeBoxesAndPaddingIsInNone) {
   const ModelConfig cfg = gpt2_small(false);
   const Placement placement = GPT2LMHeadModel::make_placement(cfg, 1, 2);
@@ -144,6 +176,85 @@ TEST(Placement, FusedQkvIsThreeBoxesAndPaddingIsInNone) {
   EXPECT_EQ(wte.pieces[0].global.extent, (std::vector<int64_t>{488, 48}));
   EXPECT_FALSE(wte.replicated);
   EXPECT_TRUE(placement.at("ln_f.weight").replicated);
+}
+
+// Llama at tp 2, 8 heads of 8 on 2 key/value heads: each rank holds 4 query heads and 1 key/value
+// head, rows of the [out, in] projections; o_proj and down_proj split their input columns; q, k,
+// v and gate, up lie back to back in the arena, other parameters start 16-float aligned.
+TEST(Placement, LlamaSplitsProjectionsByHeadsAndPacksThem) {
+  const ModelConfig cfg = llama_small(false, 2, false, false);
+  const Placement placement = LlamaForCausalLM::make_placement(cfg, 1, 2);
+  auto box = [&](const std::string& name) {
+    const TensorPlacement& t = placement.at("model.layers.1." + name);
+    EXPECT_EQ(t.pieces.size(), 1u) << name;
+    return t.pieces.at(0).global;
+  };
+  EXPECT_EQ(box("self_attn.q_proj.weight").offset, (std::vector<int64_t>{32, 0}));
+  EXPECT_EQ(box("self_attn.q_proj.weight").extent, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(box("self_attn.k_proj.weight").offset, (std::vector<int64_t>{8, 0}));
+  EXPECT_EQ(box("self_attn.k_proj.weight").extent, (std::vector<int64_t>{8, 64}));
+  EXPECT_EQ(box("self_attn.v_proj.weight").offset, (std::vector<int64_t>{8, 0}));
+  EXPECT_EQ(box("self_attn.o_proj.weight").offset, (std::vector<int64_t>{0, 32}));
+  EXPECT_EQ(box("self_attn.o_proj.weight").extent, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(box("mlp.gate_proj.weight").offset, (std::vector<int64_t>{48, 0}));
+  EXPECT_EQ(box("mlp.up_proj.weight").extent, (std::vector<int64_t>{48, 64}));
+  EXPECT_EQ(box("mlp.down_proj.weight").offset, (std::vector<int64_t>{0, 48}));
+  EXPECT_TRUE(placement.at("model.layers.1.input_layernorm.weight").replicated);
+  // lm_head: its own vocabulary split, like the embedding.
+  EXPECT_EQ(placement.at("lm_head.weight").pieces.at(0).global.offset, (std::vector<int64_t>{512, 0}));
+  int64_t end = 0;
+  bool packed = false;
+  for (const TensorPlacement& t : placement.tensors()) {
+    EXPECT_EQ(t.offset, packed ? end : (end + 15) / 16 * 16) << t.spec->name;
+    end = t.offset + t.numel();
+    packed = t.spec->packed_with_next;
+  }
+  EXPECT_EQ(placement.total_floats(), (end + 15) / 16 * 16);
+  EXPECT_TRUE(placement.table().at("model.layers.0.self_attn.q_proj.weight").packed_with_next);
+  EXPECT_TRUE(placement.table().at("model.layers.0.self_attn.k_proj.weight").packed_with_next);
+  EXPECT_FALSE(placement.table().at("model.layers.0.self_attn.v_proj.weight").packed_with_next);
+  EXPECT_TRUE(placement.table().at("model.layers.0.mlp.gate_proj.weight").packed_with_next);
+}
+
+// A parameter of more than two dims (an MoE layer's [experts, out, in] weights, say) split on a
+// middle dim cut into parts: the boxes still tile it and round-trip it.
+TEST(Placement, ThreeDimensionalSplitInPartsTiles) {
+  ParamTable table;
+  table.add({"w", {3, 8, 5}, split_dim(1, 2), Init::kNormal, 1.0f, true});
+  table.add({"b", {3, 8}, split_dim(1), Init::kZeros, 0.0f, false});
+  const auto shared = std::make_shared<const ParamTable>(std::move(table));
+  const Placement one(shared);
+  AlignedBuffer<float> full(static_cast<size_t>(one.total_floats()));
+  one.initialize(full.data(), 7);
+  for (int tp : {2, 4}) {
+    for (size_t k = 0; k < 2; ++k) {
+      const TensorPlacement& p1 = one.tensors()[k];
+      const int64_t n = p1.spec->global_numel();
+      std::vector<float> rebuilt(static_cast<size_t>(n), NAN);
+      for (int r = 0; r < tp; ++r) {
+        const Placement placement(shared, ParamLayout{tp, true, 0}, r);
+        const TensorPlacement& t = placement.tensors()[k];
+        EXPECT_EQ(t.pieces.size(), static_cast<size_t>(p1.spec->split.parts));
+        AlignedBuffer<float> w(static_cast<size_t>(placement.total_floats()));
+        placement.initialize(w.data(), 7);
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const int64_t g = reference_global_index(t, placement.layout(), r, i);
+          ASSERT_EQ(w[static_cast<size_t>(t.offset + i)], full[static_cast<size_t>(p1.offset + g)])
+              << t.spec->name << " tp " << tp << " rank " << r << " element " << i;
+          EXPECT_TRUE(std::isnan(rebuilt[static_cast<size_t>(g)])) << "held twice";
+          rebuilt[static_cast<size_t>(g)] = 0.0f;
+        }
+        std::vector<float> back(static_cast<size_t>(n), NAN);
+        Placement::gather(t, w.data() + t.offset, back.data());
+        for (int64_t g = 0; g < n; ++g) {
+          if (!std::isnan(back[static_cast<size_t>(g)])) {
+            EXPECT_EQ(back[static_cast<size_t>(g)], full[static_cast<size_t>(p1.offset + g)]);
+          }
+        }
+      }
+      for (float v : rebuilt) EXPECT_EQ(v, 0.0f) << p1.spec->name << " tp " << tp << ": an element no rank holds";
+    }
+  }
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ struct TensorPlacement {
 class Placement {
  public:
   Placement() : Placement(ParamTable{}) {}
-  Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout = {}, int tp_rank = 0);
+  explicit Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout = {}, int tp_rank = 0);
   explicit Placement(ParamTable table, const ParamLayout& layout = {}, int tp_rank = 0)
       : Placement(std::make_shared<const ParamTable>(std::move(table)), layout, tp_rank) {}
 

@@ -206,6 +206,7 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
     token_only.positions = 0;
     EmbeddingBlock(token_only, {}).declare(t, names);
   }
+  // Declaring reads no layout: the layers are built for one rank.
   for (int64_t l = st.layer_begin; l < l1; ++l) TransformerLayer(s, 1, l, nullptr, nullptr).declare(t, names);
   if (last) {
     const LmHeadBlock head(s, {}, 0);

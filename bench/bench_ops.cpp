@@ -7,7 +7,7 @@
 // Each row calls what the step calls (core/ops/*, core/adamw.h, GradientSync::global_sq_norm, the
 // zeroing of the gradient arena in runner/trainer.cpp), on buffers of the step's shapes: B x T
 // token rows, hidden C, FFN 4C, L layers, the 50257-token vocabulary padded to 50304, and the
-// model's whole parameter arena (GPT2LMHeadModel::make_param_table). A few loops that live in
+// model's whole parameter arena (GPT2LMHeadModel::make_placement). A few loops that live in
 // anonymous namespaces or inline in models/gpt2.cpp and parallel/tensor_parallel.cpp (add_inplace,
 // linear_fwd's bias broadcast, the token copy and range check, the loss sum, the memsets of the
 // activation gradients before backward accumulates into them, layer_bwd's copy of dres_) are
@@ -132,7 +132,7 @@ Options parse_args(int argc, char** argv) {
 // Every buffer a step's non-GEMM work touches, at one model's shape.
 struct StepBuffers {
   int64_t B, T, C, F, L, H, N, V;
-  gf::ParamTable table;
+  gf::Placement table;
   AlignedBuffer<float> weights, grads;
   AlignedBuffer<int32_t> tokens, inputs, targets;
   AlignedBuffer<float> x, y, dx, dres, ln_mean, ln_rstd;  // [N, C] and per-row stats
@@ -195,7 +195,7 @@ struct StepBuffers {
     ws.data = flash_ws.data();
   }
 
-  static gf::ParamTable make_table(const Model& m) {
+  static gf::Placement make_table(const Model& m) {
     gf::ModelConfig c;
     c.vocab_size = kVocab;
     c.seq_length = m.T;
@@ -203,7 +203,7 @@ struct StepBuffers {
     c.num_layers = m.L;
     c.num_heads = m.H;
     c.hidden_act = "gelu_new";
-    return gf::GPT2LMHeadModel::make_param_table(c, 0, 1);
+    return gf::GPT2LMHeadModel::make_placement(c, 0, 1);
   }
   AttentionShape attention_shape() const { return {B, T, H, C / H, 0, 0, H}; }
 };

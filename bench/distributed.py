@@ -47,7 +47,7 @@ MODELS = {
 }
 EXPAND = 4       # model_config.expand_ratio default
 PAD = 128        # model_config vocab_pad_multiple
-ALIGN = 16       # ParamTable::finalize rounds each parameter up to 16 floats
+ALIGN = 16       # Placement rounds each parameter up to 16 floats
 BUCKETS = 4      # parallel_config.gradient_aggregation_group default
 F32, F64 = 4, 8
 

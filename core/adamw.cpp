@@ -9,10 +9,11 @@
 
 namespace gf {
 
-AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin, int64_t shard_end)
-    : cfg_(cfg), begin_(shard_begin), end_(shard_end < 0 ? table.total_floats() : shard_end),
+AdamW::AdamW(const Placement& params, AdamWConfig cfg, int64_t shard_begin, int64_t shard_end)
+    : cfg_(cfg), begin_(shard_begin), end_(shard_end < 0 ? params.total_floats() : shard_end),
       m_(static_cast<size_t>(end_ - begin_)), v_(static_cast<size_t>(end_ - begin_)) {
-  for (const auto& p : table.specs()) ranges_.push_back({p.offset, p.offset + p.numel(), p.weight_decay});
+  for (const TensorPlacement& p : params.tensors())
+    ranges_.push_back({p.offset, p.offset + p.numel(), p.spec->weight_decay});
 }
 
 namespace {

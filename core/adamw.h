@@ -8,7 +8,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/mixed_precision.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 
 namespace gf {
 
@@ -33,7 +33,7 @@ class AdamW {
  public:
   // Updates [shard_begin, shard_end) of the arena (the whole arena by default) and keeps moments
   // for that range only: the sharded optimizer (ZeRO-1) gives each data-parallel rank a shard.
-  AdamW(const ParamTable& table, AdamWConfig cfg, int64_t shard_begin = 0, int64_t shard_end = -1);
+  AdamW(const Placement& params, AdamWConfig cfg, int64_t shard_begin = 0, int64_t shard_end = -1);
 
   // One step (step counts from 1) over this optimizer's shard of the arena.
   void step(float* params, const float* grads, double lr, int64_t step, const AdamWStepExtras& extras = {});

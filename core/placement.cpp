@@ -1,6 +1,7 @@
 #include "core/placement.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace gf {
@@ -11,96 +12,182 @@ int64_t Box::numel() const {
   return n;
 }
 
+int64_t TensorPlacement::numel() const {
+  int64_t n = 1;
+  for (int64_t d : local_shape) n *= d;
+  return n;
+}
+
 namespace {
 
-// The pieces of p's local slice on tensor-parallel rank `rank`.
-std::vector<SlicePiece> pieces_of(const ParamSpec& p, int rank, bool vocab_split) {
+// p's local shape under the layout: the split dim divided over the tensor group (each part when
+// it is cut into parts), a vocabulary dim padded first.
+std::vector<int64_t> local_shape_of(const ParamSpec& p, const ParamLayout& layout) {
+  std::vector<int64_t> l = p.shape;
+  const size_t d = static_cast<size_t>(p.split.dim);
+  const int tp = layout.tp_size;
+  auto divide = [&](int64_t& n, const std::string& what) {
+    if (n % tp != 0)
+      throw std::invalid_argument(p.name + ": " + what + " " + std::to_string(n) +
+                                  " is not divisible by model_parallel " + std::to_string(tp));
+    n /= tp;
+  };
+  switch (p.split.axis) {
+    case Axis::kNone: break;
+    case Axis::kTensor: {
+      int64_t part = p.shape[d] / p.split.parts;
+      divide(part, p.split.parts == 1 ? "dim " + std::to_string(d)
+                                      : "each of the " + std::to_string(p.split.parts) + " parts of dim " +
+                                            std::to_string(d));
+      l[d] = p.split.parts * part;
+      break;
+    }
+    case Axis::kVocab:
+      l[d] = layout.vocab_padded > 0 ? layout.vocab_padded : p.shape[d];
+      if (layout.vocab_split) divide(l[d], "padded vocabulary");
+      break;
+  }
+  return l;
+}
+
+// The pieces of p's local slice (shape l) on tensor-parallel rank `rank`.
+std::vector<SlicePiece> pieces_of(const ParamSpec& p, const std::vector<int64_t>& l, const ParamLayout& layout,
+                                  int rank) {
   const auto& g = p.shape;
-  const auto& l = p.local_shape;
-  const size_t nd = g.size();
-  if (nd < 1 || nd > 2) throw std::invalid_argument(p.name + ": placement handles 1-D and 2-D parameters");
-  const std::vector<int64_t> zero(nd, 0);
-  auto whole = [&] { return std::vector<SlicePiece>{{{zero, g}, zero}}; };
-  switch (p.split) {
-    case Split::kNone: return whole();
-    case Split::kRows: {
-      SlicePiece s{{zero, g}, zero};
-      s.global.offset[0] = rank * l[0];
-      s.global.extent[0] = l[0];
-      return {s};
-    }
-    case Split::kCols: {
-      SlicePiece s{{zero, g}, zero};
-      s.global.offset[nd - 1] = rank * l[nd - 1];
-      s.global.extent[nd - 1] = l[nd - 1];
-      return {s};
-    }
-    case Split::kColsQKV: {
-      const int64_t lthird = l[nd - 1] / 3, gthird = g[nd - 1] / 3;
+  const std::vector<int64_t> zero(g.size(), 0);
+  const size_t d = static_cast<size_t>(p.split.dim);
+  switch (p.split.axis) {
+    case Axis::kNone: return {{{zero, g}, zero}};
+    case Axis::kTensor: {  // one piece per part: this rank's share of it
+      const int64_t lpart = l[d] / p.split.parts, gpart = g[d] / p.split.parts;
       std::vector<SlicePiece> out;
-      for (int64_t part = 0; part < 3; ++part) {
+      for (int64_t part = 0; part < p.split.parts; ++part) {
         SlicePiece s{{zero, g}, zero};
-        s.global.offset[nd - 1] = part * gthird + rank * lthird;
-        s.global.extent[nd - 1] = lthird;
-        s.local_offset[nd - 1] = part * lthird;
+        s.global.offset[d] = part * gpart + rank * lpart;
+        s.global.extent[d] = lpart;
+        s.local_offset[d] = part * lpart;
         out.push_back(s);
       }
       return out;
     }
-    case Split::kVocab: {
-      const int64_t row0 = vocab_split ? rank * l[0] : 0;
-      const int64_t rows = std::clamp<int64_t>(g[0] - row0, 0, l[0]);  // padding rows are in no box
+    case Axis::kVocab: {
+      const int64_t row0 = layout.vocab_split ? rank * l[d] : 0;
+      const int64_t rows = std::clamp<int64_t>(g[d] - row0, 0, l[d]);  // padding rows are in no box
       if (rows == 0) return {};
       SlicePiece s{{zero, g}, zero};
-      s.global.offset[0] = row0;
-      s.global.extent[0] = rows;
+      s.global.offset[d] = row0;
+      s.global.extent[d] = rows;
       return {s};
     }
   }
-  return whole();
+  return {};
 }
 
-// Calls f(local_index, global_index) for every element of every piece.
-template <typename F>
-void for_each_element(const TensorPlacement& t, F&& f) {
-  const auto& g = t.spec->shape;
-  const auto& l = t.spec->local_shape;
-  const bool two_d = g.size() == 2;
-  const int64_t gcols = two_d ? g[1] : 1, lcols = two_d ? l[1] : 1;
-  for (const auto& s : t.pieces) {
-    const int64_t rows = s.global.extent[0], cols = two_d ? s.global.extent[1] : 1;
-    const int64_t gr0 = s.global.offset[0], gc0 = two_d ? s.global.offset[1] : 0;
-    const int64_t lr0 = s.local_offset[0], lc0 = two_d ? s.local_offset[1] : 0;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) f((lr0 + r) * lcols + lc0 + c, (gr0 + r) * gcols + gc0 + c);
+// The runs of a piece: its elements as runs(piece) stretches of `len` consecutive elements (along
+// the last dim), each contiguous in the local and in the global tensor.
+class Runs {
+ public:
+  Runs(const TensorPlacement& t, const SlicePiece& s) : s_(s), nd_(s.global.extent.size()) {
+    const auto& g = t.spec->shape;
+    gstride_.assign(nd_, 1);
+    lstride_.assign(nd_, 1);
+    for (size_t k = nd_ - 1; k-- > 0;) {
+      gstride_[k] = gstride_[k + 1] * g[k + 1];
+      lstride_[k] = lstride_[k + 1] * t.local_shape[k + 1];
+    }
+    count_ = s.global.numel() == 0 ? 0 : s.global.numel() / s.global.extent[nd_ - 1];
   }
-}
+  int64_t count() const { return count_; }
+  int64_t len() const { return s_.global.extent[nd_ - 1]; }
+  // The local and the global index of run r's first element.
+  void at(int64_t r, int64_t& local, int64_t& global) const {
+    local = s_.local_offset[nd_ - 1];
+    global = s_.global.offset[nd_ - 1];
+    for (size_t k = nd_ - 1; k-- > 0;) {
+      const int64_t i = r % s_.global.extent[k];
+      r /= s_.global.extent[k];
+      local += (s_.local_offset[k] + i) * lstride_[k];
+      global += (s_.global.offset[k] + i) * gstride_[k];
+    }
+  }
+
+ private:
+  const SlicePiece& s_;
+  size_t nd_;
+  std::vector<int64_t> gstride_, lstride_;
+  int64_t count_ = 0;
+};
 
 }  // namespace
 
-Placement::Placement(const ParamTable& table) {
-  for (const auto& p : table.specs()) {
+Placement::Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout, int tp_rank)
+    : table_(std::move(table)), layout_(layout), tp_rank_(tp_rank) {
+  if (layout_.tp_size == 1) layout_.vocab_split = true;  // one rank: nothing to replicate
+  int64_t off = 0;
+  for (const ParamSpec& p : table_->specs()) {
+    if (p.shape.empty()) throw std::invalid_argument(p.name + ": a parameter has at least one dim");
     TensorPlacement t;
     t.spec = &p;
-    t.pieces = pieces_of(p, table.tp_rank(), table.vocab_split());
-    t.replicated = table.replicated(p);
+    t.local_shape = local_shape_of(p, layout_);
+    t.offset = off;
+    t.pieces = pieces_of(p, t.local_shape, layout_, tp_rank_);
+    t.replicated = p.split.axis == Axis::kNone || (p.split.axis == Axis::kVocab && !layout_.vocab_split);
+    off += p.packed_with_next ? t.numel() : (t.numel() + 15) / 16 * 16;
     tensors_.push_back(std::move(t));
   }
+  total_ = off;
+}
+
+const TensorPlacement* Placement::find(const std::string& name) const {
+  const int64_t k = table_->index_of(name);
+  return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
 }
 
 const TensorPlacement& Placement::at(const std::string& name) const {
-  for (const auto& t : tensors_)
-    if (t.spec->name == name) return t;
-  throw std::out_of_range("no parameter named " + name);
+  const TensorPlacement* t = find(name);
+  if (!t) throw std::out_of_range("no parameter named " + name);
+  return *t;
+}
+
+void Placement::initialize(float* arena, uint64_t seed) const {
+  for (const TensorPlacement& t : tensors_) {
+    float* w = arena + t.offset;
+    std::fill(w, w + t.numel(), 0.0f);
+    const InitialValues value(*t.spec, seed);
+    for (const SlicePiece& s : t.pieces) {
+      const Runs runs(t, s);
+      const int64_t len = runs.len();
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < runs.count(); ++r) {
+        int64_t li = 0, gi = 0;
+        runs.at(r, li, gi);
+        for (int64_t j = 0; j < len; ++j) w[li + j] = value(gi + j);
+      }
+    }
+  }
 }
 
 void Placement::scatter(const TensorPlacement& t, const float* full, float* local) {
-  std::fill(local, local + t.spec->numel(), 0.0f);
-  for_each_element(t, [&](int64_t li, int64_t gi) { local[li] = full[gi]; });
+  std::fill(local, local + t.numel(), 0.0f);
+  for (const SlicePiece& s : t.pieces) {
+    const Runs runs(t, s);
+    for (int64_t r = 0; r < runs.count(); ++r) {
+      int64_t li = 0, gi = 0;
+      runs.at(r, li, gi);
+      std::memcpy(local + li, full + gi, sizeof(float) * static_cast<size_t>(runs.len()));
+    }
+  }
 }
 
 void Placement::gather(const TensorPlacement& t, const float* local, float* full) {
-  for_each_element(t, [&](int64_t li, int64_t gi) { full[gi] = local[li]; });
+  for (const SlicePiece& s : t.pieces) {
+    const Runs runs(t, s);
+    for (int64_t r = 0; r < runs.count(); ++r) {
+      int64_t li = 0, gi = 0;
+      runs.at(r, li, gi);
+      std::memcpy(full + gi, local + li, sizeof(float) * static_cast<size_t>(runs.len()));
+    }
+  }
 }
 
 }  // namespace gf

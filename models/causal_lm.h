@@ -7,7 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/mixed_precision.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/model_config.h"
 
 namespace gf {
@@ -22,7 +22,8 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual const ParamTable& params() const = 0;
+  // Its parameters as this rank holds them: each one's description, local shape and arena offset.
+  virtual const Placement& params() const = 0;
   virtual float* weights() = 0;
   virtual float* grads() = 0;
   virtual int64_t micro_batch() const = 0;

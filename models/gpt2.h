@@ -18,10 +18,13 @@ class GPT2LMHeadModel : public TransformerLM {
                   const StageOptions& stage = {})
       : TransformerLM(gpt2_spec(cfg), gpt2_name, cfg, micro_batch, ctx, stage) {}
 
-  // The parameter table of a GPT-2 with this config (Hugging Face names and layouts), for
-  // tensor-parallel rank tp_rank of tp_size (cfg.vocab_emb_dp: False splits the vocabulary).
-  static ParamTable make_param_table(const ModelConfig& cfg, int tp_rank, int tp_size) {
-    return TransformerLM::make_param_table(gpt2_spec(cfg), gpt2_name, cfg, tp_rank, tp_size);
+  // The parameters of a GPT-2 with this config (Hugging Face names and shapes), whatever the layout.
+  static ParamTable make_param_table(const ModelConfig& cfg) {
+    return TransformerLM::make_param_table(gpt2_spec(cfg), gpt2_name);
+  }
+  // Placed on tensor-parallel rank tp_rank of tp_size (cfg.vocab_emb_dp: False splits the vocabulary).
+  static Placement make_placement(const ModelConfig& cfg, int tp_rank, int tp_size) {
+    return TransformerLM::make_placement(gpt2_spec(cfg), gpt2_name, cfg, tp_rank, tp_size);
   }
 };
 

@@ -88,7 +88,7 @@ std::map<std::string, std::vector<std::string>> shards_of(const std::string& pat
 void CausalLM::load_hf_checkpoint(const std::string& given) {
   const std::string path = resolve_checkpoint_path(given);
   const auto files = shards_of(path);
-  const ParamTable& table = params();
+  const ParamTable& table = params().table();
   auto param_name = [](const std::string& name) { return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name; };
   // Every tensor of the checkpoint is a parameter (or a buffer we ignore); every parameter is there.
   std::map<std::string, std::string> where;  // parameter -> file and the tensor's name in it
@@ -116,7 +116,8 @@ void CausalLM::load_hf_checkpoint(const std::string& given) {
   std::vector<float> full;
   for (const auto& [file, listed] : files) {
     const SafeTensorsFile f = single ? std::move(*single) : SafeTensorsFile::open(file);
-    for (const ParamSpec& p : table.specs()) {
+    for (const TensorPlacement& placed : params().tensors()) {
+      const ParamSpec& p = *placed.spec;
       if (where.at(p.name) != file) continue;
       const std::string& key = stored.at(p.name);
       if (!f.has(key)) throw std::runtime_error(file + ": tensor '" + key + "' is in the index but not in this shard");
@@ -126,11 +127,7 @@ void CausalLM::load_hf_checkpoint(const std::string& given) {
                                  ", the configured model needs " + shape_str(p.shape));
       full.resize(static_cast<size_t>(p.global_numel()));
       f.to_floats(key, full.data(), p.global_numel());
-      float* w = weights() + p.offset;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        const int64_t g = table.global_index(p, i);
-        w[i] = g < 0 ? 0.0f : full[static_cast<size_t>(g)];
-      }
+      Placement::scatter(placed, full.data(), weights() + placed.offset);  // padding rows zero
     }
   }
 }

@@ -194,10 +194,8 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
   if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
 }
 
-ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
-                                           int tp_rank, int tp_size, const StageOptions& st) {
-  const bool vocab_split = !cfg.vocab_emb_dp;
-  ParamTable t(tp_rank, tp_size, cfg.padded_vocab(vocab_split ? tp_size : 1), vocab_split);
+ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
+  ParamTable t;
   const int64_t l1 = st.layer_end < 0 ? s.layers : st.layer_end;
   const bool first = st.layer_begin == 0, last = l1 == s.layers;
   // The tied head reads the token embedding: the last stage holds it too (not the positions).
@@ -208,14 +206,24 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
     token_only.positions = 0;
     EmbeddingBlock(token_only, {}).declare(t, names);
   }
-  for (int64_t l = st.layer_begin; l < l1; ++l) TransformerLayer(s, tp_size, l, nullptr, nullptr).declare(t, names);
+  // Declaring reads no layout: the layers are built for one rank.
+  for (int64_t l = st.layer_begin; l < l1; ++l) TransformerLayer(s, 1, l, nullptr, nullptr).declare(t, names);
   if (last) {
     const LmHeadBlock head(s, {}, 0);
     head.declare_norm(t, names);
     head.declare_head(t, names);
   }
-  t.finalize();
   return t;
+}
+
+ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, int tp_size) {
+  const bool vocab_split = !cfg.vocab_emb_dp;
+  return {tp_size, vocab_split, cfg.padded_vocab(vocab_split ? tp_size : 1)};
+}
+
+Placement TransformerLM::make_placement(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
+                                        int tp_rank, int tp_size, const StageOptions& st) {
+  return Placement(make_param_table(s, names, st), param_layout(cfg, tp_size), tp_rank);
 }
 
 BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch,
@@ -230,28 +238,28 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
                              const ParallelContext& ctx, const StageOptions& stage)
     : spec_(spec), names_(std::move(names)), cfg_(cfg),
       dims_(StageDims::make(spec, cfg, micro_batch, ctx.grid.tp(), ctx.coord.tp, stage)),
-      table_(make_param_table(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage)) {
+      params_(make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage)) {
   const StageDims& d = dims_;
   if (ctx.grid.pp() != 1) throw std::invalid_argument("TransformerLM: pipeline parallelism is not built yet");
   tp_ = TensorParallel(&ctx.tp, cfg.use_seq_parallel, d.N);
   cdt_ = parse_compute_dtype(cfg.compute_dtype);
-  weights_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
-  grads_ = AlignedBuffer<float>(static_cast<size_t>(table_.total_floats()));
-  low_ = AlignedBuffer<std::byte>(static_cast<size_t>(table_.total_floats() * low_copy_element_bytes(cdt_)));
+  weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
+  grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
+  low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params_.total_floats() * low_copy_element_bytes(cdt_)));
   if (spec.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         ops::make_rope_table<float>(spec.rope_positions, spec.head_dim(), spec.rope_theta));
   if (d.first) {
     embedding_ = EmbeddingBlock(spec, d.vocab);
-    embedding_.bind(table_, names_);
+    embedding_.bind(params_, names_);
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
     layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_);
-    layers_.back().bind(table_, names_);
+    layers_.back().bind(params_, names_);
   }
   if (d.last) {
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
-    head_.bind(table_, names_);
+    head_.bind(params_, names_);
   }
   // Sized first, then one allocation, then placed in the same order.
   Buffers b;
@@ -314,7 +322,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   // The products of this step read the weights' low-precision copy, made from the masters as
   // they are now, unless the optimizer step wrote it already or no weight changed since.
   if (cdt_ != ComputeDtype::kFloat32 && !low_current_) {
-    make_low_copy(cdt_, low_.data(), weights_.data(), table_.total_floats());
+    make_low_copy(cdt_, low_.data(), weights_.data(), params_.total_floats());
     low_current_ = true;
   }
   for (int64_t b = 0; b < d.B; ++b) {

@@ -56,16 +56,23 @@ class TransformerLM : public CausalLM {
   TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
                 const ParallelContext& ctx, const StageOptions& stage = {});
 
-  // The parameter table of this spec under these names for tensor-parallel rank tp_rank of
-  // tp_size (cfg.vocab_emb_dp: False splits the vocabulary), holding the stage's parameters.
-  static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
-                                     int tp_rank, int tp_size, const StageOptions& stage = {});
+  // The parameters of this spec under these names, whatever the layout: the stage's (its layers,
+  // the embedding on the first stage, the final norm and head on the last, the token embedding
+  // on a last stage whose head is tied to it).
+  static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
+                                     const StageOptions& stage = {});
+  // How cfg lays parameters out on tp_size tensor-parallel ranks: cfg.vocab_emb_dp: False splits
+  // the vocabulary (padded for tp_size ranks), True replicates it (padded for one).
+  static ParamLayout param_layout(const ModelConfig& cfg, int tp_size);
+  // That table placed on tensor-parallel rank tp_rank of tp_size.
+  static Placement make_placement(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
+                                  int tp_rank, int tp_size, const StageOptions& stage = {});
   // Every activation, workspace and scratch buffer of a rank of this layout, sized but not allocated.
   static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, int64_t micro_batch,
                                     int tp_size, int tp_rank, const StageOptions& stage = {});
 
   const ModelConfig& config() const override { return cfg_; }
-  const ParamTable& params() const override { return table_; }
+  const Placement& params() const override { return params_; }
   float* weights() override {
     low_current_ = false;
     return weights_.data();
@@ -122,7 +129,7 @@ class TransformerLM : public CausalLM {
   ModelConfig cfg_;
   StageDims dims_;
   TensorParallel tp_;
-  ParamTable table_;
+  Placement params_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<float> weights_, grads_;
   AlignedBuffer<std::byte> low_;  // the weights' low-precision copy (see CausalLM::weight_copy)

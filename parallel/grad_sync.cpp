@@ -5,10 +5,10 @@
 
 namespace gf {
 
-GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
                            bool sequence_parallel)
-    : table_(table), ctx_(ctx), sharded_(shard_optimizer && ctx.dp.size() > 1),
-      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(table.total_floats()) {
+    : ctx_(ctx), sharded_(shard_optimizer && ctx.dp.size() > 1),
+      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(params.total_floats()) {
   shard_begin_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank()) : 0;
   shard_end_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
   if (!sharded_ && ctx.dp.size() > 1) {
@@ -16,17 +16,17 @@ GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, 
     // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
     // whose gradient is complete only at the very end) gets a bucket of its own, and the target
     // size is taken over the rest, so that the layers' gradients still go out during backward.
-    const auto& specs = table.specs();
+    const auto& tensors = params.tensors();
     const int64_t groups = std::max<int64_t>(1, buckets);
-    auto span = [&](size_t i) { return (i + 1 < specs.size() ? specs[i + 1].offset : total_) - specs[i].offset; };
+    auto span = [&](size_t i) { return (i + 1 < tensors.size() ? tensors[i + 1].offset : total_) - tensors[i].offset; };
     auto big = [&](size_t i) { return span(i) > total_ / groups; };
     int64_t rest = total_;
-    for (size_t i = 0; i < specs.size(); ++i)
+    for (size_t i = 0; i < tensors.size(); ++i)
       if (big(i)) rest -= span(i);
     const int64_t target = std::max<int64_t>(1, rest / groups);
     int64_t end = total_;
-    for (size_t i = specs.size(); i-- > 0;) {
-      const int64_t b = i == 0 ? 0 : specs[i].offset;
+    for (size_t i = tensors.size(); i-- > 0;) {
+      const int64_t b = i == 0 ? 0 : tensors[i].offset;
       if (i == 0 || big(i) || big(i - 1) || end - b >= target) {
         buckets_.push_back({b, end});
         end = b;
@@ -35,15 +35,15 @@ GradientSync::GradientSync(const ParamTable& table, const ParallelContext& ctx, 
   }
   // What this rank adds to the gradient norm: its shard of every parameter, replicated ones on
   // tensor-parallel rank 0 only.
-  for (const auto& p : table.specs()) {
-    if (table.replicated(p) && ctx.tp.rank() != 0) continue;
+  for (const TensorPlacement& p : params.tensors()) {
+    if (p.replicated && ctx.tp.rank() != 0) continue;
     const int64_t lo = std::max(p.offset, shard_begin_), hi = std::min(p.offset + p.numel(), shard_end_);
     if (lo < hi) norm_ranges_.push_back({lo, hi});
   }
   if (sequence_parallel_) {
     int64_t n = 0;
-    for (const auto& p : table.specs())
-      if (table.replicated(p)) {
+    for (const TensorPlacement& p : params.tensors())
+      if (p.replicated) {
         tp_partial_.push_back({p.offset, p.offset + p.numel()});
         n += p.numel();
       }

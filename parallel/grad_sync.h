@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/adamw.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
 
@@ -30,7 +30,7 @@ class GradientSync {
     int64_t begin, end;  // arena floats
   };
 
-  GradientSync(const ParamTable& table, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+  GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
                bool sequence_parallel);
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -55,7 +55,6 @@ class GradientSync {
   struct Range {
     int64_t begin, end;
   };
-  const ParamTable& table_;
   const ParallelContext& ctx_;
   bool sharded_, sequence_parallel_;
   int64_t total_, shard_begin_, shard_end_;

@@ -36,7 +36,7 @@ std::string plan_report(const Config& cfg, int ranks) {
                                 "tokens per rank, {}{}\n",
                                 m.arch, m.type, ranks, dp, tp, cfg.batch_size, m.seq_length, m.compute_dtype,
                                 m.recompute ? ", full recompute" : m.select_recompute ? ", selective recompute" : "");
-  const ParamTable whole = TransformerLM::make_param_table(spec, entry.names, m, 0, 1);
+  const ParamTable whole = TransformerLM::make_param_table(spec, entry.names);
   int64_t global = 0;
   for (const ParamSpec& p : whole.specs()) global += p.global_numel();
   out += fmt::format("parameters: {} in the model ({} layers, hidden {}, {} heads / {} key-value heads, FFN {}, "
@@ -44,7 +44,7 @@ std::string plan_report(const Config& cfg, int ranks) {
                      global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab);
   double worst = 0;
   for (int r = 0; r < tp; ++r) {
-    const ParamTable t = TransformerLM::make_param_table(spec, entry.names, m, r, tp);
+    const Placement t = TransformerLM::make_placement(spec, entry.names, m, r, tp);
     const BufferPlan acts = TransformerLM::activation_plan(spec, m, cfg.batch_size, tp, r);
     const int64_t n = t.total_floats();
     int64_t shard = n;

@@ -88,7 +88,7 @@ Trainer::~Trainer() = default;
 void Trainer::log_setup() const {
   const auto& m = cfg_.model;
   int64_t nparams = 0;
-  for (const auto& p : model_->params().specs()) nparams += p.global_numel();
+  for (const ParamSpec& p : model_->params().table().specs()) nparams += p.global_numel();
   const bool vocab_split = !m.vocab_emb_dp && ctx_.grid.tp() > 1;
   const int64_t vp = m.padded_vocab(vocab_split ? ctx_.grid.tp() : 1);
   spdlog::info("model {}{} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters",

@@ -22,29 +22,29 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
   auto n = [&](Role r) { return names(r, l); };
   if (spec_.fused_qkv_param) {  // GPT-2's c_attn: [C, 3C], each third split by heads
-    t.add({n(Role::kQkvW), {C, 3 * C}, Split::kColsQKV, Init::kNormal, std, true});
-    if (spec_.qkv_bias) t.add({n(Role::kQkvB), {3 * C}, Split::kColsQKV, Init::kZeros, 0.0f, false});
+    t.add({n(Role::kQkvW), {C, 3 * C}, split_dim(1, 3), Init::kNormal, std, true});
+    if (spec_.qkv_bias) t.add({n(Role::kQkvB), {3 * C}, split_dim(0, 3), Init::kZeros, 0.0f, false});
   } else {  // q_proj, k_proj, v_proj [out, in], split by (kv) heads, packed into one q|k|v matrix
     const int64_t widths[3] = {spec_.heads * D, spec_.kv_heads * D, spec_.kv_heads * D};
     const Role w[3] = {Role::kQW, Role::kKW, Role::kVW}, b[3] = {Role::kQB, Role::kKB, Role::kVB};
     for (int i = 0; i < 3; ++i) {
-      ParamSpec p{n(w[i]), {widths[i], C}, Split::kRows, Init::kNormal, std, true};
+      ParamSpec p{n(w[i]), {widths[i], C}, split_dim(0), Init::kNormal, std, true};
       p.packed_with_next = i < 2;
       t.add(p);
     }
     if (spec_.qkv_bias)
       for (int i = 0; i < 3; ++i) {
-        ParamSpec p{n(b[i]), {widths[i]}, Split::kRows, Init::kZeros, 0.0f, false};
+        ParamSpec p{n(b[i]), {widths[i]}, split_dim(0), Init::kZeros, 0.0f, false};
         p.packed_with_next = i < 2;
         t.add(p);
       }
   }
-  if (spec_.out_in) t.add({n(Role::kOW), {C, spec_.heads * D}, Split::kCols, Init::kNormal, proj_std, true});
-  else t.add({n(Role::kOW), {spec_.heads * D, C}, Split::kRows, Init::kNormal, proj_std, true});
-  if (spec_.linear_bias) t.add({n(Role::kOB), {C}, Split::kNone, Init::kZeros, 0.0f, false});
+  if (spec_.out_in) t.add({n(Role::kOW), {C, spec_.heads * D}, split_dim(1), Init::kNormal, proj_std, true});
+  else t.add({n(Role::kOW), {spec_.heads * D, C}, split_dim(0), Init::kNormal, proj_std, true});
+  if (spec_.linear_bias) t.add({n(Role::kOB), {C}, no_split(), Init::kZeros, 0.0f, false});
 }
 
-void AttentionBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
   if (spec_.fused_qkv_param) {
     qkv_.w = off(Role::kQkvW);
@@ -53,7 +53,8 @@ void AttentionBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) 
     qkv_.w = off(Role::kQW);
     qkv_.b = spec_.qkv_bias ? off(Role::kQB) : -1;
     // q, k, v (and their biases) must lie back to back: one [q|k|v, C] matrix.
-    const ParamSpec &q = t.at(names(Role::kQW, l)), &k = t.at(names(Role::kKW, l)), &v = t.at(names(Role::kVW, l));
+    const TensorPlacement &q = t.at(names(Role::kQW, l)), &k = t.at(names(Role::kKW, l)),
+                          &v = t.at(names(Role::kVW, l));
     if (k.offset != q.offset + q.numel() || v.offset != k.offset + k.numel())
       throw std::logic_error("attention: q, k, v projections are not packed in the arena");
   }

@@ -9,7 +9,7 @@
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
 #include "core/ops/rope.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/spec.h"
@@ -34,7 +34,7 @@ class AttentionBlock {
                  const ops::FlashWorkspace<float>* flash);
 
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
-  void bind(const ParamTable& t, const NameMap& names, int64_t layer);
+  void bind(const Placement& t, const NameMap& names, int64_t layer);
 
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
   int64_t width() const { return Hl_ * D_; }

@@ -3,13 +3,16 @@
 namespace gf {
 
 void EmbeddingBlock::declare(ParamTable& t, const NameMap& names) const {
-  t.add({names(Role::kEmbed, -1), {spec_.vocab, spec_.hidden}, Split::kVocab, Init::kNormal, spec_.init_std, true});
+  ParamSpec wte{names(Role::kEmbed, -1), {spec_.vocab, spec_.hidden}, vocab_rows(), Init::kNormal, spec_.init_std,
+                true};
+  wte.tied = spec_.tied_head;  // the LM head reads it too
+  t.add(wte);
   if (spec_.positions > 0)
-    t.add({names(Role::kPosEmbed, -1), {spec_.positions, spec_.hidden}, Split::kNone, Init::kNormal, spec_.init_std,
+    t.add({names(Role::kPosEmbed, -1), {spec_.positions, spec_.hidden}, no_split(), Init::kNormal, spec_.init_std,
            true});
 }
 
-void EmbeddingBlock::bind(const ParamTable& t, const NameMap& names) {
+void EmbeddingBlock::bind(const Placement& t, const NameMap& names) {
   wte_ = t.at(names(Role::kEmbed, -1)).offset;
   wpe_ = spec_.positions > 0 ? t.at(names(Role::kPosEmbed, -1)).offset : -1;
 }

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/spec.h"
 
@@ -19,7 +19,7 @@ class EmbeddingBlock {
   EmbeddingBlock() = default;
   EmbeddingBlock(const TransformerSpec& s, const VocabSlice& v) : spec_(s), v_(v) {}
   void declare(ParamTable& t, const NameMap& names) const;
-  void bind(const ParamTable& t, const NameMap& names);
+  void bind(const Placement& t, const NameMap& names);
   int64_t token_offset() const { return wte_; }
 
   // y [Nl, C] from the micro-batch's N tokens.

@@ -14,10 +14,10 @@ void LmHeadBlock::declare_norm(ParamTable& t, const NameMap& names) const {
 
 void LmHeadBlock::declare_head(ParamTable& t, const NameMap& names) const {
   if (!spec_.tied_head)
-    t.add({names(Role::kLmHead, -1), {spec_.vocab, spec_.hidden}, Split::kVocab, Init::kNormal, spec_.init_std, true});
+    t.add({names(Role::kLmHead, -1), {spec_.vocab, spec_.hidden}, vocab_rows(), Init::kNormal, spec_.init_std, true});
 }
 
-void LmHeadBlock::bind(const ParamTable& t, const NameMap& names) {
+void LmHeadBlock::bind(const Placement& t, const NameMap& names) {
   norm_.bind(t, names(Role::kFinalNormW, -1), spec_.norm == NormKind::kLayerNorm ? names(Role::kFinalNormB, -1) : std::string());
   w_ = t.at(names(spec_.tied_head ? Role::kEmbed : Role::kLmHead, -1)).offset;
 }

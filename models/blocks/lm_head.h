@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/buffer_plan.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/embedding.h"
 #include "models/blocks/env.h"
 #include "models/blocks/norm.h"
@@ -30,7 +30,7 @@ class LmHeadBlock {
   void declare_norm(ParamTable& t, const NameMap& names) const;
   void declare_head(ParamTable& t, const NameMap& names) const;  // untied: lm_head.weight
   // wte: the token embedding's offset when tied and this table holds it, else -1.
-  void bind(const ParamTable& t, const NameMap& names);
+  void bind(const Placement& t, const NameMap& names);
   int64_t rows() const { return rows_; }
   int64_t first_offset() const { return norm_.first_offset(); }
   NormBlock::Acts plan_norm(BufferPlan& p, const std::string& name, int64_t rows) const {

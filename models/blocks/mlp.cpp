@@ -20,24 +20,24 @@ void MlpBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
   auto n = [&](Role r) { return names(r, l); };
   if (spec_.mlp == MlpKind::kSwiGLU) {  // gate_proj, up_proj [F, C] packed: one [gate | up, C] matrix
-    ParamSpec gate{n(Role::kGateW), {F, C}, Split::kRows, Init::kNormal, std, true};
+    ParamSpec gate{n(Role::kGateW), {F, C}, split_dim(0), Init::kNormal, std, true};
     gate.packed_with_next = true;
     t.add(gate);
-    t.add({n(Role::kUpW), {F, C}, Split::kRows, Init::kNormal, std, true});
+    t.add({n(Role::kUpW), {F, C}, split_dim(0), Init::kNormal, std, true});
   } else {
-    t.add({n(Role::kFcW), {C, F}, Split::kCols, Init::kNormal, std, true});
-    if (spec_.linear_bias) t.add({n(Role::kFcB), {F}, Split::kCols, Init::kZeros, 0.0f, false});
+    t.add({n(Role::kFcW), {C, F}, split_dim(1), Init::kNormal, std, true});
+    if (spec_.linear_bias) t.add({n(Role::kFcB), {F}, split_dim(0), Init::kZeros, 0.0f, false});
   }
-  if (spec_.out_in) t.add({n(Role::kDownW), {C, F}, Split::kCols, Init::kNormal, proj_std, true});
-  else t.add({n(Role::kDownW), {F, C}, Split::kRows, Init::kNormal, proj_std, true});
-  if (spec_.linear_bias) t.add({n(Role::kDownB), {C}, Split::kNone, Init::kZeros, 0.0f, false});
+  if (spec_.out_in) t.add({n(Role::kDownW), {C, F}, split_dim(1), Init::kNormal, proj_std, true});
+  else t.add({n(Role::kDownW), {F, C}, split_dim(0), Init::kNormal, proj_std, true});
+  if (spec_.linear_bias) t.add({n(Role::kDownB), {C}, no_split(), Init::kZeros, 0.0f, false});
 }
 
-void MlpBlock::bind(const ParamTable& t, const NameMap& names, int64_t l) {
+void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
   if (spec_.mlp == MlpKind::kSwiGLU) {
     up_.w = off(Role::kGateW);
-    const ParamSpec& gate = t.at(names(Role::kGateW, l));
+    const TensorPlacement& gate = t.at(names(Role::kGateW, l));
     if (off(Role::kUpW) != gate.offset + gate.numel())
       throw std::logic_error("mlp: gate and up projections are not packed in the arena");
   } else {

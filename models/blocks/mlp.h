@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/buffer_plan.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/spec.h"
@@ -27,7 +27,7 @@ class MlpBlock {
   MlpBlock(const TransformerSpec& s, int tp_size);
 
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
-  void bind(const ParamTable& t, const NameMap& names, int64_t layer);
+  void bind(const Placement& t, const NameMap& names, int64_t layer);
   int64_t width() const { return Fl_; }
   int64_t up_width() const { return spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl_ : Fl_; }
 

@@ -6,11 +6,11 @@
 namespace gf {
 
 void NormBlock::declare(ParamTable& t, const std::string& weight, const std::string& bias) const {
-  t.add({weight, {dim_}, Split::kNone, Init::kOnes, 0.0f, false});
-  if (kind_ == NormKind::kLayerNorm) t.add({bias, {dim_}, Split::kNone, Init::kZeros, 0.0f, false});
+  t.add({weight, {dim_}, no_split(), Init::kOnes, 0.0f, false});
+  if (kind_ == NormKind::kLayerNorm) t.add({bias, {dim_}, no_split(), Init::kZeros, 0.0f, false});
 }
 
-void NormBlock::bind(const ParamTable& t, const std::string& weight, const std::string& bias) {
+void NormBlock::bind(const Placement& t, const std::string& weight, const std::string& bias) {
   w_ = t.at(weight).offset;
   b_ = kind_ == NormKind::kLayerNorm ? t.at(bias).offset : -1;
 }

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/buffer_plan.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/spec.h"
 
@@ -20,7 +20,7 @@ class NormBlock {
   NormBlock(NormKind kind, int64_t dim, float eps) : kind_(kind), dim_(dim), eps_(eps) {}
 
   void declare(ParamTable& t, const std::string& weight, const std::string& bias) const;
-  void bind(const ParamTable& t, const std::string& weight, const std::string& bias);
+  void bind(const Placement& t, const std::string& weight, const std::string& bias);
   Acts plan(BufferPlan& p, const std::string& name, int64_t rows) const;
 
   void fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const;

@@ -31,7 +31,7 @@ void TransformerLayer::declare(ParamTable& t, const NameMap& names) const {
   mlp_.declare(t, names, layer_);
 }
 
-void TransformerLayer::bind(const ParamTable& t, const NameMap& names) {
+void TransformerLayer::bind(const Placement& t, const NameMap& names) {
   norm1_.bind(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.bind(t, names, layer_);
   norm2_.bind(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));

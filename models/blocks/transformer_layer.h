@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/buffer_plan.h"
-#include "core/param_table.h"
+#include "core/placement.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/env.h"
 #include "models/blocks/mlp.h"
@@ -39,7 +39,7 @@ class TransformerLayer {
   TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer, const ops::RopeTable<float>* rope,
                    const ops::FlashWorkspace<float>* flash);
   void declare(ParamTable& t, const NameMap& names) const;
-  void bind(const ParamTable& t, const NameMap& names);
+  void bind(const Placement& t, const NameMap& names);
   const AttentionBlock& attention() const { return attn_; }
   const MlpBlock& mlp() const { return mlp_; }
   int64_t first_offset() const { return norm1_.first_offset(); }

@@ -1,10 +1,11 @@
 // The parameter table: initialisation is a function of (seed, name, global element), so every
-// tensor-parallel slice holds exactly its part of the single-rank tensor; the init scheme's
-// statistics; the vocabulary padding.
+// tensor-parallel slice holds exactly its part of the single-rank tensor; one layout-free table
+// placed under every layout; the init scheme's statistics; the vocabulary padding.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "core/aligned_buffer.h"
 #include "models/gpt2.h"
@@ -23,42 +24,82 @@ ModelConfig small() {
   return c;
 }
 
-// Reassembles the global tensor of `name` from the tp slices and compares with the tp=1 tensor.
-// Both with the vocabulary split (vocab_emb_dp: False) and replicated (True).
+// Reassembles the global tensor of every parameter from the tp slices and compares with the tp=1
+// tensor. Both with the vocabulary split (vocab_emb_dp: False) and replicated (True).
 TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
   for (bool vocab_emb_dp : {false, true}) {
   ModelConfig cfg = small();
   cfg.vocab_emb_dp = vocab_emb_dp;
-  const ParamTable one = GPT2LMHeadModel::make_param_table(cfg, 0, 1);
+  const Placement one = GPT2LMHeadModel::make_placement(cfg, 0, 1);
   AlignedBuffer<float> full(static_cast<size_t>(one.total_floats()));
   one.initialize(full.data(), 42);
   for (int tp : {2, 4}) {
-    for (const ParamSpec& p1 : one.specs()) {
-      std::vector<float> rebuilt(static_cast<size_t>(p1.global_numel()), NAN);
+    std::vector<Placement> ranks;
+    std::vector<AlignedBuffer<float>> weights;
+    for (int r = 0; r < tp; ++r) {
+      ranks.push_back(GPT2LMHeadModel::make_placement(cfg, r, tp));
+      weights.emplace_back(static_cast<size_t>(ranks.back().total_floats()));
+      ranks.back().initialize(weights.back().data(), 42);
+    }
+    for (const TensorPlacement& p1 : one.tensors()) {
+      const float* whole = full.data() + p1.offset;  // tp=1: the global tensor, then padding rows
+      const int64_t n = p1.spec->global_numel();
+      std::vector<float> rebuilt(static_cast<size_t>(n), NAN);
       for (int r = 0; r < tp; ++r) {
-        const ParamTable t = GPT2LMHeadModel::make_param_table(cfg, r, tp);
-        AlignedBuffer<float> w(static_cast<size_t>(t.total_floats()));
-        t.initialize(w.data(), 42);
-        const ParamSpec& p = t.at(p1.name);
-        for (int64_t i = 0; i < p.numel(); ++i) {
-          const int64_t g = t.global_index(p, i);
-          if (g < 0) { EXPECT_EQ(w[p.offset + i], 0.0f) << p.name << " padding"; continue; }
-          const float v = w[static_cast<size_t>(p.offset + i)];
-          if (t.replicated(p)) {  // every rank holds the same full tensor
-            EXPECT_EQ(v, full[static_cast<size_t>(p1.offset + g)]) << p.name;
+        const TensorPlacement& p = ranks[static_cast<size_t>(r)].at(p1.spec->name);
+        const float* w = weights[static_cast<size_t>(r)].data() + p.offset;
+        // The rank holds its part of the single-rank tensor, and zero in the padding.
+        std::vector<float> expect(static_cast<size_t>(p.numel()));
+        Placement::scatter(p, whole, expect.data());
+        EXPECT_EQ(std::memcmp(w, expect.data(), expect.size() * sizeof(float)), 0) << p.spec->name << " rank " << r;
+        std::vector<float> mine(static_cast<size_t>(n), NAN);
+        Placement::gather(p, w, mine.data());
+        for (int64_t g = 0; g < n; ++g) {
+          if (std::isnan(mine[static_cast<size_t>(g)])) continue;
+          if (p.replicated) {  // every rank holds the same full tensor
+            EXPECT_EQ(mine[static_cast<size_t>(g)], whole[g]) << p.spec->name;
           } else {
-            EXPECT_TRUE(std::isnan(rebuilt[g])) << p.name << ": element " << g << " held by two ranks";
+            EXPECT_TRUE(std::isnan(rebuilt[static_cast<size_t>(g)]))
+                << p.spec->name << ": element " << g << " held by two ranks";
           }
-          rebuilt[static_cast<size_t>(g)] = v;
+          rebuilt[static_cast<size_t>(g)] = mine[static_cast<size_t>(g)];
         }
       }
-      for (int64_t g = 0; g < p1.global_numel(); ++g)
-        ASSERT_EQ(rebuilt[g], full[static_cast<size_t>(p1.offset + g)]) << p1.name << " tp=" << tp << " element " << g;
+      for (int64_t g = 0; g < n; ++g)
+        ASSERT_EQ(rebuilt[static_cast<size_t>(g)], whole[g]) << p1.spec->name << " tp=" << tp << " element " << g;
     }
   }
-  EXPECT_EQ(GPT2LMHeadModel::make_param_table(cfg, 1, 2).replicated(GPT2LMHeadModel::make_param_table(cfg, 1, 2).at("wte.weight")),
-            vocab_emb_dp);
+  EXPECT_EQ(GPT2LMHeadModel::make_placement(cfg, 1, 2).at("wte.weight").replicated, vocab_emb_dp);
   }
+}
+
+// The description knows no layout: every rank of every layout places the same table.
+TEST(ParamTable, OneDescriptionServesEveryLayout) {
+  const ModelConfig cfg = small();
+  const auto table = std::make_shared<const ParamTable>(GPT2LMHeadModel::make_param_table(cfg));
+  EXPECT_EQ(table->at("h.0.attn.c_attn.weight").split, split_dim(1, 3));  // q|k|v, each split by heads
+  EXPECT_EQ(table->at("h.0.attn.c_attn.bias").split, split_dim(0, 3));
+  EXPECT_EQ(table->at("h.0.attn.c_proj.weight").split, split_dim(0));
+  EXPECT_EQ(table->at("h.0.mlp.c_fc.weight").split, split_dim(1));
+  EXPECT_EQ(table->at("h.0.mlp.c_proj.bias").split, no_split());
+  EXPECT_EQ(table->at("wte.weight").split, vocab_rows());
+  EXPECT_TRUE(table->at("wte.weight").tied);  // GPT-2's head reads it
+  EXPECT_FALSE(table->at("wpe.weight").tied);
+  for (bool vocab_split : {false, true})
+    for (int tp : {1, 2, 4})
+      for (int r = 0; r < tp; ++r) {
+        ModelConfig c = cfg;
+        c.vocab_emb_dp = !vocab_split;
+        const Placement shared(table, TransformerLM::param_layout(c, tp), r);
+        const Placement own = GPT2LMHeadModel::make_placement(c, r, tp);
+        ASSERT_EQ(shared.tensors().size(), table->specs().size());
+        EXPECT_EQ(shared.total_floats(), own.total_floats());
+        for (size_t k = 0; k < table->specs().size(); ++k) {
+          EXPECT_EQ(shared.tensors()[k].spec, &table->specs()[k]);  // the table itself, not a copy
+          EXPECT_EQ(shared.tensors()[k].offset, own.tensors()[k].offset);
+          EXPECT_EQ(shared.tensors()[k].local_shape, own.tensors()[k].local_shape);
+        }
+      }
 }
 
 TEST(ParamTable, InitialisationFollowsGpt2) {
@@ -66,11 +107,11 @@ TEST(ParamTable, InitialisationFollowsGpt2) {
   cfg.hidden_size = 256;
   cfg.num_layers = 8;
   cfg.num_heads = 4;
-  const ParamTable t = GPT2LMHeadModel::make_param_table(cfg, 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, 0, 1);
   AlignedBuffer<float> w(static_cast<size_t>(t.total_floats()));
   t.initialize(w.data(), 1);
   auto stats = [&](const std::string& name) {
-    const ParamSpec& p = t.at(name);
+    const TensorPlacement& p = t.at(name);
     double s = 0, s2 = 0;
     for (int64_t i = 0; i < p.numel(); ++i) { s += w[p.offset + i]; s2 += double(w[p.offset + i]) * w[p.offset + i]; }
     const double mean = s / p.numel();
@@ -84,9 +125,9 @@ TEST(ParamTable, InitialisationFollowsGpt2) {
   EXPECT_EQ(stats("h.1.attn.c_attn.bias"), (std::pair{0.0, 0.0}));
   EXPECT_EQ(stats("ln_f.weight"), (std::pair{1.0, 0.0}));
   EXPECT_EQ(stats("h.2.ln_2.bias"), (std::pair{0.0, 0.0}));
-  EXPECT_TRUE(t.at("wte.weight").weight_decay);
-  EXPECT_FALSE(t.at("h.0.ln_1.weight").weight_decay);
-  EXPECT_FALSE(t.at("h.0.mlp.c_fc.bias").weight_decay);
+  EXPECT_TRUE(t.table().at("wte.weight").weight_decay);
+  EXPECT_FALSE(t.table().at("h.0.ln_1.weight").weight_decay);
+  EXPECT_FALSE(t.table().at("h.0.mlp.c_fc.bias").weight_decay);
   // Different seeds, different weights; same seed, same weights.
   AlignedBuffer<float> w2(w.size()), w3(w.size());
   t.initialize(w2.data(), 2);
@@ -100,9 +141,9 @@ TEST(ParamTable, VocabularyIsPaddedToAMultipleOf128PerRank) {
   cfg.vocab_size = 50257;
   EXPECT_EQ(cfg.padded_vocab(1), 50304);
   EXPECT_EQ(cfg.padded_vocab(2), 50432);  // multiple of 256: each of 2 ranks holds a multiple of 128
-  const ParamTable t = GPT2LMHeadModel::make_param_table(cfg, 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, 0, 1);
   EXPECT_EQ(t.at("wte.weight").local_shape, (std::vector<int64_t>{50304, 32}));
-  EXPECT_EQ(t.at("wte.weight").shape, (std::vector<int64_t>{50257, 32}));
+  EXPECT_EQ(t.at("wte.weight").spec->shape, (std::vector<int64_t>{50257, 32}));
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST(AdamW, UpdateRoundsAsWrittenOnAnyThreadCount) {
   c.hidden_size = 64;
   c.num_layers = 2;
   c.num_heads = 4;
-  const ParamTable table = GPT2LMHeadModel::make_param_table(c, 0, 1);
+  const Placement table = GPT2LMHeadModel::make_placement(c, 0, 1);
   const int64_t n = table.total_floats();
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
   const double lr = 3e-4;
@@ -188,9 +188,9 @@ TEST(AdamW, UpdateRoundsAsWrittenOnAnyThreadCount) {
   // Scalar reference: the same formula with every rounding explicit.
   std::vector<float> w = w0, m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
   std::vector<char> decays(static_cast<size_t>(n), 0), covered(static_cast<size_t>(n), 0);
-  for (const ParamSpec& p : table.specs())
+  for (const TensorPlacement& p : table.tensors())
     for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
-      decays[static_cast<size_t>(i)] = p.weight_decay;
+      decays[static_cast<size_t>(i)] = p.spec->weight_decay;
       covered[static_cast<size_t>(i)] = 1;
     }
   for (int64_t step = 1; step <= 3; ++step) {

@@ -31,9 +31,9 @@ inline double rel_err(const float* a, const std::vector<float>& b, int64_t rows,
 }
 
 // Global tensor of parameter `p` (TP = 1: local == global, plus vocabulary padding rows).
-inline double param_rel_err(const ParamSpec& p, const float* arena, const std::vector<float>& ref) {
-  const int64_t cols = p.shape.back();
-  return rel_err(arena + p.offset, ref, p.global_numel() / cols, cols, cols);
+inline double param_rel_err(const TensorPlacement& p, const float* arena, const std::vector<float>& ref) {
+  const int64_t cols = p.spec->shape.back();
+  return rel_err(arena + p.offset, ref, p.spec->global_numel() / cols, cols, cols);
 }
 
 // Replays its batch for every step.
@@ -131,13 +131,9 @@ struct GoldenCase {
   }
 
   void load_weights(CausalLM& model) const {
-    for (const ParamSpec& p : model.params().specs()) {
-      const std::vector<float> w = f.floats("weights." + p.name);
-      float* dst = model.weights() + p.offset;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        const int64_t g = model.params().global_index(p, i);
-        dst[i] = g < 0 ? 0.0f : w[static_cast<size_t>(g)];
-      }
+    for (const TensorPlacement& p : model.params().tensors()) {
+      const std::vector<float> w = f.floats("weights." + p.spec->name);
+      Placement::scatter(p, w.data(), model.weights() + p.offset);
     }
   }
 };

@@ -32,14 +32,14 @@ TEST_P(Gpt2Golden, LogitsLossAndEveryGradientMatchPyTorch) {
   EXPECT_LE(logit_err, 1e-5) << "logits";
   model.backward(1.0f / static_cast<float>(g.B * g.T));
   int checked = 0;
-  for (const ParamSpec& p : model.params().specs()) {
-    const double e = param_rel_err(p, model.grads(), g.f.floats("grads." + p.name));
-    EXPECT_LE(e, 1e-4) << "gradient of " << p.name;
+  for (const TensorPlacement& p : model.params().tensors()) {
+    const double e = param_rel_err(p, model.grads(), g.f.floats("grads." + p.spec->name));
+    EXPECT_LE(e, 1e-4) << "gradient of " << p.spec->name;
     ++checked;
   }
   EXPECT_EQ(checked, 4 + 12 * g.cfg.model.num_layers);
   // The vocabulary padding rows get no gradient.
-  const ParamSpec& wte = model.params().at("wte.weight");
+  const TensorPlacement& wte = model.params().at("wte.weight");
   for (int64_t i = g.V * g.cfg.model.hidden_size; i < wte.numel(); ++i) ASSERT_EQ(model.grads()[wte.offset + i], 0.0f);
 }
 
@@ -58,7 +58,7 @@ TEST_P(Gpt2Golden, TenAdamWStepsWithClippingMatchPyTorch) {
     EXPECT_LE(std::abs(r.grad_norm - norms[i]) / norms[i], 1e-4) << "grad norm at step " << s;
   }
   for (const char* name : {"h.1.mlp.c_fc.weight", "wpe.weight", "ln_f.weight"}) {
-    const ParamSpec& p = trainer.model().params().at(name);
+    const TensorPlacement& p = trainer.model().params().at(name);
     EXPECT_LE(param_rel_err(p, trainer.model().weights(), g.f.floats(std::string("train.final.") + name)), 1e-4)
         << "weights after 10 steps: " << name;
   }

@@ -30,11 +30,11 @@ using namespace golden_case;
 const char* const kVocabParams[] = {"model.embed_tokens.weight", "lm_head.weight"};
 
 // Every element of `p` past its first vocab_size rows (the padding) is zero in `arena`.
-void expect_padding_rows_zero(const ParamSpec& p, const float* arena, int64_t V, const char* what) {
-  const int64_t C = p.shape.back();
+void expect_padding_rows_zero(const TensorPlacement& p, const float* arena, int64_t V, const char* what) {
+  const int64_t C = p.spec->shape.back();
   int64_t nonzero = 0;
   for (int64_t i = V * C; i < p.numel(); ++i) nonzero += arena[p.offset + i] != 0.0f;
-  EXPECT_EQ(nonzero, 0) << what << " of " << p.name << ": vocabulary padding rows [" << V << ", "
+  EXPECT_EQ(nonzero, 0) << what << " of " << p.spec->name << ": vocabulary padding rows [" << V << ", "
                         << p.numel() / C << ") must stay zero";
 }
 
@@ -44,7 +44,7 @@ TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
   const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
-  const ParamTable& table = model->params();
+  const ParamTable& table = model->params().table();
   std::set<std::string> in_file, in_model;
   for (const auto& [name, t] : g.f.tensors())
     if (name.rfind("weights.", 0) == 0) in_file.insert(name.substr(8));
@@ -60,7 +60,7 @@ TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   EXPECT_EQ(table.find("lm_head.weight") != nullptr, !tied);
   // TP = 1: the vocabulary parameters are stored [padded vocab, C], the real rows first.
   for (const char* name : kVocabParams)
-    if (const ParamSpec* p = table.find(name)) {
+    if (const TensorPlacement* p = model->params().find(name)) {
       EXPECT_EQ(p->local_shape, (std::vector<int64_t>{g.cfg.model.padded_vocab(), g.cfg.model.hidden_size})) << name;
     }
 }
@@ -79,15 +79,16 @@ TEST_P(LlamaGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   EXPECT_LE(logit_err, 1e-5) << "logits";
   model->backward(1.0f / static_cast<float>(g.B * g.T));
   int checked = 0;
-  for (const ParamSpec& p : model->params().specs()) {
-    const double e = param_rel_err(p, model->grads(), g.f.floats("grads." + p.name));
-    EXPECT_LE(e, 1e-4) << "gradient of " << p.name;
+  for (const TensorPlacement& p : model->params().tensors()) {
+    const double e = param_rel_err(p, model->grads(), g.f.floats("grads." + p.spec->name));
+    EXPECT_LE(e, 1e-4) << "gradient of " << p.spec->name;
     ++checked;
   }
   EXPECT_EQ(checked, 2 + 9 * g.cfg.model.num_layers + (g.cfg.model.tie_word_embeddings ? 0 : 1));
   // The vocabulary padding rows get no gradient.
   for (const char* name : kVocabParams)
-    if (const ParamSpec* p = model->params().find(name)) expect_padding_rows_zero(*p, model->grads(), g.V, "gradient");
+    if (const TensorPlacement* p = model->params().find(name))
+      expect_padding_rows_zero(*p, model->grads(), g.V, "gradient");
 }
 
 TEST_P(LlamaGolden, TenAdamWStepsWithClippingMatchPyTorch) {
@@ -109,13 +110,13 @@ TEST_P(LlamaGolden, TenAdamWStepsWithClippingMatchPyTorch) {
   for (const auto& [key, t] : g.f.tensors()) {
     if (key.rfind(prefix, 0) != 0) continue;
     const std::string name = key.substr(prefix.size());
-    const ParamSpec& p = trainer.model().params().at(name);
+    const TensorPlacement& p = trainer.model().params().at(name);
     EXPECT_LE(param_rel_err(p, trainer.model().weights(), g.f.floats(key)), 1e-4) << "weights after 10 steps: " << name;
     ++checked;
   }
   EXPECT_GE(checked, 4);
   for (const char* name : kVocabParams)
-    if (const ParamSpec* p = trainer.model().params().find(name))
+    if (const TensorPlacement* p = trainer.model().params().find(name))
       expect_padding_rows_zero(*p, trainer.model().weights(), g.V, "weights after 10 steps");
 }
 
@@ -131,11 +132,11 @@ TEST(LlamaGoldenSharded, ShardedCheckpointLoadsTheSameBitsAsTheGoldenWeights) {
   const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, g.B, ctx);
   sharded->load_hf_checkpoint(golden("llama_tiny_sharded"));
   g.load_weights(*direct);
-  for (const ParamSpec& p : direct->params().specs()) {
-    const ParamSpec& q = sharded->params().at(p.name);
-    ASSERT_EQ(q.numel(), p.numel()) << p.name;
+  for (const TensorPlacement& p : direct->params().tensors()) {
+    const TensorPlacement& q = sharded->params().at(p.spec->name);
+    ASSERT_EQ(q.numel(), p.numel()) << p.spec->name;
     EXPECT_EQ(std::memcmp(sharded->weights() + q.offset, direct->weights() + p.offset, sizeof(float) * p.numel()), 0)
-        << "weights of " << p.name << " loaded from llama_tiny_sharded/";
+        << "weights of " << p.spec->name << " loaded from llama_tiny_sharded/";
   }
   // One shard alone lacks half of the tensors.
   EXPECT_THROW(sharded->load_hf_checkpoint(golden("llama_tiny_sharded/model-00001-of-00002.safetensors")),

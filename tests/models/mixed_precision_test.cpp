@@ -154,11 +154,11 @@ TEST(MixedPrecision, CrossEntropyGradientGoesStraightToTheChunkedLowCopy) {
 // AdamW's step with the clip coefficient and the weight copy in its pass gives the bits of the three
 // passes it replaces: scale_inplace(grads, coef), the step, make_low_copy.
 TEST(MixedPrecision, AdamWClipsAndWritesTheWeightCopyInItsPass) {
-  ParamTable table;
+  ParamTable described;
   ParamSpec w{.name = "w", .shape = {40, 33}, .weight_decay = true}, bias{.name = "b", .shape = {33}};
-  table.add(w);
-  table.add(bias);
-  table.finalize();
+  described.add(w);
+  described.add(bias);
+  const Placement table(std::move(described));
   const int64_t n = table.total_floats();
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
   for (const ComputeDtype d : {ComputeDtype::kBFloat16, ComputeDtype::kFloat16}) {
@@ -181,7 +181,7 @@ TEST(MixedPrecision, AdamWClipsAndWritesTheWeightCopyInItsPass) {
       b.step(wb.data(), g.data(), 1e-3, step, x);
       ASSERT_EQ(wa, wb) << compute_dtype_name(d) << " step " << step;
       // Every parameter's elements (the arena's alignment gaps between parameters are no weight's).
-      for (const ParamSpec& p : table.specs())
+      for (const TensorPlacement& p : table.tensors())
         for (int64_t i = p.offset * eb; i < (p.offset + p.numel()) * eb; ++i)
           ASSERT_EQ(low_a[i], low_b[i]) << compute_dtype_name(d) << " byte " << i << " of the copy, step " << step;
       for (int64_t i = 0; i < a.size(); ++i) {

@@ -61,12 +61,12 @@ void init(TransformerLM& m) {
 }
 
 std::vector<float> grad_of(TransformerLM& m, const std::string& name) {
-  const ParamSpec& p = m.params().at(name);
+  const TensorPlacement& p = m.params().at(name);
   return std::vector<float>(m.grads() + p.offset, m.grads() + p.offset + p.numel());
 }
 
 void expect_same_grads(TransformerLM& a, TransformerLM& b, const std::string& what) {
-  for (const ParamSpec& p : a.params().specs())
+  for (const ParamSpec& p : a.params().table().specs())
     EXPECT_TRUE(grad_of(a, p.name) == grad_of(b, p.name)) << what << ": gradient of " << p.name;
 }
 
@@ -107,15 +107,15 @@ void check_ranges(const ModelConfig& c, const std::vector<std::pair<int64_t, int
   for (size_t i = stages.size(); i-- > 0;) {
     TransformerLM& s = *stages[i];
     if (i == 0 && stages.size() > 1 && !c.is_llama()) {
-      const ParamSpec& mine = s.params().at("wte.weight");
-      const ParamSpec& last = stages.back()->params().at("wte.weight");
+      const TensorPlacement& mine = s.params().at("wte.weight");
+      const TensorPlacement& last = stages.back()->params().at("wte.weight");
       std::memcpy(s.grads() + mine.offset, stages.back()->grads() + last.offset, sizeof(float) * mine.numel());
     }
     s.stage_backward(0, BwdPass::kBoth, dh, 0.05f);
     dh = s.input_grad();
   }
   int checked = 0;
-  for (const ParamSpec& p : whole->params().specs()) {
+  for (const ParamSpec& p : whole->params().table().specs()) {
     // The first stage that holds the parameter (the tied embedding: the first, after the hand-over).
     for (auto& s : stages)
       if (s->params().find(p.name)) {
@@ -124,7 +124,7 @@ void check_ranges(const ModelConfig& c, const std::vector<std::pair<int64_t, int
         break;
       }
   }
-  EXPECT_EQ(checked, static_cast<int>(whole->params().specs().size()));
+  EXPECT_EQ(checked, static_cast<int>(whole->params().tensors().size()));
 }
 
 TEST_P(Models, TwoAndThreeLayerRangesGiveTheWholeModelsLossAndGradientsBitwise) {

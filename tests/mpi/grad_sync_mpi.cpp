@@ -30,7 +30,7 @@ TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
   Communicator world = Communicator::world();
   const int W = world.size();
   ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, W, 1));
-  const ParamTable t = GPT2LMHeadModel::make_param_table(tiny(), 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
   GradientSync sync(t, ctx, 4, false, false);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);
@@ -62,7 +62,7 @@ TEST(GradientSync, ShardedOptimizerReducesEachShard) {
   Communicator world = Communicator::world();
   const int W = world.size();
   ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, W, 1));
-  const ParamTable t = GPT2LMHeadModel::make_param_table(tiny(), 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
   GradientSync sync(t, ctx, 4, true, false);
   const int64_t n = t.total_floats();
   EXPECT_EQ(sync.shard_begin(), shard_begin(n, W, ctx.dp.rank()));
@@ -93,7 +93,7 @@ TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
   cfg.num_heads = 4;
   cfg.hidden_size = 24;
   if (cfg.num_heads % W != 0 || cfg.hidden_size % W != 0) GTEST_SKIP() << "layout does not split the model";
-  const ParamTable t = GPT2LMHeadModel::make_param_table(cfg, ctx.coord.tp, W);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, ctx.coord.tp, W);
   GradientSync sync(t, ctx, 4, false, true);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);
@@ -102,14 +102,14 @@ TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
   sync.finish();
   const float ranks_sum = static_cast<float>(W * (W + 1) / 2);
   double expect_sq = 0.0;  // split: this rank's own (summed over ranks below); replicated: once
-  for (const ParamSpec& p : t.specs()) {
+  for (const TensorPlacement& p : t.tensors()) {
     for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
       const float base = std::cos(0.01f * static_cast<float>(i));
-      if (t.replicated(p)) {
-        EXPECT_NEAR(g[i], base * ranks_sum, 1e-5f * ranks_sum) << p.name;
+      if (p.replicated) {
+        EXPECT_NEAR(g[i], base * ranks_sum, 1e-5f * ranks_sum) << p.spec->name;
         if (ctx.coord.tp == 0) expect_sq += static_cast<double>(g[i]) * g[i];
       } else {
-        EXPECT_EQ(g[i], grad_value(ctx.world_rank, i)) << p.name;
+        EXPECT_EQ(g[i], grad_value(ctx.world_rank, i)) << p.spec->name;
         expect_sq += static_cast<double>(g[i]) * g[i];
       }
     }

@@ -1,13 +1,29 @@
 #!/usr/bin/env python3
 """Training throughput of gridformer against PyTorch, side by side on this machine.
 
-    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M] [--steps 6] [--rounds 3] [--threads 2] [--build DIR]
+    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
+                                      [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
+                                      [--no-gemm] [--no-pytorch] [--json FILE]
 
-For each shape, runs `rounds` rounds; each round trains gridformer (build/bin/gridformer, synthetic
-tokens) and then PyTorch (bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape,
-threads, optimizer (AdamW + clipping) and step count, so both see the same machine state. Each run
-reports the median of its timed steps (the first step is warm-up); the table shows the median over
-rounds and the ratio ours / PyTorch. Both use Megatron's FLOP count for TFLOP/s and MFU.
+Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
+and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
+then, for each shape and dtype, trains gridformer with each build given (`gridformer train`,
+synthetic tokens; the builds' order rotates from round to round) and then PyTorch
+(bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape, threads, optimizer (AdamW
++ clipping) and step count, so all see the same machine state. bf16 is gridformer's
+`compute_dtype: bfloat16` against PyTorch's torch.autocast('cpu', bfloat16). Each run reports the
+median of its timed steps (the first step is warm-up); the tables show medians over rounds.
+
+TFLOP/s are computed here, from one formula for both sides (Megatron's count generalised to
+grouped-query attention and SwiGLU, as gridformer's TransformerLM::flops_per_step; for GPT-2 it is
+72 B T L h^2 (1 + T/(6h) + V/(12 L h))) over the run's median step time. "% ceiling" divides them by
+the GEMM ceiling of the dtype measured in the same run: the largest median over rounds of any fp32
+implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of any bf16 one (oneDNN from
+fp32 or bf16 inputs, torch.mm bf16) for bf16.
+
+Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
+measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
+GEMM backend choice; the backend each run used is printed.
 """
 import argparse
 import json
@@ -16,11 +32,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {
     "gpt2-124M": dict(num_layers=12, hidden_size=768, num_heads=12, seq_length=256, batch_size=4),
     "gpt2-tiny": dict(num_layers=4, hidden_size=256, num_heads=4, seq_length=256, batch_size=8),
+    # 4 layers, hidden 256, 8 heads / 2 key-value heads, SwiGLU 704, untied head, GPT-2's vocabulary
+    "llama-tiny": dict(model="llama", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2,
+                       intermediate_size=704, seq_length=256, batch_size=8),
 }
 
 
@@ -39,10 +59,15 @@ def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
     optionally, vocab_size and max_position_embeddings); model_extra / data_extra add or override
     model.model_config / train_dataset.data_loader keys."""
     s = SHAPES[shape] if isinstance(shape, str) else shape
-    mc = dict(type="GPT2Config", vocab_size=s.get("vocab_size", 50257), seq_length=s["seq_length"],
-              max_position_embeddings=s.get("max_position_embeddings", 1024), hidden_size=s["hidden_size"],
-              num_layers=s["num_layers"], num_heads=s["num_heads"], hidden_act="gelu_new",
-              hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+    llama = s.get("model") == "llama"
+    mc = dict(type="LlamaConfig" if llama else "GPT2Config", vocab_size=s.get("vocab_size", 50257),
+              seq_length=s["seq_length"], max_position_embeddings=s.get("max_position_embeddings", 1024),
+              hidden_size=s["hidden_size"], num_layers=s["num_layers"], num_heads=s["num_heads"])
+    if llama:  # MindFormers' LlamaConfig names (configs/llama/run_llama_tiny.yaml)
+        mc.update(n_kv_heads=s["num_kv_heads"], intermediate_size=s["intermediate_size"], theta=10000.0,
+                  rms_norm_eps=1.0e-5, tie_word_embeddings=False)
+    else:
+        mc.update(hidden_act="gelu_new", hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
     mc.update(model_extra or {})
     data = dict(type="RandomTokens", seed=0)
     data.update(data_extra or {})
@@ -56,14 +81,16 @@ lr_schedule: {{type: constant, learning_rate: 1.0e-4}}
 train_dataset: {{data_loader: {_flow(data)}}}
 callbacks: [{{type: MFLossMonitor, per_print_times: 1}}]
 model:
-  arch: {{type: GPT2LMHeadModel}}
+  arch: {{type: {"LlamaForCausalLM" if llama else "GPT2LMHeadModel"}}}
   model_config: {_flow(mc)}
 """
 
 
-def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None):
-    """One `gridformer train` run; returns every row of metrics.jsonl (step 1 included), the
-    parsed resources.json and the run's console output (stdout and stderr)."""
+def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None,
+                     env_extra=None):
+    """One `gridformer train` run; returns every step row of metrics.jsonl (step 1 included), its
+    run_start row ("start", None from a binary without one), the parsed resources.json and the run's
+    console output (stdout and stderr). env_extra: more environment variables for the run."""
     tag = tag or (shape if isinstance(shape, str) else "run")
     out = os.path.join(workdir, f"out_{tag}")
     path = os.path.join(workdir, f"{tag}.yaml")
@@ -72,17 +99,19 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
     for name in ("metrics.jsonl", "resources.json"):
         if os.path.exists(os.path.join(out, name)):
             os.remove(os.path.join(out, name))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
     binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
     p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
     # The step lines (the run_start line has no "loss").
-    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    rows = [r for r in lines if "loss" in r]
+    start = next((r for r in lines if r.get("event") == "run_start"), None)
     res_path = os.path.join(out, "resources.json")
     res = json.load(open(res_path)) if os.path.exists(res_path) else None
-    return {"rows": rows, "resources": res, "log": p.stdout}
+    return {"rows": rows, "start": start, "resources": res, "log": p.stdout}
 
 
 def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
@@ -93,6 +122,21 @@ def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
             "tflops": statistics.median(r["tflops"] for r in rows),
             "step_ms": statistics.median(r["step_ms"] for r in rows),
             "run": run}
+
+
+def model_flops(shape):
+    """Training FLOPs per step of `shape` (a name in SHAPES or a dict of its keys): Megatron's count
+    generalised to grouped-query attention and a gated MLP, gridformer's TransformerLM::flops_per_step
+    and torch_gpt2.py's model_flops: 6 B T [L (C (H + 2 Hkv) D + C H D + m C F + 2 T C) + C V]."""
+    s = SHAPES[shape] if isinstance(shape, str) else shape
+    B, T, L, C, H = s["batch_size"], s["seq_length"], s["num_layers"], s["hidden_size"], s["num_heads"]
+    V = s.get("vocab_size", 50257)
+    llama = s.get("model") == "llama"
+    Hkv = s.get("num_kv_heads", H) if llama else H
+    F = s["intermediate_size"] if llama else 4 * C
+    D = C // H
+    m = 3.0 if llama else 2.0
+    return 6.0 * B * T * (L * (C * (H + 2 * Hkv) * D + C * H * D + m * C * F + 2.0 * T * C) + C * V)
 
 
 def pytorch_run(shape, steps, threads, dtype="fp32"):
@@ -106,35 +150,230 @@ def pytorch_run(shape, steps, threads, dtype="fp32"):
     return json.loads(out.strip().splitlines()[-1])
 
 
+
+# ---------------------------------------------------------------------------------------------
+# GEMM ceiling
+
+TORCH_MM = r"""
+import json, statistics, sys, time, torch
+threads, rounds, min_s, shapes = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+out = {}
+for shp in shapes.split(","):
+    M, N, K = map(int, shp.split("x"))
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = (0.1 * torch.randn(M, K)).to(dt), (0.1 * torch.randn(K, N)).to(dt)
+        c = torch.empty(M, N, dtype=dt)
+        torch.mm(a, b, out=c)                       # untimed first call
+        t0 = time.perf_counter(); torch.mm(a, b, out=c); pace = time.perf_counter() - t0
+        reps = max(1, int(min_s / pace + 0.999))
+        ts = []
+        for r in range(rounds if pace < 2.0 else 1):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b, out=c)
+            ts.append((time.perf_counter() - t0) / reps)
+        out[shp + " " + name] = 2.0 * M * N * K / statistics.median(ts) / 1e9
+print(json.dumps(out))
+"""
+
+GEMM_SHAPES = "2048x2048x2048,1024x3072x768"
+# Which implementations count for which dtype's ceiling (bench_gemm's names, prefixed "gridformer").
+FP32_IMPLS = ("gridformer blas", "gridformer eigen", "torch.mm fp32")
+BF16_IMPLS = ("gridformer bf16", "gridformer bf16*", "torch.mm bf16")
+
+
+def gemm_round(shapes, threads, gemm_bin):
+    """GFLOP/s per (implementation, shape) for one round: bench_gemm --shape (median of 3 samples of
+    >= 100 ms per backend: blas, eigen, bf16 = oneDNN from fp32 inputs, bf16* = on bf16 inputs), then
+    torch.mm fp32 and bf16 (median of 3 samples of >= 100 ms)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([gemm_bin, "--shape", ",".join(shapes), "--threads", str(threads), "--rounds", "3",
+                          "--min-ms", "100"], env=env, check=True, capture_output=True, text=True).stdout
+    r = {}
+    for line in out.splitlines():
+        if line.startswith("shape "):
+            f = line.split()
+            for name, val in zip(f[2::2], f[3::2]):
+                r[(f"gridformer {name}", f[1])] = float(val)
+    tout = subprocess.run(["/usr/bin/python3", "-c", TORCH_MM, str(threads), "3", "0.1", ",".join(shapes)],
+                          env=env, check=True, capture_output=True, text=True).stdout
+    for key, val in json.loads(tout.strip().splitlines()[-1]).items():
+        shp, dt = key.split()
+        r[(f"torch.mm {dt}", shp)] = val
+    return r
+
+
+def gemm_ceilings(rounds):
+    """(medians {(impl, shape): GFLOP/s} over the rounds, {"fp32": (GFLOP/s, impl, shape), "bf16": ...})."""
+    keys = sorted({k for g in rounds for k in g})
+    medians = {k: statistics.median(g[k] for g in rounds if k in g) for k in keys}
+    ceil = {}
+    for dt, impls in (("fp32", FP32_IMPLS), ("bf16", BF16_IMPLS)):
+        cand = {k: v for k, v in medians.items() if k[0] in impls and v > 0}
+        if cand:
+            best = max(cand, key=cand.get)
+            ceil[dt] = (cand[best], best[0], best[1])
+    return medians, ceil
+
+
+def run_machine_probe(build, threads, out):
+    """build/bin/machine_probe --out OUT at `threads` threads; returns its JSON (None without the tool)."""
+    tool = os.path.join(build, "bin", "machine_probe")
+    if not os.path.exists(tool):
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    subprocess.run([tool, "--out", out, "--threads", str(threads)], env=env, check=True, capture_output=True, text=True)
+    return json.load(open(out))
+
+
+def cpu_name():
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def loadavg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="gpt2-tiny,gpt2-124M")
+    ap.add_argument("--dtypes", default="fp32", help="fp32, bf16 or both (fp32,bf16)")
     ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is not timed)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--peak-tflops", type=float, default=0.33)
+    ap.add_argument("--peak-tflops", type=float, default=0.33,
+                    help="runner_config.peak_tflops of the gridformer runs (their own MFU; not used here)")
     ap.add_argument("--no-pytorch", action="store_true")
-    ap.add_argument("--build", default=None, help="build directory holding bin/gridformer (default: build)")
+    ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM ceiling")
+    ap.add_argument("--gemm-shapes", default=GEMM_SHAPES)
+    ap.add_argument("--build", default=None,
+                    help="build directories holding bin/gridformer, comma-separated (default: build); "
+                         "bench_gemm and machine_probe come from the first")
+    ap.add_argument("--probe", default=None, help="machine probe JSON for every gridformer run (GF_MACHINE_PROBE; "
+                    "default: measure one now with the first build's machine_probe)")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; threads {args.threads}; "
-          f"{args.steps} steps per run, {args.rounds} rounds; MFU peak {args.peak_tflops} TFLOP/s")
+    builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]
+    dtypes = args.dtypes.split(",")
+    shapes = args.shapes.split(",")
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; CPU {cpu_name()}, {os.cpu_count()} cores; load average "
+          f"{loadavg()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; threads {args.threads}; "
+          f"{args.steps} steps per run (first untimed), {args.rounds} rounds", flush=True)
+    record = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu_name(), "loadavg_start": os.getloadavg(),
+              "threads": args.threads, "steps": args.steps, "builds": builds, "gemm": [], "runs": []}
     with tempfile.TemporaryDirectory() as work:
-        for shape in args.shapes.split(","):
-            ours, theirs = [], []
-            for r in range(args.rounds):
-                ours.append(gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, args.build))
-                if not args.no_pytorch:
-                    theirs.append(pytorch_run(shape, args.steps, args.threads))
-                print(f"  {shape} round {r + 1}: gridformer {ours[-1]['tokens_per_s']:.1f} tok/s"
-                      + ("" if args.no_pytorch else f", pytorch {theirs[-1]['tokens_per_s']:.1f} tok/s"), flush=True)
-            o = statistics.median(x["tokens_per_s"] for x in ours)
-            of = statistics.median(x["tflops"] for x in ours)
-            line = f"{shape:10s} fp32  gridformer {o:8.1f} tok/s  {of:.4f} TFLOP/s  MFU {100 * of / args.peak_tflops:5.1f}%"
-            if theirs:
-                t = statistics.median(x["tokens_per_s"] for x in theirs)
-                tf = statistics.median(x["tflops"] for x in theirs)
-                line += f" | pytorch {t:8.1f} tok/s  {tf:.4f} TFLOP/s | ratio {o / t:.2f}x"
-            print(line, flush=True)
+        probe = args.probe
+        if probe is None:
+            probe = os.path.join(work, "machine_probe.json")
+            pj = run_machine_probe(builds[0], args.threads, probe)
+            if pj is None:
+                probe = None
+            else:
+                print(f"machine_probe: fp32 backend {pj.get('fp32_backend')}, GFLOP/s {pj.get('gflops')}, peak TFLOP/s "
+                      f"{pj.get('peak_tflops')}, core share {pj.get('cores_share', '?')}", flush=True)
+                record["machine_probe"] = pj
+        env_extra = {"GF_MACHINE_PROBE": probe} if probe else {}
+        gemm_bin = os.path.join(builds[0], "bin", "bench_gemm")
+        runs = {}  # (shape, dtype, impl) -> [result per round]
+        gemm = []  # per round, {(impl, shape): GFLOP/s}
+        for r in range(args.rounds):
+            print(f"round {r + 1}/{args.rounds} (load average {loadavg()})", flush=True)
+            if not args.no_gemm:
+                g = gemm_round(args.gemm_shapes.split(","), args.threads, gemm_bin)
+                gemm.append(g)
+                record["gemm"].append({f"{k[0]} {k[1]}": v for k, v in g.items()})
+                print("  gemm GFLOP/s: " + ", ".join(f"{k[0]} {k[1]} {v:.0f}" for k, v in sorted(g.items())),
+                      flush=True)
+            order = builds[r % len(builds):] + builds[:r % len(builds)]
+            for shape in shapes:
+                for dt in dtypes:
+                    extra = dict(compute_dtype="bfloat16") if dt == "bf16" else None
+                    for b in order:
+                        x = gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, b,
+                                           tag=f"{shape}_{dt}", model_extra=extra, env_extra=env_extra)
+                        st = x["run"].get("start") or {}
+                        warn = [l.strip() for l in x["run"]["log"].splitlines() if "warn" in l.lower()]
+                        res = {"tokens_per_s": x["tokens_per_s"], "step_ms": x["step_ms"],
+                               "tflops": model_flops(shape) / (x["step_ms"] * 1e-3) / 1e12,
+                               "gemm_backend": st.get("gemm_backend"), "git_commit": st.get("git_commit"),
+                               "warnings": warn}
+                        runs.setdefault((shape, dt, b), []).append(res)
+                        record["runs"].append(dict(res, shape=shape, dtype=dt, impl=b, round=r + 1))
+                        print(f"  {shape} {dt} gridformer {st.get('git_commit', os.path.basename(os.path.dirname(b)))}"
+                              f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s"
+                              + ("; " + "; ".join(warn) if warn else ""), flush=True)
+                    if not args.no_pytorch:
+                        p = pytorch_run(shape, args.steps, args.threads, dtype=dt)
+                        res = {"tokens_per_s": p["tokens_per_s"], "step_ms": 1e3 * p["median_step_s"],
+                               "tflops": model_flops(shape) / p["median_step_s"] / 1e12,
+                               "cpu_util": p["median_cpu_util"]}
+                        runs.setdefault((shape, dt, "pytorch"), []).append(res)
+                        record["runs"].append(dict(res, shape=shape, dtype=dt, impl="pytorch", round=r + 1))
+                        print(f"  {shape} {dt} pytorch: {res['tokens_per_s']:.1f} tok/s (cpu util "
+                              f"{res['cpu_util']:.2f})", flush=True)
+    record["loadavg_end"] = os.getloadavg()
+    report(args, builds, shapes, dtypes, runs, gemm, record)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+def report(args, builds, shapes, dtypes, runs, gemm, record):
+    med = statistics.median
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average at the start "
+          f"{' '.join(f'{x:.2f}' for x in record['loadavg_start'])}, at the end {loadavg()}")
+    ceil = {}
+    if gemm:
+        medians, ceil = gemm_ceilings(gemm)
+        gshapes = args.gemm_shapes.split(",")
+        print(f"\nGEMM GFLOP/s at {args.threads} threads, medians over {len(gemm)} rounds:\n")
+        print("| implementation | " + " | ".join(gshapes) + " |")
+        print("|---|" + "---:|" * len(gshapes))
+        for impl in sorted({k[0] for k in medians}):
+            print(f"| {impl} | " + " | ".join(f"{medians.get((impl, s), float('nan')):.0f}" for s in gshapes) + " |")
+        for dt, (v, impl, shp) in ceil.items():
+            print(f"{dt} ceiling: {v:.0f} GFLOP/s ({impl}, {shp})")
+        record["ceiling_gflops"] = {dt: v[0] for dt, v in ceil.items()}
+    names = {b: (os.path.relpath(b, ROOT) if b.startswith(ROOT) else b) for b in builds}
+    print("\n| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | vs PyTorch |"
+          + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
+    print("|---|---|---|---:|---|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
+    for shape in shapes:
+        for dt in dtypes:
+            pt = runs.get((shape, dt, "pytorch"))
+            pt_tok = med(x["tokens_per_s"] for x in pt) if pt else None
+            first = runs.get((shape, dt, builds[0]))
+            first_tok = med(x["tokens_per_s"] for x in first) if first else None
+            for impl in builds + ["pytorch"]:
+                xs = runs.get((shape, dt, impl))
+                if not xs:
+                    continue
+                tok = med(x["tokens_per_s"] for x in xs)
+                tf = med(x["tflops"] for x in xs)
+                c = ceil.get(dt)
+                label = "PyTorch" if impl == "pytorch" else f"gridformer {names[impl]} ({xs[0].get('git_commit')})"
+                line = (f"| {shape} | {dt} | {label} | {tok:.1f} | " + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs)
+                        + f" | {tf:.4f} | " + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a")
+                        + " | " + (f"{tok / pt_tok:.2f}x" if pt_tok and impl != "pytorch" else "") + " |")
+                if len(builds) > 1:
+                    line += (f" {tok / first_tok:.3f}x |" if impl != "pytorch" and first_tok else " |")
+                print(line)
+            if pt and len(pt) == len(first or []):
+                rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(first, pt)]
+                print(f"  ({shape} {dt}: per-round ratios {names[builds[0]]} / PyTorch "
+                      + ", ".join(f"{x:.2f}" for x in rs) + f", median {med(rs):.2f}x; PyTorch cpu util "
+                      + ", ".join(f"{x['cpu_util']:.2f}" for x in pt) + ")")
+            for b in builds[1:]:
+                other = runs.get((shape, dt, b))
+                if other and first and len(other) == len(first):
+                    rs = [a["tokens_per_s"] / c["tokens_per_s"] for a, c in zip(other, first)]
+                    print(f"  ({shape} {dt}: per-round ratios {names[b]} / {names[builds[0]]} "
+                          + ", ".join(f"{x:.3f}" for x in rs) + f", median {med(rs):.3f}x)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
     python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
                                       [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
-                                      [--no-gemm] [--no-pytorch] [--json FILE]
+                                      [--no-gemm] [--no-pytorch] [--json FILE] [--max-load X [--max-wait S]]
 
 Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
 and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
@@ -21,6 +21,11 @@ the GEMM ceiling of the dtype measured in the same run: the largest median over 
 implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of any bf16 one (oneDNN from
 fp32 or bf16 inputs, torch.mm bf16) for bf16.
 
+Every run's CPU utilisation is recorded: CPU seconds / (wall seconds x threads) of the process
+(gridformer: the whole run, from RUSAGE_CHILDREN; PyTorch: the median over its timed steps). Well
+below 1 means other processes had the cores for part of the run (spinning threads count, so it is an
+upper bound). --max-load waits before each round for the 1-minute load average to fall below X.
+
 Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
 measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
 GEMM backend choice; the backend each run used is printed.
@@ -28,6 +33,7 @@ GEMM backend choice; the backend each run used is printed.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,13 +67,15 @@ def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
     s = SHAPES[shape] if isinstance(shape, str) else shape
     llama = s.get("model") == "llama"
     mc = dict(type="LlamaConfig" if llama else "GPT2Config", vocab_size=s.get("vocab_size", 50257),
-              seq_length=s["seq_length"], max_position_embeddings=s.get("max_position_embeddings", 1024),
-              hidden_size=s["hidden_size"], num_layers=s["num_layers"], num_heads=s["num_heads"])
-    if llama:  # MindFormers' LlamaConfig names (configs/llama/run_llama_tiny.yaml)
+              seq_length=s["seq_length"], hidden_size=s["hidden_size"], num_layers=s["num_layers"],
+              num_heads=s["num_heads"])
+    if llama:  # MindFormers' LlamaConfig names (configs/llama/run_llama_tiny.yaml); it has no dropout
         mc.update(n_kv_heads=s["num_kv_heads"], intermediate_size=s["intermediate_size"], theta=10000.0,
-                  rms_norm_eps=1.0e-5, tie_word_embeddings=False)
+                  rms_norm_eps=1.0e-5, tie_word_embeddings=False,
+                  max_position_embedding=s.get("max_position_embeddings", 1024))
     else:
-        mc.update(hidden_act="gelu_new", hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+        mc.update(max_position_embeddings=s.get("max_position_embeddings", 1024), hidden_act="gelu_new",
+                  hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
     mc.update(model_extra or {})
     data = dict(type="RandomTokens", seed=0)
     data.update(data_extra or {})
@@ -101,8 +109,10 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
             os.remove(os.path.join(out, name))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
     binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
+    cpu_util = (_children_cpu() - c0) / ((time.perf_counter() - t0) * threads)
     if p.returncode != 0:
         raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
     # The step lines (the run_start line has no "loss").
@@ -111,7 +121,13 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
     start = next((r for r in lines if r.get("event") == "run_start"), None)
     res_path = os.path.join(out, "resources.json")
     res = json.load(open(res_path)) if os.path.exists(res_path) else None
-    return {"rows": rows, "start": start, "resources": res, "log": p.stdout}
+    return {"rows": rows, "start": start, "resources": res, "log": p.stdout, "cpu_util": cpu_util}
+
+
+def _children_cpu():
+    """User + system CPU seconds of this process's finished children (one child runs at a time)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
@@ -228,6 +244,15 @@ def run_machine_probe(build, threads, out):
     return json.load(open(out))
 
 
+def wait_for_load(max_load, max_wait):
+    """Sleeps until the 1-minute load average is below max_load (None: don't wait) or max_wait seconds
+    have passed; returns the seconds waited."""
+    t0 = time.time()
+    while max_load is not None and os.getloadavg()[0] >= max_load and time.time() - t0 < max_wait:
+        time.sleep(10)
+    return time.time() - t0 if max_load is not None and time.time() - t0 >= 1 else 0.0
+
+
 def cpu_name():
     for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
         if line.startswith("Model name:"):
@@ -257,6 +282,9 @@ def main():
     ap.add_argument("--probe", default=None, help="machine probe JSON for every gridformer run (GF_MACHINE_PROBE; "
                     "default: measure one now with the first build's machine_probe)")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--max-load", type=float, default=None,
+                    help="before each round, wait until the 1-minute load average is below this (at most --max-wait s)")
+    ap.add_argument("--max-wait", type=float, default=600)
     args = ap.parse_args()
     builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]
     dtypes = args.dtypes.split(",")
@@ -282,7 +310,11 @@ def main():
         runs = {}  # (shape, dtype, impl) -> [result per round]
         gemm = []  # per round, {(impl, shape): GFLOP/s}
         for r in range(args.rounds):
-            print(f"round {r + 1}/{args.rounds} (load average {loadavg()})", flush=True)
+            waited = wait_for_load(args.max_load, args.max_wait)
+            print(f"round {r + 1}/{args.rounds} (load average {loadavg()}"
+                  + (f", after waiting {waited:.0f} s for it to fall below {args.max_load}" if waited else "") + ")",
+                  flush=True)
+            record.setdefault("round_loadavg", []).append(os.getloadavg())
             if not args.no_gemm:
                 g = gemm_round(args.gemm_shapes.split(","), args.threads, gemm_bin)
                 gemm.append(g)
@@ -301,11 +333,12 @@ def main():
                         res = {"tokens_per_s": x["tokens_per_s"], "step_ms": x["step_ms"],
                                "tflops": model_flops(shape) / (x["step_ms"] * 1e-3) / 1e12,
                                "gemm_backend": st.get("gemm_backend"), "git_commit": st.get("git_commit"),
-                               "warnings": warn}
+                               "cpu_util": x["run"]["cpu_util"], "warnings": warn}
                         runs.setdefault((shape, dt, b), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl=b, round=r + 1))
                         print(f"  {shape} {dt} gridformer {st.get('git_commit', os.path.basename(os.path.dirname(b)))}"
-                              f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s"
+                              f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s (cpu util "
+                              f"{res['cpu_util']:.2f})"
                               + ("; " + "; ".join(warn) if warn else ""), flush=True)
                     if not args.no_pytorch:
                         p = pytorch_run(shape, args.steps, args.threads, dtype=dt)
@@ -366,8 +399,10 @@ def report(args, builds, shapes, dtypes, runs, gemm, record):
             if pt and len(pt) == len(first or []):
                 rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(first, pt)]
                 print(f"  ({shape} {dt}: per-round ratios {names[builds[0]]} / PyTorch "
-                      + ", ".join(f"{x:.2f}" for x in rs) + f", median {med(rs):.2f}x; PyTorch cpu util "
-                      + ", ".join(f"{x['cpu_util']:.2f}" for x in pt) + ")")
+                      + ", ".join(f"{x:.2f}" for x in rs) + f", median {med(rs):.2f}x; cpu util per round: "
+                      + "; ".join(f"{names[b] if b != 'pytorch' else 'PyTorch'} "
+                                  + ", ".join(f"{x['cpu_util']:.2f}" for x in runs.get((shape, dt, b), []))
+                                  for b in builds + ["pytorch"]) + ")")
             for b in builds[1:]:
                 other = runs.get((shape, dt, b))
                 if other and first and len(other) == len(first):

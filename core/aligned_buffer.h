@@ -1,12 +1,21 @@
 // A 64-byte aligned, zero-initialised float buffer (one allocation, owned, move-only).
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
 
 namespace gf {
+
+// Bytes held by every AlignedBuffer of the process right now (the tests compare what a model
+// allocates with what its plan said).
+inline std::atomic<int64_t>& aligned_buffer_live_bytes() {
+  static std::atomic<int64_t> bytes{0};
+  return bytes;
+}
 
 template <typename T>
 class AlignedBuffer {
@@ -18,6 +27,7 @@ class AlignedBuffer {
     data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
     if (!data_) throw std::bad_alloc();
     std::memset(static_cast<void*>(data_), 0, bytes);
+    aligned_buffer_live_bytes() += static_cast<int64_t>(bytes);
   }
   AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
@@ -27,7 +37,10 @@ class AlignedBuffer {
   }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() {
+    if (data_) aligned_buffer_live_bytes() -= static_cast<int64_t>((n_ * sizeof(T) + 63) / 64 * 64);
+    std::free(data_);
+  }
 
   T* data() { return data_; }
   const T* data() const { return data_; }

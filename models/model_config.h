@@ -40,7 +40,7 @@ struct ModelConfig {
   // Llama (LlamaConfig, MindFormers' names): grouped-query attention with num_kv_heads key/value
   // heads (n_kv_heads; 0 = num_heads), RoPE base rope_theta (theta), RMSNorm epsilon
   // rms_norm_eps, and the SwiGLU width: intermediate_size when > 0, else derived from
-  // multiple_of and ffn_dim_multiplier (0 = None) as Meta's and MindFormers' LlamaFeedForward do.
+  // multiple_of and ffn_dim_multiplier (0 = None) as MindFormers' LlamaFeedForward does (ffn_hidden).
   // tie_word_embeddings: the LM head reads the token embedding (GPT-2 always does).
   int64_t num_kv_heads = 0;
   double rope_theta = 10000.0;
@@ -62,13 +62,18 @@ struct ModelConfig {
 
   bool is_llama() const { return type == "LlamaConfig"; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  // GPT-2: hidden_size * expand_ratio. Llama: intermediate_size, or Meta's derivation
-  // (4 h, times 2/3, times ffn_dim_multiplier, rounded up to a multiple of multiple_of).
+  // GPT-2: hidden_size * expand_ratio. Llama: intermediate_size, or else MindFormers'
+  // LlamaFeedForward derivation (r1.0-r1.3, the meaning of its files' keys): 4 h, times
+  // (ffn_dim_multiplier + 0.01) when set, times 2/3, rounded up to a multiple of multiple_of.
+  // Meta's reference applies the multiplier after the 2/3 and without the 0.01; the two agree
+  // without a multiplier, and MindFormers' Llama 2 70B keys (1.3, multiple_of 256) give Meta's
+  // 70B width (1.3, multiple_of 4096): 28672.
   int64_t ffn_hidden() const {
     if (!is_llama()) return hidden_size * expand_ratio;
     if (intermediate_size > 0) return intermediate_size;
-    int64_t f = 2 * (4 * hidden_size) / 3;
-    if (ffn_dim_multiplier > 0.0) f = static_cast<int64_t>(ffn_dim_multiplier * static_cast<double>(f));
+    int64_t f = 4 * hidden_size;
+    if (ffn_dim_multiplier > 0.0) f = static_cast<int64_t>((ffn_dim_multiplier + 0.01) * static_cast<double>(f));
+    f = 2 * f / 3;
     const int64_t m = multiple_of > 0 ? multiple_of : 1;
     return (f + m - 1) / m * m;
   }

@@ -12,11 +12,13 @@ const std::vector<ModelEntry>& model_registry() {
       {"GPT2LMHeadModel", "GPT2Config",
        [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<GPT2LMHeadModel>(c, b, ctx);
-       }},
+       },
+       gpt2_spec, gpt2_name},
       {"LlamaForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<LlamaForCausalLM>(c, b, ctx);
-       }},
+       },
+       llama_spec, llama_name},
   };
   return entries;
 }

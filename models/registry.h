@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "models/blocks/spec.h"
 #include "models/causal_lm.h"
 #include "parallel/parallel_context.h"
 
@@ -18,6 +19,9 @@ struct ModelEntry {
   std::string arch;         // model.arch.type
   std::string config_type;  // model.model_config.type it takes
   ModelFactory factory;
+  // What the model is built from, for sizing it without building it (`gridformer plan`).
+  std::function<TransformerSpec(const ModelConfig&)> spec;
+  NameMap names;
 };
 
 const std::vector<ModelEntry>& model_registry();

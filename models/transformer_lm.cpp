@@ -120,6 +120,7 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     s.targets = ints(sn + ".targets", N);
     if (d.first) s.emb = p.take(sn + ".embedding", Nl * C);
     else s.xin = p.take(sn + ".hidden_in", Nl * C);
+    if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);
     for (int64_t l = d.l0; l < d.l1; ++l) {
       const std::string n = sn + ".layer" + std::to_string(l);
       const Recompute mode = d.mode(l);
@@ -199,8 +200,14 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
   ParamTable t(tp_rank, tp_size, cfg.padded_vocab(vocab_split ? tp_size : 1), vocab_split);
   const int64_t l1 = st.layer_end < 0 ? s.layers : st.layer_end;
   const bool first = st.layer_begin == 0, last = l1 == s.layers;
-  // The tied head reads the token embedding: the last stage holds it too.
-  if (first || (last && s.tied_head)) EmbeddingBlock(s, {}).declare(t, names);
+  // The tied head reads the token embedding: the last stage holds it too (not the positions).
+  if (first) {
+    EmbeddingBlock(s, {}).declare(t, names);
+  } else if (last && s.tied_head) {
+    TransformerSpec token_only = s;
+    token_only.positions = 0;
+    EmbeddingBlock(token_only, {}).declare(t, names);
+  }
   for (int64_t l = st.layer_begin; l < l1; ++l) TransformerLayer(s, tp_size, l, nullptr, nullptr).declare(t, names);
   if (last) {
     const LmHeadBlock head(s, {}, 0);
@@ -335,8 +342,9 @@ const float* TransformerLM::stage_output(int64_t slot) const {
 
 void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale) {
   const StageDims& d = dims_;
-  if (pass == BwdPass::kWeight && !d.defer)
-    throw std::logic_error("a weight pass apart from its input pass needs defer_weight_grads (its inputs are scratch)");
+  if (pass != BwdPass::kBoth && !d.defer)
+    throw std::logic_error("a backward split into input and weight passes needs defer_weight_grads (what the weight "
+                           "pass reads is scratch otherwise)");
   Slot& s = slots_.at(static_cast<size_t>(slot));
   const BlockEnv e = env(s);
   const bool input = pass != BwdPass::kWeight;
@@ -354,8 +362,14 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     layer.bwd(e, pass, x, a, layer_grads(s, l));
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
   }
-  // The embedding has only a weight gradient; it runs with the input pass, which holds dres.
-  if (d.first && input) embedding_.bwd(e, scratch_.dres, s.inputs);
+  // The embedding has only a weight gradient: it runs in the weight pass, from its output
+  // gradient as the input pass left it (kept per slot when the passes run apart), so a tied
+  // embedding accumulates its two gradients in the fused order.
+  if (d.first) {
+    if (pass == BwdPass::kBoth) embedding_.bwd(e, scratch_.dres, s.inputs);
+    if (pass == BwdPass::kInput) std::memcpy(s.demb, scratch_.dres, sizeof(float) * d.Nl * d.C);
+    if (pass == BwdPass::kWeight) embedding_.bwd(e, s.demb, s.inputs);
+  }
   if (pass != BwdPass::kInput) grads_ready_from(0);
 }
 

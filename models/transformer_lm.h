@@ -90,8 +90,8 @@ class TransformerLM : public CausalLM {
   double stage_forward(int64_t slot, const int32_t* tokens, const float* hidden_in, const StepInfo& info);
   const float* stage_output(int64_t slot) const;  // [Nl, C], stages before the last
   // dhidden_out: [Nl, C] for a stage before the last. kInput leaves input_grad() (stages after the
-  // first); kWeight then accumulates the weight gradients (apart from kInput only with
-  // defer_weight_grads, which keeps what it reads).
+  // first); kWeight then accumulates the weight gradients. The two passes need
+  // defer_weight_grads (which keeps per slot what the weight pass reads); kBoth runs them fused.
   void stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale);
   const float* input_grad() const { return scratch_.dres; }
   const BufferPlan& plan() const { return plan_; }
@@ -100,6 +100,7 @@ class TransformerLM : public CausalLM {
   struct Slot {
     int32_t *inputs = nullptr, *targets = nullptr;
     float *xin = nullptr, *emb = nullptr;
+    float* demb = nullptr;  // defer_weight_grads, first stage: the embedding's output gradient
     std::vector<TransformerLayer::Acts> layers;
     std::vector<TransformerLayer::Grads> stash;  // defer_weight_grads: per layer
     LmHeadBlock::Acts head;

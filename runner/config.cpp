@@ -22,20 +22,28 @@ struct Resolution {
   std::vector<std::string> errors;
 };
 
-// The schema trees, parsed once (only ever read: overlay clones them).
-const YAML::Node& parsed(const char* text) {
-  static const YAML::Node schema = YAML::Load(kConfigDefaults), templates = YAML::Load(kItemTemplates);
-  return text == kConfigDefaults ? schema : templates;
+// The model type a file and its overrides ask for (model.model_config.type): it picks the schema.
+// Overrides may name it (`--set model.model_config.type=LlamaConfig`), so it is read from the file
+// laid over the default schema with the overrides applied; anything unreadable is GPT2Config's.
+std::string model_type_of(const YAML::Node& user, const std::vector<Override>& overrides) {
+  YAML::Node tree = config_tree::overlay(config_schema("GPT2Config").defaults(), user);
+  for (const auto& o : overrides) {
+    try {
+      config_tree::set_path(tree, o.key, o.value);
+    } catch (const ConfigError&) {  // reported by resolve
+    }
+  }
+  const YAML::Node type = config_tree::find(tree, "model.model_config.type");
+  return type.IsScalar() ? type.Scalar() : "GPT2Config";
 }
 
 Resolution resolve(const YAML::Node& user, const std::vector<Override>& overrides) {
-  const YAML::Node& schema = parsed(kConfigDefaults);
-  const YAML::Node& templates = parsed(kItemTemplates);
+  const ConfigSchema& schema = config_schema(model_type_of(user, overrides));
   Resolution res;
   Config& c = res.c;
   // Overrides apply to the file laid over the defaults, so they can reach keys (and list items)
   // the file does not mention; the schema check then covers the file and the overrides alike.
-  c.resolved = config_tree::overlay(schema, user);
+  c.resolved = config_tree::overlay(schema.defaults(), user);
   bool lr_schedule_given = user["lr_schedule"].IsDefined();
   for (const auto& o : overrides) {
     try {
@@ -45,13 +53,13 @@ Resolution resolve(const YAML::Node& user, const std::vector<Override>& override
       res.errors.push_back(e.what());
     }
   }
-  config_tree::check(c.resolved, schema, templates, "", res.errors);
+  config_tree::check(c.resolved, schema, res.errors);
   if (!res.errors.empty()) return res;
   // Only keys that differ from their defaults warn, so the resolved tree gives the same warnings
   // as the file plus the overrides.
-  config_tree::apply_rules(c.resolved, schema, templates, c.warnings, res.errors);
+  config_tree::apply_rules(c.resolved, schema, c.warnings, res.errors);
   config_read::ReadContext x{config_read::KeyReader(c.resolved, c.consumed), c, res.errors, user, lr_schedule_given,
-                             schema};
+                             schema.defaults()};
   try {
     config_read::read_training(x);
     config_read::read_parallel(x);

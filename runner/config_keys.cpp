@@ -1,19 +1,22 @@
 // What gridformer does with every key of the schema: one rule per leaf (config_schema.h says what
 // each KeyUse means). kBuilt and kChecked keys are read in config_read*.cpp; kCpu, kIgnored and
 // kRefused keys are handled by config_tree::apply_rules from this table alone, so the loader never
-// reads them. tests/runner/config_keys_test.cpp proves every rule against the loader.
+// reads them. tests/runner/config_keys_test.cpp proves every rule against the loader. The sections
+// every model shares and GPT2Config's model section are here; LlamaConfig's in config_keys_llama.cpp.
+#include <algorithm>
 #include <utility>
 
+#include "runner/config_keys.h"
 #include "runner/config_schema.h"
 
 namespace gf {
 namespace {
 
 using enum KeyUse;
+using config_keys::kGeneration;
+using config_keys::kMoe;
 
 // Shared reasons: kIgnored keys with the same reason share one warning.
-const char* const kGeneration = "used by text generation (run_mode: predict), which is not built yet";
-const char* const kMoe = "Mixture-of-Experts layers are not built yet; the model is dense";
 const char* const kTokenizer =
     "the data is read already tokenized (MegatronDataset .bin/.idx, made by the preprocessor with "
     "`gridformer tokenize`'s BPE); the dataset's tokenizer is not used";
@@ -59,7 +62,8 @@ std::vector<KeyRule> dataset_rules(const std::string& ds) {
   return r;
 }
 
-std::vector<KeyRule> build_rules() {
+// The sections every model type shares: everything but model.model_config and model.arch.
+std::vector<KeyRule> common_rules() {
   std::vector<KeyRule> r = {
       {"seed", kBuilt, "seed"},
       {"run_mode", kBuilt, "run_mode"},
@@ -168,6 +172,43 @@ std::vector<KeyRule> build_rules() {
       {"recompute_config.select_comm_recompute", kCpu, ""},
       {"trainer.type", kChecked, "CausalLanguageModelingTrainer only"},
       {"trainer.model_name", kBuilt, "model_name"},
+      {"lr_schedule.type", kBuilt, "lr.type"},
+      {"lr_schedule.learning_rate", kBuilt, "lr.learning_rate"},
+      {"lr_schedule.lr_end", kBuilt, "lr.lr_end"},
+      {"lr_schedule.warmup_steps", kBuilt, "lr.warmup_steps"},
+      {"lr_schedule.warmup_ratio", kBuilt, "lr.warmup_ratio"},
+      {"lr_schedule.total_steps", kBuilt, "lr.total_steps"},
+      {"lr_schedule.power", kBuilt, "lr.power"},
+      {"optimizer.type", kBuilt, "optimizer_type"},
+      {"optimizer.beta1", kBuilt, "adamw.beta1"},
+      {"optimizer.beta2", kBuilt, "adamw.beta2"},
+      {"optimizer.betas", kBuilt, "adamw.beta1, adamw.beta2"},
+      {"optimizer.eps", kBuilt, "adamw.eps"},
+      {"optimizer.weight_decay", kBuilt, "adamw.weight_decay"},
+      {"optimizer.learning_rate", kBuilt, "lr (constant) when the file has no lr_schedule; else warned if it differs"},
+      {"callbacks.*.type", kBuilt, "per_print_times, checkpoint (MFLossMonitor, CheckpointMonitor, ObsMonitor: a no-op "
+                                   "off ModelArts as in MindFormers; others warned)"},
+      {"callbacks.*.per_print_times", kBuilt, "per_print_times"},
+      {"eval_callbacks.*.type", kChecked, "ObsMonitor (a no-op off ModelArts, as in MindFormers); others warned"},
+      {"metric.type", kChecked, "PerplexityMetric (evaluation reports loss and perplexity); others warned"},
+      {"metric.eval_type", kIgnored, "classification metrics are not built"},
+      {"processor.type", kIgnored, kProcessor},
+      {"processor.return_tensors", kIgnored, kProcessor},
+  };
+  for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
+                        "save_network_params", "save_trainable_params", "async_save", "directory"})
+    r.push_back({std::string("callbacks.*.") + k, kChecked,
+                 "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
+  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file"})
+    r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
+  for (const char* ds : {"train_dataset", "eval_dataset"})
+    for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
+  return r;
+}
+
+// GPT2Config's model section.
+std::vector<KeyRule> gpt2_model_rules() {
+  return {
       {"model.model_config.type", kBuilt, "model.type"},
       {"model.model_config.seq_length", kBuilt, "model.seq_length"},
       {"model.model_config.vocab_size", kBuilt, "model.vocab_size"},
@@ -207,73 +248,33 @@ std::vector<KeyRule> build_rules() {
       {"model.model_config.pet_config", kRefused,
        "parameter-efficient fine-tuning (LoRA, pet_config) is not built yet; remove model.model_config.pet_config"},
       {"model.arch.type", kBuilt, "model.arch"},
-      {"lr_schedule.type", kBuilt, "lr.type"},
-      {"lr_schedule.learning_rate", kBuilt, "lr.learning_rate"},
-      {"lr_schedule.lr_end", kBuilt, "lr.lr_end"},
-      {"lr_schedule.warmup_steps", kBuilt, "lr.warmup_steps"},
-      {"lr_schedule.warmup_ratio", kBuilt, "lr.warmup_ratio"},
-      {"lr_schedule.total_steps", kBuilt, "lr.total_steps"},
-      {"lr_schedule.power", kBuilt, "lr.power"},
-      {"optimizer.type", kBuilt, "optimizer_type"},
-      {"optimizer.beta1", kBuilt, "adamw.beta1"},
-      {"optimizer.beta2", kBuilt, "adamw.beta2"},
-      {"optimizer.betas", kBuilt, "adamw.beta1, adamw.beta2"},
-      {"optimizer.eps", kBuilt, "adamw.eps"},
-      {"optimizer.weight_decay", kBuilt, "adamw.weight_decay"},
-      {"optimizer.learning_rate", kBuilt, "lr (constant) when the file has no lr_schedule; else warned if it differs"},
-      {"callbacks.*.type", kBuilt, "per_print_times, checkpoint (MFLossMonitor, CheckpointMonitor, ObsMonitor: a no-op "
-                                   "off ModelArts as in MindFormers; others warned)"},
-      {"callbacks.*.per_print_times", kBuilt, "per_print_times"},
-      {"eval_callbacks.*.type", kChecked, "ObsMonitor (a no-op off ModelArts, as in MindFormers); others warned"},
-      {"metric.type", kChecked, "PerplexityMetric (evaluation reports loss and perplexity); others warned"},
-      {"metric.eval_type", kIgnored, "classification metrics are not built"},
-      {"processor.type", kIgnored, kProcessor},
-      {"processor.return_tensors", kIgnored, kProcessor},
   };
-  for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
-                        "save_network_params", "save_trainable_params", "async_save", "directory"})
-    r.push_back({std::string("callbacks.*.") + k, kChecked,
-                 "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
-  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file"})
-    r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
-  for (const char* ds : {"train_dataset", "eval_dataset"})
-    for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
-  return r;
-}
-
-std::vector<std::string> split(const std::string& path) {
-  std::vector<std::string> parts;
-  for (size_t b = 0;;) {
-    const size_t e = path.find('.', b);
-    parts.push_back(path.substr(b, e - b));
-    if (e == std::string::npos) return parts;
-    b = e + 1;
-  }
 }
 
 }  // namespace
 
-const std::vector<KeyRule>& key_rules() {
-  static const std::vector<KeyRule> rules = build_rules();
-  return rules;
+std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
+  std::vector<KeyRule> r = common_rules();
+  if (model_config_type != "LlamaConfig") {
+    for (KeyRule& k : gpt2_model_rules()) r.push_back(std::move(k));
+    return r;
+  }
+  // LlamaConfig's model section, and the shared keys whose rule it changes (moe_config.expert_num).
+  for (KeyRule& k : config_keys::llama_model_rules()) {
+    auto same = std::find_if(r.begin(), r.end(), [&](const KeyRule& c) { return c.path == k.path; });
+    if (same != r.end()) *same = std::move(k);
+    else r.push_back(std::move(k));
+  }
+  return r;
 }
 
-const KeyRule* rule_for(const std::string& path) {
-  static const std::vector<std::vector<std::string>> patterns = [] {
-    std::vector<std::vector<std::string>> p;
-    for (const KeyRule& r : key_rules()) p.push_back(split(r.path));
-    return p;
-  }();
-  const auto parts = split(path);
-  for (size_t k = 0; k < patterns.size(); ++k) {
-    const auto& pat = patterns[k];
-    const KeyRule& r = key_rules()[k];
-    if (pat.size() != parts.size()) continue;
-    bool ok = true;
-    for (size_t i = 0; i < parts.size() && ok; ++i) ok = pat[i] == "*" || pat[i] == parts[i];
-    if (ok) return &r;
-  }
-  return nullptr;
+std::vector<std::pair<std::string, std::string>> foreign_keys_of(const std::string& model_config_type) {
+  if (model_config_type == "LlamaConfig") return config_keys::llama_foreign_keys();
+  return {};  // GPT2Config: another type's key is an unknown key, as it always was
 }
+
+const std::vector<KeyRule>& key_rules() { return config_schema("GPT2Config").rules(); }
+
+const KeyRule* rule_for(const std::string& path) { return config_schema("GPT2Config").rule_for(path); }
 
 }  // namespace gf

@@ -49,7 +49,18 @@ void read_parallel(ReadContext& x);
 void read_optimizer(ReadContext& x);
 void read_callbacks(ReadContext& x);
 void read_datasets(ReadContext& x);
-void read_model(ReadContext& x);
+void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
+
+// The parts of reading a model section that every model type shares (config_read_model.cpp), and
+// LlamaConfig's model section (config_read_llama.cpp).
+void read_llama_model(ReadContext& x);
+// compute_dtype, param_init_type, layernorm_compute_type (of the model's `norm`, e.g. LayerNorm),
+// softmax_compute_type under `k` (model.model_config.).
+void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm);
+// use_flash_attention: True, False, or auto (then `fused_when_auto`, written back to the dump).
+void read_flash_attention(ReadContext& x, bool fused_when_auto);
+// Copies the parallel layout and recompute settings into the model; warns about float16 without a loss scale.
+void finish_model(ReadContext& x);
 
 }  // namespace gf::config_read

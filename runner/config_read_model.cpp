@@ -14,7 +14,9 @@ using config_tree::show;
 
 std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
 
-void read_dtypes(ReadContext& x, const std::string& k) {
+}  // namespace
+
+void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm) {
   for (const char* key : {"compute_dtype", "param_init_type", "layernorm_compute_type", "softmax_compute_type"}) {
     const std::string v = x.rd.get<std::string>(k + key);
     const std::string name = key;
@@ -25,11 +27,13 @@ void read_dtypes(ReadContext& x, const std::string& k) {
              "compute_dtype sets the precision of the matrix products");
     else if (v != "float32" && name != "compute_dtype")
       x.warn("`" + k + key + ": " + v + "`: " +
-             (name == "layernorm_compute_type" ? "LayerNorm" : "softmax (attention and cross-entropy)") +
+             (name == "layernorm_compute_type" ? norm : "softmax (attention and cross-entropy)") +
              " is computed in float32 (more precise than asked); its output is rounded to compute_dtype where it "
              "enters a matrix product");
   }
 }
+
+namespace {
 
 void check_model(ReadContext& x, const std::string& k) {
   const ModelConfig& m = x.c.model;
@@ -69,8 +73,9 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
   std::error_code ec;
   if (!fs::exists(value, ec)) {
     const bool bare_name = value.find('/') == std::string::npos && !fs::path(value).has_extension();
-    x.refuse(kv(key, value) + (bare_name ? ": no hub at run time: convert/download weights (a Hugging Face GPT-2 "
-                                           ".safetensors or its directory) and give a path in load_checkpoint"
+    const std::string family = x.c.model.is_llama() ? "Llama" : "GPT-2";
+    x.refuse(kv(key, value) + (bare_name ? ": no hub at run time: convert/download weights (a Hugging Face " + family +
+                                               " .safetensors or its directory) and give a path in load_checkpoint"
                                          : ": no such file or directory"));
     return false;
   }
@@ -86,6 +91,7 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
 }  // namespace
 
 void read_model(ReadContext& x) {
+  if (x.rd.get<std::string>("model.model_config.type") == "LlamaConfig") return read_llama_model(x);
   ModelConfig& m = x.c.model;
   KeyReader& rd = x.rd;
   const std::string k = "model.model_config.";
@@ -108,13 +114,7 @@ void read_model(ReadContext& x) {
   m.layernorm_compute_type = rd.get<std::string>(k + "layernorm_compute_type");
   m.softmax_compute_type = rd.get<std::string>(k + "softmax_compute_type");
   YAML::Node mc = rd.root()["model"]["model_config"];  // resolved values are written back, so the dump says what runs
-  const YAML::Node flash = rd.node(k + "use_flash_attention");
-  if (flash.IsScalar() && flash.Scalar() == "auto") {
-    m.use_flash_attention = m.seq_length >= kFlashAttentionAutoMinSeq;
-    mc["use_flash_attention"] = m.use_flash_attention;
-  } else if (!YAML::convert<bool>::decode(flash, m.use_flash_attention)) {
-    x.refuse("`" + k + "use_flash_attention: " + show(flash) + "`: expects True, False or auto");
-  }
+  read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
   if (m.max_position_embeddings < 0) {
     m.max_position_embeddings = m.seq_length;  // MindFormers' GPT-2 sizes its position table by seq_length
     mc["max_position_embeddings"] = m.seq_length;
@@ -124,7 +124,24 @@ void read_model(ReadContext& x) {
              "`; lower seq_length or raise max_position_embeddings");
   }
   check_model(x, k);
-  read_dtypes(x, k);
+  read_dtypes(x, k, "LayerNorm");
+  finish_model(x);
+}
+
+void read_flash_attention(ReadContext& x, bool fused_when_auto) {
+  const std::string key = "model.model_config.use_flash_attention";
+  bool& on = x.c.model.use_flash_attention;
+  const YAML::Node flash = x.rd.node(key);
+  if (flash.IsScalar() && flash.Scalar() == "auto") {
+    on = fused_when_auto;
+    x.rd.root()["model"]["model_config"]["use_flash_attention"] = on;  // the dump says which
+  } else if (!YAML::convert<bool>::decode(flash, on)) {
+    x.refuse("`" + key + ": " + show(flash) + "`: expects True, False or auto");
+  }
+}
+
+void finish_model(ReadContext& x) {
+  ModelConfig& m = x.c.model;
   const Config& c = x.c;
   m.use_seq_parallel = c.parallel.use_seq_parallel;
   m.vocab_emb_dp = c.parallel.vocab_emb_dp;

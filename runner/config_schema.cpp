@@ -1,8 +1,12 @@
 // The schema of the YAML config: every known key with its default value and type. The resolved
 // config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
 // prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
-// their item keys from kItemTemplates. What each key does: config_keys.cpp.
+// their item keys from kItemTemplates. What each key does: config_keys.cpp (config_keys_llama.cpp).
+// kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has kLlamaDefaults'
+// `model` section instead (and its trainer.model_name).
 #include "runner/config_schema.h"
+
+#include <algorithm>
 
 namespace gf {
 
@@ -239,6 +243,82 @@ processor:
     merge_file: ""
 )YAML";
 
+// A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
+// MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
+// MindFormers' default float16 is an Ascend choice; its files say what they want) and
+// use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
+// name) and initializer_range (Hugging Face's; MindFormers' Llama has none). What each key does:
+// config_keys_llama.cpp.
+const char* const kLlamaDefaults = R"YAML(
+trainer:
+  model_name: llama
+model:
+  model_config:
+    type: LlamaConfig
+    seq_length: 2048
+    vocab_size: 32000
+    hidden_size: 4096
+    num_layers: 32
+    num_heads: 32
+    n_kv_heads: ~              # None: num_heads (multi-head); fewer: grouped-query attention
+    max_position_embedding: ~  # None: seq_length (the RoPE table; must cover seq_length)
+    intermediate_size: ~       # None: 2/3 of 4 x hidden_size, x ffn_dim_multiplier, rounded up to multiple_of
+    multiple_of: 256
+    ffn_dim_multiplier: ~      # None: 1
+    rms_norm_eps: 1.0e-5
+    theta: 10000.0
+    extend_method: "None"
+    scaling_factor: 1.0
+    qkv_has_bias: false
+    tie_word_embeddings: false
+    initializer_range: 0.02
+    param_init_type: float32
+    embedding_init_type: ~     # None: param_init_type
+    layernorm_compute_type: float32
+    softmax_compute_type: float32
+    rotary_dtype: float32
+    compute_dtype: float32
+    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on where the fused core runs
+    checkpoint_name_or_path: ""
+    qkv_concat: false
+    use_rope_slice: false
+    use_attn_mask_compression: false
+    use_ring_attention: false
+    fused_rms_norm: true
+    is_dynamic: false
+    fine_grain_interleave: 1
+    compute_in_2d: ~
+    parallel_optimizer: false
+    pp_interleave_num: 1
+    offset: 0
+    quant: ""
+    quant_config: ~
+    pet_config: ~
+    batch_size: 1
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+    ignore_token_id: -100
+    use_past: false
+    use_past_shard: ~
+    pretrain_seqlen: ~
+    use_kvcache_op: false
+    is_flexible_shape: false
+    use_paged_attention: false
+    use_prompt_flash_attention: false
+    use_incre_flash_attention: false
+    block_size: 16
+    num_blocks: 512
+    repetition_penalty: 1
+    max_decode_length: 1024
+    top_k: 5
+    top_p: 1
+    do_sample: true
+    llm_backend: ""
+  arch:
+    type: LlamaForCausalLM
+)YAML";
+
 // Keys of list items, by the list's path.
 const char* const kItemTemplates = R"YAML(
 callbacks:
@@ -257,11 +337,73 @@ eval_callbacks:
 )YAML";
 
 // Paths whose value may have another shape than their default (a scalar for a map, a list for a
-// boolean): the loader checks them.
+// boolean): the loader checks them. LlamaConfig's offset may be a list (layers per pipeline stage),
+// its scaling_factor a mapping (YaRN's, Llama 3's).
 const std::vector<std::string>& polymorphic_keys() {
   static const std::vector<std::string> keys = {"runner_wrapper.scale_sense", "recompute_config.select_recompute",
-                                                "recompute_config.select_comm_recompute"};
+                                                "recompute_config.select_comm_recompute", "model.model_config.offset",
+                                                "model.model_config.scaling_factor"};
   return keys;
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> parts;
+  for (size_t b = 0;;) {
+    const size_t e = path.find('.', b);
+    parts.push_back(path.substr(b, e - b));
+    if (e == std::string::npos) return parts;
+    b = e + 1;
+  }
+}
+
+YAML::Node defaults_of(const std::string& type) {
+  YAML::Node d = YAML::Load(kConfigDefaults);
+  if (type != "LlamaConfig") return d;
+  const YAML::Node llama = YAML::Load(kLlamaDefaults);
+  d["model"] = YAML::Clone(llama["model"]);
+  d["trainer"]["model_name"] = YAML::Clone(llama["trainer"]["model_name"]);
+  return d;
+}
+
+}  // namespace
+
+ConfigSchema::ConfigSchema(const std::string& model_config_type)
+    : type_(model_config_type == "LlamaConfig" ? model_config_type : "GPT2Config"),
+      defaults_(defaults_of(type_)),
+      templates_(YAML::Load(kItemTemplates)),
+      rules_(key_rules_of(type_)),
+      foreign_(foreign_keys_of(type_)) {
+  for (const KeyRule& r : rules_) patterns_.push_back(split(r.path));
+}
+
+const KeyRule* ConfigSchema::rule_for(const std::string& path) const {
+  const auto parts = split(path);
+  for (size_t k = 0; k < patterns_.size(); ++k) {
+    const auto& pat = patterns_[k];
+    if (pat.size() != parts.size()) continue;
+    bool ok = true;
+    for (size_t i = 0; i < parts.size() && ok; ++i) ok = pat[i] == "*" || pat[i] == parts[i];
+    if (ok) return &rules_[k];
+  }
+  return nullptr;
+}
+
+bool ConfigSchema::polymorphic(const std::string& path) const {
+  const auto& p = polymorphic_keys();
+  return std::find(p.begin(), p.end(), path) != p.end();
+}
+
+const std::string* ConfigSchema::foreign_key(const std::string& path) const {
+  for (const auto& [key, why] : foreign_)
+    if (key == path) return &why;
+  return nullptr;
+}
+
+const ConfigSchema& config_schema(const std::string& model_config_type) {
+  static const ConfigSchema gpt2("GPT2Config"), llama("LlamaConfig");
+  return model_config_type == "LlamaConfig" ? llama : gpt2;
 }
 
 }  // namespace gf

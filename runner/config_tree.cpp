@@ -71,11 +71,6 @@ bool scalar_fits(const YAML::Node& v, Kind k) {
   }
 }
 
-bool polymorphic(const std::string& path) {
-  const auto& p = polymorphic_keys();
-  return std::find(p.begin(), p.end(), path) != p.end();
-}
-
 std::string closest(const std::string& key, const YAML::Node& schema) {
   std::string best;
   size_t best_d = 1000;
@@ -162,13 +157,15 @@ void set_path(YAML::Node root, const std::string& path, const std::string& value
   }
 }
 
-void check(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& templates,
-           const std::string& path, std::vector<std::string>& errors) {
+namespace {
+
+void check_node(const YAML::Node& user, const YAML::Node& schema, const ConfigSchema& whole, const std::string& path,
+                std::vector<std::string>& errors) {
   const Kind k = kind_of_default(schema);
   if (k == Kind::kAny || !user.IsDefined() || user.IsNull()) return;
   if (k == Kind::kMap) {
     if (!user.IsMap()) {
-      if (!polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
+      if (!whole.polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
       return;
     }
     for (auto it = user.begin(); it != user.end(); ++it) {
@@ -176,31 +173,41 @@ void check(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& t
       const std::string kp = join(path, key);
       const YAML::Node s = schema[key];
       if (!s.IsDefined()) {
+        if (const std::string* why = whole.foreign_key(kp)) {
+          errors.push_back("`" + kp + "`: not a " + whole.model_type() + " key: " + *why);
+          continue;
+        }
         const std::string guess = closest(key, schema);
         errors.push_back("`" + kp + "`: unknown key; " +
                          (guess.empty() ? "known keys here: " + known_keys(schema) : "did you mean `" + guess + "`?"));
         continue;
       }
-      check(it->second, s, templates, kp, errors);
+      check_node(it->second, s, whole, kp, errors);
     }
     return;
   }
   if (k == Kind::kSeq) {
     if (!user.IsSequence()) {
-      if (!polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
+      if (!whole.polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
       return;
     }
-    const YAML::Node tmpl = templates[path];
+    const YAML::Node tmpl = whole.templates()[path];
     if (tmpl.IsDefined())
-      for (size_t i = 0; i < user.size(); ++i) check(user[i], tmpl, templates, join(path, std::to_string(i)), errors);
+      for (size_t i = 0; i < user.size(); ++i) check_node(user[i], tmpl, whole, join(path, std::to_string(i)), errors);
     return;
   }
   if (!user.IsScalar()) {
-    if (!polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
+    if (!whole.polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
     return;
   }
   if (!scalar_fits(user, k))
     errors.push_back("`" + path + ": " + user.Scalar() + "`: expects " + kind_name(k));
+}
+
+}  // namespace
+
+void check(const YAML::Node& user, const ConfigSchema& schema, std::vector<std::string>& errors) {
+  check_node(user, schema.defaults(), schema, "", errors);
 }
 
 YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user) {
@@ -249,21 +256,20 @@ bool same_value(const YAML::Node& a, const YAML::Node& b) {
 namespace {
 
 struct RuleWalk {
-  const YAML::Node& schema;
-  const YAML::Node& templates;
+  const ConfigSchema& schema;
   std::vector<std::string>& warnings;
   std::vector<std::string>& errors;
   std::vector<std::pair<std::string, std::string>> ignored;  // (why, "`key: value`, ...")
 
   void visit(const std::string& path, const YAML::Node& v) {
-    const KeyRule* rule = rule_for(path);
+    const KeyRule* rule = schema.rule_for(path);
     if (!rule) {
-      if (v.IsMap() || (v.IsSequence() && find(templates, path).IsDefined())) return children(path, v);
+      if (v.IsMap() || (v.IsSequence() && find(schema.templates(), path).IsDefined())) return children(path, v);
       errors.push_back("`" + path + "`: the schema has this key but no rule says what gridformer does with it "
                        "(runner/config_keys.cpp)");
       return;
     }
-    const YAML::Node def = default_of(schema, templates, path);
+    const YAML::Node def = default_of(schema.defaults(), schema.templates(), path);
     const std::string kv = "`" + path + ": " + show(v) + "`";
     switch (rule->use) {
       case KeyUse::kBuilt:
@@ -298,9 +304,9 @@ struct RuleWalk {
 
 }  // namespace
 
-void apply_rules(const YAML::Node& resolved, const YAML::Node& schema, const YAML::Node& templates,
-                 std::vector<std::string>& warnings, std::vector<std::string>& errors) {
-  RuleWalk walk{schema, templates, warnings, errors, {}};
+void apply_rules(const YAML::Node& resolved, const ConfigSchema& schema, std::vector<std::string>& warnings,
+                 std::vector<std::string>& errors) {
+  RuleWalk walk{schema, warnings, errors, {}};
   walk.children("", resolved);
   for (const auto& [why, keys] : walk.ignored) warnings.push_back(keys + ": " + why + "; ignored");
 }

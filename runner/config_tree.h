@@ -6,15 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "runner/config_schema.h"
+
 namespace gf::config_tree {
 
 // Sets the node at dotted `path` (list items by index) to the YAML value `value`, creating maps.
 void set_path(YAML::Node root, const std::string& path, const std::string& value);
 
-// Appends one message per key of `user` that the schema does not know or whose value has the
-// wrong type.
-void check(const YAML::Node& user, const YAML::Node& schema, const YAML::Node& item_templates,
-           const std::string& path, std::vector<std::string>& errors);
+// Appends one message per key of `user` that the schema does not know (another model type's key with
+// the schema's reason) or whose value has the wrong type.
+void check(const YAML::Node& user, const ConfigSchema& schema, std::vector<std::string>& errors);
 
 // A deep copy of `defaults` with `user` laid over it (maps merged, everything else replaced;
 // null user values keep the default).
@@ -25,8 +26,8 @@ YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user);
 // not the default), one warning per reason for the kIgnored keys not at their default, one error
 // per kRefused key not at its default. A leaf without a rule is an error (a schema key nobody
 // decided about).
-void apply_rules(const YAML::Node& resolved, const YAML::Node& schema, const YAML::Node& templates,
-                 std::vector<std::string>& warnings, std::vector<std::string>& errors);
+void apply_rules(const YAML::Node& resolved, const ConfigSchema& schema, std::vector<std::string>& warnings,
+                 std::vector<std::string>& errors);
 
 // The default of `path` (list items from the templates), or an undefined node.
 YAML::Node default_of(const YAML::Node& schema, const YAML::Node& templates, const std::string& path);

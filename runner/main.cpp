@@ -16,6 +16,7 @@
 #include "parallel/communicator.h"
 #include "runner/config.h"
 #include "runner/layout_check.h"
+#include "runner/plan.h"
 #include "runner/logging.h"
 #include "runner/machine_probe.h"
 #include "runner/rank_agreement.h"
@@ -186,6 +187,13 @@ int main(int argc, char** argv) {
                      "passes RANK_SIZE); a layout that does not fit: its message, status 2")
       ->check(CLI::Range(1, 1 << 24));
 
+  auto* plan = app.add_subcommand("plan", "what each rank will hold (parameters, gradients, optimizer state, weight copy, "
+                                          "activations), computed from the config without building anything");
+  plan->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  plan->add_option("--set", sets, "override a key (repeatable)");
+  plan->add_option("--ranks", ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
+      ->check(CLI::Range(1, 1 << 24));
+
   std::string vocab, merges;
   bool decode = false;
   auto* tok = app.add_subcommand("tokenize", "GPT-2 BPE: each stdin line -> its ids space-separated (or back with --decode)");
@@ -216,6 +224,29 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::cout << gf::dump_resolved(cfg);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << describe(e) << "\n";
+      return kSetupError;
+    }
+  }
+  if (*plan) {
+    try {
+      const gf::Config cfg = gf::load_config(config_path, sets);
+      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      const int n = ranks > 0 ? ranks
+                              : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
+                                                 cfg.parallel.pipeline_stage);
+      std::string msg = gf::layout_error_message(cfg, n);
+      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); msg.empty() && !unbuilt.empty()) {
+        msg = config_path + ": " + std::to_string(unbuilt.size()) + " problem(s) in the config:";
+        for (const auto& u : unbuilt) msg += "\n  " + u;
+      }
+      if (!msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
+      std::cout << gf::plan_report(cfg, n);
       return 0;
     } catch (const std::exception& e) {
       std::cerr << "error: " << describe(e) << "\n";

@@ -12,22 +12,10 @@
 #include "runner/logging.h"
 #include "runner/metrics_log.h"
 #include "runner/run_info.h"
+#include "runner/plan.h"
 #include "runner/trainer.h"
 
 namespace gf {
-
-namespace {
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) { b /= 1024.0; ++u; }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
-  return buf;
-}
-
-}  // namespace
 
 Trainer::Trainer(const Config& cfg, ParallelContext& ctx, MachineSetup machine)
     : cfg_(cfg), ctx_(ctx), machine_(std::move(machine)) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `gridformer config` on MindFormers' own files (tests/data/mindformers, see its README): each
 # resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
-# with that key overridden. A config that cannot load stops with status 2 and a message naming its
+# with that key overridden. Its Llama 2 and Mixtral files are read with LlamaConfig's keys. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
 set -uo pipefail
@@ -49,6 +49,42 @@ done
 "$BIN" config --config "$DATA/r1.3/pretrain_gpt2_13b_fp16.yaml" > a.yaml 2>/dev/null || fail "13b resolve"
 "$BIN" config --config a.yaml > b.yaml 2>/dev/null || fail "the resolved 13b config does not load"
 cmp -s a.yaml b.yaml || fail "the resolved config changes when loaded again: $(diff a.yaml b.yaml | head)"
+
+# MindFormers' own Llama 2 and Mixtral files, unmodified: LlamaConfig's keys as they are.
+resolves r1.0/run_llama2_7b.yaml
+refused "$DATA/r1.3/pretrain_llama2_7b.yaml" \
+  "\`runner_config.gradient_accumulation_steps: 8\`: gradient accumulation is not built yet"
+resolves r1.3/pretrain_llama2_7b.yaml --set runner_config.gradient_accumulation_steps=1
+grep -q "model.model_config.rotary_dtype: float16\`: RoPE's sin/cos tables" err.txt || fail "no rotary_dtype warning: $(cat err.txt)"
+grep -q "^    max_position_embedding: 4096$" out.yaml || fail "max_position_embedding None is not seq_length: $(grep -n max_pos out.yaml)"
+refused "$DATA/r1.3/finetune_llama2_7b.yaml" "\`load_checkpoint: {path}/llama2_7b.ckpt\`: no such file or directory"
+resolves r1.3/finetune_llama2_7b.yaml --set 'load_checkpoint=""'
+refused "$DATA/r1.2/pretrain_llama2_70b.yaml" "\`parallel_config.pipeline_stage: 8\`: pipeline parallelism is not built yet"
+resolves r1.2/pretrain_llama2_70b.yaml --set parallel_config.pipeline_stage=1
+grep -q "use_flash_attention: True\` with \`n_kv_heads: 8\` < \`num_heads: 64\`" err.txt || fail "no GQA flash warning: $(cat err.txt)"
+# Its 8 key/value heads do not split over 16 tensor-parallel ranks: the layout check names the key.
+refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
+  "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \
+  --set parallel_config.pipeline_stage=1 --set parallel_config.model_parallel=16 --ranks 32
+for f in r1.3/pretrain_mixtral-8x7b.yaml r1.1/finetune_mixtral-8x7b.yaml; do
+  refused "$DATA/$f" "\`moe_config.expert_num: 8\`: a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts model, and MoE layers are not built yet (the MoE issue)"
+  refused "$DATA/$f" "\`parallel_config.expert_parallel: 8\`: expert parallelism is not built yet (MoE issue)" \
+    --set moe_config.expert_num=1
+  resolves "$f" --set moe_config.expert_num=1 --set parallel_config.pipeline_stage=1 --set parallel_config.expert_parallel=1
+done
+# A GPT-2 key under a LlamaConfig is refused with what a Llama uses instead.
+refused "$DATA/r1.0/run_llama2_7b.yaml" \
+  "--set model.model_config.hidden_dropout_rate=0.1: not a LlamaConfig key: MindFormers' LlamaConfig has no dropout rate" \
+  --set model.model_config.hidden_dropout_rate=0.1
+# The tiny Llama loads without a warning (tensor-parallel on 2 ranks too), and its resolved config loads back to itself.
+TINY_LLAMA="$SRC/configs/llama/run_llama_tiny.yaml"
+"$BIN" config --config "$TINY_LLAMA" --set parallel_config.model_parallel=2 --ranks 2 > a.yaml 2> err.txt \
+  || fail "run_llama_tiny.yaml on 2 ranks: $(cat err.txt)"
+[ ! -s err.txt ] || fail "run_llama_tiny.yaml warns: $(cat err.txt)"
+"$BIN" config --config "$TINY_LLAMA" > a.yaml 2>/dev/null || fail "run_llama_tiny.yaml"
+"$BIN" config --config a.yaml > b.yaml 2>/dev/null || fail "the resolved tiny Llama does not load"
+cmp -s a.yaml b.yaml || fail "the resolved tiny Llama changes when loaded again: $(diff a.yaml b.yaml | head)"
+echo "ok: configs/llama/run_llama_tiny.yaml resolves without a warning, on 1 and 2 ranks, and loads back to itself"
 
 # An empty config (or one with only comments) is refused.
 : > empty.yaml

@@ -13,6 +13,19 @@ model:
   arch: {type: GPT2LMHeadModel}
 )";
 
+// The smallest LlamaConfig that loads (multi-head: n_kv_heads is None).
+inline const std::string kMinimalLlama = R"(
+model:
+  model_config:
+    type: LlamaConfig
+    seq_length: 32
+    vocab_size: 1000
+    hidden_size: 64
+    num_layers: 2
+    num_heads: 4
+  arch: {type: LlamaForCausalLM}
+)";
+
 // The ConfigError's message, or "" when the config loads.
 inline std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
   try {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# `gridformer plan` sizes a run without building it: its per-rank parameter, optimizer-state,
+# weight-copy and activation bytes are the ones the run then reports (resources.json), for a Llama
+# at mp2 with ZeRO-1 over dp2, bf16 and selective recompute, and a GPT-2 with full recompute; a
+# layout that does not fit is refused with status 2 before any sizing.
+set -euo pipefail
+BUILD="$1"; SRC="$2"
+BIN="$BUILD/bin/gridformer"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+common=(--set runner_config.train_steps=1 --set train_dataset.data_loader.type=RandomTokens
+        --set model.model_config.seq_length=32 --set model.model_config.num_layers=2 --set runner_config.batch_size=2)
+check() {  # NAME CONFIG NP extra...
+  local name=$1 cfg=$2 np=$3; shift 3
+  "$BIN" plan --config "$cfg" "${common[@]}" "$@" > "$name.plan"
+  mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" "${common[@]}" "$@" --set output_dir="$name" > "$name.log" 2>&1 \
+    || { tail -20 "$name.log"; echo "FAIL: $name did not train"; exit 1; }
+  python3 - "$name.plan" "$(find "$name" -name resources.json)" <<'PY'
+import json, re, sys
+plan = open(sys.argv[1]).read()
+ranks = json.load(open(sys.argv[2]))["ranks"]
+units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+def field(line, key):
+    v, u = re.search(key + r" ([0-9.]+) (\w+)", line).groups()
+    return float(v) * units[u], 0.05 * units[u]  # printed to one decimal of its unit
+lines = {int(m.group(1)): m.group(0) for m in re.finditer(r"tensor-parallel rank (\d+).*", plan)}
+for r in ranks:
+    tp_rank = r["rank"] % len(lines)   # ranks are tp-major within a data-parallel replica
+    line = lines[tp_rank]
+    for key, got in (("activations", r["planned_activation_bytes"]), ("optimizer state", r["optimizer_state_bytes"]),
+                     ("weight copy", r["weight_copy_bytes"])):
+        want, tol = field(line, key)
+        if abs(want - got) > tol:
+            sys.exit(f"FAIL: rank {r['rank']}: plan says {key} {want:.0f} B, the run has {got:.0f} B")
+print(f"{sys.argv[1]}: plan matches the run on {len(ranks)} rank(s)")
+PY
+}
+check llama "$SRC/configs/llama/run_llama_tiny.yaml" 4 --set parallel_config.model_parallel=2 \
+  --set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=True \
+  --set model.model_config.compute_dtype=bfloat16 --set recompute_config.select_recompute=True
+check gpt2 "$SRC/configs/gpt2/run_gpt2_tiny.yaml" 2 --set parallel_config.model_parallel=2 \
+  --set parallel_config.vocab_emb_dp=False --set recompute_config.recompute=True
+set +e
+"$BIN" plan --config "$SRC/configs/llama/run_llama_tiny.yaml" --set parallel_config.model_parallel=4 > bad.out 2>&1
+status=$?
+set -e
+[ "$status" -eq 2 ] || { cat bad.out; echo "FAIL: plan on a layout that splits a key/value head: status $status"; exit 1; }
+grep -q "n_kv_heads" bad.out || { cat bad.out; echo "FAIL: the refusal does not name n_kv_heads"; exit 1; }
+echo "PASS"

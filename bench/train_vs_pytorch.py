@@ -21,10 +21,14 @@ the GEMM ceiling of the dtype measured in the same run: the largest median over 
 implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of any bf16 one (oneDNN from
 fp32 or bf16 inputs, torch.mm bf16) for bf16.
 
-Every run's CPU utilisation is recorded: CPU seconds / (wall seconds x threads) of the process
-(gridformer: the whole run, from RUSAGE_CHILDREN; PyTorch: the median over its timed steps). Well
-below 1 means other processes had the cores for part of the run (spinning threads count, so it is an
-upper bound). --max-load waits before each round for the 1-minute load average to fall below X.
+Every run records how much of the machine it had: "cpu util", CPU seconds / (wall seconds x
+threads) of the process (gridformer: the whole run, start-up included, from RUSAGE_CHILDREN;
+PyTorch: the median over its timed steps; spinning threads count, so it is an upper bound), and
+"others", the share of all CPUs' time spent on anything else while it ran (/proc/stat busy time,
+the hypervisor's steal included, minus the run's own CPU time). The report gives medians over
+every round and over the quiet rounds: those in which every run of that shape and dtype had
+others <= --quiet (0.10). --max-load waits before each round for the 1-minute load average to fall
+below X (at most --max-wait s).
 
 Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
 measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
@@ -109,10 +113,10 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
             os.remove(os.path.join(out, name))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
     binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
-    c0, t0 = _children_cpu(), time.perf_counter()
+    watch = CpuWatch(threads)
     p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
-    cpu_util = (_children_cpu() - c0) / ((time.perf_counter() - t0) * threads)
+    cpu_util, others = watch.stop()
     if p.returncode != 0:
         raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
     # The step lines (the run_start line has no "loss").
@@ -121,13 +125,39 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
     start = next((r for r in lines if r.get("event") == "run_start"), None)
     res_path = os.path.join(out, "resources.json")
     res = json.load(open(res_path)) if os.path.exists(res_path) else None
-    return {"rows": rows, "start": start, "resources": res, "log": p.stdout, "cpu_util": cpu_util}
+    return {"rows": rows, "start": start, "resources": res, "log": p.stdout, "cpu_util": cpu_util,
+            "others": others}
 
 
-def _children_cpu():
-    """User + system CPU seconds of this process's finished children (one child runs at a time)."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+class CpuWatch:
+    """What the machine's CPUs did while one child process ran (one child runs at a time):
+    stop() returns (the child's CPU seconds / (wall seconds x threads), the share of all CPUs' time
+    busy with anything else, the hypervisor's steal included; from /proc/stat and RUSAGE_CHILDREN)."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.t0, self.c0, self.stat0 = time.perf_counter(), self._children(), self._stat()
+
+    @staticmethod
+    def _children():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    @staticmethod
+    def _stat():
+        """(busy, total) jiffies over all CPUs: busy = user nice system irq softirq steal."""
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        v += [0] * (8 - len(v))
+        return v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v[:8])
+
+    def stop(self):
+        wall, child = time.perf_counter() - self.t0, self._children() - self.c0
+        (b0, t0), (b1, t1) = self.stat0, self._stat()
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        total = (t1 - t0) * jiffy
+        others = max(0.0, ((b1 - b0) * jiffy - child) / total) if total > 0 else None
+        return child / (wall * self.threads), others
 
 
 def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
@@ -159,11 +189,14 @@ def pytorch_run(shape, steps, threads, dtype="fp32"):
     """bench/torch_gpt2.py's --json result (tokens_per_s, tflops, peak_rss_bytes, ...); the first
     of `steps` steps is warm-up."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    watch = CpuWatch(threads)
     out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
                           "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json",
                           "--dtype", dtype],
                          env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    res = json.loads(out.strip().splitlines()[-1])
+    res["process_cpu_util"], res["others"] = watch.stop()
+    return res
 
 
 
@@ -285,6 +318,8 @@ def main():
     ap.add_argument("--max-load", type=float, default=None,
                     help="before each round, wait until the 1-minute load average is below this (at most --max-wait s)")
     ap.add_argument("--max-wait", type=float, default=600)
+    ap.add_argument("--quiet", type=float, default=0.10,
+                    help="a round is quiet for a shape and dtype when every run of it had others <= this")
     args = ap.parse_args()
     builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]
     dtypes = args.dtypes.split(",")
@@ -333,22 +368,22 @@ def main():
                         res = {"tokens_per_s": x["tokens_per_s"], "step_ms": x["step_ms"],
                                "tflops": model_flops(shape) / (x["step_ms"] * 1e-3) / 1e12,
                                "gemm_backend": st.get("gemm_backend"), "git_commit": st.get("git_commit"),
-                               "cpu_util": x["run"]["cpu_util"], "warnings": warn}
+                               "cpu_util": x["run"]["cpu_util"], "others": x["run"]["others"], "warnings": warn}
                         runs.setdefault((shape, dt, b), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl=b, round=r + 1))
                         print(f"  {shape} {dt} gridformer {st.get('git_commit', os.path.basename(os.path.dirname(b)))}"
                               f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s (cpu util "
-                              f"{res['cpu_util']:.2f})"
+                              f"{res['cpu_util']:.2f}, others {res['others']:.2f})"
                               + ("; " + "; ".join(warn) if warn else ""), flush=True)
                     if not args.no_pytorch:
                         p = pytorch_run(shape, args.steps, args.threads, dtype=dt)
                         res = {"tokens_per_s": p["tokens_per_s"], "step_ms": 1e3 * p["median_step_s"],
                                "tflops": model_flops(shape) / p["median_step_s"] / 1e12,
-                               "cpu_util": p["median_cpu_util"]}
+                               "cpu_util": p["median_cpu_util"], "others": p["others"]}
                         runs.setdefault((shape, dt, "pytorch"), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl="pytorch", round=r + 1))
                         print(f"  {shape} {dt} pytorch: {res['tokens_per_s']:.1f} tok/s (cpu util "
-                              f"{res['cpu_util']:.2f})", flush=True)
+                              f"{res['cpu_util']:.2f}, others {res['others']:.2f})", flush=True)
     record["loadavg_end"] = os.getloadavg()
     report(args, builds, shapes, dtypes, runs, gemm, record)
     if args.json:
@@ -373,43 +408,50 @@ def report(args, builds, shapes, dtypes, runs, gemm, record):
             print(f"{dt} ceiling: {v:.0f} GFLOP/s ({impl}, {shp})")
         record["ceiling_gflops"] = {dt: v[0] for dt, v in ceil.items()}
     names = {b: (os.path.relpath(b, ROOT) if b.startswith(ROOT) else b) for b in builds}
-    print("\n| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | vs PyTorch |"
-          + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
-    print("|---|---|---|---:|---|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
-    for shape in shapes:
-        for dt in dtypes:
-            pt = runs.get((shape, dt, "pytorch"))
-            pt_tok = med(x["tokens_per_s"] for x in pt) if pt else None
-            first = runs.get((shape, dt, builds[0]))
-            first_tok = med(x["tokens_per_s"] for x in first) if first else None
-            for impl in builds + ["pytorch"]:
-                xs = runs.get((shape, dt, impl))
-                if not xs:
+    names["pytorch"] = "PyTorch"
+    impls = builds + ["pytorch"]
+    for quiet in (False, True):
+        print("\n" + (f"Quiet rounds only (every run of the shape and dtype had others <= {args.quiet}):"
+                      if quiet else "Every round:") + "\n")
+        print("| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | vs PyTorch |"
+              + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
+        print("|---|---|---|---:|---|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
+        notes = []
+        for shape in shapes:
+            for dt in dtypes:
+                per = {i: runs.get((shape, dt, i)) for i in impls if runs.get((shape, dt, i))}
+                if not per:
                     continue
-                tok = med(x["tokens_per_s"] for x in xs)
-                tf = med(x["tflops"] for x in xs)
-                c = ceil.get(dt)
-                label = "PyTorch" if impl == "pytorch" else f"gridformer {names[impl]} ({xs[0].get('git_commit')})"
-                line = (f"| {shape} | {dt} | {label} | {tok:.1f} | " + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs)
-                        + f" | {tf:.4f} | " + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a")
-                        + " | " + (f"{tok / pt_tok:.2f}x" if pt_tok and impl != "pytorch" else "") + " |")
-                if len(builds) > 1:
-                    line += (f" {tok / first_tok:.3f}x |" if impl != "pytorch" and first_tok else " |")
-                print(line)
-            if pt and len(pt) == len(first or []):
-                rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(first, pt)]
-                print(f"  ({shape} {dt}: per-round ratios {names[builds[0]]} / PyTorch "
-                      + ", ".join(f"{x:.2f}" for x in rs) + f", median {med(rs):.2f}x; cpu util per round: "
-                      + "; ".join(f"{names[b] if b != 'pytorch' else 'PyTorch'} "
-                                  + ", ".join(f"{x['cpu_util']:.2f}" for x in runs.get((shape, dt, b), []))
-                                  for b in builds + ["pytorch"]) + ")")
-            for b in builds[1:]:
-                other = runs.get((shape, dt, b))
-                if other and first and len(other) == len(first):
-                    rs = [a["tokens_per_s"] / c["tokens_per_s"] for a, c in zip(other, first)]
-                    print(f"  ({shape} {dt}: per-round ratios {names[b]} / {names[builds[0]]} "
-                          + ", ".join(f"{x:.3f}" for x in rs) + f", median {med(rs):.3f}x)")
-
+                n = min(len(v) for v in per.values())
+                keep = [r for r in range(n)
+                        if not quiet or all((per[i][r]["others"] or 0.0) <= args.quiet for i in per)]
+                if not keep:
+                    notes.append(f"{shape} {dt}: no quiet round")
+                    continue
+                sel = {i: [per[i][r] for r in keep] for i in per}
+                tok = {i: med(x["tokens_per_s"] for x in v) for i, v in sel.items()}
+                for i, xs in sel.items():
+                    tf = med(x["tflops"] for x in xs)
+                    c = ceil.get(dt)
+                    label = names[i] if i == "pytorch" else f"gridformer {names[i]} ({xs[0].get('git_commit')})"
+                    line = (f"| {shape} | {dt} | {label} | {tok[i]:.1f} | "
+                            + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs) + f" | {tf:.4f} | "
+                            + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a") + " | "
+                            + (f"{tok[i] / tok['pytorch']:.2f}x" if "pytorch" in tok and i != "pytorch" else "") + " |")
+                    if len(builds) > 1:
+                        line += (f" {tok[i] / tok[builds[0]]:.3f}x |" if i != "pytorch" and builds[0] in tok else " |")
+                    print(line)
+                note = (f"{shape} {dt}, rounds {', '.join(str(r + 1) for r in keep)}: others per round "
+                        + "; ".join(f"{names[i]} " + ", ".join(f"{x['others']:.2f}" for x in v) for i, v in sel.items())
+                        + "; cpu util " + "; ".join(f"{names[i]} " + ", ".join(f"{x['cpu_util']:.2f}" for x in v)
+                                                    for i, v in sel.items()))
+                for i in [x for x in impls if x != builds[0] and x in sel]:
+                    if builds[0] in sel:
+                        rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(sel[builds[0]], sel[i])]
+                        note += (f"; per-round ratios {names[builds[0]]} / {names[i]} "
+                                 + ", ".join(f"{x:.3f}" for x in rs) + f" (median {med(rs):.3f})")
+                notes.append(note)
+        print("\n" + "\n".join(f"- {x}" for x in notes))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 
     python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
                                       [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
-                                      [--no-gemm] [--no-pytorch] [--json FILE] [--max-load X [--max-wait S]]
+                                      [--no-gemm] [--no-pytorch] [--json FILE] [--wait-idle S] [--quiet 0.10]
 
 Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
 and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
@@ -17,9 +17,10 @@ median of its timed steps (the first step is warm-up); the tables show medians o
 TFLOP/s are computed here, from one formula for both sides (Megatron's count generalised to
 grouped-query attention and SwiGLU, as gridformer's TransformerLM::flops_per_step; for GPT-2 it is
 72 B T L h^2 (1 + T/(6h) + V/(12 L h))) over the run's median step time. "% ceiling" divides them by
-the GEMM ceiling of the dtype measured in the same run: the largest median over rounds of any fp32
-implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of any bf16 one (oneDNN from
-fp32 or bf16 inputs, torch.mm bf16) for bf16.
+the GEMM ceiling of the dtype measured in the same run: the best round of the fastest fp32
+implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of the fastest bf16 one (oneDNN
+from fp32 or bf16 inputs, torch.mm bf16) for bf16 (a ceiling: the figure other processes lowered
+least, as build/bin/machine_probe takes its own).
 
 Every run records how much of the machine it had: "cpu util", CPU seconds / (wall seconds x
 threads) of the process (gridformer: the whole run, start-up included, from RUSAGE_CHILDREN;
@@ -27,8 +28,9 @@ PyTorch: the median over its timed steps; spinning threads count, so it is an up
 "others", the share of all CPUs' time spent on anything else while it ran (/proc/stat busy time,
 the hypervisor's steal included, minus the run's own CPU time). The report gives medians over
 every round and over the quiet rounds: those in which every run of that shape and dtype had
-others <= --quiet (0.10). --max-load waits before each round for the 1-minute load average to fall
-below X (at most --max-wait s).
+others <= --quiet (0.10). --wait-idle S: before the GEMM timing and before each shape and dtype's
+runs, wait (at most S seconds) for a 5-second window in which other processes used at most --quiet
+of the CPUs, so that the runs compared with each other start on a quiet machine.
 
 Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
 measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
@@ -255,16 +257,19 @@ def gemm_round(shapes, threads, gemm_bin):
 
 
 def gemm_ceilings(rounds):
-    """(medians {(impl, shape): GFLOP/s} over the rounds, {"fp32": (GFLOP/s, impl, shape), "bf16": ...})."""
+    """({(impl, shape): median GFLOP/s over the rounds}, {(impl, shape): best round's GFLOP/s},
+    {"fp32": (GFLOP/s, impl, shape), "bf16": ...}): a dtype's ceiling is its fastest implementation's
+    best round (the figure other processes lowered least, as machine_probe takes it)."""
     keys = sorted({k for g in rounds for k in g})
     medians = {k: statistics.median(g[k] for g in rounds if k in g) for k in keys}
+    best_of = {k: max(g[k] for g in rounds if k in g) for k in keys}
     ceil = {}
     for dt, impls in (("fp32", FP32_IMPLS), ("bf16", BF16_IMPLS)):
-        cand = {k: v for k, v in medians.items() if k[0] in impls and v > 0}
+        cand = {k: v for k, v in best_of.items() if k[0] in impls and v > 0}
         if cand:
             best = max(cand, key=cand.get)
             ceil[dt] = (cand[best], best[0], best[1])
-    return medians, ceil
+    return medians, best_of, ceil
 
 
 def run_machine_probe(build, threads, out):
@@ -277,13 +282,27 @@ def run_machine_probe(build, threads, out):
     return json.load(open(out))
 
 
-def wait_for_load(max_load, max_wait):
-    """Sleeps until the 1-minute load average is below max_load (None: don't wait) or max_wait seconds
-    have passed; returns the seconds waited."""
+def wait_for_idle(max_busy, max_wait, window=5.0):
+    """Waits until a `window`-second stretch in which everything else on the machine used at most
+    max_busy of the CPUs (/proc/stat; we run nothing meanwhile), or max_wait seconds; returns (seconds
+    waited, the last window's busy share)."""
     t0 = time.time()
-    while max_load is not None and os.getloadavg()[0] >= max_load and time.time() - t0 < max_wait:
-        time.sleep(10)
-    return time.time() - t0 if max_load is not None and time.time() - t0 >= 1 else 0.0
+    while True:
+        b0, a0 = CpuWatch._stat()
+        time.sleep(window)
+        b1, a1 = CpuWatch._stat()
+        busy = (b1 - b0) / (a1 - a0) if a1 > a0 else 0.0
+        if busy <= max_busy or time.time() - t0 >= max_wait:
+            return time.time() - t0, busy
+
+
+def idle_gate(args, what):
+    """wait_for_idle before `what` when --wait-idle is set; prints what it waited."""
+    if not args.wait_idle:
+        return
+    waited, busy = wait_for_idle(args.quiet, args.wait_idle)
+    print(f"  (waited {waited:.0f} s before {what}: others {busy:.2f} of the CPUs in the last 5 s"
+          + ("" if busy <= args.quiet else f", above {args.quiet}: gave up waiting") + ")", flush=True)
 
 
 def cpu_name():
@@ -315,12 +334,17 @@ def main():
     ap.add_argument("--probe", default=None, help="machine probe JSON for every gridformer run (GF_MACHINE_PROBE; "
                     "default: measure one now with the first build's machine_probe)")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
-    ap.add_argument("--max-load", type=float, default=None,
-                    help="before each round, wait until the 1-minute load average is below this (at most --max-wait s)")
-    ap.add_argument("--max-wait", type=float, default=600)
+    ap.add_argument("--report", default=None,
+                    help="measure nothing: print the tables of these --json files (comma-separated; their rounds "
+                         "pooled, each keeping its own builds)")
+    ap.add_argument("--wait-idle", type=float, default=0,
+                    help="wait up to this many seconds for a quiet 5 s before the GEMM timing and each shape and "
+                         "dtype's runs (0: don't wait)")
     ap.add_argument("--quiet", type=float, default=0.10,
                     help="a round is quiet for a shape and dtype when every run of it had others <= this")
     args = ap.parse_args()
+    if args.report:
+        return report_files(args, args.report.split(","))
     builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]
     dtypes = args.dtypes.split(",")
     shapes = args.shapes.split(",")
@@ -345,12 +369,10 @@ def main():
         runs = {}  # (shape, dtype, impl) -> [result per round]
         gemm = []  # per round, {(impl, shape): GFLOP/s}
         for r in range(args.rounds):
-            waited = wait_for_load(args.max_load, args.max_wait)
-            print(f"round {r + 1}/{args.rounds} (load average {loadavg()}"
-                  + (f", after waiting {waited:.0f} s for it to fall below {args.max_load}" if waited else "") + ")",
-                  flush=True)
+            print(f"round {r + 1}/{args.rounds} (load average {loadavg()})", flush=True)
             record.setdefault("round_loadavg", []).append(os.getloadavg())
             if not args.no_gemm:
+                idle_gate(args, "the GEMM timing")
                 g = gemm_round(args.gemm_shapes.split(","), args.threads, gemm_bin)
                 gemm.append(g)
                 record["gemm"].append({f"{k[0]} {k[1]}": v for k, v in g.items()})
@@ -360,6 +382,7 @@ def main():
             for shape in shapes:
                 for dt in dtypes:
                     extra = dict(compute_dtype="bfloat16") if dt == "bf16" else None
+                    idle_gate(args, f"{shape} {dt}")
                     for b in order:
                         x = gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, b,
                                            tag=f"{shape}_{dt}", model_extra=extra, env_extra=env_extra)
@@ -391,19 +414,38 @@ def main():
             json.dump(record, f, indent=1)
 
 
+def report_files(args, paths):
+    """The report of earlier --json files, their rounds pooled (in file order)."""
+    records = [json.load(open(p)) for p in paths]
+    builds, shapes, dtypes, runs, gemm = [], [], [], {}, []
+    for rec in records:
+        builds += [b for b in rec["builds"] if b not in builds]
+        for g in rec["gemm"]:
+            gemm.append({tuple(k.rsplit(" ", 1)): v for k, v in g.items()})
+        for x in sorted(rec["runs"], key=lambda x: x["round"]):
+            shapes += [x["shape"]] if x["shape"] not in shapes else []
+            dtypes += [x["dtype"]] if x["dtype"] not in dtypes else []
+            runs.setdefault((x["shape"], x["dtype"], x["impl"]), []).append(x)
+    print("report of " + ", ".join(f"{p} ({r['date']}, load average at the start "
+                                    f"{' '.join(f'{v:.2f}' for v in r['loadavg_start'])})" for p, r in zip(paths, records)))
+    args.gemm_shapes = ",".join(dict.fromkeys(k[1] for g in gemm for k in g))
+    report(args, builds, shapes, dtypes, runs, gemm, dict(records[0], threads=records[0]["threads"]))
+
+
 def report(args, builds, shapes, dtypes, runs, gemm, record):
     med = statistics.median
     print(f"\n{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average at the start "
           f"{' '.join(f'{x:.2f}' for x in record['loadavg_start'])}, at the end {loadavg()}")
     ceil = {}
     if gemm:
-        medians, ceil = gemm_ceilings(gemm)
+        medians, best_of, ceil = gemm_ceilings(gemm)
         gshapes = args.gemm_shapes.split(",")
-        print(f"\nGEMM GFLOP/s at {args.threads} threads, medians over {len(gemm)} rounds:\n")
+        print(f"\nGEMM GFLOP/s at {args.threads} threads, median / best of {len(gemm)} rounds:\n")
         print("| implementation | " + " | ".join(gshapes) + " |")
         print("|---|" + "---:|" * len(gshapes))
         for impl in sorted({k[0] for k in medians}):
-            print(f"| {impl} | " + " | ".join(f"{medians.get((impl, s), float('nan')):.0f}" for s in gshapes) + " |")
+            print(f"| {impl} | " + " | ".join(f"{medians.get((impl, s), float('nan')):.0f} / "
+                                             f"{best_of.get((impl, s), float('nan')):.0f}" for s in gshapes) + " |")
         for dt, (v, impl, shp) in ceil.items():
             print(f"{dt} ceiling: {v:.0f} GFLOP/s ({impl}, {shp})")
         record["ceiling_gflops"] = {dt: v[0] for dt, v in ceil.items()}

@@ -29,8 +29,9 @@ PyTorch: the median over its timed steps; spinning threads count, so it is an up
 the hypervisor's steal included, minus the run's own CPU time). The report gives medians over
 every round and over the quiet rounds: those in which every run of that shape and dtype had
 others <= --quiet (0.10). --wait-idle S: before the GEMM timing and before each shape and dtype's
-runs, wait (at most S seconds) for a 5-second window in which other processes used at most --quiet
-of the CPUs, so that the runs compared with each other start on a quiet machine.
+runs (and before the machine probe), wait (at most S seconds) for a 5-second window in which other
+processes used at most --quiet of the CPUs, so that the runs compared with each other start on a
+quiet machine.
 
 Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
 measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
@@ -357,6 +358,7 @@ def main():
         probe = args.probe
         if probe is None:
             probe = os.path.join(work, "machine_probe.json")
+            idle_gate(args, "the machine probe")
             pj = run_machine_probe(builds[0], args.threads, probe)
             if pj is None:
                 probe = None
@@ -367,6 +369,7 @@ def main():
         env_extra = {"GF_MACHINE_PROBE": probe} if probe else {}
         gemm_bin = os.path.join(builds[0], "bin", "bench_gemm")
         runs = {}  # (shape, dtype, impl) -> [result per round]
+        cannot = set()  # (shape, build) that failed once
         gemm = []  # per round, {(impl, shape): GFLOP/s}
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds} (load average {loadavg()})", flush=True)
@@ -384,8 +387,17 @@ def main():
                     extra = dict(compute_dtype="bfloat16") if dt == "bf16" else None
                     idle_gate(args, f"{shape} {dt}")
                     for b in order:
-                        x = gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, b,
-                                           tag=f"{shape}_{dt}", model_extra=extra, env_extra=env_extra)
+                        if (shape, b) in cannot:
+                            continue
+                        try:
+                            x = gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, b,
+                                               tag=f"{shape}_{dt}", model_extra=extra, env_extra=env_extra)
+                        except RuntimeError as e:  # e.g. an older build without this model: skip it for this shape
+                            cannot.add((shape, b))
+                            why = [l for l in str(e).splitlines() if "error" in l.lower() or "refus" in l.lower()]
+                            print(f"  {shape} {dt} {b}: failed, skipped for {shape} from now on: "
+                                  f"{(why or str(e).splitlines())[0][:300]}", flush=True)
+                            continue
                         st = x["run"].get("start") or {}
                         warn = [l.strip() for l in x["run"]["log"].splitlines() if "warn" in l.lower()]
                         res = {"tokens_per_s": x["tokens_per_s"], "step_ms": x["step_ms"],
@@ -394,6 +406,7 @@ def main():
                                "cpu_util": x["run"]["cpu_util"], "others": x["run"]["others"], "warnings": warn}
                         runs.setdefault((shape, dt, b), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl=b, round=r + 1))
+                        save(args.json, record)
                         print(f"  {shape} {dt} gridformer {st.get('git_commit', os.path.basename(os.path.dirname(b)))}"
                               f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s (cpu util "
                               f"{res['cpu_util']:.2f}, others {res['others']:.2f})"
@@ -405,13 +418,20 @@ def main():
                                "cpu_util": p["median_cpu_util"], "others": p["others"]}
                         runs.setdefault((shape, dt, "pytorch"), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl="pytorch", round=r + 1))
+                        save(args.json, record)
                         print(f"  {shape} {dt} pytorch: {res['tokens_per_s']:.1f} tok/s (cpu util "
                               f"{res['cpu_util']:.2f}, others {res['others']:.2f})", flush=True)
     record["loadavg_end"] = os.getloadavg()
+    save(args.json, record)
     report(args, builds, shapes, dtypes, runs, gemm, record)
-    if args.json:
-        with open(args.json, "w") as f:
+
+
+def save(path, record):
+    """Writes the measurements so far to --json (after every run, so an interrupted run keeps them)."""
+    if path:
+        with open(path + ".tmp", "w") as f:
             json.dump(record, f, indent=1)
+        os.replace(path + ".tmp", path)
 
 
 def report_files(args, paths):

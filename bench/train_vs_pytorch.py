@@ -4,6 +4,8 @@
     python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
                                       [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
                                       [--no-gemm] [--no-pytorch] [--json FILE] [--wait-idle S] [--quiet 0.10]
+                                      [--probe FILE]
+    python3 bench/train_vs_pytorch.py --report FILE[,FILE...]     # the tables of earlier --json files
 
 Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
 and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
@@ -353,7 +355,8 @@ def main():
           f"{loadavg()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; threads {args.threads}; "
           f"{args.steps} steps per run (first untimed), {args.rounds} rounds", flush=True)
     record = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu_name(), "loadavg_start": os.getloadavg(),
-              "threads": args.threads, "steps": args.steps, "builds": builds, "gemm": [], "runs": []}
+              "threads": args.threads, "steps": args.steps, "builds": builds, "gemm": [], "runs": [],
+              "argv": sys.argv[1:], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
     with tempfile.TemporaryDirectory() as work:
         probe = args.probe
         if probe is None:

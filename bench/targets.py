@@ -45,7 +45,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_vs_pytorch import ROOT, SHAPES, gridformer_run, gridformer_train, pytorch_run  # noqa: E402
+from train_vs_pytorch import ROOT, SHAPES, gemm_round, gridformer_run, gridformer_train, pytorch_run  # noqa: E402
 from distributed import param_list  # noqa: E402
 
 MiB = 2.0 ** 20
@@ -55,31 +55,6 @@ NOT_BUILT = "mixed precision is not built yet"
 # tests/integration/flash_attention_memory.sh's model
 SEQ_MODEL = dict(vocab_size=1000, max_position_embeddings=8192, hidden_size=64, num_layers=2, num_heads=2,
                  batch_size=1)
-
-TORCH_MM = r"""
-import json, statistics, sys, time, torch
-threads, rounds, min_s, shapes = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-torch.set_num_threads(threads)
-torch.manual_seed(0)
-out = {}
-for shp in shapes.split(","):
-    M, N, K = map(int, shp.split("x"))
-    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = (0.1 * torch.randn(M, K)).to(dt), (0.1 * torch.randn(K, N)).to(dt)
-        c = torch.empty(M, N, dtype=dt)
-        torch.mm(a, b, out=c)                       # untimed first call
-        t0 = time.perf_counter(); torch.mm(a, b, out=c); pace = time.perf_counter() - t0
-        reps = max(1, int(min_s / pace + 0.999))
-        ts = []
-        for r in range(rounds if pace < 2.0 else 1):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                torch.mm(a, b, out=c)
-            ts.append((time.perf_counter() - t0) / reps)
-        out[shp + " " + name] = 2.0 * M * N * K / statistics.median(ts) / 1e9
-print(json.dumps(out))
-"""
-
 
 def machine():
     model = "?"
@@ -106,28 +81,6 @@ def round_ratios(ours, theirs):
     round shared its load, so this is a second view of the ratio of the medians."""
     rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs)]
     return "per-round ratios " + ", ".join(f"{r:.2f}" for r in rs) + f" (median {med(rs):.2f}x)"
-
-
-# ---------------------------------------------------------------------------------------------
-# GEMM ceiling
-
-def gemm_round(shapes, threads, gemm_bin):
-    """GFLOP/s per (implementation, shape) for one round: bench_gemm --shape, then torch.mm."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([gemm_bin, "--shape", ",".join(shapes), "--threads", str(threads), "--rounds", "3",
-                          "--min-ms", "100"], env=env, check=True, capture_output=True, text=True).stdout
-    r = {}
-    for line in out.splitlines():
-        if line.startswith("shape "):
-            f = line.split()
-            for name, val in zip(f[2::2], f[3::2]):
-                r[(f"gridformer {name}", f[1])] = float(val)
-    tout = subprocess.run(["/usr/bin/python3", "-c", TORCH_MM, str(threads), "3", "0.1", ",".join(shapes)],
-                          env=env, check=True, capture_output=True, text=True).stdout
-    for key, val in json.loads(tout.strip().splitlines()[-1]).items():
-        shp, dt = key.split()
-        r[(f"torch.mm {dt}", shp)] = val
-    return r
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch side of gridformer's GPT-2 training benchmark (CPU).
+"""PyTorch side of gridformer's GPT-2 and Llama training benchmarks (CPU).
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape gpt2-tiny --steps 5 --warmup 2 --threads 2
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape llama-tiny --dtype bf16
 
 Builds a GPT-2 (HF layout: Conv1D weights [in, out], tied LM head, gelu_new,
-LayerNorm eps 1e-5, no dropout), trains it on random tokens with
+LayerNorm eps 1e-5, no dropout) or, for the llama-* shapes, tools/torch_llama.py's
+LlamaForCausalLM (HF's modeling_llama.py in plain torch: RMSNorm, RoPE, grouped-query
+attention through repeat_kv, eager attention, SwiGLU, untied head, nn.Linear [out, in],
+HF's init), trains it on random tokens with
 AdamW(betas 0.9/0.95, eps 1e-8, wd 0.1 on 2-D weights only) and
 clip_grad_norm_(1.0), and times every optimizer step (zero_grad + forward +
 backward + clip + step) after `--warmup` untimed steps.
@@ -19,6 +23,13 @@ recomputation) for the FLOPs of one iteration (forward + backward):
 (B batch, T sequence length, L layers, h hidden size, V vocabulary). It counts
 only matmul FLOPs (QKV/proj/MLP, attention scores and values, LM head), with
 backward = 2x forward; the optimizer, LayerNorm, GELU, softmax are not counted.
+Generalised to grouped-query attention (H query heads, Hkv key/value heads of
+width D) and a gated MLP of width F (m = 3 products for SwiGLU, 2 for GELU), as
+gridformer's TransformerLM::flops_per_step counts it:
+
+    F = 6 * B * T * [L * (C*(H + 2*Hkv)*D + C*H*D + m*C*F + 2*T*C) + C*V]
+
+which for GPT-2 (Hkv = H, H*D = C, F = 4C, m = 2) is the formula above.
 MFU = achieved TFLOP/s / --peak-tflops (not printed without a peak).
 
 Notes for torch 1.13 (Debian's python3-torch): AdamW has no `fused` option in
@@ -41,9 +52,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SHAPES = {
-    # name: (n_layer, n_embd, n_head, vocab_size, n_positions, T, B)
+    # name: (n_layer, n_embd, n_head, vocab_size, n_positions, T, B); Llama adds its kv heads and SwiGLU width
     "gpt2-124M": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, T=256, B=4),
     "gpt2-tiny": dict(n_layer=4, n_embd=256, n_head=4, vocab_size=50257, n_positions=1024, T=256, B=8),
+    "llama-tiny": dict(model="llama", n_layer=4, n_embd=256, n_head=8, n_kv_head=2, intermediate_size=704,
+                       vocab_size=50257, n_positions=1024, T=256, B=8),
 }
 
 
@@ -116,6 +129,43 @@ def megatron_flops(B, T, L, h, V):
     return 72.0 * B * T * L * h * h * (1.0 + T / (6.0 * h) + V / (12.0 * L * h))
 
 
+def model_flops(B, T, L, C, V, H, Hkv=None, F=None, gated=False):
+    """Megatron's count generalised to grouped-query attention and a gated (SwiGLU) MLP, as
+    gridformer's TransformerLM::flops_per_step: 6 B T [L (C (H + 2 Hkv) D + C H D + m C F + 2 T C) + C V]."""
+    Hkv = Hkv or H
+    F = F or 4 * C
+    D = C // H
+    m = 3.0 if gated else 2.0
+    per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + m * C * F + 2.0 * T * C) + C * V
+    return 6.0 * B * T * per_token
+
+
+class LlamaLoss(nn.Module):
+    """tools/torch_llama.py's LlamaForCausalLM, called as GPT2 is: (idx, targets) -> loss."""
+
+    def __init__(self, s, seed):
+        super().__init__()
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+        import torch_llama as tl
+        cfg = tl.LlamaConfig(vocab_size=s["vocab_size"], hidden_size=s["n_embd"], num_layers=s["n_layer"],
+                             num_heads=s["n_head"], num_kv_heads=s["n_kv_head"],
+                             intermediate_size=s["intermediate_size"], rope_theta=10000.0, rms_norm_eps=1e-5,
+                             tie_word_embeddings=False, max_position_embeddings=s["n_positions"])
+        self.llama = tl.LlamaForCausalLM(cfg)
+        tl.init_hf_(self.llama, torch.Generator().manual_seed(seed))
+
+    def forward(self, idx, targets):
+        return self.llama(idx, targets)[1]
+
+
+def shape_flops(s):
+    """FLOPs of one training step of shape `s` (a SHAPES entry, B and T possibly overridden)."""
+    if s.get("model") == "llama":
+        return model_flops(s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"], s["n_head"], s["n_kv_head"],
+                           s["intermediate_size"], gated=True)
+    return megatron_flops(s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-tiny")
@@ -147,7 +197,7 @@ def main():
     assert T <= s["n_positions"]
 
     torch.manual_seed(args.seed)
-    model = GPT2(s)
+    model = LlamaLoss(s, args.seed) if s.get("model") == "llama" else GPT2(s)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     decay = [p for p in params if p.dim() >= 2]
@@ -158,9 +208,10 @@ def main():
 
     n_total = args.warmup + args.steps
     data = torch.randint(0, V, (n_total, B, T + 1))
-    flops = megatron_flops(B, T, L, C, V)
+    flops = shape_flops(s)
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, shape {args.shape} "
-        f"(L={L} C={C} H={s['n_head']} V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, "
+        f"(L={L} C={C} H={s['n_head']}" + (f" Hkv={s['n_kv_head']} F={s['intermediate_size']}" if "n_kv_head" in s else "")
+        + f" V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, "
         f"{flops / 1e9:.1f} GFLOP/step (Megatron formula)")
 
     load_before = os.getloadavg()[0]
@@ -198,7 +249,9 @@ def main():
     tflops = flops / med / 1e12
     res = {
         "impl": "pytorch", "shape": args.shape, "dtype": args.dtype, "threads": torch.get_num_threads(),
-        "B": B, "T": T, "n_layer": L, "n_embd": C, "n_head": s["n_head"], "vocab_size": V,
+        "model": s.get("model", "gpt2"), "B": B, "T": T, "n_layer": L, "n_embd": C, "n_head": s["n_head"],
+        "n_kv_head": s.get("n_kv_head", s["n_head"]), "intermediate_size": s.get("intermediate_size", 4 * C),
+        "vocab_size": V,
         "params": n_params, "steps": args.steps, "warmup": args.warmup,
         "step_times_s": [round(t, 6) for t in times], "median_step_s": med,
         "tokens_per_s": B * T / med, "samples_per_s": B / med,

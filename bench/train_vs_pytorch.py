@@ -1,26 +1,61 @@
 #!/usr/bin/env python3
 """Training throughput of gridformer against PyTorch, side by side on this machine.
 
-    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M] [--steps 6] [--rounds 3] [--threads 2] [--build DIR]
+    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
+                                      [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
+                                      [--no-gemm] [--no-pytorch] [--json FILE] [--wait-idle S] [--quiet 0.10]
+                                      [--probe FILE]
+    python3 bench/train_vs_pytorch.py --report FILE[,FILE...]     # the tables of earlier --json files
 
-For each shape, runs `rounds` rounds; each round trains gridformer (build/bin/gridformer, synthetic
-tokens) and then PyTorch (bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape,
-threads, optimizer (AdamW + clipping) and step count, so both see the same machine state. Each run
-reports the median of its timed steps (the first step is warm-up); the table shows the median over
-rounds and the ratio ours / PyTorch. Both use Megatron's FLOP count for TFLOP/s and MFU.
+Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
+and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
+then, for each shape and dtype, trains gridformer with each build given (`gridformer train`,
+synthetic tokens; the builds' order rotates from round to round) and then PyTorch
+(bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape, threads, optimizer (AdamW
++ clipping) and step count, so all see the same machine state. bf16 is gridformer's
+`compute_dtype: bfloat16` against PyTorch's torch.autocast('cpu', bfloat16). Each run reports the
+median of its timed steps (the first step is warm-up); the tables show medians over rounds.
+
+TFLOP/s are computed here, from one formula for both sides (Megatron's count generalised to
+grouped-query attention and SwiGLU, as gridformer's TransformerLM::flops_per_step; for GPT-2 it is
+72 B T L h^2 (1 + T/(6h) + V/(12 L h))) over the run's median step time. "% ceiling" divides them by
+the GEMM ceiling of the dtype measured in the same run: the best round of the fastest fp32
+implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of the fastest bf16 one (oneDNN
+from fp32 or bf16 inputs, torch.mm bf16) for bf16 (a ceiling: the figure other processes lowered
+least, as build/bin/machine_probe takes its own).
+
+Every run records how much of the machine it had: "cpu util", CPU seconds / (wall seconds x
+threads) of the process (gridformer: the whole run, start-up included, from RUSAGE_CHILDREN;
+PyTorch: the median over its timed steps; spinning threads count, so it is an upper bound), and
+"others", the share of all CPUs' time spent on anything else while it ran (/proc/stat busy time,
+the hypervisor's steal included, minus the run's own CPU time). The report gives medians over
+every round and over the quiet rounds: those in which every run of that shape and dtype had
+others <= --quiet (0.10). --wait-idle S: before the GEMM timing and before each shape and dtype's
+runs (and before the machine probe), wait (at most S seconds) for a 5-second window in which other
+processes used at most --quiet of the CPUs, so that the runs compared with each other start on a
+quiet machine.
+
+Every gridformer run reads the same machine probe (GF_MACHINE_PROBE, --probe; by default one
+measured by build/bin/machine_probe at the start of this run), so every build makes the same fp32
+GEMM backend choice; the backend each run used is printed.
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = {
     "gpt2-124M": dict(num_layers=12, hidden_size=768, num_heads=12, seq_length=256, batch_size=4),
     "gpt2-tiny": dict(num_layers=4, hidden_size=256, num_heads=4, seq_length=256, batch_size=8),
+    # 4 layers, hidden 256, 8 heads / 2 key-value heads, SwiGLU 704, untied head, GPT-2's vocabulary
+    "llama-tiny": dict(model="llama", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2,
+                       intermediate_size=704, seq_length=256, batch_size=8),
 }
 
 
@@ -39,10 +74,17 @@ def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
     optionally, vocab_size and max_position_embeddings); model_extra / data_extra add or override
     model.model_config / train_dataset.data_loader keys."""
     s = SHAPES[shape] if isinstance(shape, str) else shape
-    mc = dict(type="GPT2Config", vocab_size=s.get("vocab_size", 50257), seq_length=s["seq_length"],
-              max_position_embeddings=s.get("max_position_embeddings", 1024), hidden_size=s["hidden_size"],
-              num_layers=s["num_layers"], num_heads=s["num_heads"], hidden_act="gelu_new",
-              hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+    llama = s.get("model") == "llama"
+    mc = dict(type="LlamaConfig" if llama else "GPT2Config", vocab_size=s.get("vocab_size", 50257),
+              seq_length=s["seq_length"], hidden_size=s["hidden_size"], num_layers=s["num_layers"],
+              num_heads=s["num_heads"])
+    if llama:  # MindFormers' LlamaConfig names (configs/llama/run_llama_tiny.yaml); it has no dropout
+        mc.update(n_kv_heads=s["num_kv_heads"], intermediate_size=s["intermediate_size"], theta=10000.0,
+                  rms_norm_eps=1.0e-5, tie_word_embeddings=False,
+                  max_position_embedding=s.get("max_position_embeddings", 1024))
+    else:
+        mc.update(max_position_embeddings=s.get("max_position_embeddings", 1024), hidden_act="gelu_new",
+                  hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
     mc.update(model_extra or {})
     data = dict(type="RandomTokens", seed=0)
     data.update(data_extra or {})
@@ -56,14 +98,16 @@ lr_schedule: {{type: constant, learning_rate: 1.0e-4}}
 train_dataset: {{data_loader: {_flow(data)}}}
 callbacks: [{{type: MFLossMonitor, per_print_times: 1}}]
 model:
-  arch: {{type: GPT2LMHeadModel}}
+  arch: {{type: {"LlamaForCausalLM" if llama else "GPT2LMHeadModel"}}}
   model_config: {_flow(mc)}
 """
 
 
-def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None):
-    """One `gridformer train` run; returns every row of metrics.jsonl (step 1 included), the
-    parsed resources.json and the run's console output (stdout and stderr)."""
+def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None,
+                     env_extra=None):
+    """One `gridformer train` run; returns every step row of metrics.jsonl (step 1 included), its
+    run_start row ("start", None from a binary without one), the parsed resources.json and the run's
+    console output (stdout and stderr). env_extra: more environment variables for the run."""
     tag = tag or (shape if isinstance(shape, str) else "run")
     out = os.path.join(workdir, f"out_{tag}")
     path = os.path.join(workdir, f"{tag}.yaml")
@@ -72,17 +116,53 @@ def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None,
     for name in ("metrics.jsonl", "resources.json"):
         if os.path.exists(os.path.join(out, name)):
             os.remove(os.path.join(out, name))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
     binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
+    watch = CpuWatch(threads)
     p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
+    cpu_util, others = watch.stop()
     if p.returncode != 0:
         raise RuntimeError(f"{binary} train --config {path} failed ({p.returncode}):\n{p.stdout[-3000:]}")
     # The step lines (the run_start line has no "loss").
-    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in l]
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+    rows = [r for r in lines if "loss" in r]
+    start = next((r for r in lines if r.get("event") == "run_start"), None)
     res_path = os.path.join(out, "resources.json")
     res = json.load(open(res_path)) if os.path.exists(res_path) else None
-    return {"rows": rows, "resources": res, "log": p.stdout}
+    return {"rows": rows, "start": start, "resources": res, "log": p.stdout, "cpu_util": cpu_util,
+            "others": others}
+
+
+class CpuWatch:
+    """What the machine's CPUs did while one child process ran (one child runs at a time):
+    stop() returns (the child's CPU seconds / (wall seconds x threads), the share of all CPUs' time
+    busy with anything else, the hypervisor's steal included; from /proc/stat and RUSAGE_CHILDREN)."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.t0, self.c0, self.stat0 = time.perf_counter(), self._children(), self._stat()
+
+    @staticmethod
+    def _children():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    @staticmethod
+    def _stat():
+        """(busy, total) jiffies over all CPUs: busy = user nice system irq softirq steal."""
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        v += [0] * (8 - len(v))
+        return v[0] + v[1] + v[2] + v[5] + v[6] + v[7], sum(v[:8])
+
+    def stop(self):
+        wall, child = time.perf_counter() - self.t0, self._children() - self.c0
+        (b0, t0), (b1, t1) = self.stat0, self._stat()
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        total = (t1 - t0) * jiffy
+        others = max(0.0, ((b1 - b0) * jiffy - child) / total) if total > 0 else None
+        return child / (wall * self.threads), others
 
 
 def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
@@ -95,47 +175,348 @@ def gridformer_run(shape, steps, threads, peak, workdir, build=None, **kw):
             "run": run}
 
 
+def model_flops(shape):
+    """Training FLOPs per step of `shape` (a name in SHAPES or a dict of its keys): Megatron's count
+    generalised to grouped-query attention and a gated MLP, gridformer's TransformerLM::flops_per_step
+    and torch_gpt2.py's model_flops: 6 B T [L (C (H + 2 Hkv) D + C H D + m C F + 2 T C) + C V]."""
+    s = SHAPES[shape] if isinstance(shape, str) else shape
+    B, T, L, C, H = s["batch_size"], s["seq_length"], s["num_layers"], s["hidden_size"], s["num_heads"]
+    V = s.get("vocab_size", 50257)
+    llama = s.get("model") == "llama"
+    Hkv = s.get("num_kv_heads", H) if llama else H
+    F = s["intermediate_size"] if llama else 4 * C
+    D = C // H
+    m = 3.0 if llama else 2.0
+    return 6.0 * B * T * (L * (C * (H + 2 * Hkv) * D + C * H * D + m * C * F + 2.0 * T * C) + C * V)
+
+
 def pytorch_run(shape, steps, threads, dtype="fp32"):
     """bench/torch_gpt2.py's --json result (tokens_per_s, tflops, peak_rss_bytes, ...); the first
     of `steps` steps is warm-up."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    watch = CpuWatch(threads)
     out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
                           "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json",
                           "--dtype", dtype],
                          env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    res = json.loads(out.strip().splitlines()[-1])
+    res["process_cpu_util"], res["others"] = watch.stop()
+    return res
+
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM ceiling
+
+TORCH_MM = r"""
+import json, statistics, sys, time, torch
+threads, rounds, min_s, shapes = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+out = {}
+for shp in shapes.split(","):
+    M, N, K = map(int, shp.split("x"))
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = (0.1 * torch.randn(M, K)).to(dt), (0.1 * torch.randn(K, N)).to(dt)
+        c = torch.empty(M, N, dtype=dt)
+        torch.mm(a, b, out=c)                       # untimed first call
+        t0 = time.perf_counter(); torch.mm(a, b, out=c); pace = time.perf_counter() - t0
+        reps = max(1, int(min_s / pace + 0.999))
+        ts = []
+        for r in range(rounds if pace < 2.0 else 1):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b, out=c)
+            ts.append((time.perf_counter() - t0) / reps)
+        out[shp + " " + name] = 2.0 * M * N * K / statistics.median(ts) / 1e9
+print(json.dumps(out))
+"""
+
+GEMM_SHAPES = "2048x2048x2048,1024x3072x768"
+# Which implementations count for which dtype's ceiling (bench_gemm's names, prefixed "gridformer").
+FP32_IMPLS = ("gridformer blas", "gridformer eigen", "torch.mm fp32")
+BF16_IMPLS = ("gridformer bf16", "gridformer bf16*", "torch.mm bf16")
+
+
+def gemm_round(shapes, threads, gemm_bin):
+    """GFLOP/s per (implementation, shape) for one round: bench_gemm --shape (median of 3 samples of
+    >= 100 ms per backend: blas, eigen, bf16 = oneDNN from fp32 inputs, bf16* = on bf16 inputs), then
+    torch.mm fp32 and bf16 (median of 3 samples of >= 100 ms)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([gemm_bin, "--shape", ",".join(shapes), "--threads", str(threads), "--rounds", "3",
+                          "--min-ms", "100"], env=env, check=True, capture_output=True, text=True).stdout
+    r = {}
+    for line in out.splitlines():
+        if line.startswith("shape "):
+            f = line.split()
+            for name, val in zip(f[2::2], f[3::2]):
+                r[(f"gridformer {name}", f[1])] = float(val)
+    tout = subprocess.run(["/usr/bin/python3", "-c", TORCH_MM, str(threads), "3", "0.1", ",".join(shapes)],
+                          env=env, check=True, capture_output=True, text=True).stdout
+    for key, val in json.loads(tout.strip().splitlines()[-1]).items():
+        shp, dt = key.split()
+        r[(f"torch.mm {dt}", shp)] = val
+    return r
+
+
+def gemm_ceilings(rounds):
+    """({(impl, shape): median GFLOP/s over the rounds}, {(impl, shape): best round's GFLOP/s},
+    {"fp32": (GFLOP/s, impl, shape), "bf16": ...}): a dtype's ceiling is its fastest implementation's
+    best round (the figure other processes lowered least, as machine_probe takes it)."""
+    keys = sorted({k for g in rounds for k in g})
+    medians = {k: statistics.median(g[k] for g in rounds if k in g) for k in keys}
+    best_of = {k: max(g[k] for g in rounds if k in g) for k in keys}
+    ceil = {}
+    for dt, impls in (("fp32", FP32_IMPLS), ("bf16", BF16_IMPLS)):
+        cand = {k: v for k, v in best_of.items() if k[0] in impls and v > 0}
+        if cand:
+            best = max(cand, key=cand.get)
+            ceil[dt] = (cand[best], best[0], best[1])
+    return medians, best_of, ceil
+
+
+def run_machine_probe(build, threads, out):
+    """build/bin/machine_probe --out OUT at `threads` threads; returns its JSON (None without the tool)."""
+    tool = os.path.join(build, "bin", "machine_probe")
+    if not os.path.exists(tool):
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    subprocess.run([tool, "--out", out, "--threads", str(threads)], env=env, check=True, capture_output=True, text=True)
+    return json.load(open(out))
+
+
+def wait_for_idle(max_busy, max_wait, window=5.0):
+    """Waits until a `window`-second stretch in which everything else on the machine used at most
+    max_busy of the CPUs (/proc/stat; we run nothing meanwhile), or max_wait seconds; returns (seconds
+    waited, the last window's busy share)."""
+    t0 = time.time()
+    while True:
+        b0, a0 = CpuWatch._stat()
+        time.sleep(window)
+        b1, a1 = CpuWatch._stat()
+        busy = (b1 - b0) / (a1 - a0) if a1 > a0 else 0.0
+        if busy <= max_busy or time.time() - t0 >= max_wait:
+            return time.time() - t0, busy
+
+
+def idle_gate(args, what):
+    """wait_for_idle before `what` when --wait-idle is set; prints what it waited."""
+    if not args.wait_idle:
+        return
+    waited, busy = wait_for_idle(args.quiet, args.wait_idle)
+    print(f"  (waited {waited:.0f} s before {what}: others {busy:.2f} of the CPUs in the last 5 s"
+          + ("" if busy <= args.quiet else f", above {args.quiet}: gave up waiting") + ")", flush=True)
+
+
+def cpu_name():
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def loadavg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="gpt2-tiny,gpt2-124M")
+    ap.add_argument("--dtypes", default="fp32", help="fp32, bf16 or both (fp32,bf16)")
     ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is not timed)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--peak-tflops", type=float, default=0.33)
+    ap.add_argument("--peak-tflops", type=float, default=0.33,
+                    help="runner_config.peak_tflops of the gridformer runs (their own MFU; not used here)")
     ap.add_argument("--no-pytorch", action="store_true")
-    ap.add_argument("--build", default=None, help="build directory holding bin/gridformer (default: build)")
+    ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM ceiling")
+    ap.add_argument("--gemm-shapes", default=GEMM_SHAPES)
+    ap.add_argument("--build", default=None,
+                    help="build directories holding bin/gridformer, comma-separated (default: build); "
+                         "bench_gemm and machine_probe come from the first")
+    ap.add_argument("--probe", default=None, help="machine probe JSON for every gridformer run (GF_MACHINE_PROBE; "
+                    "default: measure one now with the first build's machine_probe)")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--report", default=None,
+                    help="measure nothing: print the tables of these --json files (comma-separated; their rounds "
+                         "pooled, each keeping its own builds)")
+    ap.add_argument("--wait-idle", type=float, default=0,
+                    help="wait up to this many seconds for a quiet 5 s before the GEMM timing and each shape and "
+                         "dtype's runs (0: don't wait)")
+    ap.add_argument("--quiet", type=float, default=0.10,
+                    help="a round is quiet for a shape and dtype when every run of it had others <= this")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; threads {args.threads}; "
-          f"{args.steps} steps per run, {args.rounds} rounds; MFU peak {args.peak_tflops} TFLOP/s")
+    if args.report:
+        return report_files(args, args.report.split(","))
+    builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]
+    dtypes = args.dtypes.split(",")
+    shapes = args.shapes.split(",")
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; CPU {cpu_name()}, {os.cpu_count()} cores; load average "
+          f"{loadavg()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; threads {args.threads}; "
+          f"{args.steps} steps per run (first untimed), {args.rounds} rounds", flush=True)
+    record = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu_name(), "loadavg_start": os.getloadavg(),
+              "threads": args.threads, "steps": args.steps, "builds": builds, "gemm": [], "runs": [],
+              "argv": sys.argv[1:], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
     with tempfile.TemporaryDirectory() as work:
-        for shape in args.shapes.split(","):
-            ours, theirs = [], []
-            for r in range(args.rounds):
-                ours.append(gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, args.build))
-                if not args.no_pytorch:
-                    theirs.append(pytorch_run(shape, args.steps, args.threads))
-                print(f"  {shape} round {r + 1}: gridformer {ours[-1]['tokens_per_s']:.1f} tok/s"
-                      + ("" if args.no_pytorch else f", pytorch {theirs[-1]['tokens_per_s']:.1f} tok/s"), flush=True)
-            o = statistics.median(x["tokens_per_s"] for x in ours)
-            of = statistics.median(x["tflops"] for x in ours)
-            line = f"{shape:10s} fp32  gridformer {o:8.1f} tok/s  {of:.4f} TFLOP/s  MFU {100 * of / args.peak_tflops:5.1f}%"
-            if theirs:
-                t = statistics.median(x["tokens_per_s"] for x in theirs)
-                tf = statistics.median(x["tflops"] for x in theirs)
-                line += f" | pytorch {t:8.1f} tok/s  {tf:.4f} TFLOP/s | ratio {o / t:.2f}x"
-            print(line, flush=True)
+        probe = args.probe
+        if probe is None:
+            probe = os.path.join(work, "machine_probe.json")
+            idle_gate(args, "the machine probe")
+            pj = run_machine_probe(builds[0], args.threads, probe)
+            if pj is None:
+                probe = None
+            else:
+                print(f"machine_probe: fp32 backend {pj.get('fp32_backend')}, GFLOP/s {pj.get('gflops')}, peak TFLOP/s "
+                      f"{pj.get('peak_tflops')}, core share {pj.get('cores_share', '?')}", flush=True)
+                record["machine_probe"] = pj
+        env_extra = {"GF_MACHINE_PROBE": probe} if probe else {}
+        gemm_bin = os.path.join(builds[0], "bin", "bench_gemm")
+        runs = {}  # (shape, dtype, impl) -> [result per round]
+        cannot = set()  # (shape, build) that failed once
+        gemm = []  # per round, {(impl, shape): GFLOP/s}
+        for r in range(args.rounds):
+            print(f"round {r + 1}/{args.rounds} (load average {loadavg()})", flush=True)
+            record.setdefault("round_loadavg", []).append(os.getloadavg())
+            if not args.no_gemm:
+                idle_gate(args, "the GEMM timing")
+                g = gemm_round(args.gemm_shapes.split(","), args.threads, gemm_bin)
+                gemm.append(g)
+                record["gemm"].append({f"{k[0]} {k[1]}": v for k, v in g.items()})
+                print("  gemm GFLOP/s: " + ", ".join(f"{k[0]} {k[1]} {v:.0f}" for k, v in sorted(g.items())),
+                      flush=True)
+            order = builds[r % len(builds):] + builds[:r % len(builds)]
+            for shape in shapes:
+                for dt in dtypes:
+                    extra = dict(compute_dtype="bfloat16") if dt == "bf16" else None
+                    idle_gate(args, f"{shape} {dt}")
+                    for b in order:
+                        if (shape, b) in cannot:
+                            continue
+                        try:
+                            x = gridformer_run(shape, args.steps, args.threads, args.peak_tflops, work, b,
+                                               tag=f"{shape}_{dt}", model_extra=extra, env_extra=env_extra)
+                        except RuntimeError as e:  # e.g. an older build without this model: skip it for this shape
+                            cannot.add((shape, b))
+                            why = [l for l in str(e).splitlines() if "error" in l.lower() or "refus" in l.lower()]
+                            print(f"  {shape} {dt} {b}: failed, skipped for {shape} from now on: "
+                                  f"{(why or str(e).splitlines())[0][:300]}", flush=True)
+                            continue
+                        st = x["run"].get("start") or {}
+                        warn = [l.strip() for l in x["run"]["log"].splitlines() if "warn" in l.lower()]
+                        res = {"tokens_per_s": x["tokens_per_s"], "step_ms": x["step_ms"],
+                               "tflops": model_flops(shape) / (x["step_ms"] * 1e-3) / 1e12,
+                               "gemm_backend": st.get("gemm_backend"), "git_commit": st.get("git_commit"),
+                               "cpu_util": x["run"]["cpu_util"], "others": x["run"]["others"], "warnings": warn}
+                        runs.setdefault((shape, dt, b), []).append(res)
+                        record["runs"].append(dict(res, shape=shape, dtype=dt, impl=b, round=r + 1))
+                        save(args.json, record)
+                        print(f"  {shape} {dt} gridformer {st.get('git_commit', os.path.basename(os.path.dirname(b)))}"
+                              f" ({st.get('gemm_backend')}): {res['tokens_per_s']:.1f} tok/s (cpu util "
+                              f"{res['cpu_util']:.2f}, others {res['others']:.2f})"
+                              + ("; " + "; ".join(warn) if warn else ""), flush=True)
+                    if not args.no_pytorch:
+                        p = pytorch_run(shape, args.steps, args.threads, dtype=dt)
+                        res = {"tokens_per_s": p["tokens_per_s"], "step_ms": 1e3 * p["median_step_s"],
+                               "tflops": model_flops(shape) / p["median_step_s"] / 1e12,
+                               "cpu_util": p["median_cpu_util"], "others": p["others"]}
+                        runs.setdefault((shape, dt, "pytorch"), []).append(res)
+                        record["runs"].append(dict(res, shape=shape, dtype=dt, impl="pytorch", round=r + 1))
+                        save(args.json, record)
+                        print(f"  {shape} {dt} pytorch: {res['tokens_per_s']:.1f} tok/s (cpu util "
+                              f"{res['cpu_util']:.2f}, others {res['others']:.2f})", flush=True)
+    record["loadavg_end"] = os.getloadavg()
+    save(args.json, record)
+    report(args, builds, shapes, dtypes, runs, gemm, record)
 
+
+def save(path, record):
+    """Writes the measurements so far to --json (after every run, so an interrupted run keeps them)."""
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def report_files(args, paths):
+    """The report of earlier --json files, their rounds pooled (in file order)."""
+    records = [json.load(open(p)) for p in paths]
+    builds, shapes, dtypes, runs, gemm = [], [], [], {}, []
+    for rec in records:
+        builds += [b for b in rec["builds"] if b not in builds]
+        for g in rec["gemm"]:
+            gemm.append({tuple(k.rsplit(" ", 1)): v for k, v in g.items()})
+        for x in sorted(rec["runs"], key=lambda x: x["round"]):
+            shapes += [x["shape"]] if x["shape"] not in shapes else []
+            dtypes += [x["dtype"]] if x["dtype"] not in dtypes else []
+            runs.setdefault((x["shape"], x["dtype"], x["impl"]), []).append(x)
+    print("report of " + ", ".join(f"{p} ({r['date']}, load average at the start "
+                                    f"{' '.join(f'{v:.2f}' for v in r['loadavg_start'])})" for p, r in zip(paths, records)))
+    args.gemm_shapes = ",".join(dict.fromkeys(k[1] for g in gemm for k in g))
+    report(args, builds, shapes, dtypes, runs, gemm, dict(records[0], threads=records[0]["threads"]))
+
+
+def report(args, builds, shapes, dtypes, runs, gemm, record):
+    med = statistics.median
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average at the start "
+          f"{' '.join(f'{x:.2f}' for x in record['loadavg_start'])}, at the end {loadavg()}")
+    ceil = {}
+    if gemm:
+        medians, best_of, ceil = gemm_ceilings(gemm)
+        gshapes = args.gemm_shapes.split(",")
+        print(f"\nGEMM GFLOP/s at {args.threads} threads, median / best of {len(gemm)} rounds:\n")
+        print("| implementation | " + " | ".join(gshapes) + " |")
+        print("|---|" + "---:|" * len(gshapes))
+        for impl in sorted({k[0] for k in medians}):
+            print(f"| {impl} | " + " | ".join(f"{medians.get((impl, s), float('nan')):.0f} / "
+                                             f"{best_of.get((impl, s), float('nan')):.0f}" for s in gshapes) + " |")
+        for dt, (v, impl, shp) in ceil.items():
+            print(f"{dt} ceiling: {v:.0f} GFLOP/s ({impl}, {shp})")
+        record["ceiling_gflops"] = {dt: v[0] for dt, v in ceil.items()}
+    names = {b: (os.path.relpath(b, ROOT) if b.startswith(ROOT) else b) for b in builds}
+    names["pytorch"] = "PyTorch"
+    impls = builds + ["pytorch"]
+    for quiet in (False, True):
+        print("\n" + (f"Quiet rounds only (every run of the shape and dtype had others <= {args.quiet}):"
+                      if quiet else "Every round:") + "\n")
+        print("| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | vs PyTorch |"
+              + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
+        print("|---|---|---|---:|---|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
+        notes = []
+        for shape in shapes:
+            for dt in dtypes:
+                per = {i: runs.get((shape, dt, i)) for i in impls if runs.get((shape, dt, i))}
+                if not per:
+                    continue
+                n = min(len(v) for v in per.values())
+                keep = [r for r in range(n)
+                        if not quiet or all((per[i][r]["others"] or 0.0) <= args.quiet for i in per)]
+                if not keep:
+                    notes.append(f"{shape} {dt}: no quiet round")
+                    continue
+                sel = {i: [per[i][r] for r in keep] for i in per}
+                tok = {i: med(x["tokens_per_s"] for x in v) for i, v in sel.items()}
+                for i, xs in sel.items():
+                    tf = med(x["tflops"] for x in xs)
+                    c = ceil.get(dt)
+                    label = names[i] if i == "pytorch" else f"gridformer {names[i]} ({xs[0].get('git_commit')})"
+                    line = (f"| {shape} | {dt} | {label} | {tok[i]:.1f} | "
+                            + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs) + f" | {tf:.4f} | "
+                            + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a") + " | "
+                            + (f"{tok[i] / tok['pytorch']:.2f}x" if "pytorch" in tok and i != "pytorch" else "") + " |")
+                    if len(builds) > 1:
+                        line += (f" {tok[i] / tok[builds[0]]:.3f}x |" if i != "pytorch" and builds[0] in tok else " |")
+                    print(line)
+                note = (f"{shape} {dt}, rounds {', '.join(str(r + 1) for r in keep)}: others per round "
+                        + "; ".join(f"{names[i]} " + ", ".join(f"{x['others']:.2f}" for x in v) for i, v in sel.items())
+                        + "; cpu util " + "; ".join(f"{names[i]} " + ", ".join(f"{x['cpu_util']:.2f}" for x in v)
+                                                    for i, v in sel.items()))
+                for i in [x for x in impls if x != builds[0] and x in sel]:
+                    if builds[0] in sel:
+                        rs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(sel[builds[0]], sel[i])]
+                        note += (f"; per-round ratios {names[builds[0]]} / {names[i]} "
+                                 + ", ".join(f"{x:.3f}" for x in rs) + f" (median {med(rs):.3f})")
+                notes.append(note)
+        print("\n" + "\n".join(f"- {x}" for x in notes))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,6 +18,12 @@
 namespace gf {
 namespace {
 
+using config_test::names;
+using config_test::new_warning_names;
+using config_test::number;
+using config_test::Outcome;
+using config_test::pattern_matches;
+
 using config_test::error_of;
 using config_test::kMinimalLlama;
 
@@ -43,16 +49,6 @@ std::vector<std::string> leaves() {
   return out;
 }
 
-bool pattern_matches(const std::string& pattern, const std::string& path) {
-  std::stringstream a(pattern), b(path);
-  std::string x, y;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(a, x, '.')), gb = static_cast<bool>(std::getline(b, y, '.'));
-    if (ga != gb) return false;
-    if (!ga) return true;
-    if (x != "*" && x != y) return false;
-  }
-}
 
 TEST(ConfigKeysLlama, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   const auto all = leaves();
@@ -74,12 +70,6 @@ TEST(ConfigKeysLlama, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
     ASSERT_NE(same, nullptr) << r.path;
     EXPECT_TRUE(same->use == r.use && same->why == r.why) << r.path;
   }
-}
-
-std::string number(double v) {
-  std::ostringstream os;
-  os << std::setprecision(12) << v;
-  return os.str();
 }
 
 // An existing weights file for load_checkpoint (only its existence and name are checked at load).
@@ -124,34 +114,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
   return "gf_probe";
 }
 
-struct Outcome {
-  bool refused = false;
-  std::string error;
-  Config c;
-};
-
-Outcome load(const std::vector<std::string>& sets) {
-  Outcome o;
-  try {
-    o.c = load_config_string(kMinimalLlama, sets);
-  } catch (const ConfigError& e) {
-    o.refused = true;
-    o.error = e.what();
-  }
-  return o;
-}
-
-bool names(const std::string& msg, const std::string& path) {
-  if (msg.find(path) != std::string::npos) return true;
-  const std::string leaf = path.substr(path.rfind('.') + 1), section = path.substr(0, path.find('.'));
-  return msg.find(leaf) != std::string::npos && msg.find(section) != std::string::npos;
-}
-
-bool new_warning_names(const Config& base, const Config& probe, const std::string& path) {
-  for (const auto& w : probe.warnings)
-    if (std::find(base.warnings.begin(), base.warnings.end(), w) == base.warnings.end() && names(w, path)) return true;
-  return false;
-}
+Outcome load(const std::vector<std::string>& sets) { return config_test::load_outcome(kMinimalLlama, sets); }
 
 // What one key does when set alone; "" when that is what its rule says.
 std::string probe(const std::string& path) {

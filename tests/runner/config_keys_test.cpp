@@ -23,6 +23,12 @@
 namespace gf {
 namespace {
 
+using config_test::names;
+using config_test::new_warning_names;
+using config_test::number;
+using config_test::Outcome;
+using config_test::pattern_matches;
+
 using config_test::kMinimal;
 
 struct Leaf {
@@ -50,16 +56,6 @@ std::vector<Leaf> schema_leaves() {
   return out;
 }
 
-bool pattern_matches(const std::string& pattern, const std::string& path) {
-  std::stringstream a(pattern), b(path);
-  std::string x, y;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(a, x, '.')), gb = static_cast<bool>(std::getline(b, y, '.'));
-    if (ga != gb) return false;
-    if (!ga) return true;
-    if (x != "*" && x != y) return false;
-  }
-}
 
 TEST(ConfigKeys, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   const auto leaves = schema_leaves();
@@ -80,12 +76,6 @@ std::string weights_file() {
   const std::string p = std::string(GF_BINARY_DIR) + "/config_keys_probe.safetensors";
   std::ofstream(p) << "";
   return p;
-}
-
-std::string number(double v) {
-  std::ostringstream os;
-  os << std::setprecision(12) << v;
-  return os.str();
 }
 
 // A value other than `v` (the key's resolved value) that the loader should take.
@@ -128,35 +118,7 @@ YAML::Node resolved_value(const YAML::Node& root, const std::string& path) {
   return n;
 }
 
-struct Outcome {
-  bool refused = false;
-  std::string error;
-  Config c;
-};
-
-Outcome load(const std::vector<std::string>& sets) {
-  Outcome o;
-  try {
-    o.c = load_config_string(kMinimal, sets);
-  } catch (const ConfigError& e) {
-    o.refused = true;
-    o.error = e.what();
-  }
-  return o;
-}
-
-// Whether `msg` names `path` (in full, or its leaf within its section, as grouped messages do).
-bool names(const std::string& msg, const std::string& path) {
-  if (msg.find(path) != std::string::npos) return true;
-  const std::string leaf = path.substr(path.rfind('.') + 1), section = path.substr(0, path.find('.'));
-  return msg.find(leaf) != std::string::npos && msg.find(section) != std::string::npos;
-}
-
-bool new_warning_names(const Config& base, const Config& probe, const std::string& path) {
-  for (const auto& w : probe.warnings)
-    if (std::find(base.warnings.begin(), base.warnings.end(), w) == base.warnings.end() && names(w, path)) return true;
-  return false;
-}
+Outcome load(const std::vector<std::string>& sets) { return config_test::load_outcome(kMinimal, sets); }
 
 const char* use_name(KeyUse u) {
   switch (u) {

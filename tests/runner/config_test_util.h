@@ -1,5 +1,8 @@
 // What the config tests share: the smallest config that loads, and the error a config gives.
 #pragma once
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,56 @@ inline std::string error_of(const std::string& yaml, const std::vector<std::stri
     return e.what();
   }
   return "";
+}
+
+// The key-rule probes (config_keys_test, config_keys_llama_test) share these.
+struct Outcome {
+  bool refused = false;
+  std::string error;
+  Config c;
+};
+
+inline Outcome load_outcome(const std::string& yaml, const std::vector<std::string>& sets) {
+  Outcome o;
+  try {
+    o.c = load_config_string(yaml, sets);
+  } catch (const ConfigError& e) {
+    o.refused = true;
+    o.error = e.what();
+  }
+  return o;
+}
+
+// Whether a rule's dotted pattern (`*` matches one component) matches `path`.
+inline bool pattern_matches(const std::string& pattern, const std::string& path) {
+  std::stringstream a(pattern), b(path);
+  std::string x, y;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(a, x, '.')), gb = static_cast<bool>(std::getline(b, y, '.'));
+    if (ga != gb) return false;
+    if (!ga) return true;
+    if (x != "*" && x != y) return false;
+  }
+}
+
+inline std::string number(double v) {
+  std::ostringstream os;
+  os << std::setprecision(12) << v;
+  return os.str();
+}
+
+// Whether `msg` names `path` (in full, or its leaf within its section, as grouped messages do).
+inline bool names(const std::string& msg, const std::string& path) {
+  if (msg.find(path) != std::string::npos) return true;
+  const std::string leaf = path.substr(path.rfind('.') + 1), section = path.substr(0, path.find('.'));
+  return msg.find(leaf) != std::string::npos && msg.find(section) != std::string::npos;
+}
+
+// Whether `probe` has a warning `base` has not that names `path`.
+inline bool new_warning_names(const Config& base, const Config& probe, const std::string& path) {
+  for (const auto& w : probe.warnings)
+    if (std::find(base.warnings.begin(), base.warnings.end(), w) == base.warnings.end() && names(w, path)) return true;
+  return false;
 }
 
 }  // namespace gf::config_test

@@ -101,7 +101,6 @@ class TransformerLM : public CausalLM {
   // defer_weight_grads (which keeps per slot what the weight pass reads); kBoth runs them fused.
   void stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale);
   const float* input_grad() const { return scratch_.dres; }
-  const BufferPlan& plan() const { return plan_; }
 
  private:
   struct Slot {

@@ -10,7 +10,7 @@ namespace gf {
 
 AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
                                const ops::FlashWorkspace<float>* flash)
-    : spec_(s), tp_(tp_size), Hl_(s.heads / tp_size), Hkvl_(s.kv_heads / tp_size), D_(s.head_dim()), rope_(rope),
+    : spec_(s), Hl_(s.heads / tp_size), Hkvl_(s.kv_heads / tp_size), D_(s.head_dim()), rope_(rope),
       flash_(flash) {
   qkv_ = {ParallelLinear::Kind::kColumn, s.hidden, qkv_width(), s.out_in};
   o_ = {ParallelLinear::Kind::kRow, width(), s.hidden, s.out_in};

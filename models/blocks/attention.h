@@ -5,7 +5,6 @@
 #pragma once
 #include <string>
 
-#include "core/buffer_plan.h"
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
 #include "core/ops/rope.h"
@@ -38,7 +37,6 @@ class AttentionBlock {
 
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
   int64_t width() const { return Hl_ * D_; }
-  int64_t heads_local() const { return Hl_; }
 
   // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))).
   void fwd(const BlockEnv& e, int64_t layer, float* out, const float* xn, const Acts& a) const;
@@ -56,7 +54,6 @@ class AttentionBlock {
   }
 
   TransformerSpec spec_;
-  int tp_ = 1;
   int64_t Hl_ = 0, Hkvl_ = 0, D_ = 0;
   ParallelLinear qkv_, o_;
   const ops::RopeTable<float>* rope_ = nullptr;

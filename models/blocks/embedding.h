@@ -20,7 +20,6 @@ class EmbeddingBlock {
   EmbeddingBlock(const TransformerSpec& s, const VocabSlice& v) : spec_(s), v_(v) {}
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
-  int64_t token_offset() const { return wte_; }
 
   // y [Nl, C] from the micro-batch's N tokens.
   void fwd(const BlockEnv& e, float* y, const int32_t* tokens) const;

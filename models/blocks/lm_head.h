@@ -5,7 +5,6 @@
 #pragma once
 #include <string>
 
-#include "core/buffer_plan.h"
 #include "core/placement.h"
 #include "models/blocks/embedding.h"
 #include "models/blocks/env.h"
@@ -33,9 +32,6 @@ class LmHeadBlock {
   void bind(const Placement& t, const NameMap& names);
   int64_t rows() const { return rows_; }
   int64_t first_offset() const { return norm_.first_offset(); }
-  NormBlock::Acts plan_norm(BufferPlan& p, const std::string& name, int64_t rows) const {
-    return norm_.plan(p, name, rows);
-  }
 
   // Returns the summed loss of this rank's rows (SP, replicated head: of all rows).
   double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const;

@@ -5,7 +5,6 @@
 #pragma once
 #include <string>
 
-#include "core/buffer_plan.h"
 #include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/linear.h"

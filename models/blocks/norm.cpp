@@ -15,13 +15,6 @@ void NormBlock::bind(const Placement& t, const std::string& weight, const std::s
   b_ = kind_ == NormKind::kLayerNorm ? t.at(bias).offset : -1;
 }
 
-NormBlock::Acts NormBlock::plan(BufferPlan& p, const std::string& name, int64_t rows) const {
-  Acts a;
-  if (kind_ == NormKind::kLayerNorm) a.mean = p.take(name + ".mean", rows);
-  a.rstd = p.take(name + ".rstd", rows);
-  return a;
-}
-
 void NormBlock::fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const {
   if (kind_ == NormKind::kLayerNorm)
     ops::layernorm_fwd(y, {a.mean, a.rstd}, x, e.w(w_), e.w(b_), rows, dim_, eps_);

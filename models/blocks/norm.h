@@ -3,7 +3,6 @@
 #pragma once
 #include <string>
 
-#include "core/buffer_plan.h"
 #include "core/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/spec.h"
@@ -21,7 +20,6 @@ class NormBlock {
 
   void declare(ParamTable& t, const std::string& weight, const std::string& bias) const;
   void bind(const Placement& t, const std::string& weight, const std::string& bias);
-  Acts plan(BufferPlan& p, const std::string& name, int64_t rows) const;
 
   void fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const;
   // dx += d(input) (kBoth, kInput); dw, db += (kBoth, kWeight).

@@ -5,7 +5,6 @@
 #pragma once
 #include <string>
 
-#include "core/buffer_plan.h"
 #include "core/placement.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/env.h"
@@ -40,8 +39,6 @@ class TransformerLayer {
                    const ops::FlashWorkspace<float>* flash);
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
-  const AttentionBlock& attention() const { return attn_; }
-  const MlpBlock& mlp() const { return mlp_; }
   int64_t first_offset() const { return norm1_.first_offset(); }
 
   void fwd(const BlockEnv& e, const float* x, const Acts& a) const;

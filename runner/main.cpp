@@ -161,7 +161,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gridformer: trains GPT-2 from MindFormers-style YAML, on one rank or several under mpirun (data, tensor and sequence parallel, ZeRO-1)"};
+  CLI::App app{"gridformer: trains GPT-2 and Llama from MindFormers-style YAML, on one rank or several under mpirun (data, tensor and sequence parallel, ZeRO-1)"};
   app.require_subcommand(1);
   std::string config_path;
   std::vector<std::string> sets;
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   std::string save_weights;
   train->add_option("--save-weights", save_weights,
                     "after training, write the full weights (gathered from every rank) to this .safetensors file "
-                    "(Hugging Face GPT-2 names; load_checkpoint reads it)");
+                    "(the model's Hugging Face names; load_checkpoint reads it)");
   train->add_option("--rank_table", rank_table,
                     "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
                     "$RANK_TABLE_FILE; neither: no table)");

@@ -2,6 +2,7 @@
 // (MoE, Mixtral-style) add their fields here; each model reads what it needs.
 #pragma once
 #include <cstdint>
+#include <algorithm>
 #include <string>
 
 namespace gf {
@@ -11,6 +12,33 @@ namespace gf {
 // without dropout below (one tile, where its backward recomputes the probabilities for nothing);
 // see bench/README.md.
 inline constexpr int64_t kFlashAttentionAutoMinSeq = 128;
+
+// Mixture of Experts (YAML moe_config, MindFormers' MoEConfig keys, plus Megatron's that it lacks).
+// expert_num > 1 makes MoE layers: a router (x . W^T in fp32, softmax, top-k) and expert MLPs of
+// the model's own kind (GPT-2: GELU with biases; Llama/Mixtral: SwiGLU), their outputs weighted
+// by the router's probabilities. See models/blocks/moe.h for the arithmetic.
+struct MoeConfig {
+  int64_t expert_num = 1;            // experts per MoE layer (1: dense)
+  int64_t num_experts_chosen = 1;    // top-k
+  double capacity_factor = 1.1;      // per sequence, ceil(cf * T * k / E) tokens per expert; <= 0: dropless
+  double aux_loss_factor = 0.05;     // the load-balancing loss's weight (Megatron's seq_aux_loss form)
+  double z_loss_factor = 0.0;        // the router z-loss's weight
+  bool norm_topk_prob = true;        // the k chosen probabilities renormalised to sum 1 (Mixtral)
+  std::string routing_policy = "TopkRouterV1";  // MindFormers' name; both routers do the same top-k here
+  std::string router_dense_type = "float32";    // the router product's dtype: float32 or bfloat16
+  // Which assignments an expert over capacity drops: "position" (later tokens of the sequence
+  // first) or "probs" (lowest router probability first), Megatron's moe_token_drop_policy.
+  std::string token_drop_policy = "position";
+  // Which layers are MoE: layer i when i % moe_layer_freq == 0 (Megatron's --moe-layer-freq N).
+  int64_t moe_layer_freq = 1;
+  // "alltoall" (MPI_Alltoallv of the routed tokens) or "allgather" (every rank of the expert group
+  // sees every token), Megatron's moe_token_dispatcher_type.
+  std::string token_dispatcher = "alltoall";
+  bool enabled() const { return expert_num > 1; }
+  bool dropless() const { return capacity_factor <= 0.0; }
+  bool is_moe_layer(int64_t layer) const { return enabled() && layer % std::max<int64_t>(1, moe_layer_freq) == 0; }
+  bool operator==(const MoeConfig&) const = default;
+};
 
 struct ModelConfig {
   std::string type = "GPT2Config";   // model.model_config.type
@@ -50,6 +78,12 @@ struct ModelConfig {
   double ffn_dim_multiplier = 0.0;
   bool tie_word_embeddings = false;
   bool qkv_has_bias = false;
+  // MindSpeed's GPT MoE on GPT-2 blocks (Megatron's --position-embedding-type rope
+  // --disable-bias-linear): model_config.position_embedding_type "learned_absolute" | "rope"
+  // (GPT-2 only; Llama is always rope) and model_config.add_bias_linear.
+  std::string position_embedding_type = "learned_absolute";
+  bool add_bias_linear = true;
+  MoeConfig moe;
   // From parallel_config: how the model is split across the tensor-parallel ranks.
   bool use_seq_parallel = false;
   bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/mixed_precision.h"
@@ -16,6 +17,16 @@ struct StepInfo {
   int64_t step = 0;           // optimizer step (keys the dropout masks)
   int64_t sample_offset = 0;  // global index of this micro-batch's first sample
   bool training = true;       // dropout on
+};
+
+// The router of one MoE layer over the last forward's micro-batch (this rank's sequences; under
+// tensor parallel every rank of the group holds the same figures).
+struct MoeLayerStats {
+  int64_t layer = 0;
+  double aux_sum = 0;  // sum over the micro-batch's sequences of the balancing loss aux_s (unweighted)
+  double z_sum = 0;    // sum over the micro-batch's tokens of logsumexp(router logits)^2 (unweighted)
+  std::vector<int64_t> tokens_per_expert;  // (token, slot) assignments per expert, before capacity
+  int64_t dropped = 0;                     // assignments that capacity dropped
 };
 
 class CausalLM {
@@ -31,8 +42,15 @@ class CausalLM {
   // tokens: [micro_batch, seq_length + 1]; inputs are [:, :T], targets [:, 1:].
   // Returns the sum over the micro-batch's B*T tokens of the cross-entropy loss.
   virtual double forward(const int32_t* tokens, const StepInfo& info) = 0;
-  // After forward: accumulates d(grad_scale * summed loss)/dparams into grads().
+  // After forward: accumulates into grads() the gradient of grad_scale times the summed loss plus,
+  // for MoE, the router losses: grad_scale * (sum of token losses
+  //   + aux_loss_factor * T * sum over MoE layers of aux_sum + z_loss_factor * sum over MoE layers of z_sum)
+  // (aux_sum, z_sum as moe_stats() gives them). With grad_scale = 1 / (global sequences * T), the
+  // objective is the mean token loss + aux_loss_factor * (per layer, the mean over the global batch's
+  // sequences of aux_s) + z_loss_factor * (per layer, the mean over its tokens of lse^2).
   virtual void backward(float grad_scale) = 0;
+  // The MoE layers' router statistics of the last forward (empty for a dense model).
+  virtual std::vector<MoeLayerStats> moe_stats() const { return {}; }
   // Logits of the last forward, [B*T, padded vocab / tp] row-major (valid until backward).
   virtual const float* logits() const = 0;
   virtual int64_t logits_ld() const = 0;

@@ -23,7 +23,6 @@ enum class Axis {
   kTensor,  // the tensor-parallel group (model_parallel)
   kVocab,   // the vocabulary: padded to the layout's padded vocabulary, then split over the
             // tensor-parallel group when the layout splits the vocabulary (vocab_emb_dp: False)
-  // kExpert (the experts of an MoE layer over the expert-parallel group) comes with MoE.
 };
 
 // Which dimension of a parameter is split over which axis. Dimension `dim` is first cut into
@@ -57,6 +56,11 @@ struct ParamSpec {
   // The next parameter starts right after this one's last element (no alignment gap), so
   // consecutive projections ([out, in] each, like q_proj, k_proj, v_proj) form one matrix.
   bool packed_with_next = false;
+  // An MoE layer's expert `expert` of `experts` (-1: not an expert's). The experts of a layer are
+  // divided over the expert-parallel group in contiguous runs: a rank holds experts
+  // [r E / ep, (r + 1) E / ep) and no other expert's parameters.
+  int64_t expert = -1, experts = 0;
+  bool is_expert() const { return expert >= 0; }
   int64_t global_numel() const;  // of shape
 };
 

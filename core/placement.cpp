@@ -120,27 +120,52 @@ class Runs {
 
 }  // namespace
 
-Placement::Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout, int tp_rank)
-    : table_(std::move(table)), layout_(layout), tp_rank_(tp_rank) {
+Placement::Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout, int tp_rank, int ep_rank)
+    : table_(std::move(table)), layout_(layout), tp_rank_(tp_rank), ep_rank_(ep_rank) {
   if (layout_.tp_size == 1) layout_.vocab_split = true;  // one rank: nothing to replicate
+  if (layout_.ep_size < 1 || ep_rank_ < 0 || ep_rank_ >= layout_.ep_size)
+    throw std::invalid_argument("placement: expert-parallel rank " + std::to_string(ep_rank_) + " of " +
+                                std::to_string(layout_.ep_size));
+  const auto& specs = table_->specs();
+  index_.assign(specs.size(), -1);
   int64_t off = 0;
-  for (const ParamSpec& p : table_->specs()) {
-    if (p.shape.empty()) throw std::invalid_argument(p.name + ": a parameter has at least one dim");
-    TensorPlacement t;
-    t.spec = &p;
-    t.local_shape = local_shape_of(p, layout_);
-    t.offset = off;
-    t.pieces = pieces_of(p, t.local_shape, layout_, tp_rank_);
-    t.replicated = p.split.axis == Axis::kNone || (p.split.axis == Axis::kVocab && !layout_.vocab_split);
-    off += p.packed_with_next ? t.numel() : (t.numel() + 15) / 16 * 16;
-    tensors_.push_back(std::move(t));
+  // Two passes: the dense parameters, then the experts'. A tensor starts 16-float aligned unless
+  // the one laid out before it is packed_with_next.
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      off = (off + 15) / 16 * 16;
+      expert_begin_ = off;
+    }
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const ParamSpec& p = specs[k];
+      if (p.is_expert() != (pass == 1) || !holds(p)) continue;
+      if (p.shape.empty()) throw std::invalid_argument(p.name + ": a parameter has at least one dim");
+      TensorPlacement t;
+      t.spec = &p;
+      t.local_shape = local_shape_of(p, layout_);
+      t.offset = off;
+      t.pieces = pieces_of(p, t.local_shape, layout_, tp_rank_);
+      t.replicated = p.split.axis == Axis::kNone || (p.split.axis == Axis::kVocab && !layout_.vocab_split);
+      off += p.packed_with_next ? t.numel() : (t.numel() + 15) / 16 * 16;
+      index_[k] = static_cast<int64_t>(tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
   }
-  total_ = off;
+  total_ = (off + 15) / 16 * 16;
+}
+
+bool Placement::holds(const ParamSpec& p) const {
+  if (!p.is_expert()) return true;
+  if (p.experts % layout_.ep_size != 0)
+    throw std::invalid_argument(p.name + ": " + std::to_string(p.experts) + " experts are not divisible by expert_parallel " +
+                                std::to_string(layout_.ep_size));
+  return p.expert / (p.experts / layout_.ep_size) == ep_rank_;
 }
 
 const TensorPlacement* Placement::find(const std::string& name) const {
   const int64_t k = table_->index_of(name);
-  return k < 0 ? nullptr : &tensors_[static_cast<size_t>(k)];
+  if (k < 0 || index_[static_cast<size_t>(k)] < 0) return nullptr;
+  return &tensors_[static_cast<size_t>(index_[static_cast<size_t>(k)])];
 }
 
 const TensorPlacement& Placement::at(const std::string& name) const {

@@ -31,6 +31,7 @@ struct ParamLayout {
   int tp_size = 1;           // model_parallel
   bool vocab_split = true;   // Axis::kVocab dims split over the tensor group (vocab_emb_dp: False)
   int64_t vocab_padded = 0;  // the padded vocabulary (0: no padding)
+  int ep_size = 1;           // expert_parallel: the experts of each MoE layer divided over ep ranks
 };
 
 struct Box {
@@ -58,17 +59,25 @@ struct TensorPlacement {
 class Placement {
  public:
   Placement() : Placement(ParamTable{}) {}
-  explicit Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout = {}, int tp_rank = 0);
-  explicit Placement(ParamTable table, const ParamLayout& layout = {}, int tp_rank = 0)
-      : Placement(std::make_shared<const ParamTable>(std::move(table)), layout, tp_rank) {}
+  explicit Placement(std::shared_ptr<const ParamTable> table, const ParamLayout& layout = {}, int tp_rank = 0,
+                     int ep_rank = 0);
+  explicit Placement(ParamTable table, const ParamLayout& layout = {}, int tp_rank = 0, int ep_rank = 0)
+      : Placement(std::make_shared<const ParamTable>(std::move(table)), layout, tp_rank, ep_rank) {}
 
   const ParamTable& table() const { return *table_; }
   const std::shared_ptr<const ParamTable>& shared_table() const { return table_; }
   const ParamLayout& layout() const { return layout_; }
   int tp_rank() const { return tp_rank_; }
+  int ep_rank() const { return ep_rank_; }
+  // Whether this rank holds p (every parameter but the experts of other expert-parallel ranks).
+  bool holds(const ParamSpec& p) const;
 
-  // In the table's order.
+  // The parameters this rank holds, in arena order: the dense ones in the table's order, then
+  // the experts' (the expert region [expert_begin(), total_floats()), whose gradients are
+  // reduced over the expert-data-parallel group rather than the data-parallel one).
   const std::vector<TensorPlacement>& tensors() const { return tensors_; }
+  int64_t expert_begin() const { return expert_begin_; }
+  // Throws / returns null for a name this rank does not hold.
   const TensorPlacement& at(const std::string& name) const;
   const TensorPlacement* find(const std::string& name) const;
   int64_t total_floats() const { return total_; }
@@ -85,9 +94,10 @@ class Placement {
  private:
   std::shared_ptr<const ParamTable> table_;
   ParamLayout layout_;
-  int tp_rank_ = 0;
+  int tp_rank_ = 0, ep_rank_ = 0;
   std::vector<TensorPlacement> tensors_;
-  int64_t total_ = 0;
+  std::vector<int64_t> index_;  // table index -> tensors_ index (-1: not held here)
+  int64_t total_ = 0, expert_begin_ = 0;
 };
 
 }  // namespace gf

@@ -1,5 +1,6 @@
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -13,10 +14,14 @@ TransformerSpec gpt2_spec(const ModelConfig& cfg) {
   s.layers = cfg.num_layers;
   s.heads = s.kv_heads = cfg.num_heads;
   s.ffn = cfg.ffn_hidden();
-  s.positions = cfg.max_position_embeddings;
+  // MindSpeed's GPT MoE: rotary positions instead of the learned table, no linear biases.
+  s.rope = cfg.position_embedding_type == "rope";
+  s.positions = s.rope ? 0 : cfg.max_position_embeddings;
+  s.rope_theta = cfg.rope_theta;
+  s.rope_positions = std::max(cfg.seq_length, cfg.max_position_embeddings);
   s.norm = NormKind::kLayerNorm;
   s.norm_eps = cfg.layernorm_epsilon;
-  s.linear_bias = s.qkv_bias = true;
+  s.linear_bias = s.qkv_bias = cfg.add_bias_linear;
   s.out_in = false;
   s.fused_qkv_param = true;
   s.mlp = MlpKind::kGelu;
@@ -27,6 +32,7 @@ TransformerSpec gpt2_spec(const ModelConfig& cfg) {
   s.hidden_dropout = cfg.hidden_dropout_rate;
   s.attention_dropout = cfg.attention_dropout_rate;
   s.flash = cfg.use_flash_attention;
+  s.moe = moe_spec(cfg);
   return s;
 }
 
@@ -49,6 +55,11 @@ std::string gpt2_name(Role role, int64_t l) {
     case Role::kFcB: return h + "mlp.c_fc.bias";
     case Role::kDownW: return h + "mlp.c_proj.weight";
     case Role::kDownB: return h + "mlp.c_proj.bias";
+    case Role::kRouterW: return h + "mlp.router.weight";
+    case Role::kExpertUpW: return h + "mlp.experts.{e}.c_fc.weight";
+    case Role::kExpertUpB: return h + "mlp.experts.{e}.c_fc.bias";
+    case Role::kExpertDownW: return h + "mlp.experts.{e}.c_proj.weight";
+    case Role::kExpertDownB: return h + "mlp.experts.{e}.c_proj.bias";
     default: break;
   }
   throw std::logic_error("GPT-2 has no parameter for this role");

@@ -32,6 +32,7 @@ TransformerSpec llama_spec(const ModelConfig& cfg) {
   s.hidden_dropout = cfg.hidden_dropout_rate;
   s.attention_dropout = cfg.attention_dropout_rate;
   s.flash = cfg.use_flash_attention;
+  s.moe = moe_spec(cfg);  // Mixtral: SwiGLU experts
   return s;
 }
 
@@ -53,6 +54,10 @@ std::string llama_name(Role role, int64_t l) {
     case Role::kGateW: return p + "mlp.gate_proj.weight";
     case Role::kUpW: return p + "mlp.up_proj.weight";
     case Role::kDownW: return p + "mlp.down_proj.weight";
+    case Role::kRouterW: return p + "block_sparse_moe.gate.weight";
+    case Role::kExpertGateW: return p + "block_sparse_moe.experts.{e}.w1.weight";
+    case Role::kExpertUpW: return p + "block_sparse_moe.experts.{e}.w3.weight";
+    case Role::kExpertDownW: return p + "block_sparse_moe.experts.{e}.w2.weight";
     default: break;
   }
   throw std::logic_error("Llama has no parameter for this role");

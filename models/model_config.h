@@ -87,6 +87,7 @@ struct ModelConfig {
   // From parallel_config: how the model is split across the tensor-parallel ranks.
   bool use_seq_parallel = false;
   bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary
+  int64_t expert_parallel = 1;  // the experts of each MoE layer divided over this many data-parallel ranks
   // From recompute_config: recompute each layer's forward in backward (recompute), or only the
   // attention core and the activation function (select_recompute), in the first
   // recompute_num_layers layers (-1: all).

@@ -9,6 +9,22 @@
 
 namespace gf {
 
+MoeSpec moe_spec(const ModelConfig& cfg) {
+  MoeSpec m;
+  const MoeConfig& c = cfg.moe;
+  if (!c.enabled()) return m;
+  m.experts = c.expert_num;
+  m.topk = c.num_experts_chosen;
+  m.layer_freq = c.moe_layer_freq;
+  m.capacity_factor = c.capacity_factor;
+  m.norm_topk = c.norm_topk_prob;
+  m.drop_by_probs = c.token_drop_policy == "probs";
+  m.aux_factor = static_cast<float>(c.aux_loss_factor);
+  m.z_factor = static_cast<float>(c.z_loss_factor);
+  m.router_low_precision = c.router_dense_type != "float32";
+  return m;
+}
+
 StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch, int tp, int tp_rank,
                           const StageOptions& st) {
   StageDims d;
@@ -69,6 +85,22 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
                            ? (cfg.recompute_num_layers < 0 ? d.L : std::min(d.L, cfg.recompute_num_layers))
                            : 0;
   d.full_recompute = cfg.recompute;
+  d.ep = static_cast<int>(cfg.expert_parallel);
+  d.moe = s.moe;
+  d.any_moe = d.any_dense = false;
+  for (int64_t l = d.l0; l < d.l1; ++l) (s.moe.is_moe(l) ? d.any_moe : d.any_dense) = true;
+  if (s.moe.experts > 1) {
+    if (s.moe.topk < 1 || s.moe.topk > s.moe.experts)
+      throw std::invalid_argument("moe_config.num_experts_chosen " + std::to_string(s.moe.topk) +
+                                  " must be between 1 and expert_num " + std::to_string(s.moe.experts));
+    d.md = MoeBlock::dims(s, d.N, tp, d.ep);
+    if (d.defer && d.any_moe)
+      throw std::invalid_argument("MoE layers run their backward fused: a deferred weight pass (zero-bubble "
+                                  "schedules) is not built for them");
+  } else if (d.ep > 1) {
+    throw std::invalid_argument("parallel_config.expert_parallel " + std::to_string(d.ep) +
+                                " needs MoE layers (moe_config.expert_num > 1)");
+  }
   if (d.defer && d.recompute_layers > d.l0)
     throw std::invalid_argument("a deferred weight pass reads activations that recompute would overwrite; "
                                 "turn recompute off for zero-bubble schedules");
@@ -87,7 +119,7 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     a.rstd = p.take(n + ".rstd", Nl);
     return a;
   };
-  auto full_set = [&](const std::string& n) {
+  auto full_set = [&](const std::string& n, bool dense) {
     TransformerLayer::Acts a;
     a.ln1 = p.take(n + ".ln1", Nl * C);
     a.n1 = norm_acts(n + ".norm1");
@@ -96,8 +128,26 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     a.res2 = p.take(n + ".res2", Nl * C);
     a.ln2 = p.take(n + ".ln2", Nl * C);
     a.n2 = norm_acts(n + ".norm2");
-    a.mlp.h = p.take(n + ".mlp_h", N * d.up_width);
+    if (dense) a.mlp.h = p.take(n + ".mlp_h", N * d.up_width);
     return a;
+  };
+  const MoeBlock::Dims& md = d.md;
+  auto moe_acts = [&](const std::string& n) {
+    MoeBlock::Acts m;
+    const int64_t Nk = N * md.k;
+    m.probs = p.take(n + ".router_probs", N * md.E);
+    m.lse = p.take(n + ".router_lse", N);
+    m.experts = ints(n + ".router_experts", Nk);
+    m.weights = p.take(n + ".router_weights", Nk);
+    m.kept = reinterpret_cast<uint8_t*>(p.take(n + ".router_kept", (Nk + 3) / 4));
+    m.pos = ints(n + ".router_pos", Nk);
+    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El)));
+    m.xperm = p.take(n + ".experts_x", md.R * md.C);
+    m.h = p.take(n + ".experts_h", md.R * md.up);
+    m.act = p.take(n + ".experts_act", md.R * md.Fl);
+    m.ret = p.take(n + ".experts_out", md.S * md.C);
+    m.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
+    return m;
   };
   const int64_t probs = d.B * d.heads_local * d.T * d.T, lse = d.B * d.heads_local * d.T;
   TransformerLayer::Acts shared;
@@ -127,20 +177,21 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
       TransformerLayer::Acts a;
       if (mode == Recompute::kFull) {
         if (!have_shared) {
-          shared = full_set("recompute.full");
+          shared = full_set("recompute.full", d.any_dense);
           have_shared = true;
         }
         a = shared;
       } else {
-        a = full_set(n);
+        a = full_set(n, !d.moe.is_moe(l));
       }
+      if (d.moe.is_moe(l)) a.moe = moe_acts(n);
       // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused,
       // which the flash backward needs with the output; it is kept even under selective recompute,
       // as there is nothing T x T to save).
       if (d.flash && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
       if (mode == Recompute::kNone) {
         if (!d.flash) a.attn.probs = p.take(n + ".probs", probs);
-        a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
+        if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
       } else {
         if (!have_shared_core) {
           if (d.flash) shared.attn.lse = p.take("recompute.lse", lse);
@@ -192,6 +243,19 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     b.dfull = p.take("tp.dfull", N * C);
   }
   if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
+  if (d.any_moe) {  // shared by the MoE layers
+    MoeBlock::Scratch& m = b.moe;
+    m.send = p.take("moe.send", md.S * md.C);
+    m.recv = p.take("moe.recv", md.R * md.C);
+    m.perm = p.take("moe.perm", md.R * md.C);
+    m.dact = p.take("moe.dact", md.R * md.Fl);
+    m.dh = p.take("moe.dh", md.R * md.up);
+    m.dw = p.take("moe.dweights", N * md.k);
+    m.dlogits = p.take("moe.dlogits", N * md.E);
+    if (d.tp > 1) m.sum = p.take("moe.sum", N * C);
+    for (Slot& s : b.slots)
+      for (TransformerLayer::Acts& a : s.layers) a.moe_sc = m;
+  }
 }
 
 ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
@@ -218,12 +282,12 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
 
 ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, int tp_size) {
   const bool vocab_split = !cfg.vocab_emb_dp;
-  return {tp_size, vocab_split, cfg.padded_vocab(vocab_split ? tp_size : 1)};
+  return {tp_size, vocab_split, cfg.padded_vocab(vocab_split ? tp_size : 1), static_cast<int>(cfg.expert_parallel)};
 }
 
 Placement TransformerLM::make_placement(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
-                                        int tp_rank, int tp_size, const StageOptions& st) {
-  return Placement(make_param_table(s, names, st), param_layout(cfg, tp_size), tp_rank);
+                                        int tp_rank, int tp_size, const StageOptions& st, int ep_rank) {
+  return Placement(make_param_table(s, names, st), param_layout(cfg, tp_size), tp_rank, ep_rank);
 }
 
 BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch,
@@ -238,10 +302,14 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
                              const ParallelContext& ctx, const StageOptions& stage)
     : spec_(spec), names_(std::move(names)), cfg_(cfg),
       dims_(StageDims::make(spec, cfg, micro_batch, ctx.grid.tp(), ctx.coord.tp, stage)),
-      params_(make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage)) {
+      params_(make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage, ctx.coord.ep)) {
   const StageDims& d = dims_;
   if (ctx.grid.pp() != 1) throw std::invalid_argument("TransformerLM: pipeline parallelism is not built yet");
+  if (ctx.grid.ep() != d.ep)
+    throw std::invalid_argument("TransformerLM: the model config's expert_parallel " + std::to_string(d.ep) +
+                                " is not the process grid's " + std::to_string(ctx.grid.ep()));
   tp_ = TensorParallel(&ctx.tp, cfg.use_seq_parallel, d.N);
+  ep_ = ExpertParallel(&ctx.ep);
   cdt_ = parse_compute_dtype(cfg.compute_dtype);
   weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
   grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
@@ -254,7 +322,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     embedding_.bind(params_, names_);
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
-    layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_);
+    layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N);
     layers_.back().bind(params_, names_);
   }
   if (d.last) {
@@ -282,6 +350,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
 BlockEnv TransformerLM::env(const Slot& s) {
   BlockEnv e;
   e.tp = &tp_;
+  e.ep = &ep_;
   e.cdt = cdt_;
   e.weights = weights_.data();
   e.grads = grads_.data();
@@ -354,7 +423,8 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     throw std::logic_error("a backward split into input and weight passes needs defer_weight_grads (what the weight "
                            "pass reads is scratch otherwise)");
   Slot& s = slots_.at(static_cast<size_t>(slot));
-  const BlockEnv e = env(s);
+  BlockEnv e = env(s);
+  e.grad_scale = grad_scale;
   const bool input = pass != BwdPass::kWeight;
   if (d.last) {
     head_.bwd(e, pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
@@ -387,6 +457,23 @@ double TransformerLM::forward(const int32_t* tokens, const StepInfo& info) {
 
 void TransformerLM::backward(float grad_scale) { stage_backward(0, BwdPass::kBoth, nullptr, grad_scale); }
 
+std::vector<MoeLayerStats> TransformerLM::moe_stats() const {
+  std::vector<MoeLayerStats> out;
+  const Slot& s = slots_[0];
+  for (int64_t l = dims_.l0; l < dims_.l1; ++l) {
+    if (!spec_.moe.is_moe(l)) continue;
+    const double* st = s.layers[static_cast<size_t>(l - dims_.l0)].moe.stats;
+    MoeLayerStats m;
+    m.layer = l;
+    m.aux_sum = st[0];
+    m.z_sum = st[1];
+    m.dropped = static_cast<int64_t>(st[2]);
+    for (int64_t e = 0; e < spec_.moe.experts; ++e) m.tokens_per_expert.push_back(static_cast<int64_t>(st[3 + e]));
+    out.push_back(m);
+  }
+  return out;
+}
+
 double TransformerLM::flops_per_step(int64_t batch) const {
   // Megatron's model FLOPs (Narayanan et al. 2021), generalised to grouped-query attention and a
   // gated MLP: 3 (forward + 2x backward) x 2 FLOPs per multiply-add, per token:
@@ -397,7 +484,12 @@ double TransformerLM::flops_per_step(int64_t batch) const {
                H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads),
                F = static_cast<double>(s.ffn), T = static_cast<double>(s.seq), L = static_cast<double>(s.layers),
                V = static_cast<double>(s.vocab), m = s.mlp == MlpKind::kSwiGLU ? 3.0 : 2.0;
-  const double per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + m * C * F + 2 * T * C) + C * V;
+  // An MoE layer counts the FLOPs its tokens run (active): k experts' MLPs and the router's C E.
+  double moe_layers = 0;
+  for (int64_t l = 0; l < s.layers; ++l) moe_layers += s.moe.is_moe(l) ? 1.0 : 0.0;
+  const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
+  const double mlp = (L - moe_layers) * m * C * F + moe_layers * (k * m * C * F + C * E);
+  const double per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + 2 * T * C) + mlp + C * V;
   return 6.0 * static_cast<double>(batch) * T * per_token;
 }
 

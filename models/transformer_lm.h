@@ -26,6 +26,9 @@
 
 namespace gf {
 
+// The MoE layers' spec from cfg.moe (experts 0 when the model is dense).
+MoeSpec moe_spec(const ModelConfig& cfg);
+
 struct StageOptions {
   int64_t layer_begin = 0, layer_end = -1;  // -1: the last layer
   int64_t slots = 1;
@@ -43,6 +46,10 @@ struct StageDims {
   VocabSlice vocab;
   int64_t recompute_layers = 0;
   bool full_recompute = false;
+  int ep = 1;          // expert_parallel
+  MoeSpec moe;         // which layers are MoE
+  MoeBlock::Dims md;   // their buffers' sizes (when any)
+  bool any_moe = false, any_dense = true;
   Recompute mode(int64_t layer) const {
     if (layer >= recompute_layers) return Recompute::kNone;
     return full_recompute ? Recompute::kFull : Recompute::kSelective;
@@ -63,10 +70,11 @@ class TransformerLM : public CausalLM {
                                      const StageOptions& stage = {});
   // How cfg lays parameters out on tp_size tensor-parallel ranks: cfg.vocab_emb_dp: False splits
   // the vocabulary (padded for tp_size ranks), True replicates it (padded for one).
+  // The experts are divided over cfg.expert_parallel ranks.
   static ParamLayout param_layout(const ModelConfig& cfg, int tp_size);
-  // That table placed on tensor-parallel rank tp_rank of tp_size.
+  // That table placed on tensor-parallel rank tp_rank of tp_size (and expert-parallel rank ep_rank).
   static Placement make_placement(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
-                                  int tp_rank, int tp_size, const StageOptions& stage = {});
+                                  int tp_rank, int tp_size, const StageOptions& stage = {}, int ep_rank = 0);
   // Every activation, workspace and scratch buffer of a rank of this layout, sized but not allocated.
   static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, int64_t micro_batch,
                                     int tp_size, int tp_rank, const StageOptions& stage = {});
@@ -89,6 +97,7 @@ class TransformerLM : public CausalLM {
   ComputeDtype weight_copy_dtype() const override { return cdt_; }
   void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
+  std::vector<MoeLayerStats> moe_stats() const override;
 
   // The stage interface. tokens: [B, T + 1] (the first stage reads the inputs, the last the
   // targets); hidden_in: [Nl, C] for a stage that does not start at layer 0. Returns the summed
@@ -115,6 +124,7 @@ class TransformerLM : public CausalLM {
   struct Buffers {
     std::vector<Slot> slots;
     TransformerLayer::Grads scratch;
+    MoeBlock::Scratch moe;
     float* flash = nullptr;
     float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
   };
@@ -128,6 +138,7 @@ class TransformerLM : public CausalLM {
   ModelConfig cfg_;
   StageDims dims_;
   TensorParallel tp_;
+  ExpertParallel ep_;
   Placement params_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<float> weights_, grads_;

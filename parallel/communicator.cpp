@@ -227,4 +227,40 @@ void Communicator::broadcast(void* data, int64_t bytes, int root) const {
   }
 }
 
+void Communicator::alltoall(const int64_t* send, int64_t* recv, int64_t per_rank) const {
+  if (size_ == 1) {
+    std::memcpy(recv, send, sizeof(int64_t) * static_cast<size_t>(per_rank));
+    return;
+  }
+  MPI_Alltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T, comm_);
+  stats_->bytes_sent += static_cast<int64_t>(sizeof(int64_t)) * per_rank * (size_ - 1);
+  stats_->collectives += 1;
+}
+
+void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
+                                  int64_t row_floats) const {
+  if (size_ == 1) {
+    std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(send_rows[0] * row_floats));
+    return;
+  }
+  // Counts in rows of a contiguous datatype, so that large messages fit MPI's int counts.
+  MPI_Datatype row;
+  MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
+  MPI_Type_commit(&row);
+  std::vector<int> sc(static_cast<size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+  int64_t so = 0, ro = 0;
+  for (int r = 0; r < size_; ++r) {
+    sc[r] = static_cast<int>(send_rows[r]);
+    sd[r] = static_cast<int>(so);
+    rc[r] = static_cast<int>(recv_rows[r]);
+    rd[r] = static_cast<int>(ro);
+    so += send_rows[r];
+    ro += recv_rows[r];
+    if (r != rank_) stats_->bytes_sent += send_rows[r] * row_floats * static_cast<int64_t>(sizeof(float));
+  }
+  MPI_Alltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, comm_);
+  MPI_Type_free(&row);
+  stats_->collectives += 1;
+}
+
 }  // namespace gf

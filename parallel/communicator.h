@@ -91,6 +91,13 @@ class Communicator {
   // Background sum all-reduce of a float buffer; `tag` must differ between those in flight.
   PendingAllreduce start_allreduce_sum(float* data, int64_t n, int tag) const;
   void broadcast(void* data, int64_t bytes, int root) const;
+  // MPI_Alltoall of `per_rank` counts to each rank: recv[r * per_rank + i] = rank r's send[rank() * per_rank + i].
+  void alltoall(const int64_t* send, int64_t* recv, int64_t per_rank) const;
+  // MPI_Alltoallv of rows of `row_floats` floats: send_rows[r] rows (consecutive in `send`, in
+  // rank order) go to rank r; recv_rows[r] rows arrive from rank r, in rank order in `recv`.
+  // Counts the bytes sent to other ranks.
+  void alltoallv_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
+                      int64_t row_floats) const;
 
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }

@@ -19,6 +19,8 @@ ParallelContext ParallelContext::build(Communicator world, const ProcessGrid& gr
   ctx.tp = world.split(c.dp + grid.dp() * c.pp, c.tp);
   ctx.dp = world.split(c.tp + grid.tp() * c.pp, c.dp);
   ctx.pp = world.split(c.tp + grid.tp() * c.dp, c.pp);
+  ctx.ep = world.split(c.tp + grid.tp() * (c.edp + (grid.dp() / grid.ep()) * c.pp), c.ep);
+  ctx.edp = world.split(c.tp + grid.tp() * (c.ep + grid.ep() * c.pp), c.edp);
   ctx.world = std::move(world);
   return ctx;
 }

@@ -14,6 +14,8 @@ struct ParallelContext {
   Communicator tp;     // same (dp, pp)
   Communicator dp;     // same (tp, pp)
   Communicator pp;     // same (tp, dp)
+  Communicator ep;     // same (tp, pp, edp): the ranks that hold one MoE layer's experts between them
+  Communicator edp;    // same (tp, pp, ep): the ranks that hold the same experts (expert-data-parallel)
 
   // One-rank context: every communicator is the trivial group; no MPI needed.
   static ParallelContext single();

@@ -14,6 +14,8 @@ GridCoord ProcessGrid::coord(int rank) const {
   c.tp = rank % tp_;
   c.dp = (rank / tp_) % dp_;
   c.pp = rank / (tp_ * dp_);
+  c.ep = c.dp % ep_;
+  c.edp = c.dp / ep_;
   return c;
 }
 

@@ -6,8 +6,12 @@
 
 namespace gf {
 
+// ep: the rank's place in its expert-parallel group (consecutive data-parallel ranks dp / ep * ep
+// .. + ep - 1 hold different experts); edp: which of the dp / ep such groups it is in (the ranks
+// with the same ep index hold the same experts and sum their gradients).
 struct GridCoord {
   int tp = 0, dp = 0, pp = 0;
+  int ep = 0, edp = 0;
 };
 
 class ProcessGrid {

@@ -145,6 +145,7 @@ void finish_model(ReadContext& x) {
   const Config& c = x.c;
   m.use_seq_parallel = c.parallel.use_seq_parallel;
   m.vocab_emb_dp = c.parallel.vocab_emb_dp;
+  m.expert_parallel = c.parallel.expert_parallel;
   m.recompute = c.recompute;
   m.select_recompute = c.select_recompute;
   m.recompute_num_layers = c.recompute_num_layers;

@@ -122,7 +122,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   const int world_size = world.size();
   gf::ParallelContext ctx = gf::ParallelContext::build(
       std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
-                                        static_cast<int>(p.pipeline_stage)));
+                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel)));
   spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.

@@ -9,6 +9,7 @@
 #include "core/mixed_precision.h"
 #include "core/ops/dropout.h"
 #include "models/causal_lm.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace gf {
@@ -19,6 +20,7 @@ enum DropSite : int64_t { kDropEmbedding = 0, kDropAttnOut = 1, kDropMlpOut = 2,
 
 struct BlockEnv {
   const TensorParallel* tp = nullptr;
+  const ExpertParallel* ep = nullptr;
   ComputeDtype cdt = ComputeDtype::kFloat32;
   float* weights = nullptr;
   float* grads = nullptr;
@@ -28,6 +30,7 @@ struct BlockEnv {
   // full-row input gradient of a column-parallel layer under SP.
   float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
   StepInfo info;
+  float grad_scale = 0.0f;  // backward: the loss's gradient scale (the router losses' coefficients)
 
   const float* w(int64_t offset) const { return weights + offset; }
   float* g(int64_t offset) const { return grads + offset; }

@@ -13,6 +13,16 @@ namespace gf {
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class MlpKind { kGelu, kSwiGLU };
 
+// Mixture of Experts (models/blocks/moe.h; the arithmetic in core/ops/router.h). experts 0: dense.
+struct MoeSpec {
+  int64_t experts = 0, topk = 1, layer_freq = 1;
+  double capacity_factor = 0.0;  // <= 0: dropless
+  bool norm_topk = true, drop_by_probs = false;
+  float aux_factor = 0.0f, z_factor = 0.0f;
+  bool router_low_precision = false;  // router_dense_type: the router product in the compute dtype
+  bool is_moe(int64_t layer) const { return experts > 1 && layer % (layer_freq < 1 ? 1 : layer_freq) == 0; }
+};
+
 struct TransformerSpec {
   int64_t vocab = 0, seq = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;
   int64_t positions = 0;       // learned position table rows (0: none)
@@ -32,6 +42,7 @@ struct TransformerSpec {
   bool scaled_proj_init = true;  // output projections at std / sqrt(2 L) (GPT-2)
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   bool flash = false;
+  MoeSpec moe;
   int64_t head_dim() const { return hidden / heads; }
 };
 
@@ -40,7 +51,17 @@ enum class Role {
   kEmbed, kPosEmbed, kFinalNormW, kFinalNormB, kLmHead,
   kNorm1W, kNorm1B, kQkvW, kQkvB, kQW, kQB, kKW, kKB, kVW, kVB, kOW, kOB,
   kNorm2W, kNorm2B, kFcW, kFcB, kGateW, kUpW, kDownW, kDownB,
+  // An MoE layer's router and its experts' projections; the experts' names hold "{e}" where the
+  // expert's index goes (expert_name).
+  kRouterW, kExpertUpW, kExpertUpB, kExpertGateW, kExpertDownW, kExpertDownB,
 };
 using NameMap = std::function<std::string(Role, int64_t layer)>;
+
+// `pattern` with its "{e}" replaced by the expert index.
+inline std::string expert_name(std::string pattern, int64_t expert) {
+  const size_t at = pattern.find("{e}");
+  if (at != std::string::npos) pattern.replace(at, 3, std::to_string(expert));
+  return pattern;
+}
 
 }  // namespace gf

@@ -13,9 +13,12 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }  // namespace
 
 TransformerLayer::TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer,
-                                   const ops::RopeTable<float>* rope, const ops::FlashWorkspace<float>* flash)
+                                   const ops::RopeTable<float>* rope, const ops::FlashWorkspace<float>* flash,
+                                   int ep_size, int64_t rows)
     : spec_(s), layer_(layer), norm1_(s.norm, s.hidden, s.norm_eps), norm2_(s.norm, s.hidden, s.norm_eps),
-      attn_(s, tp_size, rope, flash), mlp_(s, tp_size) {}
+      attn_(s, tp_size, rope, flash), mlp_(s, tp_size) {
+  if (is_moe()) moe_ = MoeBlock(s, tp_size, ep_size, layer, rows > 0 ? rows : s.seq);
+}
 
 namespace {
 // RMSNorm has no bias: its name is asked only of LayerNorm.
@@ -28,14 +31,16 @@ void TransformerLayer::declare(ParamTable& t, const NameMap& names) const {
   norm1_.declare(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.declare(t, names, layer_);
   norm2_.declare(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
-  mlp_.declare(t, names, layer_);
+  if (is_moe()) moe_.declare(t, names);
+  else mlp_.declare(t, names, layer_);
 }
 
 void TransformerLayer::bind(const Placement& t, const NameMap& names) {
   norm1_.bind(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.bind(t, names, layer_);
   norm2_.bind(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
-  mlp_.bind(t, names, layer_);
+  if (is_moe()) moe_.bind(t, names);
+  else mlp_.bind(t, names, layer_);
 }
 
 void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) const {
@@ -45,7 +50,8 @@ void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) con
   ops::dropout_apply(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
   add_inplace(a.res2, x, Nl * C);
   norm2_.fwd(e, a.ln2, a.n2, a.res2, Nl);
-  mlp_.fwd(e, a.out, a.ln2, a.mlp);
+  if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
+  else mlp_.fwd(e, a.out, a.ln2, a.mlp);
   ops::dropout_apply(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
   add_inplace(a.out, a.res2, Nl * C);
 }
@@ -58,11 +64,13 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
     return;
   }
   attn_.recompute_core(e, layer_, a.attn, y_scratch);
-  mlp_.activation_fwd(e, a.mlp);
+  if (!is_moe()) mlp_.activation_fwd(e, a.mlp);  // an MoE layer keeps its experts' activations
 }
 
 void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const {
   const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
+  if (is_moe() && pass != BwdPass::kBoth)
+    throw std::logic_error("an MoE layer runs its backward fused (input and weight passes apart are not built for it)");
   if (pass == BwdPass::kWeight) {
     mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.ln2, a.mlp, g.mlp);
     norm2_.bwd(e, pass, nullptr, g.dln2, a.res2, a.n2, Nl);
@@ -73,7 +81,8 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
   // MLP: out = res2 + dropout(mlp(norm2(res2)))
   std::memcpy(g.dout_mlp, g.dres, sizeof(float) * Nl * C);
   ops::dropout_apply(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
-  mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+  if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
+  else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   // Attention: res2 = x + dropout(attention(norm1(x)))
   std::memcpy(g.dout_attn, g.dres, sizeof(float) * Nl * C);

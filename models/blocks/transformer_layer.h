@@ -9,6 +9,7 @@
 #include "models/blocks/attention.h"
 #include "models/blocks/env.h"
 #include "models/blocks/mlp.h"
+#include "models/blocks/moe.h"
 #include "models/blocks/norm.h"
 #include "models/blocks/spec.h"
 
@@ -23,6 +24,8 @@ class TransformerLayer {
     float *ln1 = nullptr, *res2 = nullptr, *ln2 = nullptr, *out = nullptr;
     AttentionBlock::Acts attn;
     MlpBlock::Acts mlp;
+    MoeBlock::Acts moe;         // an MoE layer's, in place of mlp
+    MoeBlock::Scratch moe_sc;   // shared by the MoE layers
   };
   // Backward buffers. dres [Nl, C] carries the residual gradient in and out. The rest is scratch
   // of the fused backward; what the weight pass reads (the two dropout-masked output gradients,
@@ -35,8 +38,10 @@ class TransformerLayer {
   };
 
   TransformerLayer() = default;
+  // ep_size, rows: an MoE layer's expert-parallel size and micro-batch rows N = B T.
   TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer, const ops::RopeTable<float>* rope,
-                   const ops::FlashWorkspace<float>* flash);
+                   const ops::FlashWorkspace<float>* flash, int ep_size = 1, int64_t rows = 0);
+  bool is_moe() const { return spec_.moe.is_moe(layer_); }
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return norm1_.first_offset(); }
@@ -52,6 +57,7 @@ class TransformerLayer {
   NormBlock norm1_, norm2_;
   AttentionBlock attn_;
   MlpBlock mlp_;
+  MoeBlock moe_;
 };
 
 }  // namespace gf

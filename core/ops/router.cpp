@@ -1,0 +1,141 @@
+#include "core/ops/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+namespace gf::ops {
+
+int64_t expert_capacity(const RouterShape& s, double cf) {
+  if (cf <= 0.0) return s.T * s.k;
+  return static_cast<int64_t>(std::ceil(cf * static_cast<double>(s.T * s.k) / static_cast<double>(s.E)));
+}
+
+void router_softmax(float* probs, float* lse, const float* logits, int64_t N, int64_t E) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* x = logits + t * E;
+    float* p = probs + t * E;
+    float m = x[0];
+    for (int64_t e = 1; e < E; ++e) m = std::max(m, x[e]);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      p[e] = std::exp(x[e] - m);
+      sum += p[e];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t e = 0; e < E; ++e) p[e] *= inv;
+    lse[t] = m + std::log(sum);
+  }
+}
+
+namespace {
+
+// The k largest of p[0..E), descending, ties to the lower index.
+void top_k(int32_t* out, const float* p, int64_t E, int64_t k) {
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (n == k && !(p[e] > p[out[k - 1]])) continue;
+    int64_t i = std::min(n, k - 1);  // the slot e takes: after every entry >= p[e]
+    while (i > 0 && p[out[i - 1]] < p[e]) {
+      out[i] = out[i - 1];
+      --i;
+    }
+    out[i] = static_cast<int32_t>(e);
+    n = std::min(n + 1, k);
+  }
+}
+
+}  // namespace
+
+RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t* tokens_per_expert,
+                        const float* probs, const float* lse, const RouterShape& s, const RouterOptions& o) {
+  const int64_t N = s.N(), E = s.E, k = s.k, T = s.T;
+  if (k < 1 || k > E) throw std::invalid_argument("router: top-k must be in [1, experts]");
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* p = probs + t * E;
+    int32_t* ex = experts + t * k;
+    top_k(ex, p, E, k);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      weights[t * k + j] = o.norm_topk ? p[ex[j]] / sum : p[ex[j]];
+      kept[t * k + j] = 1;
+    }
+  }
+  RouteStats st;
+  std::fill(tokens_per_expert, tokens_per_expert + E, 0);
+  const int64_t cap = expert_capacity(s, o.capacity_factor);
+  std::vector<std::vector<int64_t>> lists(static_cast<size_t>(E));  // per expert: t * k + j
+  std::vector<double> P(static_cast<size_t>(E));
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (auto& l : lists) l.clear();
+    std::fill(P.begin(), P.end(), 0.0);
+    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      for (int64_t j = 0; j < k; ++j) lists[static_cast<size_t>(experts[t * k + j])].push_back(t * k + j);
+      for (int64_t e = 0; e < E; ++e) P[static_cast<size_t>(e)] += probs[t * E + e];
+    }
+    double aux = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      auto& l = lists[static_cast<size_t>(e)];
+      const int64_t count = static_cast<int64_t>(l.size());
+      tokens_per_expert[e] += count;
+      aux += static_cast<double>(count) / static_cast<double>(T * k) * (P[static_cast<size_t>(e)] / static_cast<double>(T));
+      if (o.capacity_factor <= 0.0 || count <= cap) continue;
+      if (o.drop_by_probs)
+        std::stable_sort(l.begin(), l.end(), [&](int64_t a, int64_t c) { return probs[a / k * E + e] > probs[c / k * E + e]; });
+      for (int64_t i = cap; i < count; ++i) {
+        kept[l[static_cast<size_t>(i)]] = 0;
+        weights[l[static_cast<size_t>(i)]] = 0.0f;
+        ++st.dropped;
+      }
+    }
+    st.aux_sum += static_cast<double>(E) * aux;
+  }
+  for (int64_t t = 0; t < N; ++t) st.z_sum += static_cast<double>(lse[t]) * static_cast<double>(lse[t]);
+  return st;
+}
+
+void router_bwd(float* dlogits, const float* dweights, const float* probs, const float* lse, const int32_t* experts,
+                const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef) {
+  const int64_t E = s.E, k = s.k, T = s.T;
+  // The aux loss's gradient with respect to p[t, e] is aux_coef E f_{s,e} / T for every token of s.
+  std::vector<float> daux(static_cast<size_t>(s.B * E), 0.0f);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = b * T; t < (b + 1) * T; ++t)
+      for (int64_t j = 0; j < k; ++j) daux[static_cast<size_t>(b * E + experts[t * k + j])] += 1.0f;
+  const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(T * k * T);
+  for (float& v : daux) v *= aux_scale;
+#pragma omp parallel
+  {
+    std::vector<float> dp(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < s.N(); ++t) {
+      const float* p = probs + t * E;
+      const int32_t* ex = experts + t * k;
+      const float* dw = dweights + t * k;
+      const uint8_t* kp = kept + t * k;
+      std::copy(daux.begin() + (t / T) * E, daux.begin() + (t / T + 1) * E, dp.begin());
+      if (norm_topk) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
+        float g = 0.0f;  // sum over kept j of dw_j w_j
+        for (int64_t j = 0; j < k; ++j)
+          if (kp[j]) g += dw[j] * (p[ex[j]] / sum);
+        for (int64_t j = 0; j < k; ++j) dp[static_cast<size_t>(ex[j])] += ((kp[j] ? dw[j] : 0.0f) - g) / sum;
+      } else {
+        for (int64_t j = 0; j < k; ++j)
+          if (kp[j]) dp[static_cast<size_t>(ex[j])] += dw[j];
+      }
+      float dot = 0.0f;
+      for (int64_t e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];
+      const float zg = 2.0f * z_coef * lse[t];
+      for (int64_t e = 0; e < E; ++e) dlogits[t * E + e] = p[e] * (dp[static_cast<size_t>(e)] - dot + zg);
+    }
+  }
+}
+
+}  // namespace gf::ops

@@ -1,0 +1,324 @@
+#include "models/blocks/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "core/ops/activation.h"
+#include "core/ops/linear.h"
+#include "core/ops/swiglu.h"
+
+namespace gf {
+
+MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int ep) {
+  Dims d;
+  d.N = N;
+  d.C = s.hidden;
+  d.E = s.moe.experts;
+  d.k = s.moe.topk;
+  d.ep = ep;
+  if (d.E % ep != 0)
+    throw std::invalid_argument("moe_config.expert_num " + std::to_string(d.E) + " is not divisible by expert_parallel " +
+                                std::to_string(ep));
+  d.El = d.E / ep;
+  d.Fl = s.ffn / tp;
+  d.up = s.mlp == MlpKind::kSwiGLU ? 2 * d.Fl : d.Fl;
+  d.S = N * d.k;
+  // Rows this rank's experts can receive: every choice of every rank of the group, or what
+  // capacity lets through (each local expert takes at most `cap` rows of each of the group's
+  // sequences).
+  d.R = N * d.k * ep;
+  if (s.moe.capacity_factor > 0.0) {
+    const ops::RouterShape rs{N / s.seq, s.seq, d.E, d.k};
+    d.R = std::min(d.R, d.El * ops::expert_capacity(rs, s.moe.capacity_factor) * rs.B * ep);
+  }
+  return d;
+}
+
+MoeBlock::MoeBlock(const TransformerSpec& s, int tp, int ep, int64_t layer, int64_t rows)
+    : spec_(s), layer_(layer), d_(dims(s, rows, tp, ep)) {}
+
+void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
+  const int64_t C = spec_.hidden, F = spec_.ffn, E = spec_.moe.experts, l = layer_;
+  const float std = spec_.init_std;
+  const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
+  t.add({names(Role::kRouterW, l), {E, C}, no_split(), Init::kNormal, std, true});
+  // Each kind of expert tensor for experts 0..E-1 back to back (packed), so a rank's local experts
+  // form one stack the grouped product reads at a stride.
+  auto stack = [&](Role r, std::vector<int64_t> shape, SplitSpec split, Init init, float sd, bool decay,
+                   Role packed_role = Role::kRouterW) {
+    for (int64_t e = 0; e < E; ++e) {
+      ParamSpec p{expert_name(names(r, l), e), shape, split, init, sd, decay};
+      p.expert = e;
+      p.experts = E;
+      p.packed_with_next = e + 1 < E;
+      if (packed_role != Role::kRouterW) {  // SwiGLU: gate_e then up_e, one [2F, C] matrix per expert
+        p.packed_with_next = true;
+        t.add(p);
+        ParamSpec q{expert_name(names(packed_role, l), e), shape, split, init, sd, decay};
+        q.expert = e;
+        q.experts = E;
+        q.packed_with_next = e + 1 < E;
+        t.add(q);
+        continue;
+      }
+      t.add(p);
+    }
+  };
+  if (spec_.mlp == MlpKind::kSwiGLU) {
+    stack(Role::kExpertGateW, {F, C}, split_dim(0), Init::kNormal, std, true, Role::kExpertUpW);
+  } else {
+    stack(Role::kExpertUpW, {C, F}, split_dim(1), Init::kNormal, std, true);
+    if (spec_.linear_bias) stack(Role::kExpertUpB, {F}, split_dim(0), Init::kZeros, 0.0f, false);
+  }
+  if (spec_.out_in) stack(Role::kExpertDownW, {C, F}, split_dim(1), Init::kNormal, proj_std, true);
+  else stack(Role::kExpertDownW, {F, C}, split_dim(0), Init::kNormal, proj_std, true);
+  if (spec_.linear_bias) stack(Role::kExpertDownB, {C}, no_split(), Init::kZeros, 0.0f, false);
+}
+
+void MoeBlock::bind(const Placement& t, const NameMap& names) {
+  const int64_t l = layer_;
+  router_ = t.at(names(Role::kRouterW, l)).offset;
+  const int64_t e0 = static_cast<int64_t>(t.ep_rank()) * d_.El;
+  // The local experts' tensors of one kind must lie at a constant stride.
+  auto first = [&](Role r, int64_t stride) {
+    const int64_t off = t.at(expert_name(names(r, l), e0)).offset;
+    for (int64_t e = 1; e < d_.El; ++e)
+      if (t.at(expert_name(names(r, l), e0 + e)).offset != off + e * stride)
+        throw std::logic_error("moe: the experts' " + names(r, l) + " are not packed in the arena");
+    return off;
+  };
+  up_stride_ = d_.up * d_.C;
+  down_stride_ = d_.Fl * d_.C;
+  up_w_ = first(spec_.mlp == MlpKind::kSwiGLU ? Role::kExpertGateW : Role::kExpertUpW, up_stride_);
+  if (spec_.mlp == MlpKind::kSwiGLU &&
+      t.at(expert_name(names(Role::kExpertUpW, l), e0)).offset != up_w_ + d_.Fl * d_.C)
+    throw std::logic_error("moe: an expert's gate and up projections are not packed in the arena");
+  down_w_ = first(Role::kExpertDownW, down_stride_);
+  const bool bias = spec_.linear_bias && spec_.mlp != MlpKind::kSwiGLU;
+  up_b_ = bias ? first(Role::kExpertUpB, d_.Fl) : -1;
+  down_b_ = spec_.linear_bias ? first(Role::kExpertDownB, d_.C) : -1;
+}
+
+ops::RouterShape MoeBlock::shape(const BlockEnv& e) const { return {e.B, e.T, d_.E, d_.k}; }
+
+namespace {
+
+// Rows of `from` in source-major order (source s, then local expert el: counts[s El + el] rows)
+// copied to expert-major order (el, then s), or back when `to_source` is set.
+void permute(float* to, const float* from, const int64_t* counts, int64_t ep, int64_t El, int64_t C,
+             bool to_source) {
+  std::vector<int64_t> src_off(static_cast<size_t>(ep * El)), exp_off(src_off.size());
+  int64_t o = 0;
+  for (int64_t s = 0; s < ep; ++s)
+    for (int64_t el = 0; el < El; ++el) {
+      src_off[static_cast<size_t>(s * El + el)] = o;
+      o += counts[s * El + el];
+    }
+  o = 0;
+  for (int64_t el = 0; el < El; ++el)
+    for (int64_t s = 0; s < ep; ++s) {
+      exp_off[static_cast<size_t>(s * El + el)] = o;
+      o += counts[s * El + el];
+    }
+  for (int64_t i = 0; i < ep * El; ++i) {
+    const size_t bytes = sizeof(float) * static_cast<size_t>(counts[i] * C);
+    if (bytes == 0) continue;
+    if (to_source) std::memcpy(to + src_off[static_cast<size_t>(i)] * C, from + exp_off[static_cast<size_t>(i)] * C, bytes);
+    else std::memcpy(to + exp_off[static_cast<size_t>(i)] * C, from + src_off[static_cast<size_t>(i)] * C, bytes);
+  }
+}
+
+}  // namespace
+
+void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up;
+  const bool out_in = spec_.out_in;
+  const bool bias_here = down_b_ >= 0 && e.tp->rank() == 0;  // the row-parallel bias, once
+  for (int64_t el = 0; el < d_.El; ++el) {
+    const int64_t r0 = off[el], n = off[el + 1] - off[el];
+    if (n == 0) continue;
+    ops::linear_fwd(a.h + r0 * up, a.xperm + r0 * C, e.wt(up_w_ + el * up_stride_, out_in),
+                    up_b_ >= 0 ? e.w(up_b_ + el * Fl) : nullptr, n, C, up);
+  }
+  const int64_t R = off[d_.El];
+  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl, R, Fl, up);
+  else ops::activation_fwd(spec_.act, a.act, a.h, R * Fl);
+  for (int64_t el = 0; el < d_.El; ++el) {
+    const int64_t r0 = off[el], n = off[el + 1] - off[el];
+    if (n == 0) continue;
+    ops::linear_fwd(y + r0 * C, a.act + r0 * Fl, e.wt(down_w_ + el * down_stride_, out_in),
+                    bias_here ? e.w(down_b_ + el * C) : nullptr, n, Fl, C);
+  }
+}
+
+void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
+                           const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, R = off[d_.El];
+  const bool out_in = spec_.out_in;
+  // The replicated down bias sees every row on every rank: under SP the gradient sync sums it
+  // over the tensor group, so rank 0 alone adds it then.
+  const bool down_bias_grad = down_b_ >= 0 && (!e.tp->sequence_parallel() || e.tp->rank() == 0);
+  for (int64_t el = 0; el < d_.El; ++el) {
+    const int64_t r0 = off[el], n = off[el + 1] - off[el];
+    if (n == 0) continue;
+    const Weight wd = e.wt(down_w_ + el * down_stride_, out_in);
+    ops::linear_bwd_input(sc.dact + r0 * Fl, dy + r0 * C, wd, n, Fl, C, 0.0f);
+    ops::linear_bwd_weight(e.g(down_w_ + el * down_stride_), down_bias_grad ? e.g(down_b_ + el * C) : nullptr,
+                           dy + r0 * C, a.act + r0 * Fl, wd, n, Fl, C);
+  }
+  std::fill(sc.dh, sc.dh + R * up, 0.0f);
+  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up);
+  else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl);
+  for (int64_t el = 0; el < d_.El; ++el) {
+    const int64_t r0 = off[el], n = off[el + 1] - off[el];
+    if (n == 0) continue;
+    const Weight wu = e.wt(up_w_ + el * up_stride_, out_in);
+    ops::linear_bwd_input(dx + r0 * C, sc.dh + r0 * up, wu, n, C, up, 0.0f);
+    ops::linear_bwd_weight(e.g(up_w_ + el * up_stride_), up_b_ >= 0 ? e.g(up_b_ + el * Fl) : nullptr,
+                           sc.dh + r0 * up, a.xperm + r0 * C, wu, n, C, up);
+  }
+}
+
+void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const {
+  const TensorParallel& tp = *e.tp;
+  const int64_t N = e.N, C = d_.C, E = d_.E, k = d_.k, El = d_.El, ep = d_.ep;
+  const float* x = tp.gather_rows(xn, e.gather, C);  // [N, C] on every tensor-parallel rank
+  // Router.
+  const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
+  ops::linear_fwd(a.probs, x, wr, nullptr, N, C, E);
+  ops::router_softmax(a.probs, a.lse, a.probs, N, E);
+  ops::RouterOptions o;
+  o.norm_topk = spec_.moe.norm_topk;
+  o.capacity_factor = spec_.moe.capacity_factor;
+  o.drop_by_probs = spec_.moe.drop_by_probs;
+  std::vector<int64_t> tokens(static_cast<size_t>(E));
+  const ops::RouteStats st = ops::router_route(a.experts, a.weights, a.kept, tokens.data(), a.probs, a.lse, shape(e), o);
+  a.stats[0] = st.aux_sum;
+  a.stats[1] = st.z_sum;
+  a.stats[2] = static_cast<double>(st.dropped);
+  for (int64_t i = 0; i < E; ++i) a.stats[3 + i] = static_cast<double>(tokens[static_cast<size_t>(i)]);
+  // Send order: global expert, token, choice.
+  int64_t* sent = a.counts;           // [E]
+  int64_t* recvd = a.counts + E;      // [ep El]
+  std::fill(sent, sent + E, 0);
+  for (int64_t i = 0; i < N * k; ++i)
+    if (a.kept[i]) ++sent[a.experts[i]];
+  std::vector<int64_t> next(static_cast<size_t>(E));
+  for (int64_t g = 0, o2 = 0; g < E; ++g) {
+    next[static_cast<size_t>(g)] = o2;
+    o2 += sent[g];
+  }
+  for (int64_t i = 0; i < N * k; ++i)
+    a.pos[i] = a.kept[i] ? static_cast<int32_t>(next[static_cast<size_t>(a.experts[i])]++) : -1;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * k; ++i)
+    if (a.pos[i] >= 0) std::memcpy(sc.send + a.pos[i] * C, x + (i / k) * C, sizeof(float) * C);
+  // Counts, then rows, to the ranks that hold the experts; expert-major on arrival.
+  e.ep->exchange_counts(sent, recvd, El);
+  std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0), recv_rows(static_cast<size_t>(ep), 0),
+      off(static_cast<size_t>(El + 1), 0);
+  for (int64_t r = 0; r < ep; ++r)
+    for (int64_t el = 0; el < El; ++el) {
+      send_rows[static_cast<size_t>(r)] += sent[r * El + el];
+      recv_rows[static_cast<size_t>(r)] += recvd[r * El + el];
+      off[static_cast<size_t>(el + 1)] += recvd[r * El + el];
+    }
+  for (int64_t el = 0; el < El; ++el) off[static_cast<size_t>(el + 1)] += off[static_cast<size_t>(el)];
+  if (off[static_cast<size_t>(El)] > d_.R) throw std::logic_error("moe: more rows received than planned");
+  e.ep->exchange_rows(sc.send, send_rows.data(), sc.recv, recv_rows.data(), C);
+  permute(a.xperm, sc.recv, recvd, ep, El, C, false);
+  experts_fwd(e, sc.perm, a, off.data());
+  permute(sc.recv, sc.perm, recvd, ep, El, C, true);
+  e.ep->exchange_rows(sc.recv, recv_rows.data(), a.ret, send_rows.data(), C);
+  // The weighted sum per token, choices in order (a partial sum over the tensor group).
+  float* y = tp.size() > 1 ? sc.sum : out;
+  const int64_t rows = tp.size() > 1 ? N : e.Nl;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    float* yt = y + t * C;
+    std::fill(yt, yt + C, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t p = a.pos[t * k + j];
+      if (p < 0) continue;
+      const float w = a.weights[t * k + j];
+      const float* r = a.ret + static_cast<int64_t>(p) * C;
+      for (int64_t c = 0; c < C; ++c) yt[c] += w * r[c];
+    }
+  }
+  if (tp.size() > 1) tp.reduce_rows(sc.sum, out, C);
+}
+
+void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
+                   const Scratch& sc) const {
+  const TensorParallel& tp = *e.tp;
+  const int64_t N = e.N, C = d_.C, E = d_.E, k = d_.k, El = d_.El, ep = d_.ep;
+  const float* dy = tp.gather_rows(dout, e.gather, C);  // [N, C]
+  const int64_t* sent = a.counts;
+  const int64_t* recvd = a.counts + E;
+  std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0), recv_rows(static_cast<size_t>(ep), 0),
+      off(static_cast<size_t>(El + 1), 0);
+  for (int64_t r = 0; r < ep; ++r)
+    for (int64_t el = 0; el < El; ++el) {
+      send_rows[static_cast<size_t>(r)] += sent[r * El + el];
+      recv_rows[static_cast<size_t>(r)] += recvd[r * El + el];
+      off[static_cast<size_t>(el + 1)] += recvd[r * El + el];
+    }
+  for (int64_t el = 0; el < El; ++el) off[static_cast<size_t>(el + 1)] += off[static_cast<size_t>(el)];
+  // Gate weights: dw[t, j] = dy[t] . expert output (partial over the tensor group: summed), and
+  // the experts' output gradients w[t, j] dy[t] in send order.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * k; ++i) {
+    const int32_t p = a.pos[i];
+    if (p < 0) {
+      sc.dw[i] = 0.0f;
+      continue;
+    }
+    const float* g = dy + (i / k) * C;
+    const float* r = a.ret + static_cast<int64_t>(p) * C;
+    float* ds = sc.send + static_cast<int64_t>(p) * C;
+    const float w = a.weights[i];
+    float dot = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += g[c] * r[c];
+      ds[c] = w * g[c];
+    }
+    sc.dw[i] = dot;
+  }
+  if (tp.size() > 1) tp.allreduce_sum(sc.dw, N * k);
+  e.ep->exchange_rows(sc.send, send_rows.data(), sc.recv, recv_rows.data(), C);
+  permute(sc.perm, sc.recv, recvd, ep, El, C, false);
+  float* dxperm = sc.recv;  // free again: the experts' input gradients, expert-major
+  experts_bwd(e, dxperm, sc.perm, a, sc, off.data());
+  permute(sc.perm, dxperm, recvd, ep, El, C, true);
+  e.ep->exchange_rows(sc.perm, recv_rows.data(), sc.send, send_rows.data(), C);
+  // The input gradient per token, choices in order (partial over the tensor group).
+  float* dx = tp.size() > 1 ? sc.sum : dxn;
+  const int64_t rows = tp.size() > 1 ? N : e.Nl;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    float* d = dx + t * C;
+    std::fill(d, d + C, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t p = a.pos[t * k + j];
+      if (p < 0) continue;
+      const float* r = sc.send + static_cast<int64_t>(p) * C;
+      for (int64_t c = 0; c < C; ++c) d[c] += r[c];
+    }
+  }
+  if (tp.size() > 1) tp.reduce_rows(sc.sum, dxn, C);
+  // Router: its losses' coefficients follow from the loss's gradient scale (causal_lm.h).
+  const float aux_coef = e.grad_scale * spec_.moe.aux_factor * static_cast<float>(e.T);
+  const float z_coef = e.grad_scale * spec_.moe.z_factor;
+  ops::router_bwd(sc.dlogits, sc.dw, a.probs, a.lse, a.experts, a.kept, shape(e), spec_.moe.norm_topk, aux_coef, z_coef);
+  // This rank's rows of the router's input and weight gradients (all rows without SP; under SP
+  // the replicated router's gradient is summed over the tensor group by the gradient sync).
+  const float* dl = sc.dlogits + tp.row_begin() * E;
+  const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
+  ops::linear_bwd_input(dxn, dl, wr, e.Nl, C, E, 1.0f);
+  ops::linear_bwd_weight(e.g(router_), nullptr, dl, xn, wr, e.Nl, C, E);
+}
+
+}  // namespace gf

@@ -1,0 +1,96 @@
+// MoE block: in an MoE layer, it takes the MLP's place. A router (logits = x W_r^T, [E, C],
+// float32 unless router_dense_type says otherwise) picks k of E experts per token
+// (core/ops/router.h: softmax, top-k, gate weights, capacity per sequence, the balancing and z
+// losses); each expert is an MLP of the model's kind (GPT-2: c_fc -> GELU -> c_proj with biases;
+// Mixtral: w2(silu(w1 x) * w3 x)); the output of token t is sum over its kept choices j of
+// w[t, j] expert_{e_j}(x[t]).
+//
+// Dispatch (the alltoall dispatcher): the kept assignments are laid out by global expert, then
+// token, then choice ("send order"); the per-expert counts and then the rows go to the expert-
+// parallel rank that holds each expert (ExpertParallel: MPI_Alltoallv); there they are permuted
+// into expert-major order (expert, then source rank, then send order), so each local expert's
+// rows are one block and the local experts' products run as one grouped call; the outputs travel
+// back the same way and are weighted and summed per token in a fixed order (choice 1..k), so a
+// token's output does not depend on the layout.
+//
+// Tensor parallel: every tensor-parallel rank routes the same gathered rows (the router is
+// replicated and computed identically); each expert's FFN width is split over the group like the
+// dense MLP's (up column-parallel, down row-parallel, its bias added on rank 0), so the weighted
+// sum is a partial sum that leaves through the row-parallel reduction. The gradient of each gate
+// weight (a dot product with that partial output) is summed over the group.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/ops/router.h"
+#include "core/placement.h"
+#include "models/blocks/env.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+class MoeBlock {
+ public:
+  // Sizes of one rank's buffers.
+  struct Dims {
+    int64_t N = 0, C = 0, E = 0, k = 1, El = 0, ep = 1, Fl = 0, up = 0;
+    int64_t S = 0;  // rows this rank sends at most (N k)
+    int64_t R = 0;  // rows its experts receive at most
+  };
+  // Kept per layer and micro-batch for the backward.
+  struct Acts {
+    float* probs = nullptr;       // [N, E]
+    float* lse = nullptr;         // [N]
+    int32_t* experts = nullptr;   // [N, k]
+    float* weights = nullptr;     // [N, k] (0 where dropped)
+    uint8_t* kept = nullptr;      // [N, k]
+    int32_t* pos = nullptr;       // [N, k]: row in send order (-1: dropped)
+    int64_t* counts = nullptr;    // [E]: rows sent per global expert; then [ep El]: rows received per (source, local expert)
+    float* xperm = nullptr;       // [R, C]: the experts' inputs, expert-major
+    float* h = nullptr;           // [R, up]
+    float* act = nullptr;         // [R, Fl]
+    float* ret = nullptr;         // [S, C]: the experts' (partial) outputs back in send order
+    double* stats = nullptr;      // aux_sum, z_sum, dropped, then E tokens per expert (as doubles)
+  };
+  // Shared by the layers (forward and backward).
+  struct Scratch {
+    float* send = nullptr;   // [S, C]
+    float* recv = nullptr;   // [R, C]
+    float* perm = nullptr;   // [R, C]
+    float* dact = nullptr;   // [R, Fl]
+    float* dh = nullptr;     // [R, up]
+    float* dw = nullptr;     // [N, k]
+    float* dlogits = nullptr;  // [N, E]
+    float* sum = nullptr;    // [N, C]: the weighted sum of partial outputs (forward) or input gradients
+  };
+  static int64_t stats_doubles(int64_t E) { return 3 + E; }
+
+  MoeBlock() = default;
+  // rows: the micro-batch's N = B T (sizes the buffers).
+  MoeBlock(const TransformerSpec& s, int tp_size, int ep_size, int64_t layer, int64_t rows);
+  static Dims dims(const TransformerSpec& s, int64_t N, int tp_size, int ep_size);
+
+  void declare(ParamTable& t, const NameMap& names) const;
+  void bind(const Placement& t, const NameMap& names);
+  int64_t first_offset() const { return router_; }
+
+  // out: [Nl, C] (this rank's rows of the block's output); xn: [Nl, C].
+  void fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const;
+  // dxn (overwritten) from dout; accumulates the parameters' gradients. Only the fused pass.
+  void bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a, const Scratch& sc) const;
+
+ private:
+  void experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* offsets) const;
+  void experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
+                   const int64_t* offsets) const;
+  ops::RouterShape shape(const BlockEnv& e) const;
+
+  TransformerSpec spec_;
+  int64_t layer_ = 0;
+  Dims d_;
+  int64_t router_ = -1;          // [E, C]
+  int64_t up_w_ = -1, up_b_ = -1, down_w_ = -1, down_b_ = -1;  // the first local expert's; experts follow at a stride
+  int64_t up_stride_ = 0, down_stride_ = 0;
+};
+
+}  // namespace gf

@@ -8,23 +8,34 @@ namespace gf {
 GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
                            bool sequence_parallel)
     : ctx_(ctx), sharded_(shard_optimizer && ctx.dp.size() > 1),
-      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(params.total_floats()) {
-  shard_begin_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank()) : 0;
-  shard_end_ = sharded_ ? gf::shard_begin(total_, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
+      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(params.total_floats()),
+      expert_begin_(params.expert_begin()) {
+  // Dense parameters: [0, expert_begin_); without experts expert_begin_ is the arena's end.
+  const bool experts = expert_begin_ < total_;
+  if (!experts) expert_begin_ = total_;
+  const int64_t dense = expert_begin_, nx = total_ - expert_begin_;
+  shard_begin_ = sharded_ ? gf::shard_begin(dense, ctx.dp.size(), ctx.dp.rank()) : 0;
+  shard_end_ = sharded_ ? gf::shard_begin(dense, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
+  if (sharded_ && experts) {
+    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.edp.size(), ctx.edp.rank());
+    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.edp.size(), ctx.edp.rank() + 1);
+  }
   if (!sharded_ && ctx.dp.size() > 1) {
     // Cut from the end of the arena (where backward starts) at parameter boundaries into about
     // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
     // whose gradient is complete only at the very end) gets a bucket of its own, and the target
     // size is taken over the rest, so that the layers' gradients still go out during backward.
-    const auto& tensors = params.tensors();
+    std::vector<TensorPlacement> tensors;  // the dense ones
+    for (const TensorPlacement& t : params.tensors())
+      if (t.offset < dense) tensors.push_back(t);
     const int64_t groups = std::max<int64_t>(1, buckets);
-    auto span = [&](size_t i) { return (i + 1 < tensors.size() ? tensors[i + 1].offset : total_) - tensors[i].offset; };
-    auto big = [&](size_t i) { return span(i) > total_ / groups; };
-    int64_t rest = total_;
+    auto span = [&](size_t i) { return (i + 1 < tensors.size() ? tensors[i + 1].offset : dense) - tensors[i].offset; };
+    auto big = [&](size_t i) { return span(i) > dense / groups; };
+    int64_t rest = dense;
     for (size_t i = 0; i < tensors.size(); ++i)
       if (big(i)) rest -= span(i);
     const int64_t target = std::max<int64_t>(1, rest / groups);
-    int64_t end = total_;
+    int64_t end = dense;
     for (size_t i = tensors.size(); i-- > 0;) {
       const int64_t b = i == 0 ? 0 : tensors[i].offset;
       if (i == 0 || big(i) || big(i - 1) || end - b >= target) {
@@ -37,8 +48,10 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
   // tensor-parallel rank 0 only.
   for (const TensorPlacement& p : params.tensors()) {
     if (p.replicated && ctx.tp.rank() != 0) continue;
-    const int64_t lo = std::max(p.offset, shard_begin_), hi = std::min(p.offset + p.numel(), shard_end_);
-    if (lo < hi) norm_ranges_.push_back({lo, hi});
+    for (const ArenaRange& s : shards()) {
+      const int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.end);
+      if (lo < hi) (p.spec->is_expert() ? expert_norm_ranges_ : norm_ranges_).push_back({lo, hi});
+    }
   }
   if (sequence_parallel_) {
     int64_t n = 0;
@@ -49,6 +62,12 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
       }
     staging_.resize(static_cast<size_t>(n));
   }
+}
+
+std::vector<ArenaRange> GradientSync::shards() const {
+  std::vector<ArenaRange> r{{shard_begin_, shard_end_}};
+  if (expert_shard_end_ > expert_shard_begin_) r.push_back({expert_shard_begin_, expert_shard_end_});
+  return r;
 }
 
 void GradientSync::begin_step(float* grads) {
@@ -69,15 +88,21 @@ void GradientSync::grads_ready_from(int64_t offset) {
 void GradientSync::finish() {
   grads_ready_from(0);
   for (auto& p : pending_) p.wait();
-  if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, total_);
+  if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, expert_begin_);
+  if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
+    if (sharded_) ctx_.edp.reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    else ctx_.edp.allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
+  }
   if (sequence_parallel_) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
+    const std::vector<ArenaRange> shards = this->shards();
     auto each_range = [&](auto&& copy) {
       int64_t n = 0;
-      for (const Range& r : tp_partial_) {
-        const int64_t lo = std::max(r.begin, shard_begin_), hi = std::min(r.end, shard_end_);
-        if (lo < hi) { copy(lo, hi, staging_.data() + n); n += hi - lo; }
-      }
+      for (const Range& r : tp_partial_)
+        for (const ArenaRange& s : shards) {
+          const int64_t lo = std::max(r.begin, s.begin), hi = std::min(r.end, s.end);
+          if (lo < hi) { copy(lo, hi, staging_.data() + n); n += hi - lo; }
+        }
       return n;
     };
     const int64_t n = each_range([&](int64_t lo, int64_t hi, float* st) {
@@ -94,11 +119,20 @@ double GradientSync::global_sq_norm(const float* grads) const {
   double local = grad_sq_sum(grads, norm_ranges_);
   ctx_.tp.allreduce_sum(&local, 1);
   if (sharded_) ctx_.dp.allreduce_sum(&local, 1);
+  if (expert_begin_ < total_) {  // each expert counted once: over the experts' holders and shards
+    double x = grad_sq_sum(grads, expert_norm_ranges_);
+    ctx_.tp.allreduce_sum(&x, 1);
+    ctx_.ep.allreduce_sum(&x, 1);
+    if (sharded_) ctx_.edp.allreduce_sum(&x, 1);
+    local += x;
+  }
   return local;
 }
 
 void GradientSync::allgather_params(float* weights) const {
-  if (sharded_) ctx_.dp.allgather(weights, total_);
+  if (!sharded_) return;
+  ctx_.dp.allgather(weights, expert_begin_);
+  if (expert_begin_ < total_) ctx_.edp.allgather(weights + expert_begin_, total_ - expert_begin_);
 }
 
 }  // namespace gf

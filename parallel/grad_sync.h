@@ -11,8 +11,14 @@
 //  * sequence parallel: replicated parameters (LayerNorms, row-parallel biases, position
 //    embedding) see only this rank's rows, so their gradients are summed over the tensor group.
 //
+//  * experts (MoE): the expert region of the arena [expert_begin, total) holds this rank's experts,
+//    which differ across the expert-parallel group; their gradients are summed over the
+//    expert-data-parallel group (the ranks holding the same experts) after backward, and ZeRO
+//    shards that region over the same group.
+//
 // The gradient norm is the true global norm under every layout: split parameters count on every
-// tensor-parallel rank, replicated ones once, and shards are summed over the data group.
+// tensor-parallel rank, replicated ones once, and shards are summed over the data group; the
+// experts' over the expert-parallel group too (each holds others).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -35,9 +41,13 @@ class GradientSync {
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
-  // This rank's shard of the arena: what it reduces, clips and updates (everything without ZeRO).
+  // This rank's shard of the arena: what it reduces, clips and updates (everything without ZeRO;
+  // under ZeRO its share of the dense parameters, and its share of the experts' as a second range).
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
+  int64_t expert_shard_begin() const { return expert_shard_begin_; }
+  int64_t expert_shard_end() const { return expert_shard_end_; }
+  std::vector<ArenaRange> shards() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool sharded() const { return sharded_; }
 
@@ -58,12 +68,14 @@ class GradientSync {
   const ParallelContext& ctx_;
   bool sharded_, sequence_parallel_;
   int64_t total_, shard_begin_, shard_end_;
+  int64_t expert_begin_, expert_shard_begin_ = 0, expert_shard_end_ = 0;  // the expert region [expert_begin_, total_)
   std::vector<Bucket> buckets_;           // in the order backward completes them
   std::vector<PendingAllreduce> pending_;
   size_t started_ = 0;
   float* grads_ = nullptr;
   std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
-  std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm
+  std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm (dense)
+  std::vector<ArenaRange> expert_norm_ranges_;
   std::vector<float> staging_;
 };
 

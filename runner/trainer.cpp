@@ -64,10 +64,11 @@ StepResult Trainer::train_step(int64_t step) {
   ctx_.dp.allreduce_sum(&loss_sum, 1);
   sync_->finish();
   r.loss = loss_sum / global_tokens;
+  gather_moe_stats(r);
   // From here on only this rank's shard of the gradients is used (all of them without ZeRO).
-  float* shard = grads + sync_->shard_begin();
-  const int64_t shard_n = sync_->shard_end() - sync_->shard_begin();
-  if (loss_scale_ != 1.0) scale_inplace(shard, shard_n, static_cast<float>(1.0 / loss_scale_));
+  if (loss_scale_ != 1.0)
+    for (const ArenaRange& s : sync_->shards())
+      scale_inplace(grads + s.begin, s.end - s.begin, static_cast<float>(1.0 / loss_scale_));
   r.grad_norm = std::sqrt(sync_->global_sq_norm(grads));
   r.lr = lr_->at(step);
   if (!std::isfinite(r.grad_norm) && cfg_.loss_scale.dynamic) {
@@ -90,6 +91,7 @@ StepResult Trainer::train_step(int64_t step) {
     extras.low_dtype = model_->weight_copy_dtype();
   }
   opt_->step(weights, grads, r.lr, step - skipped_steps_, extras);
+  if (opt_experts_) opt_experts_->step(weights, grads, r.lr, step - skipped_steps_, extras);
   sync_->allgather_params(weights);
   if (extras.low != nullptr) model_->weight_copy_is_current();
   if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
@@ -97,6 +99,40 @@ StepResult Trainer::train_step(int64_t step) {
     good_steps_ = 0;
   }
   return r;
+}
+
+void Trainer::gather_moe_stats(StepResult& r) const {
+  const std::vector<MoeLayerStats> st = model_->moe_stats();
+  r.objective = r.loss;
+  if (st.empty()) return;
+  // One buffer: per layer aux_sum, z_sum, dropped, then the tokens per expert.
+  const size_t E = st[0].tokens_per_expert.size(), per = 3 + E;
+  std::vector<double> v(st.size() * per);
+  for (size_t l = 0; l < st.size(); ++l) {
+    v[l * per] = st[l].aux_sum;
+    v[l * per + 1] = st[l].z_sum;
+    v[l * per + 2] = static_cast<double>(st[l].dropped);
+    for (size_t e = 0; e < E; ++e) v[l * per + 3 + e] = static_cast<double>(st[l].tokens_per_expert[e]);
+  }
+  ctx_.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
+  for (size_t l = 0; l < st.size(); ++l) {
+    StepResult::MoeLayer m;
+    m.layer = st[l].layer;
+    m.aux = v[l * per] / seqs;
+    m.z = v[l * per + 1] / tokens;
+    m.dropped = static_cast<int64_t>(v[l * per + 2]);
+    for (size_t e = 0; e < E; ++e) {
+      const auto c = static_cast<int64_t>(v[l * per + 3 + e]);
+      m.tokens_max = std::max(m.tokens_max, c);
+      m.assignments += c;
+    }
+    m.tokens_mean = static_cast<double>(m.assignments) / static_cast<double>(E);
+    r.aux_loss += m.aux;
+    r.z_loss += m.z;
+    r.moe.push_back(m);
+  }
+  r.objective = r.loss + cfg_.model.moe.aux_loss_factor * r.aux_loss + cfg_.model.moe.z_loss_factor * r.z_loss;
 }
 
 void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
@@ -118,6 +154,19 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
                r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
+  if (!r.moe.empty()) {
+    int64_t dropped = 0, assigned = 0;
+    double imbalance = 0;
+    for (const StepResult::MoeLayer& m : r.moe) {
+      dropped += m.dropped;
+      assigned += m.assignments;
+      imbalance = std::max(imbalance, static_cast<double>(m.tokens_max) / std::max(m.tokens_mean, 1e-300));
+    }
+    spdlog::info("moe: aux_loss: {:.6f} (x{}), z_loss: {:.6f} (x{}), objective: {:.6f}, tokens per expert max/mean: "
+                 "{:.3f} (worst of {} layers), dropped: {} of {} assignments",
+                 r.aux_loss, cfg_.model.moe.aux_loss_factor, r.z_loss, cfg_.model.moe.z_loss_factor, r.objective,
+                 imbalance, r.moe.size(), dropped, assigned);
+  }
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
                x.samples_per_s / ctx_.world.size(), hms(eta));
   if (metrics_) {
@@ -126,6 +175,16 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                         {"interval_steps", iv.steps()}, {"startup", iv.startup},
                         {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
                         {"tflops", x.tflops}, {"mfu", x.mfu}};
+    if (!r.moe.empty()) {
+      j["aux_loss"] = r.aux_loss;
+      j["z_loss"] = r.z_loss;
+      j["objective"] = r.objective;
+      nlohmann::json layers = nlohmann::json::array();
+      for (const StepResult::MoeLayer& m : r.moe)
+        layers.push_back({{"layer", m.layer}, {"aux_loss", m.aux}, {"z_loss", m.z}, {"tokens_max", m.tokens_max},
+                          {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments}});
+      j["moe"] = layers;
+    }
     metrics_->write(j);
   }
 }
@@ -156,7 +215,10 @@ int Trainer::run() {
     }
     const StepResult r = train_step(step);
     meter.step_done();
-    if (!std::isfinite(r.loss) || (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+    if (!std::isfinite(r.loss) || !std::isfinite(r.objective) ||
+        (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+      if (std::isfinite(r.loss))
+        spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
       spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
                     "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
                     step, r.loss, r.grad_norm, r.lr);

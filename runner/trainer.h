@@ -33,6 +33,17 @@ struct StepResult {
   double lr = 0.0;
   double loss_scale = 1.0;
   bool skipped = false;    // overflow under dynamic loss scaling
+  // MoE: per MoE layer over the global batch, and the router losses (unweighted, summed over the
+  // layers) that the objective adds to `loss` with moe_config's factors.
+  struct MoeLayer {
+    int64_t layer = 0;
+    double aux = 0, z = 0;  // mean over sequences of aux_s; mean over tokens of lse^2
+    int64_t tokens_max = 0, dropped = 0, assignments = 0;
+    double tokens_mean = 0;
+  };
+  std::vector<MoeLayer> moe;
+  double aux_loss = 0.0, z_loss = 0.0;
+  double objective = 0.0;  // loss + aux_loss_factor * aux_loss + z_loss_factor * z_loss
 };
 
 class Trainer {
@@ -63,6 +74,8 @@ class Trainer {
 
  private:
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
+  // The MoE layers' router figures of the step just run, summed over the data-parallel group.
+  void gather_moe_stats(StepResult& r) const;
   void log_setup() const;
   void write_run_start();
   // Whether to evaluate after `step` (do_eval): every eval_step_interval steps, at the end of every
@@ -80,6 +93,7 @@ class Trainer {
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<AdamW> opt_experts_;  // ZeRO with MoE: this rank's shard of the experts' region
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchSource> data_, eval_data_;
   std::vector<int32_t> tokens_;

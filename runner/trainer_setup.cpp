@@ -67,6 +67,9 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
                                          cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
   model_->set_grad_ready_hook([this](int64_t offset) { sync_->grads_ready_from(offset); });
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
+  if (sync_->expert_shard_end() > sync_->expert_shard_begin())
+    opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
+                                           sync_->expert_shard_end());
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
   if (ctx_.world_rank == 0) {
@@ -115,7 +118,7 @@ void Trainer::log_setup() const {
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                "activations {} (planned{})",
-               ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes())),
+               ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
                sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.grid.dp()) : std::string(),
                human_bytes(static_cast<double>(model_->activation_bytes())),
                m.recompute || m.select_recompute
@@ -194,7 +197,7 @@ void Trainer::log_resource_report() {
   v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
   v[K * me + 2] = static_cast<double>(ctx_.dp.stats().bytes_sent);
   v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
-  v[K * me + 4] = static_cast<double>(opt_->state_bytes());
+  v[K * me + 4] = static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0));
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
   ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));

@@ -24,11 +24,17 @@ std::vector<float> gather_full_tensor(const TensorPlacement& p, const float* w, 
 
 void Trainer::save_weights(const std::string& path) {
   const float* w = model_->weights();
+  const Placement& placed = model_->params();
   std::vector<std::vector<float>> full;
   std::vector<StWriteTensor> out;
-  for (const TensorPlacement& p : model_->params().tensors()) {
-    full.push_back(gather_full_tensor(p, w, ctx_));
-    out.push_back({p.spec->name, StDtype::kF32, p.spec->shape, full.back().data()});
+  // In the table's order on every rank. An expert's tensor is held by one rank of each expert-
+  // parallel group: the others add zeros over that group.
+  for (const ParamSpec& spec : placed.table().specs()) {
+    const TensorPlacement* p = placed.find(spec.name);
+    if (p) full.push_back(gather_full_tensor(*p, w, ctx_));
+    else full.emplace_back(static_cast<size_t>(spec.global_numel()), 0.0f);
+    if (spec.is_expert()) ctx_.ep.allreduce_sum(full.back().data(), spec.global_numel());
+    out.push_back({spec.name, StDtype::kF32, spec.shape, full.back().data()});
   }
   if (ctx_.world_rank == 0) {
     write_safetensors(path, out, {{"format", "pt"}});

@@ -1,0 +1,164 @@
+// MoE layers under expert, data, tensor and sequence parallelism against one rank: the same global
+// batch gives the same loss, router losses, expert load, dropped count and every parameter's
+// gradient (after the trainer's gradient sync, gathered whole), for GPT-2 MoE and Mixtral,
+// dropless and with a capacity that drops tokens. Layouts by world size: 2 ranks: ep2 (dp2), and
+// the experts split over mp2 with SP; 4 ranks: ep4 (dp4), ep2 x mp2 + SP, and ep2 within dp4.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/gpt2.h"
+#include "models/llama.h"
+#include "parallel/grad_sync.h"
+
+namespace gf {
+namespace {
+
+constexpr int64_t kB = 4;  // the global batch
+
+ModelConfig config(bool llama, double capacity) {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.seq_length = 12;
+  c.max_position_embeddings = 12;
+  c.hidden_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
+  c.use_flash_attention = false;
+  if (llama) {
+    c.type = "LlamaConfig";
+    c.arch = "LlamaForCausalLM";
+    c.num_kv_heads = 2;
+    c.intermediate_size = 64;
+  }
+  c.moe.expert_num = 4;
+  c.moe.num_experts_chosen = 2;
+  c.moe.capacity_factor = capacity;
+  c.moe.norm_topk_prob = llama;
+  c.moe.aux_loss_factor = 0.05;
+  c.moe.z_loss_factor = 0.01;
+  return c;
+}
+
+std::unique_ptr<TransformerLM> build(const ModelConfig& c, int64_t B, const ParallelContext& ctx) {
+  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, B, ctx);
+  return std::make_unique<GPT2LMHeadModel>(c, B, ctx);
+}
+
+std::vector<int32_t> tokens(const ModelConfig& c) {
+  std::vector<int32_t> t(static_cast<size_t>(kB * (c.seq_length + 1)));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 37 + 11 + i * i % 7) % c.vocab_size);
+  return t;
+}
+
+struct Result {
+  double loss = 0, aux = 0, z = 0;
+  int64_t dropped = 0;
+  std::vector<int64_t> tokens;
+  std::vector<std::vector<float>> grads;  // per parameter in the table's order, whole
+};
+
+// One forward and backward of the global batch under ctx's layout; every rank gets the whole result.
+Result run(const ModelConfig& c, ParallelContext& ctx) {
+  const int dp = ctx.grid.dp();
+  const int64_t Bl = kB / dp;
+  auto m = build(c, Bl, ctx);
+  m->init_weights(5);
+  const std::vector<int32_t> all = tokens(c);
+  const int64_t first = ctx.coord.dp * Bl;
+  const std::vector<int32_t> mine(all.begin() + first * (c.seq_length + 1), all.begin() + (first + Bl) * (c.seq_length + 1));
+  GradientSync sync(m->params(), ctx, 2, false, c.use_seq_parallel);
+  std::fill(m->grads(), m->grads() + m->params().total_floats(), 0.0f);
+  sync.begin_step(m->grads());
+  Result r;
+  r.loss = m->forward(mine.data(), StepInfo{1, first, true});
+  m->backward(1.0f / static_cast<float>(kB * c.seq_length));
+  sync.finish();
+  std::vector<double> v = {r.loss};
+  for (const MoeLayerStats& s : m->moe_stats()) {
+    v.push_back(s.aux_sum);
+    v.push_back(s.z_sum);
+    v.push_back(static_cast<double>(s.dropped));
+    for (int64_t t : s.tokens_per_expert) v.push_back(static_cast<double>(t));
+  }
+  ctx.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  r.loss = v[0];
+  for (size_t i = 1; i < v.size();) {
+    r.aux += v[i++];
+    r.z += v[i++];
+    r.dropped += static_cast<int64_t>(v[i++]);
+    for (int64_t e = 0; e < c.moe.expert_num; ++e) r.tokens.push_back(static_cast<int64_t>(v[i++]));
+  }
+  const Placement& p = m->params();
+  for (const ParamSpec& spec : p.table().specs()) {
+    std::vector<float> full(static_cast<size_t>(spec.global_numel()), 0.0f);
+    const TensorPlacement* t = p.find(spec.name);
+    if (t && (!t->replicated || ctx.coord.tp == 0)) Placement::gather(*t, m->grads() + t->offset, full.data());
+    ctx.tp.allreduce_sum(full.data(), spec.global_numel());
+    if (spec.is_expert()) ctx.ep.allreduce_sum(full.data(), spec.global_numel());
+    r.grads.push_back(std::move(full));
+  }
+  return r;
+}
+
+struct Layout {
+  int tp, dp, ep;
+  bool sp;
+};
+
+TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
+  Communicator world = Communicator::world();
+  const int W = world.size();
+  std::vector<Layout> layouts;
+  if (W == 2) layouts = {{1, 2, 2, false}, {2, 1, 1, true}, {2, 1, 1, false}};
+  if (W == 4) layouts = {{1, 4, 4, false}, {2, 2, 2, true}, {1, 4, 2, false}};
+  if (layouts.empty()) GTEST_SKIP() << "layouts are for 2 and 4 ranks";
+  for (const Layout& L : layouts) {
+    ParallelContext ctx = ParallelContext::build(world.split(0, world.rank()), ProcessGrid(L.tp, L.dp, 1, L.ep));
+    for (const bool llama : {false, true})
+      for (const double capacity : {0.0, 1.0}) {
+        ModelConfig c = config(llama, capacity);
+        ParallelContext one = ParallelContext::single();
+        const Result ref = run(c, one);
+        c.expert_parallel = L.ep;
+        c.use_seq_parallel = L.sp;
+        const Result got = run(c, ctx);
+        const std::string what = std::string(llama ? "mixtral" : "gpt2-moe") + " tp" + std::to_string(L.tp) + " dp" +
+                                 std::to_string(L.dp) + " ep" + std::to_string(L.ep) + (L.sp ? " sp" : "") +
+                                 (capacity > 0 ? " capacity 1" : " dropless");
+        if (capacity > 0) EXPECT_GT(ref.dropped, 0) << what << ": the case should drop tokens";
+        EXPECT_EQ(got.dropped, ref.dropped) << what;
+        EXPECT_EQ(got.tokens, ref.tokens) << what;
+        EXPECT_NEAR(got.loss / ref.loss, 1.0, 1e-6) << what;
+        EXPECT_NEAR(got.aux / ref.aux, 1.0, 1e-6) << what;
+        EXPECT_NEAR(got.z / ref.z, 1.0, 1e-6) << what;
+        const ParamTable table = TransformerLM::make_param_table(c.is_llama() ? llama_spec(c) : gpt2_spec(c),
+                                                                 c.is_llama() ? NameMap(llama_name) : NameMap(gpt2_name));
+        double worst = 0;
+        std::string worst_name;
+        for (size_t i = 0; i < ref.grads.size(); ++i) {
+          double diff = 0, scale = 1e-30;
+          for (size_t j = 0; j < ref.grads[i].size(); ++j) {
+            diff = std::max(diff, static_cast<double>(std::abs(got.grads[i][j] - ref.grads[i][j])));
+            scale = std::max(scale, static_cast<double>(std::abs(ref.grads[i][j])));
+          }
+          if (diff / scale > worst) {
+            worst = diff / scale;
+            worst_name = table.specs()[i].name;
+          }
+        }
+        // fp32, other summation orders (rows split over ranks, experts' rows gathered from
+        // several ranks, tensor-parallel partial sums): a few ulps of the largest entry.
+        EXPECT_LT(worst, 1e-5) << what << ": worst gradient " << worst_name;
+        if (getenv("GF_MOE_MPI_PRINT") && ctx.world_rank == 0) printf("%s: worst %.3g (%s), loss %.8f vs %.8f, dropped %ld\n", what.c_str(), worst, worst_name.c_str(), got.loss, ref.loss, static_cast<long>(ref.dropped));
+      }
+  }
+}
+
+}  // namespace
+}  // namespace gf

@@ -26,6 +26,7 @@ struct MoeLayerStats {
   double aux_sum = 0;  // sum over the micro-batch's sequences of the balancing loss aux_s (unweighted)
   double z_sum = 0;    // sum over the micro-batch's tokens of logsumexp(router logits)^2 (unweighted)
   std::vector<int64_t> tokens_per_expert;  // (token, slot) assignments per expert, before capacity
+  std::vector<int64_t> kept_per_expert;    // the same after capacity: the rows each expert computes
   int64_t dropped = 0;                     // assignments that capacity dropped
 };
 

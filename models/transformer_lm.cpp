@@ -468,7 +468,9 @@ std::vector<MoeLayerStats> TransformerLM::moe_stats() const {
     m.aux_sum = st[0];
     m.z_sum = st[1];
     m.dropped = static_cast<int64_t>(st[2]);
-    for (int64_t e = 0; e < spec_.moe.experts; ++e) m.tokens_per_expert.push_back(static_cast<int64_t>(st[3 + e]));
+    const int64_t E = spec_.moe.experts;
+    for (int64_t e = 0; e < E; ++e) m.tokens_per_expert.push_back(static_cast<int64_t>(st[3 + e]));
+    for (int64_t e = 0; e < E; ++e) m.kept_per_expert.push_back(static_cast<int64_t>(st[3 + E + e]));
     out.push_back(m);
   }
   return out;

@@ -42,15 +42,35 @@ std::string plan_report(const Config& cfg, int ranks) {
   out += fmt::format("parameters: {} in the model ({} layers, hidden {}, {} heads / {} key-value heads, FFN {}, "
                      "vocabulary {})\n",
                      global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab);
+  const int ep = static_cast<int>(cfg.parallel.expert_parallel);
+  if (spec.moe.experts > 1) {
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < spec.layers; ++l) moe_layers += spec.moe.is_moe(l);
+    const MoeBlock::Dims md = MoeBlock::dims(spec, cfg.batch_size * m.seq_length, tp, ep);
+    out += fmt::format("MoE: {} of {} layers, {} experts, top-{}, {}; expert_parallel={}: {} experts per rank; "
+                       "expert buffers sized for {} rows per layer ({})\n",
+                       moe_layers, spec.layers, spec.moe.experts, spec.moe.topk,
+                       m.moe.dropless() ? std::string("dropless")
+                                        : fmt::format("capacity factor {} ({} per expert per sequence)", m.moe.capacity_factor,
+                                                      ops::expert_capacity({1, m.seq_length, spec.moe.experts, spec.moe.topk},
+                                                                           m.moe.capacity_factor)),
+                       ep, spec.moe.experts / ep, md.R,
+                       m.moe.dropless() && ep > 1 ? "dropless: every token of the expert-parallel group may come here"
+                                                  : "every assignment that can reach this rank's experts");
+  }
   double worst = 0;
   for (int r = 0; r < tp; ++r) {
     const Placement t = TransformerLM::make_placement(spec, entry.names, m, r, tp);
     const BufferPlan acts = TransformerLM::activation_plan(spec, m, cfg.batch_size, tp, r);
     const int64_t n = t.total_floats();
     int64_t shard = n;
-    if (zero) {
-      shard = 0;
-      for (int k = 0; k < dp; ++k) shard = std::max(shard, shard_begin(n, dp, k + 1) - shard_begin(n, dp, k));
+    if (zero) {  // the dense region over data parallel, the experts' over expert-data parallel
+      const int64_t nd = t.expert_begin(), nx = n - nd;
+      const int edp = dp / ep;
+      int64_t sd = 0, sx = 0;
+      for (int k = 0; k < dp; ++k) sd = std::max(sd, shard_begin(nd, dp, k + 1) - shard_begin(nd, dp, k));
+      for (int k = 0; k < edp; ++k) sx = std::max(sx, shard_begin(nx, edp, k + 1) - shard_begin(nx, edp, k));
+      shard = sd + sx;
     }
     const double params = 4.0 * static_cast<double>(n), moments = 8.0 * static_cast<double>(shard),
                  copy = static_cast<double>(n * low_copy_element_bytes(cdt)),

@@ -206,6 +206,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   std::fill(sent, sent + E, 0);
   for (int64_t i = 0; i < N * k; ++i)
     if (a.kept[i]) ++sent[a.experts[i]];
+  for (int64_t i = 0; i < E; ++i) a.stats[3 + E + i] = static_cast<double>(sent[i]);
   std::vector<int64_t> next(static_cast<size_t>(E));
   for (int64_t g = 0, o2 = 0; g < E; ++g) {
     next[static_cast<size_t>(g)] = o2;

@@ -50,7 +50,7 @@ class MoeBlock {
     float* h = nullptr;           // [R, up]
     float* act = nullptr;         // [R, Fl]
     float* ret = nullptr;         // [S, C]: the experts' (partial) outputs back in send order
-    double* stats = nullptr;      // aux_sum, z_sum, dropped, then E tokens per expert (as doubles)
+    double* stats = nullptr;      // aux_sum, z_sum, dropped, E tokens per expert, E kept per expert (as doubles)
   };
   // Shared by the layers (forward and backward).
   struct Scratch {
@@ -63,7 +63,7 @@ class MoeBlock {
     float* dlogits = nullptr;  // [N, E]
     float* sum = nullptr;    // [N, C]: the weighted sum of partial outputs (forward) or input gradients
   };
-  static int64_t stats_doubles(int64_t E) { return 3 + E; }
+  static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
 
   MoeBlock() = default;
   // rows: the micro-batch's N = B T (sizes the buffers).

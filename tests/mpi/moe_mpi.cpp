@@ -57,6 +57,8 @@ std::vector<int32_t> tokens(const ModelConfig& c) {
 }
 
 struct Result {
+  int64_t a2a_bytes = 0;  // what this rank sent over the expert-parallel group
+  std::vector<std::vector<int64_t>> kept;  // per MoE layer, this rank's rows per expert
   double loss = 0, aux = 0, z = 0;
   int64_t dropped = 0;
   std::vector<int64_t> tokens;
@@ -76,9 +78,12 @@ Result run(const ModelConfig& c, ParallelContext& ctx) {
   std::fill(m->grads(), m->grads() + m->params().total_floats(), 0.0f);
   sync.begin_step(m->grads());
   Result r;
+  ctx.ep.reset_stats();
   r.loss = m->forward(mine.data(), StepInfo{1, first, true});
   m->backward(1.0f / static_cast<float>(kB * c.seq_length));
+  r.a2a_bytes = ctx.ep.stats().bytes_sent;
   sync.finish();
+  for (const MoeLayerStats& s : m->moe_stats()) r.kept.push_back(s.kept_per_expert);
   std::vector<double> v = {r.loss};
   for (const MoeLayerStats& s : m->moe_stats()) {
     v.push_back(s.aux_sum);
@@ -103,6 +108,20 @@ Result run(const ModelConfig& c, ParallelContext& ctx) {
     if (spec.is_expert()) ctx.ep.allreduce_sum(full.data(), spec.global_numel());
     r.grads.push_back(std::move(full));
   }
+  return r;
+}
+
+// The one-rank model on dp rank d's share of the global batch alone.
+Result run_part(const ModelConfig& c, int d, int dp) {
+  const int64_t Bl = kB / dp;
+  ParallelContext one = ParallelContext::single();
+  auto m = build(c, Bl, one);
+  m->init_weights(5);
+  const std::vector<int32_t> all = tokens(c);
+  const std::vector<int32_t> part(all.begin() + d * Bl * (c.seq_length + 1), all.begin() + (d + 1) * Bl * (c.seq_length + 1));
+  Result r;
+  m->forward(part.data(), StepInfo{1, d * Bl, true});
+  for (const MoeLayerStats& s : m->moe_stats()) r.kept.push_back(s.kept_per_expert);
   return r;
 }
 
@@ -137,6 +156,35 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
         EXPECT_NEAR(got.loss / ref.loss, 1.0, 1e-6) << what;
         EXPECT_NEAR(got.aux / ref.aux, 1.0, 1e-6) << what;
         EXPECT_NEAR(got.z / ref.z, 1.0, 1e-6) << what;
+        // The all-to-all bytes this rank sent, from the routing alone: the one-rank model run on
+        // each rank's own sequences gives the rows each of its tokens' experts computes (capacity
+        // is per sequence, so a rank's rows do not depend on the others'). Per MoE layer: the
+        // counts (E_local int64 to each other rank) once, the rows it sends to other ranks' experts
+        // and the rows it returns from its experts to other ranks, each twice (forward and
+        // backward), C floats a row.
+        {
+          const int64_t El = c.moe.expert_num / L.ep, C = c.hidden_size;
+          std::vector<std::vector<std::vector<int64_t>>> kept(static_cast<size_t>(L.dp));  // [dp rank][layer][expert]
+          for (int d = 0; d < L.dp; ++d) {
+            ModelConfig one_cfg = config(llama, capacity);
+            const Result part = run_part(one_cfg, d, L.dp);
+            kept[static_cast<size_t>(d)] = part.kept;
+          }
+          const int me = ctx.coord.dp, group0 = me / L.ep * L.ep, my_ep = me % L.ep;
+          int64_t rows = 0;
+          for (size_t l = 0; l < kept[0].size(); ++l)
+            for (int s = group0; s < group0 + L.ep; ++s) {
+              if (s == me) continue;
+              for (int64_t e = 0; e < c.moe.expert_num; ++e) {
+                const int owner = static_cast<int>(e / El);
+                if (owner == s % L.ep) rows += kept[static_cast<size_t>(me)][l][static_cast<size_t>(e)];   // mine to s
+                if (owner == my_ep) rows += kept[static_cast<size_t>(s)][l][static_cast<size_t>(e)];      // s's to me, returned
+              }
+            }
+          const int64_t layers = static_cast<int64_t>(kept[0].size());
+          const int64_t expect = L.ep > 1 ? 2 * rows * C * 4 + layers * El * 8 * (L.ep - 1) : 0;
+          EXPECT_EQ(got.a2a_bytes, expect) << what << ": all-to-all bytes sent by rank " << ctx.world_rank;
+        }
         const ParamTable table = TransformerLM::make_param_table(c.is_llama() ? llama_spec(c) : gpt2_spec(c),
                                                                  c.is_llama() ? NameMap(llama_name) : NameMap(gpt2_name));
         double worst = 0;

@@ -14,7 +14,7 @@ int64_t expert_capacity(const RouterShape& s, double cf) {
 }
 
 void router_softmax(float* probs, float* lse, const float* logits, int64_t N, int64_t E) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E > (1 << 14))
   for (int64_t t = 0; t < N; ++t) {
     const float* x = logits + t * E;
     float* p = probs + t * E;
@@ -54,7 +54,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
                         const float* probs, const float* lse, const RouterShape& s, const RouterOptions& o) {
   const int64_t N = s.N(), E = s.E, k = s.k, T = s.T;
   if (k < 1 || k > E) throw std::invalid_argument("router: top-k must be in [1, experts]");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * E > (1 << 14))
   for (int64_t t = 0; t < N; ++t) {
     const float* p = probs + t * E;
     int32_t* ex = experts + t * k;
@@ -109,7 +109,7 @@ void router_bwd(float* dlogits, const float* dweights, const float* probs, const
       for (int64_t j = 0; j < k; ++j) daux[static_cast<size_t>(b * E + experts[t * k + j])] += 1.0f;
   const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(T * k * T);
   for (float& v : daux) v *= aux_scale;
-#pragma omp parallel
+#pragma omp parallel if (s.N() * E > (1 << 14))
   {
     std::vector<float> dp(static_cast<size_t>(E));
 #pragma omp for schedule(static)

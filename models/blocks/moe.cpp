@@ -214,7 +214,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   }
   for (int64_t i = 0; i < N * k; ++i)
     a.pos[i] = a.kept[i] ? static_cast<int32_t>(next[static_cast<size_t>(a.experts[i])]++) : -1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * k * C > (1 << 16))
   for (int64_t i = 0; i < N * k; ++i)
     if (a.pos[i] >= 0) std::memcpy(sc.send + a.pos[i] * C, x + (i / k) * C, sizeof(float) * C);
   // Counts, then rows, to the ranks that hold the experts; expert-major on arrival.
@@ -237,7 +237,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   // The weighted sum per token, choices in order (a partial sum over the tensor group).
   float* y = tp.size() > 1 ? sc.sum : out;
   const int64_t rows = tp.size() > 1 ? N : e.Nl;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
   for (int64_t t = 0; t < rows; ++t) {
     float* yt = y + t * C;
     std::fill(yt, yt + C, 0.0f);
@@ -270,7 +270,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   for (int64_t el = 0; el < El; ++el) off[static_cast<size_t>(el + 1)] += off[static_cast<size_t>(el)];
   // Gate weights: dw[t, j] = dy[t] . expert output (partial over the tensor group: summed), and
   // the experts' output gradients w[t, j] dy[t] in send order.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * k * C > (1 << 16))
   for (int64_t i = 0; i < N * k; ++i) {
     const int32_t p = a.pos[i];
     if (p < 0) {
@@ -298,7 +298,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   // The input gradient per token, choices in order (partial over the tensor group).
   float* dx = tp.size() > 1 ? sc.sum : dxn;
   const int64_t rows = tp.size() > 1 ? N : e.Nl;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
   for (int64_t t = 0; t < rows; ++t) {
     float* d = dx + t * C;
     std::fill(d, d + C, 0.0f);

@@ -111,3 +111,31 @@ TEST(Recompute, BitwiseIdenticalWithFusedAttention) {
 
 }  // namespace
 }  // namespace gf
+
+namespace gf {
+namespace {
+
+// MoE layers (every other layer, with capacity and both router losses) keep their experts'
+// activations and recompute the rest: the numbers are bitwise those without recompute.
+TEST(Recompute, BitwiseIdenticalWithMoeLayers) {
+  ModelConfig base = tiny();
+  base.moe.expert_num = 4;
+  base.moe.num_experts_chosen = 2;
+  base.moe.capacity_factor = 1.0;
+  base.moe.moe_layer_freq = 2;  // layers 0 and 2 MoE, layer 1 dense
+  base.moe.aux_loss_factor = 0.05;
+  base.moe.z_loss_factor = 0.01;
+  const StepsRun none = run_steps(base);
+  ModelConfig full = base;
+  full.recompute = true;
+  ModelConfig select = base;
+  select.select_recompute = true;
+  const StepsRun r_full = run_steps(full), r_select = run_steps(select);
+  expect_bitwise(none, r_full, "full recompute, MoE");
+  expect_bitwise(none, r_select, "selective recompute, MoE");
+  EXPECT_LT(r_full.activation_bytes, none.activation_bytes);
+  EXPECT_LT(r_select.activation_bytes, none.activation_bytes);
+}
+
+}  // namespace
+}  // namespace gf

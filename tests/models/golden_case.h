@@ -1,6 +1,6 @@
 // The golden tiny models written by PyTorch (tools/make_golden.py: GPT-2; tools/make_llama_golden.py:
-// Llama): their config as a gridformer Config, their initial weights, and the batch they replay
-// every step.
+// Llama; tools/make_moe_golden.py: GPT-2 with MoE MLPs and Mixtral): their config as a gridformer
+// Config, their initial weights, and the batch they replay every step.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -83,6 +83,7 @@ struct GoldenCase {
     if (is_llama(m)) {
       cfg = load_config_string(runner_yaml + llama_stand_in_yaml(m), overrides, file);
       set_llama_fields(m, cfg.model);
+      set_moe_fields(m, cfg.model);
       return;
     }
     const std::string yaml = runner_yaml +
@@ -95,12 +96,36 @@ struct GoldenCase {
                              "\n    layernorm_epsilon: " + m.at("layer_norm_epsilon") +
                              "\n    hidden_dropout_rate: 0.0\n    attention_dropout_rate: 0.0\n";
     cfg = load_config_string(yaml, overrides, file);
+    set_moe_fields(m, cfg.model);
   }
 
-  // A Llama golden file (tools/make_llama_golden.py) says arch: LlamaForCausalLM; GPT-2's have no arch.
+  // A Llama golden file (tools/make_llama_golden.py) says arch: LlamaForCausalLM, a Mixtral one
+  // (tools/make_moe_golden.py) MixtralForCausalLM; GPT-2's say GPT2LMHeadModel or have no arch.
   static bool is_llama(const std::map<std::string, std::string>& m) {
     const auto it = m.find("arch");
-    return it != m.end() && it->second == "LlamaForCausalLM";
+    return it != m.end() && (it->second == "LlamaForCausalLM" || it->second == "MixtralForCausalLM");
+  }
+
+  // Python's str(bool).
+  static bool python_bool(const std::map<std::string, std::string>& m, const std::string& key) {
+    const std::string v = m.at(key);
+    if (v != "True" && v != "False") throw std::runtime_error(key + ": " + v);
+    return v == "True";
+  }
+
+  // The MoE settings of a tools/make_moe_golden.py file (metadata expert_num, ...) set directly on the
+  // model config, not through YAML (moe_config's keys are not read yet); nothing for a dense file.
+  static void set_moe_fields(const std::map<std::string, std::string>& m, ModelConfig& c) {
+    if (m.find("expert_num") == m.end()) return;
+    MoeConfig& moe = c.moe;
+    moe.expert_num = std::stoll(m.at("expert_num"));
+    moe.num_experts_chosen = std::stoll(m.at("num_experts_chosen"));
+    moe.capacity_factor = std::stod(m.at("capacity_factor"));
+    moe.aux_loss_factor = std::stod(m.at("aux_loss_factor"));
+    moe.z_loss_factor = std::stod(m.at("z_loss_factor"));
+    moe.norm_topk_prob = python_bool(m, "norm_topk_prob");
+    moe.token_drop_policy = m.at("token_drop_policy");
+    moe.moe_layer_freq = std::stoll(m.at("moe_layer_freq"));
   }
 
   // The YAML schema knows GPT-2's model keys only: the Llama's sizes go through a GPT-2 stand-in
@@ -115,6 +140,8 @@ struct GoldenCase {
   }
 
   // HF LlamaConfig's fields from the file's metadata (cfg.resolved still shows the GPT-2 stand-in).
+  // Mixtral is gridformer's LlamaForCausalLM with MoE layers (as MindFormers builds a LlamaConfig with
+  // moe_config.expert_num > 1): set_moe_fields adds them.
   static void set_llama_fields(const std::map<std::string, std::string>& m, ModelConfig& c) {
     c.type = "LlamaConfig";
     c.arch = "LlamaForCausalLM";
@@ -122,9 +149,7 @@ struct GoldenCase {
     c.intermediate_size = std::stoll(m.at("intermediate_size"));
     c.rope_theta = std::stod(m.at("rope_theta"));
     c.rms_norm_eps = std::stof(m.at("rms_norm_eps"));
-    const std::string tied = m.at("tie_word_embeddings");  // Python's str(bool)
-    if (tied != "True" && tied != "False") throw std::runtime_error("tie_word_embeddings: " + tied);
-    c.tie_word_embeddings = tied == "True";
+    c.tie_word_embeddings = python_bool(m, "tie_word_embeddings");
     c.hidden_act = m.at("hidden_act");  // silu (SwiGLU's gate); not a GPT-2 activation
     c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
     c.use_flash_attention = false;

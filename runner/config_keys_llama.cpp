@@ -90,10 +90,6 @@ std::vector<KeyRule> llama_model_rules() {
                         "use_paged_attention", "llm_backend"})
     r.push_back({k + g, kIgnored, kGeneration});
   r.push_back({"model.arch.type", kBuilt, "model.arch"});
-  // MindFormers builds a LlamaConfig with moe_config.expert_num > 1 as a Mixtral-style MoE model.
-  r.push_back({"moe_config.expert_num", kRefused,
-               "a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts model, and MoE layers are not built yet "
-               "(the MoE issue); training it dense would be another model: set expert_num: 1 for the dense Llama"});
   return r;
 }
 

@@ -221,6 +221,10 @@ std::vector<KeyRule> gpt2_model_rules() {
       {"model.model_config.softmax_compute_type", kBuilt, "model.softmax_compute_type"},
       {"model.model_config.compute_dtype", kBuilt, "model.compute_dtype"},
       {"model.model_config.use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {"model.model_config.position_embedding_type", kBuilt,
+       "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
+      {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
+      {"model.model_config.add_bias_linear", kBuilt, "model.add_bias_linear (False: Megatron's --disable-bias-linear)"},
       {"model.model_config.checkpoint_name_or_path", kChecked,
        "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
        "does not load it there)"},

@@ -104,6 +104,9 @@ void read_moe(ReadContext& x) {
   check_counts(x);
   check_factors(x);
   warn_capacity_rule(x);
+  if (x.c.model.arch == "MixtralForCausalLM" && e.expert_num == 1)
+    x.warn("`model.arch.type: MixtralForCausalLM` with `moe_config.expert_num: 1`: a dense Llama; Mixtral's MoE layers "
+           "need moe_config.expert_num > 1 (Mixtral 8x7B: expert_num 8, num_experts_chosen 2)");
 }
 
 }  // namespace gf::config_read

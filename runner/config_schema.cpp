@@ -221,6 +221,9 @@ model:
     softmax_compute_type: float32
     compute_dtype: float32
     use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on (bench/README.md)
+    position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
+    rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
+    add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)
     checkpoint_name_or_path: ""
     eos_token_id: 50256
     bos_token_id: 50256
@@ -277,7 +280,8 @@ processor:
 // MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
 // MindFormers' default float16 is an Ascend choice; its files say what they want) and
 // use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
-// name) and initializer_range (Hugging Face's; MindFormers' Llama has none). What each key does:
+// name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
+// position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
 // config_keys_llama.cpp.
 const char* const kLlamaDefaults = R"YAML(
 trainer:
@@ -300,6 +304,8 @@ model:
     extend_method: "None"
     scaling_factor: 1.0
     qkv_has_bias: false
+    position_embedding_type: rope  # a Llama's only (GPT-2's key, accepted when it says rope)
+    add_bias_linear: false     # a Llama's only (GPT-2's key, accepted when False)
     tie_word_embeddings: false
     initializer_range: 0.02
     param_init_type: float32

@@ -95,7 +95,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
-      {"moe_config.routing_policy", "TopkRouterV2"},
+      {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
       {"moe_config.token_dispatcher", "allgather"},
   };

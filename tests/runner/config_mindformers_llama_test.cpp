@@ -144,6 +144,8 @@ TEST(MindFormersLlamaConfigs, MixtralIsALlamaWithExpertsReadAsWritten) {
     EXPECT_EQ(c.model.intermediate_size, 14336) << f;
     EXPECT_EQ(c.model.ffn_hidden(), 14336) << f;
     EXPECT_DOUBLE_EQ(c.model.rope_theta, 1e6) << f;
+    EXPECT_EQ(c.model.position_embedding_type, "rope") << f;
+    EXPECT_FALSE(c.model.add_bias_linear) << f;
     // Expert parallel 8 needs data_parallel divisible by 8: 4 is refused naming the keys and a value that works.
     const Config dp4 = load_config(data(f), {"parallel_config.pipeline_stage=1", "parallel_config.data_parallel=4"});
     const std::string msg = layout_error_message(dp4, 4);

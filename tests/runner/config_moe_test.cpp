@@ -2,7 +2,8 @@
 // in ModelConfig::moe for GPT-2 (GPT-2 MoE) and Llama (Mixtral-style) alike, with MindFormers'
 // defaults; capacity_factor <= 0 is dropless; every value the loader cannot build is refused naming
 // the key and a value that works; the keys that mean nothing here are warned about with their reason,
-// the features not built refused with what to do.
+// the features not built refused with what to do. GPT-2's position_embedding_type, rope_theta and
+// add_bias_linear (MindSpeed's GPT MoE), and the MixtralForCausalLM alias.
 // (Every key's disposition is proved generically by config_keys_test.cpp; the layout rules of
 // expert_parallel by layout_check_moe_test.cpp.)
 #include <gtest/gtest.h>
@@ -272,6 +273,70 @@ moe_config:
 )");
   EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
   EXPECT_EQ(c.model.moe, MoeConfig{});
+}
+
+TEST(MoeModelKeys, GptTwoPositionsAndLinearBiasesAreRead) {
+  const std::string k = "model.model_config.";
+  Config c = load_config_string(kMinimal);
+  EXPECT_EQ(c.model.position_embedding_type, "learned_absolute");
+  EXPECT_TRUE(c.model.add_bias_linear);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 10000.0);
+  c = load_config_string(kMinimal, {k + "position_embedding_type=rope", k + "add_bias_linear=False", k + "rope_theta=500000"});
+  EXPECT_EQ(c.model.position_embedding_type, "rope");
+  EXPECT_FALSE(c.model.add_bias_linear);
+  EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000.0);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  // rope_theta without rope does nothing: said.
+  c = load_config_string(kMinimal, {k + "rope_theta=500000"});
+  EXPECT_TRUE(has_warning(c, "`model.model_config.rope_theta: 500000` has no effect with `position_embedding_type: "
+                             "learned_absolute`")) << all_warnings(c);
+  std::string e = error_of(kMinimal, {k + "position_embedding_type=alibi"});
+  EXPECT_NE(e.find("--set model.model_config.position_embedding_type=alibi: expects learned_absolute (GPT-2's learned "
+                   "position table) or rope"), std::string::npos) << e;
+  e = error_of(kMinimal, {k + "position_embedding_type=rope", k + "rope_theta=0"});
+  EXPECT_NE(e.find("rope_theta=0: must be > 0 (RoPE's base"), std::string::npos) << e;
+  // RoPE rotates pairs: odd heads are refused (hidden 60 / 4 heads = 15).
+  e = error_of(kMinimal, {k + "position_embedding_type=rope", k + "hidden_size=60"});
+  EXPECT_NE(e.find("gives heads of 15 dimensions; `position_embedding_type: rope` rotates pairs of them"), std::string::npos)
+      << e;
+  EXPECT_EQ(error_of(kMinimal, {k + "hidden_size=60"}), "");  // learned positions: any head size
+}
+
+TEST(MoeModelKeys, ALlamaIsRopeWithoutLinearBiasesAndSaysSoForOtherValues) {
+  const std::string k = "model.model_config.";
+  const Config c = load_config_string(kMinimalLlama, {k + "position_embedding_type=rope", k + "add_bias_linear=False"});
+  EXPECT_EQ(c.model.position_embedding_type, "rope");
+  EXPECT_FALSE(c.model.add_bias_linear);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  EXPECT_EQ(load_config_string(kMinimalLlama).model.position_embedding_type, "rope");
+  std::string e = error_of(kMinimalLlama, {k + "position_embedding_type=learned_absolute"});
+  EXPECT_NE(e.find("--set model.model_config.position_embedding_type=learned_absolute: a Llama's positions are RoPE's "
+                   "(base `theta`); use rope"), std::string::npos) << e;
+  e = error_of(kMinimalLlama, {k + "add_bias_linear=True"});
+  EXPECT_NE(e.find("--set model.model_config.add_bias_linear=True: a Llama's linear layers have no biases (qkv_has_bias: "
+                   "True adds them to q, k and v); use False"), std::string::npos) << e;
+  e = error_of(kMinimalLlama, {k + "rope_theta=500000"});
+  EXPECT_NE(e.find("not a LlamaConfig key: LlamaConfig spells RoPE's base `theta`"), std::string::npos) << e;
+}
+
+TEST(MoeModelKeys, MixtralForCausalLMIsTheLlamaUnderItsHuggingFaceName) {
+  const Config c = load_config_string(kMinimalLlama, {"model.arch.type=MixtralForCausalLM", "moe_config.expert_num=8",
+                                                      "moe_config.num_experts_chosen=2"});
+  EXPECT_EQ(c.model.arch, "MixtralForCausalLM");
+  EXPECT_TRUE(c.model.is_llama());
+  EXPECT_EQ(c.model.moe.expert_num, 8);
+  EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
+  // The model is LlamaForCausalLM's otherwise: the same settings but for the arch name.
+  Config llama = load_config_string(kMinimalLlama, {"moe_config.expert_num=8", "moe_config.num_experts_chosen=2"});
+  llama.model.arch = "MixtralForCausalLM";
+  EXPECT_TRUE(static_cast<const Settings&>(llama) == static_cast<const Settings&>(c));
+  // Without experts it is a dense Llama: said.
+  const Config dense = load_config_string(kMinimalLlama, {"model.arch.type=MixtralForCausalLM"});
+  EXPECT_TRUE(has_warning(dense, "`model.arch.type: MixtralForCausalLM` with `moe_config.expert_num: 1`: a dense Llama"));
+  // It takes a LlamaConfig only.
+  const std::string e = error_of(kMinimal, {"model.arch.type=MixtralForCausalLM"});
+  EXPECT_NE(e.find("model.model_config.type: 'GPT2Config' does not go with arch MixtralForCausalLM; use LlamaConfig"),
+            std::string::npos) << e;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # `gridformer config` on MindFormers' own files (tests/data/mindformers, see its README): each
 # resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
 # with that key overridden. Its Llama 2 and Mixtral files are read with LlamaConfig's keys, Mixtral's
-# moe_config as written. A config that cannot load stops with status 2 and a message naming its
+# moe_config as written; configs/moe resolves on the ranks each file asks for. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
 set -uo pipefail
@@ -79,6 +79,13 @@ for f in r1.3/pretrain_mixtral-8x7b.yaml r1.1/finetune_mixtral-8x7b.yaml; do
   refused "$DATA/$f" "\`parallel_config.data_parallel\` (4) is not divisible by \`parallel_config.expert_parallel\` (8)" \
     --set parallel_config.pipeline_stage=1 --set parallel_config.data_parallel=4
   grep -qF "use expert_parallel: 4" err.txt || fail "$f: no expert_parallel that works: $(cat err.txt)"
+done
+# configs/moe: each resolves on the ranks it asks for (the tiny ones without a warning).
+for f in "$SRC"/configs/moe/*.yaml; do
+  n=$("$BIN" config --config "$f" 2>/dev/null | awk '/^  data_parallel:/ {d=$2} /^  model_parallel:/ {m=$2} END {print d*m}')
+  "$BIN" config --config "$f" --ranks "$n" > /dev/null 2> err.txt || fail "$f on $n ranks: $(cat err.txt)"
+  case "$(basename "$f")" in run_*) [ ! -s err.txt ] || fail "$f warns: $(cat err.txt)";; esac
+  echo "ok: configs/moe/$(basename "$f") resolves on $n rank(s)"
 done
 # A GPT-2 key under a LlamaConfig is refused with what a Llama uses instead.
 refused "$DATA/r1.0/run_llama2_7b.yaml" \

@@ -3,15 +3,17 @@
 // defaults; capacity_factor <= 0 is dropless; every value the loader cannot build is refused naming
 // the key and a value that works; the keys that mean nothing here are warned about with their reason,
 // the features not built refused with what to do. GPT-2's position_embedding_type, rope_theta and
-// add_bias_linear (MindSpeed's GPT MoE), and the MixtralForCausalLM alias.
+// add_bias_linear (MindSpeed's GPT MoE), the MixtralForCausalLM alias, and configs/moe.
 // (Every key's disposition is proved generically by config_keys_test.cpp; the layout rules of
 // expert_parallel by layout_check_moe_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "runner/config.h"
+#include "runner/layout_check.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {
@@ -337,6 +339,111 @@ TEST(MoeModelKeys, MixtralForCausalLMIsTheLlamaUnderItsHuggingFaceName) {
   const std::string e = error_of(kMinimal, {"model.arch.type=MixtralForCausalLM"});
   EXPECT_NE(e.find("model.model_config.type: 'GPT2Config' does not go with arch MixtralForCausalLM; use LlamaConfig"),
             std::string::npos) << e;
+}
+
+std::string moe_config(const std::string& name) { return std::string(GF_SOURCE_DIR) + "/configs/moe/" + name; }
+
+// Every file in configs/moe loads through the loader and passes the layout check on the ranks it asks
+// for; the tiny ones without a warning.
+TEST(MoeConfigs, EveryFileLoadsAndFitsItsRanks) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(GF_SOURCE_DIR) + "/configs/moe")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++files;
+    const std::string name = entry.path().filename().string();
+    Config c;
+    ASSERT_NO_THROW(c = load_config(entry.path().string())) << name;
+    const auto& p = c.parallel;
+    const int ranks = static_cast<int>(p.data_parallel * p.model_parallel * p.pipeline_stage);
+    EXPECT_EQ(layout_error_message(c, ranks), "") << name;
+    EXPECT_TRUE(config_layout_problems(c).empty()) << name;
+    EXPECT_TRUE(c.model.moe.enabled()) << name;
+    if (name.rfind("run_", 0) == 0) {
+      EXPECT_TRUE(c.warnings.empty()) << name << all_warnings(c);
+    }
+  }
+  EXPECT_EQ(files, 5);
+}
+
+TEST(MoeConfigs, TheTinyOnesAreTheTinyDenseConfigsWithExperts) {
+  const Config gpt2 = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml");
+  const Config moe = load_config(moe_config("run_gpt2_moe_tiny.yaml"));
+  EXPECT_EQ(moe.model.arch, "GPT2LMHeadModel");
+  EXPECT_EQ(moe.model.moe.expert_num, 4);
+  EXPECT_EQ(moe.model.moe.num_experts_chosen, 2);
+  EXPECT_DOUBLE_EQ(moe.model.moe.capacity_factor, 1.5);
+  EXPECT_FALSE(moe.model.moe.dropless());
+  ModelConfig dense = moe.model;
+  dense.moe = MoeConfig{};
+  EXPECT_TRUE(dense == gpt2.model);  // the tiny GPT-2 with experts
+  EXPECT_TRUE(moe.train_data == gpt2.train_data);
+  EXPECT_TRUE(moe.lr == gpt2.lr);
+  EXPECT_TRUE(moe.adamw == gpt2.adamw);
+  EXPECT_EQ(moe.batch_size, gpt2.batch_size);
+  EXPECT_EQ(moe.train_steps, gpt2.train_steps);
+  // Its expert-parallel form on 2 ranks, as its header says.
+  const Config ep2 = load_config(moe_config("run_gpt2_moe_tiny.yaml"),
+                                 {"parallel_config.data_parallel=2", "parallel_config.expert_parallel=2"});
+  EXPECT_EQ(layout_error_message(ep2, 2), "");
+
+  const Config llama = load_config(std::string(GF_SOURCE_DIR) + "/configs/llama/run_llama_tiny.yaml");
+  const Config mixtral = load_config(moe_config("run_mixtral_tiny.yaml"));
+  EXPECT_EQ(mixtral.model.arch, "MixtralForCausalLM");
+  EXPECT_EQ(mixtral.model.moe.expert_num, 4);
+  EXPECT_EQ(mixtral.model.moe.num_experts_chosen, 2);
+  EXPECT_TRUE(mixtral.model.moe.dropless());
+  EXPECT_TRUE(mixtral.model.moe.norm_topk_prob);
+  dense = mixtral.model;
+  dense.moe = MoeConfig{};
+  dense.arch = "LlamaForCausalLM";
+  EXPECT_TRUE(dense == llama.model);
+  EXPECT_TRUE(mixtral.train_data == llama.train_data);
+
+  const Config ms = load_config(moe_config("run_mindspeed_gpt_moe_tiny.yaml"));
+  EXPECT_EQ(ms.model.position_embedding_type, "rope");
+  EXPECT_FALSE(ms.model.add_bias_linear);
+  EXPECT_EQ(ms.model.moe.expert_num, 4);
+  EXPECT_EQ(ms.model.moe.num_experts_chosen, 2);
+  EXPECT_EQ(ms.parallel.model_parallel, 2);
+  EXPECT_EQ(ms.parallel.expert_parallel, 2);
+  EXPECT_TRUE(ms.parallel.use_seq_parallel);
+  EXPECT_EQ(ms.batch_size * ms.parallel.data_parallel, gpt2.batch_size);  // the same global batch
+  EXPECT_EQ(layout_error_message(ms, 4), "");
+  // On one rank, as its header says.
+  EXPECT_EQ(layout_error_message(load_config(moe_config("run_mindspeed_gpt_moe_tiny.yaml"),
+                                             {"parallel_config.data_parallel=1", "parallel_config.model_parallel=1",
+                                              "parallel_config.expert_parallel=1", "runner_config.batch_size=8"}),
+                                 1),
+            "");
+}
+
+TEST(MoeConfigs, TheReferenceShapesAreMindSpeedsAndMindFormers) {
+  const Config ms = load_config(moe_config("pretrain_mindspeed_gpt_moe.yaml"));
+  const ModelConfig& m = ms.model;
+  EXPECT_EQ(m.num_layers, 2);
+  EXPECT_EQ(m.hidden_size, 12288);
+  EXPECT_EQ(m.num_heads, 96);
+  EXPECT_EQ(m.seq_length, 8192);
+  EXPECT_EQ(m.position_embedding_type, "rope");
+  EXPECT_FALSE(m.add_bias_linear);
+  EXPECT_EQ(m.moe.expert_num, 4);
+  EXPECT_EQ(m.moe.num_experts_chosen, 2);
+  EXPECT_EQ(ms.parallel.data_parallel, 4);
+  EXPECT_EQ(ms.parallel.model_parallel, 2);
+  EXPECT_EQ(ms.parallel.expert_parallel, 2);
+  EXPECT_TRUE(ms.parallel.use_seq_parallel);
+  EXPECT_EQ(layout_error_message(ms, 8), "");
+  EXPECT_NE(layout_error_message(ms, 4), "");
+
+  const Config mx = load_config(moe_config("pretrain_mixtral_8x7b.yaml"));
+  // MindFormers' r1.3 file but for pipeline_stage: the same settings as the test copy loaded with that override.
+  const Config mf = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/r1.3/pretrain_mixtral-8x7b.yaml",
+                                {"parallel_config.pipeline_stage=1"});
+  EXPECT_TRUE(static_cast<const Settings&>(mx) == static_cast<const Settings&>(mf));
+  EXPECT_EQ(mx.parallel.data_parallel, 8);
+  EXPECT_EQ(mx.parallel.expert_parallel, 8);
+  EXPECT_EQ(mx.model.moe.expert_num, 8);
+  EXPECT_EQ(layout_error_message(mx, 8), "");
 }
 
 }  // namespace

@@ -19,6 +19,13 @@ const std::vector<ModelEntry>& model_registry() {
          return std::make_unique<LlamaForCausalLM>(c, b, ctx);
        },
        llama_spec, llama_name},
+      // Hugging Face's name for Mixtral: a LlamaConfig with moe_config.expert_num > 1 (MindFormers' own Mixtral
+      // files say LlamaForCausalLM, with the same meaning). The same model, spec and names as LlamaForCausalLM.
+      {"MixtralForCausalLM", "LlamaConfig",
+       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, b, ctx);
+       },
+       llama_spec, llama_name},
   };
   return entries;
 }

@@ -2,7 +2,8 @@
 // each KeyUse means). kBuilt and kChecked keys are read in config_read*.cpp; kCpu, kIgnored and
 // kRefused keys are handled by config_tree::apply_rules from this table alone, so the loader never
 // reads them. tests/runner/config_keys_test.cpp proves every rule against the loader. The sections
-// every model shares and GPT2Config's model section are here; LlamaConfig's in config_keys_llama.cpp.
+// every model shares and GPT2Config's model section are here; LlamaConfig's in config_keys_llama.cpp,
+// moe_config's in config_keys_moe.cpp.
 #include <algorithm>
 #include <utility>
 
@@ -14,7 +15,6 @@ namespace {
 
 using enum KeyUse;
 using config_keys::kGeneration;
-using config_keys::kMoe;
 
 // Shared reasons: kIgnored keys with the same reason share one warning.
 const char* const kTokenizer =
@@ -148,21 +148,14 @@ std::vector<KeyRule> common_rules() {
       {"parallel_config.data_parallel", kBuilt, "parallel.data_parallel"},
       {"parallel_config.model_parallel", kBuilt, "parallel.model_parallel"},
       {"parallel_config.pipeline_stage", kBuilt, "parallel.pipeline_stage (> 1 refused by the layout check)"},
-      {"parallel_config.expert_parallel", kBuilt, "parallel.expert_parallel (> 1 refused by the layout check)"},
+      {"parallel_config.expert_parallel", kBuilt,
+       "parallel.expert_parallel (the layout check: it must divide data_parallel and moe_config.expert_num)"},
       {"parallel_config.use_seq_parallel", kBuilt, "parallel.use_seq_parallel"},
       {"parallel_config.micro_batch_num", kChecked, "warned when > 1 with pipeline_stage 1 (MindFormers ignores it)"},
       {"parallel_config.vocab_emb_dp", kBuilt, "parallel.vocab_emb_dp"},
       {"parallel_config.gradient_aggregation_group", kBuilt, "parallel.gradient_aggregation_group"},
       {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
       {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
-      {"moe_config.expert_num", kIgnored, kMoe},
-      {"moe_config.capacity_factor", kIgnored, kMoe},
-      {"moe_config.aux_loss_factor", kIgnored, kMoe},
-      {"moe_config.num_experts_chosen", kIgnored, kMoe},
-      {"moe_config.routing_policy", kIgnored, kMoe},
-      {"moe_config.enable_sdrop", kIgnored, kMoe},
-      {"moe_config.router_dense_type", kIgnored, kMoe},
-      {"moe_config.use_fused_ops_topkrouter", kIgnored, kMoe},
       {"recompute_config.recompute", kBuilt, "recompute"},
       {"recompute_config.select_recompute", kBuilt, "select_recompute (a per-stage list refused)"},
       {"recompute_config.recompute_num_layers", kBuilt, "recompute_num_layers"},
@@ -203,6 +196,7 @@ std::vector<KeyRule> common_rules() {
     r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
   for (const char* ds : {"train_dataset", "eval_dataset"})
     for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
+  for (KeyRule& k : config_keys::moe_rules()) r.push_back(std::move(k));
   return r;
 }
 
@@ -227,6 +221,10 @@ std::vector<KeyRule> gpt2_model_rules() {
       {"model.model_config.softmax_compute_type", kBuilt, "model.softmax_compute_type"},
       {"model.model_config.compute_dtype", kBuilt, "model.compute_dtype"},
       {"model.model_config.use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {"model.model_config.position_embedding_type", kBuilt,
+       "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
+      {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
+      {"model.model_config.add_bias_linear", kBuilt, "model.add_bias_linear (False: Megatron's --disable-bias-linear)"},
       {"model.model_config.checkpoint_name_or_path", kChecked,
        "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
        "does not load it there)"},
@@ -259,7 +257,7 @@ std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
     for (KeyRule& k : gpt2_model_rules()) r.push_back(std::move(k));
     return r;
   }
-  // LlamaConfig's model section, and the shared keys whose rule it changes (moe_config.expert_num).
+  // LlamaConfig's model section, and the shared keys whose rule it changes (a rule with the path of a shared one).
   for (KeyRule& k : config_keys::llama_model_rules()) {
     auto same = std::find_if(r.begin(), r.end(), [&](const KeyRule& c) { return c.path == k.path; });
     if (same != r.end()) *same = std::move(k);

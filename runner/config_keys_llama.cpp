@@ -89,11 +89,12 @@ std::vector<KeyRule> llama_model_rules() {
                         "do_sample", "repetition_penalty", "max_decode_length", "use_kvcache_op", "is_flexible_shape",
                         "use_paged_attention", "llm_backend"})
     r.push_back({k + g, kIgnored, kGeneration});
-  r.push_back({"model.arch.type", kBuilt, "model.arch"});
-  // MindFormers builds a LlamaConfig with moe_config.expert_num > 1 as a Mixtral-style MoE model.
-  r.push_back({"moe_config.expert_num", kRefused,
-               "a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts model, and MoE layers are not built yet "
-               "(the MoE issue); training it dense would be another model: set expert_num: 1 for the dense Llama"});
+  r.push_back({k + "position_embedding_type", kChecked, "rope only (a Llama's positions are RoPE's); others refused"});
+  r.push_back({k + "add_bias_linear", kChecked,
+               "False only (a Llama's linear layers have no biases; qkv_has_bias adds q, k, v biases); True refused"});
+  // MindFormers' Mixtral is a LlamaConfig with moe_config.expert_num > 1, whose arch it writes LlamaForCausalLM;
+  // MixtralForCausalLM (Hugging Face's name) is registered as the same model.
+  r.push_back({"model.arch.type", kBuilt, "model.arch (LlamaForCausalLM, or its alias MixtralForCausalLM)"});
   return r;
 }
 
@@ -112,6 +113,7 @@ std::vector<std::pair<std::string, std::string>> llama_foreign_keys() {
       {k + "max_position_embeddings", "LlamaConfig spells it max_position_embedding (singular): the RoPE table's length "
                                       "(None: seq_length)"},
       {k + "num_labels", "sequence classification is not built, and LlamaConfig has no num_labels: remove it"},
+      {k + "rope_theta", "LlamaConfig spells RoPE's base `theta`"},
   };
 }
 

@@ -51,6 +51,7 @@ void read_callbacks(ReadContext& x);
 void read_datasets(ReadContext& x);
 void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
+void read_moe(ReadContext& x);      // moe_config into model.moe (config_read_moe.cpp)
 
 // The parts of reading a model section that every model type shares (config_read_model.cpp), and
 // LlamaConfig's model section (config_read_llama.cpp).

@@ -109,6 +109,20 @@ void read_llama_dtypes(ReadContext& x) {
            "state, is kept in float32; compute_dtype sets the precision of the matrix products");
 }
 
+// GPT-2's position_embedding_type and add_bias_linear, at the only values a Llama has.
+void read_llama_fixed(ReadContext& x) {
+  ModelConfig& m = x.c.model;
+  const std::string pos = x.rd.get<std::string>(k + "position_embedding_type");
+  if (pos != "rope")
+    x.refuse(kv("position_embedding_type", pos) + ": a Llama's positions are RoPE's (base `theta`); use rope, or "
+             "remove the key (learned_absolute is GPT-2's)");
+  if (x.rd.get<bool>(k + "add_bias_linear"))
+    x.refuse(kv("add_bias_linear", "True") + ": a Llama's linear layers have no biases (qkv_has_bias: True adds them "
+             "to q, k and v); use False, or remove the key");
+  m.position_embedding_type = "rope";
+  m.add_bias_linear = false;
+}
+
 }  // namespace
 
 void read_llama_model(ReadContext& x) {
@@ -128,6 +142,7 @@ void read_llama_model(ReadContext& x) {
     x.rd.root()["model"]["model_config"]["use_flash_attention"] = false;  // the dump says what runs
   }
   check_sizes(x);
+  read_llama_fixed(x);
   read_dtypes(x, k, "RMSNorm");
   read_llama_dtypes(x);
   finish_model(x);

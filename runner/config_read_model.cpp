@@ -1,4 +1,5 @@
 // Reading the model, the weights to start from and the datasets into Settings (see config_read.h).
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -65,6 +66,31 @@ void check_model(ReadContext& x, const std::string& k) {
   }
 }
 
+// GPT-2's positions: its learned table (learned_absolute), or RoPE as MindSpeed's GPT MoE runs GPT-2
+// blocks (Megatron's --position-embedding-type rope), with base rope_theta.
+void check_positions(ReadContext& x, const std::string& k) {
+  const ModelConfig& m = x.c.model;
+  const std::string type = m.position_embedding_type;
+  if (type != "learned_absolute" && type != "rope") {
+    x.refuse("`" + k + "position_embedding_type: " + type + "`: expects learned_absolute (GPT-2's learned position "
+             "table) or rope (rotary embeddings on q and k, Megatron's --position-embedding-type rope)");
+    return;
+  }
+  const std::string theta = show(x.rd.node(k + "rope_theta"));
+  if (type == "learned_absolute") {
+    if (m.rope_theta != 10000.0)
+      x.warn("`" + k + "rope_theta: " + theta + "` has no effect with `position_embedding_type: learned_absolute` "
+             "(GPT-2's learned position table); set position_embedding_type: rope for rotary embeddings; ignored");
+    return;
+  }
+  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
+    x.refuse("`" + k + "rope_theta: " + theta + "`: must be > 0 (RoPE's base; 10000 as in Megatron's --rotary-base)");
+  if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads == 0 && m.head_dim() % 2 != 0)
+    x.refuse("`" + k + "hidden_size: " + std::to_string(m.hidden_size) + "` / `num_heads: " + std::to_string(m.num_heads) +
+             "` gives heads of " + std::to_string(m.head_dim()) + " dimensions; `position_embedding_type: rope` rotates "
+             "pairs of them, so the head size must be even");
+}
+
 // A weights path: empty (none), an existing file or directory, or a name MindFormers would fetch from
 // its hub. Returns whether the path can be loaded; refuses otherwise, naming `key`.
 bool check_weights_path(ReadContext& x, const std::string& key, const std::string& value) {
@@ -113,6 +139,9 @@ void read_model(ReadContext& x) {
   m.param_init_type = rd.get<std::string>(k + "param_init_type");
   m.layernorm_compute_type = rd.get<std::string>(k + "layernorm_compute_type");
   m.softmax_compute_type = rd.get<std::string>(k + "softmax_compute_type");
+  m.position_embedding_type = rd.get<std::string>(k + "position_embedding_type");
+  m.rope_theta = rd.get<double>(k + "rope_theta");
+  m.add_bias_linear = rd.get<bool>(k + "add_bias_linear");
   YAML::Node mc = rd.root()["model"]["model_config"];  // resolved values are written back, so the dump says what runs
   read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
   if (m.max_position_embeddings < 0) {
@@ -124,6 +153,7 @@ void read_model(ReadContext& x) {
              "`; lower seq_length or raise max_position_embeddings");
   }
   check_model(x, k);
+  check_positions(x, k);
   read_dtypes(x, k, "LayerNorm");
   finish_model(x);
 }

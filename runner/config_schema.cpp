@@ -1,7 +1,8 @@
 // The schema of the YAML config: every known key with its default value and type. The resolved
 // config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
 // prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
-// their item keys from kItemTemplates. What each key does: config_keys.cpp (config_keys_llama.cpp).
+// their item keys from kItemTemplates. What each key does: config_keys.cpp (config_keys_llama.cpp,
+// config_keys_moe.cpp).
 // kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has kLlamaDefaults'
 // `model` section instead (and its trainer.model_name).
 #include "runner/config_schema.h"
@@ -100,15 +101,44 @@ parallel_config:
   gradient_aggregation_group: 4
   optimizer_shard: false
   mem_coeff: 0.1
-moe_config:
-  expert_num: 1
-  capacity_factor: 1.05
-  aux_loss_factor: 0.05
-  num_experts_chosen: 1
-  routing_policy: TopkRouterV1
+moe_config:  # MindFormers' MoEConfig (r0.8-r1.3) with its defaults, r0.8's router jitter, and three keys of ours
+  expert_num: 1              # 1: dense; > 1: MoE layers of expert_num experts (a LlamaConfig's: Mixtral-style)
+  num_experts_chosen: 1      # top-k
+  capacity_factor: 1.1       # per sequence, ceil(capacity_factor x seq_length x k / expert_num) tokens an expert; <= 0: dropless
+  aux_loss_factor: 0.05      # the load-balancing loss's weight
+  z_loss_factor: 0.0         # the router z-loss's weight
+  norm_topk_prob: true       # the k chosen probabilities renormalised to sum 1
+  routing_policy: TopkRouterV1  # or TopkRouterV2: the same top-k routing here
+  router_dense_type: float32    # or bfloat16
   enable_sdrop: false
-  router_dense_type: float32
   use_fused_ops_topkrouter: false
+  group_wise_a2a: false
+  expert_group_size: ~
+  comp_comm_parallel: false
+  comp_comm_parallel_degree: 2
+  save_token_distribution: false
+  max_router_load: 131072
+  cur_layer: 0
+  moe_module_name: ""
+  noisy_policy: ~
+  noisy_epsilon: ~
+  shared_expert_num: 0
+  use_shared_expert_gating: false
+  routed_scaling_factor: 1.0
+  topk_method: greedy
+  topk_group: ~
+  n_group: ~
+  first_k_dense_replace: ~   # MindFormers' default True; DeepSeek files give a layer count
+  moe_intermediate_size: 1407
+  aux_loss_types: []         # MindFormers' None; its files also write []
+  aux_loss_factors: []
+  enable_cold_hot_expert: false
+  update_step: 10000
+  hot_expert_num: 0
+  cold_token_percent: 1.0
+  token_drop_policy: position  # ours (Megatron's moe_token_drop_policy): position or probs
+  moe_layer_freq: 1            # ours (Megatron's --moe-layer-freq N): layer i is MoE when i % N == 0
+  token_dispatcher: alltoall   # ours (Megatron's moe_token_dispatcher_type): alltoall or allgather
 recompute_config:
   recompute: false
   select_recompute: false
@@ -191,6 +221,9 @@ model:
     softmax_compute_type: float32
     compute_dtype: float32
     use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on (bench/README.md)
+    position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
+    rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
+    add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)
     checkpoint_name_or_path: ""
     eos_token_id: 50256
     bos_token_id: 50256
@@ -247,7 +280,8 @@ processor:
 // MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
 // MindFormers' default float16 is an Ascend choice; its files say what they want) and
 // use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
-// name) and initializer_range (Hugging Face's; MindFormers' Llama has none). What each key does:
+// name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
+// position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
 // config_keys_llama.cpp.
 const char* const kLlamaDefaults = R"YAML(
 trainer:
@@ -270,6 +304,8 @@ model:
     extend_method: "None"
     scaling_factor: 1.0
     qkv_has_bias: false
+    position_embedding_type: rope  # a Llama's only (GPT-2's key, accepted when it says rope)
+    add_bias_linear: false     # a Llama's only (GPT-2's key, accepted when False)
     tie_word_embeddings: false
     initializer_range: 0.02
     param_init_type: float32

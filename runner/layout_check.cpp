@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gf {
 namespace {
 
@@ -47,6 +49,16 @@ std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
   return out;
 }
 
+// The largest expert_parallel, not above the one asked for, that divides both `dp` and the expert
+// count: a value of expert_parallel that works with data_parallel `dp` (1 for a dense model).
+int64_t fitting_expert_parallel(const Config& cfg, int64_t dp) {
+  const int64_t experts = cfg.model.moe.expert_num;
+  if (experts <= 1 || dp < 1) return 1;
+  for (int64_t e = std::min(cfg.parallel.expert_parallel, dp); e > 1; --e)
+    if (dp % e == 0 && experts % e == 0) return e;
+  return 1;
+}
+
 }  // namespace
 
 std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
@@ -61,7 +73,7 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
     out.push_back(fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
                               "but {} rank(s) are running",
                               p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
-  for (auto& s : unbuilt_parallelism(cfg)) out.push_back(std::move(s));
+  for (auto& s : config_layout_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
   return out;
 }
@@ -72,12 +84,45 @@ std::vector<std::string> unbuilt_parallelism(const Config& cfg) {
   if (p.pipeline_stage > 1)
     out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: pipeline parallelism is not built yet; use 1",
                               p.pipeline_stage));
-  if (p.expert_parallel > 1)
-    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: expert parallelism is not built yet (MoE issue); "
-                              "use 1",
-                              p.expert_parallel));
-  else if (p.expert_parallel < 1)
-    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: must be >= 1", p.expert_parallel));
+  return out;
+}
+
+std::vector<std::string> expert_parallel_problems(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  const MoeConfig& moe = cfg.model.moe;
+  const int64_t ep = p.expert_parallel;
+  std::vector<std::string> out;
+  if (ep < 1) {
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: must be >= 1 (1: every rank holds every expert)",
+                              ep));
+    return out;
+  }
+  if (ep == 1) return out;
+  if (moe.expert_num <= 1) {
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}` with `moe_config.expert_num: {}`: expert parallelism "
+                              "splits the experts of MoE layers, and this model has none (expert_num 1 is dense); use "
+                              "expert_parallel: 1, or an expert_num that is a multiple of {} for a Mixture-of-Experts model",
+                              ep, moe.expert_num, ep));
+    return out;
+  }
+  const int64_t fit = fitting_expert_parallel(cfg, p.data_parallel);
+  if (moe.expert_num % ep != 0)
+    out.push_back(fmt::format("`moe_config.expert_num` ({}) is not divisible by `parallel_config.expert_parallel` ({}): "
+                              "each rank of an expert-parallel group holds expert_num / expert_parallel whole experts; "
+                              "use expert_parallel: {} (it divides expert_num and data_parallel)",
+                              moe.expert_num, ep, fit));
+  if (p.data_parallel >= 1 && p.data_parallel % ep != 0)
+    out.push_back(fmt::format("`parallel_config.data_parallel` ({}) is not divisible by `parallel_config.expert_parallel` "
+                              "({}): expert parallelism is carved from data parallelism (each group of expert_parallel "
+                              "data-parallel ranks holds one copy of the experts); use expert_parallel: {}, or a "
+                              "data_parallel that is a multiple of {}",
+                              p.data_parallel, ep, fit, ep));
+  return out;
+}
+
+std::vector<std::string> config_layout_problems(const Config& cfg) {
+  std::vector<std::string> out = unbuilt_parallelism(cfg);
+  for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
   return out;
 }
 
@@ -93,7 +138,12 @@ std::vector<std::string> layout_warnings(const Config& cfg, int world_size) {
 std::string suggest_layout(const Config& cfg, int world_size) {
   for (int64_t mp = std::min<int64_t>(cfg.parallel.model_parallel, world_size); mp >= 1; --mp) {
     if (world_size % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
-    return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: 1", world_size / mp, mp);
+    const int64_t dp = world_size / mp;
+    // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).
+    const std::string ep = cfg.parallel.expert_parallel == 1
+                               ? ""
+                               : fmt::format(", expert_parallel: {}", fitting_expert_parallel(cfg, dp));
+    return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: 1{}", dp, mp, ep);
   }
   return "";
 }

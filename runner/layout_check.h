@@ -10,15 +10,24 @@
 namespace gf {
 
 std::vector<std::string> layout_problems(const Config& cfg, int world_size);
-// The parallel axes the config asks for that are not built yet (pipeline_stage > 1, expert_parallel
-// > 1), whatever the rank count: part of layout_problems, and what `gridformer config` refuses.
+// The parallel axes the config asks for that are not built yet (pipeline_stage > 1), whatever the
+// rank count.
 std::vector<std::string> unbuilt_parallelism(const Config& cfg);
+// Expert parallelism's rules, whatever the rank count: expert_parallel >= 1; > 1 only for a MoE model
+// (moe_config.expert_num > 1) whose expert_num it divides; and it divides data_parallel (experts are
+// carved from data parallelism: groups of expert_parallel data-parallel ranks share the experts).
+// Each message names the keys and an expert_parallel that works.
+std::vector<std::string> expert_parallel_problems(const Config& cfg);
+// The two above: the layout rules that hold whatever the rank count. Part of layout_problems, and what
+// `gridformer config` and `gridformer plan` refuse when no rank count is given.
+std::vector<std::string> config_layout_problems(const Config& cfg);
 // Things the layout check lets run but the user should hear about: use_parallel: False with
 // several ranks.
 std::vector<std::string> layout_warnings(const Config& cfg, int world_size);
 // "data_parallel: D, model_parallel: M, pipeline_stage: 1" for a layout of world_size ranks that
 // passes every check with this model (the largest model_parallel not above the one asked for), or
-// an empty string when there is none.
+// an empty string when there is none. A config that asks for expert_parallel other than 1 gets
+// ", expert_parallel: E" too: the largest not above its own that divides D and moe_config.expert_num.
 std::string suggest_layout(const Config& cfg, int world_size);
 // The one message for a layout that does not fit `world_size` ranks, as the ranks print it and as
 // `gridformer config --ranks N` (run_distribute.sh's check before launch) prints it: a first line,

@@ -213,11 +213,12 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-      // The parallel axes that are not built yet are refused here too; with --ranks N, the whole layout check.
+      // The layout rules that hold whatever the rank count (axes not built yet, expert parallelism's) are
+      // refused here too; with --ranks N, the whole layout check.
       std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
-      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); msg.empty() && !unbuilt.empty()) {
-        msg = config_path + ": " + std::to_string(unbuilt.size()) + " problem(s) in the config:";
-        for (const auto& u : unbuilt) msg += "\n  " + u;
+      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+        for (const auto& u : problems) msg += "\n  " + u;
       }
       if (!msg.empty()) {
         std::cerr << "error: " << msg << "\n";
@@ -238,9 +239,9 @@ int main(int argc, char** argv) {
                               : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
                                                  cfg.parallel.pipeline_stage);
       std::string msg = gf::layout_error_message(cfg, n);
-      if (const auto unbuilt = gf::unbuilt_parallelism(cfg); msg.empty() && !unbuilt.empty()) {
-        msg = config_path + ": " + std::to_string(unbuilt.size()) + " problem(s) in the config:";
-        for (const auto& u : unbuilt) msg += "\n  " + u;
+      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+        for (const auto& u : problems) msg += "\n  " + u;
       }
       if (!msg.empty()) {
         std::cerr << "error: " << msg << "\n";

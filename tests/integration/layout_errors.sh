@@ -40,4 +40,14 @@ expect 4 "\`model.model_config.seq_length\` (18) is not divisible by \`parallel_
   --set model.model_config.num_heads=4 --set parallel_config.use_seq_parallel=True
 expect 2 "pipeline parallelism is not built yet" "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1}" \
   --set parallel_config.pipeline_stage=2
+# Expert parallelism: a MoE model whose experts split over expert_parallel ranks carved from data parallel.
+expect 2 "\`parallel_config.expert_parallel: 2\` with \`moe_config.expert_num: 1\`: expert parallelism splits the experts" \
+  "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1, expert_parallel: 1}" \
+  --set parallel_config.data_parallel=2 --set parallel_config.expert_parallel=2
+expect 2 "\`moe_config.expert_num\` (3) is not divisible by \`parallel_config.expert_parallel\` (2)" \
+  "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1, expert_parallel: 1}" \
+  --set moe_config.expert_num=3 --set parallel_config.data_parallel=2 --set parallel_config.expert_parallel=2
+expect 3 "\`parallel_config.data_parallel\` (3) is not divisible by \`parallel_config.expert_parallel\` (2): expert parallelism is carved from data parallelism" \
+  "{data_parallel: 3, model_parallel: 1, pipeline_stage: 1, expert_parallel: 1}" \
+  --set moe_config.expert_num=4 --set parallel_config.data_parallel=3 --set parallel_config.expert_parallel=2
 echo PASS

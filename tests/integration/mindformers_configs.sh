@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gridformer config` on MindFormers' own files (tests/data/mindformers, see its README): each
 # resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
-# with that key overridden. Its Llama 2 and Mixtral files are read with LlamaConfig's keys. A config that cannot load stops with status 2 and a message naming its
+# with that key overridden. Its Llama 2 and Mixtral files are read with LlamaConfig's keys, Mixtral's
+# moe_config as written; configs/moe resolves on the ranks each file asks for. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
 set -uo pipefail
@@ -41,9 +42,11 @@ resolves r1.2/run_gpt2_52b.yaml --set parallel_config.pipeline_stage=1
 refused "$DATA/r1.3/pretrain_llama2_7b_common.yaml" \
   "\`runner_config.gradient_accumulation_steps: 8\`: gradient accumulation is not built yet"
 resolves r1.3/pretrain_llama2_7b_common.yaml --set runner_config.gradient_accumulation_steps=1
+# Their moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts over expert_parallel 8, once pipeline_stage is 1.
 for f in r1.3/pretrain_mixtral-8x7b_common.yaml r1.1/finetune_mixtral-8x7b_common.yaml; do
-  refused "$DATA/$f" "\`parallel_config.expert_parallel: 8\`: expert parallelism is not built yet (MoE issue)"
-  resolves "$f" --set parallel_config.pipeline_stage=1 --set parallel_config.expert_parallel=1
+  refused "$DATA/$f" "\`parallel_config.pipeline_stage: 2\`: pipeline parallelism is not built yet"
+  resolves "$f" --set parallel_config.pipeline_stage=1
+  grep -q "^  expert_num: 8$" out.yaml || fail "$f: expert_num is not 8: $(grep -n expert_num out.yaml)"
 done
 # The resolved config of a MindFormers file loads back to itself.
 "$BIN" config --config "$DATA/r1.3/pretrain_gpt2_13b_fp16.yaml" > a.yaml 2>/dev/null || fail "13b resolve"
@@ -66,11 +69,23 @@ grep -q "use_flash_attention: True\` with \`n_kv_heads: 8\` < \`num_heads: 64\`"
 refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
   "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \
   --set parallel_config.pipeline_stage=1 --set parallel_config.model_parallel=16 --ranks 32
+# Mixtral: a LlamaConfig with experts, its moe_config read as written; on 8 ranks (expert_parallel 8) once
+# pipeline_stage is 1, and data_parallel 4 is refused naming the keys and an expert_parallel that works.
 for f in r1.3/pretrain_mixtral-8x7b.yaml r1.1/finetune_mixtral-8x7b.yaml; do
-  refused "$DATA/$f" "\`moe_config.expert_num: 8\`: a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts model, and MoE layers are not built yet (the MoE issue)"
-  refused "$DATA/$f" "\`parallel_config.expert_parallel: 8\`: expert parallelism is not built yet (MoE issue)" \
-    --set moe_config.expert_num=1
-  resolves "$f" --set moe_config.expert_num=1 --set parallel_config.pipeline_stage=1 --set parallel_config.expert_parallel=1
+  refused "$DATA/$f" "\`parallel_config.pipeline_stage: 2\`: pipeline parallelism is not built yet"
+  resolves "$f" --set parallel_config.pipeline_stage=1
+  grep -q "moe_config.enable_sdrop: True\`: MindFormers' TopkRouterV2 drop order" err.txt || fail "$f: no enable_sdrop warning: $(cat err.txt)"
+  "$BIN" config --config "$DATA/$f" --set parallel_config.pipeline_stage=1 --ranks 8 > /dev/null 2>&1 || fail "$f on 8 ranks"
+  refused "$DATA/$f" "\`parallel_config.data_parallel\` (4) is not divisible by \`parallel_config.expert_parallel\` (8)" \
+    --set parallel_config.pipeline_stage=1 --set parallel_config.data_parallel=4
+  grep -qF "use expert_parallel: 4" err.txt || fail "$f: no expert_parallel that works: $(cat err.txt)"
+done
+# configs/moe: each resolves on the ranks it asks for (the tiny ones without a warning).
+for f in "$SRC"/configs/moe/*.yaml; do
+  n=$("$BIN" config --config "$f" 2>/dev/null | awk '/^  data_parallel:/ {d=$2} /^  model_parallel:/ {m=$2} END {print d*m}')
+  "$BIN" config --config "$f" --ranks "$n" > /dev/null 2> err.txt || fail "$f on $n ranks: $(cat err.txt)"
+  case "$(basename "$f")" in run_*) [ ! -s err.txt ] || fail "$f warns: $(cat err.txt)";; esac
+  echo "ok: configs/moe/$(basename "$f") resolves on $n rank(s)"
 done
 # A GPT-2 key under a LlamaConfig is refused with what a Llama uses instead.
 refused "$DATA/r1.0/run_llama2_7b.yaml" \
@@ -103,6 +118,14 @@ YAML
 refused tiny.yaml "--set runner_config.train_step=5: unknown key; did you mean \`train_steps\`?" --set runner_config.train_step=5
 ! grep -q "tiny.yaml" err.txt || fail "the override's problem names the file: $(cat err.txt)"
 refused tiny.yaml "--set load_checkpoint=/x/y: no such file or directory" --set load_checkpoint=/x/y
+# A moe_config value that cannot be built names the key and a value that works (every rank, before any work).
+refused tiny.yaml "--set moe_config.num_experts_chosen=3: \`moe_config.num_experts_chosen: 3\` is larger than \`moe_config.expert_num: 2\`" \
+  --set moe_config.expert_num=2 --set moe_config.num_experts_chosen=3
+timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --set moe_config.expert_num=2 \
+  --set moe_config.num_experts_chosen=3 > train.txt 2>&1; status=$?
+[ "$status" -eq 2 ] || fail "train with num_experts_chosen > expert_num: status $status: $(cat train.txt)"
+[ "$(grep -c 'is larger than' train.txt)" -eq 1 ] || fail "the message is not printed once: $(cat train.txt)"
+echo "ok: train on 2 ranks with num_experts_chosen > expert_num stops before work (status 2)"
 # A load_checkpoint that does not exist names the key, and stops every rank before any work.
 cp tiny.yaml missing.yaml; echo "load_checkpoint: /x/y.safetensors" >> missing.yaml
 refused missing.yaml "\`load_checkpoint: /x/y.safetensors\`: no such file or directory"

@@ -65,7 +65,7 @@ TEST(ConfigKeysLlama, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   // Every section but `model` (and trainer.model_name's default) is GPT-2's, with the same rules.
   const ConfigSchema& gpt2 = config_schema("GPT2Config");
   for (const KeyRule& r : gpt2.rules()) {
-    if (r.path.rfind("model.", 0) == 0 || r.path == "moe_config.expert_num") continue;
+    if (r.path.rfind("model.", 0) == 0) continue;
     const KeyRule* same = llama().rule_for(r.path);
     ASSERT_NE(same, nullptr) << r.path;
     EXPECT_TRUE(same->use == r.use && same->why == r.why) << r.path;
@@ -101,6 +101,8 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"model.model_config.checkpoint_name_or_path", "llama2_7b"}, {"callbacks.0.type", "CheckpointMonitor"},
       {"load_checkpoint", weights_file()},
+      {"moe_config.routing_policy", "TopkRouterV2"}, {"moe_config.router_dense_type", "bfloat16"},
+      {"moe_config.token_drop_policy", "probs"}, {"moe_config.token_dispatcher", "allgather"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
   if (v.IsScalar()) {
@@ -131,6 +133,8 @@ std::string probe(const std::string& path) {
   } else if (path == "eval_callbacks.0.type") {
     base_sets = {"eval_callbacks=[{type: ObsMonitor}]"};
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
+  } else if (path.rfind("moe_config.", 0) == 0 && path != "moe_config.expert_num") {
+    base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
   }
   const Outcome base = load(base_sets);
   if (base.refused) return "the baseline is refused: " + base.error;
@@ -142,10 +146,13 @@ std::string probe(const std::string& path) {
   }
   bool on;
   if (rule->use == KeyUse::kCpu && YAML::convert<bool>::decode(current, on) && on && current.Scalar() != "1") return "";
-  if (sets.empty()) sets = {path + "=" + other_value(path, current)};
+  if (sets.empty()) {
+    sets = base_sets;
+    sets.push_back(path + "=" + other_value(path, current));
+  }
   const Outcome out = load(sets);
   const bool read = out.refused ? base.c.consumed.count(path) > 0 : out.c.consumed.count(path) > 0;
-  const std::string what = "set with --set " + sets[0] + ": ";
+  const std::string what = "set with --set " + sets.back() + ": ";
   // Keys whose registry holds one name for a Llama: any other value is refused by name.
   const bool refusal_ok = path == "model.model_config.type" || path == "model.arch.type";
   switch (rule->use) {

@@ -95,6 +95,9 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
+      {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
+      {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
+      {"moe_config.token_dispatcher", "allgather"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
   if (v.IsScalar()) {
@@ -149,6 +152,8 @@ std::string probe(const Leaf& leaf) {
   } else if (leaf.path == "eval_callbacks.0.type") {
     base_sets = {"eval_callbacks=[{type: ObsMonitor}]"};
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
+  } else if (leaf.path.rfind("moe_config.", 0) == 0 && leaf.path != "moe_config.expert_num") {
+    base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
   }
   const Outcome base = load(base_sets);
   if (base.refused) return "the baseline is refused: " + base.error;
@@ -156,10 +161,13 @@ std::string probe(const Leaf& leaf) {
   bool on;
   if (rule->use == KeyUse::kCpu && YAML::convert<bool>::decode(current, on) && on && current.Scalar() != "1")
     return "";  // a CPU-only switch that is on by default: turning it off asks for nothing, so nothing to warn about
-  if (sets.empty()) sets = {leaf.path + "=" + other_value(leaf.path, current)};
+  if (sets.empty()) {
+    sets = base_sets;
+    sets.push_back(leaf.path + "=" + other_value(leaf.path, current));
+  }
   const Outcome out = load(sets);
   const bool read = out.refused ? base.c.consumed.count(leaf.path) > 0 : out.c.consumed.count(leaf.path) > 0;
-  const std::string what = std::string(use_name(rule->use)) + " key, set with --set " + sets[0] + ": ";
+  const std::string what = std::string(use_name(rule->use)) + " key, set with --set " + sets.back() + ": ";
   switch (rule->use) {
     case KeyUse::kBuilt:
       if (!read) return what + "the loader did not read it";

@@ -137,16 +137,13 @@ TEST(LlamaConfigKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
     EXPECT_NE(e.find("--set " + kModelConfig + set + ": "), std::string::npos) << set << ": " << e;
     EXPECT_NE(e.find(fix), std::string::npos) << set << ": " << e;
   }
-  // A LlamaConfig with experts is Mixtral: not trained dense. (GPT-2 keeps its warning.)
-  std::string e = error_of(kMinimalLlama, {"moe_config.expert_num=8"});
-  EXPECT_NE(e.find("--set moe_config.expert_num=8: a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts "
-                   "model, and MoE layers are not built yet (the MoE issue)"), std::string::npos) << e;
-  EXPECT_NE(e.find("set expert_num: 1 for the dense Llama"), std::string::npos) << e;
-  const Config gpt2 = load_config_string(kMinimal, {"moe_config.expert_num=8"});
-  EXPECT_TRUE(has_warning(gpt2, "`moe_config.expert_num: 8`: Mixture-of-Experts layers are not built yet; the model is dense"));
-  // The other moe keys stay ignored for a dense Llama, as MindFormers reads them only with experts.
-  const Config dense = load_config_string(kMinimalLlama, {"moe_config.capacity_factor=1.1"});
-  EXPECT_TRUE(has_warning(dense, "`moe_config.capacity_factor: 1.1`: Mixture-of-Experts layers are not built yet"));
+  // A LlamaConfig with experts is Mixtral-style MoE, GPT2Config's GPT-2 MoE: the moe keys are read for both
+  // (tests/runner/config_moe_test.cpp).
+  const Config mixtral = load_config_string(kMinimalLlama, {"moe_config.expert_num=8", "moe_config.num_experts_chosen=2"});
+  EXPECT_EQ(mixtral.model.moe.expert_num, 8);
+  EXPECT_TRUE(mixtral.model.moe.enabled());
+  EXPECT_TRUE(mixtral.warnings.empty()) << mixtral.warnings.front();
+  EXPECT_EQ(load_config_string(kMinimal, {"moe_config.expert_num=8"}).model.moe.expert_num, 8);
 }
 
 TEST(LlamaConfigKeys, WarningsNameTheKeyAndSayWhatHappens) {

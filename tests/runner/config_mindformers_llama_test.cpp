@@ -1,7 +1,7 @@
 // MindFormers' own Llama 2 and Mixtral files (r1.0-r1.3, unmodified, tests/data/mindformers) read
 // as they are: warnings only, or a named refusal of what is not built and then a load with that key
-// overridden; their LlamaConfig keys land in ModelConfig. Mixtral is a LlamaConfig with experts,
-// refused until MoE is built.
+// overridden; their LlamaConfig keys land in ModelConfig. Mixtral is a LlamaConfig with experts: its
+// moe_config lands in ModelConfig::moe as written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@ std::string file_error(const std::string& f, const std::vector<std::string>& set
   try {
     const Config c = load_config(data(f), sets);
     std::string all;
-    for (const auto& u : unbuilt_parallelism(c)) all += u + "\n";
+    for (const auto& u : config_layout_problems(c)) all += u + "\n";
     return all;
   } catch (const ConfigError& e) {
     return e.what();
@@ -36,10 +36,6 @@ struct MindFormersFile {
   std::vector<std::string> sets;
 };
 
-const char* const kMoeRefusal =
-    "`moe_config.expert_num: 8`: a LlamaConfig with experts is a Mixtral-style Mixture-of-Experts model, and MoE layers "
-    "are not built yet (the MoE issue)";
-
 const MindFormersFile kFiles[] = {
     {"r1.0/run_llama2_7b.yaml", "", {}},
     {"r1.3/pretrain_llama2_7b.yaml", "`runner_config.gradient_accumulation_steps: 8`: gradient accumulation is not built yet",
@@ -48,10 +44,10 @@ const MindFormersFile kFiles[] = {
      {"load_checkpoint=\"\""}},
     {"r1.2/pretrain_llama2_70b.yaml", "`parallel_config.pipeline_stage: 8`: pipeline parallelism is not built yet",
      {"parallel_config.pipeline_stage=1"}},
-    {"r1.3/pretrain_mixtral-8x7b.yaml", kMoeRefusal,
-     {"moe_config.expert_num=1", "parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
-    {"r1.1/finetune_mixtral-8x7b.yaml", kMoeRefusal,
-     {"moe_config.expert_num=1", "parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
+    {"r1.3/pretrain_mixtral-8x7b.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
+     {"parallel_config.pipeline_stage=1"}},
+    {"r1.1/finetune_mixtral-8x7b.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
+     {"parallel_config.pipeline_stage=1"}},
 };
 
 TEST(MindFormersLlamaConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {
@@ -112,25 +108,54 @@ TEST(MindFormersLlamaConfigs, Llama2KeysReadAsMindFormersMeansThem) {
   EXPECT_EQ(ft.model.ffn_hidden(), 11008);
 }
 
-TEST(MindFormersLlamaConfigs, MixtralIsALlamaWithExpertsAndRefusedUntilMoeIsBuilt) {
+// MindFormers' Mixtral files: a LlamaConfig with moe_config, read as written (r1.3: capacity 1.1, TopkRouterV2,
+// enable_sdrop, use_fused_ops_topkrouter; r1.1 writes no use_fused_ops_topkrouter), on 8 ranks with
+// expert_parallel 8 once pipeline_stage is 1.
+TEST(MindFormersLlamaConfigs, MixtralIsALlamaWithExpertsReadAsWritten) {
   for (const char* f : {"r1.3/pretrain_mixtral-8x7b.yaml", "r1.1/finetune_mixtral-8x7b.yaml"}) {
-    const std::string e = file_error(f);
-    EXPECT_NE(e.find("set expert_num: 1 for the dense Llama"), std::string::npos) << f << ": " << e;
-    // With one expert, the layout's unbuilt axes are next.
-    const std::string next = file_error(f, {"moe_config.expert_num=1"});
-    EXPECT_NE(next.find("`parallel_config.expert_parallel: 8`: expert parallelism is not built yet (MoE issue)"),
-              std::string::npos) << f << ": " << next;
-    const Config c = load_config(data(f), {"moe_config.expert_num=1", "parallel_config.pipeline_stage=1",
-                                           "parallel_config.expert_parallel=1"});
+    const Config c = load_config(data(f), {"parallel_config.pipeline_stage=1"});
+    const MoeConfig& e = c.model.moe;
+    EXPECT_TRUE(e.enabled()) << f;
+    EXPECT_EQ(e.expert_num, 8) << f;
+    EXPECT_EQ(e.num_experts_chosen, 2) << f;
+    EXPECT_DOUBLE_EQ(e.capacity_factor, 1.1) << f;
+    EXPECT_FALSE(e.dropless()) << f;
+    EXPECT_DOUBLE_EQ(e.aux_loss_factor, 0.05) << f;
+    EXPECT_DOUBLE_EQ(e.z_loss_factor, 0.0) << f;  // MindFormers' default
+    EXPECT_TRUE(e.norm_topk_prob) << f;           // MindFormers' default
+    EXPECT_EQ(e.routing_policy, "TopkRouterV2") << f;
+    EXPECT_EQ(e.router_dense_type, "float32") << f;
+    EXPECT_EQ(e.moe_layer_freq, 1) << f;  // every layer, as MindFormers' Llama builds MoE
+    EXPECT_EQ(c.parallel.expert_parallel, 8) << f;
+    EXPECT_EQ(c.parallel.data_parallel, 8) << f;
+    EXPECT_EQ(layout_error_message(c, 8), "") << f;
+    // enable_sdrop: True is MindFormers' drop order; here token_drop_policy's (one warning naming both).
+    EXPECT_TRUE(has_warning(c, "`moe_config.enable_sdrop: True`: MindFormers' TopkRouterV2 drop order")) << f;
+    EXPECT_TRUE(has_warning(c, "moe_config.token_drop_policy")) << f;
+    // TopkRouterV2 sizes capacity over the data-parallel shard: said once.
+    EXPECT_TRUE(has_warning(c, "`moe_config.routing_policy: TopkRouterV2` with `capacity_factor: 1.1`: capacity here is "
+                               "ceil(capacity_factor x seq_length x num_experts_chosen / expert_num)")) << f;
+    EXPECT_EQ(std::count_if(c.warnings.begin(), c.warnings.end(),
+                            [](const std::string& w) { return w.find("TopkRouterV2` with") != std::string::npos; }), 1)
+        << f;
+    EXPECT_FALSE(has_warning(c, "use_fused_ops_topkrouter")) << f;  // False: nothing to say
+    // The Llama keys as for a dense Llama.
     EXPECT_EQ(c.model.kv_heads(), 8) << f;
     EXPECT_EQ(c.model.intermediate_size, 14336) << f;
     EXPECT_EQ(c.model.ffn_hidden(), 14336) << f;
     EXPECT_DOUBLE_EQ(c.model.rope_theta, 1e6) << f;
-    EXPECT_TRUE(has_warning(c, "Mixture-of-Experts layers are not built yet; the model is dense")) << f;
+    EXPECT_EQ(c.model.position_embedding_type, "rope") << f;
+    EXPECT_FALSE(c.model.add_bias_linear) << f;
+    // Expert parallel 8 needs data_parallel divisible by 8: 4 is refused naming the keys and a value that works.
+    const Config dp4 = load_config(data(f), {"parallel_config.pipeline_stage=1", "parallel_config.data_parallel=4"});
+    const std::string msg = layout_error_message(dp4, 4);
+    EXPECT_NE(msg.find("`parallel_config.data_parallel` (4) is not divisible by `parallel_config.expert_parallel` (8): "
+                       "expert parallelism is carved from data parallelism"), std::string::npos) << f << ": " << msg;
+    EXPECT_NE(msg.find("use expert_parallel: 4"), std::string::npos) << f << ": " << msg;
+    EXPECT_NE(msg.find("a layout that fits 4 rank(s): parallel_config: {data_parallel: 4, model_parallel: 1, "
+                       "pipeline_stage: 1, expert_parallel: 4}"), std::string::npos) << f << ": " << msg;
   }
-  const Config old = load_config(data("r1.1/finetune_mixtral-8x7b.yaml"), {"moe_config.expert_num=1",
-                                                                          "parallel_config.pipeline_stage=1",
-                                                                          "parallel_config.expert_parallel=1"});
+  const Config old = load_config(data("r1.1/finetune_mixtral-8x7b.yaml"), {"parallel_config.pipeline_stage=1"});
   EXPECT_TRUE(has_warning(old, "`model.model_config.pretrain_seqlen: 4096`"));
   EXPECT_TRUE(has_warning(old, "`model.model_config.compute_in_2d: False`"));
   EXPECT_TRUE(has_warning(old, "deprecated by MindFormers r1.1"));

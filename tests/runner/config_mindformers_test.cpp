@@ -24,7 +24,7 @@ std::string file_error(const std::string& f, const std::vector<std::string>& set
   try {
     const Config c = load_config(data(f), sets);
     std::string all;
-    for (const auto& u : unbuilt_parallelism(c)) all += u + "\n";
+    for (const auto& u : config_layout_problems(c)) all += u + "\n";
     return all;
   } catch (const ConfigError& e) {
     return e.what();
@@ -57,10 +57,10 @@ const MindFormersFile kFiles[] = {
     {"r1.3/finetune_gpt2_small_fp16.yaml", "", {}},
     {"r1.3/pretrain_llama2_7b_common.yaml", "`runner_config.gradient_accumulation_steps: 8`: gradient accumulation is not built yet",
      {"runner_config.gradient_accumulation_steps=1"}},
-    {"r1.3/pretrain_mixtral-8x7b_common.yaml", "`parallel_config.expert_parallel: 8`: expert parallelism is not built yet (MoE issue)",
-     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
+    {"r1.3/pretrain_mixtral-8x7b_common.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
+     {"parallel_config.pipeline_stage=1"}},
     {"r1.1/finetune_mixtral-8x7b_common.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
-     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"}},
+     {"parallel_config.pipeline_stage=1"}},
 };
 
 TEST(MindFormersConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {
@@ -95,19 +95,21 @@ TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {
   EXPECT_EQ(small.lr.type, "cosine");  // CosineWithWarmUpLR
   EXPECT_EQ(small.optimizer_type, "FP32StateAdamWeightDecay");
 
-  const Config mixtral = load_config(data("r1.3/pretrain_mixtral-8x7b_common.yaml"),
-                                     {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"});
+  // Its moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts, top-2, over expert_parallel 8 of data_parallel 8.
+  const Config mixtral = load_config(data("r1.3/pretrain_mixtral-8x7b_common.yaml"), {"parallel_config.pipeline_stage=1"});
   EXPECT_EQ(mixtral.optimizer_type, "AdamW");
   EXPECT_DOUBLE_EQ(mixtral.adamw.beta1, 0.9);  // betas: [0.9, 0.95]
   EXPECT_DOUBLE_EQ(mixtral.adamw.beta2, 0.95);
-  EXPECT_TRUE(has_warning(mixtral, "`moe_config.expert_num: 8`"));
-  EXPECT_TRUE(has_warning(mixtral, "Mixture-of-Experts layers are not built yet"));
+  EXPECT_EQ(mixtral.model.moe.expert_num, 8);
+  EXPECT_EQ(mixtral.model.moe.num_experts_chosen, 2);
+  EXPECT_EQ(mixtral.parallel.expert_parallel, 8);
+  EXPECT_EQ(layout_error_message(mixtral, 8), "");
+  EXPECT_TRUE(has_warning(mixtral, "`moe_config.enable_sdrop: True`"));
   EXPECT_TRUE(has_warning(mixtral, "`parallel_config.micro_batch_num: 16` with `pipeline_stage: 1`"));
   EXPECT_EQ(mixtral.model_name, "mixtral-8x7b");
 
   // r1.1's Mixtral finetune gives the optimizer 3e-4 and the lr_schedule 1e-5: MindFormers trains with the latter.
-  const Config ft = load_config(data("r1.1/finetune_mixtral-8x7b_common.yaml"),
-                                {"parallel_config.pipeline_stage=1", "parallel_config.expert_parallel=1"});
+  const Config ft = load_config(data("r1.1/finetune_mixtral-8x7b_common.yaml"), {"parallel_config.pipeline_stage=1"});
   EXPECT_DOUBLE_EQ(ft.lr.learning_rate, 1e-5);
   EXPECT_TRUE(has_warning(ft, "`optimizer.learning_rate: 3.e-4` is not used: lr_schedule sets the learning rate"));
 }
@@ -146,12 +148,14 @@ TEST(MindFormersKeys, GradientAccumulationIsOneUntilBuilt) {
                    "for the same global batch"), std::string::npos) << e;
 }
 
-TEST(MindFormersKeys, ExpertAndPipelineParallelismAreRefusedUntilBuilt) {
+TEST(MindFormersKeys, PipelineParallelismIsRefusedUntilBuiltAndExpertParallelismNeedsExperts) {
   const Config c = load_config_string(kMinimal, {"parallel_config.expert_parallel=2", "parallel_config.pipeline_stage=2"});
-  const auto u = unbuilt_parallelism(c);
+  const auto u = config_layout_problems(c);
   ASSERT_EQ(u.size(), 2u);
   EXPECT_NE(u[0].find("pipeline parallelism is not built yet"), std::string::npos);
-  EXPECT_EQ(u[1], "`parallel_config.expert_parallel: 2`: expert parallelism is not built yet (MoE issue); use 1");
+  EXPECT_EQ(unbuilt_parallelism(c).size(), 1u);
+  EXPECT_NE(u[1].find("`parallel_config.expert_parallel: 2` with `moe_config.expert_num: 1`: expert parallelism splits "
+                      "the experts of MoE layers, and this model has none"), std::string::npos) << u[1];
   const auto all = layout_problems(c, 4);
   EXPECT_NE(std::find(all.begin(), all.end(), u[1]), all.end());
   // micro_batch_num only splits the batch for a pipeline: MindFormers ignores it with one stage, and says so here.

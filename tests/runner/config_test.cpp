@@ -86,7 +86,8 @@ TEST(Config, UnknownTypeNamesListRegisteredOnes) {
   e = error_of(kMinimal, {"lr_schedule.type=linear"});
   EXPECT_NE(e.find("registered: constant, cosine, polynomial"), std::string::npos) << e;
   e = error_of(kMinimal, {"model.arch.type=BloomForCausalLM"});
-  EXPECT_NE(e.find("model.arch.type: unknown type 'BloomForCausalLM'; registered: GPT2LMHeadModel, LlamaForCausalLM"),
+  EXPECT_NE(e.find("model.arch.type: unknown type 'BloomForCausalLM'; registered: GPT2LMHeadModel, LlamaForCausalLM, "
+                   "MixtralForCausalLM"),
             std::string::npos) << e;
   e = error_of(kMinimal, {"model.arch.type=LlamaForCausalLM"});
   EXPECT_NE(e.find("model.model_config.type: 'GPT2Config' does not go with arch LlamaForCausalLM; use LlamaConfig"),

@@ -96,12 +96,37 @@ def check_can_fail(wa, budget, la):
     zero-initialised bias must fail it."""
     lr = budget / len(la) if la else 0.0
     for name, (shape, a) in wa.items():
-        if not name.endswith("mlp.c_fc.bias"):
+        if not (name.endswith("mlp.c_fc.bias") or name.endswith("c_fc.bias")):
             continue
         b = list(a)
         b[0] += lr
         err, _ = tensor_error(name, shape, a, b, budget)
         assert err > 1e-5, f"self-check: a wrong update of {name}[0] by lr {lr:.1e} passes ({err:.1e})"
+
+
+def compare_moe(ref, d):
+    """MoE runs: at every step and MoE layer the same dropped count and assignments (which tokens drop
+    depends on the sample alone, never on the layout) and the router losses within 1e-5 relative."""
+    ra, rb = rows(ref), rows(d)
+    if not any("moe" in r for r in ra):
+        return []
+    bad, worst = [], 0.0
+    for x, y in zip(ra, rb):
+        if "moe" not in y:
+            return [f"{d}: step {x['step']} has no MoE statistics"]
+        for a, b in zip(x["moe"], y["moe"]):
+            for k in ("layer", "dropped", "assignments", "tokens_max"):
+                if a[k] != b[k]:
+                    bad.append(f"{d}: step {x['step']} layer {a['layer']} {k} {b[k]} vs {a[k]}")
+            for k in ("aux_loss", "z_loss"):
+                if a[k] != 0:
+                    worst = max(worst, abs(a[k] - b[k]) / abs(a[k]))
+    if worst > 1e-5:
+        bad.append(f"{d}: router losses differ by {worst:.2e} relative")
+    drops = sum(m["dropped"] for r in ra for m in r["moe"])
+    print(f"{d:24s} MoE: dropped counts and assignments equal at every step and layer ({drops} drops in all), "
+          f"router losses rel {worst:.1e}")
+    return bad
 
 
 def main(ref, others):
@@ -119,6 +144,7 @@ def main(ref, others):
         if worst_loss > 1e-5:
             step = max(range(len(la)), key=lambda i: abs(la[i] - lb[i]) / abs(la[i]))
             bad.append(f"{d}: step {step + 1} loss {lb[step]} vs {la[step]}")
+        bad += compare_moe(ref, d)
         worst_w, worst_name, worst_old, kb, worst_elem = 0.0, "", 0.0, 0.0, 0.0
         num = den = 0.0
         for name, (shape, a) in wa.items():

@@ -186,12 +186,13 @@ void Trainer::write_run_start() {
 }
 
 void Trainer::log_resource_report() {
-  // Per rank: peak RSS, bytes sent in the tensor, data and world groups. Gathered by a sum over
+  // Per rank: peak RSS, bytes sent in the tensor, data, world, expert (the MoE all-to-all) and
+  // expert-data (the experts' gradients) groups. Gathered by a sum over
   // the world of vectors in which each rank fills its own slot.
   const int W = ctx_.world.size(), me = ctx_.world_rank;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 7;
+  constexpr int K = 9;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
@@ -200,14 +201,22 @@ void Trainer::log_resource_report() {
   v[K * me + 4] = static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0));
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
+  v[K * me + 7] = static_cast<double>(ctx_.ep.stats().bytes_sent);
+  v[K * me + 8] = static_cast<double>(ctx_.edp.stats().bytes_sent);
   ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
-  for (int r = 0; r < W; ++r)
-    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group "
+  for (int r = 0; r < W; ++r) {
+    const double ep = v[K * r + 7], edp = v[K * r + 8];
+    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{} "
                  "({} per step in all)",
                  r, human_bytes(v[K * r]), human_bytes(v[K * r + 1]), human_bytes(v[K * r + 2]), human_bytes(v[K * r + 3]),
-                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3]) / steps));
+                 ep + edp > 0 ? fmt::format(", {} in the expert group (all-to-all, {} per step), {} in the "
+                                            "expert-data group", human_bytes(ep), human_bytes(ep / steps),
+                                            human_bytes(edp))
+                              : std::string(),
+                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp) / steps));
+  }
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
   j["steps"] = total_steps_;
@@ -216,7 +225,8 @@ void Trainer::log_resource_report() {
     j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
                           {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
                           {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]},
-                          {"weight_copy_bytes", v[K * r + 6]}});
+                          {"weight_copy_bytes", v[K * r + 6]}, {"ep_bytes_sent", v[K * r + 7]},
+                          {"edp_bytes_sent", v[K * r + 8]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -22,6 +22,7 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   m.aux_factor = static_cast<float>(c.aux_loss_factor);
   m.z_factor = static_cast<float>(c.z_loss_factor);
   m.router_low_precision = c.router_dense_type != "float32";
+  m.allgather_dispatch = c.token_dispatcher == "allgather";
   return m;
 }
 
@@ -141,11 +142,15 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     m.weights = p.take(n + ".router_weights", Nk);
     m.kept = reinterpret_cast<uint8_t*>(p.take(n + ".router_kept", (Nk + 3) / 4));
     m.pos = ints(n + ".router_pos", Nk);
-    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El)));
+    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El + md.El + 1)));
     m.xperm = p.take(n + ".experts_x", md.R * md.C);
     m.h = p.take(n + ".experts_h", md.R * md.up);
     m.act = p.take(n + ".experts_act", md.R * md.Fl);
     m.ret = p.take(n + ".experts_out", md.S * md.C);
+    if (md.allgather) {
+      m.src = ints(n + ".experts_src", md.R);
+      m.row_w = p.take(n + ".experts_gate_weight", md.R);
+    }
     m.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
     return m;
   };
@@ -253,6 +258,11 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     m.dw = p.take("moe.dweights", N * md.k);
     m.dlogits = p.take("moe.dlogits", N * md.E);
     if (d.tp > 1) m.sum = p.take("moe.sum", N * C);
+    if (md.allgather) {
+      m.all = p.take("moe.gathered_rows", md.ep * N * C);
+      m.all_experts = p.take("moe.gathered_experts", md.ep * N * md.k);
+      m.all_weights = p.take("moe.gathered_weights", md.ep * N * md.k);
+    }
     for (Slot& s : b.slots)
       for (TransformerLayer::Acts& a : s.layers) a.moe_sc = m;
   }

@@ -151,9 +151,13 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
       m.src = ints(n + ".experts_src", md.R);
       m.row_w = p.take(n + ".experts_gate_weight", md.R);
     }
-    m.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
     return m;
   };
+  auto moe_stats = [&](const std::string& n) {
+    return reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
+  };
+  MoeBlock::Acts shared_moe;
+  bool have_shared_moe = false;
   const int64_t probs = d.B * d.heads_local * d.T * d.T, lse = d.B * d.heads_local * d.T;
   TransformerLayer::Acts shared;
   bool have_shared = false, have_shared_core = false;
@@ -189,7 +193,20 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
       } else {
         a = full_set(n, !d.moe.is_moe(l));
       }
-      if (d.moe.is_moe(l)) a.moe = moe_acts(n);
+      if (d.moe.is_moe(l)) {
+        // Under full recompute the layer's forward runs again before its backward (the routing and
+        // the exchanges included), so the MoE layers share one set too; the statistics stay per layer.
+        if (mode == Recompute::kFull) {
+          if (!have_shared_moe) {
+            shared_moe = moe_acts("recompute.moe");
+            have_shared_moe = true;
+          }
+          a.moe = shared_moe;
+        } else {
+          a.moe = moe_acts(n);
+        }
+        a.moe.stats = moe_stats(n);
+      }
       // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused,
       // which the flash backward needs with the output; it is kept even under selective recompute,
       // as there is nothing T x T to save).

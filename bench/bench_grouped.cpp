@@ -6,7 +6,7 @@
 //   build/bin/bench_grouped [--threads 2] [--rounds 5] [--min-ms 40] [--dtypes fp32,bf16]
 //                           [--mlps gpt2,mixtral] [--passes fwd,dx,dw] [--gemm blas|eigen]
 //                           [--tiles 256] [--weight-tiles 256] [--hot 3] [--seed 1] [--clock wall|cpu]
-//                           [--min-cores 0.9 --attempts 6]
+//                           [--min-cores 0.9 --attempts 6] [--experts 8] [--routings 1]
 //
 // Shapes: moe-tiny, hidden C 256, FFN F 1024, 8 experts, B 8 x T 256 tokens routed top-2, so
 // R = 4096 rows, split over the experts by a seeded multinomial in which expert 0 is --hot times as
@@ -15,7 +15,11 @@
 // nn.Linear's [out, in] layout without biases. Under bf16 the experts' weights have their bf16
 // copy (made once, as the model refreshes it once per step) and the backward passes get dy's bf16
 // copy (converted once, as linear_bwd converts it once for both of its products); x is converted
-// in the call, as the ops do.
+// in the call, as the ops do. --experts changes the number of experts (the rows stay 4096);
+// --routings N draws N routings (seeds seed, seed + 1, ...) and gives each call the next one, as
+// training reroutes every step: expert row counts, hence GEMM shapes, then change from call to
+// call, and first-call work (oneDNN creates and caches a primitive per new shape and thread) is
+// timed as a training run meets it.
 //
 // For each product, pass and dtype: one untimed call of each variant (first-call work: oneDNN
 // primitives, buffers), then --rounds rounds in which every variant (the loop, then the grouped
@@ -57,7 +61,7 @@ using gf::ComputeDtype;
 using gf::Weight;
 using gf::ops::GroupedTiles;
 
-constexpr int64_t kC = 256, kF = 1024, kExperts = 8, kTokens = 8 * 256, kTopK = 2;
+constexpr int64_t kC = 256, kF = 1024, kTokens = 8 * 256, kTopK = 2;
 
 struct Options {
   int threads = 2, rounds = 5;
@@ -70,6 +74,8 @@ struct Options {
   bool cpu_clock = false;
   double min_cores = 0;  // --min-cores: time a row again while it had less of the cores than this
   int attempts = 1;
+  int64_t experts = 8;
+  int routings = 1;  // --routings N: N routings (seeds seed, seed + 1, ...), a new one each call
 };
 
 bool g_cpu_clock = false;
@@ -107,10 +113,12 @@ Options parse_args(int argc, char** argv) {
     else if (arg == "--clock" && (v == "wall" || v == "cpu")) o.cpu_clock = v == "cpu";
     else if (arg == "--min-cores") o.min_cores = std::stod(v);
     else if (arg == "--attempts") o.attempts = std::max(1, std::stoi(v));
+    else if (arg == "--experts") o.experts = std::max(1, std::stoi(v));
+    else if (arg == "--routings") o.routings = std::max(1, std::stoi(v));
     else
       throw std::runtime_error("unknown argument " + arg +
                                " (--threads --rounds --min-ms --dtypes --mlps --passes --gemm --tiles --weight-tiles "
-                               "--hot --seed --clock wall|cpu --min-cores --attempts)");
+                               "--hot --seed --clock wall|cpu --min-cores --attempts --experts --routings)");
   }
   if (o.gemm != "blas" && o.gemm != "eigen") throw std::runtime_error("--gemm blas|eigen, not " + o.gemm);
   return o;
@@ -144,22 +152,22 @@ struct Buffers {
   Weight weight{nullptr};
 };
 
-Buffers make_buffers(const Layer& l, ComputeDtype d, int64_t rows, std::mt19937& g) {
+Buffers make_buffers(const Layer& l, ComputeDtype d, int64_t experts, int64_t rows, std::mt19937& g) {
   Buffers s;
-  const int64_t stride = l.in * l.out;
+  const int64_t stride = l.in * l.out, E = experts;
   s.x = random_vec(rows * l.in, g, 1.0f);
-  s.w = random_vec(kExperts * stride, g, 0.02f);
-  s.b = random_vec(kExperts * l.out, g, 0.02f);
+  s.w = random_vec(E * stride, g, 0.02f);
+  s.b = random_vec(E * l.out, g, 0.02f);
   s.dy = random_vec(rows * l.out, g, 1e-3f);
   s.y.resize(static_cast<size_t>(rows * l.out));
   s.dx.resize(static_cast<size_t>(rows * l.in));
-  s.dw.assign(static_cast<size_t>(kExperts * stride), 0.0f);
-  s.db.assign(static_cast<size_t>(kExperts * l.out), 0.0f);
+  s.dw.assign(static_cast<size_t>(E * stride), 0.0f);
+  s.db.assign(static_cast<size_t>(E * l.out), 0.0f);
   if (d == ComputeDtype::kFloat32) {
     s.weight = Weight(s.w.data());
   } else {
-    s.w_low.resize(static_cast<size_t>(kExperts * stride * gf::low_copy_element_bytes(d)));
-    gf::make_low_copy(d, s.w_low.data(), s.w.data(), kExperts * stride);
+    s.w_low.resize(static_cast<size_t>(E * stride * gf::low_copy_element_bytes(d)));
+    gf::make_low_copy(d, s.w_low.data(), s.w.data(), E * stride);
     s.dy_low.resize(static_cast<size_t>(rows * l.out * gf::low_copy_element_bytes(d)));
     gf::make_low_copy(d, s.dy_low.data(), s.dy.data(), rows * l.out);
     s.weight = Weight(s.w.data(), d, s.w_low.data());
@@ -171,7 +179,7 @@ Buffers make_buffers(const Layer& l, ComputeDtype d, int64_t rows, std::mt19937&
 // One pass of one layer: the loop (tile < 0) or the grouped call with that tile size.
 void run_pass(const std::string& pass, const Layer& l, Buffers& s, const std::vector<int64_t>& offsets,
               int64_t tile) {
-  const int64_t stride = l.in * l.out, E = kExperts;
+  const int64_t stride = l.in * l.out, E = static_cast<int64_t>(offsets.size()) - 1;
   const float* b = l.bias ? s.b.data() : nullptr;
   float* db = l.bias ? s.db.data() : nullptr;
   const void* dyl = s.dy_low.empty() ? nullptr : s.dy_low.data();
@@ -200,12 +208,12 @@ void run_pass(const std::string& pass, const Layer& l, Buffers& s, const std::ve
 }
 
 // Rows per expert: R = tokens x top-k draws from a multinomial, expert 0 `hot` times as likely.
-std::vector<int64_t> expert_offsets(double hot, uint32_t seed) {
-  std::vector<double> p(kExperts, 1.0);
+std::vector<int64_t> expert_offsets(int64_t experts, double hot, uint32_t seed) {
+  std::vector<double> p(static_cast<size_t>(experts), 1.0);
   p[0] = hot;
   std::discrete_distribution<int> pick(p.begin(), p.end());
   std::mt19937 g(seed);
-  std::vector<int64_t> counts(kExperts, 0);
+  std::vector<int64_t> counts(static_cast<size_t>(experts), 0);
   for (int64_t i = 0; i < kTokens * kTopK; ++i) ++counts[pick(g)];
   std::vector<int64_t> offsets{0};
   for (const int64_t c : counts) offsets.push_back(offsets.back() + c);
@@ -231,8 +239,10 @@ std::vector<double> time_variants(const std::vector<std::function<void()>>& vs, 
   return med;
 }
 
-void bench(const Options& o, const std::vector<int64_t>& offsets) {
-  const int64_t R = offsets.back();
+// Each variant goes through the routings in the same order, one per call.
+void bench(const Options& o, const std::vector<std::vector<int64_t>>& routings) {
+  const int64_t R = routings[0].back();
+  const size_t nr = routings.size();
   std::printf("\n| dtype | layer | pass | in x out | loop GFLOP/s |");
   const bool sweep = o.tiles.size() > 1 || o.weight_tiles.size() > 1;
   const size_t nv = std::max(o.tiles.size(), o.weight_tiles.size());
@@ -252,11 +262,13 @@ void bench(const Options& o, const std::vector<int64_t>& offsets) {
       double loop_total = 0, grouped_total = 0;
       for (const Layer& l : layers_of(mlp)) {
         std::mt19937 g(o.seed + 7);
-        Buffers s = make_buffers(l, d, R, g);
+        Buffers s = make_buffers(l, d, o.experts, R, g);
         for (const std::string& pass : o.passes) {
           const std::vector<int64_t>& sizes = pass == "dw" ? o.weight_tiles : o.tiles;
-          std::vector<std::function<void()>> vs{[&] { run_pass(pass, l, s, offsets, -1); }};
-          for (const int64_t t : sizes) vs.push_back([&, t] { run_pass(pass, l, s, offsets, t); });
+          std::vector<std::function<void()>> vs{
+              [&, k = size_t{0}]() mutable { run_pass(pass, l, s, routings[k++ % nr], -1); }};
+          for (const int64_t t : sizes)
+            vs.push_back([&, t, k = size_t{0}]() mutable { run_pass(pass, l, s, routings[k++ % nr], t); });
           // Timed again (up to --attempts times in all) while other processes held our cores.
           std::vector<double> sec;
           double cores = 0;
@@ -297,7 +309,9 @@ int main(int argc, char** argv) {
     omp_set_num_threads(o.threads);
     gf::gemm_set_threads(o.threads);
     gf::gemm_set_backend(o.gemm == "eigen" ? gf::GemmBackend::kEigen : gf::GemmBackend::kBlas);
-    const std::vector<int64_t> offsets = expert_offsets(o.hot, o.seed);
+    std::vector<std::vector<int64_t>> routings;
+    for (int i = 0; i < o.routings; ++i) routings.push_back(expert_offsets(o.experts, o.hot, o.seed + i));
+    const std::vector<int64_t>& offsets = routings[0];
     double load[3] = {0, 0, 0};
     if (getloadavg(load, 3) < 0) load[0] = -1;
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
@@ -306,13 +320,16 @@ int main(int argc, char** argv) {
                 cpu_model().c_str(), omp_get_num_procs(), o.threads, o.gemm.c_str(),
                 coretype ? ", OPENBLAS_CORETYPE=" : "", coretype ? coretype : "", gf::gemm_bf16_backend_info().c_str(),
                 o.rounds, o.min_ms, o.cpu_clock ? "process CPU" : "wall", load[0]);
-    std::printf("moe-tiny: C %lld, F %lld, %lld experts, %lld tokens x top-%lld = %lld rows; rows per expert:",
-                (long long)kC, (long long)kF, (long long)kExperts, (long long)kTokens, (long long)kTopK,
-                (long long)offsets.back());
-    for (int64_t e = 0; e < kExperts; ++e) std::printf(" %lld", (long long)(offsets[e + 1] - offsets[e]));
+    std::printf("moe-tiny: C %lld, F %lld, %lld experts, %lld tokens x top-%lld = %lld rows; rows per expert%s:",
+                (long long)kC, (long long)kF, (long long)o.experts, (long long)kTokens, (long long)kTopK,
+                (long long)offsets.back(), o.routings > 1 ? " (first routing)" : "");
+    for (int64_t e = 0; e < o.experts; ++e) std::printf(" %lld", (long long)(offsets[e + 1] - offsets[e]));
     std::printf(" (expert 0 %.3gx as likely, seed %u)\n", o.hot, o.seed);
+    if (o.routings > 1)
+      std::printf("%d routings (seeds %u-%u), a new one each call, in the same order for every variant\n", o.routings,
+                  o.seed, o.seed + o.routings - 1);
     const double cpu0 = cpu_seconds(), wall0 = wall_seconds();
-    bench(o, offsets);
+    bench(o, routings);
     const double wall = wall_seconds() - wall0;
     if (getloadavg(load, 3) < 0) load[0] = -1;
     // Spinning threads count as busy, so this is an upper bound on the cores we really had.

@@ -22,6 +22,7 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   m.aux_factor = static_cast<float>(c.aux_loss_factor);
   m.z_factor = static_cast<float>(c.z_loss_factor);
   m.router_low_precision = c.router_dense_type != "float32";
+  m.allgather_dispatch = c.token_dispatcher == "allgather";
   return m;
 }
 
@@ -141,14 +142,22 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     m.weights = p.take(n + ".router_weights", Nk);
     m.kept = reinterpret_cast<uint8_t*>(p.take(n + ".router_kept", (Nk + 3) / 4));
     m.pos = ints(n + ".router_pos", Nk);
-    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El)));
+    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El + md.El + 1)));
     m.xperm = p.take(n + ".experts_x", md.R * md.C);
     m.h = p.take(n + ".experts_h", md.R * md.up);
     m.act = p.take(n + ".experts_act", md.R * md.Fl);
     m.ret = p.take(n + ".experts_out", md.S * md.C);
-    m.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
+    if (md.allgather) {
+      m.src = ints(n + ".experts_src", md.R);
+      m.row_w = p.take(n + ".experts_gate_weight", md.R);
+    }
     return m;
   };
+  auto moe_stats = [&](const std::string& n) {
+    return reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
+  };
+  MoeBlock::Acts shared_moe;
+  bool have_shared_moe = false;
   const int64_t probs = d.B * d.heads_local * d.T * d.T, lse = d.B * d.heads_local * d.T;
   TransformerLayer::Acts shared;
   bool have_shared = false, have_shared_core = false;
@@ -184,7 +193,20 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
       } else {
         a = full_set(n, !d.moe.is_moe(l));
       }
-      if (d.moe.is_moe(l)) a.moe = moe_acts(n);
+      if (d.moe.is_moe(l)) {
+        // Under full recompute the layer's forward runs again before its backward (the routing and
+        // the exchanges included), so the MoE layers share one set too; the statistics stay per layer.
+        if (mode == Recompute::kFull) {
+          if (!have_shared_moe) {
+            shared_moe = moe_acts("recompute.moe");
+            have_shared_moe = true;
+          }
+          a.moe = shared_moe;
+        } else {
+          a.moe = moe_acts(n);
+        }
+        a.moe.stats = moe_stats(n);
+      }
       // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused,
       // which the flash backward needs with the output; it is kept even under selective recompute,
       // as there is nothing T x T to save).
@@ -253,6 +275,11 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     m.dw = p.take("moe.dweights", N * md.k);
     m.dlogits = p.take("moe.dlogits", N * md.E);
     if (d.tp > 1) m.sum = p.take("moe.sum", N * C);
+    if (md.allgather) {
+      m.all = p.take("moe.gathered_rows", md.ep * N * C);
+      m.all_experts = p.take("moe.gathered_experts", md.ep * N * md.k);
+      m.all_weights = p.take("moe.gathered_weights", md.ep * N * md.k);
+    }
     for (Slot& s : b.slots)
       for (TransformerLayer::Acts& a : s.layers) a.moe_sc = m;
   }

@@ -15,4 +15,12 @@ void ExpertParallel::exchange_rows(const float* send, const int64_t* send_rows, 
   else if (recv != send) std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(send_rows[0] * cols));
 }
 
+void ExpertParallel::allgather(float* data, int64_t n) const {
+  if (ep_ && ep_->size() > 1) ep_->allgather(data, n);
+}
+
+void ExpertParallel::reduce_scatter(float* data, int64_t n) const {
+  if (ep_ && ep_->size() > 1) ep_->reduce_scatter_sum(data, n);
+}
+
 }  // namespace gf

@@ -20,6 +20,11 @@ class ExpertParallel {
   // Rows of `cols` floats: send_rows[r] consecutive rows to rank r, recv_rows[r] from rank r.
   void exchange_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
                      int64_t cols) const;
+  // The allgather dispatcher's collectives, in place over size() equal chunks of n / size()
+  // floats (this rank's chunk at rank() * n / size()): every chunk to every rank; the chunks'
+  // sum over the ranks left in this rank's chunk.
+  void allgather(float* data, int64_t n) const;
+  void reduce_scatter(float* data, int64_t n) const;
 
  private:
   const Communicator* ep_ = nullptr;

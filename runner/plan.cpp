@@ -32,9 +32,13 @@ std::string plan_report(const Config& cfg, int ranks) {
   const int tp = static_cast<int>(cfg.parallel.model_parallel), dp = static_cast<int>(cfg.parallel.data_parallel);
   const bool zero = cfg.parallel.optimizer_shard && dp > 1;
   const ComputeDtype cdt = parse_compute_dtype(m.compute_dtype);
-  std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}; micro batch {} x {} "
+  std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}; micro batch {} x {} "
                                 "tokens per rank, {}{}\n",
-                                m.arch, m.type, ranks, dp, tp, cfg.batch_size, m.seq_length, m.compute_dtype,
+                                m.arch, m.type, ranks, dp, tp,
+                                cfg.parallel.expert_parallel > 1
+                                    ? fmt::format(" expert_parallel={}", cfg.parallel.expert_parallel)
+                                    : std::string(),
+                                cfg.batch_size, m.seq_length, m.compute_dtype,
                                 m.recompute ? ", full recompute" : m.select_recompute ? ", selective recompute" : "");
   const ParamTable whole = TransformerLM::make_param_table(spec, entry.names);
   int64_t global = 0;

@@ -126,6 +126,7 @@ void Trainer::gather_moe_stats(StepResult& r) const {
       const auto c = static_cast<int64_t>(v[l * per + 3 + e]);
       m.tokens_max = std::max(m.tokens_max, c);
       m.assignments += c;
+      m.tokens.push_back(c);
     }
     m.tokens_mean = static_cast<double>(m.assignments) / static_cast<double>(E);
     r.aux_loss += m.aux;
@@ -182,7 +183,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
       nlohmann::json layers = nlohmann::json::array();
       for (const StepResult::MoeLayer& m : r.moe)
         layers.push_back({{"layer", m.layer}, {"aux_loss", m.aux}, {"z_loss", m.z}, {"tokens_max", m.tokens_max},
-                          {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments}});
+                          {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments},
+                          {"tokens_per_expert", m.tokens}});
       j["moe"] = layers;
     }
     metrics_->write(j);

@@ -40,6 +40,7 @@ struct StepResult {
     double aux = 0, z = 0;  // mean over sequences of aux_s; mean over tokens of lse^2
     int64_t tokens_max = 0, dropped = 0, assignments = 0;
     double tokens_mean = 0;
+    std::vector<int64_t> tokens;  // assignments per expert (before capacity)
   };
   std::vector<MoeLayer> moe;
   double aux_loss = 0.0, z_loss = 0.0;

@@ -34,6 +34,8 @@ MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int e
     const ops::RouterShape rs{N / s.seq, s.seq, d.E, d.k};
     d.R = std::min(d.R, d.El * ops::expert_capacity(rs, s.moe.capacity_factor) * rs.B * ep);
   }
+  d.allgather = s.moe.allgather_dispatch;
+  if (d.allgather) d.S = std::max(d.S, d.R);  // the experts' outputs stay on the expert's rank
   return d;
 }
 
@@ -200,6 +202,17 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   a.stats[1] = st.z_sum;
   a.stats[2] = static_cast<double>(st.dropped);
   for (int64_t i = 0; i < E; ++i) a.stats[3 + i] = static_cast<double>(tokens[static_cast<size_t>(i)]);
+  if (d_.allgather) {
+    int64_t* kept_rows = a.counts;
+    std::fill(kept_rows, kept_rows + E, 0);
+    for (int64_t i = 0; i < N * k; ++i)
+      if (a.kept[i]) ++kept_rows[a.experts[i]];
+    for (int64_t i = 0; i < E; ++i) a.stats[3 + E + i] = static_cast<double>(kept_rows[i]);
+    float* y = tp.size() > 1 ? sc.sum : out;
+    allgather_fwd(e, y, x, a, sc);
+    if (tp.size() > 1) tp.reduce_rows(sc.sum, out, C);
+    return;
+  }
   // Send order: global expert, token, choice.
   int64_t* sent = a.counts;           // [E]
   int64_t* recvd = a.counts + E;      // [ep El]
@@ -257,6 +270,15 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   const TensorParallel& tp = *e.tp;
   const int64_t N = e.N, C = d_.C, E = d_.E, k = d_.k, El = d_.El, ep = d_.ep;
   const float* dy = tp.gather_rows(dout, e.gather, C);  // [N, C]
+  if (d_.allgather) {
+    allgather_bwd(e, tp.size() > 1 ? sc.sum : dxn, dy, a, sc);
+    if (tp.size() > 1) {
+      tp.allreduce_sum(sc.dw, N * k);
+      tp.reduce_rows(sc.sum, dxn, C);
+    }
+    router_bwd_and_input(e, dxn, xn, a, sc);
+    return;
+  }
   const int64_t* sent = a.counts;
   const int64_t* recvd = a.counts + E;
   std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0), recv_rows(static_cast<size_t>(ep), 0),
@@ -310,6 +332,13 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
     }
   }
   if (tp.size() > 1) tp.reduce_rows(sc.sum, dxn, C);
+  router_bwd_and_input(e, dxn, xn, a, sc);
+}
+
+void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* xn, const Acts& a,
+                                    const Scratch& sc) const {
+  const TensorParallel& tp = *e.tp;
+  const int64_t C = d_.C, E = d_.E;
   // Router: its losses' coefficients follow from the loss's gradient scale (causal_lm.h).
   const float aux_coef = e.grad_scale * spec_.moe.aux_factor * static_cast<float>(e.T);
   const float z_coef = e.grad_scale * spec_.moe.z_factor;
@@ -320,6 +349,88 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
   ops::linear_bwd_input(dxn, dl, wr, e.Nl, C, E, 1.0f);
   ops::linear_bwd_weight(e.g(router_), nullptr, dl, xn, wr, e.Nl, C, E);
+}
+
+void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const {
+  const int64_t N = e.N, C = d_.C, k = d_.k, El = d_.El, ep = d_.ep, me = e.ep->rank(), Nk = N * k;
+  // The group's rows and choices.
+  std::memcpy(sc.all + me * N * C, x, sizeof(float) * static_cast<size_t>(N * C));
+  for (int64_t i = 0; i < Nk; ++i) {
+    sc.all_experts[me * Nk + i] = a.kept[i] ? static_cast<float>(a.experts[i]) : -1.0f;
+    sc.all_weights[me * Nk + i] = a.weights[i];
+  }
+  e.ep->allgather(sc.all, ep * N * C);
+  e.ep->allgather(sc.all_experts, ep * Nk);
+  e.ep->allgather(sc.all_weights, ep * Nk);
+  // This rank's experts' rows in the alltoall dispatcher's order: local expert, source rank, then
+  // the source's send order (token, choice).
+  int64_t* off = a.counts + d_.E + ep * El;
+  int64_t R = 0;
+  for (int64_t el = 0; el < El; ++el) {
+    off[el] = R;
+    const float g = static_cast<float>(me * El + el);
+    for (int64_t i = 0; i < ep * Nk; ++i)
+      if (sc.all_experts[i] == g) {
+        if (R >= d_.R) throw std::logic_error("moe: more rows routed here than planned");
+        a.src[R] = static_cast<int32_t>(i);
+        a.row_w[R] = sc.all_weights[i];
+        std::memcpy(a.xperm + R * C, sc.all + (i / k) * C, sizeof(float) * static_cast<size_t>(C));
+        ++R;
+      }
+  }
+  off[El] = R;
+  experts_fwd(e, a.ret, a, off);
+  // Each token's weighted sum over its choices that ran here (in choice order), then over the group.
+  std::vector<int32_t> row_of(static_cast<size_t>(ep * Nk), -1);
+  for (int64_t r = 0; r < R; ++r) row_of[static_cast<size_t>(a.src[r])] = static_cast<int32_t>(r);
+  std::fill(sc.all, sc.all + ep * N * C, 0.0f);
+  for (int64_t i = 0; i < ep * Nk; ++i) {
+    const int32_t r = row_of[static_cast<size_t>(i)];
+    if (r < 0) continue;
+    float* yt = sc.all + (i / k) * C;
+    const float* o = a.ret + static_cast<int64_t>(r) * C;
+    const float w = a.row_w[r];
+    for (int64_t c = 0; c < C; ++c) yt[c] += w * o[c];
+  }
+  e.ep->reduce_scatter(sc.all, ep * N * C);
+  std::memcpy(y, sc.all + me * N * C, sizeof(float) * static_cast<size_t>(N * C));
+}
+
+void MoeBlock::allgather_bwd(const BlockEnv& e, float* dx, const float* dy, const Acts& a, const Scratch& sc) const {
+  const int64_t N = e.N, C = d_.C, k = d_.k, El = d_.El, ep = d_.ep, me = e.ep->rank(), Nk = N * k;
+  const int64_t* off = a.counts + d_.E + ep * El;
+  const int64_t R = off[El];
+  std::memcpy(sc.all + me * N * C, dy, sizeof(float) * static_cast<size_t>(N * C));
+  e.ep->allgather(sc.all, ep * N * C);
+  // The experts' output gradients and each gate weight's gradient (summed to its token's rank).
+  float* dw_all = sc.all_weights;
+  std::fill(dw_all, dw_all + ep * Nk, 0.0f);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* g = sc.all + (a.src[r] / k) * C;
+    const float* o = a.ret + r * C;
+    float* d = sc.perm + r * C;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += g[c] * o[c];
+      d[c] = a.row_w[r] * g[c];
+    }
+    dw_all[a.src[r]] = dot;
+  }
+  e.ep->reduce_scatter(dw_all, ep * Nk);
+  std::memcpy(sc.dw, dw_all + me * Nk, sizeof(float) * static_cast<size_t>(Nk));
+  experts_bwd(e, sc.recv, sc.perm, a, sc, off);
+  std::vector<int32_t> row_of(static_cast<size_t>(ep * Nk), -1);
+  for (int64_t r = 0; r < R; ++r) row_of[static_cast<size_t>(a.src[r])] = static_cast<int32_t>(r);
+  std::fill(sc.all, sc.all + ep * N * C, 0.0f);
+  for (int64_t i = 0; i < ep * Nk; ++i) {
+    const int32_t r = row_of[static_cast<size_t>(i)];
+    if (r < 0) continue;
+    float* d = sc.all + (i / k) * C;
+    const float* s = sc.recv + static_cast<int64_t>(r) * C;
+    for (int64_t c = 0; c < C; ++c) d[c] += s[c];
+  }
+  e.ep->reduce_scatter(sc.all, ep * N * C);
+  std::memcpy(dx, sc.all + me * N * C, sizeof(float) * static_cast<size_t>(N * C));
 }
 
 }  // namespace gf

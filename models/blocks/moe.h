@@ -13,6 +13,12 @@
 // back the same way and are weighted and summed per token in a fixed order (choice 1..k), so a
 // token's output does not depend on the layout.
 //
+// The allgather dispatcher (token_dispatcher: allgather, Megatron's) instead: every rank of the
+// expert group gathers the group's rows and choices, runs its experts on the rows routed to them
+// (in the same expert-major order, so the experts compute the same products), and the weighted
+// outputs are summed over the group by a reduce-scatter; the backward mirrors it. It moves every
+// row to every rank (ep - 1 times N C floats each way) where the alltoall moves only the routed ones.
+//
 // Tensor parallel: every tensor-parallel rank routes the same gathered rows (the router is
 // replicated and computed identically); each expert's FFN width is split over the group like the
 // dense MLP's (up column-parallel, down row-parallel, its bias added on rank 0), so the weighted
@@ -36,6 +42,7 @@ class MoeBlock {
     int64_t N = 0, C = 0, E = 0, k = 1, El = 0, ep = 1, Fl = 0, up = 0;
     int64_t S = 0;  // rows this rank sends at most (N k)
     int64_t R = 0;  // rows its experts receive at most
+    bool allgather = false;  // the allgather dispatcher (S: at least R, its outputs stay here)
   };
   // Kept per layer and micro-batch for the backward.
   struct Acts {
@@ -45,11 +52,14 @@ class MoeBlock {
     float* weights = nullptr;     // [N, k] (0 where dropped)
     uint8_t* kept = nullptr;      // [N, k]
     int32_t* pos = nullptr;       // [N, k]: row in send order (-1: dropped)
-    int64_t* counts = nullptr;    // [E]: rows sent per global expert; then [ep El]: rows received per (source, local expert)
+    int64_t* counts = nullptr;    // [E]: rows sent per global expert; then [ep El]: rows received per (source, local
+                                  // expert); then (allgather) [El + 1]: the local experts' row offsets
     float* xperm = nullptr;       // [R, C]: the experts' inputs, expert-major
     float* h = nullptr;           // [R, up]
     float* act = nullptr;         // [R, Fl]
     float* ret = nullptr;         // [S, C]: the experts' (partial) outputs back in send order
+    int32_t* src = nullptr;       // allgather: [R], each expert row's (source rank, token, choice) as s N k + t k + j
+    float* row_w = nullptr;       // allgather: [R], each expert row's gate weight
     double* stats = nullptr;      // aux_sum, z_sum, dropped, E tokens per expert, E kept per expert (as doubles)
   };
   // Shared by the layers (forward and backward).
@@ -62,6 +72,8 @@ class MoeBlock {
     float* dw = nullptr;     // [N, k]
     float* dlogits = nullptr;  // [N, E]
     float* sum = nullptr;    // [N, C]: the weighted sum of partial outputs (forward) or input gradients
+    // allgather: the expert group's rows [ep N, C], choices [ep N k] (expert, -1 if dropped) and weights
+    float *all = nullptr, *all_experts = nullptr, *all_weights = nullptr;
   };
   static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
 
@@ -84,6 +96,11 @@ class MoeBlock {
   void experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
                    const int64_t* offsets) const;
   ops::RouterShape shape(const BlockEnv& e) const;
+  // The allgather dispatcher's halves after routing (y: the rows to reduce over the tensor group).
+  void allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const;
+  void allgather_bwd(const BlockEnv& e, float* dx, const float* dy, const Acts& a, const Scratch& sc) const;
+  // The router's backward and its input gradient added to dxn (this rank's rows).
+  void router_bwd_and_input(const BlockEnv& e, float* dxn, const float* xn, const Acts& a, const Scratch& sc) const;
 
   TransformerSpec spec_;
   int64_t layer_ = 0;

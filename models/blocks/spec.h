@@ -20,6 +20,7 @@ struct MoeSpec {
   bool norm_topk = true, drop_by_probs = false;
   float aux_factor = 0.0f, z_factor = 0.0f;
   bool router_low_precision = false;  // router_dense_type: the router product in the compute dtype
+  bool allgather_dispatch = false;    // token_dispatcher: allgather (else alltoall)
   bool is_moe(int64_t layer) const { return experts > 1 && layer % (layer_freq < 1 ? 1 : layer_freq) == 0; }
 };
 

@@ -150,7 +150,9 @@ TEST(Router, BackwardMatchesCentralDifferences) {
       std::vector<uint8_t> kept(ex.size());
       std::vector<int64_t> tokens(static_cast<size_t>(E));
       const RouteStats rs = router_route(ex.data(), w.data(), kept.data(), tokens.data(), probs.data(), lse.data(), s, o);
-      if (cf > 0) EXPECT_GT(rs.dropped, 0) << "the case should drop";
+      if (cf > 0) {
+        EXPECT_GT(rs.dropped, 0) << "the case should drop";
+      }
       router_bwd(dl.data(), dw.data(), probs.data(), lse.data(), ex.data(), kept.data(), s, norm, aux_coef, z_coef);
       const double h = 1e-4;
       for (int64_t i = 0; i < N * E; ++i) {

@@ -3,8 +3,12 @@
 # grouped-query attention) train the same 20 steps under every expert layout as on one rank, dropless
 # and with a capacity that drops tokens: losses within 1e-5 relative at every step, the gathered
 # weights (every expert's, whatever rank held it) as compare_runs.py checks them, and at every step
-# and MoE layer the same dropped count and assignments and the router losses within 1e-5.
+# and MoE layer the same dropped count and assignments and the router losses within 1e-5. Each
+# comparison takes the one-rank run at 2 threads as its floor (compare_runs.py --floor: a weight
+# element whose gradient cancels to rounding level is moved by rounding, on one rank too).
 # Layouts: ep2 (dp2), ep2 x mp2 + SP (4 ranks), ep4 (dp4), ep2 + ZeRO-1 (dp2), ep2 within dp4 + ZeRO.
+# MindSpeed's GPT MoE (GPT-2 blocks with rotary positions and no linear biases) under TP2 EP2 + SP,
+# with the alltoall and the allgather dispatchers.
 # And the expert-parallel rules stop every rank before any work, naming the keys.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
@@ -63,18 +67,40 @@ for model in gpt2_moe mixtral; do
   for cap in 0 1.0; do
     p="${model}_cap${cap}"
     train "$model" "$cap" "${p}_one" 1 1 1
+    OMP_NUM_THREADS=2 train "$model" "$cap" "${p}_one_t2" 1 1 1  # the floor: one rank against itself
     train "$model" "$cap" "${p}_ep2" 2 1 2
     train "$model" "$cap" "${p}_ep2_mp2_sp" 2 2 2 $SP
     train "$model" "$cap" "${p}_ep4" 4 1 4
     train "$model" "$cap" "${p}_ep2_zero" 2 1 2 $ZERO
     train "$model" "$cap" "${p}_dp4_ep2_zero" 4 1 2 $ZERO
-    python3 "$SRC/tests/integration/compare_runs.py" "${p}_one" "${p}_ep2" "${p}_ep2_mp2_sp" "${p}_ep4" \
+    python3 "$SRC/tests/integration/compare_runs.py" "${p}_one" --floor="${p}_one_t2" "${p}_ep2" "${p}_ep2_mp2_sp" "${p}_ep4" \
       "${p}_ep2_zero" "${p}_dp4_ep2_zero"
     if [ "$cap" != 0 ]; then
       grep -q '"dropped":[1-9]' "${p}_one/metrics.jsonl" || { echo "FAIL: $p dropped no tokens"; exit 1; }
     fi
   done
 done
+
+# MindSpeed's GPT MoE on GPT-2 blocks: rotary positions, no linear biases, dropless, under its
+# layout (TP2 EP2 + SP) and with the allgather dispatcher.
+{ common; cat <<YAML
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, max_position_embeddings: 16, hidden_size: 32,
+                 num_layers: 2, num_heads: 4, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0,
+                 position_embedding_type: rope, add_bias_linear: False}
+moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.01, norm_topk_prob: True}
+YAML
+} > mindspeed.yaml
+train mindspeed 0 mindspeed_one 1 1 1
+OMP_NUM_THREADS=2 train mindspeed 0 mindspeed_one_t2 1 1 1
+train mindspeed 0 mindspeed_ep2_mp2_sp 2 2 2 $SP
+train mindspeed 0 mindspeed_ep2_mp2_sp_allgather 2 2 2 $SP --set moe_config.token_dispatcher=allgather
+train mindspeed 0 mindspeed_ep4_allgather 4 1 4 --set moe_config.token_dispatcher=allgather
+python3 "$SRC/tests/integration/compare_runs.py" mindspeed_one --floor=mindspeed_one_t2 mindspeed_ep2_mp2_sp mindspeed_ep2_mp2_sp_allgather \
+  mindspeed_ep4_allgather
+grep -q "wpe.weight" <(python3 -c "import json,struct,sys; b=open(sys.argv[1],'rb').read(); print(list(json.loads(b[8:8+struct.unpack('<Q',b[:8])[0]])))" mindspeed_one/weights.safetensors) \
+  && { echo "FAIL: the rope model has a learned position table"; exit 1; }
 
 # The expert-parallel rules, on every rank before any work.
 refused() {  # NAME NP PATTERN [--set ...]

@@ -17,6 +17,8 @@
 // router probabilities: CausalLM does not expose these, they are there to debug a mismatch.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -241,6 +243,29 @@ TEST_P(MoeGolden, TenAdamWStepsWithClippingMatchPyTorch) {
     ++checked;
   }
   EXPECT_GE(checked, 8);
+}
+
+// The golden weights written as a Hugging Face checkpoint (their Hugging Face names; Mixtral's
+// block_sparse_moe.* as transformers' MixtralForCausalLM names them) load through load_checkpoint's
+// reader and give PyTorch's logits.
+TEST_P(MoeGolden, HuggingFaceCheckpointLoadsAndGivesPyTorchsLogits) {
+  GoldenCase g(GetParam());
+  std::vector<std::vector<float>> data;
+  std::vector<StWriteTensor> out;
+  for (const auto& [key, t] : g.f.tensors())
+    if (key.rfind("weights.", 0) == 0) data.push_back(g.f.floats(key));
+  size_t i = 0;
+  for (const auto& [key, t] : g.f.tensors())
+    if (key.rfind("weights.", 0) == 0) out.push_back({key.substr(8), StDtype::kF32, t.shape, data[i++].data()});
+  const std::string path = ::testing::TempDir() + "/moe_hf_" + std::string(GetParam());
+  write_safetensors(path, out, {{"format", "pt"}});
+  ParallelContext ctx = ParallelContext::single();
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  model->load_hf_checkpoint(path);
+  const std::vector<int32_t> tokens = g.f.ints("tokens");
+  model->forward(tokens.data(), StepInfo{1, 0, true});
+  EXPECT_LE(rel_err(model->logits(), g.f.floats("logits"), g.B * g.T, g.V, model->logits_ld()), kValueTol) << "logits";
+  std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(PyTorch, MoeGolden,

@@ -133,9 +133,11 @@ TEST_P(MoeReducesToDense, IdenticalExpertsGiveTheDenseLossAndGradients) {
   }
   // The router's weights change nothing here (the weights of the k choices always sum to 1):
   // its gradient is rounding noise.
-  for (const TensorPlacement& t : mp.tensors())
-    if (t.spec->name.find(llama ? "block_sparse_moe.gate" : "mlp.router") != std::string::npos)
+  for (const TensorPlacement& t : mp.tensors()) {
+    if (t.spec->name.find(llama ? "block_sparse_moe.gate" : "mlp.router") != std::string::npos) {
       EXPECT_LT(max_abs(moe->grads() + t.offset, t.numel()), 1e-6) << t.spec->name;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MoeReducesToDense, ::testing::Values(false, true),

@@ -2,7 +2,8 @@
 // batch gives the same loss, router losses, expert load, dropped count and every parameter's
 // gradient (after the trainer's gradient sync, gathered whole), for GPT-2 MoE and Mixtral,
 // dropless and with a capacity that drops tokens. Layouts by world size: 2 ranks: ep2 (dp2), and
-// the experts split over mp2 with SP; 4 ranks: ep4 (dp4), ep2 x mp2 + SP, and ep2 within dp4.
+// the experts split over mp2 with SP; 4 ranks: ep4 (dp4), ep2 x mp2 + SP, and ep2 within dp4; with
+// the alltoall and the allgather dispatchers, and each one's bytes against a count from the routing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,8 +141,10 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
   for (const Layout& L : layouts) {
     ParallelContext ctx = ParallelContext::build(world.split(0, world.rank()), ProcessGrid(L.tp, L.dp, 1, L.ep));
     for (const bool llama : {false, true})
-      for (const double capacity : {0.0, 1.0}) {
+      for (const double capacity : {0.0, 1.0})
+      for (const char* dispatcher : {"alltoall", "allgather"}) {
         ModelConfig c = config(llama, capacity);
+        c.moe.token_dispatcher = dispatcher;
         ParallelContext one = ParallelContext::single();
         const Result ref = run(c, one);
         c.expert_parallel = L.ep;
@@ -149,8 +152,10 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
         const Result got = run(c, ctx);
         const std::string what = std::string(llama ? "mixtral" : "gpt2-moe") + " tp" + std::to_string(L.tp) + " dp" +
                                  std::to_string(L.dp) + " ep" + std::to_string(L.ep) + (L.sp ? " sp" : "") +
-                                 (capacity > 0 ? " capacity 1" : " dropless");
-        if (capacity > 0) EXPECT_GT(ref.dropped, 0) << what << ": the case should drop tokens";
+                                 (capacity > 0 ? " capacity 1" : " dropless") + " " + dispatcher;
+        if (capacity > 0) {
+          EXPECT_GT(ref.dropped, 0) << what << ": the case should drop tokens";
+        }
         EXPECT_EQ(got.dropped, ref.dropped) << what;
         EXPECT_EQ(got.tokens, ref.tokens) << what;
         EXPECT_NEAR(got.loss / ref.loss, 1.0, 1e-6) << what;
@@ -182,7 +187,15 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
               }
             }
           const int64_t layers = static_cast<int64_t>(kept[0].size());
-          const int64_t expect = L.ep > 1 ? 2 * rows * C * 4 + layers * El * 8 * (L.ep - 1) : 0;
+          int64_t expect = L.ep > 1 ? 2 * rows * C * 4 + layers * El * 8 * (L.ep - 1) : 0;
+          if (std::string(dispatcher) == "allgather") {
+            // Every row to every rank instead: ring collectives move (ep - 1) chunks of N = Bl T
+            // rows. Per layer: forward, the rows, choices and weights gathered and the outputs
+            // reduce-scattered; backward, the output gradients gathered and the gate weights'
+            // and inputs' gradients reduce-scattered: (ep - 1) (4 N C + 3 N k) floats.
+            const int64_t N = kB / L.dp * c.seq_length, k = c.moe.num_experts_chosen;
+            expect = layers * (L.ep - 1) * (4 * N * C + 3 * N * k) * 4;
+          }
           EXPECT_EQ(got.a2a_bytes, expect) << what << ": all-to-all bytes sent by rank " << ctx.world_rank;
         }
         const ParamTable table = TransformerLM::make_param_table(c.is_llama() ? llama_spec(c) : gpt2_spec(c),

@@ -24,7 +24,9 @@ experts), dp_bytes_sent (the other gradients over data parallel).
 The analytic side. The runs train at learning rate 0, so every step routes with the initial
 weights; build/bin/moe_routing (bench/moe_routing.cpp) then runs, on ONE rank, the forward of each
 data-parallel rank's samples of each step (the samples rank r reads at step i, runner/batch_source.h)
-and prints the rows each expert computes for them (kept_per_expert, after capacity). As in
+and prints the rows each expert computes for them (kept_per_expert, after capacity); summed over
+the ranks, its assignments per expert must equal the run's own (metrics.jsonl's tokens_per_expert,
+summed over data parallel) at every step and layer, which the script checks and prints. As in
 tests/mpi/moe_mpi.cpp, per MoE layer and step rank `me` of an expert-parallel group sends
   (rows of its tokens bound for experts on the other ranks of its group
    + rows of the other ranks' tokens its experts computed, returned to them) x C x 4 B x 2
@@ -120,7 +122,22 @@ def routing(cfg, dp, steps, build):
     if p.returncode != 0:
         sys.exit(f"`{' '.join(cmd)}` failed ({p.returncode}):\n{p.stderr[-3000:]}")
     rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
-    return {(r["step"], r["dp_rank"]): r["kept"] for r in rows}, rows[0].get("gemm_backend")
+    return ({(r["step"], r["dp_rank"]): r["kept"] for r in rows},
+            {(r["step"], r["dp_rank"]): r["assigned"] for r in rows}, rows[0].get("gemm_backend"))
+
+
+def routing_agrees(assigned, metrics, dp):
+    """Whether the one-rank routing, summed over the data-parallel ranks, gives the run's own tokens per
+    expert (metrics.jsonl, summed over data parallel) at every step and layer; None for a binary
+    whose metrics.jsonl has no tokens_per_expert."""
+    for row in metrics:
+        for l, m in enumerate(row.get("moe", [])):
+            if "tokens_per_expert" not in m:
+                return None
+            total = [sum(assigned[(row["step"], r)][l][e] for r in range(dp)) for e in range(len(m["tokens_per_expert"]))]
+            if total != m["tokens_per_expert"]:
+                return False
+    return True
 
 
 def alltoall_analytic(kept, dp, ep, E, C, steps):
@@ -196,13 +213,15 @@ def main():
             cfg, res, start, metrics = train(layout, args.steps, build, work)
             steps = res["steps"]
             per_rank = {r["rank"]: r for r in res["ranks"]}
-            a2a, backend = ({}, None)
+            a2a, backend, agrees = {}, None, None
             if s.get("moe") and ep > 1:
-                kept, backend = routing(cfg, dp, steps, build)
+                kept, assigned, backend = routing(cfg, dp, steps, build)
                 a2a = alltoall_analytic(kept, dp, ep, s["moe"]["expert_num"], s["hidden_size"], steps)
+                agrees = routing_agrees(assigned, metrics, dp)
             entry = {"layout": layout, "ranks": ranks, "data_parallel": dp, "expert_parallel": ep, "shape": name,
                      "capacity_factor": cap, "steps": steps, "git_commit": start.get("git_commit"),
                      "run_gemm_backend": start.get("gemm_backend"), "routing_gemm_backend": backend,
+                     "routing_matches_run_tokens_per_expert": agrees,
                      "dropped": [sum(m["dropped"] for m in r.get("moe", [])) for r in metrics], "per_rank": []}
             for w in range(ranks):
                 r = per_rank[w]
@@ -222,7 +241,9 @@ def main():
                 with open(args.json, "w") as f:
                     json.dump(record, f, indent=1)
             print(f"  {layout}: done ({ranks} ranks, dropped per step {entry['dropped']}, GEMM backend run "
-                  f"{entry['run_gemm_backend']} / routing {backend})", flush=True)
+                  f"{entry['run_gemm_backend']} / routing {backend}"
+                  + ("" if agrees is None else f"; one-rank routing summed over dp = the run's tokens per expert at "
+                     f"every step and layer: {agrees}") + ")", flush=True)
     print("\nBytes sent per rank per step (resources.json / steps), measured | analytic:\n")
     print("| layout | rank | all-to-all rows sent+returned | ep measured | ep analytic | ratio | dp measured | "
           "dp analytic | edp measured | edp analytic |")

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ops/activation.h"
+#include "core/ops/grouped_linear.h"
 #include "core/ops/linear.h"
 #include "core/ops/swiglu.h"
 
@@ -136,52 +137,36 @@ void permute(float* to, const float* from, const int64_t* counts, int64_t ep, in
 }  // namespace
 
 void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* off) const {
-  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up;
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, El = d_.El;
   const bool out_in = spec_.out_in;
   const bool bias_here = down_b_ >= 0 && e.tp->rank() == 0;  // the row-parallel bias, once
-  for (int64_t el = 0; el < d_.El; ++el) {
-    const int64_t r0 = off[el], n = off[el + 1] - off[el];
-    if (n == 0) continue;
-    ops::linear_fwd(a.h + r0 * up, a.xperm + r0 * C, e.wt(up_w_ + el * up_stride_, out_in),
-                    up_b_ >= 0 ? e.w(up_b_ + el * Fl) : nullptr, n, C, up);
-  }
-  const int64_t R = off[d_.El];
+  // The local experts' products as one grouped call per pass (core/ops/grouped_linear.h).
+  ops::grouped_linear_fwd(a.h, a.xperm, e.wt(up_w_, out_in), up_stride_, up_b_ >= 0 ? e.w(up_b_) : nullptr, off, El,
+                          C, up);
+  const int64_t R = off[El];
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl, R, Fl, up);
   else ops::activation_fwd(spec_.act, a.act, a.h, R * Fl);
-  for (int64_t el = 0; el < d_.El; ++el) {
-    const int64_t r0 = off[el], n = off[el + 1] - off[el];
-    if (n == 0) continue;
-    ops::linear_fwd(y + r0 * C, a.act + r0 * Fl, e.wt(down_w_ + el * down_stride_, out_in),
-                    bias_here ? e.w(down_b_ + el * C) : nullptr, n, Fl, C);
-  }
+  ops::grouped_linear_fwd(y, a.act, e.wt(down_w_, out_in), down_stride_, bias_here ? e.w(down_b_) : nullptr, off, El,
+                          Fl, C);
 }
 
 void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
                            const int64_t* off) const {
-  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, R = off[d_.El];
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, El = d_.El, R = off[El];
   const bool out_in = spec_.out_in;
   // The replicated down bias sees every row on every rank: under SP the gradient sync sums it
   // over the tensor group, so rank 0 alone adds it then.
   const bool down_bias_grad = down_b_ >= 0 && (!e.tp->sequence_parallel() || e.tp->rank() == 0);
-  for (int64_t el = 0; el < d_.El; ++el) {
-    const int64_t r0 = off[el], n = off[el + 1] - off[el];
-    if (n == 0) continue;
-    const Weight wd = e.wt(down_w_ + el * down_stride_, out_in);
-    ops::linear_bwd_input(sc.dact + r0 * Fl, dy + r0 * C, wd, n, Fl, C, 0.0f);
-    ops::linear_bwd_weight(e.g(down_w_ + el * down_stride_), down_bias_grad ? e.g(down_b_ + el * C) : nullptr,
-                           dy + r0 * C, a.act + r0 * Fl, wd, n, Fl, C);
-  }
+  const Weight wd = e.wt(down_w_, out_in), wu = e.wt(up_w_, out_in);
+  ops::grouped_linear_bwd_input(sc.dact, dy, wd, down_stride_, off, El, Fl, C);
+  ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
+                                 off, El, Fl, C);
   std::fill(sc.dh, sc.dh + R * up, 0.0f);
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up);
   else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl);
-  for (int64_t el = 0; el < d_.El; ++el) {
-    const int64_t r0 = off[el], n = off[el + 1] - off[el];
-    if (n == 0) continue;
-    const Weight wu = e.wt(up_w_ + el * up_stride_, out_in);
-    ops::linear_bwd_input(dx + r0 * C, sc.dh + r0 * up, wu, n, C, up, 0.0f);
-    ops::linear_bwd_weight(e.g(up_w_ + el * up_stride_), up_b_ >= 0 ? e.g(up_b_ + el * Fl) : nullptr,
-                           sc.dh + r0 * up, a.xperm + r0 * C, wu, n, C, up);
-  }
+  ops::grouped_linear_bwd_input(dx, sc.dh, wu, up_stride_, off, El, C, up);
+  ops::grouped_linear_bwd_weight(e.g(up_w_), up_b_ >= 0 ? e.g(up_b_) : nullptr, sc.dh, a.xperm, wu, up_stride_, off,
+                                 El, C, up);
 }
 
 void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const {

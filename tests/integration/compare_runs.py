@@ -41,15 +41,17 @@ second moment, so it turns that noise into updates of a fixed size, and any chan
 that the whole model still agrees within 1e-5 relative in L2 norm, and print the slice's own
 difference.
 
-A floor from the reference itself (--floor DIR: the reference's layout run again with another thread
-count, which changes only the order of float sums inside each product). Some weight elements have a
+A floor from the reference itself (--floor DIR: the reference's layout run again with its products
+on the other fp32 GEMM backend, GF_GEMM=eigen, which changes only the order of float sums inside
+each product; a thread count is no such probe where the products' bits do not depend on it, as the
+MoE layers' grouped products do not). Some weight elements have a
 gradient that is a sum of terms cancelling to near zero at some step (an MLP unit whose activation
 is ~0 on every token routed to it, a dead unit of a model without biases): its rounding is then a
 large fraction of it, and AdamW, which divides by the element's own running magnitude (at step 1
 its update is lr * g / (|g| + eps)), turns that fraction into a fraction of a whole step. One rank
 against itself at 1 and 2 threads then differs in such a tensor by more than the 1e-5 above
 (MindSpeed-style GPT MoE, h.0.mlp.experts.3.c_proj.weight: 4.5e-5 after one step, element [3684],
-whose step-1 gradient is ~1e-9). A layout cannot be held closer to one rank than one rank is to
+whose step-1 gradient is ~1e-9; 3.0e-5 on Eigen against OpenBLAS). A layout cannot be held closer to one rank than one rank is to
 itself: with a floor, each tensor is held to the larger of 1e-5 and twice its own floor figure (two
 independent reorderings: the layout's and the reference's), and the loss and model L2 criteria stay
 as they are. A missing or doubled reduction is still off by orders of magnitude."""
@@ -156,7 +158,7 @@ def main(ref, others):
         for name, (shape, a) in wa.items():
             floor[name] = tensor_error(name, shape, a, wf[name][1], budget)[0]
         name = max(floor, key=floor.get)
-        print(f"{floor_dir}: the reference against itself at another thread count: worst {floor[name]:.1e} ({name})")
+        print(f"{floor_dir}: the reference against itself with other summation orders: worst {floor[name]:.1e} ({name})")
     bad = []
     for d in others:
         lb, wb = losses(d), tensors(d + "/weights.safetensors")

@@ -4,8 +4,9 @@
 # and with a capacity that drops tokens: losses within 1e-5 relative at every step, the gathered
 # weights (every expert's, whatever rank held it) as compare_runs.py checks them, and at every step
 # and MoE layer the same dropped count and assignments and the router losses within 1e-5. Each
-# comparison takes the one-rank run at 2 threads as its floor (compare_runs.py --floor: a weight
-# element whose gradient cancels to rounding level is moved by rounding, on one rank too).
+# comparison takes the one-rank run on the other fp32 GEMM backend (Eigen's kernels, other
+# summation orders in every product) as its floor (compare_runs.py --floor: a weight element whose
+# gradient cancels to rounding level is moved by rounding, on one rank too).
 # Layouts: ep2 (dp2), ep2 x mp2 + SP (4 ranks), ep4 (dp4), ep2 + ZeRO-1 (dp2), ep2 within dp4 + ZeRO.
 # MindSpeed's GPT MoE (GPT-2 blocks with rotary positions and no linear biases) under TP2 EP2 + SP,
 # with the alltoall and the allgather dispatchers.
@@ -67,13 +68,13 @@ for model in gpt2_moe mixtral; do
   for cap in 0 1.0; do
     p="${model}_cap${cap}"
     train "$model" "$cap" "${p}_one" 1 1 1
-    OMP_NUM_THREADS=2 train "$model" "$cap" "${p}_one_t2" 1 1 1  # the floor: one rank against itself
+    GF_GEMM=eigen train "$model" "$cap" "${p}_one_eigen" 1 1 1  # the floor: one rank against itself
     train "$model" "$cap" "${p}_ep2" 2 1 2
     train "$model" "$cap" "${p}_ep2_mp2_sp" 2 2 2 $SP
     train "$model" "$cap" "${p}_ep4" 4 1 4
     train "$model" "$cap" "${p}_ep2_zero" 2 1 2 $ZERO
     train "$model" "$cap" "${p}_dp4_ep2_zero" 4 1 2 $ZERO
-    python3 "$SRC/tests/integration/compare_runs.py" "${p}_one" --floor="${p}_one_t2" "${p}_ep2" "${p}_ep2_mp2_sp" "${p}_ep4" \
+    python3 "$SRC/tests/integration/compare_runs.py" "${p}_one" --floor="${p}_one_eigen" "${p}_ep2" "${p}_ep2_mp2_sp" "${p}_ep4" \
       "${p}_ep2_zero" "${p}_dp4_ep2_zero"
     if [ "$cap" != 0 ]; then
       grep -q '"dropped":[1-9]' "${p}_one/metrics.jsonl" || { echo "FAIL: $p dropped no tokens"; exit 1; }
@@ -93,11 +94,11 @@ moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.01, norm_t
 YAML
 } > mindspeed.yaml
 train mindspeed 0 mindspeed_one 1 1 1
-OMP_NUM_THREADS=2 train mindspeed 0 mindspeed_one_t2 1 1 1
+GF_GEMM=eigen train mindspeed 0 mindspeed_one_eigen 1 1 1
 train mindspeed 0 mindspeed_ep2_mp2_sp 2 2 2 $SP
 train mindspeed 0 mindspeed_ep2_mp2_sp_allgather 2 2 2 $SP --set moe_config.token_dispatcher=allgather
 train mindspeed 0 mindspeed_ep4_allgather 4 1 4 --set moe_config.token_dispatcher=allgather
-python3 "$SRC/tests/integration/compare_runs.py" mindspeed_one --floor=mindspeed_one_t2 mindspeed_ep2_mp2_sp mindspeed_ep2_mp2_sp_allgather \
+python3 "$SRC/tests/integration/compare_runs.py" mindspeed_one --floor=mindspeed_one_eigen mindspeed_ep2_mp2_sp mindspeed_ep2_mp2_sp_allgather \
   mindspeed_ep4_allgather
 grep -q "wpe.weight" <(python3 -c "import json,struct,sys; b=open(sys.argv[1],'rb').read(); print(list(json.loads(b[8:8+struct.unpack('<Q',b[:8])[0]])))" mindspeed_one/weights.safetensors) \
   && { echo "FAIL: the rope model has a learned position table"; exit 1; }

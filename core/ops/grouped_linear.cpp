@@ -29,8 +29,8 @@ const void* low_at(ComputeDtype d, const void* low, int64_t elements) {
   return static_cast<const char*>(low) + elements * low_copy_element_bytes(d);
 }
 
-// One unit of work: group g, and [begin, end) of its rows (forward, backward-input) or of the
-// output columns (backward-weight). cost orders the list, largest first, for the dynamic schedule.
+// One unit of work: group g, and [begin, end) of its rows (forward, backward-input) or of dW_g's
+// rows (backward-weight). cost orders the list, largest first, for the dynamic schedule.
 struct Tile {
   int64_t g, begin, end, cost;
 };
@@ -61,12 +61,13 @@ std::vector<Tile>& row_tiles(const int64_t* offsets, int64_t groups, int64_t row
   return tiles;
 }
 
-// Blocks of `per_tile` rows of every group's dW (of `rows` rows), empty groups included: the
-// per-group loop adds the (zero) sum of no rows to db as well, which turns a -0 into +0.
+// Blocks of `per_tile` rows of every group's dW (of `rows` rows), empty groups included, and one
+// empty block for a dW of no rows: db is added to in every case, as by the per-group loop (whose
+// sum of no rows turns a -0 into +0).
 std::vector<Tile>& weight_tiles(const int64_t* offsets, int64_t groups, int64_t rows, int64_t per_tile) {
   std::vector<Tile>& tiles = tile_list();
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t p = 0; p < rows; p += per_tile) {
+    for (int64_t p = 0; p < std::max<int64_t>(rows, 1); p += per_tile) {
       const int64_t e = std::min(rows, p + per_tile);
       tiles.push_back({g, p, e, (offsets[g + 1] - offsets[g]) * (e - p)});
     }

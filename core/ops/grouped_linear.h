@@ -27,12 +27,12 @@
 // product of fixed shape and operands), so the results are bitwise the same on 1 and on N OpenMP
 // threads. (With the Eigen backend this needs Eigen's thread count to follow OpenMP's, as
 // runner/main.cpp sets them together: on a one-thread team Eigen would otherwise thread the tile's
-// product itself.) Against the per-expert loop, whose products are multithreaded and see the whole
-// group, each element is the same sum in an order the GEMM picks per shape and thread count:
-// bitwise equal here under bf16 (oneDNN sums in K order), not under fp32 on OpenBLAS's Haswell
-// kernels (OpenBLAS's own bits change with the thread count and the row split there), so within
-// the accumulation bound of tests/core/grouped_linear_test.cpp; db bitwise (the column sums of
-// linear_bwd_weight, in the same order).
+// product itself.) The per-expert loop is not: its multithreaded products change bits with the
+// thread count here, on OpenBLAS's Haswell kernels (the row split changes them too) and on Eigen
+// for K > ~300 (its blocking depends on the thread count). Against that loop each element is the
+// same sum in an order the GEMM picks per shape and thread count: bitwise equal under bf16 here
+// (oneDNN sums in K order), within the fp32 accumulation bound of tests/core/grouped_linear_test.cpp
+// otherwise; db bitwise (the column sums of linear_bwd_weight, in the same order).
 #pragma once
 #include <cstdint>
 
@@ -40,10 +40,15 @@
 
 namespace gf::ops {
 
-// Tile sizes of the grouped calls. Defaults measured by bench/bench_grouped.cpp (bench/README.md).
+// Tile sizes of the grouped calls. They fix the products' shapes, so they are not chosen from the
+// thread count (the bits would then depend on it). Measured on two threads (bench/bench_grouped.cpp,
+// bench/README.md): 256-row tiles 2-9% faster than 128 in the forward and input-gradient passes;
+// 512 2-4% faster still in fp32 but up to 9% slower in bf16; the weight-gradient tile sizes within
+// a few percent of each other. 256 leaves ~20 forward tiles and 8-64 weight tiles for moe-tiny's
+// 4096 rows, enough for a few more threads than two; many more threads would want smaller tiles.
 struct GroupedTiles {
-  int64_t rows = 128;  // rows per tile of the forward and backward-input passes
-  int64_t weight_rows = 128;  // rows of dW_g (as stored) per tile of the backward-weight pass
+  int64_t rows = 256;         // rows per tile of the forward and backward-input passes
+  int64_t weight_rows = 256;  // rows of dW_g (as stored) per tile of the backward-weight pass
 };
 
 // y[r, :] = x[r, :] W_g (+ b_g) for r in group g; W_g = w's matrices advanced by g * w_stride

@@ -86,7 +86,10 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
       aux += static_cast<double>(count) / static_cast<double>(T * k) * (P[static_cast<size_t>(e)] / static_cast<double>(T));
       if (o.capacity_factor <= 0.0 || count <= cap) continue;
       if (o.drop_by_probs)
-        std::stable_sort(l.begin(), l.end(), [&](int64_t a, int64_t c) { return probs[a / k * E + e] > probs[c / k * E + e]; });
+        std::stable_sort(l.begin(), l.end(), [&](int64_t a, int64_t c) {  // NaN last: a strict weak order
+          const float pa = probs[a / k * E + e], pc = probs[c / k * E + e];
+          return (std::isnan(pc) && !std::isnan(pa)) || pa > pc;
+        });
       for (int64_t i = cap; i < count; ++i) {
         kept[l[static_cast<size_t>(i)]] = 0;
         weights[l[static_cast<size_t>(i)]] = 0.0f;

@@ -244,7 +244,7 @@ void expect_close(const Problem& p, bool bias, const Scales& s, const Outputs& g
 
 const ComputeDtype kDtypes[] = {ComputeDtype::kFloat32, ComputeDtype::kBFloat16, ComputeDtype::kFloat16};
 
-// Empty groups (first, middle, last), one row, uneven, and longer than a default tile (128 rows).
+// Empty groups (first, middle, last), one row, uneven, and longer than a default tile (256 rows).
 const std::vector<int64_t> kSizes = {0, 1, 37, 300, 0, 5, 64, 130, 0};
 // Shapes with ragged edges for the GEMM kernels and the 64-column sums; 131 outputs is several
 // column tiles of 48.

@@ -268,6 +268,22 @@ TEST_P(MoeGolden, HuggingFaceCheckpointLoadsAndGivesPyTorchsLogits) {
   std::remove(path.c_str());
 }
 
+// A router that produces NaN stops the run as a NaN loss does: status 3 after the first step.
+TEST_P(MoeGolden, NanInTheRouterStopsTheRun) {
+  GoldenCase g(GetParam());
+  ParallelContext ctx = ParallelContext::single();
+  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
+  g.load_weights(trainer.model());
+  const std::vector<int64_t> layers = moe_layers_of(g.f);
+  ASSERT_FALSE(layers.empty());
+  for (const ParamSpec& p : trainer.model().params().table().specs())
+    if (p.name.find("router") != std::string::npos || p.name.find("block_sparse_moe.gate") != std::string::npos) {
+      trainer.model().weights()[trainer.model().params().at(p.name).offset] = std::nanf("");
+      break;
+    }
+  EXPECT_EQ(trainer.run(), 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(PyTorch, MoeGolden,
                          ::testing::Values("gpt2_moe_tiny.safetensors", "gpt2_moe_tiny_cap.safetensors",
                                            "mixtral_tiny.safetensors", "mixtral_tiny_cap.safetensors"),

@@ -176,6 +176,9 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
             kept[static_cast<size_t>(d)] = part.kept;
           }
           const int me = ctx.coord.dp, group0 = me / L.ep * L.ep, my_ep = me % L.ep;
+          // The rows each expert computes for this rank's sequences are those of the one-rank run
+          // on those sequences: capacity drops the same assignments under every layout.
+          EXPECT_EQ(got.kept, kept[static_cast<size_t>(me)]) << what << ": rows kept per expert on rank " << ctx.world_rank;
           int64_t rows = 0;
           for (size_t l = 0; l < kept[0].size(); ++l)
             for (int s = group0; s < group0 + L.ep; ++s) {

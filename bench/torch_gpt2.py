@@ -3,6 +3,10 @@
 
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape gpt2-tiny --steps 5 --warmup 2 --threads 2
     OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape llama-tiny --dtype bf16
+    OMP_NUM_THREADS=2 /usr/bin/python3 bench/torch_gpt2.py --shape moe-tiny      # or mixtral-tiny
+
+The MoE shapes (moe-tiny: GPT-2 MoE, mixtral-tiny) are bench/torch_moe_bench.py's models, trained
+by the same loop; their FLOPs are the active ones (its moe_flops).
 
 Builds a GPT-2 (HF layout: Conv1D weights [in, out], tied LM head, gelu_new,
 LayerNorm eps 1e-5, no dropout) or, for the llama-* shapes, tools/torch_llama.py's
@@ -51,6 +55,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_moe_bench import MOE_SHAPES, MoELoss, moe_flops
+
 SHAPES = {
     # name: (n_layer, n_embd, n_head, vocab_size, n_positions, T, B); Llama adds its kv heads and SwiGLU width
     "gpt2-124M": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, T=256, B=4),
@@ -58,6 +64,8 @@ SHAPES = {
     "llama-tiny": dict(model="llama", n_layer=4, n_embd=256, n_head=8, n_kv_head=2, intermediate_size=704,
                        vocab_size=50257, n_positions=1024, T=256, B=8),
 }
+# moe-tiny (GPT-2 MoE) and mixtral-tiny: bench/torch_moe_bench.py's models (HF's MixtralSparseMoeBlock loop)
+SHAPES.update(MOE_SHAPES)
 
 
 def gelu_new(x):
@@ -160,6 +168,8 @@ class LlamaLoss(nn.Module):
 
 def shape_flops(s):
     """FLOPs of one training step of shape `s` (a SHAPES entry, B and T possibly overridden)."""
+    if s.get("model") in ("gpt2-moe", "mixtral"):
+        return moe_flops(s)
     if s.get("model") == "llama":
         return model_flops(s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"], s["n_head"], s["n_kv_head"],
                            s["intermediate_size"], gated=True)
@@ -197,7 +207,10 @@ def main():
     assert T <= s["n_positions"]
 
     torch.manual_seed(args.seed)
-    model = LlamaLoss(s, args.seed) if s.get("model") == "llama" else GPT2(s)
+    if s.get("model") in ("gpt2-moe", "mixtral"):
+        model = MoELoss(s, args.seed)
+    else:
+        model = LlamaLoss(s, args.seed) if s.get("model") == "llama" else GPT2(s)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     decay = [p for p in params if p.dim() >= 2]
@@ -211,8 +224,9 @@ def main():
     flops = shape_flops(s)
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, shape {args.shape} "
         f"(L={L} C={C} H={s['n_head']}" + (f" Hkv={s['n_kv_head']} F={s['intermediate_size']}" if "n_kv_head" in s else "")
+        + (f" E={s['experts']} k={s['top_k']}" if "experts" in s else "")
         + f" V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, "
-        f"{flops / 1e9:.1f} GFLOP/step (Megatron formula)")
+        f"{flops / 1e9:.1f} GFLOP/step (Megatron formula" + (", active" if "experts" in s else "") + ")")
 
     load_before = os.getloadavg()[0]
     if load_before > 0.5:

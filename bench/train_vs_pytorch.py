@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Training throughput of gridformer against PyTorch, side by side on this machine.
 
-    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny] [--dtypes fp32,bf16]
-                                      [--steps 6] [--rounds 3] [--threads 2] [--build DIR[,DIR...]]
-                                      [--no-gemm] [--no-pytorch] [--json FILE] [--wait-idle S] [--quiet 0.10]
-                                      [--probe FILE]
+    python3 bench/train_vs_pytorch.py [--shapes gpt2-tiny,gpt2-124M,llama-tiny,moe-tiny,mixtral-tiny]
+                                      [--dtypes fp32,bf16] [--steps 6] [--rounds 3] [--threads 2]
+                                      [--build DIR[,DIR...]] [--no-gemm] [--no-pytorch] [--json FILE]
+                                      [--wait-idle S] [--quiet 0.10] [--probe FILE] [--check-moe]
     python3 bench/train_vs_pytorch.py --report FILE[,FILE...]     # the tables of earlier --json files
 
 Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
@@ -15,6 +15,14 @@ synthetic tokens; the builds' order rotates from round to round) and then PyTorc
 + clipping) and step count, so all see the same machine state. bf16 is gridformer's
 `compute_dtype: bfloat16` against PyTorch's torch.autocast('cpu', bfloat16). Each run reports the
 median of its timed steps (the first step is warm-up); the tables show medians over rounds.
+
+The MoE shapes (moe-tiny: GPT-2 MoE, mixtral-tiny: Mixtral; 8 experts top-2, dropless, balancing
+loss 0.01; SHAPES) train gridformer with moe_config against bench/torch_moe_bench.py's models (Hugging
+Face's MixtralSparseMoeBlock loop: per expert, gather its rows by index, run the MLP, scale, index_add_).
+Their FLOPs are the active ones: per MoE layer and token k experts' MLPs and the router's C E instead
+of one dense MLP, as TransformerLM::flops_per_step counts. --check-moe first checks, per MoE shape,
+that the PyTorch model computes what gridformer computes (its layer against tools/torch_moe.py's
+reference in float64; gridformer's first-step loss and objective on the same weights and tokens).
 
 TFLOP/s are computed here, from one formula for both sides (Megatron's count generalised to
 grouped-query attention and SwiGLU, as gridformer's TransformerLM::flops_per_step; for GPT-2 it is
@@ -56,6 +64,17 @@ SHAPES = {
     # 4 layers, hidden 256, 8 heads / 2 key-value heads, SwiGLU 704, untied head, GPT-2's vocabulary
     "llama-tiny": dict(model="llama", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2,
                        intermediate_size=704, seq_length=256, batch_size=8),
+    # Mixture of Experts (moe_config; PyTorch side bench/torch_moe_bench.py): every layer's MLP 8
+    # experts, top-2, dropless (capacity_factor 0), balancing loss 0.01, no z-loss.
+    # gpt2-tiny's shape with GELU experts of width 4C with biases; the top-2 probabilities not renormalised
+    "moe-tiny": dict(num_layers=4, hidden_size=256, num_heads=4, seq_length=256, batch_size=8,
+                     moe=dict(expert_num=8, num_experts_chosen=2, capacity_factor=0.0, aux_loss_factor=0.01,
+                              norm_topk_prob=False)),
+    # llama-tiny's shape with SwiGLU experts of width 704 (MixtralForCausalLM); renormalised, as Mixtral
+    "mixtral-tiny": dict(model="llama", num_layers=4, hidden_size=256, num_heads=8, num_kv_heads=2,
+                         intermediate_size=704, seq_length=256, batch_size=8,
+                         moe=dict(expert_num=8, num_experts_chosen=2, capacity_factor=0.0, aux_loss_factor=0.01,
+                                  norm_topk_prob=True)),
 }
 
 
@@ -69,10 +88,10 @@ def _flow(d):
     return "{" + ", ".join(f"{k}: {_yaml_value(v)}" for k, v in d.items()) + "}"
 
 
-def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
+def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None, lr=1.0e-4):
     """The training YAML of a run: `shape` is a name in SHAPES or a dict of the same keys (plus,
-    optionally, vocab_size and max_position_embeddings); model_extra / data_extra add or override
-    model.model_config / train_dataset.data_loader keys."""
+    optionally, vocab_size and max_position_embeddings, and moe: the moe_config keys); model_extra /
+    data_extra add or override model.model_config / train_dataset.data_loader keys."""
     s = SHAPES[shape] if isinstance(shape, str) else shape
     llama = s.get("model") == "llama"
     mc = dict(type="LlamaConfig" if llama else "GPT2Config", vocab_size=s.get("vocab_size", 50257),
@@ -88,38 +107,41 @@ def gridformer_yaml(shape, steps, peak, out, model_extra=None, data_extra=None):
     mc.update(model_extra or {})
     data = dict(type="RandomTokens", seed=0)
     data.update(data_extra or {})
+    moe = s.get("moe")
+    arch = ("MixtralForCausalLM" if moe else "LlamaForCausalLM") if llama else "GPT2LMHeadModel"
     return f"""
 seed: 1
 output_dir: {out}
 runner_config: {{batch_size: {s['batch_size']}, train_steps: {steps}, peak_tflops: {peak}}}
 runner_wrapper: {{use_clip_grad: True, max_grad_norm: 1.0}}
 optimizer: {{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}}
-lr_schedule: {{type: constant, learning_rate: 1.0e-4}}
+lr_schedule: {{type: constant, learning_rate: {lr}}}
 train_dataset: {{data_loader: {_flow(data)}}}
 callbacks: [{{type: MFLossMonitor, per_print_times: 1}}]
-model:
-  arch: {{type: {"LlamaForCausalLM" if llama else "GPT2LMHeadModel"}}}
+""" + (f"moe_config: {_flow(moe)}\n" if moe else "") + f"""model:
+  arch: {{type: {arch}}}
   model_config: {_flow(mc)}
 """
 
 
 def gridformer_train(shape, steps, threads, peak, workdir, build=None, tag=None, model_extra=None, data_extra=None,
-                     env_extra=None):
+                     env_extra=None, lr=1.0e-4, extra_args=()):
     """One `gridformer train` run; returns every step row of metrics.jsonl (step 1 included), its
     run_start row ("start", None from a binary without one), the parsed resources.json and the run's
-    console output (stdout and stderr). env_extra: more environment variables for the run."""
+    console output (stdout and stderr). env_extra: more environment variables for the run; lr: the
+    constant learning rate; extra_args: more arguments of `gridformer train` (e.g. --save-weights F)."""
     tag = tag or (shape if isinstance(shape, str) else "run")
     out = os.path.join(workdir, f"out_{tag}")
     path = os.path.join(workdir, f"{tag}.yaml")
     with open(path, "w") as f:
-        f.write(gridformer_yaml(shape, steps, peak, out, model_extra, data_extra))
+        f.write(gridformer_yaml(shape, steps, peak, out, model_extra, data_extra, lr=lr))
     for name in ("metrics.jsonl", "resources.json"):
         if os.path.exists(os.path.join(out, name)):
             os.remove(os.path.join(out, name))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **(env_extra or {}))
     binary = os.path.join(build or os.path.join(ROOT, "build"), "bin", "gridformer")
     watch = CpuWatch(threads)
-    p = subprocess.run([binary, "train", "--config", path], env=env, stdout=subprocess.PIPE,
+    p = subprocess.run([binary, "train", "--config", path, *extra_args], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     cpu_util, others = watch.stop()
     if p.returncode != 0:
@@ -187,7 +209,32 @@ def model_flops(shape):
     F = s["intermediate_size"] if llama else 4 * C
     D = C // H
     m = 3.0 if llama else 2.0
-    return 6.0 * B * T * (L * (C * (H + 2 * Hkv) * D + C * H * D + m * C * F + 2.0 * T * C) + C * V)
+    mlp = L * m * C * F
+    if s.get("moe"):  # every layer MoE (moe_layer_freq 1): active FLOPs, k experts' MLPs + the router's C E
+        k, E = s["moe"]["num_experts_chosen"], s["moe"]["expert_num"]
+        mlp = L * (k * m * C * F + C * E)
+    return 6.0 * B * T * (L * (C * (H + 2 * Hkv) * D + C * H * D + 2.0 * T * C) + mlp + C * V)
+
+
+def moe_checks(shape, threads, workdir, build, env_extra=None):
+    """That bench/torch_moe_bench.py computes what gridformer computes, for an MoE shape: its fast
+    layer against tools/torch_moe.py's reference (float64), then gridformer's first step (1 step at
+    learning rate 0, --save-weights) against it on those weights and the same RandomTokens. Returns
+    the checks' JSON rows."""
+    weights = os.path.join(workdir, f"{shape}_check.safetensors")
+    run = gridformer_train(shape, 1, threads, 0.33, workdir, build, tag=f"{shape}_check", env_extra=env_extra, lr=0.0,
+                           extra_args=["--save-weights", weights])
+    metrics = os.path.join(workdir, f"out_{shape}_check", "metrics.jsonl")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    rows = []
+    for extra in (["--check-reference"], ["--weights", weights, "--metrics", metrics]):
+        p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_moe_bench.py"), "--shape", shape,
+                            *extra], env=env, capture_output=True, text=True)
+        if not p.stdout.strip():
+            raise RuntimeError(f"torch_moe_bench.py {' '.join(extra)} failed:\n{p.stderr[-2000:]}")
+        rows.append(dict(json.loads(p.stdout.strip().splitlines()[-1]),
+                         git_commit=(run.get("start") or {}).get("git_commit")))
+    return rows
 
 
 def pytorch_run(shape, steps, threads, dtype="fp32"):
@@ -345,6 +392,10 @@ def main():
                          "dtype's runs (0: don't wait)")
     ap.add_argument("--quiet", type=float, default=0.10,
                     help="a round is quiet for a shape and dtype when every run of it had others <= this")
+    ap.add_argument("--check-moe", action="store_true",
+                    help="before the rounds, check for each MoE shape that the PyTorch model computes what gridformer "
+                         "does (bench/torch_moe_bench.py: its layer against tools/torch_moe.py; gridformer's first "
+                         "step on the same weights and tokens within 1e-4)")
     args = ap.parse_args()
     if args.report:
         return report_files(args, args.report.split(","))
@@ -370,6 +421,14 @@ def main():
                       f"{pj.get('peak_tflops')}, core share {pj.get('cores_share', '?')}", flush=True)
                 record["machine_probe"] = pj
         env_extra = {"GF_MACHINE_PROBE": probe} if probe else {}
+        if args.check_moe:
+            for shape in [x for x in shapes if SHAPES[x].get("moe")]:
+                for row in moe_checks(shape, args.threads, work, builds[0], env_extra):
+                    record.setdefault("checks", []).append(row)
+                    save(args.json, record)
+                    print(f"  check {shape}: {row['check']}: " + ("ok" if row["ok"] else "FAILED") + "; "
+                          + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()
+                                      if k not in ("check", "shape", "ok")), flush=True)
         gemm_bin = os.path.join(builds[0], "bin", "bench_gemm")
         runs = {}  # (shape, dtype, impl) -> [result per round]
         cannot = set()  # (shape, build) that failed once

@@ -134,7 +134,46 @@ void permute(float* to, const float* from, const int64_t* counts, int64_t ep, in
   }
 }
 
+// Rows to and from each rank of the expert group, and the local experts' row offsets
+// (expert-major), from the rows sent per global expert and received per (source, local expert).
+struct Exchange {
+  std::vector<int64_t> send_rows, recv_rows, off;
+};
+Exchange exchange_of(const int64_t* sent, const int64_t* recvd, int64_t ep, int64_t El) {
+  Exchange x{std::vector<int64_t>(static_cast<size_t>(ep), 0), std::vector<int64_t>(static_cast<size_t>(ep), 0),
+             std::vector<int64_t>(static_cast<size_t>(El + 1), 0)};
+  for (int64_t r = 0; r < ep; ++r)
+    for (int64_t el = 0; el < El; ++el) {
+      x.send_rows[static_cast<size_t>(r)] += sent[r * El + el];
+      x.recv_rows[static_cast<size_t>(r)] += recvd[r * El + el];
+      x.off[static_cast<size_t>(el + 1)] += recvd[r * El + el];
+    }
+  for (int64_t el = 0; el < El; ++el) x.off[static_cast<size_t>(el + 1)] += x.off[static_cast<size_t>(el)];
+  return x;
+}
+
 }  // namespace
+
+void MoeBlock::sum_choices(float* y, const float* rows_in_send_order, const Acts& a, int64_t rows, int64_t C,
+                           bool weighted) const {
+  const int64_t k = d_.k;
+#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
+  for (int64_t t = 0; t < rows; ++t) {
+    float* yt = y + t * C;
+    std::fill(yt, yt + C, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t p = a.pos[t * k + j];
+      if (p < 0) continue;
+      const float* r = rows_in_send_order + static_cast<int64_t>(p) * C;
+      if (weighted) {
+        const float w = a.weights[t * k + j];
+        for (int64_t c = 0; c < C; ++c) yt[c] += w * r[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) yt[c] += r[c];
+      }
+    }
+  }
+}
 
 void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* off) const {
   const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, El = d_.El;
@@ -217,15 +256,8 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
     if (a.pos[i] >= 0) std::memcpy(sc.send + a.pos[i] * C, x + (i / k) * C, sizeof(float) * C);
   // Counts, then rows, to the ranks that hold the experts; expert-major on arrival.
   e.ep->exchange_counts(sent, recvd, El);
-  std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0), recv_rows(static_cast<size_t>(ep), 0),
-      off(static_cast<size_t>(El + 1), 0);
-  for (int64_t r = 0; r < ep; ++r)
-    for (int64_t el = 0; el < El; ++el) {
-      send_rows[static_cast<size_t>(r)] += sent[r * El + el];
-      recv_rows[static_cast<size_t>(r)] += recvd[r * El + el];
-      off[static_cast<size_t>(el + 1)] += recvd[r * El + el];
-    }
-  for (int64_t el = 0; el < El; ++el) off[static_cast<size_t>(el + 1)] += off[static_cast<size_t>(el)];
+  const Exchange ex = exchange_of(sent, recvd, ep, El);
+  const std::vector<int64_t>&send_rows = ex.send_rows, &recv_rows = ex.recv_rows, &off = ex.off;
   if (off[static_cast<size_t>(El)] > d_.R) throw std::logic_error("moe: more rows received than planned");
   e.ep->exchange_rows(sc.send, send_rows.data(), sc.recv, recv_rows.data(), C);
   permute(a.xperm, sc.recv, recvd, ep, El, C, false);
@@ -234,19 +266,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   e.ep->exchange_rows(sc.recv, recv_rows.data(), a.ret, send_rows.data(), C);
   // The weighted sum per token, choices in order (a partial sum over the tensor group).
   float* y = tp.size() > 1 ? sc.sum : out;
-  const int64_t rows = tp.size() > 1 ? N : e.Nl;
-#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
-  for (int64_t t = 0; t < rows; ++t) {
-    float* yt = y + t * C;
-    std::fill(yt, yt + C, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t p = a.pos[t * k + j];
-      if (p < 0) continue;
-      const float w = a.weights[t * k + j];
-      const float* r = a.ret + static_cast<int64_t>(p) * C;
-      for (int64_t c = 0; c < C; ++c) yt[c] += w * r[c];
-    }
-  }
+  sum_choices(y, a.ret, a, tp.size() > 1 ? N : e.Nl, C, true);
   if (tp.size() > 1) tp.reduce_rows(sc.sum, out, C);
 }
 
@@ -266,15 +286,8 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   }
   const int64_t* sent = a.counts;
   const int64_t* recvd = a.counts + E;
-  std::vector<int64_t> send_rows(static_cast<size_t>(ep), 0), recv_rows(static_cast<size_t>(ep), 0),
-      off(static_cast<size_t>(El + 1), 0);
-  for (int64_t r = 0; r < ep; ++r)
-    for (int64_t el = 0; el < El; ++el) {
-      send_rows[static_cast<size_t>(r)] += sent[r * El + el];
-      recv_rows[static_cast<size_t>(r)] += recvd[r * El + el];
-      off[static_cast<size_t>(el + 1)] += recvd[r * El + el];
-    }
-  for (int64_t el = 0; el < El; ++el) off[static_cast<size_t>(el + 1)] += off[static_cast<size_t>(el)];
+  const Exchange ex = exchange_of(sent, recvd, ep, El);
+  const std::vector<int64_t>&send_rows = ex.send_rows, &recv_rows = ex.recv_rows, &off = ex.off;
   // Gate weights: dw[t, j] = dy[t] . expert output (partial over the tensor group: summed), and
   // the experts' output gradients w[t, j] dy[t] in send order.
 #pragma omp parallel for schedule(static) if (N * k * C > (1 << 16))
@@ -304,18 +317,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   e.ep->exchange_rows(sc.perm, recv_rows.data(), sc.send, send_rows.data(), C);
   // The input gradient per token, choices in order (partial over the tensor group).
   float* dx = tp.size() > 1 ? sc.sum : dxn;
-  const int64_t rows = tp.size() > 1 ? N : e.Nl;
-#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
-  for (int64_t t = 0; t < rows; ++t) {
-    float* d = dx + t * C;
-    std::fill(d, d + C, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t p = a.pos[t * k + j];
-      if (p < 0) continue;
-      const float* r = sc.send + static_cast<int64_t>(p) * C;
-      for (int64_t c = 0; c < C; ++c) d[c] += r[c];
-    }
-  }
+  sum_choices(dx, sc.send, a, tp.size() > 1 ? N : e.Nl, C, false);
   if (tp.size() > 1) tp.reduce_rows(sc.sum, dxn, C);
   router_bwd_and_input(e, dxn, xn, a, sc);
 }

@@ -96,6 +96,10 @@ class MoeBlock {
   void experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
                    const int64_t* offsets) const;
   ops::RouterShape shape(const BlockEnv& e) const;
+  // y[t] (rows t < rows, overwritten) = sum over t's kept choices j, in order, of (w[t, j] if
+  // weighted, else 1) times row pos[t, j] of rows_in_send_order.
+  void sum_choices(float* y, const float* rows_in_send_order, const Acts& a, int64_t rows, int64_t C,
+                   bool weighted) const;
   // The allgather dispatcher's halves after routing (y: the rows to reduce over the tensor group).
   void allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const;
   void allgather_bwd(const BlockEnv& e, float* dx, const float* dy, const Acts& a, const Scratch& sc) const;

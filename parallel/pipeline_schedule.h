@@ -1,0 +1,111 @@
+// Pipeline schedules as pure action lists: for each pipeline stage, the ordered list of what it
+// does in one training step (forward, backward, backward-input, backward-weight, send, receive,
+// per micro-batch and model chunk). No MPI and no model here: the executor (runner/pipeline.*)
+// runs a list, and simulate() runs every stage's list against the others, so each schedule is
+// tested for order, matching messages, deadlock freedom, activation memory and bubble without MPI.
+//
+// Model chunks (virtual stages, Megatron's interleaving): with `chunks` = v, the model's layers are
+// cut into p * v virtual stages; stage s holds chunks c = 0..v-1, chunk c being virtual stage
+// c * p + s. Activations flow virtual stage k -> k + 1 (so stage p - 1, chunk c sends to stage 0,
+// chunk c + 1), gradients the other way.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gf::pipeline {
+
+enum class Scheduler {
+  kGPipe,        // all forwards, then all backwards
+  k1F1B,         // PipeDream-flush / Megatron's default: p - s - 1 warm-up forwards, then one forward one backward
+  kInterleaved,  // Megatron's interleaved 1F1B over `chunks` model chunks per stage
+  kZBH1,         // Qi et al. 2023 ZB-H1: backward split into input (B) and weight (W) passes, W deferred into the
+                 // bubbles, at most p micro-batches live per stage (1F1B's peak)
+};
+
+// YAML value (parallel.pipeline_config.pipeline_scheduler) <-> scheduler. Names: "gpipe", "1f1b",
+// "interleaved" (also what "1f1b" becomes with pipeline_interleave and pp_interleave_num > 1),
+// "zero_bubble_h1" (alias "zbh1", "zb-h1", "zero_bubble"). Throws std::invalid_argument listing the names.
+Scheduler parse_scheduler(const std::string& name);
+std::string scheduler_name(Scheduler s);
+
+enum class Op : uint8_t {
+  kRecvForward,     // post the receive of (micro, chunk)'s input activation from the previous virtual stage
+  kForward,         // run (micro, chunk)'s forward (waits for that receive, if any)
+  kSendForward,     // post the send of (micro, chunk)'s output activation to the next virtual stage
+  kRecvBackward,    // post the receive of the gradient of (micro, chunk)'s output from the next virtual stage
+  kBackward,        // fused backward of (micro, chunk): input and weight gradients (waits for that receive)
+  kBackwardInput,   // input-gradient pass only (ZB-H1's B) (waits for that receive)
+  kBackwardWeight,  // weight-gradient pass (ZB-H1's W) of a micro-batch whose input pass ran
+  kSendBackward,    // post the send of the gradient of (micro, chunk)'s input to the previous virtual stage
+};
+const char* op_name(Op op);
+
+struct Action {
+  Op op;
+  int micro = 0;
+  int chunk = 0;
+  bool operator==(const Action&) const = default;
+};
+
+struct Shape {
+  int stages = 1;         // p
+  int micro_batches = 1;  // m
+  int chunks = 1;         // v (> 1 only for kInterleaved)
+};
+
+// Why `sched` cannot run `shape` (empty when it can): stages < 1, micro_batches < 1, chunks < 1;
+// chunks > 1 other than interleaved; interleaved with chunks < 2 or micro_batches % stages != 0
+// (Megatron's rule). Each message names the YAML keys (parallel_config.micro_batch_num,
+// parallel_config.pipeline_stage, model.model_config.pp_interleave_num) and a value that works.
+std::string check_shape(Scheduler sched, const Shape& shape);
+
+// Stage `stage`'s actions for one step. Every (micro, chunk) of the stage gets exactly one forward
+// and one backward (or one backward-input and one backward-weight for kZBH1). A receive is listed
+// before the compute that needs it and as early as the stage's memory allows (so the executor can
+// post it early); a send right after the compute that produced its data. The first virtual stage
+// has no forward receive and no backward send; the last no forward send and no backward receive.
+// Throws std::invalid_argument when check_shape fails.
+std::vector<Action> stage_actions(Scheduler sched, const Shape& shape, int stage);
+
+// Costs of one micro-batch on one chunk, in any time unit. A fused backward costs b + w.
+struct Costs {
+  double f = 1.0, b = 1.0, w = 1.0;
+};
+
+struct Simulation {
+  bool ok = false;
+  std::string error;             // the first problem found: a forward after its backward, unmatched sends/receives,
+                                 // a deadlock (which stages wait for what), a missing or repeated compute
+  double makespan = 0.0;         // the step's time, communication free and instantaneous
+  std::vector<double> busy;      // per stage: compute time
+  std::vector<double> idle;      // per stage: makespan - busy
+  std::vector<int> peak_live;    // per stage: most micro-batch activations held at once (summed over chunks): a
+                                 // (micro, chunk) is live from its forward until its backward (fused) or its
+                                 // backward-weight (split) has run
+  std::vector<std::vector<int>> peak_live_chunk;  // per stage, per chunk
+  double bubble_fraction = 0.0;  // sum(idle) / (stages * makespan)
+};
+
+// Runs every stage's list against the others: a compute waits for the stage to be free and for
+// its input (the message the neighbouring stage sent, sent when that stage's compute finished);
+// sends never block (MPI_Isend); a receive matches the send of the same (direction, micro,
+// virtual stage). Checks as it goes; `ok` false with `error` on the first problem.
+Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs = {});
+Simulation simulate(Scheduler sched, const Shape& shape, const Costs& costs = {});
+
+// The schedule's bubble fraction in closed form, for equal stages (the published figures):
+//   GPipe, 1F1B:   (p - 1)(f + b + w) / (m (f + b + w) + (p - 1)(f + b + w)) = (p - 1) / (m + p - 1)
+//   interleaved:   (p - 1)(f + b + w) / v over (m (f + b + w) + that)        (Narayanan et al. 2021)
+//   ZB-H1:         (p - 1)(f + b - 2w) over (m (f + b + w) + that)           (Qi et al. 2023, f + b >= 2w)
+double analytic_bubble(Scheduler sched, const Shape& shape, const Costs& costs = {});
+
+// The most (micro, chunk) activations a stage of this schedule holds at once, by construction:
+// GPipe m * v; 1F1B min(p - s, m); ZB-H1 min(p, m) at every stage... (see the .cpp for each). The unit tests
+// check simulate()'s peak_live against it.
+int live_bound(Scheduler sched, const Shape& shape, int stage);
+
+// Per stage, per chunk: how many activation slots the executor needs (simulate()'s peak_live_chunk).
+std::vector<int> slots_per_chunk(Scheduler sched, const Shape& shape, int stage);
+
+}  // namespace gf::pipeline

@@ -20,7 +20,7 @@ enum class Scheduler {
   k1F1B,         // PipeDream-flush / Megatron's default: p - s - 1 warm-up forwards, then one forward one backward
   kInterleaved,  // Megatron's interleaved 1F1B over `chunks` model chunks per stage
   kZBH1,         // Qi et al. 2023 ZB-H1: backward split into input (B) and weight (W) passes, W deferred into the
-                 // bubbles, at most p micro-batches live per stage (1F1B's peak)
+                 // bubbles, min(p, m) micro-batches live at every stage (1F1B's first-stage peak)
 };
 
 // YAML value (parallel.pipeline_config.pipeline_scheduler) <-> scheduler. Names: "gpipe", "1f1b",
@@ -61,22 +61,27 @@ struct Shape {
 std::string check_shape(Scheduler sched, const Shape& shape);
 
 // Stage `stage`'s actions for one step. Every (micro, chunk) of the stage gets exactly one forward
-// and one backward (or one backward-input and one backward-weight for kZBH1). A receive is listed
-// before the compute that needs it and as early as the stage's memory allows (so the executor can
-// post it early); a send right after the compute that produced its data. The first virtual stage
-// has no forward receive and no backward send; the last no forward send and no backward receive.
-// Throws std::invalid_argument when check_shape fails.
+// and one backward (or one backward-input and one backward-weight for kZBH1). The receive a compute
+// waits for is listed one compute ahead: just before the compute that precedes it (at the very start
+// for the list's first compute), so the executor can overlap the transfer with that compute while
+// holding at most two posted receive buffers. A send comes right after the compute that produced its
+// data (SendBackward after Backward or BackwardInput, never after BackwardWeight). The first virtual
+// stage has no forward receive and no backward send; the last no forward send and no backward receive.
+// Throws std::invalid_argument when check_shape fails or `stage` is out of range.
 std::vector<Action> stage_actions(Scheduler sched, const Shape& shape, int stage);
 
-// Costs of one micro-batch on one chunk, in any time unit. A fused backward costs b + w.
+// Costs of one micro-batch on one chunk, in any time unit. A fused backward costs b + w; a
+// backward-input b, a backward-weight w.
 struct Costs {
   double f = 1.0, b = 1.0, w = 1.0;
 };
 
 struct Simulation {
   bool ok = false;
-  std::string error;             // the first problem found: a forward after its backward, unmatched sends/receives,
-                                 // a deadlock (which stages wait for what), a missing or repeated compute
+  std::string error;             // the first problem found, naming the stage and action index: a forward after its
+                                 // backward, a compute with no posted receive, a send before its data exists, a
+                                 // missing or repeated compute, a deadlock (which stages wait for what, and where
+                                 // the sender is), unmatched sends/receives
   double makespan = 0.0;         // the step's time, communication free and instantaneous
   std::vector<double> busy;      // per stage: compute time
   std::vector<double> idle;      // per stage: makespan - busy
@@ -90,22 +95,36 @@ struct Simulation {
 // Runs every stage's list against the others: a compute waits for the stage to be free and for
 // its input (the message the neighbouring stage sent, sent when that stage's compute finished);
 // sends never block (MPI_Isend); a receive matches the send of the same (direction, micro,
-// virtual stage). Checks as it goes; `ok` false with `error` on the first problem.
+// virtual stage). First each list is checked on its own (order, posted receives, sends after their
+// data, no compute missing or repeated), then the lists are run together (deadlock, matching).
+// `ok` false with `error` on the first problem; the figures are filled only when `ok`.
 Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs = {});
 Simulation simulate(Scheduler sched, const Shape& shape, const Costs& costs = {});
 
-// The schedule's bubble fraction in closed form, for equal stages (the published figures):
-//   GPipe, 1F1B:   (p - 1)(f + b + w) / (m (f + b + w) + (p - 1)(f + b + w)) = (p - 1) / (m + p - 1)
-//   interleaved:   (p - 1)(f + b + w) / v over (m (f + b + w) + that)        (Narayanan et al. 2021)
-//   ZB-H1:         (p - 1)(f + b - 2w) over (m (f + b + w) + that)           (Qi et al. 2023, f + b >= 2w)
+// The schedule's bubble fraction in closed form, for equal stages (the published figures), as
+// bubble / (work + bubble) per stage, with Costs per micro-batch per chunk:
+//   GPipe, 1F1B:   (p - 1)(f + b + w) over m (f + b + w): = (p - 1) / (m + p - 1)
+//   interleaved:   (p - 1)(f + b + w) over m v (f + b + w): = (p - 1) / (m v + p - 1), Narayanan et al. 2021's
+//                  (p - 1)(t_f + t_b) / v with t_f, t_b the costs of a whole stage
+//   ZB-H1:         (p - 1)(f + b - w) over m (f + b + w)   (Qi et al. 2023, Table 2: a third of 1F1B's at
+//                  f = b = w; (p - 1)(f + b - 2w) is ZB-H2's, which needs 2p - 1 live micro-batches)
+// simulate() gives exactly these for GPipe and 1F1B at every m, for interleaved at every m it accepts
+// (m % p == 0), and for ZB-H1 when m >= p and w <= min(f, b) (the paper's T_W < T_F < T_B); below p
+// micro-batches ZB-H1's bubble per stage is larger ((p - 1)(f + b - w) + (p - m) w at f = b = w).
+// Throws std::invalid_argument when check_shape fails.
 double analytic_bubble(Scheduler sched, const Shape& shape, const Costs& costs = {});
 
-// The most (micro, chunk) activations a stage of this schedule holds at once, by construction:
-// GPipe m * v; 1F1B min(p - s, m); ZB-H1 min(p, m) at every stage... (see the .cpp for each). The unit tests
-// check simulate()'s peak_live against it.
+// The most (micro, chunk) activations stage s of this schedule holds at once, by construction (the
+// warm-up forwards plus the first steady forward, before a backward frees one):
+//   GPipe m; 1F1B min(p - s, m); interleaved min(2 (p - s - 1) + (v - 1) p + 1, m v);
+//   ZB-H1 min(p, m) at every stage (a micro-batch stays live until its backward-weight).
+// The unit tests check that simulate()'s peak_live equals it. Throws std::invalid_argument when
+// check_shape fails.
 int live_bound(Scheduler sched, const Shape& shape, int stage);
 
-// Per stage, per chunk: how many activation slots the executor needs (simulate()'s peak_live_chunk).
+// Per stage, per chunk: how many activation slots the executor needs (simulate()'s peak_live_chunk,
+// from a simulation with unit costs; the peaks depend on the list order only, not on the costs).
+// Their sum can exceed live_bound: the chunks peak at different times.
 std::vector<int> slots_per_chunk(Scheduler sched, const Shape& shape, int stage);
 
 }  // namespace gf::pipeline

@@ -296,7 +296,8 @@ std::string computes(const std::vector<Action>& list, bool one_based = false) {
                                                   : nullptr;
     if (!c) continue;
     if (!out.empty()) out += ' ';
-    out += c + std::to_string(a.micro + (one_based ? 1 : 0));
+    out += c;  // two appends: GCC 12 at -O3 warns (-Wrestrict, falsely) on const char* + std::string&&
+    out += std::to_string(a.micro + (one_based ? 1 : 0));
   }
   return out;
 }

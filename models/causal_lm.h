@@ -30,6 +30,25 @@ struct MoeLayerStats {
   int64_t dropped = 0;                     // assignments that capacity dropped
 };
 
+// Adds `add`'s figures to `into`'s layer by layer (a layer new to `into` is appended): the router
+// statistics of several micro-batches.
+inline void accumulate_moe_stats(std::vector<MoeLayerStats>& into, const std::vector<MoeLayerStats>& add) {
+  for (const MoeLayerStats& m : add) {
+    MoeLayerStats* x = nullptr;
+    for (MoeLayerStats& y : into)
+      if (y.layer == m.layer) x = &y;
+    if (x == nullptr) {
+      into.push_back(m);
+      continue;
+    }
+    x->aux_sum += m.aux_sum;
+    x->z_sum += m.z_sum;
+    x->dropped += m.dropped;
+    for (size_t e = 0; e < m.tokens_per_expert.size(); ++e) x->tokens_per_expert[e] += m.tokens_per_expert[e];
+    for (size_t e = 0; e < m.kept_per_expert.size(); ++e) x->kept_per_expert[e] += m.kept_per_expert[e];
+  }
+}
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -68,6 +87,9 @@ class CausalLM {
   virtual void* weight_copy() { return nullptr; }
   virtual ComputeDtype weight_copy_dtype() const { return ComputeDtype::kFloat32; }
   virtual void weight_copy_is_current() {}
+  // False for a pipeline stage, which holds only its layers' parameters (a checkpoint's other
+  // tensors are then another stage's, not an error).
+  virtual bool whole_model() const { return true; }
   // Megatron's model FLOPs for one forward+backward over `tokens_per_step` tokens.
   virtual double flops_per_step(int64_t batch) const = 0;
 

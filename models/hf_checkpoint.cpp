@@ -103,8 +103,10 @@ void CausalLM::load_hf_checkpoint(const std::string& given) {
     for (const std::string& name : names) {
       const std::string n = param_name(name);
       if (ignored_tensor(n) || (n == "lm_head.weight" && !table.find(n))) continue;  // tied: the embedding
-      if (!table.find(n))
+      if (!table.find(n)) {
+        if (!whole_model()) continue;  // another pipeline stage's
         throw std::runtime_error(file + ": tensor '" + name + "' is not a parameter of the configured model");
+      }
       where[n] = file;
       stored[n] = name;
     }

@@ -95,9 +95,6 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
       throw std::invalid_argument("moe_config.num_experts_chosen " + std::to_string(s.moe.topk) +
                                   " must be between 1 and expert_num " + std::to_string(s.moe.experts));
     d.md = MoeBlock::dims(s, d.N, tp, d.ep);
-    if (d.defer && d.any_moe)
-      throw std::invalid_argument("MoE layers run their backward fused: a deferred weight pass (zero-bubble "
-                                  "schedules) is not built for them");
   } else if (d.ep > 1) {
     throw std::invalid_argument("parallel_config.expert_parallel " + std::to_string(d.ep) +
                                 " needs MoE layers (moe_config.expert_num > 1)");
@@ -307,6 +304,17 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
   return t;
 }
 
+ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names,
+                                          const std::vector<StageOptions>& chunks) {
+  ParamTable t;
+  for (const StageOptions& st : chunks) {
+    const ParamTable c = make_param_table(s, names, st);
+    for (const ParamSpec& p : c.specs())
+      if (t.find(p.name) == nullptr) t.add(p);
+  }
+  return t;
+}
+
 ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, int tp_size) {
   const bool vocab_split = !cfg.vocab_emb_dp;
   return {tp_size, vocab_split, cfg.padded_vocab(vocab_split ? tp_size : 1), static_cast<int>(cfg.expert_parallel)};
@@ -326,21 +334,31 @@ BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelC
 }
 
 TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                             const ParallelContext& ctx, const StageOptions& stage)
+                             const ParallelContext& ctx, const StageOptions& stage, const SharedArena* arena)
     : spec_(spec), names_(std::move(names)), cfg_(cfg),
       dims_(StageDims::make(spec, cfg, micro_batch, ctx.grid.tp(), ctx.coord.tp, stage)),
-      params_(make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage, ctx.coord.ep)) {
+      params_(arena != nullptr ? *arena->params
+                               : make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage, ctx.coord.ep)) {
   const StageDims& d = dims_;
-  if (ctx.grid.pp() != 1) throw std::invalid_argument("TransformerLM: pipeline parallelism is not built yet");
   if (ctx.grid.ep() != d.ep)
     throw std::invalid_argument("TransformerLM: the model config's expert_parallel " + std::to_string(d.ep) +
                                 " is not the process grid's " + std::to_string(ctx.grid.ep()));
   tp_ = TensorParallel(&ctx.tp, cfg.use_seq_parallel, d.N);
   ep_ = ExpertParallel(&ctx.ep);
   cdt_ = parse_compute_dtype(cfg.compute_dtype);
-  weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
-  grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
-  low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params_.total_floats() * low_copy_element_bytes(cdt_)));
+  if (arena != nullptr) {
+    w_ = arena->weights;
+    g_ = arena->grads;
+    lowp_ = arena->low;
+    low_current_ = arena->low_current;
+  } else {
+    weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
+    grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
+    low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params_.total_floats() * low_copy_element_bytes(cdt_)));
+    w_ = weights_.data();
+    g_ = grads_.data();
+    lowp_ = low_.data();
+  }
   if (spec.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         ops::make_rope_table<float>(spec.rope_positions, spec.head_dim(), spec.rope_theta));
@@ -379,9 +397,9 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.tp = &tp_;
   e.ep = &ep_;
   e.cdt = cdt_;
-  e.weights = weights_.data();
-  e.grads = grads_.data();
-  e.low = low_.data();
+  e.weights = w_;
+  e.grads = g_;
+  e.low = lowp_;
   e.B = dims_.B;
   e.T = dims_.T;
   e.N = dims_.N;
@@ -417,9 +435,9 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   s.info = info;
   // The products of this step read the weights' low-precision copy, made from the masters as
   // they are now, unless the optimizer step wrote it already or no weight changed since.
-  if (cdt_ != ComputeDtype::kFloat32 && !low_current_) {
-    make_low_copy(cdt_, low_.data(), weights_.data(), params_.total_floats());
-    low_current_ = true;
+  if (cdt_ != ComputeDtype::kFloat32 && !*low_current_) {
+    make_low_copy(cdt_, lowp_, w_, params_.total_floats());
+    *low_current_ = true;
   }
   for (int64_t b = 0; b < d.B; ++b) {
     std::memcpy(s.inputs + b * d.T, tokens + b * (d.T + 1), sizeof(int32_t) * d.T);
@@ -484,9 +502,11 @@ double TransformerLM::forward(const int32_t* tokens, const StepInfo& info) {
 
 void TransformerLM::backward(float grad_scale) { stage_backward(0, BwdPass::kBoth, nullptr, grad_scale); }
 
-std::vector<MoeLayerStats> TransformerLM::moe_stats() const {
+std::vector<MoeLayerStats> TransformerLM::moe_stats() const { return moe_stats(0); }
+
+std::vector<MoeLayerStats> TransformerLM::moe_stats(int64_t slot) const {
   std::vector<MoeLayerStats> out;
-  const Slot& s = slots_[0];
+  const Slot& s = slots_.at(static_cast<size_t>(slot));
   for (int64_t l = dims_.l0; l < dims_.l1; ++l) {
     if (!spec_.moe.is_moe(l)) continue;
     const double* st = s.layers[static_cast<size_t>(l - dims_.l0)].moe.stats;

@@ -35,6 +35,18 @@ struct StageOptions {
   bool defer_weight_grads = false;
 };
 
+// The parameters of several TransformerLMs that one rank runs as model chunks (an interleaved
+// pipeline stage): one Placement over all their parameters, and one set of weights, gradients and
+// low-precision copy, owned by the caller (models/pipeline_stage.h). A chunk binds its blocks to
+// its own parameters in it by name.
+struct SharedArena {
+  const Placement* params = nullptr;
+  float* weights = nullptr;
+  float* grads = nullptr;
+  std::byte* low = nullptr;
+  bool* low_current = nullptr;  // whether `low` holds the weights as they are now
+};
+
 // The sizes a layout gives one rank: everything lay_out() needs, computed without a communicator.
 struct StageDims {
   int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1;
@@ -61,13 +73,16 @@ struct StageDims {
 class TransformerLM : public CausalLM {
  public:
   TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                const ParallelContext& ctx, const StageOptions& stage = {});
+                const ParallelContext& ctx, const StageOptions& stage = {}, const SharedArena* arena = nullptr);
 
   // The parameters of this spec under these names, whatever the layout: the stage's (its layers,
   // the embedding on the first stage, the final norm and head on the last, the token embedding
   // on a last stage whose head is tied to it).
   static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
                                      const StageOptions& stage = {});
+  // Those of several stages (model chunks) in one table, in chunk order, each name once.
+  static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
+                                     const std::vector<StageOptions>& chunks);
   // How cfg lays parameters out on tp_size tensor-parallel ranks: cfg.vocab_emb_dp: False splits
   // the vocabulary (padded for tp_size ranks), True replicates it (padded for one).
   // The experts are divided over cfg.expert_parallel ranks.
@@ -82,10 +97,10 @@ class TransformerLM : public CausalLM {
   const ModelConfig& config() const override { return cfg_; }
   const Placement& params() const override { return params_; }
   float* weights() override {
-    low_current_ = false;
-    return weights_.data();
+    *low_current_ = false;
+    return w_;
   }
-  float* grads() override { return grads_.data(); }
+  float* grads() override { return g_; }
   int64_t micro_batch() const override { return dims_.B; }
   double forward(const int32_t* tokens, const StepInfo& info) override;
   void backward(float grad_scale) override;
@@ -93,9 +108,9 @@ class TransformerLM : public CausalLM {
   int64_t logits_ld() const override { return dims_.vocab.local; }
   int64_t activation_bytes() const override { return plan_.bytes(); }
   int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }
-  void* weight_copy() override { return cdt_ == ComputeDtype::kFloat32 ? nullptr : low_.data(); }
+  void* weight_copy() override { return cdt_ == ComputeDtype::kFloat32 ? nullptr : lowp_; }
   ComputeDtype weight_copy_dtype() const override { return cdt_; }
-  void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
+  void weight_copy_is_current() override { *low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
   std::vector<MoeLayerStats> moe_stats() const override;
 
@@ -110,6 +125,8 @@ class TransformerLM : public CausalLM {
   // defer_weight_grads (which keeps per slot what the weight pass reads); kBoth runs them fused.
   void stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale);
   const float* input_grad() const { return scratch_.dres; }
+  // The router statistics of the forward that ran last in `slot` (empty for a dense model).
+  std::vector<MoeLayerStats> moe_stats(int64_t slot) const;
 
  private:
   struct Slot {
@@ -143,7 +160,11 @@ class TransformerLM : public CausalLM {
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<float> weights_, grads_;
   AlignedBuffer<std::byte> low_;  // the weights' low-precision copy (see CausalLM::weight_copy)
-  bool low_current_ = false;
+  bool own_low_current_ = false;
+  // The arena: this model's own buffers above, or a SharedArena's.
+  float *w_ = nullptr, *g_ = nullptr;
+  std::byte* lowp_ = nullptr;
+  bool* low_current_ = &own_low_current_;
   std::unique_ptr<ops::RopeTable<float>> rope_;
   ops::FlashWorkspace<float> flash_ws_;
   EmbeddingBlock embedding_;

@@ -263,4 +263,39 @@ void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, f
   stats_->collectives += 1;
 }
 
+MPI_Request Communicator::isend(const float* data, int64_t n, int dest, int tag) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (n > INT32_MAX) throw std::invalid_argument("isend: message of more than 2^31 floats");
+  MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, dest, tag, comm_, &r);
+  stats_->bytes_sent += n * static_cast<int64_t>(sizeof(float));
+  stats_->messages += 1;
+  return r;
+}
+
+MPI_Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (n > INT32_MAX) throw std::invalid_argument("irecv: message of more than 2^31 floats");
+  MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, source, tag, comm_, &r);
+  return r;
+}
+
+void Communicator::wait(MPI_Request& r) {
+  if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+bool Communicator::test(MPI_Request& r) {
+  if (r == MPI_REQUEST_NULL) return true;
+  int done = 0;
+  MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+  return done != 0;
+}
+
+int Communicator::tag_upper_bound() const {
+  if (comm_ == MPI_COMM_NULL) return 32767;
+  void* v = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &v, &flag);
+  return flag ? *static_cast<int*>(v) : 32767;
+}
+
 }  // namespace gf

@@ -99,6 +99,15 @@ class Communicator {
   void alltoallv_rows(const float* send, const int64_t* send_rows, float* recv, const int64_t* recv_rows,
                       int64_t row_floats) const;
 
+  // Non-blocking point-to-point of `n` floats (pipeline stages): the returned request must be
+  // finished with wait() (or test()) before the buffer is reused. The send's bytes are counted.
+  MPI_Request isend(const float* data, int64_t n, int dest, int tag) const;
+  MPI_Request irecv(float* data, int64_t n, int source, int tag) const;
+  static void wait(MPI_Request& r);
+  static bool test(MPI_Request& r);  // true when done (r is then MPI_REQUEST_NULL)
+  // The largest tag MPI allows on this communicator (at least 32767).
+  int tag_upper_bound() const;
+
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }
 

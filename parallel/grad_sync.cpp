@@ -70,6 +70,18 @@ std::vector<ArenaRange> GradientSync::shards() const {
   return r;
 }
 
+void GradientSync::set_pipeline(const Communicator* pp, const std::vector<ArenaRange>& duplicate) {
+  pp_ = pp;
+  for (const ArenaRange& d : duplicate) {
+    std::vector<ArenaRange> kept;
+    for (const ArenaRange& r : norm_ranges_) {
+      if (r.begin < d.begin) kept.push_back({r.begin, std::min(r.end, d.begin)});
+      if (r.end > d.end) kept.push_back({std::max(r.begin, d.end), r.end});
+    }
+    norm_ranges_ = std::move(kept);
+  }
+}
+
 void GradientSync::begin_step(float* grads) {
   grads_ = grads;
   pending_.clear();
@@ -126,6 +138,7 @@ double GradientSync::global_sq_norm(const float* grads) const {
     if (sharded_) ctx_.edp.allreduce_sum(&x, 1);
     local += x;
   }
+  if (pp_ != nullptr) pp_->allreduce_sum(&local, 1);
   return local;
 }
 

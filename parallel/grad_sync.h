@@ -51,6 +51,11 @@ class GradientSync {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool sharded() const { return sharded_; }
 
+  // Pipeline parallelism: each stage holds its own layers, so the norm also sums over `pp`; the
+  // ranges in `duplicate` (the last stage's copy of a tied embedding, whose gradient the two
+  // copies sum between them) are left out of it. Call before the first step.
+  void set_pipeline(const Communicator* pp, const std::vector<ArenaRange>& duplicate);
+
   void begin_step(float* grads);
   // Backward has finished every gradient at arena offsets >= `offset` on this rank.
   void grads_ready_from(int64_t offset);
@@ -76,6 +81,7 @@ class GradientSync {
   std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
   std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm (dense)
   std::vector<ArenaRange> expert_norm_ranges_;
+  const Communicator* pp_ = nullptr;
   std::vector<float> staging_;
 };
 

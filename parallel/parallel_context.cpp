@@ -21,6 +21,9 @@ ParallelContext ParallelContext::build(Communicator world, const ProcessGrid& gr
   ctx.pp = world.split(c.tp + grid.tp() * c.dp, c.pp);
   ctx.ep = world.split(c.tp + grid.tp() * (c.edp + (grid.dp() / grid.ep()) * c.pp), c.ep);
   ctx.edp = world.split(c.tp + grid.tp() * (c.ep + grid.ep() * c.pp), c.edp);
+  // The first and last pipeline stages of one (tp, dp): each holds a copy of a tied embedding.
+  const bool ends = grid.pp() > 1 && (c.pp == 0 || c.pp == grid.pp() - 1);
+  ctx.embed = world.split(ends ? c.tp + grid.tp() * c.dp : grid.world_size() + world.rank(), c.pp);
   ctx.world = std::move(world);
   return ctx;
 }

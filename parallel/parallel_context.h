@@ -16,6 +16,8 @@ struct ParallelContext {
   Communicator pp;     // same (tp, dp)
   Communicator ep;     // same (tp, pp, edp): the ranks that hold one MoE layer's experts between them
   Communicator edp;    // same (tp, pp, ep): the ranks that hold the same experts (expert-data-parallel)
+  Communicator embed;  // pipeline: the first and last stage of one (tp, dp), which hold the tied embedding's
+                       // two copies (a group of one on the other stages, and without pipelining)
 
   // One-rank context: every communicator is the trivial group; no MPI needed.
   static ParallelContext single();

@@ -31,6 +31,11 @@ struct ParallelConfig {
   bool vocab_emb_dp = true;
   int64_t gradient_aggregation_group = 4;
   bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
+  std::string pipeline_scheduler = "1f1b";  // normalised: "gpipe", "1f1b", "interleaved", "zero_bubble_h1"
+  int64_t pipeline_chunks = 1;              // model chunks per stage (virtual stages): pp_interleave_num when
+                                            // parallel.pipeline_config.pipeline_interleave is True, else 1
+  std::vector<int64_t> stage_layers;        // resolved: layers of each virtual stage, pipeline_stage * pipeline_chunks
+                                            // entries, virtual stage k = chunk * pipeline_stage + stage; {num_layers} at pp 1
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -76,6 +81,7 @@ struct Settings {
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
   int64_t epochs = 1, batch_size = 1, train_steps = -1;
+  int64_t gradient_accumulation_steps = 1;  // runner_config.gradient_accumulation_steps
   double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/machine_probe.h)
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;

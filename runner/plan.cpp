@@ -10,6 +10,7 @@
 #include "models/registry.h"
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
+#include "runner/pipeline_executor.h"
 
 namespace gf {
 
@@ -62,10 +63,35 @@ std::string plan_report(const Config& cfg, int ranks) {
                        m.moe.dropless() && ep > 1 ? "dropless: every token of the expert-parallel group may come here"
                                                   : "every assignment that can reach this rank's experts");
   }
+  // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
+  const int pp = static_cast<int>(cfg.parallel.pipeline_stage);
+  std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
+  if (pp > 1) {
+    const pipeline::Scheduler sched = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
+    const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
+                                static_cast<int>(cfg.parallel.pipeline_chunks)};
+    out += fmt::format("pipeline: {} stages{}, {} micro-batches of {} per step and data-parallel rank, schedule {} "
+                       "(analytic bubble {:.1f}%)\n",
+                       pp, shape.chunks > 1 ? fmt::format(" x {} chunks", shape.chunks) : std::string(),
+                       shape.micro_batches, cfg.batch_size, pipeline::scheduler_name(sched),
+                       100.0 * pipeline::analytic_bubble(sched, shape));
+    stages.clear();
+    for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, sched, shape, st));
+  }
   double worst = 0;
+  for (size_t st = 0; st < stages.size(); ++st)
   for (int r = 0; r < tp; ++r) {
-    const Placement t = TransformerLM::make_placement(spec, entry.names, m, r, tp);
-    const BufferPlan acts = TransformerLM::activation_plan(spec, m, cfg.batch_size, tp, r);
+    const std::vector<StageOptions>& chunks = stages[st];
+    const Placement t(TransformerLM::make_param_table(spec, entry.names, chunks), TransformerLM::param_layout(m, tp), r);
+    BufferPlan acts;
+    std::string layers;
+    for (const StageOptions& c : chunks) {
+      const BufferPlan a = TransformerLM::activation_plan(spec, m, cfg.batch_size, tp, r, c);
+      for (const BufferPlan::Entry& e : a.entries()) acts.take(e.name, e.floats);
+      layers += fmt::format("{}[{}, {}) x {} slot(s)", layers.empty() ? "" : ", ", c.layer_begin,
+                            c.layer_end < 0 ? spec.layers : c.layer_end, c.slots);
+    }
+    if (pp > 1 && r == 0) out += fmt::format("pipeline stage {}: layers {}\n", st, layers);
     const int64_t n = t.total_floats();
     int64_t shard = n;
     if (zero) {  // the dense region over data parallel, the experts' over expert-data parallel
@@ -80,13 +106,13 @@ std::string plan_report(const Config& cfg, int ranks) {
                  copy = static_cast<double>(n * low_copy_element_bytes(cdt)),
                  activations = static_cast<double>(acts.bytes()), total = 2 * params + moments + copy + activations;
     worst = std::max(worst, total);
-    out += fmt::format("tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+    out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                        "weight copy {}, activations {}; total {}\n",
-                       r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp, ranks) : std::string(),
+                       pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
                        human_bytes(params), human_bytes(params), human_bytes(moments),
                        zero ? fmt::format(", a 1/{} ZeRO-1 shard", dp) : std::string(), human_bytes(copy),
                        human_bytes(activations), human_bytes(total));
-    if (r == 0) {
+    if (r == 0 && st == 0) {
       std::vector<BufferPlan::Entry> top = acts.entries();
       std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.floats > b.floats; });
       out += "  largest activation buffers:";

@@ -47,20 +47,54 @@ bool Trainer::eval_due(int64_t step) const {
   return cfg_.eval_epoch_interval > 0 && steps_per_epoch_ > 0 && step % (cfg_.eval_epoch_interval * steps_per_epoch_) == 0;
 }
 
+void Trainer::read_micro_batches(BatchSource& src, int64_t index) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  for (int64_t i = 0; i < micro_batches_; ++i)
+    src.read(first_sample(index + 1, i), cfg_.batch_size, tokens_.data() + i * n);
+}
+
 StepResult Trainer::train_step(int64_t step) {
   StepResult r;
   r.loss_scale = loss_scale_;
-  const int64_t T = cfg_.model.seq_length;
-  const int64_t first = (step - 1) * global_batch_ + ctx_.coord.dp * cfg_.batch_size;
-  data_->read(first, cfg_.batch_size, tokens_.data());
+  const int64_t T = cfg_.model.seq_length, n = cfg_.batch_size * (T + 1);
+  read_micro_batches(*data_, step - 1);
   float* grads = model_->grads();
-  const int64_t n = model_->params().total_floats();
-  parallel_zero(grads, n);  // 124M floats for GPT-2 124M: on every thread
+  parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
   sync_->begin_step(grads);
-  StepInfo info{step, first, true};
-  double loss_sum = model_->forward(tokens_.data(), info);
   const double global_tokens = static_cast<double>(global_batch_ * T);
-  model_->backward(static_cast<float>(loss_scale_ / global_tokens));
+  const auto scale = static_cast<float>(loss_scale_ / global_tokens);
+  double loss_sum = 0;
+  moe_acc_.clear();
+  if (pipe_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    loss_sum = pipe_->train(
+        [&](int i) {
+          return PipelineExecutor::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}};
+        },
+        scale);
+    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    moe_acc_ = pipe_->moe_stats();
+    // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
+    if (tied_.end > tied_.begin) ctx_.embed.allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
+    ctx_.pp.allreduce_sum(&loss_sum, 1);  // the last stage's
+    double b[2] = {pipe_->wait_seconds() / std::max(run_s, 1e-12), 0};
+    b[1] = b[0];
+    ctx_.pp.allreduce_sum(&b[0], 1);
+    ctx_.pp.allreduce_max(&b[1], 1);
+    r.bubble = b[0] / ctx_.grid.pp();
+    r.bubble_max = b[1];
+    r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
+  } else {
+    // Gradient accumulation: the micro-batches' gradients add up in the arena; the data-parallel
+    // reduction starts during the last one's backward.
+    for (int64_t i = 0; i < micro_batches_; ++i) {
+      hook_armed_ = i == micro_batches_ - 1;
+      loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
+      accumulate_moe_stats(moe_acc_, model_->moe_stats());
+      model_->backward(scale);
+    }
+    hook_armed_ = true;
+  }
   ctx_.dp.allreduce_sum(&loss_sum, 1);
   sync_->finish();
   r.loss = loss_sum / global_tokens;
@@ -102,28 +136,36 @@ StepResult Trainer::train_step(int64_t step) {
 }
 
 void Trainer::gather_moe_stats(StepResult& r) const {
-  const std::vector<MoeLayerStats> st = model_->moe_stats();
+  const std::vector<MoeLayerStats>& st = moe_acc_;
   r.objective = r.loss;
-  if (st.empty()) return;
-  // One buffer: per layer aux_sum, z_sum, dropped, then the tokens per expert.
-  const size_t E = st[0].tokens_per_expert.size(), per = 3 + E;
-  std::vector<double> v(st.size() * per);
-  for (size_t l = 0; l < st.size(); ++l) {
-    v[l * per] = st[l].aux_sum;
-    v[l * per + 1] = st[l].z_sum;
-    v[l * per + 2] = static_cast<double>(st[l].dropped);
-    for (size_t e = 0; e < E; ++e) v[l * per + 3 + e] = static_cast<double>(st[l].tokens_per_expert[e]);
+  if (!cfg_.model.moe.enabled()) return;
+  // One buffer over every layer of the model (a pipeline stage fills its own): per layer whether it
+  // is an MoE layer here, aux_sum, z_sum, dropped, then the tokens per expert. Summed over the
+  // data-parallel group and the pipeline stages.
+  const size_t E = static_cast<size_t>(cfg_.model.moe.expert_num), per = 4 + E;
+  const size_t L = static_cast<size_t>(cfg_.model.num_layers);
+  std::vector<double> v(L * per, 0.0);
+  for (const MoeLayerStats& m : st) {
+    double* x = v.data() + static_cast<size_t>(m.layer) * per;
+    x[0] = 1;
+    x[1] = m.aux_sum;
+    x[2] = m.z_sum;
+    x[3] = static_cast<double>(m.dropped);
+    for (size_t e = 0; e < E; ++e) x[4 + e] = static_cast<double>(m.tokens_per_expert[e]);
   }
   ctx_.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (pipe_) ctx_.pp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
-  for (size_t l = 0; l < st.size(); ++l) {
+  for (size_t l = 0; l < L; ++l) {
+    const double* x = v.data() + l * per;
+    if (x[0] == 0) continue;
     StepResult::MoeLayer m;
-    m.layer = st[l].layer;
-    m.aux = v[l * per] / seqs;
-    m.z = v[l * per + 1] / tokens;
-    m.dropped = static_cast<int64_t>(v[l * per + 2]);
+    m.layer = static_cast<int64_t>(l);
+    m.aux = x[1] / seqs;
+    m.z = x[2] / tokens;
+    m.dropped = static_cast<int64_t>(x[3]);
     for (size_t e = 0; e < E; ++e) {
-      const auto c = static_cast<int64_t>(v[l * per + 3 + e]);
+      const auto c = static_cast<int64_t>(x[4 + e]);
       m.tokens_max = std::max(m.tokens_max, c);
       m.assignments += c;
       m.tokens.push_back(c);
@@ -168,6 +210,12 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                  r.aux_loss, cfg_.model.moe.aux_loss_factor, r.z_loss, cfg_.model.moe.z_loss_factor, r.objective,
                  imbalance, r.moe.size(), dropped, assigned);
   }
+  if (r.bubble >= 0)
+    spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (time waiting for a neighbour "
+                 "over the schedule's time, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
+                 pipeline::scheduler_name(sched_), shape_.stages,
+                 shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
+                 100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
                x.samples_per_s / ctx_.world.size(), hms(eta));
   if (metrics_) {
@@ -187,18 +235,34 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                           {"tokens_per_expert", m.tokens}});
       j["moe"] = layers;
     }
+    if (r.bubble >= 0) {
+      j["bubble"] = r.bubble;
+      j["bubble_max"] = r.bubble_max;
+      j["bubble_analytic"] = r.bubble_analytic;
+    }
     metrics_->write(j);
   }
+}
+
+double Trainer::forward_micro_batches(int64_t index) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  auto info = [&](int64_t i) { return StepInfo{0, first_sample(index + 1, i), false}; };
+  if (pipe_)
+    return pipe_->forward_only(
+        [&](int i) { return PipelineExecutor::Micro{tokens_.data() + i * n, info(i)}; }, static_cast<int>(micro_batches_));
+  double sum = 0;
+  for (int64_t i = 0; i < micro_batches_; ++i) sum += model_->forward(tokens_.data() + i * n, info(i));
+  return sum;
 }
 
 double Trainer::evaluate() {
   const int64_t T = cfg_.model.seq_length;
   double sum = 0.0;
   for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
-    const int64_t first = i * global_batch_ + ctx_.coord.dp * cfg_.batch_size;
-    eval_data_->read(first, cfg_.batch_size, tokens_.data());
-    sum += model_->forward(tokens_.data(), StepInfo{0, first, false});
+    read_micro_batches(*eval_data_, i);
+    sum += forward_micro_batches(i);
   }
+  if (pipe_) ctx_.pp.allreduce_sum(&sum, 1);
   ctx_.dp.allreduce_sum(&sum, 1);
   return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
 }

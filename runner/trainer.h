@@ -18,6 +18,7 @@
 #include "runner/config.h"
 #include "runner/interval_meter.h"
 #include "runner/machine_probe.h"
+#include "runner/pipeline_executor.h"
 
 namespace gf {
 
@@ -45,6 +46,9 @@ struct StepResult {
   std::vector<MoeLayer> moe;
   double aux_loss = 0.0, z_loss = 0.0;
   double objective = 0.0;  // loss + aux_loss_factor * aux_loss + z_loss_factor * z_loss
+  // Pipeline parallelism: of this step, the time stages waited for their neighbours over the time
+  // they ran the schedule (mean and worst over the stages), and the schedule's analytic bubble.
+  double bubble = -1, bubble_max = -1, bubble_analytic = -1;
 };
 
 class Trainer {
@@ -88,10 +92,30 @@ class Trainer {
     return sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats();
   }
   void setup(std::unique_ptr<BatchSource> data);
+  void setup_pipeline();
+  // The global index of the first sample of micro-batch i of step `step` on this rank: micro-batch i
+  // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
+  // without pipelining or accumulation, as before).
+  int64_t first_sample(int64_t step, int64_t micro) const {
+    return (step - 1) * global_batch_ + (micro * ctx_.grid.dp() + ctx_.coord.dp) * cfg_.batch_size;
+  }
+  // Reads the micro-batches of global batch `index` of `src` into tokens_.
+  void read_micro_batches(BatchSource& src, int64_t index);
+  // The summed token loss of the micro-batches in tokens_ (forward only, no dropout; this stage's share
+  // under pipelining), for evaluation.
+  double forward_micro_batches(int64_t index);
 
   const Config& cfg_;
   ParallelContext& ctx_;
   std::unique_ptr<CausalLM> model_;
+  // Pipeline parallelism: model_ is this rank's PipelineStage, run by the executor.
+  std::unique_ptr<PipelineExecutor> pipe_;
+  pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
+  pipeline::Shape shape_;
+  ArenaRange tied_{0, 0};   // the tied embedding's gradient on the first and last stage (summed between them)
+  int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
+  bool hook_armed_ = true;     // the data-parallel reduction starts during the last micro-batch's backward only
+  std::vector<MoeLayerStats> moe_acc_;  // the step's router statistics, over its micro-batches
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<AdamW> opt_experts_;  // ZeRO with MoE: this rank's shard of the experts' region

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include "core/gemm_bf16.h"
+#include "models/pipeline_stage.h"
 #include "models/registry.h"
 #include "runner/logging.h"
 #include "runner/metrics_log.h"
@@ -29,14 +30,16 @@ Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchS
 
 void Trainer::setup(std::unique_ptr<BatchSource> given) {
   const Config& cfg = cfg_;
-  model_ = build_model(cfg.model, cfg.batch_size, ctx_);
+  micro_batches_ = ctx_.grid.pp() > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
+  if (ctx_.grid.pp() > 1) setup_pipeline();
+  else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
   if (!cfg.load_checkpoint.empty()) {
     model_->load_hf_checkpoint(cfg.load_checkpoint);
     spdlog::info("loaded weights from {}", cfg.load_checkpoint);
   } else {
     model_->init_weights(static_cast<uint64_t>(cfg.seed));
   }
-  global_batch_ = cfg.batch_size * ctx_.grid.dp();
+  global_batch_ = cfg.batch_size * ctx_.grid.dp() * micro_batches_;
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
   const bool from_config = !given;
   auto probe = given ? std::move(given) : make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
@@ -53,7 +56,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   data_ = more_epochs && from_config
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
-  tokens_.resize(static_cast<size_t>(cfg.batch_size * (cfg.model.seq_length + 1)));
+  tokens_.resize(static_cast<size_t>(micro_batches_ * cfg.batch_size * (cfg.model.seq_length + 1)));
   if (cfg.do_eval || cfg.run_mode == "eval") {
     // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
     DatasetConfig e = cfg.eval_data;
@@ -65,7 +68,10 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   }
   sync_ = std::make_unique<GradientSync>(model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
                                          cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
-  model_->set_grad_ready_hook([this](int64_t offset) { sync_->grads_ready_from(offset); });
+  model_->set_grad_ready_hook([this](int64_t offset) {
+    if (hook_armed_) sync_->grads_ready_from(offset);
+  });
+  if (pipe_) sync_->set_pipeline(&ctx_.pp, ctx_.coord.pp == 0 ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied_});
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
   if (sync_->expert_shard_end() > sync_->expert_shard_begin())
     opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
@@ -84,6 +90,31 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   }
   peak_ = choose_peak(cfg.peak_tflops, cfg.model.compute_dtype, machine_);
   log_setup();
+}
+
+// This rank's stage: its model chunks over one arena, and the executor that runs the schedule.
+void Trainer::setup_pipeline() {
+  const Config& cfg = cfg_;
+  const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
+  const TransformerSpec spec = entry.spec(cfg.model);
+  sched_ = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
+  shape_ = {ctx_.grid.pp(), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
+  const std::string bad = pipeline::check_shape(sched_, shape_);
+  if (!bad.empty()) throw std::runtime_error(bad);
+  std::vector<int64_t> layers = cfg.parallel.stage_layers;
+  if (layers.empty()) {  // an even split (configs read from YAML always carry the resolved one)
+    const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;
+    for (int64_t i = 0; i < k; ++i) layers.push_back(cfg.model.num_layers / k + (i < cfg.model.num_layers % k ? 1 : 0));
+  }
+  auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, cfg.batch_size, ctx_,
+                                               pipeline_chunk_options(layers, sched_, shape_, ctx_.coord.pp));
+  pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.pp, sched_, shape_);
+  // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
+  if (spec.tied_head) {
+    const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
+    if (t != nullptr) tied_ = {t->offset, t->offset + t->numel()};
+  }
+  model_ = std::move(stage);
 }
 
 Trainer::~Trainer() = default;

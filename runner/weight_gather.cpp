@@ -1,5 +1,8 @@
 // Trainer::save_weights: the full weights assembled from the ranks' slices (--save-weights).
+#include <optional>
 #include <vector>
+
+#include "models/registry.h"
 
 #include "core/safetensors.h"
 #include "runner/logging.h"
@@ -29,11 +32,22 @@ void Trainer::save_weights(const std::string& path) {
   std::vector<StWriteTensor> out;
   // In the table's order on every rank. An expert's tensor is held by one rank of each expert-
   // parallel group: the others add zeros over that group.
-  for (const ParamSpec& spec : placed.table().specs()) {
+  // Under pipelining each stage holds its layers: the whole model's table, each tensor summed over
+  // the stages from the one that holds it (the tied embedding from the first stage, not its copy).
+  std::optional<ParamTable> whole;
+  if (pipe_) {
+    const ModelEntry& e = find_model(cfg_.model.arch, cfg_.model.type);
+    whole = TransformerLM::make_param_table(e.spec(cfg_.model), e.names);
+  }
+  for (const ParamSpec& spec : (whole ? *whole : placed.table()).specs()) {
     const TensorPlacement* p = placed.find(spec.name);
-    if (p) full.push_back(gather_full_tensor(*p, w, ctx_));
-    else full.emplace_back(static_cast<size_t>(spec.global_numel()), 0.0f);
+    if (p != nullptr && ctx_.coord.pp != 0 && tied_.end > tied_.begin && p->offset == tied_.begin) p = nullptr;
+    // Every rank of the tensor group calls the gather (a collective) whether or not its stage holds p.
+    std::vector<float> f(static_cast<size_t>(spec.global_numel()), 0.0f);
+    if (p) f = gather_full_tensor(*p, w, ctx_);
+    full.push_back(std::move(f));
     if (spec.is_expert()) ctx_.ep.allreduce_sum(full.back().data(), spec.global_numel());
+    if (pipe_) ctx_.pp.allreduce_sum(full.back().data(), spec.global_numel());
     out.push_back({spec.name, StDtype::kF32, spec.shape, full.back().data()});
   }
   if (ctx_.world_rank == 0) {

@@ -69,10 +69,10 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
 
 void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const {
   const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
-  if (is_moe() && pass != BwdPass::kBoth)
-    throw std::logic_error("an MoE layer runs its backward fused (input and weight passes apart are not built for it)");
+  // An MoE block has no passes apart: its whole backward (the experts' and router's weight
+  // gradients too) runs in the input pass, and the weight pass skips it.
   if (pass == BwdPass::kWeight) {
-    mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+    if (!is_moe()) mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.ln2, a.mlp, g.mlp);
     norm2_.bwd(e, pass, nullptr, g.dln2, a.res2, a.n2, Nl);
     attn_.bwd(e, pass, layer_, nullptr, g.dout_attn, a.ln1, a.attn, g.attn);
     norm1_.bwd(e, pass, nullptr, g.dln1, x, a.n1, Nl);

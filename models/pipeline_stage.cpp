@@ -1,0 +1,41 @@
+#include "models/pipeline_stage.h"
+
+#include <stdexcept>
+
+namespace gf {
+
+PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
+                             const ParallelContext& ctx, const std::vector<StageOptions>& chunks)
+    : cfg_(cfg), micro_batch_(micro_batch),
+      params_(TransformerLM::make_param_table(spec, names, chunks), TransformerLM::param_layout(cfg, ctx.grid.tp()),
+              ctx.coord.tp, ctx.coord.ep),
+      cdt_(parse_compute_dtype(cfg.compute_dtype)) {
+  if (chunks.empty()) throw std::invalid_argument("PipelineStage: no model chunk");
+  const size_t n = static_cast<size_t>(params_.total_floats());
+  weights_ = AlignedBuffer<float>(n);
+  grads_ = AlignedBuffer<float>(n);
+  low_ = AlignedBuffer<std::byte>(n * static_cast<size_t>(low_copy_element_bytes(cdt_)));
+  const SharedArena arena{&params_, weights_.data(), grads_.data(), low_.data(), &low_current_};
+  for (const StageOptions& st : chunks)
+    chunks_.push_back(std::make_unique<TransformerLM>(spec, names, cfg, micro_batch, ctx, st, &arena));
+}
+
+double PipelineStage::forward(const int32_t*, const StepInfo&) {
+  throw std::logic_error("a pipeline stage's forward runs under the pipeline executor");
+}
+
+void PipelineStage::backward(float) {
+  throw std::logic_error("a pipeline stage's backward runs under the pipeline executor");
+}
+
+const float* PipelineStage::logits() const {
+  throw std::logic_error("a pipeline stage's logits are the last chunk's, per slot");
+}
+
+int64_t PipelineStage::activation_bytes() const {
+  int64_t b = 0;
+  for (const auto& c : chunks_) b += c->activation_bytes();
+  return b;
+}
+
+}  // namespace gf

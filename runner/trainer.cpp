@@ -268,6 +268,7 @@ double Trainer::evaluate() {
 }
 
 int Trainer::run() {
+  if (pipe_) log_pipeline_stages();
   write_run_start();
   const auto origin = std::chrono::steady_clock::now();
   const auto now = [&origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };

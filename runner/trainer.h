@@ -82,6 +82,8 @@ class Trainer {
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;
+  // Pipeline: each stage's layers and planned activation memory, logged by rank 0 (collective).
+  void log_pipeline_stages() const;
   void write_run_start();
   // Whether to evaluate after `step` (do_eval): every eval_step_interval steps, at the end of every
   // eval_epoch_interval-th epoch, and after the last step.
@@ -112,6 +114,7 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> pipe_;
   pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
   pipeline::Shape shape_;
+  std::vector<int64_t> stage_layers_;  // layers per virtual stage
   ArenaRange tied_{0, 0};   // the tied embedding's gradient on the first and last stage (summed between them)
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
   bool hook_armed_ = true;     // the data-parallel reduction starts during the last micro-batch's backward only

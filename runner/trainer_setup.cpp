@@ -106,6 +106,7 @@ void Trainer::setup_pipeline() {
     const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;
     for (int64_t i = 0; i < k; ++i) layers.push_back(cfg.model.num_layers / k + (i < cfg.model.num_layers % k ? 1 : 0));
   }
+  stage_layers_ = layers;
   auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, cfg.batch_size, ctx_,
                                                pipeline_chunk_options(layers, sched_, shape_, ctx_.coord.pp));
   pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.pp, sched_, shape_);
@@ -118,6 +119,30 @@ void Trainer::setup_pipeline() {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::log_pipeline_stages() const {
+  const int P = ctx_.grid.pp();
+  std::vector<double> acts(static_cast<size_t>(P), 0.0), params(acts.size(), 0.0);
+  acts[static_cast<size_t>(ctx_.coord.pp)] = static_cast<double>(model_->activation_bytes());
+  params[static_cast<size_t>(ctx_.coord.pp)] = 4.0 * static_cast<double>(model_->params().total_floats());
+  ctx_.pp.allreduce_sum(acts.data(), P);
+  ctx_.pp.allreduce_sum(params.data(), P);
+  if (ctx_.world_rank != 0) return;
+  const std::vector<int64_t>& layers = stage_layers_;
+  spdlog::info("pipeline: {} stages{}, schedule {}, {} micro-batches of {} per step and data-parallel rank; analytic bubble "
+               "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
+               pipeline::scheduler_name(sched_), shape_.micro_batches, cfg_.batch_size,
+               100.0 * pipeline::analytic_bubble(sched_, shape_));
+  for (int s = 0; s < P; ++s) {
+    std::string ranges;
+    for (const StageOptions& c : pipeline_chunk_options(layers, sched_, shape_, s))
+        ranges += fmt::format("{}[{}, {}) x {} slot(s)", ranges.empty() ? "" : ", ", c.layer_begin, c.layer_end, c.slots);
+    spdlog::info("pipeline stage {} (tensor-parallel rank 0): layers {}{}{}; parameters {}, activations {} (planned)", s,
+                 ranges, s == 0 ? ", the embedding" : "",
+                 s == P - 1 ? ", the final norm, head and loss" : "", human_bytes(params[static_cast<size_t>(s)]),
+                 human_bytes(acts[static_cast<size_t>(s)]));
+  }
+}
 
 void Trainer::log_setup() const {
   const auto& m = cfg_.model;
@@ -143,8 +168,12 @@ void Trainer::log_setup() const {
                  m.use_seq_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
                                                   m.seq_length / ctx_.grid.tp(), m.seq_length)
                                     : std::string("off"));
-  spdlog::info("layout: {}; micro batch {} per rank, global batch {} samples ({} tokens)", ctx_.grid.describe(),
-               cfg_.batch_size, global_batch_, global_batch_ * m.seq_length);
+  spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid.describe(),
+               cfg_.batch_size,
+               micro_batches_ == 1 ? std::string()
+                   : fmt::format(", {} micro-batches per step ({}; gradients accumulate over them)", micro_batches_,
+                                 pipe_ ? "parallel_config.micro_batch_num" : "runner_config.gradient_accumulation_steps"),
+               global_batch_, global_batch_ * m.seq_length);
   spdlog::info("data: {}", data_->describe());
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "

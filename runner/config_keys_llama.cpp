@@ -13,7 +13,6 @@ using enum KeyUse;
 const char* const kDeprecated =
     "deprecated by MindFormers r1.1, whose LlamaConfig warns about such a key and reads it nowhere (scaling_factor, "
     "pretrain_seqlen's successor, acts only with an extend_method)";
-const char* const kPipelineLayers = "pipeline parallelism is not built yet (pipeline_stage: 1)";
 const char* const kQuant = "quantization is not built yet";
 
 }  // namespace
@@ -54,8 +53,8 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "scaling_factor", kIgnored,
        "MindFormers' FreqsMgr reads scaling_factor only for an extend_method (PI, NTK, YaRN, LLAMA3), and extend_method "
        "other than \"None\" is refused here (not built)"},
-      {k + "pp_interleave_num", kRefused, std::string("interleaved pipeline stages: ") + kPipelineLayers + "; use 1"},
-      {k + "offset", kRefused, std::string("layer offsets between pipeline stages: ") + kPipelineLayers + "; use 0"},
+      {k + "pp_interleave_num", kBuilt, kInterleaveNum},
+      {k + "offset", kBuilt, kOffset},
       {k + "quant", kRefused, std::string(kQuant) + "; use quant: \"\""},
       {k + "quant_config", kRefused, std::string(kQuant) + "; remove model.model_config.quant_config"},
       {k + "pet_config", kRefused,

@@ -224,6 +224,8 @@ model:
     position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
     rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
     add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)
+    offset: 0                  # layers moved between pipeline stages: an int, a list per stage, or [chunk][stage] lists
+    pp_interleave_num: 1       # model chunks per stage with parallel.pipeline_config.pipeline_interleave (LlamaConfig's key)
     checkpoint_name_or_path: ""
     eos_token_id: 50256
     bos_token_id: 50256
@@ -373,8 +375,8 @@ eval_callbacks:
 )YAML";
 
 // Paths whose value may have another shape than their default (a scalar for a map, a list for a
-// boolean): the loader checks them. LlamaConfig's offset may be a list (layers per pipeline stage),
-// its scaling_factor a mapping (YaRN's, Llama 3's).
+// boolean): the loader checks them. model_config.offset may be a list (layers per pipeline stage) or a
+// list of lists ([chunk][stage]), LlamaConfig's scaling_factor a mapping (YaRN's, Llama 3's).
 const std::vector<std::string>& polymorphic_keys() {
   static const std::vector<std::string> keys = {"runner_wrapper.scale_sense", "recompute_config.select_recompute",
                                                 "recompute_config.select_comm_recompute", "model.model_config.offset",

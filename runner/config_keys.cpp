@@ -210,7 +210,8 @@ std::vector<KeyRule> common_rules() {
                         "save_network_params", "save_trainable_params", "async_save", "directory"})
     r.push_back({std::string("callbacks.*.") + k, kChecked,
                  "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
-  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file"})
+  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file",
+                        "add_bos_token", "add_eos_token"})
     r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
   for (const char* ds : {"train_dataset", "eval_dataset"})
     for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));

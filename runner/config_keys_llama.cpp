@@ -85,8 +85,8 @@ std::vector<KeyRule> llama_model_rules() {
        "input_ids, their labels the ids shifted by one"},
   };
   for (const char* g : {"bos_token_id", "eos_token_id", "use_past", "block_size", "num_blocks", "top_k", "top_p",
-                        "do_sample", "repetition_penalty", "max_decode_length", "use_kvcache_op", "is_flexible_shape",
-                        "use_paged_attention", "llm_backend"})
+                        "do_sample", "temperature", "repetition_penalty", "max_decode_length", "use_kvcache_op",
+                        "is_flexible_shape", "use_paged_attention", "llm_backend"})
     r.push_back({k + g, kIgnored, kGeneration});
   r.push_back({k + "position_embedding_type", kChecked, "rope only (a Llama's positions are RoPE's); others refused"});
   r.push_back({k + "add_bias_linear", kChecked,

@@ -230,10 +230,10 @@ model:
     eos_token_id: 50256
     bos_token_id: 50256
     pad_token_id: 50256
-    repetition_penalty: 1
+    repetition_penalty: 1.0
     max_decode_length: 1024
     top_k: 5
-    top_p: 1
+    top_p: 1.0
     do_sample: false
     use_past: false
     batch_size: 1
@@ -276,6 +276,8 @@ processor:
     pad_token: "<|endoftext|>"
     vocab_file: ""
     merge_file: ""
+    add_bos_token: ~
+    add_eos_token: ~
 )YAML";
 
 // A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
@@ -347,11 +349,12 @@ model:
     use_incre_flash_attention: false
     block_size: 16
     num_blocks: 512
-    repetition_penalty: 1
+    repetition_penalty: 1.0
     max_decode_length: 1024
     top_k: 5
-    top_p: 1
+    top_p: 1.0
     do_sample: true
+    temperature: 1.0
     llm_backend: ""
   arch:
     type: LlamaForCausalLM

@@ -69,6 +69,14 @@ resolves r1.3/finetune_llama2_7b.yaml --set 'load_checkpoint=""'
 resolves r1.2/pretrain_llama2_70b.yaml  # 8 stages of 10 layers, 128 micro-batches
 grep -q "use_flash_attention: True\` with \`n_kv_heads: 8\` < \`num_heads: 64\`" err.txt || fail "no GQA flash warning: $(cat err.txt)"
 "$BIN" config --config "$DATA/r1.2/pretrain_llama2_70b.yaml" --ranks 64 > /dev/null 2> err.txt || fail "70b on 64 ranks: $(cat err.txt)"
+# Yi 34B (research/yi): a LlamaConfig in 4 stages split by offset [-1, 1, 1, -1] (14, 16, 16, 14 of 60 layers);
+# its optimizer is Yi's own.
+refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`optimizer.type: AdamWeightDecayX\`: unknown type"
+resolves r1.3/pretrain_yi_34b.yaml --set optimizer.type=AdamWeightDecay
+"$BIN" config --config "$DATA/r1.3/pretrain_yi_34b.yaml" --set optimizer.type=AdamWeightDecay --ranks 16 > /dev/null \
+  2> err.txt || fail "yi_34b on 16 ranks: $(cat err.txt)"
+refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`model.model_config.offset: [-1, 1, 1]\` has 3 entries, but \`parallel_config.pipeline_stage\` is 4" \
+  --set optimizer.type=AdamWeightDecay --set "model.model_config.offset=[-1, 1, 1]"
 # Its 8 key/value heads do not split over 16 tensor-parallel ranks: the layout check names the key.
 refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
   "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \

@@ -44,6 +44,7 @@ const MindFormersFile kFiles[] = {
     {"r1.2/pretrain_llama2_70b.yaml", "", {}},
     {"r1.3/pretrain_mixtral-8x7b.yaml", "", {}},
     {"r1.1/finetune_mixtral-8x7b.yaml", "", {}},
+    {"r1.3/pretrain_yi_34b.yaml", "`optimizer.type: AdamWeightDecayX`: unknown type", {"optimizer.type=AdamWeightDecay"}},
 };
 
 TEST(MindFormersLlamaConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {

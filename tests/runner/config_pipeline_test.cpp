@@ -336,6 +336,11 @@ TEST(ConfigPipeline, MindFormersPipelineFilesLoadAsWritten) {
   EXPECT_EQ(c.gradient_accumulation_steps, 8);
   EXPECT_EQ(micro_batches_per_step(c), 8);
   EXPECT_EQ(global_batch_size(c), 1 * 8 * 8);
+  // Yi 34B (r1.3 research/yi): a LlamaConfig with offset [-1, 1, 1, -1]: 60 // 4 = 15, so [14, 16, 16, 14].
+  c = load_config(data("r1.3/pretrain_yi_34b.yaml"), {"optimizer.type=AdamWeightDecay"});
+  EXPECT_EQ(c.parallel.layer_offset, LayerOffset::per_stage({-1, 1, 1, -1}));
+  EXPECT_EQ(c.parallel.stage_layers, V({14, 16, 16, 14}));
+  EXPECT_EQ(layout_error_message(c, 1 * 4 * 4), "");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "core/adamw.h"
 #include "core/lr_schedule.h"
 #include "models/model_config.h"
+#include "parallel/pipeline_partition.h"
 
 namespace gf {
 
@@ -27,15 +28,27 @@ class ConfigError : public std::runtime_error {
 struct ParallelConfig {
   int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
   bool use_seq_parallel = false;
+  // Micro-batches of batch_size samples per step per data-parallel rank under pipeline_stage > 1
+  // (global batch = batch_size x data_parallel x micro_batch_num, as MindFormers counts it); at
+  // pipeline_stage 1 warned and ignored, as MindFormers ignores it (gradient_accumulation_steps is the
+  // count there). micro_batches_per_step() below says which.
   int64_t micro_batch_num = 1;
   bool vocab_emb_dp = true;
   int64_t gradient_aggregation_group = 4;
   bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
-  std::string pipeline_scheduler = "1f1b";  // normalised: "gpipe", "1f1b", "interleaved", "zero_bubble_h1"
-  int64_t pipeline_chunks = 1;              // model chunks per stage (virtual stages): pp_interleave_num when
-                                            // parallel.pipeline_config.pipeline_interleave is True, else 1
-  std::vector<int64_t> stage_layers;        // resolved: layers of each virtual stage, pipeline_stage * pipeline_chunks
-                                            // entries, virtual stage k = chunk * pipeline_stage + stage; {num_layers} at pp 1
+  // parallel.pipeline_config.pipeline_scheduler, normalised: "gpipe", "1f1b", "interleaved" (also what
+  // "1f1b" becomes with pipeline_chunks > 1), "zero_bubble_h1" (aliases zbh1, zb-h1, zero_bubble).
+  std::string pipeline_scheduler = "1f1b";
+  // Model chunks per stage (virtual stages): model.model_config.pp_interleave_num when
+  // parallel.pipeline_config.pipeline_interleave is True and pipeline_stage > 1, else 1.
+  int64_t pipeline_chunks = 1;
+  // model.model_config.offset as written (an int, a list per stage, or [chunk][stage] lists).
+  LayerOffset layer_offset;
+  // Resolved by the loader: the layers of each virtual stage, pipeline_stage x pipeline_chunks entries,
+  // virtual stage k = chunk x pipeline_stage + stage (parallel/pipeline_partition.h); {num_layers} at
+  // pipeline_stage 1. Empty only when the split fails, which config_layout_problems refuses
+  // (runner/layout_check.h), so a run never starts with it empty.
+  std::vector<int64_t> stage_layers;
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -78,6 +91,10 @@ struct Settings {
   bool use_parallel = true;     // False with several ranks: warned at start (the ranks still train together)
   bool resume_training = false;
   ParallelConfig parallel;
+  // runner_config.gradient_accumulation_steps: at pipeline_stage 1 a step runs this many micro-batches
+  // of batch_size and accumulates their gradients (global batch = batch_size x data_parallel x
+  // gradient_accumulation_steps); with pipeline_stage > 1 it must be 1 (micro_batch_num counts there).
+  int64_t gradient_accumulation_steps = 1;
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
   int64_t epochs = 1, batch_size = 1, train_steps = -1;
@@ -98,6 +115,16 @@ struct Settings {
   CheckpointConfig checkpoint;
   bool operator==(const Settings&) const = default;
 };
+
+// Micro-batches of batch_size samples per step per data-parallel rank: micro_batch_num under
+// pipeline parallelism, gradient_accumulation_steps without it.
+inline int64_t micro_batches_per_step(const Settings& s) {
+  return s.parallel.pipeline_stage > 1 ? s.parallel.micro_batch_num : s.gradient_accumulation_steps;
+}
+// Samples per step over all ranks: batch_size x data_parallel x micro_batches_per_step.
+inline int64_t global_batch_size(const Settings& s) {
+  return s.batch_size * s.parallel.data_parallel * micro_batches_per_step(s);
+}
 
 struct Config : Settings {
   YAML::Node resolved;                // the full resolved tree

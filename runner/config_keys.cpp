@@ -23,7 +23,6 @@ const char* const kTokenizer =
 const char* const kProcessor = "the processor serves text generation (run_mode: predict), which is not built yet";
 const char* const kProfiler = "the MindSpore profiler is not part of gridformer";
 const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
-const char* const kPipeline = "pipeline parallelism is not built yet (pipeline_stage: 1)";
 const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
 const char* const kInputColumns =
     "MegatronDataset samples are token ids only: the labels are the ids shifted by one and attention is "
@@ -117,7 +116,10 @@ std::vector<KeyRule> common_rules() {
       {"runner_config.sink_size", kCpu, ""},
       {"runner_config.train_steps", kBuilt, "train_steps"},
       {"runner_config.peak_tflops", kBuilt, "peak_tflops"},
-      {"runner_config.gradient_accumulation_steps", kChecked, "1; more is refused (not built yet)"},
+      {"runner_config.gradient_accumulation_steps", kBuilt,
+       "gradient_accumulation_steps (>= 1): at pipeline_stage 1 a step runs that many micro-batches of batch_size and "
+       "accumulates their gradients (global batch = batch_size x data_parallel x gradient_accumulation_steps); with "
+       "pipeline_stage > 1 it must be 1 (micro_batch_num accumulates there; the layout check)"},
       {"runner_wrapper.type", kChecked, "MFTrainOneStepCell only"},
       {"runner_wrapper.scale_sense", kBuilt, "loss_scale"},
       {"runner_wrapper.use_clip_grad", kBuilt, "use_clip_grad"},
@@ -137,27 +139,43 @@ std::vector<KeyRule> common_rules() {
       {"parallel.strategy_ckpt_config.save_file", kCpu, kStrategy},
       {"parallel.strategy_ckpt_config.only_trainable_params", kCpu, kStrategy},
       {"parallel.parallel_optimizer_config.gradient_accumulation_shard", kIgnored,
-       "gradient accumulation is not built, so there is no accumulated gradient to shard"},
+       "the accumulated gradient (gradient_accumulation_steps, or micro_batch_num under pipeline_stage > 1) is not "
+       "sharded over data parallel: each rank accumulates into its whole gradient buffer (ZeRO-1, "
+       "parallel.enable_parallel_optimizer, shards the optimizer state)"},
       {"parallel.parallel_optimizer_config.parallel_optimizer_threshold", kIgnored,
        "ZeRO-1 here shards the flat parameter arena evenly over data parallel, small parameters included"},
       {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", kChecked,
        "-1 or data_parallel (the whole data-parallel group); others refused"},
-      {"parallel.pipeline_config.pipeline_interleave", kIgnored, kPipeline},
-      {"parallel.pipeline_config.pipeline_scheduler", kIgnored, kPipeline},
-      {"parallel.auto_pipeline", kRefused, "searching pipeline stages: pipeline parallelism is not built yet; set False"},
+      {"parallel.pipeline_config.pipeline_interleave", kBuilt,
+       "parallel.pipeline_chunks, with model_config.pp_interleave_num: True gives pp_interleave_num model chunks "
+       "(virtual stages) per stage under pipeline_stage > 1; warned where it means nothing (pipeline_stage 1, "
+       "pp_interleave_num 1)"},
+      {"parallel.pipeline_config.pipeline_scheduler", kBuilt,
+       "parallel.pipeline_scheduler, case-insensitive: 1f1b (default; with pipeline chunks > 1 it becomes interleaved), "
+       "gpipe, interleaved (needs pipeline_interleave: True and pp_interleave_num > 1, and micro_batch_num a multiple "
+       "of pipeline_stage), zero_bubble_h1 (zbh1, zb-h1, zero_bubble; not with recompute). MindSpore's seqpipe, seqvpp, "
+       "seqsmartvpp and zero_bubble_v are refused; warned at pipeline_stage 1 (nothing to schedule)"},
+      {"parallel.auto_pipeline", kRefused,
+       "MindSpore's automatic search for pipeline stages is not built; set parallel_config.pipeline_stage (and "
+       "model.model_config.offset for an uneven split) yourself, and auto_pipeline: False"},
       {"parallel_config.data_parallel", kBuilt, "parallel.data_parallel"},
       {"parallel_config.model_parallel", kBuilt, "parallel.model_parallel"},
-      {"parallel_config.pipeline_stage", kBuilt, "parallel.pipeline_stage (> 1 refused by the layout check)"},
+      {"parallel_config.pipeline_stage", kBuilt,
+       "parallel.pipeline_stage, and parallel.stage_layers (the layers of each stage; the layout check: at most "
+       "num_layers stages, micro_batch_num >= pipeline_stage)"},
       {"parallel_config.expert_parallel", kBuilt,
        "parallel.expert_parallel (the layout check: it must divide data_parallel and moe_config.expert_num)"},
       {"parallel_config.use_seq_parallel", kBuilt, "parallel.use_seq_parallel"},
-      {"parallel_config.micro_batch_num", kChecked, "warned when > 1 with pipeline_stage 1 (MindFormers ignores it)"},
+      {"parallel_config.micro_batch_num", kBuilt,
+       "parallel.micro_batch_num: micro-batches of batch_size per step per data-parallel rank under pipeline_stage > 1 "
+       "(global batch = batch_size x data_parallel x micro_batch_num); warned and ignored at pipeline_stage 1, as "
+       "MindFormers ignores it"},
       {"parallel_config.vocab_emb_dp", kBuilt, "parallel.vocab_emb_dp"},
       {"parallel_config.gradient_aggregation_group", kBuilt, "parallel.gradient_aggregation_group"},
       {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
       {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
       {"recompute_config.recompute", kBuilt, "recompute"},
-      {"recompute_config.select_recompute", kBuilt, "select_recompute (a per-stage list refused)"},
+      {"recompute_config.select_recompute", kBuilt, "select_recompute (True or False; a per-stage list is refused)"},
       {"recompute_config.recompute_num_layers", kBuilt, "recompute_num_layers"},
       {"recompute_config.parallel_optimizer_comm_recompute", kCpu, ""},
       {"recompute_config.mp_comm_recompute", kCpu, ""},
@@ -192,7 +210,8 @@ std::vector<KeyRule> common_rules() {
                         "save_network_params", "save_trainable_params", "async_save", "directory"})
     r.push_back({std::string("callbacks.*.") + k, kChecked,
                  "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
-  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file"})
+  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file",
+                        "add_bos_token", "add_eos_token"})
     r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
   for (const char* ds : {"train_dataset", "eval_dataset"})
     for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
@@ -225,6 +244,8 @@ std::vector<KeyRule> gpt2_model_rules() {
        "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
       {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
       {"model.model_config.add_bias_linear", kBuilt, "model.add_bias_linear (False: Megatron's --disable-bias-linear)"},
+      {"model.model_config.offset", kBuilt, config_keys::kOffset},
+      {"model.model_config.pp_interleave_num", kBuilt, config_keys::kInterleaveNum},
       {"model.model_config.checkpoint_name_or_path", kChecked,
        "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
        "does not load it there)"},

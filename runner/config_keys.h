@@ -12,6 +12,17 @@ namespace gf::config_keys {
 
 // Shared reasons: kIgnored keys with the same reason share one warning.
 inline constexpr const char* kGeneration = "used by text generation (run_mode: predict), which is not built yet";
+// model_config.offset and pp_interleave_num: GPT2Config's and LlamaConfig's alike.
+inline constexpr const char* kOffset =
+    "parallel.layer_offset and parallel.stage_layers: layers moved between pipeline stages, MindFormers' int (layer i "
+    "on stage min((i + offset) // pp_dis, pipeline_stage - 1)), list per stage (num_layers // pipeline_stage + "
+    "offset[s] layers) or [chunk][stage] lists (parallel/pipeline_partition.h); refused (the layout check) when it "
+    "leaves a stage empty or the layers do not add up. MindFormers' GPT2Model reads no offset (it passes 0); here it "
+    "applies to GPT-2 as to a Llama";
+inline constexpr const char* kInterleaveNum =
+    "parallel.pipeline_chunks: model chunks (virtual stages) per pipeline stage when "
+    "parallel.pipeline_config.pipeline_interleave is True and pipeline_stage > 1; warned otherwise (it means nothing "
+    "there). GPT2Config has no such key in MindFormers: here it is LlamaConfig's, for both";
 
 // LlamaConfig's model.model_config and model.arch rules, and those of the shared keys whose rule
 // differs for a Llama (a rule with the path of a shared one replaces it).

@@ -13,7 +13,6 @@ using enum KeyUse;
 const char* const kDeprecated =
     "deprecated by MindFormers r1.1, whose LlamaConfig warns about such a key and reads it nowhere (scaling_factor, "
     "pretrain_seqlen's successor, acts only with an extend_method)";
-const char* const kPipelineLayers = "pipeline parallelism is not built yet (pipeline_stage: 1)";
 const char* const kQuant = "quantization is not built yet";
 
 }  // namespace
@@ -54,8 +53,8 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "scaling_factor", kIgnored,
        "MindFormers' FreqsMgr reads scaling_factor only for an extend_method (PI, NTK, YaRN, LLAMA3), and extend_method "
        "other than \"None\" is refused here (not built)"},
-      {k + "pp_interleave_num", kRefused, std::string("interleaved pipeline stages: ") + kPipelineLayers + "; use 1"},
-      {k + "offset", kRefused, std::string("layer offsets between pipeline stages: ") + kPipelineLayers + "; use 0"},
+      {k + "pp_interleave_num", kBuilt, kInterleaveNum},
+      {k + "offset", kBuilt, kOffset},
       {k + "quant", kRefused, std::string(kQuant) + "; use quant: \"\""},
       {k + "quant_config", kRefused, std::string(kQuant) + "; remove model.model_config.quant_config"},
       {k + "pet_config", kRefused,
@@ -86,8 +85,8 @@ std::vector<KeyRule> llama_model_rules() {
        "input_ids, their labels the ids shifted by one"},
   };
   for (const char* g : {"bos_token_id", "eos_token_id", "use_past", "block_size", "num_blocks", "top_k", "top_p",
-                        "do_sample", "repetition_penalty", "max_decode_length", "use_kvcache_op", "is_flexible_shape",
-                        "use_paged_attention", "llm_backend"})
+                        "do_sample", "temperature", "repetition_penalty", "max_decode_length", "use_kvcache_op",
+                        "is_flexible_shape", "use_paged_attention", "llm_backend"})
     r.push_back({k + g, kIgnored, kGeneration});
   r.push_back({k + "position_embedding_type", kChecked, "rope only (a Llama's positions are RoPE's); others refused"});
   r.push_back({k + "add_bias_linear", kChecked,

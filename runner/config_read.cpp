@@ -48,7 +48,7 @@ void read_select_recompute(ReadContext& x) {
   const YAML::Node n = x.rd.node("recompute_config.select_recompute");
   if (n.IsSequence()) {
     x.refuse(kv("recompute_config.select_recompute", show(n)) +
-             ": a list (layers per pipeline stage) needs pipeline parallelism, which is not built yet; use True or False");
+             ": a list (layers to recompute per pipeline stage) is not built; use True (every layer) or False");
     return;
   }
   if (!YAML::convert<bool>::decode(n, x.c.select_recompute))
@@ -63,13 +63,12 @@ void check_runner(ReadContext& x) {
   if (wrapper != "MFTrainOneStepCell")
     x.refuse(kv("runner_wrapper.type", wrapper) + ": registered: MFTrainOneStepCell (gradient clipping and loss "
              "scaling: use_clip_grad, max_grad_norm, scale_sense)");
-  const int64_t gas = x.rd.get<int64_t>("runner_config.gradient_accumulation_steps");
-  if (gas > 1)
+  // Accumulation over micro-batches: with pipeline_stage > 1 micro_batch_num counts them instead, and the layout
+  // check refuses both at once.
+  const int64_t gas = x.c.gradient_accumulation_steps = x.rd.get<int64_t>("runner_config.gradient_accumulation_steps");
+  if (gas < 1)
     x.refuse(kv("runner_config.gradient_accumulation_steps", std::to_string(gas)) +
-             ": gradient accumulation is not built yet; raise runner_config.batch_size or parallel_config.data_parallel "
-             "for the same global batch (batch_size x data_parallel x " + std::to_string(gas) + "), and set 1");
-  else if (gas < 1)
-    x.refuse(kv("runner_config.gradient_accumulation_steps", std::to_string(gas)) + ": must be >= 1");
+             ": must be >= 1 (micro-batches of runner_config.batch_size accumulated per step; 1: none)");
   if (x.rd.get<bool>("resume_training"))
     x.warn("`resume_training: True`: resuming is not built yet; training starts from step 1");
 }
@@ -129,7 +128,8 @@ void read_parallel(ReadContext& x) {
     x.refuse(mbn + ": must be >= 1");
   else if (p.micro_batch_num > 1 && p.pipeline_stage == 1)
     x.warn(mbn + " with `pipeline_stage: 1`: micro-batches only split the batch for pipeline parallelism; MindFormers ignores "
-           "it here too (global batch = batch_size x data_parallel); ignored");
+           "it here too (global batch = batch_size x data_parallel x runner_config.gradient_accumulation_steps, the "
+           "count of accumulated micro-batches without a pipeline); ignored");
   // parallel_mode is read raw: it stays a CPU-meaningless key, it only decides what gradients_mean would mean.
   const YAML::Node mode = config_tree::find(rd.root(), "parallel.parallel_mode");
   const bool data_parallel_mode = mode.IsScalar() && (mode.Scalar() == "0" || mode.Scalar() == "data_parallel");

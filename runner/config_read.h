@@ -52,6 +52,9 @@ void read_datasets(ReadContext& x);
 void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
 void read_moe(ReadContext& x);      // moe_config into model.moe (config_read_moe.cpp)
+// The pipeline keys into ParallelConfig: scheduler, model chunks, offset and the layers of each stage
+// (config_read_pipeline.cpp); after read_parallel and read_model.
+void read_pipeline(ReadContext& x);
 
 // The parts of reading a model section that every model type shares (config_read_model.cpp), and
 // LlamaConfig's model section (config_read_llama.cpp).

@@ -224,14 +224,16 @@ model:
     position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
     rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
     add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)
+    offset: 0                  # layers moved between pipeline stages: an int, a list per stage, or [chunk][stage] lists
+    pp_interleave_num: 1       # model chunks per stage with parallel.pipeline_config.pipeline_interleave (LlamaConfig's key)
     checkpoint_name_or_path: ""
     eos_token_id: 50256
     bos_token_id: 50256
     pad_token_id: 50256
-    repetition_penalty: 1
+    repetition_penalty: 1.0
     max_decode_length: 1024
     top_k: 5
-    top_p: 1
+    top_p: 1.0
     do_sample: false
     use_past: false
     batch_size: 1
@@ -274,6 +276,8 @@ processor:
     pad_token: "<|endoftext|>"
     vocab_file: ""
     merge_file: ""
+    add_bos_token: ~
+    add_eos_token: ~
 )YAML";
 
 // A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
@@ -345,11 +349,12 @@ model:
     use_incre_flash_attention: false
     block_size: 16
     num_blocks: 512
-    repetition_penalty: 1
+    repetition_penalty: 1.0
     max_decode_length: 1024
     top_k: 5
-    top_p: 1
+    top_p: 1.0
     do_sample: true
+    temperature: 1.0
     llm_backend: ""
   arch:
     type: LlamaForCausalLM
@@ -373,8 +378,8 @@ eval_callbacks:
 )YAML";
 
 // Paths whose value may have another shape than their default (a scalar for a map, a list for a
-// boolean): the loader checks them. LlamaConfig's offset may be a list (layers per pipeline stage),
-// its scaling_factor a mapping (YaRN's, Llama 3's).
+// boolean): the loader checks them. model_config.offset may be a list (layers per pipeline stage) or a
+// list of lists ([chunk][stage]), LlamaConfig's scaling_factor a mapping (YaRN's, Llama 3's).
 const std::vector<std::string>& polymorphic_keys() {
   static const std::vector<std::string> keys = {"runner_wrapper.scale_sense", "recompute_config.select_recompute",
                                                 "recompute_config.select_comm_recompute", "model.model_config.offset",

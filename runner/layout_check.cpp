@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "parallel/pipeline_partition.h"
 
 namespace gf {
 namespace {
@@ -78,12 +81,44 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
   return out;
 }
 
-std::vector<std::string> unbuilt_parallelism(const Config& cfg) {
+std::vector<std::string> pipeline_problems(const Config& cfg) {
   const auto& p = cfg.parallel;
   std::vector<std::string> out;
-  if (p.pipeline_stage > 1)
-    out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: pipeline parallelism is not built yet; use 1",
-                              p.pipeline_stage));
+  if (p.pipeline_stage < 1) return out;  // layout_problems says so
+  try {
+    partition_layers(cfg.model.num_layers, p.pipeline_stage, p.pipeline_chunks, p.layer_offset);
+  } catch (const std::invalid_argument& e) {
+    out.push_back(e.what());
+  }
+  if (p.pipeline_stage == 1) return out;
+  const int64_t pp = p.pipeline_stage, m = p.micro_batch_num;
+  const std::string batch = "(global batch = batch_size x data_parallel x micro_batch_num)";
+  // MindFormers' rule (mindformers/modules/transformer/op_parallel_config.py, _check_config): fewer
+  // micro-batches than stages leave stages idle the whole step.
+  if (m < pp)
+    out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is less than `parallel_config.pipeline_stage` ({}): "
+                              "every stage needs a micro-batch of its own in flight; use micro_batch_num: {} or more {}",
+                              m, pp, pp, batch));
+  else if (p.pipeline_scheduler == "interleaved" && m % pp != 0) {
+    const int64_t below = m / pp * pp, above = below + pp;
+    out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is not a multiple of `parallel_config.pipeline_stage` "
+                              "({}), which the interleaved schedule (`parallel.pipeline_config.pipeline_scheduler`, {} "
+                              "model chunks per stage) needs, as Megatron's does; use micro_batch_num: {} {}",
+                              m, pp, p.pipeline_chunks, m - below <= above - m ? below : above, batch));
+  }
+  // MindFormers ignores gradient_accumulation_steps under pipeline parallelism (mindformers/trainer/base_trainer.py,
+  // _check_global_batch_size_for_auto_parallel); here it is refused rather than ignored.
+  if (cfg.gradient_accumulation_steps > 1)
+    out.push_back(fmt::format("`runner_config.gradient_accumulation_steps: {}` with `parallel_config.pipeline_stage: {}`: "
+                              "under pipeline parallelism the micro-batches accumulate (parallel_config.micro_batch_num "
+                              "per step); set gradient_accumulation_steps: 1 and micro_batch_num: {} for the same global "
+                              "batch",
+                              cfg.gradient_accumulation_steps, pp, m * cfg.gradient_accumulation_steps));
+  if (p.pipeline_scheduler == "zero_bubble_h1" && (cfg.recompute || cfg.select_recompute))
+    out.push_back(fmt::format("`parallel.pipeline_config.pipeline_scheduler: zero_bubble_h1` with `recompute_config.{}: "
+                              "True`: the deferred weight pass reads activations that recompute overwrites; use "
+                              "pipeline_scheduler: 1f1b with recompute, or turn recompute off",
+                              cfg.recompute ? "recompute" : "select_recompute"));
   return out;
 }
 
@@ -121,7 +156,7 @@ std::vector<std::string> expert_parallel_problems(const Config& cfg) {
 }
 
 std::vector<std::string> config_layout_problems(const Config& cfg) {
-  std::vector<std::string> out = unbuilt_parallelism(cfg);
+  std::vector<std::string> out = pipeline_problems(cfg);
   for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
   return out;
 }
@@ -136,14 +171,19 @@ std::vector<std::string> layout_warnings(const Config& cfg, int world_size) {
 }
 
 std::string suggest_layout(const Config& cfg, int world_size) {
-  for (int64_t mp = std::min<int64_t>(cfg.parallel.model_parallel, world_size); mp >= 1; --mp) {
-    if (world_size % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
-    const int64_t dp = world_size / mp;
-    // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).
-    const std::string ep = cfg.parallel.expert_parallel == 1
-                               ? ""
-                               : fmt::format(", expert_parallel: {}", fitting_expert_parallel(cfg, dp));
-    return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: 1{}", dp, mp, ep);
+  const auto& p = cfg.parallel;
+  for (int64_t pp = std::min<int64_t>(p.pipeline_stage, world_size); pp >= 1; --pp) {
+    // Every virtual stage needs a layer (the chunks count only with more than one stage).
+    if (world_size % pp != 0 || (pp > 1 && pp * p.pipeline_chunks > cfg.model.num_layers)) continue;
+    const int64_t ranks = world_size / pp;
+    for (int64_t mp = std::min<int64_t>(p.model_parallel, ranks); mp >= 1; --mp) {
+      if (ranks % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
+      const int64_t dp = ranks / mp;
+      // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).
+      const std::string ep =
+          p.expert_parallel == 1 ? "" : fmt::format(", expert_parallel: {}", fitting_expert_parallel(cfg, dp));
+      return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: {}{}", dp, mp, pp, ep);
+    }
   }
   return "";
 }

@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
     try {
       const gf::Config cfg = gf::load_config(config_path, sets);
       for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-      // The layout rules that hold whatever the rank count (axes not built yet, expert parallelism's) are
+      // The layout rules that hold whatever the rank count (pipeline parallelism's, expert parallelism's) are
       // refused here too; with --ranks N, the whole layout check.
       std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
       if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {

@@ -38,8 +38,17 @@ expect 5 "\`model.model_config.hidden_size\` (48) is not divisible by \`parallel
 expect 4 "\`model.model_config.seq_length\` (18) is not divisible by \`parallel_config.model_parallel\` (4)" \
   "{data_parallel: 2, model_parallel: 2, pipeline_stage: 1}" --set parallel_config.model_parallel=4 \
   --set model.model_config.num_heads=4 --set parallel_config.use_seq_parallel=True
-expect 2 "pipeline parallelism is not built yet" "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1}" \
-  --set parallel_config.pipeline_stage=2
+# Pipeline parallelism: every stage needs a layer and a micro-batch; the suggestion keeps the stages where they fit.
+expect 2 "\`model.model_config.num_layers\` (1) is fewer than the \`parallel_config.pipeline_stage\` (2) stages" \
+  "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1}" \
+  --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2
+expect 2 "\`parallel_config.micro_batch_num\` (1) is less than \`parallel_config.pipeline_stage\` (2): every stage needs a micro-batch of its own in flight; use micro_batch_num: 2" \
+  "{data_parallel: 1, model_parallel: 1, pipeline_stage: 2}" \
+  --set parallel_config.pipeline_stage=2 --set model.model_config.num_layers=2
+expect 4 "\`parallel.pipeline_config.pipeline_scheduler: zero_bubble_h1\` with \`recompute_config.recompute: True\`" \
+  "{data_parallel: 2, model_parallel: 1, pipeline_stage: 2}" --set parallel_config.pipeline_stage=2 \
+  --set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 --set model.model_config.num_layers=2 \
+  --set parallel.pipeline_config.pipeline_scheduler=zbh1 --set recompute_config.recompute=True
 # Expert parallelism: a MoE model whose experts split over expert_parallel ranks carved from data parallel.
 expect 2 "\`parallel_config.expert_parallel: 2\` with \`moe_config.expert_num: 1\`: expert parallelism splits the experts" \
   "{data_parallel: 2, model_parallel: 1, pipeline_stage: 1, expert_parallel: 1}" \

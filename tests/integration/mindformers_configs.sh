@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gridformer config` on MindFormers' own files (tests/data/mindformers, see its README): each
 # resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
-# with that key overridden. Its Llama 2 and Mixtral files are read with LlamaConfig's keys, Mixtral's
+# with that key overridden. Their pipeline layouts (pipeline_stage, micro_batch_num, offset,
+# gradient_accumulation_steps) resolve as written and pass the layout check on the ranks they ask for. Its Llama 2 and Mixtral files are read with LlamaConfig's keys, Mixtral's
 # moe_config as written; configs/moe resolves on the ranks each file asks for. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
@@ -37,16 +38,21 @@ for f in run_gpt2.yaml run_gpt2_13b.yaml r1.1/run_gpt2_xl.yaml r1.3/pretrain_gpt
          r1.3/finetune_gpt2_small_fp16.yaml; do
   resolves "$f"
 done
-refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`parallel_config.pipeline_stage: 16\`: pipeline parallelism is not built yet"
-resolves r1.2/run_gpt2_52b.yaml --set parallel_config.pipeline_stage=1
-refused "$DATA/r1.3/pretrain_llama2_7b_common.yaml" \
-  "\`runner_config.gradient_accumulation_steps: 8\`: gradient accumulation is not built yet"
-resolves r1.3/pretrain_llama2_7b_common.yaml --set runner_config.gradient_accumulation_steps=1
-# Their moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts over expert_parallel 8, once pipeline_stage is 1.
+# GPT-2 52B: 16 pipeline stages of 4 layers, 64 micro-batches, on 8 x 16 ranks.
+resolves r1.2/run_gpt2_52b.yaml
+grep -q "^    pipeline_scheduler: 1f1b$" out.yaml || fail "52b: the scheduler is not 1f1b: $(grep -n pipeline_scheduler out.yaml)"
+"$BIN" config --config "$DATA/r1.2/run_gpt2_52b.yaml" --ranks 128 > /dev/null 2> err.txt || fail "52b on 128 ranks: $(cat err.txt)"
+refused "$DATA/r1.2/run_gpt2_52b.yaml" \
+  "\`parallel_config.micro_batch_num\` (8) is less than \`parallel_config.pipeline_stage\` (16): every stage needs a micro-batch of its own in flight; use micro_batch_num: 16" \
+  --set parallel_config.micro_batch_num=8
+refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`model.model_config.num_layers\` (8) is fewer than the \`parallel_config.pipeline_stage\` (16) stages" \
+  --set model.model_config.num_layers=8
+resolves r1.3/pretrain_llama2_7b_common.yaml  # gradient_accumulation_steps: 8
+# Their moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts over expert_parallel 8, in 2 pipeline stages.
 for f in r1.3/pretrain_mixtral-8x7b_common.yaml r1.1/finetune_mixtral-8x7b_common.yaml; do
-  refused "$DATA/$f" "\`parallel_config.pipeline_stage: 2\`: pipeline parallelism is not built yet"
-  resolves "$f" --set parallel_config.pipeline_stage=1
+  resolves "$f"
   grep -q "^  expert_num: 8$" out.yaml || fail "$f: expert_num is not 8: $(grep -n expert_num out.yaml)"
+  "$BIN" config --config "$DATA/$f" --ranks 16 > /dev/null 2> err.txt || fail "$f on 16 ranks: $(cat err.txt)"
 done
 # The resolved config of a MindFormers file loads back to itself.
 "$BIN" config --config "$DATA/r1.3/pretrain_gpt2_13b_fp16.yaml" > a.yaml 2>/dev/null || fail "13b resolve"
@@ -55,25 +61,31 @@ cmp -s a.yaml b.yaml || fail "the resolved config changes when loaded again: $(d
 
 # MindFormers' own Llama 2 and Mixtral files, unmodified: LlamaConfig's keys as they are.
 resolves r1.0/run_llama2_7b.yaml
-refused "$DATA/r1.3/pretrain_llama2_7b.yaml" \
-  "\`runner_config.gradient_accumulation_steps: 8\`: gradient accumulation is not built yet"
-resolves r1.3/pretrain_llama2_7b.yaml --set runner_config.gradient_accumulation_steps=1
+resolves r1.3/pretrain_llama2_7b.yaml  # gradient_accumulation_steps: 8 at one stage
 grep -q "model.model_config.rotary_dtype: float16\`: RoPE's sin/cos tables" err.txt || fail "no rotary_dtype warning: $(cat err.txt)"
 grep -q "^    max_position_embedding: 4096$" out.yaml || fail "max_position_embedding None is not seq_length: $(grep -n max_pos out.yaml)"
 refused "$DATA/r1.3/finetune_llama2_7b.yaml" "\`load_checkpoint: {path}/llama2_7b.ckpt\`: no such file or directory"
 resolves r1.3/finetune_llama2_7b.yaml --set 'load_checkpoint=""'
-refused "$DATA/r1.2/pretrain_llama2_70b.yaml" "\`parallel_config.pipeline_stage: 8\`: pipeline parallelism is not built yet"
-resolves r1.2/pretrain_llama2_70b.yaml --set parallel_config.pipeline_stage=1
+resolves r1.2/pretrain_llama2_70b.yaml  # 8 stages of 10 layers, 128 micro-batches
 grep -q "use_flash_attention: True\` with \`n_kv_heads: 8\` < \`num_heads: 64\`" err.txt || fail "no GQA flash warning: $(cat err.txt)"
+"$BIN" config --config "$DATA/r1.2/pretrain_llama2_70b.yaml" --ranks 64 > /dev/null 2> err.txt || fail "70b on 64 ranks: $(cat err.txt)"
+# Yi 34B (research/yi): a LlamaConfig in 4 stages split by offset [-1, 1, 1, -1] (14, 16, 16, 14 of 60 layers);
+# its optimizer is Yi's own.
+refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`optimizer.type: AdamWeightDecayX\`: unknown type"
+resolves r1.3/pretrain_yi_34b.yaml --set optimizer.type=AdamWeightDecay
+"$BIN" config --config "$DATA/r1.3/pretrain_yi_34b.yaml" --set optimizer.type=AdamWeightDecay --ranks 16 > /dev/null \
+  2> err.txt || fail "yi_34b on 16 ranks: $(cat err.txt)"
+refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`model.model_config.offset: [-1, 1, 1]\` has 3 entries, but \`parallel_config.pipeline_stage\` is 4" \
+  --set optimizer.type=AdamWeightDecay --set "model.model_config.offset=[-1, 1, 1]"
 # Its 8 key/value heads do not split over 16 tensor-parallel ranks: the layout check names the key.
 refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
   "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \
   --set parallel_config.pipeline_stage=1 --set parallel_config.model_parallel=16 --ranks 32
-# Mixtral: a LlamaConfig with experts, its moe_config read as written; on 8 ranks (expert_parallel 8) once
-# pipeline_stage is 1, and data_parallel 4 is refused naming the keys and an expert_parallel that works.
+# Mixtral: a LlamaConfig with experts, its moe_config read as written; on 16 ranks (2 stages, expert_parallel 8),
+# on 8 with pipeline_stage 1, and data_parallel 4 is refused naming the keys and an expert_parallel that works.
 for f in r1.3/pretrain_mixtral-8x7b.yaml r1.1/finetune_mixtral-8x7b.yaml; do
-  refused "$DATA/$f" "\`parallel_config.pipeline_stage: 2\`: pipeline parallelism is not built yet"
-  resolves "$f" --set parallel_config.pipeline_stage=1
+  resolves "$f"
+  "$BIN" config --config "$DATA/$f" --ranks 16 > /dev/null 2> err.txt || fail "$f on 16 ranks: $(cat err.txt)"
   grep -q "moe_config.enable_sdrop: True\`: MindFormers' TopkRouterV2 drop order" err.txt || fail "$f: no enable_sdrop warning: $(cat err.txt)"
   "$BIN" config --config "$DATA/$f" --set parallel_config.pipeline_stage=1 --ranks 8 > /dev/null 2>&1 || fail "$f on 8 ranks"
   refused "$DATA/$f" "\`parallel_config.data_parallel\` (4) is not divisible by \`parallel_config.expert_parallel\` (8)" \

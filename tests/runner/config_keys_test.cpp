@@ -97,7 +97,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
       {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
-      {"moe_config.token_dispatcher", "allgather"},
+      {"moe_config.token_dispatcher", "allgather"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
   if (v.IsScalar()) {
@@ -154,6 +154,13 @@ std::string probe(const Leaf& leaf) {
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
   } else if (leaf.path.rfind("moe_config.", 0) == 0 && leaf.path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
+  } else if (leaf.path == "parallel.pipeline_config.pipeline_interleave") {
+    // The model chunks per stage come from this key and pp_interleave_num together, over pipeline stages.
+    base_sets = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                 "model.model_config.pp_interleave_num=2"};
+  } else if (leaf.path == "model.model_config.pp_interleave_num") {
+    base_sets = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                 "parallel.pipeline_config.pipeline_interleave=True"};
   }
   const Outcome base = load(base_sets);
   if (base.refused) return "the baseline is refused: " + base.error;

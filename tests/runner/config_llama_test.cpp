@@ -125,9 +125,6 @@ TEST(LlamaConfigKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
   const std::pair<std::string, const char*> cases[] = {
       {"extend_method=PI", "extending RoPE past the trained length (PI, NTK, YaRN, LLAMA3) is not built; use extend_method: \"None\""},
       {"extend_method=NTK", "is not built"},
-      {"pp_interleave_num=2", "interleaved pipeline stages: pipeline parallelism is not built yet (pipeline_stage: 1); use 1"},
-      {"offset=1", "layer offsets between pipeline stages: pipeline parallelism is not built yet"},
-      {"offset=[1, 0]", "layer offsets between pipeline stages"},
       {"quant=w8a16", "quantization is not built yet; use quant: \"\""},
       {"quant_config={weight_dtype: int8}", "quantization is not built yet; remove model.model_config.quant_config"},
       {"pet_config={pet_type: lora, lora_rank: 8}", "remove model.model_config.pet_config"},

@@ -51,16 +51,12 @@ const MindFormersFile kFiles[] = {
     {"run_gpt2.yaml", "", {}},
     {"run_gpt2_13b.yaml", "", {}},
     {"r1.1/run_gpt2_xl.yaml", "", {}},
-    {"r1.2/run_gpt2_52b.yaml", "`parallel_config.pipeline_stage: 16`: pipeline parallelism is not built yet",
-     {"parallel_config.pipeline_stage=1"}},
+    {"r1.2/run_gpt2_52b.yaml", "", {}},
     {"r1.3/pretrain_gpt2_13b_fp16.yaml", "", {}},
     {"r1.3/finetune_gpt2_small_fp16.yaml", "", {}},
-    {"r1.3/pretrain_llama2_7b_common.yaml", "`runner_config.gradient_accumulation_steps: 8`: gradient accumulation is not built yet",
-     {"runner_config.gradient_accumulation_steps=1"}},
-    {"r1.3/pretrain_mixtral-8x7b_common.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
-     {"parallel_config.pipeline_stage=1"}},
-    {"r1.1/finetune_mixtral-8x7b_common.yaml", "`parallel_config.pipeline_stage: 2`: pipeline parallelism is not built yet",
-     {"parallel_config.pipeline_stage=1"}},
+    {"r1.3/pretrain_llama2_7b_common.yaml", "", {}},
+    {"r1.3/pretrain_mixtral-8x7b_common.yaml", "", {}},
+    {"r1.1/finetune_mixtral-8x7b_common.yaml", "", {}},
 };
 
 TEST(MindFormersConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {
@@ -141,19 +137,24 @@ TEST(MindFormersKeys, BetasAreBeta1AndBeta2) {
   EXPECT_NE(error_of(kMinimal, {"optimizer.betas=[0.8, 1.5]"}).find("must be in (0, 1)"), std::string::npos);
 }
 
-TEST(MindFormersKeys, GradientAccumulationIsOneUntilBuilt) {
-  EXPECT_EQ(error_of(kMinimal, {"runner_config.gradient_accumulation_steps=1"}), "");
-  const std::string e = error_of(kMinimal, {"runner_config.gradient_accumulation_steps=4"});
-  EXPECT_NE(e.find("gradient accumulation is not built yet; raise runner_config.batch_size or parallel_config.data_parallel "
-                   "for the same global batch"), std::string::npos) << e;
+TEST(MindFormersKeys, GradientAccumulationStepsAccumulatesMicroBatches) {
+  const Config c = load_config_string(kMinimal, {"runner_config.gradient_accumulation_steps=4", "runner_config.batch_size=2",
+                                                 "parallel_config.data_parallel=2"});
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  EXPECT_EQ(micro_batches_per_step(c), 4);
+  EXPECT_EQ(global_batch_size(c), 2 * 2 * 4);
+  EXPECT_TRUE(c.warnings.empty());
+  const std::string e = error_of(kMinimal, {"runner_config.gradient_accumulation_steps=0"});
+  EXPECT_NE(e.find("--set runner_config.gradient_accumulation_steps=0: must be >= 1"), std::string::npos) << e;
 }
 
-TEST(MindFormersKeys, PipelineParallelismIsRefusedUntilBuiltAndExpertParallelismNeedsExperts) {
+TEST(MindFormersKeys, PipelineRulesAndExpertParallelismAreCheckedWhateverTheRankCount) {
   const Config c = load_config_string(kMinimal, {"parallel_config.expert_parallel=2", "parallel_config.pipeline_stage=2"});
   const auto u = config_layout_problems(c);
   ASSERT_EQ(u.size(), 2u);
-  EXPECT_NE(u[0].find("pipeline parallelism is not built yet"), std::string::npos);
-  EXPECT_EQ(unbuilt_parallelism(c).size(), 1u);
+  EXPECT_NE(u[0].find("`parallel_config.micro_batch_num` (1) is less than `parallel_config.pipeline_stage` (2)"),
+            std::string::npos) << u[0];
+  EXPECT_EQ(pipeline_problems(c).size(), 1u);
   EXPECT_NE(u[1].find("`parallel_config.expert_parallel: 2` with `moe_config.expert_num: 1`: expert parallelism splits "
                       "the experts of MoE layers, and this model has none"), std::string::npos) << u[1];
   const auto all = layout_problems(c, 4);
@@ -252,9 +253,9 @@ TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
       {"micro_batch_interleave_num=2", "set runner_config.batch_size to that product"},
       {"layer_scale=True", "layer-wise learning-rate decay (layer_decay) is not built yet"},
       {"lr_scale=True", "lr_scale_factor yourself"},
-      {"parallel.auto_pipeline=True", "pipeline parallelism is not built yet"},
+      {"parallel.auto_pipeline=True", "automatic search for pipeline stages is not built; set parallel_config.pipeline_stage"},
       {"model.model_config.pet_config={pet_type: lora, lora_rank: 8}", "remove model.model_config.pet_config"},
-      {"recompute_config.select_recompute=[4, 4]", "needs pipeline parallelism"},
+      {"recompute_config.select_recompute=[4, 4]", "a list (layers to recompute per pipeline stage) is not built; use True"},
       {"trainer.type=TextClassificationTrainer", "causal language models only"},
       {"runner_wrapper.type=MFPipelineWithLossScaleCell", "registered: MFTrainOneStepCell"},
       {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=2", "over all data_parallel"},

@@ -54,9 +54,16 @@ TEST(LayoutCheck, SequenceParallelNeedsTheSequenceToSplit) {
                          "model.model_config.seq_length=31"}), "");
 }
 
-TEST(LayoutCheck, PipelineIsRefusedUntilBuilt) {
-  const std::string p = problems(2, {"parallel_config.pipeline_stage=2"});
-  EXPECT_NE(p.find("pipeline parallelism is not built yet"), std::string::npos) << p;
+TEST(LayoutCheck, PipelineStagesNeedMicroBatchesAndLayers) {
+  EXPECT_EQ(problems(2, {"parallel_config.pipeline_stage=2", "parallel_config.micro_batch_num=2"}), "");
+  std::string p = problems(2, {"parallel_config.pipeline_stage=2"});
+  EXPECT_NE(p.find("`parallel_config.micro_batch_num` (1) is less than `parallel_config.pipeline_stage` (2)"),
+            std::string::npos) << p;
+  // kModel has 2 layers: 4 stages leave two without one.
+  p = problems(4, {"parallel_config.pipeline_stage=4", "parallel_config.micro_batch_num=4"});
+  EXPECT_NE(p.find("`model.model_config.num_layers` (2) is fewer than the `parallel_config.pipeline_stage` (4) stages: "
+                   "every stage needs at least one layer; use pipeline_stage: 2 or fewer"),
+            std::string::npos) << p;
 }
 
 TEST(LayoutCheck, TheSuggestionFits) {
@@ -70,6 +77,25 @@ TEST(LayoutCheck, TheSuggestionFits) {
       EXPECT_EQ(problems(world, {"parallel_config.data_parallel=" + dp, "parallel_config.model_parallel=" + m}), "")
           << world << ": " << s;
       EXPECT_LE(std::stoi(m), mp);
+      EXPECT_NE(s.find("pipeline_stage: 1"), std::string::npos) << s;  // asked for 1
+    }
+  }
+  // A config that asks for pipeline stages keeps them where they fit the ranks and the 2 layers, else fewer.
+  for (int world : {1, 2, 3, 4, 6, 8}) {
+    for (int pp : {1, 2, 4}) {
+      const std::vector<std::string> base = {"parallel_config.pipeline_stage=" + std::to_string(pp),
+                                             "parallel_config.micro_batch_num=4"};
+      const std::string s = suggest_layout(load_config_string(kModel, base), world);
+      ASSERT_FALSE(s.empty()) << world << " " << pp;
+      const auto dp = s.substr(s.find("data_parallel: ") + 15, s.find(',') - s.find("data_parallel: ") - 15);
+      const auto m = s.substr(s.find("model_parallel: ") + 16, s.find(", pipeline") - s.find("model_parallel: ") - 16);
+      const int got = std::stoi(s.substr(s.find("pipeline_stage: ") + 16));
+      EXPECT_EQ(problems(world, {"parallel_config.data_parallel=" + dp, "parallel_config.model_parallel=" + m,
+                                 "parallel_config.pipeline_stage=" + std::to_string(got),
+                                 "parallel_config.micro_batch_num=4"}), "")
+          << world << ": " << s;
+      const int fits = pp <= 2 && world % pp == 0 ? pp : (world % 2 == 0 ? 2 : 1);  // at most 2 stages of 2 layers
+      EXPECT_EQ(got, std::min(pp, fits)) << world << " " << pp << ": " << s;
     }
   }
 }

@@ -98,7 +98,6 @@ struct Settings {
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
   int64_t epochs = 1, batch_size = 1, train_steps = -1;
-  int64_t gradient_accumulation_steps = 1;  // runner_config.gradient_accumulation_steps
   double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/machine_probe.h)
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;

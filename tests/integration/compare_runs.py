@@ -44,7 +44,8 @@ difference.
 A floor from the reference itself (--floor DIR: the reference's layout run again with its products
 on the other fp32 GEMM backend, GF_GEMM=eigen, which changes only the order of float sums inside
 each product; a thread count is no such probe where the products' bits do not depend on it, as the
-MoE layers' grouped products do not). Some weight elements have a
+MoE layers' grouped products do not; or, for a reference that accumulates micro-batches, the same
+rank on the whole batch at once, which sums each weight gradient over the tokens in one piece). Some weight elements have a
 gradient that is a sum of terms cancelling to near zero at some step (an MLP unit whose activation
 is ~0 on every token routed to it, a dead unit of a model without biases): its rounding is then a
 large fraction of it, and AdamW, which divides by the element's own running magnitude (at step 1

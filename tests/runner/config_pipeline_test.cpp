@@ -279,6 +279,8 @@ TEST(ConfigPipeline, LayoutRulesNameTheKeysAndAValueThatWorks) {
     EXPECT_NE(p.find("must sum to num_layers % 2 = 0 (they sum to 1)"), std::string::npos) << p;
     sets = with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kMC + "offset=-1"});
     EXPECT_NE(problems(yaml, sets).find("so an int offset must be >= 0"), std::string::npos);
+    EXPECT_NE(problems(yaml, with({kPC + "pipeline_stage=0"})).find("`parallel_config.pipeline_stage: 0`: must be >= 1"),
+              std::string::npos);
     // A broken offset at one stage is refused too: it cannot split the layers either.
     EXPECT_NE(problems(yaml, with({kMC + "offset=[1]"})).find("(they sum to 1)"), std::string::npos);
   }

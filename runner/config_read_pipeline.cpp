@@ -8,6 +8,8 @@
 #include <cctype>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "parallel/pipeline_partition.h"
 #include "runner/config_read.h"

@@ -84,7 +84,10 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
 std::vector<std::string> pipeline_problems(const Config& cfg) {
   const auto& p = cfg.parallel;
   std::vector<std::string> out;
-  if (p.pipeline_stage < 1) return out;  // layout_problems says so
+  if (p.pipeline_stage < 1) {
+    out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: must be >= 1 (1: no pipeline)", p.pipeline_stage));
+    return out;
+  }
   try {
     partition_layers(cfg.model.num_layers, p.pipeline_stage, p.pipeline_chunks, p.layer_offset);
   } catch (const std::invalid_argument& e) {
@@ -172,11 +175,12 @@ std::vector<std::string> layout_warnings(const Config& cfg, int world_size) {
 
 std::string suggest_layout(const Config& cfg, int world_size) {
   const auto& p = cfg.parallel;
-  for (int64_t pp = std::min<int64_t>(p.pipeline_stage, world_size); pp >= 1; --pp) {
+  if (world_size < 1) return "";
+  for (int64_t pp = std::clamp<int64_t>(p.pipeline_stage, 1, world_size); pp >= 1; --pp) {
     // Every virtual stage needs a layer (the chunks count only with more than one stage).
     if (world_size % pp != 0 || (pp > 1 && pp * p.pipeline_chunks > cfg.model.num_layers)) continue;
     const int64_t ranks = world_size / pp;
-    for (int64_t mp = std::min<int64_t>(p.model_parallel, ranks); mp >= 1; --mp) {
+    for (int64_t mp = std::clamp<int64_t>(p.model_parallel, 1, ranks); mp >= 1; --mp) {
       if (ranks % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
       const int64_t dp = ranks / mp;
       // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).

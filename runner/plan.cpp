@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/mixed_precision.h"
@@ -41,6 +42,21 @@ std::string plan_report(const Config& cfg, int ranks) {
                                     : std::string(),
                                 cfg.batch_size, m.seq_length, m.compute_dtype,
                                 m.recompute ? ", full recompute" : m.select_recompute ? ", selective recompute" : "");
+  const auto& pc = cfg.parallel;
+  if (pc.pipeline_stage > 1) {
+    std::string layers;
+    for (int64_t n : pc.stage_layers) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
+    out += fmt::format("pipeline: {} stages{}, layers per {}stage [{}], schedule {}, {} micro-batches per step (global "
+                       "batch {} samples); the sizes below are those of a rank holding every layer (per-stage sizes are "
+                       "not planned yet)\n",
+                       pc.pipeline_stage, pc.pipeline_chunks > 1 ? fmt::format(" x {} model chunks", pc.pipeline_chunks) : "",
+                       pc.pipeline_chunks > 1 ? "virtual " : "", layers, pc.pipeline_scheduler, pc.micro_batch_num,
+                       global_batch_size(cfg));
+  } else if (cfg.gradient_accumulation_steps > 1) {
+    out += fmt::format("gradient accumulation: {} micro-batches of {} per step per data-parallel rank (global batch {} "
+                       "samples)\n",
+                       cfg.gradient_accumulation_steps, cfg.batch_size, global_batch_size(cfg));
+  }
   const ParamTable whole = TransformerLM::make_param_table(spec, entry.names);
   int64_t global = 0;
   for (const ParamSpec& p : whole.specs()) global += p.global_numel();

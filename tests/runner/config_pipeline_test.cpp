@@ -10,6 +10,7 @@
 
 #include "runner/config.h"
 #include "runner/layout_check.h"
+#include "runner/plan.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {
@@ -278,6 +279,8 @@ TEST(ConfigPipeline, LayoutRulesNameTheKeysAndAValueThatWorks) {
     EXPECT_NE(p.find("must sum to num_layers % 2 = 0 (they sum to 1)"), std::string::npos) << p;
     sets = with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kMC + "offset=-1"});
     EXPECT_NE(problems(yaml, sets).find("so an int offset must be >= 0"), std::string::npos);
+    EXPECT_NE(problems(yaml, with({kPC + "pipeline_stage=0"})).find("`parallel_config.pipeline_stage: 0`: must be >= 1"),
+              std::string::npos);
     // A broken offset at one stage is refused too: it cannot split the layers either.
     EXPECT_NE(problems(yaml, with({kMC + "offset=[1]"})).find("(they sum to 1)"), std::string::npos);
   }
@@ -305,6 +308,17 @@ TEST(ConfigPipeline, GlobalBatchIsCountedAsMindFormersCountsIt) {
                                          "runner_config.batch_size=3", kPC + "micro_batch_num=16"}));
   EXPECT_EQ(micro_batches_per_step(c), 4);
   EXPECT_EQ(global_batch_size(c), 3 * 2 * 4);
+}
+
+TEST(ConfigPipeline, PlanSaysThePipelineAndTheAccumulation) {
+  const Config c = load_config_string(kMinimal, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4",
+                                                      kMC + "offset=[1, -1]"}));
+  std::string plan = plan_report(c, 2);
+  EXPECT_NE(plan.find("pipeline: 2 stages, layers per stage [5, 3], schedule 1f1b, 4 micro-batches per step (global batch "
+                      "4 samples); the sizes below are those of a rank holding every layer"), std::string::npos) << plan;
+  plan = plan_report(load_config_string(kMinimal, {"runner_config.gradient_accumulation_steps=3"}), 1);
+  EXPECT_NE(plan.find("gradient accumulation: 3 micro-batches of 1 per step per data-parallel rank (global batch 3 samples)"),
+            std::string::npos) << plan;
 }
 
 std::string data(const std::string& f) { return std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f; }

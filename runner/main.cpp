@@ -77,22 +77,6 @@ std::string check_rank_table(std::string path, const gf::Communicator& world) {
   return problem;
 }
 
-// What the config reads and checks but the trainer does not run yet: pipeline stages and accumulated
-// micro-batches (issue 14; `gridformer config` and `plan` take them). Rather than train something else, such a
-// run stops before work. Delete this when runner/trainer* runs them.
-std::string not_run_yet(const gf::Config& cfg) {
-  if (cfg.parallel.pipeline_stage > 1)
-    return fmt::format("`parallel_config.pipeline_stage: {}`: the config is read and checked (gridformer config, "
-                       "gridformer plan), but the trainer does not run pipeline stages yet; use pipeline_stage: 1",
-                       cfg.parallel.pipeline_stage);
-  if (cfg.gradient_accumulation_steps > 1)
-    return fmt::format("`runner_config.gradient_accumulation_steps: {}`: the config is read and checked, but the trainer "
-                       "does not accumulate micro-batches yet; use gradient_accumulation_steps: 1 and batch_size {} for "
-                       "the same global batch",
-                       cfg.gradient_accumulation_steps, cfg.batch_size * cfg.gradient_accumulation_steps);
-  return "";
-}
-
 // Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
 // table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
 std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
@@ -117,8 +101,7 @@ std::string check_before_work(const std::string& config_path, const std::vector<
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
   for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
   if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
-  if (problem = gf::layout_error_message(cfg, world.size()); !problem.empty()) return problem;  // the same on every rank
-  return not_run_yet(cfg);
+  return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
 }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,

@@ -47,8 +47,7 @@ std::string plan_report(const Config& cfg, int ranks) {
     std::string layers;
     for (int64_t n : pc.stage_layers) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
     out += fmt::format("pipeline: {} stages{}, layers per {}stage [{}], schedule {}, {} micro-batches per step (global "
-                       "batch {} samples); the sizes below are those of a rank holding every layer (per-stage sizes are "
-                       "not planned yet)\n",
+                       "batch {} samples)\n",
                        pc.pipeline_stage, pc.pipeline_chunks > 1 ? fmt::format(" x {} model chunks", pc.pipeline_chunks) : "",
                        pc.pipeline_chunks > 1 ? "virtual " : "", layers, pc.pipeline_scheduler, pc.micro_batch_num,
                        global_batch_size(cfg));
@@ -86,11 +85,9 @@ std::string plan_report(const Config& cfg, int ranks) {
     const pipeline::Scheduler sched = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
     const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
                                 static_cast<int>(cfg.parallel.pipeline_chunks)};
-    out += fmt::format("pipeline: {} stages{}, {} micro-batches of {} per step and data-parallel rank, schedule {} "
-                       "(analytic bubble {:.1f}%)\n",
-                       pp, shape.chunks > 1 ? fmt::format(" x {} chunks", shape.chunks) : std::string(),
-                       shape.micro_batches, cfg.batch_size, pipeline::scheduler_name(sched),
-                       100.0 * pipeline::analytic_bubble(sched, shape));
+    out += fmt::format("schedule {}: analytic bubble {:.1f}% of the step (equal stages); each stage below holds its "
+                       "chunks' parameters and activation slots\n",
+                       pipeline::scheduler_name(sched), 100.0 * pipeline::analytic_bubble(sched, shape));
     stages.clear();
     for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, sched, shape, st));
   }

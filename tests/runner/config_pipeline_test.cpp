@@ -315,7 +315,11 @@ TEST(ConfigPipeline, PlanSaysThePipelineAndTheAccumulation) {
                                                       kMC + "offset=[1, -1]"}));
   std::string plan = plan_report(c, 2);
   EXPECT_NE(plan.find("pipeline: 2 stages, layers per stage [5, 3], schedule 1f1b, 4 micro-batches per step (global batch "
-                      "4 samples); the sizes below are those of a rank holding every layer"), std::string::npos) << plan;
+                      "4 samples)"), std::string::npos) << plan;
+  // Each stage is sized for its own layers: the first holds the embedding and layers [0, 5) in 2 slots (1F1B's
+  // first stage keeps min(stages, micro-batches) micro-batches live), the second [5, 8) in 1.
+  EXPECT_NE(plan.find("pipeline stage 0: layers [0, 5) x 2 slot(s)"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("pipeline stage 1: layers [5, 8) x 1 slot(s)"), std::string::npos) << plan;
   plan = plan_report(load_config_string(kMinimal, {"runner_config.gradient_accumulation_steps=3"}), 1);
   EXPECT_NE(plan.find("gradient accumulation: 3 micro-batches of 1 per step per data-parallel rank (global batch 3 samples)"),
             std::string::npos) << plan;

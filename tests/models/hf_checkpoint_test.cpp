@@ -66,7 +66,9 @@ void expect_refused(const std::function<void(std::vector<StWriteTensor>&, std::v
     ts.push_back({name, StDtype::kF32, t.shape, data.back().data()});
   }
   edit(ts, data);
-  const std::string path = std::string(GF_BINARY_DIR) + "/hf_tiny_edited.safetensors";
+  // One file per test: ctest -j runs the tests of this suite as concurrent processes.
+  const std::string path = std::string(GF_BINARY_DIR) + "/hf_tiny_edited_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".safetensors";
   write_safetensors(path, ts);
   ParallelContext ctx = ParallelContext::single();
   GPT2LMHeadModel model(hf_tiny_config(), 1, ctx);

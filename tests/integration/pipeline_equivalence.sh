@@ -134,6 +134,39 @@ train gpt2_8 gas4 1 1 1 4 --set runner_config.gradient_accumulation_steps=4
 train gpt2_8 pp4_interleaved 1 1 4 4 $INTERLEAVE
 (cd gpt2_8 && python3 "$SRC/tests/integration/compare_runs.py" gas4 pp4_interleaved) || { echo "FAIL: pp4 interleaved"; exit 1; }
 
+# Composition. Recompute changes memory, not numbers: bitwise. bf16 (Llama) and the fused attention
+# (GPT-2; Llama's grouped-query shapes do not take it) against one rank accumulating in the same mode.
+train llama pp2_recompute 1 1 2 4 --set recompute_config.recompute=True
+train llama gas4_bf16 1 1 1 4 --set runner_config.gradient_accumulation_steps=4 --set model.model_config.compute_dtype=bfloat16
+train llama pp2_bf16 1 1 2 4 --set model.model_config.compute_dtype=bfloat16
+(cd llama && bitwise gas4 pp2_recompute && bitwise gas4_bf16 pp2_bf16) || { echo "FAIL: llama composition"; exit 1; }
+FLASH="--set model.model_config.use_flash_attention=True"
+train gpt2 gas4_flash 1 1 1 4 --set runner_config.gradient_accumulation_steps=4 $FLASH
+train gpt2 pp2_zbh1_flash 1 1 2 4 $(sched zero_bubble_h1) $FLASH
+(cd gpt2 && python3 "$SRC/tests/integration/compare_runs.py" gas4_flash pp2_zbh1_flash) || { echo "FAIL: gpt2 flash"; exit 1; }
+
+# Experts (Mixtral-style, capacity 1.0: per sequence, so layout-free): each stage's MoE layer, the
+# router losses through the objective, expert parallelism inside a stage (pp2 x dp2, ep2).
+{ common; cat <<YAML
+model:
+  arch: {type: MixtralForCausalLM}
+  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
+                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
+moe_config: {expert_num: 4, num_experts_chosen: 2, capacity_factor: 1.0, aux_loss_factor: 0.02, z_loss_factor: 0.001}
+YAML
+} > mixtral.yaml
+train mixtral one 1 1 1 1
+train mixtral gas4 1 1 1 4 --set runner_config.gradient_accumulation_steps=4
+train mixtral pp2_1f1b 1 1 2 4
+train mixtral pp2_zbh1 1 1 2 4 $(sched zero_bubble_h1)
+train mixtral pp2_dp2_ep2 2 1 2 2 --set parallel_config.expert_parallel=2
+(cd mixtral && bitwise gas4 pp2_1f1b pp2_zbh1 \
+   && python3 "$SRC/tests/integration/compare_runs.py" gas4 --floor=one pp2_dp2_ep2 && losses_close one gas4) \
+  || { echo "FAIL: mixtral pipeline"; exit 1; }
+grep -q '"aux_loss"' mixtral/pp2_dp2_ep2/metrics.jsonl || { echo "FAIL: no MoE figures under the pipeline"; exit 1; }
+cmp <(grep -o '"aux_loss":[^,]*' mixtral/gas4/metrics.jsonl) <(grep -o '"aux_loss":[^,]*' mixtral/pp2_1f1b/metrics.jsonl) \
+  || { echo "FAIL: the pipeline's router figures differ from one rank's"; exit 1; }
+
 # Rank 0 (the first stage) logs the true loss, and the bubble beside the analytic one.
 grep -q "pipeline: 1f1b over 2 stages, 4 micro-batches: bubble" gpt2/pp2_1f1b.log \
   || { echo "FAIL: no pipeline bubble line"; exit 1; }

@@ -161,7 +161,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence and expert parallel, ZeRO-1)"};
+  CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, pipeline and expert parallel, ZeRO-1, gradient accumulation)"};
   app.require_subcommand(1);
   std::string config_path;
   std::vector<std::string> sets;

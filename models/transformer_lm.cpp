@@ -45,6 +45,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
   d.first = d.l0 == 0;
   d.last = d.l1 == d.L;
   d.defer = st.defer_weight_grads;
+  d.share_logits = st.share_logits && d.last;
   d.low_precision = parse_compute_dtype(cfg.compute_dtype) != ComputeDtype::kFloat32;
   d.flash = s.flash;
   if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
@@ -230,12 +231,17 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
       LmHeadBlock::Acts& h = s.head;
       h.ln = p.take(sn + ".final_norm", Nl * C);
       h.norm = norm_acts(sn + ".final_norm");
-      h.logits = p.take(sn + ".logits", d.head_rows * d.vocab.local);
+      if (!d.share_logits || k == 0) h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
+      else h.logits = b.slots[0].head.logits;
       h.losses = p.take(sn + ".losses", d.head_rows);
       h.lse = p.take(sn + ".lse", d.head_rows);
       if (d.defer) {
         h.dln = p.take(sn + ".head_dln", Nl * C);
-        h.dlogits_low = reinterpret_cast<std::byte*>(p.take(sn + ".dlogits_low", d.dlogits_low_floats));
+        if (!d.share_logits || k == 0)
+          h.dlogits_low = reinterpret_cast<std::byte*>(
+              p.take((d.share_logits ? "head" : sn) + ".dlogits_low", d.dlogits_low_floats));
+        else
+          h.dlogits_low = b.slots[0].head.dlogits_low;
       }
     }
   }
@@ -472,7 +478,10 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   e.grad_scale = grad_scale;
   const bool input = pass != BwdPass::kWeight;
   if (d.last) {
-    head_.bwd(e, pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
+    // share_logits: the head's whole backward in the input pass (the logits are shared), none in the weight pass.
+    const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
+    if (!(d.share_logits && pass == BwdPass::kWeight))
+      head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
   } else if (input) {
     std::memcpy(scratch_.dres, dhidden_out, sizeof(float) * d.Nl * d.C);

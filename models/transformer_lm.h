@@ -33,6 +33,11 @@ struct StageOptions {
   int64_t layer_begin = 0, layer_end = -1;  // -1: the last layer
   int64_t slots = 1;
   bool defer_weight_grads = false;
+  // On the last stage: one logits buffer ([tokens, vocab], the largest) for every slot, and the head's
+  // weight gradient in the input pass rather than the weight pass. For schedules that run each
+  // micro-batch's backward right after its forward on this stage (1F1B's and ZB-H1's last stage),
+  // so that deferring the other layers' weight passes does not keep a logits buffer per slot.
+  bool share_logits = false;
 };
 
 // The parameters of several TransformerLMs that one rank runs as model chunks (an interleaved
@@ -51,7 +56,7 @@ struct SharedArena {
 struct StageDims {
   int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1;
   int tp = 1;
-  bool first = true, last = true, defer = false, low_precision = false, flash = false;
+  bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   bool layer_norm = true;

@@ -22,6 +22,24 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
     throw std::invalid_argument("pipeline: " + std::to_string(stage_layers.size()) + " layer counts for " +
                                 std::to_string(shape.stages * shape.chunks) + " virtual stages");
   const std::vector<int> slots = pipeline::slots_per_chunk(sched, shape, stage);
+  // The chunk holding the last layer can share one logits buffer over its slots when the schedule
+  // runs each micro-batch's backward (input pass) right after its forward there: no other forward
+  // of that chunk in between.
+  const std::vector<pipeline::Action> list = pipeline::stage_actions(sched, shape, stage);
+  auto forward_then_backward = [&](int chunk) {
+    int open = -1;
+    for (const pipeline::Action& a : list) {
+      if (a.chunk != chunk) continue;
+      if (a.op == pipeline::Op::kForward) {
+        if (open >= 0) return false;
+        open = a.micro;
+      } else if (a.op == pipeline::Op::kBackward || a.op == pipeline::Op::kBackwardInput) {
+        if (a.micro != open) return false;
+        open = -1;
+      }
+    }
+    return true;
+  };
   std::vector<StageOptions> out;
   for (int c = 0; c < shape.chunks; ++c) {
     const int k = c * shape.stages + stage;
@@ -32,6 +50,7 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
     st.layer_end = begin + stage_layers[static_cast<size_t>(k)];
     st.slots = std::max(1, slots.at(static_cast<size_t>(c)));
     st.defer_weight_grads = sched == pipeline::Scheduler::kZBH1;
+    st.share_logits = k == shape.stages * shape.chunks - 1 && forward_then_backward(c);
     out.push_back(st);
   }
   return out;

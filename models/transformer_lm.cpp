@@ -457,8 +457,10 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   const BlockEnv e = env(s);
   if (d.first) embedding_.fwd(e, s.emb, s.inputs);
   else std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
-  for (int64_t l = d.l0; l < d.l1; ++l)
+  for (int64_t l = d.l0; l < d.l1; ++l) {
     layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), s.layers[static_cast<size_t>(l - d.l0)]);
+    progress();
+  }
   if (!d.last) return 0.0;
   return head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
 }
@@ -493,6 +495,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
     layer.bwd(e, pass, x, a, layer_grads(s, l));
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
+    progress();
   }
   // The embedding has only a weight gradient: it runs in the weight pass, from its output
   // gradient as the input pass left it (kept per slot when the passes run apart), so a tied

@@ -130,6 +130,9 @@ class TransformerLM : public CausalLM {
   // defer_weight_grads (which keeps per slot what the weight pass reads); kBoth runs them fused.
   void stage_backward(int64_t slot, BwdPass pass, const float* dhidden_out, float grad_scale);
   const float* input_grad() const { return scratch_.dres; }
+  // Called between layers in stage_forward and stage_backward: the pipeline executor advances its
+  // messages there (MPI moves a large message only while the sender or receiver is inside MPI).
+  void set_progress_hook(std::function<void()> hook) { progress_ = std::move(hook); }
   // The router statistics of the forward that ran last in `slot` (empty for a dense model).
   std::vector<MoeLayerStats> moe_stats(int64_t slot) const;
 
@@ -179,6 +182,10 @@ class TransformerLM : public CausalLM {
   std::vector<Slot> slots_;
   TransformerLayer::Grads scratch_;
   float *gather_ = nullptr, *partial_ = nullptr, *dfull_ = nullptr;
+  std::function<void()> progress_;
+  void progress() const {
+    if (progress_) progress_();
+  }
 };
 
 }  // namespace gf

@@ -72,6 +72,7 @@ PipelineExecutor::PipelineExecutor(PipelineStage& model, const Communicator& pp,
   if (most > pp.tag_upper_bound())
     throw std::invalid_argument("pipeline: " + std::to_string(most) + " message tags exceed MPI's limit " +
                                 std::to_string(pp.tag_upper_bound()) + "; lower parallel_config.micro_batch_num");
+  for (int c = 0; c < shape.chunks; ++c) model.chunk(c).set_progress_hook([this] { advance(); });
   for (int c = 0; c < shape.chunks; ++c) {
     const int64_t n = model.chunk(c).dims().slots;
     slot_micro_.emplace_back(static_cast<size_t>(n), -1);
@@ -117,6 +118,22 @@ void PipelineExecutor::free_slot(int micro, int chunk) {
   const auto it = slot_of_.find({micro, chunk});
   slot_micro_[static_cast<size_t>(chunk)][static_cast<size_t>(it->second)] = -1;
   slot_of_.erase(it);
+}
+
+void PipelineExecutor::advance() {
+  // Finished sends give their buffers back; a posted receive is tested so that MPI moves it.
+  for (size_t i = 0; i < sends_.size();)
+    if (Communicator::test(sends_[i].req)) {
+      give_buffer(sends_[i].buf);
+      sends_[i] = sends_.back();
+      sends_.pop_back();
+    } else {
+      ++i;
+    }
+  for (auto* m : {&recv_fwd_, &recv_bwd_})
+    for (auto& [key, r] : *m) Communicator::test(r.req);
+  for (auto& per_chunk : slot_send_)
+    for (MPI_Request& r : per_chunk) Communicator::test(r);
 }
 
 double PipelineExecutor::train(const std::function<Micro(int)>& micro, float grad_scale) {
@@ -215,15 +232,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         break;
       }
     }
-    // Finished sends give their buffers back.
-    for (size_t i = 0; i < sends_.size();)
-      if (Communicator::test(sends_[i].req)) {
-        give_buffer(sends_[i].buf);
-        sends_[i] = sends_.back();
-        sends_.pop_back();
-      } else {
-        ++i;
-      }
+    advance();
   }
   for (Pending& s : sends_) {
     wait_timed(s.req);

@@ -62,6 +62,8 @@ class PipelineExecutor {
   int64_t slot_for(int micro, int chunk);
   void free_slot(int micro, int chunk);
   void wait_timed(MPI_Request& r);
+  // Tests every message in flight (between layers, and between actions): lets MPI move them.
+  void advance();
 
   PipelineStage& model_;
   const Communicator& pp_;

@@ -77,7 +77,12 @@ StepResult Trainer::train_step(int64_t step) {
     // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
     if (tied_.end > tied_.begin) ctx_.embed.allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
     ctx_.pp.allreduce_sum(&loss_sum, 1);  // the last stage's
-    double b[2] = {pipe_->wait_seconds() / std::max(run_s, 1e-12), 0};
+    // The bubble as the schedule's analytic one counts it: over one window for every stage (the
+    // slowest stage's time in the schedule; a stage that finishes early idles until the step's
+    // collectives), the part a stage did not compute.
+    double makespan = run_s;
+    ctx_.pp.allreduce_max(&makespan, 1);
+    double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
     b[1] = b[0];
     ctx_.pp.allreduce_sum(&b[0], 1);
     ctx_.pp.allreduce_max(&b[1], 1);
@@ -211,8 +216,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                  imbalance, r.moe.size(), dropped, assigned);
   }
   if (r.bubble >= 0)
-    spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (time waiting for a neighbour "
-                 "over the schedule's time, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
+    spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (the time a stage did not compute "
+                 "over the slowest stage's time in the schedule, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
                  pipeline::scheduler_name(sched_), shape_.stages,
                  shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
                  100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);

@@ -46,8 +46,8 @@ struct StepResult {
   std::vector<MoeLayer> moe;
   double aux_loss = 0.0, z_loss = 0.0;
   double objective = 0.0;  // loss + aux_loss_factor * aux_loss + z_loss_factor * z_loss
-  // Pipeline parallelism: of this step, the time stages waited for their neighbours over the time
-  // they ran the schedule (mean and worst over the stages), and the schedule's analytic bubble.
+  // Pipeline parallelism: of this step, the time each stage did not compute over the slowest
+  // stage's time in the schedule (mean and worst over the stages), and the schedule's analytic bubble.
   double bubble = -1, bubble_max = -1, bubble_analytic = -1;
 };
 

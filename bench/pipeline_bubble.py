@@ -224,6 +224,33 @@ def flop_costs():
     return 24 * C * C + 4 * T * C, 24 * C * C + 8 * T * C, 24 * C * C
 
 
+def padded_vocab(v, multiple=128):  # model_config.vocab_pad_multiple
+    return (v + multiple - 1) // multiple * multiple
+
+
+def stage_flops(run):
+    """Per stage, Megatron's FLOPs per token of forward + backward: 72C^2 + 12TC a layer, 6 C V the
+    LM head (on the last stage); the embedding lookup, norms and loss not counted. Even layer split."""
+    per = run.layers // run.pp
+    t = [per * (72 * C * C + 12 * T * C) for _ in range(run.pp)]
+    t[-1] += 6 * C * padded_vocab(run.vocab)
+    return t
+
+
+def model_bubble(run):
+    """The bubble with the costs counted in FLOPs. GPipe and 1F1B with unequal stages: the step is
+    sum(t_s) + (m - 1) max(t_s) (the first micro-batch fills the pipeline, the slowest stage then
+    runs the others back to back, the last drains), so stage s idles 1 - m t_s / that. ZB-H1: the
+    equal-stage closed form at the layers' f : b : w. Interleaved: none here (None)."""
+    if run.sched in ("1f1b", "gpipe"):
+        t = stage_flops(run)
+        span = sum(t) + (run.m - 1) * max(t)
+        return statistics.mean(1 - run.m * x / span for x in t)
+    if run.sched == "zero_bubble_h1":
+        return zbh1_analytic(run.pp, run.m, *flop_costs())
+    return None
+
+
 def cpu_model():
     try:
         out = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout
@@ -343,8 +370,8 @@ def main():
             e["bubble"] = med([x["bubble"] for x in xs])
             e["bubble_max"] = med([x["bubble_max"] for x in xs])
             e["bubble_analytic"] = xs[0]["bubble_analytic"]
-            if r.sched == "zero_bubble_h1":
-                e["bubble_analytic_flop_costs"] = zbh1_analytic(r.pp, r.m, fw, fb, fww)
+            e["bubble_flop_model"] = model_bubble(r)
+            e["stage_flops_per_token"] = stage_flops(r)
         if r.key in plans:
             e["plan_stages"] = plans[r.key]
         res[r.key] = e
@@ -357,7 +384,7 @@ def main():
 
     print(f"\nBubble (median over {args.steps - 1} timed steps x {args.rounds} rounds; 8 layers, hidden 256, "
           f"seq 256, m 8 x batch 1; load average {load1[0]:.2f} at the end)")
-    hdr = (f"{'pp':>3s} {'model':10s} {'schedule':15s} {'measured':>8s} {'worst':>7s} {'analytic':>8s} "
+    hdr = (f"{'pp':>3s} {'model':10s} {'schedule':15s} {'measured':>8s} {'worst':>7s} {'analytic':>8s} {'FLOPmodel':>9s} "
            f"{'step ms':>8s} {'tok/s':>7s}  planned activations per stage (MiB)  per-round bubbles")
     print(hdr)
     print("-" * len(hdr))
@@ -366,9 +393,15 @@ def main():
             for s in schedules(pp, vname):
                 e = res[f"pp{pp} {vname} {s}"]
                 acts = "/".join(f"{st['activations_mib']:.1f}" for st in e.get("plan_stages", []))
+                fm = "-" if e["bubble_flop_model"] is None else pct(e["bubble_flop_model"])
                 print(f"{pp:3d} {vname:10s} {s:15s} {pct(e['bubble']):>8s} {pct(e['bubble_max']):>7s} "
-                      f"{pct(e['bubble_analytic']):>8s} {e['step_ms']:8.1f} {e['tokens_per_s']:7.1f}  {acts:35s}  "
+                      f"{pct(e['bubble_analytic']):>8s} {fm:>9s} {e['step_ms']:8.1f} {e['tokens_per_s']:7.1f}  {acts:35s}  "
                       + ", ".join(pct(x["bubble"]).strip() for x in e["per_round"]))
+    f, b, w = flop_costs()
+    layer = 72 * C * C + 12 * T * C
+    print(f"(analytic: equal stages, f = b = w. FLOP model: 1f1b and gpipe over the stages' FLOPs, a layer "
+          f"{layer / 1e6:.3f} MFLOP/token forward + backward, the head 6CV on the last stage; zero_bubble_h1 equal "
+          f"stages at a layer's f:b:w = {f / 1e6:.3f}:{b / 1e6:.3f}:{w / 1e6:.3f} MFLOP/token; interleaved none)")
     print("\nZB-H1 / 1F1B and interleaved / 1F1B (ratios of the medians)")
     ratios = {}
     for pp in (4, 2):
@@ -381,9 +414,9 @@ def main():
                              "step_ms": z["step_ms"] / a["step_ms"]}
                 extra = ""
                 if other == "zero_bubble_h1":
-                    ratios[k]["analytic_flop_costs"] = z["bubble_analytic_flop_costs"] / a["bubble_analytic"]
-                    extra = (f"; ZB-H1 analytic at the layers' FLOP costs {pct(z['bubble_analytic_flop_costs']).strip()} "
-                             f"(ratio {ratios[k]['analytic_flop_costs']:.3f})")
+                    # both equal-stage figures: ZB-H1 at a layer's f:b:w over 1F1B's (independent of f:b:w)
+                    ratios[k]["flop_split"] = z["bubble_flop_model"] / a["bubble_analytic"]
+                    extra = f"; at a layer's f:b:w {ratios[k]['flop_split']:.3f}"
                 print(f"  pp{pp} {vname:10s} {other:15s}/1f1b: bubble measured {ratios[k]['measured']:.3f}, analytic "
                       f"{ratios[k]['analytic']:.3f}; step time {ratios[k]['step_ms']:.3f}{extra}")
     record["ratios"] = ratios

@@ -430,7 +430,7 @@ def main():
                   + ", ".join(pct(x["bubble"]).strip() for x in e["per_round"]))
     print(f"\nThroughput (4 layers, global batch 8; median tokens/s over {args.steps - 1} timed steps x "
           f"{args.rounds} rounds)")
-    hdr = f"{'model':10s} {'layout':34s} {'ranks x thr':>11s} {'tok/s':>8s} {'step ms':>8s} {'vs dp2':>7s}  per-round"
+    hdr = f"{'model':10s} {'layout':40s} {'ranks x thr':>11s} {'tok/s':>8s} {'step ms':>8s} {'vs dp2':>7s}  per-round"
     print(hdr)
     print("-" * len(hdr))
     for vname in VOCABS:
@@ -440,7 +440,7 @@ def main():
             e = res[f"tput {vname} {lay}"]
             e["vs_dp2"] = e["tokens_per_s"] / base
             extra = f" (bubble {pct(e['bubble']).strip()})" if lay == "pp2" else ""
-            print(f"{vname:10s} {desc + extra:34s} {e['ranks']:>5d} x {e['threads_per_rank']:<3d} "
+            print(f"{vname:10s} {desc + extra:40s} {e['ranks']:>5d} x {e['threads_per_rank']:<3d} "
                   f"{e['tokens_per_s']:8.1f} {e['step_ms']:8.1f} {e['vs_dp2']:6.3f}x  "
                   + ", ".join(f"{x['tokens_per_s']:.0f}" for x in e["per_round"]))
     total = time.time() - t_start

@@ -20,9 +20,11 @@ against dp2 and one rank in throughput, in one run on this machine.
    in the schedule, mean of the stages), "worst" the median of "bubble_max", "analytic" its
    "bubble_analytic" (closed form for equal stages and f = b = w). Beside each schedule, the planned
    activations of each stage from `gridformer plan` with the same overrides.
-   ZB-H1's analytic figure depends on the costs: (p-1)(f+b-w) / (m(f+b+w) + (p-1)(f+b-w)). The
-   per-pass times are not logged, so "ZB-H1 at FLOP costs" puts in Megatron's FLOP split of a layer
-   (f = 24C^2 + 4TC per token, b = 24C^2 + 8TC: the attention products have no weights, w = 24C^2).
+   The per-pass times are not logged, so beside the analytic figure a "FLOP model" counts the costs
+   in Megatron's FLOPs: for gpipe and 1f1b the stages' unequal costs (a layer 72C^2 + 12TC per token,
+   the LM head 6CV on the last stage; the step is sum(t_s) + (m - 1) max(t_s)); for zero_bubble_h1,
+   (p-1)(f+b-w) / (m(f+b+w) + (p-1)(f+b-w)) at a layer's split f = 24C^2 + 4TC, b = 24C^2 + 8TC,
+   w = 24C^2 (the attention products have no weights); none for interleaved.
 
    Oversubscription: at pp4 Open MPI sees 4 ranks on 2 slots and sets mpi_yield_when_idle itself
    (checked here with mpi_show_mca_params); the script passes --mca mpi_yield_when_idle 1 explicitly

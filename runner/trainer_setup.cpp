@@ -81,7 +81,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   if (ctx_.world_rank == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
-    if (!cfg.tensorboard_dir.empty()) {
+    if (!cfg.tensorboard_dir.empty() && cfg.run_mode != "eval") {  // run_mode eval writes no metrics lines either
       metrics_->add_event_writer(std::make_unique<tensorboard::EventWriter>(cfg.tensorboard_dir));
       spdlog::info("TensorBoard ({}): scalars of metrics.jsonl's lines to {}; view with `tensorboard --logdir {}`",
                    cfg.tensorboard_dir_from, metrics_->event_writer()->path().string(), cfg.tensorboard_dir);

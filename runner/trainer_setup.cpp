@@ -34,8 +34,8 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   if (ctx_.grid.pp() > 1) setup_pipeline();
   else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
   if (!cfg.load_checkpoint.empty()) {
-    model_->load_hf_checkpoint(cfg.load_checkpoint);
-    spdlog::info("loaded weights from {}", cfg.load_checkpoint);
+    const std::string note = model_->load_hf_checkpoint(cfg.load_checkpoint);
+    spdlog::info("loaded weights from {}{}", cfg.load_checkpoint, note.empty() ? "" : " (" + note + ")");
   } else {
     model_->init_weights(static_cast<uint64_t>(cfg.seed));
   }

@@ -101,8 +101,10 @@ class CausalLM {
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
 
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
-  // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint).
-  void load_hf_checkpoint(const std::string& path);
+  // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint), or
+  // a MindSpore .ckpt of MindFormers' GPT-2 (models/mindspore_checkpoint.h). Returns a note for the
+  // log (for a .ckpt: the entries it skipped); empty for safetensors.
+  std::string load_hf_checkpoint(const std::string& path);
 
  protected:
   void grads_ready_from(int64_t offset) {
@@ -113,9 +115,9 @@ class CausalLM {
   std::function<void(int64_t)> grad_ready_;
 };
 
-// The file load_hf_checkpoint reads for `given`: a directory means its model.safetensors. Throws,
-// naming the config key `key`, for a directory without one and for a MindSpore .ckpt (with what to
-// use instead). The config loader calls it so that a bad path stops every rank before any work.
+// The file load_hf_checkpoint reads for `given`: a directory means its model.safetensors (or its
+// index); a .ckpt file is MindSpore's. Throws, naming the config key `key`, for a directory without
+// either. The config loader calls it so that a bad path stops every rank before any work.
 std::string resolve_checkpoint_path(const std::string& given, const std::string& key = "load_checkpoint");
 
 }  // namespace gf

@@ -5,6 +5,10 @@
 // model's `lm_head.weight` and the `attn.bias` / `attn.masked_bias` / `rotary_emb.inv_freq` buffers
 // are ignored. Every model parameter must be present with its global shape, and every other
 // tensor must be one of the ignored ones.
+//
+// A MindSpore .ckpt holding MindFormers' GPT-2 (models/mindspore_checkpoint.h maps its names and
+// layouts to the ones above) goes through the same checks: every parameter present with its global
+// shape, every weight of the file a parameter of the model.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +20,7 @@
 
 #include "core/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/mindspore_checkpoint.h"
 
 namespace gf {
 namespace {
@@ -47,13 +52,63 @@ std::string resolve_checkpoint_path(const std::string& given, const std::string&
     throw std::runtime_error("`" + key + ": " + given +
                              "` is a directory without model.safetensors or model.safetensors.index.json");
   }
-  if (fs::path(given).extension() == ".ckpt")
-    throw std::runtime_error("`" + key + ": " + given + "` is a MindSpore .ckpt, which gridformer does not read; "
-                             "give a Hugging Face .safetensors file, its directory, or a sharded checkpoint's directory");
   return given;
 }
 
 namespace {
+
+bool is_mindspore_ckpt(const std::string& path) { return std::filesystem::path(path).extension() == ".ckpt"; }
+
+// Whether `part` could be an even cut of `whole` (what one rank of a MindSpore model-parallel run
+// saves without integrated_save).
+bool is_slice_of(const std::vector<int64_t>& part, const std::vector<int64_t>& whole) {
+  if (part.size() != whole.size() || part == whole) return false;
+  for (size_t i = 0; i < part.size(); ++i)
+    if (part[i] <= 0 || part[i] > whole[i] || whole[i] % part[i] != 0) return false;
+  return true;
+}
+
+// A MindFormers GPT-2 .ckpt: its weights under Hugging Face names, then the checks and the scatter
+// of the safetensors path below.
+std::string load_mindformers_gpt2(CausalLM& model, const std::string& path) {
+  const ModelConfig& c = model.config();
+  if (c.is_llama() || c.moe.enabled())
+    throw std::runtime_error(path + ": a MindSpore .ckpt is read for a dense GPT-2 only (MindFormers' GPT-2 names, "
+                             "as mindformers/models/gpt2/convert_weight.py maps them); this model is " +
+                             std::string(c.is_llama() ? "a Llama" : "an MoE GPT-2") +
+                             ": give its weights as a Hugging Face .safetensors file or directory");
+  const ParamTable& table = model.params().table();
+  const bool whole = model.whole_model();
+  const MindFormersGpt2Weights w =
+      read_mindformers_gpt2(path, [&](const std::string& n) { return whole || table.find(n) != nullptr; });
+  for (const auto& [name, t] : w.tensors)
+    if (!table.find(name))
+      throw std::runtime_error(path + ": tensor '" + t.source + "' (GPT-2's " + name +
+                               ") is not a parameter of the configured model");
+  for (const ParamSpec& p : table.specs())
+    if (!w.tensors.count(p.name)) {
+      const std::string ms = mindformers_gpt2_name(p.name);
+      const std::string what = ms.empty() ? "'" + p.name + "'" : "'" + ms + "' (GPT-2's " + p.name + ")";
+      throw std::runtime_error(path + ": tensor " + what + " is missing (the configured model needs " + shape_str(p.shape) + ")");
+    }
+  for (const TensorPlacement& placed : model.params().tensors()) {
+    const ParamSpec& p = *placed.spec;
+    const MappedTensor& t = w.tensors.at(p.name);
+    if (t.shape != p.shape) {
+      std::string hint;
+      if (p.name == "wpe.weight" && t.shape.size() == 2 && p.shape.size() == 2 && t.shape[1] == p.shape[1])
+        hint = " (MindFormers' position table has seq_length rows: set max_position_embeddings: " +
+               std::to_string(t.shape[0]) + ")";
+      else if (is_slice_of(t.shape, p.shape))
+        hint = " (one rank's slice of a distributed checkpoint? merge the slices with MindSpore's transform_checkpoints first)";
+      throw std::runtime_error(path + ": tensor '" + t.source + "' (GPT-2's " + p.name + ") has shape " +
+                               shape_str(t.shape) + ", the configured model needs " + shape_str(p.shape) + hint);
+    }
+    Placement::scatter(placed, t.values.data(), model.weights() + placed.offset);  // padding rows zero
+  }
+  return "MindSpore .ckpt, MindFormers' GPT-2 names; skipped " + std::to_string(w.non_weights) +
+         " optimizer-state and training-counter entries and " + std::to_string(w.mask_buffers) + " attention-mask buffers";
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -85,8 +140,9 @@ std::map<std::string, std::vector<std::string>> shards_of(const std::string& pat
 
 }  // namespace
 
-void CausalLM::load_hf_checkpoint(const std::string& given) {
+std::string CausalLM::load_hf_checkpoint(const std::string& given) {
   const std::string path = resolve_checkpoint_path(given);
+  if (is_mindspore_ckpt(path)) return load_mindformers_gpt2(*this, path);
   const auto files = shards_of(path);
   const ParamTable& table = params().table();
   auto param_name = [](const std::string& name) { return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name; };
@@ -132,6 +188,7 @@ void CausalLM::load_hf_checkpoint(const std::string& given) {
       Placement::scatter(placed, full.data(), weights() + placed.offset);  // padding rows zero
     }
   }
+  return "";
 }
 
 }  // namespace gf

@@ -86,10 +86,10 @@ void Trainer::load_initial_state() {
   if (!ckpt::is_checkpoint(path)) {
     if (cfg.resume_training)
       throw std::runtime_error("`resume_training: True` needs a gridformer checkpoint, and `load_checkpoint: " + path +
-                               "` holds Hugging Face weights (no optimizer state or step): drop resume_training to "
+                               "` holds weights only (Hugging Face or MindSpore; no optimizer state or step): drop resume_training to "
                                "start training from these weights");
-    model_->load_hf_checkpoint(path);
-    spdlog::info("loaded weights from {}", path);
+    const std::string note = model_->load_hf_checkpoint(path);  // Hugging Face safetensors or a MindSpore .ckpt
+    spdlog::info("loaded weights from {}{}", path, note.empty() ? "" : " (" + note + ")");
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -114,6 +114,11 @@ void Trainer::load_initial_state() {
     return;
   }
   const nlohmann::json& st = r.state();
+  if (st.value("weights_only", false) || !st.contains("global_batch"))
+    throw std::runtime_error(r.dir() + ": holds weights only (" +
+                             (st.contains("converted_from") ? "converted from " + st["converted_from"].dump()
+                                                            : std::string("no training state")) +
+                             "), not a training run's state: drop resume_training to train from these weights");
   const int64_t step = st.at("step").get<int64_t>(), g = st.at("global_batch").get<int64_t>();
   if (g != global_batch_)
     throw std::runtime_error(fmt::format(

@@ -137,6 +137,10 @@ void Trainer::load_initial_state() {
       if (!shard_part(t, b, e, lo, hi)) continue;
       for (int k = 0; k < 2; ++k) {
         float* dst = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
+        if (lo == 0) {  // the shard holds the tensor from its first element: read in place
+          r.read(kMomentPrefix[k] + t.spec->name, t, dst, lo, hi);
+          continue;
+        }
         part.assign(static_cast<size_t>(t.numel()), 0.0f);
         r.read(kMomentPrefix[k] + t.spec->name, t, part.data(), lo, hi);
         std::copy(part.begin() + lo, part.begin() + hi, dst);
@@ -187,9 +191,13 @@ void Trainer::save_checkpoint(int64_t step) {
       if (!shard_part(t, b, e, lo, hi) || !writes(t, sharded)) continue;
       for (int k = 0; k < 2; ++k) {
         const float* src = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
-        part.assign(static_cast<size_t>(t.numel()), 0.0f);
-        std::copy(src, src + (hi - lo), part.begin() + lo);
-        for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, part.data(), lo, hi))
+        const float* local = src;  // the tensor's first local element, when the shard holds it
+        if (lo > 0) {  // a tensor the shard cuts: its part placed in a whole-tensor buffer
+          part.assign(static_cast<size_t>(t.numel()), 0.0f);
+          std::copy(src, src + (hi - lo), part.begin() + lo);
+          local = part.data();
+        }
+        for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, local, lo, hi))
           p.pieces.push_back(std::move(piece));
       }
     }

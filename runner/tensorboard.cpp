@@ -117,6 +117,12 @@ std::vector<Scalar> scalars_of_metrics_line(const nlohmann::json& line, int64_t&
   // The evaluation line (runner/trainer.cpp, run): Megatron's "<loss name> validation" and its "ppl".
   add(line, "eval_loss", "lm loss validation");
   add(line, "ppl", "lm loss validation ppl");
+  // A checkpoint's save (runner/checkpointing.cpp): what it cost the run.
+  if (line.value("event", "") == "checkpoint") {
+    add(line, "snapshot_s", "checkpoint/snapshot-seconds");
+    add(line, "write_s", "checkpoint/write-seconds");
+    add(line, "bytes", "checkpoint/bytes");
+  }
   return out;
 }
 

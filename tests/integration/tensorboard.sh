@@ -43,7 +43,8 @@ train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
 do_eval: True
 eval_step_interval: 3
 eval_dataset: {eval_iters: 1}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}, {type: SummaryMonitor}]
+callbacks: [{type: MFLossMonitor, per_print_times: 1}, {type: SummaryMonitor},
+            {type: CheckpointMonitor, save_checkpoint_steps: 4, keep_checkpoint_max: 1}]
 model:
   arch: {type: GPT2LMHeadModel}
   model_config: {type: GPT2Config, vocab_size: 64, seq_length: 32, hidden_size: 64, num_layers: 2,

@@ -96,6 +96,10 @@ MOE_TAGS = {"aux_loss": "load_balancing_loss", "z_loss": "z_loss", "tokens_max":
 # Keys of the lines that are not scalars of their own (the step itself, counts of the interval) or
 # not numbers.
 NOT_SCALARS = {"step", "epoch", "interval_steps", "skipped", "startup", "moe", "peak_rss_bytes"}
+# A checkpoint's line (event: checkpoint): its costs, under tags of their own.
+CHECKPOINT_TAGS = {"snapshot_s": "checkpoint/snapshot-seconds", "write_s": "checkpoint/write-seconds",
+                   "bytes": "checkpoint/bytes"}
+CHECKPOINT_NOT_SCALARS = {"event", "step", "name", "async"}
 MOE_NOT_SCALARS = {"layer", "assignments", "tokens_per_expert"}
 
 
@@ -103,6 +107,13 @@ def expected(line):
     """{(tag, step): value} of one metrics.jsonl line."""
     step = line["step"]
     out = {}
+    if line.get("event") == "checkpoint":
+        for key, value in line.items():
+            if key in CHECKPOINT_NOT_SCALARS:
+                continue
+            assert key in CHECKPOINT_TAGS, f"metrics.jsonl checkpoint key {key!r} has no TensorBoard tag"
+            out[(CHECKPOINT_TAGS[key], step)] = value
+        return out
     for key, value in line.items():
         if key in NOT_SCALARS:
             continue

@@ -119,6 +119,11 @@ class Reader {
   };
   struct Shard;
   const Shard& shard(const std::string& file, const std::string& tensor);
+  const SavedTensor& saved(const std::string& name) const;  // throws naming a missing tensor
+  // Fills the `wanted` boxes (global boxes at their offsets in `local`, of shape local_shape) from
+  // the saved boxes of `name` that overlap them; throws naming an element none holds.
+  void fill(const std::string& name, const SavedTensor& s, const std::vector<SlicePiece>& wanted,
+            const std::vector<int64_t>& local_shape, float* local);
   std::string dir_;
   nlohmann::json state_;
   std::map<std::string, SavedTensor> tensors_;

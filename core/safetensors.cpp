@@ -84,16 +84,23 @@ float bf16_to_float(uint16_t h) {
 }
 
 SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
-  SafeTensorsFile f;
-  f.path_ = path;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open file");
   in.seekg(0, std::ios::end);
   const int64_t size = in.tellg();
   in.seekg(0);
   if (size < 8) fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
-  f.bytes_.resize(static_cast<size_t>(size));
-  in.read(reinterpret_cast<char*>(f.bytes_.data()), size);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  in.read(reinterpret_cast<char*>(bytes.data()), size);
+  return parse(path, std::move(bytes));
+}
+
+SafeTensorsFile SafeTensorsFile::parse(const std::string& path, std::vector<uint8_t> bytes) {
+  SafeTensorsFile f;
+  f.path_ = path;
+  f.bytes_ = std::move(bytes);
+  const int64_t size = static_cast<int64_t>(f.bytes_.size());
+  if (size < 8) fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(f.bytes_[i]) << (8 * i);
   if (hlen > static_cast<uint64_t>(size - 8))
@@ -179,8 +186,8 @@ std::vector<int32_t> SafeTensorsFile::ints(const std::string& name) const {
   return v;
 }
 
-void write_safetensors(const std::string& path, const std::vector<StWriteTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<StWriteTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t off = 0;
@@ -193,13 +200,18 @@ void write_safetensors(const std::string& path, const std::vector<StWriteTensor>
   }
   std::string h = header.dump();
   while (h.size() % 8) h.push_back(' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  return out + h;
+}
+
+void write_safetensors(const std::string& path, const std::vector<StWriteTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string h = safetensors_header(tensors, metadata);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
     out.write(h.data(), static_cast<std::streamsize>(h.size()));
     for (const auto& t : tensors) {
       int64_t n = 1;

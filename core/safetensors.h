@@ -26,6 +26,9 @@ class SafeTensorsFile {
   // where one is at fault (unknown dtype, size that does not match the shape, offsets outside the
   // data or overlapping).
   static SafeTensorsFile open(const std::string& path);
+  // The same from a file's bytes already in memory (kept by the result; `path` names them in
+  // errors): a checkpoint reader checksums the bytes it read before parsing them.
+  static SafeTensorsFile parse(const std::string& path, std::vector<uint8_t> bytes);
 
   const std::string& path() const { return path_; }
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
@@ -51,6 +54,12 @@ struct StWriteTensor {
   std::vector<int64_t> shape;
   const void* data;
 };
+
+// The bytes before the data: the 8-byte little-endian header length and the JSON header (tensors
+// in the given order, their data back to back; padded with spaces to a multiple of 8 bytes, as the
+// reference implementation does, so the data starts 8-byte aligned).
+std::string safetensors_header(const std::vector<StWriteTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
 
 // Writes `path` atomically (to path + ".tmp", then rename).
 void write_safetensors(const std::string& path, const std::vector<StWriteTensor>& tensors,

@@ -69,6 +69,7 @@ Resolution resolve(const YAML::Node& user, const std::vector<Override>& override
     config_read::read_moe(x);
     config_read::read_weights(x);
     config_read::read_callbacks(x);
+    config_read::read_tensorboard(x);
     config_read::read_datasets(x);
   } catch (const YAML::Exception& e) {  // a value the schema check let through but its reader cannot convert
     res.errors.push_back(std::string("a value cannot be read: ") + e.what());

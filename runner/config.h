@@ -112,6 +112,9 @@ struct Settings {
   ModelConfig model;
   int64_t per_print_times = 1;
   CheckpointConfig checkpoint;
+  // TensorBoard (runner/tensorboard.h): the directory rank 0 writes this run's event file to ("": none)
+  // and the key that named it, for the log (config_read_tensorboard.cpp decides between them).
+  std::string tensorboard_dir, tensorboard_dir_from;
   bool operator==(const Settings&) const = default;
 };
 

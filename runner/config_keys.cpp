@@ -197,9 +197,16 @@ std::vector<KeyRule> common_rules() {
       {"optimizer.eps", kBuilt, "adamw.eps"},
       {"optimizer.weight_decay", kBuilt, "adamw.weight_decay"},
       {"optimizer.learning_rate", kBuilt, "lr (constant) when the file has no lr_schedule; else warned if it differs"},
-      {"callbacks.*.type", kBuilt, "per_print_times, checkpoint (MFLossMonitor, CheckpointMonitor, ObsMonitor: a no-op "
-                                   "off ModelArts as in MindFormers; others warned)"},
+      {"callbacks.*.type", kBuilt, "per_print_times, checkpoint, tensorboard_dir (MFLossMonitor, CheckpointMonitor, "
+                                   "SummaryMonitor, ObsMonitor: a no-op off ModelArts as in MindFormers; others warned)"},
       {"callbacks.*.per_print_times", kBuilt, "per_print_times"},
+      {"callbacks.*.summary_dir", kBuilt, "tensorboard_dir (SummaryMonitor; config_read_tensorboard.cpp)"},
+      {"tensorboard_dir", kBuilt, "tensorboard_dir (Megatron's; config_read_tensorboard.cpp)"},
+      {"tensorboard.tensorboard_dir", kBuilt, "tensorboard_dir, + /rank_0 as MindFormers (config_read_tensorboard.cpp)"},
+      {"tensorboard.tensorboard_queue_size", kChecked, "warned when not 10: events are written at each line, not queued"},
+      {"tensorboard.log_loss_scale_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
+      {"tensorboard.log_timers_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
+      {"tensorboard.log_expert_load_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
       {"eval_callbacks.*.type", kChecked, "ObsMonitor (a no-op off ModelArts, as in MindFormers); others warned"},
       {"metric.type", kChecked, "PerplexityMetric (evaluation reports loss and perplexity); others warned"},
       {"metric.eval_type", kIgnored, "classification metrics are not built"},
@@ -210,6 +217,9 @@ std::vector<KeyRule> common_rules() {
                         "save_network_params", "save_trainable_params", "async_save", "directory"})
     r.push_back({std::string("callbacks.*.") + k, kChecked,
                  "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
+  for (const char* k : {"collect_freq", "collect_specified_data", "keep_default_action", "custom_lineage_data",
+                        "collect_tensor_freq", "max_file_size", "export_options"})
+    r.push_back({std::string("callbacks.*.") + k, kChecked, "SummaryMonitor: warned, it means nothing here"});
   for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file",
                         "add_bos_token", "add_eos_token"})
     r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});

@@ -228,7 +228,7 @@ void read_callbacks(ReadContext& x) {
       {"MFLossMonitor", {"per_print_times"}},
       {"CheckpointMonitor", {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
                              "save_network_params", "save_trainable_params", "async_save", "directory"}},
-      {"ObsMonitor", {}}, {"SummaryMonitor", {}}, {"ProfileMonitor", {}}, {"EvalCallBack", {}}};
+      {"ObsMonitor", {}}, {"SummaryMonitor", summary_monitor_keys()}, {"ProfileMonitor", {}}, {"EvalCallBack", {}}};
   Config& c = x.c;
   const YAML::Node cbs = config_tree::find(x.rd.root(), "callbacks");
   for (size_t i = 0; i < cbs.size(); ++i) {
@@ -266,6 +266,8 @@ void read_callbacks(ReadContext& x) {
       x.warn("`" + at + ".type: " + written + "`" + (given.empty() ? "" : " (" + given + ")") +
              ": checkpoint saving is not built yet; no checkpoints are written (`gridformer train --save-weights FILE` "
              "writes the final weights)");
+    } else if (type == "SummaryMonitor") {
+      read_summary_monitor(x, at);
     } else if (type != "MFLossMonitor" && type != "ObsMonitor") {
       x.warn("`" + at + ".type: " + written + "`: this callback is not built yet; ignored");
     }

@@ -48,6 +48,12 @@ void read_training(ReadContext& x);
 void read_parallel(ReadContext& x);
 void read_optimizer(ReadContext& x);
 void read_callbacks(ReadContext& x);
+// TensorBoard (config_read_tensorboard.cpp): the SummaryMonitor callback's keys; one SummaryMonitor
+// item (`at`: callbacks.N), from read_callbacks; then, after read_callbacks, the top-level
+// tensorboard_dir and MindFormers' tensorboard section, and which directory is used.
+const std::vector<std::string>& summary_monitor_keys();
+void read_summary_monitor(ReadContext& x, const std::string& at);
+void read_tensorboard(ReadContext& x);
 void read_datasets(ReadContext& x);
 void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training

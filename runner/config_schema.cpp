@@ -262,6 +262,13 @@ callbacks:
   - type: MFLossMonitor
     per_print_times: 1
 eval_callbacks: []
+tensorboard_dir: ""  # Megatron's --tensorboard-dir (gridformer train --tensorboard-dir)
+tensorboard:         # MindFormers r1.5 on
+  tensorboard_dir: ""
+  tensorboard_queue_size: 10
+  log_loss_scale_to_tensorboard: false
+  log_timers_to_tensorboard: false
+  log_expert_load_to_tensorboard: false
 metric:
   type: PerplexityMetric
   eval_type: ""
@@ -373,6 +380,14 @@ callbacks:
   save_trainable_params: false
   async_save: false
   directory: ""
+  summary_dir: ~  # SummaryMonitor's (MindSpore's SummaryCollector's arguments)
+  collect_freq: 10
+  collect_specified_data: ~
+  keep_default_action: true
+  custom_lineage_data: ~
+  collect_tensor_freq: ~
+  max_file_size: ~
+  export_options: ~
 eval_callbacks:
   type: ObsMonitor
 )YAML";

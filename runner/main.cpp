@@ -175,6 +175,11 @@ int main(int argc, char** argv) {
   train->add_option("--save-weights", save_weights,
                     "after training, write the full weights (gathered from every rank) to this .safetensors file "
                     "(the model's Hugging Face names; load_checkpoint reads it)");
+  std::string tensorboard_dir;
+  train->add_option("--tensorboard-dir", tensorboard_dir,
+                    "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
+                    "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "
+                    "replaces; view with `tensorboard --logdir DIR`");
   train->add_option("--rank_table", rank_table,
                     "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
                     "$RANK_TABLE_FILE; neither: no table)");
@@ -269,5 +274,12 @@ int main(int argc, char** argv) {
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
   if (*convert) return gf::run_convert(conv);
+  // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it; double-quoted
+  // YAML keeps any path a string.
+  if (!tensorboard_dir.empty()) {
+    std::string quoted = "\"";
+    for (const char ch : tensorboard_dir) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+    sets.push_back("tensorboard_dir=" + quoted + "\"");
+  }
   return run_train(config_path, sets, rank_table, save_weights, argc, argv);
 }

@@ -79,6 +79,9 @@ class Trainer {
 
  private:
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
+  // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
+  // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
+  std::vector<double> peak_rss_per_rank() const;
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;

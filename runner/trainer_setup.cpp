@@ -81,6 +81,11 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   if (ctx_.world_rank == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
+    if (!cfg.tensorboard_dir.empty() && cfg.run_mode != "eval") {  // run_mode eval writes no metrics lines either
+      metrics_->add_event_writer(std::make_unique<tensorboard::EventWriter>(cfg.tensorboard_dir));
+      spdlog::info("TensorBoard ({}): scalars of metrics.jsonl's lines to {}; view with `tensorboard --logdir {}`",
+                   cfg.tensorboard_dir_from, metrics_->event_writer()->path().string(), cfg.tensorboard_dir);
+    }
   }
   if (machine_.gemm_backend.empty()) {  // built without a machine setup (tests, benchmarks)
     machine_.cpu = cpu_model_name();
@@ -243,6 +248,15 @@ void Trainer::write_run_start() {
       {"seq_length", cfg_.model.seq_length},
       {"per_print_times", cfg_.per_print_times}};
   metrics_->write(j);
+}
+
+std::vector<double> Trainer::peak_rss_per_rank() const {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::vector<double> v(static_cast<size_t>(ctx_.world.size()), 0.0);
+  v[static_cast<size_t>(ctx_.world_rank)] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
+  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  return v;
 }
 
 void Trainer::log_resource_report() {

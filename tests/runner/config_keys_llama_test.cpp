@@ -126,9 +126,10 @@ std::string probe(const std::string& path) {
   std::vector<std::string> base_sets, sets;
   const std::string key = path.substr(path.rfind('.') + 1);
   if (path.rfind("callbacks.0.", 0) == 0 && key != "type" && key != "per_print_times") {
-    base_sets = {"callbacks=[{type: CheckpointMonitor}]"};
-    sets = {"callbacks=[{type: CheckpointMonitor, " + key + ": " +
-            other_value(path, llama().templates()["callbacks"][key]) + "}]"};
+    const std::string type = config_test::callback_type_of(key);
+    base_sets = {"callbacks=[{type: " + type + "}]"};
+    sets = {"callbacks=[{type: " + type + ", " + key + ": " + other_value(path, llama().templates()["callbacks"][key]) +
+            "}]"};
   } else if (path == "callbacks.0.type") {
     sets = {"callbacks=[{type: CheckpointMonitor}]"};
   } else if (path == "eval_callbacks.0.type") {

@@ -144,9 +144,10 @@ std::string probe(const Leaf& leaf) {
   std::vector<std::string> base_sets, sets;
   const std::string key = leaf.path.substr(leaf.path.rfind('.') + 1);
   if (leaf.path.rfind("callbacks.0.", 0) == 0 && key != "type" && key != "per_print_times") {
-    base_sets = {"callbacks=[{type: CheckpointMonitor}]"};
+    const std::string type = config_test::callback_type_of(key);
+    base_sets = {"callbacks=[{type: " + type + "}]"};
     const YAML::Node def = YAML::Load(kItemTemplates)["callbacks"][key];
-    sets = {"callbacks=[{type: CheckpointMonitor, " + key + ": " + other_value(leaf.path, def) + "}]"};
+    sets = {"callbacks=[{type: " + type + ", " + key + ": " + other_value(leaf.path, def) + "}]"};
   } else if (leaf.path == "callbacks.0.type") {  // the default item's per_print_times belongs to MFLossMonitor
     sets = {"callbacks=[{type: CheckpointMonitor}]"};
   } else if (leaf.path == "eval_callbacks.0.type") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runner/config.h"
+#include "runner/config_read.h"
 
 namespace gf::config_test {
 
@@ -80,6 +81,13 @@ inline bool names(const std::string& msg, const std::string& path) {
   if (msg.find(path) != std::string::npos) return true;
   const std::string leaf = path.substr(path.rfind('.') + 1), section = path.substr(0, path.find('.'));
   return msg.find(leaf) != std::string::npos && msg.find(section) != std::string::npos;
+}
+
+// The callback type a callbacks item key belongs to, for the key-rule probes: the SummaryMonitor's
+// keys on a SummaryMonitor, the others (CheckpointMonitor's) on a CheckpointMonitor.
+inline std::string callback_type_of(const std::string& key) {
+  const auto& s = config_read::summary_monitor_keys();
+  return std::find(s.begin(), s.end(), key) != s.end() ? "SummaryMonitor" : "CheckpointMonitor";
 }
 
 // Whether `probe` has a warning `base` has not that names `path`.

@@ -82,7 +82,7 @@ const char* dtype_name(StDtype d) {
 
 // A sharded checkpoint's shards are listed before any is read, and a converter plans its output
 // from the shapes: reading the headers alone keeps that to a few kilobytes per file.
-std::vector<StHeaderEntry> safetensors_header(const std::string& path) {
+std::vector<StHeaderEntry> read_safetensors_header(const std::string& path) {
   std::vector<StHeaderEntry> entries;
   std::ifstream in(path, std::ios::binary);
   uint8_t len[8] = {};
@@ -120,7 +120,7 @@ std::vector<HfTensorFile> hf_checkpoint_tensors(const std::string& path) {
   namespace fs = std::filesystem;
   std::vector<HfTensorFile> out;
   if (!ends_with(path, ".index.json")) {
-    for (StHeaderEntry& e : safetensors_header(path)) out.push_back({std::move(e.name), path});
+    for (StHeaderEntry& e : read_safetensors_header(path)) out.push_back({std::move(e.name), path});
     return out;
   }
   std::ifstream in(path);

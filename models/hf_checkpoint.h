@@ -23,7 +23,7 @@ struct StHeaderEntry {
 // The entries of the safetensors file `path` in the header's order, reading only the header (the
 // data is checked when the file is opened: SafeTensorsFile::open). A header that cannot be read
 // this way throws what SafeTensorsFile::open says of the file.
-std::vector<StHeaderEntry> safetensors_header(const std::string& path);
+std::vector<StHeaderEntry> read_safetensors_header(const std::string& path);
 
 // The tensors of the checkpoint `path` (what resolve_checkpoint_path gives: one .safetensors file
 // or a model.safetensors.index.json). A sharded checkpoint's come from the index's weight_map, in

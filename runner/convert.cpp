@@ -134,7 +134,8 @@ class Source {
   // The paths an output must not be: --from, the file or checkpoint read, and its directory (the
   // Hugging Face directory, or the checkpoint root with `latest`).
   std::vector<fs::path> locations(const std::string& from) const {
-    return {fs::weakly_canonical(from), fs::weakly_canonical(path_), fs::weakly_canonical(fs::path(path_).parent_path())};
+    return {fs::weakly_canonical(from), fs::weakly_canonical(path_),
+            fs::weakly_canonical(fs::absolute(path_).parent_path())};
   }
 
   std::vector<SourceTensor> tensors;
@@ -185,7 +186,7 @@ class Source {
     std::map<std::string, std::string> seen;  // gridformer name -> stored name
     for (const std::string& file : files) {
       std::map<std::string, StHeaderEntry> header;
-      for (StHeaderEntry& e : safetensors_header(file)) header[e.name] = std::move(e);
+      for (StHeaderEntry& e : read_safetensors_header(file)) header[e.name] = std::move(e);
       for (const HfTensorFile& t : listed) {
         if (t.file != file) continue;
         const auto h = header.find(t.name);
@@ -440,8 +441,11 @@ void write_checkpoint(Source& src, const std::string& dir, Progress& progress, C
     }
     const std::string fragment = ckpt::write_shard(tmp, 0, pieces);
     pieces.clear();
-    // No step: the trainer loads this as weights and refuses to resume training from it.
-    const nlohmann::json state = {{"converted_from", fs::absolute(src.path()).lexically_normal().string()},
+    // Weights with no training behind them: step 0 (write_index wants an integer step; pruning
+    // orders checkpoints by it), and weights_only for the trainer, which loads such a checkpoint
+    // as weights and refuses to resume training from it (there are no optimizer moments).
+    const nlohmann::json state = {{"step", 0},
+                                  {"converted_from", fs::absolute(src.path()).lexically_normal().string()},
                                   {"weights_only", true}};
     ckpt::write_index(tmp, {fragment}, state);
     ckpt::commit_save(dir, name, 0);

@@ -7,7 +7,7 @@
 //                      assembled whole from the saved boxes of every rank, under the name
 //                      Hugging Face's model class gives it (GPT-2: `transformer.` prefixed).
 //   Hugging Face    -> our checkpoint: one shard (rank 0) holding each tensor as one whole box,
-//                      state {"converted_from": path, "weights_only": true} and no step (the
+//                      state {"step": 0, "converted_from": path, "weights_only": true} (the
 //                      trainer loads it as weights and refuses to resume from it); names without
 //                      `transformer.`, the buffers the loader ignores and a tied lm_head dropped.
 //   Hugging Face    -> Hugging Face / one file: the same tensors, resharded or merged, in another

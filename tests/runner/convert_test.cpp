@@ -158,7 +158,7 @@ TEST_P(ConvertGolden, HuggingFaceToCheckpointToHuggingFaceIsExactAndGivesPyTorch
   ckpt::Reader r = ckpt::Reader::open((d / "ckpt").string());
   EXPECT_EQ(r.state().value("weights_only", false), true);
   EXPECT_NE(r.state().value("converted_from", std::string()).find("model.safetensors"), std::string::npos);
-  EXPECT_FALSE(r.state().contains("step")) << "a converted checkpoint has no step to resume from";
+  EXPECT_EQ(r.state().value("step", -1), 0) << "a converted checkpoint has no training behind it";
   for (const std::string& name : r.names()) {
     EXPECT_EQ(name.rfind("transformer.", 0), std::string::npos) << name;
     const std::string hf = (is_gpt2(g) ? "transformer." : "") + name;
@@ -208,9 +208,9 @@ TEST(Convert, ShardedHuggingFaceToCheckpointToOneFileIsExact) {
   expect_bitwise_equal(read_hf(d / "merged.safetensors"), want, "llama_tiny_sharded merged");
 }
 
-// A checkpoint saved as two tensor-parallel ranks save it (each rank's boxes of every tensor, the
-// vocabulary padding left out, GPT-2's fused q|k|v in one box per projection) with AdamW moments:
-// the export holds the full tensors, and no optimizer state.
+// A checkpoint saved as two tensor-parallel ranks save it (each rank's boxes of every split tensor,
+// the vocabulary padding left out, GPT-2's fused q|k|v in one box per projection; the replicated
+// ones from rank 0) with AdamW moments: the export holds the full tensors, and no optimizer state.
 void check_tp2_checkpoint(const std::string& golden_file) {
   const fs::path d = work_dir();
   GoldenCase g(golden_file);
@@ -227,6 +227,7 @@ void check_tp2_checkpoint(const std::string& golden_file) {
       const std::vector<float> w = g.f.floats("weights." + t.spec->name);
       full[t.spec->name] = w;
       Placement::scatter(t, w.data(), arena.data() + t.offset);
+      if (t.replicated && rank != 0) continue;  // every rank holds it; tensor rank 0 saves it
       for (auto& p : ckpt::pieces_of(t, t.spec->name, arena.data() + t.offset)) pieces.push_back(std::move(p));
       for (const char* m : {"optimizer.exp_avg.", "optimizer.exp_avg_sq."})
         for (auto& p : ckpt::pieces_of(t, m + t.spec->name, arena.data() + t.offset)) pieces.push_back(std::move(p));
@@ -270,7 +271,7 @@ TEST(Convert, ShardsFollowHuggingFaceHubsSplitAndReadBackIdentically) {
     std::snprintf(want, sizeof want, "model-%05zu-of-%05zu.safetensors", i + 1, n);
     ASSERT_EQ(fs::path(s.files[i]).filename().string(), want);
     EXPECT_EQ(SafeTensorsFile::open(s.files[i]).metadata().at("format"), "pt");
-    const std::vector<StHeaderEntry> header = safetensors_header(s.files[i]);  // in file order
+    const std::vector<StHeaderEntry> header = read_safetensors_header(s.files[i]);  // in file order
     ASSERT_FALSE(header.empty());
     for (const StHeaderEntry& t : header) {
       EXPECT_EQ(index["weight_map"].value(t.name, ""), want) << t.name;

@@ -676,6 +676,7 @@ std::vector<std::string> commit_save(const std::string& root, const std::string&
     sys_fail(err, tmp, "cannot rename to " + dir);
   }
   fsync_dir(root);
+  fault_point("renamed");  // the crash tests' kill point: in place, `latest` not changed
   const std::string latest = (fs::path(root) / kLatest).string();
   const std::string latest_tmp = (fs::path(root) / ".latest.tmp").string();
   if (::unlink(latest_tmp.c_str()) != 0 && errno != ENOENT) {

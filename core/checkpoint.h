@@ -131,4 +131,13 @@ class Reader {
   std::map<std::string, std::shared_ptr<Shard>> open_;
 };
 
+// A test hook for the crash tests (tests/integration/checkpoint_crash.sh): when the environment has
+// GF_CHECKPOINT_FAULT=<point> and the save in progress is of step GF_CHECKPOINT_FAULT_STEP (default
+// any), the process that reaches fault_point(<point>) kills itself with SIGKILL, as a power cut or
+// the OOM killer would. Points: "begin" (before anything is written), "shard" (a rank's shard
+// written, no index), "index" (the index written, not renamed), "renamed" (renamed into place,
+// `latest` not changed), "latest" (`latest` changed). Unset, it costs one getenv per call.
+void set_fault_step(int64_t step);
+void fault_point(const char* point);
+
 }  // namespace gf::ckpt

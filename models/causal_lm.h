@@ -56,6 +56,8 @@ class CausalLM {
   // Its parameters as this rank holds them: each one's description, local shape and arena offset.
   virtual const Placement& params() const = 0;
   virtual float* weights() = 0;
+  // The weights for reading (a checkpoint's save): unlike weights(), the low-precision copy stays current.
+  virtual const float* weight_values() const = 0;
   virtual float* grads() = 0;
   virtual int64_t micro_batch() const = 0;
 

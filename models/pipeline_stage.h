@@ -27,6 +27,7 @@ class PipelineStage : public CausalLM {
     low_current_ = false;
     return weights_.data();
   }
+  const float* weight_values() const override { return weights_.data(); }
   float* grads() override { return grads_.data(); }
   int64_t micro_batch() const override { return micro_batch_; }
   // A pipeline stage runs under the executor, which sends and receives between the stages.

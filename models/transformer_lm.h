@@ -105,6 +105,7 @@ class TransformerLM : public CausalLM {
     *low_current_ = false;
     return w_;
   }
+  const float* weight_values() const override { return w_; }
   float* grads() override { return g_; }
   int64_t micro_batch() const override { return dims_.B; }
   double forward(const int32_t* tokens, const StepInfo& info) override;

@@ -227,6 +227,28 @@ void Communicator::broadcast(void* data, int64_t bytes, int root) const {
   }
 }
 
+std::vector<std::string> Communicator::gather_strings(const std::string& s, int root) const {
+  if (size_ == 1) return {s};
+  const int n = static_cast<int>(s.size());
+  std::vector<int> sizes(rank_ == root ? static_cast<size_t>(size_) : 0), displs(sizes.size());
+  MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_);
+  std::string all;
+  if (rank_ == root) {
+    int64_t total = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      displs[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_Gatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, root, comm_);
+  stats_->bytes_sent += rank_ == root ? 0 : n;
+  stats_->collectives += 1;
+  std::vector<std::string> out;
+  for (size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])));
+  return out;
+}
+
 void Communicator::alltoall(const int64_t* send, int64_t* recv, int64_t per_rank) const {
   if (size_ == 1) {
     std::memcpy(recv, send, sizeof(int64_t) * static_cast<size_t>(per_rank));

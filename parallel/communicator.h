@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -91,6 +92,8 @@ class Communicator {
   // Background sum all-reduce of a float buffer; `tag` must differ between those in flight.
   PendingAllreduce start_allreduce_sum(float* data, int64_t n, int tag) const;
   void broadcast(void* data, int64_t bytes, int root) const;
+  // Every rank's string, in rank order, on `root` (empty elsewhere): checkpoint index fragments.
+  std::vector<std::string> gather_strings(const std::string& s, int root) const;
   // MPI_Alltoall of `per_rank` counts to each rank: recv[r * per_rank + i] = rank r's send[rank() * per_rank + i].
   void alltoall(const int64_t* send, int64_t* recv, int64_t per_rank) const;
   // MPI_Alltoallv of rows of `row_floats` floats: send_rows[r] rows (consecutive in `send`, in

@@ -70,13 +70,15 @@ struct DatasetConfig {
   bool operator==(const DatasetConfig&) const = default;
 };
 
-// What a CheckpointMonitor callback asks for. Checkpoint saving is not built yet: the loader fills
-// this and warns; nothing reads it.
+// What a CheckpointMonitor callback asks for (MindFormers' keys): a checkpoint every save_steps
+// steps under `directory` (default <output_dir>/checkpoint), the newest keep_max kept, written from a
+// background thread when async_save (runner/checkpointing.cpp).
 struct CheckpointConfig {
   bool enabled = false;
   std::string prefix = "gridformer";
   int64_t save_steps = 1, keep_max = 5;
   std::string directory;
+  bool async_save = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

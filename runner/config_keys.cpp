@@ -71,7 +71,7 @@ std::vector<KeyRule> common_rules() {
       {"src_strategy_path_or_dir", kCpu, kStrategy},
       {"auto_trans_ckpt", kCpu, "MindSpore's distributed-checkpoint transformation has no counterpart here"},
       {"only_save_strategy", kCpu, kStrategy},
-      {"resume_training", kChecked, "resuming is not built yet: warned"},
+      {"resume_training", kBuilt, "resume_training (the trainer resumes from load_checkpoint or its own checkpoint/)"},
       {"use_parallel", kBuilt, "use_parallel (False with several ranks: warned at start)"},
       {"micro_batch_interleave_num", kRefused,
        "interleaving is not built; MindFormers trains batch_size x micro_batch_interleave_num samples per card: set "
@@ -213,10 +213,11 @@ std::vector<KeyRule> common_rules() {
       {"processor.type", kIgnored, kProcessor},
       {"processor.return_tensors", kIgnored, kProcessor},
   };
-  for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
-                        "save_network_params", "save_trainable_params", "async_save", "directory"})
+  for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})
+    r.push_back({std::string("callbacks.*.") + k, kBuilt, "checkpoint (CheckpointMonitor; runner/checkpointing.cpp)"});
+  for (const char* k : {"integrated_save", "save_network_params", "save_trainable_params"})
     r.push_back({std::string("callbacks.*.") + k, kChecked,
-                 "CheckpointMonitor: the one warning that checkpoint saving is not built yet names it"});
+                 "CheckpointMonitor: warned, it changes nothing (the boxes load under any layout)"});
   for (const char* k : {"collect_freq", "collect_specified_data", "keep_default_action", "custom_lineage_data",
                         "collect_tensor_freq", "max_file_size", "export_options"})
     r.push_back({std::string("callbacks.*.") + k, kChecked, "SummaryMonitor: warned, it means nothing here"});

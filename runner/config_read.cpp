@@ -69,8 +69,6 @@ void check_runner(ReadContext& x) {
   if (gas < 1)
     x.refuse(kv("runner_config.gradient_accumulation_steps", std::to_string(gas)) +
              ": must be >= 1 (micro-batches of runner_config.batch_size accumulated per step; 1: none)");
-  if (x.rd.get<bool>("resume_training"))
-    x.warn("`resume_training: True`: resuming is not built yet; training starts from step 1");
 }
 
 }  // namespace
@@ -242,7 +240,6 @@ void read_callbacks(ReadContext& x) {
                "(or CheckpointMointor), ObsMonitor, SummaryMonitor, ProfileMonitor, EvalCallBack");
       continue;
     }
-    std::string given;  // the CheckpointMonitor keys written, for its warning
     for (auto it = cbs[i].begin(); it != cbs[i].end(); ++it) {
       const std::string key = it->first.as<std::string>();
       if (key == "type") continue;
@@ -259,13 +256,18 @@ void read_callbacks(ReadContext& x) {
       else if (key == "save_checkpoint_steps") c.checkpoint.save_steps = v.as<int64_t>();
       else if (key == "keep_checkpoint_max") c.checkpoint.keep_max = v.as<int64_t>();
       else if (key == "directory") c.checkpoint.directory = v.as<std::string>();
-      if (type == "CheckpointMonitor") given += (given.empty() ? "" : ", ") + key + ": " + show(v);
+      else if (key == "async_save") c.checkpoint.async_save = v.as<bool>();
+      else if (key == "integrated_save" || key == "save_network_params" || key == "save_trainable_params")
+        // MindSpore's integrated_save merges the sliced parameters into whole ones when saving; ours are
+        // saved as boxes of the global tensors and load under any layout, so none of these changes the files.
+        x.warn("`" + at + "." + key + ": " + show(v) + "`: ignored: a checkpoint holds every tensor's slices as boxes of "
+               "the global tensor, loads under any layout, and `gridformer convert` writes one whole file");
     }
     if (type == "CheckpointMonitor") {
       c.checkpoint.enabled = true;
-      x.warn("`" + at + ".type: " + written + "`" + (given.empty() ? "" : " (" + given + ")") +
-             ": checkpoint saving is not built yet; no checkpoints are written (`gridformer train --save-weights FILE` "
-             "writes the final weights)");
+      if (c.checkpoint.save_steps <= 0)
+        x.refuse("`" + at + ".save_checkpoint_steps: " + std::to_string(c.checkpoint.save_steps) +
+                 "`: must be > 0 (a checkpoint every that many steps)");
     } else if (type == "SummaryMonitor") {
       read_summary_monitor(x, at);
     } else if (type != "MFLossMonitor" && type != "ObsMonitor") {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/checkpoint.h"
 #include "core/ops/activation.h"
 #include "models/causal_lm.h"
 #include "models/registry.h"
@@ -105,6 +106,7 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
                                          : ": no such file or directory"));
     return false;
   }
+  if (ckpt::is_checkpoint(value)) return true;  // one of ours (core/checkpoint.h): its index is read at start
   try {
     resolve_checkpoint_path(value, key);
   } catch (const std::exception& e) {

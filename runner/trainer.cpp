@@ -276,16 +276,34 @@ double Trainer::evaluate() {
 int Trainer::run() {
   if (pipe_) log_pipeline_stages();
   write_run_start();
+  if (start_step_ >= total_steps_) {
+    spdlog::info("resumed at step {} of {}: nothing left to train (raise runner_config.train_steps or epochs to go on)",
+                 start_step_, total_steps_);
+    return 0;
+  }
+  try {
+    return train_loop();
+  } catch (const CheckpointError& e) {
+    if (ctx_.world_rank == 0) spdlog::error("{}; training stopped", e.what());
+    return 4;
+  }
+}
+
+int Trainer::train_loop() {
   const auto origin = std::chrono::steady_clock::now();
   const auto now = [&origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
-  IntervalMeter meter(now());
-  for (int64_t step = 1; step <= total_steps_; ++step) {
+  const int64_t first = start_step_ + 1;
+  IntervalMeter meter(now(), first);
+  const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != "eval";
+  for (int64_t step = first; step <= total_steps_; ++step) {
     double stop = g_stop_signal.load();
     ctx_.world.allreduce_max(&stop, 1);
     if (stop != 0) {
+      finish_checkpoint(true);  // a save under way is completed, not left half-written
       spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
       return 128 + static_cast<int>(stop);
     }
+    if (saving && cfg_.checkpoint.async_save) finish_checkpoint(false);  // commits a save whose files are written
     const StepResult r = train_step(step);
     meter.step_done();
     if (!std::isfinite(r.loss) || !std::isfinite(r.objective) ||
@@ -295,10 +313,11 @@ int Trainer::run() {
       spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
                     "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
                     step, r.loss, r.grad_norm, r.lr);
+      finish_checkpoint(true);
       return 3;
     }
-    // Step 1 (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
-    if (step == 1 || step % cfg_.per_print_times == 0 || step == total_steps_) {
+    // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
+    if (step == first || step % cfg_.per_print_times == 0 || step == total_steps_) {
       const Interval iv = meter.close(now());
       log_step(step, r, iv, meter.steady_ms_per_step());
     }
@@ -310,11 +329,21 @@ int Trainer::run() {
       if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
       meter.exclude(now() - t0);  // not training time
     }
+    // A checkpoint every save_checkpoint_steps steps and after the last one (MindSpore's ModelCheckpoint
+    // saves at the end too). Its time is not training time: a synchronous save's whole, an
+    // asynchronous one's snapshot.
+    if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
+      const double t0 = now();
+      save_checkpoint(step);
+      meter.exclude(now() - t0);
+    }
   }
-  spdlog::info("training finished: {} steps, {} skipped for overflow; step 1 {:.1f} ms{}", total_steps_, skipped_steps_,
-               meter.startup().ms_per_step(),
-               meter.steady_steps() > 0 ? fmt::format(", then {:.1f} ms per step (mean of steps 2-{}, evaluation not counted)",
-                                                      meter.steady_ms_per_step(), total_steps_)
+  finish_checkpoint(true);
+  spdlog::info("training finished: {} steps, {} skipped for overflow; step {} {:.1f} ms{}", total_steps_, skipped_steps_,
+               first, meter.startup().ms_per_step(),
+               meter.steady_steps() > 0 ? fmt::format(", then {:.1f} ms per step (mean of steps {}-{}, evaluation{} not counted)",
+                                                      meter.steady_ms_per_step(), first + 1, total_steps_,
+                                                      saving ? " and checkpoints" : "")
                                         : std::string());
   log_resource_report();
   return 0;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@
 namespace gf {
 
 class MetricsLog;  // runner/metrics_log.h
+
+// A checkpoint that could not be saved (every rank throws the same one; run() stops with status 4).
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
 extern std::atomic<int> g_stop_signal;
@@ -59,8 +65,9 @@ class Trainer {
   // With a given data source instead of the one the config names (tests, benchmarks).
   Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data);
   ~Trainer();
-  // Trains for the configured number of steps. Returns the process exit status: 0 done,
-  // 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss. Rank 0 first appends a run_start line
+  // Trains for the configured number of steps (from the step after start_step()). Returns the
+  // process exit status: 0 done, 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss, 4 a
+  // checkpoint could not be saved (the earlier ones are untouched). Rank 0 first appends a run_start line
   // to metrics.jsonl; each log line's timing is over the steps since the last one (step 1 alone).
   int run();
 
@@ -76,8 +83,19 @@ class Trainer {
   void save_weights(const std::string& path);
   // Peak RSS per rank and bytes sent per group, logged by rank 0 (collective: every rank calls).
   void log_resource_report();
+  // Writes a checkpoint of the state after step `step` under the CheckpointMonitor's directory
+  // (runner/checkpointing.cpp; collective). With async_save the files are written by a background
+  // thread and the checkpoint is committed at a later step's start (or by finish_checkpoint).
+  // Throws when the save fails; the previous checkpoints are left as they were.
+  void save_checkpoint(int64_t step);
+  // Completes a pending asynchronous save: waits for it when `wait`, else only when every rank's
+  // files are written. Collective. Throws when the save failed.
+  void finish_checkpoint(bool wait);
+  // The last step done before this run: the checkpoint's step when resumed, else 0.
+  int64_t start_step() const { return start_step_; }
 
  private:
+  int train_loop();
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
   // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
   // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
@@ -97,6 +115,12 @@ class Trainer {
     return sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats();
   }
   void setup(std::unique_ptr<BatchSource> data);
+  // The weights from load_checkpoint (Hugging Face weights or one of our checkpoints), the seed's,
+  // or, with resume_training, a checkpoint's weights and training state (runner/checkpointing.cpp).
+  // No collective: it runs while the trainer is built. Called after the optimizers exist.
+  void load_initial_state();
+  std::string checkpoint_root() const;
+  void abandon_pending_save() noexcept;
   void setup_pipeline();
   // The global index of the first sample of micro-batch i of step `step` on this rank: micro-batch i
   // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
@@ -134,6 +158,10 @@ class Trainer {
   MachineSetup machine_;
   PeakChoice peak_;
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
+  int64_t start_step_ = 0;               // resume_training: the checkpoint's step
+  std::string resumed_from_;
+  struct PendingSave;                    // a save whose files are being written (runner/checkpointing.cpp)
+  std::shared_ptr<PendingSave> pending_save_;  // shared_ptr: destroyable where PendingSave is incomplete
 };
 
 }  // namespace gf

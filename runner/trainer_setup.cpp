@@ -33,12 +33,6 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   micro_batches_ = ctx_.grid.pp() > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
   if (ctx_.grid.pp() > 1) setup_pipeline();
   else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
-  if (!cfg.load_checkpoint.empty()) {
-    model_->load_hf_checkpoint(cfg.load_checkpoint);
-    spdlog::info("loaded weights from {}", cfg.load_checkpoint);
-  } else {
-    model_->init_weights(static_cast<uint64_t>(cfg.seed));
-  }
   global_batch_ = cfg.batch_size * ctx_.grid.dp() * micro_batches_;
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
   const bool from_config = !given;
@@ -78,6 +72,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
                                            sync_->expert_shard_end());
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
+  load_initial_state();
   if (ctx_.world_rank == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
@@ -123,7 +118,6 @@ void Trainer::setup_pipeline() {
   model_ = std::move(stage);
 }
 
-Trainer::~Trainer() = default;
 
 void Trainer::log_pipeline_stages() const {
   const int P = ctx_.grid.pp();
@@ -247,6 +241,10 @@ void Trainer::write_run_start() {
       {"global_batch", global_batch_},
       {"seq_length", cfg_.model.seq_length},
       {"per_print_times", cfg_.per_print_times}};
+  if (!resumed_from_.empty()) {
+    j["resumed_from"] = resumed_from_;
+    j["resumed_step"] = start_step_;
+  }
   metrics_->write(j);
 }
 

@@ -126,6 +126,7 @@ def compare_moe(ref, d):
     ra, rb = rows(ref), rows(d)
     if not any("moe" in r for r in ra):
         return []
+    ra = [r for r in ra if r["step"] >= rb[0]["step"]] if rb else ra  # a resumed run: its steps
     bad, worst = [], 0.0
     for x, y in zip(ra, rb):
         if "moe" not in y:
@@ -163,13 +164,19 @@ def main(ref, others):
     bad = []
     for d in others:
         lb, wb = losses(d), tensors(d + "/weights.safetensors")
-        if len(lb) != len(la):
+        # A run resumed from a checkpoint logs only the steps after it: those are compared.
+        steps_a, steps_b = [r["step"] for r in rows(ref)], [r["step"] for r in rows(d)]
+        first = 0
+        if steps_b and steps_b != steps_a and steps_b == steps_a[len(steps_a) - len(steps_b):]:
+            first = len(steps_a) - len(steps_b)
+            print(f"{d}: resumed, steps {steps_b[0]}-{steps_b[-1]} compared")
+        elif len(lb) != len(la):
             bad.append(f"{d}: {len(lb)} logged steps, {ref} has {len(la)}")
             continue
-        worst_loss = max(abs(x - y) / abs(x) for x, y in zip(la, lb))
+        worst_loss = max(abs(x - y) / abs(x) for x, y in zip(la[first:], lb))
         if worst_loss > 1e-5:
-            step = max(range(len(la)), key=lambda i: abs(la[i] - lb[i]) / abs(la[i]))
-            bad.append(f"{d}: step {step + 1} loss {lb[step]} vs {la[step]}")
+            i = max(range(len(lb)), key=lambda i: abs(la[first + i] - lb[i]) / abs(la[first + i]))
+            bad.append(f"{d}: step {steps_b[i]} loss {lb[i]} vs {la[first + i]}")
         bad += compare_moe(ref, d)
         worst_w, worst_name, worst_old, kb, worst_elem = 0.0, "", 0.0, 0.0, 0.0
         num = den = 0.0

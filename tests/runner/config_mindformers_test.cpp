@@ -82,7 +82,10 @@ TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {
   EXPECT_EQ(big.model.compute_dtype, "float16");
   EXPECT_TRUE(big.loss_scale.dynamic);
   EXPECT_TRUE(has_warning(big, "`context.jit_config.jit_level: O2`"));
-  EXPECT_EQ(count_warnings(big, "checkpoint saving is not built yet"), 1);
+  EXPECT_TRUE(big.checkpoint.enabled);  // its CheckpointMonitor saves every 500 steps
+  EXPECT_EQ(big.checkpoint.prefix, "gpt2-13b");
+  EXPECT_EQ(big.checkpoint.save_steps, 500);
+  EXPECT_EQ(count_warnings(big, "integrated_save: False`: ignored"), 1);
   // The dataset's batch_size is replaced by runner_config.batch_size, as MindFormers does.
   EXPECT_EQ(big.batch_size, 2);
   EXPECT_TRUE(has_warning(big, "`train_dataset.batch_size: 8` is replaced by runner_config.batch_size (2)"));
@@ -174,17 +177,25 @@ TEST(MindFormersKeys, UseParallelFalseWithSeveralRanksIsSaid) {
   EXPECT_TRUE(layout_warnings(load_config_string(kMinimal), 2).empty());
 }
 
-TEST(MindFormersKeys, CheckpointMonitorAcceptsItsKeysWithOneWarning) {
+TEST(MindFormersKeys, CheckpointMonitorReadsItsKeys) {
   for (const char* type : {"CheckpointMonitor", "CheckpointMointor"}) {
     const Config c = load_config_string(
         kMinimal, {std::string("callbacks=[{type: MFLossMonitor}, {type: ") + type +
                    ", prefix: gpt2, save_checkpoint_steps: 500, keep_checkpoint_max: 3, integrated_save: False, "
                    "async_save: True, save_network_params: True, save_trainable_params: False}, {type: ObsMonitor}]"});
-    EXPECT_EQ(c.warnings.size(), 1u) << type;
-    EXPECT_TRUE(has_warning(c, "checkpoint saving is not built yet; no checkpoints are written (`gridformer train "
-                               "--save-weights FILE` writes the final weights)"));
-    EXPECT_TRUE(has_warning(c, "save_checkpoint_steps: 500"));
+    EXPECT_TRUE(c.checkpoint.enabled) << type;
+    EXPECT_EQ(c.checkpoint.prefix, "gpt2");
+    EXPECT_EQ(c.checkpoint.save_steps, 500);
+    EXPECT_EQ(c.checkpoint.keep_max, 3);
+    EXPECT_TRUE(c.checkpoint.async_save);
+    // The three keys that change nothing here (a checkpoint's boxes load under any layout) are said so, one each.
+    EXPECT_EQ(c.warnings.size(), 3u) << type;
+    for (const char* key : {"integrated_save: False", "save_network_params: True", "save_trainable_params: False"})
+      EXPECT_TRUE(has_warning(c, std::string(key) + "`: ignored: a checkpoint holds every tensor's slices")) << key;
   }
+  EXPECT_NE(error_of(kMinimal, {"callbacks=[{type: CheckpointMonitor, save_checkpoint_steps: 0}]"})
+                .find("`callbacks.0.save_checkpoint_steps: 0`: must be > 0"),
+            std::string::npos);
   const std::string e = error_of(kMinimal, {"callbacks=[{type: MFLossMonitor, prefix: x}]"});
   EXPECT_NE(e.find("`callbacks.0.prefix`: MFLossMonitor takes no key prefix (its keys: per_print_times)"), std::string::npos) << e;
 }

@@ -170,10 +170,13 @@ TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
                                                  "callbacks=[{type: CheckpointMointor, save_checkpoint_steps: 10}]"});
   EXPECT_FALSE(has_warning(c, "recompute"));  // built: recompute_config reaches the model
   EXPECT_TRUE(c.model.recompute);
-  EXPECT_TRUE(has_warning(c, "resuming is not built yet"));
+  EXPECT_FALSE(has_warning(c, "resum"));  // built: resume_training reaches the trainer
+  EXPECT_TRUE(c.resume_training);
   EXPECT_FALSE(has_warning(c, "compute_dtype"));  // built: bf16 products
   EXPECT_EQ(c.model.compute_dtype, "bfloat16");
-  EXPECT_TRUE(has_warning(c, "no checkpoints are written"));
+  EXPECT_FALSE(has_warning(c, "checkpoint"));  // built: CheckpointMonitor saves
+  EXPECT_TRUE(c.checkpoint.enabled);
+  EXPECT_EQ(c.checkpoint.save_steps, 10);
 }
 
 TEST(Config, MixedPrecisionKeysSayWhatIsComputedInWhat) {

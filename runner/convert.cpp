@@ -229,8 +229,9 @@ class Source {
       skipped[kTiedHead].push_back(head->stored);
       tensors.erase(head);
     } else if (gpt2) {
-      log << "warning: " << head->file << ": lm_head.weight differs from wte.weight; gridformer's GPT-2 ties its "
-          << "head to wte.weight, so loading these weights will ignore lm_head.weight\n";
+      log << "warning: " << head->file << ": lm_head.weight differs from wte.weight (an untied head); gridformer's "
+          << "GPT-2 ties its head to wte.weight and cannot use it (the Hugging Face loader ignores it, a checkpoint "
+          << "holding it is refused as another model's)\n";
     }
   }
 

@@ -3,7 +3,8 @@
 # state dict with its buffers and tied head) -> our checkpoint -> Hugging Face shards / one file
 # give every tensor back byte for byte (read here with the safetensors spec, not our reader); a
 # training run from the export starts from the same loss as one from the original file; progress
-# goes to stderr and the summary to stdout; bad input ends with one `error:` line and status 2.
+# goes to stderr and the summary to stdout; bad input ends with one `error:` line and status 2. A
+# converted checkpoint trains from the same loss too, and is refused for resume_training.
 set -uo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -107,12 +108,18 @@ model:
   model_config: {type: GPT2Config, vocab_size: 300, seq_length: 16, max_position_embeddings: 32, hidden_size: 32,
                  num_layers: 2, num_heads: 2, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}
 YAML
-for w in "$GOLDEN/hf_tiny_f32.safetensors" gpt2_hf; do
+# The original, its export, and the checkpoint converted from it (loaded as weights) start alike.
+for w in "$GOLDEN/hf_tiny_f32.safetensors" gpt2_hf gpt2_ckpt; do
   rm -rf run
   "$BIN" train --config gpt2.yaml --set "load_checkpoint=$w" > t.txt 2>&1 || { cat t.txt; fail "train from $w"; }
   python3 -c 'import json; print([json.loads(l) for l in open("run/metrics.jsonl") if "\"loss\"" in l][0]["loss"])' >> losses.txt
 done
-[ "$(sort -u losses.txt | wc -l)" -eq 1 ] || fail "the export trains from another loss: $(cat losses.txt)"
+[ "$(wc -l < losses.txt)" -eq 3 ] && [ "$(sort -u losses.txt | wc -l)" -eq 1 ] ||
+  fail "the export or the converted checkpoint trains from another loss: $(cat losses.txt)"
+# A converted checkpoint holds weights only (state weights_only, no optimizer moments): no resuming from it.
+rm -rf run
+"$BIN" train --config gpt2.yaml --set load_checkpoint=gpt2_ckpt --set resume_training=True > t.txt 2>&1
+[ $? -eq 2 ] && ! grep -q "step:\[" t.txt || fail "resumed from a converted checkpoint: $(cat t.txt)"
 
 # 3. Bad input: one error line naming what is wrong, status 2, nothing half-written.
 expect() {

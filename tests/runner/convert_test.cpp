@@ -502,6 +502,37 @@ TEST(ConvertRefuses, NonFloatTensorNamingIt) {
   EXPECT_NE(e.find("odd.safetensors: tensor 'model.position_ids' has dtype I64"), std::string::npos) << e;
 }
 
+// A head equal to the embedding is a tied one saved twice and is dropped; one that differs is kept
+// (a Llama's untied head is a parameter), and for GPT-2, which has none, a warning says so.
+TEST(Convert, OnlyAHeadEqualToTheEmbeddingIsDropped) {
+  const fs::path d = work_dir();
+  const SafeTensorsFile src = SafeTensorsFile::open(golden("hf_tiny_f32.safetensors"));
+  std::vector<std::vector<float>> data;
+  data.reserve(src.tensors().size());
+  std::vector<StWriteTensor> ts;
+  for (const auto& [name, t] : src.tensors()) {
+    data.push_back(src.floats(name));
+    if (name == "lm_head.weight") data.back()[7] += 1.0f;
+    ts.push_back({name, StDtype::kF32, t.shape, data.back().data()});
+  }
+  write_safetensors((d / "untied.safetensors").string(), ts, {{"format", "pt"}});
+  ConvertOptions o;
+  o.from = (d / "untied.safetensors").string();
+  o.to = (d / "ckpt").string();
+  std::ostringstream log;
+  const ConvertSummary s = convert_weights(o, log);
+  EXPECT_NE(log.str().find("lm_head.weight differs from wte.weight"), std::string::npos) << log.str();
+  EXPECT_TRUE(ckpt::Reader::open((d / "ckpt").string()).has("lm_head.weight"));
+  EXPECT_EQ(s.skipped.size(), 1u) << "the attention buffers only";
+  // The golden file's own head is wte's bit for bit: dropped, without a warning.
+  std::ostringstream quiet;
+  o.from = golden("hf_tiny_f32.safetensors");
+  o.to = (d / "ckpt2").string();
+  convert_weights(o, quiet);
+  EXPECT_FALSE(ckpt::Reader::open((d / "ckpt2").string()).has("lm_head.weight"));
+  EXPECT_EQ(quiet.str().find("warning"), std::string::npos) << quiet.str();
+}
+
 TEST(Convert, ProgressAtEachTenthAndASummary) {
   const fs::path d = work_dir();
   ConvertOptions o;

@@ -13,27 +13,33 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/hf_checkpoint.h"
 #include "models/mindspore_checkpoint.h"
 
 namespace gf {
-namespace {
 
-bool ignored_tensor(const std::string& n) {
+bool hf_ignored_tensor(const std::string& n) {
   auto ends_with = [&](const char* s) {
     const std::string suf(s);
     return n.size() >= suf.size() && n.compare(n.size() - suf.size(), suf.size(), suf) == 0;
   };
-  // GPT-2's tied lm_head and attention-mask buffers; Llama's rotary inv_freq buffers (older
-  // transformers saved them). An untied lm_head.weight is a parameter and is loaded.
+  // GPT-2's attention-mask buffers; Llama's rotary inv_freq buffers (older transformers saved
+  // them). A tied lm_head is the caller's decision: an untied lm_head.weight is a parameter.
   return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq");
 }
+
+std::string hf_param_name(const std::string& name) {
+  return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+}
+
+namespace {
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -114,13 +120,67 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Which file holds each tensor: one file, or the shards a model.safetensors.index.json maps.
-std::map<std::string, std::vector<std::string>> shards_of(const std::string& path) {
+const char* dtype_name(StDtype d) {
+  switch (d) {
+    case StDtype::kF32: return "F32";
+    case StDtype::kF16: return "F16";
+    case StDtype::kBF16: return "BF16";
+    case StDtype::kI32: return "I32";
+    case StDtype::kI64: return "I64";
+    case StDtype::kF64: return "F64";
+    case StDtype::kU8: return "U8";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// A sharded checkpoint's shards are listed before any is read, and a converter plans its output
+// from the shapes: reading the headers alone keeps that to a few kilobytes per file.
+std::vector<StHeaderEntry> read_safetensors_header(const std::string& path) {
+  std::vector<StHeaderEntry> entries;
+  std::ifstream in(path, std::ios::binary);
+  uint8_t len[8] = {};
+  bool ok = false;
+  if (in && in.read(reinterpret_cast<char*>(len), 8)) {
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(len[i]) << (8 * i);
+    in.seekg(0, std::ios::end);
+    const uint64_t size = static_cast<uint64_t>(in.tellg());
+    if (hlen <= size - 8) {
+      std::string text(static_cast<size_t>(hlen), '\0');
+      in.seekg(8);
+      if (in.read(text.data(), static_cast<std::streamsize>(hlen))) {
+        const auto header = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+        ok = header.is_object();
+        for (auto it = header.begin(); ok && it != header.end(); ++it) {
+          if (it.key() == "__metadata__") continue;
+          const auto& v = it.value();
+          ok = v.is_object() && v.contains("dtype") && v["dtype"].is_string() && v.contains("shape") &&
+               v["shape"].is_array();
+          for (size_t d = 0; ok && d < v["shape"].size(); ++d) ok = v["shape"][d].is_number_integer();
+          if (ok) entries.push_back({it.key(), v["dtype"].get<std::string>(), v["shape"].get<std::vector<int64_t>>()});
+        }
+      }
+    }
+  }
+  if (ok) return entries;
+  entries.clear();
+  const SafeTensorsFile f = SafeTensorsFile::open(path);  // throws naming what is wrong
+  for (const auto& [name, t] : f.tensors()) entries.push_back({name, dtype_name(t.dtype), t.shape});
+  return entries;
+}
+
+std::vector<HfTensorFile> hf_checkpoint_tensors(const std::string& path) {
   namespace fs = std::filesystem;
-  if (!ends_with(path, ".index.json")) return {{path, {}}};
+  std::vector<HfTensorFile> out;
+  if (!ends_with(path, ".index.json")) {
+    for (StHeaderEntry& e : read_safetensors_header(path)) out.push_back({std::move(e.name), path});
+    return out;
+  }
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot read");
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   try {
     in >> j;
   } catch (const std::exception& e) {
@@ -128,52 +188,41 @@ std::map<std::string, std::vector<std::string>> shards_of(const std::string& pat
   }
   if (!j.contains("weight_map") || !j["weight_map"].is_object())
     throw std::runtime_error(path + ": no \"weight_map\" object (a Hugging Face sharded checkpoint index has one)");
-  std::map<std::string, std::vector<std::string>> files;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw std::runtime_error(path + ": weight_map[\"" + name + "\"] is not a file name");
     const std::string f = (fs::path(path).parent_path() / file.get<std::string>()).string();
     if (!fs::exists(f)) throw std::runtime_error(path + ": shard " + f + " (holding '" + name + "') is missing");
-    files[f].push_back(name);
+    out.push_back({name, f});
   }
-  return files;
+  return out;
 }
-
-}  // namespace
 
 std::string CausalLM::load_hf_checkpoint(const std::string& given) {
   const std::string path = resolve_checkpoint_path(given);
   if (is_mindspore_ckpt(path)) return load_mindformers_gpt2(*this, path);
-  const auto files = shards_of(path);
   const ParamTable& table = params().table();
-  auto param_name = [](const std::string& name) { return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name; };
   // Every tensor of the checkpoint is a parameter (or a buffer we ignore); every parameter is there.
   std::map<std::string, std::string> where;  // parameter -> file and the tensor's name in it
   std::map<std::string, std::string> stored;
-  std::optional<SafeTensorsFile> single;  // one file is opened once
-  for (const auto& [file, listed] : files) {
-    std::vector<std::string> names = listed;
-    if (names.empty()) {
-      single = SafeTensorsFile::open(file);
-      for (const auto& [name, t] : single->tensors()) names.push_back(name);
+  for (const auto& [name, file] : hf_checkpoint_tensors(path)) {
+    const std::string n = hf_param_name(name);
+    if (hf_ignored_tensor(n) || (n == "lm_head.weight" && !table.find(n))) continue;  // tied: the embedding
+    if (!table.find(n)) {
+      if (!whole_model()) continue;  // another pipeline stage's
+      throw std::runtime_error(file + ": tensor '" + name + "' is not a parameter of the configured model");
     }
-    for (const std::string& name : names) {
-      const std::string n = param_name(name);
-      if (ignored_tensor(n) || (n == "lm_head.weight" && !table.find(n))) continue;  // tied: the embedding
-      if (!table.find(n)) {
-        if (!whole_model()) continue;  // another pipeline stage's
-        throw std::runtime_error(file + ": tensor '" + name + "' is not a parameter of the configured model");
-      }
-      where[n] = file;
-      stored[n] = name;
-    }
+    where[n] = file;
+    stored[n] = name;
   }
   for (const ParamSpec& p : table.specs())
     if (!where.count(p.name))
       throw std::runtime_error(path + ": tensor '" + p.name + "' is missing (the configured model needs " +
                                shape_str(p.shape) + ")");
+  std::set<std::string> files;  // each read once, one at a time
+  for (const auto& [n, file] : where) files.insert(file);
   std::vector<float> full;
-  for (const auto& [file, listed] : files) {
-    const SafeTensorsFile f = single ? std::move(*single) : SafeTensorsFile::open(file);
+  for (const std::string& file : files) {
+    const SafeTensorsFile f = SafeTensorsFile::open(file);
     for (const TensorPlacement& placed : params().tensors()) {
       const ParamSpec& p = *placed.spec;
       if (where.at(p.name) != file) continue;

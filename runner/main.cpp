@@ -1,4 +1,4 @@
-// gridformer: one binary, subcommands train | config | tokenize.
+// gridformer: one binary, subcommands train | config | plan | tokenize | convert.
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -15,6 +15,7 @@
 #include "core/gemm.h"
 #include "parallel/communicator.h"
 #include "runner/config.h"
+#include "runner/convert.h"
 #include "runner/layout_check.h"
 #include "runner/plan.h"
 #include "runner/logging.h"
@@ -206,6 +207,18 @@ int main(int argc, char** argv) {
   tok->add_option("--merge-file", merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
   tok->add_flag("--decode", decode, "read ids, print text");
 
+  gf::ConvertOptions conv;
+  auto* convert = app.add_subcommand("convert", "weights between our checkpoints, Hugging Face safetensors (one file or "
+                                                "shards with model.safetensors.index.json) and one full .safetensors file");
+  convert->add_option("--from", conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
+                                           "or Hugging Face weights (a .safetensors file, or a directory with "
+                                           "model.safetensors or model.safetensors.index.json)")->required();
+  convert->add_option("--to", conv.to, "a directory, or a .safetensors file for one full file")->required();
+  convert->add_option("--format", conv.format, "hf | checkpoint (default: the other kind than --from's)");
+  convert->add_option("--max-shard-size", conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
+  convert->add_option("--dtype", conv.dtype, "Hugging Face output dtype: float32 (default), bfloat16, float16");
+  convert->add_flag("--overwrite", conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -260,6 +273,7 @@ int main(int argc, char** argv) {
     }
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
+  if (*convert) return gf::run_convert(conv);
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it; double-quoted
   // YAML keeps any path a string.
   if (!tensorboard_dir.empty()) {

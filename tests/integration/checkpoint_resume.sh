@@ -6,8 +6,8 @@
 #  * Same layout: bitwise. The resumed run's losses of steps 11-20 and its final weights are the
 #    reference's, bit for bit: fp32 on one rank with dropout and dynamic loss scaling whose scale
 #    overflows, is halved and grows again before and after the checkpoint (the scale, its counters
-#    and the skipped-step count are in the checkpoint); bf16; and dp2 with ZeRO (the moments saved
-#    as each rank's shard).
+#    and the skipped-step count are in the checkpoint); bf16, the same; and dp2 with ZeRO (the moments saved
+#    as each rank's shard) with async_save (the files written by a background thread).
 #  * Another layout: the checkpoint's boxes are read into the new layout's slices, and the resumed
 #    run is held to compare_runs.py's criteria against the uninterrupted one (losses of steps 11-20
 #    within 1e-5 relative, final weights as it checks them): dp2 -> mp2, mp2+sp -> dp2+ZeRO,
@@ -108,8 +108,8 @@ print("loss scale over the 20 steps:", scales)
 PY
 resume gpt2 one_dyn one_dyn_resumed 1 $DYN
 bitwise gpt2 one_dyn one_dyn_resumed
-run gpt2 one_bf16 1 $BF16
-resume gpt2 one_bf16 one_bf16_resumed 1 $BF16
+run gpt2 one_bf16 1 $BF16 $DYN
+resume gpt2 one_bf16 one_bf16_resumed 1 $BF16 $DYN
 bitwise gpt2 one_bf16 one_bf16_resumed
 ASYNC="--set callbacks.1.async_save=True"  # the files written by a background thread
 run gpt2 dp2_zero 2 $DP2 $ZERO $ASYNC

@@ -116,10 +116,12 @@ def curves(args):
             fail(f"--labels has {len(labels)} name(s) for {len(paths)} input(s): give one non-empty "
                  "name per input, comma-separated")
     else:
-        # A run is known by its output_dir; when two share a name (a/out, b/out) the path tells them apart.
-        names = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths]
-        labels = [n if names.count(n) == 1 else os.path.dirname(a.rstrip("/")) if os.path.isfile(a) else a
-                  for n, a in zip(names, args.inputs)]
+        # A run is known by its output_dir (a metrics.jsonl under another name by that name); when
+        # two share a name (a/out, b/out) the path as given tells them apart.
+        names = [os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "metrics.jsonl"
+                 else os.path.splitext(os.path.basename(p))[0] for p in paths]
+        given = [os.path.dirname(a) if os.path.basename(a) == "metrics.jsonl" else a.rstrip("/") for a in args.inputs]
+        labels = [n if names.count(n) == 1 else g or n for n, g in zip(names, given)]
     out = []
     for label, path in zip(labels, paths):
         runs = read_runs(path)
@@ -166,30 +168,35 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     fig, axes = plt.subplots(2, 2, figsize=FIG_INCHES, dpi=args.dpi, sharex=True)
     ax_loss, ax_lr, ax_tps, ax_gn = axes[0][0], axes[0][1], axes[1][0], axes[1][1]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     any_eval = False
+    def drawn_points(lines):
+        # The summary counts what the axes hold, not what was read: it says what the PNG shows.
+        return sum(int((~np.isnan(np.asarray(l.get_ydata(), dtype=float))).sum()) for l in lines)
+
     for n, (label, path, k, count, run) in enumerate(drawn):
         c = colors[n % len(colors)]
         steps = run["steps"]
         xs, ys = series(steps, "loss")
-        ax_loss.plot(xs, ys, color=c, label=label)
+        loss = ax_loss.plot(xs, ys, color=c, label=label)
         ex, ey = series(run["evals"], "eval_loss")
+        evals = []
         if ex:
-            ax_loss.plot(ex, ey, linestyle="none", marker="o", markersize=5, color=c)
+            evals = ax_loss.plot(ex, ey, linestyle="none", marker="o", markersize=5, color=c)
             any_eval = True
-        ax_lr.plot(*series(steps, "lr"), color=c)
-        tx, ty = series(steps, "tokens_per_s", keep=lambda r: r.get("startup") is not True)
-        ax_tps.plot(tx, ty, color=c, marker=".")
-        gx, gy = series(steps, "grad_norm", gaps=True)
-        ax_gn.plot(gx, gy, color=c)
-        gx = [x for x, y in zip(gx, gy) if not math.isnan(y)]
+        lr = ax_lr.plot(*series(steps, "lr"), color=c)
+        tps = ax_tps.plot(*series(steps, "tokens_per_s", keep=lambda r: r.get("startup") is not True),
+                          color=c, marker=".")
+        gn = ax_gn.plot(*series(steps, "grad_norm", gaps=True), color=c)
         which = f"run {k} of {count}" if count > 1 else "1 run"
-        print(f"{label}: {path} ({which}): steps {steps[0]['step']}-{steps[-1]['step']}: {len(xs)} loss points "
-              f"(loss {ys[0]:.4f} -> {ys[-1]:.4f}), {len(ex)} eval loss points, {len(tx)} tokens/s points "
-              f"(start-up line left out), {len(gx)} grad norm points")
+        print(f"{label}: {path} ({which}): steps {steps[0]['step']}-{steps[-1]['step']}: {drawn_points(loss)} loss "
+              f"points (loss {ys[0]:.4f} -> {ys[-1]:.4f}), {drawn_points(evals)} eval loss points, "
+              f"{drawn_points(lr)} lr points, {drawn_points(tps)} tokens/s points (start-up line left out), "
+              f"{drawn_points(gn)} grad norm points")
 
     ax_loss.set_title("loss")
     ax_loss.set_ylabel("cross-entropy (nats)")

@@ -31,6 +31,12 @@ bool parse_dtype(const std::string& s, StDtype* d) {
   return false;
 }
 
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what);
+}
+
+}  // namespace
+
 const char* dtype_name(StDtype d) {
   switch (d) {
     case StDtype::kF32: return "F32";
@@ -44,11 +50,6 @@ const char* dtype_name(StDtype d) {
   return "?";
 }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(path + ": " + what);
-}
-
-}  // namespace
 
 int64_t StTensor::numel() const {
   int64_t n = 1;

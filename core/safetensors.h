@@ -65,6 +65,9 @@ std::string safetensors_header(const std::vector<StWriteTensor>& tensors,
 void write_safetensors(const std::string& path, const std::vector<StWriteTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// The spec's name of a dtype ("F32", "BF16", ...).
+const char* dtype_name(StDtype d);
+
 float half_to_float(uint16_t h);
 float bf16_to_float(uint16_t h);
 

@@ -120,19 +120,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-const char* dtype_name(StDtype d) {
-  switch (d) {
-    case StDtype::kF32: return "F32";
-    case StDtype::kF16: return "F16";
-    case StDtype::kBF16: return "BF16";
-    case StDtype::kI32: return "I32";
-    case StDtype::kI64: return "I64";
-    case StDtype::kF64: return "F64";
-    case StDtype::kU8: return "U8";
-  }
-  return "?";
-}
-
 }  // namespace
 
 // A sharded checkpoint's shards are listed before any is read, and a converter plans its output

@@ -131,26 +131,7 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     return a;
   };
   const MoeBlock::Dims& md = d.md;
-  auto moe_acts = [&](const std::string& n) {
-    MoeBlock::Acts m;
-    const int64_t Nk = N * md.k;
-    m.probs = p.take(n + ".router_probs", N * md.E);
-    m.lse = p.take(n + ".router_lse", N);
-    m.experts = ints(n + ".router_experts", Nk);
-    m.weights = p.take(n + ".router_weights", Nk);
-    m.kept = reinterpret_cast<uint8_t*>(p.take(n + ".router_kept", (Nk + 3) / 4));
-    m.pos = ints(n + ".router_pos", Nk);
-    m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El + md.El + 1)));
-    m.xperm = p.take(n + ".experts_x", md.R * md.C);
-    m.h = p.take(n + ".experts_h", md.R * md.up);
-    m.act = p.take(n + ".experts_act", md.R * md.Fl);
-    m.ret = p.take(n + ".experts_out", md.S * md.C);
-    if (md.allgather) {
-      m.src = ints(n + ".experts_src", md.R);
-      m.row_w = p.take(n + ".experts_gate_weight", md.R);
-    }
-    return m;
-  };
+  auto moe_acts = [&](const std::string& n) { return MoeBlock::take_acts(p, n, md); };
   auto moe_stats = [&](const std::string& n) {
     return reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
   };
@@ -270,19 +251,7 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
   if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
   if (d.any_moe) {  // shared by the MoE layers
     MoeBlock::Scratch& m = b.moe;
-    m.send = p.take("moe.send", md.S * md.C);
-    m.recv = p.take("moe.recv", md.R * md.C);
-    m.perm = p.take("moe.perm", md.R * md.C);
-    m.dact = p.take("moe.dact", md.R * md.Fl);
-    m.dh = p.take("moe.dh", md.R * md.up);
-    m.dw = p.take("moe.dweights", N * md.k);
-    m.dlogits = p.take("moe.dlogits", N * md.E);
-    if (d.tp > 1) m.sum = p.take("moe.sum", N * C);
-    if (md.allgather) {
-      m.all = p.take("moe.gathered_rows", md.ep * N * C);
-      m.all_experts = p.take("moe.gathered_experts", md.ep * N * md.k);
-      m.all_weights = p.take("moe.gathered_weights", md.ep * N * md.k);
-    }
+    m = MoeBlock::take_scratch(p, md, d.tp);
     for (Slot& s : b.slots)
       for (TransformerLayer::Acts& a : s.layers) a.moe_sc = m;
   }

@@ -100,6 +100,8 @@ class TransformerLM : public CausalLM {
                                     int tp_size, int tp_rank, const StageOptions& stage = {});
 
   const ModelConfig& config() const override { return cfg_; }
+  const TransformerSpec& spec() const { return spec_; }
+  const NameMap& names() const { return names_; }
   const Placement& params() const override { return params_; }
   float* weights() override {
     *low_current_ = false;

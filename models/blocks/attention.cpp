@@ -1,8 +1,11 @@
 #include "models/blocks/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "core/mixed_precision.h"
 
@@ -77,6 +80,67 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, e.N, W, W);
   if (spec_.flash) ops::flash_attention_fwd(a.y, a.lse, a.qkv, shape(e), probs_dropout(e, l), *flash_);
   else ops::attention_fwd(a.y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
+  o_.fwd(e, out, a.y);
+}
+
+void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
+                                const RowPositions& rp) const {
+  const int64_t W = qkv_width(), N = e.N, D = D_, Hl = Hl_, Hk = Hkvl_, cap = kv.capacity;
+  qkv_.fwd(e, a.qkv, xn);
+  if (rope_) {
+    // Runs of rows at consecutive positions (a prompt's rows) rotate in one call.
+    for (int64_t r0 = 0; r0 < N;) {
+      int64_t r1 = r0 + 1;
+      while (r1 < N && rp.seq[r1] == rp.seq[r0] && rp.pos[r1] == rp.pos[r1 - 1] + 1) ++r1;
+      ops::rope_fwd(a.qkv + r0 * W, a.qkv + r0 * W, *rope_, r1 - r0, r1 - r0, Hl + Hk, rp.pos[r0], W);
+      r0 = r1;
+    }
+  }
+  if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, N, W, W);
+  for (int64_t r = 0; r < N; ++r)
+    if (rp.pos[r] < 0 || rp.pos[r] >= cap)
+      throw std::out_of_range("generation: position " + std::to_string(rp.pos[r]) + " outside the KV cache's " +
+                              std::to_string(cap));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t g = 0; g < Hk; ++g) {
+      const int64_t at = ((rp.seq[r] * Hk + g) * cap + rp.pos[r]) * D;
+      std::copy_n(a.qkv + r * W + (Hl + g) * D, D, kv.k + at);
+      std::copy_n(a.qkv + r * W + (Hl + Hk + g) * D, D, kv.v + at);
+    }
+  // The core of attention_fwd (core/ops/attention.cpp) for one query row against the cached keys:
+  // scaled dot products, the softmax with its maximum subtracted, the probabilities times values.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t group = Hl / Hk, Y = Hl * D;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t h = 0; h < Hl; ++h) {
+      float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;
+      const float* q = a.qkv + r * W + h * D;
+      const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D, len = rp.pos[r] + 1;
+      const float *K = kv.k + base, *V = kv.v + base;
+      float mx = -INFINITY;
+      for (int64_t t = 0; t < len; ++t) {
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t i = 0; i < D; ++i) dot += q[i] * K[t * D + i];
+        p[t] = scale * dot;
+        mx = std::max(mx, p[t]);
+      }
+      float sum = 0.0f;
+      for (int64_t t = 0; t < len; ++t) {
+        p[t] = std::exp(p[t] - mx);
+        sum += p[t];
+      }
+      const float inv = 1.0f / sum;
+      float* y = a.y + r * Y + h * D;
+      std::fill(y, y + D, 0.0f);
+      for (int64_t t = 0; t < len; ++t) {
+        const float w = p[t] * inv;
+#pragma omp simd
+        for (int64_t i = 0; i < D; ++i) y[i] += w * V[t * D + i];
+      }
+    }
   o_.fwd(e, out, a.y);
 }
 

@@ -15,6 +15,21 @@
 
 namespace gf {
 
+// The keys and values of one layer for generation (models/generator.h): per sequence slot, per
+// local key/value head, `capacity` positions of head_dim floats ([slots, Hkvl, capacity, D] each).
+// `scores`: scratch of `capacity` floats per OpenMP thread.
+struct KvCache {
+  float *k = nullptr, *v = nullptr;
+  int64_t capacity = 0;
+  float* scores = nullptr;
+};
+
+// Where each row of a cached forward belongs: its sequence slot and its position in that sequence.
+struct RowPositions {
+  const int64_t* seq = nullptr;
+  const int64_t* pos = nullptr;
+};
+
 class AttentionBlock {
  public:
   struct Acts {
@@ -40,6 +55,13 @@ class AttentionBlock {
 
   // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))).
   void fwd(const BlockEnv& e, int64_t layer, float* out, const float* xn, const Acts& a) const;
+  // Generation: row r (of e.N) is the token at position pos[r] of sequence slot seq[r]. Its key and
+  // value are written to the cache at that position, then it attends to positions [0, pos[r]] of
+  // its sequence there, so a prompt's rows may come in one call (in position order) or several,
+  // and a decode step is one row per sequence. No dropout. out [N, C], xn [N, C] (no sequence
+  // parallel); a.qkv and a.y are scratch of N rows.
+  void fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
+                  const RowPositions& rp) const;
   // Selective recompute: the probabilities again from the kept q|k|v (the fused core needs nothing).
   void recompute_core(const BlockEnv& e, int64_t layer, const Acts& a, float* y_scratch) const;
   // dxn [Nl, C] (written) from dout [Nl, C]; the weight pass reads dout and g.dqkv again.

@@ -1,5 +1,8 @@
 #include "models/blocks/embedding.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace gf {
 
 void EmbeddingBlock::declare(ParamTable& t, const NameMap& names) const {
@@ -21,6 +24,23 @@ void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens) con
   embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial);
   ops::dropout_apply(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), e.Nl, spec_.hidden, e.global_row0(), 0,
                      spec_.hidden);
+}
+
+void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, const int64_t* pos) const {
+  const int64_t C = spec_.hidden;
+  // The token rows (summed over a vocabulary-parallel group, where one rank holds each row), then
+  // each row's learned position: the same sum as embedding_parallel_fwd's for a training row.
+  embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), nullptr, {e.N, e.N, C, v_.begin, v_.begin + v_.local, v_.parallel},
+                         e.partial);
+  if (wpe_ < 0) return;
+  for (int64_t r = 0; r < e.N; ++r)
+    if (pos[r] < 0 || pos[r] >= spec_.positions)
+      throw std::out_of_range("generation: position " + std::to_string(pos[r]) + " outside the model's " +
+                              std::to_string(spec_.positions) + " learned positions (max_position_embeddings)");
+  const float* wpe = e.w(wpe_);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < e.N; ++r)
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] += wpe[pos[r] * C + c];
 }
 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {

@@ -23,6 +23,8 @@ class EmbeddingBlock {
 
   // y [Nl, C] from the micro-batch's N tokens.
   void fwd(const BlockEnv& e, float* y, const int32_t* tokens) const;
+  // Generation: y [N, C] for N tokens at positions pos (no sequence parallel, no dropout).
+  void fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, const int64_t* pos) const;
   // dy [Nl, C] (the embedding dropout is applied to it in place).
   void bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const;
 

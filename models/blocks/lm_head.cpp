@@ -42,6 +42,14 @@ double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* target
   return sum;
 }
 
+void LmHeadBlock::logits_fwd(const BlockEnv& e, float* logits, float* ln, const NormBlock::Acts& norm, const float* x,
+                             int64_t rows) const {
+  const int64_t C = spec_.hidden, Vl = v_.local;
+  norm_.fwd(e, ln, norm, x, rows);
+  const Weight w = e.wt(w_, false);
+  gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows, Vl, C, 1.0f, ln, nullptr, C, w.f32, w.low, C, 0.0f, logits, Vl, true);
+}
+
 void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x,
                       const int32_t* targets, const Acts& a) const {
   const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;

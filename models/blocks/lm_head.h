@@ -35,6 +35,11 @@ class LmHeadBlock {
 
   // Returns the summed loss of this rank's rows (SP, replicated head: of all rows).
   double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const;
+  // Generation: the final norm and this rank's vocabulary slice of the logits of `rows` rows of x
+  // (no loss, no sequence parallel): logits [rows, Vl]; ln [rows, C] and norm are scratch.
+  void logits_fwd(const BlockEnv& e, float* logits, float* ln, const NormBlock::Acts& norm, const float* x,
+                  int64_t rows) const;
+  const VocabSlice& vocab() const { return v_; }
   // dx [Nl, C] (written) from d(grad_scale * summed loss). Input pass: dx and the logits'
   // gradient; weight pass: the head's and the norm's weight gradients.
   void bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x, const int32_t* targets,

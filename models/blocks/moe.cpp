@@ -105,6 +105,47 @@ void MoeBlock::bind(const Placement& t, const NameMap& names) {
   down_b_ = spec_.linear_bias ? first(Role::kExpertDownB, d_.C) : -1;
 }
 
+MoeBlock::Acts MoeBlock::take_acts(BufferPlan& p, const std::string& n, const Dims& md) {
+  auto ints = [&](const std::string& name, int64_t count) { return reinterpret_cast<int32_t*>(p.take(name, count)); };
+  MoeBlock::Acts m;
+  const int64_t N = md.N, Nk = N * md.k;
+  m.probs = p.take(n + ".router_probs", N * md.E);
+  m.lse = p.take(n + ".router_lse", N);
+  m.experts = ints(n + ".router_experts", Nk);
+  m.weights = p.take(n + ".router_weights", Nk);
+  m.kept = reinterpret_cast<uint8_t*>(p.take(n + ".router_kept", (Nk + 3) / 4));
+  m.pos = ints(n + ".router_pos", Nk);
+  m.counts = reinterpret_cast<int64_t*>(p.take(n + ".moe_counts", 2 * (md.E + md.ep * md.El + md.El + 1)));
+  m.xperm = p.take(n + ".experts_x", md.R * md.C);
+  m.h = p.take(n + ".experts_h", md.R * md.up);
+  m.act = p.take(n + ".experts_act", md.R * md.Fl);
+  m.ret = p.take(n + ".experts_out", md.S * md.C);
+  if (md.allgather) {
+    m.src = ints(n + ".experts_src", md.R);
+    m.row_w = p.take(n + ".experts_gate_weight", md.R);
+  }
+  return m;
+}
+
+MoeBlock::Scratch MoeBlock::take_scratch(BufferPlan& p, const Dims& md, int tp_size) {
+  MoeBlock::Scratch m;
+  const int64_t N = md.N, C = md.C;
+  m.send = p.take("moe.send", md.S * md.C);
+  m.recv = p.take("moe.recv", md.R * md.C);
+  m.perm = p.take("moe.perm", md.R * md.C);
+  m.dact = p.take("moe.dact", md.R * md.Fl);
+  m.dh = p.take("moe.dh", md.R * md.up);
+  m.dw = p.take("moe.dweights", N * md.k);
+  m.dlogits = p.take("moe.dlogits", N * md.E);
+  if (tp_size > 1) m.sum = p.take("moe.sum", N * C);
+  if (md.allgather) {
+    m.all = p.take("moe.gathered_rows", md.ep * N * C);
+    m.all_experts = p.take("moe.gathered_experts", md.ep * N * md.k);
+    m.all_weights = p.take("moe.gathered_weights", md.ep * N * md.k);
+  }
+  return m;
+}
+
 ops::RouterShape MoeBlock::shape(const BlockEnv& e) const { return {e.B, e.T, d_.E, d_.k}; }
 
 namespace {

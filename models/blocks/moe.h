@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/buffer_plan.h"
 #include "core/ops/router.h"
 #include "core/placement.h"
 #include "models/blocks/env.h"
@@ -76,6 +77,10 @@ class MoeBlock {
     float *all = nullptr, *all_experts = nullptr, *all_weights = nullptr;
   };
   static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
+  // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
+  // (core/buffer_plan.h) for these dims; tp_size > 1 adds the partial-sum buffer.
+  static Acts take_acts(BufferPlan& p, const std::string& name, const Dims& d);
+  static Scratch take_scratch(BufferPlan& p, const Dims& d, int tp_size);
 
   MoeBlock() = default;
   // rows: the micro-batch's N = B T (sizes the buffers).

@@ -56,6 +56,18 @@ void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) con
   add_inplace(a.out, a.res2, Nl * C);
 }
 
+void TransformerLayer::fwd_cached(const BlockEnv& e, const float* x, const Acts& a, const KvCache& kv,
+                                  const RowPositions& rp) const {
+  const int64_t N = e.N, C = spec_.hidden;
+  norm1_.fwd(e, a.ln1, a.n1, x, N);
+  attn_.fwd_cached(e, a.res2, a.ln1, a.attn, kv, rp);
+  add_inplace(a.res2, x, N * C);
+  norm2_.fwd(e, a.ln2, a.n2, a.res2, N);
+  if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
+  else mlp_.fwd(e, a.out, a.ln2, a.mlp);
+  add_inplace(a.out, a.res2, N * C);
+}
+
 void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float* x, const Acts& a,
                                  float* y_scratch) const {
   if (mode == Recompute::kNone) return;

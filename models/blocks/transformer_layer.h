@@ -47,6 +47,9 @@ class TransformerLayer {
   int64_t first_offset() const { return norm1_.first_offset(); }
 
   void fwd(const BlockEnv& e, const float* x, const Acts& a) const;
+  // Generation (no dropout, no sequence parallel): the forward with attention against the KV cache
+  // (AttentionBlock::fwd_cached); writes a.out.
+  void fwd_cached(const BlockEnv& e, const float* x, const Acts& a, const KvCache& kv, const RowPositions& rp) const;
   // Before the backward: what the forward did not keep under `mode`, computed again bitwise.
   void recompute(const BlockEnv& e, Recompute mode, const float* x, const Acts& a, float* y_scratch) const;
   void bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const;

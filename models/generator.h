@@ -1,0 +1,92 @@
+// Generation with a key/value cache: the forward of a TransformerLM's weights for rows of tokens
+// that each belong to a sequence slot at a position, every layer's keys and values kept per slot
+// for `capacity` positions. A prompt goes in as its rows (in one call or several: chunked
+// prefill); a decode step is one row per sequence, whose attention reads the cache (no prefix
+// recomputed), and whose products have as many rows as there are sequences (a batch of 1 is a
+// matrix-vector product, not a padded GEMM).
+//
+// The blocks are the model's own (models/blocks/), bound to its parameters by name: the same
+// arithmetic as its training forward without dropout, except for the attention core, which reads
+// the cache (AttentionBlock::fwd_cached). Every buffer, the cache included, is planned once
+// (core/buffer_plan.h) for the slots, the capacity and the rows per call.
+//
+// Tensor parallel: the heads, the FFN width and (vocab_emb_dp: False) the vocabulary are split as
+// in training; each call ends with the full vocabulary's logits on every rank of the group, so every
+// rank samples the same token. Sequence parallelism does not apply (rows are few); MoE layers route
+// dropless (every choice computed), as Hugging Face's Mixtral generates, so a token's output does
+// not depend on which other rows share its call. Pipeline stages are not supported here.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/buffer_plan.h"
+#include "core/ops/rope.h"
+#include "models/blocks/embedding.h"
+#include "models/blocks/lm_head.h"
+#include "models/blocks/transformer_layer.h"
+#include "models/transformer_lm.h"
+#include "parallel/parallel_context.h"
+
+namespace gf {
+
+class Generator {
+ public:
+  struct Options {
+    int64_t slots = 1;           // sequences held at once
+    int64_t capacity = 0;        // positions per sequence (prompt + generated)
+    int64_t max_rows = 0;        // rows per forward call (0: max(slots, capacity))
+    int64_t max_logit_rows = 0;  // rows whose logits one call returns (0: max(slots, 1))
+  };
+  // The model must be whole (not a pipeline stage) and outlive the generator; its weights are read
+  // as they are at each call (a bf16/fp16 run's low-precision copy is made once, here).
+  Generator(const TransformerLM& model, const ParallelContext& ctx, const Options& opt);
+
+  int64_t vocab() const { return V_; }  // entries per logits row (the real vocabulary)
+  int64_t capacity() const { return opt_.capacity; }
+  int64_t slots() const { return opt_.slots; }
+  int64_t max_rows() const { return opt_.max_rows; }
+  int64_t max_logit_rows() const { return opt_.max_logit_rows; }
+  int64_t bytes() const { return plan_.bytes(); }
+  int64_t cache_bytes() const { return cache_floats_ * 4; }
+
+  // Row r is token tokens[r] at position pos[r] of sequence slot seq[r]; the rows of one slot come
+  // in position order, after every earlier position of that slot (in this call or an earlier one).
+  // Returns the logits [n_logits, vocab()] of rows logit_rows[0..n_logits), valid until the next call.
+  // rows <= max_rows(), n_logits <= max_logit_rows(). Collective over the tensor- and expert-parallel groups.
+  const float* forward(const int32_t* tokens, const int64_t* seq, const int64_t* pos, int64_t rows,
+                       const int64_t* logit_rows, int64_t n_logits);
+
+ private:
+  struct Buffers {
+    float *x0 = nullptr, *x1 = nullptr;
+    TransformerLayer::Acts acts;
+    std::vector<KvCache> kv;
+    float* scores = nullptr;
+    float *sel = nullptr, *ln = nullptr, *logits = nullptr, *gathered = nullptr, *full = nullptr;
+    NormBlock::Acts head_norm;
+    float *gather = nullptr, *partial = nullptr;
+  };
+  void lay_out(BufferPlan& p, Buffers& b) const;
+
+  Options opt_;
+  const ParallelContext* ctx_;
+  const TransformerLM* model_;
+  TransformerSpec spec_;
+  ComputeDtype cdt_ = ComputeDtype::kFloat32;
+  int64_t V_ = 0, C_ = 0, Vl_ = 0, cache_floats_ = 0;
+  VocabSlice vocab_;
+  MoeBlock::Dims md_;
+  bool any_moe_ = false, any_dense_ = false;
+  std::unique_ptr<ops::RopeTable<float>> rope_;
+  ExpertParallel ep_;
+  EmbeddingBlock embedding_;
+  std::vector<TransformerLayer> layers_;
+  LmHeadBlock head_;
+  AlignedBuffer<std::byte> low_;
+  BufferPlan plan_;
+  Buffers b_;
+};
+
+}  // namespace gf

@@ -49,6 +49,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
     low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params.total_floats() * low_copy_element_bytes(cdt_)));
     make_low_copy(cdt_, low_.data(), model.weight_values(), params.total_floats());
   }
+  cache_floats_ = 2 * spec_.layers * opt_.slots * (spec_.kv_heads / tp) * opt_.capacity * spec_.head_dim();
   Buffers b;
   lay_out(plan_, b);
   plan_.allocate();

@@ -65,6 +65,23 @@ std::string Trainer::checkpoint_root() const {
   return cfg_.checkpoint.directory.empty() ? (fs::path(cfg_.output_dir) / "checkpoint").string() : cfg_.checkpoint.directory;
 }
 
+void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg) {
+  // Every tensor of the checkpoint is one of the model's (a checkpoint of a deeper model is refused,
+  // not silently truncated); the shapes are checked as each is read.
+  const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
+  const ParamTable whole = TransformerLM::make_param_table(entry.spec(cfg.model), entry.names);
+  for (const std::string& n : r.names())
+    if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
+      throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured model does not have (" +
+                               cfg.model.arch + ", " + std::to_string(cfg.model.num_layers) +
+                               " layers): the checkpoint is of another model shape");
+  for (const ParamSpec& p : whole.specs())
+    if (!r.has(p.name))
+      throw std::runtime_error(r.dir() + ": has no tensor '" + p.name + "', which the configured model needs");
+  float* w = model.weights();
+  for (const TensorPlacement& t : model.params().tensors()) r.read(t.spec->name, t, w + t.offset);
+}
+
 void Trainer::load_initial_state() {
   const Config& cfg = cfg_;
   std::string path = cfg.load_checkpoint;
@@ -94,20 +111,7 @@ void Trainer::load_initial_state() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   ckpt::Reader r = ckpt::Reader::open(path);
-  // Every tensor of the checkpoint is one of the model's (a checkpoint of a deeper model is refused,
-  // not silently truncated); the shapes are checked as each is read.
-  const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
-  const ParamTable whole = TransformerLM::make_param_table(entry.spec(cfg.model), entry.names);
-  for (const std::string& n : r.names())
-    if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
-      throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured model does not have (" +
-                               cfg.model.arch + ", " + std::to_string(cfg.model.num_layers) +
-                               " layers): the checkpoint is of another model shape");
-  for (const ParamSpec& p : whole.specs())
-    if (!r.has(p.name))
-      throw std::runtime_error(r.dir() + ": has no tensor '" + p.name + "', which the configured model needs");
-  float* w = model_->weights();
-  for (const TensorPlacement& t : model_->params().tensors()) r.read(t.spec->name, t, w + t.offset);
+  read_checkpoint_weights(r, *model_, cfg);
   if (!cfg.resume_training) {
     spdlog::info("loaded weights from checkpoint {} (step {}); training starts from step 1 (resume_training: False)",
                  r.dir(), r.state().value("step", int64_t{0}));

@@ -68,6 +68,7 @@ Resolution resolve(const YAML::Node& user, const std::vector<Override>& override
     config_read::read_pipeline(x);
     config_read::read_moe(x);
     config_read::read_weights(x);
+    config_read::read_generation(x);
     config_read::read_callbacks(x);
     config_read::read_tensorboard(x);
     config_read::read_datasets(x);

@@ -82,6 +82,20 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// Text generation (run_mode: predict, `gridformer predict`; runner/generate.h): model_config's decoding
+// keys as MindFormers means them, and the processor's GPT-2 BPE files.
+struct GenerationConfig {
+  int64_t max_decode_length = 1024;  // prompt + generated tokens
+  int64_t top_k = 5;                 // 0: no top-k filter
+  double top_p = 1.0, temperature = 1.0, repetition_penalty = 1.0;
+  bool do_sample = false;
+  bool use_past = false;             // the KV cache; False recomputes the whole prefix for every token
+  int64_t eos_token_id = 50256;      // < 0: none
+  std::string tokenizer_type;          // processor.tokenizer.type ("" when the file has no processor)
+  std::string vocab_file, merge_file;  // processor.tokenizer.vocab_file / merge_file
+  bool operator==(const GenerationConfig&) const = default;
+};
+
 // Everything the run is built from. `operator==` lets the config tests prove that a key reaches
 // a field: change the key alone, and the settings must differ.
 struct Settings {
@@ -117,6 +131,7 @@ struct Settings {
   // TensorBoard (runner/tensorboard.h): the directory rank 0 writes this run's event file to ("": none)
   // and the key that named it, for the log (config_read_tensorboard.cpp decides between them).
   std::string tensorboard_dir, tensorboard_dir_from;
+  GenerationConfig generation;
   bool operator==(const Settings&) const = default;
 };
 

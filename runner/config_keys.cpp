@@ -20,7 +20,7 @@ using config_keys::kGeneration;
 const char* const kTokenizer =
     "the data is read already tokenized (MegatronDataset .bin/.idx, made by the preprocessor with "
     "`gridformer tokenize`'s BPE); the dataset's tokenizer is not used";
-const char* const kProcessor = "the processor serves text generation (run_mode: predict), which is not built yet";
+const char* const kProcessor = "the processor's other settings: predict reads processor.tokenizer.vocab_file and merge_file (GPT-2 BPE)";
 const char* const kProfiler = "the MindSpore profiler is not part of gridformer";
 const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
 const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
@@ -221,9 +221,10 @@ std::vector<KeyRule> common_rules() {
   for (const char* k : {"collect_freq", "collect_specified_data", "keep_default_action", "custom_lineage_data",
                         "collect_tensor_freq", "max_file_size", "export_options"})
     r.push_back({std::string("callbacks.*.") + k, kChecked, "SummaryMonitor: warned, it means nothing here"});
-  for (const char* k : {"type", "unk_token", "bos_token", "eos_token", "pad_token", "vocab_file", "merge_file",
-                        "add_bos_token", "add_eos_token"})
+  for (const char* k : {"unk_token", "bos_token", "eos_token", "pad_token", "add_bos_token", "add_eos_token"})
     r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
+  for (const char* k : {"type", "vocab_file", "merge_file"})
+    r.push_back({std::string("processor.tokenizer.") + k, kBuilt, "generation (the GPT-2 BPE files predict encodes and decodes with)"});
   for (const char* ds : {"train_dataset", "eval_dataset"})
     for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
   for (KeyRule& k : config_keys::moe_rules()) r.push_back(std::move(k));
@@ -260,17 +261,17 @@ std::vector<KeyRule> gpt2_model_rules() {
       {"model.model_config.checkpoint_name_or_path", kChecked,
        "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
        "does not load it there)"},
-      {"model.model_config.eos_token_id", kIgnored,
-       "not used in training: every token, end-of-text included, is a target (MindFormers' GPT-2 masks tokens equal to "
-       "eos_token_id out of its loss)"},
+      {"model.model_config.eos_token_id", kBuilt,
+       "generation.eos_token_id (predict stops a sequence there); not used in training: every token, end-of-text "
+       "included, is a target (MindFormers' GPT-2 masks tokens equal to eos_token_id out of its loss)"},
       {"model.model_config.bos_token_id", kIgnored, kGeneration},
       {"model.model_config.pad_token_id", kIgnored, kGeneration},
-      {"model.model_config.repetition_penalty", kIgnored, kGeneration},
-      {"model.model_config.max_decode_length", kIgnored, kGeneration},
-      {"model.model_config.top_k", kIgnored, kGeneration},
-      {"model.model_config.top_p", kIgnored, kGeneration},
-      {"model.model_config.do_sample", kIgnored, kGeneration},
-      {"model.model_config.use_past", kIgnored, kGeneration},
+      {"model.model_config.repetition_penalty", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.max_decode_length", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.top_k", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.top_p", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.do_sample", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.use_past", kBuilt, config_keys::kGenerationBuilt},
       {"model.model_config.batch_size", kIgnored,
        "MindFormers' batch size for prediction; the training batch is runner_config.batch_size"},
       {"model.model_config.use_prompt_flash_attention", kCpu, "an Ascend kernel for prediction"},

@@ -11,7 +11,9 @@
 namespace gf::config_keys {
 
 // Shared reasons: kIgnored keys with the same reason share one warning.
-inline constexpr const char* kGeneration = "used by text generation (run_mode: predict), which is not built yet";
+inline constexpr const char* kGeneration =
+    "a MindFormers generation setting that gridformer predict does not use (runner/generate.h lists those it reads)";
+inline constexpr const char* kGenerationBuilt = "generation (gridformer predict; runner/config_read_generation.cpp)";
 // model_config.offset and pp_interleave_num: GPT2Config's and LlamaConfig's alike.
 inline constexpr const char* kOffset =
     "parallel.layer_offset and parallel.stage_layers: layers moved between pipeline stages, MindFormers' int (layer i "

@@ -84,10 +84,12 @@ std::vector<KeyRule> llama_model_rules() {
        "MindFormers masks labels equal to it only when a dataset gives a labels column; MegatronDataset samples are "
        "input_ids, their labels the ids shifted by one"},
   };
-  for (const char* g : {"bos_token_id", "eos_token_id", "use_past", "block_size", "num_blocks", "top_k", "top_p",
-                        "do_sample", "temperature", "repetition_penalty", "max_decode_length", "use_kvcache_op",
-                        "is_flexible_shape", "use_paged_attention", "llm_backend"})
+  for (const char* g : {"bos_token_id", "block_size", "num_blocks", "use_kvcache_op", "is_flexible_shape",
+                        "use_paged_attention", "llm_backend"})
     r.push_back({k + g, kIgnored, kGeneration});
+  for (const char* g : {"eos_token_id", "use_past", "top_k", "top_p", "do_sample", "temperature", "repetition_penalty",
+                        "max_decode_length"})
+    r.push_back({k + g, kBuilt, config_keys::kGenerationBuilt});
   r.push_back({k + "position_embedding_type", kChecked, "rope only (a Llama's positions are RoPE's); others refused"});
   r.push_back({k + "add_bias_linear", kChecked,
                "False only (a Llama's linear layers have no biases; qkv_has_bias adds q, k, v biases); True refused"});

@@ -57,7 +57,8 @@ void read_tensorboard(ReadContext& x);
 void read_datasets(ReadContext& x);
 void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
-void read_moe(ReadContext& x);      // moe_config into model.moe (config_read_moe.cpp)
+void read_moe(ReadContext& x);
+void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (config_read_generation.cpp)      // moe_config into model.moe (config_read_moe.cpp)
 // The pipeline keys into ParallelConfig: scheduler, model chunks, offset and the layers of each stage
 // (config_read_pipeline.cpp); after read_parallel and read_model.
 void read_pipeline(ReadContext& x);

@@ -1,4 +1,4 @@
-// gridformer: one binary, subcommands train | config | plan | tokenize | convert.
+// gridformer: one binary, subcommands train | predict | config | plan | tokenize | convert.
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
@@ -16,6 +16,7 @@
 #include "parallel/communicator.h"
 #include "runner/config.h"
 #include "runner/convert.h"
+#include "runner/generate.h"
 #include "runner/layout_check.h"
 #include "runner/plan.h"
 #include "runner/logging.h"
@@ -81,13 +82,15 @@ std::string check_rank_table(std::string path, const gf::Communicator& world) {
 // Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
 // table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
 std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
-                              const std::string& rank_table, const gf::Communicator& world, gf::Config& cfg) {
+                              const std::string& rank_table, const gf::Communicator& world, gf::Config& cfg,
+                              bool predicting = false) {
   const int rank = world.rank();
   std::string problem;
   try {
     cfg = gf::load_config(config_path, sets);
-    if (cfg.run_mode == "predict")
-      problem = "run_mode: predict (text generation) is not built yet; use run_mode: train, finetune or eval";
+    if (cfg.run_mode == "predict" && !predicting)
+      problem = "run_mode: predict generates text from prompts: run `gridformer predict --config " + config_path +
+                " --predict_data \"TEXT\"` (or --predict_file FILE), as MindFormers' run_mindformer.py --predict_data";
   } catch (const std::exception& e) {
     problem = describe(e);
   }
@@ -159,6 +162,55 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   return status;
 }
 
+// `gridformer predict`: set-up as for training, then generation (runner/generate.h).
+int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+                const gf::PredictRequest& req, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Communicator world = gf::Communicator::world();
+  const int rank = world.rank();
+  gf::setup_console_logging(rank);
+  const int threads = threads_per_rank();
+  omp_set_num_threads(threads);
+  gf::gemm_set_threads(threads);
+  gf::Config cfg;
+  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, true); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
+  }
+  const auto& p = cfg.parallel;
+  gf::ParallelContext ctx = gf::ParallelContext::build(
+      std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
+                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel)));
+  gf::apply_machine_probe(threads);  // the fp32 GEMM backend
+  std::unique_ptr<gf::Predictor> predictor;
+  std::string problem;
+  try {
+    predictor = std::make_unique<gf::Predictor>(cfg, ctx, req);  // no collective: the ranks agree below
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
+  }
+  try {
+    predictor->run();
+  } catch (const std::exception& e) {
+    spdlog::error("{}{}", ctx.world.size() == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
+    spdlog::default_logger()->flush();
+    if (ctx.world.size() == 1) return 1;
+    gf::MpiEnvironment::abort(1);
+  }
+  return 0;
+}
+
+// A --set value as a double-quoted YAML string (any path stays a string).
+std::string yaml_quoted(const std::string& s) {
+  std::string q = "\"";
+  for (const char ch : s) q += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  return q + "\"";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -183,6 +235,50 @@ int main(int argc, char** argv) {
   train->add_option("--rank_table", rank_table,
                     "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
                     "$RANK_TABLE_FILE; neither: no table)");
+
+  gf::PredictRequest preq;
+  auto* pred = app.add_subcommand(
+      "predict", "generate text from prompts (run_mode: predict): the text on stdout, the log on stderr; under mpirun "
+                 "with model_parallel the heads and vocabulary are split");
+  pred->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  pred->add_option("--set", sets, "override a key (repeatable)");
+  std::string load_ckpt, use_past;
+  pred->add_option("--load_checkpoint", load_ckpt,
+                   "the weights: one of our checkpoints (or a run's checkpoint/ or output_dir), Hugging Face "
+                   "safetensors, a MindSpore .ckpt or a --save-weights file (default: the config's load_checkpoint; "
+                   "none: the seed's random weights)");
+  pred->add_option("--predict_data", preq.texts, "a prompt (repeatable)");
+  pred->add_option("--predict_file", preq.file, "a file of prompts, one a line")->check(CLI::ExistingFile);
+  pred->add_option("--predict_ids", preq.ids, "a prompt as token ids, space-separated (repeatable)");
+  int64_t max_decode_length = 0, top_k = -1;
+  double top_p = 0.0, repetition_penalty = 0.0;
+  bool do_sample = false;
+  int64_t seed = -1;
+  pred->add_option("--max_decode_length", max_decode_length,
+                   "prompt + generated tokens per prompt (model_config.max_decode_length)")->check(CLI::PositiveNumber);
+  pred->add_option("--max_new_tokens", preq.max_new_tokens, "generated tokens per prompt (instead of max_decode_length)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--predict_batch_size", preq.batch, "prompts decoded together (default: all)")
+      ->check(CLI::PositiveNumber);
+  pred->add_flag("--do_sample", do_sample, "sample (model_config.do_sample: True) instead of greedy decoding");
+  pred->add_option("--top_k", top_k, "sample among the k most likely tokens (0: all; model_config.top_k)")
+      ->check(CLI::NonNegativeNumber);
+  pred->add_option("--top_p", top_p, "sample among the most likely tokens whose probability reaches p (model_config.top_p)")
+      ->check(CLI::Range(1e-9, 1.0));
+  pred->add_option("--temperature", preq.temperature, "divide the logits by this before sampling (default 1.0)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--repetition_penalty", repetition_penalty,
+                   "CTRL's penalty on tokens already in the sequence (1.0: none; model_config.repetition_penalty)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--seed", seed, "the sampling seed (the config's seed)")->check(CLI::NonNegativeNumber);
+  pred->add_option("--use_past", use_past, "true: the KV cache; false: recompute the prefix for every token "
+                                           "(model_config.use_past)")->check(CLI::IsMember({"true", "false", "True", "False"}));
+  pred->add_option("--ids_out", preq.ids_out, "also write each prompt's and continuation's token ids as JSON lines");
+  pred->add_option("--vocab_file", preq.vocab_file, "GPT-2 vocabulary JSON (default: processor.tokenizer.vocab_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--merge_file", preq.merge_file, "GPT-2 merges (default: processor.tokenizer.merge_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--rank_table", rank_table, "MindFormers/HCCL rank table JSON (as for train)");
 
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
   config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
@@ -271,6 +367,19 @@ int main(int argc, char** argv) {
       std::cerr << "error: " << describe(e) << "\n";
       return kSetupError;
     }
+  }
+  if (*pred) {
+    // The decoding options are overrides of model_config's keys, so the config checks them.
+    const std::string k = "model.model_config.";
+    if (!load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(load_ckpt));
+    if (max_decode_length > 0) sets.push_back(k + "max_decode_length=" + std::to_string(max_decode_length));
+    if (do_sample) sets.push_back(k + "do_sample=True");
+    if (top_k >= 0) sets.push_back(k + "top_k=" + std::to_string(top_k));
+    if (top_p > 0) sets.push_back(k + "top_p=" + fmt::format("{}", top_p));
+    if (repetition_penalty > 0) sets.push_back(k + "repetition_penalty=" + fmt::format("{}", repetition_penalty));
+    if (seed >= 0) sets.push_back("seed=" + std::to_string(seed));
+    if (!use_past.empty()) sets.push_back(k + "use_past=" + std::string(use_past == "true" || use_past == "True" ? "True" : "False"));
+    return run_predict(config_path, sets, rank_table, preq, argc, argv);
   }
   if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
   if (*convert) return gf::run_convert(conv);

@@ -34,6 +34,13 @@ struct CheckpointError : std::runtime_error {
 extern std::atomic<int> g_stop_signal;
 void install_stop_handlers();
 
+namespace ckpt {
+class Reader;
+}
+// The weights of one of our checkpoints into `model`, under its layout (runner/checkpointing.cpp):
+// refuses a checkpoint with a tensor the configured model lacks, or without one it needs.
+void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg);
+
 struct StepResult {
   double loss = 0.0;       // mean token loss over the global batch
   double grad_norm = 0.0;  // before clipping, after unscaling

@@ -91,7 +91,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"}, {k + "extend_method", "PI"},
       {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8}"},
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
-      {"optimizer.type", "AdamW"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
+      {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
       {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
       {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
       {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},

@@ -86,7 +86,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.hidden_act", "gelu_new"}, {"model.model_config.compute_dtype", "bfloat16"},
       {"model.model_config.param_init_type", "bfloat16"}, {"model.model_config.layernorm_compute_type", "bfloat16"},
       {"model.model_config.softmax_compute_type", "bfloat16"}, {"lr_schedule.type", "cosine"},
-      {"optimizer.type", "AdamW"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
+      {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
       {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
       {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
       {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},

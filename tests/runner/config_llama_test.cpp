@@ -161,9 +161,8 @@ TEST(LlamaConfigKeys, WarningsNameTheKeyAndSayWhatHappens) {
       {"use_ring_attention=True", "each rank here attends over the whole sequence"},
       {"is_dynamic=True", "`model.model_config.is_dynamic: True`"},
       {"parallel_optimizer=True", "ZeRO-1 here is parallel.enable_parallel_optimizer"},
-      {"use_past=True", "`model.model_config.use_past: True`: used by text generation"},
-      {"num_blocks=1024", "`model.model_config.num_blocks: 1024`: used by text generation"},
-      {"eos_token_id=0", "`model.model_config.eos_token_id: 0`: used by text generation"},
+      {"num_blocks=1024", "`model.model_config.num_blocks: 1024`: a MindFormers generation setting that gridformer "
+                          "predict does not use"},
       {"pad_token_id=50256", "`model.model_config.pad_token_id: 50256`: not used in training: every token is a target "
                              "and is attended to (MindFormers' Llama leaves input tokens equal to pad_token_id out"},
       {"ignore_token_id=0", "MindFormers masks labels equal to it only when a dataset gives a labels column"},

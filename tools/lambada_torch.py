@@ -107,11 +107,12 @@ def read_items(path, encoder, strict):
 # ---------------------------------------------------------------------------------------------
 # The weights.
 
-_ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}
+_ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I32": 4, "I64": 8}
 
 
 def read_safetensors(path):
-    """name -> float32 torch tensor, by the safetensors layout (u64 header length, JSON header, data)."""
+    """name -> torch tensor (floats as float32, integers as int64), by the safetensors layout (u64 header
+    length, JSON header, data)."""
     import numpy as np
     import torch
 
@@ -129,10 +130,13 @@ def read_safetensors(path):
     for name, info in header.items():
         dt, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
         if dt not in _ITEMSIZE:
-            raise Refusal(f"weights {path}: tensor {name} is {dt}; this tool reads F32, F16, BF16 and F64")
+            raise Refusal(f"weights {path}: tensor {name} is {dt}; this tool reads F32, F16, BF16, F64, I32 and I64")
         if e - b != _ITEMSIZE[dt] * math.prod(shape) or e > len(data):
             raise Refusal(f"weights {path}: tensor {name}: {e - b} bytes do not hold {dt} {shape}")
         raw = data[b:e]
+        if dt in ("I32", "I64"):
+            out[name] = torch.from_numpy(np.frombuffer(raw, "<i4" if dt == "I32" else "<i8").astype(np.int64).reshape(shape))
+            continue
         if dt == "F32":
             a = np.frombuffer(raw, "<f4")
         elif dt == "F64":

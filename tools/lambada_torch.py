@@ -84,6 +84,8 @@ def read_items(path, encoder, strict):
     items = []
     for n, line in enumerate(lines, 1):
         where = f"LAMBADA file {path} line {n}"
+        if not line.strip():
+            raise Refusal(f"{where}: blank line; every line must be one JSON object such as {{\"text\": \"...\"}}")
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:

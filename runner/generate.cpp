@@ -121,7 +121,73 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
   return model;
 }
 
+// The GPT-2 BPE of processor.tokenizer (or the given files).
+std::unique_ptr<data::GPT2Tokenizer> gpt2_tokenizer(const GenerationConfig& gc, const std::string& vocab_given,
+                                                    const std::string& merges_given, const std::string& what) {
+  const std::string vocab = !vocab_given.empty() ? vocab_given : gc.vocab_file;
+  const std::string merges = !merges_given.empty() ? merges_given : gc.merge_file;
+  if (vocab_given.empty() && !gc.tokenizer_type.empty() && gc.tokenizer_type != "GPT2Tokenizer")
+    throw std::runtime_error("processor.tokenizer.type " + gc.tokenizer_type + ": " + what +
+                             " with the GPT-2 BPE only (GPT2Tokenizer); give --vocab_file and --merge_file of a GPT-2 BPE" +
+                             (what == "predict encodes text" ? ", or token ids with --predict_ids" : ""));
+  if (vocab.empty() || merges.empty())
+    throw std::runtime_error(what + " with the GPT-2 BPE: set processor.tokenizer.vocab_file and merge_file" +
+                             (what == "predict encodes text" ? " (or --vocab_file and --merge_file), or give token ids "
+                                                               "with --predict_ids"
+                                                             : ""));
+  return std::make_unique<data::GPT2Tokenizer>(data::GPT2Tokenizer::from_files(vocab, merges));
+}
+
 }  // namespace
+
+std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict) {
+  const auto tok = gpt2_tokenizer(cfg.generation, "", "", "LAMBADA is tokenized");
+  std::vector<ClozeItem> items = read_lambada(path, *tok, strict);
+  for (const ClozeItem& it : items)
+    for (const int32_t t : it.context)
+      if (t >= cfg.model.vocab_size)
+        throw std::runtime_error("LAMBADA file " + path + " line " + std::to_string(it.line) + ": token id " +
+                                 std::to_string(t) + " is outside the model's vocabulary (vocab_size " +
+                                 std::to_string(cfg.model.vocab_size) + ")");
+  return items;
+}
+
+ClozeResult evaluate_lambada(const CausalLM& model, const ParallelContext& ctx, const Config& cfg,
+                             const std::vector<ClozeItem>& items, const std::string& path) {
+  const auto* lm = dynamic_cast<const TransformerLM*>(&model);
+  if (lm == nullptr || !lm->whole_model())
+    throw std::runtime_error("LAMBADA runs the whole model on each rank: pipeline_stage > 1 is not supported; "
+                             "evaluate with pipeline_stage: 1");
+  const int64_t max_len = cfg.model.seq_length, chunk = std::min<int64_t>(64, max_len);
+  Generator::Options go;
+  go.slots = 1;
+  go.capacity = max_len;
+  go.max_rows = go.max_logit_rows = chunk;
+  Generator gen(*lm, ctx, go);
+  const auto t0 = Clock::now();
+  const GreedyFn greedy = [&](const std::vector<std::vector<int32_t>>& batch, std::vector<std::vector<int32_t>>& argmax) {
+    argmax.assign(batch.size(), {});
+    std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)),
+        rows(static_cast<size_t>(chunk));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int32_t>& x = batch[i];
+      const int64_t n = static_cast<int64_t>(x.size());
+      for (int64_t a = 0; a < n; a += chunk) {
+        const int64_t m = std::min(chunk, n - a);
+        for (int64_t r = 0; r < m; ++r) pos[r] = a + r, rows[r] = r;
+        const float* logits = gen.forward(x.data() + a, seq.data(), pos.data(), m, rows.data(), m);
+        for (int64_t r = 0; r < m; ++r) {
+          const float* row = logits + r * gen.vocab();
+          argmax[i].push_back(static_cast<int32_t>(std::max_element(row, row + gen.vocab()) - row));
+        }
+      }
+    }
+  };
+  const ClozeResult r = cloze_accuracy(items, greedy, max_len, 8, path);
+  spdlog::info("lambada: accuracy {:.4f} ({}/{}) on {} in {:.1f} s", r.accuracy(), r.correct, r.items, path,
+               seconds_since(t0));
+  return r;
+}
 
 struct Predictor::State {
   Config cfg;
@@ -145,7 +211,6 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
   s_->ctx = &ctx;
   s_->req = req;
   const GenerationConfig& gc = cfg.generation;
-  std::unique_ptr<data::GPT2Tokenizer>& tok = s_->tok;
   std::vector<std::vector<int32_t>>& prompts = s_->prompts;
   std::vector<int64_t>& limit = s_->limit;
   SamplingOptions& so = s_->so;
@@ -169,18 +234,9 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
     }
     if (n == 0) throw std::runtime_error("--predict_file " + req.file + ": no prompt in it (one prompt a line)");
   }
-  const std::string vocab = !req.vocab_file.empty() ? req.vocab_file : gc.vocab_file;
-  const std::string merges = !req.merge_file.empty() ? req.merge_file : gc.merge_file;
-  if (!vocab.empty() || !merges.empty() || !texts.empty()) {
-    if (req.vocab_file.empty() && !gc.tokenizer_type.empty() && gc.tokenizer_type != "GPT2Tokenizer")
-      throw std::runtime_error("processor.tokenizer.type " + gc.tokenizer_type +
-                               ": predict encodes text with the GPT-2 BPE only (GPT2Tokenizer); give --vocab_file and "
-                               "--merge_file of a GPT-2 BPE, or token ids with --predict_ids");
-    if (vocab.empty() || merges.empty())
-      throw std::runtime_error("text prompts need the GPT-2 BPE files: set processor.tokenizer.vocab_file and merge_file "
-                               "(or --vocab_file and --merge_file), or give token ids with --predict_ids");
-    tok = std::make_unique<data::GPT2Tokenizer>(data::GPT2Tokenizer::from_files(vocab, merges));
-  }
+  if (!req.vocab_file.empty() || !req.merge_file.empty() || !gc.vocab_file.empty() || !texts.empty())
+    s_->tok = gpt2_tokenizer(gc, req.vocab_file, req.merge_file, "predict encodes text");
+  const std::unique_ptr<data::GPT2Tokenizer>& tok = s_->tok;
   for (const std::string& t : texts) prompts.push_back(tok->encode(t));
   for (size_t i = 0; i < req.ids.size(); ++i)
     prompts.push_back(parse_ids(req.ids[i], "--predict_ids #" + std::to_string(i + 1)));

@@ -20,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "models/causal_lm.h"
 #include "parallel/parallel_context.h"
 #include "runner/config.h"
+#include "runner/lambada.h"
 
 namespace gf {
 
@@ -46,6 +48,16 @@ struct PredictStats {
 // Everything that can be refused is checked in the constructor (the prompts, the lengths, the
 // tokenizer, the model and its weights, the generator's buffers), which runs no collective, so the
 // ranks can agree on a problem before any work; run() then generates (collective over ctx).
+// LAMBADA cloze accuracy (runner/lambada.h, docs/evaluation.md) of a whole model (not a pipeline
+// stage) as the trainer holds it: the passages of `path`, encoded with processor.tokenizer's GPT-2
+// BPE, each run through the generator in chunks of 64 tokens (the KV cache carrying the earlier
+// ones), its greedy predictions from the full vocabulary's logits. read_lambada_for checks the file
+// and the tokenizer before any work; evaluate_lambada is collective over ctx (tensor and expert
+// groups), logs `lambada: accuracy ...` and returns the count.
+std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict);
+ClozeResult evaluate_lambada(const CausalLM& model, const ParallelContext& ctx, const Config& cfg,
+                             const std::vector<ClozeItem>& items, const std::string& path);
+
 class Predictor {
  public:
   Predictor(const Config& cfg, const ParallelContext& ctx, const PredictRequest& req);

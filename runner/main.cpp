@@ -21,6 +21,7 @@
 #include "runner/plan.h"
 #include "runner/logging.h"
 #include "runner/machine_probe.h"
+#include "runner/metrics_log.h"
 #include "runner/rank_agreement.h"
 #include "runner/rank_table.h"
 #include "runner/trainer.h"
@@ -108,8 +109,13 @@ std::string check_before_work(const std::string& config_path, const std::vector<
   return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
 }
 
+struct LambadaRequest {
+  std::string path;  // --lambada_data ("": none)
+  bool strict = false;
+};
+
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
-              const std::string& save_weights, int argc, char** argv) {
+              const std::string& save_weights, const LambadaRequest& lambada, int argc, char** argv) {
   gf::MpiEnvironment mpi(&argc, &argv);
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
@@ -131,8 +137,15 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.
   std::unique_ptr<gf::Trainer> trainer;
+  std::vector<gf::ClozeItem> lambada_items;
   std::string problem;
   try {
+    if (!lambada.path.empty()) {
+      if (cfg.parallel.pipeline_stage > 1)
+        throw std::runtime_error("--lambada_data: LAMBADA runs the whole model on each rank; pipeline_stage " +
+                                 std::to_string(cfg.parallel.pipeline_stage) + " is not supported there (use 1)");
+      lambada_items = gf::read_lambada_for(cfg, lambada.path, lambada.strict);
+    }
     trainer = std::make_unique<gf::Trainer>(cfg, ctx, gf::apply_machine_probe(threads));  // fp32 GEMM backend, MFU peak
   } catch (const std::exception& e) {
     problem = describe(e);
@@ -144,14 +157,26 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::install_stop_handlers();
   int status = 0;
   try {
+    nlohmann::json eval_line;
     if (cfg.run_mode == "eval") {
       const double loss = trainer->evaluate();
       spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
                    cfg.eval_data.eval_iters);
+      eval_line = {{"event", "eval"}, {"eval_loss", loss}, {"ppl", std::exp(loss)}};
     } else {
       status = trainer->run();
       if (status == 0 && !save_weights.empty()) trainer->save_weights(save_weights);
     }
+    // LAMBADA after the evaluation, or after training's last step.
+    if (status == 0 && !lambada_items.empty()) {
+      const gf::ClozeResult r = gf::evaluate_lambada(trainer->model(), ctx, cfg, lambada_items, lambada.path);
+      if (eval_line.is_null()) eval_line = {{"event", "eval"}, {"step", trainer->total_steps()}};
+      eval_line["lambada_accuracy"] = r.accuracy();
+      eval_line["lambada_correct"] = r.correct;
+      eval_line["lambada_items"] = r.items;
+      eval_line["lambada_strict"] = lambada.strict;
+    }
+    if (rank == 0 && !eval_line.is_null()) gf::MetricsLog(std::filesystem::path(cfg.output_dir) / "metrics.jsonl").write(eval_line);
   } catch (const std::exception& e) {
     // Past set-up the other ranks may be inside a collective: this rank says what failed and stops them all.
     spdlog::error("{}{}", world_size == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
@@ -232,6 +257,13 @@ int main(int argc, char** argv) {
                     "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
                     "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "
                     "replaces; view with `tensorboard --logdir DIR`");
+  LambadaRequest lambada;
+  train->add_option("--lambada_data", lambada.path,
+                    "also report LAMBADA cloze accuracy on this JSON-lines file of {\"text\": ...} (Megatron's "
+                    "zero-shot LAMBADA; docs/evaluation.md): in run_mode eval after loss and perplexity, in training "
+                    "after the last step")->check(CLI::ExistingFile);
+  train->add_flag("--strict_lambada", lambada.strict,
+                  "whole-word matching (Megatron's --strict-lambada): the last word's every token, not the last token");
   train->add_option("--rank_table", rank_table,
                     "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
                     "$RANK_TABLE_FILE; neither: no table)");
@@ -390,5 +422,5 @@ int main(int argc, char** argv) {
     for (const char ch : tensorboard_dir) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
     sets.push_back("tensorboard_dir=" + quoted + "\"");
   }
-  return run_train(config_path, sets, rank_table, save_weights, argc, argv);
+  return run_train(config_path, sets, rank_table, save_weights, lambada, argc, argv);
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "core/gemm.h"
 
 #include <cblas.h>
@@ -82,9 +83,29 @@ GemmBackend backend_from_env() {
   throw std::invalid_argument("GF_GEMM=" + v + ": unknown GEMM backend; use GF_GEMM=blas or GF_GEMM=eigen");
 }
 
+// One row times a matrix (generation's decode step for one sequence): a matrix-vector product,
+// which reads B once, where both GEMMs would first copy B into their packed panels (for the LM
+// head that is the whole embedding, per token). beta == 0 overwrites C without reading it.
+template <typename T>
+void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, int64_t ldb, T beta, T* c) {
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  if (beta == T(0)) std::fill(c, c + N, T(0));
+  // c = alpha op(B)^T a: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
+  const CBLAS_TRANSPOSE t = tb == Trans::kNo ? CblasTrans : CblasNoTrans;
+  const int rows = tb == Trans::kNo ? i(K) : i(N), cols = tb == Trans::kNo ? i(N) : i(K);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+  else
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+}
+
 template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
+    gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
+    return;
+  }
   if (backend == GemmBackend::kEigen)
     gemm_eigen(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else

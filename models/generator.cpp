@@ -9,12 +9,17 @@
 
 namespace gf {
 
+namespace {
+constexpr int kStageTag = 0x6e71;  // hidden rows between pipeline stages
+}  // namespace
+
 Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, const Options& opt)
     : opt_(opt), ctx_(&ctx), model_(&model), spec_(model.spec()) {
   const StageDims& d = model.dims();
-  if (!d.first || !d.last)
-    throw std::invalid_argument("generation runs a whole model; pipeline stages (pipeline_stage > 1) are not supported "
-                                "by predict: set parallel_config.pipeline_stage: 1");
+  first_ = d.first;
+  last_ = d.last;
+  l0_ = d.l0;
+  l1_ = d.l1;
   if (opt_.slots < 1 || opt_.capacity < 1) throw std::invalid_argument("generation: slots and capacity must be positive");
   if (opt_.max_rows <= 0) opt_.max_rows = std::max(opt_.slots, opt_.capacity);
   if (opt_.max_logit_rows <= 0) opt_.max_logit_rows = std::max<int64_t>(opt_.slots, 1);
@@ -30,26 +35,30 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   vocab_ = d.vocab;
   Vl_ = vocab_.local;
   const int tp = ctx.grid.tp(), ep = ctx.grid.ep();
-  for (int64_t l = 0; l < spec_.layers; ++l) (spec_.moe.is_moe(l) ? any_moe_ : any_dense_) = true;
+  for (int64_t l = l0_; l < l1_; ++l) (spec_.moe.is_moe(l) ? any_moe_ : any_dense_) = true;
   if (any_moe_) md_ = MoeBlock::dims(spec_, opt_.max_rows, tp, ep);
   if (spec_.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         ops::make_rope_table<float>(opt_.capacity, spec_.head_dim(), spec_.rope_theta));
   ep_ = ExpertParallel(&ctx.ep);
   const Placement& params = model.params();
-  embedding_ = EmbeddingBlock(spec_, vocab_);
-  embedding_.bind(params, model.names());
-  for (int64_t l = 0; l < spec_.layers; ++l) {
+  if (first_) {
+    embedding_ = EmbeddingBlock(spec_, vocab_);
+    embedding_.bind(params, model.names());
+  }
+  for (int64_t l = l0_; l < l1_; ++l) {
     layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows);
     layers_.back().bind(params, model.names());
   }
-  head_ = LmHeadBlock(spec_, vocab_, opt_.max_logit_rows);
-  head_.bind(params, model.names());
+  if (last_) {
+    head_ = LmHeadBlock(spec_, vocab_, opt_.max_logit_rows);
+    head_.bind(params, model.names());
+  }
   if (cdt_ != ComputeDtype::kFloat32) {
     low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params.total_floats() * low_copy_element_bytes(cdt_)));
     make_low_copy(cdt_, low_.data(), model.weight_values(), params.total_floats());
   }
-  cache_floats_ = 2 * spec_.layers * opt_.slots * (spec_.kv_heads / tp) * opt_.capacity * spec_.head_dim();
+  cache_floats_ = 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * opt_.capacity * spec_.head_dim();
   Buffers b;
   lay_out(plan_, b);
   plan_.allocate();
@@ -58,7 +67,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
 }
 
 void Generator::lay_out(BufferPlan& p, Buffers& b) const {
-  const int64_t R = opt_.max_rows, C = C_, L = spec_.layers, tp = ctx_->grid.tp();
+  const int64_t R = opt_.max_rows, C = C_, L = l1_ - l0_, tp = ctx_->grid.tp();
   const int64_t Hl = spec_.heads / tp, Hkvl = spec_.kv_heads / tp, D = spec_.head_dim();
   const int64_t qkv = (Hl + 2 * Hkvl) * D, Fl = spec_.ffn / tp;
   const int64_t up = spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl : Fl, NL = opt_.max_logit_rows;
@@ -92,18 +101,20 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   b.kv.assign(static_cast<size_t>(L), KvCache{});
   for (int64_t l = 0; l < L; ++l) {
     KvCache& kv = b.kv[static_cast<size_t>(l)];
-    kv.k = p.take("layer" + std::to_string(l) + ".keys", per_layer);
-    kv.v = p.take("layer" + std::to_string(l) + ".values", per_layer);
+    kv.k = p.take("layer" + std::to_string(l0_ + l) + ".keys", per_layer);
+    kv.v = p.take("layer" + std::to_string(l0_ + l) + ".values", per_layer);
     kv.capacity = opt_.capacity;
   }
   b.scores = p.take("attention_scores", static_cast<int64_t>(omp_get_max_threads()) * opt_.capacity);
   for (KvCache& kv : b.kv) kv.scores = b.scores;
-  b.sel = p.take("head.rows", NL * C);
-  b.ln = p.take("head.final_norm", NL * C);
-  b.head_norm = norm("head.final_norm", NL);
-  b.logits = p.take("head.logits", NL * Vl_);
-  if (vocab_.parallel) b.gathered = p.take("head.logits_gathered", tp * NL * Vl_);
-  b.full = p.take("head.logits_full", NL * V_);
+  if (last_) {
+    b.sel = p.take("head.rows", NL * C);
+    b.ln = p.take("head.final_norm", NL * C);
+    b.head_norm = norm("head.final_norm", NL);
+    b.logits = p.take("head.logits", NL * Vl_);
+    if (vocab_.parallel) b.gathered = p.take("head.logits_gathered", tp * NL * Vl_);
+    b.full = p.take("head.logits_full", NL * V_);
+  }
   if (tp > 1) {
     b.gather = p.take("tp.gather", R * C);
     b.partial = p.take("tp.partial", R * C);
@@ -139,13 +150,24 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   e.partial = b_.partial;
   e.info.training = false;
   const RowPositions rp{seq, pos};
-  embedding_.fwd_at(e, b_.x0, tokens, pos);
+  // The previous stage's hidden rows, or the embedding.
+  if (first_) {
+    embedding_.fwd_at(e, b_.x0, tokens, pos);
+  } else {
+    MPI_Request r = ctx_->pp.irecv(b_.x0, rows * C_, ctx_->coord.pp - 1, kStageTag);
+    Communicator::wait(r);
+  }
   float *x = b_.x0, *out = b_.x1;
   for (size_t l = 0; l < layers_.size(); ++l) {
     TransformerLayer::Acts a = b_.acts;
     a.out = out;
     layers_[l].fwd_cached(e, x, a, b_.kv[l], rp);
     std::swap(x, out);
+  }
+  if (!last_) {
+    MPI_Request r = ctx_->pp.isend(x, rows * C_, ctx_->coord.pp + 1, kStageTag);
+    Communicator::wait(r);
+    return nullptr;
   }
   for (int64_t i = 0; i < n_logits; ++i) {
     if (logit_rows[i] < 0 || logit_rows[i] >= rows) throw std::out_of_range("generation: logits of a row not in the call");

@@ -14,7 +14,9 @@
 // in training; each call ends with the full vocabulary's logits on every rank of the group, so every
 // rank samples the same token. Sequence parallelism does not apply (rows are few); MoE layers route
 // dropless (every choice computed), as Hugging Face's Mixtral generates, so a token's output does
-// not depend on which other rows share its call. Pipeline stages are not supported here.
+// not depend on which other rows share its call. A pipeline stage (one chunk: layers [l0, l1))
+// runs its layers only, with its layers' cache: the hidden rows come from the previous stage and go
+// to the next (point-to-point over the pipeline group), and only the last stage has logits.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -50,11 +52,14 @@ class Generator {
   int64_t max_logit_rows() const { return opt_.max_logit_rows; }
   int64_t bytes() const { return plan_.bytes(); }
   int64_t cache_bytes() const { return cache_floats_ * 4; }
+  bool last_stage() const { return last_; }
 
   // Row r is token tokens[r] at position pos[r] of sequence slot seq[r]; the rows of one slot come
   // in position order, after every earlier position of that slot (in this call or an earlier one).
-  // Returns the logits [n_logits, vocab()] of rows logit_rows[0..n_logits), valid until the next call.
-  // rows <= max_rows(), n_logits <= max_logit_rows(). Collective over the tensor- and expert-parallel groups.
+  // Returns the logits [n_logits, vocab()] of rows logit_rows[0..n_logits), valid until the next call
+  // (on a pipeline stage before the last: nullptr, the rows' hidden states sent on).
+  // rows <= max_rows(), n_logits <= max_logit_rows(). Collective over the tensor- and expert-parallel
+  // groups, and every stage of the pipeline group calls it with the same rows.
   const float* forward(const int32_t* tokens, const int64_t* seq, const int64_t* pos, int64_t rows,
                        const int64_t* logit_rows, int64_t n_logits);
 
@@ -78,7 +83,8 @@ class Generator {
   int64_t V_ = 0, C_ = 0, Vl_ = 0, cache_floats_ = 0;
   VocabSlice vocab_;
   MoeBlock::Dims md_;
-  bool any_moe_ = false, any_dense_ = false;
+  bool any_moe_ = false, any_dense_ = false, first_ = true, last_ = true;
+  int64_t l0_ = 0, l1_ = 0;
   std::unique_ptr<ops::RopeTable<float>> rope_;
   ExpertParallel ep_;
   EmbeddingBlock embedding_;

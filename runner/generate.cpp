@@ -103,7 +103,21 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
   m.seq_length = 1;  // the trainer's activation buffers: one row (the generator plans its own)
   m.use_seq_parallel = false;
   m.recompute = m.select_recompute = false;
-  std::unique_ptr<CausalLM> model = build_model(m, 1, ctx);
+  std::unique_ptr<CausalLM> model;
+  if (ctx.grid.pp() > 1) {
+    // This rank's stage: the layers the config's pipeline split gives it (one chunk).
+    const std::vector<int64_t>& layers = cfg.parallel.stage_layers;
+    if (cfg.parallel.pipeline_chunks > 1 || static_cast<int>(layers.size()) != ctx.grid.pp())
+      throw std::runtime_error("predict runs one model chunk per pipeline stage: turn "
+                               "parallel.pipeline_config.pipeline_interleave off for generation");
+    StageOptions st;
+    for (int k = 0; k < ctx.coord.pp; ++k) st.layer_begin += layers[static_cast<size_t>(k)];
+    st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.coord.pp)];
+    const ModelEntry& entry = find_model(m.arch, m.type);
+    model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, 1, ctx, st);
+  } else {
+    model = build_model(m, 1, ctx);
+  }
   const std::string& path = cfg.load_checkpoint;
   if (path.empty()) {
     model->init_weights(static_cast<uint64_t>(cfg.seed));
@@ -214,11 +228,6 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
   std::vector<std::vector<int32_t>>& prompts = s_->prompts;
   std::vector<int64_t>& limit = s_->limit;
   SamplingOptions& so = s_->so;
-  if (cfg.parallel.pipeline_stage > 1)
-    throw std::runtime_error("predict runs every layer on each rank: parallel_config.pipeline_stage " +
-                             std::to_string(cfg.parallel.pipeline_stage) +
-                             " is not supported for generation; set it to 1 (--set parallel_config.pipeline_stage=1), "
-                             "with model_parallel for a model that does not fit one rank");
   // The prompts.
   std::vector<std::string> texts = req.texts;
   if (!req.file.empty()) {
@@ -345,11 +354,19 @@ PredictStats Predictor::run() {
         if (tokens.empty()) return;
         const float* logits = gen.forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
                                           logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
+        // The last pipeline stage chooses the tokens and tells the other stages.
+        std::vector<int32_t> next(logit_of.size());
+        if (gen.last_stage())
+          for (size_t j = 0; j < logit_of.size(); ++j) {
+            const int64_t i = logit_of[j];
+            std::vector<float> row(logits + j * gen.vocab(), logits + (j + 1) * gen.vocab());
+            next[j] = next_token(row, full(i), so, static_cast<uint64_t>(i), generated[i].size());
+          }
+        if (s_->ctx->grid.pp() > 1 && !next.empty())
+          s_->ctx->pp.broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), s_->ctx->grid.pp() - 1);
         for (size_t j = 0; j < logit_of.size(); ++j) {
           const int64_t i = logit_of[j];
-          std::vector<float> row(logits + j * gen.vocab(), logits + (j + 1) * gen.vocab());
-          const std::vector<int32_t> hist = full(i);
-          const int32_t t = next_token(row, hist, so, static_cast<uint64_t>(i), generated[i].size());
+          const int32_t t = next[j];
           generated[i].push_back(t);
           ++made;
           const int64_t len = static_cast<int64_t>(prompts[i].size() + generated[i].size());

@@ -6,10 +6,12 @@
 #  * stdout is exactly each prompt and its continuation (decoded by the Python GPT-2 reference), in
 #    prompt order; the log and the throughput line go to stderr; metrics.jsonl counts the tokens;
 #  * --max_new_tokens is kept; sampling (top_k, top_p, temperature) with a seed is reproducible,
-#    identical under model_parallel 2 (heads and vocabulary split) and differs with another seed;
-#    greedy under model_parallel 2 and Mixtral under expert_parallel 2 generate what one rank does;
+#    identical under model_parallel 2 (heads and vocabulary split) and pipeline_stage 2, and differs
+#    with another seed; greedy under model_parallel 2, Mixtral under expert_parallel 2 and GPT-2 and
+#    Mixtral under pipeline_stage 2 generate what one rank does;
 #  * an empty prompt, a prompt that leaves no room under max_decode_length, text without the
-#    tokenizer's files, pipeline stages and `train` with run_mode: predict are refused with status 2.
+#    tokenizer's files, interleaved pipeline chunks and `train` with run_mode: predict are refused
+#    with status 2.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -99,7 +101,15 @@ mpredict 2 llama llmp2 "${MP2[@]}"
 $PY "$CHECK" same llama.cache.jsonl llmp2.jsonl || { echo "FAIL: Llama greedy under model_parallel 2 differs"; exit 1; }
 mpredict 2 mixtral ep2 --set parallel_config.data_parallel=2 --set parallel_config.expert_parallel=2
 $PY "$CHECK" same mixtral.cache.jsonl ep2.jsonl || { echo "FAIL: Mixtral greedy under expert_parallel 2 differs"; exit 1; }
-echo "ok: max_new_tokens, seeded sampling (mp1 = mp2, another seed differs), greedy mp2 and ep2"
+PP2=(--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2)
+mpredict 2 gpt2 pp2 "${PP2[@]}"
+$PY "$CHECK" same gpt2.cache.jsonl pp2.jsonl || { echo "FAIL: greedy under pipeline_stage 2 differs"; exit 1; }
+$PY "$CHECK" stdout pp2.out pp2.jsonl "$VOCAB" "$MERGES" 50256
+mpredict 2 gpt2 s7pp2 "${PP2[@]}" "${SAMPLE[@]}" --seed 7
+$PY "$CHECK" same s7a.jsonl s7pp2.jsonl || { echo "FAIL: sampling under pipeline_stage 2 differs from one rank"; exit 1; }
+mpredict 2 mixtral mxpp2 "${PP2[@]}"
+$PY "$CHECK" same mixtral.cache.jsonl mxpp2.jsonl || { echo "FAIL: Mixtral greedy under pipeline_stage 2 differs"; exit 1; }
+echo "ok: max_new_tokens, seeded sampling (mp1 = mp2 = pp2, another seed differs), greedy mp2, ep2 and pp2"
 
 refused() {  # refused "MESSAGE" ARGS...: status 2 and MESSAGE in stderr
   local msg=$1; shift
@@ -111,10 +121,11 @@ refused() {  # refused "MESSAGE" ARGS...: status 2 and MESSAGE in stderr
 refused "prompt 2 is empty" "$BIN" predict --config gpt2.yaml --set output_dir=gpt2 --predict_data "Hi" --predict_data ""
 refused "nothing would be generated; raise model_config.max_decode_length" \
   "$BIN" predict --config gpt2.yaml --set output_dir=gpt2 --predict_ids "$(seq -s ' ' 1 40)"
-refused "text prompts need the GPT-2 BPE files" \
+refused "predict encodes text with the GPT-2 BPE: set processor.tokenizer.vocab_file and merge_file" \
   "$BIN" predict --config gpt2.yaml --set output_dir=gpt2 --set processor.tokenizer.vocab_file='' --predict_data "Hi"
-refused "pipeline_stage 2 is not supported for generation" mpirun -np 2 --oversubscribe "$BIN" predict --config gpt2.yaml \
-  --set output_dir=gpt2 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --predict_data "Hi"
+refused "predict runs one model chunk per pipeline stage" mpirun -np 2 --oversubscribe "$BIN" predict --config gpt2.yaml \
+  --set output_dir=gpt2 "${PP2[@]}" --set model.model_config.pp_interleave_num=2 --set model.model_config.num_layers=4 \
+  --set parallel.pipeline_config.pipeline_interleave=True --predict_data "Hi"
 refused "run_mode: predict generates text from prompts: run \`gridformer predict" \
   "$BIN" train --config gpt2.yaml --set output_dir=gpt2 --set run_mode=predict
 echo "ok: refusals"

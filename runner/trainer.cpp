@@ -71,7 +71,10 @@ StepResult Trainer::train_step(int64_t step) {
     trace::Span span("step", "zero grads");
     parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
   }
-  sync_->begin_step(grads);
+  {
+    trace::Span span("step", "grad sync begin");
+    sync_->begin_step(grads);
+  }
   const double global_tokens = static_cast<double>(global_batch_ * T);
   const auto scale = static_cast<float>(loss_scale_ / global_tokens);
   double loss_sum = 0;

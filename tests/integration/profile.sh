@@ -37,7 +37,7 @@ profile_communication: True
 profile_memory: True
 model:
   arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 32, hidden_size: 64, num_layers: 4,
+  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 64, hidden_size: 128, num_layers: 4,
                  num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
 YAML
 
@@ -81,7 +81,7 @@ check zb --ranks 2 --steps 2 3 --layers 4 --clip --pipeline --split-backward --c
 cat > mixtral.yaml <<'YAML'
 seed: 11
 output_dir: ./mix
-runner_config: {batch_size: 2, train_steps: 3}
+runner_config: {batch_size: 4, train_steps: 3}
 runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
 optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
 train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
@@ -93,8 +93,8 @@ profile_stop_step: 3
 profile_communication: True
 model:
   arch: {type: MixtralForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
+  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 64, hidden_size: 64, num_layers: 2, num_heads: 4,
+                 n_kv_heads: 2, intermediate_size: 96, theta: 1000000.0, rms_norm_eps: 1.0e-5}
 moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: True}
 YAML
 mpirun -np 2 --oversubscribe "$BIN" train --config mixtral.yaml > mix.log 2>&1 || { tail -30 mix.log; fail "run mixtral"; }

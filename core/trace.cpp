@@ -59,7 +59,9 @@ void start(unsigned flags, size_t capacity, Clock::time_point origin) {
   Recorder& r = rec();
   r.events.clear();
   r.events.shrink_to_fit();
-  r.events.reserve(capacity);
+  // Reserved and touched: the pages are mapped now, not by page faults inside the profiled steps.
+  r.events.resize(capacity);
+  r.events.clear();
   r.capacity = capacity;
   r.growths = 0;
   r.origin = origin;

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/trace.h"
+
 namespace gf {
 
 MoeSpec moe_spec(const ModelConfig& cfg) {
@@ -424,13 +426,21 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
   const BlockEnv e = env(s);
-  if (d.first) embedding_.fwd(e, s.emb, s.inputs);
-  else std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
+  // The step timeline's spans (core/trace.h; nothing when not profiling): the embedding, each layer, the head.
+  if (d.first) {
+    trace::Span span("compute", "embedding fwd");
+    embedding_.fwd(e, s.emb, s.inputs);
+  } else {
+    std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
+  }
   for (int64_t l = d.l0; l < d.l1; ++l) {
+    trace::Span span(trace::kOn, "compute", "layer %d fwd", static_cast<int>(l));
+    span.arg("layer", static_cast<double>(l));
     layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), s.layers[static_cast<size_t>(l - d.l0)]);
     progress();
   }
   if (!d.last) return 0.0;
+  trace::Span span("compute", "head fwd");
   return head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
 }
 
@@ -448,11 +458,15 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   BlockEnv e = env(s);
   e.grad_scale = grad_scale;
   const bool input = pass != BwdPass::kWeight;
+  // The step timeline's names of the pass (the input and weight passes apart when split).
+  const char* const pass_name = pass == BwdPass::kBoth ? "bwd" : pass == BwdPass::kInput ? "bwd input" : "bwd weight";
   if (d.last) {
     // share_logits: the head's whole backward in the input pass (the logits are shared), none in the weight pass.
     const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
-    if (!(d.share_logits && pass == BwdPass::kWeight))
+    if (!(d.share_logits && pass == BwdPass::kWeight)) {
+      trace::Span span(trace::kOn, "compute", "head %s", pass_name);
       head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
+    }
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
   } else if (input) {
     std::memcpy(scratch_.dres, dhidden_out, sizeof(float) * d.Nl * d.C);
@@ -461,6 +475,8 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const TransformerLayer& layer = layers_[static_cast<size_t>(l - d.l0)];
     const TransformerLayer::Acts& a = s.layers[static_cast<size_t>(l - d.l0)];
     const float* x = layer_input(s, l);
+    trace::Span span(trace::kOn, "compute", "layer %d %s", static_cast<int>(l), pass_name);
+    span.arg("layer", static_cast<double>(l));
     if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
     layer.bwd(e, pass, x, a, layer_grads(s, l));
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
@@ -470,9 +486,12 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   // gradient as the input pass left it (kept per slot when the passes run apart), so a tied
   // embedding accumulates its two gradients in the fused order.
   if (d.first) {
-    if (pass == BwdPass::kBoth) embedding_.bwd(e, scratch_.dres, s.inputs);
-    if (pass == BwdPass::kInput) std::memcpy(s.demb, scratch_.dres, sizeof(float) * d.Nl * d.C);
-    if (pass == BwdPass::kWeight) embedding_.bwd(e, s.demb, s.inputs);
+    if (pass == BwdPass::kInput) {
+      std::memcpy(s.demb, scratch_.dres, sizeof(float) * d.Nl * d.C);
+    } else {
+      trace::Span span(trace::kOn, "compute", "embedding %s", pass_name);
+      embedding_.bwd(e, pass == BwdPass::kBoth ? scratch_.dres : s.demb, s.inputs);
+    }
   }
   if (pass != BwdPass::kInput) grads_ready_from(0);
 }

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/trace.h"
+
 namespace gf {
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
@@ -51,6 +53,23 @@ void reduce_into(void* dst, const void* src, int64_t n, Dtype t, ReduceOp op) {
 
 constexpr int kBlockingTag = 7;
 constexpr int kUserTagBase = 100;
+
+// The step timeline's span of one call on a group of more than one rank (profile_communication):
+// its payload bytes, the group's name and size, and, at the end, the bytes this rank sent.
+class CommSpan {
+ public:
+  CommSpan(const char* name, int64_t bytes, const char* group, int ranks, const CommStats& stats)
+      : span_("comm", name, trace::kOn | trace::kCommunication), stats_(stats), sent0_(stats.bytes_sent) {
+    span_.arg("bytes", static_cast<double>(bytes)).arg("ranks", ranks).arg("group", *group ? group : "unnamed");
+  }
+  ~CommSpan() { span_.arg("sent", static_cast<double>(stats_.bytes_sent - sent0_)); }
+  trace::Span& span() { return span_; }
+
+ private:
+  trace::Span span_;
+  const CommStats& stats_;
+  int64_t sent0_;
+};
 
 }  // namespace
 
@@ -139,6 +158,7 @@ Communicator Communicator::world() {
   MPI_Comm_dup(MPI_COMM_WORLD, &c.comm_);
   MPI_Comm_rank(c.comm_, &c.rank_);
   MPI_Comm_size(c.comm_, &c.size_);
+  c.name_ = "world";
   return c;
 }
 
@@ -146,6 +166,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(comm_, o.comm_);
   std::swap(rank_, o.rank_);
   std::swap(size_, o.size_);
+  std::swap(name_, o.name_);
   std::swap(stats_, o.stats_);
   return *this;
 }
@@ -168,7 +189,9 @@ Communicator Communicator::split(int color, int key) const {
 }
 
 void Communicator::barrier() const {
-  if (size_ > 1) MPI_Barrier(comm_);
+  if (size_ <= 1) return;
+  CommSpan span("barrier", 0, name_, size_, *stats_);
+  MPI_Barrier(comm_);
 }
 
 namespace {
@@ -199,6 +222,8 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
 // A blocking ring over phases [first, last] (0: reduce-scatter, 1: all-gather).
 void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const {
   if (size_ <= 1) return;
+  CommSpan span(first == last ? (first == 0 ? "reduce-scatter" : "all-gather") : "all-reduce",
+                n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
   PendingAllreduce p;
   p.s_.reset(make_state(comm_, rank_, size_, kBlockingTag, stats_.get(), data, n,
                         is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last));
@@ -214,13 +239,17 @@ void Communicator::allgather(float* data, int64_t n) const { ring(data, n, false
 
 PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int tag) const {
   PendingAllreduce p;
-  if (size_ > 1)
-    p.s_.reset(make_state(comm_, rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
+  if (size_ <= 1) return p;
+  // The ring runs in the background (advanced between layers); this span is its first messages' posting.
+  CommSpan span("all-reduce start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
+  span.span().arg("tag", tag);
+  p.s_.reset(make_state(comm_, rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
   return p;
 }
 
 void Communicator::broadcast(void* data, int64_t bytes, int root) const {
   if (size_ > 1) {
+    CommSpan span("broadcast", bytes, name_, size_, *stats_);
     MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
     if (rank_ == root) stats_->bytes_sent += bytes;  // the payload; MPI chooses the tree
     stats_->collectives += 1;
@@ -229,6 +258,7 @@ void Communicator::broadcast(void* data, int64_t bytes, int root) const {
 
 std::vector<std::string> Communicator::gather_strings(const std::string& s, int root) const {
   if (size_ == 1) return {s};
+  CommSpan span("gather", static_cast<int64_t>(s.size()), name_, size_, *stats_);
   const int n = static_cast<int>(s.size());
   std::vector<int> sizes(rank_ == root ? static_cast<size_t>(size_) : 0), displs(sizes.size());
   MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_);
@@ -254,6 +284,7 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, int64_t per_rank
     std::memcpy(recv, send, sizeof(int64_t) * static_cast<size_t>(per_rank));
     return;
   }
+  CommSpan span("all-to-all counts", static_cast<int64_t>(sizeof(int64_t)) * per_rank * size_, name_, size_, *stats_);
   MPI_Alltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T, comm_);
   stats_->bytes_sent += static_cast<int64_t>(sizeof(int64_t)) * per_rank * (size_ - 1);
   stats_->collectives += 1;
@@ -265,6 +296,9 @@ void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, f
     std::memcpy(recv, send, sizeof(float) * static_cast<size_t>(send_rows[0] * row_floats));
     return;
   }
+  int64_t rows = 0;
+  for (int r = 0; r < size_; ++r) rows += send_rows[r];
+  CommSpan span("all-to-all", rows * row_floats * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   // Counts in rows of a contiguous datatype, so that large messages fit MPI's int counts.
   MPI_Datatype row;
   MPI_Type_contiguous(static_cast<int>(row_floats), MPI_FLOAT, &row);
@@ -288,6 +322,8 @@ void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, f
 MPI_Request Communicator::isend(const float* data, int64_t n, int dest, int tag) const {
   MPI_Request r = MPI_REQUEST_NULL;
   if (n > INT32_MAX) throw std::invalid_argument("isend: message of more than 2^31 floats");
+  CommSpan span("isend", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
+  span.span().arg("peer", dest).arg("tag", tag);
   MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, dest, tag, comm_, &r);
   stats_->bytes_sent += n * static_cast<int64_t>(sizeof(float));
   stats_->messages += 1;
@@ -297,6 +333,8 @@ MPI_Request Communicator::isend(const float* data, int64_t n, int dest, int tag)
 MPI_Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
   MPI_Request r = MPI_REQUEST_NULL;
   if (n > INT32_MAX) throw std::invalid_argument("irecv: message of more than 2^31 floats");
+  CommSpan span("irecv", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
+  span.span().arg("peer", source).arg("tag", tag);
   MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, source, tag, comm_, &r);
   return r;
 }

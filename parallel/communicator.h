@@ -113,12 +113,17 @@ class Communicator {
 
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }
+  // The group's name in the step timeline's communication spans (core/trace.h): "tp", "dp", ...
+  // A string literal (the spans keep the pointer). world() is "world"; a split group is "" until named.
+  void set_name(const char* name) { name_ = name; }
+  const char* name() const { return name_; }
 
  private:
   friend class PendingAllreduce;
   void ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  const char* name_ = "";
   std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/trace.h"
+
 namespace gf {
 
 GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
@@ -99,7 +101,12 @@ void GradientSync::grads_ready_from(int64_t offset) {
 
 void GradientSync::finish() {
   grads_ready_from(0);
-  for (auto& p : pending_) p.wait();
+  for (auto& p : pending_) {
+    if (p.done()) continue;
+    // The step timeline's MPI wait: what of the buckets' all-reduces the backward did not hide.
+    trace::Span wait("wait", "wait bucket all-reduce");
+    p.wait();
+  }
   if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, expert_begin_);
   if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
     if (sharded_) ctx_.edp.reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);

@@ -96,6 +96,17 @@ struct GenerationConfig {
   bool operator==(const GenerationConfig&) const = default;
 };
 
+// The step timeline (MindFormers' top-level profile keys; runner/trainer.cpp, core/trace.h): Chrome
+// trace JSON of steps [start_step, stop_step] under <output_dir>/profile. init_start_profile: from
+// the first step, as MindFormers' profiler started at its initialisation (start_step has no effect).
+struct ProfileConfig {
+  bool enabled = false;
+  int64_t start_step = 1, stop_step = 10;
+  bool init_start = false, communication = false, memory = false;
+  int64_t first_step() const { return init_start ? 1 : start_step; }
+  bool operator==(const ProfileConfig&) const = default;
+};
+
 // Everything the run is built from. `operator==` lets the config tests prove that a key reaches
 // a field: change the key alone, and the settings must differ.
 struct Settings {
@@ -132,6 +143,7 @@ struct Settings {
   // and the key that named it, for the log (config_read_tensorboard.cpp decides between them).
   std::string tensorboard_dir, tensorboard_dir_from;
   GenerationConfig generation;
+  ProfileConfig profile;
   bool operator==(const Settings&) const = default;
 };
 

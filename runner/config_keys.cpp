@@ -21,7 +21,6 @@ const char* const kTokenizer =
     "the data is read already tokenized (MegatronDataset .bin/.idx, made by the preprocessor with "
     "`gridformer tokenize`'s BPE); the dataset's tokenizer is not used";
 const char* const kProcessor = "the processor's other settings: predict reads processor.tokenizer.vocab_file and merge_file (GPT-2 BPE)";
-const char* const kProfiler = "the MindSpore profiler is not part of gridformer";
 const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
 const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
 const char* const kInputColumns =
@@ -89,12 +88,12 @@ std::vector<KeyRule> common_rules() {
       {"auto_tune", kCpu, kAutotune},
       {"filepath_prefix", kCpu, kAutotune},
       {"autotune_per_step", kCpu, kAutotune},
-      {"profile", kCpu, kProfiler},
-      {"profile_start_step", kCpu, kProfiler},
-      {"profile_stop_step", kCpu, kProfiler},
-      {"init_start_profile", kCpu, kProfiler},
-      {"profile_communication", kCpu, kProfiler},
-      {"profile_memory", kCpu, kProfiler},
+      {"profile", kBuilt, "profile.enabled (a Chrome trace of the profiled steps under <output_dir>/profile)"},
+      {"profile_start_step", kBuilt, "profile.start_step"},
+      {"profile_stop_step", kBuilt, "profile.stop_step"},
+      {"init_start_profile", kBuilt, "profile.init_start (profiling from step 1)"},
+      {"profile_communication", kBuilt, "profile.communication (collectives and messages in the trace)"},
+      {"profile_memory", kBuilt, "profile.memory (RSS and planned activation counters in the trace)"},
       {"context.mode", kCpu, ""},
       {"context.device_target", kCpu, ""},
       {"context.device_id", kCpu, ""},

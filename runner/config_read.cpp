@@ -71,6 +71,29 @@ void check_runner(ReadContext& x) {
              ": must be >= 1 (micro-batches of runner_config.batch_size accumulated per step; 1: none)");
 }
 
+// MindFormers' top-level profile keys, as its trainer hands them to ProfileMonitor
+// (mindformers/trainer/base_trainer.py, _build_profile_cb; mindformers/core/callback/callback.py,
+// ProfileMonitor): steps [profile_start_step, profile_stop_step], or from the start with
+// init_start_profile (the profiler then starts at its initialisation and profile_start_step has no
+// effect). MindFormers also turns init_start_profile and profile_communication on whenever there are
+// several devices (what Ascend's profiler needs to see HCCL); here each key means what it says.
+void read_profile(ReadContext& x) {
+  ProfileConfig& p = x.c.profile;
+  p.enabled = x.rd.get<bool>("profile");
+  p.start_step = x.rd.get<int64_t>("profile_start_step");
+  p.stop_step = x.rd.get<int64_t>("profile_stop_step");
+  p.init_start = x.rd.get<bool>("init_start_profile");
+  p.communication = x.rd.get<bool>("profile_communication");
+  p.memory = x.rd.get<bool>("profile_memory");
+  if (p.start_step < 1) x.refuse(kv("profile_start_step", std::to_string(p.start_step)) + ": must be >= 1 (steps count from 1)");
+  if (p.stop_step < p.first_step())
+    x.refuse(kv("profile_stop_step", std::to_string(p.stop_step)) + ": must be >= the first profiled step " +
+             std::to_string(p.first_step()) + (p.init_start ? " (init_start_profile: True profiles from step 1)" : " (profile_start_step)"));
+  if (!p.enabled && (p.communication || p.memory || p.init_start))
+    x.warn("`" + std::string(p.communication ? "profile_communication" : p.memory ? "profile_memory" : "init_start_profile") +
+           ": True` without `profile: True`: nothing is profiled (set profile: True for a trace under <output_dir>/profile)");
+}
+
 }  // namespace
 
 void read_training(ReadContext& x) {
@@ -107,6 +130,7 @@ void read_training(ReadContext& x) {
     if (v == 0 || v < -1) x.refuse(kv(key, std::to_string(v)) + ": must be > 0, or -1 for never");
   check_runner(x);
   read_scale_sense(x);
+  read_profile(x);
 }
 
 void read_parallel(ReadContext& x) {

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/trace.h"
+
 namespace gf {
 
 using pipeline::Action;
@@ -96,6 +98,7 @@ float* PipelineExecutor::take_buffer() {
 
 void PipelineExecutor::wait_timed(MPI_Request& r) {
   if (r == MPI_REQUEST_NULL) return;
+  trace::Span span("wait", "MPI_Wait");  // the step timeline's wait for a neighbour stage
   const double t0 = now_s();
   Communicator::wait(r);
   wait_s_ += now_s() - t0;
@@ -177,6 +180,9 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
   };
   for (const Action& a : actions) {
     TransformerLM& ch = model_.chunk(a.chunk);
+    // The step timeline's span of the action (its waits, messages and layers inside it).
+    trace::Span span("pipeline", pipeline::op_name(a.op));
+    span.arg("micro", a.micro).arg("chunk", a.chunk);
     switch (a.op) {
       case Op::kRecvForward: {
         // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
@@ -197,6 +203,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         if (in != nullptr) give_buffer(in);
         if (moe) accumulate_moe_stats(moe_, ch.moe_stats(slot));
         if (forward_only && last_virtual(a.chunk)) free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
         break;
       }
       case Op::kSendForward: {
@@ -215,12 +222,14 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         timed([&] { ch.stage_backward(slot, pass, dout, grad_scale); });
         if (dout != nullptr) give_buffer(dout);
         if (a.op == Op::kBackward) free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
         break;
       }
       case Op::kBackwardWeight: {
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
         timed([&] { ch.stage_backward(slot, BwdPass::kWeight, nullptr, grad_scale); });
         free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
         break;
       }
       case Op::kSendBackward: {
@@ -234,6 +243,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
     }
     advance();
   }
+  trace::Span drain("pipeline", "drain sends");  // the sends still going out when the list is done
   for (Pending& s : sends_) {
     wait_timed(s.req);
     give_buffer(s.buf);

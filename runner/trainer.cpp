@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/parallel_memory.h"
+#include "core/trace.h"
 #include "runner/logging.h"
 #include "runner/metrics_log.h"
+#include "runner/profiler.h"
 
 namespace gf {
 
@@ -57,15 +59,28 @@ StepResult Trainer::train_step(int64_t step) {
   StepResult r;
   r.loss_scale = loss_scale_;
   const int64_t T = cfg_.model.seq_length, n = cfg_.batch_size * (T + 1);
-  read_micro_batches(*data_, step - 1);
+  // The step timeline's spans (runner/profiler.h): the phases of the step, each a direct child of
+  // the step's span, so that together they account for its time.
+  const auto planned = static_cast<double>(model_->activation_bytes());
+  {
+    trace::Span span("data", "data");
+    read_micro_batches(*data_, step - 1);
+  }
   float* grads = model_->grads();
-  parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
-  sync_->begin_step(grads);
+  {
+    trace::Span span("step", "zero grads");
+    parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
+  }
+  {
+    trace::Span span("step", "grad sync begin");
+    sync_->begin_step(grads);
+  }
   const double global_tokens = static_cast<double>(global_batch_ * T);
   const auto scale = static_cast<float>(loss_scale_ / global_tokens);
   double loss_sum = 0;
   moe_acc_.clear();
   if (pipe_) {
+    trace::Span schedule("pipeline", "pipeline schedule");
     const auto t0 = std::chrono::steady_clock::now();
     loss_sum = pipe_->train(
         [&](int i) {
@@ -73,6 +88,8 @@ StepResult Trainer::train_step(int64_t step) {
         },
         scale);
     const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    schedule.end();
+    trace::Span reductions("pipeline", "pipeline reductions");  // tied embedding, loss, bubble
     moe_acc_ = pipe_->moe_stats();
     // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
     if (tied_.end > tied_.begin) ctx_.embed.allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
@@ -94,21 +111,43 @@ StepResult Trainer::train_step(int64_t step) {
     // reduction starts during the last one's backward.
     for (int64_t i = 0; i < micro_batches_; ++i) {
       hook_armed_ = i == micro_batches_ - 1;
-      loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
-      accumulate_moe_stats(moe_acc_, model_->moe_stats());
+      {
+        trace::Span span(trace::kOn, "micro", "micro-batch %d fwd", static_cast<int>(i));
+        span.arg("micro", static_cast<double>(i));
+        loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
+        accumulate_moe_stats(moe_acc_, model_->moe_stats());
+        trace::memory_counter(planned);
+      }
+      trace::Span span(trace::kOn, "micro", "micro-batch %d bwd", static_cast<int>(i));
+      span.arg("micro", static_cast<double>(i));
       model_->backward(scale);
+      trace::memory_counter(planned);
     }
     hook_armed_ = true;
   }
-  ctx_.dp.allreduce_sum(&loss_sum, 1);
-  sync_->finish();
+  {
+    trace::Span span("step", "loss all-reduce");
+    ctx_.dp.allreduce_sum(&loss_sum, 1);
+  }
+  {
+    trace::Span span("step", "grad sync");  // the data-parallel reduction's rest (buckets not done in backward)
+    sync_->finish();
+  }
   r.loss = loss_sum / global_tokens;
-  gather_moe_stats(r);
+  {
+    trace::Span span("step", "moe stats");
+    gather_moe_stats(r);
+  }
   // From here on only this rank's shard of the gradients is used (all of them without ZeRO).
-  if (loss_scale_ != 1.0)
+  if (loss_scale_ != 1.0) {
+    trace::Span span("step", "unscale grads");
     for (const ArenaRange& s : sync_->shards())
       scale_inplace(grads + s.begin, s.end - s.begin, static_cast<float>(1.0 / loss_scale_));
-  r.grad_norm = std::sqrt(sync_->global_sq_norm(grads));
+  }
+  {
+    trace::Span span("step", "grad norm");
+    r.grad_norm = std::sqrt(sync_->global_sq_norm(grads));
+  }
   r.lr = lr_->at(step);
   if (!std::isfinite(r.grad_norm) && cfg_.loss_scale.dynamic) {
     r.skipped = true;
@@ -119,9 +158,12 @@ StepResult Trainer::train_step(int64_t step) {
   }
   AdamWStepExtras extras;
   if (cfg_.use_clip_grad) {  // the clipped gradient is computed inside the update's pass
+    // Its span is the coefficient only: the multiply is in the optimizer's span.
+    trace::Span span("step", "grad clip");
     const double coef = clip_coefficient(r.grad_norm, cfg_.max_grad_norm);
     if (coef < 1.0) extras.grad_scale = static_cast<float>(coef);
   }
+  trace::Span opt_span("step", "optimizer");
   // Without ZeRO this rank updates every weight, so the update also writes the weights' bf16/fp16
   // copy (under ZeRO the next forward converts the gathered weights).
   float* weights = model_->weights();
@@ -131,7 +173,11 @@ StepResult Trainer::train_step(int64_t step) {
   }
   opt_->step(weights, grads, r.lr, step - skipped_steps_, extras);
   if (opt_experts_) opt_experts_->step(weights, grads, r.lr, step - skipped_steps_, extras);
-  sync_->allgather_params(weights);
+  opt_span.end();
+  {
+    trace::Span span("step", "param all-gather");  // ZeRO: the updated shards to every rank
+    sync_->allgather_params(weights);
+  }
   if (extras.low != nullptr) model_->weight_copy_is_current();
   if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
     loss_scale_ *= cfg_.loss_scale.factor;
@@ -290,24 +336,48 @@ int Trainer::run() {
 }
 
 int Trainer::train_loop() {
-  const auto origin = std::chrono::steady_clock::now();
-  const auto now = [&origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
+  using Clock = std::chrono::steady_clock;
+  const auto origin = Clock::now();
+  const auto secs = [&origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
+  const auto now = [&] { return secs(Clock::now()); };
   const int64_t first = start_step_ + 1;
-  IntervalMeter meter(now(), first);
   const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != "eval";
+  // profile: True (runner/profiler.h): the step timeline of steps [profile_start_step, profile_stop_step].
+  StepProfiler profile(cfg_.profile, ctx_, cfg_.output_dir, first, total_steps_,
+                       profile_events_per_step(cfg_.model.num_layers, micro_batches_, shape_.chunks, cfg_.profile.communication));
+  const auto planned = static_cast<double>(model_->activation_bytes());
+  profile.before_interval_close(first - 1);
+  Clock::time_point t = Clock::now();
+  IntervalMeter meter(secs(t), first);
+  profile.interval_opens(first, t);
   for (int64_t step = first; step <= total_steps_; ++step) {
+    // The step's span: from here to the close of its interval (the log line, evaluation and
+    // checkpoint after it are spans of their own).
+    trace::Span step_span(trace::kOn, "step", "step %lld", static_cast<long long>(step));
+    step_span.arg("step", static_cast<double>(step));
+    trace::memory_counter(planned);
     double stop = g_stop_signal.load();
-    ctx_.world.allreduce_max(&stop, 1);
+    {
+      trace::Span span("step", "stop check");
+      ctx_.world.allreduce_max(&stop, 1);
+    }
     if (stop != 0) {
+      step_span.end();
+      profile.finish();
       finish_checkpoint(true);  // a save under way is completed, not left half-written
       spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
       return 128 + static_cast<int>(stop);
     }
-    if (saving && cfg_.checkpoint.async_save) finish_checkpoint(false);  // commits a save whose files are written
+    if (saving && cfg_.checkpoint.async_save) {
+      trace::Span span("checkpoint", "checkpoint commit");
+      finish_checkpoint(false);  // commits a save whose files are written
+    }
     const StepResult r = train_step(step);
     meter.step_done();
     if (!std::isfinite(r.loss) || !std::isfinite(r.objective) ||
         (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+      step_span.end();
+      profile.finish();
       if (std::isfinite(r.loss))
         spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
       spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
@@ -316,12 +386,24 @@ int Trainer::train_loop() {
       finish_checkpoint(true);
       return 3;
     }
+    profile.before_interval_close(step);
     // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
-    if (step == first || step % cfg_.per_print_times == 0 || step == total_steps_) {
-      const Interval iv = meter.close(now());
+    const bool print = step == first || step % cfg_.per_print_times == 0 || step == total_steps_;
+    Interval iv;
+    if (print) {
+      t = Clock::now();
+      iv = meter.close(secs(t));
+      profile.interval_opens(step + 1, t);
+    }
+    trace::memory_counter(planned);
+    step_span.end();
+    if (print) {
+      trace::Span span(trace::kOn, "log", "log step %lld", static_cast<long long>(step));
       log_step(step, r, iv, meter.steady_ms_per_step());
     }
     if (eval_data_ && eval_due(step)) {
+      trace::Span span("eval", "eval");
+      span.arg("excluded", 1.0);  // not training time: the meter excludes it
       const double t0 = now();
       const double loss = evaluate();
       spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
@@ -333,11 +415,17 @@ int Trainer::train_loop() {
     // saves at the end too). Its time is not training time: a synchronous save's whole, an
     // asynchronous one's snapshot.
     if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
+      trace::Span span("checkpoint", cfg_.checkpoint.async_save ? "checkpoint snapshot" : "checkpoint save");
+      span.arg("excluded", 1.0);
       const double t0 = now();
       save_checkpoint(step);
       meter.exclude(now() - t0);
     }
+    // After the last profiled step: the trace files (not training time either).
+    const double t0 = now();
+    if (profile.after_step(step)) meter.exclude(now() - t0);
   }
+  profile.finish();
   finish_checkpoint(true);
   spdlog::info("training finished: {} steps, {} skipped for overflow; step {} {:.1f} ms{}", total_steps_, skipped_steps_,
                first, meter.startup().ms_per_step(),

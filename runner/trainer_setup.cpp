@@ -30,6 +30,14 @@ Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchS
 
 void Trainer::setup(std::unique_ptr<BatchSource> given) {
   const Config& cfg = cfg_;
+  // The groups' names in the step timeline's communication spans (runner/profiler.h).
+  ctx_.world.set_name("world");
+  ctx_.tp.set_name("tp");
+  ctx_.dp.set_name("dp");
+  ctx_.pp.set_name("pp");
+  ctx_.ep.set_name("ep");
+  ctx_.edp.set_name("edp");
+  ctx_.embed.set_name("embed");
   micro_batches_ = ctx_.grid.pp() > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
   if (ctx_.grid.pp() > 1) setup_pipeline();
   else model_ = build_model(cfg.model, cfg.batch_size, ctx_);

@@ -70,10 +70,9 @@ TEST(Config, SetWithUnknownKeyOrBadValueFails) {
 }
 
 TEST(Config, AscendKeysWarnOnceEach) {
-  const Config c = load_config_string(kMinimal + "context:\n  device_target: Ascend\n  graph_kernel_flags: \"--opt\"\nprofile: True\n");
+  const Config c = load_config_string(kMinimal + "context:\n  device_target: Ascend\n  graph_kernel_flags: \"--opt\"\n");
   EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend` has no meaning on a CPU"));
   EXPECT_TRUE(has_warning(c, "`context.graph_kernel_flags"));
-  EXPECT_TRUE(has_warning(c, "`profile: True`"));
   EXPECT_EQ(std::count_if(c.warnings.begin(), c.warnings.end(), [](const std::string& w) { return w.find("device_target") != std::string::npos; }), 1);
   const Config cpu = load_config_string(kMinimal + "context:\n  device_target: CPU\nprofile: False\n");
   EXPECT_TRUE(cpu.warnings.empty());

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The step timeline of `profile: True` (runner/profiler.h), checked by tools/check_trace.py: the Trace
+# Event Format, nesting, every rank present, steps 2-3 and only those, each layer's forward and
+# backward, the collectives with their bytes, the pipeline actions, memory counters, the children of
+# each step within 5% of it, and the trace against metrics.jsonl's per_step_time. Runs:
+#   1. one rank, with evaluation and a checkpoint inside the profiled steps (excluded time);
+#   2. dp2 and 3. mp2 (2 ranks): data-parallel bucket all-reduces, tensor-parallel collectives;
+#   4. pp2 (1F1B) and 5. pp2 zero-bubble (the backward's input and weight passes apart);
+#   6. Mixtral ep2: the MoE all-to-alls;
+#   7. init_start_profile: from step 1; 8. profile off: no profile directory, no trace line;
+# and check_trace.py must refuse doctored traces (a step missing, a partial overlap, a rank missing,
+# a child removed), so that it can fail.
+set -euo pipefail
+BUILD="$1"; SRC="$2"
+BIN="$BUILD/bin/gridformer"
+WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+export OMP_NUM_THREADS=1
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+check() { /usr/bin/python3 "$SRC/tools/check_trace.py" "$@"; }
+
+cat > tiny.yaml <<'YAML'
+seed: 7
+output_dir: ./out
+runner_config: {batch_size: 4, train_steps: 4}
+runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
+optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
+lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
+callbacks: [{type: MFLossMonitor, per_print_times: 1}]
+profile: True
+profile_start_step: 2
+profile_stop_step: 3
+profile_communication: True
+profile_memory: True
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 64, hidden_size: 128, num_layers: 4,
+                 num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
+YAML
+
+run() {  # run NAME NP [--set ...]
+  local name=$1 np=$2; shift 2
+  local cmd=("$BIN" train --config tiny.yaml --set output_dir="$name" "$@")
+  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "run $name"; }
+  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "run $name"; }
+  fi
+}
+
+# 1. One rank; evaluation after step 2 and a checkpoint after step 2 fall inside step 3's interval.
+run one 1 --set do_eval=True --set eval_step_interval=2 --set eval_dataset.eval_iters=1 \
+  --set 'callbacks=[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, save_checkpoint_steps: 2, keep_checkpoint_max: 1}]'
+grep -q "profile: steps 2-3: [0-9]* events of rank 0 written to one/profile/rank_0/trace.json" one.log \
+  || fail "no log line for rank 0's trace: $(grep profile one.log)"
+grep -q "profile: steps 2-3: [0-9]* events of 1 ranks merged into one/profile/trace.json" one.log \
+  || fail "no log line for the merged trace"
+check one --ranks 1 --steps 2 3 --layers 4 --clip --memory || fail "run 1's trace"
+/usr/bin/python3 - one/profile/trace.json <<'PY' || fail "run 1: no excluded eval and checkpoint spans"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+ex = {e["cat"] for e in ev if e.get("ph") == "X" and e["args"].get("excluded")}
+assert ex == {"eval", "checkpoint"}, ex
+PY
+
+# 2, 3. Two ranks: dp2 (the gradient buckets' all-reduces), mp2 (tensor-parallel collectives).
+run dp2 2 --set parallel_config.data_parallel=2 --set runner_config.batch_size=2
+check dp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --comm-group dp --comm-group world || fail "dp2's trace"
+run mp2 2 --set parallel_config.model_parallel=2
+check mp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --comm-group tp || fail "mp2's trace"
+
+# 4, 5. Two pipeline stages: 1F1B, then zero-bubble H1 (BackwardInput / BackwardWeight).
+PP=(--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4 --set runner_config.batch_size=1)
+run pp2 2 "${PP[@]}"
+check pp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --pipeline --comm-group pp || fail "pp2's trace"
+run zb 2 "${PP[@]}" --set parallel.pipeline_config.pipeline_scheduler=zbh1
+check zb --ranks 2 --steps 2 3 --layers 4 --clip --pipeline --split-backward --comm-group pp || fail "zbh1's trace"
+
+# 6. Mixtral, 4 experts over ep2 (dp2): the dispatch all-to-alls.
+cat > mixtral.yaml <<'YAML'
+seed: 11
+output_dir: ./mix
+runner_config: {batch_size: 4, train_steps: 3}
+runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
+optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
+callbacks: [{type: MFLossMonitor, per_print_times: 1}]
+parallel_config: {data_parallel: 2, expert_parallel: 2}
+profile: True
+profile_start_step: 2
+profile_stop_step: 3
+profile_communication: True
+model:
+  arch: {type: MixtralForCausalLM}
+  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 64, hidden_size: 64, num_layers: 2, num_heads: 4,
+                 n_kv_heads: 2, intermediate_size: 96, theta: 1000000.0, rms_norm_eps: 1.0e-5}
+moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: True}
+YAML
+mpirun -np 2 --oversubscribe "$BIN" train --config mixtral.yaml > mix.log 2>&1 || { tail -30 mix.log; fail "run mixtral"; }
+check mix --ranks 2 --steps 2 3 --layers 2 --clip --all-to-all --comm-group dp || fail "Mixtral ep2's trace"
+
+# 7. init_start_profile: from the first step, whatever profile_start_step says.
+run init 1 --set init_start_profile=True --set profile_start_step=3 --set profile_stop_step=2
+check init --ranks 1 --steps 1 2 --layers 4 --clip --memory || fail "init_start_profile's trace"
+
+# 8. Off: nothing written, no trace line; the profile_* keys left on are warned about.
+run off 1 --set profile=False
+[ -e off/profile ] && fail "profile: False wrote off/profile"
+grep -q "profile: steps" off.log && fail "profile: False logged a trace line: $(grep 'profile: steps' off.log)"
+grep -q "\`profile_communication: True\` without \`profile: True\`: nothing is profiled" off.log \
+  || fail "no warning about profile_communication without profile"
+
+# The checker refuses what it must: doctored copies of run 2's trace.
+doctor() {  # doctor NAME PYTHON-EXPRESSION-ON-EVENTS: a copy of dp2 with the merged file's events changed
+  rm -rf "bad_$1"; cp -r dp2 "bad_$1"
+  /usr/bin/python3 - "bad_$1/profile/trace.json" "$2" <<'PY'
+import json, sys
+path, expr = sys.argv[1], sys.argv[2]
+doc = json.load(open(path))
+ev = doc["traceEvents"]
+doc["traceEvents"] = eval(expr, {"ev": ev})
+json.dump(doc, open(path, "w"))
+PY
+  if check "bad_$1" --ranks 2 --steps 2 3 --layers 4 --clip --memory --comm-group dp > "bad_$1.txt"; then
+    fail "check_trace.py accepted a trace with $1"
+  fi
+  grep -q "$3" "bad_$1.txt" || fail "check_trace.py refused $1 for another reason: $(cat "bad_$1.txt")"
+}
+doctor no_step3 "[e for e in ev if not (e.get('pid') == 1 and e.get('name') == 'step 3')]" "step spans \[2\], expected \[2, 3\]"
+doctor overlap "[dict(e, dur=e['dur'] * 50) if e.get('name') == 'layer 1 fwd' else e for e in ev]" "without nesting"
+doctor no_rank1 "[e for e in ev if e.get('pid') != 1]" "expected \[0, 1\]"
+doctor no_optimizer "[e for e in ev if e.get('name') not in ('optimizer', 'data')]" "children sum\|no 'optimizer' span"
+doctor no_dur "[{k: v for k, v in e.items() if not (k == 'dur' and e.get('name') == 'data')} for e in ev]" "needs numeric ts and dur"
+
+echo "profile: OK"

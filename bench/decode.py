@@ -18,7 +18,8 @@ decodes the first B of them together. --new-tokens greedy tokens per prompt, end
 Each round runs, per batch size, `gridformer predict` (one generation per process: its prompt pass
 and decode, as a user runs it; metrics.jsonl's `predict` event) and bench/torch_decode.py (one
 untimed warm-up generation, then one timed, in its own process); the order of the two alternates from
-round to round. Both with --threads threads (OMP_NUM_THREADS, torch.set_num_threads). The figures:
+round to round (PyTorch's warm-up generates 8 tokens). Both with --threads threads (OMP_NUM_THREADS,
+torch.set_num_threads) and the environment's OPENBLAS_CORETYPE. The figures:
 prompt tokens/s = B x prompt length / prompt time, and decode tokens/s = B x (new tokens - 1) /
 decode time: the first generated token comes out of the prompt pass and counts as prompt time on
 both sides. Medians over the rounds; ratio = gridformer's median / PyTorch's.
@@ -125,8 +126,8 @@ def run_gridformer(binary, cfg, out, weights, prompts, new_tokens, threads, work
 def run_pytorch(weights, prompts_file, new_tokens, threads, workdir, tag):
     ids_out = os.path.join(workdir, f"torch_ids_{tag}.jsonl")
     cmd = [sys.executable, os.path.join(HERE, "torch_decode.py"), "--weights", weights, "--prompts", prompts_file,
-           "--new-tokens", str(new_tokens), "--rounds", "1", "--warmup", "1", "--threads", str(threads), "--json",
-           "--ids-out", ids_out]
+           "--new-tokens", str(new_tokens), "--rounds", "1", "--warmup", "1", "--warmup-new-tokens", "8",
+           "--threads", str(threads), "--json", "--ids-out", ids_out]
     watch = tvp.CpuWatch(threads)
     p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), capture_output=True, text=True)
     cpu_util, others = watch.stop()
@@ -236,8 +237,8 @@ def main():
                         waited, busy = tvp.wait_for_idle(a.quiet, a.wait_idle)
                         row[f"{side}_waited_s"], row[f"{side}_busy_before"] = waited, busy
                     if side == "gridformer":
-                        row[side] = run_gridformer(a.gridformer, cfg, out, weights, prompts, a.new_tokens, a.threads, work,
-                                                   f"{B}_{rnd}")
+                        row[side] = run_gridformer(a.gridformer, cfg, out, weights, prompts, a.new_tokens, a.threads,
+                                                   work, f"{B}_{rnd}")
                     else:
                         row[side] = run_pytorch(weights, pf, a.new_tokens, a.threads, work, f"{B}_{rnd}")
                 gf, pt = row["gridformer"], row["pytorch"]

@@ -350,6 +350,9 @@ def main():
     ap.add_argument("--batch", type=int, default=None, help="prompts decoded together (default: all)")
     ap.add_argument("--rounds", type=int, default=3, help="timed generations")
     ap.add_argument("--warmup", type=int, default=1, help="untimed generations first")
+    ap.add_argument("--warmup-new-tokens", type=int, default=None,
+                    help="new tokens of a warm-up generation (default --new-tokens; a few suffice to create "
+                         "the thread pool, the primitives and the cache's allocations)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: OMP_NUM_THREADS or nproc)")
     ap.add_argument("--ids-out", help="JSON lines {prompt, generated} per prompt (of the last timed round)")
     ap.add_argument("--json", action="store_true", help="print one JSON line of the results on stdout (logs on stderr)")
@@ -395,16 +398,16 @@ def main():
     for r in range(args.warmup + args.rounds):
         pt = dt = 0.0
         gens = []
+        timed = r >= args.warmup
         for b in batches:
-            gen, p_s, d_s, _ = generate_cached(model, b, N)
+            gen, p_s, d_s, _ = generate_cached(model, b, N if timed else (args.warmup_new_tokens or N))
             pt, dt = pt + p_s, dt + d_s
             gens.append(gen)
-        P, D = len(prompts) * T, len(prompts) * (N - 1)
+        P, D = len(prompts) * T, len(prompts) * (gens[0].size(1) - 1)
         row = {"prompt_tokens": P, "prompt_seconds": pt, "prompt_tokens_per_s": P / pt,
                "decode_tokens": D, "decode_seconds": dt, "decode_tokens_per_s": D / dt if dt > 0 else None}
-        timed = r >= args.warmup
         log(f"generation {r + 1}{'' if timed else ' (warmup)'}: {P} prompt tokens in {pt:.3f} s "
-            f"({P / pt:.1f} tokens/s), {D} decode tokens in {dt:.3f} s ({row['decode_tokens_per_s']:.2f} tokens/s)")
+            f"({P / pt:.1f} tokens/s), {D} decode tokens in {dt:.3f} s ({row['decode_tokens_per_s'] or 0:.2f} tokens/s)")
         if timed:
             rounds.append(row)
             last = torch.cat(gens)

@@ -176,8 +176,6 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   if (n_logits == 0) return b_.full;
   e.N = e.Nl = n_logits;
   head_.logits_fwd(e, b_.logits, b_.ln, b_.head_norm, b_.sel, n_logits);
-  const float* src = b_.logits;
-  int64_t ld = Vl_;
   if (vocab_.parallel) {
     // Every rank's slice [n, Vl] side by side, then the rows put together: [n, tp Vl].
     const int tps = ctx_->grid.tp();
@@ -191,7 +189,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
       }
     return b_.full;
   }
-  for (int64_t i = 0; i < n_logits; ++i) std::memcpy(b_.full + i * V_, src + i * ld, sizeof(float) * V_);
+  for (int64_t i = 0; i < n_logits; ++i) std::memcpy(b_.full + i * V_, b_.logits + i * Vl_, sizeof(float) * V_);
   return b_.full;
 }
 

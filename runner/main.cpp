@@ -114,25 +114,38 @@ struct LambadaRequest {
   bool strict = false;
 };
 
-int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
-              const std::string& save_weights, const LambadaRequest& lambada, int argc, char** argv) {
-  gf::MpiEnvironment mpi(&argc, &argv);
+// A rank's start, for train and predict (inside an MpiEnvironment): console logging, the threads, the
+// config and layout checked on every rank (check_before_work), the ParallelContext of the layout.
+// Empty after a problem, which rank 0 has printed.
+std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, const std::vector<std::string>& sets,
+                                                const std::string& rank_table, bool predicting, gf::Config& cfg,
+                                                int& threads) {
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
   gf::setup_console_logging(rank);
-  const int threads = threads_per_rank();
+  threads = threads_per_rank();
   omp_set_num_threads(threads);
   gf::gemm_set_threads(threads);
-  gf::Config cfg;
-  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg); !problem.empty()) {
+  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, predicting);
+      !problem.empty()) {
     if (rank == 0) spdlog::error("{}", problem);
-    return kSetupError;
+    return nullptr;
   }
   const auto& p = cfg.parallel;
-  const int world_size = world.size();
-  gf::ParallelContext ctx = gf::ParallelContext::build(
+  return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
       std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
-                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel)));
+                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel))));
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+              const std::string& save_weights, const LambadaRequest& lambada, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Config cfg;
+  int threads = 1;
+  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, false, cfg, threads);
+  if (!started) return kSetupError;
+  gf::ParallelContext& ctx = *started;
+  const int rank = ctx.world_rank, world_size = ctx.world.size();
   spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.
@@ -191,21 +204,12 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
 int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
                 const gf::PredictRequest& req, int argc, char** argv) {
   gf::MpiEnvironment mpi(&argc, &argv);
-  gf::Communicator world = gf::Communicator::world();
-  const int rank = world.rank();
-  gf::setup_console_logging(rank);
-  const int threads = threads_per_rank();
-  omp_set_num_threads(threads);
-  gf::gemm_set_threads(threads);
   gf::Config cfg;
-  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, true); !problem.empty()) {
-    if (rank == 0) spdlog::error("{}", problem);
-    return kSetupError;
-  }
-  const auto& p = cfg.parallel;
-  gf::ParallelContext ctx = gf::ParallelContext::build(
-      std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
-                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel)));
+  int threads = 1;
+  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
+  if (!started) return kSetupError;
+  gf::ParallelContext& ctx = *started;
+  const int rank = ctx.world_rank;
   gf::apply_machine_probe(threads);  // the fp32 GEMM backend
   std::unique_ptr<gf::Predictor> predictor;
   std::string problem;

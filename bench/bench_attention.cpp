@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/aligned_buffer.h"
+#include "core/math/aligned_buffer.h"
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
 

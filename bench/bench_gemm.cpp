@@ -1,5 +1,5 @@
-// Every matrix product of one GPT-2 training step (tensor parallel 1, as models/gpt2.cpp,
-// core/ops/linear.cpp and core/ops/attention.cpp call core/gemm.h), timed on each backend:
+// Every matrix product of one GPT-2 training step (tensor parallel 1, as models/arch/gpt2.cpp,
+// core/ops/linear.cpp and core/ops/attention.cpp call core/math/gemm.h), timed on each backend:
 //   blas   OpenBLAS fp32 (gemm(GemmBackend::kBlas, ...))
 //   eigen  Eigen 3.4 fp32 (gemm(GemmBackend::kEigen, ...))
 //   bf16   oneDNN bf16 matmul from float inputs (gemm_bf16(float...): the conversion to bf16 is timed)
@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/gemm.h"
-#include "core/gemm_bf16.h"
+#include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
 
 namespace {
 

@@ -49,9 +49,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/gemm.h"
-#include "core/gemm_bf16.h"
-#include "core/mixed_precision.h"
+#include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
+#include "core/math/mixed_precision.h"
 #include "core/ops/grouped_linear.h"
 
 namespace {

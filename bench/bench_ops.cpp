@@ -4,11 +4,11 @@
 //   build/bin/bench_ops [--threads 1,2] [--rounds 7] [--min-ms 20] [--models gpt2-tiny,gpt2-124M]
 //                       [--filter TEXT]   (only the rows whose name contains TEXT)
 //
-// Each row calls what the step calls (core/ops/*, core/adamw.h, GradientSync::global_sq_norm, the
-// zeroing of the gradient arena in runner/trainer.cpp), on buffers of the step's shapes: B x T
+// Each row calls what the step calls (core/ops/*, core/optim/adamw.h, GradientSync::global_sq_norm, the
+// zeroing of the gradient arena in runner/train/trainer.cpp), on buffers of the step's shapes: B x T
 // token rows, hidden C, FFN 4C, L layers, the 50257-token vocabulary padded to 50304, and the
 // model's whole parameter arena (GPT2LMHeadModel::make_placement). A few loops that live in
-// anonymous namespaces or inline in models/gpt2.cpp and parallel/tensor_parallel.cpp (add_inplace,
+// anonymous namespaces or inline in models/arch/gpt2.cpp and parallel/tensor_parallel.cpp (add_inplace,
 // linear_fwd's bias broadcast, the token copy and range check, the loss sum, the memsets of the
 // activation gradients before backward accumulates into them, layer_bwd's copy of dres_) are
 // reproduced here as the step does them. One row that is not in the step shows what parallel_zero
@@ -40,9 +40,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/adamw.h"
-#include "core/mixed_precision.h"
-#include "core/aligned_buffer.h"
+#include "core/optim/adamw.h"
+#include "core/math/mixed_precision.h"
+#include "core/math/aligned_buffer.h"
 #include "core/ops/activation.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/dropout.h"
@@ -50,8 +50,8 @@
 #include "core/ops/flash_attention.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
-#include "core/parallel_memory.h"
-#include "models/gpt2.h"
+#include "core/math/parallel_memory.h"
+#include "models/arch/gpt2.h"
 #include "parallel/grad_sync.h"
 #include "parallel/parallel_context.h"
 

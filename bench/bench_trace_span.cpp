@@ -1,4 +1,4 @@
-// What one step-timeline span (core/trace.h) costs, off and on: the figure bench/profile_overhead.py
+// What one step-timeline span (core/trace/trace.h) costs, off and on: the figure bench/profile_overhead.py
 // multiplies by the spans of a step to state the cost of `profile: False`.
 //
 //   build/bin/bench_trace_span [--rounds 7] [--n 10000000]
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 namespace {
 

@@ -161,7 +161,7 @@ def padded_vocab(v, tp):
 
 
 def param_list(m, tp, vocab_split):
-    """(name, local numel, replicated across the tensor group) in arena order (models/gpt2.cpp)."""
+    """(name, local numel, replicated across the tensor group) in arena order (models/arch/gpt2.cpp)."""
     C, L, F, V = m["hidden_size"], m["num_layers"], EXPAND * m["hidden_size"], m["vocab_size"]
     split = vocab_split and tp > 1
     Vp = padded_vocab(V, tp if split else 1)

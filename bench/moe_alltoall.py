@@ -23,7 +23,7 @@ experts), dp_bytes_sent (the other gradients over data parallel).
 
 The analytic side. The runs train at learning rate 0, so every step routes with the initial
 weights; build/bin/moe_routing (bench/moe_routing.cpp) then runs, on ONE rank, the forward of each
-data-parallel rank's samples of each step (the samples rank r reads at step i, runner/batch_source.h)
+data-parallel rank's samples of each step (the samples rank r reads at step i, runner/train/batch_source.h)
 and prints the rows each expert computes for them (kept_per_expert, after capacity); summed over
 the ranks, its assignments per expert must equal the run's own (metrics.jsonl's tokens_per_expert,
 summed over data parallel) at every step and layer, which the script checks and prints. As in

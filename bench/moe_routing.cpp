@@ -9,7 +9,7 @@
 // runner_config.batch_size samples (what one data-parallel rank of the run holds), initialises its
 // weights from `seed` as the trainer does, and, for step i = 1..S and data-parallel rank r < N,
 // runs the forward on the samples that rank r reads at step i of an N-rank run
-// (first = (i-1) G + r b, G = b N: runner/batch_source.h). The weights are never updated: the run
+// (first = (i-1) G + r b, G = b N: runner/train/batch_source.h). The weights are never updated: the run
 // it describes must leave them unchanged (learning rate 0), so that every step routes with the
 // initial weights. One JSON line per (step, rank): the rows each expert of each MoE layer computes
 // for that rank's tokens (kept_per_expert, after capacity) and the assignments before capacity.
@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "core/gemm.h"
+#include "core/math/gemm.h"
 #include "models/registry.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
-#include "runner/batch_source.h"
-#include "runner/config.h"
-#include "runner/machine_probe.h"
+#include "runner/train/batch_source.h"
+#include "runner/config/config.h"
+#include "runner/report/machine_probe.h"
 
 int main(int argc, char** argv) {
   gf::MpiEnvironment mpi(&argc, &argv);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the step timeline (`profile: True`, runner/profiler.h) costs a training run, on and off.
+"""What the step timeline (`profile: True`, runner/report/profiler.h) costs a training run, on and off.
 
     python3 bench/profile_overhead.py [--shapes tiny,small,gpt2-tiny] [--steps N] [--rounds 3]
                                       [--threads 2] [--json FILE]

@@ -33,7 +33,7 @@ the same aux) on the same weights and tokens: loss, aux and every gradient (floa
 difference is the order of sums). --weights/--metrics: gridformer's first step (a
 `gridformer train` run of 1 step at learning rate 0 with --save-weights, as
 bench/train_vs_pytorch.py --check-moe makes it) against this model with those weights, on the same
-RandomTokens (splitmix64 counters, runner/batch_source.cpp): CE loss, aux_loss and objective.
+RandomTokens (splitmix64 counters, runner/train/batch_source.cpp): CE loss, aux_loss and objective.
 """
 import argparse
 import json
@@ -277,7 +277,7 @@ def splitmix64(x):
 
 
 def random_tokens(seed, vocab, seq, first, count):
-    """runner/batch_source.cpp's RandomTokens: token t of sample id = counter_bits(seed, id, t) % vocab,
+    """runner/train/batch_source.cpp's RandomTokens: token t of sample id = counter_bits(seed, id, t) % vocab,
     counter_bits(seed, stream, index) = splitmix64(splitmix64(seed ^ splitmix64(stream)) + index)."""
     out = torch.empty(count, seq + 1, dtype=torch.int64)
     M = (1 << 64) - 1

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "core/mixed_precision.h"
-#include "core/placement.h"
+#include "core/math/aligned_buffer.h"
+#include "core/math/mixed_precision.h"
+#include "core/params/placement.h"
 #include "models/model_config.h"
 
 namespace gf {
@@ -102,7 +102,7 @@ class CausalLM {
 
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
   // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint), or
-  // a MindSpore .ckpt of MindFormers' GPT-2 (models/mindspore_checkpoint.h). Returns a note for the
+  // a MindSpore .ckpt of MindFormers' GPT-2 (models/weights/mindspore_checkpoint.h). Returns a note for the
   // log (for a .ckpt: the entries it skipped); empty for safetensors.
   std::string load_hf_checkpoint(const std::string& path);
 

@@ -8,7 +8,7 @@
 // The blocks are the model's own (models/blocks/), bound to its parameters by name: the same
 // arithmetic as its training forward without dropout, except for the attention core, which reads
 // the cache (AttentionBlock::fwd_cached). Every buffer, the cache included, is planned once
-// (core/buffer_plan.h) for the slots, the capacity and the rows per call.
+// (core/params/buffer_plan.h) for the slots, the capacity and the rows per call.
 //
 // Tensor parallel: the heads, the FFN width and (vocab_emb_dp: False) the vocabulary are split as
 // in training; each call ends with the full vocabulary's logits on every rank of the group, so every
@@ -22,8 +22,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "core/buffer_plan.h"
+#include "core/math/aligned_buffer.h"
+#include "core/params/buffer_plan.h"
 #include "core/ops/rope.h"
 #include "models/blocks/embedding.h"
 #include "models/blocks/lm_head.h"

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 
 namespace gf {
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 namespace gf {
 
@@ -426,7 +426,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
   const BlockEnv e = env(s);
-  // The step timeline's spans (core/trace.h; nothing when not profiling): the embedding, each layer, the head.
+  // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
   if (d.first) {
     trace::Span span("compute", "embedding fwd");
     embedding_.fwd(e, s.emb, s.inputs);

@@ -1,6 +1,6 @@
 // A decoder-only transformer assembled from the blocks (models/blocks/): embedding, a range of
 // transformer layers, the final norm, LM head and loss. GPT-2 and Llama are a TransformerSpec and a
-// NameMap each (models/gpt2.cpp, models/llama.cpp).
+// NameMap each (models/arch/gpt2.cpp, models/arch/llama.cpp).
 //
 // A TransformerLM may be a pipeline stage: it runs layers [layer_begin, layer_end) of the model,
 // with the embedding when the range starts at 0 and the head and loss when it ends at the last
@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/buffer_plan.h"
+#include "core/params/buffer_plan.h"
 #include "core/ops/flash_attention.h"
 #include "core/ops/rope.h"
 #include "models/blocks/embedding.h"

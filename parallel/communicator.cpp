@@ -5,7 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 namespace gf {
 

@@ -113,7 +113,7 @@ class Communicator {
 
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }
-  // The group's name in the step timeline's communication spans (core/trace.h): "tp", "dp", ...
+  // The group's name in the step timeline's communication spans (core/trace/trace.h): "tp", "dp", ...
   // A string literal (the spans keep the pointer). world() is "world"; a split group is "" until named.
   void set_name(const char* name) { name_ = name; }
   const char* name() const { return name_; }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 namespace gf {
 

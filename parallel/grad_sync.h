@@ -23,8 +23,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/adamw.h"
-#include "core/placement.h"
+#include "core/optim/adamw.h"
+#include "core/params/placement.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
 

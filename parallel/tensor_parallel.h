@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 #include "parallel/communicator.h"
 
 namespace gf {
@@ -47,7 +47,7 @@ class TensorParallel {
 };
 
 // The weights W are `Weight`s: a plain fp32 pointer, or with the low-precision copy that
-// model_config.compute_dtype computes in (core/mixed_precision.h).
+// model_config.compute_dtype computes in (core/math/mixed_precision.h).
 //
 // y[rows, out_local] = gather(x) @ W[in, out_local] + b   (W split by columns).
 // gather_buf: [rows, in] scratch, used under SP.

@@ -32,6 +32,8 @@ BIN="$(realpath "$1")"; OUT="$(realpath -m "$2")"
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
+# Both binaries must choose the same fp32 GEMM backend: the machine probe each reads is pinned.
+export GF_MACHINE_PROBE="${GF_MACHINE_PROBE:-$ROOT/build/machine_probe.json}"
 cd "$ROOT"
 COMMON=(--set runner_config.train_steps=20 --set model.model_config.seq_length=32
         --set model.model_config.num_layers=4 --set model.model_config.hidden_size=64

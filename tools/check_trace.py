@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Check the step timeline that `profile: True` writes (README, "Profiling a step"; runner/profiler.h).
+"""Check the step timeline that `profile: True` writes (README, "Profiling a step"; runner/report/profiler.h).
 
     /usr/bin/python3 tools/check_trace.py OUTPUT_DIR --ranks N --steps FIRST LAST --layers L
         [--clip] [--memory] [--comm-group G ...] [--pipeline] [--split-backward] [--all-to-all]

@@ -18,7 +18,7 @@ tasks/zeroshot_gpt/evaluate.py (forward_step, eval_metric 'accuracy'), written a
     sample to seq_length + 1 tokens; the padding comes after the input under the causal mask and
     changes no scored logit, so here a batch is padded only to its longest input.
   * a sample longer than seq_length + 1 tokens is not truncated by Megatron (it fails on it): refused
-    here, as gridformer (runner/lambada.cpp) refuses it. A text of one word (an empty context, whose
+    here, as gridformer (runner/infer/lambada.cpp) refuses it. A text of one word (an empty context, whose
     first target token Megatron would count right without a prediction) is refused too.
 The tokenizer is tools/gpt2_encoder_reference.py (Python's `regex`, as Megatron's GPT2BPETokenizer).
 

@@ -1,4 +1,4 @@
-// machine_probe: times this machine's GEMMs once, for the runs to read (runner/machine_probe.h).
+// machine_probe: times this machine's GEMMs once, for the runs to read (runner/report/machine_probe.h).
 // fp32 products of the model's typical shapes on both fp32 backends (OpenBLAS, Eigen) and, when
 // built with oneDNN, the bf16 matmul (on inputs already in bf16, the primitive alone), at one
 // thread count, in a few hundred ms. Writes a JSON file: the CPU, the threads, GFLOP/s per backend
@@ -39,10 +39,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/gemm.h"
-#include "core/gemm_bf16.h"
-#include "runner/machine_probe.h"
-#include "runner/run_info.h"
+#include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
+#include "runner/report/machine_probe.h"
+#include "runner/report/run_info.h"
 
 namespace {
 

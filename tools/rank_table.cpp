@@ -17,7 +17,7 @@
 #include <set>
 #include <sstream>
 
-#include "runner/rank_table.h"
+#include "runner/launch/rank_table.h"
 
 namespace {
 

@@ -8,7 +8,7 @@ Run with Debian's Python (numpy and python3-protobuf; the pyenv `python3` on PAT
 
 What a MindFormers user would hold after running MindFormers' own converter and, with
 --with-optimizer-state, after training: it is the test input of gridformer's .ckpt reader
-(models/mindspore_checkpoint.h), written without MindSpore or torch, from published sources:
+(models/weights/mindspore_checkpoint.h), written without MindSpore or torch, from published sources:
 
   * Names and layouts: mindformers/models/gpt2/convert_weight.py (mindspore-lab/mindformers),
     followed exactly: its ms_name / torch_name and addition_* lists, its split of each layer's
@@ -19,7 +19,7 @@ What a MindFormers user would hold after running MindFormers' own converter and,
     Hugging Face's `transformer.` prefix (newer transformers save it; the original gpt2
     checkpoint convert_weight.py reads has none), which is dropped first.
   * The file: MindSpore's checkpoint.proto (mindspore-ai/mindspore, mindspore/ccsrc/utils/), copied
-    to models/proto/mindspore_checkpoint.proto; this script runs `protoc --python_out` on it into a
+    to models/weights/proto/mindspore_checkpoint.proto; this script runs `protoc --python_out` on it into a
     temporary directory and writes with the generated classes. As serialization.py's _exec_save
     does: one serialized Checkpoint holding one Value per tensor, concatenated; tensor_type
     "Float32" / "Float16" / "BFloat16" / "Int32" / "Int64"; the row-major little-endian bytes; a

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/gemm.h"
-#include "core/scratch.h"
+#include "core/math/gemm.h"
+#include "core/math/scratch.h"
 
 namespace gf::ops {
 namespace {

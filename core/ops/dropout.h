@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/rng.h"
+#include "core/math/rng.h"
 
 namespace gf::ops {
 

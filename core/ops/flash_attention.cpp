@@ -9,8 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "core/gemm.h"
-#include "core/scratch.h"
+#include "core/math/gemm.h"
+#include "core/math/scratch.h"
 
 namespace gf::ops {
 namespace {

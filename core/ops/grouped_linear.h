@@ -26,7 +26,7 @@
 // Numbers: every tile is the same computation whatever the thread count (one single-threaded
 // product of fixed shape and operands), so the results are bitwise the same on 1 and on N OpenMP
 // threads. (With the Eigen backend this needs Eigen's thread count to follow OpenMP's, as
-// runner/main.cpp sets them together: on a one-thread team Eigen would otherwise thread the tile's
+// runner/cli/main.cpp sets them together: on a one-thread team Eigen would otherwise thread the tile's
 // product itself.) The per-expert loop is not: its multithreaded products change bits with the
 // thread count here, on OpenBLAS's Haswell kernels (the row split changes them too) and on Eigen
 // for K > ~300 (its blocking depends on the thread count). Against that loop each element is the
@@ -36,7 +36,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 
 namespace gf::ops {
 

@@ -1,6 +1,6 @@
 #include "core/ops/linear.h"
 
-#include "core/gemm.h"
+#include "core/math/gemm.h"
 
 namespace gf::ops {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 
 namespace gf::ops {
 
@@ -25,7 +25,7 @@ void linear_bwd_input(T* dx, const T* dy, const T* w, int64_t n, int64_t in, int
 template <typename T>
 void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t in, int64_t out);
 
-// The float layer at the weight's compute dtype and in its layout (Weight::out_in: [out, in]) (core/mixed_precision.h): fp32 weights run the
+// The float layer at the weight's compute dtype and in its layout (Weight::out_in: [out, in]) (core/math/mixed_precision.h): fp32 weights run the
 // templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
 // low-precision copy. Forward outputs and input gradients are activations (fp16 rounds them);
 // the weight gradient accumulates in fp32.

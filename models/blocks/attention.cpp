@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 
 namespace gf {
 

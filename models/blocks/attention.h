@@ -8,7 +8,7 @@
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
 #include "core/ops/rope.h"
-#include "core/placement.h"
+#include "core/params/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/spec.h"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 #include "core/ops/dropout.h"
 #include "models/causal_lm.h"
 #include "parallel/expert_parallel.h"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/gemm.h"
-#include "core/mixed_precision.h"
+#include "core/math/gemm.h"
+#include "core/math/mixed_precision.h"
 #include "core/ops/cross_entropy.h"
 
 namespace gf {

@@ -28,9 +28,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/buffer_plan.h"
+#include "core/params/buffer_plan.h"
 #include "core/ops/router.h"
-#include "core/placement.h"
+#include "core/params/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/spec.h"
 
@@ -78,7 +78,7 @@ class MoeBlock {
   };
   static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
   // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
-  // (core/buffer_plan.h) for these dims; tp_size > 1 adds the partial-sum buffer.
+  // (core/params/buffer_plan.h) for these dims; tp_size > 1 adds the partial-sum buffer.
   static Acts take_acts(BufferPlan& p, const std::string& name, const Dims& d);
   static Scratch take_scratch(BufferPlan& p, const Dims& d, int tp_size);
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <string>
 
-#include "core/placement.h"
+#include "core/params/placement.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/env.h"
 #include "models/blocks/mlp.h"

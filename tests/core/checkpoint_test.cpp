@@ -1,9 +1,9 @@
-// Sharded checkpoints (core/checkpoint.h): the pieces of a flat range cover exactly its
+// Sharded checkpoints (core/io/checkpoint.h): the pieces of a flat range cover exactly its
 // non-padding elements once; a checkpoint saved as tensor-parallel ranks and ZeRO shards would
 // save it reads back bit for bit under other layouts, whole and in flat ranges; damaged,
 // incomplete or mismatched checkpoints are refused with messages that name what is wrong; the
 // directory steps (latest, pruning, temporaries, modes, resolve) and a file-size limit.
-#include "core/checkpoint.h"
+#include "core/io/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "core/crc32c.h"
-#include "core/placement.h"
-#include "core/safetensors.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "core/io/crc32c.h"
+#include "core/params/placement.h"
+#include "core/io/safetensors.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 
 namespace gf::ckpt {
 namespace {

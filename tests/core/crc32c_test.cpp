@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/crc32c.h"
+#include "core/io/crc32c.h"
 
 namespace gf {
 

@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gemm.h"
-#include "core/gemm_bf16.h"
+#include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
 
 namespace gf {
 

@@ -21,7 +21,7 @@
 // K order whatever the row split); the test prints how many.
 //
 // The grouped call's results do not depend on the thread count: bitwise equal on 1 and 2 OpenMP
-// threads (with the GEMM's own thread setting following, as runner/main.cpp sets both), both fp32
+// threads (with the GEMM's own thread setting following, as runner/cli/main.cpp sets both), both fp32
 // backends and every dtype.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "core/gemm.h"
-#include "core/gemm_bf16.h"
-#include "core/mixed_precision.h"
+#include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
+#include "core/math/mixed_precision.h"
 #include "core/ops/grouped_linear.h"
 #include "core/ops/linear.h"
 
@@ -355,7 +355,7 @@ TEST(GroupedLinear, Bf16PrimitiveMadeOutsideARegionComputesAllOfItInside) {
 }
 
 // The grouped call on 1 and on 2 OpenMP threads: bitwise the same, on both fp32 backends and at
-// every dtype. The GEMM's thread setting follows OpenMP's, as runner/main.cpp sets them.
+// every dtype. The GEMM's thread setting follows OpenMP's, as runner/cli/main.cpp sets them.
 TEST(GroupedLinear, ResultsDoNotDependOnTheThreadCount) {
   const int saved = omp_get_max_threads();
   const GemmBackend saved_backend = gemm_backend();

@@ -13,7 +13,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "tests/core/golden_compare.h"
 
 namespace gf::ops {

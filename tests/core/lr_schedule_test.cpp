@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/lr_schedule.h"
+#include "core/optim/lr_schedule.h"
 
 namespace gf {
 namespace {

@@ -10,7 +10,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "tests/core/golden_compare.h"
 
 namespace gf::ops {

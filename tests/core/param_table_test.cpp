@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 
-#include "core/aligned_buffer.h"
-#include "models/gpt2.h"
+#include "core/math/aligned_buffer.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {

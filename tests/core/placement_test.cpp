@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "core/placement.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "core/math/aligned_buffer.h"
+#include "core/params/placement.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 
 namespace gf {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
 

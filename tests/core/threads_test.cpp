@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/adamw.h"
-#include "core/aligned_buffer.h"
+#include "core/optim/adamw.h"
+#include "core/math/aligned_buffer.h"
 #include "core/ops/activation.h"
 #include "core/ops/attention.h"
 #include "core/ops/cross_entropy.h"
@@ -26,8 +26,8 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
-#include "core/parallel_memory.h"
-#include "models/gpt2.h"
+#include "core/math/parallel_memory.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {

@@ -1,7 +1,7 @@
-// The step timeline's recorder (core/trace.h): nothing recorded when off, spans nest and keep their
+// The step timeline's recorder (core/trace/trace.h): nothing recorded when off, spans nest and keep their
 // order, the flags select communication and memory events, other threads are dropped, and the JSON
 // is the Trace Event Format (parsed back with nlohmann::json).
-#include "core/trace.h"
+#include "core/trace/trace.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 # and gives the uninterrupted run's losses and weights bit for bit; a save that hits a file-size
 # limit fails cleanly (status 4, the file named) and the previous checkpoint still loads.
 #
-# The kill points are reached with the test hook GF_CHECKPOINT_FAULT=<point> (core/checkpoint.h:
+# The kill points are reached with the test hook GF_CHECKPOINT_FAULT=<point> (core/io/checkpoint.h:
 # ckpt::fault_point, which raises SIGKILL in the process that reaches <point> at the save of step
 # GF_CHECKPOINT_FAULT_STEP): before the save starts, after a rank's shard is written (no index),
 # after the index is written (not renamed), after the rename (`latest` not yet changed), after

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The step timeline of `profile: True` (runner/profiler.h), checked by tools/check_trace.py: the Trace
+# The step timeline of `profile: True` (runner/report/profiler.h), checked by tools/check_trace.py: the Trace
 # Event Format, nesting, every rank present, steps 2-3 and only those, each layer's forward and
 # backward, the collectives with their bytes, the pipeline actions, memory counters, the children of
 # each step within 5% of it, and the trace against metrics.jsonl's per_step_time. Runs:

@@ -14,7 +14,7 @@ value, bit for bit; the file must hold nothing else. --partial: the run was kill
 may be missing from the file (it is written to metrics.jsonl first), but no other.
 
 The tags are those README "TensorBoard" documents (Megatron-LM's names where it has one), written
-out again here so that the check does not share runner/tensorboard.cpp's table.
+out again here so that the check does not share runner/report/tensorboard.cpp's table.
 """
 import json
 import math

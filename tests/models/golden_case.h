@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "models/causal_lm.h"
-#include "runner/batch_source.h"
-#include "runner/config.h"
+#include "runner/train/batch_source.h"
+#include "runner/config/config.h"
 
 namespace gf::golden_case {
 

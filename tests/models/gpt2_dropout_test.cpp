@@ -4,7 +4,7 @@
 // leaves each sample's loss unchanged.
 #include <gtest/gtest.h>
 
-#include "models/gpt2.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "models/gpt2.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {

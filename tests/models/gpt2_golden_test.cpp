@@ -6,10 +6,10 @@
 #include <cmath>
 #include <string>
 
-#include "core/safetensors.h"
-#include "models/gpt2.h"
+#include "core/io/safetensors.h"
+#include "models/arch/gpt2.h"
 #include "tests/models/golden_case.h"
-#include "runner/trainer.h"
+#include "runner/train/trainer.h"
 
 namespace gf {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <functional>
 
-#include "core/safetensors.h"
-#include "models/gpt2.h"
+#include "core/io/safetensors.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {

@@ -1,5 +1,5 @@
 // MindSpore .ckpt files of MindFormers' GPT-2, written here with the classes protoc generates from
-// models/proto/mindspore_checkpoint.proto the way MindSpore's save_checkpoint writes them (one
+// models/weights/proto/mindspore_checkpoint.proto the way MindSpore's save_checkpoint writes them (one
 // serialized Checkpoint per tensor, concatenated; big tensors in several chunks), with the names
 // and layouts of MindFormers' convert_weight.py applied by this file's own code: the reader maps
 // them back to Hugging Face's names and layouts element by element (q, k, v transposed and fused),
@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
-#include "models/mindspore_checkpoint.h"
+#include "core/io/safetensors.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
+#include "models/weights/mindspore_checkpoint.h"
 #include "models/pipeline_stage.h"
-#include "models/proto/mindspore_checkpoint.pb.h"
+#include "models/weights/proto/mindspore_checkpoint.pb.h"
 
 namespace gf {
 namespace {

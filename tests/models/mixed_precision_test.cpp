@@ -3,7 +3,7 @@
 // against float32, held to how far PyTorch's own bf16 autocast strays from its fp32 curve on the
 // same model, batch and schedule (tools/make_mixed_golden.py), and a forced fp16 overflow that is
 // skipped and recovered from.
-#include "core/mixed_precision.h"
+#include "core/math/mixed_precision.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/adamw.h"
+#include "core/optim/adamw.h"
 #include "core/ops/cross_entropy.h"
-#include "runner/trainer.h"
+#include "runner/train/trainer.h"
 #include "tests/models/golden_case.h"
 
 namespace gf {

@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "models/registry.h"
 #include "parallel/parallel_context.h"
-#include "runner/trainer.h"
+#include "runner/train/trainer.h"
 #include "tests/models/golden_case.h"
 
 namespace gf {

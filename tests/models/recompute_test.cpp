@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "models/gpt2.h"
+#include "models/arch/gpt2.h"
 
 namespace gf {
 namespace {
@@ -85,7 +85,7 @@ TEST(Recompute, BitwiseIdenticalInEveryMode) {
   const int64_t N = 3 * 24, C = 32, F = 128, H = 4, T = 24;
   // ln1, res2, ln2 (C), qkv (3C), atty (C), four LayerNorm statistics, fch and its activation (F),
   // and the probabilities: everything but the output. Every buffer starts on a 64-byte boundary
-  // (core/buffer_plan.h), so each N-float statistic takes N rounded up to 16 floats.
+  // (core/params/buffer_plan.h), so each N-float statistic takes N rounded up to 16 floats.
   const int64_t stat_floats = (N + 15) / 16 * 16;
   const int64_t per_layer_floats = N * (7 * C + 2 * F) + 4 * stat_floats + 3 * H * T * T;
   EXPECT_EQ(none.activation_bytes - r_full.activation_bytes, 4 * 2 * per_layer_floats);

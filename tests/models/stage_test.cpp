@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 
 namespace gf {
 namespace {

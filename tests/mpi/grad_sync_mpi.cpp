@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/gpt2.h"
+#include "models/arch/gpt2.h"
 #include "parallel/grad_sync.h"
 
 namespace gf {

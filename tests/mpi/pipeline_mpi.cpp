@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/parallel_memory.h"
-#include "models/gpt2.h"
-#include "models/llama.h"
+#include "core/math/parallel_memory.h"
+#include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 #include "models/pipeline_stage.h"
-#include "runner/pipeline_executor.h"
+#include "engine/pipeline_executor.h"
 
 namespace gf {
 namespace {

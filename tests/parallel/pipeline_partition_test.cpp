@@ -1,5 +1,5 @@
 // The layers of each pipeline (virtual) stage, as MindFormers splits them with model_config.offset:
-// cases worked by hand from its rules (parallel/pipeline_partition.h), and the refusals, each naming
+// cases worked by hand from its rules (parallel/pipeline/partition.h), and the refusals, each naming
 // the key and an offset that works.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/pipeline_partition.h"
+#include "parallel/pipeline/partition.h"
 
 namespace gf {
 namespace {

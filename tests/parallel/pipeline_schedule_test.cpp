@@ -1,4 +1,4 @@
-// The pipeline schedules (parallel/pipeline_schedule.h) without MPI: for pp 2..8, m 1..32 and every
+// The pipeline schedules (parallel/pipeline/schedule.h) without MPI: for pp 2..8, m 1..32 and every
 // schedule (interleaved with 2 and 3 chunks where m % p == 0), each stage's list is checked directly
 // (every forward before its backward, sends right after their compute, receives one compute ahead)
 // and simulated (messages matched one to one, no deadlock, peak live activations equal to the
@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace gf::pipeline {
 namespace {

@@ -1,5 +1,5 @@
 // config_keys_test.cpp's proof for a LlamaConfig file: every leaf of the Llama schema (GPT-2's
-// sections with LlamaConfig's model section) has exactly one rule (runner/config_keys_llama.cpp for
+// sections with LlamaConfig's model section) has exactly one rule (runner/config/keys_llama.cpp for
 // the model section), and the loader does what the rule says, each key set alone on a minimal
 // Llama. The GPT-2 keys a Llama does not have are refused with their reason.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
-#include "runner/config.h"
-#include "runner/config_schema.h"
+#include "runner/config/config.h"
+#include "runner/config/schema.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {

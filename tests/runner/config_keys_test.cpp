@@ -1,5 +1,5 @@
 // Nothing in a config is ignored without a word. Every leaf of the schema (and of the list-item
-// templates) has exactly one rule in runner/config_keys.cpp, and the loader does what the rule
+// templates) has exactly one rule in runner/config/keys.cpp, and the loader does what the rule
 // says: each key alone is set to a value other than its default and the load is compared with the
 // load without it.
 //   kBuilt    the loader reads the key (it is in Config::consumed) and the Settings differ;
@@ -16,9 +16,9 @@
 #include <sstream>
 #include <string>
 
-#include "runner/config.h"
+#include "runner/config/config.h"
 #include "tests/runner/config_test_util.h"
-#include "runner/config_schema.h"
+#include "runner/config/schema.h"
 
 namespace gf {
 namespace {
@@ -63,7 +63,7 @@ TEST(ConfigKeys, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   for (const Leaf& l : leaves) {
     int n = 0;
     for (const KeyRule& r : key_rules()) n += pattern_matches(r.path, l.path);
-    EXPECT_EQ(n, 1) << l.path << " has " << n << " rules in runner/config_keys.cpp";
+    EXPECT_EQ(n, 1) << l.path << " has " << n << " rules in runner/config/keys.cpp";
   }
   for (const KeyRule& r : key_rules()) {
     const bool used = std::any_of(leaves.begin(), leaves.end(), [&](const Leaf& l) { return pattern_matches(r.path, l.path); });

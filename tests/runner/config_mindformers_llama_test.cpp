@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <string>
 
-#include "runner/config.h"
-#include "runner/layout_check.h"
+#include "runner/config/config.h"
+#include "runner/config/layout_check.h"
 
 namespace gf {
 namespace {
@@ -80,7 +80,7 @@ TEST(MindFormersLlamaConfigs, Llama2KeysReadAsMindFormersMeansThem) {
   EXPECT_EQ(m.hidden_dropout_rate, 0.0f);
   EXPECT_TRUE(has_warning(c, "`model.model_config.rotary_dtype: float16`: RoPE's sin/cos tables"));
   EXPECT_TRUE(has_warning(c, "`model.model_config.checkpoint_name_or_path: llama2_7b` is not loaded for run_mode train"));
-  EXPECT_EQ(c.generation.max_decode_length, 512);  // read for predict (runner/config_read_generation.cpp)
+  EXPECT_EQ(c.generation.max_decode_length, 512);  // read for predict (runner/config/read_generation.cpp)
   EXPECT_EQ(c.model_name, "llama2_7b");
 
   const Config big = load_config(data("r1.2/pretrain_llama2_70b.yaml"), {"parallel_config.pipeline_stage=1"});

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <string>
 
-#include "runner/config.h"
+#include "runner/config/config.h"
 #include "tests/runner/config_test_util.h"
-#include "runner/layout_check.h"
+#include "runner/config/layout_check.h"
 
 namespace gf {
 namespace {

@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <string>
 
-#include "runner/config.h"
-#include "runner/layout_check.h"
+#include "runner/config/config.h"
+#include "runner/config/layout_check.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "runner/config.h"
-#include "runner/layout_check.h"
-#include "runner/plan.h"
+#include "runner/config/config.h"
+#include "runner/config/layout_check.h"
+#include "runner/report/plan.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {
@@ -266,7 +266,7 @@ TEST(ConfigPipeline, LayoutRulesNameTheKeysAndAValueThatWorks) {
     }
     EXPECT_EQ(problems(yaml, with({kSched + "zbh1", "recompute_config.recompute=True"})), "");  // one stage: no pipeline
 
-    // An offset that does not split: partition_layers' message (parallel/pipeline_partition.h).
+    // An offset that does not split: partition_layers' message (parallel/pipeline/partition.h).
     sets = with({kPC + "pipeline_stage=4", kPC + "micro_batch_num=4", kMC + "offset=[1, 1, 0]"});
     p = problems(yaml, sets);
     EXPECT_NE(p.find("`model.model_config.offset: [1, 1, 0]` has 3 entries, but `parallel_config.pipeline_stage` is 4: "

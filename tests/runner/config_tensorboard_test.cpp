@@ -1,8 +1,8 @@
-// Where the config sends TensorBoard event files (runner/config_read_tensorboard.cpp): MindFormers'
+// Where the config sends TensorBoard event files (runner/config/read_tensorboard.cpp): MindFormers'
 // SummaryMonitor and tensorboard section, Megatron's tensorboard_dir, and which one wins.
 #include <gtest/gtest.h>
 
-#include "runner/config.h"
+#include "runner/config/config.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {

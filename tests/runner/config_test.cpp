@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "runner/batch_source.h"
-#include "runner/config.h"
+#include "runner/train/batch_source.h"
+#include "runner/config/config.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {

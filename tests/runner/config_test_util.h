@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runner/config.h"
-#include "runner/config_read.h"
+#include "runner/config/config.h"
+#include "runner/config/read.h"
 
 namespace gf::config_test {
 

@@ -1,4 +1,4 @@
-// `gridformer convert` (runner/convert.h) on the golden tiny models PyTorch computed its logits from
+// `gridformer convert` (runner/cli/convert.h) on the golden tiny models PyTorch computed its logits from
 // (tests/golden/*.safetensors, tests/models/golden_case.h): Hugging Face weights -> our checkpoint ->
 // Hugging Face weights gives every tensor back bit for bit, the export loads into the model and
 // gives PyTorch's logits; a checkpoint saved by two tensor-parallel ranks (with optimizer moments)
@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
-#include "models/gpt2.h"
-#include "models/hf_checkpoint.h"
-#include "models/llama.h"
+#include "core/math/aligned_buffer.h"
+#include "core/io/checkpoint.h"
+#include "core/io/safetensors.h"
+#include "models/arch/gpt2.h"
+#include "models/weights/hf_checkpoint.h"
+#include "models/arch/llama.h"
 #include "models/registry.h"
-#include "runner/convert.h"
+#include "runner/cli/convert.h"
 #include "tests/models/golden_case.h"
 
 namespace gf {

@@ -2,7 +2,7 @@
 // report, evaluation time left out, and the rates derived from an interval.
 #include <gtest/gtest.h>
 
-#include "runner/interval_meter.h"
+#include "runner/report/interval_meter.h"
 
 namespace gf {
 namespace {

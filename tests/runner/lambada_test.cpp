@@ -1,4 +1,4 @@
-// LAMBADA cloze accuracy (runner/lambada.h): the split of each passage into context and last word
+// LAMBADA cloze accuracy (runner/infer/lambada.h): the split of each passage into context and last word
 // by Megatron-LM's get_tokens (tasks/zeroshot_gpt/datasets.py), strict and not; the score by its
 // evaluate.py (a passage is right only if every token of the last word is); the refusals.
 //
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "runner/lambada.h"
+#include "runner/infer/lambada.h"
 
 namespace gf {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "runner/layout_check.h"
+#include "runner/config/layout_check.h"
 #include "tests/runner/config_test_util.h"
 
 namespace gf {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runner/layout_check.h"
+#include "runner/config/layout_check.h"
 
 namespace gf {
 namespace {

@@ -11,9 +11,9 @@
 
 #include <unistd.h>
 
-#include "core/gemm.h"
-#include "runner/machine_probe.h"
-#include "runner/run_info.h"
+#include "core/math/gemm.h"
+#include "runner/report/machine_probe.h"
+#include "runner/report/run_info.h"
 
 namespace gf {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "runner/rank_table.h"
+#include "runner/launch/rank_table.h"
 
 namespace gf {
 namespace {

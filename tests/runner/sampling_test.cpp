@@ -1,4 +1,4 @@
-// The next-token choice (runner/sampling.h) on logits whose outcome is worked out by hand, and
+// The next-token choice (runner/infer/sampling.h) on logits whose outcome is worked out by hand, and
 // model_config's decoding keys as MindFormers' own run_gpt2.yaml writes them.
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runner/config.h"
-#include "runner/sampling.h"
+#include "runner/config/config.h"
+#include "runner/infer/sampling.h"
 
 namespace gf {
 namespace {

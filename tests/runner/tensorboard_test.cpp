@@ -1,4 +1,4 @@
-// TensorBoard event files (runner/tensorboard.h): the TFRecord framing and Event encoding against
+// TensorBoard event files (runner/report/tensorboard.h): the TFRecord framing and Event encoding against
 // bytes of a real event file, the scalars of metrics.jsonl's lines, and the writer's files.
 // The published bytes are from tensorflow/tensorboard (commit 70b76c922822):
 // tensorboard/data/server/tf_record.rs, test_success, "Event file with
@@ -13,9 +13,9 @@
 #include <map>
 #include <sstream>
 
-#include "core/crc32c.h"
-#include "runner/tensorboard.h"
-#include "runner/proto/tensorboard_event.pb.h"  // generated in the build tree (CMakeLists.txt)
+#include "core/io/crc32c.h"
+#include "runner/report/tensorboard.h"
+#include "runner/report/proto/tensorboard_event.pb.h"  // generated in the build tree (CMakeLists.txt)
 
 namespace gf {
 namespace {

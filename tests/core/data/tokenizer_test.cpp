@@ -1,5 +1,5 @@
 // Tests for the GPT-2 byte-level BPE tokenizer (core/data/tokenizer.h) and the
-// `gridformer tokenize` stream form (core/data/tokenize_cli.h).
+// `gridformer tokenize` stream form (runner/cli/tokenize_cli.h).
 //
 // Two kinds of tests:
 //  * Real-vocabulary tests compare against ids produced by gpt-3-encoder and js-tiktoken
@@ -23,7 +23,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "core/data/tokenize_cli.h"
+#include "runner/cli/tokenize_cli.h"
 #include "core/data/tokenizer.h"
 
 namespace gf::data {

@@ -1,0 +1,987 @@
+// Sharded checkpoints (core/io/checkpoint.h): boxes, shard files, the index, the directory steps and
+// the reader.
+//
+// The shard files follow the safetensors format as huggingface/safetensors publishes it (README.md
+// "Format" and safetensors/src/tensor.rs): an 8-byte little-endian header length, a JSON header
+// padded with spaces to a multiple of 8 bytes, then the data, every byte of which belongs to
+// exactly one tensor, as the reference reader requires (it refuses holes and trailing bytes).
+//
+// Durability: data reaches the disk by fsync of each file, then of its directory before that
+// directory is renamed into place, then of the root after the rename; `latest` is replaced the
+// same way. POSIX calls throughout, every return checked, because a checkpoint that looks complete
+// but is not costs a whole run.
+#include "core/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/io/crc32c.h"
+#include "core/io/safetensors.h"
+
+namespace gf::ckpt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The shard data is the host's floats written as they are; safetensors is little-endian.
+static_assert(std::endian::native == std::endian::little, "checkpoint shards are written in host byte order");
+
+namespace {
+
+constexpr const char* kFormat = "gridformer-checkpoint";
+constexpr int kVersion = 1;
+constexpr mode_t kFileMode = 0640, kDirMode = 0750;
+constexpr const char* kLatest = "latest";
+constexpr const char* kIndex = "index.json";
+
+// `err` is errno, read by the caller before it builds the message (which may allocate).
+[[noreturn]] void sys_fail(int err, const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what + ": " + std::strerror(err));
+}
+
+std::string show(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string show(const Box& b) { return "offset " + show(b.offset) + " extent " + show(b.extent); }
+
+std::string hex8(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+bool parse_hex8(const std::string& s, uint32_t* v) {
+  if (s.size() != 8) return false;
+  uint32_t r = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return false;
+    r = r << 4 | static_cast<uint32_t>(d);
+  }
+  *v = r;
+  return true;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// ---- boxes ----------------------------------------------------------------------------------
+
+// a ∩ b; false when empty.
+bool intersect(const Box& a, const Box& b, Box* out) {
+  const size_t n = a.offset.size();
+  out->offset.resize(n);
+  out->extent.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t lo = std::max(a.offset[k], b.offset[k]);
+    const int64_t hi = std::min(a.offset[k] + a.extent[k], b.offset[k] + b.extent[k]);
+    if (hi <= lo) return false;
+    out->offset[k] = lo;
+    out->extent[k] = hi - lo;
+  }
+  return true;
+}
+
+// Whether `b` has `shape`'s rank and lies inside it.
+bool inside(const Box& b, const std::vector<int64_t>& shape) {
+  if (b.offset.size() != shape.size() || b.extent.size() != shape.size()) return false;
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (b.offset[k] < 0 || b.extent[k] < 0 || b.offset[k] + b.extent[k] > shape[k]) return false;
+  return true;
+}
+
+// Copies the box of extent `ext` at `soff` in the row-major array `src` (shape `sshape`) to `doff`
+// in `dst` (shape `dshape`), 4-byte elements. One memcpy per run of the innermost dims, trailing
+// dims that both arrays hold whole folded into the run (a box of whole rows is one memcpy); an
+// odometer steps the outer dims, so no division per element or per run. Bytes rather than floats
+// so a shard's data may sit at any alignment.
+void copy_box(const void* src, const std::vector<int64_t>& sshape, const std::vector<int64_t>& soff, void* dst,
+              const std::vector<int64_t>& dshape, const std::vector<int64_t>& doff, const std::vector<int64_t>& ext) {
+  constexpr int64_t kElem = 4;
+  const size_t n = ext.size();
+  for (int64_t e : ext)
+    if (e <= 0) return;
+  std::vector<int64_t> ss(n, kElem), ds(n, kElem);  // byte strides
+  for (size_t k = n - 1; k > 0; --k) {
+    ss[k - 1] = ss[k] * sshape[k];
+    ds[k - 1] = ds[k] * dshape[k];
+  }
+  size_t j = n - 1;
+  int64_t run = ext[j] * kElem;
+  while (j > 0 && ext[j] == sshape[j] && ext[j] == dshape[j]) {
+    --j;
+    run *= ext[j];
+  }
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (size_t k = 0; k < n; ++k) {
+    s += soff[k] * ss[k];
+    d += doff[k] * ds[k];
+  }
+  if (j == 0) {
+    std::memcpy(d, s, static_cast<size_t>(run));
+    return;
+  }
+  std::vector<int64_t> idx(j, 0);  // over dims 0..j-1
+  for (;;) {
+    std::memcpy(d, s, static_cast<size_t>(run));
+    size_t k = j;
+    for (;;) {
+      --k;
+      if (++idx[k] < ext[k]) {
+        s += ss[k];
+        d += ds[k];
+        break;
+      }
+      s -= (ext[k] - 1) * ss[k];
+      d -= (ext[k] - 1) * ds[k];
+      idx[k] = 0;
+      if (k == 0) return;
+    }
+  }
+}
+
+// Flat elements [lo, hi) of the sub-tensor shape[d..] (the dims before d fixed at prefix[0..d))
+// as boxes of the whole tensor: a partial first row (recursively), the whole rows, a partial last
+// row (recursively). At most 2 (ndim - 1) + 1 boxes.
+void flat_boxes(const std::vector<int64_t>& shape, size_t d, int64_t lo, int64_t hi, std::vector<int64_t>& prefix,
+                std::vector<Box>& out) {
+  if (lo >= hi) return;
+  const size_t n = shape.size();
+  auto rows = [&](int64_t first, int64_t count) {  // rows [first, first + count) of dim d, whole below
+    Box b;
+    b.offset.assign(n, 0);
+    b.extent.assign(n, 1);
+    for (size_t k = 0; k < d; ++k) b.offset[k] = prefix[k];
+    b.offset[d] = first;
+    b.extent[d] = count;
+    for (size_t k = d + 1; k < n; ++k) b.extent[k] = shape[k];
+    out.push_back(std::move(b));
+  };
+  if (d + 1 == n) {
+    rows(lo, hi - lo);
+    return;
+  }
+  int64_t row = 1;
+  for (size_t k = d + 1; k < n; ++k) row *= shape[k];
+  int64_t r0 = lo / row;
+  const int64_t r1 = hi / row;
+  if (r0 == r1) {  // inside one row
+    prefix[d] = r0;
+    flat_boxes(shape, d + 1, lo - r0 * row, hi - r0 * row, prefix, out);
+    prefix[d] = 0;
+    return;
+  }
+  if (lo % row != 0) {
+    prefix[d] = r0;
+    flat_boxes(shape, d + 1, lo % row, row, prefix, out);
+    ++r0;
+  }
+  if (r1 > r0) rows(r0, r1 - r0);
+  if (hi % row != 0) {
+    prefix[d] = r1;
+    flat_boxes(shape, d + 1, 0, hi % row, prefix, out);
+  }
+  prefix[d] = 0;
+}
+
+int64_t end_of(const TensorPlacement& t, int64_t lo, int64_t hi, const char* what) {
+  if (!t.spec) throw std::invalid_argument(std::string(what) + ": a TensorPlacement without its ParamSpec");
+  if (t.local_shape.empty() || t.local_shape.size() != t.spec->shape.size())
+    throw std::invalid_argument(std::string(what) + ": " + t.spec->name + ": local shape " + show(t.local_shape) +
+                                " does not match the rank of the global shape " + show(t.spec->shape));
+  const int64_t n = t.numel();
+  if (hi < 0) hi = n;
+  if (lo < 0 || lo > hi || hi > n)
+    throw std::invalid_argument(std::string(what) + ": " + t.spec->name + ": flat range [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + ") outside its " + std::to_string(n) + " local elements");
+  return hi;
+}
+
+// Local elements [lo, hi) of t as global boxes, each with where it starts in the local tensor:
+// the range's boxes of the local tensor intersected with t's pieces (padding is in none).
+std::vector<SlicePiece> wanted_boxes(const TensorPlacement& t, int64_t lo, int64_t hi) {
+  std::vector<Box> flat;
+  std::vector<int64_t> prefix(t.local_shape.size(), 0);
+  flat_boxes(t.local_shape, 0, lo, hi, prefix, flat);
+  std::vector<SlicePiece> out;
+  for (const Box& b : flat) {
+    for (const SlicePiece& p : t.pieces) {
+      const Box held{p.local_offset, p.global.extent};  // the piece, in local coordinates
+      Box both;
+      if (!intersect(b, held, &both)) continue;
+      SlicePiece w;
+      w.global.offset.resize(both.offset.size());
+      for (size_t k = 0; k < both.offset.size(); ++k)
+        w.global.offset[k] = p.global.offset[k] + both.offset[k] - p.local_offset[k];
+      w.global.extent = both.extent;
+      w.local_offset = both.offset;
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+// Throws when two of a tensor's boxes overlap (`where` names each box's file and key). Sorted by
+// their first dim's offset, each box is compared with the following ones that start before it
+// ends on that dim only.
+void check_disjoint(const std::string& context, const std::string& tensor, const std::vector<Box>& boxes,
+                    const std::vector<std::string>& where) {
+  std::vector<size_t> order(boxes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return boxes[a].offset[0] < boxes[b].offset[0]; });
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Box& a = boxes[order[i]];
+    if (a.numel() == 0) continue;
+    for (size_t j = i + 1; j < order.size(); ++j) {
+      const Box& b = boxes[order[j]];
+      if (b.offset[0] >= a.offset[0] + a.extent[0]) break;
+      Box both;
+      if (b.numel() > 0 && intersect(a, b, &both))
+        throw std::runtime_error(context + ": tensor " + tensor + ": box " + show(a) + " (" + where[order[i]] +
+                                 ") overlaps box " + show(b) + " (" + where[order[j]] +
+                                 "); each element must be saved by exactly one rank");
+    }
+  }
+}
+
+// ---- files ----------------------------------------------------------------------------------
+
+// An open file descriptor, closed (without a check: only on an error path) if not closed explicitly.
+class Fd {
+ public:
+  Fd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  void close() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) {
+      const int err = errno;
+      sys_fail(err, path_, "cannot close");
+    }
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+const char* const kWriteHint = " (a full disk or a file-size limit: free space, raise `ulimit -f`, or save elsewhere)";
+
+void write_all(int fd, const std::string& path, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      throw std::runtime_error(path + ": cannot write: " + std::strerror(err) + kWriteHint);
+    }
+    if (w == 0) throw std::runtime_error(path + ": write() wrote nothing" + kWriteHint);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void fsync_fd(const Fd& fd, const std::string& path) {
+  if (::fsync(fd.get()) != 0) {
+    const int err = errno;
+    throw std::runtime_error(path + ": fsync failed: " + std::strerror(err) + kWriteHint);
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC), dir);
+  if (fd.get() < 0) {
+    const int err = errno;
+    sys_fail(err, dir, "cannot open the directory to fsync it");
+  }
+  if (::fsync(fd.get()) != 0) {
+    const int err = errno;
+    sys_fail(err, dir, "cannot fsync the directory");
+  }
+  fd.close();
+}
+
+// A new file holding `text`, fsync'ed (removed again if it cannot be written whole).
+void write_new_file(const std::string& path, const std::string& text) {
+  Fd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, kFileMode), path);
+  if (fd.get() < 0) {
+    const int err = errno;
+    sys_fail(err, path, "cannot create");
+  }
+  try {
+    write_all(fd.get(), path, text.data(), text.size());
+    fsync_fd(fd, path);
+    fd.close();
+  } catch (...) {
+    ::unlink(path.c_str());
+    throw;
+  }
+}
+
+std::string read_text(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
+  if (fd.get() < 0) {
+    const int err = errno;
+    sys_fail(err, path, "cannot open");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd.get(), buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      sys_fail(err, path, "cannot read");
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  fd.close();
+  return out;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// mkdir -p with kDirMode for every directory it creates.
+void make_dirs(const std::string& path) {
+  std::string prefix;
+  for (const auto& part : fs::path(path)) {
+    prefix = prefix.empty() ? part.string() : (fs::path(prefix) / part).string();
+    if (part.empty() || part == "/" || is_dir(prefix)) continue;
+    if (::mkdir(prefix.c_str(), kDirMode) != 0) {
+      const int err = errno;
+      if (err != EEXIST || !is_dir(prefix)) sys_fail(err, prefix, "cannot create the checkpoint directory");
+    }
+  }
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) throw std::runtime_error(path + ": cannot remove: " + ec.message());
+}
+
+void check_name(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name[0] == '.' || name == kLatest ||
+      name.find('/') != std::string::npos)
+    throw std::invalid_argument("checkpoint name '" + name +
+                                "': must be a plain directory name, not starting with '.' and not `latest`");
+}
+
+std::string tmp_of(const std::string& root, const std::string& name) {
+  return (fs::path(root) / ("." + name + ".tmp")).string();
+}
+
+// The checkpoint a root's `latest` names (a complete one, else an error naming both).
+std::string follow_latest(const std::string& root) {
+  const std::string latest = (fs::path(root) / kLatest).string();
+  std::string name = read_text(latest);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    throw std::runtime_error(latest + ": does not hold a checkpoint name (\"" + name +
+                             "\"); rewrite it with the name of a directory beside it, or remove it");
+  const std::string dir = (fs::path(root) / name).string();
+  if (!exists((fs::path(dir) / kIndex).string()))
+    throw std::runtime_error(latest + " names " + name + ", but " + dir +
+                             (is_dir(dir) ? " has no index.json" : " does not exist") +
+                             "; point it at a complete checkpoint directory of " + root + " or remove it");
+  return dir;
+}
+
+// A checkpoint directory's index, or null when it is not one of ours.
+json read_index_or_null(const std::string& path) {
+  try {
+    json j = json::parse(read_text(path));
+    if (j.is_object() && j.value("format", "") == kFormat) return j;
+  } catch (const std::exception&) {
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// ---- pieces ---------------------------------------------------------------------------------
+
+std::vector<Piece> pieces_of(const TensorPlacement& t, const std::string& name, const float* local, int64_t lo,
+                             int64_t hi) {
+  hi = end_of(t, lo, hi, "pieces_of");
+  std::vector<Piece> out;
+  const std::vector<int64_t> zero(t.local_shape.size(), 0);
+  for (SlicePiece& w : wanted_boxes(t, lo, hi)) {
+    Piece p;
+    p.tensor = name;
+    p.shape = t.spec->shape;
+    p.data.resize(static_cast<size_t>(w.global.numel()));
+    copy_box(local, t.local_shape, w.local_offset, p.data.data(), w.global.extent, zero, w.global.extent);
+    p.box = std::move(w.global);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// ---- shards and the index -------------------------------------------------------------------
+
+std::string shard_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
+  return buf;
+}
+
+void install_checkpoint_signal_handling() {
+  // A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the process (leaving a
+  // half-written temporary and no message); ignored, write() fails with EFBIG and we say so.
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN;
+  sigemptyset(&sa.sa_mask);
+  if (::sigaction(SIGXFSZ, &sa, nullptr) != 0) {
+    const int err = errno;
+    throw std::runtime_error(std::string("cannot ignore SIGXFSZ: ") + std::strerror(err));
+  }
+}
+
+std::string write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces) {
+  const std::string file = shard_file(rank);
+  const std::string path = (fs::path(dir) / file).string();
+  std::vector<StWriteTensor> heads;
+  std::map<std::string, int64_t> count;
+  json tensors = json::object();
+  for (const Piece& p : pieces) {
+    if (p.shape.empty() || !inside(p.box, p.shape))
+      throw std::invalid_argument(path + ": tensor " + p.tensor + ": box " + show(p.box) + " is not inside its shape " +
+                                  show(p.shape));
+    if (static_cast<int64_t>(p.data.size()) != p.box.numel())
+      throw std::invalid_argument(path + ": tensor " + p.tensor + ": " + std::to_string(p.data.size()) +
+                                  " values for a box of " + std::to_string(p.box.numel()) + " elements");
+    json& entry = tensors[p.tensor];
+    if (entry.contains("shape") && entry["shape"].get<std::vector<int64_t>>() != p.shape)
+      throw std::invalid_argument(path + ": tensor " + p.tensor + ": pieces of shapes " + entry["shape"].dump() +
+                                  " and " + show(p.shape));
+    entry["shape"] = p.shape;
+    const std::string key = p.tensor + "@" + std::to_string(count[p.tensor]++);
+    entry["pieces"].push_back({{"file", file}, {"key", key}, {"offset", p.box.offset}, {"extent", p.box.extent}});
+    heads.push_back({key, StDtype::kF32, p.box.extent, p.data.data()});
+  }
+  const std::string header = safetensors_header(heads, {{"format", "gridformer"}});
+  // The data goes straight from the pieces to the file (no second copy of a rank's state in
+  // memory), checksummed on the way.
+  Fd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, kFileMode), path);
+  if (fd.get() < 0) {
+    const int err = errno;
+    sys_fail(err, path, "cannot create the checkpoint shard");
+  }
+  int64_t bytes = 0;
+  uint32_t crc = 0;
+  try {
+    write_all(fd.get(), path, header.data(), header.size());
+    crc = crc32c_extend(crc, header.data(), header.size());
+    bytes += static_cast<int64_t>(header.size());
+    for (const Piece& p : pieces) {
+      const size_t n = p.data.size() * sizeof(float);
+      write_all(fd.get(), path, p.data.data(), n);
+      crc = crc32c_extend(crc, p.data.data(), n);
+      bytes += static_cast<int64_t>(n);
+    }
+    fsync_fd(fd, path);
+    fd.close();
+  } catch (...) {
+    ::unlink(path.c_str());
+    throw;
+  }
+  json fragment;
+  fragment["files"][file] = {{"bytes", bytes}, {"crc32c", hex8(crc)}};
+  fragment["tensors"] = std::move(tensors);
+  return fragment.dump();
+}
+
+void write_index(const std::string& dir, const std::vector<std::string>& fragments, const nlohmann::json& state) {
+  const std::string path = (fs::path(dir) / kIndex).string();
+  if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer())
+    throw std::invalid_argument(path + ": the state must be an object with an integer \"step\" (got " + state.dump() +
+                                ")");
+  struct MergedPiece {
+    std::string file, key;
+    int64_t number;  // k of key "<tensor>@<k>"
+    Box box;
+  };
+  struct Merged {
+    std::vector<int64_t> shape;
+    std::string shape_file;  // the file its shape was first seen in
+    std::vector<MergedPiece> pieces;
+  };
+  std::map<std::string, json> files;
+  std::map<std::string, Merged> tensors;
+  for (size_t i = 0; i < fragments.size(); ++i) {
+    const std::string frag_name = path + ": fragment " + std::to_string(i);
+    try {
+      const json f = json::parse(fragments[i]);
+      const json& frag_files = f.at("files");
+      for (auto& [file, info] : frag_files.items()) {
+        if (files.count(file))
+          throw std::runtime_error(frag_name + ": file " + file +
+                                   " is in two fragments (two ranks with one rank number?)");
+        files[file] = info;
+      }
+      for (auto& [name, t] : f.at("tensors").items()) {
+        const auto shape = t.at("shape").get<std::vector<int64_t>>();
+        if (shape.empty()) throw std::runtime_error(frag_name + ": tensor " + name + " has no shape");
+        const json& pieces = t.at("pieces");
+        const std::string file = pieces.empty() ? frag_name : pieces[0].at("file").get<std::string>();
+        auto [it, fresh] = tensors.try_emplace(name, Merged{shape, file, {}});
+        if (!fresh && it->second.shape != shape)
+          throw std::runtime_error(path + ": tensor " + name + " has shape " + show(it->second.shape) + " in " +
+                                   it->second.shape_file + " but " + show(shape) + " in " + file +
+                                   "; the ranks saved different models");
+        for (const json& p : pieces) {
+          MergedPiece mp{p.at("file").get<std::string>(), p.at("key").get<std::string>(), 0,
+                         Box{p.at("offset").get<std::vector<int64_t>>(), p.at("extent").get<std::vector<int64_t>>()}};
+          if (!frag_files.contains(mp.file))
+            throw std::runtime_error(frag_name + ": tensor " + name + ": piece in file " + mp.file +
+                                     ", which the fragment does not list");
+          const size_t at = mp.key.rfind('@');
+          if (at == std::string::npos || mp.key.compare(0, at, name) != 0 || at + 1 == mp.key.size() ||
+              mp.key.find_first_not_of("0123456789", at + 1) != std::string::npos)
+            throw std::runtime_error(frag_name + ": tensor " + name + ": key \"" + mp.key + "\" is not \"" + name +
+                                     "@<k>\"");
+          mp.number = std::stoll(mp.key.substr(at + 1));
+          if (!inside(mp.box, shape))
+            throw std::runtime_error(path + ": tensor " + name + ": box " + show(mp.box) + " in " + mp.file +
+                                     " is not inside its shape " + show(shape));
+          it->second.pieces.push_back(std::move(mp));
+        }
+      }
+    } catch (const json::exception& e) {
+      throw std::runtime_error(frag_name + " is not an index fragment from write_shard: " + e.what());
+    }
+  }
+  // Written by hand rather than by dump(indent), which puts every number of every box on a line of
+  // its own: one line per file and per piece keeps a GPT-2 index readable in a pager.
+  auto q = [](const std::string& s) { return json(s).dump(); };
+  std::string text = "{\n \"format\": " + q(kFormat) + ",\n \"version\": " + std::to_string(kVersion) +
+                     ",\n \"state\": " + state.dump() + ",\n \"files\": {";
+  const char* sep = "\n  ";
+  for (const auto& [file, info] : files) {
+    text += sep + q(file) + ": " + info.dump();
+    sep = ",\n  ";
+  }
+  text += "\n },\n \"tensors\": {";
+  sep = "\n  ";
+  for (auto& [name, m] : tensors) {
+    // By file, then by the piece's number in it, so the same save gives the same index.
+    std::sort(m.pieces.begin(), m.pieces.end(), [](const MergedPiece& a, const MergedPiece& b) {
+      return a.file != b.file ? a.file < b.file : a.number < b.number;
+    });
+    std::vector<Box> boxes;
+    std::vector<std::string> where;
+    for (const MergedPiece& p : m.pieces) {
+      boxes.push_back(p.box);
+      where.push_back(p.file + " key " + p.key);
+    }
+    check_disjoint(path, name, boxes, where);
+    text += sep + q(name) + ": {\"shape\": " + json(m.shape).dump() + ", \"dtype\": \"F32\", \"pieces\": [";
+    const char* psep = "\n   ";
+    for (const MergedPiece& p : m.pieces) {
+      text +=
+          psep +
+          nlohmann::ordered_json{{"file", p.file}, {"key", p.key}, {"offset", p.box.offset}, {"extent", p.box.extent}}
+              .dump();
+      psep = ",\n   ";
+    }
+    text += "]}";
+    sep = ",\n  ";
+  }
+  text += "\n }\n}\n";
+  write_new_file(path, text);
+}
+
+// ---- the directory steps --------------------------------------------------------------------
+
+std::string begin_save(const std::string& root, const std::string& name) {
+  check_name(name);
+  make_dirs(root);
+  const std::string tmp = tmp_of(root, name);
+  if (exists(tmp)) remove_tree(tmp);  // a save that died half way
+  if (::mkdir(tmp.c_str(), kDirMode) != 0) {
+    const int err = errno;
+    sys_fail(err, tmp, "cannot create the checkpoint's temporary directory");
+  }
+  return tmp;
+}
+
+std::vector<std::string> commit_save(const std::string& root, const std::string& name, int keep_max) {
+  check_name(name);
+  const std::string tmp = tmp_of(root, name);
+  const std::string dir = (fs::path(root) / name).string();
+  if (!exists((fs::path(tmp) / kIndex).string()))
+    throw std::runtime_error(tmp + ": no index.json; write_index must run before commit_save");
+  fsync_dir(tmp);  // the shards' and the index's directory entries
+  if (exists(dir)) {
+    // Swap the new checkpoint in atomically, so that a crash leaves one complete checkpoint under
+    // `name` (the old one or the new one) and the other one as a stale temporary. Where the file
+    // system cannot exchange, move the old one aside first.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+      const int xerr = errno;
+      if (xerr != EINVAL && xerr != ENOSYS && xerr != ENOTSUP) sys_fail(xerr, dir, "cannot exchange it with " + tmp);
+      const std::string old = (fs::path(root) / ("." + name + ".old")).string();
+      if (exists(old)) remove_tree(old);
+      if (::rename(dir.c_str(), old.c_str()) != 0) {
+        const int err = errno;
+        sys_fail(err, dir, "cannot move it aside to " + old);
+      }
+      if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+        const int err = errno;
+        sys_fail(err, tmp, "cannot rename to " + dir);
+      }
+      fsync_dir(root);
+      remove_tree(old);
+    }
+  } else if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    sys_fail(err, tmp, "cannot rename to " + dir);
+  }
+  fsync_dir(root);
+  fault_point("renamed");  // the crash tests' kill point: in place, `latest` not changed
+  const std::string latest = (fs::path(root) / kLatest).string();
+  const std::string latest_tmp = (fs::path(root) / ".latest.tmp").string();
+  if (::unlink(latest_tmp.c_str()) != 0 && errno != ENOENT) {
+    const int err = errno;
+    sys_fail(err, latest_tmp, "cannot remove");
+  }
+  write_new_file(latest_tmp, name + "\n");
+  if (::rename(latest_tmp.c_str(), latest.c_str()) != 0) {
+    const int err = errno;
+    sys_fail(err, latest_tmp, "cannot rename to " + latest);
+  }
+  fsync_dir(root);
+  if (exists(tmp)) remove_tree(tmp);  // the checkpoint the exchange replaced
+
+  std::vector<std::string> removed;
+  if (keep_max <= 0) return removed;
+  // Our complete checkpoints (a directory of root whose index.json is ours), oldest first.
+  // Others' directories and damaged indexes are not ours to remove.
+  struct Saved {
+    int64_t step;
+    std::string name;
+  };
+  std::vector<Saved> saved;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    std::error_code dir_ec;
+    if (n.empty() || n[0] == '.' || !e.is_directory(dir_ec)) continue;
+    const json index = read_index_or_null((e.path() / kIndex).string());
+    if (index.is_null()) continue;
+    const json state = index.value("state", json());
+    const json step = state.is_object() ? state.value("step", json()) : json();
+    saved.push_back({step.is_number_integer() ? step.get<int64_t>() : -1, n});
+  }
+  if (ec) throw std::runtime_error(root + ": cannot list: " + ec.message());
+  std::sort(saved.begin(), saved.end(),
+            [](const Saved& a, const Saved& b) { return a.step != b.step ? a.step < b.step : a.name < b.name; });
+  size_t left = saved.size();
+  for (const Saved& s : saved) {
+    if (left <= static_cast<size_t>(keep_max)) break;
+    if (s.name == name) continue;  // `latest`
+    // Renamed out of sight first: a removal cut short leaves a dot-directory, not a checkpoint
+    // with missing shards.
+    const std::string victim = (fs::path(root) / s.name).string();
+    const std::string gone = (fs::path(root) / ("." + s.name + ".removing")).string();
+    if (exists(gone)) remove_tree(gone);
+    if (::rename(victim.c_str(), gone.c_str()) != 0) {
+      const int err = errno;
+      sys_fail(err, victim, "cannot move aside to remove it");
+    }
+    remove_tree(gone);
+    removed.push_back(victim);
+    --left;
+  }
+  if (!removed.empty()) fsync_dir(root);
+  return removed;
+}
+
+void abort_save(const std::string& root, const std::string& name) {
+  check_name(name);
+  const std::string tmp = tmp_of(root, name);
+  if (exists(tmp)) remove_tree(tmp);
+}
+
+std::string resolve(const std::string& path, bool allow_none) {
+  const char* const looked_for =
+      "looked for a checkpoint directory (with index.json), a checkpoint root (with `latest`) and a run's "
+      "output_dir (with checkpoint/latest)";
+  if (path.empty()) throw std::invalid_argument(std::string("empty checkpoint path; ") + looked_for);
+  if (!exists(path)) {
+    if (allow_none) return "";
+    throw std::runtime_error(path + ": no such file or directory; " + looked_for);
+  }
+  if (!is_dir(path)) throw std::runtime_error(path + ": not a directory; " + looked_for);
+  const fs::path p(path);
+  if (exists((p / kIndex).string())) return path;
+  if (exists((p / kLatest).string())) return follow_latest(path);
+  if (exists((p / "checkpoint" / kLatest).string())) return follow_latest((p / "checkpoint").string());
+  if (allow_none) return "";
+  throw std::runtime_error(path + ": holds no checkpoint; " + looked_for);
+}
+
+bool is_checkpoint(const std::string& path) {
+  try {
+    return !resolve(path).empty();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// ---- reading --------------------------------------------------------------------------------
+
+struct Reader::Shard {
+  SafeTensorsFile st;
+};
+
+Reader Reader::open(const std::string& path) {
+  Reader r;
+  r.dir_ = resolve(path);
+  const std::string index_path = (fs::path(r.dir_) / kIndex).string();
+  json index;
+  {
+    const std::string text = read_text(index_path);
+    try {
+      index = json::parse(text);
+    } catch (const json::exception& e) {
+      throw std::runtime_error(index_path + ": not JSON (" + e.what() +
+                               "); the checkpoint is damaged, resume from another one");
+    }
+  }
+  if (!index.is_object() || index.value("format", json()) != kFormat)
+    throw std::runtime_error(index_path + ": not a gridformer checkpoint index (its \"format\" is not \"" + kFormat +
+                             "\")");
+  if (index.value("version", json()) != kVersion)
+    throw std::runtime_error(index_path + ": version " + index.value("version", json()).dump() +
+                             "; this build reads version " + std::to_string(kVersion) +
+                             " (a checkpoint from a newer gridformer?)");
+  std::map<std::string, std::string> holds;  // file -> a tensor in it, for the messages
+  try {
+    r.state_ = index.at("state");
+    for (auto& [file, info] : index.at("files").items()) {
+      uint32_t crc = 0;
+      if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos)
+        throw std::runtime_error(index_path + ": file name \"" + file + "\" is not a file of the checkpoint directory");
+      if (!parse_hex8(info.at("crc32c").get<std::string>(), &crc))
+        throw std::runtime_error(index_path + ": file " + file + ": crc32c " + info.at("crc32c").dump() +
+                                 " is not 8 lowercase hex digits");
+      r.files_[file] = {info.at("bytes").get<int64_t>(), crc};
+    }
+    for (auto& [name, t] : index.at("tensors").items()) {
+      SavedTensor s;
+      s.shape = t.at("shape").get<std::vector<int64_t>>();
+      if (s.shape.empty())
+        throw std::runtime_error(index_path + ": tensor " + name + ": no shape (a saved tensor has at least one dim)");
+      if (t.value("dtype", "F32") != "F32")
+        throw std::runtime_error(index_path + ": tensor " + name + ": dtype " + t.at("dtype").dump() +
+                                 "; this build reads F32");
+      std::vector<Box> boxes;
+      std::vector<std::string> where;
+      for (const json& p : t.at("pieces")) {
+        SavedPiece sp{p.at("file").get<std::string>(), p.at("key").get<std::string>(),
+                      Box{p.at("offset").get<std::vector<int64_t>>(), p.at("extent").get<std::vector<int64_t>>()}};
+        if (!r.files_.count(sp.file))
+          throw std::runtime_error(index_path + ": tensor " + name + ": file " + sp.file + " is not in \"files\"");
+        if (!inside(sp.box, s.shape))
+          throw std::runtime_error(index_path + ": tensor " + name + ": box " + show(sp.box) + " in " + sp.file +
+                                   " is not inside its shape " + show(s.shape));
+        holds.try_emplace(sp.file, name);
+        boxes.push_back(sp.box);
+        where.push_back(sp.file + " key " + sp.key);
+        s.pieces.push_back(std::move(sp));
+      }
+      check_disjoint(index_path, name, boxes, where);
+      r.tensors_[name] = std::move(s);
+    }
+  } catch (const json::exception& e) {
+    throw std::runtime_error(index_path + ": malformed index (" + e.what() + "); the checkpoint is damaged");
+  }
+  for (const auto& [file, info] : r.files_) {
+    const std::string fpath = (fs::path(r.dir_) / file).string();
+    const auto h = holds.find(file);
+    const std::string what = h == holds.end() ? "" : " (it holds " + h->second + ")";
+    struct stat st;
+    if (::stat(fpath.c_str(), &st) != 0) {
+      const int err = errno;
+      throw std::runtime_error(fpath + ": " + std::strerror(err) + what +
+                               ": the checkpoint is incomplete or damaged; resume from another one");
+    }
+    if (static_cast<int64_t>(st.st_size) != info.first)
+      throw std::runtime_error(fpath + ": " + std::to_string(st.st_size) + " bytes, the index records " +
+                               std::to_string(info.first) + what +
+                               ": the checkpoint is truncated or damaged; resume from another one");
+  }
+  return r;
+}
+
+const std::vector<int64_t>& Reader::shape(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw std::runtime_error("checkpoint " + dir_ + ": no tensor " + name);
+  return it->second.shape;
+}
+
+std::vector<std::string> Reader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_) out.push_back(name);
+  return out;
+}
+
+void Reader::release() { open_.clear(); }
+
+const Reader::Shard& Reader::shard(const std::string& file, const std::string& tensor) {
+  const auto it = open_.find(file);
+  if (it != open_.end()) return *it->second;
+  const auto [bytes, crc] = files_.at(file);
+  const std::string path = (fs::path(dir_) / file).string();
+  std::vector<uint8_t> data(static_cast<size_t>(bytes));
+  {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
+    if (fd.get() < 0) {
+      const int err = errno;
+      sys_fail(err, path, "cannot open (reading " + tensor + ")");
+    }
+    size_t got = 0;
+    while (got < data.size()) {
+      const ssize_t r = ::read(fd.get(), data.data() + got, std::min<size_t>(data.size() - got, size_t{1} << 30));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        sys_fail(err, path, "cannot read (reading " + tensor + ")");
+      }
+      if (r == 0)
+        throw std::runtime_error(path + ": ends after " + std::to_string(got) + " bytes, the index records " +
+                                 std::to_string(bytes) + " (reading " + tensor + "): the checkpoint is damaged");
+      got += static_cast<size_t>(r);
+    }
+    fd.close();
+  }
+  const uint32_t have = crc32c(data.data(), data.size());
+  if (have != crc)
+    throw std::runtime_error(path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(crc) + " (reading " +
+                             tensor + "): the shard is damaged; restore it or resume from another checkpoint");
+  auto s = std::make_shared<Shard>(Shard{SafeTensorsFile::parse(path, std::move(data))});
+  return *(open_[file] = std::move(s));
+}
+
+void Reader::fill(const std::string& name, const SavedTensor& s, const std::vector<SlicePiece>& wanted,
+                  const std::vector<int64_t>& local_shape, float* local) {
+  for (const SlicePiece& w : wanted) {
+    int64_t covered = 0;
+    for (const SavedPiece& p : s.pieces) {
+      Box both;
+      if (!intersect(w.global, p.box, &both)) continue;
+      const Shard& sh = shard(p.file, name);
+      const std::string path = (fs::path(dir_) / p.file).string();
+      if (!sh.st.has(p.key))
+        throw std::runtime_error(path + ": no tensor '" + p.key + "', which the index names for " + name +
+                                 ": the checkpoint is damaged");
+      const StTensor& st = sh.st.get(p.key);
+      if (st.dtype != StDtype::kF32 || st.shape != p.box.extent)
+        throw std::runtime_error(path + ": tensor '" + p.key + "' is not F32 of shape " + show(p.box.extent) +
+                                 " as the index records for " + name + ": the checkpoint is damaged");
+      std::vector<int64_t> soff(both.offset.size()), doff(both.offset.size());
+      for (size_t k = 0; k < soff.size(); ++k) {
+        soff[k] = both.offset[k] - p.box.offset[k];
+        doff[k] = w.local_offset[k] + both.offset[k] - w.global.offset[k];
+      }
+      copy_box(st.data, p.box.extent, soff, local, local_shape, doff, both.extent);
+      covered += both.numel();
+    }
+    // The saved boxes are disjoint (checked at open), so the sum of the overlaps is the count.
+    if (covered == w.global.numel()) continue;
+    // Find an element no saved box holds, to name it.
+    const size_t n = w.global.offset.size();
+    std::vector<int64_t> g = w.global.offset;
+    for (;;) {
+      bool held = false;
+      for (const SavedPiece& p : s.pieces) {
+        held = true;
+        for (size_t k = 0; k < n && held; ++k)
+          held = g[k] >= p.box.offset[k] && g[k] < p.box.offset[k] + p.box.extent[k];
+        if (held) break;
+      }
+      if (!held)
+        throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + ": element " + show(g) + " of shape " +
+                                 show(s.shape) +
+                                 " is in no saved piece; the checkpoint does not hold everything this layout needs");
+      size_t k = n;
+      while (k > 0) {
+        --k;
+        if (++g[k] < w.global.offset[k] + w.global.extent[k]) break;
+        g[k] = w.global.offset[k];
+        if (k == 0) throw std::logic_error("checkpoint " + dir_ + ": " + name + ": coverage count disagrees");
+      }
+    }
+  }
+}
+
+const Reader::SavedTensor& Reader::saved(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    throw std::runtime_error("checkpoint " + dir_ + ": no tensor " + name + " among its " +
+                             std::to_string(tensors_.size()) + " tensors (saved from another model?)");
+  return it->second;
+}
+
+void Reader::read(const std::string& name, const TensorPlacement& t, float* local, int64_t lo, int64_t hi) {
+  const SavedTensor& s = saved(name);
+  hi = end_of(t, lo, hi, "Reader::read");
+  if (s.shape != t.spec->shape)
+    throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + " has shape " + show(s.shape) +
+                             " in the checkpoint but " + show(t.spec->shape) +
+                             " in this model; resume with the model config it was saved with");
+  int64_t held = 0;
+  for (const SlicePiece& p : t.pieces) held += p.global.numel();
+  if (held < t.numel()) std::fill(local + lo, local + hi, 0.0f);  // padding
+  fill(name, s, wanted_boxes(t, lo, hi), t.local_shape, local);
+}
+
+std::vector<float> Reader::read_full(const std::string& name) {
+  const SavedTensor& s = saved(name);
+  std::vector<float> out(static_cast<size_t>(numel_of(s.shape)));
+  if (out.empty()) return out;
+  const std::vector<int64_t> zero(s.shape.size(), 0);
+  fill(name, s, {SlicePiece{Box{zero, s.shape}, zero}}, s.shape, out.data());
+  return out;
+}
+
+}  // namespace gf::ckpt

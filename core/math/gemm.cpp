@@ -1,0 +1,161 @@
+#include <algorithm>
+#include "core/math/gemm.h"
+
+#include <cblas.h>
+
+// GCC 12 flags _mm256_undefined_pd() inside Eigen's AVX-512 packing (a known false positive of
+// -Wmaybe-uninitialized on the "undefined" intrinsics); the whole file sees Eigen's GEMM inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+// Eigen parallelises its GEMM with OpenMP only when compiled with it (gf_core gets -fopenmp from
+// OpenMP::OpenMP_CXX); without it the kEigen backend would quietly run on one thread.
+#ifndef EIGEN_HAS_OPENMP
+#error "Eigen without OpenMP: its GEMM would be single-threaded"
+#endif
+
+namespace gf {
+
+namespace {
+
+CBLAS_TRANSPOSE op(Trans t) { return t == Trans::kYes ? CblasTrans : CblasNoTrans; }
+
+template <typename T>
+void gemm_blas(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, op(ta), op(tb), i(M), i(N), i(K), alpha, A, i(lda), B, i(ldb), beta, C, i(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, op(ta), op(tb), i(M), i(N), i(K), alpha, A, i(lda), B, i(ldb), beta, C, i(ldc));
+}
+
+template <typename T>
+using RowMajorMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
+                               Eigen::OuterStride<>>;
+template <typename T>
+using ConstRowMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                                    Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// C += alpha * op(A) op(B) with Eigen's GEMM: the transposes are views of the row-major maps, so
+// Eigen's blas_traits pass them to its kernels as column-major operands (no copy); noalias()
+// keeps it from evaluating into a temporary.
+template <typename T, typename OpA, typename OpB>
+void eigen_accumulate(RowMajorMap<T>& c, T alpha, const OpA& a, const OpB& b) {
+  c.noalias() += alpha * a * b;
+}
+
+template <typename T>
+void gemm_eigen(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  RowMajorMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
+  // cblas: beta == 0 means C is not read (NaN/Inf in it do not propagate).
+  if (beta == T(0))
+    c.setZero();
+  else if (beta != T(1))
+    c *= beta;
+  if (K == 0 || alpha == T(0)) return;
+  // The stored matrices: A is M x K (or K x M when transposed), B is K x N (or N x K).
+  const ConstRowMajorMap<T> a(A, ta == Trans::kNo ? M : K, ta == Trans::kNo ? K : M, Eigen::OuterStride<>(lda));
+  const ConstRowMajorMap<T> b(B, tb == Trans::kNo ? K : N, tb == Trans::kNo ? N : K, Eigen::OuterStride<>(ldb));
+  if (ta == Trans::kNo && tb == Trans::kNo) eigen_accumulate(c, alpha, a, b);
+  if (ta == Trans::kNo && tb == Trans::kYes) eigen_accumulate(c, alpha, a, b.transpose());
+  if (ta == Trans::kYes && tb == Trans::kNo) eigen_accumulate(c, alpha, a.transpose(), b);
+  if (ta == Trans::kYes && tb == Trans::kYes) eigen_accumulate(c, alpha, a.transpose(), b.transpose());
+}
+
+constexpr int kUnset = -1;
+std::atomic<int> g_backend{kUnset};
+
+GemmBackend backend_from_env() {
+  const char* env = std::getenv("GF_GEMM");
+  if (env == nullptr || *env == '\0') return GemmBackend::kBlas;  // measured faster: see gemm.h
+  const std::string v(env);
+  if (v == "blas" || v == "openblas") return GemmBackend::kBlas;
+  if (v == "eigen") return GemmBackend::kEigen;
+  throw std::invalid_argument("GF_GEMM=" + v + ": unknown GEMM backend; use GF_GEMM=blas or GF_GEMM=eigen");
+}
+
+// One row times a matrix (generation's decode step for one sequence): a matrix-vector product,
+// which reads B once, where both GEMMs would first copy B into their packed panels (for the LM
+// head that is the whole embedding, per token). beta == 0 overwrites C without reading it.
+template <typename T>
+void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, int64_t ldb, T beta, T* c) {
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  if (beta == T(0)) std::fill(c, c + N, T(0));
+  // c = alpha op(B)^T a: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
+  const CBLAS_TRANSPOSE t = tb == Trans::kNo ? CblasTrans : CblasNoTrans;
+  const int rows = tb == Trans::kNo ? i(K) : i(N), cols = tb == Trans::kNo ? i(N) : i(K);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+  else
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+}
+
+template <typename T>
+void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+             int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
+    gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
+    return;
+  }
+  if (backend == GemmBackend::kEigen)
+    gemm_eigen(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace
+
+GemmBackend gemm_backend() {
+  int b = g_backend.load(std::memory_order_relaxed);
+  if (b == kUnset) {
+    int expected = kUnset;
+    g_backend.compare_exchange_strong(expected, static_cast<int>(backend_from_env()));
+    b = g_backend.load(std::memory_order_relaxed);
+  }
+  return static_cast<GemmBackend>(b);
+}
+
+void gemm_set_backend(GemmBackend backend) { g_backend.store(static_cast<int>(backend)); }
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kEigen ? "eigen" : "blas";
+}
+
+void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_on(backend, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  gemm_on(backend, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_on(gemm_backend(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  gemm_on(gemm_backend(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_set_threads(int n) {
+  if (n <= 0) return;
+  openblas_set_num_threads(n);
+  Eigen::setNbThreads(n);
+}
+
+int gemm_eigen_threads() { return Eigen::nbThreads(); }
+
+}  // namespace gf

@@ -1,0 +1,61 @@
+// The one matrix-product interface of the step. Row-major, C = alpha * op(A) * op(B) + beta * C,
+// with cblas semantics (beta == 0 overwrites C without reading it; K == 0 scales C by beta).
+// The double overload serves the finite-difference checks of the ops.
+//
+// Two fp32/fp64 backends behind it, chosen once per process:
+//   kBlas  — OpenBLAS 0.3.21 (the OpenMP build, so it shares our OpenMP threads);
+//   kEigen — Eigen 3.4's own GEMM kernels through Eigen::Map (OpenMP-parallel as well).
+// The default is kBlas, by measurement: bench/bench_gemm.cpp times both on every product of one
+// training step, FLOP-weighted over the step (medians of 5 interleaved rounds, 2026-11-22, on a
+// 2-vCPU AVX-512/AMX Xeon shared with other sessions' builds):
+//   2 threads, wall clock, two runs with ~0.9 of the cores ours: OpenBLAS 152 vs Eigen 122
+//     GFLOP/s on gpt2-tiny, 165-169 vs 127-128 on gpt2-124M (1.25-1.32x); per product Eigen is at
+//     66-121% of OpenBLAS, level or ahead only on attention's small per-head products;
+//   1 thread, CPU clock, three runs: 71-82 vs 59-67 (gpt2-tiny), 79-95 vs 65-79 (gpt2-124M), 1.2x;
+//   2 threads with half the cores taken by other processes: 1.35-1.55x.
+// bench/README.md has the tables. `GF_GEMM=blas|eigen` in the environment (read at the first
+// call) or gemm_set_backend() override the default. Which is faster depends on the CPU and on
+// OpenBLAS's kernels (on an AMD EPYC Eigen beat OpenBLAS held to its Haswell kernels by
+// OPENBLAS_CORETYPE, and lost to its SkylakeX ones: bench/README.md), so `gridformer train` sets
+// the default per machine from the machine probe's measurement (runner/report/machine_probe.h) unless
+// GF_GEMM is set; kBlas stays the default of this library without one (tests, benchmarks).
+//
+// Neither backend is allocation-free per call (a malloc counter on a 1024x768x768 product at 2
+// threads): OpenBLAS mallocs 512 KiB per call, Eigen its packing buffers, 3 blocks of ~1.9 MB in
+// all (gemm_blocking_space with dynamic sizes). The bf16 path is core/math/gemm_bf16.h.
+#pragma once
+#include <cstdint>
+
+namespace gf {
+
+enum class Trans : bool { kNo = false, kYes = true };
+
+enum class GemmBackend { kBlas, kEigen };
+
+// op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides of the stored matrices.
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+          int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+// The same product on one named backend, whatever the process-wide choice (tests, benchmarks).
+void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, double alpha,
+          const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+          int64_t ldc);
+
+// The process-wide backend: GF_GEMM (blas|eigen) read at the first call, else kBlas. An unknown
+// GF_GEMM value throws std::invalid_argument naming the accepted ones.
+GemmBackend gemm_backend();
+void gemm_set_backend(GemmBackend backend);
+const char* gemm_backend_name(GemmBackend backend);
+
+// Threads one call may use, for both backends (OpenBLAS's and Eigen's own settings; 0 = leave as
+// configured). Inside an OpenMP parallel region both run single-threaded (attention's per-head
+// products). The bf16 path (oneDNN, OpenMP runtime) follows omp_set_num_threads instead.
+void gemm_set_threads(int n);
+// What Eigen will use for one product (Eigen::nbThreads(); 1 if Eigen was built without OpenMP).
+int gemm_eigen_threads();
+
+}  // namespace gf

@@ -1,0 +1,259 @@
+#include "engine/pipeline_executor.h"
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/trace/trace.h"
+
+namespace gf {
+
+using pipeline::Action;
+using pipeline::Op;
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers, pipeline::Scheduler sched,
+                                                 const pipeline::Shape& shape, int stage) {
+  if (static_cast<int64_t>(stage_layers.size()) != static_cast<int64_t>(shape.stages) * shape.chunks)
+    throw std::invalid_argument("pipeline: " + std::to_string(stage_layers.size()) + " layer counts for " +
+                                std::to_string(shape.stages * shape.chunks) + " virtual stages");
+  const std::vector<int> slots = pipeline::slots_per_chunk(sched, shape, stage);
+  // The chunk holding the last layer can share one logits buffer over its slots when the schedule
+  // runs each micro-batch's backward (input pass) right after its forward there: no other forward
+  // of that chunk in between.
+  const std::vector<pipeline::Action> list = pipeline::stage_actions(sched, shape, stage);
+  auto forward_then_backward = [&](int chunk) {
+    int open = -1;
+    for (const pipeline::Action& a : list) {
+      if (a.chunk != chunk) continue;
+      if (a.op == pipeline::Op::kForward) {
+        if (open >= 0) return false;
+        open = a.micro;
+      } else if (a.op == pipeline::Op::kBackward || a.op == pipeline::Op::kBackwardInput) {
+        if (a.micro != open) return false;
+        open = -1;
+      }
+    }
+    return true;
+  };
+  std::vector<StageOptions> out;
+  for (int c = 0; c < shape.chunks; ++c) {
+    const int k = c * shape.stages + stage;
+    int64_t begin = 0;
+    for (int j = 0; j < k; ++j) begin += stage_layers[static_cast<size_t>(j)];
+    StageOptions st;
+    st.layer_begin = begin;
+    st.layer_end = begin + stage_layers[static_cast<size_t>(k)];
+    st.slots = std::max(1, slots.at(static_cast<size_t>(c)));
+    st.defer_weight_grads = sched == pipeline::Scheduler::kZBH1;
+    st.share_logits = k == shape.stages * shape.chunks - 1 && forward_then_backward(c);
+    out.push_back(st);
+  }
+  return out;
+}
+
+PipelineExecutor::PipelineExecutor(PipelineStage& model, const Communicator& pp, pipeline::Scheduler sched,
+                                   const pipeline::Shape& shape)
+    : model_(model), pp_(pp), sched_(sched), shape_(shape), stage_(pp.rank()) {
+  if (pp.size() != shape.stages)
+    throw std::invalid_argument("pipeline: " + std::to_string(pp.size()) + " ranks in the pipeline group for " +
+                                std::to_string(shape.stages) + " stages");
+  if (model.chunks() != shape.chunks)
+    throw std::invalid_argument("pipeline: the stage holds " + std::to_string(model.chunks()) + " chunks, the schedule " +
+                                std::to_string(shape.chunks));
+  const StageDims& d = model.chunk(0).dims();
+  floats_ = d.Nl * d.C;
+  actions_ = pipeline::stage_actions(sched, shape, stage_);
+  const int64_t most = 2LL * shape.chunks * shape.micro_batches;
+  if (most > pp.tag_upper_bound())
+    throw std::invalid_argument("pipeline: " + std::to_string(most) + " message tags exceed MPI's limit " +
+                                std::to_string(pp.tag_upper_bound()) + "; lower parallel_config.micro_batch_num");
+  for (int c = 0; c < shape.chunks; ++c) model.chunk(c).set_progress_hook([this] { advance(); });
+  for (int c = 0; c < shape.chunks; ++c) {
+    const int64_t n = model.chunk(c).dims().slots;
+    slot_micro_.emplace_back(static_cast<size_t>(n), -1);
+    slot_send_.emplace_back(static_cast<size_t>(n), MPI_REQUEST_NULL);
+  }
+}
+
+int PipelineExecutor::tag(int direction, int micro, int receiver_chunk) const {
+  return (direction * shape_.chunks + receiver_chunk) * shape_.micro_batches + micro;
+}
+
+float* PipelineExecutor::take_buffer() {
+  if (free_.empty()) {
+    buffers_.emplace_back(static_cast<size_t>(floats_));
+    free_.push_back(buffers_.back().data());
+  }
+  float* b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void PipelineExecutor::wait_timed(MPI_Request& r) {
+  if (r == MPI_REQUEST_NULL) return;
+  trace::Span span("wait", "MPI_Wait");  // the step timeline's wait for a neighbour stage
+  const double t0 = now_s();
+  Communicator::wait(r);
+  wait_s_ += now_s() - t0;
+}
+
+int64_t PipelineExecutor::slot_for(int micro, int chunk) {
+  std::vector<int>& s = slot_micro_[static_cast<size_t>(chunk)];
+  for (size_t k = 0; k < s.size(); ++k)
+    if (s[k] < 0) {
+      s[k] = micro;
+      wait_timed(slot_send_[static_cast<size_t>(chunk)][k]);  // its output may still be going out
+      slot_of_[{micro, chunk}] = static_cast<int64_t>(k);
+      return static_cast<int64_t>(k);
+    }
+  throw std::logic_error("pipeline: chunk " + std::to_string(chunk) + " has no free slot for micro-batch " +
+                         std::to_string(micro) + " (" + std::to_string(s.size()) + " slots)");
+}
+
+void PipelineExecutor::free_slot(int micro, int chunk) {
+  const auto it = slot_of_.find({micro, chunk});
+  slot_micro_[static_cast<size_t>(chunk)][static_cast<size_t>(it->second)] = -1;
+  slot_of_.erase(it);
+}
+
+void PipelineExecutor::advance() {
+  // Finished sends give their buffers back; a posted receive is tested so that MPI moves it.
+  for (size_t i = 0; i < sends_.size();)
+    if (Communicator::test(sends_[i].req)) {
+      give_buffer(sends_[i].buf);
+      sends_[i] = sends_.back();
+      sends_.pop_back();
+    } else {
+      ++i;
+    }
+  for (auto* m : {&recv_fwd_, &recv_bwd_})
+    for (auto& [key, r] : *m) Communicator::test(r.req);
+  for (auto& per_chunk : slot_send_)
+    for (MPI_Request& r : per_chunk) Communicator::test(r);
+}
+
+double PipelineExecutor::train(const std::function<Micro(int)>& micro, float grad_scale) {
+  return run(actions_, micro, grad_scale, false);
+}
+
+double PipelineExecutor::forward_only(const std::function<Micro(int)>& micro, int count) {
+  // Each micro-batch through the virtual stages in order: a chain, so no stage waits on a cycle.
+  std::vector<Action> list;
+  for (int i = 0; i < count; ++i)
+    for (int c = 0; c < shape_.chunks; ++c) {
+      if (!first_virtual(c)) list.push_back({Op::kRecvForward, i, c});
+      list.push_back({Op::kForward, i, c});
+      if (!last_virtual(c)) list.push_back({Op::kSendForward, i, c});
+    }
+  return run(list, micro, 0.0f, true);
+}
+
+double PipelineExecutor::run(const std::vector<Action>& actions, const std::function<Micro(int)>& micro,
+                             float grad_scale, bool forward_only) {
+  const int p = shape_.stages;
+  const int prev = (stage_ + p - 1) % p, next = (stage_ + 1) % p;
+  wait_s_ = compute_s_ = 0;
+  moe_.clear();
+  double loss = 0;
+  const bool moe = model_.config().moe.enabled();
+  auto timed = [&](auto&& f) {
+    const double t0 = now_s();
+    f();
+    compute_s_ += now_s() - t0;
+  };
+  auto take_recv = [&](std::map<std::pair<int, int>, Pending>& m, const Action& a) {
+    const auto it = m.find({a.micro, a.chunk});
+    if (it == m.end())
+      throw std::logic_error(std::string("pipeline: ") + pipeline::op_name(a.op) + " of micro-batch " +
+                             std::to_string(a.micro) + " on chunk " + std::to_string(a.chunk) + " without its receive");
+    Pending r = it->second;
+    m.erase(it);
+    wait_timed(r.req);
+    return r.buf;
+  };
+  for (const Action& a : actions) {
+    TransformerLM& ch = model_.chunk(a.chunk);
+    // The step timeline's span of the action (its waits, messages and layers inside it).
+    trace::Span span("pipeline", pipeline::op_name(a.op));
+    span.arg("micro", a.micro).arg("chunk", a.chunk);
+    switch (a.op) {
+      case Op::kRecvForward: {
+        // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
+        float* b = take_buffer();
+        recv_fwd_[{a.micro, a.chunk}] = {b, pp_.irecv(b, floats_, prev, tag(0, a.micro, a.chunk))};
+        break;
+      }
+      case Op::kRecvBackward: {
+        float* b = take_buffer();
+        recv_bwd_[{a.micro, a.chunk}] = {b, pp_.irecv(b, floats_, next, tag(1, a.micro, a.chunk))};
+        break;
+      }
+      case Op::kForward: {
+        const int64_t slot = slot_for(a.micro, a.chunk);
+        float* in = first_virtual(a.chunk) ? nullptr : take_recv(recv_fwd_, a);
+        const Micro m = micro(a.micro);
+        timed([&] { loss += ch.stage_forward(slot, m.tokens, in, m.info); });
+        if (in != nullptr) give_buffer(in);
+        if (moe) accumulate_moe_stats(moe_, ch.moe_stats(slot));
+        if (forward_only && last_virtual(a.chunk)) free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        break;
+      }
+      case Op::kSendForward: {
+        const int64_t slot = slot_of_.at({a.micro, a.chunk});
+        const int to_chunk = stage_ == p - 1 ? a.chunk + 1 : a.chunk;
+        slot_send_[static_cast<size_t>(a.chunk)][static_cast<size_t>(slot)] =
+            pp_.isend(ch.stage_output(slot), floats_, next, tag(0, a.micro, to_chunk));
+        if (forward_only) free_slot(a.micro, a.chunk);
+        break;
+      }
+      case Op::kBackward:
+      case Op::kBackwardInput: {
+        const int64_t slot = slot_of_.at({a.micro, a.chunk});
+        float* dout = last_virtual(a.chunk) ? nullptr : take_recv(recv_bwd_, a);
+        const BwdPass pass = a.op == Op::kBackward ? BwdPass::kBoth : BwdPass::kInput;
+        timed([&] { ch.stage_backward(slot, pass, dout, grad_scale); });
+        if (dout != nullptr) give_buffer(dout);
+        if (a.op == Op::kBackward) free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        break;
+      }
+      case Op::kBackwardWeight: {
+        const int64_t slot = slot_of_.at({a.micro, a.chunk});
+        timed([&] { ch.stage_backward(slot, BwdPass::kWeight, nullptr, grad_scale); });
+        free_slot(a.micro, a.chunk);
+        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        break;
+      }
+      case Op::kSendBackward: {
+        // The input gradient is the chunk's scratch until its next backward: copied out to send.
+        float* b = take_buffer();
+        std::memcpy(b, ch.input_grad(), sizeof(float) * static_cast<size_t>(floats_));
+        const int to_chunk = stage_ == 0 ? a.chunk - 1 : a.chunk;
+        sends_.push_back({b, pp_.isend(b, floats_, prev, tag(1, a.micro, to_chunk))});
+        break;
+      }
+    }
+    advance();
+  }
+  trace::Span drain("pipeline", "drain sends");  // the sends still going out when the list is done
+  for (Pending& s : sends_) {
+    wait_timed(s.req);
+    give_buffer(s.buf);
+  }
+  sends_.clear();
+  for (auto& per_chunk : slot_send_)
+    for (MPI_Request& r : per_chunk) wait_timed(r);
+  if (!recv_fwd_.empty() || !recv_bwd_.empty() || !slot_of_.empty())
+    throw std::logic_error("pipeline: the schedule left receives or micro-batches unfinished");
+  return loss;
+}
+
+}  // namespace gf

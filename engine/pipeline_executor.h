@@ -1,0 +1,86 @@
+// Runs a pipeline schedule's action list (parallel/pipeline/schedule.h) on this rank's model chunks
+// (models/pipeline_stage.h): forwards and backwards of micro-batches on the chunks' slots, and the
+// activations and their gradients sent to and received from the neighbouring stages with MPI's
+// non-blocking point-to-point calls. A receive is posted where the list puts it (ahead of the compute
+// that reads it) and waited for only by that compute; a send is posted right after the compute and
+// completes in the background. The time spent waiting for a neighbour is measured: it is the
+// stage's bubble.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "core/math/aligned_buffer.h"
+#include "models/pipeline_stage.h"
+#include "parallel/communicator.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace gf {
+
+// The model chunks stage `stage` runs for `stage_layers` (layers per virtual stage, virtual stage k =
+// chunk * stages + stage), with the slots and the deferred weight pass the schedule needs.
+std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers, pipeline::Scheduler sched,
+                                                 const pipeline::Shape& shape, int stage);
+
+class PipelineExecutor {
+ public:
+  // pp: the pipeline communicator (rank = stage). The model's chunks must be pipeline_chunk_options(...).
+  PipelineExecutor(PipelineStage& model, const Communicator& pp, pipeline::Scheduler sched, const pipeline::Shape& shape);
+
+  struct Micro {
+    const int32_t* tokens;  // [B, T + 1]
+    StepInfo info;
+  };
+  // One training step over shape.micro_batches micro-batches: accumulates into the arena's gradients
+  // the gradient of grad_scale x (their summed loss, plus the router losses). Returns the summed
+  // token loss over the micro-batches on the stage that holds the last layer, 0 elsewhere.
+  double train(const std::function<Micro(int)>& micro, float grad_scale);
+  // Forward only (no dropout is the caller's StepInfo), `count` micro-batches; the same return.
+  double forward_only(const std::function<Micro(int)>& micro, int count);
+
+  // Of the last train() or forward_only(): seconds this rank waited for its neighbours, and computed.
+  double wait_seconds() const { return wait_s_; }
+  double compute_seconds() const { return compute_s_; }
+  // The MoE layers' router statistics summed over the last train()'s micro-batches (this stage's layers).
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_; }
+  const std::vector<pipeline::Action>& actions() const { return actions_; }
+
+ private:
+  struct Pending {
+    float* buf = nullptr;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  double run(const std::vector<pipeline::Action>& actions, const std::function<Micro(int)>& micro, float grad_scale,
+             bool forward_only);
+  int virtual_stage(int chunk) const { return chunk * shape_.stages + stage_; }
+  bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last_virtual(int chunk) const { return virtual_stage(chunk) == shape_.stages * shape_.chunks - 1; }
+  int tag(int direction, int micro, int receiver_chunk) const;
+  float* take_buffer();
+  void give_buffer(float* b) { free_.push_back(b); }
+  int64_t slot_for(int micro, int chunk);
+  void free_slot(int micro, int chunk);
+  void wait_timed(MPI_Request& r);
+  // Tests every message in flight (between layers, and between actions): lets MPI move them.
+  void advance();
+
+  PipelineStage& model_;
+  const Communicator& pp_;
+  pipeline::Scheduler sched_;
+  pipeline::Shape shape_;
+  int stage_;
+  int64_t floats_;  // one message: [Nl, C]
+  std::vector<pipeline::Action> actions_;
+  std::vector<AlignedBuffer<float>> buffers_;  // messages' buffers, allocated on first use and reused
+  std::vector<float*> free_;
+  std::map<std::pair<int, int>, Pending> recv_fwd_, recv_bwd_;  // (micro, chunk)
+  std::vector<Pending> sends_;
+  std::vector<std::vector<int>> slot_micro_;               // per chunk, per slot: the micro-batch in it, -1 free
+  std::vector<std::vector<MPI_Request>> slot_send_;        // per chunk, per slot: the send reading its output
+  std::map<std::pair<int, int>, int64_t> slot_of_;
+  std::vector<MoeLayerStats> moe_;
+  double wait_s_ = 0, compute_s_ = 0;
+};
+
+}  // namespace gf

@@ -1,0 +1,38 @@
+// The run's layout as the model sees it: how its parameters and activations are split over the
+// tensor (and sequence) and expert parallel ranks, whether the vocabulary is split, what is
+// recomputed and the dtype of the matrix products. Built once from the run settings
+// (runner/config/config.h: model_layout) and passed beside the ModelConfig, which holds the
+// architecture's keys only. A model never reads these from anywhere else.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "core/math/mixed_precision.h"
+
+namespace gf {
+
+// What backward recomputes (recompute_config): nothing, the attention core and the activation
+// function (select_recompute), or each layer's whole forward (recompute).
+enum class RecomputePolicy { kNone, kSelective, kFull };
+
+struct ModelLayout {
+  int tp = 1;                     // tensor-parallel ranks (parallel_config.model_parallel)
+  bool sequence_parallel = false; // use_seq_parallel: LayerNorm, dropout and residuals split by tokens
+  bool vocab_split = false;       // vocab_emb_dp: False: embedding and LM head split by vocabulary
+  int ep = 1;                     // expert_parallel: each MoE layer's experts over this many ranks
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  int64_t recompute_num_layers = -1;  // recomputed layers from the first (-1: all)
+  ComputeDtype compute = ComputeDtype::kFloat32;  // model_config.compute_dtype
+
+  // The number of the first layers of `layers` that are recomputed.
+  int64_t recomputed_layers(int64_t layers) const {
+    if (recompute == RecomputePolicy::kNone) return 0;
+    return recompute_num_layers < 0 ? layers : std::min(layers, recompute_num_layers);
+  }
+  // Under tensor parallel with vocab_emb_dp False the vocabulary is split (a no-op on one rank).
+  bool vocab_parallel() const { return vocab_split && tp > 1; }
+  bool low_precision() const { return compute != ComputeDtype::kFloat32; }
+  bool operator==(const ModelLayout&) const = default;
+};
+
+}  // namespace gf

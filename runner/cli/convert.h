@@ -1,0 +1,66 @@
+// `gridformer convert`: weights between our checkpoints (core/io/checkpoint.h), Hugging Face
+// safetensors (a directory with model.safetensors, or shards model-0000k-of-0000N.safetensors with
+// model.safetensors.index.json, as transformers' save_pretrained writes them) and one full
+// .safetensors file.
+//
+//   our checkpoint  -> Hugging Face: the weights only (optimizer.* tensors skipped), each tensor
+//                      assembled whole from the saved boxes of every rank, under the name
+//                      Hugging Face's model class gives it (GPT-2: `transformer.` prefixed).
+//   Hugging Face    -> our checkpoint: one shard (rank 0) holding each tensor as one whole box,
+//                      state {"step": 0, "converted_from": path, "weights_only": true} (the
+//                      trainer loads it as weights and refuses to resume from it); names without
+//                      `transformer.`, the buffers the loader ignores and a tied lm_head dropped.
+//   Hugging Face    -> Hugging Face / one file: the same tensors, resharded or merged, in another
+//                      dtype if asked.
+//
+// Checkpoints hold float32. Hugging Face output is float32 unless --dtype says bfloat16 or float16,
+// rounded to nearest even as the model's mixed precision rounds (core/math/gemm_bf16.h's float_to_bf16,
+// _Float16's conversion as in core/math/mixed_precision.h); F16/BF16/F64 inputs are read as float.
+// float32 -> float32 and f16/bf16 -> float32 -> the same f16/bf16 are exact, so a round trip in
+// either is bit for bit; float32 through bf16 or f16 is not (the rounding is kept).
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gf {
+
+struct ConvertOptions {
+  std::string from, to;
+  std::string format;          // "hf", "checkpoint", or "" (the other kind than --from's)
+  std::string max_shard_size;  // Hugging Face directory output; "" is save_pretrained's default, 5GB
+  std::string dtype = "float32";  // of Hugging Face output: float32, bfloat16, float16
+  bool overwrite = false;      // write into a non-empty --to (see convert_weights)
+};
+
+struct ConvertSummary {
+  std::string source, target;      // what was read and written, for the summary line
+  int64_t tensors = 0;             // written
+  int64_t bytes = 0;               // of tensor data written
+  std::vector<std::string> files;  // written, in order (an index last)
+  // The source's tensors not written, by reason (optimizer state, buffers, a tied head).
+  std::map<std::string, std::vector<std::string>> skipped;
+};
+
+// Converts opt.from to opt.to, printing a line on `progress` at each tenth of the bytes read.
+// Refuses (std::runtime_error naming the path, file or tensor and what to do) a --from that is
+// missing or neither kind, a damaged checkpoint (the Reader's checks: missing or truncated shards,
+// CRC-32C), a non-float Hugging Face tensor, --to equal to --from, and a --to that already exists
+// (a non-empty directory, or the file) unless opt.overwrite: then a Hugging Face directory keeps
+// its other files (config.json, the tokenizer) and loses the model*.safetensors and index that
+// this conversion does not write (a stale model.safetensors beside new shards would be read in
+// their place), and a checkpoint directory gets its `converted` checkpoint replaced and `latest`
+// pointed at it. On failure the files written so far are removed.
+ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress);
+
+// The subcommand: convert_weights with progress on stderr and the summary on stdout; returns the
+// exit status (0 done; 2 nothing converted, the message printed as `error: ...`).
+int run_convert(const ConvertOptions& opt);
+
+// "5GB", "500MB", "2GiB", "100KB", "4096": bytes, with huggingface_hub's decimal units
+// (KB 1e3 ... TB 1e12) and binary ones (KiB 2^10 ... TiB 2^40). Throws naming the text.
+int64_t parse_byte_size(const std::string& text);
+
+}  // namespace gf

@@ -1,0 +1,430 @@
+// gridformer: one binary, subcommands train | predict | config | plan | tokenize | convert.
+#include <CLI/CLI.hpp>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <iostream>
+#include <unistd.h>
+#include <thread>
+
+#include "runner/cli/tokenize_cli.h"
+#include "core/math/gemm.h"
+#include "parallel/communicator.h"
+#include "runner/config/config.h"
+#include "runner/cli/convert.h"
+#include "runner/infer/generate.h"
+#include "runner/config/layout_check.h"
+#include "runner/report/plan.h"
+#include "runner/report/logging.h"
+#include "runner/report/machine_probe.h"
+#include "runner/report/metrics_log.h"
+#include "runner/launch/rank_agreement.h"
+#include "runner/launch/rank_table.h"
+#include "runner/train/trainer.h"
+
+namespace {
+
+// Threads per rank: OMP_NUM_THREADS if set, else the cores shared evenly among this host's ranks.
+int threads_per_rank() {
+  if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
+  int local = 1;
+  if (const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); e && std::atoi(e) > 0) local = std::atoi(e);
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, hw / local);
+}
+
+// Exit statuses (README "Exit status"): 0 done; 1 a failure during training; 2 a problem found
+// before training (usage, config, layout, rank table, output_dir, data, weights); 3 a NaN/Inf loss;
+// 130/143 stopped by SIGINT/SIGTERM.
+constexpr int kSetupError = 2;
+
+// What an exception says, as one line for the user: out-of-memory and filesystem errors get what to do.
+std::string describe(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return "out of memory: the model, batch or data does not fit in this host's memory; lower "
+           "runner_config.batch_size or the model size, raise parallel_config.model_parallel, or run fewer ranks per host";
+  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
+    return fmt::format("{}: {}", f->path1().string(), f->code().message());
+  return e.what();
+}
+
+// The rank table (--rank_table, else $RANK_TABLE_FILE as in MindFormers; neither: no table). Every rank loads and
+// validates it and the ranks agree on the outcome (hosts may see different files). Returns "" when there is no
+// table or it fits, else the problem (the same text on every rank).
+std::string check_rank_table(std::string path, const gf::Communicator& world) {
+  if (path.empty())
+    if (const char* e = std::getenv("RANK_TABLE_FILE"); e && *e) path = e;
+  if (path.empty()) return "";
+  std::string problem;
+  gf::RankTable table;
+  try {
+    table = gf::load_rank_table(path);
+    if (table.rank_count() != world.size())
+      problem = fmt::format("rank table {} has {} rank(s) but {} rank(s) are running; start {} ranks (mpirun -np {}, or "
+                            "RANK_SIZE {} for run_distribute.sh), or use a table for {} (rank_table --device_num \"[0,{})\")",
+                            path, table.rank_count(), world.size(), table.rank_count(), table.rank_count(),
+                            table.rank_count(), world.size(), world.size());
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  problem = gf::first_problem(world, problem);
+  if (problem.empty()) {
+    const gf::RankLocation here = table.locate(world.rank());
+    spdlog::info("rank table {}: {} ranks on {} server(s); this rank: server {} device {}", path, table.rank_count(),
+                 table.servers.size(), here.server_id, here.device.device_id);
+  }
+  return problem;
+}
+
+// Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
+// table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
+std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
+                              const std::string& rank_table, const gf::Communicator& world, gf::Config& cfg,
+                              bool predicting = false) {
+  const int rank = world.rank();
+  std::string problem;
+  try {
+    cfg = gf::load_config(config_path, sets);
+    if (cfg.run_mode == "predict" && !predicting)
+      problem = "run_mode: predict generates text from prompts: run `gridformer predict --config " + config_path +
+                " --predict_data \"TEXT\"` (or --predict_file FILE), as MindFormers' run_mindformer.py --predict_data";
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
+  try {
+    gf::setup_logging(cfg.output_dir, rank, rank == 0);
+  } catch (const std::exception& e) {
+    problem = fmt::format("output_dir `{}`: cannot create the log directory ({}); set output_dir to a directory this "
+                          "user can write (--set output_dir=...)", cfg.output_dir, describe(e));
+  }
+  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
+  for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
+  for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
+  if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
+  return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
+}
+
+struct LambadaRequest {
+  std::string path;  // --lambada_data ("": none)
+  bool strict = false;
+};
+
+// A rank's start, for train and predict (inside an MpiEnvironment): console logging, the threads, the
+// config and layout checked on every rank (check_before_work), the ParallelContext of the layout.
+// Empty after a problem, which rank 0 has printed.
+std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, const std::vector<std::string>& sets,
+                                                const std::string& rank_table, bool predicting, gf::Config& cfg,
+                                                int& threads) {
+  gf::Communicator world = gf::Communicator::world();
+  const int rank = world.rank();
+  gf::setup_console_logging(rank);
+  threads = threads_per_rank();
+  omp_set_num_threads(threads);
+  gf::gemm_set_threads(threads);
+  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, predicting);
+      !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return nullptr;
+  }
+  const auto& p = cfg.parallel;
+  return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
+      std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
+                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel))));
+}
+
+int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+              const std::string& save_weights, const LambadaRequest& lambada, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Config cfg;
+  int threads = 1;
+  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, false, cfg, threads);
+  if (!started) return kSetupError;
+  gf::ParallelContext& ctx = *started;
+  const int rank = ctx.world_rank, world_size = ctx.world.size();
+  spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
+  // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
+  // with the others: one message, status 2 on every rank.
+  std::unique_ptr<gf::Trainer> trainer;
+  std::vector<gf::ClozeItem> lambada_items;
+  std::string problem;
+  try {
+    if (!lambada.path.empty()) {
+      if (cfg.parallel.pipeline_stage > 1)
+        throw std::runtime_error("--lambada_data: LAMBADA runs the whole model on each rank; pipeline_stage " +
+                                 std::to_string(cfg.parallel.pipeline_stage) + " is not supported there (use 1)");
+      lambada_items = gf::read_lambada_for(cfg, lambada.path, lambada.strict);
+    }
+    trainer = std::make_unique<gf::Trainer>(cfg, ctx, gf::apply_machine_probe(threads));  // fp32 GEMM backend, MFU peak
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
+  }
+  gf::install_stop_handlers();
+  int status = 0;
+  try {
+    nlohmann::json eval_line;
+    if (cfg.run_mode == "eval") {
+      const double loss = trainer->evaluate();
+      spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
+                   cfg.eval_data.eval_iters);
+      eval_line = {{"event", "eval"}, {"eval_loss", loss}, {"ppl", std::exp(loss)}};
+    } else {
+      status = trainer->run();
+      if (status == 0 && !save_weights.empty()) trainer->save_weights(save_weights);
+    }
+    // LAMBADA after the evaluation, or after training's last step.
+    if (status == 0 && !lambada_items.empty()) {
+      const gf::ClozeResult r = gf::evaluate_lambada(trainer->model(), ctx, cfg, lambada_items, lambada.path);
+      if (eval_line.is_null()) eval_line = {{"event", "eval"}, {"step", trainer->total_steps()}};
+      eval_line["lambada_accuracy"] = r.accuracy();
+      eval_line["lambada_correct"] = r.correct;
+      eval_line["lambada_items"] = r.items;
+      eval_line["lambada_strict"] = lambada.strict;
+    }
+    if (rank == 0 && !eval_line.is_null()) gf::MetricsLog(std::filesystem::path(cfg.output_dir) / "metrics.jsonl").write(eval_line);
+  } catch (const std::exception& e) {
+    // Past set-up the other ranks may be inside a collective: this rank says what failed and stops them all.
+    spdlog::error("{}{}", world_size == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
+    spdlog::default_logger()->flush();
+    if (world_size == 1) return 1;
+    gf::MpiEnvironment::abort(1);
+  }
+  return status;
+}
+
+// `gridformer predict`: set-up as for training, then generation (runner/infer/generate.h).
+int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+                const gf::PredictRequest& req, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Config cfg;
+  int threads = 1;
+  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
+  if (!started) return kSetupError;
+  gf::ParallelContext& ctx = *started;
+  const int rank = ctx.world_rank;
+  gf::apply_machine_probe(threads);  // the fp32 GEMM backend
+  std::unique_ptr<gf::Predictor> predictor;
+  std::string problem;
+  try {
+    predictor = std::make_unique<gf::Predictor>(cfg, ctx, req);  // no collective: the ranks agree below
+  } catch (const std::exception& e) {
+    problem = describe(e);
+  }
+  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+    if (rank == 0) spdlog::error("{}", problem);
+    return kSetupError;
+  }
+  try {
+    predictor->run();
+  } catch (const std::exception& e) {
+    spdlog::error("{}{}", ctx.world.size() == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
+    spdlog::default_logger()->flush();
+    if (ctx.world.size() == 1) return 1;
+    gf::MpiEnvironment::abort(1);
+  }
+  return 0;
+}
+
+// A --set value as a double-quoted YAML string (any path stays a string).
+std::string yaml_quoted(const std::string& s) {
+  std::string q = "\"";
+  for (const char ch : s) q += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  return q + "\"";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, pipeline and expert parallel, ZeRO-1, gradient accumulation)"};
+  app.require_subcommand(1);
+  std::string config_path;
+  std::vector<std::string> sets;
+  std::string rank_table;
+
+  auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
+  train->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
+  std::string save_weights;
+  train->add_option("--save-weights", save_weights,
+                    "after training, write the full weights (gathered from every rank) to this .safetensors file "
+                    "(the model's Hugging Face names; load_checkpoint reads it)");
+  std::string tensorboard_dir;
+  train->add_option("--tensorboard-dir", tensorboard_dir,
+                    "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
+                    "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "
+                    "replaces; view with `tensorboard --logdir DIR`");
+  LambadaRequest lambada;
+  train->add_option("--lambada_data", lambada.path,
+                    "also report LAMBADA cloze accuracy on this JSON-lines file of {\"text\": ...} (Megatron's "
+                    "zero-shot LAMBADA; docs/evaluation.md): in run_mode eval after loss and perplexity, in training "
+                    "after the last step")->check(CLI::ExistingFile);
+  train->add_flag("--strict_lambada", lambada.strict,
+                  "whole-word matching (Megatron's --strict-lambada): the last word's every token, not the last token");
+  train->add_option("--rank_table", rank_table,
+                    "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
+                    "$RANK_TABLE_FILE; neither: no table)");
+
+  gf::PredictRequest preq;
+  auto* pred = app.add_subcommand(
+      "predict", "generate text from prompts (run_mode: predict): the text on stdout, the log on stderr; under mpirun "
+                 "with model_parallel the heads and vocabulary are split");
+  pred->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  pred->add_option("--set", sets, "override a key (repeatable)");
+  std::string load_ckpt, use_past;
+  pred->add_option("--load_checkpoint", load_ckpt,
+                   "the weights: one of our checkpoints (or a run's checkpoint/ or output_dir), Hugging Face "
+                   "safetensors, a MindSpore .ckpt or a --save-weights file (default: the config's load_checkpoint; "
+                   "none: the seed's random weights)");
+  pred->add_option("--predict_data", preq.texts, "a prompt (repeatable)");
+  pred->add_option("--predict_file", preq.file, "a file of prompts, one a line")->check(CLI::ExistingFile);
+  pred->add_option("--predict_ids", preq.ids, "a prompt as token ids, space-separated (repeatable)");
+  int64_t max_decode_length = 0, top_k = -1;
+  double top_p = 0.0, repetition_penalty = 0.0;
+  bool do_sample = false;
+  int64_t seed = -1;
+  pred->add_option("--max_decode_length", max_decode_length,
+                   "prompt + generated tokens per prompt (model_config.max_decode_length)")->check(CLI::PositiveNumber);
+  pred->add_option("--max_new_tokens", preq.max_new_tokens, "generated tokens per prompt (instead of max_decode_length)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--predict_batch_size", preq.batch, "prompts decoded together (default: all)")
+      ->check(CLI::PositiveNumber);
+  pred->add_flag("--do_sample", do_sample, "sample (model_config.do_sample: True) instead of greedy decoding");
+  pred->add_option("--top_k", top_k, "sample among the k most likely tokens (0: all; model_config.top_k)")
+      ->check(CLI::NonNegativeNumber);
+  pred->add_option("--top_p", top_p, "sample among the most likely tokens whose probability reaches p (model_config.top_p)")
+      ->check(CLI::Range(1e-9, 1.0));
+  pred->add_option("--temperature", preq.temperature, "divide the logits by this before sampling (default 1.0)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--repetition_penalty", repetition_penalty,
+                   "CTRL's penalty on tokens already in the sequence (1.0: none; model_config.repetition_penalty)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--seed", seed, "the sampling seed (the config's seed)")->check(CLI::NonNegativeNumber);
+  pred->add_option("--use_past", use_past, "true: the KV cache; false: recompute the prefix for every token "
+                                           "(model_config.use_past)")->check(CLI::IsMember({"true", "false", "True", "False"}));
+  pred->add_option("--ids_out", preq.ids_out, "also write each prompt's and continuation's token ids as JSON lines");
+  pred->add_option("--vocab_file", preq.vocab_file, "GPT-2 vocabulary JSON (default: processor.tokenizer.vocab_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--merge_file", preq.merge_file, "GPT-2 merges (default: processor.tokenizer.merge_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--rank_table", rank_table, "MindFormers/HCCL rank table JSON (as for train)");
+
+  auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
+  config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  config->add_option("--set", sets, "override a key (repeatable)");
+  int ranks = 0;
+  config->add_option("--ranks", ranks,
+                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
+                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+      ->check(CLI::Range(1, 1 << 24));
+
+  auto* plan = app.add_subcommand("plan", "what each rank will hold (parameters, gradients, optimizer state, weight copy, "
+                                          "activations), computed from the config without building anything");
+  plan->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  plan->add_option("--set", sets, "override a key (repeatable)");
+  plan->add_option("--ranks", ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
+      ->check(CLI::Range(1, 1 << 24));
+
+  std::string vocab, merges;
+  bool decode = false;
+  auto* tok = app.add_subcommand("tokenize", "GPT-2 BPE: each stdin line -> its ids space-separated (or back with --decode)");
+  tok->add_option("--vocab-file", vocab, "gpt2-vocab.json (encoder.json)")->required()->check(CLI::ExistingFile);
+  tok->add_option("--merge-file", merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
+  tok->add_flag("--decode", decode, "read ids, print text");
+
+  gf::ConvertOptions conv;
+  auto* convert = app.add_subcommand("convert", "weights between our checkpoints, Hugging Face safetensors (one file or "
+                                                "shards with model.safetensors.index.json) and one full .safetensors file");
+  convert->add_option("--from", conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
+                                           "or Hugging Face weights (a .safetensors file, or a directory with "
+                                           "model.safetensors or model.safetensors.index.json)")->required();
+  convert->add_option("--to", conv.to, "a directory, or a .safetensors file for one full file")->required();
+  convert->add_option("--format", conv.format, "hf | checkpoint (default: the other kind than --from's)");
+  convert->add_option("--max-shard-size", conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
+  convert->add_option("--dtype", conv.dtype, "Hugging Face output dtype: float32 (default), bfloat16, float16");
+  convert->add_flag("--overwrite", conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "error: " << e.what() << " (gridformer --help, gridformer SUBCOMMAND --help)\n";
+    return kSetupError;
+  }
+
+  if (*config) {
+    try {
+      const gf::Config cfg = gf::load_config(config_path, sets);
+      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      // The layout rules that hold whatever the rank count (pipeline parallelism's, expert parallelism's) are
+      // refused here too; with --ranks N, the whole layout check.
+      std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
+      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+        for (const auto& u : problems) msg += "\n  " + u;
+      }
+      if (!msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
+      std::cout << gf::dump_resolved(cfg);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << describe(e) << "\n";
+      return kSetupError;
+    }
+  }
+  if (*plan) {
+    try {
+      const gf::Config cfg = gf::load_config(config_path, sets);
+      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+      const int n = ranks > 0 ? ranks
+                              : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
+                                                 cfg.parallel.pipeline_stage);
+      std::string msg = gf::layout_error_message(cfg, n);
+      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+        for (const auto& u : problems) msg += "\n  " + u;
+      }
+      if (!msg.empty()) {
+        std::cerr << "error: " << msg << "\n";
+        return 2;
+      }
+      std::cout << gf::plan_report(cfg, n);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << describe(e) << "\n";
+      return kSetupError;
+    }
+  }
+  if (*pred) {
+    // The decoding options are overrides of model_config's keys, so the config checks them.
+    const std::string k = "model.model_config.";
+    if (!load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(load_ckpt));
+    if (max_decode_length > 0) sets.push_back(k + "max_decode_length=" + std::to_string(max_decode_length));
+    if (do_sample) sets.push_back(k + "do_sample=True");
+    if (top_k >= 0) sets.push_back(k + "top_k=" + std::to_string(top_k));
+    if (top_p > 0) sets.push_back(k + "top_p=" + fmt::format("{}", top_p));
+    if (repetition_penalty > 0) sets.push_back(k + "repetition_penalty=" + fmt::format("{}", repetition_penalty));
+    if (seed >= 0) sets.push_back("seed=" + std::to_string(seed));
+    if (!use_past.empty()) sets.push_back(k + "use_past=" + std::string(use_past == "true" || use_past == "True" ? "True" : "False"));
+    return run_predict(config_path, sets, rank_table, preq, argc, argv);
+  }
+  if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
+  if (*convert) return gf::run_convert(conv);
+  // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it; double-quoted
+  // YAML keeps any path a string.
+  if (!tensorboard_dir.empty()) {
+    std::string quoted = "\"";
+    for (const char ch : tensorboard_dir) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+    sets.push_back("tensorboard_dir=" + quoted + "\"");
+  }
+  return run_train(config_path, sets, rank_table, save_weights, lambada, argc, argv);
+}

@@ -1,0 +1,177 @@
+// The typed configuration: the MindFormers-style YAML checked against the schema
+// (config_schema.cpp), defaults filled in, --set overrides applied, then read into structs. Every
+// key of the schema has a disposition (config_keys.cpp): read into a field here, warned about, or
+// refused; nothing is dropped without a word.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "models/model_config.h"
+#include "parallel/pipeline/partition.h"
+
+namespace gf {
+
+// Every problem found in a config, one per line, each naming its key path and the fix.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+struct ParallelConfig {
+  int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
+  bool use_seq_parallel = false;
+  // Micro-batches of batch_size samples per step per data-parallel rank under pipeline_stage > 1
+  // (global batch = batch_size x data_parallel x micro_batch_num, as MindFormers counts it); at
+  // pipeline_stage 1 warned and ignored, as MindFormers ignores it (gradient_accumulation_steps is the
+  // count there). micro_batches_per_step() below says which.
+  int64_t micro_batch_num = 1;
+  bool vocab_emb_dp = true;
+  int64_t gradient_aggregation_group = 4;
+  bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
+  // parallel.pipeline_config.pipeline_scheduler, normalised: "gpipe", "1f1b", "interleaved" (also what
+  // "1f1b" becomes with pipeline_chunks > 1), "zero_bubble_h1" (aliases zbh1, zb-h1, zero_bubble).
+  std::string pipeline_scheduler = "1f1b";
+  // Model chunks per stage (virtual stages): model.model_config.pp_interleave_num when
+  // parallel.pipeline_config.pipeline_interleave is True and pipeline_stage > 1, else 1.
+  int64_t pipeline_chunks = 1;
+  // model.model_config.offset as written (an int, a list per stage, or [chunk][stage] lists).
+  LayerOffset layer_offset;
+  // Resolved by the loader: the layers of each virtual stage, pipeline_stage x pipeline_chunks entries,
+  // virtual stage k = chunk x pipeline_stage + stage (parallel/pipeline/partition.h); {num_layers} at
+  // pipeline_stage 1. Empty only when the split fails, which config_layout_problems refuses
+  // (runner/config/layout_check.h), so a run never starts with it empty.
+  std::vector<int64_t> stage_layers;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct LossScaleConfig {
+  bool dynamic = false;
+  double value = 1.0, factor = 2.0;
+  int64_t window = 1000;
+  bool operator==(const LossScaleConfig&) const = default;
+};
+
+struct DatasetConfig {
+  std::string loader_type = "MegatronDataset";
+  std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)
+  std::string split = "949,50,1";
+  bool shuffle = true;
+  uint64_t seed = 1234;
+  int64_t num_samples = -1;  // RandomTokens: distinct samples, cycled (-1: every sample new)
+  int64_t eval_iters = 10;
+  bool operator==(const DatasetConfig&) const = default;
+};
+
+// What a CheckpointMonitor callback asks for (MindFormers' keys): a checkpoint every save_steps
+// steps under `directory` (default <output_dir>/checkpoint), the newest keep_max kept, written from a
+// background thread when async_save (runner/train/checkpointing.cpp).
+struct CheckpointConfig {
+  bool enabled = false;
+  std::string prefix = "gridformer";
+  int64_t save_steps = 1, keep_max = 5;
+  std::string directory;
+  bool async_save = false;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+// Text generation (run_mode: predict, `gridformer predict`; runner/infer/generate.h): model_config's decoding
+// keys as MindFormers means them, and the processor's GPT-2 BPE files.
+struct GenerationConfig {
+  int64_t max_decode_length = 1024;  // prompt + generated tokens
+  int64_t top_k = 5;                 // 0: no top-k filter
+  double top_p = 1.0, temperature = 1.0, repetition_penalty = 1.0;
+  bool do_sample = false;
+  bool use_past = false;             // the KV cache; False recomputes the whole prefix for every token
+  int64_t eos_token_id = 50256;      // < 0: none
+  std::string tokenizer_type;          // processor.tokenizer.type ("" when the file has no processor)
+  std::string vocab_file, merge_file;  // processor.tokenizer.vocab_file / merge_file
+  bool operator==(const GenerationConfig&) const = default;
+};
+
+// The step timeline (MindFormers' top-level profile keys; runner/train/trainer.cpp, core/trace/trace.h): Chrome
+// trace JSON of steps [start_step, stop_step] under <output_dir>/profile. init_start_profile: from
+// the first step, as MindFormers' profiler started at its initialisation (start_step has no effect).
+struct ProfileConfig {
+  bool enabled = false;
+  int64_t start_step = 1, stop_step = 10;
+  bool init_start = false, communication = false, memory = false;
+  int64_t first_step() const { return init_start ? 1 : start_step; }
+  bool operator==(const ProfileConfig&) const = default;
+};
+
+// Everything the run is built from. `operator==` lets the config tests prove that a key reaches
+// a field: change the key alone, and the settings must differ.
+struct Settings {
+  int64_t seed = 0;
+  std::string run_mode = "train", output_dir = "./output";
+  std::string load_checkpoint;  // the weights to start from (load_checkpoint, or in run_mode eval a path in
+                                // model_config.checkpoint_name_or_path); checked to exist at load time
+  std::string model_name;       // trainer.model_name: the run's label in the log
+  bool use_parallel = true;     // False with several ranks: warned at start (the ranks still train together)
+  bool resume_training = false;
+  ParallelConfig parallel;
+  // runner_config.gradient_accumulation_steps: at pipeline_stage 1 a step runs this many micro-batches
+  // of batch_size and accumulates their gradients (global batch = batch_size x data_parallel x
+  // gradient_accumulation_steps); with pipeline_stage > 1 it must be 1 (micro_batch_num counts there).
+  int64_t gradient_accumulation_steps = 1;
+  bool recompute = false, select_recompute = false;
+  int64_t recompute_num_layers = -1;
+  int64_t epochs = 1, batch_size = 1, train_steps = -1;
+  double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/report/machine_probe.h)
+  LossScaleConfig loss_scale;
+  bool use_clip_grad = false;
+  double max_grad_norm = 1.0;
+  std::string optimizer_type = "AdamWeightDecay";
+  AdamWConfig adamw;
+  LrScheduleConfig lr;
+  DatasetConfig train_data, eval_data;
+  bool do_eval = false;
+  int64_t eval_step_interval = 100;  // -1: not by steps
+  int64_t eval_epoch_interval = -1;  // -1: not by epochs
+  ModelConfig model;
+  int64_t per_print_times = 1;
+  CheckpointConfig checkpoint;
+  // TensorBoard (runner/report/tensorboard.h): the directory rank 0 writes this run's event file to ("": none)
+  // and the key that named it, for the log (config_read_tensorboard.cpp decides between them).
+  std::string tensorboard_dir, tensorboard_dir_from;
+  GenerationConfig generation;
+  ProfileConfig profile;
+  bool operator==(const Settings&) const = default;
+};
+
+// Micro-batches of batch_size samples per step per data-parallel rank: micro_batch_num under
+// pipeline parallelism, gradient_accumulation_steps without it.
+inline int64_t micro_batches_per_step(const Settings& s) {
+  return s.parallel.pipeline_stage > 1 ? s.parallel.micro_batch_num : s.gradient_accumulation_steps;
+}
+// Samples per step over all ranks: batch_size x data_parallel x micro_batches_per_step.
+inline int64_t global_batch_size(const Settings& s) {
+  return s.batch_size * s.parallel.data_parallel * micro_batches_per_step(s);
+}
+
+struct Config : Settings {
+  YAML::Node resolved;                // the full resolved tree
+  std::vector<std::string> warnings;  // keys that mean nothing here, and what was done instead
+  std::set<std::string> consumed;     // key paths the loader read (list items by index)
+};
+
+// Reads `path`, applies `overrides` ("a.b.c=value", a YAML scalar or flow value), validates and
+// resolves. Throws ConfigError listing every problem: those of the file name the file, those an
+// override brings name the override (`--set a.b=c: ...`). An empty file is refused.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config_string(const std::string& yaml, const std::vector<std::string>& overrides = {},
+                          const std::string& source = "<string>");
+std::string dump_resolved(const Config& cfg);
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace gf

@@ -1,0 +1,310 @@
+// What gridformer does with every key of the schema: one rule per leaf (config_schema.h says what
+// each KeyUse means). kBuilt and kChecked keys are read in config_read*.cpp; kCpu, kIgnored and
+// kRefused keys are handled by config_tree::apply_rules from this table alone, so the loader never
+// reads them. tests/runner/config_keys_test.cpp proves every rule against the loader. The sections
+// every model shares and GPT2Config's model section are here; LlamaConfig's in config_keys_llama.cpp,
+// moe_config's in config_keys_moe.cpp.
+#include <algorithm>
+#include <utility>
+
+#include "runner/config/keys.h"
+#include "runner/config/schema.h"
+
+namespace gf {
+namespace {
+
+using enum KeyUse;
+using config_keys::kGeneration;
+
+// Shared reasons: kIgnored keys with the same reason share one warning.
+const char* const kTokenizer =
+    "the data is read already tokenized (MegatronDataset .bin/.idx, made by the preprocessor with "
+    "`gridformer tokenize`'s BPE); the dataset's tokenizer is not used";
+const char* const kProcessor = "the processor's other settings: predict reads processor.tokenizer.vocab_file and merge_file (GPT-2 BPE)";
+const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
+const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
+const char* const kInputColumns =
+    "MegatronDataset samples are token ids only: the labels are the ids shifted by one and attention is "
+    "causal without a padding mask";
+
+std::vector<KeyRule> dataset_rules(const std::string& ds) {
+  auto at = [&](const char* key) { return ds + "." + key; };
+  const bool train = ds == "train_dataset";
+  std::vector<KeyRule> r = {
+      {at("data_loader.type"), kBuilt, "train_data/eval_data.loader_type"},
+      {at("data_loader.data_path"), kBuilt, "train_data/eval_data.data_path"},
+      {at("data_loader.dataset_dir"), kIgnored, "MindDataset's directory: MegatronDataset and RandomTokens read data_path"},
+      {at("data_loader.split"), kBuilt, "train_data/eval_data.split"},
+      {at("data_loader.shuffle"), kBuilt, "train_data/eval_data.shuffle"},
+      {at("data_loader.seed"), kBuilt, "train_data/eval_data.seed"},
+      {at("data_loader.num_samples"), kBuilt, "train_data/eval_data.num_samples"},
+      {at("tokenizer.type"), kIgnored, kTokenizer},
+      {at("tokenizer.max_length"), kIgnored, kTokenizer},
+      {at("tokenizer.vocab_file"), kIgnored, kTokenizer},
+      {at("tokenizer.merge_file"), kIgnored, kTokenizer},
+      {at("input_columns"), kIgnored, kInputColumns},
+      {at("num_parallel_workers"), kCpu, ""},
+      {at("python_multiprocessing"), kCpu, ""},
+      {at("numa_enable"), kCpu, ""},
+      {at("prefetch_size"), kCpu, ""},
+      {at("drop_remainder"), kIgnored,
+       train ? "the last partial global batch of an epoch is always dropped"
+             : "evaluation reads eval_iters whole global batches"},
+      {at("batch_size"), kChecked, "replaced by runner_config.batch_size (as MindFormers does); warned when it differs"},
+      {at("repeat"), kIgnored, "repeating the data: use runner_config.epochs"},
+  };
+  if (!train) r.push_back({at("eval_iters"), kBuilt, "eval_data.eval_iters"});
+  r.push_back({ds + "_task.type", kChecked, "CausalLanguageModelDataset only"});
+  r.push_back({ds + "_task.dataset_config", kChecked,
+               "replaced by " + ds + ", as MindFormers replaces it; warned when it differs from " + ds});
+  return r;
+}
+
+// The sections every model type shares: everything but model.model_config and model.arch.
+std::vector<KeyRule> common_rules() {
+  std::vector<KeyRule> r = {
+      {"seed", kBuilt, "seed"},
+      {"run_mode", kBuilt, "run_mode"},
+      {"output_dir", kBuilt, "output_dir"},
+      {"load_checkpoint", kBuilt, "load_checkpoint (checked to exist)"},
+      {"src_strategy_path_or_dir", kCpu, kStrategy},
+      {"auto_trans_ckpt", kCpu, "MindSpore's distributed-checkpoint transformation has no counterpart here"},
+      {"only_save_strategy", kCpu, kStrategy},
+      {"resume_training", kBuilt, "resume_training (the trainer resumes from load_checkpoint or its own checkpoint/)"},
+      {"use_parallel", kBuilt, "use_parallel (False with several ranks: warned at start)"},
+      {"micro_batch_interleave_num", kRefused,
+       "interleaving is not built; MindFormers trains batch_size x micro_batch_interleave_num samples per card: set "
+       "runner_config.batch_size to that product and micro_batch_interleave_num: 1"},
+      {"remote_save_url", kCpu, "ObsMonitor uploads to OBS on ModelArts only"},
+      {"do_eval", kBuilt, "do_eval"},
+      {"eval_step_interval", kBuilt, "eval_step_interval"},
+      {"eval_epoch_interval", kBuilt, "eval_epoch_interval"},
+      {"layer_scale", kRefused, "layer-wise learning-rate decay (layer_decay) is not built yet; set layer_scale: False"},
+      {"layer_decay", kIgnored, "used only with layer_scale: True (not built)"},
+      {"lr_scale", kRefused,
+       "scaling the learning rate by the device count is not built; set lr_schedule.learning_rate to learning_rate x "
+       "ranks x batch_size / lr_scale_factor yourself, and lr_scale: False"},
+      {"lr_scale_factor", kIgnored, "used only with lr_scale: True (not built)"},
+      {"auto_tune", kCpu, kAutotune},
+      {"filepath_prefix", kCpu, kAutotune},
+      {"autotune_per_step", kCpu, kAutotune},
+      {"profile", kBuilt, "profile.enabled (a Chrome trace of the profiled steps under <output_dir>/profile)"},
+      {"profile_start_step", kBuilt, "profile.start_step"},
+      {"profile_stop_step", kBuilt, "profile.stop_step"},
+      {"init_start_profile", kBuilt, "profile.init_start (profiling from step 1)"},
+      {"profile_communication", kBuilt, "profile.communication (collectives and messages in the trace)"},
+      {"profile_memory", kBuilt, "profile.memory (RSS and planned activation counters in the trace)"},
+      {"context.mode", kCpu, ""},
+      {"context.device_target", kCpu, ""},
+      {"context.device_id", kCpu, ""},
+      {"context.enable_graph_kernel", kCpu, ""},
+      {"context.graph_kernel_flags", kCpu, ""},
+      {"context.max_call_depth", kCpu, ""},
+      {"context.max_device_memory", kCpu, ""},
+      {"context.save_graphs", kCpu, ""},
+      {"context.save_graphs_path", kCpu, ""},
+      {"context.runtime_num_threads", kCpu,
+       "MindSpore's runtime threads; here OMP_NUM_THREADS sets them (default: the host's cores shared among its ranks)"},
+      {"context.jit_config.jit_level", kCpu, "MindSpore's graph compiler level"},
+      {"context.memory_optimize_level", kCpu, ""},
+      {"context.mempool_block_size", kCpu, ""},
+      {"context.ascend_config.precision_mode", kCpu, ""},
+      {"runner_config.epochs", kBuilt, "epochs"},
+      {"runner_config.batch_size", kBuilt, "batch_size"},
+      {"runner_config.sink_mode", kCpu, ""},
+      {"runner_config.sink_size", kCpu, ""},
+      {"runner_config.train_steps", kBuilt, "train_steps"},
+      {"runner_config.peak_tflops", kBuilt, "peak_tflops"},
+      {"runner_config.gradient_accumulation_steps", kBuilt,
+       "gradient_accumulation_steps (>= 1): at pipeline_stage 1 a step runs that many micro-batches of batch_size and "
+       "accumulates their gradients (global batch = batch_size x data_parallel x gradient_accumulation_steps); with "
+       "pipeline_stage > 1 it must be 1 (micro_batch_num accumulates there; the layout check)"},
+      {"runner_wrapper.type", kChecked, "MFTrainOneStepCell only"},
+      {"runner_wrapper.scale_sense", kBuilt, "loss_scale"},
+      {"runner_wrapper.use_clip_grad", kBuilt, "use_clip_grad"},
+      {"runner_wrapper.max_grad_norm", kBuilt, "max_grad_norm"},
+      {"runner_wrapper.enable_check_overflow", kIgnored,
+       "MindFormers r1.1-r1.3 ignores it too (MFTrainOneStepCell takes it in **kwargs); overflow is checked when "
+       "runner_wrapper.scale_sense is a DynamicLossScaleUpdateCell"},
+      {"parallel.parallel_mode", kCpu, ""},
+      {"parallel.gradients_mean", kChecked,
+       "warned when False in data-parallel mode (parallel_mode 0), where MindSpore would sum the gradients"},
+      {"parallel.loss_repeated_mean", kIgnored, "the loss is computed once per global batch, so no repeats are averaged"},
+      {"parallel.full_batch", kCpu, ""},
+      {"parallel.search_mode", kCpu, ""},
+      {"parallel.enable_parallel_optimizer", kBuilt, "parallel.optimizer_shard"},
+      {"parallel.strategy_ckpt_save_file", kCpu, kStrategy},
+      {"parallel.enable_alltoall", kCpu, ""},
+      {"parallel.strategy_ckpt_config.save_file", kCpu, kStrategy},
+      {"parallel.strategy_ckpt_config.only_trainable_params", kCpu, kStrategy},
+      {"parallel.parallel_optimizer_config.gradient_accumulation_shard", kIgnored,
+       "the accumulated gradient (gradient_accumulation_steps, or micro_batch_num under pipeline_stage > 1) is not "
+       "sharded over data parallel: each rank accumulates into its whole gradient buffer (ZeRO-1, "
+       "parallel.enable_parallel_optimizer, shards the optimizer state)"},
+      {"parallel.parallel_optimizer_config.parallel_optimizer_threshold", kIgnored,
+       "ZeRO-1 here shards the flat parameter arena evenly over data parallel, small parameters included"},
+      {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", kChecked,
+       "-1 or data_parallel (the whole data-parallel group); others refused"},
+      {"parallel.pipeline_config.pipeline_interleave", kBuilt,
+       "parallel.pipeline_chunks, with model_config.pp_interleave_num: True gives pp_interleave_num model chunks "
+       "(virtual stages) per stage under pipeline_stage > 1; warned where it means nothing (pipeline_stage 1, "
+       "pp_interleave_num 1)"},
+      {"parallel.pipeline_config.pipeline_scheduler", kBuilt,
+       "parallel.pipeline_scheduler, case-insensitive: 1f1b (default; with pipeline chunks > 1 it becomes interleaved), "
+       "gpipe, interleaved (needs pipeline_interleave: True and pp_interleave_num > 1, and micro_batch_num a multiple "
+       "of pipeline_stage), zero_bubble_h1 (zbh1, zb-h1, zero_bubble; not with recompute). MindSpore's seqpipe, seqvpp, "
+       "seqsmartvpp and zero_bubble_v are refused; warned at pipeline_stage 1 (nothing to schedule)"},
+      {"parallel.auto_pipeline", kRefused,
+       "MindSpore's automatic search for pipeline stages is not built; set parallel_config.pipeline_stage (and "
+       "model.model_config.offset for an uneven split) yourself, and auto_pipeline: False"},
+      {"parallel_config.data_parallel", kBuilt, "parallel.data_parallel"},
+      {"parallel_config.model_parallel", kBuilt, "parallel.model_parallel"},
+      {"parallel_config.pipeline_stage", kBuilt,
+       "parallel.pipeline_stage, and parallel.stage_layers (the layers of each stage; the layout check: at most "
+       "num_layers stages, micro_batch_num >= pipeline_stage)"},
+      {"parallel_config.expert_parallel", kBuilt,
+       "parallel.expert_parallel (the layout check: it must divide data_parallel and moe_config.expert_num)"},
+      {"parallel_config.use_seq_parallel", kBuilt, "parallel.use_seq_parallel"},
+      {"parallel_config.micro_batch_num", kBuilt,
+       "parallel.micro_batch_num: micro-batches of batch_size per step per data-parallel rank under pipeline_stage > 1 "
+       "(global batch = batch_size x data_parallel x micro_batch_num); warned and ignored at pipeline_stage 1, as "
+       "MindFormers ignores it"},
+      {"parallel_config.vocab_emb_dp", kBuilt, "parallel.vocab_emb_dp"},
+      {"parallel_config.gradient_aggregation_group", kBuilt, "parallel.gradient_aggregation_group"},
+      {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
+      {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
+      {"recompute_config.recompute", kBuilt, "recompute"},
+      {"recompute_config.select_recompute", kBuilt, "select_recompute (True or False; a per-stage list is refused)"},
+      {"recompute_config.recompute_num_layers", kBuilt, "recompute_num_layers"},
+      {"recompute_config.parallel_optimizer_comm_recompute", kCpu, ""},
+      {"recompute_config.mp_comm_recompute", kCpu, ""},
+      {"recompute_config.recompute_slice_activation", kCpu, ""},
+      {"recompute_config.select_comm_recompute", kCpu, ""},
+      {"trainer.type", kChecked, "CausalLanguageModelingTrainer only"},
+      {"trainer.model_name", kBuilt, "model_name"},
+      {"lr_schedule.type", kBuilt, "lr.type"},
+      {"lr_schedule.learning_rate", kBuilt, "lr.learning_rate"},
+      {"lr_schedule.lr_end", kBuilt, "lr.lr_end"},
+      {"lr_schedule.warmup_steps", kBuilt, "lr.warmup_steps"},
+      {"lr_schedule.warmup_ratio", kBuilt, "lr.warmup_ratio"},
+      {"lr_schedule.total_steps", kBuilt, "lr.total_steps"},
+      {"lr_schedule.power", kBuilt, "lr.power"},
+      {"optimizer.type", kBuilt, "optimizer_type"},
+      {"optimizer.beta1", kBuilt, "adamw.beta1"},
+      {"optimizer.beta2", kBuilt, "adamw.beta2"},
+      {"optimizer.betas", kBuilt, "adamw.beta1, adamw.beta2"},
+      {"optimizer.eps", kBuilt, "adamw.eps"},
+      {"optimizer.weight_decay", kBuilt, "adamw.weight_decay"},
+      {"optimizer.learning_rate", kBuilt, "lr (constant) when the file has no lr_schedule; else warned if it differs"},
+      {"callbacks.*.type", kBuilt, "per_print_times, checkpoint, tensorboard_dir (MFLossMonitor, CheckpointMonitor, "
+                                   "SummaryMonitor, ObsMonitor: a no-op off ModelArts as in MindFormers; others warned)"},
+      {"callbacks.*.per_print_times", kBuilt, "per_print_times"},
+      {"callbacks.*.summary_dir", kBuilt, "tensorboard_dir (SummaryMonitor; config_read_tensorboard.cpp)"},
+      {"tensorboard_dir", kBuilt, "tensorboard_dir (Megatron's; config_read_tensorboard.cpp)"},
+      {"tensorboard.tensorboard_dir", kBuilt, "tensorboard_dir, + /rank_0 as MindFormers (config_read_tensorboard.cpp)"},
+      {"tensorboard.tensorboard_queue_size", kChecked, "warned when not 10: events are written at each line, not queued"},
+      {"tensorboard.log_loss_scale_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
+      {"tensorboard.log_timers_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
+      {"tensorboard.log_expert_load_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
+      {"eval_callbacks.*.type", kChecked, "ObsMonitor (a no-op off ModelArts, as in MindFormers); others warned"},
+      {"metric.type", kChecked, "PerplexityMetric (evaluation reports loss and perplexity); others warned"},
+      {"metric.eval_type", kIgnored, "classification metrics are not built"},
+      {"processor.type", kIgnored, kProcessor},
+      {"processor.return_tensors", kIgnored, kProcessor},
+  };
+  for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})
+    r.push_back({std::string("callbacks.*.") + k, kBuilt, "checkpoint (CheckpointMonitor; runner/train/checkpointing.cpp)"});
+  for (const char* k : {"integrated_save", "save_network_params", "save_trainable_params"})
+    r.push_back({std::string("callbacks.*.") + k, kChecked,
+                 "CheckpointMonitor: warned, it changes nothing (the boxes load under any layout)"});
+  for (const char* k : {"collect_freq", "collect_specified_data", "keep_default_action", "custom_lineage_data",
+                        "collect_tensor_freq", "max_file_size", "export_options"})
+    r.push_back({std::string("callbacks.*.") + k, kChecked, "SummaryMonitor: warned, it means nothing here"});
+  for (const char* k : {"unk_token", "bos_token", "eos_token", "pad_token", "add_bos_token", "add_eos_token"})
+    r.push_back({std::string("processor.tokenizer.") + k, kIgnored, kProcessor});
+  for (const char* k : {"type", "vocab_file", "merge_file"})
+    r.push_back({std::string("processor.tokenizer.") + k, kBuilt, "generation (the GPT-2 BPE files predict encodes and decodes with)"});
+  for (const char* ds : {"train_dataset", "eval_dataset"})
+    for (KeyRule& k : dataset_rules(ds)) r.push_back(std::move(k));
+  for (KeyRule& k : config_keys::moe_rules()) r.push_back(std::move(k));
+  return r;
+}
+
+// GPT2Config's model section.
+std::vector<KeyRule> gpt2_model_rules() {
+  return {
+      {"model.model_config.type", kBuilt, "model.type"},
+      {"model.model_config.seq_length", kBuilt, "model.seq_length"},
+      {"model.model_config.vocab_size", kBuilt, "model.vocab_size"},
+      {"model.model_config.hidden_size", kBuilt, "model.hidden_size"},
+      {"model.model_config.num_layers", kBuilt, "model.num_layers"},
+      {"model.model_config.num_heads", kBuilt, "model.num_heads"},
+      {"model.model_config.expand_ratio", kBuilt, "model.expand_ratio"},
+      {"model.model_config.hidden_act", kBuilt, "model.hidden_act"},
+      {"model.model_config.hidden_dropout_rate", kBuilt, "model.hidden_dropout_rate"},
+      {"model.model_config.attention_dropout_rate", kBuilt, "model.attention_dropout_rate"},
+      {"model.model_config.max_position_embeddings", kBuilt, "model.max_position_embeddings"},
+      {"model.model_config.initializer_range", kBuilt, "model.initializer_range"},
+      {"model.model_config.layernorm_epsilon", kBuilt, "model.layernorm_epsilon"},
+      {"model.model_config.param_init_type", kBuilt, "model.param_init_type"},
+      {"model.model_config.layernorm_compute_type", kBuilt, "model.layernorm_compute_type"},
+      {"model.model_config.softmax_compute_type", kBuilt, "model.softmax_compute_type"},
+      {"model.model_config.compute_dtype", kBuilt, "model.compute_dtype"},
+      {"model.model_config.use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {"model.model_config.position_embedding_type", kBuilt,
+       "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
+      {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
+      {"model.model_config.add_bias_linear", kBuilt, "model.add_bias_linear (False: Megatron's --disable-bias-linear)"},
+      {"model.model_config.offset", kBuilt, config_keys::kOffset},
+      {"model.model_config.pp_interleave_num", kBuilt, config_keys::kInterleaveNum},
+      {"model.model_config.checkpoint_name_or_path", kChecked,
+       "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
+       "does not load it there)"},
+      {"model.model_config.eos_token_id", kBuilt,
+       "generation.eos_token_id (predict stops a sequence there); not used in training: every token, end-of-text "
+       "included, is a target (MindFormers' GPT-2 masks tokens equal to eos_token_id out of its loss)"},
+      {"model.model_config.bos_token_id", kIgnored, kGeneration},
+      {"model.model_config.pad_token_id", kIgnored, kGeneration},
+      {"model.model_config.repetition_penalty", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.max_decode_length", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.top_k", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.top_p", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.do_sample", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.use_past", kBuilt, config_keys::kGenerationBuilt},
+      {"model.model_config.batch_size", kIgnored,
+       "MindFormers' batch size for prediction; the training batch is runner_config.batch_size"},
+      {"model.model_config.use_prompt_flash_attention", kCpu, "an Ascend kernel for prediction"},
+      {"model.model_config.num_labels", kIgnored, "sequence classification (GPT2ForSequenceClassification) is not built"},
+      {"model.model_config.pet_config", kRefused,
+       "parameter-efficient fine-tuning (LoRA, pet_config) is not built yet; remove model.model_config.pet_config"},
+      {"model.arch.type", kBuilt, "model.arch"},
+  };
+}
+
+}  // namespace
+
+std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
+  std::vector<KeyRule> r = common_rules();
+  if (model_config_type != "LlamaConfig") {
+    for (KeyRule& k : gpt2_model_rules()) r.push_back(std::move(k));
+    return r;
+  }
+  // LlamaConfig's model section, and the shared keys whose rule it changes (a rule with the path of a shared one).
+  for (KeyRule& k : config_keys::llama_model_rules()) {
+    auto same = std::find_if(r.begin(), r.end(), [&](const KeyRule& c) { return c.path == k.path; });
+    if (same != r.end()) *same = std::move(k);
+    else r.push_back(std::move(k));
+  }
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> foreign_keys_of(const std::string& model_config_type) {
+  if (model_config_type == "LlamaConfig") return config_keys::llama_foreign_keys();
+  return {};  // GPT2Config: another type's key is an unknown key, as it always was
+}
+
+const std::vector<KeyRule>& key_rules() { return config_schema("GPT2Config").rules(); }
+
+const KeyRule* rule_for(const std::string& path) { return config_schema("GPT2Config").rule_for(path); }
+
+}  // namespace gf

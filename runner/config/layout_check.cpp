@@ -1,0 +1,207 @@
+#include "runner/config/layout_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "parallel/pipeline/partition.h"
+
+namespace gf {
+namespace {
+
+// The FFN width that does not split over `mp` ranks, said in the keys that set it.
+std::string ffn_problem(const ModelConfig& m, int64_t mp) {
+  if (!m.is_llama())
+    return fmt::format("the FFN width `hidden_size` x `expand_ratio` ({} x {} = {}) is not divisible by "
+                       "`parallel_config.model_parallel` ({})",
+                       m.hidden_size, m.expand_ratio, m.ffn_hidden(), mp);
+  if (m.intermediate_size > 0)
+    return fmt::format("the FFN width `model.model_config.intermediate_size` ({}) is not divisible by "
+                       "`parallel_config.model_parallel` ({})",
+                       m.intermediate_size, mp);
+  return fmt::format("the FFN width ({}, derived from `hidden_size` {}{} rounded up to `multiple_of` {}, as "
+                     "`intermediate_size` is unset) is not divisible by `parallel_config.model_parallel` ({}); set "
+                     "`model.model_config.intermediate_size` to a multiple of it",
+                     m.ffn_hidden(), m.hidden_size,
+                     m.ffn_dim_multiplier > 0 ? fmt::format(" x `ffn_dim_multiplier` {}", m.ffn_dim_multiplier) : "",
+                     m.multiple_of, mp);
+}
+
+// The model-side rules for a tensor-parallel size (independent of the rank count).
+std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
+  std::vector<std::string> out;
+  const ModelConfig& m = cfg.model;
+  auto need = [&](int64_t value, const char* key) {
+    if (value % mp != 0)
+      out.push_back(fmt::format("`{}` ({}) is not divisible by `parallel_config.model_parallel` ({})", key, value, mp));
+  };
+  need(m.num_heads, "model.model_config.num_heads");
+  // Each rank holds whole key/value heads and the query heads that read them.
+  if (m.kv_heads() != m.num_heads && m.kv_heads() % mp != 0)
+    out.push_back(fmt::format("`model.model_config.n_kv_heads` ({}) is not divisible by `parallel_config.model_parallel` "
+                              "({}): each rank holds whole key/value heads; use a model_parallel that divides "
+                              "n_kv_heads",
+                              m.kv_heads(), mp));
+  need(m.hidden_size, "model.model_config.hidden_size");
+  if (m.ffn_hidden() % mp != 0) out.push_back(ffn_problem(m, mp));
+  if (cfg.parallel.use_seq_parallel && m.seq_length % mp != 0)
+    out.push_back(fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.model_parallel` "
+                              "({}), which `parallel_config.use_seq_parallel: True` needs",
+                              m.seq_length, mp));
+  return out;
+}
+
+// The largest expert_parallel, not above the one asked for, that divides both `dp` and the expert
+// count: a value of expert_parallel that works with data_parallel `dp` (1 for a dense model).
+int64_t fitting_expert_parallel(const Config& cfg, int64_t dp) {
+  const int64_t experts = cfg.model.moe.expert_num;
+  if (experts <= 1 || dp < 1) return 1;
+  for (int64_t e = std::min(cfg.parallel.expert_parallel, dp); e > 1; --e)
+    if (dp % e == 0 && experts % e == 0) return e;
+  return 1;
+}
+
+}  // namespace
+
+std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
+  const auto& p = cfg.parallel;
+  std::vector<std::string> out;
+  if (p.data_parallel < 1 || p.model_parallel < 1 || p.pipeline_stage < 1) {
+    out.push_back("`parallel_config.data_parallel`, `model_parallel` and `pipeline_stage` must each be >= 1");
+    return out;
+  }
+  const int64_t need = p.data_parallel * p.model_parallel * p.pipeline_stage;
+  if (need != world_size)
+    out.push_back(fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
+                              "but {} rank(s) are running",
+                              p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
+  for (auto& s : config_layout_problems(cfg)) out.push_back(std::move(s));
+  for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
+  return out;
+}
+
+std::vector<std::string> pipeline_problems(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  std::vector<std::string> out;
+  if (p.pipeline_stage < 1) {
+    out.push_back(fmt::format("`parallel_config.pipeline_stage: {}`: must be >= 1 (1: no pipeline)", p.pipeline_stage));
+    return out;
+  }
+  try {
+    partition_layers(cfg.model.num_layers, p.pipeline_stage, p.pipeline_chunks, p.layer_offset);
+  } catch (const std::invalid_argument& e) {
+    out.push_back(e.what());
+  }
+  if (p.pipeline_stage == 1) return out;
+  const int64_t pp = p.pipeline_stage, m = p.micro_batch_num;
+  const std::string batch = "(global batch = batch_size x data_parallel x micro_batch_num)";
+  // MindFormers' rule (mindformers/modules/transformer/op_parallel_config.py, _check_config): fewer
+  // micro-batches than stages leave stages idle the whole step.
+  if (m < pp)
+    out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is less than `parallel_config.pipeline_stage` ({}): "
+                              "every stage needs a micro-batch of its own in flight; use micro_batch_num: {} or more {}",
+                              m, pp, pp, batch));
+  else if (p.pipeline_scheduler == "interleaved" && m % pp != 0) {
+    const int64_t below = m / pp * pp, above = below + pp;
+    out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is not a multiple of `parallel_config.pipeline_stage` "
+                              "({}), which the interleaved schedule (`parallel.pipeline_config.pipeline_scheduler`, {} "
+                              "model chunks per stage) needs, as Megatron's does; use micro_batch_num: {} {}",
+                              m, pp, p.pipeline_chunks, m - below <= above - m ? below : above, batch));
+  }
+  // MindFormers ignores gradient_accumulation_steps under pipeline parallelism (mindformers/trainer/base_trainer.py,
+  // _check_global_batch_size_for_auto_parallel); here it is refused rather than ignored.
+  if (cfg.gradient_accumulation_steps > 1)
+    out.push_back(fmt::format("`runner_config.gradient_accumulation_steps: {}` with `parallel_config.pipeline_stage: {}`: "
+                              "under pipeline parallelism the micro-batches accumulate (parallel_config.micro_batch_num "
+                              "per step); set gradient_accumulation_steps: 1 and micro_batch_num: {} for the same global "
+                              "batch",
+                              cfg.gradient_accumulation_steps, pp, m * cfg.gradient_accumulation_steps));
+  if (p.pipeline_scheduler == "zero_bubble_h1" && (cfg.recompute || cfg.select_recompute))
+    out.push_back(fmt::format("`parallel.pipeline_config.pipeline_scheduler: zero_bubble_h1` with `recompute_config.{}: "
+                              "True`: the deferred weight pass reads activations that recompute overwrites; use "
+                              "pipeline_scheduler: 1f1b with recompute, or turn recompute off",
+                              cfg.recompute ? "recompute" : "select_recompute"));
+  return out;
+}
+
+std::vector<std::string> expert_parallel_problems(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  const MoeConfig& moe = cfg.model.moe;
+  const int64_t ep = p.expert_parallel;
+  std::vector<std::string> out;
+  if (ep < 1) {
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}`: must be >= 1 (1: every rank holds every expert)",
+                              ep));
+    return out;
+  }
+  if (ep == 1) return out;
+  if (moe.expert_num <= 1) {
+    out.push_back(fmt::format("`parallel_config.expert_parallel: {}` with `moe_config.expert_num: {}`: expert parallelism "
+                              "splits the experts of MoE layers, and this model has none (expert_num 1 is dense); use "
+                              "expert_parallel: 1, or an expert_num that is a multiple of {} for a Mixture-of-Experts model",
+                              ep, moe.expert_num, ep));
+    return out;
+  }
+  const int64_t fit = fitting_expert_parallel(cfg, p.data_parallel);
+  if (moe.expert_num % ep != 0)
+    out.push_back(fmt::format("`moe_config.expert_num` ({}) is not divisible by `parallel_config.expert_parallel` ({}): "
+                              "each rank of an expert-parallel group holds expert_num / expert_parallel whole experts; "
+                              "use expert_parallel: {} (it divides expert_num and data_parallel)",
+                              moe.expert_num, ep, fit));
+  if (p.data_parallel >= 1 && p.data_parallel % ep != 0)
+    out.push_back(fmt::format("`parallel_config.data_parallel` ({}) is not divisible by `parallel_config.expert_parallel` "
+                              "({}): expert parallelism is carved from data parallelism (each group of expert_parallel "
+                              "data-parallel ranks holds one copy of the experts); use expert_parallel: {}, or a "
+                              "data_parallel that is a multiple of {}",
+                              p.data_parallel, ep, fit, ep));
+  return out;
+}
+
+std::vector<std::string> config_layout_problems(const Config& cfg) {
+  std::vector<std::string> out = pipeline_problems(cfg);
+  for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
+  return out;
+}
+
+std::vector<std::string> layout_warnings(const Config& cfg, int world_size) {
+  std::vector<std::string> out;
+  if (!cfg.use_parallel && world_size > 1)
+    out.push_back(fmt::format("`use_parallel: False`, but {} ranks are running: they train together as parallel_config "
+                              "lays them out (MindFormers would start {} separate single-device runs)",
+                              world_size, world_size));
+  return out;
+}
+
+std::string suggest_layout(const Config& cfg, int world_size) {
+  const auto& p = cfg.parallel;
+  if (world_size < 1) return "";
+  for (int64_t pp = std::clamp<int64_t>(p.pipeline_stage, 1, world_size); pp >= 1; --pp) {
+    // Every virtual stage needs a layer (the chunks count only with more than one stage).
+    if (world_size % pp != 0 || (pp > 1 && pp * p.pipeline_chunks > cfg.model.num_layers)) continue;
+    const int64_t ranks = world_size / pp;
+    for (int64_t mp = std::clamp<int64_t>(p.model_parallel, 1, ranks); mp >= 1; --mp) {
+      if (ranks % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
+      const int64_t dp = ranks / mp;
+      // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).
+      const std::string ep =
+          p.expert_parallel == 1 ? "" : fmt::format(", expert_parallel: {}", fitting_expert_parallel(cfg, dp));
+      return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: {}{}", dp, mp, pp, ep);
+    }
+  }
+  return "";
+}
+
+std::string layout_error_message(const Config& cfg, int world_size) {
+  const auto problems = layout_problems(cfg, world_size);
+  if (problems.empty()) return "";
+  std::string msg = fmt::format("the parallel layout does not fit {} rank(s):", world_size);
+  for (const auto& s : problems) msg += "\n  " + s;
+  const std::string fit = suggest_layout(cfg, world_size);
+  msg += fit.empty() ? fmt::format("\n  no layout of {} rank(s) splits this model; start a different number of ranks",
+                                   world_size)
+                     : fmt::format("\n  a layout that fits {} rank(s): parallel_config: {{{}}}", world_size, fit);
+  return msg;
+}
+
+}  // namespace gf

@@ -1,0 +1,314 @@
+// Reading the run's keys into Settings: training, parallel layout, optimizer and learning rate,
+// callbacks, datasets. Each function reads only kBuilt and kChecked keys (config_keys.cpp) and
+// says what it cannot honour.
+#include <algorithm>
+#include <string>
+
+#include "core/optim/lr_schedule.h"
+#include "runner/config/read.h"
+
+namespace gf::config_read {
+namespace {
+
+using config_tree::show;
+
+const char* const kOptimizers[] = {"AdamWeightDecay", "FusedAdamWeightDecay", "FP32StateAdamWeightDecay", "AdamW"};
+
+std::string list_names(const char* const* b, const char* const* e) {
+  std::string r;
+  for (auto p = b; p != e; ++p) r += (r.empty() ? "" : ", ") + std::string(*p);
+  return r;
+}
+
+std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
+
+void read_scale_sense(ReadContext& x) {
+  Config& c = x.c;
+  const YAML::Node s = x.rd.node("runner_wrapper.scale_sense");
+  if (s.IsScalar()) {
+    c.loss_scale.value = s.as<double>();
+    return;
+  }
+  const std::string type = s["type"] ? s["type"].as<std::string>() : "";
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (key != "type" && key != "loss_scale_value" && key != "scale_factor" && key != "scale_window")
+      x.refuse("`runner_wrapper.scale_sense." + key + "`: unknown key; known: type, loss_scale_value, scale_factor, scale_window");
+  }
+  if (type == "DynamicLossScaleUpdateCell") c.loss_scale.dynamic = true;
+  else if (type != "FixedLossScaleUpdateCell")
+    x.refuse("`runner_wrapper.scale_sense.type: " + type + "`: registered: DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell");
+  if (s["loss_scale_value"]) c.loss_scale.value = s["loss_scale_value"].as<double>();
+  if (s["scale_factor"]) c.loss_scale.factor = s["scale_factor"].as<double>();
+  if (s["scale_window"]) c.loss_scale.window = s["scale_window"].as<int64_t>();
+}
+
+// recompute_config.select_recompute: a boolean, or MindFormers' list of layer counts per pipeline stage.
+void read_select_recompute(ReadContext& x) {
+  const YAML::Node n = x.rd.node("recompute_config.select_recompute");
+  if (n.IsSequence()) {
+    x.refuse(kv("recompute_config.select_recompute", show(n)) +
+             ": a list (layers to recompute per pipeline stage) is not built; use True (every layer) or False");
+    return;
+  }
+  if (!YAML::convert<bool>::decode(n, x.c.select_recompute))
+    x.refuse(kv("recompute_config.select_recompute", show(n)) + ": expects True or False");
+}
+
+void check_runner(ReadContext& x) {
+  const std::string trainer = x.rd.get<std::string>("trainer.type");
+  if (trainer != "CausalLanguageModelingTrainer")
+    x.refuse(kv("trainer.type", trainer) + ": gridformer trains causal language models only (CausalLanguageModelingTrainer)");
+  const std::string wrapper = x.rd.get<std::string>("runner_wrapper.type");
+  if (wrapper != "MFTrainOneStepCell")
+    x.refuse(kv("runner_wrapper.type", wrapper) + ": registered: MFTrainOneStepCell (gradient clipping and loss "
+             "scaling: use_clip_grad, max_grad_norm, scale_sense)");
+  // Accumulation over micro-batches: with pipeline_stage > 1 micro_batch_num counts them instead, and the layout
+  // check refuses both at once.
+  const int64_t gas = x.c.gradient_accumulation_steps = x.rd.get<int64_t>("runner_config.gradient_accumulation_steps");
+  if (gas < 1)
+    x.refuse(kv("runner_config.gradient_accumulation_steps", std::to_string(gas)) +
+             ": must be >= 1 (micro-batches of runner_config.batch_size accumulated per step; 1: none)");
+}
+
+// MindFormers' top-level profile keys, as its trainer hands them to ProfileMonitor
+// (mindformers/trainer/base_trainer.py, _build_profile_cb; mindformers/core/callback/callback.py,
+// ProfileMonitor): steps [profile_start_step, profile_stop_step], or from the start with
+// init_start_profile (the profiler then starts at its initialisation and profile_start_step has no
+// effect). MindFormers also turns init_start_profile and profile_communication on whenever there are
+// several devices (what Ascend's profiler needs to see HCCL); here each key means what it says.
+void read_profile(ReadContext& x) {
+  ProfileConfig& p = x.c.profile;
+  p.enabled = x.rd.get<bool>("profile");
+  p.start_step = x.rd.get<int64_t>("profile_start_step");
+  p.stop_step = x.rd.get<int64_t>("profile_stop_step");
+  p.init_start = x.rd.get<bool>("init_start_profile");
+  p.communication = x.rd.get<bool>("profile_communication");
+  p.memory = x.rd.get<bool>("profile_memory");
+  if (p.start_step < 1) x.refuse(kv("profile_start_step", std::to_string(p.start_step)) + ": must be >= 1 (steps count from 1)");
+  if (p.stop_step < p.first_step())
+    x.refuse(kv("profile_stop_step", std::to_string(p.stop_step)) + ": must be >= the first profiled step " +
+             std::to_string(p.first_step()) + (p.init_start ? " (init_start_profile: True profiles from step 1)" : " (profile_start_step)"));
+  if (!p.enabled && (p.communication || p.memory || p.init_start))
+    x.warn("`" + std::string(p.communication ? "profile_communication" : p.memory ? "profile_memory" : "init_start_profile") +
+           ": True` without `profile: True`: nothing is profiled (set profile: True for a trace under <output_dir>/profile)");
+}
+
+}  // namespace
+
+void read_training(ReadContext& x) {
+  Config& c = x.c;
+  KeyReader& rd = x.rd;
+  c.seed = rd.get<int64_t>("seed");
+  c.run_mode = rd.get<std::string>("run_mode");
+  c.output_dir = rd.get<std::string>("output_dir");
+  c.resume_training = rd.get<bool>("resume_training");
+  c.use_parallel = rd.get<bool>("use_parallel");
+  c.model_name = rd.get<std::string>("trainer.model_name");
+  c.epochs = rd.get<int64_t>("runner_config.epochs");
+  c.batch_size = rd.get<int64_t>("runner_config.batch_size");
+  c.train_steps = rd.get<int64_t>("runner_config.train_steps");
+  c.peak_tflops = rd.get<double>("runner_config.peak_tflops");
+  c.use_clip_grad = rd.get<bool>("runner_wrapper.use_clip_grad");
+  c.max_grad_norm = rd.get<double>("runner_wrapper.max_grad_norm");
+  c.recompute = rd.get<bool>("recompute_config.recompute");
+  read_select_recompute(x);
+  c.recompute_num_layers = rd.get<int64_t>("recompute_config.recompute_num_layers");
+  c.do_eval = rd.get<bool>("do_eval");
+  c.eval_step_interval = rd.get<int64_t>("eval_step_interval");
+  c.eval_epoch_interval = rd.get<int64_t>("eval_epoch_interval");
+  if (c.run_mode != "train" && c.run_mode != "finetune" && c.run_mode != "eval" && c.run_mode != "predict")
+    x.refuse("`run_mode: " + c.run_mode + "`: expects train, finetune, eval or predict");
+  if (c.batch_size <= 0) x.refuse("`runner_config.batch_size: " + std::to_string(c.batch_size) + "`: must be > 0");
+  if (c.epochs <= 0) x.refuse("`runner_config.epochs: " + std::to_string(c.epochs) + "`: must be > 0");
+  if (c.train_steps == 0 || c.train_steps < -1)
+    x.refuse("`runner_config.train_steps: " + std::to_string(c.train_steps) + "`: must be > 0, or -1 for epochs x dataset size");
+  if (c.max_grad_norm <= 0) x.refuse("`runner_wrapper.max_grad_norm`: must be > 0");
+  if (c.peak_tflops < 0) x.refuse("`runner_config.peak_tflops`: must be >= 0 (0: the machine probe's measured peak)");
+  for (auto [key, v] :
+       {std::pair{"eval_step_interval", c.eval_step_interval}, {"eval_epoch_interval", c.eval_epoch_interval}})
+    if (v == 0 || v < -1) x.refuse(kv(key, std::to_string(v)) + ": must be > 0, or -1 for never");
+  check_runner(x);
+  read_scale_sense(x);
+  read_profile(x);
+}
+
+void read_parallel(ReadContext& x) {
+  KeyReader& rd = x.rd;
+  auto& p = x.c.parallel;
+  p.data_parallel = rd.get<int64_t>("parallel_config.data_parallel");
+  p.model_parallel = rd.get<int64_t>("parallel_config.model_parallel");
+  p.pipeline_stage = rd.get<int64_t>("parallel_config.pipeline_stage");
+  p.expert_parallel = rd.get<int64_t>("parallel_config.expert_parallel");
+  p.use_seq_parallel = rd.get<bool>("parallel_config.use_seq_parallel");
+  p.micro_batch_num = rd.get<int64_t>("parallel_config.micro_batch_num");
+  p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");
+  p.gradient_aggregation_group = rd.get<int64_t>("parallel_config.gradient_aggregation_group");
+  p.optimizer_shard = rd.get<bool>("parallel_config.optimizer_shard") || rd.get<bool>("parallel.enable_parallel_optimizer");
+  const std::string mbn = kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num));
+  if (p.micro_batch_num < 1)
+    x.refuse(mbn + ": must be >= 1");
+  else if (p.micro_batch_num > 1 && p.pipeline_stage == 1)
+    x.warn(mbn + " with `pipeline_stage: 1`: micro-batches only split the batch for pipeline parallelism; MindFormers ignores "
+           "it here too (global batch = batch_size x data_parallel x runner_config.gradient_accumulation_steps, the "
+           "count of accumulated micro-batches without a pipeline); ignored");
+  // parallel_mode is read raw: it stays a CPU-meaningless key, it only decides what gradients_mean would mean.
+  const YAML::Node mode = config_tree::find(rd.root(), "parallel.parallel_mode");
+  const bool data_parallel_mode = mode.IsScalar() && (mode.Scalar() == "0" || mode.Scalar() == "data_parallel");
+  if (!rd.get<bool>("parallel.gradients_mean") && data_parallel_mode)
+    x.warn("`parallel.gradients_mean: False` in data-parallel mode (parallel_mode 0): MindSpore would sum the "
+           "data-parallel gradients; gridformer averages them (the loss is the mean over the global batch)");
+  const int64_t shard = rd.get<int64_t>("parallel.parallel_optimizer_config.optimizer_weight_shard_size");
+  const std::string shard_kv = kv("parallel.parallel_optimizer_config.optimizer_weight_shard_size", std::to_string(shard));
+  if (shard == 0 || shard < -1) x.refuse(shard_kv + ": must be -1 (all data-parallel ranks) or > 0");
+  else if (shard != -1 && !p.optimizer_shard)
+    x.warn(shard_kv + ": has no effect without optimizer sharding (parallel.enable_parallel_optimizer); ignored");
+  else if (shard != -1 && shard != p.data_parallel)
+    x.refuse(shard_kv + ": ZeRO-1 here shards the optimizer over all data_parallel (" + std::to_string(p.data_parallel) +
+             ") ranks; sharding over groups of " + std::to_string(shard) + " is not built: use -1");
+}
+
+void read_optimizer(ReadContext& x) {
+  Config& c = x.c;
+  KeyReader& rd = x.rd;
+  c.optimizer_type = rd.get<std::string>("optimizer.type");
+  if (std::find(std::begin(kOptimizers), std::end(kOptimizers), c.optimizer_type) == std::end(kOptimizers))
+    x.refuse("`optimizer.type: " + c.optimizer_type + "`: unknown type; registered: " +
+             list_names(std::begin(kOptimizers), std::end(kOptimizers)));
+  c.adamw.beta1 = rd.get<double>("optimizer.beta1");
+  c.adamw.beta2 = rd.get<double>("optimizer.beta2");
+  c.adamw.eps = rd.get<double>("optimizer.eps");
+  c.adamw.weight_decay = rd.get<double>("optimizer.weight_decay");
+  const YAML::Node betas = rd.node("optimizer.betas");
+  if (!betas.IsNull()) {
+    double b[2];
+    if (!betas.IsSequence() || betas.size() != 2 || !YAML::convert<double>::decode(betas[0], b[0]) ||
+        !YAML::convert<double>::decode(betas[1], b[1])) {
+      x.refuse(kv("optimizer.betas", show(betas)) + ": expects [beta1, beta2]");
+    } else {
+      // beta1/beta2 away from their defaults were given too: they must say the same.
+      const YAML::Node def = x.schema["optimizer"];
+      const double given[] = {c.adamw.beta1, c.adamw.beta2};
+      for (int i = 0; i < 2; ++i) {
+        const std::string key = i == 0 ? "beta1" : "beta2";
+        if (given[i] != def[key].as<double>() && given[i] != b[i])
+          x.refuse(kv("optimizer.betas", show(betas)) + " and " + kv("optimizer." + key, show(rd.node("optimizer." + key))) +
+                   " disagree; give one of them (betas for type AdamW, beta1 and beta2 for the AdamWeightDecay family)");
+      }
+      c.adamw.beta1 = b[0];
+      c.adamw.beta2 = b[1];
+    }
+  }
+  for (auto [key, v] : {std::pair{"optimizer.beta1", c.adamw.beta1}, {"optimizer.beta2", c.adamw.beta2}})
+    if (!(v > 0.0 && v < 1.0)) x.refuse(kv(key, std::to_string(v)) + ": must be in (0, 1)");
+  if (!(c.adamw.eps > 0.0)) x.refuse("`optimizer.eps`: must be > 0");
+  if (c.adamw.weight_decay < 0.0) x.refuse("`optimizer.weight_decay`: must be >= 0");
+
+  c.lr.type = rd.get<std::string>("lr_schedule.type");
+  c.lr.learning_rate = rd.get<double>("lr_schedule.learning_rate");
+  c.lr.lr_end = rd.get<double>("lr_schedule.lr_end");
+  c.lr.warmup_steps = rd.get<int64_t>("lr_schedule.warmup_steps");
+  c.lr.warmup_ratio = rd.get<double>("lr_schedule.warmup_ratio");
+  c.lr.total_steps = rd.get<int64_t>("lr_schedule.total_steps");
+  c.lr.power = rd.get<double>("lr_schedule.power");
+  if (c.lr.type == "CosineWithWarmUpLR") c.lr.type = "cosine";  // MindFormers' name: linear warmup, half cosine to lr_end
+  try {
+    check_lr_schedule_type(c.lr.type);
+  } catch (const std::exception& e) {
+    x.refuse(std::string(e.what()) + ", and MindFormers' CosineWithWarmUpLR (= cosine)");
+  }
+  if (c.lr.learning_rate < 0) x.refuse("`lr_schedule.learning_rate`: must be >= 0");
+  if (c.lr.warmup_steps < 0) x.refuse("`lr_schedule.warmup_steps`: must be >= 0");
+
+  // optimizer.learning_rate: MindFormers builds the optimizer with the lr_schedule when there is one
+  // (build_optim's default_args replace the optimizer's own learning_rate), else with this rate.
+  const YAML::Node olr = rd.node("optimizer.learning_rate");
+  double rate = 0;
+  if (olr.IsNull()) return;
+  if (!olr.IsScalar() || !YAML::convert<double>::decode(olr, rate) || rate < 0) {
+    x.refuse(kv("optimizer.learning_rate", show(olr)) + ": expects a number >= 0");
+  } else if (x.lr_schedule_given) {
+    if (rate != c.lr.learning_rate)
+      x.warn(kv("optimizer.learning_rate", olr.Scalar()) + " is not used: lr_schedule sets the learning rate (its "
+             "learning_rate: " + show(rd.root()["lr_schedule"]["learning_rate"]) + "), as in MindFormers, whose "
+             "lr_schedule replaces the optimizer's learning_rate; remove one of them");
+  } else {
+    c.lr = LrScheduleConfig{};
+    c.lr.type = "constant";
+    c.lr.learning_rate = rate;
+    YAML::Node lr = rd.root()["lr_schedule"];  // the resolved config says what runs
+    lr["type"] = "constant";
+    lr["learning_rate"] = olr;
+    lr["lr_end"] = 0.0;
+    lr["warmup_steps"] = 0;
+    lr["warmup_ratio"] = 0.0;
+  }
+}
+
+void read_callbacks(ReadContext& x) {
+  const struct { const char* type; std::vector<std::string> keys; } kinds[] = {
+      {"MFLossMonitor", {"per_print_times"}},
+      {"CheckpointMonitor", {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
+                             "save_network_params", "save_trainable_params", "async_save", "directory"}},
+      {"ObsMonitor", {}}, {"SummaryMonitor", summary_monitor_keys()}, {"ProfileMonitor", {}}, {"EvalCallBack", {}}};
+  Config& c = x.c;
+  const YAML::Node cbs = config_tree::find(x.rd.root(), "callbacks");
+  for (size_t i = 0; i < cbs.size(); ++i) {
+    const std::string at = "callbacks." + std::to_string(i);
+    std::string type = cbs[i]["type"] ? x.rd.get<std::string>(at + ".type") : "";
+    const std::string written = type;
+    if (type == "CheckpointMointor") type = "CheckpointMonitor";  // MindFormers' own spelling, kept as an alias
+    const auto* kind = std::find_if(std::begin(kinds), std::end(kinds), [&](const auto& k) { return type == k.type; });
+    if (kind == std::end(kinds)) {
+      x.refuse("`" + at + ".type: " + written + "`: unknown type; registered: MFLossMonitor, CheckpointMonitor "
+               "(or CheckpointMointor), ObsMonitor, SummaryMonitor, ProfileMonitor, EvalCallBack");
+      continue;
+    }
+    for (auto it = cbs[i].begin(); it != cbs[i].end(); ++it) {
+      const std::string key = it->first.as<std::string>();
+      if (key == "type") continue;
+      if (std::find(kind->keys.begin(), kind->keys.end(), key) == kind->keys.end()) {
+        std::string known;
+        for (const auto& k : kind->keys) known += (known.empty() ? "" : ", ") + k;
+        x.refuse("`" + at + "." + key + "`: " + written + " takes no key " + key +
+                 (known.empty() ? " (it takes none)" : " (its keys: " + known + ")"));
+        continue;
+      }
+      const YAML::Node v = x.rd.node(at + "." + key);
+      if (key == "per_print_times") c.per_print_times = v.as<int64_t>();
+      else if (key == "prefix") c.checkpoint.prefix = v.as<std::string>();
+      else if (key == "save_checkpoint_steps") c.checkpoint.save_steps = v.as<int64_t>();
+      else if (key == "keep_checkpoint_max") c.checkpoint.keep_max = v.as<int64_t>();
+      else if (key == "directory") c.checkpoint.directory = v.as<std::string>();
+      else if (key == "async_save") c.checkpoint.async_save = v.as<bool>();
+      else if (key == "integrated_save" || key == "save_network_params" || key == "save_trainable_params")
+        // MindSpore's integrated_save merges the sliced parameters into whole ones when saving; ours are
+        // saved as boxes of the global tensors and load under any layout, so none of these changes the files.
+        x.warn("`" + at + "." + key + ": " + show(v) + "`: ignored: a checkpoint holds every tensor's slices as boxes of "
+               "the global tensor, loads under any layout, and `gridformer convert` writes one whole file");
+    }
+    if (type == "CheckpointMonitor") {
+      c.checkpoint.enabled = true;
+      if (c.checkpoint.save_steps <= 0)
+        x.refuse("`" + at + ".save_checkpoint_steps: " + std::to_string(c.checkpoint.save_steps) +
+                 "`: must be > 0 (a checkpoint every that many steps)");
+    } else if (type == "SummaryMonitor") {
+      read_summary_monitor(x, at);
+    } else if (type != "MFLossMonitor" && type != "ObsMonitor") {
+      x.warn("`" + at + ".type: " + written + "`: this callback is not built yet; ignored");
+    }
+  }
+  if (c.per_print_times <= 0) x.refuse("`callbacks.*.per_print_times`: must be > 0");
+  const YAML::Node ecbs = config_tree::find(x.rd.root(), "eval_callbacks");
+  for (size_t i = 0; i < ecbs.size(); ++i) {
+    const std::string at = "eval_callbacks." + std::to_string(i) + ".type";
+    const std::string type = ecbs[i]["type"] ? x.rd.get<std::string>(at) : "";
+    if (type != "ObsMonitor")  // ObsMonitor uploads to OBS on ModelArts only: elsewhere MindFormers' does nothing either
+      x.warn("`" + at + ": " + type + "`: evaluation callbacks other than ObsMonitor are not built; ignored");
+  }
+  const std::string metric = x.rd.get<std::string>("metric.type");
+  if (metric != "PerplexityMetric")
+    x.warn("`metric.type: " + metric + "`: not built; evaluation reports loss and perplexity (PerplexityMetric)");
+}
+
+}  // namespace gf::config_read

@@ -1,0 +1,112 @@
+// Reading moe_config into ModelConfig::moe (see config_read.h): the keys config_keys_moe.cpp marks
+// built, each checked as MindFormers' MoEConfig checks it (expert_num and num_experts_chosen >= 1,
+// num_experts_chosen <= expert_num) and for the values this runner builds. The rules that involve
+// parallel_config (expert_parallel dividing expert_num and data_parallel) are the layout check's
+// (layout_check.cpp), so that `gridformer config` and every rank report them with the layout's.
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "runner/config/read.h"
+
+namespace gf::config_read {
+namespace {
+
+using config_tree::show;
+
+const std::string k = "moe_config.";
+
+std::string kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
+
+// The value of `key`, which must be one of `accepted`; refused otherwise, with what they mean.
+std::string one_of(ReadContext& x, const char* key, std::initializer_list<const char*> accepted, const std::string& means,
+                   const std::string& extra = "") {
+  const std::string v = x.rd.get<std::string>(k + key);
+  std::string list;
+  size_t i = 0;
+  for (const char* a : accepted) {
+    if (v == a) return v;
+    list += std::string(i == 0 ? "" : i + 1 == accepted.size() ? " or " : ", ") + a;
+    ++i;
+  }
+  x.refuse(kv(key, v) + ": expects " + list + " (" + means + ")" + extra);
+  return v;
+}
+
+void check_counts(ReadContext& x) {
+  const MoeConfig& e = x.c.model.moe;
+  if (e.expert_num < 1)
+    x.refuse(kv("expert_num", std::to_string(e.expert_num)) + ": must be >= 1 (1: a dense model; Mixtral: 8)");
+  if (e.num_experts_chosen < 1)
+    x.refuse(kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) +
+             ": must be >= 1 (the experts each token is sent to; Mixtral: 2)");
+  else if (e.expert_num >= 1 && e.num_experts_chosen > e.expert_num)
+    x.refuse(kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) + " is larger than `moe_config.expert_num: " +
+             std::to_string(e.expert_num) + "`: each token picks num_experts_chosen different experts; use at most " +
+             std::to_string(e.expert_num) + (e.expert_num == 1 ? " (a dense model)" : ", or raise expert_num"));
+  if (e.moe_layer_freq < 1)
+    x.refuse(kv("moe_layer_freq", std::to_string(e.moe_layer_freq)) +
+             ": must be >= 1 (layer i is MoE when i % moe_layer_freq == 0; 1: every layer, 2: every other layer)");
+}
+
+void check_factors(ReadContext& x) {
+  const MoeConfig& e = x.c.model.moe;
+  if (!std::isfinite(e.capacity_factor))
+    x.refuse(kv("capacity_factor", show(x.rd.node(k + "capacity_factor"))) +
+             ": expects a number (> 0: the capacity factor; <= 0: dropless)");
+  if (!(e.aux_loss_factor >= 0.0) || !std::isfinite(e.aux_loss_factor))
+    x.refuse(kv("aux_loss_factor", show(x.rd.node(k + "aux_loss_factor"))) +
+             ": must be >= 0 (0: no load-balancing loss; MindFormers' default: 0.05)");
+  if (!(e.z_loss_factor >= 0.0) || !std::isfinite(e.z_loss_factor))
+    x.refuse(kv("z_loss_factor", show(x.rd.node(k + "z_loss_factor"))) +
+             ": must be >= 0 (0: no router z-loss; ST-MoE's: 0.001)");
+}
+
+// MindFormers' TopkRouterV2 sizes an expert's capacity differently from the rule here: said once,
+// where capacity applies (MoE layers, not dropless).
+void warn_capacity_rule(ReadContext& x) {
+  const MoeConfig& e = x.c.model.moe;
+  if (!e.enabled() || e.dropless() || e.routing_policy != "TopkRouterV2") return;
+  x.warn(kv("routing_policy", e.routing_policy) + " with `capacity_factor: " + show(x.rd.node(k + "capacity_factor")) +
+         "`: capacity here is ceil(capacity_factor x seq_length x num_experts_chosen / expert_num) tokens per expert "
+         "and sequence, the assignments over it dropped by token_drop_policy (" + e.token_drop_policy +
+         "); MindFormers' TopkRouterV2 counts it over all the tokens of a data-parallel shard of the batch (batch_size "
+         "x seq_length), caps it at that count and rounds it up to a multiple of model_parallel, so which tokens drop "
+         "can differ (capacity_factor <= 0, dropless, is the same)");
+}
+
+}  // namespace
+
+void read_moe(ReadContext& x) {
+  MoeConfig& e = x.c.model.moe;
+  KeyReader& rd = x.rd;
+  e.expert_num = rd.get<int64_t>(k + "expert_num");
+  e.num_experts_chosen = rd.get<int64_t>(k + "num_experts_chosen");
+  e.capacity_factor = rd.get<double>(k + "capacity_factor");
+  e.aux_loss_factor = rd.get<double>(k + "aux_loss_factor");
+  e.z_loss_factor = rd.get<double>(k + "z_loss_factor");
+  e.norm_topk_prob = rd.get<bool>(k + "norm_topk_prob");
+  e.moe_layer_freq = rd.get<int64_t>(k + "moe_layer_freq");
+  e.routing_policy = one_of(x, "routing_policy", {"TopkRouterV1", "TopkRouterV2"},
+                            "MindFormers' routers: softmax over the experts, then top-k; both are that router here");
+  const std::string dense = rd.get<std::string>(k + "router_dense_type");
+  e.router_dense_type = one_of(x, "router_dense_type", {"float32", "bfloat16"}, "the dtype of the router's product",
+                               dense == "float16" ? "; MindFormers computes a float16 router in float32 (its "
+                                                    "dtype_map), so use float32"
+                                                  : "");
+  e.token_drop_policy = one_of(x, "token_drop_policy", {"position", "probs"},
+                               "which assignments an expert over its capacity drops: the sequence's later tokens, or "
+                               "the lowest router probabilities; Megatron's moe_token_drop_policy");
+  e.token_dispatcher = one_of(x, "token_dispatcher", {"alltoall", "allgather"},
+                              "how tokens reach the experts of other ranks: an all-to-all of the routed tokens, or "
+                              "every token gathered on every rank of the expert group; Megatron's "
+                              "moe_token_dispatcher_type");
+  check_counts(x);
+  check_factors(x);
+  warn_capacity_rule(x);
+  if (x.c.model.arch == "MixtralForCausalLM" && e.expert_num == 1)
+    x.warn("`model.arch.type: MixtralForCausalLM` with `moe_config.expert_num: 1`: a dense Llama; Mixtral's MoE layers "
+           "need moe_config.expert_num > 1 (Mixtral 8x7B: expert_num 8, num_experts_chosen 2)");
+}
+
+}  // namespace gf::config_read

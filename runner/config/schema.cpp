@@ -1,0 +1,465 @@
+// The schema of the YAML config: every known key with its default value and type. The resolved
+// config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
+// prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
+// their item keys from kItemTemplates. What each key does: config_keys.cpp (config_keys_llama.cpp,
+// config_keys_moe.cpp).
+// kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has kLlamaDefaults'
+// `model` section instead (and its trainer.model_name).
+#include "runner/config/schema.h"
+
+#include <algorithm>
+
+namespace gf {
+
+const char* const kConfigDefaults = R"YAML(
+seed: 0
+run_mode: train
+output_dir: ./output
+load_checkpoint: ""
+src_strategy_path_or_dir: ""
+auto_trans_ckpt: false
+only_save_strategy: false
+resume_training: false
+use_parallel: true  # MindFormers writes it; the ranks mpirun starts train together either way
+micro_batch_interleave_num: 1
+remote_save_url: ""
+do_eval: false
+eval_step_interval: 100
+eval_epoch_interval: -1
+layer_scale: false
+layer_decay: 0.65
+lr_scale: false
+lr_scale_factor: 256
+auto_tune: false
+filepath_prefix: ./autotune
+autotune_per_step: 10
+profile: false
+profile_start_step: 1
+profile_stop_step: 10
+init_start_profile: false
+profile_communication: false
+profile_memory: false
+context:
+  mode: 0
+  device_target: CPU
+  device_id: 0
+  enable_graph_kernel: false
+  graph_kernel_flags: ""
+  max_call_depth: 10000
+  max_device_memory: ""
+  save_graphs: false
+  save_graphs_path: ./graph
+  runtime_num_threads: 0
+  jit_config:
+    jit_level: ""
+  memory_optimize_level: O0
+  mempool_block_size: 1GB
+  ascend_config:
+    precision_mode: ""
+runner_config:
+  epochs: 1
+  batch_size: 1
+  sink_mode: false
+  sink_size: 1
+  train_steps: -1
+  peak_tflops: 0.0
+  gradient_accumulation_steps: 1
+runner_wrapper:
+  type: MFTrainOneStepCell
+  scale_sense: 1.0
+  use_clip_grad: false
+  max_grad_norm: 1.0
+  enable_check_overflow: false
+parallel:
+  parallel_mode: 0
+  gradients_mean: true
+  loss_repeated_mean: true
+  full_batch: false
+  search_mode: sharding_propagation
+  enable_parallel_optimizer: false
+  strategy_ckpt_save_file: ./ckpt_strategy.ckpt
+  enable_alltoall: false
+  strategy_ckpt_config:
+    save_file: ./ckpt_strategy.ckpt
+    only_trainable_params: false
+  parallel_optimizer_config:
+    gradient_accumulation_shard: false
+    parallel_optimizer_threshold: 64
+    optimizer_weight_shard_size: -1
+  pipeline_config:
+    pipeline_interleave: false
+    pipeline_scheduler: 1f1b
+  auto_pipeline: false
+parallel_config:
+  data_parallel: 1
+  model_parallel: 1
+  pipeline_stage: 1
+  expert_parallel: 1
+  use_seq_parallel: false
+  micro_batch_num: 1
+  vocab_emb_dp: true
+  gradient_aggregation_group: 4
+  optimizer_shard: false
+  mem_coeff: 0.1
+moe_config:  # MindFormers' MoEConfig (r0.8-r1.3) with its defaults, r0.8's router jitter, and three keys of ours
+  expert_num: 1              # 1: dense; > 1: MoE layers of expert_num experts (a LlamaConfig's: Mixtral-style)
+  num_experts_chosen: 1      # top-k
+  capacity_factor: 1.1       # per sequence, ceil(capacity_factor x seq_length x k / expert_num) tokens an expert; <= 0: dropless
+  aux_loss_factor: 0.05      # the load-balancing loss's weight
+  z_loss_factor: 0.0         # the router z-loss's weight
+  norm_topk_prob: true       # the k chosen probabilities renormalised to sum 1
+  routing_policy: TopkRouterV1  # or TopkRouterV2: the same top-k routing here
+  router_dense_type: float32    # or bfloat16
+  enable_sdrop: false
+  use_fused_ops_topkrouter: false
+  group_wise_a2a: false
+  expert_group_size: ~
+  comp_comm_parallel: false
+  comp_comm_parallel_degree: 2
+  save_token_distribution: false
+  max_router_load: 131072
+  cur_layer: 0
+  moe_module_name: ""
+  noisy_policy: ~
+  noisy_epsilon: ~
+  shared_expert_num: 0
+  use_shared_expert_gating: false
+  routed_scaling_factor: 1.0
+  topk_method: greedy
+  topk_group: ~
+  n_group: ~
+  first_k_dense_replace: ~   # MindFormers' default True; DeepSeek files give a layer count
+  moe_intermediate_size: 1407
+  aux_loss_types: []         # MindFormers' None; its files also write []
+  aux_loss_factors: []
+  enable_cold_hot_expert: false
+  update_step: 10000
+  hot_expert_num: 0
+  cold_token_percent: 1.0
+  token_drop_policy: position  # ours (Megatron's moe_token_drop_policy): position or probs
+  moe_layer_freq: 1            # ours (Megatron's --moe-layer-freq N): layer i is MoE when i % N == 0
+  token_dispatcher: alltoall   # ours (Megatron's moe_token_dispatcher_type): alltoall or allgather
+recompute_config:
+  recompute: false
+  select_recompute: false
+  recompute_num_layers: -1
+  parallel_optimizer_comm_recompute: false
+  mp_comm_recompute: true
+  recompute_slice_activation: false
+  select_comm_recompute: false
+trainer:
+  type: CausalLanguageModelingTrainer
+  model_name: gpt2
+train_dataset:
+  data_loader:
+    type: MegatronDataset
+    data_path: ~
+    dataset_dir: ""
+    split: "949,50,1"
+    shuffle: true
+    seed: 1234
+    num_samples: -1
+  tokenizer:
+    type: GPT2Tokenizer
+    max_length: -1
+    vocab_file: ""
+    merge_file: ""
+  input_columns: [input_ids]
+  num_parallel_workers: 8
+  python_multiprocessing: false
+  drop_remainder: true
+  batch_size: -1
+  repeat: 1
+  numa_enable: false
+  prefetch_size: 1
+train_dataset_task:
+  type: CausalLanguageModelDataset
+  dataset_config: ~
+eval_dataset:
+  data_loader:
+    type: MegatronDataset
+    data_path: ~
+    dataset_dir: ""
+    split: "949,50,1"
+    shuffle: false
+    seed: 1234
+    num_samples: -1
+  tokenizer:
+    type: GPT2Tokenizer
+    max_length: -1
+    vocab_file: ""
+    merge_file: ""
+  input_columns: [input_ids]
+  num_parallel_workers: 8
+  python_multiprocessing: false
+  drop_remainder: false
+  batch_size: -1
+  repeat: 1
+  numa_enable: false
+  prefetch_size: 1
+  eval_iters: 10
+eval_dataset_task:
+  type: CausalLanguageModelDataset
+  dataset_config: ~
+model:
+  model_config:
+    type: GPT2Config
+    seq_length: 1024
+    vocab_size: 50257
+    hidden_size: 768
+    num_layers: 12
+    num_heads: 12
+    expand_ratio: 4
+    hidden_act: gelu
+    hidden_dropout_rate: 0.1
+    attention_dropout_rate: 0.1
+    max_position_embeddings: -1  # -1: seq_length (MindFormers sizes the position table by it)
+    initializer_range: 0.02
+    layernorm_epsilon: 1.0e-5
+    param_init_type: float32
+    layernorm_compute_type: float32
+    softmax_compute_type: float32
+    compute_dtype: float32
+    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on (bench/README.md)
+    position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
+    rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
+    add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)
+    offset: 0                  # layers moved between pipeline stages: an int, a list per stage, or [chunk][stage] lists
+    pp_interleave_num: 1       # model chunks per stage with parallel.pipeline_config.pipeline_interleave (LlamaConfig's key)
+    checkpoint_name_or_path: ""
+    eos_token_id: 50256
+    bos_token_id: 50256
+    pad_token_id: 50256
+    repetition_penalty: 1.0
+    max_decode_length: 1024
+    top_k: 5
+    top_p: 1.0
+    do_sample: false
+    use_past: false
+    batch_size: 1
+    use_prompt_flash_attention: false
+    num_labels: 2
+    pet_config: ~
+  arch:
+    type: GPT2LMHeadModel
+lr_schedule:
+  type: polynomial
+  learning_rate: 1.0e-4
+  lr_end: 0.0
+  warmup_steps: 0
+  warmup_ratio: 0.0
+  total_steps: -1
+  power: 1.0
+optimizer:
+  type: AdamWeightDecay
+  beta1: 0.9
+  beta2: 0.999
+  eps: 1.0e-8
+  weight_decay: 0.0
+  betas: ~          # [beta1, beta2] (MindFormers' AdamW)
+  learning_rate: ~  # used when the file has no lr_schedule (as in MindFormers)
+callbacks:
+  - type: MFLossMonitor
+    per_print_times: 1
+eval_callbacks: []
+tensorboard_dir: ""  # Megatron's --tensorboard-dir (gridformer train --tensorboard-dir)
+tensorboard:         # MindFormers r1.5 on
+  tensorboard_dir: ""
+  tensorboard_queue_size: 10
+  log_loss_scale_to_tensorboard: false
+  log_timers_to_tensorboard: false
+  log_expert_load_to_tensorboard: false
+metric:
+  type: PerplexityMetric
+  eval_type: ""
+processor:
+  type: GPT2Processor
+  return_tensors: ms
+  tokenizer:
+    type: GPT2Tokenizer
+    unk_token: "<|endoftext|>"
+    bos_token: "<|endoftext|>"
+    eos_token: "<|endoftext|>"
+    pad_token: "<|endoftext|>"
+    vocab_file: ""
+    merge_file: ""
+    add_bos_token: ~
+    add_eos_token: ~
+)YAML";
+
+// A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
+// MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
+// MindFormers' default float16 is an Ascend choice; its files say what they want) and
+// use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
+// name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
+// position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
+// config_keys_llama.cpp.
+const char* const kLlamaDefaults = R"YAML(
+trainer:
+  model_name: llama
+model:
+  model_config:
+    type: LlamaConfig
+    seq_length: 2048
+    vocab_size: 32000
+    hidden_size: 4096
+    num_layers: 32
+    num_heads: 32
+    n_kv_heads: ~              # None: num_heads (multi-head); fewer: grouped-query attention
+    max_position_embedding: ~  # None: seq_length (the RoPE table; must cover seq_length)
+    intermediate_size: ~       # None: 2/3 of 4 x hidden_size, x ffn_dim_multiplier, rounded up to multiple_of
+    multiple_of: 256
+    ffn_dim_multiplier: ~      # None: 1
+    rms_norm_eps: 1.0e-5
+    theta: 10000.0
+    extend_method: "None"
+    scaling_factor: 1.0
+    qkv_has_bias: false
+    position_embedding_type: rope  # a Llama's only (GPT-2's key, accepted when it says rope)
+    add_bias_linear: false     # a Llama's only (GPT-2's key, accepted when False)
+    tie_word_embeddings: false
+    initializer_range: 0.02
+    param_init_type: float32
+    embedding_init_type: ~     # None: param_init_type
+    layernorm_compute_type: float32
+    softmax_compute_type: float32
+    rotary_dtype: float32
+    compute_dtype: float32
+    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on where the fused core runs
+    checkpoint_name_or_path: ""
+    qkv_concat: false
+    use_rope_slice: false
+    use_attn_mask_compression: false
+    use_ring_attention: false
+    fused_rms_norm: true
+    is_dynamic: false
+    fine_grain_interleave: 1
+    compute_in_2d: ~
+    parallel_optimizer: false
+    pp_interleave_num: 1
+    offset: 0
+    quant: ""
+    quant_config: ~
+    pet_config: ~
+    batch_size: 1
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+    ignore_token_id: -100
+    use_past: false
+    use_past_shard: ~
+    pretrain_seqlen: ~
+    use_kvcache_op: false
+    is_flexible_shape: false
+    use_paged_attention: false
+    use_prompt_flash_attention: false
+    use_incre_flash_attention: false
+    block_size: 16
+    num_blocks: 512
+    repetition_penalty: 1.0
+    max_decode_length: 1024
+    top_k: 5
+    top_p: 1.0
+    do_sample: true
+    temperature: 1.0
+    llm_backend: ""
+  arch:
+    type: LlamaForCausalLM
+)YAML";
+
+// Keys of list items, by the list's path.
+const char* const kItemTemplates = R"YAML(
+callbacks:
+  type: MFLossMonitor
+  per_print_times: 1
+  prefix: gridformer
+  save_checkpoint_steps: 1
+  keep_checkpoint_max: 5
+  integrated_save: true
+  save_network_params: true
+  save_trainable_params: false
+  async_save: false
+  directory: ""
+  summary_dir: ~  # SummaryMonitor's (MindSpore's SummaryCollector's arguments)
+  collect_freq: 10
+  collect_specified_data: ~
+  keep_default_action: true
+  custom_lineage_data: ~
+  collect_tensor_freq: ~
+  max_file_size: ~
+  export_options: ~
+eval_callbacks:
+  type: ObsMonitor
+)YAML";
+
+// Paths whose value may have another shape than their default (a scalar for a map, a list for a
+// boolean): the loader checks them. model_config.offset may be a list (layers per pipeline stage) or a
+// list of lists ([chunk][stage]), LlamaConfig's scaling_factor a mapping (YaRN's, Llama 3's).
+const std::vector<std::string>& polymorphic_keys() {
+  static const std::vector<std::string> keys = {"runner_wrapper.scale_sense", "recompute_config.select_recompute",
+                                                "recompute_config.select_comm_recompute", "model.model_config.offset",
+                                                "model.model_config.scaling_factor"};
+  return keys;
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> parts;
+  for (size_t b = 0;;) {
+    const size_t e = path.find('.', b);
+    parts.push_back(path.substr(b, e - b));
+    if (e == std::string::npos) return parts;
+    b = e + 1;
+  }
+}
+
+YAML::Node defaults_of(const std::string& type) {
+  YAML::Node d = YAML::Load(kConfigDefaults);
+  if (type != "LlamaConfig") return d;
+  const YAML::Node llama = YAML::Load(kLlamaDefaults);
+  d["model"] = YAML::Clone(llama["model"]);
+  d["trainer"]["model_name"] = YAML::Clone(llama["trainer"]["model_name"]);
+  return d;
+}
+
+}  // namespace
+
+ConfigSchema::ConfigSchema(const std::string& model_config_type)
+    : type_(model_config_type == "LlamaConfig" ? model_config_type : "GPT2Config"),
+      defaults_(defaults_of(type_)),
+      templates_(YAML::Load(kItemTemplates)),
+      rules_(key_rules_of(type_)),
+      foreign_(foreign_keys_of(type_)) {
+  for (const KeyRule& r : rules_) patterns_.push_back(split(r.path));
+}
+
+const KeyRule* ConfigSchema::rule_for(const std::string& path) const {
+  const auto parts = split(path);
+  for (size_t k = 0; k < patterns_.size(); ++k) {
+    const auto& pat = patterns_[k];
+    if (pat.size() != parts.size()) continue;
+    bool ok = true;
+    for (size_t i = 0; i < parts.size() && ok; ++i) ok = pat[i] == "*" || pat[i] == parts[i];
+    if (ok) return &rules_[k];
+  }
+  return nullptr;
+}
+
+bool ConfigSchema::polymorphic(const std::string& path) const {
+  const auto& p = polymorphic_keys();
+  return std::find(p.begin(), p.end(), path) != p.end();
+}
+
+const std::string* ConfigSchema::foreign_key(const std::string& path) const {
+  for (const auto& [key, why] : foreign_)
+    if (key == path) return &why;
+  return nullptr;
+}
+
+const ConfigSchema& config_schema(const std::string& model_config_type) {
+  static const ConfigSchema gpt2("GPT2Config"), llama("LlamaConfig");
+  return model_config_type == "LlamaConfig" ? llama : gpt2;
+}
+
+}  // namespace gf

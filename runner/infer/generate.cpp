@@ -1,0 +1,446 @@
+#include "runner/infer/generate.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/io/checkpoint.h"
+#include "core/data/tokenizer.h"
+#include "models/generator.h"
+#include "models/registry.h"
+#include "runner/report/metrics_log.h"
+#include "runner/infer/sampling.h"
+#include "runner/train/trainer.h"
+
+namespace gf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
+  std::istringstream in(s);
+  std::vector<int32_t> ids;
+  std::string w;
+  while (in >> w) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > INT32_MAX)
+      throw std::runtime_error(what + ": `" + w + "` is not a token id (non-negative integers, space-separated)");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+// stdout, in prompt order: the first unfinished sequence streams its tokens as they come; when it
+// ends, the next one's prompt and what it has so far follow, and it streams in turn.
+class Printer {
+ public:
+  Printer(bool active, const data::GPT2Tokenizer* tok, int64_t eos) : active_(active), tok_(tok), eos_(eos) {}
+  void add(const std::vector<int32_t>* prompt, const std::vector<int32_t>* generated, const bool* done) {
+    seqs_.push_back({prompt, generated, done, 0, false});
+  }
+  void flush() {
+    if (!active_) return;
+    while (cursor_ < seqs_.size()) {
+      Seq& s = seqs_[cursor_];
+      if (!s.started) {
+        write(*s.prompt, 0, s.prompt->size(), true);
+        s.started = true;
+      }
+      write(*s.generated, s.printed, s.generated->size(), false);
+      s.printed = s.generated->size();
+      if (!*s.done) break;
+      std::fputs("\n", stdout);
+      ++cursor_;
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  struct Seq {
+    const std::vector<int32_t>* prompt;
+    const std::vector<int32_t>* generated;
+    const bool* done;
+    size_t printed;
+    bool started;
+  };
+  void write(const std::vector<int32_t>& ids, size_t from, size_t to, bool prompt) {
+    for (size_t i = from; i < to; ++i) {
+      if (!prompt && ids[i] == eos_) continue;  // the end-of-text token ends the text; it is not printed
+      if (tok_ != nullptr) {
+        const std::string text = tok_->decode(std::span<const int32_t>(&ids[i], 1));
+        std::fwrite(text.data(), 1, text.size(), stdout);
+      } else {
+        std::fprintf(stdout, "%s%d", (i == 0 && prompt) ? "" : " ", ids[i]);
+      }
+    }
+  }
+  bool active_;
+  const data::GPT2Tokenizer* tok_;
+  int64_t eos_;
+  std::vector<Seq> seqs_;
+  size_t cursor_ = 0;
+};
+
+// The model for generation: built with the training layout's tensor and expert split, but for one
+// token per row (its training activations are not used), and its weights loaded.
+std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const ParallelContext& ctx) {
+  ModelConfig m = cfg.model;
+  m.seq_length = 1;  // the trainer's activation buffers: one row (the generator plans its own)
+  m.use_seq_parallel = false;
+  m.recompute = m.select_recompute = false;
+  std::unique_ptr<CausalLM> model;
+  if (ctx.grid.pp() > 1) {
+    // This rank's stage: the layers the config's pipeline split gives it (one chunk).
+    const std::vector<int64_t>& layers = cfg.parallel.stage_layers;
+    if (cfg.parallel.pipeline_chunks > 1 || static_cast<int>(layers.size()) != ctx.grid.pp())
+      throw std::runtime_error("predict runs one model chunk per pipeline stage: turn "
+                               "parallel.pipeline_config.pipeline_interleave off for generation");
+    StageOptions st;
+    for (int k = 0; k < ctx.coord.pp; ++k) st.layer_begin += layers[static_cast<size_t>(k)];
+    st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.coord.pp)];
+    const ModelEntry& entry = find_model(m.arch, m.type);
+    model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, 1, ctx, st);
+  } else {
+    model = build_model(m, 1, ctx);
+  }
+  const std::string& path = cfg.load_checkpoint;
+  if (path.empty()) {
+    model->init_weights(static_cast<uint64_t>(cfg.seed));
+    spdlog::warn("no load_checkpoint: generating from the seed's random weights (seed {}); set load_checkpoint "
+                 "(--load_checkpoint) to a checkpoint, Hugging Face weights or a --save-weights file",
+                 cfg.seed);
+  } else if (ckpt::is_checkpoint(path)) {
+    ckpt::Reader r = ckpt::Reader::open(path);
+    read_checkpoint_weights(r, *model, cfg);
+    spdlog::info("loaded weights from checkpoint {} (step {})", r.dir(), r.state().value("step", int64_t{0}));
+  } else {
+    const std::string note = model->load_hf_checkpoint(path);
+    spdlog::info("loaded weights from {}{}", path, note.empty() ? "" : " (" + note + ")");
+  }
+  return model;
+}
+
+// The GPT-2 BPE of processor.tokenizer (or the given files).
+std::unique_ptr<data::GPT2Tokenizer> gpt2_tokenizer(const GenerationConfig& gc, const std::string& vocab_given,
+                                                    const std::string& merges_given, const std::string& what) {
+  const std::string vocab = !vocab_given.empty() ? vocab_given : gc.vocab_file;
+  const std::string merges = !merges_given.empty() ? merges_given : gc.merge_file;
+  if (vocab_given.empty() && !gc.tokenizer_type.empty() && gc.tokenizer_type != "GPT2Tokenizer")
+    throw std::runtime_error("processor.tokenizer.type " + gc.tokenizer_type + ": " + what +
+                             " with the GPT-2 BPE only (GPT2Tokenizer); give --vocab_file and --merge_file of a GPT-2 BPE" +
+                             (what == "predict encodes text" ? ", or token ids with --predict_ids" : ""));
+  if (vocab.empty() || merges.empty())
+    throw std::runtime_error(what + " with the GPT-2 BPE: set processor.tokenizer.vocab_file and merge_file" +
+                             (what == "predict encodes text" ? " (or --vocab_file and --merge_file), or give token ids "
+                                                               "with --predict_ids"
+                                                             : ""));
+  return std::make_unique<data::GPT2Tokenizer>(data::GPT2Tokenizer::from_files(vocab, merges));
+}
+
+}  // namespace
+
+std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict) {
+  const auto tok = gpt2_tokenizer(cfg.generation, "", "", "LAMBADA is tokenized");
+  std::vector<ClozeItem> items = read_lambada(path, *tok, strict);
+  for (const ClozeItem& it : items)
+    for (const int32_t t : it.context)
+      if (t >= cfg.model.vocab_size)
+        throw std::runtime_error("LAMBADA file " + path + " line " + std::to_string(it.line) + ": token id " +
+                                 std::to_string(t) + " is outside the model's vocabulary (vocab_size " +
+                                 std::to_string(cfg.model.vocab_size) + ")");
+  return items;
+}
+
+ClozeResult evaluate_lambada(const CausalLM& model, const ParallelContext& ctx, const Config& cfg,
+                             const std::vector<ClozeItem>& items, const std::string& path) {
+  const auto* lm = dynamic_cast<const TransformerLM*>(&model);
+  if (lm == nullptr || !lm->whole_model())
+    throw std::runtime_error("LAMBADA runs the whole model on each rank: pipeline_stage > 1 is not supported; "
+                             "evaluate with pipeline_stage: 1");
+  const int64_t max_len = cfg.model.seq_length, chunk = std::min<int64_t>(64, max_len);
+  Generator::Options go;
+  go.slots = 1;
+  go.capacity = max_len;
+  go.max_rows = go.max_logit_rows = chunk;
+  Generator gen(*lm, ctx, go);
+  const auto t0 = Clock::now();
+  const GreedyFn greedy = [&](const std::vector<std::vector<int32_t>>& batch, std::vector<std::vector<int32_t>>& argmax) {
+    argmax.assign(batch.size(), {});
+    std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)),
+        rows(static_cast<size_t>(chunk));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<int32_t>& x = batch[i];
+      const int64_t n = static_cast<int64_t>(x.size());
+      for (int64_t a = 0; a < n; a += chunk) {
+        const int64_t m = std::min(chunk, n - a);
+        for (int64_t r = 0; r < m; ++r) pos[r] = a + r, rows[r] = r;
+        const float* logits = gen.forward(x.data() + a, seq.data(), pos.data(), m, rows.data(), m);
+        for (int64_t r = 0; r < m; ++r) {
+          const float* row = logits + r * gen.vocab();
+          argmax[i].push_back(static_cast<int32_t>(std::max_element(row, row + gen.vocab()) - row));
+        }
+      }
+    }
+  };
+  const ClozeResult r = cloze_accuracy(items, greedy, max_len, 8, path);
+  spdlog::info("lambada: accuracy {:.4f} ({}/{}) on {} in {:.1f} s", r.accuracy(), r.correct, r.items, path,
+               seconds_since(t0));
+  return r;
+}
+
+struct Predictor::State {
+  Config cfg;
+  const ParallelContext* ctx;
+  PredictRequest req;
+  std::unique_ptr<data::GPT2Tokenizer> tok;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> limit;
+  int64_t batch = 1;
+  SamplingOptions so;
+  std::unique_ptr<CausalLM> model;
+  std::unique_ptr<Generator> gen;
+  Generator::Options go;
+};
+
+Predictor::~Predictor() = default;
+
+Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const PredictRequest& req)
+    : s_(std::make_unique<State>()) {
+  s_->cfg = cfg;
+  s_->ctx = &ctx;
+  s_->req = req;
+  const GenerationConfig& gc = cfg.generation;
+  std::vector<std::vector<int32_t>>& prompts = s_->prompts;
+  std::vector<int64_t>& limit = s_->limit;
+  SamplingOptions& so = s_->so;
+  // The prompts.
+  std::vector<std::string> texts = req.texts;
+  if (!req.file.empty()) {
+    std::ifstream in(req.file);
+    if (!in) throw std::runtime_error("--predict_file " + req.file + ": cannot be read");
+    std::string line;
+    int64_t n = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty()) continue;  // blank lines separate nothing: skipped
+      texts.push_back(line);
+    }
+    if (n == 0) throw std::runtime_error("--predict_file " + req.file + ": no prompt in it (one prompt a line)");
+  }
+  if (!req.vocab_file.empty() || !req.merge_file.empty() || !gc.vocab_file.empty() || !texts.empty())
+    s_->tok = gpt2_tokenizer(gc, req.vocab_file, req.merge_file, "predict encodes text");
+  const std::unique_ptr<data::GPT2Tokenizer>& tok = s_->tok;
+  for (const std::string& t : texts) prompts.push_back(tok->encode(t));
+  for (size_t i = 0; i < req.ids.size(); ++i)
+    prompts.push_back(parse_ids(req.ids[i], "--predict_ids #" + std::to_string(i + 1)));
+  if (prompts.empty())
+    throw std::runtime_error("no prompt: give --predict_data TEXT (repeatable), --predict_file FILE or --predict_ids IDS");
+  const int64_t V = cfg.model.vocab_size;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty())
+      throw std::runtime_error("prompt " + std::to_string(i + 1) + " is empty: a prompt needs at least one token");
+    for (const int32_t t : prompts[i])
+      if (t >= V)
+        throw std::runtime_error("prompt " + std::to_string(i + 1) + ": token id " + std::to_string(t) +
+                                 " is outside the model's vocabulary (vocab_size " + std::to_string(V) + ")");
+  }
+  // The lengths: prompt + generated tokens, within the learned positions.
+  const int64_t pos_limit = cfg.model.position_embedding_type == "rope" || cfg.model.arch != "GPT2LMHeadModel"
+                                ? INT64_MAX
+                                : cfg.model.max_position_embeddings;
+  limit.assign(prompts.size(), 0);
+  int64_t capacity = 1;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t L = static_cast<int64_t>(prompts[i].size());
+    if (L >= pos_limit)
+      throw std::runtime_error("prompt " + std::to_string(i + 1) + " has " + std::to_string(L) +
+                               " tokens: the model has " + std::to_string(pos_limit) +
+                               " positions (max_position_embeddings), so none is left to generate; shorten it");
+    int64_t lim = req.max_new_tokens > 0 ? L + req.max_new_tokens : gc.max_decode_length;
+    if (lim <= L)
+      throw std::runtime_error("prompt " + std::to_string(i + 1) + " has " + std::to_string(L) +
+                               " tokens and max_decode_length (prompt + generated tokens) is " + std::to_string(lim) +
+                               ": nothing would be generated; raise model_config.max_decode_length "
+                               "(--max_decode_length) or give --max_new_tokens");
+    lim = std::min(lim, pos_limit);
+    limit[i] = lim;
+    capacity = std::max(capacity, lim);
+  }
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  const int64_t batch = s_->batch = req.batch > 0 ? std::min(req.batch, n) : n;
+  so.do_sample = gc.do_sample;
+  so.top_k = gc.top_k;
+  so.top_p = gc.top_p;
+  so.temperature = req.temperature.value_or(gc.temperature);
+  if (!(so.temperature > 0.0)) throw std::runtime_error("--temperature must be > 0");
+  so.repetition_penalty = gc.repetition_penalty;
+  so.seed = static_cast<uint64_t>(cfg.seed);
+  s_->model = build_for_generation(cfg, ctx);
+  const auto* lm = dynamic_cast<const TransformerLM*>(s_->model.get());
+  if (lm == nullptr) throw std::logic_error("predict: the model is not a TransformerLM");
+  Generator::Options& go = s_->go;
+  go.slots = batch;
+  go.capacity = capacity;
+  go.max_rows = req.max_rows > 0 ? std::max(req.max_rows, batch) : std::max(batch, capacity);
+  go.max_logit_rows = batch;
+  s_->gen = std::make_unique<Generator>(*lm, ctx, go);
+  const Generator& gen = *s_->gen;
+  spdlog::info("predict: {} prompt(s) in batches of {}, up to {} tokens each (prompt + generated), {} ({}); "
+               "KV cache {:.1f} MiB, buffers {:.1f} MiB",
+               n, batch, capacity, gc.use_past ? "KV cache (use_past)" : "prefix recomputed (use_past: False)",
+               so.do_sample ? fmt::format("sampling: top_k {}, top_p {}, temperature {}, seed {}", so.top_k, so.top_p,
+                                          so.temperature, cfg.seed)
+                            : std::string("greedy"),
+               gen.cache_bytes() / 1048576.0, gen.bytes() / 1048576.0);
+}
+
+PredictStats Predictor::run() {
+  const Config& cfg = s_->cfg;
+  const GenerationConfig& gc = cfg.generation;
+  const PredictRequest& req = s_->req;
+  const bool rank0 = s_->ctx->world_rank == 0;
+  const std::vector<std::vector<int32_t>>& prompts = s_->prompts;
+  const std::vector<int64_t>& limit = s_->limit;
+  const SamplingOptions& so = s_->so;
+  const Generator::Options& go = s_->go;
+  Generator& gen = *s_->gen;
+  const int64_t n = static_cast<int64_t>(prompts.size()), batch = s_->batch, eos = gc.eos_token_id;
+  const data::GPT2Tokenizer* tok = s_->tok.get();
+
+  std::vector<std::vector<int32_t>> generated(static_cast<size_t>(n));
+  // std::vector<bool> has no addressable elements: the printer holds pointers to each flag.
+  std::unique_ptr<bool[]> done(new bool[static_cast<size_t>(n)]());
+  Printer printer(rank0, tok, eos);
+  for (int64_t i = 0; i < n; ++i) printer.add(&prompts[i], &generated[i], &done[i]);
+  PredictStats st;
+  st.prompts = n;
+  st.batch = batch;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> seq, pos, logit_rows, logit_of;  // logit_of: the prompt of each logits row
+  for (int64_t b0 = 0; b0 < n; b0 += batch) {
+    const int64_t nb = std::min(batch, n - b0);
+    auto full = [&](int64_t i) {
+      std::vector<int32_t> all = prompts[i];
+      all.insert(all.end(), generated[i].begin(), generated[i].end());
+      return all;
+    };
+    // One step: for each unfinished prompt of the batch, its tokens from position `from(i)` on go
+    // through the model (in calls of at most max_rows rows), and its next token is chosen from the
+    // logits of its last one.
+    auto step = [&](auto from) {
+      tokens.clear();
+      seq.clear();
+      pos.clear();
+      logit_rows.clear();
+      logit_of.clear();
+      int64_t made = 0;
+      auto run_call = [&]() {
+        if (tokens.empty()) return;
+        const float* logits = gen.forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
+                                          logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
+        // The last pipeline stage chooses the tokens and tells the other stages.
+        std::vector<int32_t> next(logit_of.size());
+        if (gen.last_stage())
+          for (size_t j = 0; j < logit_of.size(); ++j) {
+            const int64_t i = logit_of[j];
+            std::vector<float> row(logits + j * gen.vocab(), logits + (j + 1) * gen.vocab());
+            next[j] = next_token(row, full(i), so, static_cast<uint64_t>(i), generated[i].size());
+          }
+        if (s_->ctx->grid.pp() > 1 && !next.empty())
+          s_->ctx->pp.broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), s_->ctx->grid.pp() - 1);
+        for (size_t j = 0; j < logit_of.size(); ++j) {
+          const int64_t i = logit_of[j];
+          const int32_t t = next[j];
+          generated[i].push_back(t);
+          ++made;
+          const int64_t len = static_cast<int64_t>(prompts[i].size() + generated[i].size());
+          if (t == eos || len >= limit[i]) done[i] = true;
+        }
+        tokens.clear();
+        seq.clear();
+        pos.clear();
+        logit_rows.clear();
+        logit_of.clear();
+      };
+      for (int64_t i = b0; i < b0 + nb; ++i) {
+        if (done[i]) continue;
+        const std::vector<int32_t> all = full(i);
+        const int64_t len = static_cast<int64_t>(all.size());
+        for (int64_t p = from(i); p < len; ++p) {
+          if (static_cast<int64_t>(tokens.size()) == go.max_rows) run_call();
+          tokens.push_back(all[p]);
+          seq.push_back(i - b0);
+          pos.push_back(p);
+          if (p == len - 1) {
+            logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+            logit_of.push_back(i);
+          }
+        }
+      }
+      run_call();
+      return made;
+    };
+    auto t0 = Clock::now();
+    for (int64_t i = b0; i < b0 + nb; ++i) st.prompt_tokens += static_cast<int64_t>(prompts[i].size());
+    step([](int64_t) { return int64_t{0}; });  // the prompts, and each one's first token
+    st.prompt_seconds += seconds_since(t0);
+    printer.flush();
+    t0 = Clock::now();
+    for (;;) {
+      bool any = false;
+      for (int64_t i = b0; i < b0 + nb; ++i) any = any || !done[i];
+      if (!any) break;
+      // With the cache only the newest token goes in; without it the whole sequence again.
+      st.decode_tokens += gc.use_past ? step([&](int64_t i) {
+        return static_cast<int64_t>(prompts[i].size() + generated[i].size()) - 1;
+      })
+                                      : step([](int64_t) { return int64_t{0}; });
+      printer.flush();
+    }
+    st.decode_seconds += seconds_since(t0);
+  }
+  printer.flush();
+  const double pps = st.prompt_seconds > 0 ? st.prompt_tokens / st.prompt_seconds : 0.0;
+  const double dps = st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0;
+  spdlog::info("predict: {} prompts, {} prompt tokens in {:.3f} s ({:.1f} tokens/s), {} decode tokens in {:.3f} s "
+               "({:.1f} tokens/s)",
+               st.prompts, st.prompt_tokens, st.prompt_seconds, pps, st.decode_tokens, st.decode_seconds, dps);
+  if (rank0) {
+    if (!req.ids_out.empty()) {
+      std::ofstream out(req.ids_out);
+      if (!out) throw std::runtime_error("--ids_out " + req.ids_out + ": cannot be written");
+      for (int64_t i = 0; i < n; ++i)
+        out << nlohmann::json{{"prompt", prompts[i]}, {"generated", generated[i]}}.dump() << "\n";
+    }
+    MetricsLog metrics(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
+    metrics.write(nlohmann::json{{"event", "predict"},
+                                 {"prompts", st.prompts},
+                                 {"batch", st.batch},
+                                 {"use_past", gc.use_past},
+                                 {"prompt_tokens", st.prompt_tokens},
+                                 {"prompt_seconds", st.prompt_seconds},
+                                 {"prompt_tokens_per_s", pps},
+                                 {"decode_tokens", st.decode_tokens},
+                                 {"decode_seconds", st.decode_seconds},
+                                 {"decode_tokens_per_s", dps}});
+  }
+  return st;
+}
+
+}  // namespace gf

@@ -1,0 +1,59 @@
+#include "runner/infer/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/math/rng.h"
+
+namespace gf {
+
+int32_t next_token(std::span<float> logits, std::span<const int32_t> history, const SamplingOptions& o,
+                   uint64_t stream, uint64_t index) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (o.repetition_penalty != 1.0) {
+    const float p = static_cast<float>(o.repetition_penalty);
+    std::vector<int32_t> seen(history.begin(), history.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (const int32_t t : seen)
+      if (t >= 0 && t < V) logits[t] = logits[t] < 0 ? logits[t] * p : logits[t] / p;
+  }
+  if (!o.do_sample) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float inv_t = static_cast<float>(1.0 / o.temperature);
+  for (float& x : logits) x *= inv_t;
+  // Candidates by descending logit (index order among equals), cut by top_k with its ties, then by top_p.
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  int64_t keep = V;
+  if (o.top_k > 0 && o.top_k < V) {
+    std::nth_element(order.begin(), order.begin() + (o.top_k - 1), order.end(),
+                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    const float kth = logits[order[static_cast<size_t>(o.top_k - 1)]];
+    keep = std::partition(order.begin(), order.end(), [&](int32_t a) { return logits[a] >= kth; }) - order.begin();
+  }
+  std::sort(order.begin(), order.begin() + keep,
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  const double mx = logits[order[0]];
+  std::vector<double> prob(static_cast<size_t>(keep));
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[order[i]]) - mx);
+  if (o.top_p < 1.0) {
+    // Keep the most probable while the probability before them is below top_p (HF removes a token
+    // when the cumulative probability of the less probable side, itself included, is <= 1 - top_p).
+    double cum = 0.0;
+    int64_t n = 0;
+    while (n < keep && (n == 0 || cum < o.top_p * sum)) cum += prob[n++];
+    keep = n;
+    sum = cum;
+  }
+  double u = counter_uniform(o.seed, 0x9e5ull ^ stream, index) * sum;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= prob[i];
+    if (u <= 0.0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace gf

@@ -1,0 +1,155 @@
+#include "runner/report/machine_probe.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/math/gemm.h"
+#include "runner/report/run_info.h"
+
+extern "C" char* openblas_get_corename(void);  // OpenBLAS's (cblas.h is gf_core's private include)
+
+namespace gf {
+
+namespace {
+
+template <typename T>
+T field(const nlohmann::json& j, const char* path_a, const char* path_b = nullptr) {
+  const nlohmann::json* v = &j;
+  for (const char* key : {path_a, path_b}) {
+    if (key == nullptr) break;
+    if (!v->is_object() || !v->contains(key))
+      throw std::runtime_error(fmt::format("no field \"{}{}{}\"", path_a, path_b ? "." : "", path_b ? path_b : ""));
+    v = &(*v)[key];
+  }
+  try {
+    return v->get<T>();
+  } catch (const std::exception&) {
+    throw std::runtime_error(fmt::format("field \"{}{}{}\" has the wrong type", path_a, path_b ? "." : "",
+                                         path_b ? path_b : ""));
+  }
+}
+
+std::string trim_number(double v) { return fmt::format("{:.3g}", v); }
+
+}  // namespace
+
+std::string blas_core_name() {
+  const char* c = openblas_get_corename();
+  return c != nullptr ? c : "unknown";
+}
+
+MachineProbe machine_probe_from_json(const nlohmann::json& j) {
+  MachineProbe p;
+  p.cpu = field<std::string>(j, "cpu");
+  if (j.contains("blas_core")) p.blas_core = field<std::string>(j, "blas_core");
+  p.date = field<std::string>(j, "date");
+  p.threads = field<int>(j, "threads");
+  p.fp32_backend = field<std::string>(j, "fp32_backend");
+  if (p.fp32_backend != "blas" && p.fp32_backend != "eigen")
+    throw std::runtime_error("fp32_backend is \"" + p.fp32_backend + "\", not blas or eigen");
+  if (p.threads <= 0) throw std::runtime_error("threads must be > 0");
+  p.gflops_blas = field<double>(j, "gflops", "blas");
+  p.gflops_eigen = field<double>(j, "gflops", "eigen");
+  p.peak_tflops_fp32 = field<double>(j, "peak_tflops", "float32");
+  if (!(p.peak_tflops_fp32 > 0)) throw std::runtime_error("peak_tflops.float32 must be > 0");
+  if (j.contains("gflops") && j["gflops"].contains("bf16") && j["gflops"]["bf16"].is_number())
+    p.gflops_bf16 = j["gflops"]["bf16"].get<double>();
+  if (j.contains("peak_tflops") && j["peak_tflops"].contains("bfloat16") && j["peak_tflops"]["bfloat16"].is_number())
+    p.peak_tflops_bf16 = j["peak_tflops"]["bfloat16"].get<double>();
+  return p;
+}
+
+std::string machine_probe_path_for(const std::string& exe) {
+  const std::filesystem::path dir = std::filesystem::path(exe).parent_path();
+  return (dir / ".." / "machine_probe.json").lexically_normal().string();
+}
+
+std::string machine_probe_path() {
+  if (const char* e = std::getenv("GF_MACHINE_PROBE"); e && *e) return std::string(e) == "off" ? std::string() : e;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "machine_probe.json";
+  return machine_probe_path_for(exe.string());
+}
+
+MachineSetup apply_machine_probe(int threads) { return apply_machine_probe_at(machine_probe_path(), threads); }
+
+MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
+  MachineSetup m;
+  m.cpu = cpu_model_name();
+  m.threads = threads;
+  m.probe_path = path;
+  if (path.empty()) {
+    m.probe_note = "GF_MACHINE_PROBE=off";
+  } else if (std::ifstream in(path); !in) {
+    m.probe_note = "no machine probe at " + path + " (run build/bin/machine_probe, or set GF_MACHINE_PROBE)";
+  } else {
+    try {
+      MachineProbe p = machine_probe_from_json(nlohmann::json::parse(in));
+      p.path = path;
+      if (p.cpu != m.cpu)
+        m.probe_note = fmt::format("the machine probe at {} was measured on \"{}\", this CPU is \"{}\": ignored "
+                                   "(re-run build/bin/machine_probe here)", path, p.cpu, m.cpu);
+      else if (!p.blas_core.empty() && p.blas_core != blas_core_name())
+        m.probe_note = fmt::format("the machine probe at {} measured OpenBLAS's {} kernels, this run has its {} "
+                                   "(OPENBLAS_CORETYPE): ignored (re-run build/bin/machine_probe in this environment)",
+                                   path, p.blas_core, blas_core_name());
+      else
+        m.probe = std::move(p);
+    } catch (const std::exception& e) {
+      m.probe_note = fmt::format("the machine probe at {} is unreadable ({}): ignored (re-run build/bin/machine_probe)",
+                                 path, e.what());
+    }
+  }
+  const char* env = std::getenv("GF_GEMM");
+  const bool from_env = env != nullptr && *env != '\0';
+  if (!from_env && m.probe) gemm_set_backend(m.probe->fp32_backend == "eigen" ? GemmBackend::kEigen : GemmBackend::kBlas);
+  m.gemm_backend = gemm_backend_name(gemm_backend());  // throws for an unknown GF_GEMM
+  const std::string measured =
+      m.probe ? fmt::format("machine_probe measured blas{} {} and eigen {} GFLOP/s at {} thread(s) on {} ({})",
+                            m.probe->blas_core.empty() ? std::string() : " (" + m.probe->blas_core + ")",
+                            trim_number(m.probe->gflops_blas), trim_number(m.probe->gflops_eigen), m.probe->threads,
+                            m.probe->cpu, m.probe->date)
+              : std::string();
+  if (from_env)
+    m.gemm_reason = fmt::format("GF_GEMM={} in the environment{}", env, m.probe ? "; " + measured : std::string());
+  else if (m.probe)
+    m.gemm_reason = "the faster one here: " + measured;
+  else
+    m.gemm_reason = "the built-in default (" + m.probe_note + ")";
+  return m;
+}
+
+PeakChoice choose_peak(double config_peak, const std::string& compute_dtype, const MachineSetup& machine) {
+  PeakChoice c;
+  if (config_peak > 0.0) {
+    c.tflops = config_peak;
+    c.source = "set by runner_config.peak_tflops";
+    return c;
+  }
+  if (!machine.probe) {
+    c.tflops = kDefaultPeakTflops;
+    c.source = "the built-in default, the fp32 GEMM ceiling of a 2-core AVX-512 Xeon (" + machine.probe_note + ")";
+    return c;
+  }
+  const MachineProbe& p = *machine.probe;
+  const bool bf16 = compute_dtype == "bfloat16" && p.peak_tflops_bf16 > 0.0;
+  const double at_probe = bf16 ? p.peak_tflops_bf16 : p.peak_tflops_fp32;
+  const int threads = machine.threads > 0 ? machine.threads : p.threads;
+  c.tflops = at_probe * threads / p.threads;
+  c.measured = true;
+  std::string what = bf16 ? "bf16 (oneDNN)" : "fp32 (" + p.fp32_backend + ")";
+  if (compute_dtype == "bfloat16" && !bf16) what += ", the probe has no bf16 figure (built without oneDNN)";
+  if (compute_dtype == "float16") what += ", float16 runs on the fp32 GEMM";
+  c.source = fmt::format("measured by machine_probe on {} ({}): the {} GEMM ceiling{}", p.cpu, p.date, what,
+                         threads == p.threads ? std::string()
+                                              : fmt::format(", {} TFLOP/s at the probe's {} thread(s) scaled to this "
+                                                            "rank's {}", trim_number(at_probe), p.threads, threads));
+  return c;
+}
+
+}  // namespace gf

@@ -1,0 +1,16 @@
+// `gridformer plan`: what a run will hold on each rank, computed from the config before anything
+// is allocated (the model's parameter table and buffer plan, models/transformer_lm.h; the same
+// code sizes the model when it is built): parameters, gradients, AdamW moments (a ZeRO-1 shard),
+// the low-precision weight copy, activations and their largest buffers.
+#pragma once
+#include <string>
+
+#include "runner/config/config.h"
+
+namespace gf {
+
+std::string human_bytes(double bytes);
+// The plan for `ranks` ranks (the config's layout must fit them: see layout_error_message).
+std::string plan_report(const Config& cfg, int ranks);
+
+}  // namespace gf

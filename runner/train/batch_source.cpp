@@ -1,0 +1,99 @@
+#include "runner/train/batch_source.h"
+
+#include <stdexcept>
+
+#include "core/data/gpt_dataset.h"
+#include "core/math/rng.h"
+
+namespace gf {
+namespace {
+
+// Synthetic tokens, uniform over the vocabulary: a pure function of (seed, sample, position), for
+// benchmarks and tests that need no data on disk. With `count` > 0 there are that many distinct
+// samples, cycled epoch after epoch (something a model can learn by heart).
+class RandomTokens : public BatchSource {
+ public:
+  RandomTokens(uint64_t seed, int64_t vocab, int64_t seq, int64_t count)
+      : seed_(seed), vocab_(vocab), seq_(seq), count_(count) {}
+  int64_t samples_per_epoch() const override { return count_ > 0 ? count_ : -1; }
+  void read(int64_t first, int64_t count, int32_t* out) const override {
+    const int64_t n = seq_ + 1;
+    for (int64_t s = 0; s < count; ++s) {
+      const int64_t id = count_ > 0 ? (first + s) % count_ : first + s;
+      for (int64_t t = 0; t < n; ++t)
+        out[s * n + t] = static_cast<int32_t>(
+            counter_bits(seed_, static_cast<uint64_t>(id), static_cast<uint64_t>(t)) % static_cast<uint64_t>(vocab_));
+    }
+  }
+  std::string describe() const override {
+    return "RandomTokens (uniform random ids, seed " + std::to_string(seed_) +
+           (count_ > 0 ? ", " + std::to_string(count_) + " distinct samples" : std::string()) + ")";
+  }
+
+ private:
+  uint64_t seed_;
+  int64_t vocab_, seq_, count_;
+};
+
+class MegatronSource : public BatchSource {
+ public:
+  MegatronSource(std::unique_ptr<data::SampleSource> src, int64_t epoch, int64_t seq, std::string desc)
+      : src_(std::move(src)), epoch_(epoch), seq_(seq), desc_(std::move(desc)) {}
+  int64_t samples_per_epoch() const override { return epoch_; }
+  void read(int64_t first, int64_t count, int32_t* out) const override {
+    for (int64_t s = 0; s < count; ++s) src_->get(first + s, out + s * (seq_ + 1));
+  }
+  std::string describe() const override { return desc_; }
+
+ private:
+  std::unique_ptr<data::SampleSource> src_;
+  int64_t epoch_, seq_;
+  std::string desc_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const ModelConfig& model,
+                                               int64_t num_samples, int split_index,
+                                               const std::string& what) {
+  const std::string key = what + ".data_loader";
+  if (data.loader_type == "RandomTokens")
+    return std::make_unique<RandomTokens>(data.seed, model.vocab_size, model.seq_length, data.num_samples);
+  if (data.loader_type != "MegatronDataset") {
+    throw std::runtime_error(
+        "`" + key + ".type: " + data.loader_type + "` is a MindSpore loader that gridformer does not read. "
+        "Convert the text with build/bin/preprocess_data (Megatron .bin/.idx) and use `type: MegatronDataset` "
+        "with `data_path: <prefix>` (or `type: RandomTokens` for synthetic data); see docs/data.md");
+  }
+  if (data.data_path.empty())
+    throw std::runtime_error("`" + key + ".data_path` is empty: give the prefix of a .bin/.idx pair "
+                             "(e.g. ./data/fortunes/fortunes_text_document) or [weight, prefix, ...]");
+  data::GPTDatasetConfig g;
+  g.data_path = data.data_path;
+  g.split = data.split;
+  g.split_index = split_index;
+  g.shuffle = data.shuffle;
+  g.seed = data.seed;
+  g.seq_length = model.seq_length;
+  g.vocab_size = model.vocab_size;
+  g.num_samples = 0;
+  std::unique_ptr<data::SampleSource> src;
+  int64_t epoch = 0;
+  try {
+    src = data::build_gpt_dataset(g);  // one epoch: tells its size
+    epoch = src->size();
+    if (num_samples > epoch) {
+      g.num_samples = num_samples;
+      src = data::build_gpt_dataset(g);
+    }
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("`" + key + ".data_path`: " + e.what() +
+                             " (the default corpus is made by scripts/setup.sh; your own text by build/bin/preprocess_data)");
+  }
+  std::string desc = "MegatronDataset " + data.data_path.front().second + (data.data_path.size() > 1 ? " (blended)" : "") +
+                     ", split " + data.split + " part " + std::to_string(split_index) + ", " +
+                     std::to_string(epoch) + " samples per epoch";
+  return std::make_unique<MegatronSource>(std::move(src), epoch, model.seq_length, desc);
+}
+
+}  // namespace gf

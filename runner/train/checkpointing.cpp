@@ -1,0 +1,347 @@
+// Checkpoints in the training loop: what a rank saves (its slices of the weights and of AdamW's
+// moments, as boxes of the global tensors; core/io/checkpoint.h), the training state beside them, the
+// save's steps across the ranks (synchronous or from a background thread), and loading at start:
+// Hugging Face weights, our checkpoint's weights, or (resume_training) the whole state.
+//
+// Who writes what: every element is written once. The weights and, without ZeRO, the moments are
+// the same on every data-parallel rank, so data-parallel rank 0 writes them (for an expert's tensor,
+// expert-data-parallel rank 0); a replicated tensor is the same on every tensor-parallel rank, so
+// tensor rank 0 writes it; under pipelining the last stage's copy of a tied embedding is left to the
+// first stage. Under ZeRO each data-parallel rank holds the moments of its shard of the arena and
+// writes those (tensors cut by a shard boundary are written as the boxes of their two parts).
+//
+// What makes a resume exact: the weights and moments are the fp32 values themselves; the data of a
+// step is a function of the step (Trainer::first_sample), dropout's masks of the step and the
+// sample, the learning rate of the step; AdamW's bias correction counts step - skipped_steps; the
+// dynamic loss scale and its counters are in the state. So a run resumed after step s computes
+// step s + 1 from the same numbers as the run that went on.
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "core/io/checkpoint.h"
+#include "models/registry.h"
+#include "runner/report/logging.h"
+#include "runner/report/metrics_log.h"
+#include "runner/report/run_info.h"
+#include "runner/train/trainer.h"
+
+namespace gf {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMomentPrefix[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The local elements [lo, hi) of `t` that an optimizer shard [b, e) of the arena covers.
+bool shard_part(const TensorPlacement& t, int64_t b, int64_t e, int64_t& lo, int64_t& hi) {
+  lo = std::max(b, t.offset) - t.offset;
+  hi = std::min(e, t.offset + t.numel()) - t.offset;
+  return lo < hi;
+}
+
+}  // namespace
+
+struct Trainer::PendingSave {
+  std::string name, tmp;
+  int64_t step = 0;
+  nlohmann::json state;
+  std::vector<ckpt::Piece> pieces;
+  double snapshot_s = 0, bytes = 0;
+  std::chrono::steady_clock::time_point t0;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::string fragment, error;
+};
+
+std::string Trainer::checkpoint_root() const {
+  return cfg_.checkpoint.directory.empty() ? (fs::path(cfg_.output_dir) / "checkpoint").string() : cfg_.checkpoint.directory;
+}
+
+void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg) {
+  // Every tensor of the checkpoint is one of the model's (a checkpoint of a deeper model is refused,
+  // not silently truncated); the shapes are checked as each is read.
+  const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
+  const ParamTable whole = TransformerLM::make_param_table(entry.spec(cfg.model), entry.names);
+  for (const std::string& n : r.names())
+    if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
+      throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured model does not have (" +
+                               cfg.model.arch + ", " + std::to_string(cfg.model.num_layers) +
+                               " layers): the checkpoint is of another model shape");
+  for (const ParamSpec& p : whole.specs())
+    if (!r.has(p.name))
+      throw std::runtime_error(r.dir() + ": has no tensor '" + p.name + "', which the configured model needs");
+  float* w = model.weights();
+  for (const TensorPlacement& t : model.params().tensors()) r.read(t.spec->name, t, w + t.offset);
+}
+
+void Trainer::load_initial_state() {
+  const Config& cfg = cfg_;
+  std::string path = cfg.load_checkpoint;
+  if (cfg.resume_training && path.empty()) {
+    // A restarted job resumes from its own checkpoints when it has some.
+    path = ckpt::resolve(checkpoint_root(), true);
+    if (path.empty()) {
+      spdlog::warn("`resume_training: True` without load_checkpoint, and no checkpoint under {} yet: training starts "
+                   "from step 1",
+                   checkpoint_root());
+      model_->init_weights(static_cast<uint64_t>(cfg.seed));
+      return;
+    }
+  }
+  if (path.empty()) {
+    model_->init_weights(static_cast<uint64_t>(cfg.seed));
+    return;
+  }
+  if (!ckpt::is_checkpoint(path)) {
+    if (cfg.resume_training)
+      throw std::runtime_error("`resume_training: True` needs a gridformer checkpoint, and `load_checkpoint: " + path +
+                               "` holds weights only (Hugging Face or MindSpore; no optimizer state or step): drop resume_training to "
+                               "start training from these weights");
+    const std::string note = model_->load_hf_checkpoint(path);  // Hugging Face safetensors or a MindSpore .ckpt
+    spdlog::info("loaded weights from {}{}", path, note.empty() ? "" : " (" + note + ")");
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ckpt::Reader r = ckpt::Reader::open(path);
+  read_checkpoint_weights(r, *model_, cfg);
+  if (!cfg.resume_training) {
+    spdlog::info("loaded weights from checkpoint {} (step {}); training starts from step 1 (resume_training: False)",
+                 r.dir(), r.state().value("step", int64_t{0}));
+    return;
+  }
+  const nlohmann::json& st = r.state();
+  if (st.value("weights_only", false) || !st.contains("global_batch"))
+    throw std::runtime_error(r.dir() + ": holds weights only (" +
+                             (st.contains("converted_from") ? "converted from " + st["converted_from"].dump()
+                                                            : std::string("no training state")) +
+                             "), not a training run's state: drop resume_training to train from these weights");
+  const int64_t step = st.at("step").get<int64_t>(), g = st.at("global_batch").get<int64_t>();
+  if (g != global_batch_)
+    throw std::runtime_error(fmt::format(
+        "{}: saved with a global batch of {} samples, this run's is {} (batch_size {} x data_parallel {} x {} "
+        "micro-batches): a resumed run must keep the global batch, so that its steps read the same samples; set "
+        "runner_config.batch_size to {}",
+        r.dir(), g, global_batch_, cfg.batch_size, ctx_.grid.dp(), micro_batches_,
+        g % (ctx_.grid.dp() * micro_batches_) == 0 ? std::to_string(g / (ctx_.grid.dp() * micro_batches_))
+                                                   : std::string("a value that gives it")));
+  for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
+    if (!o) continue;
+    const int64_t b = o->shard_begin(), e = o->shard_end();
+    std::vector<float> part;
+    for (const TensorPlacement& t : model_->params().tensors()) {
+      int64_t lo, hi;
+      if (!shard_part(t, b, e, lo, hi)) continue;
+      for (int k = 0; k < 2; ++k) {
+        float* dst = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
+        if (lo == 0) {  // the shard holds the tensor from its first element: read in place
+          r.read(kMomentPrefix[k] + t.spec->name, t, dst, lo, hi);
+          continue;
+        }
+        part.assign(static_cast<size_t>(t.numel()), 0.0f);
+        r.read(kMomentPrefix[k] + t.spec->name, t, part.data(), lo, hi);
+        std::copy(part.begin() + lo, part.begin() + hi, dst);
+      }
+    }
+  }
+  start_step_ = step;
+  skipped_steps_ = st.at("skipped_steps").get<int64_t>();
+  good_steps_ = st.at("good_steps").get<int64_t>();
+  loss_scale_ = st.at("loss_scale").get<double>();
+  resumed_from_ = r.dir();
+  spdlog::info("resumed from {}: step {} ({} samples consumed), loss scale {}, {} steps skipped for overflow; read in "
+               "{:.2f} s; training continues at step {}",
+               r.dir(), step, st.value("consumed_samples", step * g), loss_scale_, skipped_steps_, seconds_since(t0),
+               step + 1);
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  finish_checkpoint(true);  // one save at a time
+  ckpt::set_fault_step(step);
+  ckpt::fault_point("begin");
+  auto ps = std::make_shared<PendingSave>();
+  PendingSave& p = *ps;
+  p.t0 = std::chrono::steady_clock::now();
+  p.step = step;
+  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
+  p.name = fmt::format("{}-{}_{}", cfg_.checkpoint.prefix, epoch, step);
+  // The snapshot: a copy of this rank's share, so that training may go on while it is written.
+  const Placement& pl = model_->params();
+  const float* w = model_->weight_values();
+  const bool pipeline_copy = pipe_ && ctx_.coord.pp != 0 && tied_.end > tied_.begin;
+  auto writes = [&](const TensorPlacement& t, bool sharded) {
+    if (pipeline_copy && t.offset == tied_.begin) return false;
+    if (t.replicated && ctx_.coord.tp != 0) return false;
+    if (sharded) return true;  // ZeRO: each data-parallel rank its own shard
+    return t.spec->is_expert() ? ctx_.edp.rank() == 0 : ctx_.coord.dp == 0;
+  };
+  for (const TensorPlacement& t : pl.tensors())
+    if (writes(t, false))
+      for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset)) p.pieces.push_back(std::move(piece));
+  for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
+    if (!o) continue;
+    const int64_t b = o->shard_begin(), e = o->shard_end();
+    const bool sharded = sync_->sharded();
+    std::vector<float> part;
+    for (const TensorPlacement& t : pl.tensors()) {
+      int64_t lo, hi;
+      if (!shard_part(t, b, e, lo, hi) || !writes(t, sharded)) continue;
+      for (int k = 0; k < 2; ++k) {
+        const float* src = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
+        const float* local = src;  // the tensor's first local element, when the shard holds it
+        if (lo > 0) {  // a tensor the shard cuts: its part placed in a whole-tensor buffer
+          part.assign(static_cast<size_t>(t.numel()), 0.0f);
+          std::copy(src, src + (hi - lo), part.begin() + lo);
+          local = part.data();
+        }
+        for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, local, lo, hi))
+          p.pieces.push_back(std::move(piece));
+      }
+    }
+  }
+  for (const ckpt::Piece& piece : p.pieces) p.bytes += 4.0 * static_cast<double>(piece.data.size());
+  p.snapshot_s = seconds_since(p.t0);
+  p.state = {{"step", step},
+             {"epoch", epoch},
+             {"consumed_samples", step * global_batch_},
+             {"global_batch", global_batch_},
+             {"skipped_steps", skipped_steps_},
+             {"good_steps", good_steps_},
+             {"loss_scale", loss_scale_},
+             {"lr", lr_->at(step)},
+             {"seed", cfg_.seed},
+             {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
+                        {"vocab_size", cfg_.model.vocab_size}}},
+             {"layout", {{"dp", ctx_.grid.dp()}, {"mp", ctx_.grid.tp()}, {"pp", ctx_.grid.pp()},
+                         {"ep", ctx_.grid.ep()}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
+                         {"ranks", ctx_.world.size()}}},
+             {"time", iso8601_utc_now()},
+             {"git_commit", build_git_commit()},
+             {"config", dump_resolved(cfg_)}};
+  // Rank 0 makes the temporary directory; the others write into it once it exists.
+  const std::string root = checkpoint_root();
+  std::string problem;
+  if (ctx_.world_rank == 0) {
+    try {
+      p.tmp = ckpt::begin_save(root, p.name);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  int64_t len[2] = {static_cast<int64_t>(p.tmp.size()), static_cast<int64_t>(problem.size())};
+  ctx_.world.broadcast(len, sizeof len, 0);
+  p.tmp.resize(static_cast<size_t>(len[0]));
+  problem.resize(static_cast<size_t>(len[1]));
+  ctx_.world.broadcast(p.tmp.data(), len[0], 0);
+  ctx_.world.broadcast(problem.data(), len[1], 0);
+  if (!problem.empty()) throw CheckpointError("checkpoint at step " + std::to_string(step) + ": " + problem);
+  ckpt::install_checkpoint_signal_handling();
+  const int rank = ctx_.world_rank;
+  auto work = [&p, rank] {
+    try {
+      p.fragment = ckpt::write_shard(p.tmp, rank, p.pieces);
+      ckpt::fault_point("shard");
+    } catch (const std::exception& e) {
+      p.error = e.what();
+    }
+    p.pieces.clear();
+    p.pieces.shrink_to_fit();
+    p.done.store(true);
+  };
+  pending_save_ = std::move(ps);
+  if (cfg_.checkpoint.async_save) {
+    pending_save_->thread = std::thread(work);
+  } else {
+    work();
+    finish_checkpoint(true);
+  }
+}
+
+void Trainer::finish_checkpoint(bool wait) {
+  if (!pending_save_) return;  // every rank starts the same saves
+  PendingSave& p = *pending_save_;
+  if (!wait) {
+    double busy = p.done.load() ? 0 : 1;
+    ctx_.world.allreduce_max(&busy, 1);
+    if (busy != 0) return;
+  }
+  if (p.thread.joinable()) p.thread.join();
+  const double write_s = seconds_since(p.t0) - p.snapshot_s;
+  // Each rank's fragment (or its error) to rank 0, which writes the index and commits.
+  const std::string mine = p.error.empty() ? "F" + p.fragment : "E" + p.error;
+  const std::vector<std::string> all = ctx_.world.gather_strings(mine, 0);
+  std::string problem;
+  std::vector<std::string> removed;
+  if (ctx_.world_rank == 0) {
+    std::vector<std::string> fragments;
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].empty() || all[r][0] != 'F') {
+        problem += fmt::format("{}rank {}: {}", problem.empty() ? "" : "; ", r, all[r].substr(1));
+        continue;
+      }
+      fragments.push_back(all[r].substr(1));
+    }
+    try {
+      if (problem.empty()) {
+        ckpt::write_index(p.tmp, fragments, p.state);
+        ckpt::fault_point("index");
+        removed = ckpt::commit_save(checkpoint_root(), p.name, static_cast<int>(cfg_.checkpoint.keep_max));
+        ckpt::fault_point("latest");
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    if (!problem.empty()) {
+      try {
+        ckpt::abort_save(checkpoint_root(), p.name);
+      } catch (const std::exception& e) {
+        problem += std::string(" (and its temporary directory could not be removed: ") + e.what() + ")";
+      }
+    }
+  }
+  double bytes = p.bytes;
+  ctx_.world.allreduce_sum(&bytes, 1);
+  int64_t len = static_cast<int64_t>(problem.size());  // rank 0's verdict to every rank
+  ctx_.world.broadcast(&len, sizeof len, 0);
+  problem.resize(static_cast<size_t>(len));
+  ctx_.world.broadcast(problem.data(), len, 0);
+  const int64_t step = p.step;
+  const std::string name = p.name;
+  const double snapshot_s = p.snapshot_s, total_s = seconds_since(p.t0);
+  pending_save_.reset();
+  if (!problem.empty()) {
+    const std::string latest = ckpt::resolve(checkpoint_root(), true);
+    throw CheckpointError(fmt::format("checkpoint at step {} could not be saved: {}; {}", step, problem,
+                                         latest.empty() ? std::string("no earlier checkpoint exists")
+                                                        : "the previous checkpoint " + latest + " is untouched"));
+  }
+  spdlog::info("checkpoint saved: {} (step {}, {}; snapshot {:.2f} s{}, {:.2f} s in all){}",
+               (fs::path(checkpoint_root()) / name).string(), step, mib(bytes), snapshot_s,
+               cfg_.checkpoint.async_save ? fmt::format(", written in the background in {:.2f} s", write_s)
+                                          : fmt::format(", written in {:.2f} s", write_s),
+               total_s, removed.empty() ? std::string() : fmt::format("; removed {} (keep_checkpoint_max: {})",
+                                                                      fmt::join(removed, ", "), cfg_.checkpoint.keep_max));
+  if (metrics_)
+    metrics_->write(nlohmann::json{{"event", "checkpoint"}, {"step", step}, {"name", name}, {"bytes", bytes},
+                                   {"snapshot_s", snapshot_s}, {"write_s", write_s}, {"async", cfg_.checkpoint.async_save}});
+}
+
+Trainer::~Trainer() {
+  // A save still being written when the run ends early (an exception): its thread is joined; the
+  // temporary directory stays, and the next save of that name replaces it.
+  abandon_pending_save();
+}
+
+void Trainer::abandon_pending_save() noexcept {
+  if (pending_save_ && pending_save_->thread.joinable()) pending_save_->thread.join();
+  pending_save_.reset();
+}
+
+}  // namespace gf

@@ -1,0 +1,440 @@
+// The Trainer's step loop: run() (stop signals, steps, log lines, evaluation), one optimizer step
+// (train_step), evaluation, and the step lines of the log and metrics.jsonl. Construction and the
+// reports about the run are in runner/train/trainer_setup.cpp, save_weights in runner/train/weight_gather.cpp.
+#include "runner/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/math/parallel_memory.h"
+#include "core/trace/trace.h"
+#include "runner/report/logging.h"
+#include "runner/report/metrics_log.h"
+#include "runner/report/profiler.h"
+
+namespace gf {
+
+std::atomic<int> g_stop_signal{0};
+
+void install_stop_handlers() {
+  auto handler = [](int sig) { g_stop_signal.store(sig); };
+  std::signal(SIGINT, handler);
+  std::signal(SIGTERM, handler);
+}
+
+namespace {
+
+std::string hms(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", static_cast<int>(t / 3600), static_cast<int>(t / 60 % 60), static_cast<int>(t % 60));
+  return buf;
+}
+
+std::string progress_bar(double frac, int width = 20) {
+  std::string bar;
+  const int full = static_cast<int>(frac * width + 1e-9);
+  for (int i = 0; i < width; ++i) bar += i < full ? "\u2588" : " ";
+  return bar;
+}
+
+}  // namespace
+
+bool Trainer::eval_due(int64_t step) const {
+  if (step == total_steps_) return true;
+  if (cfg_.eval_step_interval > 0 && step % cfg_.eval_step_interval == 0) return true;
+  return cfg_.eval_epoch_interval > 0 && steps_per_epoch_ > 0 && step % (cfg_.eval_epoch_interval * steps_per_epoch_) == 0;
+}
+
+void Trainer::read_micro_batches(BatchSource& src, int64_t index) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  for (int64_t i = 0; i < micro_batches_; ++i)
+    src.read(first_sample(index + 1, i), cfg_.batch_size, tokens_.data() + i * n);
+}
+
+StepResult Trainer::train_step(int64_t step) {
+  StepResult r;
+  r.loss_scale = loss_scale_;
+  const int64_t T = cfg_.model.seq_length, n = cfg_.batch_size * (T + 1);
+  // The step timeline's spans (runner/report/profiler.h): the phases of the step, each a direct child of
+  // the step's span, so that together they account for its time.
+  const auto planned = static_cast<double>(model_->activation_bytes());
+  {
+    trace::Span span("data", "data");
+    read_micro_batches(*data_, step - 1);
+  }
+  float* grads = model_->grads();
+  {
+    trace::Span span("step", "zero grads");
+    parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
+  }
+  {
+    trace::Span span("step", "grad sync begin");
+    sync_->begin_step(grads);
+  }
+  const double global_tokens = static_cast<double>(global_batch_ * T);
+  const auto scale = static_cast<float>(loss_scale_ / global_tokens);
+  double loss_sum = 0;
+  moe_acc_.clear();
+  if (pipe_) {
+    trace::Span schedule("pipeline", "pipeline schedule");
+    const auto t0 = std::chrono::steady_clock::now();
+    loss_sum = pipe_->train(
+        [&](int i) {
+          return PipelineExecutor::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}};
+        },
+        scale);
+    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    schedule.end();
+    trace::Span reductions("pipeline", "pipeline reductions");  // tied embedding, loss, bubble
+    moe_acc_ = pipe_->moe_stats();
+    // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
+    if (tied_.end > tied_.begin) ctx_.embed.allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
+    ctx_.pp.allreduce_sum(&loss_sum, 1);  // the last stage's
+    // The bubble as the schedule's analytic one counts it: over one window for every stage (the
+    // slowest stage's time in the schedule; a stage that finishes early idles until the step's
+    // collectives), the part a stage did not compute.
+    double makespan = run_s;
+    ctx_.pp.allreduce_max(&makespan, 1);
+    double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
+    b[1] = b[0];
+    ctx_.pp.allreduce_sum(&b[0], 1);
+    ctx_.pp.allreduce_max(&b[1], 1);
+    r.bubble = b[0] / ctx_.grid.pp();
+    r.bubble_max = b[1];
+    r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
+  } else {
+    // Gradient accumulation: the micro-batches' gradients add up in the arena; the data-parallel
+    // reduction starts during the last one's backward.
+    for (int64_t i = 0; i < micro_batches_; ++i) {
+      hook_armed_ = i == micro_batches_ - 1;
+      {
+        trace::Span span(trace::kOn, "micro", "micro-batch %d fwd", static_cast<int>(i));
+        span.arg("micro", static_cast<double>(i));
+        loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
+        accumulate_moe_stats(moe_acc_, model_->moe_stats());
+        trace::memory_counter(planned);
+      }
+      trace::Span span(trace::kOn, "micro", "micro-batch %d bwd", static_cast<int>(i));
+      span.arg("micro", static_cast<double>(i));
+      model_->backward(scale);
+      trace::memory_counter(planned);
+    }
+    hook_armed_ = true;
+  }
+  {
+    trace::Span span("step", "loss all-reduce");
+    ctx_.dp.allreduce_sum(&loss_sum, 1);
+  }
+  {
+    trace::Span span("step", "grad sync");  // the data-parallel reduction's rest (buckets not done in backward)
+    sync_->finish();
+  }
+  r.loss = loss_sum / global_tokens;
+  {
+    trace::Span span("step", "moe stats");
+    gather_moe_stats(r);
+  }
+  // From here on only this rank's shard of the gradients is used (all of them without ZeRO).
+  if (loss_scale_ != 1.0) {
+    trace::Span span("step", "unscale grads");
+    for (const ArenaRange& s : sync_->shards())
+      scale_inplace(grads + s.begin, s.end - s.begin, static_cast<float>(1.0 / loss_scale_));
+  }
+  {
+    trace::Span span("step", "grad norm");
+    r.grad_norm = std::sqrt(sync_->global_sq_norm(grads));
+  }
+  r.lr = lr_->at(step);
+  if (!std::isfinite(r.grad_norm) && cfg_.loss_scale.dynamic) {
+    r.skipped = true;
+    ++skipped_steps_;
+    good_steps_ = 0;
+    loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
+    return r;
+  }
+  AdamWStepExtras extras;
+  if (cfg_.use_clip_grad) {  // the clipped gradient is computed inside the update's pass
+    // Its span is the coefficient only: the multiply is in the optimizer's span.
+    trace::Span span("step", "grad clip");
+    const double coef = clip_coefficient(r.grad_norm, cfg_.max_grad_norm);
+    if (coef < 1.0) extras.grad_scale = static_cast<float>(coef);
+  }
+  trace::Span opt_span("step", "optimizer");
+  // Without ZeRO this rank updates every weight, so the update also writes the weights' bf16/fp16
+  // copy (under ZeRO the next forward converts the gathered weights).
+  float* weights = model_->weights();
+  if (optimizer_updates_every_weight() && model_->weight_copy() != nullptr) {
+    extras.low = model_->weight_copy();
+    extras.low_dtype = model_->weight_copy_dtype();
+  }
+  opt_->step(weights, grads, r.lr, step - skipped_steps_, extras);
+  if (opt_experts_) opt_experts_->step(weights, grads, r.lr, step - skipped_steps_, extras);
+  opt_span.end();
+  {
+    trace::Span span("step", "param all-gather");  // ZeRO: the updated shards to every rank
+    sync_->allgather_params(weights);
+  }
+  if (extras.low != nullptr) model_->weight_copy_is_current();
+  if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
+    loss_scale_ *= cfg_.loss_scale.factor;
+    good_steps_ = 0;
+  }
+  return r;
+}
+
+void Trainer::gather_moe_stats(StepResult& r) const {
+  const std::vector<MoeLayerStats>& st = moe_acc_;
+  r.objective = r.loss;
+  if (!cfg_.model.moe.enabled()) return;
+  // One buffer over every layer of the model (a pipeline stage fills its own): per layer whether it
+  // is an MoE layer here, aux_sum, z_sum, dropped, then the tokens per expert. Summed over the
+  // data-parallel group and the pipeline stages.
+  const size_t E = static_cast<size_t>(cfg_.model.moe.expert_num), per = 4 + E;
+  const size_t L = static_cast<size_t>(cfg_.model.num_layers);
+  std::vector<double> v(L * per, 0.0);
+  for (const MoeLayerStats& m : st) {
+    double* x = v.data() + static_cast<size_t>(m.layer) * per;
+    x[0] = 1;
+    x[1] = m.aux_sum;
+    x[2] = m.z_sum;
+    x[3] = static_cast<double>(m.dropped);
+    for (size_t e = 0; e < E; ++e) x[4 + e] = static_cast<double>(m.tokens_per_expert[e]);
+  }
+  ctx_.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (pipe_) ctx_.pp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
+  for (size_t l = 0; l < L; ++l) {
+    const double* x = v.data() + l * per;
+    if (x[0] == 0) continue;
+    StepResult::MoeLayer m;
+    m.layer = static_cast<int64_t>(l);
+    m.aux = x[1] / seqs;
+    m.z = x[2] / tokens;
+    m.dropped = static_cast<int64_t>(x[3]);
+    for (size_t e = 0; e < E; ++e) {
+      const auto c = static_cast<int64_t>(x[4 + e]);
+      m.tokens_max = std::max(m.tokens_max, c);
+      m.assignments += c;
+      m.tokens.push_back(c);
+    }
+    m.tokens_mean = static_cast<double>(m.assignments) / static_cast<double>(E);
+    r.aux_loss += m.aux;
+    r.z_loss += m.z;
+    r.moe.push_back(m);
+  }
+  r.objective = r.loss + cfg_.model.moe.aux_loss_factor * r.aux_loss + cfg_.model.moe.z_loss_factor * r.z_loss;
+}
+
+void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
+  const IntervalRates x =
+      interval_rates(iv, static_cast<double>(global_batch_ * cfg_.model.seq_length), static_cast<double>(global_batch_),
+                     model_->flops_per_step(global_batch_), ctx_.world.size(), peak_.tflops);
+  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
+  const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
+  const double frac = static_cast<double>(step) / total_steps_;
+  const double eta = steady_ms_per_step / 1000.0 * static_cast<double>(total_steps_ - step);
+  const std::string span = iv.startup                ? std::string("step 1 alone: start-up")
+                           : iv.steps() == 1         ? fmt::format("step {}", iv.last_step)
+                                                     : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
+  // An overflowing fp16 step has no finite gradient norm to show (the sum of squares is inf or NaN).
+  const std::string grad_norm = std::isfinite(r.grad_norm) ? fmt::format("{:.4f}", r.grad_norm) : "overflow";
+  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {}, "
+               "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
+               "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
+               epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
+               r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
+               100.0 * x.mfu);
+  if (!r.moe.empty()) {
+    int64_t dropped = 0, assigned = 0;
+    double imbalance = 0;
+    for (const StepResult::MoeLayer& m : r.moe) {
+      dropped += m.dropped;
+      assigned += m.assignments;
+      imbalance = std::max(imbalance, static_cast<double>(m.tokens_max) / std::max(m.tokens_mean, 1e-300));
+    }
+    spdlog::info("moe: aux_loss: {:.6f} (x{}), z_loss: {:.6f} (x{}), objective: {:.6f}, tokens per expert max/mean: "
+                 "{:.3f} (worst of {} layers), dropped: {} of {} assignments",
+                 r.aux_loss, cfg_.model.moe.aux_loss_factor, r.z_loss, cfg_.model.moe.z_loss_factor, r.objective,
+                 imbalance, r.moe.size(), dropped, assigned);
+  }
+  if (r.bubble >= 0)
+    spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (the time a stage did not compute "
+                 "over the slowest stage's time in the schedule, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
+                 pipeline::scheduler_name(sched_), shape_.stages,
+                 shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
+                 100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
+  spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
+               x.samples_per_s / ctx_.world.size(), hms(eta));
+  const std::vector<double> rss = peak_rss_per_rank();  // a collective: before the rank-0-only part
+  if (metrics_) {
+    nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
+                        {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
+                        {"interval_steps", iv.steps()}, {"startup", iv.startup},
+                        {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
+                        {"tflops", x.tflops}, {"mfu", x.mfu}, {"peak_rss_bytes", rss}};
+    if (!r.moe.empty()) {
+      j["aux_loss"] = r.aux_loss;
+      j["z_loss"] = r.z_loss;
+      j["objective"] = r.objective;
+      nlohmann::json layers = nlohmann::json::array();
+      for (const StepResult::MoeLayer& m : r.moe)
+        layers.push_back({{"layer", m.layer}, {"aux_loss", m.aux}, {"z_loss", m.z}, {"tokens_max", m.tokens_max},
+                          {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments},
+                          {"tokens_per_expert", m.tokens}});
+      j["moe"] = layers;
+    }
+    if (r.bubble >= 0) {
+      j["bubble"] = r.bubble;
+      j["bubble_max"] = r.bubble_max;
+      j["bubble_analytic"] = r.bubble_analytic;
+    }
+    metrics_->write(j);
+  }
+}
+
+double Trainer::forward_micro_batches(int64_t index) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  auto info = [&](int64_t i) { return StepInfo{0, first_sample(index + 1, i), false}; };
+  if (pipe_)
+    return pipe_->forward_only(
+        [&](int i) { return PipelineExecutor::Micro{tokens_.data() + i * n, info(i)}; }, static_cast<int>(micro_batches_));
+  double sum = 0;
+  for (int64_t i = 0; i < micro_batches_; ++i) sum += model_->forward(tokens_.data() + i * n, info(i));
+  return sum;
+}
+
+double Trainer::evaluate() {
+  const int64_t T = cfg_.model.seq_length;
+  double sum = 0.0;
+  for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
+    read_micro_batches(*eval_data_, i);
+    sum += forward_micro_batches(i);
+  }
+  if (pipe_) ctx_.pp.allreduce_sum(&sum, 1);
+  ctx_.dp.allreduce_sum(&sum, 1);
+  return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
+}
+
+int Trainer::run() {
+  if (pipe_) log_pipeline_stages();
+  write_run_start();
+  if (start_step_ >= total_steps_) {
+    spdlog::info("resumed at step {} of {}: nothing left to train (raise runner_config.train_steps or epochs to go on)",
+                 start_step_, total_steps_);
+    return 0;
+  }
+  try {
+    return train_loop();
+  } catch (const CheckpointError& e) {
+    if (ctx_.world_rank == 0) spdlog::error("{}; training stopped", e.what());
+    return 4;
+  }
+}
+
+int Trainer::train_loop() {
+  using Clock = std::chrono::steady_clock;
+  const auto origin = Clock::now();
+  const auto secs = [&origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
+  const auto now = [&] { return secs(Clock::now()); };
+  const int64_t first = start_step_ + 1;
+  const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != "eval";
+  // profile: True (runner/report/profiler.h): the step timeline of steps [profile_start_step, profile_stop_step].
+  StepProfiler profile(cfg_.profile, ctx_, cfg_.output_dir, first, total_steps_,
+                       profile_events_per_step(cfg_.model.num_layers, micro_batches_, shape_.chunks, cfg_.profile.communication));
+  const auto planned = static_cast<double>(model_->activation_bytes());
+  profile.before_interval_close(first - 1);
+  Clock::time_point t = Clock::now();
+  IntervalMeter meter(secs(t), first);
+  profile.interval_opens(first, t);
+  for (int64_t step = first; step <= total_steps_; ++step) {
+    // The step's span: from here to the close of its interval (the log line, evaluation and
+    // checkpoint after it are spans of their own).
+    trace::Span step_span(trace::kOn, "step", "step %lld", static_cast<long long>(step));
+    step_span.arg("step", static_cast<double>(step));
+    trace::memory_counter(planned);
+    double stop = g_stop_signal.load();
+    {
+      trace::Span span("step", "stop check");
+      ctx_.world.allreduce_max(&stop, 1);
+    }
+    if (stop != 0) {
+      step_span.end();
+      profile.finish();
+      finish_checkpoint(true);  // a save under way is completed, not left half-written
+      spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
+      return 128 + static_cast<int>(stop);
+    }
+    if (saving && cfg_.checkpoint.async_save) {
+      trace::Span span("checkpoint", "checkpoint commit");
+      finish_checkpoint(false);  // commits a save whose files are written
+    }
+    const StepResult r = train_step(step);
+    meter.step_done();
+    if (!std::isfinite(r.loss) || !std::isfinite(r.objective) ||
+        (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+      step_span.end();
+      profile.finish();
+      if (std::isfinite(r.loss))
+        spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
+      spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
+                    "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
+                    step, r.loss, r.grad_norm, r.lr);
+      finish_checkpoint(true);
+      return 3;
+    }
+    profile.before_interval_close(step);
+    // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
+    const bool print = step == first || step % cfg_.per_print_times == 0 || step == total_steps_;
+    Interval iv;
+    if (print) {
+      t = Clock::now();
+      iv = meter.close(secs(t));
+      profile.interval_opens(step + 1, t);
+    }
+    trace::memory_counter(planned);
+    step_span.end();
+    if (print) {
+      trace::Span span(trace::kOn, "log", "log step %lld", static_cast<long long>(step));
+      log_step(step, r, iv, meter.steady_ms_per_step());
+    }
+    if (eval_data_ && eval_due(step)) {
+      trace::Span span("eval", "eval");
+      span.arg("excluded", 1.0);  // not training time: the meter excludes it
+      const double t0 = now();
+      const double loss = evaluate();
+      spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
+                   std::exp(loss), cfg_.eval_data.eval_iters);
+      if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
+      meter.exclude(now() - t0);  // not training time
+    }
+    // A checkpoint every save_checkpoint_steps steps and after the last one (MindSpore's ModelCheckpoint
+    // saves at the end too). Its time is not training time: a synchronous save's whole, an
+    // asynchronous one's snapshot.
+    if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
+      trace::Span span("checkpoint", cfg_.checkpoint.async_save ? "checkpoint snapshot" : "checkpoint save");
+      span.arg("excluded", 1.0);
+      const double t0 = now();
+      save_checkpoint(step);
+      meter.exclude(now() - t0);
+    }
+    // After the last profiled step: the trace files (not training time either).
+    const double t0 = now();
+    if (profile.after_step(step)) meter.exclude(now() - t0);
+  }
+  profile.finish();
+  finish_checkpoint(true);
+  spdlog::info("training finished: {} steps, {} skipped for overflow; step {} {:.1f} ms{}", total_steps_, skipped_steps_,
+               first, meter.startup().ms_per_step(),
+               meter.steady_steps() > 0 ? fmt::format(", then {:.1f} ms per step (mean of steps {}-{}, evaluation{} not counted)",
+                                                      meter.steady_ms_per_step(), first + 1, total_steps_,
+                                                      saving ? " and checkpoints" : "")
+                                        : std::string());
+  log_resource_report();
+  return 0;
+}
+
+}  // namespace gf

@@ -1,0 +1,174 @@
+// The training loop: data -> forward -> backward -> gradient sync -> unscale/overflow check ->
+// clip -> AdamW step -> log -> (checkpoint). One Trainer per rank; communicators come in the
+// ParallelContext. Defined in runner/train/trainer.cpp (the step loop), runner/train/trainer_setup.cpp
+// (construction, the set-up and resource reports) and runner/train/weight_gather.cpp (save_weights).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "models/causal_lm.h"
+#include "parallel/grad_sync.h"
+#include "parallel/parallel_context.h"
+#include "runner/train/batch_source.h"
+#include "runner/config/config.h"
+#include "runner/report/interval_meter.h"
+#include "runner/report/machine_probe.h"
+#include "engine/pipeline_executor.h"
+
+namespace gf {
+
+class MetricsLog;  // runner/report/metrics_log.h
+
+// A checkpoint that could not be saved (every rank throws the same one; run() stops with status 4).
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
+extern std::atomic<int> g_stop_signal;
+void install_stop_handlers();
+
+namespace ckpt {
+class Reader;
+}
+// The weights of one of our checkpoints into `model`, under its layout (runner/train/checkpointing.cpp):
+// refuses a checkpoint with a tensor the configured model lacks, or without one it needs.
+void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg);
+
+struct StepResult {
+  double loss = 0.0;       // mean token loss over the global batch
+  double grad_norm = 0.0;  // before clipping, after unscaling
+  double lr = 0.0;
+  double loss_scale = 1.0;
+  bool skipped = false;    // overflow under dynamic loss scaling
+  // MoE: per MoE layer over the global batch, and the router losses (unweighted, summed over the
+  // layers) that the objective adds to `loss` with moe_config's factors.
+  struct MoeLayer {
+    int64_t layer = 0;
+    double aux = 0, z = 0;  // mean over sequences of aux_s; mean over tokens of lse^2
+    int64_t tokens_max = 0, dropped = 0, assignments = 0;
+    double tokens_mean = 0;
+    std::vector<int64_t> tokens;  // assignments per expert (before capacity)
+  };
+  std::vector<MoeLayer> moe;
+  double aux_loss = 0.0, z_loss = 0.0;
+  double objective = 0.0;  // loss + aux_loss_factor * aux_loss + z_loss_factor * z_loss
+  // Pipeline parallelism: of this step, the time each stage did not compute over the slowest
+  // stage's time in the schedule (mean and worst over the stages), and the schedule's analytic bubble.
+  double bubble = -1, bubble_max = -1, bubble_analytic = -1;
+};
+
+class Trainer {
+ public:
+  // `machine`: the fp32 GEMM backend and machine probe this rank uses (apply_machine_probe, in
+  // main); without one the MFU peak is runner_config.peak_tflops or the built-in default.
+  explicit Trainer(const Config& cfg, ParallelContext& ctx, MachineSetup machine = {});
+  // With a given data source instead of the one the config names (tests, benchmarks).
+  Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data);
+  ~Trainer();
+  // Trains for the configured number of steps (from the step after start_step()). Returns the
+  // process exit status: 0 done, 130/143 stopped by SIGINT/SIGTERM, 3 non-finite loss, 4 a
+  // checkpoint could not be saved (the earlier ones are untouched). Rank 0 first appends a run_start line
+  // to metrics.jsonl; each log line's timing is over the steps since the last one (step 1 alone).
+  int run();
+
+  // One optimizer step on global batch `step - 1` (step counts from 1).
+  StepResult train_step(int64_t step);
+  // Mean token loss over eval_iters global batches of the validation split (no dropout).
+  double evaluate();
+  CausalLM& model() { return *model_; }
+  const AdamW& optimizer() const { return *opt_; }
+  int64_t total_steps() const { return total_steps_; }
+  // Writes the full weights (gathered over the tensor-parallel group; Hugging Face names, F32)
+  // as a safetensors file from world rank 0. Collective: every rank calls.
+  void save_weights(const std::string& path);
+  // Peak RSS per rank and bytes sent per group, logged by rank 0 (collective: every rank calls).
+  void log_resource_report();
+  // Writes a checkpoint of the state after step `step` under the CheckpointMonitor's directory
+  // (runner/train/checkpointing.cpp; collective). With async_save the files are written by a background
+  // thread and the checkpoint is committed at a later step's start (or by finish_checkpoint).
+  // Throws when the save fails; the previous checkpoints are left as they were.
+  void save_checkpoint(int64_t step);
+  // Completes a pending asynchronous save: waits for it when `wait`, else only when every rank's
+  // files are written. Collective. Throws when the save failed.
+  void finish_checkpoint(bool wait);
+  // The last step done before this run: the checkpoint's step when resumed, else 0.
+  int64_t start_step() const { return start_step_; }
+
+ private:
+  int train_loop();
+  void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
+  // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
+  // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
+  std::vector<double> peak_rss_per_rank() const;
+  // The MoE layers' router figures of the step just run, summed over the data-parallel group.
+  void gather_moe_stats(StepResult& r) const;
+  void log_setup() const;
+  // Pipeline: each stage's layers and planned activation memory, logged by rank 0 (collective).
+  void log_pipeline_stages() const;
+  void write_run_start();
+  // Whether to evaluate after `step` (do_eval): every eval_step_interval steps, at the end of every
+  // eval_epoch_interval-th epoch, and after the last step.
+  bool eval_due(int64_t step) const;
+  // Without ZeRO this rank's optimizer updates the whole arena, so it can also write the weights'
+  // low-precision copy; under ZeRO the forward converts the gathered weights.
+  bool optimizer_updates_every_weight() const {
+    return sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats();
+  }
+  void setup(std::unique_ptr<BatchSource> data);
+  // The weights from load_checkpoint (Hugging Face weights or one of our checkpoints), the seed's,
+  // or, with resume_training, a checkpoint's weights and training state (runner/train/checkpointing.cpp).
+  // No collective: it runs while the trainer is built. Called after the optimizers exist.
+  void load_initial_state();
+  std::string checkpoint_root() const;
+  void abandon_pending_save() noexcept;
+  void setup_pipeline();
+  // The global index of the first sample of micro-batch i of step `step` on this rank: micro-batch i
+  // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
+  // without pipelining or accumulation, as before).
+  int64_t first_sample(int64_t step, int64_t micro) const {
+    return (step - 1) * global_batch_ + (micro * ctx_.grid.dp() + ctx_.coord.dp) * cfg_.batch_size;
+  }
+  // Reads the micro-batches of global batch `index` of `src` into tokens_.
+  void read_micro_batches(BatchSource& src, int64_t index);
+  // The summed token loss of the micro-batches in tokens_ (forward only, no dropout; this stage's share
+  // under pipelining), for evaluation.
+  double forward_micro_batches(int64_t index);
+
+  const Config& cfg_;
+  ParallelContext& ctx_;
+  std::unique_ptr<CausalLM> model_;
+  // Pipeline parallelism: model_ is this rank's PipelineStage, run by the executor.
+  std::unique_ptr<PipelineExecutor> pipe_;
+  pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
+  pipeline::Shape shape_;
+  std::vector<int64_t> stage_layers_;  // layers per virtual stage
+  ArenaRange tied_{0, 0};   // the tied embedding's gradient on the first and last stage (summed between them)
+  int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
+  bool hook_armed_ = true;     // the data-parallel reduction starts during the last micro-batch's backward only
+  std::vector<MoeLayerStats> moe_acc_;  // the step's router statistics, over its micro-batches
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<AdamW> opt_experts_;  // ZeRO with MoE: this rank's shard of the experts' region
+  std::unique_ptr<LrSchedule> lr_;
+  std::unique_ptr<BatchSource> data_, eval_data_;
+  std::vector<int32_t> tokens_;
+  int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
+  double loss_scale_ = 1.0;
+  int64_t good_steps_ = 0, skipped_steps_ = 0;
+  MachineSetup machine_;
+  PeakChoice peak_;
+  std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
+  int64_t start_step_ = 0;               // resume_training: the checkpoint's step
+  std::string resumed_from_;
+  struct PendingSave;                    // a save whose files are being written (runner/train/checkpointing.cpp)
+  std::shared_ptr<PendingSave> pending_save_;  // shared_ptr: destroyable where PendingSave is incomplete
+};
+
+}  // namespace gf

@@ -1,0 +1,313 @@
+// The Trainer's construction (model, data, gradient sync, optimizer, schedule, machine setup) and
+// what it reports about the run: the set-up lines logged before training, metrics.jsonl's
+// run_start line, and the peak memory / communication report after it.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include "core/math/gemm_bf16.h"
+#include "models/pipeline_stage.h"
+#include "models/registry.h"
+#include "runner/report/logging.h"
+#include "runner/report/metrics_log.h"
+#include "runner/report/run_info.h"
+#include "runner/report/plan.h"
+#include "runner/train/trainer.h"
+
+namespace gf {
+
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx, MachineSetup machine)
+    : cfg_(cfg), ctx_(ctx), machine_(std::move(machine)) {
+  setup(nullptr);
+}
+
+Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchSource> data)
+    : cfg_(cfg), ctx_(ctx) {
+  setup(std::move(data));
+}
+
+void Trainer::setup(std::unique_ptr<BatchSource> given) {
+  const Config& cfg = cfg_;
+  // The groups' names in the step timeline's communication spans (runner/report/profiler.h).
+  ctx_.world.set_name("world");
+  ctx_.tp.set_name("tp");
+  ctx_.dp.set_name("dp");
+  ctx_.pp.set_name("pp");
+  ctx_.ep.set_name("ep");
+  ctx_.edp.set_name("edp");
+  ctx_.embed.set_name("embed");
+  micro_batches_ = ctx_.grid.pp() > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
+  if (ctx_.grid.pp() > 1) setup_pipeline();
+  else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
+  global_batch_ = cfg.batch_size * ctx_.grid.dp() * micro_batches_;
+  // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
+  const bool from_config = !given;
+  auto probe = given ? std::move(given) : make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
+  const int64_t epoch_samples = probe->samples_per_epoch();
+  steps_per_epoch_ = epoch_samples < 0 ? -1 : epoch_samples / global_batch_;
+  if (steps_per_epoch_ == 0)
+    throw std::runtime_error("the training data holds " + std::to_string(epoch_samples) + " samples of seq_length + 1 = " +
+                             std::to_string(cfg.model.seq_length + 1) + " tokens, fewer than one global batch of " +
+                             std::to_string(global_batch_) + "; use more data or lower runner_config.batch_size");
+  if (cfg.train_steps > 0) total_steps_ = cfg.train_steps;
+  else if (steps_per_epoch_ > 0) total_steps_ = cfg.epochs * steps_per_epoch_;
+  else throw std::runtime_error("runner_config.train_steps must be set when the data has no epoch size (RandomTokens)");
+  const bool more_epochs = epoch_samples >= 0 && total_steps_ * global_batch_ > epoch_samples;
+  data_ = more_epochs && from_config
+              ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
+              : std::move(probe);
+  tokens_.resize(static_cast<size_t>(micro_batches_ * cfg.batch_size * (cfg.model.seq_length + 1)));
+  if (cfg.do_eval || cfg.run_mode == "eval") {
+    // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
+    DatasetConfig e = cfg.eval_data;
+    if (e.data_path.empty()) {
+      e = cfg.train_data;
+      e.shuffle = false;
+    }
+    eval_data_ = make_batch_source(e, cfg.model, cfg.eval_data.eval_iters * global_batch_, 1, "eval_dataset");
+  }
+  sync_ = std::make_unique<GradientSync>(model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
+                                         cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
+  model_->set_grad_ready_hook([this](int64_t offset) {
+    if (hook_armed_) sync_->grads_ready_from(offset);
+  });
+  if (pipe_) sync_->set_pipeline(&ctx_.pp, ctx_.coord.pp == 0 ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied_});
+  opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
+  if (sync_->expert_shard_end() > sync_->expert_shard_begin())
+    opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
+                                           sync_->expert_shard_end());
+  lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
+  loss_scale_ = cfg.loss_scale.value;
+  load_initial_state();
+  if (ctx_.world_rank == 0) {
+    std::filesystem::create_directories(cfg.output_dir);
+    metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
+    if (!cfg.tensorboard_dir.empty() && cfg.run_mode != "eval") {  // run_mode eval writes no metrics lines either
+      metrics_->add_event_writer(std::make_unique<tensorboard::EventWriter>(cfg.tensorboard_dir));
+      spdlog::info("TensorBoard ({}): scalars of metrics.jsonl's lines to {}; view with `tensorboard --logdir {}`",
+                   cfg.tensorboard_dir_from, metrics_->event_writer()->path().string(), cfg.tensorboard_dir);
+    }
+  }
+  if (machine_.gemm_backend.empty()) {  // built without a machine setup (tests, benchmarks)
+    machine_.cpu = cpu_model_name();
+    machine_.probe_note = "no machine probe looked up";
+    machine_.gemm_backend = gemm_backend_name(gemm_backend());
+    machine_.gemm_reason = "the process's setting; " + machine_.probe_note;
+  }
+  peak_ = choose_peak(cfg.peak_tflops, cfg.model.compute_dtype, machine_);
+  log_setup();
+}
+
+// This rank's stage: its model chunks over one arena, and the executor that runs the schedule.
+void Trainer::setup_pipeline() {
+  const Config& cfg = cfg_;
+  const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
+  const TransformerSpec spec = entry.spec(cfg.model);
+  sched_ = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
+  shape_ = {ctx_.grid.pp(), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
+  const std::string bad = pipeline::check_shape(sched_, shape_);
+  if (!bad.empty()) throw std::runtime_error(bad);
+  std::vector<int64_t> layers = cfg.parallel.stage_layers;
+  if (layers.empty()) {  // an even split (configs read from YAML always carry the resolved one)
+    const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;
+    for (int64_t i = 0; i < k; ++i) layers.push_back(cfg.model.num_layers / k + (i < cfg.model.num_layers % k ? 1 : 0));
+  }
+  stage_layers_ = layers;
+  auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, cfg.batch_size, ctx_,
+                                               pipeline_chunk_options(layers, sched_, shape_, ctx_.coord.pp));
+  pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.pp, sched_, shape_);
+  // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
+  if (spec.tied_head) {
+    const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
+    if (t != nullptr) tied_ = {t->offset, t->offset + t->numel()};
+  }
+  model_ = std::move(stage);
+}
+
+
+void Trainer::log_pipeline_stages() const {
+  const int P = ctx_.grid.pp();
+  std::vector<double> acts(static_cast<size_t>(P), 0.0), params(acts.size(), 0.0);
+  acts[static_cast<size_t>(ctx_.coord.pp)] = static_cast<double>(model_->activation_bytes());
+  params[static_cast<size_t>(ctx_.coord.pp)] = 4.0 * static_cast<double>(model_->params().total_floats());
+  ctx_.pp.allreduce_sum(acts.data(), P);
+  ctx_.pp.allreduce_sum(params.data(), P);
+  if (ctx_.world_rank != 0) return;
+  const std::vector<int64_t>& layers = stage_layers_;
+  spdlog::info("pipeline: {} stages{}, schedule {}, {} micro-batches of {} per step and data-parallel rank; analytic bubble "
+               "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
+               pipeline::scheduler_name(sched_), shape_.micro_batches, cfg_.batch_size,
+               100.0 * pipeline::analytic_bubble(sched_, shape_));
+  for (int s = 0; s < P; ++s) {
+    std::string ranges;
+    for (const StageOptions& c : pipeline_chunk_options(layers, sched_, shape_, s))
+        ranges += fmt::format("{}[{}, {}) x {} slot(s)", ranges.empty() ? "" : ", ", c.layer_begin, c.layer_end, c.slots);
+    spdlog::info("pipeline stage {} (tensor-parallel rank 0): layers {}{}{}; parameters {}, activations {} (planned)", s,
+                 ranges, s == 0 ? ", the embedding" : "",
+                 s == P - 1 ? ", the final norm, head and loss" : "", human_bytes(params[static_cast<size_t>(s)]),
+                 human_bytes(acts[static_cast<size_t>(s)]));
+  }
+}
+
+void Trainer::log_setup() const {
+  const auto& m = cfg_.model;
+  int64_t nparams = 0;
+  for (const ParamSpec& p : model_->params().table().specs()) nparams += p.global_numel();
+  const bool vocab_split = !m.vocab_emb_dp && ctx_.grid.tp() > 1;
+  const int64_t vp = m.padded_vocab(vocab_split ? ctx_.grid.tp() : 1);
+  spdlog::info("model {}{} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters",
+               cfg_.model_name.empty() ? "" : cfg_.model_name + ": ", m.arch, m.type, m.num_layers, m.hidden_size,
+               m.num_heads, m.vocab_size, m.seq_length, nparams);
+  if (vp != m.vocab_size)
+    spdlog::info("vocabulary {} padded to {} (a multiple of {}{}); the {} padding logits are masked out of the softmax, "
+                 "so the loss is that of the {}-token vocabulary",
+                 m.vocab_size, vp, m.vocab_pad_multiple * (vocab_split ? ctx_.grid.tp() : 1),
+                 vocab_split ? fmt::format(" = {} x model_parallel {}, split by vocabulary: vocab_emb_dp False",
+                                           m.vocab_pad_multiple, ctx_.grid.tp())
+                             : std::string(""),
+                 vp - m.vocab_size, m.vocab_size);
+  if (ctx_.grid.tp() > 1)
+    spdlog::info("tensor parallel over {} ranks: attention heads and MLP split by columns/rows; embedding and LM head {}; "
+                 "sequence parallel {}",
+                 ctx_.grid.tp(), vocab_split ? "split by vocabulary" : "replicated (vocab_emb_dp True)",
+                 m.use_seq_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
+                                                  m.seq_length / ctx_.grid.tp(), m.seq_length)
+                                    : std::string("off"));
+  spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid.describe(),
+               cfg_.batch_size,
+               micro_batches_ == 1 ? std::string()
+                   : fmt::format(", {} micro-batches per step ({}; gradients accumulate over them)", micro_batches_,
+                                 pipe_ ? "parallel_config.micro_batch_num" : "runner_config.gradient_accumulation_steps"),
+               global_batch_, global_batch_ * m.seq_length);
+  spdlog::info("data: {}", data_->describe());
+  const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
+  spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+               "activations {} (planned{})",
+               ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
+               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.grid.dp()) : std::string(),
+               human_bytes(static_cast<double>(model_->activation_bytes())),
+               m.recompute || m.select_recompute
+                   ? fmt::format("; {} recompute of {} layer(s)", m.recompute ? "full" : "selective",
+                                 m.recompute_num_layers < 0 ? m.num_layers : std::min(m.num_layers, m.recompute_num_layers))
+                   : std::string("; no recompute"));
+  if (m.compute_dtype != "float32")
+    spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
+                 "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is {}; "
+                 "loss scale {}",
+                 m.compute_dtype,
+                 m.compute_dtype == "bfloat16" ? gemm_bf16_backend_info()
+                                               : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
+                 m.compute_dtype == "bfloat16" ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
+                 m.compute_dtype, human_bytes(static_cast<double>(model_->weight_copy_bytes())),
+                 optimizer_updates_every_weight() ? "written by AdamW's update"
+                     : "converted from the gathered weights before each forward (ZeRO)",
+                 cfg_.loss_scale.dynamic
+                     ? fmt::format("dynamic from {} (x{} after {} good steps, /{} and the step skipped on overflow)",
+                                   cfg_.loss_scale.value, cfg_.loss_scale.factor, cfg_.loss_scale.window,
+                                   cfg_.loss_scale.factor)
+                     : fmt::format("fixed {}", cfg_.loss_scale.value));
+  if (ctx_.grid.dp() > 1)
+    spdlog::info("data-parallel gradients: {}", sync_->sharded()
+        ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")
+        : fmt::format("{} bucket(s) all-reduced in the background of backward (parallel_config.gradient_aggregation_group)",
+                      sync_->buckets().size()));
+  spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
+               "warmup {} total {}; clip {}",
+               cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
+               cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
+               cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
+  spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
+  spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
+  spdlog::info("training {} steps ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
+               "averages over the steps since the previous line (step 1, the start-up, alone; evaluation not counted)",
+               total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"));
+}
+
+// One line before the first step: what ran, where, with what (metrics.jsonl readers select the
+// step lines by their "loss" key and skip it).
+void Trainer::write_run_start() {
+  if (!metrics_) return;
+  const ProcessGrid& g = ctx_.grid;
+  nlohmann::json j = {
+      {"event", "run_start"},
+      {"time", iso8601_utc_now()},
+      {"config_hash", fnv1a64_hex(dump_resolved(cfg_))},
+      {"git_commit", build_git_commit()},
+      {"layout", {{"dp", g.dp()}, {"mp", g.tp()}, {"pp", g.pp()}, {"sp", cfg_.parallel.use_seq_parallel},
+                  {"zero", sync_->sharded()}, {"ranks", ctx_.world.size()}}},
+      {"cpu", machine_.cpu},
+      {"threads", machine_.threads},
+      {"compute_dtype", cfg_.model.compute_dtype},
+      {"gemm_backend", machine_.gemm_backend},
+      {"gemm_backend_reason", machine_.gemm_reason},
+      {"peak_tflops", peak_.tflops},
+      {"peak_source", peak_.source},
+      {"machine_probe", machine_.probe ? nlohmann::json(machine_.probe->path) : nlohmann::json(nullptr)},
+      {"train_steps", total_steps_},
+      {"global_batch", global_batch_},
+      {"seq_length", cfg_.model.seq_length},
+      {"per_print_times", cfg_.per_print_times}};
+  if (!resumed_from_.empty()) {
+    j["resumed_from"] = resumed_from_;
+    j["resumed_step"] = start_step_;
+  }
+  metrics_->write(j);
+}
+
+std::vector<double> Trainer::peak_rss_per_rank() const {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::vector<double> v(static_cast<size_t>(ctx_.world.size()), 0.0);
+  v[static_cast<size_t>(ctx_.world_rank)] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
+  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  return v;
+}
+
+void Trainer::log_resource_report() {
+  // Per rank: peak RSS, bytes sent in the tensor, data, world, expert (the MoE all-to-all) and
+  // expert-data (the experts' gradients) groups. Gathered by a sum over
+  // the world of vectors in which each rank fills its own slot.
+  const int W = ctx_.world.size(), me = ctx_.world_rank;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  constexpr int K = 9;
+  std::vector<double> v(static_cast<size_t>(K * W), 0.0);
+  v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
+  v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
+  v[K * me + 2] = static_cast<double>(ctx_.dp.stats().bytes_sent);
+  v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
+  v[K * me + 4] = static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0));
+  v[K * me + 5] = static_cast<double>(model_->activation_bytes());
+  v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
+  v[K * me + 7] = static_cast<double>(ctx_.ep.stats().bytes_sent);
+  v[K * me + 8] = static_cast<double>(ctx_.edp.stats().bytes_sent);
+  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (me != 0) return;
+  const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
+  for (int r = 0; r < W; ++r) {
+    const double ep = v[K * r + 7], edp = v[K * r + 8];
+    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{} "
+                 "({} per step in all)",
+                 r, human_bytes(v[K * r]), human_bytes(v[K * r + 1]), human_bytes(v[K * r + 2]), human_bytes(v[K * r + 3]),
+                 ep + edp > 0 ? fmt::format(", {} in the expert group (all-to-all, {} per step), {} in the "
+                                            "expert-data group", human_bytes(ep), human_bytes(ep / steps),
+                                            human_bytes(edp))
+                              : std::string(),
+                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp) / steps));
+  }
+  // The same, machine-readable, in output_dir/resources.json.
+  nlohmann::json j;
+  j["steps"] = total_steps_;
+  j["layout"] = ctx_.grid.describe();
+  for (int r = 0; r < W; ++r)
+    j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
+                          {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
+                          {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]},
+                          {"weight_copy_bytes", v[K * r + 6]}, {"ep_bytes_sent", v[K * r + 7]},
+                          {"edp_bytes_sent", v[K * r + 8]}});
+  std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
+}
+
+}  // namespace gf

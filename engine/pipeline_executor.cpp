@@ -78,7 +78,7 @@ PipelineExecutor::PipelineExecutor(PipelineStage& model, const Communicator& pp,
   for (int c = 0; c < shape.chunks; ++c) {
     const int64_t n = model.chunk(c).dims().slots;
     slot_micro_.emplace_back(static_cast<size_t>(n), -1);
-    slot_send_.emplace_back(static_cast<size_t>(n), MPI_REQUEST_NULL);
+    slot_send_.emplace_back(static_cast<size_t>(n));
   }
 }
 
@@ -96,11 +96,11 @@ float* PipelineExecutor::take_buffer() {
   return b;
 }
 
-void PipelineExecutor::wait_timed(MPI_Request& r) {
-  if (r == MPI_REQUEST_NULL) return;
+void PipelineExecutor::wait_timed(Request& r) {
+  if (r.done()) return;
   trace::Span span("wait", "MPI_Wait");  // the step timeline's wait for a neighbour stage
   const double t0 = now_s();
-  Communicator::wait(r);
+  r.wait();
   wait_s_ += now_s() - t0;
 }
 
@@ -126,17 +126,17 @@ void PipelineExecutor::free_slot(int micro, int chunk) {
 void PipelineExecutor::advance() {
   // Finished sends give their buffers back; a posted receive is tested so that MPI moves it.
   for (size_t i = 0; i < sends_.size();)
-    if (Communicator::test(sends_[i].req)) {
+    if (sends_[i].req.test()) {
       give_buffer(sends_[i].buf);
-      sends_[i] = sends_.back();
+      sends_[i] = std::move(sends_.back());
       sends_.pop_back();
     } else {
       ++i;
     }
   for (auto* m : {&recv_fwd_, &recv_bwd_})
-    for (auto& [key, r] : *m) Communicator::test(r.req);
+    for (auto& [key, r] : *m) r.req.test();
   for (auto& per_chunk : slot_send_)
-    for (MPI_Request& r : per_chunk) Communicator::test(r);
+    for (Request& r : per_chunk) r.test();
 }
 
 double PipelineExecutor::train(const std::function<Micro(int)>& micro, float grad_scale) {
@@ -173,7 +173,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
     if (it == m.end())
       throw std::logic_error(std::string("pipeline: ") + pipeline::op_name(a.op) + " of micro-batch " +
                              std::to_string(a.micro) + " on chunk " + std::to_string(a.chunk) + " without its receive");
-    Pending r = it->second;
+    Pending r = std::move(it->second);
     m.erase(it);
     wait_timed(r.req);
     return r.buf;
@@ -250,7 +250,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
   }
   sends_.clear();
   for (auto& per_chunk : slot_send_)
-    for (MPI_Request& r : per_chunk) wait_timed(r);
+    for (Request& r : per_chunk) wait_timed(r);
   if (!recv_fwd_.empty() || !recv_bwd_.empty() || !slot_of_.empty())
     throw std::logic_error("pipeline: the schedule left receives or micro-batches unfinished");
   return loss;

@@ -49,7 +49,7 @@ class PipelineExecutor {
  private:
   struct Pending {
     float* buf = nullptr;
-    MPI_Request req = MPI_REQUEST_NULL;
+    Request req;
   };
   double run(const std::vector<pipeline::Action>& actions, const std::function<Micro(int)>& micro, float grad_scale,
              bool forward_only);
@@ -61,7 +61,7 @@ class PipelineExecutor {
   void give_buffer(float* b) { free_.push_back(b); }
   int64_t slot_for(int micro, int chunk);
   void free_slot(int micro, int chunk);
-  void wait_timed(MPI_Request& r);
+  void wait_timed(Request& r);
   // Tests every message in flight (between layers, and between actions): lets MPI move them.
   void advance();
 
@@ -77,7 +77,7 @@ class PipelineExecutor {
   std::map<std::pair<int, int>, Pending> recv_fwd_, recv_bwd_;  // (micro, chunk)
   std::vector<Pending> sends_;
   std::vector<std::vector<int>> slot_micro_;               // per chunk, per slot: the micro-batch in it, -1 free
-  std::vector<std::vector<MPI_Request>> slot_send_;        // per chunk, per slot: the send reading its output
+  std::vector<std::vector<Request>> slot_send_;            // per chunk, per slot: the send reading its output
   std::map<std::pair<int, int>, int64_t> slot_of_;
   std::vector<MoeLayerStats> moe_;
   double wait_s_ = 0, compute_s_ = 0;

@@ -34,13 +34,13 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   C_ = spec_.hidden;
   vocab_ = d.vocab;
   Vl_ = vocab_.local;
-  const int tp = ctx.grid.tp(), ep = ctx.grid.ep();
+  const int tp = ctx.size(GridAxis::kTp), ep = ctx.size(GridAxis::kEp);
   for (int64_t l = l0_; l < l1_; ++l) (spec_.moe.is_moe(l) ? any_moe_ : any_dense_) = true;
   if (any_moe_) md_ = MoeBlock::dims(spec_, opt_.max_rows, tp, ep);
   if (spec_.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         ops::make_rope_table<float>(opt_.capacity, spec_.head_dim(), spec_.rope_theta));
-  ep_ = ExpertParallel(&ctx.ep);
+  ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
   const Placement& params = model.params();
   if (first_) {
     embedding_ = EmbeddingBlock(spec_, vocab_);
@@ -67,7 +67,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
 }
 
 void Generator::lay_out(BufferPlan& p, Buffers& b) const {
-  const int64_t R = opt_.max_rows, C = C_, L = l1_ - l0_, tp = ctx_->grid.tp();
+  const int64_t R = opt_.max_rows, C = C_, L = l1_ - l0_, tp = ctx_->size(GridAxis::kTp);
   const int64_t Hl = spec_.heads / tp, Hkvl = spec_.kv_heads / tp, D = spec_.head_dim();
   const int64_t qkv = (Hl + 2 * Hkvl) * D, Fl = spec_.ffn / tp;
   const int64_t up = spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl : Fl, NL = opt_.max_logit_rows;
@@ -136,7 +136,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
     if (seq[r] < 0 || seq[r] >= opt_.slots)
       throw std::out_of_range("generation: sequence slot " + std::to_string(seq[r]) + " of " + std::to_string(opt_.slots));
   }
-  const TensorParallel tp(&ctx_->tp, false, rows);
+  const TensorParallel tp(&ctx_->group(GridAxis::kTp), false, rows);
   BlockEnv e;
   e.tp = &tp;
   e.ep = &ep_;
@@ -154,8 +154,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   if (first_) {
     embedding_.fwd_at(e, b_.x0, tokens, pos);
   } else {
-    MPI_Request r = ctx_->pp.irecv(b_.x0, rows * C_, ctx_->coord.pp - 1, kStageTag);
-    Communicator::wait(r);
+    ctx_->group(GridAxis::kPp).recv(b_.x0, rows * C_, ctx_->index(GridAxis::kPp) - 1, kStageTag);
   }
   float *x = b_.x0, *out = b_.x1;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -165,8 +164,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
     std::swap(x, out);
   }
   if (!last_) {
-    MPI_Request r = ctx_->pp.isend(x, rows * C_, ctx_->coord.pp + 1, kStageTag);
-    Communicator::wait(r);
+    ctx_->group(GridAxis::kPp).send(x, rows * C_, ctx_->index(GridAxis::kPp) + 1, kStageTag);
     return nullptr;
   }
   for (int64_t i = 0; i < n_logits; ++i) {
@@ -178,10 +176,10 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   head_.logits_fwd(e, b_.logits, b_.ln, b_.head_norm, b_.sel, n_logits);
   if (vocab_.parallel) {
     // Every rank's slice [n, Vl] side by side, then the rows put together: [n, tp Vl].
-    const int tps = ctx_->grid.tp();
+    const int tps = ctx_->size(GridAxis::kTp);
     const int64_t slice = opt_.max_logit_rows * Vl_;
-    std::memcpy(b_.gathered + ctx_->coord.tp * slice, b_.logits, sizeof(float) * n_logits * Vl_);
-    ctx_->tp.allgather(b_.gathered, tps * slice);
+    std::memcpy(b_.gathered + ctx_->index(GridAxis::kTp) * slice, b_.logits, sizeof(float) * n_logits * Vl_);
+    ctx_->group(GridAxis::kTp).allgather(b_.gathered, tps * slice);
     for (int64_t i = 0; i < n_logits; ++i)
       for (int k = 0; k < tps; ++k) {
         const int64_t begin = k * Vl_, n = std::clamp<int64_t>(V_ - begin, 0, Vl_);

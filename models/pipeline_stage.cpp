@@ -7,8 +7,8 @@ namespace gf {
 PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
                              const ParallelContext& ctx, const std::vector<StageOptions>& chunks)
     : cfg_(cfg), micro_batch_(micro_batch),
-      params_(TransformerLM::make_param_table(spec, names, chunks), TransformerLM::param_layout(cfg, ctx.grid.tp()),
-              ctx.coord.tp, ctx.coord.ep),
+      params_(TransformerLM::make_param_table(spec, names, chunks), TransformerLM::param_layout(cfg, ctx.size(GridAxis::kTp)),
+              ctx.index(GridAxis::kTp), ctx.index(GridAxis::kEp)),
       cdt_(parse_compute_dtype(cfg.compute_dtype)) {
   if (chunks.empty()) throw std::invalid_argument("PipelineStage: no model chunk");
   const size_t n = static_cast<size_t>(params_.total_floats());

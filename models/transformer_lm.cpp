@@ -313,15 +313,15 @@ BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelC
 TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
                              const ParallelContext& ctx, const StageOptions& stage, const SharedArena* arena)
     : spec_(spec), names_(std::move(names)), cfg_(cfg),
-      dims_(StageDims::make(spec, cfg, micro_batch, ctx.grid.tp(), ctx.coord.tp, stage)),
+      dims_(StageDims::make(spec, cfg, micro_batch, ctx.size(GridAxis::kTp), ctx.index(GridAxis::kTp), stage)),
       params_(arena != nullptr ? *arena->params
-                               : make_placement(spec, names_, cfg, ctx.coord.tp, ctx.grid.tp(), stage, ctx.coord.ep)) {
+                               : make_placement(spec, names_, cfg, ctx.index(GridAxis::kTp), ctx.size(GridAxis::kTp), stage, ctx.index(GridAxis::kEp))) {
   const StageDims& d = dims_;
-  if (ctx.grid.ep() != d.ep)
+  if (ctx.size(GridAxis::kEp) != d.ep)
     throw std::invalid_argument("TransformerLM: the model config's expert_parallel " + std::to_string(d.ep) +
-                                " is not the process grid's " + std::to_string(ctx.grid.ep()));
-  tp_ = TensorParallel(&ctx.tp, cfg.use_seq_parallel, d.N);
-  ep_ = ExpertParallel(&ctx.ep);
+                                " is not the process grid's " + std::to_string(ctx.size(GridAxis::kEp)));
+  tp_ = TensorParallel(&ctx.group(GridAxis::kTp), cfg.use_seq_parallel, d.N);
+  ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
   cdt_ = parse_compute_dtype(cfg.compute_dtype);
   if (arena != nullptr) {
     w_ = arena->weights;

@@ -1,5 +1,7 @@
 #include "parallel/communicator.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,55 @@
 #include "core/trace/trace.h"
 
 namespace gf {
+namespace {
+
+// MPI's handles in our opaque words (Open MPI's are pointers, MPICH's ints).
+static_assert(sizeof(MPI_Comm) <= sizeof(std::uintptr_t) && sizeof(MPI_Request) <= sizeof(std::uintptr_t));
+template <typename H>
+H from_raw(std::uintptr_t raw) {
+  H h;
+  std::memcpy(&h, &raw, sizeof h);
+  return h;
+}
+template <typename H>
+std::uintptr_t to_raw(H h) {
+  std::uintptr_t raw = 0;
+  std::memcpy(&raw, &h, sizeof h);
+  return raw;
+}
+
+}  // namespace
+
+struct MpiAccess {
+  static MPI_Comm comm(const Communicator& c) { return c.has_comm_ ? from_raw<MPI_Comm>(c.raw_) : MPI_COMM_NULL; }
+  static void set(Communicator& c, MPI_Comm m) {
+    c.raw_ = to_raw(m);
+    c.has_comm_ = true;
+  }
+  static Request wrap(MPI_Request r) {
+    Request q;
+    q.raw_ = to_raw(r);
+    q.active_ = r != MPI_REQUEST_NULL;
+    return q;
+  }
+};
+
+bool Request::test() {
+  if (!active_) return true;
+  MPI_Request r = from_raw<MPI_Request>(raw_);
+  int done = 0;
+  MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+  raw_ = to_raw(r);
+  active_ = done == 0;
+  return !active_;
+}
+
+void Request::wait() {
+  if (!active_) return;
+  MPI_Request r = from_raw<MPI_Request>(raw_);
+  MPI_Wait(&r, MPI_STATUS_IGNORE);
+  active_ = false;
+}
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int provided = 0;
@@ -155,15 +206,18 @@ void PendingAllreduce::wait() {
 
 Communicator Communicator::world() {
   Communicator c;
-  MPI_Comm_dup(MPI_COMM_WORLD, &c.comm_);
-  MPI_Comm_rank(c.comm_, &c.rank_);
-  MPI_Comm_size(c.comm_, &c.size_);
+  MPI_Comm w;
+  MPI_Comm_dup(MPI_COMM_WORLD, &w);
+  MpiAccess::set(c, w);
+  MPI_Comm_rank(w, &c.rank_);
+  MPI_Comm_size(w, &c.size_);
   c.name_ = "world";
   return c;
 }
 
 Communicator& Communicator::operator=(Communicator&& o) noexcept {
-  std::swap(comm_, o.comm_);
+  std::swap(raw_, o.raw_);
+  std::swap(has_comm_, o.has_comm_);
   std::swap(rank_, o.rank_);
   std::swap(size_, o.size_);
   std::swap(name_, o.name_);
@@ -172,26 +226,29 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
 }
 
 Communicator::~Communicator() {
-  if (comm_ != MPI_COMM_NULL) {
+  if (has_comm_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    MPI_Comm c = MpiAccess::comm(*this);
+    if (!finalized) MPI_Comm_free(&c);
   }
 }
 
 Communicator Communicator::split(int color, int key) const {
   Communicator c;
-  if (comm_ == MPI_COMM_NULL) return c;
-  MPI_Comm_split(comm_, color, key, &c.comm_);
-  MPI_Comm_rank(c.comm_, &c.rank_);
-  MPI_Comm_size(c.comm_, &c.size_);
+  if (!has_comm_) return c;
+  MPI_Comm s;
+  MPI_Comm_split(MpiAccess::comm(*this), color, key, &s);
+  MpiAccess::set(c, s);
+  MPI_Comm_rank(s, &c.rank_);
+  MPI_Comm_size(s, &c.size_);
   return c;
 }
 
 void Communicator::barrier() const {
   if (size_ <= 1) return;
   CommSpan span("barrier", 0, name_, size_, *stats_);
-  MPI_Barrier(comm_);
+  MPI_Barrier(MpiAccess::comm(*this));
 }
 
 namespace {
@@ -225,7 +282,7 @@ void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int 
   CommSpan span(first == last ? (first == 0 ? "reduce-scatter" : "all-gather") : "all-reduce",
                 n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
   PendingAllreduce p;
-  p.s_.reset(make_state(comm_, rank_, size_, kBlockingTag, stats_.get(), data, n,
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), data, n,
                         is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last));
   p.wait();
 }
@@ -243,14 +300,14 @@ PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int t
   // The ring runs in the background (advanced between layers); this span is its first messages' posting.
   CommSpan span("all-reduce start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("tag", tag);
-  p.s_.reset(make_state(comm_, rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
   return p;
 }
 
 void Communicator::broadcast(void* data, int64_t bytes, int root) const {
   if (size_ > 1) {
     CommSpan span("broadcast", bytes, name_, size_, *stats_);
-    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
+    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MpiAccess::comm(*this));
     if (rank_ == root) stats_->bytes_sent += bytes;  // the payload; MPI chooses the tree
     stats_->collectives += 1;
   }
@@ -261,7 +318,7 @@ std::vector<std::string> Communicator::gather_strings(const std::string& s, int 
   CommSpan span("gather", static_cast<int64_t>(s.size()), name_, size_, *stats_);
   const int n = static_cast<int>(s.size());
   std::vector<int> sizes(rank_ == root ? static_cast<size_t>(size_) : 0), displs(sizes.size());
-  MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_);
+  MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MpiAccess::comm(*this));
   std::string all;
   if (rank_ == root) {
     int64_t total = 0;
@@ -271,7 +328,7 @@ std::vector<std::string> Communicator::gather_strings(const std::string& s, int 
     }
     all.resize(static_cast<size_t>(total));
   }
-  MPI_Gatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, root, comm_);
+  MPI_Gatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, root, MpiAccess::comm(*this));
   stats_->bytes_sent += rank_ == root ? 0 : n;
   stats_->collectives += 1;
   std::vector<std::string> out;
@@ -285,7 +342,7 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, int64_t per_rank
     return;
   }
   CommSpan span("all-to-all counts", static_cast<int64_t>(sizeof(int64_t)) * per_rank * size_, name_, size_, *stats_);
-  MPI_Alltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T, comm_);
+  MPI_Alltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T, MpiAccess::comm(*this));
   stats_->bytes_sent += static_cast<int64_t>(sizeof(int64_t)) * per_rank * (size_ - 1);
   stats_->collectives += 1;
 }
@@ -314,47 +371,36 @@ void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, f
     ro += recv_rows[r];
     if (r != rank_) stats_->bytes_sent += send_rows[r] * row_floats * static_cast<int64_t>(sizeof(float));
   }
-  MPI_Alltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, comm_);
+  MPI_Alltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, MpiAccess::comm(*this));
   MPI_Type_free(&row);
   stats_->collectives += 1;
 }
 
-MPI_Request Communicator::isend(const float* data, int64_t n, int dest, int tag) const {
+Request Communicator::isend(const float* data, int64_t n, int dest, int tag) const {
   MPI_Request r = MPI_REQUEST_NULL;
   if (n > INT32_MAX) throw std::invalid_argument("isend: message of more than 2^31 floats");
   CommSpan span("isend", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("peer", dest).arg("tag", tag);
-  MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, dest, tag, comm_, &r);
+  MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, dest, tag, MpiAccess::comm(*this), &r);
   stats_->bytes_sent += n * static_cast<int64_t>(sizeof(float));
   stats_->messages += 1;
-  return r;
+  return MpiAccess::wrap(r);
 }
 
-MPI_Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
+Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
   MPI_Request r = MPI_REQUEST_NULL;
   if (n > INT32_MAX) throw std::invalid_argument("irecv: message of more than 2^31 floats");
   CommSpan span("irecv", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("peer", source).arg("tag", tag);
-  MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, source, tag, comm_, &r);
-  return r;
-}
-
-void Communicator::wait(MPI_Request& r) {
-  if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
-}
-
-bool Communicator::test(MPI_Request& r) {
-  if (r == MPI_REQUEST_NULL) return true;
-  int done = 0;
-  MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-  return done != 0;
+  MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, source, tag, MpiAccess::comm(*this), &r);
+  return MpiAccess::wrap(r);
 }
 
 int Communicator::tag_upper_bound() const {
-  if (comm_ == MPI_COMM_NULL) return 32767;
+  if (!has_comm_) return 32767;
   void* v = nullptr;
   int flag = 0;
-  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &v, &flag);
+  MPI_Comm_get_attr(MpiAccess::comm(*this), MPI_TAG_UB, &v, &flag);
   return flag ? *static_cast<int*>(v) : 32767;
 }
 

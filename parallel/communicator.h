@@ -9,8 +9,6 @@
 // for the communication report; and an all-reduce can run in the background of the backward pass,
 // advanced by `test()` between layers (OpenMPI has no progress thread).
 #pragma once
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +41,30 @@ enum class ReduceOp { kSum, kMax };
 int64_t shard_begin(int64_t n, int parts, int k);
 
 class Communicator;
+
+// A non-blocking point-to-point message in flight (Communicator::isend / irecv). Move-only; a
+// default-constructed one is done. The buffer must stay alive and untouched until done. The MPI
+// handle is kept opaque: no MPI type or header leaves parallel/.
+class Request {
+ public:
+  Request() = default;
+  Request(Request&& o) noexcept : raw_(o.raw_), active_(o.active_) { o.active_ = false; }
+  Request& operator=(Request&& o) noexcept {
+    std::swap(raw_, o.raw_);
+    std::swap(active_, o.active_);
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  bool done() const { return !active_; }
+  bool test();  // advances it; returns done()
+  void wait();
+
+ private:
+  friend struct MpiAccess;
+  std::uintptr_t raw_ = 0;
+  bool active_ = false;
+};
 
 // A ring all-reduce in flight over one buffer. Started by Communicator::start_allreduce; `test()`
 // advances it as far as possible without blocking; `wait()` finishes it. The buffer must stay
@@ -104,10 +126,11 @@ class Communicator {
 
   // Non-blocking point-to-point of `n` floats (pipeline stages): the returned request must be
   // finished with wait() (or test()) before the buffer is reused. The send's bytes are counted.
-  MPI_Request isend(const float* data, int64_t n, int dest, int tag) const;
-  MPI_Request irecv(float* data, int64_t n, int source, int tag) const;
-  static void wait(MPI_Request& r);
-  static bool test(MPI_Request& r);  // true when done (r is then MPI_REQUEST_NULL)
+  Request isend(const float* data, int64_t n, int dest, int tag) const;
+  Request irecv(float* data, int64_t n, int source, int tag) const;
+  // Blocking forms of the two.
+  void send(const float* data, int64_t n, int dest, int tag) const { isend(data, n, dest, tag).wait(); }
+  void recv(float* data, int64_t n, int source, int tag) const { irecv(data, n, source, tag).wait(); }
   // The largest tag MPI allows on this communicator (at least 32767).
   int tag_upper_bound() const;
 
@@ -121,7 +144,10 @@ class Communicator {
  private:
   friend class PendingAllreduce;
   void ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  friend struct MpiAccess;  // communicator.cpp: converts the opaque handles to MPI's types
+  // The MPI communicator, opaque here (communicator.cpp's comm() converts it); none without MPI.
+  std::uintptr_t raw_ = 0;
+  bool has_comm_ = false;
   int rank_ = 0, size_ = 1;
   const char* name_ = "";
   std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();

@@ -9,20 +9,20 @@ namespace gf {
 
 GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
                            bool sequence_parallel)
-    : ctx_(ctx), sharded_(shard_optimizer && ctx.dp.size() > 1),
-      sequence_parallel_(sequence_parallel && ctx.tp.size() > 1), total_(params.total_floats()),
+    : ctx_(ctx), sharded_(shard_optimizer && ctx.data_like().size() > 1),
+      sequence_parallel_(sequence_parallel && ctx.group(GridAxis::kTp).size() > 1), total_(params.total_floats()),
       expert_begin_(params.expert_begin()) {
   // Dense parameters: [0, expert_begin_); without experts expert_begin_ is the arena's end.
   const bool experts = expert_begin_ < total_;
   if (!experts) expert_begin_ = total_;
   const int64_t dense = expert_begin_, nx = total_ - expert_begin_;
-  shard_begin_ = sharded_ ? gf::shard_begin(dense, ctx.dp.size(), ctx.dp.rank()) : 0;
-  shard_end_ = sharded_ ? gf::shard_begin(dense, ctx.dp.size(), ctx.dp.rank() + 1) : total_;
+  shard_begin_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank()) : 0;
+  shard_end_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank() + 1) : total_;
   if (sharded_ && experts) {
-    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.edp.size(), ctx.edp.rank());
-    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.edp.size(), ctx.edp.rank() + 1);
+    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.group(GridAxis::kEdp).size(), ctx.group(GridAxis::kEdp).rank());
+    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.group(GridAxis::kEdp).size(), ctx.group(GridAxis::kEdp).rank() + 1);
   }
-  if (!sharded_ && ctx.dp.size() > 1) {
+  if (!sharded_ && ctx.data_like().size() > 1) {
     // Cut from the end of the arena (where backward starts) at parameter boundaries into about
     // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
     // whose gradient is complete only at the very end) gets a bucket of its own, and the target
@@ -49,7 +49,7 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
   // What this rank adds to the gradient norm: its shard of every parameter, replicated ones on
   // tensor-parallel rank 0 only.
   for (const TensorPlacement& p : params.tensors()) {
-    if (p.replicated && ctx.tp.rank() != 0) continue;
+    if (p.replicated && ctx.group(GridAxis::kTp).rank() != 0) continue;
     for (const ArenaRange& s : shards()) {
       const int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.end);
       if (lo < hi) (p.spec->is_expert() ? expert_norm_ranges_ : norm_ranges_).push_back({lo, hi});
@@ -93,7 +93,7 @@ void GradientSync::begin_step(float* grads) {
 void GradientSync::grads_ready_from(int64_t offset) {
   while (started_ < buckets_.size() && buckets_[started_].begin >= offset) {
     const Bucket& b = buckets_[started_];
-    pending_.push_back(ctx_.dp.start_allreduce_sum(grads_ + b.begin, b.end - b.begin, static_cast<int>(started_)));
+    pending_.push_back(ctx_.data_like().start_allreduce_sum(grads_ + b.begin, b.end - b.begin, static_cast<int>(started_)));
     ++started_;
   }
   for (auto& p : pending_) p.test();
@@ -107,10 +107,10 @@ void GradientSync::finish() {
     trace::Span wait("wait", "wait bucket all-reduce");
     p.wait();
   }
-  if (sharded_) ctx_.dp.reduce_scatter_sum(grads_, expert_begin_);
+  if (sharded_) ctx_.data_like().reduce_scatter_sum(grads_, expert_begin_);
   if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
-    if (sharded_) ctx_.edp.reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
-    else ctx_.edp.allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    if (sharded_) ctx_.group(GridAxis::kEdp).reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    else ctx_.group(GridAxis::kEdp).allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
   }
   if (sequence_parallel_) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
@@ -127,7 +127,7 @@ void GradientSync::finish() {
     const int64_t n = each_range([&](int64_t lo, int64_t hi, float* st) {
       std::memcpy(st, grads_ + lo, sizeof(float) * (hi - lo));
     });
-    ctx_.tp.allreduce_sum(staging_.data(), n);
+    ctx_.group(GridAxis::kTp).allreduce_sum(staging_.data(), n);
     each_range([&](int64_t lo, int64_t hi, const float* st) {
       std::memcpy(grads_ + lo, st, sizeof(float) * (hi - lo));
     });
@@ -136,13 +136,13 @@ void GradientSync::finish() {
 
 double GradientSync::global_sq_norm(const float* grads) const {
   double local = grad_sq_sum(grads, norm_ranges_);
-  ctx_.tp.allreduce_sum(&local, 1);
-  if (sharded_) ctx_.dp.allreduce_sum(&local, 1);
+  ctx_.group(GridAxis::kTp).allreduce_sum(&local, 1);
+  if (sharded_) ctx_.data_like().allreduce_sum(&local, 1);
   if (expert_begin_ < total_) {  // each expert counted once: over the experts' holders and shards
     double x = grad_sq_sum(grads, expert_norm_ranges_);
-    ctx_.tp.allreduce_sum(&x, 1);
-    ctx_.ep.allreduce_sum(&x, 1);
-    if (sharded_) ctx_.edp.allreduce_sum(&x, 1);
+    ctx_.group(GridAxis::kTp).allreduce_sum(&x, 1);
+    ctx_.group(GridAxis::kEp).allreduce_sum(&x, 1);
+    if (sharded_) ctx_.group(GridAxis::kEdp).allreduce_sum(&x, 1);
     local += x;
   }
   if (pp_ != nullptr) pp_->allreduce_sum(&local, 1);
@@ -151,8 +151,8 @@ double GradientSync::global_sq_norm(const float* grads) const {
 
 void GradientSync::allgather_params(float* weights) const {
   if (!sharded_) return;
-  ctx_.dp.allgather(weights, expert_begin_);
-  if (expert_begin_ < total_) ctx_.edp.allgather(weights + expert_begin_, total_ - expert_begin_);
+  ctx_.data_like().allgather(weights, expert_begin_);
+  if (expert_begin_ < total_) ctx_.group(GridAxis::kEdp).allgather(weights + expert_begin_, total_ - expert_begin_);
 }
 
 }  // namespace gf

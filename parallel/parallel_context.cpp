@@ -12,19 +12,28 @@ ParallelContext ParallelContext::build(Communicator world, const ProcessGrid& gr
     throw std::invalid_argument("world size " + std::to_string(world.size()) +
                                 " does not match the grid " + grid.describe());
   ParallelContext ctx;
-  ctx.grid = grid;
-  ctx.world_rank = world.rank();
-  ctx.coord = grid.coord(world.rank());
-  const GridCoord c = ctx.coord;
-  ctx.tp = world.split(c.dp + grid.dp() * c.pp, c.tp);
-  ctx.dp = world.split(c.tp + grid.tp() * c.pp, c.dp);
-  ctx.pp = world.split(c.tp + grid.tp() * c.dp, c.pp);
-  ctx.ep = world.split(c.tp + grid.tp() * (c.edp + (grid.dp() / grid.ep()) * c.pp), c.ep);
-  ctx.edp = world.split(c.tp + grid.tp() * (c.ep + grid.ep() * c.pp), c.edp);
-  // The first and last pipeline stages of one (tp, dp): each holds a copy of a tied embedding.
-  const bool ends = grid.pp() > 1 && (c.pp == 0 || c.pp == grid.pp() - 1);
-  ctx.embed = world.split(ends ? c.tp + grid.tp() * c.dp : grid.world_size() + world.rank(), c.pp);
-  ctx.world = std::move(world);
+  ctx.grid_ = grid;
+  ctx.world_rank_ = world.rank();
+  ctx.coord_ = grid.coord(world.rank());
+  const int rank = world.rank();
+  for (int i = 0; i < kAxisCount; ++i) {
+    const ProcessGrid::Split s = grid.split(rank, {static_cast<GridAxis>(i)});
+    ctx.groups_[i] = world.split(s.color, s.key);
+    ctx.groups_[i].set_name(kAxisNames[i]);
+  }
+  if (grid.size(GridAxis::kCp) > 1) {
+    const ProcessGrid::Split d = grid.split(rank, {GridAxis::kDp, GridAxis::kCp});
+    ctx.data_like_ = world.split(d.color, d.key);
+    ctx.data_like_.set_name("dp-cp");
+  }
+  // The first and last pipeline stages of one (tp, cp, dp): each holds a copy of a tied embedding.
+  const int pp = ctx.coord_[GridAxis::kPp], stages = grid.size(GridAxis::kPp);
+  const bool ends = stages > 1 && (pp == 0 || pp == stages - 1);
+  const ProcessGrid::Split e = grid.split(rank, {GridAxis::kPp});
+  ctx.embed_ = world.split(ends ? e.color : grid.world_size() + rank, pp);
+  ctx.embed_.set_name("embed");
+  ctx.world_ = std::move(world);
+  ctx.world_.set_name("world");
   return ctx;
 }
 

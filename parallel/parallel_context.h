@@ -1,28 +1,50 @@
-// Each parallel axis's communicator, built once from the world and the grid and passed
-// explicitly to the model and the trainer (Megatron's global parallel_state is what we avoid).
+// Each parallel group's communicator, built once from the world and the grid and passed explicitly
+// to the model and the trainer (Megatron's global parallel_state is what we avoid). Groups are asked
+// for by axis (group(GridAxis::kTp)) or by role: data_like() for the loss and the dense gradients (the
+// data x context ranks, which see different samples or parts of them), embed() for a tied
+// embedding's two copies.
 #pragma once
+#include <array>
+
 #include "parallel/communicator.h"
-#include "parallel/process_grid.h"
+#include "parallel/grid.h"
 
 namespace gf {
 
-struct ParallelContext {
-  ProcessGrid grid{1, 1, 1};
-  GridCoord coord;
-  int world_rank = 0;
-  Communicator world;  // all ranks
-  Communicator tp;     // same (dp, pp)
-  Communicator dp;     // same (tp, pp)
-  Communicator pp;     // same (tp, dp)
-  Communicator ep;     // same (tp, pp, edp): the ranks that hold one MoE layer's experts between them
-  Communicator edp;    // same (tp, pp, ep): the ranks that hold the same experts (expert-data-parallel)
-  Communicator embed;  // pipeline: the first and last stage of one (tp, dp), which hold the tied embedding's
-                       // two copies (a group of one on the other stages, and without pipelining)
-
+class ParallelContext {
+ public:
   // One-rank context: every communicator is the trivial group; no MPI needed.
   static ParallelContext single();
-  // Splits `world` into the axes of `grid` (world.size() must equal grid.world_size()).
+  // Splits `world` into the groups of `grid` (world.size() must equal grid.world_size()).
   static ParallelContext build(Communicator world, const ProcessGrid& grid);
+
+  const ProcessGrid& grid() const { return grid_; }
+  int world_rank() const { return world_rank_; }
+  // This rank's place on an axis, and the axis's size.
+  int index(GridAxis a) const { return coord_[a]; }
+  int size(GridAxis a) const { return grid_.size(a); }
+  const GridCoord& coord() const { return coord_; }
+
+  // The ranks that differ from this one only on axis `a` (kEp: the ranks that hold one MoE layer's
+  // experts between them; kEdp: the ranks that hold the same experts).
+  const Communicator& group(GridAxis a) const { return groups_[static_cast<int>(a)]; }
+  Communicator& group(GridAxis a) { return groups_[static_cast<int>(a)]; }
+  // The data-like group (dp x cp): the loss and the dense gradients are summed over it. With a
+  // context axis of size 1 it is the dp group itself (one communicator, one byte count).
+  const Communicator& data_like() const { return size(GridAxis::kCp) > 1 ? data_like_ : group(GridAxis::kDp); }
+  // Pipeline: the first and last stage of one (tp, cp, dp), which hold the tied embedding's two copies
+  // (a group of one on the other stages, and without pipelining).
+  const Communicator& embed() const { return embed_; }
+  const Communicator& world() const { return world_; }
+
+ private:
+  ProcessGrid grid_;
+  GridCoord coord_;
+  int world_rank_ = 0;
+  Communicator world_;
+  std::array<Communicator, kAxisCount> groups_;
+  Communicator data_like_;
+  Communicator embed_;
 };
 
 }  // namespace gf

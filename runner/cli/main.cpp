@@ -133,8 +133,10 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
   }
   const auto& p = cfg.parallel;
   return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
-      std::move(world), gf::ProcessGrid(static_cast<int>(p.model_parallel), static_cast<int>(p.data_parallel),
-                                        static_cast<int>(p.pipeline_stage), static_cast<int>(p.expert_parallel))));
+      std::move(world), gf::ProcessGrid({{gf::GridAxis::kTp, static_cast<int>(p.model_parallel)},
+                                         {gf::GridAxis::kDp, static_cast<int>(p.data_parallel)},
+                                         {gf::GridAxis::kPp, static_cast<int>(p.pipeline_stage)},
+                                         {gf::GridAxis::kEp, static_cast<int>(p.expert_parallel)}})));
 }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
@@ -145,8 +147,8 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, false, cfg, threads);
   if (!started) return kSetupError;
   gf::ParallelContext& ctx = *started;
-  const int rank = ctx.world_rank, world_size = ctx.world.size();
-  spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank, ctx.world.size(), getpid(), threads);
+  const int rank = ctx.world_rank(), world_size = ctx.world().size();
+  spdlog::info("rank {} of {}, pid {}, {} thread(s)", ctx.world_rank(), ctx.world().size(), getpid(), threads);
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.
   std::unique_ptr<gf::Trainer> trainer;
@@ -163,7 +165,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   } catch (const std::exception& e) {
     problem = describe(e);
   }
-  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+  if (problem = gf::first_problem(ctx.world(), problem); !problem.empty()) {
     if (rank == 0) spdlog::error("{}", problem);
     return kSetupError;
   }
@@ -209,7 +211,7 @@ int run_predict(const std::string& config_path, const std::vector<std::string>& 
   const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
   if (!started) return kSetupError;
   gf::ParallelContext& ctx = *started;
-  const int rank = ctx.world_rank;
+  const int rank = ctx.world_rank();
   gf::apply_machine_probe(threads);  // the fp32 GEMM backend
   std::unique_ptr<gf::Predictor> predictor;
   std::string problem;
@@ -218,16 +220,16 @@ int run_predict(const std::string& config_path, const std::vector<std::string>& 
   } catch (const std::exception& e) {
     problem = describe(e);
   }
-  if (problem = gf::first_problem(ctx.world, problem); !problem.empty()) {
+  if (problem = gf::first_problem(ctx.world(), problem); !problem.empty()) {
     if (rank == 0) spdlog::error("{}", problem);
     return kSetupError;
   }
   try {
     predictor->run();
   } catch (const std::exception& e) {
-    spdlog::error("{}{}", ctx.world.size() == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
+    spdlog::error("{}{}", ctx.world().size() == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
     spdlog::default_logger()->flush();
-    if (ctx.world.size() == 1) return 1;
+    if (ctx.world().size() == 1) return 1;
     gf::MpiEnvironment::abort(1);
   }
   return 0;

@@ -104,15 +104,15 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
   m.use_seq_parallel = false;
   m.recompute = m.select_recompute = false;
   std::unique_ptr<CausalLM> model;
-  if (ctx.grid.pp() > 1) {
+  if (ctx.size(GridAxis::kPp) > 1) {
     // This rank's stage: the layers the config's pipeline split gives it (one chunk).
     const std::vector<int64_t>& layers = cfg.parallel.stage_layers;
-    if (cfg.parallel.pipeline_chunks > 1 || static_cast<int>(layers.size()) != ctx.grid.pp())
+    if (cfg.parallel.pipeline_chunks > 1 || static_cast<int>(layers.size()) != ctx.size(GridAxis::kPp))
       throw std::runtime_error("predict runs one model chunk per pipeline stage: turn "
                                "parallel.pipeline_config.pipeline_interleave off for generation");
     StageOptions st;
-    for (int k = 0; k < ctx.coord.pp; ++k) st.layer_begin += layers[static_cast<size_t>(k)];
-    st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.coord.pp)];
+    for (int k = 0; k < ctx.index(GridAxis::kPp); ++k) st.layer_begin += layers[static_cast<size_t>(k)];
+    st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.index(GridAxis::kPp))];
     const ModelEntry& entry = find_model(m.arch, m.type);
     model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, 1, ctx, st);
   } else {
@@ -314,7 +314,7 @@ PredictStats Predictor::run() {
   const Config& cfg = s_->cfg;
   const GenerationConfig& gc = cfg.generation;
   const PredictRequest& req = s_->req;
-  const bool rank0 = s_->ctx->world_rank == 0;
+  const bool rank0 = s_->ctx->world_rank() == 0;
   const std::vector<std::vector<int32_t>>& prompts = s_->prompts;
   const std::vector<int64_t>& limit = s_->limit;
   const SamplingOptions& so = s_->so;
@@ -362,8 +362,8 @@ PredictStats Predictor::run() {
             std::vector<float> row(logits + j * gen.vocab(), logits + (j + 1) * gen.vocab());
             next[j] = next_token(row, full(i), so, static_cast<uint64_t>(i), generated[i].size());
           }
-        if (s_->ctx->grid.pp() > 1 && !next.empty())
-          s_->ctx->pp.broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), s_->ctx->grid.pp() - 1);
+        if (s_->ctx->size(GridAxis::kPp) > 1 && !next.empty())
+          s_->ctx->group(GridAxis::kPp).broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), s_->ctx->size(GridAxis::kPp) - 1);
         for (size_t j = 0; j < logit_of.size(); ++j) {
           const int64_t i = logit_of[j];
           const int32_t t = next[j];

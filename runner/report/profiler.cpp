@@ -37,7 +37,7 @@ StepProfiler::StepProfiler(const ProfileConfig& cfg, const ParallelContext& ctx,
   if (!cfg.enabled) return;
   const int64_t a = std::max(cfg.first_step(), first_step), b = std::min(cfg.stop_step, last_step);
   if (a > b) {
-    if (ctx.world_rank == 0)
+    if (ctx.world_rank() == 0)
       spdlog::warn("profile: steps {}-{} asked for, this run trains steps {}-{}: nothing is profiled", cfg.first_step(),
                    cfg.stop_step, first_step, last_step);
     return;
@@ -45,7 +45,7 @@ StepProfiler::StepProfiler(const ProfileConfig& cfg, const ParallelContext& ctx,
   first_ = a;
   last_ = b;
   capacity_ = events_per_step * static_cast<size_t>(b - a + 1) + 1024;
-  if (ctx.world_rank == 0)
+  if (ctx.world_rank() == 0)
     spdlog::info("profile: steps {}-{} will be recorded{}{} and written to {}/profile", a, b,
                  cfg.communication ? ", with communication" : "", cfg.memory ? ", with memory counters" : "", dir_);
 }
@@ -54,7 +54,7 @@ void StepProfiler::before_interval_close(int64_t done) {
   if (!profiling() || recording_ || done + 1 != first_) return;
   // The one barrier that aligns the ranks' clocks (profiler.h): every timestamp after it counts from
   // this rank's own clock reading as it leaves.
-  ctx_.world.barrier();
+  ctx_.world().barrier();
   unsigned flags = trace::kOn;
   if (cfg_.communication) flags |= trace::kCommunication;
   if (cfg_.memory) flags |= trace::kMemory;
@@ -82,17 +82,18 @@ void StepProfiler::write() {
   trace::stop();
   recording_ = false;
   const std::vector<trace::Event>& events = trace::events();
-  const int rank = ctx_.world_rank;
-  const GridCoord& c = ctx_.coord;
-  const std::string name = "rank " + std::to_string(rank) + " (dp " + std::to_string(c.dp) + ", tp " +
-                           std::to_string(c.tp) + ", pp " + std::to_string(c.pp) + ", ep " + std::to_string(c.ep) + ")";
+  const int rank = ctx_.world_rank();
+  const GridCoord& c = ctx_.coord();
+  const std::string name = "rank " + std::to_string(rank) + " (dp " + std::to_string(c[GridAxis::kDp]) + ", tp " +
+                           std::to_string(c[GridAxis::kTp]) + ", pp " + std::to_string(c[GridAxis::kPp]) + ", ep " +
+                           std::to_string(c[GridAxis::kEp]) + ")";
   // This rank's metadata and events: its own file, and its fragment of the merged one.
   const std::string meta = trace::process_name_json(rank, name) + ",\n" + trace::process_sort_json(rank, rank) + ",\n" +
                            trace::thread_name_json(rank, 0, "trainer");
   const std::string body = trace::events_json(events, rank, 0);
   const size_t count = events.size();
   const std::string other = "{\"tool\":\"gridformer\",\"steps\":[" + std::to_string(first_) + "," + std::to_string(last_) +
-                            "],\"world_size\":" + std::to_string(ctx_.world.size()) +
+                            "],\"world_size\":" + std::to_string(ctx_.world().size()) +
                             ",\"profile_communication\":" + (cfg_.communication ? "true" : "false") +
                             ",\"profile_memory\":" + (cfg_.memory ? "true" : "false") +
                             ",\"clock\":\"microseconds since this rank left the world barrier at the profile's start\"}";
@@ -103,9 +104,9 @@ void StepProfiler::write() {
                trace::growths() > 0 ? fmt::format(" (the event buffer grew {} times past its estimate of {})",
                                                   trace::growths(), capacity_)
                                     : std::string());
-  const std::vector<std::string> all = ctx_.world.gather_strings(meta + (body.empty() ? "" : ",\n" + body), 0);
+  const std::vector<std::string> all = ctx_.world().gather_strings(meta + (body.empty() ? "" : ",\n" + body), 0);
   double total = static_cast<double>(count);
-  ctx_.world.allreduce_sum(&total, 1);
+  ctx_.world().allreduce_sum(&total, 1);
   if (rank == 0) {
     const std::filesystem::path merged = root / "trace.json";
     write_file(merged, trace::trace_file_json({}, all, other));

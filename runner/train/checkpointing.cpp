@@ -129,8 +129,8 @@ void Trainer::load_initial_state() {
         "{}: saved with a global batch of {} samples, this run's is {} (batch_size {} x data_parallel {} x {} "
         "micro-batches): a resumed run must keep the global batch, so that its steps read the same samples; set "
         "runner_config.batch_size to {}",
-        r.dir(), g, global_batch_, cfg.batch_size, ctx_.grid.dp(), micro_batches_,
-        g % (ctx_.grid.dp() * micro_batches_) == 0 ? std::to_string(g / (ctx_.grid.dp() * micro_batches_))
+        r.dir(), g, global_batch_, cfg.batch_size, ctx_.size(GridAxis::kDp), micro_batches_,
+        g % (ctx_.size(GridAxis::kDp) * micro_batches_) == 0 ? std::to_string(g / (ctx_.size(GridAxis::kDp) * micro_batches_))
                                                    : std::string("a value that gives it")));
   for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
     if (!o) continue;
@@ -175,12 +175,12 @@ void Trainer::save_checkpoint(int64_t step) {
   // The snapshot: a copy of this rank's share, so that training may go on while it is written.
   const Placement& pl = model_->params();
   const float* w = model_->weight_values();
-  const bool pipeline_copy = pipe_ && ctx_.coord.pp != 0 && tied_.end > tied_.begin;
+  const bool pipeline_copy = pipe_ && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin;
   auto writes = [&](const TensorPlacement& t, bool sharded) {
     if (pipeline_copy && t.offset == tied_.begin) return false;
-    if (t.replicated && ctx_.coord.tp != 0) return false;
+    if (t.replicated && ctx_.index(GridAxis::kTp) != 0) return false;
     if (sharded) return true;  // ZeRO: each data-parallel rank its own shard
-    return t.spec->is_expert() ? ctx_.edp.rank() == 0 : ctx_.coord.dp == 0;
+    return t.spec->is_expert() ? ctx_.group(GridAxis::kEdp).rank() == 0 : ctx_.index(GridAxis::kDp) == 0;
   };
   for (const TensorPlacement& t : pl.tensors())
     if (writes(t, false))
@@ -219,16 +219,16 @@ void Trainer::save_checkpoint(int64_t step) {
              {"seed", cfg_.seed},
              {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
                         {"vocab_size", cfg_.model.vocab_size}}},
-             {"layout", {{"dp", ctx_.grid.dp()}, {"mp", ctx_.grid.tp()}, {"pp", ctx_.grid.pp()},
-                         {"ep", ctx_.grid.ep()}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
-                         {"ranks", ctx_.world.size()}}},
+             {"layout", {{"dp", ctx_.size(GridAxis::kDp)}, {"mp", ctx_.size(GridAxis::kTp)}, {"pp", ctx_.size(GridAxis::kPp)},
+                         {"ep", ctx_.size(GridAxis::kEp)}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
+                         {"ranks", ctx_.world().size()}}},
              {"time", iso8601_utc_now()},
              {"git_commit", build_git_commit()},
              {"config", dump_resolved(cfg_)}};
   // Rank 0 makes the temporary directory; the others write into it once it exists.
   const std::string root = checkpoint_root();
   std::string problem;
-  if (ctx_.world_rank == 0) {
+  if (ctx_.world_rank() == 0) {
     try {
       p.tmp = ckpt::begin_save(root, p.name);
     } catch (const std::exception& e) {
@@ -236,14 +236,14 @@ void Trainer::save_checkpoint(int64_t step) {
     }
   }
   int64_t len[2] = {static_cast<int64_t>(p.tmp.size()), static_cast<int64_t>(problem.size())};
-  ctx_.world.broadcast(len, sizeof len, 0);
+  ctx_.world().broadcast(len, sizeof len, 0);
   p.tmp.resize(static_cast<size_t>(len[0]));
   problem.resize(static_cast<size_t>(len[1]));
-  ctx_.world.broadcast(p.tmp.data(), len[0], 0);
-  ctx_.world.broadcast(problem.data(), len[1], 0);
+  ctx_.world().broadcast(p.tmp.data(), len[0], 0);
+  ctx_.world().broadcast(problem.data(), len[1], 0);
   if (!problem.empty()) throw CheckpointError("checkpoint at step " + std::to_string(step) + ": " + problem);
   ckpt::install_checkpoint_signal_handling();
-  const int rank = ctx_.world_rank;
+  const int rank = ctx_.world_rank();
   auto work = [&p, rank] {
     try {
       p.fragment = ckpt::write_shard(p.tmp, rank, p.pieces);
@@ -269,17 +269,17 @@ void Trainer::finish_checkpoint(bool wait) {
   PendingSave& p = *pending_save_;
   if (!wait) {
     double busy = p.done.load() ? 0 : 1;
-    ctx_.world.allreduce_max(&busy, 1);
+    ctx_.world().allreduce_max(&busy, 1);
     if (busy != 0) return;
   }
   if (p.thread.joinable()) p.thread.join();
   const double write_s = seconds_since(p.t0) - p.snapshot_s;
   // Each rank's fragment (or its error) to rank 0, which writes the index and commits.
   const std::string mine = p.error.empty() ? "F" + p.fragment : "E" + p.error;
-  const std::vector<std::string> all = ctx_.world.gather_strings(mine, 0);
+  const std::vector<std::string> all = ctx_.world().gather_strings(mine, 0);
   std::string problem;
   std::vector<std::string> removed;
-  if (ctx_.world_rank == 0) {
+  if (ctx_.world_rank() == 0) {
     std::vector<std::string> fragments;
     for (size_t r = 0; r < all.size(); ++r) {
       if (all[r].empty() || all[r][0] != 'F') {
@@ -307,11 +307,11 @@ void Trainer::finish_checkpoint(bool wait) {
     }
   }
   double bytes = p.bytes;
-  ctx_.world.allreduce_sum(&bytes, 1);
+  ctx_.world().allreduce_sum(&bytes, 1);
   int64_t len = static_cast<int64_t>(problem.size());  // rank 0's verdict to every rank
-  ctx_.world.broadcast(&len, sizeof len, 0);
+  ctx_.world().broadcast(&len, sizeof len, 0);
   problem.resize(static_cast<size_t>(len));
-  ctx_.world.broadcast(problem.data(), len, 0);
+  ctx_.world().broadcast(problem.data(), len, 0);
   const int64_t step = p.step;
   const std::string name = p.name;
   const double snapshot_s = p.snapshot_s, total_s = seconds_since(p.t0);

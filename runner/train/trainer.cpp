@@ -92,18 +92,18 @@ StepResult Trainer::train_step(int64_t step) {
     trace::Span reductions("pipeline", "pipeline reductions");  // tied embedding, loss, bubble
     moe_acc_ = pipe_->moe_stats();
     // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
-    if (tied_.end > tied_.begin) ctx_.embed.allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
-    ctx_.pp.allreduce_sum(&loss_sum, 1);  // the last stage's
+    if (tied_.end > tied_.begin) ctx_.embed().allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
+    ctx_.group(GridAxis::kPp).allreduce_sum(&loss_sum, 1);  // the last stage's
     // The bubble as the schedule's analytic one counts it: over one window for every stage (the
     // slowest stage's time in the schedule; a stage that finishes early idles until the step's
     // collectives), the part a stage did not compute.
     double makespan = run_s;
-    ctx_.pp.allreduce_max(&makespan, 1);
+    ctx_.group(GridAxis::kPp).allreduce_max(&makespan, 1);
     double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
     b[1] = b[0];
-    ctx_.pp.allreduce_sum(&b[0], 1);
-    ctx_.pp.allreduce_max(&b[1], 1);
-    r.bubble = b[0] / ctx_.grid.pp();
+    ctx_.group(GridAxis::kPp).allreduce_sum(&b[0], 1);
+    ctx_.group(GridAxis::kPp).allreduce_max(&b[1], 1);
+    r.bubble = b[0] / ctx_.size(GridAxis::kPp);
     r.bubble_max = b[1];
     r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
   } else {
@@ -127,7 +127,7 @@ StepResult Trainer::train_step(int64_t step) {
   }
   {
     trace::Span span("step", "loss all-reduce");
-    ctx_.dp.allreduce_sum(&loss_sum, 1);
+    ctx_.data_like().allreduce_sum(&loss_sum, 1);
   }
   {
     trace::Span span("step", "grad sync");  // the data-parallel reduction's rest (buckets not done in backward)
@@ -204,8 +204,8 @@ void Trainer::gather_moe_stats(StepResult& r) const {
     x[3] = static_cast<double>(m.dropped);
     for (size_t e = 0; e < E; ++e) x[4 + e] = static_cast<double>(m.tokens_per_expert[e]);
   }
-  ctx_.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
-  if (pipe_) ctx_.pp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  ctx_.data_like().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
   for (size_t l = 0; l < L; ++l) {
     const double* x = v.data() + l * per;
@@ -232,7 +232,7 @@ void Trainer::gather_moe_stats(StepResult& r) const {
 void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
   const IntervalRates x =
       interval_rates(iv, static_cast<double>(global_batch_ * cfg_.model.seq_length), static_cast<double>(global_batch_),
-                     model_->flops_per_step(global_batch_), ctx_.world.size(), peak_.tflops);
+                     model_->flops_per_step(global_batch_), ctx_.world().size(), peak_.tflops);
   const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
   const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
   const double frac = static_cast<double>(step) / total_steps_;
@@ -268,7 +268,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                  shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
                  100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
-               x.samples_per_s / ctx_.world.size(), hms(eta));
+               x.samples_per_s / ctx_.world().size(), hms(eta));
   const std::vector<double> rss = peak_rss_per_rank();  // a collective: before the rank-0-only part
   if (metrics_) {
     nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
@@ -314,8 +314,8 @@ double Trainer::evaluate() {
     read_micro_batches(*eval_data_, i);
     sum += forward_micro_batches(i);
   }
-  if (pipe_) ctx_.pp.allreduce_sum(&sum, 1);
-  ctx_.dp.allreduce_sum(&sum, 1);
+  if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
+  ctx_.data_like().allreduce_sum(&sum, 1);
   return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
 }
 
@@ -330,7 +330,7 @@ int Trainer::run() {
   try {
     return train_loop();
   } catch (const CheckpointError& e) {
-    if (ctx_.world_rank == 0) spdlog::error("{}; training stopped", e.what());
+    if (ctx_.world_rank() == 0) spdlog::error("{}; training stopped", e.what());
     return 4;
   }
 }
@@ -359,7 +359,7 @@ int Trainer::train_loop() {
     double stop = g_stop_signal.load();
     {
       trace::Span span("step", "stop check");
-      ctx_.world.allreduce_max(&stop, 1);
+      ctx_.world().allreduce_max(&stop, 1);
     }
     if (stop != 0) {
       step_span.end();

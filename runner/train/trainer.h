@@ -133,7 +133,7 @@ class Trainer {
   // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
   // without pipelining or accumulation, as before).
   int64_t first_sample(int64_t step, int64_t micro) const {
-    return (step - 1) * global_batch_ + (micro * ctx_.grid.dp() + ctx_.coord.dp) * cfg_.batch_size;
+    return (step - 1) * global_batch_ + (micro * ctx_.size(GridAxis::kDp) + ctx_.index(GridAxis::kDp)) * cfg_.batch_size;
   }
   // Reads the micro-batches of global batch `index` of `src` into tokens_.
   void read_micro_batches(BatchSource& src, int64_t index);

@@ -31,17 +31,10 @@ Trainer::Trainer(const Config& cfg, ParallelContext& ctx, std::unique_ptr<BatchS
 void Trainer::setup(std::unique_ptr<BatchSource> given) {
   const Config& cfg = cfg_;
   // The groups' names in the step timeline's communication spans (runner/report/profiler.h).
-  ctx_.world.set_name("world");
-  ctx_.tp.set_name("tp");
-  ctx_.dp.set_name("dp");
-  ctx_.pp.set_name("pp");
-  ctx_.ep.set_name("ep");
-  ctx_.edp.set_name("edp");
-  ctx_.embed.set_name("embed");
-  micro_batches_ = ctx_.grid.pp() > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
-  if (ctx_.grid.pp() > 1) setup_pipeline();
+  micro_batches_ = ctx_.size(GridAxis::kPp) > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
+  if (ctx_.size(GridAxis::kPp) > 1) setup_pipeline();
   else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
-  global_batch_ = cfg.batch_size * ctx_.grid.dp() * micro_batches_;
+  global_batch_ = cfg.batch_size * ctx_.size(GridAxis::kDp) * micro_batches_;
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
   const bool from_config = !given;
   auto probe = given ? std::move(given) : make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
@@ -73,7 +66,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   model_->set_grad_ready_hook([this](int64_t offset) {
     if (hook_armed_) sync_->grads_ready_from(offset);
   });
-  if (pipe_) sync_->set_pipeline(&ctx_.pp, ctx_.coord.pp == 0 ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied_});
+  if (pipe_) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), ctx_.index(GridAxis::kPp) == 0 ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied_});
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
   if (sync_->expert_shard_end() > sync_->expert_shard_begin())
     opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
@@ -81,7 +74,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
   load_initial_state();
-  if (ctx_.world_rank == 0) {
+  if (ctx_.world_rank() == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
     if (!cfg.tensorboard_dir.empty() && cfg.run_mode != "eval") {  // run_mode eval writes no metrics lines either
@@ -106,7 +99,7 @@ void Trainer::setup_pipeline() {
   const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
   const TransformerSpec spec = entry.spec(cfg.model);
   sched_ = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
-  shape_ = {ctx_.grid.pp(), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
+  shape_ = {ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);
   std::vector<int64_t> layers = cfg.parallel.stage_layers;
@@ -116,8 +109,8 @@ void Trainer::setup_pipeline() {
   }
   stage_layers_ = layers;
   auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, cfg.batch_size, ctx_,
-                                               pipeline_chunk_options(layers, sched_, shape_, ctx_.coord.pp));
-  pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.pp, sched_, shape_);
+                                               pipeline_chunk_options(layers, sched_, shape_, ctx_.index(GridAxis::kPp)));
+  pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.group(GridAxis::kPp), sched_, shape_);
   // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
   if (spec.tied_head) {
     const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
@@ -128,13 +121,13 @@ void Trainer::setup_pipeline() {
 
 
 void Trainer::log_pipeline_stages() const {
-  const int P = ctx_.grid.pp();
+  const int P = ctx_.size(GridAxis::kPp);
   std::vector<double> acts(static_cast<size_t>(P), 0.0), params(acts.size(), 0.0);
-  acts[static_cast<size_t>(ctx_.coord.pp)] = static_cast<double>(model_->activation_bytes());
-  params[static_cast<size_t>(ctx_.coord.pp)] = 4.0 * static_cast<double>(model_->params().total_floats());
-  ctx_.pp.allreduce_sum(acts.data(), P);
-  ctx_.pp.allreduce_sum(params.data(), P);
-  if (ctx_.world_rank != 0) return;
+  acts[static_cast<size_t>(ctx_.index(GridAxis::kPp))] = static_cast<double>(model_->activation_bytes());
+  params[static_cast<size_t>(ctx_.index(GridAxis::kPp))] = 4.0 * static_cast<double>(model_->params().total_floats());
+  ctx_.group(GridAxis::kPp).allreduce_sum(acts.data(), P);
+  ctx_.group(GridAxis::kPp).allreduce_sum(params.data(), P);
+  if (ctx_.world_rank() != 0) return;
   const std::vector<int64_t>& layers = stage_layers_;
   spdlog::info("pipeline: {} stages{}, schedule {}, {} micro-batches of {} per step and data-parallel rank; analytic bubble "
                "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
@@ -155,27 +148,27 @@ void Trainer::log_setup() const {
   const auto& m = cfg_.model;
   int64_t nparams = 0;
   for (const ParamSpec& p : model_->params().table().specs()) nparams += p.global_numel();
-  const bool vocab_split = !m.vocab_emb_dp && ctx_.grid.tp() > 1;
-  const int64_t vp = m.padded_vocab(vocab_split ? ctx_.grid.tp() : 1);
+  const bool vocab_split = !m.vocab_emb_dp && ctx_.size(GridAxis::kTp) > 1;
+  const int64_t vp = m.padded_vocab(vocab_split ? ctx_.size(GridAxis::kTp) : 1);
   spdlog::info("model {}{} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters",
                cfg_.model_name.empty() ? "" : cfg_.model_name + ": ", m.arch, m.type, m.num_layers, m.hidden_size,
                m.num_heads, m.vocab_size, m.seq_length, nparams);
   if (vp != m.vocab_size)
     spdlog::info("vocabulary {} padded to {} (a multiple of {}{}); the {} padding logits are masked out of the softmax, "
                  "so the loss is that of the {}-token vocabulary",
-                 m.vocab_size, vp, m.vocab_pad_multiple * (vocab_split ? ctx_.grid.tp() : 1),
+                 m.vocab_size, vp, m.vocab_pad_multiple * (vocab_split ? ctx_.size(GridAxis::kTp) : 1),
                  vocab_split ? fmt::format(" = {} x model_parallel {}, split by vocabulary: vocab_emb_dp False",
-                                           m.vocab_pad_multiple, ctx_.grid.tp())
+                                           m.vocab_pad_multiple, ctx_.size(GridAxis::kTp))
                              : std::string(""),
                  vp - m.vocab_size, m.vocab_size);
-  if (ctx_.grid.tp() > 1)
+  if (ctx_.size(GridAxis::kTp) > 1)
     spdlog::info("tensor parallel over {} ranks: attention heads and MLP split by columns/rows; embedding and LM head {}; "
                  "sequence parallel {}",
-                 ctx_.grid.tp(), vocab_split ? "split by vocabulary" : "replicated (vocab_emb_dp True)",
+                 ctx_.size(GridAxis::kTp), vocab_split ? "split by vocabulary" : "replicated (vocab_emb_dp True)",
                  m.use_seq_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
-                                                  m.seq_length / ctx_.grid.tp(), m.seq_length)
+                                                  m.seq_length / ctx_.size(GridAxis::kTp), m.seq_length)
                                     : std::string("off"));
-  spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid.describe(),
+  spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid().describe(),
                cfg_.batch_size,
                micro_batches_ == 1 ? std::string()
                    : fmt::format(", {} micro-batches per step ({}; gradients accumulate over them)", micro_batches_,
@@ -185,8 +178,8 @@ void Trainer::log_setup() const {
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                "activations {} (planned{})",
-               ctx_.world_rank, human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
-               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.grid.dp()) : std::string(),
+               ctx_.world_rank(), human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
+               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.size(GridAxis::kDp)) : std::string(),
                human_bytes(static_cast<double>(model_->activation_bytes())),
                m.recompute || m.select_recompute
                    ? fmt::format("; {} recompute of {} layer(s)", m.recompute ? "full" : "selective",
@@ -208,7 +201,7 @@ void Trainer::log_setup() const {
                                    cfg_.loss_scale.value, cfg_.loss_scale.factor, cfg_.loss_scale.window,
                                    cfg_.loss_scale.factor)
                      : fmt::format("fixed {}", cfg_.loss_scale.value));
-  if (ctx_.grid.dp() > 1)
+  if (ctx_.size(GridAxis::kDp) > 1)
     spdlog::info("data-parallel gradients: {}", sync_->sharded()
         ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")
         : fmt::format("{} bucket(s) all-reduced in the background of backward (parallel_config.gradient_aggregation_group)",
@@ -229,14 +222,14 @@ void Trainer::log_setup() const {
 // step lines by their "loss" key and skip it).
 void Trainer::write_run_start() {
   if (!metrics_) return;
-  const ProcessGrid& g = ctx_.grid;
+  const ProcessGrid& g = ctx_.grid();
   nlohmann::json j = {
       {"event", "run_start"},
       {"time", iso8601_utc_now()},
       {"config_hash", fnv1a64_hex(dump_resolved(cfg_))},
       {"git_commit", build_git_commit()},
-      {"layout", {{"dp", g.dp()}, {"mp", g.tp()}, {"pp", g.pp()}, {"sp", cfg_.parallel.use_seq_parallel},
-                  {"zero", sync_->sharded()}, {"ranks", ctx_.world.size()}}},
+      {"layout", {{"dp", g.size(GridAxis::kDp)}, {"mp", g.size(GridAxis::kTp)}, {"pp", g.size(GridAxis::kPp)}, {"sp", cfg_.parallel.use_seq_parallel},
+                  {"zero", sync_->sharded()}, {"ranks", ctx_.world().size()}}},
       {"cpu", machine_.cpu},
       {"threads", machine_.threads},
       {"compute_dtype", cfg_.model.compute_dtype},
@@ -259,9 +252,9 @@ void Trainer::write_run_start() {
 std::vector<double> Trainer::peak_rss_per_rank() const {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::vector<double> v(static_cast<size_t>(ctx_.world.size()), 0.0);
-  v[static_cast<size_t>(ctx_.world_rank)] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
-  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  std::vector<double> v(static_cast<size_t>(ctx_.world().size()), 0.0);
+  v[static_cast<size_t>(ctx_.world_rank())] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
+  ctx_.world().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   return v;
 }
 
@@ -269,21 +262,21 @@ void Trainer::log_resource_report() {
   // Per rank: peak RSS, bytes sent in the tensor, data, world, expert (the MoE all-to-all) and
   // expert-data (the experts' gradients) groups. Gathered by a sum over
   // the world of vectors in which each rank fills its own slot.
-  const int W = ctx_.world.size(), me = ctx_.world_rank;
+  const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   constexpr int K = 9;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
-  v[K * me + 1] = static_cast<double>(ctx_.tp.stats().bytes_sent);
-  v[K * me + 2] = static_cast<double>(ctx_.dp.stats().bytes_sent);
-  v[K * me + 3] = static_cast<double>(ctx_.world.stats().bytes_sent);
+  v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
+  v[K * me + 2] = static_cast<double>(ctx_.group(GridAxis::kDp).stats().bytes_sent);
+  v[K * me + 3] = static_cast<double>(ctx_.world().stats().bytes_sent);
   v[K * me + 4] = static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0));
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
-  v[K * me + 7] = static_cast<double>(ctx_.ep.stats().bytes_sent);
-  v[K * me + 8] = static_cast<double>(ctx_.edp.stats().bytes_sent);
-  ctx_.world.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  v[K * me + 7] = static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
+  v[K * me + 8] = static_cast<double>(ctx_.group(GridAxis::kEdp).stats().bytes_sent);
+  ctx_.world().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
   for (int r = 0; r < W; ++r) {
@@ -300,7 +293,7 @@ void Trainer::log_resource_report() {
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
   j["steps"] = total_steps_;
-  j["layout"] = ctx_.grid.describe();
+  j["layout"] = ctx_.grid().describe();
   for (int r = 0; r < W; ++r)
     j["ranks"].push_back({{"rank", r}, {"peak_rss_bytes", v[K * r]}, {"tp_bytes_sent", v[K * r + 1]},
                           {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},

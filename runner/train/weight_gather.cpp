@@ -13,13 +13,13 @@ namespace gf {
 namespace {
 
 // The full tensor `p` (global shape, F32) from the slices of the tensor-parallel group. Collective
-// over ctx.tp. Each rank gathers its boxes into zeros (a replicated tensor: tensor rank 0 only;
+// over ctx.group(GridAxis::kTp). Each rank gathers its boxes into zeros (a replicated tensor: tensor rank 0 only;
 // padding is in no box) and the group sums: the slices are disjoint, so the sum is exact.
 std::vector<float> gather_full_tensor(const TensorPlacement& p, const float* w, ParallelContext& ctx) {
   const int64_t n = p.spec->global_numel();
   std::vector<float> f(static_cast<size_t>(n), 0.0f);
-  if (!p.replicated || ctx.coord.tp == 0) Placement::gather(p, w + p.offset, f.data());
-  ctx.tp.allreduce_sum(f.data(), n);
+  if (!p.replicated || ctx.index(GridAxis::kTp) == 0) Placement::gather(p, w + p.offset, f.data());
+  ctx.group(GridAxis::kTp).allreduce_sum(f.data(), n);
   return f;
 }
 
@@ -41,16 +41,16 @@ void Trainer::save_weights(const std::string& path) {
   }
   for (const ParamSpec& spec : (whole ? *whole : placed.table()).specs()) {
     const TensorPlacement* p = placed.find(spec.name);
-    if (p != nullptr && ctx_.coord.pp != 0 && tied_.end > tied_.begin && p->offset == tied_.begin) p = nullptr;
+    if (p != nullptr && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin && p->offset == tied_.begin) p = nullptr;
     // Every rank of the tensor group calls the gather (a collective) whether or not its stage holds p.
     std::vector<float> f(static_cast<size_t>(spec.global_numel()), 0.0f);
     if (p) f = gather_full_tensor(*p, w, ctx_);
     full.push_back(std::move(f));
-    if (spec.is_expert()) ctx_.ep.allreduce_sum(full.back().data(), spec.global_numel());
-    if (pipe_) ctx_.pp.allreduce_sum(full.back().data(), spec.global_numel());
+    if (spec.is_expert()) ctx_.group(GridAxis::kEp).allreduce_sum(full.back().data(), spec.global_numel());
+    if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(full.back().data(), spec.global_numel());
     out.push_back({spec.name, StDtype::kF32, spec.shape, full.back().data()});
   }
-  if (ctx_.world_rank == 0) {
+  if (ctx_.world_rank() == 0) {
     write_safetensors(path, out, {{"format", "pt"}});
     spdlog::info("weights written to {}", path);
   }

@@ -29,24 +29,24 @@ float grad_value(int rank, int64_t i) { return std::cos(0.01f * static_cast<floa
 TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
   Communicator world = Communicator::world();
   const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, W, 1));
+  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
   const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
   GradientSync sync(t, ctx, 4, false, false);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);
-  for (int64_t i = 0; i < n; ++i) g[i] = grad_value(ctx.world_rank, i);
+  for (int64_t i = 0; i < n; ++i) g[i] = grad_value(ctx.world_rank(), i);
   sync.begin_step(g.data());
   if (W > 1) {
     ASSERT_EQ(sync.buckets().size(), 4u);
     EXPECT_EQ(sync.buckets().front().end, n);
     EXPECT_EQ(sync.buckets().back().begin, 0);
     sync.grads_ready_from(n);  // nothing finished yet
-    EXPECT_EQ(ctx.dp.stats().collectives, 0);
+    EXPECT_EQ(ctx.group(GridAxis::kDp).stats().collectives, 0);
     sync.grads_ready_from(sync.buckets()[0].begin);  // the last bucket of the arena is complete
-    EXPECT_EQ(ctx.dp.stats().collectives, 1);
-    EXPECT_GT(ctx.dp.stats().bytes_sent, 0);
+    EXPECT_EQ(ctx.group(GridAxis::kDp).stats().collectives, 1);
+    EXPECT_GT(ctx.group(GridAxis::kDp).stats().bytes_sent, 0);
     sync.grads_ready_from(sync.buckets()[2].begin);
-    EXPECT_EQ(ctx.dp.stats().collectives, 3);
+    EXPECT_EQ(ctx.group(GridAxis::kDp).stats().collectives, 3);
   }
   sync.finish();
   const float ranks_sum = static_cast<float>(W * (W + 1) / 2);
@@ -61,15 +61,15 @@ TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
 TEST(GradientSync, ShardedOptimizerReducesEachShard) {
   Communicator world = Communicator::world();
   const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, W, 1));
+  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
   const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
   GradientSync sync(t, ctx, 4, true, false);
   const int64_t n = t.total_floats();
-  EXPECT_EQ(sync.shard_begin(), shard_begin(n, W, ctx.dp.rank()));
-  EXPECT_EQ(sync.shard_end(), shard_begin(n, W, ctx.dp.rank() + 1));
+  EXPECT_EQ(sync.shard_begin(), shard_begin(n, W, ctx.group(GridAxis::kDp).rank()));
+  EXPECT_EQ(sync.shard_end(), shard_begin(n, W, ctx.group(GridAxis::kDp).rank() + 1));
   std::vector<float> g(n), full(n);
-  for (int64_t i = 0; i < n; ++i) full[i] = g[i] = grad_value(ctx.world_rank, i);
-  ctx.dp.allreduce_sum(full.data(), n);
+  for (int64_t i = 0; i < n; ++i) full[i] = g[i] = grad_value(ctx.world_rank(), i);
+  ctx.group(GridAxis::kDp).allreduce_sum(full.data(), n);
   sync.begin_step(g.data());
   sync.finish();
   double expect_sq = 0.0;
@@ -88,16 +88,16 @@ TEST(GradientSync, ShardedOptimizerReducesEachShard) {
 TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
   Communicator world = Communicator::world();
   const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(W, 1, 1));
+  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kTp, W}}));
   ModelConfig cfg = tiny();
   cfg.num_heads = 4;
   cfg.hidden_size = 24;
   if (cfg.num_heads % W != 0 || cfg.hidden_size % W != 0) GTEST_SKIP() << "layout does not split the model";
-  const Placement t = GPT2LMHeadModel::make_placement(cfg, ctx.coord.tp, W);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, ctx.index(GridAxis::kTp), W);
   GradientSync sync(t, ctx, 4, false, true);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);
-  for (int64_t i = 0; i < n; ++i) g[i] = grad_value(ctx.world_rank, i);
+  for (int64_t i = 0; i < n; ++i) g[i] = grad_value(ctx.world_rank(), i);
   sync.begin_step(g.data());
   sync.finish();
   const float ranks_sum = static_cast<float>(W * (W + 1) / 2);
@@ -107,14 +107,14 @@ TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
       const float base = std::cos(0.01f * static_cast<float>(i));
       if (p.replicated) {
         EXPECT_NEAR(g[i], base * ranks_sum, 1e-5f * ranks_sum) << p.spec->name;
-        if (ctx.coord.tp == 0) expect_sq += static_cast<double>(g[i]) * g[i];
+        if (ctx.index(GridAxis::kTp) == 0) expect_sq += static_cast<double>(g[i]) * g[i];
       } else {
-        EXPECT_EQ(g[i], grad_value(ctx.world_rank, i)) << p.spec->name;
+        EXPECT_EQ(g[i], grad_value(ctx.world_rank(), i)) << p.spec->name;
         expect_sq += static_cast<double>(g[i]) * g[i];
       }
     }
   }
-  ctx.tp.allreduce_sum(&expect_sq, 1);
+  ctx.group(GridAxis::kTp).allreduce_sum(&expect_sq, 1);
   EXPECT_NEAR(sync.global_sq_norm(g.data()), expect_sq, 1e-9 * expect_sq);
 }
 

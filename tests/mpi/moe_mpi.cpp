@@ -68,21 +68,21 @@ struct Result {
 
 // One forward and backward of the global batch under ctx's layout; every rank gets the whole result.
 Result run(const ModelConfig& c, ParallelContext& ctx) {
-  const int dp = ctx.grid.dp();
+  const int dp = ctx.size(GridAxis::kDp);
   const int64_t Bl = kB / dp;
   auto m = build(c, Bl, ctx);
   m->init_weights(5);
   const std::vector<int32_t> all = tokens(c);
-  const int64_t first = ctx.coord.dp * Bl;
+  const int64_t first = ctx.index(GridAxis::kDp) * Bl;
   const std::vector<int32_t> mine(all.begin() + first * (c.seq_length + 1), all.begin() + (first + Bl) * (c.seq_length + 1));
   GradientSync sync(m->params(), ctx, 2, false, c.use_seq_parallel);
   std::fill(m->grads(), m->grads() + m->params().total_floats(), 0.0f);
   sync.begin_step(m->grads());
   Result r;
-  ctx.ep.reset_stats();
+  ctx.group(GridAxis::kEp).reset_stats();
   r.loss = m->forward(mine.data(), StepInfo{1, first, true});
   m->backward(1.0f / static_cast<float>(kB * c.seq_length));
-  r.a2a_bytes = ctx.ep.stats().bytes_sent;
+  r.a2a_bytes = ctx.group(GridAxis::kEp).stats().bytes_sent;
   sync.finish();
   for (const MoeLayerStats& s : m->moe_stats()) r.kept.push_back(s.kept_per_expert);
   std::vector<double> v = {r.loss};
@@ -92,7 +92,7 @@ Result run(const ModelConfig& c, ParallelContext& ctx) {
     v.push_back(static_cast<double>(s.dropped));
     for (int64_t t : s.tokens_per_expert) v.push_back(static_cast<double>(t));
   }
-  ctx.dp.allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  ctx.group(GridAxis::kDp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   r.loss = v[0];
   for (size_t i = 1; i < v.size();) {
     r.aux += v[i++];
@@ -104,9 +104,9 @@ Result run(const ModelConfig& c, ParallelContext& ctx) {
   for (const ParamSpec& spec : p.table().specs()) {
     std::vector<float> full(static_cast<size_t>(spec.global_numel()), 0.0f);
     const TensorPlacement* t = p.find(spec.name);
-    if (t && (!t->replicated || ctx.coord.tp == 0)) Placement::gather(*t, m->grads() + t->offset, full.data());
-    ctx.tp.allreduce_sum(full.data(), spec.global_numel());
-    if (spec.is_expert()) ctx.ep.allreduce_sum(full.data(), spec.global_numel());
+    if (t && (!t->replicated || ctx.index(GridAxis::kTp) == 0)) Placement::gather(*t, m->grads() + t->offset, full.data());
+    ctx.group(GridAxis::kTp).allreduce_sum(full.data(), spec.global_numel());
+    if (spec.is_expert()) ctx.group(GridAxis::kEp).allreduce_sum(full.data(), spec.global_numel());
     r.grads.push_back(std::move(full));
   }
   return r;
@@ -139,7 +139,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
   if (W == 4) layouts = {{1, 4, 4, false}, {2, 2, 2, true}, {1, 4, 2, false}};
   if (layouts.empty()) GTEST_SKIP() << "layouts are for 2 and 4 ranks";
   for (const Layout& L : layouts) {
-    ParallelContext ctx = ParallelContext::build(world.split(0, world.rank()), ProcessGrid(L.tp, L.dp, 1, L.ep));
+    ParallelContext ctx = ParallelContext::build(world.split(0, world.rank()), ProcessGrid({{GridAxis::kTp, L.tp}, {GridAxis::kDp, L.dp}, {GridAxis::kEp, L.ep}}));
     for (const bool llama : {false, true})
       for (const double capacity : {0.0, 1.0})
       for (const char* dispatcher : {"alltoall", "allgather"}) {
@@ -175,10 +175,10 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
             const Result part = run_part(one_cfg, d, L.dp);
             kept[static_cast<size_t>(d)] = part.kept;
           }
-          const int me = ctx.coord.dp, group0 = me / L.ep * L.ep, my_ep = me % L.ep;
+          const int me = ctx.index(GridAxis::kDp), group0 = me / L.ep * L.ep, my_ep = me % L.ep;
           // The rows each expert computes for this rank's sequences are those of the one-rank run
           // on those sequences: capacity drops the same assignments under every layout.
-          EXPECT_EQ(got.kept, kept[static_cast<size_t>(me)]) << what << ": rows kept per expert on rank " << ctx.world_rank;
+          EXPECT_EQ(got.kept, kept[static_cast<size_t>(me)]) << what << ": rows kept per expert on rank " << ctx.world_rank();
           int64_t rows = 0;
           for (size_t l = 0; l < kept[0].size(); ++l)
             for (int s = group0; s < group0 + L.ep; ++s) {
@@ -199,7 +199,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
             const int64_t N = kB / L.dp * c.seq_length, k = c.moe.num_experts_chosen;
             expect = layers * (L.ep - 1) * (4 * N * C + 3 * N * k) * 4;
           }
-          EXPECT_EQ(got.a2a_bytes, expect) << what << ": all-to-all bytes sent by rank " << ctx.world_rank;
+          EXPECT_EQ(got.a2a_bytes, expect) << what << ": all-to-all bytes sent by rank " << ctx.world_rank();
         }
         const ParamTable table = TransformerLM::make_param_table(c.is_llama() ? llama_spec(c) : gpt2_spec(c),
                                                                  c.is_llama() ? NameMap(llama_name) : NameMap(gpt2_name));
@@ -219,7 +219,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
         // fp32, other summation orders (rows split over ranks, experts' rows gathered from
         // several ranks, tensor-parallel partial sums): a few ulps of the largest entry.
         EXPECT_LT(worst, 1e-5) << what << ": worst gradient " << worst_name;
-        if (getenv("GF_MOE_MPI_PRINT") && ctx.world_rank == 0) printf("%s: worst %.3g (%s), loss %.8f vs %.8f, dropped %ld\n", what.c_str(), worst, worst_name.c_str(), got.loss, ref.loss, static_cast<long>(ref.dropped));
+        if (getenv("GF_MOE_MPI_PRINT") && ctx.world_rank() == 0) printf("%s: worst %.3g (%s), loss %.8f vs %.8f, dropped %ld\n", what.c_str(), worst, worst_name.c_str(), got.loss, ref.loss, static_cast<long>(ref.dropped));
       }
   }
 }

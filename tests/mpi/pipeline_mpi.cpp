@@ -59,7 +59,7 @@ std::vector<int32_t> tokens(const ModelConfig& c, int64_t B, int salt) {
 TEST(PipelineMpi, EveryScheduleGivesTheGradientsOfTheWholeModel) {
   Communicator world = Communicator::world();
   const int P = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, 1, P));
+  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kPp, P}}));
   const int64_t B = 2;
   for (Kind kind : {Kind::kGpt2, Kind::kLlama, Kind::kMoe})
     for (pipeline::Scheduler sched : {pipeline::Scheduler::kGPipe, pipeline::Scheduler::k1F1B,
@@ -87,18 +87,18 @@ TEST(PipelineMpi, EveryScheduleGivesTheGradientsOfTheWholeModel) {
       // The pipeline.
       const pipeline::Shape shape{P, m, chunks};
       std::vector<int64_t> layers(static_cast<size_t>(P * chunks), c.num_layers / (P * chunks));
-      PipelineStage stage(spec, names, c, B, ctx, pipeline_chunk_options(layers, sched, shape, ctx.coord.pp));
+      PipelineStage stage(spec, names, c, B, ctx, pipeline_chunk_options(layers, sched, shape, ctx.index(GridAxis::kPp)));
       stage.init_weights(5);
       parallel_zero(stage.grads(), stage.params().total_floats());
-      PipelineExecutor exec(stage, ctx.pp, sched, shape);
+      PipelineExecutor exec(stage, ctx.group(GridAxis::kPp), sched, shape);
       double loss = exec.train(
           [&](int i) { return PipelineExecutor::Micro{data[static_cast<size_t>(i)].data(), StepInfo{3, i * B, true}}; },
           scale);
       // The tied embedding: the first and last stage sum their parts.
       const TensorPlacement* wte = stage.params().find(names(Role::kEmbed, -1));
       const bool tied = spec.tied_head && P > 1 && wte != nullptr;
-      if (tied) ctx.embed.allreduce_sum(stage.grads() + wte->offset, wte->numel());
-      ctx.pp.allreduce_sum(&loss, 1);
+      if (tied) ctx.embed().allreduce_sum(stage.grads() + wte->offset, wte->numel());
+      ctx.group(GridAxis::kPp).allreduce_sum(&loss, 1);
       EXPECT_EQ(loss, loss_ref) << what;
       for (const TensorPlacement& t : stage.params().tensors()) {
         const TensorPlacement& r = whole.params().at(t.spec->name);

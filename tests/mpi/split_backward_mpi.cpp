@@ -49,7 +49,7 @@ std::vector<int32_t> tokens(const ModelConfig& c, int salt) {
 TEST(SplitBackwardMpi, InputThenWeightPassesGiveTheFusedGradientsOnEveryRank) {
   Communicator world = Communicator::world();
   const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid(1, W, 1));
+  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
   for (bool llama : {false, true})
     for (bool vocab_split : {false, true})
       for (const char* dtype : {"float32", "bfloat16"}) {
@@ -78,7 +78,7 @@ TEST(SplitBackwardMpi, InputThenWeightPassesGiveTheFusedGradientsOnEveryRank) {
         split->stage_backward(1, BwdPass::kWeight, nullptr, 0.1f);
         const int64_t n = fused->params().total_floats();
         EXPECT_EQ(std::memcmp(fused->grads(), split->grads(), sizeof(float) * static_cast<size_t>(n)), 0)
-            << what << ": gradients differ on rank " << ctx.world_rank;
+            << what << ": gradients differ on rank " << ctx.world_rank();
       }
 }
 

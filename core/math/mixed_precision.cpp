@@ -1,6 +1,7 @@
 #include "core/math/mixed_precision.h"
 
 #include "core/math/parallel_memory.h"
+#include "core/math/scratch.h"
 
 #include <omp.h>
 
@@ -22,11 +23,10 @@ constexpr auto kToFp16 = [](float v) { return round_to_fp16(v); };
 bool parallel_worth(int64_t n) { return n >= (int64_t{1} << 15) && !omp_in_parallel(); }
 
 // A thread's conversion buffers: grown on the first call of a larger shape, then reused, so a
-// step of fixed shapes allocates nothing after its first.
+// step of fixed shapes allocates nothing after its first. 64-byte aligned (core/math/scratch.h says why).
 template <typename E>
 E* scratch(std::vector<E>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
+  return align64(v, static_cast<size_t>(n));
 }
 
 // Dense copy of a rows x cols block (row stride ld), each element rounded with f.
@@ -128,7 +128,11 @@ namespace {
 template <typename E, typename To>
 void cross_entropy_bwd_chunks(E* out, const ColumnChunks& ch, const float* logits, const float* lse,
                               const int32_t* targets, int64_t valid, float grad_scale, int64_t vocab_begin, To to) {
-  using Row = Eigen::Map<Eigen::ArrayXf>;
+  // g is 64-byte aligned (scratch), and Eigen is told so: every element of the row takes the
+  // vectorised exp. Unaligned, Eigen computed the elements before the first 64-byte boundary with
+  // the scalar std::exp, which differs from the vectorised one in the last bit for some inputs, so
+  // the gradient depended on where the heap put the buffer (a bf16 rounding flipped now and then).
+  using Row = Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>;
   using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
   const int64_t nc = ch.count();
 #pragma omp parallel

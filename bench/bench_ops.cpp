@@ -203,7 +203,7 @@ struct StepBuffers {
     c.num_layers = m.L;
     c.num_heads = m.H;
     c.hidden_act = "gelu_new";
-    return gf::GPT2LMHeadModel::make_placement(c, 0, 1);
+    return gf::GPT2LMHeadModel::make_placement(c, gf::ModelLayout{}, 0);
   }
   AttentionShape attention_shape() const { return {B, T, H, C / H, 0, 0, H}; }
 };

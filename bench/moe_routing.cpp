@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     const gf::MachineSetup machine = gf::apply_machine_probe(threads);
     const gf::Config cfg = gf::load_config(config, sets);
     const gf::ParallelContext one = gf::ParallelContext::single();
-    auto model = gf::build_model(cfg.model, cfg.batch_size, one);
+    auto model = gf::build_model(cfg.model, gf::model_layout(cfg), cfg.batch_size, one);
     model->init_weights(static_cast<uint64_t>(cfg.seed));
     const int64_t b = cfg.batch_size, G = b * dp, n = b * (cfg.model.seq_length + 1);
     auto data = gf::make_batch_source(cfg.train_data, cfg.model, steps * G, 0, "train_dataset");

@@ -9,6 +9,7 @@
 #include "core/math/aligned_buffer.h"
 #include "core/math/mixed_precision.h"
 #include "core/params/placement.h"
+#include "models/layout.h"
 #include "models/model_config.h"
 
 namespace gf {
@@ -53,6 +54,7 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
+  virtual const ModelLayout& layout() const = 0;  // how the run splits and recomputes it
   // Its parameters as this rank holds them: each one's description, local shape and arena offset.
   virtual const Placement& params() const = 0;
   virtual float* weights() = 0;

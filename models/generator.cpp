@@ -29,7 +29,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   // Dropless routing: a token's experts and output do not depend on the rows beside it.
   spec_.moe.capacity_factor = 0.0;
   spec_.flash = false;
-  cdt_ = parse_compute_dtype(model.config().compute_dtype);
+  cdt_ = model.layout().compute;
   V_ = spec_.vocab;
   C_ = spec_.hidden;
   vocab_ = d.vocab;

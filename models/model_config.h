@@ -1,5 +1,5 @@
-// The typed model configuration shared by every model (YAML model.model_config). Later models
-// (MoE, Mixtral-style) add their fields here; each model reads what it needs.
+// The typed model configuration shared by every model (YAML model.model_config): the architectures'
+// keys only (GPT-2's, Llama's, MoE's). Each model reads what it needs.
 #pragma once
 #include <cstdint>
 #include <algorithm>
@@ -60,7 +60,6 @@ struct ModelConfig {
   // turns it on from kFlashAttentionAutoMinSeq tokens.
   bool use_flash_attention = false;
   int64_t vocab_pad_multiple = 128;
-  std::string compute_dtype = "float32";
   std::string param_init_type = "float32";
   std::string layernorm_compute_type = "float32";
   std::string softmax_compute_type = "float32";
@@ -84,15 +83,8 @@ struct ModelConfig {
   std::string position_embedding_type = "learned_absolute";
   bool add_bias_linear = true;
   MoeConfig moe;
-  // From parallel_config: how the model is split across the tensor-parallel ranks.
-  bool use_seq_parallel = false;
-  bool vocab_emb_dp = true;  // True: embedding/LM head replicated; False: split by vocabulary
-  int64_t expert_parallel = 1;  // the experts of each MoE layer divided over this many data-parallel ranks
-  // From recompute_config: recompute each layer's forward in backward (recompute), or only the
-  // attention core and the activation function (select_recompute), in the first
-  // recompute_num_layers layers (-1: all).
-  bool recompute = false, select_recompute = false;
-  int64_t recompute_num_layers = -1;
+  // How the run splits and recomputes the model, and the dtype of its products, are not here: they are
+  // the run's ModelLayout (models/layout.h), passed beside this config.
   bool operator==(const ModelConfig&) const = default;
 
   bool is_llama() const { return type == "LlamaConfig"; }

@@ -4,12 +4,13 @@
 
 namespace gf {
 
-PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                             const ParallelContext& ctx, const std::vector<StageOptions>& chunks)
-    : cfg_(cfg), micro_batch_(micro_batch),
-      params_(TransformerLM::make_param_table(spec, names, chunks), TransformerLM::param_layout(cfg, ctx.size(GridAxis::kTp)),
+PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg,
+                             const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,
+                             const std::vector<StageOptions>& chunks)
+    : cfg_(cfg), layout_(layout), micro_batch_(micro_batch),
+      params_(TransformerLM::make_param_table(spec, names, chunks), TransformerLM::param_layout(cfg, layout),
               ctx.index(GridAxis::kTp), ctx.index(GridAxis::kEp)),
-      cdt_(parse_compute_dtype(cfg.compute_dtype)) {
+      cdt_(layout.compute) {
   if (chunks.empty()) throw std::invalid_argument("PipelineStage: no model chunk");
   const size_t n = static_cast<size_t>(params_.total_floats());
   weights_ = AlignedBuffer<float>(n);
@@ -17,7 +18,7 @@ PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const M
   low_ = AlignedBuffer<std::byte>(n * static_cast<size_t>(low_copy_element_bytes(cdt_)));
   const SharedArena arena{&params_, weights_.data(), grads_.data(), low_.data(), &low_current_};
   for (const StageOptions& st : chunks)
-    chunks_.push_back(std::make_unique<TransformerLM>(spec, names, cfg, micro_batch, ctx, st, &arena));
+    chunks_.push_back(std::make_unique<TransformerLM>(spec, names, cfg, layout, micro_batch, ctx, st, &arena));
 }
 
 double PipelineStage::forward(const int32_t*, const StepInfo&) {

@@ -14,14 +14,15 @@ namespace gf {
 class PipelineStage : public CausalLM {
  public:
   // chunks[c]: chunk c's layer range, slots and whether its weight pass is deferred.
-  PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                const ParallelContext& ctx, const std::vector<StageOptions>& chunks);
+  PipelineStage(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, const ModelLayout& layout,
+                int64_t micro_batch, const ParallelContext& ctx, const std::vector<StageOptions>& chunks);
 
   int chunks() const { return static_cast<int>(chunks_.size()); }
   TransformerLM& chunk(int c) { return *chunks_.at(static_cast<size_t>(c)); }
   const TransformerLM& chunk(int c) const { return *chunks_.at(static_cast<size_t>(c)); }
 
   const ModelConfig& config() const override { return cfg_; }
+  const ModelLayout& layout() const override { return layout_; }
   const Placement& params() const override { return params_; }
   float* weights() override {
     low_current_ = false;
@@ -45,6 +46,7 @@ class PipelineStage : public CausalLM {
 
  private:
   ModelConfig cfg_;
+  ModelLayout layout_;
   int64_t micro_batch_;
   Placement params_;
   ComputeDtype cdt_;

@@ -10,20 +10,20 @@ namespace gf {
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> entries = {
       {"GPT2LMHeadModel", "GPT2Config",
-       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<GPT2LMHeadModel>(c, b, ctx);
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<GPT2LMHeadModel>(c, l, b, ctx);
        },
        gpt2_spec, gpt2_name},
       {"LlamaForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, b, ctx);
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
        llama_spec, llama_name},
       // Hugging Face's name for Mixtral: a LlamaConfig with moe_config.expert_num > 1 (MindFormers' own Mixtral
       // files say LlamaForCausalLM, with the same meaning). The same model, spec and names as LlamaForCausalLM.
       {"MixtralForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, b, ctx);
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
        llama_spec, llama_name},
   };
@@ -51,8 +51,9 @@ const ModelEntry& find_model(const std::string& arch, const std::string& config_
   return *found;
 }
 
-std::unique_ptr<CausalLM> build_model(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx) {
-  return find_model(cfg.arch, cfg.type).factory(cfg, micro_batch, ctx);
+std::unique_ptr<CausalLM> build_model(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch,
+                                      const ParallelContext& ctx) {
+  return find_model(cfg.arch, cfg.type).factory(cfg, layout, micro_batch, ctx);
 }
 
 }  // namespace gf

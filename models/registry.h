@@ -12,8 +12,8 @@
 
 namespace gf {
 
-using ModelFactory =
-    std::function<std::unique_ptr<CausalLM>(const ModelConfig&, int64_t micro_batch, const ParallelContext&)>;
+using ModelFactory = std::function<std::unique_ptr<CausalLM>(const ModelConfig&, const ModelLayout&,
+                                                               int64_t micro_batch, const ParallelContext&)>;
 
 struct ModelEntry {
   std::string arch;         // model.arch.type
@@ -27,6 +27,7 @@ struct ModelEntry {
 const std::vector<ModelEntry>& model_registry();
 // Throws std::invalid_argument naming the bad key and listing the registered names.
 const ModelEntry& find_model(const std::string& arch, const std::string& config_type);
-std::unique_ptr<CausalLM> build_model(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx);
+std::unique_ptr<CausalLM> build_model(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch,
+                                      const ParallelContext& ctx);
 
 }  // namespace gf

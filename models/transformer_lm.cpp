@@ -28,8 +28,9 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   return m;
 }
 
-StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch, int tp, int tp_rank,
-                          const StageOptions& st) {
+StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
+                          int64_t micro_batch, int tp_rank, const StageOptions& st) {
+  const int tp = layout.tp;
   StageDims d;
   d.B = micro_batch;
   d.T = s.seq;
@@ -48,7 +49,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
   d.last = d.l1 == d.L;
   d.defer = st.defer_weight_grads;
   d.share_logits = st.share_logits && d.last;
-  d.low_precision = parse_compute_dtype(cfg.compute_dtype) != ComputeDtype::kFloat32;
+  d.low_precision = layout.low_precision();
   d.flash = s.flash;
   if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
   if (s.heads % tp != 0 || s.ffn % tp != 0)
@@ -61,9 +62,9 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
   if (s.flash && s.kv_heads != s.heads)
     throw std::invalid_argument("use_flash_attention: the fused attention core does not read grouped-query "
                                 "shapes (n_kv_heads < num_heads) yet; set use_flash_attention: False");
-  if (cfg.use_seq_parallel && tp > 1 && d.T % tp != 0)
+  if (layout.sequence_parallel && tp > 1 && d.T % tp != 0)
     throw std::invalid_argument("seq_length must be divisible by model_parallel under use_seq_parallel");
-  d.Nl = cfg.use_seq_parallel && tp > 1 ? d.N / tp : d.N;
+  d.Nl = layout.sequence_parallel && tp > 1 ? d.N / tp : d.N;
   d.heads_local = s.heads / tp;
   d.head_dim = s.head_dim();
   d.qkv_width = (s.heads + 2 * s.kv_heads) / tp * d.head_dim;
@@ -71,7 +72,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
   d.ffn_local = s.ffn / tp;
   d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
   d.layer_norm = s.norm == NormKind::kLayerNorm;
-  const bool vocab_parallel = !cfg.vocab_emb_dp && tp > 1;
+  const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
   d.vocab.parallel = vocab_parallel;
   d.vocab.local = vocab_parallel ? Vp / tp : Vp;
@@ -79,17 +80,15 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, int6
   d.vocab.valid = std::clamp<int64_t>(s.vocab - d.vocab.begin, 0, d.vocab.local);
   d.head_rows = vocab_parallel ? d.N : d.Nl;
   if (d.low_precision) {
-    const int64_t bytes = d.head_rows * d.vocab.local * low_copy_element_bytes(parse_compute_dtype(cfg.compute_dtype));
+    const int64_t bytes = d.head_rows * d.vocab.local * low_copy_element_bytes(layout.compute);
     d.dlogits_low_floats = (bytes + 3) / 4;
   }
   if (s.flash)
     d.flash_floats = omp_get_max_threads() *
                      ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, ops::FlashTiles{});
-  d.recompute_layers = (cfg.recompute || cfg.select_recompute)
-                           ? (cfg.recompute_num_layers < 0 ? d.L : std::min(d.L, cfg.recompute_num_layers))
-                           : 0;
-  d.full_recompute = cfg.recompute;
-  d.ep = static_cast<int>(cfg.expert_parallel);
+  d.recompute_layers = layout.recomputed_layers(d.L);
+  d.full_recompute = layout.recompute == RecomputePolicy::kFull;
+  d.ep = layout.ep;
   d.moe = s.moe;
   d.any_moe = d.any_dense = false;
   for (int64_t l = d.l0; l < d.l1; ++l) (s.moe.is_moe(l) ? d.any_moe : d.any_dense) = true;
@@ -292,37 +291,39 @@ ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameM
   return t;
 }
 
-ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, int tp_size) {
-  const bool vocab_split = !cfg.vocab_emb_dp;
-  return {tp_size, vocab_split, cfg.padded_vocab(vocab_split ? tp_size : 1), static_cast<int>(cfg.expert_parallel)};
+ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, const ModelLayout& layout) {
+  return {layout.tp, layout.vocab_split, cfg.padded_vocab(layout.vocab_split ? layout.tp : 1), layout.ep};
 }
 
 Placement TransformerLM::make_placement(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
-                                        int tp_rank, int tp_size, const StageOptions& st, int ep_rank) {
-  return Placement(make_param_table(s, names, st), param_layout(cfg, tp_size), tp_rank, ep_rank);
+                                        const ModelLayout& layout, int tp_rank, const StageOptions& st, int ep_rank) {
+  return Placement(make_param_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
 }
 
-BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch,
-                                          int tp_size, int tp_rank, const StageOptions& st) {
+BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
+                                          int64_t micro_batch, int tp_rank, const StageOptions& st) {
   BufferPlan p;
   Buffers b;
-  lay_out(StageDims::make(s, cfg, micro_batch, tp_size, tp_rank, st), p, b);
+  lay_out(StageDims::make(s, cfg, layout, micro_batch, tp_rank, st), p, b);
   return p;
 }
 
-TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                             const ParallelContext& ctx, const StageOptions& stage, const SharedArena* arena)
-    : spec_(spec), names_(std::move(names)), cfg_(cfg),
-      dims_(StageDims::make(spec, cfg, micro_batch, ctx.size(GridAxis::kTp), ctx.index(GridAxis::kTp), stage)),
+TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg,
+                             const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,
+                             const StageOptions& stage, const SharedArena* arena)
+    : spec_(spec), names_(std::move(names)), cfg_(cfg), layout_(layout),
+      dims_(StageDims::make(spec, cfg, layout, micro_batch, ctx.index(GridAxis::kTp), stage)),
       params_(arena != nullptr ? *arena->params
-                               : make_placement(spec, names_, cfg, ctx.index(GridAxis::kTp), ctx.size(GridAxis::kTp), stage, ctx.index(GridAxis::kEp))) {
+                               : make_placement(spec, names_, cfg, layout, ctx.index(GridAxis::kTp), stage,
+                                                ctx.index(GridAxis::kEp))) {
   const StageDims& d = dims_;
-  if (ctx.size(GridAxis::kEp) != d.ep)
-    throw std::invalid_argument("TransformerLM: the model config's expert_parallel " + std::to_string(d.ep) +
-                                " is not the process grid's " + std::to_string(ctx.size(GridAxis::kEp)));
-  tp_ = TensorParallel(&ctx.group(GridAxis::kTp), cfg.use_seq_parallel, d.N);
+  if (ctx.size(GridAxis::kTp) != layout.tp || ctx.size(GridAxis::kEp) != layout.ep)
+    throw std::invalid_argument("TransformerLM: the layout's model_parallel " + std::to_string(layout.tp) +
+                                " and expert_parallel " + std::to_string(layout.ep) + " are not the process grid's " +
+                                std::to_string(ctx.size(GridAxis::kTp)) + " and " + std::to_string(ctx.size(GridAxis::kEp)));
+  tp_ = TensorParallel(&ctx.group(GridAxis::kTp), layout.sequence_parallel, d.N);
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
-  cdt_ = parse_compute_dtype(cfg.compute_dtype);
+  cdt_ = layout.compute;
   if (arena != nullptr) {
     w_ = arena->weights;
     g_ = arena->grads;

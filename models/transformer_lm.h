@@ -21,6 +21,7 @@
 #include "models/blocks/lm_head.h"
 #include "models/blocks/transformer_layer.h"
 #include "models/causal_lm.h"
+#include "models/layout.h"
 #include "parallel/parallel_context.h"
 #include "parallel/tensor_parallel.h"
 
@@ -71,14 +72,17 @@ struct StageDims {
     if (layer >= recompute_layers) return Recompute::kNone;
     return full_recompute ? Recompute::kFull : Recompute::kSelective;
   }
-  static StageDims make(const TransformerSpec& s, const ModelConfig& cfg, int64_t micro_batch, int tp_size,
-                        int tp_rank, const StageOptions& st);
+  // tp size: layout.tp.
+  static StageDims make(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
+                        int64_t micro_batch, int tp_rank, const StageOptions& st);
 };
 
 class TransformerLM : public CausalLM {
  public:
-  TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, int64_t micro_batch,
-                const ParallelContext& ctx, const StageOptions& stage = {}, const SharedArena* arena = nullptr);
+  // layout.tp and layout.ep must be the context's tensor and expert parallel sizes.
+  TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg, const ModelLayout& layout,
+                int64_t micro_batch, const ParallelContext& ctx, const StageOptions& stage = {},
+                const SharedArena* arena = nullptr);
 
   // The parameters of this spec under these names, whatever the layout: the stage's (its layers,
   // the embedding on the first stage, the final norm and head on the last, the token embedding
@@ -88,18 +92,20 @@ class TransformerLM : public CausalLM {
   // Those of several stages (model chunks) in one table, in chunk order, each name once.
   static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
                                      const std::vector<StageOptions>& chunks);
-  // How cfg lays parameters out on tp_size tensor-parallel ranks: cfg.vocab_emb_dp: False splits
-  // the vocabulary (padded for tp_size ranks), True replicates it (padded for one).
-  // The experts are divided over cfg.expert_parallel ranks.
-  static ParamLayout param_layout(const ModelConfig& cfg, int tp_size);
-  // That table placed on tensor-parallel rank tp_rank of tp_size (and expert-parallel rank ep_rank).
+  // How the layout lays parameters out on its layout.tp tensor-parallel ranks: layout.vocab_split
+  // splits the vocabulary (padded for tp ranks), else it is replicated (padded for one). The experts
+  // are divided over layout.ep ranks.
+  static ParamLayout param_layout(const ModelConfig& cfg, const ModelLayout& layout);
+  // That table placed on tensor-parallel rank tp_rank of layout.tp (and expert-parallel rank ep_rank).
   static Placement make_placement(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
-                                  int tp_rank, int tp_size, const StageOptions& stage = {}, int ep_rank = 0);
+                                  const ModelLayout& layout, int tp_rank, const StageOptions& stage = {},
+                                  int ep_rank = 0);
   // Every activation, workspace and scratch buffer of a rank of this layout, sized but not allocated.
-  static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, int64_t micro_batch,
-                                    int tp_size, int tp_rank, const StageOptions& stage = {});
+  static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, const ModelLayout& layout,
+                                    int64_t micro_batch, int tp_rank, const StageOptions& stage = {});
 
   const ModelConfig& config() const override { return cfg_; }
+  const ModelLayout& layout() const override { return layout_; }
   const TransformerSpec& spec() const { return spec_; }
   const NameMap& names() const { return names_; }
   const Placement& params() const override { return params_; }
@@ -164,6 +170,7 @@ class TransformerLM : public CausalLM {
   TransformerSpec spec_;
   NameMap names_;
   ModelConfig cfg_;
+  ModelLayout layout_;
   StageDims dims_;
   TensorParallel tp_;
   ExpertParallel ep_;

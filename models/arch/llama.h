@@ -16,16 +16,16 @@ std::string llama_name(Role role, int64_t layer);
 
 class LlamaForCausalLM : public TransformerLM {
  public:
-  LlamaForCausalLM(const ModelConfig& cfg, int64_t micro_batch, const ParallelContext& ctx,
+  LlamaForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,
                    const StageOptions& stage = {})
-      : TransformerLM(llama_spec(cfg), llama_name, cfg, micro_batch, ctx, stage) {}
+      : TransformerLM(llama_spec(cfg), llama_name, cfg, layout, micro_batch, ctx, stage) {}
   // The parameters of a Llama with this config (Hugging Face names and shapes), whatever the layout.
   static ParamTable make_param_table(const ModelConfig& cfg) {
     return TransformerLM::make_param_table(llama_spec(cfg), llama_name);
   }
-  // Placed on tensor-parallel rank tp_rank of tp_size (cfg.vocab_emb_dp: False splits the vocabulary).
-  static Placement make_placement(const ModelConfig& cfg, int tp_rank, int tp_size) {
-    return TransformerLM::make_placement(llama_spec(cfg), llama_name, cfg, tp_rank, tp_size);
+  // Placed on tensor-parallel rank tp_rank of layout.tp (layout.vocab_split splits the vocabulary).
+  static Placement make_placement(const ModelConfig& cfg, const ModelLayout& layout, int tp_rank) {
+    return TransformerLM::make_placement(llama_spec(cfg), llama_name, cfg, layout, tp_rank);
   }
 };
 

@@ -14,6 +14,8 @@
 
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
+#include "core/math/mixed_precision.h"
+#include "models/layout.h"
 #include "models/model_config.h"
 #include "parallel/pipeline/partition.h"
 
@@ -137,6 +139,9 @@ struct Settings {
   int64_t eval_step_interval = 100;  // -1: not by steps
   int64_t eval_epoch_interval = -1;  // -1: not by epochs
   ModelConfig model;
+  // model_config.compute_dtype, parsed: the dtype of the matrix products (a run setting: the model's
+  // keys are in `model`, how the run lays it out in model_layout(*this)).
+  ComputeDtype compute_dtype = ComputeDtype::kFloat32;
   int64_t per_print_times = 1;
   CheckpointConfig checkpoint;
   // TensorBoard (runner/report/tensorboard.h): the directory rank 0 writes this run's event file to ("": none)
@@ -146,6 +151,20 @@ struct Settings {
   ProfileConfig profile;
   bool operator==(const Settings&) const = default;
 };
+
+// The run's layout as the model sees it (models/layout.h), from parallel_config, recompute_config and
+// compute_dtype: the one place it is derived.
+inline ModelLayout model_layout(const Settings& s) {
+  ModelLayout l;
+  l.tp = static_cast<int>(s.parallel.model_parallel);
+  l.sequence_parallel = s.parallel.use_seq_parallel;
+  l.vocab_split = !s.parallel.vocab_emb_dp;
+  l.ep = static_cast<int>(s.parallel.expert_parallel);
+  l.recompute = s.recompute ? RecomputePolicy::kFull : s.select_recompute ? RecomputePolicy::kSelective : RecomputePolicy::kNone;
+  l.recompute_num_layers = s.recompute_num_layers;
+  l.compute = s.compute_dtype;
+  return l;
+}
 
 // Micro-batches of batch_size samples per step per data-parallel rank: micro_batch_num under
 // pipeline parallelism, gradient_accumulation_steps without it.

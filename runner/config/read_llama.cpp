@@ -128,7 +128,6 @@ void read_llama_fixed(ReadContext& x) {
 void read_llama_model(ReadContext& x) {
   read_sizes(x);
   ModelConfig& m = x.c.model;
-  m.compute_dtype = x.rd.get<std::string>(k + "compute_dtype");
   m.param_init_type = x.rd.get<std::string>(k + "param_init_type");
   m.layernorm_compute_type = x.rd.get<std::string>(k + "layernorm_compute_type");
   m.softmax_compute_type = x.rd.get<std::string>(k + "softmax_compute_type");

@@ -137,7 +137,6 @@ void read_model(ReadContext& x) {
   m.attention_dropout_rate = rd.get<float>(k + "attention_dropout_rate");
   m.initializer_range = rd.get<float>(k + "initializer_range");
   m.layernorm_epsilon = rd.get<float>(k + "layernorm_epsilon");
-  m.compute_dtype = rd.get<std::string>(k + "compute_dtype");
   m.param_init_type = rd.get<std::string>(k + "param_init_type");
   m.layernorm_compute_type = rd.get<std::string>(k + "layernorm_compute_type");
   m.softmax_compute_type = rd.get<std::string>(k + "softmax_compute_type");
@@ -173,15 +172,11 @@ void read_flash_attention(ReadContext& x, bool fused_when_auto) {
 }
 
 void finish_model(ReadContext& x) {
-  ModelConfig& m = x.c.model;
-  const Config& c = x.c;
-  m.use_seq_parallel = c.parallel.use_seq_parallel;
-  m.vocab_emb_dp = c.parallel.vocab_emb_dp;
-  m.expert_parallel = c.parallel.expert_parallel;
-  m.recompute = c.recompute;
-  m.select_recompute = c.select_recompute;
-  m.recompute_num_layers = c.recompute_num_layers;
-  if (m.compute_dtype == "float16" && !c.loss_scale.dynamic && c.loss_scale.value == 1.0)
+  Config& c = x.c;
+  // compute_dtype is a run setting (the model's layout), parsed here once; read_dtypes refused a bad value.
+  const std::string dtype = x.rd.get<std::string>("model.model_config.compute_dtype");
+  if (dtype == "float32" || dtype == "bfloat16" || dtype == "float16") c.compute_dtype = parse_compute_dtype(dtype);
+  if (c.compute_dtype == ComputeDtype::kFloat16 && !c.loss_scale.dynamic && c.loss_scale.value == 1.0)
     x.warn("`model.model_config.compute_dtype: float16` without a loss scale: gradients below 2^-24 flush to zero in "
            "float16; set runner_wrapper.scale_sense (e.g. {type: DynamicLossScaleUpdateCell, loss_scale_value: 65536, "
            "scale_factor: 2, scale_window: 1000})");

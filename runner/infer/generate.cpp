@@ -101,8 +101,9 @@ class Printer {
 std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const ParallelContext& ctx) {
   ModelConfig m = cfg.model;
   m.seq_length = 1;  // the trainer's activation buffers: one row (the generator plans its own)
-  m.use_seq_parallel = false;
-  m.recompute = m.select_recompute = false;
+  ModelLayout layout = model_layout(cfg);
+  layout.sequence_parallel = false;
+  layout.recompute = RecomputePolicy::kNone;
   std::unique_ptr<CausalLM> model;
   if (ctx.size(GridAxis::kPp) > 1) {
     // This rank's stage: the layers the config's pipeline split gives it (one chunk).
@@ -114,9 +115,9 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
     for (int k = 0; k < ctx.index(GridAxis::kPp); ++k) st.layer_begin += layers[static_cast<size_t>(k)];
     st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.index(GridAxis::kPp))];
     const ModelEntry& entry = find_model(m.arch, m.type);
-    model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, 1, ctx, st);
+    model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, layout, 1, ctx, st);
   } else {
-    model = build_model(m, 1, ctx);
+    model = build_model(m, layout, 1, ctx);
   }
   const std::string& path = cfg.load_checkpoint;
   if (path.empty()) {

@@ -124,7 +124,7 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
   return m;
 }
 
-PeakChoice choose_peak(double config_peak, const std::string& compute_dtype, const MachineSetup& machine) {
+PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const MachineSetup& machine) {
   PeakChoice c;
   if (config_peak > 0.0) {
     c.tflops = config_peak;
@@ -137,14 +137,14 @@ PeakChoice choose_peak(double config_peak, const std::string& compute_dtype, con
     return c;
   }
   const MachineProbe& p = *machine.probe;
-  const bool bf16 = compute_dtype == "bfloat16" && p.peak_tflops_bf16 > 0.0;
+  const bool bf16 = compute_dtype == ComputeDtype::kBFloat16 && p.peak_tflops_bf16 > 0.0;
   const double at_probe = bf16 ? p.peak_tflops_bf16 : p.peak_tflops_fp32;
   const int threads = machine.threads > 0 ? machine.threads : p.threads;
   c.tflops = at_probe * threads / p.threads;
   c.measured = true;
   std::string what = bf16 ? "bf16 (oneDNN)" : "fp32 (" + p.fp32_backend + ")";
-  if (compute_dtype == "bfloat16" && !bf16) what += ", the probe has no bf16 figure (built without oneDNN)";
-  if (compute_dtype == "float16") what += ", float16 runs on the fp32 GEMM";
+  if (compute_dtype == ComputeDtype::kBFloat16 && !bf16) what += ", the probe has no bf16 figure (built without oneDNN)";
+  if (compute_dtype == ComputeDtype::kFloat16) what += ", float16 runs on the fp32 GEMM";
   c.source = fmt::format("measured by machine_probe on {} ({}): the {} GEMM ceiling{}", p.cpu, p.date, what,
                          threads == p.threads ? std::string()
                                               : fmt::format(", {} TFLOP/s at the probe's {} thread(s) scaled to this "

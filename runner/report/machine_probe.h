@@ -21,6 +21,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include "core/math/mixed_precision.h"
+
 #include <optional>
 #include <string>
 
@@ -77,7 +79,7 @@ struct PeakChoice {
 // config_peak > 0 wins; else the probe's peak for compute_dtype (bfloat16: the bf16 figure when
 // measured; float32 and the emulated float16: the fp32 one) scaled by threads / the probe's
 // threads; else the built-in 0.33.
-PeakChoice choose_peak(double config_peak, const std::string& compute_dtype, const MachineSetup& machine);
+PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const MachineSetup& machine);
 
 // The built-in MFU peak without a probe: the fp32 GEMM ceiling once measured on a 2-core AVX-512 Xeon.
 inline constexpr double kDefaultPeakTflops = 0.33;

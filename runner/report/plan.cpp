@@ -33,15 +33,18 @@ std::string plan_report(const Config& cfg, int ranks) {
   const TransformerSpec spec = entry.spec(m);
   const int tp = static_cast<int>(cfg.parallel.model_parallel), dp = static_cast<int>(cfg.parallel.data_parallel);
   const bool zero = cfg.parallel.optimizer_shard && dp > 1;
-  const ComputeDtype cdt = parse_compute_dtype(m.compute_dtype);
+  const ModelLayout L = model_layout(cfg);
+  const ComputeDtype cdt = L.compute;
   std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}; micro batch {} x {} "
                                 "tokens per rank, {}{}\n",
                                 m.arch, m.type, ranks, dp, tp,
                                 cfg.parallel.expert_parallel > 1
                                     ? fmt::format(" expert_parallel={}", cfg.parallel.expert_parallel)
                                     : std::string(),
-                                cfg.batch_size, m.seq_length, m.compute_dtype,
-                                m.recompute ? ", full recompute" : m.select_recompute ? ", selective recompute" : "");
+                                cfg.batch_size, m.seq_length, compute_dtype_name(cdt),
+                                L.recompute == RecomputePolicy::kFull        ? ", full recompute"
+                                : L.recompute == RecomputePolicy::kSelective ? ", selective recompute"
+                                                                             : "");
   const auto& pc = cfg.parallel;
   if (pc.pipeline_stage > 1) {
     std::string layers;
@@ -95,11 +98,11 @@ std::string plan_report(const Config& cfg, int ranks) {
   for (size_t st = 0; st < stages.size(); ++st)
   for (int r = 0; r < tp; ++r) {
     const std::vector<StageOptions>& chunks = stages[st];
-    const Placement t(TransformerLM::make_param_table(spec, entry.names, chunks), TransformerLM::param_layout(m, tp), r);
+    const Placement t(TransformerLM::make_param_table(spec, entry.names, chunks), TransformerLM::param_layout(m, L), r);
     BufferPlan acts;
     std::string layers;
     for (const StageOptions& c : chunks) {
-      const BufferPlan a = TransformerLM::activation_plan(spec, m, cfg.batch_size, tp, r, c);
+      const BufferPlan a = TransformerLM::activation_plan(spec, m, L, cfg.batch_size, r, c);
       for (const BufferPlan::Entry& e : a.entries()) acts.take(e.name, e.floats);
       layers += fmt::format("{}[{}, {}) x {} slot(s)", layers.empty() ? "" : ", ", c.layer_begin,
                             c.layer_end < 0 ? spec.layers : c.layer_end, c.slots);

@@ -33,7 +33,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   // The groups' names in the step timeline's communication spans (runner/report/profiler.h).
   micro_batches_ = ctx_.size(GridAxis::kPp) > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
   if (ctx_.size(GridAxis::kPp) > 1) setup_pipeline();
-  else model_ = build_model(cfg.model, cfg.batch_size, ctx_);
+  else model_ = build_model(cfg.model, model_layout(cfg), cfg.batch_size, ctx_);
   global_batch_ = cfg.batch_size * ctx_.size(GridAxis::kDp) * micro_batches_;
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
   const bool from_config = !given;
@@ -89,7 +89,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
     machine_.gemm_backend = gemm_backend_name(gemm_backend());
     machine_.gemm_reason = "the process's setting; " + machine_.probe_note;
   }
-  peak_ = choose_peak(cfg.peak_tflops, cfg.model.compute_dtype, machine_);
+  peak_ = choose_peak(cfg.peak_tflops, cfg.compute_dtype, machine_);
   log_setup();
 }
 
@@ -108,7 +108,7 @@ void Trainer::setup_pipeline() {
     for (int64_t i = 0; i < k; ++i) layers.push_back(cfg.model.num_layers / k + (i < cfg.model.num_layers % k ? 1 : 0));
   }
   stage_layers_ = layers;
-  auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, cfg.batch_size, ctx_,
+  auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, model_layout(cfg), cfg.batch_size, ctx_,
                                                pipeline_chunk_options(layers, sched_, shape_, ctx_.index(GridAxis::kPp)));
   pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.group(GridAxis::kPp), sched_, shape_);
   // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
@@ -146,9 +146,10 @@ void Trainer::log_pipeline_stages() const {
 
 void Trainer::log_setup() const {
   const auto& m = cfg_.model;
+  const ModelLayout& L = model_->layout();
   int64_t nparams = 0;
   for (const ParamSpec& p : model_->params().table().specs()) nparams += p.global_numel();
-  const bool vocab_split = !m.vocab_emb_dp && ctx_.size(GridAxis::kTp) > 1;
+  const bool vocab_split = L.vocab_parallel();
   const int64_t vp = m.padded_vocab(vocab_split ? ctx_.size(GridAxis::kTp) : 1);
   spdlog::info("model {}{} ({}): {} layers, hidden {}, heads {}, vocab {}, seq {}, {} parameters",
                cfg_.model_name.empty() ? "" : cfg_.model_name + ": ", m.arch, m.type, m.num_layers, m.hidden_size,
@@ -165,7 +166,7 @@ void Trainer::log_setup() const {
     spdlog::info("tensor parallel over {} ranks: attention heads and MLP split by columns/rows; embedding and LM head {}; "
                  "sequence parallel {}",
                  ctx_.size(GridAxis::kTp), vocab_split ? "split by vocabulary" : "replicated (vocab_emb_dp True)",
-                 m.use_seq_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
+                 L.sequence_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
                                                   m.seq_length / ctx_.size(GridAxis::kTp), m.seq_length)
                                     : std::string("off"));
   spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid().describe(),
@@ -181,19 +182,19 @@ void Trainer::log_setup() const {
                ctx_.world_rank(), human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
                sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.size(GridAxis::kDp)) : std::string(),
                human_bytes(static_cast<double>(model_->activation_bytes())),
-               m.recompute || m.select_recompute
-                   ? fmt::format("; {} recompute of {} layer(s)", m.recompute ? "full" : "selective",
-                                 m.recompute_num_layers < 0 ? m.num_layers : std::min(m.num_layers, m.recompute_num_layers))
+               L.recompute != RecomputePolicy::kNone
+                   ? fmt::format("; {} recompute of {} layer(s)", L.recompute == RecomputePolicy::kFull ? "full" : "selective",
+                                 L.recomputed_layers(m.num_layers))
                    : std::string("; no recompute"));
-  if (m.compute_dtype != "float32")
+  if (L.low_precision())
     spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
                  "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is {}; "
                  "loss scale {}",
-                 m.compute_dtype,
-                 m.compute_dtype == "bfloat16" ? gemm_bf16_backend_info()
+                 compute_dtype_name(L.compute),
+                 L.compute == ComputeDtype::kBFloat16 ? gemm_bf16_backend_info()
                                                : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
-                 m.compute_dtype == "bfloat16" ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
-                 m.compute_dtype, human_bytes(static_cast<double>(model_->weight_copy_bytes())),
+                 L.compute == ComputeDtype::kBFloat16 ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
+                 compute_dtype_name(L.compute), human_bytes(static_cast<double>(model_->weight_copy_bytes())),
                  optimizer_updates_every_weight() ? "written by AdamW's update"
                      : "converted from the gathered weights before each forward (ZeRO)",
                  cfg_.loss_scale.dynamic
@@ -232,7 +233,7 @@ void Trainer::write_run_start() {
                   {"zero", sync_->sharded()}, {"ranks", ctx_.world().size()}}},
       {"cpu", machine_.cpu},
       {"threads", machine_.threads},
-      {"compute_dtype", cfg_.model.compute_dtype},
+      {"compute_dtype", compute_dtype_name(cfg_.compute_dtype)},
       {"gemm_backend", machine_.gemm_backend},
       {"gemm_backend_reason", machine_.gemm_reason},
       {"peak_tflops", peak_.tflops},

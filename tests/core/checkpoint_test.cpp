@@ -57,8 +57,20 @@ class TempDir {
   std::string path_;
 };
 
-ModelConfig gpt2_small(bool vocab_emb_dp) {
-  ModelConfig c;
+// A model config with the run's parallel_config.vocab_emb_dp (False: the vocabulary is split over
+// the tensor-parallel ranks), which the layout carries beside the config.
+struct SmallConfig : ModelConfig {
+  bool vocab_emb_dp = true;
+  ModelLayout layout(int tp) const {
+    ModelLayout l;
+    l.tp = tp;
+    l.vocab_split = !vocab_emb_dp;
+    return l;
+  }
+};
+
+SmallConfig gpt2_small(bool vocab_emb_dp) {
+  SmallConfig c;
   c.vocab_size = 1000;  // padded: the last rank (or the single one) holds padding rows
   c.seq_length = 16;
   c.max_position_embeddings = 16;
@@ -69,8 +81,8 @@ ModelConfig gpt2_small(bool vocab_emb_dp) {
   return c;
 }
 
-ModelConfig llama_small(bool vocab_emb_dp) {
-  ModelConfig c;
+SmallConfig llama_small(bool vocab_emb_dp) {
+  SmallConfig c;
   c.type = "LlamaConfig";
   c.arch = "LlamaForCausalLM";
   c.vocab_size = 1000;
@@ -86,8 +98,9 @@ ModelConfig llama_small(bool vocab_emb_dp) {
   return c;
 }
 
-Placement placement_of(const ModelConfig& c, int rank, int tp) {
-  return c.is_llama() ? LlamaForCausalLM::make_placement(c, rank, tp) : GPT2LMHeadModel::make_placement(c, rank, tp);
+Placement placement_of(const SmallConfig& c, int rank, int tp) {
+  return c.is_llama() ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
+                      : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
 }
 
 std::string message_of(const std::function<void()>& f) {
@@ -169,7 +182,7 @@ TEST(Checkpoint, PiecesOfCoverFlatRangesOfModelTensorsOnce) {
   std::mt19937_64 rng(1234);
   bool saw_padding = false;
   for (bool vocab_emb_dp : {false, true}) {
-    for (const ModelConfig& cfg : {gpt2_small(vocab_emb_dp), llama_small(vocab_emb_dp)}) {
+    for (const SmallConfig& cfg : {gpt2_small(vocab_emb_dp), llama_small(vocab_emb_dp)}) {
       for (int tp : {1, 2, 4}) {
         for (int r = 0; r < tp; ++r) {
           const Placement p = placement_of(cfg, r, tp);
@@ -209,11 +222,11 @@ TEST(Checkpoint, PiecesOfCoverFlatRangesOfOneAndThreeDimTensors) {
 
 // Full tensors of every parameter (random), and of two optimizer moments.
 struct Model {
-  ModelConfig cfg;
+  SmallConfig cfg;
   std::map<std::string, std::vector<float>> full;  // by saved name
 };
 
-Model random_model(const ModelConfig& cfg, uint64_t seed) {
+Model random_model(const SmallConfig& cfg, uint64_t seed) {
   Model m{cfg, {}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -279,7 +292,7 @@ constexpr float kUntouched = -7777.0f;
 // Every rank of `read_cfg` at `tp` reads every tensor whole and every moment in flat ranges:
 // bit for bit the values scattered from the full tensors, padding zero, nothing outside the range
 // written.
-void check_reads(const std::string& path, const Model& m, const ModelConfig& read_cfg, int tp, std::mt19937_64& rng) {
+void check_reads(const std::string& path, const Model& m, const SmallConfig& read_cfg, int tp, std::mt19937_64& rng) {
   Reader rd = Reader::open(path);
   for (int r = 0; r < tp; ++r) {
     const Placement p = placement_of(read_cfg, r, tp);
@@ -319,7 +332,7 @@ TEST(Checkpoint, RoundTripAcrossLayouts) {
   for (const bool llama : {false, true}) {
     for (const bool saved_vocab_dp : {false, true}) {
       TempDir dir;
-      const ModelConfig cfg = llama ? llama_small(saved_vocab_dp) : gpt2_small(saved_vocab_dp);
+      const SmallConfig cfg = llama ? llama_small(saved_vocab_dp) : gpt2_small(saved_vocab_dp);
       const Model m = random_model(cfg, 17);
       // The ZeRO cut falls inside a tensor, mid-row.
       const Placement p0 = placement_of(cfg, 0, 2);
@@ -337,7 +350,7 @@ TEST(Checkpoint, RoundTripAcrossLayouts) {
       }
       EXPECT_EQ(rd.names().size(), m.full.size());
       for (const bool read_vocab_dp : {false, true}) {
-        const ModelConfig read_cfg = llama ? llama_small(read_vocab_dp) : gpt2_small(read_vocab_dp);
+        const SmallConfig read_cfg = llama ? llama_small(read_vocab_dp) : gpt2_small(read_vocab_dp);
         for (int tp : {1, 2, 4}) check_reads(dir / "checkpoint", m, read_cfg, tp, rng);
       }
     }

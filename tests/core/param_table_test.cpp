@@ -24,20 +24,27 @@ ModelConfig small() {
   return c;
 }
 
+// The layout of tp tensor-parallel ranks (vocab_emb_dp False: the vocabulary split over them).
+ModelLayout tp_layout(int tp, bool vocab_emb_dp = true) {
+  ModelLayout l;
+  l.tp = tp;
+  l.vocab_split = !vocab_emb_dp;
+  return l;
+}
+
 // Reassembles the global tensor of every parameter from the tp slices and compares with the tp=1
 // tensor. Both with the vocabulary split (vocab_emb_dp: False) and replicated (True).
 TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
   for (bool vocab_emb_dp : {false, true}) {
-  ModelConfig cfg = small();
-  cfg.vocab_emb_dp = vocab_emb_dp;
-  const Placement one = GPT2LMHeadModel::make_placement(cfg, 0, 1);
+  const ModelConfig cfg = small();
+  const Placement one = GPT2LMHeadModel::make_placement(cfg, tp_layout(1, vocab_emb_dp), 0);
   AlignedBuffer<float> full(static_cast<size_t>(one.total_floats()));
   one.initialize(full.data(), 42);
   for (int tp : {2, 4}) {
     std::vector<Placement> ranks;
     std::vector<AlignedBuffer<float>> weights;
     for (int r = 0; r < tp; ++r) {
-      ranks.push_back(GPT2LMHeadModel::make_placement(cfg, r, tp));
+      ranks.push_back(GPT2LMHeadModel::make_placement(cfg, tp_layout(tp, vocab_emb_dp), r));
       weights.emplace_back(static_cast<size_t>(ranks.back().total_floats()));
       ranks.back().initialize(weights.back().data(), 42);
     }
@@ -69,7 +76,8 @@ TEST(ParamTable, TensorParallelSlicesReassembleTheSingleRankWeights) {
         ASSERT_EQ(rebuilt[static_cast<size_t>(g)], whole[g]) << p1.spec->name << " tp=" << tp << " element " << g;
     }
   }
-  EXPECT_EQ(GPT2LMHeadModel::make_placement(cfg, 1, 2).at("wte.weight").replicated, vocab_emb_dp);
+  EXPECT_EQ(GPT2LMHeadModel::make_placement(cfg, tp_layout(2, vocab_emb_dp), 1).at("wte.weight").replicated,
+            vocab_emb_dp);
   }
 }
 
@@ -88,10 +96,9 @@ TEST(ParamTable, OneDescriptionServesEveryLayout) {
   for (bool vocab_split : {false, true})
     for (int tp : {1, 2, 4})
       for (int r = 0; r < tp; ++r) {
-        ModelConfig c = cfg;
-        c.vocab_emb_dp = !vocab_split;
-        const Placement shared(table, TransformerLM::param_layout(c, tp), r);
-        const Placement own = GPT2LMHeadModel::make_placement(c, r, tp);
+        const ModelLayout layout = tp_layout(tp, !vocab_split);
+        const Placement shared(table, TransformerLM::param_layout(cfg, layout), r);
+        const Placement own = GPT2LMHeadModel::make_placement(cfg, layout, r);
         ASSERT_EQ(shared.tensors().size(), table->specs().size());
         EXPECT_EQ(shared.total_floats(), own.total_floats());
         for (size_t k = 0; k < table->specs().size(); ++k) {
@@ -107,7 +114,7 @@ TEST(ParamTable, InitialisationFollowsGpt2) {
   cfg.hidden_size = 256;
   cfg.num_layers = 8;
   cfg.num_heads = 4;
-  const Placement t = GPT2LMHeadModel::make_placement(cfg, 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, ModelLayout{}, 0);
   AlignedBuffer<float> w(static_cast<size_t>(t.total_floats()));
   t.initialize(w.data(), 1);
   auto stats = [&](const std::string& name) {
@@ -141,7 +148,7 @@ TEST(ParamTable, VocabularyIsPaddedToAMultipleOf128PerRank) {
   cfg.vocab_size = 50257;
   EXPECT_EQ(cfg.padded_vocab(1), 50304);
   EXPECT_EQ(cfg.padded_vocab(2), 50432);  // multiple of 256: each of 2 ranks holds a multiple of 128
-  const Placement t = GPT2LMHeadModel::make_placement(cfg, 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, ModelLayout{}, 0);
   EXPECT_EQ(t.at("wte.weight").local_shape, (std::vector<int64_t>{50304, 32}));
   EXPECT_EQ(t.at("wte.weight").spec->shape, (std::vector<int64_t>{50257, 32}));
 }

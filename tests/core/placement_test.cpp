@@ -20,8 +20,20 @@
 namespace gf {
 namespace {
 
-ModelConfig gpt2_small(bool vocab_emb_dp) {
-  ModelConfig c;
+// A model config with the run's parallel_config.vocab_emb_dp (False: the vocabulary is split over
+// the tensor-parallel ranks), which the layout carries beside the config.
+struct SmallConfig : ModelConfig {
+  bool vocab_emb_dp = true;
+  ModelLayout layout(int tp) const {
+    ModelLayout l;
+    l.tp = tp;
+    l.vocab_split = !vocab_emb_dp;
+    return l;
+  }
+};
+
+SmallConfig gpt2_small(bool vocab_emb_dp) {
+  SmallConfig c;
   c.vocab_size = 1000;  // padded past a multiple of 128: the last rank holds padding rows
   c.seq_length = 16;
   c.max_position_embeddings = 16;
@@ -32,8 +44,8 @@ ModelConfig gpt2_small(bool vocab_emb_dp) {
   return c;
 }
 
-ModelConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv_bias) {
-  ModelConfig c;
+SmallConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv_bias) {
+  SmallConfig c;
   c.type = "LlamaConfig";
   c.arch = "LlamaForCausalLM";
   c.vocab_size = 1000;
@@ -51,8 +63,9 @@ ModelConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv
   return c;
 }
 
-Placement placement_of(const ModelConfig& c, int rank, int tp) {
-  return c.is_llama() ? LlamaForCausalLM::make_placement(c, rank, tp) : GPT2LMHeadModel::make_placement(c, rank, tp);
+Placement placement_of(const SmallConfig& c, int rank, int tp) {
+  return c.is_llama() ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
+                      : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
 }
 
 // The layouts the model can run (layout_check refuses the others).
@@ -85,7 +98,7 @@ int64_t reference_global_index(const TensorPlacement& t, const ParamLayout& layo
 
 // Every parameter of the model at every layout it can run: boxes against the element-wise
 // formula, tiling, scatter/gather round trip, initial weights.
-void check_tiles_and_rebuilds(const ModelConfig& cfg, const char* what) {
+void check_tiles_and_rebuilds(const SmallConfig& cfg, const char* what) {
   const Placement one = placement_of(cfg, 0, 1);
   AlignedBuffer<float> full(static_cast<size_t>(one.total_floats()));
   one.initialize(full.data(), 42);
@@ -159,8 +172,8 @@ TEST(Placement, LlamaBoxesAreTheGlobalIndicesAndTileEachTensor) {
 }
 
 TEST(Placement, FusedQkvIsThreeBoxesAndPaddingIsInNone) {
-  const ModelConfig cfg = gpt2_small(false);
-  const Placement placement = GPT2LMHeadModel::make_placement(cfg, 1, 2);
+  const SmallConfig cfg = gpt2_small(false);
+  const Placement placement = GPT2LMHeadModel::make_placement(cfg, cfg.layout(2), 1);
   const TensorPlacement& qkv = placement.at("h.0.attn.c_attn.weight");
   ASSERT_EQ(qkv.pieces.size(), 3u);
   for (int64_t part = 0; part < 3; ++part) {
@@ -182,8 +195,8 @@ TEST(Placement, FusedQkvIsThreeBoxesAndPaddingIsInNone) {
 // head, rows of the [out, in] projections; o_proj and down_proj split their input columns; q, k,
 // v and gate, up lie back to back in the arena, other parameters start 16-float aligned.
 TEST(Placement, LlamaSplitsProjectionsByHeadsAndPacksThem) {
-  const ModelConfig cfg = llama_small(false, 2, false, false);
-  const Placement placement = LlamaForCausalLM::make_placement(cfg, 1, 2);
+  const SmallConfig cfg = llama_small(false, 2, false, false);
+  const Placement placement = LlamaForCausalLM::make_placement(cfg, cfg.layout(2), 1);
   auto box = [&](const std::string& name) {
     const TensorPlacement& t = placement.at("model.layers.1." + name);
     EXPECT_EQ(t.pieces.size(), 1u) << name;

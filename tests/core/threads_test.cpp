@@ -177,7 +177,7 @@ TEST(AdamW, UpdateRoundsAsWrittenOnAnyThreadCount) {
   c.hidden_size = 64;
   c.num_layers = 2;
   c.num_heads = 4;
-  const Placement table = GPT2LMHeadModel::make_placement(c, 0, 1);
+  const Placement table = GPT2LMHeadModel::make_placement(c, ModelLayout{}, 0);
   const int64_t n = table.total_floats();
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
   const double lr = 3e-4;

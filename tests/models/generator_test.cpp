@@ -23,7 +23,7 @@ struct Fixture {
   std::vector<int32_t> tokens;
   std::vector<float> ref;
   explicit Fixture(const char* file) : g(file) {
-    model = build_model(g.cfg.model, 1, ctx);
+    model = build_model(g.cfg.model, model_layout(g.cfg), 1, ctx);
     g.load_weights(*model);
     tokens = g.f.ints("tokens");
     ref = g.f.floats("logits");

@@ -29,7 +29,7 @@ std::vector<int32_t> tokens(int64_t samples) {
 
 TEST(Gpt2Dropout, MasksAreKeyedByStepAndGlobalSample) {
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel m(cfg(0.2f), 2, ctx);
+  GPT2LMHeadModel m(cfg(0.2f), ModelLayout{}, 2, ctx);
   m.init_weights(5);
   const auto t = tokens(2);
   const double a = m.forward(t.data(), StepInfo{3, 0, true});
@@ -42,7 +42,7 @@ TEST(Gpt2Dropout, MasksAreKeyedByStepAndGlobalSample) {
   EXPECT_EQ(e1, e2);
   EXPECT_NE(a, e1);
   // The same two samples as two micro-batches of one (sample offsets 0 and 1) give the same sum.
-  GPT2LMHeadModel one(cfg(0.2f), 1, ctx);
+  GPT2LMHeadModel one(cfg(0.2f), ModelLayout{}, 1, ctx);
   one.init_weights(5);
   const double s0 = one.forward(t.data(), StepInfo{3, 0, true});
   const double s1 = one.forward(t.data() + 9, StepInfo{3, 1, true});

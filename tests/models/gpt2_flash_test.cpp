@@ -47,7 +47,7 @@ double rel_err(const float* a, const float* ref, int64_t n) {
 
 TEST(Gpt2FlashAttention, LossLogitsAndGradientsEqualTheUnfusedPath) {
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel unfused(cfg(false), kB, ctx), flash(cfg(true), kB, ctx);
+  GPT2LMHeadModel unfused(cfg(false), ModelLayout{}, kB, ctx), flash(cfg(true), ModelLayout{}, kB, ctx);
   unfused.init_weights(5);
   flash.init_weights(5);
   const auto t = tokens();
@@ -71,7 +71,7 @@ TEST(Gpt2FlashAttention, LossLogitsAndGradientsEqualTheUnfusedPath) {
 
 TEST(Gpt2FlashAttention, ActivationsDropTheProbabilities) {
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel unfused(cfg(false), kB, ctx), flash(cfg(true), kB, ctx);
+  GPT2LMHeadModel unfused(cfg(false), ModelLayout{}, kB, ctx), flash(cfg(true), ModelLayout{}, kB, ctx);
   const ModelConfig c = cfg(false);
   const int64_t probs = 4 * c.num_layers * kB * c.num_heads * kT * kT, lse = 4 * c.num_layers * kB * c.num_heads * kT;
   const int64_t saved = unfused.activation_bytes() - flash.activation_bytes();

@@ -21,7 +21,7 @@ class Gpt2Golden : public ::testing::TestWithParam<const char*> {};
 TEST_P(Gpt2Golden, LogitsLossAndEveryGradientMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel model(g.cfg.model, g.B, ctx);
+  GPT2LMHeadModel model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   g.load_weights(model);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
   std::fill(model.grads(), model.grads() + model.params().total_floats(), 0.0f);

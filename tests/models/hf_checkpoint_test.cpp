@@ -35,7 +35,7 @@ class HfCheckpoint : public ::testing::TestWithParam<const char*> {};
 TEST_P(HfCheckpoint, ForwardMatchesPyTorchOnTheSameWeights) {
   const std::string dt = GetParam();
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel model(hf_tiny_config(), 1, ctx);
+  GPT2LMHeadModel model(hf_tiny_config(), ModelLayout{}, 1, ctx);
   model.load_hf_checkpoint(golden("hf_tiny_" + dt + ".safetensors"));
   const SafeTensorsFile ref = SafeTensorsFile::open(golden("hf_tiny_expected.safetensors"));
   const auto tokens = ref.ints("tokens");
@@ -71,7 +71,7 @@ void expect_refused(const std::function<void(std::vector<StWriteTensor>&, std::v
                            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".safetensors";
   write_safetensors(path, ts);
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel model(hf_tiny_config(), 1, ctx);
+  GPT2LMHeadModel model(hf_tiny_config(), ModelLayout{}, 1, ctx);
   try {
     model.load_hf_checkpoint(path);
     FAIL() << "accepted a file that does not fit; expected a message naming " << needle;
@@ -105,7 +105,7 @@ TEST(HfCheckpointPaths, DirectoryMeansItsModelSafetensorsAndCkptIsMindSpores) {
   fs::create_directories(dir);
   fs::copy_file(golden("hf_tiny_f32.safetensors"), dir / "model.safetensors", fs::copy_options::overwrite_existing);
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel a(hf_tiny_config(), 1, ctx), b(hf_tiny_config(), 1, ctx);
+  GPT2LMHeadModel a(hf_tiny_config(), ModelLayout{}, 1, ctx), b(hf_tiny_config(), ModelLayout{}, 1, ctx);
   a.load_hf_checkpoint(dir.string());
   b.load_hf_checkpoint(golden("hf_tiny_f32.safetensors"));
   EXPECT_EQ(std::memcmp(a.weights(), b.weights(), sizeof(float) * a.params().total_floats()), 0);

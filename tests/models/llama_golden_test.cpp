@@ -43,7 +43,7 @@ class LlamaGolden : public ::testing::TestWithParam<const char*> {};
 TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   const ParamTable& table = model->params().table();
   std::set<std::string> in_file, in_model;
   for (const auto& [name, t] : g.f.tensors())
@@ -68,7 +68,7 @@ TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
 TEST_P(LlamaGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   g.load_weights(*model);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
   std::fill(model->grads(), model->grads() + model->params().total_floats(), 0.0f);
@@ -128,8 +128,8 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, LlamaGolden,
 TEST(LlamaGoldenSharded, ShardedCheckpointLoadsTheSameBitsAsTheGoldenWeights) {
   GoldenCase g("llama_tiny.safetensors");
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> sharded = build_model(g.cfg.model, g.B, ctx);
-  const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> sharded = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   sharded->load_hf_checkpoint(golden("llama_tiny_sharded"));
   g.load_weights(*direct);
   for (const TensorPlacement& p : direct->params().tensors()) {

@@ -289,7 +289,7 @@ TEST(MindSporeCheckpoint, Gpt2LoadsTheWeightsOfTheHuggingFaceFile) {
   const std::string path = scratch();
   write_file(path, hf_tiny_as_mindformers(golden("hf_tiny_f32.safetensors")));
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel a(hf_tiny_config(), 1, ctx), b(hf_tiny_config(), 1, ctx);
+  GPT2LMHeadModel a(hf_tiny_config(), ModelLayout{}, 1, ctx), b(hf_tiny_config(), ModelLayout{}, 1, ctx);
   const std::string note = a.load_hf_checkpoint(path);
   EXPECT_EQ(b.load_hf_checkpoint(golden("hf_tiny_f32.safetensors")), "");
   EXPECT_EQ(std::memcmp(a.weights(), b.weights(), sizeof(float) * a.params().total_floats()), 0);
@@ -299,7 +299,7 @@ TEST(MindSporeCheckpoint, Gpt2LoadsTheWeightsOfTheHuggingFaceFile) {
 
   // A pipeline stage (the last layer, the final norm and the tied head) takes its share by name.
   const ModelConfig cfg = hf_tiny_config();
-  PipelineStage stage(gpt2_spec(cfg), gpt2_name, cfg, 1, ctx, {StageOptions{1, 2}});
+  PipelineStage stage(gpt2_spec(cfg), gpt2_name, cfg, ModelLayout{}, 1, ctx, {StageOptions{1, 2}});
   stage.load_hf_checkpoint(path);
   for (const TensorPlacement& t : stage.params().tensors()) {
     const TensorPlacement& w = a.params().at(t.spec->name);
@@ -314,8 +314,8 @@ TEST(MindSporeCheckpoint, ModelsThatDoNotFitAreRefusedByName) {
   ParallelContext ctx = ParallelContext::single();
   auto refusal = [&](const ModelConfig& c) {
     return message_of([&] {
-      if (c.is_llama()) LlamaForCausalLM(c, 1, ctx).load_hf_checkpoint(path);
-      else GPT2LMHeadModel(c, 1, ctx).load_hf_checkpoint(path);
+      if (c.is_llama()) LlamaForCausalLM(c, ModelLayout{}, 1, ctx).load_hf_checkpoint(path);
+      else GPT2LMHeadModel(c, ModelLayout{}, 1, ctx).load_hf_checkpoint(path);
     });
   };
   ModelConfig c = hf_tiny_config();

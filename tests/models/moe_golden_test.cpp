@@ -120,7 +120,7 @@ TEST_P(MoeGolden, ConfigFromTheFile) {
 TEST_P(MoeGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   EXPECT_TRUE(same_parameters(*model, g.f));
   for (const char* name : kVocabParams)
     if (const TensorPlacement* p = model->params().find(name)) {
@@ -131,7 +131,7 @@ TEST_P(MoeGolden, ParametersHaveHuggingFacesNamesAndShapes) {
 TEST_P(MoeGolden, LogitsLossRouterStatsAndEveryGradientMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   ASSERT_TRUE(same_parameters(*model, g.f));
   g.load_weights(*model);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
@@ -260,7 +260,7 @@ TEST_P(MoeGolden, HuggingFaceCheckpointLoadsAndGivesPyTorchsLogits) {
   const std::string path = ::testing::TempDir() + "/moe_hf_" + std::string(GetParam());
   write_safetensors(path, out, {{"format", "pt"}});
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   model->load_hf_checkpoint(path);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
   model->forward(tokens.data(), StepInfo{1, 0, true});

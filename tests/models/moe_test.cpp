@@ -80,8 +80,8 @@ TEST_P(MoeReducesToDense, IdenticalExpertsGiveTheDenseLossAndGradients) {
   moe_cfg.moe.norm_topk_prob = true;
   moe_cfg.moe.aux_loss_factor = 0.0;
   moe_cfg.moe.z_loss_factor = 0.0;
-  auto dense = build_model(dense_cfg, B, ctx);
-  auto moe = build_model(moe_cfg, B, ctx);
+  auto dense = build_model(dense_cfg, ModelLayout{}, B, ctx);
+  auto moe = build_model(moe_cfg, ModelLayout{}, B, ctx);
   dense->init_weights(7);
   moe->init_weights(99);  // the router keeps these values
   const Placement& dp = dense->params();
@@ -162,10 +162,10 @@ TEST(MoeBf16, FollowsFloat32) {
     c.moe.capacity_factor = 0.0;
     c.moe.z_loss_factor = 0.01;
     ParallelContext ctx = ParallelContext::single();
-    ModelConfig cb = c;
-    cb.compute_dtype = "bfloat16";
-    auto f32 = build_model(c, B, ctx);
-    auto b16 = build_model(cb, B, ctx);
+    ModelLayout bf16;
+    bf16.compute = ComputeDtype::kBFloat16;
+    auto f32 = build_model(c, ModelLayout{}, B, ctx);
+    auto b16 = build_model(c, bf16, B, ctx);
     f32->init_weights(3);
     b16->init_weights(3);
     const std::vector<int32_t> tok = tokens(B, T, c.vocab_size);

@@ -31,10 +31,10 @@ struct StepsRun {
   int64_t activation_bytes;
 };
 
-StepsRun run_steps(ModelConfig cfg) {
+StepsRun run_steps(ModelConfig cfg, ModelLayout layout = {}) {
   const int64_t B = 3;
   ParallelContext ctx = ParallelContext::single();
-  GPT2LMHeadModel model(cfg, B, ctx);
+  GPT2LMHeadModel model(cfg, layout, B, ctx);
   model.init_weights(7);
   std::vector<int32_t> tokens(static_cast<size_t>(B * (cfg.seq_length + 1)));
   StepsRun r;
@@ -61,15 +61,16 @@ void expect_bitwise(const StepsRun& a, const StepsRun& b, const char* what) {
 TEST(Recompute, BitwiseIdenticalInEveryMode) {
   const ModelConfig base = tiny();
   const StepsRun none = run_steps(base);
-  ModelConfig full = base;
-  full.recompute = true;
-  ModelConfig select = base;
-  select.select_recompute = true;
-  ModelConfig first_one = full;
+  ModelLayout full;
+  full.recompute = RecomputePolicy::kFull;
+  ModelLayout select;
+  select.recompute = RecomputePolicy::kSelective;
+  ModelLayout first_one = full;
   first_one.recompute_num_layers = 2;  // (one layer alone saves nothing: the shared set is one layer)
-  ModelConfig select_two = select;
+  ModelLayout select_two = select;
   select_two.recompute_num_layers = 2;
-  const StepsRun r_full = run_steps(full), r_select = run_steps(select), r_first = run_steps(first_one), r_sel2 = run_steps(select_two);
+  const StepsRun r_full = run_steps(base, full), r_select = run_steps(base, select),
+                 r_first = run_steps(base, first_one), r_sel2 = run_steps(base, select_two);
   expect_bitwise(none, r_full, "full recompute");
   expect_bitwise(none, r_select, "selective recompute");
   expect_bitwise(none, r_first, "full recompute of the first two layers");
@@ -98,11 +99,11 @@ TEST(Recompute, BitwiseIdenticalWithFusedAttention) {
   ModelConfig base = tiny();
   base.use_flash_attention = true;
   const StepsRun none = run_steps(base);
-  ModelConfig full = base;
-  full.recompute = true;
-  ModelConfig select = base;
-  select.select_recompute = true;
-  const StepsRun r_full = run_steps(full), r_select = run_steps(select);
+  ModelLayout full;
+  full.recompute = RecomputePolicy::kFull;
+  ModelLayout select;
+  select.recompute = RecomputePolicy::kSelective;
+  const StepsRun r_full = run_steps(base, full), r_select = run_steps(base, select);
   expect_bitwise(none, r_full, "full recompute, fused attention");
   expect_bitwise(none, r_select, "selective recompute, fused attention");
   EXPECT_LT(r_full.activation_bytes, r_select.activation_bytes);
@@ -126,11 +127,11 @@ TEST(Recompute, BitwiseIdenticalWithMoeLayers) {
   base.moe.aux_loss_factor = 0.05;
   base.moe.z_loss_factor = 0.01;
   const StepsRun none = run_steps(base);
-  ModelConfig full = base;
-  full.recompute = true;
-  ModelConfig select = base;
-  select.select_recompute = true;
-  const StepsRun r_full = run_steps(full), r_select = run_steps(select);
+  ModelLayout full;
+  full.recompute = RecomputePolicy::kFull;
+  ModelLayout select;
+  select.recompute = RecomputePolicy::kSelective;
+  const StepsRun r_full = run_steps(base, full), r_select = run_steps(base, select);
   expect_bitwise(none, r_full, "full recompute, MoE");
   expect_bitwise(none, r_select, "selective recompute, MoE");
   EXPECT_LT(r_full.activation_bytes, none.activation_bytes);

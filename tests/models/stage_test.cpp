@@ -43,10 +43,11 @@ ModelConfig llama_cfg() {
   return c;
 }
 
-std::unique_ptr<TransformerLM> build(const ModelConfig& c, int64_t B, const StageOptions& st = {}) {
+std::unique_ptr<TransformerLM> build(const ModelConfig& c, int64_t B, const StageOptions& st = {},
+                                     const ModelLayout& layout = {}) {
   static ParallelContext ctx = ParallelContext::single();  // outlives the models, which keep its communicators
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, B, ctx, st);
-  return std::make_unique<GPT2LMHeadModel>(c, B, ctx, st);
+  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx, st);
+  return std::make_unique<GPT2LMHeadModel>(c, layout, B, ctx, st);
 }
 
 std::vector<int32_t> tokens(const ModelConfig& c, int64_t B, int salt) {
@@ -135,12 +136,13 @@ TEST_P(Models, TwoAndThreeLayerRangesGiveTheWholeModelsLossAndGradientsBitwise) 
 
 TEST_P(Models, InputThenLaterWeightPassGivesTheFusedGradientsBitwise) {
   for (const char* dtype : {"float32", "bfloat16"}) {
-    ModelConfig c = cfg();
-    c.compute_dtype = dtype;
+    const ModelConfig c = cfg();
+    ModelLayout layout;
+    layout.compute = parse_compute_dtype(dtype);
     const int64_t B = 2;
     const std::vector<int32_t> t0 = tokens(c, B, 1), t1 = tokens(c, B, 2);
     const StepInfo i0{3, 0, true}, i1{3, 2, true};
-    auto fused = build(c, B);
+    auto fused = build(c, B, {}, layout);
     init(*fused);
     const double l0 = fused->forward(t0.data(), i0);
     fused->backward(0.05f);
@@ -150,7 +152,7 @@ TEST_P(Models, InputThenLaterWeightPassGivesTheFusedGradientsBitwise) {
     StageOptions st;
     st.slots = 2;
     st.defer_weight_grads = true;
-    auto split = build(c, B, st);
+    auto split = build(c, B, st, layout);
     init(*split);
     // Both forwards, both input passes, then the weight passes (what a zero-bubble schedule may do).
     EXPECT_EQ(split->stage_forward(0, t0.data(), nullptr, i0), l0) << dtype;
@@ -187,16 +189,18 @@ TEST_P(Models, PlannedActivationBytesEqualAllocatedBytes) {
                         {true, false, -1, true, "bfloat16"}};
   for (const Mode& md : modes) {
     ModelConfig c = cfg();
-    c.recompute = md.recompute;
-    c.select_recompute = md.select;
-    c.recompute_num_layers = md.layers;
-    c.compute_dtype = md.dtype;
+    ModelLayout layout;
+    layout.recompute = md.recompute ? RecomputePolicy::kFull
+                       : md.select  ? RecomputePolicy::kSelective
+                                    : RecomputePolicy::kNone;
+    layout.recompute_num_layers = md.layers;
+    layout.compute = parse_compute_dtype(md.dtype);
     if (md.flash && c.is_llama()) c.num_kv_heads = c.num_heads;  // the fused core reads multi-head shapes
     c.use_flash_attention = md.flash;
     const TransformerSpec spec = c.is_llama() ? llama_spec(c) : gpt2_spec(c);
-    const int64_t planned = TransformerLM::activation_plan(spec, c, 3, 1, 0).bytes();
+    const int64_t planned = TransformerLM::activation_plan(spec, c, layout, 3, 0).bytes();
     const int64_t before = aligned_buffer_live_bytes();
-    auto m = build(c, 3);
+    auto m = build(c, 3, {}, layout);
     const int64_t params = m->params().total_floats();
     auto padded = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
     const int64_t arenas = 2 * padded(4 * params) + padded(m->weight_copy_bytes());

@@ -30,7 +30,7 @@ TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
   Communicator world = Communicator::world();
   const int W = world.size();
   ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
-  const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(tiny(), ModelLayout{}, 0);
   GradientSync sync(t, ctx, 4, false, false);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);
@@ -62,7 +62,7 @@ TEST(GradientSync, ShardedOptimizerReducesEachShard) {
   Communicator world = Communicator::world();
   const int W = world.size();
   ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
-  const Placement t = GPT2LMHeadModel::make_placement(tiny(), 0, 1);
+  const Placement t = GPT2LMHeadModel::make_placement(tiny(), ModelLayout{}, 0);
   GradientSync sync(t, ctx, 4, true, false);
   const int64_t n = t.total_floats();
   EXPECT_EQ(sync.shard_begin(), shard_begin(n, W, ctx.group(GridAxis::kDp).rank()));
@@ -93,7 +93,9 @@ TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
   cfg.num_heads = 4;
   cfg.hidden_size = 24;
   if (cfg.num_heads % W != 0 || cfg.hidden_size % W != 0) GTEST_SKIP() << "layout does not split the model";
-  const Placement t = GPT2LMHeadModel::make_placement(cfg, ctx.index(GridAxis::kTp), W);
+  ModelLayout layout;
+  layout.tp = W;
+  const Placement t = GPT2LMHeadModel::make_placement(cfg, layout, ctx.index(GridAxis::kTp));
   GradientSync sync(t, ctx, 4, false, true);
   const int64_t n = t.total_floats();
   std::vector<float> g(n);

@@ -46,9 +46,10 @@ ModelConfig config(bool llama, double capacity) {
   return c;
 }
 
-std::unique_ptr<TransformerLM> build(const ModelConfig& c, int64_t B, const ParallelContext& ctx) {
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, B, ctx);
-  return std::make_unique<GPT2LMHeadModel>(c, B, ctx);
+std::unique_ptr<TransformerLM> build(const ModelConfig& c, const ModelLayout& layout, int64_t B,
+                                     const ParallelContext& ctx) {
+  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx);
+  return std::make_unique<GPT2LMHeadModel>(c, layout, B, ctx);
 }
 
 std::vector<int32_t> tokens(const ModelConfig& c) {
@@ -67,15 +68,15 @@ struct Result {
 };
 
 // One forward and backward of the global batch under ctx's layout; every rank gets the whole result.
-Result run(const ModelConfig& c, ParallelContext& ctx) {
+Result run(const ModelConfig& c, const ModelLayout& layout, ParallelContext& ctx) {
   const int dp = ctx.size(GridAxis::kDp);
   const int64_t Bl = kB / dp;
-  auto m = build(c, Bl, ctx);
+  auto m = build(c, layout, Bl, ctx);
   m->init_weights(5);
   const std::vector<int32_t> all = tokens(c);
   const int64_t first = ctx.index(GridAxis::kDp) * Bl;
   const std::vector<int32_t> mine(all.begin() + first * (c.seq_length + 1), all.begin() + (first + Bl) * (c.seq_length + 1));
-  GradientSync sync(m->params(), ctx, 2, false, c.use_seq_parallel);
+  GradientSync sync(m->params(), ctx, 2, false, layout.sequence_parallel);
   std::fill(m->grads(), m->grads() + m->params().total_floats(), 0.0f);
   sync.begin_step(m->grads());
   Result r;
@@ -116,7 +117,7 @@ Result run(const ModelConfig& c, ParallelContext& ctx) {
 Result run_part(const ModelConfig& c, int d, int dp) {
   const int64_t Bl = kB / dp;
   ParallelContext one = ParallelContext::single();
-  auto m = build(c, Bl, one);
+  auto m = build(c, ModelLayout{}, Bl, one);
   m->init_weights(5);
   const std::vector<int32_t> all = tokens(c);
   const std::vector<int32_t> part(all.begin() + d * Bl * (c.seq_length + 1), all.begin() + (d + 1) * Bl * (c.seq_length + 1));
@@ -146,10 +147,12 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
         ModelConfig c = config(llama, capacity);
         c.moe.token_dispatcher = dispatcher;
         ParallelContext one = ParallelContext::single();
-        const Result ref = run(c, one);
-        c.expert_parallel = L.ep;
-        c.use_seq_parallel = L.sp;
-        const Result got = run(c, ctx);
+        const Result ref = run(c, ModelLayout{}, one);
+        ModelLayout layout;
+        layout.tp = L.tp;
+        layout.ep = L.ep;
+        layout.sequence_parallel = L.sp;
+        const Result got = run(c, layout, ctx);
         const std::string what = std::string(llama ? "mixtral" : "gpt2-moe") + " tp" + std::to_string(L.tp) + " dp" +
                                  std::to_string(L.dp) + " ep" + std::to_string(L.ep) + (L.sp ? " sp" : "") +
                                  (capacity > 0 ? " capacity 1" : " dropless") + " " + dispatcher;

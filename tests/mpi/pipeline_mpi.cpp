@@ -76,7 +76,7 @@ TEST(PipelineMpi, EveryScheduleGivesTheGradientsOfTheWholeModel) {
       const float scale = 1.0f / static_cast<float>(m * B * c.seq_length);
       // One rank, the whole model, the micro-batches one after the other.
       ParallelContext one = ParallelContext::single();
-      TransformerLM whole(spec, names, c, B, one);
+      TransformerLM whole(spec, names, c, ModelLayout{}, B, one);
       whole.init_weights(5);
       parallel_zero(whole.grads(), whole.params().total_floats());
       double loss_ref = 0;
@@ -87,7 +87,8 @@ TEST(PipelineMpi, EveryScheduleGivesTheGradientsOfTheWholeModel) {
       // The pipeline.
       const pipeline::Shape shape{P, m, chunks};
       std::vector<int64_t> layers(static_cast<size_t>(P * chunks), c.num_layers / (P * chunks));
-      PipelineStage stage(spec, names, c, B, ctx, pipeline_chunk_options(layers, sched, shape, ctx.index(GridAxis::kPp)));
+      PipelineStage stage(spec, names, c, ModelLayout{}, B, ctx,
+                          pipeline_chunk_options(layers, sched, shape, ctx.index(GridAxis::kPp)));
       stage.init_weights(5);
       parallel_zero(stage.grads(), stage.params().total_floats());
       PipelineExecutor exec(stage, ctx.group(GridAxis::kPp), sched, shape);

@@ -24,7 +24,6 @@ ModelConfig config(bool llama, int tp) {
   c.hidden_size = 96;
   c.num_layers = 2;
   c.num_heads = 12;
-  c.use_seq_parallel = true;
   if (llama) {
     c.type = "LlamaConfig";
     c.arch = "LlamaForCausalLM";
@@ -35,9 +34,10 @@ ModelConfig config(bool llama, int tp) {
   return c;
 }
 
-std::unique_ptr<TransformerLM> build(const ModelConfig& c, const ParallelContext& ctx, const StageOptions& st) {
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, 2, ctx, st);
-  return std::make_unique<GPT2LMHeadModel>(c, 2, ctx, st);
+std::unique_ptr<TransformerLM> build(const ModelConfig& c, const ModelLayout& layout, const ParallelContext& ctx,
+                                     const StageOptions& st) {
+  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, 2, ctx, st);
+  return std::make_unique<GPT2LMHeadModel>(c, layout, 2, ctx, st);
 }
 
 std::vector<int32_t> tokens(const ModelConfig& c, int salt) {
@@ -53,13 +53,16 @@ TEST(SplitBackwardMpi, InputThenWeightPassesGiveTheFusedGradientsOnEveryRank) {
   for (bool llama : {false, true})
     for (bool vocab_split : {false, true})
       for (const char* dtype : {"float32", "bfloat16"}) {
-        ModelConfig c = config(llama, W);
-        c.vocab_emb_dp = !vocab_split;
-        c.compute_dtype = dtype;
+        const ModelConfig c = config(llama, W);
+        ModelLayout layout;
+        layout.tp = ctx.size(GridAxis::kTp);
+        layout.sequence_parallel = true;
+        layout.vocab_split = vocab_split;
+        layout.compute = parse_compute_dtype(dtype);
         const std::string what = std::string(llama ? "llama" : "gpt2") + (vocab_split ? " vocab split " : " ") + dtype;
         const std::vector<int32_t> t0 = tokens(c, 1), t1 = tokens(c, 2);
         const StepInfo i0{2, 0, true}, i1{2, 2, true};
-        auto fused = build(c, ctx, {});
+        auto fused = build(c, layout, ctx, {});
         fused->init_weights(5);
         const double l0 = fused->forward(t0.data(), i0);
         fused->backward(0.1f);
@@ -68,7 +71,7 @@ TEST(SplitBackwardMpi, InputThenWeightPassesGiveTheFusedGradientsOnEveryRank) {
         StageOptions st;
         st.slots = 2;
         st.defer_weight_grads = true;
-        auto split = build(c, ctx, st);
+        auto split = build(c, layout, ctx, st);
         split->init_weights(5);
         EXPECT_EQ(split->stage_forward(0, t0.data(), nullptr, i0), l0) << what;
         EXPECT_EQ(split->stage_forward(1, t1.data(), nullptr, i1), l1) << what;

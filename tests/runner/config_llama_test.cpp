@@ -51,7 +51,7 @@ TEST(LlamaConfigKeys, BuiltKeysLandInModelConfig) {
   EXPECT_TRUE(m.tie_word_embeddings);
   EXPECT_EQ(m.max_position_embeddings, 128);
   EXPECT_FLOAT_EQ(m.initializer_range, 0.01f);
-  EXPECT_EQ(m.compute_dtype, "bfloat16");
+  EXPECT_EQ(c.compute_dtype, ComputeDtype::kBFloat16);
   EXPECT_EQ(m.hidden_dropout_rate, 0.0f);  // MindFormers' Llama has no dropout
   EXPECT_EQ(m.attention_dropout_rate, 0.0f);
   EXPECT_EQ(m.seq_length, 32);
@@ -73,7 +73,7 @@ TEST(LlamaConfigKeys, NoneIsWhatMindFormersMakesOfIt) {
   EXPECT_FLOAT_EQ(m.rms_norm_eps, 1e-5f);
   EXPECT_FALSE(m.tie_word_embeddings);
   EXPECT_FALSE(m.qkv_has_bias);
-  EXPECT_EQ(m.compute_dtype, "float32");
+  EXPECT_EQ(c.compute_dtype, ComputeDtype::kFloat32);
   EXPECT_EQ(c.model_name, "llama");
   // The SwiGLU width as MindFormers' LlamaFeedForward derives it: Llama 2 7B (hidden 4096,
   // multiple_of 256); Llama 2 70B as MindFormers' files write it (8192, x1.3, multiple_of 256: its

@@ -75,7 +75,7 @@ TEST(MindFormersLlamaConfigs, Llama2KeysReadAsMindFormersMeansThem) {
   EXPECT_EQ(m.max_position_embeddings, 4096);  // None: seq_length
   EXPECT_EQ(m.vocab_size, 32000);
   EXPECT_DOUBLE_EQ(m.rope_theta, 10000.0);
-  EXPECT_EQ(m.compute_dtype, "float16");
+  EXPECT_EQ(c.compute_dtype, ComputeDtype::kFloat16);
   EXPECT_TRUE(m.use_flash_attention);
   EXPECT_EQ(m.hidden_dropout_rate, 0.0f);
   EXPECT_TRUE(has_warning(c, "`model.model_config.rotary_dtype: float16`: RoPE's sin/cos tables"));

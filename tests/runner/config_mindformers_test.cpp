@@ -79,7 +79,7 @@ TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {
   EXPECT_EQ(big.model.hidden_size, 5120);
   EXPECT_EQ(big.parallel.data_parallel, 4);
   EXPECT_EQ(big.parallel.model_parallel, 8);
-  EXPECT_EQ(big.model.compute_dtype, "float16");
+  EXPECT_EQ(big.compute_dtype, ComputeDtype::kFloat16);
   EXPECT_TRUE(big.loss_scale.dynamic);
   EXPECT_TRUE(has_warning(big, "`context.jit_config.jit_level: O2`"));
   EXPECT_TRUE(big.checkpoint.enabled);  // its CheckpointMonitor saves every 500 steps

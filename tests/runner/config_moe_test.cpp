@@ -376,6 +376,7 @@ TEST(MoeConfigs, TheTinyOnesAreTheTinyDenseConfigsWithExperts) {
   ModelConfig dense = moe.model;
   dense.moe = MoeConfig{};
   EXPECT_TRUE(dense == gpt2.model);  // the tiny GPT-2 with experts
+  EXPECT_TRUE(model_layout(moe) == model_layout(gpt2));  // laid out alike
   EXPECT_TRUE(moe.train_data == gpt2.train_data);
   EXPECT_TRUE(moe.lr == gpt2.lr);
   EXPECT_TRUE(moe.adamw == gpt2.adamw);
@@ -397,6 +398,7 @@ TEST(MoeConfigs, TheTinyOnesAreTheTinyDenseConfigsWithExperts) {
   dense.moe = MoeConfig{};
   dense.arch = "LlamaForCausalLM";
   EXPECT_TRUE(dense == llama.model);
+  EXPECT_TRUE(model_layout(mixtral) == model_layout(llama));
   EXPECT_TRUE(mixtral.train_data == llama.train_data);
 
   const Config ms = load_config(moe_config("run_mindspeed_gpt_moe_tiny.yaml"));

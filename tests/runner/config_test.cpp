@@ -168,11 +168,11 @@ TEST(Config, FeaturesNotBuiltYetWarnInsteadOfSilentlyDoingNothing) {
                                                  "model.model_config.compute_dtype=bfloat16",
                                                  "callbacks=[{type: CheckpointMointor, save_checkpoint_steps: 10}]"});
   EXPECT_FALSE(has_warning(c, "recompute"));  // built: recompute_config reaches the model
-  EXPECT_TRUE(c.model.recompute);
+  EXPECT_TRUE(c.recompute);
   EXPECT_FALSE(has_warning(c, "resum"));  // built: resume_training reaches the trainer
   EXPECT_TRUE(c.resume_training);
   EXPECT_FALSE(has_warning(c, "compute_dtype"));  // built: bf16 products
-  EXPECT_EQ(c.model.compute_dtype, "bfloat16");
+  EXPECT_EQ(c.compute_dtype, ComputeDtype::kBFloat16);
   EXPECT_FALSE(has_warning(c, "checkpoint"));  // built: CheckpointMonitor saves
   EXPECT_TRUE(c.checkpoint.enabled);
   EXPECT_EQ(c.checkpoint.save_steps, 10);
@@ -184,7 +184,7 @@ TEST(Config, MixedPrecisionKeysSayWhatIsComputedInWhat) {
   const Config c = load_config_string(kMinimal, {"model.model_config.compute_dtype=float16",
                                                  "model.model_config.param_init_type=float16",
                                                  "model.model_config.softmax_compute_type=float16"});
-  EXPECT_EQ(c.model.compute_dtype, "float16");
+  EXPECT_EQ(c.compute_dtype, ComputeDtype::kFloat16);
   EXPECT_TRUE(has_warning(c, "`model.model_config.param_init_type: float16`: master weights"));
   EXPECT_TRUE(has_warning(c, "`model.model_config.softmax_compute_type: float16`: softmax (attention and cross-entropy) "
                              "is computed in float32"));

@@ -132,8 +132,8 @@ void expect_bitwise_equal(const std::map<std::string, std::vector<float>>& got,
 void expect_golden_logits(const std::string& golden_file, const fs::path& path) {
   GoldenCase g(golden_file);
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> exported = build_model(g.cfg.model, g.B, ctx);
-  const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, g.B, ctx);
+  const std::unique_ptr<CausalLM> exported = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   exported->load_hf_checkpoint(path.string());
   g.load_weights(*direct);
   ASSERT_EQ(exported->params().total_floats(), direct->params().total_floats());
@@ -215,12 +215,14 @@ void check_tp2_checkpoint(const std::string& golden_file) {
   const fs::path d = work_dir();
   GoldenCase g(golden_file);
   const ModelConfig& c = g.cfg.model;
+  ModelLayout layout = model_layout(g.cfg);
+  layout.tp = 2;
   const std::string tmp = ckpt::begin_save((d / "run").string(), "step_3");
   std::vector<std::string> fragments;
   std::map<std::string, std::vector<float>> full;
   for (int rank = 0; rank < 2; ++rank) {
-    const Placement placed =
-        c.is_llama() ? LlamaForCausalLM::make_placement(c, rank, 2) : GPT2LMHeadModel::make_placement(c, rank, 2);
+    const Placement placed = c.is_llama() ? LlamaForCausalLM::make_placement(c, layout, rank)
+                                          : GPT2LMHeadModel::make_placement(c, layout, rank);
     AlignedBuffer<float> arena(static_cast<size_t>(placed.total_floats()));
     std::vector<ckpt::Piece> pieces;
     for (const TensorPlacement& t : placed.tensors()) {

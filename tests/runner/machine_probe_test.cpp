@@ -77,7 +77,7 @@ TEST(MachineProbe, APeakFromTheConfigWins) {
   MachineSetup m;
   m.threads = 2;
   m.probe = machine_probe_from_json(probe_json("Some CPU"));
-  const PeakChoice c = choose_peak(0.5, "float32", m);
+  const PeakChoice c = choose_peak(0.5, ComputeDtype::kFloat32, m);
   EXPECT_DOUBLE_EQ(c.tflops, 0.5);
   EXPECT_EQ(c.source, "set by runner_config.peak_tflops");
   EXPECT_FALSE(c.measured);
@@ -87,24 +87,24 @@ TEST(MachineProbe, ThePeakOfTheComputeDtypeScaledToTheRanksThreads) {
   MachineSetup m;
   m.threads = 2;
   m.probe = machine_probe_from_json(probe_json("Some CPU"));
-  PeakChoice c = choose_peak(0.0, "float32", m);
+  PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
   EXPECT_DOUBLE_EQ(c.tflops, 0.26);
   EXPECT_TRUE(c.measured);
   EXPECT_EQ(c.source.rfind("measured by machine_probe on Some CPU (2026-11-23T10:00:00Z)", 0), 0u) << c.source;
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, "bfloat16", m).tflops, 0.7);
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, "float16", m).tflops, 0.26);  // emulated on the fp32 GEMM
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kBFloat16, m).tflops, 0.7);
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kFloat16, m).tflops, 0.26);  // emulated on the fp32 GEMM
   m.threads = 1;  // one of the probe's two threads
-  c = choose_peak(0.0, "float32", m);
+  c = choose_peak(0.0, ComputeDtype::kFloat32, m);
   EXPECT_DOUBLE_EQ(c.tflops, 0.13);
   EXPECT_NE(c.source.find("scaled to this rank's 1"), std::string::npos) << c.source;
   m.probe->peak_tflops_bf16 = 0.0;  // built without oneDNN: bf16 runs the fp32 GEMM
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, "bfloat16", m).tflops, 0.13);
+  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kBFloat16, m).tflops, 0.13);
 }
 
 TEST(MachineProbe, WithoutAProbeTheBuiltInPeak) {
   MachineSetup m;
   m.probe_note = "no machine probe at /nowhere";
-  const PeakChoice c = choose_peak(0.0, "float32", m);
+  const PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
   EXPECT_DOUBLE_EQ(c.tflops, kDefaultPeakTflops);
   EXPECT_NE(c.source.find("no machine probe at /nowhere"), std::string::npos);
 }

@@ -87,23 +87,10 @@ struct ModelConfig {
   // the run's ModelLayout (models/layout.h), passed beside this config.
   bool operator==(const ModelConfig&) const = default;
 
-  bool is_llama() const { return type == "LlamaConfig"; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  // GPT-2: hidden_size * expand_ratio. Llama: intermediate_size, or else MindFormers'
-  // LlamaFeedForward derivation (r1.0-r1.3, the meaning of its files' keys): 4 h, times
-  // (ffn_dim_multiplier + 0.01) when set, times 2/3, rounded up to a multiple of multiple_of.
-  // Meta's reference applies the multiplier after the 2/3 and without the 0.01; the two agree
-  // without a multiplier, and MindFormers' Llama 2 70B keys (1.3, multiple_of 256) give Meta's
-  // 70B width (1.3, multiple_of 4096): 28672.
-  int64_t ffn_hidden() const {
-    if (!is_llama()) return hidden_size * expand_ratio;
-    if (intermediate_size > 0) return intermediate_size;
-    int64_t f = 4 * hidden_size;
-    if (ffn_dim_multiplier > 0.0) f = static_cast<int64_t>((ffn_dim_multiplier + 0.01) * static_cast<double>(f));
-    f = 2 * f / 3;
-    const int64_t m = multiple_of > 0 ? multiple_of : 1;
-    return (f + m - 1) / m * m;
-  }
+  // The FFN width of its architecture (the registry's spec: models/registry.cpp): GPT-2's hidden_size x
+  // expand_ratio, Llama's intermediate_size or MindFormers' derivation (models/arch/llama.cpp).
+  int64_t ffn_hidden() const;
   int64_t head_dim() const { return hidden_size / num_heads; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (so each rank's share is a
   // multiple of vocab_pad_multiple).

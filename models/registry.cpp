@@ -7,27 +7,58 @@
 
 namespace gf {
 
-const std::vector<ModelEntry>& model_registry() {
-  static const std::vector<ModelEntry> entries = {
+namespace {
+
+std::vector<ModelEntry>& entries() {
+  static std::vector<ModelEntry> e = {
       {"GPT2LMHeadModel", "GPT2Config",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<GPT2LMHeadModel>(c, l, b, ctx);
        },
-       gpt2_spec, gpt2_name},
+       gpt2_spec, gpt2_name, "GPT-2", false, true},
       {"LlamaForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name},
+       llama_spec, llama_name, "Llama", false, false},
       // Hugging Face's name for Mixtral: a LlamaConfig with moe_config.expert_num > 1 (MindFormers' own Mixtral
       // files say LlamaForCausalLM, with the same meaning). The same model, spec and names as LlamaForCausalLM.
       {"MixtralForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name},
+       llama_spec, llama_name, "Mixtral", true, false},
   };
-  return entries;
+  return e;
+}
+
+// The entry of a config type (the arch's own when it takes that type, else the first that does), or nullptr.
+const ModelEntry* entry_of(const ModelConfig& c) {
+  const ModelEntry* first = nullptr;
+  for (const ModelEntry& e : entries()) {
+    if (e.config_type != c.type) continue;
+    if (e.arch == c.arch) return &e;
+    if (first == nullptr) first = &e;
+  }
+  return first;
+}
+
+}  // namespace
+
+const std::vector<ModelEntry>& model_registry() { return entries(); }
+
+bool register_architecture(ModelEntry entry) {
+  for (const ModelEntry& e : entries())
+    if (e.arch == entry.arch) throw std::logic_error("architecture " + entry.arch + " registered twice");
+  entries().push_back(std::move(entry));
+  return true;
+}
+
+int64_t ModelConfig::ffn_hidden() const {
+  const ModelEntry* e = entry_of(*this);
+  if (e == nullptr)
+    throw std::invalid_argument("model.model_config.type: unknown type '" + type + "' (no registered architecture takes it)");
+  return e->spec(*this).ffn;
 }
 
 const ModelEntry& find_model(const std::string& arch, const std::string& config_type) {

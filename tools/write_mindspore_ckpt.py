@@ -48,7 +48,7 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROTO = os.path.join(ROOT, "models", "proto", "mindspore_checkpoint.proto")
+PROTO = os.path.join(ROOT, "models", "weights", "proto", "mindspore_checkpoint.proto")
 
 # mindformers/models/gpt2/convert_weight.py: per-layer names, MindFormers <- Hugging Face (torch).
 MS_NAME = [

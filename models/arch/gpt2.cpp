@@ -13,7 +13,7 @@ TransformerSpec gpt2_spec(const ModelConfig& cfg) {
   s.hidden = cfg.hidden_size;
   s.layers = cfg.num_layers;
   s.heads = s.kv_heads = cfg.num_heads;
-  s.ffn = cfg.ffn_hidden();
+  s.ffn = cfg.hidden_size * cfg.expand_ratio;
   // MindSpeed's GPT MoE: rotary positions instead of the learned table, no linear biases.
   s.rope = cfg.position_embedding_type == "rope";
   s.positions = s.rope ? 0 : cfg.max_position_embeddings;

@@ -6,6 +6,20 @@
 
 namespace gf {
 
+// intermediate_size when > 0, else MindFormers' LlamaFeedForward derivation (r1.0-r1.3, the meaning
+// of its files' keys): 4 h, times (ffn_dim_multiplier + 0.01) when set, times 2/3, rounded up to a
+// multiple of multiple_of. Meta's reference applies the multiplier after the 2/3 and without the 0.01;
+// the two agree without a multiplier, and MindFormers' Llama 2 70B keys (1.3, multiple_of 256) give
+// Meta's 70B width (1.3, multiple_of 4096): 28672.
+int64_t llama_ffn_width(const ModelConfig& cfg) {
+  if (cfg.intermediate_size > 0) return cfg.intermediate_size;
+  int64_t f = 4 * cfg.hidden_size;
+  if (cfg.ffn_dim_multiplier > 0.0) f = static_cast<int64_t>((cfg.ffn_dim_multiplier + 0.01) * static_cast<double>(f));
+  f = 2 * f / 3;
+  const int64_t m = cfg.multiple_of > 0 ? cfg.multiple_of : 1;
+  return (f + m - 1) / m * m;
+}
+
 TransformerSpec llama_spec(const ModelConfig& cfg) {
   TransformerSpec s;
   s.vocab = cfg.vocab_size;
@@ -14,7 +28,7 @@ TransformerSpec llama_spec(const ModelConfig& cfg) {
   s.layers = cfg.num_layers;
   s.heads = cfg.num_heads;
   s.kv_heads = cfg.kv_heads();
-  s.ffn = cfg.ffn_hidden();
+  s.ffn = llama_ffn_width(cfg);
   s.positions = 0;  // rotary positions only
   s.norm = NormKind::kRMSNorm;
   s.norm_eps = cfg.rms_norm_eps;

@@ -20,6 +20,7 @@
 
 #include "core/io/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/registry.h"
 #include "models/weights/hf_checkpoint.h"
 #include "models/weights/mindspore_checkpoint.h"
 
@@ -78,10 +79,11 @@ bool is_slice_of(const std::vector<int64_t>& part, const std::vector<int64_t>& w
 // of the safetensors path below.
 std::string load_mindformers_gpt2(CausalLM& model, const std::string& path) {
   const ModelConfig& c = model.config();
-  if (c.is_llama() || c.moe.enabled())
+  const ModelEntry& entry = find_model(c.arch, c.type);
+  if (!entry.reads_mindformers_gpt2_ckpt || c.moe.enabled())
     throw std::runtime_error(path + ": a MindSpore .ckpt is read for a dense GPT-2 only (MindFormers' GPT-2 names, "
                              "as mindformers/models/gpt2/convert_weight.py maps them); this model is " +
-                             std::string(c.is_llama() ? "a Llama" : "an MoE GPT-2") +
+                             (c.moe.enabled() ? "an MoE " : "a ") + entry.family +
                              ": give its weights as a Hugging Face .safetensors file or directory");
   const ParamTable& table = model.params().table();
   const bool whole = model.whole_model();

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runner/config/arch_section.h"
 #include "runner/config/read.h"
 #include "runner/config/schema.h"
 #include "runner/config/tree.h"
@@ -24,9 +25,10 @@ struct Resolution {
 
 // The model type a file and its overrides ask for (model.model_config.type): it picks the schema.
 // Overrides may name it (`--set model.model_config.type=LlamaConfig`), so it is read from the file
-// laid over the default schema with the overrides applied; anything unreadable is GPT2Config's.
+// laid over the base schema with the overrides applied; anything unreadable is the base type's.
 std::string model_type_of(const YAML::Node& user, const std::vector<Override>& overrides) {
-  YAML::Node tree = config_tree::overlay(config_schema("GPT2Config").defaults(), user);
+  const std::string& base = arch_sections().front().config_type;
+  YAML::Node tree = config_tree::overlay(config_schema(base).defaults(), user);
   for (const auto& o : overrides) {
     try {
       config_tree::set_path(tree, o.key, o.value);
@@ -34,7 +36,7 @@ std::string model_type_of(const YAML::Node& user, const std::vector<Override>& o
     }
   }
   const YAML::Node type = config_tree::find(tree, "model.model_config.type");
-  return type.IsScalar() ? type.Scalar() : "GPT2Config";
+  return type.IsScalar() ? type.Scalar() : base;
 }
 
 Resolution resolve(const YAML::Node& user, const std::vector<Override>& overrides) {

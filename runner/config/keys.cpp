@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "runner/config/arch_section.h"
 #include "runner/config/keys.h"
 #include "runner/config/schema.h"
 
@@ -230,6 +231,10 @@ std::vector<KeyRule> common_rules() {
   return r;
 }
 
+}  // namespace
+
+namespace config_keys {
+
 // GPT2Config's model section.
 std::vector<KeyRule> gpt2_model_rules() {
   return {
@@ -281,16 +286,12 @@ std::vector<KeyRule> gpt2_model_rules() {
   };
 }
 
-}  // namespace
+}  // namespace config_keys
 
 std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
   std::vector<KeyRule> r = common_rules();
-  if (model_config_type != "LlamaConfig") {
-    for (KeyRule& k : gpt2_model_rules()) r.push_back(std::move(k));
-    return r;
-  }
-  // LlamaConfig's model section, and the shared keys whose rule it changes (a rule with the path of a shared one).
-  for (KeyRule& k : config_keys::llama_model_rules()) {
+  // The type's model section, and the shared keys whose rule it changes (a rule with the path of a shared one).
+  for (KeyRule& k : arch_section_or_base(model_config_type).model_rules()) {
     auto same = std::find_if(r.begin(), r.end(), [&](const KeyRule& c) { return c.path == k.path; });
     if (same != r.end()) *same = std::move(k);
     else r.push_back(std::move(k));
@@ -299,12 +300,12 @@ std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
 }
 
 std::vector<std::pair<std::string, std::string>> foreign_keys_of(const std::string& model_config_type) {
-  if (model_config_type == "LlamaConfig") return config_keys::llama_foreign_keys();
-  return {};  // GPT2Config: another type's key is an unknown key, as it always was
+  const ArchConfigSection& s = arch_section_or_base(model_config_type);
+  return s.foreign_keys ? s.foreign_keys() : std::vector<std::pair<std::string, std::string>>{};
 }
 
-const std::vector<KeyRule>& key_rules() { return config_schema("GPT2Config").rules(); }
+const std::vector<KeyRule>& key_rules() { return config_schema(arch_sections().front().config_type).rules(); }
 
-const KeyRule* rule_for(const std::string& path) { return config_schema("GPT2Config").rule_for(path); }
+const KeyRule* rule_for(const std::string& path) { return config_schema(arch_sections().front().config_type).rule_for(path); }
 
 }  // namespace gf

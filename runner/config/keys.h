@@ -28,6 +28,8 @@ inline constexpr const char* kInterleaveNum =
 
 // LlamaConfig's model.model_config and model.arch rules, and those of the shared keys whose rule
 // differs for a Llama (a rule with the path of a shared one replaces it).
+// GPT2Config's model section (runner/config/keys.cpp).
+std::vector<KeyRule> gpt2_model_rules();
 std::vector<KeyRule> llama_model_rules();
 // moe_config's rules (config_keys_moe.cpp), the same for every model type.
 std::vector<KeyRule> moe_rules();

@@ -6,27 +6,10 @@
 #include <stdexcept>
 
 #include "parallel/pipeline/partition.h"
+#include "runner/config/arch_section.h"
 
 namespace gf {
 namespace {
-
-// The FFN width that does not split over `mp` ranks, said in the keys that set it.
-std::string ffn_problem(const ModelConfig& m, int64_t mp) {
-  if (!m.is_llama())
-    return fmt::format("the FFN width `hidden_size` x `expand_ratio` ({} x {} = {}) is not divisible by "
-                       "`parallel_config.model_parallel` ({})",
-                       m.hidden_size, m.expand_ratio, m.ffn_hidden(), mp);
-  if (m.intermediate_size > 0)
-    return fmt::format("the FFN width `model.model_config.intermediate_size` ({}) is not divisible by "
-                       "`parallel_config.model_parallel` ({})",
-                       m.intermediate_size, mp);
-  return fmt::format("the FFN width ({}, derived from `hidden_size` {}{} rounded up to `multiple_of` {}, as "
-                     "`intermediate_size` is unset) is not divisible by `parallel_config.model_parallel` ({}); set "
-                     "`model.model_config.intermediate_size` to a multiple of it",
-                     m.ffn_hidden(), m.hidden_size,
-                     m.ffn_dim_multiplier > 0 ? fmt::format(" x `ffn_dim_multiplier` {}", m.ffn_dim_multiplier) : "",
-                     m.multiple_of, mp);
-}
 
 // The model-side rules for a tensor-parallel size (independent of the rank count).
 std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
@@ -44,7 +27,7 @@ std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
                               "n_kv_heads",
                               m.kv_heads(), mp));
   need(m.hidden_size, "model.model_config.hidden_size");
-  if (m.ffn_hidden() % mp != 0) out.push_back(ffn_problem(m, mp));
+  if (m.ffn_hidden() % mp != 0) out.push_back(arch_section_or_base(m.type).ffn_problem(m, mp));
   if (cfg.parallel.use_seq_parallel && m.seq_length % mp != 0)
     out.push_back(fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.model_parallel` "
                               "({}), which `parallel_config.use_seq_parallel: True` needs",

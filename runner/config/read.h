@@ -55,7 +55,7 @@ const std::vector<std::string>& summary_monitor_keys();
 void read_summary_monitor(ReadContext& x, const std::string& at);
 void read_tensorboard(ReadContext& x);
 void read_datasets(ReadContext& x);
-void read_model(ReadContext& x);  // GPT2Config's model section here; a LlamaConfig's goes to read_llama_model
+void read_model(ReadContext& x);  // the model section, by its type's reader (runner/config/arch_section.h)
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
 void read_moe(ReadContext& x);
 void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (config_read_generation.cpp)      // moe_config into model.moe (config_read_moe.cpp)
@@ -65,7 +65,8 @@ void read_pipeline(ReadContext& x);
 
 // The parts of reading a model section that every model type shares (config_read_model.cpp), and
 // LlamaConfig's model section (config_read_llama.cpp).
-void read_llama_model(ReadContext& x);
+void read_gpt2_model(ReadContext& x);   // GPT2Config's (read_model.cpp)
+void read_llama_model(ReadContext& x);  // LlamaConfig's (read_llama.cpp)
 // compute_dtype, param_init_type, layernorm_compute_type (of the model's `norm`, e.g. LayerNorm),
 // softmax_compute_type under `k` (model.model_config.).
 void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm);

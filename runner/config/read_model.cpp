@@ -7,6 +7,7 @@
 #include "core/ops/activation.h"
 #include "models/causal_lm.h"
 #include "models/registry.h"
+#include "runner/config/arch_section.h"
 #include "runner/config/read.h"
 
 namespace gf::config_read {
@@ -100,7 +101,7 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
   std::error_code ec;
   if (!fs::exists(value, ec)) {
     const bool bare_name = value.find('/') == std::string::npos && !fs::path(value).has_extension();
-    const std::string family = x.c.model.is_llama() ? "Llama" : "GPT-2";
+    const std::string family = arch_section_or_base(x.c.model.type).family;
     x.refuse(kv(key, value) + (bare_name ? ": no hub at run time: convert/download weights (a Hugging Face " + family +
                                                " .safetensors or its directory) and give a path in load_checkpoint"
                                          : ": no such file or directory"));
@@ -118,8 +119,9 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
 
 }  // namespace
 
-void read_model(ReadContext& x) {
-  if (x.rd.get<std::string>("model.model_config.type") == "LlamaConfig") return read_llama_model(x);
+void read_model(ReadContext& x) { arch_section_or_base(x.rd.get<std::string>("model.model_config.type")).read(x); }
+
+void read_gpt2_model(ReadContext& x) {
   ModelConfig& m = x.c.model;
   KeyReader& rd = x.rd;
   const std::string k = "model.model_config.";

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "models/registry.h"
 #include "runner/config/read.h"
 
 namespace gf::config_read {
@@ -104,8 +105,11 @@ void read_moe(ReadContext& x) {
   check_counts(x);
   check_factors(x);
   warn_capacity_rule(x);
-  if (x.c.model.arch == "MixtralForCausalLM" && e.expert_num == 1)
-    x.warn("`model.arch.type: MixtralForCausalLM` with `moe_config.expert_num: 1`: a dense Llama; Mixtral's MoE layers "
+  const ModelEntry* arch = nullptr;
+  for (const ModelEntry& m : model_registry())
+    if (m.arch == x.c.model.arch) arch = &m;
+  if (arch != nullptr && arch->expects_experts && e.expert_num == 1)
+    x.warn("`model.arch.type: " + arch->arch + "` with `moe_config.expert_num: 1`: a dense Llama; Mixtral's MoE layers "
            "need moe_config.expert_num > 1 (Mixtral 8x7B: expert_num 8, num_experts_chosen 2)");
 }
 

@@ -7,6 +7,11 @@
 // `model` section instead (and its trainer.model_name).
 #include "runner/config/schema.h"
 
+#include <map>
+#include <memory>
+
+#include "runner/config/arch_section.h"
+
 #include <algorithm>
 
 namespace gf {
@@ -414,20 +419,21 @@ std::vector<std::string> split(const std::string& path) {
   }
 }
 
-YAML::Node defaults_of(const std::string& type) {
+// The shared schema with the type's own `model` section and trainer.model_name in place of the base's.
+YAML::Node defaults_of(const ArchConfigSection& section) {
   YAML::Node d = YAML::Load(kConfigDefaults);
-  if (type != "LlamaConfig") return d;
-  const YAML::Node llama = YAML::Load(kLlamaDefaults);
-  d["model"] = YAML::Clone(llama["model"]);
-  d["trainer"]["model_name"] = YAML::Clone(llama["trainer"]["model_name"]);
+  if (section.model_defaults == nullptr) return d;
+  const YAML::Node own = YAML::Load(section.model_defaults);
+  d["model"] = YAML::Clone(own["model"]);
+  d["trainer"]["model_name"] = YAML::Clone(own["trainer"]["model_name"]);
   return d;
 }
 
 }  // namespace
 
 ConfigSchema::ConfigSchema(const std::string& model_config_type)
-    : type_(model_config_type == "LlamaConfig" ? model_config_type : "GPT2Config"),
-      defaults_(defaults_of(type_)),
+    : type_(arch_section_or_base(model_config_type).config_type),
+      defaults_(defaults_of(arch_section_or_base(type_))),
       templates_(YAML::Load(kItemTemplates)),
       rules_(key_rules_of(type_)),
       foreign_(foreign_keys_of(type_)) {
@@ -458,8 +464,12 @@ const std::string* ConfigSchema::foreign_key(const std::string& path) const {
 }
 
 const ConfigSchema& config_schema(const std::string& model_config_type) {
-  static const ConfigSchema gpt2("GPT2Config"), llama("LlamaConfig");
-  return model_config_type == "LlamaConfig" ? llama : gpt2;
+  // Built once per registered type (config loading runs on one thread).
+  static std::map<std::string, std::unique_ptr<ConfigSchema>> built;
+  const std::string& type = arch_section_or_base(model_config_type).config_type;
+  auto it = built.find(type);
+  if (it == built.end()) it = built.emplace(type, std::make_unique<ConfigSchema>(type)).first;
+  return *it->second;
 }
 
 }  // namespace gf

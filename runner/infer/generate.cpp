@@ -262,9 +262,8 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
                                  " is outside the model's vocabulary (vocab_size " + std::to_string(V) + ")");
   }
   // The lengths: prompt + generated tokens, within the learned positions.
-  const int64_t pos_limit = cfg.model.position_embedding_type == "rope" || cfg.model.arch != "GPT2LMHeadModel"
-                                ? INT64_MAX
-                                : cfg.model.max_position_embeddings;
+  const int64_t learned = find_model(cfg.model.arch, cfg.model.type).spec(cfg.model).positions;  // 0: rotary only
+  const int64_t pos_limit = learned > 0 ? learned : INT64_MAX;
   limit.assign(prompts.size(), 0);
   int64_t capacity = 1;
   for (size_t i = 0; i < prompts.size(); ++i) {

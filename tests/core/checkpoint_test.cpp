@@ -99,7 +99,7 @@ SmallConfig llama_small(bool vocab_emb_dp) {
 }
 
 Placement placement_of(const SmallConfig& c, int rank, int tp) {
-  return c.is_llama() ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
+  return (c.type == "LlamaConfig") ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
                       : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
 }
 
@@ -186,12 +186,12 @@ TEST(Checkpoint, PiecesOfCoverFlatRangesOfModelTensorsOnce) {
       for (int tp : {1, 2, 4}) {
         for (int r = 0; r < tp; ++r) {
           const Placement p = placement_of(cfg, r, tp);
-          const TensorPlacement& emb = p.at(cfg.is_llama() ? "model.embed_tokens.weight" : "wte.weight");
+          const TensorPlacement& emb = p.at((cfg.type == "LlamaConfig") ? "model.embed_tokens.weight" : "wte.weight");
           int64_t held = 0;
           for (const auto& s : emb.pieces) held += s.global.numel();
           saw_padding = saw_padding || held < emb.numel();
           check_pieces_cover(p,
-                             std::string(cfg.is_llama() ? "llama" : "gpt2") + " tp " + std::to_string(tp) + " rank " +
+                             std::string((cfg.type == "LlamaConfig") ? "llama" : "gpt2") + " tp " + std::to_string(tp) + " rank " +
                                  std::to_string(r) + (vocab_emb_dp ? " vocab replicated" : " vocab split"),
                              rng);
         }

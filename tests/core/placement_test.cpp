@@ -64,7 +64,7 @@ SmallConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv
 }
 
 Placement placement_of(const SmallConfig& c, int rank, int tp) {
-  return c.is_llama() ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
+  return (c.type == "LlamaConfig") ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
                       : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
 }
 

@@ -46,7 +46,7 @@ ModelConfig llama_cfg() {
 std::unique_ptr<TransformerLM> build(const ModelConfig& c, int64_t B, const StageOptions& st = {},
                                      const ModelLayout& layout = {}) {
   static ParallelContext ctx = ParallelContext::single();  // outlives the models, which keep its communicators
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx, st);
+  if ((c.type == "LlamaConfig")) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx, st);
   return std::make_unique<GPT2LMHeadModel>(c, layout, B, ctx, st);
 }
 
@@ -107,7 +107,7 @@ void check_ranges(const ModelConfig& c, const std::vector<std::pair<int64_t, int
   const float* dh = nullptr;
   for (size_t i = stages.size(); i-- > 0;) {
     TransformerLM& s = *stages[i];
-    if (i == 0 && stages.size() > 1 && !c.is_llama()) {
+    if (i == 0 && stages.size() > 1 && !(c.type == "LlamaConfig")) {
       const TensorPlacement& mine = s.params().at("wte.weight");
       const TensorPlacement& last = stages.back()->params().at("wte.weight");
       std::memcpy(s.grads() + mine.offset, stages.back()->grads() + last.offset, sizeof(float) * mine.numel());
@@ -195,9 +195,9 @@ TEST_P(Models, PlannedActivationBytesEqualAllocatedBytes) {
                                     : RecomputePolicy::kNone;
     layout.recompute_num_layers = md.layers;
     layout.compute = parse_compute_dtype(md.dtype);
-    if (md.flash && c.is_llama()) c.num_kv_heads = c.num_heads;  // the fused core reads multi-head shapes
+    if (md.flash && (c.type == "LlamaConfig")) c.num_kv_heads = c.num_heads;  // the fused core reads multi-head shapes
     c.use_flash_attention = md.flash;
-    const TransformerSpec spec = c.is_llama() ? llama_spec(c) : gpt2_spec(c);
+    const TransformerSpec spec = (c.type == "LlamaConfig") ? llama_spec(c) : gpt2_spec(c);
     const int64_t planned = TransformerLM::activation_plan(spec, c, layout, 3, 0).bytes();
     const int64_t before = aligned_buffer_live_bytes();
     auto m = build(c, 3, {}, layout);

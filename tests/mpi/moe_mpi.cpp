@@ -48,7 +48,7 @@ ModelConfig config(bool llama, double capacity) {
 
 std::unique_ptr<TransformerLM> build(const ModelConfig& c, const ModelLayout& layout, int64_t B,
                                      const ParallelContext& ctx) {
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx);
+  if ((c.type == "LlamaConfig")) return std::make_unique<LlamaForCausalLM>(c, layout, B, ctx);
   return std::make_unique<GPT2LMHeadModel>(c, layout, B, ctx);
 }
 
@@ -204,8 +204,8 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
           }
           EXPECT_EQ(got.a2a_bytes, expect) << what << ": all-to-all bytes sent by rank " << ctx.world_rank();
         }
-        const ParamTable table = TransformerLM::make_param_table(c.is_llama() ? llama_spec(c) : gpt2_spec(c),
-                                                                 c.is_llama() ? NameMap(llama_name) : NameMap(gpt2_name));
+        const ParamTable table = TransformerLM::make_param_table((c.type == "LlamaConfig") ? llama_spec(c) : gpt2_spec(c),
+                                                                 (c.type == "LlamaConfig") ? NameMap(llama_name) : NameMap(gpt2_name));
         double worst = 0;
         std::string worst_name;
         for (size_t i = 0; i < ref.grads.size(); ++i) {

@@ -36,7 +36,7 @@ ModelConfig config(bool llama, int tp) {
 
 std::unique_ptr<TransformerLM> build(const ModelConfig& c, const ModelLayout& layout, const ParallelContext& ctx,
                                      const StageOptions& st) {
-  if (c.is_llama()) return std::make_unique<LlamaForCausalLM>(c, layout, 2, ctx, st);
+  if ((c.type == "LlamaConfig")) return std::make_unique<LlamaForCausalLM>(c, layout, 2, ctx, st);
   return std::make_unique<GPT2LMHeadModel>(c, layout, 2, ctx, st);
 }
 

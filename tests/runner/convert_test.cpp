@@ -221,7 +221,7 @@ void check_tp2_checkpoint(const std::string& golden_file) {
   std::vector<std::string> fragments;
   std::map<std::string, std::vector<float>> full;
   for (int rank = 0; rank < 2; ++rank) {
-    const Placement placed = c.is_llama() ? LlamaForCausalLM::make_placement(c, layout, rank)
+    const Placement placed = (c.type == "LlamaConfig") ? LlamaForCausalLM::make_placement(c, layout, rank)
                                           : GPT2LMHeadModel::make_placement(c, layout, rank);
     AlignedBuffer<float> arena(static_cast<size_t>(placed.total_floats()));
     std::vector<ckpt::Piece> pieces;
@@ -243,7 +243,7 @@ void check_tp2_checkpoint(const std::string& golden_file) {
   ASSERT_EQ(s.skipped.size(), 1u);
   EXPECT_EQ(s.skipped.begin()->second.size(), 2 * full.size()) << "the two AdamW moments of every parameter";
   std::map<std::string, std::vector<float>> want;
-  for (const auto& [name, v] : full) want[(c.is_llama() ? "" : "transformer.") + name] = v;
+  for (const auto& [name, v] : full) want[((c.type == "LlamaConfig") ? "" : "transformer.") + name] = v;
   expect_bitwise_equal(read_hf(d / "hf.safetensors"), want, golden_file + " saved by 2 tensor-parallel ranks");
   expect_golden_logits(golden_file, d / "hf.safetensors");
 }

@@ -43,13 +43,12 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
     return true;
   };
   std::vector<StageOptions> out;
+  const std::vector<int64_t> bounds = layer_bounds(stage_layers);
   for (int c = 0; c < shape.chunks; ++c) {
     const int k = c * shape.stages + stage;
-    int64_t begin = 0;
-    for (int j = 0; j < k; ++j) begin += stage_layers[static_cast<size_t>(j)];
     StageOptions st;
-    st.layer_begin = begin;
-    st.layer_end = begin + stage_layers[static_cast<size_t>(k)];
+    st.layer_begin = bounds[static_cast<size_t>(k)];
+    st.layer_end = bounds[static_cast<size_t>(k) + 1];
     st.slots = std::max(1, slots.at(static_cast<size_t>(c)));
     st.defer_weight_grads = sched == pipeline::Scheduler::kZBH1;
     st.share_logits = k == shape.stages * shape.chunks - 1 && forward_then_backward(c);

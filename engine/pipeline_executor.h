@@ -14,6 +14,7 @@
 #include "core/math/aligned_buffer.h"
 #include "models/pipeline_stage.h"
 #include "parallel/communicator.h"
+#include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace gf {

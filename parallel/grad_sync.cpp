@@ -72,8 +72,11 @@ std::vector<ArenaRange> GradientSync::shards() const {
   return r;
 }
 
-void GradientSync::set_pipeline(const Communicator* pp, const std::vector<ArenaRange>& duplicate) {
+void GradientSync::set_pipeline(const Communicator* pp, ArenaRange tied, bool first_stage) {
   pp_ = pp;
+  tied_ = tied;
+  const std::vector<ArenaRange> duplicate =
+      first_stage || tied.end <= tied.begin ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied};
   for (const ArenaRange& d : duplicate) {
     std::vector<ArenaRange> kept;
     for (const ArenaRange& r : norm_ranges_) {
@@ -100,6 +103,8 @@ void GradientSync::grads_ready_from(int64_t offset) {
 }
 
 void GradientSync::finish() {
+  // A tied embedding's two copies (lookup on the first stage, head on the last) summed into both.
+  if (tied_.end > tied_.begin) ctx_.embed().allreduce_sum(grads_ + tied_.begin, tied_.end - tied_.begin);
   grads_ready_from(0);
   for (auto& p : pending_) {
     if (p.done()) continue;

@@ -51,10 +51,11 @@ class GradientSync {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool sharded() const { return sharded_; }
 
-  // Pipeline parallelism: each stage holds its own layers, so the norm also sums over `pp`; the
-  // ranges in `duplicate` (the last stage's copy of a tied embedding, whose gradient the two
-  // copies sum between them) are left out of it. Call before the first step.
-  void set_pipeline(const Communicator* pp, const std::vector<ArenaRange>& duplicate);
+  // Pipeline parallelism: each stage holds its own layers, so the norm also sums over `pp`.
+  // `tied`: this stage's copy of a tied embedding (empty on a stage without one). The first stage's
+  // copy (the lookup) and the last's (the head) sum their gradients over the context's embed group
+  // in finish(); the norm counts the first stage's only. Call before the first step.
+  void set_pipeline(const Communicator* pp, ArenaRange tied, bool first_stage);
 
   void begin_step(float* grads);
   // Backward has finished every gradient at arena offsets >= `offset` on this rank.
@@ -82,6 +83,7 @@ class GradientSync {
   std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm (dense)
   std::vector<ArenaRange> expert_norm_ranges_;
   const Communicator* pp_ = nullptr;
+  ArenaRange tied_{0, 0};
   std::vector<float> staging_;
 };
 

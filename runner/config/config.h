@@ -1,6 +1,6 @@
 // The typed configuration: the MindFormers-style YAML checked against the schema
-// (config_schema.cpp), defaults filled in, --set overrides applied, then read into structs. Every
-// key of the schema has a disposition (config_keys.cpp): read into a field here, warned about, or
+// (runner/config/schema.cpp), defaults filled in, --set overrides applied, then read into structs. Every
+// key of the schema has a disposition (runner/config/keys.cpp): read into a field here, warned about, or
 // refused; nothing is dropped without a word.
 #pragma once
 #include <yaml-cpp/yaml.h>
@@ -18,6 +18,7 @@
 #include "models/layout.h"
 #include "models/model_config.h"
 #include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace gf {
 
@@ -38,9 +39,9 @@ struct ParallelConfig {
   bool vocab_emb_dp = true;
   int64_t gradient_aggregation_group = 4;
   bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
-  // parallel.pipeline_config.pipeline_scheduler, normalised: "gpipe", "1f1b", "interleaved" (also what
-  // "1f1b" becomes with pipeline_chunks > 1), "zero_bubble_h1" (aliases zbh1, zb-h1, zero_bubble).
-  std::string pipeline_scheduler = "1f1b";
+  // parallel.pipeline_config.pipeline_scheduler, parsed (pipeline::parse_scheduler: gpipe, 1f1b,
+  // interleaved, which 1f1b becomes with pipeline_chunks > 1, zero_bubble_h1 and its aliases).
+  pipeline::Scheduler pipeline_scheduler = pipeline::Scheduler::k1F1B;
   // Model chunks per stage (virtual stages): model.model_config.pp_interleave_num when
   // parallel.pipeline_config.pipeline_interleave is True and pipeline_stage > 1, else 1.
   int64_t pipeline_chunks = 1;
@@ -145,7 +146,7 @@ struct Settings {
   int64_t per_print_times = 1;
   CheckpointConfig checkpoint;
   // TensorBoard (runner/report/tensorboard.h): the directory rank 0 writes this run's event file to ("": none)
-  // and the key that named it, for the log (config_read_tensorboard.cpp decides between them).
+  // and the key that named it, for the log (runner/config/read_tensorboard.cpp decides between them).
   std::string tensorboard_dir, tensorboard_dir_from;
   GenerationConfig generation;
   ProfileConfig profile;

@@ -1,9 +1,9 @@
-// What gridformer does with every key of the schema: one rule per leaf (config_schema.h says what
+// What gridformer does with every key of the schema: one rule per leaf (runner/config/schema.h says what
 // each KeyUse means). kBuilt and kChecked keys are read in config_read*.cpp; kCpu, kIgnored and
 // kRefused keys are handled by config_tree::apply_rules from this table alone, so the loader never
 // reads them. tests/runner/config_keys_test.cpp proves every rule against the loader. The sections
-// every model shares and GPT2Config's model section are here; LlamaConfig's in config_keys_llama.cpp,
-// moe_config's in config_keys_moe.cpp.
+// every model shares and GPT2Config's model section are here; LlamaConfig's in runner/config/keys_llama.cpp,
+// moe_config's in runner/config/keys_moe.cpp.
 #include <algorithm>
 #include <utility>
 
@@ -200,9 +200,9 @@ std::vector<KeyRule> common_rules() {
       {"callbacks.*.type", kBuilt, "per_print_times, checkpoint, tensorboard_dir (MFLossMonitor, CheckpointMonitor, "
                                    "SummaryMonitor, ObsMonitor: a no-op off ModelArts as in MindFormers; others warned)"},
       {"callbacks.*.per_print_times", kBuilt, "per_print_times"},
-      {"callbacks.*.summary_dir", kBuilt, "tensorboard_dir (SummaryMonitor; config_read_tensorboard.cpp)"},
-      {"tensorboard_dir", kBuilt, "tensorboard_dir (Megatron's; config_read_tensorboard.cpp)"},
-      {"tensorboard.tensorboard_dir", kBuilt, "tensorboard_dir, + /rank_0 as MindFormers (config_read_tensorboard.cpp)"},
+      {"callbacks.*.summary_dir", kBuilt, "tensorboard_dir (SummaryMonitor; runner/config/read_tensorboard.cpp)"},
+      {"tensorboard_dir", kBuilt, "tensorboard_dir (Megatron's; runner/config/read_tensorboard.cpp)"},
+      {"tensorboard.tensorboard_dir", kBuilt, "tensorboard_dir, + /rank_0 as MindFormers (runner/config/read_tensorboard.cpp)"},
       {"tensorboard.tensorboard_queue_size", kChecked, "warned when not 10: events are written at each line, not queued"},
       {"tensorboard.log_loss_scale_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},
       {"tensorboard.log_timers_to_tensorboard", kChecked, "warned when True: every scalar is written anyway"},

@@ -1,5 +1,5 @@
-// The parts of the key rules (config_schema.h) that config_keys.cpp, config_keys_llama.cpp and
-// config_keys_moe.cpp share: the reasons several keys give, LlamaConfig's model section and the
+// The parts of the key rules (runner/config/schema.h) that runner/config/keys.cpp, runner/config/keys_llama.cpp and
+// runner/config/keys_moe.cpp share: the reasons several keys give, LlamaConfig's model section and the
 // moe_config section.
 #pragma once
 #include <string>
@@ -31,7 +31,7 @@ inline constexpr const char* kInterleaveNum =
 // GPT2Config's model section (runner/config/keys.cpp).
 std::vector<KeyRule> gpt2_model_rules();
 std::vector<KeyRule> llama_model_rules();
-// moe_config's rules (config_keys_moe.cpp), the same for every model type.
+// moe_config's rules (runner/config/keys_moe.cpp), the same for every model type.
 std::vector<KeyRule> moe_rules();
 // GPT-2's model_config keys that LlamaConfig does not have: (path, why), refused with the reason.
 std::vector<std::pair<std::string, std::string>> llama_foreign_keys();

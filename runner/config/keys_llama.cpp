@@ -1,6 +1,6 @@
 // What gridformer does with the keys of a LlamaConfig file's model section (the rest of the file
-// follows config_keys.cpp): MindFormers r1.0-r1.3 LlamaConfig's keys, each read into ModelConfig,
-// checked, warned about or refused (config_schema.h says what each KeyUse means), and the GPT-2 keys
+// follows runner/config/keys.cpp): MindFormers r1.0-r1.3 LlamaConfig's keys, each read into ModelConfig,
+// checked, warned about or refused (runner/config/schema.h says what each KeyUse means), and the GPT-2 keys
 // a Llama does not have, refused with what a Llama uses instead.
 // tests/runner/config_keys_llama_test.cpp proves every rule against the loader.
 #include "runner/config/keys.h"

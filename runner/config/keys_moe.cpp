@@ -1,10 +1,10 @@
-// What gridformer does with every key of `moe_config` (config_schema.h says what each KeyUse
+// What gridformer does with every key of `moe_config` (runner/config/schema.h says what each KeyUse
 // means): MindFormers' MoEConfig arguments (r0.8-r1.3, read from
 // mindformers/modules/transformer/moe.py and the routers that use them), r0.8's router jitter, and
 // three keys of ours that MoEConfig lacks, spelled after Megatron's (token_drop_policy,
 // moe_layer_freq, token_dispatcher). The same for every model type: a GPT2Config with experts is
 // GPT-2 MoE, a LlamaConfig with experts Mixtral-style MoE. The built keys are read in
-// config_read_moe.cpp; the layout rules that involve parallel_config (expert_num and data_parallel
+// runner/config/read_moe.cpp; the layout rules that involve parallel_config (expert_num and data_parallel
 // divisible by expert_parallel) are in layout_check.cpp.
 // tests/runner/config_keys_test.cpp and config_keys_llama_test.cpp prove every rule on the loader.
 #include "runner/config/keys.h"

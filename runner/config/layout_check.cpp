@@ -85,7 +85,7 @@ std::vector<std::string> pipeline_problems(const Config& cfg) {
     out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is less than `parallel_config.pipeline_stage` ({}): "
                               "every stage needs a micro-batch of its own in flight; use micro_batch_num: {} or more {}",
                               m, pp, pp, batch));
-  else if (p.pipeline_scheduler == "interleaved" && m % pp != 0) {
+  else if (p.pipeline_scheduler == pipeline::Scheduler::kInterleaved && m % pp != 0) {
     const int64_t below = m / pp * pp, above = below + pp;
     out.push_back(fmt::format("`parallel_config.micro_batch_num` ({}) is not a multiple of `parallel_config.pipeline_stage` "
                               "({}), which the interleaved schedule (`parallel.pipeline_config.pipeline_scheduler`, {} "
@@ -100,7 +100,7 @@ std::vector<std::string> pipeline_problems(const Config& cfg) {
                               "per step); set gradient_accumulation_steps: 1 and micro_batch_num: {} for the same global "
                               "batch",
                               cfg.gradient_accumulation_steps, pp, m * cfg.gradient_accumulation_steps));
-  if (p.pipeline_scheduler == "zero_bubble_h1" && (cfg.recompute || cfg.select_recompute))
+  if (p.pipeline_scheduler == pipeline::Scheduler::kZBH1 && (cfg.recompute || cfg.select_recompute))
     out.push_back(fmt::format("`parallel.pipeline_config.pipeline_scheduler: zero_bubble_h1` with `recompute_config.{}: "
                               "True`: the deferred weight pass reads activations that recompute overwrites; use "
                               "pipeline_scheduler: 1f1b with recompute, or turn recompute off",

@@ -1,5 +1,5 @@
 // Reading the run's keys into Settings: training, parallel layout, optimizer and learning rate,
-// callbacks, datasets. Each function reads only kBuilt and kChecked keys (config_keys.cpp) and
+// callbacks, datasets. Each function reads only kBuilt and kChecked keys (runner/config/keys.cpp) and
 // says what it cannot honour.
 #include <algorithm>
 #include <string>

@@ -1,6 +1,6 @@
 // Reading the resolved config tree into Settings (internal to config.cpp). Every read goes through
 // KeyReader, which records the key path: the config tests compare what was read with the
-// dispositions of config_keys.cpp.
+// dispositions of runner/config/keys.cpp.
 #pragma once
 #include <yaml-cpp/yaml.h>
 
@@ -48,7 +48,7 @@ void read_training(ReadContext& x);
 void read_parallel(ReadContext& x);
 void read_optimizer(ReadContext& x);
 void read_callbacks(ReadContext& x);
-// TensorBoard (config_read_tensorboard.cpp): the SummaryMonitor callback's keys; one SummaryMonitor
+// TensorBoard (runner/config/read_tensorboard.cpp): the SummaryMonitor callback's keys; one SummaryMonitor
 // item (`at`: callbacks.N), from read_callbacks; then, after read_callbacks, the top-level
 // tensorboard_dir and MindFormers' tensorboard section, and which directory is used.
 const std::vector<std::string>& summary_monitor_keys();
@@ -58,13 +58,13 @@ void read_datasets(ReadContext& x);
 void read_model(ReadContext& x);  // the model section, by its type's reader (runner/config/arch_section.h)
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
 void read_moe(ReadContext& x);
-void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (config_read_generation.cpp)      // moe_config into model.moe (config_read_moe.cpp)
+void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (runner/config/read_generation.cpp)      // moe_config into model.moe (runner/config/read_moe.cpp)
 // The pipeline keys into ParallelConfig: scheduler, model chunks, offset and the layers of each stage
-// (config_read_pipeline.cpp); after read_parallel and read_model.
+// (runner/config/read_pipeline.cpp); after read_parallel and read_model.
 void read_pipeline(ReadContext& x);
 
-// The parts of reading a model section that every model type shares (config_read_model.cpp), and
-// LlamaConfig's model section (config_read_llama.cpp).
+// The parts of reading a model section that every model type shares (runner/config/read_model.cpp), and
+// LlamaConfig's model section (runner/config/read_llama.cpp).
 void read_gpt2_model(ReadContext& x);   // GPT2Config's (read_model.cpp)
 void read_llama_model(ReadContext& x);  // LlamaConfig's (read_llama.cpp)
 // compute_dtype, param_init_type, layernorm_compute_type (of the model's `norm`, e.g. LayerNorm),

@@ -1,5 +1,5 @@
-// Reading a LlamaConfig model section into ModelConfig (see config_read.h): the keys of MindFormers'
-// LlamaConfig that config_keys_llama.cpp marks built or checked, with the values MindFormers gives
+// Reading a LlamaConfig model section into ModelConfig (see runner/config/read.h): the keys of MindFormers'
+// LlamaConfig that runner/config/keys_llama.cpp marks built or checked, with the values MindFormers gives
 // their None. MindFormers' Llama has no dropout, so the dropout rates are 0.
 #include <string>
 #include <type_traits>

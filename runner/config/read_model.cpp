@@ -1,4 +1,4 @@
-// Reading the model, the weights to start from and the datasets into Settings (see config_read.h).
+// Reading the model, the weights to start from and the datasets into Settings (see runner/config/read.h).
 #include <cmath>
 #include <filesystem>
 #include <string>

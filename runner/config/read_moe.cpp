@@ -1,4 +1,4 @@
-// Reading moe_config into ModelConfig::moe (see config_read.h): the keys config_keys_moe.cpp marks
+// Reading moe_config into ModelConfig::moe (see runner/config/read.h): the keys runner/config/keys_moe.cpp marks
 // built, each checked as MindFormers' MoEConfig checks it (expert_num and num_experts_chosen >= 1,
 // num_experts_chosen <= expert_num) and for the values this runner builds. The rules that involve
 // parallel_config (expert_parallel dividing expert_num and data_parallel) are the layout check's

@@ -1,4 +1,4 @@
-// Reading the pipeline keys into ParallelConfig (see config_read.h): the schedule
+// Reading the pipeline keys into ParallelConfig (see runner/config/read.h): the schedule
 // (parallel.pipeline_config), the model chunks per stage (pipeline_interleave with
 // model_config.pp_interleave_num, MindFormers' keys) and the layers of each stage (num_layers split
 // by parallel/pipeline/partition.h with model_config.offset). What only the whole layout can say
@@ -95,32 +95,36 @@ int64_t read_chunks(ReadContext& x) {
 void read_scheduler(ReadContext& x) {
   auto& p = x.c.parallel;
   const std::string raw = x.rd.get<std::string>(kScheduler);
-  std::string name = raw;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (name == "zbh1" || name == "zb-h1" || name == "zero_bubble") name = "zero_bubble_h1";
-  if (name == "seqpipe" || name == "seqvpp" || name == "seqsmartvpp" || name == "zero_bubble_v") {
-    x.refuse(kv(kScheduler, raw) + ": MindSpore's " + name + " schedule is not built; gridformer schedules " +
+  std::string lower = raw;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (lower == "seqpipe" || lower == "seqvpp" || lower == "seqsmartvpp" || lower == "zero_bubble_v") {
+    x.refuse(kv(kScheduler, raw) + ": MindSpore's " + lower + " schedule is not built; gridformer schedules " +
              kSchedulers);
     return;
   }
-  if (name != "1f1b" && name != "gpipe" && name != "interleaved" && name != "zero_bubble_h1") {
+  using pipeline::Scheduler;
+  Scheduler s = Scheduler::k1F1B;
+  try {
+    s = pipeline::parse_scheduler(raw);  // the one list of names and aliases
+  } catch (const std::invalid_argument&) {
     x.refuse(kv(kScheduler, raw) + ": unknown pipeline schedule; expects " + kSchedulers);
     return;
   }
-  if (name == "1f1b" && p.pipeline_chunks > 1) name = "interleaved";
+  if (s == Scheduler::k1F1B && p.pipeline_chunks > 1) s = Scheduler::kInterleaved;
+  const std::string name = pipeline::scheduler_name(s);
   if (p.pipeline_stage == 1) {
-    if (name != "1f1b")
+    if (s != Scheduler::k1F1B)
       x.warn(kv(kScheduler, raw) + " with `parallel_config.pipeline_stage: 1`: there is no pipeline to schedule; "
              "ignored");
-  } else if (name == "interleaved" && p.pipeline_chunks == 1) {
+  } else if (s == Scheduler::kInterleaved && p.pipeline_chunks == 1) {
     x.refuse(kv(kScheduler, raw) + " needs several model chunks per stage: set " + kv(kInterleave, "True") + " and " +
              kv(kChunks, "2") + " (or more), or use pipeline_scheduler: 1f1b");
-  } else if (name != "interleaved" && p.pipeline_chunks > 1) {
+  } else if (s != Scheduler::kInterleaved && p.pipeline_chunks > 1) {
     x.refuse(kv(kScheduler, raw) + " runs one model chunk per stage, but " + kv(kInterleave, "True") + " and " +
              kv(kChunks, std::to_string(p.pipeline_chunks)) + " ask for " + std::to_string(p.pipeline_chunks) +
              ": use pipeline_scheduler: interleaved (or 1f1b, which interleaves then), or pipeline_interleave: False");
   }
-  p.pipeline_scheduler = name;
+  p.pipeline_scheduler = s;
   if (name != raw) x.rd.root()["parallel"]["pipeline_config"]["pipeline_scheduler"] = name;
 }
 

@@ -1,8 +1,8 @@
 // The schema of the YAML config: every known key with its default value and type. The resolved
 // config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
 // prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
-// their item keys from kItemTemplates. What each key does: config_keys.cpp (config_keys_llama.cpp,
-// config_keys_moe.cpp).
+// their item keys from kItemTemplates. What each key does: runner/config/keys.cpp (runner/config/keys_llama.cpp,
+// runner/config/keys_moe.cpp).
 // kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has kLlamaDefaults'
 // `model` section instead (and its trainer.model_name).
 #include "runner/config/schema.h"
@@ -298,7 +298,7 @@ processor:
 // use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
 // name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
 // position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
-// config_keys_llama.cpp.
+// runner/config/keys_llama.cpp.
 const char* const kLlamaDefaults = R"YAML(
 trainer:
   model_name: llama

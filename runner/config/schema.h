@@ -1,5 +1,5 @@
-// The config schema (config_schema.cpp: every key with its default) and what gridformer does with
-// each key (config_keys.cpp, config_keys_llama.cpp). Used by config.cpp and config_tree.cpp.
+// The config schema (runner/config/schema.cpp: every key with its default) and what gridformer does with
+// each key (runner/config/keys.cpp, runner/config/keys_llama.cpp). Used by config.cpp and runner/config/tree.cpp.
 //
 // The schema depends on the model: `model.model_config.type` picks the keys of `model.model_config`
 // (GPT2Config's, the default, or LlamaConfig's, as MindFormers' config classes take them); every

@@ -21,7 +21,7 @@ void check(const YAML::Node& user, const ConfigSchema& schema, std::vector<std::
 // null user values keep the default).
 YAML::Node overlay(const YAML::Node& defaults, const YAML::Node& user);
 
-// Applies the kCpu, kIgnored and kRefused rules (config_schema.h) to the resolved tree: one warning
+// Applies the kCpu, kIgnored and kRefused rules (runner/config/schema.h) to the resolved tree: one warning
 // per kCpu key set to something that would matter on an accelerator (true, non-zero, non-empty, and
 // not the default), one warning per reason for the kIgnored keys not at their default, one error
 // per kRefused key not at its default. A leaf without a rule is an error (a schema key nobody

@@ -111,9 +111,11 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
     if (cfg.parallel.pipeline_chunks > 1 || static_cast<int>(layers.size()) != ctx.size(GridAxis::kPp))
       throw std::runtime_error("predict runs one model chunk per pipeline stage: turn "
                                "parallel.pipeline_config.pipeline_interleave off for generation");
+    const std::vector<int64_t> bounds = layer_bounds(layers);
+    const auto stage = static_cast<size_t>(ctx.index(GridAxis::kPp));
     StageOptions st;
-    for (int k = 0; k < ctx.index(GridAxis::kPp); ++k) st.layer_begin += layers[static_cast<size_t>(k)];
-    st.layer_end = st.layer_begin + layers[static_cast<size_t>(ctx.index(GridAxis::kPp))];
+    st.layer_begin = bounds[stage];
+    st.layer_end = bounds[stage + 1];
     const ModelEntry& entry = find_model(m.arch, m.type);
     model = std::make_unique<TransformerLM>(entry.spec(m), entry.names, m, layout, 1, ctx, st);
   } else {

@@ -52,7 +52,7 @@ std::string plan_report(const Config& cfg, int ranks) {
     out += fmt::format("pipeline: {} stages{}, layers per {}stage [{}], schedule {}, {} micro-batches per step (global "
                        "batch {} samples)\n",
                        pc.pipeline_stage, pc.pipeline_chunks > 1 ? fmt::format(" x {} model chunks", pc.pipeline_chunks) : "",
-                       pc.pipeline_chunks > 1 ? "virtual " : "", layers, pc.pipeline_scheduler, pc.micro_batch_num,
+                       pc.pipeline_chunks > 1 ? "virtual " : "", layers, pipeline::scheduler_name(pc.pipeline_scheduler), pc.micro_batch_num,
                        global_batch_size(cfg));
   } else if (cfg.gradient_accumulation_steps > 1) {
     out += fmt::format("gradient accumulation: {} micro-batches of {} per step per data-parallel rank (global batch {} "
@@ -85,7 +85,7 @@ std::string plan_report(const Config& cfg, int ranks) {
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
   if (pp > 1) {
-    const pipeline::Scheduler sched = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
+    const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
     const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
                                 static_cast<int>(cfg.parallel.pipeline_chunks)};
     out += fmt::format("schedule {}: analytic bubble {:.1f}% of the step (equal stages); each stage below holds its "

@@ -89,10 +89,8 @@ StepResult Trainer::train_step(int64_t step) {
         scale);
     const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     schedule.end();
-    trace::Span reductions("pipeline", "pipeline reductions");  // tied embedding, loss, bubble
+    trace::Span reductions("pipeline", "pipeline reductions");  // loss, bubble (the tied embedding: grad sync)
     moe_acc_ = pipe_->moe_stats();
-    // The tied embedding's two gradients (lookup on the first stage, head on the last) summed into both.
-    if (tied_.end > tied_.begin) ctx_.embed().allreduce_sum(grads + tied_.begin, tied_.end - tied_.begin);
     ctx_.group(GridAxis::kPp).allreduce_sum(&loss_sum, 1);  // the last stage's
     // The bubble as the schedule's analytic one counts it: over one window for every stage (the
     // slowest stage's time in the schedule; a stage that finishes early idles until the step's

@@ -149,7 +149,7 @@ class Trainer {
   pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
   pipeline::Shape shape_;
   std::vector<int64_t> stage_layers_;  // layers per virtual stage
-  ArenaRange tied_{0, 0};   // the tied embedding's gradient on the first and last stage (summed between them)
+  ArenaRange tied_{0, 0};   // the tied embedding on the first and last stage (GradientSync sums its gradient)
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
   bool hook_armed_ = true;     // the data-parallel reduction starts during the last micro-batch's backward only
   std::vector<MoeLayerStats> moe_acc_;  // the step's router statistics, over its micro-batches

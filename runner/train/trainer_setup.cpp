@@ -66,7 +66,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   model_->set_grad_ready_hook([this](int64_t offset) {
     if (hook_armed_) sync_->grads_ready_from(offset);
   });
-  if (pipe_) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), ctx_.index(GridAxis::kPp) == 0 ? std::vector<ArenaRange>{} : std::vector<ArenaRange>{tied_});
+  if (pipe_) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), tied_, ctx_.index(GridAxis::kPp) == 0);
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
   if (sync_->expert_shard_end() > sync_->expert_shard_begin())
     opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
@@ -98,7 +98,7 @@ void Trainer::setup_pipeline() {
   const Config& cfg = cfg_;
   const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
   const TransformerSpec spec = entry.spec(cfg.model);
-  sched_ = pipeline::parse_scheduler(cfg.parallel.pipeline_scheduler);
+  sched_ = cfg.parallel.pipeline_scheduler;
   shape_ = {ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);

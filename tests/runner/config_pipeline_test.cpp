@@ -55,7 +55,7 @@ TEST(ConfigPipeline, OneStageHoldsEveryLayer) {
     const Config c = load_config_string(yaml, with({}));
     EXPECT_EQ(c.parallel.pipeline_stage, 1);
     EXPECT_EQ(c.parallel.pipeline_chunks, 1);
-    EXPECT_EQ(c.parallel.pipeline_scheduler, "1f1b");
+    EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), "1f1b");
     EXPECT_EQ(c.parallel.stage_layers, V({8}));
     EXPECT_EQ(c.parallel.layer_offset, LayerOffset{});
     EXPECT_EQ(c.gradient_accumulation_steps, 1);
@@ -82,8 +82,8 @@ TEST(ConfigPipeline, EachKeyReachesItsField) {
     EXPECT_EQ(m.parallel.micro_batch_num, 8);
     EXPECT_EQ(micro_batches_per_step(m), 8);
     EXPECT_EQ(probe("runner_config.gradient_accumulation_steps=3").gradient_accumulation_steps, 3);
-    EXPECT_EQ(probe(kSched + "gpipe").parallel.pipeline_scheduler, "gpipe");
-    EXPECT_EQ(probe(kSched + "zero_bubble_h1").parallel.pipeline_scheduler, "zero_bubble_h1");
+    EXPECT_EQ(pipeline::scheduler_name(probe(kSched + "gpipe").parallel.pipeline_scheduler), "gpipe");
+    EXPECT_EQ(pipeline::scheduler_name(probe(kSched + "zero_bubble_h1").parallel.pipeline_scheduler), "zero_bubble_h1");
     const Config off = probe(kMC + "offset=[1, -1]");
     EXPECT_EQ(off.parallel.layer_offset, LayerOffset::per_stage({1, -1}));
     EXPECT_EQ(off.parallel.stage_layers, V({5, 3}));
@@ -97,7 +97,7 @@ TEST(ConfigPipeline, InterleavingTakesBothKeysAndOneFOneBBecomesInterleaved) {
     const Config c = load_config_string(yaml, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kInterleave,
                                                     kMC + "pp_interleave_num=2"}));
     EXPECT_EQ(c.parallel.pipeline_chunks, 2);
-    EXPECT_EQ(c.parallel.pipeline_scheduler, "interleaved");
+    EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), "interleaved");
     EXPECT_EQ(c.parallel.stage_layers, V({2, 2, 2, 2}));  // virtual stage k = chunk x 2 + stage
     EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
     EXPECT_EQ(problems(yaml, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kInterleave,
@@ -110,7 +110,7 @@ TEST(ConfigPipeline, InterleavingTakesBothKeysAndOneFOneBBecomesInterleaved) {
     const Config named = load_config_string(yaml, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kInterleave,
                                                         kMC + "pp_interleave_num=2", kSched + "Interleaved",
                                                         kMC + "offset=[[1, 0], [0, -1]]"}));
-    EXPECT_EQ(named.parallel.pipeline_scheduler, "interleaved");
+    EXPECT_EQ(pipeline::scheduler_name(named.parallel.pipeline_scheduler), "interleaved");
     EXPECT_EQ(named.parallel.stage_layers, V({3, 2, 2, 1}));
     EXPECT_EQ(named.parallel.layer_offset, LayerOffset::per_chunk_stage({{1, 0}, {0, -1}}));
   }
@@ -122,7 +122,7 @@ TEST(ConfigPipeline, SchedulerNamesAreCaseInsensitiveWithAliases) {
       {"ZBH1", "zero_bubble_h1"}, {"zb-h1", "zero_bubble_h1"}, {"zero_bubble", "zero_bubble_h1"}};
   for (auto [given, name] : names) {
     const Config c = load_config_string(kMinimal, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=2", kSched + given}));
-    EXPECT_EQ(c.parallel.pipeline_scheduler, name) << given;
+    EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), name) << given;
     EXPECT_TRUE(c.warnings.empty()) << given;
     EXPECT_TRUE(same(load_config_string(dump_resolved(c)), c)) << given;
   }
@@ -177,7 +177,7 @@ TEST(ConfigPipeline, WhatMeansNothingIsSaidOnce) {
   // pp_interleave_num without pipeline_interleave: one chunk.
   c = load_config_string(kMinimalLlama, with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=2", kMC + "pp_interleave_num=2"}));
   EXPECT_EQ(c.parallel.pipeline_chunks, 1);
-  EXPECT_EQ(c.parallel.pipeline_scheduler, "1f1b");
+  EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), "1f1b");
   EXPECT_TRUE(has_warning(c, "`model.model_config.pp_interleave_num: 2` without `parallel.pipeline_config.pipeline_interleave: "
                              "True` means nothing"));
   // pipeline_interleave at one stage, or with one chunk.
@@ -333,7 +333,7 @@ TEST(ConfigPipeline, MindFormersPipelineFilesLoadAsWritten) {
   Config c = load_config(data("r1.2/run_gpt2_52b.yaml"));
   EXPECT_EQ(c.parallel.pipeline_stage, 16);
   EXPECT_EQ(c.parallel.stage_layers, V(16, 4));
-  EXPECT_EQ(c.parallel.pipeline_scheduler, "1f1b");
+  EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), "1f1b");
   EXPECT_EQ(global_batch_size(c), 2 * 8 * 64);
   EXPECT_EQ(layout_error_message(c, 8 * 16), "");
   EXPECT_FALSE(has_warning(c, "micro_batch_num"));

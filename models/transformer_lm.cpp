@@ -107,19 +107,30 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   return d;
 }
 
-// Every buffer, in one order for both passes. Layers under full recompute share one set of
-// buffers (only their output is their own); under selective recompute the attention
-// probabilities and the activation function's output are shared. Slots share the scratch.
-void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
-  const int64_t N = d.N, Nl = d.Nl, C = d.C;
-  auto ints = [&](const std::string& n, int64_t count) { return reinterpret_cast<int32_t*>(p.take(n, count)); };
-  auto norm_acts = [&](const std::string& n) {
+// lay_out's parts, taking the plan's buffers in lay_out's one order: per slot its inputs, layers and
+// head, then the backward, tensor-parallel, fused-attention and MoE scratch. Layers under full
+// recompute share one set of buffers (only their output is their own); under selective recompute the
+// attention probabilities and the activation function's output are shared.
+struct TransformerLM::LayoutBuilder {
+  const StageDims& d;
+  BufferPlan& p;
+  const int64_t N, Nl, C, probs, lse;
+  TransformerLayer::Acts shared;
+  MoeBlock::Acts shared_moe;
+  bool have_shared = false, have_shared_core = false, have_shared_moe = false;
+
+  LayoutBuilder(const StageDims& dims, BufferPlan& plan)
+      : d(dims), p(plan), N(dims.N), Nl(dims.Nl), C(dims.C), probs(dims.B * dims.heads_local * dims.T * dims.T),
+        lse(dims.B * dims.heads_local * dims.T) {}
+
+  int32_t* ints(const std::string& n, int64_t count) { return reinterpret_cast<int32_t*>(p.take(n, count)); }
+  NormBlock::Acts norm_acts(const std::string& n) {
     NormBlock::Acts a;
     if (d.layer_norm) a.mean = p.take(n + ".mean", Nl);
     a.rstd = p.take(n + ".rstd", Nl);
     return a;
-  };
-  auto full_set = [&](const std::string& n, bool dense) {
+  }
+  TransformerLayer::Acts full_set(const std::string& n, bool dense) {
     TransformerLayer::Acts a;
     a.ln1 = p.take(n + ".ln1", Nl * C);
     a.n1 = norm_acts(n + ".norm1");
@@ -130,18 +141,8 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     a.n2 = norm_acts(n + ".norm2");
     if (dense) a.mlp.h = p.take(n + ".mlp_h", N * d.up_width);
     return a;
-  };
-  const MoeBlock::Dims& md = d.md;
-  auto moe_acts = [&](const std::string& n) { return MoeBlock::take_acts(p, n, md); };
-  auto moe_stats = [&](const std::string& n) {
-    return reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(md.E)));
-  };
-  MoeBlock::Acts shared_moe;
-  bool have_shared_moe = false;
-  const int64_t probs = d.B * d.heads_local * d.T * d.T, lse = d.B * d.heads_local * d.T;
-  TransformerLayer::Acts shared;
-  bool have_shared = false, have_shared_core = false;
-  auto stash = [&](const std::string& n) {
+  }
+  TransformerLayer::Grads stash(const std::string& n) {
     TransformerLayer::Grads g;
     g.dout_mlp = p.take(n + ".dout_mlp", Nl * C);
     g.dout_attn = p.take(n + ".dout_attn", Nl * C);
@@ -150,9 +151,73 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     g.attn.dqkv = p.take(n + ".dqkv", N * d.qkv_width);
     g.mlp.dh = p.take(n + ".dmlp_h", N * d.up_width);
     return g;
-  };
-  b.slots.assign(static_cast<size_t>(d.slots), Slot{});
-  for (int64_t k = 0; k < d.slots; ++k) {
+  }
+  // An MoE layer's buffers: per layer, or (full recompute) one set shared; the statistics stay per layer.
+  void moe(TransformerLayer::Acts& a, const std::string& n, Recompute mode) {
+    if (mode == Recompute::kFull) {
+      if (!have_shared_moe) {
+        shared_moe = MoeBlock::take_acts(p, "recompute.moe", d.md);
+        have_shared_moe = true;
+      }
+      a.moe = shared_moe;
+    } else {
+      a.moe = MoeBlock::take_acts(p, n, d.md);
+    }
+    a.moe.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(d.md.E)));
+  }
+  // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused, which the
+  // flash backward needs with the output; it is kept even under selective recompute, as there is
+  // nothing T x T to save); recomputed layers share them and the activation function's output.
+  void core(TransformerLayer::Acts& a, const std::string& n, int64_t l, Recompute mode) {
+    if (d.flash && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
+    if (mode == Recompute::kNone) {
+      if (!d.flash) a.attn.probs = p.take(n + ".probs", probs);
+      if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
+      return;
+    }
+    if (!have_shared_core) {
+      if (d.flash) shared.attn.lse = p.take("recompute.lse", lse);
+      else shared.attn.probs = p.take("recompute.probs", probs);
+      shared.mlp.act = p.take("recompute.mlp_act", N * d.ffn_local);
+      have_shared_core = true;
+    }
+    if (!d.flash) a.attn.probs = shared.attn.probs;
+    if (mode == Recompute::kFull) a.attn.lse = shared.attn.lse;
+    a.mlp.act = shared.mlp.act;
+  }
+  TransformerLayer::Acts layer(const std::string& n, int64_t l) {
+    const Recompute mode = d.mode(l);
+    TransformerLayer::Acts a;
+    if (mode == Recompute::kFull) {
+      if (!have_shared) {
+        shared = full_set("recompute.full", d.any_dense);
+        have_shared = true;
+      }
+      a = shared;
+    } else {
+      a = full_set(n, !d.moe.is_moe(l));
+    }
+    if (d.moe.is_moe(l)) moe(a, n, mode);
+    core(a, n, l, mode);
+    a.out = p.take(n + ".out", Nl * C);
+    return a;
+  }
+  void head(Buffers& b, int64_t k, const std::string& sn) {
+    LmHeadBlock::Acts& h = b.slots[static_cast<size_t>(k)].head;
+    h.ln = p.take(sn + ".final_norm", Nl * C);
+    h.norm = norm_acts(sn + ".final_norm");
+    if (!d.share_logits || k == 0) h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
+    else h.logits = b.slots[0].head.logits;
+    h.losses = p.take(sn + ".losses", d.head_rows);
+    h.lse = p.take(sn + ".lse", d.head_rows);
+    if (!d.defer) return;
+    h.dln = p.take(sn + ".head_dln", Nl * C);
+    if (!d.share_logits || k == 0)
+      h.dlogits_low = reinterpret_cast<std::byte*>(p.take((d.share_logits ? "head" : sn) + ".dlogits_low", d.dlogits_low_floats));
+    else
+      h.dlogits_low = b.slots[0].head.dlogits_low;
+  }
+  void slot(Buffers& b, int64_t k) {
     Slot& s = b.slots[static_cast<size_t>(k)];
     const std::string sn = "slot" + std::to_string(k);
     s.inputs = ints(sn + ".inputs", N);
@@ -162,100 +227,49 @@ void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
     if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);
     for (int64_t l = d.l0; l < d.l1; ++l) {
       const std::string n = sn + ".layer" + std::to_string(l);
-      const Recompute mode = d.mode(l);
-      TransformerLayer::Acts a;
-      if (mode == Recompute::kFull) {
-        if (!have_shared) {
-          shared = full_set("recompute.full", d.any_dense);
-          have_shared = true;
-        }
-        a = shared;
-      } else {
-        a = full_set(n, !d.moe.is_moe(l));
-      }
-      if (d.moe.is_moe(l)) {
-        // Under full recompute the layer's forward runs again before its backward (the routing and
-        // the exchanges included), so the MoE layers share one set too; the statistics stay per layer.
-        if (mode == Recompute::kFull) {
-          if (!have_shared_moe) {
-            shared_moe = moe_acts("recompute.moe");
-            have_shared_moe = true;
-          }
-          a.moe = shared_moe;
-        } else {
-          a.moe = moe_acts(n);
-        }
-        a.moe.stats = moe_stats(n);
-      }
-      // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused,
-      // which the flash backward needs with the output; it is kept even under selective recompute,
-      // as there is nothing T x T to save).
-      if (d.flash && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
-      if (mode == Recompute::kNone) {
-        if (!d.flash) a.attn.probs = p.take(n + ".probs", probs);
-        if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
-      } else {
-        if (!have_shared_core) {
-          if (d.flash) shared.attn.lse = p.take("recompute.lse", lse);
-          else shared.attn.probs = p.take("recompute.probs", probs);
-          shared.mlp.act = p.take("recompute.mlp_act", N * d.ffn_local);
-          have_shared_core = true;
-        }
-        if (!d.flash) a.attn.probs = shared.attn.probs;
-        if (mode == Recompute::kFull) a.attn.lse = shared.attn.lse;
-        a.mlp.act = shared.mlp.act;
-      }
-      a.out = p.take(n + ".out", Nl * C);
-      s.layers.push_back(a);
+      s.layers.push_back(layer(n, l));
       if (d.defer) s.stash.push_back(stash(n + ".stash"));
     }
-    if (d.last) {
-      LmHeadBlock::Acts& h = s.head;
-      h.ln = p.take(sn + ".final_norm", Nl * C);
-      h.norm = norm_acts(sn + ".final_norm");
-      if (!d.share_logits || k == 0) h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
-      else h.logits = b.slots[0].head.logits;
-      h.losses = p.take(sn + ".losses", d.head_rows);
-      h.lse = p.take(sn + ".lse", d.head_rows);
-      if (d.defer) {
-        h.dln = p.take(sn + ".head_dln", Nl * C);
-        if (!d.share_logits || k == 0)
-          h.dlogits_low = reinterpret_cast<std::byte*>(
-              p.take((d.share_logits ? "head" : sn) + ".dlogits_low", d.dlogits_low_floats));
-        else
-          h.dlogits_low = b.slots[0].head.dlogits_low;
+    if (d.last) head(b, k, sn);
+  }
+  // Backward scratch shared by the layers and the slots; tensor-parallel ([N, C] each; none on one
+  // rank), fused-attention and MoE scratch.
+  void scratch(Buffers& b) {
+    TransformerLayer::Grads& g = b.scratch;
+    g.dres = p.take("bwd.dres", Nl * C);
+    g.dout_mlp = g.dout_attn = p.take("bwd.dout", Nl * C);
+    g.dln1 = g.dln2 = p.take("bwd.dln", Nl * C);
+    g.attn.dy = p.take("bwd.attn_dy", N * d.attn_width);
+    g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
+    g.mlp.dact = p.take("bwd.mlp_dact", N * d.ffn_local);
+    g.mlp.dh = p.take("bwd.mlp_dh", N * d.up_width);
+    if (d.last && !d.defer) {
+      std::byte* low = reinterpret_cast<std::byte*>(p.take("bwd.dlogits_low", d.dlogits_low_floats));
+      for (Slot& s : b.slots) {
+        s.head.dln = g.dln1;
+        s.head.dlogits_low = low;
       }
     }
-  }
-  // Backward scratch, shared by the layers and the slots.
-  TransformerLayer::Grads& g = b.scratch;
-  g.dres = p.take("bwd.dres", Nl * C);
-  g.dout_mlp = g.dout_attn = p.take("bwd.dout", Nl * C);
-  g.dln1 = g.dln2 = p.take("bwd.dln", Nl * C);
-  g.attn.dy = p.take("bwd.attn_dy", N * d.attn_width);
-  g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
-  g.mlp.dact = p.take("bwd.mlp_dact", N * d.ffn_local);
-  g.mlp.dh = p.take("bwd.mlp_dh", N * d.up_width);
-  if (d.last && !d.defer) {
-    std::byte* low = reinterpret_cast<std::byte*>(p.take("bwd.dlogits_low", d.dlogits_low_floats));
-    for (Slot& s : b.slots) {
-      s.head.dln = g.dln1;
-      s.head.dlogits_low = low;
+    if (d.tp > 1) {
+      b.gather = p.take("tp.gather", N * C);
+      b.partial = p.take("tp.partial", N * C);
+      b.dfull = p.take("tp.dfull", N * C);
+    }
+    if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
+    if (d.any_moe) {  // shared by the MoE layers
+      b.moe = MoeBlock::take_scratch(p, d.md, d.tp);
+      for (Slot& s : b.slots)
+        for (TransformerLayer::Acts& a : s.layers) a.moe_sc = b.moe;
     }
   }
-  // Tensor-parallel scratch ([N, C] each; none on one rank).
-  if (d.tp > 1) {
-    b.gather = p.take("tp.gather", N * C);
-    b.partial = p.take("tp.partial", N * C);
-    b.dfull = p.take("tp.dfull", N * C);
-  }
-  if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
-  if (d.any_moe) {  // shared by the MoE layers
-    MoeBlock::Scratch& m = b.moe;
-    m = MoeBlock::take_scratch(p, md, d.tp);
-    for (Slot& s : b.slots)
-      for (TransformerLayer::Acts& a : s.layers) a.moe_sc = m;
-  }
+};
+
+// Every buffer, in one order for both passes (LayoutBuilder).
+void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
+  LayoutBuilder lb(d, p);
+  b.slots.assign(static_cast<size_t>(d.slots), Slot{});
+  for (int64_t k = 0; k < d.slots; ++k) lb.slot(b, k);
+  lb.scratch(b);
 }
 
 ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {

@@ -163,6 +163,7 @@ class TransformerLM : public CausalLM {
     float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
   };
   static void lay_out(const StageDims& d, BufferPlan& p, Buffers& b);
+  struct LayoutBuilder;  // lay_out's parts (transformer_lm.cpp)
   BlockEnv env(const Slot& s);
   const float* layer_input(const Slot& s, int64_t l) const;
   TransformerLayer::Grads layer_grads(const Slot& s, int64_t l) const;

@@ -242,117 +242,194 @@ std::string yaml_quoted(const std::string& s) {
   return q + "\"";
 }
 
+// Every subcommand's options, as CLI11 fills them.
+struct Cli {
+  std::string config_path, rank_table;
+  std::vector<std::string> sets;
+  // train
+  std::string save_weights, tensorboard_dir;
+  LambadaRequest lambada;
+  // predict: the decoding options are overrides of model_config's keys (predict_overrides)
+  gf::PredictRequest preq;
+  std::string load_ckpt, use_past;
+  int64_t max_decode_length = 0, top_k = -1, seed = -1;
+  double top_p = 0.0, repetition_penalty = 0.0;
+  bool do_sample = false;
+  // config, plan
+  int ranks = 0;
+  // tokenize
+  std::string vocab, merges;
+  bool decode = false;
+  // convert
+  gf::ConvertOptions conv;
+};
+
+CLI::App* add_train(CLI::App& app, Cli& c) {
+  auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
+  train->add_option("--config", c.config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", c.sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
+  train->add_option("--save-weights", c.save_weights,
+                    "after training, write the full weights (gathered from every rank) to this .safetensors file "
+                    "(the model's Hugging Face names; load_checkpoint reads it)");
+  train->add_option("--tensorboard-dir", c.tensorboard_dir,
+                    "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
+                    "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "
+                    "replaces; view with `tensorboard --logdir DIR`");
+  train->add_option("--lambada_data", c.lambada.path,
+                    "also report LAMBADA cloze accuracy on this JSON-lines file of {\"text\": ...} (Megatron's "
+                    "zero-shot LAMBADA; docs/evaluation.md): in run_mode eval after loss and perplexity, in training "
+                    "after the last step")->check(CLI::ExistingFile);
+  train->add_flag("--strict_lambada", c.lambada.strict,
+                  "whole-word matching (Megatron's --strict-lambada): the last word's every token, not the last token");
+  train->add_option("--rank_table", c.rank_table,
+                    "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
+                    "$RANK_TABLE_FILE; neither: no table)");
+  return train;
+}
+
+CLI::App* add_predict(CLI::App& app, Cli& c) {
+  auto* pred = app.add_subcommand(
+      "predict", "generate text from prompts (run_mode: predict): the text on stdout, the log on stderr; under mpirun "
+                 "with model_parallel the heads and vocabulary are split");
+  pred->add_option("--config", c.config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  pred->add_option("--set", c.sets, "override a key (repeatable)");
+  pred->add_option("--load_checkpoint", c.load_ckpt,
+                   "the weights: one of our checkpoints (or a run's checkpoint/ or output_dir), Hugging Face "
+                   "safetensors, a MindSpore .ckpt or a --save-weights file (default: the config's load_checkpoint; "
+                   "none: the seed's random weights)");
+  pred->add_option("--predict_data", c.preq.texts, "a prompt (repeatable)");
+  pred->add_option("--predict_file", c.preq.file, "a file of prompts, one a line")->check(CLI::ExistingFile);
+  pred->add_option("--predict_ids", c.preq.ids, "a prompt as token ids, space-separated (repeatable)");
+  pred->add_option("--max_decode_length", c.max_decode_length,
+                   "prompt + generated tokens per prompt (model_config.max_decode_length)")->check(CLI::PositiveNumber);
+  pred->add_option("--max_new_tokens", c.preq.max_new_tokens, "generated tokens per prompt (instead of max_decode_length)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--predict_batch_size", c.preq.batch, "prompts decoded together (default: all)")
+      ->check(CLI::PositiveNumber);
+  pred->add_flag("--do_sample", c.do_sample, "sample (model_config.do_sample: True) instead of greedy decoding");
+  pred->add_option("--top_k", c.top_k, "sample among the k most likely tokens (0: all; model_config.top_k)")
+      ->check(CLI::NonNegativeNumber);
+  pred->add_option("--top_p", c.top_p, "sample among the most likely tokens whose probability reaches p (model_config.top_p)")
+      ->check(CLI::Range(1e-9, 1.0));
+  pred->add_option("--temperature", c.preq.temperature, "divide the logits by this before sampling (default 1.0)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--repetition_penalty", c.repetition_penalty,
+                   "CTRL's penalty on tokens already in the sequence (1.0: none; model_config.repetition_penalty)")
+      ->check(CLI::PositiveNumber);
+  pred->add_option("--seed", c.seed, "the sampling seed (the config's seed)")->check(CLI::NonNegativeNumber);
+  pred->add_option("--use_past", c.use_past, "true: the KV cache; false: recompute the prefix for every token "
+                                             "(model_config.use_past)")->check(CLI::IsMember({"true", "false", "True", "False"}));
+  pred->add_option("--ids_out", c.preq.ids_out, "also write each prompt's and continuation's token ids as JSON lines");
+  pred->add_option("--vocab_file", c.preq.vocab_file, "GPT-2 vocabulary JSON (default: processor.tokenizer.vocab_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--merge_file", c.preq.merge_file, "GPT-2 merges (default: processor.tokenizer.merge_file)")
+      ->check(CLI::ExistingFile);
+  pred->add_option("--rank_table", c.rank_table, "MindFormers/HCCL rank table JSON (as for train)");
+  return pred;
+}
+
+CLI::App* add_config(CLI::App& app, Cli& c) {
+  auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
+  config->add_option("--config", c.config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  config->add_option("--set", c.sets, "override a key (repeatable)");
+  config->add_option("--ranks", c.ranks,
+                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
+                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+      ->check(CLI::Range(1, 1 << 24));
+  return config;
+}
+
+CLI::App* add_plan(CLI::App& app, Cli& c) {
+  auto* plan = app.add_subcommand("plan", "what each rank will hold (parameters, gradients, optimizer state, weight copy, "
+                                          "activations), computed from the config without building anything");
+  plan->add_option("--config", c.config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  plan->add_option("--set", c.sets, "override a key (repeatable)");
+  plan->add_option("--ranks", c.ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
+      ->check(CLI::Range(1, 1 << 24));
+  return plan;
+}
+
+CLI::App* add_tokenize(CLI::App& app, Cli& c) {
+  auto* tok = app.add_subcommand("tokenize", "GPT-2 BPE: each stdin line -> its ids space-separated (or back with --decode)");
+  tok->add_option("--vocab-file", c.vocab, "gpt2-vocab.json (encoder.json)")->required()->check(CLI::ExistingFile);
+  tok->add_option("--merge-file", c.merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
+  tok->add_flag("--decode", c.decode, "read ids, print text");
+  return tok;
+}
+
+CLI::App* add_convert(CLI::App& app, Cli& c) {
+  auto* convert = app.add_subcommand("convert", "weights between our checkpoints, Hugging Face safetensors (one file or "
+                                                "shards with model.safetensors.index.json) and one full .safetensors file");
+  convert->add_option("--from", c.conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
+                                             "or Hugging Face weights (a .safetensors file, or a directory with "
+                                             "model.safetensors or model.safetensors.index.json)")->required();
+  convert->add_option("--to", c.conv.to, "a directory, or a .safetensors file for one full file")->required();
+  convert->add_option("--format", c.conv.format, "hf | checkpoint (default: the other kind than --from's)");
+  convert->add_option("--max-shard-size", c.conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
+  convert->add_option("--dtype", c.conv.dtype, "Hugging Face output dtype: float32 (default), bfloat16, float16");
+  convert->add_flag("--overwrite", c.conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
+  return convert;
+}
+
+// The layout's problems for `ranks` ranks (all of them when ranks > 0, else those that hold whatever the
+// rank count), as the message `config` and `plan` print; empty when there are none.
+std::string layout_message(const gf::Config& cfg, const std::string& config_path, int ranks) {
+  std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
+  if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+    msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+    for (const auto& u : problems) msg += "\n  " + u;
+  }
+  return msg;
+}
+
+// `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
+int run_config_or_plan(const Cli& c, bool plan) {
+  try {
+    const gf::Config cfg = gf::load_config(c.config_path, c.sets);
+    for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+    const int n = !plan || c.ranks > 0 ? c.ranks
+                                       : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
+                                                          cfg.parallel.pipeline_stage);
+    if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
+      std::cerr << "error: " << msg << "\n";
+      return 2;
+    }
+    std::cout << (plan ? gf::plan_report(cfg, n) : gf::dump_resolved(cfg));
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << describe(e) << "\n";
+    return kSetupError;
+  }
+}
+
+// predict's decoding options as overrides of model_config's keys, so the config checks them.
+std::vector<std::string> predict_overrides(const Cli& c) {
+  std::vector<std::string> sets = c.sets;
+  const std::string k = "model.model_config.";
+  if (!c.load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(c.load_ckpt));
+  if (c.max_decode_length > 0) sets.push_back(k + "max_decode_length=" + std::to_string(c.max_decode_length));
+  if (c.do_sample) sets.push_back(k + "do_sample=True");
+  if (c.top_k >= 0) sets.push_back(k + "top_k=" + std::to_string(c.top_k));
+  if (c.top_p > 0) sets.push_back(k + "top_p=" + fmt::format("{}", c.top_p));
+  if (c.repetition_penalty > 0) sets.push_back(k + "repetition_penalty=" + fmt::format("{}", c.repetition_penalty));
+  if (c.seed >= 0) sets.push_back("seed=" + std::to_string(c.seed));
+  if (!c.use_past.empty())
+    sets.push_back(k + "use_past=" + std::string(c.use_past == "true" || c.use_past == "True" ? "True" : "False"));
+  return sets;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, pipeline and expert parallel, ZeRO-1, gradient accumulation)"};
   app.require_subcommand(1);
-  std::string config_path;
-  std::vector<std::string> sets;
-  std::string rank_table;
-
-  auto* train = app.add_subcommand("train", "train the model the config describes (run under mpirun for several ranks)");
-  train->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
-  train->add_option("--set", sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
-  std::string save_weights;
-  train->add_option("--save-weights", save_weights,
-                    "after training, write the full weights (gathered from every rank) to this .safetensors file "
-                    "(the model's Hugging Face names; load_checkpoint reads it)");
-  std::string tensorboard_dir;
-  train->add_option("--tensorboard-dir", tensorboard_dir,
-                    "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
-                    "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "
-                    "replaces; view with `tensorboard --logdir DIR`");
-  LambadaRequest lambada;
-  train->add_option("--lambada_data", lambada.path,
-                    "also report LAMBADA cloze accuracy on this JSON-lines file of {\"text\": ...} (Megatron's "
-                    "zero-shot LAMBADA; docs/evaluation.md): in run_mode eval after loss and perplexity, in training "
-                    "after the last step")->check(CLI::ExistingFile);
-  train->add_flag("--strict_lambada", lambada.strict,
-                  "whole-word matching (Megatron's --strict-lambada): the last word's every token, not the last token");
-  train->add_option("--rank_table", rank_table,
-                    "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
-                    "$RANK_TABLE_FILE; neither: no table)");
-
-  gf::PredictRequest preq;
-  auto* pred = app.add_subcommand(
-      "predict", "generate text from prompts (run_mode: predict): the text on stdout, the log on stderr; under mpirun "
-                 "with model_parallel the heads and vocabulary are split");
-  pred->add_option("--config", config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
-  pred->add_option("--set", sets, "override a key (repeatable)");
-  std::string load_ckpt, use_past;
-  pred->add_option("--load_checkpoint", load_ckpt,
-                   "the weights: one of our checkpoints (or a run's checkpoint/ or output_dir), Hugging Face "
-                   "safetensors, a MindSpore .ckpt or a --save-weights file (default: the config's load_checkpoint; "
-                   "none: the seed's random weights)");
-  pred->add_option("--predict_data", preq.texts, "a prompt (repeatable)");
-  pred->add_option("--predict_file", preq.file, "a file of prompts, one a line")->check(CLI::ExistingFile);
-  pred->add_option("--predict_ids", preq.ids, "a prompt as token ids, space-separated (repeatable)");
-  int64_t max_decode_length = 0, top_k = -1;
-  double top_p = 0.0, repetition_penalty = 0.0;
-  bool do_sample = false;
-  int64_t seed = -1;
-  pred->add_option("--max_decode_length", max_decode_length,
-                   "prompt + generated tokens per prompt (model_config.max_decode_length)")->check(CLI::PositiveNumber);
-  pred->add_option("--max_new_tokens", preq.max_new_tokens, "generated tokens per prompt (instead of max_decode_length)")
-      ->check(CLI::PositiveNumber);
-  pred->add_option("--predict_batch_size", preq.batch, "prompts decoded together (default: all)")
-      ->check(CLI::PositiveNumber);
-  pred->add_flag("--do_sample", do_sample, "sample (model_config.do_sample: True) instead of greedy decoding");
-  pred->add_option("--top_k", top_k, "sample among the k most likely tokens (0: all; model_config.top_k)")
-      ->check(CLI::NonNegativeNumber);
-  pred->add_option("--top_p", top_p, "sample among the most likely tokens whose probability reaches p (model_config.top_p)")
-      ->check(CLI::Range(1e-9, 1.0));
-  pred->add_option("--temperature", preq.temperature, "divide the logits by this before sampling (default 1.0)")
-      ->check(CLI::PositiveNumber);
-  pred->add_option("--repetition_penalty", repetition_penalty,
-                   "CTRL's penalty on tokens already in the sequence (1.0: none; model_config.repetition_penalty)")
-      ->check(CLI::PositiveNumber);
-  pred->add_option("--seed", seed, "the sampling seed (the config's seed)")->check(CLI::NonNegativeNumber);
-  pred->add_option("--use_past", use_past, "true: the KV cache; false: recompute the prefix for every token "
-                                           "(model_config.use_past)")->check(CLI::IsMember({"true", "false", "True", "False"}));
-  pred->add_option("--ids_out", preq.ids_out, "also write each prompt's and continuation's token ids as JSON lines");
-  pred->add_option("--vocab_file", preq.vocab_file, "GPT-2 vocabulary JSON (default: processor.tokenizer.vocab_file)")
-      ->check(CLI::ExistingFile);
-  pred->add_option("--merge_file", preq.merge_file, "GPT-2 merges (default: processor.tokenizer.merge_file)")
-      ->check(CLI::ExistingFile);
-  pred->add_option("--rank_table", rank_table, "MindFormers/HCCL rank table JSON (as for train)");
-
-  auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
-  config->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
-  config->add_option("--set", sets, "override a key (repeatable)");
-  int ranks = 0;
-  config->add_option("--ranks", ranks,
-                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
-                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
-      ->check(CLI::Range(1, 1 << 24));
-
-  auto* plan = app.add_subcommand("plan", "what each rank will hold (parameters, gradients, optimizer state, weight copy, "
-                                          "activations), computed from the config without building anything");
-  plan->add_option("--config", config_path, "YAML config")->required()->check(CLI::ExistingFile);
-  plan->add_option("--set", sets, "override a key (repeatable)");
-  plan->add_option("--ranks", ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
-      ->check(CLI::Range(1, 1 << 24));
-
-  std::string vocab, merges;
-  bool decode = false;
-  auto* tok = app.add_subcommand("tokenize", "GPT-2 BPE: each stdin line -> its ids space-separated (or back with --decode)");
-  tok->add_option("--vocab-file", vocab, "gpt2-vocab.json (encoder.json)")->required()->check(CLI::ExistingFile);
-  tok->add_option("--merge-file", merges, "gpt2-merges.txt (vocab.bpe)")->required()->check(CLI::ExistingFile);
-  tok->add_flag("--decode", decode, "read ids, print text");
-
-  gf::ConvertOptions conv;
-  auto* convert = app.add_subcommand("convert", "weights between our checkpoints, Hugging Face safetensors (one file or "
-                                                "shards with model.safetensors.index.json) and one full .safetensors file");
-  convert->add_option("--from", conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
-                                           "or Hugging Face weights (a .safetensors file, or a directory with "
-                                           "model.safetensors or model.safetensors.index.json)")->required();
-  convert->add_option("--to", conv.to, "a directory, or a .safetensors file for one full file")->required();
-  convert->add_option("--format", conv.format, "hf | checkpoint (default: the other kind than --from's)");
-  convert->add_option("--max-shard-size", conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
-  convert->add_option("--dtype", conv.dtype, "Hugging Face output dtype: float32 (default), bfloat16, float16");
-  convert->add_flag("--overwrite", conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
-
+  Cli c;
+  add_train(app, c);
+  CLI::App* pred = add_predict(app, c);
+  CLI::App* config = add_config(app, c);
+  CLI::App* plan = add_plan(app, c);
+  CLI::App* tok = add_tokenize(app, c);
+  CLI::App* convert = add_convert(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -360,73 +437,13 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << " (gridformer --help, gridformer SUBCOMMAND --help)\n";
     return kSetupError;
   }
-
-  if (*config) {
-    try {
-      const gf::Config cfg = gf::load_config(config_path, sets);
-      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-      // The layout rules that hold whatever the rank count (pipeline parallelism's, expert parallelism's) are
-      // refused here too; with --ranks N, the whole layout check.
-      std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
-      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
-        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
-        for (const auto& u : problems) msg += "\n  " + u;
-      }
-      if (!msg.empty()) {
-        std::cerr << "error: " << msg << "\n";
-        return 2;
-      }
-      std::cout << gf::dump_resolved(cfg);
-      return 0;
-    } catch (const std::exception& e) {
-      std::cerr << "error: " << describe(e) << "\n";
-      return kSetupError;
-    }
-  }
-  if (*plan) {
-    try {
-      const gf::Config cfg = gf::load_config(config_path, sets);
-      for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-      const int n = ranks > 0 ? ranks
-                              : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
-                                                 cfg.parallel.pipeline_stage);
-      std::string msg = gf::layout_error_message(cfg, n);
-      if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
-        msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
-        for (const auto& u : problems) msg += "\n  " + u;
-      }
-      if (!msg.empty()) {
-        std::cerr << "error: " << msg << "\n";
-        return 2;
-      }
-      std::cout << gf::plan_report(cfg, n);
-      return 0;
-    } catch (const std::exception& e) {
-      std::cerr << "error: " << describe(e) << "\n";
-      return kSetupError;
-    }
-  }
-  if (*pred) {
-    // The decoding options are overrides of model_config's keys, so the config checks them.
-    const std::string k = "model.model_config.";
-    if (!load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(load_ckpt));
-    if (max_decode_length > 0) sets.push_back(k + "max_decode_length=" + std::to_string(max_decode_length));
-    if (do_sample) sets.push_back(k + "do_sample=True");
-    if (top_k >= 0) sets.push_back(k + "top_k=" + std::to_string(top_k));
-    if (top_p > 0) sets.push_back(k + "top_p=" + fmt::format("{}", top_p));
-    if (repetition_penalty > 0) sets.push_back(k + "repetition_penalty=" + fmt::format("{}", repetition_penalty));
-    if (seed >= 0) sets.push_back("seed=" + std::to_string(seed));
-    if (!use_past.empty()) sets.push_back(k + "use_past=" + std::string(use_past == "true" || use_past == "True" ? "True" : "False"));
-    return run_predict(config_path, sets, rank_table, preq, argc, argv);
-  }
-  if (*tok) return gf::data::run_tokenize(vocab, merges, decode, std::cin, std::cout);
-  if (*convert) return gf::run_convert(conv);
-  // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it; double-quoted
-  // YAML keeps any path a string.
-  if (!tensorboard_dir.empty()) {
-    std::string quoted = "\"";
-    for (const char ch : tensorboard_dir) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
-    sets.push_back("tensorboard_dir=" + quoted + "\"");
-  }
-  return run_train(config_path, sets, rank_table, save_weights, lambada, argc, argv);
+  if (*config) return run_config_or_plan(c, false);
+  if (*plan) return run_config_or_plan(c, true);
+  if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
+  if (*tok) return gf::data::run_tokenize(c.vocab, c.merges, c.decode, std::cin, std::cout);
+  if (*convert) return gf::run_convert(c.conv);
+  // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;
+  // double-quoted YAML keeps any path a string.
+  if (!c.tensorboard_dir.empty()) c.sets.push_back("tensorboard_dir=" + yaml_quoted(c.tensorboard_dir));
+  return run_train(c.config_path, c.sets, c.rank_table, c.save_weights, c.lambada, argc, argv);
 }

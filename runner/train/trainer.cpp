@@ -55,13 +55,67 @@ void Trainer::read_micro_batches(BatchSource& src, int64_t index) {
     src.read(first_sample(index + 1, i), cfg_.batch_size, tokens_.data() + i * n);
 }
 
+// The pipeline schedule over this step's micro-batches; the loss summed over the stages, and the bubble.
+double Trainer::run_pipeline(int64_t step, float scale, StepResult& r) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  trace::Span schedule("pipeline", "pipeline schedule");
+  const auto t0 = std::chrono::steady_clock::now();
+  double loss_sum = pipe_->train(
+      [&](int i) {
+        return PipelineExecutor::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}};
+      },
+      scale);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  schedule.end();
+  trace::Span reductions("pipeline", "pipeline reductions");  // loss, bubble (the tied embedding: grad sync)
+  moe_acc_ = pipe_->moe_stats();
+  const Communicator& pp = ctx_.group(GridAxis::kPp);
+  pp.allreduce_sum(&loss_sum, 1);  // the last stage's
+  // The bubble as the schedule's analytic one counts it: over one window for every stage (the
+  // slowest stage's time in the schedule; a stage that finishes early idles until the step's
+  // collectives), the part a stage did not compute.
+  double makespan = run_s;
+  pp.allreduce_max(&makespan, 1);
+  double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
+  b[1] = b[0];
+  pp.allreduce_sum(&b[0], 1);
+  pp.allreduce_max(&b[1], 1);
+  r.bubble = b[0] / ctx_.size(GridAxis::kPp);
+  r.bubble_max = b[1];
+  r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
+  return loss_sum;
+}
+
+// Gradient accumulation: the micro-batches' gradients add up in the arena; the data-parallel
+// reduction starts during the last one's backward. Returns the summed token loss.
+double Trainer::run_accumulation(int64_t step, float scale) {
+  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  const auto planned = static_cast<double>(model_->activation_bytes());
+  double loss_sum = 0;
+  for (int64_t i = 0; i < micro_batches_; ++i) {
+    hook_armed_ = i == micro_batches_ - 1;
+    {
+      trace::Span span(trace::kOn, "micro", "micro-batch %d fwd", static_cast<int>(i));
+      span.arg("micro", static_cast<double>(i));
+      loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
+      accumulate_moe_stats(moe_acc_, model_->moe_stats());
+      trace::memory_counter(planned);
+    }
+    trace::Span span(trace::kOn, "micro", "micro-batch %d bwd", static_cast<int>(i));
+    span.arg("micro", static_cast<double>(i));
+    model_->backward(scale);
+    trace::memory_counter(planned);
+  }
+  hook_armed_ = true;
+  return loss_sum;
+}
+
 StepResult Trainer::train_step(int64_t step) {
   StepResult r;
   r.loss_scale = loss_scale_;
-  const int64_t T = cfg_.model.seq_length, n = cfg_.batch_size * (T + 1);
+  const int64_t T = cfg_.model.seq_length;
   // The step timeline's spans (runner/report/profiler.h): the phases of the step, each a direct child of
   // the step's span, so that together they account for its time.
-  const auto planned = static_cast<double>(model_->activation_bytes());
   {
     trace::Span span("data", "data");
     read_micro_batches(*data_, step - 1);
@@ -77,52 +131,8 @@ StepResult Trainer::train_step(int64_t step) {
   }
   const double global_tokens = static_cast<double>(global_batch_ * T);
   const auto scale = static_cast<float>(loss_scale_ / global_tokens);
-  double loss_sum = 0;
   moe_acc_.clear();
-  if (pipe_) {
-    trace::Span schedule("pipeline", "pipeline schedule");
-    const auto t0 = std::chrono::steady_clock::now();
-    loss_sum = pipe_->train(
-        [&](int i) {
-          return PipelineExecutor::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}};
-        },
-        scale);
-    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    schedule.end();
-    trace::Span reductions("pipeline", "pipeline reductions");  // loss, bubble (the tied embedding: grad sync)
-    moe_acc_ = pipe_->moe_stats();
-    ctx_.group(GridAxis::kPp).allreduce_sum(&loss_sum, 1);  // the last stage's
-    // The bubble as the schedule's analytic one counts it: over one window for every stage (the
-    // slowest stage's time in the schedule; a stage that finishes early idles until the step's
-    // collectives), the part a stage did not compute.
-    double makespan = run_s;
-    ctx_.group(GridAxis::kPp).allreduce_max(&makespan, 1);
-    double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
-    b[1] = b[0];
-    ctx_.group(GridAxis::kPp).allreduce_sum(&b[0], 1);
-    ctx_.group(GridAxis::kPp).allreduce_max(&b[1], 1);
-    r.bubble = b[0] / ctx_.size(GridAxis::kPp);
-    r.bubble_max = b[1];
-    r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
-  } else {
-    // Gradient accumulation: the micro-batches' gradients add up in the arena; the data-parallel
-    // reduction starts during the last one's backward.
-    for (int64_t i = 0; i < micro_batches_; ++i) {
-      hook_armed_ = i == micro_batches_ - 1;
-      {
-        trace::Span span(trace::kOn, "micro", "micro-batch %d fwd", static_cast<int>(i));
-        span.arg("micro", static_cast<double>(i));
-        loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
-        accumulate_moe_stats(moe_acc_, model_->moe_stats());
-        trace::memory_counter(planned);
-      }
-      trace::Span span(trace::kOn, "micro", "micro-batch %d bwd", static_cast<int>(i));
-      span.arg("micro", static_cast<double>(i));
-      model_->backward(scale);
-      trace::memory_counter(planned);
-    }
-    hook_armed_ = true;
-  }
+  double loss_sum = pipe_ ? run_pipeline(step, scale, r) : run_accumulation(step, scale);
   {
     trace::Span span("step", "loss all-reduce");
     ctx_.data_like().allreduce_sum(&loss_sum, 1);
@@ -154,6 +164,13 @@ StepResult Trainer::train_step(int64_t step) {
     loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
     return r;
   }
+  optimizer_update(step, r);
+  return r;
+}
+
+// Clip (inside the update's pass), AdamW on this rank's shard, the ZeRO all-gather, the loss scale's growth.
+void Trainer::optimizer_update(int64_t step, const StepResult& r) {
+  float* grads = model_->grads();
   AdamWStepExtras extras;
   if (cfg_.use_clip_grad) {  // the clipped gradient is computed inside the update's pass
     // Its span is the coefficient only: the multiply is in the optimizer's span.
@@ -181,7 +198,6 @@ StepResult Trainer::train_step(int64_t step) {
     loss_scale_ *= cfg_.loss_scale.factor;
     good_steps_ = 0;
   }
-  return r;
 }
 
 void Trainer::gather_moe_stats(StepResult& r) const {

@@ -103,6 +103,11 @@ class Trainer {
 
  private:
   int train_loop();
+  // train_step's parts: the micro-batches through the pipeline executor (pipeline_stage > 1) or the
+  // gradient-accumulation loop, each returning the summed token loss; then the update.
+  double run_pipeline(int64_t step, float scale, StepResult& r);
+  double run_accumulation(int64_t step, float scale);
+  void optimizer_update(int64_t step, const StepResult& r);
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
   // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
   // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).

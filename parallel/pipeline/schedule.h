@@ -53,6 +53,11 @@ struct Shape {
   int micro_batches = 1;  // m
   int chunks = 1;         // v (> 1 only for kInterleaved)
 };
+// Virtual stages (stages x chunks), and the virtual stage of `chunk` on `stage`.
+inline int virtual_stages(const Shape& sh) { return sh.stages * sh.chunks; }
+inline int vstage_of(const Shape& sh, int stage, int chunk) { return chunk * sh.stages + stage; }
+// "Forward(micro 2, chunk 0)", for messages.
+std::string describe(const Action& a);
 
 // Why `sched` cannot run `shape` (empty when it can): stages < 1, micro_batches < 1, chunks < 1;
 // chunks > 1 other than interleaved; interleaved with chunks < 2 or micro_batches % stages != 0

@@ -1,0 +1,266 @@
+// The stage plan: the sizes a layout gives one rank (StageDims::make) and every buffer of its
+// activations, workspaces and scratch (TransformerLM::lay_out), shared by training, `plan`
+// (activation_plan) and, through StageDims, generation. Nothing here allocates.
+#include <omp.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "models/transformer_lm.h"
+
+namespace gf {
+
+StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
+                          int64_t micro_batch, int tp_rank, const StageOptions& st) {
+  const int tp = layout.tp;
+  StageDims d;
+  d.B = micro_batch;
+  d.T = s.seq;
+  d.N = d.B * d.T;
+  d.C = s.hidden;
+  d.L = s.layers;
+  d.l0 = st.layer_begin;
+  d.l1 = st.layer_end < 0 ? s.layers : st.layer_end;
+  if (d.l0 < 0 || d.l1 > d.L || d.l0 > d.l1)
+    throw std::invalid_argument("stage layers [" + std::to_string(d.l0) + ", " + std::to_string(d.l1) +
+                                ") are not a range of the model's " + std::to_string(d.L));
+  d.slots = st.slots;
+  if (d.slots < 1) throw std::invalid_argument("a stage needs at least one micro-batch slot");
+  d.tp = tp;
+  d.first = d.l0 == 0;
+  d.last = d.l1 == d.L;
+  d.defer = st.defer_weight_grads;
+  d.share_logits = st.share_logits && d.last;
+  d.low_precision = layout.low_precision();
+  d.flash = s.flash;
+  if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
+  if (s.heads % tp != 0 || s.ffn % tp != 0)
+    throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");
+  if (s.kv_heads % tp != 0)
+    throw std::invalid_argument("the key/value heads (n_kv_heads " + std::to_string(s.kv_heads) +
+                                ") must be divisible by model_parallel " + std::to_string(tp));
+  if (s.heads % s.kv_heads != 0)
+    throw std::invalid_argument("num_heads must be a multiple of n_kv_heads");
+  if (s.flash && s.kv_heads != s.heads)
+    throw std::invalid_argument("use_flash_attention: the fused attention core does not read grouped-query "
+                                "shapes (n_kv_heads < num_heads) yet; set use_flash_attention: False");
+  if (layout.sequence_parallel && tp > 1 && d.T % tp != 0)
+    throw std::invalid_argument("seq_length must be divisible by model_parallel under use_seq_parallel");
+  d.Nl = layout.sequence_parallel && tp > 1 ? d.N / tp : d.N;
+  d.heads_local = s.heads / tp;
+  d.head_dim = s.head_dim();
+  d.qkv_width = (s.heads + 2 * s.kv_heads) / tp * d.head_dim;
+  d.attn_width = d.heads_local * d.head_dim;
+  d.ffn_local = s.ffn / tp;
+  d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
+  d.layer_norm = s.norm == NormKind::kLayerNorm;
+  const bool vocab_parallel = layout.vocab_parallel();
+  const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
+  d.vocab.parallel = vocab_parallel;
+  d.vocab.local = vocab_parallel ? Vp / tp : Vp;
+  d.vocab.begin = vocab_parallel ? tp_rank * d.vocab.local : 0;
+  d.vocab.valid = std::clamp<int64_t>(s.vocab - d.vocab.begin, 0, d.vocab.local);
+  d.head_rows = vocab_parallel ? d.N : d.Nl;
+  if (d.low_precision) {
+    const int64_t bytes = d.head_rows * d.vocab.local * low_copy_element_bytes(layout.compute);
+    d.dlogits_low_floats = (bytes + 3) / 4;
+  }
+  if (s.flash)
+    d.flash_floats = omp_get_max_threads() *
+                     ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, ops::FlashTiles{});
+  d.recompute_layers = layout.recomputed_layers(d.L);
+  d.full_recompute = layout.recompute == RecomputePolicy::kFull;
+  d.ep = layout.ep;
+  d.moe = s.moe;
+  d.any_moe = d.any_dense = false;
+  for (int64_t l = d.l0; l < d.l1; ++l) (s.moe.is_moe(l) ? d.any_moe : d.any_dense) = true;
+  if (s.moe.experts > 1) {
+    if (s.moe.topk < 1 || s.moe.topk > s.moe.experts)
+      throw std::invalid_argument("moe_config.num_experts_chosen " + std::to_string(s.moe.topk) +
+                                  " must be between 1 and expert_num " + std::to_string(s.moe.experts));
+    d.md = MoeBlock::dims(s, d.N, tp, d.ep);
+  } else if (d.ep > 1) {
+    throw std::invalid_argument("parallel_config.expert_parallel " + std::to_string(d.ep) +
+                                " needs MoE layers (moe_config.expert_num > 1)");
+  }
+  if (d.defer && d.recompute_layers > d.l0)
+    throw std::invalid_argument("a deferred weight pass reads activations that recompute would overwrite; "
+                                "turn recompute off for zero-bubble schedules");
+  return d;
+}
+
+// lay_out's parts, taking the plan's buffers in lay_out's one order: per slot its inputs, layers and
+// head, then the backward, tensor-parallel, fused-attention and MoE scratch. Layers under full
+// recompute share one set of buffers (only their output is their own); under selective recompute the
+// attention probabilities and the activation function's output are shared.
+struct TransformerLM::LayoutBuilder {
+  const StageDims& d;
+  BufferPlan& p;
+  const int64_t N, Nl, C, probs, lse;
+  TransformerLayer::Acts shared;
+  MoeBlock::Acts shared_moe;
+  bool have_shared = false, have_shared_core = false, have_shared_moe = false;
+
+  LayoutBuilder(const StageDims& dims, BufferPlan& plan)
+      : d(dims), p(plan), N(dims.N), Nl(dims.Nl), C(dims.C), probs(dims.B * dims.heads_local * dims.T * dims.T),
+        lse(dims.B * dims.heads_local * dims.T) {}
+
+  int32_t* ints(const std::string& n, int64_t count) { return reinterpret_cast<int32_t*>(p.take(n, count)); }
+  NormBlock::Acts norm_acts(const std::string& n) {
+    NormBlock::Acts a;
+    if (d.layer_norm) a.mean = p.take(n + ".mean", Nl);
+    a.rstd = p.take(n + ".rstd", Nl);
+    return a;
+  }
+  TransformerLayer::Acts full_set(const std::string& n, bool dense) {
+    TransformerLayer::Acts a;
+    a.ln1 = p.take(n + ".ln1", Nl * C);
+    a.n1 = norm_acts(n + ".norm1");
+    a.attn.qkv = p.take(n + ".qkv", N * d.qkv_width);
+    a.attn.y = p.take(n + ".attn_y", N * d.attn_width);
+    a.res2 = p.take(n + ".res2", Nl * C);
+    a.ln2 = p.take(n + ".ln2", Nl * C);
+    a.n2 = norm_acts(n + ".norm2");
+    if (dense) a.mlp.h = p.take(n + ".mlp_h", N * d.up_width);
+    return a;
+  }
+  TransformerLayer::Grads stash(const std::string& n) {
+    TransformerLayer::Grads g;
+    g.dout_mlp = p.take(n + ".dout_mlp", Nl * C);
+    g.dout_attn = p.take(n + ".dout_attn", Nl * C);
+    g.dln2 = p.take(n + ".dln2", Nl * C);
+    g.dln1 = p.take(n + ".dln1", Nl * C);
+    g.attn.dqkv = p.take(n + ".dqkv", N * d.qkv_width);
+    g.mlp.dh = p.take(n + ".dmlp_h", N * d.up_width);
+    return g;
+  }
+  // An MoE layer's buffers: per layer, or (full recompute) one set shared; the statistics stay per layer.
+  void moe(TransformerLayer::Acts& a, const std::string& n, Recompute mode) {
+    if (mode == Recompute::kFull) {
+      if (!have_shared_moe) {
+        shared_moe = MoeBlock::take_acts(p, "recompute.moe", d.md);
+        have_shared_moe = true;
+      }
+      a.moe = shared_moe;
+    } else {
+      a.moe = MoeBlock::take_acts(p, n, d.md);
+    }
+    a.moe.stats = reinterpret_cast<double*>(p.take(n + ".moe_stats", 2 * MoeBlock::stats_doubles(d.md.E)));
+  }
+  // The attention core keeps the probabilities (unfused) or one log-sum-exp per row (fused, which the
+  // flash backward needs with the output; it is kept even under selective recompute, as there is
+  // nothing T x T to save); recomputed layers share them and the activation function's output.
+  void core(TransformerLayer::Acts& a, const std::string& n, int64_t l, Recompute mode) {
+    if (d.flash && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
+    if (mode == Recompute::kNone) {
+      if (!d.flash) a.attn.probs = p.take(n + ".probs", probs);
+      if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
+      return;
+    }
+    if (!have_shared_core) {
+      if (d.flash) shared.attn.lse = p.take("recompute.lse", lse);
+      else shared.attn.probs = p.take("recompute.probs", probs);
+      shared.mlp.act = p.take("recompute.mlp_act", N * d.ffn_local);
+      have_shared_core = true;
+    }
+    if (!d.flash) a.attn.probs = shared.attn.probs;
+    if (mode == Recompute::kFull) a.attn.lse = shared.attn.lse;
+    a.mlp.act = shared.mlp.act;
+  }
+  TransformerLayer::Acts layer(const std::string& n, int64_t l) {
+    const Recompute mode = d.mode(l);
+    TransformerLayer::Acts a;
+    if (mode == Recompute::kFull) {
+      if (!have_shared) {
+        shared = full_set("recompute.full", d.any_dense);
+        have_shared = true;
+      }
+      a = shared;
+    } else {
+      a = full_set(n, !d.moe.is_moe(l));
+    }
+    if (d.moe.is_moe(l)) moe(a, n, mode);
+    core(a, n, l, mode);
+    a.out = p.take(n + ".out", Nl * C);
+    return a;
+  }
+  void head(Buffers& b, int64_t k, const std::string& sn) {
+    LmHeadBlock::Acts& h = b.slots[static_cast<size_t>(k)].head;
+    h.ln = p.take(sn + ".final_norm", Nl * C);
+    h.norm = norm_acts(sn + ".final_norm");
+    if (!d.share_logits || k == 0) h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
+    else h.logits = b.slots[0].head.logits;
+    h.losses = p.take(sn + ".losses", d.head_rows);
+    h.lse = p.take(sn + ".lse", d.head_rows);
+    if (!d.defer) return;
+    h.dln = p.take(sn + ".head_dln", Nl * C);
+    if (!d.share_logits || k == 0)
+      h.dlogits_low = reinterpret_cast<std::byte*>(p.take((d.share_logits ? "head" : sn) + ".dlogits_low", d.dlogits_low_floats));
+    else
+      h.dlogits_low = b.slots[0].head.dlogits_low;
+  }
+  void slot(Buffers& b, int64_t k) {
+    Slot& s = b.slots[static_cast<size_t>(k)];
+    const std::string sn = "slot" + std::to_string(k);
+    s.inputs = ints(sn + ".inputs", N);
+    s.targets = ints(sn + ".targets", N);
+    if (d.first) s.emb = p.take(sn + ".embedding", Nl * C);
+    else s.xin = p.take(sn + ".hidden_in", Nl * C);
+    if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);
+    for (int64_t l = d.l0; l < d.l1; ++l) {
+      const std::string n = sn + ".layer" + std::to_string(l);
+      s.layers.push_back(layer(n, l));
+      if (d.defer) s.stash.push_back(stash(n + ".stash"));
+    }
+    if (d.last) head(b, k, sn);
+  }
+  // Backward scratch shared by the layers and the slots; tensor-parallel ([N, C] each; none on one
+  // rank), fused-attention and MoE scratch.
+  void scratch(Buffers& b) {
+    TransformerLayer::Grads& g = b.scratch;
+    g.dres = p.take("bwd.dres", Nl * C);
+    g.dout_mlp = g.dout_attn = p.take("bwd.dout", Nl * C);
+    g.dln1 = g.dln2 = p.take("bwd.dln", Nl * C);
+    g.attn.dy = p.take("bwd.attn_dy", N * d.attn_width);
+    g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
+    g.mlp.dact = p.take("bwd.mlp_dact", N * d.ffn_local);
+    g.mlp.dh = p.take("bwd.mlp_dh", N * d.up_width);
+    if (d.last && !d.defer) {
+      std::byte* low = reinterpret_cast<std::byte*>(p.take("bwd.dlogits_low", d.dlogits_low_floats));
+      for (Slot& s : b.slots) {
+        s.head.dln = g.dln1;
+        s.head.dlogits_low = low;
+      }
+    }
+    if (d.tp > 1) {
+      b.gather = p.take("tp.gather", N * C);
+      b.partial = p.take("tp.partial", N * C);
+      b.dfull = p.take("tp.dfull", N * C);
+    }
+    if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
+    if (d.any_moe) {  // shared by the MoE layers
+      b.moe = MoeBlock::take_scratch(p, d.md, d.tp);
+      for (Slot& s : b.slots)
+        for (TransformerLayer::Acts& a : s.layers) a.moe_sc = b.moe;
+    }
+  }
+};
+
+// Every buffer, in one order for both passes (LayoutBuilder).
+void TransformerLM::lay_out(const StageDims& d, BufferPlan& p, Buffers& b) {
+  LayoutBuilder lb(d, p);
+  b.slots.assign(static_cast<size_t>(d.slots), Slot{});
+  for (int64_t k = 0; k < d.slots; ++k) lb.slot(b, k);
+  lb.scratch(b);
+}
+
+BufferPlan TransformerLM::activation_plan(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
+                                          int64_t micro_batch, int tp_rank, const StageOptions& st) {
+  BufferPlan p;
+  Buffers b;
+  lay_out(StageDims::make(s, cfg, layout, micro_batch, tp_rank, st), p, b);
+  return p;
+}
+
+}  // namespace gf

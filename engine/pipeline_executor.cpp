@@ -45,13 +45,13 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
   std::vector<StageOptions> out;
   const std::vector<int64_t> bounds = layer_bounds(stage_layers);
   for (int c = 0; c < shape.chunks; ++c) {
-    const int k = c * shape.stages + stage;
+    const int k = pipeline::vstage_of(shape, stage, c);
     StageOptions st;
     st.layer_begin = bounds[static_cast<size_t>(k)];
     st.layer_end = bounds[static_cast<size_t>(k) + 1];
     st.slots = std::max(1, slots.at(static_cast<size_t>(c)));
     st.defer_weight_grads = sched == pipeline::Scheduler::kZBH1;
-    st.share_logits = k == shape.stages * shape.chunks - 1 && forward_then_backward(c);
+    st.share_logits = k == pipeline::virtual_stages(shape) - 1 && forward_then_backward(c);
     out.push_back(st);
   }
   return out;

@@ -54,9 +54,9 @@ class PipelineExecutor {
   };
   double run(const std::vector<pipeline::Action>& actions, const std::function<Micro(int)>& micro, float grad_scale,
              bool forward_only);
-  int virtual_stage(int chunk) const { return chunk * shape_.stages + stage_; }
+  int virtual_stage(int chunk) const { return pipeline::vstage_of(shape_, stage_, chunk); }
   bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
-  bool last_virtual(int chunk) const { return virtual_stage(chunk) == shape_.stages * shape_.chunks - 1; }
+  bool last_virtual(int chunk) const { return virtual_stage(chunk) == pipeline::virtual_stages(shape_) - 1; }
   int tag(int direction, int micro, int receiver_chunk) const;
   float* take_buffer();
   void give_buffer(float* b) { free_.push_back(b); }

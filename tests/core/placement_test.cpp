@@ -16,33 +16,13 @@
 #include "core/params/placement.h"
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
+#include "tests/core/small_model_config.h"
 
 namespace gf {
 namespace {
 
-// A model config with the run's parallel_config.vocab_emb_dp (False: the vocabulary is split over
-// the tensor-parallel ranks), which the layout carries beside the config.
-struct SmallConfig : ModelConfig {
-  bool vocab_emb_dp = true;
-  ModelLayout layout(int tp) const {
-    ModelLayout l;
-    l.tp = tp;
-    l.vocab_split = !vocab_emb_dp;
-    return l;
-  }
-};
-
-SmallConfig gpt2_small(bool vocab_emb_dp) {
-  SmallConfig c;
-  c.vocab_size = 1000;  // padded past a multiple of 128: the last rank holds padding rows
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 48;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.vocab_emb_dp = vocab_emb_dp;
-  return c;
-}
+using test::gpt2_small;
+using test::SmallConfig;
 
 SmallConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv_bias) {
   SmallConfig c;

@@ -1,5 +1,5 @@
-// Sharded checkpoints (core/io/checkpoint.h): boxes, shard files, the index, the directory steps and
-// the reader.
+// Sharded checkpoints (core/io/checkpoint.h): boxes, shard files, the index and the directory steps;
+// the reader is checkpoint_reader.cpp.
 //
 // The shard files follow the safetensors format as huggingface/safetensors publishes it (README.md
 // "Format" and safetensors/src/tensor.rs): an 8-byte little-endian header length, a JSON header
@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "core/io/checkpoint_detail.h"
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
 
@@ -36,18 +37,16 @@ using nlohmann::json;
 // The shard data is the host's floats written as they are; safetensors is little-endian.
 static_assert(std::endian::native == std::endian::little, "checkpoint shards are written in host byte order");
 
-namespace {
+// The helpers the reader (checkpoint_reader.cpp) shares are declared in checkpoint_detail.h.
+namespace detail {
 
-constexpr const char* kFormat = "gridformer-checkpoint";
-constexpr int kVersion = 1;
-constexpr mode_t kFileMode = 0640, kDirMode = 0750;
-constexpr const char* kLatest = "latest";
-constexpr const char* kIndex = "index.json";
-
-// `err` is errno, read by the caller before it builds the message (which may allocate).
-[[noreturn]] void sys_fail(int err, const std::string& path, const std::string& what) {
+void sys_fail(int err, const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what + ": " + std::strerror(err));
 }
+
+constexpr mode_t kFileMode = 0640, kDirMode = 0750;
+constexpr const char* kLatest = "latest";
+
 
 std::string show(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -268,29 +267,6 @@ void check_disjoint(const std::string& context, const std::string& tensor, const
 
 // ---- files ----------------------------------------------------------------------------------
 
-// An open file descriptor, closed (without a check: only on an error path) if not closed explicitly.
-class Fd {
- public:
-  Fd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  void close() {
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) {
-      const int err = errno;
-      sys_fail(err, path_, "cannot close");
-    }
-  }
-
- private:
-  int fd_;
-  std::string path_;
-};
 
 const char* const kWriteHint = " (a full disk or a file-size limit: free space, raise `ulimit -f`, or save elsewhere)";
 
@@ -434,7 +410,9 @@ json read_index_or_null(const std::string& path) {
   return nullptr;
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 // ---- pieces ---------------------------------------------------------------------------------
 
@@ -765,223 +743,6 @@ bool is_checkpoint(const std::string& path) {
   } catch (const std::exception&) {
     return false;
   }
-}
-
-// ---- reading --------------------------------------------------------------------------------
-
-struct Reader::Shard {
-  SafeTensorsFile st;
-};
-
-Reader Reader::open(const std::string& path) {
-  Reader r;
-  r.dir_ = resolve(path);
-  const std::string index_path = (fs::path(r.dir_) / kIndex).string();
-  json index;
-  {
-    const std::string text = read_text(index_path);
-    try {
-      index = json::parse(text);
-    } catch (const json::exception& e) {
-      throw std::runtime_error(index_path + ": not JSON (" + e.what() +
-                               "); the checkpoint is damaged, resume from another one");
-    }
-  }
-  if (!index.is_object() || index.value("format", json()) != kFormat)
-    throw std::runtime_error(index_path + ": not a gridformer checkpoint index (its \"format\" is not \"" + kFormat +
-                             "\")");
-  if (index.value("version", json()) != kVersion)
-    throw std::runtime_error(index_path + ": version " + index.value("version", json()).dump() +
-                             "; this build reads version " + std::to_string(kVersion) +
-                             " (a checkpoint from a newer gridformer?)");
-  std::map<std::string, std::string> holds;  // file -> a tensor in it, for the messages
-  try {
-    r.state_ = index.at("state");
-    for (auto& [file, info] : index.at("files").items()) {
-      uint32_t crc = 0;
-      if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos)
-        throw std::runtime_error(index_path + ": file name \"" + file + "\" is not a file of the checkpoint directory");
-      if (!parse_hex8(info.at("crc32c").get<std::string>(), &crc))
-        throw std::runtime_error(index_path + ": file " + file + ": crc32c " + info.at("crc32c").dump() +
-                                 " is not 8 lowercase hex digits");
-      r.files_[file] = {info.at("bytes").get<int64_t>(), crc};
-    }
-    for (auto& [name, t] : index.at("tensors").items()) {
-      SavedTensor s;
-      s.shape = t.at("shape").get<std::vector<int64_t>>();
-      if (s.shape.empty())
-        throw std::runtime_error(index_path + ": tensor " + name + ": no shape (a saved tensor has at least one dim)");
-      if (t.value("dtype", "F32") != "F32")
-        throw std::runtime_error(index_path + ": tensor " + name + ": dtype " + t.at("dtype").dump() +
-                                 "; this build reads F32");
-      std::vector<Box> boxes;
-      std::vector<std::string> where;
-      for (const json& p : t.at("pieces")) {
-        SavedPiece sp{p.at("file").get<std::string>(), p.at("key").get<std::string>(),
-                      Box{p.at("offset").get<std::vector<int64_t>>(), p.at("extent").get<std::vector<int64_t>>()}};
-        if (!r.files_.count(sp.file))
-          throw std::runtime_error(index_path + ": tensor " + name + ": file " + sp.file + " is not in \"files\"");
-        if (!inside(sp.box, s.shape))
-          throw std::runtime_error(index_path + ": tensor " + name + ": box " + show(sp.box) + " in " + sp.file +
-                                   " is not inside its shape " + show(s.shape));
-        holds.try_emplace(sp.file, name);
-        boxes.push_back(sp.box);
-        where.push_back(sp.file + " key " + sp.key);
-        s.pieces.push_back(std::move(sp));
-      }
-      check_disjoint(index_path, name, boxes, where);
-      r.tensors_[name] = std::move(s);
-    }
-  } catch (const json::exception& e) {
-    throw std::runtime_error(index_path + ": malformed index (" + e.what() + "); the checkpoint is damaged");
-  }
-  for (const auto& [file, info] : r.files_) {
-    const std::string fpath = (fs::path(r.dir_) / file).string();
-    const auto h = holds.find(file);
-    const std::string what = h == holds.end() ? "" : " (it holds " + h->second + ")";
-    struct stat st;
-    if (::stat(fpath.c_str(), &st) != 0) {
-      const int err = errno;
-      throw std::runtime_error(fpath + ": " + std::strerror(err) + what +
-                               ": the checkpoint is incomplete or damaged; resume from another one");
-    }
-    if (static_cast<int64_t>(st.st_size) != info.first)
-      throw std::runtime_error(fpath + ": " + std::to_string(st.st_size) + " bytes, the index records " +
-                               std::to_string(info.first) + what +
-                               ": the checkpoint is truncated or damaged; resume from another one");
-  }
-  return r;
-}
-
-const std::vector<int64_t>& Reader::shape(const std::string& name) const {
-  const auto it = tensors_.find(name);
-  if (it == tensors_.end()) throw std::runtime_error("checkpoint " + dir_ + ": no tensor " + name);
-  return it->second.shape;
-}
-
-std::vector<std::string> Reader::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, t] : tensors_) out.push_back(name);
-  return out;
-}
-
-void Reader::release() { open_.clear(); }
-
-const Reader::Shard& Reader::shard(const std::string& file, const std::string& tensor) {
-  const auto it = open_.find(file);
-  if (it != open_.end()) return *it->second;
-  const auto [bytes, crc] = files_.at(file);
-  const std::string path = (fs::path(dir_) / file).string();
-  std::vector<uint8_t> data(static_cast<size_t>(bytes));
-  {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
-    if (fd.get() < 0) {
-      const int err = errno;
-      sys_fail(err, path, "cannot open (reading " + tensor + ")");
-    }
-    size_t got = 0;
-    while (got < data.size()) {
-      const ssize_t r = ::read(fd.get(), data.data() + got, std::min<size_t>(data.size() - got, size_t{1} << 30));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        sys_fail(err, path, "cannot read (reading " + tensor + ")");
-      }
-      if (r == 0)
-        throw std::runtime_error(path + ": ends after " + std::to_string(got) + " bytes, the index records " +
-                                 std::to_string(bytes) + " (reading " + tensor + "): the checkpoint is damaged");
-      got += static_cast<size_t>(r);
-    }
-    fd.close();
-  }
-  const uint32_t have = crc32c(data.data(), data.size());
-  if (have != crc)
-    throw std::runtime_error(path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(crc) + " (reading " +
-                             tensor + "): the shard is damaged; restore it or resume from another checkpoint");
-  auto s = std::make_shared<Shard>(Shard{SafeTensorsFile::parse(path, std::move(data))});
-  return *(open_[file] = std::move(s));
-}
-
-void Reader::fill(const std::string& name, const SavedTensor& s, const std::vector<SlicePiece>& wanted,
-                  const std::vector<int64_t>& local_shape, float* local) {
-  for (const SlicePiece& w : wanted) {
-    int64_t covered = 0;
-    for (const SavedPiece& p : s.pieces) {
-      Box both;
-      if (!intersect(w.global, p.box, &both)) continue;
-      const Shard& sh = shard(p.file, name);
-      const std::string path = (fs::path(dir_) / p.file).string();
-      if (!sh.st.has(p.key))
-        throw std::runtime_error(path + ": no tensor '" + p.key + "', which the index names for " + name +
-                                 ": the checkpoint is damaged");
-      const StTensor& st = sh.st.get(p.key);
-      if (st.dtype != StDtype::kF32 || st.shape != p.box.extent)
-        throw std::runtime_error(path + ": tensor '" + p.key + "' is not F32 of shape " + show(p.box.extent) +
-                                 " as the index records for " + name + ": the checkpoint is damaged");
-      std::vector<int64_t> soff(both.offset.size()), doff(both.offset.size());
-      for (size_t k = 0; k < soff.size(); ++k) {
-        soff[k] = both.offset[k] - p.box.offset[k];
-        doff[k] = w.local_offset[k] + both.offset[k] - w.global.offset[k];
-      }
-      copy_box(st.data, p.box.extent, soff, local, local_shape, doff, both.extent);
-      covered += both.numel();
-    }
-    // The saved boxes are disjoint (checked at open), so the sum of the overlaps is the count.
-    if (covered == w.global.numel()) continue;
-    // Find an element no saved box holds, to name it.
-    const size_t n = w.global.offset.size();
-    std::vector<int64_t> g = w.global.offset;
-    for (;;) {
-      bool held = false;
-      for (const SavedPiece& p : s.pieces) {
-        held = true;
-        for (size_t k = 0; k < n && held; ++k)
-          held = g[k] >= p.box.offset[k] && g[k] < p.box.offset[k] + p.box.extent[k];
-        if (held) break;
-      }
-      if (!held)
-        throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + ": element " + show(g) + " of shape " +
-                                 show(s.shape) +
-                                 " is in no saved piece; the checkpoint does not hold everything this layout needs");
-      size_t k = n;
-      while (k > 0) {
-        --k;
-        if (++g[k] < w.global.offset[k] + w.global.extent[k]) break;
-        g[k] = w.global.offset[k];
-        if (k == 0) throw std::logic_error("checkpoint " + dir_ + ": " + name + ": coverage count disagrees");
-      }
-    }
-  }
-}
-
-const Reader::SavedTensor& Reader::saved(const std::string& name) const {
-  const auto it = tensors_.find(name);
-  if (it == tensors_.end())
-    throw std::runtime_error("checkpoint " + dir_ + ": no tensor " + name + " among its " +
-                             std::to_string(tensors_.size()) + " tensors (saved from another model?)");
-  return it->second;
-}
-
-void Reader::read(const std::string& name, const TensorPlacement& t, float* local, int64_t lo, int64_t hi) {
-  const SavedTensor& s = saved(name);
-  hi = end_of(t, lo, hi, "Reader::read");
-  if (s.shape != t.spec->shape)
-    throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + " has shape " + show(s.shape) +
-                             " in the checkpoint but " + show(t.spec->shape) +
-                             " in this model; resume with the model config it was saved with");
-  int64_t held = 0;
-  for (const SlicePiece& p : t.pieces) held += p.global.numel();
-  if (held < t.numel()) std::fill(local + lo, local + hi, 0.0f);  // padding
-  fill(name, s, wanted_boxes(t, lo, hi), t.local_shape, local);
-}
-
-std::vector<float> Reader::read_full(const std::string& name) {
-  const SavedTensor& s = saved(name);
-  std::vector<float> out(static_cast<size_t>(numel_of(s.shape)));
-  if (out.empty()) return out;
-  const std::vector<int64_t> zero(s.shape.size(), 0);
-  fill(name, s, {SlicePiece{Box{zero, s.shape}, zero}}, s.shape, out.data());
-  return out;
 }
 
 }  // namespace gf::ckpt

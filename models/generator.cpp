@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "parallel/pipeline/stage_link.h"
+
 namespace gf {
 
 namespace {
@@ -154,7 +156,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   if (first_) {
     embedding_.fwd_at(e, b_.x0, tokens, pos);
   } else {
-    ctx_->group(GridAxis::kPp).recv(b_.x0, rows * C_, ctx_->index(GridAxis::kPp) - 1, kStageTag);
+    StageLink(ctx_->group(GridAxis::kPp)).recv_forward(b_.x0, rows * C_, kStageTag).wait();
   }
   float *x = b_.x0, *out = b_.x1;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -164,7 +166,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
     std::swap(x, out);
   }
   if (!last_) {
-    ctx_->group(GridAxis::kPp).send(x, rows * C_, ctx_->index(GridAxis::kPp) + 1, kStageTag);
+    StageLink(ctx_->group(GridAxis::kPp)).send_forward(x, rows * C_, kStageTag).wait();
     return nullptr;
   }
   for (int64_t i = 0; i < n_logits; ++i) {

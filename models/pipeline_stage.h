@@ -2,7 +2,7 @@
 // one for plain pipelining, pp_interleave_num for the interleaved schedule), each a TransformerLM
 // over its range of layers with its own micro-batch slots, all over one parameter arena. The
 // trainer updates that arena as it would a whole model's; the pipeline executor
-// (engine/pipeline_executor.h) runs the chunks' forward and backward passes in a schedule's order.
+// (engine/step_engine.h) runs the chunks' forward and backward passes in a schedule's order.
 #pragma once
 #include <memory>
 #include <vector>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The refactor check: 20 steps of the tiny GPT-2 (dropout on), Llama and Mixtral configs (clipping on)
-# in fp32 and bf16, on 1 rank and at dp2, mp2+sp, pp2 (1F1B and ZB-H1) and, for Mixtral, ep2; each
+# in fp32 and bf16, on 1 rank and at dp2, dp2 with 2 accumulated micro-batches, mp2+sp, pp2 (1F1B and ZB-H1) and, for Mixtral, ep2; each
 # run's metrics.jsonl and gathered final weights (--save-weights) under OUT/<model>_<dtype>_<layout>/.
 #   bash scripts/bitwise_matrix.sh BIN OUT            # runs the matrix with BIN (build/bin/gridformer)
 #   bash scripts/bitwise_matrix.sh --compare A B      # every run of A against B: losses, gradient
@@ -59,6 +59,9 @@ for model in gpt2:configs/gpt2/run_gpt2_tiny.yaml llama:configs/llama/run_llama_
     p="${m}_${dtype}"
     run "${p}_one" "$cfg" 1 "${D[@]}" --set runner_config.batch_size=8
     run "${p}_dp2" "$cfg" 2 "${D[@]}" --set runner_config.batch_size=4 --set parallel_config.data_parallel=2
+    # gradient accumulation: the data-parallel reduction starts in the last micro-batch's backward
+    run "${p}_dp2_acc2" "$cfg" 2 "${D[@]}" --set runner_config.batch_size=2 --set parallel_config.data_parallel=2 \
+      --set runner_config.gradient_accumulation_steps=2
     run "${p}_mp2sp" "$cfg" 2 "${D[@]}" --set runner_config.batch_size=8 --set parallel_config.model_parallel=2 \
       --set parallel_config.use_seq_parallel=True
     run "${p}_pp2_1f1b" "$cfg" 2 "${D[@]}" --set runner_config.batch_size=2 $PP \

@@ -1,7 +1,7 @@
 // Pipeline schedules as pure action lists (GPipe, 1F1B, interleaved 1F1B, ZB-H1); the simulator that
 // runs every stage's list against the others, and the closed-form bubbles, are in simulate.cpp. No MPI
 // and no model: the
-// executor (engine/pipeline_executor.h) runs what stage_actions() returns.
+// executor (engine/step_engine.h) runs what stage_actions() returns.
 //
 // A schedule is written in two steps: the order of the stage's computes (forward, backward, or
 // backward-input and backward-weight), then decorate() adds the receives and sends around them by one

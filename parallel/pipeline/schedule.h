@@ -1,6 +1,6 @@
 // Pipeline schedules as pure action lists: for each pipeline stage, the ordered list of what it
 // does in one training step (forward, backward, backward-input, backward-weight, send, receive,
-// per micro-batch and model chunk). No MPI and no model here: the executor (engine/pipeline_executor.h)
+// per micro-batch and model chunk). No MPI and no model here: the executor (engine/step_engine.h)
 // runs a list, and simulate() runs every stage's list against the others, so each schedule is
 // tested for order, matching messages, deadlock freedom, activation memory and bubble without MPI.
 //

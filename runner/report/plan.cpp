@@ -11,7 +11,7 @@
 #include "models/registry.h"
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
-#include "engine/pipeline_executor.h"
+#include "engine/step_engine.h"
 
 namespace gf {
 

@@ -175,7 +175,7 @@ void Trainer::save_checkpoint(int64_t step) {
   // The snapshot: a copy of this rank's share, so that training may go on while it is written.
   const Placement& pl = model_->params();
   const float* w = model_->weight_values();
-  const bool pipeline_copy = pipe_ && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin;
+  const bool pipeline_copy = pipelined() && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin;
   auto writes = [&](const TensorPlacement& t, bool sharded) {
     if (pipeline_copy && t.offset == tied_.begin) return false;
     if (t.replicated && ctx_.index(GridAxis::kTp) != 0) return false;

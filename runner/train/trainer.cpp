@@ -55,20 +55,21 @@ void Trainer::read_micro_batches(BatchSource& src, int64_t index) {
     src.read(first_sample(index + 1, i), cfg_.batch_size, tokens_.data() + i * n);
 }
 
-// The pipeline schedule over this step's micro-batches; the loss summed over the stages, and the bubble.
-double Trainer::run_pipeline(int64_t step, float scale, StepResult& r) {
+// This step's micro-batches through the engine: the gradients add up in the arena (without a
+// pipeline the data-parallel reduction starts during the last one's backward). Returns the summed
+// token loss (over the stages), and with a pipeline the step's bubble.
+double Trainer::run_micro_batches(int64_t step, float scale, StepResult& r) {
   const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
-  trace::Span schedule("pipeline", "pipeline schedule");
+  trace::Span schedule("pipeline", pipelined() ? "pipeline schedule" : "micro-batches");
   const auto t0 = std::chrono::steady_clock::now();
-  double loss_sum = pipe_->train(
-      [&](int i) {
-        return PipelineExecutor::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}};
-      },
+  double loss_sum = engine_->train(
+      [&](int i) { return StepEngine::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}}; },
       scale);
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   schedule.end();
+  moe_acc_ = engine_->moe_stats();
+  if (!pipelined()) return loss_sum;
   trace::Span reductions("pipeline", "pipeline reductions");  // loss, bubble (the tied embedding: grad sync)
-  moe_acc_ = pipe_->moe_stats();
   const Communicator& pp = ctx_.group(GridAxis::kPp);
   pp.allreduce_sum(&loss_sum, 1);  // the last stage's
   // The bubble as the schedule's analytic one counts it: over one window for every stage (the
@@ -76,37 +77,13 @@ double Trainer::run_pipeline(int64_t step, float scale, StepResult& r) {
   // collectives), the part a stage did not compute.
   double makespan = run_s;
   pp.allreduce_max(&makespan, 1);
-  double b[2] = {1.0 - pipe_->compute_seconds() / std::max(makespan, 1e-12), 0};
+  double b[2] = {1.0 - engine_->compute_seconds() / std::max(makespan, 1e-12), 0};
   b[1] = b[0];
   pp.allreduce_sum(&b[0], 1);
   pp.allreduce_max(&b[1], 1);
   r.bubble = b[0] / ctx_.size(GridAxis::kPp);
   r.bubble_max = b[1];
   r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
-  return loss_sum;
-}
-
-// Gradient accumulation: the micro-batches' gradients add up in the arena; the data-parallel
-// reduction starts during the last one's backward. Returns the summed token loss.
-double Trainer::run_accumulation(int64_t step, float scale) {
-  const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
-  const auto planned = static_cast<double>(model_->activation_bytes());
-  double loss_sum = 0;
-  for (int64_t i = 0; i < micro_batches_; ++i) {
-    hook_armed_ = i == micro_batches_ - 1;
-    {
-      trace::Span span(trace::kOn, "micro", "micro-batch %d fwd", static_cast<int>(i));
-      span.arg("micro", static_cast<double>(i));
-      loss_sum += model_->forward(tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true});
-      accumulate_moe_stats(moe_acc_, model_->moe_stats());
-      trace::memory_counter(planned);
-    }
-    trace::Span span(trace::kOn, "micro", "micro-batch %d bwd", static_cast<int>(i));
-    span.arg("micro", static_cast<double>(i));
-    model_->backward(scale);
-    trace::memory_counter(planned);
-  }
-  hook_armed_ = true;
   return loss_sum;
 }
 
@@ -132,7 +109,7 @@ StepResult Trainer::train_step(int64_t step) {
   const double global_tokens = static_cast<double>(global_batch_ * T);
   const auto scale = static_cast<float>(loss_scale_ / global_tokens);
   moe_acc_.clear();
-  double loss_sum = pipe_ ? run_pipeline(step, scale, r) : run_accumulation(step, scale);
+  double loss_sum = run_micro_batches(step, scale, r);
   {
     trace::Span span("step", "loss all-reduce");
     ctx_.data_like().allreduce_sum(&loss_sum, 1);
@@ -219,7 +196,7 @@ void Trainer::gather_moe_stats(StepResult& r) const {
     for (size_t e = 0; e < E; ++e) x[4 + e] = static_cast<double>(m.tokens_per_expert[e]);
   }
   ctx_.data_like().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
-  if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
   for (size_t l = 0; l < L; ++l) {
     const double* x = v.data() + l * per;
@@ -313,12 +290,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
 double Trainer::forward_micro_batches(int64_t index) {
   const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
   auto info = [&](int64_t i) { return StepInfo{0, first_sample(index + 1, i), false}; };
-  if (pipe_)
-    return pipe_->forward_only(
-        [&](int i) { return PipelineExecutor::Micro{tokens_.data() + i * n, info(i)}; }, static_cast<int>(micro_batches_));
-  double sum = 0;
-  for (int64_t i = 0; i < micro_batches_; ++i) sum += model_->forward(tokens_.data() + i * n, info(i));
-  return sum;
+  return engine_->forward_only([&](int i) { return StepEngine::Micro{tokens_.data() + i * n, info(i)}; },
+                               static_cast<int>(micro_batches_));
 }
 
 double Trainer::evaluate() {
@@ -328,13 +301,13 @@ double Trainer::evaluate() {
     read_micro_batches(*eval_data_, i);
     sum += forward_micro_batches(i);
   }
-  if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
+  if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
   ctx_.data_like().allreduce_sum(&sum, 1);
   return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
 }
 
 int Trainer::run() {
-  if (pipe_) log_pipeline_stages();
+  if (pipelined()) log_pipeline_stages();
   write_run_start();
   if (start_step_ >= total_steps_) {
     spdlog::info("resumed at step {} of {}: nothing left to train (raise runner_config.train_steps or epochs to go on)",

@@ -19,7 +19,7 @@
 #include "runner/config/config.h"
 #include "runner/report/interval_meter.h"
 #include "runner/report/machine_probe.h"
-#include "engine/pipeline_executor.h"
+#include "engine/step_engine.h"
 
 namespace gf {
 
@@ -103,10 +103,9 @@ class Trainer {
 
  private:
   int train_loop();
-  // train_step's parts: the micro-batches through the pipeline executor (pipeline_stage > 1) or the
-  // gradient-accumulation loop, each returning the summed token loss; then the update.
-  double run_pipeline(int64_t step, float scale, StepResult& r);
-  double run_accumulation(int64_t step, float scale);
+  // train_step's parts: the micro-batches through the step engine (a pipeline's schedule, or
+  // gradient accumulation on one stage), returning the summed token loss; then the update.
+  double run_micro_batches(int64_t step, float scale, StepResult& r);
   void optimizer_update(int64_t step, const StepResult& r);
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
   // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
@@ -133,7 +132,9 @@ class Trainer {
   void load_initial_state();
   std::string checkpoint_root() const;
   void abandon_pending_save() noexcept;
-  void setup_pipeline();
+  // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
+  void setup_engine();
+  bool pipelined() const { return shape_.stages > 1; }
   // The global index of the first sample of micro-batch i of step `step` on this rank: micro-batch i
   // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
   // without pipelining or accumulation, as before).
@@ -149,14 +150,14 @@ class Trainer {
   const Config& cfg_;
   ParallelContext& ctx_;
   std::unique_ptr<CausalLM> model_;
-  // Pipeline parallelism: model_ is this rank's PipelineStage, run by the executor.
-  std::unique_ptr<PipelineExecutor> pipe_;
+  // Runs every step's micro-batches on model_'s chunks: a pipeline schedule over this rank's
+  // PipelineStage, or (pipeline_stage 1) 1F1B on one stage: the whole model, one micro-batch after another.
+  std::unique_ptr<StepEngine> engine_;
   pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
   pipeline::Shape shape_;
-  std::vector<int64_t> stage_layers_;  // layers per virtual stage
+  std::vector<int64_t> stage_layers_;  // layers per virtual stage ({num_layers} without a pipeline)
   ArenaRange tied_{0, 0};   // the tied embedding on the first and last stage (GradientSync sums its gradient)
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
-  bool hook_armed_ = true;     // the data-parallel reduction starts during the last micro-batch's backward only
   std::vector<MoeLayerStats> moe_acc_;  // the step's router statistics, over its micro-batches
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<AdamW> opt_;

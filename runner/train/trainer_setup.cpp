@@ -32,8 +32,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   const Config& cfg = cfg_;
   // The groups' names in the step timeline's communication spans (runner/report/profiler.h).
   micro_batches_ = ctx_.size(GridAxis::kPp) > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
-  if (ctx_.size(GridAxis::kPp) > 1) setup_pipeline();
-  else model_ = build_model(cfg.model, model_layout(cfg), cfg.batch_size, ctx_);
+  setup_engine();
   global_batch_ = cfg.batch_size * ctx_.size(GridAxis::kDp) * micro_batches_;
   // How many steps: train_steps if set, else epochs x (samples per epoch / global batch).
   const bool from_config = !given;
@@ -63,10 +62,8 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   }
   sync_ = std::make_unique<GradientSync>(model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
                                          cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
-  model_->set_grad_ready_hook([this](int64_t offset) {
-    if (hook_armed_) sync_->grads_ready_from(offset);
-  });
-  if (pipe_) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), tied_, ctx_.index(GridAxis::kPp) == 0);
+  engine_->on_grads_ready([this](int64_t offset) { sync_->grads_ready_from(offset); });
+  if (pipelined()) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), tied_, ctx_.index(GridAxis::kPp) == 0);
   opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
   if (sync_->expert_shard_end() > sync_->expert_shard_begin())
     opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
@@ -93,9 +90,18 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   log_setup();
 }
 
-// This rank's stage: its model chunks over one arena, and the executor that runs the schedule.
-void Trainer::setup_pipeline() {
+// This rank's stage: its model chunks over one arena (the whole model without a pipeline), and the
+// engine that runs the schedule on them.
+void Trainer::setup_engine() {
   const Config& cfg = cfg_;
+  if (ctx_.size(GridAxis::kPp) == 1) {
+    model_ = build_model(cfg.model, model_layout(cfg), cfg.batch_size, ctx_);
+    sched_ = pipeline::Scheduler::k1F1B;
+    shape_ = {1, static_cast<int>(micro_batches_), 1};
+    stage_layers_ = {cfg.model.num_layers};
+    engine_ = std::make_unique<StepEngine>(engine_chunks(*model_), ctx_.group(GridAxis::kPp), sched_, shape_);
+    return;
+  }
   const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
   const TransformerSpec spec = entry.spec(cfg.model);
   sched_ = cfg.parallel.pipeline_scheduler;
@@ -110,7 +116,7 @@ void Trainer::setup_pipeline() {
   stage_layers_ = layers;
   auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, model_layout(cfg), cfg.batch_size, ctx_,
                                                pipeline_chunk_options(layers, sched_, shape_, ctx_.index(GridAxis::kPp)));
-  pipe_ = std::make_unique<PipelineExecutor>(*stage, ctx_.group(GridAxis::kPp), sched_, shape_);
+  engine_ = std::make_unique<StepEngine>(engine_chunks(*stage), ctx_.group(GridAxis::kPp), sched_, shape_);
   // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
   if (spec.tied_head) {
     const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
@@ -173,7 +179,7 @@ void Trainer::log_setup() const {
                cfg_.batch_size,
                micro_batches_ == 1 ? std::string()
                    : fmt::format(", {} micro-batches per step ({}; gradients accumulate over them)", micro_batches_,
-                                 pipe_ ? "parallel_config.micro_batch_num" : "runner_config.gradient_accumulation_steps"),
+                                 pipelined() ? "parallel_config.micro_batch_num" : "runner_config.gradient_accumulation_steps"),
                global_batch_, global_batch_ * m.seq_length);
   spdlog::info("data: {}", data_->describe());
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());

@@ -35,7 +35,7 @@ void Trainer::save_weights(const std::string& path) {
   // Under pipelining each stage holds its layers: the whole model's table, each tensor summed over
   // the stages from the one that holds it (the tied embedding from the first stage, not its copy).
   std::optional<ParamTable> whole;
-  if (pipe_) {
+  if (pipelined()) {
     const ModelEntry& e = find_model(cfg_.model.arch, cfg_.model.type);
     whole = TransformerLM::make_param_table(e.spec(cfg_.model), e.names);
   }
@@ -47,7 +47,7 @@ void Trainer::save_weights(const std::string& path) {
     if (p) f = gather_full_tensor(*p, w, ctx_);
     full.push_back(std::move(f));
     if (spec.is_expert()) ctx_.group(GridAxis::kEp).allreduce_sum(full.back().data(), spec.global_numel());
-    if (pipe_) ctx_.group(GridAxis::kPp).allreduce_sum(full.back().data(), spec.global_numel());
+    if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(full.back().data(), spec.global_numel());
     out.push_back({spec.name, StDtype::kF32, spec.shape, full.back().data()});
   }
   if (ctx_.world_rank() == 0) {

@@ -17,7 +17,7 @@
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
 #include "models/pipeline_stage.h"
-#include "engine/pipeline_executor.h"
+#include "engine/step_engine.h"
 
 namespace gf {
 namespace {
@@ -91,9 +91,9 @@ TEST(PipelineMpi, EveryScheduleGivesTheGradientsOfTheWholeModel) {
                           pipeline_chunk_options(layers, sched, shape, ctx.index(GridAxis::kPp)));
       stage.init_weights(5);
       parallel_zero(stage.grads(), stage.params().total_floats());
-      PipelineExecutor exec(stage, ctx.group(GridAxis::kPp), sched, shape);
+      StepEngine exec(engine_chunks(stage), ctx.group(GridAxis::kPp), sched, shape);
       double loss = exec.train(
-          [&](int i) { return PipelineExecutor::Micro{data[static_cast<size_t>(i)].data(), StepInfo{3, i * B, true}}; },
+          [&](int i) { return StepEngine::Micro{data[static_cast<size_t>(i)].data(), StepInfo{3, i * B, true}}; },
           scale);
       // The tied embedding: the first and last stage sum their parts.
       const TensorPlacement* wte = stage.params().find(names(Role::kEmbed, -1));

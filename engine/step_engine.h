@@ -1,10 +1,13 @@
-// Runs a pipeline schedule's action list (parallel/pipeline/schedule.h) on this rank's model chunks
-// (models/pipeline_stage.h): forwards and backwards of micro-batches on the chunks' slots, and the
-// activations and their gradients sent to and received from the neighbouring stages with MPI's
-// non-blocking point-to-point calls. A receive is posted where the list puts it (ahead of the compute
-// that reads it) and waited for only by that compute; a send is posted right after the compute and
-// completes in the background. The time spent waiting for a neighbour is measured: it is the
-// stage's bubble.
+// The step engine: every training step, pipelined or not, is a schedule's action list
+// (parallel/pipeline/schedule.h) run on this rank's model chunks. Without a pipeline the model is one
+// chunk of one stage and the list is 1F1B's on one stage (forward, backward, forward, backward, ...
+// over the micro-batches of gradient accumulation); with one, the chunks are those of this rank's
+// PipelineStage (models/pipeline_stage.h). It runs forwards and backwards of micro-batches on the
+// chunks' slots, and sends and receives the activations and their gradients to and from the
+// neighbouring stages (parallel/pipeline/stage_link.h, non-blocking). A receive is posted where the
+// list puts it (ahead of the compute that reads it) and waited for only by that compute; a send is
+// posted right after the compute and completes in the background. The time spent waiting for a
+// neighbour is measured: it is the stage's bubble.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,6 +19,7 @@
 #include "parallel/communicator.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_link.h"
 
 namespace gf {
 
@@ -24,10 +28,23 @@ namespace gf {
 std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers, pipeline::Scheduler sched,
                                                  const pipeline::Shape& shape, int stage);
 
-class PipelineExecutor {
+// The chunks the engine runs for `model`: a PipelineStage's, or a whole TransformerLM as one chunk.
+// Throws for a model that is neither.
+std::vector<TransformerLM*> engine_chunks(CausalLM& model);
+
+class StepEngine {
  public:
-  // pp: the pipeline communicator (rank = stage). The model's chunks must be pipeline_chunk_options(...).
-  PipelineExecutor(PipelineStage& model, const Communicator& pp, pipeline::Scheduler sched, const pipeline::Shape& shape);
+  // pp: the pipeline communicator (rank = stage; one rank without a pipeline). With more than one
+  // stage the chunks must be pipeline_chunk_options(...)'s.
+  StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, pipeline::Scheduler sched,
+             const pipeline::Shape& shape);
+
+  // `ready(offset)` is called during the last micro-batch's backward as the gradients at and after
+  // `offset` become final (CausalLM::set_grad_ready_hook), so that the data-parallel reduction runs
+  // in backward's background. Only without a pipeline: with one, a tied embedding's gradient is
+  // summed over the first and last stages before the data-parallel reduction (GradientSync::finish),
+  // which must therefore wait for the schedule's end.
+  void on_grads_ready(std::function<void(int64_t)> ready);
 
   struct Micro {
     const int32_t* tokens;  // [B, T + 1]
@@ -54,6 +71,12 @@ class PipelineExecutor {
   };
   double run(const std::vector<pipeline::Action>& actions, const std::function<Micro(int)>& micro, float grad_scale,
              bool forward_only);
+  TransformerLM& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
+  double activation_bytes() const {
+    double b = 0;
+    for (const TransformerLM* c : chunks_) b += static_cast<double>(c->activation_bytes());
+    return b;
+  }
   int virtual_stage(int chunk) const { return pipeline::vstage_of(shape_, stage_, chunk); }
   bool first_virtual(int chunk) const { return virtual_stage(chunk) == 0; }
   bool last_virtual(int chunk) const { return virtual_stage(chunk) == pipeline::virtual_stages(shape_) - 1; }
@@ -66,8 +89,8 @@ class PipelineExecutor {
   // Tests every message in flight (between layers, and between actions): lets MPI move them.
   void advance();
 
-  PipelineStage& model_;
-  const Communicator& pp_;
+  std::vector<TransformerLM*> chunks_;
+  StageLink link_;
   pipeline::Scheduler sched_;
   pipeline::Shape shape_;
   int stage_;
@@ -81,6 +104,8 @@ class PipelineExecutor {
   std::vector<std::vector<Request>> slot_send_;            // per chunk, per slot: the send reading its output
   std::map<std::pair<int, int>, int64_t> slot_of_;
   std::vector<MoeLayerStats> moe_;
+  std::function<void(int64_t)> ready_;
+  bool armed_ = false;  // the grads-ready hook passes offsets on (the last micro-batch's backward)
   double wait_s_ = 0, compute_s_ = 0;
 };
 

@@ -1,4 +1,4 @@
-#include "engine/pipeline_executor.h"
+#include "engine/step_engine.h"
 
 #include <chrono>
 #include <cstring>
@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/trace/trace.h"
+#include "models/pipeline_stage.h"
 
 namespace gf {
 
@@ -57,35 +58,53 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
   return out;
 }
 
-PipelineExecutor::PipelineExecutor(PipelineStage& model, const Communicator& pp, pipeline::Scheduler sched,
-                                   const pipeline::Shape& shape)
-    : model_(model), pp_(pp), sched_(sched), shape_(shape), stage_(pp.rank()) {
+std::vector<TransformerLM*> engine_chunks(CausalLM& model) {
+  if (auto* stage = dynamic_cast<PipelineStage*>(&model)) {
+    std::vector<TransformerLM*> out;
+    for (int c = 0; c < stage->chunks(); ++c) out.push_back(&stage->chunk(c));
+    return out;
+  }
+  if (auto* whole = dynamic_cast<TransformerLM*>(&model)) return {whole};
+  throw std::invalid_argument("the step engine runs TransformerLM chunks; the registered factory built another model");
+}
+
+StepEngine::StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, pipeline::Scheduler sched,
+                       const pipeline::Shape& shape)
+    : chunks_(std::move(chunks)), link_(pp), sched_(sched), shape_(shape), stage_(pp.rank()) {
   if (pp.size() != shape.stages)
     throw std::invalid_argument("pipeline: " + std::to_string(pp.size()) + " ranks in the pipeline group for " +
                                 std::to_string(shape.stages) + " stages");
-  if (model.chunks() != shape.chunks)
-    throw std::invalid_argument("pipeline: the stage holds " + std::to_string(model.chunks()) + " chunks, the schedule " +
+  if (static_cast<int>(chunks_.size()) != shape.chunks)
+    throw std::invalid_argument("pipeline: the stage holds " + std::to_string(chunks_.size()) + " chunks, the schedule " +
                                 std::to_string(shape.chunks));
-  const StageDims& d = model.chunk(0).dims();
+  const StageDims& d = chunk(0).dims();
   floats_ = d.Nl * d.C;
   actions_ = pipeline::stage_actions(sched, shape, stage_);
   const int64_t most = 2LL * shape.chunks * shape.micro_batches;
-  if (most > pp.tag_upper_bound())
+  if (most > link_.tag_upper_bound())
     throw std::invalid_argument("pipeline: " + std::to_string(most) + " message tags exceed MPI's limit " +
-                                std::to_string(pp.tag_upper_bound()) + "; lower parallel_config.micro_batch_num");
-  for (int c = 0; c < shape.chunks; ++c) model.chunk(c).set_progress_hook([this] { advance(); });
-  for (int c = 0; c < shape.chunks; ++c) {
-    const int64_t n = model.chunk(c).dims().slots;
+                                std::to_string(link_.tag_upper_bound()) + "; lower parallel_config.micro_batch_num");
+  for (TransformerLM* c : chunks_) {
+    c->set_progress_hook([this] { advance(); });
+    const int64_t n = c->dims().slots;
     slot_micro_.emplace_back(static_cast<size_t>(n), -1);
     slot_send_.emplace_back(static_cast<size_t>(n));
   }
 }
 
-int PipelineExecutor::tag(int direction, int micro, int receiver_chunk) const {
+void StepEngine::on_grads_ready(std::function<void(int64_t)> ready) {
+  ready_ = std::move(ready);
+  for (TransformerLM* c : chunks_)
+    c->set_grad_ready_hook([this](int64_t offset) {
+      if (armed_ && ready_) ready_(offset);
+    });
+}
+
+int StepEngine::tag(int direction, int micro, int receiver_chunk) const {
   return (direction * shape_.chunks + receiver_chunk) * shape_.micro_batches + micro;
 }
 
-float* PipelineExecutor::take_buffer() {
+float* StepEngine::take_buffer() {
   if (free_.empty()) {
     buffers_.emplace_back(static_cast<size_t>(floats_));
     free_.push_back(buffers_.back().data());
@@ -95,7 +114,7 @@ float* PipelineExecutor::take_buffer() {
   return b;
 }
 
-void PipelineExecutor::wait_timed(Request& r) {
+void StepEngine::wait_timed(Request& r) {
   if (r.done()) return;
   trace::Span span("wait", "MPI_Wait");  // the step timeline's wait for a neighbour stage
   const double t0 = now_s();
@@ -103,7 +122,7 @@ void PipelineExecutor::wait_timed(Request& r) {
   wait_s_ += now_s() - t0;
 }
 
-int64_t PipelineExecutor::slot_for(int micro, int chunk) {
+int64_t StepEngine::slot_for(int micro, int chunk) {
   std::vector<int>& s = slot_micro_[static_cast<size_t>(chunk)];
   for (size_t k = 0; k < s.size(); ++k)
     if (s[k] < 0) {
@@ -116,13 +135,13 @@ int64_t PipelineExecutor::slot_for(int micro, int chunk) {
                          std::to_string(micro) + " (" + std::to_string(s.size()) + " slots)");
 }
 
-void PipelineExecutor::free_slot(int micro, int chunk) {
+void StepEngine::free_slot(int micro, int chunk) {
   const auto it = slot_of_.find({micro, chunk});
   slot_micro_[static_cast<size_t>(chunk)][static_cast<size_t>(it->second)] = -1;
   slot_of_.erase(it);
 }
 
-void PipelineExecutor::advance() {
+void StepEngine::advance() {
   // Finished sends give their buffers back; a posted receive is tested so that MPI moves it.
   for (size_t i = 0; i < sends_.size();)
     if (sends_[i].req.test()) {
@@ -138,11 +157,11 @@ void PipelineExecutor::advance() {
     for (Request& r : per_chunk) r.test();
 }
 
-double PipelineExecutor::train(const std::function<Micro(int)>& micro, float grad_scale) {
+double StepEngine::train(const std::function<Micro(int)>& micro, float grad_scale) {
   return run(actions_, micro, grad_scale, false);
 }
 
-double PipelineExecutor::forward_only(const std::function<Micro(int)>& micro, int count) {
+double StepEngine::forward_only(const std::function<Micro(int)>& micro, int count) {
   // Each micro-batch through the virtual stages in order: a chain, so no stage waits on a cycle.
   std::vector<Action> list;
   for (int i = 0; i < count; ++i)
@@ -154,14 +173,13 @@ double PipelineExecutor::forward_only(const std::function<Micro(int)>& micro, in
   return run(list, micro, 0.0f, true);
 }
 
-double PipelineExecutor::run(const std::vector<Action>& actions, const std::function<Micro(int)>& micro,
+double StepEngine::run(const std::vector<Action>& actions, const std::function<Micro(int)>& micro,
                              float grad_scale, bool forward_only) {
   const int p = shape_.stages;
-  const int prev = (stage_ + p - 1) % p, next = (stage_ + 1) % p;
   wait_s_ = compute_s_ = 0;
   moe_.clear();
   double loss = 0;
-  const bool moe = model_.config().moe.enabled();
+  const bool moe = chunk(0).config().moe.enabled();
   auto timed = [&](auto&& f) {
     const double t0 = now_s();
     f();
@@ -178,7 +196,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
     return r.buf;
   };
   for (const Action& a : actions) {
-    TransformerLM& ch = model_.chunk(a.chunk);
+    TransformerLM& ch = chunk(a.chunk);
     // The step timeline's span of the action (its waits, messages and layers inside it).
     trace::Span span("pipeline", pipeline::op_name(a.op));
     span.arg("micro", a.micro).arg("chunk", a.chunk);
@@ -186,12 +204,12 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
       case Op::kRecvForward: {
         // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
         float* b = take_buffer();
-        recv_fwd_[{a.micro, a.chunk}] = {b, pp_.irecv(b, floats_, prev, tag(0, a.micro, a.chunk))};
+        recv_fwd_[{a.micro, a.chunk}] = {b, link_.recv_forward(b, floats_, tag(0, a.micro, a.chunk))};
         break;
       }
       case Op::kRecvBackward: {
         float* b = take_buffer();
-        recv_bwd_[{a.micro, a.chunk}] = {b, pp_.irecv(b, floats_, next, tag(1, a.micro, a.chunk))};
+        recv_bwd_[{a.micro, a.chunk}] = {b, link_.recv_backward(b, floats_, tag(1, a.micro, a.chunk))};
         break;
       }
       case Op::kForward: {
@@ -202,14 +220,14 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         if (in != nullptr) give_buffer(in);
         if (moe) accumulate_moe_stats(moe_, ch.moe_stats(slot));
         if (forward_only && last_virtual(a.chunk)) free_slot(a.micro, a.chunk);
-        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        trace::memory_counter(activation_bytes());
         break;
       }
       case Op::kSendForward: {
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
         const int to_chunk = stage_ == p - 1 ? a.chunk + 1 : a.chunk;
         slot_send_[static_cast<size_t>(a.chunk)][static_cast<size_t>(slot)] =
-            pp_.isend(ch.stage_output(slot), floats_, next, tag(0, a.micro, to_chunk));
+            link_.send_forward(ch.stage_output(slot), floats_, tag(0, a.micro, to_chunk));
         if (forward_only) free_slot(a.micro, a.chunk);
         break;
       }
@@ -218,17 +236,20 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
         float* dout = last_virtual(a.chunk) ? nullptr : take_recv(recv_bwd_, a);
         const BwdPass pass = a.op == Op::kBackward ? BwdPass::kBoth : BwdPass::kInput;
+        // Without a pipeline the data-parallel reduction starts in the last micro-batch's backward.
+        armed_ = p == 1 && a.micro == shape_.micro_batches - 1;
         timed([&] { ch.stage_backward(slot, pass, dout, grad_scale); });
+        armed_ = false;
         if (dout != nullptr) give_buffer(dout);
         if (a.op == Op::kBackward) free_slot(a.micro, a.chunk);
-        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        trace::memory_counter(activation_bytes());
         break;
       }
       case Op::kBackwardWeight: {
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
         timed([&] { ch.stage_backward(slot, BwdPass::kWeight, nullptr, grad_scale); });
         free_slot(a.micro, a.chunk);
-        trace::memory_counter(static_cast<double>(model_.activation_bytes()));
+        trace::memory_counter(activation_bytes());
         break;
       }
       case Op::kSendBackward: {
@@ -236,7 +257,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const std::func
         float* b = take_buffer();
         std::memcpy(b, ch.input_grad(), sizeof(float) * static_cast<size_t>(floats_));
         const int to_chunk = stage_ == 0 ? a.chunk - 1 : a.chunk;
-        sends_.push_back({b, pp_.isend(b, floats_, prev, tag(1, a.micro, to_chunk))});
+        sends_.push_back({b, link_.send_backward(b, floats_, tag(1, a.micro, to_chunk))});
         break;
       }
     }

@@ -89,7 +89,7 @@ std::string check_before_work(const std::string& config_path, const std::vector<
   std::string problem;
   try {
     cfg = gf::load_config(config_path, sets);
-    if (cfg.run_mode == "predict" && !predicting)
+    if (cfg.run_mode == gf::RunMode::kPredict && !predicting)
       problem = "run_mode: predict generates text from prompts: run `gridformer predict --config " + config_path +
                 " --predict_data \"TEXT\"` (or --predict_file FILE), as MindFormers' run_mindformer.py --predict_data";
   } catch (const std::exception& e) {
@@ -173,7 +173,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   int status = 0;
   try {
     nlohmann::json eval_line;
-    if (cfg.run_mode == "eval") {
+    if (cfg.run_mode == gf::RunMode::kEval) {
       const double loss = trainer->evaluate();
       spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
                    cfg.eval_data.eval_iters);

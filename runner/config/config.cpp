@@ -10,6 +10,57 @@
 #include "runner/config/tree.h"
 
 namespace gf {
+
+namespace {
+constexpr RunMode kRunModes[] = {RunMode::kTrain, RunMode::kFinetune, RunMode::kEval, RunMode::kPredict};
+constexpr OptimizerType kOptimizerTypes[] = {OptimizerType::kAdamWeightDecay, OptimizerType::kFusedAdamWeightDecay,
+                                             OptimizerType::kFP32StateAdamWeightDecay, OptimizerType::kAdamW};
+}  // namespace
+
+const char* run_mode_name(RunMode m) {
+  switch (m) {
+    case RunMode::kTrain: return "train";
+    case RunMode::kFinetune: return "finetune";
+    case RunMode::kEval: return "eval";
+    case RunMode::kPredict: return "predict";
+  }
+  return "?";
+}
+
+bool parse_run_mode(const std::string& s, RunMode& out) {
+  for (const RunMode m : kRunModes)
+    if (s == run_mode_name(m)) {
+      out = m;
+      return true;
+    }
+  return false;
+}
+
+const char* optimizer_type_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::kAdamWeightDecay: return "AdamWeightDecay";
+    case OptimizerType::kFusedAdamWeightDecay: return "FusedAdamWeightDecay";
+    case OptimizerType::kFP32StateAdamWeightDecay: return "FP32StateAdamWeightDecay";
+    case OptimizerType::kAdamW: return "AdamW";
+  }
+  return "?";
+}
+
+bool parse_optimizer_type(const std::string& s, OptimizerType& out) {
+  for (const OptimizerType t : kOptimizerTypes)
+    if (s == optimizer_type_name(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
+
+std::string optimizer_type_names() {
+  std::string r;
+  for (const OptimizerType t : kOptimizerTypes) r += (r.empty() ? "" : ", ") + std::string(optimizer_type_name(t));
+  return r;
+}
+
 namespace {
 
 struct Override {

@@ -110,11 +110,28 @@ struct ProfileConfig {
   bool operator==(const ProfileConfig&) const = default;
 };
 
+// run_mode (MindFormers' key): what `gridformer train` does with the config. train and finetune
+// train (from load_checkpoint's weights when it is set), eval reports the loss and perplexity of the
+// weights, predict belongs to `gridformer predict` (generation).
+enum class RunMode { kTrain, kFinetune, kEval, kPredict };
+const char* run_mode_name(RunMode m);
+// The mode `s` names (its run_mode_name); false for another text.
+bool parse_run_mode(const std::string& s, RunMode& out);
+
+// optimizer.type: the names MindFormers gives its AdamW; every one runs AdamW (core/optim/adamw.h) with
+// float32 moments, so the type is kept for the log and the resolved config only.
+enum class OptimizerType { kAdamWeightDecay, kFusedAdamWeightDecay, kFP32StateAdamWeightDecay, kAdamW };
+const char* optimizer_type_name(OptimizerType t);
+bool parse_optimizer_type(const std::string& s, OptimizerType& out);
+// The names parse_optimizer_type takes, comma-separated (for the error that lists them).
+std::string optimizer_type_names();
+
 // Everything the run is built from. `operator==` lets the config tests prove that a key reaches
 // a field: change the key alone, and the settings must differ.
 struct Settings {
   int64_t seed = 0;
-  std::string run_mode = "train", output_dir = "./output";
+  RunMode run_mode = RunMode::kTrain;
+  std::string output_dir = "./output";
   std::string load_checkpoint;  // the weights to start from (load_checkpoint, or in run_mode eval a path in
                                 // model_config.checkpoint_name_or_path); checked to exist at load time
   std::string model_name;       // trainer.model_name: the run's label in the log
@@ -132,7 +149,7 @@ struct Settings {
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;
   double max_grad_norm = 1.0;
-  std::string optimizer_type = "AdamWeightDecay";
+  OptimizerType optimizer_type = OptimizerType::kAdamWeightDecay;
   AdamWConfig adamw;
   LrScheduleConfig lr;
   DatasetConfig train_data, eval_data;

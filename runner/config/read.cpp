@@ -12,14 +12,6 @@ namespace {
 
 using config_tree::show;
 
-const char* const kOptimizers[] = {"AdamWeightDecay", "FusedAdamWeightDecay", "FP32StateAdamWeightDecay", "AdamW"};
-
-std::string list_names(const char* const* b, const char* const* e) {
-  std::string r;
-  for (auto p = b; p != e; ++p) r += (r.empty() ? "" : ", ") + std::string(*p);
-  return r;
-}
-
 std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
 
 void read_scale_sense(ReadContext& x) {
@@ -100,7 +92,8 @@ void read_training(ReadContext& x) {
   Config& c = x.c;
   KeyReader& rd = x.rd;
   c.seed = rd.get<int64_t>("seed");
-  c.run_mode = rd.get<std::string>("run_mode");
+  const std::string run_mode = rd.get<std::string>("run_mode");
+  if (!parse_run_mode(run_mode, c.run_mode)) x.refuse("`run_mode: " + run_mode + "`: expects train, finetune, eval or predict");
   c.output_dir = rd.get<std::string>("output_dir");
   c.resume_training = rd.get<bool>("resume_training");
   c.use_parallel = rd.get<bool>("use_parallel");
@@ -117,8 +110,6 @@ void read_training(ReadContext& x) {
   c.do_eval = rd.get<bool>("do_eval");
   c.eval_step_interval = rd.get<int64_t>("eval_step_interval");
   c.eval_epoch_interval = rd.get<int64_t>("eval_epoch_interval");
-  if (c.run_mode != "train" && c.run_mode != "finetune" && c.run_mode != "eval" && c.run_mode != "predict")
-    x.refuse("`run_mode: " + c.run_mode + "`: expects train, finetune, eval or predict");
   if (c.batch_size <= 0) x.refuse("`runner_config.batch_size: " + std::to_string(c.batch_size) + "`: must be > 0");
   if (c.epochs <= 0) x.refuse("`runner_config.epochs: " + std::to_string(c.epochs) + "`: must be > 0");
   if (c.train_steps == 0 || c.train_steps < -1)
@@ -171,10 +162,9 @@ void read_parallel(ReadContext& x) {
 void read_optimizer(ReadContext& x) {
   Config& c = x.c;
   KeyReader& rd = x.rd;
-  c.optimizer_type = rd.get<std::string>("optimizer.type");
-  if (std::find(std::begin(kOptimizers), std::end(kOptimizers), c.optimizer_type) == std::end(kOptimizers))
-    x.refuse("`optimizer.type: " + c.optimizer_type + "`: unknown type; registered: " +
-             list_names(std::begin(kOptimizers), std::end(kOptimizers)));
+  const std::string type = rd.get<std::string>("optimizer.type");
+  if (!parse_optimizer_type(type, c.optimizer_type))
+    x.refuse("`optimizer.type: " + type + "`: unknown type; registered: " + optimizer_type_names());
   c.adamw.beta1 = rd.get<double>("optimizer.beta1");
   c.adamw.beta2 = rd.get<double>("optimizer.beta2");
   c.adamw.eps = rd.get<double>("optimizer.eps");

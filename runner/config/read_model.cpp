@@ -195,8 +195,8 @@ void read_weights(ReadContext& x) {
   const std::string cn = x.rd.get<std::string>(cn_key);
   if (check_weights_path(x, "load_checkpoint", lc)) c.load_checkpoint = lc;
   if (cn.empty()) return;
-  if (c.run_mode == "train" || c.run_mode == "finetune") {
-    x.warn(kv(cn_key, cn) + " is not loaded for run_mode " + c.run_mode + ": MindFormers' run_mindformer.py starts " +
+  if (c.run_mode == RunMode::kTrain || c.run_mode == RunMode::kFinetune) {
+    x.warn(kv(cn_key, cn) + " is not loaded for run_mode " + run_mode_name(c.run_mode) + ": MindFormers' run_mindformer.py starts " +
            "training from load_checkpoint (or from scratch) and drops it; to start from these weights, give their path " +
            "in load_checkpoint");
   } else if (!lc.empty() && lc != cn) {

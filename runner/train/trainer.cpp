@@ -328,7 +328,7 @@ int Trainer::train_loop() {
   const auto secs = [&origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
   const auto now = [&] { return secs(Clock::now()); };
   const int64_t first = start_step_ + 1;
-  const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != "eval";
+  const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != RunMode::kEval;
   // profile: True (runner/report/profiler.h): the step timeline of steps [profile_start_step, profile_stop_step].
   StepProfiler profile(cfg_.profile, ctx_, cfg_.output_dir, first, total_steps_,
                        profile_events_per_step(cfg_.model.num_layers, micro_batches_, shape_.chunks, cfg_.profile.communication));

@@ -51,7 +51,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
   tokens_.resize(static_cast<size_t>(micro_batches_ * cfg.batch_size * (cfg.model.seq_length + 1)));
-  if (cfg.do_eval || cfg.run_mode == "eval") {
+  if (cfg.do_eval || cfg.run_mode == RunMode::kEval) {
     // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
     DatasetConfig e = cfg.eval_data;
     if (e.data_path.empty()) {
@@ -74,7 +74,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   if (ctx_.world_rank() == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
-    if (!cfg.tensorboard_dir.empty() && cfg.run_mode != "eval") {  // run_mode eval writes no metrics lines either
+    if (!cfg.tensorboard_dir.empty() && cfg.run_mode != RunMode::kEval) {  // run_mode eval writes no metrics lines either
       metrics_->add_event_writer(std::make_unique<tensorboard::EventWriter>(cfg.tensorboard_dir));
       spdlog::info("TensorBoard ({}): scalars of metrics.jsonl's lines to {}; view with `tensorboard --logdir {}`",
                    cfg.tensorboard_dir_from, metrics_->event_writer()->path().string(), cfg.tensorboard_dir);
@@ -215,7 +215,7 @@ void Trainer::log_setup() const {
                       sync_->buckets().size()));
   spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
                "warmup {} total {}; clip {}",
-               cfg_.optimizer_type, cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
+               optimizer_type_name(cfg_.optimizer_type), cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
                cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
   spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);

@@ -101,7 +101,7 @@ TEST(MindFormersLlamaConfigs, Llama2KeysReadAsMindFormersMeansThem) {
             std::string::npos) << msg;
 
   const Config ft = load_config(data("r1.3/finetune_llama2_7b.yaml"), {"load_checkpoint=\"\""});
-  EXPECT_EQ(ft.run_mode, "finetune");
+  EXPECT_EQ(ft.run_mode, RunMode::kFinetune);
   EXPECT_EQ(ft.model.ffn_hidden(), 11008);
 }
 

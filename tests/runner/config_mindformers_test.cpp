@@ -92,11 +92,11 @@ TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {
 
   const Config small = load_config(data("r1.3/finetune_gpt2_small_fp16.yaml"));
   EXPECT_EQ(small.lr.type, "cosine");  // CosineWithWarmUpLR
-  EXPECT_EQ(small.optimizer_type, "FP32StateAdamWeightDecay");
+  EXPECT_EQ(small.optimizer_type, OptimizerType::kFP32StateAdamWeightDecay);
 
   // Its moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts, top-2, over expert_parallel 8 of data_parallel 8.
   const Config mixtral = load_config(data("r1.3/pretrain_mixtral-8x7b_common.yaml"), {"parallel_config.pipeline_stage=1"});
-  EXPECT_EQ(mixtral.optimizer_type, "AdamW");
+  EXPECT_EQ(mixtral.optimizer_type, OptimizerType::kAdamW);
   EXPECT_DOUBLE_EQ(mixtral.adamw.beta1, 0.9);  // betas: [0.9, 0.95]
   EXPECT_DOUBLE_EQ(mixtral.adamw.beta2, 0.95);
   EXPECT_EQ(mixtral.model.moe.expert_num, 8);

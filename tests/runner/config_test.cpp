@@ -25,7 +25,7 @@ TEST(Config, MinimalFileGetsDefaults) {
   EXPECT_EQ(c.model.max_position_embeddings, 32);  // -1 resolves to seq_length
   EXPECT_EQ(c.parallel.data_parallel, 1);
   EXPECT_EQ(c.batch_size, 1);
-  EXPECT_EQ(c.optimizer_type, "AdamWeightDecay");
+  EXPECT_EQ(c.optimizer_type, OptimizerType::kAdamWeightDecay);
   EXPECT_EQ(c.per_print_times, 1);
   EXPECT_TRUE(c.warnings.empty());
 }
@@ -130,7 +130,7 @@ TEST(Config, MindFormersReferenceFilesLoad) {
   for (const char* f : {"run_gpt2.yaml", "run_gpt2_13b.yaml"}) {
     const Config c = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f);
     EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend`")) << f;
-    EXPECT_EQ(c.optimizer_type, "FusedAdamWeightDecay") << f;
+    EXPECT_EQ(c.optimizer_type, OptimizerType::kFusedAdamWeightDecay) << f;
     EXPECT_TRUE(c.loss_scale.dynamic) << f;
   }
   const Config big = load_config(std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/run_gpt2_13b.yaml");

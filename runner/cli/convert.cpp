@@ -18,6 +18,7 @@
 //    are Hugging Face's already (models/arch/llama.h); a tied Llama has no lm_head.weight, as
 //    save_pretrained writes it.
 #include "runner/cli/convert.h"
+#include "runner/cli/convert_source.h"
 
 #include <algorithm>
 #include <bit>
@@ -47,203 +48,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// Names in the order a reader expects (layer 2 before layer 10): runs of digits compare as numbers.
-bool natural_less(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-      size_t ie = i, je = j;
-      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-      size_t iz = i, jz = j;  // leading zeros do not count
-      while (iz + 1 < ie && a[iz] == '0') ++iz;
-      while (jz + 1 < je && b[jz] == '0') ++jz;
-      if (ie - iz != je - jz) return ie - iz < je - jz;
-      if (const int c = a.compare(iz, ie - iz, b, jz, je - jz); c != 0) return c < 0;
-      i = ie;
-      j = je;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  if (a.size() - i != b.size() - j) return a.size() - i < b.size() - j;
-  return a < b;
-}
-
-// ---- the source: one of our checkpoints, or Hugging Face weights ----
-
-struct SourceTensor {
-  std::string name;  // gridformer's name (Hugging Face's without GPT-2's `transformer.`)
-  std::vector<int64_t> shape;
-  std::string file, stored;  // Hugging Face: the file that holds it and its name there
-};
-
-const char* const kOptimizerState = "optimizer state (weights only are converted)";
-const char* const kBuffer = "buffers the loader ignores (attention masks, rotary inv_freq)";
-const char* const kTiedHead = "tied lm_head.weight (equal to the embedding; the model reads the embedding)";
-
-class Source {
- public:
-  // Which kind `from` is. A directory with index.json or `latest` (or a run's checkpoint/latest) is
-  // ours even when damaged, so that the Reader says what is wrong with it.
-  static bool is_ours(const std::string& from) {
-    if (!fs::exists(from)) fail("--from " + from + ": no such file or directory");
-    const fs::path p(from);
-    if (fs::is_directory(p)) {
-      if (fs::exists(p / "index.json") || fs::exists(p / "latest") || fs::exists(p / "checkpoint" / "latest"))
-        return true;
-      if (fs::exists(p / "model.safetensors") || fs::exists(p / "model.safetensors.index.json")) return false;
-      fail("--from " + from +
-           ": a directory with neither one of our checkpoints (index.json; `latest` in a run's checkpoint/ "
-           "directory or checkpoint/latest in its output_dir) nor Hugging Face weights (model.safetensors or "
-           "model.safetensors.index.json)");
-    }
-    if (p.filename() == "index.json") return true;
-    if (ends_with(from, ".safetensors") || ends_with(from, ".index.json")) return false;
-    if (ends_with(from, ".ckpt"))
-      fail("--from " + from + ": a MindSpore .ckpt, which convert does not read; `load_checkpoint: " + from +
-           "` trains from it (MindFormers' GPT-2, docs/weights.md), and a CheckpointMonitor or "
-           "`gridformer train --save-weights FILE` writes its weights in our formats");
-    fail("--from " + from +
-         ": not a .safetensors file, a model.safetensors.index.json, or a directory holding one of our checkpoints "
-         "or Hugging Face weights");
-  }
-
-  explicit Source(const std::string& from, std::ostream& log) {
-    ours_ = is_ours(from);
-    if (ours_) open_checkpoint(fs::path(from).filename() == "index.json" ? fs::path(from).parent_path().string() : from);
-    else open_hf(from, log);
-    if (tensors.empty()) fail(describe() + " holds no weights to convert");
-  }
-
-  bool ours() const { return ours_; }
-  const std::string& path() const { return path_; }
-  std::string describe() const { return (ours_ ? "checkpoint " : "Hugging Face weights ") + path_; }
-  // The paths an output must not be: --from, the file or checkpoint read, and its directory (the
-  // Hugging Face directory, or the checkpoint root with `latest`).
-  std::vector<fs::path> locations(const std::string& from) const {
-    return {fs::weakly_canonical(from), fs::weakly_canonical(path_),
-            fs::weakly_canonical(fs::absolute(path_).parent_path())};
-  }
-
-  std::vector<SourceTensor> tensors;
-  std::map<std::string, std::vector<std::string>> skipped;  // reason -> tensors
-
-  void read(const SourceTensor& t, std::vector<float>& out) {
-    out.resize(static_cast<size_t>(numel_of(t.shape)));
-    if (ours_) {
-      std::vector<float> v = reader_->read_full(t.name);
-      if (v.size() != out.size())
-        fail(path_ + ": tensor '" + t.name + "' read as " + std::to_string(v.size()) + " elements, its shape holds " +
-             std::to_string(out.size()));
-      out = std::move(v);
-      return;
-    }
-    if (open_ != t.file) {
-      file_.reset();  // one file in memory at a time
-      file_ = SafeTensorsFile::open(t.file);
-      open_ = t.file;
-    }
-    if (!file_->has(t.stored)) fail(t.file + ": tensor '" + t.stored + "' is in the index but not in this shard");
-    if (file_->get(t.stored).shape != t.shape) fail(t.file + ": tensor '" + t.stored + "' changed while being read");
-    file_->to_floats(t.stored, out.data(), numel_of(t.shape));
-  }
-  // Drops what has been read (the checkpoint's shards are read whole and kept until then).
-  void release() {
-    if (reader_) reader_->release();
-  }
-
- private:
-  void open_checkpoint(const std::string& from) {
-    reader_ = ckpt::Reader::open(from);
-    path_ = reader_->dir();
-    for (const std::string& name : reader_->names()) {
-      if (starts_with(name, "optimizer.")) skipped[kOptimizerState].push_back(name);
-      else tensors.push_back({name, reader_->shape(name), "", ""});
-    }
-    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return natural_less(a.name, b.name); });
-  }
-
-  void open_hf(const std::string& from, std::ostream& log) {
-    path_ = resolve_checkpoint_path(from, "--from");
-    const std::vector<HfTensorFile> listed = hf_checkpoint_tensors(path_);
-    // Read file by file (in the order the files first appear), each file's tensors in listed order.
-    std::vector<std::string> files;
-    for (const HfTensorFile& t : listed)
-      if (std::find(files.begin(), files.end(), t.file) == files.end()) files.push_back(t.file);
-    std::map<std::string, std::string> seen;  // gridformer name -> stored name
-    for (const std::string& file : files) {
-      std::map<std::string, StHeaderEntry> header;
-      for (StHeaderEntry& e : read_safetensors_header(file)) header[e.name] = std::move(e);
-      for (const HfTensorFile& t : listed) {
-        if (t.file != file) continue;
-        const auto h = header.find(t.name);
-        if (h == header.end()) fail(file + ": tensor '" + t.name + "' is in the index but not in this shard");
-        const std::string& dt = h->second.dtype;
-        if (dt != "F32" && dt != "F16" && dt != "BF16" && dt != "F64")
-          fail(file + ": tensor '" + t.name + "' has dtype " + dt +
-               ", not a floating-point type; convert reads model weights (F32, F16, BF16, F64) only");
-        const std::string name = hf_param_name(t.name);
-        if (hf_ignored_tensor(name)) {
-          skipped[kBuffer].push_back(t.name);
-          continue;
-        }
-        if (const auto s = seen.find(name); s != seen.end())
-          fail(file + ": tensors '" + s->second + "' and '" + t.name + "' are both the parameter '" + name +
-               "'; keep one of them");
-        seen[name] = t.name;
-        tensors.push_back({name, h->second.shape, file, t.name});
-      }
-    }
-    drop_tied_head(log);
-  }
-
-  // A tied head saved beside its embedding (older transformers, torch.save'd state dicts) carries
-  // nothing the embedding does not: dropped when equal bit for bit. An untied head is kept; our
-  // GPT-2 has none, so one that differs from wte is worth a warning.
-  void drop_tied_head(std::ostream& log) {
-    auto find = [&](const std::string& n) {
-      return std::find_if(tensors.begin(), tensors.end(), [&](const SourceTensor& t) { return t.name == n; });
-    };
-    const auto head = find("lm_head.weight");
-    if (head == tensors.end()) return;
-    const bool gpt2 = find("wte.weight") != tensors.end();
-    const auto emb = gpt2 ? find("wte.weight") : find("model.embed_tokens.weight");
-    if (emb == tensors.end() || emb->shape != head->shape) return;
-    std::vector<float> a, b;
-    read(*head, a);
-    read(*emb, b);
-    if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) {
-      skipped[kTiedHead].push_back(head->stored);
-      tensors.erase(head);
-    } else if (gpt2) {
-      log << "warning: " << head->file << ": lm_head.weight differs from wte.weight (an untied head); gridformer's "
-          << "GPT-2 ties its head to wte.weight and cannot use it (the Hugging Face loader ignores it, a checkpoint "
-          << "holding it is refused as another model's)\n";
-    }
-  }
-
-  bool ours_ = false;
-  std::string path_;
-  std::optional<ckpt::Reader> reader_;
-  std::string open_;
-  std::optional<SafeTensorsFile> file_;
-};
+using namespace convert_detail;
 
 // ---- output ----
 
@@ -352,7 +157,7 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 
 // Writes Hugging Face safetensors: one file at `file`, or into directory `dir` (model.safetensors,
 // or shards and their index).
-void write_hf(Source& src, const std::string& dir, const std::string& file, int64_t max_shard, const OutDtype& dt,
+void write_hf(ConvertSource& src, const std::string& dir, const std::string& file, int64_t max_shard, const OutDtype& dt,
               bool overwrite, Progress& progress, ConvertSummary& sum) {
   bool gpt2 = false;
   for (const SourceTensor& t : src.tensors) gpt2 = gpt2 || t.name == "wte.weight";
@@ -424,7 +229,7 @@ void write_hf(Source& src, const std::string& dir, const std::string& file, int6
 
 // Writes one of our checkpoints: root `dir`, checkpoint `converted` (dir/converted/, dir/latest),
 // one shard holding every tensor whole.
-void write_checkpoint(Source& src, const std::string& dir, Progress& progress, ConvertSummary& sum) {
+void write_checkpoint(ConvertSource& src, const std::string& dir, Progress& progress, ConvertSummary& sum) {
   const std::string name = "converted";
   ckpt::install_checkpoint_signal_handling();
   const std::string tmp = ckpt::begin_save(dir, name);
@@ -495,7 +300,7 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
     fail("--to " + opt.to + " is a .safetensors file; --format checkpoint writes a directory");
   const int64_t max_shard = opt.max_shard_size.empty() ? 5000000000 : parse_byte_size(opt.max_shard_size);
 
-  Source src(opt.from, progress);
+  ConvertSource src(opt.from, progress);
   // By default the other kind than the source; a .safetensors --to is Hugging Face's.
   const std::string format = !opt.format.empty() ? opt.format : to_file || src.ours() ? "hf" : "checkpoint";
   const Target target = format == "checkpoint" ? Target::kCheckpoint : to_file ? Target::kHfFile : Target::kHfDir;

@@ -1,5 +1,6 @@
 #include "models/registry.h"
 
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "models/arch/gpt2.h"
@@ -15,19 +16,19 @@ std::vector<ModelEntry>& entries() {
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<GPT2LMHeadModel>(c, l, b, ctx);
        },
-       gpt2_spec, gpt2_name, "GPT-2", false, true},
+       gpt2_spec, gpt2_name, "GPT-2", false, true, gpt2_hf_config, read_gpt2_hf_config, "gpt2"},
       {"LlamaForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name, "Llama", false, false},
+       llama_spec, llama_name, "Llama", false, false, llama_hf_config, read_llama_hf_config, "llama"},
       // Hugging Face's name for Mixtral: a LlamaConfig with moe_config.expert_num > 1 (MindFormers' own Mixtral
       // files say LlamaForCausalLM, with the same meaning). The same model, spec and names as LlamaForCausalLM.
       {"MixtralForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name, "Mixtral", true, false},
+       llama_spec, llama_name, "Mixtral", true, false, llama_hf_config, read_llama_hf_config, "mixtral"},
   };
   return e;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,14 @@ struct ModelEntry {
   bool expects_experts = false;
   // MindFormers' GPT-2 .ckpt names map onto this model's (models/weights/mindspore_checkpoint.h).
   bool reads_mindformers_gpt2_ckpt = false;
+  // Hugging Face's config.json (models/weights/hf_config.h): the file for a config (throws
+  // std::invalid_argument naming what transformers' class cannot express), and the keys such a
+  // file sets (throws for what this model does not run). Null: no Hugging Face counterpart. The
+  // file's "architectures" entry is `arch` (our names are Hugging Face's); `hf_model_type` its
+  // model_type, for a file without "architectures".
+  std::function<nlohmann::json(const ModelConfig&)> hf_config;
+  std::function<void(const nlohmann::json&, ModelConfig&)> read_hf_config;
+  std::string hf_model_type;
 };
 
 // Every registered architecture: the built-in ones (GPT-2, Llama, Mixtral) and those added since.

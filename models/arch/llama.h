@@ -5,6 +5,8 @@
 // RMSNorm and an untied lm_head (tie_word_embeddings: True reads the embedding). Mixtral and
 // MindSpeed's MoE GPT are built from these parts. Built from the shared blocks.
 #pragma once
+#include <nlohmann/json_fwd.hpp>
+
 #include "models/transformer_lm.h"
 
 namespace gf {
@@ -13,6 +15,13 @@ TransformerSpec llama_spec(const ModelConfig& cfg);
 // Hugging Face Llama names: model.embed_tokens, model.layers.{i}.input_layernorm /
 // self_attn.{q,k,v,o}_proj / post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm, lm_head.
 std::string llama_name(Role role, int64_t layer);
+// Hugging Face's config.json: transformers' LlamaConfig, or MixtralConfig with experts
+// (models/llama/configuration_llama.py, models/mixtral/configuration_mixtral.py); throws
+// std::invalid_argument naming the key the class cannot express. read_llama_hf_config sets the keys
+// such a file gives (either class), refusing what this model does not run (rope_scaling, a head_dim
+// other than hidden/heads, attention_bias on the output projection, a sliding window).
+nlohmann::json llama_hf_config(const ModelConfig& cfg);
+void read_llama_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 
 class LlamaForCausalLM : public TransformerLM {
  public:

@@ -35,12 +35,15 @@
 #include <regex>
 #include <set>
 #include <stdexcept>
+#include <yaml-cpp/yaml.h>
 
 #include "core/io/checkpoint.h"
 #include "core/math/gemm_bf16.h"
 #include "core/io/safetensors.h"
 #include "models/causal_lm.h"
 #include "models/weights/hf_checkpoint.h"
+#include "models/weights/hf_config.h"
+#include "runner/config/config.h"
 #include "runner/report/plan.h"
 
 namespace gf {
@@ -88,6 +91,7 @@ class Progress {
            << std::flush;
     }
   }
+  void note(const std::string& text) { out_ << "convert: " << text << "\n" << std::flush; }
 
  private:
   std::ostream& out_;
@@ -157,6 +161,37 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 
 // Writes Hugging Face safetensors: one file at `file`, or into directory `dir` (model.safetensors,
 // or shards and their index).
+// The config.json that goes beside Hugging Face weights written from `src` (models/weights/hf_config.h):
+// from one of our checkpoints, its model's (the model and moe_config sections of the config it was
+// saved with), or the config.json its Hugging Face source had (a converted checkpoint keeps it); from
+// Hugging Face weights, the config.json beside them. nullopt, with the reason in `why`, when the
+// source does not say which model it is or the model has no Hugging Face counterpart.
+std::optional<nlohmann::json> config_json_for(const ConvertSource& src, std::string& why) {
+  const nlohmann::json* state = src.checkpoint_state();
+  if (state == nullptr) {
+    std::optional<nlohmann::json> j = read_hf_config_beside(src.path());
+    if (!j) why = "the source has no config.json beside its weights";
+    return j;
+  }
+  if (state->contains("hf_config")) return (*state)["hf_config"];
+  if (!state->contains("config") || !(*state)["config"].is_string()) {
+    why = "the checkpoint records no config (nor the config.json of the weights it was converted from)";
+    return std::nullopt;
+  }
+  const YAML::Node saved = YAML::Load((*state)["config"].get<std::string>());
+  YAML::Node model;
+  for (const char* section : {"model", "moe_config"})
+    if (saved[section]) model[section] = saved[section];
+  try {
+    return hf_config_json(load_config_string(YAML::Dump(model), {}, src.path() + "'s config").model);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  } catch (const std::exception& e) {
+    why = std::string("its config does not read back: ") + e.what();
+  }
+  return std::nullopt;
+}
+
 void write_hf(ConvertSource& src, const std::string& dir, const std::string& file, int64_t max_shard, const OutDtype& dt,
               bool overwrite, Progress& progress, ConvertSummary& sum) {
   bool gpt2 = false;
@@ -198,6 +233,16 @@ void write_hf(ConvertSource& src, const std::string& dir, const std::string& fil
       write_safetensors(path, out, {{"format", "pt"}});
       written.push_back(path);
       src.release();  // bounded memory: one output file's tensors (plus the source's shards) at a time
+    }
+    if (!dir.empty()) {  // transformers' from_pretrained reads the model's class and sizes from config.json
+      std::string why;
+      if (const std::optional<nlohmann::json> config = config_json_for(src, why)) {
+        const std::string path = (fs::path(dir) / "config.json").string();
+        write_text_atomically(path, config->dump(2) + "\n");
+        written.push_back(path);
+      } else {
+        progress.note("no config.json written: " + why + "; transformers' from_pretrained needs one beside the weights");
+      }
     }
     if (groups.size() > 1) {
       const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
@@ -253,9 +298,11 @@ void write_checkpoint(ConvertSource& src, const std::string& dir, Progress& prog
     // Weights with no training behind them: step 0 (write_index wants an integer step; pruning
     // orders checkpoints by it), and weights_only for the trainer, which loads such a checkpoint
     // as weights and refuses to resume training from it (there are no optimizer moments).
-    const nlohmann::json state = {{"step", 0},
-                                  {"converted_from", fs::absolute(src.path()).lexically_normal().string()},
-                                  {"weights_only", true}};
+    nlohmann::json state = {{"step", 0},
+                            {"converted_from", fs::absolute(src.path()).lexically_normal().string()},
+                            {"weights_only", true}};
+    // The source's config.json, so that an export of this checkpoint can write it back.
+    if (const std::optional<nlohmann::json> hf = read_hf_config_beside(src.path())) state["hf_config"] = *hf;
     ckpt::write_index(tmp, {fragment}, state);
     ckpt::commit_save(dir, name, 0);
     sum.bytes = total;

@@ -5,13 +5,15 @@
 //
 //   our checkpoint  -> Hugging Face: the weights only (optimizer.* tensors skipped), each tensor
 //                      assembled whole from the saved boxes of every rank, under the name
-//                      Hugging Face's model class gives it (GPT-2: `transformer.` prefixed).
+//                      Hugging Face's model class gives it (GPT-2: `transformer.` prefixed), and
+//                      the model's config.json (models/weights/hf_config.h) when its class can say it.
 //   Hugging Face    -> our checkpoint: one shard (rank 0) holding each tensor as one whole box,
-//                      state {"step": 0, "converted_from": path, "weights_only": true} (the
+//                      state {"step": 0, "converted_from": path, "weights_only": true, and
+//                      "hf_config": the config.json beside the weights, if any} (the
 //                      trainer loads it as weights and refuses to resume from it); names without
 //                      `transformer.`, the buffers the loader ignores and a tied lm_head dropped.
 //   Hugging Face    -> Hugging Face / one file: the same tensors, resharded or merged, in another
-//                      dtype if asked.
+//                      dtype if asked; a directory gets the source's config.json.
 //
 // Checkpoints hold float32. Hugging Face output is float32 unless --dtype says bfloat16 or float16,
 // rounded to nearest even as the model's mixed precision rounds (core/math/gemm_bf16.h's float_to_bf16,
@@ -49,7 +51,7 @@ struct ConvertSummary {
 // missing or neither kind, a damaged checkpoint (the Reader's checks: missing or truncated shards,
 // CRC-32C), a non-float Hugging Face tensor, --to equal to --from, and a --to that already exists
 // (a non-empty directory, or the file) unless opt.overwrite: then a Hugging Face directory keeps
-// its other files (config.json, the tokenizer) and loses the model*.safetensors and index that
+// its other files (the tokenizer; config.json is rewritten when the source gives one) and loses the model*.safetensors and index that
 // this conversion does not write (a stale model.safetensors beside new shards would be read in
 // their place), and a checkpoint directory gets its `converted` checkpoint replaced and `latest`
 // pointed at it. On failure the files written so far are removed.

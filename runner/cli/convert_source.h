@@ -62,6 +62,8 @@ class ConvertSource {
   void read(const SourceTensor& t, std::vector<float>& out);
   // Drops what has been read (the checkpoint's shards are read whole and kept until then).
   void release();
+  // One of our checkpoints: its saved state (step, config, ...); nullptr for Hugging Face weights.
+  const nlohmann::json* checkpoint_state() const { return reader_ ? &reader_->state() : nullptr; }
 
  private:
   void open_checkpoint(const std::string& from);

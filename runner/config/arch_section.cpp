@@ -1,41 +1,17 @@
 #include "runner/config/arch_section.h"
 
-#include <fmt/format.h>
-
 #include <stdexcept>
 
-#include "runner/config/keys.h"
-#include "runner/config/read.h"
+#include "runner/config/arch/sections.h"
 
 namespace gf {
 namespace {
 
-std::string gpt2_ffn_problem(const ModelConfig& m, int64_t mp) {
-  return fmt::format("the FFN width `hidden_size` x `expand_ratio` ({} x {} = {}) is not divisible by "
-                     "`parallel_config.model_parallel` ({})",
-                     m.hidden_size, m.expand_ratio, m.ffn_hidden(), mp);
-}
-
-std::string llama_ffn_problem(const ModelConfig& m, int64_t mp) {
-  if (m.intermediate_size > 0)
-    return fmt::format("the FFN width `model.model_config.intermediate_size` ({}) is not divisible by "
-                       "`parallel_config.model_parallel` ({})",
-                       m.intermediate_size, mp);
-  return fmt::format("the FFN width ({}, derived from `hidden_size` {}{} rounded up to `multiple_of` {}, as "
-                     "`intermediate_size` is unset) is not divisible by `parallel_config.model_parallel` ({}); set "
-                     "`model.model_config.intermediate_size` to a multiple of it",
-                     m.ffn_hidden(), m.hidden_size,
-                     m.ffn_dim_multiplier > 0 ? fmt::format(" x `ffn_dim_multiplier` {}", m.ffn_dim_multiplier) : "",
-                     m.multiple_of, mp);
-}
-
 std::vector<ArchConfigSection>& sections() {
   // The first is the base: its model section is the shared schema's own (kConfigDefaults).
   static std::vector<ArchConfigSection> s = {
-      {"GPT2Config", "GPT-2", nullptr, config_keys::gpt2_model_rules, nullptr, config_read::read_gpt2_model,
-       gpt2_ffn_problem},
-      {"LlamaConfig", "Llama", kLlamaDefaults, config_keys::llama_model_rules, config_keys::llama_foreign_keys,
-       config_read::read_llama_model, llama_ffn_problem},
+      gpt2_config_section(),
+      llama_config_section(),
   };
   return s;
 }

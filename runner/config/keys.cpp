@@ -2,8 +2,8 @@
 // each KeyUse means). kBuilt and kChecked keys are read in config_read*.cpp; kCpu, kIgnored and
 // kRefused keys are handled by config_tree::apply_rules from this table alone, so the loader never
 // reads them. tests/runner/config_keys_test.cpp proves every rule against the loader. The sections
-// every model shares and GPT2Config's model section are here; LlamaConfig's in runner/config/keys_llama.cpp,
-// moe_config's in runner/config/keys_moe.cpp.
+// every model shares are here; GPT2Config's model section is in runner/config/arch/gpt2.cpp,
+// LlamaConfig's in runner/config/arch/llama.cpp, moe_config's in runner/config/keys_moe.cpp.
 #include <algorithm>
 #include <utility>
 
@@ -233,60 +233,6 @@ std::vector<KeyRule> common_rules() {
 
 }  // namespace
 
-namespace config_keys {
-
-// GPT2Config's model section.
-std::vector<KeyRule> gpt2_model_rules() {
-  return {
-      {"model.model_config.type", kBuilt, "model.type"},
-      {"model.model_config.seq_length", kBuilt, "model.seq_length"},
-      {"model.model_config.vocab_size", kBuilt, "model.vocab_size"},
-      {"model.model_config.hidden_size", kBuilt, "model.hidden_size"},
-      {"model.model_config.num_layers", kBuilt, "model.num_layers"},
-      {"model.model_config.num_heads", kBuilt, "model.num_heads"},
-      {"model.model_config.expand_ratio", kBuilt, "model.expand_ratio"},
-      {"model.model_config.hidden_act", kBuilt, "model.hidden_act"},
-      {"model.model_config.hidden_dropout_rate", kBuilt, "model.hidden_dropout_rate"},
-      {"model.model_config.attention_dropout_rate", kBuilt, "model.attention_dropout_rate"},
-      {"model.model_config.max_position_embeddings", kBuilt, "model.max_position_embeddings"},
-      {"model.model_config.initializer_range", kBuilt, "model.initializer_range"},
-      {"model.model_config.layernorm_epsilon", kBuilt, "model.layernorm_epsilon"},
-      {"model.model_config.param_init_type", kBuilt, "model.param_init_type"},
-      {"model.model_config.layernorm_compute_type", kBuilt, "model.layernorm_compute_type"},
-      {"model.model_config.softmax_compute_type", kBuilt, "model.softmax_compute_type"},
-      {"model.model_config.compute_dtype", kBuilt, "model.compute_dtype"},
-      {"model.model_config.use_flash_attention", kBuilt, "model.use_flash_attention"},
-      {"model.model_config.position_embedding_type", kBuilt,
-       "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
-      {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
-      {"model.model_config.add_bias_linear", kBuilt, "model.add_bias_linear (False: Megatron's --disable-bias-linear)"},
-      {"model.model_config.offset", kBuilt, config_keys::kOffset},
-      {"model.model_config.pp_interleave_num", kBuilt, config_keys::kInterleaveNum},
-      {"model.model_config.checkpoint_name_or_path", kChecked,
-       "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
-       "does not load it there)"},
-      {"model.model_config.eos_token_id", kBuilt,
-       "generation.eos_token_id (predict stops a sequence there); not used in training: every token, end-of-text "
-       "included, is a target (MindFormers' GPT-2 masks tokens equal to eos_token_id out of its loss)"},
-      {"model.model_config.bos_token_id", kIgnored, kGeneration},
-      {"model.model_config.pad_token_id", kIgnored, kGeneration},
-      {"model.model_config.repetition_penalty", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.max_decode_length", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.top_k", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.top_p", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.do_sample", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.use_past", kBuilt, config_keys::kGenerationBuilt},
-      {"model.model_config.batch_size", kIgnored,
-       "MindFormers' batch size for prediction; the training batch is runner_config.batch_size"},
-      {"model.model_config.use_prompt_flash_attention", kCpu, "an Ascend kernel for prediction"},
-      {"model.model_config.num_labels", kIgnored, "sequence classification (GPT2ForSequenceClassification) is not built"},
-      {"model.model_config.pet_config", kRefused,
-       "parameter-efficient fine-tuning (LoRA, pet_config) is not built yet; remove model.model_config.pet_config"},
-      {"model.arch.type", kBuilt, "model.arch"},
-  };
-}
-
-}  // namespace config_keys
 
 std::vector<KeyRule> key_rules_of(const std::string& model_config_type) {
   std::vector<KeyRule> r = common_rules();

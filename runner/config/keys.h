@@ -1,4 +1,4 @@
-// The parts of the key rules (runner/config/schema.h) that runner/config/keys.cpp, runner/config/keys_llama.cpp and
+// The parts of the key rules (runner/config/schema.h) that runner/config/keys.cpp, runner/config/arch/*.cpp and
 // runner/config/keys_moe.cpp share: the reasons several keys give, LlamaConfig's model section and the
 // moe_config section.
 #pragma once
@@ -28,8 +28,7 @@ inline constexpr const char* kInterleaveNum =
 
 // LlamaConfig's model.model_config and model.arch rules, and those of the shared keys whose rule
 // differs for a Llama (a rule with the path of a shared one replaces it).
-// GPT2Config's model section (runner/config/keys.cpp).
-std::vector<KeyRule> gpt2_model_rules();
+// (runner/config/arch/llama.cpp)
 std::vector<KeyRule> llama_model_rules();
 // moe_config's rules (runner/config/keys_moe.cpp), the same for every model type.
 std::vector<KeyRule> moe_rules();

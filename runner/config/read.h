@@ -64,9 +64,8 @@ void read_generation(ReadContext& x);  // model_config's decoding keys, processo
 void read_pipeline(ReadContext& x);
 
 // The parts of reading a model section that every model type shares (runner/config/read_model.cpp), and
-// LlamaConfig's model section (runner/config/read_llama.cpp).
-void read_gpt2_model(ReadContext& x);   // GPT2Config's (read_model.cpp)
-void read_llama_model(ReadContext& x);  // LlamaConfig's (read_llama.cpp)
+// LlamaConfig's model section (runner/config/arch/llama.cpp; GPT2Config's is arch/gpt2.cpp's own).
+void read_llama_model(ReadContext& x);
 // compute_dtype, param_init_type, layernorm_compute_type (of the model's `norm`, e.g. LayerNorm),
 // softmax_compute_type under `k` (model.model_config.).
 void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm);

@@ -1,12 +1,14 @@
 // Reading the model, the weights to start from and the datasets into Settings (see runner/config/read.h).
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/io/checkpoint.h"
 #include "core/ops/activation.h"
 #include "models/causal_lm.h"
 #include "models/registry.h"
+#include "models/weights/hf_config.h"
 #include "runner/config/arch_section.h"
 #include "runner/config/read.h"
 
@@ -38,59 +40,21 @@ void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm) 
 
 namespace {
 
-void check_model(ReadContext& x, const std::string& k) {
-  const ModelConfig& m = x.c.model;
-  try {
-    find_model(m.arch, m.type);
-  } catch (const std::exception& e) {
-    x.refuse(e.what());
+// Hugging Face weights with a config.json beside them: the file must describe the configured model
+// (models/weights/hf_config.h), or the run stops here naming each difference.
+void check_hf_config_beside(ReadContext& x, const std::string& key, const std::string& value) {
+  const std::optional<nlohmann::json> hf = read_hf_config_beside(value);
+  if (!hf) return;
+  const std::filesystem::path dir = std::filesystem::is_directory(value) ? std::filesystem::path(value)
+                                                                         : std::filesystem::path(value).parent_path();
+  const HfConfigCheck check = check_hf_config(*hf, x.c.model, (dir / "config.json").string());
+  if (!check.errors.empty()) {
+    std::string all;
+    for (const std::string& e : check.errors) all += (all.empty() ? "" : "; ") + e;
+    x.refuse(kv(key, value) + ": the weights' config.json describes another model than this config: " + all +
+             ". Set the config's keys to the file's values, or load weights of this model");
   }
-  auto positive = [&](const char* key, int64_t v) {
-    if (v <= 0) x.refuse("`" + k + key + ": " + std::to_string(v) + "`: must be > 0");
-  };
-  positive("vocab_size", m.vocab_size);
-  positive("seq_length", m.seq_length);
-  positive("hidden_size", m.hidden_size);
-  positive("num_layers", m.num_layers);
-  positive("num_heads", m.num_heads);
-  positive("expand_ratio", m.expand_ratio);
-  if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads != 0)
-    x.refuse("`" + k + "hidden_size: " + std::to_string(m.hidden_size) + "` is not divisible by `num_heads: " +
-             std::to_string(m.num_heads) + "`; pick num_heads dividing hidden_size");
-  const std::pair<const char*, float> rates[] = {{"hidden_dropout_rate", m.hidden_dropout_rate},
-                                                {"attention_dropout_rate", m.attention_dropout_rate}};
-  for (auto [key, v] : rates)
-    if (!(v >= 0.0f && v < 1.0f)) x.refuse("`" + k + key + ": " + std::to_string(v) + "`: must be in [0, 1)");
-  try {
-    ops::parse_activation(m.hidden_act);
-  } catch (const std::exception& e) {
-    x.refuse("`" + k + "hidden_act`: " + e.what());
-  }
-}
-
-// GPT-2's positions: its learned table (learned_absolute), or RoPE as MindSpeed's GPT MoE runs GPT-2
-// blocks (Megatron's --position-embedding-type rope), with base rope_theta.
-void check_positions(ReadContext& x, const std::string& k) {
-  const ModelConfig& m = x.c.model;
-  const std::string type = m.position_embedding_type;
-  if (type != "learned_absolute" && type != "rope") {
-    x.refuse("`" + k + "position_embedding_type: " + type + "`: expects learned_absolute (GPT-2's learned position "
-             "table) or rope (rotary embeddings on q and k, Megatron's --position-embedding-type rope)");
-    return;
-  }
-  const std::string theta = show(x.rd.node(k + "rope_theta"));
-  if (type == "learned_absolute") {
-    if (m.rope_theta != 10000.0)
-      x.warn("`" + k + "rope_theta: " + theta + "` has no effect with `position_embedding_type: learned_absolute` "
-             "(GPT-2's learned position table); set position_embedding_type: rope for rotary embeddings; ignored");
-    return;
-  }
-  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
-    x.refuse("`" + k + "rope_theta: " + theta + "`: must be > 0 (RoPE's base; 10000 as in Megatron's --rotary-base)");
-  if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads == 0 && m.head_dim() % 2 != 0)
-    x.refuse("`" + k + "hidden_size: " + std::to_string(m.hidden_size) + "` / `num_heads: " + std::to_string(m.num_heads) +
-             "` gives heads of " + std::to_string(m.head_dim()) + " dimensions; `position_embedding_type: rope` rotates "
-             "pairs of them, so the head size must be even");
+  for (const std::string& w : check.warnings) x.warn(kv(key, value) + ": " + w + " (the config's value is used)");
 }
 
 // A weights path: empty (none), an existing file or directory, or a name MindFormers would fetch from
@@ -109,7 +73,8 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
   }
   if (ckpt::is_checkpoint(value)) return true;  // one of ours (core/io/checkpoint.h): its index is read at start
   try {
-    resolve_checkpoint_path(value, key);
+    const std::string file = resolve_checkpoint_path(value, key);
+    if (file.size() < 5 || file.compare(file.size() - 5, 5, ".ckpt") != 0) check_hf_config_beside(x, key, value);
   } catch (const std::exception& e) {
     x.refuse(e.what());
     return false;
@@ -121,45 +86,6 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
 
 void read_model(ReadContext& x) { arch_section_or_base(x.rd.get<std::string>("model.model_config.type")).read(x); }
 
-void read_gpt2_model(ReadContext& x) {
-  ModelConfig& m = x.c.model;
-  KeyReader& rd = x.rd;
-  const std::string k = "model.model_config.";
-  m.type = rd.get<std::string>(k + "type");
-  m.arch = rd.get<std::string>("model.arch.type");
-  m.vocab_size = rd.get<int64_t>(k + "vocab_size");
-  m.seq_length = rd.get<int64_t>(k + "seq_length");
-  m.max_position_embeddings = rd.get<int64_t>(k + "max_position_embeddings");
-  m.hidden_size = rd.get<int64_t>(k + "hidden_size");
-  m.num_layers = rd.get<int64_t>(k + "num_layers");
-  m.num_heads = rd.get<int64_t>(k + "num_heads");
-  m.expand_ratio = rd.get<int64_t>(k + "expand_ratio");
-  m.hidden_act = rd.get<std::string>(k + "hidden_act");
-  m.hidden_dropout_rate = rd.get<float>(k + "hidden_dropout_rate");
-  m.attention_dropout_rate = rd.get<float>(k + "attention_dropout_rate");
-  m.initializer_range = rd.get<float>(k + "initializer_range");
-  m.layernorm_epsilon = rd.get<float>(k + "layernorm_epsilon");
-  m.param_init_type = rd.get<std::string>(k + "param_init_type");
-  m.layernorm_compute_type = rd.get<std::string>(k + "layernorm_compute_type");
-  m.softmax_compute_type = rd.get<std::string>(k + "softmax_compute_type");
-  m.position_embedding_type = rd.get<std::string>(k + "position_embedding_type");
-  m.rope_theta = rd.get<double>(k + "rope_theta");
-  m.add_bias_linear = rd.get<bool>(k + "add_bias_linear");
-  YAML::Node mc = rd.root()["model"]["model_config"];  // resolved values are written back, so the dump says what runs
-  read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
-  if (m.max_position_embeddings < 0) {
-    m.max_position_embeddings = m.seq_length;  // MindFormers' GPT-2 sizes its position table by seq_length
-    mc["max_position_embeddings"] = m.seq_length;
-  } else if (m.seq_length > m.max_position_embeddings) {
-    x.refuse("`" + k + "seq_length: " + std::to_string(m.seq_length) +
-             "` is larger than the position table `max_position_embeddings: " + std::to_string(m.max_position_embeddings) +
-             "`; lower seq_length or raise max_position_embeddings");
-  }
-  check_model(x, k);
-  check_positions(x, k);
-  read_dtypes(x, k, "LayerNorm");
-  finish_model(x);
-}
 
 void read_flash_attention(ReadContext& x, bool fused_when_auto) {
   const std::string key = "model.model_config.use_flash_attention";

@@ -1,10 +1,10 @@
 // The schema of the YAML config: every known key with its default value and type. The resolved
 // config is this tree overlaid with the user's file and the --set overrides; `gridformer config`
 // prints it. A key whose default is null (~) takes any value (the loader checks it). Lists take
-// their item keys from kItemTemplates. What each key does: runner/config/keys.cpp (runner/config/keys_llama.cpp,
+// their item keys from kItemTemplates. What each key does: runner/config/keys.cpp (runner/config/arch/*.cpp,
 // runner/config/keys_moe.cpp).
-// kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has kLlamaDefaults'
-// `model` section instead (and its trainer.model_name).
+// kConfigDefaults is the schema of a GPT2Config file; a LlamaConfig file's has its section's
+// `model` section instead (and its trainer.model_name: runner/config/arch/llama.cpp).
 #include "runner/config/schema.h"
 
 #include <map>
@@ -290,86 +290,6 @@ processor:
     merge_file: ""
     add_bos_token: ~
     add_eos_token: ~
-)YAML";
-
-// A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
-// MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
-// MindFormers' default float16 is an Ascend choice; its files say what they want) and
-// use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
-// name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
-// position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
-// runner/config/keys_llama.cpp.
-const char* const kLlamaDefaults = R"YAML(
-trainer:
-  model_name: llama
-model:
-  model_config:
-    type: LlamaConfig
-    seq_length: 2048
-    vocab_size: 32000
-    hidden_size: 4096
-    num_layers: 32
-    num_heads: 32
-    n_kv_heads: ~              # None: num_heads (multi-head); fewer: grouped-query attention
-    max_position_embedding: ~  # None: seq_length (the RoPE table; must cover seq_length)
-    intermediate_size: ~       # None: 2/3 of 4 x hidden_size, x ffn_dim_multiplier, rounded up to multiple_of
-    multiple_of: 256
-    ffn_dim_multiplier: ~      # None: 1
-    rms_norm_eps: 1.0e-5
-    theta: 10000.0
-    extend_method: "None"
-    scaling_factor: 1.0
-    qkv_has_bias: false
-    position_embedding_type: rope  # a Llama's only (GPT-2's key, accepted when it says rope)
-    add_bias_linear: false     # a Llama's only (GPT-2's key, accepted when False)
-    tie_word_embeddings: false
-    initializer_range: 0.02
-    param_init_type: float32
-    embedding_init_type: ~     # None: param_init_type
-    layernorm_compute_type: float32
-    softmax_compute_type: float32
-    rotary_dtype: float32
-    compute_dtype: float32
-    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on where the fused core runs
-    checkpoint_name_or_path: ""
-    qkv_concat: false
-    use_rope_slice: false
-    use_attn_mask_compression: false
-    use_ring_attention: false
-    fused_rms_norm: true
-    is_dynamic: false
-    fine_grain_interleave: 1
-    compute_in_2d: ~
-    parallel_optimizer: false
-    pp_interleave_num: 1
-    offset: 0
-    quant: ""
-    quant_config: ~
-    pet_config: ~
-    batch_size: 1
-    bos_token_id: 1
-    eos_token_id: 2
-    pad_token_id: 0
-    ignore_token_id: -100
-    use_past: false
-    use_past_shard: ~
-    pretrain_seqlen: ~
-    use_kvcache_op: false
-    is_flexible_shape: false
-    use_paged_attention: false
-    use_prompt_flash_attention: false
-    use_incre_flash_attention: false
-    block_size: 16
-    num_blocks: 512
-    repetition_penalty: 1.0
-    max_decode_length: 1024
-    top_k: 5
-    top_p: 1.0
-    do_sample: true
-    temperature: 1.0
-    llm_backend: ""
-  arch:
-    type: LlamaForCausalLM
 )YAML";
 
 // Keys of list items, by the list's path.

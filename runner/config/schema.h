@@ -1,5 +1,5 @@
 // The config schema (runner/config/schema.cpp: every key with its default) and what gridformer does with
-// each key (runner/config/keys.cpp, runner/config/keys_llama.cpp). Used by config.cpp and runner/config/tree.cpp.
+// each key (runner/config/keys.cpp, runner/config/arch/*.cpp). Used by config.cpp and runner/config/tree.cpp.
 //
 // The schema depends on the model: `model.model_config.type` picks the keys of `model.model_config`
 // (GPT2Config's, the default, or LlamaConfig's, as MindFormers' config classes take them); every
@@ -15,9 +15,6 @@ namespace gf {
 
 // The schema of a GPT2Config file (the default model type): every key with its default.
 extern const char* const kConfigDefaults;
-// What a LlamaConfig file's schema has instead: its `model` section (replacing kConfigDefaults'
-// whole) and trainer.model_name.
-extern const char* const kLlamaDefaults;
 extern const char* const kItemTemplates;
 // Paths whose value may have another shape than their default (checked by the loader); of every
 // model type (a path absent from a schema does nothing there).

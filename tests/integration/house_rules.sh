@@ -3,7 +3,8 @@
 #  1. No MPI type, call or header outside parallel/ (and the launcher, runner/launch/): the rest of the
 #     product talks between ranks through parallel/'s Communicator, Request and groups.
 #  2. No registered architecture's name compared as a string outside the two registries
-#     (models/registry.*, runner/config/arch_section.*) and the architectures' own files (models/arch/):
+#     (models/registry.*, runner/config/arch_section.*) and the architectures' own files (models/arch/,
+#     runner/config/arch/):
 #     what differs between architectures is a field of their entries, not an `if (type == "...")`.
 # Each rule is checked here with grep over the product's sources (tests, tools and benchmarks may use
 # MPI and names freely), and the check is shown to fire on a planted violation.
@@ -27,7 +28,7 @@ names=$(grep -hoE '\{"[A-Za-z0-9_]+", *"[A-Za-z0-9_]+Config"' models/registry.cp
 name_violations() {  # DIR...
   local alt; alt=$(echo "$names" | paste -sd'|')
   grep -rnE --include='*.h' --include='*.cpp' "(==|!=) *\"($alt)\"|\"($alt)\" *(==|!=)|is_llama\(\)" "$@" \
-    | grep -vE '^(models/registry\.|models/arch/|runner/config/arch_section\.)' || true
+    | grep -vE '^(models/registry\.|models/arch/|runner/config/arch_section\.|runner/config/arch/)' || true
 }
 v=$(name_violations "${PRODUCT[@]}")
 if [ -n "$v" ]; then echo "FAIL: an architecture's name compared outside the registries:"; echo "$v"; fail=1; fi

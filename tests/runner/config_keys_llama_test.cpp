@@ -1,5 +1,5 @@
 // config_keys_test.cpp's proof for a LlamaConfig file: every leaf of the Llama schema (GPT-2's
-// sections with LlamaConfig's model section) has exactly one rule (runner/config/keys_llama.cpp for
+// sections with LlamaConfig's model section) has exactly one rule (runner/config/arch/llama.cpp for
 // the model section), and the loader does what the rule says, each key set alone on a minimal
 // Llama. The GPT-2 keys a Llama does not have are refused with their reason.
 #include <gtest/gtest.h>

@@ -1,0 +1,390 @@
+// LlamaConfig's half of the config room (runner/config/arch_section.h): its schema text (the `model`
+// section and trainer.model_name that replace the base schema's), its key rules, its reader and
+// its FFN-width message.
+//
+// The key rules:
+// What gridformer does with the keys of a LlamaConfig file's model section (the rest of the file
+// follows runner/config/keys.cpp): MindFormers r1.0-r1.3 LlamaConfig's keys, each read into ModelConfig,
+// checked, warned about or refused (runner/config/schema.h says what each KeyUse means), and the GPT-2 keys
+// a Llama does not have, refused with what a Llama uses instead.
+// tests/runner/config_keys_llama_test.cpp proves every rule against the loader.
+//
+// The reader:
+// Reading a LlamaConfig model section into ModelConfig (see runner/config/read.h): the keys of MindFormers'
+// LlamaConfig that the rules above mark built or checked, with the values MindFormers gives
+// their None. MindFormers' Llama has no dropout, so the dropout rates are 0.
+#include <fmt/format.h>
+
+#include <string>
+#include <type_traits>
+
+#include "models/registry.h"
+#include "runner/config/arch/sections.h"
+#include "runner/config/keys.h"
+#include "runner/config/read.h"
+
+namespace gf {
+namespace {
+
+// A LlamaConfig file's `model` section (replacing kConfigDefaults' whole) and trainer.model_name:
+// MindFormers r1.0-r1.3 LlamaConfig's keys and defaults, but the dtypes (float32, as for GPT-2:
+// MindFormers' default float16 is an Ascend choice; its files say what they want) and
+// use_flash_attention (auto, as for GPT-2); plus tie_word_embeddings (r1.3's and Hugging Face's
+// name), initializer_range (Hugging Face's; MindFormers' Llama has none), and GPT-2's
+// position_embedding_type and add_bias_linear at the only values a Llama has. What each key does:
+// the rules below.
+const char* const kLlamaDefaults = R"YAML(
+trainer:
+  model_name: llama
+model:
+  model_config:
+    type: LlamaConfig
+    seq_length: 2048
+    vocab_size: 32000
+    hidden_size: 4096
+    num_layers: 32
+    num_heads: 32
+    n_kv_heads: ~              # None: num_heads (multi-head); fewer: grouped-query attention
+    max_position_embedding: ~  # None: seq_length (the RoPE table; must cover seq_length)
+    intermediate_size: ~       # None: 2/3 of 4 x hidden_size, x ffn_dim_multiplier, rounded up to multiple_of
+    multiple_of: 256
+    ffn_dim_multiplier: ~      # None: 1
+    rms_norm_eps: 1.0e-5
+    theta: 10000.0
+    extend_method: "None"
+    scaling_factor: 1.0
+    qkv_has_bias: false
+    position_embedding_type: rope  # a Llama's only (GPT-2's key, accepted when it says rope)
+    add_bias_linear: false     # a Llama's only (GPT-2's key, accepted when False)
+    tie_word_embeddings: false
+    initializer_range: 0.02
+    param_init_type: float32
+    embedding_init_type: ~     # None: param_init_type
+    layernorm_compute_type: float32
+    softmax_compute_type: float32
+    rotary_dtype: float32
+    compute_dtype: float32
+    use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on where the fused core runs
+    checkpoint_name_or_path: ""
+    qkv_concat: false
+    use_rope_slice: false
+    use_attn_mask_compression: false
+    use_ring_attention: false
+    fused_rms_norm: true
+    is_dynamic: false
+    fine_grain_interleave: 1
+    compute_in_2d: ~
+    parallel_optimizer: false
+    pp_interleave_num: 1
+    offset: 0
+    quant: ""
+    quant_config: ~
+    pet_config: ~
+    batch_size: 1
+    bos_token_id: 1
+    eos_token_id: 2
+    pad_token_id: 0
+    ignore_token_id: -100
+    use_past: false
+    use_past_shard: ~
+    pretrain_seqlen: ~
+    use_kvcache_op: false
+    is_flexible_shape: false
+    use_paged_attention: false
+    use_prompt_flash_attention: false
+    use_incre_flash_attention: false
+    block_size: 16
+    num_blocks: 512
+    repetition_penalty: 1.0
+    max_decode_length: 1024
+    top_k: 5
+    top_p: 1.0
+    do_sample: true
+    temperature: 1.0
+    llm_backend: ""
+  arch:
+    type: LlamaForCausalLM
+)YAML";
+
+}  // namespace
+}  // namespace gf
+
+namespace gf::config_keys {
+namespace {
+
+using enum KeyUse;
+
+const char* const kDeprecated =
+    "deprecated by MindFormers r1.1, whose LlamaConfig warns about such a key and reads it nowhere (scaling_factor, "
+    "pretrain_seqlen's successor, acts only with an extend_method)";
+const char* const kQuant = "quantization is not built yet";
+
+}  // namespace
+
+std::vector<KeyRule> llama_model_rules() {
+  const std::string k = "model.model_config.";
+  std::vector<KeyRule> r = {
+      {k + "type", kBuilt, "model.type"},
+      {k + "seq_length", kBuilt, "model.seq_length"},
+      {k + "vocab_size", kBuilt, "model.vocab_size"},
+      {k + "hidden_size", kBuilt, "model.hidden_size"},
+      {k + "num_layers", kBuilt, "model.num_layers"},
+      {k + "num_heads", kBuilt, "model.num_heads"},
+      {k + "n_kv_heads", kBuilt, "model.num_kv_heads (None: num_heads; must divide num_heads)"},
+      {k + "max_position_embedding", kBuilt,
+       "model.max_position_embeddings, the RoPE table (None: seq_length; below seq_length refused)"},
+      {k + "intermediate_size", kBuilt, "model.intermediate_size, the SwiGLU width (None: derived)"},
+      {k + "multiple_of", kBuilt, "model.multiple_of (the derived SwiGLU width is rounded up to it)"},
+      {k + "ffn_dim_multiplier", kBuilt, "model.ffn_dim_multiplier (None: 1)"},
+      {k + "rms_norm_eps", kBuilt, "model.rms_norm_eps"},
+      {k + "theta", kBuilt, "model.rope_theta"},
+      {k + "qkv_has_bias", kBuilt, "model.qkv_has_bias"},
+      {k + "tie_word_embeddings", kBuilt, "model.tie_word_embeddings"},
+      {k + "initializer_range", kBuilt, "model.initializer_range"},
+      {k + "param_init_type", kBuilt, "model.param_init_type"},
+      {k + "layernorm_compute_type", kBuilt, "model.layernorm_compute_type (RMSNorm's)"},
+      {k + "softmax_compute_type", kBuilt, "model.softmax_compute_type"},
+      {k + "compute_dtype", kBuilt, "model.compute_dtype"},
+      {k + "use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {k + "rotary_dtype", kChecked, "float32; float16 and bfloat16 warned (RoPE is computed in float32); others refused"},
+      {k + "embedding_init_type", kChecked,
+       "None (param_init_type) or a dtype; float16 and bfloat16 warned (master weights are float32)"},
+      {k + "checkpoint_name_or_path", kChecked,
+       "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
+       "does not load it there)"},
+      {k + "extend_method", kRefused,
+       "extending RoPE past the trained length (PI, NTK, YaRN, LLAMA3) is not built; use extend_method: \"None\""},
+      {k + "scaling_factor", kIgnored,
+       "MindFormers' FreqsMgr reads scaling_factor only for an extend_method (PI, NTK, YaRN, LLAMA3), and extend_method "
+       "other than \"None\" is refused here (not built)"},
+      {k + "pp_interleave_num", kBuilt, kInterleaveNum},
+      {k + "offset", kBuilt, kOffset},
+      {k + "quant", kRefused, std::string(kQuant) + "; use quant: \"\""},
+      {k + "quant_config", kRefused, std::string(kQuant) + "; remove model.model_config.quant_config"},
+      {k + "pet_config", kRefused,
+       "parameter-efficient fine-tuning (LoRA, pet_config) is not built yet; remove model.model_config.pet_config"},
+      {k + "qkv_concat", kCpu, "how MindSpore stores the q, k, v projections (one matrix or three); the same projections are computed"},
+      {k + "use_rope_slice", kCpu, "an Ascend implementation of RoPE's half rotation"},
+      {k + "use_attn_mask_compression", kCpu, "an Ascend flash-attention mask format"},
+      {k + "use_ring_attention", kCpu,
+       "Ascend's ring attention over MindSpore's context-parallel devices; each rank here attends over the whole sequence"},
+      {k + "fused_rms_norm", kCpu, "an Ascend fused RMSNorm kernel (the same function)"},
+      {k + "is_dynamic", kCpu, "MindSpore's dynamic-shape graphs"},
+      {k + "fine_grain_interleave", kCpu,
+       "splits each layer on Ascend to overlap model-parallel communication with compute (the same numbers)"},
+      {k + "use_prompt_flash_attention", kCpu, "an Ascend kernel for prediction"},
+      {k + "use_incre_flash_attention", kCpu, "an Ascend kernel for prediction"},
+      {k + "parallel_optimizer", kIgnored,
+       "MindSpore's optimizer sharding of the embedding alone; ZeRO-1 here is parallel.enable_parallel_optimizer "
+       "(every parameter)"},
+      {k + "compute_in_2d", kIgnored, kDeprecated},
+      {k + "use_past_shard", kIgnored, kDeprecated},
+      {k + "pretrain_seqlen", kIgnored, kDeprecated},
+      {k + "batch_size", kIgnored, "MindFormers' batch size for prediction; the training batch is runner_config.batch_size"},
+      {k + "pad_token_id", kIgnored,
+       "not used in training: every token is a target and is attended to (MindFormers' Llama leaves input tokens equal to "
+       "pad_token_id out of its loss and its attention); MegatronDataset samples are packed documents, without padding"},
+      {k + "ignore_token_id", kIgnored,
+       "MindFormers masks labels equal to it only when a dataset gives a labels column; MegatronDataset samples are "
+       "input_ids, their labels the ids shifted by one"},
+  };
+  for (const char* g : {"bos_token_id", "block_size", "num_blocks", "use_kvcache_op", "is_flexible_shape",
+                        "use_paged_attention", "llm_backend"})
+    r.push_back({k + g, kIgnored, kGeneration});
+  for (const char* g : {"eos_token_id", "use_past", "top_k", "top_p", "do_sample", "temperature", "repetition_penalty",
+                        "max_decode_length"})
+    r.push_back({k + g, kBuilt, config_keys::kGenerationBuilt});
+  r.push_back({k + "position_embedding_type", kChecked, "rope only (a Llama's positions are RoPE's); others refused"});
+  r.push_back({k + "add_bias_linear", kChecked,
+               "False only (a Llama's linear layers have no biases; qkv_has_bias adds q, k, v biases); True refused"});
+  // MindFormers' Mixtral is a LlamaConfig with moe_config.expert_num > 1, whose arch it writes LlamaForCausalLM;
+  // MixtralForCausalLM (Hugging Face's name) is registered as the same model.
+  r.push_back({"model.arch.type", kBuilt, "model.arch (LlamaForCausalLM, or its alias MixtralForCausalLM)"});
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> llama_foreign_keys() {
+  const std::string k = "model.model_config.";
+  const std::string no_dropout =
+      "MindFormers' LlamaConfig has no dropout rate, so its Llama trains without dropout, and so does this one: remove it";
+  return {
+      {k + "expand_ratio", "GPT-2's MLP width; a Llama's SwiGLU width is intermediate_size, or derived from hidden_size "
+                           "by multiple_of and ffn_dim_multiplier"},
+      {k + "hidden_act", "a Llama's MLP is SwiGLU (silu(gate) x up), whatever hidden_act says (MindFormers' LlamaConfig "
+                         "has no such key): remove it"},
+      {k + "hidden_dropout_rate", no_dropout},
+      {k + "attention_dropout_rate", no_dropout},
+      {k + "layernorm_epsilon", "a Llama normalizes with RMSNorm, whose epsilon is rms_norm_eps"},
+      {k + "max_position_embeddings", "LlamaConfig spells it max_position_embedding (singular): the RoPE table's length "
+                                      "(None: seq_length)"},
+      {k + "num_labels", "sequence classification is not built, and LlamaConfig has no num_labels: remove it"},
+      {k + "rope_theta", "LlamaConfig spells RoPE's base `theta`"},
+  };
+}
+
+}  // namespace gf::config_keys
+
+namespace gf::config_read {
+namespace {
+
+using config_tree::show;
+
+const std::string k = "model.model_config.";
+
+// The fused attention core refuses grouped-query shapes (kv heads < heads) until it reads them
+// (core/ops/flash_attention.cpp), so they run on the unfused core: auto picks it, and True is
+// warned about and replaced. When the fused core reads them, set this true.
+constexpr bool kFusedAttentionReadsGroupedQuery = false;
+
+std::string kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
+
+// A key whose None means "derived" (`none_means`): null gives `none`; else a value > 0 (an integer
+// for an integral T), refused otherwise.
+template <typename T>
+T optional_positive(ReadContext& x, const char* key, T none, const char* none_means) {
+  const YAML::Node n = x.rd.node(k + key);
+  if (n.IsNull()) return none;
+  T v{};
+  if (n.IsScalar() && YAML::convert<T>::decode(n, v) && v > 0) return v;
+  x.refuse(kv(key, show(n)) + ": expects " + (std::is_integral_v<T> ? "an integer" : "a number") + " > 0, or ~ (" +
+           none_means + "; YAML's null is MindFormers' None)");
+  return none;
+}
+
+void read_sizes(ReadContext& x) {
+  ModelConfig& m = x.c.model;
+  KeyReader& rd = x.rd;
+  m.type = rd.get<std::string>(k + "type");
+  m.arch = rd.get<std::string>("model.arch.type");
+  m.vocab_size = rd.get<int64_t>(k + "vocab_size");
+  m.seq_length = rd.get<int64_t>(k + "seq_length");
+  m.hidden_size = rd.get<int64_t>(k + "hidden_size");
+  m.num_layers = rd.get<int64_t>(k + "num_layers");
+  m.num_heads = rd.get<int64_t>(k + "num_heads");
+  m.num_kv_heads = optional_positive<int64_t>(x, "n_kv_heads", 0, "num_heads");
+  m.intermediate_size = optional_positive<int64_t>(x, "intermediate_size", 0, "derived from hidden_size");
+  m.multiple_of = rd.get<int64_t>(k + "multiple_of");
+  m.ffn_dim_multiplier = optional_positive<double>(x, "ffn_dim_multiplier", 0.0, "1");
+  m.rms_norm_eps = rd.get<float>(k + "rms_norm_eps");
+  m.rope_theta = rd.get<double>(k + "theta");
+  m.qkv_has_bias = rd.get<bool>(k + "qkv_has_bias");
+  m.tie_word_embeddings = rd.get<bool>(k + "tie_word_embeddings");
+  m.initializer_range = rd.get<float>(k + "initializer_range");
+  m.hidden_dropout_rate = m.attention_dropout_rate = 0.0f;  // LlamaConfig has no dropout
+  // The RoPE table: None is seq_length (LlamaConfig's `max_position_embedding or seq_length`).
+  const int64_t table = optional_positive<int64_t>(x, "max_position_embedding", -1, "seq_length");
+  m.max_position_embeddings = table < 0 ? m.seq_length : table;
+  if (table < 0) rd.root()["model"]["model_config"]["max_position_embedding"] = m.seq_length;  // the dump says what runs
+}
+
+void check_sizes(ReadContext& x) {
+  const ModelConfig& m = x.c.model;
+  try {
+    find_model(m.arch, m.type);
+  } catch (const std::exception& e) {
+    x.refuse(e.what());
+  }
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", m.vocab_size},   {"seq_length", m.seq_length},
+                                                   {"hidden_size", m.hidden_size}, {"num_layers", m.num_layers},
+                                                   {"num_heads", m.num_heads},     {"multiple_of", m.multiple_of}};
+  for (auto [key, v] : sizes)
+    if (v <= 0) x.refuse(kv(key, std::to_string(v)) + ": must be > 0");
+  if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads != 0)
+    x.refuse(kv("hidden_size", std::to_string(m.hidden_size)) + " is not divisible by `num_heads: " +
+             std::to_string(m.num_heads) + "`; pick num_heads dividing hidden_size");
+  else if (m.hidden_size > 0 && m.num_heads > 0 && m.head_dim() % 2 != 0)
+    x.refuse(kv("hidden_size", std::to_string(m.hidden_size)) + " / `num_heads: " + std::to_string(m.num_heads) +
+             "` gives heads of " + std::to_string(m.head_dim()) + " dimensions; RoPE rotates pairs of them, so the head "
+             "size must be even");
+  if (m.num_kv_heads > 0 && m.num_heads > 0 && m.num_heads % m.num_kv_heads != 0)
+    x.refuse(kv("n_kv_heads", std::to_string(m.num_kv_heads)) + ": must divide `num_heads` (" +
+             std::to_string(m.num_heads) + "): each key/value head serves an equal group of query heads (~: num_heads)");
+  if (!(m.rms_norm_eps > 0)) x.refuse(kv("rms_norm_eps", show(x.rd.node(k + "rms_norm_eps"))) + ": must be > 0");
+  if (!(m.rope_theta > 0)) x.refuse(kv("theta", show(x.rd.node(k + "theta"))) + ": must be > 0 (RoPE's base)");
+  if (m.seq_length > m.max_position_embeddings)
+    x.refuse(kv("seq_length", std::to_string(m.seq_length)) + " is longer than the RoPE table `max_position_embedding: " +
+             std::to_string(m.max_position_embeddings) + "`; raise max_position_embedding (~: seq_length) or lower "
+             "seq_length");
+}
+
+// rotary_dtype and embedding_init_type: what MindFormers would compute or store in lower precision.
+void read_llama_dtypes(ReadContext& x) {
+  const auto dtype = [](const std::string& v) { return v == "float32" || v == "float16" || v == "bfloat16"; };
+  const std::string rotary = x.rd.get<std::string>(k + "rotary_dtype");
+  if (!dtype(rotary))
+    x.refuse(kv("rotary_dtype", rotary) + ": expects float32, float16 or bfloat16");
+  else if (rotary != "float32")
+    x.warn(kv("rotary_dtype", rotary) + ": RoPE's sin/cos tables and rotation are computed in float32 (more precise "
+           "than asked)");
+  const YAML::Node emb = x.rd.node(k + "embedding_init_type");
+  if (emb.IsNull()) return;  // None: param_init_type's
+  const std::string e = emb.IsScalar() ? emb.Scalar() : show(emb);
+  if (!dtype(e))
+    x.refuse(kv("embedding_init_type", e) + ": expects float32, float16 or bfloat16, or ~ (param_init_type's)");
+  else if (e != "float32")
+    x.warn(kv("embedding_init_type", e) + ": the embedding, like every master weight, its gradient and optimizer "
+           "state, is kept in float32; compute_dtype sets the precision of the matrix products");
+}
+
+// GPT-2's position_embedding_type and add_bias_linear, at the only values a Llama has.
+void read_llama_fixed(ReadContext& x) {
+  ModelConfig& m = x.c.model;
+  const std::string pos = x.rd.get<std::string>(k + "position_embedding_type");
+  if (pos != "rope")
+    x.refuse(kv("position_embedding_type", pos) + ": a Llama's positions are RoPE's (base `theta`); use rope, or "
+             "remove the key (learned_absolute is GPT-2's)");
+  if (x.rd.get<bool>(k + "add_bias_linear"))
+    x.refuse(kv("add_bias_linear", "True") + ": a Llama's linear layers have no biases (qkv_has_bias: True adds them "
+             "to q, k and v); use False, or remove the key");
+  m.position_embedding_type = "rope";
+  m.add_bias_linear = false;
+}
+
+}  // namespace
+
+void read_llama_model(ReadContext& x) {
+  read_sizes(x);
+  ModelConfig& m = x.c.model;
+  m.param_init_type = x.rd.get<std::string>(k + "param_init_type");
+  m.layernorm_compute_type = x.rd.get<std::string>(k + "layernorm_compute_type");
+  m.softmax_compute_type = x.rd.get<std::string>(k + "softmax_compute_type");
+  const bool grouped = m.kv_heads() != m.num_heads;
+  read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq && (!grouped || kFusedAttentionReadsGroupedQuery));
+  if (m.use_flash_attention && grouped && !kFusedAttentionReadsGroupedQuery) {
+    x.warn("`" + k + "use_flash_attention: True` with `n_kv_heads: " + std::to_string(m.kv_heads()) + "` < `num_heads: " +
+           std::to_string(m.num_heads) + "`: the fused attention core does not read grouped-query attention yet; the "
+           "unfused core runs (the same numbers, with the T x T probabilities in memory)");
+    m.use_flash_attention = false;
+    x.rd.root()["model"]["model_config"]["use_flash_attention"] = false;  // the dump says what runs
+  }
+  check_sizes(x);
+  read_llama_fixed(x);
+  read_dtypes(x, k, "RMSNorm");
+  read_llama_dtypes(x);
+  finish_model(x);
+}
+
+}  // namespace gf::config_read
+
+namespace gf {
+namespace {
+std::string llama_ffn_problem(const ModelConfig& m, int64_t mp) {
+  if (m.intermediate_size > 0)
+    return fmt::format("the FFN width `model.model_config.intermediate_size` ({}) is not divisible by "
+                       "`parallel_config.model_parallel` ({})",
+                       m.intermediate_size, mp);
+  return fmt::format("the FFN width ({}, derived from `hidden_size` {}{} rounded up to `multiple_of` {}, as "
+                     "`intermediate_size` is unset) is not divisible by `parallel_config.model_parallel` ({}); set "
+                     "`model.model_config.intermediate_size` to a multiple of it",
+                     m.ffn_hidden(), m.hidden_size,
+                     m.ffn_dim_multiplier > 0 ? fmt::format(" x `ffn_dim_multiplier` {}", m.ffn_dim_multiplier) : "",
+                     m.multiple_of, mp);
+}
+}  // namespace
+
+ArchConfigSection llama_config_section() {
+  return {"LlamaConfig", "Llama", kLlamaDefaults, config_keys::llama_model_rules, config_keys::llama_foreign_keys,
+          config_read::read_llama_model, llama_ffn_problem};
+}
+
+}  // namespace gf

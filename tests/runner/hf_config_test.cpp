@@ -1,0 +1,160 @@
+// Hugging Face's config.json (models/weights/hf_config.h) against files we did not write: the
+// config.json files published with GPT-2 (openai-community/gpt2), Llama 2 7B (meta-llama/Llama-2-7b-hf)
+// and Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1), tests/data/hf_configs, read beside MindFormers' own
+// YAML files for the same models (tests/data/mindformers): each pair must describe the same model, and
+// what we write for MindFormers' config must carry the published file's values under
+// transformers' key names. Then our own exports read back, and the differences and refusals a user
+// meets, by name.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unistd.h>
+
+#include "models/weights/hf_config.h"
+#include "runner/config/config.h"
+
+namespace gf {
+namespace {
+
+std::string src(const std::string& f) { return std::string(GF_SOURCE_DIR) + "/" + f; }
+
+nlohmann::json published(const std::string& name) {
+  std::ifstream in(src("tests/data/hf_configs/" + name));
+  return nlohmann::json::parse(in);
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += x + "\n";
+  return s;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& needle) {
+  for (const std::string& x : v)
+    if (x.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+// The keys of `ours` that `theirs` also has, compared value by value (numbers as numbers).
+void expect_same_keys(const nlohmann::json& ours, const nlohmann::json& theirs, const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    ASSERT_TRUE(ours.contains(k)) << k;
+    ASSERT_TRUE(theirs.contains(k)) << k;
+    if (theirs[k].is_number())
+      EXPECT_DOUBLE_EQ(ours[k].get<double>(), theirs[k].get<double>()) << k;
+    else
+      EXPECT_EQ(ours[k], theirs[k]) << k;
+  }
+}
+
+TEST(HfConfig, MindFormersLlama2IsMetasLlama2) {
+  const Config c = load_config(src("tests/data/mindformers/r1.3/pretrain_llama2_7b.yaml"));
+  const nlohmann::json meta = published("llama2_7b.json");
+  const HfConfigCheck check = check_hf_config(meta, c.model, "config.json");
+  EXPECT_TRUE(check.errors.empty()) << joined(check.errors);
+  const nlohmann::json ours = hf_config_json(c.model);
+  expect_same_keys(ours, meta,
+                   {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads", "num_key_value_heads", "hidden_act", "max_position_embeddings",
+                    "rms_norm_eps", "tie_word_embeddings", "initializer_range"});
+  EXPECT_DOUBLE_EQ(ours["rope_theta"].get<double>(), 10000.0);  // LlamaConfig's default: Meta's file leaves it out
+}
+
+TEST(HfConfig, MindFormersMixtralIsMistralsMixtral) {
+  const Config c = load_config(src("tests/data/mindformers/r1.3/pretrain_mixtral-8x7b.yaml"));
+  const nlohmann::json mistral = published("mixtral_8x7b.json");
+  const HfConfigCheck check = check_hf_config(mistral, c.model, "config.json");
+  EXPECT_TRUE(check.errors.empty()) << joined(check.errors);
+  expect_same_keys(hf_config_json(c.model), mistral,
+                   {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps", "rope_theta",
+                    "num_local_experts", "num_experts_per_tok", "tie_word_embeddings", "initializer_range"});
+}
+
+TEST(HfConfig, MindFormersGpt2IsOpenAIsGpt2UpToTheGeluVariant) {
+  const Config c = load_config(src("tests/data/mindformers/run_gpt2.yaml"));
+  const nlohmann::json openai = published("gpt2.json");
+  const HfConfigCheck check = check_hf_config(openai, c.model, "config.json");
+  EXPECT_TRUE(check.errors.empty()) << joined(check.errors);
+  // MindFormers' file says hidden_act: gelu (erf); Hugging Face's GPT-2 runs gelu_new (tanh): said, not refused.
+  EXPECT_TRUE(has(check.warnings, "MLP activation: gelu in the config")) << joined(check.warnings);
+  Config tanh = load_config(src("tests/data/mindformers/run_gpt2.yaml"), {"model.model_config.hidden_act=gelu_new"});
+  const nlohmann::json ours = hf_config_json(tanh.model);
+  expect_same_keys(ours, openai,
+                   {"architectures", "model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                    "activation_function", "layer_norm_epsilon", "initializer_range", "eos_token_id"});
+  EXPECT_EQ(ours["n_inner"], 4 * 768);  // the published file's null: 4 n_embd
+  const HfConfigCheck same = check_hf_config(openai, tanh.model, "config.json");
+  EXPECT_TRUE(same.errors.empty() && same.warnings.empty()) << joined(same.errors) << joined(same.warnings);
+}
+
+TEST(HfConfig, OurTinyConfigsReadBackWithoutADifference) {
+  for (const char* f : {"configs/gpt2/run_gpt2_tiny.yaml", "configs/llama/run_llama_tiny.yaml",
+                        "configs/moe/run_mixtral_tiny.yaml"}) {
+    const Config c = load_config(src(f));
+    const HfConfigCheck check = check_hf_config(hf_config_json(c.model), c.model, "config.json");
+    EXPECT_TRUE(check.errors.empty()) << f << ": " << joined(check.errors);
+    EXPECT_TRUE(check.warnings.empty()) << f << ": " << joined(check.warnings);
+  }
+}
+
+TEST(HfConfig, DifferencesNameTheKeyAndBothValues) {
+  const Config c = load_config(src("configs/llama/run_llama_tiny.yaml"), {"model.model_config.num_layers=2"});
+  const nlohmann::json file = hf_config_json(load_config(src("configs/llama/run_llama_tiny.yaml")).model);
+  const HfConfigCheck check = check_hf_config(file, c.model, "w/config.json");
+  ASSERT_EQ(check.errors.size(), 1u) << joined(check.errors);
+  EXPECT_EQ(check.errors[0], "layers: 2 in the config (model_config.num_layers), 4 in w/config.json");
+  // Another architecture altogether.
+  const Config g = load_config(src("configs/gpt2/run_gpt2_tiny.yaml"));
+  const HfConfigCheck other = check_hf_config(file, g.model, "w/config.json");
+  EXPECT_TRUE(has(other.errors, "describes a LlamaForCausalLM")) << joined(other.errors);
+  EXPECT_TRUE(has(check_hf_config(nlohmann::json{{"architectures", {"BertForMaskedLM"}}}, g.model, "f").errors,
+                  "BertForMaskedLM, which gridformer does not run"));
+}
+
+TEST(HfConfig, WhatTheModelDoesNotRunIsRefusedByName) {
+  const Config llama = load_config(src("configs/llama/run_llama_tiny.yaml"));
+  nlohmann::json j = hf_config_json(llama.model);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "rope_scaling")) << joined(check_hf_config(j, llama.model, "f").errors);
+  j = hf_config_json(llama.model);
+  j["head_dim"] = 64;
+  EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "head_dim 64"));
+  j = hf_config_json(llama.model);
+  j["attention_bias"] = true;
+  EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "attention_bias"));
+  // What Hugging Face's classes cannot express is refused when writing.
+  const Config rope_gpt2 = load_config(src("configs/gpt2/run_gpt2_tiny.yaml"),
+                                       {"model.model_config.position_embedding_type=rope"});
+  try {
+    hf_config_json(rope_gpt2.model);
+    ADD_FAILURE() << "a GPT-2 with rotary positions has no GPT2Config";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("position_embedding_type"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfConfig, LoadCheckpointWithAnotherModelsConfigJsonStopsTheConfig) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gf_hf_config_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.safetensors") << "";
+  nlohmann::json j = hf_config_json(load_config(src("configs/llama/run_llama_tiny.yaml")).model);
+  j["num_hidden_layers"] = 6;
+  std::ofstream(dir / "config.json") << j.dump(2);
+  std::string error;
+  try {
+    load_config(src("configs/llama/run_llama_tiny.yaml"), {"load_checkpoint=" + dir.string()});
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("config.json describes another model than this config: layers: 4 in the config "
+                       "(model_config.num_layers), 6 in"), std::string::npos) << error;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gf

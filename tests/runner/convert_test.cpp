@@ -26,7 +26,9 @@
 #include "models/weights/hf_checkpoint.h"
 #include "models/arch/llama.h"
 #include "models/registry.h"
+#include "models/weights/hf_config.h"
 #include "runner/cli/convert.h"
+#include "runner/config/config.h"
 #include "tests/models/golden_case.h"
 
 namespace gf {
@@ -550,6 +552,66 @@ TEST(Convert, ProgressAtEachTenthAndASummary) {
   EXPECT_EQ(s.tensors, 21);
   EXPECT_EQ(s.bytes, 296192);  // the sharded golden's total_size: float32 throughout
   EXPECT_EQ(s.files.size(), 2u);
+}
+
+}  // namespace
+}  // namespace gf
+
+namespace gf {
+namespace {
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+// A one-rank checkpoint of `cfg`'s model (the seed's weights) that records its config as the trainer does.
+void write_seeded_checkpoint(const Config& cfg, const fs::path& root) {
+  const ModelEntry& e = find_model(cfg.model.arch, cfg.model.type);
+  const Placement placed = TransformerLM::make_placement(e.spec(cfg.model), e.names, cfg.model, model_layout(cfg), 0);
+  AlignedBuffer<float> w(static_cast<size_t>(placed.total_floats()));
+  placed.initialize(w.data(), 7);
+  const std::string tmp = ckpt::begin_save(root.string(), "step_1");
+  std::vector<ckpt::Piece> pieces;
+  for (const TensorPlacement& t : placed.tensors())
+    for (auto& p : ckpt::pieces_of(t, t.spec->name, w.data() + t.offset)) pieces.push_back(std::move(p));
+  ckpt::write_index(tmp, {ckpt::write_shard(tmp, 0, pieces)}, {{"step", 1}, {"config", dump_resolved(cfg)}});
+  ckpt::commit_save(root.string(), "step_1", 0);
+}
+
+// Our checkpoint -> Hugging Face writes the model's config.json (what the checkpoint's config says,
+// in transformers' keys); Hugging Face -> our checkpoint keeps it, and back to Hugging Face writes it again.
+TEST(Convert, ConfigJsonGoesWithTheWeightsBothWays) {
+  for (const char* yaml : {"configs/gpt2/run_gpt2_tiny.yaml", "configs/llama/run_llama_tiny.yaml",
+                           "configs/moe/run_mixtral_tiny.yaml"}) {
+    const fs::path d = work_dir() / fs::path(yaml).stem();
+    const Config cfg = load_config(std::string(GF_SOURCE_DIR) + "/" + yaml, {"model.model_config.vocab_size=1000"});
+    write_seeded_checkpoint(cfg, d / "run");
+    const ConvertSummary s = convert(d / "run", d / "hf");
+    EXPECT_NE(std::find(s.files.begin(), s.files.end(), (d / "hf" / "config.json").string()), s.files.end()) << yaml;
+    const nlohmann::json written = read_json(d / "hf" / "config.json");
+    EXPECT_EQ(written, hf_config_json(cfg.model)) << yaml;
+    const HfConfigCheck check = check_hf_config(written, cfg.model, "config.json");
+    EXPECT_TRUE(check.errors.empty() && check.warnings.empty()) << yaml;
+    convert(d / "hf", d / "ckpt");
+    convert(d / "ckpt", d / "hf2");
+    EXPECT_EQ(read_json(d / "hf2" / "config.json"), written) << yaml;
+  }
+}
+
+TEST(Convert, AModelHuggingFaceCannotExpressGetsNoConfigJsonAndTheReason) {
+  const fs::path d = work_dir();
+  const Config cfg = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",
+                                 {"model.model_config.position_embedding_type=rope", "model.model_config.vocab_size=1000"});
+  write_seeded_checkpoint(cfg, d / "run");
+  ConvertOptions o;
+  o.from = (d / "run").string();
+  o.to = (d / "hf").string();
+  std::ostringstream progress;
+  convert_weights(o, progress);
+  EXPECT_FALSE(fs::exists(d / "hf" / "config.json"));
+  EXPECT_NE(progress.str().find("no config.json written: Hugging Face's GPT2LMHeadModel has no rotary positions"),
+            std::string::npos) << progress.str();
 }
 
 }  // namespace

@@ -508,23 +508,25 @@ std::string write_shard(const std::string& dir, int rank, const std::vector<Piec
   return fragment.dump();
 }
 
-void write_index(const std::string& dir, const std::vector<std::string>& fragments, const nlohmann::json& state) {
-  const std::string path = (fs::path(dir) / kIndex).string();
-  if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer())
-    throw std::invalid_argument(path + ": the state must be an object with an integer \"step\" (got " + state.dump() +
-                                ")");
-  struct MergedPiece {
-    std::string file, key;
-    int64_t number;  // k of key "<tensor>@<k>"
-    Box box;
-  };
-  struct Merged {
-    std::vector<int64_t> shape;
-    std::string shape_file;  // the file its shape was first seen in
-    std::vector<MergedPiece> pieces;
-  };
-  std::map<std::string, json> files;
-  std::map<std::string, Merged> tensors;
+namespace {
+
+// The rank fragments' pieces, merged by tensor (write_index).
+struct MergedPiece {
+  std::string file, key;
+  int64_t number;  // k of key "<tensor>@<k>"
+  Box box;
+};
+struct Merged {
+  std::vector<int64_t> shape;
+  std::string shape_file;  // the file its shape was first seen in
+  std::vector<MergedPiece> pieces;
+};
+
+// Every fragment's files and tensors into `files` and `tensors`, checked: a file in two fragments,
+// a tensor of two shapes, a piece in an unlisted file, a malformed key or a box outside its shape
+// throws naming the index `path`.
+void merge_fragments(const std::string& path, const std::vector<std::string>& fragments,
+                     std::map<std::string, json>& files, std::map<std::string, Merged>& tensors) {
   for (size_t i = 0; i < fragments.size(); ++i) {
     const std::string frag_name = path + ": fragment " + std::to_string(i);
     try {
@@ -568,8 +570,12 @@ void write_index(const std::string& dir, const std::vector<std::string>& fragmen
       throw std::runtime_error(frag_name + " is not an index fragment from write_shard: " + e.what());
     }
   }
-  // Written by hand rather than by dump(indent), which puts every number of every box on a line of
-  // its own: one line per file and per piece keeps a GPT-2 index readable in a pager.
+}
+
+// The index's text. Written by hand rather than by dump(indent), which puts every number of every box
+// on a line of its own: one line per file and per piece keeps a GPT-2 index readable in a pager.
+std::string index_text(const std::string& path, const nlohmann::json& state, const std::map<std::string, json>& files,
+                       std::map<std::string, Merged>& tensors) {
   auto q = [](const std::string& s) { return json(s).dump(); };
   std::string text = "{\n \"format\": " + q(kFormat) + ",\n \"version\": " + std::to_string(kVersion) +
                      ",\n \"state\": " + state.dump() + ",\n \"files\": {";
@@ -605,7 +611,20 @@ void write_index(const std::string& dir, const std::vector<std::string>& fragmen
     sep = ",\n  ";
   }
   text += "\n }\n}\n";
-  write_new_file(path, text);
+  return text;
+}
+
+}  // namespace
+
+void write_index(const std::string& dir, const std::vector<std::string>& fragments, const nlohmann::json& state) {
+  const std::string path = (fs::path(dir) / kIndex).string();
+  if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer())
+    throw std::invalid_argument(path + ": the state must be an object with an integer \"step\" (got " + state.dump() +
+                                ")");
+  std::map<std::string, json> files;
+  std::map<std::string, Merged> tensors;
+  merge_fragments(path, fragments, files, tensors);
+  write_new_file(path, index_text(path, state, files, tensors));
 }
 
 // ---- the directory steps --------------------------------------------------------------------
@@ -622,17 +641,14 @@ std::string begin_save(const std::string& root, const std::string& name) {
   return tmp;
 }
 
-std::vector<std::string> commit_save(const std::string& root, const std::string& name, int keep_max) {
-  check_name(name);
-  const std::string tmp = tmp_of(root, name);
-  const std::string dir = (fs::path(root) / name).string();
-  if (!exists((fs::path(tmp) / kIndex).string()))
-    throw std::runtime_error(tmp + ": no index.json; write_index must run before commit_save");
-  fsync_dir(tmp);  // the shards' and the index's directory entries
+namespace {
+
+// The finished temporary `tmp` becomes checkpoint `dir`: renamed, or swapped in atomically over an
+// older one of the same name, so that a crash leaves one complete checkpoint under the name (the old
+// one or the new one) and the other one as a stale temporary. Where the file system cannot exchange,
+// the old one is moved aside first.
+void put_in_place(const std::string& root, const std::string& name, const std::string& tmp, const std::string& dir) {
   if (exists(dir)) {
-    // Swap the new checkpoint in atomically, so that a crash leaves one complete checkpoint under
-    // `name` (the old one or the new one) and the other one as a stale temporary. Where the file
-    // system cannot exchange, move the old one aside first.
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
       const int xerr = errno;
       if (xerr != EINVAL && xerr != ENOSYS && xerr != ENOTSUP) sys_fail(xerr, dir, "cannot exchange it with " + tmp);
@@ -653,8 +669,10 @@ std::vector<std::string> commit_save(const std::string& root, const std::string&
     const int err = errno;
     sys_fail(err, tmp, "cannot rename to " + dir);
   }
-  fsync_dir(root);
-  fault_point("renamed");  // the crash tests' kill point: in place, `latest` not changed
+}
+
+// `latest` names `name`: a new file renamed over it.
+void point_latest(const std::string& root, const std::string& name) {
   const std::string latest = (fs::path(root) / kLatest).string();
   const std::string latest_tmp = (fs::path(root) / ".latest.tmp").string();
   if (::unlink(latest_tmp.c_str()) != 0 && errno != ENOENT) {
@@ -667,12 +685,14 @@ std::vector<std::string> commit_save(const std::string& root, const std::string&
     sys_fail(err, latest_tmp, "cannot rename to " + latest);
   }
   fsync_dir(root);
-  if (exists(tmp)) remove_tree(tmp);  // the checkpoint the exchange replaced
+}
 
+// Keeps the newest keep_max of our complete checkpoints in `root` (never `name`, the latest); returns
+// the removed directories. Our complete checkpoints are the directories of root whose index.json is
+// ours, oldest first by step; others' directories and damaged indexes are not ours to remove.
+std::vector<std::string> prune(const std::string& root, const std::string& name, int keep_max) {
   std::vector<std::string> removed;
   if (keep_max <= 0) return removed;
-  // Our complete checkpoints (a directory of root whose index.json is ours), oldest first.
-  // Others' directories and damaged indexes are not ours to remove.
   struct Saved {
     int64_t step;
     std::string name;
@@ -711,6 +731,23 @@ std::vector<std::string> commit_save(const std::string& root, const std::string&
   }
   if (!removed.empty()) fsync_dir(root);
   return removed;
+}
+
+}  // namespace
+
+std::vector<std::string> commit_save(const std::string& root, const std::string& name, int keep_max) {
+  check_name(name);
+  const std::string tmp = tmp_of(root, name);
+  const std::string dir = (fs::path(root) / name).string();
+  if (!exists((fs::path(tmp) / kIndex).string()))
+    throw std::runtime_error(tmp + ": no index.json; write_index must run before commit_save");
+  fsync_dir(tmp);  // the shards' and the index's directory entries
+  put_in_place(root, name, tmp, dir);
+  fsync_dir(root);
+  fault_point("renamed");  // the crash tests' kill point: in place, `latest` not changed
+  point_latest(root, name);
+  if (exists(tmp)) remove_tree(tmp);  // the checkpoint the exchange replaced
+  return prune(root, name, keep_max);
 }
 
 void abort_save(const std::string& root, const std::string& name) {

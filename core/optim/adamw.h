@@ -44,6 +44,8 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
   float* m() { return m_.data(); }  // element i of the shard is arena element shard_begin + i
   float* v() { return v_.data(); }
+  const float* m() const { return m_.data(); }
+  const float* v() const { return v_.data(); }
   int64_t size() const { return static_cast<int64_t>(m_.size()); }
 
  private:

@@ -129,6 +129,73 @@ std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, 
 // virtual stage.
 using MsgKey = std::tuple<int, int, int>;
 
+
+// What a compute waits for, as a message key and the virtual stage that sends it.
+bool input_message(const Shape& shape, int s, const Action& a, MsgKey* key, int* from) {
+  const int vs = vstage_of(shape, s, a.chunk), last = virtual_stages(shape) - 1;
+  if (a.op == Op::kForward && vs > 0) {
+    *key = {0, a.micro, vs};
+    *from = vs - 1;
+    return true;
+  }
+  if ((a.op == Op::kBackward || a.op == Op::kBackwardInput) && vs < last) {
+    *key = {1, a.micro, vs};
+    *from = vs + 1;
+    return true;
+  }
+  return false;
+}
+
+// Deadlock: every unfinished stage waits at a compute for a message never sent. Says, for each, what
+// it waits for and where the sender is.
+std::string deadlock_report(const std::vector<std::vector<Action>>& lists, const Shape& shape,
+                            const std::vector<size_t>& pc) {
+  const int p = shape.stages;
+  std::ostringstream e;
+  e << "deadlock:";
+  const char* sep = " ";
+  for (int s = 0; s < p; ++s) {
+    if (pc[s] >= lists[s].size()) continue;
+    const Action& a = lists[s][pc[s]];
+    MsgKey key{};
+    int from = 0;
+    input_message(shape, s, a, &key, &from);  // true: a stage only stops at a compute that waits for a message
+    const int fs = from % p, fc = from / p;
+    const bool activation = std::get<0>(key) == 0;
+    const Action want{activation ? Op::kSendForward : Op::kSendBackward, a.micro, fc};
+    e << sep << at(s, pc[s], a) << " waits for the " << (activation ? "activation" : "gradient") << " from stage "
+      << fs << " chunk " << fc;
+    const auto& src = lists[fs];
+    const auto it = std::find(src.begin(), src.end(), want);
+    if (it == src.end()) {
+      e << " (stage " << fs << "'s list has no " << describe(want) << ")";
+    } else {
+      e << " (stage " << fs << " has not reached its " << describe(want) << " at action #" << (it - src.begin())
+        << ": it is stuck at action #" << pc[fs] << " " << describe(src[pc[fs]]) << ")";
+    }
+    sep = "; ";
+  }
+  return e.str();
+}
+
+// A send nobody receives or a receive nobody sends, described; "" when every message matches.
+std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::map<MsgKey, int>& posted, int p) {
+  for (const auto& [key, time] : sent) {
+    if (posted.count(key)) continue;
+    const auto [dir, micro, to] = key;
+    return std::string("unmatched send: the ") + (dir == 0 ? "activation" : "gradient") + " of micro " +
+           std::to_string(micro) + " for stage " + std::to_string(to % p) + " chunk " + std::to_string(to / p) +
+           " is never received there";
+  }
+  for (const auto& [key, stage] : posted) {
+    if (sent.count(key)) continue;
+    const auto [dir, micro, to] = key;
+    return "unmatched receive: stage " + std::to_string(stage) + " posts " +
+           describe({dir == 0 ? Op::kRecvForward : Op::kRecvBackward, micro, to / p}) + " that nobody sends";
+  }
+  return "";
+}
+
 }  // namespace
 
 Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs) {
@@ -142,7 +209,6 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
     r.error = std::to_string(lists.size()) + " action lists for " + std::to_string(p) + " stages";
     return r;
   }
-  const int last = virtual_stages(shape) - 1;
   r.busy.assign(p, 0.0);
   r.peak_live.assign(p, 0);
   r.peak_live_chunk.assign(p, {});
@@ -159,21 +225,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
   std::map<MsgKey, int> posted;           // message -> receiving stage that posted it
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0.0);
-  // What a compute waits for, as a message key and the virtual stage that sends it.
-  auto input_of = [&](int s, const Action& a, MsgKey* key, int* from) {
-    const int vs = vstage_of(shape, s, a.chunk);
-    if (a.op == Op::kForward && vs > 0) {
-      *key = {0, a.micro, vs};
-      *from = vs - 1;
-      return true;
-    }
-    if ((a.op == Op::kBackward || a.op == Op::kBackwardInput) && vs < last) {
-      *key = {1, a.micro, vs};
-      *from = vs + 1;
-      return true;
-    }
-    return false;
-  };
+  auto input_of = [&](int s, const Action& a, MsgKey* key, int* from) { return input_message(shape, s, a, key, from); };
   for (;;) {
     bool progress = false, done = true;
     for (int s = 0; s < p; ++s) {
@@ -208,51 +260,12 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
     }
     if (done) break;
     if (!progress) {
-      // Deadlock: every unfinished stage waits at a compute for a message never sent. Say, for each, what
-      // it waits for and where the sender is.
-      std::ostringstream e;
-      e << "deadlock:";
-      const char* sep = " ";
-      for (int s = 0; s < p; ++s) {
-        if (pc[s] >= lists[s].size()) continue;
-        const Action& a = lists[s][pc[s]];
-        MsgKey key{};
-        int from = 0;
-        input_of(s, a, &key, &from);  // true: a stage only stops at a compute that waits for a message
-        const int fs = from % p, fc = from / p;
-        const bool activation = std::get<0>(key) == 0;
-        const Action want{activation ? Op::kSendForward : Op::kSendBackward, a.micro, fc};
-        e << sep << at(s, pc[s], a) << " waits for the " << (activation ? "activation" : "gradient") << " from stage "
-          << fs << " chunk " << fc;
-        const auto& src = lists[fs];
-        const auto it = std::find(src.begin(), src.end(), want);
-        if (it == src.end()) {
-          e << " (stage " << fs << "'s list has no " << describe(want) << ")";
-        } else {
-          e << " (stage " << fs << " has not reached its " << describe(want) << " at action #" << (it - src.begin())
-            << ": it is stuck at action #" << pc[fs] << " " << describe(src[pc[fs]]) << ")";
-        }
-        sep = "; ";
-      }
-      r.error = e.str();
+      r.error = deadlock_report(lists, shape, pc);
       return r;
     }
   }
-  for (const auto& [key, time] : sent) {
-    if (posted.count(key)) continue;
-    const auto [dir, micro, to] = key;
-    r.error = std::string("unmatched send: the ") + (dir == 0 ? "activation" : "gradient") + " of micro " +
-              std::to_string(micro) + " for stage " + std::to_string(to % p) + " chunk " + std::to_string(to / p) +
-              " is never received there";
-    return r;
-  }
-  for (const auto& [key, stage] : posted) {
-    if (sent.count(key)) continue;
-    const auto [dir, micro, to] = key;
-    r.error = "unmatched receive: stage " + std::to_string(stage) + " posts " +
-              describe({dir == 0 ? Op::kRecvForward : Op::kRecvBackward, micro, to / p}) + " that nobody sends";
-    return r;
-  }
+  r.error = unmatched_message(sent, posted, p);
+  if (!r.error.empty()) return r;
   r.makespan = *std::max_element(clock.begin(), clock.end());
   r.idle.resize(p);
   double idle = 0;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -218,6 +219,17 @@ struct Predictor::State {
   std::unique_ptr<CausalLM> model;
   std::unique_ptr<Generator> gen;
   Generator::Options go;
+  // Of run(): what each prompt has generated, whether it is done, and the rows of the next model call
+  // (logit_of: the prompt of each logits row).
+  std::vector<std::vector<int32_t>> generated;
+  std::unique_ptr<bool[]> done;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> seq, pos, logit_rows, logit_of;
+
+  std::vector<int32_t> full(int64_t i) const;
+  int64_t run_call();
+  int64_t step(int64_t b0, int64_t nb, const std::function<int64_t(int64_t)>& from);
+  void report(const PredictStats& st) const;
 };
 
 Predictor::~Predictor() = default;
@@ -312,136 +324,127 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
                gen.cache_bytes() / 1048576.0, gen.bytes() / 1048576.0);
 }
 
-PredictStats Predictor::run() {
-  const Config& cfg = s_->cfg;
-  const GenerationConfig& gc = cfg.generation;
-  const PredictRequest& req = s_->req;
-  const bool rank0 = s_->ctx->world_rank() == 0;
-  const std::vector<std::vector<int32_t>>& prompts = s_->prompts;
-  const std::vector<int64_t>& limit = s_->limit;
-  const SamplingOptions& so = s_->so;
-  const Generator::Options& go = s_->go;
-  Generator& gen = *s_->gen;
-  const int64_t n = static_cast<int64_t>(prompts.size()), batch = s_->batch, eos = gc.eos_token_id;
-  const data::GPT2Tokenizer* tok = s_->tok.get();
+// The prompts' sequence so far: the prompt and what has been generated.
+std::vector<int32_t> Predictor::State::full(int64_t i) const {
+  std::vector<int32_t> all = prompts[i];
+  all.insert(all.end(), generated[i].begin(), generated[i].end());
+  return all;
+}
 
-  std::vector<std::vector<int32_t>> generated(static_cast<size_t>(n));
-  // std::vector<bool> has no addressable elements: the printer holds pointers to each flag.
-  std::unique_ptr<bool[]> done(new bool[static_cast<size_t>(n)]());
-  Printer printer(rank0, tok, eos);
-  for (int64_t i = 0; i < n; ++i) printer.add(&prompts[i], &generated[i], &done[i]);
-  PredictStats st;
-  st.prompts = n;
-  st.batch = batch;
-  std::vector<int32_t> tokens;
-  std::vector<int64_t> seq, pos, logit_rows, logit_of;  // logit_of: the prompt of each logits row
-  for (int64_t b0 = 0; b0 < n; b0 += batch) {
-    const int64_t nb = std::min(batch, n - b0);
-    auto full = [&](int64_t i) {
-      std::vector<int32_t> all = prompts[i];
-      all.insert(all.end(), generated[i].begin(), generated[i].end());
-      return all;
-    };
-    // One step: for each unfinished prompt of the batch, its tokens from position `from(i)` on go
-    // through the model (in calls of at most max_rows rows), and its next token is chosen from the
-    // logits of its last one.
-    auto step = [&](auto from) {
-      tokens.clear();
-      seq.clear();
-      pos.clear();
-      logit_rows.clear();
-      logit_of.clear();
-      int64_t made = 0;
-      auto run_call = [&]() {
-        if (tokens.empty()) return;
-        const float* logits = gen.forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
-                                          logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
-        // The last pipeline stage chooses the tokens and tells the other stages.
-        std::vector<int32_t> next(logit_of.size());
-        if (gen.last_stage())
-          for (size_t j = 0; j < logit_of.size(); ++j) {
-            const int64_t i = logit_of[j];
-            std::vector<float> row(logits + j * gen.vocab(), logits + (j + 1) * gen.vocab());
-            next[j] = next_token(row, full(i), so, static_cast<uint64_t>(i), generated[i].size());
-          }
-        if (s_->ctx->size(GridAxis::kPp) > 1 && !next.empty())
-          s_->ctx->group(GridAxis::kPp).broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), s_->ctx->size(GridAxis::kPp) - 1);
-        for (size_t j = 0; j < logit_of.size(); ++j) {
-          const int64_t i = logit_of[j];
-          const int32_t t = next[j];
-          generated[i].push_back(t);
-          ++made;
-          const int64_t len = static_cast<int64_t>(prompts[i].size() + generated[i].size());
-          if (t == eos || len >= limit[i]) done[i] = true;
-        }
-        tokens.clear();
-        seq.clear();
-        pos.clear();
-        logit_rows.clear();
-        logit_of.clear();
-      };
-      for (int64_t i = b0; i < b0 + nb; ++i) {
-        if (done[i]) continue;
-        const std::vector<int32_t> all = full(i);
-        const int64_t len = static_cast<int64_t>(all.size());
-        for (int64_t p = from(i); p < len; ++p) {
-          if (static_cast<int64_t>(tokens.size()) == go.max_rows) run_call();
-          tokens.push_back(all[p]);
-          seq.push_back(i - b0);
-          pos.push_back(p);
-          if (p == len - 1) {
-            logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
-            logit_of.push_back(i);
-          }
-        }
-      }
-      run_call();
-      return made;
-    };
-    auto t0 = Clock::now();
-    for (int64_t i = b0; i < b0 + nb; ++i) st.prompt_tokens += static_cast<int64_t>(prompts[i].size());
-    step([](int64_t) { return int64_t{0}; });  // the prompts, and each one's first token
-    st.prompt_seconds += seconds_since(t0);
-    printer.flush();
-    t0 = Clock::now();
-    for (;;) {
-      bool any = false;
-      for (int64_t i = b0; i < b0 + nb; ++i) any = any || !done[i];
-      if (!any) break;
-      // With the cache only the newest token goes in; without it the whole sequence again.
-      st.decode_tokens += gc.use_past ? step([&](int64_t i) {
-        return static_cast<int64_t>(prompts[i].size() + generated[i].size()) - 1;
-      })
-                                      : step([](int64_t) { return int64_t{0}; });
-      printer.flush();
+// One call of the model over the rows gathered since the last; each prompt whose last row was in
+// it gets its next token (chosen on the last pipeline stage, which tells the others). Returns how many.
+int64_t Predictor::State::run_call() {
+  if (tokens.empty()) return 0;
+  const float* logits = gen->forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
+                                     logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
+  std::vector<int32_t> next(logit_of.size());
+  if (gen->last_stage())
+    for (size_t j = 0; j < logit_of.size(); ++j) {
+      const int64_t i = logit_of[j];
+      std::vector<float> row(logits + j * gen->vocab(), logits + (j + 1) * gen->vocab());
+      next[j] = next_token(row, full(i), so, static_cast<uint64_t>(i), generated[i].size());
     }
-    st.decode_seconds += seconds_since(t0);
+  const int stages = ctx->size(GridAxis::kPp);
+  if (stages > 1 && !next.empty())
+    ctx->group(GridAxis::kPp).broadcast(next.data(), static_cast<int64_t>(next.size() * sizeof(int32_t)), stages - 1);
+  for (size_t j = 0; j < logit_of.size(); ++j) {
+    const int64_t i = logit_of[j];
+    generated[i].push_back(next[j]);
+    const int64_t len = static_cast<int64_t>(prompts[i].size() + generated[i].size());
+    if (next[j] == cfg.generation.eos_token_id || len >= limit[i]) done[i] = true;
   }
-  printer.flush();
+  tokens.clear();
+  seq.clear();
+  pos.clear();
+  logit_rows.clear();
+  logit_of.clear();
+  return static_cast<int64_t>(next.size());
+}
+
+// One step of the prompts [b0, b0 + nb): for each unfinished one, its tokens from position from(i)
+// on go through the model (in calls of at most max_rows rows), and its next token is chosen from the
+// logits of its last one. Returns the tokens made.
+int64_t Predictor::State::step(int64_t b0, int64_t nb, const std::function<int64_t(int64_t)>& from) {
+  int64_t made = 0;
+  for (int64_t i = b0; i < b0 + nb; ++i) {
+    if (done[i]) continue;
+    const std::vector<int32_t> all = full(i);
+    const int64_t len = static_cast<int64_t>(all.size());
+    for (int64_t p = from(i); p < len; ++p) {
+      if (static_cast<int64_t>(tokens.size()) == go.max_rows) made += run_call();
+      tokens.push_back(all[p]);
+      seq.push_back(i - b0);
+      pos.push_back(p);
+      if (p == len - 1) {
+        logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+        logit_of.push_back(i);
+      }
+    }
+  }
+  return made + run_call();
+}
+
+// The summary line, and on rank 0 --ids_out and metrics.jsonl's predict line.
+void Predictor::State::report(const PredictStats& st) const {
   const double pps = st.prompt_seconds > 0 ? st.prompt_tokens / st.prompt_seconds : 0.0;
   const double dps = st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0;
   spdlog::info("predict: {} prompts, {} prompt tokens in {:.3f} s ({:.1f} tokens/s), {} decode tokens in {:.3f} s "
                "({:.1f} tokens/s)",
                st.prompts, st.prompt_tokens, st.prompt_seconds, pps, st.decode_tokens, st.decode_seconds, dps);
-  if (rank0) {
-    if (!req.ids_out.empty()) {
-      std::ofstream out(req.ids_out);
-      if (!out) throw std::runtime_error("--ids_out " + req.ids_out + ": cannot be written");
-      for (int64_t i = 0; i < n; ++i)
-        out << nlohmann::json{{"prompt", prompts[i]}, {"generated", generated[i]}}.dump() << "\n";
-    }
-    MetricsLog metrics(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
-    metrics.write(nlohmann::json{{"event", "predict"},
-                                 {"prompts", st.prompts},
-                                 {"batch", st.batch},
-                                 {"use_past", gc.use_past},
-                                 {"prompt_tokens", st.prompt_tokens},
-                                 {"prompt_seconds", st.prompt_seconds},
-                                 {"prompt_tokens_per_s", pps},
-                                 {"decode_tokens", st.decode_tokens},
-                                 {"decode_seconds", st.decode_seconds},
-                                 {"decode_tokens_per_s", dps}});
+  if (ctx->world_rank() != 0) return;
+  if (!req.ids_out.empty()) {
+    std::ofstream out(req.ids_out);
+    if (!out) throw std::runtime_error("--ids_out " + req.ids_out + ": cannot be written");
+    for (size_t i = 0; i < prompts.size(); ++i)
+      out << nlohmann::json{{"prompt", prompts[i]}, {"generated", generated[i]}}.dump() << "\n";
   }
+  MetricsLog metrics(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
+  metrics.write(nlohmann::json{{"event", "predict"},
+                               {"prompts", st.prompts},
+                               {"batch", st.batch},
+                               {"use_past", cfg.generation.use_past},
+                               {"prompt_tokens", st.prompt_tokens},
+                               {"prompt_seconds", st.prompt_seconds},
+                               {"prompt_tokens_per_s", pps},
+                               {"decode_tokens", st.decode_tokens},
+                               {"decode_seconds", st.decode_seconds},
+                               {"decode_tokens_per_s", dps}});
+}
+
+PredictStats Predictor::run() {
+  State& s = *s_;
+  const int64_t n = static_cast<int64_t>(s.prompts.size()), batch = s.batch;
+  s.generated.assign(static_cast<size_t>(n), {});
+  // std::vector<bool> has no addressable elements: the printer holds pointers to each flag.
+  s.done.reset(new bool[static_cast<size_t>(n)]());
+  Printer printer(s.ctx->world_rank() == 0, s.tok.get(), s.cfg.generation.eos_token_id);
+  for (int64_t i = 0; i < n; ++i) printer.add(&s.prompts[i], &s.generated[i], &s.done[i]);
+  PredictStats st;
+  st.prompts = n;
+  st.batch = batch;
+  for (int64_t b0 = 0; b0 < n; b0 += batch) {
+    const int64_t nb = std::min(batch, n - b0);
+    auto t0 = Clock::now();
+    for (int64_t i = b0; i < b0 + nb; ++i) st.prompt_tokens += static_cast<int64_t>(s.prompts[i].size());
+    s.step(b0, nb, [](int64_t) { return int64_t{0}; });  // the prompts, and each one's first token
+    st.prompt_seconds += seconds_since(t0);
+    printer.flush();
+    t0 = Clock::now();
+    for (;;) {
+      bool any = false;
+      for (int64_t i = b0; i < b0 + nb; ++i) any = any || !s.done[i];
+      if (!any) break;
+      // With the cache only the newest token goes in; without it the whole sequence again.
+      st.decode_tokens += s.cfg.generation.use_past ? s.step(b0, nb, [&](int64_t i) {
+        return static_cast<int64_t>(s.prompts[i].size() + s.generated[i].size()) - 1;
+      })
+                                                    : s.step(b0, nb, [](int64_t) { return int64_t{0}; });
+      printer.flush();
+    }
+    st.decode_seconds += seconds_since(t0);
+  }
+  printer.flush();
+  s.report(st);
   return st;
 }
 

@@ -27,25 +27,22 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-std::string plan_report(const Config& cfg, int ranks) {
+namespace {
+
+// The run's layout in one or two lines: ranks, parallel degrees, micro batch, dtype, recompute, and
+// the pipeline or gradient accumulation.
+std::string layout_lines(const Config& cfg, int ranks) {
   const ModelConfig& m = cfg.model;
-  const ModelEntry& entry = find_model(m.arch, m.type);
-  const TransformerSpec spec = entry.spec(m);
-  const int tp = static_cast<int>(cfg.parallel.model_parallel), dp = static_cast<int>(cfg.parallel.data_parallel);
-  const bool zero = cfg.parallel.optimizer_shard && dp > 1;
+  const ParallelConfig& pc = cfg.parallel;
   const ModelLayout L = model_layout(cfg);
-  const ComputeDtype cdt = L.compute;
   std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}; micro batch {} x {} "
                                 "tokens per rank, {}{}\n",
-                                m.arch, m.type, ranks, dp, tp,
-                                cfg.parallel.expert_parallel > 1
-                                    ? fmt::format(" expert_parallel={}", cfg.parallel.expert_parallel)
-                                    : std::string(),
-                                cfg.batch_size, m.seq_length, compute_dtype_name(cdt),
+                                m.arch, m.type, ranks, pc.data_parallel, pc.model_parallel,
+                                pc.expert_parallel > 1 ? fmt::format(" expert_parallel={}", pc.expert_parallel) : std::string(),
+                                cfg.batch_size, m.seq_length, compute_dtype_name(L.compute),
                                 L.recompute == RecomputePolicy::kFull        ? ", full recompute"
                                 : L.recompute == RecomputePolicy::kSelective ? ", selective recompute"
                                                                              : "");
-  const auto& pc = cfg.parallel;
   if (pc.pipeline_stage > 1) {
     std::string layers;
     for (int64_t n : pc.stage_layers) layers += (layers.empty() ? "" : ", ") + std::to_string(n);
@@ -59,30 +56,100 @@ std::string plan_report(const Config& cfg, int ranks) {
                        "samples)\n",
                        cfg.gradient_accumulation_steps, cfg.batch_size, global_batch_size(cfg));
   }
+  return out;
+}
+
+// The MoE line: which layers, experts, routing, and what the expert buffers are sized for.
+std::string moe_line(const Config& cfg, const TransformerSpec& spec) {
+  const ModelConfig& m = cfg.model;
+  const int tp = static_cast<int>(cfg.parallel.model_parallel), ep = static_cast<int>(cfg.parallel.expert_parallel);
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < spec.layers; ++l) moe_layers += spec.moe.is_moe(l);
+  const MoeBlock::Dims md = MoeBlock::dims(spec, cfg.batch_size * m.seq_length, tp, ep);
+  return fmt::format("MoE: {} of {} layers, {} experts, top-{}, {}; expert_parallel={}: {} experts per rank; "
+                     "expert buffers sized for {} rows per layer ({})\n",
+                     moe_layers, spec.layers, spec.moe.experts, spec.moe.topk,
+                     m.moe.dropless() ? std::string("dropless")
+                                      : fmt::format("capacity factor {} ({} per expert per sequence)", m.moe.capacity_factor,
+                                                    ops::expert_capacity({1, m.seq_length, spec.moe.experts, spec.moe.topk},
+                                                                         m.moe.capacity_factor)),
+                     ep, spec.moe.experts / ep, md.R,
+                     m.moe.dropless() && ep > 1 ? "dropless: every token of the expert-parallel group may come here"
+                                                : "every assignment that can reach this rank's experts");
+}
+
+// The optimizer-state floats a rank holds of an arena of `n` floats whose experts start at
+// `expert_begin`: all of it, or under ZeRO the largest shard of the dense region over data parallel
+// plus that of the experts' over expert-data parallel.
+int64_t moment_floats(const Config& cfg, int64_t n, int64_t expert_begin) {
+  const int dp = static_cast<int>(cfg.parallel.data_parallel), ep = static_cast<int>(cfg.parallel.expert_parallel);
+  if (!(cfg.parallel.optimizer_shard && dp > 1)) return n;
+  const int64_t nd = expert_begin, nx = n - nd;
+  const int edp = dp / ep;
+  int64_t sd = 0, sx = 0;
+  for (int k = 0; k < dp; ++k) sd = std::max(sd, shard_begin(nd, dp, k + 1) - shard_begin(nd, dp, k));
+  for (int k = 0; k < edp; ++k) sx = std::max(sx, shard_begin(nx, edp, k + 1) - shard_begin(nx, edp, k));
+  return sd + sx;
+}
+
+// One rank's memory: tensor-parallel rank r of pipeline stage `st` holding `chunks`. Appends its
+// lines (with the stage's layers, and for the first rank the largest activation buffers); returns its total bytes.
+double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerSpec& spec,
+                  const std::vector<StageOptions>& chunks, size_t st, int r, int ranks, std::string& out) {
+  const ModelConfig& m = cfg.model;
+  const ModelLayout L = model_layout(cfg);
+  const int tp = static_cast<int>(cfg.parallel.model_parallel), dp = static_cast<int>(cfg.parallel.data_parallel),
+            pp = static_cast<int>(cfg.parallel.pipeline_stage);
+  const Placement t(TransformerLM::make_param_table(spec, entry.names, chunks), TransformerLM::param_layout(m, L), r);
+  BufferPlan acts;
+  std::string layers;
+  for (const StageOptions& c : chunks) {
+    const BufferPlan a = TransformerLM::activation_plan(spec, m, L, cfg.batch_size, r, c);
+    for (const BufferPlan::Entry& e : a.entries()) acts.take(e.name, e.floats);
+    layers += fmt::format("{}[{}, {}) x {} slot(s)", layers.empty() ? "" : ", ", c.layer_begin,
+                          c.layer_end < 0 ? spec.layers : c.layer_end, c.slots);
+  }
+  if (pp > 1 && r == 0) out += fmt::format("pipeline stage {}: layers {}\n", st, layers);
+  const int64_t n = t.total_floats();
+  const bool zero = cfg.parallel.optimizer_shard && dp > 1;
+  const double params = 4.0 * static_cast<double>(n),
+               moments = 8.0 * static_cast<double>(moment_floats(cfg, n, t.expert_begin())),
+               copy = static_cast<double>(n * low_copy_element_bytes(L.compute)),
+               activations = static_cast<double>(acts.bytes()), total = 2 * params + moments + copy + activations;
+  out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+                     "weight copy {}, activations {}; total {}\n",
+                     pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
+                     human_bytes(params), human_bytes(params), human_bytes(moments),
+                     zero ? fmt::format(", a 1/{} ZeRO-1 shard", dp) : std::string(), human_bytes(copy),
+                     human_bytes(activations), human_bytes(total));
+  if (r == 0 && st == 0) {
+    std::vector<BufferPlan::Entry> top = acts.entries();
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.floats > b.floats; });
+    out += "  largest activation buffers:";
+    for (size_t i = 0; i < std::min<size_t>(5, top.size()); ++i)
+      out += fmt::format(" {} {}{}", top[i].name, human_bytes(4.0 * static_cast<double>(top[i].floats)),
+                         i + 1 < std::min<size_t>(5, top.size()) ? "," : "");
+    out += "\n";
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string plan_report(const Config& cfg, int ranks) {
+  const ModelConfig& m = cfg.model;
+  const ModelEntry& entry = find_model(m.arch, m.type);
+  const TransformerSpec spec = entry.spec(m);
+  std::string out = layout_lines(cfg, ranks);
   const ParamTable whole = TransformerLM::make_param_table(spec, entry.names);
   int64_t global = 0;
   for (const ParamSpec& p : whole.specs()) global += p.global_numel();
   out += fmt::format("parameters: {} in the model ({} layers, hidden {}, {} heads / {} key-value heads, FFN {}, "
                      "vocabulary {})\n",
                      global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab);
-  const int ep = static_cast<int>(cfg.parallel.expert_parallel);
-  if (spec.moe.experts > 1) {
-    int64_t moe_layers = 0;
-    for (int64_t l = 0; l < spec.layers; ++l) moe_layers += spec.moe.is_moe(l);
-    const MoeBlock::Dims md = MoeBlock::dims(spec, cfg.batch_size * m.seq_length, tp, ep);
-    out += fmt::format("MoE: {} of {} layers, {} experts, top-{}, {}; expert_parallel={}: {} experts per rank; "
-                       "expert buffers sized for {} rows per layer ({})\n",
-                       moe_layers, spec.layers, spec.moe.experts, spec.moe.topk,
-                       m.moe.dropless() ? std::string("dropless")
-                                        : fmt::format("capacity factor {} ({} per expert per sequence)", m.moe.capacity_factor,
-                                                      ops::expert_capacity({1, m.seq_length, spec.moe.experts, spec.moe.topk},
-                                                                           m.moe.capacity_factor)),
-                       ep, spec.moe.experts / ep, md.R,
-                       m.moe.dropless() && ep > 1 ? "dropless: every token of the expert-parallel group may come here"
-                                                  : "every assignment that can reach this rank's experts");
-  }
+  if (spec.moe.experts > 1) out += moe_line(cfg, spec);
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
-  const int pp = static_cast<int>(cfg.parallel.pipeline_stage);
+  const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
   if (pp > 1) {
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
@@ -96,48 +163,7 @@ std::string plan_report(const Config& cfg, int ranks) {
   }
   double worst = 0;
   for (size_t st = 0; st < stages.size(); ++st)
-  for (int r = 0; r < tp; ++r) {
-    const std::vector<StageOptions>& chunks = stages[st];
-    const Placement t(TransformerLM::make_param_table(spec, entry.names, chunks), TransformerLM::param_layout(m, L), r);
-    BufferPlan acts;
-    std::string layers;
-    for (const StageOptions& c : chunks) {
-      const BufferPlan a = TransformerLM::activation_plan(spec, m, L, cfg.batch_size, r, c);
-      for (const BufferPlan::Entry& e : a.entries()) acts.take(e.name, e.floats);
-      layers += fmt::format("{}[{}, {}) x {} slot(s)", layers.empty() ? "" : ", ", c.layer_begin,
-                            c.layer_end < 0 ? spec.layers : c.layer_end, c.slots);
-    }
-    if (pp > 1 && r == 0) out += fmt::format("pipeline stage {}: layers {}\n", st, layers);
-    const int64_t n = t.total_floats();
-    int64_t shard = n;
-    if (zero) {  // the dense region over data parallel, the experts' over expert-data parallel
-      const int64_t nd = t.expert_begin(), nx = n - nd;
-      const int edp = dp / ep;
-      int64_t sd = 0, sx = 0;
-      for (int k = 0; k < dp; ++k) sd = std::max(sd, shard_begin(nd, dp, k + 1) - shard_begin(nd, dp, k));
-      for (int k = 0; k < edp; ++k) sx = std::max(sx, shard_begin(nx, edp, k + 1) - shard_begin(nx, edp, k));
-      shard = sd + sx;
-    }
-    const double params = 4.0 * static_cast<double>(n), moments = 8.0 * static_cast<double>(shard),
-                 copy = static_cast<double>(n * low_copy_element_bytes(cdt)),
-                 activations = static_cast<double>(acts.bytes()), total = 2 * params + moments + copy + activations;
-    worst = std::max(worst, total);
-    out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
-                       "weight copy {}, activations {}; total {}\n",
-                       pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
-                       human_bytes(params), human_bytes(params), human_bytes(moments),
-                       zero ? fmt::format(", a 1/{} ZeRO-1 shard", dp) : std::string(), human_bytes(copy),
-                       human_bytes(activations), human_bytes(total));
-    if (r == 0 && st == 0) {
-      std::vector<BufferPlan::Entry> top = acts.entries();
-      std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.floats > b.floats; });
-      out += "  largest activation buffers:";
-      for (size_t i = 0; i < std::min<size_t>(5, top.size()); ++i)
-        out += fmt::format(" {} {}{}", top[i].name, human_bytes(4.0 * static_cast<double>(top[i].floats)),
-                           i + 1 < std::min<size_t>(5, top.size()) ? "," : "");
-      out += "\n";
-    }
-  }
+    for (int r = 0; r < tp; ++r) worst = std::max(worst, rank_lines(cfg, entry, spec, stages[st], st, r, ranks, out));
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",
                      human_bytes(worst));

@@ -162,17 +162,9 @@ void Trainer::load_initial_state() {
                step + 1);
 }
 
-void Trainer::save_checkpoint(int64_t step) {
-  finish_checkpoint(true);  // one save at a time
-  ckpt::set_fault_step(step);
-  ckpt::fault_point("begin");
-  auto ps = std::make_shared<PendingSave>();
-  PendingSave& p = *ps;
-  p.t0 = std::chrono::steady_clock::now();
-  p.step = step;
-  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
-  p.name = fmt::format("{}-{}_{}", cfg_.checkpoint.prefix, epoch, step);
-  // The snapshot: a copy of this rank's share, so that training may go on while it is written.
+// The snapshot: a copy of this rank's share of the weights and AdamW moments, so that training may go
+// on while it is written.
+void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
   const Placement& pl = model_->params();
   const float* w = model_->weight_values();
   const bool pipeline_copy = pipelined() && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin;
@@ -184,8 +176,8 @@ void Trainer::save_checkpoint(int64_t step) {
   };
   for (const TensorPlacement& t : pl.tensors())
     if (writes(t, false))
-      for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset)) p.pieces.push_back(std::move(piece));
-  for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
+      for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset)) pieces.push_back(std::move(piece));
+  for (const AdamW* o : {opt_.get(), opt_experts_.get()}) {
     if (!o) continue;
     const int64_t b = o->shard_begin(), e = o->shard_end();
     const bool sharded = sync_->sharded();
@@ -202,46 +194,69 @@ void Trainer::save_checkpoint(int64_t step) {
           local = part.data();
         }
         for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, local, lo, hi))
-          p.pieces.push_back(std::move(piece));
+          pieces.push_back(std::move(piece));
       }
     }
   }
-  for (const ckpt::Piece& piece : p.pieces) p.bytes += 4.0 * static_cast<double>(piece.data.size());
-  p.snapshot_s = seconds_since(p.t0);
-  p.state = {{"step", step},
-             {"epoch", epoch},
-             {"consumed_samples", step * global_batch_},
-             {"global_batch", global_batch_},
-             {"skipped_steps", skipped_steps_},
-             {"good_steps", good_steps_},
-             {"loss_scale", loss_scale_},
-             {"lr", lr_->at(step)},
-             {"seed", cfg_.seed},
-             {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
-                        {"vocab_size", cfg_.model.vocab_size}}},
-             {"layout", {{"dp", ctx_.size(GridAxis::kDp)}, {"mp", ctx_.size(GridAxis::kTp)}, {"pp", ctx_.size(GridAxis::kPp)},
-                         {"ep", ctx_.size(GridAxis::kEp)}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
-                         {"ranks", ctx_.world().size()}}},
-             {"time", iso8601_utc_now()},
-             {"git_commit", build_git_commit()},
-             {"config", dump_resolved(cfg_)}};
-  // Rank 0 makes the temporary directory; the others write into it once it exists.
-  const std::string root = checkpoint_root();
-  std::string problem;
+}
+
+// The index's state: where training stands after `step`, the model, the layout and the config.
+nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
+  return {{"step", step},
+          {"epoch", epoch},
+          {"consumed_samples", step * global_batch_},
+          {"global_batch", global_batch_},
+          {"skipped_steps", skipped_steps_},
+          {"good_steps", good_steps_},
+          {"loss_scale", loss_scale_},
+          {"lr", lr_->at(step)},
+          {"seed", cfg_.seed},
+          {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
+                     {"vocab_size", cfg_.model.vocab_size}}},
+          {"layout", {{"dp", ctx_.size(GridAxis::kDp)}, {"mp", ctx_.size(GridAxis::kTp)}, {"pp", ctx_.size(GridAxis::kPp)},
+                      {"ep", ctx_.size(GridAxis::kEp)}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
+                      {"ranks", ctx_.world().size()}}},
+          {"time", iso8601_utc_now()},
+          {"git_commit", build_git_commit()},
+          {"config", dump_resolved(cfg_)}};
+}
+
+// Rank 0 makes the checkpoint's temporary directory and tells every rank its path (or why it could
+// not: then every rank throws the same CheckpointError).
+std::string Trainer::begin_save_on_every_rank(const std::string& name, int64_t step) {
+  std::string tmp, problem;
   if (ctx_.world_rank() == 0) {
     try {
-      p.tmp = ckpt::begin_save(root, p.name);
+      tmp = ckpt::begin_save(checkpoint_root(), name);
     } catch (const std::exception& e) {
       problem = e.what();
     }
   }
-  int64_t len[2] = {static_cast<int64_t>(p.tmp.size()), static_cast<int64_t>(problem.size())};
+  int64_t len[2] = {static_cast<int64_t>(tmp.size()), static_cast<int64_t>(problem.size())};
   ctx_.world().broadcast(len, sizeof len, 0);
-  p.tmp.resize(static_cast<size_t>(len[0]));
+  tmp.resize(static_cast<size_t>(len[0]));
   problem.resize(static_cast<size_t>(len[1]));
-  ctx_.world().broadcast(p.tmp.data(), len[0], 0);
+  ctx_.world().broadcast(tmp.data(), len[0], 0);
   ctx_.world().broadcast(problem.data(), len[1], 0);
   if (!problem.empty()) throw CheckpointError("checkpoint at step " + std::to_string(step) + ": " + problem);
+  return tmp;
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  finish_checkpoint(true);  // one save at a time
+  ckpt::set_fault_step(step);
+  ckpt::fault_point("begin");
+  auto ps = std::make_shared<PendingSave>();
+  PendingSave& p = *ps;
+  p.t0 = std::chrono::steady_clock::now();
+  p.step = step;
+  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
+  p.name = fmt::format("{}-{}_{}", cfg_.checkpoint.prefix, epoch, step);
+  snapshot_pieces(p.pieces);
+  for (const ckpt::Piece& piece : p.pieces) p.bytes += 4.0 * static_cast<double>(piece.data.size());
+  p.snapshot_s = seconds_since(p.t0);
+  p.state = checkpoint_state(step, epoch);
+  p.tmp = begin_save_on_every_rank(p.name, step);
   ckpt::install_checkpoint_signal_handling();
   const int rank = ctx_.world_rank();
   auto work = [&p, rank] {

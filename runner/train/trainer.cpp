@@ -34,6 +34,14 @@ std::string hms(double s) {
   return buf;
 }
 
+// Seconds `f` takes.
+template <typename F>
+double timed_s(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::string progress_bar(double frac, int width = 20) {
   std::string bar;
   const int full = static_cast<int>(frac * width + 1e-9);
@@ -361,15 +369,10 @@ int Trainer::train_loop() {
     }
     const StepResult r = train_step(step);
     meter.step_done();
-    if (!std::isfinite(r.loss) || !std::isfinite(r.objective) ||
-        (!std::isfinite(r.grad_norm) && !cfg_.loss_scale.dynamic)) {
+    if (!finite_step(r)) {
       step_span.end();
       profile.finish();
-      if (std::isfinite(r.loss))
-        spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
-      spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
-                    "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
-                    step, r.loss, r.grad_norm, r.lr);
+      report_nonfinite(step, r);
       finish_checkpoint(true);
       return 3;
     }
@@ -388,25 +391,14 @@ int Trainer::train_loop() {
       trace::Span span(trace::kOn, "log", "log step %lld", static_cast<long long>(step));
       log_step(step, r, iv, meter.steady_ms_per_step());
     }
-    if (eval_data_ && eval_due(step)) {
-      trace::Span span("eval", "eval");
-      span.arg("excluded", 1.0);  // not training time: the meter excludes it
-      const double t0 = now();
-      const double loss = evaluate();
-      spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
-                   std::exp(loss), cfg_.eval_data.eval_iters);
-      if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
-      meter.exclude(now() - t0);  // not training time
-    }
+    if (eval_data_ && eval_due(step)) meter.exclude(timed_s([&] { evaluate_and_log(step); }));  // not training time
     // A checkpoint every save_checkpoint_steps steps and after the last one (MindSpore's ModelCheckpoint
     // saves at the end too). Its time is not training time: a synchronous save's whole, an
     // asynchronous one's snapshot.
     if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
       trace::Span span("checkpoint", cfg_.checkpoint.async_save ? "checkpoint snapshot" : "checkpoint save");
       span.arg("excluded", 1.0);
-      const double t0 = now();
-      save_checkpoint(step);
-      meter.exclude(now() - t0);
+      meter.exclude(timed_s([&] { save_checkpoint(step); }));
     }
     // After the last profiled step: the trace files (not training time either).
     const double t0 = now();
@@ -422,6 +414,28 @@ int Trainer::train_loop() {
                                         : std::string());
   log_resource_report();
   return 0;
+}
+
+bool Trainer::finite_step(const StepResult& r) const {
+  return std::isfinite(r.loss) && std::isfinite(r.objective) && (std::isfinite(r.grad_norm) || cfg_.loss_scale.dynamic);
+}
+
+void Trainer::report_nonfinite(int64_t step, const StepResult& r) const {
+  if (std::isfinite(r.loss))
+    spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
+  spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
+                "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
+                step, r.loss, r.grad_norm, r.lr);
+}
+
+// Evaluation after `step` (do_eval): its log line and metrics.jsonl line.
+void Trainer::evaluate_and_log(int64_t step) {
+  trace::Span span("eval", "eval");
+  span.arg("excluded", 1.0);  // not training time: the meter excludes it
+  const double loss = evaluate();
+  spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
+               std::exp(loss), cfg_.eval_data.eval_iters);
+  if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
 }
 
 }  // namespace gf

@@ -4,6 +4,7 @@
 // (construction, the set-up and resource reports) and runner/train/weight_gather.cpp (save_weights).
 #pragma once
 #include <atomic>
+#include <nlohmann/json_fwd.hpp>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -36,6 +37,7 @@ void install_stop_handlers();
 
 namespace ckpt {
 class Reader;
+struct Piece;
 }
 // The weights of one of our checkpoints into `model`, under its layout (runner/train/checkpointing.cpp):
 // refuses a checkpoint with a tensor the configured model lacks, or without one it needs.
@@ -108,6 +110,11 @@ class Trainer {
   double run_micro_batches(int64_t step, float scale, StepResult& r);
   void optimizer_update(int64_t step, const StepResult& r);
   void log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step);
+  // A step whose loss, router losses or (without dynamic loss scaling) gradient norm is not finite
+  // stops the run (status 3) after report_nonfinite's error lines.
+  bool finite_step(const StepResult& r) const;
+  void report_nonfinite(int64_t step, const StepResult& r) const;
+  void evaluate_and_log(int64_t step);
   // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
   // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
   std::vector<double> peak_rss_per_rank() const;
@@ -131,6 +138,10 @@ class Trainer {
   // No collective: it runs while the trainer is built. Called after the optimizers exist.
   void load_initial_state();
   std::string checkpoint_root() const;
+  // save_checkpoint's parts (runner/train/checkpointing.cpp).
+  void snapshot_pieces(std::vector<ckpt::Piece>& pieces) const;
+  nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
+  std::string begin_save_on_every_rank(const std::string& name, int64_t step);
   void abandon_pending_save() noexcept;
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();

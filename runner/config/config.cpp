@@ -15,6 +15,17 @@ namespace {
 constexpr RunMode kRunModes[] = {RunMode::kTrain, RunMode::kFinetune, RunMode::kEval, RunMode::kPredict};
 constexpr OptimizerType kOptimizerTypes[] = {OptimizerType::kAdamWeightDecay, OptimizerType::kFusedAdamWeightDecay,
                                              OptimizerType::kFP32StateAdamWeightDecay, OptimizerType::kAdamW};
+
+// The value of `all` whose name is `s`, into `out`; false when none is.
+template <typename E, size_t N>
+bool parse_by_name(const std::string& s, const E (&all)[N], const char* (*name)(E), E& out) {
+  for (const E v : all)
+    if (s == name(v)) {
+      out = v;
+      return true;
+    }
+  return false;
+}
 }  // namespace
 
 const char* run_mode_name(RunMode m) {
@@ -27,14 +38,7 @@ const char* run_mode_name(RunMode m) {
   return "?";
 }
 
-bool parse_run_mode(const std::string& s, RunMode& out) {
-  for (const RunMode m : kRunModes)
-    if (s == run_mode_name(m)) {
-      out = m;
-      return true;
-    }
-  return false;
-}
+bool parse_run_mode(const std::string& s, RunMode& out) { return parse_by_name(s, kRunModes, run_mode_name, out); }
 
 const char* optimizer_type_name(OptimizerType t) {
   switch (t) {
@@ -47,12 +51,7 @@ const char* optimizer_type_name(OptimizerType t) {
 }
 
 bool parse_optimizer_type(const std::string& s, OptimizerType& out) {
-  for (const OptimizerType t : kOptimizerTypes)
-    if (s == optimizer_type_name(t)) {
-      out = t;
-      return true;
-    }
-  return false;
+  return parse_by_name(s, kOptimizerTypes, optimizer_type_name, out);
 }
 
 std::string optimizer_type_names() {

@@ -146,6 +146,10 @@ struct Settings {
   int64_t recompute_num_layers = -1;
   int64_t epochs = 1, batch_size = 1, train_steps = -1;
   double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/report/machine_probe.h)
+  // Megatron's clean exits (runner/train/trainer.cpp): after the step divisible by exit_interval, or the
+  // first step ending exit_duration_in_mins after training started, the run stops with a checkpoint; 0: never.
+  int64_t exit_interval = 0;
+  double exit_duration_in_mins = 0.0;
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;
   double max_grad_norm = 1.0;

@@ -116,6 +116,12 @@ std::vector<KeyRule> common_rules() {
       {"runner_config.sink_size", kCpu, ""},
       {"runner_config.train_steps", kBuilt, "train_steps"},
       {"runner_config.peak_tflops", kBuilt, "peak_tflops"},
+      {"runner_config.exit_interval", kBuilt,
+       "exit_interval (Megatron's --exit-interval; ours, MindFormers has none): stop after the step divisible by it, "
+       "with a checkpoint saved (CheckpointMonitor), status 0; 0: never"},
+      {"runner_config.exit_duration_in_mins", kBuilt,
+       "exit_duration_in_mins (Megatron's --exit-duration-in-mins): stop after the first step that ends this many minutes "
+       "after training started (the slowest rank's clock), with a checkpoint saved, status 0; 0: never"},
       {"runner_config.gradient_accumulation_steps", kBuilt,
        "gradient_accumulation_steps (>= 1): at pipeline_stage 1 a step runs that many micro-batches of batch_size and "
        "accumulates their gradients (global batch = batch_size x data_parallel x gradient_accumulation_steps); with "

@@ -102,6 +102,12 @@ void read_training(ReadContext& x) {
   c.batch_size = rd.get<int64_t>("runner_config.batch_size");
   c.train_steps = rd.get<int64_t>("runner_config.train_steps");
   c.peak_tflops = rd.get<double>("runner_config.peak_tflops");
+  c.exit_interval = rd.get<int64_t>("runner_config.exit_interval");
+  c.exit_duration_in_mins = rd.get<double>("runner_config.exit_duration_in_mins");
+  if (c.exit_interval < 0)
+    x.refuse(kv("runner_config.exit_interval", std::to_string(c.exit_interval)) + ": must be >= 0 (0: never)");
+  if (!(c.exit_duration_in_mins >= 0))
+    x.refuse("`runner_config.exit_duration_in_mins`: must be >= 0 (0: never)");
   c.use_clip_grad = rd.get<bool>("runner_wrapper.use_clip_grad");
   c.max_grad_norm = rd.get<double>("runner_wrapper.max_grad_norm");
   c.recompute = rd.get<bool>("recompute_config.recompute");

@@ -69,6 +69,8 @@ runner_config:
   train_steps: -1
   peak_tflops: 0.0
   gradient_accumulation_steps: 1
+  exit_interval: 0
+  exit_duration_in_mins: 0.0
 runner_wrapper:
   type: MFTrainOneStepCell
   scale_sense: 1.0

@@ -151,7 +151,7 @@ void Trainer::load_initial_state() {
       }
     }
   }
-  start_step_ = step;
+  start_step_ = last_saved_step_ = step;
   skipped_steps_ = st.at("skipped_steps").get<int64_t>();
   good_steps_ = st.at("good_steps").get<int64_t>();
   loss_scale_ = st.at("loss_scale").get<double>();
@@ -242,6 +242,11 @@ std::string Trainer::begin_save_on_every_rank(const std::string& name, int64_t s
   return tmp;
 }
 
+std::string Trainer::checkpoint_name(int64_t step) const {
+  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
+  return fmt::format("{}-{}_{}", cfg_.checkpoint.prefix, epoch, step);
+}
+
 void Trainer::save_checkpoint(int64_t step) {
   finish_checkpoint(true);  // one save at a time
   ckpt::set_fault_step(step);
@@ -251,7 +256,8 @@ void Trainer::save_checkpoint(int64_t step) {
   p.t0 = std::chrono::steady_clock::now();
   p.step = step;
   const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
-  p.name = fmt::format("{}-{}_{}", cfg_.checkpoint.prefix, epoch, step);
+  p.name = checkpoint_name(step);
+  last_saved_step_ = step;
   snapshot_pieces(p.pieces);
   for (const ckpt::Piece& piece : p.pieces) p.bytes += 4.0 * static_cast<double>(piece.data.size());
   p.snapshot_s = seconds_since(p.t0);

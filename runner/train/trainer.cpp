@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/math/parallel_memory.h"
@@ -20,7 +22,13 @@ namespace gf {
 std::atomic<int> g_stop_signal{0};
 
 void install_stop_handlers() {
-  auto handler = [](int sig) { g_stop_signal.store(sig); };
+  // The first SIGINT/SIGTERM stops the run after the current step, with a checkpoint; a second one
+  // stops it at once (a save under way is left as a temporary directory that the next save clears;
+  // the committed checkpoints and `latest` are untouched: core/io/checkpoint.h's protocol).
+  auto handler = [](int sig) {
+    if (g_stop_signal.load() != 0) _exit(128 + sig);
+    g_stop_signal.store(sig);
+  };
   std::signal(SIGINT, handler);
   std::signal(SIGTERM, handler);
 }
@@ -359,8 +367,8 @@ int Trainer::train_loop() {
     if (stop != 0) {
       step_span.end();
       profile.finish();
-      finish_checkpoint(true);  // a save under way is completed, not left half-written
-      spdlog::warn("stopped by signal {} before step {}; {} steps done", static_cast<int>(stop), step, step - 1);
+      const std::string saved = final_checkpoint(step - 1, saving);  // a save under way completed first
+      spdlog::warn("stopped by signal {} before step {}; {} steps done{}", static_cast<int>(stop), step, step - 1, saved);
       return 128 + static_cast<int>(stop);
     }
     if (saving && cfg_.checkpoint.async_save) {
@@ -403,6 +411,11 @@ int Trainer::train_loop() {
     // After the last profiled step: the trace files (not training time either).
     const double t0 = now();
     if (profile.after_step(step)) meter.exclude(now() - t0);
+    if (const std::string why = step < total_steps_ ? exit_due(step, now()) : std::string(); !why.empty()) {
+      profile.finish();
+      spdlog::info("exiting after step {} of {} ({}){}", step, total_steps_, why, final_checkpoint(step, saving));
+      return 0;
+    }
   }
   profile.finish();
   finish_checkpoint(true);
@@ -414,6 +427,37 @@ int Trainer::train_loop() {
                                         : std::string());
   log_resource_report();
   return 0;
+}
+
+// Megatron's clean exits after `step`: why the run ends here, or "" (exit_duration_in_mins: the
+// slowest rank's clock, so every rank decides alike).
+std::string Trainer::exit_due(int64_t step, double elapsed_s) const {
+  if (cfg_.exit_interval > 0 && step % cfg_.exit_interval == 0)
+    return fmt::format("runner_config.exit_interval: {}", cfg_.exit_interval);
+  if (cfg_.exit_duration_in_mins > 0) {
+    double t = elapsed_s;
+    ctx_.world().allreduce_max(&t, 1);
+    if (t >= 60.0 * cfg_.exit_duration_in_mins)
+      return fmt::format("runner_config.exit_duration_in_mins: {}; {:.2f} minutes of training", cfg_.exit_duration_in_mins,
+                         t / 60.0);
+  }
+  return "";
+}
+
+// The checkpoint a stopping run leaves: the state after `step` (its last finished step), saved and
+// committed unless it is already (a save under way is completed first). Returns the log's words on it.
+std::string Trainer::final_checkpoint(int64_t step, bool saving) {
+  finish_checkpoint(true);
+  if (!saving) return cfg_.run_mode == RunMode::kEval ? "" : "; no checkpoint saved (no CheckpointMonitor in callbacks)";
+  if (step <= start_step_)
+    return start_step_ > 0 ? "; nothing trained since the checkpoint the run started from" : "; no step finished, no checkpoint";
+  if (step > last_saved_step_) {
+    trace::Span span("checkpoint", "checkpoint save");
+    save_checkpoint(step);
+    finish_checkpoint(true);
+  }
+  return fmt::format("; checkpoint {} of step {} committed (resume_training: True goes on from it)",
+                     (std::filesystem::path(checkpoint_root()) / checkpoint_name(step)).string(), step);
 }
 
 bool Trainer::finite_step(const StepResult& r) const {

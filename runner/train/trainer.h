@@ -115,6 +115,10 @@ class Trainer {
   bool finite_step(const StepResult& r) const;
   void report_nonfinite(int64_t step, const StepResult& r) const;
   void evaluate_and_log(int64_t step);
+  std::string exit_due(int64_t step, double elapsed_s) const;
+  std::string final_checkpoint(int64_t step, bool saving);
+  // The checkpoint's directory name for `step` (CheckpointMonitor's prefix, epoch and step).
+  std::string checkpoint_name(int64_t step) const;
   // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
   // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
   std::vector<double> peak_rss_per_rank() const;
@@ -183,6 +187,7 @@ class Trainer {
   PeakChoice peak_;
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
   int64_t start_step_ = 0;               // resume_training: the checkpoint's step
+  int64_t last_saved_step_ = 0;          // the newest checkpoint's step (this run's saves, or the one resumed from)
   std::string resumed_from_;
   struct PendingSave;                    // a save whose files are being written (runner/train/checkpointing.cpp)
   std::shared_ptr<PendingSave> pending_save_;  // shared_ptr: destroyable where PendingSave is incomplete

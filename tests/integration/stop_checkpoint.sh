@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# A run ends cleanly with a checkpoint (the Resilience issue's item 3), on 2 ranks (dp2, asynchronous
+# saves every 4 steps, dropout on), each case held to one uninterrupted reference run:
+#  (a) SIGTERM to the ranks mid-run: status 143, a checkpoint of the last finished step K committed
+#      (the save under way finished first); resuming from it gives the reference's losses of steps
+#      K+1..200 and its final weights, bit for bit.
+#  (b) runner_config.exit_interval: 7: status 0 after step 7 with its checkpoint; the resume is bitwise too.
+#  (c) runner_config.exit_duration_in_mins (a few milliseconds): status 0 after step 1 with its checkpoint.
+#  (d) two SIGTERMs in quick succession: the run stops (143) and the newest committed checkpoint still
+#      reads back whole (its CRCs; `gridformer convert` reads every tensor).
+set -euo pipefail
+BUILD="$1"
+BIN="$BUILD/bin/gridformer"
+command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d)"
+ranks_of() { for p in $(pgrep -x gridformer || true); do tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"; done; }
+cleanup() { for p in $(pgrep -f -- "$WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > tiny.yaml <<YAML
+seed: 3
+runner_config: {train_steps: 200, batch_size: 4}
+runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
+lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
+parallel_config: {data_parallel: 2}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
+                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
+callbacks:
+  - {type: MFLossMonitor, per_print_times: 1}
+  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 4, keep_checkpoint_max: 2, async_save: True}
+YAML
+train() {  # OUT [--set ...]: 2 ranks into OUT, the final weights in OUT/w.safetensors
+  local out=$1; shift
+  mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --set "output_dir=$out" \
+    --save-weights "$out/w.safetensors" "$@"
+}
+last_step() { python3 -c 'import json,sys; print(max([j["step"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j] or [0]))' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+losses_after() {  # METRICS K: "step loss grad_norm" of the steps after K, as printed
+  python3 -c 'import json,sys; [print(j["step"], repr(j["loss"]), repr(j["grad_norm"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j and j["step"] > int(sys.argv[2])]' "$1" "$2"
+}
+wait_step() {  # OUT N: until OUT's metrics show step N
+  for _ in $(seq 1 300); do [ "$(last_step "$1")" -ge "$2" ] && return 0; sleep 0.1; done
+  fail "$1 did not reach step $2"
+}
+# resume_and_compare CASE K: trains from CASE's checkpoint of step K to 200; bitwise against the reference
+resume_and_compare() {
+  local c=$1 k=$2
+  [[ "$(cat "$c/checkpoint/latest")" == tiny-*_"$k" ]] || fail "($c) latest is $(cat "$c/checkpoint/latest"), not step $k's"
+  train "$c.resumed" --set resume_training=True --set "load_checkpoint=$c/checkpoint" > "$c.resumed.log" 2>&1 \
+    || { tail -20 "$c.resumed.log"; fail "($c) the resume failed"; }
+  [ "$(losses_after "$c.resumed/metrics.jsonl" "$k")" = "$(losses_after ref/metrics.jsonl "$k")" ] \
+    || { diff <(losses_after "$c.resumed/metrics.jsonl" "$k") <(losses_after ref/metrics.jsonl "$k") | head; fail "($c) resumed losses differ"; }
+  [ "$(losses_after "$c.resumed/metrics.jsonl" "$k" | wc -l)" -eq $((200 - k)) ] || fail "($c) the resume did not train steps $((k + 1))-200"
+  cmp -s "$c.resumed/w.safetensors" ref/w.safetensors || fail "($c) resumed final weights differ from the reference"
+}
+
+train ref > ref.log 2>&1 || { tail -20 ref.log; fail "the reference run failed"; }
+
+# (a) SIGTERM to both ranks (as scripts/run_distribute.sh sends it) once step 20 is done.
+train a > a.log 2>&1 &
+job=$!
+wait_step a 20
+for p in $(ranks_of a); do kill -TERM "$p"; done
+status=0; wait "$job" || status=$?
+[ "$status" -eq 143 ] || { tail -20 a.log; fail "(a) SIGTERM gave status $status, expected 143"; }
+line=$(grep -m1 "stopped by signal 15" a.log) || { tail -20 a.log; fail "(a) no stop line"; }
+k=$(echo "$line" | sed -n 's/.*checkpoint .* of step \([0-9]*\) committed.*/\1/p')
+[ -n "$k" ] || fail "(a) the stop line names no committed checkpoint: $line"
+[ "$k" -eq "$(last_step a)" ] || fail "(a) checkpoint of step $k, but the run's last step is $(last_step a)"
+resume_and_compare a "$k"
+echo "(a) SIGTERM after step $k: status 143, checkpoint $(cat a/checkpoint/latest) committed, resumed bitwise to step 200"
+
+# (b) exit_interval: 7 (a step the every-4-steps saves do not cover).
+train b --set runner_config.exit_interval=7 > b.log 2>&1 || { tail -20 b.log; fail "(b) exit_interval: status $?"; }
+grep -q "exiting after step 7 of 200 (runner_config.exit_interval: 7); checkpoint .* of step 7 committed" b.log \
+  || { tail -5 b.log; fail "(b) no exit line"; }
+[ "$(last_step b)" -eq 7 ] || fail "(b) trained to step $(last_step b)"
+resume_and_compare b 7
+echo "(b) exit_interval 7: status 0 after step 7, checkpoint committed, resumed bitwise to step 200"
+
+# (c) exit_duration_in_mins: 0.0001 (6 ms): the first step outlasts it.
+train c --set runner_config.exit_duration_in_mins=0.0001 > c.log 2>&1 || { tail -20 c.log; fail "(c) status $?"; }
+grep -q "exiting after step 1 of 200 (runner_config.exit_duration_in_mins: 0.0001; .* minutes of training); checkpoint .* of step 1 committed" c.log \
+  || { tail -5 c.log; fail "(c) no exit line"; }
+[ "$(cat c/checkpoint/latest)" = "tiny-1_1" ] || fail "(c) latest is not step 1"
+echo "(c) exit_duration_in_mins: status 0 after step 1 with its checkpoint"
+
+# (d) two SIGTERMs 50 ms apart: the second stops at once; what is committed still reads whole.
+train d > d.log 2>&1 &
+job=$!
+wait_step d 20
+for p in $(ranks_of d); do kill -TERM "$p" 2>/dev/null || true; done
+sleep 0.05
+for p in $(ranks_of d); do kill -TERM "$p" 2>/dev/null || true; done
+status=0; wait "$job" || status=$?
+[ "$status" -eq 143 ] || { tail -20 d.log; fail "(d) status $status, expected 143"; }
+"$BIN" convert --from d/checkpoint --to d.safetensors > d.convert.log 2>&1 \
+  || { cat d.convert.log; fail "(d) the latest committed checkpoint ($(cat d/checkpoint/latest)) does not read back"; }
+echo "(d) two SIGTERMs: status 143; the latest committed checkpoint ($(cat d/checkpoint/latest)) reads back whole"

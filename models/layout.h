@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/math/mixed_precision.h"
 
@@ -22,12 +23,22 @@ struct ModelLayout {
   int ep = 1;                     // expert_parallel: each MoE layer's experts over this many ranks
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int64_t recompute_num_layers = -1;  // recomputed layers from the first (-1: all)
+  // MindFormers' per-stage list (select_recompute: [n0, n1, ...]), as a flag per layer of the model:
+  // the first n_s layers of stage s. Empty: recompute_num_layers decides.
+  std::vector<bool> recompute_mask;
   ComputeDtype compute = ComputeDtype::kFloat32;  // model_config.compute_dtype
 
-  // The number of the first layers of `layers` that are recomputed.
+  // Whether layer `l` (of the model) is recomputed.
+  bool recomputes(int64_t l) const {
+    if (recompute == RecomputePolicy::kNone) return false;
+    if (!recompute_mask.empty()) return l < static_cast<int64_t>(recompute_mask.size()) && recompute_mask[l];
+    return recompute_num_layers < 0 || l < recompute_num_layers;
+  }
+  // How many of the model's `layers` are recomputed.
   int64_t recomputed_layers(int64_t layers) const {
-    if (recompute == RecomputePolicy::kNone) return 0;
-    return recompute_num_layers < 0 ? layers : std::min(layers, recompute_num_layers);
+    int64_t n = 0;
+    for (int64_t l = 0; l < layers; ++l) n += recomputes(l);
+    return n;
   }
   // Under tensor parallel with vocab_emb_dp False the vocabulary is split (a no-op on one rank).
   bool vocab_parallel() const { return vocab_split && tp > 1; }

@@ -69,7 +69,8 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   if (s.flash)
     d.flash_floats = omp_get_max_threads() *
                      ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, ops::FlashTiles{});
-  d.recompute_layers = layout.recomputed_layers(d.L);
+  d.recomputed.assign(static_cast<size_t>(d.L), false);
+  for (int64_t l = 0; l < d.L; ++l) d.recomputed[l] = layout.recomputes(l);
   d.full_recompute = layout.recompute == RecomputePolicy::kFull;
   d.ep = layout.ep;
   d.moe = s.moe;
@@ -84,7 +85,9 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
     throw std::invalid_argument("parallel_config.expert_parallel " + std::to_string(d.ep) +
                                 " needs MoE layers (moe_config.expert_num > 1)");
   }
-  if (d.defer && d.recompute_layers > d.l0)
+  bool recomputes_here = false;
+  for (int64_t l = d.l0; l < d.l1; ++l) recomputes_here = recomputes_here || d.recomputed[l];
+  if (d.defer && recomputes_here)
     throw std::invalid_argument("a deferred weight pass reads activations that recompute would overwrite; "
                                 "turn recompute off for zero-bubble schedules");
   return d;

@@ -62,14 +62,14 @@ struct StageDims {
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   bool layer_norm = true;
   VocabSlice vocab;
-  int64_t recompute_layers = 0;
+  std::vector<bool> recomputed;  // per layer of the model (ModelLayout::recomputes)
   bool full_recompute = false;
   int ep = 1;          // expert_parallel
   MoeSpec moe;         // which layers are MoE
   MoeBlock::Dims md;   // their buffers' sizes (when any)
   bool any_moe = false, any_dense = true;
   Recompute mode(int64_t layer) const {
-    if (layer >= recompute_layers) return Recompute::kNone;
+    if (layer >= static_cast<int64_t>(recomputed.size()) || !recomputed[layer]) return Recompute::kNone;
     return full_recompute ? Recompute::kFull : Recompute::kSelective;
   }
   // tp size: layout.tp.

@@ -144,6 +144,9 @@ struct Settings {
   int64_t gradient_accumulation_steps = 1;
   bool recompute = false, select_recompute = false;
   int64_t recompute_num_layers = -1;
+  // select_recompute as MindFormers' per-stage list: the first n_s layers of pipeline stage s are
+  // recomputed (selectively). Empty: select_recompute is True or False.
+  std::vector<int64_t> select_recompute_per_stage;
   int64_t epochs = 1, batch_size = 1, train_steps = -1;
   double peak_tflops = 0.0;  // MFU peak per rank; 0: the machine probe's (runner/report/machine_probe.h)
   // Megatron's clean exits (runner/train/trainer.cpp): after the step divisible by exit_interval, or the
@@ -184,6 +187,18 @@ inline ModelLayout model_layout(const Settings& s) {
   l.ep = static_cast<int>(s.parallel.expert_parallel);
   l.recompute = s.recompute ? RecomputePolicy::kFull : s.select_recompute ? RecomputePolicy::kSelective : RecomputePolicy::kNone;
   l.recompute_num_layers = s.recompute_num_layers;
+  // A per-stage list: each stage's first n_s layers, over the resolved split (one stage: all layers).
+  if (!s.recompute && !s.select_recompute_per_stage.empty()) {
+    const std::vector<int64_t> layers = s.parallel.stage_layers.empty() ? std::vector<int64_t>{s.model.num_layers}
+                                                                        : s.parallel.stage_layers;
+    l.recompute_mask.assign(static_cast<size_t>(s.model.num_layers), false);
+    int64_t begin = 0;
+    for (size_t st = 0; st < layers.size() && st < s.select_recompute_per_stage.size(); ++st) {
+      for (int64_t k = 0; k < std::min(layers[st], s.select_recompute_per_stage[st]); ++k)
+        l.recompute_mask[static_cast<size_t>(begin + k)] = true;
+      begin += layers[st];
+    }
+  }
   l.compute = s.compute_dtype;
   return l;
 }

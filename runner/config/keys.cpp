@@ -181,7 +181,8 @@ std::vector<KeyRule> common_rules() {
       {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
       {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
       {"recompute_config.recompute", kBuilt, "recompute"},
-      {"recompute_config.select_recompute", kBuilt, "select_recompute (True or False; a per-stage list is refused)"},
+      {"recompute_config.select_recompute", kBuilt, "select_recompute (True, False, or MindFormers' list: layers to recompute per pipeline stage, the first "
+       "n of each stage's)"},
       {"recompute_config.recompute_num_layers", kBuilt, "recompute_num_layers"},
       {"recompute_config.parallel_optimizer_comm_recompute", kCpu, ""},
       {"recompute_config.mp_comm_recompute", kCpu, ""},

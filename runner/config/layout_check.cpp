@@ -141,9 +141,39 @@ std::vector<std::string> expert_parallel_problems(const Config& cfg) {
   return out;
 }
 
+// MindFormers' per-stage select_recompute list against the pipeline: one number per stage, each at
+// most the stage's layers; a list per model chunk (interleaved) is not built.
+std::vector<std::string> recompute_list_problems(const Config& cfg) {
+  const std::vector<int64_t>& n = cfg.select_recompute_per_stage;
+  const auto& p = cfg.parallel;
+  std::vector<std::string> out;
+  if (n.empty()) return out;
+  std::string list;
+  for (const int64_t v : n) list += (list.empty() ? "" : ", ") + std::to_string(v);
+  const std::string key = "`recompute_config.select_recompute: [" + list + "]`";
+  if (p.pipeline_chunks > 1) {
+    out.push_back(key + " with `model.model_config.pp_interleave_num: " + std::to_string(p.pipeline_chunks) +
+                  "`: a list per model chunk is not built; use True, or pp_interleave_num: 1");
+    return out;
+  }
+  if (static_cast<int64_t>(n.size()) != p.pipeline_stage) {
+    out.push_back(fmt::format("{}: {} number(s) for `parallel_config.pipeline_stage: {}`; give one per stage (the layers "
+                              "to recompute, the first of each stage's)",
+                              key, n.size(), p.pipeline_stage));
+    return out;
+  }
+  const std::vector<int64_t> layers = p.stage_layers.empty() ? std::vector<int64_t>{cfg.model.num_layers} : p.stage_layers;
+  for (size_t st = 0; st < layers.size() && st < n.size(); ++st)
+    if (n[st] > layers[st])
+      out.push_back(fmt::format("{}: stage {} holds {} layers, fewer than the {} to recompute there", key, st, layers[st],
+                                n[st]));
+  return out;
+}
+
 std::vector<std::string> config_layout_problems(const Config& cfg) {
   std::vector<std::string> out = pipeline_problems(cfg);
   for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
+  for (auto& s : recompute_list_problems(cfg)) out.push_back(std::move(s));
   return out;
 }
 

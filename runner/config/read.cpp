@@ -38,9 +38,20 @@ void read_scale_sense(ReadContext& x) {
 // recompute_config.select_recompute: a boolean, or MindFormers' list of layer counts per pipeline stage.
 void read_select_recompute(ReadContext& x) {
   const YAML::Node n = x.rd.node("recompute_config.select_recompute");
-  if (n.IsSequence()) {
-    x.refuse(kv("recompute_config.select_recompute", show(n)) +
-             ": a list (layers to recompute per pipeline stage) is not built; use True (every layer) or False");
+  if (n.IsSequence()) {  // MindFormers' per-stage list: the number of layers to recompute on each pipeline stage
+    for (const YAML::Node& item : n) {
+      int64_t v = -1;
+      if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, v) || v < 0) {
+        x.refuse(kv("recompute_config.select_recompute", show(n)) +
+                 ": a list holds a number of layers (>= 0) per pipeline stage; a list per model chunk "
+                 "(pp_interleave_num > 1) is not built");
+        x.c.select_recompute_per_stage.clear();
+        return;
+      }
+      x.c.select_recompute_per_stage.push_back(v);
+    }
+    x.c.select_recompute = false;
+    for (const int64_t v : x.c.select_recompute_per_stage) x.c.select_recompute = x.c.select_recompute || v > 0;
     return;
   }
   if (!YAML::convert<bool>::decode(n, x.c.select_recompute))

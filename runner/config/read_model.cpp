@@ -125,8 +125,12 @@ void read_weights(ReadContext& x) {
     x.warn(kv(cn_key, cn) + " is not loaded for run_mode " + run_mode_name(c.run_mode) + ": MindFormers' run_mindformer.py starts " +
            "training from load_checkpoint (or from scratch) and drops it; to start from these weights, give their path " +
            "in load_checkpoint");
-  } else if (!lc.empty() && lc != cn) {
-    x.refuse(kv("load_checkpoint", lc) + " and " + kv(cn_key, cn) + " name different weights; keep one (load_checkpoint)");
+  } else if (!lc.empty()) {
+    // MindFormers' run_mindformer.py loads load_checkpoint when it is given; checkpoint_name_or_path then
+    // only names the model (its predict_*.yaml files say `gpt2`, `llama2_7b`, a hub name).
+    if (lc != cn)
+      x.warn(kv(cn_key, cn) + " is not loaded: " + kv("load_checkpoint", lc) +
+             " gives the weights (MindFormers lets load_checkpoint win)");
   } else if (check_weights_path(x, cn_key, cn)) {
     c.load_checkpoint = cn;
   }

@@ -140,3 +140,30 @@ TEST(Recompute, BitwiseIdenticalWithMoeLayers) {
 
 }  // namespace
 }  // namespace gf
+
+namespace gf {
+namespace {
+
+// MindFormers' per-stage select_recompute list reaches the model as a flag per layer
+// (ModelLayout::recompute_mask): any two of the three layers recompute bitwise as none, and save
+// less than all three (recomputed layers share one scratch set, so each saves all but that set:
+// one layer alone saves nothing, as the first test says).
+TEST(Recompute, PerLayerMaskIsBitwiseAndSavesPerLayer) {
+  const ModelConfig base = tiny();
+  const StepsRun none = run_steps(base);
+  ModelLayout all;
+  all.recompute = RecomputePolicy::kSelective;
+  const StepsRun r_all = run_steps(base, all);
+  for (const std::vector<bool>& mask : {std::vector<bool>{true, false, true}, std::vector<bool>{false, true, true}}) {
+    ModelLayout l = all;
+    l.recompute_mask = mask;
+    const StepsRun r = run_steps(base, l);
+    expect_bitwise(none, r, "selective recompute by a per-layer mask");
+    EXPECT_LT(r.activation_bytes, none.activation_bytes);
+    EXPECT_GT(r.activation_bytes, r_all.activation_bytes);
+    EXPECT_EQ(l.recomputed_layers(3), mask[0] + mask[1] + mask[2]);
+  }
+}
+
+}  // namespace
+}  // namespace gf

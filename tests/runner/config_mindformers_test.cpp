@@ -228,16 +228,21 @@ TEST(MindFormersKeys, CheckpointNameOrPathIsNotLoadedForTrainingAsInMindFormers)
   EXPECT_TRUE(has_warning(c, "`model.model_config.checkpoint_name_or_path: gpt2` is not loaded for run_mode train"));
   c = load_config_string(kMinimal, {"run_mode=finetune", k + w});
   EXPECT_EQ(c.load_checkpoint, "");
-  // eval: a path loads like load_checkpoint; a hub name is refused; two different weights are refused.
+  // eval: a path loads like load_checkpoint; a hub name is refused; a given load_checkpoint wins, said.
   c = load_config_string(kMinimal, {"run_mode=eval", k + w});
   EXPECT_EQ(c.load_checkpoint, w);
   EXPECT_TRUE(c.warnings.empty());
   std::string e = error_of(kMinimal, {"run_mode=eval", k + "gpt2"});
   EXPECT_NE(e.find("no hub at run time: convert/download weights (a Hugging Face GPT-2 .safetensors or its directory) and "
                    "give a path in load_checkpoint"), std::string::npos) << e;
-  e = error_of(kMinimal, {"run_mode=eval", k + w, "load_checkpoint=" + other});
-  EXPECT_NE(e.find("`load_checkpoint: " + other + "` and `model.model_config.checkpoint_name_or_path: " + w +
-                   "` name different weights; keep one (load_checkpoint)"), std::string::npos) << e;
+  c = load_config_string(kMinimal, {"run_mode=eval", k + w, "load_checkpoint=" + other});
+  EXPECT_EQ(c.load_checkpoint, other);
+  EXPECT_TRUE(has_warning(c, "`model.model_config.checkpoint_name_or_path: " + w + "` is not loaded: `load_checkpoint: " +
+                                 other + "` gives the weights (MindFormers lets load_checkpoint win)"));
+  // MindFormers' predict files name a hub model (`gpt2`): with load_checkpoint given it is not looked up.
+  c = load_config_string(kMinimal, {"run_mode=eval", k + "gpt2", "load_checkpoint=" + other});
+  EXPECT_EQ(c.load_checkpoint, other);
+  EXPECT_TRUE(has_warning(c, "`model.model_config.checkpoint_name_or_path: gpt2` is not loaded"));
   EXPECT_EQ(load_config_string(kMinimal, {"run_mode=eval", k + w, "load_checkpoint=" + w}).load_checkpoint, w);
   EXPECT_EQ(error_of(kMinimal, {"run_mode=eval", k + "\"\""}), "");  // empty: nothing
 }
@@ -265,7 +270,7 @@ TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
       {"lr_scale=True", "lr_scale_factor yourself"},
       {"parallel.auto_pipeline=True", "automatic search for pipeline stages is not built; set parallel_config.pipeline_stage"},
       {"model.model_config.pet_config={pet_type: lora, lora_rank: 8}", "remove model.model_config.pet_config"},
-      {"recompute_config.select_recompute=[4, 4]", "a list (layers to recompute per pipeline stage) is not built; use True"},
+      {"recompute_config.select_recompute=[4, x]", "a list holds a number of layers (>= 0) per pipeline stage"},
       {"trainer.type=TextClassificationTrainer", "causal language models only"},
       {"runner_wrapper.type=MFPipelineWithLossScaleCell", "registered: MFTrainOneStepCell"},
       {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=2", "over all data_parallel"},
@@ -278,6 +283,43 @@ TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
   }
   EXPECT_EQ(error_of(kMinimal, {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=4",
                                 "parallel.enable_parallel_optimizer=True", "parallel_config.data_parallel=4"}), "");
+}
+
+// MindFormers' per-stage list (its pretrain_llama2_70b_bf16_32p.yaml: select_recompute: [8, 4, 4, 1, 1, 1, 1, 1]):
+// the first n_s layers of pipeline stage s recompute selectively; the list must have one number per stage,
+// none above its stage's layers.
+TEST(MindFormersKeys, SelectRecomputePerStageListRecomputesTheFirstLayersOfEachStage) {
+  const std::vector<std::string> pp2 = {"model.model_config.num_layers=6", "parallel_config.pipeline_stage=2",
+                                        "parallel_config.micro_batch_num=2"};
+  auto with = [&](std::vector<std::string> sets, const std::string& list) {
+    sets.push_back("recompute_config.select_recompute=" + list);
+    return sets;
+  };
+  Config c = load_config_string(kMinimal, with(pp2, "[2, 1]"));
+  EXPECT_TRUE(config_layout_problems(c).empty());
+  EXPECT_TRUE(c.select_recompute);
+  ModelLayout l = model_layout(c);
+  EXPECT_EQ(l.recompute, RecomputePolicy::kSelective);
+  EXPECT_EQ(l.recompute_mask, (std::vector<bool>{true, true, false, true, false, false}));  // stages [0, 3) and [3, 6)
+  EXPECT_EQ(l.recomputed_layers(6), 3);
+  // All zeros: no recompute at all.
+  c = load_config_string(kMinimal, with(pp2, "[0, 0]"));
+  EXPECT_FALSE(c.select_recompute);
+  EXPECT_EQ(model_layout(c).recomputed_layers(6), 0);
+  // One stage: its first n layers.
+  EXPECT_EQ(model_layout(load_config_string(kMinimal, {"recompute_config.select_recompute=[1]"})).recompute_mask,
+            (std::vector<bool>{true, false}));
+  auto problems = [](const Config& x) {
+    std::string all;
+    for (const std::string& p : config_layout_problems(x)) all += p + "\n";
+    return all;
+  };
+  EXPECT_NE(problems(load_config_string(kMinimal, with(pp2, "[2, 1, 1]")))
+                .find("`recompute_config.select_recompute: [2, 1, 1]`: 3 number(s) for `parallel_config.pipeline_stage: "
+                      "2`; give one per stage"),
+            std::string::npos);
+  EXPECT_NE(problems(load_config_string(kMinimal, with(pp2, "[4, 1]"))).find("stage 0 holds 3 layers, fewer than the 4"),
+            std::string::npos);
 }
 
 TEST(ConfigErrors, AnEmptyFileIsRefused) {

@@ -46,8 +46,8 @@ std::vector<KeyRule> gpt2_model_rules() {
       {"model.model_config.offset", kBuilt, config_keys::kOffset},
       {"model.model_config.pp_interleave_num", kBuilt, config_keys::kInterleaveNum},
       {"model.model_config.checkpoint_name_or_path", kChecked,
-       "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
-       "does not load it there)"},
+       "run_mode eval/predict: a path loads like load_checkpoint, a hub name is refused, and a given load_checkpoint wins "
+       "(warned, as MindFormers lets it win); train/finetune: warned (MindFormers does not load it there)"},
       {"model.model_config.eos_token_id", kBuilt,
        "generation.eos_token_id (predict stops a sequence there); not used in training: every token, end-of-text "
        "included, is a target (MindFormers' GPT-2 masks tokens equal to eos_token_id out of its loss)"},

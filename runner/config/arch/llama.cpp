@@ -150,8 +150,8 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "embedding_init_type", kChecked,
        "None (param_init_type) or a dtype; float16 and bfloat16 warned (master weights are float32)"},
       {k + "checkpoint_name_or_path", kChecked,
-       "run_mode eval: a path loads like load_checkpoint, a hub name is refused; train/finetune: warned (MindFormers "
-       "does not load it there)"},
+       "run_mode eval/predict: a path loads like load_checkpoint, a hub name is refused, and a given load_checkpoint wins "
+       "(warned, as MindFormers lets it win); train/finetune: warned (MindFormers does not load it there)"},
       {k + "extend_method", kRefused,
        "extending RoPE past the trained length (PI, NTK, YaRN, LLAMA3) is not built; use extend_method: \"None\""},
       {k + "scaling_factor", kIgnored,

@@ -62,6 +62,16 @@ struct LossScaleConfig {
   bool operator==(const LossScaleConfig&) const = default;
 };
 
+// MindFormers' data skip (use_skip_data_by_global_norm, monitor_config.global_norm_spike_*): a step whose
+// global gradient norm (before clipping) exceeds `threshold` updates nothing and is counted; a normal
+// step resets the count; `count_threshold` in a row stop the run with a checkpoint (status 5).
+struct SkipDataConfig {
+  bool enabled = false;
+  double threshold = 3.0;
+  int64_t count_threshold = 10;
+  bool operator==(const SkipDataConfig&) const = default;
+};
+
 struct DatasetConfig {
   std::string loader_type = "MegatronDataset";
   std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)
@@ -153,6 +163,7 @@ struct Settings {
   // first step ending exit_duration_in_mins after training started, the run stops with a checkpoint; 0: never.
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0.0;
+  SkipDataConfig skip_data;
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;
   double max_grad_norm = 1.0;

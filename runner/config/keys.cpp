@@ -78,6 +78,16 @@ std::vector<KeyRule> common_rules() {
        "runner_config.batch_size to that product and micro_batch_interleave_num: 1"},
       {"remote_save_url", kCpu, "ObsMonitor uploads to OBS on ModelArts only"},
       {"do_eval", kBuilt, "do_eval"},
+      {"use_skip_data_by_global_norm", kBuilt,
+       "skip_data.enabled (MindFormers' data skip: a step whose global gradient norm exceeds "
+       "monitor_config.global_norm_spike_threshold makes no update; global_norm_spike_count_threshold such steps in a "
+       "row stop the run with a checkpoint, status 5)"},
+      {"monitor_config.monitor_on", kIgnored,
+       "MindFormers' switch for its TrainingStateMonitor's extra records; the data skip reads the thresholds below either way"},
+      {"monitor_config.check_for_global_norm", kIgnored,
+       "MindFormers' fast fault recovery (exclusive with the data skip there) has no counterpart here"},
+      {"monitor_config.global_norm_spike_threshold", kBuilt, "skip_data.threshold (> 0)"},
+      {"monitor_config.global_norm_spike_count_threshold", kBuilt, "skip_data.count_threshold (>= 1)"},
       {"eval_step_interval", kBuilt, "eval_step_interval"},
       {"eval_epoch_interval", kBuilt, "eval_epoch_interval"},
       {"layer_scale", kRefused, "layer-wise learning-rate decay (layer_decay) is not built yet; set layer_scale: False"},

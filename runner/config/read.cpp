@@ -125,6 +125,14 @@ void read_training(ReadContext& x) {
   read_select_recompute(x);
   c.recompute_num_layers = rd.get<int64_t>("recompute_config.recompute_num_layers");
   c.do_eval = rd.get<bool>("do_eval");
+  c.skip_data.enabled = rd.get<bool>("use_skip_data_by_global_norm");
+  c.skip_data.threshold = rd.get<double>("monitor_config.global_norm_spike_threshold");
+  c.skip_data.count_threshold = rd.get<int64_t>("monitor_config.global_norm_spike_count_threshold");
+  if (!(c.skip_data.threshold > 0))
+    x.refuse(kv("monitor_config.global_norm_spike_threshold", std::to_string(c.skip_data.threshold)) + ": must be > 0");
+  if (c.skip_data.count_threshold < 1)
+    x.refuse(kv("monitor_config.global_norm_spike_count_threshold", std::to_string(c.skip_data.count_threshold)) +
+             ": must be >= 1");
   c.eval_step_interval = rd.get<int64_t>("eval_step_interval");
   c.eval_epoch_interval = rd.get<int64_t>("eval_epoch_interval");
   if (c.batch_size <= 0) x.refuse("`runner_config.batch_size: " + std::to_string(c.batch_size) + "`: must be > 0");

@@ -29,6 +29,12 @@ use_parallel: true  # MindFormers writes it; the ranks mpirun starts train toget
 micro_batch_interleave_num: 1
 remote_save_url: ""
 do_eval: false
+use_skip_data_by_global_norm: false
+monitor_config:
+  monitor_on: false
+  check_for_global_norm: false
+  global_norm_spike_threshold: 3.0
+  global_norm_spike_count_threshold: 10
 eval_step_interval: 100
 eval_epoch_interval: -1
 layer_scale: false

@@ -157,6 +157,17 @@ StepResult Trainer::train_step(int64_t step) {
     loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
     return r;
   }
+  // MindFormers' data skip: a global norm above the threshold updates nothing (the next step reads the
+  // next batch), counted; a normal step resets the count.
+  if (cfg_.skip_data.enabled) {
+    if (std::isfinite(r.grad_norm) && r.grad_norm > cfg_.skip_data.threshold) {
+      r.skipped = r.spike = true;
+      ++skipped_steps_;
+      ++spikes_in_a_row_;
+      return r;
+    }
+    spikes_in_a_row_ = 0;
+  }
   optimizer_update(step, r);
   return r;
 }
@@ -253,7 +264,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
                "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
-               r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
+               r.spike ? " (global-norm spike, step skipped)" : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
   if (!r.moe.empty()) {
     int64_t dropped = 0, assigned = 0;
@@ -294,6 +305,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                           {"tokens_per_expert", m.tokens}});
       j["moe"] = layers;
     }
+    if (cfg_.skip_data.enabled) j["spike"] = r.spike;
     if (r.bubble >= 0) {
       j["bubble"] = r.bubble;
       j["bubble_max"] = r.bubble_max;
@@ -384,6 +396,20 @@ int Trainer::train_loop() {
       finish_checkpoint(true);
       return 3;
     }
+    if (r.spike) {
+      spdlog::warn("step {}: global norm {:.4f} above monitor_config.global_norm_spike_threshold {}: no update, its data "
+                   "(samples [{}, {}) of the global order) skipped; {} such step(s) in a row",
+                   step, r.grad_norm, cfg_.skip_data.threshold, (step - 1) * global_batch_, step * global_batch_,
+                   spikes_in_a_row_);
+      if (spikes_in_a_row_ >= cfg_.skip_data.count_threshold) {
+        step_span.end();
+        profile.finish();
+        spdlog::error("step {}: {} steps in a row skipped for global-norm spikes "
+                      "(monitor_config.global_norm_spike_count_threshold {}); training stopped{}",
+                      step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
+        return 5;
+      }
+    }
     profile.before_interval_close(step);
     // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
     const bool print = step == first || step % cfg_.per_print_times == 0 || step == total_steps_;
@@ -419,7 +445,7 @@ int Trainer::train_loop() {
   }
   profile.finish();
   finish_checkpoint(true);
-  spdlog::info("training finished: {} steps, {} skipped for overflow; step {} {:.1f} ms{}", total_steps_, skipped_steps_,
+  spdlog::info("training finished: {} steps, {} skipped (fp16 overflow or global-norm spike); step {} {:.1f} ms{}", total_steps_, skipped_steps_,
                first, meter.startup().ms_per_step(),
                meter.steady_steps() > 0 ? fmt::format(", then {:.1f} ms per step (mean of steps {}-{}, evaluation{} not counted)",
                                                       meter.steady_ms_per_step(), first + 1, total_steps_,

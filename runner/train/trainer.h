@@ -48,7 +48,8 @@ struct StepResult {
   double grad_norm = 0.0;  // before clipping, after unscaling
   double lr = 0.0;
   double loss_scale = 1.0;
-  bool skipped = false;    // overflow under dynamic loss scaling
+  bool skipped = false;    // no update: overflow under dynamic loss scaling, or a global-norm spike
+  bool spike = false;      // skipped for a global-norm spike (use_skip_data_by_global_norm)
   // MoE: per MoE layer over the global batch, and the router losses (unweighted, summed over the
   // layers) that the objective adds to `loss` with moe_config's factors.
   struct MoeLayer {
@@ -183,6 +184,7 @@ class Trainer {
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;
+  int64_t spikes_in_a_row_ = 0;  // use_skip_data_by_global_norm: steps skipped one after another
   MachineSetup machine_;
   PeakChoice peak_;
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only

@@ -17,6 +17,15 @@ inline constexpr int64_t kFlashAttentionAutoMinSeq = 128;
 // expert_num > 1 makes MoE layers: a router (x . W^T in fp32, softmax, top-k) and expert MLPs of
 // the model's own kind (GPT-2: GELU with biases; Llama/Mixtral: SwiGLU), their outputs weighted
 // by the router's probabilities. See models/blocks/moe.h for the arithmetic.
+// moe_config's choices, parsed once where the config is read (runner/config/read_moe.cpp); their YAML
+// names are token_drop_policy_name / token_dispatcher_name's.
+enum class TokenDropPolicy { kPosition, kProbs };
+enum class TokenDispatcher { kAllToAll, kAllGather };
+inline const char* token_drop_policy_name(TokenDropPolicy p) { return p == TokenDropPolicy::kProbs ? "probs" : "position"; }
+inline const char* token_dispatcher_name(TokenDispatcher d) {
+  return d == TokenDispatcher::kAllGather ? "allgather" : "alltoall";
+}
+
 struct MoeConfig {
   int64_t expert_num = 1;            // experts per MoE layer (1: dense)
   int64_t num_experts_chosen = 1;    // top-k
@@ -25,15 +34,15 @@ struct MoeConfig {
   double z_loss_factor = 0.0;        // the router z-loss's weight
   bool norm_topk_prob = true;        // the k chosen probabilities renormalised to sum 1 (Mixtral)
   std::string routing_policy = "TopkRouterV1";  // MindFormers' name; both routers do the same top-k here
-  std::string router_dense_type = "float32";    // the router product's dtype: float32 or bfloat16
+  bool router_bf16 = false;  // router_dense_type: bfloat16 (the router product in the compute dtype); float32 else
   // Which assignments an expert over capacity drops: "position" (later tokens of the sequence
   // first) or "probs" (lowest router probability first), Megatron's moe_token_drop_policy.
-  std::string token_drop_policy = "position";
+  TokenDropPolicy token_drop_policy = TokenDropPolicy::kPosition;
   // Which layers are MoE: layer i when i % moe_layer_freq == 0 (Megatron's --moe-layer-freq N).
   int64_t moe_layer_freq = 1;
   // "alltoall" (MPI_Alltoallv of the routed tokens) or "allgather" (every rank of the expert group
   // sees every token), Megatron's moe_token_dispatcher_type.
-  std::string token_dispatcher = "alltoall";
+  TokenDispatcher token_dispatcher = TokenDispatcher::kAllToAll;
   bool enabled() const { return expert_num > 1; }
   bool dropless() const { return capacity_factor <= 0.0; }
   bool is_moe_layer(int64_t layer) const { return enabled() && layer % std::max<int64_t>(1, moe_layer_freq) == 0; }

@@ -20,11 +20,11 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   m.layer_freq = c.moe_layer_freq;
   m.capacity_factor = c.capacity_factor;
   m.norm_topk = c.norm_topk_prob;
-  m.drop_by_probs = c.token_drop_policy == "probs";
+  m.drop_by_probs = c.token_drop_policy == TokenDropPolicy::kProbs;
   m.aux_factor = static_cast<float>(c.aux_loss_factor);
   m.z_factor = static_cast<float>(c.z_loss_factor);
-  m.router_low_precision = c.router_dense_type != "float32";
-  m.allgather_dispatch = c.token_dispatcher == "allgather";
+  m.router_low_precision = c.router_bf16;
+  m.allgather_dispatch = c.token_dispatcher == TokenDispatcher::kAllGather;
   return m;
 }
 

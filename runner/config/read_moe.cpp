@@ -70,7 +70,7 @@ void warn_capacity_rule(ReadContext& x) {
   if (!e.enabled() || e.dropless() || e.routing_policy != "TopkRouterV2") return;
   x.warn(kv("routing_policy", e.routing_policy) + " with `capacity_factor: " + show(x.rd.node(k + "capacity_factor")) +
          "`: capacity here is ceil(capacity_factor x seq_length x num_experts_chosen / expert_num) tokens per expert "
-         "and sequence, the assignments over it dropped by token_drop_policy (" + e.token_drop_policy +
+         "and sequence, the assignments over it dropped by token_drop_policy (" + token_drop_policy_name(e.token_drop_policy) +
          "); MindFormers' TopkRouterV2 counts it over all the tokens of a data-parallel shard of the batch (batch_size "
          "x seq_length), caps it at that count and rounds it up to a multiple of model_parallel, so which tokens drop "
          "can differ (capacity_factor <= 0, dropless, is the same)");
@@ -91,17 +91,21 @@ void read_moe(ReadContext& x) {
   e.routing_policy = one_of(x, "routing_policy", {"TopkRouterV1", "TopkRouterV2"},
                             "MindFormers' routers: softmax over the experts, then top-k; both are that router here");
   const std::string dense = rd.get<std::string>(k + "router_dense_type");
-  e.router_dense_type = one_of(x, "router_dense_type", {"float32", "bfloat16"}, "the dtype of the router's product",
-                               dense == "float16" ? "; MindFormers computes a float16 router in float32 (its "
-                                                    "dtype_map), so use float32"
-                                                  : "");
+  e.router_bf16 = one_of(x, "router_dense_type", {"float32", "bfloat16"}, "the dtype of the router's product",
+                         dense == "float16" ? "; MindFormers computes a float16 router in float32 (its "
+                                              "dtype_map), so use float32"
+                                            : "") == "bfloat16";
   e.token_drop_policy = one_of(x, "token_drop_policy", {"position", "probs"},
                                "which assignments an expert over its capacity drops: the sequence's later tokens, or "
-                               "the lowest router probabilities; Megatron's moe_token_drop_policy");
+                               "the lowest router probabilities; Megatron's moe_token_drop_policy") == "probs"
+                            ? TokenDropPolicy::kProbs
+                            : TokenDropPolicy::kPosition;
   e.token_dispatcher = one_of(x, "token_dispatcher", {"alltoall", "allgather"},
                               "how tokens reach the experts of other ranks: an all-to-all of the routed tokens, or "
                               "every token gathered on every rank of the expert group; Megatron's "
-                              "moe_token_dispatcher_type");
+                              "moe_token_dispatcher_type") == "allgather"
+                           ? TokenDispatcher::kAllGather
+                           : TokenDispatcher::kAllToAll;
   check_counts(x);
   check_factors(x);
   warn_capacity_rule(x);

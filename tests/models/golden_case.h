@@ -124,7 +124,7 @@ struct GoldenCase {
     moe.aux_loss_factor = std::stod(m.at("aux_loss_factor"));
     moe.z_loss_factor = std::stod(m.at("z_loss_factor"));
     moe.norm_topk_prob = python_bool(m, "norm_topk_prob");
-    moe.token_drop_policy = m.at("token_drop_policy");
+    moe.token_drop_policy = m.at("token_drop_policy") == "probs" ? TokenDropPolicy::kProbs : TokenDropPolicy::kPosition;
     moe.moe_layer_freq = std::stoll(m.at("moe_layer_freq"));
   }
 

@@ -143,7 +143,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
     ParallelContext ctx = ParallelContext::build(world.split(0, world.rank()), ProcessGrid({{GridAxis::kTp, L.tp}, {GridAxis::kDp, L.dp}, {GridAxis::kEp, L.ep}}));
     for (const bool llama : {false, true})
       for (const double capacity : {0.0, 1.0})
-      for (const char* dispatcher : {"alltoall", "allgather"}) {
+      for (const TokenDispatcher dispatcher : {TokenDispatcher::kAllToAll, TokenDispatcher::kAllGather}) {
         ModelConfig c = config(llama, capacity);
         c.moe.token_dispatcher = dispatcher;
         ParallelContext one = ParallelContext::single();
@@ -155,7 +155,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
         const Result got = run(c, layout, ctx);
         const std::string what = std::string(llama ? "mixtral" : "gpt2-moe") + " tp" + std::to_string(L.tp) + " dp" +
                                  std::to_string(L.dp) + " ep" + std::to_string(L.ep) + (L.sp ? " sp" : "") +
-                                 (capacity > 0 ? " capacity 1" : " dropless") + " " + dispatcher;
+                                 (capacity > 0 ? " capacity 1" : " dropless") + " " + token_dispatcher_name(dispatcher);
         if (capacity > 0) {
           EXPECT_GT(ref.dropped, 0) << what << ": the case should drop tokens";
         }
@@ -194,7 +194,7 @@ TEST(MoeMpi, EveryLayoutGivesTheOneRankLossRouterFiguresAndGradients) {
             }
           const int64_t layers = static_cast<int64_t>(kept[0].size());
           int64_t expect = L.ep > 1 ? 2 * rows * C * 4 + layers * El * 8 * (L.ep - 1) : 0;
-          if (std::string(dispatcher) == "allgather") {
+          if (dispatcher == TokenDispatcher::kAllGather) {
             // Every row to every rank instead: ring collectives move (ep - 1) chunks of N = Bl T
             // rows. Per layer: forward, the rows, choices and weights gathered and the outputs
             // reduce-scattered; backward, the output gradients gathered and the gate weights'

@@ -121,7 +121,7 @@ TEST(MindFormersLlamaConfigs, MixtralIsALlamaWithExpertsReadAsWritten) {
     EXPECT_DOUBLE_EQ(e.z_loss_factor, 0.0) << f;  // MindFormers' default
     EXPECT_TRUE(e.norm_topk_prob) << f;           // MindFormers' default
     EXPECT_EQ(e.routing_policy, "TopkRouterV2") << f;
-    EXPECT_EQ(e.router_dense_type, "float32") << f;
+    EXPECT_FALSE(e.router_bf16) << f;
     EXPECT_EQ(e.moe_layer_freq, 1) << f;  // every layer, as MindFormers' Llama builds MoE
     EXPECT_EQ(c.parallel.expert_parallel, 8) << f;
     EXPECT_EQ(c.parallel.data_parallel, 8) << f;

@@ -46,10 +46,10 @@ TEST(MoeConfigKeys, DefaultsAreMindFormersAndTheModelIsDense) {
     EXPECT_DOUBLE_EQ(e.z_loss_factor, 0.0);
     EXPECT_TRUE(e.norm_topk_prob);
     EXPECT_EQ(e.routing_policy, "TopkRouterV1");
-    EXPECT_EQ(e.router_dense_type, "float32");
-    EXPECT_EQ(e.token_drop_policy, "position");
+    EXPECT_FALSE(e.router_bf16);
+    EXPECT_EQ(e.token_drop_policy, TokenDropPolicy::kPosition);
     EXPECT_EQ(e.moe_layer_freq, 1);
-    EXPECT_EQ(e.token_dispatcher, "alltoall");
+    EXPECT_EQ(e.token_dispatcher, TokenDispatcher::kAllToAll);
     EXPECT_FALSE(e.enabled());
     EXPECT_FALSE(e.is_moe_layer(0));
     EXPECT_TRUE(c.warnings.empty()) << all_warnings(c);
@@ -80,10 +80,10 @@ moe_config:
     EXPECT_DOUBLE_EQ(e.aux_loss_factor, 0.01);
     EXPECT_DOUBLE_EQ(e.z_loss_factor, 0.001);
     EXPECT_FALSE(e.norm_topk_prob);
-    EXPECT_EQ(e.router_dense_type, "bfloat16");
-    EXPECT_EQ(e.token_drop_policy, "probs");
+    EXPECT_TRUE(e.router_bf16);
+    EXPECT_EQ(e.token_drop_policy, TokenDropPolicy::kProbs);
     EXPECT_EQ(e.moe_layer_freq, 2);
-    EXPECT_EQ(e.token_dispatcher, "allgather");
+    EXPECT_EQ(e.token_dispatcher, TokenDispatcher::kAllGather);
     EXPECT_TRUE(e.enabled());
     EXPECT_TRUE(e.is_moe_layer(0));
     EXPECT_FALSE(e.is_moe_layer(1));

@@ -371,12 +371,7 @@ int Trainer::train_loop() {
     trace::Span step_span(trace::kOn, "step", "step %lld", static_cast<long long>(step));
     step_span.arg("step", static_cast<double>(step));
     trace::memory_counter(planned);
-    double stop = g_stop_signal.load();
-    {
-      trace::Span span("step", "stop check");
-      ctx_.world().allreduce_max(&stop, 1);
-    }
-    if (stop != 0) {
+    if (const double stop = stop_signal(); stop != 0) {
       step_span.end();
       profile.finish();
       const std::string saved = final_checkpoint(step - 1, saving);  // a save under way completed first
@@ -396,19 +391,13 @@ int Trainer::train_loop() {
       finish_checkpoint(true);
       return 3;
     }
-    if (r.spike) {
-      spdlog::warn("step {}: global norm {:.4f} above monitor_config.global_norm_spike_threshold {}: no update, its data "
-                   "(samples [{}, {}) of the global order) skipped; {} such step(s) in a row",
-                   step, r.grad_norm, cfg_.skip_data.threshold, (step - 1) * global_batch_, step * global_batch_,
-                   spikes_in_a_row_);
-      if (spikes_in_a_row_ >= cfg_.skip_data.count_threshold) {
-        step_span.end();
-        profile.finish();
-        spdlog::error("step {}: {} steps in a row skipped for global-norm spikes "
-                      "(monitor_config.global_norm_spike_count_threshold {}); training stopped{}",
-                      step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
-        return 5;
-      }
+    if (r.spike && spike_stops_run(step, r)) {
+      step_span.end();
+      profile.finish();
+      spdlog::error("step {}: {} steps in a row skipped for global-norm spikes "
+                    "(monitor_config.global_norm_spike_count_threshold {}); training stopped{}",
+                    step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
+      return 5;
     }
     profile.before_interval_close(step);
     // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
@@ -425,15 +414,7 @@ int Trainer::train_loop() {
       trace::Span span(trace::kOn, "log", "log step %lld", static_cast<long long>(step));
       log_step(step, r, iv, meter.steady_ms_per_step());
     }
-    if (eval_data_ && eval_due(step)) meter.exclude(timed_s([&] { evaluate_and_log(step); }));  // not training time
-    // A checkpoint every save_checkpoint_steps steps and after the last one (MindSpore's ModelCheckpoint
-    // saves at the end too). Its time is not training time: a synchronous save's whole, an
-    // asynchronous one's snapshot.
-    if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
-      trace::Span span("checkpoint", cfg_.checkpoint.async_save ? "checkpoint snapshot" : "checkpoint save");
-      span.arg("excluded", 1.0);
-      meter.exclude(timed_s([&] { save_checkpoint(step); }));
-    }
+    evaluate_and_save(step, saving, meter);
     // After the last profiled step: the trace files (not training time either).
     const double t0 = now();
     if (profile.after_step(step)) meter.exclude(now() - t0);
@@ -453,6 +434,36 @@ int Trainer::train_loop() {
                                         : std::string());
   log_resource_report();
   return 0;
+}
+
+// A stop request on any rank (SIGINT/SIGTERM), agreed by all: the signal, or 0.
+double Trainer::stop_signal() const {
+  double stop = g_stop_signal.load();
+  trace::Span span("step", "stop check");
+  ctx_.world().allreduce_max(&stop, 1);
+  return stop;
+}
+
+// A step skipped for a global-norm spike: its warning; true when global_norm_spike_count_threshold such
+// steps in a row end the run.
+bool Trainer::spike_stops_run(int64_t step, const StepResult& r) const {
+  spdlog::warn("step {}: global norm {:.4f} above monitor_config.global_norm_spike_threshold {}: no update, its data "
+               "(samples [{}, {}) of the global order) skipped; {} such step(s) in a row",
+               step, r.grad_norm, cfg_.skip_data.threshold, (step - 1) * global_batch_, step * global_batch_,
+               spikes_in_a_row_);
+  return spikes_in_a_row_ >= cfg_.skip_data.count_threshold;
+}
+
+// After `step`: evaluation when due, and a checkpoint every save_checkpoint_steps steps and after the
+// last one (MindSpore's ModelCheckpoint saves at the end too). Neither is training time: the meter
+// excludes evaluation, a synchronous save's whole and an asynchronous one's snapshot.
+void Trainer::evaluate_and_save(int64_t step, bool saving, IntervalMeter& meter) {
+  if (eval_data_ && eval_due(step)) meter.exclude(timed_s([&] { evaluate_and_log(step); }));
+  if (saving && (step % cfg_.checkpoint.save_steps == 0 || step == total_steps_)) {
+    trace::Span span("checkpoint", cfg_.checkpoint.async_save ? "checkpoint snapshot" : "checkpoint save");
+    span.arg("excluded", 1.0);
+    meter.exclude(timed_s([&] { save_checkpoint(step); }));
+  }
 }
 
 // Megatron's clean exits after `step`: why the run ends here, or "" (exit_duration_in_mins: the

@@ -116,6 +116,9 @@ class Trainer {
   bool finite_step(const StepResult& r) const;
   void report_nonfinite(int64_t step, const StepResult& r) const;
   void evaluate_and_log(int64_t step);
+  double stop_signal() const;
+  bool spike_stops_run(int64_t step, const StepResult& r) const;
+  void evaluate_and_save(int64_t step, bool saving, IntervalMeter& meter);
   std::string exit_due(int64_t step, double elapsed_s) const;
   std::string final_checkpoint(int64_t step, bool saving);
   // The checkpoint's directory name for `step` (CheckpointMonitor's prefix, epoch and step).

@@ -16,7 +16,15 @@ command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
 WORK="$(mktemp -d)"
-ranks_of() { for p in $(pgrep -x gridformer || true); do tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"; done; }
+# The ranks of the run into OUT (other tests' gridformer processes may come and go meanwhile: a
+# process that ends between pgrep and reading its cmdline is skipped, and the function never fails).
+ranks_of() {
+  local p
+  for p in $(pgrep -x gridformer || true); do
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
+  done
+  return 0
+}
 cleanup() { for p in $(pgrep -f -- "$WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 cd "$WORK"

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -17,7 +16,6 @@ namespace fs = std::filesystem;
 
 double float_decimal(float v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
   // The shortest of %.1g .. %.9g that reads back as the same float.
   for (int digits = 1; digits <= 9; ++digits) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));

@@ -1,5 +1,6 @@
 // The Trainer's step loop: run() (stop signals, steps, log lines, evaluation), one optimizer step
-// (train_step), evaluation, and the step lines of the log and metrics.jsonl. Construction and the
+// (train_step), evaluation, stopping with a checkpoint. The step lines of the log and metrics.jsonl are
+// in runner/train/step_log.cpp; construction and the
 // reports about the run are in runner/train/trainer_setup.cpp, save_weights in runner/train/weight_gather.cpp.
 #include "runner/train/trainer.h"
 
@@ -35,26 +36,12 @@ void install_stop_handlers() {
 
 namespace {
 
-std::string hms(double s) {
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%d:%02d:%02d", static_cast<int>(t / 3600), static_cast<int>(t / 60 % 60), static_cast<int>(t % 60));
-  return buf;
-}
-
 // Seconds `f` takes.
 template <typename F>
 double timed_s(F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string progress_bar(double frac, int width = 20) {
-  std::string bar;
-  const int full = static_cast<int>(frac * width + 1e-9);
-  for (int i = 0; i < width; ++i) bar += i < full ? "\u2588" : " ";
-  return bar;
 }
 
 }  // namespace
@@ -245,74 +232,6 @@ void Trainer::gather_moe_stats(StepResult& r) const {
     r.moe.push_back(m);
   }
   r.objective = r.loss + cfg_.model.moe.aux_loss_factor * r.aux_loss + cfg_.model.moe.z_loss_factor * r.z_loss;
-}
-
-void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
-  const IntervalRates x =
-      interval_rates(iv, static_cast<double>(global_batch_ * cfg_.model.seq_length), static_cast<double>(global_batch_),
-                     model_->flops_per_step(global_batch_), ctx_.world().size(), peak_.tflops);
-  const int64_t epoch = steps_per_epoch_ > 0 ? (step - 1) / steps_per_epoch_ + 1 : 1;
-  const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
-  const double frac = static_cast<double>(step) / total_steps_;
-  const double eta = steady_ms_per_step / 1000.0 * static_cast<double>(total_steps_ - step);
-  const std::string span = iv.startup                ? std::string("step 1 alone: start-up")
-                           : iv.steps() == 1         ? fmt::format("step {}", iv.last_step)
-                                                     : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
-  // An overflowing fp16 step has no finite gradient norm to show (the sum of squares is inf or NaN).
-  const std::string grad_norm = std::isfinite(r.grad_norm) ? fmt::format("{:.4f}", r.grad_norm) : "overflow";
-  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {}, "
-               "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
-               "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
-               epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
-               r.spike ? " (global-norm spike, step skipped)" : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
-               100.0 * x.mfu);
-  if (!r.moe.empty()) {
-    int64_t dropped = 0, assigned = 0;
-    double imbalance = 0;
-    for (const StepResult::MoeLayer& m : r.moe) {
-      dropped += m.dropped;
-      assigned += m.assignments;
-      imbalance = std::max(imbalance, static_cast<double>(m.tokens_max) / std::max(m.tokens_mean, 1e-300));
-    }
-    spdlog::info("moe: aux_loss: {:.6f} (x{}), z_loss: {:.6f} (x{}), objective: {:.6f}, tokens per expert max/mean: "
-                 "{:.3f} (worst of {} layers), dropped: {} of {} assignments",
-                 r.aux_loss, cfg_.model.moe.aux_loss_factor, r.z_loss, cfg_.model.moe.z_loss_factor, r.objective,
-                 imbalance, r.moe.size(), dropped, assigned);
-  }
-  if (r.bubble >= 0)
-    spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (the time a stage did not compute "
-                 "over the slowest stage's time in the schedule, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
-                 pipeline::scheduler_name(sched_), shape_.stages,
-                 shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
-                 100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
-  spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
-               x.samples_per_s / ctx_.world().size(), hms(eta));
-  const std::vector<double> rss = peak_rss_per_rank();  // a collective: before the rank-0-only part
-  if (metrics_) {
-    nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
-                        {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
-                        {"interval_steps", iv.steps()}, {"startup", iv.startup},
-                        {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
-                        {"tflops", x.tflops}, {"mfu", x.mfu}, {"peak_rss_bytes", rss}};
-    if (!r.moe.empty()) {
-      j["aux_loss"] = r.aux_loss;
-      j["z_loss"] = r.z_loss;
-      j["objective"] = r.objective;
-      nlohmann::json layers = nlohmann::json::array();
-      for (const StepResult::MoeLayer& m : r.moe)
-        layers.push_back({{"layer", m.layer}, {"aux_loss", m.aux}, {"z_loss", m.z}, {"tokens_max", m.tokens_max},
-                          {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments},
-                          {"tokens_per_expert", m.tokens}});
-      j["moe"] = layers;
-    }
-    if (cfg_.skip_data.enabled) j["spike"] = r.spike;
-    if (r.bubble >= 0) {
-      j["bubble"] = r.bubble;
-      j["bubble_max"] = r.bubble_max;
-      j["bubble_analytic"] = r.bubble_analytic;
-    }
-    metrics_->write(j);
-  }
 }
 
 double Trainer::forward_micro_batches(int64_t index) {

@@ -1,7 +1,8 @@
 // The training loop: data -> forward -> backward -> gradient sync -> unscale/overflow check ->
 // clip -> AdamW step -> log -> (checkpoint). One Trainer per rank; communicators come in the
 // ParallelContext. Defined in runner/train/trainer.cpp (the step loop), runner/train/trainer_setup.cpp
-// (construction, the set-up and resource reports) and runner/train/weight_gather.cpp (save_weights).
+// (construction, the set-up and resource reports), runner/train/step_log.cpp (the step lines) and
+// runner/train/weight_gather.cpp (save_weights).
 #pragma once
 #include <atomic>
 #include <nlohmann/json_fwd.hpp>

@@ -11,7 +11,7 @@
 // writes those (tensors cut by a shard boundary are written as the boxes of their two parts).
 //
 // What makes a resume exact: the weights and moments are the fp32 values themselves; the data of a
-// step is a function of the step (Trainer::first_sample), dropout's masks of the step and the
+// step is a function of the step and the samples consumed before it (Trainer::batch_first), dropout's masks of the step and the
 // sample, the learning rate of the step; AdamW's bias correction counts step - skipped_steps; the
 // dynamic loss scale and its counters are in the state. So a run resumed after step s computes
 // step s + 1 from the same numbers as the run that went on.
@@ -124,14 +124,18 @@ void Trainer::load_initial_state() {
                                                             : std::string("no training state")) +
                              "), not a training run's state: drop resume_training to train from these weights");
   const int64_t step = st.at("step").get<int64_t>(), g = st.at("global_batch").get<int64_t>();
+  // Megatron's consumed-samples rule: the next step reads on from the first sample not yet consumed,
+  // whatever the global batch was (checkpoints before the key was saved consumed step x global batch).
+  const int64_t consumed = st.value("consumed_samples", step * g);
   if (g != global_batch_)
-    throw std::runtime_error(fmt::format(
-        "{}: saved with a global batch of {} samples, this run's is {} (batch_size {} x data_parallel {} x {} "
-        "micro-batches): a resumed run must keep the global batch, so that its steps read the same samples; set "
-        "runner_config.batch_size to {}",
-        r.dir(), g, global_batch_, cfg.batch_size, ctx_.size(GridAxis::kDp), micro_batches_,
-        g % (ctx_.size(GridAxis::kDp) * micro_batches_) == 0 ? std::to_string(g / (ctx_.size(GridAxis::kDp) * micro_batches_))
-                                                   : std::string("a value that gives it")));
+    spdlog::info("global batch changes at the resume: {} samples per step up to step {}, {} from step {} on (batch_size {} "
+                 "x data_parallel {} x {} micro-batches); step {} reads samples [{}, {}), the first not yet consumed; the "
+                 "learning-rate schedule follows steps (train_steps {})",
+                 g, step, global_batch_, step + 1, cfg.batch_size, ctx_.size(GridAxis::kDp), micro_batches_, step + 1,
+                 consumed, consumed + global_batch_, total_steps_);
+  // The data as the saved run built it (Megatron's shuffle depends on the sample count it is built for),
+  // or for more samples when this run needs them.
+  ensure_train_samples(std::max(st.value("data_samples", int64_t{0}), consumed + (total_steps_ - step) * global_batch_));
   for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
     if (!o) continue;
     const int64_t b = o->shard_begin(), e = o->shard_end();
@@ -152,13 +156,14 @@ void Trainer::load_initial_state() {
     }
   }
   start_step_ = last_saved_step_ = step;
+  consumed_base_ = consumed;
   skipped_steps_ = st.at("skipped_steps").get<int64_t>();
   good_steps_ = st.at("good_steps").get<int64_t>();
   loss_scale_ = st.at("loss_scale").get<double>();
   resumed_from_ = r.dir();
   spdlog::info("resumed from {}: step {} ({} samples consumed), loss scale {}, {} steps skipped for overflow; read in "
                "{:.2f} s; training continues at step {}",
-               r.dir(), step, st.value("consumed_samples", step * g), loss_scale_, skipped_steps_, seconds_since(t0),
+               r.dir(), step, consumed, loss_scale_, skipped_steps_, seconds_since(t0),
                step + 1);
 }
 
@@ -204,8 +209,9 @@ void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
 nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
   return {{"step", step},
           {"epoch", epoch},
-          {"consumed_samples", step * global_batch_},
+          {"consumed_samples", consumed_after(step)},
           {"global_batch", global_batch_},
+          {"data_samples", built_samples_},
           {"skipped_steps", skipped_steps_},
           {"good_steps", good_steps_},
           {"loss_scale", loss_scale_},

@@ -72,6 +72,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
   if (metrics_) {
     nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
                         {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
+                        {"consumed_samples", consumed_after(step)},
                         {"interval_steps", iv.steps()}, {"startup", iv.startup},
                         {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
                         {"tflops", x.tflops}, {"mfu", x.mfu}, {"peak_rss_bytes", rss}};

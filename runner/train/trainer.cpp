@@ -9,6 +9,7 @@
 #include <csignal>
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -52,10 +53,24 @@ bool Trainer::eval_due(int64_t step) const {
   return cfg_.eval_epoch_interval > 0 && steps_per_epoch_ > 0 && step % (cfg_.eval_epoch_interval * steps_per_epoch_) == 0;
 }
 
-void Trainer::read_micro_batches(BatchSource& src, int64_t index) {
+void Trainer::read_micro_batches(BatchSource& src, int64_t first) {
   const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
+  for (int64_t i = 0; i < micro_batches_; ++i) src.read(micro_first(first, i), cfg_.batch_size, tokens_.data() + i * n);
+}
+
+// A test hook (tests/integration/resume_batch.sh): with GF_SAMPLE_TRACE=<file> in the environment each
+// rank appends "step <s> rank <r> samples <first> <count>" for every micro-batch it reads for training.
+void Trainer::trace_samples(int64_t step) const {
+  static const char* path = std::getenv("GF_SAMPLE_TRACE");
+  if (!path || !*path) return;
+  std::string lines;
   for (int64_t i = 0; i < micro_batches_; ++i)
-    src.read(first_sample(index + 1, i), cfg_.batch_size, tokens_.data() + i * n);
+    lines += fmt::format("step {} rank {} samples {} {}\n", step, ctx_.world_rank(), micro_first(batch_first(step), i),
+                         cfg_.batch_size);
+  if (FILE* f = std::fopen(path, "a")) {  // one write per step: lines of several ranks do not interleave
+    std::fwrite(lines.data(), 1, lines.size(), f);
+    std::fclose(f);
+  }
 }
 
 // This step's micro-batches through the engine: the gradients add up in the arena (without a
@@ -66,7 +81,7 @@ double Trainer::run_micro_batches(int64_t step, float scale, StepResult& r) {
   trace::Span schedule("pipeline", pipelined() ? "pipeline schedule" : "micro-batches");
   const auto t0 = std::chrono::steady_clock::now();
   double loss_sum = engine_->train(
-      [&](int i) { return StepEngine::Micro{tokens_.data() + i * n, StepInfo{step, first_sample(step, i), true}}; },
+      [&](int i) { return StepEngine::Micro{tokens_.data() + i * n, StepInfo{step, micro_first(batch_first(step), i), true}}; },
       scale);
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   schedule.end();
@@ -98,7 +113,8 @@ StepResult Trainer::train_step(int64_t step) {
   // the step's span, so that together they account for its time.
   {
     trace::Span span("data", "data");
-    read_micro_batches(*data_, step - 1);
+    read_micro_batches(*data_, batch_first(step));
+    trace_samples(step);
   }
   float* grads = model_->grads();
   {
@@ -236,7 +252,7 @@ void Trainer::gather_moe_stats(StepResult& r) const {
 
 double Trainer::forward_micro_batches(int64_t index) {
   const int64_t n = cfg_.batch_size * (cfg_.model.seq_length + 1);
-  auto info = [&](int64_t i) { return StepInfo{0, first_sample(index + 1, i), false}; };
+  auto info = [&](int64_t i) { return StepInfo{0, micro_first(index * global_batch_, i), false}; };
   return engine_->forward_only([&](int i) { return StepEngine::Micro{tokens_.data() + i * n, info(i)}; },
                                static_cast<int>(micro_batches_));
 }
@@ -245,7 +261,7 @@ double Trainer::evaluate() {
   const int64_t T = cfg_.model.seq_length;
   double sum = 0.0;
   for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
-    read_micro_batches(*eval_data_, i);
+    read_micro_batches(*eval_data_, i * global_batch_);
     sum += forward_micro_batches(i);
   }
   if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
@@ -368,7 +384,7 @@ double Trainer::stop_signal() const {
 bool Trainer::spike_stops_run(int64_t step, const StepResult& r) const {
   spdlog::warn("step {}: global norm {:.4f} above monitor_config.global_norm_spike_threshold {}: no update, its data "
                "(samples [{}, {}) of the global order) skipped; {} such step(s) in a row",
-               step, r.grad_norm, cfg_.skip_data.threshold, (step - 1) * global_batch_, step * global_batch_,
+               step, r.grad_norm, cfg_.skip_data.threshold, batch_first(step), consumed_after(step),
                spikes_in_a_row_);
   return spikes_in_a_row_ >= cfg_.skip_data.count_threshold;
 }

@@ -155,14 +155,25 @@ class Trainer {
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
-  // The global index of the first sample of micro-batch i of step `step` on this rank: micro-batch i
-  // of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole global batch
-  // without pipelining or accumulation, as before).
-  int64_t first_sample(int64_t step, int64_t micro) const {
-    return (step - 1) * global_batch_ + (micro * ctx_.size(GridAxis::kDp) + ctx_.index(GridAxis::kDp)) * cfg_.batch_size;
+  // The global index of the first sample of step `step`'s global batch, by Megatron's consumed-samples
+  // rule: the samples consumed before this run's first step (0, or the resumed checkpoint's), then one
+  // global batch per step. Resumed with the global batch it was saved with, that is (step - 1) * G as
+  // in the uninterrupted run; with another, the next step reads on from the first sample not consumed.
+  int64_t batch_first(int64_t step) const { return consumed_base_ + (step - 1 - start_step_) * global_batch_; }
+  // The samples consumed after `step` (the checkpoint's consumed_samples).
+  int64_t consumed_after(int64_t step) const { return batch_first(step + 1); }
+  // The global index of the first sample of micro-batch i of the global batch starting at `first` on this
+  // rank: micro-batch i of every data-parallel rank, then micro-batch i + 1 (one micro-batch is the whole
+  // global batch without pipelining or accumulation).
+  int64_t micro_first(int64_t first, int64_t micro) const {
+    return first + (micro * ctx_.size(GridAxis::kDp) + ctx_.index(GridAxis::kDp)) * cfg_.batch_size;
   }
-  // Reads the micro-batches of global batch `index` of `src` into tokens_.
-  void read_micro_batches(BatchSource& src, int64_t index);
+  // Reads the micro-batches of the global batch starting at sample `first` of `src` into tokens_.
+  void read_micro_batches(BatchSource& src, int64_t first);
+  void trace_samples(int64_t step) const;
+  // The training data for at least `samples` samples: the configured source is rebuilt with more epochs
+  // when a resume's consumed samples reach past the one it was built for.
+  void ensure_train_samples(int64_t samples);
   // The summed token loss of the micro-batches in tokens_ (forward only, no dropout; this stage's share
   // under pipelining), for evaluation.
   double forward_micro_batches(int64_t index);
@@ -193,6 +204,8 @@ class Trainer {
   PeakChoice peak_;
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
   int64_t start_step_ = 0;               // resume_training: the checkpoint's step
+  int64_t consumed_base_ = 0;            // resume_training: the checkpoint's consumed_samples
+  int64_t built_samples_ = 0;            // the samples data_ was built for (0: unbounded or given)
   int64_t last_saved_step_ = 0;          // the newest checkpoint's step (this run's saves, or the one resumed from)
   std::string resumed_from_;
   struct PendingSave;                    // a save whose files are being written (runner/train/checkpointing.cpp)

@@ -50,6 +50,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   data_ = more_epochs && from_config
               ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
               : std::move(probe);
+  if (from_config && epoch_samples >= 0) built_samples_ = more_epochs ? total_steps_ * global_batch_ : epoch_samples;
   tokens_.resize(static_cast<size_t>(micro_batches_ * cfg.batch_size * (cfg.model.seq_length + 1)));
   if (cfg.do_eval || cfg.run_mode == RunMode::kEval) {
     // eval_dataset names its own data, or (data_path empty) the validation split of the training data.
@@ -92,6 +93,12 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
 
 // This rank's stage: its model chunks over one arena (the whole model without a pipeline), and the
 // engine that runs the schedule on them.
+void Trainer::ensure_train_samples(int64_t samples) {
+  if (built_samples_ <= 0 || samples <= built_samples_) return;  // unbounded, given, or enough
+  data_ = make_batch_source(cfg_.train_data, cfg_.model, samples, 0, "train_dataset");
+  built_samples_ = samples;
+}
+
 void Trainer::setup_engine() {
   const Config& cfg = cfg_;
   if (ctx_.size(GridAxis::kPp) == 1) {

@@ -473,7 +473,9 @@ std::string write_shard(const std::string& dir, int rank, const std::vector<Piec
                                   " and " + show(p.shape));
     entry["shape"] = p.shape;
     const std::string key = p.tensor + "@" + std::to_string(count[p.tensor]++);
-    entry["pieces"].push_back({{"file", file}, {"key", key}, {"offset", p.box.offset}, {"extent", p.box.extent}});
+    // Each piece's own CRC-32C besides the file's: a damaged file then names the tensors it damaged.
+    entry["pieces"].push_back({{"file", file}, {"key", key}, {"offset", p.box.offset}, {"extent", p.box.extent},
+                               {"crc32c", hex8(crc32c(p.data.data(), p.data.size() * sizeof(float)))}});
     heads.push_back({key, StDtype::kF32, p.box.extent, p.data.data()});
   }
   const std::string header = safetensors_header(heads, {{"format", "gridformer"}});
@@ -512,7 +514,7 @@ namespace {
 
 // The rank fragments' pieces, merged by tensor (write_index).
 struct MergedPiece {
-  std::string file, key;
+  std::string file, key, crc;  // crc: the piece's CRC-32C ("" in a fragment without one)
   int64_t number;  // k of key "<tensor>@<k>"
   Box box;
 };
@@ -549,7 +551,7 @@ void merge_fragments(const std::string& path, const std::vector<std::string>& fr
                                    it->second.shape_file + " but " + show(shape) + " in " + file +
                                    "; the ranks saved different models");
         for (const json& p : pieces) {
-          MergedPiece mp{p.at("file").get<std::string>(), p.at("key").get<std::string>(), 0,
+          MergedPiece mp{p.at("file").get<std::string>(), p.at("key").get<std::string>(), p.value("crc32c", ""), 0,
                          Box{p.at("offset").get<std::vector<int64_t>>(), p.at("extent").get<std::vector<int64_t>>()}};
           if (!frag_files.contains(mp.file))
             throw std::runtime_error(frag_name + ": tensor " + name + ": piece in file " + mp.file +
@@ -601,10 +603,9 @@ std::string index_text(const std::string& path, const nlohmann::json& state, con
     text += sep + q(name) + ": {\"shape\": " + json(m.shape).dump() + ", \"dtype\": \"F32\", \"pieces\": [";
     const char* psep = "\n   ";
     for (const MergedPiece& p : m.pieces) {
-      text +=
-          psep +
-          nlohmann::ordered_json{{"file", p.file}, {"key", p.key}, {"offset", p.box.offset}, {"extent", p.box.extent}}
-              .dump();
+      nlohmann::ordered_json piece{{"file", p.file}, {"key", p.key}, {"offset", p.box.offset}, {"extent", p.box.extent}};
+      if (!p.crc.empty()) piece["crc32c"] = p.crc;
+      text += psep + piece.dump();
       psep = ",\n   ";
     }
     text += "]}";
@@ -693,29 +694,21 @@ void point_latest(const std::string& root, const std::string& name) {
 std::vector<std::string> prune(const std::string& root, const std::string& name, int keep_max) {
   std::vector<std::string> removed;
   if (keep_max <= 0) return removed;
-  struct Saved {
-    int64_t step;
-    std::string name;
-  };
-  std::vector<Saved> saved;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    std::error_code dir_ec;
-    if (n.empty() || n[0] == '.' || !e.is_directory(dir_ec)) continue;
-    const json index = read_index_or_null((e.path() / kIndex).string());
-    if (index.is_null()) continue;
-    const json state = index.value("state", json());
-    const json step = state.is_object() ? state.value("step", json()) : json();
-    saved.push_back({step.is_number_integer() ? step.get<int64_t>() : -1, n});
-  }
-  if (ec) throw std::runtime_error(root + ": cannot list: " + ec.message());
-  std::sort(saved.begin(), saved.end(),
-            [](const Saved& a, const Saved& b) { return a.step != b.step ? a.step < b.step : a.name < b.name; });
+  const std::vector<Listed> saved = list_checkpoints(root);
+  // When `latest` is not recorded healthy, the newest healthy checkpoint before it stays beyond
+  // keep_max: a resume prefers it (the Trainer's resume_healthy_only).
+  std::string keep_healthy;
+  const auto latest = std::find_if(saved.begin(), saved.end(), [&](const Listed& c) { return c.name == name; });
+  if (latest != saved.end() && !latest->healthy)
+    for (auto it = std::make_reverse_iterator(latest); it != saved.rend(); ++it)
+      if (it->healthy) {
+        keep_healthy = it->name;
+        break;
+      }
   size_t left = saved.size();
-  for (const Saved& s : saved) {
+  for (const Listed& s : saved) {
     if (left <= static_cast<size_t>(keep_max)) break;
-    if (s.name == name) continue;  // `latest`
+    if (s.name == name || s.name == keep_healthy) continue;  // `latest`; the newest healthy one
     // Renamed out of sight first: a removal cut short leaves a dot-directory, not a checkpoint
     // with missing shards.
     const std::string victim = (fs::path(root) / s.name).string();
@@ -754,6 +747,27 @@ void abort_save(const std::string& root, const std::string& name) {
   check_name(name);
   const std::string tmp = tmp_of(root, name);
   if (exists(tmp)) remove_tree(tmp);
+}
+
+std::vector<Listed> list_checkpoints(const std::string& root) {
+  std::vector<Listed> saved;
+  if (!exists(root)) return saved;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    std::error_code dir_ec;
+    if (n.empty() || n[0] == '.' || !e.is_directory(dir_ec)) continue;
+    const json index = read_index_or_null((e.path() / kIndex).string());
+    if (index.is_null()) continue;
+    const json state = index.value("state", json());
+    const json step = state.is_object() ? state.value("step", json()) : json();
+    const json healthy = state.is_object() ? state.value("healthy", json(true)) : json(true);
+    saved.push_back({n, step.is_number_integer() ? step.get<int64_t>() : -1, !healthy.is_boolean() || healthy.get<bool>()});
+  }
+  if (ec) throw std::runtime_error(root + ": cannot list: " + ec.message());
+  std::sort(saved.begin(), saved.end(),
+            [](const Listed& a, const Listed& b) { return a.step != b.step ? a.step < b.step : a.name < b.name; });
+  return saved;
 }
 
 std::string resolve(const std::string& path, bool allow_none) {

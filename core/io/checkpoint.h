@@ -51,7 +51,8 @@ std::vector<Piece> pieces_of(const TensorPlacement& t, const std::string& name, 
 // Writes `pieces` to dir/shard_file(rank) (safetensors, F32, keys "<tensor>@<k>", k counting per
 // tensor from 0 on this rank; 0640; fsync'ed) and returns this rank's fragment of the index as JSON
 // text: {"files": {file: {"bytes": n, "crc32c": "xxxxxxxx"}}, "tensors": {name: {"shape": [...],
-// "pieces": [{"file", "key", "offset", "extent"}]}}}. Throws std::runtime_error naming the file (and
+// "pieces": [{"file", "key", "offset", "extent", "crc32c"}]}}} (each piece's data has its own CRC-32C, so a
+// damaged file names the tensors it damaged). Throws std::runtime_error naming the file (and
 // the errno text: a full disk, a file-size limit) when anything cannot be written; the caller
 // removes the temporary directory. SIGXFSZ must be ignored by the process for a file-size limit to
 // come back as an error (install_checkpoint_signal_handling does it).
@@ -74,6 +75,16 @@ void write_index(const std::string& dir, const std::vector<std::string>& fragmen
 std::string begin_save(const std::string& root, const std::string& name);
 std::vector<std::string> commit_save(const std::string& root, const std::string& name, int keep_max);
 void abort_save(const std::string& root, const std::string& name);
+
+// The complete checkpoints of `root` (directories with an index.json), oldest first (by the state's
+// step, then name), with whether each is recorded healthy (state.healthy; a checkpoint from before the
+// record counts as healthy). An absent root gives none.
+struct Listed {
+  std::string name;
+  int64_t step = -1;
+  bool healthy = true;
+};
+std::vector<Listed> list_checkpoints(const std::string& root);
 
 // `path` resolved to one checkpoint's directory: a directory with index.json is one; a directory
 // with a `latest` file (a run's checkpoint/ directory) gives the one it names; a run's output_dir
@@ -104,6 +115,10 @@ class Reader {
   // checkpoint and tensor when the tensor is missing, its saved global shape differs from
   // t.spec->shape (both shapes in the message), or some wanted element is in no saved box.
   void read(const std::string& name, const TensorPlacement& t, float* local, int64_t lo = 0, int64_t hi = -1);
+  // Every file of the checkpoint read through once (not kept) and checked against its recorded size and
+  // CRC-32C: "" when all agree, else what differs: the file, both CRCs, and each tensor piece whose own
+  // CRC-32C differs (its name and box), or the file's header when no piece does.
+  std::string verify() const;
   // The whole global tensor (every element must be covered).
   std::vector<float> read_full(const std::string& name);
   void release();  // drops the shards read so far
@@ -112,12 +127,16 @@ class Reader {
   struct SavedPiece {
     std::string file, key;
     Box box;
+    bool has_crc = false;
+    uint32_t crc = 0;
   };
   struct SavedTensor {
     std::vector<int64_t> shape;
     std::vector<SavedPiece> pieces;
   };
   struct Shard;
+  // The pieces of `file` (its bytes `data`, whose CRC-32C is not the recorded one) whose own CRC differs.
+  std::string damaged_pieces(const std::string& file, const std::vector<uint8_t>& data) const;
   const Shard& shard(const std::string& file, const std::string& tensor);
   const SavedTensor& saved(const std::string& name) const;  // throws naming a missing tensor
   // Fills the `wanted` boxes (global boxes at their offsets in `local`, of shape local_shape) from

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -73,6 +74,12 @@ Reader Reader::open(const std::string& path) {
       for (const json& p : t.at("pieces")) {
         SavedPiece sp{p.at("file").get<std::string>(), p.at("key").get<std::string>(),
                       Box{p.at("offset").get<std::vector<int64_t>>(), p.at("extent").get<std::vector<int64_t>>()}};
+        if (p.contains("crc32c")) {
+          sp.has_crc = parse_hex8(p.at("crc32c").get<std::string>(), &sp.crc);
+          if (!sp.has_crc)
+            throw std::runtime_error(index_path + ": tensor " + name + ": piece crc32c " + p.at("crc32c").dump() +
+                                     " is not 8 lowercase hex digits");
+        }
         if (!r.files_.count(sp.file))
           throw std::runtime_error(index_path + ": tensor " + name + ": file " + sp.file + " is not in \"files\"");
         if (!inside(sp.box, s.shape))
@@ -151,9 +158,62 @@ const Reader::Shard& Reader::shard(const std::string& file, const std::string& t
   const uint32_t have = crc32c(data.data(), data.size());
   if (have != crc)
     throw std::runtime_error(path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(crc) + " (reading " +
-                             tensor + "): the shard is damaged; restore it or resume from another checkpoint");
+                             tensor + "; " + damaged_pieces(file, data) +
+                             "): the shard is damaged; restore it or resume from another checkpoint");
   auto s = std::make_shared<Shard>(Shard{SafeTensorsFile::parse(path, std::move(data))});
   return *(open_[file] = std::move(s));
+}
+
+std::string Reader::damaged_pieces(const std::string& file, const std::vector<uint8_t>& data) const {
+  const std::string path = (fs::path(dir_) / file).string();
+  std::string out;
+  try {
+    const SafeTensorsFile st = SafeTensorsFile::parse(path, std::vector<uint8_t>(data));
+    for (const auto& [name, t] : tensors_)
+      for (const SavedPiece& p : t.pieces) {
+        if (p.file != file || !p.has_crc || !st.has(p.key)) continue;
+        const StTensor& x = st.get(p.key);
+        const uint32_t c = crc32c(x.data, static_cast<size_t>(x.nbytes));
+        if (c != p.crc)
+          out += (out.empty() ? "" : ", ") + std::string("tensor ") + name + " box " + show(p.box) + " (CRC-32C " +
+                 hex8(c) + ", saved " + hex8(p.crc) + ")";
+      }
+  } catch (const std::exception& e) {
+    return std::string("its header does not parse: ") + e.what();
+  }
+  return out.empty() ? "no tensor piece differs from its own CRC: the header or padding is damaged" : "damaged: " + out;
+}
+
+std::string Reader::verify() const {
+  for (const auto& [file, info] : files_) {
+    const std::string path = (fs::path(dir_) / file).string();
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
+    if (fd.get() < 0) return path + ": " + std::strerror(errno);
+    std::vector<uint8_t> buf(size_t{1} << 22);
+    uint32_t have = 0;
+    int64_t got = 0;
+    for (;;) {
+      const ssize_t r = ::read(fd.get(), buf.data(), buf.size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return path + ": cannot read: " + std::strerror(errno);
+      if (r == 0) break;
+      have = crc32c_extend(have, buf.data(), static_cast<size_t>(r));
+      got += r;
+    }
+    fd.close();
+    if (got != info.first)
+      return path + ": " + std::to_string(got) + " bytes, the index records " + std::to_string(info.first);
+    if (have == info.second) continue;
+    std::vector<uint8_t> data(static_cast<size_t>(info.first));  // read again whole, to name the damage
+    std::string problem = path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(info.second);
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      const size_t n = std::fread(data.data(), 1, data.size(), f);
+      std::fclose(f);
+      if (n == data.size()) problem += " (" + damaged_pieces(file, data) + ")";
+    }
+    return problem;
+  }
+  return "";
 }
 
 void Reader::fill(const std::string& name, const SavedTensor& s, const std::vector<SlicePiece>& wanted,

@@ -28,6 +28,20 @@ bool parse_by_name(const std::string& s, const E (&all)[N], const char* (*name)(
 }
 }  // namespace
 
+const char* spike_action_name(SpikeAction a) {
+  switch (a) {
+    case SpikeAction::kWarn: return "warn";
+    case SpikeAction::kSkip: return "skip";
+    case SpikeAction::kStop: return "stop";
+  }
+  return "?";
+}
+
+bool parse_spike_action(const std::string& s, SpikeAction& out) {
+  constexpr SpikeAction all[] = {SpikeAction::kWarn, SpikeAction::kSkip, SpikeAction::kStop};
+  return parse_by_name(s, all, spike_action_name, out);
+}
+
 const char* run_mode_name(RunMode m) {
   switch (m) {
     case RunMode::kTrain: return "train";

@@ -72,6 +72,24 @@ struct SkipDataConfig {
   bool operator==(const SkipDataConfig&) const = default;
 };
 
+// Spikes against a running statistic (ours, beside MindFormers' absolute data skip; the idea of
+// llm-foundry's KillLossSpike and Megatron's spiky-loss check): once `window` steps are recorded, a step
+// whose loss exceeds loss_factor x the mean loss of the last `window` steps without a spike, or whose
+// global gradient norm exceeds grad_norm_factor x their mean norm, is a spike (factor 0: not checked).
+// It is logged with its samples; `action` then: warn (the update is made), skip (no update, counted
+// as a skipped step; the next step reads the next batch), stop (the run ends with a checkpoint of the
+// step before, status 5). A spike is not added to the window.
+enum class SpikeAction { kWarn, kSkip, kStop };
+const char* spike_action_name(SpikeAction a);
+bool parse_spike_action(const std::string& s, SpikeAction& out);
+struct SpikeConfig {
+  double loss_factor = 0, grad_norm_factor = 0;
+  int64_t window = 100;
+  SpikeAction action = SpikeAction::kWarn;
+  bool enabled() const { return loss_factor > 0 || grad_norm_factor > 0; }
+  bool operator==(const SpikeConfig&) const = default;
+};
+
 struct DatasetConfig {
   std::string loader_type = "MegatronDataset";
   std::vector<std::pair<double, std::string>> data_path;  // (weight, prefix)
@@ -164,6 +182,10 @@ struct Settings {
   int64_t exit_interval = 0;
   double exit_duration_in_mins = 0.0;
   SkipDataConfig skip_data;
+  SpikeConfig spikes;
+  // Resume without load_checkpoint takes the newest checkpoint recorded healthy (ours): True; False
+  // takes the newest whatever its record.
+  bool resume_healthy_only = true;
   LossScaleConfig loss_scale;
   bool use_clip_grad = false;
   double max_grad_norm = 1.0;

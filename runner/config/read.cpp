@@ -133,6 +133,16 @@ void read_training(ReadContext& x) {
   if (c.skip_data.count_threshold < 1)
     x.refuse(kv("monitor_config.global_norm_spike_count_threshold", std::to_string(c.skip_data.count_threshold)) +
              ": must be >= 1");
+  c.spikes.loss_factor = rd.get<double>("monitor_config.loss_spike_factor");
+  c.spikes.grad_norm_factor = rd.get<double>("monitor_config.grad_norm_spike_factor");
+  c.spikes.window = rd.get<int64_t>("monitor_config.spike_window");
+  for (const char* k : {"monitor_config.loss_spike_factor", "monitor_config.grad_norm_spike_factor"})
+    if (!(rd.get<double>(k) >= 0)) x.refuse("`" + std::string(k) + "`: must be >= 0 (0: off)");
+  if (c.spikes.window < 1)
+    x.refuse(kv("monitor_config.spike_window", std::to_string(c.spikes.window)) + ": must be >= 1 steps");
+  if (const std::string a = rd.get<std::string>("monitor_config.spike_action"); !parse_spike_action(a, c.spikes.action))
+    x.refuse("`monitor_config.spike_action: " + a + "`: must be warn, skip or stop");
+  c.resume_healthy_only = rd.get<bool>("resume_healthy_only");
   c.eval_step_interval = rd.get<int64_t>("eval_step_interval");
   c.eval_epoch_interval = rd.get<int64_t>("eval_epoch_interval");
   if (c.batch_size <= 0) x.refuse("`runner_config.batch_size: " + std::to_string(c.batch_size) + "`: must be > 0");

@@ -35,6 +35,11 @@ monitor_config:
   check_for_global_norm: false
   global_norm_spike_threshold: 3.0
   global_norm_spike_count_threshold: 10
+  loss_spike_factor: 0.0  # ours: the running-statistic spike check (0: off)
+  grad_norm_spike_factor: 0.0
+  spike_window: 100
+  spike_action: warn
+resume_healthy_only: true  # ours
 eval_step_interval: 100
 eval_epoch_interval: -1
 layer_scale: false

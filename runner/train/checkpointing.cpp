@@ -15,6 +15,7 @@
 // sample, the learning rate of the step; AdamW's bias correction counts step - skipped_steps; the
 // dynamic loss scale and its counters are in the state. So a run resumed after step s computes
 // step s + 1 from the same numbers as the run that went on.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -82,12 +83,53 @@ void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg
   for (const TensorPlacement& t : model.params().tensors()) r.read(t.spec->name, t, w + t.offset);
 }
 
+// resume_training without load_checkpoint: of the run's committed checkpoints (the one `latest` names and
+// those before it), the newest recorded healthy (any, with resume_healthy_only: False) whose files pass
+// their sizes and CRCs; each one passed over is named in a warning. "" when nothing is committed yet.
+std::string Trainer::own_resume_checkpoint() const {
+  const std::string root = checkpoint_root();
+  const std::string latest = ckpt::resolve(root, true);
+  if (latest.empty()) return "";
+  const std::string latest_name = fs::path(latest).filename().string();
+  std::vector<ckpt::Listed> all = ckpt::list_checkpoints(root);
+  const auto at = std::find_if(all.begin(), all.end(), [&](const ckpt::Listed& c) { return c.name == latest_name; });
+  if (at != all.end()) all.erase(at + 1, all.end());  // a newer one renamed into place but never committed
+  int passed_over = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it, ++passed_over) {
+    const std::string dir = (fs::path(root) / it->name).string();
+    if (cfg_.resume_healthy_only && !it->healthy) {
+      spdlog::warn("checkpoint {} (step {}) is not recorded healthy (a spike among its steps since the checkpoint "
+                   "before): passed over for an earlier healthy one (resume_healthy_only: False would take it)",
+                   dir, it->step);
+      continue;
+    }
+    std::string bad;
+    try {
+      bad = ckpt::Reader::open(dir).verify();
+    } catch (const std::exception& e) {
+      bad = e.what();
+    }
+    if (!bad.empty()) {
+      spdlog::warn("checkpoint {} (step {}) is damaged: {}; passed over for the one before", dir, it->step, bad);
+      continue;
+    }
+    if (passed_over > 0)
+      spdlog::warn("resuming from {} (step {}), not from the newest committed checkpoint {}", dir, it->step, latest);
+    return dir;
+  }
+  throw std::runtime_error(fmt::format(
+      "`resume_training: True`: none of the {} committed checkpoints under {} is {}whole (see the warnings above): give "
+      "one with load_checkpoint{}, or remove them to start from step 1",
+      all.size(), root, cfg_.resume_healthy_only ? "recorded healthy and " : "",
+      cfg_.resume_healthy_only ? ", set resume_healthy_only: False" : ""));
+}
+
 void Trainer::load_initial_state() {
   const Config& cfg = cfg_;
   std::string path = cfg.load_checkpoint;
   if (cfg.resume_training && path.empty()) {
     // A restarted job resumes from its own checkpoints when it has some.
-    path = ckpt::resolve(checkpoint_root(), true);
+    path = own_resume_checkpoint();
     if (path.empty()) {
       spdlog::warn("`resume_training: True` without load_checkpoint, and no checkpoint under {} yet: training starts "
                    "from step 1",
@@ -160,6 +202,8 @@ void Trainer::load_initial_state() {
   skipped_steps_ = st.at("skipped_steps").get<int64_t>();
   good_steps_ = st.at("good_steps").get<int64_t>();
   loss_scale_ = st.at("loss_scale").get<double>();
+  spikes_in_a_row_ = st.value("spikes_in_a_row", int64_t{0});
+  spikes_->restore(st.value("spike_window", nlohmann::json()));
   resumed_from_ = r.dir();
   spdlog::info("resumed from {}: step {} ({} samples consumed), loss scale {}, {} steps skipped for overflow; read in "
                "{:.2f} s; training continues at step {}",
@@ -216,6 +260,11 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
           {"good_steps", good_steps_},
           {"loss_scale", loss_scale_},
           {"lr", lr_->at(step)},
+          // Healthy: every step since the previous checkpoint finite (a non-finite one stops the run) and
+          // without a spike; resume without load_checkpoint prefers the newest healthy checkpoint.
+          {"healthy", !spike_since_save_},
+          {"spikes_in_a_row", spikes_in_a_row_},
+          {"spike_window", spikes_->state()},
           {"seed", cfg_.seed},
           {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
                      {"vocab_size", cfg_.model.vocab_size}}},
@@ -268,6 +317,7 @@ void Trainer::save_checkpoint(int64_t step) {
   for (const ckpt::Piece& piece : p.pieces) p.bytes += 4.0 * static_cast<double>(piece.data.size());
   p.snapshot_s = seconds_since(p.t0);
   p.state = checkpoint_state(step, epoch);
+  spike_since_save_ = false;
   p.tmp = begin_save_on_every_rank(p.name, step);
   ckpt::install_checkpoint_signal_handling();
   const int rank = ctx_.world_rank();

@@ -45,7 +45,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
                "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
-               r.spike ? " (global-norm spike, step skipped)" : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
+               r.spike ? (r.skipped ? " (spike, step skipped)" : " (spike)") : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
   if (!r.moe.empty()) {
     int64_t dropped = 0, assigned = 0;
@@ -87,7 +87,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                           {"tokens_per_expert", m.tokens}});
       j["moe"] = layers;
     }
-    if (cfg_.skip_data.enabled) j["spike"] = r.spike;
+    if (cfg_.skip_data.enabled || cfg_.spikes.enabled()) j["spike"] = r.spike;
     if (r.bubble >= 0) {
       j["bubble"] = r.bubble;
       j["bubble_max"] = r.bubble_max;

@@ -160,19 +160,42 @@ StepResult Trainer::train_step(int64_t step) {
     loss_scale_ = std::max(1.0, loss_scale_ / cfg_.loss_scale.factor);
     return r;
   }
-  // MindFormers' data skip: a global norm above the threshold updates nothing (the next step reads the
-  // next batch), counted; a normal step resets the count.
-  if (cfg_.skip_data.enabled) {
-    if (std::isfinite(r.grad_norm) && r.grad_norm > cfg_.skip_data.threshold) {
-      r.skipped = r.spike = true;
-      ++skipped_steps_;
-      ++spikes_in_a_row_;
-      return r;
-    }
-    spikes_in_a_row_ = 0;
-  }
+  if (spike_skips_step(r)) return r;
   optimizer_update(step, r);
   return r;
+}
+
+// MindFormers' data skip: a global norm above the threshold updates nothing (the next step reads the
+// next batch), counted. The running statistic: a spike warned, skipped like that, or stopped at (no
+// update; the run ends before it). A step without a spike resets the count and joins the window.
+bool Trainer::spike_skips_step(StepResult& r) {
+  bool skip = false;
+  if (cfg_.skip_data.enabled && std::isfinite(r.grad_norm) && r.grad_norm > cfg_.skip_data.threshold) {
+    r.spike = skip = true;
+    r.spike_why = fmt::format("global norm {:.4f} above monitor_config.global_norm_spike_threshold {}", r.grad_norm,
+                              cfg_.skip_data.threshold);
+  }
+  if (cfg_.spikes.enabled()) {
+    trace::Span span("step", "spike check");
+    if (const SpikeMonitor::Verdict v = spikes_->judge(r.loss, r.grad_norm); v.any()) {
+      r.spike_why += (r.spike ? "; " : "") + v.describe(r.loss, r.grad_norm, cfg_.spikes, cfg_.spikes.window);
+      r.spike = true;
+      skip = skip || cfg_.spikes.action == SpikeAction::kSkip;
+      r.spike_stop = cfg_.spikes.action == SpikeAction::kStop;
+    } else if (!r.spike) {
+      spikes_->record(r.loss, r.grad_norm);
+    }
+  }
+  if (r.spike_stop) return true;  // the run ends before this step: nothing counted
+  if (r.spike) spike_since_save_ = true;
+  if (!skip) {
+    spikes_in_a_row_ = 0;
+    return false;
+  }
+  r.skipped = true;
+  ++skipped_steps_;
+  ++spikes_in_a_row_;
+  return true;
 }
 
 // Clip (inside the update's pass), AdamW on this rank's shard, the ZeRO all-gather, the loss scale's growth.
@@ -329,9 +352,13 @@ int Trainer::train_loop() {
     if (r.spike && spike_stops_run(step, r)) {
       step_span.end();
       profile.finish();
-      spdlog::error("step {}: {} steps in a row skipped for global-norm spikes "
-                    "(monitor_config.global_norm_spike_count_threshold {}); training stopped{}",
-                    step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
+      if (r.spike_stop)
+        spdlog::error("step {}: a spike (monitor_config.spike_action: stop); training stopped before its update{}", step,
+                      final_checkpoint(step - 1, saving));
+      else
+        spdlog::error("step {}: {} steps in a row skipped for spikes (monitor_config.global_norm_spike_count_threshold {}); "
+                      "training stopped{}",
+                      step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
       return 5;
     }
     profile.before_interval_close(step);
@@ -379,14 +406,13 @@ double Trainer::stop_signal() const {
   return stop;
 }
 
-// A step skipped for a global-norm spike: its warning; true when global_norm_spike_count_threshold such
-// steps in a row end the run.
+// A spike's warning, with the step's samples; true when it ends the run: spike_action stop, or
+// global_norm_spike_count_threshold skipped spikes in a row.
 bool Trainer::spike_stops_run(int64_t step, const StepResult& r) const {
-  spdlog::warn("step {}: global norm {:.4f} above monitor_config.global_norm_spike_threshold {}: no update, its data "
-               "(samples [{}, {}) of the global order) skipped; {} such step(s) in a row",
-               step, r.grad_norm, cfg_.skip_data.threshold, batch_first(step), consumed_after(step),
-               spikes_in_a_row_);
-  return spikes_in_a_row_ >= cfg_.skip_data.count_threshold;
+  const char* what = r.spike_stop ? "the run stops before its update" : r.skipped ? "no update, its data skipped" : "updated (spike_action: warn)";
+  spdlog::warn("step {}: spike: {}; {} (samples [{}, {}) of the global order){}", step, r.spike_why, what, batch_first(step),
+               consumed_after(step), r.skipped ? fmt::format("; {} such step(s) in a row", spikes_in_a_row_) : std::string());
+  return r.spike_stop || (r.skipped && spikes_in_a_row_ >= cfg_.skip_data.count_threshold);
 }
 
 // After `step`: evaluation when due, and a checkpoint every save_checkpoint_steps steps and after the

@@ -18,6 +18,7 @@
 #include "parallel/grad_sync.h"
 #include "parallel/parallel_context.h"
 #include "runner/train/batch_source.h"
+#include "runner/train/spike_monitor.h"
 #include "runner/config/config.h"
 #include "runner/report/interval_meter.h"
 #include "runner/report/machine_probe.h"
@@ -49,8 +50,12 @@ struct StepResult {
   double grad_norm = 0.0;  // before clipping, after unscaling
   double lr = 0.0;
   double loss_scale = 1.0;
-  bool skipped = false;    // no update: overflow under dynamic loss scaling, or a global-norm spike
-  bool spike = false;      // skipped for a global-norm spike (use_skip_data_by_global_norm)
+  bool skipped = false;    // no update: overflow under dynamic loss scaling, or a spike skipped
+  // A spike: the global norm above MindFormers' absolute threshold (use_skip_data_by_global_norm: skipped),
+  // or the loss or norm against the running statistic (monitor_config.spike_action: warned, skipped or
+  // stopped at); `spike_why` says which.
+  bool spike = false, spike_stop = false;
+  std::string spike_why;
   // MoE: per MoE layer over the global batch, and the router losses (unweighted, summed over the
   // layers) that the objective adds to `loss` with moe_config's factors.
   struct MoeLayer {
@@ -118,6 +123,11 @@ class Trainer {
   void report_nonfinite(int64_t step, const StepResult& r) const;
   void evaluate_and_log(int64_t step);
   double stop_signal() const;
+  // The spike checks on a step whose loss and norm are known (before its update): fills r's spike
+  // fields and counts a skipped one; true when the step makes no update.
+  bool spike_skips_step(StepResult& r);
+  // A spike's warning; true when it ends the run (spike_action: stop, or global_norm_spike_count_threshold
+  // skipped spikes in a row).
   bool spike_stops_run(int64_t step, const StepResult& r) const;
   void evaluate_and_save(int64_t step, bool saving, IntervalMeter& meter);
   std::string exit_due(int64_t step, double elapsed_s) const;
@@ -147,6 +157,7 @@ class Trainer {
   // No collective: it runs while the trainer is built. Called after the optimizers exist.
   void load_initial_state();
   std::string checkpoint_root() const;
+  std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).
   void snapshot_pieces(std::vector<ckpt::Piece>& pieces) const;
   nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
@@ -199,7 +210,9 @@ class Trainer {
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;
-  int64_t spikes_in_a_row_ = 0;  // use_skip_data_by_global_norm: steps skipped one after another
+  int64_t spikes_in_a_row_ = 0;  // spikes skipped one after another
+  std::unique_ptr<SpikeMonitor> spikes_;  // the running statistic (monitor_config.*_spike_factor)
+  bool spike_since_save_ = false;  // a spike among the steps since the last checkpoint: the next is not healthy
   MachineSetup machine_;
   PeakChoice peak_;
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only

@@ -71,6 +71,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
                                            sync_->expert_shard_end());
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
+  spikes_ = std::make_unique<SpikeMonitor>(cfg.spikes);
   load_initial_state();
   if (ctx_.world_rank() == 0) {
     std::filesystem::create_directories(cfg.output_dir);

@@ -532,12 +532,12 @@ std::string latest_of(const std::string& root) {
 
 // A one-tensor checkpoint: ln_f.weight = value everywhere.
 void save_small(const std::string& root, const std::string& name, int64_t step, float value, int keep_max,
-                std::vector<std::string>* removed = nullptr) {
+                std::vector<std::string>* removed = nullptr, bool healthy = true) {
   const Placement p = placement_of(gpt2_small(false), 0, 1);
   const std::vector<float> v(48, value);
   const std::string tmp = begin_save(root, name);
   const std::string f = write_shard(tmp, 0, pieces_of(p.at("ln_f.weight"), "ln_f.weight", v.data()));
-  write_index(tmp, {f}, {{"step", step}});
+  write_index(tmp, {f}, healthy ? nlohmann::json{{"step", step}} : nlohmann::json{{"step", step}, {"healthy", false}});
   const auto gone = commit_save(root, name, keep_max);
   if (removed) *removed = gone;
 }
@@ -581,6 +581,54 @@ TEST(CheckpointDirs, LatestNamesTheNewestAndPruningKeepsIt) {
   EXPECT_EQ(small_value(root), 55.0f);
   for (const auto& e : fs::directory_iterator(root))
     EXPECT_NE(e.path().filename().string().rfind(".", 0), 0u) << "left behind: " << e.path();
+}
+
+// While the newest checkpoint is not recorded healthy, the newest healthy one before it is kept beyond
+// keep_max (a resume prefers it); once a healthy one is newest, it goes as any other.
+TEST(CheckpointDirs, PruningKeepsTheNewestHealthyWhileNewerOnesAreNot) {
+  TempDir dir;
+  const std::string root = dir / "checkpoint";
+  std::vector<std::string> removed;
+  save_small(root, "step_1", 1, 1.0f, 1, &removed);
+  save_small(root, "step_2", 2, 2.0f, 1, &removed, false);
+  EXPECT_TRUE(removed.empty());
+  save_small(root, "step_3", 3, 3.0f, 1, &removed, false);
+  EXPECT_EQ(removed, std::vector<std::string>{root + "/step_2"});
+  const std::vector<Listed> all = list_checkpoints(root);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "step_1");
+  EXPECT_TRUE(all[0].healthy);
+  EXPECT_EQ(all[1].name, "step_3");
+  EXPECT_FALSE(all[1].healthy);
+  save_small(root, "step_4", 4, 4.0f, 1, &removed);
+  EXPECT_EQ(removed, (std::vector<std::string>{root + "/step_1", root + "/step_3"}));
+  EXPECT_TRUE(list_checkpoints(dir / "absent").empty());
+}
+
+// A flipped bit in a shard: verify() names the file, both CRCs and the tensor piece whose own CRC differs.
+TEST(CheckpointVerify, NamesTheDamagedPiece) {
+  TempDir dir;
+  const std::string root = dir / "checkpoint";
+  save_small(root, "step_1", 1, 1.0f, 0);
+  EXPECT_EQ(Reader::open(root).verify(), "");
+  const std::string shard = root + "/step_1/rank_00000.safetensors";
+  std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-3, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x04;
+  f.seekp(-3, std::ios::end);
+  f.write(&c, 1);
+  f.close();
+  const std::string problem = Reader::open(root).verify();
+  EXPECT_NE(problem.find("rank_00000.safetensors: CRC-32C"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("damaged: tensor ln_f.weight box"), std::string::npos) << problem;
+  try {
+    (void)Reader::open(root).read_full("ln_f.weight");
+    ADD_FAILURE() << "a damaged shard was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("damaged: tensor ln_f.weight"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CheckpointDirs, StaleTemporaryIsReplacedAndAbortKeepsThePrevious) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -191,21 +192,44 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
+  const int64_t rows = d.Nl * d.C;  // the residual stream's elements on this rank
   if (d.first) {
     trace::Span span("compute", "embedding fwd");
     embedding_.fwd(e, s.emb, s.inputs);
+    check_finite(s.emb, rows, "the embedding's output");
   } else {
     std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
+    check_finite(s.xin, rows, "the hidden state received from the previous pipeline stage");
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
     trace::Span span(trace::kOn, "compute", "layer %d fwd", static_cast<int>(l));
     span.arg("layer", static_cast<double>(l));
-    layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), s.layers[static_cast<size_t>(l - d.l0)]);
+    const TransformerLayer::Acts& a = s.layers[static_cast<size_t>(l - d.l0)];
+    layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), a);
+    if (check_finite_) {
+      if (d.mode(l) == Recompute::kNone && a.res2)
+        check_finite(a.res2, rows, "layer " + std::to_string(l) + "'s attention (input + attention output)");
+      check_finite(a.out, rows, "layer " + std::to_string(l) + "'s output (" +
+                                     (layers_[static_cast<size_t>(l - d.l0)].is_moe() ? "MoE" : "MLP") + " + residual)");
+    }
     progress();
   }
   if (!d.last) return 0.0;
   trace::Span span("compute", "head fwd");
-  return head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
+  const double loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
+  if (check_finite_ && !std::isfinite(loss) && first_nonfinite_.empty())
+    first_nonfinite_ = "the head's loss (final norm, logits and cross-entropy; its inputs were finite)";
+  return loss;
+}
+
+void TransformerLM::check_finite(const float* p, int64_t n, const std::string& what) {
+  if (!check_finite_ || !first_nonfinite_.empty() || p == nullptr) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i])) {
+      first_nonfinite_ = what + " (element " + std::to_string(i) + " of " + std::to_string(n) + " on this rank is " +
+                         (std::isnan(p[i]) ? "nan" : p[i] > 0 ? "inf" : "-inf") + ")";
+      return;
+    }
 }
 
 const float* TransformerLM::stage_output(int64_t slot) const {
@@ -230,6 +254,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     if (!(d.share_logits && pass == BwdPass::kWeight)) {
       trace::Span span(trace::kOn, "compute", "head %s", pass_name);
       head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
+      if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
     }
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
   } else if (input) {
@@ -243,6 +268,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     span.arg("layer", static_cast<double>(l));
     if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
     layer.bwd(e, pass, x, a, layer_grads(s, l));
+    if (input) check_finite(scratch_.dres, d.Nl * d.C, "layer " + std::to_string(l) + "'s backward (the gradient into its input)");
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
     progress();
   }

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/params/buffer_plan.h"
@@ -127,6 +128,15 @@ class TransformerLM : public CausalLM {
   void weight_copy_is_current() override { *low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
   std::vector<MoeLayerStats> moe_stats() const override;
+  // Diagnostics (gridformer replay): with `on`, every forward and backward checks, in execution order,
+  // the outputs of the embedding, of each layer's attention (its residual sum, when the layer is not
+  // recomputed) and of the whole layer, the loss, and the residual gradient out of the head and each
+  // layer, and records the first that is not finite ("" while none; cleared by set_finite_check).
+  void set_finite_check(bool on) {
+    check_finite_ = on;
+    first_nonfinite_.clear();
+  }
+  const std::string& first_nonfinite() const { return first_nonfinite_; }
 
   // The stage interface. tokens: [B, T + 1] (the first stage reads the inputs, the last the
   // targets); hidden_in: [Nl, C] for a stage that does not start at layer 0. Returns the summed
@@ -194,6 +204,10 @@ class TransformerLM : public CausalLM {
   TransformerLayer::Grads scratch_;
   float *gather_ = nullptr, *partial_ = nullptr, *dfull_ = nullptr;
   std::function<void()> progress_;
+  bool check_finite_ = false;
+  std::string first_nonfinite_;
+  // With check_finite_: records `what` when p[0, n) holds a value that is not finite and nothing was recorded yet.
+  void check_finite(const float* p, int64_t n, const std::string& what);
   void progress() const {
     if (progress_) progress_();
   }

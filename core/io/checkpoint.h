@@ -95,6 +95,10 @@ std::string resolve(const std::string& path, bool allow_none = false);
 // checkpoints from Hugging Face weights by it.
 bool is_checkpoint(const std::string& path);
 
+// Whether reading a shard checks its CRC-32C (default true). gridformer replay turns it off to replay
+// a checkpoint it has reported damaged, so the damage's effect on the steps shows.
+void set_crc_checks(bool on);
+
 class Reader {
  public:
   // Opens resolve(path): reads index.json and checks that every file it names exists with its

@@ -24,6 +24,12 @@ using namespace detail;
 
 // ---- reading --------------------------------------------------------------------------------
 
+namespace {
+bool g_crc_checks = true;
+}
+
+void set_crc_checks(bool on) { g_crc_checks = on; }
+
 struct Reader::Shard {
   SafeTensorsFile st;
 };
@@ -156,7 +162,7 @@ const Reader::Shard& Reader::shard(const std::string& file, const std::string& t
     fd.close();
   }
   const uint32_t have = crc32c(data.data(), data.size());
-  if (have != crc)
+  if (have != crc && g_crc_checks)
     throw std::runtime_error(path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(crc) + " (reading " +
                              tensor + "; " + damaged_pieces(file, data) +
                              "): the shard is damaged; restore it or resume from another checkpoint");

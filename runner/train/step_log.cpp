@@ -68,14 +68,15 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                  100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
   spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
                x.samples_per_s / ctx_.world().size(), hms(eta));
-  const std::vector<double> rss = peak_rss_per_rank();  // a collective: before the rank-0-only part
+  const PerRank ranks = per_rank(r.local_loss);  // a collective: before the rank-0-only part
   if (metrics_) {
     nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
                         {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale}, {"skipped", r.skipped},
                         {"consumed_samples", consumed_after(step)},
                         {"interval_steps", iv.steps()}, {"startup", iv.startup},
                         {"step_ms", x.step_ms}, {"tokens_per_s", x.tokens_per_s}, {"samples_per_s", x.samples_per_s},
-                        {"tflops", x.tflops}, {"mfu", x.mfu}, {"peak_rss_bytes", rss}};
+                        {"tflops", x.tflops}, {"mfu", x.mfu}, {"peak_rss_bytes", ranks.rss},
+                        {"rank_loss_sum", ranks.loss}};
     if (!r.moe.empty()) {
       j["aux_loss"] = r.aux_loss;
       j["z_loss"] = r.z_loss;

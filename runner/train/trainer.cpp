@@ -83,6 +83,7 @@ double Trainer::run_micro_batches(int64_t step, float scale, StepResult& r) {
   double loss_sum = engine_->train(
       [&](int i) { return StepEngine::Micro{tokens_.data() + i * n, StepInfo{step, micro_first(batch_first(step), i), true}}; },
       scale);
+  r.local_loss = loss_sum;
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   schedule.end();
   moe_acc_ = engine_->moe_stats();
@@ -463,11 +464,19 @@ bool Trainer::finite_step(const StepResult& r) const {
 }
 
 void Trainer::report_nonfinite(int64_t step, const StepResult& r) const {
+  const PerRank ranks = per_rank(r.local_loss);  // a collective: every rank reports the step
   if (std::isfinite(r.loss))
     spdlog::error("step {}: the MoE router's losses are not finite (aux {}, z {})", step, r.aux_loss, r.z_loss);
   spdlog::error("step {}: loss is {} and gradient norm {} (lr {:.3e}); training stopped. Lower "
-                "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data",
-                step, r.loss, r.grad_norm, r.lr);
+                "lr_schedule.learning_rate, set runner_wrapper.use_clip_grad: True, or check the data; `gridformer "
+                "replay --checkpoint {} --steps {}` tells a deterministic fault (and its first layer output that is "
+                "not finite) from the machine's",
+                step, r.loss, r.grad_norm, r.lr, last_saved_step_ > 0 ? checkpoint_root() : std::string("<a checkpoint>"), step);
+  // The step's line (NaN and inf are written as null), so that a replay can compare it.
+  if (metrics_)
+    metrics_->write(nlohmann::json{{"step", step}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},
+                                   {"skipped", r.skipped}, {"nonfinite", true}, {"rank_loss_sum", ranks.loss},
+                                   {"consumed_samples", consumed_after(step)}});
 }
 
 // Evaluation after `step` (do_eval): its log line and metrics.jsonl line.

@@ -68,6 +68,7 @@ struct StepResult {
   std::vector<MoeLayer> moe;
   double aux_loss = 0.0, z_loss = 0.0;
   double objective = 0.0;  // loss + aux_loss_factor * aux_loss + z_loss_factor * z_loss
+  double local_loss = 0.0;  // this rank's summed token loss of its micro-batches, before any reduction
   // Pipeline parallelism: of this step, the time each stage did not compute over the slowest
   // stage's time in the schedule (mean and worst over the stages), and the schedule's analytic bubble.
   double bubble = -1, bubble_max = -1, bubble_analytic = -1;
@@ -109,6 +110,12 @@ class Trainer {
   void finish_checkpoint(bool wait);
   // The last step done before this run: the checkpoint's step when resumed, else 0.
   int64_t start_step() const { return start_step_; }
+  // Each rank's StepResult::local_loss of a step (collective).
+  std::vector<double> rank_losses(const StepResult& r) const { return per_rank(r.local_loss).loss; }
+  // Diagnostics (gridformer replay): the model's finite checks on (TransformerLM::set_finite_check), and
+  // the first output this rank found not finite ("" if none).
+  void set_finite_check(bool on);
+  std::string first_nonfinite() const;
 
  private:
   int train_loop();
@@ -134,9 +141,13 @@ class Trainer {
   std::string final_checkpoint(int64_t step, bool saving);
   // The checkpoint's directory name for `step` (CheckpointMonitor's prefix, epoch and step).
   std::string checkpoint_name(int64_t step) const;
-  // Each rank's peak RSS so far, in bytes, indexed by world rank (collective over the world: every
-  // rank logs each step line, so the step lines carry it at the cost of one small all-reduce).
-  std::vector<double> peak_rss_per_rank() const;
+  // Each rank's peak RSS so far, in bytes, and each rank's StepResult::local_loss, indexed by world rank
+  // (collective over the world: every rank logs each step line, so the step lines carry them at the
+  // cost of one small all-reduce).
+  struct PerRank {
+    std::vector<double> rss, loss;
+  };
+  PerRank per_rank(double local_loss) const;
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;

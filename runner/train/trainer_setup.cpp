@@ -264,13 +264,26 @@ void Trainer::write_run_start() {
   metrics_->write(j);
 }
 
-std::vector<double> Trainer::peak_rss_per_rank() const {
+Trainer::PerRank Trainer::per_rank(double local_loss) const {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::vector<double> v(static_cast<size_t>(ctx_.world().size()), 0.0);
-  v[static_cast<size_t>(ctx_.world_rank())] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
+  const size_t W = static_cast<size_t>(ctx_.world().size()), me = static_cast<size_t>(ctx_.world_rank());
+  std::vector<double> v(2 * W, 0.0);
+  v[me] = 1024.0 * static_cast<double>(ru.ru_maxrss);  // ru_maxrss is in KiB
+  v[W + me] = local_loss;
   ctx_.world().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
-  return v;
+  return {std::vector<double>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(W)),
+          std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(W), v.end())};
+}
+
+void Trainer::set_finite_check(bool on) {
+  for (TransformerLM* c : engine_chunks(*model_)) c->set_finite_check(on);
+}
+
+std::string Trainer::first_nonfinite() const {
+  for (TransformerLM* c : engine_chunks(*model_))
+    if (!c->first_nonfinite().empty()) return c->first_nonfinite();
+  return "";
 }
 
 void Trainer::log_resource_report() {

@@ -108,6 +108,7 @@ std::vector<Scalar> scalars_of_metrics_line(const nlohmann::json& line, int64_t&
       add(m, "dropped", "moe/dropped_tokens_layer_" + l);
     }
   }
+  add(line, "consumed_samples", "consumed-samples");
   add(line, "bubble", "pipeline-bubble");
   add(line, "bubble_max", "pipeline-bubble-max");
   add(line, "bubble_analytic", "pipeline-bubble-analytic");

@@ -90,12 +90,14 @@ STEP_TAGS = {  # step line key -> tag (and a divisor)
     "bubble": ("pipeline-bubble", 1), "bubble_max": ("pipeline-bubble-max", 1),
     "bubble_analytic": ("pipeline-bubble-analytic", 1),
     "eval_loss": ("lm loss validation", 1), "ppl": ("lm loss validation ppl", 1),
+    "consumed_samples": ("consumed-samples", 1),
 }
 MOE_TAGS = {"aux_loss": "load_balancing_loss", "z_loss": "z_loss", "tokens_max": "tokens_per_expert_max",
             "tokens_mean": "tokens_per_expert_mean", "dropped": "dropped_tokens"}
 # Keys of the lines that are not scalars of their own (the step itself, counts of the interval) or
 # not numbers.
-NOT_SCALARS = {"step", "epoch", "interval_steps", "skipped", "startup", "moe", "peak_rss_bytes"}
+NOT_SCALARS = {"step", "epoch", "interval_steps", "skipped", "startup", "moe", "peak_rss_bytes", "spike",
+               "nonfinite", "rank_loss_sum"}
 # A checkpoint's line (event: checkpoint): its costs, under tags of their own.
 CHECKPOINT_TAGS = {"snapshot_s": "checkpoint/snapshot-seconds", "write_s": "checkpoint/write-seconds",
                    "bytes": "checkpoint/bytes"}

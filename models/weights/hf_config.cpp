@@ -1,5 +1,7 @@
 #include "models/weights/hf_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +74,23 @@ std::string text_of(T v) {
 }
 
 }  // namespace
+
+ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& file) {
+  std::string what;
+  const ModelEntry* e = entry_of(hf, what);
+  if (e == nullptr) throw std::runtime_error(file + " describes " + what + ", which gridformer does not run");
+  ModelConfig m;
+  m.type = e->config_type;
+  m.arch = e->arch;
+  m.seq_length = 4096;  // read_hf_config compares a sliding window with it; set from the table below
+  try {
+    e->read_hf_config(hf, m);
+  } catch (const std::exception& x) {
+    throw std::runtime_error(file + ": " + x.what());
+  }
+  m.seq_length = std::min<int64_t>(m.max_position_embeddings, 4096);
+  return m;
+}
 
 HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, const std::string& file) {
   HfConfigCheck out;

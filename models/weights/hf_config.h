@@ -25,6 +25,12 @@ nlohmann::json hf_config_json(const ModelConfig& cfg);
 // file in one), parsed; nullopt when there is none. Throws naming the file when it is not JSON.
 std::optional<nlohmann::json> read_hf_config_beside(const std::string& path);
 
+// The model a config.json describes, in our terms (the architecture of its "architectures" or
+// model_type, its registry entry's read_hf_config); seq_length, which a config.json does not hold, is
+// its position table's length capped at 4096. Throws std::runtime_error naming `file` for a model we do
+// not run or a setting ours cannot express.
+ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& file);
+
 struct HfConfigCheck {
   // Keys whose values give the weights other shapes or the model other arithmetic: the run is refused.
   std::vector<std::string> errors;

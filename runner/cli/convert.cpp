@@ -240,6 +240,15 @@ void write_hf(ConvertSource& src, const std::string& dir, const std::string& fil
         const std::string path = (fs::path(dir) / "config.json").string();
         write_text_atomically(path, config->dump(2) + "\n");
         written.push_back(path);
+        // generation_config.json as transformers writes it for a model whose generation settings come from
+        // its config (save_pretrained: _from_model_config and the special token ids), so that generate()
+        // finds the end-of-text id without a warning.
+        nlohmann::json gen = {{"_from_model_config", true}};
+        for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+          if (config->contains(k) && !(*config)[k].is_null()) gen[k] = (*config)[k];
+        const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
+        write_text_atomically(gen_path, gen.dump(2) + "\n");
+        written.push_back(gen_path);
       } else {
         progress.note("no config.json written: " + why + "; transformers' from_pretrained needs one beside the weights");
       }

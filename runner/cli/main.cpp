@@ -19,6 +19,8 @@
 #include "core/io/checkpoint.h"
 #include "core/math/gemm.h"
 #include "parallel/communicator.h"
+#include "models/weights/hf_config.h"
+#include "runner/config/arch_section.h"
 #include "runner/config/config.h"
 #include "runner/cli/convert.h"
 #include "runner/cli/replay.h"
@@ -396,6 +398,8 @@ struct Cli {
   gf::ConvertOptions conv;
   // replay
   gf::ReplayRequest replay;
+  // config --from-hf
+  std::string from_hf;
 };
 
 CLI::App* add_train(CLI::App& app, Cli& c) {
@@ -464,7 +468,12 @@ CLI::App* add_predict(CLI::App& app, Cli& c) {
 
 CLI::App* add_config(CLI::App& app, Cli& c) {
   auto* config = app.add_subcommand("config", "print the resolved config (defaults filled in) as YAML, or the problems in it");
-  config->add_option("--config", c.config_path, "YAML config")->required()->check(CLI::ExistingFile);
+  config->add_option("--config", c.config_path, "YAML config (required unless --from-hf)")->check(CLI::ExistingFile);
+  config->add_option("--from-hf", c.from_hf,
+                     "print instead the model section (model:, and moe_config: for Mixtral) that describes the model of "
+                     "a Hugging Face directory's config.json (or that file), to paste into a config; seq_length is the "
+                     "position table's length capped at 4096")
+      ->check(CLI::ExistingPath);
   config->add_option("--set", c.sets, "override a key (repeatable)");
   config->add_option("--ranks", c.ranks,
                      "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
@@ -534,6 +543,40 @@ std::string layout_message(const gf::Config& cfg, const std::string& config_path
   return msg;
 }
 
+// `config --from-hf DIR`: the model section of a Hugging Face config.json, checked by reading it back.
+int run_config_from_hf(const std::string& path) {
+  try {
+    const std::filesystem::path file =
+        std::filesystem::is_directory(path) ? std::filesystem::path(path) / "config.json" : std::filesystem::path(path);
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error(file.string() + ": cannot read (a Hugging Face model directory holds config.json)");
+    nlohmann::json hf;
+    try {
+      hf = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(file.string() + ": not JSON (" + e.what() + ")");
+    }
+    const gf::ModelConfig m = gf::model_config_from_hf(hf, file.string());
+    const gf::ArchConfigSection* section = gf::find_arch_section(m.type);
+    if (section == nullptr || !section->model_yaml)
+      throw std::runtime_error(file.string() + ": " + m.type + "'s model section cannot be written out");
+    const std::string yaml = section->model_yaml(m);
+    // Read back, the section must describe the model config.json describes.
+    const gf::Config back = gf::load_config_string(yaml + "train_dataset: {data_loader: {type: RandomTokens}}\n", {},
+                                                   "the model section of " + file.string());
+    const gf::HfConfigCheck check = gf::check_hf_config(hf, back.model, file.string());
+    if (!check.errors.empty() || !check.warnings.empty())
+      throw std::logic_error("the model section written for " + file.string() + " does not read back as it: " +
+                             (check.errors.empty() ? check.warnings : check.errors).front());
+    std::cout << "# From " << file.string() << " (gridformer config --from-hf); paste over your config's model section.\n"
+              << yaml;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << describe(e) << "\n";
+    return kSetupError;
+  }
+}
+
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
 int run_config_or_plan(const Cli& c, bool plan) {
   try {
@@ -588,6 +631,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::cerr << "error: " << e.what() << " (gridformer --help, gridformer SUBCOMMAND --help)\n";
+    return kSetupError;
+  }
+  if (*config && !c.from_hf.empty()) return run_config_from_hf(c.from_hf);
+  if ((*config || *plan) && c.config_path.empty()) {
+    std::cerr << "error: --config is required" << (*config ? " (or --from-hf DIR)" : "") << "\n";
     return kSetupError;
   }
   if (*config) return run_config_or_plan(c, false);

@@ -32,6 +32,9 @@ struct ArchConfigSection {
   std::function<void(config_read::ReadContext&)> read;
   // Why the FFN width does not split over `mp` tensor-parallel ranks, said in this type's keys.
   std::function<std::string(const ModelConfig&, int64_t mp)> ffn_problem;
+  // The YAML of a model (its `model:` section, and `moe_config:` for a mixture of experts) in this type's
+  // keys, for `gridformer config --from-hf`; nullptr: the type cannot be written out.
+  std::function<std::string(const ModelConfig&)> model_yaml = nullptr;
 };
 
 // Every section: the built-in ones (GPT2Config, LlamaConfig) and those registered since.

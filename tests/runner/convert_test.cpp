@@ -455,7 +455,8 @@ TEST(ConvertRefuses, OccupiedOrSameTargetUnlessOverwrite) {
   o.max_shard_size.clear();
   convert(d / "ckpt", d / "hf", o);
   for (const auto& f : fs::directory_iterator(d / "hf"))
-    EXPECT_TRUE(f.path().filename() == "model.safetensors" || f.path().filename() == "config.json") << f.path();
+    EXPECT_TRUE(f.path().filename() == "model.safetensors" || f.path().filename() == "config.json" ||
+                f.path().filename() == "generation_config.json") << f.path();
   // A file, a checkpoint directory.
   e = convert_error(d / "ckpt", d / "hf" / "model.safetensors");
   EXPECT_NE(e.find("exists"), std::string::npos) << e;
@@ -593,6 +594,12 @@ TEST(Convert, ConfigJsonGoesWithTheWeightsBothWays) {
     EXPECT_EQ(written, hf_config_json(cfg.model)) << yaml;
     const HfConfigCheck check = check_hf_config(written, cfg.model, "config.json");
     EXPECT_TRUE(check.errors.empty() && check.warnings.empty()) << yaml;
+    // generation_config.json as save_pretrained writes it from the config: its special token ids.
+    const nlohmann::json gen = read_json(d / "hf" / "generation_config.json");
+    EXPECT_EQ(gen.value("_from_model_config", false), true) << yaml;
+    ASSERT_TRUE(written.contains("eos_token_id")) << yaml;
+    for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      EXPECT_EQ(gen.value(k, nlohmann::json()), written.value(k, nlohmann::json())) << yaml << " " << k;
     convert(d / "hf", d / "ckpt");
     convert(d / "ckpt", d / "hf2");
     EXPECT_EQ(read_json(d / "hf2" / "config.json"), written) << yaml;
@@ -610,6 +617,7 @@ TEST(Convert, AModelHuggingFaceCannotExpressGetsNoConfigJsonAndTheReason) {
   std::ostringstream progress;
   convert_weights(o, progress);
   EXPECT_FALSE(fs::exists(d / "hf" / "config.json"));
+  EXPECT_FALSE(fs::exists(d / "hf" / "generation_config.json"));
   EXPECT_NE(progress.str().find("no config.json written: Hugging Face's GPT2LMHeadModel has no rotary positions"),
             std::string::npos) << progress.str();
 }

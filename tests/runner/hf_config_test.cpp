@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "models/weights/hf_config.h"
+#include "runner/config/arch_section.h"
 #include "runner/config/config.h"
 
 namespace gf {
@@ -99,6 +100,38 @@ TEST(HfConfig, OurTinyConfigsReadBackWithoutADifference) {
     EXPECT_TRUE(check.errors.empty()) << f << ": " << joined(check.errors);
     EXPECT_TRUE(check.warnings.empty()) << f << ": " << joined(check.warnings);
   }
+}
+
+// `gridformer config --from-hf`: the published config.json -> the model section printed -> read as a
+// config -> written as config.json again: the published file's values under its own keys.
+TEST(HfConfig, FromHfPrintsASectionThatReadsBackAsThePublishedModel) {
+  const std::pair<const char*, std::vector<std::string>> files[] = {
+      {"gpt2.json", {"architectures", "model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                     "activation_function", "layer_norm_epsilon", "initializer_range", "eos_token_id", "resid_pdrop",
+                     "attn_pdrop"}},
+      {"llama2_7b.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                          "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act",
+                          "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "initializer_range",
+                          "eos_token_id"}},
+      {"mixtral_8x7b.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                             "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act",
+                             "max_position_embeddings", "rms_norm_eps", "rope_theta", "num_local_experts",
+                             "num_experts_per_tok", "tie_word_embeddings", "eos_token_id", "router_aux_loss_coef"}},
+  };
+  for (const auto& [name, keys] : files) {
+    const nlohmann::json hf = published(name);
+    const ModelConfig m = model_config_from_hf(hf, name);
+    const ArchConfigSection* section = find_arch_section(m.type);
+    ASSERT_TRUE(section != nullptr && section->model_yaml) << name;
+    const std::string yaml = section->model_yaml(m);
+    const Config back = load_config_string(yaml + "train_dataset: {data_loader: {type: RandomTokens}}\n", {}, name);
+    const HfConfigCheck check = check_hf_config(hf, back.model, name);
+    EXPECT_TRUE(check.errors.empty() && check.warnings.empty()) << name << "\n" << yaml << joined(check.errors)
+                                                               << joined(check.warnings);
+    expect_same_keys(hf_config_json(back.model), hf, keys);
+    EXPECT_EQ(back.model.seq_length, std::min<int64_t>(4096, back.model.max_position_embeddings)) << name;
+  }
+  EXPECT_THROW((void)model_config_from_hf(nlohmann::json{{"model_type", "bert"}}, "bert.json"), std::runtime_error);
 }
 
 TEST(HfConfig, DifferencesNameTheKeyAndBothValues) {

@@ -8,6 +8,7 @@
 
 #include "core/ops/activation.h"
 #include "models/registry.h"
+#include "models/weights/hf_config.h"
 #include "runner/config/arch/sections.h"
 #include "runner/config/keys.h"
 #include "runner/config/read.h"
@@ -183,9 +184,29 @@ std::string gpt2_ffn_problem(const ModelConfig& m, int64_t mp) {
 }
 }  // namespace
 
+namespace {
+
+// The model section read_gpt2_model reads back into `m` (floats as the decimals they were written as).
+std::string gpt2_model_yaml(const ModelConfig& m) {
+  return fmt::format(
+      "model:\n"
+      "  arch: {{type: {}}}\n"
+      "  model_config:\n"
+      "    type: GPT2Config\n"
+      "    vocab_size: {}\n    seq_length: {}\n    max_position_embeddings: {}\n"
+      "    hidden_size: {}\n    num_layers: {}\n    num_heads: {}\n    expand_ratio: {}\n"
+      "    hidden_act: {}\n    hidden_dropout_rate: {}\n    attention_dropout_rate: {}\n"
+      "    layernorm_epsilon: {}\n    initializer_range: {}\n    eos_token_id: {}\n",
+      m.arch, m.vocab_size, m.seq_length, m.max_position_embeddings, m.hidden_size, m.num_layers, m.num_heads,
+      m.expand_ratio, m.hidden_act, float_decimal(m.hidden_dropout_rate), float_decimal(m.attention_dropout_rate),
+      float_decimal(m.layernorm_epsilon), float_decimal(m.initializer_range), m.eos_token_id);
+}
+
+}  // namespace
+
 ArchConfigSection gpt2_config_section() {
   return {"GPT2Config", "GPT-2", nullptr, config_keys::gpt2_model_rules, nullptr, config_read::read_gpt2_model,
-          gpt2_ffn_problem};
+          gpt2_ffn_problem, gpt2_model_yaml};
 }
 
 }  // namespace gf

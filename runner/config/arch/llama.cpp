@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "models/registry.h"
+#include "models/weights/hf_config.h"
 #include "runner/config/arch/sections.h"
 #include "runner/config/keys.h"
 #include "runner/config/read.h"
@@ -382,9 +383,35 @@ std::string llama_ffn_problem(const ModelConfig& m, int64_t mp) {
 }
 }  // namespace
 
+namespace {
+
+// The model section (and moe_config) read_llama_model and read_moe read back into `m`.
+std::string llama_model_yaml(const ModelConfig& m) {
+  std::string y = fmt::format(
+      "model:\n"
+      "  arch: {{type: {}}}\n"
+      "  model_config:\n"
+      "    type: LlamaConfig\n"
+      "    vocab_size: {}\n    seq_length: {}\n    max_position_embedding: {}\n"
+      "    hidden_size: {}\n    num_layers: {}\n    num_heads: {}\n    n_kv_heads: {}\n    intermediate_size: {}\n"
+      "    rms_norm_eps: {}\n    theta: {}\n    tie_word_embeddings: {}\n    initializer_range: {}\n"
+      "    eos_token_id: {}\n",
+      m.arch, m.vocab_size, m.seq_length, m.max_position_embeddings, m.hidden_size, m.num_layers, m.num_heads,
+      m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads, m.intermediate_size, float_decimal(m.rms_norm_eps),
+      m.rope_theta, m.tie_word_embeddings ? "True" : "False", float_decimal(m.initializer_range), m.eos_token_id);
+  if (m.moe.expert_num > 1)
+    y += fmt::format("moe_config:\n  expert_num: {}\n  num_experts_chosen: {}\n  aux_loss_factor: {}\n"
+                     "  norm_topk_prob: {}\n  moe_layer_freq: {}\n",
+                     m.moe.expert_num, m.moe.num_experts_chosen, m.moe.aux_loss_factor,
+                     m.moe.norm_topk_prob ? "True" : "False", m.moe.moe_layer_freq);
+  return y;
+}
+
+}  // namespace
+
 ArchConfigSection llama_config_section() {
   return {"LlamaConfig", "Llama", kLlamaDefaults, config_keys::llama_model_rules, config_keys::llama_foreign_keys,
-          config_read::read_llama_model, llama_ffn_problem};
+          config_read::read_llama_model, llama_ffn_problem, llama_model_yaml};
 }
 
 }  // namespace gf

@@ -4,6 +4,12 @@
 //
 //   preprocess_data --input corpus.jsonl --output-prefix data/corpus --vocab-file gpt2-vocab.json
 //                   --merge-file gpt2-merges.txt --append-eod --workers 2
+//   preprocess_data --input corpus.jsonl --output-prefix data/bert --vocab-file vocab.txt
+//                   --tokenizer-type BertWordPieceLowerCase --append-eod
+//
+// Tokenizer types (Megatron's names): GPT2BPETokenizer (vocab.json + merges.txt, eod
+// <|endoftext|>), BertWordPieceLowerCase and BertWordPieceCase (BERT vocab.txt, no merges file;
+// eod is Megatron's: [EOS], added to the vocabulary after [BOS] when absent).
 //
 // Documents are read in batches, encoded by --workers threads and written in input order, so
 // the output does not depend on the number of workers.
@@ -21,15 +27,30 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/data/indexed_dataset.h"
 #include "core/data/tokenizer.h"
+#include "core/data/wordpiece.h"
 
 namespace {
 
 using gf::data::GPT2Tokenizer;
 using gf::data::IndexedDatasetBuilder;
+using gf::data::WordPieceTokenizer;
+
+// The tokenizer --tokenizer-type names.
+struct Tokenizer {
+  std::optional<GPT2Tokenizer> gpt2;
+  std::optional<WordPieceTokenizer> wordpiece;
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const {
+    if (gpt2) gpt2->encode_append(text, out);
+    else wordpiece->encode_append(text, out);
+  }
+  int32_t eod_id() const { return gpt2 ? gpt2->eod_id() : wordpiece->eod_id(); }
+  int32_t vocab_size() const { return gpt2 ? gpt2->vocab_size() : wordpiece->vocab_size(); }
+};
 
 struct Options {
   std::string input, output_prefix, vocab_file, merge_file;
@@ -110,7 +131,7 @@ class InputReader {
   int64_t line_no_ = 0;
 };
 
-EncodedKey encode_sentences(const GPT2Tokenizer& tok, const std::vector<std::string>& sentences, bool append_eod) {
+EncodedKey encode_sentences(const Tokenizer& tok, const std::vector<std::string>& sentences, bool append_eod) {
   EncodedKey out;
   for (const std::string& sentence : sentences) {
     const size_t before = out.ids.size();
@@ -134,7 +155,7 @@ std::vector<std::string> sentences_of(const nlohmann::json& doc, const std::stri
   throw std::runtime_error(where + ": key \"" + key + "\" is not a string or a list of strings");
 }
 
-Encoded encode_record(const Options& opt, bool text_mode, const GPT2Tokenizer& tok, const Record& rec) {
+Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const Record& rec) {
   Encoded out;
   const std::string where = opt.input + ":" + std::to_string(rec.line);
   try {
@@ -190,11 +211,18 @@ bool resolve_text_mode(const Options& opt) {
 }
 
 void run(const Options& opt) {
-  if (opt.tokenizer_type != "GPT2BPETokenizer")
-    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " is not supported; only GPT2BPETokenizer is");
+  Tokenizer tok;
+  if (opt.tokenizer_type == "GPT2BPETokenizer") {
+    if (opt.merge_file.empty()) throw std::runtime_error("--tokenizer-type GPT2BPETokenizer needs --merge-file");
+    tok.gpt2 = GPT2Tokenizer::from_files(opt.vocab_file, opt.merge_file);
+  } else if (opt.tokenizer_type == "BertWordPieceLowerCase" || opt.tokenizer_type == "BertWordPieceCase") {
+    tok.wordpiece = WordPieceTokenizer::from_file(opt.vocab_file, opt.tokenizer_type == "BertWordPieceLowerCase");
+  } else {
+    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type +
+                             " is not supported; only GPT2BPETokenizer, BertWordPieceLowerCase and BertWordPieceCase are");
+  }
   const bool text_mode = resolve_text_mode(opt);
   const std::vector<std::string> keys = text_mode ? std::vector<std::string>{"text"} : opt.json_keys;
-  const GPT2Tokenizer tok = GPT2Tokenizer::from_files(opt.vocab_file, opt.merge_file);
   const auto dtype = gf::data::optimal_token_dtype(tok.vocab_size());
 
   InputReader reader(opt.input, text_mode);
@@ -253,10 +281,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "jsonl", "text"}))->capture_default_str();
   app.add_option("--json-keys", opt.json_keys, "keys to extract from each JSON line")->capture_default_str();
   app.add_option("--output-prefix", opt.output_prefix, "output path without suffix")->required();
-  app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json")->required()->check(CLI::ExistingFile);
-  app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt")->required()->check(CLI::ExistingFile);
-  app.add_option("--tokenizer-type", opt.tokenizer_type, "only GPT2BPETokenizer")->capture_default_str();
-  app.add_flag("--append-eod", opt.append_eod, "append <|endoftext|> (50256) to every non-empty document");
+  app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json, or BERT vocab.txt for the BertWordPiece types")
+      ->required()->check(CLI::ExistingFile);
+  app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt (GPT2BPETokenizer only)")->check(CLI::ExistingFile);
+  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase")
+      ->capture_default_str();
+  app.add_flag("--append-eod", opt.append_eod,
+               "append the end-of-document id to every non-empty document: <|endoftext|> (50256) for GPT-2, "
+               "[EOS] for the BertWordPiece types (Megatron's eod)");
   app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");

@@ -1,0 +1,138 @@
+// Tests for the BERT WordPiece tokenizer (core/data/wordpiece.h): Megatron's
+// BertWordPieceLowerCase / BertWordPieceCase.
+//
+// Golden data in tests/data/wordpiece (see its README): corpus.jsonl covers ASCII, accented Latin
+// (precomposed and NFD input), CJK ideographs (BMP, extension planes, compatibility), kana,
+// Hangul, Cyrillic, Greek (final sigma), Arabic with harakat, Devanagari, Thai, Hebrew, emoji
+// (ZWJ sequences, skin tones, variation selectors), ASCII and Unicode punctuation, control and
+// format characters, every whitespace class (tab, LF, CR, VT, FF, NBSP, ideographic space,
+// U+2028/2029, U+1680, U+202F, U+205F, U+001C-001F, U+0085), words of 100 and more than 100
+// characters and unknown words. ids_lower.txt / ids_cased.txt are what
+// tools/bert_tokenization_reference.py (a transcription of Google BERT's tokenization.py) writes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/data/wordpiece.h"
+
+namespace gf::data {
+namespace {
+
+namespace fs = std::filesystem;
+using Ids = std::vector<int32_t>;
+
+const fs::path kDir = fs::path(GF_SOURCE_DIR) / "tests" / "data" / "wordpiece";
+
+std::vector<std::string> read_lines(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot open " << path;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> corpus_texts() {
+  std::vector<std::string> texts;
+  for (const std::string& line : read_lines(kDir / "corpus.jsonl")) texts.push_back(nlohmann::json::parse(line).at("text"));
+  return texts;
+}
+
+Ids parse_ids(const std::string& line) {
+  Ids ids;
+  std::istringstream in(line);
+  for (int32_t id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+std::string ids_str(const Ids& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+void check_golden(bool lower, const std::string& golden) {
+  const auto tok = WordPieceTokenizer::from_file((kDir / "vocab.txt").string(), lower);
+  const std::vector<std::string> texts = corpus_texts();
+  const std::vector<std::string> expected = read_lines(kDir / golden);
+  ASSERT_EQ(texts.size(), expected.size()) << golden;
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(ids_str(tok.encode(texts[i])), ids_str(parse_ids(expected[i])))
+        << golden << " line " << i + 1 << ": " << nlohmann::json(texts[i]).dump();
+}
+
+TEST(WordPiece, LowerCaseMatchesReference) { check_golden(true, "ids_lower.txt"); }
+TEST(WordPiece, CasedMatchesReference) { check_golden(false, "ids_cased.txt"); }
+
+class WordPieceToy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gf_wordpiece_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& contents) {
+    const fs::path p = dir_ / "vocab.txt";
+    std::ofstream(p, std::ios::binary) << contents;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+// load_vocab: \n, \r\n and \r end lines; whitespace stripped; a repeated token keeps its last id;
+// Megatron adds [BOS] then [EOS] after the distinct tokens.
+TEST_F(WordPieceToy, VocabLinesAndMegatronSpecials) {
+  const auto tok = WordPieceTokenizer::from_file(write("[UNK]\r\nun\r##aff\n  ##able \t\nun\nx\n"), true);
+  EXPECT_EQ(tok.encode("unaffable"), (Ids{4, 2, 3}));
+  EXPECT_EQ(tok.encode("UNAFFABLE y"), (Ids{4, 2, 3, 0}));
+  EXPECT_EQ(tok.unk_id(), 0);
+  EXPECT_EQ(tok.bos_id(), 5);  // 6 lines, 5 distinct tokens
+  EXPECT_EQ(tok.eod_id(), 6);
+  EXPECT_EQ(tok.vocab_size(), 7);
+  EXPECT_EQ(tok.decode(Ids{4, 2, 3, 0}), "unaffable [UNK]");
+  EXPECT_EQ(tok.decode(Ids{5}), "[BOS]");  // len(vocab) is also x's line: Megatron's inv_vocab names [BOS]
+  EXPECT_THROW(tok.decode(Ids{1}), std::out_of_range);  // line 2's "un" was overridden by line 5
+}
+
+TEST_F(WordPieceToy, ExistingEosIsEod) {
+  const auto tok = WordPieceTokenizer::from_file(write("[UNK]\n[EOS]\na\n"), false);
+  EXPECT_EQ(tok.eod_id(), 1);
+  EXPECT_EQ(tok.bos_id(), 3);
+  EXPECT_EQ(tok.vocab_size(), 4);
+}
+
+TEST_F(WordPieceToy, InvalidUtf8IsDroppedAndMissingUnkThrows) {
+  const auto tok = WordPieceTokenizer::from_file(write("[UNK]\nab\n"), false);
+  EXPECT_EQ(tok.encode("a\xff" "b"), (Ids{1}));
+  EXPECT_EQ(tok.encode("a\xe2\x82" "b \xc3"), (Ids{1}));
+  const auto no_unk = WordPieceTokenizer::from_file(write("ab\n"), false);
+  EXPECT_EQ(no_unk.unk_id(), -1);
+  EXPECT_THROW(no_unk.encode("abc"), std::runtime_error);
+  EXPECT_THROW(WordPieceTokenizer::from_file((dir_ / "missing.txt").string(), true), std::runtime_error);
+}
+
+// Encode throughput over the corpus (logged; the target is >= 5 MB/s on one core).
+TEST(WordPiece, Throughput) {
+  const std::vector<std::string> texts = corpus_texts();
+  for (bool lower : {true, false}) {
+    const auto tok = WordPieceTokenizer::from_file((kDir / "vocab.txt").string(), lower);
+    size_t bytes = 0, tokens = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    double s = 0;
+    while (s < 0.5) {
+      for (const std::string& t : texts) bytes += t.size(), tokens += tok.encode(t).size();
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::printf("[ wordpiece ] %s: %.2f MB/s, %.0f tokens/s (corpus.jsonl, one thread)\n", lower ? "lower" : "cased",
+                bytes / s / 1e6, tokens / s);
+    EXPECT_GT(bytes, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace gf::data

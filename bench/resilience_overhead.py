@@ -127,7 +127,7 @@ def main():
         for rnd in range(a.signal_rounds):
             s = signal_run(a.threads, work, f"sig_{rnd}")
             record["signal"].append(s)
-            print(f"signal round {rnd + 1}: SIGTERM during step {s['step'] + 1}: exit {s['signal_to_exit_s']:.2f} s later "
+            print(f"signal round {rnd + 1}: SIGTERM during step {s['step']}: exit {s['signal_to_exit_s']:.2f} s later "
                   f"(status 143) with the checkpoint of step {s['step']} ({s['mib']:.0f} MiB) saved in {s['save_s']:.2f} s",
                   flush=True)
     print("\n| per step (medians over rounds) | checks off | checks on | on / off | spike check alone | share of a step |")

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/data/tokenizer.h"
+#include "core/data/wordpiece.h"
 
 namespace gf::data {
 namespace {
@@ -46,7 +47,8 @@ std::vector<int32_t> parse_ids(const std::string& line) {
   return ids;
 }
 
-void process_lines(const GPT2Tokenizer& tokenizer, bool decode, std::istream& in, std::ostream& out) {
+template <typename Tokenizer>
+void process_lines(const Tokenizer& tokenizer, bool decode, std::istream& in, std::ostream& out) {
   std::string line, buffer;
   std::vector<int32_t> ids;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
@@ -75,8 +77,16 @@ void process_lines(const GPT2Tokenizer& tokenizer, bool decode, std::istream& in
 }  // namespace
 
 int run_tokenize(const std::string& vocab, const std::string& merges, bool decode, std::istream& in,
-                 std::ostream& out) {
+                 std::ostream& out, const std::string& type) {
   try {
+    if (type == "BertWordPieceLowerCase" || type == "BertWordPieceCase") {
+      process_lines(WordPieceTokenizer::from_file(vocab, type == "BertWordPieceLowerCase"), decode, in, out);
+      return 0;
+    }
+    if (type != "GPT2BPETokenizer")
+      throw std::runtime_error("--tokenizer-type " + type +
+                               ": not one of GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase");
+    if (merges.empty()) throw std::runtime_error("GPT2BPETokenizer needs --merge-file");
     const GPT2Tokenizer tokenizer = GPT2Tokenizer::from_files(vocab, merges);
     process_lines(tokenizer, decode, in, out);
     return 0;

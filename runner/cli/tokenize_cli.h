@@ -1,4 +1,5 @@
-// `gridformer tokenize`: line-by-line GPT-2 BPE encoding/decoding on streams.
+// `gridformer tokenize`: line-by-line encoding/decoding on streams, with Megatron's tokenizer types:
+// GPT2BPETokenizer (vocab.json + merges.txt) or BertWordPieceLowerCase / BertWordPieceCase (vocab.txt).
 #pragma once
 
 #include <iosfwd>
@@ -6,7 +7,7 @@
 
 namespace gf::data {
 
-// Loads the GPT-2 vocab/merges files, then reads `in` line by line (lines end at '\n'; a
+// Loads the tokenizer of `type` (GPT-2: the vocab/merges files; WordPiece: the vocab.txt), then reads `in` line by line (lines end at '\n'; a
 // '\r' before it is kept as part of the text, so CRLF input round-trips).
 //  * encode (decode == false): writes, for every input line, its ids separated by single
 //    spaces on one output line (an empty input line gives an empty output line).
@@ -16,6 +17,6 @@ namespace gf::data {
 // vocab/merges file, a malformed or out-of-range id, or an output error, prints a message
 // naming the problem (and the line number) to std::cerr and returns 1.
 int run_tokenize(const std::string& vocab, const std::string& merges, bool decode, std::istream& in,
-                 std::ostream& out);
+                 std::ostream& out, const std::string& type = "GPT2BPETokenizer");
 
 }  // namespace gf::data

@@ -3,7 +3,9 @@
 # resolves with warnings only, or is refused (status 2) naming what is not built and then resolves
 # with that key overridden. Their pipeline layouts (pipeline_stage, micro_batch_num, offset,
 # gradient_accumulation_steps) resolve as written and pass the layout check on the ranks they ask for. Its Llama 2 and Mixtral files are read with LlamaConfig's keys, Mixtral's
-# moe_config as written; configs/moe resolves on the ranks each file asks for. A config that cannot load stops with status 2 and a message naming its
+# moe_config as written; configs/moe resolves on the ranks each file asks for. r1.3's Llama 2 70B 32-rank files keep
+# their per-stage select_recompute list (and `gridformer plan` follows it stage by stage); r1.3's predict files,
+# whose weights are hub names, are refused without load_checkpoint and load with one. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
 set -uo pipefail
@@ -38,6 +40,32 @@ for f in run_gpt2.yaml run_gpt2_13b.yaml r1.1/run_gpt2_xl.yaml r1.3/pretrain_gpt
          r1.3/finetune_gpt2_small_fp16.yaml; do
   resolves "$f"
 done
+# r1.3 pretrain_gpt2_small_fp16.yaml: its `checkpoint_name_or_path: gpt2` (a hub name) is not loaded when training.
+resolves r1.3/pretrain_gpt2_small_fp16.yaml
+grep -qF "\`model.model_config.checkpoint_name_or_path: gpt2\` is not loaded for run_mode train" err.txt \
+  || fail "pretrain_gpt2_small_fp16: no run_mode train warning for checkpoint_name_or_path: $(cat err.txt)"
+# r1.3 predict files name their weights by hub name (gpt2, llama2_7b): refused in run_mode predict with no
+# load_checkpoint (there is no hub at run time), and loaded with a load_checkpoint that exists, which wins as in
+# MindFormers (config checks only that the path exists).
+refused "$DATA/r1.3/predict_gpt2_small_fp16.yaml" \
+  "\`model.model_config.checkpoint_name_or_path: gpt2\`: no hub at run time: convert/download weights (a Hugging Face GPT-2 .safetensors or its directory) and give a path in load_checkpoint"
+refused "$DATA/r1.3/predict_llama2_7b.yaml" \
+  "\`model.model_config.checkpoint_name_or_path: llama2_7b\`: no hub at run time: convert/download weights (a Hugging Face Llama .safetensors or its directory) and give a path in load_checkpoint"
+# predict_loads FILE HUB_NAME WEIGHTS: FILE resolves with load_checkpoint=WEIGHTS, which wins over HUB_NAME.
+predict_loads() {
+  local f=$1 name=$2 weights=$3
+  resolves "r1.3/$f" --set "load_checkpoint=$weights"
+  grep -qF "\`model.model_config.checkpoint_name_or_path: $name\` is not loaded: \`load_checkpoint: $weights\` gives the weights (MindFormers lets load_checkpoint win)" \
+    err.txt || fail "$f: no load_checkpoint-wins warning: $(cat err.txt)"
+  grep -qxF "load_checkpoint: $weights" out.yaml || fail "$f: load_checkpoint is not $weights: $(grep -n load_checkpoint out.yaml)"
+  grep -qx "run_mode: predict" out.yaml || fail "$f: run_mode is not predict: $(grep -n run_mode out.yaml)"
+}
+predict_loads predict_gpt2_small_fp16.yaml gpt2 "$SRC/tests/golden/gpt2_tiny.safetensors"
+predict_loads predict_llama2_7b.yaml llama2_7b "$SRC/tests/golden/llama_tiny_sharded"
+# In run_mode train the same hub name is a warning, not a refusal.
+resolves r1.3/predict_gpt2_small_fp16.yaml --set run_mode=train
+grep -qF "\`model.model_config.checkpoint_name_or_path: gpt2\` is not loaded for run_mode train" err.txt \
+  || fail "predict_gpt2_small_fp16 in run_mode train: no warning: $(cat err.txt)"
 # GPT-2 52B: 16 pipeline stages of 4 layers, 64 micro-batches, on 8 x 16 ranks.
 resolves r1.2/run_gpt2_52b.yaml
 grep -q "^    pipeline_scheduler: 1f1b$" out.yaml || fail "52b: the scheduler is not 1f1b: $(grep -n pipeline_scheduler out.yaml)"
@@ -77,6 +105,43 @@ resolves r1.3/pretrain_yi_34b.yaml --set optimizer.type=AdamWeightDecay
   2> err.txt || fail "yi_34b on 16 ranks: $(cat err.txt)"
 refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`model.model_config.offset: [-1, 1, 1]\` has 3 entries, but \`parallel_config.pipeline_stage\` is 4" \
   --set optimizer.type=AdamWeightDecay --set "model.model_config.offset=[-1, 1, 1]"
+# r1.3 Llama 2 70B on 32 ranks (data_parallel 1 x model_parallel 4 x pipeline_stage 8, 10 layers a stage) with a
+# selective recompute per stage: select_recompute [8,4,4,1,1,1,1,1] (the first 8 layers of stage 0, the first 4 of
+# stages 1 and 2, the first of the others); select_comm_recompute, the same list, is ignored on a CPU with a warning.
+for f in r1.3/pretrain_llama2_70b_bf16_32p.yaml r1.3/finetune_llama2_70b_bf16_32p.yaml; do
+  resolves "$f"
+  grep -qx "  select_recompute: \[8, 4, 4, 1, 1, 1, 1, 1\]" out.yaml || fail "$f: select_recompute: $(grep -n select_recompute out.yaml)"
+  grep -qF "\`recompute_config.select_comm_recompute: [8, 4, 4, 1, 1, 1, 1, 1]\` has no meaning on a CPU; ignored" err.txt \
+    || fail "$f: no select_comm_recompute warning: $(cat err.txt)"
+  "$BIN" config --config "$DATA/$f" --ranks 32 > /dev/null 2> err.txt || fail "$f on 32 ranks: $(cat err.txt)"
+  ! grep -v "^warning: " err.txt | grep -q . || fail "$f on 32 ranks: more than warnings: $(cat err.txt)"
+done
+# Its plan: each stage's activations follow that stage's entry of the list. Stage 0 (8 of 10 layers recomputed)
+# holds what it holds under [8]*8 and less than under [1]*8, stage 7 (1 layer) what it holds under [1]*8 and
+# more than under [8]*8; stage 0 keeps the attention probabilities of layers 8 and 9 only.
+F70="$DATA/r1.3/pretrain_llama2_70b_bf16_32p.yaml"
+"$BIN" plan --config "$F70" --ranks 32 > plan.txt 2> err.txt || fail "plan of $F70 on 32 ranks: $(cat err.txt)"
+"$BIN" plan --config "$F70" --ranks 32 --set "recompute_config.select_recompute=[8, 8, 8, 8, 8, 8, 8, 8]" > plan8.txt 2>/dev/null \
+  || fail "plan with select_recompute [8]*8"
+"$BIN" plan --config "$F70" --ranks 32 --set "recompute_config.select_recompute=[1, 1, 1, 1, 1, 1, 1, 1]" > plan1.txt 2>/dev/null \
+  || fail "plan with select_recompute [1]*8"
+grep -q "^plan: LlamaForCausalLM (LlamaConfig) on 32 rank(s): .*, selective recompute$" plan.txt || fail "plan header: $(head -1 plan.txt)"
+grep -qF "pipeline: 8 stages, layers per stage [10, 10, 10, 10, 10, 10, 10, 10]" plan.txt || fail "plan stages: $(sed -n 2p plan.txt)"
+# stage_acts PLAN STAGE: the activations of tensor-parallel rank 0 of that pipeline stage.
+stage_acts() {
+  awk -v s="$2" '$1 == "pipeline" && $2 == "stage" { st = $3; sub(":", "", st) }
+    st == s && /tensor-parallel rank 0 / { match($0, /activations [0-9.]+ [KMG]iB/); print substr($0, RSTART + 12, RLENGTH - 12); exit }' "$1"
+}
+a0=$(stage_acts plan.txt 0); a7=$(stage_acts plan.txt 7)
+[ -n "$a0" ] && [ -n "$a7" ] || fail "no per-stage activations in the plan: $(cat plan.txt)"
+[ "$a0" = "$(stage_acts plan8.txt 0)" ] || fail "stage 0 activations $a0, not those of 8 recomputed layers ($(stage_acts plan8.txt 0))"
+[ "$a0" != "$(stage_acts plan1.txt 0)" ] || fail "stage 0 activations $a0 are those of 1 recomputed layer"
+[ "$a7" = "$(stage_acts plan1.txt 7)" ] || fail "stage 7 activations $a7, not those of 1 recomputed layer ($(stage_acts plan1.txt 7))"
+[ "$a7" != "$(stage_acts plan8.txt 7)" ] || fail "stage 7 activations $a7 are those of 8 recomputed layers"
+grep -q "^  largest activation buffers: .*layer[89]\.probs" plan.txt || fail "stage 0 keeps no layer 8/9 probs: $(grep largest plan.txt)"
+! grep "^  largest activation buffers:" plan.txt | grep -q "layer[0-7]\.probs" \
+  || fail "stage 0 keeps probabilities of a recomputed layer: $(grep largest plan.txt)"
+echo "ok: pretrain_llama2_70b_bf16_32p plan on 32 ranks: stage 0 activations $a0 (8 layers recomputed), stage 7 $a7 (1 layer)"
 # Its 8 key/value heads do not split over 16 tensor-parallel ranks: the layout check names the key.
 refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
   "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \

@@ -41,14 +41,6 @@ SPIKES = ["--set", "monitor_config.loss_spike_factor=3.0", "--set", "monitor_con
           "--set", "monitor_config.spike_window=5"]
 
 
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def step_run(shape, steps, threads, work, tag, mode):
     """mode: off, on, or profiled (on, with the step timeline)."""
     args = [] if mode == "off" else list(SPIKES)
@@ -109,9 +101,9 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     shapes = [s for s in a.shapes.split(",") if s]
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} CPUs), {a.threads} threads, {a.steps} steps per run, {a.rounds} rounds",
+    print(f"CPU: {tvp.cpu_name()} ({os.cpu_count()} CPUs), {a.threads} threads, {a.steps} steps per run, {a.rounds} rounds",
           flush=True)
-    record = {"cpu": cpu_name(), "threads": a.threads, "steps": a.steps, "rounds": [], "signal": []}
+    record = {"cpu": tvp.cpu_name(), "threads": a.threads, "steps": a.steps, "rounds": [], "signal": []}
     with tempfile.TemporaryDirectory() as work:
         for rnd in range(a.rounds):
             row = {}

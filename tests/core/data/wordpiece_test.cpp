@@ -51,7 +51,10 @@ Ids parse_ids(const std::string& line) {
 
 std::string ids_str(const Ids& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -14,11 +14,13 @@ cd "$ROOT"
 # python3-matplotlib: tools/plot_metrics.py draws metrics.jsonl into a PNG without TensorBoard (and its test).
 # python3-regex: the Python GPT-2 reference tokenizer (tools/gpt2_encoder_reference.py) that the predict test decodes with.
 # libicu-dev: Unicode categories, case mapping and NFD for the BERT WordPiece tokenizer (core/data/wordpiece.cpp).
+# sentencepiece: Megatron's SentencePieceTokenizer in preprocess_data (libsentencepiece-dev), spm_train and python3-sentencepiece for its test.
 # python3-torch: tools/lambada_torch.py, the PyTorch reference the LAMBADA test counts against (and the benchmarks).
 PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmpi-bin libeigen3-dev
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
           libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client iproute2
-          libprotobuf-dev protobuf-compiler python3-protobuf python3-matplotlib python3-regex python3-torch libicu-dev)
+          libprotobuf-dev protobuf-compiler python3-protobuf python3-matplotlib python3-regex python3-torch libicu-dev
+          libsentencepiece-dev sentencepiece python3-sentencepiece)
 missing=()
 for p in "${PACKAGES[@]}"; do
   # node and npm may be installed outside Debian's packages: working binaries are enough.

@@ -6,10 +6,15 @@
 //                   --merge-file gpt2-merges.txt --append-eod --workers 2
 //   preprocess_data --input corpus.jsonl --output-prefix data/bert --vocab-file vocab.txt
 //                   --tokenizer-type BertWordPieceLowerCase --append-eod
+//   preprocess_data --input corpus.jsonl --output-prefix data/llama --tokenizer-model tokenizer.model
+//                   --tokenizer-type SentencePieceTokenizer --append-eod
 //
 // Tokenizer types (Megatron's names): GPT2BPETokenizer (vocab.json + merges.txt, eod
 // <|endoftext|>), BertWordPieceLowerCase and BertWordPieceCase (BERT vocab.txt, no merges file;
-// eod is Megatron's: [EOS], added to the vocabulary after [BOS] when absent).
+// eod is Megatron's: [EOS], added to the vocabulary after [BOS] when absent), SentencePieceTokenizer
+// (SentencePiece tokenizer.model via --tokenizer-model; Megatron's special tokens <CLS> <SEP> <EOD>
+// <MASK> are added and cut out of the text, eod is <EOD>, not the model's eos) and
+// GPTSentencePieceTokenizer (the same model, plain EncodeAsIds, eod = the model's eos).
 //
 // Documents are read in batches, encoded by --workers threads and written in input order, so
 // the output does not depend on the number of workers.
@@ -31,6 +36,7 @@
 #include <vector>
 
 #include "core/data/indexed_dataset.h"
+#include "core/data/sentencepiece_tokenizer.h"
 #include "core/data/tokenizer.h"
 #include "core/data/wordpiece.h"
 
@@ -38,22 +44,28 @@ namespace {
 
 using gf::data::GPT2Tokenizer;
 using gf::data::IndexedDatasetBuilder;
+using gf::data::SentencePieceTokenizer;
 using gf::data::WordPieceTokenizer;
 
 // The tokenizer --tokenizer-type names.
 struct Tokenizer {
   std::optional<GPT2Tokenizer> gpt2;
   std::optional<WordPieceTokenizer> wordpiece;
+  std::optional<SentencePieceTokenizer> sentencepiece;
   void encode_append(std::string_view text, std::vector<int32_t>& out) const {
     if (gpt2) gpt2->encode_append(text, out);
-    else wordpiece->encode_append(text, out);
+    else if (wordpiece) wordpiece->encode_append(text, out);
+    else sentencepiece->encode_append(text, out);
   }
-  int32_t eod_id() const { return gpt2 ? gpt2->eod_id() : wordpiece->eod_id(); }
-  int32_t vocab_size() const { return gpt2 ? gpt2->vocab_size() : wordpiece->vocab_size(); }
+  int32_t eod_id() const { return gpt2 ? gpt2->eod_id() : wordpiece ? wordpiece->eod_id() : sentencepiece->eod_id(); }
+  int32_t vocab_size() const {
+    return gpt2 ? gpt2->vocab_size() : wordpiece ? wordpiece->vocab_size() : sentencepiece->vocab_size();
+  }
 };
 
 struct Options {
-  std::string input, output_prefix, vocab_file, merge_file;
+  std::string input, output_prefix, vocab_file, merge_file, tokenizer_model;
+  int vocab_extra_ids = 0;
   std::string input_format = "auto";  // auto | jsonl | text
   std::vector<std::string> json_keys{"text"};
   std::string tokenizer_type = "GPT2BPETokenizer";
@@ -212,14 +224,25 @@ bool resolve_text_mode(const Options& opt) {
 
 void run(const Options& opt) {
   Tokenizer tok;
-  if (opt.tokenizer_type == "GPT2BPETokenizer") {
+  const bool sentencepiece = opt.tokenizer_type == "SentencePieceTokenizer" || opt.tokenizer_type == "GPTSentencePieceTokenizer";
+  if (sentencepiece && opt.tokenizer_model.empty())
+    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " needs --tokenizer-model (a SentencePiece tokenizer.model)");
+  if (!sentencepiece && opt.vocab_file.empty())
+    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " needs --vocab-file");
+  if (opt.vocab_extra_ids != 0 && opt.tokenizer_type != "SentencePieceTokenizer")
+    throw std::runtime_error("--vocab-extra-ids is only supported with --tokenizer-type SentencePieceTokenizer");
+  if (sentencepiece) {
+    tok.sentencepiece = SentencePieceTokenizer::from_file(opt.tokenizer_model, opt.tokenizer_type == "SentencePieceTokenizer",
+                                                          opt.vocab_extra_ids);
+  } else if (opt.tokenizer_type == "GPT2BPETokenizer") {
     if (opt.merge_file.empty()) throw std::runtime_error("--tokenizer-type GPT2BPETokenizer needs --merge-file");
     tok.gpt2 = GPT2Tokenizer::from_files(opt.vocab_file, opt.merge_file);
   } else if (opt.tokenizer_type == "BertWordPieceLowerCase" || opt.tokenizer_type == "BertWordPieceCase") {
     tok.wordpiece = WordPieceTokenizer::from_file(opt.vocab_file, opt.tokenizer_type == "BertWordPieceLowerCase");
   } else {
     throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type +
-                             " is not supported; only GPT2BPETokenizer, BertWordPieceLowerCase and BertWordPieceCase are");
+                             " is not supported; supported: GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+                             "BertWordPieceLowerCase and BertWordPieceCase");
   }
   const bool text_mode = resolve_text_mode(opt);
   const std::vector<std::string> keys = text_mode ? std::vector<std::string>{"text"} : opt.json_keys;
@@ -282,13 +305,19 @@ int main(int argc, char** argv) {
   app.add_option("--json-keys", opt.json_keys, "keys to extract from each JSON line")->capture_default_str();
   app.add_option("--output-prefix", opt.output_prefix, "output path without suffix")->required();
   app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json, or BERT vocab.txt for the BertWordPiece types")
-      ->required()->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile);
+  app.add_option("--tokenizer-model", opt.tokenizer_model,
+                 "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer)")->check(CLI::ExistingFile);
+  app.add_option("--vocab-extra-ids", opt.vocab_extra_ids,
+                 "SentencePieceTokenizer: add <extra_id_0>..<extra_id_{N-1}> special tokens, as Megatron")
+      ->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt (GPT2BPETokenizer only)")->check(CLI::ExistingFile);
-  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase")
+  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, BertWordPieceLowerCase or BertWordPieceCase")
       ->capture_default_str();
   app.add_flag("--append-eod", opt.append_eod,
                "append the end-of-document id to every non-empty document: <|endoftext|> (50256) for GPT-2, "
-               "[EOS] for the BertWordPiece types (Megatron's eod)");
+               "[EOS] for the BertWordPiece types, <EOD> for SentencePieceTokenizer, the model's eos for "
+               "GPTSentencePieceTokenizer (Megatron's eod)");
   app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");

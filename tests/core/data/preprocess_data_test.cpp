@@ -133,8 +133,11 @@ TEST_F(PreprocessDataTest, BadInputIsNamedByLine) {
   EXPECT_NE(run(path("type.jsonl"), "", &err), 0);
   EXPECT_NE(err.find(":1: key \"text\" is not a string"), std::string::npos) << err;
 
+  EXPECT_NE(run(path("type.jsonl"), "--tokenizer-type TikTokenizer", &err), 0);
+  EXPECT_NE(err.find("is not supported; supported: GPT2BPETokenizer"), std::string::npos) << err;
+
   EXPECT_NE(run(path("type.jsonl"), "--tokenizer-type SentencePieceTokenizer", &err), 0);
-  EXPECT_NE(err.find("only GPT2BPETokenizer"), std::string::npos) << err;
+  EXPECT_NE(err.find("needs --tokenizer-model"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# preprocess_data with Megatron's SentencePiece tokenizer types over SentencePiece models trained
+# here with spm_train (a unigram model, vocabulary 500, and a BPE model with byte fallback and a
+# user-defined "<EOD>", vocabulary 800, on a generated corpus of ASCII, accented Latin, CJK,
+# Cyrillic, Greek, emoji, digits and whitespace runs; one thread, no sampling or shuffling, so it is
+# deterministic):
+#  * SentencePieceTokenizer: the ids in the written .bin/.idx (read with Megatron's layout) are,
+#    document for document, what Megatron's _SentencePieceTokenizer computes with Debian's
+#    python3-sentencepiece (its special tokens <CLS> <SEP> <EOD> <MASK> <PAD> <s> </s> cut out of
+#    the text, the missing ones added after the model's pieces), <EOD> (Megatron's eod) appended;
+#  * GPTSentencePieceTokenizer: sp.encode(text) + the model's eos;
+#  * the output does not depend on --workers; a SentencePiece type without --tokenizer-model is refused.
+# Then prints the encode throughput of preprocess_data on a larger generated input and the CPU.
+# Skips (exit 0, "SKIP: ...") when spm_train or python3-sentencepiece is missing.
+#   bash tests/integration/preprocess_sentencepiece.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+BUILD="$(cd "$1" && pwd)"
+SRC="$(cd "$2" && pwd)"
+TOOL="${BUILD}/bin/preprocess_data"
+[[ -x "${TOOL}" ]] || TOOL="${BUILD}/preprocess_data"
+[[ -x "${TOOL}" ]] || { echo "FAIL: preprocess_data not built in ${BUILD}"; exit 1; }
+command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian package sentencepiece)"; exit 0; }
+PY=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" > /dev/null && "$p" -c "import sentencepiece" 2> /dev/null; then PY="$p"; break; fi
+done
+[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the sentencepiece module (Debian package python3-sentencepiece)"; exit 0; }
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+cd "${WORK}"
+
+# Training text, test documents (JSONL; strings and lists of strings, empty ones, literal special
+# token strings, characters unseen in training) and a larger input for the throughput.
+"${PY}" - "${WORK}" <<'EOF'
+import json, random, sys
+work = sys.argv[1]
+random.seed(1234)
+CJK = [chr(0x4E00 + i * 7) for i in range(100)] + [chr(c) for c in range(0x3041, 0x3069)]
+ALPHABETS = {
+    "ascii": "bcdfghjklmnprstvwz", "vowels": "aeiouy",
+    "latin": "\u00e9\u00e8\u00ea\u00eb\u00e0\u00e2\u00e4\u00ee\u00ef\u00f4\u00f6\u00fb\u00fc\u00e7\u00f1\u00e5\u00f8\u0153\u00df",
+    "cyrillic": "".join(chr(c) for c in range(0x0430, 0x0450)),
+    "greek": "".join(chr(c) for c in range(0x03B1, 0x03CA)),
+}
+def word():
+    r = random.random()
+    if r < 0.35:
+        w = "".join(random.choice(ALPHABETS["ascii"]) + random.choice(ALPHABETS["vowels"]) for _ in range(random.randint(1, 4)))
+        return w.capitalize() if random.random() < 0.2 else w
+    if r < 0.45:
+        return "".join(random.choice(ALPHABETS["ascii"]) + random.choice(ALPHABETS["latin"]) for _ in range(random.randint(1, 3)))
+    if r < 0.6:
+        return "".join(random.choice(CJK) for _ in range(random.randint(1, 5)))
+    if r < 0.72:
+        return "".join(random.choice(ALPHABETS["cyrillic"]) for _ in range(random.randint(2, 9)))
+    if r < 0.78:
+        return "".join(random.choice(ALPHABETS["greek"]) for _ in range(random.randint(2, 7)))
+    if r < 0.84:
+        e = [chr(random.randint(0x1F600, 0x1F61F)) for _ in range(random.randint(1, 3))]
+        return "\u200d".join(e) if random.random() < 0.2 else "".join(e)
+    if r < 0.93:
+        return random.choice([str(random.randint(0, 10 ** random.randint(1, 9))), f"{random.random() * 1000:.3f}", "1,000,000", "0x1F"])
+    return random.choice(["!?", "(x)", "a-b", "e-mail@example.com", "\u2603", "\u00a0", "\u3000", "...", "\"q\""])
+spaces = [" ", " ", " ", "  ", "   ", "\t", "\n", " \t ", "\u00a0"]
+def text(n):
+    out = []
+    for _ in range(n):
+        out.append(word())
+        out.append(random.choice(spaces))
+    return "".join(out).strip(" ")
+with open(f"{work}/train.txt", "w", encoding="utf-8") as f:
+    for _ in range(8000):
+        f.write(text(random.randint(3, 25)).replace("\n", " ") + "\n")
+specials = ["<s>", "</s>", "<EOD>", "<SEP>", "<CLS>", "<MASK>", "<PAD>", "<unk>", "<EO", "<<SEP>>"]
+rare = ["\u0928\u092e\u0938\u094d\u0924\u0947", "\u05e9\u05dc\u05d5\u05dd", "\U0001F9EA", "\u00ff\u0100"]  # unseen in training
+with open(f"{work}/in.jsonl", "w", encoding="utf-8") as f:
+    for i in range(600):
+        parts = []
+        for _ in range(random.randint(0, 30)):
+            r = random.random()
+            parts.append(random.choice(specials) if r < 0.08 else random.choice(rare) if r < 0.12 else word())
+            parts.append(random.choice(spaces))
+        t = "".join(parts)
+        if i % 10 == 3:
+            f.write(json.dumps({"id": i, "text": [t[: len(t) // 2], "", t[len(t) // 2:]]}) + "\n")
+        else:
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    f.write(json.dumps({"id": -1, "text": ""}) + "\n")
+    f.write(json.dumps({"id": -2, "text": "<EOD><EOD></s> "}) + "\n")
+with open(f"{work}/big.jsonl", "w", encoding="utf-8") as f:
+    size = 0
+    while size < 24 << 20:
+        line = json.dumps({"text": text(random.randint(20, 400))}, ensure_ascii=False) + "\n"
+        f.write(line)
+        size += len(line.encode())
+EOF
+
+COMMON=(--input="${WORK}/train.txt" --character_coverage=0.9995 --num_threads=1
+        --input_sentence_size=0 --shuffle_input_sentence=false --minloglevel=2)
+spm_train "${COMMON[@]}" --model_prefix="${WORK}/unigram" --model_type=unigram --vocab_size=500 > "${WORK}/spm_unigram.log" 2>&1 \
+  || { echo "FAIL: spm_train unigram: $(tail -5 "${WORK}/spm_unigram.log")"; exit 1; }
+spm_train "${COMMON[@]}" --model_prefix="${WORK}/bpe" --model_type=bpe --byte_fallback=true --vocab_size=800 \
+  --user_defined_symbols="<EOD>" > "${WORK}/spm_bpe.log" 2>&1 \
+  || { echo "FAIL: spm_train bpe: $(tail -5 "${WORK}/spm_bpe.log")"; exit 1; }
+
+check() {  # check MODEL TYPE
+  local model="$1" type="$2" name="$1_$2"
+  for w in 1 3; do
+    "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/${name}_w${w}" --tokenizer-model "${WORK}/${model}.model" \
+      --tokenizer-type "${type}" --append-eod --workers "${w}" > "${WORK}/${name}_w${w}.out" 2> "${WORK}/${name}_w${w}.err" \
+      || { echo "FAIL: preprocess_data ${name} --workers ${w}: $(cat "${WORK}/${name}_w${w}.err")"; exit 1; }
+  done
+  cmp "${WORK}/${name}_w1_text_document.bin" "${WORK}/${name}_w3_text_document.bin"
+  cmp "${WORK}/${name}_w1_text_document.idx" "${WORK}/${name}_w3_text_document.idx"
+  "${PY}" - "${WORK}/${name}_w1_text_document" "${WORK}/in.jsonl" "${WORK}/${model}.model" "${type}" "${name}" <<'EOF'
+import array, json, struct, sys
+import sentencepiece
+prefix, corpus, model, type_, name = sys.argv[1:]
+sp = sentencepiece.SentencePieceProcessor(model_file=model)
+
+# Megatron-LM megatron/training/tokenizer/tokenizer.py, transcribed: _SentencePieceTokenizer
+# (_initalize, tokenize) and _GPTSentencePieceTokenizer (tokenize = encode_as_ids, eod = eos_id).
+if type_ == "SentencePieceTokenizer":
+    vocab = {sp.id_to_piece(i): i for i in range(len(sp))}
+    special = {}
+    def add(t):
+        if t not in vocab:
+            vocab[t] = len(vocab)
+        special[t] = vocab[t]
+    for t in ["<CLS>", "<SEP>", "<EOD>", "<MASK>"]:
+        add(t)
+    for get, fallback in [(sp.pad_id, "<PAD>"), (sp.bos_id, "<BOS>"), (sp.eos_id, "<EOS>")]:
+        try:
+            t = sp.id_to_piece(get())
+        except IndexError:
+            t = fallback
+        add(t)
+    eod, vocab_size = vocab["<EOD>"], len(vocab)
+    def tokenize(text):
+        ids, idx = [], 0
+        while 1:
+            indices = {}
+            for token in special:
+                try:
+                    indices[token] = text[idx:].index(token)
+                except ValueError:
+                    continue
+            if len(indices) == 0:
+                break
+            next_token = min(indices, key=indices.get)
+            next_idx = idx + indices[next_token]
+            ids.extend(sp.encode_as_ids(text[idx:next_idx]))
+            ids.append(special[next_token])
+            idx = next_idx + len(next_token)
+        ids.extend(sp.encode_as_ids(text[idx:]))
+        return ids
+else:
+    eod, vocab_size = sp.eos_id(), len(sp)
+    tokenize = sp.encode
+ref = []
+for line in open(corpus, encoding="utf-8"):
+    doc = json.loads(line)["text"]
+    ids = []
+    for s in doc if isinstance(doc, list) else [doc]:  # Megatron's Encoder.encode
+        ids += tokenize(s)
+    if ids:
+        ids.append(eod)  # --append-eod
+    ref.append(ids)
+
+idx = open(prefix + ".idx", "rb").read()
+assert idx[:9] == b"MMIDIDX\x00\x00", "bad header"
+(version,) = struct.unpack_from("<Q", idx, 9)
+(code,) = struct.unpack_from("<B", idx, 17)
+seq_count, doc_count = struct.unpack_from("<QQ", idx, 18)
+assert version == 1 and code == 8, (version, code)  # vocab_size < 65500: uint16 (DType code 8), as Megatron picks
+off = 34
+lengths = struct.unpack_from(f"<{seq_count}i", idx, off); off += 4 * seq_count
+pointers = struct.unpack_from(f"<{seq_count}q", idx, off); off += 8 * seq_count
+doc_idx = struct.unpack_from(f"<{doc_count}q", idx, off); off += 8 * doc_count
+assert off == len(idx), f"{len(idx) - off} trailing bytes in the .idx"
+data = array.array("H")
+data.frombytes(open(prefix + ".bin", "rb").read())
+if sys.byteorder != "little":
+    data.byteswap()
+assert doc_count == len(ref) + 1, (doc_count, len(ref))
+tokens = specials_inside = 0
+for d, want in enumerate(ref):
+    got = []
+    for s in range(doc_idx[d], doc_idx[d + 1]):
+        got += data[pointers[s] // 2:pointers[s] // 2 + lengths[s]].tolist()
+    assert got == want, f"{name}: document {d + 1}: {got} != reference {want}"
+    tokens += len(got)
+    specials_inside += sum(1 for t in got[:-1] if t == eod or t >= len(sp))
+assert tokens == len(data), (tokens, len(data))
+assert max(data) < vocab_size, (max(data), vocab_size)
+if type_ == "SentencePieceTokenizer":
+    assert specials_inside > 0, "no special token inside a document: the test does not exercise the split"
+print(f"{name}: {len(ref)} documents, {tokens} tokens equal to the reference "
+      f"(pieces {len(sp)}, vocab_size {vocab_size}, eod {eod}, eos {sp.eos_id()}, {specials_inside} <EOD>/added ids inside documents)")
+EOF
+}
+check unigram SentencePieceTokenizer
+check unigram GPTSentencePieceTokenizer
+check bpe SentencePieceTokenizer
+check bpe GPTSentencePieceTokenizer
+
+if "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/bad" --tokenizer-type SentencePieceTokenizer \
+     > /dev/null 2> "${WORK}/bad.err"; then
+  echo "FAIL: SentencePieceTokenizer without --tokenizer-model was accepted"; exit 1
+fi
+grep -q -- "--tokenizer-model" "${WORK}/bad.err" || { echo "FAIL: $(cat "${WORK}/bad.err")"; exit 1; }
+
+# Throughput: the larger input with the unigram model (SentencePieceTokenizer, --append-eod).
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)"
+bytes=$(stat -c %s "${WORK}/big.jsonl")
+for w in 1 2; do
+  t0=$(date +%s.%N)
+  "${TOOL}" --input "${WORK}/big.jsonl" --output-prefix "${WORK}/big_w${w}" --tokenizer-model "${WORK}/unigram.model" \
+    --tokenizer-type SentencePieceTokenizer --append-eod --workers "${w}" --log-interval 1000000 > /dev/null 2> "${WORK}/big.err" \
+    || { echo "FAIL: preprocess_data on the throughput input: $(cat "${WORK}/big.err")"; exit 1; }
+  t1=$(date +%s.%N)
+  "${PY}" -c "import sys; b, s = int(sys.argv[1]), float(sys.argv[3]) - float(sys.argv[2]); print(f'throughput --workers ${w}: {b / 1048576:.1f} MB in {s:.2f} s = {b / 1048576 / s:.1f} MB/s (target >= 5 MB/s) on {sys.argv[4]} ({sys.argv[5]} CPUs)')" \
+    "${bytes}" "${t0}" "${t1}" "${cpu:-unknown CPU}" "$(nproc)"
+done
+echo "OK"

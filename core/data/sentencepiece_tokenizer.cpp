@@ -1,6 +1,6 @@
 #include "core/data/sentencepiece_tokenizer.h"
 
-#include <sentencepiece_processor.h>
+#include "core/data/spm_module.h"
 
 #include <stdexcept>
 #include <unordered_map>
@@ -9,7 +9,8 @@
 namespace gf::data {
 
 struct SentencePieceTokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  explicit Impl(const std::string& model_file) : sp(model_file) {}
+  SpmProcessor sp;
   bool megatron = true;
   int32_t pieces = 0;
   // Megatron mode: special tokens in Megatron's insertion order, their ids, and added tokens by id.
@@ -18,24 +19,16 @@ struct SentencePieceTokenizer::Impl {
   std::vector<std::string> added;  // ids pieces, pieces + 1, ...
   int32_t eod = -1, bos = -1, eos = -1;
 
-  void encode_plain(std::string_view text, std::vector<int32_t>& out) const {
-    if (text.empty()) return;
-    std::vector<int> ids;
-    const auto status = sp.Encode(text, &ids);
-    if (!status.ok()) throw std::runtime_error("SentencePiece Encode failed: " + status.ToString());
-    out.insert(out.end(), ids.begin(), ids.end());
-  }
+  void encode_plain(std::string_view text, std::vector<int32_t>& out) const { sp.encode_append(text, out); }
 };
 
 SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& model_file, bool megatron_specials,
                                                          int vocab_extra_ids) {
-  auto impl = std::make_shared<Impl>();
-  const auto status = impl->sp.Load(model_file);
-  if (!status.ok()) throw std::runtime_error(model_file + ": cannot load SentencePiece model: " + status.ToString());
+  auto impl = std::make_shared<Impl>(model_file);
   impl->megatron = megatron_specials;
-  impl->pieces = impl->sp.GetPieceSize();
+  impl->pieces = impl->sp.piece_size();
   const auto piece_or = [&](int id, const char* fallback) -> std::string {
-    return id >= 0 && id < impl->pieces ? impl->sp.IdToPiece(id) : std::string(fallback);
+    return id >= 0 && id < impl->pieces ? impl->sp.id_to_piece(id) : std::string(fallback);
   };
   if (!megatron_specials) {
     impl->bos = impl->sp.bos_id();
@@ -47,9 +40,9 @@ SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& mode
   const auto add = [&](const std::string& token) -> int32_t {
     for (const auto& [t, id] : impl->specials)
       if (t == token) return id;  // listed twice (e.g. the pad piece is "<PAD>"): the same id
-    int32_t id = impl->sp.PieceToId(token);
+    int32_t id = impl->sp.piece_to_id(token);
     // PieceToId answers unk for an unknown piece; only the unk piece itself maps there.
-    if (id == impl->sp.unk_id() && impl->sp.IdToPiece(id) != token) id = -1;
+    if (id == impl->sp.unk_id() && impl->sp.id_to_piece(id) != token) id = -1;
     if (id < 0) {
       for (size_t i = 0; i < impl->added.size(); ++i)
         if (impl->added[i] == token) id = impl->pieces + static_cast<int32_t>(i);
@@ -104,15 +97,9 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view utf8) const
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
   const Impl& m = *impl_;
   const auto decode_run = [&](std::span<const int32_t> run) {
-    std::vector<int> v;
-    for (const int32_t id : run) {
+    for (const int32_t id : run)
       if (id < 0 || id >= m.pieces) throw std::out_of_range("SentencePiece id " + std::to_string(id) + " out of range");
-      v.push_back(id);
-    }
-    std::string text;
-    const auto status = m.sp.Decode(v, &text);
-    if (!status.ok()) throw std::runtime_error("SentencePiece Decode failed: " + status.ToString());
-    return text;
+    return m.sp.decode(run);
   };
   if (!m.megatron) return decode_run(ids);
   std::string text;

@@ -392,7 +392,7 @@ struct Cli {
   // config, plan
   int ranks = 0;
   // tokenize
-  std::string vocab, merges, tokenizer_type = "GPT2BPETokenizer";
+  gf::data::TokenizerFiles tok_files;
   bool decode = false;
   // convert
   gf::ConvertOptions conv;
@@ -511,13 +511,18 @@ CLI::App* add_replay(CLI::App& app, Cli& c) {
 }
 
 CLI::App* add_tokenize(CLI::App& app, Cli& c) {
-  auto* tok = app.add_subcommand("tokenize", "each stdin line -> its ids space-separated (or back with --decode), with GPT-2 BPE or BERT WordPiece (--tokenizer-type)");
-  tok->add_option("--vocab-file", c.vocab, "gpt2-vocab.json (encoder.json), or a BERT vocab.txt for the WordPiece types")
-      ->required()->check(CLI::ExistingFile);
-  tok->add_option("--merge-file", c.merges, "gpt2-merges.txt (vocab.bpe); GPT2BPETokenizer only")->check(CLI::ExistingFile);
-  tok->add_option("--tokenizer-type", c.tokenizer_type,
-                  "Megatron's name: GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase")
-      ->capture_default_str();
+  auto* tok = app.add_subcommand("tokenize", "each stdin line -> its ids space-separated (or back with --decode), with "
+                                             "GPT-2 BPE, BERT WordPiece or SentencePiece (--tokenizer-type)");
+  tok->add_option("--vocab-file", c.tok_files.vocab_file,
+                  "gpt2-vocab.json (encoder.json), or a BERT vocab.txt for the WordPiece types")->check(CLI::ExistingFile);
+  tok->add_option("--merge-file", c.tok_files.merge_file, "gpt2-merges.txt (vocab.bpe); GPT2BPETokenizer only")
+      ->check(CLI::ExistingFile);
+  tok->add_option("--tokenizer-model", c.tok_files.tokenizer_model,
+                  "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)")
+      ->check(CLI::ExistingFile);
+  tok->add_option("--tokenizer-type", c.tok_files.type,
+                  "Megatron's name: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, "
+                  "GPTSentencePieceTokenizer or Llama2Tokenizer")->capture_default_str();
   tok->add_flag("--decode", c.decode, "read ids, print text");
   return tok;
 }
@@ -645,7 +650,7 @@ int main(int argc, char** argv) {
   if (*config) return run_config_or_plan(c, false);
   if (*plan) return run_config_or_plan(c, true);
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
-  if (*tok) return gf::data::run_tokenize(c.vocab, c.merges, c.decode, std::cin, std::cout, c.tokenizer_type);
+  if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
   if (*convert) return gf::run_convert(c.conv);
   if (*replay) return run_replay(c.replay, argc, argv);
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;

@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "core/data/tokenizer.h"
-#include "core/data/wordpiece.h"
 
 namespace gf::data {
 namespace {
@@ -47,8 +45,7 @@ std::vector<int32_t> parse_ids(const std::string& line) {
   return ids;
 }
 
-template <typename Tokenizer>
-void process_lines(const Tokenizer& tokenizer, bool decode, std::istream& in, std::ostream& out) {
+void process_lines(const TextTokenizer& tokenizer, bool decode, std::istream& in, std::ostream& out) {
   std::string line, buffer;
   std::vector<int32_t> ids;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
@@ -76,24 +73,21 @@ void process_lines(const Tokenizer& tokenizer, bool decode, std::istream& in, st
 
 }  // namespace
 
-int run_tokenize(const std::string& vocab, const std::string& merges, bool decode, std::istream& in,
-                 std::ostream& out, const std::string& type) {
+int run_tokenize(const TokenizerFiles& files, bool decode, std::istream& in, std::ostream& out) {
   try {
-    if (type == "BertWordPieceLowerCase" || type == "BertWordPieceCase") {
-      process_lines(WordPieceTokenizer::from_file(vocab, type == "BertWordPieceLowerCase"), decode, in, out);
-      return 0;
-    }
-    if (type != "GPT2BPETokenizer")
-      throw std::runtime_error("--tokenizer-type " + type +
-                               ": not one of GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase");
-    if (merges.empty()) throw std::runtime_error("GPT2BPETokenizer needs --merge-file");
-    const GPT2Tokenizer tokenizer = GPT2Tokenizer::from_files(vocab, merges);
-    process_lines(tokenizer, decode, in, out);
+    process_lines(*make_tokenizer(files), decode, in, out);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "gridformer tokenize: " << e.what() << '\n';
     return 1;
   }
+}
+
+int run_tokenize(const std::string& vocab, const std::string& merges, bool decode, std::istream& in, std::ostream& out) {
+  TokenizerFiles files;
+  files.vocab_file = vocab;
+  files.merge_file = merges;
+  return run_tokenize(files, decode, in, out);
 }
 
 }  // namespace gf::data

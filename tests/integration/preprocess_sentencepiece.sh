@@ -9,6 +9,9 @@
 #    python3-sentencepiece (its special tokens <CLS> <SEP> <EOD> <MASK> <PAD> <s> </s> cut out of
 #    the text, the missing ones added after the model's pieces), <EOD> (Megatron's eod) appended;
 #  * GPTSentencePieceTokenizer: sp.encode(text) + the model's eos;
+#  * Llama2Tokenizer: [bos] + sp.encode(text) per sentence + the model's eos (Megatron's _Llama2Tokenizer);
+#  * `gridformer tokenize --tokenizer-type SentencePieceTokenizer` gives each line's ids as the same
+#    reference, and --decode gives sp.decode;
 #  * the output does not depend on --workers; a SentencePiece type without --tokenizer-model is refused.
 # Then prints the encode throughput of preprocess_data on a larger generated input and the CPU.
 # Skips (exit 0, "SKIP: ...") when spm_train or python3-sentencepiece is missing.
@@ -154,6 +157,9 @@ if type_ == "SentencePieceTokenizer":
             idx = next_idx + len(next_token)
         ids.extend(sp.encode_as_ids(text[idx:]))
         return ids
+elif type_ == "Llama2Tokenizer":  # _Llama2Tokenizer.tokenize(s, bos=True, eos=False); eod = eos_id
+    eod, vocab_size = sp.eos_id(), len(sp)
+    tokenize = lambda s: [sp.bos_id()] + sp.encode(s)
 else:
     eod, vocab_size = sp.eos_id(), len(sp)
     tokenize = sp.encode
@@ -203,6 +209,62 @@ check unigram SentencePieceTokenizer
 check unigram GPTSentencePieceTokenizer
 check bpe SentencePieceTokenizer
 check bpe GPTSentencePieceTokenizer
+check unigram Llama2Tokenizer
+
+# gridformer tokenize, line by line, against the same transcription of Megatron's tokenize().
+GF="${BUILD}/bin/gridformer"
+[[ -x "${GF}" ]] || GF="${BUILD}/gridformer"
+"${PY}" -c "
+import json, sys
+for line in open(sys.argv[1], encoding='utf-8'):
+    t = json.loads(line)['text']
+    t = ''.join(t) if isinstance(t, list) else t
+    print(t.replace('\\n', ' ').replace('\\r', ' '))
+" "${WORK}/in.jsonl" > "${WORK}/lines.txt"
+"${PY}" -c "
+import sentencepiece, sys
+sp = sentencepiece.SentencePieceProcessor(model_file=sys.argv[1])
+for line in open(sys.argv[2], encoding='utf-8'):
+    print(' '.join(map(str, sp.encode(line.rstrip('\\n')))))
+" "${WORK}/bpe.model" "${WORK}/lines.txt" > "${WORK}/lines.spids"
+"${GF}" tokenize --tokenizer-type SentencePieceTokenizer --tokenizer-model "${WORK}/bpe.model" < "${WORK}/lines.txt" \
+  > "${WORK}/lines.ids" 2> "${WORK}/tok.err" || { echo "FAIL: gridformer tokenize: $(cat "${WORK}/tok.err")"; exit 1; }
+"${GF}" tokenize --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "${WORK}/bpe.model" --decode \
+  < "${WORK}/lines.spids" > "${WORK}/lines.decoded" 2> "${WORK}/tok.err" \
+  || { echo "FAIL: gridformer tokenize --decode: $(cat "${WORK}/tok.err")"; exit 1; }
+"${PY}" - "${WORK}/bpe.model" "${WORK}/lines.txt" "${WORK}/lines.ids" "${WORK}/lines.decoded" <<'EOF'
+import sys
+import sentencepiece
+sp = sentencepiece.SentencePieceProcessor(model_file=sys.argv[1])
+specials = {}
+vocab = {sp.id_to_piece(i): i for i in range(len(sp))}
+for t in ["<CLS>", "<SEP>", "<EOD>", "<MASK>", sp.id_to_piece(sp.pad_id()) if sp.pad_id() >= 0 else "<PAD>",
+          sp.id_to_piece(sp.bos_id()), sp.id_to_piece(sp.eos_id())]:
+    if t not in vocab:
+        vocab[t] = len(vocab)
+    specials[t] = vocab[t]
+def tokenize(text):  # Megatron's _SentencePieceTokenizer.tokenize
+    ids, idx = [], 0
+    while 1:
+        indices = {t: text[idx:].index(t) for t in specials if t in text[idx:]}
+        if not indices:
+            break
+        nt = min(indices, key=indices.get)
+        ids.extend(sp.encode_as_ids(text[idx:idx + indices[nt]]))
+        ids.append(specials[nt])
+        idx += indices[nt] + len(nt)
+    return ids + sp.encode_as_ids(text[idx:])
+lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+got = open(sys.argv[3]).read().split("\n")[:-1]
+dec = open(sys.argv[4], encoding="utf-8").read().split("\n")[:-1]
+assert len(got) == len(lines) == len(dec), (len(got), len(lines), len(dec))
+for i, (line, ids, d) in enumerate(zip(lines, got, dec)):
+    want = tokenize(line)
+    assert [int(x) for x in ids.split()] == want, f"tokenize line {i + 1}: {ids} != {want}"
+    ref = sp.decode(sp.encode(line))
+    assert d == ref, f"decode line {i + 1}: {d!r} != {ref!r}"
+print(f"gridformer tokenize: {len(lines)} lines equal to Megatron's SentencePieceTokenizer; --decode equal to sp.decode")
+EOF
 
 if "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/bad" --tokenizer-type SentencePieceTokenizer \
      > /dev/null 2> "${WORK}/bad.err"; then

@@ -50,6 +50,18 @@ inline void accumulate_moe_stats(std::vector<MoeLayerStats>& into, const std::ve
   }
 }
 
+// The inputs and targets of a batch's rows as the model reads them (inputs [:, :T] and targets
+// [:, 1:] of the tokens, copied in): kNotTrainedBit cleared from the inputs; a target that carries it,
+// or (documents.eod_mask_loss) whose input is the end-of-document token, becomes -1 (not trained).
+void split_targets(const ModelConfig& cfg, int32_t* inputs, int32_t* targets, int64_t n);
+// The targets of tokens [rows, T + 1] that split_targets leaves trained.
+int64_t trained_targets(const ModelConfig& cfg, const int32_t* tokens, int64_t rows, int64_t T);
+// Megatron's get_ltor_masks_and_position_ids for inputs [B, T]: a document ends at each input equal
+// to `eod`. positions[i]: the position of row i in its document (reset_position_ids; else i % T);
+// key_lo[i]: the first row of its document within its sequence (reset_attention_mask; else 0).
+void document_layout(const DocumentConfig& docs, int64_t eod, const int32_t* inputs, int64_t B, int64_t T,
+                     int32_t* positions, int32_t* key_lo);
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -63,8 +75,8 @@ class CausalLM {
   virtual float* grads() = 0;
   virtual int64_t micro_batch() const = 0;
 
-  // tokens: [micro_batch, seq_length + 1]; inputs are [:, :T], targets [:, 1:].
-  // Returns the sum over the micro-batch's B*T tokens of the cross-entropy loss.
+  // tokens: [micro_batch, seq_length + 1]; inputs are [:, :T], targets [:, 1:] (split_targets).
+  // Returns the sum over the micro-batch's trained targets of the cross-entropy loss.
   virtual double forward(const int32_t* tokens, const StepInfo& info) = 0;
   // After forward: accumulates into grads() the gradient of grad_scale times the summed loss plus,
   // for MoE, the router losses: grad_scale * (sum of token losses

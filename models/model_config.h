@@ -49,6 +49,27 @@ struct MoeConfig {
   bool operator==(const MoeConfig&) const = default;
 };
 
+// Documents packed into one training sample, as Megatron's get_ltor_masks_and_position_ids treats
+// them (its --reset-position-ids, --reset-attention-mask, --eod-mask-loss): a document ends with the
+// end-of-document token eod_token_id (-1: the model's eos_token_id) in the inputs, and the token after
+// it starts the next one.
+//  * reset_position_ids: positions (learned table and RoPE) count from 0 in each document;
+//  * reset_attention_mask: a token attends only to the earlier tokens of its own document;
+//  * eod_mask_loss: the prediction made at an end-of-document input is not trained.
+struct DocumentConfig {
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  bool eod_mask_loss = false;
+  int64_t eod_token_id = -1;
+  bool resets() const { return reset_position_ids || reset_attention_mask; }
+  bool operator==(const DocumentConfig&) const = default;
+};
+
+// A token of a training batch with this bit set is read as an input like any other, but it is not a
+// target: its prediction has no loss and no gradient (a prompt token of fine-tuning data, whose loss
+// mask is 0). The data loader sets it (core/data/gpt_dataset.h); token ids stay below it.
+inline constexpr int32_t kNotTrainedBit = 1 << 30;
+
 struct ModelConfig {
   std::string type = "GPT2Config";   // model.model_config.type
   std::string arch = "GPT2LMHeadModel";  // model.arch.type
@@ -92,6 +113,8 @@ struct ModelConfig {
   std::string position_embedding_type = "learned_absolute";
   bool add_bias_linear = true;
   MoeConfig moe;
+  DocumentConfig documents;
+  int64_t eod_id() const { return documents.eod_token_id >= 0 ? documents.eod_token_id : eos_token_id; }
   // How the run splits and recomputes the model, and the dtype of its products, are not here: they are
   // the run's ModelLayout (models/layout.h), passed beside this config.
   bool operator==(const ModelConfig&) const = default;

@@ -34,6 +34,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.share_logits = st.share_logits && d.last;
   d.low_precision = layout.low_precision();
   d.flash = s.flash;
+  d.document_resets = cfg.documents.resets();
   if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
   if (s.heads % tp != 0 || s.ffn % tp != 0)
     throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");
@@ -208,6 +209,10 @@ struct TransformerLM::LayoutBuilder {
     const std::string sn = "slot" + std::to_string(k);
     s.inputs = ints(sn + ".inputs", N);
     s.targets = ints(sn + ".targets", N);
+    if (d.document_resets) {
+      s.positions = ints(sn + ".positions", N);
+      s.key_lo = ints(sn + ".key_lo", N);
+    }
     if (d.first) s.emb = p.take(sn + ".embedding", Nl * C);
     else s.xin = p.take(sn + ".hidden_in", Nl * C);
     if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);

@@ -150,6 +150,8 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.partial = partial_;
   e.dfull = dfull_;
   e.info = s.info;
+  if (cfg_.documents.reset_position_ids) e.positions = s.positions;
+  if (cfg_.documents.reset_attention_mask) e.key_lo = s.key_lo;
   return e;
 }
 
@@ -185,11 +187,13 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     std::memcpy(s.inputs + b * d.T, tokens + b * (d.T + 1), sizeof(int32_t) * d.T);
     std::memcpy(s.targets + b * d.T, tokens + b * (d.T + 1) + 1, sizeof(int32_t) * d.T);
   }
+  split_targets(cfg_, s.inputs, s.targets, d.N);
   const int64_t V = spec_.vocab;
   for (int64_t i = 0; i < d.N; ++i)
-    if (s.inputs[i] < 0 || s.inputs[i] >= V || s.targets[i] < 0 || s.targets[i] >= V)
+    if (s.inputs[i] < 0 || s.inputs[i] >= V || s.targets[i] < -1 || s.targets[i] >= V)
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (d.document_resets) document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo);
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
   const int64_t rows = d.Nl * d.C;  // the residual stream's elements on this rank

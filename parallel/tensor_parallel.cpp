@@ -118,7 +118,7 @@ void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* t
   } else {
     ops::embedding_lookup_fwd(y, tokens + r0, wte, nl, s.dim, s.vocab_begin, s.vocab_end);
   }
-  if (wpe) ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim);
+  if (wpe) ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim, s.positions);
 }
 
 void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, const float* dy,
@@ -130,7 +130,7 @@ void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, 
   } else {
     ops::embedding_lookup_bwd(dwte, dy, tokens + r0, nl, s.dim, s.vocab_begin, s.vocab_end);
   }
-  if (dwpe) ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim);
+  if (dwpe) ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim, s.positions);
 }
 
 void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, float* lse, const float* logits,
@@ -158,7 +158,7 @@ void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, f
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     lse[r] = mx[r] + std::log(scratch[2 * r]);
-    losses[r] = lse[r] - scratch[2 * r + 1];
+    losses[r] = targets[r] < 0 ? 0.0f : lse[r] - scratch[2 * r + 1];
   }
 }
 

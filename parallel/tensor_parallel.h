@@ -91,6 +91,7 @@ void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, con
 struct EmbeddingShape {
   int64_t rows, seq, dim, vocab_begin, vocab_end;
   bool vocab_parallel;  // wte rows split across the group (else replicated)
+  const int32_t* positions = nullptr;  // [rows] each row's learned position (null: row % seq)
 };
 void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
                             const float* wpe, const EmbeddingShape& s, float* full_buf);

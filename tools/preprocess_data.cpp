@@ -14,7 +14,8 @@
 // eod is Megatron's: [EOS], added to the vocabulary after [BOS] when absent), SentencePieceTokenizer
 // (SentencePiece tokenizer.model via --tokenizer-model; Megatron's special tokens <CLS> <SEP> <EOD>
 // <MASK> are added and cut out of the text, eod is <EOD>, not the model's eos) and
-// GPTSentencePieceTokenizer (the same model, plain EncodeAsIds, eod = the model's eos).
+// GPTSentencePieceTokenizer (the same model, plain EncodeAsIds, eod = the model's eos) and
+// Llama2Tokenizer (the model's bos, then EncodeAsIds; eod = the model's eos). core/data/text_tokenizer.h.
 //
 // Documents are read in batches, encoded by --workers threads and written in input order, so
 // the output does not depend on the number of workers.
@@ -35,33 +36,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/data/gpt_dataset.h"
 #include "core/data/indexed_dataset.h"
-#include "core/data/sentencepiece_tokenizer.h"
-#include "core/data/tokenizer.h"
-#include "core/data/wordpiece.h"
+#include "core/data/text_tokenizer.h"
 
 namespace {
 
-using gf::data::GPT2Tokenizer;
 using gf::data::IndexedDatasetBuilder;
-using gf::data::SentencePieceTokenizer;
-using gf::data::WordPieceTokenizer;
 
-// The tokenizer --tokenizer-type names.
-struct Tokenizer {
-  std::optional<GPT2Tokenizer> gpt2;
-  std::optional<WordPieceTokenizer> wordpiece;
-  std::optional<SentencePieceTokenizer> sentencepiece;
-  void encode_append(std::string_view text, std::vector<int32_t>& out) const {
-    if (gpt2) gpt2->encode_append(text, out);
-    else if (wordpiece) wordpiece->encode_append(text, out);
-    else sentencepiece->encode_append(text, out);
-  }
-  int32_t eod_id() const { return gpt2 ? gpt2->eod_id() : wordpiece ? wordpiece->eod_id() : sentencepiece->eod_id(); }
-  int32_t vocab_size() const {
-    return gpt2 ? gpt2->vocab_size() : wordpiece ? wordpiece->vocab_size() : sentencepiece->vocab_size();
-  }
-};
+using Tokenizer = gf::data::TextTokenizer;
 
 struct Options {
   std::string input, output_prefix, vocab_file, merge_file, tokenizer_model;
@@ -71,6 +54,7 @@ struct Options {
   std::string tokenizer_type = "GPT2BPETokenizer";
   std::string dump_ids;  // optional JSONL dump of the ids written (used by the Megatron check)
   bool append_eod = false;
+  std::string sft;  // "" | alpaca | chat
   int workers = 1;
   int64_t log_interval = 1000;
 };
@@ -85,6 +69,7 @@ struct Record {
 struct EncodedKey {
   std::vector<int32_t> ids;
   std::vector<int32_t> lengths;
+  std::vector<int32_t> loss_mask;  // --sft: 1 for a token trained as a target, 0 for a prompt's
 };
 
 struct Encoded {
@@ -167,6 +152,75 @@ std::vector<std::string> sentences_of(const nlohmann::json& doc, const std::stri
   throw std::runtime_error(where + ": key \"" + key + "\" is not a string or a list of strings");
 }
 
+// --sft: a JSON field that must be a string ("" when absent and `optional`).
+std::string field(const nlohmann::json& doc, const std::string& key, const std::string& where, bool optional = false) {
+  const auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) {
+    if (optional) return "";
+    throw std::runtime_error(where + ": key \"" + key + "\" missing");
+  }
+  if (!it->is_string()) throw std::runtime_error(where + ": key \"" + key + "\" is not a string");
+  return it->get<std::string>();
+}
+
+void add_piece(const Tokenizer& tok, const std::string& text, int32_t trained, EncodedKey& out) {
+  const size_t before = out.ids.size();
+  tok.encode_append(text, out.ids);
+  out.loss_mask.resize(out.ids.size(), 0);
+  std::fill(out.loss_mask.begin() + static_cast<std::ptrdiff_t>(before), out.loss_mask.end(), trained);
+}
+
+// Stanford Alpaca's prompt (its train.py PROMPT_DICT, which MindFormers' alpaca data follows).
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  if (input.empty())
+    return std::string("Below is an instruction that describes a task. Write a response that appropriately completes the "
+                       "request.\n\n### Instruction:\n") + instruction + "\n\n### Response:\n";
+  return std::string("Below is an instruction that describes a task, paired with an input that provides further context. "
+                     "Write a response that appropriately completes the request.\n\n### Instruction:\n") +
+         instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+}
+
+// One fine-tuning example as one document: the prompt's tokens (not trained), the answers' tokens and
+// the end-of-document token (trained). Prompt and answer are encoded apart, so no token spans both.
+//  alpaca: {"instruction", "input" (optional), "output"} through alpaca_prompt.
+//  chat:   {"conversations": [{"from": "system"|"human"|"gpt", "value"}]} (ShareGPT, what MindFormers'
+//          alpaca_converter writes) or {"messages": [{"role": "system"|"user"|"assistant", "content"}]},
+//          each turn in ChatML: "<|im_start|>ROLE\n" (not trained) + CONTENT + "<|im_end|>\n" (trained
+//          for the assistant's turns only).
+EncodedKey encode_sft(const Options& opt, const Tokenizer& tok, const nlohmann::json& doc, const std::string& where) {
+  EncodedKey out;
+  if (opt.sft == "alpaca") {
+    add_piece(tok, alpaca_prompt(field(doc, "instruction", where), field(doc, "input", where, true)), 0, out);
+    add_piece(tok, field(doc, "output", where), 1, out);
+  } else {
+    const bool sharegpt = doc.contains("conversations");
+    const auto it = doc.find(sharegpt ? "conversations" : "messages");
+    if (it == doc.end() || !it->is_array())
+      throw std::runtime_error(where + ": --sft chat expects \"conversations\" (ShareGPT) or \"messages\" as a list of turns");
+    bool answered = false;
+    for (size_t t = 0; t < it->size(); ++t) {
+      const nlohmann::json& turn = (*it)[t];
+      const std::string at = where + ": turn " + std::to_string(t + 1);
+      if (!turn.is_object()) throw std::runtime_error(at + " is not an object");
+      std::string role = field(turn, sharegpt ? "from" : "role", at);
+      const std::string content = field(turn, sharegpt ? "value" : "content", at);
+      if (role == "human") role = "user";
+      if (role == "gpt") role = "assistant";
+      if (role != "system" && role != "user" && role != "assistant")
+        throw std::runtime_error(at + ": role \"" + role + "\" is not system, user/human or assistant/gpt");
+      const int32_t trained = role == "assistant" ? 1 : 0;
+      answered = answered || trained;
+      add_piece(tok, std::string("<|im_start|>") + role + "\n", 0, out);
+      add_piece(tok, content + "<|im_end|>\n", trained, out);
+    }
+    if (!answered) throw std::runtime_error(where + ": no assistant turn: nothing to train");
+  }
+  out.ids.push_back(tok.eod_id());
+  out.loss_mask.push_back(1);
+  out.lengths.push_back(static_cast<int32_t>(out.ids.size()));
+  return out;
+}
+
 Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const Record& rec) {
   Encoded out;
   const std::string where = opt.input + ":" + std::to_string(rec.line);
@@ -182,6 +236,10 @@ Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, 
       throw std::runtime_error(where + ": invalid JSON: " + e.what());
     }
     if (!doc.is_object()) throw std::runtime_error(where + ": line is not a JSON object");
+    if (!opt.sft.empty()) {
+      out.keys.push_back(encode_sft(opt, tok, doc, where));
+      return out;
+    }
     for (const std::string& key : opt.json_keys) out.keys.push_back(encode_sentences(tok, sentences_of(doc, key, where), opt.append_eod));
   } catch (const std::exception& e) {
     out.error = e.what();
@@ -223,35 +281,29 @@ bool resolve_text_mode(const Options& opt) {
 }
 
 void run(const Options& opt) {
-  Tokenizer tok;
-  const bool sentencepiece = opt.tokenizer_type == "SentencePieceTokenizer" || opt.tokenizer_type == "GPTSentencePieceTokenizer";
-  if (sentencepiece && opt.tokenizer_model.empty())
-    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " needs --tokenizer-model (a SentencePiece tokenizer.model)");
-  if (!sentencepiece && opt.vocab_file.empty())
-    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type + " needs --vocab-file");
-  if (opt.vocab_extra_ids != 0 && opt.tokenizer_type != "SentencePieceTokenizer")
-    throw std::runtime_error("--vocab-extra-ids is only supported with --tokenizer-type SentencePieceTokenizer");
-  if (sentencepiece) {
-    tok.sentencepiece = SentencePieceTokenizer::from_file(opt.tokenizer_model, opt.tokenizer_type == "SentencePieceTokenizer",
-                                                          opt.vocab_extra_ids);
-  } else if (opt.tokenizer_type == "GPT2BPETokenizer") {
-    if (opt.merge_file.empty()) throw std::runtime_error("--tokenizer-type GPT2BPETokenizer needs --merge-file");
-    tok.gpt2 = GPT2Tokenizer::from_files(opt.vocab_file, opt.merge_file);
-  } else if (opt.tokenizer_type == "BertWordPieceLowerCase" || opt.tokenizer_type == "BertWordPieceCase") {
-    tok.wordpiece = WordPieceTokenizer::from_file(opt.vocab_file, opt.tokenizer_type == "BertWordPieceLowerCase");
-  } else {
-    throw std::runtime_error("--tokenizer-type " + opt.tokenizer_type +
-                             " is not supported; supported: GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-                             "BertWordPieceLowerCase and BertWordPieceCase");
-  }
+  gf::data::TokenizerFiles files;
+  files.type = opt.tokenizer_type;
+  files.vocab_file = opt.vocab_file;
+  files.merge_file = opt.merge_file;
+  files.tokenizer_model = opt.tokenizer_model;
+  files.vocab_extra_ids = opt.vocab_extra_ids;
+  const std::unique_ptr<Tokenizer> tokenizer = gf::data::make_tokenizer(files);
+  const Tokenizer& tok = *tokenizer;
   const bool text_mode = resolve_text_mode(opt);
-  const std::vector<std::string> keys = text_mode ? std::vector<std::string>{"text"} : opt.json_keys;
+  if (!opt.sft.empty() && text_mode) throw std::runtime_error("--sft reads JSONL (one example per line), not plain text");
+  const std::vector<std::string> keys = text_mode || !opt.sft.empty() ? std::vector<std::string>{"text"} : opt.json_keys;
   const auto dtype = gf::data::optimal_token_dtype(tok.vocab_size());
 
   InputReader reader(opt.input, text_mode);
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
   for (const std::string& key : keys)
     builders.push_back(std::make_unique<IndexedDatasetBuilder>(opt.output_prefix + "_" + key + "_document", dtype));
+  // --sft: the loss mask beside the ids (core/data/gpt_dataset.h loss_mask_prefix), uint8.
+  std::unique_ptr<IndexedDatasetBuilder> mask;
+  if (!opt.sft.empty())
+    mask = std::make_unique<IndexedDatasetBuilder>(gf::data::loss_mask_prefix(opt.output_prefix + "_text_document"),
+                                                   gf::data::DType::kUInt8);
+  int64_t trained = 0;
   std::ofstream dump;
   if (!opt.dump_ids.empty()) dump.open(opt.dump_ids, std::ios::binary | std::ios::trunc);
   if (!opt.dump_ids.empty() && !dump) throw std::runtime_error(opt.dump_ids + ": cannot create");
@@ -277,6 +329,10 @@ void run(const Options& opt) {
       for (size_t k = 0; k < keys.size(); ++k) {
         builders[k]->add_document(doc.keys[k].ids, doc.keys[k].lengths);
         tokens += static_cast<int64_t>(doc.keys[k].ids.size());
+        if (mask) {
+          mask->add_document(doc.keys[k].loss_mask, doc.keys[k].lengths);
+          for (int32_t m : doc.keys[k].loss_mask) trained += m;
+        }
         if (dump.is_open())
           dump << nlohmann::json{{"key", keys[k]}, {"ids", doc.keys[k].ids}, {"lengths", doc.keys[k].lengths}}.dump() << '\n';
       }
@@ -289,6 +345,13 @@ void run(const Options& opt) {
                 opt.output_prefix.c_str(), keys[k].c_str(), static_cast<long long>(builders[k]->num_documents()),
                 static_cast<long long>(builders[k]->num_sequences()), static_cast<long long>(builders[k]->num_tokens()),
                 gf::data::dtype_name(dtype));
+  }
+  if (mask) {
+    mask->finalize();
+    std::printf("wrote %s.{bin,idx}: the loss mask, %lld of %lld tokens trained as targets (the answers and each "
+                "example's end-of-document token)\n",
+                gf::data::loss_mask_prefix(opt.output_prefix + "_text_document").c_str(), static_cast<long long>(trained),
+                static_cast<long long>(mask->num_tokens()));
   }
   if (dump.is_open() && !dump.flush()) throw std::runtime_error(opt.dump_ids + ": write failed");
 }
@@ -307,17 +370,23 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json, or BERT vocab.txt for the BertWordPiece types")
       ->check(CLI::ExistingFile);
   app.add_option("--tokenizer-model", opt.tokenizer_model,
-                 "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer)")->check(CLI::ExistingFile);
+                 "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)")->check(CLI::ExistingFile);
   app.add_option("--vocab-extra-ids", opt.vocab_extra_ids,
                  "SentencePieceTokenizer: add <extra_id_0>..<extra_id_{N-1}> special tokens, as Megatron")
       ->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt (GPT2BPETokenizer only)")->check(CLI::ExistingFile);
-  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, BertWordPieceLowerCase or BertWordPieceCase")
+  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer (Megatron's names; Llama2Tokenizer puts the model's bos before each document)")
       ->capture_default_str();
   app.add_flag("--append-eod", opt.append_eod,
                "append the end-of-document id to every non-empty document: <|endoftext|> (50256) for GPT-2, "
                "[EOS] for the BertWordPiece types, <EOD> for SentencePieceTokenizer, the model's eos for "
-               "GPTSentencePieceTokenizer (Megatron's eod)");
+               "GPTSentencePieceTokenizer and Llama2Tokenizer (Megatron's eod)");
+  app.add_option("--sft", opt.sft,
+                 "supervised fine-tuning data: alpaca ({instruction, input, output}, Stanford Alpaca's prompt) or chat "
+                 "(ShareGPT conversations or messages, ChatML turns); writes {prefix}_text_document and its loss mask "
+                 "{prefix}_text_document_loss_mask (only the answers and each example's end-of-document token are "
+                 "trained); each example is one document ending with the end-of-document token")
+      ->check(CLI::IsMember({"alpaca", "chat"}));
   app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");

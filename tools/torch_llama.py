@@ -102,10 +102,11 @@ def rope_inv_freq(head_dim, theta):
 
 
 def rope_cos_sin(head_dim, theta, positions, device_type="cpu"):
-    """cos, sin [len(positions), head_dim] in float32, as LlamaRotaryEmbedding.forward computes them."""
+    """cos, sin [len(positions), head_dim] in float32, as LlamaRotaryEmbedding.forward computes them
+    (positions [B, T], Hugging Face's position_ids: [B, T, head_dim])."""
     with torch.autocast(device_type=device_type, enabled=False):
         inv_freq = rope_inv_freq(head_dim, theta).to(positions.device)
-        freqs = positions.float()[:, None] * inv_freq[None, :]
+        freqs = positions.float()[..., None] * inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
 
@@ -117,7 +118,9 @@ def rotate_half(x):
 
 
 def apply_rotary_pos_emb(x, cos, sin):
-    """x [B, heads, T, D]; cos/sin [T, D] (already in x's dtype)."""
+    """x [B, heads, T, D]; cos/sin [T, D] or [B, T, D] (HF's unsqueeze_dim=1), already in x's dtype."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
     return (x * cos) + (rotate_half(x) * sin)
 
 
@@ -139,7 +142,9 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(C, KV * D, bias=False)
         self.o_proj = nn.Linear(H * D, C, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, attn_mask=None):
+        """attn_mask: None, or [B, 1, T, T] bool, True where a query may attend a key (HF's 4D mask; the
+        causal mask is applied as well)."""
         B, T, C = x.shape
         H, KV, D = self.cfg.num_heads, self.cfg.kv_heads, self.cfg.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)    # [B, H, T, D]; head h = rows h*D:(h+1)*D of q_proj
@@ -152,6 +157,8 @@ class LlamaAttention(nn.Module):
         v = repeat_kv(v, H // KV)
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(D)
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        if attn_mask is not None:
+            causal = causal & attn_mask
         # HF adds finfo(dtype).min above the diagonal; either way those probabilities are exactly 0.
         scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
         probs = F.softmax(scores, dim=-1, dtype=_at_least_f32(q.dtype)).to(q.dtype)
@@ -179,8 +186,8 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x, cos, sin, attn_mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -192,14 +199,14 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList([LlamaDecoderLayer(cfg) for _ in range(cfg.num_layers)])
         self.norm = LlamaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, input_ids, position_ids=None):
+    def forward(self, input_ids, position_ids=None, attn_mask=None):
         T = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device)
         cos, sin = rope_cos_sin(self.cfg.head_dim, self.cfg.rope_theta, position_ids, input_ids.device.type)
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, attn_mask)
         return self.norm(x)
 
 
@@ -215,10 +222,11 @@ class LlamaForCausalLM(nn.Module):
     def head_weight(self):
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, input_ids, targets=None, position_ids=None):
+    def forward(self, input_ids, targets=None, position_ids=None, attn_mask=None):
         """input_ids, targets [B, T] (int64). Returns (logits [B, T, V] in float32 (float64 for a float64 model),
-        mean cross-entropy over the B*T positions or None)."""
-        h = self.model(input_ids, position_ids)
+        mean cross-entropy over the B*T positions or None). A target of -100 is not trained (HF's labels:
+        the mean is over the others)."""
+        h = self.model(input_ids, position_ids, attn_mask)
         logits = F.linear(h, self.head_weight())
         logits = logits.to(_at_least_f32(logits.dtype))      # HF: logits.float()
         loss = None

@@ -370,12 +370,36 @@ void GPTDataset::get(int64_t index, int32_t* out) const {
     const int64_t end = pos == last ? last_offset + 1 : doc.size();
     if (written + (end - begin) > seq_length_ + 1) throw std::logic_error("GPTDataset: sample longer than seq_length + 1");
     doc.copy_to(begin, end - begin, out + written);
+    if (mask_) {
+      thread_local std::vector<int32_t> m;
+      m.resize(static_cast<size_t>(end - begin));
+      mask_->sequence(document_index_[pos]).copy_to(begin, end - begin, m.data());
+      for (int64_t i = 0; i < end - begin; ++i)
+        if (m[static_cast<size_t>(i)] == 0) out[written + i] |= kLossMaskedBit;
+    }
     written += end - begin;
   }
   if (written != seq_length_ + 1) throw std::logic_error("GPTDataset: sample shorter than seq_length + 1");
 }
 
+std::string loss_mask_prefix(const std::string& prefix) { return prefix + "_loss_mask"; }
+
+void GPTDataset::set_loss_mask(std::shared_ptr<const IndexedDataset> mask) {
+  const auto a = data_->sequence_lengths(), b = mask->sequence_lengths();
+  if (!std::equal(a.begin(), a.end(), b.begin(), b.end()))
+    throw std::runtime_error(mask->prefix() + ".idx: its sequence lengths are not those of " + data_->prefix() +
+                             ".idx (" + std::to_string(b.size()) + " sequences against " + std::to_string(a.size()) +
+                             "): a loss mask must be written with its data (preprocess_data --sft)");
+  mask_ = std::move(mask);
+}
+
 // ---- BlendedDataset -----------------------------------------------------------------------------
+
+bool BlendedDataset::has_loss_mask() const {
+  for (const auto& d : datasets_)
+    if (d->has_loss_mask()) return true;
+  return false;
+}
 
 namespace {
 
@@ -435,7 +459,10 @@ std::unique_ptr<SampleSource> build_gpt_dataset(const GPTDatasetConfig& config) 
     GPTDatasetConfig c = resolved;
     c.data_path = {{1.0, prefix}};
     c.num_samples = num_samples;
-    return std::make_unique<GPTDataset>(open_checked(prefix, config.vocab_size), c);
+    auto d = std::make_unique<GPTDataset>(open_checked(prefix, config.vocab_size), c);
+    const std::string mask = loss_mask_prefix(prefix);
+    if (fs::exists(mask + ".idx") || fs::exists(mask + ".bin")) d->set_loss_mask(std::make_shared<const IndexedDataset>(mask));
+    return d;
   };
   if (config.data_path.size() == 1) return component(config.data_path[0].second, config.num_samples);
 

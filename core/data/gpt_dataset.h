@@ -39,7 +39,16 @@ class SampleSource {
   virtual ~SampleSource() = default;
   virtual int64_t size() const = 0;                        // >= num_samples
   virtual void get(int64_t index, int32_t* out) const = 0;  // writes seq_length + 1 tokens
+  // True when get() marks tokens whose loss mask is 0 with kNotTrainedBit (a loss-mask companion).
+  virtual bool has_loss_mask() const { return false; }
 };
+
+// Fine-tuning data: beside {prefix}.bin/.idx, a loss mask {prefix}_loss_mask.bin/.idx (Megatron's
+// layout, uint8, the same sequence lengths) holds 1 for a token that is trained as a target and 0 for
+// one that is not (a prompt's tokens). preprocess_data --sft writes both.
+std::string loss_mask_prefix(const std::string& prefix);
+// A token id with this bit set is not a target (models/model_config.h kNotTrainedBit, the same bit).
+inline constexpr int32_t kLossMaskedBit = 1 << 30;
 
 std::unique_ptr<SampleSource> build_gpt_dataset(const GPTDatasetConfig& config);
 
@@ -99,6 +108,10 @@ class GPTDataset : public SampleSource {
 
   int64_t size() const override { return static_cast<int64_t>(shuffle_index_.size()); }
   void get(int64_t index, int32_t* out) const override;
+  bool has_loss_mask() const override { return mask_ != nullptr; }
+  // Reads the loss mask `mask` (loss_mask_prefix) along with the tokens; its sequence lengths must be
+  // the data's. Throws std::runtime_error naming both files otherwise.
+  void set_loss_mask(std::shared_ptr<const IndexedDataset> mask);
 
   int64_t seq_length() const { return seq_length_; }
   int64_t num_epochs() const { return num_epochs_; }
@@ -116,6 +129,7 @@ class GPTDataset : public SampleSource {
   bool indices_valid() const;
 
   std::shared_ptr<const IndexedDataset> data_;
+  std::shared_ptr<const IndexedDataset> mask_;
   int64_t seq_length_ = 0;
   int64_t split_documents_ = 0;
   int64_t num_epochs_ = 0;
@@ -135,6 +149,7 @@ class BlendedDataset : public SampleSource {
   BlendedDataset(std::vector<std::unique_ptr<SampleSource>> datasets, std::vector<double> weights, int64_t size);
   int64_t size() const override { return static_cast<int64_t>(dataset_index_.size()); }
   void get(int64_t index, int32_t* out) const override;
+  bool has_loss_mask() const override;
   std::span<const int16_t> dataset_index() const { return dataset_index_; }
 
  private:

@@ -142,7 +142,7 @@ void cross_entropy_bwd_chunks(E* out, const ColumnChunks& ch, const float* logit
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < ch.rows; ++r) {
       // The gradient row in fp32, as cross_entropy_bwd_inplace computes it.
-      Row(g, valid) = (ConstRow(logits + r * ch.ld, valid) - lse[r]).exp() * grad_scale;
+      Row(g, valid) = (ConstRow(logits + r * ch.ld, valid) - lse[r]).exp() * (targets[r] < 0 ? 0.0f : grad_scale);
       const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
       if (t >= 0 && t < valid) g[t] -= grad_scale;
       std::fill(g + valid, g + ch.ld, 0.0f);

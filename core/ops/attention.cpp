@@ -14,20 +14,23 @@ uint64_t drop_base(const AttentionShape& s, int64_t b, int64_t h) {
   return static_cast<uint64_t>(((s.batch_offset + b) * hg + s.head_offset + h) * s.seq * s.seq);
 }
 
-// Row-wise causal softmax of a T x T score block in place; entries above the diagonal become 0.
+// Row-wise causal softmax of a T x T score block in place over keys [lo_i, i] (lo_i = key_lo[i],
+// 0 without key_lo); the other entries become 0, so backward needs no mask of its own.
 template <typename S>
-void causal_softmax(S* p, int64_t T) {
+void causal_softmax(S* p, int64_t T, const int32_t* key_lo) {
   for (int64_t i = 0; i < T; ++i) {
     S* row = p + i * T;
-    S mx = row[0];
-    for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    const int64_t lo = key_lo ? key_lo[i] : 0;
+    S mx = row[lo];
+    for (int64_t j = lo + 1; j <= i; ++j) mx = std::max(mx, row[j]);
     S sum = 0;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = lo; j <= i; ++j) {
       row[j] = std::exp(row[j] - mx);
       sum += row[j];
     }
     const S inv = S(1) / sum;
-    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    for (int64_t j = lo; j <= i; ++j) row[j] *= inv;
+    std::fill(row, row + lo, S(0));
     std::fill(row + i + 1, row + T, S(0));
   }
 }
@@ -63,7 +66,7 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
     const auto [q, k, v] = HeadQKV<const S*>(qkv, b, h, s);
     S* p = probs + bh * T * T;
     gemm(Trans::kNo, Trans::kYes, T, T, D, scale, q, W, k, W, S(0), p, T);
-    causal_softmax(p, T);
+    causal_softmax(p, T, s.key_lo ? s.key_lo + b * T : nullptr);
     const S* pv = p;
     if (drop.active()) {
       S* tmp = scratch<S>(static_cast<size_t>(T * T));

@@ -16,6 +16,9 @@ struct AttentionShape {
   // global index of head 0, and the global head count.
   int64_t batch_offset = 0, head_offset = 0, heads_global = 0;
   int64_t kv_heads = 0;  // 0: heads (multi-head attention)
+  // Documents packed into one sequence (reset_attention_mask): query row i of batch row b sees keys
+  // [key_lo[b * seq + i], i] instead of [0, i]. Null: causal over the whole sequence.
+  const int32_t* key_lo = nullptr;
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 

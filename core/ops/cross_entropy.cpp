@@ -29,7 +29,7 @@ void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* target
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
     lse[r] = logsumexp(x, valid);
-    losses[r] = lse[r] - x[targets[r]];
+    losses[r] = targets[r] < 0 ? T(0) : lse[r] - x[targets[r]];
   }
 }
 
@@ -40,7 +40,7 @@ void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, 
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
     RowMap<T> row(x, valid);
-    row = (row - lse[r]).exp() * static_cast<T>(grad_scale);
+    row = (row - lse[r]).exp() * static_cast<T>(targets[r] < 0 ? 0.0f : grad_scale);
     const int64_t t = static_cast<int64_t>(targets[r]) - vocab_begin;
     if (t >= 0 && t < valid) x[t] -= static_cast<T>(grad_scale);
     std::fill(x + valid, x + ld, T(0));

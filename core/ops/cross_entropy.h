@@ -7,7 +7,8 @@
 namespace gf::ops {
 
 // losses[r] = logsumexp(logits[r, :valid]) - logits[r, target[r]]; lse[r] keeps the logsumexp
-// for backward.
+// for backward. A negative target (a row that is not trained: a prompt token of fine-tuning data,
+// an end of document under eod_mask_loss) has loss 0 and, in backward, a zero gradient row.
 template <typename T>
 void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows,
                        int64_t ld, int64_t valid);

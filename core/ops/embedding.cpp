@@ -21,10 +21,11 @@ void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t row
 }
 
 template <typename T>
-void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim) {
+void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
+                      const int32_t* positions) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
-    const T* p = wpe + ((row0 + i) % seq) * dim;
+    const T* p = wpe + (positions ? positions[row0 + i] : (row0 + i) % seq) * dim;
     T* yr = y + i * dim;
     for (int64_t c = 0; c < dim; ++c) yr[c] += p[c];
   }
@@ -48,14 +49,15 @@ void embedding_lookup_bwd(T* dwte, const T* dy, const int32_t* tokens, int64_t r
 }
 
 template <typename T>
-void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq, int64_t dim) {
+void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
+                  const int32_t* positions) {
   constexpr int64_t kChunk = 16;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
     const int64_t c1 = c0 + kChunk < dim ? c0 + kChunk : dim;
     for (int64_t i = 0; i < rows; ++i) {
       const T* d = dy + i * dim;
-      T* p = dwpe + ((row0 + i) % seq) * dim;
+      T* p = dwpe + (positions ? positions[row0 + i] : (row0 + i) % seq) * dim;
       for (int64_t c = c0; c < c1; ++c) p[c] += d[c];
     }
   }
@@ -75,9 +77,9 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens, int64_t
 }
 
 template void embedding_lookup_fwd<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void position_add_fwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t);
+template void position_add_fwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 template void embedding_lookup_bwd<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
-template void position_bwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t);
+template void position_bwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 template void embedding_fwd<float>(float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t);
 template void embedding_fwd<double>(double*, const int32_t*, const double*, const double*, int64_t, int64_t, int64_t);
 template void embedding_bwd<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t);

@@ -19,14 +19,17 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens,
 template <typename T>
 void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end);
-// y[i] += wpe[(row0 + i) % seq]
+// y[i] += wpe[(row0 + i) % seq], or wpe[positions[row0 + i]] when positions is given (packed
+// documents with reset position ids).
 template <typename T>
-void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim);
+void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
+                      const int32_t* positions = nullptr);
 // Accumulate into dwte (rows of tokens in [vocab_begin, vocab_end)) / dwpe; deterministic.
 template <typename T>
 void embedding_lookup_bwd(T* dwte, const T* dy, const int32_t* tokens, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end);
 template <typename T>
-void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq, int64_t dim);
+void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
+                  const int32_t* positions = nullptr);
 
 }  // namespace gf::ops

@@ -114,6 +114,20 @@ struct HeadView {
 // Keys visible to query row i in the key tile starting at j0 (causal: keys 0..i), clamped to [0, bc].
 int64_t visible(int64_t i, int64_t j0, int64_t bc) { return std::clamp<int64_t>(i - j0 + 1, 0, bc); }
 
+// Packed documents (AttentionShape::key_lo; lo points at the query tile's first row, null without):
+// the columns of the key tile at j0 before row r's first visible key, clamped to [0, n].
+int64_t hidden_before(const int32_t* lo, int64_t r, int64_t j0, int64_t n) {
+  return lo ? std::clamp<int64_t>(lo[r] - j0, 0, n) : 0;
+}
+
+// The first key tile a query tile of br rows needs: the one holding its rows' smallest first
+// visible key (tiles wholly in earlier documents are skipped); 0 without key_lo.
+int64_t first_key_tile(const int32_t* lo, int64_t br, int64_t cols) {
+  if (!lo) return 0;
+  const int64_t least = *std::min_element(lo, lo + br);
+  return least / cols * cols;
+}
+
 template <typename S>
 struct Ctx {
   const AttentionShape& s;
@@ -127,7 +141,7 @@ struct Ctx {
 // diagonal. yh: this head's y (row stride C); lseh: this head's lse row.
 template <typename S>
 void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, int64_t br, uint64_t base,
-                    const Ctx<S>& c, S* w) {
+                    const int32_t* lo, const Ctx<S>& c, S* w) {
   const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
   S* st = w;
   S* o = st + round_up(Br * c.ld, kAlign);
@@ -138,24 +152,27 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
   std::fill(m, m + br, -std::numeric_limits<S>::infinity());
   std::fill(l, l + br, S(0));
   const int64_t i_last = i0 + br - 1;
-  for (int64_t j0 = 0; j0 <= i_last; j0 += c.t.cols) {
+  for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
     const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
     gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
     for (int64_t r = 0; r < br; ++r) {
       S* row = st + r * c.ld;
       const int64_t n = visible(i0 + r, j0, bc);
+      const int64_t a = hidden_before(lo, r, j0, n);  // keys [j0, j0 + a) are another document's
       std::fill(row + n, row + bc, S(0));
-      if (n == 0) continue;
-      const S mx = lane_max(row, n, m[r]);
+      std::fill(row, row + a, S(0));
+      if (n == a) continue;
+      S* vis = row + a;
+      const S mx = lane_max(vis, n - a, m[r]);
       const S alpha = std::exp(m[r] - mx);  // 0 on the first tile (m = -inf)
-      exp_shifted(row, n, mx);
-      l[r] = l[r] * alpha + lane_sum(row, n);
+      exp_shifted(vis, n - a, mx);
+      l[r] = l[r] * alpha + lane_sum(vis, n - a);
       m[r] = mx;
       if (alpha != S(1))
         for (int64_t d = 0; d < D; ++d) o[r * D + d] *= alpha;
       if (c.drop.active()) {
-        dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0), n);
-        for (int64_t j = 0; j < n; ++j) row[j] *= mk[j];
+        dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0 + a), n - a);
+        for (int64_t j = 0; j < n - a; ++j) vis[j] *= mk[j];
       }
     }
     gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
@@ -171,25 +188,31 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
 // recomputed from the scores in p, dP' = (dY V^T) * mask arrives in ds, Di = rowsum(dY * Y).
 template <typename S>
 void bwd_tile_softmax(S* p, S* ds, S* mk, const S* lse, const S* di, int64_t i0, int64_t br, int64_t j0, int64_t bc,
-                      uint64_t base, const Ctx<S>& c) {
+                      uint64_t base, const int32_t* lo, const Ctx<S>& c) {
   const int64_t T = c.s.seq;
   for (int64_t r = 0; r < br; ++r) {
     S* pr = p + r * c.ld;
     S* dr = ds + r * c.ld;
     const int64_t n = visible(i0 + r, j0, bc);
+    const int64_t a = hidden_before(lo, r, j0, n);
     std::fill(pr + n, pr + bc, S(0));
     std::fill(dr + n, dr + bc, S(0));
-    if (n == 0) continue;
-    exp_shifted(pr, n, lse[i0 + r]);
+    std::fill(pr, pr + a, S(0));
+    std::fill(dr, dr + a, S(0));
+    if (n == a) continue;
+    pr += a;
+    dr += a;
+    const int64_t m = n - a;
+    exp_shifted(pr, m, lse[i0 + r]);
     const S d = di[r];
     if (c.drop.active()) {
-      dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0), n);
-      for (int64_t j = 0; j < n; ++j) {
+      dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0 + a), m);
+      for (int64_t j = 0; j < m; ++j) {
         dr[j] = pr[j] * (dr[j] * mk[j] - d) * c.scale;
         pr[j] *= mk[j];
       }
     } else {
-      for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - d) * c.scale;
+      for (int64_t j = 0; j < m; ++j) dr[j] = pr[j] * (dr[j] - d) * c.scale;
     }
   }
 }
@@ -197,7 +220,7 @@ void bwd_tile_softmax(S* p, S* ds, S* mk, const S* lse, const S* di, int64_t i0,
 // Backward of one (batch, head), FlashAttention-2 style, query tiles outer and key tiles inner.
 template <typename S>
 void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh, const S* yh, const S* lseh,
-              uint64_t base, const Ctx<S>& c, S* w) {
+              uint64_t base, const int32_t* key_lo, const Ctx<S>& c, S* w) {
   const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
   S* p = w;
   S* ds = p + round_up(Br * c.ld, kAlign);
@@ -212,12 +235,13 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
     }
     const S* qi = hv.q + i0 * hv.ld;
     const S* dyi = dyh + i0 * C;
-    for (int64_t j0 = 0; j0 <= i_last; j0 += c.t.cols) {
+    const int32_t* lo = key_lo ? key_lo + i0 : nullptr;
+    for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
       const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
       const S* kj = hv.k + j0 * hv.ld;
       gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
       gemm(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
-      bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, c);
+      bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
       // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i
       gemm(Trans::kYes, Trans::kNo, bc, D, br, S(1), p, c.ld, dyi, C, S(1), dh.v + j0 * dh.ld, dh.ld);
       gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), ds, c.ld, kj, hv.ld, S(1), dh.q + i0 * dh.ld, dh.ld);
@@ -263,7 +287,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
       const int64_t bh = it / nq, qt = nq - 1 - it % nq, b = bh / H, h = bh % H;
       const int64_t i0 = qt * c.t.rows;
       fwd_query_tile(y + b * T * C + h * s.head_dim, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
-                     std::min(c.t.rows, T - i0), drop_base(s, b, h), c, w);
+                     std::min(c.t.rows, T - i0), drop_base(s, b, h), s.key_lo ? s.key_lo + b * T + i0 : nullptr, c, w);
     }
   }
 }
@@ -283,7 +307,7 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
     for (int64_t bh = 0; bh < s.batch * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, off = b * T * C + h * s.head_dim;
       bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
-               drop_base(s, b, h), c, w);
+               drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w);
     }
   }
 }

@@ -32,14 +32,20 @@ namespace {
 // y = R(sign * angle) x per head: sign +1 forward, -1 the transpose.
 template <typename T>
 void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0,
-            T sign, int64_t ld) {
+            T sign, int64_t ld, const int32_t* positions = nullptr) {
   const int64_t half = table.half, dim = 2 * half;
   if (ld == 0) ld = heads * dim;
-  if (pos0 + seq_len > table.max_positions)
+  if (positions) {
+    for (int64_t r = 0; r < rows; ++r)
+      if (positions[r] < 0 || positions[r] >= table.max_positions)
+        throw std::out_of_range("RoPE: position " + std::to_string(positions[r]) + " outside the table (max_positions " +
+                                std::to_string(table.max_positions) + ")");
+  } else if (pos0 + seq_len > table.max_positions) {
     throw std::out_of_range("RoPE: position past the table (max_positions " + std::to_string(table.max_positions) + ")");
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t p = pos0 + r % seq_len;
+    const int64_t p = positions ? positions[r] : pos0 + r % seq_len;
     const T* c = table.cos.data() + p * half;
     const T* s = table.sin.data() + p * half;
     for (int64_t h = 0; h < heads; ++h) {
@@ -68,10 +74,24 @@ void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64
   rotate(dx, dy, table, rows, seq_len, heads, pos0, T(-1), ld);
 }
 
+template <typename T>
+void rope_fwd_at(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t heads, const int32_t* positions,
+                 int64_t ld) {
+  rotate(y, x, table, rows, 1, heads, 0, T(1), ld, positions);
+}
+
+template <typename T>
+void rope_bwd_at(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t heads, const int32_t* positions,
+                 int64_t ld) {
+  rotate(dx, dy, table, rows, 1, heads, 0, T(-1), ld, positions);
+}
+
 #define GF_INSTANTIATE(T)                                                                                     \
   template RopeTable<T> make_rope_table<T>(int64_t, int64_t, double);                                         \
   template void rope_fwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t, int64_t);  \
-  template void rope_bwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t, int64_t);
+  template void rope_bwd<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, int64_t, int64_t, int64_t);  \
+  template void rope_fwd_at<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, const int32_t*, int64_t); \
+  template void rope_bwd_at<T>(T*, const T*, const RopeTable<T>&, int64_t, int64_t, const int32_t*, int64_t);
 GF_INSTANTIATE(float)
 GF_INSTANTIATE(double)
 #undef GF_INSTANTIATE

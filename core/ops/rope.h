@@ -31,5 +31,12 @@ void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
               int64_t pos0 = 0, int64_t ld = 0);
+// The same with row r at position positions[r] (documents packed with reset position ids).
+template <typename T>
+void rope_fwd_at(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t heads, const int32_t* positions,
+                 int64_t ld = 0);
+template <typename T>
+void rope_bwd_at(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t heads, const int32_t* positions,
+                 int64_t ld = 0);
 
 }  // namespace gf::ops

@@ -68,13 +68,15 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
   ops::AttentionShape s{e.B, e.T, Hl_, D_, e.info.sample_offset, e.tp->rank() * Hl_, spec_.heads};
   if (Hkvl_ != Hl_) s.kv_heads = Hkvl_;
+  s.key_lo = e.key_lo;
   return s;
 }
 
 void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* xn, const Acts& a) const {
   const int64_t W = qkv_width();
   qkv_.fwd(e, a.qkv, xn);
-  if (rope_) ops::rope_fwd(a.qkv, a.qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
+  if (rope_ && e.positions) ops::rope_fwd_at(a.qkv, a.qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
+  else if (rope_) ops::rope_fwd(a.qkv, a.qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
   // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
   // with its products accumulated and its softmax computed in fp32.
   if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, e.N, W, W);
@@ -159,7 +161,8 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   std::fill(g.dqkv, g.dqkv + e.N * qkv_width(), 0.0f);
   if (spec_.flash) ops::flash_attention_bwd(g.dqkv, g.dy, a.qkv, a.y, a.lse, shape(e), probs_dropout(e, l), *flash_);
   else ops::attention_bwd(g.dqkv, g.dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
-  if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
+  if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
+  else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
   qkv_.bwd(e, pass, dxn, g.dqkv, xn);
 }
 

@@ -30,7 +30,7 @@ class EmbeddingBlock {
 
  private:
   EmbeddingShape shape(const BlockEnv& e) const {
-    return {e.N, e.T, spec_.hidden, v_.begin, v_.begin + v_.local, v_.parallel};
+    return {e.N, e.T, spec_.hidden, v_.begin, v_.begin + v_.local, v_.parallel, e.positions};
   }
   TransformerSpec spec_;
   VocabSlice v_;

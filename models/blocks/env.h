@@ -30,6 +30,10 @@ struct BlockEnv {
   // full-row input gradient of a column-parallel layer under SP.
   float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
   StepInfo info;
+  // Documents packed into a sample (ModelConfig::documents): each of the N rows' position (learned
+  // table and RoPE) and first visible key (the attention mask); null: row % T and 0.
+  const int32_t* positions = nullptr;
+  const int32_t* key_lo = nullptr;
   float grad_scale = 0.0f;  // backward: the loss's gradient scale (the router losses' coefficients)
 
   const float* w(int64_t offset) const { return weights + offset; }

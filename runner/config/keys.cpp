@@ -25,8 +25,8 @@ const char* const kProcessor = "the processor's other settings: predict reads pr
 const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
 const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
 const char* const kInputColumns =
-    "MegatronDataset samples are token ids only: the labels are the ids shifted by one and attention is "
-    "causal without a padding mask";
+    "MegatronDataset samples are token ids (and a loss mask beside fine-tuning data): the labels are the ids shifted "
+    "by one, and attention is causal (within documents with data_loader.reset_attention_mask)";
 
 std::vector<KeyRule> dataset_rules(const std::string& ds) {
   auto at = [&](const char* key) { return ds + "." + key; };
@@ -55,6 +55,10 @@ std::vector<KeyRule> dataset_rules(const std::string& ds) {
       {at("repeat"), kIgnored, "repeating the data: use runner_config.epochs"},
   };
   if (!train) r.push_back({at("eval_iters"), kBuilt, "eval_data.eval_iters"});
+  if (train)
+    for (const char* k : {"reset_position_ids", "reset_attention_mask", "eod_mask_loss", "eod_token_id"})
+      r.push_back({at((std::string("data_loader.") + k).c_str()), kBuilt,
+                   "model.documents (Megatron's GPTDatasetConfig key; evaluation reads the same)"});
   r.push_back({ds + "_task.type", kChecked, "CausalLanguageModelDataset only"});
   r.push_back({ds + "_task.dataset_config", kChecked,
                "replaced by " + ds + ", as MindFormers replaces it; warned when it differs from " + ds});

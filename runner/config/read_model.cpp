@@ -159,6 +159,16 @@ void read_datasets(ReadContext& x) {
       x.refuse("`" + ds + ".data_loader.data_path`: expects a prefix or a list [weight, prefix, ...]: " + e.msg);
     }
     if (ds == "eval_dataset") d.eval_iters = rd.get<int64_t>(ds + ".eval_iters");
+    if (ds == "train_dataset") {
+      DocumentConfig& docs = c.model.documents;
+      docs.reset_position_ids = rd.get<bool>(ds + ".data_loader.reset_position_ids");
+      docs.reset_attention_mask = rd.get<bool>(ds + ".data_loader.reset_attention_mask");
+      docs.eod_mask_loss = rd.get<bool>(ds + ".data_loader.eod_mask_loss");
+      docs.eod_token_id = rd.get<int64_t>(ds + ".data_loader.eod_token_id");
+      if (docs.eod_token_id < -1)
+        x.refuse(kv(ds + ".data_loader.eod_token_id", std::to_string(docs.eod_token_id)) +
+                 ": expects a token id, or -1 for model_config.eos_token_id");
+    }
     (ds == "train_dataset" ? c.train_data : c.eval_data) = d;
 
     const int64_t batch = rd.get<int64_t>(ds + ".batch_size");

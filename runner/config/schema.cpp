@@ -177,6 +177,10 @@ train_dataset:
     shuffle: true
     seed: 1234
     num_samples: -1
+    reset_position_ids: false    # Megatron's --reset-position-ids: positions restart after each end-of-document token
+    reset_attention_mask: false  # Megatron's --reset-attention-mask: tokens attend within their own document
+    eod_mask_loss: false         # Megatron's --eod-mask-loss: no loss for the prediction made at an end of document
+    eod_token_id: -1             # the end-of-document id of those three (-1: model_config.eos_token_id)
   tokenizer:
     type: GPT2Tokenizer
     max_length: -1

@@ -6,6 +6,7 @@
 #include "core/math/rng.h"
 
 namespace gf {
+static_assert(data::kLossMaskedBit == kNotTrainedBit, "the data's loss-mask bit is the one the model reads");
 namespace {
 
 // Synthetic tokens, uniform over the vocabulary: a pure function of (seed, sample, position), for
@@ -44,6 +45,7 @@ class MegatronSource : public BatchSource {
     for (int64_t s = 0; s < count; ++s) src_->get(first + s, out + s * (seq_ + 1));
   }
   std::string describe() const override { return desc_; }
+  bool has_loss_mask() const override { return src_->has_loss_mask(); }
 
  private:
   std::unique_ptr<data::SampleSource> src_;
@@ -92,7 +94,8 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   }
   std::string desc = "MegatronDataset " + data.data_path.front().second + (data.data_path.size() > 1 ? " (blended)" : "") +
                      ", split " + data.split + " part " + std::to_string(split_index) + ", " +
-                     std::to_string(epoch) + " samples per epoch";
+                     std::to_string(epoch) + " samples per epoch" +
+                     (src->has_loss_mask() ? ", with a loss mask (only its targets marked 1 are trained)" : "");
   return std::make_unique<MegatronSource>(std::move(src), epoch, model.seq_length, desc);
 }
 

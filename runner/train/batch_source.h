@@ -19,6 +19,8 @@ class BatchSource {
   // Writes `count` samples of seq_length + 1 tokens starting at global sample `first`.
   virtual void read(int64_t first, int64_t count, int32_t* out) const = 0;
   virtual std::string describe() const = 0;
+  // True when read() marks tokens that are not targets (kNotTrainedBit, from a loss mask).
+  virtual bool has_loss_mask() const { return false; }
 };
 
 // Builds the source named by data_loader.type. `num_samples`: how many samples the run needs

@@ -4,6 +4,7 @@
 // reports about the run are in runner/train/trainer_setup.cpp, save_weights in runner/train/weight_gather.cpp.
 #include "runner/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -58,6 +59,15 @@ void Trainer::read_micro_batches(BatchSource& src, int64_t first) {
   for (int64_t i = 0; i < micro_batches_; ++i) src.read(micro_first(first, i), cfg_.batch_size, tokens_.data() + i * n);
 }
 
+double Trainer::trained_targets_read(const BatchSource& src) {
+  const int64_t T = cfg_.model.seq_length;
+  if (!src.has_loss_mask() && !cfg_.model.documents.eod_mask_loss) return static_cast<double>(global_batch_ * T);
+  auto n = static_cast<double>(trained_targets(cfg_.model, tokens_.data(), micro_batches_ * cfg_.batch_size, T));
+  ctx_.data_like().allreduce_sum(&n, 1);
+  // A global batch whose every target is masked trains nothing (its loss and gradients are 0).
+  return std::max(n, 1.0);
+}
+
 // A test hook (tests/integration/resume_batch.sh): with GF_SAMPLE_TRACE=<file> in the environment each
 // rank appends "step <s> rank <r> samples <first> <count>" for every micro-batch it reads for training.
 void Trainer::trace_samples(int64_t step) const {
@@ -109,7 +119,6 @@ double Trainer::run_micro_batches(int64_t step, float scale, StepResult& r) {
 StepResult Trainer::train_step(int64_t step) {
   StepResult r;
   r.loss_scale = loss_scale_;
-  const int64_t T = cfg_.model.seq_length;
   // The step timeline's spans (runner/report/profiler.h): the phases of the step, each a direct child of
   // the step's span, so that together they account for its time.
   {
@@ -117,6 +126,7 @@ StepResult Trainer::train_step(int64_t step) {
     read_micro_batches(*data_, batch_first(step));
     trace_samples(step);
   }
+  const double global_tokens = trained_targets_read(*data_);
   float* grads = model_->grads();
   {
     trace::Span span("step", "zero grads");
@@ -126,7 +136,6 @@ StepResult Trainer::train_step(int64_t step) {
     trace::Span span("step", "grad sync begin");
     sync_->begin_step(grads);
   }
-  const double global_tokens = static_cast<double>(global_batch_ * T);
   const auto scale = static_cast<float>(loss_scale_ / global_tokens);
   moe_acc_.clear();
   double loss_sum = run_micro_batches(step, scale, r);
@@ -283,14 +292,17 @@ double Trainer::forward_micro_batches(int64_t index) {
 
 double Trainer::evaluate() {
   const int64_t T = cfg_.model.seq_length;
-  double sum = 0.0;
+  double sum = 0.0, targets = 0.0;
   for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
     read_micro_batches(*eval_data_, i * global_batch_);
+    targets += trained_targets_read(*eval_data_);
     sum += forward_micro_batches(i);
   }
   if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
   ctx_.data_like().allreduce_sum(&sum, 1);
-  return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
+  if (!eval_data_->has_loss_mask() && !cfg_.model.documents.eod_mask_loss)
+    return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
+  return sum / targets;
 }
 
 int Trainer::run() {

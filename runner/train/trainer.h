@@ -192,6 +192,9 @@ class Trainer {
   }
   // Reads the micro-batches of the global batch starting at sample `first` of `src` into tokens_.
   void read_micro_batches(BatchSource& src, int64_t first);
+  // The targets the micro-batches just read train, over the data-parallel group: global batch x T, or
+  // with loss masks (fine-tuning data, eod_mask_loss) their count (models/causal_lm.h trained_targets).
+  double trained_targets_read(const BatchSource& src);
   void trace_samples(int64_t step) const;
   // The training data for at least `samples` samples: the configured source is rebuilt with more epochs
   // when a resume's consumed samples reach past the one it was built for.

@@ -50,8 +50,10 @@ std::vector<KeyRule> gpt2_model_rules() {
        "run_mode eval/predict: a path loads like load_checkpoint, a hub name is refused, and a given load_checkpoint wins "
        "(warned, as MindFormers lets it win); train/finetune: warned (MindFormers does not load it there)"},
       {"model.model_config.eos_token_id", kBuilt,
-       "generation.eos_token_id (predict stops a sequence there); not used in training: every token, end-of-text "
-       "included, is a target (MindFormers' GPT-2 masks tokens equal to eos_token_id out of its loss)"},
+       "generation.eos_token_id (predict stops a sequence there); in training the end of document of "
+       "train_dataset.data_loader's reset_position_ids, reset_attention_mask and eod_mask_loss (when eod_token_id is -1); "
+       "without them every token, end-of-text included, is a target (MindFormers' GPT-2 masks tokens equal to "
+       "eos_token_id out of its loss: eod_mask_loss masks the prediction made at one)"},
       {"model.model_config.bos_token_id", kIgnored, kGeneration},
       {"model.model_config.pad_token_id", kIgnored, kGeneration},
       {"model.model_config.repetition_penalty", kBuilt, config_keys::kGenerationBuilt},

@@ -13,7 +13,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
-#include "core/data/tokenizer.h"
+#include "core/data/text_tokenizer.h"
 #include "models/generator.h"
 #include "models/registry.h"
 #include "runner/report/metrics_log.h"
@@ -50,7 +50,7 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
 // ends, the next one's prompt and what it has so far follow, and it streams in turn.
 class Printer {
  public:
-  Printer(bool active, const data::GPT2Tokenizer* tok, int64_t eos) : active_(active), tok_(tok), eos_(eos) {}
+  Printer(bool active, const data::TextTokenizer* tok, int64_t eos) : active_(active), tok_(tok), eos_(eos) {}
   void add(const std::vector<int32_t>* prompt, const std::vector<int32_t>* generated, const bool* done) {
     seqs_.push_back({prompt, generated, done, 0, false});
   }
@@ -58,11 +58,13 @@ class Printer {
     if (!active_) return;
     while (cursor_ < seqs_.size()) {
       Seq& s = seqs_[cursor_];
-      if (!s.started) {
-        write(*s.prompt, 0, s.prompt->size(), true);
-        s.started = true;
+      if (tok_ != nullptr) {
+        write_text(s);
+      } else {
+        if (!s.started) write(*s.prompt, 0, s.prompt->size(), true);
+        write(*s.generated, s.printed, s.generated->size(), false);
       }
-      write(*s.generated, s.printed, s.generated->size(), false);
+      s.started = true;
       s.printed = s.generated->size();
       if (!*s.done) break;
       std::fputs("\n", stdout);
@@ -78,20 +80,29 @@ class Printer {
     const bool* done;
     size_t printed;
     bool started;
+    size_t text_printed = 0;  // bytes of the decoded text printed
   };
+  // Token ids, space-separated (no tokenizer).
   void write(const std::vector<int32_t>& ids, size_t from, size_t to, bool prompt) {
     for (size_t i = from; i < to; ++i) {
       if (!prompt && ids[i] == eos_) continue;  // the end-of-text token ends the text; it is not printed
-      if (tok_ != nullptr) {
-        const std::string text = tok_->decode(std::span<const int32_t>(&ids[i], 1));
-        std::fwrite(text.data(), 1, text.size(), stdout);
-      } else {
-        std::fprintf(stdout, "%s%d", (i == 0 && prompt) ? "" : " ", ids[i]);
-      }
+      std::fprintf(stdout, "%s%d", (i == 0 && prompt) ? "" : " ", ids[i]);
     }
   }
+  // Text: the prompt and what is generated (without end-of-text tokens) decoded together, and what
+  // is new since the last flush printed. A SentencePiece piece decodes differently at the start of a
+  // text than after others (its leading space), so pieces are not decoded one by one; GPT-2's bytes
+  // come out the same either way.
+  void write_text(Seq& s) {
+    std::vector<int32_t> ids(*s.prompt);
+    for (int32_t id : *s.generated)
+      if (id != eos_) ids.push_back(id);
+    const std::string text = tok_->decode(ids);
+    if (text.size() > s.text_printed) std::fwrite(text.data() + s.text_printed, 1, text.size() - s.text_printed, stdout);
+    s.text_printed = std::max(s.text_printed, text.size());
+  }
   bool active_;
-  const data::GPT2Tokenizer* tok_;
+  const data::TextTokenizer* tok_;
   int64_t eos_;
   std::vector<Seq> seqs_;
   size_t cursor_ = 0;
@@ -139,27 +150,42 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
   return model;
 }
 
-// The GPT-2 BPE of processor.tokenizer (or the given files).
-std::unique_ptr<data::GPT2Tokenizer> gpt2_tokenizer(const GenerationConfig& gc, const std::string& vocab_given,
+// The tokenizer of processor.tokenizer (MindFormers' type mapped to Megatron's, core/data/text_tokenizer.h:
+// GPT2Tokenizer with vocab_file and merge_file, LlamaTokenizer with vocab_file: tokenizer.model), or the
+// GPT-2 BPE of the given files.
+std::unique_ptr<data::TextTokenizer> text_tokenizer(const GenerationConfig& gc, const std::string& vocab_given,
                                                     const std::string& merges_given, const std::string& what) {
-  const std::string vocab = !vocab_given.empty() ? vocab_given : gc.vocab_file;
-  const std::string merges = !merges_given.empty() ? merges_given : gc.merge_file;
-  if (vocab_given.empty() && !gc.tokenizer_type.empty() && gc.tokenizer_type != "GPT2Tokenizer")
-    throw std::runtime_error("processor.tokenizer.type " + gc.tokenizer_type + ": " + what +
-                             " with the GPT-2 BPE only (GPT2Tokenizer); give --vocab_file and --merge_file of a GPT-2 BPE" +
-                             (what == "predict encodes text" ? ", or token ids with --predict_ids" : ""));
-  if (vocab.empty() || merges.empty())
+  const bool ids_hint = what == "predict encodes text";
+  data::TokenizerFiles f;
+  if (!vocab_given.empty() || !merges_given.empty()) {
+    f.vocab_file = vocab_given.empty() ? gc.vocab_file : vocab_given;
+    f.merge_file = merges_given.empty() ? gc.merge_file : merges_given;
+  } else {
+    f.type = gc.tokenizer_type.empty() ? "GPT2BPETokenizer" : data::tokenizer_type_from_mindformers(gc.tokenizer_type);
+    if (f.type.empty())
+      throw std::runtime_error("processor.tokenizer.type " + gc.tokenizer_type + ": " + what +
+                               " with GPT2Tokenizer (vocab_file, merge_file) or LlamaTokenizer (vocab_file: tokenizer.model), "
+                               "or Megatron's type names" +
+                               (ids_hint ? std::string("; or give token ids with --predict_ids") : std::string()));
+    const bool sentencepiece = f.type.find("SentencePiece") != std::string::npos || f.type == "Llama2Tokenizer";
+    (sentencepiece ? f.tokenizer_model : f.vocab_file) = gc.vocab_file;
+    f.merge_file = gc.merge_file;
+    if (sentencepiece && f.tokenizer_model.empty())
+      throw std::runtime_error(what + " with processor.tokenizer.type " + gc.tokenizer_type +
+                               ": set processor.tokenizer.vocab_file to its tokenizer.model" +
+                               (ids_hint ? std::string(", or give token ids with --predict_ids") : std::string()));
+  }
+  if (f.type == "GPT2BPETokenizer" && (f.vocab_file.empty() || f.merge_file.empty()))
     throw std::runtime_error(what + " with the GPT-2 BPE: set processor.tokenizer.vocab_file and merge_file" +
-                             (what == "predict encodes text" ? " (or --vocab_file and --merge_file), or give token ids "
-                                                               "with --predict_ids"
-                                                             : ""));
-  return std::make_unique<data::GPT2Tokenizer>(data::GPT2Tokenizer::from_files(vocab, merges));
+                             (ids_hint ? std::string(" (or --vocab_file and --merge_file), or give token ids with --predict_ids")
+                                       : std::string()));
+  return data::make_tokenizer(f);
 }
 
 }  // namespace
 
 std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict) {
-  const auto tok = gpt2_tokenizer(cfg.generation, "", "", "LAMBADA is tokenized");
+  const auto tok = text_tokenizer(cfg.generation, "", "", "LAMBADA is tokenized");
   std::vector<ClozeItem> items = read_lambada(path, *tok, strict);
   for (const ClozeItem& it : items)
     for (const int32_t t : it.context)
@@ -211,7 +237,7 @@ struct Predictor::State {
   Config cfg;
   const ParallelContext* ctx;
   PredictRequest req;
-  std::unique_ptr<data::GPT2Tokenizer> tok;
+  std::unique_ptr<data::TextTokenizer> tok;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> limit;
   int64_t batch = 1;
@@ -259,8 +285,8 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
     if (n == 0) throw std::runtime_error("--predict_file " + req.file + ": no prompt in it (one prompt a line)");
   }
   if (!req.vocab_file.empty() || !req.merge_file.empty() || !gc.vocab_file.empty() || !texts.empty())
-    s_->tok = gpt2_tokenizer(gc, req.vocab_file, req.merge_file, "predict encodes text");
-  const std::unique_ptr<data::GPT2Tokenizer>& tok = s_->tok;
+    s_->tok = text_tokenizer(gc, req.vocab_file, req.merge_file, "predict encodes text");
+  const std::unique_ptr<data::TextTokenizer>& tok = s_->tok;
   for (const std::string& t : texts) prompts.push_back(tok->encode(t));
   for (size_t i = 0; i < req.ids.size(); ++i)
     prompts.push_back(parse_ids(req.ids[i], "--predict_ids #" + std::to_string(i + 1)));

@@ -69,7 +69,7 @@ std::string_view python_strip(std::string_view text) {
 
 }  // namespace
 
-ClozeItem split_cloze_text(std::string_view text, const data::GPT2Tokenizer& tok, bool strict) {
+ClozeItem split_cloze_text(std::string_view text, const data::TextTokenizer& tok, bool strict) {
   const auto words = python_split(text);
   if (words.empty()) throw std::invalid_argument("\"text\" is empty (or only whitespace); give the passage");
   if (words.size() == 1)
@@ -93,7 +93,7 @@ ClozeItem split_cloze_text(std::string_view text, const data::GPT2Tokenizer& tok
   return item;
 }
 
-std::vector<ClozeItem> read_lambada(const std::string& jsonl_path, const data::GPT2Tokenizer& tok, bool strict) {
+std::vector<ClozeItem> read_lambada(const std::string& jsonl_path, const data::TextTokenizer& tok, bool strict) {
   std::ifstream in(jsonl_path, std::ios::binary);
   if (!in)
     throw std::runtime_error(fmt::format("LAMBADA file {}: cannot open it (give a JSON-lines file with one "

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/data/tokenizer.h"
+#include "core/data/text_tokenizer.h"
 
 namespace gf {
 
@@ -45,12 +45,12 @@ struct ClozeItem {
 
 // One passage split by Megatron's get_tokens. Throws std::invalid_argument (without a file name:
 // read_lambada adds it) for a text that is empty or whitespace only, or of one word.
-ClozeItem split_cloze_text(std::string_view text, const data::GPT2Tokenizer& tok, bool strict);
+ClozeItem split_cloze_text(std::string_view text, const data::TextTokenizer& tok, bool strict);
 
 // Every line of `jsonl_path` as a ClozeItem, in file order. Throws std::runtime_error naming the
 // file and the line: a file that cannot be read or has no lines, a blank line, a line that is not
 // a JSON object, no "text" or a "text" that is not a string, an empty text, a text of one word.
-std::vector<ClozeItem> read_lambada(const std::string& jsonl_path, const data::GPT2Tokenizer& tok, bool strict);
+std::vector<ClozeItem> read_lambada(const std::string& jsonl_path, const data::TextTokenizer& tok, bool strict);
 
 struct ClozeResult {
   int64_t items = 0, correct = 0;

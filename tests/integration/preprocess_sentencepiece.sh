@@ -266,6 +266,43 @@ for i, (line, ids, d) in enumerate(zip(lines, got, dec)):
 print(f"gridformer tokenize: {len(lines)} lines equal to Megatron's SentencePieceTokenizer; --decode equal to sp.decode")
 EOF
 
+# predict with MindFormers' LlamaTokenizer (vocab_file: tokenizer.model): a tiny Llama trained 10 steps
+# on the Llama2Tokenizer data; each prompt is encoded as [bos] + sp.encode(prompt), and stdout is
+# sp.decode(prompt ids + generated ids) for each prompt, one a line.
+cat > "${WORK}/llama_sp.yaml" <<YAML
+seed: 3
+runner_config: {train_steps: 10, batch_size: 4}
+lr_schedule: {type: cosine, learning_rate: 0.01, lr_end: 0.001, warmup_steps: 1}
+train_dataset: {data_loader: {type: MegatronDataset, data_path: ${WORK}/unigram_Llama2Tokenizer_w1_text_document, split: "1,0,0"}}
+processor: {tokenizer: {type: LlamaTokenizer, vocab_file: ${WORK}/unigram.model}}
+callbacks: [{type: CheckpointMonitor, prefix: sp, save_checkpoint_steps: 1000, keep_checkpoint_max: 1}]
+model:
+  arch: {type: LlamaForCausalLM}
+  model_config: {type: LlamaConfig, vocab_size: 500, seq_length: 32, hidden_size: 32, num_layers: 2, num_heads: 4,
+                 n_kv_heads: 2, intermediate_size: 48, eos_token_id: 2, max_decode_length: 32}
+YAML
+(cd "${WORK}" && OMP_NUM_THREADS=1 "${GF}" train --config llama_sp.yaml --set output_dir=llama_sp > llama_sp.log 2>&1) \
+  || { tail -20 "${WORK}/llama_sp.log"; echo "FAIL: training the SentencePiece Llama"; exit 1; }
+(cd "${WORK}" && OMP_NUM_THREADS=1 "${GF}" predict --config llama_sp.yaml --load_checkpoint llama_sp \
+  --predict_data "Bo ka ma" --predict_data "$(printf '\u4e2d\u6587 12 caf\u00e9')" --max_new_tokens 8 \
+  --ids_out pred.jsonl > pred.out 2> pred.err) || { cat "${WORK}/pred.err"; echo "FAIL: predict with LlamaTokenizer"; exit 1; }
+"${PY}" - "${WORK}" <<'EOF'
+import json, sys
+import sentencepiece
+w = sys.argv[1]
+sp = sentencepiece.SentencePieceProcessor(model_file=w + "/unigram.model")
+prompts = ["Bo ka ma", "\u4e2d\u6587 12 caf\u00e9"]
+rows = [json.loads(l) for l in open(w + "/pred.jsonl")]
+out = open(w + "/pred.out", encoding="utf-8").read().split("\n")[:-1]
+assert len(rows) == len(out) == 2, (len(rows), len(out))
+for p, r, o in zip(prompts, rows, out):
+    assert r["prompt"] == [sp.bos_id()] + sp.encode(p), (r["prompt"], sp.encode(p))
+    assert r["generated"], "nothing generated"
+    ids = r["prompt"] + [i for i in r["generated"] if i != sp.eos_id()]
+    assert o == sp.decode(ids), f"stdout {o!r} != sp.decode {sp.decode(ids)!r}"
+print(f"predict with LlamaTokenizer: prompts encoded as [bos] + sp.encode, stdout = sp.decode of prompt and continuation")
+EOF
+
 if "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/bad" --tokenizer-type SentencePieceTokenizer \
      > /dev/null 2> "${WORK}/bad.err"; then
   echo "FAIL: SentencePieceTokenizer without --tokenizer-model was accepted"; exit 1

@@ -23,7 +23,6 @@ namespace gf {
 namespace {
 
 namespace fs = std::filesystem;
-using data::GPT2Tokenizer;
 using Ids = std::vector<int32_t>;
 
 const fs::path kGpt2Dir = fs::path(GF_SOURCE_DIR) / "data" / "gpt2";
@@ -64,13 +63,16 @@ class LambadaTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The 256 byte tokens (id = byte) and no merges: encode(text) is text's bytes.
-  GPT2Tokenizer byte_tokenizer() {
+  std::unique_ptr<data::TextTokenizer> byte_tokenizer() {
     nlohmann::json vocab = nlohmann::json::object();
     for (int b = 0; b < 256; ++b) vocab[byte_token(b)] = b;
     vocab["<|endoftext|>"] = 256;
     write_file(dir_ / "vocab.json", vocab.dump());
     write_file(dir_ / "merges.txt", "#version: 0.2\n");
-    return GPT2Tokenizer::from_files((dir_ / "vocab.json").string(), (dir_ / "merges.txt").string());
+    data::TokenizerFiles f;
+    f.vocab_file = (dir_ / "vocab.json").string();
+    f.merge_file = (dir_ / "merges.txt").string();
+    return data::make_tokenizer(f);
   }
 
   std::string file(const std::string& name, const std::string& contents) {
@@ -83,8 +85,11 @@ class LambadaTest : public ::testing::Test {
 
 bool have_gpt2_vocab() { return fs::exists(kGpt2Dir / "gpt2-vocab.json") && fs::exists(kGpt2Dir / "gpt2-merges.txt"); }
 
-GPT2Tokenizer gpt2_tokenizer() {
-  return GPT2Tokenizer::from_files((kGpt2Dir / "gpt2-vocab.json").string(), (kGpt2Dir / "gpt2-merges.txt").string());
+std::unique_ptr<data::TextTokenizer> gpt2_tokenizer() {
+  data::TokenizerFiles f;
+  f.vocab_file = (kGpt2Dir / "gpt2-vocab.json").string();
+  f.merge_file = (kGpt2Dir / "gpt2-merges.txt").string();
+  return data::make_tokenizer(f);
 }
 
 // The byte vocabulary's ids of `s`: its bytes, 0..255.
@@ -98,7 +103,8 @@ Ids bytes_of(const std::string& s) {
 // The split, by hand on byte ids.
 
 TEST_F(LambadaTest, SplitFollowsMegatronOnBytes) {
-  const GPT2Tokenizer tok = byte_tokenizer();
+  const auto tok_ptr = byte_tokenizer();
+  const data::TextTokenizer& tok = *tok_ptr;
   struct Case {
     std::string text;
     Ids strict_context, strict_target, loose_context, loose_target;
@@ -128,7 +134,8 @@ TEST_F(LambadaTest, SplitFollowsMegatronOnBytes) {
 }
 
 TEST_F(LambadaTest, SplitRefusesEmptyAndOneWordTexts) {
-  const GPT2Tokenizer tok = byte_tokenizer();
+  const auto tok_ptr = byte_tokenizer();
+  const data::TextTokenizer& tok = *tok_ptr;
   for (bool strict : {false, true}) {
     for (const std::string text : {"", " \t\n", "\xc2\xa0"}) {
       try {
@@ -219,7 +226,8 @@ const std::vector<Split> kStrict = {
 
 TEST(Lambada, TestFileSplitsAsThePythonReference) {
   if (!have_gpt2_vocab()) GTEST_SKIP() << "no " << kGpt2Dir << " (scripts/setup.sh fetches the GPT-2 vocabulary)";
-  const GPT2Tokenizer tok = gpt2_tokenizer();
+  const auto tok_ptr = gpt2_tokenizer();
+  const data::TextTokenizer& tok = *tok_ptr;
   for (bool strict : {false, true}) {
     const std::vector<Split>& want = strict ? kStrict : kNotStrict;
     const std::vector<ClozeItem> got = read_lambada(kTiny, tok, strict);
@@ -305,7 +313,8 @@ struct AlmostRightFn {
 
 TEST(Lambada, ScoreOfTheTestFileByHand) {
   if (!have_gpt2_vocab()) GTEST_SKIP() << "no " << kGpt2Dir << " (scripts/setup.sh fetches the GPT-2 vocabulary)";
-  const GPT2Tokenizer tok = gpt2_tokenizer();
+  const auto tok_ptr = gpt2_tokenizer();
+  const data::TextTokenizer& tok = *tok_ptr;
   // 11 items. Spoiled: items 2 and 5 in both modes; item 7 ("hedgehog") only when strict, where its
   // target is 2 tokens (" hedge", "hog"); not strict its target is the one token "hog". Item 0's
   // spoiled context prediction counts in neither. Strict: 11 - 3 = 8 right; not strict: 11 - 2 = 9.
@@ -362,7 +371,8 @@ TEST(Lambada, BadArgumentsAndBadGreedyOutputAreRefused) {
 // The file's errors name the file and the line.
 
 TEST_F(LambadaTest, FileErrorsNameFileAndLine) {
-  const GPT2Tokenizer tok = byte_tokenizer();
+  const auto tok_ptr = byte_tokenizer();
+  const data::TextTokenizer& tok = *tok_ptr;
   const std::string good = "{\"text\": \"the cat sat\"}\n";
   struct Case {
     std::string contents;

@@ -205,8 +205,9 @@ std::vector<KeyRule> common_rules() {
       {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
       {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
       {"recompute_config.recompute", kBuilt, "recompute"},
-      {"recompute_config.select_recompute", kBuilt, "select_recompute (True, False, or MindFormers' list: layers to recompute per pipeline stage, the first "
-       "n of each stage's)"},
+      {"recompute_config.select_recompute", kBuilt, "select_recompute (True, False, MindFormers' list: layers to recompute per pipeline stage, the first "
+       "n of each stage's, or its dict {operation pattern: True | list}: patterns on the attention core's operations "
+       "(attention.softmax, batch_matmul_q_k, batch_matmul, flash_attention) are our selective recompute, others refused)"},
       {"recompute_config.recompute_num_layers", kBuilt, "recompute_num_layers"},
       {"recompute_config.parallel_optimizer_comm_recompute", kCpu, ""},
       {"recompute_config.mp_comm_recompute", kCpu, ""},

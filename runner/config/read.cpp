@@ -2,6 +2,7 @@
 // callbacks, datasets. Each function reads only kBuilt and kChecked keys (runner/config/keys.cpp) and
 // says what it cannot honour.
 #include <algorithm>
+#include <regex>
 #include <string>
 
 #include "core/optim/lr_schedule.h"
@@ -35,9 +36,99 @@ void read_scale_sense(ReadContext& x) {
   if (s["scale_window"]) c.loss_scale.window = s["scale_window"].as<int64_t>();
 }
 
-// recompute_config.select_recompute: a boolean, or MindFormers' list of layer counts per pipeline stage.
+// MindFormers' names of the attention core's operations, the part our selective recompute keeps
+// out of memory and computes again (the scores, softmax, dropout and the product with the values):
+// its LLamaAttention's (softmax, batch_matmul_q_k, batch_matmul, flash_attention) and its GPT-2
+// MultiHeadAttention's (softmax, prob_dropout, batch_matmul, dense products excluded).
+const std::vector<std::string>& attention_core_names() {
+  static const std::vector<std::string> names = {
+      "attention.softmax", "attention.batch_matmul_q_k", "attention.batch_matmul", "attention.flash_attention",
+      "attention.prob_dropout", "attention.softmax.softmax"};
+  return names;
+}
+// The other operations of a layer, by MindFormers' names: a pattern that selects any of them asks
+// for a recompute that is not built here.
+const std::vector<std::string>& other_layer_names() {
+  static const std::vector<std::string> names = {
+      "attention_norm.norm", "ffn_norm.norm", "attention.wq", "attention.wk", "attention.wv", "attention.wo",
+      "attention.w_qkv", "attention.apply_rotary_emb", "attention.dense1", "attention.dense2", "attention.dense3",
+      "attention.projection", "feed_forward.w1", "feed_forward.w1.activation.silu", "feed_forward.w1.matmul",
+      "feed_forward.w2", "feed_forward.w3", "feed_forward.mul", "feed_forward.w3.matmul", "output.mapping",
+      "output.projection", "output.activation", "layernorm1", "layernorm2", "feed_forward"};
+  return names;
+}
+
+// select_recompute's dict form, {pattern: True | False | [layers per stage]}: each pattern (a Python
+// regular expression on MindFormers' operation names, read here as ECMAScript, which agrees on the
+// escapes and classes these patterns use) must select attention-core operations only.
+void read_select_recompute_patterns(ReadContext& x, const YAML::Node& n) {
+  const std::string key = "recompute_config.select_recompute";
+  bool all = false;
+  std::vector<int64_t> per_stage;
+  for (const auto& it : n) {
+    const std::string pattern = it.first.as<std::string>();
+    std::regex re;
+    try {
+      re = std::regex(pattern);
+    } catch (const std::regex_error& e) {
+      x.refuse("`" + key + "`: pattern '" + pattern + "' is not a regular expression: " + e.what());
+      continue;
+    }
+    std::string others, core;
+    for (const std::string& name : other_layer_names())
+      if (std::regex_search(name, re)) others += (others.empty() ? std::string() : std::string(", ")) + name;
+    for (const std::string& name : attention_core_names())
+      if (std::regex_search(name, re)) core += (core.empty() ? std::string() : std::string(", ")) + name;
+    if (!others.empty()) {
+      x.refuse("`" + key + "`: pattern '" + pattern + "' selects " + others +
+               ": recomputing those operations is not built; selective recompute here is the attention core's "
+               "(patterns such as 'attention\\.softmax' or 'attention\\.flash_attention'), and "
+               "recompute_config.recompute recomputes whole layers");
+      continue;
+    }
+    if (core.empty()) {
+      x.refuse("`" + key + "`: pattern '" + pattern + "' selects no operation of a layer (MindFormers' names, e.g. "
+               "attention.softmax, attention.flash_attention, feed_forward.mul)");
+      continue;
+    }
+    const YAML::Node v = it.second;
+    bool on = false;
+    if (v.IsSequence()) {
+      std::vector<int64_t> counts;
+      for (const YAML::Node& item : v) {
+        int64_t c = -1;
+        if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, c) || c < 0) {
+          x.refuse("`" + key + "`: pattern '" + pattern + "': " + show(v) +
+                   " expects True, False or a number of layers (>= 0) per pipeline stage; a list per model chunk "
+                   "(pp_interleave_num > 1) is not built");
+          counts.clear();
+          break;
+        }
+        counts.push_back(c);
+      }
+      if (!per_stage.empty() && !counts.empty() && counts.size() != per_stage.size())
+        x.refuse("`" + key + "`: the patterns give lists of different lengths (" + std::to_string(per_stage.size()) +
+                 " and " + std::to_string(counts.size()) + ")");
+      if (per_stage.empty()) per_stage = counts;
+      else
+        for (size_t i = 0; i < std::min(per_stage.size(), counts.size()); ++i) per_stage[i] = std::max(per_stage[i], counts[i]);
+    } else if (YAML::convert<bool>::decode(v, on)) {
+      all = all || on;
+    } else {
+      x.refuse("`" + key + "`: pattern '" + pattern + "': " + show(v) + " expects True, False or a list per stage");
+    }
+  }
+  // True for one pattern recomputes every layer's core, whatever the others' lists say.
+  x.c.select_recompute_per_stage = all ? std::vector<int64_t>{} : per_stage;
+  x.c.select_recompute = all;
+  for (const int64_t v : x.c.select_recompute_per_stage) x.c.select_recompute = x.c.select_recompute || v > 0;
+}
+
+// recompute_config.select_recompute: a boolean, MindFormers' list of layer counts per pipeline stage,
+// or its dict of operation-name patterns (read_select_recompute_patterns).
 void read_select_recompute(ReadContext& x) {
   const YAML::Node n = x.rd.node("recompute_config.select_recompute");
+  if (n.IsMap()) return read_select_recompute_patterns(x, n);
   if (n.IsSequence()) {  // MindFormers' per-stage list: the number of layers to recompute on each pipeline stage
     for (const YAML::Node& item : n) {
       int64_t v = -1;

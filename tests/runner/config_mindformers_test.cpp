@@ -322,6 +322,35 @@ TEST(MindFormersKeys, SelectRecomputePerStageListRecomputesTheFirstLayersOfEachS
             std::string::npos);
 }
 
+// MindFormers' dict form ({pattern: True | [layers per stage]}, its memory-optimization guide): patterns on the
+// attention core's operations are our selective recompute; a pattern selecting anything else (the FFN's
+// multiply, a norm) is refused naming it, and so is one that selects nothing.
+TEST(MindFormersKeys, SelectRecomputePatternsMapOntoTheAttentionCore) {
+  const std::vector<std::string> pp2 = {"model.model_config.num_layers=6", "parallel_config.pipeline_stage=2",
+                                        "parallel_config.micro_batch_num=2"};
+  auto with = [&](const std::string& dict) {
+    std::vector<std::string> sets = pp2;
+    sets.push_back("recompute_config.select_recompute=" + dict);
+    return sets;
+  };
+  Config c = load_config_string(kMinimal, with("{'attention\\.softmax': [2, 1], 'attention\\.batch_matmul': [1, 2]}"));
+  EXPECT_TRUE(config_layout_problems(c).empty());
+  EXPECT_EQ(model_layout(c).recompute_mask, (std::vector<bool>{true, true, false, true, true, false}));  // max per stage
+  c = load_config_string(kMinimal, with("{'attention\\.flash_attention': True}"));
+  EXPECT_EQ(model_layout(c).recomputed_layers(6), 6);
+  c = load_config_string(kMinimal, with("{'attention\\.softmax': False}"));
+  EXPECT_FALSE(c.select_recompute);
+  std::string e = error_of(kMinimal, with("{'feed_forward\\.mul': True, 'attention\\.softmax': True}"));
+  EXPECT_NE(e.find("pattern 'feed_forward\\.mul' selects feed_forward.mul: recomputing those operations is not built"),
+            std::string::npos) << e;
+  e = error_of(kMinimal, with("{'.*\\.norm': True}"));
+  EXPECT_NE(e.find("attention_norm.norm, ffn_norm.norm"), std::string::npos) << e;
+  e = error_of(kMinimal, with("{'decoder\\.nothing': True}"));
+  EXPECT_NE(e.find("selects no operation of a layer"), std::string::npos) << e;
+  e = error_of(kMinimal, with("{'attention\\.softmax': [[1, 0], [0, 1]]}"));
+  EXPECT_NE(e.find("a list per model chunk"), std::string::npos) << e;
+}
+
 TEST(ConfigErrors, AnEmptyFileIsRefused) {
   for (const char* text : {"", "# only a comment\n", "---\n", "{}\n"})
     EXPECT_EQ(error_of(text), "config <string> is empty") << text;

@@ -20,8 +20,10 @@ using config_keys::kGeneration;
 // Shared reasons: kIgnored keys with the same reason share one warning.
 const char* const kTokenizer =
     "the data is read already tokenized (MegatronDataset .bin/.idx, made by the preprocessor with "
-    "`gridformer tokenize`'s BPE); the dataset's tokenizer is not used";
-const char* const kProcessor = "the processor's other settings: predict reads processor.tokenizer.vocab_file and merge_file (GPT-2 BPE)";
+    "preprocess_data's tokenizer types); the dataset's tokenizer is not used";
+const char* const kProcessor =
+    "the processor's other settings: predict and LAMBADA read processor.tokenizer's type (GPT2Tokenizer, LlamaTokenizer), "
+    "vocab_file and merge_file";
 const char* const kAutotune = "MindSpore's dataset autotuning has no counterpart here";
 const char* const kStrategy = "MindSpore's parallel strategy files have no counterpart here (layouts are explicit)";
 const char* const kInputColumns =

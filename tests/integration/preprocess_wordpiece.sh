@@ -80,5 +80,5 @@ if "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/bad" --vocab-fi
      --tokenizer-type BertWordPieceUpper > /dev/null 2> "${WORK}/bad.err"; then
   echo "FAIL: an unknown --tokenizer-type was accepted"; exit 1
 fi
-grep -q "BertWordPieceLowerCase and BertWordPieceCase" "${WORK}/bad.err" || { echo "FAIL: $(cat "${WORK}/bad.err")"; exit 1; }
+grep -q "supported: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase" "${WORK}/bad.err" || { echo "FAIL: $(cat "${WORK}/bad.err")"; exit 1; }
 echo "OK"

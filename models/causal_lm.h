@@ -58,9 +58,10 @@ void split_targets(const ModelConfig& cfg, int32_t* inputs, int32_t* targets, in
 int64_t trained_targets(const ModelConfig& cfg, const int32_t* tokens, int64_t rows, int64_t T);
 // Megatron's get_ltor_masks_and_position_ids for inputs [B, T]: a document ends at each input equal
 // to `eod`. positions[i]: the position of row i in its document (reset_position_ids; else i % T);
-// key_lo[i]: the first row of its document within its sequence (reset_attention_mask; else 0).
+// key_lo[i]: the first key row i sees: its document's first row (reset_attention_mask), and with a
+// sliding window W no earlier than i - W + 1; else 0.
 void document_layout(const DocumentConfig& docs, int64_t eod, const int32_t* inputs, int64_t B, int64_t T,
-                     int32_t* positions, int32_t* key_lo);
+                     int32_t* positions, int32_t* key_lo, int64_t window = 0);
 
 class CausalLM {
  public:

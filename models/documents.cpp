@@ -1,4 +1,5 @@
 // Which targets a batch trains and where its packed documents begin (models/causal_lm.h).
+#include <algorithm>
 #include <cstdint>
 
 #include "models/causal_lm.h"
@@ -29,13 +30,15 @@ int64_t trained_targets(const ModelConfig& cfg, const int32_t* tokens, int64_t r
 }
 
 void document_layout(const DocumentConfig& docs, int64_t eod, const int32_t* inputs, int64_t B, int64_t T,
-                     int32_t* positions, int32_t* key_lo) {
+                     int32_t* positions, int32_t* key_lo, int64_t window) {
   for (int64_t b = 0; b < B; ++b) {
     int64_t start = 0;  // the first row of the current document in this sequence
     for (int64_t i = 0; i < T; ++i) {
       const int64_t r = b * T + i;
       positions[r] = static_cast<int32_t>(docs.reset_position_ids ? i - start : i);
-      key_lo[r] = static_cast<int32_t>(docs.reset_attention_mask ? start : 0);
+      int64_t lo = docs.reset_attention_mask ? start : 0;
+      if (window > 0) lo = std::max(lo, i - window + 1);
+      key_lo[r] = static_cast<int32_t>(lo);
       if (inputs[r] == eod) start = i + 1;  // the eod belongs to its document; the next row starts another
     }
   }

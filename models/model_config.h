@@ -114,6 +114,10 @@ struct ModelConfig {
   bool add_bias_linear = true;
   MoeConfig moe;
   DocumentConfig documents;
+  // Banded attention (Hugging Face's sliding_window, Mistral's): a token attends to itself and the
+  // sliding_window - 1 tokens before it (keys j with i - j < sliding_window); 0: the whole prefix.
+  // Ascend's pre_tokens P is sliding_window P + 1 (runner/config reads both).
+  int64_t sliding_window = 0;
   int64_t eod_id() const { return documents.eod_token_id >= 0 ? documents.eod_token_id : eos_token_id; }
   // How the run splits and recomputes the model, and the dtype of its products, are not here: they are
   // the run's ModelLayout (models/layout.h), passed beside this config.

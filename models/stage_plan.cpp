@@ -34,7 +34,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.share_logits = st.share_logits && d.last;
   d.low_precision = layout.low_precision();
   d.flash = s.flash;
-  d.document_resets = cfg.documents.resets();
+  d.document_resets = cfg.documents.resets() || cfg.sliding_window > 0;
   if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
   if (s.heads % tp != 0 || s.ffn % tp != 0)
     throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");

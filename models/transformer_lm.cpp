@@ -151,7 +151,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.dfull = dfull_;
   e.info = s.info;
   if (cfg_.documents.reset_position_ids) e.positions = s.positions;
-  if (cfg_.documents.reset_attention_mask) e.key_lo = s.key_lo;
+  if (cfg_.documents.reset_attention_mask || cfg_.sliding_window > 0) e.key_lo = s.key_lo;
   return e;
 }
 
@@ -193,7 +193,8 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     if (s.inputs[i] < 0 || s.inputs[i] >= V || s.targets[i] < -1 || s.targets[i] >= V)
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
-  if (d.document_resets) document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo);
+  if (d.document_resets)
+    document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo, cfg_.sliding_window);
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
   const int64_t rows = d.Nl * d.C;  // the residual stream's elements on this rank

@@ -59,7 +59,7 @@ struct StageDims {
   int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1;
   int tp = 1;
   bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
-  bool document_resets = false;  // ModelConfig::documents.resets(): per-row positions and attention bounds
+  bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   bool layer_norm = true;

@@ -35,6 +35,7 @@ TransformerSpec gpt2_spec(const ModelConfig& cfg) {
   s.hidden_dropout = cfg.hidden_dropout_rate;
   s.attention_dropout = cfg.attention_dropout_rate;
   s.flash = cfg.use_flash_attention;
+  s.window = cfg.sliding_window;
   s.moe = moe_spec(cfg);
   return s;
 }

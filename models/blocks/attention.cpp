@@ -119,7 +119,9 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     for (int64_t h = 0; h < Hl; ++h) {
       float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;
       const float* q = a.qkv + r * W + h * D;
-      const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D, len = rp.pos[r] + 1;
+      // Keys [t0, pos]: the whole prefix, or the sliding window's last spec_.window positions.
+      const int64_t t0 = spec_.window > 0 ? std::max<int64_t>(0, rp.pos[r] - spec_.window + 1) : 0;
+      const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D + t0 * D, len = rp.pos[r] + 1 - t0;
       const float *K = kv.k + base, *V = kv.v + base;
       float mx = -INFINITY;
       for (int64_t t = 0; t < len; ++t) {

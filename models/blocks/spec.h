@@ -43,6 +43,7 @@ struct TransformerSpec {
   bool scaled_proj_init = true;  // output projections at std / sqrt(2 L) (GPT-2)
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   bool flash = false;
+  int64_t window = 0;  // ModelConfig::sliding_window (0: none)
   MoeSpec moe;
   int64_t head_dim() const { return hidden / heads; }
 };

@@ -71,6 +71,8 @@ void read_llama_model(ReadContext& x);
 void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm);
 // use_flash_attention: True, False, or auto (then `fused_when_auto`, written back to the dump).
 void read_flash_attention(ReadContext& x, bool fused_when_auto);
+// model_config.sliding_window (Hugging Face's), pre_tokens / next_tokens (Ascend's) into model.sliding_window.
+void read_attention_window(ReadContext& x);
 // Copies the parallel layout and recompute settings into the model; warns about float16 without a loss scale.
 void finish_model(ReadContext& x);
 

@@ -99,6 +99,32 @@ void read_flash_attention(ReadContext& x, bool fused_when_auto) {
   }
 }
 
+void read_attention_window(ReadContext& x) {
+  const std::string k = "model.model_config.";
+  auto count = [&](const char* key, int64_t& out) {
+    const YAML::Node n = x.rd.node(k + key);
+    if (!n || n.IsNull()) return false;
+    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, out) || out < 0) {
+      x.refuse(kv(k + key, show(n)) + ": expects a number of tokens (>= 0), or None");
+      return false;
+    }
+    return true;
+  };
+  int64_t window = 0, pre = 0, next = 0;
+  const bool has_window = count("sliding_window", window);
+  const bool has_pre = count("pre_tokens", pre);
+  if (count("next_tokens", next) && next > 0)
+    x.warn(kv(k + "next_tokens", std::to_string(next)) + ": a causal language model sees no later token; it runs causal "
+           "(next_tokens 0), as Ascend's flash attention does under its causal mask");
+  if (has_window && window == 0) x.refuse(kv(k + "sliding_window", "0") + ": a window holds at least the token itself; "
+                                          "None for the whole prefix");
+  int64_t w = has_window ? window : has_pre ? pre + 1 : 0;
+  if (has_window && has_pre && pre + 1 != window)
+    x.warn(kv(k + "pre_tokens", std::to_string(pre)) + " and " + kv(k + "sliding_window", std::to_string(window)) +
+           " disagree: sliding_window wins (each token sees itself and the " + std::to_string(window - 1) + " before it)");
+  x.c.model.sliding_window = w;
+}
+
 void finish_model(ReadContext& x) {
   Config& c = x.c;
   // compute_dtype is a run setting (the model's layout), parsed here once; read_dtypes refused a bad value.

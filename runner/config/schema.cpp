@@ -243,6 +243,9 @@ model:
     softmax_compute_type: float32
     compute_dtype: float32
     use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on (bench/README.md)
+    sliding_window: ~          # banded attention: each token sees itself and the sliding_window - 1 tokens before it (Hugging Face's, Mistral's); None: the whole prefix
+    pre_tokens: ~              # Ascend's flash attention: the tokens before a query that it sees (sliding_window = pre_tokens + 1); sliding_window wins when both are given
+    next_tokens: ~             # Ascend's: the tokens after a query that it sees; the model is causal: 0 (a larger value is warned and runs causal)
     position_embedding_type: learned_absolute  # or rope (Megatron's --position-embedding-type)
     rope_theta: 10000.0        # RoPE's base, with position_embedding_type: rope
     add_bias_linear: true      # False: no biases in the linear layers (Megatron's --disable-bias-linear)

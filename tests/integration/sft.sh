@@ -11,6 +11,7 @@
 #     a block-diagonal causal 4D mask and labels -100 where the mask is 0; the mean over the trained
 #     targets of the global batch), from the same initial weights;
 #     and the weights after one AdamW step with eps 1 give PyTorch's masked gradients element by element;
+#     with a sliding window (sliding_window, or Ascend's pre_tokens) too;
 #  3. the same 4 steps on 1 rank, dp2, mp2 + sequence parallel and pp2 give losses within 1e-5 relative
 #     (compare_runs.py).
 set -euo pipefail
@@ -250,6 +251,50 @@ for name, p in m.named_parameters():
         zero_rows = int((np.abs(g).sum(1) == 0).sum())
 print(f"step 1 gradients: {checked} elements equal to PyTorch's masked gradients (worst {worst:.2f} of the bound); "
       f"{zero_rows} embedding rows untouched")
+EOF
+
+# 2c. A sliding window (model_config.sliding_window: 8, Hugging Face's: keys j with i - j < 8) on top of the
+# document mask, and Ascend's pre_tokens: 7 for the same band: step 1 against PyTorch with that 4D mask.
+run window 1 --set runner_config.train_steps=1 --set model.model_config.sliding_window=8
+run pre_tokens 1 --set runner_config.train_steps=1 --set model.model_config.pre_tokens=7 --set model.model_config.next_tokens=0
+"$PY" - "$SRC" "$T" "$GB" <<'EOF'
+import array, json, sys, torch
+sys.path.insert(0, sys.argv[1] + "/tools")
+import torch_llama as tl
+T, GB, EOD, W = int(sys.argv[2]), int(sys.argv[3]), 50256, 8
+ids = array.array("H", open("alpaca_text_document.bin", "rb").read()).tolist()
+mask = array.array("B", open("alpaca_text_document_loss_mask.bin", "rb").read()).tolist()
+tok = torch.tensor([ids[j * T:j * T + T + 1] for j in range(GB)])
+msk = torch.tensor([mask[j * T:j * T + T + 1] for j in range(GB)])
+inputs, labels = tok[:, :-1], tok[:, 1:].clone()
+labels[msk[:, 1:] == 0] = -100
+pos = torch.zeros(GB, T, dtype=torch.long)
+allow = torch.ones(GB, 1, T, T, dtype=torch.bool)
+for b in range(GB):
+    start = 0
+    for i in range(T):
+        pos[b, i] = i - start
+        allow[b, 0, i, :start] = False
+        if inputs[b, i] == EOD:
+            start = i + 1
+i = torch.arange(T)
+allow &= (i[None, :] > i[:, None] - W)[None, None]  # HF's sliding window: kv_idx > q_idx - sliding_window
+cfg = tl.LlamaConfig(vocab_size=50257, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                     intermediate_size=48, rope_theta=10000.0, rms_norm_eps=1e-5)
+m = tl.LlamaForCausalLM(cfg)
+tl.init_hf_(m, torch.Generator().manual_seed(3))
+_, loss = m(inputs, labels, position_ids=pos, attn_mask=allow)
+loss.backward()
+gnorm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
+base = next(j for j in map(json.loads, open("one/metrics.jsonl")) if j.get("step") == 1 and "loss" in j)["loss"]
+assert abs(base - loss.item()) > 1e-5 * abs(loss.item()), "the window changes nothing in this batch"
+for run in ("window", "pre_tokens"):
+    step1 = next(j for j in map(json.loads, open(f"{run}/metrics.jsonl")) if j.get("step") == 1 and "loss" in j)
+    for name, got, want in (("loss", step1["loss"], loss.item()), ("grad_norm", step1["grad_norm"], gnorm)):
+        rel = abs(got - want) / abs(want)
+        assert rel <= 1e-5, f"{run}: {name} {got} differs from PyTorch's {want} by {rel:.2e}"
+print(f"sliding_window 8 and pre_tokens 7: step 1 loss {loss.item():.8f} and gradient norm {gnorm:.8f} equal PyTorch's "
+      f"within 1e-5 (without the window the loss is {base:.8f})")
 EOF
 
 # 3. The same steps under other layouts.

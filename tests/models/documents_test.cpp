@@ -158,6 +158,48 @@ INSTANTIATE_TEST_SUITE_P(Models, Packing,
                            return std::string(info.param.llama ? "Llama" : "GPT2") + (info.param.flash ? "Fused" : "Unfused");
                          });
 
+// A sliding window (ModelConfig::sliding_window, alone and with packed documents): the fused kernel,
+// which skips the key tiles left of the band, gives the unfused core's loss and gradients (which masks
+// them; it is checked against PyTorch by tests/integration/sft.sh and against generation by
+// generator_test.cpp), within 1e-5.
+TEST(Documents, SlidingWindowFusedEqualsUnfused) {
+  for (const bool resets : {false, true}) {
+    ModelConfig c = base_cfg(false, false);
+    // 256 tokens: the fused kernel's query tiles of 64 rows from row 192 on need no key before 153,
+    // so it skips whole key tiles of 128 (core/ops/flash_attention.h FlashTiles).
+    c.seq_length = c.max_position_embeddings = 256;
+    c.sliding_window = 40;
+    c.documents.reset_attention_mask = c.documents.reset_position_ids = resets;
+    ModelConfig fused = c;
+    fused.use_flash_attention = true;
+    const int64_t B = 1, T = c.seq_length;
+    std::vector<int32_t> tok(static_cast<size_t>(B * (T + 1)));
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>(i % 61 == 60 ? kEod : 1 + (i * 29) % 60);
+    auto a = build(c, B), b = build(fused, B);
+    for (auto* m : {a.get(), b.get()}) {
+      m->init_weights(9);
+      std::fill(m->grads(), m->grads() + m->params().total_floats(), 0.0f);
+    }
+    const StepInfo info{1, 0, true};
+    const double la = a->forward(tok.data(), info), lb = b->forward(tok.data(), info);
+    a->backward(1.0f);
+    b->backward(1.0f);
+    EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << "resets " << resets;
+    const std::vector<float> ga = grads_of(*a), gb = grads_of(*b);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ga.size(); ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(ga[i])));
+      worst = std::max(worst, static_cast<double>(std::abs(ga[i] - gb[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << "resets " << resets;
+    ModelConfig whole = c;
+    whole.sliding_window = 0;
+    auto w = build(whole, B);
+    w->init_weights(9);
+    EXPECT_GT(std::abs(w->forward(tok.data(), info) - la), 1e-5 * std::abs(la)) << "the window changed nothing";
+  }
+}
+
 TEST(Documents, UntrainedTargetsHaveNoLossNorGradient) {
   // A batch split by the mark into two complementary sets of targets: the losses and the gradients
   // of the two add up to the full batch's (the loss and the gradient are sums over targets), so a

@@ -91,3 +91,63 @@ TEST(Generator, RefusesRowsAndLogitsBeyondItsPlanAndTokensOutsideTheVocabulary) 
 
 }  // namespace
 }  // namespace gf
+
+namespace gf {
+namespace {
+
+// A sliding window (model_config.sliding_window): generation with the KV cache attends to the window's
+// last positions only, and gives, whole, chunked or one token per call, the logits of the training
+// forward, whose attention masks the band through the per-row first key (the path the sliding-window
+// runs check against PyTorch in tests/integration/sft.sh); without the window in generation they differ.
+TEST(GeneratorWindow, SlidingWindowGenerationMatchesTheTrainingForward) {
+  for (const char* file : {"llama_tiny.safetensors", "gpt2_tiny.safetensors"}) {
+    golden_case::GoldenCase g(file);
+    ParallelContext ctx = ParallelContext::single();
+    const std::vector<int32_t> tokens = g.f.ints("tokens");
+    auto logits_of_training = [&](int64_t window) {
+      ModelConfig m = g.cfg.model;
+      m.sliding_window = window;
+      m.hidden_dropout_rate = m.attention_dropout_rate = 0.0f;
+      auto model = build_model(m, model_layout(g.cfg), g.B, ctx);
+      g.load_weights(*model);
+      model->forward(tokens.data(), StepInfo{0, 0, false});
+      std::vector<float> out(static_cast<size_t>(g.B * g.T * g.V));
+      for (int64_t r = 0; r < g.B * g.T; ++r)
+        std::copy_n(model->logits() + r * model->logits_ld(), g.V, out.begin() + r * g.V);
+      return out;
+    };
+    const std::vector<float> windowed = logits_of_training(5), whole = logits_of_training(0);
+    ModelConfig m = g.cfg.model;
+    m.sliding_window = 5;
+    m.hidden_dropout_rate = m.attention_dropout_rate = 0.0f;
+    auto model = build_model(m, model_layout(g.cfg), 1, ctx);
+    g.load_weights(*model);
+    Generator gen(dynamic_cast<const TransformerLM&>(*model), ctx, {g.B, g.T, g.B * g.T, g.B * g.T});
+    for (const int64_t chunk : {g.T, int64_t{3}, int64_t{1}}) {
+      // run() reads the fixture's tokens: the same batch.
+      std::vector<float> got(static_cast<size_t>(g.B * g.T * g.V));
+      for (int64_t t0 = 0; t0 < g.T; t0 += chunk) {
+        const int64_t n = std::min(chunk, g.T - t0);
+        std::vector<int32_t> tok;
+        std::vector<int64_t> seq, pos, rows;
+        for (int64_t b = 0; b < g.B; ++b)
+          for (int64_t t = t0; t < t0 + n; ++t) {
+            rows.push_back(static_cast<int64_t>(tok.size()));
+            tok.push_back(tokens[b * (g.T + 1) + t]);
+            seq.push_back(b);
+            pos.push_back(t);
+          }
+        const float* l = gen.forward(tok.data(), seq.data(), pos.data(), static_cast<int64_t>(tok.size()), rows.data(),
+                                     static_cast<int64_t>(rows.size()));
+        for (int64_t b = 0; b < g.B; ++b)
+          for (int64_t t = 0; t < n; ++t)
+            std::copy_n(l + (b * n + t) * g.V, g.V, got.begin() + ((b * g.T + t0 + t) * g.V));
+      }
+      EXPECT_LE(golden_case::rel_err(got.data(), windowed, g.B * g.T, g.V, g.V), 1e-5) << file << ", chunk " << chunk;
+      EXPECT_GT(golden_case::rel_err(got.data(), whole, g.B * g.T, g.V, g.V), 1e-4) << file << ": the window changed nothing";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gf

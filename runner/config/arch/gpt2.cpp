@@ -40,6 +40,9 @@ std::vector<KeyRule> gpt2_model_rules() {
       {"model.model_config.softmax_compute_type", kBuilt, "model.softmax_compute_type"},
       {"model.model_config.compute_dtype", kBuilt, "model.compute_dtype"},
       {"model.model_config.use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {"model.model_config.sliding_window", kBuilt, "model.sliding_window (banded attention)"},
+      {"model.model_config.pre_tokens", kBuilt, "model.sliding_window = pre_tokens + 1 (Ascend's flash attention; sliding_window wins)"},
+      {"model.model_config.next_tokens", kChecked, "0 (causal); a larger value is warned: the model stays causal"},
       {"model.model_config.position_embedding_type", kBuilt,
        "model.position_embedding_type (learned_absolute or rope; Megatron's --position-embedding-type)"},
       {"model.model_config.rope_theta", kBuilt, "model.rope_theta (RoPE's base with position_embedding_type: rope)"},
@@ -161,6 +164,7 @@ void read_gpt2_model(ReadContext& x) {
   m.add_bias_linear = rd.get<bool>(k + "add_bias_linear");
   YAML::Node mc = rd.root()["model"]["model_config"];  // resolved values are written back, so the dump says what runs
   read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
+  read_attention_window(x);
   if (m.max_position_embeddings < 0) {
     m.max_position_embeddings = m.seq_length;  // MindFormers' GPT-2 sizes its position table by seq_length
     mc["max_position_embeddings"] = m.seq_length;

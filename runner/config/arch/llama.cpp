@@ -66,6 +66,9 @@ model:
     rotary_dtype: float32
     compute_dtype: float32
     use_flash_attention: auto  # True, False, or auto: fused from seq_length 128 on where the fused core runs
+    sliding_window: ~          # banded attention: each token sees itself and the sliding_window - 1 tokens before it (Hugging Face's, Mistral's); None: the whole prefix
+    pre_tokens: ~              # Ascend's flash attention: the tokens before a query that it sees (sliding_window = pre_tokens + 1); sliding_window wins when both are given
+    next_tokens: ~             # Ascend's: the tokens after a query that it sees; the model is causal: 0 (a larger value is warned and runs causal)
     checkpoint_name_or_path: ""
     qkv_concat: false
     use_rope_slice: false
@@ -147,6 +150,9 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "softmax_compute_type", kBuilt, "model.softmax_compute_type"},
       {k + "compute_dtype", kBuilt, "model.compute_dtype"},
       {k + "use_flash_attention", kBuilt, "model.use_flash_attention"},
+      {k + "sliding_window", kBuilt, "model.sliding_window (banded attention)"},
+      {k + "pre_tokens", kBuilt, "model.sliding_window = pre_tokens + 1 (Ascend's flash attention; sliding_window wins)"},
+      {k + "next_tokens", kChecked, "0 (causal); a larger value is warned: the model stays causal"},
       {k + "rotary_dtype", kChecked, "float32; float16 and bfloat16 warned (RoPE is computed in float32); others refused"},
       {k + "embedding_init_type", kChecked,
        "None (param_init_type) or a dtype; float16 and bfloat16 warned (master weights are float32)"},
@@ -351,6 +357,7 @@ void read_llama_model(ReadContext& x) {
   m.softmax_compute_type = x.rd.get<std::string>(k + "softmax_compute_type");
   const bool grouped = m.kv_heads() != m.num_heads;
   read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq && (!grouped || kFusedAttentionReadsGroupedQuery));
+  read_attention_window(x);
   if (m.use_flash_attention && grouped && !kFusedAttentionReadsGroupedQuery) {
     x.warn("`" + k + "use_flash_attention: True` with `n_kv_heads: " + std::to_string(m.kv_heads()) + "` < `num_heads: " +
            std::to_string(m.num_heads) + "`: the fused attention core does not read grouped-query attention yet; the "

@@ -117,10 +117,11 @@ nlohmann::json llama_hf_config(const ModelConfig& c) {
     j["num_local_experts"] = c.moe.expert_num;
     j["num_experts_per_tok"] = c.moe.num_experts_chosen;
     j["router_aux_loss_coef"] = c.moe.aux_loss_factor;
-    j["sliding_window"] = nullptr;
   } else {
     j["mlp_bias"] = false;
   }
+  // Mistral's and Mixtral's key (null: the whole prefix); LlamaConfig has none.
+  if (moe || c.sliding_window > 0) j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
   return j;
 }
 
@@ -157,9 +158,8 @@ void read_llama_hf_config(const nlohmann::json& j, ModelConfig& c) {
   if (get("attention_bias", false))
     refuse("attention_bias true: gridformer's Llama has no bias on the output projection (qkv_has_bias biases q, k, v)");
   if (get("mlp_bias", false)) refuse("mlp_bias true: gridformer's Llama MLP has no biases");
-  if (has("sliding_window") && j["sliding_window"].get<int64_t>() < c.seq_length)
-    refuse("sliding_window " + std::to_string(j["sliding_window"].get<int64_t>()) + " is shorter than seq_length " +
-           std::to_string(c.seq_length) + ": gridformer's attention has no window");
+  c.sliding_window = has("sliding_window") ? j["sliding_window"].get<int64_t>() : 0;
+  if (c.sliding_window < 0) refuse("sliding_window " + std::to_string(c.sliding_window) + ": expects a number of tokens or null");
   c.attention_dropout_rate = get("attention_dropout", 0.0f);
   if (has("eos_token_id"))
     c.eos_token_id = j["eos_token_id"].is_array() ? j["eos_token_id"][0].get<int64_t>() : j["eos_token_id"].get<int64_t>();

@@ -128,6 +128,7 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   differ(E, "layers", "model_config.num_layers", a.layers, b.layers);
   differ(E, "attention heads", "model_config.num_heads", a.heads, b.heads);
   differ(E, "key/value heads", "model_config.n_kv_heads", a.kv_heads, b.kv_heads);
+  differ(E, "sliding window", "model_config.sliding_window", a.window, b.window);
   differ(E, "FFN width", "model_config.intermediate_size or hidden_size x expand_ratio", a.ffn, b.ffn);
   differ(E, "learned position rows", "model_config.max_position_embeddings", a.positions, b.positions);
   differ(E, "tied LM head", "model_config.tie_word_embeddings", a.tied_head, b.tied_head);

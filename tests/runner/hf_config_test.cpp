@@ -134,6 +134,25 @@ TEST(HfConfig, FromHfPrintsASectionThatReadsBackAsThePublishedModel) {
   EXPECT_THROW((void)model_config_from_hf(nlohmann::json{{"model_type", "bert"}}, "bert.json"), std::runtime_error);
 }
 
+// Mistral's band: a Mixtral-style config.json with a sliding_window reads as model_config.sliding_window,
+// prints it in the section, writes it back, and a config without it differs, naming the key.
+TEST(HfConfig, SlidingWindowComesInAndGoesOut) {
+  nlohmann::json hf = published("mixtral_8x7b.json");
+  hf["sliding_window"] = 4096;
+  const ModelConfig m = model_config_from_hf(hf, "mixtral_window.json");
+  EXPECT_EQ(m.sliding_window, 4096);
+  const std::string yaml = find_arch_section(m.type)->model_yaml(m);
+  EXPECT_NE(yaml.find("sliding_window: 4096"), std::string::npos) << yaml;
+  const Config back = load_config_string(yaml + "train_dataset: {data_loader: {type: RandomTokens}}\n", {}, "w");
+  EXPECT_EQ(back.model.sliding_window, 4096);
+  EXPECT_EQ(hf_config_json(back.model)["sliding_window"], 4096);
+  ModelConfig none = back.model;
+  none.sliding_window = 0;
+  const HfConfigCheck check = check_hf_config(hf, none, "w/config.json");
+  EXPECT_NE(joined(check.errors).find("sliding window: 0 in the config (model_config.sliding_window), 4096 in w/config.json"),
+            std::string::npos) << joined(check.errors);
+}
+
 TEST(HfConfig, DifferencesNameTheKeyAndBothValues) {
   const Config c = load_config(src("configs/llama/run_llama_tiny.yaml"), {"model.model_config.num_layers=2"});
   const nlohmann::json file = hf_config_json(load_config(src("configs/llama/run_llama_tiny.yaml")).model);

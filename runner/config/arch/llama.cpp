@@ -406,6 +406,7 @@ std::string llama_model_yaml(const ModelConfig& m) {
       m.arch, m.vocab_size, m.seq_length, m.max_position_embeddings, m.hidden_size, m.num_layers, m.num_heads,
       m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads, m.intermediate_size, float_decimal(m.rms_norm_eps),
       m.rope_theta, m.tie_word_embeddings ? "True" : "False", float_decimal(m.initializer_range), m.eos_token_id);
+  if (m.sliding_window > 0) y += fmt::format("    sliding_window: {}\n", m.sliding_window);
   if (m.moe.expert_num > 1)
     y += fmt::format("moe_config:\n  expert_num: {}\n  num_experts_chosen: {}\n  aux_loss_factor: {}\n"
                      "  norm_topk_prob: {}\n  moe_layer_freq: {}\n",

@@ -60,7 +60,10 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
     low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params.total_floats() * low_copy_element_bytes(cdt_)));
     make_low_copy(cdt_, low_.data(), model.weight_values(), params.total_floats());
   }
-  cache_floats_ = 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * opt_.capacity * spec_.head_dim();
+  // A sliding window's cache rolls: a call's rows read at most window - 1 positions before its first row,
+  // so window + rows per call - 1 positions are enough whatever the sequence's length.
+  cache_positions_ = spec_.window > 0 ? std::min(opt_.capacity, spec_.window + opt_.max_rows - 1) : opt_.capacity;
+  cache_floats_ = 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * cache_positions_ * spec_.head_dim();
   Buffers b;
   lay_out(plan_, b);
   plan_.allocate();
@@ -99,13 +102,14 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
     a.moe.stats = reinterpret_cast<double*>(p.take("moe.stats", 2 * MoeBlock::stats_doubles(md_.E)));
     a.moe_sc = MoeBlock::take_scratch(p, md_, static_cast<int>(tp));
   }
-  const int64_t per_layer = opt_.slots * Hkvl * opt_.capacity * D;
+  const int64_t per_layer = opt_.slots * Hkvl * cache_positions_ * D;
   b.kv.assign(static_cast<size_t>(L), KvCache{});
   for (int64_t l = 0; l < L; ++l) {
     KvCache& kv = b.kv[static_cast<size_t>(l)];
     kv.k = p.take("layer" + std::to_string(l0_ + l) + ".keys", per_layer);
     kv.v = p.take("layer" + std::to_string(l0_ + l) + ".values", per_layer);
-    kv.capacity = opt_.capacity;
+    kv.capacity = cache_positions_;
+    kv.positions = opt_.capacity;
   }
   b.scores = p.take("attention_scores", static_cast<int64_t>(omp_get_max_threads()) * opt_.capacity);
   for (KvCache& kv : b.kv) kv.scores = b.scores;

@@ -52,6 +52,7 @@ class Generator {
   int64_t max_logit_rows() const { return opt_.max_logit_rows; }
   int64_t bytes() const { return plan_.bytes(); }
   int64_t cache_bytes() const { return cache_floats_ * 4; }
+  int64_t cache_positions() const { return cache_positions_; }  // per slot: capacity(), or a rolling window's
   bool last_stage() const { return last_; }
 
   // Row r is token tokens[r] at position pos[r] of sequence slot seq[r]; the rows of one slot come
@@ -80,7 +81,7 @@ class Generator {
   const TransformerLM* model_;
   TransformerSpec spec_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
-  int64_t V_ = 0, C_ = 0, Vl_ = 0, cache_floats_ = 0;
+  int64_t V_ = 0, C_ = 0, Vl_ = 0, cache_floats_ = 0, cache_positions_ = 0;
   VocabSlice vocab_;
   MoeBlock::Dims md_;
   bool any_moe_ = false, any_dense_ = false, first_ = true, last_ = true;

@@ -99,14 +99,15 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     }
   }
   if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, N, W, W);
+  const int64_t reach = kv.positions > 0 ? kv.positions : cap;
   for (int64_t r = 0; r < N; ++r)
-    if (rp.pos[r] < 0 || rp.pos[r] >= cap)
+    if (rp.pos[r] < 0 || rp.pos[r] >= reach)
       throw std::out_of_range("generation: position " + std::to_string(rp.pos[r]) + " outside the KV cache's " +
-                              std::to_string(cap));
+                              std::to_string(reach));
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < N; ++r)
     for (int64_t g = 0; g < Hk; ++g) {
-      const int64_t at = ((rp.seq[r] * Hk + g) * cap + rp.pos[r]) * D;
+      const int64_t at = ((rp.seq[r] * Hk + g) * cap + rp.pos[r] % cap) * D;
       std::copy_n(a.qkv + r * W + (Hl + g) * D, D, kv.k + at);
       std::copy_n(a.qkv + r * W + (Hl + Hk + g) * D, D, kv.v + at);
     }
@@ -119,15 +120,18 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     for (int64_t h = 0; h < Hl; ++h) {
       float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;
       const float* q = a.qkv + r * W + h * D;
-      // Keys [t0, pos]: the whole prefix, or the sliding window's last spec_.window positions.
+      // Keys [t0, pos]: the whole prefix, or the sliding window's last spec_.window positions, position t
+      // at t % cap (a rolling cache holds them in order from t0 % cap, wrapping at cap).
       const int64_t t0 = spec_.window > 0 ? std::max<int64_t>(0, rp.pos[r] - spec_.window + 1) : 0;
-      const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D + t0 * D, len = rp.pos[r] + 1 - t0;
+      const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D, len = rp.pos[r] + 1 - t0, s0 = t0 % cap;
       const float *K = kv.k + base, *V = kv.v + base;
+      auto row = [&](int64_t t) { return (s0 + t < cap ? s0 + t : s0 + t - cap) * D; };
       float mx = -INFINITY;
       for (int64_t t = 0; t < len; ++t) {
         float dot = 0.0f;
+        const float* k = K + row(t);
 #pragma omp simd reduction(+ : dot)
-        for (int64_t i = 0; i < D; ++i) dot += q[i] * K[t * D + i];
+        for (int64_t i = 0; i < D; ++i) dot += q[i] * k[i];
         p[t] = scale * dot;
         mx = std::max(mx, p[t]);
       }
@@ -141,8 +145,9 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
       std::fill(y, y + D, 0.0f);
       for (int64_t t = 0; t < len; ++t) {
         const float w = p[t] * inv;
+        const float* v = V + row(t);
 #pragma omp simd
-        for (int64_t i = 0; i < D; ++i) y[i] += w * V[t * D + i];
+        for (int64_t i = 0; i < D; ++i) y[i] += w * v[i];
       }
     }
   o_.fwd(e, out, a.y);

@@ -20,7 +20,9 @@ namespace gf {
 // `scores`: scratch of `capacity` floats per OpenMP thread.
 struct KvCache {
   float *k = nullptr, *v = nullptr;
-  int64_t capacity = 0;
+  int64_t capacity = 0;   // positions stored per slot; position p is stored at p % capacity
+  int64_t positions = 0;  // positions a sequence may reach (0: capacity). A sliding window's cache rolls:
+                          // it stores window + rows per call - 1 positions, fewer than it may reach
   float* scores = nullptr;
 };
 

@@ -96,7 +96,8 @@ namespace gf {
 namespace {
 
 // A sliding window (model_config.sliding_window): generation with the KV cache attends to the window's
-// last positions only, and gives, whole, chunked or one token per call, the logits of the training
+// last positions only, keeps only those (a rolling cache of window + rows per call - 1 positions), and
+// gives, whole, chunked or one token per call, the logits of the training
 // forward, whose attention masks the band through the per-row first key (the path the sliding-window
 // runs check against PyTorch in tests/integration/sft.sh); without the window in generation they differ.
 TEST(GeneratorWindow, SlidingWindowGenerationMatchesTheTrainingForward) {
@@ -122,8 +123,13 @@ TEST(GeneratorWindow, SlidingWindowGenerationMatchesTheTrainingForward) {
     m.hidden_dropout_rate = m.attention_dropout_rate = 0.0f;
     auto model = build_model(m, model_layout(g.cfg), 1, ctx);
     g.load_weights(*model);
-    Generator gen(dynamic_cast<const TransformerLM&>(*model), ctx, {g.B, g.T, g.B * g.T, g.B * g.T});
     for (const int64_t chunk : {g.T, int64_t{3}, int64_t{1}}) {
+      // Rows per call: the chunk of every sequence. The cache rolls: it holds window + rows - 1 positions.
+      Generator gen(dynamic_cast<const TransformerLM&>(*model), ctx, {g.B, g.T, g.B * chunk, g.B * chunk});
+      EXPECT_EQ(gen.cache_positions(), std::min(g.T, 5 + g.B * chunk - 1)) << file;
+      if (chunk == 1) {
+        EXPECT_LT(gen.cache_positions(), g.T) << file << ": the test does not roll the cache";
+      }
       // run() reads the fixture's tokens: the same batch.
       std::vector<float> got(static_cast<size_t>(g.B * g.T * g.V));
       for (int64_t t0 = 0; t0 < g.T; t0 += chunk) {

@@ -3,6 +3,12 @@
 //
 //   build/bin/bench_attention [--runs N] [--threads N] [--tiles RxC[,RxC...]] [--shapes B:T:H:D[,...]]
 //                             [--dropout P[,P...]]
+//   build/bin/bench_attention --window W[,W...] [--shapes B:T:H:D[,...]] [--runs N] [--threads N]
+//
+// --window: the fused kernel over the whole causal prefix against the same kernel with a sliding window
+// of W keys (AttentionShape::key_lo = i - W + 1; the kernel skips the key tiles left of the band), both
+// without dropout, interleaved; prints medians, the ratio, and the ratio of score products the band
+// leaves (T(T+1)/2 against W(W+1)/2 + (T-W)W). Default shape there: 1:8192:4:64.
 //
 // Defaults: 9 runs, all OpenMP threads, the default tiles (FlashTiles), shapes 8:256:4:64 and 8:1024:4:64 (gpt2-tiny:
 // batch 8, 4 heads of 64, at its trained T = 256 and at 1024), dropout 0 and 0.1. Each run times
@@ -43,6 +49,8 @@ struct Options {
   std::vector<FlashTiles> tiles{FlashTiles{}};
   std::vector<Shape> shapes{{8, 256, 4, 64}, {8, 1024, 4, 64}};
   std::vector<float> dropout{0.0f, 0.1f};
+  std::vector<int64_t> windows;  // --window: the windowed comparison instead
+  bool shapes_given = false;
 };
 
 
@@ -58,7 +66,11 @@ Options parse(int argc, char** argv) {
         const auto x = t.find('x');
         o.tiles.push_back({std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1))});
       }
+    } else if (k == "--window") {
+      std::stringstream ss(v);
+      for (std::string w; std::getline(ss, w, ',');) o.windows.push_back(std::stoll(w));
     } else if (k == "--shapes") {
+      o.shapes_given = true;
       o.shapes.clear();
       for (const auto& t : split(v, ',')) {
         const auto p = split(t, ':');
@@ -142,11 +154,71 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   }
 }
 
+void bench_window(const Shape& sh, int64_t W, const Options& o) {
+  const int64_t C = sh.H * sh.D, nqkv = sh.B * sh.T * 3 * C, ny = sh.B * sh.T * C;
+  AttentionShape full{sh.B, sh.T, sh.H, sh.D, 0, 0, sh.H};
+  AttentionShape band = full;
+  std::vector<int32_t> lo(static_cast<size_t>(sh.B * sh.T));
+  for (int64_t b = 0; b < sh.B; ++b)
+    for (int64_t i = 0; i < sh.T; ++i) lo[static_cast<size_t>(b * sh.T + i)] = static_cast<int32_t>(std::max<int64_t>(0, i - W + 1));
+  band.key_lo = lo.data();
+  const DropoutKey drop{0.0f, 1, 2};
+  AlignedBuffer<float> qkv(nqkv), dy(ny), y(ny), dqkv(nqkv), lse(sh.B * sh.H * sh.T);
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t i = 0; i < nqkv; ++i) qkv[i] = nd(g);
+  for (int64_t i = 0; i < ny; ++i) dy[i] = nd(g);
+  const int threads = omp_get_max_threads();
+  const FlashTiles t = o.tiles.front();
+  AlignedBuffer<float> ws_buf(static_cast<size_t>(threads * flash_workspace_per_thread(full, t)));
+  const FlashWorkspace<float> ws{ws_buf.data(), threads, t};
+  Times a, b;
+  for (int run = 0; run <= o.runs; ++run) {  // run 0 warms up and is not kept
+    for (int which = 0; which < 2; ++which) {
+      const AttentionShape& s = which == 0 ? full : band;
+      auto t0 = Clock::now();
+      flash_attention_fwd(y.data(), lse.data(), qkv.data(), s, drop, ws);
+      const double f = seconds_since(t0);
+      t0 = Clock::now();
+      flash_attention_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s, drop, ws);
+      const double bw = seconds_since(t0);
+      if (run > 0) (which == 0 ? a : b).fwd.push_back(f), (which == 0 ? a : b).bwd.push_back(bw);
+    }
+  }
+  auto total = [](const Times& x) {
+    std::vector<double> v(x.fwd.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = x.fwd[i] + x.bwd[i];
+    return median(v);
+  };
+  const double T = static_cast<double>(sh.T), w = static_cast<double>(std::min(W, sh.T));
+  const double pairs_full = T * (T + 1) / 2, pairs_band = w * (w + 1) / 2 + (T - w) * w;
+  const double mib = 1024.0 * 1024.0;
+  std::printf("B %lld T %lld H %lld D %lld, window %lld, tiles %lldx%lld, %d threads\n", static_cast<long long>(sh.B),
+              static_cast<long long>(sh.T), static_cast<long long>(sh.H), static_cast<long long>(sh.D),
+              static_cast<long long>(W), static_cast<long long>(t.rows), static_cast<long long>(t.cols), threads);
+  std::printf("  %-16s fwd %9.2f ms  bwd %9.2f ms  fwd+bwd %9.2f ms  memory %7.2f MiB\n", "causal (full)",
+              1e3 * median(a.fwd), 1e3 * median(a.bwd), 1e3 * total(a),
+              4.0 * static_cast<double>(sh.B * sh.H * sh.T + ws_buf.size()) / mib);
+  std::printf("  %-16s fwd %9.2f ms  bwd %9.2f ms  fwd+bwd %9.2f ms  memory %7.2f MiB  full/window: fwd+bwd %.2fx "
+              "(score products %.2fx fewer)\n",
+              "sliding window", 1e3 * median(b.fwd), 1e3 * median(b.bwd), 1e3 * total(b),
+              (4.0 * static_cast<double>(sh.B * sh.H * sh.T + ws_buf.size()) + 4.0 * static_cast<double>(lo.size())) / mib,
+              total(a) / total(b), pairs_full / pairs_band);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o = parse(argc, argv);
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (!o.windows.empty()) {
+    if (!o.shapes_given) o.shapes = {{1, 8192, 4, 64}};
+    std::printf("CPU: %s\nmedians of %d runs (after one warm-up), full and windowed interleaved in each run\n",
+                cpu_model().c_str(), o.runs);
+    for (const Shape& sh : o.shapes)
+      for (int64_t w : o.windows) bench_window(sh, w, o);
+    return 0;
+  }
   std::printf("medians of %d runs (after one warm-up), unfused and fused interleaved in each run\n", o.runs);
   for (const Shape& sh : o.shapes)
     for (float rate : o.dropout) bench_shape(sh, rate, o);

@@ -138,6 +138,14 @@ struct PendingAllreduce::State {
   int recv_chunk = 0;
   std::vector<char> tmp;
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  // collectives: mpi (Communicator::set_mpi_collectives): each phase is one of MPI's non-blocking
+  // collectives over the same shards (MPI_Ireduce_scatter, then MPI_Iallgatherv), so each shard's sum
+  // is computed on one rank and copied to the others: identical on every rank, as with the ring.
+  // A started (background) all-reduce is one MPI_Iallreduce instead: MPI wants the collectives of a
+  // communicator started in the same order on every rank, and the second phase of a chained pair
+  // would start whenever each rank's test() got to it.
+  bool mpi = false, mpi_single = false;
+  std::vector<int> counts, displs;
 
   int64_t begin(int k) const { return shard_begin(n, size, ((k % size) + size) % size); }
   int64_t count(int k) const {
@@ -146,7 +154,28 @@ struct PendingAllreduce::State {
   }
   char* at(int k) const { return data + begin(k) * static_cast<int64_t>(elem_size(dtype)); }
 
+  void post_mpi() {
+    if (counts.empty()) {
+      for (int r = 0; r < size; ++r) {
+        counts.push_back(static_cast<int>(count(r)));
+        displs.push_back(static_cast<int>(begin(r)));
+      }
+    }
+    const MPI_Datatype t = mpi_type(dtype);
+    if (mpi_single) {
+      MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), t, op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm, &req[0]);
+    } else if (phase == kReduceScatter) {
+      // In place: the input is the whole buffer, this rank's shard sum lands at its start (moved in advance()).
+      MPI_Ireduce_scatter(MPI_IN_PLACE, data, counts.data(), t, op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm, &req[0]);
+    } else {
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displs.data(), t, comm, &req[0]);
+    }
+    req[1] = MPI_REQUEST_NULL;
+    stats->messages += 1;
+  }
+
   void post() {
+    if (mpi) return post_mpi();
     const int next = (rank + 1) % size, prev = (rank - 1 + size) % size;
     int send_chunk;
     void* recv_buf;
@@ -168,6 +197,17 @@ struct PendingAllreduce::State {
 
   // The posted step has completed: apply it and post the next one (or finish).
   void advance() {
+    if (mpi_single) {
+      phase = kDone;
+      return;
+    }
+    if (mpi) {
+      if (phase == kReduceScatter && begin(rank) > 0)
+        std::memmove(at(rank), data, static_cast<size_t>(count(rank)) * elem_size(dtype));
+      phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
+      if (phase != kDone) post();
+      return;
+    }
     if (phase == kReduceScatter) reduce_into(at(recv_chunk), tmp.data(), count(recv_chunk), dtype, op);
     if (++step == size - 1) {
       step = 0;
@@ -222,6 +262,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(size_, o.size_);
   std::swap(name_, o.name_);
   std::swap(stats_, o.stats_);
+  std::swap(mpi_collectives_, o.mpi_collectives_);
   return *this;
 }
 
@@ -242,6 +283,7 @@ Communicator Communicator::split(int color, int key) const {
   MpiAccess::set(c, s);
   MPI_Comm_rank(s, &c.rank_);
   MPI_Comm_size(s, &c.size_);
+  c.mpi_collectives_ = mpi_collectives_;
   return c;
 }
 
@@ -254,8 +296,11 @@ void Communicator::barrier() const {
 namespace {
 
 PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, CommStats* stats, void* data,
-                                    int64_t n, Dtype t, ReduceOp op, int first, int last) {
+                                    int64_t n, Dtype t, ReduceOp op, int first, int last, bool mpi,
+                                    bool background = false) {
   auto* s = new PendingAllreduce::State{};
+  s->mpi = mpi;
+  s->mpi_single = mpi && background;
   s->comm = comm;
   s->rank = rank;
   s->size = size;
@@ -267,7 +312,7 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
   s->op = op;
   s->phase = static_cast<PendingAllreduce::State::Phase>(first);
   s->last = static_cast<PendingAllreduce::State::Phase>(last);
-  if (first == PendingAllreduce::State::kReduceScatter)
+  if (first == PendingAllreduce::State::kReduceScatter && !mpi)
     s->tmp.resize(static_cast<size_t>(shard_begin(n, size, 1)) * elem_size(t));  // the largest shard
   stats->collectives += 1;
   s->post();
@@ -283,7 +328,7 @@ void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int 
                 n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
   PendingAllreduce p;
   p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), data, n,
-                        is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last));
+                        is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last, mpi_collectives_));
   p.wait();
 }
 
@@ -300,7 +345,8 @@ PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int t
   // The ring runs in the background (advanced between layers); this span is its first messages' posting.
   CommSpan span("all-reduce start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("tag", tag);
-  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1));
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat,
+                        ReduceOp::kSum, 0, 1, mpi_collectives_, true));
   return p;
 }
 

@@ -134,6 +134,15 @@ class Communicator {
   // The largest tag MPI allows on this communicator (at least 32767).
   int tag_upper_bound() const;
 
+  // parallel.collectives: mpi: the all-reduce, reduce-scatter and all-gather run as MPI's non-blocking
+  // collectives over the same shards (MPI_Ireduce_scatter, then MPI_Iallgatherv: each shard summed on one
+  // rank and copied, so identical everywhere), and a started all-reduce (the gradient buckets during
+  // backward) as one MPI_Iallreduce (MPI's algorithms give every rank the same sum; the MPI tests check
+  // it); the cluster's MPI picks the algorithms. The default rings give bitwise-reproducible sums and
+  // exact byte counts (stats().bytes_sent counts the rings' messages only). Split groups inherit it.
+  void set_mpi_collectives(bool on) { mpi_collectives_ = on; }
+  bool mpi_collectives() const { return mpi_collectives_; }
+
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }
   // The group's name in the step timeline's communication spans (core/trace/trace.h): "tp", "dp", ...
@@ -148,6 +157,7 @@ class Communicator {
   // The MPI communicator, opaque here (communicator.cpp's comm() converts it); none without MPI.
   std::uintptr_t raw_ = 0;
   bool has_comm_ = false;
+  bool mpi_collectives_ = false;
   int rank_ = 0, size_ = 1;
   const char* name_ = "";
   std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();

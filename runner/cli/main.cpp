@@ -140,6 +140,7 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
     return nullptr;
   }
   const auto& p = cfg.parallel;
+  world.set_mpi_collectives(p.mpi_collectives);  // every group split from the world inherits it
   return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
       std::move(world), gf::ProcessGrid({{gf::GridAxis::kTp, static_cast<int>(p.model_parallel)},
                                          {gf::GridAxis::kDp, static_cast<int>(p.data_parallel)},

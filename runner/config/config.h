@@ -30,6 +30,9 @@ class ConfigError : public std::runtime_error {
 
 struct ParallelConfig {
   int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
+  // parallel.collectives: mpi: the groups' all-reduce, reduce-scatter and all-gather through MPI's own
+  // collectives (parallel/communicator.h set_mpi_collectives); ring (false): ours.
+  bool mpi_collectives = false;
   bool use_seq_parallel = false;
   // Micro-batches of batch_size samples per step per data-parallel rank under pipeline_stage > 1
   // (global batch = batch_size x data_parallel x micro_batch_num, as MindFormers counts it); at

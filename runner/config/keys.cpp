@@ -166,6 +166,9 @@ std::vector<KeyRule> common_rules() {
       {"parallel.full_batch", kCpu, ""},
       {"parallel.search_mode", kCpu, ""},
       {"parallel.enable_parallel_optimizer", kBuilt, "parallel.optimizer_shard"},
+      {"parallel.collectives", kBuilt,
+       "parallel.mpi_collectives (ring: our rings, bitwise-reproducible; mpi: MPI_Ireduce_scatter / MPI_Iallgatherv, "
+       "the cluster's MPI algorithms)"},
       {"parallel.strategy_ckpt_save_file", kCpu, kStrategy},
       {"parallel.enable_alltoall", kCpu, ""},
       {"parallel.strategy_ckpt_config.save_file", kCpu, kStrategy},

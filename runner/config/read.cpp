@@ -262,6 +262,11 @@ void read_parallel(ReadContext& x) {
   p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");
   p.gradient_aggregation_group = rd.get<int64_t>("parallel_config.gradient_aggregation_group");
   p.optimizer_shard = rd.get<bool>("parallel_config.optimizer_shard") || rd.get<bool>("parallel.enable_parallel_optimizer");
+  const std::string coll = rd.get<std::string>("parallel.collectives");
+  if (coll != "ring" && coll != "mpi")
+    x.refuse("`parallel.collectives: " + coll + "`: expects ring (our rings: bitwise-reproducible sums) or mpi (MPI's "
+             "own collectives)");
+  p.mpi_collectives = coll == "mpi";
   const std::string mbn = kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num));
   if (p.micro_batch_num < 1)
     x.refuse(mbn + ": must be >= 1");

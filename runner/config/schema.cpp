@@ -95,6 +95,7 @@ parallel:
   full_batch: false
   search_mode: sharding_propagation
   enable_parallel_optimizer: false
+  collectives: ring   # ours: ring (bitwise-reproducible sums, exact byte counts) or mpi (MPI's own non-blocking collectives)
   strategy_ckpt_save_file: ./ckpt_strategy.ckpt
   enable_alltoall: false
   strategy_ckpt_config:

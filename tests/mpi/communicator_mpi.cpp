@@ -1,6 +1,8 @@
 // The ring collectives against MPI's own: sums and maxima within rounding of MPI_Allreduce, the
 // result bitwise identical on every rank, reduce-scatter + all-gather == all-reduce, background
-// all-reduces with distinct tags, and the exact byte count of a ring.
+// all-reduces with distinct tags, and the exact byte count of a ring. The same checks (but the byte
+// count) with parallel.collectives: mpi (set_mpi_collectives), whose results are bitwise identical on
+// every rank too and inherited by split groups.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -22,8 +24,17 @@ bool same_everywhere(const std::vector<float>& x) {
   return lo == hi;
 }
 
-TEST(Communicator, AllreduceSumMatchesMpi) {
-  Communicator world = Communicator::world();
+class Modes : public ::testing::TestWithParam<bool> {  // mpi collectives?
+ protected:
+  Communicator make_world() const {
+    Communicator w = Communicator::world();
+    w.set_mpi_collectives(GetParam());
+    return w;
+  }
+};
+
+TEST_P(Modes, AllreduceSumMatchesMpi) {
+  Communicator world = make_world();
   for (int64_t n : {0, 1, 2, 3, 5, 17, 1000, 4099}) {
     std::vector<float> x(static_cast<size_t>(n)), ref(x.size());
     for (int64_t i = 0; i < n; ++i) x[i] = value(world.rank(), i);
@@ -34,8 +45,8 @@ TEST(Communicator, AllreduceSumMatchesMpi) {
   }
 }
 
-TEST(Communicator, AllreduceMaxAndDouble) {
-  Communicator world = Communicator::world();
+TEST_P(Modes, AllreduceMaxAndDouble) {
+  Communicator world = make_world();
   std::vector<double> d = {1.0 * world.rank(), -2.0 * world.rank(), 0.5};
   world.allreduce_max(d.data(), 3);
   EXPECT_EQ(d[0], world.size() - 1);
@@ -50,8 +61,8 @@ TEST(Communicator, AllreduceMaxAndDouble) {
   EXPECT_EQ(f[0], 0.0f);
 }
 
-TEST(Communicator, ReduceScatterThenAllgatherIsAllreduce) {
-  Communicator world = Communicator::world();
+TEST_P(Modes, ReduceScatterThenAllgatherIsAllreduce) {
+  Communicator world = make_world();
   const int64_t n = 1031;
   std::vector<float> a(n), b(n);
   for (int64_t i = 0; i < n; ++i) a[i] = b[i] = value(world.rank(), i);
@@ -63,8 +74,8 @@ TEST(Communicator, ReduceScatterThenAllgatherIsAllreduce) {
   EXPECT_EQ(a, b);
 }
 
-TEST(Communicator, BackgroundAllreducesWithTags) {
-  Communicator world = Communicator::world();
+TEST_P(Modes, BackgroundAllreducesWithTags) {
+  Communicator world = make_world();
   const int64_t n1 = 5000, n2 = 77;
   std::vector<float> x1(n1), x2(n2), r1(n1), r2(n2);
   for (int64_t i = 0; i < n1; ++i) r1[i] = x1[i] = value(world.rank(), i);
@@ -77,8 +88,15 @@ TEST(Communicator, BackgroundAllreducesWithTags) {
   p2.wait();
   p1.wait();
   EXPECT_TRUE(p1.done() && p2.done());
-  EXPECT_EQ(x1, r1);
-  EXPECT_EQ(x2, r2);
+  if (!GetParam()) {  // the rings: bitwise the blocking all-reduce
+    EXPECT_EQ(x1, r1);
+    EXPECT_EQ(x2, r2);
+  } else {  // MPI_Iallreduce sums in MPI's order: within rounding, and the same on every rank
+    for (int64_t i = 0; i < n1; ++i) EXPECT_NEAR(x1[i], r1[i], 1e-5f * (1 + std::abs(r1[i]))) << i;
+    for (int64_t i = 0; i < n2; ++i) EXPECT_NEAR(x2[i], r2[i], 1e-5f * (1 + std::abs(r2[i]))) << i;
+    EXPECT_TRUE(same_everywhere(x1));
+    EXPECT_TRUE(same_everywhere(x2));
+  }
 }
 
 TEST(Communicator, RingSendsTwoPMinusOneOverPOfTheBuffer) {
@@ -95,15 +113,34 @@ TEST(Communicator, RingSendsTwoPMinusOneOverPOfTheBuffer) {
   EXPECT_EQ(world.stats().bytes_sent, (p - 1) * n / p * 4);
 }
 
-TEST(Communicator, SplitGroupsAreIndependent) {
-  Communicator world = Communicator::world();
+TEST_P(Modes, SplitGroupsAreIndependent) {
+  Communicator world = make_world();
   Communicator half = world.split(world.rank() % 2, world.rank());
+  EXPECT_EQ(half.mpi_collectives(), GetParam());
   std::vector<double> x = {1.0};
   half.allreduce_sum(x.data(), 1);
   EXPECT_EQ(x[0], (world.size() + 1 - world.rank() % 2) / 2);
   EXPECT_EQ(half.stats().collectives, half.size() > 1 ? 1 : 0);
   EXPECT_EQ(world.stats().bytes_sent, 0);
 }
+
+// MPI's collectives sum in their own order: within rounding of the rings', identical on every rank.
+TEST(Communicator, MpiCollectivesAgreeWithTheRings) {
+  Communicator ring = Communicator::world(), mpi = Communicator::world();
+  mpi.set_mpi_collectives(true);
+  const int64_t n = 4099;
+  std::vector<float> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] = value(ring.rank(), i);
+  ring.allreduce_sum(a.data(), n);
+  mpi.allreduce_sum(b.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(a[i], b[i], 1e-5f * (1 + std::abs(a[i]))) << i;
+  EXPECT_TRUE(same_everywhere(b));
+  EXPECT_EQ(mpi.stats().collectives, ring.size() > 1 ? 1 : 0);
+  EXPECT_EQ(mpi.stats().bytes_sent, 0);  // MPI's messages are its own: counted by the rings only
+}
+
+INSTANTIATE_TEST_SUITE_P(Communicator, Modes, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "Mpi" : "Ring"); });
 
 }  // namespace
 }  // namespace gf

@@ -8,7 +8,7 @@ bytes as Megatron-LM's tools/preprocess_data.py for the same tokens.
 
 DUMP.jsonl has one line per document and key, {"key": K, "ids": [...], "lengths": [...]}, in
 input order (what `preprocess_data --dump-ids` writes). For every key K this writes
-PREFIX_K_document.bin/.idx.
+PREFIX_K_document.bin/.idx (PREFIX_K_sentence with --level sentence, Megatron's name under --split-sentences).
 
 _IndexWriter, IndexedDatasetBuilder (add_document / finalize) and DType below are transcribed
 from NVIDIA/Megatron-LM, megatron/core/datasets/indexed_dataset.py at commit
@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--ids", required=True, help="JSONL dump from preprocess_data --dump-ids")
     parser.add_argument("--output-prefix", required=True)
     parser.add_argument("--vocab-size", type=int, required=True, help="tokenizer.vocab_size (50257 for GPT-2)")
+    parser.add_argument("--level", default="document", choices=["document", "sentence"],
+                        help="Megatron's output level: sentence with --split-sentences")
     args = parser.parse_args()
 
     builders = {}
@@ -157,13 +159,13 @@ def main() -> None:
             key = doc["key"]
             if key not in builders:
                 builders[key] = IndexedDatasetBuilder(
-                    "{}_{}_{}.bin".format(args.output_prefix, key, "document"),
+                    "{}_{}_{}.bin".format(args.output_prefix, key, args.level),
                     dtype=DType.optimal_dtype(args.vocab_size),
                 )
             builders[key].add_document(doc["ids"], doc["lengths"])
     for key, builder in builders.items():
-        builder.finalize("{}_{}_{}.idx".format(args.output_prefix, key, "document"))
-        print("wrote {}_{}_document.bin/.idx".format(args.output_prefix, key))
+        builder.finalize("{}_{}_{}.idx".format(args.output_prefix, key, args.level))
+        print("wrote {}_{}_{}.bin/.idx".format(args.output_prefix, key, args.level))
 
 
 if __name__ == "__main__":

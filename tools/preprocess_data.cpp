@@ -38,6 +38,7 @@
 
 #include "core/data/gpt_dataset.h"
 #include "core/data/indexed_dataset.h"
+#include "core/data/sentence_split.h"
 #include "core/data/text_tokenizer.h"
 
 namespace {
@@ -55,6 +56,8 @@ struct Options {
   std::string dump_ids;  // optional JSONL dump of the ids written (used by the Megatron check)
   bool append_eod = false;
   std::string sft;  // "" | alpaca | chat
+  bool split_sentences = false, keep_newlines = false;  // Megatron's --split-sentences, --keep-newlines
+  std::string lang = "english";                         // Megatron's --lang (punkt's language name)
   int workers = 1;
   int64_t log_interval = 1000;
 };
@@ -221,12 +224,22 @@ EncodedKey encode_sft(const Options& opt, const Tokenizer& tok, const nlohmann::
   return out;
 }
 
+// --split-sentences: the one text's sentences (core/data/sentence_split.h: ICU's sentence breaks kept
+// to punkt's rules); otherwise the text as one sentence.
+std::vector<std::string> split_if_asked(const Options& opt, std::vector<std::string> texts) {
+  if (!opt.split_sentences || texts.size() != 1) return texts;
+  gf::data::SentenceSplitOptions so;
+  so.lang = opt.lang;
+  so.keep_newlines = opt.keep_newlines;
+  return gf::data::split_sentences(texts.front(), so);
+}
+
 Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const Record& rec) {
   Encoded out;
   const std::string where = opt.input + ":" + std::to_string(rec.line);
   try {
     if (text_mode) {
-      out.keys.push_back(encode_sentences(tok, {rec.text}, opt.append_eod));
+      out.keys.push_back(encode_sentences(tok, split_if_asked(opt, {rec.text}), opt.append_eod));
       return out;
     }
     nlohmann::json doc;
@@ -240,7 +253,15 @@ Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, 
       out.keys.push_back(encode_sft(opt, tok, doc, where));
       return out;
     }
-    for (const std::string& key : opt.json_keys) out.keys.push_back(encode_sentences(tok, sentences_of(doc, key, where), opt.append_eod));
+    for (const std::string& key : opt.json_keys) {
+      const auto it = doc.find(key);
+      // --split-sentences cuts a string into sentences (Megatron's Encoder.split); a list is taken as
+      // sentences already (Megatron would stop there: its splitter reads strings only).
+      const bool whole = it != doc.end() && it->is_string();
+      std::vector<std::string> sentences = sentences_of(doc, key, where);
+      if (whole) sentences = split_if_asked(opt, sentences);
+      out.keys.push_back(encode_sentences(tok, sentences, opt.append_eod));
+    }
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -291,13 +312,18 @@ void run(const Options& opt) {
   const Tokenizer& tok = *tokenizer;
   const bool text_mode = resolve_text_mode(opt);
   if (!opt.sft.empty() && text_mode) throw std::runtime_error("--sft reads JSONL (one example per line), not plain text");
+  if (!opt.sft.empty() && opt.split_sentences) throw std::runtime_error("--sft writes one example a document: no --split-sentences");
+  if (opt.keep_newlines && !opt.split_sentences) throw std::runtime_error("--keep-newlines needs --split-sentences");
+  if (opt.split_sentences) (void)gf::data::sentence_split_locale(opt.lang);  // an unknown --lang fails here, naming the known ones
+  // Megatron's output name: {prefix}_{key}_sentence with --split-sentences, else _document.
+  const std::string level = opt.split_sentences ? "_sentence" : "_document";
   const std::vector<std::string> keys = text_mode || !opt.sft.empty() ? std::vector<std::string>{"text"} : opt.json_keys;
   const auto dtype = gf::data::optimal_token_dtype(tok.vocab_size());
 
   InputReader reader(opt.input, text_mode);
   std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
   for (const std::string& key : keys)
-    builders.push_back(std::make_unique<IndexedDatasetBuilder>(opt.output_prefix + "_" + key + "_document", dtype));
+    builders.push_back(std::make_unique<IndexedDatasetBuilder>(opt.output_prefix + "_" + key + level, dtype));
   // --sft: the loss mask beside the ids (core/data/gpt_dataset.h loss_mask_prefix), uint8.
   std::unique_ptr<IndexedDatasetBuilder> mask;
   if (!opt.sft.empty())
@@ -341,8 +367,8 @@ void run(const Options& opt) {
   }
   for (size_t k = 0; k < keys.size(); ++k) {
     builders[k]->finalize();
-    std::printf("wrote %s_%s_document.{bin,idx}: %lld documents, %lld sequences, %lld tokens, dtype %s\n",
-                opt.output_prefix.c_str(), keys[k].c_str(), static_cast<long long>(builders[k]->num_documents()),
+    std::printf("wrote %s_%s%s.{bin,idx}: %lld documents, %lld sequences, %lld tokens, dtype %s\n",
+                opt.output_prefix.c_str(), keys[k].c_str(), level.c_str(), static_cast<long long>(builders[k]->num_documents()),
                 static_cast<long long>(builders[k]->num_sequences()), static_cast<long long>(builders[k]->num_tokens()),
                 gf::data::dtype_name(dtype));
   }
@@ -381,6 +407,13 @@ int main(int argc, char** argv) {
                "append the end-of-document id to every non-empty document: <|endoftext|> (50256) for GPT-2, "
                "[EOS] for the BertWordPiece types, <EOD> for SentencePieceTokenizer, the model's eos for "
                "GPTSentencePieceTokenizer and Llama2Tokenizer (Megatron's eod)");
+  app.add_flag("--split-sentences", opt.split_sentences,
+               "one sequence per sentence (ICU's sentence breaks kept to NLTK punkt's rules, docs/sentence_split.md); "
+               "writes {prefix}_{key}_sentence.bin/.idx, as Megatron");
+  app.add_flag("--keep-newlines", opt.keep_newlines,
+               "with --split-sentences: the whitespace between two sentences stays at the end of the first (Megatron's flag)");
+  app.add_option("--lang", opt.lang, "the sentence splitter's language, punkt's names (english, german, french, ...)")
+      ->capture_default_str();
   app.add_option("--sft", opt.sft,
                  "supervised fine-tuning data: alpaca ({instruction, input, output}, Stanford Alpaca's prompt) or chat "
                  "(ShareGPT conversations or messages, ChatML turns); writes {prefix}_text_document and its loss mask "

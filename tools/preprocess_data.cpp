@@ -396,17 +396,17 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-file", opt.vocab_file, "gpt2-vocab.json, or BERT vocab.txt for the BertWordPiece types")
       ->check(CLI::ExistingFile);
   app.add_option("--tokenizer-model", opt.tokenizer_model,
-                 "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)")->check(CLI::ExistingFile);
+                 "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer), or a Hugging Face tokenizer.json or its directory (HuggingFaceTokenizer)")->check(CLI::ExistingPath);
   app.add_option("--vocab-extra-ids", opt.vocab_extra_ids,
                  "SentencePieceTokenizer: add <extra_id_0>..<extra_id_{N-1}> special tokens, as Megatron")
       ->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--merge-file", opt.merge_file, "gpt2-merges.txt (GPT2BPETokenizer only)")->check(CLI::ExistingFile);
-  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer (Megatron's names; Llama2Tokenizer puts the model's bos before each document)")
+  app.add_option("--tokenizer-type", opt.tokenizer_type, "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer (Megatron's names; Llama2Tokenizer puts the model's bos before each document; HuggingFaceTokenizer adds what its post-processor adds, as transformers does)")
       ->capture_default_str();
   app.add_flag("--append-eod", opt.append_eod,
                "append the end-of-document id to every non-empty document: <|endoftext|> (50256) for GPT-2, "
                "[EOS] for the BertWordPiece types, <EOD> for SentencePieceTokenizer, the model's eos for "
-               "GPTSentencePieceTokenizer and Llama2Tokenizer (Megatron's eod)");
+               "GPTSentencePieceTokenizer and Llama2Tokenizer, eos_token_id for HuggingFaceTokenizer (Megatron's eod)");
   app.add_flag("--split-sentences", opt.split_sentences,
                "one sequence per sentence (ICU's sentence breaks kept to NLTK punkt's rules, docs/sentence_split.md); "
                "writes {prefix}_{key}_sentence.bin/.idx, as Megatron");

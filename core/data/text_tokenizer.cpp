@@ -1,9 +1,11 @@
 #include "core/data/text_tokenizer.h"
 
+#include <filesystem>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
+#include "core/data/hf_tokenizer.h"
 #include "core/data/sentencepiece_tokenizer.h"
 #include "core/data/tokenizer.h"
 #include "core/data/wordpiece.h"
@@ -33,6 +35,26 @@ class Wrapped final : public TextTokenizer {
   int32_t bos_;
 };
 
+// Megatron's HuggingFaceTokenizer: tokenize(text) is transformers' tokenizer(text).input_ids, the
+// post-processor's special tokens (Llama 3's <|begin_of_text|>) included; eod = eos_token_id.
+class HuggingFace final : public TextTokenizer {
+ public:
+  HuggingFace(std::string type, HFTokenizer tok) : TextTokenizer(std::move(type)), tok_(std::move(tok)) {}
+  void encode_append(std::string_view utf8, std::vector<int32_t>& out) const override {
+    const auto& pre = tok_.special_prefix();
+    out.insert(out.end(), pre.begin(), pre.end());
+    tok_.encode_append(utf8, out);
+    const auto& post = tok_.special_suffix();
+    out.insert(out.end(), post.begin(), post.end());
+  }
+  std::string decode(std::span<const int32_t> ids) const override { return tok_.decode(ids); }
+  int32_t eod_id() const override { return tok_.eod_id(); }
+  int32_t vocab_size() const override { return tok_.vocab_size(); }
+
+ private:
+  HFTokenizer tok_;
+};
+
 void need(const std::string& value, const std::string& option, const std::string& type, const std::string& what) {
   if (value.empty()) throw std::runtime_error("--tokenizer-type " + type + " needs " + option + " (" + what + ")");
 }
@@ -41,7 +63,8 @@ void need(const std::string& value, const std::string& option, const std::string
 
 const std::vector<std::string>& tokenizer_types() {
   static const std::vector<std::string> types = {"GPT2BPETokenizer",       "BertWordPieceLowerCase",    "BertWordPieceCase",
-                                                 "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"};
+                                                 "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer",
+                                                 "HuggingFaceTokenizer"};
   return types;
 }
 
@@ -68,6 +91,12 @@ std::unique_ptr<TextTokenizer> make_tokenizer(const TokenizerFiles& f) {
       if (bos < 0) throw std::runtime_error(f.tokenizer_model + ": Llama2Tokenizer needs a model with a bos piece");
     }
     return std::make_unique<Wrapped<SentencePieceTokenizer>>(t, std::move(sp), bos);
+  }
+  if (t == "HuggingFaceTokenizer") {
+    need(f.tokenizer_model, "--tokenizer-model", t, "a Hugging Face tokenizer.json or its directory");
+    std::string path = f.tokenizer_model;
+    if (std::filesystem::is_directory(path)) path = (std::filesystem::path(path) / "tokenizer.json").string();
+    return std::make_unique<HuggingFace>(t, HFTokenizer::from_file(path));
   }
   std::string list;
   for (const std::string& n : tokenizer_types()) {

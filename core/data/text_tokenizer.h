@@ -8,6 +8,10 @@
 //   GPTSentencePieceTokenizer   --tokenizer-model tokenizer.model (plain SentencePiece; eod = eos)
 //   Llama2Tokenizer             --tokenizer-model tokenizer.model (Megatron's _Llama2Tokenizer:
 //                               SentencePiece ids with the model's bos in front; eod = eos)
+//   HuggingFaceTokenizer        --tokenizer-model tokenizer.json (or its directory): byte-level BPE
+//                               (Llama 3, Qwen2, GPT-2 style; core/data/hf_tokenizer.h), the
+//                               post-processor's special tokens included as transformers adds them;
+//                               eod = eos_token_id
 // MindFormers' processor.tokenizer types map onto them (tokenizer_type_from_mindformers).
 #pragma once
 
@@ -23,7 +27,7 @@ namespace gf::data {
 struct TokenizerFiles {
   std::string type = "GPT2BPETokenizer";  // Megatron's --tokenizer-type
   std::string vocab_file, merge_file;     // GPT-2 BPE, BERT vocab.txt
-  std::string tokenizer_model;            // SentencePiece tokenizer.model
+  std::string tokenizer_model;            // SentencePiece tokenizer.model, or a Hugging Face tokenizer.json
   int vocab_extra_ids = 0;                // SentencePieceTokenizer only (Megatron's --vocab-extra-ids)
 };
 

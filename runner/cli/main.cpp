@@ -519,11 +519,11 @@ CLI::App* add_tokenize(CLI::App& app, Cli& c) {
   tok->add_option("--merge-file", c.tok_files.merge_file, "gpt2-merges.txt (vocab.bpe); GPT2BPETokenizer only")
       ->check(CLI::ExistingFile);
   tok->add_option("--tokenizer-model", c.tok_files.tokenizer_model,
-                  "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)")
-      ->check(CLI::ExistingFile);
+                  "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer), or a "
+                  "Hugging Face tokenizer.json or its directory (HuggingFaceTokenizer)")->check(CLI::ExistingPath);
   tok->add_option("--tokenizer-type", c.tok_files.type,
                   "Megatron's name: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, "
-                  "GPTSentencePieceTokenizer or Llama2Tokenizer")->capture_default_str();
+                  "GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer (--tokenizer-model tokenizer.json)")->capture_default_str();
   tok->add_flag("--decode", c.decode, "read ids, print text");
   return tok;
 }

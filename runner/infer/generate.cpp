@@ -167,7 +167,8 @@ std::unique_ptr<data::TextTokenizer> text_tokenizer(const GenerationConfig& gc, 
                                " with GPT2Tokenizer (vocab_file, merge_file) or LlamaTokenizer (vocab_file: tokenizer.model), "
                                "or Megatron's type names" +
                                (ids_hint ? std::string("; or give token ids with --predict_ids") : std::string()));
-    const bool sentencepiece = f.type.find("SentencePiece") != std::string::npos || f.type == "Llama2Tokenizer";
+    const bool sentencepiece = f.type.find("SentencePiece") != std::string::npos || f.type == "Llama2Tokenizer" ||
+                               f.type == "HuggingFaceTokenizer";  // vocab_file names the model file
     (sentencepiece ? f.tokenizer_model : f.vocab_file) = gc.vocab_file;
     f.merge_file = gc.merge_file;
     if (sentencepiece && f.tokenizer_model.empty())

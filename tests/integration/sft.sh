@@ -113,14 +113,12 @@ EOF
 # 2. A tiny Llama over GPT-2 ids from weights made in PyTorch; step 1 against PyTorch.
 T=96; GB=4
 "$PY" - "$SRC" <<'EOF'
-import sys, torch
+import sys
+sys.path.insert(0, sys.argv[1] + "/tests/integration")
 sys.path.insert(0, sys.argv[1] + "/tools")
-import torch_llama as tl
+import sft_reference
 from make_golden import write_safetensors
-cfg = tl.LlamaConfig(vocab_size=50257, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     intermediate_size=48, rope_theta=10000.0, rms_norm_eps=1e-5)
-m = tl.LlamaForCausalLM(cfg)
-tl.init_hf_(m, torch.Generator().manual_seed(3))
+m = sft_reference.model(sys.argv[1])
 write_safetensors("init.safetensors", {n: p.detach().contiguous() for n, p in m.named_parameters()}, {"format": "pt"})
 EOF
 cat > sft.yaml <<YAML
@@ -152,36 +150,12 @@ run one 1
 grep -q "with a loss mask" one.log || { grep -m3 MegatronDataset one.log; echo "FAIL: the run did not read the loss mask"; exit 1; }
 
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
-import array, json, struct, sys, torch
-sys.path.insert(0, sys.argv[1] + "/tools")
-import torch_llama as tl
-T, GB, EOD = int(sys.argv[2]), int(sys.argv[3]), 50256
-def stream(prefix, typecode):
-    return array.array(typecode, open(prefix + ".bin", "rb").read()).tolist()
-ids, mask = stream("alpaca_text_document", "H"), stream("alpaca_text_document_loss_mask", "B")
-# Megatron's GPTDataset without shuffling, one epoch: sample j is tokens [j T, j T + T + 1) of the documents in order.
-tok = torch.tensor([ids[j * T:j * T + T + 1] for j in range(GB)])
-msk = torch.tensor([mask[j * T:j * T + T + 1] for j in range(GB)])
-inputs, labels = tok[:, :-1], tok[:, 1:].clone()
-labels[msk[:, 1:] == 0] = -100
-# Megatron's get_ltor_masks_and_position_ids with reset_position_ids and reset_attention_mask.
-pos = torch.zeros(GB, T, dtype=torch.long)
-allow = torch.ones(GB, 1, T, T, dtype=torch.bool)
-for b in range(GB):
-    start = 0
-    for i in range(T):
-        pos[b, i] = i - start
-        allow[b, 0, i, :start] = False
-        if inputs[b, i] == EOD:
-            start = i + 1
-cfg = tl.LlamaConfig(vocab_size=50257, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     intermediate_size=48, rope_theta=10000.0, rms_norm_eps=1e-5)
-m = tl.LlamaForCausalLM(cfg)
-tl.init_hf_(m, torch.Generator().manual_seed(3))
-_, loss = m(inputs, labels, position_ids=pos, attn_mask=allow)
-loss.backward()
-gnorm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
-step1 = next(j for j in map(json.loads, open("one/metrics.jsonl")) if j.get("step") == 1 and "loss" in j)
+import sys, torch
+sys.path.insert(0, sys.argv[1] + "/tests/integration")
+import sft_reference as ref
+T, GB, EOD = int(sys.argv[2]), int(sys.argv[3]), ref.EOD
+m, loss, gnorm, (inputs, labels) = ref.step1(sys.argv[1], T, GB)
+step1 = ref.logged_step1("one")
 got_loss, got_norm = step1["loss"], step1["grad_norm"]
 for name, got, want in (("loss", got_loss, loss.item()), ("grad_norm", got_norm, gnorm)):
     rel = abs(got - want) / abs(want)
@@ -206,33 +180,13 @@ EOF
 run grads 1 --set runner_config.train_steps=1 --set optimizer.eps=1.0 --set lr_schedule.learning_rate=1.0 \
   --set lr_schedule.lr_end=1.0 --set lr_schedule.warmup_steps=0
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
-import array, json, sys, numpy as np, torch
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1] + "/tests/integration")
 sys.path.insert(0, sys.argv[1] + "/tools")
-import torch_llama as tl
+import sft_reference as ref
 from check_golden import read_safetensors
-T, GB, EOD = int(sys.argv[2]), int(sys.argv[3]), 50256
-ids = array.array("H", open("alpaca_text_document.bin", "rb").read()).tolist()
-mask = array.array("B", open("alpaca_text_document_loss_mask.bin", "rb").read()).tolist()
-tok = torch.tensor([ids[j * T:j * T + T + 1] for j in range(GB)])
-msk = torch.tensor([mask[j * T:j * T + T + 1] for j in range(GB)])
-inputs, labels = tok[:, :-1], tok[:, 1:].clone()
-labels[msk[:, 1:] == 0] = -100
-pos = torch.zeros(GB, T, dtype=torch.long)
-allow = torch.ones(GB, 1, T, T, dtype=torch.bool)
-for b in range(GB):
-    start = 0
-    for i in range(T):
-        pos[b, i] = i - start
-        allow[b, 0, i, :start] = False
-        if inputs[b, i] == EOD:
-            start = i + 1
-cfg = tl.LlamaConfig(vocab_size=50257, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     intermediate_size=48, rope_theta=10000.0, rms_norm_eps=1e-5)
-m = tl.LlamaForCausalLM(cfg)
-tl.init_hf_(m, torch.Generator().manual_seed(3))
-_, loss = m(inputs, labels, position_ids=pos, attn_mask=allow)
-loss.backward()
-lr = next(j for j in map(json.loads, open("grads/metrics.jsonl")) if j.get("step") == 1 and "lr" in j)["lr"]
+m, loss, _, _ = ref.step1(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+lr = ref.logged_step1("grads")["lr"]
 assert lr == 1.0, lr
 got, _, _ = read_safetensors("grads/weights.safetensors")
 worst, checked, zero_rows = 0.0, 0, 0
@@ -258,38 +212,14 @@ EOF
 run window 1 --set runner_config.train_steps=1 --set model.model_config.sliding_window=8
 run pre_tokens 1 --set runner_config.train_steps=1 --set model.model_config.pre_tokens=7 --set model.model_config.next_tokens=0
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
-import array, json, sys, torch
-sys.path.insert(0, sys.argv[1] + "/tools")
-import torch_llama as tl
-T, GB, EOD, W = int(sys.argv[2]), int(sys.argv[3]), 50256, 8
-ids = array.array("H", open("alpaca_text_document.bin", "rb").read()).tolist()
-mask = array.array("B", open("alpaca_text_document_loss_mask.bin", "rb").read()).tolist()
-tok = torch.tensor([ids[j * T:j * T + T + 1] for j in range(GB)])
-msk = torch.tensor([mask[j * T:j * T + T + 1] for j in range(GB)])
-inputs, labels = tok[:, :-1], tok[:, 1:].clone()
-labels[msk[:, 1:] == 0] = -100
-pos = torch.zeros(GB, T, dtype=torch.long)
-allow = torch.ones(GB, 1, T, T, dtype=torch.bool)
-for b in range(GB):
-    start = 0
-    for i in range(T):
-        pos[b, i] = i - start
-        allow[b, 0, i, :start] = False
-        if inputs[b, i] == EOD:
-            start = i + 1
-i = torch.arange(T)
-allow &= (i[None, :] > i[:, None] - W)[None, None]  # HF's sliding window: kv_idx > q_idx - sliding_window
-cfg = tl.LlamaConfig(vocab_size=50257, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     intermediate_size=48, rope_theta=10000.0, rms_norm_eps=1e-5)
-m = tl.LlamaForCausalLM(cfg)
-tl.init_hf_(m, torch.Generator().manual_seed(3))
-_, loss = m(inputs, labels, position_ids=pos, attn_mask=allow)
-loss.backward()
-gnorm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters())).item()
-base = next(j for j in map(json.loads, open("one/metrics.jsonl")) if j.get("step") == 1 and "loss" in j)["loss"]
+import sys
+sys.path.insert(0, sys.argv[1] + "/tests/integration")
+import sft_reference as ref
+_, loss, gnorm, _ = ref.step1(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), window=8)
+base = ref.logged_step1("one")["loss"]
 assert abs(base - loss.item()) > 1e-5 * abs(loss.item()), "the window changes nothing in this batch"
 for run in ("window", "pre_tokens"):
-    step1 = next(j for j in map(json.loads, open(f"{run}/metrics.jsonl")) if j.get("step") == 1 and "loss" in j)
+    step1 = ref.logged_step1(run)
     for name, got, want in (("loss", step1["loss"], loss.item()), ("grad_norm", step1["grad_norm"], gnorm)):
         rel = abs(got - want) / abs(want)
         assert rel <= 1e-5, f"{run}: {name} {got} differs from PyTorch's {want} by {rel:.2e}"

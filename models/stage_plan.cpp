@@ -16,7 +16,10 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   const int tp = layout.tp;
   StageDims d;
   d.B = micro_batch;
-  d.T = s.seq;
+  d.cp = layout.cp;
+  d.T_full = s.seq;
+  context_parallel_check(s, layout);
+  d.T = s.seq / d.cp;
   d.N = d.B * d.T;
   d.C = s.hidden;
   d.L = s.layers;
@@ -47,7 +50,8 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
     throw std::invalid_argument("use_flash_attention: the fused attention core does not read grouped-query "
                                 "shapes (n_kv_heads < num_heads) yet; set use_flash_attention: False");
   if (layout.sequence_parallel && tp > 1 && d.T % tp != 0)
-    throw std::invalid_argument("seq_length must be divisible by model_parallel under use_seq_parallel");
+    throw std::invalid_argument(d.cp > 1 ? "seq_length / context_parallel must be divisible by model_parallel under use_seq_parallel"
+                                         : "seq_length must be divisible by model_parallel under use_seq_parallel");
   d.Nl = layout.sequence_parallel && tp > 1 ? d.N / tp : d.N;
   d.heads_local = s.heads / tp;
   d.head_dim = s.head_dim();
@@ -94,6 +98,26 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   return d;
 }
 
+// Context parallel (parallel/context_parallel.h): each rank holds seq_length / cp positions, and the
+// attention core sees the whole sequence of 1 / cp of this tensor-parallel rank's heads.
+void StageDims::context_parallel_check(const TransformerSpec& s, const ModelLayout& layout) {
+  const int cp = layout.cp;
+  if (cp < 1) throw std::invalid_argument("parallel_config.context_parallel must be >= 1");
+  if (cp == 1) return;
+  const std::string key = "parallel_config.context_parallel " + std::to_string(cp);
+  if (s.seq % cp != 0)
+    throw std::invalid_argument(key + ": seq_length " + std::to_string(s.seq) + " is not divisible by it");
+  const int64_t heads = static_cast<int64_t>(layout.tp) * cp;
+  if (s.heads % heads != 0 || s.kv_heads % heads != 0)
+    throw std::invalid_argument(key + ": ulysses_cp gives each rank whole heads, so num_heads (" + std::to_string(s.heads) +
+                                ") and the key/value heads (" + std::to_string(s.kv_heads) +
+                                ") must be divisible by model_parallel x context_parallel = " + std::to_string(heads));
+  if (s.moe.experts > 1)
+    throw std::invalid_argument(key + ": MoE layers (moe_config.expert_num " + std::to_string(s.moe.experts) +
+                                ") route and balance per sequence; with context parallel that is not built yet: "
+                                "set context_parallel: 1");
+}
+
 // lay_out's parts, taking the plan's buffers in lay_out's one order: per slot its inputs, layers and
 // head, then the backward, tensor-parallel, fused-attention and MoE scratch. Layers under full
 // recompute share one set of buffers (only their output is their own); under selective recompute the
@@ -107,7 +131,7 @@ struct TransformerLM::LayoutBuilder {
   bool have_shared = false, have_shared_core = false, have_shared_moe = false;
 
   LayoutBuilder(const StageDims& dims, BufferPlan& plan)
-      : d(dims), p(plan), N(dims.N), Nl(dims.Nl), C(dims.C), probs(dims.B * dims.heads_local * dims.T * dims.T),
+      : d(dims), p(plan), N(dims.N), Nl(dims.Nl), C(dims.C), probs(dims.B * dims.heads_local * dims.T * dims.T_full),
         lse(dims.B * dims.heads_local * dims.T) {}
 
   int32_t* ints(const std::string& n, int64_t count) { return reinterpret_cast<int32_t*>(p.take(n, count)); }
@@ -209,10 +233,8 @@ struct TransformerLM::LayoutBuilder {
     const std::string sn = "slot" + std::to_string(k);
     s.inputs = ints(sn + ".inputs", N);
     s.targets = ints(sn + ".targets", N);
-    if (d.document_resets) {
-      s.positions = ints(sn + ".positions", N);
-      s.key_lo = ints(sn + ".key_lo", N);
-    }
+    if (d.document_resets || d.cp > 1) s.positions = ints(sn + ".positions", N);
+    if (d.document_resets) s.key_lo = ints(sn + ".key_lo", d.B * d.T_full);
     if (d.first) s.emb = p.take(sn + ".embedding", Nl * C);
     else s.xin = p.take(sn + ".hidden_in", Nl * C);
     if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);
@@ -247,6 +269,14 @@ struct TransformerLM::LayoutBuilder {
       b.dfull = p.take("tp.dfull", N * C);
     }
     if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
+    if (d.cp > 1) {  // context parallel's exchanges (parallel/context_parallel.h)
+      b.cp.local = p.take("cp.qkv_local", N * d.qkv_width);
+      b.cp.send = p.take("cp.send", N * d.qkv_width);
+      b.cp.recv = p.take("cp.recv", N * d.qkv_width);
+      b.cp.y = p.take("cp.attn_y", N * d.attn_width);
+      b.cp.dqkv = p.take("cp.dqkv", N * d.qkv_width);
+      b.cp_ints = ints("cp.sequence", 3 * d.B * d.T_full);
+    }
     if (d.any_moe) {  // shared by the MoE layers
       b.moe = MoeBlock::take_scratch(p, d.md, d.tp);
       for (Slot& s : b.slots)

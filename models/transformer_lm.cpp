@@ -85,8 +85,12 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     throw std::invalid_argument("TransformerLM: the layout's model_parallel " + std::to_string(layout.tp) +
                                 " and expert_parallel " + std::to_string(layout.ep) + " are not the process grid's " +
                                 std::to_string(ctx.size(GridAxis::kTp)) + " and " + std::to_string(ctx.size(GridAxis::kEp)));
+  if (ctx.size(GridAxis::kCp) != layout.cp)
+    throw std::invalid_argument("TransformerLM: the layout's context_parallel " + std::to_string(layout.cp) +
+                                " is not the process grid's " + std::to_string(ctx.size(GridAxis::kCp)));
   tp_ = TensorParallel(&ctx.group(GridAxis::kTp), layout.sequence_parallel, d.N);
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
+  cp_ = ContextParallel(&ctx.group(GridAxis::kCp));
   cdt_ = layout.compute;
   if (arena != nullptr) {
     w_ = arena->weights;
@@ -126,6 +130,8 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   slots_ = std::move(b.slots);
   scratch_ = b.scratch;
   gather_ = b.gather;
+  cps_ = b.cp;
+  cp_ints_ = b.cp_ints;
   partial_ = b.partial;
   dfull_ = b.dfull;
   if (d.flash) {
@@ -138,6 +144,10 @@ BlockEnv TransformerLM::env(const Slot& s) {
   BlockEnv e;
   e.tp = &tp_;
   e.ep = &ep_;
+  if (cp_.on()) {
+    e.cp = &cp_;
+    e.cps = cps_;
+  }
   e.cdt = cdt_;
   e.weights = w_;
   e.grads = g_;
@@ -150,7 +160,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.partial = partial_;
   e.dfull = dfull_;
   e.info = s.info;
-  if (cfg_.documents.reset_position_ids) e.positions = s.positions;
+  if (cfg_.documents.reset_position_ids || cp_.on()) e.positions = s.positions;
   if (cfg_.documents.reset_attention_mask || cfg_.sliding_window > 0) e.key_lo = s.key_lo;
   return e;
 }
@@ -183,17 +193,21 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     make_low_copy(cdt_, lowp_, w_, params_.total_floats());
     *low_current_ = true;
   }
-  for (int64_t b = 0; b < d.B; ++b) {
-    std::memcpy(s.inputs + b * d.T, tokens + b * (d.T + 1), sizeof(int32_t) * d.T);
-    std::memcpy(s.targets + b * d.T, tokens + b * (d.T + 1) + 1, sizeof(int32_t) * d.T);
+  if (cp_.on()) {
+    context_rows(s, tokens);
+  } else {
+    for (int64_t b = 0; b < d.B; ++b) {
+      std::memcpy(s.inputs + b * d.T, tokens + b * (d.T + 1), sizeof(int32_t) * d.T);
+      std::memcpy(s.targets + b * d.T, tokens + b * (d.T + 1) + 1, sizeof(int32_t) * d.T);
+    }
+    split_targets(cfg_, s.inputs, s.targets, d.N);
   }
-  split_targets(cfg_, s.inputs, s.targets, d.N);
   const int64_t V = spec_.vocab;
   for (int64_t i = 0; i < d.N; ++i)
     if (s.inputs[i] < 0 || s.inputs[i] >= V || s.targets[i] < -1 || s.targets[i] >= V)
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
-  if (d.document_resets)
+  if (d.document_resets && !cp_.on())
     document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo, cfg_.sliding_window);
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
@@ -225,6 +239,29 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   if (check_finite_ && !std::isfinite(loss) && first_nonfinite_.empty())
     first_nonfinite_ = "the head's loss (final norm, logits and cross-entropy; its inputs were finite)";
   return loss;
+}
+
+// Context parallel: the micro-batch's whole samples give this rank's chunk of rows. Targets, the
+// documents' positions and the attention bounds are found over the whole sequence first, as on one
+// rank, then the rows of chunk c (positions [c T, (c+1) T)) are kept with their global positions.
+void TransformerLM::context_rows(Slot& s, const int32_t* tokens) {
+  const StageDims& d = dims_;
+  const int64_t Tf = d.T_full, n = d.B * Tf, c0 = cp_.rank() * d.T;
+  int32_t *in = cp_ints_, *tg = cp_ints_ + n, *pos = cp_ints_ + 2 * n;
+  for (int64_t b = 0; b < d.B; ++b) {
+    std::memcpy(in + b * Tf, tokens + b * (Tf + 1), sizeof(int32_t) * Tf);
+    std::memcpy(tg + b * Tf, tokens + b * (Tf + 1) + 1, sizeof(int32_t) * Tf);
+  }
+  split_targets(cfg_, in, tg, n);
+  if (d.document_resets) document_layout(cfg_.documents, cfg_.eod_id(), in, d.B, Tf, pos, s.key_lo, cfg_.sliding_window);
+  const bool reset_positions = d.document_resets && cfg_.documents.reset_position_ids;
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t t = 0; t < d.T; ++t) {
+      const int64_t from = b * Tf + c0 + t, to = b * d.T + t;
+      s.inputs[to] = in[from];
+      s.targets[to] = tg[from];
+      s.positions[to] = static_cast<int32_t>(reset_positions ? pos[from] : c0 + t);
+    }
 }
 
 void TransformerLM::check_finite(const float* p, int64_t n, const std::string& what) {

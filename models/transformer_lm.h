@@ -56,8 +56,9 @@ struct SharedArena {
 
 // The sizes a layout gives one rank: everything lay_out() needs, computed without a communicator.
 struct StageDims {
-  int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1;
-  int tp = 1;
+  // T: the positions of a sample held here (seq_length / cp); T_full: seq_length.
+  int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1, T_full = 0;
+  int tp = 1, cp = 1;
   bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
   bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
@@ -74,6 +75,8 @@ struct StageDims {
     if (layer >= static_cast<int64_t>(recomputed.size()) || !recomputed[layer]) return Recompute::kNone;
     return full_recompute ? Recompute::kFull : Recompute::kSelective;
   }
+  // Refuses a context-parallel layout the model cannot run (std::invalid_argument naming the key).
+  static void context_parallel_check(const TransformerSpec& s, const ModelLayout& layout);
   // tp size: layout.tp.
   static StageDims make(const TransformerSpec& s, const ModelConfig& cfg, const ModelLayout& layout,
                         int64_t micro_batch, int tp_rank, const StageOptions& st);
@@ -159,7 +162,9 @@ class TransformerLM : public CausalLM {
  private:
   struct Slot {
     int32_t *inputs = nullptr, *targets = nullptr;
-    int32_t *positions = nullptr, *key_lo = nullptr;  // ModelConfig::documents resets only
+    // ModelConfig::documents resets (and always under context parallel: the rows' global positions).
+    // key_lo covers the whole sequence (B x T_full): the attention core sees all of it.
+    int32_t *positions = nullptr, *key_lo = nullptr;
     float *xin = nullptr, *emb = nullptr;
     float* demb = nullptr;  // defer_weight_grads, first stage: the embedding's output gradient
     std::vector<TransformerLayer::Acts> layers;
@@ -173,10 +178,13 @@ class TransformerLM : public CausalLM {
     MoeBlock::Scratch moe;
     float* flash = nullptr;
     float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
+    ContextScratch cp;
+    int32_t* cp_ints = nullptr;  // context parallel: the micro-batch's whole inputs, targets and positions
   };
   static void lay_out(const StageDims& d, BufferPlan& p, Buffers& b);
   struct LayoutBuilder;  // lay_out's parts (transformer_lm.cpp)
   BlockEnv env(const Slot& s);
+  void context_rows(Slot& s, const int32_t* tokens);
   const float* layer_input(const Slot& s, int64_t l) const;
   TransformerLayer::Grads layer_grads(const Slot& s, int64_t l) const;
 
@@ -187,6 +195,9 @@ class TransformerLM : public CausalLM {
   StageDims dims_;
   TensorParallel tp_;
   ExpertParallel ep_;
+  ContextParallel cp_;
+  ContextScratch cps_;
+  int32_t* cp_ints_ = nullptr;
   Placement params_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<float> weights_, grads_;

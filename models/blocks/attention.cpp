@@ -66,22 +66,40 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 }
 
 ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
-  ops::AttentionShape s{e.B, e.T, Hl_, D_, e.info.sample_offset, e.tp->rank() * Hl_, spec_.heads};
-  if (Hkvl_ != Hl_) s.kv_heads = Hkvl_;
+  // Under context parallel the core sees the whole sequence of this rank's 1/cp of the local heads.
+  const int64_t P = e.context_parallel() ? e.cp->size() : 1, H = Hl_ / P, c = e.context_parallel() ? e.cp->rank() : 0;
+  ops::AttentionShape s{e.B, e.seq_full(), H, D_, e.info.sample_offset, e.tp->rank() * Hl_ + c * H, spec_.heads};
+  if (Hkvl_ != Hl_) s.kv_heads = Hkvl_ / P;
   s.key_lo = e.key_lo;
   return s;
 }
 
+std::vector<int64_t> AttentionBlock::qkv_segments() const { return {Hl_ * D_, Hkvl_ * D_, Hkvl_ * D_}; }
+
+void AttentionBlock::core_fwd(const BlockEnv& e, int64_t l, const Acts& a, float* y) const {
+  if (spec_.flash) ops::flash_attention_fwd(y, a.lse, a.qkv, shape(e), probs_dropout(e, l), *flash_);
+  else ops::attention_fwd(y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
+}
+
 void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* xn, const Acts& a) const {
   const int64_t W = qkv_width();
-  qkv_.fwd(e, a.qkv, xn);
-  if (rope_ && e.positions) ops::rope_fwd_at(a.qkv, a.qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
-  else if (rope_) ops::rope_fwd(a.qkv, a.qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
+  // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
+  // sequence of this rank's heads (parallel/context_parallel.h).
+  const bool cp = e.context_parallel();
+  float* qkv = cp ? e.cps.local : a.qkv;
+  qkv_.fwd(e, qkv, xn);
+  if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
+  else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
   // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
   // with its products accumulated and its softmax computed in fp32.
-  if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, e.N, W, W);
-  if (spec_.flash) ops::flash_attention_fwd(a.y, a.lse, a.qkv, shape(e), probs_dropout(e, l), *flash_);
-  else ops::attention_fwd(a.y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
+  if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, qkv, e.N, W, W);
+  if (cp) {
+    e.cp->seq_to_heads(qkv, a.qkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
+    core_fwd(e, l, a, e.cps.y);
+    e.cp->heads_to_seq(e.cps.y, a.y, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
+  } else {
+    core_fwd(e, l, a, a.y);
+  }
   o_.fwd(e, out, a.y);
 }
 
@@ -154,7 +172,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
 }
 
 void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a, float* y_scratch) const {
-  if (!spec_.flash) ops::attention_fwd(y_scratch, a.probs, a.qkv, shape(e), probs_dropout(e, l));  // y itself is kept
+  if (!spec_.flash) core_fwd(e, l, a, y_scratch);  // y itself is kept
 }
 
 void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn, const float* dout, const float* xn,
@@ -165,9 +183,21 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
     return;
   }
   o_.bwd(e, pass, g.dy, dout, a.y);
-  std::fill(g.dqkv, g.dqkv + e.N * qkv_width(), 0.0f);
-  if (spec_.flash) ops::flash_attention_bwd(g.dqkv, g.dy, a.qkv, a.y, a.lse, shape(e), probs_dropout(e, l), *flash_);
-  else ops::attention_bwd(g.dqkv, g.dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
+  // Context parallel: the output and its gradient exchanged into head-split form, the core's
+  // backward there, and the q|k|v gradient exchanged back to this rank's rows.
+  const bool cp = e.context_parallel();
+  float* dqkv = cp ? e.cps.dqkv : g.dqkv;
+  const float *dy = g.dy, *y = a.y;
+  if (cp) {
+    e.cp->seq_to_heads(g.dy, e.cps.local, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
+    e.cp->seq_to_heads(a.y, e.cps.y, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
+    dy = e.cps.local;
+    y = e.cps.y;
+  }
+  std::fill(dqkv, dqkv + e.N * qkv_width(), 0.0f);
+  if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), *flash_);
+  else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
+  if (cp) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
   else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
   qkv_.bwd(e, pass, dxn, g.dqkv, xn);

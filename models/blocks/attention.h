@@ -4,6 +4,7 @@
 // projection's, before the residual dropout and add.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
@@ -35,9 +36,9 @@ struct RowPositions {
 class AttentionBlock {
  public:
   struct Acts {
-    float* qkv = nullptr;    // [N, qkv_width()] after RoPE
-    float* probs = nullptr;  // [B, Hl, T, T] (unfused core)
-    float* lse = nullptr;    // [B, Hl, T] (fused core)
+    float* qkv = nullptr;    // [N, qkv_width()] after RoPE (context parallel: [B, cp T, qkv_width() / cp], head-split)
+    float* probs = nullptr;  // [B, Hl, T, T] (unfused core; context parallel: [B, Hl / cp, cp T, cp T])
+    float* lse = nullptr;    // [B, Hl, T] (fused core; context parallel: [B, Hl / cp, cp T])
     float* y = nullptr;      // [N, Hl D], the core's output
   };
   // Backward scratch: the core's output gradient and the q|k|v gradient (kept for the weight pass).
@@ -73,6 +74,10 @@ class AttentionBlock {
 
  private:
   ops::AttentionShape shape(const BlockEnv& e) const;
+  // The q|k|v row's three runs of heads (context parallel's exchange splits each by heads).
+  std::vector<int64_t> qkv_segments() const;
+  // The core (fused or not) on a.qkv into y: the local rows, or under context parallel the head-split whole sequence.
+  void core_fwd(const BlockEnv& e, int64_t layer, const Acts& a, float* y) const;
   ops::DropoutKey probs_dropout(const BlockEnv& e, int64_t layer) const {
     return e.dropout(layer, kDropAttnProbs, spec_.attention_dropout);
   }

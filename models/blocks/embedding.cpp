@@ -22,8 +22,7 @@ void EmbeddingBlock::bind(const Placement& t, const NameMap& names) {
 
 void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens) const {
   embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial);
-  ops::dropout_apply(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), e.Nl, spec_.hidden, e.global_row0(), 0,
-                     spec_.hidden);
+  e.dropout_rows(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
 }
 
 void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, const int64_t* pos) const {
@@ -44,8 +43,7 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
 }
 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {
-  ops::dropout_apply(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), e.Nl, spec_.hidden, e.global_row0(), 0,
-                     spec_.hidden);
+  e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   embedding_parallel_bwd(*e.tp, e.g(wte_), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
 }
 

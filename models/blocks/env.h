@@ -3,12 +3,14 @@
 // step, and the model's shared scratch. Blocks hold arena offsets; the env turns them into
 // pointers, so one block object serves every micro-batch slot.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "core/math/mixed_precision.h"
 #include "core/ops/dropout.h"
 #include "models/causal_lm.h"
+#include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 
@@ -18,13 +20,23 @@ namespace gf {
 // layer and the global element index they key every mask, so masks do not depend on the layout.
 enum DropSite : int64_t { kDropEmbedding = 0, kDropAttnOut = 1, kDropMlpOut = 2, kDropAttnProbs = 3 };
 
+// Context parallel's attention scratch (parallel/context_parallel.h), shared by the layers: q|k|v in
+// this rank's rows before the exchange, the exchange's two buffers, the core's output in head-split
+// form for backward, and the head-split q|k|v gradient. Null without context parallel.
+struct ContextScratch {
+  float *local = nullptr, *send = nullptr, *recv = nullptr, *y = nullptr, *dqkv = nullptr;
+};
+
 struct BlockEnv {
   const TensorParallel* tp = nullptr;
   const ExpertParallel* ep = nullptr;
+  const ContextParallel* cp = nullptr;  // null: one rank on the context axis
+  ContextScratch cps;
   ComputeDtype cdt = ComputeDtype::kFloat32;
   float* weights = nullptr;
   float* grads = nullptr;
   const std::byte* low = nullptr;  // the weights' low-precision copy (bf16/fp16 compute)
+  // T: the positions of each sample held here (seq_length / context_parallel); N = B T rows.
   int64_t B = 0, T = 0, N = 0, Nl = 0;
   // Tensor-parallel scratch [N, widest row] (null on one rank): gathered rows, partial sums, the
   // full-row input gradient of a column-parallel layer under SP.
@@ -55,6 +67,25 @@ struct BlockEnv {
     return k;
   }
   int64_t global_row0() const { return info.sample_offset * T + tp->row_begin(); }
+  bool context_parallel() const { return cp != nullptr && cp->on(); }
+  // The whole sequence's length (T on every context rank together).
+  int64_t seq_full() const { return context_parallel() ? T * cp->size() : T; }
+  // Dropout of the residual stream's Nl local rows of `cols`, keyed by each row's global index
+  // (sample x seq_full + position), so the masks do not depend on the layout: one run of rows, or
+  // under context parallel a run per sample's chunk.
+  void dropout_rows(float* x, const ops::DropoutKey& k, int64_t cols) const {
+    if (k.rate <= 0.0f) return;
+    if (!context_parallel()) {
+      ops::dropout_apply(x, k, Nl, cols, global_row0(), 0, cols);
+      return;
+    }
+    const int64_t Tf = seq_full(), c0 = cp->rank() * T;
+    for (int64_t r = tp->row_begin(), end = r + Nl; r < end;) {
+      const int64_t b = r / T, t = r % T, run = std::min(end - r, T - t);
+      ops::dropout_apply(x + (r - tp->row_begin()) * cols, k, run, cols, (info.sample_offset + b) * Tf + c0 + t, 0, cols);
+      r += run;
+    }
+  }
 };
 
 // Which half of a backward runs: both (the fused backward), the input-gradient pass, or the

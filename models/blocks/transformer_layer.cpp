@@ -44,15 +44,15 @@ void TransformerLayer::bind(const Placement& t, const NameMap& names) {
 }
 
 void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) const {
-  const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
+  const int64_t Nl = e.Nl, C = spec_.hidden;
   norm1_.fwd(e, a.ln1, a.n1, x, Nl);
   attn_.fwd(e, layer_, a.res2, a.ln1, a.attn);
-  ops::dropout_apply(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  e.dropout_rows(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   add_inplace(a.res2, x, Nl * C);
   norm2_.fwd(e, a.ln2, a.n2, a.res2, Nl);
   if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
   else mlp_.fwd(e, a.out, a.ln2, a.mlp);
-  ops::dropout_apply(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  e.dropout_rows(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   add_inplace(a.out, a.res2, Nl * C);
 }
 
@@ -80,7 +80,7 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
 }
 
 void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const {
-  const int64_t Nl = e.Nl, C = spec_.hidden, row0 = e.global_row0();
+  const int64_t Nl = e.Nl, C = spec_.hidden;
   // An MoE block has no passes apart: its whole backward (the experts' and router's weight
   // gradients too) runs in the input pass, and the weight pass skips it.
   if (pass == BwdPass::kWeight) {
@@ -92,13 +92,13 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
   }
   // MLP: out = res2 + dropout(mlp(norm2(res2)))
   std::memcpy(g.dout_mlp, g.dres, sizeof(float) * Nl * C);
-  ops::dropout_apply(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  e.dropout_rows(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
   else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   // Attention: res2 = x + dropout(attention(norm1(x)))
   std::memcpy(g.dout_attn, g.dres, sizeof(float) * Nl * C);
-  ops::dropout_apply(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), Nl, C, row0, 0, C);
+  e.dropout_rows(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, a.ln1, a.attn, g.attn);
   norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);
 }

@@ -143,6 +143,7 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
   world.set_mpi_collectives(p.mpi_collectives);  // every group split from the world inherits it
   return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
       std::move(world), gf::ProcessGrid({{gf::GridAxis::kTp, static_cast<int>(p.model_parallel)},
+                                         {gf::GridAxis::kCp, static_cast<int>(p.context_parallel)},
                                          {gf::GridAxis::kDp, static_cast<int>(p.data_parallel)},
                                          {gf::GridAxis::kPp, static_cast<int>(p.pipeline_stage)},
                                          {gf::GridAxis::kEp, static_cast<int>(p.expert_parallel)}})));
@@ -593,8 +594,7 @@ int run_config_or_plan(const Cli& c, bool plan) {
     const gf::Config cfg = gf::load_config(c.config_path, c.sets);
     for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
     const int n = !plan || c.ranks > 0 ? c.ranks
-                                       : static_cast<int>(cfg.parallel.data_parallel * cfg.parallel.model_parallel *
-                                                          cfg.parallel.pipeline_stage);
+                                       : static_cast<int>(cfg.parallel.ranks());
     if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
       std::cerr << "error: " << msg << "\n";
       return 2;

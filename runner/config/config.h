@@ -30,6 +30,14 @@ class ConfigError : public std::runtime_error {
 
 struct ParallelConfig {
   int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
+  // parallel_config.context_parallel: each sample's positions split over this many ranks; the attention
+  // core runs as context_parallel_algo ulysses_cp (hybrid_cp with ulysses_degree_in_cp = context_parallel
+  // is the same; MindFormers' default colossalai_cp, ring attention, is refused: not built).
+  int64_t context_parallel = 1;
+  std::string context_parallel_algo = "colossalai_cp";
+  int64_t ulysses_degree_in_cp = 1;
+  // The ranks the layout needs: data x model x context x pipeline (expert parallel is carved from data).
+  int64_t ranks() const { return data_parallel * model_parallel * context_parallel * pipeline_stage; }
   // parallel.collectives: mpi: the groups' all-reduce, reduce-scatter and all-gather through MPI's own
   // collectives (parallel/communicator.h set_mpi_collectives); ring (false): ours.
   bool mpi_collectives = false;
@@ -221,6 +229,7 @@ inline ModelLayout model_layout(const Settings& s) {
   l.sequence_parallel = s.parallel.use_seq_parallel;
   l.vocab_split = !s.parallel.vocab_emb_dp;
   l.ep = static_cast<int>(s.parallel.expert_parallel);
+  l.cp = static_cast<int>(s.parallel.context_parallel);
   l.recompute = s.recompute ? RecomputePolicy::kFull : s.select_recompute ? RecomputePolicy::kSelective : RecomputePolicy::kNone;
   l.recompute_num_layers = s.recompute_num_layers;
   // A per-stage list: each stage's first n_s layers, over the resolved split (one stage: all layers).

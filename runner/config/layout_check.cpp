@@ -35,6 +35,30 @@ std::vector<std::string> model_split_problems(const Config& cfg, int64_t mp) {
   return out;
 }
 
+// What context_parallel needs of the model (models/stage_plan.cpp checks the same when it is built).
+std::vector<std::string> context_parallel_problems(const Config& cfg) {
+  std::vector<std::string> out;
+  const int64_t cp = cfg.parallel.context_parallel, mp = cfg.parallel.model_parallel;
+  if (cp <= 1) return out;
+  const ModelConfig& m = cfg.model;
+  if (m.seq_length % cp != 0)
+    out.push_back(fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.context_parallel` ({})",
+                              m.seq_length, cp));
+  else if (cfg.parallel.use_seq_parallel && (m.seq_length / cp) % mp != 0)
+    out.push_back(fmt::format("`model.model_config.seq_length` / `context_parallel` ({}) is not divisible by "
+                              "`parallel_config.model_parallel` ({}), which `use_seq_parallel: True` needs",
+                              m.seq_length / cp, mp));
+  if (m.num_heads % (mp * cp) != 0 || m.kv_heads() % (mp * cp) != 0)
+    out.push_back(fmt::format("`model.model_config.num_heads` ({}) and the key/value heads ({}) must be divisible by "
+                              "`model_parallel` x `context_parallel` ({} x {}): ulysses_cp gives each rank whole heads",
+                              m.num_heads, m.kv_heads(), mp, cp));
+  if (m.moe.expert_num > 1)
+    out.push_back(fmt::format("`parallel_config.context_parallel` ({}) with MoE layers (`moe_config.expert_num` {}): routing "
+                              "and balancing per sequence across the context group are not built; use context_parallel: 1",
+                              cp, m.moe.expert_num));
+  return out;
+}
+
 // The largest expert_parallel, not above the one asked for, that divides both `dp` and the expert
 // count: a value of expert_parallel that works with data_parallel `dp` (1 for a dense model).
 int64_t fitting_expert_parallel(const Config& cfg, int64_t dp) {
@@ -54,11 +78,16 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
     out.push_back("`parallel_config.data_parallel`, `model_parallel` and `pipeline_stage` must each be >= 1");
     return out;
   }
-  const int64_t need = p.data_parallel * p.model_parallel * p.pipeline_stage;
+  const int64_t need = p.ranks();
   if (need != world_size)
-    out.push_back(fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
-                              "but {} rank(s) are running",
-                              p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
+    out.push_back(p.context_parallel > 1
+                      ? fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `context_parallel` ({}) x "
+                                    "`pipeline_stage` ({}) = {}, but {} rank(s) are running",
+                                    p.data_parallel, p.model_parallel, p.context_parallel, p.pipeline_stage, need, world_size)
+                      : fmt::format("`parallel_config.data_parallel` ({}) x `model_parallel` ({}) x `pipeline_stage` ({}) = {}, "
+                                    "but {} rank(s) are running",
+                                    p.data_parallel, p.model_parallel, p.pipeline_stage, need, world_size));
+  for (auto& s : context_parallel_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : config_layout_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : model_split_problems(cfg, p.model_parallel)) out.push_back(std::move(s));
   return out;
@@ -191,15 +220,18 @@ std::string suggest_layout(const Config& cfg, int world_size) {
   if (world_size < 1) return "";
   for (int64_t pp = std::clamp<int64_t>(p.pipeline_stage, 1, world_size); pp >= 1; --pp) {
     // Every virtual stage needs a layer (the chunks count only with more than one stage).
-    if (world_size % pp != 0 || (pp > 1 && pp * p.pipeline_chunks > cfg.model.num_layers)) continue;
-    const int64_t ranks = world_size / pp;
+    // A context_parallel asked for is kept (the sequence is what it splits).
+    const int64_t cp = p.context_parallel > 1 ? p.context_parallel : 1;
+    if (world_size % (pp * cp) != 0 || (pp > 1 && pp * p.pipeline_chunks > cfg.model.num_layers)) continue;
+    const int64_t ranks = world_size / (pp * cp);
     for (int64_t mp = std::clamp<int64_t>(p.model_parallel, 1, ranks); mp >= 1; --mp) {
       if (ranks % mp != 0 || !model_split_problems(cfg, mp).empty()) continue;
       const int64_t dp = ranks / mp;
       // With expert_parallel asked for, one that fits this data_parallel and the experts (1 for a dense model).
       const std::string ep =
           p.expert_parallel == 1 ? "" : fmt::format(", expert_parallel: {}", fitting_expert_parallel(cfg, dp));
-      return fmt::format("data_parallel: {}, model_parallel: {}, pipeline_stage: {}{}", dp, mp, pp, ep);
+      const std::string cps = cp > 1 ? fmt::format(", context_parallel: {}", cp) : "";
+      return fmt::format("data_parallel: {}, model_parallel: {}{}, pipeline_stage: {}{}", dp, mp, cps, pp, ep);
     }
   }
   return "";

@@ -250,6 +250,34 @@ void read_training(ReadContext& x) {
   read_profile(x);
 }
 
+// MindFormers' context-parallel keys: the degree, and which algorithm splits the attention core.
+void read_context_parallel(ReadContext& x) {
+  KeyReader& rd = x.rd;
+  auto& p = x.c.parallel;
+  p.context_parallel = rd.get<int64_t>("parallel_config.context_parallel");
+  const std::string algo = p.context_parallel_algo = rd.get<std::string>("parallel_config.context_parallel_algo");
+  const int64_t ulysses = p.ulysses_degree_in_cp = rd.get<int64_t>("parallel_config.ulysses_degree_in_cp");
+  const std::string cp_kv = kv("parallel_config.context_parallel", std::to_string(p.context_parallel));
+  if (p.context_parallel < 1) {
+    x.refuse(cp_kv + ": must be >= 1 (1: no context parallel)");
+    return;
+  }
+  if (algo != "colossalai_cp" && algo != "ulysses_cp" && algo != "hybrid_cp") {
+    x.refuse(kv("parallel_config.context_parallel_algo", algo) + ": expects colossalai_cp, ulysses_cp or hybrid_cp");
+    return;
+  }
+  if (p.context_parallel == 1) return;
+  if (algo == "colossalai_cp")
+    x.refuse(cp_kv + " with `context_parallel_algo: colossalai_cp` (MindFormers' default, ring attention): the ring is not "
+             "built; set `parallel_config.context_parallel_algo: ulysses_cp` (all-to-all to whole heads: num_heads divisible "
+             "by model_parallel x context_parallel)");
+  else if (algo == "hybrid_cp" && ulysses != p.context_parallel)
+    x.refuse(cp_kv + " with `context_parallel_algo: hybrid_cp` and " +
+             kv("parallel_config.ulysses_degree_in_cp", std::to_string(ulysses)) +
+             ": the ring part of hybrid_cp is not built; use ulysses_degree_in_cp: " + std::to_string(p.context_parallel) +
+             " (all Ulysses) or context_parallel_algo: ulysses_cp");
+}
+
 void read_parallel(ReadContext& x) {
   KeyReader& rd = x.rd;
   auto& p = x.c.parallel;
@@ -257,6 +285,7 @@ void read_parallel(ReadContext& x) {
   p.model_parallel = rd.get<int64_t>("parallel_config.model_parallel");
   p.pipeline_stage = rd.get<int64_t>("parallel_config.pipeline_stage");
   p.expert_parallel = rd.get<int64_t>("parallel_config.expert_parallel");
+  read_context_parallel(x);
   p.use_seq_parallel = rd.get<bool>("parallel_config.use_seq_parallel");
   p.micro_batch_num = rd.get<int64_t>("parallel_config.micro_batch_num");
   p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");

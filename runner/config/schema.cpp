@@ -114,6 +114,9 @@ parallel_config:
   model_parallel: 1
   pipeline_stage: 1
   expert_parallel: 1
+  context_parallel: 1
+  context_parallel_algo: colossalai_cp   # MindFormers' default (ring attention): refused here; ulysses_cp is built
+  ulysses_degree_in_cp: 1
   use_seq_parallel: false
   micro_batch_num: 1
   vocab_emb_dp: true

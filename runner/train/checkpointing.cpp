@@ -221,7 +221,9 @@ void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
     if (pipeline_copy && t.offset == tied_.begin) return false;
     if (t.replicated && ctx_.index(GridAxis::kTp) != 0) return false;
     if (sharded) return true;  // ZeRO: each data-parallel rank its own shard
-    return t.spec->is_expert() ? ctx_.group(GridAxis::kEdp).rank() == 0 : ctx_.index(GridAxis::kDp) == 0;
+    // Dense tensors: one copy from the first data-parallel and context-parallel rank (context ranks hold the same weights).
+    return t.spec->is_expert() ? ctx_.group(GridAxis::kEdp).rank() == 0
+                               : ctx_.index(GridAxis::kDp) == 0 && ctx_.index(GridAxis::kCp) == 0;
   };
   for (const TensorPlacement& t : pl.tensors())
     if (writes(t, false))
@@ -269,7 +271,8 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
           {"model", {{"arch", cfg_.model.arch}, {"type", cfg_.model.type}, {"num_layers", cfg_.model.num_layers},
                      {"vocab_size", cfg_.model.vocab_size}}},
           {"layout", {{"dp", ctx_.size(GridAxis::kDp)}, {"mp", ctx_.size(GridAxis::kTp)}, {"pp", ctx_.size(GridAxis::kPp)},
-                      {"ep", ctx_.size(GridAxis::kEp)}, {"sp", cfg_.parallel.use_seq_parallel}, {"zero", sync_->sharded()},
+                      {"ep", ctx_.size(GridAxis::kEp)}, {"cp", ctx_.size(GridAxis::kCp)}, {"sp", cfg_.parallel.use_seq_parallel},
+                      {"zero", sync_->sharded()},
                       {"ranks", ctx_.world().size()}}},
           {"time", iso8601_utc_now()},
           {"git_commit", build_git_commit()},

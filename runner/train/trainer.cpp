@@ -63,7 +63,8 @@ double Trainer::trained_targets_read(const BatchSource& src) {
   const int64_t T = cfg_.model.seq_length;
   if (!src.has_loss_mask() && !cfg_.model.documents.eod_mask_loss) return static_cast<double>(global_batch_ * T);
   auto n = static_cast<double>(trained_targets(cfg_.model, tokens_.data(), micro_batches_ * cfg_.batch_size, T));
-  ctx_.data_like().allreduce_sum(&n, 1);
+  // Every context-parallel rank read the same whole samples: the count is summed over data parallel only.
+  ctx_.group(GridAxis::kDp).allreduce_sum(&n, 1);
   // A global batch whose every target is masked trains nothing (its loss and gradients are 0).
   return std::max(n, 1.0);
 }

@@ -194,7 +194,7 @@ void Trainer::log_setup() const {
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                "activations {} (planned{})",
                ctx_.world_rank(), human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
-               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.size(GridAxis::kDp)) : std::string(),
+               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.data_like().size()) : std::string(),
                human_bytes(static_cast<double>(model_->activation_bytes())),
                L.recompute != RecomputePolicy::kNone
                    ? fmt::format("; {} recompute of {} layer(s)", L.recompute == RecomputePolicy::kFull ? "full" : "selective",
@@ -243,7 +243,7 @@ void Trainer::write_run_start() {
       {"time", iso8601_utc_now()},
       {"config_hash", fnv1a64_hex(dump_resolved(cfg_))},
       {"git_commit", build_git_commit()},
-      {"layout", {{"dp", g.size(GridAxis::kDp)}, {"mp", g.size(GridAxis::kTp)}, {"pp", g.size(GridAxis::kPp)}, {"sp", cfg_.parallel.use_seq_parallel},
+      {"layout", {{"dp", g.size(GridAxis::kDp)}, {"mp", g.size(GridAxis::kTp)}, {"pp", g.size(GridAxis::kPp)}, {"cp", g.size(GridAxis::kCp)}, {"sp", cfg_.parallel.use_seq_parallel},
                   {"zero", sync_->sharded()}, {"ranks", ctx_.world().size()}}},
       {"cpu", machine_.cpu},
       {"threads", machine_.threads},

@@ -104,7 +104,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"moe_config.routing_policy", "TopkRouterV2"}, {"moe_config.router_dense_type", "bfloat16"},
       {"moe_config.token_drop_policy", "probs"}, {"moe_config.token_dispatcher", "allgather"},
       {"parallel.pipeline_config.pipeline_scheduler", "gpipe"}, {"monitor_config.spike_action", "skip"},
-      {"parallel.collectives", "mpi"}, {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"},
+      {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"}, {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
   if (v.IsScalar()) {
@@ -138,6 +138,8 @@ std::string probe(const std::string& path) {
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
   } else if (path.rfind("moe_config.", 0) == 0 && path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
+  } else if (path == "parallel_config.context_parallel") {
+    base_sets = {"parallel_config.context_parallel_algo=ulysses_cp"};  // MindFormers' default algorithm is not built
   } else if (path == "parallel.pipeline_config.pipeline_interleave") {
     // The model chunks per stage come from this key and pp_interleave_num together, over pipeline stages.
     base_sets = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",

@@ -98,7 +98,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
       {"moe_config.token_dispatcher", "allgather"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
-      {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"},
+      {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"},
       {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
@@ -157,6 +157,8 @@ std::string probe(const Leaf& leaf) {
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
   } else if (leaf.path.rfind("moe_config.", 0) == 0 && leaf.path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
+  } else if (leaf.path == "parallel_config.context_parallel") {
+    base_sets = {"parallel_config.context_parallel_algo=ulysses_cp"};  // MindFormers' default algorithm is not built
   } else if (leaf.path == "parallel.pipeline_config.pipeline_interleave") {
     // The model chunks per stage come from this key and pp_interleave_num together, over pipeline stages.
     base_sets = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",

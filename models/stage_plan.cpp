@@ -17,6 +17,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   StageDims d;
   d.B = micro_batch;
   d.cp = layout.cp;
+  d.cp_ring = layout.cp > 1 && layout.cp_ring;
   d.T_full = s.seq;
   context_parallel_check(s, layout);
   d.T = s.seq / d.cp;
@@ -107,8 +108,13 @@ void StageDims::context_parallel_check(const TransformerSpec& s, const ModelLayo
   const std::string key = "parallel_config.context_parallel " + std::to_string(cp);
   if (s.seq % cp != 0)
     throw std::invalid_argument(key + ": seq_length " + std::to_string(s.seq) + " is not divisible by it");
+  if (layout.cp_ring) {
+    if (s.seq % (2 * cp) != 0)
+      throw std::invalid_argument(key + ": colossalai_cp cuts the sequence into 2 x context_parallel chunks (causal load "
+                                  "balance); seq_length " + std::to_string(s.seq) + " is not divisible by " + std::to_string(2 * cp));
+  }
   const int64_t heads = static_cast<int64_t>(layout.tp) * cp;
-  if (s.heads % heads != 0 || s.kv_heads % heads != 0)
+  if (!layout.cp_ring && (s.heads % heads != 0 || s.kv_heads % heads != 0))
     throw std::invalid_argument(key + ": ulysses_cp gives each rank whole heads, so num_heads (" + std::to_string(s.heads) +
                                 ") and the key/value heads (" + std::to_string(s.kv_heads) +
                                 ") must be divisible by model_parallel x context_parallel = " + std::to_string(heads));
@@ -180,19 +186,19 @@ struct TransformerLM::LayoutBuilder {
   // flash backward needs with the output; it is kept even under selective recompute, as there is
   // nothing T x T to save); recomputed layers share them and the activation function's output.
   void core(TransformerLayer::Acts& a, const std::string& n, int64_t l, Recompute mode) {
-    if (d.flash && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
+    if (d.keeps_lse() && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
     if (mode == Recompute::kNone) {
-      if (!d.flash) a.attn.probs = p.take(n + ".probs", probs);
+      if (!d.keeps_lse()) a.attn.probs = p.take(n + ".probs", probs);
       if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
       return;
     }
     if (!have_shared_core) {
-      if (d.flash) shared.attn.lse = p.take("recompute.lse", lse);
+      if (d.keeps_lse()) shared.attn.lse = p.take("recompute.lse", lse);
       else shared.attn.probs = p.take("recompute.probs", probs);
       shared.mlp.act = p.take("recompute.mlp_act", N * d.ffn_local);
       have_shared_core = true;
     }
-    if (!d.flash) a.attn.probs = shared.attn.probs;
+    if (!d.keeps_lse()) a.attn.probs = shared.attn.probs;
     if (mode == Recompute::kFull) a.attn.lse = shared.attn.lse;
     a.mlp.act = shared.mlp.act;
   }
@@ -268,8 +274,15 @@ struct TransformerLM::LayoutBuilder {
       b.partial = p.take("tp.partial", N * C);
       b.dfull = p.take("tp.dfull", N * C);
     }
-    if (d.flash) b.flash = p.take("flash.workspace", d.flash_floats);
-    if (d.cp > 1) {  // context parallel's exchanges (parallel/context_parallel.h)
+    if (d.flash && !d.cp_ring) b.flash = p.take("flash.workspace", d.flash_floats);
+    if (d.cp_ring) {  // ring attention's blocks (parallel/context_parallel.h)
+      const int64_t kv = N * (d.qkv_width - d.attn_width);
+      for (int i = 0; i < 2; ++i) b.cp.ring.kv[i] = p.take("cp.ring_kv" + std::to_string(i), kv);
+      for (int i = 0; i < 2; ++i) b.cp.ring.dkv[i] = p.take("cp.ring_dkv" + std::to_string(i), kv);
+      b.cp.ring.m = p.take("cp.ring_max", N * d.heads_local);
+      b.cp.ring.di = p.take("cp.ring_di", N * d.heads_local);
+      b.cp_ints = ints("cp.sequence", 3 * d.B * d.T_full);
+    } else if (d.cp > 1) {  // Ulysses' exchanges (parallel/context_parallel.h)
       b.cp.local = p.take("cp.qkv_local", N * d.qkv_width);
       b.cp.send = p.take("cp.send", N * d.qkv_width);
       b.cp.recv = p.take("cp.recv", N * d.qkv_width);

@@ -90,7 +90,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
                                 " is not the process grid's " + std::to_string(ctx.size(GridAxis::kCp)));
   tp_ = TensorParallel(&ctx.group(GridAxis::kTp), layout.sequence_parallel, d.N);
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
-  cp_ = ContextParallel(&ctx.group(GridAxis::kCp));
+  cp_ = ContextParallel(&ctx.group(GridAxis::kCp), layout.cp_ring);
   cdt_ = layout.compute;
   if (arena != nullptr) {
     w_ = arena->weights;
@@ -243,10 +243,12 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
 
 // Context parallel: the micro-batch's whole samples give this rank's chunk of rows. Targets, the
 // documents' positions and the attention bounds are found over the whole sequence first, as on one
-// rank, then the rows of chunk c (positions [c T, (c+1) T)) are kept with their global positions.
+// rank, then this rank's rows (ContextParallel::rows: one chunk, or the ring's two) are kept with
+// their global positions.
 void TransformerLM::context_rows(Slot& s, const int32_t* tokens) {
   const StageDims& d = dims_;
-  const int64_t Tf = d.T_full, n = d.B * Tf, c0 = cp_.rank() * d.T;
+  const int64_t Tf = d.T_full, n = d.B * Tf;
+  const ops::RowChunks at = cp_.rows(d.T);
   int32_t *in = cp_ints_, *tg = cp_ints_ + n, *pos = cp_ints_ + 2 * n;
   for (int64_t b = 0; b < d.B; ++b) {
     std::memcpy(in + b * Tf, tokens + b * (Tf + 1), sizeof(int32_t) * Tf);
@@ -257,10 +259,10 @@ void TransformerLM::context_rows(Slot& s, const int32_t* tokens) {
   const bool reset_positions = d.document_resets && cfg_.documents.reset_position_ids;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t t = 0; t < d.T; ++t) {
-      const int64_t from = b * Tf + c0 + t, to = b * d.T + t;
+      const int64_t p = at.position(t), from = b * Tf + p, to = b * d.T + t;
       s.inputs[to] = in[from];
       s.targets[to] = tg[from];
-      s.positions[to] = static_cast<int32_t>(reset_positions ? pos[from] : c0 + t);
+      s.positions[to] = static_cast<int32_t>(reset_positions ? pos[from] : p);
     }
 }
 

@@ -59,6 +59,8 @@ struct StageDims {
   // T: the positions of a sample held here (seq_length / cp); T_full: seq_length.
   int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1, T_full = 0;
   int tp = 1, cp = 1;
+  bool cp_ring = false;  // context parallel by ring attention (its core keeps the log-sum-exp, as the fused one)
+  bool keeps_lse() const { return flash || cp_ring; }
   bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
   bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;

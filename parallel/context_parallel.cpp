@@ -1,6 +1,7 @@
 #include "parallel/context_parallel.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -89,6 +90,94 @@ void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, 
         src += sg.share[s];
       }
     }
+}
+
+ops::RowChunks ContextParallel::rows_of(int c, int64_t rows) const {
+  ops::RowChunks r;
+  if (!ring()) {
+    r.chunk = rows;
+    r.start[0] = c * rows;
+    return r;
+  }
+  r.chunk = rows / 2;
+  r.chunks = 2;
+  r.start[0] = c * r.chunk;
+  r.start[1] = (2 * size() - 1 - c) * r.chunk;
+  return r;
+}
+
+namespace {
+
+// The key|value columns of q|k|v rows (keys then values, adjacent) into a block [rows, 2 Hkv D].
+void pack_kv(float* kv, const float* qkv, int64_t rows, int64_t W, int64_t q_width, int64_t kv_width) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(qkv + r * W + q_width, kv_width, kv + r * kv_width);
+}
+
+}  // namespace
+
+void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse, const ops::RingShape& s,
+                               const ops::DropoutKey& drop, const RingScratch& sc) const {
+  const int P = size(), me = rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D;
+  const int64_t stats = s.batch * s.heads * s.rows;
+  pack_kv(sc.kv[0], qkv, rows, W, qw, kvw);
+  std::fill(y, y + rows * qw, 0.0f);
+  std::fill(sc.m, sc.m + stats, -std::numeric_limits<float>::infinity());
+  std::fill(lse, lse + stats, 0.0f);
+  const ops::RowChunks mine = this->rows(s.rows);
+  int cur = 0;
+  for (int step = 0; step < P; ++step) {
+    // The block of rank `owner` is here; the next one is already on its way.
+    const int owner = (me - step + P) % P;
+    Request rr, rs;
+    if (step + 1 < P) {
+      rr = cp_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
+      rs = cp_->isend(sc.kv[cur], rows * kvw, next, step);
+    }
+    ops::ring_attention_fwd_block(y, sc.m, lse, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2, kvw, mine,
+                                  rows_of(owner, s.rows), s, drop);
+    rs.wait();
+    rr.wait();
+    cur = 1 - cur;
+  }
+  ops::ring_attention_fwd_finish(y, lse, sc.m, s);
+}
+
+void ContextParallel::ring_bwd(float* dqkv, const float* dy, const float* qkv, int64_t W, const float* y, const float* lse,
+                               const ops::RingShape& s, const ops::DropoutKey& drop, const RingScratch& sc) const {
+  const int P = size(), me = rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D;
+  ops::ring_attention_bwd_prepare(sc.di, dy, y, s);
+  pack_kv(sc.kv[0], qkv, rows, W, qw, kvw);
+  std::fill(sc.dkv[0], sc.dkv[0] + rows * kvw, 0.0f);
+  const ops::RowChunks mine = this->rows(s.rows);
+  int cur = 0;
+  for (int step = 0; step < P; ++step) {
+    const int owner = (me - step + P) % P;
+    Request rr, rs;
+    if (step + 1 < P) {  // the keys and values travel ahead; their gradients follow once this block's are added
+      rr = cp_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
+      rs = cp_->isend(sc.kv[cur], rows * kvw, next, step);
+    }
+    ops::ring_attention_bwd_block(dqkv, W, sc.dkv[cur], sc.dkv[cur] + kvw / 2, kvw, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2,
+                                  kvw, dy, lse, sc.di, mine, rows_of(owner, s.rows), s, drop);
+    // The block's gradients go to its next visitor (after the last step: its owner, the next rank).
+    Request gr = cp_->irecv(sc.dkv[1 - cur], rows * kvw, prev, P + step);
+    Request gs = cp_->isend(sc.dkv[cur], rows * kvw, next, P + step);
+    gs.wait();
+    gr.wait();
+    rs.wait();
+    rr.wait();
+    cur = 1 - cur;
+  }
+  // sc.dkv[cur]: this rank's own block, every query's share summed.
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = sc.dkv[cur] + r * kvw;
+    float* d = dqkv + r * W + qw;
+    for (int64_t i = 0; i < kvw; ++i) d[i] += g[i];
+  }
 }
 
 }  // namespace gf

@@ -1,25 +1,54 @@
 // Context parallelism as the model sees it (never a communicator): each sample's T positions are
-// cut into `size()` contiguous chunks of T / size(), and rank c of the context group holds chunk c
-// (global positions [c T/size(), (c+1) T/size())) of every sample of the micro-batch. Everything but
-// the attention core works on those rows alone; the core runs DeepSpeed-Ulysses style (MindFormers'
-// `context_parallel_algo: ulysses_cp`): an all-to-all turns the sequence-split q|k|v of all heads into
-// the whole sequence of 1/size() of the heads, the causal core runs unchanged on it, and a second
-// all-to-all turns its output back. With one rank every exchange is a copy.
+// split over the `size()` ranks of the context group, T / size() per rank. Everything but the
+// attention core works on a rank's rows alone; the core runs in one of two ways (MindFormers'
+// `context_parallel_algo`):
+//  - ulysses_cp (DeepSpeed-Ulysses): rank c holds the contiguous chunk c of every sample; an
+//    all-to-all turns the sequence-split q|k|v of all heads into the whole sequence of 1/size() of
+//    the heads, the causal core runs unchanged on it, and a second all-to-all turns its output back.
+//  - colossalai_cp (ring attention): the sequence is cut into 2 size() chunks and rank c holds chunks
+//    c and 2 size() - 1 - c (Megatron's causal load balance: every rank gets the same share of the
+//    causal triangle); each rank keeps its queries and passes its keys and values around the ring,
+//    one block per step, combining the partial results with the online softmax
+//    (core/ops/ring_attention.h); the next block's transfer overlaps the current block's products.
+//    Backward passes the blocks around again, each with its key/value gradients, which arrive home
+//    after the last step.
+// With one rank every exchange is a copy.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "core/ops/dropout.h"
+#include "core/ops/ring_attention.h"
 #include "parallel/communicator.h"
 
 namespace gf {
 
+// The ring's scratch: two key|value blocks [rows, 2 Hkv D] and two blocks of their gradients (the one
+// in use and the one in flight), and per-row statistics [B, H, rows] (running maxima, rowsum(dy y)).
+struct RingScratch {
+  float *kv[2] = {nullptr, nullptr}, *dkv[2] = {nullptr, nullptr};
+  float *m = nullptr, *di = nullptr;
+};
+
 class ContextParallel {
  public:
   ContextParallel() = default;  // one rank
-  explicit ContextParallel(const Communicator* cp) : cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {}
+  ContextParallel(const Communicator* cp, bool ring) : cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr), ring_(ring) {}
   int size() const { return cp_ ? cp_->size() : 1; }
   int rank() const { return cp_ ? cp_->rank() : 0; }
   bool on() const { return cp_ != nullptr; }
+  bool ring() const { return on() && ring_; }
+  // Where rank `c`'s `rows` rows per sample sit in the sequence (one chunk, or the ring's two).
+  ops::RowChunks rows_of(int c, int64_t rows) const;
+  ops::RowChunks rows(int64_t n) const { return rows_of(rank(), n); }
+
+  // Ring attention over q|k|v rows [B rows, W] of this rank (q heads at column 0, then the kv heads'
+  // keys, then their values; s.rows rows per sample): y [B rows, H D] and lse [B, H, rows].
+  void ring_fwd(const float* qkv, int64_t W, float* y, float* lse, const ops::RingShape& s, const ops::DropoutKey& drop,
+                const RingScratch& sc) const;
+  // Its backward: dqkv [B rows, W] (zeroed by the caller) gets the q, k and v gradients of these rows.
+  void ring_bwd(float* dqkv, const float* dy, const float* qkv, int64_t W, const float* y, const float* lse,
+                const ops::RingShape& s, const ops::DropoutKey& drop, const RingScratch& sc) const;
 
   // A row of q|k|v (or of the core's output) is `segments` runs of whole heads, each `widths[s]`
   // floats; every width is divisible by size(), and rank j's share of a segment is its j-th
@@ -36,6 +65,7 @@ class ContextParallel {
 
  private:
   const Communicator* cp_ = nullptr;
+  bool ring_ = false;
 };
 
 }  // namespace gf

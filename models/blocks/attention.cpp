@@ -74,6 +74,21 @@ ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
   return s;
 }
 
+ops::RingShape AttentionBlock::ring_shape(const BlockEnv& e) const {
+  ops::RingShape s;
+  s.batch = e.B;
+  s.rows = e.T;
+  s.heads = Hl_;
+  s.kv_heads = Hkvl_;
+  s.head_dim = D_;
+  s.seq = e.seq_full();
+  s.batch_offset = e.info.sample_offset;
+  s.head_offset = e.tp->rank() * Hl_;
+  s.heads_global = spec_.heads;
+  s.key_lo = e.key_lo;
+  return s;
+}
+
 std::vector<int64_t> AttentionBlock::qkv_segments() const { return {Hl_ * D_, Hkvl_ * D_, Hkvl_ * D_}; }
 
 void AttentionBlock::core_fwd(const BlockEnv& e, int64_t l, const Acts& a, float* y) const {
@@ -85,7 +100,7 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   const int64_t W = qkv_width();
   // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
   // sequence of this rank's heads (parallel/context_parallel.h).
-  const bool cp = e.context_parallel();
+  const bool cp = e.context_parallel() && !e.cp->ring();
   float* qkv = cp ? e.cps.local : a.qkv;
   qkv_.fwd(e, qkv, xn);
   if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
@@ -97,6 +112,8 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
     e.cp->seq_to_heads(qkv, a.qkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
     core_fwd(e, l, a, e.cps.y);
     e.cp->heads_to_seq(e.cps.y, a.y, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
+  } else if (e.context_parallel()) {  // ring attention on this rank's rows
+    e.cp->ring_fwd(a.qkv, W, a.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
   } else {
     core_fwd(e, l, a, a.y);
   }
@@ -172,7 +189,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
 }
 
 void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a, float* y_scratch) const {
-  if (!spec_.flash) core_fwd(e, l, a, y_scratch);  // y itself is kept
+  if (!spec_.flash && !(e.context_parallel() && e.cp->ring())) core_fwd(e, l, a, y_scratch);  // y itself is kept
 }
 
 void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn, const float* dout, const float* xn,
@@ -185,7 +202,7 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   o_.bwd(e, pass, g.dy, dout, a.y);
   // Context parallel: the output and its gradient exchanged into head-split form, the core's
   // backward there, and the q|k|v gradient exchanged back to this rank's rows.
-  const bool cp = e.context_parallel();
+  const bool cp = e.context_parallel() && !e.cp->ring();
   float* dqkv = cp ? e.cps.dqkv : g.dqkv;
   const float *dy = g.dy, *y = a.y;
   if (cp) {
@@ -195,7 +212,9 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
     y = e.cps.y;
   }
   std::fill(dqkv, dqkv + e.N * qkv_width(), 0.0f);
-  if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), *flash_);
+  if (e.context_parallel() && e.cp->ring())
+    e.cp->ring_bwd(g.dqkv, g.dy, a.qkv, qkv_width(), a.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
+  else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), *flash_);
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
   if (cp) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());

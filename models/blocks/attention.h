@@ -8,6 +8,7 @@
 
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
+#include "core/ops/ring_attention.h"
 #include "core/ops/rope.h"
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
@@ -76,6 +77,8 @@ class AttentionBlock {
   ops::AttentionShape shape(const BlockEnv& e) const;
   // The q|k|v row's three runs of heads (context parallel's exchange splits each by heads).
   std::vector<int64_t> qkv_segments() const;
+  // Ring attention's view of this rank's rows (context_parallel_algo colossalai_cp).
+  ops::RingShape ring_shape(const BlockEnv& e) const;
   // The core (fused or not) on a.qkv into y: the local rows, or under context parallel the head-split whole sequence.
   void core_fwd(const BlockEnv& e, int64_t layer, const Acts& a, float* y) const;
   ops::DropoutKey probs_dropout(const BlockEnv& e, int64_t layer) const {

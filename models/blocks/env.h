@@ -25,6 +25,7 @@ enum DropSite : int64_t { kDropEmbedding = 0, kDropAttnOut = 1, kDropMlpOut = 2,
 // form for backward, and the head-split q|k|v gradient. Null without context parallel.
 struct ContextScratch {
   float *local = nullptr, *send = nullptr, *recv = nullptr, *y = nullptr, *dqkv = nullptr;
+  RingScratch ring;  // ring attention's blocks and statistics (colossalai_cp)
 };
 
 struct BlockEnv {
@@ -79,10 +80,12 @@ struct BlockEnv {
       ops::dropout_apply(x, k, Nl, cols, global_row0(), 0, cols);
       return;
     }
-    const int64_t Tf = seq_full(), c0 = cp->rank() * T;
+    const int64_t Tf = seq_full();
+    const ops::RowChunks at = cp->rows(T);
     for (int64_t r = tp->row_begin(), end = r + Nl; r < end;) {
-      const int64_t b = r / T, t = r % T, run = std::min(end - r, T - t);
-      ops::dropout_apply(x + (r - tp->row_begin()) * cols, k, run, cols, (info.sample_offset + b) * Tf + c0 + t, 0, cols);
+      const int64_t b = r / T, t = r % T, run = std::min(end - r, at.chunk - t % at.chunk);
+      ops::dropout_apply(x + (r - tp->row_begin()) * cols, k, run, cols, (info.sample_offset + b) * Tf + at.position(t), 0,
+                         cols);
       r += run;
     }
   }

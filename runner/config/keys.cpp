@@ -202,15 +202,15 @@ std::vector<KeyRule> common_rules() {
        "parallel.expert_parallel (the layout check: it must divide data_parallel and moe_config.expert_num)"},
       {"parallel_config.use_seq_parallel", kBuilt, "parallel.use_seq_parallel"},
       {"parallel_config.context_parallel", kBuilt,
-       "parallel.context_parallel: each sample's seq_length positions split into that many contiguous chunks, one per "
-       "rank (ranks = data x model x context x pipeline); the attention core exchanges them for whole heads "
-       "(DeepSpeed-Ulysses: num_heads and the key/value heads divisible by model_parallel x context_parallel); not with "
-       "MoE layers yet"},
+       "parallel.context_parallel: each sample's seq_length positions split over that many ranks (ranks = data x model x "
+       "context x pipeline), the attention core as context_parallel_algo says; not with MoE layers yet"},
       {"parallel_config.context_parallel_algo", kBuilt,
-       "ulysses_cp (built); hybrid_cp only with ulysses_degree_in_cp = context_parallel (then the same as ulysses_cp); "
-       "colossalai_cp (MindFormers' default: ring attention) is refused with context_parallel > 1: not built"},
+       "colossalai_cp (MindFormers' default): ring attention, the sequence in 2 x context_parallel chunks, rank c holding "
+       "chunks c and 2 cp - 1 - c (causal load balance); ulysses_cp: contiguous chunks, all-to-all to whole heads "
+       "(num_heads and the key/value heads divisible by model_parallel x context_parallel); hybrid_cp: with "
+       "ulysses_degree_in_cp = context_parallel it is ulysses_cp, with 1 colossalai_cp; in between refused (not built)"},
       {"parallel_config.ulysses_degree_in_cp", kBuilt,
-       "hybrid_cp's Ulysses degree: must equal context_parallel (the ring part of hybrid_cp is not built)"},
+       "hybrid_cp's Ulysses degree: context_parallel (all Ulysses) or 1 (all ring); in between refused (not built)"},
       {"parallel_config.micro_batch_num", kBuilt,
        "parallel.micro_batch_num: micro-batches of batch_size per step per data-parallel rank under pipeline_stage > 1 "
        "(global batch = batch_size x data_parallel x micro_batch_num); warned and ignored at pipeline_stage 1, as "

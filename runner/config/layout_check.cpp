@@ -41,14 +41,18 @@ std::vector<std::string> context_parallel_problems(const Config& cfg) {
   const int64_t cp = cfg.parallel.context_parallel, mp = cfg.parallel.model_parallel;
   if (cp <= 1) return out;
   const ModelConfig& m = cfg.model;
-  if (m.seq_length % cp != 0)
-    out.push_back(fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.context_parallel` ({})",
-                              m.seq_length, cp));
+  const bool ring = cfg.parallel.context_parallel_algo == "colossalai_cp";
+  if (m.seq_length % (ring ? 2 * cp : cp) != 0)
+    out.push_back(ring ? fmt::format("`model.model_config.seq_length` ({}) is not divisible by 2 x `parallel_config.context_parallel` "
+                                     "({}): colossalai_cp cuts it into 2 x context_parallel chunks (causal load balance)",
+                                     m.seq_length, 2 * cp)
+                       : fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.context_parallel` ({})",
+                                     m.seq_length, cp));
   else if (cfg.parallel.use_seq_parallel && (m.seq_length / cp) % mp != 0)
     out.push_back(fmt::format("`model.model_config.seq_length` / `context_parallel` ({}) is not divisible by "
                               "`parallel_config.model_parallel` ({}), which `use_seq_parallel: True` needs",
                               m.seq_length / cp, mp));
-  if (m.num_heads % (mp * cp) != 0 || m.kv_heads() % (mp * cp) != 0)
+  if (!ring && (m.num_heads % (mp * cp) != 0 || m.kv_heads() % (mp * cp) != 0))
     out.push_back(fmt::format("`model.model_config.num_heads` ({}) and the key/value heads ({}) must be divisible by "
                               "`model_parallel` x `context_parallel` ({} x {}): ulysses_cp gives each rank whole heads",
                               m.num_heads, m.kv_heads(), mp, cp));

@@ -267,15 +267,13 @@ void read_context_parallel(ReadContext& x) {
     return;
   }
   if (p.context_parallel == 1) return;
-  if (algo == "colossalai_cp")
-    x.refuse(cp_kv + " with `context_parallel_algo: colossalai_cp` (MindFormers' default, ring attention): the ring is not "
-             "built; set `parallel_config.context_parallel_algo: ulysses_cp` (all-to-all to whole heads: num_heads divisible "
-             "by model_parallel x context_parallel)");
-  else if (algo == "hybrid_cp" && ulysses != p.context_parallel)
+  if (algo == "hybrid_cp" && ulysses != p.context_parallel && ulysses != 1)
     x.refuse(cp_kv + " with `context_parallel_algo: hybrid_cp` and " +
              kv("parallel_config.ulysses_degree_in_cp", std::to_string(ulysses)) +
-             ": the ring part of hybrid_cp is not built; use ulysses_degree_in_cp: " + std::to_string(p.context_parallel) +
-             " (all Ulysses) or context_parallel_algo: ulysses_cp");
+             ": Ulysses inside ring groups is not built; use ulysses_degree_in_cp: " + std::to_string(p.context_parallel) +
+             " (all Ulysses, as ulysses_cp) or 1 (all ring, as colossalai_cp)");
+  // hybrid_cp at its two ends is one of the others.
+  if (algo == "hybrid_cp") p.context_parallel_algo = ulysses == p.context_parallel ? "ulysses_cp" : "colossalai_cp";
 }
 
 void read_parallel(ReadContext& x) {

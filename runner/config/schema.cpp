@@ -115,7 +115,7 @@ parallel_config:
   pipeline_stage: 1
   expert_parallel: 1
   context_parallel: 1
-  context_parallel_algo: colossalai_cp   # MindFormers' default (ring attention): refused here; ulysses_cp is built
+  context_parallel_algo: colossalai_cp   # MindFormers' default: ring attention; or ulysses_cp, hybrid_cp
   ulysses_degree_in_cp: 1
   use_seq_parallel: false
   micro_batch_num: 1

@@ -35,11 +35,17 @@ std::string layout_lines(const Config& cfg, int ranks) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& pc = cfg.parallel;
   const ModelLayout L = model_layout(cfg);
-  std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}; micro batch {} x {} "
+  // Under context parallel a rank holds seq_length / context_parallel positions of each sample.
+  const std::string cp = pc.context_parallel > 1 ? fmt::format(" context_parallel={} ({})", pc.context_parallel,
+                                                               pc.context_parallel_algo)
+                                                 : std::string();
+  const std::string tokens = pc.context_parallel > 1 ? fmt::format("{} of {}", m.seq_length / pc.context_parallel, m.seq_length)
+                                                     : std::to_string(m.seq_length);
+  std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}{}; micro batch {} x {} "
                                 "tokens per rank, {}{}\n",
                                 m.arch, m.type, ranks, pc.data_parallel, pc.model_parallel,
                                 pc.expert_parallel > 1 ? fmt::format(" expert_parallel={}", pc.expert_parallel) : std::string(),
-                                cfg.batch_size, m.seq_length, compute_dtype_name(L.compute),
+                                cp, cfg.batch_size, tokens, compute_dtype_name(L.compute),
                                 L.recompute == RecomputePolicy::kFull        ? ", full recompute"
                                 : L.recompute == RecomputePolicy::kSelective ? ", selective recompute"
                                                                              : "");

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Context parallel (parallel_config.context_parallel, context_parallel_algo: ulysses_cp): each sample's
-# positions split over the context ranks, the attention core on whole heads after an all-to-all.
+# Context parallel (parallel_config.context_parallel): each sample's positions split over the context
+# ranks. Two cores: ulysses_cp (contiguous chunks, an all-to-all to whole heads) and colossalai_cp (ring
+# attention: chunks c and 2cp-1-c per rank, key/value blocks passed around the ring, online softmax).
 # Every layout trains the same 20 steps as one rank: losses within 1e-5 relative at every step and the
 # gathered weights as compare_runs.py checks them.
-#  Llama (RoPE at global positions, fused core): cp2, cp4, hybrid_cp with ulysses_degree_in_cp 2 (the
-#    same run as ulysses_cp: bitwise), grouped-query cp2, cp2 x mp2 + sp, cp2 x dp2 with ZeRO, cp2 x pp2,
-#    cp2 with full recompute (bitwise equal to cp2 without), cp2 with packed documents and a sliding window.
+#  Llama (RoPE at global positions): under each core cp2, cp4, cp2 x mp2 + sp, cp2 x dp2 with ZeRO,
+#    cp2 x pp2, grouped-query cp2, cp2 with packed documents and a sliding window; full recompute
+#    bitwise equal to cp2 without; hybrid_cp with ulysses_degree_in_cp 2 (1) bitwise the ulysses_cp
+#    (colossalai_cp) run.
 #  GPT-2 (learned positions, unfused core, dropout on the embedding, residuals and probabilities, whose
-#    masks are keyed by global position): cp2, cp2 with selective recompute.
-#  A checkpoint does not depend on the context degree: cp2's step-10 checkpoint (exit_interval 10) resumes at cp1 and one
-#    rank's at cp2, each giving the uninterrupted run's steps 11-20 within 1e-5.
-#  Refused before any work, naming the key: MindFormers' default colossalai_cp (ring, not built), heads
-#    not divisible by model_parallel x context_parallel, MoE layers.
+#    masks are keyed by global position): cp2 under each core, selective recompute bitwise equal.
+#  A checkpoint does not depend on the context degree: cp2's step-10 checkpoint (exit_interval 10)
+#    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5.
+#  Refused before any work, naming the key: hybrid_cp between its ends, ulysses_cp with heads not
+#    divisible by model_parallel x context_parallel, a ring whose sequence does not cut into 2 cp chunks,
+#    MoE layers.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -61,53 +64,57 @@ same_bits() {  # same_bits A B: losses and gathered weights bit for bit
   cmp "$1/weights.safetensors" "$2/weights.safetensors" || fail "$2: weights differ from $1's"
   echo "$2: losses and weights bitwise equal to $1"
 }
-U="--set parallel_config.context_parallel_algo=ulysses_cp"
-cp_() { echo "--set parallel_config.context_parallel=$1 $U"; }
+# cp_ ALGO N: the --set arguments of context parallel N under ALGO (u: ulysses_cp, r: colossalai_cp)
+cp_() { local a=ulysses_cp; [ "$1" = r ] && a=colossalai_cp; echo "--set parallel_config.context_parallel=$2 --set parallel_config.context_parallel_algo=$a"; }
 
 # ---- Llama -------------------------------------------------------------------------------------
 train llama.yaml one 1
-train llama.yaml cp2 2 $(cp_ 2)
-train llama.yaml cp4 4 $(cp_ 4)
-train llama.yaml hybrid2 2 --set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=hybrid_cp \
-  --set parallel_config.ulysses_degree_in_cp=2
-same_bits cp2 hybrid2
-train llama.yaml cp2_mp2_sp 4 $(cp_ 2) --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
-train llama.yaml cp2_dp2_zero 4 $(cp_ 2) --set parallel_config.data_parallel=2 --set runner_config.batch_size=2 \
-  --set parallel.enable_parallel_optimizer=True
-train llama.yaml cp2_pp2 4 $(cp_ 2) --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 \
-  --set runner_config.batch_size=2
-train llama.yaml cp2_recompute 2 $(cp_ 2) --set recompute_config.recompute=True
-same_bits cp2 cp2_recompute
-grep -q "context_parallel=2" cp2_mp2_sp.log || fail "the layout line does not name context_parallel"
-python3 "$SRC/tests/integration/compare_runs.py" one cp2 cp4 cp2_mp2_sp cp2_dp2_zero cp2_pp2
-
-# Grouped-query attention (4 heads on 2 key/value heads): each context rank holds 2 heads on 1 kv head.
 train llama.yaml gqa_one 1 --set model.model_config.n_kv_heads=2 --set model.model_config.use_flash_attention=False
-train llama.yaml gqa_cp2 2 $(cp_ 2) --set model.model_config.n_kv_heads=2 --set model.model_config.use_flash_attention=False
-python3 "$SRC/tests/integration/compare_runs.py" gqa_one gqa_cp2
-
 # Packed documents (eod 7: each document's positions from 0, attention inside it, the eod's target
 # untrained) and a 12-token sliding window: positions and bounds found over the whole sequence.
 DOCS=(--set train_dataset.data_loader.reset_position_ids=True --set train_dataset.data_loader.reset_attention_mask=True
       --set train_dataset.data_loader.eod_mask_loss=True --set train_dataset.data_loader.eod_token_id=7
       --set model.model_config.sliding_window=12)
 train llama.yaml docs_one 1 "${DOCS[@]}"
-train llama.yaml docs_cp2 2 $(cp_ 2) "${DOCS[@]}"
-python3 "$SRC/tests/integration/compare_runs.py" docs_one docs_cp2
+for a in u r; do
+  train llama.yaml ${a}_cp2 2 $(cp_ $a 2)
+  train llama.yaml ${a}_cp4 4 $(cp_ $a 4)
+  train llama.yaml ${a}_cp2_mp2_sp 4 $(cp_ $a 2) --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+  train llama.yaml ${a}_cp2_dp2_zero 4 $(cp_ $a 2) --set parallel_config.data_parallel=2 --set runner_config.batch_size=2 \
+    --set parallel.enable_parallel_optimizer=True
+  train llama.yaml ${a}_cp2_pp2 4 $(cp_ $a 2) --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 \
+    --set runner_config.batch_size=2
+  train llama.yaml ${a}_cp2_recompute 2 $(cp_ $a 2) --set recompute_config.recompute=True
+  same_bits ${a}_cp2 ${a}_cp2_recompute
+  # Grouped-query attention (4 heads on 2 key/value heads): under Ulysses each rank holds 2 heads on 1 kv head.
+  train llama.yaml ${a}_gqa_cp2 2 $(cp_ $a 2) --set model.model_config.n_kv_heads=2 --set model.model_config.use_flash_attention=False
+  train llama.yaml ${a}_docs_cp2 2 $(cp_ $a 2) "${DOCS[@]}"
+  python3 "$SRC/tests/integration/compare_runs.py" one ${a}_cp2 ${a}_cp4 ${a}_cp2_mp2_sp ${a}_cp2_dp2_zero ${a}_cp2_pp2
+  python3 "$SRC/tests/integration/compare_runs.py" gqa_one ${a}_gqa_cp2
+  python3 "$SRC/tests/integration/compare_runs.py" docs_one ${a}_docs_cp2
+done
+HY="--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=hybrid_cp"
+train llama.yaml hybrid_u2 2 $HY --set parallel_config.ulysses_degree_in_cp=2
+train llama.yaml hybrid_u1 2 $HY --set parallel_config.ulysses_degree_in_cp=1
+same_bits u_cp2 hybrid_u2
+same_bits r_cp2 hybrid_u1
+grep -q "context_parallel=2" u_cp2_mp2_sp.log || fail "the layout line does not name context_parallel"
 
 # ---- GPT-2: learned positions, unfused core, dropout ------------------------------------------------
 train gpt2.yaml g_one 1
-train gpt2.yaml g_cp2 2 $(cp_ 2)
-train gpt2.yaml g_cp2_sel 2 $(cp_ 2) --set recompute_config.select_recompute=True
-same_bits g_cp2 g_cp2_sel
-python3 "$SRC/tests/integration/compare_runs.py" g_one g_cp2
+for a in u r; do
+  train gpt2.yaml g_${a}_cp2 2 $(cp_ $a 2)
+  train gpt2.yaml g_${a}_cp2_sel 2 $(cp_ $a 2) --set recompute_config.select_recompute=True
+  same_bits g_${a}_cp2 g_${a}_cp2_sel
+done
+python3 "$SRC/tests/integration/compare_runs.py" g_one g_u_cp2 g_r_cp2
 
 # ---- checkpoints across context degrees --------------------------------------------------------------
 CK=(--set callbacks='[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: cp, save_checkpoint_steps: 10}]')
-train llama.yaml ck_cp2 2 $(cp_ 2) "${CK[@]}" --set runner_config.exit_interval=10
+train llama.yaml ck_cp2 2 $(cp_ u 2) "${CK[@]}" --set runner_config.exit_interval=10
 train llama.yaml ck_one 1 "${CK[@]}" --set runner_config.exit_interval=10
 train llama.yaml res_cp1 1 --set load_checkpoint="$WORK/ck_cp2/checkpoint" --set resume_training=True
-train llama.yaml res_cp2 2 $(cp_ 2) --set load_checkpoint="$WORK/ck_one/checkpoint" --set resume_training=True
+train llama.yaml res_cp2 2 $(cp_ r 2) --set load_checkpoint="$WORK/ck_one/checkpoint" --set resume_training=True
 python3 - one res_cp1 res_cp2 <<'PY'
 import json, sys
 def steps(d):
@@ -133,7 +140,9 @@ refused() {  # refused NAME RANKS PATTERN [--set ...]
   [ -e "$name/metrics.jsonl" ] && fail "$name started training"
   echo "$name refused: $(grep -m1 -- "$pat" "$name.log" | cut -c1-180)"
 }
-refused ring 2 "colossalai_cp" --set parallel_config.context_parallel=2
-refused heads 4 "model_parallel. x .context_parallel" $(cp_ 4) --set model.model_config.n_kv_heads=2
-refused moe 2 "MoE layers" $(cp_ 2) --set moe_config.expert_num=4
+refused hybrid 4 "ulysses_degree_in_cp" --set parallel_config.context_parallel=4 \
+  --set parallel_config.context_parallel_algo=hybrid_cp --set parallel_config.ulysses_degree_in_cp=2
+refused heads 4 "model_parallel. x .context_parallel" $(cp_ u 4) --set model.model_config.n_kv_heads=2
+refused chunks 4 "2 x .parallel_config.context_parallel" $(cp_ r 4) --set model.model_config.seq_length=36
+refused moe 2 "MoE layers" $(cp_ r 2) --set moe_config.expert_num=4
 echo "PASS"

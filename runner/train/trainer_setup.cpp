@@ -288,12 +288,14 @@ std::string Trainer::first_nonfinite() const {
 
 void Trainer::log_resource_report() {
   // Per rank: peak RSS, bytes sent in the tensor, data, world, expert (the MoE all-to-all) and
-  // expert-data (the experts' gradients) groups. Gathered by a sum over
+  // expert-data (the experts' gradients) groups, and under context parallel the context group (the
+  // attention's exchanges) and the data x context group (the gradients, a communicator of its own
+  // there). Gathered by a sum over
   // the world of vectors in which each rank fills its own slot.
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 9;
+  constexpr int K = 11;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
@@ -304,19 +306,25 @@ void Trainer::log_resource_report() {
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
   v[K * me + 7] = static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
   v[K * me + 8] = static_cast<double>(ctx_.group(GridAxis::kEdp).stats().bytes_sent);
+  const bool cp = ctx_.size(GridAxis::kCp) > 1;
+  v[K * me + 9] = cp ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent) : 0.0;
+  v[K * me + 10] = cp ? static_cast<double>(ctx_.data_like().stats().bytes_sent) : 0.0;
   ctx_.world().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
   for (int r = 0; r < W; ++r) {
-    const double ep = v[K * r + 7], edp = v[K * r + 8];
-    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{} "
+    const double ep = v[K * r + 7], edp = v[K * r + 8], cpb = v[K * r + 9], dcp = v[K * r + 10];
+    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{}{} "
                  "({} per step in all)",
                  r, human_bytes(v[K * r]), human_bytes(v[K * r + 1]), human_bytes(v[K * r + 2]), human_bytes(v[K * r + 3]),
                  ep + edp > 0 ? fmt::format(", {} in the expert group (all-to-all, {} per step), {} in the "
                                             "expert-data group", human_bytes(ep), human_bytes(ep / steps),
                                             human_bytes(edp))
                               : std::string(),
-                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp) / steps));
+                 cp ? fmt::format(", {} in the context group (attention, {} per step), {} in the data x context group "
+                                  "(gradients)", human_bytes(cpb), human_bytes(cpb / steps), human_bytes(dcp))
+                    : std::string(),
+                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp) / steps));
   }
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
@@ -327,7 +335,8 @@ void Trainer::log_resource_report() {
                           {"dp_bytes_sent", v[K * r + 2]}, {"world_bytes_sent", v[K * r + 3]},
                           {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]},
                           {"weight_copy_bytes", v[K * r + 6]}, {"ep_bytes_sent", v[K * r + 7]},
-                          {"edp_bytes_sent", v[K * r + 8]}});
+                          {"edp_bytes_sent", v[K * r + 8]}, {"cp_bytes_sent", v[K * r + 9]},
+                          {"dp_cp_bytes_sent", v[K * r + 10]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -10,6 +10,7 @@
 #    (colossalai_cp) run.
 #  GPT-2 (learned positions, unfused core, dropout on the embedding, residuals and probabilities, whose
 #    masks are keyed by global position): cp2 under each core, selective recompute bitwise equal.
+#  The context group's bytes per rank equal the analytic counts of both cores' exchanges.
 #  A checkpoint does not depend on the context degree: cp2's step-10 checkpoint (exit_interval 10)
 #    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5.
 #  Refused before any work, naming the key: hybrid_cp between its ends, ulysses_cp with heads not
@@ -93,6 +94,23 @@ for a in u r; do
   python3 "$SRC/tests/integration/compare_runs.py" gqa_one ${a}_gqa_cp2
   python3 "$SRC/tests/integration/compare_runs.py" docs_one ${a}_docs_cp2
 done
+# The context group's bytes (resources.json) are the exchanges' analytic counts, per rank, for 20 steps of
+# 2 layers (B 4, T 32, 4 heads of 16, q|k|v 192 floats a row, attention output 64):
+#  ring: per layer (P-1) key|value blocks forward, (P-1) blocks and P gradient blocks backward, each
+#    B T/P rows x 128 floats;
+#  Ulysses: per layer q|k|v and the output forward, the output gradient, the output and the q|k|v
+#    gradient backward, each sending (P-1)/P of its B T/P rows to the other ranks.
+python3 - u_cp2 u_cp4 r_cp2 r_cp4 <<'PY'
+import json, sys
+for d in sys.argv[1:]:
+    algo, P = d[0], int(d[-1])
+    rows = 4 * 32 // P
+    per_layer = (3 * P - 2) * rows * 128 if algo == "r" else rows * (P - 1) // P * (2 * 192 + 3 * 64)
+    want = 20 * 2 * per_layer * 4
+    got = {r["cp_bytes_sent"] for r in json.load(open(d + "/resources.json"))["ranks"]}
+    assert got == {want}, f"{d}: context group sent {sorted(got)} bytes per rank, the exchanges count {want}"
+    print(f"{d}: {want} bytes per rank in the context group, as counted")
+PY
 HY="--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=hybrid_cp"
 train llama.yaml hybrid_u2 2 $HY --set parallel_config.ulysses_degree_in_cp=2
 train llama.yaml hybrid_u1 2 $HY --set parallel_config.ulysses_degree_in_cp=1

@@ -118,10 +118,9 @@ void StageDims::context_parallel_check(const TransformerSpec& s, const ModelLayo
     throw std::invalid_argument(key + ": ulysses_cp gives each rank whole heads, so num_heads (" + std::to_string(s.heads) +
                                 ") and the key/value heads (" + std::to_string(s.kv_heads) +
                                 ") must be divisible by model_parallel x context_parallel = " + std::to_string(heads));
-  if (s.moe.experts > 1)
-    throw std::invalid_argument(key + ": MoE layers (moe_config.expert_num " + std::to_string(s.moe.experts) +
-                                ") route and balance per sequence; with context parallel that is not built yet: "
-                                "set context_parallel: 1");
+  if (s.moe.experts > 1 && s.moe.capacity_factor > 0.0)
+    throw std::invalid_argument(key + ": an MoE capacity (moe_config.capacity_factor > 0) drops by position in the whole "
+                                "sequence, which context parallel splits; not built: use capacity_factor <= 0 (dropless)");
 }
 
 // lay_out's parts, taking the plan's buffers in lay_out's one order: per slot its inputs, layers and

@@ -41,6 +41,10 @@ class ContextParallel {
   // Where rank `c`'s `rows` rows per sample sit in the sequence (one chunk, or the ring's two).
   ops::RowChunks rows_of(int c, int64_t rows) const;
   ops::RowChunks rows(int64_t n) const { return rows_of(rank(), n); }
+  // Sums a small vector over the context group (MoE's per-sequence statistics).
+  void allreduce_sum(double* x, int64_t n) const {
+    if (cp_) cp_->allreduce_sum(x, n);
+  }
 
   // Ring attention over q|k|v rows [B rows, W] of this rank (q heads at column 0, then the kv heads'
   // keys, then their values; s.rows rows per sample): y [B rows, H D] and lse [B, H, rows].

@@ -19,8 +19,8 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
   shard_begin_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank()) : 0;
   shard_end_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank() + 1) : total_;
   if (sharded_ && experts) {
-    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.group(GridAxis::kEdp).size(), ctx.group(GridAxis::kEdp).rank());
-    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.group(GridAxis::kEdp).size(), ctx.group(GridAxis::kEdp).rank() + 1);
+    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.expert_data_like().size(), ctx.expert_data_like().rank());
+    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.expert_data_like().size(), ctx.expert_data_like().rank() + 1);
   }
   if (!sharded_ && ctx.data_like().size() > 1) {
     // Cut from the end of the arena (where backward starts) at parameter boundaries into about
@@ -114,8 +114,8 @@ void GradientSync::finish() {
   }
   if (sharded_) ctx_.data_like().reduce_scatter_sum(grads_, expert_begin_);
   if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
-    if (sharded_) ctx_.group(GridAxis::kEdp).reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
-    else ctx_.group(GridAxis::kEdp).allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    if (sharded_) ctx_.expert_data_like().reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    else ctx_.expert_data_like().allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
   }
   if (sequence_parallel_) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
@@ -147,7 +147,7 @@ double GradientSync::global_sq_norm(const float* grads) const {
     double x = grad_sq_sum(grads, expert_norm_ranges_);
     ctx_.group(GridAxis::kTp).allreduce_sum(&x, 1);
     ctx_.group(GridAxis::kEp).allreduce_sum(&x, 1);
-    if (sharded_) ctx_.group(GridAxis::kEdp).allreduce_sum(&x, 1);
+    if (sharded_) ctx_.expert_data_like().allreduce_sum(&x, 1);
     local += x;
   }
   if (pp_ != nullptr) pp_->allreduce_sum(&local, 1);
@@ -157,7 +157,7 @@ double GradientSync::global_sq_norm(const float* grads) const {
 void GradientSync::allgather_params(float* weights) const {
   if (!sharded_) return;
   ctx_.data_like().allgather(weights, expert_begin_);
-  if (expert_begin_ < total_) ctx_.group(GridAxis::kEdp).allgather(weights + expert_begin_, total_ - expert_begin_);
+  if (expert_begin_ < total_) ctx_.expert_data_like().allgather(weights + expert_begin_, total_ - expert_begin_);
 }
 
 }  // namespace gf

@@ -25,6 +25,9 @@ ParallelContext ParallelContext::build(Communicator world, const ProcessGrid& gr
     const ProcessGrid::Split d = grid.split(rank, {GridAxis::kDp, GridAxis::kCp});
     ctx.data_like_ = world.split(d.color, d.key);
     ctx.data_like_.set_name("dp-cp");
+    const ProcessGrid::Split x = grid.split(rank, {GridAxis::kEdp, GridAxis::kCp});
+    ctx.expert_data_like_ = world.split(x.color, x.key);
+    ctx.expert_data_like_.set_name("edp-cp");
   }
   // The first and last pipeline stages of one (tp, cp, dp): each holds a copy of a tied embedding.
   const int pp = ctx.coord_[GridAxis::kPp], stages = grid.size(GridAxis::kPp);

@@ -32,6 +32,11 @@ class ParallelContext {
   // The data-like group (dp x cp): the loss and the dense gradients are summed over it. With a
   // context axis of size 1 it is the dp group itself (one communicator, one byte count).
   const Communicator& data_like() const { return size(GridAxis::kCp) > 1 ? data_like_ : group(GridAxis::kDp); }
+  // The expert-data-like group (edp x cp): the ranks that hold the same experts and see different
+  // tokens, over which the experts' gradients are summed; the expert-data group itself at cp 1.
+  const Communicator& expert_data_like() const {
+    return size(GridAxis::kCp) > 1 ? expert_data_like_ : group(GridAxis::kEdp);
+  }
   // Pipeline: the first and last stage of one (tp, cp, dp), which hold the tied embedding's two copies
   // (a group of one on the other stages, and without pipelining).
   const Communicator& embed() const { return embed_; }
@@ -44,6 +49,7 @@ class ParallelContext {
   Communicator world_;
   std::array<Communicator, kAxisCount> groups_;
   Communicator data_like_;
+  Communicator expert_data_like_;
   Communicator embed_;
 };
 

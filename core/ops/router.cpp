@@ -48,6 +48,44 @@ void top_k(int32_t* out, const float* p, int64_t E, int64_t k) {
   }
 }
 
+// Per sequence b: [0, B E) the assignments to each expert, [B E, 2 B E) the sum of its probabilities,
+// over this rank's rows, then (seq_sum) over the whole sequence.
+std::vector<double> sequence_sums(const int32_t* experts, const float* probs, const RouterShape& s, bool with_probs) {
+  const int64_t E = s.E, k = s.k, T = s.T, BE = s.B * E;
+  std::vector<double> v(static_cast<size_t>(2 * BE), 0.0);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      for (int64_t j = 0; j < k; ++j) v[static_cast<size_t>(b * E + experts[t * k + j])] += 1.0;
+      if (with_probs)
+        for (int64_t e = 0; e < E; ++e) v[static_cast<size_t>(BE + b * E + e)] += probs[t * E + e];
+    }
+  s.seq_sum(v.data(), with_probs ? 2 * BE : BE);
+  return v;
+}
+
+// router_route's statistics when each sequence is split over ranks (RouterShape::seq_sum): the
+// balancing loss from the whole sequences' counts and probabilities, each rank adding its share
+// (T / T_seq of it) so that a sum over the ranks counts each sequence once.
+RouteStats route_stats_split(const int32_t* experts, int64_t* tokens_per_expert, const float* probs, const float* lse,
+                             const RouterShape& s, const RouterOptions& o) {
+  if (o.capacity_factor > 0.0)
+    throw std::invalid_argument("router: capacity (moe_config.capacity_factor > 0) drops by position in the whole "
+                                "sequence, which context parallel splits; not built: use capacity_factor <= 0 (dropless)");
+  const int64_t N = s.N(), E = s.E, k = s.k, Tf = s.T_seq, BE = s.B * E;
+  for (int64_t i = 0; i < N * k; ++i) ++tokens_per_expert[experts[i]];
+  const std::vector<double> v = sequence_sums(experts, probs, s, true);
+  RouteStats st;
+  for (int64_t b = 0; b < s.B; ++b) {
+    double aux = 0.0;
+    for (int64_t e = 0; e < E; ++e)
+      aux += v[static_cast<size_t>(b * E + e)] / static_cast<double>(Tf * k) *
+             (v[static_cast<size_t>(BE + b * E + e)] / static_cast<double>(Tf));
+    st.aux_sum += static_cast<double>(E) * aux * static_cast<double>(s.T) / static_cast<double>(Tf);
+  }
+  for (int64_t t = 0; t < N; ++t) st.z_sum += static_cast<double>(lse[t]) * static_cast<double>(lse[t]);
+  return st;
+}
+
 }  // namespace
 
 RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t* tokens_per_expert,
@@ -68,6 +106,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
   }
   RouteStats st;
   std::fill(tokens_per_expert, tokens_per_expert + E, 0);
+  if (s.seq_sum) return route_stats_split(experts, tokens_per_expert, probs, lse, s, o);
   const int64_t cap = expert_capacity(s, o.capacity_factor);
   std::vector<std::vector<int64_t>> lists(static_cast<size_t>(E));  // per expert: t * k + j
   std::vector<double> P(static_cast<size_t>(E));
@@ -107,11 +146,18 @@ void router_bwd(float* dlogits, const float* dweights, const float* probs, const
   const int64_t E = s.E, k = s.k, T = s.T;
   // The aux loss's gradient with respect to p[t, e] is aux_coef E f_{s,e} / T for every token of s.
   std::vector<float> daux(static_cast<size_t>(s.B * E), 0.0f);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = b * T; t < (b + 1) * T; ++t)
-      for (int64_t j = 0; j < k; ++j) daux[static_cast<size_t>(b * E + experts[t * k + j])] += 1.0f;
-  const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(T * k * T);
-  for (float& v : daux) v *= aux_scale;
+  if (s.seq_sum) {  // f from the whole sequence's counts (context parallel)
+    const std::vector<double> v = sequence_sums(experts, probs, s, false);
+    const int64_t Tf = s.T_seq;
+    const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(Tf * k * Tf);
+    for (int64_t i = 0; i < s.B * E; ++i) daux[static_cast<size_t>(i)] = static_cast<float>(v[static_cast<size_t>(i)]) * aux_scale;
+  } else {
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = b * T; t < (b + 1) * T; ++t)
+        for (int64_t j = 0; j < k; ++j) daux[static_cast<size_t>(b * E + experts[t * k + j])] += 1.0f;
+    const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(T * k * T);
+    for (float& v : daux) v *= aux_scale;
+  }
 #pragma omp parallel if (s.N() * E > (1 << 14))
   {
     std::vector<float> dp(static_cast<size_t>(E));

@@ -15,12 +15,18 @@
 // constant of the backward. z-loss of token t: lse[t]^2.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 namespace gf::ops {
 
 struct RouterShape {
   int64_t B = 0, T = 0, E = 0, k = 1;
   int64_t N() const { return B * T; }
+  // Context parallel: these T rows are part of each sequence of T_seq positions, the rest on other
+  // ranks; seq_sum sums per-sequence arrays over those ranks, so the balancing loss is the whole
+  // sequence's (dropless only: capacity is refused). Unset: the rows are whole sequences.
+  int64_t T_seq = 0;
+  std::function<void(double*, int64_t)> seq_sum;
 };
 
 struct RouterOptions {

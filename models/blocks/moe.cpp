@@ -146,7 +146,15 @@ MoeBlock::Scratch MoeBlock::take_scratch(BufferPlan& p, const Dims& md, int tp_s
   return m;
 }
 
-ops::RouterShape MoeBlock::shape(const BlockEnv& e) const { return {e.B, e.T, d_.E, d_.k}; }
+ops::RouterShape MoeBlock::shape(const BlockEnv& e) const {
+  ops::RouterShape s{e.B, e.T, d_.E, d_.k};
+  if (e.context_parallel()) {  // each sequence's balancing loss over the context group's rows of it
+    s.T_seq = e.seq_full();
+    const ContextParallel* cp = e.cp;
+    s.seq_sum = [cp](double* x, int64_t n) { cp->allreduce_sum(x, n); };
+  }
+  return s;
+}
 
 namespace {
 
@@ -368,7 +376,7 @@ void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* 
   const TensorParallel& tp = *e.tp;
   const int64_t C = d_.C, E = d_.E;
   // Router: its losses' coefficients follow from the loss's gradient scale (causal_lm.h).
-  const float aux_coef = e.grad_scale * spec_.moe.aux_factor * static_cast<float>(e.T);
+  const float aux_coef = e.grad_scale * spec_.moe.aux_factor * static_cast<float>(e.seq_full());
   const float z_coef = e.grad_scale * spec_.moe.z_factor;
   ops::router_bwd(sc.dlogits, sc.dw, a.probs, a.lse, a.experts, a.kept, shape(e), spec_.moe.norm_topk, aux_coef, z_coef);
   // This rank's rows of the router's input and weight gradients (all rows without SP; under SP

@@ -203,7 +203,8 @@ std::vector<KeyRule> common_rules() {
       {"parallel_config.use_seq_parallel", kBuilt, "parallel.use_seq_parallel"},
       {"parallel_config.context_parallel", kBuilt,
        "parallel.context_parallel: each sample's seq_length positions split over that many ranks (ranks = data x model x "
-       "context x pipeline), the attention core as context_parallel_algo says; not with MoE layers yet"},
+       "context x pipeline), the attention core as context_parallel_algo says; MoE layers dropless only (a capacity is "
+       "refused)"},
       {"parallel_config.context_parallel_algo", kBuilt,
        "colossalai_cp (MindFormers' default): ring attention, the sequence in 2 x context_parallel chunks, rank c holding "
        "chunks c and 2 cp - 1 - c (causal load balance); ulysses_cp: contiguous chunks, all-to-all to whole heads "

@@ -56,10 +56,11 @@ std::vector<std::string> context_parallel_problems(const Config& cfg) {
     out.push_back(fmt::format("`model.model_config.num_heads` ({}) and the key/value heads ({}) must be divisible by "
                               "`model_parallel` x `context_parallel` ({} x {}): ulysses_cp gives each rank whole heads",
                               m.num_heads, m.kv_heads(), mp, cp));
-  if (m.moe.expert_num > 1)
-    out.push_back(fmt::format("`parallel_config.context_parallel` ({}) with MoE layers (`moe_config.expert_num` {}): routing "
-                              "and balancing per sequence across the context group are not built; use context_parallel: 1",
-                              cp, m.moe.expert_num));
+  if (m.moe.expert_num > 1 && m.moe.capacity_factor > 0)
+    out.push_back(fmt::format("`parallel_config.context_parallel` ({}) with `moe_config.capacity_factor` {}: capacity drops "
+                              "tokens by their place in the whole sequence, which context parallel splits; not built: use "
+                              "capacity_factor: 0 (dropless; the balancing loss is summed over the context group)",
+                              cp, m.moe.capacity_factor));
   return out;
 }
 

@@ -222,7 +222,7 @@ void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
     if (t.replicated && ctx_.index(GridAxis::kTp) != 0) return false;
     if (sharded) return true;  // ZeRO: each data-parallel rank its own shard
     // Dense tensors: one copy from the first data-parallel and context-parallel rank (context ranks hold the same weights).
-    return t.spec->is_expert() ? ctx_.group(GridAxis::kEdp).rank() == 0
+    return t.spec->is_expert() ? ctx_.expert_data_like().rank() == 0
                                : ctx_.index(GridAxis::kDp) == 0 && ctx_.index(GridAxis::kCp) == 0;
   };
   for (const TensorPlacement& t : pl.tensors())

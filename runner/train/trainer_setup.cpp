@@ -305,7 +305,7 @@ void Trainer::log_resource_report() {
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
   v[K * me + 7] = static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
-  v[K * me + 8] = static_cast<double>(ctx_.group(GridAxis::kEdp).stats().bytes_sent);
+  v[K * me + 8] = static_cast<double>(ctx_.expert_data_like().stats().bytes_sent);
   const bool cp = ctx_.size(GridAxis::kCp) > 1;
   v[K * me + 9] = cp ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent) : 0.0;
   v[K * me + 10] = cp ? static_cast<double>(ctx_.data_like().stats().bytes_sent) : 0.0;

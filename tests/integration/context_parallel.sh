@@ -5,7 +5,8 @@
 # Every layout trains the same 20 steps as one rank: losses within 1e-5 relative at every step and the
 # gathered weights as compare_runs.py checks them.
 #  Llama (RoPE at global positions): under each core cp2, cp4, cp2 x mp2 + sp, cp2 x dp2 with ZeRO,
-#    cp2 x pp2, grouped-query cp2, cp2 with packed documents and a sliding window; full recompute
+#    cp2 x pp2, grouped-query cp2, cp2 with packed documents and a sliding window, Mixtral-style MoE
+#    (dropless) at cp2 under each core and ring cp2 x ep2 with ZeRO; full recompute
 #    bitwise equal to cp2 without; hybrid_cp with ulysses_degree_in_cp 2 (1) bitwise the ulysses_cp
 #    (colossalai_cp) run.
 #  GPT-2 (learned positions, unfused core, dropout on the embedding, residuals and probabilities, whose
@@ -15,7 +16,7 @@
 #    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5.
 #  Refused before any work, naming the key: hybrid_cp between its ends, ulysses_cp with heads not
 #    divisible by model_parallel x context_parallel, a ring whose sequence does not cut into 2 cp chunks,
-#    MoE layers.
+#    an MoE capacity (it drops by place in the whole sequence).
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -118,6 +119,18 @@ same_bits u_cp2 hybrid_u2
 same_bits r_cp2 hybrid_u1
 grep -q "context_parallel=2" u_cp2_mp2_sp.log || fail "the layout line does not name context_parallel"
 
+# ---- Mixtral-style MoE (dropless, 4 experts top-2, balancing and z losses): each sequence's
+# balancing loss from its whole counts (summed over the context group), expert gradients over the
+# expert-data x context ranks; with expert parallel and ZeRO too.
+MOE=(--set moe_config.expert_num=4 --set moe_config.num_experts_chosen=2 --set moe_config.aux_loss_factor=0.05
+     --set moe_config.z_loss_factor=0.001 --set moe_config.capacity_factor=-1)
+train llama.yaml moe_one 1 "${MOE[@]}"
+train llama.yaml moe_r_cp2 2 $(cp_ r 2) "${MOE[@]}"
+train llama.yaml moe_u_cp2 2 $(cp_ u 2) "${MOE[@]}"
+train llama.yaml moe_r_cp2_ep2_zero 4 $(cp_ r 2) "${MOE[@]}" --set parallel_config.data_parallel=2 \
+  --set parallel_config.expert_parallel=2 --set runner_config.batch_size=2 --set parallel.enable_parallel_optimizer=True
+python3 "$SRC/tests/integration/compare_runs.py" moe_one moe_r_cp2 moe_u_cp2 moe_r_cp2_ep2_zero
+
 # ---- GPT-2: learned positions, unfused core, dropout ------------------------------------------------
 train gpt2.yaml g_one 1
 for a in u r; do
@@ -162,5 +175,5 @@ refused hybrid 4 "ulysses_degree_in_cp" --set parallel_config.context_parallel=4
   --set parallel_config.context_parallel_algo=hybrid_cp --set parallel_config.ulysses_degree_in_cp=2
 refused heads 4 "model_parallel. x .context_parallel" $(cp_ u 4) --set model.model_config.n_kv_heads=2
 refused chunks 4 "2 x .parallel_config.context_parallel" $(cp_ r 4) --set model.model_config.seq_length=36
-refused moe 2 "MoE layers" $(cp_ r 2) --set moe_config.expert_num=4
+refused capacity 2 "capacity_factor" $(cp_ r 2) --set moe_config.expert_num=4 --set moe_config.capacity_factor=1.5
 echo "PASS"

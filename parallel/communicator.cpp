@@ -359,7 +359,7 @@ void Communicator::describe_log() {
   log_->has_comm = has_comm_;
 }
 
-// One of MPI's non-blocking collectives started as `req`, waited for (wait_all), recorded as call `op` of the log.
+// Waits (wait_all) for one of MPI's non-blocking collectives, started as `req` and begun in the log as `call`.
 void Communicator::wait_collective(void* req, uint64_t call) const {
   const int no_peer = -1;
   wait_all(static_cast<MPI_Request*>(req), 1, &no_peer, log_.get(), call);

@@ -1,13 +1,17 @@
 #include "parallel/communicator.h"
 
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "core/trace/trace.h"
+#include "parallel/watchdog.h"
 
 namespace gf {
 namespace {
@@ -27,6 +31,44 @@ std::uintptr_t to_raw(H h) {
   return raw;
 }
 
+// Waits for `n` requests (MPI_Waitall's job) as a loop of MPI_Testall, so that a wait that makes no
+// progress for parallel.hang_timeout seconds ends the job with a report (parallel/watchdog.h) instead
+// of hanging. The first millisecond spins on MPI_Testall alone (the clock is read every 16 tests), as
+// MPI_Waitall would; up to 1 s each test is followed by sched_yield (a shared core goes to the ranks
+// that compute); after that by a 100 us sleep. From 100 ms on it looks, every 10 ms, for another
+// rank's hang report or its own timeout. `peers[k]`: the group rank request k waits for (-1: not known).
+void wait_all(MPI_Request* req, int n, const int* peers, const CallLog* log, uint64_t call) {
+  int flag = 0;
+  MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
+  if (flag) return;
+  using clock = std::chrono::steady_clock;
+  const clock::time_point t0 = clock::now();
+  const double timeout = hang::timeout_s();
+  double waited = 0, next_look = 0.1;
+  for (unsigned i = 1;; ++i) {
+    MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
+    if (flag) return;
+    if (waited < 1e-3 && i % 16 != 0) continue;
+    waited = std::chrono::duration<double>(clock::now() - t0).count();
+    if (waited < 1e-3) continue;
+    if (waited < 1.0) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (timeout <= 0 || waited < next_look) continue;
+    next_look = waited + 0.01;
+    if (waited < timeout && !hang::report_arrived()) continue;
+    hang::Waiting w{log, call, -1, waited};
+    for (int k = 0; k < n; ++k) {  // the first request still open names the peer
+      int done = 0;
+      MPI_Test(&req[k], &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        w.peer = peers[k];
+        break;
+      }
+    }
+    hang::report_and_abort(w);
+  }
+}
+
 }  // namespace
 
 struct MpiAccess {
@@ -35,10 +77,14 @@ struct MpiAccess {
     c.raw_ = to_raw(m);
     c.has_comm_ = true;
   }
-  static Request wrap(MPI_Request r) {
+  static Request wrap(MPI_Request r, CallLog* log, uint64_t call, int peer) {
     Request q;
     q.raw_ = to_raw(r);
     q.active_ = r != MPI_REQUEST_NULL;
+    q.log_ = log;
+    q.call_ = call;
+    q.peer_ = peer;
+    if (!q.active_) log->done(call);
     return q;
   }
 };
@@ -50,14 +96,17 @@ bool Request::test() {
   MPI_Test(&r, &done, MPI_STATUS_IGNORE);
   raw_ = to_raw(r);
   active_ = done == 0;
+  if (!active_ && log_) log_->done(call_);
   return !active_;
 }
 
 void Request::wait() {
   if (!active_) return;
   MPI_Request r = from_raw<MPI_Request>(raw_);
-  MPI_Wait(&r, MPI_STATUS_IGNORE);
+  wait_all(&r, 1, &peer_, log_, call_);
+  raw_ = to_raw(r);
   active_ = false;
+  if (log_) log_->done(call_);
 }
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
@@ -66,6 +115,7 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
 }
 
 MpiEnvironment::~MpiEnvironment() {
+  hang::uninstall();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -129,6 +179,8 @@ struct PendingAllreduce::State {
   MPI_Comm comm;
   int rank, size, tag;
   CommStats* stats;
+  CallLog* log;
+  uint64_t call;  // this all-reduce's id in `log`
   char* data;
   int64_t n;
   Dtype dtype;
@@ -199,6 +251,7 @@ struct PendingAllreduce::State {
   void advance() {
     if (mpi_single) {
       phase = kDone;
+      log->done(call);
       return;
     }
     if (mpi) {
@@ -206,6 +259,7 @@ struct PendingAllreduce::State {
         std::memmove(at(rank), data, static_cast<size_t>(count(rank)) * elem_size(dtype));
       phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
       if (phase != kDone) post();
+      else log->done(call);
       return;
     }
     if (phase == kReduceScatter) reduce_into(at(recv_chunk), tmp.data(), count(recv_chunk), dtype, op);
@@ -214,6 +268,14 @@ struct PendingAllreduce::State {
       phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
     }
     if (phase != kDone) post();
+    else log->done(call);
+  }
+
+  // The ring's step waits for the previous rank's message (req[0]) and its own to the next (req[1]);
+  // MPI's collectives name no one peer.
+  void wait_step() {
+    const int peers[2] = {mpi ? -1 : (rank - 1 + size) % size, mpi ? -1 : (rank + 1) % size};
+    wait_all(req, 2, peers, log, call);
   }
 };
 
@@ -237,7 +299,7 @@ bool PendingAllreduce::test() {
 
 void PendingAllreduce::wait() {
   while (!done()) {
-    MPI_Waitall(2, s_->req, MPI_STATUSES_IGNORE);
+    s_->wait_step();
     s_->advance();
   }
 }
@@ -251,7 +313,8 @@ Communicator Communicator::world() {
   MpiAccess::set(c, w);
   MPI_Comm_rank(w, &c.rank_);
   MPI_Comm_size(w, &c.size_);
-  c.name_ = "world";
+  c.set_name("world");
+  c.describe_log();
   return c;
 }
 
@@ -263,6 +326,7 @@ Communicator& Communicator::operator=(Communicator&& o) noexcept {
   std::swap(name_, o.name_);
   std::swap(stats_, o.stats_);
   std::swap(mpi_collectives_, o.mpi_collectives_);
+  std::swap(log_, o.log_);
   return *this;
 }
 
@@ -284,21 +348,42 @@ Communicator Communicator::split(int color, int key) const {
   MPI_Comm_rank(s, &c.rank_);
   MPI_Comm_size(s, &c.size_);
   c.mpi_collectives_ = mpi_collectives_;
+  c.describe_log();
   return c;
+}
+
+void Communicator::describe_log() {
+  log_->rank = rank_;
+  log_->size = size_;
+  log_->comm = raw_;
+  log_->has_comm = has_comm_;
+}
+
+// Waits (wait_all) for one of MPI's non-blocking collectives, started as `req` and begun in the log as `call`.
+void Communicator::wait_collective(void* req, uint64_t call) const {
+  const int no_peer = -1;
+  wait_all(static_cast<MPI_Request*>(req), 1, &no_peer, log_.get(), call);
+  log_->done(call);
 }
 
 void Communicator::barrier() const {
   if (size_ <= 1) return;
   CommSpan span("barrier", 0, name_, size_, *stats_);
-  MPI_Barrier(MpiAccess::comm(*this));
+  const uint64_t call = log_->begin(CallLog::Kind::kCollective, "barrier", 0);
+  MPI_Request r;
+  MPI_Ibarrier(MpiAccess::comm(*this), &r);
+  wait_collective(&r, call);
 }
 
 namespace {
 
-PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, CommStats* stats, void* data,
-                                    int64_t n, Dtype t, ReduceOp op, int first, int last, bool mpi,
-                                    bool background = false) {
+PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, CommStats* stats, CallLog* log,
+                                    const char* name, void* data, int64_t n, Dtype t, ReduceOp op, int first, int last,
+                                    bool mpi, bool background = false) {
   auto* s = new PendingAllreduce::State{};
+  s->log = log;
+  s->call = log->begin(CallLog::Kind::kCollective, name, n * static_cast<int64_t>(elem_size(t)), -1,
+                       background ? tag - kUserTagBase : -1);
   s->mpi = mpi;
   s->mpi_single = mpi && background;
   s->comm = comm;
@@ -324,10 +409,10 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
 // A blocking ring over phases [first, last] (0: reduce-scatter, 1: all-gather).
 void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const {
   if (size_ <= 1) return;
-  CommSpan span(first == last ? (first == 0 ? "reduce-scatter" : "all-gather") : "all-reduce",
-                n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
+  const char* what = first == last ? (first == 0 ? "reduce-scatter" : "all-gather") : "all-reduce";
+  CommSpan span(what, n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
   PendingAllreduce p;
-  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), data, n,
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), log_.get(), what, data, n,
                         is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last, mpi_collectives_));
   p.wait();
 }
@@ -345,15 +430,18 @@ PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int t
   // The ring runs in the background (advanced between layers); this span is its first messages' posting.
   CommSpan span("all-reduce start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("tag", tag);
-  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), data, n, Dtype::kFloat,
-                        ReduceOp::kSum, 0, 1, mpi_collectives_, true));
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), log_.get(), "all-reduce",
+                        data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1, mpi_collectives_, true));
   return p;
 }
 
 void Communicator::broadcast(void* data, int64_t bytes, int root) const {
   if (size_ > 1) {
     CommSpan span("broadcast", bytes, name_, size_, *stats_);
-    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MpiAccess::comm(*this));
+    const uint64_t call = log_->begin(CallLog::Kind::kCollective, "broadcast", bytes);
+    MPI_Request r;
+    MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, MpiAccess::comm(*this), &r);
+    wait_collective(&r, call);
     if (rank_ == root) stats_->bytes_sent += bytes;  // the payload; MPI chooses the tree
     stats_->collectives += 1;
   }
@@ -364,7 +452,10 @@ std::vector<std::string> Communicator::gather_strings(const std::string& s, int 
   CommSpan span("gather", static_cast<int64_t>(s.size()), name_, size_, *stats_);
   const int n = static_cast<int>(s.size());
   std::vector<int> sizes(rank_ == root ? static_cast<size_t>(size_) : 0), displs(sizes.size());
-  MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MpiAccess::comm(*this));
+  const uint64_t call = log_->begin(CallLog::Kind::kCollective, "gather", n);
+  MPI_Request r;
+  MPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MpiAccess::comm(*this), &r);
+  wait_collective(&r, call);
   std::string all;
   if (rank_ == root) {
     int64_t total = 0;
@@ -374,7 +465,8 @@ std::vector<std::string> Communicator::gather_strings(const std::string& s, int 
     }
     all.resize(static_cast<size_t>(total));
   }
-  MPI_Gatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, root, MpiAccess::comm(*this));
+  MPI_Igatherv(s.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, root, MpiAccess::comm(*this), &r);
+  wait_collective(&r, call);
   stats_->bytes_sent += rank_ == root ? 0 : n;
   stats_->collectives += 1;
   std::vector<std::string> out;
@@ -388,7 +480,11 @@ void Communicator::alltoall(const int64_t* send, int64_t* recv, int64_t per_rank
     return;
   }
   CommSpan span("all-to-all counts", static_cast<int64_t>(sizeof(int64_t)) * per_rank * size_, name_, size_, *stats_);
-  MPI_Alltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T, MpiAccess::comm(*this));
+  const uint64_t call = log_->begin(CallLog::Kind::kCollective, "all-to-all", static_cast<int64_t>(sizeof(int64_t)) * per_rank * size_);
+  MPI_Request r;
+  MPI_Ialltoall(send, static_cast<int>(per_rank), MPI_INT64_T, recv, static_cast<int>(per_rank), MPI_INT64_T,
+                MpiAccess::comm(*this), &r);
+  wait_collective(&r, call);
   stats_->bytes_sent += static_cast<int64_t>(sizeof(int64_t)) * per_rank * (size_ - 1);
   stats_->collectives += 1;
 }
@@ -417,7 +513,10 @@ void Communicator::alltoallv_rows(const float* send, const int64_t* send_rows, f
     ro += recv_rows[r];
     if (r != rank_) stats_->bytes_sent += send_rows[r] * row_floats * static_cast<int64_t>(sizeof(float));
   }
-  MPI_Alltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, MpiAccess::comm(*this));
+  const uint64_t call = log_->begin(CallLog::Kind::kCollective, "all-to-allv", rows * row_floats * static_cast<int64_t>(sizeof(float)));
+  MPI_Request r;
+  MPI_Ialltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, MpiAccess::comm(*this), &r);
+  wait_collective(&r, call);
   MPI_Type_free(&row);
   stats_->collectives += 1;
 }
@@ -427,10 +526,11 @@ Request Communicator::isend(const float* data, int64_t n, int dest, int tag) con
   if (n > INT32_MAX) throw std::invalid_argument("isend: message of more than 2^31 floats");
   CommSpan span("isend", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("peer", dest).arg("tag", tag);
+  const uint64_t call = log_->begin(CallLog::Kind::kSend, "send", n * static_cast<int64_t>(sizeof(float)), dest, tag);
   MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, dest, tag, MpiAccess::comm(*this), &r);
   stats_->bytes_sent += n * static_cast<int64_t>(sizeof(float));
   stats_->messages += 1;
-  return MpiAccess::wrap(r);
+  return MpiAccess::wrap(r, log_.get(), call, dest);
 }
 
 Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
@@ -438,8 +538,9 @@ Request Communicator::irecv(float* data, int64_t n, int source, int tag) const {
   if (n > INT32_MAX) throw std::invalid_argument("irecv: message of more than 2^31 floats");
   CommSpan span("irecv", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
   span.span().arg("peer", source).arg("tag", tag);
+  const uint64_t call = log_->begin(CallLog::Kind::kRecv, "recv", n * static_cast<int64_t>(sizeof(float)), source, tag);
   MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, source, tag, MpiAccess::comm(*this), &r);
-  return MpiAccess::wrap(r);
+  return MpiAccess::wrap(r, log_.get(), call, source);
 }
 
 int Communicator::tag_upper_bound() const {

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/call_log.h"
+
 namespace gf {
 
 class MpiEnvironment {
@@ -44,14 +46,20 @@ class Communicator;
 
 // A non-blocking point-to-point message in flight (Communicator::isend / irecv). Move-only; a
 // default-constructed one is done. The buffer must stay alive and untouched until done. The MPI
-// handle is kept opaque: no MPI type or header leaves parallel/.
+// handle is kept opaque: no MPI type or header leaves parallel/. wait() is a loop of MPI_Test that
+// ends the job after parallel.hang_timeout without progress (parallel/watchdog.h).
 class Request {
  public:
   Request() = default;
-  Request(Request&& o) noexcept : raw_(o.raw_), active_(o.active_) { o.active_ = false; }
+  Request(Request&& o) noexcept : raw_(o.raw_), active_(o.active_), log_(o.log_), call_(o.call_), peer_(o.peer_) {
+    o.active_ = false;
+  }
   Request& operator=(Request&& o) noexcept {
     std::swap(raw_, o.raw_);
     std::swap(active_, o.active_);
+    std::swap(log_, o.log_);
+    std::swap(call_, o.call_);
+    std::swap(peer_, o.peer_);
     return *this;
   }
   Request(const Request&) = delete;
@@ -64,6 +72,9 @@ class Request {
   friend struct MpiAccess;
   std::uintptr_t raw_ = 0;
   bool active_ = false;
+  CallLog* log_ = nullptr;  // the communicator's call log, and this call's id in it
+  uint64_t call_ = 0;
+  int peer_ = -1;
 };
 
 // A ring all-reduce in flight over one buffer. Started by Communicator::start_allreduce; `test()`
@@ -145,14 +156,18 @@ class Communicator {
 
   const CommStats& stats() const { return *stats_; }
   void reset_stats() const { *stats_ = CommStats{}; }
+  // The group's last calls (op, sequence number, bytes, peer), for the hang report (parallel/watchdog.h).
+  const CallLog& call_log() const { return *log_; }
   // The group's name in the step timeline's communication spans (core/trace/trace.h): "tp", "dp", ...
   // A string literal (the spans keep the pointer). world() is "world"; a split group is "" until named.
-  void set_name(const char* name) { name_ = name; }
+  void set_name(const char* name) { name_ = log_->name = name; }
   const char* name() const { return name_; }
 
  private:
   friend class PendingAllreduce;
   void ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const;
+  void describe_log();  // the log's copy of rank, size and handle
+  void wait_collective(void* mpi_request, uint64_t call) const;
   friend struct MpiAccess;  // communicator.cpp: converts the opaque handles to MPI's types
   // The MPI communicator, opaque here (communicator.cpp's comm() converts it); none without MPI.
   std::uintptr_t raw_ = 0;
@@ -161,6 +176,7 @@ class Communicator {
   int rank_ = 0, size_ = 1;
   const char* name_ = "";
   std::unique_ptr<CommStats> stats_ = std::make_unique<CommStats>();
+  std::unique_ptr<CallLog> log_ = std::make_unique<CallLog>();
 };
 
 }  // namespace gf

@@ -19,6 +19,7 @@
 #include "core/io/checkpoint.h"
 #include "core/math/gemm.h"
 #include "parallel/communicator.h"
+#include "parallel/watchdog.h"
 #include "models/weights/hf_config.h"
 #include "runner/config/arch_section.h"
 #include "runner/config/config.h"
@@ -47,7 +48,7 @@ int threads_per_rank() {
 
 // Exit statuses (README "Exit status"): 0 done; 1 a failure during training; 2 a problem found
 // before training (usage, config, layout, rank table, output_dir, data, weights); 3 a NaN/Inf loss;
-// 130/143 stopped by SIGINT/SIGTERM.
+// 6 a hang (parallel.hang_timeout, gf::hang::kExitStatus); 130/143 stopped by SIGINT/SIGTERM.
 constexpr int kSetupError = 2;
 
 // What an exception says, as one line for the user: out-of-memory and filesystem errors get what to do.
@@ -141,6 +142,14 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
   }
   const auto& p = cfg.parallel;
   world.set_mpi_collectives(p.mpi_collectives);  // every group split from the world inherits it
+  // parallel.hang_timeout: from here on a wait without progress ends the job with a report (status 6). The report's
+  // lines go to the rank's log, and to the console from every rank (only rank 0's log has a console).
+  gf::hang::set_report_sink([rank](const std::string& line) {
+    spdlog::error("{}", line);
+    spdlog::default_logger()->flush();
+    if (rank != 0) std::fprintf(stderr, "[rank %d] %s\n", rank, line.c_str());
+  });
+  gf::hang::install(p.hang_timeout);
   return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
       std::move(world), gf::ProcessGrid({{gf::GridAxis::kTp, static_cast<int>(p.model_parallel)},
                                          {gf::GridAxis::kCp, static_cast<int>(p.context_parallel)},

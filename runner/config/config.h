@@ -41,6 +41,10 @@ struct ParallelConfig {
   // parallel.collectives: mpi: the groups' all-reduce, reduce-scatter and all-gather through MPI's own
   // collectives (parallel/communicator.h set_mpi_collectives); ring (false): ours.
   bool mpi_collectives = false;
+  // parallel.hang_timeout: seconds a wait on a group may go without progress before every rank reports
+  // its last calls, one line names the rank(s) that did not arrive, and the job ends with status 6
+  // (parallel/watchdog.h); 0: never.
+  double hang_timeout = 300.0;
   bool use_seq_parallel = false;
   // Micro-batches of batch_size samples per step per data-parallel rank under pipeline_stage > 1
   // (global batch = batch_size x data_parallel x micro_batch_num, as MindFormers counts it); at

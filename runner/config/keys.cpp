@@ -169,6 +169,10 @@ std::vector<KeyRule> common_rules() {
       {"parallel.collectives", kBuilt,
        "parallel.mpi_collectives (ring: our rings, bitwise-reproducible; mpi: MPI_Ireduce_scatter / MPI_Iallgatherv, "
        "the cluster's MPI algorithms)"},
+      {"parallel.hang_timeout", kBuilt,
+       "parallel.hang_timeout (seconds, default 300; 0: none): a wait on a group without progress for this long makes every "
+       "rank report its last calls and one line name the rank(s) that did not arrive and at which call; exit status 6 "
+       "(torch's init_process_group timeout, NCCL's watchdog)"},
       {"parallel.strategy_ckpt_save_file", kCpu, kStrategy},
       {"parallel.enable_alltoall", kCpu, ""},
       {"parallel.strategy_ckpt_config.save_file", kCpu, kStrategy},

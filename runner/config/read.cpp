@@ -294,6 +294,9 @@ void read_parallel(ReadContext& x) {
     x.refuse("`parallel.collectives: " + coll + "`: expects ring (our rings: bitwise-reproducible sums) or mpi (MPI's "
              "own collectives)");
   p.mpi_collectives = coll == "mpi";
+  p.hang_timeout = rd.get<double>("parallel.hang_timeout");
+  if (!(p.hang_timeout >= 0))
+    x.refuse("`parallel.hang_timeout`: must be >= 0 (seconds a collective or message may wait; 0: no limit)");
   const std::string mbn = kv("parallel_config.micro_batch_num", std::to_string(p.micro_batch_num));
   if (p.micro_batch_num < 1)
     x.refuse(mbn + ": must be >= 1");

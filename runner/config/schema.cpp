@@ -96,6 +96,7 @@ parallel:
   search_mode: sharding_propagation
   enable_parallel_optimizer: false
   collectives: ring   # ours: ring (bitwise-reproducible sums, exact byte counts) or mpi (MPI's own non-blocking collectives)
+  hang_timeout: 300.0   # ours: seconds a wait may go without progress before the hang report and exit status 6; 0: never
   strategy_ckpt_save_file: ./ckpt_strategy.ckpt
   enable_alltoall: false
   strategy_ckpt_config:

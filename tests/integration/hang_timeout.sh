@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# A hang names its rank (the Hosts issue's item 5, parallel.hang_timeout, parallel/watchdog.h): one rank
+# of a training run is frozen with SIGSTOP mid-run and
+#  (a) 4 ranks, dp2 x mp2 (collectives), world rank 2 stopped: the job ends within hang_timeout and a
+#      margin with status 6; one summary line names world rank 2, and only it, and the call (group, op,
+#      sequence number) that a live rank reports it waits in for rank 2; every live rank reports what it
+#      waits for and its last calls; no rank of the run is left;
+#  (b) 2 ranks, pp2 (point-to-point), world rank 0 stopped: the same, the summary written by rank 1
+#      (the lowest live rank) and naming the message of its pipeline send or receive.
+set -euo pipefail
+BUILD="$1"
+BIN="$BUILD/bin/gridformer"
+command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d)"
+TIMEOUT=5   # parallel.hang_timeout, seconds
+# The ranks of the run into OUT (other tests' gridformer processes may come and go meanwhile: a
+# process that ends between pgrep and reading its cmdline is skipped, and the function never fails).
+ranks_of() {
+  local p
+  for p in $(pgrep -x gridformer || true); do
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
+  done
+  return 0
+}
+cleanup() {
+  for p in $(pgrep -f -- "$WORK/" || true); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > tiny.yaml <<YAML
+seed: 3
+runner_config: {train_steps: 1000000, batch_size: 4}
+lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
+callbacks:
+  - {type: MFLossMonitor, per_print_times: 1}
+YAML
+wait_step() {  # OUT N: until OUT's metrics show step N
+  local n
+  for _ in $(seq 1 1200); do
+    n=$(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  fail "$1 did not reach step $2"
+}
+pid_of_rank() {  # OUT R: world rank R's pid, from its log ("rank R of N, pid P"), if it is one of the run's ranks
+  local p
+  p=$(sed -n "s/.*\] rank $2 of [0-9]*, pid \([0-9]*\),.*/\1/p" "$1/log/rank_$2/gridformer.log" | head -1)
+  [ -n "$p" ] && ranks_of "$1" | grep -x "$p" > /dev/null && echo "$p"
+  return 0
+}
+
+# hang CASE NP STOP [--set ...]: NP ranks into CASE, world rank STOP frozen after step 20; checks the end.
+hang() {
+  local c=$1 np=$2 stop=$3; shift 3
+  mpirun -np "$np" --oversubscribe "$BIN" train --config tiny.yaml --set "output_dir=$WORK/$c" \
+    --set parallel.hang_timeout=$TIMEOUT "$@" > "$c.log" 2>&1 &
+  local job=$! pid t0 t1 status=0
+  wait_step "$c" 20
+  pid=$(pid_of_rank "$WORK/$c" "$stop")
+  [ -n "$pid" ] || fail "($c) no running rank $stop"
+  t0=$(date +%s.%N)
+  kill -STOP "$pid"
+  wait "$job" || status=$?
+  t1=$(date +%s.%N)
+  kill -CONT "$pid" 2>/dev/null || true
+  local took; took=$(python3 -c "print(round($t1 - $t0, 1))")
+  [ "$status" -eq 6 ] || { tail -30 "$c.log"; fail "($c) status $status, expected 6 (a hang)"; }
+  python3 -c "import sys; sys.exit(0 if $took <= $TIMEOUT + 20 else 1)" \
+    || fail "($c) the job ended $took s after the stop (hang_timeout $TIMEOUT s + 20 s allowed)"
+  python3 -c "import sys; sys.exit(0 if $took >= $TIMEOUT else 1)" || fail "($c) the job ended $took s after the stop, before hang_timeout"
+  # Nothing of the run is left (mpirun has killed the stopped rank too).
+  for _ in $(seq 1 100); do [ -z "$(ranks_of "$WORK/$c")" ] && break; sleep 0.1; done
+  [ -z "$(ranks_of "$WORK/$c")" ] || fail "($c) ranks left running: $(ranks_of "$WORK/$c")"
+  # One summary line, naming the stopped rank only.
+  local summary
+  summary=$(grep "hang: world rank .* did not arrive at" "$c.log" || true)
+  [ "$(printf '%s\n' "$summary" | grep -c 'did not arrive')" -eq 1 ] || { grep "hang:" "$c.log"; fail "($c) not one summary line"; }
+  [ "$(printf '%s' "$summary" | grep -o 'did not arrive' | wc -l)" -eq 1 ] || fail "($c) the summary names more than one rank: $summary"
+  printf '%s' "$summary" | grep -q "hang: world rank $stop (host [^)]*) did not arrive at " \
+    || fail "($c) the summary does not name world rank $stop: $summary"
+  printf '%s' "$summary" | grep -q "ending the job with exit status 6" || fail "($c) the summary does not give the status: $summary"
+  echo "($c) $np ranks, world rank $stop stopped: status 6 after $took s; $summary" | sed 's/^\(.\{400\}\).*/\1.../'
+  SUMMARY=$summary
+}
+
+# every live rank reported its wait and its last calls
+reported() {  # CASE RANK...
+  local c=$1 r; shift
+  for r in "$@"; do
+    grep -q "hang: rank $r (host [^,]*, pid [0-9]*) has waited [0-9.]* s in " "$c.log" || { grep "hang:" "$c.log"; fail "($c) rank $r did not report its wait"; }
+    grep -q "hang:   rank $r [a-z-]* (rank [0-9]* of [0-9]*, [0-9]* collectives, [0-9]* sends, [0-9]* receives): .* #[0-9]* " "$c.log" \
+      || fail "($c) rank $r did not list its last calls"
+  done
+}
+
+# (a) dp2 x mp2, world rank 2 stopped.
+hang a 4 2 --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2
+reported a 0 1 3
+call=$(printf '%s' "$SUMMARY" | sed -n 's/.*did not arrive at \([a-z-]* [a-z-]* #[0-9]*\) ([0-9]* bytes).*/\1/p')
+[ -n "$call" ] || fail "(a) the summary names no collective call (group op #seq): $SUMMARY"
+grep -q "has waited [0-9.]* s in $call (.*, for world rank 2 " a.log || { grep "hang:" a.log; fail "(a) no live rank waits for rank 2 in $call"; }
+echo "(a) ranks 0, 1, 3 reported their waits and last calls; rank 2 named at $call, where a live rank waits for it"
+
+# (b) pp2, world rank 0 stopped: rank 1 reports alone and writes the summary.
+hang b 2 0 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4
+reported b 1
+printf '%s' "$SUMMARY" | grep -Eq "did not arrive at the (send|receive) matching world rank 1's pp (recv|send) #[0-9]+ \(tag [0-9]+, [0-9]+ bytes\)|did not arrive at [a-z-]+ [a-z-]+ #[0-9]+ \(" \
+  || fail "(b) the summary names no call: $SUMMARY"
+grep -q "^\[rank 1\] hang: world rank 0 " b.log || fail "(b) the summary was not written by rank 1"
+echo "(b) rank 1 reported and wrote the summary"

@@ -23,17 +23,24 @@ void visible(const RingShape& s, int64_t b, int64_t qp, int64_t kp0, int64_t bc,
   a = s.key_lo ? std::clamp<int64_t>(s.key_lo[b * s.seq + qp] - kp0, 0, n) : 0;
 }
 
-// One query chunk [i_begin, i_end) of rows against one key chunk, both of sample b and head h /
-// kv head g, tile by tile; `tile` gets each (query tile, key tile) after its scores are in st.
+// Query chunk qc of this rank's rows against key chunk kc of a block, for sample b, tile by tile:
+// `tile(i0, br, j0, bc)` gets each (query tile, key tile) with a visible key. Tiles wholly after the
+// diagonal, and (key_lo: documents, a sliding window) wholly before every row's first visible key,
+// are skipped, so a windowed ring step outside the band costs nothing but its transfer.
 template <typename F>
-void chunk_pair(const RingShape& s, const RowChunks& qr, const RowChunks& kr, int qc, int kc, F tile) {
+void chunk_pair(const RingShape& s, int64_t b, const RowChunks& qr, const RowChunks& kr, int qc, int kc, F tile) {
   const int64_t qs = qr.start[qc], ks = kr.start[kc], nq = qr.chunk, nk = kr.chunk;
   if (ks > qs + nq - 1) return;  // every key after every query: nothing visible
   for (int64_t i0 = 0; i0 < nq; i0 += kRows) {
     const int64_t br = std::min(kRows, nq - i0), q_last = qs + i0 + br - 1;
-    for (int64_t j0 = 0; j0 < nk && ks + j0 <= q_last; j0 += kCols) tile(qc * qr.chunk + i0, br, kc * kr.chunk + j0, std::min(kCols, nk - j0));
+    int64_t lo = 0;  // the tile's earliest first visible key
+    if (s.key_lo) lo = *std::min_element(s.key_lo + b * s.seq + qs + i0, s.key_lo + b * s.seq + q_last + 1);
+    for (int64_t j0 = 0; j0 < nk && ks + j0 <= q_last; j0 += kCols) {
+      const int64_t bc = std::min(kCols, nk - j0);
+      if (ks + j0 + bc - 1 < lo) continue;
+      tile(qc * qr.chunk + i0, br, kc * kr.chunk + j0, bc);
+    }
   }
-  (void)s;
 }
 
 }  // namespace
@@ -57,7 +64,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
       float *mh = m + bh * R, *lh = l + bh * R;
       for (int qc = 0; qc < qr.chunks; ++qc)
         for (int kc = 0; kc < kr.chunks; ++kc)
-          chunk_pair(s, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
+          chunk_pair(s, b, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
             gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, st.data(), kCols);
             const int64_t kp0 = kr.position(j0);
             for (int64_t r = 0; r < br; ++r) {
@@ -145,7 +152,7 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
         float* dqh = dq + b * R * lddq + h * D;
         for (int qc = 0; qc < qr.chunks; ++qc)
           for (int kc = 0; kc < kr.chunks; ++kc)
-            chunk_pair(s, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
+            chunk_pair(s, b, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
               gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, p.data(), kCols);
               gemm(Trans::kNo, Trans::kYes, br, bc, D, 1.0f, dyh + i0 * C, C, vh + j0 * ldkv, ldkv, 0.0f, ds.data(), kCols);
               const int64_t kp0 = kr.position(j0);

@@ -30,6 +30,15 @@ Segments segments(const std::vector<int64_t>& widths, int parts) {
 
 }  // namespace
 
+void ContextParallel::exchange(const float* send, float* recv, int64_t rows, int64_t w) const {
+  if (!cp_) {
+    std::copy_n(send, rows * w, recv);
+    return;
+  }
+  const std::vector<int64_t> counts(static_cast<size_t>(size()), rows);
+  cp_->alltoallv_rows(send, counts.data(), recv, counts.data(), w);
+}
+
 void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, int64_t Tl,
                                    const std::vector<int64_t>& widths, float* send, float* recv) const {
   const int P = size();
@@ -46,12 +55,7 @@ void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, 
         dst += sg.share[s];
       }
     }
-  if (cp_) {
-    const std::vector<int64_t> counts(static_cast<size_t>(P), rows);
-    cp_->alltoallv_rows(send, counts.data(), recv, counts.data(), w);
-  } else {
-    std::copy_n(send, rows * w, recv);
-  }
+  exchange(send, recv, rows, w);
   // recv [i][b][t][w] -> heads [b][i Tl + t][w].
 #pragma omp parallel for collapse(2) schedule(static)
   for (int i = 0; i < P; ++i)
@@ -73,12 +77,7 @@ void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, 
       const int64_t b = r / Tl, t = r % Tl;
       std::copy_n(heads + (b * Tl * P + j * Tl + t) * w, w, send + (j * rows + r) * w);
     }
-  if (cp_) {
-    const std::vector<int64_t> counts(static_cast<size_t>(P), rows);
-    cp_->alltoallv_rows(send, counts.data(), recv, counts.data(), w);
-  } else {
-    std::copy_n(send, rows * w, recv);
-  }
+  exchange(send, recv, rows, w);
   // recv [i][b][t][w]: rank i's heads of this rank's rows, each segment's slice back in its place.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int i = 0; i < P; ++i)

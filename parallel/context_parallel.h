@@ -68,6 +68,8 @@ class ContextParallel {
                     float* send, float* recv) const;
 
  private:
+  // The all-to-all of both exchanges: `rows` rows of w floats to each rank, as many from each.
+  void exchange(const float* send, float* recv, int64_t rows, int64_t w) const;
   const Communicator* cp_ = nullptr;
   bool ring_ = false;
 };

@@ -189,7 +189,7 @@ wait_exit() {
 wait_for() {  # wait_for SECONDS FILE PATTERN
   local i
   for i in $(seq 1 $(($1 * 10))); do grep -q -- "$3" "$2" 2>/dev/null && return 0; sleep 0.1; done
-  cat "$2"; fail "no '$3' in $2 within $1 s"
+  cat "$2" 2>/dev/null || true; fail "no '$3' in $2 within $1 s"
 }
 tx() { echo $(($(ip netns exec "$NS_A" cat "/sys/class/net/$VA/statistics/tx_bytes") + $(ip netns exec "$NS_B" cat "/sys/class/net/$VB/statistics/tx_bytes"))); }
 losses_match() {  # losses_match NAME: the last $STEPS losses of out/metrics.jsonl against one rank's

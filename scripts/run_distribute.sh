@@ -19,6 +19,11 @@ usage: bash scripts/run_distribute.sh RANK_TABLE CONFIG DEVICE_RANGE RUN_MODE [R
   RUN_MODE      train | finetune | eval (passed as --set run_mode=RUN_MODE)
   RANK_SIZE     total ranks (default END-START); give it for a multi-server table
 
+Several servers: run it on each server (in the same directory, same paths), each with its own
+DEVICE_RANGE, in any order. On the server of rank 0 it starts mpirun, which starts every rank,
+the other servers' over ssh, in one job; on the others it waits for that job (<output_dir>/log/job),
+follows this server's ranks and ends with the job's status.
+
 Starts `mpirun -np RANK_SIZE gridformer train --config CONFIG --set run_mode=RUN_MODE` with
 RANK_TABLE_FILE=RANK_TABLE; mpirun's output goes to <output_dir>/log/mpirun.log, each rank's log to
 <output_dir>/log/rank_N/gridformer.log (output_dir from the config, default ./output). First checks
@@ -36,6 +41,9 @@ environment:
   GF_PROBE        0: do not probe the remote servers; 1: probe them in a dry run too (default: before a launch)
   GF_PROGRESS_INTERVAL  seconds between progress lines while the job runs (default 30)
   GF_DRY_RUN=1    check everything, write the hostfile/rankfile, print the mpirun command, start nothing
+  GF_JOIN_TIMEOUT seconds another server's script waits for the job to appear (default 300)
+  GF_JOB_STALE    seconds without the launcher's beat in the job file after which another server's
+                  script stops waiting for the job's end (default 20)
 EOF
   exit "${1:-2}"
 }
@@ -112,7 +120,15 @@ cleanup_children() {
   for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2; [ -n "$(session_pids)" ] || return 0; done
   say "could not stop: $(session_pids | paste -sd' ')"
 }
-trap cleanup_children EXIT
+on_exit() {
+  local status=$1
+  cleanup_children
+  [ -n "${JOB_ID:-}" ] && [ "$JOB_STATE" = running ] &&
+    job_end failed "$status" "run_distribute.sh on server ${SERVER_IDS[0]} exited (status $status) before the job's end was known"
+  return 0
+}
+JOB_ID="" JOB_STATE=""
+trap 'on_exit $?' EXIT
 # Until mpirun has started, a signal just ends the script (the EXIT trap stops the probes).
 early_signal() { say "SIG$1: stopping before anything started"; [ "$1" = INT ] && exit 130; exit 143; }
 trap 'early_signal INT' INT
@@ -169,9 +185,173 @@ OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^
 OUT=${OUT:-./output}
 LOGDIR=$OUT/log
 
+# The ranks of this server (all of them on a one-server table), and the server of each rank.
+LOCAL_RANKS=() RANK_SERVER=()
+for ((s = 0, r = 0; s < S; s++)); do
+  for ((i = 0; i < SERVER_COUNTS[s]; i++, r++)); do
+    RANK_SERVER[r]=${SERVER_IDS[s]}
+    ((S == 1 || s == mine)) && LOCAL_RANKS+=("$r")
+  done
+done
+JOB_FILE=$LOGDIR/job
+# Each rank log is appended to, run after run; LOG_START[r] is where this run's part starts.
+LOG_START=()
+this_run_log() { tail -c +$((${LOG_START[$1]:-0} + 1)) "$LOGDIR/rank_$1/gridformer.log" 2>/dev/null; }
+rank_pid() { this_run_log "$1" | sed -n 's/.*\] rank [0-9]* of [0-9]*, pid \([0-9]*\),.*/\1/p' | tail -1; }
+is_gridformer() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null | grep -q "gridformer train"; }
+
+# ---- another server's range: wait for the job, follow it, end with its status -------------------
+# The launcher on the server of rank 0 writes <output_dir>/log/job (key=value lines, replaced whole
+# with mv) when mpirun starts, bumps its `beat` every 2 s while the job runs, and writes the end
+# (state finished/failed/stopped, mpirun's status, a one-line message). The log directory is the
+# same path on every server (a shared file system, as the ranks' logs and the data need), so this
+# server reads it there. Liveness is judged by the beat moving, by this host's clock alone: the
+# servers' clocks need not agree.
+JOB_TEXT=""
+jf() { sed -n "s/^$1=//p" <<<"$JOB_TEXT" | head -1; }
+read_job() { JOB_TEXT=$(cat "$JOB_FILE" 2>/dev/null) || JOB_TEXT=""; }
+stop_here() { # stop_here PID...: TERM, then KILL after 2 s, whichever of PID... still runs
+  local pid i left=("$@")
+  kill -TERM "${left[@]}" 2>/dev/null
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.2
+    left=($(for pid in "${left[@]}"; do kill -0 "$pid" 2>/dev/null && echo "$pid"; done))
+    ((${#left[@]})) || return 0
+  done
+  kill -KILL "${left[@]}" 2>/dev/null
+}
+follow_job() {
+  local join=${GF_JOIN_TIMEOUT:-300} stale=${GF_JOB_STALE:-20} here=${SERVER_IDS[mine]} first=${SERVER_IDS[0]}
+  local job_path id state beat old_id="" old_beat="" old_state="" t0=$SECONDS seen_at=$SECONDS said_old=0
+  [[ $join =~ ^[1-9][0-9]*$ ]] || die "GF_JOIN_TIMEOUT '$join' is not a positive number of seconds"
+  [[ $stale =~ ^[1-9][0-9]*$ ]] || die "GF_JOB_STALE '$stale' is not a positive number of seconds"
+  job_path=$(realpath -m "$JOB_FILE")
+  local how_first="bash scripts/run_distribute.sh $TABLE $CONFIG \"[0,${SERVER_COUNTS[0]})\" $RUN_MODE $RANK_SIZE"
+  say "ranks $START..$((END - 1)) (server $here) are started by mpirun from the server of rank 0 ($first) over ssh, in one job with all $RANK_SIZE ranks; run this script there too, in this same directory, with DEVICE_RANGE [0,${SERVER_COUNTS[0]}) (either may start first)"
+  if [ "${GF_DRY_RUN:-0}" = 1 ]; then
+    say "GF_DRY_RUN=1: not waiting for the job; nothing to start here"
+    return 0
+  fi
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  read_job
+  old_id=$(jf job) old_beat=$(jf beat) old_state=$(jf state)
+  say "waiting up to $join s (GF_JOIN_TIMEOUT) for that job in $job_path"
+  # A job already in the file is followed only if it is running and its beat moves; one that has
+  # ended, or whose launcher stopped beating, is an earlier run's: wait for a new one.
+  while :; do
+    read_job
+    id=$(jf job) state=$(jf state) beat=$(jf beat)
+    if [ -n "$id" ] && [ "$id" != "$old_id" ]; then break; fi
+    if [ -n "$id" ] && [ "$state" = running ] && [ "$beat" != "$old_beat" ]; then break; fi
+    if [ -n "$old_id" ] && ((said_old == 0)) && { [ "$old_state" != running ] || ((SECONDS - seen_at >= stale)); }; then
+      say "the job already in $job_path ($old_id, $old_state) is an earlier run's: waiting for a new one"
+      said_old=1
+    fi
+    if ((SECONDS - t0 >= join)); then
+      say "no job from server $first within $join s in $job_path; nothing ran here"
+      die "start it on $first, in this same directory (the same paths as here): $how_first  (or raise GF_JOIN_TIMEOUT)"
+    fi
+    sleep 0.5
+  done
+  local j_table j_config j_size j_mode
+  j_table=$(jf table) j_config=$(jf config) j_size=$(jf rank_size) j_mode=$(jf run_mode)
+  if [ "$j_table" != "$TABLE" ] || [ "$j_config" != "$CONFIG" ] || [ "$j_size" != "$RANK_SIZE" ] || [ "$j_mode" != "$RUN_MODE" ]; then
+    die "job $id in $job_path (from server $(jf server)) runs RANK_SIZE $j_size, run_mode $j_mode, table $j_table, config $j_config; this script was given RANK_SIZE $RANK_SIZE, run_mode $RUN_MODE, table $TABLE, config $CONFIG: give every server the same arguments (and its own DEVICE_RANGE)"
+  fi
+  read -r -a LOG_START <<<"$(jf log_start)"
+  say "job $id: launched by run_distribute.sh on server $(jf server) (host $(jf host), pid $(jf launcher_pid); mpirun pid $(jf mpirun_pid)); following ranks $START..$((END - 1)) here"
+
+  # Follow: this server's ranks (pids from this run's part of their logs, checked on this host),
+  # the daemon that started them (their parent, orted), the job file's beat and end.
+  local -A PID=() DAEMON=()
+  local r pid ppid running announced=0 last_beat=$beat beat_at=$SECONDS end="" next_progress=$((SECONDS + PROGRESS_INTERVAL))
+  # A signal here stops the following, not the job: the job is mpirun's, on the first server.
+  trap 'say "SIGINT: no longer following job $id; it goes on: stop it from server $first (Ctrl-C to run_distribute.sh there)"; exit 130' INT
+  trap 'say "SIGTERM: no longer following job $id; it goes on: stop it from server $first"; exit 143' TERM
+  while :; do
+    for r in "${LOCAL_RANKS[@]}"; do
+      [ -n "${PID[$r]:-}" ] && continue
+      pid=$(rank_pid "$r")
+      [ -n "$pid" ] && is_gridformer "$pid" || continue
+      PID[$r]=$pid
+      ppid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
+      [ -n "$ppid" ] && [ "$(ps -o comm= -p "$ppid" 2>/dev/null)" = orted ] && DAEMON[$ppid]=1
+    done
+    if ((!announced && ${#PID[@]} == ${#LOCAL_RANKS[@]})); then
+      say "all ${#LOCAL_RANKS[@]} rank(s) of this server running: $(for r in "${LOCAL_RANKS[@]}"; do printf 'rank %s pid %s, ' "$r" "${PID[$r]}"; done | sed 's/, $//')${DAEMON[*]:+ (under orted pid ${!DAEMON[*]})}"
+      announced=1
+    fi
+    read_job
+    if [ "$(jf job)" != "$id" ]; then end=replaced; break; fi
+    state=$(jf state) beat=$(jf beat)
+    case "$state" in finished | failed | stopped) end=$state; break ;; esac
+    if [ "$beat" != "$last_beat" ]; then last_beat=$beat beat_at=$SECONDS; fi
+    if ((SECONDS - beat_at >= stale)); then end=stale; break; fi
+    if ((SECONDS >= next_progress)); then
+      running=0
+      for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && running=$((running + 1)); done
+      local step
+      step=$(grep -a 'step:\[' "$LOGDIR/mpirun.log" 2>/dev/null | tail -1 | sed -n 's/.*\(step:\[[^]]*\]\), \(loss: [^,]*\).*/\1, \2/p')
+      say "$((SECONDS - t0)) s: $running of ${#LOCAL_RANKS[@]} rank(s) of this server running${step:+; rank 0 at $step}"
+      next_progress=$((SECONDS + PROGRESS_INTERVAL))
+    fi
+    sleep 0.5
+  done
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+
+  # Nothing of this job outlives it here: mpirun's daemon stops these ranks and exits; what is still
+  # running 10 s after the end (a daemon cut off from mpirun, say) is stopped and named.
+  local left=() names=() i
+  for i in $(seq 1 50); do
+    left=()
+    for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && is_gridformer "${PID[$r]}" && left+=("${PID[$r]}"); done
+    for pid in "${!DAEMON[@]}"; do [ "$(ps -o comm= -p "$pid" 2>/dev/null)" = orted ] && left+=("$pid"); done
+    ((${#left[@]})) || break
+    [ "$end" = stale ] && break # the ranks may still be running the job: leave them
+    sleep 0.2
+  done
+  if ((${#left[@]})) && [ "$end" != stale ]; then
+    names=()
+    for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && names+=("rank $r pid ${PID[$r]}"); done
+    for pid in "${!DAEMON[@]}"; do kill -0 "$pid" 2>/dev/null && names+=("orted pid $pid"); done
+    say "the job ended but these still ran on this server 10 s later: $(IFS=,; echo "${names[*]}" | sed 's/,/, /g'): stopping them"
+    stop_here "${left[@]}"
+  fi
+
+  local status message ran=""
+  status=$(jf status) message=$(jf message)
+  for r in "${LOCAL_RANKS[@]}"; do
+    pid=$(rank_pid "$r")
+    if [ -n "$pid" ]; then ran+="${ran:+, }rank $r pid $pid"; else ran+="${ran:+, }rank $r (no start logged)"; fi
+  done
+  say "this server's ranks, from their logs: $ran"
+  case "$end" in
+    finished)
+      say "job $id finished (server $first's report): ${message:-all ranks finished}; logs in $LOGDIR"
+      return "${status:-0}" ;;
+    failed | stopped)
+      say "job $id $end (server $first's report): $message (mpirun status $status); mpirun.log and the whole report on $first; logs in $LOGDIR"
+      [[ $status =~ ^[0-9]+$ ]] && ((status != 0)) && return "$status"
+      return 1 ;;
+    replaced)
+      say "job $id was replaced in $job_path by another job ($(jf job)) before its end was recorded"
+      return 1 ;;
+    stale)
+      running=0
+      for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && running=$((running + 1)); done
+      say "job $id: the launcher on server $first stopped updating $job_path $stale s ago (GF_JOB_STALE) without recording the job's end (it was killed, or that server or the shared file system is unreachable from here); $running rank(s) of this server still run; end status unknown"
+      return 1 ;;
+  esac
+}
+
 if ((S > 1 && mine != 0)); then
-  say "ranks $START..$((END - 1)) (server ${SERVER_IDS[mine]}) are started by mpirun from the server of rank 0 (${SERVER_IDS[0]}): run this script there with DEVICE_RANGE [0,${SERVER_COUNTS[0]}); nothing to start here"
-  exit 0
+  # Another server's range (MindFormers runs the script on every server): mpirun on the server of
+  # rank 0 starts these ranks over ssh, in one MPI job. This script waits for that job, follows it
+  # and ends with its status. See "Several servers" in docs/distributed.md.
+  follow_job
+  exit $?
 fi
 
 # ---- placement: one rank per device slot (a core) when the cores suffice ------------------------
@@ -230,7 +410,7 @@ fi
 # "ssh -o ConnectTimeout=N -o BatchMode=yes" (OpenMPI splits plm_rsh_agent on spaces; ':' separates
 # alternatives). An agent the user set (MPIRUN_ARGS, OMPI_MCA_plm_rsh_agent or an mca-params.conf
 # file) is kept as it is: a second --mca plm_rsh_agent would be joined to it with a comma.
-OMPI_INFO_OUT="" # what ompi_info says of the rsh launcher's parameters (environment and mca-params.conf files)
+OMPI_INFO_OUT="" # what ompi_info says of the rsh launcher's and the daemons' TCP parameters (environment and mca-params.conf files)
 user_mca() { # user_mca NAME SYNONYM...: "SOURCE<tab>VALUE" of an MCA parameter the user set, nothing if it is the default
   local i n v src
   for ((i = 0; i + 2 < ${#extra[@]}; i++)); do
@@ -238,13 +418,13 @@ user_mca() { # user_mca NAME SYNONYM...: "SOURCE<tab>VALUE" of an MCA parameter 
     for n in "$@"; do [ "${extra[i + 1]}" = "$n" ] && { printf 'MPIRUN_ARGS\t%s\n' "${extra[i + 2]}"; return; }; done
   done
   for n in "$@"; do v=OMPI_MCA_$n; [ -n "${!v:-}" ] && { printf '%s\t%s\n' "$v" "${!v}"; return; }; done
-  src=$(sed -n "s/^mca:plm:rsh:param:$1:source://p" <<<"$OMPI_INFO_OUT")
+  src=$(sed -n "s/^mca:[a-z]*:[a-z]*:param:$1:source://p" <<<"$OMPI_INFO_OUT")
   [ -n "$src" ] && [ "$src" != default ] || return 0
-  v=$(sed -n "s/^mca:plm:rsh:param:$1:value://p" <<<"$OMPI_INFO_OUT")
+  v=$(sed -n "s/^mca:[a-z]*:[a-z]*:param:$1:value://p" <<<"$OMPI_INFO_OUT")
   v=${v#\"} v=${v%\"}
   printf '%s\t%s\n' "$src" "$v"
 }
-REMOTE=() AGENT=() RSH_ARGS=() agent_opts=()
+REMOTE=() AGENT=() RSH_ARGS=() agent_opts=() alive_opts=()
 if ((S > 1)); then
   THIS_HOST=$({ hostname; hostname -s; hostname -I | tr ' ' '\n'; ip -o addr show | awk '{sub(/\/.*/, "", $4); print $4}'; } 2>/dev/null | sed '/^$/d')
   for id in "${SERVER_IDS[@]}"; do
@@ -253,7 +433,7 @@ if ((S > 1)); then
   done
   info=$(dirname "$(command -v "$MPIRUN")")/ompi_info
   [ -x "$info" ] || info=$(command -v ompi_info) || info=""
-  [ -z "$info" ] || OMPI_INFO_OUT=$("$info" --parsable --level 9 --param plm rsh 2>/dev/null)
+  [ -z "$info" ] || OMPI_INFO_OUT=$("$info" --parsable --level 9 --param plm rsh 2>/dev/null; "$info" --parsable --level 9 --param oob tcp 2>/dev/null)
   IFS=$'\t' read -r agent_from agent_value <<<"$(user_mca plm_rsh_agent orte_rsh_agent pls_rsh_agent)"
   IFS=$'\t' read -r _ args_value <<<"$(user_mca plm_rsh_args)"
   read -r -a RSH_ARGS <<<"${args_value:-}"
@@ -264,6 +444,16 @@ if ((S > 1)); then
     AGENT=(ssh -o ConnectTimeout="$CONNECT_TIMEOUT" -o BatchMode=yes)
     agent_opts=(--mca plm_rsh_agent "${AGENT[*]}")
   fi
+  # A server that drops off the network (link down, power off) sends nothing more: no reset, no
+  # end of file. mpirun and each daemon (orted) hold a TCP connection to each other; Open MPI's
+  # keepalive on it (default: first probe after 300 s idle, then 9 probes 20 s apart, 8 minutes in
+  # all) is what notices. Here: after 6 s idle, 3 probes 3 s apart, so a lost server ends the job
+  # within about 15 s, mpirun names it ("lost communication with a remote daemon ... on node X"),
+  # and the daemon on the far side, cut off from mpirun, stops its ranks and exits. Values you set
+  # (MPIRUN_ARGS, OMPI_MCA_*, mca-params.conf) are kept.
+  for kv in oob_tcp_keepalive_time=6 oob_tcp_keepalive_intvl=3 oob_tcp_keepalive_probes=3; do
+    [ -n "$(user_mca "${kv%%=*}")" ] || alive_opts+=(--mca "${kv%%=*}" "${kv#*=}")
+  done
   if ((${#REMOTE[@]})) && ! command -v "${AGENT[0]}" >/dev/null; then
     [ "${GF_DRY_RUN:-0}" = 1 ] || die "${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
     say "warning: ${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
@@ -306,7 +496,7 @@ probe_remote() {
 }
 
 cmd=("$MPIRUN" -np "$RANK_SIZE" "${placement[@]}" "${root_opts[@]}" --mca orte_abort_on_non_zero_status 1
-  "${agent_opts[@]}" "${exports[@]}" "${extra[@]}" "$BIN" train --config "$CONFIG" --set run_mode="$RUN_MODE")
+  "${agent_opts[@]}" "${alive_opts[@]}" "${exports[@]}" "${extra[@]}" "$BIN" train --config "$CONFIG" --set run_mode="$RUN_MODE")
 
 say "$RANK_SIZE rank(s) from $TABLE ($S server(s)), run_mode $RUN_MODE, config $CONFIG"
 say "placement: $note"
@@ -333,15 +523,22 @@ if [ "${GF_DRY_RUN:-0}" = 1 ]; then
 fi
 
 # ---- run and supervise --------------------------------------------------------------------------
-# Each rank log is appended to; remember where this run's part starts.
-LOG_START=()
 for ((r = 0; r < N; r++)); do
   f=$LOGDIR/rank_$r/gridformer.log
   LOG_START[r]=$(stat -c %s "$f" 2>/dev/null || echo 0)
 done
-this_run_log() { tail -c +$((${LOG_START[$1]} + 1)) "$LOGDIR/rank_$1/gridformer.log" 2>/dev/null; }
-rank_pid() { this_run_log "$1" | sed -n 's/.*\] rank [0-9]* of [0-9]*, pid \([0-9]*\),.*/\1/p' | tail -1; }
-is_gridformer() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q "gridformer train"; }
+
+# The job file (several servers): what the other servers' run_distribute.sh wait for and follow
+# (follow_job above). Written when mpirun starts, its beat bumped every 2 s, its end recorded.
+JOB_BEAT=0 JOB_STATUS="" JOB_MESSAGE="" JOB_STARTED=""
+job_write() {
+  [ -n "$JOB_ID" ] || return 0
+  printf '%s\n' "job=$JOB_ID" "state=$JOB_STATE" "status=$JOB_STATUS" "message=$JOB_MESSAGE" "server=${SERVER_IDS[0]}" \
+    "host=$(hostname)" "launcher_pid=$$" "mpirun_pid=$MPI_PID" "table=$TABLE" "config=$CONFIG" "run_mode=$RUN_MODE" \
+    "rank_size=$RANK_SIZE" "log_start=${LOG_START[*]}" "started=$JOB_STARTED" "beat=$JOB_BEAT" >"$JOB_FILE.$$" 2>/dev/null &&
+    mv -f "$JOB_FILE.$$" "$JOB_FILE" 2>/dev/null || { rm -f "$JOB_FILE.$$"; say "warning: cannot write $JOB_FILE"; }
+}
+job_end() { JOB_STATE=$1 JOB_STATUS=$2 JOB_MESSAGE=$3; job_write; } # job_end STATE STATUS MESSAGE
 
 # SIGINT/SIGTERM: the same signal goes to every rank of this host (pids from this run's logs).
 # The runner checks for a stop request on every rank at each step (an all-reduce), so all ranks,
@@ -362,7 +559,7 @@ on_signal() {
   STOP_SIGNAL=$1
   STOP_DEADLINE=$((SECONDS + ${GF_STOP_TIMEOUT:-20}))
   local r pid signalled=0
-  for ((r = 0; r < N; r++)); do
+  for r in "${LOCAL_RANKS[@]}"; do
     pid=$(rank_pid "$r")
     if [ -n "$pid" ] && is_gridformer "$pid" && kill -"$1" "$pid" 2>/dev/null; then signalled=$((signalled + 1)); fi
   done
@@ -387,6 +584,11 @@ if ((S > 1)); then
 else
   say "started mpirun (pid $MPI_PID): $RANK_SIZE rank(s); progress every $PROGRESS_INTERVAL s"
 fi
+if ((S > 1)); then
+  JOB_ID=$(date -u +%Y%m%dT%H%M%SZ)-$(hostname -s 2>/dev/null || hostname)-$$ JOB_STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ) JOB_STATE=running
+  job_write
+  say "job $JOB_ID: $(realpath -m "$JOB_FILE") (the other servers' run_distribute.sh follow it there)"
+fi
 [ -n "$PENDING_SIGNAL" ] && on_signal "$PENDING_SIGNAL"
 
 # progress: one line on how far the job is, so the console is never silent for long.
@@ -404,8 +606,12 @@ progress() {
   fi
 }
 
-next_progress=$((SECONDS + PROGRESS_INTERVAL))
+next_progress=$((SECONDS + PROGRESS_INTERVAL)) next_beat=$((SECONDS + 2))
 while kill -0 "$MPI_PID" 2>/dev/null; do
+  if [ -n "$JOB_ID" ] && ((SECONDS >= next_beat)); then
+    JOB_BEAT=$((JOB_BEAT + 1)) next_beat=$((SECONDS + 2))
+    job_write
+  fi
   if [ -n "$STOP_SIGNAL" ]; then
     if ((NO_RANKS && SECONDS >= STOP_DEADLINE)); then
       say "mpirun did not stop within 5 s: killing its session"
@@ -435,8 +641,10 @@ STATUS=$?
 trap 'exit 130' INT # from here a signal just ends the script (the EXIT trap still sweeps mpirun's session)
 trap 'exit 143' TERM
 
-# No rank of this run may outlive mpirun (mpirun kills them; this is the check, and the last resort).
-for ((r = 0; r < N; r++)); do
+# No rank of this run on this server may outlive mpirun (mpirun kills them; this is the check, and
+# the last resort). The other servers' ranks are their daemons' to stop (and their own
+# run_distribute.sh's, following the job): a pid in their logs means nothing here.
+for r in "${LOCAL_RANKS[@]}"; do
   pid=$(rank_pid "$r")
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && is_gridformer "$pid"; then
     say "rank $r (pid $pid) was still running after mpirun ended: killing it"
@@ -446,15 +654,18 @@ done
 
 if [ -n "$STOP_SIGNAL" ]; then
   if ((BEFORE_RANKS)); then
-    say "stopped by SIG$STOP_SIGNAL before any rank started here (mpirun status $STATUS)"
+    JOB_MESSAGE="stopped by SIG$STOP_SIGNAL before any rank started on ${SERVER_IDS[0]}"
   else
-    say "stopped by SIG$STOP_SIGNAL; all ranks stopped (mpirun status $STATUS)"
+    JOB_MESSAGE="stopped by SIG$STOP_SIGNAL; all ranks stopped"
   fi
-  [ "$STOP_SIGNAL" = INT ] && exit 130
+  say "$JOB_MESSAGE (mpirun status $STATUS)"
+  [ "$STOP_SIGNAL" = INT ] && { job_end stopped 130 "$JOB_MESSAGE"; exit 130; }
+  job_end stopped 143 "$JOB_MESSAGE"
   exit 143
 fi
 if ((STATUS == 0)); then
   say "all $RANK_SIZE rank(s) finished; logs in $LOGDIR"
+  job_end finished 0 "all $RANK_SIZE rank(s) finished"
   exit 0
 fi
 
@@ -488,10 +699,20 @@ if [ -z "$failed" ]; then
   code=$(sed -n 's/.*Exit code:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$MLOG" | head -1)
   [ -n "$code" ] && how="exited with status $code"
 fi
+# A server lost (the network, the server itself, or its daemon): "ORTE has lost communication with
+# a remote daemon. ... Remote daemon: [[13280,0],1] on node 10.0.0.2".
+lost=$(sed -n 's/^[[:space:]]*Remote daemon:.* on node \([^[:space:]]*\).*/\1/p' "$MLOG" | head -1)
 rank_errors=""
 [ -n "$failed" ] && rank_errors=$(error_blocks /dev/null <(this_run_log "$failed"))
-if [ -n "$failed" ]; then
-  say "rank $failed failed (${how:-see $MLOG}); mpirun stopped the other ranks (mpirun status $STATUS)"
+where=""
+((S > 1)) && [ -n "$failed" ] && [ -n "${RANK_SERVER[failed]:-}" ] && where=" (server ${RANK_SERVER[failed]})"
+if [ -n "$lost" ] && [ -z "$failed" ]; then
+  JOB_MESSAGE="lost server $lost: mpirun lost its connection to the daemon there (network link down, server down, or its orted killed) and stopped the job"
+  say "$JOB_MESSAGE (mpirun status $STATUS, $((SECONDS - T0)) s into the job); check $lost and the network between it and ${SERVER_IDS[0]}"
+  say "the ranks on $lost are stopped by its daemon, cut off from mpirun (Open MPI's TCP keepalive), or by run_distribute.sh following the job there"
+elif [ -n "$failed" ]; then
+  JOB_MESSAGE="rank $failed$where failed (${how:-see mpirun.log})"
+  say "rank $failed$where failed (${how:-see $MLOG}); mpirun stopped the other ranks (mpirun status $STATUS)"
   if [ -n "$rank_errors" ]; then
     say "the errors rank $failed logged ($LOGDIR/rank_$failed/gridformer.log):"
     echo "$rank_errors" >&2
@@ -507,11 +728,13 @@ else
   if [ -n "$ssh_lines" ]; then
     say "mpirun could not start its daemons over ssh:"
     echo "$ssh_lines" >&2
+    JOB_MESSAGE="mpirun could not start its daemons over ssh: $(head -1 <<<"$ssh_lines")"
     say "every server needs passwordless ssh from this host ('${AGENT[*]:-ssh} HOST true' must work without a prompt) and its right address as server_id in the rank table"
     say "mpirun failed with status $STATUS; its whole report: $MLOG"
   else
     say "mpirun failed with status $STATUS and named no rank; last 20 lines of $MLOG:"
     tail -n 20 "$MLOG" >&2
+    JOB_MESSAGE="mpirun failed with status $STATUS and named no rank"
   fi
 fi
 # The other errors the ranks reported, each whole (rank 0 reports the ones every rank shares, such
@@ -522,4 +745,5 @@ else
   errors=$(error_blocks /dev/null "$MLOG")
 fi
 [ -n "$errors" ] && { say "errors reported by the ranks (from $MLOG):"; echo "$errors" >&2; }
+job_end failed "$STATUS" "$JOB_MESSAGE"
 exit "$STATUS"

@@ -10,6 +10,8 @@ cd "$ROOT"
 
 # openssh-client: mpirun reaches the other servers of a rank table over ssh, and run_distribute.sh
 # probes them with it; iproute2: the launcher test's network namespaces (tests/integration/run_distribute_launch.sh).
+# openssh-server: tests/integration/two_servers.sh starts an sshd of its own in each of two network namespaces (two
+# servers); installing it starts no system sshd in a container without systemd (policy-rc.d), and the test needs none.
 # protobuf: MindSpore .ckpt import and TensorBoard event files (Debian's library and protoc; python3-protobuf for the tests' independent decoders).
 # python3-matplotlib: tools/plot_metrics.py draws metrics.jsonl into a PNG without TensorBoard (and its test).
 # python3-regex: the Python GPT-2 reference tokenizer (tools/gpt2_encoder_reference.py) that the predict test decodes with.
@@ -18,7 +20,7 @@ cd "$ROOT"
 # python3-torch: tools/lambada_torch.py, the PyTorch reference the LAMBADA test counts against (and the benchmarks).
 PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmpi-bin libeigen3-dev
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
-          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client iproute2
+          libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client openssh-server iproute2
           libprotobuf-dev protobuf-compiler python3-protobuf python3-matplotlib python3-regex python3-torch libicu-dev
           libsentencepiece-dev sentencepiece python3-sentencepiece)
 missing=()

@@ -179,8 +179,13 @@ grep -q "command: mpirun -np 16 --hostfile ./out/log/hostfile --map-by slot" f.t
 grep -q "command: .* --mca plm_rsh_agent 'ssh -o ConnectTimeout=10 -o BatchMode=yes' " f.txt || fail "(f) ssh agent: $(grep command f.txt)"
 # A dry run sends nothing to the servers (these addresses are not on this machine).
 grep -q "remote servers not probed (10.0.0.1 10.0.0.2)" f.txt || fail "(f) the dry run should not probe: $(cat f.txt)"
-bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 > f2.txt 2>&1 || fail "(f) second server's range"
-grep -q "nothing to start here" f2.txt || fail "(f) the second server's range should start nothing: $(cat f2.txt)"
+GF_DRY_RUN=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 > f2.txt 2>&1 || fail "(f) second server's range"
+grep -q "ranks 8..15 (server 10.0.0.2) are started by mpirun from the server of rank 0 (10.0.0.1) over ssh" f2.txt \
+  && grep -q "GF_DRY_RUN=1: not waiting for the job; nothing to start here" f2.txt || fail "(f) the second server's range, dry run: $(cat f2.txt)"
+# Not a dry run: it waits for the job from 10.0.0.1 (tests/integration/two_servers.sh runs one); none comes here.
+set +e; GF_JOIN_TIMEOUT=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 > f3.txt 2>&1; s3=$?; set -e
+[ "$s3" -eq 2 ] && grep -q "no job from server 10.0.0.1 within 1 s in $WORK/out/log/job; nothing ran here" f3.txt \
+  || fail "(f) the second server's range without a job: status $s3, $(cat f3.txt)"
 usage_case "pass RANK_SIZE 16 as the 5th argument" tables/two.json short.yaml "[0,8)" train
 usage_case "DEVICE_RANGE [4,12) is not the rank range of any server" tables/two.json short.yaml "[4,12)" train 16
 [ -z "$(ours)" ] || fail "(f) a dry run started processes"

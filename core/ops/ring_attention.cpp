@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "core/math/gemm.h"
+#include "core/math/scratch.h"
 
 namespace gf::ops {
 namespace {
@@ -52,7 +52,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
   {
-    std::vector<float> st(static_cast<size_t>(kRows * kCols)), mk(static_cast<size_t>(kCols));
+    float* const st = scratch<float>(static_cast<size_t>(kRows * kCols), 2);  // per thread, reused step after step
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < s.batch * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, g = h / group;
@@ -65,10 +65,10 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
       for (int qc = 0; qc < qr.chunks; ++qc)
         for (int kc = 0; kc < kr.chunks; ++kc)
           chunk_pair(s, b, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
-            gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, st.data(), kCols);
+            gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, st, kCols);
             const int64_t kp0 = kr.position(j0);
             for (int64_t r = 0; r < br; ++r) {
-              float* row = st.data() + r * kCols;
+              float* row = st + r * kCols;
               const int64_t qp = qr.position(i0 + r);
               int64_t a, n;
               visible(s, b, qp, kp0, bc, a, n);
@@ -92,7 +92,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
                 for (int64_t j = 0; j < n - a; ++j) row[a + j] *= drop.scale(at + static_cast<uint64_t>(j));
               }
             }
-            gemm(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, st.data(), kCols, vh + j0 * ldkv, ldkv, 1.0f, oh + i0 * C, C);
+            gemm(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, st, kCols, vh + j0 * ldkv, ldkv, 1.0f, oh + i0 * C, C);
           });
     }
   }
@@ -136,7 +136,8 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
   // by one thread, in a fixed order.
 #pragma omp parallel
   {
-    std::vector<float> p(static_cast<size_t>(kRows * kCols)), ds(p.size());
+    float* const p = scratch<float>(static_cast<size_t>(kRows * kCols), 2);
+    float* const ds = scratch<float>(static_cast<size_t>(kRows * kCols), 3);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < s.batch * Hk; ++bg) {
       const int64_t b = bg / Hk, g = bg % Hk;
@@ -153,11 +154,11 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
         for (int qc = 0; qc < qr.chunks; ++qc)
           for (int kc = 0; kc < kr.chunks; ++kc)
             chunk_pair(s, b, qr, kr, qc, kc, [&](int64_t i0, int64_t br, int64_t j0, int64_t bc) {
-              gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, p.data(), kCols);
-              gemm(Trans::kNo, Trans::kYes, br, bc, D, 1.0f, dyh + i0 * C, C, vh + j0 * ldkv, ldkv, 0.0f, ds.data(), kCols);
+              gemm(Trans::kNo, Trans::kYes, br, bc, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.0f, p, kCols);
+              gemm(Trans::kNo, Trans::kYes, br, bc, D, 1.0f, dyh + i0 * C, C, vh + j0 * ldkv, ldkv, 0.0f, ds, kCols);
               const int64_t kp0 = kr.position(j0);
               for (int64_t r = 0; r < br; ++r) {
-                float *pr = p.data() + r * kCols, *dr = ds.data() + r * kCols;
+                float *pr = p + r * kCols, *dr = ds + r * kCols;
                 const int64_t qp = qr.position(i0 + r);
                 int64_t a, n;
                 visible(s, b, qp, kp0, bc, a, n);
@@ -180,9 +181,9 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
                 }
               }
               // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i
-              gemm(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, p.data(), kCols, dyh + i0 * C, C, 1.0f, dvh + j0 * lddkv, lddkv);
-              gemm(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, ds.data(), kCols, kh + j0 * ldkv, ldkv, 1.0f, dqh + i0 * lddq, lddq);
-              gemm(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, ds.data(), kCols, qh + i0 * ldq, ldq, 1.0f, dkh + j0 * lddkv, lddkv);
+              gemm(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, p, kCols, dyh + i0 * C, C, 1.0f, dvh + j0 * lddkv, lddkv);
+              gemm(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, ds, kCols, kh + j0 * ldkv, ldkv, 1.0f, dqh + i0 * lddq, lddq);
+              gemm(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, ds, kCols, qh + i0 * ldq, ldq, 1.0f, dkh + j0 * lddkv, lddkv);
             });
       }
     }

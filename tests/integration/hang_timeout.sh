@@ -108,7 +108,8 @@ hang a 4 2 --set parallel_config.data_parallel=2 --set parallel_config.model_par
 reported a 0 1 3
 call=$(printf '%s' "$SUMMARY" | sed -n 's/.*did not arrive at \([a-z-]* [a-z-]* #[0-9]*\) ([0-9]* bytes).*/\1/p')
 [ -n "$call" ] || fail "(a) the summary names no collective call (group op #seq): $SUMMARY"
-grep -q "has waited [0-9.]* s in $call (.*, for world rank 2 " a.log || { grep "hang:" a.log; fail "(a) no live rank waits for rank 2 in $call"; }
+# A started all-reduce (a gradient bucket) names its tag after the call: "... #113 tag 0 (19456 bytes)".
+grep -q "has waited [0-9.]* s in $call \(tag [0-9]* \)\?(.*, for world rank 2 " a.log || { grep "hang:" a.log; fail "(a) no live rank waits for rank 2 in $call"; }
 echo "(a) ranks 0, 1, 3 reported their waits and last calls; rank 2 named at $call, where a live rank waits for it"
 
 # (b) pp2, world rank 0 stopped: rank 1 reports alone and writes the summary.

@@ -9,6 +9,7 @@
 #include "core/math/aligned_buffer.h"
 #include "core/math/mixed_precision.h"
 #include "core/params/placement.h"
+#include "core/params/weight_gate.h"
 #include "models/layout.h"
 #include "models/model_config.h"
 
@@ -116,6 +117,17 @@ class CausalLM {
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
 
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
+  // ZeRO-2 and 3 (parallel/zero.h): the arena offsets where the blocks' parameters start (the
+  // embedding, each layer, an MoE layer's experts, the final norm and head), which cut it into units.
+  virtual std::vector<int64_t> weight_unit_starts() const { return {}; }
+  // ZeRO-3: every block asks `gate` for its weights before it reads them and hands them back after
+  // (nullptr: the weights are always whole). With a gate the weights' low-precision copy is made unit
+  // by unit as the gate brings them (convert_low), not for the whole arena before a forward.
+  virtual void set_weight_gate(WeightGate* gate) { (void)gate; }
+  // The low-precision copy of arena floats [begin, end) from the weights (a no-op in fp32), and the
+  // copy's pages of that range given back.
+  virtual void convert_low(int64_t begin, int64_t end) { (void)begin; (void)end; }
+  virtual void release_low(int64_t begin, int64_t end) { (void)begin; (void)end; }
   // Loads a Hugging Face GPT-2-style safetensors file into the weights (see load_hf_checkpoint), or
   // a MindSpore .ckpt of MindFormers' GPT-2 (models/weights/mindspore_checkpoint.h). Returns a note for the
   // log (for a .ckpt: the entries it skipped); empty for safetensors.

@@ -13,9 +13,9 @@ PipelineStage::PipelineStage(const TransformerSpec& spec, NameMap names, const M
       cdt_(layout.compute) {
   if (chunks.empty()) throw std::invalid_argument("PipelineStage: no model chunk");
   const size_t n = static_cast<size_t>(params_.total_floats());
-  weights_ = AlignedBuffer<float>(n);
-  grads_ = AlignedBuffer<float>(n);
-  low_ = AlignedBuffer<std::byte>(n * static_cast<size_t>(low_copy_element_bytes(cdt_)));
+  weights_ = AlignedBuffer<float>(n, kOnDemand);
+  grads_ = AlignedBuffer<float>(n, kOnDemand);
+  low_ = AlignedBuffer<std::byte>(n * static_cast<size_t>(low_copy_element_bytes(cdt_)), kOnDemand);
   const SharedArena arena{&params_, weights_.data(), grads_.data(), low_.data(), &low_current_};
   for (const StageOptions& st : chunks)
     chunks_.push_back(std::make_unique<TransformerLM>(spec, names, cfg, layout, micro_batch, ctx, st, &arena));
@@ -31,6 +31,17 @@ void PipelineStage::backward(float) {
 
 const float* PipelineStage::logits() const {
   throw std::logic_error("a pipeline stage's logits are the last chunk's, per slot");
+}
+
+std::vector<int64_t> PipelineStage::weight_unit_starts() const {
+  std::vector<int64_t> at;
+  for (const auto& c : chunks_)
+    for (int64_t o : c->weight_unit_starts()) at.push_back(o);
+  return at;
+}
+
+void PipelineStage::set_weight_gate(WeightGate* gate) {
+  for (const auto& c : chunks_) c->set_weight_gate(gate);
 }
 
 int64_t PipelineStage::activation_bytes() const {

@@ -43,6 +43,11 @@ class PipelineStage : public CausalLM {
   void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override { return chunks_.front()->flops_per_step(batch); }
   bool whole_model() const override { return false; }
+  std::vector<int64_t> weight_unit_starts() const override;
+  void set_weight_gate(WeightGate* gate) override;
+  // The chunks share this stage's arena and its low-precision copy.
+  void convert_low(int64_t begin, int64_t end) override { chunks_.front()->convert_low(begin, end); }
+  void release_low(int64_t begin, int64_t end) override { chunks_.front()->release_low(begin, end); }
 
  private:
   ModelConfig cfg_;

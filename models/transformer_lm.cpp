@@ -98,9 +98,10 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     lowp_ = arena->low;
     low_current_ = arena->low_current;
   } else {
-    weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
-    grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()));
-    low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params_.total_floats() * low_copy_element_bytes(cdt_)));
+    // On demand (pages resident once written): ZeRO-2 and 3 give the other ranks' slices back.
+    weights_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()), kOnDemand);
+    grads_ = AlignedBuffer<float>(static_cast<size_t>(params_.total_floats()), kOnDemand);
+    low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params_.total_floats() * low_copy_element_bytes(cdt_)), kOnDemand);
     w_ = weights_.data();
     g_ = grads_.data();
     lowp_ = low_.data();
@@ -120,6 +121,9 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
     head_.bind(params_, names_);
   }
+  if (d.first) emb_reads_ = {embedding_.first_offset()};
+  for (const TransformerLayer& l : layers_) layer_reads_.push_back({l.first_offset(), l.expert_offset()});
+  if (d.last) head_reads_ = {head_.first_offset(), head_.weight_offset()};
   // Sized first, then one allocation, then placed in the same order.
   Buffers b;
   lay_out(d, plan_, b);
@@ -189,7 +193,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   s.info = info;
   // The products of this step read the weights' low-precision copy, made from the masters as
   // they are now, unless the optimizer step wrote it already or no weight changed since.
-  if (cdt_ != ComputeDtype::kFloat32 && !*low_current_) {
+  if (cdt_ != ComputeDtype::kFloat32 && !*low_current_ && gate_ == nullptr) {
     make_low_copy(cdt_, lowp_, w_, params_.total_floats());
     *low_current_ = true;
   }
@@ -212,9 +216,18 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
   const int64_t rows = d.Nl * d.C;  // the residual stream's elements on this rank
+  // ZeRO-3: each block's weights are brought just before it runs and handed back after; the next
+  // block's are fetched meanwhile.
+  auto reads_after = [&](int64_t l) -> const std::vector<int64_t>& {  // what follows layer l (l0 - 1: the embedding)
+    static const std::vector<int64_t> none;
+    if (l + 1 < d.l1) return layer_reads_[static_cast<size_t>(l + 1 - d.l0)];
+    return d.last ? head_reads_ : none;
+  };
   if (d.first) {
     trace::Span span("compute", "embedding fwd");
+    need(emb_reads_, reads_after(d.l0 - 1));
     embedding_.fwd(e, s.emb, s.inputs);
+    done(emb_reads_);
     check_finite(s.emb, rows, "the embedding's output");
   } else {
     std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
@@ -224,7 +237,9 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     trace::Span span(trace::kOn, "compute", "layer %d fwd", static_cast<int>(l));
     span.arg("layer", static_cast<double>(l));
     const TransformerLayer::Acts& a = s.layers[static_cast<size_t>(l - d.l0)];
+    need(layer_reads_[static_cast<size_t>(l - d.l0)], reads_after(l));
     layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), a);
+    done(layer_reads_[static_cast<size_t>(l - d.l0)]);
     if (check_finite_) {
       if (d.mode(l) == Recompute::kNone && a.res2)
         check_finite(a.res2, rows, "layer " + std::to_string(l) + "'s attention (input + attention output)");
@@ -235,7 +250,9 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   }
   if (!d.last) return 0.0;
   trace::Span span("compute", "head fwd");
+  need(head_reads_, {});
   const double loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
+  done(head_reads_);
   if (check_finite_ && !std::isfinite(loss) && first_nonfinite_.empty())
     first_nonfinite_ = "the head's loss (final norm, logits and cross-entropy; its inputs were finite)";
   return loss;
@@ -297,7 +314,9 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
     if (!(d.share_logits && pass == BwdPass::kWeight)) {
       trace::Span span(trace::kOn, "compute", "head %s", pass_name);
+      need(head_reads_, d.l1 > d.l0 ? layer_reads_.back() : std::vector<int64_t>{});
       head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
+      done(head_reads_);
       if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
     }
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
@@ -310,8 +329,11 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const float* x = layer_input(s, l);
     trace::Span span(trace::kOn, "compute", "layer %d %s", static_cast<int>(l), pass_name);
     span.arg("layer", static_cast<double>(l));
+    need(layer_reads_[static_cast<size_t>(l - d.l0)],
+         l > d.l0 ? layer_reads_[static_cast<size_t>(l - 1 - d.l0)] : std::vector<int64_t>{});
     if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
     layer.bwd(e, pass, x, a, layer_grads(s, l));
+    done(layer_reads_[static_cast<size_t>(l - d.l0)]);
     if (input) check_finite(scratch_.dres, d.Nl * d.C, "layer " + std::to_string(l) + "'s backward (the gradient into its input)");
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
     progress();
@@ -328,6 +350,53 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     }
   }
   if (pass != BwdPass::kInput) grads_ready_from(0);
+}
+
+std::vector<int64_t> TransformerLM::weight_unit_starts() const {
+  std::vector<int64_t> at;
+  if (dims_.first) at.push_back(embedding_.first_offset());
+  for (const TransformerLayer& l : layers_) {
+    at.push_back(l.first_offset());
+    if (l.expert_offset() >= 0) at.push_back(l.expert_offset());
+  }
+  if (dims_.last) at.push_back(head_.first_offset());
+  return at;
+}
+
+std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, const NameMap& names, const Placement& t,
+                                                int tp, int ep, const std::vector<StageOptions>& chunks) {
+  std::vector<int64_t> at;
+  for (const StageOptions& st : chunks) {
+    const int64_t l1 = st.layer_end < 0 ? spec.layers : st.layer_end;
+    if (st.layer_begin == 0) {
+      EmbeddingBlock e(spec, VocabSlice{});
+      e.bind(t, names);
+      at.push_back(e.first_offset());
+    }
+    for (int64_t l = st.layer_begin; l < l1; ++l) {
+      TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
+      layer.bind(t, names);
+      at.push_back(layer.first_offset());
+      if (layer.expert_offset() >= 0) at.push_back(layer.expert_offset());
+    }
+    if (l1 == spec.layers) {
+      LmHeadBlock h(spec, VocabSlice{}, 0);
+      h.bind(t, names);
+      at.push_back(h.first_offset());
+    }
+  }
+  return at;
+}
+
+void TransformerLM::convert_low(int64_t begin, int64_t end) {
+  if (cdt_ == ComputeDtype::kFloat32 || begin >= end) return;
+  make_low_copy(cdt_, lowp_ + begin * low_copy_element_bytes(cdt_), w_ + begin, end - begin);
+}
+
+void TransformerLM::release_low(int64_t begin, int64_t end) {
+  if (cdt_ == ComputeDtype::kFloat32 || begin >= end) return;
+  const int64_t eb = low_copy_element_bytes(cdt_);
+  release_pages(lowp_ + begin * eb, lowp_ + end * eb);
 }
 
 double TransformerLM::forward(const int32_t* tokens, const StepInfo& info) {

@@ -125,6 +125,14 @@ class TransformerLM : public CausalLM {
   int64_t micro_batch() const override { return dims_.B; }
   double forward(const int32_t* tokens, const StepInfo& info) override;
   void backward(float grad_scale) override;
+  std::vector<int64_t> weight_unit_starts() const override;
+  // The same for a placement of these chunks' parameters, without a model (`plan`): where the
+  // embedding, each layer, each MoE layer's experts and the head start.
+  static std::vector<int64_t> unit_starts(const TransformerSpec& spec, const NameMap& names, const Placement& t,
+                                          int tp, int ep, const std::vector<StageOptions>& chunks);
+  void set_weight_gate(WeightGate* gate) override { gate_ = gate; }
+  void convert_low(int64_t begin, int64_t end) override;
+  void release_low(int64_t begin, int64_t end) override;
   const float* logits() const override { return slots_[0].head.logits; }
   int64_t logits_ld() const override { return dims_.vocab.local; }
   int64_t activation_bytes() const override { return plan_.bytes(); }
@@ -224,7 +232,18 @@ class TransformerLM : public CausalLM {
   // With check_finite_: records `what` when p[0, n) holds a value that is not finite and nothing was recorded yet.
   void check_finite(const float* p, int64_t n, const std::string& what);
   void progress() const {
+    if (gate_) gate_->progress();
     if (progress_) progress_();
+  }
+  WeightGate* gate_ = nullptr;
+  // The arena offsets each block reads (ZeRO-3's units): the embedding, layer l - l0, the head.
+  std::vector<int64_t> emb_reads_, head_reads_;
+  std::vector<std::vector<int64_t>> layer_reads_;
+  void need(const std::vector<int64_t>& now, const std::vector<int64_t>& next) const {
+    if (gate_) gate_->need(now, next);
+  }
+  void done(const std::vector<int64_t>& now) const {
+    if (gate_) gate_->done(now);
   }
 };
 

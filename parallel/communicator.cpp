@@ -279,6 +279,7 @@ struct PendingAllreduce::State {
   }
 };
 
+PendingAllreduce::PendingAllreduce() = default;
 PendingAllreduce::PendingAllreduce(PendingAllreduce&&) noexcept = default;
 PendingAllreduce& PendingAllreduce::operator=(PendingAllreduce&&) noexcept = default;
 PendingAllreduce::~PendingAllreduce() {
@@ -385,7 +386,7 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
   s->call = log->begin(CallLog::Kind::kCollective, name, n * static_cast<int64_t>(elem_size(t)), -1,
                        background ? tag - kUserTagBase : -1);
   s->mpi = mpi;
-  s->mpi_single = mpi && background;
+  s->mpi_single = mpi && background && first != last;  // a started all-reduce: one MPI_Iallreduce
   s->comm = comm;
   s->rank = rank;
   s->size = size;
@@ -432,6 +433,26 @@ PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int t
   span.span().arg("tag", tag);
   p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), log_.get(), "all-reduce",
                         data, n, Dtype::kFloat, ReduceOp::kSum, 0, 1, mpi_collectives_, true));
+  return p;
+}
+
+PendingAllreduce Communicator::start_reduce_scatter_sum(float* data, int64_t n, int tag) const {
+  PendingAllreduce p;
+  if (size_ <= 1) return p;
+  CommSpan span("reduce-scatter start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
+  span.span().arg("tag", tag);
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), log_.get(),
+                        "reduce-scatter", data, n, Dtype::kFloat, ReduceOp::kSum, 0, 0, mpi_collectives_, true));
+  return p;
+}
+
+PendingAllreduce Communicator::start_allgather(float* data, int64_t n, int tag) const {
+  PendingAllreduce p;
+  if (size_ <= 1) return p;
+  CommSpan span("all-gather start", n * static_cast<int64_t>(sizeof(float)), name_, size_, *stats_);
+  span.span().arg("tag", tag);
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kUserTagBase + tag, stats_.get(), log_.get(), "all-gather",
+                        data, n, Dtype::kFloat, ReduceOp::kSum, 1, 1, mpi_collectives_, true));
   return p;
 }
 

@@ -82,7 +82,7 @@ class Request {
 // alive and untouched until done.
 class PendingAllreduce {
  public:
-  PendingAllreduce() = default;
+  PendingAllreduce();
   PendingAllreduce(PendingAllreduce&&) noexcept;
   PendingAllreduce& operator=(PendingAllreduce&&) noexcept;
   ~PendingAllreduce();
@@ -124,6 +124,10 @@ class Communicator {
   void allgather(float* data, int64_t n) const;
   // Background sum all-reduce of a float buffer; `tag` must differ between those in flight.
   PendingAllreduce start_allreduce_sum(float* data, int64_t n, int tag) const;
+  // Background reduce-scatter and all-gather (the sharded optimizer's per-layer collectives): the same
+  // shards and sums as reduce_scatter_sum and allgather; `tag` as above, unique among all in flight.
+  PendingAllreduce start_reduce_scatter_sum(float* data, int64_t n, int tag) const;
+  PendingAllreduce start_allgather(float* data, int64_t n, int tag) const;
   void broadcast(void* data, int64_t bytes, int root) const;
   // Every rank's string, in rank order, on `root` (empty elsewhere): checkpoint index fragments.
   std::vector<std::string> gather_strings(const std::string& s, int root) const;

@@ -3,25 +3,36 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/math/aligned_buffer.h"
 #include "core/trace/trace.h"
 
 namespace gf {
 
-GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, ShardOptions shard,
                            bool sequence_parallel)
-    : ctx_(ctx), sharded_(shard_optimizer && ctx.data_like().size() > 1),
+    : ctx_(ctx), layout_(std::make_unique<ShardLayout>(params, ctx, shard.stage, shard.degree, std::move(shard.cuts))),
+      sharded_(layout_->stage() >= 1),
       sequence_parallel_(sequence_parallel && ctx.group(GridAxis::kTp).size() > 1), total_(params.total_floats()),
       expert_begin_(params.expert_begin()) {
   // Dense parameters: [0, expert_begin_); without experts expert_begin_ is the arena's end.
   const bool experts = expert_begin_ < total_;
   if (!experts) expert_begin_ = total_;
-  const int64_t dense = expert_begin_, nx = total_ - expert_begin_;
-  shard_begin_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank()) : 0;
-  shard_end_ = sharded_ ? gf::shard_begin(dense, ctx.data_like().size(), ctx.data_like().rank() + 1) : total_;
-  if (sharded_ && experts) {
-    expert_shard_begin_ = expert_begin_ + gf::shard_begin(nx, ctx.expert_data_like().size(), ctx.expert_data_like().rank());
-    expert_shard_end_ = expert_begin_ + gf::shard_begin(nx, ctx.expert_data_like().size(), ctx.expert_data_like().rank() + 1);
+  const int64_t dense = expert_begin_;
+  // ZeRO-1: the dense unit's slice and the experts'; ZeRO-2 and 3 use shards().
+  shard_begin_ = 0;
+  shard_end_ = total_;
+  if (sharded_) {
+    for (const ShardUnit& u : layout_->units())
+      if (u.begin == 0) {
+        shard_begin_ = u.own_begin;
+        shard_end_ = u.own_end;
+      } else if (u.begin == expert_begin_) {
+        expert_shard_begin_ = u.own_begin;
+        expert_shard_end_ = u.own_end;
+      }
   }
+  unit_pending_.resize(layout_->units().size());
+  unit_released_.assign(layout_->units().size(), false);
   if (!sharded_ && ctx.data_like().size() > 1) {
     // Cut from the end of the arena (where backward starts) at parameter boundaries into about
     // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
@@ -67,6 +78,7 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
 }
 
 std::vector<ArenaRange> GradientSync::shards() const {
+  if (layout_->stage() >= 2) return layout_->owned();
   std::vector<ArenaRange> r{{shard_begin_, shard_end_}};
   if (expert_shard_end_ > expert_shard_begin_) r.push_back({expert_shard_begin_, expert_shard_end_});
   return r;
@@ -91,6 +103,24 @@ void GradientSync::begin_step(float* grads) {
   grads_ = grads;
   pending_.clear();
   started_ = 0;
+  const std::vector<ShardUnit>& units = layout_->units();
+  for (auto& p : unit_pending_) p = PendingAllreduce();
+  unit_released_.assign(units.size(), false);
+  next_unit_ = static_cast<int>(units.size()) - 1;
+  while (next_unit_ >= 0 && units[static_cast<size_t>(next_unit_)].expert) --next_unit_;  // experts: in finish()
+}
+
+// A unit's reduce-scatter has finished: the other slices' gradient pages given back (they are scratch
+// now). Hybrid sharding's sums over the replicas follow in finish(), in unit order on every rank
+// (a blocking collective here would start in the order each rank's reduce-scatters happen to finish).
+void GradientSync::unit_reduced(size_t u) {
+  if (unit_released_[u]) return;
+  unit_released_[u] = true;
+  const ShardUnit& s = layout_->units()[u];
+  if (layout_->shard_group(s.expert).size() > 1) {
+    release_pages(grads_ + s.begin, grads_ + s.own_begin);
+    release_pages(grads_ + s.own_end, grads_ + s.end);
+  }
 }
 
 void GradientSync::grads_ready_from(int64_t offset) {
@@ -100,6 +130,17 @@ void GradientSync::grads_ready_from(int64_t offset) {
     ++started_;
   }
   for (auto& p : pending_) p.test();
+  if (layout_->stage() < 2) return;
+  const std::vector<ShardUnit>& units = layout_->units();
+  while (next_unit_ >= 0 && units[static_cast<size_t>(next_unit_)].begin >= offset) {
+    const ShardUnit& u = units[static_cast<size_t>(next_unit_)];
+    unit_pending_[static_cast<size_t>(next_unit_)] =
+        layout_->shard_group(false).start_reduce_scatter_sum(grads_ + u.begin, u.end - u.begin, next_unit_);
+    --next_unit_;
+  }
+  for (size_t u = 0; u < units.size(); ++u)
+    if (!units[u].expert && static_cast<int>(u) > next_unit_ && !unit_released_[u] && unit_pending_[u].test())
+      unit_reduced(u);
 }
 
 void GradientSync::finish() {
@@ -112,10 +153,38 @@ void GradientSync::finish() {
     trace::Span wait("wait", "wait bucket all-reduce");
     p.wait();
   }
-  if (sharded_) ctx_.data_like().reduce_scatter_sum(grads_, expert_begin_);
-  if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
-    if (sharded_) ctx_.expert_data_like().reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
-    else ctx_.expert_data_like().allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
+  const std::vector<ShardUnit>& units = layout_->units();
+  if (layout_->stage() >= 2) {
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].expert) continue;
+      if (!unit_pending_[u].done()) {
+        trace::Span wait("wait", "wait unit reduce-scatter");
+        unit_pending_[u].wait();
+      }
+      unit_reduced(u);
+    }
+    for (size_t u = 0; u < units.size(); ++u) {  // the experts', over the ranks that hold the same experts
+      if (!units[u].expert) continue;
+      layout_->shard_group(true).reduce_scatter_sum(grads_ + units[u].begin, units[u].end - units[u].begin);
+      unit_reduced(u);
+    }
+    for (size_t u = 0; u < units.size(); ++u) {  // hybrid sharding: each slice summed over its replicas
+      const Communicator& replicas = layout_->replica_group(units[u].expert);
+      if (replicas.size() > 1)
+        replicas.allreduce_sum(grads_ + units[u].own_begin, units[u].own_end - units[u].own_begin);
+    }
+  } else {
+    if (sharded_) layout_->shard_group(false).reduce_scatter_sum(grads_, expert_begin_);
+    if (expert_begin_ < total_) {  // the experts' gradients, over the ranks that hold the same experts
+      if (sharded_) layout_->shard_group(true).reduce_scatter_sum(grads_ + expert_begin_, total_ - expert_begin_);
+      else ctx_.expert_data_like().allreduce_sum(grads_ + expert_begin_, total_ - expert_begin_);
+    }
+    if (sharded_)  // hybrid sharding: each slice summed over its replicas
+      for (size_t u = 0; u < units.size(); ++u) {
+        const Communicator& replicas = layout_->replica_group(units[u].expert);
+        if (replicas.size() > 1)
+          replicas.allreduce_sum(grads_ + units[u].own_begin, units[u].own_end - units[u].own_begin);
+      }
   }
   if (sequence_parallel_) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
@@ -142,12 +211,12 @@ void GradientSync::finish() {
 double GradientSync::global_sq_norm(const float* grads) const {
   double local = grad_sq_sum(grads, norm_ranges_);
   ctx_.group(GridAxis::kTp).allreduce_sum(&local, 1);
-  if (sharded_) ctx_.data_like().allreduce_sum(&local, 1);
+  if (sharded_) layout_->shard_group(false).allreduce_sum(&local, 1);
   if (expert_begin_ < total_) {  // each expert counted once: over the experts' holders and shards
     double x = grad_sq_sum(grads, expert_norm_ranges_);
     ctx_.group(GridAxis::kTp).allreduce_sum(&x, 1);
     ctx_.group(GridAxis::kEp).allreduce_sum(&x, 1);
-    if (sharded_) ctx_.expert_data_like().allreduce_sum(&x, 1);
+    if (sharded_) layout_->shard_group(true).allreduce_sum(&x, 1);
     local += x;
   }
   if (pp_ != nullptr) pp_->allreduce_sum(&local, 1);
@@ -155,9 +224,20 @@ double GradientSync::global_sq_norm(const float* grads) const {
 }
 
 void GradientSync::allgather_params(float* weights) const {
-  if (!sharded_) return;
-  ctx_.data_like().allgather(weights, expert_begin_);
-  if (expert_begin_ < total_) ctx_.expert_data_like().allgather(weights + expert_begin_, total_ - expert_begin_);
+  if (!sharded_ || layout_->stage() >= 3) return;
+  if (layout_->stage() == 1) {
+    layout_->shard_group(false).allgather(weights, expert_begin_);
+    if (expert_begin_ < total_) layout_->shard_group(true).allgather(weights + expert_begin_, total_ - expert_begin_);
+    return;
+  }
+  // ZeRO-2: every unit's slices, all in flight at once.
+  const std::vector<ShardUnit>& units = layout_->units();
+  std::vector<PendingAllreduce> p;
+  p.reserve(units.size());
+  for (size_t u = 0; u < units.size(); ++u)
+    p.push_back(layout_->shard_group(units[u].expert)
+                    .start_allgather(weights + units[u].begin, units[u].end - units[u].begin, static_cast<int>(u)));
+  for (auto& x : p) x.wait();
 }
 
 }  // namespace gf

@@ -7,7 +7,10 @@
 //    ring all-reduce starts in the background and is advanced between layers.
 //  * data parallel with the sharded optimizer (ZeRO-1): the arena is reduce-scattered so each
 //    data-parallel rank holds the summed gradient of its 1/dp shard, updates only that shard, and
-//    the parameters are all-gathered afterwards.
+//    the parameters are all-gathered afterwards. ZeRO-2 and 3 (parallel/zero.h): the arena is cut
+//    into units at the blocks' starts and each unit is reduce-scattered as soon as backward has
+//    finished it, the other ranks' slices of its gradient given back; hybrid sharding reduce-scatters
+//    in the shard group and then all-reduces each slice over the replicas.
 //  * sequence parallel: replicated parameters (LayerNorms, row-parallel biases, position
 //    embedding) see only this rank's rows, so their gradients are summed over the tensor group.
 //
@@ -21,14 +24,25 @@
 // experts' over the expert-parallel group too (each holds others).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/optim/adamw.h"
 #include "core/params/placement.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
+#include "parallel/zero.h"
 
 namespace gf {
+
+// Sharding (parallel.zero_stage) beyond the default all-reduce: the stage, the shard group's size
+// (0: the whole data-parallel group) and, for stages 2 and 3, where the model's blocks start
+// (CausalLM::weight_unit_starts), which cut the arena into the units reduce-scattered one by one.
+struct ShardOptions {
+  int stage = 0;
+  int64_t degree = 0;
+  std::vector<int64_t> cuts;
+};
 
 class GradientSync {
  public:
@@ -37,12 +51,16 @@ class GradientSync {
   };
 
   GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, bool shard_optimizer,
+               bool sequence_parallel)
+      : GradientSync(params, ctx, buckets, ShardOptions{shard_optimizer ? 1 : 0, 0, {}}, sequence_parallel) {}
+  GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, ShardOptions shard,
                bool sequence_parallel);
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
   // This rank's shard of the arena: what it reduces, clips and updates (everything without ZeRO;
-  // under ZeRO its share of the dense parameters, and its share of the experts' as a second range).
+  // under ZeRO-1 its share of the dense parameters, and its share of the experts' as a second range;
+  // under ZeRO-2 and 3 its slice of every unit: shards()).
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
   int64_t expert_shard_begin() const { return expert_shard_begin_; }
@@ -50,6 +68,8 @@ class GradientSync {
   std::vector<ArenaRange> shards() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
   bool sharded() const { return sharded_; }
+  int stage() const { return layout_->stage(); }
+  const ShardLayout& layout() const { return *layout_; }
 
   // Pipeline parallelism: each stage holds its own layers, so the norm also sums over `pp`.
   // `tied`: this stage's copy of a tied embedding (empty on a stage without one). The first stage's
@@ -57,6 +77,7 @@ class GradientSync {
   // in finish(); the norm counts the first stage's only. Call before the first step.
   void set_pipeline(const Communicator* pp, ArenaRange tied, bool first_stage);
 
+  // `grads` zeroed for the step's accumulation (ZeRO-2 and 3: the pages given back, reading as zeros).
   void begin_step(float* grads);
   // Backward has finished every gradient at arena offsets >= `offset` on this rank.
   void grads_ready_from(int64_t offset);
@@ -64,20 +85,27 @@ class GradientSync {
   void finish();
   // Sum of squares of the global gradient (the same on every rank).
   double global_sq_norm(const float* grads) const;
-  // ZeRO: every data-parallel rank's updated shard to all (no-op otherwise).
+  // ZeRO-1 and 2: every data-parallel rank's updated shard to all (no-op otherwise; ZeRO-3 gathers
+  // each unit when a block reads it).
   void allgather_params(float* weights) const;
 
  private:
   struct Range {
     int64_t begin, end;
   };
+  void unit_reduced(size_t u);
   const ParallelContext& ctx_;
+  std::unique_ptr<ShardLayout> layout_;
   bool sharded_, sequence_parallel_;
   int64_t total_, shard_begin_, shard_end_;
   int64_t expert_begin_, expert_shard_begin_ = 0, expert_shard_end_ = 0;  // the expert region [expert_begin_, total_)
   std::vector<Bucket> buckets_;           // in the order backward completes them
   std::vector<PendingAllreduce> pending_;
   size_t started_ = 0;
+  // ZeRO-2 and 3: the dense units' reduce-scatters, started from the last unit as backward finishes them.
+  std::vector<PendingAllreduce> unit_pending_;
+  std::vector<bool> unit_released_;
+  int next_unit_ = -1;
   float* grads_ = nullptr;
   std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
   std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm (dense)

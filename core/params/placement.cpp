@@ -175,18 +175,28 @@ const TensorPlacement& Placement::at(const std::string& name) const {
 }
 
 void Placement::initialize(float* arena, uint64_t seed) const {
+  initialize(arena, seed, {{0, total_floats()}});
+}
+
+void Placement::initialize(float* arena, uint64_t seed, const std::vector<std::pair<int64_t, int64_t>>& only) const {
   for (const TensorPlacement& t : tensors_) {
     float* w = arena + t.offset;
-    std::fill(w, w + t.numel(), 0.0f);
     const InitialValues value(*t.spec, seed);
-    for (const SlicePiece& s : t.pieces) {
-      const Runs runs(t, s);
-      const int64_t len = runs.len();
+    for (const auto& [rb, re] : only) {
+      // This tensor's local elements [lo, hi) inside the range.
+      const int64_t lo = std::max<int64_t>(0, rb - t.offset), hi = std::min<int64_t>(t.numel(), re - t.offset);
+      if (lo >= hi) continue;
+      std::fill(w + lo, w + hi, 0.0f);
+      for (const SlicePiece& s : t.pieces) {
+        const Runs runs(t, s);
+        const int64_t len = runs.len();
 #pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < runs.count(); ++r) {
-        int64_t li = 0, gi = 0;
-        runs.at(r, li, gi);
-        for (int64_t j = 0; j < len; ++j) w[li + j] = value(gi + j);
+        for (int64_t r = 0; r < runs.count(); ++r) {
+          int64_t li = 0, gi = 0;
+          runs.at(r, li, gi);
+          const int64_t a = std::max(li, lo), b = std::min(li + len, hi);
+          for (int64_t j = a; j < b; ++j) w[j] = value(gi + (j - li));
+        }
       }
     }
   }

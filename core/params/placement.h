@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/params/param_table.h"
@@ -85,6 +86,9 @@ class Placement {
   // Fills this rank's slice of every parameter with its initial values (InitialValues: the same
   // full tensors under any layout); padding is zero.
   void initialize(float* arena, uint64_t seed) const;
+  // The same values, written only inside the arena ranges [first, second) of `only` (ZeRO-3: a rank
+  // generates only its slices).
+  void initialize(float* arena, uint64_t seed, const std::vector<std::pair<int64_t, int64_t>>& only) const;
   // The local slice of `t` from the whole global tensor `full` (row-major, global shape); local
   // elements in no piece (vocabulary padding) are set to zero.
   static void scatter(const TensorPlacement& t, const float* full, float* local);

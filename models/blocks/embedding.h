@@ -20,6 +20,8 @@ class EmbeddingBlock {
   EmbeddingBlock(const TransformerSpec& s, const VocabSlice& v) : spec_(s), v_(v) {}
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
+  // Its first parameter in the arena (ZeRO's units start at the blocks' first parameters).
+  int64_t first_offset() const { return wpe_ >= 0 && wpe_ < wte_ ? wpe_ : wte_; }
 
   // y [Nl, C] from the micro-batch's N tokens.
   void fwd(const BlockEnv& e, float* y, const int32_t* tokens) const;

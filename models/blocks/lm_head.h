@@ -32,6 +32,8 @@ class LmHeadBlock {
   void bind(const Placement& t, const NameMap& names);
   int64_t rows() const { return rows_; }
   int64_t first_offset() const { return norm_.first_offset(); }
+  // The head's weight: lm_head.weight, or the token embedding it is tied to.
+  int64_t weight_offset() const { return w_; }
 
   // Returns the summed loss of this rank's rows (SP, replicated head: of all rows).
   double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const;

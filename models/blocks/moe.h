@@ -90,6 +90,13 @@ class MoeBlock {
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return router_; }
+  // The first of this rank's experts' parameters (the experts' region of the arena).
+  int64_t expert_offset() const {
+    int64_t o = -1;
+    for (int64_t x : {up_w_, up_b_, down_w_, down_b_})
+      if (x >= 0 && (o < 0 || x < o)) o = x;
+    return o;
+  }
 
   // out: [Nl, C] (this rank's rows of the block's output); xn: [Nl, C].
   void fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const;

@@ -45,6 +45,8 @@ class TransformerLayer {
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return norm1_.first_offset(); }
+  // An MoE layer's experts' first parameter (-1 for a dense layer).
+  int64_t expert_offset() const { return is_moe() ? moe_.expert_offset() : -1; }
 
   void fwd(const BlockEnv& e, const float* x, const Acts& a) const;
   // Generation (no dropout, no sequence parallel): the forward with attention against the KV cache

@@ -53,7 +53,17 @@ struct ParallelConfig {
   int64_t micro_batch_num = 1;
   bool vocab_emb_dp = true;
   int64_t gradient_aggregation_group = 4;
-  bool optimizer_shard = false;  // parallel.enable_parallel_optimizer or parallel_config.optimizer_shard
+  // parallel.zero_stage (ours; DeepSpeed's stages): what each data-parallel rank holds only a shard of.
+  // 0 nothing; 1 the AdamW moments (ZeRO-1: MindFormers' parallel.enable_parallel_optimizer: True or
+  // parallel_config.optimizer_shard: True); 2 the gradients too, reduce-scattered layer by layer during the
+  // backward; 3 the weights too, each layer's gathered before its forward and its backward and freed after.
+  int zero_stage = 0;
+  bool optimizer_shard() const { return zero_stage >= 1; }
+  // The shard group's size inside the data-parallel (x context) group: SMP's
+  // parallel_config.hybrid_shard_degree, MindSpore's parallel_optimizer_config.optimizer_weight_shard_size.
+  // The state is sharded over groups of this many consecutive data-parallel ranks and replicated across
+  // the groups; 0: the whole group (no replicas).
+  int64_t shard_degree = 0;
   // parallel.pipeline_config.pipeline_scheduler, parsed (pipeline::parse_scheduler: gpipe, 1f1b,
   // interleaved, which 1f1b becomes with pipeline_chunks > 1, zero_bubble_h1 and its aliases).
   pipeline::Scheduler pipeline_scheduler = pipeline::Scheduler::k1F1B;

@@ -165,7 +165,11 @@ std::vector<KeyRule> common_rules() {
       {"parallel.loss_repeated_mean", kIgnored, "the loss is computed once per global batch, so no repeats are averaged"},
       {"parallel.full_batch", kCpu, ""},
       {"parallel.search_mode", kCpu, ""},
-      {"parallel.enable_parallel_optimizer", kBuilt, "parallel.optimizer_shard"},
+      {"parallel.enable_parallel_optimizer", kBuilt, "parallel.zero_stage 1 (True; with parallel.zero_stage 2 or 3 it may stay True)"},
+      {"parallel.zero_stage", kBuilt,
+       "ours (DeepSpeed's stages): 0 nothing sharded, 1 the AdamW moments, 2 also the gradients (reduce-scattered layer "
+       "by layer during the last micro-batch's backward), 3 also the weights (each layer's gathered before its forward "
+       "and its backward, the next one prefetched, and freed after); -1 (default): 1 when enable_parallel_optimizer"},
       {"parallel.collectives", kBuilt,
        "parallel.mpi_collectives (ring: our rings, bitwise-reproducible; mpi: MPI_Ireduce_scatter / MPI_Iallgatherv, "
        "the cluster's MPI algorithms)"},
@@ -178,13 +182,14 @@ std::vector<KeyRule> common_rules() {
       {"parallel.strategy_ckpt_config.save_file", kCpu, kStrategy},
       {"parallel.strategy_ckpt_config.only_trainable_params", kCpu, kStrategy},
       {"parallel.parallel_optimizer_config.gradient_accumulation_shard", kIgnored,
-       "the accumulated gradient (gradient_accumulation_steps, or micro_batch_num under pipeline_stage > 1) is not "
-       "sharded over data parallel: each rank accumulates into its whole gradient buffer (ZeRO-1, "
-       "parallel.enable_parallel_optimizer, shards the optimizer state)"},
+       "the accumulated gradient (gradient_accumulation_steps, or micro_batch_num under pipeline_stage > 1) is held whole "
+       "until the last micro-batch, whose backward reduce-scatters it (zero_stage 2 and 3) or all-reduces it: MindSpore's "
+       "False; True (a reduce-scatter per micro-batch) is not built"},
       {"parallel.parallel_optimizer_config.parallel_optimizer_threshold", kIgnored,
        "ZeRO-1 here shards the flat parameter arena evenly over data parallel, small parameters included"},
-      {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", kChecked,
-       "-1 or data_parallel (the whole data-parallel group); others refused"},
+      {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", kBuilt,
+       "parallel.shard_degree (-1: the whole data-parallel group; N: groups of N, replicated across them; the same as "
+       "parallel_config.hybrid_shard_degree)"},
       {"parallel.pipeline_config.pipeline_interleave", kBuilt,
        "parallel.pipeline_chunks, with model_config.pp_interleave_num: True gives pp_interleave_num model chunks "
        "(virtual stages) per stage under pipeline_stage > 1; warned where it means nothing (pipeline_stage 1, "
@@ -222,7 +227,12 @@ std::vector<KeyRule> common_rules() {
        "MindFormers ignores it"},
       {"parallel_config.vocab_emb_dp", kBuilt, "parallel.vocab_emb_dp"},
       {"parallel_config.gradient_aggregation_group", kBuilt, "parallel.gradient_aggregation_group"},
-      {"parallel_config.optimizer_shard", kBuilt, "parallel.optimizer_shard"},
+      {"parallel_config.optimizer_shard", kBuilt, "parallel.zero_stage 1 (True)"},
+      {"parallel_config.hybrid_shard_degree", kBuilt,
+       "parallel.shard_degree (SMP's hybrid sharding): the sharded state over groups of N consecutive data-parallel "
+       "ranks, replicated across the groups (gradients reduce-scattered in the group, then all-reduced across the "
+       "replicas); N divides data_parallel x context_parallel, and with experts their data-parallel group "
+       "(N x expert_parallel <= data_parallel x context_parallel); 0: the whole group"},
       {"parallel_config.mem_coeff", kCpu, "a coefficient of MindSpore's strategy search"},
       {"recompute_config.recompute", kBuilt, "recompute"},
       {"recompute_config.select_recompute", kBuilt, "select_recompute (True, False, MindFormers' list: layers to recompute per pipeline stage, the first "

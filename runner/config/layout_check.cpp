@@ -204,9 +204,37 @@ std::vector<std::string> recompute_list_problems(const Config& cfg) {
   return out;
 }
 
+std::vector<std::string> shard_problems(const Config& cfg) {
+  std::vector<std::string> out;
+  const ParallelConfig& p = cfg.parallel;
+  const int64_t H = p.shard_degree;
+  if (H <= 0 || p.zero_stage == 0) return out;
+  // The shard groups cut the data-parallel x context group; the experts' shards cut their own
+  // data-parallel group (data_parallel / expert_parallel x context_parallel), so N x expert_parallel
+  // may not exceed data_parallel x context_parallel (SMP's rule).
+  const int64_t D = p.data_parallel * p.context_parallel;
+  const int64_t E = p.expert_parallel > 0 && p.data_parallel % p.expert_parallel == 0 ? D / p.expert_parallel : D;
+  const int64_t within = cfg.model.moe.enabled() ? E : D;
+  if (within % H == 0) return out;
+  int64_t fit = 1;
+  for (int64_t h = 1; h <= within; ++h)
+    if (within % h == 0 && h <= H) fit = h;
+  out.push_back(fmt::format(
+      "`parallel_config.hybrid_shard_degree` / `parallel.parallel_optimizer_config.optimizer_weight_shard_size: {}` "
+      "does not divide {} ({}); use {} (or 0 / -1: the whole group)",
+      H, cfg.model.moe.enabled() ? "the experts' data-parallel group" : "the data-parallel group",
+      cfg.model.moe.enabled()
+          ? fmt::format("data_parallel {} x context_parallel {} / expert_parallel {} = {}", p.data_parallel,
+                        p.context_parallel, p.expert_parallel, within)
+          : fmt::format("data_parallel {} x context_parallel {} = {}", p.data_parallel, p.context_parallel, within),
+      fit));
+  return out;
+}
+
 std::vector<std::string> config_layout_problems(const Config& cfg) {
   std::vector<std::string> out = pipeline_problems(cfg);
   for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
+  for (auto& s : shard_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : recompute_list_problems(cfg)) out.push_back(std::move(s));
   return out;
 }

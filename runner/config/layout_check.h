@@ -21,7 +21,11 @@ std::vector<std::string> pipeline_problems(const Config& cfg);
 // carved from data parallelism: groups of expert_parallel data-parallel ranks share the experts).
 // Each message names the keys and an expert_parallel that works.
 std::vector<std::string> expert_parallel_problems(const Config& cfg);
-// The two above: the layout rules that hold whatever the rank count. Part of layout_problems, and what
+// Hybrid sharding's rule: the shard group's size (hybrid_shard_degree / optimizer_weight_shard_size)
+// divides the data-parallel x context group, and with experts their data-parallel group; the message
+// names the keys and a size that works.
+std::vector<std::string> shard_problems(const Config& cfg);
+// The three above: the layout rules that hold whatever the rank count. Part of layout_problems, and what
 // `gridformer config` and `gridformer plan` refuse when no rank count is given.
 std::vector<std::string> config_layout_problems(const Config& cfg);
 // Things the layout check lets run but the user should hear about: use_parallel: False with

@@ -276,6 +276,36 @@ void read_context_parallel(ReadContext& x) {
   if (algo == "hybrid_cp") p.context_parallel_algo = ulysses == p.context_parallel ? "ulysses_cp" : "colossalai_cp";
 }
 
+// parallel.zero_stage, MindFormers' optimizer sharding keys and the shard group's size (hybrid sharding).
+void read_zero_stage(ReadContext& x) {
+  KeyReader& rd = x.rd;
+  auto& p = x.c.parallel;
+  const bool mf = rd.get<bool>("parallel_config.optimizer_shard") || rd.get<bool>("parallel.enable_parallel_optimizer");
+  const int64_t stage = rd.get<int64_t>("parallel.zero_stage");
+  const std::string stage_kv = kv("parallel.zero_stage", std::to_string(stage));
+  if (stage < -1 || stage > 3) {
+    x.refuse(stage_kv + ": expects 0 (nothing sharded), 1 (the AdamW moments), 2 (and the gradients) or 3 (and the "
+             "weights)");
+  } else if (stage == 0 && mf) {
+    x.refuse(stage_kv + " with optimizer sharding on (parallel.enable_parallel_optimizer or "
+             "parallel_config.optimizer_shard: True, which mean zero_stage 1): drop one of them");
+  }
+  p.zero_stage = stage >= 0 ? static_cast<int>(stage) : mf ? 1 : 0;
+  const int64_t shard = rd.get<int64_t>("parallel.parallel_optimizer_config.optimizer_weight_shard_size");
+  const int64_t hybrid = rd.get<int64_t>("parallel_config.hybrid_shard_degree");
+  const std::string shard_kv = kv("parallel.parallel_optimizer_config.optimizer_weight_shard_size", std::to_string(shard));
+  const std::string hybrid_kv = kv("parallel_config.hybrid_shard_degree", std::to_string(hybrid));
+  if (shard == 0 || shard < -1) x.refuse(shard_kv + ": must be -1 (all data-parallel ranks) or > 0");
+  if (hybrid < 0) x.refuse(hybrid_kv + ": must be 0 (all data-parallel ranks) or > 0");
+  const int64_t a = shard > 0 ? shard : 0, b = hybrid > 0 ? hybrid : 0;
+  if (a > 0 && b > 0 && a != b)
+    x.refuse(shard_kv + " and " + hybrid_kv + " name two shard group sizes; set one");
+  p.shard_degree = a > 0 ? a : b;
+  if (p.shard_degree > 0 && p.zero_stage == 0)
+    x.warn((a > 0 ? shard_kv : hybrid_kv) + ": has no effect without sharding (parallel.zero_stage or "
+           "parallel.enable_parallel_optimizer); ignored");
+}
+
 void read_parallel(ReadContext& x) {
   KeyReader& rd = x.rd;
   auto& p = x.c.parallel;
@@ -288,7 +318,7 @@ void read_parallel(ReadContext& x) {
   p.micro_batch_num = rd.get<int64_t>("parallel_config.micro_batch_num");
   p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");
   p.gradient_aggregation_group = rd.get<int64_t>("parallel_config.gradient_aggregation_group");
-  p.optimizer_shard = rd.get<bool>("parallel_config.optimizer_shard") || rd.get<bool>("parallel.enable_parallel_optimizer");
+  read_zero_stage(x);
   const std::string coll = rd.get<std::string>("parallel.collectives");
   if (coll != "ring" && coll != "mpi")
     x.refuse("`parallel.collectives: " + coll + "`: expects ring (our rings: bitwise-reproducible sums) or mpi (MPI's "
@@ -310,14 +340,6 @@ void read_parallel(ReadContext& x) {
   if (!rd.get<bool>("parallel.gradients_mean") && data_parallel_mode)
     x.warn("`parallel.gradients_mean: False` in data-parallel mode (parallel_mode 0): MindSpore would sum the "
            "data-parallel gradients; gridformer averages them (the loss is the mean over the global batch)");
-  const int64_t shard = rd.get<int64_t>("parallel.parallel_optimizer_config.optimizer_weight_shard_size");
-  const std::string shard_kv = kv("parallel.parallel_optimizer_config.optimizer_weight_shard_size", std::to_string(shard));
-  if (shard == 0 || shard < -1) x.refuse(shard_kv + ": must be -1 (all data-parallel ranks) or > 0");
-  else if (shard != -1 && !p.optimizer_shard)
-    x.warn(shard_kv + ": has no effect without optimizer sharding (parallel.enable_parallel_optimizer); ignored");
-  else if (shard != -1 && shard != p.data_parallel)
-    x.refuse(shard_kv + ": ZeRO-1 here shards the optimizer over all data_parallel (" + std::to_string(p.data_parallel) +
-             ") ranks; sharding over groups of " + std::to_string(shard) + " is not built: use -1");
 }
 
 void read_optimizer(ReadContext& x) {

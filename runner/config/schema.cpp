@@ -95,6 +95,7 @@ parallel:
   full_batch: false
   search_mode: sharding_propagation
   enable_parallel_optimizer: false
+  zero_stage: -1   # ours: 0 none, 1 AdamW moments, 2 + gradients, 3 + weights sharded over data parallel; -1: 1 when enable_parallel_optimizer
   collectives: ring   # ours: ring (bitwise-reproducible sums, exact byte counts) or mpi (MPI's own non-blocking collectives)
   hang_timeout: 300.0   # ours: seconds a wait may go without progress before the hang report and exit status 6; 0: never
   strategy_ckpt_save_file: ./ckpt_strategy.ckpt
@@ -123,6 +124,7 @@ parallel_config:
   vocab_emb_dp: true
   gradient_aggregation_group: 4
   optimizer_shard: false
+  hybrid_shard_degree: 0   # SMP's: the shard group's size inside data parallel (0: all of it); = optimizer_weight_shard_size
   mem_coeff: 0.1
 moe_config:  # MindFormers' MoEConfig (r0.8-r1.3) with its defaults, r0.8's router jitter, and three keys of ours
   expert_num: 1              # 1: dense; > 1: MoE layers of expert_num experts (a LlamaConfig's: Mixtral-style)

@@ -84,18 +84,48 @@ std::string moe_line(const Config& cfg, const TransformerSpec& spec) {
                                                 : "every assignment that can reach this rank's experts");
 }
 
-// The optimizer-state floats a rank holds of an arena of `n` floats whose experts start at
-// `expert_begin`: all of it, or under ZeRO the largest shard of the dense region over data parallel
-// plus that of the experts' over expert-data parallel.
-int64_t moment_floats(const Config& cfg, int64_t n, int64_t expert_begin) {
-  const int dp = static_cast<int>(cfg.parallel.data_parallel), ep = static_cast<int>(cfg.parallel.expert_parallel);
-  if (!(cfg.parallel.optimizer_shard && dp > 1)) return n;
-  const int64_t nd = expert_begin, nx = n - nd;
-  const int edp = dp / ep;
-  int64_t sd = 0, sx = 0;
-  for (int k = 0; k < dp; ++k) sd = std::max(sd, shard_begin(nd, dp, k + 1) - shard_begin(nd, dp, k));
-  for (int k = 0; k < edp; ++k) sx = std::max(sx, shard_begin(nx, edp, k + 1) - shard_begin(nx, edp, k));
-  return sd + sx;
+// What a rank holds of an arena of `n` floats under parallel.zero_stage (parallel/zero.h): the
+// weights, gradients and AdamW moments, in floats. Units (stages 2 and 3) start at `cuts`; a rank
+// owns the largest 1/N slice of each (N: the shard group, the data-parallel x context group or the
+// hybrid shard degree; the experts' over their own data-parallel group).
+struct ShardFloats {
+  int64_t weights = 0, grads = 0, moments = 0, slices = 0, working = 0;
+  int shard = 1, expert_shard = 1;
+};
+ShardFloats shard_floats(const Config& cfg, int64_t n, int64_t expert_begin, std::vector<int64_t> cuts) {
+  const ParallelConfig& p = cfg.parallel;
+  ShardFloats f;
+  const int64_t D = p.data_parallel * p.context_parallel, E = D / std::max<int64_t>(1, p.expert_parallel);
+  const int stage = D > 1 ? p.zero_stage : 0;
+  f.shard = static_cast<int>(p.shard_degree > 0 ? std::min(p.shard_degree, D) : D);
+  f.expert_shard = static_cast<int>(p.shard_degree > 0 ? std::min(p.shard_degree, E) : E);
+  if (stage == 0) {
+    f.weights = f.grads = f.moments = n;
+    return f;
+  }
+  std::vector<int64_t> at{0, expert_begin};
+  if (stage >= 2) at.insert(at.end(), cuts.begin(), cuts.end());
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  at.push_back(n);
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i + 1 < at.size(); ++i) {
+    const int64_t len = at[i + 1] - at[i];
+    if (len <= 0) continue;
+    const int parts = at[i] >= expert_begin ? f.expert_shard : f.shard;
+    f.slices += shard_begin(len, parts, 1);  // the largest slice
+    sizes.push_back(len);
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  // Stage 3's working set: the unit a block reads and the next one, fetched meanwhile.
+  f.working = sizes[0] + (sizes.size() > 1 ? sizes[1] : 0);
+  f.moments = f.slices;
+  // Stage 2 and 3: a unit's gradient is whole from its backward to its reduce-scatter (two at once),
+  // but accumulated micro-batches and pipeline stages hold the whole gradient until the last backward.
+  const bool whole_grads = p.pipeline_stage > 1 || micro_batches_per_step(cfg) > 1;
+  f.grads = stage >= 2 && !whole_grads ? f.slices + f.working : n;
+  f.weights = stage >= 3 ? f.slices + f.working : n;
+  return f;
 }
 
 // One rank's memory: tensor-parallel rank r of pipeline stage `st` holding `chunks`. Appends its
@@ -117,16 +147,27 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
   }
   if (pp > 1 && r == 0) out += fmt::format("pipeline stage {}: layers {}\n", st, layers);
   const int64_t n = t.total_floats();
-  const bool zero = cfg.parallel.optimizer_shard && dp > 1;
-  const double params = 4.0 * static_cast<double>(n),
-               moments = 8.0 * static_cast<double>(moment_floats(cfg, n, t.expert_begin())),
-               copy = static_cast<double>(n * low_copy_element_bytes(L.compute)),
-               activations = static_cast<double>(acts.bytes()), total = 2 * params + moments + copy + activations;
+  const int stage = dp * cfg.parallel.context_parallel > 1 ? cfg.parallel.zero_stage : 0;
+  const ShardFloats f =
+      shard_floats(cfg, n, std::min(n, t.expert_begin()),
+                   TransformerLM::unit_starts(spec, entry.names, t, tp, static_cast<int>(cfg.parallel.expert_parallel), chunks));
+  const double params = 4.0 * static_cast<double>(f.weights), grads = 4.0 * static_cast<double>(f.grads),
+               moments = 8.0 * static_cast<double>(f.moments),
+               copy = static_cast<double>(f.weights * low_copy_element_bytes(L.compute)),
+               activations = static_cast<double>(acts.bytes()), total = params + grads + moments + copy + activations;
+  std::string zero;
+  if (stage >= 1) {
+    zero = stage == 1 ? fmt::format(", a 1/{} ZeRO-1 shard", f.shard)
+                      : fmt::format(", ZeRO-{}: 1/{} slices", stage, f.shard);
+    if (cfg.parallel.shard_degree > 0) zero += " (hybrid: replicated across the shard groups)";
+    if (stage >= 2)
+      zero += fmt::format("; {} gathered or reduced at once (the largest unit and the next)",
+                          human_bytes(4.0 * static_cast<double>(f.working)));
+  }
   out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                      "weight copy {}, activations {}; total {}\n",
                      pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
-                     human_bytes(params), human_bytes(params), human_bytes(moments),
-                     zero ? fmt::format(", a 1/{} ZeRO-1 shard", dp) : std::string(), human_bytes(copy),
+                     human_bytes(params), human_bytes(grads), human_bytes(moments), zero, human_bytes(copy),
                      human_bytes(activations), human_bytes(total));
   if (r == 0 && st == 0) {
     std::vector<BufferPlan::Entry> top = acts.entries();

@@ -124,6 +124,15 @@ std::string Trainer::own_resume_checkpoint() const {
       cfg_.resume_healthy_only ? ", set resume_healthy_only: False" : ""));
 }
 
+// The seed's weights; under ZeRO-3 only this rank's slices (the rest is never resident).
+void Trainer::init_weights() {
+  const auto seed = static_cast<uint64_t>(cfg_.seed);
+  if (!stream_) return model_->init_weights(seed);
+  std::vector<std::pair<int64_t, int64_t>> own;
+  for (const ArenaRange& s : sync_->shards()) own.emplace_back(s.begin, s.end);
+  model_->params().initialize(model_->weights(), seed, own);
+}
+
 void Trainer::load_initial_state() {
   const Config& cfg = cfg_;
   std::string path = cfg.load_checkpoint;
@@ -134,12 +143,12 @@ void Trainer::load_initial_state() {
       spdlog::warn("`resume_training: True` without load_checkpoint, and no checkpoint under {} yet: training starts "
                    "from step 1",
                    checkpoint_root());
-      model_->init_weights(static_cast<uint64_t>(cfg.seed));
+      init_weights();
       return;
     }
   }
   if (path.empty()) {
-    model_->init_weights(static_cast<uint64_t>(cfg.seed));
+    init_weights();
     return;
   }
   if (!ckpt::is_checkpoint(path)) {
@@ -178,8 +187,8 @@ void Trainer::load_initial_state() {
   // The data as the saved run built it (Megatron's shuffle depends on the sample count it is built for),
   // or for more samples when this run needs them.
   ensure_train_samples(std::max(st.value("data_samples", int64_t{0}), consumed + (total_steps_ - step) * global_batch_));
-  for (AdamW* o : {opt_.get(), opt_experts_.get()}) {
-    if (!o) continue;
+  for (const auto& op : opts_) {
+    AdamW* o = op.get();
     const int64_t b = o->shard_begin(), e = o->shard_end();
     std::vector<float> part;
     for (const TensorPlacement& t : model_->params().tensors()) {
@@ -225,17 +234,22 @@ void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
     return t.spec->is_expert() ? ctx_.expert_data_like().rank() == 0
                                : ctx_.index(GridAxis::kDp) == 0 && ctx_.index(GridAxis::kCp) == 0;
   };
-  for (const TensorPlacement& t : pl.tensors())
-    if (writes(t, false))
-      for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset)) pieces.push_back(std::move(piece));
-  for (const AdamW* o : {opt_.get(), opt_experts_.get()}) {
-    if (!o) continue;
+  // ZeRO-3: each rank holds only its slices of the weights; they are written as the moments are.
+  const bool weights_sharded = sync_->stage() >= 3;
+  if (!weights_sharded)
+    for (const TensorPlacement& t : pl.tensors())
+      if (writes(t, false))
+        for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset)) pieces.push_back(std::move(piece));
+  for (const auto& op : opts_) {
+    const AdamW* o = op.get();
     const int64_t b = o->shard_begin(), e = o->shard_end();
     const bool sharded = sync_->sharded();
     std::vector<float> part;
     for (const TensorPlacement& t : pl.tensors()) {
       int64_t lo, hi;
-      if (!shard_part(t, b, e, lo, hi) || !writes(t, sharded)) continue;
+      if (!shard_part(t, b, e, lo, hi) || !writes(t, sharded) || (sharded && !writes_shard(t))) continue;
+      if (weights_sharded)
+        for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset, lo, hi)) pieces.push_back(std::move(piece));
       for (int k = 0; k < 2; ++k) {
         const float* src = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
         const float* local = src;  // the tensor's first local element, when the shard holds it

@@ -131,7 +131,17 @@ StepResult Trainer::train_step(int64_t step) {
   float* grads = model_->grads();
   {
     trace::Span span("step", "zero grads");
-    parallel_zero(grads, model_->params().total_floats());  // 124M floats for GPT-2 124M: on every thread
+    const int64_t n = model_->params().total_floats();
+    if (sync_->stage() >= 2) {
+      // ZeRO-2 and 3: the pages given back read as zeros; the other ranks' slices stay away until the
+      // backward writes them. Only the partial pages at the two ends are written.
+      const int64_t edge = std::min<int64_t>(n, 4096);
+      parallel_zero(grads, edge);
+      parallel_zero(grads + n - edge, edge);
+      release_pages(grads, grads + n);
+    } else {
+      parallel_zero(grads, n);  // 124M floats for GPT-2 124M: on every thread
+    }
   }
   {
     trace::Span span("step", "grad sync begin");
@@ -227,8 +237,7 @@ void Trainer::optimizer_update(int64_t step, const StepResult& r) {
     extras.low = model_->weight_copy();
     extras.low_dtype = model_->weight_copy_dtype();
   }
-  opt_->step(weights, grads, r.lr, step - skipped_steps_, extras);
-  if (opt_experts_) opt_experts_->step(weights, grads, r.lr, step - skipped_steps_, extras);
+  for (const auto& o : opts_) o->step(weights, grads, r.lr, step - skipped_steps_, extras);
   opt_span.end();
   {
     trace::Span span("step", "param all-gather");  // ZeRO: the updated shards to every rank

@@ -93,7 +93,7 @@ class Trainer {
   // Mean token loss over eval_iters global batches of the validation split (no dropout).
   double evaluate();
   CausalLM& model() { return *model_; }
-  const AdamW& optimizer() const { return *opt_; }
+  const AdamW& optimizer() const { return *opts_.front(); }
   int64_t total_steps() const { return total_steps_; }
   // Writes the full weights (gathered over the tensor-parallel group; Hugging Face names, F32)
   // as a safetensors file from world rank 0. Collective: every rank calls.
@@ -160,13 +160,15 @@ class Trainer {
   // Without ZeRO this rank's optimizer updates the whole arena, so it can also write the weights'
   // low-precision copy; under ZeRO the forward converts the gathered weights.
   bool optimizer_updates_every_weight() const {
-    return sync_->shard_begin() == 0 && sync_->shard_end() == model_->params().total_floats();
+    return sync_->stage() == 0 || (sync_->stage() == 1 && sync_->shard_begin() == 0 &&
+                                   sync_->shard_end() == model_->params().total_floats());
   }
   void setup(std::unique_ptr<BatchSource> data);
   // The weights from load_checkpoint (Hugging Face weights or one of our checkpoints), the seed's,
   // or, with resume_training, a checkpoint's weights and training state (runner/train/checkpointing.cpp).
   // No collective: it runs while the trainer is built. Called after the optimizers exist.
   void load_initial_state();
+  void init_weights();
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).
@@ -216,8 +218,21 @@ class Trainer {
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation
   std::vector<MoeLayerStats> moe_acc_;  // the step's router statistics, over its micro-batches
   std::unique_ptr<GradientSync> sync_;
-  std::unique_ptr<AdamW> opt_;
-  std::unique_ptr<AdamW> opt_experts_;  // ZeRO with MoE: this rank's shard of the experts' region
+  // AdamW over this rank's shards (GradientSync::shards): the whole arena without ZeRO; under ZeRO-1
+  // the dense slice and the experts'; under ZeRO-2 and 3 one per unit slice.
+  std::vector<std::unique_ptr<AdamW>> opts_;
+  // ZeRO-3: the weights brought to the blocks unit by unit (parallel/zero.h).
+  std::unique_ptr<WeightStream> stream_;
+  int64_t optimizer_state_bytes() const {
+    int64_t b = 0;
+    for (const auto& o : opts_) b += o->state_bytes();
+    return b;
+  }
+  // Whether this rank writes the moments (and under ZeRO-3 the weights) of its shard of `t` to a
+  // checkpoint: under hybrid sharding the first replica only.
+  bool writes_shard(const TensorPlacement& t) const {
+    return sync_->layout().replica_group(t.spec->is_expert()).rank() == 0;
+  }
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchSource> data_, eval_data_;
   std::vector<int32_t> tokens_;

@@ -2,6 +2,7 @@
 // what it reports about the run: the set-up lines logged before training, metrics.jsonl's
 // run_start line, and the peak memory / communication report after it.
 #include <cstdio>
+#include <fmt/ranges.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -61,18 +62,33 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
     }
     eval_data_ = make_batch_source(e, cfg.model, cfg.eval_data.eval_iters * global_batch_, 1, "eval_dataset");
   }
-  sync_ = std::make_unique<GradientSync>(model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
-                                         cfg.parallel.optimizer_shard, cfg.parallel.use_seq_parallel);
+  sync_ = std::make_unique<GradientSync>(
+      model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
+      ShardOptions{cfg.parallel.zero_stage, cfg.parallel.shard_degree, model_->weight_unit_starts()},
+      cfg.parallel.use_seq_parallel);
   engine_->on_grads_ready([this](int64_t offset) { sync_->grads_ready_from(offset); });
   if (pipelined()) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), tied_, ctx_.index(GridAxis::kPp) == 0);
-  opt_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end());
-  if (sync_->expert_shard_end() > sync_->expert_shard_begin())
-    opt_experts_ = std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
-                                           sync_->expert_shard_end());
+  if (sync_->stage() <= 1) {  // ZeRO-1 keeps its two optimizers (the dense slice, the experts')
+    opts_.push_back(std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end()));
+    if (sync_->expert_shard_end() > sync_->expert_shard_begin())
+      opts_.push_back(std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->expert_shard_begin(),
+                                              sync_->expert_shard_end()));
+  } else {
+    for (const ArenaRange& s : sync_->shards())
+      opts_.push_back(std::make_unique<AdamW>(model_->params(), cfg.adamw, s.begin, s.end));
+  }
+  if (sync_->stage() >= 3) {
+    CausalLM* m = model_.get();
+    stream_ = std::make_unique<WeightStream>(
+        sync_->layout(), m->weights(), [m](int64_t b, int64_t e) { m->convert_low(b, e); },
+        [m](int64_t b, int64_t e) { m->release_low(b, e); });
+    model_->set_weight_gate(stream_.get());
+  }
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
   loss_scale_ = cfg.loss_scale.value;
   spikes_ = std::make_unique<SpikeMonitor>(cfg.spikes);
   load_initial_state();
+  if (stream_) stream_->release_all();  // a load wrote the whole arena: only this rank's slices stay
   if (ctx_.world_rank() == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");
@@ -193,8 +209,13 @@ void Trainer::log_setup() const {
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                "activations {} (planned{})",
-               ctx_.world_rank(), human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0))),
-               sync_->sharded() ? fmt::format(" of a 1/{} shard, ZeRO-1", ctx_.data_like().size()) : std::string(),
+               ctx_.world_rank(), human_bytes(pbytes), human_bytes(pbytes), human_bytes(static_cast<double>(optimizer_state_bytes())),
+               !sync_->sharded() ? std::string()
+               : sync_->stage() == 1
+                   ? fmt::format(" of a 1/{} shard, ZeRO-1", sync_->layout().shard_group(false).size())
+                   : fmt::format(" of 1/{} slices, ZeRO-{}: gradients{} resident only as slices and the units in use",
+                                 sync_->layout().shard_group(false).size(), sync_->stage(),
+                                 sync_->stage() >= 3 ? " and weights" : ""),
                human_bytes(static_cast<double>(model_->activation_bytes())),
                L.recompute != RecomputePolicy::kNone
                    ? fmt::format("; {} recompute of {} layer(s)", L.recompute == RecomputePolicy::kFull ? "full" : "selective",
@@ -216,11 +237,40 @@ void Trainer::log_setup() const {
                                    cfg_.loss_scale.value, cfg_.loss_scale.factor, cfg_.loss_scale.window,
                                    cfg_.loss_scale.factor)
                      : fmt::format("fixed {}", cfg_.loss_scale.value));
-  if (ctx_.size(GridAxis::kDp) > 1)
-    spdlog::info("data-parallel gradients: {}", sync_->sharded()
-        ? std::string("reduce-scatter of the whole arena after backward, all-gather of parameters after the update")
-        : fmt::format("{} bucket(s) all-reduced in the background of backward (parallel_config.gradient_aggregation_group)",
-                      sync_->buckets().size()));
+  if (ctx_.data_like().size() > 1) {
+    const ShardLayout& zl = sync_->layout();
+    const int shard = zl.shard_group(false).size();
+    const std::string hybrid =
+        zl.replicated(false) ? fmt::format(", replicated over {} shard groups (hybrid sharding: each slice's gradient "
+                                           "then all-reduced over its replicas)",
+                                           zl.replica_group(false).size())
+                             : std::string();
+    std::string how;
+    switch (sync_->stage()) {
+      case 0:
+        how = fmt::format("{} bucket(s) all-reduced in the background of backward (parallel_config.gradient_aggregation_group)",
+                          sync_->buckets().size());
+        break;
+      case 1:
+        how = fmt::format("ZeRO-1 over {} ranks{}: reduce-scatter of the whole arena after backward, all-gather of "
+                          "parameters after the update", shard, hybrid);
+        break;
+      case 2:
+        how = fmt::format("ZeRO-2 over {} ranks{}: each unit reduce-scattered as backward finishes it (the other "
+                          "slices' gradient pages given back), all-gather of parameters after the update", shard, hybrid);
+        break;
+      default:
+        how = fmt::format("ZeRO-3 over {} ranks{}: each unit's weights all-gathered before a block's forward and its "
+                          "backward (the next block's fetched meanwhile) and given back after; each unit reduce-scattered "
+                          "as backward finishes it", shard, hybrid);
+    }
+    spdlog::info("data-parallel gradients: {}", how);
+    if (sync_->stage() >= 1) {
+      std::vector<int64_t> sizes;
+      for (const ShardUnit& u : zl.units()) sizes.push_back(u.end - u.begin);
+      spdlog::info("ZeRO-{} units (floats): [{}]", sync_->stage(), fmt::join(sizes, ", "));
+    }
+  }
   spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
                "warmup {} total {}; clip {}",
                optimizer_type_name(cfg_.optimizer_type), cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
@@ -244,7 +294,7 @@ void Trainer::write_run_start() {
       {"config_hash", fnv1a64_hex(dump_resolved(cfg_))},
       {"git_commit", build_git_commit()},
       {"layout", {{"dp", g.size(GridAxis::kDp)}, {"mp", g.size(GridAxis::kTp)}, {"pp", g.size(GridAxis::kPp)}, {"cp", g.size(GridAxis::kCp)}, {"sp", cfg_.parallel.use_seq_parallel},
-                  {"zero", sync_->sharded()}, {"ranks", ctx_.world().size()}}},
+                  {"zero", sync_->sharded()}, {"zero_stage", sync_->stage()}, {"ranks", ctx_.world().size()}}},
       {"cpu", machine_.cpu},
       {"threads", machine_.threads},
       {"compute_dtype", compute_dtype_name(cfg_.compute_dtype)},
@@ -301,7 +351,7 @@ void Trainer::log_resource_report() {
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
   v[K * me + 2] = static_cast<double>(ctx_.group(GridAxis::kDp).stats().bytes_sent);
   v[K * me + 3] = static_cast<double>(ctx_.world().stats().bytes_sent);
-  v[K * me + 4] = static_cast<double>(opt_->state_bytes() + (opt_experts_ ? opt_experts_->state_bytes() : 0));
+  v[K * me + 4] = static_cast<double>(optimizer_state_bytes());
   v[K * me + 5] = static_cast<double>(model_->activation_bytes());
   v[K * me + 6] = static_cast<double>(model_->weight_copy_bytes());
   v[K * me + 7] = static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);

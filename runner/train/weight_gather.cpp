@@ -26,6 +26,13 @@ std::vector<float> gather_full_tensor(const TensorPlacement& p, const float* w, 
 }  // namespace
 
 void Trainer::save_weights(const std::string& path) {
+  if (stream_) stream_->gather_all();  // ZeRO-3: every unit whole for the export, given back after
+  struct Release {
+    WeightStream* s;
+    ~Release() {
+      if (s) s->release_all();
+    }
+  } release{stream_.get()};
   const float* w = model_->weights();
   const Placement& placed = model_->params();
   std::vector<std::vector<float>> full;

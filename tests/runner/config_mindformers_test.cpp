@@ -273,7 +273,6 @@ TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
       {"recompute_config.select_recompute=[4, x]", "a list holds a number of layers (>= 0) per pipeline stage"},
       {"trainer.type=TextClassificationTrainer", "causal language models only"},
       {"runner_wrapper.type=MFPipelineWithLossScaleCell", "registered: MFTrainOneStepCell"},
-      {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=2", "over all data_parallel"},
   };
   for (auto [set, fix] : cases) {
     const std::vector<std::string> sets = {set, "parallel.enable_parallel_optimizer=True", "parallel_config.data_parallel=4"};
@@ -283,6 +282,38 @@ TEST(MindFormersKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
   }
   EXPECT_EQ(error_of(kMinimal, {"parallel.parallel_optimizer_config.optimizer_weight_shard_size=4",
                                 "parallel.enable_parallel_optimizer=True", "parallel_config.data_parallel=4"}), "");
+}
+
+// Sharding: parallel.zero_stage (ours) beside MindFormers' enable_parallel_optimizer, and the shard group's
+// size under MindSpore's name (optimizer_weight_shard_size) and SMP's (hybrid_shard_degree).
+TEST(MindFormersKeys, ZeroStageAndShardGroupKeys) {
+  EXPECT_EQ(load_config_string(kMinimal).parallel.zero_stage, 0);
+  EXPECT_EQ(load_config_string(kMinimal, {"parallel.enable_parallel_optimizer=True"}).parallel.zero_stage, 1);
+  EXPECT_EQ(load_config_string(kMinimal, {"parallel_config.optimizer_shard=True"}).parallel.zero_stage, 1);
+  EXPECT_EQ(load_config_string(kMinimal, {"parallel.zero_stage=3"}).parallel.zero_stage, 3);
+  EXPECT_EQ(load_config_string(kMinimal, {"parallel.zero_stage=2", "parallel.enable_parallel_optimizer=True"})
+                .parallel.zero_stage, 2);
+  EXPECT_NE(error_of(kMinimal, {"parallel.zero_stage=4"}).find("expects 0 (nothing sharded)"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"parallel.zero_stage=0", "parallel.enable_parallel_optimizer=True"}).find("drop one"),
+            std::string::npos);
+  const std::vector<std::string> dp4 = {"parallel_config.data_parallel=4", "parallel.zero_stage=3"};
+  auto with = [&](std::string set) {
+    std::vector<std::string> v = dp4;
+    v.push_back(std::move(set));
+    return v;
+  };
+  EXPECT_EQ(load_config_string(kMinimal, with("parallel_config.hybrid_shard_degree=2")).parallel.shard_degree, 2);
+  EXPECT_EQ(load_config_string(kMinimal, with("parallel.parallel_optimizer_config.optimizer_weight_shard_size=2"))
+                .parallel.shard_degree, 2);
+  EXPECT_EQ(load_config_string(kMinimal, dp4).parallel.shard_degree, 0);
+  std::vector<std::string> both = with("parallel_config.hybrid_shard_degree=2");
+  both.push_back("parallel.parallel_optimizer_config.optimizer_weight_shard_size=4");
+  EXPECT_NE(error_of(kMinimal, both).find("set one"), std::string::npos);
+  // A size that does not divide the data-parallel group: refused with one that does.
+  const std::vector<std::string> p = config_layout_problems(load_config_string(kMinimal, with("parallel_config.hybrid_shard_degree=3")));
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("does not divide the data-parallel group"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("use 2"), std::string::npos) << p[0];
 }
 
 // MindFormers' per-stage list (its pretrain_llama2_70b_bf16_32p.yaml: select_recompute: [8, 4, 4, 1, 1, 1, 1, 1]):

@@ -345,7 +345,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 11;
+  constexpr int K = 13;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
@@ -359,12 +359,20 @@ void Trainer::log_resource_report() {
   const bool cp = ctx_.size(GridAxis::kCp) > 1;
   v[K * me + 9] = cp ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent) : 0.0;
   v[K * me + 10] = cp ? static_cast<double>(ctx_.data_like().stats().bytes_sent) : 0.0;
+  // Hybrid sharding: the shard groups' and the replica groups' own communicators (dense and experts').
+  const ShardLayout& zl = sync_->layout();
+  for (bool x : {false, true}) {
+    if (!zl.replicated(x)) continue;
+    v[K * me + 11] += static_cast<double>(zl.shard_group(x).stats().bytes_sent);
+    v[K * me + 12] += static_cast<double>(zl.replica_group(x).stats().bytes_sent);
+  }
   ctx_.world().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
   if (me != 0) return;
   const double steps = static_cast<double>(std::max<int64_t>(1, total_steps_));
   for (int r = 0; r < W; ++r) {
-    const double ep = v[K * r + 7], edp = v[K * r + 8], cpb = v[K * r + 9], dcp = v[K * r + 10];
-    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{}{} "
+    const double ep = v[K * r + 7], edp = v[K * r + 8], cpb = v[K * r + 9], dcp = v[K * r + 10],
+                 shard = v[K * r + 11], replica = v[K * r + 12];
+    spdlog::info("rank {}: peak RSS {}; sent {} in the tensor group, {} in the data group, {} in the world group{}{}{} "
                  "({} per step in all)",
                  r, human_bytes(v[K * r]), human_bytes(v[K * r + 1]), human_bytes(v[K * r + 2]), human_bytes(v[K * r + 3]),
                  ep + edp > 0 ? fmt::format(", {} in the expert group (all-to-all, {} per step), {} in the "
@@ -374,7 +382,10 @@ void Trainer::log_resource_report() {
                  cp ? fmt::format(", {} in the context group (attention, {} per step), {} in the data x context group "
                                   "(gradients)", human_bytes(cpb), human_bytes(cpb / steps), human_bytes(dcp))
                     : std::string(),
-                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp) / steps));
+                 shard + replica > 0 ? fmt::format(", {} in the shard groups and {} across the replicas (hybrid sharding)",
+                                                   human_bytes(shard), human_bytes(replica))
+                                     : std::string(),
+                 human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp + shard + replica) / steps));
   }
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
@@ -386,7 +397,8 @@ void Trainer::log_resource_report() {
                           {"optimizer_state_bytes", v[K * r + 4]}, {"planned_activation_bytes", v[K * r + 5]},
                           {"weight_copy_bytes", v[K * r + 6]}, {"ep_bytes_sent", v[K * r + 7]},
                           {"edp_bytes_sent", v[K * r + 8]}, {"cp_bytes_sent", v[K * r + 9]},
-                          {"dp_cp_bytes_sent", v[K * r + 10]}});
+                          {"dp_cp_bytes_sent", v[K * r + 10]}, {"shard_bytes_sent", v[K * r + 11]},
+                          {"replica_bytes_sent", v[K * r + 12]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -166,6 +166,21 @@ for run in sys.argv[1:]:
         got = ranks[r]["dp_bytes_sent"]
         assert got == want, f"{run} rank {r}: dp bytes sent {got:.0f}, analytic {want}"
     print(f"{run}: data-parallel bytes per rank equal the analytic count ({STEPS} steps, {len(units)} unit(s))")
+# Hybrid 2 at stage 3 (h3): the units' reduce-scatters and gathers and the norm in the shard group of 2
+# (ranks 2g, 2g + 1), each slice's all-reduce over the replica group of 2 (ranks r and r + 2), and only the
+# loss over the whole data-parallel group.
+log = open("h3.log").read()
+units = json.loads(re.search(r"ZeRO-3 units \(floats\): (\[[^\]]*\])", log).group(1))
+ranks = json.load(open("h3/resources.json"))["ranks"]
+for r in range(D):
+    sr, rr = r % 2, r // 2
+    shard = sum(4 * (rs(n, 2, sr) + (3 if i == 0 else 2) * ag(n, 2, sr)) for i, n in enumerate(units)) + 8 * (rs(1, 2, sr) + ag(1, 2, sr))
+    replica = sum(4 * (rs(cnt(n, 2, sr), 2, rr) + ag(cnt(n, 2, sr), 2, rr)) for n in units)
+    dp = 8 * (rs(1, D, r) + ag(1, D, r))
+    for key, want in (("shard_bytes_sent", shard), ("replica_bytes_sent", replica), ("dp_bytes_sent", dp)):
+        got = ranks[r][key]
+        assert got == STEPS * want, f"h3 rank {r}: {key} {got:.0f}, analytic {STEPS * want}"
+print(f"h3: shard-group, replica-group and data-parallel bytes per rank equal the analytic counts")
 PY
 
 # ---- refusals -----------------------------------------------------------------------------------------

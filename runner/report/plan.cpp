@@ -119,13 +119,15 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
   const int64_t n = t.total_floats();
   const bool zero = cfg.parallel.optimizer_shard && dp > 1;
   const double params = 4.0 * static_cast<double>(n),
-               moments = 8.0 * static_cast<double>(moment_floats(cfg, n, t.expert_begin())),
+               moments = 2.0 * static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype)) *
+                         static_cast<double>(moment_floats(cfg, n, t.expert_begin())),
                copy = static_cast<double>(n * low_copy_element_bytes(L.compute)),
                activations = static_cast<double>(acts.bytes()), total = 2 * params + moments + copy + activations;
-  out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+  out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}{}), "
                      "weight copy {}, activations {}; total {}\n",
                      pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
                      human_bytes(params), human_bytes(params), human_bytes(moments),
+                     cfg.adamw.moment_dtype == MomentDtype::kBFloat16 ? " in bfloat16" : "",
                      zero ? fmt::format(", a 1/{} ZeRO-1 shard", dp) : std::string(), human_bytes(copy),
                      human_bytes(activations), human_bytes(total));
   if (r == 0 && st == 0) {

@@ -172,7 +172,8 @@ const char* run_mode_name(RunMode m);
 bool parse_run_mode(const std::string& s, RunMode& out);
 
 // optimizer.type: the names MindFormers gives its AdamW; every one runs AdamW (core/optim/adamw.h) with
-// float32 moments, so the type is kept for the log and the resolved config only.
+// the moments optimizer.moment_dtype says (float32 by default; FP32StateAdamWeightDecay refuses
+// bfloat16), so the type is kept for the log and the resolved config only.
 enum class OptimizerType { kAdamWeightDecay, kFusedAdamWeightDecay, kFP32StateAdamWeightDecay, kAdamW };
 const char* optimizer_type_name(OptimizerType t);
 bool parse_optimizer_type(const std::string& s, OptimizerType& out);

@@ -258,6 +258,10 @@ std::vector<KeyRule> common_rules() {
       {"optimizer.betas", kBuilt, "adamw.beta1, adamw.beta2"},
       {"optimizer.eps", kBuilt, "adamw.eps"},
       {"optimizer.weight_decay", kBuilt, "adamw.weight_decay"},
+      {"optimizer.moment_dtype", kBuilt,
+       "adamw.moment_dtype (ours; Megatron's --exp-avg-dtype/--exp-avg-sq-dtype): float32 | bfloat16, the storage of "
+       "AdamW's two moments; bfloat16 halves their bytes (2 per moment element instead of 4), the update computed in "
+       "float32 from them; checkpoints hold float32 moments either way"},
       {"optimizer.learning_rate", kBuilt, "lr (constant) when the file has no lr_schedule; else warned if it differs"},
       {"callbacks.*.type", kBuilt, "per_print_times, checkpoint, tensorboard_dir (MFLossMonitor, CheckpointMonitor, "
                                    "SummaryMonitor, ObsMonitor: a no-op off ModelArts as in MindFormers; others warned)"},

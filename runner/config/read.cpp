@@ -2,6 +2,7 @@
 // callbacks, datasets. Each function reads only kBuilt and kChecked keys (runner/config/keys.cpp) and
 // says what it cannot honour.
 #include <algorithm>
+#include <cstdio>
 #include <regex>
 #include <string>
 
@@ -376,6 +377,30 @@ void read_optimizer(ReadContext& x) {
     if (!(v > 0.0 && v < 1.0)) x.refuse(kv(key, std::to_string(v)) + ": must be in (0, 1)");
   if (!(c.adamw.eps > 0.0)) x.refuse("`optimizer.eps`: must be > 0");
   if (c.adamw.weight_decay < 0.0) x.refuse("`optimizer.weight_decay`: must be >= 0");
+  if (const std::string d = rd.get<std::string>("optimizer.moment_dtype"); !parse_moment_dtype(d, c.adamw.moment_dtype)) {
+    x.refuse(kv("optimizer.moment_dtype", d) + ": must be float32 or bfloat16 (how AdamW stores its two moments)");
+  } else if (c.adamw.moment_dtype == MomentDtype::kBFloat16) {
+    if (c.optimizer_type == OptimizerType::kFP32StateAdamWeightDecay)
+      x.refuse(kv("optimizer.moment_dtype", d) + " and `optimizer.type: FP32StateAdamWeightDecay` disagree: that type keeps "
+               "its state in float32; use AdamWeightDecay or AdamW for bfloat16 moments");
+    // A step moves a moment by (1 - beta) of its distance to the step's new term. bf16 keeps 8
+    // significant bits: half the spacing next to a value x is between 2^-9 |x| (x a power of two,
+    // below it) and 2^-8 |x|. A move smaller than that rounds back to x, so with 1 - beta < 2^-8 a
+    // moment follows only new terms several times larger, and with 1 - beta < 2^-9 its magnitude
+    // never shrinks.
+    const bool pair = !rd.node("optimizer.betas").IsNull();
+    for (auto [i, b] : {std::pair{1, c.adamw.beta1}, {2, c.adamw.beta2}})
+      if (b > 0.0 && b < 1.0 && 1.0 - b < 1.0 / 256) {
+        char text[160];
+        std::snprintf(text, sizeof text, " with beta%d %.6g (optimizer.%s): a step moves the moment by 1 - beta%d = %.3g", i,
+                      b, pair ? "betas" : (i == 1 ? "beta1" : "beta2"), i, 1.0 - b);
+        x.warn(kv("optimizer.moment_dtype", d) + text +
+               " of its distance to the new term, less than half of bfloat16's spacing next to it (2^-9 to 2^-8 of its "
+               "magnitude), so the stored moment rounds back to itself unless the new term is several times larger" +
+               (1.0 - b < 1.0 / 512 ? std::string(", and its magnitude never shrinks (1 - beta < 2^-9)") : std::string()) +
+               "; beta <= 0.996 (1 - 2^-8) lets it shrink; float32 moments do not have this");
+      }
+  }
 
   c.lr.type = rd.get<std::string>("lr_schedule.type");
   c.lr.learning_rate = rd.get<double>("lr_schedule.learning_rate");

@@ -288,6 +288,7 @@ optimizer:
   beta2: 0.999
   eps: 1.0e-8
   weight_decay: 0.0
+  moment_dtype: float32  # ours: float32 | bfloat16, how AdamW stores its two moments (Megatron's --exp-avg-dtype)
   betas: ~          # [beta1, beta2] (MindFormers' AdamW)
   learning_rate: ~  # used when the file has no lr_schedule (as in MindFormers)
 callbacks:

@@ -152,7 +152,8 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
       shard_floats(cfg, n, std::min(n, t.expert_begin()),
                    TransformerLM::unit_starts(spec, entry.names, t, tp, static_cast<int>(cfg.parallel.expert_parallel), chunks));
   const double params = 4.0 * static_cast<double>(f.weights), grads = 4.0 * static_cast<double>(f.grads),
-               moments = 8.0 * static_cast<double>(f.moments),
+               moments = 2.0 * static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype)) *
+                         static_cast<double>(f.moments),
                copy = static_cast<double>(f.weights * low_copy_element_bytes(L.compute)),
                activations = static_cast<double>(acts.bytes()), total = params + grads + moments + copy + activations;
   std::string zero;
@@ -164,10 +165,11 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
       zero += fmt::format("; {} gathered or reduced at once (the largest unit and the next)",
                           human_bytes(4.0 * static_cast<double>(f.working)));
   }
-  out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
+  out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}{}), "
                      "weight copy {}, activations {}; total {}\n",
                      pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
-                     human_bytes(params), human_bytes(grads), human_bytes(moments), zero, human_bytes(copy),
+                     human_bytes(params), human_bytes(grads), human_bytes(moments),
+                     cfg.adamw.moment_dtype == MomentDtype::kBFloat16 ? " in bfloat16" : "", zero, human_bytes(copy),
                      human_bytes(activations), human_bytes(total));
   if (r == 0 && st == 0) {
     std::vector<BufferPlan::Entry> top = acts.entries();

@@ -194,15 +194,10 @@ void Trainer::load_initial_state() {
     for (const TensorPlacement& t : model_->params().tensors()) {
       int64_t lo, hi;
       if (!shard_part(t, b, e, lo, hi)) continue;
-      for (int k = 0; k < 2; ++k) {
-        float* dst = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
-        if (lo == 0) {  // the shard holds the tensor from its first element: read in place
-          r.read(kMomentPrefix[k] + t.spec->name, t, dst, lo, hi);
-          continue;
-        }
+      for (int k = 0; k < 2; ++k) {  // read as F32, stored in the optimizer's moment dtype
         part.assign(static_cast<size_t>(t.numel()), 0.0f);
         r.read(kMomentPrefix[k] + t.spec->name, t, part.data(), lo, hi);
-        std::copy(part.begin() + lo, part.begin() + hi, dst);
+        o->write_moments(k, t.offset + lo - b, hi - lo, part.data() + lo);
       }
     }
   }
@@ -250,15 +245,11 @@ void Trainer::snapshot_pieces(std::vector<ckpt::Piece>& pieces) const {
       if (!shard_part(t, b, e, lo, hi) || !writes(t, sharded) || (sharded && !writes_shard(t))) continue;
       if (weights_sharded)
         for (ckpt::Piece& piece : ckpt::pieces_of(t, t.spec->name, w + t.offset, lo, hi)) pieces.push_back(std::move(piece));
-      for (int k = 0; k < 2; ++k) {
-        const float* src = (k == 0 ? o->m() : o->v()) + (t.offset + lo - b);
-        const float* local = src;  // the tensor's first local element, when the shard holds it
-        if (lo > 0) {  // a tensor the shard cuts: its part placed in a whole-tensor buffer
-          part.assign(static_cast<size_t>(t.numel()), 0.0f);
-          std::copy(src, src + (hi - lo), part.begin() + lo);
-          local = part.data();
-        }
-        for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, local, lo, hi))
+      for (int k = 0; k < 2; ++k) {  // saved as F32 whatever the optimizer's moment dtype
+        // The shard's part of the tensor placed in a whole-tensor buffer.
+        if (part.size() < static_cast<size_t>(t.numel())) part.resize(static_cast<size_t>(t.numel()));
+        o->read_moments(k, t.offset + lo - b, hi - lo, part.data() + lo);
+        for (ckpt::Piece& piece : ckpt::pieces_of(t, kMomentPrefix[k] + t.spec->name, part.data(), lo, hi))
           pieces.push_back(std::move(piece));
       }
     }

@@ -271,9 +271,10 @@ void Trainer::log_setup() const {
       spdlog::info("ZeRO-{} units (floats): [{}]", sync_->stage(), fmt::join(sizes, ", "));
     }
   }
-  spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights); lr schedule {} peak {} "
-               "warmup {} total {}; clip {}",
+  spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights, {} moments); lr schedule {} "
+               "peak {} warmup {} total {}; clip {}",
                optimizer_type_name(cfg_.optimizer_type), cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
+               moment_dtype_name(cfg_.adamw.moment_dtype),
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
                cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
   spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);

@@ -93,6 +93,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
       {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
       {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
+      {"optimizer.moment_dtype", "bfloat16"},
       {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
       {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},
       {"train_dataset.data_loader.data_path", "probe/prefix"}, {"eval_dataset.data_loader.data_path", "probe/prefix"},

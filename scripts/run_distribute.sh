@@ -394,6 +394,10 @@ fi
 export RANK_TABLE_FILE=$TABLE
 exports=(-x RANK_TABLE_FILE)
 for v in OMP_NUM_THREADS LD_LIBRARY_PATH; do [ -n "${!v:-}" ] && exports+=(-x "$v"); done
+# What picks the GEMM kernels (OpenBLAS's core type and cache sizes, oneDNN's instruction-set cap, gridformer's
+# backend and machine probe) goes to every rank too: a rank on another server starts from ssh's environment, without
+# them, and computes with other kernels (the last bits of products, so of the losses, differ).
+for v in $(compgen -e | grep -E '^(OPENBLAS_|GOTO_|ONEDNN_|DNNL_)|^GF_(GEMM|MACHINE_PROBE)$'); do exports+=(-x "$v"); done
 read -r -a extra <<<"${MPIRUN_ARGS:-}"
 
 # ---- as root: allowed, with a warning -----------------------------------------------------------

@@ -138,9 +138,23 @@ void GradientSync::grads_ready_from(int64_t offset) {
         layout_->shard_group(false).start_reduce_scatter_sum(grads_ + u.begin, u.end - u.begin, next_unit_);
     --next_unit_;
   }
-  for (size_t u = 0; u < units.size(); ++u)
-    if (!units[u].expert && static_cast<int>(u) > next_unit_ && !unit_released_[u] && unit_pending_[u].test())
-      unit_reduced(u);
+  int in_flight = 0;
+  for (size_t u = units.size(); u-- > 0;) {
+    if (units[u].expert || static_cast<int>(u) <= next_unit_ || unit_released_[u]) continue;
+    if (unit_pending_[u].test()) unit_reduced(u);
+    else ++in_flight;
+  }
+  // At most kUnitsInFlight units' whole gradients wait for their reduce-scatter: the oldest is finished
+  // here otherwise. A ring advances only while its ranks are inside MPI, so on busy cores every unit
+  // could stay whole until finish(), and ZeRO-2's gradients would peak at the whole arena.
+  constexpr int kUnitsInFlight = 2;
+  for (size_t u = units.size(); in_flight > kUnitsInFlight && u-- > 0;) {
+    if (units[u].expert || static_cast<int>(u) <= next_unit_ || unit_released_[u]) continue;
+    trace::Span wait("wait", "wait unit reduce-scatter");
+    unit_pending_[u].wait();
+    unit_reduced(u);
+    --in_flight;
+  }
 }
 
 void GradientSync::finish() {

@@ -137,7 +137,7 @@ TEST(Config, MindFormersReferenceFilesLoad) {
   EXPECT_EQ(big.model.hidden_size, 5120);
   EXPECT_EQ(big.parallel.data_parallel, 4);
   EXPECT_EQ(big.parallel.model_parallel, 8);
-  EXPECT_TRUE(big.parallel.optimizer_shard);
+  EXPECT_TRUE(big.parallel.optimizer_shard());
   EXPECT_EQ(big.model.hidden_act, "fast_gelu");
 }
 

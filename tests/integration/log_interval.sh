@@ -121,7 +121,7 @@ assert rows[0]["event"] == "run_start"
 first, second = starts
 for k in ["time", "config_hash", "git_commit", "layout", "cpu", "gemm_backend", "peak_tflops", "peak_source"]:
     assert k in second, k
-assert second["layout"] == {"dp": 1, "mp": 1, "pp": 1, "cp": 1, "sp": False, "zero": False, "ranks": 1}, second["layout"]
+assert second["layout"] == {"dp": 1, "mp": 1, "pp": 1, "cp": 1, "sp": False, "zero": False, "zero_stage": 0, "ranks": 1}, second["layout"]
 assert first["peak_tflops"] == 0.0123 and second["peak_tflops"] == 0.5, (first["peak_tflops"], second["peak_tflops"])
 assert second["peak_source"] == "set by runner_config.peak_tflops"
 assert first["gemm_backend"] == "eigen", first

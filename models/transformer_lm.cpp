@@ -250,7 +250,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   }
   if (!d.last) return 0.0;
   trace::Span span("compute", "head fwd");
-  need(head_reads_, {});
+  need(head_reads_, no_reads_);
   const double loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
   done(head_reads_);
   if (check_finite_ && !std::isfinite(loss) && first_nonfinite_.empty())
@@ -314,7 +314,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
     if (!(d.share_logits && pass == BwdPass::kWeight)) {
       trace::Span span(trace::kOn, "compute", "head %s", pass_name);
-      need(head_reads_, d.l1 > d.l0 ? layer_reads_.back() : std::vector<int64_t>{});
+      need(head_reads_, d.l1 > d.l0 ? layer_reads_.back() : no_reads_);
       head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
       done(head_reads_);
       if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
@@ -330,7 +330,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     trace::Span span(trace::kOn, "compute", "layer %d %s", static_cast<int>(l), pass_name);
     span.arg("layer", static_cast<double>(l));
     need(layer_reads_[static_cast<size_t>(l - d.l0)],
-         l > d.l0 ? layer_reads_[static_cast<size_t>(l - 1 - d.l0)] : std::vector<int64_t>{});
+         l > d.l0 ? layer_reads_[static_cast<size_t>(l - 1 - d.l0)] : no_reads_);
     if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
     layer.bwd(e, pass, x, a, layer_grads(s, l));
     done(layer_reads_[static_cast<size_t>(l - d.l0)]);

@@ -238,6 +238,7 @@ class TransformerLM : public CausalLM {
   WeightGate* gate_ = nullptr;
   // The arena offsets each block reads (ZeRO-3's units): the embedding, layer l - l0, the head.
   std::vector<int64_t> emb_reads_, head_reads_;
+  const std::vector<int64_t> no_reads_;  // a block with no successor (bound by reference: no vector per call)
   std::vector<std::vector<int64_t>> layer_reads_;
   void need(const std::vector<int64_t>& now, const std::vector<int64_t>& next) const {
     if (gate_) gate_->need(now, next);

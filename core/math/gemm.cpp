@@ -2,6 +2,9 @@
 #include "core/math/gemm.h"
 
 #include <cblas.h>
+#ifdef GF_WITH_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 // GCC 12 flags _mm256_undefined_pd() inside Eigen's AVX-512 packing (a known false positive of
 // -Wmaybe-uninitialized on the "undefined" intrinsics); the whole file sees Eigen's GEMM inlined.
@@ -71,16 +74,39 @@ void gemm_eigen(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, co
   if (ta == Trans::kYes && tb == Trans::kYes) eigen_accumulate(c, alpha, a.transpose(), b.transpose());
 }
 
+// oneDNN's row-major sgemm (the BLAS argument order with 'N'/'T' characters): its JIT kernels for
+// the CPU's ISA, threaded over omp_get_max_threads() outside a parallel region and on one thread
+// inside one (dnnl_get_current_num_threads). fp64 has no oneDNN GEMM and runs on OpenBLAS.
+void gemm_onednn(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+#ifdef GF_WITH_DNNL
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // dnnl_sgemm leaves C as it is; cblas scales it by beta (0: overwrites)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  const dnnl_status_t s = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
+                                     lda, B, ldb, beta, C, ldc);
+  if (s != dnnl_success)
+    throw std::runtime_error("dnnl_sgemm failed (status " + std::to_string(static_cast<int>(s)) + ") on a " +
+                             std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " product");
+#else
+  gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
 constexpr int kUnset = -1;
 std::atomic<int> g_backend{kUnset};
 
 GemmBackend backend_from_env() {
   const char* env = std::getenv("GF_GEMM");
   if (env == nullptr || *env == '\0') return GemmBackend::kBlas;  // measured faster: see gemm.h
-  const std::string v(env);
-  if (v == "blas" || v == "openblas") return GemmBackend::kBlas;
-  if (v == "eigen") return GemmBackend::kEigen;
-  throw std::invalid_argument("GF_GEMM=" + v + ": unknown GEMM backend; use GF_GEMM=blas or GF_GEMM=eigen");
+  try {
+    return gemm_backend_from_name(env);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("GF_GEMM=") + env + ": " + e.what());
+  }
 }
 
 // One row times a matrix (generation's decode step for one sequence): a matrix-vector product,
@@ -108,7 +134,12 @@ void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int6
   }
   if (backend == GemmBackend::kEigen)
     gemm_eigen(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else
+  else if constexpr (std::is_same_v<T, float>) {
+    if (backend == GemmBackend::kOnednn)
+      gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+      gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else
     gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -127,7 +158,35 @@ GemmBackend gemm_backend() {
 void gemm_set_backend(GemmBackend backend) { g_backend.store(static_cast<int>(backend)); }
 
 const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::kEigen ? "eigen" : "blas";
+  switch (backend) {
+    case GemmBackend::kEigen:
+      return "eigen";
+    case GemmBackend::kOnednn:
+      return "onednn";
+    case GemmBackend::kBlas:
+      break;
+  }
+  return "blas";
+}
+
+bool gemm_backend_available(GemmBackend backend) {
+#ifdef GF_WITH_DNNL
+  (void)backend;
+  return true;
+#else
+  return backend != GemmBackend::kOnednn;
+#endif
+}
+
+GemmBackend gemm_backend_from_name(const std::string& v) {
+  if (v == "blas" || v == "openblas") return GemmBackend::kBlas;
+  if (v == "eigen") return GemmBackend::kEigen;
+  if (v == "onednn" || v == "dnnl") {
+    if (!gemm_backend_available(GemmBackend::kOnednn))
+      throw std::invalid_argument("this build has no oneDNN (GF_WITH_DNNL=OFF); use blas or eigen");
+    return GemmBackend::kOnednn;
+  }
+  throw std::invalid_argument("unknown GEMM backend \"" + v + "\"; use blas, eigen or onednn");
 }
 
 void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -2,9 +2,13 @@
 // with cblas semantics (beta == 0 overwrites C without reading it; K == 0 scales C by beta).
 // The double overload serves the finite-difference checks of the ops.
 //
-// Two fp32/fp64 backends behind it, chosen once per process:
-//   kBlas  — OpenBLAS 0.3.21 (the OpenMP build, so it shares our OpenMP threads);
-//   kEigen — Eigen 3.4's own GEMM kernels through Eigen::Map (OpenMP-parallel as well).
+// Three fp32 backends behind it (two for fp64), chosen once per process:
+//   kBlas   — OpenBLAS 0.3.21 (the OpenMP build, so it shares our OpenMP threads);
+//   kEigen  — Eigen 3.4's own GEMM kernels through Eigen::Map (OpenMP-parallel as well);
+//   kOnednn — oneDNN 2.6's dnnl_sgemm (its JIT AVX-512/AVX2 sgemm kernels, OpenMP runtime; built
+//             only with oneDNN: GF_WITH_DNNL). fp64 products on it run on OpenBLAS. On the 2-vCPU
+//             AVX-512 EPYC it measured 1.6-2.8x OpenBLAS (Haswell kernels) on the model's
+//             products (bench/README.md, "fp32 GEMM backends"); the machine probe times all three.
 // The default is kBlas, by measurement: bench/bench_gemm.cpp times both on every product of one
 // training step, FLOP-weighted over the step (medians of 5 interleaved rounds, 2026-11-22, on a
 // 2-vCPU AVX-512/AMX Xeon shared with other sessions' builds):
@@ -25,12 +29,13 @@
 // all (gemm_blocking_space with dynamic sizes). The bf16 path is core/math/gemm_bf16.h.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace gf {
 
 enum class Trans : bool { kNo = false, kYes = true };
 
-enum class GemmBackend { kBlas, kEigen };
+enum class GemmBackend { kBlas, kEigen, kOnednn };
 
 // op(A) is M x K, op(B) is K x N, C is M x N; lda/ldb/ldc are row strides of the stored matrices.
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -45,11 +50,17 @@ void gemm(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t
           const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
           int64_t ldc);
 
-// The process-wide backend: GF_GEMM (blas|eigen) read at the first call, else kBlas. An unknown
-// GF_GEMM value throws std::invalid_argument naming the accepted ones.
+// The process-wide backend: GF_GEMM (blas|eigen|onednn) read at the first call, else kBlas. An
+// unknown GF_GEMM value, or onednn in a build without oneDNN, throws std::invalid_argument naming
+// the accepted ones.
 GemmBackend gemm_backend();
 void gemm_set_backend(GemmBackend backend);
 const char* gemm_backend_name(GemmBackend backend);
+// True when this build has the backend (kOnednn needs GF_WITH_DNNL).
+bool gemm_backend_available(GemmBackend backend);
+// The backend named "blas", "openblas", "eigen", "onednn" or "dnnl"; std::invalid_argument otherwise
+// (or for onednn in a build without it).
+GemmBackend gemm_backend_from_name(const std::string& name);
 
 // Threads one call may use, for both backends (OpenBLAS's and Eigen's own settings; 0 = leave as
 // configured). Inside an OpenMP parallel region both run single-threaded (attention's per-head

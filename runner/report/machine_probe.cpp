@@ -49,8 +49,10 @@ MachineProbe machine_probe_from_json(const nlohmann::json& j) {
   p.date = field<std::string>(j, "date");
   p.threads = field<int>(j, "threads");
   p.fp32_backend = field<std::string>(j, "fp32_backend");
-  if (p.fp32_backend != "blas" && p.fp32_backend != "eigen")
-    throw std::runtime_error("fp32_backend is \"" + p.fp32_backend + "\", not blas or eigen");
+  if (p.fp32_backend != "blas" && p.fp32_backend != "eigen" && p.fp32_backend != "onednn")
+    throw std::runtime_error("fp32_backend is \"" + p.fp32_backend + "\", not blas, eigen or onednn");
+  if (!gemm_backend_available(gemm_backend_from_name(p.fp32_backend)))
+    throw std::runtime_error("fp32_backend is " + p.fp32_backend + ", which this build lacks");
   if (p.threads <= 0) throw std::runtime_error("threads must be > 0");
   p.gflops_blas = field<double>(j, "gflops", "blas");
   p.gflops_eigen = field<double>(j, "gflops", "eigen");
@@ -60,6 +62,17 @@ MachineProbe machine_probe_from_json(const nlohmann::json& j) {
     p.gflops_bf16 = j["gflops"]["bf16"].get<double>();
   if (j.contains("peak_tflops") && j["peak_tflops"].contains("bfloat16") && j["peak_tflops"]["bfloat16"].is_number())
     p.peak_tflops_bf16 = j["peak_tflops"]["bfloat16"].get<double>();
+  if (j["gflops"].contains("onednn") && j["gflops"]["onednn"].is_number()) p.gflops_onednn = j["gflops"]["onednn"].get<double>();
+  if (j.contains("limits") && j["limits"].is_object()) {
+    const nlohmann::json& l = j["limits"];
+    auto number = [&](const char* k) { return l.contains(k) && l[k].is_number() ? l[k].get<double>() : 0.0; };
+    auto text = [&](const char* k) { return l.contains(k) && l[k].is_string() ? l[k].get<std::string>() : std::string(); };
+    p.fma_tflops_fp32 = number("fp32_fma_tflops");
+    p.fma_tflops_bf16 = number("bf16_tflops");
+    p.triad_gbs = number("triad_gbs");
+    p.fma_isa_fp32 = text("fp32_fma_isa");
+    p.fma_isa_bf16 = text("bf16_isa");
+  }
   return p;
 }
 
@@ -107,13 +120,16 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
   }
   const char* env = std::getenv("GF_GEMM");
   const bool from_env = env != nullptr && *env != '\0';
-  if (!from_env && m.probe) gemm_set_backend(m.probe->fp32_backend == "eigen" ? GemmBackend::kEigen : GemmBackend::kBlas);
+  if (!from_env && m.probe) gemm_set_backend(gemm_backend_from_name(m.probe->fp32_backend));
   m.gemm_backend = gemm_backend_name(gemm_backend());  // throws for an unknown GF_GEMM
   const std::string measured =
-      m.probe ? fmt::format("machine_probe measured blas{} {} and eigen {} GFLOP/s at {} thread(s) on {} ({})",
+      m.probe ? fmt::format("machine_probe measured blas{} {}{} eigen {}{} GFLOP/s at {} thread(s) on {} ({})",
                             m.probe->blas_core.empty() ? std::string() : " (" + m.probe->blas_core + ")",
-                            trim_number(m.probe->gflops_blas), trim_number(m.probe->gflops_eigen), m.probe->threads,
-                            m.probe->cpu, m.probe->date)
+                            trim_number(m.probe->gflops_blas), m.probe->gflops_onednn > 0 ? "," : " and",
+                            trim_number(m.probe->gflops_eigen),
+                            m.probe->gflops_onednn > 0 ? " and onednn " + trim_number(m.probe->gflops_onednn)
+                                                       : std::string(),
+                            m.probe->threads, m.probe->cpu, m.probe->date)
               : std::string();
   if (from_env)
     m.gemm_reason = fmt::format("GF_GEMM={} in the environment{}", env, m.probe ? "; " + measured : std::string());
@@ -145,10 +161,15 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
   std::string what = bf16 ? "bf16 (oneDNN)" : "fp32 (" + p.fp32_backend + ")";
   if (compute_dtype == ComputeDtype::kBFloat16 && !bf16) what += ", the probe has no bf16 figure (built without oneDNN)";
   if (compute_dtype == ComputeDtype::kFloat16) what += ", float16 runs on the fp32 GEMM";
-  c.source = fmt::format("measured by machine_probe on {} ({}): the {} GEMM ceiling{}", p.cpu, p.date, what,
+  const double hw = bf16 ? p.fma_tflops_bf16 : p.fma_tflops_fp32;
+  const std::string& hw_isa = bf16 ? p.fma_isa_bf16 : p.fma_isa_fp32;
+  c.source = fmt::format("measured by machine_probe on {} ({}): the {} GEMM ceiling{}{}", p.cpu, p.date, what,
                          threads == p.threads ? std::string()
                                               : fmt::format(", {} TFLOP/s at the probe's {} thread(s) scaled to this "
-                                                            "rank's {}", trim_number(at_probe), p.threads, threads));
+                                                            "rank's {}", trim_number(at_probe), p.threads, threads),
+                         hw > 0 ? fmt::format("; the hardware's {} peak (machine_probe's own kernel) is {} TFLOP/s "
+                                              "per rank", hw_isa, trim_number(hw * threads / p.threads))
+                                : std::string());
   return c;
 }
 

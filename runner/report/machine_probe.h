@@ -14,10 +14,12 @@
 // Where a run looks: $GF_MACHINE_PROBE if set (a path; "off" for no probe), else
 // <directory of the running binary>/../machine_probe.json (build/bin/.. = build/).
 //
-// The file's fields (version 1) that a run reads: "cpu", "date", "threads", "fp32_backend"
-// ("blas" | "eigen"), "gflops" {"blas", "eigen", "bf16"}, "peak_tflops" {"float32", "bfloat16"
-// (null when oneDNN was not built)}, "blas_core" (optional). The tool writes more (per-product
-// figures, load, versions).
+// The file's fields that a run reads: "cpu", "date", "threads", "fp32_backend" ("blas" | "eigen" |
+// "onednn"), "gflops" {"blas", "eigen", "onednn" (version 2), "bf16"}, "peak_tflops" {"float32",
+// "bfloat16" (null when oneDNN was not built)}: the GEMM ceilings, "blas_core" (optional), and from
+// version 2 "limits" {"fp32_fma_tflops", "bf16_tflops", "triad_gbs", ...}: the hardware's peaks from
+// our own kernels. The tool writes more (per-product figures, the correctness check of every fp32
+// backend, load, versions).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -33,10 +35,15 @@ struct MachineProbe {
   std::string cpu, date;
   std::string blas_core;  // OpenBLAS's kernels when measured ("" in a file without the field)
   int threads = 0;
-  std::string fp32_backend;  // "blas" or "eigen"
+  std::string fp32_backend;  // "blas", "eigen" or "onednn"
   double gflops_blas = 0.0, gflops_eigen = 0.0, gflops_bf16 = 0.0;  // FLOP-weighted over the products
+  double gflops_onednn = 0.0;  // 0: not measured (a version-1 file, or built without oneDNN)
   double peak_tflops_fp32 = 0.0;
   double peak_tflops_bf16 = 0.0;  // 0: not measured (built without oneDNN)
+  // The hardware's limits from our own kernels (core/math/cpu_peak.h; version 2 files, 0 before):
+  // the fp32 FMA peak, the bf16 peak (AMX where measured, else AVX-512 BF16) and the triad.
+  double fma_tflops_fp32 = 0.0, fma_tflops_bf16 = 0.0, triad_gbs = 0.0;
+  std::string fma_isa_fp32, fma_isa_bf16;
 };
 
 // OpenBLAS's kernel family in this process (openblas_get_corename(): "Haswell", "SkylakeX", "Zen",

@@ -22,6 +22,8 @@
 //     accumulated in fp32; truncation instead of rounding, or a bf16 accumulator, is off by ~2^-9
 //     relative and fails it by a factor of ~100.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <omp.h>
 
 #include <algorithm>
@@ -212,14 +214,64 @@ TEST_P(GemmFp32, EmptyProducts) {
   EXPECT_EQ(C, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GemmFp32, ::testing::Values(GemmBackend::kBlas, GemmBackend::kEigen),
+std::vector<GemmBackend> built_backends() {
+  std::vector<GemmBackend> v = {GemmBackend::kBlas, GemmBackend::kEigen};
+  if (gemm_backend_available(GemmBackend::kOnednn)) v.push_back(GemmBackend::kOnednn);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GemmFp32, ::testing::ValuesIn(built_backends()),
                          [](const auto& info) { return std::string(gemm_backend_name(info.param)); });
+
+// The same product twice gives the same bits (equivalence and bitwise-refactor checks rely on it),
+// and inside an OpenMP loop each call runs on its own thread with the reference's accuracy.
+TEST_P(GemmFp32, RepeatableAndUsableInsideAParallelLoop) {
+  std::vector<Problem> ps;
+  uint32_t seed = 700;
+  for (int rep = 0; rep < 2; ++rep)
+    for (const Trans ta : {Trans::kNo, Trans::kYes})
+      for (const Trans tb : {Trans::kNo, Trans::kYes})
+        ps.push_back(make_problem(ta, tb, {129, 67, 300, 0.5f, rep == 0 ? 0.0f : 1.0f}, seed++));
+  std::vector<std::vector<float>> first(ps.size()), in_loop(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Problem& p = ps[i];
+    for (auto* out : {&first[i], &in_loop[i]}) *out = p.C0;
+    gemm(GetParam(), p.ta, p.tb, p.c.M, p.c.N, p.c.K, p.c.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.c.beta,
+         first[i].data(), p.ldc);
+    std::vector<float> again = p.C0;
+    gemm(GetParam(), p.ta, p.tb, p.c.M, p.c.N, p.c.K, p.c.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.c.beta,
+         again.data(), p.ldc);
+    EXPECT_EQ(std::memcmp(first[i].data(), again.data(), again.size() * sizeof(float)), 0)
+        << gemm_backend_name(GetParam()) << " " << describe(p);
+  }
+#pragma omp parallel for schedule(dynamic) num_threads(2)
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Problem& p = ps[i];
+    gemm(GetParam(), p.ta, p.tb, p.c.M, p.c.N, p.c.K, p.c.alpha, p.A.data(), p.lda, p.B.data(), p.ldb, p.c.beta,
+         in_loop[i].data(), p.ldc);
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Problem& p = ps[i];
+    const Reference r = reference(p, p.A, p.B);
+    EXPECT_LE(norm_error(p, in_loop[i], r.C, r.scale), 1e-5) << gemm_backend_name(GetParam()) << " " << describe(p);
+  }
+}
+
+TEST(Gemm, BackendNames) {
+  EXPECT_EQ(gemm_backend_from_name("openblas"), GemmBackend::kBlas);
+  EXPECT_EQ(gemm_backend_from_name("eigen"), GemmBackend::kEigen);
+  EXPECT_THROW(gemm_backend_from_name("mkl"), std::invalid_argument);
+  for (const GemmBackend b : built_backends()) EXPECT_EQ(gemm_backend_from_name(gemm_backend_name(b)), b);
+  if (!gemm_backend_available(GemmBackend::kOnednn)) {
+    EXPECT_THROW(gemm_backend_from_name("onednn"), std::invalid_argument);
+  }
+}
 
 // gemm_set_backend switches what the plain gemm() runs (bitwise the named backend's result).
 TEST(Gemm, SetBackendSelectsTheBackend) {
   const GemmBackend before = gemm_backend();
   const Problem p = make_problem(Trans::kNo, Trans::kYes, {65, 33, 127, 1.0f, 0.0f}, 99);
-  for (const GemmBackend b : {GemmBackend::kEigen, GemmBackend::kBlas}) {
+  for (const GemmBackend b : built_backends()) {
     gemm_set_backend(b);
     EXPECT_EQ(gemm_backend(), b);
     std::vector<float> C1 = p.C0, C2 = p.C0;

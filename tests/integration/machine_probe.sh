@@ -13,20 +13,27 @@ unset GF_GEMM GF_MACHINE_PROBE
 start=$SECONDS
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:128x128x128,NT:192x64x96,TN:64x128x256 > a.txt 2>&1 \
   || { cat a.txt; fail "machine_probe exited non-zero"; }
-grep -q "machine_probe: .* at 1 thread(s): blas .* eigen .* GFLOP/s; fp32 backend .* -> p.json" a.txt || fail "summary: $(cat a.txt)"
+grep -q "machine_probe: .* at 1 thread(s): blas .* eigen .* onednn .* GFLOP/s; fp32 backend .*hardware peak .* -> p.json" a.txt || fail "summary: $(cat a.txt)"
 python3 - p.json <<'PY' || fail "the probe's JSON"
 import json, sys
 j = json.load(open(sys.argv[1]))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
 assert j["cpu"] == cpu, (j["cpu"], cpu)
-assert j["tool"] == "machine_probe" and j["version"] == 1
+assert j["tool"] == "machine_probe" and j["version"] == 2
 assert j["threads"] == 1
 assert len(j["date"]) == 20 and j["date"].endswith("Z"), j["date"]
 assert j["git_commit"]
 assert j["blas_core"], j  # OpenBLAS's kernels (openblas_get_corename)
 g = j["gflops"]
 assert g["blas"] > 0 and g["eigen"] > 0, g
-assert j["fp32_backend"] == ("eigen" if g["eigen"] > g["blas"] else "blas"), (j["fp32_backend"], g)
+fp32 = [b for b in ("blas", "eigen", "onednn") if g.get(b) is not None]
+assert all(j["check"][b]["ok"] and 0 <= j["check"][b]["worst_error_over_bound"] <= 1 for b in fp32), j["check"]
+assert j["fp32_backend"] == max(fp32, key=lambda b: g[b]), (j["fp32_backend"], g)
+lim = j["limits"]
+assert lim["fp32_fma_tflops"] > 0 and lim["fp32_fma_isa"] in ("avx512f", "avx2"), lim
+assert lim["triad_gbs"] > 0, lim
+assert (lim["bf16_tflops"] is None) == (lim["avx512_bf16_tflops"] is None and lim["amx_bf16_tflops"] is None), lim
+assert lim["amx_bf16_tflops"] is not None or lim["amx_why_not"], lim
 assert [(p["op"], p["M"], p["N"], p["K"]) for p in j["products"]] == [("NN", 128, 128, 128), ("NT", 192, 64, 96), ("TN", 64, 128, 256)]
 best = max(p["gflops"][j["fp32_backend"]] for p in j["products"])
 assert abs(j["peak_tflops"]["float32"] - best / 1000) <= 0.0006, (j["peak_tflops"], best)  # rounded to 1 GFLOP/s
@@ -57,6 +64,19 @@ python3 -c 'import json; assert json.load(open("p.json"))["blas_core"] != "NotAC
 echo "{broken" > p.json
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > d.txt 2>&1 || fail "--if-stale, broken file"
 python3 -c 'import json; json.load(open("p.json"))' || fail "--if-stale did not replace a broken file"
+
+# A backend whose products fail the exactness check is never chosen, however fast.
+fastest="$(python3 -c 'import json; print(json.load(open("before.json"))["fp32_backend"])')"
+GF_MACHINE_PROBE_FAULT="$fastest" "$PROBE" --out w.json --threads 1 --budget-ms 20 --shapes NN:128x128x128 > w.txt 2>&1 \
+  || { cat w.txt; fail "machine_probe with a faulty backend"; }
+grep -q "the $fastest backend computes wrong products here (NN:128x128x128: C\[0,0\] = .*): it is not chosen" w.txt \
+  || fail "the faulty backend was not named: $(cat w.txt)"
+python3 - w.json "$fastest" <<'PY' || fail "a faulty backend's record"
+import json, sys
+j, bad = json.load(open(sys.argv[1])), sys.argv[2]
+assert j["check"][bad]["ok"] is False and "C[0,0]" in j["check"][bad]["wrong"], j["check"]
+assert j["fp32_backend"] != bad, j["fp32_backend"]
+PY
 
 # A bad --shapes is refused by name.
 set +e

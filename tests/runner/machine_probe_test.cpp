@@ -160,6 +160,36 @@ TEST(MachineProbe, AppliedOnlyForThisCpuAndSetsTheBackendUnlessGfGemmIsSet) {
   }
 }
 
+// Version 2: oneDNN's fp32 figure, onednn as the chosen backend, and the hardware's limits, which
+// the MFU line names beside the GEMM ceiling it divides by.
+TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
+  nlohmann::json j = probe_json("Some CPU", gemm_backend_available(GemmBackend::kOnednn) ? "onednn" : "blas");
+  j["version"] = 2;
+  j["gflops"]["onednn"] = 390.0;
+  j["limits"] = {{"fp32_fma_tflops", 0.43}, {"fp32_fma_isa", "avx512f"}, {"bf16_tflops", 0.87},
+                 {"bf16_isa", "avx512_bf16"}, {"triad_gbs", 70.3}};
+  MachineSetup m;
+  m.threads = 1;
+  m.probe = machine_probe_from_json(j);
+  EXPECT_DOUBLE_EQ(m.probe->gflops_onednn, 390.0);
+  EXPECT_DOUBLE_EQ(m.probe->fma_tflops_fp32, 0.43);
+  EXPECT_DOUBLE_EQ(m.probe->fma_tflops_bf16, 0.87);
+  EXPECT_DOUBLE_EQ(m.probe->triad_gbs, 70.3);
+  EXPECT_EQ(m.probe->fma_isa_bf16, "avx512_bf16");
+  PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.13);  // the GEMM ceiling, scaled to one of the probe's two threads
+  EXPECT_NE(c.source.find("GEMM ceiling"), std::string::npos) << c.source;
+  EXPECT_NE(c.source.find("the hardware's avx512f peak (machine_probe's own kernel) is 0.215 TFLOP/s per rank"),
+            std::string::npos)
+      << c.source;
+  c = choose_peak(0.0, ComputeDtype::kBFloat16, m);
+  EXPECT_NE(c.source.find("avx512_bf16 peak (machine_probe's own kernel) is 0.435"), std::string::npos) << c.source;
+  // A version-1 file has none of them: the source names the ceiling alone.
+  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  EXPECT_EQ(m.probe->gflops_onednn, 0.0);
+  EXPECT_EQ(choose_peak(0.0, ComputeDtype::kFloat32, m).source.find("hardware"), std::string::npos);
+}
+
 TEST(RunInfo, HashTimeAndCommit) {
   EXPECT_EQ(fnv1a64_hex(""), "cbf29ce484222325");
   EXPECT_EQ(fnv1a64_hex("a"), "af63dc4c8601ec8c");

@@ -5,13 +5,14 @@
                                       [--dtypes fp32,bf16] [--steps 6] [--rounds 3] [--threads 2]
                                       [--build DIR[,DIR...]] [--no-gemm] [--no-pytorch] [--json FILE]
                                       [--wait-idle S] [--quiet 0.10] [--probe FILE] [--check-moe]
+                                      [--batch B] [--seq T] [--python PATH]
     python3 bench/train_vs_pytorch.py --report FILE[,FILE...]     # the tables of earlier --json files
 
 Each round first times the machine's GEMM ceiling (build/bin/bench_gemm --shape on OpenBLAS, Eigen
 and oneDNN bf16, then torch.mm fp32 and bf16; dense NN 2048^3 and 1024x3072x768, --gemm-shapes),
 then, for each shape and dtype, trains gridformer with each build given (`gridformer train`,
 synthetic tokens; the builds' order rotates from round to round) and then PyTorch
-(bench/torch_gpt2.py under Debian's /usr/bin/python3) on the same shape, threads, optimizer (AdamW
+(bench/torch_gpt2.py under Debian's /usr/bin/python3, or --python's) on the same shape, threads, optimizer (AdamW
 + clipping) and step count, so all see the same machine state. bf16 is gridformer's
 `compute_dtype: bfloat16` against PyTorch's torch.autocast('cpu', bfloat16). Each run reports the
 median of its timed steps (the first step is warm-up); the tables show medians over rounds.
@@ -228,7 +229,7 @@ def moe_checks(shape, threads, workdir, build, env_extra=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     rows = []
     for extra in (["--check-reference"], ["--weights", weights, "--metrics", metrics]):
-        p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_moe_bench.py"), "--shape", shape,
+        p = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "torch_moe_bench.py"), "--shape", shape,
                             *extra], env=env, capture_output=True, text=True)
         if not p.stdout.strip():
             raise RuntimeError(f"torch_moe_bench.py {' '.join(extra)} failed:\n{p.stderr[-2000:]}")
@@ -237,14 +238,20 @@ def moe_checks(shape, threads, workdir, build, env_extra=None):
     return rows
 
 
+# The Python that runs PyTorch: Debian's by default; --python (or GF_BENCH_PYTHON) for another
+# (a server's PyTorch 2.x).
+PYTHON = os.environ.get("GF_BENCH_PYTHON", "/usr/bin/python3")
+
+
 def pytorch_run(shape, steps, threads, dtype="fp32"):
     """bench/torch_gpt2.py's --json result (tokens_per_s, tflops, peak_rss_bytes, ...); the first
-    of `steps` steps is warm-up."""
+    of `steps` steps is warm-up. B and T as SHAPES has them (--batch/--seq may have changed them)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     watch = CpuWatch(threads)
-    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
+    out = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
                           "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json",
-                          "--dtype", dtype],
+                          "--dtype", dtype, "--batch", str(SHAPES[shape]["batch_size"]),
+                          "--seq", str(SHAPES[shape]["seq_length"])],
                          env=env, check=True, capture_output=True, text=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     res["process_cpu_util"], res["others"] = watch.stop()
@@ -298,7 +305,7 @@ def gemm_round(shapes, threads, gemm_bin):
             f = line.split()
             for name, val in zip(f[2::2], f[3::2]):
                 r[(f"gridformer {name}", f[1])] = float(val)
-    tout = subprocess.run(["/usr/bin/python3", "-c", TORCH_MM, str(threads), "3", "0.1", ",".join(shapes)],
+    tout = subprocess.run([PYTHON, "-c", TORCH_MM, str(threads), "3", "0.1", ",".join(shapes)],
                           env=env, check=True, capture_output=True, text=True).stdout
     for key, val in json.loads(tout.strip().splitlines()[-1]).items():
         shp, dt = key.split()
@@ -392,11 +399,23 @@ def main():
                          "dtype's runs (0: don't wait)")
     ap.add_argument("--quiet", type=float, default=0.10,
                     help="a round is quiet for a shape and dtype when every run of it had others <= this")
+    ap.add_argument("--batch", type=int, default=None, help="override every shape's batch size (both sides)")
+    ap.add_argument("--seq", type=int, default=None, help="override every shape's sequence length (both sides)")
+    ap.add_argument("--python", default=None, help="the Python with PyTorch (default: $GF_BENCH_PYTHON, else "
+                                                   "/usr/bin/python3)")
     ap.add_argument("--check-moe", action="store_true",
                     help="before the rounds, check for each MoE shape that the PyTorch model computes what gridformer "
                          "does (bench/torch_moe_bench.py: its layer against tools/torch_moe.py; gridformer's first "
                          "step on the same weights and tokens within 1e-4)")
     args = ap.parse_args()
+    global PYTHON
+    if args.python:
+        PYTHON = args.python
+    for sh in SHAPES.values():
+        if args.batch:
+            sh["batch_size"] = args.batch
+        if args.seq:
+            sh["seq_length"] = args.seq
     if args.report:
         return report_files(args, args.report.split(","))
     builds = [os.path.abspath(b) for b in (args.build or os.path.join(ROOT, "build")).split(",")]

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include "core/math/gemm.h"
+#include "core/trace/trace.h"
 
 #include <cblas.h>
 #ifdef GF_WITH_DNNL
@@ -128,6 +129,7 @@ void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, i
 template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm");
   if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
     gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
     return;

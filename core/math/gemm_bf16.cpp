@@ -1,4 +1,5 @@
 #include "core/math/gemm_bf16.h"
+#include "core/trace/trace.h"
 
 #include "core/math/parallel_memory.h"
 
@@ -333,6 +334,7 @@ bool gemm_bf16_available() { return true; }
 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm bf16");
   if (!needs_product(M, N, K, alpha, beta, C, ldc)) return;
   ThreadCache& tc = cache();
   const CallKey k = call_key(false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
@@ -346,6 +348,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm bf16");
   if (!needs_product(M, N, K, alpha, beta, C, ldc)) return;
   ThreadCache& tc = cache();
   const CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
@@ -411,6 +414,7 @@ bool gemm_bf16_available() { return false; }
 
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm bf16");
   warn_fallback();
   gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -419,6 +423,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 // the fp32 accumulation); it allocates the float copies.
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm bf16");
   warn_fallback();
   if (M == 0 || N == 0) return;
   // Stored extents: the last row of a strided matrix ends at its width, not at the stride.

@@ -1,4 +1,5 @@
 #include "core/ops/activation.h"
+#include "core/trace/trace.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -101,6 +102,7 @@ const char* activation_name(Activation a) {
 
 template <typename T>
 void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
+  GF_OP_SPAN("elementwise", "activation fwd");
   switch (a) {
     case Activation::kGelu: return map_fwd<Gelu<T>>(y, x, n);
     case Activation::kGeluNew: return gelu_new_fwd_vec(y, x, n);
@@ -110,6 +112,7 @@ void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
 
 template <typename T>
 void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n) {
+  GF_OP_SPAN("elementwise", "activation bwd");
   switch (a) {
     case Activation::kGelu: return map_bwd<Gelu<T>>(dx, dy, x, n);
     case Activation::kGeluNew: return gelu_new_bwd_vec(dx, dy, x, n);

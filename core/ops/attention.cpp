@@ -1,4 +1,5 @@
 #include "core/ops/attention.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -58,6 +59,7 @@ struct HeadQKV {
 template <typename S>
 void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
                    const DropoutKey& drop) {
+  GF_OP_SPAN("attention", "attention fwd");
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
   const S scale = S(1) / std::sqrt(static_cast<S>(D));
 #pragma omp parallel for schedule(static)
@@ -80,6 +82,7 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
 template <typename S>
 void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
                    const AttentionShape& s, const DropoutKey& drop) {
+  GF_OP_SPAN("attention", "attention bwd");
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
   const int64_t G = s.kv(), rep = H / G;
   const S scale = S(1) / std::sqrt(static_cast<S>(D));

@@ -1,4 +1,5 @@
 #include "core/ops/cross_entropy.h"
+#include "core/trace/trace.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -25,6 +26,7 @@ T logsumexp(const T* x, int64_t n) {
 template <typename T>
 void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
                        int64_t valid) {
+  GF_OP_SPAN("elementwise", "cross entropy fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
@@ -36,6 +38,7 @@ void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* target
 template <typename T>
 void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
                                int64_t valid, float grad_scale, int64_t vocab_begin) {
+  GF_OP_SPAN("elementwise", "cross entropy bwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;

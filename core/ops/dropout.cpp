@@ -1,10 +1,12 @@
 #include "core/ops/dropout.h"
+#include "core/trace/trace.h"
 
 namespace gf::ops {
 
 template <typename T>
 void dropout_apply(T* x, const DropoutKey& key, int64_t rows, int64_t cols, int64_t row_offset,
                    int64_t col_offset, int64_t global_cols) {
+  GF_OP_SPAN("elementwise", "dropout");
   if (!key.active()) return;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

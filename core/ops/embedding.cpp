@@ -1,4 +1,5 @@
 #include "core/ops/embedding.h"
+#include "core/trace/trace.h"
 
 #include <limits>
 
@@ -7,6 +8,7 @@ namespace gf::ops {
 template <typename T>
 void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end) {
+  GF_OP_SPAN("elementwise", "embedding lookup fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t t = tokens[i];
@@ -23,6 +25,7 @@ void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t row
 template <typename T>
 void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
                       const int32_t* positions) {
+  GF_OP_SPAN("elementwise", "position add fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows; ++i) {
     const T* p = wpe + (positions ? positions[row0 + i] : (row0 + i) % seq) * dim;
@@ -34,6 +37,7 @@ void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t se
 template <typename T>
 void embedding_lookup_bwd(T* dwte, const T* dy, const int32_t* tokens, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end) {
+  GF_OP_SPAN("elementwise", "embedding lookup bwd");
   constexpr int64_t kChunk = 16;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
@@ -51,6 +55,7 @@ void embedding_lookup_bwd(T* dwte, const T* dy, const int32_t* tokens, int64_t r
 template <typename T>
 void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
                   const int32_t* positions) {
+  GF_OP_SPAN("elementwise", "position bwd");
   constexpr int64_t kChunk = 16;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
@@ -66,12 +71,14 @@ void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq,
 // The whole embedding: the two halves over the full vocabulary and every row.
 template <typename T>
 void embedding_fwd(T* y, const int32_t* tokens, const T* wte, const T* wpe, int64_t batch, int64_t seq, int64_t dim) {
+  GF_OP_SPAN("elementwise", "embedding fwd");
   embedding_lookup_fwd(y, tokens, wte, batch * seq, dim, 0, std::numeric_limits<int64_t>::max());
   position_add_fwd(y, wpe, batch * seq, 0, seq, dim);
 }
 
 template <typename T>
 void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens, int64_t batch, int64_t seq, int64_t dim) {
+  GF_OP_SPAN("elementwise", "embedding bwd");
   embedding_lookup_bwd(dwte, dy, tokens, batch * seq, dim, 0, std::numeric_limits<int64_t>::max());
   position_bwd(dwpe, dy, batch * seq, 0, seq, dim);
 }

@@ -1,4 +1,5 @@
 #include "core/ops/flash_attention.h"
+#include "core/trace/trace.h"
 
 #include <omp.h>
 
@@ -273,6 +274,7 @@ int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
 template <typename S>
 void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, const DropoutKey& drop,
                          const FlashWorkspace<S>& ws) {
+  GF_OP_SPAN("attention", "flash attention fwd");
   refuse_grouped_query(s);
   const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
@@ -295,6 +297,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
 template <typename S>
 void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S* lse, const AttentionShape& s,
                          const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+  GF_OP_SPAN("attention", "flash attention bwd");
   refuse_grouped_query(s);
   const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;

@@ -1,4 +1,5 @@
 #include "core/ops/grouped_linear.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -208,6 +209,7 @@ Weight expert_weight(const Weight& w, int64_t w_stride, int64_t g) {
 
 void grouped_linear_fwd(float* y, const float* x, const Weight& w, int64_t w_stride, const float* b,
                         const int64_t* offsets, int64_t groups, int64_t in, int64_t out, GroupedTiles tiles) {
+  GF_OP_SPAN("gemm", "grouped linear fwd");
   check_args(offsets, groups, in, out, tiles);
   const std::vector<Tile>& ts = row_tiles(offsets, groups, tiles.rows);
   const int64_t nt = static_cast<int64_t>(ts.size());
@@ -221,6 +223,7 @@ void grouped_linear_fwd(float* y, const float* x, const Weight& w, int64_t w_str
 
 void grouped_linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t w_stride, const int64_t* offsets,
                               int64_t groups, int64_t in, int64_t out, const void* dy_low, GroupedTiles tiles) {
+  GF_OP_SPAN("gemm", "grouped linear bwd input");
   check_args(offsets, groups, in, out, tiles);
   const std::vector<Tile>& ts = row_tiles(offsets, groups, tiles.rows);
   const int64_t nt = static_cast<int64_t>(ts.size());
@@ -235,6 +238,7 @@ void grouped_linear_bwd_input(float* dx, const float* dy, const Weight& w, int64
 void grouped_linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, const Weight& w,
                                int64_t w_stride, const int64_t* offsets, int64_t groups, int64_t in, int64_t out,
                                const void* dy_low, GroupedTiles tiles) {
+  GF_OP_SPAN("gemm", "grouped linear bwd weight");
   check_args(offsets, groups, in, out, tiles);
   const ComputeDtype d = w.dtype;
   // dW_g[p, :] += sum_r A[r, p] B[r, :]: A = dy, B = x for [out, in]; A = x, B = dy for [in, out].

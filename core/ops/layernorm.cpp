@@ -1,4 +1,5 @@
 #include "core/ops/layernorm.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@ double lane_sum(int64_t n, F&& f) {
 template <typename T>
 void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
                    int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "layernorm fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -48,6 +50,7 @@ void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const 
 template <typename T>
 void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                    LayerNormCache<T> cache, int64_t rows, int64_t dim) {
+  GF_OP_SPAN("norm", "layernorm bwd");
   layernorm_bwd_input(dx, dy, x, w, cache, rows, dim);
   layernorm_bwd_weight(dw, db, dy, x, cache, rows, dim);
 }
@@ -55,6 +58,7 @@ void layernorm_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
 template <typename T>
 void layernorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, LayerNormCache<T> cache, int64_t rows,
                          int64_t dim) {
+  GF_OP_SPAN("norm", "layernorm bwd input");
   // Row by row.
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -81,6 +85,7 @@ void layernorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, LayerNormCa
 template <typename T>
 void layernorm_bwd_weight(T* dw, T* db, const T* dy, const T* x, LayerNormCache<T> cache, int64_t rows,
                           int64_t dim) {
+  GF_OP_SPAN("norm", "layernorm bwd weight");
   // dw/db are sums over rows: the columns are split across threads and each column is summed in
   // row order by one thread (as in sum_rows_accumulate), so the result does not depend on the
   // number of threads (it is what one thread computed before). Per-thread partial sums over row

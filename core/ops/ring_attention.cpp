@@ -1,4 +1,5 @@
 #include "core/ops/ring_attention.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -48,6 +49,7 @@ void chunk_pair(const RingShape& s, int64_t b, const RowChunks& qr, const RowChu
 void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int64_t ldq, const float* k, const float* v,
                               int64_t ldkv, const RowChunks& qr, const RowChunks& kr, const RingShape& s,
                               const DropoutKey& drop) {
+  GF_OP_SPAN("attention", "ring attention fwd block");
   const int64_t H = s.heads, D = s.head_dim, R = s.rows, C = H * D, group = H / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel
@@ -130,6 +132,7 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
                               const float* k, const float* v, int64_t ldkv, const float* dy, const float* lse,
                               const float* di, const RowChunks& qr, const RowChunks& kr, const RingShape& s,
                               const DropoutKey& drop) {
+  GF_OP_SPAN("attention", "ring attention bwd block");
   const int64_t H = s.heads, Hk = s.kv_heads, D = s.head_dim, R = s.rows, C = H * D, group = H / Hk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One (sample, kv head) per item: its query heads' dq columns and its dk, dv columns are written

@@ -1,4 +1,5 @@
 #include "core/ops/rmsnorm.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +8,7 @@ namespace gf::ops {
 
 template <typename T>
 void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "rmsnorm fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -21,6 +23,7 @@ void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t di
 
 template <typename T>
 void rmsnorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, const T* rstd, int64_t rows, int64_t dim) {
+  GF_OP_SPAN("norm", "rmsnorm bwd input");
   // With xhat = x * s: dx = s * (w dy - xhat * mean(w dy * xhat)).
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -37,6 +40,7 @@ void rmsnorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, const T* rstd
 
 template <typename T>
 void rmsnorm_bwd_weight(T* dw, const T* dy, const T* x, const T* rstd, int64_t rows, int64_t dim) {
+  GF_OP_SPAN("norm", "rmsnorm bwd weight");
   // Columns split across threads, each summed in row order by one thread: independent of the
   // thread count (as layernorm_bwd_weight).
   constexpr int64_t kCols = 64;
@@ -56,6 +60,7 @@ void rmsnorm_bwd_weight(T* dw, const T* dy, const T* x, const T* rstd, int64_t r
 
 template <typename T>
 void rmsnorm_bwd(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t rows, int64_t dim) {
+  GF_OP_SPAN("norm", "rmsnorm bwd");
   rmsnorm_bwd_input(dx, dy, x, w, rstd, rows, dim);
   rmsnorm_bwd_weight(dw, dy, x, rstd, rows, dim);
 }

@@ -1,4 +1,5 @@
 #include "core/ops/rope.h"
+#include "core/trace/trace.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -65,12 +66,14 @@ void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t s
 template <typename T>
 void rope_fwd(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads, int64_t pos0,
               int64_t ld) {
+  GF_OP_SPAN("elementwise", "rope fwd");
   rotate(y, x, table, rows, seq_len, heads, pos0, T(1), ld);
 }
 
 template <typename T>
 void rope_bwd(T* dx, const T* dy, const RopeTable<T>& table, int64_t rows, int64_t seq_len, int64_t heads,
               int64_t pos0, int64_t ld) {
+  GF_OP_SPAN("elementwise", "rope bwd");
   rotate(dx, dy, table, rows, seq_len, heads, pos0, T(-1), ld);
 }
 

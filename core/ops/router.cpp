@@ -1,4 +1,5 @@
 #include "core/ops/router.h"
+#include "core/trace/trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@ int64_t expert_capacity(const RouterShape& s, double cf) {
 }
 
 void router_softmax(float* probs, float* lse, const float* logits, int64_t N, int64_t E) {
+  GF_OP_SPAN("moe", "router softmax");
 #pragma omp parallel for schedule(static) if (N * E > (1 << 14))
   for (int64_t t = 0; t < N; ++t) {
     const float* x = logits + t * E;
@@ -90,6 +92,7 @@ RouteStats route_stats_split(const int32_t* experts, int64_t* tokens_per_expert,
 
 RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t* tokens_per_expert,
                         const float* probs, const float* lse, const RouterShape& s, const RouterOptions& o) {
+  GF_OP_SPAN("moe", "router route");
   const int64_t N = s.N(), E = s.E, k = s.k, T = s.T;
   if (k < 1 || k > E) throw std::invalid_argument("router: top-k must be in [1, experts]");
 #pragma omp parallel for schedule(static) if (N * E > (1 << 14))
@@ -143,6 +146,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
 
 void router_bwd(float* dlogits, const float* dweights, const float* probs, const float* lse, const int32_t* experts,
                 const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef) {
+  GF_OP_SPAN("moe", "router bwd");
   const int64_t E = s.E, k = s.k, T = s.T;
   // The aux loss's gradient with respect to p[t, e] is aux_coef E f_{s,e} / T for every token of s.
   std::vector<float> daux(static_cast<size_t>(s.B * E), 0.0f);

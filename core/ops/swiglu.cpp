@@ -1,4 +1,5 @@
 #include "core/ops/swiglu.h"
+#include "core/trace/trace.h"
 
 #include <cmath>
 
@@ -6,6 +7,7 @@ namespace gf::ops {
 
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  GF_OP_SPAN("elementwise", "swiglu fwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * ld_in;
@@ -17,6 +19,7 @@ void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_
 
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  GF_OP_SPAN("elementwise", "swiglu bwd");
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * ld_in;

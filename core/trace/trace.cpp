@@ -1,6 +1,7 @@
 #include "core/trace/trace.h"
 
 #include <fcntl.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <thread>
 
 namespace gf::trace {
+
+bool in_parallel_region() { return omp_in_parallel() != 0; }
 
 std::atomic<unsigned> g_flags{0};
 

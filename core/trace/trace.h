@@ -36,6 +36,7 @@ enum Flags : unsigned {
   kOn = 1u,              // spans of the profiled steps
   kCommunication = 2u,   // collectives and point-to-point calls, with bytes and group (profile_communication)
   kMemory = 4u,          // RSS and planned activation counters (profile_memory)
+  kOps = 8u,             // each op's span: GEMMs, attention, norms, elementwise (profile_ops)
 };
 
 // Set by start(), cleared by stop(). Relaxed: a span reads it on the recording thread, which is the
@@ -108,10 +109,25 @@ std::string json_string(const std::string& s);
 
 // A span: from construction to destruction, when the flags it needs are on. Off, the constructor
 // tests the flag word and returns (no clock read, no name formatted).
+class Span;
+
+// An op's span (profile_ops: bench/step_breakdown.py's categories "gemm", "attention", "norm",
+// "elementwise"), recorded only with kOps on. Inside an OpenMP parallel region only the recording
+// thread (the team's master) could record, so an op called from one records nothing: its time stays
+// with the op around the region.
+#define GF_OP_SPAN(cat, name) ::gf::trace::Span gf_op_span_(::gf::trace::OpSpan{}, cat, name)
+struct OpSpan {};
+// True inside an OpenMP parallel region (omp_in_parallel; trace.cpp, so this header needs no omp.h).
+bool in_parallel_region();
+
 class Span {
  public:
   Span(const char* cat, const char* name, unsigned need = kOn) {
     if (enabled(need)) index_ = open(cat, name);
+  }
+  // An op's span (GF_OP_SPAN): with kOps on and outside parallel regions.
+  Span(OpSpan, const char* cat, const char* name) {
+    if (enabled(kOn | kOps) && !in_parallel_region()) index_ = open(cat, name);
   }
   // A name made by snprintf (e.g. "layer %d fwd"), formatted only when recording.
   template <typename... A>

@@ -158,7 +158,7 @@ struct GenerationConfig {
 struct ProfileConfig {
   bool enabled = false;
   int64_t start_step = 1, stop_step = 10;
-  bool init_start = false, communication = false, memory = false;
+  bool init_start = false, communication = false, memory = false, ops = false;
   int64_t first_step() const { return init_start ? 1 : start_step; }
   bool operator==(const ProfileConfig&) const = default;
 };

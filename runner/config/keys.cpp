@@ -121,6 +121,7 @@ std::vector<KeyRule> common_rules() {
       {"init_start_profile", kBuilt, "profile.init_start (profiling from step 1)"},
       {"profile_communication", kBuilt, "profile.communication (collectives and messages in the trace)"},
       {"profile_memory", kBuilt, "profile.memory (RSS and planned activation counters in the trace)"},
+      {"profile_ops", kBuilt, "profile.ops (ours: a span per op, GEMMs, attention, norms, elementwise; bench/step_breakdown.py)"},
       {"context.mode", kCpu, ""},
       {"context.device_target", kCpu, ""},
       {"context.device_id", kCpu, ""},

@@ -180,12 +180,13 @@ void read_profile(ReadContext& x) {
   p.init_start = x.rd.get<bool>("init_start_profile");
   p.communication = x.rd.get<bool>("profile_communication");
   p.memory = x.rd.get<bool>("profile_memory");
+  p.ops = x.rd.get<bool>("profile_ops");
   if (p.start_step < 1) x.refuse(kv("profile_start_step", std::to_string(p.start_step)) + ": must be >= 1 (steps count from 1)");
   if (p.stop_step < p.first_step())
     x.refuse(kv("profile_stop_step", std::to_string(p.stop_step)) + ": must be >= the first profiled step " +
              std::to_string(p.first_step()) + (p.init_start ? " (init_start_profile: True profiles from step 1)" : " (profile_start_step)"));
-  if (!p.enabled && (p.communication || p.memory || p.init_start))
-    x.warn("`" + std::string(p.communication ? "profile_communication" : p.memory ? "profile_memory" : "init_start_profile") +
+  if (!p.enabled && (p.communication || p.memory || p.ops || p.init_start))
+    x.warn("`" + std::string(p.communication ? "profile_communication" : p.memory ? "profile_memory" : p.ops ? "profile_ops" : "init_start_profile") +
            ": True` without `profile: True`: nothing is profiled (set profile: True for a trace under <output_dir>/profile)");
 }
 

@@ -55,6 +55,7 @@ profile_stop_step: 10
 init_start_profile: false
 profile_communication: false
 profile_memory: false
+profile_ops: false
 context:
   mode: 0
   device_target: CPU

@@ -21,12 +21,14 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-size_t profile_events_per_step(int64_t layers, int64_t micro_batches, int64_t chunks, bool communication) {
+size_t profile_events_per_step(int64_t layers, int64_t micro_batches, int64_t chunks, bool communication, bool ops) {
   // Per layer and micro-batch: forward, backward (or its input and weight passes), and with
   // profile_communication up to eight collectives (tensor-parallel all-reduces or gathers, MoE
   // all-to-alls, bucket all-reduce starts). Per micro-batch and chunk: the pipeline actions, their waits
   // and memory counters. Per step: the trainer's phases and the step's own collectives.
-  const int64_t per_layer = 3 * (1 + (communication ? 8 : 0));
+  // profile_ops: up to about 64 op spans per layer and micro-batch over its passes (GEMMs, attention,
+  // norms, elementwise; recomputation repeats the forward ones).
+  const int64_t per_layer = 3 * (1 + (communication ? 8 : 0)) + (ops ? 64 : 0);
   const int64_t per_micro = layers * per_layer + 16 * std::max<int64_t>(1, chunks) + 16;
   return static_cast<size_t>(micro_batches * per_micro + 256);
 }
@@ -46,8 +48,9 @@ StepProfiler::StepProfiler(const ProfileConfig& cfg, const ParallelContext& ctx,
   last_ = b;
   capacity_ = events_per_step * static_cast<size_t>(b - a + 1) + 1024;
   if (ctx.world_rank() == 0)
-    spdlog::info("profile: steps {}-{} will be recorded{}{} and written to {}/profile", a, b,
-                 cfg.communication ? ", with communication" : "", cfg.memory ? ", with memory counters" : "", dir_);
+    spdlog::info("profile: steps {}-{} will be recorded{}{}{} and written to {}/profile", a, b,
+                 cfg.communication ? ", with communication" : "", cfg.memory ? ", with memory counters" : "",
+                 cfg.ops ? ", with a span per op" : "", dir_);
 }
 
 void StepProfiler::before_interval_close(int64_t done) {
@@ -58,6 +61,7 @@ void StepProfiler::before_interval_close(int64_t done) {
   unsigned flags = trace::kOn;
   if (cfg_.communication) flags |= trace::kCommunication;
   if (cfg_.memory) flags |= trace::kMemory;
+  if (cfg_.ops) flags |= trace::kOps;
   trace::start(flags, capacity_, trace::Clock::now());
   recording_ = true;
 }
@@ -96,6 +100,7 @@ void StepProfiler::write() {
                             "],\"world_size\":" + std::to_string(ctx_.world().size()) +
                             ",\"profile_communication\":" + (cfg_.communication ? "true" : "false") +
                             ",\"profile_memory\":" + (cfg_.memory ? "true" : "false") +
+                            ",\"profile_ops\":" + (cfg_.ops ? "true" : "false") +
                             ",\"clock\":\"microseconds since this rank left the world barrier at the profile's start\"}";
   const std::filesystem::path root = std::filesystem::path(dir_) / "profile";
   const std::filesystem::path own = root / ("rank_" + std::to_string(rank)) / "trace.json";

@@ -67,6 +67,7 @@ class StepProfiler {
 // micro-batches per step: each layer's forward and backward passes with their collectives, the
 // pipeline actions, and the trainer's own spans. An estimate: the vector grows past it (and the log
 // says so).
-size_t profile_events_per_step(int64_t layers, int64_t micro_batches, int64_t chunks, bool communication);
+size_t profile_events_per_step(int64_t layers, int64_t micro_batches, int64_t chunks, bool communication,
+                               bool ops = false);
 
 }  // namespace gf

@@ -340,7 +340,8 @@ int Trainer::train_loop() {
   const bool saving = cfg_.checkpoint.enabled && cfg_.run_mode != RunMode::kEval;
   // profile: True (runner/report/profiler.h): the step timeline of steps [profile_start_step, profile_stop_step].
   StepProfiler profile(cfg_.profile, ctx_, cfg_.output_dir, first, total_steps_,
-                       profile_events_per_step(cfg_.model.num_layers, micro_batches_, shape_.chunks, cfg_.profile.communication));
+                       profile_events_per_step(cfg_.model.num_layers, micro_batches_, shape_.chunks, cfg_.profile.communication,
+                                               cfg_.profile.ops));
   const auto planned = static_cast<double>(model_->activation_bytes());
   profile.before_interval_close(first - 1);
   Clock::time_point t = Clock::now();

@@ -8,6 +8,7 @@
 #   4. pp2 (1F1B) and 5. pp2 zero-bubble (the backward's input and weight passes apart);
 #   6. Mixtral ep2: the MoE all-to-alls;
 #   7. init_start_profile: from step 1; 8. profile off: no profile directory, no trace line;
+#   9. profile_ops: a span per op inside the layers' spans (bench/step_breakdown.py reads them);
 # and check_trace.py must refuse doctored traces (a step missing, a partial overlap, a rank missing,
 # a child removed), so that it can fail.
 set -euo pipefail
@@ -110,6 +111,33 @@ run off 1 --set profile=False
 grep -q "profile: steps" off.log && fail "profile: False logged a trace line: $(grep 'profile: steps' off.log)"
 grep -q "\`profile_communication: True\` without \`profile: True\`: nothing is profiled" off.log \
   || fail "no warning about profile_communication without profile"
+
+# 9. profile_ops: a span per op (GEMMs, attention, norms, elementwise), each inside a layer's, the
+# embedding's or the head's span; the trace still passes every check; bench/step_breakdown.py's
+# exclusive times cover the steps; without profile_ops (run 1) no op span is written.
+run ops 1 --set profile_ops=True
+grep -q "profile: steps 2-3 will be recorded, with communication, with memory counters, with a span per op" ops.log \
+  || fail "profile_ops: no log line naming it: $(grep 'profile: steps' ops.log)"
+check ops --ranks 1 --steps 2 3 --layers 4 --clip --memory || fail "profile_ops' trace"
+/usr/bin/python3 - ops/profile/trace.json one/profile/trace.json "$SRC/bench" <<'PY' || fail "profile_ops' spans"
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import step_breakdown as sb
+OPS = {"gemm", "attention", "norm", "elementwise"}
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+assert OPS <= {e["cat"] for e in ev}, {e["cat"] for e in ev}
+holders = [e for e in ev if e["cat"] == "compute"]
+for e in ev:
+    if e["cat"] in OPS:
+        assert any(h["ts"] <= e["ts"] and e["ts"] + e["dur"] <= h["ts"] + h["dur"] + 1e-3 for h in holders), e
+excl, total, n = sb.breakdown(sys.argv[1])
+assert n == 2 and total > 0, (n, total)
+assert abs(sum(excl.values()) - total) <= 1e-6 * total + 1.0, (excl, total)
+assert excl.get("GEMM", 0) > 0 and excl.get("attention", 0) > 0 and excl.get("norms", 0) > 0, excl
+off = {e["cat"] for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("ph") == "X"}
+assert not off & OPS, off
+print("profile_ops: " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(excl.items(), key=lambda kv: -kv[1])))
+PY
 
 # The checker refuses what it must: doctored copies of run 2's trace.
 doctor() {  # doctor NAME PYTHON-EXPRESSION-ON-EVENTS: a copy of dp2 with the merged file's events changed

@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""Where a training step's time goes, from the step timeline (`profile: True` with `profile_ops: True`).
+
+    /usr/bin/python3 bench/step_breakdown.py [--build build] [--threads 2]
+        [--runs gpt2-124M:fp32:1024:2,gpt2-124M:bf16:1024:2,llama-tiny:fp32,mixtral-tiny:fp32]
+        [--batch B] [--steps 4] [--json FILE]
+
+Each run is SHAPE:DTYPE[:SEQ[:BATCH]] (shapes of bench/train_vs_pytorch.py's SHAPES, their batch
+unless --batch or BATCH; SEQ overrides the sequence length). One `gridformer train` per run on synthetic tokens,
+profiling steps 2..STEPS (step 1 warms up), with one span per op (profile_ops: runner/report/
+profiler.h). Every span's exclusive time (its duration minus its direct children's; the spans of one
+thread nest) is summed per category over the profiled steps:
+
+  GEMM         the fp32 and bf16 matrix products (gemm, gemm_bf16) and the grouped expert products
+  attention    the attention kernels (fused, unfused, ring) apart from GEMMs they call outside a
+               parallel region (the per-head products inside OpenMP loops stay attention's)
+  norms        LayerNorm / RMSNorm forward and backward
+  elementwise  activations, SwiGLU, RoPE, dropout, embedding lookups and their gradients, cross-entropy
+  MoE routing  the router's softmax, top-k and backward
+  other compute  the model's own time around the ops (bias adds, residual adds, copies, memsets,
+               dtype conversions, MoE dispatch and combine)
+  optimizer    the optimizer step, gradient norm, clipping, zeroing and unscaling
+  communication  collectives and waits (none on one rank)
+  data         the batch
+  untraced     the step span's own time outside every span below it
+
+Percentages are of the profiled steps' total (the step spans' durations). The recording costs a
+clock read per op; the script prints the run's median step time with and without the profile to
+show it (step 1 excluded both times).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_vs_pytorch as tvp  # noqa: E402
+
+OPTIMIZER = {"optimizer", "grad norm", "grad clip", "zero grads", "unscale grads", "param all-gather"}
+ORDER = ["GEMM", "attention", "norms", "elementwise", "MoE routing", "other compute", "optimizer", "communication",
+         "data", "untraced", "other"]
+
+
+def category(ev):
+    cat, name = ev.get("cat", ""), ev.get("name", "")
+    if cat == "gemm":
+        return "GEMM"
+    if cat == "attention":
+        return "attention"
+    if cat == "norm":
+        return "norms"
+    if cat == "elementwise":
+        return "elementwise"
+    if cat == "moe":
+        return "MoE routing"
+    if cat in ("compute", "pipeline"):
+        return "other compute"
+    if cat in ("comm", "wait"):
+        return "communication"
+    if cat == "data":
+        return "data"
+    if cat == "step":
+        if name.startswith("step "):
+            return "untraced"
+        if name in OPTIMIZER:
+            return "optimizer"
+    return "other"
+
+
+def breakdown(trace_path):
+    """{category: exclusive microseconds} over the step spans of the trace's rank 0, thread 0, and
+    the step spans' total microseconds."""
+    events = [e for e in json.load(open(trace_path))["traceEvents"]
+              if e.get("ph") == "X" and e.get("pid", 0) == 0 and e.get("tid", 0) == 0]
+    events.sort(key=lambda e: (e["ts"], -e["dur"]))
+    steps = [e for e in events if e.get("cat") == "step" and e["name"].startswith("step ")]
+    total = sum(e["dur"] for e in steps)
+    excl = {}
+    for st in steps:
+        inside = [e for e in events if e["ts"] >= st["ts"] and e["ts"] + e["dur"] <= st["ts"] + st["dur"] + 1e-3]
+        # direct children by a stack over the nested spans (sorted by start, longer first)
+        stack, own = [], {}
+        for e in inside:
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1e-3:
+                stack.pop()
+            key = id(e)
+            own[key] = [e, e["dur"]]
+            if stack:
+                own[id(stack[-1])][1] -= e["dur"]
+            stack.append(e)
+        for e, t in own.values():
+            c = category(e)
+            excl[c] = excl.get(c, 0.0) + max(t, 0.0)
+    return excl, total, len(steps)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(tvp.ROOT, "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", default="gpt2-124M:fp32:1024:2,gpt2-124M:bf16:1024:2,llama-tiny:fp32,mixtral-tiny:fp32")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--probe", default=None, help="GF_MACHINE_PROBE for the runs (default: the build's)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; CPU {tvp.cpu_name()}, {os.cpu_count()} cores; threads {a.threads}; "
+          f"load average {tvp.loadavg()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}",
+          flush=True)
+    record = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": tvp.cpu_name(), "threads": a.threads, "runs": []}
+    env_extra = {"GF_MACHINE_PROBE": a.probe} if a.probe else {}
+    with tempfile.TemporaryDirectory() as work:
+        for spec in a.runs.split(","):
+            parts = spec.split(":")
+            shape, dtype = parts[0], parts[1] if len(parts) > 1 else "fp32"
+            s = dict(tvp.SHAPES[shape])
+            if len(parts) > 2:
+                s["seq_length"] = int(parts[2])
+                s["max_position_embeddings"] = max(1024, int(parts[2]))
+            if len(parts) > 3:
+                s["batch_size"] = int(parts[3])
+            elif a.batch:
+                s["batch_size"] = a.batch
+            extra = dict(compute_dtype="bfloat16") if dtype == "bf16" else None
+            tag = spec.replace(":", "_").replace("-", "_")
+            prof = ["--set", "profile=True", "--set", "profile_start_step=2", "--set", f"profile_stop_step={a.steps}",
+                    "--set", "profile_ops=True"]
+            plain = tvp.gridformer_train(s, a.steps, a.threads, 0.33, work, a.build, tag=tag + "_plain",
+                                         model_extra=extra, env_extra=env_extra)
+            run = tvp.gridformer_train(s, a.steps, a.threads, 0.33, work, a.build, tag=tag, model_extra=extra,
+                                       env_extra=env_extra, extra_args=prof)
+            excl, total, n = breakdown(os.path.join(work, f"out_{tag}", "profile", "trace.json"))
+            ms_plain = statistics.median(r["step_ms"] for r in plain["rows"][1:])
+            ms_prof = statistics.median(r["step_ms"] for r in run["rows"][1:])
+            start = run.get("start") or {}
+            row = {"run": spec, "batch": s["batch_size"], "seq": s["seq_length"], "steps_profiled": n,
+                   "step_ms_profiled": ms_prof, "step_ms_plain": ms_plain, "gemm_backend": start.get("gemm_backend"),
+                   "git_commit": start.get("git_commit"), "others": run["others"],
+                   "ms_per_step": {k: v / 1000.0 / max(n, 1) for k, v in excl.items()},
+                   "percent": {k: 100.0 * v / total for k, v in excl.items()}}
+            record["runs"].append(row)
+            print(f"\n{spec} (B {s['batch_size']}, T {s['seq_length']}, fp32 GEMM {row['gemm_backend']}, "
+                  f"{row['git_commit']}): step {ms_prof:.0f} ms profiled, {ms_plain:.0f} ms without the profile; "
+                  f"others {run['others']:.2f}", flush=True)
+            print("| category | ms / step | % of step |\n|---|---:|---:|")
+            for k in ORDER:
+                if k in excl:
+                    print(f"| {k} | {excl[k] / 1000.0 / max(n, 1):.1f} | {100.0 * excl[k] / total:.1f}% |")
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(record, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

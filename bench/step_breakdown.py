@@ -17,6 +17,8 @@ thread nest) is summed per category over the profiled steps:
   norms        LayerNorm / RMSNorm forward and backward
   elementwise  activations, SwiGLU, RoPE, dropout, embedding lookups and their gradients, cross-entropy
   MoE routing  the router's softmax, top-k and backward
+  dtype conversion  bf16/fp16 runs: weights and activations rounded to the compute dtype (the
+               products' operands, their outputs' rounding, the weights' copy once per step)
   other compute  the model's own time around the ops (bias adds, residual adds, copies, memsets,
                dtype conversions, MoE dispatch and combine)
   optimizer    the optimizer step, gradient norm, clipping, zeroing and unscaling
@@ -42,7 +44,7 @@ sys.path.insert(0, HERE)
 import train_vs_pytorch as tvp  # noqa: E402
 
 OPTIMIZER = {"optimizer", "grad norm", "grad clip", "zero grads", "unscale grads", "param all-gather"}
-ORDER = ["GEMM", "attention", "norms", "elementwise", "MoE routing", "other compute", "optimizer", "communication",
+ORDER = ["GEMM", "attention", "norms", "elementwise", "MoE routing", "dtype conversion", "other compute", "optimizer", "communication",
          "data", "untraced", "other"]
 
 
@@ -58,6 +60,8 @@ def category(ev):
         return "elementwise"
     if cat == "moe":
         return "MoE routing"
+    if cat == "convert":
+        return "dtype conversion"
     if cat in ("compute", "pipeline"):
         return "other compute"
     if cat in ("comm", "wait"):

@@ -2,6 +2,7 @@
 
 #include "core/math/parallel_memory.h"
 #include "core/math/scratch.h"
+#include "core/trace/trace.h"
 
 #include <omp.h>
 
@@ -32,6 +33,7 @@ E* scratch(std::vector<E>& v, int64_t n) {
 // Dense copy of a rows x cols block (row stride ld), each element rounded with f.
 template <typename E, typename F>
 void convert_block(E* dst, const float* src, int64_t rows, int64_t cols, int64_t ld, F f) {
+  GF_OP_SPAN("convert", "to low precision");
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = src + r * ld;
@@ -63,6 +65,7 @@ const char* compute_dtype_name(ComputeDtype d) {
 
 void round_to_dtype(ComputeDtype d, float* x, int64_t rows, int64_t cols, int64_t ld) {
   if (d == ComputeDtype::kFloat32) return;
+  GF_OP_SPAN("convert", "round to dtype");
   const bool bf = d == ComputeDtype::kBFloat16;
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {

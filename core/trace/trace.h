@@ -112,7 +112,7 @@ std::string json_string(const std::string& s);
 class Span;
 
 // An op's span (profile_ops: bench/step_breakdown.py's categories "gemm", "attention", "norm",
-// "elementwise"), recorded only with kOps on. Inside an OpenMP parallel region only the recording
+// "elementwise", "moe", "convert"), recorded only with kOps on. Inside an OpenMP parallel region only the recording
 // thread (the team's master) could record, so an op called from one records nothing: its time stays
 // with the op around the region.
 #define GF_OP_SPAN(cat, name) ::gf::trace::Span gf_op_span_(::gf::trace::OpSpan{}, cat, name)

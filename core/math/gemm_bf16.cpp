@@ -359,6 +359,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 
 void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  GF_OP_SPAN("gemm", "gemm bf16 bias");
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {  // C = bias
     parallel_broadcast_rows(C, M, N, ldc, bias);

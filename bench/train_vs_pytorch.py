@@ -31,7 +31,9 @@ grouped-query attention and SwiGLU, as gridformer's TransformerLM::flops_per_ste
 the GEMM ceiling of the dtype measured in the same run: the best round of the fastest fp32
 implementation (OpenBLAS, Eigen, torch.mm) over the shapes for fp32, of the fastest bf16 one (oneDNN
 from fp32 or bf16 inputs, torch.mm bf16) for bf16 (a ceiling: the figure other processes lowered
-least, as build/bin/machine_probe takes its own).
+least, as build/bin/machine_probe takes its own). "% of hardware peak" divides them by the machine
+probe's own-kernel peaks (its "limits": the fp32 FMA peak; for bf16 AMX's where the CPU has it, else
+AVX-512 BF16's), measured at the run's threads when the probe is the one this script ran.
 
 Every run records how much of the machine it had: "cpu util", CPU seconds / (wall seconds x
 threads) of the process (gridformer: the whole run, start-up included, from RUSAGE_CHILDREN;
@@ -429,6 +431,8 @@ def main():
               "argv": sys.argv[1:], "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
     with tempfile.TemporaryDirectory() as work:
         probe = args.probe
+        if probe is not None and os.path.exists(probe):
+            record["machine_probe"] = json.load(open(probe))
         if probe is None:
             probe = os.path.join(work, "machine_probe.json")
             idle_gate(args, "the machine probe")
@@ -550,15 +554,22 @@ def report(args, builds, shapes, dtypes, runs, gemm, record):
         for dt, (v, impl, shp) in ceil.items():
             print(f"{dt} ceiling: {v:.0f} GFLOP/s ({impl}, {shp})")
         record["ceiling_gflops"] = {dt: v[0] for dt, v in ceil.items()}
+    # The hardware's peaks from the machine probe's own kernels (version 2: its "limits"), at the
+    # probe's threads: the fp32 FMA peak, and the bf16 one (AMX where the CPU has it).
+    lim = (record.get("machine_probe") or {}).get("limits") or {}
+    peak = {"fp32": lim.get("fp32_fma_tflops"), "bf16": lim.get("bf16_tflops")}
+    if any(peak.values()):
+        print(f"\nhardware peaks (machine_probe): fp32 {peak['fp32']} TFLOP/s ({lim.get('fp32_fma_isa')}), "
+              f"bf16 {peak['bf16']} TFLOP/s ({lim.get('bf16_isa')})")
     names = {b: (os.path.relpath(b, ROOT) if b.startswith(ROOT) else b) for b in builds}
     names["pytorch"] = "PyTorch"
     impls = builds + ["pytorch"]
     for quiet in (False, True):
         print("\n" + (f"Quiet rounds only (every run of the shape and dtype had others <= {args.quiet}):"
                       if quiet else "Every round:") + "\n")
-        print("| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | vs PyTorch |"
-              + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
-        print("|---|---|---|---:|---|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
+        print("| shape | dtype | implementation | tok/s (median) | rounds | TFLOP/s | % of GEMM ceiling | "
+              "% of hardware peak | vs PyTorch |" + (f" vs {names[builds[0]]} |" if len(builds) > 1 else ""))
+        print("|---|---|---|---:|---|---:|---:|---:|---:|" + ("---:|" if len(builds) > 1 else ""))
         notes = []
         for shape in shapes:
             for dt in dtypes:
@@ -580,6 +591,7 @@ def report(args, builds, shapes, dtypes, runs, gemm, record):
                     line = (f"| {shape} | {dt} | {label} | {tok[i]:.1f} | "
                             + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs) + f" | {tf:.4f} | "
                             + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a") + " | "
+                            + (f"{100 * tf / peak[dt]:.1f}%" if peak.get(dt) else "n/a") + " | "
                             + (f"{tok[i] / tok['pytorch']:.2f}x" if "pytorch" in tok and i != "pytorch" else "") + " |")
                     if len(builds) > 1:
                         line += (f" {tok[i] / tok[builds[0]]:.3f}x |" if i != "pytorch" and builds[0] in tok else " |")

@@ -1,5 +1,7 @@
 #include "core/ops/cross_entropy.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -25,7 +27,7 @@ T logsumexp(const T* x, int64_t n) {
 template <typename T>
 void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
                        int64_t valid) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
     lse[r] = logsumexp(x, valid);
@@ -36,7 +38,7 @@ void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* target
 template <typename T>
 void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
                                int64_t valid, float grad_scale, int64_t vocab_begin) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
     RowMap<T> row(x, valid);

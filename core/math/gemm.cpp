@@ -111,7 +111,7 @@ int g_eigen_threads = 0;
 // (a decode step of a tiny model is a dozen such products). OpenBLAS's OpenMP build takes its
 // thread count from omp_get_max_threads() at each call, Eigen from its own setting: both are set to
 // 1 for the call and put back. Units, by where two threads start to pay on the 2-vCPU EPYC
-// (OpenBLAS 0.3.21 Haswell kernels, K = 64, medians of 7, quiet): a matrix-vector product of
+// (bench/parallel_threshold.cpp: OpenBLAS 0.3.21 Haswell kernels, K = 64, quiet): a matrix-vector product of
 // 2^16 weights 3.8 us on one thread, 5.1 on two; 2^17 7.8 vs 7.1; 2^19 32 vs 17.5: 4 weights a
 // unit. A GEMM of 2^18 multiply-adds 8.2 us vs 8.3; 2^19 14.0 vs 12.8; 2^20 24.6 vs 18.8: 16 a unit.
 class SmallProductOnOneThread {

@@ -19,8 +19,8 @@
 // that takes a transcendental function (exp, tanh, erf: GELU, SwiGLU, softmax, cross-entropy) counts
 // kTranscendentalWork units; core/math/gemm.cpp counts 4 weights of a matrix-vector product and 16
 // multiply-adds of a GEMM as a unit. The threshold, measured 2026-11-27 on the 2-vCPU AMD EPYC
-// (AVX-512, GCC 12, libgomp, OMP_WAIT_POLICY unset) with a standalone loop, one thread against two
-// (medians of 7 batches of >= 2 ms, both CPUs >= 95% idle before the run):
+// (AVX-512, GCC 12, libgomp, OMP_WAIT_POLICY unset) by bench/parallel_threshold.cpp, one thread
+// against two (medians of 7 batches of >= 2 ms, both CPUs >= 95% idle before the run):
 //   x[i] += y[i]:     2^12 elements 3.3 us on 1 thread, 5.4 on 2 (0.62x); 2^13 4.5 vs 4.8 (0.93x);
 //                     2^14 7.0 vs 6.4 (1.11x); 2^15 12.3 vs 9.0 (1.36x); 2^16 22.8 vs 14.3 (1.59x);
 //                     2^20 358 vs 177 (2.03x);

@@ -239,8 +239,9 @@ def main():
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"cpu": cpu_name(), "args": vars(args), "runs": runs}, f, indent=1)
+        with open(args.json, "w") as f:  # a run a line
+            f.write(f'{{"cpu": {json.dumps(cpu_name())}, "args": {json.dumps(vars(args))}, "runs": [\n')
+            f.write(",\n".join(json.dumps(x) for x in runs) + "\n]}\n")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #include "parallel/context_parallel.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -45,7 +47,7 @@ void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, 
   const Segments sg = segments(widths, P);
   const int64_t rows = B * Tl, w = sg.slice, n = static_cast<int64_t>(widths.size());
   // send [j][b][t][w]: rank j's heads of every local row.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(P * rows * w))
   for (int j = 0; j < P; ++j)
     for (int64_t r = 0; r < rows; ++r) {
       float* dst = send + (j * rows + r) * w;
@@ -57,7 +59,7 @@ void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, 
     }
   exchange(send, recv, rows, w);
   // recv [i][b][t][w] -> heads [b][i Tl + t][w].
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(P * rows * w))
   for (int i = 0; i < P; ++i)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / Tl, t = r % Tl;
@@ -71,7 +73,7 @@ void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, 
   const Segments sg = segments(widths, P);
   const int64_t rows = B * Tl, w = sg.slice, n = static_cast<int64_t>(widths.size());
   // send [j][b][t][w]: the rows of rank j's chunk, this rank's heads.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(P * rows * w))
   for (int j = 0; j < P; ++j)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / Tl, t = r % Tl;
@@ -79,7 +81,7 @@ void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, 
     }
   exchange(send, recv, rows, w);
   // recv [i][b][t][w]: rank i's heads of this rank's rows, each segment's slice back in its place.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(P * rows * w))
   for (int i = 0; i < P; ++i)
     for (int64_t r = 0; r < rows; ++r) {
       const float* src = recv + (i * rows + r) * w;
@@ -109,7 +111,7 @@ namespace {
 
 // The key|value columns of q|k|v rows (keys then values, adjacent) into a block [rows, 2 Hkv D].
 void pack_kv(float* kv, const float* qkv, int64_t rows, int64_t W, int64_t q_width, int64_t kv_width) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * kv_width))
   for (int64_t r = 0; r < rows; ++r) std::copy_n(qkv + r * W + q_width, kv_width, kv + r * kv_width);
 }
 
@@ -171,7 +173,7 @@ void ContextParallel::ring_bwd(float* dqkv, const float* dy, const float* qkv, i
     cur = 1 - cur;
   }
   // sc.dkv[cur]: this rank's own block, every query's share summed.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * kvw))
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = sc.dkv[cur] + r * kvw;
     float* d = dqkv + r * W + qw;

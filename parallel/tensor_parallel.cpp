@@ -1,5 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>
@@ -142,12 +144,12 @@ void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, f
   }
   using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
   float* mx = lse;  // the global row maxima live in lse until the end
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r)
     mx[r] = valid > 0 ? ConstRow(logits + r * ld, valid).maxCoeff() : -std::numeric_limits<float>::infinity();
   tp.allreduce_max(mx, rows);
   // (sum of exp(x - max) over this slice, the target's logit if it is in this slice)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * ld;
     scratch[2 * r] = valid > 0 ? (ConstRow(x, valid) - mx[r]).exp().sum() : 0.0f;
@@ -155,7 +157,7 @@ void vocab_parallel_cross_entropy_fwd(const TensorParallel& tp, float* losses, f
     scratch[2 * r + 1] = t >= 0 && t < valid ? x[t] : 0.0f;
   }
   tp.allreduce_sum(scratch, 2 * rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     lse[r] = mx[r] + std::log(scratch[2 * r]);
     losses[r] = targets[r] < 0 ? 0.0f : lse[r] - scratch[2 * r + 1];

@@ -3,9 +3,12 @@
 #include "core/trace/trace.h"
 
 #include <cblas.h>
+#include <omp.h>
 #ifdef GF_WITH_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
+
+#include "core/math/parallel_worth.h"
 
 // GCC 12 flags _mm256_undefined_pd() inside Eigen's AVX-512 packing (a known false positive of
 // -Wmaybe-uninitialized on the "undefined" intrinsics); the whole file sees Eigen's GEMM inlined.
@@ -126,10 +129,44 @@ void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, i
     cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
 }
 
+// Threads of Eigen's GEMM as gemm_set_threads pinned them (0: Eigen follows omp_get_max_threads()).
+int g_eigen_threads = 0;
+
+// A small product runs on the calling thread (core/math/parallel_worth.h): OpenBLAS threads a
+// matrix-vector product from 9216 elements and a GEMM from 2^18 multiply-adds, Eigen a GEMM from
+// 10^5, and a team's barrier waits out a scheduler time slice when another process holds a core
+// (a decode step of a tiny model is a dozen such products). OpenBLAS's OpenMP build takes its
+// thread count from omp_get_max_threads() at each call, Eigen from its own setting: both are set to
+// 1 for the call and put back. Units, by where two threads start to pay on the 2-vCPU EPYC
+// (bench/parallel_threshold.cpp: OpenBLAS 0.3.21 Haswell kernels, K = 64, quiet): a matrix-vector product of
+// 2^16 weights 3.8 us on one thread, 5.1 on two; 2^17 7.8 vs 7.1; 2^19 32 vs 17.5: 4 weights a
+// unit. A GEMM of 2^18 multiply-adds 8.2 us vs 8.3; 2^19 14.0 vs 12.8; 2^20 24.6 vs 18.8: 16 a unit.
+class SmallProductOnOneThread {
+ public:
+  explicit SmallProductOnOneThread(int64_t work)
+      : omp_(omp_get_max_threads()), on_(omp_ > 1 && !parallel_worth(work) && !omp_in_parallel()) {
+    if (!on_) return;
+    omp_set_num_threads(1);
+    Eigen::setNbThreads(1);
+  }
+  ~SmallProductOnOneThread() {
+    if (!on_) return;
+    omp_set_num_threads(omp_);
+    Eigen::setNbThreads(g_eigen_threads);
+  }
+  SmallProductOnOneThread(const SmallProductOnOneThread&) = delete;
+  SmallProductOnOneThread& operator=(const SmallProductOnOneThread&) = delete;
+
+ private:
+  int omp_;
+  bool on_;
+};
+
 template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm");
+  const SmallProductOnOneThread one_thread(M == 1 ? N * K / 4 : M * N * K / 16);
   if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
     gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
     return;
@@ -215,6 +252,7 @@ void gemm_set_threads(int n) {
   if (n <= 0) return;
   openblas_set_num_threads(n);
   Eigen::setNbThreads(n);
+  g_eigen_threads = n;
 }
 
 int gemm_eigen_threads() { return Eigen::nbThreads(); }

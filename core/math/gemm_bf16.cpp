@@ -2,6 +2,7 @@
 #include "core/trace/trace.h"
 
 #include "core/math/parallel_memory.h"
+#include "core/math/parallel_worth.h"
 
 #include <omp.h>
 
@@ -22,12 +23,6 @@
 #endif
 
 namespace gf {
-
-namespace {
-// Element-wise passes go parallel when big enough and not already inside a parallel region
-// (attention's per-head loop).
-bool parallel_worth(int64_t n) { return n >= (int64_t{1} << 16) && !omp_in_parallel(); }
-}  // namespace
 
 void convert_to_bf16(bf16* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))

@@ -1,6 +1,7 @@
 #include "core/math/mixed_precision.h"
 
 #include "core/math/parallel_memory.h"
+#include "core/math/parallel_worth.h"
 #include "core/math/scratch.h"
 #include "core/trace/trace.h"
 
@@ -19,9 +20,6 @@ namespace {
 // As lambdas, so the conversion loops inline them.
 constexpr auto kToBf16 = [](float v) { return float_to_bf16(v); };
 constexpr auto kToFp16 = [](float v) { return round_to_fp16(v); };
-
-// Element-wise passes go parallel when big enough and not already inside a parallel region.
-bool parallel_worth(int64_t n) { return n >= (int64_t{1} << 15) && !omp_in_parallel(); }
 
 // A thread's conversion buffers: grown on the first call of a larger shape, then reused, so a
 // step of fixed shapes allocates nothing after its first. 64-byte aligned (core/math/scratch.h says why).
@@ -138,7 +136,7 @@ void cross_entropy_bwd_chunks(E* out, const ColumnChunks& ch, const float* logit
   using Row = Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64>;
   using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
   const int64_t nc = ch.count();
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth(ch.rows * ch.ld * kTranscendentalWork))
   {
     thread_local std::vector<float> row_buf;
     float* g = scratch(row_buf, ch.ld);

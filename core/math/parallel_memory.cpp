@@ -1,5 +1,7 @@
 #include "core/math/parallel_memory.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -25,7 +27,7 @@ void parallel_zero(float* x, int64_t n) {
 }
 
 void parallel_broadcast_rows(float* x, int64_t rows, int64_t cols, int64_t ld, const float* row) {
-#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16) && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
   for (int64_t r = 0; r < rows; ++r) std::memcpy(x + r * ld, row, sizeof(float) * static_cast<size_t>(cols));
 }
 

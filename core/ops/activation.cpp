@@ -1,6 +1,8 @@
 #include "core/ops/activation.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -43,7 +45,7 @@ template <typename T>
 void gelu_new_fwd_vec(T* y, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = std::min(kBlock, n - b);
     Eigen::Map<const A> xs(x + b, m);
@@ -56,7 +58,7 @@ template <typename T>
 void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int kBlock = 2048;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = std::min<int64_t>(kBlock, n - b);
     Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
@@ -71,13 +73,13 @@ void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
 
 template <typename Op, typename T>
 void map_fwd(T* y, const T* x, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n * kTranscendentalWork))
   for (int64_t i = 0; i < n; ++i) y[i] = Op::f(x[i]);
 }
 
 template <typename Op, typename T>
 void map_bwd(T* dx, const T* dy, const T* x, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n * kTranscendentalWork))
   for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * Op::df(x[i]);
 }
 

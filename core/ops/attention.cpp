@@ -62,6 +62,8 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
   GF_OP_SPAN("attention", "attention fwd");
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
   const S scale = S(1) / std::sqrt(static_cast<S>(D));
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
@@ -88,6 +90,8 @@ void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
   const S scale = S(1) / std::sqrt(static_cast<S>(D));
   // One thread per (batch, kv head): the query heads that share a kv head add into its dK, dV in
   // head order, so there is no race and the sums do not depend on the thread count.
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(static)
   for (int64_t bg = 0; bg < s.batch * G; ++bg) {
     for (int64_t r = 0; r < rep; ++r) {

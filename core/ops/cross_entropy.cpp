@@ -1,6 +1,8 @@
 #include "core/ops/cross_entropy.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -27,7 +29,7 @@ template <typename T>
 void cross_entropy_fwd(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t rows, int64_t ld,
                        int64_t valid) {
   GF_OP_SPAN("elementwise", "cross entropy fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * ld;
     lse[r] = logsumexp(x, valid);
@@ -39,7 +41,7 @@ template <typename T>
 void cross_entropy_bwd_inplace(T* logits, const T* lse, const int32_t* targets, int64_t rows, int64_t ld,
                                int64_t valid, float grad_scale, int64_t vocab_begin) {
   GF_OP_SPAN("elementwise", "cross entropy bwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * valid * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     T* x = logits + r * ld;
     RowMap<T> row(x, valid);

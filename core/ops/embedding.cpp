@@ -1,6 +1,8 @@
 #include "core/ops/embedding.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <limits>
 
 namespace gf::ops {
@@ -9,7 +11,7 @@ template <typename T>
 void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end) {
   GF_OP_SPAN("elementwise", "embedding lookup fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t t = tokens[i];
     T* yr = y + i * dim;
@@ -26,7 +28,7 @@ template <typename T>
 void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
                       const int32_t* positions) {
   GF_OP_SPAN("elementwise", "position add fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t i = 0; i < rows; ++i) {
     const T* p = wpe + (positions ? positions[row0 + i] : (row0 + i) % seq) * dim;
     T* yr = y + i * dim;
@@ -39,7 +41,7 @@ void embedding_lookup_bwd(T* dwte, const T* dy, const int32_t* tokens, int64_t r
                           int64_t vocab_begin, int64_t vocab_end) {
   GF_OP_SPAN("elementwise", "embedding lookup bwd");
   constexpr int64_t kChunk = 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
     const int64_t c1 = c0 + kChunk < dim ? c0 + kChunk : dim;
     for (int64_t i = 0; i < rows; ++i) {
@@ -57,7 +59,7 @@ void position_bwd(T* dwpe, const T* dy, int64_t rows, int64_t row0, int64_t seq,
                   const int32_t* positions) {
   GF_OP_SPAN("elementwise", "position bwd");
   constexpr int64_t kChunk = 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t c0 = 0; c0 < dim; c0 += kChunk) {
     const int64_t c1 = c0 + kChunk < dim ? c0 + kChunk : dim;
     for (int64_t i = 0; i < rows; ++i) {

@@ -280,6 +280,8 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t nq = (T + c.t.rows - 1) / c.t.rows, per = flash_workspace_per_thread(s, c.t);
   const int64_t items = s.batch * H * nq;
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel num_threads(team_size(ws))
   {
     S* w = thread_slice(ws, per);
@@ -302,6 +304,8 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
   const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t per = flash_workspace_per_thread(s, c.t);
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel num_threads(team_size(ws))
   {
     S* w = thread_slice(ws, per);

@@ -1,6 +1,8 @@
 #include "core/ops/grouped_linear.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -145,7 +147,7 @@ void make_low_operands(LowOperands& o, std::vector<std::byte>& a_buf, std::vecto
   E* bd = reinterpret_cast<E*>(b_buf.data());
   const E* al = static_cast<const E*>(a_low);
   const E* bl = static_cast<const E*>(b_low);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(total * (a_cols + b_cols)))
   for (int64_t p = 0; p < total; ++p) {
     const int64_t g = std::upper_bound(o.base.begin(), o.base.begin() + groups + 1, p) - o.base.begin() - 1;
     const int64_t r = offsets[g] + p - o.base[g];  // the source row,
@@ -213,6 +215,8 @@ void grouped_linear_fwd(float* y, const float* x, const Weight& w, int64_t w_str
   check_args(offsets, groups, in, out, tiles);
   const std::vector<Tile>& ts = row_tiles(offsets, groups, tiles.rows);
   const int64_t nt = static_cast<int64_t>(ts.size());
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < nt; ++i) {
     const Tile& t = ts[i];
@@ -227,6 +231,8 @@ void grouped_linear_bwd_input(float* dx, const float* dy, const Weight& w, int64
   check_args(offsets, groups, in, out, tiles);
   const std::vector<Tile>& ts = row_tiles(offsets, groups, tiles.rows);
   const int64_t nt = static_cast<int64_t>(ts.size());
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < nt; ++i) {
     const Tile& t = ts[i];
@@ -251,6 +257,8 @@ void grouped_linear_bwd_weight(float* dw, float* db, const float* dy, const floa
                        groups, tiles.weight_rows);
   const std::vector<Tile>& ts = weight_tiles(offsets, groups, a_cols, tiles.weight_rows);
   const int64_t nt = static_cast<int64_t>(ts.size());
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < nt; ++i) {
     const Tile& t = ts[i];

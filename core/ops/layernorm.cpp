@@ -1,6 +1,8 @@
 #include "core/ops/layernorm.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -30,7 +32,7 @@ template <typename T>
 void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
                    int64_t rows, int64_t dim, float eps) {
   GF_OP_SPAN("norm", "layernorm fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     const double sum = lane_sum(dim, [xr](int64_t i) { return static_cast<double>(xr[i]); });
@@ -60,7 +62,7 @@ void layernorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, LayerNormCa
                          int64_t dim) {
   GF_OP_SPAN("norm", "layernorm bwd input");
   // Row by row.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     const T* dyr = dy + r * dim;
@@ -94,7 +96,7 @@ void layernorm_bwd_weight(T* dw, T* db, const T* dy, const T* x, LayerNormCache<
   // sums were moved by 512 bytes (store/load address aliasing, we think), 1.1-1.5x over one thread
   // in bench_ops. This costs a second read of x and dy.
   constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t c0 = 0; c0 < dim; c0 += kCols) {
     const int64_t nc = std::min(kCols, dim - c0);
     T aw[kCols] = {}, ab[kCols] = {};

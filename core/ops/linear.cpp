@@ -1,5 +1,7 @@
 #include "core/ops/linear.h"
 
+#include "core/math/parallel_worth.h"
+
 #include "core/math/gemm.h"
 
 namespace gf::ops {
@@ -9,7 +11,7 @@ namespace {
 // y[r, :] = b for every row: the product then accumulates onto it (beta 1).
 template <typename T>
 void broadcast_bias(T* y, const T* b, int64_t n, int64_t out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(n * out))
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < out; ++j) y[r * out + j] = b[j];
 }
@@ -25,7 +27,7 @@ void linear_fwd(T* y, const T* x, const T* w, const T* b, int64_t n, int64_t in,
 template <typename T>
 void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols) {
   // Columns are split across threads; each column is summed in row order by one thread.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols))
   for (int64_t c0 = 0; c0 < cols; c0 += 64) {
     const int64_t c1 = c0 + 64 < cols ? c0 + 64 : cols;
     T acc[64] = {0};

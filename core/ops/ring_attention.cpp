@@ -1,6 +1,8 @@
 #include "core/ops/ring_attention.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -52,6 +54,8 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
   GF_OP_SPAN("attention", "ring attention fwd block");
   const int64_t H = s.heads, D = s.head_dim, R = s.rows, C = H * D, group = H / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel
   {
     float* const st = scratch<float>(static_cast<size_t>(kRows * kCols), 2);  // per thread, reused step after step
@@ -102,7 +106,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
 
 void ring_attention_fwd_finish(float* o, float* l, const float* m, const RingShape& s) {
   const int64_t H = s.heads, D = s.head_dim, R = s.rows, C = H * D;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(s.batch * H * R * D))
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     for (int64_t r = 0; r < R; ++r) {
@@ -116,7 +120,7 @@ void ring_attention_fwd_finish(float* o, float* l, const float* m, const RingSha
 
 void ring_attention_bwd_prepare(float* di, const float* dy, const float* y, const RingShape& s) {
   const int64_t H = s.heads, D = s.head_dim, R = s.rows, C = H * D;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(s.batch * H * R * D))
   for (int64_t bh = 0; bh < s.batch * H; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     for (int64_t r = 0; r < R; ++r) {
@@ -137,6 +141,8 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One (sample, kv head) per item: its query heads' dq columns and its dk, dv columns are written
   // by one thread, in a fixed order.
+  // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
+  // (core/math/parallel_worth.h).
 #pragma omp parallel
   {
     float* const p = scratch<float>(static_cast<size_t>(kRows * kCols), 2);

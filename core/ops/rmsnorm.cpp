@@ -1,6 +1,8 @@
 #include "core/ops/rmsnorm.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -9,7 +11,7 @@ namespace gf::ops {
 template <typename T>
 void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, float eps) {
   GF_OP_SPAN("norm", "rmsnorm fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     T ss = 0;
@@ -25,7 +27,7 @@ template <typename T>
 void rmsnorm_bwd_input(T* dx, const T* dy, const T* x, const T* w, const T* rstd, int64_t rows, int64_t dim) {
   GF_OP_SPAN("norm", "rmsnorm bwd input");
   // With xhat = x * s: dx = s * (w dy - xhat * mean(w dy * xhat)).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     const T* dyr = dy + r * dim;
@@ -44,7 +46,7 @@ void rmsnorm_bwd_weight(T* dw, const T* dy, const T* x, const T* rstd, int64_t r
   // Columns split across threads, each summed in row order by one thread: independent of the
   // thread count (as layernorm_bwd_weight).
   constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t c0 = 0; c0 < dim; c0 += kCols) {
     const int64_t nc = std::min(kCols, dim - c0);
     T acc[kCols] = {};

@@ -1,6 +1,8 @@
 #include "core/ops/rope.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -44,7 +46,7 @@ void rotate(T* y, const T* x, const RopeTable<T>& table, int64_t rows, int64_t s
   } else if (pos0 + seq_len > table.max_positions) {
     throw std::out_of_range("RoPE: position past the table (max_positions " + std::to_string(table.max_positions) + ")");
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * heads * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t p = positions ? positions[r] : pos0 + r % seq_len;
     const T* c = table.cos.data() + p * half;

@@ -1,6 +1,8 @@
 #include "core/ops/router.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -16,7 +18,7 @@ int64_t expert_capacity(const RouterShape& s, double cf) {
 
 void router_softmax(float* probs, float* lse, const float* logits, int64_t N, int64_t E) {
   GF_OP_SPAN("moe", "router softmax");
-#pragma omp parallel for schedule(static) if (N * E > (1 << 14))
+#pragma omp parallel for schedule(static) if (parallel_worth(N * E * kTranscendentalWork))
   for (int64_t t = 0; t < N; ++t) {
     const float* x = logits + t * E;
     float* p = probs + t * E;
@@ -95,7 +97,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
   GF_OP_SPAN("moe", "router route");
   const int64_t N = s.N(), E = s.E, k = s.k, T = s.T;
   if (k < 1 || k > E) throw std::invalid_argument("router: top-k must be in [1, experts]");
-#pragma omp parallel for schedule(static) if (N * E > (1 << 14))
+#pragma omp parallel for schedule(static) if (parallel_worth(N * E * k))
   for (int64_t t = 0; t < N; ++t) {
     const float* p = probs + t * E;
     int32_t* ex = experts + t * k;
@@ -162,7 +164,7 @@ void router_bwd(float* dlogits, const float* dweights, const float* probs, const
     const float aux_scale = aux_coef * static_cast<float>(E) / static_cast<float>(T * k * T);
     for (float& v : daux) v *= aux_scale;
   }
-#pragma omp parallel if (s.N() * E > (1 << 14))
+#pragma omp parallel if (parallel_worth(s.N() * E * k))
   {
     std::vector<float> dp(static_cast<size_t>(E));
 #pragma omp for schedule(static)

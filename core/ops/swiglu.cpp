@@ -1,6 +1,8 @@
 #include "core/ops/swiglu.h"
 #include "core/trace/trace.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <cmath>
 
 namespace gf::ops {
@@ -8,7 +10,7 @@ namespace gf::ops {
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "swiglu fwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * ld_in;
     const T* ur = u + r * ld_in;
@@ -20,7 +22,7 @@ void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "swiglu bwd");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * ld_in;
     const T* ur = u + r * ld_in;

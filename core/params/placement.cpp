@@ -1,5 +1,7 @@
 #include "core/params/placement.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -190,7 +192,8 @@ void Placement::initialize(float* arena, uint64_t seed, const std::vector<std::p
       for (const SlicePiece& s : t.pieces) {
         const Runs runs(t, s);
         const int64_t len = runs.len();
-#pragma omp parallel for schedule(static)
+        // A counter-based normal per element (a logarithm and a cosine).
+#pragma omp parallel for schedule(static) if (parallel_worth(runs.count() * len * kTranscendentalWork))
         for (int64_t r = 0; r < runs.count(); ++r) {
           int64_t li = 0, gi = 0;
           runs.at(r, li, gi);

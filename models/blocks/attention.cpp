@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/math/mixed_precision.h"
+#include "core/math/parallel_worth.h"
 
 namespace gf {
 
@@ -135,11 +136,14 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
   }
   if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, a.qkv, N, W, W);
   const int64_t reach = kv.positions > 0 ? kv.positions : cap;
-  for (int64_t r = 0; r < N; ++r)
+  int64_t keys = 0;  // (query row, key) pairs of one head, for the threads' decision below
+  for (int64_t r = 0; r < N; ++r) {
     if (rp.pos[r] < 0 || rp.pos[r] >= reach)
       throw std::out_of_range("generation: position " + std::to_string(rp.pos[r]) + " outside the KV cache's " +
                               std::to_string(reach));
-#pragma omp parallel for schedule(static)
+    keys += spec_.window > 0 ? std::min<int64_t>(rp.pos[r] + 1, spec_.window) : rp.pos[r] + 1;
+  }
+#pragma omp parallel for schedule(static) if (parallel_worth(N * Hk * 2 * D))
   for (int64_t r = 0; r < N; ++r)
     for (int64_t g = 0; g < Hk; ++g) {
       const int64_t at = ((rp.seq[r] * Hk + g) * cap + rp.pos[r] % cap) * D;
@@ -150,7 +154,8 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
   // scaled dot products, the softmax with its maximum subtracted, the probabilities times values.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t group = Hl / Hk, Y = Hl * D;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  // Per key: two dot products of D and an exp. Each (row, head) is computed alike on any thread.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel_worth(keys * Hl * (2 * D + kTranscendentalWork)))
   for (int64_t r = 0; r < N; ++r)
     for (int64_t h = 0; h < Hl; ++h) {
       float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;

@@ -1,5 +1,7 @@
 #include "models/blocks/embedding.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -37,7 +39,7 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
       throw std::out_of_range("generation: position " + std::to_string(pos[r]) + " outside the model's " +
                               std::to_string(spec_.positions) + " learned positions (max_position_embeddings)");
   const float* wpe = e.w(wpe_);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(e.N * C))
   for (int64_t r = 0; r < e.N; ++r)
     for (int64_t c = 0; c < C; ++c) y[r * C + c] += wpe[pos[r] * C + c];
 }

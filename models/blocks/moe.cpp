@@ -1,5 +1,7 @@
 #include "models/blocks/moe.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -206,7 +208,7 @@ Exchange exchange_of(const int64_t* sent, const int64_t* recvd, int64_t ep, int6
 void MoeBlock::sum_choices(float* y, const float* rows_in_send_order, const Acts& a, int64_t rows, int64_t C,
                            bool weighted) const {
   const int64_t k = d_.k;
-#pragma omp parallel for schedule(static) if (rows * C > (1 << 16))
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * C * d_.k))
   for (int64_t t = 0; t < rows; ++t) {
     float* yt = y + t * C;
     std::fill(yt, yt + C, 0.0f);
@@ -300,7 +302,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   }
   for (int64_t i = 0; i < N * k; ++i)
     a.pos[i] = a.kept[i] ? static_cast<int32_t>(next[static_cast<size_t>(a.experts[i])]++) : -1;
-#pragma omp parallel for schedule(static) if (N * k * C > (1 << 16))
+#pragma omp parallel for schedule(static) if (parallel_worth(N * k * C))
   for (int64_t i = 0; i < N * k; ++i)
     if (a.pos[i] >= 0) std::memcpy(sc.send + a.pos[i] * C, x + (i / k) * C, sizeof(float) * C);
   // Counts, then rows, to the ranks that hold the experts; expert-major on arrival.
@@ -339,7 +341,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   const std::vector<int64_t>&send_rows = ex.send_rows, &recv_rows = ex.recv_rows, &off = ex.off;
   // Gate weights: dw[t, j] = dy[t] . expert output (partial over the tensor group: summed), and
   // the experts' output gradients w[t, j] dy[t] in send order.
-#pragma omp parallel for schedule(static) if (N * k * C > (1 << 16))
+#pragma omp parallel for schedule(static) if (parallel_worth(N * k * C))
   for (int64_t i = 0; i < N * k; ++i) {
     const int32_t p = a.pos[i];
     if (p < 0) {

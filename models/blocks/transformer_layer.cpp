@@ -1,12 +1,14 @@
 #include "models/blocks/transformer_layer.h"
 
+#include "core/math/parallel_worth.h"
+
 #include <cstring>
 
 namespace gf {
 namespace {
 
 void add_inplace(float* y, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 

@@ -27,7 +27,9 @@
 // round (a ceiling, and the figure least lowered by other processes' bursts). The wall clock is
 // used, so other processes on the cores lower every figure: the file records the load average and
 // the share of the cores the probe had (CPU time / (wall x threads); spinning threads count, so
-// it is an upper bound), the tool warns below 0.8, and re-running it replaces the file.
+// it is an upper bound); below 0.8 it measures again (at most 3 attempts, a second apart, keeping the
+// one with the largest share: "attempts" in the file), warns if none reached 0.8, and re-running it
+// replaces the file.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>
@@ -392,7 +394,20 @@ int main(int argc, char** argv) {
     }
     omp_set_num_threads(threads);
     gf::gemm_set_threads(threads);
-    const nlohmann::json j = probe(shapes, threads, budget_ms);
+    // A measurement that had under 0.8 of the cores (other processes running) can pick the wrong
+    // backend (seen here: onednn measured below Eigen beside a build). Measured again, up to twice,
+    // a second apart; the one that had the most of the cores is kept, and the file says how many.
+    nlohmann::json j = probe(shapes, threads, budget_ms);
+    int attempts = 1;
+    while (attempts < 3 && j["cores_share"].get<double>() < 0.8) {
+      std::cout << fmt::format("machine_probe: only {} of the cores were ours (load average {:.2f}): measuring again\n",
+                               j["cores_share"].get<double>(), j["load_average_start"].get<double>());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      nlohmann::json again = probe(shapes, threads, budget_ms);
+      ++attempts;
+      if (again["cores_share"].get<double>() > j["cores_share"].get<double>()) j = std::move(again);
+    }
+    j["attempts"] = attempts;
     const std::filesystem::path path(out);
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     const std::string tmp = out + ".tmp";

@@ -48,32 +48,19 @@ ORDER = ["GEMM", "attention", "norms", "elementwise", "MoE routing", "dtype conv
          "data", "untraced", "other"]
 
 
+# The trace's span categories (runner/report/profiler.h, core/trace/trace.h) and what they count as.
+CATEGORIES = {"gemm": "GEMM", "attention": "attention", "norm": "norms", "elementwise": "elementwise",
+              "moe": "MoE routing", "convert": "dtype conversion", "compute": "other compute",
+              "pipeline": "other compute", "comm": "communication", "wait": "communication", "data": "data"}
+
+
 def category(ev):
     cat, name = ev.get("cat", ""), ev.get("name", "")
-    if cat == "gemm":
-        return "GEMM"
-    if cat == "attention":
-        return "attention"
-    if cat == "norm":
-        return "norms"
-    if cat == "elementwise":
-        return "elementwise"
-    if cat == "moe":
-        return "MoE routing"
-    if cat == "convert":
-        return "dtype conversion"
-    if cat in ("compute", "pipeline"):
-        return "other compute"
-    if cat in ("comm", "wait"):
-        return "communication"
-    if cat == "data":
-        return "data"
     if cat == "step":
         if name.startswith("step "):
             return "untraced"
-        if name in OPTIMIZER:
-            return "optimizer"
-    return "other"
+        return "optimizer" if name in OPTIMIZER else "other"
+    return CATEGORIES.get(cat, "other")
 
 
 def breakdown(trace_path):

@@ -7,8 +7,9 @@
 //   kEigen  — Eigen 3.4's own GEMM kernels through Eigen::Map (OpenMP-parallel as well);
 //   kOnednn — oneDNN 2.6's dnnl_sgemm (its JIT AVX-512/AVX2 sgemm kernels, OpenMP runtime; built
 //             only with oneDNN: GF_WITH_DNNL). fp64 products on it run on OpenBLAS. On the 2-vCPU
-//             AVX-512 EPYC it measured 1.6-2.8x OpenBLAS (Haswell kernels) on the model's
-//             products (bench/README.md, "fp32 GEMM backends"); the machine probe times all three.
+//             AVX-512 EPYC the machine probe measured it at 1.3-2.3x OpenBLAS (Haswell kernels)
+//             per product, 1.6x FLOP-weighted (bench/results/2026-11-27-epyc-machine_probe.json;
+//             bench/README.md, "Speed against the machine's limits"); the probe times all three.
 // The default is kBlas, by measurement: bench/bench_gemm.cpp times both on every product of one
 // training step, FLOP-weighted over the step (medians of 5 interleaved rounds, 2026-11-22, on a
 // 2-vCPU AVX-512/AMX Xeon shared with other sessions' builds):
@@ -17,14 +18,14 @@
 //     66-121% of OpenBLAS, level or ahead only on attention's small per-head products;
 //   1 thread, CPU clock, three runs: 71-82 vs 59-67 (gpt2-tiny), 79-95 vs 65-79 (gpt2-124M), 1.2x;
 //   2 threads with half the cores taken by other processes: 1.35-1.55x.
-// bench/README.md has the tables. `GF_GEMM=blas|eigen` in the environment (read at the first
+// bench/README.md has the tables. `GF_GEMM=blas|eigen|onednn` in the environment (read at the first
 // call) or gemm_set_backend() override the default. Which is faster depends on the CPU and on
 // OpenBLAS's kernels (on an AMD EPYC Eigen beat OpenBLAS held to its Haswell kernels by
 // OPENBLAS_CORETYPE, and lost to its SkylakeX ones: bench/README.md), so `gridformer train` sets
 // the default per machine from the machine probe's measurement (runner/report/machine_probe.h) unless
 // GF_GEMM is set; kBlas stays the default of this library without one (tests, benchmarks).
 //
-// Neither backend is allocation-free per call (a malloc counter on a 1024x768x768 product at 2
+// Neither OpenBLAS nor Eigen is allocation-free per call (a malloc counter on a 1024x768x768 product at 2
 // threads): OpenBLAS mallocs 512 KiB per call, Eigen its packing buffers, 3 blocks of ~1.9 MB in
 // all (gemm_blocking_space with dynamic sizes). The bf16 path is core/math/gemm_bf16.h.
 #pragma once

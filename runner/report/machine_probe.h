@@ -1,5 +1,5 @@
 // The machine probe: what tools/machine_probe.cpp measured on this machine, and what a run takes
-// from it. The tool times the fp32 GEMM backends (OpenBLAS, Eigen) and oneDNN's bf16 matmul on the
+// from it. The tool times the fp32 GEMM backends (OpenBLAS, Eigen, oneDNN) and oneDNN's bf16 matmul on the
 // model's typical products at one thread count (a few hundred ms), and writes a JSON file next to
 // the build (build/machine_probe.json; scripts/setup.sh runs it after building when the file is
 // missing or names another CPU). A run reads it to

@@ -22,7 +22,8 @@ struct ModelLayout {
   bool vocab_split = false;       // vocab_emb_dp: False: embedding and LM head split by vocabulary
   int ep = 1;                     // expert_parallel: each MoE layer's experts over this many ranks
   int cp = 1;                     // context_parallel: each sample's positions split over this many ranks
-  bool cp_ring = false;           // context_parallel_algo colossalai_cp: ring attention (else Ulysses)
+  bool cp_ring = false;           // the attention core is ring attention (colossalai_cp, hybrid_cp)
+  int cp_ulysses = 1;             // Ulysses' degree inside cp: cp (ulysses_cp), 1 (colossalai_cp), between (hybrid_cp)
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int64_t recompute_num_layers = -1;  // recomputed layers from the first (-1: all)
   // MindFormers' per-stage list (select_recompute: [n0, n1, ...]), as a flag per layer of the model:

@@ -18,6 +18,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.B = micro_batch;
   d.cp = layout.cp;
   d.cp_ring = layout.cp > 1 && layout.cp_ring;
+  d.cp_ulysses = layout.cp <= 1 ? 1 : layout.cp_ring ? layout.cp_ulysses : layout.cp;
   d.T_full = s.seq;
   context_parallel_check(s, layout);
   d.T = s.seq / d.cp;
@@ -99,8 +100,9 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   return d;
 }
 
-// Context parallel (parallel/context_parallel.h): each rank holds seq_length / cp positions, and the
-// attention core sees the whole sequence of 1 / cp of this tensor-parallel rank's heads.
+// Context parallel (parallel/context_parallel.h): each rank holds seq_length / cp positions; the
+// Ulysses core sees the whole sequence of 1 / cp of this tensor-parallel rank's heads, the ring its
+// rows' chunks of all of them, hybrid_cp its Ulysses group's chunks of 1 / U of them.
 void StageDims::context_parallel_check(const TransformerSpec& s, const ModelLayout& layout) {
   const int cp = layout.cp;
   if (cp < 1) throw std::invalid_argument("parallel_config.context_parallel must be >= 1");
@@ -108,16 +110,21 @@ void StageDims::context_parallel_check(const TransformerSpec& s, const ModelLayo
   const std::string key = "parallel_config.context_parallel " + std::to_string(cp);
   if (s.seq % cp != 0)
     throw std::invalid_argument(key + ": seq_length " + std::to_string(s.seq) + " is not divisible by it");
+  const int U = layout.cp_ring ? layout.cp_ulysses : cp;  // Ulysses' degree (1: the ring alone)
+  if (U < 1 || cp % U != 0)
+    throw std::invalid_argument(key + ": the Ulysses degree " + std::to_string(U) + " does not divide it");
   if (layout.cp_ring) {
     if (s.seq % (2 * cp) != 0)
-      throw std::invalid_argument(key + ": colossalai_cp cuts the sequence into 2 x context_parallel chunks (causal load "
+      throw std::invalid_argument(key + ": " + (U > 1 ? "hybrid_cp" : "colossalai_cp") +
+                                  " cuts the sequence into 2 x context_parallel chunks (causal load "
                                   "balance); seq_length " + std::to_string(s.seq) + " is not divisible by " + std::to_string(2 * cp));
   }
-  const int64_t heads = static_cast<int64_t>(layout.tp) * cp;
-  if (!layout.cp_ring && (s.heads % heads != 0 || s.kv_heads % heads != 0))
-    throw std::invalid_argument(key + ": ulysses_cp gives each rank whole heads, so num_heads (" + std::to_string(s.heads) +
-                                ") and the key/value heads (" + std::to_string(s.kv_heads) +
-                                ") must be divisible by model_parallel x context_parallel = " + std::to_string(heads));
+  const int64_t heads = static_cast<int64_t>(layout.tp) * U;
+  if (U > 1 && (s.heads % heads != 0 || s.kv_heads % heads != 0))
+    throw std::invalid_argument(key + ": " + (layout.cp_ring ? "hybrid_cp" : "ulysses_cp") +
+                                " gives each rank of a Ulysses group whole heads, so num_heads (" + std::to_string(s.heads) +
+                                ") and the key/value heads (" + std::to_string(s.kv_heads) + ") must be divisible by model_parallel x " +
+                                (layout.cp_ring ? "ulysses_degree_in_cp" : "context_parallel") + " = " + std::to_string(heads));
   if (s.moe.experts > 1 && s.moe.capacity_factor > 0.0)
     throw std::invalid_argument(key + ": an MoE capacity (moe_config.capacity_factor > 0) drops by position in the whole "
                                 "sequence, which context parallel splits; not built: use capacity_factor <= 0 (dropless)");
@@ -280,15 +287,15 @@ struct TransformerLM::LayoutBuilder {
       for (int i = 0; i < 2; ++i) b.cp.ring.dkv[i] = p.take("cp.ring_dkv" + std::to_string(i), kv);
       b.cp.ring.m = p.take("cp.ring_max", N * d.heads_local);
       b.cp.ring.di = p.take("cp.ring_di", N * d.heads_local);
-      b.cp_ints = ints("cp.sequence", 3 * d.B * d.T_full);
-    } else if (d.cp > 1) {  // Ulysses' exchanges (parallel/context_parallel.h)
+    }
+    if (d.cp_ulysses > 1) {  // Ulysses' exchanges (parallel/context_parallel.h)
       b.cp.local = p.take("cp.qkv_local", N * d.qkv_width);
       b.cp.send = p.take("cp.send", N * d.qkv_width);
       b.cp.recv = p.take("cp.recv", N * d.qkv_width);
       b.cp.y = p.take("cp.attn_y", N * d.attn_width);
       b.cp.dqkv = p.take("cp.dqkv", N * d.qkv_width);
-      b.cp_ints = ints("cp.sequence", 3 * d.B * d.T_full);
     }
+    if (d.cp > 1) b.cp_ints = ints("cp.sequence", 3 * d.B * d.T_full);
     if (d.any_moe) {  // shared by the MoE layers
       b.moe = MoeBlock::take_scratch(p, d.md, d.tp);
       for (Slot& s : b.slots)

@@ -90,7 +90,17 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
                                 " is not the process grid's " + std::to_string(ctx.size(GridAxis::kCp)));
   tp_ = TensorParallel(&ctx.group(GridAxis::kTp), layout.sequence_parallel, d.N);
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
-  cp_ = ContextParallel(&ctx.group(GridAxis::kCp), layout.cp_ring);
+  {  // the context group and the groups its core exchanges in (parallel/context_parallel.h)
+    const Communicator& g = ctx.group(GridAxis::kCp);
+    if (d.cp_ring && d.cp_ulysses > 1) {
+      if (ctx.context_ulysses().size() != d.cp_ulysses)
+        throw std::invalid_argument("TransformerLM: hybrid_cp's Ulysses degree " + std::to_string(d.cp_ulysses) +
+                                    " is not the process grid's Ulysses groups' " + std::to_string(ctx.context_ulysses().size()));
+      cp_ = ContextParallel(&g, &ctx.context_ulysses(), &ctx.context_ring());
+    } else {
+      cp_ = ContextParallel(&g, d.cp_ring ? nullptr : &g, d.cp_ring ? &g : nullptr);
+    }
+  }
   cdt_ = layout.compute;
   if (arena != nullptr) {
     w_ = arena->weights;

@@ -60,6 +60,7 @@ struct StageDims {
   int64_t B = 0, T = 0, N = 0, Nl = 0, C = 0, L = 0, l0 = 0, l1 = 0, slots = 1, T_full = 0;
   int tp = 1, cp = 1;
   bool cp_ring = false;  // context parallel by ring attention (its core keeps the log-sum-exp, as the fused one)
+  int cp_ulysses = 1;    // Ulysses' all-to-all over this many context ranks (ulysses_cp: cp; hybrid_cp: between)
   bool keeps_lse() const { return flash || cp_ring; }
   bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
   bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds

@@ -32,18 +32,35 @@ Segments segments(const std::vector<int64_t>& widths, int parts) {
 
 }  // namespace
 
+ContextParallel::ContextParallel(const Communicator* cp, const Communicator* ulysses, const Communicator* ring) {
+  if (cp == nullptr || cp->size() <= 1) return;
+  if ((ulysses == nullptr && ring == nullptr) ||
+      (ulysses != nullptr && ring != nullptr && ulysses->size() * ring->size() != cp->size()) ||
+      (ring == nullptr && ulysses->size() != cp->size()) || (ulysses == nullptr && ring->size() != cp->size()))
+    throw std::invalid_argument("context parallel: the Ulysses and ring groups do not make up the context group of " +
+                                std::to_string(cp->size()));
+  cp_ = cp;
+  uly_ = ulysses != nullptr && ulysses->size() > 1 ? ulysses : nullptr;
+  ring_ = ring != nullptr && ring->size() > 1 ? ring : nullptr;
+}
+
 void ContextParallel::exchange(const float* send, float* recv, int64_t rows, int64_t w) const {
-  if (!cp_) {
+  if (!uly_) {
     std::copy_n(send, rows * w, recv);
     return;
   }
-  const std::vector<int64_t> counts(static_cast<size_t>(size()), rows);
-  cp_->alltoallv_rows(send, counts.data(), recv, counts.data(), w);
+  const std::vector<int64_t> counts(static_cast<size_t>(uly_->size()), rows);
+  uly_->alltoallv_rows(send, counts.data(), recv, counts.data(), w);
+}
+
+int64_t ContextParallel::gathered_row(int i, int64_t t, int64_t Tl) const {
+  const int64_t pieces = ring() ? 2 : 1, L = Tl / pieces;
+  return t / L * (ulysses_size() * L) + i * L + t % L;
 }
 
 void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, int64_t Tl,
                                    const std::vector<int64_t>& widths, float* send, float* recv) const {
-  const int P = size();
+  const int P = ulysses_size();
   const Segments sg = segments(widths, P);
   const int64_t rows = B * Tl, w = sg.slice, n = static_cast<int64_t>(widths.size());
   // send [j][b][t][w]: rank j's heads of every local row.
@@ -58,18 +75,18 @@ void ContextParallel::seq_to_heads(const float* local, float* heads, int64_t B, 
       }
     }
   exchange(send, recv, rows, w);
-  // recv [i][b][t][w] -> heads [b][i Tl + t][w].
+  // recv [i][b][t][w] -> heads [b][gathered_row(i, t)][w].
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(P * rows * w))
   for (int i = 0; i < P; ++i)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / Tl, t = r % Tl;
-      std::copy_n(recv + (i * rows + r) * w, w, heads + (b * Tl * P + i * Tl + t) * w);
+      std::copy_n(recv + (i * rows + r) * w, w, heads + (b * Tl * P + gathered_row(i, t, Tl)) * w);
     }
 }
 
 void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, int64_t Tl,
                                    const std::vector<int64_t>& widths, float* send, float* recv) const {
-  const int P = size();
+  const int P = ulysses_size();
   const Segments sg = segments(widths, P);
   const int64_t rows = B * Tl, w = sg.slice, n = static_cast<int64_t>(widths.size());
   // send [j][b][t][w]: the rows of rank j's chunk, this rank's heads.
@@ -77,7 +94,7 @@ void ContextParallel::heads_to_seq(const float* heads, float* local, int64_t B, 
   for (int j = 0; j < P; ++j)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / Tl, t = r % Tl;
-      std::copy_n(heads + (b * Tl * P + j * Tl + t) * w, w, send + (j * rows + r) * w);
+      std::copy_n(heads + (b * Tl * P + gathered_row(j, t, Tl)) * w, w, send + (j * rows + r) * w);
     }
   exchange(send, recv, rows, w);
   // recv [i][b][t][w]: rank i's heads of this rank's rows, each segment's slice back in its place.
@@ -100,10 +117,22 @@ ops::RowChunks ContextParallel::rows_of(int c, int64_t rows) const {
     r.start[0] = c * rows;
     return r;
   }
+  // Piece u (of U) of ring rank q's two chunks of U rows / 2 each (colossalai_cp: U = 1, q = c).
+  const int U = ulysses_size(), q = c / U, u = c % U;
   r.chunk = rows / 2;
   r.chunks = 2;
-  r.start[0] = c * r.chunk;
-  r.start[1] = (2 * size() - 1 - c) * r.chunk;
+  const int64_t whole = U * r.chunk;  // one ring chunk
+  r.start[0] = q * whole + u * r.chunk;
+  r.start[1] = (2 * (size() / U) - 1 - q) * whole + u * r.chunk;
+  return r;
+}
+
+ops::RowChunks ContextParallel::ring_rows_of(int q, int64_t rows) const {
+  ops::RowChunks r;
+  r.chunk = rows / 2;
+  r.chunks = 2;
+  r.start[0] = q * r.chunk;
+  r.start[1] = (2 * ring_->size() - 1 - q) * r.chunk;
   return r;
 }
 
@@ -119,25 +148,25 @@ void pack_kv(float* kv, const float* qkv, int64_t rows, int64_t W, int64_t q_wid
 
 void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse, const ops::RingShape& s,
                                const ops::DropoutKey& drop, const RingScratch& sc) const {
-  const int P = size(), me = rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int P = ring_->size(), me = ring_->rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
   const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D;
   const int64_t stats = s.batch * s.heads * s.rows;
   pack_kv(sc.kv[0], qkv, rows, W, qw, kvw);
   std::fill(y, y + rows * qw, 0.0f);
   std::fill(sc.m, sc.m + stats, -std::numeric_limits<float>::infinity());
   std::fill(lse, lse + stats, 0.0f);
-  const ops::RowChunks mine = this->rows(s.rows);
+  const ops::RowChunks mine = ring_rows_of(me, s.rows);
   int cur = 0;
   for (int step = 0; step < P; ++step) {
     // The block of rank `owner` is here; the next one is already on its way.
     const int owner = (me - step + P) % P;
     Request rr, rs;
     if (step + 1 < P) {
-      rr = cp_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
-      rs = cp_->isend(sc.kv[cur], rows * kvw, next, step);
+      rr = ring_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
+      rs = ring_->isend(sc.kv[cur], rows * kvw, next, step);
     }
     ops::ring_attention_fwd_block(y, sc.m, lse, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2, kvw, mine,
-                                  rows_of(owner, s.rows), s, drop);
+                                  ring_rows_of(owner, s.rows), s, drop);
     rs.wait();
     rr.wait();
     cur = 1 - cur;
@@ -147,25 +176,25 @@ void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse
 
 void ContextParallel::ring_bwd(float* dqkv, const float* dy, const float* qkv, int64_t W, const float* y, const float* lse,
                                const ops::RingShape& s, const ops::DropoutKey& drop, const RingScratch& sc) const {
-  const int P = size(), me = rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
+  const int P = ring_->size(), me = ring_->rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
   const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D;
   ops::ring_attention_bwd_prepare(sc.di, dy, y, s);
   pack_kv(sc.kv[0], qkv, rows, W, qw, kvw);
   std::fill(sc.dkv[0], sc.dkv[0] + rows * kvw, 0.0f);
-  const ops::RowChunks mine = this->rows(s.rows);
+  const ops::RowChunks mine = ring_rows_of(me, s.rows);
   int cur = 0;
   for (int step = 0; step < P; ++step) {
     const int owner = (me - step + P) % P;
     Request rr, rs;
     if (step + 1 < P) {  // the keys and values travel ahead; their gradients follow once this block's are added
-      rr = cp_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
-      rs = cp_->isend(sc.kv[cur], rows * kvw, next, step);
+      rr = ring_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
+      rs = ring_->isend(sc.kv[cur], rows * kvw, next, step);
     }
     ops::ring_attention_bwd_block(dqkv, W, sc.dkv[cur], sc.dkv[cur] + kvw / 2, kvw, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2,
-                                  kvw, dy, lse, sc.di, mine, rows_of(owner, s.rows), s, drop);
+                                  kvw, dy, lse, sc.di, mine, ring_rows_of(owner, s.rows), s, drop);
     // The block's gradients go to its next visitor (after the last step: its owner, the next rank).
-    Request gr = cp_->irecv(sc.dkv[1 - cur], rows * kvw, prev, P + step);
-    Request gs = cp_->isend(sc.dkv[cur], rows * kvw, next, P + step);
+    Request gr = ring_->irecv(sc.dkv[1 - cur], rows * kvw, prev, P + step);
+    Request gs = ring_->isend(sc.dkv[cur], rows * kvw, next, P + step);
     gs.wait();
     gr.wait();
     rs.wait();

@@ -12,6 +12,12 @@
 //    (core/ops/ring_attention.h); the next block's transfer overlaps the current block's products.
 //    Backward passes the blocks around again, each with its key/value gradients, which arrive home
 //    after the last step.
+//  - hybrid_cp (MindSpeed's USP) with Ulysses degree U and R = size() / U ring groups: context rank
+//    c = u + U r sits in Ulysses group r (its U neighbours) and ring group u. The sequence is cut into
+//    2R ring chunks, and ring rank r's chunks r and 2R - 1 - r are each cut into U pieces: rank c holds
+//    piece u of both. Ulysses' all-to-all gathers the group's pieces into the ring rank's two whole
+//    chunks for 1/U of the heads, ring attention runs on those across the R groups, and a second
+//    all-to-all brings the output back.
 // With one rank every exchange is a copy.
 #pragma once
 #include <cstdint>
@@ -33,11 +39,21 @@ struct RingScratch {
 class ContextParallel {
  public:
   ContextParallel() = default;  // one rank
-  ContextParallel(const Communicator* cp, bool ring) : cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr), ring_(ring) {}
+  // The context group `cp`, and the groups its attention core exchanges in: `ulysses` for the
+  // all-to-all (null: none), `ring` for the ring (null: none). ulysses_cp: (cp, cp, null);
+  // colossalai_cp: (cp, null, cp); hybrid_cp: the subgroups (ParallelContext::context_ulysses/_ring).
+  ContextParallel(const Communicator* cp, const Communicator* ulysses, const Communicator* ring);
   int size() const { return cp_ ? cp_->size() : 1; }
   int rank() const { return cp_ ? cp_->rank() : 0; }
   bool on() const { return cp_ != nullptr; }
-  bool ring() const { return on() && ring_; }
+  // Whether the core is ring attention (colossalai_cp, hybrid_cp), and whether Ulysses' all-to-all
+  // surrounds it (ulysses_cp, hybrid_cp).
+  bool ring() const { return ring_ != nullptr; }
+  bool ulysses() const { return uly_ != nullptr; }
+  // The Ulysses group's size and this rank's place in it (1 and 0 without one): the core sees the
+  // heads [ulysses_rank() H / U, (ulysses_rank() + 1) H / U) of this tensor-parallel rank's H.
+  int ulysses_size() const { return uly_ ? uly_->size() : 1; }
+  int ulysses_rank() const { return uly_ ? uly_->rank() : 0; }
   // Where rank `c`'s `rows` rows per sample sit in the sequence (one chunk, or the ring's two).
   ops::RowChunks rows_of(int c, int64_t rows) const;
   ops::RowChunks rows(int64_t n) const { return rows_of(rank(), n); }
@@ -46,8 +62,10 @@ class ContextParallel {
     if (cp_) cp_->allreduce_sum(x, n);
   }
 
-  // Ring attention over q|k|v rows [B rows, W] of this rank (q heads at column 0, then the kv heads'
-  // keys, then their values; s.rows rows per sample): y [B rows, H D] and lse [B, H, rows].
+  // Ring attention over q|k|v rows [B rows, W] of this ring rank (q heads at column 0, then the kv
+  // heads' keys, then their values; s.rows rows per sample, the ring's chunks r and 2R - 1 - r of the
+  // sequence: this rank's own rows, or under hybrid_cp its Ulysses group's gathered ones):
+  // y [B rows, H D] and lse [B, H, rows].
   void ring_fwd(const float* qkv, int64_t W, float* y, float* lse, const ops::RingShape& s, const ops::DropoutKey& drop,
                 const RingScratch& sc) const;
   // Its backward: dqkv [B rows, W] (zeroed by the caller) gets the q, k and v gradients of these rows.
@@ -58,20 +76,28 @@ class ContextParallel {
   // floats; every width is divisible by size(), and rank j's share of a segment is its j-th
   // 1/size() slice (its heads).
   //
-  // seq_to_heads: local [B, Tl, sum(widths)] (this rank's chunk of every sample, all heads) ->
-  // heads [B, Tl * size(), sum(widths) / size()] (every position, this rank's heads, each segment's
-  // slice in segment order). `send` and `recv` are scratch of B Tl sum(widths) floats each.
+  // These exchange in the Ulysses group, whose size P is size() under ulysses_cp.
+  // seq_to_heads: local [B, Tl, sum(widths)] (this rank's rows of every sample, all heads) ->
+  // heads [B, Tl * P, sum(widths) / P] (the group's rows in sequence order: under ulysses_cp every
+  // position, under hybrid_cp the ring rank's two chunks; this rank's heads, each segment's slice in
+  // segment order). `send` and `recv` are scratch of B Tl sum(widths) floats each.
   void seq_to_heads(const float* local, float* heads, int64_t B, int64_t Tl, const std::vector<int64_t>& widths,
                     float* send, float* recv) const;
-  // The inverse: heads [B, Tl * size(), sum(widths) / size()] -> local [B, Tl, sum(widths)].
+  // The inverse: heads [B, Tl * P, sum(widths) / P] -> local [B, Tl, sum(widths)].
   void heads_to_seq(const float* heads, float* local, int64_t B, int64_t Tl, const std::vector<int64_t>& widths,
                     float* send, float* recv) const;
 
  private:
   // The all-to-all of both exchanges: `rows` rows of w floats to each rank, as many from each.
   void exchange(const float* send, float* recv, int64_t rows, int64_t w) const;
+  // Where ring rank `r`'s `rows` rows per sample sit among the ring's 2 R chunks (R: the ring's size).
+  ops::RowChunks ring_rows_of(int r, int64_t rows) const;
+  // Where a row of Ulysses rank i (t of Tl per sample) goes among the group's gathered rows:
+  // i Tl + t, or under hybrid_cp piece by piece (each of the two chunks' U pieces in order).
+  int64_t gathered_row(int i, int64_t t, int64_t Tl) const;
   const Communicator* cp_ = nullptr;
-  bool ring_ = false;
+  const Communicator* uly_ = nullptr;
+  const Communicator* ring_ = nullptr;
 };
 
 }  // namespace gf

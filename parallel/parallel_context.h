@@ -16,7 +16,9 @@ class ParallelContext {
   // One-rank context: every communicator is the trivial group; no MPI needed.
   static ParallelContext single();
   // Splits `world` into the groups of `grid` (world.size() must equal grid.world_size()).
-  static ParallelContext build(Communicator world, const ProcessGrid& grid);
+  // `ulysses_in_cp` strictly between 1 and the context axis's size (hybrid_cp) also splits each
+  // context group into Ulysses groups of that many consecutive context ranks and ring groups across them.
+  static ParallelContext build(Communicator world, const ProcessGrid& grid, int ulysses_in_cp = 1);
 
   const ProcessGrid& grid() const { return grid_; }
   int world_rank() const { return world_rank_; }
@@ -40,6 +42,11 @@ class ParallelContext {
   // Pipeline: the first and last stage of one (tp, cp, dp), which hold the tied embedding's two copies
   // (a group of one on the other stages, and without pipelining).
   const Communicator& embed() const { return embed_; }
+  // hybrid_cp: context rank c = u + U r (U = ulysses_in_cp) is rank u of Ulysses group r and rank r
+  // of ring group u (MindSpeed's arrangement: the all-to-all between neighbours). Otherwise
+  // groups of one.
+  const Communicator& context_ulysses() const { return cp_ulysses_; }
+  const Communicator& context_ring() const { return cp_ring_; }
   const Communicator& world() const { return world_; }
 
  private:
@@ -51,6 +58,7 @@ class ParallelContext {
   Communicator data_like_;
   Communicator expert_data_like_;
   Communicator embed_;
+  Communicator cp_ulysses_, cp_ring_;
 };
 
 }  // namespace gf

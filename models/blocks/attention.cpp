@@ -67,8 +67,9 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 }
 
 ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
-  // Under context parallel the core sees the whole sequence of this rank's 1/cp of the local heads.
-  const int64_t P = e.context_parallel() ? e.cp->size() : 1, H = Hl_ / P, c = e.context_parallel() ? e.cp->rank() : 0;
+  // Under ulysses_cp the core sees the whole sequence of this rank's 1/cp of the local heads.
+  const int64_t P = e.context_parallel() ? e.cp->ulysses_size() : 1, H = Hl_ / P,
+                c = e.context_parallel() ? e.cp->ulysses_rank() : 0;
   ops::AttentionShape s{e.B, e.seq_full(), H, D_, e.info.sample_offset, e.tp->rank() * Hl_ + c * H, spec_.heads};
   if (Hkvl_ != Hl_) s.kv_heads = Hkvl_ / P;
   s.key_lo = e.key_lo;
@@ -76,15 +77,17 @@ ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
 }
 
 ops::RingShape AttentionBlock::ring_shape(const BlockEnv& e) const {
+  // hybrid_cp: the ring runs on the Ulysses group's rows (U T per sample) of 1/U of the local heads.
+  const int64_t U = e.cp->ulysses_size();
   ops::RingShape s;
   s.batch = e.B;
-  s.rows = e.T;
-  s.heads = Hl_;
-  s.kv_heads = Hkvl_;
+  s.rows = e.T * U;
+  s.heads = Hl_ / U;
+  s.kv_heads = Hkvl_ / U;
   s.head_dim = D_;
   s.seq = e.seq_full();
   s.batch_offset = e.info.sample_offset;
-  s.head_offset = e.tp->rank() * Hl_;
+  s.head_offset = e.tp->rank() * Hl_ + e.cp->ulysses_rank() * s.heads;
   s.heads_global = spec_.heads;
   s.key_lo = e.key_lo;
   return s;
@@ -101,19 +104,20 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   const int64_t W = qkv_width();
   // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
   // sequence of this rank's heads (parallel/context_parallel.h).
-  const bool cp = e.context_parallel() && !e.cp->ring();
-  float* qkv = cp ? e.cps.local : a.qkv;
+  const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
+  float* qkv = ulysses ? e.cps.local : a.qkv;
   qkv_.fwd(e, qkv, xn);
   if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
   else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
   // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
   // with its products accumulated and its softmax computed in fp32.
   if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, qkv, e.N, W, W);
-  if (cp) {
+  if (ulysses) {  // the core on the gathered rows of this rank's heads (hybrid_cp: the ring across the groups)
     e.cp->seq_to_heads(qkv, a.qkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
-    core_fwd(e, l, a, e.cps.y);
+    if (ring) e.cp->ring_fwd(a.qkv, W / e.cp->ulysses_size(), e.cps.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
+    else core_fwd(e, l, a, e.cps.y);
     e.cp->heads_to_seq(e.cps.y, a.y, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
-  } else if (e.context_parallel()) {  // ring attention on this rank's rows
+  } else if (ring) {  // ring attention on this rank's rows
     e.cp->ring_fwd(a.qkv, W, a.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
   } else {
     core_fwd(e, l, a, a.y);
@@ -207,21 +211,21 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   o_.bwd(e, pass, g.dy, dout, a.y);
   // Context parallel: the output and its gradient exchanged into head-split form, the core's
   // backward there, and the q|k|v gradient exchanged back to this rank's rows.
-  const bool cp = e.context_parallel() && !e.cp->ring();
-  float* dqkv = cp ? e.cps.dqkv : g.dqkv;
+  const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
+  float* dqkv = ulysses ? e.cps.dqkv : g.dqkv;
   const float *dy = g.dy, *y = a.y;
-  if (cp) {
+  if (ulysses) {
     e.cp->seq_to_heads(g.dy, e.cps.local, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
     e.cp->seq_to_heads(a.y, e.cps.y, e.B, e.T, {width()}, e.cps.send, e.cps.recv);
     dy = e.cps.local;
     y = e.cps.y;
   }
+  const int64_t W = qkv_width() / (ulysses ? e.cp->ulysses_size() : 1);  // a row of the core's q|k|v
   std::fill(dqkv, dqkv + e.N * qkv_width(), 0.0f);
-  if (e.context_parallel() && e.cp->ring())
-    e.cp->ring_bwd(g.dqkv, g.dy, a.qkv, qkv_width(), a.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
+  if (ring) e.cp->ring_bwd(dqkv, dy, a.qkv, W, y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
   else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), *flash_);
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
-  if (cp) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
+  if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
   else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
   qkv_.bwd(e, pass, dxn, g.dqkv, xn);

@@ -155,7 +155,8 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
                                          {gf::GridAxis::kCp, static_cast<int>(p.context_parallel)},
                                          {gf::GridAxis::kDp, static_cast<int>(p.data_parallel)},
                                          {gf::GridAxis::kPp, static_cast<int>(p.pipeline_stage)},
-                                         {gf::GridAxis::kEp, static_cast<int>(p.expert_parallel)}})));
+                                         {gf::GridAxis::kEp, static_cast<int>(p.expert_parallel)}}),
+      p.context_parallel_algo == "hybrid_cp" ? static_cast<int>(p.ulysses_degree_in_cp) : 1));
 }
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,

@@ -31,8 +31,9 @@ class ConfigError : public std::runtime_error {
 struct ParallelConfig {
   int64_t data_parallel = 1, model_parallel = 1, pipeline_stage = 1, expert_parallel = 1;
   // parallel_config.context_parallel: each sample's positions split over this many ranks; the attention
-  // core runs as context_parallel_algo says: colossalai_cp (ring attention, MindFormers' default) or
-  // ulysses_cp (all-to-all to whole heads); hybrid_cp at its two ends is read as one of them.
+  // core runs as context_parallel_algo says: colossalai_cp (ring attention, MindFormers' default),
+  // ulysses_cp (all-to-all to whole heads) or hybrid_cp (Ulysses over ulysses_degree_in_cp ranks
+  // inside, ring attention across them); hybrid_cp at its two ends is read as one of the others.
   int64_t context_parallel = 1;
   std::string context_parallel_algo = "colossalai_cp";
   int64_t ulysses_degree_in_cp = 1;
@@ -245,7 +246,9 @@ inline ModelLayout model_layout(const Settings& s) {
   l.vocab_split = !s.parallel.vocab_emb_dp;
   l.ep = static_cast<int>(s.parallel.expert_parallel);
   l.cp = static_cast<int>(s.parallel.context_parallel);
-  l.cp_ring = s.parallel.context_parallel_algo == "colossalai_cp";
+  const std::string& algo = s.parallel.context_parallel_algo;
+  l.cp_ring = algo == "colossalai_cp" || algo == "hybrid_cp";
+  l.cp_ulysses = algo == "ulysses_cp" ? l.cp : algo == "hybrid_cp" ? static_cast<int>(s.parallel.ulysses_degree_in_cp) : 1;
   l.recompute = s.recompute ? RecomputePolicy::kFull : s.select_recompute ? RecomputePolicy::kSelective : RecomputePolicy::kNone;
   l.recompute_num_layers = s.recompute_num_layers;
   // A per-stage list: each stage's first n_s layers, over the resolved split (one stage: all layers).

@@ -218,10 +218,12 @@ std::vector<KeyRule> common_rules() {
       {"parallel_config.context_parallel_algo", kBuilt,
        "colossalai_cp (MindFormers' default): ring attention, the sequence in 2 x context_parallel chunks, rank c holding "
        "chunks c and 2 cp - 1 - c (causal load balance); ulysses_cp: contiguous chunks, all-to-all to whole heads "
-       "(num_heads and the key/value heads divisible by model_parallel x context_parallel); hybrid_cp: with "
-       "ulysses_degree_in_cp = context_parallel it is ulysses_cp, with 1 colossalai_cp; in between refused (not built)"},
+       "(num_heads and the key/value heads divisible by model_parallel x context_parallel); hybrid_cp (MindSpeed's "
+       "USP): Ulysses groups of ulysses_degree_in_cp neighbouring context ranks, each all-to-all to 1 / U of the heads, and "
+       "ring attention across the groups on the ring's chunks (heads divisible by model_parallel x U, seq_length by "
+       "2 x context_parallel); U = context_parallel is ulysses_cp, U = 1 colossalai_cp"},
       {"parallel_config.ulysses_degree_in_cp", kBuilt,
-       "hybrid_cp's Ulysses degree: context_parallel (all Ulysses) or 1 (all ring); in between refused (not built)"},
+       "hybrid_cp's Ulysses degree U: must divide context_parallel; the ring spans context_parallel / U groups"},
       {"parallel_config.micro_batch_num", kBuilt,
        "parallel.micro_batch_num: micro-batches of batch_size per step per data-parallel rank under pipeline_stage > 1 "
        "(global batch = batch_size x data_parallel x micro_batch_num); warned and ignored at pipeline_stage 1, as "

@@ -41,21 +41,24 @@ std::vector<std::string> context_parallel_problems(const Config& cfg) {
   const int64_t cp = cfg.parallel.context_parallel, mp = cfg.parallel.model_parallel;
   if (cp <= 1) return out;
   const ModelConfig& m = cfg.model;
-  const bool ring = cfg.parallel.context_parallel_algo == "colossalai_cp";
+  const std::string& algo = cfg.parallel.context_parallel_algo;
+  const bool ring = algo == "colossalai_cp" || algo == "hybrid_cp";
+  // Ulysses' degree: the whole group (ulysses_cp), ulysses_degree_in_cp (hybrid_cp), none (the ring alone).
+  const int64_t U = algo == "ulysses_cp" ? cp : algo == "hybrid_cp" ? cfg.parallel.ulysses_degree_in_cp : 1;
   if (m.seq_length % (ring ? 2 * cp : cp) != 0)
     out.push_back(ring ? fmt::format("`model.model_config.seq_length` ({}) is not divisible by 2 x `parallel_config.context_parallel` "
-                                     "({}): colossalai_cp cuts it into 2 x context_parallel chunks (causal load balance)",
-                                     m.seq_length, 2 * cp)
+                                     "({}): {} cuts it into 2 x context_parallel chunks (causal load balance)",
+                                     m.seq_length, 2 * cp, algo)
                        : fmt::format("`model.model_config.seq_length` ({}) is not divisible by `parallel_config.context_parallel` ({})",
                                      m.seq_length, cp));
   else if (cfg.parallel.use_seq_parallel && (m.seq_length / cp) % mp != 0)
     out.push_back(fmt::format("`model.model_config.seq_length` / `context_parallel` ({}) is not divisible by "
                               "`parallel_config.model_parallel` ({}), which `use_seq_parallel: True` needs",
                               m.seq_length / cp, mp));
-  if (!ring && (m.num_heads % (mp * cp) != 0 || m.kv_heads() % (mp * cp) != 0))
+  if (U > 1 && (m.num_heads % (mp * U) != 0 || m.kv_heads() % (mp * U) != 0))
     out.push_back(fmt::format("`model.model_config.num_heads` ({}) and the key/value heads ({}) must be divisible by "
-                              "`model_parallel` x `context_parallel` ({} x {}): ulysses_cp gives each rank whole heads",
-                              m.num_heads, m.kv_heads(), mp, cp));
+                              "`model_parallel` x `{}` ({} x {}): {} gives each rank of a Ulysses group whole heads",
+                              m.num_heads, m.kv_heads(), ring ? "ulysses_degree_in_cp" : "context_parallel", mp, U, algo));
   if (m.moe.expert_num > 1 && m.moe.capacity_factor > 0)
     out.push_back(fmt::format("`parallel_config.context_parallel` ({}) with `moe_config.capacity_factor` {}: capacity drops "
                               "tokens by their place in the whole sequence, which context parallel splits; not built: use "

@@ -269,13 +269,23 @@ void read_context_parallel(ReadContext& x) {
     return;
   }
   if (p.context_parallel == 1) return;
-  if (algo == "hybrid_cp" && ulysses != p.context_parallel && ulysses != 1)
+  // MindSpeed's rule for hybrid_cp: the Ulysses degree divides the context degree.
+  if (algo == "hybrid_cp" && (ulysses < 1 || p.context_parallel % ulysses != 0)) {
+    std::string fits;
+    for (int64_t u = 1; u <= p.context_parallel; ++u)
+      if (p.context_parallel % u == 0) {
+        if (!fits.empty()) fits += ", ";
+        fits += std::to_string(u);
+      }
     x.refuse(cp_kv + " with `context_parallel_algo: hybrid_cp` and " +
              kv("parallel_config.ulysses_degree_in_cp", std::to_string(ulysses)) +
-             ": Ulysses inside ring groups is not built; use ulysses_degree_in_cp: " + std::to_string(p.context_parallel) +
-             " (all Ulysses, as ulysses_cp) or 1 (all ring, as colossalai_cp)");
+             ": the Ulysses degree must divide context_parallel (Ulysses groups of that many ranks, a ring across them); "
+             "use one of " + fits);
+    return;
+  }
   // hybrid_cp at its two ends is one of the others.
-  if (algo == "hybrid_cp") p.context_parallel_algo = ulysses == p.context_parallel ? "ulysses_cp" : "colossalai_cp";
+  if (algo == "hybrid_cp" && ulysses == p.context_parallel) p.context_parallel_algo = "ulysses_cp";
+  if (algo == "hybrid_cp" && ulysses == 1) p.context_parallel_algo = "colossalai_cp";
 }
 
 // parallel.zero_stage, MindFormers' optimizer sharding keys and the shard group's size (hybrid sharding).

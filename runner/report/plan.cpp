@@ -36,9 +36,13 @@ std::string layout_lines(const Config& cfg, int ranks) {
   const ParallelConfig& pc = cfg.parallel;
   const ModelLayout L = model_layout(cfg);
   // Under context parallel a rank holds seq_length / context_parallel positions of each sample.
-  const std::string cp = pc.context_parallel > 1 ? fmt::format(" context_parallel={} ({})", pc.context_parallel,
-                                                               pc.context_parallel_algo)
-                                                 : std::string();
+  const std::string cp = pc.context_parallel > 1
+                             ? fmt::format(" context_parallel={} ({}{})", pc.context_parallel, pc.context_parallel_algo,
+                                           pc.context_parallel_algo == "hybrid_cp"
+                                               ? fmt::format(": Ulysses {} x ring {}", pc.ulysses_degree_in_cp,
+                                                             pc.context_parallel / pc.ulysses_degree_in_cp)
+                                               : std::string())
+                             : std::string();
   const std::string tokens = pc.context_parallel > 1 ? fmt::format("{} of {}", m.seq_length / pc.context_parallel, m.seq_length)
                                                      : std::to_string(m.seq_length);
   std::string out = fmt::format("plan: {} ({}) on {} rank(s): data_parallel={} model_parallel={}{}{}; micro batch {} x {} "

@@ -199,7 +199,13 @@ void Trainer::log_setup() const {
                  L.sequence_parallel ? fmt::format("on ({} of {} tokens per rank in LayerNorm/dropout)",
                                                   m.seq_length / ctx_.size(GridAxis::kTp), m.seq_length)
                                     : std::string("off"));
-  spdlog::info("layout: {}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid().describe(),
+  const ParallelConfig& pc = cfg_.parallel;
+  const std::string cp_core =
+      pc.context_parallel <= 1 ? std::string()
+      : pc.context_parallel_algo == "hybrid_cp"
+          ? fmt::format(" (hybrid_cp: Ulysses {} x ring {})", pc.ulysses_degree_in_cp, pc.context_parallel / pc.ulysses_degree_in_cp)
+          : fmt::format(" ({})", pc.context_parallel_algo);
+  spdlog::info("layout: {}{}; micro batch {} per rank{}, global batch {} samples ({} tokens)", ctx_.grid().describe(), cp_core,
                cfg_.batch_size,
                micro_batches_ == 1 ? std::string()
                    : fmt::format(", {} micro-batches per step ({}; gradients accumulate over them)", micro_batches_,
@@ -358,7 +364,11 @@ void Trainer::log_resource_report() {
   v[K * me + 7] = static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
   v[K * me + 8] = static_cast<double>(ctx_.expert_data_like().stats().bytes_sent);
   const bool cp = ctx_.size(GridAxis::kCp) > 1;
-  v[K * me + 9] = cp ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent) : 0.0;
+  // hybrid_cp's exchanges run in the context group's Ulysses and ring subgroups (groups of one otherwise).
+  v[K * me + 9] = cp ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +
+                                           ctx_.context_ulysses().stats().bytes_sent +
+                                           ctx_.context_ring().stats().bytes_sent)
+                     : 0.0;
   v[K * me + 10] = cp ? static_cast<double>(ctx_.data_like().stats().bytes_sent) : 0.0;
   // Hybrid sharding: the shard groups' and the replica groups' own communicators (dense and experts').
   const ShardLayout& zl = sync_->layout();

@@ -8,13 +8,17 @@
 #    cp2 x pp2, grouped-query cp2, cp2 with packed documents and a sliding window, Mixtral-style MoE
 #    (dropless) at cp2 under each core and ring cp2 x ep2 with ZeRO; full recompute
 #    bitwise equal to cp2 without; hybrid_cp with ulysses_degree_in_cp 2 (1) bitwise the ulysses_cp
-#    (colossalai_cp) run.
+#    (colossalai_cp) run. hybrid_cp between its ends (Ulysses groups of U neighbours, a ring across
+#    them): 2 x 2 (cp4, U 2) alone, with full recompute (bitwise equal), GQA, packed documents and a
+#    window, MoE, and x mp2 + sp; 4 x 2 (cp8, U 4).
 #  GPT-2 (learned positions, unfused core, dropout on the embedding, residuals and probabilities, whose
-#    masks are keyed by global position): cp2 under each core, selective recompute bitwise equal.
-#  The context group's bytes per rank equal the analytic counts of both cores' exchanges.
+#    masks are keyed by global position): cp2 under each core, selective recompute bitwise equal;
+#    hybrid 2 x 2.
+#  The context group's bytes per rank equal the analytic counts of the cores' exchanges.
 #  A checkpoint does not depend on the context degree: cp2's step-10 checkpoint (exit_interval 10)
 #    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5.
-#  Refused before any work, naming the key: hybrid_cp between its ends, ulysses_cp with heads not
+#  Refused before any work, naming the key: hybrid_cp with a Ulysses degree that does not divide
+#    context_parallel, or whose heads do not split over it, ulysses_cp with heads not
 #    divisible by model_parallel x context_parallel, a ring whose sequence does not cut into 2 cp chunks,
 #    an MoE capacity (it drops by place in the whole sequence).
 set -euo pipefail
@@ -68,6 +72,8 @@ same_bits() {  # same_bits A B: losses and gathered weights bit for bit
 }
 # cp_ ALGO N: the --set arguments of context parallel N under ALGO (u: ulysses_cp, r: colossalai_cp)
 cp_() { local a=ulysses_cp; [ "$1" = r ] && a=colossalai_cp; echo "--set parallel_config.context_parallel=$2 --set parallel_config.context_parallel_algo=$a"; }
+# hy_ N U: hybrid_cp over N ranks, Ulysses groups of U
+hy_() { echo "--set parallel_config.context_parallel=$1 --set parallel_config.context_parallel_algo=hybrid_cp --set parallel_config.ulysses_degree_in_cp=$2"; }
 
 # ---- Llama -------------------------------------------------------------------------------------
 train llama.yaml one 1
@@ -96,28 +102,47 @@ for a in u r; do
   python3 "$SRC/tests/integration/compare_runs.py" docs_one ${a}_docs_cp2
 done
 # The context group's bytes (resources.json) are the exchanges' analytic counts, per rank, for 20 steps of
-# 2 layers (B 4, T 32, 4 heads of 16, q|k|v 192 floats a row, attention output 64):
-#  ring: per layer (P-1) key|value blocks forward, (P-1) blocks and P gradient blocks backward, each
-#    B T/P rows x 128 floats;
+# 2 layers (B 4, T 32, 4 heads of 16, q|k|v 192 floats a row, attention output 64), with N ranks in all,
+# U in a Ulysses group and R = N / U in a ring:
+#  ring: per layer (R-1) key|value blocks forward, (R-1) blocks and R gradient blocks backward, each
+#    B T U / N rows of 128 / U floats (the Ulysses group's rows, 1 / U of the heads);
 #  Ulysses: per layer q|k|v and the output forward, the output gradient, the output and the q|k|v
-#    gradient backward, each sending (P-1)/P of its B T/P rows to the other ranks.
-python3 - u_cp2 u_cp4 r_cp2 r_cp4 <<'PY'
+#    gradient backward, each sending (U-1)/U of its B T/N rows to the other ranks of its group.
+check_bytes() {
+python3 - "$@" <<'PY'
 import json, sys
 for d in sys.argv[1:]:
-    algo, P = d[0], int(d[-1])
-    rows = 4 * 32 // P
-    per_layer = (3 * P - 2) * rows * 128 if algo == "r" else rows * (P - 1) // P * (2 * 192 + 3 * 64)
+    algo, N = d[0], int(d.split("_cp")[1].split("_")[0])
+    U = {"r": 1, "u": N, "h": int(d.split("_u")[1]) if "_u" in d else 2}[algo]
+    R, rows = N // U, 4 * 32 // N
+    per_layer = (3 * R - 2) * rows * U * 128 // U if R > 1 else 0
+    per_layer += rows * (U - 1) // U * (2 * 192 + 3 * 64)
     want = 20 * 2 * per_layer * 4
     got = {r["cp_bytes_sent"] for r in json.load(open(d + "/resources.json"))["ranks"]}
     assert got == {want}, f"{d}: context group sent {sorted(got)} bytes per rank, the exchanges count {want}"
     print(f"{d}: {want} bytes per rank in the context group, as counted")
 PY
+}
+check_bytes u_cp2 u_cp4 r_cp2 r_cp4
 HY="--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=hybrid_cp"
 train llama.yaml hybrid_u2 2 $HY --set parallel_config.ulysses_degree_in_cp=2
 train llama.yaml hybrid_u1 2 $HY --set parallel_config.ulysses_degree_in_cp=1
 same_bits u_cp2 hybrid_u2
 same_bits r_cp2 hybrid_u1
+# hybrid_cp between its ends: Ulysses groups of U neighbouring ranks, a ring of cp / U across them.
+train llama.yaml h_cp4 4 $(hy_ 4 2)
+train llama.yaml h_cp8_u4 8 $(hy_ 8 4)
+train llama.yaml h_cp4_mp2_sp 8 $(hy_ 4 2) --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+train llama.yaml h_cp4_recompute 4 $(hy_ 4 2) --set recompute_config.recompute=True
+same_bits h_cp4 h_cp4_recompute
+train llama.yaml h_gqa_cp4 4 $(hy_ 4 2) --set model.model_config.n_kv_heads=2 --set model.model_config.use_flash_attention=False
+train llama.yaml h_docs_cp4 4 $(hy_ 4 2) "${DOCS[@]}"
+python3 "$SRC/tests/integration/compare_runs.py" one h_cp4 h_cp8_u4 h_cp4_mp2_sp
+python3 "$SRC/tests/integration/compare_runs.py" gqa_one h_gqa_cp4
+python3 "$SRC/tests/integration/compare_runs.py" docs_one h_docs_cp4
+grep -q "context_parallel=4 (hybrid_cp: Ulysses 2 x ring 2)" h_cp4.log && grep -q "context_parallel=2 (ulysses_cp)" u_cp2.log || fail "the layout line does not name hybrid_cp's degrees"
 grep -q "context_parallel=2" u_cp2_mp2_sp.log || fail "the layout line does not name context_parallel"
+check_bytes h_cp4 h_cp8_u4
 
 # ---- Mixtral-style MoE (dropless, 4 experts top-2, balancing and z losses): each sequence's
 # balancing loss from its whole counts (summed over the context group), expert gradients over the
@@ -129,7 +154,8 @@ train llama.yaml moe_r_cp2 2 $(cp_ r 2) "${MOE[@]}"
 train llama.yaml moe_u_cp2 2 $(cp_ u 2) "${MOE[@]}"
 train llama.yaml moe_r_cp2_ep2_zero 4 $(cp_ r 2) "${MOE[@]}" --set parallel_config.data_parallel=2 \
   --set parallel_config.expert_parallel=2 --set runner_config.batch_size=2 --set parallel.enable_parallel_optimizer=True
-python3 "$SRC/tests/integration/compare_runs.py" moe_one moe_r_cp2 moe_u_cp2 moe_r_cp2_ep2_zero
+train llama.yaml moe_h_cp4 4 $(hy_ 4 2) "${MOE[@]}"
+python3 "$SRC/tests/integration/compare_runs.py" moe_one moe_r_cp2 moe_u_cp2 moe_r_cp2_ep2_zero moe_h_cp4
 
 # ---- GPT-2: learned positions, unfused core, dropout ------------------------------------------------
 train gpt2.yaml g_one 1
@@ -138,7 +164,8 @@ for a in u r; do
   train gpt2.yaml g_${a}_cp2_sel 2 $(cp_ $a 2) --set recompute_config.select_recompute=True
   same_bits g_${a}_cp2 g_${a}_cp2_sel
 done
-python3 "$SRC/tests/integration/compare_runs.py" g_one g_u_cp2 g_r_cp2
+train gpt2.yaml g_h_cp4 4 $(hy_ 4 2)
+python3 "$SRC/tests/integration/compare_runs.py" g_one g_u_cp2 g_r_cp2 g_h_cp4
 
 # ---- checkpoints across context degrees --------------------------------------------------------------
 CK=(--set callbacks='[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: cp, save_checkpoint_steps: 10}]')
@@ -171,8 +198,9 @@ refused() {  # refused NAME RANKS PATTERN [--set ...]
   [ -e "$name/metrics.jsonl" ] && fail "$name started training"
   echo "$name refused: $(grep -m1 -- "$pat" "$name.log" | cut -c1-180)"
 }
-refused hybrid 4 "ulysses_degree_in_cp" --set parallel_config.context_parallel=4 \
-  --set parallel_config.context_parallel_algo=hybrid_cp --set parallel_config.ulysses_degree_in_cp=2
+refused hybrid 4 "ulysses_degree_in_cp: 3.: the Ulysses degree must divide context_parallel" $(hy_ 4 3)
+refused hybrid_heads 4 "model_parallel. x .ulysses_degree_in_cp" $(hy_ 4 2) --set model.model_config.n_kv_heads=1 \
+  --set model.model_config.use_flash_attention=False
 refused heads 4 "model_parallel. x .context_parallel" $(cp_ u 4) --set model.model_config.n_kv_heads=2
 refused chunks 4 "2 x .parallel_config.context_parallel" $(cp_ r 4) --set model.model_config.seq_length=36
 refused capacity 2 "capacity_factor" $(cp_ r 2) --set moe_config.expert_num=4 --set moe_config.capacity_factor=1.5

@@ -285,6 +285,7 @@ struct TransformerLM::LayoutBuilder {
       const int64_t kv = N * (d.qkv_width - d.attn_width);
       for (int i = 0; i < 2; ++i) b.cp.ring.kv[i] = p.take("cp.ring_kv" + std::to_string(i), kv);
       for (int i = 0; i < 2; ++i) b.cp.ring.dkv[i] = p.take("cp.ring_dkv" + std::to_string(i), kv);
+      b.cp.ring.dkv_in = p.take("cp.ring_dkv_in", kv);
       b.cp.ring.m = p.take("cp.ring_max", N * d.heads_local);
       b.cp.ring.di = p.take("cp.ring_di", N * d.heads_local);
     }

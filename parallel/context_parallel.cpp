@@ -1,6 +1,9 @@
 #include "parallel/context_parallel.h"
 
 #include "core/math/parallel_worth.h"
+#include "core/trace/trace.h"
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <limits>
@@ -138,6 +141,13 @@ ops::RowChunks ContextParallel::ring_rows_of(int q, int64_t rows) const {
 
 namespace {
 
+// GF_RING_SERIAL set: each block's transfer is waited for before its products start, so nothing
+// overlaps (bench/context_parallel.py measures the overlap against it; the numbers are the same).
+bool ring_serial() {
+  static const bool serial = std::getenv("GF_RING_SERIAL") != nullptr;
+  return serial;
+}
+
 // The key|value columns of q|k|v rows (keys then values, adjacent) into a block [rows, 2 Hkv D].
 void pack_kv(float* kv, const float* qkv, int64_t rows, int64_t W, int64_t q_width, int64_t kv_width) {
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * kv_width))
@@ -165,10 +175,21 @@ void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse
       rr = ring_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
       rs = ring_->isend(sc.kv[cur], rows * kvw, next, step);
     }
-    ops::ring_attention_fwd_block(y, sc.m, lse, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2, kvw, mine,
-                                  ring_rows_of(owner, s.rows), s, drop);
-    rs.wait();
-    rr.wait();
+    if (ring_serial()) {
+      trace::Span w("wait", "ring transfer");
+      rs.wait();
+      rr.wait();
+    }
+    {
+      trace::Span c("compute", "ring block fwd");
+      ops::ring_attention_fwd_block(y, sc.m, lse, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2, kvw, mine,
+                                    ring_rows_of(owner, s.rows), s, drop);
+    }
+    {  // what of the transfer the products did not hide
+      trace::Span w("wait", "ring wait");
+      rs.wait();
+      rr.wait();
+    }
     cur = 1 - cur;
   }
   ops::ring_attention_fwd_finish(y, lse, sc.m, s);
@@ -177,34 +198,66 @@ void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse
 void ContextParallel::ring_bwd(float* dqkv, const float* dy, const float* qkv, int64_t W, const float* y, const float* lse,
                                const ops::RingShape& s, const ops::DropoutKey& drop, const RingScratch& sc) const {
   const int P = ring_->size(), me = ring_->rank(), next = (me + 1) % P, prev = (me + P - 1) % P;
-  const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D;
+  const int64_t D = s.head_dim, rows = s.batch * s.rows, qw = s.heads * D, kvw = 2 * s.kv_heads * D, n = rows * kvw;
   ops::ring_attention_bwd_prepare(sc.di, dy, y, s);
   pack_kv(sc.kv[0], qkv, rows, W, qw, kvw);
-  std::fill(sc.dkv[0], sc.dkv[0] + rows * kvw, 0.0f);
   const ops::RowChunks mine = ring_rows_of(me, s.rows);
+  // A block's key/value gradient is summed along the ring in visiting order (its owner's share first):
+  // at step `step` this rank computes its share of the block of rank `owner` into dkv[cur] while the
+  // previous visitors' sum arrives in dkv_in, adds it, and sends the sum on (waited for two steps
+  // later, before dkv[cur] is reused).
+  Request gs[2];
   int cur = 0;
   for (int step = 0; step < P; ++step) {
     const int owner = (me - step + P) % P;
-    Request rr, rs;
-    if (step + 1 < P) {  // the keys and values travel ahead; their gradients follow once this block's are added
-      rr = ring_->irecv(sc.kv[1 - cur], rows * kvw, prev, step);
-      rs = ring_->isend(sc.kv[cur], rows * kvw, next, step);
+    Request rr, rs, gr;
+    if (step + 1 < P) {  // the keys and values travel ahead
+      rr = ring_->irecv(sc.kv[1 - cur], n, prev, step);
+      rs = ring_->isend(sc.kv[cur], n, next, step);
     }
-    ops::ring_attention_bwd_block(dqkv, W, sc.dkv[cur], sc.dkv[cur] + kvw / 2, kvw, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2,
-                                  kvw, dy, lse, sc.di, mine, ring_rows_of(owner, s.rows), s, drop);
-    // The block's gradients go to its next visitor (after the last step: its owner, the next rank).
-    Request gr = ring_->irecv(sc.dkv[1 - cur], rows * kvw, prev, P + step);
-    Request gs = ring_->isend(sc.dkv[cur], rows * kvw, next, P + step);
-    gs.wait();
-    gr.wait();
-    rs.wait();
-    rr.wait();
+    if (step > 0) gr = ring_->irecv(sc.dkv_in, n, prev, P + step - 1);
+    if (ring_serial()) {
+      trace::Span w("wait", "ring transfer");
+      gr.wait();
+      rs.wait();
+      rr.wait();
+    }
+    {
+      trace::Span w("wait", "ring wait");
+      gs[cur].wait();
+    }
+    std::fill(sc.dkv[cur], sc.dkv[cur] + n, 0.0f);
+    {
+      trace::Span c("compute", "ring block bwd");
+      ops::ring_attention_bwd_block(dqkv, W, sc.dkv[cur], sc.dkv[cur] + kvw / 2, kvw, qkv, W, sc.kv[cur],
+                                    sc.kv[cur] + kvw / 2, kvw, dy, lse, sc.di, mine, ring_rows_of(owner, s.rows), s, drop);
+    }
+    {  // what of the transfers the products did not hide
+      trace::Span w("wait", "ring wait");
+      gr.wait();
+      rs.wait();
+      rr.wait();
+    }
+    if (step > 0) {
+      float* g = sc.dkv[cur];
+      const float* in = sc.dkv_in;
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
+      for (int64_t i = 0; i < n; ++i) g[i] = in[i] + g[i];
+    }
+    // The sum goes to the block's next visitor (after the last step: its owner, the next rank).
+    gs[cur] = ring_->isend(sc.dkv[cur], n, next, P + step);
     cur = 1 - cur;
   }
-  // sc.dkv[cur]: this rank's own block, every query's share summed.
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * kvw))
+  {  // this rank's own block, every visitor's share summed
+    trace::Span w("wait", "ring wait");
+    Request gr = ring_->irecv(sc.dkv_in, n, prev, 2 * P - 1);
+    gr.wait();
+    gs[0].wait();
+    gs[1].wait();
+  }
+#pragma omp parallel for schedule(static) if (parallel_worth(n))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* g = sc.dkv[cur] + r * kvw;
+    const float* g = sc.dkv_in + r * kvw;
     float* d = dqkv + r * W + qw;
     for (int64_t i = 0; i < kvw; ++i) d[i] += g[i];
   }

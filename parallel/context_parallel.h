@@ -10,8 +10,9 @@
 //    causal triangle); each rank keeps its queries and passes its keys and values around the ring,
 //    one block per step, combining the partial results with the online softmax
 //    (core/ops/ring_attention.h); the next block's transfer overlaps the current block's products.
-//    Backward passes the blocks around again, each with its key/value gradients, which arrive home
-//    after the last step.
+//    Backward passes the blocks around again; each rank adds its share of a block's key/value
+//    gradient to what the previous visitors summed, which arrives while it computes that share,
+//    and the sums arrive home after the last step.
 //  - hybrid_cp (MindSpeed's USP) with Ulysses degree U and R = size() / U ring groups: context rank
 //    c = u + U r sits in Ulysses group r (its U neighbours) and ring group u. The sequence is cut into
 //    2R ring chunks, and ring rank r's chunks r and 2R - 1 - r are each cut into U pieces: rank c holds
@@ -29,10 +30,12 @@
 
 namespace gf {
 
-// The ring's scratch: two key|value blocks [rows, 2 Hkv D] and two blocks of their gradients (the one
-// in use and the one in flight), and per-row statistics [B, H, rows] (running maxima, rowsum(dy y)).
+// The ring's scratch: two key|value blocks [rows, 2 Hkv D] (the one in use and the one in flight),
+// two blocks of their gradients (this step's, and the last step's in flight to the next rank), the
+// gradient arriving from the previous rank, and per-row statistics [B, H, rows] (running maxima,
+// rowsum(dy y)).
 struct RingScratch {
-  float *kv[2] = {nullptr, nullptr}, *dkv[2] = {nullptr, nullptr};
+  float *kv[2] = {nullptr, nullptr}, *dkv[2] = {nullptr, nullptr}, *dkv_in = nullptr;
   float *m = nullptr, *di = nullptr;
 };
 

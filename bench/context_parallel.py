@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Context parallel on one machine: speed and memory of a 4-layer, 256-wide Llama (8 heads of 32,
-fused attention core, fp32) at one long sequence under cp1, cp2 (ring and Ulysses) and cp4 (ring),
-and the longest sequence each context degree can train on a machine of --memory-gib.
+fused attention core, fp32) at one long sequence under cp1, cp2 (ring and Ulysses), cp4 (ring) and
+cp4 hybrid (Ulysses 2 x ring 2), the ring's measured overlap of its transfers with its products, and
+the longest sequence each context degree can train on a machine of --memory-gib.
 
     /usr/bin/python3 bench/context_parallel.py [--seq 2048] [--rounds 3] [--steps 4] [--memory-gib 24]
                                                [--out bench/results/FILE.txt]
@@ -11,6 +12,14 @@ Training rows: every layout uses all the machine's cores (ranks x threads = npro
 them alike; each run's figure is the median step time of the steps after the first, and the table
 gives the median over rounds (min-max). Also per rank: peak RSS and planned activation bytes
 (resources.json) and the context group's bytes per step.
+
+Overlap: ring cp2 again with the step timeline (profile: True, steps 2..steps), once as built and
+once with GF_RING_SERIAL=1, which waits for each block's transfer before its products start. A rank's
+waits on the ring's transfers are its spans "ring wait" (and "ring transfer" in the serial run), summed
+per step: serial, they are the whole cost of the transfers (nothing hides them); as built, what the
+products did not hide. Overlap = 1 - (waits as built) / (waits serial), per rank, median over rounds.
+Waits include a rank waiting for a slower partner, so imbalance lowers the figure; the step times of
+both runs are given beside it.
 
 Longest sequence: `gridformer plan` at growing seq_length (powers of two from 1024) with micro batch 1;
 each degree's largest T whose planned bytes over its ranks, times the measured peak-RSS / plan ratio
@@ -43,14 +52,17 @@ model:
 """
 
 LAYOUTS = [("cp1", 1, "colossalai_cp"), ("cp2 ring", 2, "colossalai_cp"), ("cp2 ulysses", 2, "ulysses_cp"),
-           ("cp4 ring", 4, "colossalai_cp")]
+           ("cp4 ring", 4, "colossalai_cp"), ("cp4 hybrid", 4, "hybrid_cp")]
 
 
-def run(binary, cfg, out, cp, algo, threads):
+def run(binary, cfg, out, cp, algo, threads, extra=(), env_extra=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", **(env_extra or {}))
     cmd = [binary, "train", "--config", cfg, "--set", f"output_dir={out}",
            "--set", f"parallel_config.context_parallel={cp}", "--set", f"parallel_config.context_parallel_algo={algo}"]
+    if algo == "hybrid_cp":
+        cmd += ["--set", "parallel_config.ulysses_degree_in_cp=2"]
+    cmd += list(extra)
     if cp > 1:
         cmd = ["mpirun", "-np", str(cp), "--oversubscribe", "--bind-to", "none"] + cmd
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -58,6 +70,19 @@ def run(binary, cfg, out, cp, algo, threads):
     ms = [s["step_ms"] for s in steps if "step_ms" in s and s.get("step", 0) > 1]
     res = json.load(open(os.path.join(out, "resources.json")))
     return statistics.median(ms), res
+
+
+def ring_waits(trace_path, steps):
+    """{rank: (waits per step in ms, products per step in ms)} from a profiled run's trace."""
+    waits, products = {}, {}
+    for e in json.load(open(trace_path))["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        if e["name"] in ("ring wait", "ring transfer"):
+            waits[e["pid"]] = waits.get(e["pid"], 0.0) + e["dur"] / 1000
+        elif e["name"].startswith("ring block"):
+            products[e["pid"]] = products.get(e["pid"], 0.0) + e["dur"] / 1000
+    return {r: (waits[r] / steps, products.get(r, 0.0) / steps) for r in waits}
 
 
 def planned_bytes(binary, cfg, seq, cp):
@@ -100,6 +125,16 @@ def main():
                 ms, res = run(a.binary, cfg, os.path.join(work, f"{name.replace(' ', '_')}_{r}"), cp, algo, threads)
                 times[name].append(ms)
                 info[name] = (cp, threads, res)
+        # The ring's overlap: cp2 profiled as built and with GF_RING_SERIAL (see the top).
+        prof = ["--set", "profile=True", "--set", "profile_start_step=2", "--set", f"profile_stop_step={a.steps}"]
+        ov = {"built": [], "serial": []}
+        threads = max(1, cores // 2)
+        for r in range(a.rounds):
+            for kind in ("built", "serial"):
+                out = os.path.join(work, f"overlap_{kind}_{r}")
+                ms, _ = run(a.binary, cfg, out, 2, "colossalai_cp", threads, prof,
+                            {"GF_RING_SERIAL": "1"} if kind == "serial" else None)
+                ov[kind].append((ms, ring_waits(os.path.join(out, "profile", "trace.json"), a.steps - 1)))
         say(f"{'layout':12s} {'ranks x threads':>16s} {'ms/step':>22s} {'tokens/s':>9s} {'vs cp1':>7s} "
             f"{'peak RSS/rank':>14s} {'planned act./rank':>18s} {'context bytes/step/rank':>24s}")
         base = statistics.median(times["cp1"])
@@ -113,6 +148,16 @@ def main():
             say(f"{name:12s} {f'{c} x {th}{over}':>16s} {f'{med:.0f} ({min(t):.0f}-{max(t):.0f})':>22s} "
                 f"{a.seq / med * 1000:9.0f} {base / med:7.2f} {rk['peak_rss_bytes'] / 2**20:11.0f} MiB "
                 f"{rk['planned_activation_bytes'] / 2**20:15.0f} MiB {rk.get('cp_bytes_sent', 0) / steps / 2**20:21.1f} MiB")
+        say()
+        say(f"ring cp2 overlap (2 x {threads}, profiled steps 2-{a.steps}, median over {a.rounds} rounds; ms per step):")
+        say(f"{'rank':>4s} {'waits serial':>13s} {'waits as built':>15s} {'overlap':>8s} {'ring products':>14s}")
+        for rank in sorted(ov["built"][0][1]):
+            ws = statistics.median(w[rank][0] for _, w in ov["serial"])
+            wb = statistics.median(w[rank][0] for _, w in ov["built"])
+            pb = statistics.median(w[rank][1] for _, w in ov["built"])
+            say(f"{rank:>4d} {ws:13.1f} {wb:15.1f} {1 - wb / ws:8.2f} {pb:14.1f}")
+        say(f"step: serial {statistics.median(m for m, _ in ov['serial']):.0f} ms, as built "
+            f"{statistics.median(m for m, _ in ov['built']):.0f} ms (profiled)")
         # Longest sequence by the plan, scaled by the measured RSS / plan ratio of the cp1 run.
         _, _, res1 = info["cp1"]
         ratio = res1["ranks"][0]["peak_rss_bytes"] / planned_bytes(a.binary, cfg, a.seq, 1)

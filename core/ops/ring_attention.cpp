@@ -3,6 +3,7 @@
 
 #include "core/math/parallel_worth.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +15,50 @@ namespace gf::ops {
 namespace {
 
 constexpr int64_t kRows = 64, kCols = 128;  // query rows x key columns per tile (the fused core's)
+// kCols is the score tiles' row stride too: a multiple of 16 floats, so on the 64-byte aligned scratch
+// every row starts aligned and exp_shifted splits it into packets alike on every thread (as the fused
+// core's tile_ld does).
+static_assert(kCols % 16 == 0);
+
+// The fused core's vectorised row operations (core/ops/flash_attention.cpp), float only.
+// Sum of x[0..n) in 16 interleaved lanes: vectorises without -ffast-math and the order of the
+// additions depends only on n.
+float lane_sum(const float* x, int64_t n) {
+  float acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += x[c + k];
+  for (int k = 0; c < n; ++c, ++k) acc[k] += x[c];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+float lane_max(const float* x, int64_t n, float init) {
+  float acc[16];
+  std::fill(acc, acc + 16, init);
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    for (int k = 0; k < 16; ++k) acc[k] = acc[k] > x[c + k] ? acc[k] : x[c + k];
+  for (; c < n; ++c) acc[0] = acc[0] > x[c] ? acc[0] : x[c];
+  return *std::max_element(acc, acc + 16);
+}
+
+// mk[j] = drop.scale(at + j), j < n, in a loop of its own (the key in a local) so the hashing vectorises.
+void dropout_scales(float* mk, const DropoutKey& drop, uint64_t at, int64_t n) {
+  const DropoutKey k = drop;
+  for (int64_t j = 0; j < n; ++j) mk[j] = k.scale(at + static_cast<uint64_t>(j));
+}
+
+// x[0..n) = exp(x - shift), Eigen's vectorised exp. GCC 12 takes the _mm512_undefined_* operands
+// inside Eigen's AVX-512 exp for maybe-uninitialized values.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void exp_shifted(float* x, int64_t n, float shift) {
+  Eigen::Map<Eigen::ArrayXf> a(x, n);
+  a = (a - shift).exp();
+}
+#pragma GCC diagnostic pop
 
 uint64_t drop_base(const RingShape& s, int64_t b, int64_t h) {
   const int64_t hg = s.heads_global > 0 ? s.heads_global : s.heads;
@@ -59,6 +104,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
 #pragma omp parallel
   {
     float* const st = scratch<float>(static_cast<size_t>(kRows * kCols), 2);  // per thread, reused step after step
+    float* const mk = scratch<float>(static_cast<size_t>(kCols), 3);          // one row of dropout scales
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < s.batch * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, g = h / group;
@@ -81,21 +127,17 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
               std::fill(row + n, row + bc, 0.0f);
               std::fill(row, row + a, 0.0f);
               if (n == a) continue;
-              float mx = mh[i0 + r];
-              for (int64_t j = a; j < n; ++j) mx = std::max(mx, row[j]);
+              float* const vis = row + a;
+              const float mx = lane_max(vis, n - a, mh[i0 + r]);
               const float alpha = std::exp(mh[i0 + r] - mx);  // 0 before the first visible key (m = -inf)
-              float sum = 0.0f;
-              for (int64_t j = a; j < n; ++j) {
-                row[j] = std::exp(row[j] - mx);
-                sum += row[j];
-              }
-              lh[i0 + r] = lh[i0 + r] * alpha + sum;
+              exp_shifted(vis, n - a, mx);
+              lh[i0 + r] = lh[i0 + r] * alpha + lane_sum(vis, n - a);
               mh[i0 + r] = mx;
               if (alpha != 1.0f)
                 for (int64_t d = 0; d < D; ++d) oh[(i0 + r) * C + d] *= alpha;
               if (drop.active()) {
-                const uint64_t at = base + static_cast<uint64_t>(qp * s.seq + kp0 + a);
-                for (int64_t j = 0; j < n - a; ++j) row[a + j] *= drop.scale(at + static_cast<uint64_t>(j));
+                dropout_scales(mk, drop, base + static_cast<uint64_t>(qp * s.seq + kp0 + a), n - a);
+                for (int64_t j = 0; j < n - a; ++j) vis[j] *= mk[j];
               }
             }
             gemm(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, st, kCols, vh + j0 * ldkv, ldkv, 1.0f, oh + i0 * C, C);
@@ -147,6 +189,7 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
   {
     float* const p = scratch<float>(static_cast<size_t>(kRows * kCols), 2);
     float* const ds = scratch<float>(static_cast<size_t>(kRows * kCols), 3);
+    float* const mk = scratch<float>(static_cast<size_t>(kCols), 1);  // one row of dropout scales
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < s.batch * Hk; ++bg) {
       const int64_t b = bg / Hk, g = bg % Hk;
@@ -175,18 +218,20 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
                 std::fill(dr + n, dr + bc, 0.0f);
                 std::fill(pr, pr + a, 0.0f);
                 std::fill(dr, dr + a, 0.0f);
-                const float ls = lse[bh * R + i0 + r], d = di[bh * R + i0 + r];
-                const uint64_t at = base + static_cast<uint64_t>(qp * s.seq + kp0);
-                for (int64_t j = a; j < n; ++j) {
-                  const float pj = std::exp(pr[j] - ls);
-                  if (drop.active()) {
-                    const float mk = drop.scale(at + static_cast<uint64_t>(j));
-                    dr[j] = pj * (dr[j] * mk - d) * scale;
-                    pr[j] = pj * mk;
-                  } else {
-                    dr[j] = pj * (dr[j] - d) * scale;
-                    pr[j] = pj;
+                if (n == a) continue;
+                const float d = di[bh * R + i0 + r];
+                const int64_t w = n - a;
+                pr += a;
+                dr += a;
+                exp_shifted(pr, w, lse[bh * R + i0 + r]);
+                if (drop.active()) {
+                  dropout_scales(mk, drop, base + static_cast<uint64_t>(qp * s.seq + kp0 + a), w);
+                  for (int64_t j = 0; j < w; ++j) {
+                    dr[j] = pr[j] * (dr[j] * mk[j] - d) * scale;
+                    pr[j] *= mk[j];
                   }
+                } else {
+                  for (int64_t j = 0; j < w; ++j) dr[j] = pr[j] * (dr[j] - d) * scale;
                 }
               }
               // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i

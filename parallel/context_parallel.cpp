@@ -148,6 +148,26 @@ bool ring_serial() {
   return serial;
 }
 
+// The requests in flight during a block's products, tested between its tiles (RingShape::progress):
+// Open MPI moves a message through shared memory only inside MPI calls of both ranks.
+struct InFlight {
+  Request* r[4] = {nullptr, nullptr, nullptr, nullptr};
+  static void poll(void* arg) {
+    for (Request* q : static_cast<InFlight*>(arg)->r)
+      if (q != nullptr) q->test();
+  }
+};
+
+// `s` with the progress hook on `f` (none under GF_RING_SERIAL: nothing is in flight then).
+ops::RingShape polling(const ops::RingShape& s, InFlight& f) {
+  ops::RingShape p = s;
+  if (!ring_serial()) {
+    p.progress = &InFlight::poll;
+    p.progress_arg = &f;
+  }
+  return p;
+}
+
 // The key|value columns of q|k|v rows (keys then values, adjacent) into a block [rows, 2 Hkv D].
 void pack_kv(float* kv, const float* qkv, int64_t rows, int64_t W, int64_t q_width, int64_t kv_width) {
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * kv_width))
@@ -182,8 +202,9 @@ void ContextParallel::ring_fwd(const float* qkv, int64_t W, float* y, float* lse
     }
     {
       trace::Span c("compute", "ring block fwd");
+      InFlight f{{&rr, &rs, nullptr, nullptr}};
       ops::ring_attention_fwd_block(y, sc.m, lse, qkv, W, sc.kv[cur], sc.kv[cur] + kvw / 2, kvw, mine,
-                                    ring_rows_of(owner, s.rows), s, drop);
+                                    ring_rows_of(owner, s.rows), polling(s, f), drop);
     }
     {  // what of the transfer the products did not hide
       trace::Span w("wait", "ring wait");
@@ -229,8 +250,10 @@ void ContextParallel::ring_bwd(float* dqkv, const float* dy, const float* qkv, i
     std::fill(sc.dkv[cur], sc.dkv[cur] + n, 0.0f);
     {
       trace::Span c("compute", "ring block bwd");
+      InFlight f{{&rr, &rs, &gr, &gs[1 - cur]}};
       ops::ring_attention_bwd_block(dqkv, W, sc.dkv[cur], sc.dkv[cur] + kvw / 2, kvw, qkv, W, sc.kv[cur],
-                                    sc.kv[cur] + kvw / 2, kvw, dy, lse, sc.di, mine, ring_rows_of(owner, s.rows), s, drop);
+                                    sc.kv[cur] + kvw / 2, kvw, dy, lse, sc.di, mine, ring_rows_of(owner, s.rows),
+                                    polling(s, f), drop);
     }
     {  // what of the transfers the products did not hide
       trace::Span w("wait", "ring wait");

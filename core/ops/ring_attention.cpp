@@ -4,6 +4,7 @@
 #include "core/math/parallel_worth.h"
 
 #include <Eigen/Core>
+#include <omp.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -87,6 +88,9 @@ void chunk_pair(const RingShape& s, int64_t b, const RowChunks& qr, const RowChu
       const int64_t bc = std::min(kCols, nk - j0);
       if (ks + j0 + bc - 1 < lo) continue;
       tile(qc * qr.chunk + i0, br, kc * kr.chunk + j0, bc);
+      // The ring's transfers move only inside MPI calls (no progress thread): the master thread (the
+      // one MPI may be called from) lets them advance after each of its tiles.
+      if (s.progress != nullptr && omp_get_thread_num() == 0) s.progress(s.progress_arg);
     }
   }
 }

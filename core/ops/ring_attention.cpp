@@ -3,7 +3,6 @@
 
 #include "core/math/parallel_worth.h"
 
-#include <Eigen/Core>
 #include <omp.h>
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 
 #include "core/math/gemm.h"
 #include "core/math/scratch.h"
+#include "core/ops/attention_rows.h"
 
 namespace gf::ops {
 namespace {
@@ -21,45 +21,11 @@ constexpr int64_t kRows = 64, kCols = 128;  // query rows x key columns per tile
 // core's tile_ld does).
 static_assert(kCols % 16 == 0);
 
-// The fused core's vectorised row operations (core/ops/flash_attention.cpp), float only.
-// Sum of x[0..n) in 16 interleaved lanes: vectorises without -ffast-math and the order of the
-// additions depends only on n.
-float lane_sum(const float* x, int64_t n) {
-  float acc[16] = {};
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16)
-    for (int k = 0; k < 16; ++k) acc[k] += x[c + k];
-  for (int k = 0; c < n; ++c, ++k) acc[k] += x[c];
-  for (int w = 8; w >= 1; w /= 2)
-    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
-  return acc[0];
-}
-
-float lane_max(const float* x, int64_t n, float init) {
-  float acc[16];
-  std::fill(acc, acc + 16, init);
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16)
-    for (int k = 0; k < 16; ++k) acc[k] = acc[k] > x[c + k] ? acc[k] : x[c + k];
-  for (; c < n; ++c) acc[0] = acc[0] > x[c] ? acc[0] : x[c];
-  return *std::max_element(acc, acc + 16);
-}
-
-// mk[j] = drop.scale(at + j), j < n, in a loop of its own (the key in a local) so the hashing vectorises.
-void dropout_scales(float* mk, const DropoutKey& drop, uint64_t at, int64_t n) {
-  const DropoutKey k = drop;
-  for (int64_t j = 0; j < n; ++j) mk[j] = k.scale(at + static_cast<uint64_t>(j));
-}
-
-// x[0..n) = exp(x - shift), Eigen's vectorised exp. GCC 12 takes the _mm512_undefined_* operands
-// inside Eigen's AVX-512 exp for maybe-uninitialized values.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-void exp_shifted(float* x, int64_t n, float shift) {
-  Eigen::Map<Eigen::ArrayXf> a(x, n);
-  a = (a - shift).exp();
-}
-#pragma GCC diagnostic pop
+// The fused core's row operations (core/ops/attention_rows.h), on float rows.
+using rows::dropout_scales;
+using rows::exp_shifted;
+using rows::lane_max;
+using rows::lane_sum;
 
 uint64_t drop_base(const RingShape& s, int64_t b, int64_t h) {
   const int64_t hg = s.heads_global > 0 ? s.heads_global : s.heads;

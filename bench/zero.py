@@ -129,11 +129,24 @@ def main():
             stage = int(name[5])
             got = res["ranks"][0]["dp_bytes_sent"] / 2
             m = re.search(r"ZeRO-\d units \(floats\): (\[[^\]]*\])", log)
+            c = re.search(r"vocabulary chunks, each a unit gathered and reduced on its own: units (\[[^\]]*\])", log)
+            chunks = json.loads(c.group(1)) if c else []
             want = "-"
             if m and "hybrid" not in name:
                 units = json.loads(m.group(1))
-                gathers = [1] * len(units) if stage <= 2 else [3] + [2] * (len(units) - 1)
+                # ZeRO-3's gathers: the tied embedding's vocabulary chunks for the lookup and the head's two
+                # passes, the position embedding's unit (after the chunks) for the lookup, the others twice;
+                # without chunks the embedding's unit three times.
+                if stage <= 2:
+                    gathers = [1] * len(units)
+                elif chunks:
+                    gathers = [3 if i in chunks else 1 if i == len(chunks) else 2 for i in range(len(units))]
+                else:
+                    gathers = [3] + [2] * (len(units) - 1)
                 want = rs_ag_bytes(units, 4, 0, gathers) + 2 * rs_ag_bytes([1], 4, 0, [1]) * 2  # + the loss and norm doubles
+                if chunks:  # the lookup's rows to their owners: the most rows (a double), every rank's rows and ids
+                    want += 2 * rs_ag_bytes([1], 4, 0, [1]) + rs_ag_bytes([4 * a.seq * 769], 4, 0, [1]) - \
+                        rs_ag_bytes([4 * a.seq * 769], 4, 0, [0])
             elif stage == 0:
                 want = "(bucket all-reduces)"
             lines.append(f"| {name} | {mib(rss)} | {rss / ref:.2f}x | {', '.join(plan) if plan else '?'} | "

@@ -100,6 +100,21 @@ void StepEngine::on_grads_ready(std::function<void(int64_t)> ready) {
     });
 }
 
+void StepEngine::on_unit_ready(std::function<void(int64_t)> unit_ready, CausalLM::AddRows add_rows) {
+  unit_ready_ = std::move(unit_ready);
+  add_rows_ = std::move(add_rows);
+  for (TransformerLM* c : chunks_)
+    c->set_unit_ready_hooks(
+        [this](int64_t offset) {
+          if (!armed_ || !unit_ready_) return false;
+          unit_ready_(offset);
+          return true;
+        },
+        [this](int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n) {
+          if (armed_ && add_rows_) add_rows_(base, width, ids, rows, n);
+        });
+}
+
 int StepEngine::tag(int direction, int micro, int receiver_chunk) const {
   return (direction * shape_.chunks + receiver_chunk) * shape_.micro_batches + micro;
 }

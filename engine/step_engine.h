@@ -45,6 +45,8 @@ class StepEngine {
   // summed over the first and last stages before the data-parallel reduction (GradientSync::finish),
   // which must therefore wait for the schedule's end.
   void on_grads_ready(std::function<void(int64_t)> ready);
+  // ZeRO-2 and 3's vocabulary chunks (CausalLM::set_unit_ready_hooks), armed as the above.
+  void on_unit_ready(std::function<void(int64_t)> unit_ready, CausalLM::AddRows add_rows);
 
   struct Micro {
     const int32_t* tokens;  // [B, T + 1]
@@ -105,6 +107,8 @@ class StepEngine {
   std::map<std::pair<int, int>, int64_t> slot_of_;
   std::vector<MoeLayerStats> moe_;
   std::function<void(int64_t)> ready_;
+  std::function<void(int64_t)> unit_ready_;
+  CausalLM::AddRows add_rows_;
   bool armed_ = false;  // the grads-ready hook passes offsets on (the last micro-batch's backward)
   double wait_s_ = 0, compute_s_ = 0;
 };

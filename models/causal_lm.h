@@ -115,6 +115,22 @@ class CausalLM {
   // rank (parameters finish from the end of the arena towards the front). The trainer uses it to
   // start data-parallel reductions while backward goes on.
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
+  // ZeRO-2 and 3 with the head's weight cut into vocabulary chunks (set_vocab_chunks): unit_ready(offset)
+  // says the unit starting there has its final gradient now, out of the arena's order (the head's
+  // chunks, as its backward finishes each); it returns false when the reductions are not armed (a
+  // micro-batch before the last: the gradient accumulates whole). add_rows(base, width, ids, rows, n)
+  // adds, after such a unit's reduction, n rows of `width` floats to rows ids[i] (-1: none) of the
+  // gradient of the matrix at arena offset `base` (a tied embedding's lookup gradient).
+  using AddRows = std::function<void(int64_t, int64_t, const int32_t*, const float*, int64_t)>;
+  void set_unit_ready_hooks(std::function<bool(int64_t)> unit_ready, AddRows add_rows) {
+    unit_ready_ = std::move(unit_ready);
+    add_rows_ = std::move(add_rows);
+  }
+  // ZeRO-2 and 3: cut the head's weight into vocabulary chunks (weight_unit_starts() names them), each
+  // a unit, so the head (and a tied embedding) gathers and reduces one chunk at a time.
+  virtual void set_vocab_chunks(bool on) { (void)on; }
+  // With them on: the arena offsets where the chunks start (empty: the weight is not cut).
+  virtual std::vector<int64_t> vocab_chunk_offsets() const { return {}; }
 
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
   // ZeRO-2 and 3 (parallel/zero.h): the arena offsets where the blocks' parameters start (the
@@ -137,9 +153,15 @@ class CausalLM {
   void grads_ready_from(int64_t offset) {
     if (grad_ready_) grad_ready_(offset);
   }
+  bool unit_grads_ready(int64_t offset) { return unit_ready_ && unit_ready_(offset); }
+  void add_grad_rows(int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n) {
+    if (add_rows_) add_rows_(base, width, ids, rows, n);
+  }
 
  private:
   std::function<void(int64_t)> grad_ready_;
+  std::function<bool(int64_t)> unit_ready_;
+  AddRows add_rows_;
 };
 
 // The file load_hf_checkpoint reads for `given`: a directory means its model.safetensors (or its

@@ -40,6 +40,17 @@ std::vector<int64_t> PipelineStage::weight_unit_starts() const {
   return at;
 }
 
+void PipelineStage::set_vocab_chunks(bool on) {
+  for (const auto& c : chunks_) c->set_vocab_chunks(on);
+}
+
+std::vector<int64_t> PipelineStage::vocab_chunk_offsets() const {
+  std::vector<int64_t> at;
+  for (const auto& c : chunks_)
+    for (int64_t o : c->vocab_chunk_offsets()) at.push_back(o);
+  return at;
+}
+
 void PipelineStage::set_weight_gate(WeightGate* gate) {
   for (const auto& c : chunks_) c->set_weight_gate(gate);
 }

@@ -134,6 +134,16 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   if (d.first) emb_reads_ = {embedding_.first_offset()};
   for (const TransformerLayer& l : layers_) layer_reads_.push_back({l.first_offset(), l.expert_offset()});
   if (d.last) head_reads_ = {head_.first_offset(), head_.weight_offset()};
+  if (d.last) {
+    std::vector<int64_t> dense, experts;
+    for (const TransformerLayer& l : layers_) {
+      dense.push_back(l.first_offset());
+      if (l.expert_offset() >= 0) experts.push_back(l.expert_offset());
+    }
+    dense.push_back(head_.first_offset());
+    chunk_rows_ = vocab_chunk_rows(spec, names_, params_, d.first, dense, experts);
+  }
+  head_all_reads_ = head_reads_;
   // Sized first, then one allocation, then placed in the same order.
   Buffers b;
   lay_out(d, plan_, b);
@@ -235,9 +245,22 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   };
   if (d.first) {
     trace::Span span("compute", "embedding fwd");
-    need(emb_reads_, reads_after(d.l0 - 1));
-    embedding_.fwd(e, s.emb, s.inputs);
-    done(emb_reads_);
+    if (chunks_on_ && spec_.tied_head && gate_) {
+      // ZeRO-3, the token embedding tied to the head's chunks: looked up one chunk at a time.
+      const std::vector<int64_t> pos =
+          embedding_.position_offset() >= 0 ? std::vector<int64_t>{embedding_.position_offset()} : no_reads_;
+      need(pos, {chunk_offset(0)});
+      chunks_.enter = [&](size_t c) {
+        need({chunk_offset(c)}, c + 1 < chunks_.count() ? std::vector<int64_t>{chunk_offset(c + 1)} : reads_after(d.l0 - 1));
+      };
+      chunks_.leave = [&](size_t c) { done({chunk_offset(c)}); };
+      embedding_.fwd(e, s.emb, s.inputs, &chunks_);
+      done(pos);
+    } else {
+      need(emb_reads_, reads_after(d.l0 - 1));
+      embedding_.fwd(e, s.emb, s.inputs);
+      done(emb_reads_);
+    }
     check_finite(s.emb, rows, "the embedding's output");
   } else {
     std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
@@ -260,9 +283,21 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   }
   if (!d.last) return 0.0;
   trace::Span span("compute", "head fwd");
-  need(head_reads_, no_reads_);
-  const double loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
-  done(head_reads_);
+  double loss = 0.0;
+  if (chunks_on_) {  // ZeRO-2 and 3: the logits one vocabulary chunk of the weight at a time
+    const std::vector<int64_t> norm{head_.first_offset()};
+    need(norm, {chunk_offset(0)});
+    chunks_.enter = [&](size_t c) {
+      need({chunk_offset(c)}, c + 1 < chunks_.count() ? std::vector<int64_t>{chunk_offset(c + 1)} : no_reads_);
+    };
+    chunks_.leave = [&](size_t c) { done({chunk_offset(c)}); };
+    loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head, &chunks_);
+    done(norm);
+  } else {
+    need(head_all_reads_, no_reads_);
+    loss = head_.fwd(e, layer_input(s, d.l1), s.targets, s.head);
+    done(head_all_reads_);
+  }
   if (check_finite_ && !std::isfinite(loss) && first_nonfinite_.empty())
     first_nonfinite_ = "the head's loss (final norm, logits and cross-entropy; its inputs were finite)";
   return loss;
@@ -316,6 +351,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   Slot& s = slots_.at(static_cast<size_t>(slot));
   BlockEnv e = env(s);
   e.grad_scale = grad_scale;
+  chunks_reduced_ = false;
   const bool input = pass != BwdPass::kWeight;
   // The step timeline's names of the pass (the input and weight passes apart when split).
   const char* const pass_name = pass == BwdPass::kBoth ? "bwd" : pass == BwdPass::kInput ? "bwd input" : "bwd weight";
@@ -324,9 +360,24 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
     if (!(d.share_logits && pass == BwdPass::kWeight)) {
       trace::Span span(trace::kOn, "compute", "head %s", pass_name);
-      need(head_reads_, d.l1 > d.l0 ? layer_reads_.back() : no_reads_);
-      head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
-      done(head_reads_);
+      const std::vector<int64_t>& after = d.l1 > d.l0 ? layer_reads_.back() : no_reads_;
+      if (chunks_on_ && head_pass == BwdPass::kBoth) {
+        // ZeRO-2 and 3: from the last vocabulary chunk to the first, each chunk's gradient handed to
+        // its reduce-scatter as soon as it is made.
+        const std::vector<int64_t> norm{head_.first_offset()};
+        need(norm, {chunk_offset(chunks_.count() - 1)});
+        chunks_.enter = [&](size_t c) { need({chunk_offset(c)}, c > 0 ? std::vector<int64_t>{chunk_offset(c - 1)} : after); };
+        chunks_.leave = [&](size_t c) {
+          done({chunk_offset(c)});
+          if (unit_grads_ready(chunk_offset(c))) chunks_reduced_ = true;
+        };
+        head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head, &chunks_);
+        done(norm);
+      } else {
+        need(head_all_reads_, after);
+        head_.bwd(e, head_pass, scratch_.dres, grad_scale, layer_input(s, d.l1), s.targets, s.head);
+        done(head_all_reads_);
+      }
       if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
     }
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
@@ -356,7 +407,15 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
       std::memcpy(s.demb, scratch_.dres, sizeof(float) * d.Nl * d.C);
     } else {
       trace::Span span(trace::kOn, "compute", "embedding %s", pass_name);
-      embedding_.bwd(e, pass == BwdPass::kBoth ? scratch_.dres : s.demb, s.inputs);
+      if (chunks_reduced_ && spec_.tied_head && pass == BwdPass::kBoth) {
+        // The head's chunks are reduced already: the lookup's rows are added where they are owned.
+        const int64_t base = embedding_.token_offset(), C = d.C;
+        embedding_.bwd_rows(e, scratch_.dres, s.inputs, [&](const int32_t* ids, const float* rows, int64_t n) {
+          add_grad_rows(base, C, ids, rows, n);
+        });
+      } else {
+        embedding_.bwd(e, pass == BwdPass::kBoth ? scratch_.dres : s.demb, s.inputs);
+      }
     }
   }
   if (pass != BwdPass::kInput) grads_ready_from(0);
@@ -370,6 +429,41 @@ std::vector<int64_t> TransformerLM::weight_unit_starts() const {
     if (l.expert_offset() >= 0) at.push_back(l.expert_offset());
   }
   if (dims_.last) at.push_back(head_.first_offset());
+  for (size_t c = 0; c < chunk_rows_.size(); ++c) at.push_back(chunk_offset(c));  // the last: the weight's end
+  return at;
+}
+
+void TransformerLM::set_vocab_chunks(bool on) {
+  chunks_on_ = on && !chunk_rows_.empty();
+  chunks_.at = chunks_on_ ? chunk_rows_ : std::vector<int64_t>{};
+  head_all_reads_ = head_reads_;
+  if (chunks_on_)
+    for (size_t c = 1; c + 1 < chunk_rows_.size(); ++c) head_all_reads_.push_back(chunk_offset(c));
+}
+
+std::vector<int64_t> TransformerLM::vocab_chunk_offsets() const {
+  std::vector<int64_t> at;
+  for (size_t c = 0; c < chunks_.count(); ++c) at.push_back(chunk_offset(c));
+  return at;
+}
+
+std::vector<int64_t> TransformerLM::vocab_chunk_rows(const TransformerSpec& spec, const NameMap& names,
+                                                     const Placement& t, bool holds_embedding,
+                                                     std::vector<int64_t> dense, std::vector<int64_t> experts) {
+  if ((spec.tied_head && !holds_embedding) || dense.size() < 2) return {};
+  // The experts' units fill the arena's expert region, after every dense parameter.
+  experts.push_back(t.total_floats());
+  int64_t largest = 0;
+  for (std::vector<int64_t>* cuts : {&dense, &experts}) {
+    std::sort(cuts->begin(), cuts->end());
+    for (size_t i = 0; i + 1 < cuts->size(); ++i) largest = std::max(largest, (*cuts)[i + 1] - (*cuts)[i]);
+  }
+  const TensorPlacement& w = t.at(names(spec.tied_head ? Role::kEmbed : Role::kLmHead, -1));
+  const int64_t rows = w.local_shape.at(0), per = std::max<int64_t>(1, largest / spec.hidden);
+  if (per >= rows) return {};
+  std::vector<int64_t> at;
+  for (int64_t r = 0; r < rows; r += per) at.push_back(r);
+  at.push_back(rows);
   return at;
 }
 
@@ -393,6 +487,17 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
       LmHeadBlock h(spec, VocabSlice{}, 0);
       h.bind(t, names);
       at.push_back(h.first_offset());
+      // The head's vocabulary chunks, as weight_unit_starts() cuts them.
+      std::vector<int64_t> dense, experts;
+      for (int64_t l = st.layer_begin; l < l1; ++l) {
+        TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
+        layer.bind(t, names);
+        dense.push_back(layer.first_offset());
+        if (layer.expert_offset() >= 0) experts.push_back(layer.expert_offset());
+      }
+      dense.push_back(h.first_offset());
+      for (int64_t r : vocab_chunk_rows(spec, names, t, st.layer_begin == 0, dense, experts))
+        at.push_back(h.weight_offset() + r * spec.hidden);
     }
   }
   return at;

@@ -132,6 +132,16 @@ class TransformerLM : public CausalLM {
   static std::vector<int64_t> unit_starts(const TransformerSpec& spec, const NameMap& names, const Placement& t,
                                           int tp, int ep, const std::vector<StageOptions>& chunks);
   void set_weight_gate(WeightGate* gate) override { gate_ = gate; }
+  void set_vocab_chunks(bool on) override;
+  std::vector<int64_t> vocab_chunk_offsets() const override;
+  // ZeRO-2 and 3's vocabulary chunks of the head's weight: its local vocabulary rows where each chunk
+  // starts, then the row count; empty where the weight is not cut (one chunk would hold it, or a tied
+  // weight whose embedding lives on another pipeline stage). Chunks are no larger than the largest
+  // layer unit (`dense`: where the layers start, then the head; `experts`: where the layers' experts
+  // start), so the head holds no more at once than a layer does.
+  static std::vector<int64_t> vocab_chunk_rows(const TransformerSpec& spec, const NameMap& names, const Placement& t,
+                                               bool holds_embedding, std::vector<int64_t> dense,
+                                               std::vector<int64_t> experts);
   void convert_low(int64_t begin, int64_t end) override;
   void release_low(int64_t begin, int64_t end) override;
   const float* logits() const override { return slots_[0].head.logits; }
@@ -239,6 +249,14 @@ class TransformerLM : public CausalLM {
   WeightGate* gate_ = nullptr;
   // The arena offsets each block reads (ZeRO-3's units): the embedding, layer l - l0, the head.
   std::vector<int64_t> emb_reads_, head_reads_;
+  // set_vocab_chunks: the head's chunks (its weight's rows; enter/leave bound per call), on or off, and
+  // whether this backward's head handed its chunks' gradients over (a tied embedding then adds its rows
+  // through add_grad_rows).
+  VocabChunks chunks_;
+  std::vector<int64_t> head_all_reads_;  // the head's reads with every chunk (a backward split into passes)
+  std::vector<int64_t> chunk_rows_;
+  bool chunks_on_ = false, chunks_reduced_ = false;
+  int64_t chunk_offset(size_t c) const { return head_.weight_offset() + chunk_rows_[c] * dims_.C; }
   const std::vector<int64_t> no_reads_;  // a block with no successor (bound by reference: no vector per call)
   std::vector<std::vector<int64_t>> layer_reads_;
   void need(const std::vector<int64_t>& now, const std::vector<int64_t>& next) const {

@@ -37,10 +37,18 @@ std::uintptr_t to_raw(H h) {
 // MPI_Waitall would; up to 1 s each test is followed by sched_yield (a shared core goes to the ranks
 // that compute); after that by a 100 us sleep. From 100 ms on it looks, every 10 ms, for another
 // rank's hang report or its own timeout. `peers[k]`: the group rank request k waits for (-1: not known).
+// While a wait polls, the rings started in the background and not yet finished are advanced too
+// (progress_rings, set below; never the one whose requests are waited for). A ring advances only
+// while every rank of it is inside MPI on its behalf: two ranks each waiting on a different started
+// collective (a weight gather on one, an older gradient reduce-scatter on the other: which one a rank
+// waits for depends on what its tests found finished) would otherwise wait for each other for good.
+void (*progress_rings)(const MPI_Request* waited) = nullptr;
+
 void wait_all(MPI_Request* req, int n, const int* peers, const CallLog* log, uint64_t call) {
   int flag = 0;
   MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
   if (flag) return;
+  if (progress_rings) progress_rings(req);
   using clock = std::chrono::steady_clock;
   const clock::time_point t0 = clock::now();
   const double timeout = hang::timeout_s();
@@ -48,6 +56,7 @@ void wait_all(MPI_Request* req, int n, const int* peers, const CallLog* log, uin
   for (unsigned i = 1;; ++i) {
     MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
     if (flag) return;
+    if (progress_rings) progress_rings(req);
     if (waited < 1e-3 && i % 16 != 0) continue;
     waited = std::chrono::duration<double>(clock::now() - t0).count();
     if (waited < 1e-3) continue;
@@ -279,11 +288,51 @@ struct PendingAllreduce::State {
   }
 };
 
+namespace {
+
+// The ring collectives posted and not finished (MPI's own collectives progress themselves).
+std::vector<PendingAllreduce::State*>& active_rings() {
+  static std::vector<PendingAllreduce::State*> v;
+  return v;
+}
+
+void forget_ring(PendingAllreduce::State* s) {
+  auto& v = active_rings();
+  v.erase(std::remove(v.begin(), v.end(), s), v.end());
+}
+
+// Each active ring but the one waited for: its posted step tested, and applied if it completed.
+void progress_active_rings(const MPI_Request* waited) {
+  auto& v = active_rings();
+  for (size_t i = 0; i < v.size();) {
+    PendingAllreduce::State* s = v[i];
+    if (s->req == waited) {
+      ++i;
+      continue;
+    }
+    int flag = 0;
+    MPI_Testall(2, s->req, &flag, MPI_STATUSES_IGNORE);
+    if (flag) s->advance();
+    if (s->phase == PendingAllreduce::State::kDone) forget_ring(s);  // v shrank: the same i is the next
+    else ++i;
+  }
+}
+
+}  // namespace
+
 PendingAllreduce::PendingAllreduce() = default;
 PendingAllreduce::PendingAllreduce(PendingAllreduce&&) noexcept = default;
-PendingAllreduce& PendingAllreduce::operator=(PendingAllreduce&&) noexcept = default;
+PendingAllreduce& PendingAllreduce::operator=(PendingAllreduce&& o) noexcept {
+  if (this != &o) {
+    if (s_ && s_->phase != State::kDone) wait();
+    if (s_) forget_ring(s_.get());
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
 PendingAllreduce::~PendingAllreduce() {
   if (s_ && s_->phase != State::kDone) wait();
+  if (s_) forget_ring(s_.get());
 }
 
 bool PendingAllreduce::done() const { return !s_ || s_->phase == State::kDone; }
@@ -295,6 +344,7 @@ bool PendingAllreduce::test() {
     if (!flag) return false;
     s_->advance();
   }
+  forget_ring(s_.get());
   return true;
 }
 
@@ -303,6 +353,7 @@ void PendingAllreduce::wait() {
     s_->wait_step();
     s_->advance();
   }
+  if (s_) forget_ring(s_.get());
 }
 
 // ---- Communicator ----
@@ -402,6 +453,10 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
     s->tmp.resize(static_cast<size_t>(shard_begin(n, size, 1)) * elem_size(t));  // the largest shard
   stats->collectives += 1;
   s->post();
+  if (!mpi) {
+    active_rings().push_back(s);
+    progress_rings = progress_active_rings;
+  }
   return s;
 }
 

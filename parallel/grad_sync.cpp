@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "core/math/aligned_buffer.h"
 #include "core/trace/trace.h"
@@ -106,6 +108,8 @@ void GradientSync::begin_step(float* grads) {
   const std::vector<ShardUnit>& units = layout_->units();
   for (auto& p : unit_pending_) p = PendingAllreduce();
   unit_released_.assign(units.size(), false);
+  unit_started_.assign(units.size(), false);
+  in_flight_.clear();
   next_unit_ = static_cast<int>(units.size()) - 1;
   while (next_unit_ >= 0 && units[static_cast<size_t>(next_unit_)].expert) --next_unit_;  // experts: in finish()
 }
@@ -133,27 +137,94 @@ void GradientSync::grads_ready_from(int64_t offset) {
   if (layout_->stage() < 2) return;
   const std::vector<ShardUnit>& units = layout_->units();
   while (next_unit_ >= 0 && units[static_cast<size_t>(next_unit_)].begin >= offset) {
-    const ShardUnit& u = units[static_cast<size_t>(next_unit_)];
-    unit_pending_[static_cast<size_t>(next_unit_)] =
-        layout_->shard_group(false).start_reduce_scatter_sum(grads_ + u.begin, u.end - u.begin, next_unit_);
+    start_unit(static_cast<size_t>(next_unit_));
     --next_unit_;
   }
-  int in_flight = 0;
-  for (size_t u = units.size(); u-- > 0;) {
-    if (units[u].expert || static_cast<int>(u) <= next_unit_ || unit_released_[u]) continue;
-    if (unit_pending_[u].test()) unit_reduced(u);
-    else ++in_flight;
+  advance_units();
+}
+
+void GradientSync::unit_ready(int64_t offset) {
+  if (layout_->stage() < 2) return;
+  const int u = layout_->unit_at(offset);
+  if (u < 0 || layout_->units()[static_cast<size_t>(u)].expert)
+    throw std::logic_error("GradientSync::unit_ready: no dense unit starts at arena offset " + std::to_string(offset));
+  start_unit(static_cast<size_t>(u));
+  advance_units();
+}
+
+void GradientSync::start_unit(size_t u) {
+  if (unit_started_[u]) return;
+  unit_started_[u] = true;
+  const ShardUnit& s = layout_->units()[u];
+  unit_pending_[u] =
+      layout_->shard_group(false).start_reduce_scatter_sum(grads_ + s.begin, s.end - s.begin, static_cast<int>(u));
+  in_flight_.push_back(u);
+}
+
+void GradientSync::advance_units() {
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (unit_pending_[*it].test()) {
+      unit_reduced(*it);
+      it = in_flight_.erase(it);
+    } else {
+      ++it;
+    }
   }
   // At most kUnitsInFlight units' whole gradients wait for their reduce-scatter: the oldest is finished
   // here otherwise. A ring advances only while its ranks are inside MPI, so on busy cores every unit
   // could stay whole until finish(), and ZeRO-2's gradients would peak at the whole arena.
-  constexpr int kUnitsInFlight = 2;
-  for (size_t u = units.size(); in_flight > kUnitsInFlight && u-- > 0;) {
-    if (units[u].expert || static_cast<int>(u) <= next_unit_ || unit_released_[u]) continue;
+  constexpr size_t kUnitsInFlight = 2;
+  while (in_flight_.size() > kUnitsInFlight) {
     trace::Span wait("wait", "wait unit reduce-scatter");
-    unit_pending_[u].wait();
-    unit_reduced(u);
-    --in_flight;
+    unit_pending_[in_flight_.front()].wait();
+    unit_reduced(in_flight_.front());
+    in_flight_.pop_front();
+  }
+}
+
+void GradientSync::add_rows(int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n) {
+  if (layout_->stage() < 2) throw std::logic_error("GradientSync::add_rows: only ZeRO-2 and 3 reduce a unit early");
+  // The units the rows go to are reduced before anything is added to their slices.
+  while (!in_flight_.empty()) {
+    trace::Span wait("wait", "wait unit reduce-scatter");
+    unit_pending_[in_flight_.front()].wait();
+    unit_reduced(in_flight_.front());
+    in_flight_.pop_front();
+  }
+  const Communicator& g = layout_->shard_group(false);
+  const int64_t N = g.size(), stride = width + 1;  // a row: its id (exact in a float below 2^24), its values
+  double most = static_cast<double>(n);
+  g.allreduce_max(&most, 1);
+  const int64_t total = static_cast<int64_t>(most);
+  const int64_t per = std::max<int64_t>(1, std::min<int64_t>(total, (int64_t{1} << 20) / stride));
+  std::vector<float> buf(static_cast<size_t>(N * per * stride));
+  const std::vector<ShardUnit>& units = layout_->units();
+  for (int64_t r0 = 0; r0 < total; r0 += per) {
+    float* mine = buf.data() + g.rank() * per * stride;
+    for (int64_t i = 0; i < per; ++i) {
+      const int64_t k = r0 + i;
+      float* row = mine + i * stride;
+      if (k < n && ids[k] >= 0) {
+        if (ids[k] >= (1 << 24)) throw std::logic_error("GradientSync::add_rows: row id past 2^24");
+        row[0] = static_cast<float>(ids[k]);
+        std::memcpy(row + 1, rows + k * width, sizeof(float) * static_cast<size_t>(width));
+      } else {
+        row[0] = -1.0f;
+      }
+    }
+    g.allgather(buf.data(), static_cast<int64_t>(buf.size()));
+    for (int64_t i = 0; i < N * per; ++i) {
+      const float* row = buf.data() + i * stride;
+      if (row[0] < 0.0f) continue;
+      const int64_t at = base + static_cast<int64_t>(row[0]) * width;
+      for (int u = layout_->unit_holding(at); u >= 0 && static_cast<size_t>(u) < units.size() &&
+                                              units[static_cast<size_t>(u)].begin < at + width;
+           ++u) {
+        const ShardUnit& s = units[static_cast<size_t>(u)];
+        const int64_t lo = std::max(at, s.own_begin), hi = std::min(at + width, s.own_end);
+        for (int64_t j = lo; j < hi; ++j) grads_[j] += row[1 + (j - at)];
+      }
+    }
   }
 }
 
@@ -177,6 +248,7 @@ void GradientSync::finish() {
       }
       unit_reduced(u);
     }
+    in_flight_.clear();
     for (size_t u = 0; u < units.size(); ++u) {  // the experts', over the ranks that hold the same experts
       if (!units[u].expert) continue;
       layout_->shard_group(true).reduce_scatter_sum(grads_ + units[u].begin, units[u].end - units[u].begin);

@@ -24,6 +24,7 @@
 // experts' over the expert-parallel group too (each holds others).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -81,6 +82,14 @@ class GradientSync {
   void begin_step(float* grads);
   // Backward has finished every gradient at arena offsets >= `offset` on this rank.
   void grads_ready_from(int64_t offset);
+  // ZeRO-2 and 3: the unit starting at `offset` has its final gradient now, out of the arena's order
+  // (the head's vocabulary chunks, CausalLM::set_vocab_chunks): its reduce-scatter starts.
+  void unit_ready(int64_t offset);
+  // After those units' reductions: n rows of `width` floats added to rows ids[i] (-1: none) of the
+  // gradient of the matrix at arena offset `base` (a tied embedding's lookup gradient). Every rank of
+  // the shard group sends its rows to all (all-gathered in rounds of at most 4 MiB a rank) and adds
+  // those that fall in its own slices, in rank order.
+  void add_rows(int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n);
   // Completes every reduction; afterwards [shard_begin, shard_end) of grads holds the global sum.
   void finish();
   // Sum of squares of the global gradient (the same on every rank).
@@ -94,6 +103,8 @@ class GradientSync {
     int64_t begin, end;
   };
   void unit_reduced(size_t u);
+  void start_unit(size_t u);
+  void advance_units();
   const ParallelContext& ctx_;
   std::unique_ptr<ShardLayout> layout_;
   bool sharded_, sequence_parallel_;
@@ -104,7 +115,8 @@ class GradientSync {
   size_t started_ = 0;
   // ZeRO-2 and 3: the dense units' reduce-scatters, started from the last unit as backward finishes them.
   std::vector<PendingAllreduce> unit_pending_;
-  std::vector<bool> unit_released_;
+  std::vector<bool> unit_released_, unit_started_;
+  std::deque<size_t> in_flight_;  // started, not yet reduced, oldest first
   int next_unit_ = -1;
   float* grads_ = nullptr;
   std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)

@@ -110,15 +110,28 @@ void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, con
 }
 
 void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
-                            const float* wpe, const EmbeddingShape& s, float* full_buf) {
+                            const float* wpe, const EmbeddingShape& s, float* full_buf, const VocabChunks* chunks) {
   const int64_t r0 = tp.row_begin(), nl = tp.local_rows();
+  auto lookup = [&](float* out, const int32_t* tok, int64_t n) {
+    if (!chunks || chunks->count() == 0) {
+      ops::embedding_lookup_fwd(out, tok, wte, n, s.dim, s.vocab_begin, s.vocab_end);
+      return;
+    }
+    ops::embedding_lookup_fwd(out, tok, wte, n, s.dim, s.vocab_begin, s.vocab_begin);  // every row 0
+    for (size_t c = 0; c < chunks->count(); ++c) {
+      const int64_t a = chunks->at[c], b = chunks->at[c + 1];
+      chunks->enter(c);
+      ops::embedding_lookup_rows(out, tok, wte + a * s.dim, n, s.dim, s.vocab_begin + a, s.vocab_begin + b);
+      chunks->leave(c);
+    }
+  };
   if (s.vocab_parallel && tp.size() > 1) {
     // Each rank looks up the tokens in its vocabulary slice (zeros elsewhere); the sum over the
     // group is the embedding (SP: reduce-scattered straight to the local rows).
-    ops::embedding_lookup_fwd(full_buf, tokens, wte, s.rows, s.dim, s.vocab_begin, s.vocab_end);
+    lookup(full_buf, tokens, s.rows);
     tp.reduce_rows(full_buf, y, s.dim);
   } else {
-    ops::embedding_lookup_fwd(y, tokens + r0, wte, nl, s.dim, s.vocab_begin, s.vocab_end);
+    lookup(y, tokens + r0, nl);
   }
   if (wpe) ops::position_add_fwd(y, wpe, nl, r0, s.seq, s.dim, s.positions);
 }
@@ -132,6 +145,22 @@ void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, 
   } else {
     ops::embedding_lookup_bwd(dwte, dy, tokens + r0, nl, s.dim, s.vocab_begin, s.vocab_end);
   }
+  if (dwpe) ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim, s.positions);
+}
+
+void embedding_parallel_bwd_rows(const TensorParallel& tp, float* dwpe, const float* dy, const int32_t* tokens,
+                                 const EmbeddingShape& s, float* full_buf,
+                                 const std::function<void(const int32_t*, const float*, int64_t)>& rows) {
+  const int64_t r0 = tp.row_begin(), nl = tp.local_rows();
+  const bool gathered = s.vocab_parallel && tp.size() > 1;
+  const float* d = gathered ? tp.gather_rows(dy, full_buf, s.dim) : dy;
+  const int32_t* tok = gathered ? tokens : tokens + r0;
+  const int64_t n = gathered ? s.rows : nl;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[static_cast<size_t>(i)] =
+        tok[i] >= s.vocab_begin && tok[i] < s.vocab_end ? static_cast<int32_t>(tok[i] - s.vocab_begin) : -1;
+  rows(ids.data(), d, n);
   if (dwpe) ops::position_bwd(dwpe, dy, nl, r0, s.seq, s.dim, s.positions);
 }
 

@@ -11,6 +11,8 @@
 // With one rank every collective is a no-op and the layers do exactly the single-rank arithmetic.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "core/math/mixed_precision.h"
 #include "parallel/communicator.h"
@@ -93,11 +95,31 @@ struct EmbeddingShape {
   bool vocab_parallel;  // wte rows split across the group (else replicated)
   const int32_t* positions = nullptr;  // [rows] each row's learned position (null: row % seq)
 };
+// ZeRO-2 and 3 (parallel/zero.h): the LM head's weight (and a token embedding tied to it) cut into
+// vocabulary chunks that are units of their own, so the head and the lookup hold one chunk at a
+// time. `at`: this rank's vocabulary rows where each chunk starts, then the local row count; the
+// blocks call enter(c) before they read chunk c's weights and leave(c) after they are done with it
+// (and, in the head's backward, with its gradient).
+struct VocabChunks {
+  std::vector<int64_t> at;
+  std::function<void(size_t)> enter, leave;
+  size_t count() const { return at.empty() ? 0 : at.size() - 1; }
+};
+
+// chunks: the lookup one chunk at a time (null: in one pass); the same values either way.
 void embedding_parallel_fwd(const TensorParallel& tp, float* y, const int32_t* tokens, const float* wte,
-                            const float* wpe, const EmbeddingShape& s, float* full_buf);
+                            const float* wpe, const EmbeddingShape& s, float* full_buf,
+                            const VocabChunks* chunks = nullptr);
 // dy: local rows (clobbered under SP is not allowed: it is read only). dwte: this rank's rows.
 void embedding_parallel_bwd(const TensorParallel& tp, float* dwte, float* dwpe, const float* dy,
                             const int32_t* tokens, const EmbeddingShape& s, float* full_buf);
+// The same, but the token rows' gradients are handed to `rows(ids, dy, n)` instead of added into
+// dwte: ids are this rank's vocabulary rows (token - vocab_begin; -1 for a token outside the slice),
+// dy the n rows' gradients (ZeRO-2 and 3: a tied embedding's gradient, already reduce-scattered by
+// the head's backward, gets its rows added on the ranks that own them).
+void embedding_parallel_bwd_rows(const TensorParallel& tp, float* dwpe, const float* dy, const int32_t* tokens,
+                                 const EmbeddingShape& s, float* full_buf,
+                                 const std::function<void(const int32_t*, const float*, int64_t)>& rows);
 
 // Softmax cross-entropy over logits whose columns are this rank's vocabulary slice
 // [vocab_begin, vocab_begin + ld); only `valid` of the ld columns are real tokens. Rows are the

@@ -25,6 +25,20 @@ void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t row
 }
 
 template <typename T>
+void embedding_lookup_rows(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
+                           int64_t vocab_begin, int64_t vocab_end) {
+  GF_OP_SPAN("elementwise", "embedding lookup fwd");
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = tokens[i];
+    if (t < vocab_begin || t >= vocab_end) continue;
+    const T* e = wte + (t - vocab_begin) * dim;
+    T* yr = y + i * dim;
+    for (int64_t c = 0; c < dim; ++c) yr[c] = e[c];
+  }
+}
+
+template <typename T>
 void position_add_fwd(T* y, const T* wpe, int64_t rows, int64_t row0, int64_t seq, int64_t dim,
                       const int32_t* positions) {
   GF_OP_SPAN("elementwise", "position add fwd");
@@ -86,6 +100,7 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens, int64_t
 }
 
 template void embedding_lookup_fwd<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);
+template void embedding_lookup_rows<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, int64_t);
 template void position_add_fwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, const int32_t*);
 template void embedding_lookup_bwd<float>(float*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);
 template void position_bwd<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, const int32_t*);

@@ -19,6 +19,11 @@ void embedding_bwd(T* dwte, T* dwpe, const T* dy, const int32_t* tokens,
 template <typename T>
 void embedding_lookup_fwd(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
                           int64_t vocab_begin, int64_t vocab_end);
+// As embedding_lookup_fwd, but only the rows whose token is in [vocab_begin, vocab_end) are written
+// (the others are left as they are): the lookup done one vocabulary chunk at a time (ZeRO-3).
+template <typename T>
+void embedding_lookup_rows(T* y, const int32_t* tokens, const T* wte, int64_t rows, int64_t dim,
+                           int64_t vocab_begin, int64_t vocab_end);
 // y[i] += wpe[(row0 + i) % seq], or wpe[positions[row0 + i]] when positions is given (packed
 // documents with reset position ids).
 template <typename T>

@@ -22,8 +22,8 @@ void EmbeddingBlock::bind(const Placement& t, const NameMap& names) {
   wpe_ = spec_.positions > 0 ? t.at(names(Role::kPosEmbed, -1)).offset : -1;
 }
 
-void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens) const {
-  embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial);
+void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens, const VocabChunks* chunks) const {
+  embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial, chunks);
   e.dropout_rows(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
 }
 
@@ -47,6 +47,12 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   embedding_parallel_bwd(*e.tp, e.g(wte_), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
+}
+
+void EmbeddingBlock::bwd_rows(const BlockEnv& e, float* dy, const int32_t* tokens,
+                              const std::function<void(const int32_t*, const float*, int64_t)>& rows) const {
+  e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
+  embedding_parallel_bwd_rows(*e.tp, wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather, rows);
 }
 
 }  // namespace gf

@@ -1,6 +1,7 @@
 // Embedding block: the token embedding (vocabulary-parallel or replicated, padded rows zero) plus,
 // for GPT-2, learned positions, then the embedding dropout. Backward is a weight pass only.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "core/params/placement.h"
@@ -22,13 +23,20 @@ class EmbeddingBlock {
   void bind(const Placement& t, const NameMap& names);
   // Its first parameter in the arena (ZeRO's units start at the blocks' first parameters).
   int64_t first_offset() const { return wpe_ >= 0 && wpe_ < wte_ ? wpe_ : wte_; }
+  int64_t token_offset() const { return wte_; }
+  int64_t position_offset() const { return wpe_; }  // -1: no learned positions
 
-  // y [Nl, C] from the micro-batch's N tokens.
-  void fwd(const BlockEnv& e, float* y, const int32_t* tokens) const;
+  // y [Nl, C] from the micro-batch's N tokens; chunks (ZeRO-3, a token embedding cut into vocabulary
+  // chunks): looked up one chunk at a time.
+  void fwd(const BlockEnv& e, float* y, const int32_t* tokens, const VocabChunks* chunks = nullptr) const;
   // Generation: y [N, C] for N tokens at positions pos (no sequence parallel, no dropout).
   void fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, const int64_t* pos) const;
   // dy [Nl, C] (the embedding dropout is applied to it in place).
   void bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const;
+  // The same, with the token rows' gradients handed to `rows` (embedding_parallel_bwd_rows) instead of
+  // added into the token embedding's gradient.
+  void bwd_rows(const BlockEnv& e, float* dy, const int32_t* tokens,
+                const std::function<void(const int32_t*, const float*, int64_t)>& rows) const;
 
  private:
   EmbeddingShape shape(const BlockEnv& e) const {

@@ -1,6 +1,7 @@
 #include "models/blocks/lm_head.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/math/gemm.h"
 #include "core/math/mixed_precision.h"
@@ -22,15 +23,27 @@ void LmHeadBlock::bind(const Placement& t, const NameMap& names) {
   w_ = t.at(names(spec_.tied_head ? Role::kEmbed : Role::kLmHead, -1)).offset;
 }
 
-double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const {
+double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a,
+                        const VocabChunks* chunks) const {
   const int64_t C = spec_.hidden, Vl = v_.local;
   norm_.fwd(e, a.ln, a.norm, x, e.Nl);
   const float* h = v_.parallel ? e.tp->gather_rows(a.ln, e.gather, C) : a.ln;
   const int32_t* tgt = local_targets(e, targets);
   // logits [rows, Vl] = h [rows, C] @ W[Vl, C]^T (padded rows of W are zero and masked below)
-  const Weight w = e.wt(w_, false);
-  gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, Vl, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f, a.logits, Vl,
-             true);
+  if (chunks && chunks->count() > 0) {
+    for (size_t c = 0; c < chunks->count(); ++c) {
+      const int64_t v0 = chunks->at[c], vc = chunks->at[c + 1] - v0;
+      chunks->enter(c);
+      const Weight w = e.wt(w_ + v0 * C, false);
+      gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, vc, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f,
+                 a.logits + v0, Vl, true);
+      chunks->leave(c);
+    }
+  } else {
+    const Weight w = e.wt(w_, false);
+    gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, Vl, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f, a.logits, Vl,
+               true);
+  }
   if (v_.parallel)
     vocab_parallel_cross_entropy_fwd(*e.tp, a.losses, a.lse, a.logits, tgt, rows_, Vl, v_.begin, v_.valid, e.dfull);
   else
@@ -50,8 +63,54 @@ void LmHeadBlock::logits_fwd(const BlockEnv& e, float* logits, float* ln, const 
   gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows, Vl, C, 1.0f, ln, nullptr, C, w.f32, w.low, C, 0.0f, logits, Vl, true);
 }
 
+// The fused backward one vocabulary chunk at a time, from the last to the first: dh sums the chunks'
+// products in that order (beta 0 for the first), each chunk's weight gradient is complete when it
+// is left. The logits' gradient is made whole first (fp32: in place; low precision: the column-chunked
+// copy, whose column chunks a vocabulary chunk may cut: the products then read a strided part).
+void LmHeadBlock::chunked_bwd(const BlockEnv& e, float* dh, const float* h, float grad_scale, const int32_t* targets,
+                              const Acts& a, const VocabChunks& chunks) const {
+  const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;
+  float* dw = e.g(w_);
+  const int32_t* tgt = local_targets(e, targets);
+  bool first = true;
+  if (e.cdt == ComputeDtype::kFloat32) {
+    vocab_parallel_cross_entropy_bwd(a.logits, a.lse, tgt, rows, Vl, v_.begin, v_.valid, grad_scale);
+    for (size_t c = chunks.count(); c-- > 0;) {
+      const int64_t v0 = chunks.at[c], vc = chunks.at[c + 1] - v0;
+      chunks.enter(c);
+      const Weight w = e.wt(w_ + v0 * C, false);
+      gemm(Trans::kNo, Trans::kNo, rows, C, vc, 1.0f, a.logits + v0, Vl, w.f32, C, first ? 0.0f : 1.0f, dh, C);
+      gemm(Trans::kYes, Trans::kNo, vc, C, rows, 1.0f, a.logits + v0, Vl, h, C, 1.0f, dw + v0 * C, C);
+      first = false;
+      chunks.leave(c);
+    }
+    return;
+  }
+  const ColumnChunks ch = column_chunks(rows, Vl);
+  const int64_t eb = low_copy_element_bytes(e.cdt);
+  cross_entropy_bwd_low(e.cdt, a.dlogits_low, ch, a.logits, a.lse, tgt, v_.valid, grad_scale, v_.begin);
+  const void* h_low = low_copy_scratch(e.cdt, h, rows, C, 1);
+  for (size_t c = chunks.count(); c-- > 0;) {
+    const int64_t v0 = chunks.at[c], v1 = chunks.at[c + 1];
+    chunks.enter(c);
+    const auto* w_low = static_cast<const std::byte*>(e.wt(w_, false).low);
+    for (int64_t j = 0; j < ch.count(); ++j) {
+      const int64_t k0 = ch.begin(j), kc = ch.cols(j), lo = std::max(v0, k0), hi = std::min(v1, k0 + kc);
+      if (lo >= hi) continue;
+      const std::byte* dl = a.dlogits_low + (ch.offset(j) + (lo - k0)) * eb;
+      gemm_mixed(e.cdt, Trans::kNo, Trans::kNo, rows, C, hi - lo, 1.0f, nullptr, dl, kc, nullptr, w_low + lo * C * eb,
+                 C, first ? 0.0f : 1.0f, dh, C, false);
+      gemm_mixed(e.cdt, Trans::kYes, Trans::kNo, hi - lo, C, rows, 1.0f, nullptr, dl, kc, nullptr, h_low, C, 1.0f,
+                 dw + lo * C, C, false);
+      first = false;
+    }
+    chunks.leave(c);
+  }
+  if (e.cdt == ComputeDtype::kFloat16) round_to_dtype(e.cdt, dh, rows, C, C);
+}
+
 void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x,
-                      const int32_t* targets, const Acts& a) const {
+                      const int32_t* targets, const Acts& a, const VocabChunks* chunks) const {
   const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;
   const Weight w = e.wt(w_, false);
   float* dw = e.g(w_);
@@ -64,7 +123,10 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
     h = pass == BwdPass::kBoth ? e.gather : (weight ? e.tp->gather_rows(a.ln, e.gather, C) : nullptr);
   // Vocabulary-parallel: a column-parallel layer with W^T, so dh is a partial sum over the slices.
   float* dh = v_.parallel ? e.dfull : a.dln;
-  if (e.cdt == ComputeDtype::kFloat32) {
+  if (chunks && chunks->count() > 0) {
+    if (!input || !weight) throw std::logic_error("lm head: a vocabulary-chunked backward runs its two passes fused");
+    chunked_bwd(e, dh, h, grad_scale, targets, a, *chunks);
+  } else if (e.cdt == ComputeDtype::kFloat32) {
     if (input) {
       vocab_parallel_cross_entropy_bwd(a.logits, a.lse, local_targets(e, targets), rows, Vl, v_.begin, v_.valid,
                                        grad_scale);

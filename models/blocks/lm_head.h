@@ -35,8 +35,10 @@ class LmHeadBlock {
   // The head's weight: lm_head.weight, or the token embedding it is tied to.
   int64_t weight_offset() const { return w_; }
 
-  // Returns the summed loss of this rank's rows (SP, replicated head: of all rows).
-  double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a) const;
+  // Returns the summed loss of this rank's rows (SP, replicated head: of all rows). chunks (ZeRO-2
+  // and 3, tensor_parallel.h): the logits made one vocabulary chunk of the weight at a time.
+  double fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a,
+             const VocabChunks* chunks = nullptr) const;
   // Generation: the final norm and this rank's vocabulary slice of the logits of `rows` rows of x
   // (no loss, no sequence parallel): logits [rows, Vl]; ln [rows, C] and norm are scratch.
   void logits_fwd(const BlockEnv& e, float* logits, float* ln, const NormBlock::Acts& norm, const float* x,
@@ -44,13 +46,17 @@ class LmHeadBlock {
   const VocabSlice& vocab() const { return v_; }
   // dx [Nl, C] (written) from d(grad_scale * summed loss). Input pass: dx and the logits'
   // gradient; weight pass: the head's and the norm's weight gradients.
+  // chunks (fused pass only): both products run one vocabulary chunk at a time, from the last chunk
+  // to the first, and leave(c) follows the chunk's weight gradient (final for this backward).
   void bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x, const int32_t* targets,
-           const Acts& a) const;
+           const Acts& a, const VocabChunks* chunks = nullptr) const;
 
  private:
   const int32_t* local_targets(const BlockEnv& e, const int32_t* targets) const {
     return targets + (v_.parallel ? 0 : e.tp->row_begin());
   }
+  void chunked_bwd(const BlockEnv& e, float* dh, const float* h, float grad_scale, const int32_t* targets,
+                   const Acts& a, const VocabChunks& chunks) const;
   TransformerSpec spec_;
   VocabSlice v_;
   int64_t rows_ = 0;

@@ -67,6 +67,13 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
       ShardOptions{cfg.parallel.zero_stage, cfg.parallel.shard_degree, model_->weight_unit_starts()},
       cfg.parallel.use_seq_parallel);
   engine_->on_grads_ready([this](int64_t offset) { sync_->grads_ready_from(offset); });
+  if (sync_->stage() >= 2) {  // the head's weight (and a tied embedding) gathered and reduced chunk by chunk
+    model_->set_vocab_chunks(true);
+    engine_->on_unit_ready([this](int64_t offset) { sync_->unit_ready(offset); },
+                           [this](int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n) {
+                             sync_->add_rows(base, width, ids, rows, n);
+                           });
+  }
   if (pipelined()) sync_->set_pipeline(&ctx_.group(GridAxis::kPp), tied_, ctx_.index(GridAxis::kPp) == 0);
   if (sync_->stage() <= 1) {  // ZeRO-1 keeps its two optimizers (the dense slice, the experts')
     opts_.push_back(std::make_unique<AdamW>(model_->params(), cfg.adamw, sync_->shard_begin(), sync_->shard_end()));
@@ -275,6 +282,12 @@ void Trainer::log_setup() const {
       std::vector<int64_t> sizes;
       for (const ShardUnit& u : zl.units()) sizes.push_back(u.end - u.begin);
       spdlog::info("ZeRO-{} units (floats): [{}]", sync_->stage(), fmt::join(sizes, ", "));
+      std::vector<int> chunk_units;
+      for (int64_t o : model_->vocab_chunk_offsets()) chunk_units.push_back(zl.unit_at(o));
+      if (!chunk_units.empty())
+        spdlog::info("ZeRO-{}: the LM head's weight (a token embedding tied to it too) in {} vocabulary chunks, each a "
+                     "unit gathered and reduced on its own: units [{}]",
+                     sync_->stage(), chunk_units.size(), fmt::join(chunk_units, ", "));
     }
   }
   spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights, {} moments); lr schedule {} "

@@ -9,6 +9,9 @@
 #  Mixtral-style MoE: ZeRO-3 x ep2 (the experts' units over their own data-parallel group).
 #  ZeRO-3's checkpoint (every rank its slices) resumes on one rank and at mp2 (ZeRO-1) and gives the
 #    uninterrupted run's steps 11-20 within 1e-5.
+#  At stages 2 and 3 the LM head's weight is cut into vocabulary chunks no larger than a layer's unit
+#    (GPT-2's 2000-word vocabulary: 3 chunks, a tied embedding; the MoE Llama's 1000: an untied lm_head):
+#    the logs name them, and the comparisons above cover them.
 #  The data-parallel group's bytes per rank per step equal the analytic counts of each stage.
 #  Refused before any work, naming the keys: a zero_stage outside 0-3, zero_stage 0 with
 #    enable_parallel_optimizer, a shard group that does not divide the data-parallel group (and with
@@ -32,7 +35,7 @@ train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
 callbacks: [{type: MFLossMonitor, per_print_times: 1}]
 model:
   arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 96, seq_length: 32, hidden_size: 64, num_layers: 3, num_heads: 4,
+  model_config: {type: GPT2Config, vocab_size: 2000, seq_length: 32, hidden_size: 64, num_layers: 3, num_heads: 4,
                  hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
 YAML
 cat > moe.yaml <<YAML
@@ -45,7 +48,7 @@ callbacks: [{type: MFLossMonitor, per_print_times: 1}]
 moe_config: {expert_num: 4, num_experts_chosen: 2, capacity_factor: 0}
 model:
   arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 32, hidden_size: 64, num_layers: 2, num_heads: 4,
+  model_config: {type: LlamaConfig, vocab_size: 1000, seq_length: 32, hidden_size: 64, num_layers: 2, num_heads: 4,
                  n_kv_heads: 4, intermediate_size: 48, theta: 10000.0, rms_norm_eps: 1.0e-5}
 YAML
 
@@ -87,6 +90,13 @@ python3 "$SRC/tests/integration/compare_runs.py" acc_one acc_z2 acc_z3
 train moe.yaml moe_one 1
 train moe.yaml moe_z3_ep2 4 $DP4 --set parallel_config.expert_parallel=2 $(z 3)
 python3 "$SRC/tests/integration/compare_runs.py" moe_one moe_z3_ep2
+# The head's weight was cut into vocabulary chunks wherever a stage holds it whole with its embedding
+# (tied) or holds an untied lm_head: not under pipeline stages with a tied embedding (its two copies).
+for run in z2 z3 h2 h3 z3_mp2_sp z3_recompute acc_z2 acc_z3 moe_z3_ep2; do
+  grep -q "vocabulary chunks, each a unit" "$run.log" || fail "$run: the head's weight was not cut into vocabulary chunks"
+done
+grep -q "vocabulary chunks, each a unit" z3_pp2.log && fail "z3_pp2: a tied head split from its embedding was cut"
+echo "the head's weight in vocabulary chunks: $(grep -o 'in [0-9]* vocabulary chunks[^:]*: units \[[^]]*\]' z3.log | head -1)"
 # ---- bf16: ZeRO-3 gathers each unit and converts it to bf16 there; the same sums as ZeRO-2 ---------------
 BF="--set model.model_config.compute_dtype=bfloat16"
 train gpt2.yaml bf_one 1 $BF
@@ -135,9 +145,12 @@ PY
 # Per step on the data-parallel group of 4: the loss and the gradient norm (one double each, all-reduced
 # by the ring); ZeRO-1 a reduce-scatter and an all-gather of the whole arena; ZeRO-2 a reduce-scatter and
 # an all-gather per unit; ZeRO-3 a reduce-scatter per unit and an all-gather of each unit before each
-# block's forward and backward: the embedding's unit for its forward and for the tied head's forward and
-# backward (the embedding's backward reads no weight), the others twice. The unit
-# sizes are the ones the run logs ("ZeRO-N units (floats): [...]").
+# block's forward and backward: each vocabulary chunk of the tied embedding for the lookup and for the
+# head's forward and backward, the position embedding's unit for the lookup only (the embedding's
+# backward reads no weight), the others twice. At stages 2 and 3 the lookup's row gradients then go to
+# the ranks that own them: the most rows of any rank all-reduced (one double), then every rank's rows
+# (64 here: 2 x 32 tokens, each its id and 64 values) all-gathered in one round. The unit sizes and the
+# chunks' indices are the ones the run logs ("ZeRO-N units (floats): [...]", "units [...]").
 python3 - z1 z2 z3 <<'PY'
 import json, re, sys
 def cnt(n, d, k):  # shard k of n elements over d ranks: the first n % d shards hold one more (shard_begin)
@@ -147,11 +160,24 @@ def rs(n, d, r):  # elements rank r sends in a ring reduce-scatter of n elements
     return sum(cnt(n, d, r - s - 1) for s in range(d - 1))
 def ag(n, d, r):
     return sum(cnt(n, d, r - s) for s in range(d - 1))
-D, STEPS = 4, 20
+D, STEPS, ROWS, WIDTH = 4, 20, 64, 64
+def chunk_units(log):
+    m = re.search(r"vocabulary chunks, each a unit gathered and reduced on its own: units (\[[^\]]*\])", log)
+    return json.loads(m.group(1)) if m else []
+def gathers(i, chunks):  # ZeRO-3's all-gathers of unit i per step (GPT-2: the tied embedding's chunks first)
+    if not chunks:
+        return 3 if i == 0 else 2  # the embedding's unit: the lookup, the tied head's forward and backward
+    if i in chunks:
+        return 3
+    return 1 if i == len(chunks) else 2  # the unit after the chunks: the position embedding, the lookup's
+def rows_floats(d, r):  # the lookup's rows to their owners: the all-gather of every rank's ROWS rows
+    return ag(d * ROWS * (WIDTH + 1), d, r)
 for run in sys.argv[1:]:
     stage = int(run[1])
     log = open(run + ".log").read()
     units = json.loads(re.search(r"ZeRO-\d units \(floats\): (\[[^\]]*\])", log).group(1))
+    chunks = chunk_units(log)
+    assert stage < 2 or chunks == list(range(len(chunks))) and len(chunks) == 3, f"{run}: vocabulary chunks {chunks}"
     ranks = json.load(open(run + "/resources.json"))["ranks"]
     for r in range(D):
         floats = 0
@@ -159,9 +185,12 @@ for run in sys.argv[1:]:
             floats += rs(n, D, r)
             if stage <= 2:
                 floats += ag(n, D, r)
-            else:  # forward and backward; the unit holding the tied embedding also for the head's two passes
-                floats += (3 if i == 0 else 2) * ag(n, D, r)
+            else:
+                floats += gathers(i, chunks) * ag(n, D, r)
         doubles = 2 * (rs(1, D, r) + ag(1, D, r))  # the loss and the norm's all-reduces
+        if chunks:
+            floats += rows_floats(D, r)
+            doubles += rs(1, D, r) + ag(1, D, r)
         want = STEPS * (4 * floats + 8 * doubles)
         got = ranks[r]["dp_bytes_sent"]
         assert got == want, f"{run} rank {r}: dp bytes sent {got:.0f}, analytic {want}"
@@ -171,10 +200,13 @@ for run in sys.argv[1:]:
 # loss over the whole data-parallel group.
 log = open("h3.log").read()
 units = json.loads(re.search(r"ZeRO-3 units \(floats\): (\[[^\]]*\])", log).group(1))
+chunks = chunk_units(log)
+assert len(chunks) == 3, f"h3: vocabulary chunks {chunks}"
 ranks = json.load(open("h3/resources.json"))["ranks"]
 for r in range(D):
     sr, rr = r % 2, r // 2
-    shard = sum(4 * (rs(n, 2, sr) + (3 if i == 0 else 2) * ag(n, 2, sr)) for i, n in enumerate(units)) + 8 * (rs(1, 2, sr) + ag(1, 2, sr))
+    shard = sum(4 * (rs(n, 2, sr) + gathers(i, chunks) * ag(n, 2, sr)) for i, n in enumerate(units)) + 8 * (rs(1, 2, sr) + ag(1, 2, sr))
+    shard += 4 * rows_floats(2, sr) + 8 * (rs(1, 2, sr) + ag(1, 2, sr))  # the lookup's rows, in the shard group
     replica = sum(4 * (rs(cnt(n, 2, sr), 2, rr) + ag(cnt(n, 2, sr), 2, rr)) for n in units)
     dp = 8 * (rs(1, D, r) + ag(1, D, r))
     for key, want in (("shard_bytes_sent", shard), ("replica_bytes_sent", replica), ("dp_bytes_sent", dp)):

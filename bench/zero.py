@@ -58,8 +58,8 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
-def train(binary, cfg, out, dp, sets, threads=1):
-    env = dict(ENV, OMP_NUM_THREADS=str(threads))
+def train(binary, cfg, out, dp, sets, threads=1, extra_env=None):
+    env = dict(ENV, OMP_NUM_THREADS=str(threads), **(extra_env or {}))
     cmd = [binary, "train", "--config", cfg, "--set", f"output_dir={out}", "--set", f"parallel_config.data_parallel={dp}"]
     for s in sets:
         cmd += ["--set", s]
@@ -82,6 +82,15 @@ def plan_total(binary, cfg, dp, sets):
     m = re.search(r"tensor-parallel rank 0.*?: parameters (.*?), gradients (.*?), optimizer state (.*?) \(.*?weight copy "
                   r"(.*?), activations (.*?); total (.*)", out)
     return m.groups() if m else None, out
+
+
+def gather_waits(trace_path, steps):
+    """{rank: ms per step waiting for ZeRO-3's weight all-gathers} from a profiled run's trace."""
+    waits = {}
+    for e in json.load(open(trace_path))["traceEvents"]:
+        if e.get("ph") == "X" and e["name"] == "wait weight all-gather":
+            waits[e["pid"]] = waits.get(e["pid"], 0.0) + e["dur"] / 1000
+    return {r: w / steps for r, w in waits.items()}
 
 
 def rs_ag_bytes(units, d, r, gathers):
@@ -171,6 +180,28 @@ def main():
         cell = lambda s: f"{med[s]:.0f} ms ({min(runs[s]):.0f}-{max(runs[s]):.0f}), {tok(s):.0f} tok/s"
         lines.append(f"| {dp} | {cell(1)} | {cell(2)} | {cell(3)} | {tok(3) / tok(1):.2f} |")
         print(lines[-1], flush=True)
+    if not a.skip_speed:
+        # The prefetch's overlap: ZeRO-3 at dp2 profiled (steps 2..), as built and with GF_ZERO_NO_PREFETCH=1
+        # (each unit gathered only when its block needs it, so every gather is waited for in full). A
+        # rank's waits are its "wait weight all-gather" spans; overlap = 1 - built / no prefetch.
+        prof = ["parallel.zero_stage=3", "profile=True", "profile_start_step=2", f"profile_stop_step={a.speed_steps}"]
+        ov = {"built": [], "none": []}
+        for _ in range(a.speed_rounds):
+            for kind in ("built", "none"):
+                out = os.path.join(tmp, f"ov_{kind}")
+                _, ms, _ = train(a.binary, cfg, out, 2, prof, extra_env={"GF_ZERO_NO_PREFETCH": "1"} if kind == "none" else None)
+                ov[kind].append((ms, gather_waits(os.path.join(out, "profile", "trace.json"), a.speed_steps - 1)))
+        lines.append(f"\n## ZeRO-3's prefetch at dp2 (profiled steps 2-{a.speed_steps}, median over {a.speed_rounds} rounds): "
+                     "waits on weight all-gathers, ms per step")
+        lines.append("| rank | no prefetch | as built | overlap |")
+        lines.append("|---|---|---|---|")
+        for rank in sorted(ov["built"][0][1]):
+            wn = statistics.median(w.get(rank, 0.0) for _, w in ov["none"])
+            wb = statistics.median(w.get(rank, 0.0) for _, w in ov["built"])
+            lines.append(f"| {rank} | {wn:.1f} | {wb:.1f} | {1 - wb / wn if wn > 0 else float('nan'):.2f} |")
+        lines.append(f"step (profiled): no prefetch {statistics.median(m for m, _ in ov['none']):.0f} ms, as built "
+                     f"{statistics.median(m for m, _ in ov['built']):.0f} ms")
+        print("\n".join(lines[-5:]), flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

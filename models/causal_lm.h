@@ -115,7 +115,7 @@ class CausalLM {
   // rank (parameters finish from the end of the arena towards the front). The trainer uses it to
   // start data-parallel reductions while backward goes on.
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
-  // ZeRO-2 and 3 with the head's weight cut into vocabulary chunks (set_vocab_chunks): unit_ready(offset)
+  // ZeRO-2 and 3 with the head's weight cut into vocabulary chunks (set_fine_units): unit_ready(offset)
   // says the unit starting there has its final gradient now, out of the arena's order (the head's
   // chunks, as its backward finishes each); it returns false when the reductions are not armed (a
   // micro-batch before the last: the gradient accumulates whole). add_rows(base, width, ids, rows, n)
@@ -126,9 +126,10 @@ class CausalLM {
     unit_ready_ = std::move(unit_ready);
     add_rows_ = std::move(add_rows);
   }
-  // ZeRO-2 and 3: cut the head's weight into vocabulary chunks (weight_unit_starts() names them), each
-  // a unit, so the head (and a tied embedding) gathers and reduces one chunk at a time.
-  virtual void set_vocab_chunks(bool on) { (void)on; }
+  // ZeRO-2 and 3's finer units (weight_unit_starts() names them): the head's weight in vocabulary
+  // chunks, so the head (and a tied embedding) gathers and reduces one chunk at a time, and each layer
+  // in two halves (attention, MLP), gathered and reduced apart.
+  virtual void set_fine_units(bool on) { (void)on; }
   // With them on: the arena offsets where the chunks start (empty: the weight is not cut).
   virtual std::vector<int64_t> vocab_chunk_offsets() const { return {}; }
 

@@ -40,8 +40,8 @@ std::vector<int64_t> PipelineStage::weight_unit_starts() const {
   return at;
 }
 
-void PipelineStage::set_vocab_chunks(bool on) {
-  for (const auto& c : chunks_) c->set_vocab_chunks(on);
+void PipelineStage::set_fine_units(bool on) {
+  for (const auto& c : chunks_) c->set_fine_units(on);
 }
 
 std::vector<int64_t> PipelineStage::vocab_chunk_offsets() const {

@@ -45,7 +45,7 @@ class PipelineStage : public CausalLM {
   bool whole_model() const override { return false; }
   std::vector<int64_t> weight_unit_starts() const override;
   void set_weight_gate(WeightGate* gate) override;
-  void set_vocab_chunks(bool on) override;
+  void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;
   // The chunks share this stage's arena and its low-precision copy.
   void convert_low(int64_t begin, int64_t end) override { chunks_.front()->convert_low(begin, end); }

@@ -132,12 +132,17 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     head_.bind(params_, names_);
   }
   if (d.first) emb_reads_ = {embedding_.first_offset()};
-  for (const TransformerLayer& l : layers_) layer_reads_.push_back({l.first_offset(), l.expert_offset()});
+  for (const TransformerLayer& l : layers_) {
+    layer_reads_.push_back({l.first_offset(), l.mlp_offset(), l.expert_offset()});
+    attn_reads_.push_back({l.first_offset()});
+    mlp_reads_.push_back({l.mlp_offset(), l.expert_offset()});
+  }
   if (d.last) head_reads_ = {head_.first_offset(), head_.weight_offset()};
   if (d.last) {
     std::vector<int64_t> dense, experts;
     for (const TransformerLayer& l : layers_) {
       dense.push_back(l.first_offset());
+      dense.push_back(l.mlp_offset());
       if (l.expert_offset() >= 0) experts.push_back(l.expert_offset());
     }
     dense.push_back(head_.first_offset());
@@ -240,7 +245,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
   // block's are fetched meanwhile.
   auto reads_after = [&](int64_t l) -> const std::vector<int64_t>& {  // what follows layer l (l0 - 1: the embedding)
     static const std::vector<int64_t> none;
-    if (l + 1 < d.l1) return layer_reads_[static_cast<size_t>(l + 1 - d.l0)];
+    if (l + 1 < d.l1) return (halves_ ? attn_reads_ : layer_reads_)[static_cast<size_t>(l + 1 - d.l0)];
     return d.last ? head_reads_ : none;
   };
   if (d.first) {
@@ -270,9 +275,20 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     trace::Span span(trace::kOn, "compute", "layer %d fwd", static_cast<int>(l));
     span.arg("layer", static_cast<double>(l));
     const TransformerLayer::Acts& a = s.layers[static_cast<size_t>(l - d.l0)];
-    need(layer_reads_[static_cast<size_t>(l - d.l0)], reads_after(l));
-    layers_[static_cast<size_t>(l - d.l0)].fwd(e, layer_input(s, l), a);
-    done(layer_reads_[static_cast<size_t>(l - d.l0)]);
+    const size_t i = static_cast<size_t>(l - d.l0);
+    if (halves_) {  // ZeRO-2 and 3: the attention's half, then the MLP's (fetched meanwhile)
+      need(attn_reads_[i], mlp_reads_[i]);
+      const std::function<void()> between = [&] {
+        done(attn_reads_[i]);
+        need(mlp_reads_[i], reads_after(l));
+      };
+      layers_[i].fwd(e, layer_input(s, l), a, &between);
+      done(mlp_reads_[i]);
+    } else {
+      need(layer_reads_[i], reads_after(l));
+      layers_[i].fwd(e, layer_input(s, l), a);
+      done(layer_reads_[i]);
+    }
     if (check_finite_) {
       if (d.mode(l) == Recompute::kNone && a.res2)
         check_finite(a.res2, rows, "layer " + std::to_string(l) + "'s attention (input + attention output)");
@@ -360,7 +376,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const BwdPass head_pass = d.share_logits && pass == BwdPass::kInput ? BwdPass::kBoth : pass;
     if (!(d.share_logits && pass == BwdPass::kWeight)) {
       trace::Span span(trace::kOn, "compute", "head %s", pass_name);
-      const std::vector<int64_t>& after = d.l1 > d.l0 ? layer_reads_.back() : no_reads_;
+      const std::vector<int64_t>& after = d.l1 > d.l0 ? (halves_ ? mlp_reads_ : layer_reads_).back() : no_reads_;
       if (chunks_on_ && head_pass == BwdPass::kBoth) {
         // ZeRO-2 and 3: from the last vocabulary chunk to the first, each chunk's gradient handed to
         // its reduce-scatter as soon as it is made.
@@ -390,11 +406,25 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     const float* x = layer_input(s, l);
     trace::Span span(trace::kOn, "compute", "layer %d %s", static_cast<int>(l), pass_name);
     span.arg("layer", static_cast<double>(l));
-    need(layer_reads_[static_cast<size_t>(l - d.l0)],
-         l > d.l0 ? layer_reads_[static_cast<size_t>(l - 1 - d.l0)] : no_reads_);
-    if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
-    layer.bwd(e, pass, x, a, layer_grads(s, l));
-    done(layer_reads_[static_cast<size_t>(l - d.l0)]);
+    const size_t i = static_cast<size_t>(l - d.l0);
+    const std::vector<int64_t>& before = l > d.l0 ? (halves_ ? mlp_reads_ : layer_reads_)[i - 1] : no_reads_;
+    if (halves_ && pass == BwdPass::kBoth && d.mode(l) == Recompute::kNone) {
+      // ZeRO-2 and 3: the MLP's half (its gradients reduce-scattered as soon as they are final), then
+      // the attention's (fetched meanwhile).
+      need(mlp_reads_[i], attn_reads_[i]);
+      const std::function<void()> between = [&] {
+        done(mlp_reads_[i]);
+        grads_ready_from(layer.mlp_offset());
+        need(attn_reads_[i], before);
+      };
+      layer.bwd(e, pass, x, a, layer_grads(s, l), &between);
+      done(attn_reads_[i]);
+    } else {
+      need(layer_reads_[i], before);
+      if (input) layer.recompute(e, d.mode(l), x, a, scratch_.attn.dy);
+      layer.bwd(e, pass, x, a, layer_grads(s, l));
+      done(layer_reads_[i]);
+    }
     if (input) check_finite(scratch_.dres, d.Nl * d.C, "layer " + std::to_string(l) + "'s backward (the gradient into its input)");
     if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
     progress();
@@ -426,6 +456,7 @@ std::vector<int64_t> TransformerLM::weight_unit_starts() const {
   if (dims_.first) at.push_back(embedding_.first_offset());
   for (const TransformerLayer& l : layers_) {
     at.push_back(l.first_offset());
+    at.push_back(l.mlp_offset());
     if (l.expert_offset() >= 0) at.push_back(l.expert_offset());
   }
   if (dims_.last) at.push_back(head_.first_offset());
@@ -433,7 +464,8 @@ std::vector<int64_t> TransformerLM::weight_unit_starts() const {
   return at;
 }
 
-void TransformerLM::set_vocab_chunks(bool on) {
+void TransformerLM::set_fine_units(bool on) {
+  halves_ = on;
   chunks_on_ = on && !chunk_rows_.empty();
   chunks_.at = chunks_on_ ? chunk_rows_ : std::vector<int64_t>{};
   head_all_reads_ = head_reads_;
@@ -481,6 +513,7 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
       TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
       layer.bind(t, names);
       at.push_back(layer.first_offset());
+      at.push_back(layer.mlp_offset());
       if (layer.expert_offset() >= 0) at.push_back(layer.expert_offset());
     }
     if (l1 == spec.layers) {
@@ -493,6 +526,7 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
         TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
         layer.bind(t, names);
         dense.push_back(layer.first_offset());
+        dense.push_back(layer.mlp_offset());
         if (layer.expert_offset() >= 0) experts.push_back(layer.expert_offset());
       }
       dense.push_back(h.first_offset());

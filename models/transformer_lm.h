@@ -132,7 +132,7 @@ class TransformerLM : public CausalLM {
   static std::vector<int64_t> unit_starts(const TransformerSpec& spec, const NameMap& names, const Placement& t,
                                           int tp, int ep, const std::vector<StageOptions>& chunks);
   void set_weight_gate(WeightGate* gate) override { gate_ = gate; }
-  void set_vocab_chunks(bool on) override;
+  void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;
   // ZeRO-2 and 3's vocabulary chunks of the head's weight: its local vocabulary rows where each chunk
   // starts, then the row count; empty where the weight is not cut (one chunk would hold it, or a tied
@@ -249,7 +249,7 @@ class TransformerLM : public CausalLM {
   WeightGate* gate_ = nullptr;
   // The arena offsets each block reads (ZeRO-3's units): the embedding, layer l - l0, the head.
   std::vector<int64_t> emb_reads_, head_reads_;
-  // set_vocab_chunks: the head's chunks (its weight's rows; enter/leave bound per call), on or off, and
+  // set_fine_units: the head's chunks (its weight's rows; enter/leave bound per call), on or off, and
   // whether this backward's head handed its chunks' gradients over (a tied embedding then adds its rows
   // through add_grad_rows).
   VocabChunks chunks_;
@@ -259,6 +259,9 @@ class TransformerLM : public CausalLM {
   int64_t chunk_offset(size_t c) const { return head_.weight_offset() + chunk_rows_[c] * dims_.C; }
   const std::vector<int64_t> no_reads_;  // a block with no successor (bound by reference: no vector per call)
   std::vector<std::vector<int64_t>> layer_reads_;
+  // set_fine_units: each layer's two halves read apart (its attention's unit, its MLP's and experts').
+  bool halves_ = false;
+  std::vector<std::vector<int64_t>> attn_reads_, mlp_reads_;
   void need(const std::vector<int64_t>& now, const std::vector<int64_t>& next) const {
     if (gate_) gate_->need(now, next);
   }

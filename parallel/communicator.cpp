@@ -274,6 +274,10 @@ struct PendingAllreduce::State {
     if (phase == kReduceScatter) reduce_into(at(recv_chunk), tmp.data(), count(recv_chunk), dtype, op);
     if (++step == size - 1) {
       step = 0;
+      // The receive buffer is the reduce-scatter's alone: given back as soon as it ends, not when the
+      // handle goes (ZeRO-2 and 3 keep every unit's handle until the next step: a quarter of the arena
+      // at dp4 otherwise).
+      if (phase == kReduceScatter) std::vector<char>().swap(tmp);
       phase = phase == last ? kDone : static_cast<Phase>(phase + 1);
     }
     if (phase != kDone) post();

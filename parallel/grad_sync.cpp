@@ -172,8 +172,10 @@ void GradientSync::advance_units() {
   }
   // At most kUnitsInFlight units' whole gradients wait for their reduce-scatter: the oldest is finished
   // here otherwise. A ring advances only while its ranks are inside MPI, so on busy cores every unit
-  // could stay whole until finish(), and ZeRO-2's gradients would peak at the whole arena.
-  constexpr size_t kUnitsInFlight = 2;
+  // could stay whole until finish(), and ZeRO-2's gradients would peak at the whole arena. One: with
+  // the unit being computed that is two layers' gradients whole (2 x 27 MiB for gpt2-124M); a second
+  // waiting unit bought no overlap on these CPUs (bench/zero.py) and cost 27 MiB more.
+  constexpr size_t kUnitsInFlight = 1;
   while (in_flight_.size() > kUnitsInFlight) {
     trace::Span wait("wait", "wait unit reduce-scatter");
     unit_pending_[in_flight_.front()].wait();

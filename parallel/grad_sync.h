@@ -83,7 +83,7 @@ class GradientSync {
   // Backward has finished every gradient at arena offsets >= `offset` on this rank.
   void grads_ready_from(int64_t offset);
   // ZeRO-2 and 3: the unit starting at `offset` has its final gradient now, out of the arena's order
-  // (the head's vocabulary chunks, CausalLM::set_vocab_chunks): its reduce-scatter starts.
+  // (the head's vocabulary chunks, CausalLM::set_fine_units): its reduce-scatter starts.
   void unit_ready(int64_t offset);
   // After those units' reductions: n rows of `width` floats added to rows ids[i] (-1: none) of the
   // gradient of the matrix at arena offset `base` (a tied embedding's lookup gradient). Every rank of

@@ -1,6 +1,8 @@
 #include "parallel/zero.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <stdexcept>
 
 #include "core/math/aligned_buffer.h"
@@ -97,7 +99,12 @@ int ShardLayout::unit_holding(int64_t offset) const {
 WeightStream::WeightStream(const ShardLayout& layout, float* weights, std::function<void(int64_t, int64_t)> on_gathered,
                            std::function<void(int64_t, int64_t)> release_low)
     : layout_(layout), w_(weights), on_gathered_(std::move(on_gathered)), release_low_(std::move(release_low)),
-      state_(layout.units().size(), State::kAway), users_(layout.units().size(), 0), pending_(layout.units().size()) {}
+      state_(layout.units().size(), State::kAway), users_(layout.units().size(), 0), pending_(layout.units().size()) {
+  // GF_ZERO_NO_PREFETCH=1 (bench/zero.py): each unit gathered only when a block needs it, so the
+  // gathers' whole time shows as waits (the prefetch's overlap is measured against it).
+  const char* no = std::getenv("GF_ZERO_NO_PREFETCH");
+  prefetch_ = no == nullptr || std::string(no) != "1";
+}
 
 void WeightStream::start(int u) {
   if (state_[static_cast<size_t>(u)] != State::kAway) return;
@@ -145,10 +152,11 @@ void WeightStream::need(const std::vector<int64_t>& now, const std::vector<int64
     ++users_[static_cast<size_t>(u)];
     here.push_back(u);
   }
-  for (int64_t o : next) {  // prefetched while this block computes
-    const int u = o < 0 ? -1 : layout_.unit_holding(o);
-    if (u >= 0) start(u);
-  }
+  if (prefetch_)
+    for (int64_t o : next) {  // prefetched while this block computes
+      const int u = o < 0 ? -1 : layout_.unit_holding(o);
+      if (u >= 0) start(u);
+    }
   for (int u : here) finish(u);
 }
 

@@ -97,6 +97,7 @@ class WeightStream : public WeightGate {
   std::vector<int> users_;  // need() minus done() per unit
   std::vector<PendingAllreduce> pending_;
   int64_t live_ = 0, peak_ = 0;
+  bool prefetch_ = true;
 };
 
 }  // namespace gf

@@ -45,12 +45,13 @@ void TransformerLayer::bind(const Placement& t, const NameMap& names) {
   else mlp_.bind(t, names, layer_);
 }
 
-void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a) const {
+void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a, const std::function<void()>* between) const {
   const int64_t Nl = e.Nl, C = spec_.hidden;
   norm1_.fwd(e, a.ln1, a.n1, x, Nl);
   attn_.fwd(e, layer_, a.res2, a.ln1, a.attn);
   e.dropout_rows(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   add_inplace(a.res2, x, Nl * C);
+  if (between) (*between)();
   norm2_.fwd(e, a.ln2, a.n2, a.res2, Nl);
   if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
   else mlp_.fwd(e, a.out, a.ln2, a.mlp);
@@ -81,7 +82,8 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
   if (!is_moe()) mlp_.activation_fwd(e, a.mlp);  // an MoE layer keeps its experts' activations
 }
 
-void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const {
+void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g,
+                           const std::function<void()>* between) const {
   const int64_t Nl = e.Nl, C = spec_.hidden;
   // An MoE block has no passes apart: its whole backward (the experts' and router's weight
   // gradients too) runs in the input pass, and the weight pass skips it.
@@ -98,6 +100,7 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
   if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
   else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
+  if (between) (*between)();
   // Attention: res2 = x + dropout(attention(norm1(x)))
   std::memcpy(g.dout_attn, g.dres, sizeof(float) * Nl * C);
   e.dropout_rows(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);

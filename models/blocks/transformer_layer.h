@@ -3,6 +3,7 @@
 // Its activations live in planned storage (TransformerLayer::Acts, laid out by the model for its
 // recompute mode); its backward runs fused or as an input pass and a later weight pass.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "core/params/placement.h"
@@ -45,16 +46,24 @@ class TransformerLayer {
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return norm1_.first_offset(); }
+  // The second half's first parameter (the second norm, then the MLP or the MoE router): ZeRO-2 and 3
+  // cut a layer there into two units, its attention's and its MLP's.
+  int64_t mlp_offset() const { return norm2_.first_offset(); }
   // An MoE layer's experts' first parameter (-1 for a dense layer).
   int64_t expert_offset() const { return is_moe() ? moe_.expert_offset() : -1; }
 
-  void fwd(const BlockEnv& e, const float* x, const Acts& a) const;
+  // between (ZeRO-3's layer halves): called after the attention's residual sum, before the second
+  // norm reads anything of the MLP half.
+  void fwd(const BlockEnv& e, const float* x, const Acts& a, const std::function<void()>* between = nullptr) const;
   // Generation (no dropout, no sequence parallel): the forward with attention against the KV cache
   // (AttentionBlock::fwd_cached); writes a.out.
   void fwd_cached(const BlockEnv& e, const float* x, const Acts& a, const KvCache& kv, const RowPositions& rp) const;
   // Before the backward: what the forward did not keep under `mode`, computed again bitwise.
   void recompute(const BlockEnv& e, Recompute mode, const float* x, const Acts& a, float* y_scratch) const;
-  void bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g) const;
+  // between (fused or input pass): called when the MLP half's backward is done (its gradients final in
+  // the fused pass), before the attention's reads anything of its half.
+  void bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g,
+           const std::function<void()>* between = nullptr) const;
 
  private:
   TransformerSpec spec_;

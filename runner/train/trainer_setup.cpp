@@ -68,7 +68,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
       cfg.parallel.use_seq_parallel);
   engine_->on_grads_ready([this](int64_t offset) { sync_->grads_ready_from(offset); });
   if (sync_->stage() >= 2) {  // the head's weight (and a tied embedding) gathered and reduced chunk by chunk
-    model_->set_vocab_chunks(true);
+    model_->set_fine_units(true);
     engine_->on_unit_ready([this](int64_t offset) { sync_->unit_ready(offset); },
                            [this](int64_t base, int64_t width, const int32_t* ids, const float* rows, int64_t n) {
                              sync_->add_rows(base, width, ids, rows, n);

@@ -7,8 +7,10 @@
                                               [--skip 5] [--timeout 900]
 
 Workloads: the repo's own tiny fp32 configs, run from the repo root (their data paths are relative):
-  gpt2_tiny     configs/gpt2/run_gpt2_tiny.yaml
-  mixtral_tiny  configs/moe/run_mixtral_tiny.yaml
+  gpt2_tiny            configs/gpt2/run_gpt2_tiny.yaml
+  mixtral_tiny         configs/moe/run_mixtral_tiny.yaml
+  gpt2_tiny_gelu       the first with --set model.model_config.hidden_act=gelu (exact, MindFormers' GPT-2)
+  gpt2_tiny_fast_gelu  the same with fast_gelu
 each as `gridformer train --config C --set runner_config.train_steps=STEPS
 --set callbacks='[{type: MFLossMonitor, per_print_times: 1}]' --set output_dir=<temp dir per run>`:
 one line per step in metrics.jsonl, and no checkpoint (the callbacks override replaces the config's
@@ -42,6 +44,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {
     "gpt2_tiny": "configs/gpt2/run_gpt2_tiny.yaml",
     "mixtral_tiny": "configs/moe/run_mixtral_tiny.yaml",
+    # MindFormers' own GPT-2 files say hidden_act gelu (erf) or fast_gelu
+    "gpt2_tiny_gelu": ("configs/gpt2/run_gpt2_tiny.yaml", ["model.model_config.hidden_act=gelu"]),
+    "gpt2_tiny_fast_gelu": ("configs/gpt2/run_gpt2_tiny.yaml", ["model.model_config.hidden_act=fast_gelu"]),
 }
 CALLBACKS = "callbacks=[{type: MFLossMonitor, per_print_times: 1}]"
 
@@ -79,7 +84,8 @@ def run_once(binary, config, steps, probe, skip, timeout):
         env = dict(os.environ)
         env.pop("OMP_NUM_THREADS", None)
         env["GF_MACHINE_PROBE"] = probe
-        cmd = [binary, "train", "--config", config,
+        config, sets = (config, []) if isinstance(config, str) else config
+        cmd = [binary, "train", "--config", config, *[a for x in sets for a in ("--set", x)],
                "--set", f"runner_config.train_steps={steps}",
                "--set", CALLBACKS,
                "--set", f"output_dir={out}"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sharded data parallelism (parallel.zero_stage): memory, bytes and speed of each stage, side by side.
 
-    /usr/bin/python3 bench/zero.py [--memory-model gpt2-124m] [--speed-rounds 3] [--out bench/results/FILE.txt]
+    /usr/bin/python3 bench/zero.py [--seq 128] [--speed-rounds 3] [--speed-steps 6] [--skip-memory] [--skip-speed] [--out FILE]
 
 Memory (gpt2-124M fp32 at dp4, micro batch 1, seq 128, 2 steps): each rank's measured peak RSS
 (resources.json) beside the plan's analytic bytes for the same layout (`gridformer plan`), for
@@ -16,6 +16,10 @@ units the run logs (ring reduce-scatter and all-gather of each unit; see tests/i
 Speed (gpt2-tiny: 4 layers, 256 wide, seq 256, micro batch 4, fp32): tokens/s of ZeRO-1, 2 and 3 at dp2
 and dp4, the layouts alternating within each round; the median of each run's steady step times, then
 the median over rounds. On a machine with fewer cores than ranks the ranks are oversubscribed (said so).
+
+Prefetch (with the speed rows): ZeRO-3 at dp2 profiled, as built and with parallel.zero_prefetch: False (each
+unit gathered only when its block needs it); the waits on weight all-gathers per step from the step
+timeline, and the share of them the prefetch hides.
 """
 import argparse
 import json
@@ -181,7 +185,7 @@ def main():
         lines.append(f"| {dp} | {cell(1)} | {cell(2)} | {cell(3)} | {tok(3) / tok(1):.2f} |")
         print(lines[-1], flush=True)
     if not a.skip_speed:
-        # The prefetch's overlap: ZeRO-3 at dp2 profiled (steps 2..), as built and with GF_ZERO_NO_PREFETCH=1
+        # The prefetch's overlap: ZeRO-3 at dp2 profiled (steps 2..), as built and with parallel.zero_prefetch: False
         # (each unit gathered only when its block needs it, so every gather is waited for in full). A
         # rank's waits are its "wait weight all-gather" spans; overlap = 1 - built / no prefetch.
         prof = ["parallel.zero_stage=3", "profile=True", "profile_start_step=2", f"profile_stop_step={a.speed_steps}"]
@@ -189,7 +193,7 @@ def main():
         for _ in range(a.speed_rounds):
             for kind in ("built", "none"):
                 out = os.path.join(tmp, f"ov_{kind}")
-                _, ms, _ = train(a.binary, cfg, out, 2, prof, extra_env={"GF_ZERO_NO_PREFETCH": "1"} if kind == "none" else None)
+                _, ms, _ = train(a.binary, cfg, out, 2, prof + (["parallel.zero_prefetch=False"] if kind == "none" else []))
                 ov[kind].append((ms, gather_waits(os.path.join(out, "profile", "trace.json"), a.speed_steps - 1)))
         lines.append(f"\n## ZeRO-3's prefetch at dp2 (profiled steps 2-{a.speed_steps}, median over {a.speed_rounds} rounds): "
                      "waits on weight all-gathers, ms per step")

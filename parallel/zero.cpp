@@ -1,8 +1,6 @@
 #include "parallel/zero.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <stdexcept>
 
 #include "core/math/aligned_buffer.h"
@@ -97,14 +95,10 @@ int ShardLayout::unit_holding(int64_t offset) const {
 }
 
 WeightStream::WeightStream(const ShardLayout& layout, float* weights, std::function<void(int64_t, int64_t)> on_gathered,
-                           std::function<void(int64_t, int64_t)> release_low)
+                           std::function<void(int64_t, int64_t)> release_low, bool prefetch)
     : layout_(layout), w_(weights), on_gathered_(std::move(on_gathered)), release_low_(std::move(release_low)),
-      state_(layout.units().size(), State::kAway), users_(layout.units().size(), 0), pending_(layout.units().size()) {
-  // GF_ZERO_NO_PREFETCH=1 (bench/zero.py): each unit gathered only when a block needs it, so the
-  // gathers' whole time shows as waits (the prefetch's overlap is measured against it).
-  const char* no = std::getenv("GF_ZERO_NO_PREFETCH");
-  prefetch_ = no == nullptr || std::string(no) != "1";
-}
+      state_(layout.units().size(), State::kAway), users_(layout.units().size(), 0), pending_(layout.units().size()),
+      prefetch_(prefetch) {}
 
 void WeightStream::start(int u) {
   if (state_[static_cast<size_t>(u)] != State::kAway) return;

@@ -70,8 +70,9 @@ class WeightStream : public WeightGate {
  public:
   // `on_gathered(begin, end)`: called when a unit's fp32 weights are whole (the model converts
   // them to its low-precision copy there); `release_low(begin, end)`: when they are given back.
+  // prefetch (parallel.zero_prefetch): need()'s `next` units are started at once (false: ignored).
   WeightStream(const ShardLayout& layout, float* weights, std::function<void(int64_t, int64_t)> on_gathered,
-               std::function<void(int64_t, int64_t)> release_low);
+               std::function<void(int64_t, int64_t)> release_low, bool prefetch = true);
   // Units named by any offset inside them (ShardLayout::unit_holding); -1 entries are skipped.
   void need(const std::vector<int64_t>& now, const std::vector<int64_t>& next) override;
   void done(const std::vector<int64_t>& units) override;

@@ -65,6 +65,9 @@ struct ParallelConfig {
   // The state is sharded over groups of this many consecutive data-parallel ranks and replicated across
   // the groups; 0: the whole group (no replicas).
   int64_t shard_degree = 0;
+  // parallel.zero_prefetch (ours): ZeRO-3 gathers the next block's weights while a block computes
+  // (DeepSpeed's stage3_prefetch_bucket_size 0 turns that off there).
+  bool zero_prefetch = true;
   // parallel.pipeline_config.pipeline_scheduler, parsed (pipeline::parse_scheduler: gpipe, 1f1b,
   // interleaved, which 1f1b becomes with pipeline_chunks > 1, zero_bubble_h1 and its aliases).
   pipeline::Scheduler pipeline_scheduler = pipeline::Scheduler::k1F1B;

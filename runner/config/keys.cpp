@@ -171,6 +171,10 @@ std::vector<KeyRule> common_rules() {
        "ours (DeepSpeed's stages): 0 nothing sharded, 1 the AdamW moments, 2 also the gradients (reduce-scattered layer "
        "by layer during the last micro-batch's backward), 3 also the weights (each layer's gathered before its forward "
        "and its backward, the next one prefetched, and freed after); -1 (default): 1 when enable_parallel_optimizer"},
+      {"parallel.zero_prefetch", kBuilt,
+       "ours: ZeRO-3 gathers the next block's weights while a block computes (true, default) or each block's only when "
+       "it runs (false; DeepSpeed's stage3_prefetch_bucket_size 0). Without spare cores or an MPI progress thread a "
+       "gather advances only inside MPI calls, and bench/zero.py measured false faster on 2 busy cores"},
       {"parallel.collectives", kBuilt,
        "parallel.mpi_collectives (ring: our rings, bitwise-reproducible; mpi: MPI_Ireduce_scatter / MPI_Iallgatherv, "
        "the cluster's MPI algorithms)"},

@@ -303,6 +303,7 @@ void read_zero_stage(ReadContext& x) {
              "parallel_config.optimizer_shard: True, which mean zero_stage 1): drop one of them");
   }
   p.zero_stage = stage >= 0 ? static_cast<int>(stage) : mf ? 1 : 0;
+  p.zero_prefetch = rd.get<bool>("parallel.zero_prefetch");
   const int64_t shard = rd.get<int64_t>("parallel.parallel_optimizer_config.optimizer_weight_shard_size");
   const int64_t hybrid = rd.get<int64_t>("parallel_config.hybrid_shard_degree");
   const std::string shard_kv = kv("parallel.parallel_optimizer_config.optimizer_weight_shard_size", std::to_string(shard));

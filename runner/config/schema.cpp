@@ -97,6 +97,7 @@ parallel:
   search_mode: sharding_propagation
   enable_parallel_optimizer: false
   zero_stage: -1   # ours: 0 none, 1 AdamW moments, 2 + gradients, 3 + weights sharded over data parallel; -1: 1 when enable_parallel_optimizer
+  zero_prefetch: true   # ours: ZeRO-3 gathers the next block's weights while a block computes (false: each when needed)
   collectives: ring   # ours: ring (bitwise-reproducible sums, exact byte counts) or mpi (MPI's own non-blocking collectives)
   hang_timeout: 300.0   # ours: seconds a wait may go without progress before the hang report and exit status 6; 0: never
   strategy_ckpt_save_file: ./ckpt_strategy.ckpt

@@ -88,7 +88,7 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
     CausalLM* m = model_.get();
     stream_ = std::make_unique<WeightStream>(
         sync_->layout(), m->weights(), [m](int64_t b, int64_t e) { m->convert_low(b, e); },
-        [m](int64_t b, int64_t e) { m->release_low(b, e); });
+        [m](int64_t b, int64_t e) { m->release_low(b, e); }, cfg.parallel.zero_prefetch);
     model_->set_weight_gate(stream_.get());
   }
   lr_ = std::make_unique<LrSchedule>(cfg.lr, total_steps_);
@@ -274,8 +274,10 @@ void Trainer::log_setup() const {
         break;
       default:
         how = fmt::format("ZeRO-3 over {} ranks{}: each unit's weights all-gathered before a block's forward and its "
-                          "backward (the next block's fetched meanwhile) and given back after; each unit reduce-scattered "
-                          "as backward finishes it", shard, hybrid);
+                          "backward ({}) and given back after; each unit reduce-scattered as backward finishes it",
+                          shard, hybrid,
+                          cfg_.parallel.zero_prefetch ? "the next block's fetched meanwhile"
+                                                     : "when the block runs: parallel.zero_prefetch False");
     }
     spdlog::info("data-parallel gradients: {}", how);
     if (sync_->stage() >= 1) {

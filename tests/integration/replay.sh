@@ -3,7 +3,10 @@
 #  (a) steps 9-12 replayed from the run's step-8 checkpoint: "same bits" for each, status 0.
 #  (b) one mantissa bit of a saved weight (h.1.mlp.c_fc.weight) flipped: the replay names the damaged
 #      tensor (its piece's CRC-32C), replays it as it is, and reports DIFFERENT bits from step 9 on with the
-#      ranks whose own loss differs: status 7.
+#      ranks whose own loss differs: status 7. The flipped bit is the top mantissa bit (the element moves
+#      by a quarter to a half of itself). With the bit worth 2^-7 of the element, rank 0's step-9 loss came
+#      out bitwise the same once the exact GELU's rounding changed (Eigen's vectorised erf): a change of
+#      the loss below half a unit in its last place, by chance, not a fault of the replay.
 #  (c) a NaN planted in h.1.mlp.c_fc.weight of the step-8 checkpoint with its CRCs rewritten (memory
 #      corrupted before the save): resumed in bf16, the run stops at step 9 (status 3) and suggests the
 #      replay; replayed, step 9 is again not finite with the same bits (a deterministic fault), the first
@@ -57,7 +60,7 @@ n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
 key = "h.1.mlp.c_fc.weight@0"
 lo, hi = (8 + n + x for x in h[key]["data_offsets"])
 o = lo + 4 * 37
-if mode == "flip": b[o + 2] ^= 0x01
+if mode == "flip": b[o + 2] ^= 0x40  # the top mantissa bit: see the header
 else: b[o:o + 4] = struct.pack("<f", float("nan"))
 open(path, "wb").write(b)
 if mode == "nan":

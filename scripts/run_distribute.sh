@@ -237,13 +237,15 @@ follow_job() {
   read_job
   old_id=$(jf job) old_beat=$(jf beat) old_state=$(jf state)
   say "waiting up to $join s (GF_JOIN_TIMEOUT) for that job in $job_path"
-  # A job already in the file is followed only if it is running and its beat moves; one that has
-  # ended, or whose launcher stopped beating, is an earlier run's: wait for a new one.
+  # A job already in the file is followed only if it is running and its beat moves, or if it was
+  # running here and has ended since (a job shorter than the beat's 2 s); one that had ended before,
+  # or whose launcher stopped beating, is an earlier run's: wait for a new one.
   while :; do
     read_job
     id=$(jf job) state=$(jf state) beat=$(jf beat)
     if [ -n "$id" ] && [ "$id" != "$old_id" ]; then break; fi
     if [ -n "$id" ] && [ "$state" = running ] && [ "$beat" != "$old_beat" ]; then break; fi
+    if [ -n "$id" ] && ((said_old == 0)) && [ "$old_state" = running ] && [ "$state" != running ]; then break; fi
     if [ -n "$old_id" ] && ((said_old == 0)) && { [ "$old_state" != running ] || ((SECONDS - seen_at >= stale)); }; then
       say "the job already in $job_path ($old_id, $old_state) is an earlier run's: waiting for a new one"
       said_old=1

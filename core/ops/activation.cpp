@@ -16,34 +16,33 @@ namespace {
 template <typename T>
 struct GeluNew {
   static constexpr T k = T(0.7978845608028654), c = T(0.044715);
-  static T f(T x) { return T(0.5) * x * (T(1) + std::tanh(k * (x + c * x * x * x))); }
-  static T df(T x) {
-    const T t = std::tanh(k * (x + c * x * x * x));
-    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
-  }
 };
+
+// The activations run as Eigen expressions over blocks of kBlock elements, the blocks split over the
+// threads: body(first element, elements).
+template <int64_t kBlock, typename Body>
+void in_blocks(int64_t n, const Body& body) {
+#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
+  for (int64_t b = 0; b < n; b += kBlock) body(b, std::min(kBlock, n - b));
+}
 
 // GPT-2's gelu_new through Eigen's vectorised tanh, in blocks per thread.
 template <typename T>
 void gelu_new_fwd_vec(T* y, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m);
     Eigen::Map<A> ys(y + b, m);
     ys = T(0.5) * xs * (T(1) + (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh());
-  }
+  });
 }
 
 template <typename T>
 void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int kBlock = 2048;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min<int64_t>(kBlock, n - b);
+  constexpr int64_t kBlock = 2048;
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
     Eigen::Map<A> d(dx + b, m);
     // Fixed maximum size: lives on the stack, no allocation inside the step.
@@ -51,7 +50,7 @@ void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
         (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
     d += g * (T(0.5) * (T(1) + t) +
               T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square()));
-  }
+  });
 }
 
 // Exact GELU (hidden_act: gelu, MindFormers' GPT-2) through Eigen's vectorised erf, and fast_gelu
@@ -61,54 +60,46 @@ template <typename T>
 void gelu_fwd_vec(T* y, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m);
     Eigen::Map<A> ys(y + b, m);
     ys = T(0.5) * xs * (T(1) + (xs * T(0.7071067811865476)).erf());
-  }
+  });
 }
 
 template <typename T>
 void gelu_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
     Eigen::Map<A> d(dx + b, m);
     d += g * (T(0.5) * (T(1) + (xs * T(0.7071067811865476)).erf()) +
               xs * T(0.3989422804014327) * (T(-0.5) * xs.square()).exp());
-  }
+  });
 }
 
 template <typename T>
 void fast_gelu_fwd_vec(T* y, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m);
     Eigen::Map<A> ys(y + b, m);
     ys = xs / (T(1) + (T(-1.702) * xs).exp());
-  }
+  });
 }
 
 template <typename T>
 void fast_gelu_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int kBlock = 2048;
-#pragma omp parallel for schedule(static) if (parallel_worth(n * kTranscendentalWork))
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min<int64_t>(kBlock, n - b);
+  constexpr int64_t kBlock = 2048;
+  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
     Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
     Eigen::Map<A> d(dx + b, m);
     const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBlock, 1> sg = T(1) / (T(1) + (T(-1.702) * xs).exp());
     d += g * (sg + T(1.702) * xs * sg * (T(1) - sg));
-  }
+  });
 }
 
 }  // namespace

@@ -636,7 +636,7 @@ std::vector<std::string> predict_overrides(const Cli& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, pipeline and expert parallel, ZeRO-1, gradient accumulation)"};
+  CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);
   Cli c;
   add_train(app, c);

@@ -676,6 +676,12 @@ int main(int argc, char** argv) {
   default_omp_spin(argv);  // may re-execute the binary: first of all
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);
+  app.footer(
+      "Environment: OMP_NUM_THREADS threads per rank (default: the host's cores shared among its ranks); "
+      "OMP_WAIT_POLICY or GOMP_SPINCOUNT how an OpenMP thread waits at a barrier (default: GOMP_SPINCOUNT=10000, "
+      "set by gridformer re-executing itself once); GF_GEMM=blas|eigen|onednn the fp32 GEMM backend (default: the "
+      "machine probe's choice); GF_MACHINE_PROBE=FILE|off the probe's results (default: machine_probe.json in the "
+      "directory above the binary's); RANK_TABLE_FILE a MindFormers rank table (as --rank_table).");
   Cli c;
   add_train(app, c);
   CLI::App* pred = add_predict(app, c);

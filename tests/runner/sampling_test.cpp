@@ -3,12 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "runner/config/config.h"
+#include "core/math/rng.h"
 #include "runner/infer/sampling.h"
 
 namespace gf {
@@ -91,6 +96,82 @@ TEST(Sampling, TemperatureSharpensAndTheDrawIsAFunctionOfSeedStreamAndIndex) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a, other_seed);   // 64 draws at p = 0.75 agreeing by chance: far below 1e-6
   EXPECT_NE(a, other_stream);
+}
+
+// The candidate selection as it was before kth_largest (std::nth_element over an index order, then a
+// partition), kept here as the reference: the one-pass selection must draw the same token.
+int32_t next_token_nth_element(std::vector<float> logits, const SamplingOptions& o, uint64_t stream, uint64_t index) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  const float inv_t = static_cast<float>(1.0 / o.temperature);
+  for (float& x : logits) x *= inv_t;
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  int64_t keep = V;
+  if (o.top_k > 0 && o.top_k < V) {
+    std::nth_element(order.begin(), order.begin() + (o.top_k - 1), order.end(), before);
+    const float kth = logits[order[static_cast<size_t>(o.top_k - 1)]];
+    keep = std::partition(order.begin(), order.end(), [&](int32_t a) { return logits[a] >= kth; }) - order.begin();
+  }
+  std::sort(order.begin(), order.begin() + keep, before);
+  const double mx = logits[order[0]];
+  std::vector<double> prob(static_cast<size_t>(keep));
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[order[i]]) - mx);
+  if (o.top_p < 1.0) {
+    double cum = 0.0;
+    int64_t n = 0;
+    while (n < keep && (n == 0 || cum < o.top_p * sum)) cum += prob[n++];
+    keep = n;
+    sum = cum;
+  }
+  double u = counter_uniform(o.seed, 0x9e5ull ^ stream, index) * sum;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= prob[i];
+    if (u <= 0.0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+TEST(Sampling, OnePassTopKDrawsWhatNthElementDrew) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  int64_t checked = 0, tied_cut = 0;
+  for (const int64_t V : {2, 3, 7, 100, 1000, 50257}) {
+    for (const bool coarse : {false, true}) {  // coarse: logits on a grid of 0.5, so the k-th has ties
+      std::vector<float> l(static_cast<size_t>(V));
+      for (float& x : l) x = coarse ? std::round(normal(gen) * 2.0f) / 2.0f : normal(gen);
+      for (const int64_t k : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{50}, V - 1, V, V + 3}) {
+        for (const double top_p : {1.0, 0.9, 0.3}) {
+          SamplingOptions o;
+          o.do_sample = true;
+          o.top_k = k;
+          o.top_p = top_p;
+          o.temperature = coarse ? 0.7 : 1.0;
+          for (uint64_t i = 0; i < 20; ++i) {
+            const int32_t want = next_token_nth_element(l, o, 4, i);
+            ASSERT_EQ(pick(l, o, {}, 4, i), want) << "V " << V << " k " << k << " top_p " << top_p << " draw " << i;
+            ++checked;
+          }
+          if (coarse && k > 0 && k < V) {
+            std::vector<float> sorted = l;
+            std::sort(sorted.begin(), sorted.end(), std::greater<>());
+            if (sorted[static_cast<size_t>(k)] == sorted[static_cast<size_t>(k - 1)]) ++tied_cut;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 2 * 7 * 3 * 20);
+  EXPECT_GT(tied_cut, 0);  // some cuts fell inside a run of equal logits: the ties' rule was exercised
+}
+
+TEST(Sampling, ANaNLogitIsRefusedWhenSampling) {
+  SamplingOptions o;
+  o.do_sample = true;
+  o.top_k = 2;
+  EXPECT_THROW(pick({0.5f, std::nanf(""), 1.0f, 0.2f}, o), std::domain_error);
+  EXPECT_THROW(pick({std::nanf(""), 0.5f, 1.0f, 0.2f}, o), std::domain_error);
 }
 
 TEST(GenerationConfig, MindFormersRunGpt2KeysAreRead) {

@@ -49,15 +49,20 @@ namespace {
 //
 // libgomp reads its environment once, in its constructor, before main; the C library sets up
 // `environ` only after the executable's .preinit_array has run, so the variable cannot be set from
-// there either. main therefore re-executes the binary (/proc/self/exe, the same arguments, a few ms)
+// there either. main therefore re-executes the binary (its path, the same arguments, a few ms)
 // with the variable set, before anything else; if that fails it goes on with libgomp's default.
 constexpr const char* kDefaultSpinCount = "10000";
 constexpr const char* kDefaultSpinMark = "GF_DEFAULT_SPINCOUNT";  // set with it: the log can say whose it is
 
 void default_omp_spin(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;  // the user's (or set already)
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it executes,
+  // and `pgrep gridformer`, `top` and `killall` should keep seeing "gridformer".
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || self.empty()) return;
   if (setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1) != 0 || setenv(kDefaultSpinMark, "1", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  execv(self.c_str(), argv);
   unsetenv("GOMP_SPINCOUNT");  // not re-executed: libgomp runs with its own default, and the log says so
   unsetenv(kDefaultSpinMark);
 }

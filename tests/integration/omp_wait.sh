@@ -29,6 +29,17 @@ if command -v mpirun >/dev/null; then
   [ "$got" = "GOMP_SPINCOUNT = '10000'" ] || { echo "FAIL: under mpirun: libgomp reports [$got]"; exit 1; }
   echo "mpirun rank: $got"
 fi
+# The re-executed process keeps its name (pgrep, top and killall see "gridformer"): one waiting on stdin.
+V="$SRC/data/gpt2/gpt2-vocab.json"; M="$SRC/data/gpt2/gpt2-merges.txt"
+if [ -f "$V" ]; then
+  (sleep 3 | "$BIN" tokenize --vocab-file "$V" --merge-file "$M" > /dev/null) &
+  sleep 1.5
+  names="$(ps -eo comm,args | grep -- "tokenize --vocab-file" | grep -v grep || true)"
+  pids="$(pgrep -x gridformer || true)"
+  wait
+  [ -n "$pids" ] || { echo "FAIL: no process named gridformer while one ran ($names)"; exit 1; }
+  echo "process name: gridformer"
+fi
 # The setup log line of a one-step run.
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 cd "$SRC"

@@ -2,7 +2,7 @@
 // (core/ops/flash_attention.h, tiles and an online softmax) on gpt2-tiny-like shapes.
 //
 //   build/bin/bench_attention [--runs N] [--threads N] [--tiles RxC[,RxC...]] [--shapes B:T:H:D[,...]]
-//                             [--dropout P[,P...]]
+//                             [--dropout P[,P...]] [--products fp32|bf16|both]
 //   build/bin/bench_attention --window W[,W...] [--shapes B:T:H:D[,...]] [--runs N] [--threads N]
 //
 // --window: the fused kernel over the whole causal prefix against the same kernel with a sliding window
@@ -47,6 +47,7 @@ struct Options {
   int runs = 9;
   int threads = 0;
   std::vector<FlashTiles> tiles{FlashTiles{}};
+  std::vector<bool> bf16{false};  // --products fp32|bf16|both: the fused path's products (FlashWorkspace::bf16_products)
   std::vector<Shape> shapes{{8, 256, 4, 64}, {8, 1024, 4, 64}};
   std::vector<float> dropout{0.0f, 0.1f};
   std::vector<int64_t> windows;  // --window: the windowed comparison instead
@@ -66,6 +67,8 @@ Options parse(int argc, char** argv) {
         const auto x = t.find('x');
         o.tiles.push_back({std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1))});
       }
+    } else if (k == "--products") {
+      o.bf16 = v == "bf16" ? std::vector<bool>{true} : v == "both" ? std::vector<bool>{false, true} : std::vector<bool>{false};
     } else if (k == "--window") {
       std::stringstream ss(v);
       for (std::string w; std::getline(ss, w, ',');) o.windows.push_back(std::stoll(w));
@@ -106,12 +109,13 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   const int threads = omp_get_max_threads();
   std::vector<AlignedBuffer<float>> ws_buf;
   std::vector<FlashWorkspace<float>> ws;
-  for (const FlashTiles& t : o.tiles) {
-    ws_buf.emplace_back(static_cast<size_t>(threads * flash_workspace_per_thread(s, t)));
-    ws.push_back({ws_buf.back().data(), threads, t});
-  }
+  for (const FlashTiles& t : o.tiles)
+    for (const bool b : o.bf16) {
+      ws_buf.emplace_back(static_cast<size_t>(threads * flash_workspace_per_thread(s, t)));
+      ws.push_back({ws_buf.back().data(), threads, t, b});
+    }
   Times unfused;
-  std::vector<Times> fused(o.tiles.size());
+  std::vector<Times> fused(ws.size());
   for (int run = 0; run <= o.runs; ++run) {  // run 0 warms up and is not kept
     auto t0 = Clock::now();
     attention_fwd(y.data(), probs.data(), qkv.data(), s, drop);
@@ -138,17 +142,17 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   const double u_mem = 4.0 * static_cast<double>(sh.B * sh.H * sh.T * sh.T + threads * 2 * sh.T * sh.T);
   std::printf("B %lld T %lld H %lld D %lld dropout %.2f, %d threads\n", static_cast<long long>(sh.B),
               static_cast<long long>(sh.T), static_cast<long long>(sh.H), static_cast<long long>(sh.D), rate, threads);
-  std::printf("  %-14s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB\n", "unfused", 1e3 * uf, 1e3 * ub,
+  std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB\n", "unfused", 1e3 * uf, 1e3 * ub,
               1e3 * ut, u_mem / mib);
   for (size_t k = 0; k < ws.size(); ++k) {
     std::vector<double> sum(fused[k].fwd.size());
     for (size_t i = 0; i < sum.size(); ++i) sum[i] = fused[k].fwd[i] + fused[k].bwd[i];
     const double ff = median(fused[k].fwd), fb = median(fused[k].bwd), ft = median(sum);
     const double f_mem = 4.0 * static_cast<double>(sh.B * sh.H * sh.T + ws_buf[k].size());
-    char name[32];
-    std::snprintf(name, sizeof name, "flash %lldx%lld", static_cast<long long>(o.tiles[k].rows),
-                  static_cast<long long>(o.tiles[k].cols));
-    std::printf("  %-14s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB  "
+    char name[40];
+    std::snprintf(name, sizeof name, "flash %lldx%lld%s", static_cast<long long>(ws[k].tiles.rows),
+                  static_cast<long long>(ws[k].tiles.cols), ws[k].bf16_products ? " bf16" : "");
+    std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB  "
                 "unfused/flash: fwd %.2fx bwd %.2fx fwd+bwd %.2fx\n",
                 name, 1e3 * ff, 1e3 * fb, 1e3 * ft, f_mem / mib, uf / ff, ub / fb, ut / ft);
   }

@@ -73,9 +73,11 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
     const int64_t bytes = d.head_rows * d.vocab.local * low_copy_element_bytes(layout.compute);
     d.dlogits_low_floats = (bytes + 3) / 4;
   }
-  if (s.flash)
+  if (s.flash) {
+    d.flash_tiles = ops::flash_tiles(layout.compute == ComputeDtype::kBFloat16);
     d.flash_floats = omp_get_max_threads() *
-                     ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, ops::FlashTiles{});
+                     ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, d.flash_tiles);
+  }
   d.recomputed.assign(static_cast<size_t>(d.L), false);
   for (int64_t l = 0; l < d.L; ++l) d.recomputed[l] = layout.recomputes(l);
   d.full_recompute = layout.recompute == RecomputePolicy::kFull;

@@ -166,6 +166,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   if (d.flash) {
     flash_ws_.threads = omp_get_max_threads();
     flash_ws_.data = b.flash;
+    flash_ws_.tiles = d.flash_tiles;
   }
 }
 

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "core/math/gemm.h"
+#include "core/math/gemm_bf16.h"
 #include "core/math/scratch.h"
 #include "core/ops/attention_rows.h"
 
@@ -98,6 +100,15 @@ struct Ctx {
   FlashTiles t;
   int64_t ld;  // score tile row stride
   S scale;
+  bool bf16 = false;  // FlashWorkspace::bf16_products
+
+  // A tile product: gemm(), or gemm_bf16 under bf16.
+  void product(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, S alpha, const S* A, int64_t lda, const S* B,
+               int64_t ldb, S beta, S* C, int64_t ldc) const {
+    if constexpr (std::is_same_v<S, float>)
+      if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
 };
 
 // Forward of query rows [i0, i0 + br) of one head: online softmax over the key tiles up to the
@@ -117,7 +128,7 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
   const int64_t i_last = i0 + br - 1;
   for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
     const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
-    gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
+    c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
     for (int64_t r = 0; r < br; ++r) {
       S* row = st + r * c.ld;
       const int64_t n = visible(i0 + r, j0, bc);
@@ -138,7 +149,7 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
         for (int64_t j = 0; j < n - a; ++j) vis[j] *= mk[j];
       }
     }
-    gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
+    c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
   }
   for (int64_t r = 0; r < br; ++r) {
     const S inv = S(1) / l[r];
@@ -202,21 +213,22 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
     for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
       const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
       const S* kj = hv.k + j0 * hv.ld;
-      gemm(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
-      gemm(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
+      c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
+      c.product(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
       bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
       // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i
-      gemm(Trans::kYes, Trans::kNo, bc, D, br, S(1), p, c.ld, dyi, C, S(1), dh.v + j0 * dh.ld, dh.ld);
-      gemm(Trans::kNo, Trans::kNo, br, D, bc, S(1), ds, c.ld, kj, hv.ld, S(1), dh.q + i0 * dh.ld, dh.ld);
-      gemm(Trans::kYes, Trans::kNo, bc, D, br, S(1), ds, c.ld, qi, hv.ld, S(1), dh.k + j0 * dh.ld, dh.ld);
+      c.product(Trans::kYes, Trans::kNo, bc, D, br, S(1), p, c.ld, dyi, C, S(1), dh.v + j0 * dh.ld, dh.ld);
+      c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), ds, c.ld, kj, hv.ld, S(1), dh.q + i0 * dh.ld, dh.ld);
+      c.product(Trans::kYes, Trans::kNo, bc, D, br, S(1), ds, c.ld, qi, hv.ld, S(1), dh.k + j0 * dh.ld, dh.ld);
     }
   }
 }
 
 template <typename S>
-Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, FlashTiles t) {
+Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+  const FlashTiles t = ws.tiles;
   if (t.rows < 1 || t.cols < 1) throw std::invalid_argument("flash attention: tiles must be at least 1 x 1");
-  return {s, drop, t, tile_ld(t), S(1) / std::sqrt(static_cast<S>(s.head_dim))};
+  return {s, drop, t, tile_ld(t), S(1) / std::sqrt(static_cast<S>(s.head_dim)), ws.bf16_products};
 }
 
 // Kept out of make_ctx and never inlined: with the check inside it, GCC generated the kernels
@@ -229,6 +241,8 @@ Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, FlashTiles t) {
 
 }  // namespace
 
+FlashTiles flash_tiles(bool bf16_products) { return bf16_products ? FlashTiles{128, 256} : FlashTiles{}; }
+
 int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
   return round_up(used_per_thread(s, tiles), kAlign) + kAlign;  // + room to align the slice
 }
@@ -238,7 +252,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
                          const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention fwd");
   refuse_grouped_query(s);
-  const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
+  const Ctx<S> c = make_ctx<S>(s, drop, ws);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t nq = (T + c.t.rows - 1) / c.t.rows, per = flash_workspace_per_thread(s, c.t);
   const int64_t items = s.batch * H * nq;
@@ -263,7 +277,7 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
                          const DropoutKey& drop, const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention bwd");
   refuse_grouped_query(s);
-  const Ctx<S> c = make_ctx<S>(s, drop, ws.tiles);
+  const Ctx<S> c = make_ctx<S>(s, drop, ws);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t per = flash_workspace_per_thread(s, c.t);
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own

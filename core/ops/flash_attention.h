@@ -34,7 +34,18 @@ struct FlashWorkspace {
   int threads = 0;    // thread slices in data: the kernels run on at most this many threads
                       // (and at most omp_get_max_threads())
   FlashTiles tiles;
+  // float only: the tiles' products on bf16 inputs with fp32 accumulation (gemm_bf16, AMX or AVX-512
+  // BF16 where the CPU has it), as PyTorch's CPU flash attention computes them for bf16 tensors: q, k,
+  // v (bf16 values already under mixed precision), the probabilities P and, in backward, the output
+  // gradient dY and the score gradient dS rounded to bf16 for the products; softmax and lse in fp32.
+  bool bf16_products = false;
 };
+
+// The tiles the model's layers use. fp32: 64 x 128. With bf16 products: 128 x 256, where oneDNN's bf16
+// matmul pays for its per-call conversion and set-up (B 2, T 1024, 12 heads of 64, 2 threads on an
+// AVX-512 BF16 EPYC, fwd+bwd: 64 x 128 85 ms, 128 x 256 66 ms, against 87 ms for fp32 64 x 128;
+// bench/bench_attention --products both, bench/README.md).
+FlashTiles flash_tiles(bool bf16_products);
 
 // Values of T each thread needs: O(rows * cols + rows * head_dim), independent of seq.
 int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles);

@@ -95,8 +95,14 @@ ops::RingShape AttentionBlock::ring_shape(const BlockEnv& e) const {
 
 std::vector<int64_t> AttentionBlock::qkv_segments() const { return {Hl_ * D_, Hkvl_ * D_, Hkvl_ * D_}; }
 
+ops::FlashWorkspace<float> AttentionBlock::flash_ws(const BlockEnv& e) const {
+  ops::FlashWorkspace<float> ws = *flash_;
+  ws.bf16_products = e.cdt == ComputeDtype::kBFloat16;
+  return ws;
+}
+
 void AttentionBlock::core_fwd(const BlockEnv& e, int64_t l, const Acts& a, float* y) const {
-  if (spec_.flash) ops::flash_attention_fwd(y, a.lse, a.qkv, shape(e), probs_dropout(e, l), *flash_);
+  if (spec_.flash) ops::flash_attention_fwd(y, a.lse, a.qkv, shape(e), probs_dropout(e, l), flash_ws(e));
   else ops::attention_fwd(y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
 }
 
@@ -223,7 +229,7 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   const int64_t W = qkv_width() / (ulysses ? e.cp->ulysses_size() : 1);  // a row of the core's q|k|v
   std::fill(dqkv, dqkv + e.N * qkv_width(), 0.0f);
   if (ring) e.cp->ring_bwd(dqkv, dy, a.qkv, W, y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
-  else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), *flash_);
+  else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), flash_ws(e));
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
   if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());

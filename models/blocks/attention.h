@@ -81,6 +81,8 @@ class AttentionBlock {
   ops::RingShape ring_shape(const BlockEnv& e) const;
   // The core (fused or not) on a.qkv into y: the local rows, or under context parallel the head-split whole sequence.
   void core_fwd(const BlockEnv& e, int64_t layer, const Acts& a, float* y) const;
+  // The fused core's workspace for this pass: under bf16 compute its tile products take bf16 inputs.
+  ops::FlashWorkspace<float> flash_ws(const BlockEnv& e) const;
   ops::DropoutKey probs_dropout(const BlockEnv& e, int64_t layer) const {
     return e.dropout(layer, kDropAttnProbs, spec_.attention_dropout);
   }

@@ -1,0 +1,157 @@
+// The fused attention with bf16 products (FlashWorkspace::bf16_products, the model's path under
+// compute_dtype: bfloat16) against exact attention in double on the same bf16 q, k, v and output
+// gradient, held to bounds derived from where it rounds:
+//
+// The products take bf16 inputs and accumulate in fp32. q, k, v and dy are bf16 values already, so
+// rounding them is exact except dy, which the test gives as fp32 values the kernel must round (as
+// the model's gradient is). What is rounded is one factor of each product term: the probabilities P
+// (y = P V, dv = P^T dy), dy (dP = dy v^T, dv = P^T dy), and the score gradient dS (dq = dS k,
+// dk = dS^T q). bf16 keeps 8 significand bits (7 stored), so rounding to nearest carries a relative
+// error of at most u = 2^-8; a product of two rounded factors at most 2u + u^2. So, per element:
+//   |y - y*|   <= u Sum_j P_ij |v_jd|                                  (P rounded, v exact)
+//   |dv - dv*| <= (2u + u^2) Sum_i P_ij |dy_id|                       (P and dy rounded)
+//   dS_ij = P_ij (dP_ij - D_i) scale with dP_ij off by at most u A_ij, A_ij = Sum_d |dy_id| |v_jd|,
+//   and D_i = Sum_d dy_id y_id off by at most u Sum_d |dy_id| (|y_id| + 2u B_id), B = Sum_j P|v|,
+//   then dS itself rounded (u |dS_ij|):
+//   |dq - dq*| <= Sum_j |k_jd| E_ij,  |dk - dk*| <= Sum_i |q_id| E_ij,
+//   E_ij = u |dS*_ij| + P_ij scale (u A_ij + u Sum_d |dy_id| (|y_id| + 2u B_id)),
+// each checked at twice its value for what it leaves out (the fp32 accumulation's K 2^-24, about
+// 2^-16 of a term here, P's own fp32 rounding, and products of two first-order errors). The check also asserts that
+// the results are not the fp32 kernel's: the bf16 path rounded something.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/math/gemm_bf16.h"
+#include "core/ops/attention.h"
+#include "core/ops/flash_attention.h"
+
+namespace gf::ops {
+namespace {
+
+float to_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+struct Exact {
+  std::vector<double> y, dq, dk, dv, bound_y, bound_dq, bound_dk, bound_dv;
+};
+
+// Causal attention of one batch row of packed qkv [T, 3 H D] in double, its gradients for dy, and the
+// bounds above.
+Exact exact(const std::vector<float>& qkv, const std::vector<float>& dy, int64_t T, int64_t H, int64_t D) {
+  const int64_t C = H * D, W = 3 * C;
+  const double u = std::ldexp(1.0, -8), scale = 1.0 / std::sqrt(static_cast<double>(D));
+  Exact e;
+  for (auto* v : {&e.y, &e.dq, &e.dk, &e.dv, &e.bound_y, &e.bound_dq, &e.bound_dk, &e.bound_dv})
+    v->assign(static_cast<size_t>(T * C), 0.0);
+  for (int64_t h = 0; h < H; ++h) {
+    const auto q = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + h * D + d]); };
+    const auto k = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + C + h * D + d]); };
+    const auto v = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + 2 * C + h * D + d]); };
+    const auto g = [&](int64_t i, int64_t d) { return static_cast<double>(dy[i * C + h * D + d]); };
+    std::vector<double> P(static_cast<size_t>(T * T), 0.0), Bs(static_cast<size_t>(T * D), 0.0);
+    for (int64_t i = 0; i < T; ++i) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += q(i, d) * k(j, d);
+        P[i * T + j] = s * scale;
+        mx = std::max(mx, P[i * T + j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= i; ++j) sum += P[i * T + j] = std::exp(P[i * T + j] - mx);
+      for (int64_t j = 0; j <= i; ++j) P[i * T + j] /= sum;
+      for (int64_t d = 0; d < D; ++d) {
+        double y = 0, b = 0;
+        for (int64_t j = 0; j <= i; ++j) y += P[i * T + j] * v(j, d), b += P[i * T + j] * std::abs(v(j, d));
+        e.y[i * C + h * D + d] = y;
+        Bs[i * D + d] = b;
+        e.bound_y[i * C + h * D + d] = 2 * u * b;
+      }
+    }
+    for (int64_t i = 0; i < T; ++i) {
+      double Di = 0, Di_err = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        Di += g(i, d) * e.y[i * C + h * D + d];
+        Di_err += u * std::abs(g(i, d)) * (std::abs(e.y[i * C + h * D + d]) + 2 * u * Bs[i * D + d]);
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        double dP = 0, A = 0;
+        for (int64_t d = 0; d < D; ++d) dP += g(i, d) * v(j, d), A += std::abs(g(i, d)) * std::abs(v(j, d));
+        const double p = P[i * T + j], dS = p * (dP - Di) * scale;
+        const double E = 2 * (u * std::abs(dS) + p * scale * (u * A + Di_err));
+        for (int64_t d = 0; d < D; ++d) {
+          e.dq[i * C + h * D + d] += dS * k(j, d);
+          e.dk[j * C + h * D + d] += dS * q(i, d);
+          e.dv[j * C + h * D + d] += p * g(i, d);
+          e.bound_dq[i * C + h * D + d] += std::abs(k(j, d)) * E;
+          e.bound_dk[j * C + h * D + d] += std::abs(q(i, d)) * E;
+          e.bound_dv[j * C + h * D + d] += 2 * (2 * u + u * u) * p * std::abs(g(i, d));
+        }
+      }
+    }
+  }
+  return e;
+}
+
+// max |got - want| / bound over the elements (<= 1: within the bound).
+double worst(const float* got, int64_t stride, int64_t off, const std::vector<double>& want,
+             const std::vector<double>& bound, int64_t T, int64_t C) {
+  double w = 0;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      const double err = std::abs(static_cast<double>(got[i * stride + off + c]) - want[i * C + c]);
+      w = std::max(w, err / std::max(bound[i * C + c], 1e-30));
+    }
+  return w;
+}
+
+TEST(FlashAttentionBf16, WithinTheBoundsOfItsRoundingAndNotTheFp32Result) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN: gemm_bf16 is the fp32 gemm";
+  const int64_t T = 200, H = 2, D = 64, C = H * D, W = 3 * C;
+  std::mt19937 gen(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv(static_cast<size_t>(T * W)), dy(static_cast<size_t>(T * C));
+  for (float& x : qkv) x = to_bf16(nd(gen));  // mixed precision hands the core bf16 values
+  for (float& x : dy) x = 0.01f * nd(gen);    // a gradient in fp32
+  std::vector<float> dy_rounded(dy);
+  for (float& x : dy_rounded) x = to_bf16(x);
+  // The bound's dy is the unrounded one, which the kernel rounds: its error is in the bound's u A terms.
+  const Exact e = exact(qkv, dy, T, H, D);
+  const AttentionShape s{1, T, H, D};
+  for (const FlashTiles tiles : {flash_tiles(true), FlashTiles{32, 48}}) {  // the model's; several key tiles
+    SCOPED_TRACE(::testing::Message() << "tiles " << tiles.rows << "x" << tiles.cols);
+    const int threads = omp_get_max_threads();
+    std::vector<float> work(static_cast<size_t>(threads * flash_workspace_per_thread(s, tiles)));
+    const FlashWorkspace<float> ws16{work.data(), threads, tiles, true}, ws32{work.data(), threads, tiles, false};
+    std::vector<float> y(static_cast<size_t>(T * C)), lse(static_cast<size_t>(H * T)), dqkv(qkv.size(), 0.0f);
+    std::vector<float> y32(y.size()), lse32(lse.size()), dqkv32(qkv.size(), 0.0f);
+    const DropoutKey none{0.0f, 0, 0};
+    flash_attention_fwd(y.data(), lse.data(), qkv.data(), s, none, ws16);
+    flash_attention_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s, none, ws16);
+    flash_attention_fwd(y32.data(), lse32.data(), qkv.data(), s, none, ws32);
+    flash_attention_bwd(dqkv32.data(), dy.data(), qkv.data(), y32.data(), lse32.data(), s, none, ws32);
+    const double wy = worst(y.data(), C, 0, e.y, e.bound_y, T, C), wq = worst(dqkv.data(), W, 0, e.dq, e.bound_dq, T, C),
+                 wk = worst(dqkv.data(), W, C, e.dk, e.bound_dk, T, C),
+                 wv = worst(dqkv.data(), W, 2 * C, e.dv, e.bound_dv, T, C);
+    std::printf("bf16 products, tiles %lldx%lld: error / bound: y %.3f, dq %.3f, dk %.3f, dv %.3f\n",
+                static_cast<long long>(tiles.rows), static_cast<long long>(tiles.cols), wy, wq, wk, wv);
+    EXPECT_LE(wy, 1.0);
+    EXPECT_LE(wq, 1.0);
+    EXPECT_LE(wk, 1.0);
+    EXPECT_LE(wv, 1.0);
+    // The fp32 kernel on the same inputs lies well inside the bounds too; the bf16 one must differ from it.
+    EXPECT_NE(y, y32);
+    EXPECT_NE(dqkv, dqkv32);
+    // ... by about the rounding: the fp32 results are far closer to the exact ones.
+    EXPECT_LT(worst(y32.data(), C, 0, e.y, e.bound_y, T, C), 0.05);
+    EXPECT_LT(worst(dqkv32.data(), W, 2 * C, e.dv, e.bound_dv, T, C), 0.05);
+  }
+}
+
+}  // namespace
+}  // namespace gf::ops

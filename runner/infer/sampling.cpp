@@ -34,6 +34,30 @@ float kth_largest(std::span<const float> logits, int64_t k) {
 
 }  // namespace
 
+int32_t draw_candidates(std::span<const int32_t> order, std::span<const float> logits, const SamplingOptions& o,
+                        uint64_t stream, uint64_t index) {
+  int64_t keep = static_cast<int64_t>(order.size());
+  const double mx = logits[order[0]];
+  std::vector<double> prob(static_cast<size_t>(keep));
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[order[i]]) - mx);
+  if (o.top_p < 1.0) {
+    // Keep the most probable while the probability before them is below top_p (HF removes a token
+    // when the cumulative probability of the less probable side, itself included, is <= 1 - top_p).
+    double cum = 0.0;
+    int64_t n = 0;
+    while (n < keep && (n == 0 || cum < o.top_p * sum)) cum += prob[n++];
+    keep = n;
+    sum = cum;
+  }
+  double u = counter_uniform(o.seed, 0x9e5ull ^ stream, index) * sum;
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= prob[i];
+    if (u <= 0.0) return order[i];
+  }
+  return order[keep - 1];
+}
+
 int32_t next_token(std::span<float> logits, std::span<const int32_t> history, const SamplingOptions& o,
                    uint64_t stream, uint64_t index) {
   const int64_t V = static_cast<int64_t>(logits.size());
@@ -60,27 +84,8 @@ int32_t next_token(std::span<float> logits, std::span<const int32_t> history, co
     order.resize(static_cast<size_t>(V));
     std::iota(order.begin(), order.end(), 0);
   }
-  int64_t keep = static_cast<int64_t>(order.size());
   std::sort(order.begin(), order.end(), before);
-  const double mx = logits[order[0]];
-  std::vector<double> prob(static_cast<size_t>(keep));
-  double sum = 0.0;
-  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[order[i]]) - mx);
-  if (o.top_p < 1.0) {
-    // Keep the most probable while the probability before them is below top_p (HF removes a token
-    // when the cumulative probability of the less probable side, itself included, is <= 1 - top_p).
-    double cum = 0.0;
-    int64_t n = 0;
-    while (n < keep && (n == 0 || cum < o.top_p * sum)) cum += prob[n++];
-    keep = n;
-    sum = cum;
-  }
-  double u = counter_uniform(o.seed, 0x9e5ull ^ stream, index) * sum;
-  for (int64_t i = 0; i < keep; ++i) {
-    u -= prob[i];
-    if (u <= 0.0) return order[i];
-  }
-  return order[keep - 1];
+  return draw_candidates(order, logits, o, stream, index);
 }
 
 }  // namespace gf

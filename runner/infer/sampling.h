@@ -20,6 +20,12 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
+// The draw among candidates in next_token's order (descending logit, index order among equals): their
+// softmax, cut by top_p, then the counter draw. next_token's last part (its test selects candidates
+// another way and draws with it).
+int32_t draw_candidates(std::span<const int32_t> order, std::span<const float> logits, const SamplingOptions& o,
+                        uint64_t stream, uint64_t index);
+
 // logits: [vocab], changed in place. history: the sequence's tokens so far (prompt and generated).
 // stream, index: the draw's counter (the prompt's index, the generated token's index).
 int32_t next_token(std::span<float> logits, std::span<const int32_t> history, const SamplingOptions& o,

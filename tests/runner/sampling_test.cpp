@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "runner/config/config.h"
-#include "core/math/rng.h"
 #include "runner/infer/sampling.h"
 
 namespace gf {
@@ -99,7 +98,8 @@ TEST(Sampling, TemperatureSharpensAndTheDrawIsAFunctionOfSeedStreamAndIndex) {
 }
 
 // The candidate selection as it was before kth_largest (std::nth_element over an index order, then a
-// partition), kept here as the reference: the one-pass selection must draw the same token.
+// partition), kept here as the reference: the one-pass selection must draw the same token (both then
+// draw with draw_candidates).
 int32_t next_token_nth_element(std::vector<float> logits, const SamplingOptions& o, uint64_t stream, uint64_t index) {
   const int64_t V = static_cast<int64_t>(logits.size());
   const float inv_t = static_cast<float>(1.0 / o.temperature);
@@ -114,23 +114,8 @@ int32_t next_token_nth_element(std::vector<float> logits, const SamplingOptions&
     keep = std::partition(order.begin(), order.end(), [&](int32_t a) { return logits[a] >= kth; }) - order.begin();
   }
   std::sort(order.begin(), order.begin() + keep, before);
-  const double mx = logits[order[0]];
-  std::vector<double> prob(static_cast<size_t>(keep));
-  double sum = 0.0;
-  for (int64_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[order[i]]) - mx);
-  if (o.top_p < 1.0) {
-    double cum = 0.0;
-    int64_t n = 0;
-    while (n < keep && (n == 0 || cum < o.top_p * sum)) cum += prob[n++];
-    keep = n;
-    sum = cum;
-  }
-  double u = counter_uniform(o.seed, 0x9e5ull ^ stream, index) * sum;
-  for (int64_t i = 0; i < keep; ++i) {
-    u -= prob[i];
-    if (u <= 0.0) return order[i];
-  }
-  return order[keep - 1];
+  order.resize(static_cast<size_t>(keep));
+  return draw_candidates(order, logits, o, stream, index);
 }
 
 TEST(Sampling, OnePassTopKDrawsWhatNthElementDrew) {

@@ -48,9 +48,6 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
                                 ") must be divisible by model_parallel " + std::to_string(tp));
   if (s.heads % s.kv_heads != 0)
     throw std::invalid_argument("num_heads must be a multiple of n_kv_heads");
-  if (s.flash && s.kv_heads != s.heads)
-    throw std::invalid_argument("use_flash_attention: the fused attention core does not read grouped-query "
-                                "shapes (n_kv_heads < num_heads) yet; set use_flash_attention: False");
   if (layout.sequence_parallel && tp > 1 && d.T % tp != 0)
     throw std::invalid_argument(d.cp > 1 ? "seq_length / context_parallel must be divisible by model_parallel under use_seq_parallel"
                                          : "seq_length must be divisible by model_parallel under use_seq_parallel");

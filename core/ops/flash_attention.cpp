@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "core/math/gemm.h"
@@ -64,16 +65,18 @@ using rows::exp_shifted;
 using rows::lane_max;
 using rows::lane_sum;
 
-// One (batch, head): pointers into the packed qkv (row stride 3C) and into y / dy (row stride C).
+// One (batch, head): pointers into the packed qkv (a row: the H query heads, then the kv key heads,
+// then the kv value heads; row stride (H + 2 kv) D) and into y / dy (row stride C). Query head h reads
+// key/value head h / (H / kv) (grouped-query attention; kv = H: its own).
 template <typename P>
 struct HeadView {
   P q, k, v;
   int64_t ld;
   HeadView(P qkv, const AttentionShape& s, int64_t b, int64_t h)
-      : q(qkv + b * s.seq * 3 * s.heads * s.head_dim + h * s.head_dim),
-        k(q + s.heads * s.head_dim),
-        v(q + 2 * s.heads * s.head_dim),
-        ld(3 * s.heads * s.head_dim) {}
+      : q(qkv + b * s.seq * (s.heads + 2 * s.kv()) * s.head_dim + h * s.head_dim),
+        k(q - h * s.head_dim + (s.heads + h / (s.heads / s.kv())) * s.head_dim),
+        v(k + s.kv() * s.head_dim),
+        ld((s.heads + 2 * s.kv()) * s.head_dim) {}
 };
 
 // Keys visible to query row i in the key tile starting at j0 (causal: keys 0..i), clamped to [0, bc].
@@ -234,9 +237,9 @@ Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, const FlashWork
 // Kept out of make_ctx and never inlined: with the check inside it, GCC generated the kernels
 // differently (other FMA contractions; bf16 training curves moved in their 19th step).
 [[gnu::noinline]] void refuse_grouped_query(const AttentionShape& s) {
-  if (s.kv() != s.heads)
-    throw std::invalid_argument("flash attention: grouped-query attention (kv_heads < heads) is not built in the fused "
-                                "core yet; use the unfused one (use_flash_attention: False)");
+  if (s.kv() < 1 || s.heads % s.kv() != 0)
+    throw std::invalid_argument("flash attention: " + std::to_string(s.heads) + " query heads do not share " +
+                                std::to_string(s.kv()) + " key/value heads evenly");
 }
 
 }  // namespace
@@ -285,13 +288,16 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
 #pragma omp parallel num_threads(team_size(ws))
   {
     S* w = thread_slice(ws, per);
-    // Each (batch, head) owns its columns of dqkv: one thread, a fixed order, no atomics.
+    // Each (batch, key/value head) owns its columns of dqkv, those of its query heads among them: one
+    // thread, the group's query heads in order, no atomics.
+    const int64_t KV = s.kv(), G = H / KV;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < s.batch * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H, off = b * T * C + h * s.head_dim;
-      bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
-               drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w);
-    }
+    for (int64_t bg = 0; bg < s.batch * KV; ++bg)
+      for (int64_t h = bg % KV * G; h < (bg % KV + 1) * G; ++h) {
+        const int64_t b = bg / KV, bh = b * H + h, off = b * T * C + h * s.head_dim;
+        bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
+                 drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w);
+      }
   }
 }
 

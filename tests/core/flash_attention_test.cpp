@@ -44,9 +44,12 @@ struct Case {
   int64_t B, T, H, D;
   FlashTiles tiles;
   int64_t batch_offset = 0, head_offset = 0, heads_global = 0;
+  int64_t kv = 0;  // key/value heads (0: H; fewer: grouped-query attention)
+  int64_t kvh() const { return kv > 0 ? kv : H; }
   std::string name() const {
     std::ostringstream o;
     o << "B" << B << " T" << T << " H" << H << " D" << D << " tiles " << tiles.rows << "x" << tiles.cols;
+    if (kv) o << " kv " << kv;
     if (heads_global) o << " heads " << head_offset << ".." << head_offset + H - 1 << " of " << heads_global
                         << ", batch offset " << batch_offset;
     return o.str();
@@ -61,12 +64,16 @@ const Case kCases[] = {
     {2, 77, 4, 64, {16, 48}},    // more columns than rows, neither divides T
     {2, 200, 2, 64, FlashTiles{}},  // the default tiles, several in both directions
     {2, 70, 2, 8, {64, 64}, 3, 2, 4},  // heads 2..3 of 4 (a tensor-parallel rank), samples 3..4
+    {2, 130, 4, 16, {32, 48}, 0, 0, 0, 2},      // grouped-query: 2 query heads per key/value head
+    {1, 200, 6, 64, FlashTiles{}, 0, 0, 0, 2},  // 3 per key/value head, the default tiles
+    {2, 70, 4, 8, {16, 16}, 1, 4, 8, 1},        // one key/value head (multi-query), a tensor-parallel slice
 };
 
 void check_equal_to_unfused(const Case& k, float rate) {
   SCOPED_TRACE(k.name() + (rate > 0 ? ", dropout " + std::to_string(rate) : ", no dropout"));
-  const int64_t C = k.H * k.D, n_qkv = k.B * k.T * 3 * C, n_y = k.B * k.T * C;
-  const AttentionShape s{k.B, k.T, k.H, k.D, k.batch_offset, k.head_offset, k.heads_global};
+  const int64_t C = k.H * k.D, W = (k.H + 2 * k.kvh()) * k.D, n_qkv = k.B * k.T * W, n_y = k.B * k.T * C;
+  AttentionShape s{k.B, k.T, k.H, k.D, k.batch_offset, k.head_offset, k.heads_global};
+  s.kv_heads = k.kv;
   const DropoutKey drop{rate, 42, 7};
   const auto qkv = randn<float>(static_cast<size_t>(n_qkv), 1, 1.5), dy = randn<float>(static_cast<size_t>(n_y), 2);
   std::vector<float> y_ref(n_y), probs(k.B * k.H * k.T * k.T), dqkv_ref(n_qkv, 0.f);
@@ -83,8 +90,8 @@ void check_equal_to_unfused(const Case& k, float rate) {
   std::printf("  %-58s dropout %.1f: y %.2e, dqkv %.2e relative\n", k.name().c_str(), rate, ey, eg);
   // lse[b, h, i] is the log of the softmax denominator: exp(score - lse) is the probability.
   const int64_t bh = k.B * k.H - 1, i = k.T - 1;
-  const float* q = qkv.data() + (k.B - 1) * k.T * 3 * C + (k.H - 1) * k.D + i * 3 * C;
-  const float* key0 = qkv.data() + (k.B - 1) * k.T * 3 * C + C + (k.H - 1) * k.D;
+  const float* q = qkv.data() + (k.B - 1) * k.T * W + (k.H - 1) * k.D + i * W;
+  const float* key0 = qkv.data() + (k.B - 1) * k.T * W + C + (k.kvh() - 1) * k.D;  // the last head's group
   double score = 0;
   for (int64_t d = 0; d < k.D; ++d) score += static_cast<double>(q[d]) * key0[d];
   score /= std::sqrt(static_cast<double>(k.D));
@@ -158,12 +165,13 @@ struct Outputs {
 };
 
 // Runs forward and backward on `threads` OpenMP threads, with a planned workspace of that many
-// slices or (scratch) with the threads' own scratch buffers.
-Outputs run_on(int threads, bool scratch) {
-  const int64_t B = 2, T = 200, H = 3, D = 64, C = H * D;
-  const AttentionShape s{B, T, H, D, 0, 0, H};
+// slices or (scratch) with the threads' own scratch buffers; kv > 0: 4 query heads on kv key/value heads.
+Outputs run_on(int threads, bool scratch, int64_t kv = 0) {
+  const int64_t B = 2, T = 200, H = kv > 0 ? 4 : 3, D = 64, C = H * D, W = (H + 2 * (kv > 0 ? kv : H)) * D;
+  AttentionShape s{B, T, H, D, 0, 0, H};
+  s.kv_heads = kv;
   const DropoutKey drop{0.1f, 5, 9};
-  const auto qkv = randn<float>(B * T * 3 * C, 21), dy = randn<float>(B * T * C, 22);
+  const auto qkv = randn<float>(B * T * W, 21), dy = randn<float>(B * T * C, 22);
   Outputs o{std::vector<float>(B * T * C), std::vector<float>(B * H * T), std::vector<float>(qkv.size(), 0.f)};
   FlashWorkspace<float> ws;
   std::vector<float> buf;
@@ -185,6 +193,7 @@ TEST(FlashAttention, ResultsDoNotDependOnTheThreadCount) {
   EXPECT_TRUE(one == two) << "planned workspace: 1 and 2 threads differ";
   EXPECT_TRUE(run_on(1, true) == one) << "scratch workspace, 1 thread, differs from the planned one";
   EXPECT_TRUE(run_on(2, true) == one) << "scratch workspace, 2 threads, differs";
+  EXPECT_TRUE(run_on(1, false, 2) == run_on(2, false, 2)) << "grouped-query: 1 and 2 threads differ";
 }
 
 TEST(FlashAttention, WorkspaceDoesNotGrowWithTheSequence) {

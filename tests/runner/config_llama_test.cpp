@@ -180,19 +180,18 @@ TEST(LlamaConfigKeys, WarningsNameTheKeyAndSayWhatHappens) {
             std::string::npos) << e;
 }
 
-TEST(LlamaConfigKeys, FlashAttentionRunsUnfusedForGroupedQueryHeadsUntilTheFusedCoreReadsThem) {
+TEST(LlamaConfigKeys, FlashAttentionTakesGroupedQueryHeads) {
   const std::string longer = kModelConfig + "seq_length=" + std::to_string(kFlashAttentionAutoMinSeq);
   EXPECT_TRUE(load_config_string(kMinimalLlama, {longer}).model.use_flash_attention);  // auto, multi-head
   EXPECT_FALSE(load_config_string(kMinimalLlama).model.use_flash_attention);            // auto, short
   const Config gqa = load_config_string(kMinimalLlama, {longer, kModelConfig + "n_kv_heads=2"});
-  EXPECT_FALSE(gqa.model.use_flash_attention);  // auto picks the unfused core
+  EXPECT_TRUE(gqa.model.use_flash_attention);  // auto: the fused core reads grouped-query heads
   EXPECT_TRUE(gqa.warnings.empty());
   const Config asked = load_config_string(kMinimalLlama, {kModelConfig + "n_kv_heads=2", kModelConfig + "use_flash_attention=True"});
-  EXPECT_FALSE(asked.model.use_flash_attention);
-  EXPECT_TRUE(has_warning(asked, "`model.model_config.use_flash_attention: True` with `n_kv_heads: 2` < `num_heads: 4`: "
-                                 "the fused attention core does not read grouped-query attention yet; the unfused core runs"));
-  EXPECT_NE(dump_resolved(asked).find("use_flash_attention: false"), std::string::npos);
-  EXPECT_TRUE(load_config_string(kMinimalLlama, {kModelConfig + "use_flash_attention=True"}).model.use_flash_attention);
+  EXPECT_TRUE(asked.model.use_flash_attention);
+  EXPECT_TRUE(asked.warnings.empty());
+  EXPECT_FALSE(load_config_string(kMinimalLlama, {longer, kModelConfig + "n_kv_heads=2",
+                                                  kModelConfig + "use_flash_attention=False"}).model.use_flash_attention);
 }
 
 TEST(LlamaConfigKeys, TheModelTypePicksTheSchemaAndGptTwoStaysAsItWas) {

@@ -88,8 +88,8 @@ TEST(MindFormersLlamaConfigs, Llama2KeysReadAsMindFormersMeansThem) {
   EXPECT_EQ(big.model.num_heads, 64);
   EXPECT_EQ(big.model.ffn_hidden(), 28672);  // x 1.3, multiple_of 4096
   EXPECT_EQ(big.parallel.model_parallel, 4);
-  EXPECT_FALSE(big.model.use_flash_attention);  // grouped-query heads: the unfused core, said once
-  EXPECT_TRUE(has_warning(big, "`model.model_config.use_flash_attention: True` with `n_kv_heads: 8` < `num_heads: 64`"));
+  EXPECT_TRUE(big.model.use_flash_attention);  // the file's True, with grouped-query heads: the fused core
+  EXPECT_FALSE(has_warning(big, "`model.model_config.use_flash_attention: True` with `n_kv_heads: 8`"));
   EXPECT_TRUE(has_warning(big, "`model.model_config.fine_grain_interleave: 2`"));
   // 8 key/value heads split over model_parallel 4; over 16 they would not.
   const int64_t world = big.parallel.data_parallel * big.parallel.model_parallel;

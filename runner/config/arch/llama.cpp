@@ -238,11 +238,6 @@ using config_tree::show;
 
 const std::string k = "model.model_config.";
 
-// The fused attention core refuses grouped-query shapes (kv heads < heads) until it reads them
-// (core/ops/flash_attention.cpp), so they run on the unfused core: auto picks it, and True is
-// warned about and replaced. When the fused core reads them, set this true.
-constexpr bool kFusedAttentionReadsGroupedQuery = false;
-
 std::string kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
 
 // A key whose None means "derived" (`none_means`): null gives `none`; else a value > 0 (an integer
@@ -355,16 +350,10 @@ void read_llama_model(ReadContext& x) {
   m.param_init_type = x.rd.get<std::string>(k + "param_init_type");
   m.layernorm_compute_type = x.rd.get<std::string>(k + "layernorm_compute_type");
   m.softmax_compute_type = x.rd.get<std::string>(k + "softmax_compute_type");
-  const bool grouped = m.kv_heads() != m.num_heads;
-  read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq && (!grouped || kFusedAttentionReadsGroupedQuery));
+  // Grouped-query heads (n_kv_heads < num_heads) take the fused core too: each query head reads its
+  // group's key/value head (core/ops/flash_attention.cpp).
+  read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
   read_attention_window(x);
-  if (m.use_flash_attention && grouped && !kFusedAttentionReadsGroupedQuery) {
-    x.warn("`" + k + "use_flash_attention: True` with `n_kv_heads: " + std::to_string(m.kv_heads()) + "` < `num_heads: " +
-           std::to_string(m.num_heads) + "`: the fused attention core does not read grouped-query attention yet; the "
-           "unfused core runs (the same numbers, with the T x T probabilities in memory)");
-    m.use_flash_attention = false;
-    x.rd.root()["model"]["model_config"]["use_flash_attention"] = false;  // the dump says what runs
-  }
   check_sizes(x);
   read_llama_fixed(x);
   read_dtypes(x, k, "RMSNorm");

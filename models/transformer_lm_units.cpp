@@ -66,26 +66,24 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
       e.bind(t, names);
       at.push_back(e.first_offset());
     }
+    std::vector<int64_t> dense, experts;  // this chunk's layer units, for the head's vocabulary chunks below
     for (int64_t l = st.layer_begin; l < l1; ++l) {
       TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
       layer.bind(t, names);
       at.push_back(layer.first_offset());
       at.push_back(layer.mlp_offset());
-      if (layer.expert_offset() >= 0) at.push_back(layer.expert_offset());
+      dense.push_back(layer.first_offset());
+      dense.push_back(layer.mlp_offset());
+      if (layer.expert_offset() >= 0) {
+        at.push_back(layer.expert_offset());
+        experts.push_back(layer.expert_offset());
+      }
     }
     if (l1 == spec.layers) {
       LmHeadBlock h(spec, VocabSlice{}, 0);
       h.bind(t, names);
       at.push_back(h.first_offset());
       // The head's vocabulary chunks, as weight_unit_starts() cuts them.
-      std::vector<int64_t> dense, experts;
-      for (int64_t l = st.layer_begin; l < l1; ++l) {
-        TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
-        layer.bind(t, names);
-        dense.push_back(layer.first_offset());
-        dense.push_back(layer.mlp_offset());
-        if (layer.expert_offset() >= 0) experts.push_back(layer.expert_offset());
-      }
       dense.push_back(h.first_offset());
       for (int64_t r : vocab_chunk_rows(spec, names, t, st.layer_begin == 0, dense, experts))
         at.push_back(h.weight_offset() + r * spec.hidden);

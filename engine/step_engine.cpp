@@ -1,10 +1,12 @@
 #include "engine/step_engine.h"
 
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "core/math/progress.h"
 #include "core/trace/trace.h"
 #include "models/pipeline_stage.h"
 
@@ -191,6 +193,10 @@ double StepEngine::forward_only(const std::function<Micro(int)>& micro, int coun
 double StepEngine::run(const std::vector<Action>& actions, const std::function<Micro(int)>& micro,
                              float grad_scale, bool forward_only) {
   const int p = shape_.stages;
+  // Between the passes' products, too, the messages in flight move (core/math/progress.h): a send
+  // posted before a pass would otherwise wait for the next layer boundary to push its data.
+  std::optional<progress::Scope> moving;
+  if (p > 1) moving.emplace([this] { advance(); });
   wait_s_ = compute_s_ = 0;
   moe_.clear();
   double loss = 0;

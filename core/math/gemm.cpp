@@ -1,5 +1,6 @@
 #include <algorithm>
 #include "core/math/gemm.h"
+#include "core/math/progress.h"
 #include "core/trace/trace.h"
 
 #include <cblas.h>
@@ -166,6 +167,7 @@ template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm");
+  progress::point();  // a pipeline stage's messages move between its products (core/math/progress.h)
   const SmallProductOnOneThread one_thread(M == 1 ? N * K / 4 : M * N * K / 16);
   if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
     gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);

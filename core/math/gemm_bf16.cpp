@@ -1,4 +1,5 @@
 #include "core/math/gemm_bf16.h"
+#include "core/math/progress.h"
 #include "core/trace/trace.h"
 
 #include "core/math/parallel_memory.h"
@@ -330,6 +331,7 @@ bool gemm_bf16_available() { return true; }
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm bf16");
+  progress::point();  // core/math/progress.h
   if (!needs_product(M, N, K, alpha, beta, C, ldc)) return;
   ThreadCache& tc = cache();
   const CallKey k = call_key(false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
@@ -344,6 +346,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm bf16");
+  progress::point();  // core/math/progress.h
   if (!needs_product(M, N, K, alpha, beta, C, ldc)) return;
   ThreadCache& tc = cache();
   const CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
@@ -355,6 +358,7 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm bf16 bias");
+  progress::point();
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {  // C = bias
     parallel_broadcast_rows(C, M, N, ldc, bias);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <thread>
 
+#include "runner/cli/omp_threads.h"
 #include "runner/cli/tokenize_cli.h"
 #include "core/io/checkpoint.h"
 #include "core/math/gemm.h"
@@ -36,55 +37,6 @@
 #include "runner/train/trainer.h"
 
 namespace {
-
-// How long an OpenMP thread spins at a barrier before it sleeps. libgomp spins GOMP_SPINCOUNT `pause`s,
-// 300000 by default: 8 ms on the 2-vCPU EPYC (26 ns a pause), 15-20 ms on a Xeon (about 140 cycles a
-// pause), longer than a scheduler time slice. When another process holds a core, a thread that has
-// finished its part spins through that slice while its teammate waits for the core: GPT-2's decode
-// with its real vocabulary beside a busy PyTorch process ran at 0.09 of its quiet one-thread speed
-// (bench/README.md, "Decode beside a busy process"). gridformer's default is a spin of 10000 pauses
-// (0.26 ms here, under a time slice), measured to take that case to 0.71 and to leave training speed
-// on a quiet machine as it was. OMP_WAIT_POLICY (active: spin long; passive: sleep at once) or
-// GOMP_SPINCOUNT in the environment wins.
-//
-// libgomp reads its environment once, in its constructor, before main; the C library sets up
-// `environ` only after the executable's .preinit_array has run, so the variable cannot be set from
-// there either. main therefore re-executes the binary (its path, the same arguments, a few ms)
-// with the variable set, before anything else; if that fails it goes on with libgomp's default.
-constexpr const char* kDefaultSpinCount = "10000";
-constexpr const char* kDefaultSpinMark = "GF_DEFAULT_SPINCOUNT";  // set with it: the log can say whose it is
-
-void default_omp_spin(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;  // the user's (or set already)
-  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it executes,
-  // and `pgrep gridformer`, `top` and `killall` should keep seeing "gridformer".
-  std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  if (ec || self.empty()) return;
-  if (setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1) != 0 || setenv(kDefaultSpinMark, "1", 1) != 0) return;
-  execv(self.c_str(), argv);
-  unsetenv("GOMP_SPINCOUNT");  // not re-executed: libgomp runs with its own default, and the log says so
-  unsetenv(kDefaultSpinMark);
-}
-
-// The setup log's words for the barrier wait in force.
-std::string omp_wait_text() {
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  if (std::getenv(kDefaultSpinMark) && spin && std::string(spin) == kDefaultSpinCount && !std::getenv("OMP_WAIT_POLICY"))
-    return fmt::format("OpenMP spin {} (gridformer's default GOMP_SPINCOUNT)", kDefaultSpinCount);
-  if (const char* w = std::getenv("OMP_WAIT_POLICY")) return fmt::format("OMP_WAIT_POLICY={}", w);
-  if (spin) return fmt::format("GOMP_SPINCOUNT={}", spin);
-  return "OpenMP wait: libgomp's default (300000 spins)";
-}
-
-// Threads per rank: OMP_NUM_THREADS if set, else the cores shared evenly among this host's ranks.
-int threads_per_rank() {
-  if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
-  int local = 1;
-  if (const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); e && std::atoi(e) > 0) local = std::atoi(e);
-  const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, hw / local);
-}
 
 // Exit statuses (README "Exit status"): 0 done; 1 a failure during training; 2 a problem found
 // before training (usage, config, layout, rank table, output_dir, data, weights); 3 a NaN/Inf loss;
@@ -172,7 +124,7 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
   gf::Communicator world = gf::Communicator::world();
   const int rank = world.rank();
   gf::setup_console_logging(rank);
-  threads = threads_per_rank();
+  threads = gf::threads_per_rank();
   omp_set_num_threads(threads);
   gf::gemm_set_threads(threads);
   if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, predicting);
@@ -209,7 +161,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   gf::ParallelContext& ctx = *started;
   const int rank = ctx.world_rank(), world_size = ctx.world().size();
   spdlog::info("rank {} of {}, pid {}, {} thread(s), {}", ctx.world_rank(), ctx.world().size(), getpid(), threads,
-               omp_wait_text());
+               gf::omp_wait_text());
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.
   std::unique_ptr<gf::Trainer> trainer;
@@ -400,7 +352,7 @@ int run_predict(const std::string& config_path, const std::vector<std::string>& 
   gf::ParallelContext& ctx = *started;
   const int rank = ctx.world_rank();
   gf::apply_machine_probe(threads);  // the fp32 GEMM backend
-  if (rank == 0) spdlog::info("{} thread(s) per rank, {}", threads, omp_wait_text());
+  if (rank == 0) spdlog::info("{} thread(s) per rank, {}", threads, gf::omp_wait_text());
   std::unique_ptr<gf::Predictor> predictor;
   std::string problem;
   try {
@@ -678,15 +630,10 @@ std::vector<std::string> predict_overrides(const Cli& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  default_omp_spin(argv);  // may re-execute the binary: first of all
+  gf::default_omp_spin(argv);  // may re-execute the binary: first of all
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);
-  app.footer(
-      "Environment: OMP_NUM_THREADS threads per rank (default: the host's cores shared among its ranks); "
-      "OMP_WAIT_POLICY or GOMP_SPINCOUNT how an OpenMP thread waits at a barrier (default: GOMP_SPINCOUNT=10000, "
-      "set by gridformer re-executing itself once); GF_GEMM=blas|eigen|onednn the fp32 GEMM backend (default: the "
-      "machine probe's choice); GF_MACHINE_PROBE=FILE|off the probe's results (default: machine_probe.json in the "
-      "directory above the binary's); RANK_TABLE_FILE a MindFormers rank table (as --rank_table).");
+  app.footer(gf::environment_help());
   Cli c;
   add_train(app, c);
   CLI::App* pred = add_predict(app, c);

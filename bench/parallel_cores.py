@@ -3,10 +3,11 @@
 rows, for a machine with many cores (16 in the issue; on 2 cores everything is oversubscribed).
 
     python3 bench/parallel_cores.py [--build build] [--cores N] [--steps 6] [--rounds 2] [--only pp,ep]
-                                    [--json FILE]
+                                    [--old OTHER/gridformer] [--mca K=V,...] [--no-profile] [--json FILE]
 
 N defaults to the machine's CPUs. Every rank is bound to its own N / ranks cores
-(`mpirun --map-by slot:PE=t --bind-to core`), OMP_NUM_THREADS=t; rounds interleave the layouts.
+(`mpirun --map-by slot:PE=t --bind-to core`), OMP_NUM_THREADS=t; rounds interleave the layouts, the order
+rotating from round to round.
 
 1. Pipeline, pp4 with 8 micro-batches, balanced stages (the issue's shape): GPT-2, 8 layers of 768 (12
    heads), T 256, vocabulary 512 (a head smaller than a layer, so the 4 stages of 2 layers are equal
@@ -34,6 +35,12 @@ N defaults to the machine's CPUs. Every rank is bound to its own N / ranks cores
    Ratios of median tokens/s against dp8 (the issue asks ep8 >= 0.95x of data parallel on the same
    cores), and profiled ep8 and dp8 runs' step phases per rank (profile_communication: the all-to-all's
    spans inside the passes, "all-to-all", are taken out of their compute).
+
+--old BINARY runs the pp schedules with another build's gridformer too (pp4-1f1b@old, ...; each
+new one's ratio is against its old one); --mca K=V,... sets Open MPI parameters for every run (e.g.
+btl_vader_single_copy_mechanism=none: shared memory without CMA); --only pp-schedules runs only the
+two pp4 schedules, pp2-schedules the same at pp2 with 4 layers (2 cores); --no-profile skips the
+profiled runs.
 """
 import argparse
 import json
@@ -71,14 +78,21 @@ model:
 
 
 class Layout:
-    def __init__(self, name, group, ranks, sets, bind=True, profile=False):
+    def __init__(self, name, group, ranks, sets, bind=True, profile=False, binary=None, env=None):
         self.name, self.group, self.ranks, self.sets, self.bind, self.profile = name, group, ranks, sets, bind, profile
+        self.binary, self.env = binary, dict(env or {})  # another build's gridformer; more environment
 
 
 def layouts(cores, only):
     pp = lambda s: ["parallel_config.pipeline_stage=4", "parallel_config.micro_batch_num=8",
                     "runner_config.batch_size=1", f"parallel.pipeline_config.pipeline_scheduler={s}"]
     out = []
+    if "pp-schedules" in only:
+        out += [Layout("pp4-1f1b", "pp", 4, pp("1f1b")), Layout("pp4-zbh1", "pp", 4, pp("zero_bubble_h1"))]
+    if "pp2-schedules" in only:  # a 2-core machine's clean case: 2 stages of 2 layers, a core each
+        pp2 = lambda s: [x.replace("pipeline_stage=4", "pipeline_stage=2") for x in pp(s)] + \
+            ["model.model_config.num_layers=4"]
+        out += [Layout("pp2-1f1b", "pp", 2, pp2("1f1b")), Layout("pp2-zbh1", "pp", 2, pp2("zero_bubble_h1"))]
     if "pp" in only:
         out += [Layout("pp4-1f1b", "pp", 4, pp("1f1b")),
                 Layout("pp4-zbh1", "pp", 4, pp("zero_bubble_h1")),
@@ -102,6 +116,7 @@ def write_yaml(lay, path, out, steps):
 
 
 def run(binary, lay, cores, steps, work, profile=False, timeout=900):
+    binary = lay.binary or binary
     out = os.path.join(work, f"out_{lay.name}")
     shutil.rmtree(out, ignore_errors=True)
     cfg = os.path.join(work, f"{lay.name}.yaml")
@@ -120,7 +135,7 @@ def run(binary, lay, cores, steps, work, profile=False, timeout=900):
         bind = ["--map-by", f"slot:PE={threads}", "--bind-to", "core"] if own else ["--bind-to", "none"]
         cmd = ["mpirun", "-np", str(lay.ranks), "--oversubscribe", *bind, "-x", "OMP_NUM_THREADS", *cmd]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **lay.env)
     t0 = time.time()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if p.returncode != 0 and "binding more" in p.stdout and "--bind-to" in cmd:
@@ -228,12 +243,28 @@ def main():
     ap.add_argument("--cores", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--only", default="pp,ep")
+    ap.add_argument("--only", default="pp,ep", help="pp, ep, or both; pp-schedules: only pp4-1f1b and pp4-zbh1; pp2-schedules: "
+                    "pp2-1f1b and pp2-zbh1 (4 layers, 2 a stage, for 2 cores)")
+    ap.add_argument("--no-profile", dest="profile", action="store_false", help="no profiled runs")
     ap.add_argument("--json")
+    ap.add_argument("--probe", help="GF_MACHINE_PROBE for every run, --old's included (default: the --build's "
+                    "machine_probe.json, when there is one): both builds then take the same GEMM backend")
+    ap.add_argument("--old", help="another gridformer binary: the pp4 schedules run with it too (name@old)")
+    ap.add_argument("--mca", default="", help="K=V,...: Open MPI MCA settings for every run (OMPI_MCA_K=V), "
+                    "e.g. btl_vader_single_copy_mechanism=none")
     a = ap.parse_args()
     binary = os.path.join(a.build, "bin", "gridformer")
     only = a.only.split(",")
     lays = layouts(a.cores, only)
+    mca = {f"OMPI_MCA_{kv.split('=', 1)[0]}": kv.split("=", 1)[1] for kv in a.mca.split(",") if kv}
+    if a.old:
+        lays += [Layout(l.name + "@old", l.group, l.ranks, l.sets, l.bind, binary=a.old)
+                 for l in lays if l.name in ("pp4-1f1b", "pp4-zbh1", "pp2-1f1b", "pp2-zbh1")]
+    probe = a.probe or os.environ.get("GF_MACHINE_PROBE") or os.path.join(a.build, "machine_probe.json")
+    for l in lays:
+        l.env.update(mca)
+        if os.path.exists(probe):
+            l.env["GF_MACHINE_PROBE"] = probe
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"== {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; {cpu}, {os.cpu_count()} CPUs, "
           f"{a.cores} cores used; {a.rounds} rounds x {a.steps} steps (step 1 untimed); load {os.getloadavg()}",
@@ -241,7 +272,7 @@ def main():
     work = tempfile.mkdtemp(prefix="parallel_cores_")
     results = {l.name: [] for l in lays}
     for rnd in range(a.rounds):
-        for l in lays:
+        for l in lays[rnd % len(lays):] + lays[:rnd % len(lays)]:  # the order rotates from round to round
             r = run(binary, l, a.cores, a.steps, work)
             tok = [x["tokens_per_s"] for x in r["rows"]]
             bub = [x["bubble"] for x in r["rows"] if "bubble" in x]
@@ -251,9 +282,16 @@ def main():
                    if bub else "") + f" [{r['wall_s']:.0f} s]", flush=True)
     report = {"cpu": cpu, "cpus": os.cpu_count(), "cores": a.cores, "steps": a.steps, "rounds": a.rounds, "rows": []}
     ref = {"pp": "dp4", "ep": "dp8"}
+    if a.old:  # each pp4 schedule against the other build's
+        for l in lays:
+            if l.name.endswith("@old"):
+                ref[l.name[:-4]] = l.name
+    report["mca"] = mca
+    report["probe"] = probe if os.path.exists(probe) else None
+    report["old"] = a.old
     tok_of = {n: med([x["tokens_per_s"] for r in rs for x in r["rows"]]) for n, rs in results.items()}
-    print("\n| layout | ranks x threads | tok/s (median) | per round | vs data parallel | bubble measured | worst | analytic |")
-    print("|---|---|---:|---|---:|---:|---:|---:|")
+    print("\n| layout | ranks x threads | tok/s (median) | per round | ratio | against | bubble measured | worst | analytic |")
+    print("|---|---|---:|---|---:|---|---:|---:|---:|")
     for l in lays:
         rs = results[l.name]
         rows = [x for r in rs for x in r["rows"]]
@@ -261,20 +299,24 @@ def main():
         bub = [x["bubble"] for x in rows if "bubble" in x]
         worst = [x["bubble_max"] for x in rows if "bubble_max" in x]
         an = rows[0].get("bubble_analytic")
-        vs = tok_of[l.name] / tok_of[ref[l.group]] if ref[l.group] in tok_of else float("nan")
+        against = ref.get(l.name, ref[l.group])
+        if against not in tok_of:
+            against = None
+        vs = tok_of[l.name] / tok_of[against] if against else None
         row = {"layout": l.name, "ranks": l.ranks, "threads": a.cores // l.ranks, "bound": l.bind,
-               "tok_s": tok_of[l.name], "per_round": per_round, "vs_dp": vs,
+               "tok_s": tok_of[l.name], "per_round": per_round, "ratio": vs, "against": against,
                "bubble": med(bub) if bub else None, "bubble_max": med(worst) if worst else None,
                "bubble_analytic": an, "cmd": " ".join(rs[0]["cmd"])}
         report["rows"].append(row)
         pc = lambda v: f"{100 * v:.1f}%" if v is not None else ""
         print(f"| {l.name} | {l.ranks} x {a.cores // l.ranks}{'' if l.bind or l.ranks == 1 else ' (unbound)'} | "
-              f"{tok_of[l.name]:.1f} | {', '.join(f'{x:.0f}' for x in per_round)} | {vs:.3f}x | "
+              f"{tok_of[l.name]:.1f} | {', '.join(f'{x:.0f}' for x in per_round)} | "
+              f"{f'{vs:.3f}x' if vs else ''} | {against or ''} | "
               f"{pc(row['bubble'])} | {pc(row['bubble_max'])} | {pc(an)} |")
     # Profiled runs: the pipeline per stage, ep8 per rank.
     report["profiles"] = {}
     for l in lays:
-        if l.name not in ("pp4-1f1b", "pp4-zbh1", "ep8", "dp8"):
+        if l.name not in ("pp4-1f1b", "pp4-zbh1", "pp2-1f1b", "pp2-zbh1", "ep8", "dp8") or not a.profile:
             continue
         r = run(binary, l, a.cores, a.steps, work, profile=True)
         br = stage_breakdown(os.path.join(r["out"], "profile", "trace.json"))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <omp.h>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/io/checkpoint.h"
+#include "core/math/team_tuner.h"
 #include "core/data/text_tokenizer.h"
 #include "models/generator.h"
 #include "models/registry.h"
@@ -252,6 +254,9 @@ struct Predictor::State {
   std::unique_ptr<bool[]> done;
   std::vector<int32_t> tokens;
   std::vector<int64_t> seq, pos, logit_rows, logit_of;
+  // The team size of a call of one row (a decode step of one sequence), measured (core/math/team_tuner.h).
+  TeamTuner one_row_team{omp_get_max_threads()};
+  int64_t one_row_calls = 0;
 
   std::vector<int32_t> full(int64_t i) const;
   int64_t run_call();
@@ -362,8 +367,20 @@ std::vector<int32_t> Predictor::State::full(int64_t i) const {
 // it gets its next token (chosen on the last pipeline stage, which tells the others). Returns how many.
 int64_t Predictor::State::run_call() {
   if (tokens.empty()) return 0;
-  const float* logits = gen->forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
-                                     logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
+  // One row: matrix-vector products and per-row / per-head loops, each output made whole by one
+  // thread, so its result is the same on any team; its team size is measured, not assumed.
+  const bool one_row = tokens.size() == 1;
+  const float* logits;
+  {
+    const TeamScope team(one_row ? one_row_team.threads() : 0);
+    const auto t0 = Clock::now();
+    logits = gen->forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()),
+                          logit_rows.data(), static_cast<int64_t>(logit_rows.size()));
+    if (one_row) {
+      one_row_team.record(seconds_since(t0));
+      ++one_row_calls;
+    }
+  }
   std::vector<int32_t> next(logit_of.size());
   if (gen->last_stage())
     for (size_t j = 0; j < logit_of.size(); ++j) {
@@ -418,6 +435,10 @@ void Predictor::State::report(const PredictStats& st) const {
   spdlog::info("predict: {} prompts, {} prompt tokens in {:.3f} s ({:.1f} tokens/s), {} decode tokens in {:.3f} s "
                "({:.1f} tokens/s)",
                st.prompts, st.prompt_tokens, st.prompt_seconds, pps, st.decode_tokens, st.decode_seconds, dps);
+  if (one_row_calls > 0 && omp_get_max_threads() > 1)
+    spdlog::info("predict: one-row model calls (a sequence's decode steps) measured for their team size: {} of {} "
+                 "thread(s) at the end, {} switch(es) over {} calls",
+                 one_row_team.current(), omp_get_max_threads(), one_row_team.switches(), one_row_calls);
   if (ctx->world_rank() != 0) return;
   if (!req.ids_out.empty()) {
     std::ofstream out(req.ids_out);

@@ -1,0 +1,67 @@
+// The team size of a call repeated many times (a decode step of one sequence), chosen by measuring.
+//
+// A decode step of a small model is a few short parallel regions. On a quiet machine a second thread
+// may pay (the LM head's matrix-vector product over the vocabulary); beside another busy process
+// every region's barrier may wait for a teammate that is off its core, and one thread is faster
+// (the tiny Llama with its real vocabulary: 0.4-0.5 of its one-thread speed on 2 threads beside a
+// busy 2-thread process, 0.9-1.0 on one). Which one wins depends on the machine's load, which changes,
+// so the tuner measures: it times `window` calls with all threads, then `window` with one, keeps the
+// faster (by the median), and from then on probes the other size for `window` calls every `interval`
+// calls. A probe that confirms the choice doubles the interval (up to `max_interval`: the probes then
+// cost under 1% of the calls); one that finds the other size at least `margin` faster switches to it
+// and the interval starts again at `first_interval`.
+//
+// The results of a call must not depend on its thread count (the caller's concern): a decode step of
+// one row is matrix-vector products and per-row or per-head loops, each output computed whole by one
+// thread.
+#pragma once
+#include <vector>
+
+namespace gf {
+
+class TeamTuner {
+ public:
+  struct Options {
+    int window = 3;
+    int first_interval = 32;
+    int max_interval = 512;
+    double margin = 0.10;
+  };
+  explicit TeamTuner(int most, Options o);
+  explicit TeamTuner(int most) : TeamTuner(most, Options{}) {}
+  // The thread count for the next call.
+  int threads() const { return probing_ ? other() : current_; }
+  // The wall seconds the call run with threads() took.
+  void record(double seconds);
+  // For tests and the log: the size in use outside probes, and how many probes switched it.
+  int current() const { return current_; }
+  int switches() const { return switches_; }
+
+ private:
+  int most_;
+  Options o_;
+  int current_;
+  bool probing_ = false;
+  int left_ = 0;        // calls left in the phase (a probe, or the current size's run)
+  int interval_;
+  int switches_ = 0;
+  bool settled_ = false;  // the first comparison is done
+  std::vector<double> cur_, probe_;  // the last window's times of the current size and of the probe
+  int other() const { return current_ == most_ ? 1 : most_; }
+};
+
+// Runs the calls in its lifetime with `n` OpenMP threads (and n for the GEMM libraries), then puts back
+// what was set before. n <= 0 or the count in force already: nothing changes.
+class TeamScope {
+ public:
+  explicit TeamScope(int n);
+  ~TeamScope();
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int before_ = 0;
+  bool on_ = false;
+};
+
+}  // namespace gf

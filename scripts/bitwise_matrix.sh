@@ -19,7 +19,7 @@ if [ "${1:-}" = "--compare" ]; then
     la=$(python3 -c 'import json,sys; [print(j["step"], repr(j["loss"]), repr(j["grad_norm"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j and "step" in j]' "$d/metrics.jsonl")
     lb=$(python3 -c 'import json,sys; [print(j["step"], repr(j["loss"]), repr(j["grad_norm"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j and "step" in j]' "$B/$name/metrics.jsonl")
     steps=$(printf '%s\n' "$la" | wc -l)
-    if [ "$la" != "$lb" ]; then echo "DIFFER $name: losses/grad norms"; diff <(echo "$la") <(echo "$lb") | head -4; bad=$((bad + 1))
+    if [ "$la" != "$lb" ]; then echo "DIFFER $name: losses/grad norms"; { diff <(echo "$la") <(echo "$lb") | head -4 || true; }; bad=$((bad + 1))
     elif ! cmp -s "$d/weights.safetensors" "$B/$name/weights.safetensors"; then echo "DIFFER $name: weights"; bad=$((bad + 1))
     else echo "same   $name ($steps steps: losses, grad norms, weights bitwise)"; fi
   done
@@ -29,6 +29,11 @@ if [ "${1:-}" = "--compare" ]; then
 fi
 
 BIN="$(realpath "$1")"; OUT="$(realpath -m "$2")"
+# A run appends to its metrics.jsonl: a matrix written over an earlier one would compare as different.
+if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT")" ]; then
+  echo "bitwise_matrix: $OUT is not empty (an earlier matrix?): remove it or name another directory" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1

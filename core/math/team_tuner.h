@@ -6,10 +6,11 @@
 // (the tiny Llama with its real vocabulary: 0.4-0.5 of its one-thread speed on 2 threads beside a
 // busy 2-thread process, 0.9-1.0 on one). Which one wins depends on the machine's load, which changes,
 // so the tuner measures: it times `window` calls with all threads, then `window` with one, keeps the
-// faster (by the median), and from then on probes the other size for `window` calls every `interval`
-// calls. A probe that confirms the choice doubles the interval (up to `max_interval`: the probes then
-// cost under 1% of the calls); one that finds the other size at least `margin` faster switches to it
-// and the interval starts again at `first_interval`.
+// faster by the mean (not the median: the calls that waited out a time slice are what a team costs,
+// and throughput is the mean's), and from then on probes the other size for `window` calls every
+// `interval` calls. A probe that confirms the choice doubles the interval (up to `max_interval`: the
+// probes then cost about 1.5% of the calls); one that finds the other size at least `margin` faster
+// switches to it, and the interval starts again at `first_interval`.
 //
 // The results of a call must not depend on its thread count (the caller's concern): a decode step of
 // one row is matrix-vector products and per-row or per-head loops, each output computed whole by one
@@ -22,7 +23,7 @@ namespace gf {
 class TeamTuner {
  public:
   struct Options {
-    int window = 3;
+    int window = 8;
     int first_interval = 32;
     int max_interval = 512;
     double margin = 0.10;

@@ -157,7 +157,17 @@ def main():
                     help="before each run, wait up to this many seconds for 2 s with the CPUs >= 90%% idle")
     ap.add_argument("--out", default="", help="also write the report (text) here")
     ap.add_argument("--json", default="", help="also write every run's figures here")
+    ap.add_argument("--probe", default=None,
+                    help="GF_MACHINE_PROBE for every binary (a file, or off): one fp32 GEMM backend for all "
+                         "(default: $GF_MACHINE_PROBE, else build/machine_probe.json if there is one, else off). "
+                         "A binary copied elsewhere finds no probe beside it and would fall back to OpenBLAS, "
+                         "and oneDNN's first products of a new shape cost the prompt pass tens of ms")
     args = ap.parse_args()
+    probe = args.probe or os.environ.get("GF_MACHINE_PROBE")
+    if not probe:
+        built = os.path.join(ROOT, "build", "machine_probe.json")
+        probe = built if os.path.exists(built) else "off"
+    os.environ["GF_MACHINE_PROBE"] = probe  # every run inherits it
     bins = []
     for g in args.gridformer or [os.path.join(ROOT, "build/bin/gridformer")]:
         label, _, path = g.rpartition("=")
@@ -178,7 +188,7 @@ def main():
         say(f"decode_busy: {label} = {os.path.realpath(path)}")
     say(f"CPU: {cpu_name()}, {os.cpu_count()} CPUs; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '')}, "
-        f"GF_GEMM={os.environ.get('GF_GEMM', '')}")
+        f"GF_GEMM={os.environ.get('GF_GEMM', '')}, GF_MACHINE_PROBE={probe}")
     say(f"models: 2 layers, hidden 64, vocabulary {args.vocab}, fp32, batch 1, prompt {args.prompt_len} tokens, "
         f"{args.new_tokens} new tokens; busy process: {args.busy_kind}, {args.busy} threads; {args.rounds} rounds, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

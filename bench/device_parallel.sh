@@ -13,16 +13,8 @@ BUNDLE="$(realpath "$1")"; OUT="$(mkdir -p "$2" && realpath "$2")"
 CORES="${3:-16}"; ROUNDS="${4:-2}"; STEPS="${5:-6}"; ONLY="${6:-pp,ep}"
 shift $(( $# < 6 ? $# : 6 ))
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-X="$(mktemp -d)"
-tar -xJf "$BUNDLE" -C "$X"
-export B="$X/bundle"
-. "$B/env.sh"
-BLD="${LD_LIBRARY_PATH:-}"; unset LD_LIBRARY_PATH   # python3 must not see the bundle's older libraries
-mkdir -p "$OUT/build/bin"
-for t in gridformer machine_probe; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/bin/%s "$@"\n' "$BLD" "$B" "$t" > "$OUT/build/bin/$t"
-  chmod +x "$OUT/build/bin/$t"
-done
+. "$ROOT/bench/device_unpack.sh"
+device_wrap "$OUT/build/bin" "" gridformer machine_probe
 OLD=()
 if [ -n "${OLD_BIN:-}" ]; then
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$BLD" "$(realpath "$OLD_BIN")" > "$OUT/build/bin/gridformer-old"
@@ -30,10 +22,7 @@ if [ -n "${OLD_BIN:-}" ]; then
   OLD=(--old "$OUT/build/bin/gridformer-old")
 fi
 # The bundle's mpirun needs the bundle's libraries too; the script finds this one first on PATH.
-MPIRUN="$(PATH="$B/usr/bin:$B/bin:$PATH" command -v mpirun)"
-mkdir -p "$OUT/mpi"
-printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$BLD" "$MPIRUN" > "$OUT/mpi/mpirun"
-chmod +x "$OUT/mpi/mpirun"
+device_wrap_mpirun "$OUT/mpi"
 export PATH="$OUT/mpi:$PATH"
 echo "== $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs ($(lscpu | grep -E '^(Thread|Core|Socket)' | tr -s ' ' | tr '\n' ';')); $(mpirun --version | head -1)"
 # Open MPI's shared-memory single copy (CMA lets a receiver read the sender's memory: transfers then move

@@ -11,16 +11,8 @@ BUNDLE="$(realpath "$1")"; OUT="$(mkdir -p "$2" && realpath "$2")"
 THREADS="${3:-16}"
 RUNS="${4:-gpt2-124M:fp32:1024:4,gpt2-124M:bf16:1024:4,llama-tiny:fp32,mixtral-tiny:fp32}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-X="$(mktemp -d)"
-tar -xJf "$BUNDLE" -C "$X"
-export B="$X/bundle"
-. "$B/env.sh"
-BLD="${LD_LIBRARY_PATH:-}"; unset LD_LIBRARY_PATH   # python3 must not see the bundle's older libraries
-mkdir -p "$OUT/build/bin"
-for t in gridformer machine_probe; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/bin/%s "$@"\n' "$BLD" "$B" "$t" > "$OUT/build/bin/$t"
-  chmod +x "$OUT/build/bin/$t"
-done
+. "$ROOT/bench/device_unpack.sh"
+device_wrap "$OUT/build/bin" "" gridformer machine_probe
 echo "== $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs"
 OMP_NUM_THREADS=$THREADS "$OUT/build/bin/machine_probe" --threads "$THREADS" --out "$OUT/probe.json" 2>&1 | head -2
 python3 "$ROOT/bench/step_breakdown.py" --build "$OUT/build" --threads "$THREADS" --runs "$RUNS" \

@@ -20,24 +20,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 for cand in ${PY:-} python3 /usr/local/bin/python3 /opt/conda/bin/python3 /usr/bin/python3; do
   if command -v "$cand" > /dev/null && "$cand" -c 'import torch' 2> /dev/null; then PY="$(command -v "$cand")"; break; fi
 done
-X="$(mktemp -d)"
-tar -xJf "$BUNDLE" -C "$X"
-export B="$X/bundle"
-. "$B/env.sh"
-BLD="${LD_LIBRARY_PATH:-}"; unset LD_LIBRARY_PATH   # python3 must not see the bundle's older libraries
+. "$ROOT/bench/device_unpack.sh"
 echo "== $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; python3 $PY: $("$PY" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())' 2>&1)"
 
 # Build directories as train_vs_pytorch.py expects them (DIR/bin/gridformer ...): wrappers that
 # run the bundle's binaries with its libraries, "eigen" with GF_GEMM=eigen.
-wrap() {  # wrap NAME ENV_ASSIGNMENTS
-  mkdir -p "$OUT/builds/$1/bin"
-  for t in gridformer machine_probe bench_gemm; do
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s %s exec %s/bin/%s "$@"\n' "$BLD" "$2" "$B" "$t" > "$OUT/builds/$1/bin/$t"
-    chmod +x "$OUT/builds/$1/bin/$t"
-  done
-}
-wrap new ""
-wrap eigen "GF_GEMM=eigen"
+device_wrap "$OUT/builds/new/bin" "" gridformer machine_probe bench_gemm
+device_wrap "$OUT/builds/eigen/bin" "GF_GEMM=eigen" gridformer machine_probe bench_gemm
 
 echo "== machine_probe at $THREADS threads"
 OMP_NUM_THREADS=$THREADS "$OUT/builds/new/bin/machine_probe" --threads "$THREADS" --out "$OUT/probe.json" --print \

@@ -56,25 +56,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import pipeline_bubble as pb  # noqa: E402
 import train_vs_pytorch as tvp  # noqa: E402
 
-PP_YAML = """
-seed: 1
-output_dir: {out}
-runner_config: {{batch_size: 1, train_steps: {steps}}}
-runner_wrapper: {{use_clip_grad: True, max_grad_norm: 1.0}}
-optimizer: {{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}}
-lr_schedule: {{type: constant, learning_rate: 1.0e-4}}
-train_dataset: {{data_loader: {{type: RandomTokens, seed: 0}}}}
-callbacks: [{{type: MFLossMonitor, per_print_times: 1}}]
-parallel: {{pipeline_config: {{pipeline_scheduler: 1f1b, pipeline_interleave: False}}}}
-parallel_config: {{data_parallel: 1, model_parallel: 1, pipeline_stage: 1, micro_batch_num: 1}}
-model:
-  arch: {{type: GPT2LMHeadModel}}
-  model_config: {{type: GPT2Config, vocab_size: 512, seq_length: 256, max_position_embeddings: 1024,
-                 hidden_size: 768, num_layers: 8, num_heads: 12, hidden_act: gelu_new,
-                 hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}}
-"""
+# The pp layouts' model: bench/pipeline_bubble.py's YAML at 768 wide, 12 heads, T 256, with
+# vocabulary 512 and 8 layers set on top (PP_SETS, before each layout's own).
+PP_SHAPE = dict(T=256, C=768, H=12)
+PP_SETS = ["model.model_config.vocab_size=512", "model.model_config.num_layers=8"]
 
 
 class Layout:
@@ -110,7 +98,7 @@ def layouts(cores, only):
 def write_yaml(lay, path, out, steps):
     with open(path, "w") as f:
         if lay.group == "pp":
-            f.write(PP_YAML.format(out=out, steps=steps))
+            f.write(pb.BASE_YAML.format(out=out, steps=steps, **PP_SHAPE))
         else:
             f.write(tvp.gridformer_yaml("mixtral-tiny", steps, 0, out))
 
@@ -123,7 +111,7 @@ def run(binary, lay, cores, steps, work, profile=False, timeout=900):
     write_yaml(lay, cfg, out, steps)
     threads = cores // lay.ranks
     cmd = [binary, "train", "--config", cfg]
-    for s in lay.sets:
+    for s in (PP_SETS if lay.group == "pp" else []) + lay.sets:
         cmd += ["--set", s]
     if profile:
         cmd += ["--set", "profile=True", "--set", "profile_start_step=2", "--set", f"profile_stop_step={steps}"]

@@ -34,6 +34,7 @@
 #include "runner/report/metrics_log.h"
 #include "runner/launch/rank_agreement.h"
 #include "runner/launch/rank_table.h"
+#include "runner/train/stop_signals.h"
 #include "runner/train/trainer.h"
 
 namespace {
@@ -631,6 +632,7 @@ std::vector<std::string> predict_overrides(const Cli& c) {
 
 int main(int argc, char** argv) {
   gf::default_omp_spin(argv);  // may re-execute the binary: first of all
+  gf::route_stop_signals();    // before any thread: SIGINT/SIGTERM never land on one that computes
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);
   app.footer(gf::environment_help());

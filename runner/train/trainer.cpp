@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -19,22 +18,9 @@
 #include "runner/report/logging.h"
 #include "runner/report/metrics_log.h"
 #include "runner/report/profiler.h"
+#include "runner/train/stop_signals.h"
 
 namespace gf {
-
-std::atomic<int> g_stop_signal{0};
-
-void install_stop_handlers() {
-  // The first SIGINT/SIGTERM stops the run after the current step, with a checkpoint; a second one
-  // stops it at once (a save under way is left as a temporary directory that the next save clears;
-  // the committed checkpoints and `latest` are untouched: core/io/checkpoint.h's protocol).
-  auto handler = [](int sig) {
-    if (g_stop_signal.load() != 0) _exit(128 + sig);
-    g_stop_signal.store(sig);
-  };
-  std::signal(SIGINT, handler);
-  std::signal(SIGTERM, handler);
-}
 
 namespace {
 

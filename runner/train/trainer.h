@@ -33,10 +33,6 @@ struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Set by SIGINT/SIGTERM; the loop stops cleanly between steps.
-extern std::atomic<int> g_stop_signal;
-void install_stop_handlers();
-
 namespace ckpt {
 class Reader;
 struct Piece;

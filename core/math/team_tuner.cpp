@@ -13,29 +13,39 @@ namespace {
 
 // The mean, not the median: a call that waited out a time slice is what the team size costs, and the
 // throughput is the mean's.
-double mean(const std::vector<double>& v) {
+double sum(const std::vector<double>& v) {
   double s = 0;
   for (const double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  return s;
 }
+
+double mean(const std::vector<double>& v) { return v.empty() ? 0.0 : sum(v) / static_cast<double>(v.size()); }
 
 }  // namespace
 
 TeamTuner::TeamTuner(int most, Options o) : most_(std::max(1, most)), o_(o), current_(most_), interval_(o.first_interval) {
-  if (o_.window < 1 || o_.first_interval < 1 || o_.max_interval < o_.first_interval || !(o_.margin >= 0))
-    throw std::invalid_argument("TeamTuner: window >= 1, 1 <= first_interval <= max_interval, margin >= 0");
-  left_ = o_.window;  // first the current size (all threads) for a window
+  if (o_.first_window < 1 || o_.window < 1 || o_.first_interval < 1 || o_.max_interval < o_.first_interval || !(o_.margin >= 0))
+    throw std::invalid_argument("TeamTuner: first_window, window >= 1, 1 <= first_interval <= max_interval, margin >= 0");
+  left_ = o_.first_window;  // first the current size (all threads), briefly
 }
 
 void TeamTuner::record(double seconds) {
   if (most_ == 1) return;  // one size only
+  ++calls_;
   if (probing_) {
+    ++probe_calls_;
     probe_.push_back(seconds);
-    if (--left_ > 0) return;
+    // The probe wins if its window's mean is under `bar`. Times are not negative, so once the sum so
+    // far reaches window x bar the rest of the window cannot change the outcome: the probe ends there
+    // (beside a busy process a team's probe is its slowest calls; this keeps the decisions and drops
+    // those calls).
+    const double c = mean(cur_), bar = settled_ ? c * (1.0 - o_.margin) : c;
+    const bool lost = sum(probe_) >= bar * o_.window;
+    if (--left_ > 0 && !lost) return;
     // The probe's window against the current size's last one.
-    const double p = mean(probe_), c = mean(cur_);
+    const double p = lost ? bar : mean(probe_);
     probing_ = false;
-    if (p < c * (1.0 - o_.margin) || (!settled_ && p < c)) {
+    if (p < bar) {
       current_ = other();
       cur_ = probe_;
       ++switches_;

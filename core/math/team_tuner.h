@@ -5,12 +5,16 @@
 // every region's barrier may wait for a teammate that is off its core, and one thread is faster
 // (the tiny Llama with its real vocabulary: 0.4-0.5 of its one-thread speed on 2 threads beside a
 // busy 2-thread process, 0.9-1.0 on one). Which one wins depends on the machine's load, which changes,
-// so the tuner measures: it times `window` calls with all threads, then `window` with one, keeps the
+// so the tuner measures: it times `first_window` calls with all threads, then `window` with one, keeps the
 // faster by the mean (not the median: the calls that waited out a time slice are what a team costs,
 // and throughput is the mean's), and from then on probes the other size for `window` calls every
 // `interval` calls. A probe that confirms the choice doubles the interval (up to `max_interval`: the
 // probes then cost about 1.5% of the calls); one that finds the other size at least `margin` faster
-// switches to it, and the interval starts again at `first_interval`.
+// switches to it, and the interval starts again at `first_interval`. A probe ends as soon as its
+// calls' sum shows it cannot win (the decision is the full window's; beside a busy process a team's
+// probe of 8 calls at about 3x a one-thread call ends after 3). The first run of all threads is short
+// (2 calls): beside a busy process those are the slowest calls of a decode, and a wrong first choice
+// costs at most `first_interval` calls before the next probe.
 //
 // The results of a call must not depend on its thread count (the caller's concern): a decode step of
 // one row is matrix-vector products and per-row or per-head loops, each output computed whole by one
@@ -23,6 +27,7 @@ namespace gf {
 class TeamTuner {
  public:
   struct Options {
+    int first_window = 2;  // the very first run of all threads, before the first comparison
     int window = 8;
     int first_interval = 32;
     int max_interval = 512;
@@ -37,6 +42,9 @@ class TeamTuner {
   // For tests and the log: the size in use outside probes, and how many probes switched it.
   int current() const { return current_; }
   int switches() const { return switches_; }
+  // Calls run with the size not in use at the time (the probes), and calls in all.
+  int probe_calls() const { return probe_calls_; }
+  int calls() const { return calls_; }
 
  private:
   int most_;
@@ -46,6 +54,7 @@ class TeamTuner {
   int left_ = 0;        // calls left in the phase (a probe, or the current size's run)
   int interval_;
   int switches_ = 0;
+  int probe_calls_ = 0, calls_ = 0;
   bool settled_ = false;  // the first comparison is done
   std::vector<double> cur_, probe_;  // the last window's times of the current size and of the probe
   int other() const { return current_ == most_ ? 1 : most_; }

@@ -437,8 +437,9 @@ void Predictor::State::report(const PredictStats& st) const {
                st.prompts, st.prompt_tokens, st.prompt_seconds, pps, st.decode_tokens, st.decode_seconds, dps);
   if (one_row_calls > 0 && omp_get_max_threads() > 1)
     spdlog::info("predict: one-row model calls (a sequence's decode steps) measured for their team size: {} of {} "
-                 "thread(s) at the end, {} switch(es) over {} calls",
-                 one_row_team.current(), omp_get_max_threads(), one_row_team.switches(), one_row_calls);
+                 "thread(s) at the end, {} switch(es) over {} calls, {} of them probes of the other size",
+                 one_row_team.current(), omp_get_max_threads(), one_row_team.switches(), one_row_calls,
+                 one_row_team.probe_calls());
   if (ctx->world_rank() != 0) return;
   if (!req.ids_out.empty()) {
     std::ofstream out(req.ids_out);

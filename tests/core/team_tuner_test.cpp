@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/math/team_tuner.h"
 
@@ -27,9 +29,10 @@ TEST(TeamTuner, KeepsAllThreadsWhenTheyAreFaster) {
   const int ones = drive(t, 1000, [](int n, int) { return n == 1 ? 2.0 : 1.0; });
   EXPECT_EQ(t.current(), 4);
   EXPECT_EQ(t.switches(), 0);
-  // The first comparison (8 calls of one thread), then probes of 8 after 32, 64, 128 and 256 calls
-  // (the next, after 512, falls past call 1000): 40 calls.
-  EXPECT_EQ(ones, 40);
+  // The first comparison, then probes after 32, 64, 128 and 256 calls (the next, after 512, falls past
+  // call 1000). Each ends after 4 calls of 2.0, whose sum 8 reaches what 8 calls may sum to and still
+  // win: 8 x 1.0 in the first comparison, 8 x 0.9 after it (the 10% margin). 5 x 4 = 20 calls.
+  EXPECT_EQ(ones, 20);
 }
 
 TEST(TeamTuner, TakesOneThreadWhenItIsFaster) {
@@ -37,7 +40,83 @@ TEST(TeamTuner, TakesOneThreadWhenItIsFaster) {
   const int ones = drive(t, 1000, [](int n, int) { return n == 1 ? 1.0 : 3.0; });
   EXPECT_EQ(t.current(), 1);
   EXPECT_EQ(t.switches(), 1);
-  EXPECT_EQ(ones, 960);  // all but the first window and 4 probes of 2 threads, 8 calls each
+  // All but the first run (2 calls of 2 threads) and 4 probes of 2 threads (after 32, 64, 128, 256
+  // calls; the next at call 2 + 8 + 32 + 64 + 128 + 256 + 512 + 4 x 3 = 1014), each ending after 3
+  // calls: 3 x 3.0 = 9 reaches 8 x 0.9 x 1.0 = 7.2, where 2 calls (6) do not.
+  EXPECT_EQ(ones, 1000 - 2 - 4 * 3);
+  EXPECT_EQ(t.probe_calls(), 8 + 4 * 3);  // the first comparison's one-thread window, then the team's probes
+  EXPECT_EQ(t.calls(), 1000);
+}
+
+TEST(TeamTuner, AProbeThatCannotWinEndsAtItsFirstCall) {
+  // Beside a busy process: a team's call waits out time slices, 10x a one-thread call.
+  TeamTuner t(2);
+  std::vector<int> team_calls;
+  for (int i = 0; i < 1000; ++i) {
+    const int n = t.threads();
+    if (n == 2) team_calls.push_back(i);
+    t.record(n == 1 ? 1.0 : 10.0);
+  }
+  EXPECT_EQ(t.current(), 1);
+  // The first run of the team (calls 0 and 1); the one-thread probe (2-9) switches; each later probe
+  // of the team is one call (10 >= 8 x 0.9), after 32, 64, 128 and 256 calls (the next would be at
+  // 493 + 1 + 512 = 1006).
+  const std::vector<int> want = {0, 1, 10 + 32, 10 + 32 + 1 + 64, 10 + 32 + 1 + 64 + 1 + 128,
+                                 10 + 32 + 1 + 64 + 1 + 128 + 1 + 256};
+  EXPECT_EQ(team_calls, want);
+}
+
+TEST(TeamTuner, EndingProbesEarlyKeepsTheFullWindowsDecisions) {
+  // The same call times, one tuner with the shortcut (the real one) and the rule it shortens written
+  // out: whenever a probe ends early, the full window's mean would not have won either. Times drawn
+  // from a fixed sequence, with stalls, for both sizes; checked over every probe of 20000 calls.
+  TeamTuner t(2);
+  uint64_t x = 12345;
+  auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(x >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  int early = 0, probes = 0;
+  std::vector<double> cur, probe;
+  int last_switches = 0;
+  bool settled = false;
+  for (int i = 0; i < 20000; ++i) {
+    const int n = t.threads();
+    const bool probing = n != t.current();
+    const double base = n == 1 ? 1.0 : 0.7 + 0.6 * (i / 2000 % 2);  // the team wins, then loses, by turns
+    const double time = base * (next() < 0.05 ? 20.0 : 0.8 + 0.4 * next());
+    if (probing) {
+      probe.push_back(time);
+    } else {
+      cur.push_back(time);
+      if (cur.size() > 8) cur.erase(cur.begin());
+    }
+    t.record(time);
+    if (probing && t.threads() == t.current()) {  // the probe ended with this call
+      ++probes;
+      double c = 0;
+      for (const double v : cur) c += v;
+      c /= static_cast<double>(cur.size());
+      const double bar = settled ? 0.9 * c : c;
+      double sum = 0;
+      for (const double v : probe) sum += v;
+      const bool switched = t.switches() != last_switches;
+      if (probe.size() < 8) {
+        ++early;
+        EXPECT_FALSE(switched) << "call " << i;
+        EXPECT_GE(sum, 8 * bar) << "call " << i << ": ended early though the window could still win";
+      } else {
+        EXPECT_EQ(switched, sum / 8 < bar) << "call " << i;
+      }
+      if (switched) cur = probe;
+      probe.clear();
+      settled = true;
+      last_switches = t.switches();
+    }
+  }
+  EXPECT_GT(probes, 20);
+  EXPECT_GT(early, 5);
+  EXPECT_LT(early, probes);
 }
 
 TEST(TeamTuner, FollowsAChangeOfConditions) {
@@ -67,7 +146,7 @@ TEST(TeamTuner, AMarginKeepsNearTiesFromFlipping) {
 
 TEST(TeamTuner, OneStallCountsAndTheNextProbeCorrectsIt) {
   TeamTuner t(2);
-  // All threads faster, but one call of the first window waits 100x (a time slice): by the mean one
+  // All threads faster, but one call of the first run waits 100x (a time slice): by the mean one
   // thread wins the first comparison; the probe of all threads 32 calls later takes them back.
   drive(t, 100, [](int n, int i) { return n == 1 ? 2.0 : (i == 1 ? 100.0 : 1.0); });
   EXPECT_EQ(t.current(), 2);
@@ -85,6 +164,9 @@ TEST(TeamTuner, OneThreadOnlyNeverProbes) {
 TEST(TeamTuner, RefusesBadOptions) {
   TeamTuner::Options o;
   o.window = 0;
+  EXPECT_THROW(TeamTuner(2, o), std::invalid_argument);
+  o = {};
+  o.first_window = 0;
   EXPECT_THROW(TeamTuner(2, o), std::invalid_argument);
   o = {};
   o.max_interval = 8;

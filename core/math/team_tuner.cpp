@@ -11,14 +11,14 @@ namespace gf {
 
 namespace {
 
-// The mean, not the median: a call that waited out a time slice is what the team size costs, and the
-// throughput is the mean's.
 double sum(const std::vector<double>& v) {
   double s = 0;
   for (const double x : v) s += x;
   return s;
 }
 
+// The mean, not the median: a call that waited out a time slice is what the team size costs, and the
+// throughput is the mean's.
 double mean(const std::vector<double>& v) { return v.empty() ? 0.0 : sum(v) / static_cast<double>(v.size()); }
 
 }  // namespace

@@ -5,10 +5,9 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
-#include <cstring>
 
 namespace gf {
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/math/parallel_memory.h"
 #include "core/trace/trace.h"
 
 namespace gf {
@@ -269,7 +270,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     }
     check_finite(s.emb, rows, "the embedding's output");
   } else {
-    std::memcpy(s.xin, hidden_in, sizeof(float) * d.Nl * d.C);
+    parallel_copy(s.xin, hidden_in, d.Nl * d.C);
     check_finite(s.xin, rows, "the hidden state received from the previous pipeline stage");
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
@@ -399,7 +400,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     }
     if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
   } else if (input) {
-    std::memcpy(scratch_.dres, dhidden_out, sizeof(float) * d.Nl * d.C);
+    parallel_copy(scratch_.dres, dhidden_out, d.Nl * d.C);
   }
   for (int64_t l = d.l1 - 1; l >= d.l0; --l) {
     const TransformerLayer& layer = layers_[static_cast<size_t>(l - d.l0)];
@@ -435,7 +436,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   // embedding accumulates its two gradients in the fused order.
   if (d.first) {
     if (pass == BwdPass::kInput) {
-      std::memcpy(s.demb, scratch_.dres, sizeof(float) * d.Nl * d.C);
+      parallel_copy(s.demb, scratch_.dres, d.Nl * d.C);
     } else {
       trace::Span span(trace::kOn, "compute", "embedding %s", pass_name);
       if (chunks_reduced_ && spec_.tied_head && pass == BwdPass::kBoth) {

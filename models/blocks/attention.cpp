@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/math/mixed_precision.h"
+#include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
 
 namespace gf {
@@ -227,7 +228,7 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
     y = e.cps.y;
   }
   const int64_t W = qkv_width() / (ulysses ? e.cp->ulysses_size() : 1);  // a row of the core's q|k|v
-  std::fill(dqkv, dqkv + e.N * qkv_width(), 0.0f);
+  parallel_zero(dqkv, e.N * qkv_width());
   if (ring) e.cp->ring_bwd(dqkv, dy, a.qkv, W, y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
   else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), flash_ws(e));
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));

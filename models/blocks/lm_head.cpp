@@ -5,6 +5,7 @@
 
 #include "core/math/gemm.h"
 #include "core/math/mixed_precision.h"
+#include "core/math/parallel_memory.h"
 #include "core/ops/cross_entropy.h"
 
 namespace gf {
@@ -159,7 +160,7 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
   }
   if (input) {
     if (v_.parallel) e.tp->reduce_rows(e.dfull, a.dln, C);
-    std::fill(dx, dx + e.Nl * C, 0.0f);
+    parallel_zero(dx, e.Nl * C);
   }
   norm_.bwd(e, pass, dx, a.dln, x, a.norm, e.Nl);
 }

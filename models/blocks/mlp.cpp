@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/math/parallel_memory.h"
 #include "core/ops/activation.h"
 #include "core/ops/swiglu.h"
 
@@ -67,7 +68,7 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
     return;
   }
   down_.bwd(e, pass, g.dact, dout, a.act);
-  std::fill(g.dh, g.dh + e.N * up_width(), 0.0f);
+  parallel_zero(g.dh, e.N * up_width());
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
   else ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
   up_.bwd(e, pass, dxn, g.dh, xn);

@@ -1,5 +1,6 @@
 #include "models/blocks/moe.h"
 
+#include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
 
 #include <algorithm>
@@ -251,7 +252,7 @@ void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& 
   ops::grouped_linear_bwd_input(sc.dact, dy, wd, down_stride_, off, El, Fl, C);
   ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
                                  off, El, Fl, C);
-  std::fill(sc.dh, sc.dh + R * up, 0.0f);
+  parallel_zero(sc.dh, R * up);
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up);
   else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl);
   ops::grouped_linear_bwd_input(dx, sc.dh, wu, up_stride_, off, El, C, up);
@@ -392,7 +393,7 @@ void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* 
 void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const {
   const int64_t N = e.N, C = d_.C, k = d_.k, El = d_.El, ep = d_.ep, me = e.ep->rank(), Nk = N * k;
   // The group's rows and choices.
-  std::memcpy(sc.all + me * N * C, x, sizeof(float) * static_cast<size_t>(N * C));
+  parallel_copy(sc.all + me * N * C, x, N * C);
   for (int64_t i = 0; i < Nk; ++i) {
     sc.all_experts[me * Nk + i] = a.kept[i] ? static_cast<float>(a.experts[i]) : -1.0f;
     sc.all_weights[me * Nk + i] = a.weights[i];
@@ -421,7 +422,7 @@ void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const 
   // Each token's weighted sum over its choices that ran here (in choice order), then over the group.
   std::vector<int32_t> row_of(static_cast<size_t>(ep * Nk), -1);
   for (int64_t r = 0; r < R; ++r) row_of[static_cast<size_t>(a.src[r])] = static_cast<int32_t>(r);
-  std::fill(sc.all, sc.all + ep * N * C, 0.0f);
+  parallel_zero(sc.all, ep * N * C);
   for (int64_t i = 0; i < ep * Nk; ++i) {
     const int32_t r = row_of[static_cast<size_t>(i)];
     if (r < 0) continue;
@@ -431,14 +432,14 @@ void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const 
     for (int64_t c = 0; c < C; ++c) yt[c] += w * o[c];
   }
   e.ep->reduce_scatter(sc.all, ep * N * C);
-  std::memcpy(y, sc.all + me * N * C, sizeof(float) * static_cast<size_t>(N * C));
+  parallel_copy(y, sc.all + me * N * C, N * C);
 }
 
 void MoeBlock::allgather_bwd(const BlockEnv& e, float* dx, const float* dy, const Acts& a, const Scratch& sc) const {
   const int64_t N = e.N, C = d_.C, k = d_.k, El = d_.El, ep = d_.ep, me = e.ep->rank(), Nk = N * k;
   const int64_t* off = a.counts + d_.E + ep * El;
   const int64_t R = off[El];
-  std::memcpy(sc.all + me * N * C, dy, sizeof(float) * static_cast<size_t>(N * C));
+  parallel_copy(sc.all + me * N * C, dy, N * C);
   e.ep->allgather(sc.all, ep * N * C);
   // The experts' output gradients and each gate weight's gradient (summed to its token's rank).
   float* dw_all = sc.all_weights;
@@ -459,7 +460,7 @@ void MoeBlock::allgather_bwd(const BlockEnv& e, float* dx, const float* dy, cons
   experts_bwd(e, sc.recv, sc.perm, a, sc, off);
   std::vector<int32_t> row_of(static_cast<size_t>(ep * Nk), -1);
   for (int64_t r = 0; r < R; ++r) row_of[static_cast<size_t>(a.src[r])] = static_cast<int32_t>(r);
-  std::fill(sc.all, sc.all + ep * N * C, 0.0f);
+  parallel_zero(sc.all, ep * N * C);
   for (int64_t i = 0; i < ep * Nk; ++i) {
     const int32_t r = row_of[static_cast<size_t>(i)];
     if (r < 0) continue;
@@ -468,7 +469,7 @@ void MoeBlock::allgather_bwd(const BlockEnv& e, float* dx, const float* dy, cons
     for (int64_t c = 0; c < C; ++c) d[c] += s[c];
   }
   e.ep->reduce_scatter(sc.all, ep * N * C);
-  std::memcpy(dx, sc.all + me * N * C, sizeof(float) * static_cast<size_t>(N * C));
+  parallel_copy(dx, sc.all + me * N * C, N * C);
 }
 
 }  // namespace gf

@@ -1,5 +1,6 @@
 #include "models/blocks/transformer_layer.h"
 
+#include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
 
 #include <cstring>
@@ -95,14 +96,14 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
     return;
   }
   // MLP: out = res2 + dropout(mlp(norm2(res2)))
-  std::memcpy(g.dout_mlp, g.dres, sizeof(float) * Nl * C);
+  parallel_copy(g.dout_mlp, g.dres, Nl * C);
   e.dropout_rows(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
   else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   if (between) (*between)();
   // Attention: res2 = x + dropout(attention(norm1(x)))
-  std::memcpy(g.dout_attn, g.dres, sizeof(float) * Nl * C);
+  parallel_copy(g.dout_attn, g.dres, Nl * C);
   e.dropout_rows(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, a.ln1, a.attn, g.attn);
   norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);

@@ -2,7 +2,7 @@
 // SwiGLU, grouped-query attention): every op, the gradient norm's
 // sum of squares and the AdamW update give the same bits whatever the thread count; AdamW rounds
 // exactly as its formula is written (one FMA per moment and in the denominator, the decayed weight
-// rounded before the update is subtracted); parallel_zero zeroes exactly its range.
+// rounded before the update is subtracted); parallel_zero and parallel_copy write exactly their range.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -234,6 +234,25 @@ TEST(ParallelZero, ZeroesExactlyItsRange) {
       });
       for (int64_t i = 0; i < n + 8; ++i)
         ASSERT_EQ(x[static_cast<size_t>(i)], i >= 3 && i < n + 3 ? 0.0f : 1.0f) << "n " << n << ", element " << i;
+    }
+  }
+}
+
+TEST(ParallelCopy, CopiesExactlyItsRange) {
+  // Sizes below, at and past the 64Ki-float threshold, with an offset so the shares' cuts do not fall
+  // on the buffer's alignment; every element distinct so a misplaced share shows.
+  for (int64_t n : {int64_t{0}, int64_t{1000}, (int64_t{1} << 16) + 17, int64_t{3} * (1 << 16) + 5}) {
+    std::vector<float> src(static_cast<size_t>(n + 8));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> x(static_cast<size_t>(n + 8), -1.0f);
+      on_threads(threads, [&] {
+        parallel_copy(x.data() + 3, src.data() + 5, n);
+        return 0;
+      });
+      for (int64_t i = 0; i < n + 8; ++i)
+        ASSERT_EQ(x[static_cast<size_t>(i)], i >= 3 && i < n + 3 ? src[static_cast<size_t>(i + 2)] : -1.0f)
+            << "n " << n << ", " << threads << " threads, element " << i;
     }
   }
 }

@@ -11,7 +11,11 @@
 
 namespace gf::trace {
 
-bool in_parallel_region() { return omp_in_parallel() != 0; }
+// Any enclosing parallel construct counts, a team of one included (omp_get_level, not
+// omp_in_parallel, which is false there): otherwise a one-thread run would record the op spans that
+// its ops call inside their regions (the fused attention's tile products), which a run on more threads
+// leaves to the op around them, and the two runs' breakdowns would not compare.
+bool in_parallel_region() { return omp_get_level() > 0; }
 
 std::atomic<unsigned> g_flags{0};
 

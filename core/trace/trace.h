@@ -117,7 +117,8 @@ class Span;
 // with the op around the region.
 #define GF_OP_SPAN(cat, name) ::gf::trace::Span gf_op_span_(::gf::trace::OpSpan{}, cat, name)
 struct OpSpan {};
-// True inside an OpenMP parallel region (omp_in_parallel; trace.cpp, so this header needs no omp.h).
+// True inside an OpenMP parallel construct, even one run by a team of one thread (omp_get_level() > 0;
+// in trace.cpp, so this header needs no omp.h).
 bool in_parallel_region();
 
 class Span {

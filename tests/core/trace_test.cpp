@@ -1,6 +1,7 @@
 // The step timeline's recorder (core/trace/trace.h): nothing recorded when off, spans nest and keep their
-// order, the flags select communication and memory events, other threads are dropped, and the JSON
-// is the Trace Event Format (parsed back with nlohmann::json).
+// order, the flags select communication and memory events, other threads are dropped, op spans are
+// left out of parallel regions of any size, and the JSON is the Trace Event Format (parsed back with
+// nlohmann::json).
 #include "core/trace/trace.h"
 
 #include <gtest/gtest.h>
@@ -93,6 +94,26 @@ TEST_F(TraceTest, OtherThreadsAreDropped) {
   stop();
   ASSERT_EQ(events().size(), 1u);
   EXPECT_STREQ(events()[0].name, "here");
+}
+
+TEST_F(TraceTest, OpSpansAreLeftOutOfParallelRegionsOfAnySize) {
+  // An op's span inside a parallel construct is not recorded, whether its team has several threads
+  // or one (an `if (false)` region, or one thread in all): the breakdown of a one-thread run then
+  // counts the same spans as a run on more threads.
+  start(kOn | kOps, 16);
+  { GF_OP_SPAN("gemm", "outside"); }
+#pragma omp parallel num_threads(1)
+  { GF_OP_SPAN("gemm", "team of one"); }
+#pragma omp parallel if (false)
+  { GF_OP_SPAN("gemm", "inactive region"); }
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp master
+    { GF_OP_SPAN("gemm", "team of two"); }
+  }
+  stop();
+  ASSERT_EQ(events().size(), 1u);
+  EXPECT_STREQ(events()[0].name, "outside");
 }
 
 TEST_F(TraceTest, GrowingPastTheCapacityIsCounted) {

@@ -24,8 +24,10 @@ double mean(const std::vector<double>& v) { return v.empty() ? 0.0 : sum(v) / st
 }  // namespace
 
 TeamTuner::TeamTuner(int most, Options o) : most_(std::max(1, most)), o_(o), current_(most_), interval_(o.first_interval) {
-  if (o_.first_window < 1 || o_.window < 1 || o_.first_interval < 1 || o_.max_interval < o_.first_interval || !(o_.margin >= 0))
-    throw std::invalid_argument("TeamTuner: first_window, window >= 1, 1 <= first_interval <= max_interval, margin >= 0");
+  if (o_.first_window < 1 || o_.window < 1 || o_.first_interval < 1 || o_.max_interval < o_.first_interval ||
+      !(o_.margin >= 0) || !(o_.alarm >= 1))
+    throw std::invalid_argument(
+        "TeamTuner: first_window, window >= 1, 1 <= first_interval <= max_interval, margin >= 0, alarm >= 1");
   left_ = o_.first_window;  // first the current size (all threads), briefly
 }
 
@@ -47,19 +49,32 @@ void TeamTuner::record(double seconds) {
     probing_ = false;
     if (p < bar) {
       current_ = other();
+      other_mean_ = c;
       cur_ = probe_;
       ++switches_;
       interval_ = o_.first_interval;
-    } else if (settled_) {
-      interval_ = std::min(2 * interval_, o_.max_interval);
+    } else {
+      // A probe that ended early ran fewer calls than the window: its window's mean is at least
+      // their sum over the window.
+      other_mean_ = lost ? sum(probe_) / o_.window : p;
+      if (settled_) interval_ = std::min(2 * interval_, o_.max_interval);
     }
     settled_ = true;
     probe_.clear();
     left_ = interval_;
+    run_ = 0;
     return;
   }
   cur_.push_back(seconds);
   if (static_cast<int>(cur_.size()) > o_.window) cur_.erase(cur_.begin());
+  ++run_;
+  if (settled_ && other_mean_ > 0) {
+    // The run's latest calls (cur_'s last min(run_, window)) against the alarm.
+    double recent = 0;
+    const int n = std::min(run_, static_cast<int>(cur_.size()));
+    for (int i = static_cast<int>(cur_.size()) - n; i < static_cast<int>(cur_.size()); ++i) recent += cur_[static_cast<size_t>(i)];
+    if (recent >= o_.alarm * o_.window * other_mean_) left_ = 1;  // probe now
+  }
   if (--left_ > 0) return;
   probing_ = true;  // the other size for a window
   left_ = o_.window;

@@ -14,7 +14,11 @@
 // calls' sum shows it cannot win (the decision is the full window's; beside a busy process a team's
 // probe of 8 calls at about 3x a one-thread call ends after 3). The first run of all threads is short
 // (2 calls): beside a busy process those are the slowest calls of a decode, and a wrong first choice
-// costs at most `first_interval` calls before the next probe.
+// costs at most `first_interval` calls before the next probe. A run of the size in use whose latest
+// calls (at most `window`) sum to `alarm` x window x the other size's last mean (for a probe that ended
+// early, the least its window's mean can be) is probed at once instead of at the interval's end: the
+// team that a quiet moment chose, once the busy process is back, costs one or two of its time-slice
+// calls instead of the 32 to 512 left before the next probe.
 //
 // The results of a call must not depend on its thread count (the caller's concern): a decode step of
 // one row is matrix-vector products and per-row or per-head loops, each output computed whole by one
@@ -32,6 +36,7 @@ class TeamTuner {
     int first_interval = 32;
     int max_interval = 512;
     double margin = 0.10;
+    double alarm = 2.0;
   };
   explicit TeamTuner(int most, Options o);
   explicit TeamTuner(int most) : TeamTuner(most, Options{}) {}
@@ -57,6 +62,8 @@ class TeamTuner {
   int probe_calls_ = 0, calls_ = 0;
   bool settled_ = false;  // the first comparison is done
   std::vector<double> cur_, probe_;  // the last window's times of the current size and of the probe
+  double other_mean_ = 0;  // the other size's last window mean (or, for a probe ended early, its least)
+  int run_ = 0;            // calls of the current size since the last probe
   int other() const { return current_ == most_ ? 1 : most_; }
 };
 

@@ -136,6 +136,37 @@ TEST(TeamTuner, FollowsAChangeOfConditions) {
   EXPECT_EQ(t.switches(), 2);
 }
 
+TEST(TeamTuner, ATeamThatTurnsSlowIsProbedAtOnce) {
+  // A quiet machine for 600 calls (the team, 0.6 a call, against 1.0 on one thread), then a busy process
+  // arrives: a team's call waits out a time slice, 10. Quiet: the team's first 2 calls (0-1), the first
+  // comparison's one-thread probe (2-6: 5 x 1.0 >= 8 x 0.6), then runs of the team of 32, 64, 128, 256
+  // and 512 calls, each followed by a one-thread probe of 5 calls (5 x 1.0 >= 8 x 0.9 x 0.6): the
+  // 512-call run is calls 507-1018.
+  auto time = [](int n, int i) { return i < 600 ? (n == 1 ? 1.0 : 0.6) : (n == 1 ? 1.0 : 10.0); };
+  auto team_calls_after_the_change = [&](TeamTuner& t) {
+    drive(t, 600, time);
+    EXPECT_EQ(t.current(), 2);
+    int team = 0;
+    for (int i = 600; i < 2000 && t.current() == 2; ++i) {
+      team += t.threads() == 2;
+      t.record(time(t.threads(), i));
+    }
+    EXPECT_EQ(t.current(), 1);
+    return team;
+  };
+  // The one-thread probes of the quiet part end after 5 calls, so the least their window's mean can be
+  // is 5 / 8; the first busy call brings the run's last 8 calls to
+  // 7 x 0.6 + 10 = 14.2 >= 2 x 8 x 5 / 8, a probe of one thread starts at once and switches (its mean
+  // 1.0 under 0.9 x 14.2 / 8).
+  TeamTuner t(2);
+  EXPECT_EQ(team_calls_after_the_change(t), 1);
+  // Without the alarm the team runs on to its next probe, at call 1019: 419 calls of 10.
+  TeamTuner::Options no_alarm;
+  no_alarm.alarm = 1e9;
+  TeamTuner u(2, no_alarm);
+  EXPECT_EQ(team_calls_after_the_change(u), 419);
+}
+
 TEST(TeamTuner, AMarginKeepsNearTiesFromFlipping) {
   TeamTuner t(2);
   // One thread 5% faster: under the 10% margin after the first comparison (which takes the faster).
@@ -171,6 +202,9 @@ TEST(TeamTuner, RefusesBadOptions) {
   o = {};
   o.max_interval = 8;
   o.first_interval = 16;
+  EXPECT_THROW(TeamTuner(2, o), std::invalid_argument);
+  o = {};
+  o.alarm = 0.5;  // would probe whenever the current size is merely as fast as the other
   EXPECT_THROW(TeamTuner(2, o), std::invalid_argument);
 }
 

@@ -72,7 +72,7 @@ void TeamTuner::record(double seconds) {
     // The run's latest calls (cur_'s last min(run_, window)) against the alarm.
     double recent = 0;
     const int n = std::min(run_, static_cast<int>(cur_.size()));
-    for (int i = static_cast<int>(cur_.size()) - n; i < static_cast<int>(cur_.size()); ++i) recent += cur_[static_cast<size_t>(i)];
+    for (size_t i = cur_.size() - static_cast<size_t>(n); i < cur_.size(); ++i) recent += cur_[i];
     if (recent >= o_.alarm * o_.window * other_mean_) left_ = 1;  // probe now
   }
   if (--left_ > 0) return;

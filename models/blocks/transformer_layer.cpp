@@ -3,8 +3,6 @@
 #include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
 
-#include <cstring>
-
 namespace gf {
 namespace {
 

@@ -14,6 +14,7 @@
 
 #include "core/math/gemm.h"
 #include "core/math/gemm_bf16.h"
+#include "core/math/parallel_worth.h"
 #include "core/math/scratch.h"
 #include "core/ops/attention_rows.h"
 
@@ -114,11 +115,52 @@ struct Ctx {
   }
 };
 
+// Under bf16 products: this head's q, k, v (and, in backward, its dy) as bf16, head-major ([T][D] each,
+// made once per call by to_head_major), and this thread's bf16 copies of a P and a dS tile. The tile
+// products then read dense bf16 operands: each element of q, k, v and dy is rounded once per call, where
+// gemm_bf16's float entry rounded it again for every tile product that read it (a key tile once per
+// query tile, four times in the backward). The same roundings (float_to_bf16) of the same values, the
+// same dense layouts and the same primitives: the same products, bit for bit.
+struct HeadBf16 {
+  const bf16 *q = nullptr, *k = nullptr, *v = nullptr, *dy = nullptr;
+  bf16 *p = nullptr, *ds = nullptr;
+  bool on() const { return q != nullptr; }
+};
+
+// dst [B][heads][T][D] = bf16 of src, B * T rows of heads * D values (row stride ld).
+void to_head_major(bf16* dst, const float* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
+  GF_OP_SPAN("convert", "attention operands to bf16");
+#pragma omp parallel for schedule(static) if (parallel_worth(B * T * heads * D))
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* from = src + bt * ld + h * D;
+      bf16* to = dst + ((b * heads + h) * T + t) * D;
+      for (int64_t i = 0; i < D; ++i) to[i] = float_to_bf16(from[i]);
+    }
+  }
+}
+
+// Head (b, h)'s view of the head-major copies (qkvh: q, k, v heads; dyh: the query heads' dy, or null)
+// and this thread's tile buffers.
+HeadBf16 head_bf16(const bf16* qkvh, const bf16* dyh, const AttentionShape& s, int64_t b, int64_t h, FlashTiles t) {
+  HeadBf16 hb;
+  if (!qkvh) return hb;
+  const int64_t T = s.seq, D = s.head_dim, H = s.heads, KV = s.kv(), all = H + 2 * KV, g = h / (H / KV);
+  hb.q = qkvh + (b * all + h) * T * D;
+  hb.k = qkvh + (b * all + H + g) * T * D;
+  hb.v = qkvh + (b * all + H + KV + g) * T * D;
+  if (dyh) hb.dy = dyh + (b * H + h) * T * D;
+  hb.p = scratch<bf16>(static_cast<size_t>(t.rows * t.cols), 2);
+  hb.ds = scratch<bf16>(static_cast<size_t>(t.rows * t.cols), 3);
+  return hb;
+}
+
 // Forward of query rows [i0, i0 + br) of one head: online softmax over the key tiles up to the
 // diagonal. yh: this head's y (row stride C); lseh: this head's lse row.
 template <typename S>
 void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, int64_t br, uint64_t base,
-                    const int32_t* lo, const Ctx<S>& c, S* w) {
+                    const int32_t* lo, const Ctx<S>& c, S* w, const HeadBf16& hb) {
   const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
   S* st = w;
   S* o = st + round_up(Br * c.ld, kAlign);
@@ -131,7 +173,10 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
   const int64_t i_last = i0 + br - 1;
   for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
     const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
-    c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
+    if constexpr (std::is_same_v<S, float>)
+      if (hb.on()) gemm_bf16(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hb.q + i0 * D, D, hb.k + j0 * D, D, 0.0f, st, c.ld);
+    if (!hb.on())
+      c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, hv.q + i0 * hv.ld, hv.ld, hv.k + j0 * hv.ld, hv.ld, S(0), st, c.ld);
     for (int64_t r = 0; r < br; ++r) {
       S* row = st + r * c.ld;
       const int64_t n = visible(i0 + r, j0, bc);
@@ -152,7 +197,12 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
         for (int64_t j = 0; j < n - a; ++j) vis[j] *= mk[j];
       }
     }
-    c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
+    if constexpr (std::is_same_v<S, float>)
+      if (hb.on()) {
+        convert_to_bf16(hb.p, st, br, bc, c.ld);
+        gemm_bf16(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, hb.p, bc, hb.v + j0 * D, D, 1.0f, o, D);
+      }
+    if (!hb.on()) c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
   }
   for (int64_t r = 0; r < br; ++r) {
     const S inv = S(1) / l[r];
@@ -197,7 +247,7 @@ void bwd_tile_softmax(S* p, S* ds, S* mk, const S* lse, const S* di, int64_t i0,
 // Backward of one (batch, head), FlashAttention-2 style, query tiles outer and key tiles inner.
 template <typename S>
 void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh, const S* yh, const S* lseh,
-              uint64_t base, const int32_t* key_lo, const Ctx<S>& c, S* w) {
+              uint64_t base, const int32_t* key_lo, const Ctx<S>& c, S* w, const HeadBf16& hb) {
   const int64_t D = c.s.head_dim, T = c.s.seq, C = c.s.heads * D, Br = c.t.rows;
   S* p = w;
   S* ds = p + round_up(Br * c.ld, kAlign);
@@ -216,6 +266,20 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
     for (int64_t j0 = first_key_tile(lo, br, c.t.cols); j0 <= i_last; j0 += c.t.cols) {
       const int64_t bc = std::min(c.t.cols, i_last - j0 + 1);
       const S* kj = hv.k + j0 * hv.ld;
+      if constexpr (std::is_same_v<S, float>)
+        if (hb.on()) {
+          const bf16 *qb = hb.q + i0 * D, *kb = hb.k + j0 * D, *vb = hb.v + j0 * D, *dyb = hb.dy + i0 * D;
+          gemm_bf16(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qb, D, kb, D, 0.0f, p, c.ld);
+          gemm_bf16(Trans::kNo, Trans::kYes, br, bc, D, 1.0f, dyb, D, vb, D, 0.0f, ds, c.ld);
+          bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
+          // P' and dS rounded once each (dS feeds two products)
+          convert_to_bf16(hb.p, p, br, bc, c.ld);
+          convert_to_bf16(hb.ds, ds, br, bc, c.ld);
+          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.p, bc, dyb, D, 1.0f, dh.v + j0 * dh.ld, dh.ld);
+          gemm_bf16(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, hb.ds, bc, kb, D, 1.0f, dh.q + i0 * dh.ld, dh.ld);
+          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.ds, bc, qb, D, 1.0f, dh.k + j0 * dh.ld, dh.ld);
+          continue;
+        }
       c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
       c.product(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
       bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
@@ -259,6 +323,14 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t nq = (T + c.t.rows - 1) / c.t.rows, per = flash_workspace_per_thread(s, c.t);
   const int64_t items = s.batch * H * nq;
+  const bf16* qkvh = nullptr;  // bf16 products: q, k, v head-major in bf16 (HeadBf16)
+  if constexpr (std::is_same_v<S, float>)
+    if (c.bf16) {
+      const int64_t all = H + 2 * s.kv();
+      bf16* h = scratch<bf16>(static_cast<size_t>(s.batch * T * all * s.head_dim), 0);
+      to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
+      qkvh = h;
+    }
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
 #pragma omp parallel num_threads(team_size(ws))
@@ -270,7 +342,8 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
       const int64_t bh = it / nq, qt = nq - 1 - it % nq, b = bh / H, h = bh % H;
       const int64_t i0 = qt * c.t.rows;
       fwd_query_tile(y + b * T * C + h * s.head_dim, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
-                     std::min(c.t.rows, T - i0), drop_base(s, b, h), s.key_lo ? s.key_lo + b * T + i0 : nullptr, c, w);
+                     std::min(c.t.rows, T - i0), drop_base(s, b, h), s.key_lo ? s.key_lo + b * T + i0 : nullptr, c, w,
+                     head_bf16(qkvh, nullptr, s, b, h, c.t));
     }
   }
 }
@@ -283,6 +356,17 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
   const Ctx<S> c = make_ctx<S>(s, drop, ws);
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t per = flash_workspace_per_thread(s, c.t);
+  const bf16 *qkvh = nullptr, *dyh = nullptr;  // bf16 products: q, k, v and dy head-major in bf16 (HeadBf16)
+  if constexpr (std::is_same_v<S, float>)
+    if (c.bf16) {
+      const int64_t all = H + 2 * s.kv();
+      bf16* h = scratch<bf16>(static_cast<size_t>(s.batch * T * all * s.head_dim), 0);
+      to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
+      bf16* g = scratch<bf16>(static_cast<size_t>(s.batch * T * C), 1);
+      to_head_major(g, dy, s.batch, T, H, s.head_dim, C);
+      qkvh = h;
+      dyh = g;
+    }
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
 #pragma omp parallel num_threads(team_size(ws))
@@ -296,7 +380,7 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
       for (int64_t h = bg % KV * G; h < (bg % KV + 1) * G; ++h) {
         const int64_t b = bg / KV, bh = b * H + h, off = b * T * C + h * s.head_dim;
         bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
-                 drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w);
+                 drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w, head_bf16(qkvh, dyh, s, b, h, c.t));
       }
   }
 }

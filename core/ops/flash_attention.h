@@ -38,6 +38,9 @@ struct FlashWorkspace {
   // BF16 where the CPU has it), as PyTorch's CPU flash attention computes them for bf16 tensors: q, k,
   // v (bf16 values already under mixed precision), the probabilities P and, in backward, the output
   // gradient dY and the score gradient dS rounded to bf16 for the products; softmax and lse in fp32.
+  // q, k, v (and dY) are rounded once per call into a head-major bf16 copy in the calling thread's
+  // scratch (gf::scratch<bf16> slots 0 and 1: B T (H + 2 kv) D and B T H D values, outside `data`),
+  // each P and dS tile once into the working thread's (slots 2 and 3).
   bool bf16_products = false;
 };
 

@@ -106,11 +106,9 @@ struct Ctx {
   S scale;
   bool bf16 = false;  // FlashWorkspace::bf16_products
 
-  // A tile product: gemm(), or gemm_bf16 under bf16.
+  // A tile product in S (under bf16 products the kernels call gemm_bf16 on HeadBf16's operands instead).
   void product(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, S alpha, const S* A, int64_t lda, const S* B,
                int64_t ldb, S beta, S* C, int64_t ldc) const {
-    if constexpr (std::is_same_v<S, float>)
-      if (bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 };

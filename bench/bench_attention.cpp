@@ -2,7 +2,7 @@
 // (core/ops/flash_attention.h, tiles and an online softmax) on gpt2-tiny-like shapes.
 //
 //   build/bin/bench_attention [--runs N] [--threads N] [--tiles RxC[,RxC...]] [--shapes B:T:H:D[,...]]
-//                             [--dropout P[,P...]] [--products fp32|bf16|both]
+//                             [--dropout P[,P...]] [--products fp32|bf16|both] [--unfused 0|1]
 //   build/bin/bench_attention --window W[,W...] [--shapes B:T:H:D[,...]] [--runs N] [--threads N]
 //
 // --window: the fused kernel over the whole causal prefix against the same kernel with a sliding window
@@ -15,6 +15,8 @@
 // forward, backward and both, for the unfused path and then each tile size (interleaved, so load
 // from other processes hits both alike); the table shows medians and the ratio unfused / fused
 // (> 1: the fused path is faster). Memory: what each path keeps for backward plus its scratch.
+// --unfused 0 leaves the unfused path out (for a profiler's view of the fused kernel alone; no ratios).
+// GFLOP/s counts the causal pairs' products only (2 in forward, 5 in backward, 2*D flops a pair each).
 #include <omp.h>
 
 #include <algorithm>
@@ -52,6 +54,7 @@ struct Options {
   std::vector<float> dropout{0.0f, 0.1f};
   std::vector<int64_t> windows;  // --window: the windowed comparison instead
   bool shapes_given = false;
+  bool unfused = true;
 };
 
 
@@ -61,6 +64,7 @@ Options parse(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--runs") o.runs = std::stoi(v);
     else if (k == "--threads") o.threads = std::stoi(v);
+    else if (k == "--unfused") o.unfused = std::stoi(v) != 0;
     else if (k == "--tiles") {
       o.tiles.clear();
       for (const auto& t : split(v, ',')) {
@@ -101,7 +105,7 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   const int64_t C = sh.H * sh.D, nqkv = sh.B * sh.T * 3 * C, ny = sh.B * sh.T * C;
   const AttentionShape s{sh.B, sh.T, sh.H, sh.D, 0, 0, sh.H};
   const DropoutKey drop{rate, 1, 2};
-  AlignedBuffer<float> qkv(nqkv), dy(ny), y(ny), dqkv(nqkv), probs(sh.B * sh.H * sh.T * sh.T), lse(sh.B * sh.H * sh.T);
+  AlignedBuffer<float> qkv(nqkv), dy(ny), y(ny), dqkv(nqkv), probs(o.unfused ? sh.B * sh.H * sh.T * sh.T : 1), lse(sh.B * sh.H * sh.T);
   std::mt19937 g(1);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int64_t i = 0; i < nqkv; ++i) qkv[i] = nd(g);
@@ -118,10 +122,10 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   std::vector<Times> fused(ws.size());
   for (int run = 0; run <= o.runs; ++run) {  // run 0 warms up and is not kept
     auto t0 = Clock::now();
-    attention_fwd(y.data(), probs.data(), qkv.data(), s, drop);
+    if (o.unfused) attention_fwd(y.data(), probs.data(), qkv.data(), s, drop);
     const double f = seconds_since(t0);
     t0 = Clock::now();
-    attention_bwd(dqkv.data(), dy.data(), qkv.data(), probs.data(), s, drop);
+    if (o.unfused) attention_bwd(dqkv.data(), dy.data(), qkv.data(), probs.data(), s, drop);
     const double b = seconds_since(t0);
     if (run > 0) unfused.fwd.push_back(f), unfused.bwd.push_back(b);
     for (size_t k = 0; k < ws.size(); ++k) {
@@ -142,8 +146,9 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
   const double u_mem = 4.0 * static_cast<double>(sh.B * sh.H * sh.T * sh.T + threads * 2 * sh.T * sh.T);
   std::printf("B %lld T %lld H %lld D %lld dropout %.2f, %d threads\n", static_cast<long long>(sh.B),
               static_cast<long long>(sh.T), static_cast<long long>(sh.H), static_cast<long long>(sh.D), rate, threads);
-  std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB\n", "unfused", 1e3 * uf, 1e3 * ub,
-              1e3 * ut, u_mem / mib);
+  if (o.unfused)
+    std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB\n", "unfused", 1e3 * uf, 1e3 * ub,
+                1e3 * ut, u_mem / mib);
   for (size_t k = 0; k < ws.size(); ++k) {
     std::vector<double> sum(fused[k].fwd.size());
     for (size_t i = 0; i < sum.size(); ++i) sum[i] = fused[k].fwd[i] + fused[k].bwd[i];
@@ -152,9 +157,13 @@ void bench_shape(const Shape& sh, float rate, const Options& o) {
     char name[40];
     std::snprintf(name, sizeof name, "flash %lldx%lld%s", static_cast<long long>(ws[k].tiles.rows),
                   static_cast<long long>(ws[k].tiles.cols), ws[k].bf16_products ? " bf16" : "");
-    std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB  "
-                "unfused/flash: fwd %.2fx bwd %.2fx fwd+bwd %.2fx\n",
-                name, 1e3 * ff, 1e3 * fb, 1e3 * ft, f_mem / mib, uf / ff, ub / fb, ut / ft);
+    // Useful work: the causal pairs' products, 2 in forward (S = QK^T, PV) and 5 in backward (S again, dP, dV, dQ, dK).
+    const double pairs = static_cast<double>(sh.B * sh.H) * static_cast<double>(sh.T) * static_cast<double>(sh.T + 1) / 2;
+    const double gflop_f = 2 * 2 * pairs * static_cast<double>(sh.D) * 1e-9, gflop_b = 2.5 * gflop_f;
+    std::printf("  %-19s fwd %8.3f ms  bwd %8.3f ms  fwd+bwd %8.3f ms  memory %9.2f MiB  GFLOP/s fwd %.0f bwd %.0f",
+                name, 1e3 * ff, 1e3 * fb, 1e3 * ft, f_mem / mib, gflop_f / ff, gflop_b / fb);
+    if (o.unfused) std::printf("  unfused/flash: fwd %.2fx bwd %.2fx fwd+bwd %.2fx", uf / ff, ub / fb, ut / ft);
+    std::printf("\n");
   }
 }
 

@@ -119,11 +119,30 @@ struct Ctx {
 // gemm_bf16's float entry rounded it again for every tile product that read it (a key tile once per
 // query tile, four times in the backward). The same roundings (float_to_bf16) of the same values, the
 // same dense layouts and the same primitives: the same products, bit for bit.
+//
+// In backward the tile products also accumulate into dense fp32 gradients, dq of this query head and dk, dv
+// of its key/value head ([T][D] each, the working thread's gf::scratch<float> slot 3), which the caller
+// adds into dqkv's strided columns once per head (dq) and once per key/value group (dk, dv). A strided C
+// made gemm_bf16 write each product to a dense buffer and add it to C in a pass of its own (add_product),
+// once per tile product. The sums are the same: each element still starts from zero and adds the same
+// products in the same order, and dqkv (zero, as the layers pass it) + that sum is the sum.
 struct HeadBf16 {
   const bf16 *q = nullptr, *k = nullptr, *v = nullptr, *dy = nullptr;
   bf16 *p = nullptr, *ds = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only
   bool on() const { return q != nullptr; }
 };
+
+// dst (rows of n values, row stride ld) += src (dense).
+inline void add_rows(float* dst, int64_t ld, const float* src, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) dst[r * ld + j] += src[r * n + j];
+}
+
+// One score row rounded to bf16 (the rounding convert_to_bf16 applies), while the row is still in cache.
+inline void row_to_bf16(bf16* dst, const float* src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = float_to_bf16(src[j]);
+}
 
 // dst [B][heads][T][D] = bf16 of src, B * T rows of heads * D values (row stride ld).
 void to_head_major(bf16* dst, const float* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
@@ -181,7 +200,11 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
       const int64_t a = hidden_before(lo, r, j0, n);  // keys [j0, j0 + a) are another document's
       std::fill(row + n, row + bc, S(0));
       std::fill(row, row + a, S(0));
-      if (n == a) continue;
+      if (n == a) {
+        if constexpr (std::is_same_v<S, float>)
+          if (hb.on()) row_to_bf16(hb.p + r * bc, row, bc);
+        continue;
+      }
       S* vis = row + a;
       const S mx = lane_max(vis, n - a, m[r]);
       const S alpha = std::exp(m[r] - mx);  // 0 on the first tile (m = -inf)
@@ -194,10 +217,11 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
         dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0 + a), n - a);
         for (int64_t j = 0; j < n - a; ++j) vis[j] *= mk[j];
       }
+      if constexpr (std::is_same_v<S, float>)
+        if (hb.on()) row_to_bf16(hb.p + r * bc, row, bc);
     }
     if constexpr (std::is_same_v<S, float>)
       if (hb.on()) {
-        convert_to_bf16(hb.p, st, br, bc, c.ld);
         gemm_bf16(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, hb.p, bc, hb.v + j0 * D, D, 1.0f, o, D);
       }
     if (!hb.on()) c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), st, c.ld, hv.v + j0 * hv.ld, hv.ld, S(1), o, D);
@@ -209,36 +233,47 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
   }
 }
 
+// Row r of a tile (bwd_tile_softmax below): pr and dr are that row of p and ds.
+template <typename S>
+void bwd_row_softmax(S* pr, S* dr, S* mk, const S* lse, const S* di, int64_t i0, int64_t r, int64_t j0, int64_t bc,
+                     uint64_t base, const int32_t* lo, const Ctx<S>& c) {
+  const int64_t n = visible(i0 + r, j0, bc);
+  const int64_t a = hidden_before(lo, r, j0, n);
+  std::fill(pr + n, pr + bc, S(0));
+  std::fill(dr + n, dr + bc, S(0));
+  std::fill(pr, pr + a, S(0));
+  std::fill(dr, dr + a, S(0));
+  if (n == a) return;
+  pr += a;
+  dr += a;
+  const int64_t m = n - a;
+  exp_shifted(pr, m, lse[i0 + r]);
+  const S d = di[r];
+  if (c.drop.active()) {
+    dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * c.s.seq + j0 + a), m);
+    for (int64_t j = 0; j < m; ++j) {
+      dr[j] = pr[j] * (dr[j] * mk[j] - d) * c.scale;
+      pr[j] *= mk[j];
+    }
+  } else {
+    for (int64_t j = 0; j < m; ++j) dr[j] = pr[j] * (dr[j] - d) * c.scale;
+  }
+}
+
 // dS = P * (dP' - Di) * scale and P' = P * mask for one tile, where P = exp(S - lse) is
 // recomputed from the scores in p, dP' = (dY V^T) * mask arrives in ds, Di = rowsum(dY * Y).
+// Under bf16 products (hb.on()) each finished row of P' and dS is also rounded into hb.p and hb.ds
+// (dense, row stride bc).
 template <typename S>
 void bwd_tile_softmax(S* p, S* ds, S* mk, const S* lse, const S* di, int64_t i0, int64_t br, int64_t j0, int64_t bc,
-                      uint64_t base, const int32_t* lo, const Ctx<S>& c) {
-  const int64_t T = c.s.seq;
+                      uint64_t base, const int32_t* lo, const Ctx<S>& c, const HeadBf16& hb) {
   for (int64_t r = 0; r < br; ++r) {
-    S* pr = p + r * c.ld;
-    S* dr = ds + r * c.ld;
-    const int64_t n = visible(i0 + r, j0, bc);
-    const int64_t a = hidden_before(lo, r, j0, n);
-    std::fill(pr + n, pr + bc, S(0));
-    std::fill(dr + n, dr + bc, S(0));
-    std::fill(pr, pr + a, S(0));
-    std::fill(dr, dr + a, S(0));
-    if (n == a) continue;
-    pr += a;
-    dr += a;
-    const int64_t m = n - a;
-    exp_shifted(pr, m, lse[i0 + r]);
-    const S d = di[r];
-    if (c.drop.active()) {
-      dropout_scales(mk, c.drop, base + static_cast<uint64_t>((i0 + r) * T + j0 + a), m);
-      for (int64_t j = 0; j < m; ++j) {
-        dr[j] = pr[j] * (dr[j] * mk[j] - d) * c.scale;
-        pr[j] *= mk[j];
+    bwd_row_softmax(p + r * c.ld, ds + r * c.ld, mk, lse, di, i0, r, j0, bc, base, lo, c);
+    if constexpr (std::is_same_v<S, float>)
+      if (hb.on()) {
+        row_to_bf16(hb.p + r * bc, p + r * c.ld, bc);
+        row_to_bf16(hb.ds + r * bc, ds + r * c.ld, bc);
       }
-    } else {
-      for (int64_t j = 0; j < m; ++j) dr[j] = pr[j] * (dr[j] - d) * c.scale;
-    }
   }
 }
 
@@ -269,18 +304,16 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
           const bf16 *qb = hb.q + i0 * D, *kb = hb.k + j0 * D, *vb = hb.v + j0 * D, *dyb = hb.dy + i0 * D;
           gemm_bf16(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qb, D, kb, D, 0.0f, p, c.ld);
           gemm_bf16(Trans::kNo, Trans::kYes, br, bc, D, 1.0f, dyb, D, vb, D, 0.0f, ds, c.ld);
-          bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
-          // P' and dS rounded once each (dS feeds two products)
-          convert_to_bf16(hb.p, p, br, bc, c.ld);
-          convert_to_bf16(hb.ds, ds, br, bc, c.ld);
-          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.p, bc, dyb, D, 1.0f, dh.v + j0 * dh.ld, dh.ld);
-          gemm_bf16(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, hb.ds, bc, kb, D, 1.0f, dh.q + i0 * dh.ld, dh.ld);
-          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.ds, bc, qb, D, 1.0f, dh.k + j0 * dh.ld, dh.ld);
+          // P' and dS rounded once each, row by row (dS feeds two products)
+          bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c, hb);
+          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.p, bc, dyb, D, 1.0f, hb.dv + j0 * D, D);
+          gemm_bf16(Trans::kNo, Trans::kNo, br, D, bc, 1.0f, hb.ds, bc, kb, D, 1.0f, hb.dq + i0 * D, D);
+          gemm_bf16(Trans::kYes, Trans::kNo, bc, D, br, 1.0f, hb.ds, bc, qb, D, 1.0f, hb.dk + j0 * D, D);
           continue;
         }
       c.product(Trans::kNo, Trans::kYes, br, bc, D, c.scale, qi, hv.ld, kj, hv.ld, S(0), p, c.ld);
       c.product(Trans::kNo, Trans::kYes, br, bc, D, S(1), dyi, C, hv.v + j0 * hv.ld, hv.ld, S(0), ds, c.ld);
-      bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c);
+      bwd_tile_softmax(p, ds, mk, lseh, di, i0, br, j0, bc, base, lo, c, HeadBf16{});
       // dV_j += P'^T dY_i ; dQ_i += dS K_j ; dK_j += dS^T Q_i
       c.product(Trans::kYes, Trans::kNo, bc, D, br, S(1), p, c.ld, dyi, C, S(1), dh.v + j0 * dh.ld, dh.ld);
       c.product(Trans::kNo, Trans::kNo, br, D, bc, S(1), ds, c.ld, kj, hv.ld, S(1), dh.q + i0 * dh.ld, dh.ld);
@@ -372,14 +405,31 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
     S* w = thread_slice(ws, per);
     // Each (batch, key/value head) owns its columns of dqkv, those of its query heads among them: one
     // thread, the group's query heads in order, no atomics.
-    const int64_t KV = s.kv(), G = H / KV;
+    const int64_t KV = s.kv(), G = H / KV, D = s.head_dim;
+    float* dense = qkvh ? scratch<float>(static_cast<size_t>(3 * T * D), 3) : nullptr;  // HeadBf16: dq, dk, dv
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bg = 0; bg < s.batch * KV; ++bg)
+    for (int64_t bg = 0; bg < s.batch * KV; ++bg) {
+      const int64_t b = bg / KV;
+      if (dense) std::fill(dense + T * D, dense + 3 * T * D, 0.0f);
       for (int64_t h = bg % KV * G; h < (bg % KV + 1) * G; ++h) {
-        const int64_t b = bg / KV, bh = b * H + h, off = b * T * C + h * s.head_dim;
-        bwd_head(HeadView<S*>(dqkv, s, b, h), HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T,
-                 drop_base(s, b, h), s.key_lo ? s.key_lo + b * T : nullptr, c, w, head_bf16(qkvh, dyh, s, b, h, c.t));
+        const int64_t bh = b * H + h, off = b * T * C + h * D;
+        HeadBf16 hb = head_bf16(qkvh, dyh, s, b, h, c.t);
+        if (dense) {
+          std::fill(dense, dense + T * D, 0.0f);
+          hb.dq = dense, hb.dk = dense + T * D, hb.dv = dense + 2 * T * D;
+        }
+        const HeadView<S*> dh(dqkv, s, b, h);
+        bwd_head(dh, HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T, drop_base(s, b, h),
+                 s.key_lo ? s.key_lo + b * T : nullptr, c, w, hb);
+        if constexpr (std::is_same_v<S, float>)
+          if (dense) add_rows(dh.q, dh.ld, hb.dq, T, D);
+        if (dense && h == (bg % KV + 1) * G - 1)
+          if constexpr (std::is_same_v<S, float>) {
+            add_rows(dh.k, dh.ld, hb.dk, T, D);
+            add_rows(dh.v, dh.ld, hb.dv, T, D);
+          }
       }
+    }
   }
 }
 

@@ -40,7 +40,9 @@ struct FlashWorkspace {
   // gradient dY and the score gradient dS rounded to bf16 for the products; softmax and lse in fp32.
   // q, k, v (and dY) are rounded once per call into a head-major bf16 copy in the calling thread's
   // scratch (gf::scratch<bf16> slots 0 and 1: B T (H + 2 kv) D and B T H D values, outside `data`),
-  // each P and dS tile once into the working thread's (slots 2 and 3).
+  // each P and dS tile once into the working thread's (slots 2 and 3). In backward each working thread
+  // also accumulates its head's dq, dk, dv densely in fp32 (gf::scratch<float> slot 3, 3 T D values),
+  // added into dqkv once per head and key/value group.
   bool bf16_products = false;
 };
 

@@ -40,34 +40,38 @@ struct Exact {
   std::vector<double> y, dq, dk, dv, bound_y, bound_dq, bound_dk, bound_dv;
 };
 
-// Causal attention of one batch row of packed qkv [T, 3 H D] in double, its gradients for dy, and the
-// bounds above.
-Exact exact(const std::vector<float>& qkv, const std::vector<float>& dy, int64_t T, int64_t H, int64_t D) {
-  const int64_t C = H * D, W = 3 * C;
+// Causal attention of one batch row of packed qkv [T, (H + 2 KV) D] in double (query head h reads key/value
+// head h / (H / KV); row i sees keys lo[i]..i, lo empty: 0..i), its gradients for dy, and the bounds above.
+// dq and y are [T, H D]; dk and dv [T, KV D], summed over each group's query heads.
+Exact exact(const float* qkv, const float* dy, int64_t T, int64_t H, int64_t KV, int64_t D,
+            const std::vector<int32_t>& lo = {}) {
+  const int64_t C = H * D, CK = KV * D, W = C + 2 * CK, G = H / KV;
   const double u = std::ldexp(1.0, -8), scale = 1.0 / std::sqrt(static_cast<double>(D));
   Exact e;
-  for (auto* v : {&e.y, &e.dq, &e.dk, &e.dv, &e.bound_y, &e.bound_dq, &e.bound_dk, &e.bound_dv})
-    v->assign(static_cast<size_t>(T * C), 0.0);
+  for (auto* v : {&e.y, &e.dq, &e.bound_y, &e.bound_dq}) v->assign(static_cast<size_t>(T * C), 0.0);
+  for (auto* v : {&e.dk, &e.dv, &e.bound_dk, &e.bound_dv}) v->assign(static_cast<size_t>(T * CK), 0.0);
+  const auto first = [&](int64_t i) { return lo.empty() ? int64_t{0} : static_cast<int64_t>(lo[i]); };
   for (int64_t h = 0; h < H; ++h) {
+    const int64_t kh = h / G;
     const auto q = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + h * D + d]); };
-    const auto k = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + C + h * D + d]); };
-    const auto v = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + 2 * C + h * D + d]); };
+    const auto k = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + C + kh * D + d]); };
+    const auto v = [&](int64_t i, int64_t d) { return static_cast<double>(qkv[i * W + C + CK + kh * D + d]); };
     const auto g = [&](int64_t i, int64_t d) { return static_cast<double>(dy[i * C + h * D + d]); };
     std::vector<double> P(static_cast<size_t>(T * T), 0.0), Bs(static_cast<size_t>(T * D), 0.0);
     for (int64_t i = 0; i < T; ++i) {
       double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = first(i); j <= i; ++j) {
         double s = 0;
         for (int64_t d = 0; d < D; ++d) s += q(i, d) * k(j, d);
         P[i * T + j] = s * scale;
         mx = std::max(mx, P[i * T + j]);
       }
       double sum = 0;
-      for (int64_t j = 0; j <= i; ++j) sum += P[i * T + j] = std::exp(P[i * T + j] - mx);
-      for (int64_t j = 0; j <= i; ++j) P[i * T + j] /= sum;
+      for (int64_t j = first(i); j <= i; ++j) sum += P[i * T + j] = std::exp(P[i * T + j] - mx);
+      for (int64_t j = first(i); j <= i; ++j) P[i * T + j] /= sum;
       for (int64_t d = 0; d < D; ++d) {
         double y = 0, b = 0;
-        for (int64_t j = 0; j <= i; ++j) y += P[i * T + j] * v(j, d), b += P[i * T + j] * std::abs(v(j, d));
+        for (int64_t j = first(i); j <= i; ++j) y += P[i * T + j] * v(j, d), b += P[i * T + j] * std::abs(v(j, d));
         e.y[i * C + h * D + d] = y;
         Bs[i * D + d] = b;
         e.bound_y[i * C + h * D + d] = 2 * u * b;
@@ -79,18 +83,18 @@ Exact exact(const std::vector<float>& qkv, const std::vector<float>& dy, int64_t
         Di += g(i, d) * e.y[i * C + h * D + d];
         Di_err += u * std::abs(g(i, d)) * (std::abs(e.y[i * C + h * D + d]) + 2 * u * Bs[i * D + d]);
       }
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = first(i); j <= i; ++j) {
         double dP = 0, A = 0;
         for (int64_t d = 0; d < D; ++d) dP += g(i, d) * v(j, d), A += std::abs(g(i, d)) * std::abs(v(j, d));
         const double p = P[i * T + j], dS = p * (dP - Di) * scale;
         const double E = 2 * (u * std::abs(dS) + p * scale * (u * A + Di_err));
         for (int64_t d = 0; d < D; ++d) {
           e.dq[i * C + h * D + d] += dS * k(j, d);
-          e.dk[j * C + h * D + d] += dS * q(i, d);
-          e.dv[j * C + h * D + d] += p * g(i, d);
+          e.dk[j * CK + kh * D + d] += dS * q(i, d);
+          e.dv[j * CK + kh * D + d] += p * g(i, d);
           e.bound_dq[i * C + h * D + d] += std::abs(k(j, d)) * E;
-          e.bound_dk[j * C + h * D + d] += std::abs(q(i, d)) * E;
-          e.bound_dv[j * C + h * D + d] += 2 * (2 * u + u * u) * p * std::abs(g(i, d));
+          e.bound_dk[j * CK + kh * D + d] += std::abs(q(i, d)) * E;
+          e.bound_dv[j * CK + kh * D + d] += 2 * (2 * u + u * u) * p * std::abs(g(i, d));
         }
       }
     }
@@ -121,7 +125,7 @@ TEST(FlashAttentionBf16, WithinTheBoundsOfItsRoundingAndNotTheFp32Result) {
   std::vector<float> dy_rounded(dy);
   for (float& x : dy_rounded) x = to_bf16(x);
   // The bound's dy is the unrounded one, which the kernel rounds: its error is in the bound's u A terms.
-  const Exact e = exact(qkv, dy, T, H, D);
+  const Exact e = exact(qkv.data(), dy.data(), T, H, H, D);
   const AttentionShape s{1, T, H, D};
   for (const FlashTiles tiles : {flash_tiles(true), FlashTiles{32, 48}}) {  // the model's; several key tiles
     SCOPED_TRACE(::testing::Message() << "tiles " << tiles.rows << "x" << tiles.cols);
@@ -150,6 +154,62 @@ TEST(FlashAttentionBf16, WithinTheBoundsOfItsRoundingAndNotTheFp32Result) {
     // ... by about the rounding: the fp32 results are far closer to the exact ones.
     EXPECT_LT(worst(y32.data(), C, 0, e.y, e.bound_y, T, C), 0.05);
     EXPECT_LT(worst(dqkv32.data(), W, 2 * C, e.dv, e.bound_dv, T, C), 0.05);
+  }
+}
+
+// The backward's bookkeeping under bf16 products (dense fp32 accumulators added into dqkv's strided columns
+// once per query head and once per key/value group): grouped-query heads (4 query heads on 2 key/value
+// heads, so dk and dv sum two heads' products), two batch rows, packed documents in the second
+// (AttentionShape::key_lo), several key tiles, and a dqkv that is not zero on entry (flash_attention_bwd
+// accumulates). Same bounds as above; what dqkv held before is subtracted, which adds at most one fp32
+// rounding of the sum and one of the difference: 2^-23 (|before| + |after|) per element, added to the bound.
+TEST(FlashAttentionBf16, GroupedHeadsPackedDocumentsAndAccumulation) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN: gemm_bf16 is the fp32 gemm";
+  const int64_t B = 2, T = 150, H = 4, KV = 2, D = 64, C = H * D, CK = KV * D, W = C + 2 * CK;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv(static_cast<size_t>(B * T * W)), dy(static_cast<size_t>(B * T * C));
+  for (float& x : qkv) x = to_bf16(nd(gen));
+  for (float& x : dy) x = 0.01f * nd(gen);
+  std::vector<int32_t> lo(static_cast<size_t>(B * T), 0);  // batch row 1: documents [0, 40), [40, 97), [97, 150)
+  for (int64_t i = 0; i < T; ++i) lo[static_cast<size_t>(T + i)] = i < 40 ? 0 : i < 97 ? 40 : 97;
+  std::vector<float> before(qkv.size());
+  for (float& x : before) x = 0.001f * nd(gen);
+  AttentionShape s{B, T, H, D};
+  s.kv_heads = KV;
+  s.key_lo = lo.data();
+  const FlashTiles tiles{32, 48};
+  const int threads = omp_get_max_threads();
+  std::vector<float> work(static_cast<size_t>(threads * flash_workspace_per_thread(s, tiles)));
+  const FlashWorkspace<float> ws{work.data(), threads, tiles, true};
+  std::vector<float> y(static_cast<size_t>(B * T * C)), lse(static_cast<size_t>(B * H * T)), dqkv(before);
+  const DropoutKey none{0.0f, 0, 0};
+  flash_attention_fwd(y.data(), lse.data(), qkv.data(), s, none, ws);
+  flash_attention_bwd(dqkv.data(), dy.data(), qkv.data(), y.data(), lse.data(), s, none, ws);
+  for (int64_t b = 0; b < B; ++b) {
+    SCOPED_TRACE(::testing::Message() << "batch row " << b);
+    const std::vector<int32_t> doc = b == 0 ? std::vector<int32_t>{} : std::vector<int32_t>(lo.begin() + T, lo.end());
+    Exact e = exact(qkv.data() + b * T * W, dy.data() + b * T * C, T, H, KV, D, doc);
+    std::vector<float> got(static_cast<size_t>(T * W));
+    for (int64_t i = 0; i < T * W; ++i) {
+      const float x = dqkv[static_cast<size_t>(b * T * W + i)], x0 = before[static_cast<size_t>(b * T * W + i)];
+      got[static_cast<size_t>(i)] = x - x0;
+      const int64_t r = i / W, c = i % W;
+      const double slack = std::ldexp(1.0, -23) * (std::abs(x) + std::abs(x0));
+      if (c < C) e.bound_dq[static_cast<size_t>(r * C + c)] += slack;
+      else if (c < C + CK) e.bound_dk[static_cast<size_t>(r * CK + c - C)] += slack;
+      else e.bound_dv[static_cast<size_t>(r * CK + c - C - CK)] += slack;
+    }
+    const double wy = worst(y.data() + b * T * C, C, 0, e.y, e.bound_y, T, C);
+    const double wq = worst(got.data(), W, 0, e.dq, e.bound_dq, T, C);
+    const double wk = worst(got.data(), W, C, e.dk, e.bound_dk, T, CK);
+    const double wv = worst(got.data(), W, C + CK, e.dv, e.bound_dv, T, CK);
+    std::printf("grouped heads, batch row %lld: error / bound: y %.3f, dq %.3f, dk %.3f, dv %.3f\n",
+                static_cast<long long>(b), wy, wq, wk, wv);
+    EXPECT_LE(wy, 1.0);
+    EXPECT_LE(wq, 1.0);
+    EXPECT_LE(wk, 1.0);
+    EXPECT_LE(wv, 1.0);
   }
 }
 

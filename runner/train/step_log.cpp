@@ -47,6 +47,18 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
                r.spike ? (r.skipped ? " (spike, step skipped)" : " (spike)") : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
+  if (!iv.startup && x.mfu > 1.0 && !mfu_warned_) {
+    // Not a share of anything: the peak is below what the run reaches. Said once, with what to do.
+    mfu_warned_ = true;
+    const std::string fix = peak_.measured
+        ? "the probe measured a slow moment (other processes, a throttled CPU): re-run build/bin/machine_probe on a "
+          "quiet machine, or set runner_config.peak_tflops"
+        : cfg_.peak_tflops > 0 ? "raise runner_config.peak_tflops to this machine's GEMM ceiling"
+                               : "run build/bin/machine_probe, or set runner_config.peak_tflops";
+    spdlog::warn("MFU {:.1f}% is above 100%: this run reaches {:.4f} TFLOP/s per rank, more than the peak it divides by "
+                 "({:.4g} TFLOP/s, {}); {}",
+                 100.0 * x.mfu, x.tflops, peak_.tflops, peak_.source, fix);
+  }
   if (!r.moe.empty()) {
     int64_t dropped = 0, assigned = 0;
     double imbalance = 0;

@@ -240,6 +240,7 @@ class Trainer {
   bool spike_since_save_ = false;  // a spike among the steps since the last checkpoint: the next is not healthy
   MachineSetup machine_;
   PeakChoice peak_;
+  bool mfu_warned_ = false;  // the one warning when a step's MFU exceeds 100% of peak_ (step_log.cpp)
   std::unique_ptr<MetricsLog> metrics_;  // output_dir/metrics.jsonl, on world rank 0 only
   int64_t start_step_ = 0;               // resume_training: the checkpoint's step
   int64_t consumed_base_ = 0;            // resume_training: the checkpoint's consumed_samples

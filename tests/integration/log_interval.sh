@@ -47,6 +47,9 @@ grep -qF "MFU relative to 0.0123 TFLOP/s per rank measured by machine_probe on $
   || fail "the log does not name the probe's peak: $(grep 'MFU relative' a.txt)"
 grep -q "fp32 GEMM backend: eigen (the faster one here: machine_probe measured blas 111 and eigen 222 GFLOP/s" a.txt \
   || fail "the probe's backend was not taken: $(grep 'GEMM backend' a.txt)"
+# The probe's 0.0123 TFLOP/s is below what the run reaches: one warning says so and what to do.
+[ "$(grep -c 'is above 100%: this run reaches' a.txt)" = 1 ] || fail "no single MFU warning: $(grep -c 'above 100%' a.txt)"
+grep -q "re-run build/bin/machine_probe on a quiet machine" a.txt || fail "the MFU warning does not say what to do"
 
 # 2. Step 1 alone, then intervals: per_step_time x steps = the wall clock between the lines.
 python3 - a.txt out/metrics.jsonl <<'PY' || fail "interval timing"
@@ -112,6 +115,13 @@ GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_
   --set runner_config.peak_tflops=0.5 > c.txt 2>&1 || { cat c.txt; fail "run with peak_tflops"; }
 grep -q "MFU relative to 0.5 TFLOP/s per rank set by runner_config.peak_tflops" c.txt \
   || fail "peak_tflops did not override: $(grep 'MFU relative' c.txt)"
+python3 - c.txt <<'PY' || fail "an MFU warning without an MFU above 100%"
+import re, sys
+log = open(sys.argv[1]).read()
+mfus = [float(m) for m in re.findall(r"MFU: ([0-9.]+)%", log)]
+# steps after the first: a warning exactly when one of them is above 100% of 0.5 TFLOP/s
+assert ("is above 100%" in log) == any(m > 100 for m in mfus[1:]), mfus
+PY
 python3 - out/metrics.jsonl "$BUILD/generated/gf_git_commit.h" <<'PY' || fail "run_start lines"
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -1,6 +1,7 @@
 // The byte-level BPE pieces that GPT-2's tokenizer (core/data/tokenizer.cpp) and the Hugging Face
-// tokenizer.json one (core/data/hf_tokenizer.cpp) share: GPT-2's byte <-> unicode map, UTF-8 run
-// helpers, the merge table and the per-thread cache of encoded pre-tokens. Internal to those two files.
+// tokenizer.json one (core/data/hf_tokenizer*.cpp) share: GPT-2's byte <-> unicode map, UTF-8 run
+// helpers, the merge table and the per-thread cache of encoded pre-tokens. Internal to those files (and
+// core/data/oniguruma.cpp, which takes lead_length).
 #pragma once
 
 #include <array>
@@ -95,10 +96,13 @@ inline size_t invalid_utf8_prefix(std::string_view text) {
   return i;
 }
 
+// Length of the UTF-8 sequence lead byte c starts (1 for ASCII; the string is valid UTF-8).
+inline size_t lead_length(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
 // Decodes one code point of a string already checked to be valid UTF-8.
 inline char32_t next_code_point(std::string_view s, size_t& i) {
   auto c = static_cast<unsigned char>(s[i]);
-  size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  size_t len = lead_length(c);
   char32_t cp = len == 1 ? c : c & (0x7F >> len);
   for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   i += len;

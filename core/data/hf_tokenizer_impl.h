@@ -1,0 +1,176 @@
+// Private to core/data/hf_tokenizer.cpp (encoding, the public interface) and hf_tokenizer_load.cpp
+// (reading tokenizer.json and tokenizer_config.json): the parsed tokenizer, HFTokenizer::Impl, and the
+// types it holds. Not for other includes.
+#pragma once
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
+#include <pcre2.h>
+#include <unicode/normalizer2.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/data/byte_bpe.h"
+#include "core/data/gpt2_pattern.h"
+#include "core/data/hf_tokenizer.h"
+
+namespace gf::data {
+namespace hf {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------
+// PCRE2.
+
+struct CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+struct MatchDataDeleter {
+  void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
+};
+using CodePtr = std::unique_ptr<pcre2_code, CodeDeleter>;
+
+// A compiled pre-tokenisation pattern: `full` for any text, `plain` (may be null: use full) for
+// text without byte kLeadByteOfUnicode15Ranges.
+struct Regex {
+  CodePtr full, plain;
+  bool jit = false;
+  const pcre2_code* for_text(std::string_view text) const {
+    if (!plain || std::memchr(text.data(), kLeadByteOfUnicode15Ranges, text.size()) != nullptr) return full.get();
+    return plain.get();
+  }
+};
+
+// Compiles; on failure returns null and sets `error` (hf_tokenizer_load.cpp).
+CodePtr compile_pcre2(const std::string& pattern, uint32_t options, std::string& error, bool& jit);
+
+// ---------------------------------------------------------------------------------------
+// Added tokens: a byte trie for leftmost-longest matching.
+
+struct AddedToken {
+  std::string content;
+  std::string pattern;  // what is matched: the normalized content when `normalized`
+  int32_t id = -1;
+  bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
+};
+
+class TokenTrie {
+ public:
+  bool empty() const { return tokens_ == 0; }
+  void insert(std::string_view s, int32_t token) {
+    if (nodes_.empty()) nodes_.push_back(-1);
+    int32_t node = 0;
+    for (unsigned char b : s) {
+      auto [it, inserted] = edges_.try_emplace(edge(node, b), static_cast<int32_t>(nodes_.size()));
+      if (inserted) nodes_.push_back(-1);
+      node = it->second;
+    }
+    first_[static_cast<unsigned char>(s[0])] = true;
+    if (nodes_[node] < 0) ++tokens_;
+    nodes_[node] = token;  // a content listed twice: the later entry wins
+  }
+  // The longest token starting at text[pos]: returns its length (0: none) and sets token.
+  size_t longest_at(std::string_view text, size_t pos, int32_t& token) const {
+    if (!first_[static_cast<unsigned char>(text[pos])]) return 0;
+    int32_t node = 0;
+    size_t best = 0;
+    for (size_t i = pos; i < text.size(); ++i) {
+      auto it = edges_.find(edge(node, static_cast<unsigned char>(text[i])));
+      if (it == edges_.end()) break;
+      node = it->second;
+      if (nodes_[node] >= 0) {
+        best = i + 1 - pos;
+        token = nodes_[node];
+      }
+    }
+    return best;
+  }
+  bool may_start(unsigned char b) const { return first_[b]; }
+
+ private:
+  static uint64_t edge(int32_t node, unsigned char b) { return (static_cast<uint64_t>(node) << 8) | b; }
+  std::unordered_map<uint64_t, int32_t> edges_;
+  std::vector<int32_t> nodes_;  // token index ending at this node, -1 if none
+  std::array<bool, 256> first_{};
+  size_t tokens_ = 0;
+};
+
+struct AddedMatch {
+  size_t begin, end;
+  int32_t id;  // -1: text between matches
+};
+
+// ---------------------------------------------------------------------------------------
+// Pre-tokenizer steps.
+
+enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+struct PreStep {
+  bool byte_level = false;
+  // Split
+  Regex regex;
+  Behavior behavior = Behavior::kIsolated;
+  bool invert = false;
+  // ByteLevel
+  bool add_prefix_space = false;
+  bool use_regex = false;
+};
+
+struct Span {
+  size_t begin, end;
+  bool is_match;
+};
+
+}  // namespace hf
+
+// ---------------------------------------------------------------------------------------
+// The parsed tokenizer, immutable once loaded and shared by all copies of an HFTokenizer.
+
+struct HFTokenizer::Impl {
+  std::string path;
+  // Model.
+  std::unordered_map<std::string, int32_t> model_bytes_to_id;  // byte string -> id (byte-level tokens)
+  std::array<int32_t, 256> byte_ids{};
+  byte_bpe::MergeTable merges;
+  bool ignore_merges = false;
+  // Every id's decoded bytes; the file's token strings -> id (added contents win).
+  std::vector<std::string> id_to_bytes;  // indexed by id, up to the largest id
+  std::vector<bool> has_id;               // false: no token has this id (a gap)
+  int32_t vocab_size = 0;                 // tokens (model vocab plus added tokens not in it)
+  std::unordered_map<std::string, int32_t> token_to_id;
+  // Added tokens.
+  std::vector<hf::AddedToken> added;
+  hf::TokenTrie raw_trie, normalized_trie;  // values: index into `added`
+  // Normalizer and pre-tokenizer.
+  bool nfc = false;
+  const icu::Normalizer2* nfc_instance = nullptr;
+  std::vector<hf::PreStep> steps;
+  bool top_level_byte_level = false;  // pre_tokenizer is a ByteLevel itself
+  // Specials.
+  std::vector<int32_t> prefix, suffix;
+  int32_t bos = -1, eos = -1;
+  uint64_t serial = 0;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("HF tokenizer file '" + path + "': " + what);
+  }
+  void load(const hf::json& root);
+  void load_model(const hf::json& model);
+  void load_added_tokens(const hf::json& tokens, size_t model_size);
+  void load_normalizer(const hf::json& j, const std::string& where);
+  void load_pre_tokenizer(const hf::json& j, const std::string& where);
+  void load_post_processor(const hf::json& j, const std::string& where, std::vector<int32_t>& pre,
+                           std::vector<int32_t>& post);
+  void load_config();
+  void normalize(std::string_view text, std::string& out) const;
+};
+
+}  // namespace gf::data

@@ -1,0 +1,491 @@
+// Reading a Hugging Face tokenizer.json (and the tokenizer_config.json beside it) into
+// HFTokenizer::Impl: the model's vocabulary and merges, the added tokens, the normalizer, the
+// pre-tokenizer steps (Split patterns translated to PCRE2, core/data/oniguruma.h), the post-processor's
+// special tokens, and the config's bos / eos. What is not supported is refused with its JSON path.
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "core/data/hf_tokenizer_impl.h"
+#include "core/data/oniguruma.h"
+
+namespace gf::data {
+using namespace byte_bpe;
+using namespace hf;
+
+namespace hf {
+
+// Compiles; on failure returns null and sets `error`.
+CodePtr compile_pcre2(const std::string& pattern, uint32_t options, std::string& error, bool& jit) {
+  pcre2_compile_context* context = pcre2_compile_context_create(nullptr);
+  pcre2_set_newline(context, PCRE2_NEWLINE_LF);  // `.` excludes \n only, as in Oniguruma
+  int code_error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                                   &code_error, &offset, context);
+  pcre2_compile_context_free(context);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(code_error, message, sizeof(message));
+    error = "at offset " + std::to_string(offset) + " of '" + pattern + "': " + reinterpret_cast<char*>(message);
+    return nullptr;
+  }
+  jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  return CodePtr(code);
+}
+
+}  // namespace hf
+
+namespace {
+
+std::atomic<uint64_t> next_serial{1};
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(std::string("HF ") + what + " '" + path + "': cannot open: " + std::strerror(errno));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+std::string type_of(const json& j) {
+  if (!j.is_object()) return "(not an object)";
+  auto it = j.find("type");
+  if (it == j.end() || !it->is_string()) return "(no type)";
+  return it->get<std::string>();
+}
+
+bool bool_field(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+std::string byte_level_string(std::string_view bytes) {
+  const auto& map = byte_unicode_map();
+  std::string s;
+  for (unsigned char b : bytes) {
+    char32_t cp = map.to_unicode[b];
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+void HFTokenizer::Impl::load_normalizer(const json& j, const std::string& where) {
+  if (j.is_null()) return;
+  const std::string type = type_of(j);
+  if (type == "NFC") {
+    nfc = true;
+  } else if (type == "Sequence") {
+    const auto it = j.find("normalizers");
+    if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'normalizers' list");
+    for (size_t i = 0; i < it->size(); ++i) load_normalizer((*it)[i], where + ".normalizers[" + std::to_string(i) + "]");
+  } else {
+    fail(where + ": normalizer type '" + type + "' is not supported (supported: NFC, Sequence)");
+  }
+}
+
+void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& where) {
+  const std::string type = j.is_null() ? std::string("null") : type_of(j);
+  if (type == "Sequence") {
+    const auto it = j.find("pretokenizers");
+    if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'pretokenizers' list");
+    for (size_t i = 0; i < it->size(); ++i) load_pre_tokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]");
+    return;
+  }
+  if (!steps.empty() && steps.back().byte_level) {
+    fail(where + ": pre-tokenizer '" + type + "' after ByteLevel is not supported (ByteLevel must be the last step)");
+  }
+  PreStep step;
+  if (type == "ByteLevel") {
+    step.byte_level = true;
+    step.add_prefix_space = bool_field(j, "add_prefix_space", true);
+    step.use_regex = bool_field(j, "use_regex", true);
+    if (step.use_regex) {
+      std::string error;
+      bool jit_full = false, jit_plain = false;
+      step.regex.full = compile_pcre2(gpt2_pretoken_pattern(true), PCRE2_UTF | PCRE2_UCP, error, jit_full);
+      step.regex.plain = compile_pcre2(gpt2_pretoken_pattern(false), PCRE2_UTF | PCRE2_UCP, error, jit_plain);
+      if (!step.regex.full || !step.regex.plain) fail(where + ": GPT-2 pattern: " + error);
+      step.regex.jit = jit_full && jit_plain;
+    }
+  } else if (type == "Split") {
+    const auto pattern = j.find("pattern");
+    const auto behavior = j.find("behavior");
+    const auto invert = j.find("invert");
+    if (pattern == j.end() || behavior == j.end() || invert == j.end() || !behavior->is_string() || !invert->is_boolean())
+      fail(where + ": Split needs 'pattern', 'behavior' (a string) and 'invert' (a boolean)");
+    static const std::pair<const char*, Behavior> kBehaviors[] = {
+        {"Removed", Behavior::kRemoved}, {"Isolated", Behavior::kIsolated},
+        {"MergedWithPrevious", Behavior::kMergedWithPrevious}, {"MergedWithNext", Behavior::kMergedWithNext},
+        {"Contiguous", Behavior::kContiguous}};
+    const std::string b = behavior->get<std::string>();
+    auto found = std::find_if(std::begin(kBehaviors), std::end(kBehaviors), [&](const auto& kv) { return b == kv.first; });
+    if (found == std::end(kBehaviors)) fail(where + ".behavior: '" + b + "' is not a Split behavior");
+    step.behavior = found->second;
+    step.invert = invert->get<bool>();
+    std::string error;
+    bool jit_full = false, jit_plain = true;
+    if (pattern->is_object() && pattern->contains("Regex") && (*pattern)["Regex"].is_string()) {
+      const std::string source = (*pattern)["Regex"].get<std::string>();
+      std::string full, plain;
+      char32_t lowest = 0x110000, highest = 0;
+      const std::string unsupported = translate_oniguruma(source, full, plain, lowest, highest);
+      if (!unsupported.empty())
+        fail(where + ".pattern.Regex '" + source + "': " + unsupported + " is not supported");
+      // The plain pattern serves text without byte 0xF0, which holds none of the added characters
+      // when they all lie in U+10000..U+3FFFF (true of the letters and digits, not of the marks:
+      // Unicode 15.0 added U+0CF3 and U+0ECE).
+      const bool use_plain = plain != full && lowest >= 0x10000 && highest <= 0x3FFFF;
+      step.regex.full = compile_pcre2(full, PCRE2_UTF | PCRE2_UCP, error, jit_full);
+      if (step.regex.full && use_plain) step.regex.plain = compile_pcre2(plain, PCRE2_UTF | PCRE2_UCP, error, jit_plain);
+      if (!step.regex.full || (use_plain && !step.regex.plain))
+        fail(where + ".pattern.Regex '" + source + "': PCRE2 cannot compile it " + error);
+    } else if (pattern->is_object() && pattern->contains("String") && (*pattern)["String"].is_string()) {
+      const std::string literal = (*pattern)["String"].get<std::string>();
+      if (valid_utf8_prefix(literal) != literal.size()) fail(where + ".pattern.String is not valid UTF-8");
+      step.regex.full = compile_pcre2(literal, PCRE2_UTF | PCRE2_LITERAL, error, jit_full);
+      if (!step.regex.full) fail(where + ".pattern.String: " + error);
+    } else {
+      fail(where + ".pattern: expected {\"Regex\": ...} or {\"String\": ...}");
+    }
+    step.regex.jit = jit_full && jit_plain;
+  } else {
+    fail(where + ": pre-tokenizer type '" + type + "' is not supported (supported: Split, ByteLevel, Sequence)");
+  }
+  steps.push_back(std::move(step));
+}
+
+void HFTokenizer::Impl::load_model(const json& model) {
+  const std::string type = type_of(model);
+  if (type != "BPE") fail("model.type '" + type + "' is not supported (only BPE)");
+  if (auto it = model.find("dropout"); it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0))
+    fail("model.dropout " + it->dump() + " is not supported (only null or 0)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (auto it = model.find(key); it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
+      fail(std::string("model.") + key + " " + it->dump() + " is not supported (only null or \"\")");
+  }
+  ignore_merges = bool_field(model, "ignore_merges", false);
+  const auto vocab = model.find("vocab");
+  const auto merge_list = model.find("merges");
+  if (vocab == model.end() || !vocab->is_object()) fail("model.vocab: expected an object (token -> id)");
+  if (merge_list == model.end() || !merge_list->is_array()) fail("model.merges: expected a list");
+
+  std::unordered_map<std::string, int32_t> vocab_ids;  // as written (byte-level characters)
+  vocab_ids.reserve(vocab->size());
+  std::unordered_map<int32_t, std::string> seen_ids;
+  std::string bytes;
+  for (const auto& [token, value] : vocab->items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      fail("model.vocab: id of '" + token + "' is not a non-negative 32-bit integer");
+    const auto id = static_cast<int32_t>(value.get<int64_t>());
+    if (auto [it, inserted] = seen_ids.emplace(id, token); !inserted)
+      fail("model.vocab: id " + std::to_string(id) + " is used by '" + it->second + "' and '" + token + "'");
+    vocab_ids.emplace(token, id);
+    token_to_id[token] = id;
+    if (token_to_bytes(token, bytes) && !bytes.empty()) model_bytes_to_id.emplace(bytes, id);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = model_bytes_to_id.find(std::string(1, static_cast<char>(b)));
+    if (it == model_bytes_to_id.end()) {
+      fail("model.vocab lacks the byte-level token of byte " + std::to_string(b) + " ('" +
+           byte_level_string(std::string(1, static_cast<char>(b))) +
+           "'): not supported (tokenizers would drop the byte or use unk_token/byte_fallback)");
+    }
+    byte_ids[b] = it->second;
+  }
+
+  std::vector<std::pair<std::string, std::string>> pairs;
+  pairs.reserve(merge_list->size());
+  for (size_t i = 0; i < merge_list->size(); ++i) {
+    const json& m = (*merge_list)[i];
+    if (m.is_string()) {
+      const std::string line = m.get<std::string>();
+      if (line.rfind("#version", 0) == 0) continue;
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+        fail("model.merges[" + std::to_string(i) + "] '" + line + "': expected two tokens separated by one space");
+      pairs.emplace_back(line.substr(0, space), line.substr(space + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      pairs.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      fail("model.merges[" + std::to_string(i) + "]: expected \"a b\" or [\"a\", \"b\"], got " + m.dump());
+    }
+  }
+  merges.reserve(pairs.size());
+  std::string left_bytes, right_bytes;
+  for (size_t rank = 0; rank < pairs.size(); ++rank) {
+    const auto& [a, b] = pairs[rank];
+    for (const std::string* t : {&a, &b}) {
+      if (!vocab_ids.count(*t)) fail("model.merges: '" + *t + "' (merge " + std::to_string(rank) + ") is not in model.vocab");
+    }
+    auto merged = vocab_ids.find(a + b);
+    if (merged == vocab_ids.end()) fail("model.merges: '" + a + b + "' (merge " + std::to_string(rank) + ") is not in model.vocab");
+    // A merge of tokens outside the byte-level alphabet can never apply to byte-level symbols.
+    if (!token_to_bytes(a, left_bytes) || !token_to_bytes(b, right_bytes)) continue;
+    merges.insert(vocab_ids[a], vocab_ids[b], Merge{static_cast<int32_t>(rank), merged->second});
+  }
+}
+
+void HFTokenizer::Impl::load_added_tokens(const json& tokens, size_t model_size) {
+  if (tokens.is_null()) return;
+  if (!tokens.is_array()) fail("added_tokens: expected a list");
+  // AddedVocabulary::add_tokens: a content already known keeps its id, others get the next id
+  // counted from the model vocab's size.
+  int64_t next_id = static_cast<int64_t>(model_size);
+  std::unordered_map<std::string, size_t> by_content;  // content -> index in `added`
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const json& t = tokens[i];
+    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("content") || !t["content"].is_string() || !t.contains("id") ||
+        !t["id"].is_number_integer())
+      fail(where + ": expected an object with 'id' and 'content'");
+    AddedToken token;
+    token.content = t["content"].get<std::string>();
+    if (token.content.empty()) continue;
+    if (valid_utf8_prefix(token.content) != token.content.size()) fail(where + ": content is not valid UTF-8");
+    token.single_word = bool_field(t, "single_word", false);
+    token.lstrip = bool_field(t, "lstrip", false);
+    token.rstrip = bool_field(t, "rstrip", false);
+    token.normalized = bool_field(t, "normalized", true);
+    token.special = bool_field(t, "special", false);
+    int64_t id;
+    if (auto it = by_content.find(token.content); it != by_content.end()) {
+      id = added[it->second].id;
+    } else if (auto m = token_to_id.find(token.content); m != token_to_id.end()) {
+      id = m->second;
+    } else {
+      id = next_id++;
+    }
+    if (id != t["id"].get<int64_t>()) {
+      fail(where + " '" + token.content + "': its id is " + t["id"].dump() + " but tokenizers gives it " + std::to_string(id) +
+           " (a content in model.vocab keeps that id, others are numbered from the model vocab's size)");
+    }
+    token.id = static_cast<int32_t>(id);
+    token.pattern = token.content;
+    if (token.normalized && nfc) normalize(token.content, token.pattern);
+    if (auto it = by_content.find(token.content); it != by_content.end()) {
+      added[it->second] = token;  // the later entry's flags win
+    } else {
+      by_content.emplace(token.content, added.size());
+      added.push_back(token);
+    }
+  }
+  for (size_t i = 0; i < added.size(); ++i) {
+    token_to_id[added[i].content] = added[i].id;
+    if (added[i].pattern.empty()) continue;
+    (added[i].normalized ? normalized_trie : raw_trie).insert(added[i].pattern, static_cast<int32_t>(i));
+  }
+}
+
+void HFTokenizer::Impl::load_post_processor(const json& j, const std::string& where, std::vector<int32_t>& pre,
+                                            std::vector<int32_t>& post) {
+  if (j.is_null()) return;
+  const std::string type = type_of(j);
+  auto id_of_pair = [&](const char* key) -> int32_t {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer())
+      fail(where + "." + key + ": expected [token, id]");
+    return static_cast<int32_t>((*it)[1].get<int64_t>());
+  };
+  if (type == "ByteLevel") return;
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    pre.insert(pre.begin(), id_of_pair("cls"));
+    post.push_back(id_of_pair("sep"));
+  } else if (type == "TemplateProcessing") {
+    const auto single = j.find("single");
+    const auto specials = j.find("special_tokens");
+    if (single == j.end() || !single->is_array() || specials == j.end() || !specials->is_object())
+      fail(where + ": TemplateProcessing needs a 'single' list and a 'special_tokens' object");
+    std::vector<int32_t> before, after;
+    bool seen_a = false;
+    for (size_t i = 0; i < single->size(); ++i) {
+      const json& piece = (*single)[i];
+      const std::string piece_where = where + ".single[" + std::to_string(i) + "]";
+      if (piece.is_object() && piece.contains("Sequence")) {
+        if (seen_a || piece["Sequence"].value("id", std::string()) != "A")
+          fail(piece_where + ": the single template must hold sequence A once");
+        seen_a = true;
+      } else if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+        const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+        const auto special = specials->find(name);
+        if (special == specials->end() || !special->contains("ids") || !(*special)["ids"].is_array())
+          fail(piece_where + ": special token '" + name + "' is not in special_tokens");
+        for (const json& id : (*special)["ids"]) (seen_a ? after : before).push_back(id.get<int32_t>());
+      } else {
+        fail(piece_where + ": expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, got " + piece.dump());
+      }
+    }
+    if (!seen_a) fail(where + ".single: no sequence A");
+    pre.insert(pre.begin(), before.begin(), before.end());
+    post.insert(post.end(), after.begin(), after.end());
+  } else if (type == "Sequence") {
+    const auto it = j.find("processors");
+    if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'processors' list");
+    for (size_t i = 0; i < it->size(); ++i)
+      load_post_processor((*it)[i], where + ".processors[" + std::to_string(i) + "]", pre, post);
+  } else {
+    fail(where + ": post-processor type '" + type +
+         "' is not supported (supported: TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence)");
+  }
+}
+
+void HFTokenizer::Impl::load(const json& root) {
+  if (!root.is_object()) fail("expected a JSON object");
+  if (auto v = root.find("version"); v != root.end() && !(v->is_string() && v->get<std::string>() == "1.0"))
+    fail("version " + v->dump() + " is not supported (only \"1.0\")");
+  const auto model = root.find("model");
+  if (model == root.end()) fail("no 'model'");
+  load_model(*model);
+  const json null_json;
+  auto field = [&](const char* key) -> const json& {
+    auto it = root.find(key);
+    return it == root.end() ? null_json : *it;
+  };
+  load_normalizer(field("normalizer"), "normalizer");
+  if (nfc) {
+    UErrorCode status = U_ZERO_ERROR;
+    nfc_instance = icu::Normalizer2::getNFCInstance(status);
+    if (U_FAILURE(status)) fail(std::string("ICU's NFC normalizer is unavailable: ") + u_errorName(status));
+  }
+  const json& pre_tokenizer = field("pre_tokenizer");
+  load_pre_tokenizer(pre_tokenizer, "pre_tokenizer");
+  if (steps.empty() || !steps.back().byte_level)
+    fail("pre_tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
+  top_level_byte_level = type_of(pre_tokenizer) == "ByteLevel";
+  const json& decoder = field("decoder");
+  if (type_of(decoder) != "ByteLevel")
+    fail("decoder type '" + (decoder.is_null() ? std::string("null") : type_of(decoder)) + "' is not supported (only ByteLevel)");
+
+  const size_t model_size = token_to_id.size();
+  load_added_tokens(field("added_tokens"), model_size);
+  load_post_processor(field("post_processor"), "post_processor", prefix, suffix);
+
+  // Every id's token: the model vocab and the added tokens (ids may leave gaps, as o200k's do).
+  vocab_size = static_cast<int32_t>(token_to_id.size());
+  int32_t max_id = -1;
+  for (const auto& entry : token_to_id) max_id = std::max(max_id, entry.second);
+  const size_t limit = static_cast<size_t>(max_id) + 1;
+  std::vector<const std::string*> id_to_token(limit, nullptr);
+  for (const auto& [token, id] : token_to_id) {
+    if (id_to_token[id] != nullptr)
+      fail("id " + std::to_string(id) + " is used by '" + *id_to_token[id] + "' and '" + token + "' (not supported)");
+    id_to_token[id] = &token;
+  }
+  for (const AddedToken& t : added) id_to_token[t.id] = &t.pattern;  // decode: the normalized content
+  id_to_bytes.assign(limit, std::string());
+  has_id.assign(limit, false);
+  std::string bytes;
+  for (size_t id = 0; id < limit; ++id) {
+    if (id_to_token[id] == nullptr) continue;
+    has_id[id] = true;
+    id_to_bytes[id] = token_to_bytes(*id_to_token[id], bytes) ? bytes : *id_to_token[id];
+  }
+  for (const std::vector<int32_t>* specials : {&prefix, &suffix})
+    for (int32_t id : *specials)
+      if (id < 0 || static_cast<size_t>(id) >= limit || !has_id[id])
+        fail("post_processor: special id " + std::to_string(id) + " is not a token");
+  load_config();
+}
+
+void HFTokenizer::Impl::load_config() {
+  const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  bool named_eos = false, named_bos = false;
+  if (std::filesystem::exists(config_path, ec)) {
+    const std::string cpath = config_path.string();
+    json config;
+    try {
+      config = json::parse(read_file(cpath, "tokenizer config"));
+    } catch (const json::exception& e) {
+      throw std::runtime_error("HF tokenizer config '" + cpath + "': not valid JSON: " + e.what());
+    }
+    auto config_fail = [&](const std::string& what) {
+      throw std::runtime_error("HF tokenizer config '" + cpath + "': " + what);
+    };
+    if (!config.is_object()) config_fail("expected a JSON object");
+    auto token_id = [&](const char* key, bool& named) -> int32_t {
+      auto it = config.find(key);
+      if (it == config.end() || it->is_null()) return -1;
+      std::string content;
+      if (it->is_string()) content = it->get<std::string>();
+      else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) content = (*it)["content"].get<std::string>();
+      else config_fail(std::string(key) + ": expected a string or an object with 'content'");
+      auto found = token_to_id.find(content);
+      if (found == token_to_id.end())
+        config_fail(std::string(key) + " '" + content + "' is not a token of " + path +
+                    " (transformers would add it as a new token; not supported)");
+      named = true;
+      return found->second;
+    };
+    eos = token_id("eos_token", named_eos);
+    bos = token_id("bos_token", named_bos);
+    auto flag = [&](const char* key) -> int {
+      auto it = config.find(key);
+      return it == config.end() || !it->is_boolean() ? -1 : it->get<bool>() ? 1 : 0;
+    };
+    if (int add_bos = flag("add_bos_token"); add_bos >= 0) {
+      const bool template_bos = !prefix.empty() && bos >= 0 && prefix.front() == bos;
+      if (add_bos != static_cast<int>(template_bos))
+        config_fail(std::string("add_bos_token ") + (add_bos ? "true" : "false") + " disagrees with " + path +
+                    "'s post_processor, which " + (template_bos ? "adds" : "does not add") +
+                    " bos_token first (which one transformers uses depends on its version and tokenizer class; not supported)");
+    }
+    if (int add_eos = flag("add_eos_token"); add_eos >= 0) {
+      const bool template_eos = !suffix.empty() && eos >= 0 && suffix.back() == eos;
+      if (add_eos != static_cast<int>(template_eos))
+        config_fail(std::string("add_eos_token ") + (add_eos ? "true" : "false") + " disagrees with " + path +
+                    "'s post_processor, which " + (template_eos ? "adds" : "does not add") +
+                    " eos_token last (not supported)");
+    }
+    if (flag("add_prefix_space") == 1 && !(top_level_byte_level && steps.back().add_prefix_space))
+      config_fail("add_prefix_space true, but " + path +
+                  "'s pre_tokenizer is not a ByteLevel with add_prefix_space (transformers may rebuild it; not supported)");
+    if (flag("split_special_tokens") == 1) config_fail("split_special_tokens true is not supported");
+  }
+  if (!named_eos) {
+    std::vector<const AddedToken*> candidates;
+    for (const AddedToken& t : added)
+      if (t.content == "<|endoftext|>" || t.content == "<|end_of_text|>" || t.content == "</s>") candidates.push_back(&t);
+    if (candidates.size() != 1) {
+      std::string names;
+      for (const AddedToken* t : candidates) names += (names.empty() ? "'" : ", '") + t->content + "'";
+      fail(std::string("no end-of-document token: tokenizer_config.json next to it names no eos_token, and ") +
+           (candidates.empty() ? std::string("no added token is '<|endoftext|>', '<|end_of_text|>' or '</s>'")
+                               : "more than one added token could be it (" + names + ")"));
+    }
+    eos = candidates.front()->id;
+  }
+  if (!named_bos && prefix.size() == 1) bos = prefix.front();
+}
+
+HFTokenizer HFTokenizer::from_file(const std::string& tokenizer_json) {
+  auto impl = std::make_shared<Impl>();
+  impl->path = tokenizer_json;
+  json root;
+  try {
+    root = json::parse(read_file(tokenizer_json, "tokenizer file"));
+  } catch (const json::exception& e) {
+    impl->fail(std::string("not valid JSON: ") + e.what());
+  }
+  try {
+    impl->load(root);
+  } catch (const json::exception& e) {
+    impl->fail(std::string("unexpected JSON structure: ") + e.what());
+  }
+  impl->serial = next_serial.fetch_add(1);
+  return HFTokenizer(std::move(impl));
+}
+
+}  // namespace gf::data

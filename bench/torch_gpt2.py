@@ -36,11 +36,15 @@ gridformer's TransformerLM::flops_per_step counts it:
 which for GPT-2 (Hkv = H, H*D = C, F = 4C, m = 2) is the formula above.
 MFU = achieved TFLOP/s / --peak-tflops (not printed without a peak).
 
+Attention (--attention, default auto): F.scaled_dot_product_attention(q, k, v, is_causal=True)
+where torch has it (2.0 and later; Hugging Face's GPT-2 and Llama use it by default there, and on
+CPU it is a fused flash kernel), else the explicit softmax(q k^T / sqrt(d)) v with a causal mask
+(Hugging Face's "eager"). The result's "attention" says which ran.
+
 Notes for torch 1.13 (Debian's python3-torch): AdamW has no `fused` option in
 1.13 (it was added in 2.0), so the plain for-loop implementation
-(foreach=False, i.e. "fused=False") is used; there is no
-scaled_dot_product_attention, so attention is the explicit
-softmax(q k^T / sqrt(d)) v with a causal mask. Use /usr/bin/python3.
+(foreach=False, i.e. "fused=False", also the CPU default of 2.x) is used; there is no
+scaled_dot_product_attention, so attention is the explicit one. Use /usr/bin/python3.
 """
 import argparse
 import json
@@ -86,9 +90,10 @@ class Conv1D(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, C, H, L, P):
+    def __init__(self, C, H, L, P, attention="eager"):
         super().__init__()
         self.H = H
+        self.sdpa = attention == "sdpa"
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
         self.c_attn = Conv1D(C, 3 * C, 0.02)
         self.attn_proj = Conv1D(C, C, 0.02 / math.sqrt(2 * L))
@@ -104,10 +109,14 @@ class Block(nn.Module):
         q = q.view(B, T, H, D).transpose(1, 2)
         k = k.view(B, T, H, D).transpose(1, 2)
         v = v.view(B, T, H, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if self.sdpa:  # HF's GPT2SdpaAttention (PyTorch >= 2.0): the fused kernel, causal
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.attn_proj(y)
         x = x + self.mlp_proj(gelu_new(self.c_fc(self.ln_2(x))))
         return x
@@ -119,7 +128,7 @@ class GPT2(nn.Module):
         C, L = s["n_embd"], s["n_layer"]
         self.wte = nn.Parameter(torch.randn(s["vocab_size"], C) * 0.02)
         self.wpe = nn.Parameter(torch.randn(s["n_positions"], C) * 0.01)
-        self.h = nn.ModuleList([Block(C, s["n_head"], L, s["n_positions"]) for _ in range(L)])
+        self.h = nn.ModuleList([Block(C, s["n_head"], L, s["n_positions"], s.get("attention", "eager")) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
 
     def forward(self, idx, targets):
@@ -158,7 +167,8 @@ class LlamaLoss(nn.Module):
         cfg = tl.LlamaConfig(vocab_size=s["vocab_size"], hidden_size=s["n_embd"], num_layers=s["n_layer"],
                              num_heads=s["n_head"], num_kv_heads=s["n_kv_head"],
                              intermediate_size=s["intermediate_size"], rope_theta=10000.0, rms_norm_eps=1e-5,
-                             tie_word_embeddings=False, max_position_embeddings=s["n_positions"])
+                             tie_word_embeddings=False, max_position_embeddings=s["n_positions"],
+                             attn_implementation=s.get("attention", "eager"))
         self.llama = tl.LlamaForCausalLM(cfg)
         tl.init_hf_(self.llama, torch.Generator().manual_seed(seed))
 
@@ -187,6 +197,9 @@ def main():
     ap.add_argument("--batch", type=int, default=None, help="override B")
     ap.add_argument("--seq", type=int, default=None, help="override T")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attention", choices=["auto", "sdpa", "eager"], default="auto",
+                    help="auto: F.scaled_dot_product_attention where torch has it (>= 2.0, what Hugging Face's GPT-2 "
+                         "and Llama use by default there), else the explicit softmax")
     ap.add_argument("--json", action="store_true", help="print only one JSON line")
     args = ap.parse_args()
 
@@ -205,6 +218,9 @@ def main():
         s["T"] = args.seq
     B, T, L, C, V = s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"]
     assert T <= s["n_positions"]
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import torch_llama as tl
+    s["attention"] = tl.resolve_attention(args.attention)
 
     torch.manual_seed(args.seed)
     if s.get("model") in ("gpt2-moe", "mixtral"):
@@ -225,7 +241,7 @@ def main():
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, shape {args.shape} "
         f"(L={L} C={C} H={s['n_head']}" + (f" Hkv={s['n_kv_head']} F={s['intermediate_size']}" if "n_kv_head" in s else "")
         + (f" E={s['experts']} k={s['top_k']}" if "experts" in s else "")
-        + f" V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, "
+        + f" V={V} B={B} T={T}), params {n_params / 1e6:.2f}M, dtype {args.dtype}, attention {s['attention']}, "
         f"{flops / 1e9:.1f} GFLOP/step (Megatron formula" + (", active" if "experts" in s else "") + ")")
 
     load_before = os.getloadavg()[0]
@@ -271,7 +287,7 @@ def main():
         "tokens_per_s": B * T / med, "samples_per_s": B / med,
         "flops_per_step": flops, "tflops": tflops,
         "mfu": (tflops / args.peak_tflops) if args.peak_tflops else None,
-        "peak_tflops": args.peak_tflops, "torch_version": torch.__version__,
+        "peak_tflops": args.peak_tflops, "torch_version": torch.__version__, "attention": s["attention"],
         "final_loss": losses[-1],
         "median_cpu_util": statistics.median(utils),  # process CPU time / (wall * threads)
         "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],

@@ -125,9 +125,10 @@ class GPT2Expert(nn.Module):
 class GPT2Attention(nn.Module):
     """bench/torch_gpt2.py's attention under HF's names (attn.c_attn, attn.c_proj)."""
 
-    def __init__(self, C, H, L, P):
+    def __init__(self, C, H, L, P, attention="eager"):
         super().__init__()
         self.H = H
+        self.sdpa = attention == "sdpa"
         self.c_attn = Conv1D(C, 3 * C, 0.02)
         self.c_proj = Conv1D(C, C, 0.02 / math.sqrt(2 * L))
         self.register_buffer("mask", torch.tril(torch.ones(P, P, dtype=torch.bool)), persistent=False)
@@ -139,10 +140,13 @@ class GPT2Attention(nn.Module):
         q = q.view(B, T, H, D).transpose(1, 2)
         k = k.view(B, T, H, D).transpose(1, 2)
         v = v.view(B, T, H, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        return self.c_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        if self.sdpa:  # as bench/torch_gpt2.py's Block
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
 class GPT2MoEMlp(nn.Module):
@@ -164,7 +168,7 @@ class GPT2MoEBlock(nn.Module):
         super().__init__()
         C, L = s["n_embd"], s["n_layer"]
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-        self.attn = GPT2Attention(C, s["n_head"], L, s["n_positions"])
+        self.attn = GPT2Attention(C, s["n_head"], L, s["n_positions"], s.get("attention", "eager"))
         self.ln_2 = nn.LayerNorm(C, eps=1e-5)
         self.mlp = GPT2MoEMlp(C, L, s["experts"], s["top_k"], s["norm_topk_prob"])
 
@@ -210,7 +214,7 @@ class Mixtral(nn.Module):
         cfg = tl.LlamaConfig(vocab_size=s["vocab_size"], hidden_size=s["n_embd"], num_layers=s["n_layer"],
                              num_heads=s["n_head"], num_kv_heads=s["n_kv_head"], intermediate_size=s["intermediate_size"],
                              rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                             max_position_embeddings=s["n_positions"])
+                             max_position_embeddings=s["n_positions"], attn_implementation=s.get("attention", "eager"))
         moe = tm.MoEConfig(num_experts=s["experts"], top_k=s["top_k"], capacity_factor=0.0,
                            norm_topk_prob=s["norm_topk_prob"], aux_loss_factor=s["aux_loss_factor"])
         self.ref = tm.MixtralForCausalLM(cfg, moe)

@@ -15,7 +15,10 @@ synthetic tokens; the builds' order rotates from round to round) and then PyTorc
 (bench/torch_gpt2.py under Debian's /usr/bin/python3, or --python's) on the same shape, threads, optimizer (AdamW
 + clipping) and step count, so all see the same machine state. bf16 is gridformer's
 `compute_dtype: bfloat16` against PyTorch's torch.autocast('cpu', bfloat16). Each run reports the
-median of its timed steps (the first step is warm-up); the tables show medians over rounds.
+median of its timed steps (the first step is warm-up); the tables show medians over rounds. PyTorch's
+attention is F.scaled_dot_product_attention where its torch has it (2.0 and later, as Hugging Face's
+GPT-2 and Llama use it there by default), else the explicit softmax (--torch-attention; the table names
+which ran).
 
 The MoE shapes (moe-tiny: GPT-2 MoE, mixtral-tiny: Mixtral; 8 experts top-2, dropless, balancing
 loss 0.01; SHAPES) train gridformer with moe_config against bench/torch_moe_bench.py's models (Hugging
@@ -245,7 +248,7 @@ def moe_checks(shape, threads, workdir, build, env_extra=None):
 PYTHON = os.environ.get("GF_BENCH_PYTHON", "/usr/bin/python3")
 
 
-def pytorch_run(shape, steps, threads, dtype="fp32"):
+def pytorch_run(shape, steps, threads, dtype="fp32", attention="auto"):
     """bench/torch_gpt2.py's --json result (tokens_per_s, tflops, peak_rss_bytes, ...); the first
     of `steps` steps is warm-up. B and T as SHAPES has them (--batch/--seq may have changed them)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -253,7 +256,7 @@ def pytorch_run(shape, steps, threads, dtype="fp32"):
     out = subprocess.run([PYTHON, os.path.join(ROOT, "bench", "torch_gpt2.py"), "--shape", shape,
                           "--steps", str(steps - 1), "--warmup", "1", "--threads", str(threads), "--json",
                           "--dtype", dtype, "--batch", str(SHAPES[shape]["batch_size"]),
-                          "--seq", str(SHAPES[shape]["seq_length"])],
+                          "--seq", str(SHAPES[shape]["seq_length"]), "--attention", attention],
                          env=env, check=True, capture_output=True, text=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     res["process_cpu_util"], res["others"] = watch.stop()
@@ -405,6 +408,9 @@ def main():
     ap.add_argument("--seq", type=int, default=None, help="override every shape's sequence length (both sides)")
     ap.add_argument("--python", default=None, help="the Python with PyTorch (default: $GF_BENCH_PYTHON, else "
                                                    "/usr/bin/python3)")
+    ap.add_argument("--torch-attention", choices=["auto", "sdpa", "eager"], default="auto",
+                    help="PyTorch's attention (bench/torch_gpt2.py --attention): auto is F.scaled_dot_product_attention "
+                         "where torch has it (>= 2.0), else the explicit softmax")
     ap.add_argument("--check-moe", action="store_true",
                     help="before the rounds, check for each MoE shape that the PyTorch model computes what gridformer "
                          "does (bench/torch_moe_bench.py: its layer against tools/torch_moe.py; gridformer's first "
@@ -497,14 +503,16 @@ def main():
                               f"{res['cpu_util']:.2f}, others {res['others']:.2f})"
                               + ("; " + "; ".join(warn) if warn else ""), flush=True)
                     if not args.no_pytorch:
-                        p = pytorch_run(shape, args.steps, args.threads, dtype=dt)
+                        p = pytorch_run(shape, args.steps, args.threads, dtype=dt, attention=args.torch_attention)
                         res = {"tokens_per_s": p["tokens_per_s"], "step_ms": 1e3 * p["median_step_s"],
                                "tflops": model_flops(shape) / p["median_step_s"] / 1e12,
-                               "cpu_util": p["median_cpu_util"], "others": p["others"]}
+                               "cpu_util": p["median_cpu_util"], "others": p["others"],
+                               "attention": p.get("attention", "eager"), "torch_version": p.get("torch_version")}
                         runs.setdefault((shape, dt, "pytorch"), []).append(res)
                         record["runs"].append(dict(res, shape=shape, dtype=dt, impl="pytorch", round=r + 1))
                         save(args.json, record)
-                        print(f"  {shape} {dt} pytorch: {res['tokens_per_s']:.1f} tok/s (cpu util "
+                        print(f"  {shape} {dt} pytorch {res['torch_version']} ({res['attention']} attention): "
+                              f"{res['tokens_per_s']:.1f} tok/s (cpu util "
                               f"{res['cpu_util']:.2f}, others {res['others']:.2f})", flush=True)
     record["loadavg_end"] = os.getloadavg()
     save(args.json, record)
@@ -587,7 +595,8 @@ def report(args, builds, shapes, dtypes, runs, gemm, record):
                 for i, xs in sel.items():
                     tf = med(x["tflops"] for x in xs)
                     c = ceil.get(dt)
-                    label = names[i] if i == "pytorch" else f"gridformer {names[i]} ({xs[0].get('git_commit')})"
+                    label = (f"PyTorch {xs[0].get('torch_version') or ''} ({xs[0].get('attention', 'eager')} attention)"
+                             if i == "pytorch" else f"gridformer {names[i]} ({xs[0].get('git_commit')})")
                     line = (f"| {shape} | {dt} | {label} | {tok[i]:.1f} | "
                             + ", ".join(f"{x['tokens_per_s']:.0f}" for x in xs) + f" | {tf:.4f} | "
                             + (f"{100e3 * tf / c[0]:.1f}%" if c else "n/a") + " | "

@@ -11,6 +11,8 @@ RoPE, no biases, no KV cache, no dropout):
   apply_rotary_pos_emb  x * cos + rotate_half(x) * sin,  rotate_half(x) = cat(-x[d/2:], x[:d/2])
   repeat_kv             key/value head j serves query heads j*n_rep .. (j+1)*n_rep - 1
   eager attention       softmax(q k^T / sqrt(d) + causal mask, in float32) @ v, then o_proj
+                        (attn_implementation "sdpa", for the benchmarks: HF's LlamaSdpaAttention,
+                        F.scaled_dot_product_attention(q, k, v, is_causal=True) after repeat_kv, PyTorch >= 2.0)
   LlamaMLP              down_proj(silu(gate_proj(x)) * up_proj(x))
   LlamaDecoderLayer     x + attn(input_layernorm(x)), then h + mlp(post_attention_layernorm(h))
   LlamaForCausalLM      embed_tokens -> layers -> norm -> lm_head (or embed_tokens.weight when tied),
@@ -45,6 +47,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def resolve_attention(name):
+    """The benchmarks' --attention: "auto" is "sdpa" where this torch has F.scaled_dot_product_attention
+    (PyTorch >= 2.0, what Hugging Face's models use by default there), else "eager"."""
+    has = hasattr(F, "scaled_dot_product_attention")
+    if name == "auto":
+        return "sdpa" if has else "eager"
+    if name == "sdpa" and not has:
+        raise ValueError(f"torch {torch.__version__} has no F.scaled_dot_product_attention (PyTorch >= 2.0)")
+    if name not in ("eager", "sdpa"):
+        raise ValueError(f"attention {name!r}: expects auto, sdpa or eager")
+    return name
+
+
 @dataclass
 class LlamaConfig:
     """HF LlamaConfig's fields under MindFormers' / gridformer's names (HF's name in the comment)."""
@@ -59,6 +74,7 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 2048
     initializer_range: float = 0.02
+    attn_implementation: str = "eager"   # HF's config._attn_implementation: "eager", or "sdpa" (PyTorch >= 2.0)
 
     @property
     def kv_heads(self) -> int:
@@ -71,6 +87,8 @@ class LlamaConfig:
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.attn_implementation not in ("eager", "sdpa"):
+            raise ValueError(f"attn_implementation {self.attn_implementation!r}: expects 'eager' or 'sdpa'")
         if self.num_heads % self.kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.kv_heads}")
         if self.head_dim % 2:
@@ -155,6 +173,10 @@ class LlamaAttention(nn.Module):
         k = apply_rotary_pos_emb(k, cos, sin)
         k = repeat_kv(k, H // KV)
         v = repeat_kv(v, H // KV)
+        if self.cfg.attn_implementation == "sdpa" and attn_mask is None:
+            # HF's LlamaSdpaAttention without a mask: is_causal for more than one query
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, H * D))
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(D)
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         if attn_mask is not None:

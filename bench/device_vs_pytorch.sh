@@ -10,7 +10,8 @@
 # 2. bench/train_vs_pytorch.py, fp32: this build with the probe's fp32 backend ("new") and the same
 #    binary held to Eigen (GF_GEMM=eigen: the backend the version-1 probe chose on such a machine,
 #    i.e. the speed before oneDNN's sgemm), and PyTorch (the machine's python3), interleaved rounds;
-# 3. the same in bf16 (compute_dtype: bfloat16 against torch.autocast), "new" against PyTorch.
+# 3. the same in bf16 (compute_dtype: bfloat16 against torch.autocast), "new" against PyTorch;
+# 4. PyTorch's step profiled per shape and dtype (GEMM, attention, loss, copies, other, optimizer).
 # Everything is printed and kept under OUT (train_*.json: every run; --report prints the tables).
 set -uo pipefail
 BUNDLE="$(realpath "$1")"; OUT="$(mkdir -p "$2" && realpath "$2")"
@@ -49,4 +50,16 @@ echo "== fp32: new (probe's backend) and eigen against PyTorch"
 echo "== bf16: new against PyTorch autocast"
 "$PY" "$ROOT/bench/train_vs_pytorch.py" "${common[@]}" --dtypes bf16 \
   --build "$OUT/builds/new" --json "$OUT/train_bf16.json" 2>&1 | tail -25
+# Where PyTorch's step goes (torch.profiler, one run per shape and dtype after the timed rounds): with
+# gridformer's own breakdown (bench/device_step_breakdown.sh) it says how far a ratio can go, e.g. a
+# peer whose GEMMs are most of its step and run at our rate leaves no 2x.
+echo "== PyTorch's step, profiled (bench/torch_gpt2.py --profile)"
+for shape in ${SHAPES//,/ }; do
+  for dt in fp32 bf16; do
+    OMP_NUM_THREADS=$THREADS "$PY" "$ROOT/bench/torch_gpt2.py" --shape "$shape" --dtype "$dt" --threads "$THREADS" \
+      --batch "$BATCH" --steps 3 --warmup 1 --profile --json 2> "$OUT/torch_profile_${shape}_$dt.log" \
+      > "$OUT/torch_profile_${shape}_$dt.json" || { echo "  $shape $dt: failed ($OUT/torch_profile_${shape}_$dt.log)"; continue; }
+    echo "  $shape $dt: $(grep '^profile' "$OUT/torch_profile_${shape}_$dt.log" | sed 's/^profile ([^)]*): //')"
+  done
+done
 echo "== done $(date -u +%FT%TZ)"

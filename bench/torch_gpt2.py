@@ -47,6 +47,7 @@ Notes for torch 1.13 (Debian's python3-torch): AdamW has no `fused` option in
 scaled_dot_product_attention, so attention is the explicit one. Use /usr/bin/python3.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -186,6 +187,44 @@ def shape_flops(s):
     return megatron_flops(s["B"], s["T"], s["n_layer"], s["n_embd"], s["vocab_size"])
 
 
+# torch.profiler's op names, by what gridformer's step breakdown (bench/step_breakdown.py) calls them.
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_mkldnn_matmul",
+            "aten::mkldnn_linear", "aten::_addmm_activation"}
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::_softmax_backward_data",
+                 "aten::masked_fill", "aten::_masked_softmax")
+CAST_OPS = {"aten::_to_copy", "aten::to", "aten::copy_"}
+LOSS_OPS = ("aten::_log_softmax", "aten::nll_loss", "aten::cross_entropy")  # and their backward ops
+
+
+def profile_breakdown(prof, steps, wall_s):
+    """ms per step: the step (wall clock), the three phases (their record_function spans), and inside
+    forward and backward the own time of the GEMM ops, of the attention ops (the fused kernel, or the
+    explicit softmax and mask), of the loss (log-softmax and NLL over the vocabulary, both directions)
+    and of copies (aten::_to_copy, to, copy_: autocast's casts and other copies), the rest of the two phases as
+    "other"; gemm_share = GEMM / step. Op times are the calling thread's (intra-op threads inside)."""
+    tot = {"gf.forward": 0.0, "gf.backward": 0.0, "gf.optimizer": 0.0}
+    gemm = att = cast = loss = 0.0
+    for e in prof.key_averages():
+        us = e.self_cpu_time_total
+        if e.key in tot:
+            tot[e.key] = e.cpu_time_total
+        elif e.key in GEMM_OPS:
+            gemm += us
+        elif any(k in e.key for k in ATTENTION_OPS):
+            att += us
+        elif any(e.key.startswith(k) for k in LOSS_OPS):
+            loss += us
+        elif e.key in CAST_OPS:
+            cast += us
+    ms = lambda us: us / 1e3 / steps
+    fb = tot["gf.forward"] + tot["gf.backward"]
+    out = {"step": 1e3 * wall_s / steps, "forward": ms(tot["gf.forward"]), "backward": ms(tot["gf.backward"]),
+           "clip_and_optimizer": ms(tot["gf.optimizer"]), "gemm": ms(gemm), "attention": ms(att),
+           "loss": ms(loss), "copies": ms(cast), "other": ms(fb - gemm - att - loss - cast)}
+    out["gemm_share"] = out["gemm"] / out["step"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-tiny")
@@ -201,6 +240,8 @@ def main():
                     help="auto: F.scaled_dot_product_attention where torch has it (>= 2.0, what Hugging Face's GPT-2 "
                          "and Llama use by default there), else the explicit softmax")
     ap.add_argument("--json", action="store_true", help="print only one JSON line")
+    ap.add_argument("--profile", action="store_true",
+                    help="torch.profiler over the timed steps: where PyTorch's step goes (see profile_breakdown)")
     args = ap.parse_args()
 
     env_threads = os.environ.get("OMP_NUM_THREADS")
@@ -249,18 +290,29 @@ def main():
         log(f"warning: 1-min load average is {load_before:.2f} before the run; other processes "
             f"compete for the cores and the timings will be pessimistic")
     times, losses, utils = [], [], []
+    prof = None
+    phase = contextlib.nullcontext
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile, record_function
+        phase = record_function
     for i in range(n_total):
         x, y = data[i, :, :T], data[i, :, 1:]
+        if prof is None and args.profile and i == args.warmup:
+            prof = profile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        if args.dtype == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+        with phase("gf.forward"):
+            if args.dtype == "bf16":
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = model(x, y)
+            else:
                 loss = model(x, y)
-        else:
-            loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        with phase("gf.backward"):
+            loss.backward()
+        with phase("gf.optimizer"):
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
         dt = time.perf_counter() - t0
         util = (time.process_time() - c0) / (dt * K)   # <~1 when our threads got the cores
         lv = loss.item()
@@ -272,6 +324,14 @@ def main():
         log(f"step {i + 1:3d}{'' if timed else ' (warmup)'}: {dt * 1e3:9.1f} ms  loss {lv:.4f}  "
             f"{B * T / dt:9.1f} tok/s  {flops / dt / 1e12:.4f} TFLOP/s  cpu util {util:.2f}")
 
+    breakdown = None
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        breakdown = profile_breakdown(prof, len(times), sum(times))
+        log("profile (torch.profiler, ms per timed step; GEMM, attention, loss and copies are their ops' own time, "
+            "other = the rest of forward and backward): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in breakdown.items() if k != "gemm_share")
+            + f"; GEMM {100 * breakdown['gemm_share']:.1f}% of the step")
     if not times:
         log("no timed steps")
         return
@@ -292,6 +352,7 @@ def main():
         "median_cpu_util": statistics.median(utils),  # process CPU time / (wall * threads)
         "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0],
         "peak_rss_bytes": 1024 * resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # the process's, KiB on Linux
+        "profile_ms_per_step": breakdown,
     }
     if args.json:
         print(json.dumps(res))

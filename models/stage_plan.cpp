@@ -74,6 +74,14 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
     d.flash_tiles = ops::flash_tiles(layout.compute == ComputeDtype::kBFloat16);
     d.flash_floats = omp_get_max_threads() *
                      ops::flash_workspace_per_thread({d.B, d.T, d.heads_local, d.head_dim}, d.flash_tiles);
+    if (layout.compute == ComputeDtype::kBFloat16 && !d.cp_ring) {
+      // The shape the core sees (AttentionBlock::shape): under ulysses_cp the whole sequence of 1 / cp of
+      // this rank's heads.
+      const int64_t U = d.cp > 1 ? d.cp_ulysses : 1, kv_local = (d.qkv_width / d.head_dim - d.heads_local) / 2;
+      ops::AttentionShape core{d.B, d.T_full, d.heads_local / U, d.head_dim};
+      core.kv_heads = kv_local / U;
+      d.flash_bf16_floats = ops::flash_bf16_scratch_floats(core, d.flash_tiles, omp_get_max_threads());
+    }
   }
   d.recomputed.assign(static_cast<size_t>(d.L), false);
   for (int64_t l = 0; l < d.L; ++l) d.recomputed[l] = layout.recomputes(l);
@@ -280,6 +288,7 @@ struct TransformerLM::LayoutBuilder {
       b.dfull = p.take("tp.dfull", N * C);
     }
     if (d.flash && !d.cp_ring) b.flash = p.take("flash.workspace", d.flash_floats);
+    if (d.flash_bf16_floats > 0) b.flash_bf16 = p.take("flash.bf16_scratch", d.flash_bf16_floats);
     if (d.cp_ring) {  // ring attention's blocks (parallel/context_parallel.h)
       const int64_t kv = N * (d.qkv_width - d.attn_width);
       for (int i = 0; i < 2; ++i) b.cp.ring.kv[i] = p.take("cp.ring_kv" + std::to_string(i), kv);

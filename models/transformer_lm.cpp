@@ -168,6 +168,8 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     flash_ws_.threads = omp_get_max_threads();
     flash_ws_.data = b.flash;
     flash_ws_.tiles = d.flash_tiles;
+    flash_ws_.bf16_scratch = b.flash_bf16;
+    flash_ws_.bf16_scratch_floats = d.flash_bf16_floats;
   }
 }
 

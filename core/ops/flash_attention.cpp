@@ -160,7 +160,8 @@ void to_head_major(bf16* dst, const float* src, int64_t B, int64_t T, int64_t he
 
 // Head (b, h)'s view of the head-major copies (qkvh: q, k, v heads; dyh: the query heads' dy, or null)
 // and this thread's tile buffers.
-HeadBf16 head_bf16(const bf16* qkvh, const bf16* dyh, const AttentionShape& s, int64_t b, int64_t h, FlashTiles t) {
+HeadBf16 head_bf16(const bf16* qkvh, const bf16* dyh, const AttentionShape& s, int64_t b, int64_t h, bf16* p_tile,
+                   bf16* ds_tile) {
   HeadBf16 hb;
   if (!qkvh) return hb;
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, KV = s.kv(), all = H + 2 * KV, g = h / (H / KV);
@@ -168,10 +169,40 @@ HeadBf16 head_bf16(const bf16* qkvh, const bf16* dyh, const AttentionShape& s, i
   hb.k = qkvh + (b * all + H + g) * T * D;
   hb.v = qkvh + (b * all + H + KV + g) * T * D;
   if (dyh) hb.dy = dyh + (b * H + h) * T * D;
-  hb.p = scratch<bf16>(static_cast<size_t>(t.rows * t.cols), 2);
-  hb.ds = scratch<bf16>(static_cast<size_t>(t.rows * t.cols), 3);
+  hb.p = p_tile;
+  hb.ds = ds_tile;
   return hb;
 }
+
+// Where the bf16 products' scratch lives (HeadBf16): in FlashWorkspace::bf16_scratch when the caller
+// planned enough of it (flash_bf16_scratch_floats), else in gf::scratch. Sizes in floats, each part
+// rounded up to 64 bytes.
+struct Bf16Scratch {
+  int64_t qkv = 0, dy = 0, tile = 0, dense = 0;  // head-major q|k|v, dy; one bf16 tile; dq|dk|dv
+  float* planned = nullptr;
+
+  Bf16Scratch(const AttentionShape& s, FlashTiles t) {
+    const int64_t T = s.seq, D = s.head_dim, H = s.heads, all = H + 2 * s.kv();
+    qkv = round_up((s.batch * T * all * D + 1) / 2, kAlign);
+    dy = round_up((s.batch * T * H * D + 1) / 2, kAlign);
+    tile = round_up((t.rows * t.cols + 1) / 2, kAlign);
+    dense = round_up(3 * T * D, kAlign);
+  }
+  int64_t per_thread() const { return 2 * tile + dense; }
+  int64_t total(int threads) const { return qkv + dy + threads * per_thread(); }
+  // Takes the planned area when it holds `threads` threads' parts (+ room to align its start).
+  template <typename S>
+  void use(const FlashWorkspace<S>& ws, int threads) {
+    if (ws.bf16_scratch && ws.bf16_scratch_floats >= total(threads) + kAlign) planned = align_up(ws.bf16_scratch);
+  }
+  bf16* qkv_copy() const { return planned ? reinterpret_cast<bf16*>(planned) : scratch<bf16>(static_cast<size_t>(2 * qkv), 0); }
+  bf16* dy_copy() const { return planned ? reinterpret_cast<bf16*>(planned + qkv) : scratch<bf16>(static_cast<size_t>(2 * dy), 1); }
+  // The calling thread's parts (inside the team).
+  float* mine() const { return planned + qkv + dy + static_cast<int64_t>(omp_get_thread_num()) * per_thread(); }
+  bf16* p_tile() const { return planned ? reinterpret_cast<bf16*>(mine()) : scratch<bf16>(static_cast<size_t>(2 * tile), 2); }
+  bf16* ds_tile() const { return planned ? reinterpret_cast<bf16*>(mine() + tile) : scratch<bf16>(static_cast<size_t>(2 * tile), 3); }
+  float* dense_grads() const { return planned ? mine() + 2 * tile : scratch<float>(static_cast<size_t>(dense), 3); }
+};
 
 // Forward of query rows [i0, i0 + br) of one head: online softmax over the key tiles up to the
 // diagonal. yh: this head's y (row stride C); lseh: this head's lse row.
@@ -341,6 +372,10 @@ Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, const FlashWork
 
 FlashTiles flash_tiles(bool bf16_products) { return bf16_products ? FlashTiles{128, 256} : FlashTiles{}; }
 
+int64_t flash_bf16_scratch_floats(const AttentionShape& s, FlashTiles tiles, int threads) {
+  return Bf16Scratch(s, tiles).total(std::max(1, threads)) + kAlign;  // + room to align its start
+}
+
 int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
   return round_up(used_per_thread(s, tiles), kAlign) + kAlign;  // + room to align the slice
 }
@@ -355,10 +390,12 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
   const int64_t nq = (T + c.t.rows - 1) / c.t.rows, per = flash_workspace_per_thread(s, c.t);
   const int64_t items = s.batch * H * nq;
   const bf16* qkvh = nullptr;  // bf16 products: q, k, v head-major in bf16 (HeadBf16)
+  Bf16Scratch bs(s, c.t);
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
+      bs.use(ws, team_size(ws));
       const int64_t all = H + 2 * s.kv();
-      bf16* h = scratch<bf16>(static_cast<size_t>(s.batch * T * all * s.head_dim), 0);
+      bf16* h = bs.qkv_copy();
       to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
       qkvh = h;
     }
@@ -367,6 +404,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
 #pragma omp parallel num_threads(team_size(ws))
   {
     S* w = thread_slice(ws, per);
+    bf16* p_tile = qkvh ? bs.p_tile() : nullptr;
     // Longest tiles (last rows, most keys) first; each item writes its own rows of y and lse.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
@@ -374,7 +412,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
       const int64_t i0 = qt * c.t.rows;
       fwd_query_tile(y + b * T * C + h * s.head_dim, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
                      std::min(c.t.rows, T - i0), drop_base(s, b, h), s.key_lo ? s.key_lo + b * T + i0 : nullptr, c, w,
-                     head_bf16(qkvh, nullptr, s, b, h, c.t));
+                     head_bf16(qkvh, nullptr, s, b, h, p_tile, nullptr));
     }
   }
 }
@@ -388,12 +426,14 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
   const int64_t H = s.heads, C = H * s.head_dim, T = s.seq;
   const int64_t per = flash_workspace_per_thread(s, c.t);
   const bf16 *qkvh = nullptr, *dyh = nullptr;  // bf16 products: q, k, v and dy head-major in bf16 (HeadBf16)
+  Bf16Scratch bs(s, c.t);
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
+      bs.use(ws, team_size(ws));
       const int64_t all = H + 2 * s.kv();
-      bf16* h = scratch<bf16>(static_cast<size_t>(s.batch * T * all * s.head_dim), 0);
+      bf16* h = bs.qkv_copy();
       to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
-      bf16* g = scratch<bf16>(static_cast<size_t>(s.batch * T * C), 1);
+      bf16* g = bs.dy_copy();
       to_head_major(g, dy, s.batch, T, H, s.head_dim, C);
       qkvh = h;
       dyh = g;
@@ -406,14 +446,15 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
     // Each (batch, key/value head) owns its columns of dqkv, those of its query heads among them: one
     // thread, the group's query heads in order, no atomics.
     const int64_t KV = s.kv(), G = H / KV, D = s.head_dim;
-    float* dense = qkvh ? scratch<float>(static_cast<size_t>(3 * T * D), 3) : nullptr;  // HeadBf16: dq, dk, dv
+    float* dense = qkvh ? bs.dense_grads() : nullptr;  // HeadBf16: dq, dk, dv
+    bf16 *p_tile = qkvh ? bs.p_tile() : nullptr, *ds_tile = qkvh ? bs.ds_tile() : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < s.batch * KV; ++bg) {
       const int64_t b = bg / KV;
       if (dense) std::fill(dense + T * D, dense + 3 * T * D, 0.0f);
       for (int64_t h = bg % KV * G; h < (bg % KV + 1) * G; ++h) {
         const int64_t bh = b * H + h, off = b * T * C + h * D;
-        HeadBf16 hb = head_bf16(qkvh, dyh, s, b, h, c.t);
+        HeadBf16 hb = head_bf16(qkvh, dyh, s, b, h, p_tile, ds_tile);
         if (dense) {
           std::fill(dense, dense + T * D, 0.0f);
           hb.dq = dense, hb.dk = dense + T * D, hb.dv = dense + 2 * T * D;

@@ -44,6 +44,11 @@ struct FlashWorkspace {
   // also accumulates its head's dq, dk, dv densely in fp32 (gf::scratch<float> slot 3, 3 T D values),
   // added into dqkv once per head and key/value group.
   bool bf16_products = false;
+  // Under bf16 products, all of that scratch planned by the caller instead (the layers: the stage plan's
+  // "flash.bf16_scratch"): flash_bf16_scratch_floats values for the call's shape and `threads`. Null, or
+  // smaller than the call needs: the gf::scratch buffers above.
+  float* bf16_scratch = nullptr;
+  int64_t bf16_scratch_floats = 0;
 };
 
 // The tiles the model's layers use. fp32: 64 x 128. With bf16 products: 128 x 256, where oneDNN's bf16
@@ -54,6 +59,11 @@ FlashTiles flash_tiles(bool bf16_products);
 
 // Values of T each thread needs: O(rows * cols + rows * head_dim), independent of seq.
 int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles);
+
+// Floats of FlashWorkspace::bf16_scratch for a call of shape s on `threads` threads: the head-major
+// bf16 q, k, v (B T (H + 2 kv) D) and dy (B T H D), and per thread a bf16 P and dS tile and the dense
+// fp32 dq, dk, dv (3 T D), each part 64-byte aligned.
+int64_t flash_bf16_scratch_floats(const AttentionShape& s, FlashTiles tiles, int threads);
 
 // y: [B, T, H*D]; lse: [B, H, T] log-sum-exp of each row of scaled scores (kept for backward).
 template <typename T>

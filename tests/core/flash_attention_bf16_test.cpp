@@ -213,5 +213,52 @@ TEST(FlashAttentionBf16, GroupedHeadsPackedDocumentsAndAccumulation) {
   }
 }
 
+// FlashWorkspace::bf16_scratch: a planned area of flash_bf16_scratch_floats takes the place of the
+// gf::scratch buffers, bitwise the same results (the same roundings and products, elsewhere in memory),
+// and the area is written; one value short of that, the area is left alone and the results are the same.
+TEST(FlashAttentionBf16, PlannedScratchGivesTheSameResults) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN: gemm_bf16 is the fp32 gemm";
+  const int64_t B = 2, T = 150, H = 4, KV = 2, D = 64, C = H * D, W = C + 2 * KV * D;
+  std::mt19937 gen(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv(static_cast<size_t>(B * T * W)), dy(static_cast<size_t>(B * T * C));
+  for (float& x : qkv) x = to_bf16(nd(gen));
+  for (float& x : dy) x = 0.01f * nd(gen);
+  AttentionShape s{B, T, H, D};
+  s.kv_heads = KV;
+  const FlashTiles tiles{32, 48};
+  const int threads = omp_get_max_threads();
+  std::vector<float> work(static_cast<size_t>(threads * flash_workspace_per_thread(s, tiles)));
+  const DropoutKey none{0.0f, 0, 0};
+  const int64_t need = flash_bf16_scratch_floats(s, tiles, threads);
+  struct Out {
+    std::vector<float> y, lse, dqkv;
+  };
+  auto run = [&](float* area, int64_t floats) {
+    FlashWorkspace<float> ws{work.data(), threads, tiles, true};
+    ws.bf16_scratch = area;
+    ws.bf16_scratch_floats = floats;
+    Out o{std::vector<float>(static_cast<size_t>(B * T * C)), std::vector<float>(static_cast<size_t>(B * H * T)),
+          std::vector<float>(qkv.size(), 0.0f)};
+    flash_attention_fwd(o.y.data(), o.lse.data(), qkv.data(), s, none, ws);
+    flash_attention_bwd(o.dqkv.data(), dy.data(), qkv.data(), o.y.data(), o.lse.data(), s, none, ws);
+    return o;
+  };
+  const Out ref = run(nullptr, 0);
+  const auto untouched = [](const std::vector<float>& a) {
+    return std::all_of(a.begin(), a.end(), [](float x) { return std::isnan(x); });
+  };
+  std::vector<float> area(static_cast<size_t>(need), std::numeric_limits<float>::quiet_NaN());
+  const Out planned = run(area.data(), need);
+  EXPECT_FALSE(untouched(area));
+  EXPECT_EQ(planned.y, ref.y);
+  EXPECT_EQ(planned.lse, ref.lse);
+  EXPECT_EQ(planned.dqkv, ref.dqkv);
+  std::vector<float> short_area(static_cast<size_t>(need - 1), std::numeric_limits<float>::quiet_NaN());
+  const Out fallback = run(short_area.data(), need - 1);
+  EXPECT_TRUE(untouched(short_area));
+  EXPECT_EQ(fallback.dqkv, ref.dqkv);
+}
+
 }  // namespace
 }  // namespace gf::ops

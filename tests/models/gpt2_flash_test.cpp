@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/ops/flash_attention.h"
 #include "models/arch/gpt2.h"
 
 namespace gf {
@@ -79,6 +80,24 @@ TEST(Gpt2FlashAttention, ActivationsDropTheProbabilities) {
   const int64_t ws = 4 * omp_get_max_threads() * ops::flash_workspace_per_thread({kB, kT, c.num_heads, c.head_dim()}, {});
   EXPECT_EQ(saved, probs - lse - ws);
   EXPECT_LT(ws, 80 * 1024 * omp_get_max_threads());  // two 64 x 128 float tiles and a little per thread
+}
+
+// Under bf16 compute the fused core's bf16 scratch (head-major operand copies, per-thread P / dS tiles and
+// dense gradients) is a buffer of the plan as well, sized for the core's shape and the threads.
+TEST(Gpt2FlashAttention, Bf16PlansTheFusedCoresScratch) {
+  ParallelContext ctx = ParallelContext::single();
+  ModelLayout bf;
+  bf.compute = ComputeDtype::kBFloat16;
+  GPT2LMHeadModel unfused(cfg(false), bf, kB, ctx), flash(cfg(true), bf, kB, ctx);
+  const ModelConfig c = cfg(false);
+  const int64_t probs = 4 * c.num_layers * kB * c.num_heads * kT * kT, lse = 4 * c.num_layers * kB * c.num_heads * kT;
+  const ops::FlashTiles tiles = ops::flash_tiles(true);
+  const ops::AttentionShape core{kB, kT, c.num_heads, c.head_dim()};
+  const int64_t ws = 4 * omp_get_max_threads() * ops::flash_workspace_per_thread(core, tiles);
+  const int64_t bf16 = 4 * ops::flash_bf16_scratch_floats(core, tiles, omp_get_max_threads());
+  // q|k|v and dy in bf16, and per thread two bf16 tiles and 3 T D floats
+  EXPECT_GE(bf16, 2 * kB * kT * 4 * c.hidden_size + omp_get_max_threads() * (2 * 2 * tiles.rows * tiles.cols + 12 * kT * c.head_dim()));
+  EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16);
 }
 
 }  // namespace

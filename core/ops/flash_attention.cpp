@@ -202,6 +202,13 @@ struct Bf16Scratch {
   bf16* p_tile() const { return planned ? reinterpret_cast<bf16*>(mine()) : scratch<bf16>(static_cast<size_t>(2 * tile), 2); }
   bf16* ds_tile() const { return planned ? reinterpret_cast<bf16*>(mine() + tile) : scratch<bf16>(static_cast<size_t>(2 * tile), 3); }
   float* dense_grads() const { return planned ? mine() + 2 * tile : scratch<float>(static_cast<size_t>(dense), 3); }
+  // The call's q, k, v rounded into the head-major bf16 copy (HeadBf16).
+  const bf16* round_qkv(const float* qkv, const AttentionShape& s) const {
+    const int64_t all = s.heads + 2 * s.kv();
+    bf16* h = qkv_copy();
+    to_head_major(h, qkv, s.batch, s.seq, all, s.head_dim, all * s.head_dim);
+    return h;
+  }
 };
 
 // Forward of query rows [i0, i0 + br) of one head: online softmax over the key tiles up to the
@@ -394,10 +401,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
       bs.use(ws, team_size(ws));
-      const int64_t all = H + 2 * s.kv();
-      bf16* h = bs.qkv_copy();
-      to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
-      qkvh = h;
+      qkvh = bs.round_qkv(qkv, s);
     }
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
@@ -430,12 +434,9 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
       bs.use(ws, team_size(ws));
-      const int64_t all = H + 2 * s.kv();
-      bf16* h = bs.qkv_copy();
-      to_head_major(h, qkv, s.batch, T, all, s.head_dim, all * s.head_dim);
+      qkvh = bs.round_qkv(qkv, s);
       bf16* g = bs.dy_copy();
       to_head_major(g, dy, s.batch, T, H, s.head_dim, C);
-      qkvh = h;
       dyh = g;
     }
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own

@@ -15,7 +15,9 @@
 // --out: default where the runs look, $GF_MACHINE_PROBE or <this binary's dir>/../machine_probe.json
 // (build/machine_probe.json). --threads: default $OMP_NUM_THREADS, else every core (one rank per
 // host). --if-stale: do nothing when the file exists, parses and names this CPU and the OpenBLAS
-// kernels this environment selects (OPENBLAS_CORETYPE; scripts/setup.sh).
+// kernels this environment selects (OPENBLAS_CORETYPE; scripts/setup.sh). Like gridformer, the probe
+// first sets the environment defaults of runner/cli/env_defaults.h (the OpenMP spin, and OpenBLAS's
+// kernels where it took a lower family than the CPU runs), so it measures what a run gets.
 // --shapes: op:MxNxK with op NN, NT, TN or TT (C[M,N] = op(A) op(B), dense, alpha 1, beta 0).
 //
 // GF_MACHINE_PROBE_FAULT=<backend> adds 1 to one entry of that backend's products before the check
@@ -51,6 +53,7 @@
 #include "core/math/cpu_peak.h"
 #include "core/math/gemm.h"
 #include "core/math/gemm_bf16.h"
+#include "runner/cli/env_defaults.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/run_info.h"
 
@@ -296,6 +299,7 @@ nlohmann::json probe(const std::vector<Shape>& shapes, int threads, double budge
   j["blas_core"] = gf::blas_core_name();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["openblas_coretype_env"] = coretype != nullptr ? nlohmann::json(coretype) : nlohmann::json(nullptr);
+  j["openblas_kernels"] = gf::openblas_kernels_text();
   j["gflops"] = {{"blas", weighted(kBlas)}, {"eigen", weighted(kEigen)}};
   j["gflops"]["onednn"] = gf::gemm_backend_available(gf::GemmBackend::kOnednn) ? nlohmann::json(weighted(kOnednn))
                                                                                  : nlohmann::json(nullptr);
@@ -364,6 +368,7 @@ bool up_to_date(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gf::default_environment(argv);  // the OpenMP wait and OpenBLAS kernels a gridformer run gets (may re-execute)
   CLI::App app{"machine_probe: times the fp32 GEMM backends and the bf16 matmul on the model's products and writes "
                "the result where gridformer runs read it (the fp32 backend default and the MFU peak)"};
   std::string out = gf::machine_probe_path();

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <thread>
 
+#include "runner/cli/env_defaults.h"
 #include "runner/cli/omp_threads.h"
 #include "runner/cli/tokenize_cli.h"
 #include "core/io/checkpoint.h"
@@ -161,8 +162,8 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   if (!started) return kSetupError;
   gf::ParallelContext& ctx = *started;
   const int rank = ctx.world_rank(), world_size = ctx.world().size();
-  spdlog::info("rank {} of {}, pid {}, {} thread(s), {}", ctx.world_rank(), ctx.world().size(), getpid(), threads,
-               gf::omp_wait_text());
+  spdlog::info("rank {} of {}, pid {}, {} thread(s), {}; OpenBLAS kernels {}", ctx.world_rank(), ctx.world().size(),
+               getpid(), threads, gf::omp_wait_text(), gf::openblas_kernels_text());
   // Building the trainer (model, weights, data) runs no collective, so a rank that fails here can still agree
   // with the others: one message, status 2 on every rank.
   std::unique_ptr<gf::Trainer> trainer;
@@ -353,7 +354,8 @@ int run_predict(const std::string& config_path, const std::vector<std::string>& 
   gf::ParallelContext& ctx = *started;
   const int rank = ctx.world_rank();
   gf::apply_machine_probe(threads);  // the fp32 GEMM backend
-  if (rank == 0) spdlog::info("{} thread(s) per rank, {}", threads, gf::omp_wait_text());
+  if (rank == 0)
+    spdlog::info("{} thread(s) per rank, {}; OpenBLAS kernels {}", threads, gf::omp_wait_text(), gf::openblas_kernels_text());
   std::unique_ptr<gf::Predictor> predictor;
   std::string problem;
   try {
@@ -631,7 +633,7 @@ std::vector<std::string> predict_overrides(const Cli& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gf::default_omp_spin(argv);  // may re-execute the binary: first of all
+  gf::default_environment(argv);  // may re-execute the binary: first of all
   gf::route_stop_signals();    // before any thread: SIGINT/SIGTERM never land on one that computes
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);

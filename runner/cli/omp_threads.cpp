@@ -1,12 +1,12 @@
 // The threads of a rank: how many, and how they wait at a barrier (runner/cli/omp_threads.h).
 #include "runner/cli/omp_threads.h"
 
+#include "runner/cli/env_defaults.h"
+
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 
 namespace gf {
@@ -21,27 +21,7 @@ namespace gf {
 // on a quiet machine as it was. OMP_WAIT_POLICY (active: spin long; passive: sleep at once) or
 // GOMP_SPINCOUNT in the environment wins.
 //
-// libgomp reads its environment once, in its constructor, before main; the C library sets up
-// `environ` only after the executable's .preinit_array has run, so the variable cannot be set from
-// there either. main therefore re-executes the binary (its path, the same arguments, a few ms)
-// with the variable set, before anything else; if that fails it goes on with libgomp's default.
-namespace {
-constexpr const char* kDefaultSpinCount = "10000";
-constexpr const char* kDefaultSpinMark = "GF_DEFAULT_SPINCOUNT";  // set with it: the log can say whose it is
-}  // namespace
-
-void default_omp_spin(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;  // the user's (or set already)
-  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it executes,
-  // and `pgrep gridformer`, `top` and `killall` should keep seeing "gridformer".
-  std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  if (ec || self.empty()) return;
-  if (setenv("GOMP_SPINCOUNT", kDefaultSpinCount, 1) != 0 || setenv(kDefaultSpinMark, "1", 1) != 0) return;
-  execv(self.c_str(), argv);
-  unsetenv("GOMP_SPINCOUNT");  // not re-executed: libgomp runs with its own default, and the log says so
-  unsetenv(kDefaultSpinMark);
-}
+// runner/cli/env_defaults.cpp sets it, re-executing the binary before libgomp loads again.
 
 // The setup log's words for the barrier wait in force.
 std::string omp_wait_text() {
@@ -66,7 +46,9 @@ std::string environment_help() {
   return fmt::format(
       "Environment: OMP_NUM_THREADS threads per rank (default: the host's cores shared among its ranks); "
       "OMP_WAIT_POLICY or GOMP_SPINCOUNT how an OpenMP thread waits at a barrier (default: GOMP_SPINCOUNT={}, "
-      "set by gridformer re-executing itself once); GF_GEMM=blas|eigen|onednn the fp32 GEMM backend (default: the "
+      "set by gridformer re-executing itself once); OPENBLAS_CORETYPE OpenBLAS's kernels (default: OpenBLAS's own "
+      "choice, unless this CPU runs a better family than the one it took, such as the SSE3 kernels it gives a CPU "
+      "newer than itself: then gridformer sets it, the same way); GF_GEMM=blas|eigen|onednn the fp32 GEMM backend (default: the "
       "machine probe's choice); GF_MACHINE_PROBE=FILE|off the probe's results (default: machine_probe.json in the "
       "directory above the binary's); RANK_TABLE_FILE a MindFormers rank table (as --rank_table).",
       kDefaultSpinCount);

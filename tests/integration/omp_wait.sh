@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gridformer's OpenMP barrier wait (runner/cli/main.cpp, default_omp_spin): libgomp itself reports the
+# gridformer's OpenMP barrier wait (runner/cli/env_defaults.cpp, default_environment): libgomp itself reports the
 # spin count it took (OMP_DISPLAY_ENV=verbose prints its settings when it loads, before main):
 #  * with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, libgomp spins 10000 pauses (its own default
 #    is 300000), also in a rank started by mpirun;

@@ -44,7 +44,6 @@ void sys_fail(int err, const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what + ": " + std::strerror(err));
 }
 
-constexpr mode_t kFileMode = 0640, kDirMode = 0750;
 constexpr const char* kLatest = "latest";
 
 
@@ -413,102 +412,6 @@ json read_index_or_null(const std::string& path) {
 }  // namespace detail
 
 using namespace detail;
-
-// ---- pieces ---------------------------------------------------------------------------------
-
-std::vector<Piece> pieces_of(const TensorPlacement& t, const std::string& name, const float* local, int64_t lo,
-                             int64_t hi) {
-  hi = end_of(t, lo, hi, "pieces_of");
-  std::vector<Piece> out;
-  const std::vector<int64_t> zero(t.local_shape.size(), 0);
-  for (SlicePiece& w : wanted_boxes(t, lo, hi)) {
-    Piece p;
-    p.tensor = name;
-    p.shape = t.spec->shape;
-    p.data.resize(static_cast<size_t>(w.global.numel()));
-    copy_box(local, t.local_shape, w.local_offset, p.data.data(), w.global.extent, zero, w.global.extent);
-    p.box = std::move(w.global);
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
-// ---- shards and the index -------------------------------------------------------------------
-
-std::string shard_file(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
-  return buf;
-}
-
-void install_checkpoint_signal_handling() {
-  // A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the process (leaving a
-  // half-written temporary and no message); ignored, write() fails with EFBIG and we say so.
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = SIG_IGN;
-  sigemptyset(&sa.sa_mask);
-  if (::sigaction(SIGXFSZ, &sa, nullptr) != 0) {
-    const int err = errno;
-    throw std::runtime_error(std::string("cannot ignore SIGXFSZ: ") + std::strerror(err));
-  }
-}
-
-std::string write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces) {
-  const std::string file = shard_file(rank);
-  const std::string path = (fs::path(dir) / file).string();
-  std::vector<StWriteTensor> heads;
-  std::map<std::string, int64_t> count;
-  json tensors = json::object();
-  for (const Piece& p : pieces) {
-    if (p.shape.empty() || !inside(p.box, p.shape))
-      throw std::invalid_argument(path + ": tensor " + p.tensor + ": box " + show(p.box) + " is not inside its shape " +
-                                  show(p.shape));
-    if (static_cast<int64_t>(p.data.size()) != p.box.numel())
-      throw std::invalid_argument(path + ": tensor " + p.tensor + ": " + std::to_string(p.data.size()) +
-                                  " values for a box of " + std::to_string(p.box.numel()) + " elements");
-    json& entry = tensors[p.tensor];
-    if (entry.contains("shape") && entry["shape"].get<std::vector<int64_t>>() != p.shape)
-      throw std::invalid_argument(path + ": tensor " + p.tensor + ": pieces of shapes " + entry["shape"].dump() +
-                                  " and " + show(p.shape));
-    entry["shape"] = p.shape;
-    const std::string key = p.tensor + "@" + std::to_string(count[p.tensor]++);
-    // Each piece's own CRC-32C besides the file's: a damaged file then names the tensors it damaged.
-    entry["pieces"].push_back({{"file", file}, {"key", key}, {"offset", p.box.offset}, {"extent", p.box.extent},
-                               {"crc32c", hex8(crc32c(p.data.data(), p.data.size() * sizeof(float)))}});
-    heads.push_back({key, StDtype::kF32, p.box.extent, p.data.data()});
-  }
-  const std::string header = safetensors_header(heads, {{"format", "gridformer"}});
-  // The data goes straight from the pieces to the file (no second copy of a rank's state in
-  // memory), checksummed on the way.
-  Fd fd(::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, kFileMode), path);
-  if (fd.get() < 0) {
-    const int err = errno;
-    sys_fail(err, path, "cannot create the checkpoint shard");
-  }
-  int64_t bytes = 0;
-  uint32_t crc = 0;
-  try {
-    write_all(fd.get(), path, header.data(), header.size());
-    crc = crc32c_extend(crc, header.data(), header.size());
-    bytes += static_cast<int64_t>(header.size());
-    for (const Piece& p : pieces) {
-      const size_t n = p.data.size() * sizeof(float);
-      write_all(fd.get(), path, p.data.data(), n);
-      crc = crc32c_extend(crc, p.data.data(), n);
-      bytes += static_cast<int64_t>(n);
-    }
-    fsync_fd(fd, path);
-    fd.close();
-  } catch (...) {
-    ::unlink(path.c_str());
-    throw;
-  }
-  json fragment;
-  fragment["files"][file] = {{"bytes", bytes}, {"crc32c", hex8(crc)}};
-  fragment["tensors"] = std::move(tensors);
-  return fragment.dump();
-}
 
 namespace {
 

@@ -21,6 +21,7 @@
 // (every rank writes its shard, then rank 0 writes the index and commits).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,12 +32,20 @@
 
 namespace gf::ckpt {
 
-// One box of one global tensor, with its data (row-major over box.extent).
+// Reads local elements [i0, i0 + n) of a tensor (flat, row-major over its local shape) into dst.
+using LocalReader = std::function<void(int64_t i0, int64_t n, float* dst)>;
+
+// One box of one global tensor, with its values (row-major over box.extent): held in `data` (a copy,
+// a snapshot that outlives changes to the tensor), or, when `read` is set, read from the live tensor
+// while the shard is written (a synchronous save: no copy of a rank's state in memory).
 struct Piece {
   std::string tensor;          // global name ("h.0.attn.c_attn.weight", "optimizer.exp_avg.h.0.attn.c_attn.weight")
   std::vector<int64_t> shape;  // the global tensor's shape
   Box box;
-  std::vector<float> data;     // box.numel() floats
+  std::vector<float> data;     // box.numel() floats; empty when `read` is set
+  LocalReader read;            // the box's values from the tensor's local elements
+  std::vector<int64_t> local_shape, local_offset;  // with `read`: where the box lies in the local tensor
+  int64_t numel() const { return box.numel(); }
 };
 
 // The pieces of local elements [lo, hi) of tensor `t` (flat index into t's local storage, row-major
@@ -44,9 +53,13 @@ struct Piece {
 // parameter's own name, or a prefixed one for optimizer state). A flat range that cuts rows is split
 // into boxes (a partial first row, whole rows, a partial last row, recursively per dim); local
 // elements in no SlicePiece (vocabulary padding) are left out. `local` points at the tensor's first
-// local element (arena + t.offset).
+// local element (arena + t.offset); the values are copied.
 std::vector<Piece> pieces_of(const TensorPlacement& t, const std::string& name, const float* local, int64_t lo = 0,
                              int64_t hi = -1);
+// The same boxes, their values read through `read` when the shard is written (read is called only
+// for local elements in [lo, hi), in runs of contiguous elements).
+std::vector<Piece> live_pieces_of(const TensorPlacement& t, const std::string& name, LocalReader read,
+                                  int64_t lo = 0, int64_t hi = -1);
 
 // Writes `pieces` to dir/shard_file(rank) (safetensors, F32, keys "<tensor>@<k>", k counting per
 // tensor from 0 on this rank; 0640; fsync'ed) and returns this rank's fragment of the index as JSON
@@ -55,7 +68,8 @@ std::vector<Piece> pieces_of(const TensorPlacement& t, const std::string& name, 
 // damaged file names the tensors it damaged). Throws std::runtime_error naming the file (and
 // the errno text: a full disk, a file-size limit) when anything cannot be written; the caller
 // removes the temporary directory. SIGXFSZ must be ignored by the process for a file-size limit to
-// come back as an error (install_checkpoint_signal_handling does it).
+// come back as an error (install_checkpoint_signal_handling does it). Live pieces are read in chunks
+// of at most 4 MiB through one buffer, so writing them holds no more memory than that.
 std::string shard_file(int rank);
 std::string write_shard(const std::string& dir, int rank, const std::vector<Piece>& pieces);
 void install_checkpoint_signal_handling();

@@ -1,6 +1,9 @@
 // The checkpoint format's shared helpers (core/io/checkpoint.cpp defines them; the writer there and
 // the reader in checkpoint_reader.cpp use them). Internal to core/io.
 #pragma once
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +15,7 @@ namespace gf::ckpt::detail {
 
 inline constexpr const char* kFormat = "gridformer-checkpoint";
 inline constexpr int kVersion = 1;
+inline constexpr mode_t kFileMode = 0640, kDirMode = 0750;
 inline constexpr const char* kIndex = "index.json";
 
 // `err` is errno, read by the caller before it builds the message (which may allocate).
@@ -54,6 +58,9 @@ int64_t end_of(const TensorPlacement& t, int64_t lo, int64_t hi, const char* wha
 // The global boxes of a tensor's local elements [lo, hi), with where each starts locally.
 std::vector<SlicePiece> wanted_boxes(const TensorPlacement& t, int64_t lo, int64_t hi);
 std::string read_text(const std::string& path);
+// write(2) of all n bytes, and fsync, throwing with the path, the errno text and what to do.
+void write_all(int fd, const std::string& path, const void* data, size_t n);
+void fsync_fd(const Fd& fd, const std::string& path);
 // Copies the box of extent `ext` at `soff` in the row-major array `src` (shape `sshape`) to `doff` in
 // `dst` (shape `dshape`), 4-byte elements at any alignment.
 void copy_box(const void* src, const std::vector<int64_t>& sshape, const std::vector<int64_t>& soff, void* dst,

@@ -159,7 +159,13 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
                moments = 2.0 * static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype)) *
                          static_cast<double>(f.moments),
                copy = static_cast<double>(f.weights * low_copy_element_bytes(L.compute)),
-               activations = static_cast<double>(acts.bytes()), total = params + grads + moments + copy + activations;
+               activations = static_cast<double>(acts.bytes());
+  // An asynchronous checkpoint save copies what this rank writes (its weights and both moments, saved
+  // as F32) so that training goes on meanwhile; a synchronous one writes from the live state.
+  const double snapshot = cfg.checkpoint.enabled && cfg.checkpoint.async_save
+                              ? 4.0 * static_cast<double>(f.weights) + 8.0 * static_cast<double>(f.moments)
+                              : 0.0;
+  const double total = params + grads + moments + copy + activations + snapshot;
   std::string zero;
   if (stage >= 1) {
     zero = stage == 1 ? fmt::format(", a 1/{} ZeRO-1 shard", f.shard)
@@ -170,11 +176,13 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
                           human_bytes(4.0 * static_cast<double>(f.working)));
   }
   out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}{}), "
-                     "weight copy {}, activations {}; total {}\n",
+                     "weight copy {}, activations {}{}; total {}\n",
                      pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
                      human_bytes(params), human_bytes(grads), human_bytes(moments),
                      cfg.adamw.moment_dtype == MomentDtype::kBFloat16 ? " in bfloat16" : "", zero, human_bytes(copy),
-                     human_bytes(activations), human_bytes(total));
+                     human_bytes(activations),
+                     snapshot > 0 ? fmt::format(", checkpoint snapshot {} (async_save)", human_bytes(snapshot)) : std::string(),
+                     human_bytes(total));
   if (r == 0 && st == 0) {
     std::vector<BufferPlan::Entry> top = acts.entries();
     std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.floats > b.floats; });

@@ -168,7 +168,7 @@ class Trainer {
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).
-  void snapshot_pieces(std::vector<ckpt::Piece>& pieces) const;
+  void checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) const;
   nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
   std::string begin_save_on_every_rank(const std::string& name, int64_t step);
   void abandon_pending_save() noexcept;

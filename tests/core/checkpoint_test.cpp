@@ -181,6 +181,105 @@ TEST(Checkpoint, PiecesOfCoverFlatRangesOfModelTensorsOnce) {
   EXPECT_TRUE(saw_padding) << "the configs are meant to pad the vocabulary";
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A synchronous save's pieces read the live tensors while the shard is written (live_pieces_of);
+// an asynchronous one's are copies (pieces_of). Over flat ranges of every tensor of `placement`
+// (ZeRO shards cut rows; a tensor split on a middle dim gives boxes that are not contiguous locally)
+// both write the same shard file byte for byte and the same index fragment (the pieces' CRCs), and
+// the reader is asked only for elements of the range.
+void check_live_pieces_write_the_same(const Placement& placement, const std::string& what, const std::string& dir,
+                                      std::mt19937_64& rng) {
+  std::vector<Piece> copied, live;
+  std::vector<std::vector<float>> values;  // kept alive until the live pieces are written
+  int64_t out_of_range = 0, read_elements = 0, boxed_elements = 0;
+  for (const TensorPlacement& t : placement.tensors()) {
+    const int64_t n = t.numel();
+    std::vector<float>& local = values.emplace_back(static_cast<size_t>(n));
+    std::normal_distribution<float> normal;
+    for (float& v : local) v = normal(rng);
+    std::uniform_int_distribution<int64_t> at(0, n);
+    std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n}};
+    for (int k = 0; k < 3; ++k) {
+      const int64_t a = at(rng), b = at(rng);
+      ranges.push_back({std::min(a, b), std::max(a, b)});
+    }
+    for (auto [lo, hi] : ranges) {
+      for (Piece& p : pieces_of(t, "x." + t.spec->name, local.data(), lo, hi)) {
+        boxed_elements += p.numel();
+        copied.push_back(std::move(p));
+      }
+      const float* v = local.data();
+      auto reader = [v, lo, hi, &out_of_range, &read_elements](int64_t i0, int64_t m, float* dst) {
+        if (i0 < lo || i0 + m > hi) ++out_of_range;
+        read_elements += m;
+        std::memcpy(dst, v + i0, sizeof(float) * static_cast<size_t>(m));
+      };
+      for (Piece& p : live_pieces_of(t, "x." + t.spec->name, reader, lo, hi)) {
+        EXPECT_TRUE(p.data.empty()) << what;
+        live.push_back(std::move(p));
+      }
+    }
+  }
+  ASSERT_EQ(copied.size(), live.size()) << what;
+  fs::create_directories(dir + "/a");
+  fs::create_directories(dir + "/b");
+  const std::string fa = write_shard(dir + "/a", 3, copied), fb = write_shard(dir + "/b", 3, live);
+  EXPECT_EQ(fa, fb) << what;
+  const std::string a = file_bytes(dir + "/a/" + shard_file(3)), b = file_bytes(dir + "/b/" + shard_file(3));
+  EXPECT_GT(a.size(), 0u) << what;
+  EXPECT_TRUE(a == b) << what << ": the shard files differ (" << a.size() << " and " << b.size() << " bytes)";
+  EXPECT_EQ(out_of_range, 0) << what;
+  EXPECT_EQ(read_elements, boxed_elements) << what << ": every element of the boxes read once";
+  fs::remove_all(dir + "/a");
+  fs::remove_all(dir + "/b");
+}
+
+TEST(Checkpoint, LivePiecesWriteTheSameShardAsCopies) {
+  TempDir dir;
+  ParamTable table;
+  table.add({"w3", {3, 8, 5}, split_dim(1, 2), Init::kNormal, 1.0f, true});  // parts on a middle dim
+  table.add({"e3", {10, 4, 3}, vocab_rows(), Init::kNormal, 1.0f, true});
+  table.add({"b1", {8}, split_dim(0), Init::kZeros, 0.0f, false});
+  const auto shared = std::make_shared<const ParamTable>(std::move(table));
+  std::mt19937_64 rng(7);
+  for (int tp : {1, 2, 4})
+    for (int r = 0; r < tp; ++r)
+      check_live_pieces_write_the_same(Placement(shared, ParamLayout{tp, true, 12}, r),
+                                       "3-D tp " + std::to_string(tp) + " rank " + std::to_string(r), dir.path(), rng);
+  for (int r = 0; r < 2; ++r)
+    check_live_pieces_write_the_same(placement_of(gpt2_small(false), r, 2), "gpt2 tp 2 rank " + std::to_string(r),
+                                     dir.path(), rng);
+}
+
+TEST(Checkpoint, ALivePieceIsWrittenInBoundedChunks) {
+  // One 3-million-float tensor (12 MiB): the reader is called with at most 4 MiB (2^20 floats) at a time.
+  TempDir dir;
+  ParamTable table;
+  table.add({"big", {3, 1000000}, no_split(), Init::kNormal, 1.0f, true});
+  const auto shared = std::make_shared<const ParamTable>(std::move(table));
+  const Placement pl(shared, ParamLayout{1, true, 1}, 0);
+  const TensorPlacement& t = pl.at("big");
+  std::vector<float> local(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<float>(i % 9973);
+  int64_t largest = 0, calls = 0;
+  auto reader = [&](int64_t i0, int64_t m, float* dst) {
+    largest = std::max(largest, m);
+    ++calls;
+    std::memcpy(dst, local.data() + i0, sizeof(float) * static_cast<size_t>(m));
+  };
+  const std::string frag_live = write_shard(dir.path(), 0, live_pieces_of(t, "big", reader));
+  EXPECT_LE(largest, int64_t{1} << 20);
+  EXPECT_EQ(calls, 3);  // 3,000,000 contiguous floats in chunks of 1,048,576
+  const std::string live_file = file_bytes(dir / shard_file(0));
+  fs::remove(dir / shard_file(0));
+  EXPECT_EQ(write_shard(dir.path(), 0, pieces_of(t, "big", local.data())), frag_live);
+  EXPECT_TRUE(file_bytes(dir / shard_file(0)) == live_file);
+}
+
 // 1-D and 3-D tensors: split in parts on a middle dim, a vocabulary dim padded (12 rows for 10).
 TEST(Checkpoint, PiecesOfCoverFlatRangesOfOneAndThreeDimTensors) {
   ParamTable table;

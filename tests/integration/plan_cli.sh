@@ -2,7 +2,8 @@
 # `gridformer plan` sizes a run without building it: its per-rank parameter, optimizer-state,
 # weight-copy and activation bytes are the ones the run then reports (resources.json), for a Llama
 # at mp2 with ZeRO-1 over dp2, bf16 and selective recompute, and a GPT-2 with full recompute; a
-# layout that does not fit is refused with status 2 before any sizing.
+# layout that does not fit is refused with status 2 before any sizing; an asynchronous checkpoint
+# save's snapshot is planned at the bytes it copies, and a synchronous save plans none.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -42,6 +43,26 @@ check llama "$SRC/configs/llama/run_llama_tiny.yaml" 4 --set parallel_config.mod
   --set model.model_config.compute_dtype=bfloat16 --set recompute_config.select_recompute=True
 check gpt2 "$SRC/configs/gpt2/run_gpt2_tiny.yaml" 2 --set parallel_config.model_parallel=2 \
   --set parallel_config.vocab_emb_dp=False --set recompute_config.recompute=True
+# An asynchronous checkpoint save copies the rank's weights and moments (the plan's "checkpoint snapshot");
+# a synchronous one writes from the live state (no line). One rank: the snapshot is the checkpoint's bytes,
+# which the plan bounds from above by the arena's rounding of each tensor to 16 floats.
+ck=(--config "$SRC/configs/gpt2/run_gpt2_tiny.yaml" "${common[@]}")
+"$BIN" plan "${ck[@]}" --set "callbacks=[{type: CheckpointMonitor, prefix: a, async_save: False}]" > sync.plan
+if grep -q "checkpoint snapshot" sync.plan; then cat sync.plan; echo "FAIL: a synchronous save planned a snapshot"; exit 1; fi
+"$BIN" plan "${ck[@]}" --set "callbacks=[{type: CheckpointMonitor, prefix: a, async_save: True}]" > async.plan
+"$BIN" train "${ck[@]}" --set "callbacks=[{type: CheckpointMonitor, prefix: a, async_save: True}]" \
+  --set output_dir=async > async.log 2>&1 || { tail -20 async.log; echo "FAIL: the async save run"; exit 1; }
+python3 - async.plan async.log <<'PY'
+import re, sys
+units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+plan, log = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+v, u = re.search(r"checkpoint snapshot ([0-9.]+) (\w+) \(async_save\)", plan).groups()
+planned = float(v) * units[u]
+saved = float(re.search(r"checkpoint saved: \S+ \(step \d+, ([0-9.]+) MiB", log).group(1)) * 2**20
+if not saved * 0.999 <= planned <= saved * 1.01 + 0.05 * units[u]:
+    sys.exit(f"FAIL: planned snapshot {planned:.0f} B, the save copied {saved:.0f} B")
+print(f"checkpoint snapshot: planned {planned / 2**20:.1f} MiB, copied {saved / 2**20:.1f} MiB")
+PY
 set +e
 "$BIN" plan --config "$SRC/configs/llama/run_llama_tiny.yaml" --set parallel_config.model_parallel=4 > bad.out 2>&1
 status=$?

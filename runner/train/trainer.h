@@ -168,7 +168,7 @@ class Trainer {
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).
-  void checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) const;
+  void checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live);
   nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
   std::string begin_save_on_every_rank(const std::string& name, int64_t step);
   void abandon_pending_save() noexcept;
@@ -249,6 +249,7 @@ class Trainer {
   std::string resumed_from_;
   struct PendingSave;                    // a save whose files are being written (runner/train/checkpointing.cpp)
   std::shared_ptr<PendingSave> pending_save_;  // shared_ptr: destroyable where PendingSave is incomplete
+  std::vector<float> snapshot_;  // an async_save's copy of the state, kept from save to save
 };
 
 }  // namespace gf

@@ -1,4 +1,7 @@
-// CRC-32C by a slicing-by-8 table (8 bytes per step, no CPU-specific instructions).
+// CRC-32C: the SSE4.2 crc32 instruction where the CPU has it (x86-64 since 2008: 8 bytes per
+// instruction), else a slicing-by-8 table (8 bytes per step, no CPU-specific instructions). A
+// checkpoint save checksums every byte twice (the file's CRC and each piece's): the table ran at
+// about 1 GB/s there, a second and more of a gpt2-124M save on the 2-vCPU EPYC.
 #include "core/io/crc32c.h"
 
 #include <array>
@@ -27,7 +30,7 @@ const Tables& tables() {
 
 }  // namespace
 
-uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
+uint32_t crc32c_extend_portable(uint32_t crc, const void* data, size_t n) {
   const auto& t = tables().t;
   const auto* p = static_cast<const unsigned char*>(data);
   uint32_t c = ~crc;
@@ -43,6 +46,43 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   }
   while (n--) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xff];
   return ~c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return ~c32;
+}
+#endif
+
+bool crc32c_has_instruction() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+#else
+  return false;
+#endif
+}
+
+uint32_t crc32c_extend_instruction(uint32_t crc, const void* data, size_t n) {
+#if defined(__x86_64__)
+  if (crc32c_has_instruction()) return crc32c_sse42(crc, data, n);
+#endif
+  return crc32c_extend_portable(crc, data, n);
+}
+
+uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
+  return crc32c_has_instruction() ? crc32c_extend_instruction(crc, data, n) : crc32c_extend_portable(crc, data, n);
 }
 
 }  // namespace gf

@@ -216,12 +216,9 @@ void Trainer::load_initial_state() {
                step + 1);
 }
 
-// The pieces of this rank's share of the weights and AdamW moments. A synchronous save reads the live
-// state while it writes (nothing changes it meanwhile), so a save holds no second copy of the state
-// in memory (gpt2-124M: 1.4 GiB, and 4-6 s of copying on the 2-vCPU EPYC). An asynchronous save
-// copies it first (the snapshot), so that training may go on while it is written: into one area kept
-// from save to save (snapshot_), whose pages are touched once per run, not once per save.
-void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
+// What this rank writes of the weights and AdamW moments: local elements [lo, hi) of a tensor under a
+// name, and how to read them from the live state.
+std::vector<Trainer::CheckpointRegion> Trainer::checkpoint_regions() const {
   const Placement& pl = model_->params();
   const float* w = model_->weight_values();
   const bool pipeline_copy = pipelined() && ctx_.index(GridAxis::kPp) != 0 && tied_.end > tied_.begin;
@@ -233,14 +230,7 @@ void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
     return t.spec->is_expert() ? ctx_.expert_data_like().rank() == 0
                                : ctx_.index(GridAxis::kDp) == 0 && ctx_.index(GridAxis::kCp) == 0;
   };
-  // What this rank writes: local elements [lo, hi) of a tensor under a name, and how to read them.
-  struct Region {
-    const TensorPlacement* t;
-    std::string name;
-    int64_t lo, hi;
-    ckpt::LocalReader read;
-  };
-  std::vector<Region> regions;
+  std::vector<CheckpointRegion> regions;
   auto weights = [&](const TensorPlacement& t, int64_t lo, int64_t hi) {
     const float* local = w + t.offset;
     regions.push_back({&t, t.spec->name, lo, hi < 0 ? t.numel() : hi, [local](int64_t i0, int64_t n, float* dst) {
@@ -268,12 +258,32 @@ void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
       }
     }
   }
+  return regions;
+}
+
+// An async_save's snapshot area, allocated (and its pages touched) while the trainer is built rather
+// than in the first save, where the kernel's clearing of 1.4 GiB of fresh pages paused gpt2-124M's
+// training for 5 s; `gridformer plan` counts it from the start.
+void Trainer::reserve_snapshot() {
+  if (!cfg_.checkpoint.enabled || !cfg_.checkpoint.async_save || cfg_.run_mode == RunMode::kEval) return;
+  int64_t total = 0;
+  for (const CheckpointRegion& r : checkpoint_regions()) total += r.hi - r.lo;
+  snapshot_.resize(static_cast<size_t>(total));
+}
+
+// The pieces of this rank's share of the weights and AdamW moments. A synchronous save reads the live
+// state while it writes (nothing changes it meanwhile), so a save holds no second copy of the state
+// in memory (gpt2-124M: 1.4 GiB, and 4-6 s of copying on the 2-vCPU EPYC). An asynchronous save
+// copies it first (the snapshot), so that training may go on while it is written, into one area kept
+// for the whole run (snapshot_).
+void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
+  std::vector<CheckpointRegion> regions = checkpoint_regions();
   if (!live) {
     int64_t total = 0;
-    for (const Region& r : regions) total += r.hi - r.lo;
+    for (const CheckpointRegion& r : regions) total += r.hi - r.lo;
     if (snapshot_.size() < static_cast<size_t>(total)) snapshot_.resize(static_cast<size_t>(total));
     int64_t at = 0;
-    for (Region& r : regions) {
+    for (CheckpointRegion& r : regions) {
       float* copy = snapshot_.data() + at;
       r.read(r.lo, r.hi - r.lo, copy);
       at += r.hi - r.lo;
@@ -282,7 +292,7 @@ void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
       };
     }
   }
-  for (Region& r : regions)
+  for (CheckpointRegion& r : regions)
     for (ckpt::Piece& piece : ckpt::live_pieces_of(*r.t, r.name, std::move(r.read), r.lo, r.hi))
       pieces.push_back(std::move(piece));
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <nlohmann/json_fwd.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,8 @@ struct CheckpointError : std::runtime_error {
 namespace ckpt {
 class Reader;
 struct Piece;
+// Reads local elements [i0, i0 + n) of a tensor into dst (core/io/checkpoint.h).
+using LocalReader = std::function<void(int64_t i0, int64_t n, float* dst)>;
 }
 // The weights of one of our checkpoints into `model`, under its layout (runner/train/checkpointing.cpp):
 // refuses a checkpoint with a tensor the configured model lacks, or without one it needs.
@@ -168,6 +171,14 @@ class Trainer {
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).
+  struct CheckpointRegion {  // local elements [lo, hi) of a tensor, saved under `name`
+    const TensorPlacement* t;
+    std::string name;
+    int64_t lo, hi;
+    ckpt::LocalReader read;
+  };
+  std::vector<CheckpointRegion> checkpoint_regions() const;
+  void reserve_snapshot();
   void checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live);
   nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
   std::string begin_save_on_every_rank(const std::string& name, int64_t step);

@@ -97,10 +97,20 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
 }
 
 SafeTensorsFile SafeTensorsFile::parse(const std::string& path, std::vector<uint8_t> bytes) {
+  auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  const uint8_t* base = owned->data();
+  const size_t n = owned->size();
+  return parse(path, base, n, std::move(owned));
+}
+
+SafeTensorsFile SafeTensorsFile::parse(const std::string& path, const uint8_t* bytes, size_t n,
+                                       std::shared_ptr<const void> owner) {
   SafeTensorsFile f;
   f.path_ = path;
-  f.bytes_ = std::move(bytes);
-  const int64_t size = static_cast<int64_t>(f.bytes_.size());
+  f.owner_ = std::move(owner);
+  f.bytes_ = bytes;
+  f.size_ = n;
+  const int64_t size = static_cast<int64_t>(n);
   if (size < 8) fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= static_cast<uint64_t>(f.bytes_[i]) << (8 * i);
@@ -108,12 +118,12 @@ SafeTensorsFile SafeTensorsFile::parse(const std::string& path, std::vector<uint
     fail(path, "header length " + std::to_string(hlen) + " runs past the end of the file");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(f.bytes_.begin() + 8, f.bytes_.begin() + 8 + static_cast<int64_t>(hlen));
+    header = nlohmann::json::parse(f.bytes_ + 8, f.bytes_ + 8 + hlen);
   } catch (const std::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(path, "header is not a JSON object");
-  const uint8_t* data = f.bytes_.data() + 8 + hlen;
+  const uint8_t* data = f.bytes_ + 8 + hlen;
   const int64_t data_size = size - 8 - static_cast<int64_t>(hlen);
   std::vector<std::pair<int64_t, int64_t>> spans;
   for (auto& [name, v] : header.items()) {

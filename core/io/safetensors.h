@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ class SafeTensorsFile {
   // The same from a file's bytes already in memory (kept by the result; `path` names them in
   // errors): a checkpoint reader checksums the bytes it read before parsing them.
   static SafeTensorsFile parse(const std::string& path, std::vector<uint8_t> bytes);
+  // The same over bytes the caller keeps alive through `owner` (a checkpoint reader's mapping of the
+  // file: no copy of it in the process's own memory).
+  static SafeTensorsFile parse(const std::string& path, const uint8_t* bytes, size_t size,
+                               std::shared_ptr<const void> owner);
 
   const std::string& path() const { return path_; }
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
@@ -43,7 +48,9 @@ class SafeTensorsFile {
 
  private:
   std::string path_;
-  std::vector<uint8_t> bytes_;
+  std::shared_ptr<const void> owner_;  // keeps the bytes alive (a vector, or a file mapping)
+  const uint8_t* bytes_ = nullptr;
+  size_t size_ = 0;
   std::map<std::string, StTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };

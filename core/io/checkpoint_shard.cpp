@@ -78,8 +78,9 @@ void install_checkpoint_signal_handling() {
 
 namespace {
 
-// Calls f(local flat index, index in the box's row-major values, count) for each run of elements
-// contiguous in the local tensor, in the box's row-major order.
+// Calls f(local flat index, count) for each run of elements contiguous in the local tensor, in the
+// box's row-major order. (copy_box folds runs the same way for a copy between two arrays; here the
+// elements come through a reader, so only the local side has runs.)
 template <typename F>
 void for_each_run(const std::vector<int64_t>& shape, const std::vector<int64_t>& off, const std::vector<int64_t>& ext,
                   F&& f) {
@@ -96,13 +97,11 @@ void for_each_run(const std::vector<int64_t>& shape, const std::vector<int64_t>&
     run *= ext[j];
   }
   std::vector<int64_t> idx(j, 0);  // odometer over dims [0, j)
-  int64_t done = 0;
   for (;;) {
     int64_t at = off[j] * stride[j];
     for (size_t k = 0; k < j; ++k) at += (off[k] + idx[k]) * stride[k];
     for (size_t k = j + 1; k < n; ++k) at += off[k] * stride[k];
-    f(at, done, run);
-    done += run;
+    f(at, run);
     size_t k = j;
     while (k > 0 && ++idx[k - 1] == ext[k - 1]) idx[--k] = 0;
     if (k == 0) return;
@@ -169,7 +168,7 @@ std::string write_shard(const std::string& dir, int rank, const std::vector<Piec
       if (!p.read) {
         put(p.data.data(), static_cast<int64_t>(p.data.size()));
       } else {
-        for_each_run(p.local_shape, p.local_offset, p.box.extent, [&](int64_t at, int64_t, int64_t run) {
+        for_each_run(p.local_shape, p.local_offset, p.box.extent, [&](int64_t at, int64_t run) {
           for (int64_t k = 0; k < run; k += kLiveChunk) {
             const int64_t n = std::min(kLiveChunk, run - k);
             if (chunk.size() < static_cast<size_t>(n)) chunk.resize(static_cast<size_t>(n));

@@ -25,6 +25,13 @@ std::string best_openblas_kernels(const CpuVectorIsa& isa) {
   return "";
 }
 
+std::string openblas_kernels_need(const std::string& family) {
+  if (family == "Cooperlake") return "AVX-512 BF16";
+  if (family == "SkylakeX") return "AVX-512";
+  if (family == "Haswell") return "AVX2";
+  return "";
+}
+
 namespace {
 
 // OpenBLAS 0.3.21's x86-64 family names (openblas_get_corename()) and the vector tier of their

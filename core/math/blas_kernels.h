@@ -24,6 +24,8 @@ CpuVectorIsa cpu_vector_isa();
 // The best of OpenBLAS 0.3.21's x86-64 families that `isa` can execute: "Cooperlake", "SkylakeX",
 // "Haswell", or "" when only the SSE families fit.
 std::string best_openblas_kernels(const CpuVectorIsa& isa);
+// What a family best_openblas_kernels names needs, in the log's words: "AVX-512 BF16", "AVX-512", "AVX2".
+std::string openblas_kernels_need(const std::string& family);
 
 // The family to force in place of `chosen` (openblas_get_corename() with no OPENBLAS_CORETYPE), or ""
 // to keep OpenBLAS's own choice: a family is forced only when the CPU can run a better tier than the

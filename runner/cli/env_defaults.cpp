@@ -46,10 +46,7 @@ std::string openblas_kernels_text() {
   const char* own = std::getenv(kOpenblasOwnChoice);
   if (forced && own) {
     const std::string why = fmt::format("gridformer's OPENBLAS_CORETYPE for this CPU's {}; OpenBLAS's own choice was {}",
-                                        forced == std::string("Haswell") ? "AVX2" : forced == std::string("SkylakeX")
-                                                                                       ? "AVX-512"
-                                                                                       : "AVX-512 BF16",
-                                        own);
+                                        openblas_kernels_need(forced), own);
     if (now != forced) return fmt::format("{} (asked for {}: {})", now, forced, why);
     return fmt::format("{} ({})", now, why);
   }

@@ -261,14 +261,13 @@ std::vector<Trainer::CheckpointRegion> Trainer::checkpoint_regions() const {
   return regions;
 }
 
-// An async_save's snapshot area, allocated (and its pages touched) while the trainer is built rather
-// than in the first save, where the kernel's clearing of 1.4 GiB of fresh pages paused gpt2-124M's
-// training for 5 s; `gridformer plan` counts it from the start.
-void Trainer::reserve_snapshot() {
-  if (!cfg_.checkpoint.enabled || !cfg_.checkpoint.async_save || cfg_.run_mode == RunMode::kEval) return;
+// Grows the async_save snapshot area (snapshot_) to hold `regions`. The trainer calls it while it is
+// built, so the area's pages are touched then, not in the first save, where the kernel's clearing of
+// 1.4 GiB of fresh pages paused gpt2-124M's training for 5 s; `gridformer plan` counts it from the start.
+void Trainer::reserve_snapshot(const std::vector<CheckpointRegion>& regions) {
   int64_t total = 0;
-  for (const CheckpointRegion& r : checkpoint_regions()) total += r.hi - r.lo;
-  snapshot_.resize(static_cast<size_t>(total));
+  for (const CheckpointRegion& r : regions) total += r.hi - r.lo;
+  if (snapshot_.size() < static_cast<size_t>(total)) snapshot_.resize(static_cast<size_t>(total));
 }
 
 // The pieces of this rank's share of the weights and AdamW moments. A synchronous save reads the live
@@ -279,9 +278,7 @@ void Trainer::reserve_snapshot() {
 void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
   std::vector<CheckpointRegion> regions = checkpoint_regions();
   if (!live) {
-    int64_t total = 0;
-    for (const CheckpointRegion& r : regions) total += r.hi - r.lo;
-    if (snapshot_.size() < static_cast<size_t>(total)) snapshot_.resize(static_cast<size_t>(total));
+    reserve_snapshot(regions);
     int64_t at = 0;
     for (CheckpointRegion& r : regions) {
       float* copy = snapshot_.data() + at;

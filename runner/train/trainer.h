@@ -178,7 +178,7 @@ class Trainer {
     ckpt::LocalReader read;
   };
   std::vector<CheckpointRegion> checkpoint_regions() const;
-  void reserve_snapshot();
+  void reserve_snapshot(const std::vector<CheckpointRegion>& regions);
   void checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live);
   nlohmann::json checkpoint_state(int64_t step, int64_t epoch) const;
   std::string begin_save_on_every_rank(const std::string& name, int64_t step);

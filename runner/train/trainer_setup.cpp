@@ -96,7 +96,8 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   spikes_ = std::make_unique<SpikeMonitor>(cfg.spikes);
   load_initial_state();
   if (stream_) stream_->release_all();  // a load wrote the whole arena: only this rank's slices stay
-  reserve_snapshot();
+  if (cfg.checkpoint.enabled && cfg.checkpoint.async_save && cfg.run_mode != RunMode::kEval)
+    reserve_snapshot(checkpoint_regions());  // an async_save's copy, held for the whole run
   if (ctx_.world_rank() == 0) {
     std::filesystem::create_directories(cfg.output_dir);
     metrics_ = std::make_unique<MetricsLog>(std::filesystem::path(cfg.output_dir) / "metrics.jsonl");

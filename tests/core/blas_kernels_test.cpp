@@ -16,6 +16,9 @@ TEST(BlasKernels, BestFamilyIsTheHighestTheCpuRuns) {
   EXPECT_EQ(best_openblas_kernels(kAvx2), "Haswell");
   EXPECT_EQ(best_openblas_kernels(kAvx512), "SkylakeX");
   EXPECT_EQ(best_openblas_kernels(kAvx512Bf16), "Cooperlake");
+  EXPECT_EQ(openblas_kernels_need("Cooperlake"), "AVX-512 BF16");
+  EXPECT_EQ(openblas_kernels_need("SkylakeX"), "AVX-512");
+  EXPECT_EQ(openblas_kernels_need("Haswell"), "AVX2");
 }
 
 TEST(BlasKernels, AnSseFamilyOnANewerCpuIsUpgraded) {

@@ -31,8 +31,24 @@ bool g_crc_checks = true;
 
 void set_crc_checks(bool on) { g_crc_checks = on; }
 
+// A shard file as a resume reads it: mapped read-only (map, map_bytes), its tensors parsed over the mapping.
 struct Reader::Shard {
   SafeTensorsFile st;
+  const uint8_t* map = nullptr;
+  size_t map_bytes = 0;
+
+  // Unmaps from this process the whole pages inside [p, p + n) that lie in the mapping: they leave its
+  // resident set and stay in the page cache, and a later read faults the same bytes back in (the mapping
+  // is a private one of a file, never written). Without it a resume's peak RSS counted every shard
+  // byte it had read on top of the weights they fill (gpt2-124M: 1.37x the plan). Bytes outside the
+  // mapping are never touched: on anonymous memory MADV_DONTNEED would clear them.
+  void drop(const void* p, size_t n) const {
+    static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = std::max(reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(map));
+    const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(p) + n, reinterpret_cast<uintptr_t>(map) + map_bytes);
+    const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+    if (map != nullptr && a < b) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
 };
 
 Reader Reader::open(const std::string& path) {
@@ -167,12 +183,22 @@ const Reader::Shard& Reader::shard(const std::string& file, const std::string& t
     if (p != nullptr) ::munmap(const_cast<void*>(p), n);
   });
   const auto* data = static_cast<const uint8_t*>(m);
-  const uint32_t have = crc32c(data, n);
+  auto s = std::make_shared<Shard>();
+  s->map = data;
+  s->map_bytes = n;
+  // The file's CRC in chunks, each dropped once summed, so the check does not hold the whole file.
+  uint32_t have = 0;
+  constexpr size_t kChunk = size_t{64} << 20;
+  for (size_t at = 0; at < n; at += kChunk) {
+    const size_t len = std::min(kChunk, n - at);
+    have = crc32c_extend(have, data + at, len);
+    s->drop(data + at, len);
+  }
   if (have != crc && g_crc_checks)
     throw std::runtime_error(path + ": CRC-32C " + hex8(have) + ", the index records " + hex8(crc) + " (reading " +
                              tensor + "; " + damaged_pieces(file, std::vector<uint8_t>(data, data + n)) +
                              "): the shard is damaged; restore it or resume from another checkpoint");
-  auto s = std::make_shared<Shard>(Shard{SafeTensorsFile::parse(path, data, n, std::move(mapping))});
+  s->st = SafeTensorsFile::parse(path, data, n, std::move(mapping));
   return *(open_[file] = std::move(s));
 }
 
@@ -250,6 +276,7 @@ void Reader::fill(const std::string& name, const SavedTensor& s, const std::vect
         doff[k] = w.local_offset[k] + both.offset[k] - w.global.offset[k];
       }
       copy_box(st.data, p.box.extent, soff, local, local_shape, doff, both.extent);
+      sh.drop(st.data, static_cast<size_t>(st.nbytes));
       covered += both.numel();
     }
     // The saved boxes are disjoint (checked at open), so the sum of the overlaps is the count.

@@ -280,6 +280,48 @@ TEST(Checkpoint, ALivePieceIsWrittenInBoundedChunks) {
   EXPECT_TRUE(file_bytes(dir / shard_file(0)) == live_file);
 }
 
+// This process's resident pages of mapped files (RssFile in /proc/self/status), in KiB.
+int64_t rss_file_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("RssFile:", 0) == 0) return std::stoll(line.substr(8));
+  return -1;
+}
+
+// A resume maps each shard; the pages a read has copied out leave the process's resident set (they
+// stay in the page cache), so reading a 32 MiB tensor does not leave 32 MiB more resident; and a
+// second read of the same tensor, after its pages were dropped, gives the same bits.
+TEST(Checkpoint, AReadDropsTheShardPagesItCopied) {
+  TempDir dir;
+  ParamTable table;
+  table.add({"big", {8, 1 << 20}, no_split(), Init::kNormal, 1.0f, true});
+  const auto shared = std::make_shared<const ParamTable>(std::move(table));
+  const Placement pl(shared, ParamLayout{1, true, 1}, 0);
+  const TensorPlacement& t = pl.at("big");
+  std::vector<float> local(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<float>(i % 65521) * 0.5f;
+  const std::string root = dir / "checkpoint";
+  const std::string tmp = begin_save(root, "step_1");
+  write_index(tmp, {write_shard(tmp, 0, pieces_of(t, "big", local.data()))}, nlohmann::json{{"step", 1}});
+  commit_save(root, "step_1", 2);
+  Reader rd = Reader::open(root);
+  std::vector<float> got(local.size(), -1.0f);
+  const int64_t before = rss_file_kib();
+  ASSERT_GE(before, 0) << "no RssFile line in /proc/self/status";
+  rd.read("big", t, got.data());
+  const int64_t after = rss_file_kib();
+  ASSERT_EQ(std::memcmp(got.data(), local.data(), local.size() * sizeof(float)), 0);
+  // 32 MiB were mapped and read (the CRC pass and the copy); a few pages at the ends may stay.
+  EXPECT_LT(after - before, 4 * 1024) << "RssFile grew from " << before << " to " << after << " KiB";
+  std::fill(got.begin(), got.end(), -1.0f);
+  rd.read("big", t, got.data(), 5, t.numel() - 7);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float want = i >= 5 && i < t.numel() - 7 ? local[static_cast<size_t>(i)] : -1.0f;
+    ASSERT_EQ(std::memcmp(&want, &got[static_cast<size_t>(i)], sizeof(float)), 0) << "element " << i;
+  }
+}
+
 // 1-D and 3-D tensors: split in parts on a middle dim, a vocabulary dim padded (12 rows for 10).
 TEST(Checkpoint, PiecesOfCoverFlatRangesOfOneAndThreeDimTensors) {
   ParamTable table;

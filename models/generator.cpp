@@ -95,7 +95,7 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   a.n2 = norm("norm2", R);
   if (any_dense_) {
     a.mlp.h = p.take("mlp_h", R * up);
-    a.mlp.act = p.take("mlp_act", R * Fl);
+    a.mlp.act = p.take("mlp_act", MlpBlock::act_floats(cdt_, R * Fl));
   }
   if (any_moe_) {
     a.moe = MoeBlock::take_acts(p, "moe", md_);

@@ -58,6 +58,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.attn_width = d.heads_local * d.head_dim;
   d.ffn_local = s.ffn / tp;
   d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
+  d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
   d.layer_norm = s.norm == NormKind::kLayerNorm;
   const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
@@ -202,13 +203,13 @@ struct TransformerLM::LayoutBuilder {
     if (d.keeps_lse() && mode != Recompute::kFull) a.attn.lse = p.take(n + ".lse", lse);
     if (mode == Recompute::kNone) {
       if (!d.keeps_lse()) a.attn.probs = p.take(n + ".probs", probs);
-      if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", N * d.ffn_local);
+      if (!d.moe.is_moe(l)) a.mlp.act = p.take(n + ".mlp_act", d.act_floats);
       return;
     }
     if (!have_shared_core) {
       if (d.keeps_lse()) shared.attn.lse = p.take("recompute.lse", lse);
       else shared.attn.probs = p.take("recompute.probs", probs);
-      shared.mlp.act = p.take("recompute.mlp_act", N * d.ffn_local);
+      shared.mlp.act = p.take("recompute.mlp_act", d.act_floats);
       have_shared_core = true;
     }
     if (!d.keeps_lse()) a.attn.probs = shared.attn.probs;

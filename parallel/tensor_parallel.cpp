@@ -65,19 +65,20 @@ void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* 
 }
 
 void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
-                      int64_t in_local, int64_t out, float* partial_buf) {
+                      int64_t in_local, int64_t out, float* partial_buf, const void* x_low) {
   if (tp.size() == 1) {
-    ops::linear_fwd(y, x, w, b, tp.rows(), in_local, out);
+    ops::linear_fwd(y, x, w, b, tp.rows(), in_local, out, x_low);
     return;
   }
-  ops::linear_fwd(partial_buf, x, w, tp.rank() == 0 ? b : nullptr, tp.rows(), in_local, out);
+  ops::linear_fwd(partial_buf, x, w, tp.rank() == 0 ? b : nullptr, tp.rows(), in_local, out, x_low);
   tp.reduce_rows(partial_buf, y, out);
 }
 
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf) {
+                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
+                      const void* x_low) {
   const float* dyf = tp.gather_rows(dy, gather_buf, out);
-  ops::linear_bwd(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out, 0.0f);  // dx is written, not added to
+  ops::linear_bwd(dx, dw, nullptr, dyf, x, w, tp.rows(), in_local, out, 0.0f, x_low);  // dx is written, not added to
   // The bias gradient from this rank's rows: the whole sum without SP, a partial sum under SP
   // (completed by the gradient all-reduce of sequence-parallel replicated parameters).
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
@@ -103,9 +104,9 @@ void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy
 }
 
 void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
-                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf) {
+                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf, const void* x_low) {
   const float* dyf = tp.gather_rows(dy, gather_buf, out);
-  ops::linear_bwd_weight(dw, nullptr, dyf, x, w, tp.rows(), in_local, out);
+  ops::linear_bwd_weight(dw, nullptr, dyf, x, w, tp.rows(), in_local, out, nullptr, x_low);
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
 }
 

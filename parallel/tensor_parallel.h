@@ -62,13 +62,15 @@ void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* 
                          float* dx_buf);
 
 // y (local rows) = reduce(x[rows, in_local] @ W[in_local, out]) + b   (W split by rows; the bias
-// is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch.
+// is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch. x_low: x's
+// low-precision copy where the caller keeps one (ops::linear_fwd; x may then be null), else null.
 void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
-                      int64_t in_local, int64_t out, float* partial_buf);
+                      int64_t in_local, int64_t out, float* partial_buf, const void* x_low = nullptr);
 // dy_full = gather(dy); dW += x^T dy_full, db += sum dy (local rows), dx (overwritten) = dy_full W^T.
 // gather_buf: [rows, out] scratch.
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
-                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf);
+                      const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
+                      const void* x_low = nullptr);
 
 // The halves of the two backwards, which may run apart (the weight pass of a zero-bubble
 // pipeline runs later); each pair gives the fused call's bits. The weight passes gather under SP
@@ -84,7 +86,8 @@ void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, 
 void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,
                             int64_t out, float* gather_buf);
 void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
-                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf);
+                             const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
+                             const void* x_low = nullptr);
 
 // Token + position embedding over a vocabulary split into row ranges [vocab_begin, vocab_end) per
 // rank (one range covering everything when the vocabulary is replicated). y holds the local rows.

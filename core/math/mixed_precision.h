@@ -6,7 +6,8 @@
 //   float32  — gemm() (core/math/gemm.h), nothing rounded.
 //   bfloat16 — oneDNN's bf16 matmul (core/math/gemm_bf16.h: AMX here): both operands rounded to bf16,
 //              products accumulated and written in fp32. Weights come from a bf16 copy the model
-//              refreshes once per step, so only activations are converted per call.
+//              refreshes once per step, so only activations are converted per call, and not the MLP's
+//              activation, which the model keeps in bf16 alone (MlpBlock::act_in_bf16; A_low below).
 //   float16  — emulated: the operands are rounded to fp16 values, the product runs on the fp32
 //              GEMM, and outputs that fp16 training keeps as fp16 activations (forward outputs and
 //              input gradients, not weight gradients) are rounded to fp16 values too. So a value

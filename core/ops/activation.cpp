@@ -1,6 +1,7 @@
 #include "core/ops/activation.h"
 #include "core/trace/trace.h"
 
+#include "core/math/gemm_bf16.h"
 #include "core/math/parallel_worth.h"
 
 #include <Eigen/Core>
@@ -26,16 +27,16 @@ void in_blocks(int64_t n, const Body& body) {
   for (int64_t b = 0; b < n; b += kBlock) body(b, std::min(kBlock, n - b));
 }
 
-// GPT-2's gelu_new through Eigen's vectorised tanh, in blocks per thread.
+// The forwards run over blocks of kFwdBlock elements, the blocks split over the threads.
+constexpr int64_t kFwdBlock = 4096;
+
+// GPT-2's gelu_new through Eigen's vectorised tanh: one block of m elements.
 template <typename T>
-void gelu_new_fwd_vec(T* y, const T* x, int64_t n) {
+void gelu_new_fwd_block(T* y, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 4096;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m);
-    Eigen::Map<A> ys(y + b, m);
-    ys = T(0.5) * xs * (T(1) + (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh());
-  });
+  Eigen::Map<const A> xs(x, m);
+  Eigen::Map<A> ys(y, m);
+  ys = T(0.5) * xs * (T(1) + (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh());
 }
 
 template <typename T>
@@ -57,14 +58,11 @@ void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
 // through its vectorised exp, in blocks per thread: std::erf and std::exp one element at a time cost
 // about ten times as much (bench/bench_ops).
 template <typename T>
-void gelu_fwd_vec(T* y, const T* x, int64_t n) {
+void gelu_fwd_block(T* y, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 4096;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m);
-    Eigen::Map<A> ys(y + b, m);
-    ys = T(0.5) * xs * (T(1) + (xs * T(0.7071067811865476)).erf());
-  });
+  Eigen::Map<const A> xs(x, m);
+  Eigen::Map<A> ys(y, m);
+  ys = T(0.5) * xs * (T(1) + (xs * T(0.7071067811865476)).erf());
 }
 
 template <typename T>
@@ -80,14 +78,21 @@ void gelu_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
 }
 
 template <typename T>
-void fast_gelu_fwd_vec(T* y, const T* x, int64_t n) {
+void fast_gelu_fwd_block(T* y, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 4096;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m);
-    Eigen::Map<A> ys(y + b, m);
-    ys = xs / (T(1) + (T(-1.702) * xs).exp());
-  });
+  Eigen::Map<const A> xs(x, m);
+  Eigen::Map<A> ys(y, m);
+  ys = xs / (T(1) + (T(-1.702) * xs).exp());
+}
+
+// One block of activation a's forward.
+template <typename T>
+void fwd_block(Activation a, T* y, const T* x, int64_t m) {
+  switch (a) {
+    case Activation::kGelu: return gelu_fwd_block(y, x, m);
+    case Activation::kGeluNew: return gelu_new_fwd_block(y, x, m);
+    case Activation::kFastGelu: return fast_gelu_fwd_block(y, x, m);
+  }
 }
 
 template <typename T>
@@ -124,11 +129,21 @@ const char* activation_name(Activation a) {
 template <typename T>
 void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
   GF_OP_SPAN("elementwise", "activation fwd");
-  switch (a) {
-    case Activation::kGelu: return gelu_fwd_vec(y, x, n);
-    case Activation::kGeluNew: return gelu_new_fwd_vec(y, x, n);
-    case Activation::kFastGelu: return fast_gelu_fwd_vec(y, x, n);
-  }
+  in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) { fwd_block(a, y + b, x + b, m); });
+}
+
+void activation_fwd_bf16(Activation a, bf16* y, const float* x, int64_t n) {
+  GF_OP_SPAN("elementwise", "activation fwd");
+  in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) {
+    // The block in fp32 first, then rounded: the values are the fp32 forward's, bit for bit. The buffer
+    // is aligned as the fp32 output's blocks are (64 bytes: a BufferPlan buffer, blocks of 4096
+    // floats), so the same code runs on the same elements: Eigen peels an unaligned output's leading
+    // elements onto its scalar functors, which gave the packet paths' values for these three functions
+    // on this build (AVX-512), and with the alignment the equality does not rest on that.
+    alignas(64) float t[kFwdBlock];
+    fwd_block(a, t, x + b, m);
+    for (int64_t i = 0; i < m; ++i) y[b + i] = float_to_bf16(t[i]);
+  });
 }
 
 template <typename T>

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/math/gemm_bf16.h"
+
 namespace gf::ops {
 
 enum class Activation { kGelu, kGeluNew, kFastGelu };
@@ -15,6 +17,9 @@ const char* activation_name(Activation a);
 // T is float (the model) or double (the finite-difference checks).
 template <typename T>
 void activation_fwd(Activation a, T* y, const T* x, int64_t n);
+// The float forward with y rounded to bf16 (float_to_bf16) as it is written: the bits the fp32
+// forward's output gives once a bf16 product rounds it (a bf16 step keeps the MLP's activation so).
+void activation_fwd_bf16(Activation a, bf16* y, const float* x, int64_t n);
 // dx += dy * act'(x)
 template <typename T>
 void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n);

@@ -58,7 +58,8 @@ void linear_bwd(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, int64_
 }
 
 // [out, in] weights (nn.Linear's layout): y = x W^T, dx = dy W, dW += dy^T x.
-void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
+void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
+                const void* x_low) {
   if (w.dtype == ComputeDtype::kFloat32 && !w.out_in) return linear_fwd<float>(y, x, w.f32, b, n, in, out);
   const Trans tw = w.out_in ? Trans::kYes : Trans::kNo;
   const int64_t ldw = w.out_in ? in : out;
@@ -66,9 +67,9 @@ void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64
     if (b) broadcast_bias(y, b, n, out);
     gemm(Trans::kNo, tw, n, out, in, 1.0f, x, in, w.f32, ldw, b ? 1.0f : 0.0f, y, out);
   } else if (b) {
-    gemm_mixed_bias(w.dtype, Trans::kNo, tw, n, out, in, x, nullptr, in, w.f32, w.low, ldw, b, y, out, true);
+    gemm_mixed_bias(w.dtype, Trans::kNo, tw, n, out, in, x, x_low, in, w.f32, w.low, ldw, b, y, out, true);
   } else {
-    gemm_mixed(w.dtype, Trans::kNo, tw, n, out, in, 1.0f, x, nullptr, in, w.f32, w.low, ldw, 0.0f, y, out, true);
+    gemm_mixed(w.dtype, Trans::kNo, tw, n, out, in, 1.0f, x, x_low, in, w.f32, w.low, ldw, 0.0f, y, out, true);
   }
 }
 
@@ -84,29 +85,29 @@ void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, in
 }
 
 void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n, int64_t in,
-                       int64_t out, const void* dy_low) {
-  if (!w.out_in) return linear_bwd_weight(dw, db, dy, x, w.dtype, n, in, out, dy_low);
+                       int64_t out, const void* dy_low, const void* x_low) {
+  if (!w.out_in) return linear_bwd_weight(dw, db, dy, x, w.dtype, n, in, out, dy_low, x_low);
   if (w.dtype == ComputeDtype::kFloat32)
     gemm(Trans::kYes, Trans::kNo, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
   else
-    gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, out, in, n, 1.0f, dy, dy_low, out, x, nullptr, in, 1.0f, dw, in, false);
+    gemm_mixed(w.dtype, Trans::kYes, Trans::kNo, out, in, n, 1.0f, dy, dy_low, out, x, x_low, in, 1.0f, dw, in, false);
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
 
 void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, ComputeDtype dtype, int64_t n,
-                       int64_t in, int64_t out, const void* dy_low) {
+                       int64_t in, int64_t out, const void* dy_low, const void* x_low) {
   if (dtype == ComputeDtype::kFloat32) return linear_bwd_weight<float>(dw, db, dy, x, n, in, out);
-  gemm_mixed(dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, nullptr, in, dy, dy_low, out, 1.0f, dw, out, false);
+  gemm_mixed(dtype, Trans::kYes, Trans::kNo, in, out, n, 1.0f, x, x_low, in, dy, dy_low, out, 1.0f, dw, out, false);
   if (db) sum_rows_accumulate(db, dy, n, out);
 }
 
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
-                int64_t in, int64_t out, float dx_beta) {
+                int64_t in, int64_t out, float dx_beta, const void* x_low) {
   if (w.dtype == ComputeDtype::kFloat32 && !w.out_in) return linear_bwd<float>(dx, dw, db, dy, x, w.f32, n, in, out, dx_beta);
   // dy feeds both products: converted once.
   const void* dy_low = w.dtype == ComputeDtype::kFloat32 ? nullptr : low_copy_scratch(w.dtype, dy, n, out, 0);
   if (dx) linear_bwd_input(dx, dy, w, n, in, out, dx_beta, dy_low);
-  linear_bwd_weight(dw, db, dy, x, w, n, in, out, dy_low);
+  linear_bwd_weight(dw, db, dy, x, w, n, in, out, dy_low, x_low);
 }
 
 #define GF_INSTANTIATE(T)                                                                    \

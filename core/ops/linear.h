@@ -29,18 +29,21 @@ void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t
 // templates above; bf16/fp16 run their products through gemm_mixed, reading the weight's
 // low-precision copy. Forward outputs and input gradients are activations (fp16 rounds them);
 // the weight gradient accumulates in fp32.
-void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out);
+// x_low: x's low-precision copy (make_low_copy's element type, dense [n, in]) where the caller keeps
+// one (a bf16 step's MLP activation, kept in bf16 only: x may then be null); null converts x per call.
+void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
+                const void* x_low = nullptr);
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
-                int64_t in, int64_t out, float dx_beta = 1.0f);
+                int64_t in, int64_t out, float dx_beta = 1.0f, const void* x_low = nullptr);
 // Its halves. Under bf16/fp16 the fused call converts dy once for both products; called apart,
 // each converts it (the same bits) unless given dy_low, dy's low-precision copy.
 void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out,
                       float dx_beta = 1.0f, const void* dy_low = nullptr);
 void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, ComputeDtype dtype, int64_t n,
-                       int64_t in, int64_t out, const void* dy_low = nullptr);
+                       int64_t in, int64_t out, const void* dy_low = nullptr, const void* x_low = nullptr);
 // The same for a Weight, in its layout (w.out_in: dW is [out, in]).
 void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n, int64_t in,
-                       int64_t out, const void* dy_low = nullptr);
+                       int64_t out, const void* dy_low = nullptr, const void* x_low = nullptr);
 
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>

@@ -7,16 +7,30 @@
 
 namespace gf::ops {
 
-template <typename T>
-void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+namespace {
+
+// h = silu(g) * u over rows, each value stored through `store` (the element type's own, or a rounding).
+template <typename T, typename H, typename Store>
+void swiglu_rows(H* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in, Store store) {
   GF_OP_SPAN("elementwise", "swiglu fwd");
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const T* gr = g + r * ld_in;
     const T* ur = u + r * ld_in;
-    T* hr = h + r * cols;
-    for (int64_t c = 0; c < cols; ++c) hr[c] = gr[c] / (T(1) + std::exp(-gr[c])) * ur[c];
+    H* hr = h + r * cols;
+    for (int64_t c = 0; c < cols; ++c) hr[c] = store(gr[c] / (T(1) + std::exp(-gr[c])) * ur[c]);
   }
+}
+
+}  // namespace
+
+template <typename T>
+void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  swiglu_rows(h, g, u, rows, cols, ld_in, [](T v) { return v; });
+}
+
+void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  swiglu_rows(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
 }
 
 template <typename T>

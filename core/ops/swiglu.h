@@ -3,12 +3,17 @@
 #pragma once
 #include <cstdint>
 
+#include "core/math/gemm_bf16.h"
+
 namespace gf::ops {
 
 // g and u are `rows` x `cols` with row stride ld_in (so one fused [rows, 2 cols] product can hold
 // both: u = g + cols, ld_in = 2 cols); h and dh are rows x cols, contiguous.
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
+// The float forward with h rounded to bf16 (float_to_bf16) as it is written (a bf16 step's kept
+// activation: the bits its products would round the fp32 h to).
+void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in);
 // dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in).
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);

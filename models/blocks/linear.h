@@ -17,14 +17,17 @@ struct ParallelLinear {
   bool out_in = false;      // weight stored [out, in]
   int64_t w = -1, b = -1;   // arena offsets (b < 0: no bias)
 
-  void fwd(const BlockEnv& e, float* y, const float* x) const {
+  // x_low: x's bf16 copy where the block keeps x only so (row-parallel only: its input is never
+  // gathered; x is then null), else null.
+  void fwd(const BlockEnv& e, float* y, const float* x, const void* x_low = nullptr) const {
     const float* bias = b >= 0 ? e.w(b) : nullptr;
     if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather);
-    else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial);
+    else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial, x_low);
   }
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
   // weight and bias gradients.
-  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x) const {
+  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x,
+           const void* x_low = nullptr) const {
     const Weight wt = e.wt(w, out_in);
     float* db = b >= 0 ? e.g(b) : nullptr;
     if (kind == Kind::kColumn) {
@@ -32,9 +35,9 @@ struct ParallelLinear {
       if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.dfull);
       if (pass == BwdPass::kWeight) column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather);
     } else {
-      if (pass == BwdPass::kBoth) row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather);
+      if (pass == BwdPass::kBoth) row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
       if (pass == BwdPass::kInput) row_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.gather);
-      if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather);
+      if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
     }
   }
 };

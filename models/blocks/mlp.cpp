@@ -50,6 +50,12 @@ void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 }
 
 void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
+  if (act_in_bf16(e.cdt)) {
+    auto* act = reinterpret_cast<bf16*>(a.act);
+    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd_bf16(act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+    else ops::activation_fwd_bf16(spec_.act, act, a.h, e.N * Fl_);
+    return;
+  }
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
   else ops::activation_fwd(spec_.act, a.act, a.h, e.N * Fl_);
 }
@@ -57,17 +63,22 @@ void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
 void MlpBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
   up_.fwd(e, a.h, xn);
   activation_fwd(e, a);
-  down_.fwd(e, out, a.act);
+  if (act_in_bf16(e.cdt)) down_.fwd(e, out, nullptr, a.act);
+  else down_.fwd(e, out, a.act);
 }
 
 void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dout, const float* xn, const Acts& a,
                    const Grads& g) const {
+  // The down projection's input: the kept activation, fp32 or (bf16 steps) its bf16 copy alone.
+  const bool low = act_in_bf16(e.cdt);
+  const float* act = low ? nullptr : a.act;
+  const void* act_low = low ? a.act : nullptr;
   if (pass == BwdPass::kWeight) {
-    down_.bwd(e, pass, nullptr, dout, a.act);
+    down_.bwd(e, pass, nullptr, dout, act, act_low);
     up_.bwd(e, pass, nullptr, g.dh, xn);
     return;
   }
-  down_.bwd(e, pass, g.dact, dout, a.act);
+  down_.bwd(e, pass, g.dact, dout, act, act_low);
   parallel_zero(g.dh, e.N * up_width());
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
   else ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);

@@ -16,8 +16,15 @@ class MlpBlock {
  public:
   struct Acts {
     float* h = nullptr;    // [N, up_width()]: the up product (gate | up for SwiGLU)
-    float* act = nullptr;  // [N, Fl]: the activation's output
+    float* act = nullptr;  // [N, Fl]: the activation's output; bf16 elements under act_in_bf16
   };
+  // Whether a step computing in `d` keeps the activation's output in bf16 only (act_floats says its
+  // size). Under bf16 compute nothing reads it but the down projection's products, which round their
+  // operands to bf16: keeping that rounding instead of the fp32 values gives the same bits with half
+  // the memory, and neither product converts it again. (PyTorch's autocast keeps it in bf16 as well.)
+  static bool act_in_bf16(ComputeDtype d) { return d == ComputeDtype::kBFloat16; }
+  // The floats a buffer for n activation elements takes (n bf16 values in n / 2 floats under act_in_bf16).
+  static int64_t act_floats(ComputeDtype d, int64_t n) { return act_in_bf16(d) ? (n + 1) / 2 : n; }
   struct Grads {
     float* dact = nullptr;  // [N, Fl]
     float* dh = nullptr;    // [N, up_width()] (kept for the weight pass)

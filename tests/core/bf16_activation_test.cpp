@@ -1,0 +1,126 @@
+// A bf16 step keeps the MLP's activation in bf16 only (MlpBlock::act_in_bf16): its forward writes the
+// rounding of the fp32 forward, and the down projection's products read that copy instead of
+// rounding an fp32 one per call. Both must give the bits the fp32 path gives.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/math/aligned_buffer.h"
+#include "core/math/mixed_precision.h"
+#include "core/ops/activation.h"
+#include "core/ops/linear.h"
+#include "core/ops/swiglu.h"
+#include "models/arch/gpt2.h"
+
+namespace gf {
+namespace {
+
+std::vector<float> normal_values(int64_t n, float scale, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Bits of the bf16 values of an fp32 buffer, and of a bf16 buffer.
+std::vector<uint16_t> rounded_bits(const float* x, int64_t n) {
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = float_to_bf16(x[i]).bits;
+  return out;
+}
+std::vector<uint16_t> bits(const bf16* x, int64_t n) {
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i].bits;
+  return out;
+}
+
+TEST(Bf16Activation, ForwardIsTheFp32ForwardRounded) {
+  // Three whole blocks of 4096 and a partial one; inputs where every activation bends (|x| < 6).
+  const int64_t n = 3 * 4096 + 37;
+  const std::vector<float> x = normal_values(n, 2.0f, 11);
+  for (const ops::Activation a : {ops::Activation::kGelu, ops::Activation::kGeluNew, ops::Activation::kFastGelu}) {
+    AlignedBuffer<float> y32(static_cast<size_t>(n));  // 64-byte aligned, as a BufferPlan buffer
+    std::vector<bf16> y16(static_cast<size_t>(n));
+    ops::activation_fwd<float>(a, y32.data(), x.data(), n);
+    ops::activation_fwd_bf16(a, y16.data(), x.data(), n);
+    EXPECT_EQ(bits(y16.data(), n), rounded_bits(y32.data(), n)) << ops::activation_name(a);
+  }
+  // SwiGLU over a packed [rows, gate | up] input.
+  const int64_t rows = 37, cols = 200;
+  const std::vector<float> gu = normal_values(rows * 2 * cols, 2.0f, 12);
+  AlignedBuffer<float> h32(static_cast<size_t>(rows * cols));
+  std::vector<bf16> h16(static_cast<size_t>(rows * cols));
+  ops::swiglu_fwd<float>(h32.data(), gu.data(), gu.data() + cols, rows, cols, 2 * cols);
+  ops::swiglu_fwd_bf16(h16.data(), gu.data(), gu.data() + cols, rows, cols, 2 * cols);
+  EXPECT_EQ(bits(h16.data(), rows * cols), rounded_bits(h32.data(), rows * cols)) << "swiglu";
+}
+
+// The down projection with its input given as the kept bf16 copy (x null) against the same layer
+// rounding the fp32 input per call: forward, the fused backward and the weight pass, in both weight
+// layouts, with and without a bias.
+TEST(Bf16Activation, ALinearReadingAKeptBf16InputGivesTheSameBits) {
+  const ComputeDtype d = ComputeDtype::kBFloat16;
+  const int64_t n = 48, in = 96, out = 40;
+  const std::vector<float> x = normal_values(n * in, 1.0f, 21), w = normal_values(in * out, 0.2f, 22),
+                           b = normal_values(out, 0.1f, 23), dy = normal_values(n * out, 1.0f, 24);
+  std::vector<bf16> x_low(static_cast<size_t>(n * in)), w_low(static_cast<size_t>(in * out));
+  make_low_copy(d, x_low.data(), x.data(), n * in);
+  make_low_copy(d, w_low.data(), w.data(), in * out);
+  for (const bool out_in : {false, true}) {
+    for (const bool bias : {false, true}) {
+      const std::string what = std::string(out_in ? "[out, in]" : "[in, out]") + (bias ? " with bias" : "");
+      const Weight wt = Weight(w.data(), d, w_low.data()).transposed_layout(out_in);
+      const float* bp = bias ? b.data() : nullptr;
+      std::vector<float> y_a(static_cast<size_t>(n * out)), y_b(y_a.size());
+      ops::linear_fwd(y_a.data(), x.data(), wt, bp, n, in, out);
+      ops::linear_fwd(y_b.data(), nullptr, wt, bp, n, in, out, x_low.data());
+      EXPECT_EQ(std::memcmp(y_a.data(), y_b.data(), y_a.size() * sizeof(float)), 0) << what << ": forward";
+
+      // Gradients accumulate onto nonzero values, as a step's second micro-batch does.
+      const std::vector<float> dw0 = normal_values(in * out, 0.5f, 25), db0 = normal_values(out, 0.5f, 26);
+      std::vector<float> dx_a(static_cast<size_t>(n * in)), dx_b(dx_a.size()), dw_a = dw0, dw_b = dw0, db_a = db0,
+                                                                                 db_b = db0;
+      ops::linear_bwd(dx_a.data(), dw_a.data(), bias ? db_a.data() : nullptr, dy.data(), x.data(), wt, n, in, out, 0.0f);
+      ops::linear_bwd(dx_b.data(), dw_b.data(), bias ? db_b.data() : nullptr, dy.data(), nullptr, wt, n, in, out, 0.0f,
+                      x_low.data());
+      EXPECT_EQ(std::memcmp(dx_a.data(), dx_b.data(), dx_a.size() * sizeof(float)), 0) << what << ": fused dx";
+      EXPECT_EQ(std::memcmp(dw_a.data(), dw_b.data(), dw_a.size() * sizeof(float)), 0) << what << ": fused dW";
+      EXPECT_EQ(std::memcmp(db_a.data(), db_b.data(), db_a.size() * sizeof(float)), 0) << what << ": fused db";
+      EXPECT_NE(std::memcmp(dw_a.data(), dw0.data(), dw0.size() * sizeof(float)), 0) << what << ": dW unchanged";
+
+      dw_a = dw_b = dw0;
+      ops::linear_bwd_weight(dw_a.data(), nullptr, dy.data(), x.data(), wt, n, in, out);
+      ops::linear_bwd_weight(dw_b.data(), nullptr, dy.data(), nullptr, wt, n, in, out, nullptr, x_low.data());
+      EXPECT_EQ(std::memcmp(dw_a.data(), dw_b.data(), dw_a.size() * sizeof(float)), 0) << what << ": weight pass";
+    }
+  }
+}
+
+// The plan holds each layer's activation at 2 bytes an element under bf16: a bf16 model's activations
+// are an fp32 one's less half of every layer's N x ffn activation buffer, plus the bf16 copy of the
+// logits' gradient that only low-precision steps take (each buffer padded to 16 floats, BufferPlan).
+TEST(Bf16Activation, ThePlanKeepsTheActivationAtTwoBytesAnElement) {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.seq_length = 24;
+  c.max_position_embeddings = 24;
+  c.hidden_size = 32;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  const int64_t B = 2, N = B * c.seq_length, F = 4 * c.hidden_size;
+  ParallelContext ctx = ParallelContext::single();
+  ModelLayout bf;
+  bf.compute = ComputeDtype::kBFloat16;
+  GPT2LMHeadModel f32(c, ModelLayout{}, B, ctx), b16(c, bf, B, ctx);
+  auto pad = [](int64_t floats) { return (floats + 15) / 16 * 16; };
+  const int64_t act_saved = c.num_layers * (pad(N * F) - pad((N * F + 1) / 2)) * 4;
+  const int64_t dlogits_low = pad((N * f32.logits_ld() * 2 + 3) / 4) * 4;
+  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), act_saved - dlogits_low);
+}
+
+}  // namespace
+}  // namespace gf

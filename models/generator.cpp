@@ -94,7 +94,7 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   a.ln2 = p.take("ln2", R * C);
   a.n2 = norm("norm2", R);
   if (any_dense_) {
-    a.mlp.h = p.take("mlp_h", R * up);
+    a.mlp.h = p.take("mlp_h", MlpBlock::act_floats(cdt_, R * up));
     a.mlp.act = p.take("mlp_act", MlpBlock::act_floats(cdt_, R * Fl));
   }
   if (any_moe_) {

@@ -59,6 +59,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.ffn_local = s.ffn / tp;
   d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
   d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
+  d.h_floats = MlpBlock::act_floats(layout.compute, d.N * d.up_width);
   d.layer_norm = s.norm == NormKind::kLayerNorm;
   const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
@@ -170,7 +171,7 @@ struct TransformerLM::LayoutBuilder {
     a.res2 = p.take(n + ".res2", Nl * C);
     a.ln2 = p.take(n + ".ln2", Nl * C);
     a.n2 = norm_acts(n + ".norm2");
-    if (dense) a.mlp.h = p.take(n + ".mlp_h", N * d.up_width);
+    if (dense) a.mlp.h = p.take(n + ".mlp_h", d.h_floats);
     return a;
   }
   TransformerLayer::Grads stash(const std::string& n) {

@@ -66,7 +66,8 @@ struct StageDims {
   bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
-  int64_t act_floats = 0;  // a dense MLP's kept activation (MlpBlock::act_floats: bf16 under bf16 compute)
+  // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
+  int64_t h_floats = 0, act_floats = 0;
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)
   bool layer_norm = true;

@@ -54,6 +54,12 @@ void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, con
   ops::linear_fwd(y, xf, w, b, tp.rows(), in, out_local);
 }
 
+void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float* x, const Weight& w, const float* b,
+                             int64_t in, int64_t out_local, float* gather_buf) {
+  const float* xf = tp.gather_rows(x, gather_buf, in);
+  ops::linear_fwd_low(y_low, xf, w, b, tp.rows(), in, out_local);
+}
+
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
                          float* dx_buf) {

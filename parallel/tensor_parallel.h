@@ -57,6 +57,9 @@ void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, con
                          int64_t in, int64_t out_local, float* gather_buf);
 // dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
 // gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
+// The same with y written as its low-precision copy only (ops::linear_fwd_low; bf16 weights).
+void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float* x, const Weight& w, const float* b,
+                             int64_t in, int64_t out_local, float* gather_buf);
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
                          float* dx_buf);

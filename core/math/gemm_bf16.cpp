@@ -73,6 +73,7 @@ struct PrimKey {
   uint32_t alpha_bits;
   bool accumulate;  // beta != 0 and C dense: oneDNN's sum post-op adds the product to C
   bool bias = false;  // a bias row added in the accumulator (DNNL_ARG_BIAS)
+  bool dst_bf16 = false;  // the output written in bf16 (rounded from the fp32 accumulator) instead of fp32
   bool operator==(const PrimKey&) const = default;
 };
 
@@ -83,6 +84,7 @@ struct CallKey {
   uint32_t alpha_bits;
   bool beta_nonzero;
   bool bias = false;
+  bool dst_bf16 = false;
   bool operator==(const CallKey&) const = default;
 };
 
@@ -92,7 +94,7 @@ struct PrimKeyHash {
   size_t operator()(const PrimKey& k) const {
     uint64_t h = 1469598103934665603ull;
     for (const uint64_t v : {uint64_t(k.ta), uint64_t(k.tb), uint64_t(k.M), uint64_t(k.N), uint64_t(k.K),
-                             uint64_t(k.alpha_bits), uint64_t(k.accumulate), uint64_t(k.bias)})
+                             uint64_t(k.alpha_bits), uint64_t(k.accumulate), uint64_t(k.bias), uint64_t(k.dst_bf16)})
       h = mix(h, v);
     return static_cast<size_t>(h);
   }
@@ -103,7 +105,7 @@ struct CallKeyHash {
     uint64_t h = 1469598103934665603ull;
     for (const uint64_t v : {uint64_t(k.bf16_in), uint64_t(k.ta), uint64_t(k.tb), uint64_t(k.M), uint64_t(k.N),
                              uint64_t(k.K), uint64_t(k.lda), uint64_t(k.ldb), uint64_t(k.ldc), uint64_t(k.alpha_bits),
-                             uint64_t(k.beta_nonzero), uint64_t(k.bias)})
+                             uint64_t(k.beta_nonzero), uint64_t(k.bias), uint64_t(k.dst_bf16)})
       h = mix(h, v);
     return static_cast<size_t>(h);
   }
@@ -169,7 +171,7 @@ std::unique_ptr<Matmul> make_matmul(ThreadCache& tc, const PrimKey& k) {
   auto mm = std::make_unique<Matmul>();
   const auto bf = memory::data_type::bf16;
   const memory::desc a = dense_desc(k.ta, k.M, k.K, bf), b = dense_desc(k.tb, k.K, k.N, bf);
-  const memory::desc c = dense_desc(false, k.M, k.N, memory::data_type::f32);
+  const memory::desc c = dense_desc(false, k.M, k.N, k.dst_bf16 ? bf : memory::data_type::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const float alpha = std::bit_cast<float>(k.alpha_bits);
@@ -224,13 +226,15 @@ Plan& plan_for(ThreadCache& tc, const CallKey& k) {
   if (!k.bf16_in || k.ldb != b_cols(k)) plan->b = aligned_bytes(sizeof(bf16) * static_cast<size_t>(k.K * k.N));
   const bool dense_c = k.ldc == k.N;
   if (!dense_c) plan->c = aligned_bytes(sizeof(float) * static_cast<size_t>(k.M * k.N));
-  const PrimKey pk{k.ta, k.tb, k.M, k.N, k.K, k.alpha_bits, dense_c && k.beta_nonzero, k.bias && dense_c};
+  const PrimKey pk{k.ta, k.tb, k.M, k.N, k.K, k.alpha_bits, dense_c && k.beta_nonzero, k.bias && dense_c, k.dst_bf16};
   auto mit = tc.matmuls.find(pk);
   if (mit == tc.matmuls.end()) mit = tc.matmuls.emplace(pk, make_matmul(tc, pk)).first;
   plan->mm = mit->second.get();
   if (!plan->mm->available) {
     plan->fa = aligned_bytes(sizeof(float) * static_cast<size_t>(k.M * k.K));
     plan->fb = aligned_bytes(sizeof(float) * static_cast<size_t>(k.K * k.N));
+    // A bf16 output is computed in fp32 first, then rounded.
+    if (k.dst_bf16) plan->c = aligned_bytes(sizeof(float) * static_cast<size_t>(k.M * k.N));
   }
   return *tc.plans.emplace(k, std::move(plan)).first->second;
 }
@@ -372,6 +376,39 @@ void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
   execute(tc, k, plan, a, b, 0.0f, C, bias);
 }
 
+void gemm_bf16_to_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                       const bf16* B, int64_t ldb, const float* bias, bf16* C) {
+  GF_OP_SPAN("gemm", bias ? "gemm bf16 bias" : "gemm bf16");
+  progress::point();
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // C = bias (or 0), rounded
+#pragma omp parallel for schedule(static) if (parallel_worth(M * N))
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < N; ++c) C[r * N + c] = float_to_bf16(bias ? bias[c] : 0.0f);
+    return;
+  }
+  ThreadCache& tc = cache();
+  CallKey k = call_key(true, ta, tb, M, N, K, lda, ldb, N, 1.0f, 0.0f);
+  k.bias = bias != nullptr;
+  k.dst_bf16 = true;
+  Plan& plan = plan_for(tc, k);
+  const auto [a, b] = dense_operands(k, plan, A, B);
+  Matmul& mm = *plan.mm;
+  if (!mm.available) {  // the fp32 product of the same operands, then rounded
+    auto* c = static_cast<float*>(plan.c.get());
+    if (bias) parallel_broadcast_rows(c, M, N, N, bias);
+    execute_fallback(k, plan, a, b, bias ? 1.0f : 0.0f, c);
+    convert_to_bf16(C, c, M, N, N);
+    return;
+  }
+  check(dnnl_memory_set_data_handle_v2(mm.src.get(), const_cast<bf16*>(a), nullptr), "set src");
+  check(dnnl_memory_set_data_handle_v2(mm.wei.get(), const_cast<bf16*>(b), nullptr), "set weights");
+  check(dnnl_memory_set_data_handle_v2(mm.dst.get(), C, nullptr), "set dst");
+  if (mm.nargs == 5) check(dnnl_memory_set_data_handle_v2(mm.bias.get(), const_cast<float*>(bias), nullptr), "set bias");
+  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), mm.nargs, mm.args), "matmul execute");
+  check(dnnl_stream_wait(tc.stream.get()), "stream wait");
+}
+
 std::string gemm_bf16_impl(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                            int64_t ldc, float alpha, float beta, bool bf16_inputs) {
   const CallKey k = call_key(bf16_inputs, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta);
@@ -440,6 +477,15 @@ void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
   parallel_broadcast_rows(C, M, N, ldc, bias);
   gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+}
+
+void gemm_bf16_to_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                       const bf16* B, int64_t ldb, const float* bias, bf16* C) {
+  if (M == 0 || N == 0) return;
+  std::unique_ptr<float[]> c(new float[static_cast<size_t>(M * N)]);
+  if (bias) parallel_broadcast_rows(c.get(), M, N, N, bias);
+  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, bias ? 1.0f : 0.0f, c.get(), N);
+  convert_to_bf16(C, c.get(), M, N, N);
 }
 
 std::string gemm_bf16_impl(Trans, Trans, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float, bool) {

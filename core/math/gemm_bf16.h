@@ -62,6 +62,13 @@ void gemm_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
 void gemm_bf16_bias(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A, int64_t lda,
                     const bf16* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
 
+// C (dense [M, N], bf16) = the bf16 rounding of op(A) op(B) + bias (bias: N floats, or null), accumulated
+// in fp32, bf16 inputs: oneDNN rounds its fp32 accumulator as it writes C, so the fp32 product is never
+// stored (a bf16 step's kept MLP up product, PyTorch autocast's bf16 linear output). Without oneDNN's
+// bf16 matmul: the fp32 product of the same operands, then rounded.
+void gemm_bf16_to_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                       const bf16* B, int64_t ldb, const float* bias, bf16* C);
+
 // The implementation oneDNN picked for this shape (primitive_desc::impl_info_str(), e.g.
 // "brg:avx512_core_amx"), creating the primitive if need be: the float entry point's (dense bf16
 // copies), or with bf16_inputs the bf16 entry point's (the caller's strides).

@@ -241,4 +241,16 @@ void gemm_mixed_bias(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, i
                           });
 }
 
+void gemm_mixed_to_low(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A,
+                       const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
+                       const float* bias, void* C_low) {
+  if (d != ComputeDtype::kBFloat16)
+    throw std::invalid_argument(std::string("gemm_mixed_to_low: only bfloat16 writes a low-precision output, not ") +
+                                compute_dtype_name(d));
+  with_low_operands<bf16>(ta, tb, M, N, K, A, A_low, lda, B, B_low, ldb, kToBf16,
+                          [&](const bf16* a, int64_t a_ld, const bf16* b, int64_t b_ld) {
+                            gemm_bf16_to_bf16(ta, tb, M, N, K, a, a_ld, b, b_ld, bias, static_cast<bf16*>(C_low));
+                          });
+}
+
 }  // namespace gf

@@ -7,7 +7,8 @@
 //   bfloat16 — oneDNN's bf16 matmul (core/math/gemm_bf16.h: AMX here): both operands rounded to bf16,
 //              products accumulated and written in fp32. Weights come from a bf16 copy the model
 //              refreshes once per step, so only activations are converted per call, and not the MLP's
-//              activation, which the model keeps in bf16 alone (MlpBlock::act_in_bf16; A_low below).
+//              activation, which the model keeps in bf16 alone as autocast does, with the up product
+//              it comes from (MlpBlock::keeps_bf16; A_low below).
 //   float16  — emulated: the operands are rounded to fp16 values, the product runs on the fp32
 //              GEMM, and outputs that fp16 training keeps as fp16 activations (forward outputs and
 //              input gradients, not weight gradients) are rounded to fp16 values too. So a value
@@ -79,6 +80,13 @@ void gemm_mixed(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_
 void gemm_mixed_bias(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A,
                      const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
                      const float* bias, float* C, int64_t ldc, bool round_c);
+
+// The same product (bias may be null) written as its low-precision copy only: C_low, dense [M, N] of
+// make_low_copy's element type, holds the rounding of what gemm_mixed_bias writes in fp32. bfloat16
+// only (gemm_bf16_to_bf16: the fp32 product is never stored); std::invalid_argument otherwise.
+void gemm_mixed_to_low(ComputeDtype d, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const float* A,
+                       const void* A_low, int64_t lda, const float* B, const void* B_low, int64_t ldb,
+                       const float* bias, void* C_low);
 
 // The low-precision copy of a dense rows x cols activation, in the calling thread's scratch slot
 // `slot` (0 or 1; kept until the next call with that slot, grown only when a larger one comes), so

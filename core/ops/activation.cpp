@@ -39,19 +39,19 @@ void gelu_new_fwd_block(T* y, const T* x, int64_t m) {
   ys = T(0.5) * xs * (T(1) + (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh());
 }
 
+// Backward blocks hold at most kBwdBlock elements where they keep a block-sized temporary.
+constexpr int64_t kBwdBlock = 2048;
+
 template <typename T>
-void gelu_new_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
+void gelu_new_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 2048;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
-    Eigen::Map<A> d(dx + b, m);
-    // Fixed maximum size: lives on the stack, no allocation inside the step.
-    const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBlock, 1> t =
-        (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
-    d += g * (T(0.5) * (T(1) + t) +
-              T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square()));
-  });
+  Eigen::Map<const A> xs(x, m), g(dy, m);
+  Eigen::Map<A> d(dx, m);
+  // Fixed maximum size: lives on the stack, no allocation inside the step.
+  const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBwdBlock, 1> t =
+      (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
+  d += g * (T(0.5) * (T(1) + t) +
+            T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square()));
 }
 
 // Exact GELU (hidden_act: gelu, MindFormers' GPT-2) through Eigen's vectorised erf, and fast_gelu
@@ -66,15 +66,12 @@ void gelu_fwd_block(T* y, const T* x, int64_t m) {
 }
 
 template <typename T>
-void gelu_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
+void gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 4096;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
-    Eigen::Map<A> d(dx + b, m);
-    d += g * (T(0.5) * (T(1) + (xs * T(0.7071067811865476)).erf()) +
-              xs * T(0.3989422804014327) * (T(-0.5) * xs.square()).exp());
-  });
+  Eigen::Map<const A> xs(x, m), g(dy, m);
+  Eigen::Map<A> d(dx, m);
+  d += g * (T(0.5) * (T(1) + (xs * T(0.7071067811865476)).erf()) +
+            xs * T(0.3989422804014327) * (T(-0.5) * xs.square()).exp());
 }
 
 template <typename T>
@@ -96,15 +93,27 @@ void fwd_block(Activation a, T* y, const T* x, int64_t m) {
 }
 
 template <typename T>
-void fast_gelu_bwd_vec(T* dx, const T* dy, const T* x, int64_t n) {
+void fast_gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
-  constexpr int64_t kBlock = 2048;
-  in_blocks<kBlock>(n, [&](int64_t b, int64_t m) {
-    Eigen::Map<const A> xs(x + b, m), g(dy + b, m);
-    Eigen::Map<A> d(dx + b, m);
-    const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBlock, 1> sg = T(1) / (T(1) + (T(-1.702) * xs).exp());
-    d += g * (sg + T(1.702) * xs * sg * (T(1) - sg));
-  });
+  Eigen::Map<const A> xs(x, m), g(dy, m);
+  Eigen::Map<A> d(dx, m);
+  const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBwdBlock, 1> sg = T(1) / (T(1) + (T(-1.702) * xs).exp());
+  d += g * (sg + T(1.702) * xs * sg * (T(1) - sg));
+}
+
+// One block of activation a's backward (m <= kBwdBlock for gelu_new and fast_gelu).
+template <typename T>
+void bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t m) {
+  switch (a) {
+    case Activation::kGelu: return gelu_bwd_block(dx, dy, x, m);
+    case Activation::kGeluNew: return gelu_new_bwd_block(dx, dy, x, m);
+    case Activation::kFastGelu: return fast_gelu_bwd_block(dx, dy, x, m);
+  }
+}
+
+// x[0, m) widened from bf16 into t.
+void widen(float* t, const bf16* x, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) t[i] = bf16_to_float(x[i]);
 }
 
 }  // namespace
@@ -149,11 +158,30 @@ void activation_fwd_bf16(Activation a, bf16* y, const float* x, int64_t n) {
 template <typename T>
 void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n) {
   GF_OP_SPAN("elementwise", "activation bwd");
-  switch (a) {
-    case Activation::kGelu: return gelu_bwd_vec(dx, dy, x, n);
-    case Activation::kGeluNew: return gelu_new_bwd_vec(dx, dy, x, n);
-    case Activation::kFastGelu: return fast_gelu_bwd_vec(dx, dy, x, n);
-  }
+  // Exact GELU keeps no block-sized temporary and takes larger blocks.
+  if (a == Activation::kGelu)
+    return in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m); });
+  in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m); });
+}
+
+void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n) {
+  GF_OP_SPAN("elementwise", "activation fwd");
+  in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) {
+    alignas(64) float xf[kFwdBlock];
+    alignas(64) float t[kFwdBlock];
+    widen(xf, x + b, m);
+    fwd_block(a, t, xf, m);
+    for (int64_t i = 0; i < m; ++i) y[b + i] = float_to_bf16(t[i]);
+  });
+}
+
+void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n) {
+  GF_OP_SPAN("elementwise", "activation bwd");
+  in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) {
+    alignas(64) float xf[kBwdBlock];
+    widen(xf, x + b, m);
+    bwd_block(a, dx + b, dy + b, xf, m);
+  });
 }
 
 template void activation_fwd<float>(Activation, float*, const float*, int64_t);

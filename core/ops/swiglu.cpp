@@ -9,16 +9,44 @@ namespace gf::ops {
 
 namespace {
 
+// An element as the arithmetic reads it: float or double as stored, bf16 widened to float.
+inline float value(bf16 x) { return bf16_to_float(x); }
+inline float value(float x) { return x; }
+inline double value(double x) { return x; }
+
 // h = silu(g) * u over rows, each value stored through `store` (the element type's own, or a rounding).
-template <typename T, typename H, typename Store>
-void swiglu_rows(H* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in, Store store) {
+template <typename T, typename In, typename H, typename Store>
+void swiglu_rows(H* h, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in, Store store) {
   GF_OP_SPAN("elementwise", "swiglu fwd");
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
-    const T* gr = g + r * ld_in;
-    const T* ur = u + r * ld_in;
+    const In* gr = g + r * ld_in;
+    const In* ur = u + r * ld_in;
     H* hr = h + r * cols;
-    for (int64_t c = 0; c < cols; ++c) hr[c] = store(gr[c] / (T(1) + std::exp(-gr[c])) * ur[c]);
+    for (int64_t c = 0; c < cols; ++c) {
+      const T gv = value(gr[c]), uv = value(ur[c]);
+      hr[c] = store(gv / (T(1) + std::exp(-gv)) * uv);
+    }
+  }
+}
+
+template <typename T, typename In>
+void swiglu_bwd_rows(T* dg, T* du, const T* dh, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  GF_OP_SPAN("elementwise", "swiglu bwd");
+#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
+  for (int64_t r = 0; r < rows; ++r) {
+    const In* gr = g + r * ld_in;
+    const In* ur = u + r * ld_in;
+    const T* dhr = dh + r * cols;
+    T* dgr = dg + r * ld_in;
+    T* dur = du + r * ld_in;
+    for (int64_t c = 0; c < cols; ++c) {
+      const T gv = value(gr[c]), uv = value(ur[c]);
+      const T s = T(1) / (T(1) + std::exp(-gv));
+      const T silu = gv * s;
+      dur[c] += dhr[c] * silu;
+      dgr[c] += dhr[c] * uv * (s + gv * s * (T(1) - s));
+    }
   }
 }
 
@@ -26,30 +54,25 @@ void swiglu_rows(H* h, const T* g, const T* u, int64_t rows, int64_t cols, int64
 
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
-  swiglu_rows(h, g, u, rows, cols, ld_in, [](T v) { return v; });
+  swiglu_rows<T>(h, g, u, rows, cols, ld_in, [](T v) { return v; });
 }
 
 void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in) {
-  swiglu_rows(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
+  swiglu_rows<float>(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
+}
+
+void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in) {
+  swiglu_rows<float>(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
 }
 
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
-  GF_OP_SPAN("elementwise", "swiglu bwd");
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* gr = g + r * ld_in;
-    const T* ur = u + r * ld_in;
-    const T* dhr = dh + r * cols;
-    T* dgr = dg + r * ld_in;
-    T* dur = du + r * ld_in;
-    for (int64_t c = 0; c < cols; ++c) {
-      const T s = T(1) / (T(1) + std::exp(-gr[c]));
-      const T silu = gr[c] * s;
-      dur[c] += dhr[c] * silu;
-      dgr[c] += dhr[c] * ur[c] * (s + gr[c] * s * (T(1) - s));
-    }
-  }
+  swiglu_bwd_rows(dg, du, dh, g, u, rows, cols, ld_in);
+}
+
+void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
+                     int64_t ld_in) {
+  swiglu_bwd_rows(dg, du, dh, g, u, rows, cols, ld_in);
 }
 
 template void swiglu_fwd<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);

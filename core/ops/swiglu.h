@@ -14,6 +14,10 @@ void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_
 // The float forward with h rounded to bf16 (float_to_bf16) as it is written (a bf16 step's kept
 // activation: the bits its products would round the fp32 h to).
 void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in);
+// The same from bf16 g and u (autocast's bf16 up projection), widened to float; and the backward at them.
+void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in);
+void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
+                     int64_t ld_in);
 // dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in).
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);

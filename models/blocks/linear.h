@@ -4,6 +4,7 @@
 // the weights, gradients and scratch.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 
 #include "models/blocks/env.h"
 #include "parallel/tensor_parallel.h"
@@ -23,6 +24,11 @@ struct ParallelLinear {
     const float* bias = b >= 0 ? e.w(b) : nullptr;
     if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather);
     else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial, x_low);
+  }
+  // Column-parallel only: y written as its bf16 copy alone (column_parallel_fwd_low).
+  void fwd_low(const BlockEnv& e, void* y_low, const float* x) const {
+    if (kind != Kind::kColumn) throw std::logic_error("ParallelLinear::fwd_low: column-parallel layers only");
+    column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather);
   }
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
   // weight and bias gradients.

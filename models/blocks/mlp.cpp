@@ -50,10 +50,11 @@ void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 }
 
 void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
-  if (act_in_bf16(e.cdt)) {
+  if (keeps_bf16(e.cdt)) {
     auto* act = reinterpret_cast<bf16*>(a.act);
-    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd_bf16(act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
-    else ops::activation_fwd_bf16(spec_.act, act, a.h, e.N * Fl_);
+    const auto* h = reinterpret_cast<const bf16*>(a.h);
+    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd_bf16(act, h, h + Fl_, e.N, Fl_, 2 * Fl_);
+    else ops::activation_fwd_bf16(spec_.act, act, h, e.N * Fl_);
     return;
   }
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
@@ -61,16 +62,21 @@ void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
 }
 
 void MlpBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
-  up_.fwd(e, a.h, xn);
+  if (!keeps_bf16(e.cdt)) {
+    up_.fwd(e, a.h, xn);
+    activation_fwd(e, a);
+    down_.fwd(e, out, a.act);
+    return;
+  }
+  up_.fwd_low(e, a.h, xn);
   activation_fwd(e, a);
-  if (act_in_bf16(e.cdt)) down_.fwd(e, out, nullptr, a.act);
-  else down_.fwd(e, out, a.act);
+  down_.fwd(e, out, nullptr, a.act);
 }
 
 void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dout, const float* xn, const Acts& a,
                    const Grads& g) const {
-  // The down projection's input: the kept activation, fp32 or (bf16 steps) its bf16 copy alone.
-  const bool low = act_in_bf16(e.cdt);
+  // The down projection's input: the kept activation, fp32 or (keeps_bf16) its bf16 copy alone.
+  const bool low = keeps_bf16(e.cdt);
   const float* act = low ? nullptr : a.act;
   const void* act_low = low ? a.act : nullptr;
   if (pass == BwdPass::kWeight) {
@@ -80,8 +86,15 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
   }
   down_.bwd(e, pass, g.dact, dout, act, act_low);
   parallel_zero(g.dh, e.N * up_width());
-  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
-  else ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
+  if (low) {
+    const auto* h = reinterpret_cast<const bf16*>(a.h);
+    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd_bf16(g.dh, g.dh + Fl_, g.dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
+    else ops::activation_bwd_bf16(spec_.act, g.dh, g.dact, h, e.N * Fl_);
+  } else if (spec_.mlp == MlpKind::kSwiGLU) {
+    ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+  } else {
+    ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
+  }
   up_.bwd(e, pass, dxn, g.dh, xn);
 }
 

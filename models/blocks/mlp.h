@@ -15,16 +15,18 @@ namespace gf {
 class MlpBlock {
  public:
   struct Acts {
-    float* h = nullptr;    // [N, up_width()]: the up product (gate | up for SwiGLU)
-    float* act = nullptr;  // [N, Fl]: the activation's output; bf16 elements under act_in_bf16
+    float* h = nullptr;    // [N, up_width()]: the up product (gate | up for SwiGLU); bf16 under keeps_bf16
+    float* act = nullptr;  // [N, Fl]: the activation's output; bf16 under keeps_bf16
   };
-  // Whether a step computing in `d` keeps the activation's output in bf16 only (act_floats says its
-  // size). Under bf16 compute nothing reads it but the down projection's products, which round their
-  // operands to bf16: keeping that rounding instead of the fp32 values gives the same bits with half
-  // the memory, and neither product converts it again. (PyTorch's autocast keeps it in bf16 as well.)
-  static bool act_in_bf16(ComputeDtype d) { return d == ComputeDtype::kBFloat16; }
-  // The floats a buffer for n activation elements takes (n bf16 values in n / 2 floats under act_in_bf16).
-  static int64_t act_floats(ComputeDtype d, int64_t n) { return act_in_bf16(d) ? (n + 1) / 2 : n; }
+  // Whether a step computing in `d` keeps the up product and the activation's output in bf16 only,
+  // as PyTorch's autocast does (the linear layer's output is bf16, and so the activation computed
+  // from it). The up product's fp32 accumulator is rounded as oneDNN writes h, and the activation and
+  // its backward read the rounded values; the down projection's products read act as their bf16
+  // operand, which they would round it to anyway. So both buffers take 2 bytes an element
+  // (act_floats), and neither the down projection nor a backward converts them.
+  static bool keeps_bf16(ComputeDtype d) { return d == ComputeDtype::kBFloat16; }
+  // The floats a buffer for n such elements takes (n bf16 values in n / 2 floats under keeps_bf16).
+  static int64_t act_floats(ComputeDtype d, int64_t n) { return keeps_bf16(d) ? (n + 1) / 2 : n; }
   struct Grads {
     float* dact = nullptr;  // [N, Fl]
     float* dh = nullptr;    // [N, up_width()] (kept for the weight pass)

@@ -1,8 +1,11 @@
-// A bf16 step keeps the MLP's activation in bf16 only (MlpBlock::act_in_bf16): its forward writes the
-// rounding of the fp32 forward, and the down projection's products read that copy instead of
-// rounding an fp32 one per call. Both must give the bits the fp32 path gives.
+// A bf16 step keeps the MLP's up product and activation in bf16 only, as PyTorch's autocast does
+// (MlpBlock::keeps_bf16): the activation is computed in fp32 from the widened bf16 up product and
+// written rounded, its backward reads the same widened values, and the down projection's products
+// read the kept activation instead of rounding an fp32 copy per call. Each must give the bits the
+// fp32 arithmetic on those values gives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -59,6 +62,91 @@ TEST(Bf16Activation, ForwardIsTheFp32ForwardRounded) {
   EXPECT_EQ(bits(h16.data(), rows * cols), rounded_bits(h32.data(), rows * cols)) << "swiglu";
 }
 
+// The up product written in bf16 by oneDNN is the rounding of the fp32 product with the bias in the
+// accumulator (gemm_bf16_bias), in both layouts of the weight and without a bias, on the model's kind
+// of shapes (rows x ffn from rows x hidden) and an odd one.
+TEST(Bf16Activation, AProductWrittenInBf16IsTheFp32ProductRounded) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape sh : {Shape{256, 512, 128}, Shape{37, 96, 53}}) {
+    const std::vector<float> a = normal_values(sh.M * sh.K, 1.0f, 31), w = normal_values(sh.K * sh.N, 0.2f, 32),
+                             bias = normal_values(sh.N, 0.5f, 33);
+    std::vector<bf16> a16(a.size()), w16(w.size());
+    make_low_copy(ComputeDtype::kBFloat16, a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    make_low_copy(ComputeDtype::kBFloat16, w16.data(), w.data(), static_cast<int64_t>(w.size()));
+    for (const Trans tw : {Trans::kNo, Trans::kYes}) {
+      for (const bool with_bias : {true, false}) {
+        const int64_t ldw = tw == Trans::kNo ? sh.N : sh.K;
+        std::vector<float> c32(static_cast<size_t>(sh.M * sh.N));
+        std::vector<bf16> c16(c32.size());
+        if (with_bias) {
+          gemm_bf16_bias(Trans::kNo, tw, sh.M, sh.N, sh.K, 1.0f, a16.data(), sh.K, w16.data(), ldw, bias.data(),
+                         c32.data(), sh.N);
+        } else {
+          gemm_bf16(Trans::kNo, tw, sh.M, sh.N, sh.K, 1.0f, a16.data(), sh.K, w16.data(), ldw, 0.0f, c32.data(), sh.N);
+        }
+        gemm_bf16_to_bf16(Trans::kNo, tw, sh.M, sh.N, sh.K, a16.data(), sh.K, w16.data(), ldw,
+                          with_bias ? bias.data() : nullptr, c16.data());
+        EXPECT_EQ(bits(c16.data(), sh.M * sh.N), rounded_bits(c32.data(), sh.M * sh.N))
+            << sh.M << "x" << sh.N << "x" << sh.K << (tw == Trans::kYes ? " [out, in]" : " [in, out]")
+            << (with_bias ? " with bias" : "");
+      }
+    }
+  }
+}
+
+// From bf16 inputs (the kept up product): forward and backward are the fp32 ones on the widened values.
+TEST(Bf16Activation, FromBf16InputsTheyAreTheFp32OpsOnTheWidenedValues) {
+  const int64_t n = 3 * 4096 + 37;
+  const std::vector<float> x = normal_values(n, 2.0f, 13), dy = normal_values(n, 1.0f, 14),
+                           dx0 = normal_values(n, 0.5f, 15);
+  std::vector<bf16> x16(static_cast<size_t>(n));
+  std::vector<float> xw(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    x16[static_cast<size_t>(i)] = float_to_bf16(x[static_cast<size_t>(i)]);
+    xw[static_cast<size_t>(i)] = bf16_to_float(x16[static_cast<size_t>(i)]);
+  }
+  for (const ops::Activation a : {ops::Activation::kGelu, ops::Activation::kGeluNew, ops::Activation::kFastGelu}) {
+    AlignedBuffer<float> y32(static_cast<size_t>(n));
+    std::vector<bf16> y16(static_cast<size_t>(n));
+    ops::activation_fwd<float>(a, y32.data(), xw.data(), n);
+    ops::activation_fwd_bf16(a, y16.data(), x16.data(), n);
+    EXPECT_EQ(bits(y16.data(), n), rounded_bits(y32.data(), n)) << ops::activation_name(a) << " forward";
+    // The backward accumulates, into 64-byte aligned gradients as the plan's: Eigen computes the
+    // elements before an output's first 64-byte boundary on its scalar path, whose exp and erf can
+    // differ from the vector ones in the last bit, so two outputs of different alignment need not agree.
+    AlignedBuffer<float> d32(static_cast<size_t>(n)), d16(static_cast<size_t>(n));
+    std::copy(dx0.begin(), dx0.end(), d32.data());
+    std::copy(dx0.begin(), dx0.end(), d16.data());
+    ops::activation_bwd<float>(a, d32.data(), dy.data(), xw.data(), n);
+    ops::activation_bwd_bf16(a, d16.data(), dy.data(), x16.data(), n);
+    EXPECT_EQ(std::memcmp(d32.data(), d16.data(), static_cast<size_t>(n) * sizeof(float)), 0)
+        << ops::activation_name(a) << " backward";
+    EXPECT_NE(std::memcmp(d32.data(), dx0.data(), static_cast<size_t>(n) * sizeof(float)), 0)
+        << "the backward added nothing";
+  }
+  const int64_t rows = 37, cols = 200;
+  std::vector<bf16> gu16(static_cast<size_t>(rows * 2 * cols));
+  std::vector<float> guw(gu16.size());
+  const std::vector<float> gu = normal_values(rows * 2 * cols, 2.0f, 16), dh = normal_values(rows * cols, 1.0f, 17);
+  for (size_t i = 0; i < gu.size(); ++i) {
+    gu16[i] = float_to_bf16(gu[i]);
+    guw[i] = bf16_to_float(gu16[i]);
+  }
+  AlignedBuffer<float> h32(static_cast<size_t>(rows * cols));
+  std::vector<bf16> h16(static_cast<size_t>(rows * cols));
+  ops::swiglu_fwd<float>(h32.data(), guw.data(), guw.data() + cols, rows, cols, 2 * cols);
+  ops::swiglu_fwd_bf16(h16.data(), gu16.data(), gu16.data() + cols, rows, cols, 2 * cols);
+  EXPECT_EQ(bits(h16.data(), rows * cols), rounded_bits(h32.data(), rows * cols)) << "swiglu forward";
+  std::vector<float> dgu32 = normal_values(rows * 2 * cols, 0.5f, 18), dgu16 = dgu32;
+  ops::swiglu_bwd<float>(dgu32.data(), dgu32.data() + cols, dh.data(), guw.data(), guw.data() + cols, rows, cols,
+                         2 * cols);
+  ops::swiglu_bwd_bf16(dgu16.data(), dgu16.data() + cols, dh.data(), gu16.data(), gu16.data() + cols, rows, cols,
+                       2 * cols);
+  EXPECT_EQ(std::memcmp(dgu32.data(), dgu16.data(), dgu32.size() * sizeof(float)), 0) << "swiglu backward";
+}
+
 // The down projection with its input given as the kept bf16 copy (x null) against the same layer
 // rounding the fp32 input per call: forward, the fused backward and the weight pass, in both weight
 // layouts, with and without a bias.
@@ -100,10 +188,11 @@ TEST(Bf16Activation, ALinearReadingAKeptBf16InputGivesTheSameBits) {
   }
 }
 
-// The plan holds each layer's activation at 2 bytes an element under bf16: a bf16 model's activations
-// are an fp32 one's less half of every layer's N x ffn activation buffer, plus the bf16 copy of the
-// logits' gradient that only low-precision steps take (each buffer padded to 16 floats, BufferPlan).
-TEST(Bf16Activation, ThePlanKeepsTheActivationAtTwoBytesAnElement) {
+// The plan holds each layer's up product and activation at 2 bytes an element under bf16: a bf16
+// model's activations are an fp32 one's less half of every layer's two N x ffn buffers, plus the bf16
+// copy of the logits' gradient that only low-precision steps take (each buffer padded to 16 floats,
+// BufferPlan). oneDNN writes the up product in bf16 itself: no fp32 buffer holds it.
+TEST(Bf16Activation, ThePlanKeepsTheMlpBuffersAtTwoBytesAnElement) {
   ModelConfig c;
   c.vocab_size = 97;
   c.seq_length = 24;
@@ -117,9 +206,9 @@ TEST(Bf16Activation, ThePlanKeepsTheActivationAtTwoBytesAnElement) {
   bf.compute = ComputeDtype::kBFloat16;
   GPT2LMHeadModel f32(c, ModelLayout{}, B, ctx), b16(c, bf, B, ctx);
   auto pad = [](int64_t floats) { return (floats + 15) / 16 * 16; };
-  const int64_t act_saved = c.num_layers * (pad(N * F) - pad((N * F + 1) / 2)) * 4;
+  const int64_t kept_saved = 2 * c.num_layers * (pad(N * F) - pad((N * F + 1) / 2)) * 4;
   const int64_t dlogits_low = pad((N * f32.logits_ld() * 2 + 3) / 4) * 4;
-  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), act_saved - dlogits_low);
+  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), kept_saved - dlogits_low);
 }
 
 }  // namespace

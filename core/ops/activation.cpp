@@ -141,20 +141,6 @@ void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
   in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) { fwd_block(a, y + b, x + b, m); });
 }
 
-void activation_fwd_bf16(Activation a, bf16* y, const float* x, int64_t n) {
-  GF_OP_SPAN("elementwise", "activation fwd");
-  in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) {
-    // The block in fp32 first, then rounded: the values are the fp32 forward's, bit for bit. The buffer
-    // is aligned as the fp32 output's blocks are (64 bytes: a BufferPlan buffer, blocks of 4096
-    // floats), so the same code runs on the same elements: Eigen peels an unaligned output's leading
-    // elements onto its scalar functors, which gave the packet paths' values for these three functions
-    // on this build (AVX-512), and with the alignment the equality does not rest on that.
-    alignas(64) float t[kFwdBlock];
-    fwd_block(a, t, x + b, m);
-    for (int64_t i = 0; i < m; ++i) y[b + i] = float_to_bf16(t[i]);
-  });
-}
-
 template <typename T>
 void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n) {
   GF_OP_SPAN("elementwise", "activation bwd");

@@ -17,11 +17,9 @@ const char* activation_name(Activation a);
 // T is float (the model) or double (the finite-difference checks).
 template <typename T>
 void activation_fwd(Activation a, T* y, const T* x, int64_t n);
-// The float forward with y rounded to bf16 (float_to_bf16) as it is written: the bits the fp32
-// forward's output gives once a bf16 product rounds it (a bf16 step keeps the MLP's activation so).
-void activation_fwd_bf16(Activation a, bf16* y, const float* x, int64_t n);
-// The same from bf16 inputs (PyTorch's autocast keeps the up projection's output in bf16): each
-// element widened to float, then as above; and the backward dx += dy * act'(x) at those inputs.
+// A bf16 step's MLP (PyTorch's autocast keeps the up projection's output and the activation in bf16):
+// from bf16 inputs, each widened to float, the float forward with y rounded to bf16 (float_to_bf16) as
+// it is written; and the backward dx += dy * act'(x) at those inputs.
 void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n);
 void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n);
 // dx += dy * act'(x)

@@ -57,10 +57,6 @@ void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_
   swiglu_rows<T>(h, g, u, rows, cols, ld_in, [](T v) { return v; });
 }
 
-void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in) {
-  swiglu_rows<float>(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
-}
-
 void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in) {
   swiglu_rows<float>(h, g, u, rows, cols, ld_in, [](float v) { return float_to_bf16(v); });
 }

@@ -11,10 +11,8 @@ namespace gf::ops {
 // both: u = g + cols, ld_in = 2 cols); h and dh are rows x cols, contiguous.
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
-// The float forward with h rounded to bf16 (float_to_bf16) as it is written (a bf16 step's kept
-// activation: the bits its products would round the fp32 h to).
-void swiglu_fwd_bf16(bf16* h, const float* g, const float* u, int64_t rows, int64_t cols, int64_t ld_in);
-// The same from bf16 g and u (autocast's bf16 up projection), widened to float; and the backward at them.
+// A bf16 step's MLP (autocast's bf16 up projection): from bf16 g and u, widened to float, the float
+// forward with h rounded to bf16 (float_to_bf16) as it is written; and the backward at those inputs.
 void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in);
 void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
                      int64_t ld_in);

@@ -41,27 +41,6 @@ std::vector<uint16_t> bits(const bf16* x, int64_t n) {
   return out;
 }
 
-TEST(Bf16Activation, ForwardIsTheFp32ForwardRounded) {
-  // Three whole blocks of 4096 and a partial one; inputs where every activation bends (|x| < 6).
-  const int64_t n = 3 * 4096 + 37;
-  const std::vector<float> x = normal_values(n, 2.0f, 11);
-  for (const ops::Activation a : {ops::Activation::kGelu, ops::Activation::kGeluNew, ops::Activation::kFastGelu}) {
-    AlignedBuffer<float> y32(static_cast<size_t>(n));  // 64-byte aligned, as a BufferPlan buffer
-    std::vector<bf16> y16(static_cast<size_t>(n));
-    ops::activation_fwd<float>(a, y32.data(), x.data(), n);
-    ops::activation_fwd_bf16(a, y16.data(), x.data(), n);
-    EXPECT_EQ(bits(y16.data(), n), rounded_bits(y32.data(), n)) << ops::activation_name(a);
-  }
-  // SwiGLU over a packed [rows, gate | up] input.
-  const int64_t rows = 37, cols = 200;
-  const std::vector<float> gu = normal_values(rows * 2 * cols, 2.0f, 12);
-  AlignedBuffer<float> h32(static_cast<size_t>(rows * cols));
-  std::vector<bf16> h16(static_cast<size_t>(rows * cols));
-  ops::swiglu_fwd<float>(h32.data(), gu.data(), gu.data() + cols, rows, cols, 2 * cols);
-  ops::swiglu_fwd_bf16(h16.data(), gu.data(), gu.data() + cols, rows, cols, 2 * cols);
-  EXPECT_EQ(bits(h16.data(), rows * cols), rounded_bits(h32.data(), rows * cols)) << "swiglu";
-}
-
 // The up product written in bf16 by oneDNN is the rounding of the fp32 product with the bias in the
 // accumulator (gemm_bf16_bias), in both layouts of the weight and without a bias, on the model's kind
 // of shapes (rows x ffn from rows x hidden) and an odd one.

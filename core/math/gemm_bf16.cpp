@@ -305,6 +305,17 @@ void execute_fallback(const CallKey& k, Plan& plan, const bf16* a, const bf16* b
        std::bit_cast<float>(k.alpha_bits), fa, a_cols(k), fb, b_cols(k), beta, C, k.ldc);
 }
 
+// One run of the primitive on dense a and b into dst (fp32, or bf16 for a dst_bf16 key), with the bias
+// where the primitive takes one.
+void run(ThreadCache& tc, Matmul& mm, const bf16* a, const bf16* b, void* dst, const float* bias) {
+  check(dnnl_memory_set_data_handle_v2(mm.src.get(), const_cast<bf16*>(a), nullptr), "set src");
+  check(dnnl_memory_set_data_handle_v2(mm.wei.get(), const_cast<bf16*>(b), nullptr), "set weights");
+  check(dnnl_memory_set_data_handle_v2(mm.dst.get(), dst, nullptr), "set dst");
+  if (mm.nargs == 5) check(dnnl_memory_set_data_handle_v2(mm.bias.get(), const_cast<float*>(bias), nullptr), "set bias");
+  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), mm.nargs, mm.args), "matmul execute");
+  check(dnnl_stream_wait(tc.stream.get()), "stream wait");
+}
+
 void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const bf16* b, float beta, float* C,
              const float* bias = nullptr) {
   Matmul& mm = *plan.mm;
@@ -319,12 +330,7 @@ void execute(ThreadCache& tc, const CallKey& k, Plan& plan, const bf16* a, const
   const bool dense_c = plan.c == nullptr;
   if (dense_c && beta != 0.0f && beta != 1.0f) scale_c(C, k.M, k.N, k.ldc, beta);  // the sum post-op adds 1 x C
   float* dst = dense_c ? C : static_cast<float*>(plan.c.get());
-  check(dnnl_memory_set_data_handle_v2(mm.src.get(), const_cast<bf16*>(a), nullptr), "set src");
-  check(dnnl_memory_set_data_handle_v2(mm.wei.get(), const_cast<bf16*>(b), nullptr), "set weights");
-  check(dnnl_memory_set_data_handle_v2(mm.dst.get(), dst, nullptr), "set dst");
-  if (mm.nargs == 5) check(dnnl_memory_set_data_handle_v2(mm.bias.get(), const_cast<float*>(bias), nullptr), "set bias");
-  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), mm.nargs, mm.args), "matmul execute");
-  check(dnnl_stream_wait(tc.stream.get()), "stream wait");
+  run(tc, mm, a, b, dst, bias);
   if (!dense_c) add_product(C, k.ldc, dst, k.M, k.N, beta);
 }
 
@@ -401,12 +407,7 @@ void gemm_bf16_to_bf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, cons
     convert_to_bf16(C, c, M, N, N);
     return;
   }
-  check(dnnl_memory_set_data_handle_v2(mm.src.get(), const_cast<bf16*>(a), nullptr), "set src");
-  check(dnnl_memory_set_data_handle_v2(mm.wei.get(), const_cast<bf16*>(b), nullptr), "set weights");
-  check(dnnl_memory_set_data_handle_v2(mm.dst.get(), C, nullptr), "set dst");
-  if (mm.nargs == 5) check(dnnl_memory_set_data_handle_v2(mm.bias.get(), const_cast<float*>(bias), nullptr), "set bias");
-  check(dnnl_primitive_execute(mm.prim.get(), tc.stream.get(), mm.nargs, mm.args), "matmul execute");
-  check(dnnl_stream_wait(tc.stream.get()), "stream wait");
+  run(tc, mm, a, b, C, bias);
 }
 
 std::string gemm_bf16_impl(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,

@@ -60,6 +60,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
   d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
   d.h_floats = MlpBlock::act_floats(layout.compute, d.N * d.up_width);
+  d.ln_floats = MlpBlock::act_floats(layout.compute, d.Nl * s.hidden);
   d.layer_norm = s.norm == NormKind::kLayerNorm;
   const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
@@ -162,14 +163,15 @@ struct TransformerLM::LayoutBuilder {
     a.rstd = p.take(n + ".rstd", Nl);
     return a;
   }
-  TransformerLayer::Acts full_set(const std::string& n, bool dense) {
+  // dense: the set has an MLP's buffers; ln2_low: its ln2 holds bf16 alone (TransformerLayer::ln2_keeps_bf16).
+  TransformerLayer::Acts full_set(const std::string& n, bool dense, bool ln2_low) {
     TransformerLayer::Acts a;
-    a.ln1 = p.take(n + ".ln1", Nl * C);
+    a.ln1 = p.take(n + ".ln1", d.ln_floats);
     a.n1 = norm_acts(n + ".norm1");
     a.attn.qkv = p.take(n + ".qkv", N * d.qkv_width);
     a.attn.y = p.take(n + ".attn_y", N * d.attn_width);
     a.res2 = p.take(n + ".res2", Nl * C);
-    a.ln2 = p.take(n + ".ln2", Nl * C);
+    a.ln2 = p.take(n + ".ln2", ln2_low ? d.ln_floats : Nl * C);
     a.n2 = norm_acts(n + ".norm2");
     if (dense) a.mlp.h = p.take(n + ".mlp_h", d.h_floats);
     return a;
@@ -222,12 +224,12 @@ struct TransformerLM::LayoutBuilder {
     TransformerLayer::Acts a;
     if (mode == Recompute::kFull) {
       if (!have_shared) {
-        shared = full_set("recompute.full", d.any_dense);
+        shared = full_set("recompute.full", d.any_dense, !d.any_moe && d.ln_floats < Nl * C);
         have_shared = true;
       }
       a = shared;
     } else {
-      a = full_set(n, !d.moe.is_moe(l));
+      a = full_set(n, !d.moe.is_moe(l), !d.moe.is_moe(l) && d.ln_floats < Nl * C);
     }
     if (d.moe.is_moe(l)) moe(a, n, mode);
     core(a, n, l, mode);

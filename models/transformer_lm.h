@@ -68,6 +68,7 @@ struct StageDims {
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
   int64_t h_floats = 0, act_floats = 0;
+  int64_t ln_floats = 0;  // a kept norm output that bf16 products alone read (TransformerLayer::ln1_keeps_bf16)
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)
   bool layer_norm = true;

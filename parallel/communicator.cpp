@@ -141,10 +141,15 @@ int64_t shard_begin(int64_t n, int parts, int k) {
 
 namespace {
 
-enum class Dtype { kFloat, kDouble };
+// kBits16: 16-bit values (bf16) that are only moved (all-gather), never reduced.
+enum class Dtype { kFloat, kDouble, kBits16 };
 
-size_t elem_size(Dtype t) { return t == Dtype::kFloat ? sizeof(float) : sizeof(double); }
-MPI_Datatype mpi_type(Dtype t) { return t == Dtype::kFloat ? MPI_FLOAT : MPI_DOUBLE; }
+size_t elem_size(Dtype t) {
+  return t == Dtype::kFloat ? sizeof(float) : t == Dtype::kDouble ? sizeof(double) : sizeof(uint16_t);
+}
+MPI_Datatype mpi_type(Dtype t) {
+  return t == Dtype::kFloat ? MPI_FLOAT : t == Dtype::kDouble ? MPI_DOUBLE : MPI_UINT16_T;
+}
 
 template <typename T>
 void reduce_typed(T* dst, const T* src, int64_t n, ReduceOp op) {
@@ -157,6 +162,7 @@ void reduce_typed(T* dst, const T* src, int64_t n, ReduceOp op) {
 }
 
 void reduce_into(void* dst, const void* src, int64_t n, Dtype t, ReduceOp op) {
+  if (t == Dtype::kBits16) throw std::logic_error("communicator: 16-bit values are gathered, never reduced");
   if (t == Dtype::kFloat) reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
   else reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
 }
@@ -467,22 +473,24 @@ PendingAllreduce::State* make_state(MPI_Comm comm, int rank, int size, int tag, 
 }  // namespace
 
 // A blocking ring over phases [first, last] (0: reduce-scatter, 1: all-gather).
-void Communicator::ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const {
+void Communicator::ring(void* data, int64_t n, int elem_bytes, ReduceOp op, int first, int last) const {
   if (size_ <= 1) return;
   const char* what = first == last ? (first == 0 ? "reduce-scatter" : "all-gather") : "all-reduce";
-  CommSpan span(what, n * static_cast<int64_t>(is_double ? sizeof(double) : sizeof(float)), name_, size_, *stats_);
+  const Dtype t = elem_bytes == 8 ? Dtype::kDouble : elem_bytes == 2 ? Dtype::kBits16 : Dtype::kFloat;
+  CommSpan span(what, n * static_cast<int64_t>(elem_size(t)), name_, size_, *stats_);
   PendingAllreduce p;
-  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), log_.get(), what, data, n,
-                        is_double ? Dtype::kDouble : Dtype::kFloat, op, first, last, mpi_collectives_));
+  p.s_.reset(make_state(MpiAccess::comm(*this), rank_, size_, kBlockingTag, stats_.get(), log_.get(), what, data, n, t,
+                        op, first, last, mpi_collectives_));
   p.wait();
 }
 
-void Communicator::allreduce_sum(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 0, 1); }
-void Communicator::allreduce_sum(double* data, int64_t n) const { ring(data, n, true, ReduceOp::kSum, 0, 1); }
-void Communicator::allreduce_max(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kMax, 0, 1); }
-void Communicator::allreduce_max(double* data, int64_t n) const { ring(data, n, true, ReduceOp::kMax, 0, 1); }
-void Communicator::reduce_scatter_sum(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 0, 0); }
-void Communicator::allgather(float* data, int64_t n) const { ring(data, n, false, ReduceOp::kSum, 1, 1); }
+void Communicator::allreduce_sum(float* data, int64_t n) const { ring(data, n, 4, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_sum(double* data, int64_t n) const { ring(data, n, 8, ReduceOp::kSum, 0, 1); }
+void Communicator::allreduce_max(float* data, int64_t n) const { ring(data, n, 4, ReduceOp::kMax, 0, 1); }
+void Communicator::allreduce_max(double* data, int64_t n) const { ring(data, n, 8, ReduceOp::kMax, 0, 1); }
+void Communicator::reduce_scatter_sum(float* data, int64_t n) const { ring(data, n, 4, ReduceOp::kSum, 0, 0); }
+void Communicator::allgather(float* data, int64_t n) const { ring(data, n, 4, ReduceOp::kSum, 1, 1); }
+void Communicator::allgather(uint16_t* data, int64_t n) const { ring(data, n, 2, ReduceOp::kSum, 1, 1); }
 
 PendingAllreduce Communicator::start_allreduce_sum(float* data, int64_t n, int tag) const {
   PendingAllreduce p;

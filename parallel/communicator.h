@@ -122,6 +122,8 @@ class Communicator {
   void reduce_scatter_sum(float* data, int64_t n) const;
   // In place: every rank's shard of the `n` elements is copied to all ranks.
   void allgather(float* data, int64_t n) const;
+  // The same for 16-bit values (a bf16 activation gathered under sequence parallelism); moved bit for bit.
+  void allgather(uint16_t* data, int64_t n) const;
   // Background sum all-reduce of a float buffer; `tag` must differ between those in flight.
   PendingAllreduce start_allreduce_sum(float* data, int64_t n, int tag) const;
   // Background reduce-scatter and all-gather (the sharded optimizer's per-layer collectives): the same
@@ -169,7 +171,7 @@ class Communicator {
 
  private:
   friend class PendingAllreduce;
-  void ring(void* data, int64_t n, bool is_double, ReduceOp op, int first, int last) const;
+  void ring(void* data, int64_t n, int elem_bytes, ReduceOp op, int first, int last) const;  // elem_bytes 2, 4 or 8
   void describe_log();  // the log's copy of rank, size and handle
   void wait_collective(void* mpi_request, uint64_t call) const;
   friend struct MpiAccess;  // communicator.cpp: converts the opaque handles to MPI's types

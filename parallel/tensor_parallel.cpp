@@ -30,6 +30,14 @@ const float* TensorParallel::gather_rows(const float* x, float* full, int64_t co
   return full;
 }
 
+const bf16* TensorParallel::gather_rows(const bf16* x, bf16* full, int64_t cols) const {
+  if (!sp_) return x;
+  const int64_t n = local_rows() * cols;
+  std::memcpy(full + row_begin() * cols, x, sizeof(bf16) * static_cast<size_t>(n));
+  tp_->allgather(reinterpret_cast<uint16_t*>(full), rows_ * cols);
+  return full;
+}
+
 void TensorParallel::reduce_rows(float* partial, float* y, int64_t cols) const {
   if (size() == 1) {
     if (y != partial) std::memcpy(y, partial, sizeof(float) * static_cast<size_t>(rows_ * cols));
@@ -48,25 +56,38 @@ void TensorParallel::allreduce_sum(float* x, int64_t n) const { if (tp_) tp_->al
 void TensorParallel::allreduce_sum(double* x, int64_t n) const { if (tp_) tp_->allreduce_sum(x, n); }
 void TensorParallel::allreduce_max(float* x, int64_t n) const { if (tp_) tp_->allreduce_max(x, n); }
 
+namespace {
+// A column-parallel layer's input over all rows: x, or its bf16 copy x_low where the caller keeps one
+// (x is then null), gathered under SP into gather_buf ([rows, in] floats hold [rows, in] bf16 too).
+struct ColumnInput {
+  const float* x = nullptr;
+  const void* low = nullptr;
+  ColumnInput(const TensorParallel& tp, const float* xl, const void* x_low, float* gather_buf, int64_t in) {
+    if (x_low) low = tp.gather_rows(static_cast<const bf16*>(x_low), reinterpret_cast<bf16*>(gather_buf), in);
+    else x = tp.gather_rows(xl, gather_buf, in);
+  }
+};
+}  // namespace
+
 void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
-                         int64_t in, int64_t out_local, float* gather_buf) {
-  const float* xf = tp.gather_rows(x, gather_buf, in);
-  ops::linear_fwd(y, xf, w, b, tp.rows(), in, out_local);
+                         int64_t in, int64_t out_local, float* gather_buf, const void* x_low) {
+  const ColumnInput xf(tp, x, x_low, gather_buf, in);
+  ops::linear_fwd(y, xf.x, w, b, tp.rows(), in, out_local, xf.low);
 }
 
 void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float* x, const Weight& w, const float* b,
-                             int64_t in, int64_t out_local, float* gather_buf) {
-  const float* xf = tp.gather_rows(x, gather_buf, in);
-  ops::linear_fwd_low(y_low, xf, w, b, tp.rows(), in, out_local);
+                             int64_t in, int64_t out_local, float* gather_buf, const void* x_low) {
+  const ColumnInput xf(tp, x, x_low, gather_buf, in);
+  ops::linear_fwd_low(y_low, xf.x, w, b, tp.rows(), in, out_local, xf.low);
 }
 
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
-                         float* dx_buf) {
+                         float* dx_buf, const void* x_low) {
   // Under SP the input is gathered again rather than kept: activation memory stays at the local rows.
-  const float* xf = tp.gather_rows(x, gather_buf, in);
+  const ColumnInput xf(tp, x, x_low, gather_buf, in);
   float* dfull = tp.sequence_parallel() ? dx_buf : dx;
-  ops::linear_bwd(dfull, dw, db, dy, xf, w, tp.rows(), in, out_local, 0.0f);  // dfull is written, not added to
+  ops::linear_bwd(dfull, dw, db, dy, xf.x, w, tp.rows(), in, out_local, 0.0f, xf.low);  // dfull is written, not added to
   tp.reduce_rows(dfull, dx, in);
 }
 
@@ -98,9 +119,10 @@ void column_parallel_bwd_input(const TensorParallel& tp, float* dx, const float*
 }
 
 void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
-                                const Weight& w, int64_t in, int64_t out_local, float* gather_buf, const void* dy_low) {
-  const float* xf = tp.gather_rows(x, gather_buf, in);
-  ops::linear_bwd_weight(dw, db, dy, xf, w, tp.rows(), in, out_local, dy_low);
+                                const Weight& w, int64_t in, int64_t out_local, float* gather_buf, const void* dy_low,
+                                const void* x_low) {
+  const ColumnInput xf(tp, x, x_low, gather_buf, in);
+  ops::linear_bwd_weight(dw, db, dy, xf.x, w, tp.rows(), in, out_local, dy_low, xf.low);
 }
 
 void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,

@@ -34,6 +34,8 @@ class TensorParallel {
   // Returns the full [rows, cols]: `x` itself, or (SP) `full` after an all-gather of every
   // rank's local rows.
   const float* gather_rows(const float* x, float* full, int64_t cols) const;
+  // The same for bf16 rows (a kept bf16 activation: its bits moved, not converted).
+  const bf16* gather_rows(const bf16* x, bf16* full, int64_t cols) const;
   // `partial` [rows, cols] holds this rank's partial sums. Writes the summed local rows to `y`
   // (SP: reduce-scatter; else all-reduce, and y may equal partial). `partial` is clobbered.
   void reduce_rows(float* partial, float* y, int64_t cols) const;
@@ -52,17 +54,18 @@ class TensorParallel {
 // model_config.compute_dtype computes in (core/math/mixed_precision.h).
 //
 // y[rows, out_local] = gather(x) @ W[in, out_local] + b   (W split by columns).
-// gather_buf: [rows, in] scratch, used under SP.
+// gather_buf: [rows, in] scratch, used under SP. x_low: x's bf16 copy (local rows, dense) where the caller
+// keeps x only so (a bf16 step's norm outputs; x is then null, and SP gathers the bf16 rows), else null.
 void column_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const Weight& w, const float* b,
-                         int64_t in, int64_t out_local, float* gather_buf);
-// dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
-// gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
+                         int64_t in, int64_t out_local, float* gather_buf, const void* x_low = nullptr);
 // The same with y written as its low-precision copy only (ops::linear_fwd_low; bf16 weights).
 void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float* x, const Weight& w, const float* b,
-                             int64_t in, int64_t out_local, float* gather_buf);
+                             int64_t in, int64_t out_local, float* gather_buf, const void* x_low = nullptr);
+// dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
+// gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
-                         float* dx_buf);
+                         float* dx_buf, const void* x_low = nullptr);
 
 // y (local rows) = reduce(x[rows, in_local] @ W[in_local, out]) + b   (W split by rows; the bias
 // is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch. x_low: x's
@@ -85,7 +88,7 @@ void column_parallel_bwd_input(const TensorParallel& tp, float* dx, const float*
                                int64_t out_local, float* dx_buf, const void* dy_low = nullptr);
 void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
                                 const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
-                                const void* dy_low = nullptr);
+                                const void* dy_low = nullptr, const void* x_low = nullptr);
 void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,
                             int64_t out, float* gather_buf);
 void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,

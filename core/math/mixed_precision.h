@@ -8,7 +8,8 @@
 //              products accumulated and written in fp32. Weights come from a bf16 copy the model
 //              refreshes once per step, so only activations are converted per call, and not the MLP's
 //              activation, which the model keeps in bf16 alone as autocast does, with the up product
-//              it comes from (MlpBlock::keeps_bf16; A_low below).
+//              it comes from (MlpBlock::keeps_bf16; A_low below), nor the norms' outputs that feed
+//              products (TransformerLayer::ln1_keeps_bf16).
 //   float16  — emulated: the operands are rounded to fp16 values, the product runs on the fp32
 //              GEMM, and outputs that fp16 training keeps as fp16 activations (forward outputs and
 //              input gradients, not weight gradients) are rounded to fp16 values too. So a value

@@ -26,12 +26,11 @@ double lane_sum(int64_t n, F&& f) {
   return s;
 }
 
-}  // namespace
-
-template <typename T>
-void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
-                   int64_t rows, int64_t dim, float eps) {
-  GF_OP_SPAN("norm", "layernorm fwd");
+// The forward's rows, the output stored by `put(y + i, value)`: one source for the float output and the bf16
+// one, so the bf16 output is the float output rounded (the same expression, contracted the same way).
+template <typename T, typename Y, typename Put>
+void layernorm_rows(Y* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b, int64_t rows, int64_t dim,
+                    float eps, Put put) {
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -42,11 +41,26 @@ void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const 
       return static_cast<double>(d) * d;
     });
     const T s = static_cast<T>(1.0 / std::sqrt(var / dim + eps));
-    T* yr = y + r * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - m) * s * w[i] + b[i];
+    Y* yr = y + r * dim;
+    for (int64_t i = 0; i < dim; ++i) put(yr + i, (xr[i] - m) * s * w[i] + b[i]);
     cache.mean[r] = m;
     cache.rstd[r] = s;
   }
+}
+
+}  // namespace
+
+template <typename T>
+void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
+                   int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "layernorm fwd");
+  layernorm_rows(y, cache, x, w, b, rows, dim, eps, [](T* p, T v) { *p = v; });
+}
+
+void layernorm_fwd_bf16(bf16* y, LayerNormCache<float> cache, const float* x, const float* w, const float* b,
+                        int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "layernorm fwd");
+  layernorm_rows(y, cache, x, w, b, rows, dim, eps, [](bf16* p, float v) { *p = float_to_bf16(v); });
 }
 
 template <typename T>

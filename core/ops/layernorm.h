@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/math/gemm_bf16.h"
+
 namespace gf::ops {
 
 // What backward needs besides x, w: per-row mean and 1/std (each `rows` floats).
@@ -15,6 +17,10 @@ struct LayerNormCache {
 template <typename T>
 void layernorm_fwd(T* y, LayerNormCache<T> cache, const T* x, const T* w, const T* b,
                    int64_t rows, int64_t dim, float eps);
+// The float forward with y written as its bf16 rounding (float_to_bf16) alone: the norm output a bf16 step
+// keeps for its products (PyTorch's autocast keeps the bf16 cast of a norm's output that a linear layer saves).
+void layernorm_fwd_bf16(bf16* y, LayerNormCache<float> cache, const float* x, const float* w, const float* b,
+                        int64_t rows, int64_t dim, float eps);
 
 // Accumulates into dx, dw, db (+=): layernorm_bwd_input then layernorm_bwd_weight.
 template <typename T>

@@ -73,10 +73,11 @@ void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64
   }
 }
 
-void linear_fwd_low(void* y_low, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out) {
+void linear_fwd_low(void* y_low, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
+                    const void* x_low) {
   const Trans tw = w.out_in ? Trans::kYes : Trans::kNo;
   const int64_t ldw = w.out_in ? in : out;
-  gemm_mixed_to_low(w.dtype, Trans::kNo, tw, n, out, in, x, nullptr, in, w.f32, w.low, ldw, b, y_low);
+  gemm_mixed_to_low(w.dtype, Trans::kNo, tw, n, out, in, x, x_low, in, w.f32, w.low, ldw, b, y_low);
 }
 
 void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out, float dx_beta,

@@ -37,7 +37,8 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
                 int64_t in, int64_t out, float dx_beta = 1.0f, const void* x_low = nullptr);
 // The forward with y written as its low-precision copy only (dense [n, out]; gemm_mixed_to_low): a bf16
 // weight's, for the activation a bf16 step keeps in bf16 (the MLP's up product).
-void linear_fwd_low(void* y_low, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out);
+void linear_fwd_low(void* y_low, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
+                    const void* x_low = nullptr);
 // Its halves. Under bf16/fp16 the fused call converts dy once for both products; called apart,
 // each converts it (the same bits) unless given dy_low, dy's low-precision copy.
 void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out,

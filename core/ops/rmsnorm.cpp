@@ -8,9 +8,11 @@
 
 namespace gf::ops {
 
-template <typename T>
-void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, float eps) {
-  GF_OP_SPAN("norm", "rmsnorm fwd");
+namespace {
+// The forward's rows, the output stored by `put(y + i, value)` (layernorm.cpp's layernorm_rows: one source
+// for the float and the bf16 output).
+template <typename T, typename Y, typename Put>
+void rmsnorm_rows(Y* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, float eps, Put put) {
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
@@ -18,9 +20,21 @@ void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t di
     for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
     const T s = T(1) / std::sqrt(ss / static_cast<T>(dim) + static_cast<T>(eps));
     rstd[r] = s;
-    T* yr = y + r * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * s);
+    Y* yr = y + r * dim;
+    for (int64_t i = 0; i < dim; ++i) put(yr + i, w[i] * (xr[i] * s));
   }
+}
+}  // namespace
+
+template <typename T>
+void rmsnorm_fwd(T* y, T* rstd, const T* x, const T* w, int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "rmsnorm fwd");
+  rmsnorm_rows(y, rstd, x, w, rows, dim, eps, [](T* p, T v) { *p = v; });
+}
+
+void rmsnorm_fwd_bf16(bf16* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps) {
+  GF_OP_SPAN("norm", "rmsnorm fwd");
+  rmsnorm_rows(y, rstd, x, w, rows, dim, eps, [](bf16* p, float v) { *p = float_to_bf16(v); });
 }
 
 template <typename T>

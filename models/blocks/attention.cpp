@@ -107,13 +107,14 @@ void AttentionBlock::core_fwd(const BlockEnv& e, int64_t l, const Acts& a, float
   else ops::attention_fwd(y, a.probs, a.qkv, shape(e), probs_dropout(e, l));
 }
 
-void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* xn, const Acts& a) const {
+void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* xn, const Acts& a,
+                         const void* xn_low) const {
   const int64_t W = qkv_width();
   // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
   // sequence of this rank's heads (parallel/context_parallel.h).
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
   float* qkv = ulysses ? e.cps.local : a.qkv;
-  qkv_.fwd(e, qkv, xn);
+  qkv_.fwd(e, qkv, xn, xn_low);
   if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
   else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
   // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
@@ -133,9 +134,9 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
 }
 
 void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
-                                const RowPositions& rp) const {
+                                const RowPositions& rp, const void* xn_low) const {
   const int64_t W = qkv_width(), N = e.N, D = D_, Hl = Hl_, Hk = Hkvl_, cap = kv.capacity;
-  qkv_.fwd(e, a.qkv, xn);
+  qkv_.fwd(e, a.qkv, xn, xn_low);
   if (rope_) {
     // Runs of rows at consecutive positions (a prompt's rows) rotate in one call.
     for (int64_t r0 = 0; r0 < N;) {
@@ -209,10 +210,10 @@ void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a,
 }
 
 void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn, const float* dout, const float* xn,
-                         const Acts& a, const Grads& g) const {
+                         const Acts& a, const Grads& g, const void* xn_low) const {
   if (pass == BwdPass::kWeight) {
     o_.bwd(e, pass, nullptr, dout, a.y);
-    qkv_.bwd(e, pass, nullptr, g.dqkv, xn);
+    qkv_.bwd(e, pass, nullptr, g.dqkv, xn, xn_low);
     return;
   }
   o_.bwd(e, pass, g.dy, dout, a.y);
@@ -235,7 +236,7 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
   else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
-  qkv_.bwd(e, pass, dxn, g.dqkv, xn);
+  qkv_.bwd(e, pass, dxn, g.dqkv, xn, xn_low);
 }
 
 }  // namespace gf

@@ -57,20 +57,22 @@ class AttentionBlock {
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
   int64_t width() const { return Hl_ * D_; }
 
-  // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))).
-  void fwd(const BlockEnv& e, int64_t layer, float* out, const float* xn, const Acts& a) const;
+  // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))). xn_low: xn's bf16 copy where the layer keeps the norm's
+  // output only so (xn is then null; TransformerLayer::ln1_keeps_bf16), else null; the same in fwd_cached and bwd.
+  void fwd(const BlockEnv& e, int64_t layer, float* out, const float* xn, const Acts& a,
+           const void* xn_low = nullptr) const;
   // Generation: row r (of e.N) is the token at position pos[r] of sequence slot seq[r]. Its key and
   // value are written to the cache at that position, then it attends to positions [0, pos[r]] of
   // its sequence there, so a prompt's rows may come in one call (in position order) or several,
   // and a decode step is one row per sequence. No dropout. out [N, C], xn [N, C] (no sequence
   // parallel); a.qkv and a.y are scratch of N rows.
   void fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
-                  const RowPositions& rp) const;
+                  const RowPositions& rp, const void* xn_low = nullptr) const;
   // Selective recompute: the probabilities again from the kept q|k|v (the fused core needs nothing).
   void recompute_core(const BlockEnv& e, int64_t layer, const Acts& a, float* y_scratch) const;
   // dxn [Nl, C] (written) from dout [Nl, C]; the weight pass reads dout and g.dqkv again.
   void bwd(const BlockEnv& e, BwdPass pass, int64_t layer, float* dxn, const float* dout, const float* xn,
-           const Acts& a, const Grads& g) const;
+           const Acts& a, const Grads& g, const void* xn_low = nullptr) const;
   int64_t first_offset() const { return qkv_.w; }
 
  private:

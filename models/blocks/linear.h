@@ -18,17 +18,17 @@ struct ParallelLinear {
   bool out_in = false;      // weight stored [out, in]
   int64_t w = -1, b = -1;   // arena offsets (b < 0: no bias)
 
-  // x_low: x's bf16 copy where the block keeps x only so (row-parallel only: its input is never
-  // gathered; x is then null), else null.
+  // x_low: x's bf16 copy where the block keeps x only so (x is then null; a column-parallel layer
+  // gathers it under SP in bf16), else null.
   void fwd(const BlockEnv& e, float* y, const float* x, const void* x_low = nullptr) const {
     const float* bias = b >= 0 ? e.w(b) : nullptr;
-    if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather);
+    if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather, x_low);
     else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial, x_low);
   }
   // Column-parallel only: y written as its bf16 copy alone (column_parallel_fwd_low).
-  void fwd_low(const BlockEnv& e, void* y_low, const float* x) const {
+  void fwd_low(const BlockEnv& e, void* y_low, const float* x, const void* x_low = nullptr) const {
     if (kind != Kind::kColumn) throw std::logic_error("ParallelLinear::fwd_low: column-parallel layers only");
-    column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather);
+    column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather, x_low);
   }
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
   // weight and bias gradients.
@@ -37,9 +37,10 @@ struct ParallelLinear {
     const Weight wt = e.wt(w, out_in);
     float* db = b >= 0 ? e.g(b) : nullptr;
     if (kind == Kind::kColumn) {
-      if (pass == BwdPass::kBoth) column_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, e.dfull);
+      if (pass == BwdPass::kBoth) column_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, e.dfull, x_low);
       if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.dfull);
-      if (pass == BwdPass::kWeight) column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather);
+      if (pass == BwdPass::kWeight)
+        column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, nullptr, x_low);
     } else {
       if (pass == BwdPass::kBoth) row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
       if (pass == BwdPass::kInput) row_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.gather);

@@ -61,27 +61,27 @@ void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
   else ops::activation_fwd(spec_.act, a.act, a.h, e.N * Fl_);
 }
 
-void MlpBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
+void MlpBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const void* xn_low) const {
   if (!keeps_bf16(e.cdt)) {
-    up_.fwd(e, a.h, xn);
+    up_.fwd(e, a.h, xn, xn_low);
     activation_fwd(e, a);
     down_.fwd(e, out, a.act);
     return;
   }
-  up_.fwd_low(e, a.h, xn);
+  up_.fwd_low(e, a.h, xn, xn_low);
   activation_fwd(e, a);
   down_.fwd(e, out, nullptr, a.act);
 }
 
 void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dout, const float* xn, const Acts& a,
-                   const Grads& g) const {
+                   const Grads& g, const void* xn_low) const {
   // The down projection's input: the kept activation, fp32 or (keeps_bf16) its bf16 copy alone.
   const bool low = keeps_bf16(e.cdt);
   const float* act = low ? nullptr : a.act;
   const void* act_low = low ? a.act : nullptr;
   if (pass == BwdPass::kWeight) {
     down_.bwd(e, pass, nullptr, dout, act, act_low);
-    up_.bwd(e, pass, nullptr, g.dh, xn);
+    up_.bwd(e, pass, nullptr, g.dh, xn, xn_low);
     return;
   }
   down_.bwd(e, pass, g.dact, dout, act, act_low);
@@ -95,7 +95,7 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
   } else {
     ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
   }
-  up_.bwd(e, pass, dxn, g.dh, xn);
+  up_.bwd(e, pass, dxn, g.dh, xn, xn_low);
 }
 
 }  // namespace gf

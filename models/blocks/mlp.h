@@ -39,10 +39,11 @@ class MlpBlock {
   int64_t width() const { return Fl_; }
   int64_t up_width() const { return spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl_ : Fl_; }
 
-  void fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const;
+  // xn_low: xn's bf16 copy where the layer keeps the norm's output only so (xn is then null), else null.
+  void fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const void* xn_low = nullptr) const;
   void activation_fwd(const BlockEnv& e, const Acts& a) const;  // selective recompute
   void bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dout, const float* xn, const Acts& a,
-           const Grads& g) const;
+           const Grads& g, const void* xn_low = nullptr) const;
 
  private:
   TransformerSpec spec_;

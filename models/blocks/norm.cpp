@@ -22,6 +22,13 @@ void NormBlock::fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, 
     ops::rmsnorm_fwd(y, a.rstd, x, e.w(w_), rows, dim_, eps_);
 }
 
+void NormBlock::fwd_bf16(const BlockEnv& e, bf16* y, const Acts& a, const float* x, int64_t rows) const {
+  if (kind_ == NormKind::kLayerNorm)
+    ops::layernorm_fwd_bf16(y, {a.mean, a.rstd}, x, e.w(w_), e.w(b_), rows, dim_, eps_);
+  else
+    ops::rmsnorm_fwd_bf16(y, a.rstd, x, e.w(w_), rows, dim_, eps_);
+}
+
 void NormBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const Acts& a,
                     int64_t rows) const {
   if (kind_ == NormKind::kLayerNorm) {

@@ -22,6 +22,9 @@ class NormBlock {
   void bind(const Placement& t, const std::string& weight, const std::string& bias);
 
   void fwd(const BlockEnv& e, float* y, const Acts& a, const float* x, int64_t rows) const;
+  // y written as its bf16 rounding alone (ops::layernorm_fwd_bf16 / rmsnorm_fwd_bf16): the output a bf16
+  // step keeps when only bf16 products read it (TransformerLayer::ln1_keeps_bf16).
+  void fwd_bf16(const BlockEnv& e, bf16* y, const Acts& a, const float* x, int64_t rows) const;
   // dx += d(input) (kBoth, kInput); dw, db += (kBoth, kWeight).
   void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const Acts& a,
            int64_t rows) const;

@@ -11,6 +11,19 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+// A kept norm output as the products take it: the fp32 buffer, or (low) the buffer holding its bf16 copy alone.
+struct NormOut {
+  const float* f32 = nullptr;
+  const void* low = nullptr;
+  NormOut(const float* buf, bool is_low) : f32(is_low ? nullptr : buf), low(is_low ? buf : nullptr) {}
+};
+
+void norm_fwd(const NormBlock& n, const BlockEnv& e, float* y, const NormBlock::Acts& a, const float* x, int64_t rows,
+              bool low) {
+  if (low) n.fwd_bf16(e, reinterpret_cast<bf16*>(y), a, x, rows);
+  else n.fwd(e, y, a, x, rows);
+}
+
 }  // namespace
 
 TransformerLayer::TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer,
@@ -46,14 +59,15 @@ void TransformerLayer::bind(const Placement& t, const NameMap& names) {
 
 void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a, const std::function<void()>* between) const {
   const int64_t Nl = e.Nl, C = spec_.hidden;
-  norm1_.fwd(e, a.ln1, a.n1, x, Nl);
-  attn_.fwd(e, layer_, a.res2, a.ln1, a.attn);
+  const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
+  norm_fwd(norm1_, e, a.ln1, a.n1, x, Nl, in1.low != nullptr);
+  attn_.fwd(e, layer_, a.res2, in1.f32, a.attn, in1.low);
   e.dropout_rows(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   add_inplace(a.res2, x, Nl * C);
   if (between) (*between)();
-  norm2_.fwd(e, a.ln2, a.n2, a.res2, Nl);
+  norm_fwd(norm2_, e, a.ln2, a.n2, a.res2, Nl, in2.low != nullptr);
   if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
-  else mlp_.fwd(e, a.out, a.ln2, a.mlp);
+  else mlp_.fwd(e, a.out, in2.f32, a.mlp, in2.low);
   e.dropout_rows(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   add_inplace(a.out, a.res2, Nl * C);
 }
@@ -61,12 +75,13 @@ void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a, con
 void TransformerLayer::fwd_cached(const BlockEnv& e, const float* x, const Acts& a, const KvCache& kv,
                                   const RowPositions& rp) const {
   const int64_t N = e.N, C = spec_.hidden;
-  norm1_.fwd(e, a.ln1, a.n1, x, N);
-  attn_.fwd_cached(e, a.res2, a.ln1, a.attn, kv, rp);
+  const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
+  norm_fwd(norm1_, e, a.ln1, a.n1, x, N, in1.low != nullptr);
+  attn_.fwd_cached(e, a.res2, in1.f32, a.attn, kv, rp, in1.low);
   add_inplace(a.res2, x, N * C);
-  norm2_.fwd(e, a.ln2, a.n2, a.res2, N);
+  norm_fwd(norm2_, e, a.ln2, a.n2, a.res2, N, in2.low != nullptr);
   if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
-  else mlp_.fwd(e, a.out, a.ln2, a.mlp);
+  else mlp_.fwd(e, a.out, in2.f32, a.mlp, in2.low);
   add_inplace(a.out, a.res2, N * C);
 }
 
@@ -84,12 +99,13 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
 void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g,
                            const std::function<void()>* between) const {
   const int64_t Nl = e.Nl, C = spec_.hidden;
+  const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
   // An MoE block has no passes apart: its whole backward (the experts' and router's weight
   // gradients too) runs in the input pass, and the weight pass skips it.
   if (pass == BwdPass::kWeight) {
-    if (!is_moe()) mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+    if (!is_moe()) mlp_.bwd(e, pass, nullptr, g.dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
     norm2_.bwd(e, pass, nullptr, g.dln2, a.res2, a.n2, Nl);
-    attn_.bwd(e, pass, layer_, nullptr, g.dout_attn, a.ln1, a.attn, g.attn);
+    attn_.bwd(e, pass, layer_, nullptr, g.dout_attn, in1.f32, a.attn, g.attn, in1.low);
     norm1_.bwd(e, pass, nullptr, g.dln1, x, a.n1, Nl);
     return;
   }
@@ -97,13 +113,13 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
   parallel_copy(g.dout_mlp, g.dres, Nl * C);
   e.dropout_rows(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
-  else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, a.ln2, a.mlp, g.mlp);
+  else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   if (between) (*between)();
   // Attention: res2 = x + dropout(attention(norm1(x)))
   parallel_copy(g.dout_attn, g.dres, Nl * C);
   e.dropout_rows(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
-  attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, a.ln1, a.attn, g.attn);
+  attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, in1.f32, a.attn, g.attn, in1.low);
   norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);
 }
 

@@ -22,6 +22,7 @@ class TransformerLayer {
  public:
   struct Acts {
     NormBlock::Acts n1, n2;
+    // ln1, ln2: the norms' outputs; bf16 alone where only bf16 products read them (ln1_keeps_bf16, ln2_keeps_bf16).
     float *ln1 = nullptr, *res2 = nullptr, *ln2 = nullptr, *out = nullptr;
     AttentionBlock::Acts attn;
     MlpBlock::Acts mlp;
@@ -43,6 +44,12 @@ class TransformerLayer {
   TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer, const ops::RopeTable<float>* rope,
                    const ops::FlashWorkspace<float>* flash, int ep_size = 1, int64_t rows = 0);
   bool is_moe() const { return spec_.moe.is_moe(layer_); }
+  // Under bf16 compute a norm output that only bf16 products read is kept as its bf16 rounding alone, as
+  // autocast keeps the bf16 cast a linear layer saves: ln1 (the q|k|v projection's input) always, ln2 in a
+  // dense layer (an MoE layer's router reads ln2 in fp32). The bits are the same: each product rounded
+  // the fp32 output to bf16 itself before.
+  static bool ln1_keeps_bf16(ComputeDtype d) { return MlpBlock::keeps_bf16(d); }
+  bool ln2_keeps_bf16(ComputeDtype d) const { return MlpBlock::keeps_bf16(d) && !is_moe(); }
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return norm1_.first_offset(); }

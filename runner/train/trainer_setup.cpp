@@ -238,12 +238,15 @@ void Trainer::log_setup() const {
                    : std::string("; no recompute"));
   if (L.low_precision())
     spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
-                 "AdamW, LayerNorm and softmax in float32; a {} copy of the weights ({}) is {}; "
+                 "AdamW, the norms' statistics and softmax in float32; a {} copy of the weights ({}) is {}; "
                  "loss scale {}",
                  compute_dtype_name(L.compute),
                  L.compute == ComputeDtype::kBFloat16 ? gemm_bf16_backend_info()
                                                : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
-                 L.compute == ComputeDtype::kBFloat16 ? "attention reads bf16 q, k, v" : "activations rounded to fp16 values",
+                 L.compute == ComputeDtype::kBFloat16
+                     ? "attention reads bf16 q, k, v; the norms' outputs that feed products and the MLP's up product "
+                       "and activation are kept in bf16"
+                     : "activations rounded to fp16 values",
                  compute_dtype_name(L.compute), human_bytes(static_cast<double>(model_->weight_copy_bytes())),
                  optimizer_updates_every_weight() ? "written by AdamW's update"
                      : "converted from the gathered weights before each forward (ZeRO)",

@@ -1,11 +1,13 @@
 // A bf16 step keeps the MLP's up product and activation in bf16 only, as PyTorch's autocast does
 // (MlpBlock::keeps_bf16): the activation is computed in fp32 from the widened bf16 up product and
 // written rounded, its backward reads the same widened values, and the down projection's products
-// read the kept activation instead of rounding an fp32 copy per call. Each must give the bits the
-// fp32 arithmetic on those values gives.
+// read the kept activation instead of rounding an fp32 copy per call. The norms' outputs that only bf16
+// products read are kept the same way (TransformerLayer::ln1_keeps_bf16): the norm writes its fp32 output
+// rounded. Each must give the bits the fp32 arithmetic on those values gives.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -14,7 +16,9 @@
 #include "core/math/aligned_buffer.h"
 #include "core/math/mixed_precision.h"
 #include "core/ops/activation.h"
+#include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
+#include "core/ops/rmsnorm.h"
 #include "core/ops/swiglu.h"
 #include "models/arch/gpt2.h"
 
@@ -126,6 +130,47 @@ TEST(Bf16Activation, FromBf16InputsTheyAreTheFp32OpsOnTheWidenedValues) {
   EXPECT_EQ(std::memcmp(dgu32.data(), dgu16.data(), dgu32.size() * sizeof(float)), 0) << "swiglu backward";
 }
 
+// LayerNorm and RMSNorm with a bf16 output write the rounding of their fp32 output, and the same statistics,
+// on the model's widths and odd ones, with rows of large and of tiny values (where rounding to bf16 meets
+// subnormals and the +-Inf of an overflow).
+TEST(Bf16Activation, NormsWriteTheirFp32OutputRounded) {
+  for (const int64_t dim : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{100}, int64_t{768}, int64_t{1031}}) {
+    const int64_t rows = 37;
+    std::vector<float> x = normal_values(rows * dim, 1.0f, 31 + static_cast<uint64_t>(dim));
+    for (int64_t i = 0; i < dim; ++i) {
+      x[static_cast<size_t>(i)] *= 3e4f;           // row 0: large values
+      x[static_cast<size_t>(dim + i)] *= 1e-30f;  // row 1: tiny values
+    }
+    std::vector<float> w = normal_values(dim, 1.0f, 41), b = normal_values(dim, 0.5f, 42);
+    if (dim > 3) {
+      w[0] = 3e38f;     // an output that overflows to +-Inf
+      w[1] = 1e-39f;    // subnormal outputs
+      b[1] = 0.0f;
+    }
+    const std::string what = "dim " + std::to_string(dim);
+    std::vector<float> y(static_cast<size_t>(rows * dim)), mean(rows), rstd(rows), mean2(rows), rstd2(rows);
+    std::vector<bf16> y16(y.size());
+    ops::layernorm_fwd<float>(y.data(), {mean.data(), rstd.data()}, x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+    ops::layernorm_fwd_bf16(y16.data(), {mean2.data(), rstd2.data()}, x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+    EXPECT_EQ(bits(y16.data(), rows * dim), rounded_bits(y.data(), rows * dim)) << what << ": layernorm";
+    EXPECT_EQ(mean, mean2) << what;
+    EXPECT_EQ(rstd, rstd2) << what;
+    ops::rmsnorm_fwd<float>(y.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    ops::rmsnorm_fwd_bf16(y16.data(), rstd2.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    EXPECT_EQ(bits(y16.data(), rows * dim), rounded_bits(y.data(), rows * dim)) << what << ": rmsnorm";
+    EXPECT_EQ(rstd, rstd2) << what;
+    if (dim > 3) {  // the cases are covered: some output of column 0 overflows, some of column 1 is subnormal
+      int inf = 0, subnormal = 0;
+      for (int64_t row = 0; row < rows; ++row) {
+        inf += std::isinf(y[static_cast<size_t>(row * dim)]);
+        subnormal += std::fpclassify(y[static_cast<size_t>(row * dim + 1)]) == FP_SUBNORMAL;
+      }
+      EXPECT_GT(inf, 0) << what;
+      EXPECT_GT(subnormal, 0) << what;
+    }
+  }
+}
+
 // The down projection with its input given as the kept bf16 copy (x null) against the same layer
 // rounding the fp32 input per call: forward, the fused backward and the weight pass, in both weight
 // layouts, with and without a bias.
@@ -167,11 +212,11 @@ TEST(Bf16Activation, ALinearReadingAKeptBf16InputGivesTheSameBits) {
   }
 }
 
-// The plan holds each layer's up product and activation at 2 bytes an element under bf16: a bf16
-// model's activations are an fp32 one's less half of every layer's two N x ffn buffers, plus the bf16
-// copy of the logits' gradient that only low-precision steps take (each buffer padded to 16 floats,
-// BufferPlan). oneDNN writes the up product in bf16 itself: no fp32 buffer holds it.
-TEST(Bf16Activation, ThePlanKeepsTheMlpBuffersAtTwoBytesAnElement) {
+// The plan holds each layer's up product and activation, and its two norm outputs, at 2 bytes an element
+// under bf16: a bf16 model's activations are an fp32 one's less half of every layer's two N x ffn and two
+// N x C buffers, plus the bf16 copy of the logits' gradient that only low-precision steps take (each buffer
+// padded to 16 floats, BufferPlan). oneDNN writes the up product in bf16 itself: no fp32 buffer holds it.
+TEST(Bf16Activation, ThePlanKeepsTheMlpAndNormBuffersAtTwoBytesAnElement) {
   ModelConfig c;
   c.vocab_size = 97;
   c.seq_length = 24;
@@ -185,7 +230,9 @@ TEST(Bf16Activation, ThePlanKeepsTheMlpBuffersAtTwoBytesAnElement) {
   bf.compute = ComputeDtype::kBFloat16;
   GPT2LMHeadModel f32(c, ModelLayout{}, B, ctx), b16(c, bf, B, ctx);
   auto pad = [](int64_t floats) { return (floats + 15) / 16 * 16; };
-  const int64_t kept_saved = 2 * c.num_layers * (pad(N * F) - pad((N * F + 1) / 2)) * 4;
+  const int64_t C = c.hidden_size;
+  const int64_t kept_saved = 2 * c.num_layers * (pad(N * F) - pad((N * F + 1) / 2)) * 4 +
+                             2 * c.num_layers * (pad(N * C) - pad((N * C + 1) / 2)) * 4;
   const int64_t dlogits_low = pad((N * f32.logits_ld() * 2 + 3) / 4) * 4;
   EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), kept_saved - dlogits_low);
 }

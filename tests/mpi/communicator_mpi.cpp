@@ -74,6 +74,27 @@ TEST_P(Modes, ReduceScatterThenAllgatherIsAllreduce) {
   EXPECT_EQ(a, b);
 }
 
+// 16-bit values (a bf16 activation under sequence parallelism) are moved bit for bit, NaN patterns
+// included, and the ring sends (p - 1) / p of the buffer at 2 bytes an element.
+TEST_P(Modes, AllgatherMovesSixteenBitValuesBitForBit) {
+  Communicator world = make_world();
+  const int p = world.size();
+  for (int64_t n : {1, 3, 960 * 7, 4099}) {
+    auto expected = [](int64_t i) { return static_cast<uint16_t>((i * 40503u + 0x7f81u) & 0xffffu); };  // NaNs among them
+    std::vector<uint16_t> x(static_cast<size_t>(n), 0);
+    const int64_t lo = shard_begin(n, p, world.rank()), hi = shard_begin(n, p, world.rank() + 1);
+    for (int64_t i = lo; i < hi; ++i) x[static_cast<size_t>(i)] = expected(i);
+    world.reset_stats();
+    world.allgather(x.data(), n);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += x[static_cast<size_t>(i)] != expected(i);
+    EXPECT_EQ(wrong, 0) << "n " << n;
+    if (!GetParam() && n % p == 0) {
+      EXPECT_EQ(world.stats().bytes_sent, (p - 1) * n / p * 2) << "n " << n;
+    }
+  }
+}
+
 TEST_P(Modes, BackgroundAllreducesWithTags) {
   Communicator world = make_world();
   const int64_t n1 = 5000, n2 = 77;

@@ -61,6 +61,9 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
   d.h_floats = MlpBlock::act_floats(layout.compute, d.N * d.up_width);
   d.ln_floats = MlpBlock::act_floats(layout.compute, d.Nl * s.hidden);
+  d.rope = s.rope;
+  d.qkv_bf16 = AttentionBlock::keeps_qkv_bf16(s.flash, layout.compute, d.cp > 1);
+  d.qkv_floats = d.qkv_bf16 ? (d.N * d.qkv_width + 1) / 2 : d.N * d.qkv_width;
   d.layer_norm = s.norm == NormKind::kLayerNorm;
   const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
@@ -168,7 +171,7 @@ struct TransformerLM::LayoutBuilder {
     TransformerLayer::Acts a;
     a.ln1 = p.take(n + ".ln1", d.ln_floats);
     a.n1 = norm_acts(n + ".norm1");
-    a.attn.qkv = p.take(n + ".qkv", N * d.qkv_width);
+    a.attn.qkv = p.take(n + ".qkv", d.qkv_floats);
     a.attn.y = p.take(n + ".attn_y", N * d.attn_width);
     a.res2 = p.take(n + ".res2", Nl * C);
     a.ln2 = p.take(n + ".ln2", ln2_low ? d.ln_floats : Nl * C);

@@ -164,6 +164,10 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   cp_ints_ = b.cp_ints;
   partial_ = b.partial;
   dfull_ = b.dfull;
+  // RoPE's fp32 q|k|v before a layer keeps it in bf16: the backward's shared q|k|v gradient scratch, which
+  // holds nothing between one layer's backward and the next (a layer's weight pass run apart reads its
+  // stashed copy), so nothing is live in it while any layer's forward runs, a full recompute's included.
+  if (d.qkv_bf16 && d.rope) qkv_rope_ = b.scratch.attn.dqkv;
   if (d.flash) {
     flash_ws_.threads = omp_get_max_threads();
     flash_ws_.data = b.flash;
@@ -192,6 +196,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.gather = gather_;
   e.partial = partial_;
   e.dfull = dfull_;
+  e.qkv_rope = qkv_rope_;
   e.info = s.info;
   if (cfg_.documents.reset_position_ids || cp_.on()) e.positions = s.positions;
   if (cfg_.documents.reset_attention_mask || cfg_.sliding_window > 0) e.key_lo = s.key_lo;

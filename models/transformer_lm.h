@@ -69,6 +69,10 @@ struct StageDims {
   // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
   int64_t h_floats = 0, act_floats = 0;
   int64_t ln_floats = 0;  // a kept norm output that bf16 products alone read (TransformerLayer::ln1_keeps_bf16)
+  // The attention's kept q|k|v: bf16 alone for the fused core under bf16 compute (AttentionBlock::keeps_qkv_bf16),
+  // RoPE then working in the backward's q|k|v gradient scratch (BlockEnv::qkv_rope).
+  bool qkv_bf16 = false, rope = false;
+  int64_t qkv_floats = 0;
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)
   bool layer_norm = true;
@@ -243,6 +247,7 @@ class TransformerLM : public CausalLM {
   std::vector<Slot> slots_;
   TransformerLayer::Grads scratch_;
   float *gather_ = nullptr, *partial_ = nullptr, *dfull_ = nullptr;
+  float* qkv_rope_ = nullptr;
   std::function<void()> progress_;
   bool check_finite_ = false;
   std::string first_nonfinite_;

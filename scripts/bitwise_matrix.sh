@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The refactor check: 20 steps of the tiny GPT-2 (dropout on), Llama and Mixtral configs (clipping on)
 # in fp32 and bf16, on 1 rank and at dp2, dp2 with 2 accumulated micro-batches, mp2+sp, pp2 (1F1B and ZB-H1),
-# the fused attention at T 160 on 2 threads (causal, and over packed documents) and, for Mixtral, ep2; each
+# the fused attention at T 160 on 2 threads (causal, and over packed documents) and at mp2+sp, and, for
+# Mixtral, ep2; each
 # run's metrics.jsonl and gathered final weights (--save-weights) under OUT/<model>_<dtype>_<layout>/.
 #   bash scripts/bitwise_matrix.sh BIN OUT            # runs the matrix with BIN (build/bin/gridformer)
 #   bash scripts/bitwise_matrix.sh --compare A B      # every run of A against B: losses, gradient
@@ -86,6 +87,11 @@ for model in gpt2:configs/gpt2/run_gpt2_tiny.yaml llama:configs/llama/run_llama_
     OMP_NUM_THREADS=2 run "${p}_flash_docs" "$cfg" 1 "${D[@]}" --set runner_config.batch_size=2 \
       --set model.model_config.seq_length=160 --set model.model_config.use_flash_attention=True \
       --set train_dataset.data_loader.reset_attention_mask=True --set train_dataset.data_loader.eod_token_id=50256
+    # ... and split over two tensor-parallel ranks with sequence parallelism (the bf16 step gathers its kept
+    # bf16 norm outputs; the fused core's q|k|v is kept in bf16)
+    run "${p}_flash_mp2sp" "$cfg" 2 "${D[@]}" --set runner_config.batch_size=2 \
+      --set model.model_config.seq_length=160 --set model.model_config.use_flash_attention=True \
+      --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
   done
 done
 echo "matrix written to $OUT"

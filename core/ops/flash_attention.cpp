@@ -74,10 +74,10 @@ struct HeadView {
   P q, k, v;
   int64_t ld;
   HeadView(P qkv, const AttentionShape& s, int64_t b, int64_t h)
-      : q(qkv + b * s.seq * (s.heads + 2 * s.kv()) * s.head_dim + h * s.head_dim),
-        k(q - h * s.head_dim + (s.heads + h / (s.heads / s.kv())) * s.head_dim),
-        v(k + s.kv() * s.head_dim),
-        ld((s.heads + 2 * s.kv()) * s.head_dim) {}
+      : q(qkv ? qkv + b * s.seq * (s.heads + 2 * s.kv()) * s.head_dim + h * s.head_dim : nullptr),
+        k(qkv ? q - h * s.head_dim + (s.heads + h / (s.heads / s.kv())) * s.head_dim : nullptr),
+        v(qkv ? k + s.kv() * s.head_dim : nullptr),
+        ld((s.heads + 2 * s.kv()) * s.head_dim) {}  // null qkv (q|k|v given in bf16): the head-major copy only
 };
 
 // Keys visible to query row i in the key tile starting at j0 (causal: keys 0..i), clamped to [0, bc].
@@ -158,6 +158,17 @@ void to_head_major(bf16* dst, const float* src, int64_t B, int64_t T, int64_t he
   }
 }
 
+// The same from q|k|v kept in bf16 (the layers' kept copy): a permutation of the same bf16 values.
+void to_head_major(bf16* dst, const bf16* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
+  GF_OP_SPAN("convert", "attention operands to head-major");
+#pragma omp parallel for schedule(static) if (parallel_worth(B * T * heads * D))
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t h = 0; h < heads; ++h)
+      std::copy_n(src + bt * ld + h * D, D, dst + ((b * heads + h) * T + t) * D);
+  }
+}
+
 // Head (b, h)'s view of the head-major copies (qkvh: q, k, v heads; dyh: the query heads' dy, or null)
 // and this thread's tile buffers.
 HeadBf16 head_bf16(const bf16* qkvh, const bf16* dyh, const AttentionShape& s, int64_t b, int64_t h, bf16* p_tile,
@@ -202,8 +213,9 @@ struct Bf16Scratch {
   bf16* p_tile() const { return planned ? reinterpret_cast<bf16*>(mine()) : scratch<bf16>(static_cast<size_t>(2 * tile), 2); }
   bf16* ds_tile() const { return planned ? reinterpret_cast<bf16*>(mine() + tile) : scratch<bf16>(static_cast<size_t>(2 * tile), 3); }
   float* dense_grads() const { return planned ? mine() + 2 * tile : scratch<float>(static_cast<size_t>(dense), 3); }
-  // The call's q, k, v rounded into the head-major bf16 copy (HeadBf16).
-  const bf16* round_qkv(const float* qkv, const AttentionShape& s) const {
+  // The call's q, k, v rounded (or, given in bf16, copied) into the head-major bf16 copy (HeadBf16).
+  template <typename Q>
+  const bf16* round_qkv(const Q* qkv, const AttentionShape& s) const {
     const int64_t all = s.heads + 2 * s.kv();
     bf16* h = qkv_copy();
     to_head_major(h, qkv, s.batch, s.seq, all, s.head_dim, all * s.head_dim);
@@ -387,9 +399,12 @@ int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
   return round_up(used_per_thread(s, tiles), kAlign) + kAlign;  // + room to align the slice
 }
 
+namespace {
+
+// The forward, q|k|v given as S (qkv) or, under bf16 products, kept in bf16 (qkv16; qkv is then null).
 template <typename S>
-void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, const DropoutKey& drop,
-                         const FlashWorkspace<S>& ws) {
+void fwd_impl(S* y, S* lse, const S* qkv, const bf16* qkv16, const AttentionShape& s, const DropoutKey& drop,
+              const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention fwd");
   refuse_grouped_query(s);
   const Ctx<S> c = make_ctx<S>(s, drop, ws);
@@ -401,7 +416,7 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
       bs.use(ws, team_size(ws));
-      qkvh = bs.round_qkv(qkv, s);
+      qkvh = qkv16 ? bs.round_qkv(qkv16, s) : bs.round_qkv(qkv, s);
     }
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
@@ -422,8 +437,8 @@ void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, co
 }
 
 template <typename S>
-void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S* lse, const AttentionShape& s,
-                         const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+void bwd_impl(S* dqkv, const S* dy, const S* qkv, const bf16* qkv16, const S* y, const S* lse, const AttentionShape& s,
+              const DropoutKey& drop, const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention bwd");
   refuse_grouped_query(s);
   const Ctx<S> c = make_ctx<S>(s, drop, ws);
@@ -434,7 +449,7 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
   if constexpr (std::is_same_v<S, float>)
     if (c.bf16) {
       bs.use(ws, team_size(ws));
-      qkvh = bs.round_qkv(qkv, s);
+      qkvh = qkv16 ? bs.round_qkv(qkv16, s) : bs.round_qkv(qkv, s);
       bf16* g = bs.dy_copy();
       to_head_major(g, dy, s.batch, T, H, s.head_dim, C);
       dyh = g;
@@ -473,6 +488,37 @@ void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S
       }
     }
   }
+}
+
+// bf16 q|k|v: the bf16 products' path alone (its only reader of q|k|v is the head-major copy).
+void refuse_without_bf16_products(bool on, const char* what) {
+  if (!on) throw std::invalid_argument(std::string("flash attention ") + what + ": bf16 q|k|v needs bf16 products");
+}
+
+}  // namespace
+
+template <typename S>
+void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, const DropoutKey& drop,
+                         const FlashWorkspace<S>& ws) {
+  fwd_impl<S>(y, lse, qkv, nullptr, s, drop, ws);
+}
+
+void flash_attention_fwd(float* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
+                         const FlashWorkspace<float>& ws) {
+  refuse_without_bf16_products(ws.bf16_products, "forward");
+  fwd_impl<float>(y, lse, nullptr, qkv, s, drop, ws);
+}
+
+template <typename S>
+void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S* lse, const AttentionShape& s,
+                         const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+  bwd_impl<S>(dqkv, dy, qkv, nullptr, y, lse, s, drop, ws);
+}
+
+void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const float* y, const float* lse,
+                         const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<float>& ws) {
+  refuse_without_bf16_products(ws.bf16_products, "backward");
+  bwd_impl<float>(dqkv, dy, nullptr, qkv, y, lse, s, drop, ws);
 }
 
 template void flash_attention_fwd<float>(float*, float*, const float*, const AttentionShape&, const DropoutKey&,

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/math/gemm_bf16.h"
 #include "core/ops/attention.h"
 #include "core/ops/dropout.h"
 
@@ -74,5 +75,14 @@ void flash_attention_fwd(T* y, T* lse, const T* qkv, const AttentionShape& s, co
 template <typename T>
 void flash_attention_bwd(T* dqkv, const T* dy, const T* qkv, const T* y, const T* lse, const AttentionShape& s,
                          const DropoutKey& drop, const FlashWorkspace<T>& ws);
+
+// The same with q|k|v kept in bf16 (a bf16 step's layers keep the fused core's input so: its bf16
+// products only ever read the rounded values), under ws.bf16_products only (std::invalid_argument
+// otherwise): the head-major copy is a permutation of these values, so the results are the bits of
+// the float entries given the same values as floats.
+void flash_attention_fwd(float* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
+                         const FlashWorkspace<float>& ws);
+void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const float* y, const float* lse,
+                         const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<float>& ws);
 
 }  // namespace gf::ops

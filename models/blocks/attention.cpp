@@ -113,14 +113,22 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
   // sequence of this rank's heads (parallel/context_parallel.h).
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
-  float* qkv = ulysses ? e.cps.local : a.qkv;
-  qkv_.fwd(e, qkv, xn, xn_low);
-  if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
-  else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
-  // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
-  // with its products accumulated and its softmax computed in fp32.
-  if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, qkv, e.N, W, W);
-  if (ulysses) {  // the core on the gathered rows of this rank's heads (hybrid_cp: the ring across the groups)
+  const bool low = keeps_qkv_bf16(e);
+  float* qkv = low ? e.qkv_rope : ulysses ? e.cps.local : a.qkv;
+  if (low && !rope_) {  // the projection writes the kept bf16 q|k|v itself (its fp32 accumulator rounded)
+    qkv_.fwd_low(e, a.qkv, xn, xn_low);
+  } else {
+    qkv_.fwd(e, qkv, xn, xn_low);
+    if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
+    else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
+    // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
+    // with its products accumulated and its softmax computed in fp32.
+    if (low) convert_to_bf16(reinterpret_cast<bf16*>(a.qkv), qkv, e.N, W, W);
+    else if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, qkv, e.N, W, W);
+  }
+  if (low) {
+    ops::flash_attention_fwd(a.y, a.lse, reinterpret_cast<const bf16*>(a.qkv), shape(e), probs_dropout(e, l), flash_ws(e));
+  } else if (ulysses) {  // the core on the gathered rows of this rank's heads (hybrid_cp: the ring across the groups)
     e.cp->seq_to_heads(qkv, a.qkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
     if (ring) e.cp->ring_fwd(a.qkv, W / e.cp->ulysses_size(), e.cps.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
     else core_fwd(e, l, a, e.cps.y);
@@ -231,6 +239,9 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   const int64_t W = qkv_width() / (ulysses ? e.cp->ulysses_size() : 1);  // a row of the core's q|k|v
   parallel_zero(dqkv, e.N * qkv_width());
   if (ring) e.cp->ring_bwd(dqkv, dy, a.qkv, W, y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
+  else if (keeps_qkv_bf16(e))
+    ops::flash_attention_bwd(dqkv, dy, reinterpret_cast<const bf16*>(a.qkv), y, a.lse, shape(e), probs_dropout(e, l),
+                             flash_ws(e));
   else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), flash_ws(e));
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
   if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);

@@ -42,6 +42,10 @@ struct BlockEnv {
   // Tensor-parallel scratch [N, widest row] (null on one rank): gathered rows, partial sums, the
   // full-row input gradient of a column-parallel layer under SP.
   float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
+  // [N, q|k|v width]: where RoPE rotates q and k in fp32 before they are rounded into a layer's kept bf16
+  // q|k|v (AttentionBlock::keeps_qkv_bf16; the backward's q|k|v gradient scratch, dead during a forward);
+  // null where no layer keeps it so.
+  float* qkv_rope = nullptr;
   StepInfo info;
   // Documents packed into a sample (ModelConfig::documents): each of the N rows' position (learned
   // table and RoPE) and first visible key (the attention mask); null: row % T and 0.

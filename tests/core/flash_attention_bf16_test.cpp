@@ -25,6 +25,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/math/gemm_bf16.h"
@@ -258,6 +260,59 @@ TEST(FlashAttentionBf16, PlannedScratchGivesTheSameResults) {
   const Out fallback = run(short_area.data(), need - 1);
   EXPECT_TRUE(untouched(short_area));
   EXPECT_EQ(fallback.dqkv, ref.dqkv);
+}
+
+// q|k|v given in bf16 (as a bf16 step's layers keep it) gives the bits of the float entry given the same
+// values as floats: grouped heads, two batch rows, dropout, packed documents, a non-zero dqkv on entry, on
+// the planned scratch and on gf::scratch; and without bf16 products the bf16 entry refuses.
+TEST(FlashAttentionBf16, QkvKeptInBf16GivesTheBitsOfTheSameValuesAsFloats) {
+  if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN: gemm_bf16 is the fp32 gemm";
+  const int64_t B = 2, T = 150, H = 4, KV = 2, D = 64, C = H * D, W = C + 2 * KV * D;
+  std::mt19937 gen(19);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv(static_cast<size_t>(B * T * W)), dy(static_cast<size_t>(B * T * C)),
+      dqkv0(static_cast<size_t>(B * T * W));
+  for (float& x : qkv) x = to_bf16(nd(gen));
+  for (float& x : dy) x = 0.01f * nd(gen);
+  for (float& x : dqkv0) x = 0.1f * nd(gen);
+  std::vector<bf16> qkv16(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) qkv16[i] = float_to_bf16(qkv[i]);
+  std::vector<int32_t> key_lo(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) key_lo[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(t < 61 + b ? 0 : 61 + b);
+  const FlashTiles tiles{32, 48};
+  const int threads = omp_get_max_threads();
+  std::vector<float> work(static_cast<size_t>(threads * flash_workspace_per_thread({B, T, H, D}, tiles)));
+  for (const bool docs : {false, true})
+    for (const bool planned : {false, true}) {
+      AttentionShape s{B, T, H, D};
+      s.kv_heads = KV;
+      if (docs) s.key_lo = key_lo.data();
+      const DropoutKey drop{0.1f, 5, 7};
+      std::vector<float> area(static_cast<size_t>(flash_bf16_scratch_floats(s, tiles, threads)));
+      FlashWorkspace<float> ws{work.data(), threads, tiles, true};
+      if (planned) {
+        ws.bf16_scratch = area.data();
+        ws.bf16_scratch_floats = static_cast<int64_t>(area.size());
+      }
+      const std::string what = std::string(docs ? "packed documents" : "causal") + (planned ? ", planned" : "");
+      std::vector<float> y_a(static_cast<size_t>(B * T * C)), y_b(y_a.size()), lse_a(static_cast<size_t>(B * H * T)),
+          lse_b(lse_a.size()), dqkv_a = dqkv0, dqkv_b = dqkv0;
+      flash_attention_fwd(y_a.data(), lse_a.data(), qkv.data(), s, drop, ws);
+      flash_attention_fwd(y_b.data(), lse_b.data(), qkv16.data(), s, drop, ws);
+      EXPECT_EQ(y_a, y_b) << what;
+      EXPECT_EQ(lse_a, lse_b) << what;
+      flash_attention_bwd(dqkv_a.data(), dy.data(), qkv.data(), y_a.data(), lse_a.data(), s, drop, ws);
+      flash_attention_bwd(dqkv_b.data(), dy.data(), qkv16.data(), y_a.data(), lse_a.data(), s, drop, ws);
+      EXPECT_EQ(dqkv_a, dqkv_b) << what;
+      EXPECT_NE(dqkv_a, dqkv0) << what;
+    }
+  FlashWorkspace<float> fp32_products{work.data(), threads, tiles, false};
+  std::vector<float> y(static_cast<size_t>(B * T * C)), lse(static_cast<size_t>(B * H * T));
+  AttentionShape s{B, T, H, D};
+  s.kv_heads = KV;
+  EXPECT_THROW(flash_attention_fwd(y.data(), lse.data(), qkv16.data(), s, DropoutKey{0.0f, 0, 0}, fp32_products),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "core/ops/flash_attention.h"
 #include "models/arch/gpt2.h"
+#include "models/arch/llama.h"
 
 namespace gf {
 namespace {
@@ -82,6 +83,32 @@ TEST(Gpt2FlashAttention, ActivationsDropTheProbabilities) {
   EXPECT_LT(ws, 80 * 1024 * omp_get_max_threads());  // two 64 x 128 float tiles and a little per thread
 }
 
+// A Llama (RoPE, grouped-query heads) keeps its fused core's q|k|v in bf16 too, rotating q and k in fp32 in
+// the backward's q|k|v gradient scratch before rounding them: no buffer is added for it.
+TEST(Gpt2FlashAttention, Bf16LlamaKeepsItsQkvInBf16RotatingInTheGradientScratch) {
+  ParallelContext ctx = ParallelContext::single();
+  ModelConfig c = cfg(false);
+  c.type = "LlamaConfig";
+  c.arch = "LlamaForCausalLM";
+  c.num_kv_heads = 2;
+  c.intermediate_size = 64;
+  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
+  ModelConfig cf = c;
+  cf.use_flash_attention = true;
+  ModelLayout bf;
+  bf.compute = ComputeDtype::kBFloat16;
+  LlamaForCausalLM unfused(c, bf, kB, ctx), flash(cf, bf, kB, ctx);
+  const int64_t D = c.head_dim(), W = (c.num_heads + 2 * c.num_kv_heads) * D, N = kB * kT;
+  const int64_t probs = 4 * c.num_layers * kB * c.num_heads * kT * kT, lse = 4 * c.num_layers * kB * c.num_heads * kT;
+  const ops::FlashTiles tiles = ops::flash_tiles(true);
+  ops::AttentionShape core{kB, kT, c.num_heads, D};
+  core.kv_heads = c.num_kv_heads;
+  const int64_t ws = 4 * omp_get_max_threads() * ops::flash_workspace_per_thread(core, tiles);
+  const int64_t bf16 = 4 * ops::flash_bf16_scratch_floats(core, tiles, omp_get_max_threads());
+  const int64_t qkv_half = 2 * c.num_layers * N * W;  // N W: a multiple of 16 floats here
+  EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16 + qkv_half);
+}
+
 // Under bf16 compute the fused core's bf16 scratch (head-major operand copies, per-thread P / dS tiles and
 // dense gradients) is a buffer of the plan as well, sized for the core's shape and the threads.
 TEST(Gpt2FlashAttention, Bf16PlansTheFusedCoresScratch) {
@@ -97,7 +124,9 @@ TEST(Gpt2FlashAttention, Bf16PlansTheFusedCoresScratch) {
   const int64_t bf16 = 4 * ops::flash_bf16_scratch_floats(core, tiles, omp_get_max_threads());
   // q|k|v and dy in bf16, and per thread two bf16 tiles and 3 T D floats
   EXPECT_GE(bf16, 2 * kB * kT * 4 * c.hidden_size + omp_get_max_threads() * (2 * 2 * tiles.rows * tiles.cols + 12 * kT * c.head_dim()));
-  EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16);
+  // and the fused core's q|k|v is kept in bf16 (AttentionBlock::keeps_qkv_bf16; N x 3C a layer, a multiple of 16 floats)
+  const int64_t qkv_half = 2 * c.num_layers * kB * kT * 3 * c.hidden_size;
+  EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16 + qkv_half);
 }
 
 }  // namespace

@@ -60,10 +60,12 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
   d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
   d.h_floats = MlpBlock::act_floats(layout.compute, d.N * d.up_width);
+  d.norm_bf16 = TransformerLayer::ln1_keeps_bf16(layout.compute);
   d.ln_floats = MlpBlock::act_floats(layout.compute, d.Nl * s.hidden);
   d.rope = s.rope;
-  d.qkv_bf16 = AttentionBlock::keeps_qkv_bf16(s.flash, layout.compute, d.cp > 1);
-  d.qkv_floats = d.qkv_bf16 ? (d.N * d.qkv_width + 1) / 2 : d.N * d.qkv_width;
+  d.core_bf16 = AttentionBlock::keeps_core_bf16(s.flash, layout.compute, d.cp > 1);
+  d.qkv_floats = d.core_bf16 ? (d.N * d.qkv_width + 1) / 2 : d.N * d.qkv_width;
+  d.attn_y_floats = d.core_bf16 ? (d.N * d.attn_width + 1) / 2 : d.N * d.attn_width;
   d.layer_norm = s.norm == NormKind::kLayerNorm;
   const bool vocab_parallel = layout.vocab_parallel();
   const int64_t Vp = cfg.padded_vocab(vocab_parallel ? tp : 1);
@@ -172,7 +174,7 @@ struct TransformerLM::LayoutBuilder {
     a.ln1 = p.take(n + ".ln1", d.ln_floats);
     a.n1 = norm_acts(n + ".norm1");
     a.attn.qkv = p.take(n + ".qkv", d.qkv_floats);
-    a.attn.y = p.take(n + ".attn_y", N * d.attn_width);
+    a.attn.y = p.take(n + ".attn_y", d.attn_y_floats);
     a.res2 = p.take(n + ".res2", Nl * C);
     a.ln2 = p.take(n + ".ln2", ln2_low ? d.ln_floats : Nl * C);
     a.n2 = norm_acts(n + ".norm2");
@@ -227,12 +229,12 @@ struct TransformerLM::LayoutBuilder {
     TransformerLayer::Acts a;
     if (mode == Recompute::kFull) {
       if (!have_shared) {
-        shared = full_set("recompute.full", d.any_dense, !d.any_moe && d.ln_floats < Nl * C);
+        shared = full_set("recompute.full", d.any_dense, d.norm_bf16 && !d.any_moe);
         have_shared = true;
       }
       a = shared;
     } else {
-      a = full_set(n, !d.moe.is_moe(l), !d.moe.is_moe(l) && d.ln_floats < Nl * C);
+      a = full_set(n, !d.moe.is_moe(l), d.norm_bf16 && !d.moe.is_moe(l));
     }
     if (d.moe.is_moe(l)) moe(a, n, mode);
     core(a, n, l, mode);

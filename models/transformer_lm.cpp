@@ -167,7 +167,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   // RoPE's fp32 q|k|v before a layer keeps it in bf16: the backward's shared q|k|v gradient scratch, which
   // holds nothing between one layer's backward and the next (a layer's weight pass run apart reads its
   // stashed copy), so nothing is live in it while any layer's forward runs, a full recompute's included.
-  if (d.qkv_bf16 && d.rope) qkv_rope_ = b.scratch.attn.dqkv;
+  if (d.core_bf16 && d.rope) qkv_rope_ = b.scratch.attn.dqkv;
   if (d.flash) {
     flash_ws_.threads = omp_get_max_threads();
     flash_ws_.data = b.flash;

@@ -68,11 +68,15 @@ struct StageDims {
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
   int64_t h_floats = 0, act_floats = 0;
-  int64_t ln_floats = 0;  // a kept norm output that bf16 products alone read (TransformerLayer::ln1_keeps_bf16)
-  // The attention's kept q|k|v: bf16 alone for the fused core under bf16 compute (AttentionBlock::keeps_qkv_bf16),
-  // RoPE then working in the backward's q|k|v gradient scratch (BlockEnv::qkv_rope).
-  bool qkv_bf16 = false, rope = false;
-  int64_t qkv_floats = 0;
+  // A kept norm output that bf16 products alone read: bf16 alone under bf16 compute (norm_bf16;
+  // TransformerLayer::ln1_keeps_bf16, and ln2 in a dense layer).
+  bool norm_bf16 = false;
+  int64_t ln_floats = 0;
+  // The attention's kept q|k|v and core output: bf16 alone for the fused core under bf16 compute
+  // (AttentionBlock::keeps_core_bf16), RoPE then working in the backward's q|k|v gradient scratch
+  // (BlockEnv::qkv_rope).
+  bool core_bf16 = false, rope = false;
+  int64_t qkv_floats = 0, attn_y_floats = 0;
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)
   bool layer_norm = true;

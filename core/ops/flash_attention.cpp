@@ -130,6 +130,10 @@ struct HeadBf16 {
   const bf16 *q = nullptr, *k = nullptr, *v = nullptr, *dy = nullptr;
   bf16 *p = nullptr, *ds = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // backward only
+  // y kept in bf16 alone (the layers' fused core under bf16 compute): this head's columns, row stride H D; the
+  // forward writes y_out rounded, the backward reads y_in for rowsum(dY * Y). Null: y in S.
+  bf16* y_out = nullptr;
+  const bf16* y_in = nullptr;
   bool on() const { return q != nullptr; }
 };
 
@@ -278,6 +282,12 @@ void fwd_query_tile(S* yh, S* lseh, const HeadView<const S*>& hv, int64_t i0, in
   }
   for (int64_t r = 0; r < br; ++r) {
     const S inv = S(1) / l[r];
+    if constexpr (std::is_same_v<S, float>)
+      if (hb.y_out) {
+        for (int64_t d = 0; d < D; ++d) hb.y_out[(i0 + r) * C + d] = float_to_bf16(o[r * D + d] * inv);
+        lseh[i0 + r] = m[r] + std::log(l[r]);
+        continue;
+      }
     for (int64_t d = 0; d < D; ++d) yh[(i0 + r) * C + d] = o[r * D + d] * inv;
     lseh[i0 + r] = m[r] + std::log(l[r]);
   }
@@ -340,6 +350,12 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
     const int64_t br = std::min(Br, T - i0), i_last = i0 + br - 1;
     for (int64_t r = 0; r < br; ++r) {
       S acc = 0;
+      if constexpr (std::is_same_v<S, float>)
+        if (hb.y_in) {
+          for (int64_t d = 0; d < D; ++d) acc += dyh[(i0 + r) * C + d] * bf16_to_float(hb.y_in[(i0 + r) * C + d]);
+          di[r] = acc;
+          continue;
+        }
       for (int64_t d = 0; d < D; ++d) acc += dyh[(i0 + r) * C + d] * yh[(i0 + r) * C + d];
       di[r] = acc;
     }
@@ -401,9 +417,10 @@ int64_t flash_workspace_per_thread(const AttentionShape& s, FlashTiles tiles) {
 
 namespace {
 
-// The forward, q|k|v given as S (qkv) or, under bf16 products, kept in bf16 (qkv16; qkv is then null).
+// The forward, q|k|v given as S (qkv) and y written as S (y), or under bf16 products both kept in bf16
+// (qkv16, y16; qkv and y are then null).
 template <typename S>
-void fwd_impl(S* y, S* lse, const S* qkv, const bf16* qkv16, const AttentionShape& s, const DropoutKey& drop,
+void fwd_impl(S* y, bf16* y16, S* lse, const S* qkv, const bf16* qkv16, const AttentionShape& s, const DropoutKey& drop,
               const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention fwd");
   refuse_grouped_query(s);
@@ -429,16 +446,18 @@ void fwd_impl(S* y, S* lse, const S* qkv, const bf16* qkv16, const AttentionShap
     for (int64_t it = 0; it < items; ++it) {
       const int64_t bh = it / nq, qt = nq - 1 - it % nq, b = bh / H, h = bh % H;
       const int64_t i0 = qt * c.t.rows;
-      fwd_query_tile(y + b * T * C + h * s.head_dim, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
+      HeadBf16 hb = head_bf16(qkvh, nullptr, s, b, h, p_tile, nullptr);
+      if (y16) hb.y_out = y16 + b * T * C + h * s.head_dim;
+      fwd_query_tile(y ? y + b * T * C + h * s.head_dim : nullptr, lse + bh * T, HeadView<const S*>(qkv, s, b, h), i0,
                      std::min(c.t.rows, T - i0), drop_base(s, b, h), s.key_lo ? s.key_lo + b * T + i0 : nullptr, c, w,
-                     head_bf16(qkvh, nullptr, s, b, h, p_tile, nullptr));
+                     hb);
     }
   }
 }
 
 template <typename S>
-void bwd_impl(S* dqkv, const S* dy, const S* qkv, const bf16* qkv16, const S* y, const S* lse, const AttentionShape& s,
-              const DropoutKey& drop, const FlashWorkspace<S>& ws) {
+void bwd_impl(S* dqkv, const S* dy, const S* qkv, const bf16* qkv16, const S* y, const bf16* y16, const S* lse,
+              const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<S>& ws) {
   GF_OP_SPAN("attention", "flash attention bwd");
   refuse_grouped_query(s);
   const Ctx<S> c = make_ctx<S>(s, drop, ws);
@@ -471,12 +490,13 @@ void bwd_impl(S* dqkv, const S* dy, const S* qkv, const bf16* qkv16, const S* y,
       for (int64_t h = bg % KV * G; h < (bg % KV + 1) * G; ++h) {
         const int64_t bh = b * H + h, off = b * T * C + h * D;
         HeadBf16 hb = head_bf16(qkvh, dyh, s, b, h, p_tile, ds_tile);
+        if (y16) hb.y_in = y16 + off;
         if (dense) {
           std::fill(dense, dense + T * D, 0.0f);
           hb.dq = dense, hb.dk = dense + T * D, hb.dv = dense + 2 * T * D;
         }
         const HeadView<S*> dh(dqkv, s, b, h);
-        bwd_head(dh, HeadView<const S*>(qkv, s, b, h), dy + off, y + off, lse + bh * T, drop_base(s, b, h),
+        bwd_head(dh, HeadView<const S*>(qkv, s, b, h), dy + off, y ? y + off : nullptr, lse + bh * T, drop_base(s, b, h),
                  s.key_lo ? s.key_lo + b * T : nullptr, c, w, hb);
         if constexpr (std::is_same_v<S, float>)
           if (dense) add_rows(dh.q, dh.ld, hb.dq, T, D);
@@ -490,9 +510,9 @@ void bwd_impl(S* dqkv, const S* dy, const S* qkv, const bf16* qkv16, const S* y,
   }
 }
 
-// bf16 q|k|v: the bf16 products' path alone (its only reader of q|k|v is the head-major copy).
+// bf16 q|k|v and y: the bf16 products' path alone (its only reader of q|k|v is the head-major copy).
 void refuse_without_bf16_products(bool on, const char* what) {
-  if (!on) throw std::invalid_argument(std::string("flash attention ") + what + ": bf16 q|k|v needs bf16 products");
+  if (!on) throw std::invalid_argument(std::string("flash attention ") + what + ": bf16 q|k|v and y need bf16 products");
 }
 
 }  // namespace
@@ -500,25 +520,25 @@ void refuse_without_bf16_products(bool on, const char* what) {
 template <typename S>
 void flash_attention_fwd(S* y, S* lse, const S* qkv, const AttentionShape& s, const DropoutKey& drop,
                          const FlashWorkspace<S>& ws) {
-  fwd_impl<S>(y, lse, qkv, nullptr, s, drop, ws);
+  fwd_impl<S>(y, nullptr, lse, qkv, nullptr, s, drop, ws);
 }
 
-void flash_attention_fwd(float* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
+void flash_attention_fwd(bf16* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
                          const FlashWorkspace<float>& ws) {
   refuse_without_bf16_products(ws.bf16_products, "forward");
-  fwd_impl<float>(y, lse, nullptr, qkv, s, drop, ws);
+  fwd_impl<float>(nullptr, y, lse, nullptr, qkv, s, drop, ws);
 }
 
 template <typename S>
 void flash_attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* y, const S* lse, const AttentionShape& s,
                          const DropoutKey& drop, const FlashWorkspace<S>& ws) {
-  bwd_impl<S>(dqkv, dy, qkv, nullptr, y, lse, s, drop, ws);
+  bwd_impl<S>(dqkv, dy, qkv, nullptr, y, nullptr, lse, s, drop, ws);
 }
 
-void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const float* y, const float* lse,
+void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const bf16* y, const float* lse,
                          const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<float>& ws) {
   refuse_without_bf16_products(ws.bf16_products, "backward");
-  bwd_impl<float>(dqkv, dy, nullptr, qkv, y, lse, s, drop, ws);
+  bwd_impl<float>(dqkv, dy, nullptr, qkv, nullptr, y, lse, s, drop, ws);
 }
 
 template void flash_attention_fwd<float>(float*, float*, const float*, const AttentionShape&, const DropoutKey&,

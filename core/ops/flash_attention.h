@@ -76,13 +76,14 @@ template <typename T>
 void flash_attention_bwd(T* dqkv, const T* dy, const T* qkv, const T* y, const T* lse, const AttentionShape& s,
                          const DropoutKey& drop, const FlashWorkspace<T>& ws);
 
-// The same with q|k|v kept in bf16 (a bf16 step's layers keep the fused core's input so: its bf16
-// products only ever read the rounded values), under ws.bf16_products only (std::invalid_argument
-// otherwise): the head-major copy is a permutation of these values, so the results are the bits of
-// the float entries given the same values as floats.
-void flash_attention_fwd(float* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
+// The same with q|k|v and y kept in bf16 alone, as a bf16 step's layers keep the fused core's input and
+// output (PyTorch's autocast keeps scaled_dot_product_attention's in bf16), under ws.bf16_products only
+// (std::invalid_argument otherwise). The head-major copy is a permutation of these q|k|v, y is the float
+// forward's y rounded (float_to_bf16), and the backward computes rowsum(dY * Y) from these y: the results
+// are the bits of the float entries given the same values as floats.
+void flash_attention_fwd(bf16* y, float* lse, const bf16* qkv, const AttentionShape& s, const DropoutKey& drop,
                          const FlashWorkspace<float>& ws);
-void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const float* y, const float* lse,
+void flash_attention_bwd(float* dqkv, const float* dy, const bf16* qkv, const bf16* y, const float* lse,
                          const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<float>& ws);
 
 }  // namespace gf::ops

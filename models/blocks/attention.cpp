@@ -113,7 +113,7 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   // Context parallel: q|k|v of this rank's rows first, then exchanged into a.qkv as the whole
   // sequence of this rank's heads (parallel/context_parallel.h).
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
-  const bool low = keeps_qkv_bf16(e);
+  const bool low = keeps_core_bf16(e);
   float* qkv = low ? e.qkv_rope : ulysses ? e.cps.local : a.qkv;
   if (low && !rope_) {  // the projection writes the kept bf16 q|k|v itself (its fp32 accumulator rounded)
     qkv_.fwd_low(e, a.qkv, xn, xn_low);
@@ -127,7 +127,8 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
     else if (e.cdt == ComputeDtype::kBFloat16) round_to_dtype(e.cdt, qkv, e.N, W, W);
   }
   if (low) {
-    ops::flash_attention_fwd(a.y, a.lse, reinterpret_cast<const bf16*>(a.qkv), shape(e), probs_dropout(e, l), flash_ws(e));
+    ops::flash_attention_fwd(reinterpret_cast<bf16*>(a.y), a.lse, reinterpret_cast<const bf16*>(a.qkv), shape(e),
+                             probs_dropout(e, l), flash_ws(e));
   } else if (ulysses) {  // the core on the gathered rows of this rank's heads (hybrid_cp: the ring across the groups)
     e.cp->seq_to_heads(qkv, a.qkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
     if (ring) e.cp->ring_fwd(a.qkv, W / e.cp->ulysses_size(), e.cps.y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
@@ -138,7 +139,8 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   } else {
     core_fwd(e, l, a, a.y);
   }
-  o_.fwd(e, out, a.y);
+  if (low) o_.fwd(e, out, nullptr, a.y);  // the kept bf16 y, the output projection's low operand
+  else o_.fwd(e, out, a.y);
 }
 
 void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
@@ -219,12 +221,15 @@ void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a,
 
 void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn, const float* dout, const float* xn,
                          const Acts& a, const Grads& g, const void* xn_low) const {
+  const bool low = keeps_core_bf16(e);
+  const float* y_f32 = low ? nullptr : a.y;  // y as the output projection reads it: fp32, or its kept bf16 alone
+  const void* y_low = low ? a.y : nullptr;
   if (pass == BwdPass::kWeight) {
-    o_.bwd(e, pass, nullptr, dout, a.y);
+    o_.bwd(e, pass, nullptr, dout, y_f32, y_low);
     qkv_.bwd(e, pass, nullptr, g.dqkv, xn, xn_low);
     return;
   }
-  o_.bwd(e, pass, g.dy, dout, a.y);
+  o_.bwd(e, pass, g.dy, dout, y_f32, y_low);
   // Context parallel: the output and its gradient exchanged into head-split form, the core's
   // backward there, and the q|k|v gradient exchanged back to this rank's rows.
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
@@ -239,9 +244,9 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   const int64_t W = qkv_width() / (ulysses ? e.cp->ulysses_size() : 1);  // a row of the core's q|k|v
   parallel_zero(dqkv, e.N * qkv_width());
   if (ring) e.cp->ring_bwd(dqkv, dy, a.qkv, W, y, a.lse, ring_shape(e), probs_dropout(e, l), e.cps.ring);
-  else if (keeps_qkv_bf16(e))
-    ops::flash_attention_bwd(dqkv, dy, reinterpret_cast<const bf16*>(a.qkv), y, a.lse, shape(e), probs_dropout(e, l),
-                             flash_ws(e));
+  else if (low)
+    ops::flash_attention_bwd(dqkv, dy, reinterpret_cast<const bf16*>(a.qkv), reinterpret_cast<const bf16*>(a.y), a.lse,
+                             shape(e), probs_dropout(e, l), flash_ws(e));
   else if (spec_.flash) ops::flash_attention_bwd(dqkv, dy, a.qkv, y, a.lse, shape(e), probs_dropout(e, l), flash_ws(e));
   else ops::attention_bwd(dqkv, dy, a.qkv, a.probs, shape(e), probs_dropout(e, l));
   if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);

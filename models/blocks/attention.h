@@ -38,10 +38,10 @@ class AttentionBlock {
  public:
   struct Acts {
     float* qkv = nullptr;    // [N, qkv_width()] after RoPE (context parallel: [B, cp T, qkv_width() / cp], head-split;
-                             // bf16 under keeps_qkv_bf16)
+                             // bf16 under keeps_core_bf16)
     float* probs = nullptr;  // [B, Hl, T, T] (unfused core; context parallel: [B, Hl / cp, cp T, cp T])
     float* lse = nullptr;    // [B, Hl, T] (fused core; context parallel: [B, Hl / cp, cp T])
-    float* y = nullptr;      // [N, Hl D], the core's output
+    float* y = nullptr;      // [N, Hl D], the core's output (bf16 under keeps_core_bf16)
   };
   // Backward scratch: the core's output gradient and the q|k|v gradient (kept for the weight pass).
   struct Grads {
@@ -56,14 +56,17 @@ class AttentionBlock {
   void bind(const Placement& t, const NameMap& names, int64_t layer);
 
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
-  // Under bf16 compute the fused core's q|k|v (no context parallel) is kept as its bf16 rounding alone
-  // (Acts::qkv then holds bf16): the core's bf16 products read nothing else of it, and the rounded values
-  // are what the layer kept as floats before, so the bits are the same. Without RoPE the projection writes
-  // it in bf16 itself; with RoPE the projection and the rotation run in fp32 in BlockEnv::qkv_rope first.
-  static bool keeps_qkv_bf16(bool flash, ComputeDtype d, bool context_parallel) {
+  // Under bf16 compute the fused core's input and output (no context parallel) are kept in bf16 alone, as
+  // PyTorch's autocast keeps scaled_dot_product_attention's (Acts::qkv and Acts::y then hold bf16). q|k|v:
+  // the core's bf16 products read nothing else of it, and the rounded values are what the layer kept as
+  // floats before, so the bits are the same; without RoPE the projection writes it in bf16 itself, with
+  // RoPE the projection and the rotation run in fp32 in BlockEnv::qkv_rope first. y: the core writes it
+  // rounded, the output projection reads it as its low operand (it rounded y itself before), and the
+  // core's backward computes rowsum(dY * Y) from the rounded values, as autocast's does.
+  static bool keeps_core_bf16(bool flash, ComputeDtype d, bool context_parallel) {
     return flash && d == ComputeDtype::kBFloat16 && !context_parallel;
   }
-  bool keeps_qkv_bf16(const BlockEnv& e) const { return keeps_qkv_bf16(spec_.flash, e.cdt, e.context_parallel()); }
+  bool keeps_core_bf16(const BlockEnv& e) const { return keeps_core_bf16(spec_.flash, e.cdt, e.context_parallel()); }
   int64_t width() const { return Hl_ * D_; }
 
   // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))). xn_low: xn's bf16 copy where the layer keeps the norm's

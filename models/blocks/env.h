@@ -43,7 +43,7 @@ struct BlockEnv {
   // full-row input gradient of a column-parallel layer under SP.
   float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
   // [N, q|k|v width]: where RoPE rotates q and k in fp32 before they are rounded into a layer's kept bf16
-  // q|k|v (AttentionBlock::keeps_qkv_bf16; the backward's q|k|v gradient scratch, dead during a forward);
+  // q|k|v (AttentionBlock::keeps_core_bf16; the backward's q|k|v gradient scratch, dead during a forward);
   // null where no layer keeps it so.
   float* qkv_rope = nullptr;
   StepInfo info;

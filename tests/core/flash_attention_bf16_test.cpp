@@ -262,10 +262,11 @@ TEST(FlashAttentionBf16, PlannedScratchGivesTheSameResults) {
   EXPECT_EQ(fallback.dqkv, ref.dqkv);
 }
 
-// q|k|v given in bf16 (as a bf16 step's layers keep it) gives the bits of the float entry given the same
-// values as floats: grouped heads, two batch rows, dropout, packed documents, a non-zero dqkv on entry, on
-// the planned scratch and on gf::scratch; and without bf16 products the bf16 entry refuses.
-TEST(FlashAttentionBf16, QkvKeptInBf16GivesTheBitsOfTheSameValuesAsFloats) {
+// q|k|v and y kept in bf16 (as a bf16 step's layers keep them) give the bits of the float entries given the
+// same values as floats: y is the float forward's y rounded, lse the same, and the backward from the bf16 y
+// is the float backward given that y widened; grouped heads, two batch rows, dropout, packed documents, a
+// non-zero dqkv on entry, on the planned scratch and on gf::scratch. Without bf16 products the bf16 entry refuses.
+TEST(FlashAttentionBf16, QkvAndOutputKeptInBf16GiveTheBitsOfTheSameValuesAsFloats) {
   if (!gemm_bf16_available()) GTEST_SKIP() << "built without oneDNN: gemm_bf16 is the fp32 gemm";
   const int64_t B = 2, T = 150, H = 4, KV = 2, D = 64, C = H * D, W = C + 2 * KV * D;
   std::mt19937 gen(19);
@@ -296,19 +297,26 @@ TEST(FlashAttentionBf16, QkvKeptInBf16GivesTheBitsOfTheSameValuesAsFloats) {
         ws.bf16_scratch_floats = static_cast<int64_t>(area.size());
       }
       const std::string what = std::string(docs ? "packed documents" : "causal") + (planned ? ", planned" : "");
-      std::vector<float> y_a(static_cast<size_t>(B * T * C)), y_b(y_a.size()), lse_a(static_cast<size_t>(B * H * T)),
-          lse_b(lse_a.size()), dqkv_a = dqkv0, dqkv_b = dqkv0;
+      std::vector<float> y_a(static_cast<size_t>(B * T * C)), lse_a(static_cast<size_t>(B * H * T)), lse_b(lse_a.size()),
+          dqkv_a = dqkv0, dqkv_b = dqkv0;
+      std::vector<bf16> y_b(y_a.size());
       flash_attention_fwd(y_a.data(), lse_a.data(), qkv.data(), s, drop, ws);
       flash_attention_fwd(y_b.data(), lse_b.data(), qkv16.data(), s, drop, ws);
-      EXPECT_EQ(y_a, y_b) << what;
+      int64_t y_wrong = 0;
+      for (size_t i = 0; i < y_a.size(); ++i) y_wrong += y_b[i].bits != float_to_bf16(y_a[i]).bits;
+      EXPECT_EQ(y_wrong, 0) << what;
       EXPECT_EQ(lse_a, lse_b) << what;
-      flash_attention_bwd(dqkv_a.data(), dy.data(), qkv.data(), y_a.data(), lse_a.data(), s, drop, ws);
-      flash_attention_bwd(dqkv_b.data(), dy.data(), qkv16.data(), y_a.data(), lse_a.data(), s, drop, ws);
+      std::vector<float> y_widened(y_a.size());
+      for (size_t i = 0; i < y_a.size(); ++i) y_widened[i] = bf16_to_float(y_b[i]);
+      EXPECT_NE(y_widened, y_a) << what << ": y is rounded";
+      flash_attention_bwd(dqkv_a.data(), dy.data(), qkv.data(), y_widened.data(), lse_a.data(), s, drop, ws);
+      flash_attention_bwd(dqkv_b.data(), dy.data(), qkv16.data(), y_b.data(), lse_a.data(), s, drop, ws);
       EXPECT_EQ(dqkv_a, dqkv_b) << what;
       EXPECT_NE(dqkv_a, dqkv0) << what;
     }
   FlashWorkspace<float> fp32_products{work.data(), threads, tiles, false};
-  std::vector<float> y(static_cast<size_t>(B * T * C)), lse(static_cast<size_t>(B * H * T));
+  std::vector<bf16> y(static_cast<size_t>(B * T * C));
+  std::vector<float> lse(static_cast<size_t>(B * H * T));
   AttentionShape s{B, T, H, D};
   s.kv_heads = KV;
   EXPECT_THROW(flash_attention_fwd(y.data(), lse.data(), qkv16.data(), s, DropoutKey{0.0f, 0, 0}, fp32_products),

@@ -83,8 +83,8 @@ TEST(Gpt2FlashAttention, ActivationsDropTheProbabilities) {
   EXPECT_LT(ws, 80 * 1024 * omp_get_max_threads());  // two 64 x 128 float tiles and a little per thread
 }
 
-// A Llama (RoPE, grouped-query heads) keeps its fused core's q|k|v in bf16 too, rotating q and k in fp32 in
-// the backward's q|k|v gradient scratch before rounding them: no buffer is added for it.
+// A Llama (RoPE, grouped-query heads) keeps its fused core's q|k|v and output in bf16 too, rotating q and k in
+// fp32 in the backward's q|k|v gradient scratch before rounding them: no buffer is added for it.
 TEST(Gpt2FlashAttention, Bf16LlamaKeepsItsQkvInBf16RotatingInTheGradientScratch) {
   ParallelContext ctx = ParallelContext::single();
   ModelConfig c = cfg(false);
@@ -105,7 +105,7 @@ TEST(Gpt2FlashAttention, Bf16LlamaKeepsItsQkvInBf16RotatingInTheGradientScratch)
   core.kv_heads = c.num_kv_heads;
   const int64_t ws = 4 * omp_get_max_threads() * ops::flash_workspace_per_thread(core, tiles);
   const int64_t bf16 = 4 * ops::flash_bf16_scratch_floats(core, tiles, omp_get_max_threads());
-  const int64_t qkv_half = 2 * c.num_layers * N * W;  // N W: a multiple of 16 floats here
+  const int64_t qkv_half = 2 * c.num_layers * N * (W + c.hidden_size);  // q|k|v and y: multiples of 16 floats here
   EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16 + qkv_half);
 }
 
@@ -124,8 +124,9 @@ TEST(Gpt2FlashAttention, Bf16PlansTheFusedCoresScratch) {
   const int64_t bf16 = 4 * ops::flash_bf16_scratch_floats(core, tiles, omp_get_max_threads());
   // q|k|v and dy in bf16, and per thread two bf16 tiles and 3 T D floats
   EXPECT_GE(bf16, 2 * kB * kT * 4 * c.hidden_size + omp_get_max_threads() * (2 * 2 * tiles.rows * tiles.cols + 12 * kT * c.head_dim()));
-  // and the fused core's q|k|v is kept in bf16 (AttentionBlock::keeps_qkv_bf16; N x 3C a layer, a multiple of 16 floats)
-  const int64_t qkv_half = 2 * c.num_layers * kB * kT * 3 * c.hidden_size;
+  // and the fused core's q|k|v and output are kept in bf16 (AttentionBlock::keeps_core_bf16; N x 4C a layer, a
+  // multiple of 16 floats)
+  const int64_t qkv_half = 2 * c.num_layers * kB * kT * 4 * c.hidden_size;
   EXPECT_EQ(unfused.activation_bytes() - flash.activation_bytes(), probs - lse - ws - bf16 + qkv_half);
 }
 

@@ -62,28 +62,23 @@ inline void row_to_bf16(bf16* dst, const float* src, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j] = float_to_bf16(src[j]);
 }
 
-// dst [B][heads][T][D] = bf16 of src, B * T rows of heads * D values (row stride ld).
-void to_head_major(bf16* dst, const float* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
-  GF_OP_SPAN("convert", "attention operands to bf16");
+// An operand element as bf16: an fp32 one rounded (float_to_bf16), a bf16 one (the layers' kept q|k|v) as it is.
+inline bf16 as_bf16(float x) { return float_to_bf16(x); }
+inline bf16 as_bf16(bf16 x) { return x; }
+
+// dst [B][heads][T][D] = bf16 of src, B * T rows of heads * D values (row stride ld): from fp32 operands a
+// rounding, from bf16 ones a permutation of the same values.
+template <typename Src>
+void to_head_major(bf16* dst, const Src* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
+  GF_OP_SPAN("convert", "attention operands to head-major bf16");
 #pragma omp parallel for schedule(static) if (parallel_worth(B * T * heads * D))
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
     for (int64_t h = 0; h < heads; ++h) {
-      const float* from = src + bt * ld + h * D;
+      const Src* from = src + bt * ld + h * D;
       bf16* to = dst + ((b * heads + h) * T + t) * D;
-      for (int64_t i = 0; i < D; ++i) to[i] = float_to_bf16(from[i]);
+      for (int64_t i = 0; i < D; ++i) to[i] = as_bf16(from[i]);
     }
-  }
-}
-
-// The same from q|k|v kept in bf16 (the layers' kept copy): a permutation of the same bf16 values.
-void to_head_major(bf16* dst, const bf16* src, int64_t B, int64_t T, int64_t heads, int64_t D, int64_t ld) {
-  GF_OP_SPAN("convert", "attention operands to head-major");
-#pragma omp parallel for schedule(static) if (parallel_worth(B * T * heads * D))
-  for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t b = bt / T, t = bt % T;
-    for (int64_t h = 0; h < heads; ++h)
-      std::copy_n(src + bt * ld + h * D, D, dst + ((b * heads + h) * T + t) * D);
   }
 }
 

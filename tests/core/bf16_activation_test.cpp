@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,17 +20,12 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/swiglu.h"
 #include "models/arch/gpt2.h"
+#include "tests/random_values.h"
 
 namespace gf {
 namespace {
 
-std::vector<float> normal_values(int64_t n, float scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test_values::normal_values;
 
 // Bits of the bf16 values of an fp32 buffer, and of a bf16 buffer.
 std::vector<uint16_t> rounded_bits(const float* x, int64_t n) {

@@ -6,23 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/math/mixed_precision.h"
 #include "parallel/tensor_parallel.h"
+#include "tests/random_values.h"
 
 namespace gf {
 namespace {
 
-std::vector<float> normal_values(int64_t n, float scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test_values::normal_values;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

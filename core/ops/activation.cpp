@@ -42,16 +42,26 @@ void gelu_new_fwd_block(T* y, const T* x, int64_t m) {
 // Backward blocks hold at most kBwdBlock elements where they keep a block-sized temporary.
 constexpr int64_t kBwdBlock = 2048;
 
+// A backward's store: d += v (accumulate) or d = v. Into zeros the two give the same values (a
+// contracted d + a * b is fma(a, b, 0), the rounded product), but for the sign of a zero.
+template <typename D, typename V>
+void put(D& d, const V& v, bool accumulate) {
+  if (accumulate) d += v;
+  else d = v;
+}
+
 template <typename T>
-void gelu_new_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
+void gelu_new_bwd_block(T* dx, const T* dy, const T* x, int64_t m, bool acc) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const A> xs(x, m), g(dy, m);
   Eigen::Map<A> d(dx, m);
   // Fixed maximum size: lives on the stack, no allocation inside the step.
   const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBwdBlock, 1> t =
       (GeluNew<T>::k * (xs + GeluNew<T>::c * xs.cube())).tanh();
-  d += g * (T(0.5) * (T(1) + t) +
-            T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square()));
+  put(d,
+      g * (T(0.5) * (T(1) + t) +
+           T(0.5) * xs * (T(1) - t.square()) * GeluNew<T>::k * (T(1) + T(3) * GeluNew<T>::c * xs.square())),
+      acc);
 }
 
 // Exact GELU (hidden_act: gelu, MindFormers' GPT-2) through Eigen's vectorised erf, and fast_gelu
@@ -66,12 +76,14 @@ void gelu_fwd_block(T* y, const T* x, int64_t m) {
 }
 
 template <typename T>
-void gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
+void gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m, bool acc) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const A> xs(x, m), g(dy, m);
   Eigen::Map<A> d(dx, m);
-  d += g * (T(0.5) * (T(1) + (xs * T(0.7071067811865476)).erf()) +
-            xs * T(0.3989422804014327) * (T(-0.5) * xs.square()).exp());
+  put(d,
+      g * (T(0.5) * (T(1) + (xs * T(0.7071067811865476)).erf()) +
+           xs * T(0.3989422804014327) * (T(-0.5) * xs.square()).exp()),
+      acc);
 }
 
 template <typename T>
@@ -93,21 +105,21 @@ void fwd_block(Activation a, T* y, const T* x, int64_t m) {
 }
 
 template <typename T>
-void fast_gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m) {
+void fast_gelu_bwd_block(T* dx, const T* dy, const T* x, int64_t m, bool acc) {
   using A = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const A> xs(x, m), g(dy, m);
   Eigen::Map<A> d(dx, m);
   const Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kBwdBlock, 1> sg = T(1) / (T(1) + (T(-1.702) * xs).exp());
-  d += g * (sg + T(1.702) * xs * sg * (T(1) - sg));
+  put(d, g * (sg + T(1.702) * xs * sg * (T(1) - sg)), acc);
 }
 
 // One block of activation a's backward (m <= kBwdBlock for gelu_new and fast_gelu).
 template <typename T>
-void bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t m) {
+void bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t m, bool acc) {
   switch (a) {
-    case Activation::kGelu: return gelu_bwd_block(dx, dy, x, m);
-    case Activation::kGeluNew: return gelu_new_bwd_block(dx, dy, x, m);
-    case Activation::kFastGelu: return fast_gelu_bwd_block(dx, dy, x, m);
+    case Activation::kGelu: return gelu_bwd_block(dx, dy, x, m, acc);
+    case Activation::kGeluNew: return gelu_new_bwd_block(dx, dy, x, m, acc);
+    case Activation::kFastGelu: return fast_gelu_bwd_block(dx, dy, x, m, acc);
   }
 }
 
@@ -142,12 +154,12 @@ void activation_fwd(Activation a, T* y, const T* x, int64_t n) {
 }
 
 template <typename T>
-void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n) {
+void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n, bool accumulate) {
   GF_OP_SPAN("elementwise", "activation bwd");
   // Exact GELU keeps no block-sized temporary and takes larger blocks.
   if (a == Activation::kGelu)
-    return in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m); });
-  in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m); });
+    return in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m, accumulate); });
+  in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) { bwd_block(a, dx + b, dy + b, x + b, m, accumulate); });
 }
 
 void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n) {
@@ -161,18 +173,18 @@ void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n) {
   });
 }
 
-void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n) {
+void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n, bool accumulate) {
   GF_OP_SPAN("elementwise", "activation bwd");
   in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) {
     alignas(64) float xf[kBwdBlock];
     widen(xf, x + b, m);
-    bwd_block(a, dx + b, dy + b, xf, m);
+    bwd_block(a, dx + b, dy + b, xf, m, accumulate);
   });
 }
 
 template void activation_fwd<float>(Activation, float*, const float*, int64_t);
 template void activation_fwd<double>(Activation, double*, const double*, int64_t);
-template void activation_bwd<float>(Activation, float*, const float*, const float*, int64_t);
-template void activation_bwd<double>(Activation, double*, const double*, const double*, int64_t);
+template void activation_bwd<float>(Activation, float*, const float*, const float*, int64_t, bool);
+template void activation_bwd<double>(Activation, double*, const double*, const double*, int64_t, bool);
 
 }  // namespace gf::ops

@@ -19,11 +19,12 @@ template <typename T>
 void activation_fwd(Activation a, T* y, const T* x, int64_t n);
 // A bf16 step's MLP (PyTorch's autocast keeps the up projection's output and the activation in bf16):
 // from bf16 inputs, each widened to float, the float forward with y rounded to bf16 (float_to_bf16) as
-// it is written; and the backward dx += dy * act'(x) at those inputs.
+// it is written; and the backward at those inputs.
 void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n);
-void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n);
-// dx += dy * act'(x)
+void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n, bool accumulate = true);
+// dx += dy * act'(x); with accumulate false dx = dy * act'(x), dx not read: the values dx += gives
+// into zeros (but a zero's sign), without the pass that zeroes dx.
 template <typename T>
-void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n);
+void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n, bool accumulate = true);
 
 }  // namespace gf::ops

@@ -30,7 +30,7 @@ void swiglu_rows(H* h, const In* g, const In* u, int64_t rows, int64_t cols, int
   }
 }
 
-template <typename T, typename In>
+template <bool kAccumulate, typename T, typename In>
 void swiglu_bwd_rows(T* dg, T* du, const T* dh, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "swiglu bwd");
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
@@ -44,8 +44,13 @@ void swiglu_bwd_rows(T* dg, T* du, const T* dh, const In* g, const In* u, int64_
       const T gv = value(gr[c]), uv = value(ur[c]);
       const T s = T(1) / (T(1) + std::exp(-gv));
       const T silu = gv * s;
-      dur[c] += dhr[c] * silu;
-      dgr[c] += dhr[c] * uv * (s + gv * s * (T(1) - s));
+      if constexpr (kAccumulate) {
+        dur[c] += dhr[c] * silu;
+        dgr[c] += dhr[c] * uv * (s + gv * s * (T(1) - s));
+      } else {
+        dur[c] = dhr[c] * silu;
+        dgr[c] = dhr[c] * uv * (s + gv * s * (T(1) - s));
+      }
     }
   }
 }
@@ -62,19 +67,23 @@ void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_
 }
 
 template <typename T>
-void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
-  swiglu_bwd_rows(dg, du, dh, g, u, rows, cols, ld_in);
+void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
+                bool accumulate) {
+  if (accumulate) swiglu_bwd_rows<true>(dg, du, dh, g, u, rows, cols, ld_in);
+  else swiglu_bwd_rows<false>(dg, du, dh, g, u, rows, cols, ld_in);
 }
 
 void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
-                     int64_t ld_in) {
-  swiglu_bwd_rows(dg, du, dh, g, u, rows, cols, ld_in);
+                     int64_t ld_in, bool accumulate) {
+  if (accumulate) swiglu_bwd_rows<true>(dg, du, dh, g, u, rows, cols, ld_in);
+  else swiglu_bwd_rows<false>(dg, du, dh, g, u, rows, cols, ld_in);
 }
 
 template void swiglu_fwd<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);
 template void swiglu_fwd<double>(double*, const double*, const double*, int64_t, int64_t, int64_t);
-template void swiglu_bwd<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void swiglu_bwd<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                bool);
 template void swiglu_bwd<double>(double*, double*, const double*, const double*, const double*, int64_t, int64_t,
-                                 int64_t);
+                                 int64_t, bool);
 
 }  // namespace gf::ops

@@ -15,9 +15,11 @@ void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_
 // forward with h rounded to bf16 (float_to_bf16) as it is written; and the backward at those inputs.
 void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in);
 void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
-                     int64_t ld_in);
-// dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in).
+                     int64_t ld_in, bool accumulate = true);
+// dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in); with accumulate false
+// they are written, not read (the values += gives into zeros, but a zero's sign).
 template <typename T>
-void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
+void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
+                bool accumulate = true);
 
 }  // namespace gf::ops

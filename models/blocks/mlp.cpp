@@ -4,7 +4,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "core/math/parallel_memory.h"
 #include "core/ops/activation.h"
 #include "core/ops/swiglu.h"
 
@@ -85,15 +84,17 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
     return;
   }
   down_.bwd(e, pass, g.dact, dout, act, act_low);
-  parallel_zero(g.dh, e.N * up_width());
+  // The activation's backward writes dh (accumulate false): no pass zeroes it first.
+  constexpr bool kWrite = false;
   if (low) {
     const auto* h = reinterpret_cast<const bf16*>(a.h);
-    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd_bf16(g.dh, g.dh + Fl_, g.dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
-    else ops::activation_bwd_bf16(spec_.act, g.dh, g.dact, h, e.N * Fl_);
+    if (spec_.mlp == MlpKind::kSwiGLU)
+      ops::swiglu_bwd_bf16(g.dh, g.dh + Fl_, g.dact, h, h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
+    else ops::activation_bwd_bf16(spec_.act, g.dh, g.dact, h, e.N * Fl_, kWrite);
   } else if (spec_.mlp == MlpKind::kSwiGLU) {
-    ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+    ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
   } else {
-    ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_);
+    ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_, kWrite);
   }
   up_.bwd(e, pass, dxn, g.dh, xn, xn_low);
 }

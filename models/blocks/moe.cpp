@@ -252,9 +252,9 @@ void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& 
   ops::grouped_linear_bwd_input(sc.dact, dy, wd, down_stride_, off, El, Fl, C);
   ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
                                  off, El, Fl, C);
-  parallel_zero(sc.dh, R * up);
-  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up);
-  else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl);
+  constexpr bool kWrite = false;  // the activation's backward writes dh: no pass zeroes it first
+  if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up, kWrite);
+  else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl, kWrite);
   ops::grouped_linear_bwd_input(dx, sc.dh, wu, up_stride_, off, El, C, up);
   ops::grouped_linear_bwd_weight(e.g(up_w_), up_b_ >= 0 ? e.g(up_b_) : nullptr, sc.dh, a.xperm, wu, up_stride_, off,
                                  El, C, up);

@@ -124,6 +124,61 @@ TEST(Bf16Activation, FromBf16InputsTheyAreTheFp32OpsOnTheWidenedValues) {
   EXPECT_EQ(std::memcmp(dgu32.data(), dgu16.data(), dgu32.size() * sizeof(float)), 0) << "swiglu backward";
 }
 
+// The MLP's backward has the activation write dh (accumulate false) instead of zeroing dh and adding
+// into it. Writing must give what adding into zeros gives, value for value (a zero's sign aside: +0
+// plus -0 is +0), and must not read dh: it starts as NaN here. Some gradients are exactly zero (dy 0).
+TEST(Bf16Activation, BackwardsWritingGiveTheValuesOfAddingIntoZeros) {
+  const auto same_values = [](const float* a, const float* b, int64_t n, const std::string& what) {
+    int64_t differ = 0, zeros = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (a[i] == 0.0f) ++zeros;
+      const bool same = a[i] == 0.0f ? b[i] == 0.0f : std::memcmp(&a[i], &b[i], sizeof(float)) == 0;
+      if (!same) ++differ;
+    }
+    EXPECT_EQ(differ, 0) << what;
+    EXPECT_GT(zeros, 0) << what << ": no zero gradient tried";
+    EXPECT_LT(zeros, n / 4) << what << ": mostly zeros";
+  };
+  const float nan = std::nanf("");
+  const int64_t n = 3 * 4096 + 123;
+  std::vector<float> x = normal_values(n, 2.0f, 41), dy = normal_values(n, 1.0f, 42);
+  for (int64_t i = 0; i < n; i += 97) dy[static_cast<size_t>(i)] = 0.0f;
+  std::vector<bf16> x16(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x16[static_cast<size_t>(i)] = float_to_bf16(x[static_cast<size_t>(i)]);
+  for (const ops::Activation a : {ops::Activation::kGelu, ops::Activation::kGeluNew, ops::Activation::kFastGelu}) {
+    AlignedBuffer<float> added(static_cast<size_t>(n)), written(static_cast<size_t>(n));
+    std::fill(added.data(), added.data() + n, 0.0f);
+    std::fill(written.data(), written.data() + n, nan);
+    ops::activation_bwd<float>(a, added.data(), dy.data(), x.data(), n);
+    ops::activation_bwd<float>(a, written.data(), dy.data(), x.data(), n, false);
+    same_values(added.data(), written.data(), n, std::string(ops::activation_name(a)) + " fp32");
+    std::fill(added.data(), added.data() + n, 0.0f);
+    std::fill(written.data(), written.data() + n, nan);
+    ops::activation_bwd_bf16(a, added.data(), dy.data(), x16.data(), n);
+    ops::activation_bwd_bf16(a, written.data(), dy.data(), x16.data(), n, false);
+    same_values(added.data(), written.data(), n, std::string(ops::activation_name(a)) + " bf16");
+  }
+  const int64_t rows = 37, cols = 200;
+  const std::vector<float> gu = normal_values(rows * 2 * cols, 2.0f, 43);
+  std::vector<float> dh = normal_values(rows * cols, 1.0f, 44);
+  for (int64_t i = 0; i < rows * cols; i += 89) dh[static_cast<size_t>(i)] = 0.0f;
+  std::vector<bf16> gu16(gu.size());
+  for (size_t i = 0; i < gu.size(); ++i) gu16[i] = float_to_bf16(gu[i]);
+  std::vector<float> added(gu.size(), 0.0f), written(gu.size(), nan);
+  ops::swiglu_bwd<float>(added.data(), added.data() + cols, dh.data(), gu.data(), gu.data() + cols, rows, cols,
+                         2 * cols);
+  ops::swiglu_bwd<float>(written.data(), written.data() + cols, dh.data(), gu.data(), gu.data() + cols, rows, cols,
+                         2 * cols, false);
+  same_values(added.data(), written.data(), rows * 2 * cols, "swiglu fp32");
+  std::fill(added.begin(), added.end(), 0.0f);
+  std::fill(written.begin(), written.end(), nan);
+  ops::swiglu_bwd_bf16(added.data(), added.data() + cols, dh.data(), gu16.data(), gu16.data() + cols, rows, cols,
+                       2 * cols);
+  ops::swiglu_bwd_bf16(written.data(), written.data() + cols, dh.data(), gu16.data(), gu16.data() + cols, rows,
+                       cols, 2 * cols, false);
+  same_values(added.data(), written.data(), rows * 2 * cols, "swiglu bf16");
+}
+
 // LayerNorm and RMSNorm with a bf16 output write the rounding of their fp32 output, and the same statistics,
 // on the model's widths and odd ones, with rows of large and of tiny values (where rounding to bf16 meets
 // subnormals and the +-Inf of an overflow).

@@ -173,4 +173,20 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
   return c;
 }
 
+std::string bf16_slower_note(ComputeDtype compute_dtype, const MachineSetup& machine) {
+  if (compute_dtype != ComputeDtype::kBFloat16 || !machine.probe) return {};
+  const MachineProbe& p = *machine.probe;
+  if (!(p.peak_tflops_bf16 > 0.0) || p.peak_tflops_bf16 >= p.peak_tflops_fp32) return {};
+  const std::string hw =
+      p.fma_tflops_bf16 > 0.0 && p.fma_tflops_fp32 > 0.0
+          ? fmt::format("; the hardware's peaks (machine_probe's own kernels): {} {} TFLOP/s, {} {}",
+                        p.fma_isa_bf16, trim_number(p.fma_tflops_bf16), p.fma_isa_fp32, trim_number(p.fma_tflops_fp32))
+          : std::string();
+  return fmt::format("bfloat16 computes slower than float32 on this CPU: machine_probe measured bf16 products at {} "
+                     "TFLOP/s against {} for fp32 ({}) at {} thread(s) on {} ({}){}. Here bfloat16 saves activation "
+                     "memory, not time: model.model_config.compute_dtype: float32 runs the products faster",
+                     trim_number(p.peak_tflops_bf16), trim_number(p.peak_tflops_fp32), p.fp32_backend, p.threads, p.cpu,
+                     p.date, hw);
+}
+
 }  // namespace gf

@@ -304,6 +304,7 @@ void Trainer::log_setup() const {
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
                cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
   spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
+  if (const std::string slow = bf16_slower_note(L.compute, machine_); !slow.empty()) spdlog::warn("{}", slow);
   spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
   spdlog::info("training {} steps ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
                "averages over the steps since the previous line (step 1, the start-up, alone; evaluation not counted)",

@@ -190,6 +190,35 @@ TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
   EXPECT_EQ(choose_peak(0.0, ComputeDtype::kFloat32, m).source.find("hardware"), std::string::npos);
 }
 
+// A CPU whose bf16 products are slower than its fp32 ones (AVX-512 BF16 without AMX: 0.161 against 0.314
+// TFLOP/s measured on a 2-vCPU Emerald Rapids VM) gets a warning under bf16 compute; others do not.
+TEST(MachineProbe, Bf16SlowerThanFp32IsSaidUnderBf16Only) {
+  MachineSetup m;
+  m.threads = 2;
+  EXPECT_EQ(bf16_slower_note(ComputeDtype::kBFloat16, m), "");  // no probe: nothing measured to say
+  nlohmann::json j = probe_json("Some Xeon", "onednn");
+  j["peak_tflops"] = {{"float32", 0.314}, {"bfloat16", 0.161}};
+  m.probe = machine_probe_from_json(j);
+  const std::string note = bf16_slower_note(ComputeDtype::kBFloat16, m);
+  EXPECT_NE(note.find("bf16 products at 0.161 TFLOP/s against 0.314 for fp32 (onednn) at 2 thread(s) on Some Xeon"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("compute_dtype: float32"), std::string::npos) << note;
+  EXPECT_EQ(note.find("hardware's peaks"), std::string::npos) << note;  // a version-1 file has none
+  m.probe->fma_tflops_bf16 = 0.166;
+  m.probe->fma_tflops_fp32 = 0.34;
+  m.probe->fma_isa_bf16 = "avx512_bf16";
+  m.probe->fma_isa_fp32 = "avx512f";
+  EXPECT_NE(bf16_slower_note(ComputeDtype::kBFloat16, m).find("avx512_bf16 0.166 TFLOP/s, avx512f 0.34"),
+            std::string::npos);
+  EXPECT_EQ(bf16_slower_note(ComputeDtype::kFloat32, m), "");
+  EXPECT_EQ(bf16_slower_note(ComputeDtype::kFloat16, m), "");
+  m.probe->peak_tflops_bf16 = 0.7;  // faster (AVX-512 BF16 on an EPYC, AMX on a Xeon): nothing to say
+  EXPECT_EQ(bf16_slower_note(ComputeDtype::kBFloat16, m), "");
+  m.probe->peak_tflops_bf16 = 0.0;  // built without oneDNN: bf16 runs the fp32 GEMM
+  EXPECT_EQ(bf16_slower_note(ComputeDtype::kBFloat16, m), "");
+}
+
 TEST(RunInfo, HashTimeAndCommit) {
   EXPECT_EQ(fnv1a64_hex(""), "cbf29ce484222325");
   EXPECT_EQ(fnv1a64_hex("a"), "af63dc4c8601ec8c");

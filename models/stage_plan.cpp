@@ -188,7 +188,7 @@ struct TransformerLM::LayoutBuilder {
     g.dln2 = p.take(n + ".dln2", Nl * C);
     g.dln1 = p.take(n + ".dln1", Nl * C);
     g.attn.dqkv = p.take(n + ".dqkv", N * d.qkv_width);
-    g.mlp.dh = p.take(n + ".dmlp_h", N * d.up_width);
+    g.mlp.dh = p.take(n + ".dmlp_h", d.h_floats);  // bf16 under MlpBlock::keeps_bf16, as h
     return g;
   }
   // An MoE layer's buffers: per layer, or (full recompute) one set shared; the statistics stay per layer.
@@ -282,8 +282,8 @@ struct TransformerLM::LayoutBuilder {
     g.dln1 = g.dln2 = p.take("bwd.dln", Nl * C);
     g.attn.dy = p.take("bwd.attn_dy", N * d.attn_width);
     g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
-    g.mlp.dact = p.take("bwd.mlp_dact", N * d.ffn_local);
-    g.mlp.dh = p.take("bwd.mlp_dh", N * d.up_width);
+    g.mlp.dact = p.take("bwd.mlp_dact", d.act_floats);  // bf16 under MlpBlock::keeps_bf16, as act
+    g.mlp.dh = p.take("bwd.mlp_dh", d.h_floats);
     if (d.last && !d.defer) {
       std::byte* low = reinterpret_cast<std::byte*>(p.take("bwd.dlogits_low", d.dlogits_low_floats));
       for (Slot& s : b.slots) {

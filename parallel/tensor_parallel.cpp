@@ -83,11 +83,12 @@ void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float*
 
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
-                         float* dx_buf, const void* x_low) {
+                         float* dx_buf, const void* x_low, const void* dy_low) {
   // Under SP the input is gathered again rather than kept: activation memory stays at the local rows.
   const ColumnInput xf(tp, x, x_low, gather_buf, in);
   float* dfull = tp.sequence_parallel() ? dx_buf : dx;
-  ops::linear_bwd(dfull, dw, db, dy, xf.x, w, tp.rows(), in, out_local, 0.0f, xf.low);  // dfull is written, not added to
+  // dfull is written, not added to
+  ops::linear_bwd(dfull, dw, db, dy, xf.x, w, tp.rows(), in, out_local, 0.0f, xf.low, dy_low);
   tp.reduce_rows(dfull, dx, in);
 }
 
@@ -111,6 +112,17 @@ void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db,
   if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
 }
 
+void row_parallel_bwd_low(const TensorParallel& tp, void* dx_low, float* dw, float* db, const float* dy,
+                          const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
+                          const void* x_low) {
+  const float* dyf = tp.gather_rows(dy, gather_buf, out);
+  // dy feeds both products: converted once, as ops::linear_bwd does.
+  const void* dy_low = low_copy_scratch(w.dtype, dyf, tp.rows(), out, 0);
+  ops::linear_bwd_input_low(dx_low, dyf, w, tp.rows(), in_local, out, dy_low);
+  ops::linear_bwd_weight(dw, nullptr, dyf, x, w, tp.rows(), in_local, out, dy_low, x_low);
+  if (db) ops::sum_rows_accumulate(db, dy, tp.local_rows(), out);
+}
+
 void column_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in,
                                int64_t out_local, float* dx_buf, const void* dy_low) {
   float* dfull = tp.sequence_parallel() ? dx_buf : dx;
@@ -129,6 +141,11 @@ void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy
                             int64_t out, float* gather_buf) {
   const float* dyf = tp.gather_rows(dy, gather_buf, out);
   ops::linear_bwd_input(dx, dyf, w, tp.rows(), in_local, out, 0.0f);
+}
+
+void row_parallel_bwd_input_low(const TensorParallel& tp, void* dx_low, const float* dy, const Weight& w,
+                                int64_t in_local, int64_t out, float* gather_buf) {
+  ops::linear_bwd_input_low(dx_low, tp.gather_rows(dy, gather_buf, out), w, tp.rows(), in_local, out);
 }
 
 void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,

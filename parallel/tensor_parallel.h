@@ -63,9 +63,10 @@ void column_parallel_fwd_low(const TensorParallel& tp, void* y_low, const float*
                              int64_t in, int64_t out_local, float* gather_buf, const void* x_low = nullptr);
 // dW += gather(x)^T dy, db += sum dy, dx (local rows, overwritten) = reduce(dy W^T).
 // gather_buf, dx_buf: [rows, in] scratch (dx_buf unused without SP).
+// dy_low: dy's bf16 copy where the caller keeps dy only so (dy is then null; ops::linear_bwd), else null.
 void column_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                          const float* x, const Weight& w, int64_t in, int64_t out_local, float* gather_buf,
-                         float* dx_buf, const void* x_low = nullptr);
+                         float* dx_buf, const void* x_low = nullptr, const void* dy_low = nullptr);
 
 // y (local rows) = reduce(x[rows, in_local] @ W[in_local, out]) + b   (W split by rows; the bias
 // is added once, by tensor-parallel rank 0). partial_buf: [rows, out] scratch. x_low: x's
@@ -77,6 +78,11 @@ void row_parallel_fwd(const TensorParallel& tp, float* y, const float* x, const 
 void row_parallel_bwd(const TensorParallel& tp, float* dx, float* dw, float* db, const float* dy,
                       const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
                       const void* x_low = nullptr);
+// The same with dx written as its bf16 copy only (dense [rows, in_local]; ops::linear_bwd_input_low): the
+// rounding of row_parallel_bwd's dx, and its dW and db bit for bit. bf16 weights only.
+void row_parallel_bwd_low(const TensorParallel& tp, void* dx_low, float* dw, float* db, const float* dy,
+                          const float* x, const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
+                          const void* x_low = nullptr);
 
 // The halves of the two backwards, which may run apart (the weight pass of a zero-bubble
 // pipeline runs later); each pair gives the fused call's bits. The weight passes gather under SP
@@ -91,6 +97,8 @@ void column_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, 
                                 const void* dy_low = nullptr, const void* x_low = nullptr);
 void row_parallel_bwd_input(const TensorParallel& tp, float* dx, const float* dy, const Weight& w, int64_t in_local,
                             int64_t out, float* gather_buf);
+void row_parallel_bwd_input_low(const TensorParallel& tp, void* dx_low, const float* dy, const Weight& w,
+                                int64_t in_local, int64_t out, float* gather_buf);
 void row_parallel_bwd_weight(const TensorParallel& tp, float* dw, float* db, const float* dy, const float* x,
                              const Weight& w, int64_t in_local, int64_t out, float* gather_buf,
                              const void* x_low = nullptr);

@@ -173,12 +173,16 @@ void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n) {
   });
 }
 
-void activation_bwd_bf16(Activation a, float* dx, const float* dy, const bf16* x, int64_t n, bool accumulate) {
+void activation_bwd_bf16(Activation a, bf16* dx, const bf16* dy, const bf16* x, int64_t n) {
   GF_OP_SPAN("elementwise", "activation bwd");
   in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) {
     alignas(64) float xf[kBwdBlock];
+    alignas(64) float gf[kBwdBlock];
+    alignas(64) float t[kBwdBlock];
     widen(xf, x + b, m);
-    bwd_block(a, dx + b, dy + b, xf, m, accumulate);
+    widen(gf, dy + b, m);
+    bwd_block(a, t, gf, xf, m, false);
+    for (int64_t i = 0; i < m; ++i) dx[b + i] = float_to_bf16(t[i]);
   });
 }
 

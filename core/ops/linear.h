@@ -33,12 +33,19 @@ void linear_bwd_weight(T* dw, T* db, const T* dy, const T* x, int64_t n, int64_t
 // one (a bf16 step's MLP activation, kept in bf16 only: x may then be null); null converts x per call.
 void linear_fwd(float* y, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
                 const void* x_low = nullptr);
+// dy_low: dy's low-precision copy where the caller keeps dy only so (a bf16 step's MLP up-product gradient;
+// dy may then be null, and the bias gradient sums the widened bf16 values), else null to convert dy here.
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const Weight& w, int64_t n,
-                int64_t in, int64_t out, float dx_beta = 1.0f, const void* x_low = nullptr);
+                int64_t in, int64_t out, float dx_beta = 1.0f, const void* x_low = nullptr,
+                const void* dy_low = nullptr);
 // The forward with y written as its low-precision copy only (dense [n, out]; gemm_mixed_to_low): a bf16
 // weight's, for the activation a bf16 step keeps in bf16 (the MLP's up product).
 void linear_fwd_low(void* y_low, const float* x, const Weight& w, const float* b, int64_t n, int64_t in, int64_t out,
                     const void* x_low = nullptr);
+// The input gradient dx = dy W^T written as its bf16 copy only (dense [n, in]; gemm_mixed_to_low): the
+// gradient PyTorch's autocast keeps in bf16 (the MLP activation's input gradient). bf16 weights only.
+void linear_bwd_input_low(void* dx_low, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out,
+                          const void* dy_low = nullptr);
 // Its halves. Under bf16/fp16 the fused call converts dy once for both products; called apart,
 // each converts it (the same bits) unless given dy_low, dy's low-precision copy.
 void linear_bwd_input(float* dx, const float* dy, const Weight& w, int64_t n, int64_t in, int64_t out,
@@ -52,5 +59,7 @@ void linear_bwd_weight(float* dw, float* db, const float* dy, const float* x, co
 // out[j] += sum_i x[i, j] over `rows` rows of width `cols` (deterministic, thread-count independent).
 template <typename T>
 void sum_rows_accumulate(T* out, const T* x, int64_t rows, int64_t cols);
+// The same over bf16 values, each widened: the bits the float version gives on the widened values.
+void sum_rows_accumulate(float* out, const bf16* x, int64_t rows, int64_t cols);
 
 }  // namespace gf::ops

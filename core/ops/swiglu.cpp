@@ -30,26 +30,40 @@ void swiglu_rows(H* h, const In* g, const In* u, int64_t rows, int64_t cols, int
   }
 }
 
-template <bool kAccumulate, typename T, typename In>
-void swiglu_bwd_rows(T* dg, T* du, const T* dh, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in) {
+// A value stored as it is (the float and double outputs).
+struct AsIs {
+  template <typename T>
+  T operator()(T v) const {
+    return v;
+  }
+};
+// Rounded to bf16.
+struct ToBf16 {
+  bf16 operator()(float v) const { return float_to_bf16(v); }
+};
+
+// dg, du of element type D (T, or bf16 written through ToBf16), from dh, g and u widened to T.
+template <bool kAccumulate, typename T, typename D, typename H, typename In, typename Store = AsIs>
+void swiglu_bwd_rows(D* dg, D* du, const H* dh, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in,
+                     Store store = {}) {
   GF_OP_SPAN("elementwise", "swiglu bwd");
 #pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
   for (int64_t r = 0; r < rows; ++r) {
     const In* gr = g + r * ld_in;
     const In* ur = u + r * ld_in;
-    const T* dhr = dh + r * cols;
-    T* dgr = dg + r * ld_in;
-    T* dur = du + r * ld_in;
+    const H* dhr = dh + r * cols;
+    D* dgr = dg + r * ld_in;
+    D* dur = du + r * ld_in;
     for (int64_t c = 0; c < cols; ++c) {
-      const T gv = value(gr[c]), uv = value(ur[c]);
+      const T gv = value(gr[c]), uv = value(ur[c]), hv = value(dhr[c]);
       const T s = T(1) / (T(1) + std::exp(-gv));
       const T silu = gv * s;
       if constexpr (kAccumulate) {
-        dur[c] += dhr[c] * silu;
-        dgr[c] += dhr[c] * uv * (s + gv * s * (T(1) - s));
+        dur[c] += hv * silu;
+        dgr[c] += hv * uv * (s + gv * s * (T(1) - s));
       } else {
-        dur[c] = dhr[c] * silu;
-        dgr[c] = dhr[c] * uv * (s + gv * s * (T(1) - s));
+        dur[c] = store(hv * silu);
+        dgr[c] = store(hv * uv * (s + gv * s * (T(1) - s)));
       }
     }
   }
@@ -69,14 +83,13 @@ void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
                 bool accumulate) {
-  if (accumulate) swiglu_bwd_rows<true>(dg, du, dh, g, u, rows, cols, ld_in);
-  else swiglu_bwd_rows<false>(dg, du, dh, g, u, rows, cols, ld_in);
+  if (accumulate) swiglu_bwd_rows<true, T>(dg, du, dh, g, u, rows, cols, ld_in);
+  else swiglu_bwd_rows<false, T>(dg, du, dh, g, u, rows, cols, ld_in);
 }
 
-void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
-                     int64_t ld_in, bool accumulate) {
-  if (accumulate) swiglu_bwd_rows<true>(dg, du, dh, g, u, rows, cols, ld_in);
-  else swiglu_bwd_rows<false>(dg, du, dh, g, u, rows, cols, ld_in);
+void swiglu_bwd_bf16(bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
+                     int64_t ld_in) {
+  swiglu_bwd_rows<false, float>(dg, du, dh, g, u, rows, cols, ld_in, ToBf16{});
 }
 
 template void swiglu_fwd<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);

@@ -11,11 +11,13 @@ namespace gf::ops {
 // both: u = g + cols, ld_in = 2 cols); h and dh are rows x cols, contiguous.
 template <typename T>
 void swiglu_fwd(T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
-// A bf16 step's MLP (autocast's bf16 up projection): from bf16 g and u, widened to float, the float
-// forward with h rounded to bf16 (float_to_bf16) as it is written; and the backward at those inputs.
+// A bf16 step's MLP (autocast's bf16 up projection, and its bf16 gradients): from bf16 g and u, widened to
+// float, the float forward with h rounded to bf16 (float_to_bf16) as it is written; and the backward from
+// the bf16 output gradient dh, widened, dg and du written rounded (the float backward's values, written,
+// then rounded).
 void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in);
-void swiglu_bwd_bf16(float* dg, float* du, const float* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
-                     int64_t ld_in, bool accumulate = true);
+void swiglu_bwd_bf16(bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf16* u, int64_t rows, int64_t cols,
+                     int64_t ld_in);
 // dg += dh * u * silu'(g), du += dh * silu(g) (dg and du with row stride ld_in); with accumulate false
 // they are written, not read (the values += gives into zeros, but a zero's sign).
 template <typename T>

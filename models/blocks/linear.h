@@ -47,6 +47,28 @@ struct ParallelLinear {
       if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
     }
   }
+  // Row-parallel, bf16 weights: bwd with dx written as its bf16 copy alone (row_parallel_bwd_low).
+  void bwd_dx_low(const BlockEnv& e, BwdPass pass, void* dx_low, const float* dy, const float* x,
+                  const void* x_low = nullptr) const {
+    if (kind != Kind::kRow) throw std::logic_error("ParallelLinear::bwd_dx_low: row-parallel layers only");
+    const Weight wt = e.wt(w, out_in);
+    float* db = b >= 0 ? e.g(b) : nullptr;
+    if (pass == BwdPass::kBoth) row_parallel_bwd_low(*e.tp, dx_low, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
+    if (pass == BwdPass::kInput) row_parallel_bwd_input_low(*e.tp, dx_low, dy, wt, in, out, e.gather);
+    if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
+  }
+  // Column-parallel: bwd from dy kept as its bf16 copy alone (dy_low; column_parallel_bwd's dy_low).
+  void bwd_dy_low(const BlockEnv& e, BwdPass pass, float* dx, const void* dy_low, const float* x,
+                  const void* x_low = nullptr) const {
+    if (kind != Kind::kColumn) throw std::logic_error("ParallelLinear::bwd_dy_low: column-parallel layers only");
+    const Weight wt = e.wt(w, out_in);
+    float* db = b >= 0 ? e.g(b) : nullptr;
+    if (pass == BwdPass::kBoth)
+      column_parallel_bwd(*e.tp, dx, e.g(w), db, nullptr, x, wt, in, out, e.gather, e.dfull, x_low, dy_low);
+    if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, nullptr, wt, in, out, e.dfull, dy_low);
+    if (pass == BwdPass::kWeight)
+      column_parallel_bwd_weight(*e.tp, e.g(w), db, nullptr, x, wt, in, out, e.gather, dy_low, x_low);
+  }
 };
 
 }  // namespace gf

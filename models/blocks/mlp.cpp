@@ -80,18 +80,26 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
   const void* act_low = low ? a.act : nullptr;
   if (pass == BwdPass::kWeight) {
     down_.bwd(e, pass, nullptr, dout, act, act_low);
-    up_.bwd(e, pass, nullptr, g.dh, xn, xn_low);
+    if (low) up_.bwd_dy_low(e, pass, nullptr, g.dh, xn, xn_low);
+    else up_.bwd(e, pass, nullptr, g.dh, xn, xn_low);
+    return;
+  }
+  if (low) {
+    // Autocast's backward: the down projection's input gradient and the activation's are bf16 (written
+    // rounded), and the up projection's products and bias gradient read the bf16 dh.
+    auto* dact = reinterpret_cast<bf16*>(g.dact);
+    auto* dh = reinterpret_cast<bf16*>(g.dh);
+    const auto* h = reinterpret_cast<const bf16*>(a.h);
+    down_.bwd_dx_low(e, pass, dact, dout, act, act_low);
+    if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd_bf16(dh, dh + Fl_, dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
+    else ops::activation_bwd_bf16(spec_.act, dh, dact, h, e.N * Fl_);
+    up_.bwd_dy_low(e, pass, dxn, dh, xn, xn_low);
     return;
   }
   down_.bwd(e, pass, g.dact, dout, act, act_low);
   // The activation's backward writes dh (accumulate false): no pass zeroes it first.
   constexpr bool kWrite = false;
-  if (low) {
-    const auto* h = reinterpret_cast<const bf16*>(a.h);
-    if (spec_.mlp == MlpKind::kSwiGLU)
-      ops::swiglu_bwd_bf16(g.dh, g.dh + Fl_, g.dact, h, h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
-    else ops::activation_bwd_bf16(spec_.act, g.dh, g.dact, h, e.N * Fl_, kWrite);
-  } else if (spec_.mlp == MlpKind::kSwiGLU) {
+  if (spec_.mlp == MlpKind::kSwiGLU) {
     ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
   } else {
     ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_, kWrite);

@@ -27,6 +27,8 @@ class MlpBlock {
   static bool keeps_bf16(ComputeDtype d) { return d == ComputeDtype::kBFloat16; }
   // The floats a buffer for n such elements takes (n bf16 values in n / 2 floats under keeps_bf16).
   static int64_t act_floats(ComputeDtype d, int64_t n) { return keeps_bf16(d) ? (n + 1) / 2 : n; }
+  // Under keeps_bf16 the gradients of act and h are bf16 too (autocast's: the products that write them
+  // round their fp32 accumulators, the activation's backward its output), in act_floats each.
   struct Grads {
     float* dact = nullptr;  // [N, Fl]
     float* dh = nullptr;    // [N, up_width()] (kept for the weight pass)

@@ -245,7 +245,8 @@ void Trainer::log_setup() const {
                                                : std::string("emulated: fp16-rounded operands and activations, fp32 GEMM"),
                  L.compute == ComputeDtype::kBFloat16
                      ? "attention reads bf16 q, k, v (the fused attention keeps them and its output in bf16 alone); the "
-                       "norms' outputs that feed products and the MLP's up product and activation are kept in bf16"
+                       "norms' outputs that feed products, the MLP's up product and activation and their gradients are "
+                       "kept in bf16"
                      : "activations rounded to fp16 values",
                  compute_dtype_name(L.compute), human_bytes(static_cast<double>(model_->weight_copy_bytes())),
                  optimizer_updates_every_weight() ? "written by AdamW's update"

@@ -191,7 +191,7 @@ TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
 }
 
 // A CPU whose bf16 products are slower than its fp32 ones (AVX-512 BF16 without AMX: 0.161 against 0.314
-// TFLOP/s measured on a 2-vCPU Emerald Rapids VM) gets a warning under bf16 compute; others do not.
+// TFLOP/s measured on a 2-vCPU Xeon VM, CPU model 207) gets a warning under bf16 compute; others do not.
 TEST(MachineProbe, Bf16SlowerThanFp32IsSaidUnderBf16Only) {
   MachineSetup m;
   m.threads = 2;

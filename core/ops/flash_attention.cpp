@@ -225,20 +225,24 @@ void bwd_head(const HeadView<S*>& dh, const HeadView<const S*>& hv, const S* dyh
   S* mk = di + round_up(Br, kAlign);
   for (int64_t i0 = 0; i0 < T; i0 += Br) {
     const int64_t br = std::min(Br, T - i0), i_last = i0 + br - 1;
-    // Di = rowsum(dY * Y) as one explicit fma chain in d order, for fp32 y and for kept bf16 y alike: written
-    // as `acc += a * b`, the compiler may contract one loop into fmas and vectorise the other's products
-    // ahead of an in-order sum, by the target's cost model (so the two entries gave other bits on an
-    // Emerald Rapids Xeon, not on an EPYC).
+    // Di = rowsum(dY * Y). A kept bf16 y is widened into a float row first (ds is free until the tiles
+    // below), so both entries run this one loop: two loops of their own were compiled differently under
+    // -march=native on a Xeon (one contracted into fmas, the other its products apart from an in-order
+    // sum), and the two entries gave other bits there.
     for (int64_t r = 0; r < br; ++r) {
-      S acc = 0;
+      const S* yr = yh ? yh + (i0 + r) * C : nullptr;
       if constexpr (std::is_same_v<S, float>)
         if (hb.y_in) {
-          for (int64_t d = 0; d < D; ++d)
-            acc = std::fma(dyh[(i0 + r) * C + d], bf16_to_float(hb.y_in[(i0 + r) * C + d]), acc);
-          di[r] = acc;
-          continue;
+          float* row = ds;
+          if (Br * c.ld < D) {  // tiles smaller than a head's row: a spare row of the thread's own
+            thread_local std::vector<float> spare;
+            row = align64(spare, static_cast<size_t>(D));
+          }
+          for (int64_t d = 0; d < D; ++d) row[d] = bf16_to_float(hb.y_in[(i0 + r) * C + d]);
+          yr = row;
         }
-      for (int64_t d = 0; d < D; ++d) acc = std::fma(dyh[(i0 + r) * C + d], yh[(i0 + r) * C + d], acc);
+      S acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += dyh[(i0 + r) * C + d] * yr[d];
       di[r] = acc;
     }
     const S* qi = hv.q + i0 * hv.ld;

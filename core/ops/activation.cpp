@@ -177,11 +177,11 @@ void activation_bwd_bf16(Activation a, bf16* dx, const bf16* dy, const bf16* x, 
   GF_OP_SPAN("elementwise", "activation bwd");
   in_blocks<kBwdBlock>(n, [&](int64_t b, int64_t m) {
     alignas(64) float xf[kBwdBlock];
-    alignas(64) float gf[kBwdBlock];
+    alignas(64) float dyf[kBwdBlock];
     alignas(64) float t[kBwdBlock];
     widen(xf, x + b, m);
-    widen(gf, dy + b, m);
-    bwd_block(a, t, gf, xf, m, false);
+    widen(dyf, dy + b, m);
+    bwd_block(a, t, dyf, xf, m, false);
     for (int64_t i = 0; i < m; ++i) dx[b + i] = float_to_bf16(t[i]);
   });
 }

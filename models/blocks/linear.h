@@ -31,43 +31,33 @@ struct ParallelLinear {
     column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather, x_low);
   }
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
-  // weight and bias gradients.
-  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x,
-           const void* x_low = nullptr) const {
+  // weight and bias gradients. Under bf16 weights a gradient may be kept as its bf16 copy alone (the
+  // MLP's, MlpBlock::keeps_bf16): dy_low, a column-parallel layer's dy (dy is then null;
+  // column_parallel_bwd's dy_low), or dx_low, where a row-parallel layer writes its dx (dx is then
+  // null; row_parallel_bwd_low).
+  void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const void* x_low = nullptr,
+           const void* dy_low = nullptr, void* dx_low = nullptr) const {
     const Weight wt = e.wt(w, out_in);
     float* db = b >= 0 ? e.g(b) : nullptr;
     if (kind == Kind::kColumn) {
-      if (pass == BwdPass::kBoth) column_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, e.dfull, x_low);
-      if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.dfull);
+      if (dx_low) throw std::logic_error("ParallelLinear::bwd: a bf16 dx is a row-parallel layer's");
+      if (pass == BwdPass::kBoth)
+        column_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, e.dfull, x_low, dy_low);
+      if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.dfull, dy_low);
       if (pass == BwdPass::kWeight)
-        column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, nullptr, x_low);
+        column_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, dy_low, x_low);
     } else {
-      if (pass == BwdPass::kBoth) row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
-      if (pass == BwdPass::kInput) row_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.gather);
+      if (dy_low) throw std::logic_error("ParallelLinear::bwd: a kept bf16 dy is a column-parallel layer's");
+      if (pass == BwdPass::kBoth) {
+        if (dx_low) row_parallel_bwd_low(*e.tp, dx_low, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
+        else row_parallel_bwd(*e.tp, dx, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
+      }
+      if (pass == BwdPass::kInput) {
+        if (dx_low) row_parallel_bwd_input_low(*e.tp, dx_low, dy, wt, in, out, e.gather);
+        else row_parallel_bwd_input(*e.tp, dx, dy, wt, in, out, e.gather);
+      }
       if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
     }
-  }
-  // Row-parallel, bf16 weights: bwd with dx written as its bf16 copy alone (row_parallel_bwd_low).
-  void bwd_dx_low(const BlockEnv& e, BwdPass pass, void* dx_low, const float* dy, const float* x,
-                  const void* x_low = nullptr) const {
-    if (kind != Kind::kRow) throw std::logic_error("ParallelLinear::bwd_dx_low: row-parallel layers only");
-    const Weight wt = e.wt(w, out_in);
-    float* db = b >= 0 ? e.g(b) : nullptr;
-    if (pass == BwdPass::kBoth) row_parallel_bwd_low(*e.tp, dx_low, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
-    if (pass == BwdPass::kInput) row_parallel_bwd_input_low(*e.tp, dx_low, dy, wt, in, out, e.gather);
-    if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
-  }
-  // Column-parallel: bwd from dy kept as its bf16 copy alone (dy_low; column_parallel_bwd's dy_low).
-  void bwd_dy_low(const BlockEnv& e, BwdPass pass, float* dx, const void* dy_low, const float* x,
-                  const void* x_low = nullptr) const {
-    if (kind != Kind::kColumn) throw std::logic_error("ParallelLinear::bwd_dy_low: column-parallel layers only");
-    const Weight wt = e.wt(w, out_in);
-    float* db = b >= 0 ? e.g(b) : nullptr;
-    if (pass == BwdPass::kBoth)
-      column_parallel_bwd(*e.tp, dx, e.g(w), db, nullptr, x, wt, in, out, e.gather, e.dfull, x_low, dy_low);
-    if (pass == BwdPass::kInput) column_parallel_bwd_input(*e.tp, dx, nullptr, wt, in, out, e.dfull, dy_low);
-    if (pass == BwdPass::kWeight)
-      column_parallel_bwd_weight(*e.tp, e.g(w), db, nullptr, x, wt, in, out, e.gather, dy_low, x_low);
   }
 };
 

@@ -80,7 +80,7 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
   const void* act_low = low ? a.act : nullptr;
   if (pass == BwdPass::kWeight) {
     down_.bwd(e, pass, nullptr, dout, act, act_low);
-    if (low) up_.bwd_dy_low(e, pass, nullptr, g.dh, xn, xn_low);
+    if (low) up_.bwd(e, pass, nullptr, nullptr, xn, xn_low, g.dh);
     else up_.bwd(e, pass, nullptr, g.dh, xn, xn_low);
     return;
   }
@@ -90,10 +90,10 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
     auto* dact = reinterpret_cast<bf16*>(g.dact);
     auto* dh = reinterpret_cast<bf16*>(g.dh);
     const auto* h = reinterpret_cast<const bf16*>(a.h);
-    down_.bwd_dx_low(e, pass, dact, dout, act, act_low);
+    down_.bwd(e, pass, nullptr, dout, act, act_low, nullptr, dact);
     if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd_bf16(dh, dh + Fl_, dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
     else ops::activation_bwd_bf16(spec_.act, dh, dact, h, e.N * Fl_);
-    up_.bwd_dy_low(e, pass, dxn, dh, xn, xn_low);
+    up_.bwd(e, pass, dxn, nullptr, xn, xn_low, dh);
     return;
   }
   down_.bwd(e, pass, g.dact, dout, act, act_low);

@@ -12,7 +12,9 @@
 // linear_fwd's bias broadcast, the token copy and range check, the loss sum, the memsets of the
 // activation gradients before backward accumulates into them, layer_bwd's copy of dres_) are
 // reproduced here as the step does them. One row that is not in the step shows what parallel_zero
-// would make of the largest of those memsets.
+// would make of the largest of those memsets. The swiglu rows (out of the total: GPT-2 has no gated MLP)
+// time Llama's and Mixtral's activation at the same shape (FFN F = 4C, its gate | up product [N, 2F]),
+// fp32 and bf16, each beside the scalar std::exp loop that core/ops/swiglu.cpp ran before (kept here).
 //
 // For each row: one untimed call per thread count, then --rounds rounds; in each round every
 // thread count (its order alternating from round to round) runs the row back to back enough times
@@ -50,6 +52,7 @@
 #include "core/ops/flash_attention.h"
 #include "core/ops/layernorm.h"
 #include "core/ops/linear.h"
+#include "core/ops/swiglu.h"
 #include "core/math/parallel_memory.h"
 #include "models/arch/gpt2.h"
 #include "parallel/grad_sync.h"
@@ -137,6 +140,8 @@ struct StepBuffers {
   AlignedBuffer<int32_t> tokens, inputs, targets;
   AlignedBuffer<float> x, y, dx, dres, ln_mean, ln_rstd;  // [N, C] and per-row stats
   AlignedBuffer<float> fch, fch_act, dfch, dfch_act;           // [N, F]
+  AlignedBuffer<float> gu, dgu;                                 // [N, 2F]: a gated MLP's gate | up product
+  std::vector<gf::bf16> gu_low, dgu_low, h_low, dh_low;         // their bf16 forms, and [N, F] ones
   AlignedBuffer<float> qkv, dqkv, atty, datty, lse_attn, flash_ws;
   AlignedBuffer<float> logits, losses, lse;
   std::vector<gf::bf16> low;  // the weights' bf16 copy of a bf16 step
@@ -177,6 +182,14 @@ struct StepBuffers {
     ln_rstd = buf(N, 1, 0, 0);
     fch = buf(N, F, 1.0f, 7);
     fch_act = buf(N, F, 0, 0);
+    gu = buf(N, 2 * F, 1.0f, 13);
+    dgu = buf(N, 2 * F, 0, 0);
+    gu_low.resize(static_cast<size_t>(N * 2 * F));
+    dgu_low.resize(gu_low.size());
+    h_low.resize(static_cast<size_t>(N * F));
+    dh_low.resize(h_low.size());
+    for (size_t i = 0; i < gu_low.size(); ++i) gu_low[i] = gf::float_to_bf16(gu[i]);
+    for (size_t i = 0; i < dh_low.size(); ++i) dh_low[i] = gf::float_to_bf16(0.01f * fch[i]);
     dfch = buf(N, F, 0, 0);
     dfch_act = buf(N, F, 0.01f, 8);
     qkv = buf(N, 3 * C, 1.0f, 9);
@@ -207,6 +220,38 @@ struct StepBuffers {
   }
   AttentionShape attention_shape() const { return {B, T, H, C / H, 0, 0, H}; }
 };
+
+// SwiGLU as core/ops/swiglu.cpp computed it before it was vectorised (std::exp one element at a time,
+// the threads over rows), kept here as the reference its rows are read against: In is float or bf16
+// (widened), Out float or bf16 (rounded as written).
+float widened(float v) { return v; }
+float widened(gf::bf16 v) { return gf::bf16_to_float(v); }
+void store(float& d, float v) { d = v; }
+void store(gf::bf16& d, float v) { d = gf::float_to_bf16(v); }
+
+template <typename In, typename Out>
+void swiglu_fwd_scalar(Out* h, const In* g, const In* u, int64_t rows, int64_t cols, int64_t ld_in) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float gv = widened(g[r * ld_in + c]), uv = widened(u[r * ld_in + c]);
+      store(h[r * cols + c], gv / (1.0f + std::exp(-gv)) * uv);
+    }
+}
+
+template <typename In, typename Out>
+void swiglu_bwd_scalar(Out* dg, Out* du, const In* dh, const In* g, const In* u, int64_t rows, int64_t cols,
+                       int64_t ld_in) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * ld_in + c;
+      const float gv = widened(g[i]), uv = widened(u[i]), hv = widened(dh[r * cols + c]);
+      const float s = 1.0f / (1.0f + std::exp(-gv));
+      store(du[i], hv * gv * s);
+      store(dg[i], hv * uv * (s + gv * s * (1.0f - s)));
+    }
+}
 
 // The rows of one step, in step order.
 std::vector<Row> step_rows(StepBuffers& s) {
@@ -297,6 +342,35 @@ std::vector<Row> step_rows(StepBuffers& s) {
   add("zero [N,F] by parallel_zero (not in step)", nf, 2 * L, false, [&s, N, F] { gf::parallel_zero(s.dfch.data(), N * F); });
   add("gelu_new bwd", nf, L, true, [&s, N, F] {
     activation_bwd(Activation::kGeluNew, s.dfch.data(), s.dfch_act.data(), s.fch.data(), N * F);
+  });
+  // Llama's and Mixtral's SwiGLU at this shape (FFN F, the gate | up product [N, 2F]); GPT-2 has none,
+  // so not in the total. Each beside the scalar loop it replaced.
+  add("swiglu fwd (not in total)", nf, L, false, [&s, N, F] {
+    swiglu_fwd<float>(s.fch_act.data(), s.gu.data(), s.gu.data() + F, N, F, 2 * F);
+  });
+  add("swiglu fwd, scalar std::exp (the loop before; not in total)", nf, L, false, [&s, N, F] {
+    swiglu_fwd_scalar(s.fch_act.data(), s.gu.data(), s.gu.data() + F, N, F, 2 * F);
+  });
+  add("swiglu bwd (not in total)", nf, L, false, [&s, N, F] {
+    swiglu_bwd<float>(s.dgu.data(), s.dgu.data() + F, s.dfch_act.data(), s.gu.data(), s.gu.data() + F, N, F, 2 * F,
+                      false);
+  });
+  add("swiglu bwd, scalar std::exp (the loop before; not in total)", nf, L, false, [&s, N, F] {
+    swiglu_bwd_scalar(s.dgu.data(), s.dgu.data() + F, s.dfch_act.data(), s.gu.data(), s.gu.data() + F, N, F, 2 * F);
+  });
+  add("swiglu fwd bf16 (not in total)", nf, L, false, [&s, N, F] {
+    swiglu_fwd_bf16(s.h_low.data(), s.gu_low.data(), s.gu_low.data() + F, N, F, 2 * F);
+  });
+  add("swiglu fwd bf16, scalar std::exp (the loop before; not in total)", nf, L, false, [&s, N, F] {
+    swiglu_fwd_scalar(s.h_low.data(), s.gu_low.data(), s.gu_low.data() + F, N, F, 2 * F);
+  });
+  add("swiglu bwd bf16 (not in total)", nf, L, false, [&s, N, F] {
+    swiglu_bwd_bf16(s.dgu_low.data(), s.dgu_low.data() + F, s.dh_low.data(), s.gu_low.data(), s.gu_low.data() + F, N,
+                    F, 2 * F);
+  });
+  add("swiglu bwd bf16, scalar std::exp (the loop before; not in total)", nf, L, false, [&s, N, F] {
+    swiglu_bwd_scalar(s.dgu_low.data(), s.dgu_low.data() + F, s.dh_low.data(), s.gu_low.data(), s.gu_low.data() + F,
+                      N, F, 2 * F);
   });
   add("sum_rows_accumulate (bias grad)", dims({N, 3 * C}), L, true, [&s, bias_grad, N, C] {
     sum_rows_accumulate(bias_grad, s.qkv.data(), N, 3 * C);
@@ -398,14 +472,19 @@ void bench_model(const Model& m, const Options& o) {
       if (r.in_total || r.name.rfind("dropout", 0) == 0) total_all[k] += ms[k] * r.calls;
     }
   }
-  std::printf("| **non-GEMM total, dropout 0** | | |");
-  for (size_t k = 0; k < nt; ++k) std::printf(" |");
-  for (size_t k = 0; k < nt; ++k) std::printf(" **%.1f** |", total[k]);
-  std::printf(" **%.2f** |\n", total.front() / total.back());
-  std::printf("| non-GEMM total, dropout 0.1 | | |");
-  for (size_t k = 0; k < nt; ++k) std::printf(" |");
-  for (size_t k = 0; k < nt; ++k) std::printf(" %.1f |", total_all[k]);
-  std::printf(" %.2f |\n", total_all.front() / total_all.back());
+  // A --filter that keeps no row of the step leaves no total to print.
+  if (total.back() > 0) {
+    std::printf("| **non-GEMM total, dropout 0** | | |");
+    for (size_t k = 0; k < nt; ++k) std::printf(" |");
+    for (size_t k = 0; k < nt; ++k) std::printf(" **%.1f** |", total[k]);
+    std::printf(" **%.2f** |\n", total.front() / total.back());
+  }
+  if (total_all.back() > 0) {
+    std::printf("| non-GEMM total, dropout 0.1 | | |");
+    for (size_t k = 0; k < nt; ++k) std::printf(" |");
+    for (size_t k = 0; k < nt; ++k) std::printf(" %.1f |", total_all[k]);
+    std::printf(" %.2f |\n", total_all.front() / total_all.back());
+  }
   const double wall = wall_seconds() - wall0;
   double mean_threads = 0;
   for (int t : o.threads) mean_threads += static_cast<double>(t) / nt;

@@ -11,6 +11,9 @@ Workloads: the repo's own tiny fp32 configs, run from the repo root (their data 
   mixtral_tiny         configs/moe/run_mixtral_tiny.yaml
   gpt2_tiny_gelu       the first with --set model.model_config.hidden_act=gelu (exact, MindFormers' GPT-2)
   gpt2_tiny_fast_gelu  the same with fast_gelu
+  llama_tiny           configs/llama/run_llama_tiny.yaml
+  gpt2_tiny_bf16, llama_tiny_bf16, mixtral_tiny_bf16
+                       gpt2_tiny, llama_tiny and mixtral_tiny with --set model.model_config.compute_dtype=bfloat16
 each as `gridformer train --config C --set runner_config.train_steps=STEPS
 --set callbacks='[{type: MFLossMonitor, per_print_times: 1}]' --set output_dir=<temp dir per run>`:
 one line per step in metrics.jsonl, and no checkpoint (the callbacks override replaces the config's
@@ -47,6 +50,11 @@ WORKLOADS = {
     # MindFormers' own GPT-2 files say hidden_act gelu (erf) or fast_gelu
     "gpt2_tiny_gelu": ("configs/gpt2/run_gpt2_tiny.yaml", ["model.model_config.hidden_act=gelu"]),
     "gpt2_tiny_fast_gelu": ("configs/gpt2/run_gpt2_tiny.yaml", ["model.model_config.hidden_act=fast_gelu"]),
+    # SwiGLU MLPs (Llama's dense one, Mixtral's experts), and the three models under bf16 compute
+    "llama_tiny": "configs/llama/run_llama_tiny.yaml",
+    "gpt2_tiny_bf16": ("configs/gpt2/run_gpt2_tiny.yaml", ["model.model_config.compute_dtype=bfloat16"]),
+    "llama_tiny_bf16": ("configs/llama/run_llama_tiny.yaml", ["model.model_config.compute_dtype=bfloat16"]),
+    "mixtral_tiny_bf16": ("configs/moe/run_mixtral_tiny.yaml", ["model.model_config.compute_dtype=bfloat16"]),
 }
 CALLBACKS = "callbacks=[{type: MFLossMonitor, per_print_times: 1}]"
 
@@ -144,7 +152,7 @@ def main():
     ap.add_argument("--skip", type=int, default=5, help="steps 1..SKIP are warm-up, not timed (default 5)")
     ap.add_argument("--probe", default=os.path.join(ROOT, "build", "machine_probe.json"),
                     help="GF_MACHINE_PROBE for both binaries (default build/machine_probe.json)")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of "
+    ap.add_argument("--workloads", default="gpt2_tiny,mixtral_tiny,gpt2_tiny_gelu,gpt2_tiny_fast_gelu", help="comma-separated subset of "
                     + ", ".join(WORKLOADS))
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run before giving up")
     ap.add_argument("--out", help="write the results as JSON to this file")

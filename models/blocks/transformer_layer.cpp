@@ -96,9 +96,19 @@ void TransformerLayer::recompute(const BlockEnv& e, Recompute mode, const float*
   if (!is_moe()) mlp_.activation_fwd(e, a.mlp);  // an MoE layer keeps its experts' activations
 }
 
+const float* TransformerLayer::output_grad(const BlockEnv& e, BwdPass pass, float* copy, const float* dres,
+                                          int64_t site) const {
+  const ops::DropoutKey k = e.dropout(layer_, site, spec_.hidden_dropout);
+  if (pass == BwdPass::kBoth && k.rate <= 0.0f) return dres;
+  const int64_t C = spec_.hidden;
+  parallel_copy(copy, dres, e.Nl * C);
+  e.dropout_rows(copy, k, C);
+  return copy;
+}
+
 void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, const Acts& a, const Grads& g,
                            const std::function<void()>* between) const {
-  const int64_t Nl = e.Nl, C = spec_.hidden;
+  const int64_t Nl = e.Nl;
   const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
   // An MoE block has no passes apart: its whole backward (the experts' and router's weight
   // gradients too) runs in the input pass, and the weight pass skips it.
@@ -110,16 +120,14 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
     return;
   }
   // MLP: out = res2 + dropout(mlp(norm2(res2)))
-  parallel_copy(g.dout_mlp, g.dres, Nl * C);
-  e.dropout_rows(g.dout_mlp, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
-  if (is_moe()) moe_.bwd(e, g.dln2, g.dout_mlp, a.ln2, a.moe, a.moe_sc);
-  else mlp_.bwd(e, pass, g.dln2, g.dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
+  const float* dout_mlp = output_grad(e, pass, g.dout_mlp, g.dres, kDropMlpOut);
+  if (is_moe()) moe_.bwd(e, g.dln2, dout_mlp, a.ln2, a.moe, a.moe_sc);
+  else mlp_.bwd(e, pass, g.dln2, dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   if (between) (*between)();
   // Attention: res2 = x + dropout(attention(norm1(x)))
-  parallel_copy(g.dout_attn, g.dres, Nl * C);
-  e.dropout_rows(g.dout_attn, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
-  attn_.bwd(e, pass, layer_, g.dln1, g.dout_attn, in1.f32, a.attn, g.attn, in1.low);
+  const float* dout_attn = output_grad(e, pass, g.dout_attn, g.dres, kDropAttnOut);
+  attn_.bwd(e, pass, layer_, g.dln1, dout_attn, in1.f32, a.attn, g.attn, in1.low);
   norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);
 }
 

@@ -73,6 +73,11 @@ class TransformerLayer {
            const std::function<void()>* between = nullptr) const;
 
  private:
+  // A sublayer's output gradient as its backward reads it: dres itself where nothing would change the copy (no
+  // dropout at `site`) and nothing reads it after the norm's backward has added into dres (the fused pass: the
+  // weight pass of a split backward reads it later); else dres copied into `copy`, the dropout mask applied.
+  const float* output_grad(const BlockEnv& e, BwdPass pass, float* copy, const float* dres, int64_t site) const;
+
   TransformerSpec spec_;
   int64_t layer_ = 0;
   NormBlock norm1_, norm2_;

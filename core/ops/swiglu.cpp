@@ -12,7 +12,7 @@ namespace {
 
 // The rows are cut into chunks of at most kChunk columns, and the (row, chunk) pairs split over the
 // threads; each chunk runs as Eigen array expressions, whose exp is vectorised (std::exp one element
-// at a time cost about six times GELU's vectorised tanh per element: bench/bench_ops's swiglu rows).
+// at a time was 6-8x slower on 2 threads: bench/bench_ops's swiglu rows, the scalar loop beside them).
 // The backward's sigmoid and the bf16 forms' widened inputs live in chunk-sized arrays on the stack.
 constexpr int64_t kChunk = 1024;
 

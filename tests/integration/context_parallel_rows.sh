@@ -52,8 +52,8 @@
 # reordering apart from the core's, the one factor of eu that had no probe of its own. The allowances
 # it raises: after the change layers.0.self_attn.o_proj 1e-5 -> 3.0e-5 and layers.1's 1e-5 -> 1.2e-5;
 # before it layers.0.mlp.down_proj 1e-5 -> 1.04e-5; no bf16 figure's tightest ratio moved (b_r2 0.70,
-# b_u2 0.30 with and without it). The figures are then at most 0.56 of their allowances after the
-# change and 0.87 before. The fp32 bugs injected below are 700 x and more beyond the old allowances,
+# b_u2 0.30 with and without it). The fp32 10-step figures are then at most 0.56 of their allowances
+# after the change and 0.87 before. The fp32 bugs injected below are 700 x and more beyond the old allowances,
 # which grew by 3x at most.
 #
 # Gradients first, without AdamW (step 1). One step with optimizer eps 1e6, lr 1e9, no decay,

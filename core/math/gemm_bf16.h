@@ -42,6 +42,15 @@ inline bf16 float_to_bf16(float f) {
 }
 inline float bf16_to_float(bf16 h) { return std::bit_cast<float>(static_cast<uint32_t>(h.bits) << 16); }
 
+// dst[i] = bf16_to_float(src[i]), and dst[i] = float_to_bf16(src[i]), for i < n on the calling thread: a kernel's
+// block widened into float scratch and its float results stored rounded.
+inline void widen_bf16(float* dst, const bf16* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+inline void round_to_bf16(bf16* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
 // dst[r * cols + c] = bf16(src[r * ld + c]) for a rows x cols block (OpenMP-parallel when large
 // and not already inside a parallel region).
 void convert_to_bf16(bf16* dst, const float* src, int64_t rows, int64_t cols, int64_t ld);

@@ -123,11 +123,6 @@ void bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t m, bool acc
   }
 }
 
-// x[0, m) widened from bf16 into t.
-void widen(float* t, const bf16* x, int64_t m) {
-  for (int64_t i = 0; i < m; ++i) t[i] = bf16_to_float(x[i]);
-}
-
 }  // namespace
 
 Activation parse_activation(std::string_view name) {
@@ -167,9 +162,9 @@ void activation_fwd_bf16(Activation a, bf16* y, const bf16* x, int64_t n) {
   in_blocks<kFwdBlock>(n, [&](int64_t b, int64_t m) {
     alignas(64) float xf[kFwdBlock];
     alignas(64) float t[kFwdBlock];
-    widen(xf, x + b, m);
+    widen_bf16(xf, x + b, m);
     fwd_block(a, t, xf, m);
-    for (int64_t i = 0; i < m; ++i) y[b + i] = float_to_bf16(t[i]);
+    round_to_bf16(y + b, t, m);
   });
 }
 
@@ -179,10 +174,10 @@ void activation_bwd_bf16(Activation a, bf16* dx, const bf16* dy, const bf16* x, 
     alignas(64) float xf[kBwdBlock];
     alignas(64) float dyf[kBwdBlock];
     alignas(64) float t[kBwdBlock];
-    widen(xf, x + b, m);
-    widen(dyf, dy + b, m);
+    widen_bf16(xf, x + b, m);
+    widen_bf16(dyf, dy + b, m);
     bwd_block(a, t, dyf, xf, m, false);
-    for (int64_t i = 0; i < m; ++i) dx[b + i] = float_to_bf16(t[i]);
+    round_to_bf16(dx + b, t, m);
   });
 }
 

@@ -62,13 +62,6 @@ void store(T* d, const ChunkArray<T>& v, int64_t m, bool accumulate) {
   else ds = v;
 }
 
-void widen(float* t, const bf16* x, int64_t m) {
-  for (int64_t i = 0; i < m; ++i) t[i] = bf16_to_float(x[i]);
-}
-void narrow(bf16* y, const ChunkArray<float>& t, int64_t m) {
-  for (int64_t i = 0; i < m; ++i) y[i] = float_to_bf16(t[i]);
-}
-
 }  // namespace
 
 template <typename T>
@@ -85,11 +78,11 @@ void swiglu_fwd_bf16(bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_
   GF_OP_SPAN("elementwise", "swiglu fwd");
   over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     alignas(64) float g32[kChunk], u32[kChunk];
-    widen(g32, g + r * ld_in + c0, m);
-    widen(u32, u + r * ld_in + c0, m);
+    widen_bf16(g32, g + r * ld_in + c0, m);
+    widen_bf16(u32, u + r * ld_in + c0, m);
     ChunkArray<float> v;
     fwd_values(v, g32, u32, m);
-    narrow(h + r * cols + c0, v, m);
+    round_to_bf16(h + r * cols + c0, v.data(), m);
   });
 }
 
@@ -112,13 +105,13 @@ void swiglu_bwd_bf16(bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf
   over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     alignas(64) float g32[kChunk], u32[kChunk], dh32[kChunk];
     const int64_t i = r * ld_in + c0;
-    widen(g32, g + i, m);
-    widen(u32, u + i, m);
-    widen(dh32, dh + r * cols + c0, m);
+    widen_bf16(g32, g + i, m);
+    widen_bf16(u32, u + i, m);
+    widen_bf16(dh32, dh + r * cols + c0, m);
     ChunkArray<float> vg, vu;
     bwd_values(vg, vu, dh32, g32, u32, m);
-    narrow(dg + i, vg, m);
-    narrow(du + i, vu, m);
+    round_to_bf16(dg + i, vg.data(), m);
+    round_to_bf16(du + i, vu.data(), m);
   });
 }
 

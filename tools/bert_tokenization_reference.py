@@ -136,7 +136,7 @@ class BasicTokenizer(object):
 
 
 class WordpieceTokenizer(object):
-    def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=100):
+    def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=200):  # Megatron's and Google BERT's default
         self.vocab = vocab
         self.unk_token = unk_token
         self.max_input_chars_per_word = max_input_chars_per_word

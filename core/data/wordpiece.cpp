@@ -16,7 +16,10 @@
 namespace gf::data {
 namespace {
 
-constexpr int kMaxInputCharsPerWord = 100;
+// Megatron's bert_tokenization.py and Google BERT's tokenization.py (since November 2018): a word of up to
+// 200 characters is split into pieces, a longer one is [UNK]. (Hugging Face's WordPiece model defaults
+// to 100; hf_tokenizer reads its own max_input_chars_per_word from tokenizer.json.)
+constexpr int kMaxInputCharsPerWord = 200;
 
 struct StringHash {
   using is_transparent = void;

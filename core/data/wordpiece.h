@@ -13,7 +13,7 @@
 //    (full Unicode case mapping, like Python's str.lower(), İ -> i + U+0307 and final sigma
 //    included), NFD-normalises it and drops category Mn. Then each word is split around
 //    punctuation (ASCII 33-47, 58-64, 91-96, 123-126 or category P*), one character each.
-//  * WordpieceTokenizer: a word of more than 100 code points is [UNK]; otherwise greedy
+//  * WordpieceTokenizer: a word of more than 200 code points is [UNK]; otherwise greedy
 //    longest-match-first from the left, pieces after the first prefixed with "##"; a word with
 //    an unmatchable rest is one [UNK].
 //  Unicode data (categories, case mapping, NFD) come from ICU (libicu-dev). Invalid UTF-8 bytes

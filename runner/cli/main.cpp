@@ -29,6 +29,8 @@
 #include "runner/cli/replay.h"
 #include "runner/infer/generate.h"
 #include "runner/config/layout_check.h"
+#include "runner/train/batch_source.h"
+#include "runner/train/output_paths.h"
 #include "runner/report/plan.h"
 #include "runner/report/logging.h"
 #include "runner/report/machine_probe.h"
@@ -105,6 +107,8 @@ std::string check_before_work(const std::string& config_path, const std::vector<
     problem = fmt::format("output_dir `{}`: cannot create the log directory ({}); set output_dir to a directory this "
                           "user can write (--set output_dir=...)", cfg.output_dir, describe(e));
   }
+  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
+  if (!predicting) problem = gf::unwritable_output(cfg, rank);
   if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
   for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
   for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
@@ -485,8 +489,9 @@ CLI::App* add_config(CLI::App& app, Cli& c) {
       ->check(CLI::ExistingPath);
   config->add_option("--set", c.sets, "override a key (repeatable)");
   config->add_option("--ranks", c.ranks,
-                     "also check the parallel layout against N ranks, as the ranks do at start (run_distribute.sh "
-                     "passes RANK_SIZE); a layout that does not fit: its message, status 2")
+                     "the launchers' pre-flight: also check the parallel layout against N ranks, and the data as train "
+                     "opens it (without --ranks a data problem is a warning), as the ranks do at start "
+                     "(run_distribute.sh passes RANK_SIZE); a problem: its message, status 2")
       ->check(CLI::Range(1, 1 << 24));
   return config;
 }
@@ -605,6 +610,15 @@ int run_config_or_plan(const Cli& c, bool plan) {
     if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
       std::cerr << "error: " << msg << "\n";
       return 2;
+    }
+    // The data as train opens it: a problem is the pre-flight's error under --ranks (what run_distribute.sh
+    // and msrun_launcher.sh run before starting any rank), a warning otherwise (the config still prints).
+    if (const std::string data = plan ? "" : gf::data_problem(cfg); !data.empty()) {
+      if (c.ranks > 0) {
+        std::cerr << "error: " << data << "\n";
+        return kSetupError;
+      }
+      std::cerr << "warning: train would refuse this config's data: " << data << "\n";
     }
     std::cout << (plan ? gf::plan_report(cfg, n) : gf::dump_resolved(cfg));
     return 0;

@@ -2,6 +2,8 @@
 // callbacks, datasets. Each function reads only kBuilt and kChecked keys (runner/config/keys.cpp) and
 // says what it cannot honour.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -16,11 +18,27 @@ using config_tree::show;
 
 std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
 
+// The loss scale multiplies the fp32 loss before the backward and divides the gradients after it, as an
+// fp32 number: above FLT_MAX (3.4e38) it is infinite there and every gradient with it. (A dynamic scale
+// may grow past FLT_MAX by scale_factor: that step overflows, is skipped and the scale comes down.)
+void check_loss_scale(ReadContext& x) {
+  const LossScaleConfig& l = x.c.loss_scale;
+  const double max = std::numeric_limits<float>::max();
+  if (!(l.value > 0 && l.value <= max))
+    x.refuse("`runner_wrapper.scale_sense` loss scale " + show(YAML::Node(l.value)) + ": must be in (0, 3.4e38], a finite "
+             "float32 (MindFormers' default 65536, Megatron's initial 2^32); 1 for none");
+  if (l.dynamic && !(l.factor > 1 && l.factor <= max))
+    x.refuse("`runner_wrapper.scale_sense.scale_factor: " + show(YAML::Node(l.factor)) + "`: must be in (1, 3.4e38] (the "
+             "dynamic scale is divided by it after an overflow and multiplied after scale_window good steps; 2 by default)");
+  if (l.window < 1) x.refuse("`runner_wrapper.scale_sense.scale_window: " + std::to_string(l.window) + "`: must be >= 1");
+}
+
 void read_scale_sense(ReadContext& x) {
   Config& c = x.c;
   const YAML::Node s = x.rd.node("runner_wrapper.scale_sense");
   if (s.IsScalar()) {
     c.loss_scale.value = s.as<double>();
+    check_loss_scale(x);
     return;
   }
   const std::string type = s["type"] ? s["type"].as<std::string>() : "";
@@ -35,6 +53,7 @@ void read_scale_sense(ReadContext& x) {
   if (s["loss_scale_value"]) c.loss_scale.value = s["loss_scale_value"].as<double>();
   if (s["scale_factor"]) c.loss_scale.factor = s["scale_factor"].as<double>();
   if (s["scale_window"]) c.loss_scale.window = s["scale_window"].as<int64_t>();
+  check_loss_scale(x);
 }
 
 // MindFormers' names of the attention core's operations, the part our selective recompute keeps
@@ -427,8 +446,18 @@ void read_optimizer(ReadContext& x) {
   } catch (const std::exception& e) {
     x.refuse(std::string(e.what()) + ", and MindFormers' CosineWithWarmUpLR (= cosine)");
   }
-  if (c.lr.learning_rate < 0) x.refuse("`lr_schedule.learning_rate`: must be >= 0");
+  if (!(c.lr.learning_rate >= 0 && std::isfinite(c.lr.learning_rate)))
+    x.refuse("`lr_schedule.learning_rate: " + show(x.rd.node("lr_schedule.learning_rate")) + "`: must be a finite number >= 0");
+  // A schedule decaying to a negative rate would step up the gradient (ascent) past the point it crosses 0.
+  if (!(c.lr.lr_end >= 0 && std::isfinite(c.lr.lr_end)))
+    x.refuse("`lr_schedule.lr_end: " + show(x.rd.node("lr_schedule.lr_end")) + "`: must be a finite number >= 0 (the "
+             "rate the schedule decays to; below 0 the steps would climb the loss)");
   if (c.lr.warmup_steps < 0) x.refuse("`lr_schedule.warmup_steps`: must be >= 0");
+  if (!(c.lr.warmup_ratio >= 0 && c.lr.warmup_ratio <= 1))
+    x.refuse("`lr_schedule.warmup_ratio: " + show(x.rd.node("lr_schedule.warmup_ratio")) + "`: must be in [0, 1] (the "
+             "part of the total steps spent warming up)");
+  if (!(c.lr.power >= 0 && std::isfinite(c.lr.power)))
+    x.refuse("`lr_schedule.power: " + show(x.rd.node("lr_schedule.power")) + "`: must be a finite number >= 0");
 
   // optimizer.learning_rate: MindFormers builds the optimizer with the lr_schedule when there is one
   // (build_optim's default_args replace the optimizer's own learning_rate), else with this rate.

@@ -55,7 +55,9 @@ const std::vector<std::string>& summary_monitor_keys();
 void read_summary_monitor(ReadContext& x, const std::string& at);
 void read_tensorboard(ReadContext& x);
 void read_datasets(ReadContext& x);
-void read_model(ReadContext& x);  // the model section, by its type's reader (runner/config/arch_section.h)
+void read_model(ReadContext& x);
+// False when a size of the model exceeds the bound read_model refuses it by (what reads on must not loop over it).
+bool model_sizes_within_bounds(const ModelConfig& m);  // the model section, by its type's reader (runner/config/arch_section.h)
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
 void read_moe(ReadContext& x);
 void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (runner/config/read_generation.cpp)      // moe_config into model.moe (runner/config/read_moe.cpp)

@@ -84,7 +84,44 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
 
 }  // namespace
 
-void read_model(ReadContext& x) { arch_section_or_base(x.rd.get<std::string>("model.model_config.type")).read(x); }
+// The largest sizes a model may have here, whatever its architecture: beyond them the plan's per-layer
+// tables and the products of sizes stop being seconds of arithmetic (num_layers 2^31 spun for minutes).
+// Each lies far beyond published models (Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, vocab
+// 128256; context windows up to 10M tokens).
+struct SizeBound {
+  const char* key;
+  int64_t ModelConfig::*field;
+  int64_t max;
+  const char* why;
+};
+constexpr SizeBound kSizeBounds[] = {
+    {"num_layers", &ModelConfig::num_layers, 1024, "8x Llama 3.1 405B's 126"},
+    {"hidden_size", &ModelConfig::hidden_size, 1 << 20, "64x Llama 3.1 405B's 16384"},
+    {"num_heads", &ModelConfig::num_heads, 1 << 16, ""},
+    {"seq_length", &ModelConfig::seq_length, 1 << 24, "16M tokens"},
+    {"vocab_size", &ModelConfig::vocab_size, (1 << 30) - 1, "token ids are 30-bit: bit 30 marks an untrained target"},
+    {"intermediate_size", &ModelConfig::intermediate_size, 1 << 22, ""},
+};
+
+bool model_sizes_within_bounds(const ModelConfig& m) {
+  for (const SizeBound& b : kSizeBounds)
+    if (m.*b.field > b.max) return false;
+  return true;
+}
+
+void check_model_bounds(ReadContext& x) {
+  for (const SizeBound& b : kSizeBounds) {
+    const int64_t v = x.c.model.*b.field;
+    if (v > b.max)
+      x.refuse(kv("model.model_config." + std::string(b.key), std::to_string(v)) + ": at most " + std::to_string(b.max) +
+               (*b.why ? std::string(" (") + b.why + ")" : std::string()));
+  }
+}
+
+void read_model(ReadContext& x) {
+  arch_section_or_base(x.rd.get<std::string>("model.model_config.type")).read(x);
+  check_model_bounds(x);
+}
 
 
 void read_flash_attention(ReadContext& x, bool fused_when_auto) {

@@ -137,6 +137,7 @@ void read_pipeline(ReadContext& x) {
   if (!read_offset(x, p.layer_offset)) return;
   // The split; when it fails, config_layout_problems says why with the numbers (stage_layers stays empty).
   const int64_t layers = x.c.model.num_layers;
+  if (!model_sizes_within_bounds(x.c.model)) return;  // refused by read_model; partitioning 2^31 layers would spin
   try {
     p.stage_layers = partition_layers(layers, p.pipeline_stage, p.pipeline_chunks, p.layer_offset);
   } catch (const std::invalid_argument&) {

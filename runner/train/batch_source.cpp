@@ -1,6 +1,9 @@
 #include "runner/train/batch_source.h"
 
+#include <filesystem>
 #include <stdexcept>
+#include <string_view>
+#include <system_error>
 
 #include "core/data/gpt_dataset.h"
 #include "core/math/rng.h"
@@ -53,6 +56,26 @@ class MegatronSource : public BatchSource {
   std::string desc_;
 };
 
+// "" when PREFIX.idx and PREFIX.bin exist; else what is missing, where a relative prefix was looked for,
+// and what would make it: the prefix preprocess_data wrote (it appends `_text_document` to --output-prefix),
+// scripts/setup.sh for the default corpus, preprocess_data for one's own text.
+std::string missing_prefix(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool idx = fs::exists(prefix + ".idx", ec), bin = fs::exists(prefix + ".bin", ec);
+  if (idx && bin) return "";
+  std::string msg = "no " + prefix + (idx ? ".bin" : bin ? ".idx" : ".idx and no " + prefix + ".bin");
+  if (fs::path(prefix).is_relative()) msg += " (a relative path: looked for from the working directory " + fs::current_path(ec).string() + ")";
+  if (fs::exists(prefix + "_text_document.idx", ec))
+    msg += "; there is " + prefix + "_text_document.idx: preprocess_data appends _text_document (its --json-keys) to "
+           "--output-prefix, so the data_path is " + prefix + "_text_document";
+  else if (fs::path(prefix).filename() == "fortunes_text_document")
+    msg += "; the default corpus is made by scripts/setup.sh (run from the source directory, or give the absolute path)";
+  else
+    msg += "; build/bin/preprocess_data writes <output-prefix>_text_document.{bin,idx} from your text (docs/data.md)";
+  return msg;
+}
+
 }  // namespace
 
 std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const ModelConfig& model,
@@ -62,14 +85,21 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   if (data.loader_type == "RandomTokens")
     return std::make_unique<RandomTokens>(data.seed, model.vocab_size, model.seq_length, data.num_samples);
   if (data.loader_type != "MegatronDataset") {
+    const std::string& t = data.loader_type;
+    const auto ends_with = [&t](std::string_view s) { return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0; };
     throw std::runtime_error(
-        "`" + key + ".type: " + data.loader_type + "` is a MindSpore loader that gridformer does not read. "
-        "Convert the text with build/bin/preprocess_data (Megatron .bin/.idx) and use `type: MegatronDataset` "
+        "`" + key + ".type: " + t + "` is " +
+        (ends_with("Dataset") || ends_with("DataLoader") ? "a MindSpore/MindFormers loader that gridformer does not read"
+                                                         : "not a data loader gridformer knows (MegatronDataset, RandomTokens)") +
+        ". Convert the text with build/bin/preprocess_data (Megatron .bin/.idx) and use `type: MegatronDataset` "
         "with `data_path: <prefix>` (or `type: RandomTokens` for synthetic data); see docs/data.md");
   }
   if (data.data_path.empty())
     throw std::runtime_error("`" + key + ".data_path` is empty: give the prefix of a .bin/.idx pair "
                              "(e.g. ./data/fortunes/fortunes_text_document) or [weight, prefix, ...]");
+  for (const auto& [weight, prefix] : data.data_path)
+    if (const std::string missing = missing_prefix(prefix); !missing.empty())
+      throw std::runtime_error("`" + key + ".data_path`: " + missing);
   data::GPTDatasetConfig g;
   g.data_path = data.data_path;
   g.split = data.split;
@@ -89,14 +119,25 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
       src = data::build_gpt_dataset(g);
     }
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error("`" + key + ".data_path`: " + e.what() +
-                             " (the default corpus is made by scripts/setup.sh; your own text by build/bin/preprocess_data)");
+    throw std::runtime_error("`" + key + ".data_path`: " + e.what());
   }
   std::string desc = "MegatronDataset " + data.data_path.front().second + (data.data_path.size() > 1 ? " (blended)" : "") +
                      ", split " + data.split + " part " + std::to_string(split_index) + ", " +
                      std::to_string(epoch) + " samples per epoch" +
                      (src->has_loss_mask() ? ", with a loss mask (only its targets marked 1 are trained)" : "");
   return std::make_unique<MegatronSource>(std::move(src), epoch, model.seq_length, desc);
+}
+
+std::string data_problem(const Config& cfg) {
+  if (cfg.run_mode == RunMode::kPredict) return "";
+  try {
+    make_batch_source(cfg.train_data, cfg.model, 0, 0, "train_dataset");
+    if ((cfg.do_eval || cfg.run_mode == RunMode::kEval) && !cfg.eval_data.data_path.empty())
+      make_batch_source(cfg.eval_data, cfg.model, 0, 1, "eval_dataset");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace gf

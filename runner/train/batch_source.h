@@ -30,4 +30,10 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
                                                int64_t num_samples, int split_index,
                                                const std::string& what);
 
+// What `train` refuses about this config's data before step 1, "" when nothing: the training data
+// (and the evaluation data when do_eval or run_mode eval) opened as the Trainer opens them, one epoch
+// each. `gridformer config` runs it, so the launchers' pre-flight finds a missing data_path or a
+// MindSpore loader before any rank starts.
+std::string data_problem(const Config& cfg);
+
 }  // namespace gf

@@ -150,6 +150,9 @@ class Trainer {
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;
+  // The end-of-document id the document options act at, counted in the first kEodProbeSamples samples.
+  void log_documents() const;
+  static constexpr int64_t kEodProbeSamples = 64;
   // Pipeline: each stage's layers and planned activation memory, logged by rank 0 (collective).
   void log_pipeline_stages() const;
   void write_run_start();

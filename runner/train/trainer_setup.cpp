@@ -3,10 +3,12 @@
 // run_start line, and the peak memory / communication report after it.
 #include <cstdio>
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
+#include <utility>
 
 #include "core/math/gemm_bf16.h"
 #include "models/pipeline_stage.h"
@@ -183,6 +185,39 @@ void Trainer::log_pipeline_stages() const {
   }
 }
 
+// Names the end-of-document id that reset_position_ids, reset_attention_mask and eod_mask_loss act at
+// and where it comes from, and counts it in the first samples of the data: an id that never occurs
+// there (a Llama config's eos_token_id 2 over GPT-2 ids, whose end of document is 50256) makes the
+// options change nothing, which is said as a warning.
+void Trainer::log_documents() const {
+  const DocumentConfig& docs = cfg_.model.documents;
+  if (!docs.resets() && !docs.eod_mask_loss) return;
+  const int64_t eod = cfg_.model.eod_id();
+  const std::string from = docs.eod_token_id >= 0 ? "train_dataset.data_loader.eod_token_id"
+                                                  : "model_config.eos_token_id (data_loader.eod_token_id unset)";
+  std::string what;
+  for (const auto& [on, name] : {std::pair{docs.reset_position_ids, "reset_position_ids"},
+                                 std::pair{docs.reset_attention_mask, "reset_attention_mask"},
+                                 std::pair{docs.eod_mask_loss, "eod_mask_loss"}})
+    if (on) what += (what.empty() ? "" : ", ") + std::string(name);
+  const int64_t T1 = cfg_.model.seq_length + 1;
+  const int64_t epoch = data_->samples_per_epoch();
+  const int64_t n = std::max<int64_t>(1, epoch < 0 ? kEodProbeSamples : std::min(kEodProbeSamples, epoch));
+  std::vector<int32_t> tokens(static_cast<size_t>(n * T1));
+  data_->read(0, n, tokens.data());
+  int64_t count = 0;
+  for (int32_t t : tokens) count += (t & ~kNotTrainedBit) == eod;
+  if (count > 0) {
+    spdlog::info("documents: {} at end-of-document id {} (from {}); it occurs {} times in the first {} samples ({} tokens)",
+                 what, eod, from, count, n, n * T1);
+    return;
+  }
+  spdlog::warn("documents: {} act at end-of-document id {} (from {}), which never occurs in the first {} samples ({} "
+               "tokens) of the data: they change nothing. Set train_dataset.data_loader.eod_token_id to the data's "
+               "end-of-document id (GPT-2 BPE: 50256, what preprocess_data --append-eod writes)",
+               what, eod, from, n, n * T1);
+}
+
 void Trainer::log_setup() const {
   const auto& m = cfg_.model;
   const ModelLayout& L = model_->layout();
@@ -221,6 +256,7 @@ void Trainer::log_setup() const {
                                  pipelined() ? "parallel_config.micro_batch_num" : "runner_config.gradient_accumulation_steps"),
                global_batch_, global_batch_ * m.seq_length);
   spdlog::info("data: {}", data_->describe());
+  log_documents();
   const double pbytes = 4.0 * static_cast<double>(model_->params().total_floats());
   spdlog::info("memory on rank {}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}), "
                "activations {} (planned{})",

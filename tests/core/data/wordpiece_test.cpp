@@ -6,7 +6,7 @@
 // Hangul, Cyrillic, Greek (final sigma), Arabic with harakat, Devanagari, Thai, Hebrew, emoji
 // (ZWJ sequences, skin tones, variation selectors), ASCII and Unicode punctuation, control and
 // format characters, every whitespace class (tab, LF, CR, VT, FF, NBSP, ideographic space,
-// U+2028/2029, U+1680, U+202F, U+205F, U+001C-001F, U+0085), words of 100 and more than 100
+// U+2028/2029, U+1680, U+202F, U+205F, U+001C-001F, U+0085), words of 100, more than 100 and up to 200
 // characters and unknown words. ids_lower.txt / ids_cased.txt are what
 // tools/bert_tokenization_reference.py (a transcription of Google BERT's tokenization.py) writes.
 #include <gtest/gtest.h>
@@ -117,6 +117,30 @@ TEST_F(WordPieceToy, InvalidUtf8IsDroppedAndMissingUnkThrows) {
   EXPECT_EQ(no_unk.unk_id(), -1);
   EXPECT_THROW(no_unk.encode("abc"), std::runtime_error);
   EXPECT_THROW(WordPieceTokenizer::from_file((dir_ / "missing.txt").string(), true), std::runtime_error);
+}
+
+// Megatron's bert_tokenization.py (Google BERT's tokenization.py since November 2018): words of up to
+// 200 code points are split into pieces; only a longer word is one [UNK]. Hugging Face's WordPiece
+// model defaults to 100, which is not what Megatron's BertWordPieceLowerCase / Case compute.
+TEST_F(WordPieceToy, WordsUpTo200CodePointsAreSplitLongerOnesAreUnk) {
+  const auto tok = WordPieceTokenizer::from_file(write("[UNK]\nab\n##ab\n##a\n##\xc3\xa9\n"), false);  // cased: the e-acute stays
+  auto repeat = [](const std::string& s, int n) { std::string r; while (n-- > 0) r += s; return r; };
+  auto pieces = [](int n_ab, bool tail_a) {
+    Ids ids{1};
+    ids.insert(ids.end(), n_ab - 1, 2);
+    if (tail_a) ids.push_back(3);
+    return ids;
+  };
+  EXPECT_EQ(tok.encode(repeat("ab", 51)), pieces(51, false));        // 102 characters (the case)
+  EXPECT_EQ(tok.encode(repeat("ab", 75)), pieces(75, false));        // 150
+  EXPECT_EQ(tok.encode(repeat("ab", 99) + "a"), pieces(99, true));  // 199
+  EXPECT_EQ(tok.encode(repeat("ab", 100)), pieces(100, false));      // 200: the longest split
+  EXPECT_EQ(tok.encode(repeat("ab", 100) + "a"), (Ids{0}));           // 201: [UNK]
+  // Code points, not bytes: 148 ASCII + 52 two-byte e-acutes (252 bytes) are 200 characters.
+  Ids mixed = pieces(74, false);
+  mixed.insert(mixed.end(), 52, 4);
+  EXPECT_EQ(tok.encode(repeat("ab", 74) + repeat("\xc3\xa9", 52)), mixed);
+  EXPECT_EQ(tok.encode(repeat("ab", 74) + repeat("\xc3\xa9", 53)), (Ids{0}));
 }
 
 // Encode throughput over the corpus (logged; the target is >= 5 MB/s on one core).

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Mutates the shipped configs and asks gridformer about each variant (tests/integration/config_fuzz.sh).
+
+    config_fuzz.py BIN OUT_DIR --configs A.yaml B.yaml ... [--variants N] [--seed S] [--timeout SEC] [--train-every K]
+
+A variant is one shipped config with one change of the kinds a user's typo or a broken tool makes: a
+value swapped for 0, -1, +-10^12, 2^31, 2^63, 1e308, NaN, "", 10,000 characters, an emoji, a list or a
+map; a key deleted; or the YAML text broken. Each variant is answered by `config`, `plan` and (every K-th
+variant) a one-step `train`, each within TIMEOUT seconds. An answer is good when it is status 0 (taken)
+or 2 (refused before any work, with an `error` line); anything else (a signal, an abort, another status,
+no answer in time) is printed with the variant and counts as a failure. Exits 1 when any answer failed.
+Seeded: the same seed gives the same variants.
+"""
+
+import argparse
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+
+import yaml
+
+VALUES = [0, -1, 10**12, -10**12, 2**31, 2**63, 1e308, float("nan"), "", "x" * 10000, "\U0001F99C", [1, 2], {"a": 1}]
+
+
+def leaves(node, path=()):
+    """Every (path, value) of a scalar in the YAML tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from leaves(v, path + (i,))
+    else:
+        yield path, node
+
+
+def set_at(tree, path, value, delete=False):
+    node = tree
+    for p in path[:-1]:
+        node = node[p]
+    if delete:
+        if isinstance(node, dict):
+            del node[path[-1]]
+        else:
+            node.pop(path[-1])
+    else:
+        node[path[-1]] = value
+
+
+class Dumper(yaml.SafeDumper):
+    pass
+
+
+def _float(dumper, v):  # NaN and infinities as YAML writes them, big floats in full
+    if math.isnan(v):
+        return dumper.represent_scalar("tag:yaml.org,2002:float", ".nan")
+    return dumper.represent_scalar("tag:yaml.org,2002:float", repr(v))
+
+
+Dumper.add_representer(float, _float)
+
+
+def variants(configs, n, rng):
+    texts = {c: open(c, encoding="utf-8").read() for c in configs}
+    trees = {c: yaml.safe_load(texts[c]) for c in configs}
+    out = []
+    while len(out) < n:
+        c = rng.choice(configs)
+        kind = rng.random()
+        if kind < 0.05:  # broken YAML text
+            t = texts[c]
+            cut = rng.randrange(len(t))
+            broken = rng.choice([t[:cut] + ":\n\t- [" + t[cut:], t[:cut] + '"' + t[cut:], t[:cut] + "\n  - }" + t[cut:]])
+            out.append((c, "broken YAML at character %d" % cut, broken))
+            continue
+        tree = yaml.safe_load(texts[c])
+        path, old = rng.choice(list(leaves(trees[c])))
+        name = ".".join(map(str, path))
+        if kind < 0.15:
+            set_at(tree, path, None, delete=True)
+            what = "%s deleted" % name
+        else:
+            v = rng.choice(VALUES)
+            set_at(tree, path, v)
+            shown = repr(v) if not (isinstance(v, str) and len(v) > 20) else "'x' * %d" % len(v)
+            what = "%s: %r -> %s" % (name, old, shown)
+        out.append((c, what, yaml.dump(tree, Dumper=Dumper, allow_unicode=True, sort_keys=False, width=1 << 20)))
+    return out
+
+
+def ask(cmd, timeout):
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "", time.monotonic() - t0
+    return p.returncode, p.stderr.decode("utf-8", "replace"), time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("out")
+    ap.add_argument("--configs", nargs="+", required=True)
+    ap.add_argument("--variants", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=55)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--train-every", type=int, default=1)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    bad, counts, slowest = [], {"taken": 0, "refused": 0}, (0.0, "")
+    for i, (src, what, text) in enumerate(variants(a.configs, a.variants, rng)):
+        f = os.path.join(a.out, "v%03d.yaml" % i)
+        with open(f, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        cmds = [("config", [a.bin, "config", "--config", f]), ("plan", [a.bin, "plan", "--config", f])]
+        if i % a.train_every == 0:
+            cmds.append(("train", [a.bin, "train", "--config", f, "--set", "runner_config.train_steps=1",
+                                   "--set", "output_dir=" + os.path.join(a.out, "run%03d" % i)]))
+        for name, cmd in cmds:
+            status, err, secs = ask(cmd, a.timeout)
+            if secs > slowest[0]:
+                slowest = (secs, "%s of v%03d (%s: %s)" % (name, i, os.path.basename(src), what))
+            if status == 0:
+                counts["taken"] += 1
+            elif status == 2 and "error" in err:
+                counts["refused"] += 1
+            else:
+                why = "no answer within %g s" % a.timeout if status is None else "status %d" % status
+                last = err.strip().splitlines()[-1][:300] if err.strip() else ""
+                bad.append("v%03d %s (%s: %s): %s; %s" % (i, name, os.path.basename(src), what, why, last))
+    print("%d variants: %d answers taken (status 0), %d refused (status 2 with an error); slowest %.1f s: %s"
+          % (a.variants, counts["taken"], counts["refused"], slowest[0], slowest[1]))
+    for b in bad:
+        print("FAIL:", b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+# The integration scripts' shared harness. A script starts with
+#     source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+# and holds only what its case says. ctest runs each script as `bash SCRIPT BUILD_DIR SOURCE_DIR`.
+#
+# After sourcing:
+#   BUILD SRC         the build and source directories (absolute)
+#   BIN PRE PY        build/bin/gridformer, build/bin/preprocess_data, /usr/bin/python3 (Debian's, with torch)
+#   VOCAB MERGES      the GPT-2 BPE files scripts/setup.sh fetched; CORPUS the default corpus's prefix
+#   WORK              a fresh directory, the working directory, removed when the script exits
+#   the MPI environment (root allowed, no single-copy mechanism, one OpenMP thread a rank)
+#
+# Functions:
+#   fail MSG...                 prints "FAIL: MSG" and exits 1
+#   skip REASON                 prints "SKIP: REASON" and exits 77 (ctest's SKIP_RETURN_CODE: shown as skipped, not passed)
+#   ok MSG...                   prints "ok: MSG"
+#   need_vocab | need_corpus    skip unless scripts/setup.sh's GPT-2 files / default corpus are there
+#   need_python MODULE...       skip unless /usr/bin/python3 imports every MODULE
+#   tiny_config FAMILY FILE     writes a tiny config over the default corpus: gpt2 | llama | mixtral
+#   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
+#   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
+#   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
+#   refused STATUS PATTERN NAME CMD...  CMD must exit STATUS and print PATTERN (fixed string); nothing trained
+#   losses DIR                  the step losses of DIR/metrics.jsonl, "step loss" per line
+#   same_losses A B [REL]       the losses of A and B agree step for step (bitwise, or within REL relative)
+set -euo pipefail
+
+BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
+SRC="$(cd "${2:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
+BIN="$BUILD/bin/gridformer"
+PRE="$BUILD/bin/preprocess_data"
+PY=/usr/bin/python3
+VOCAB="$SRC/data/gpt2/gpt2-vocab.json"
+MERGES="$SRC/data/gpt2/gpt2-merges.txt"
+CORPUS="$SRC/data/fortunes/fortunes_text_document"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gf_it.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+STATUS=0
+
+fail() { echo "FAIL: $*"; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+ok() { echo "ok: $*"; }
+
+need_vocab() { [[ -s "$VOCAB" && -s "$MERGES" ]] || skip "$VOCAB missing (scripts/setup.sh fetches it)"; }
+need_corpus() { [[ -s "$CORPUS.idx" ]] || skip "$CORPUS.idx missing (scripts/setup.sh makes it)"; }
+need_python() {
+  local m
+  for m in "$@"; do "$PY" -c "import $m" 2>/dev/null || skip "$PY cannot import $m (scripts/setup.sh installs it)"; done
+}
+
+# tiny_config FAMILY FILE: the shipped tiny config of FAMILY, over the default corpus by absolute path,
+# shrunk to seconds a run: seq_length 32, 2 layers, 2 samples a rank, 4 steps, no warm-up past the run.
+tiny_config() {
+  local family=$1 file=$2 src
+  case "$family" in
+    gpt2) src="$SRC/configs/gpt2/run_gpt2_tiny.yaml" ;;
+    llama) src="$SRC/configs/llama/run_llama_tiny.yaml" ;;
+    mixtral) src="$SRC/configs/moe/run_mixtral_tiny.yaml" ;;
+    *) fail "tiny_config: unknown family $family (gpt2, llama, mixtral)" ;;
+  esac
+  sed -e "s|\./data/fortunes/fortunes_text_document|$CORPUS|" "$src" > "$file"
+  TINY_SETS=(--set model.model_config.seq_length=32 --set model.model_config.num_layers=2
+             --set runner_config.batch_size=2 --set runner_config.train_steps=4 --set lr_schedule.warmup_steps=1
+             --set callbacks.0.per_print_times=1)
+}
+
+run() {
+  local name=$1; shift
+  set +e; "$@" > "$name.log" 2>&1; STATUS=$?; set -e
+}
+
+train() {
+  local name=$1 cfg=$2; shift 2
+  run "$name" "$BIN" train --config "$cfg" --set output_dir="$name" "$@"
+  ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: train exited with status $STATUS"; }
+}
+
+mpi_train() {
+  local np=$1 name=$2 cfg=$3; shift 3
+  run "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@"
+  ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: $np ranks exited with status $STATUS"; }
+}
+
+refused() {
+  local want=$1 pattern=$2 name=$3; shift 3
+  run "$name" "$@"
+  ((STATUS == want)) || { tail -30 "$name.log"; fail "$name: status $STATUS, expected $want"; }
+  grep -qF -- "$pattern" "$name.log" || { tail -30 "$name.log"; fail "$name: no '$pattern' in its output"; }
+  ! grep -qs '"loss"' "$name/metrics.jsonl" || fail "$name: trained a step before refusing"
+  ok "$name refused (status $want): $(grep -oF -- "$pattern" "$name.log" | head -1)"
+}
+
+losses() {
+  "$PY" - "$1/metrics.jsonl" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r and "step" in r:
+        print(r["step"], repr(r["loss"]))
+EOF
+}
+
+same_losses() {
+  local a=$1 b=$2 rel=${3:-0}
+  "$PY" - "$a" "$b" "$rel" <(losses "$a") <(losses "$b") <<'EOF' || fail "losses of $a and $b differ"
+import sys
+a_name, b_name, rel = sys.argv[1], sys.argv[2], float(sys.argv[3])
+a = [l.split() for l in open(sys.argv[4])]
+b = [l.split() for l in open(sys.argv[5])]
+assert a and len(a) == len(b), f"{a_name}: {len(a)} logged steps, {b_name}: {len(b)}"
+for (sa, la), (sb, lb) in zip(a, b):
+    assert sa == sb, f"steps {sa} and {sb}"
+    x, y = float(la), float(lb)
+    assert (x == y) if rel == 0 else abs(x - y) <= rel * abs(x), f"step {sa}: {a_name} {la}, {b_name} {lb}"
+print(f"{len(a)} steps: {'bitwise' if rel == 0 else f'within {rel:g} relative'}")
+EOF
+}

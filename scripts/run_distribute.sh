@@ -39,7 +39,7 @@ environment:
                   probed with `ssh -o ConnectTimeout=N -o BatchMode=yes HOST true` before launch, and
                   mpirun's ssh agent gets the same options
   GF_PROBE        0: do not probe the remote servers; 1: probe them in a dry run too (default: before a launch)
-  GF_PROGRESS_INTERVAL  seconds between progress lines while the job runs (default 30)
+  GF_PROGRESS_INTERVAL  seconds between progress lines while the job runs (default 30; the first after 5)
   GF_DRY_RUN=1    check everything, write the hostfile/rankfile, print the mpirun command, start nothing
   GF_JOIN_TIMEOUT seconds another server's script waits for the job to appear (default 300)
   GF_JOB_STALE    seconds without the launcher's beat in the job file after which another server's
@@ -179,7 +179,7 @@ if ((config_status != 0)); then
   echo "$config_problems" >&2
   grep -q '^error: the parallel layout does not fit' <<<"$config_problems" &&
     die "the parallel layout of $CONFIG does not fit RANK_SIZE $RANK_SIZE (the rank table's rank count): change parallel_config as above, or use a rank table of the size the layout needs; nothing started (every rank would stop with this message)"
-  die "CONFIG $CONFIG has the problems above"
+  die "CONFIG $CONFIG has the problems above; nothing started (every rank would stop with them)"
 fi
 OUT=$(sed -n 's/^output_dir:[[:space:]]*//p' <<<"$resolved" | head -1 | sed "s/^[\"']//; s/[\"']\$//")
 OUT=${OUT:-./output}
@@ -612,7 +612,8 @@ progress() {
   fi
 }
 
-next_progress=$((SECONDS + PROGRESS_INTERVAL)) next_beat=$((SECONDS + 2))
+# The first progress line after 5 s (ranks starting, data indices building), then every PROGRESS_INTERVAL.
+next_progress=$((SECONDS + (PROGRESS_INTERVAL < 5 ? PROGRESS_INTERVAL : 5))) next_beat=$((SECONDS + 2))
 while kill -0 "$MPI_PID" 2>/dev/null; do
   if [ -n "$JOB_ID" ] && ((SECONDS >= next_beat)); then
     JOB_BEAT=$((JOB_BEAT + 1)) next_beat=$((SECONDS + 2))
@@ -670,6 +671,8 @@ if [ -n "$STOP_SIGNAL" ]; then
   exit 143
 fi
 if ((STATUS == 0)); then
+  final=$(grep -a 'step:\[' "$LOGDIR/mpirun.log" 2>/dev/null | tail -1 | sed -n 's/.*\(step:\[[^]]*\]\), \(loss: [^,]*\).*/\1, \2/p')
+  [ -n "$final" ] && say "last logged step: $final"
   say "all $RANK_SIZE rank(s) finished; logs in $LOGDIR"
   job_end finished 0 "all $RANK_SIZE rank(s) finished"
   exit 0
@@ -710,6 +713,20 @@ fi
 lost=$(sed -n 's/^[[:space:]]*Remote daemon:.* on node \([^[:space:]]*\).*/\1/p' "$MLOG" | head -1)
 rank_errors=""
 [ -n "$failed" ] && rank_errors=$(error_blocks /dev/null <(this_run_log "$failed"))
+# The rank mpirun names is the first to exit, not always the one that found the problem: a rank whose log
+# holds no error stopped because another did. Then the first rank (in rank order, of the logs this server
+# has) that logged an error is the one to show.
+if [ -n "$failed" ] && [ -z "$rank_errors" ]; then
+  for ((r = 0; r < N; r++)); do
+    [ "$r" = "$failed" ] && continue
+    e=$(error_blocks /dev/null <(this_run_log "$r"))
+    if [ -n "$e" ]; then
+      say "rank $failed exited first, without an error of its own; rank $r reported one"
+      failed=$r rank_errors=$e how="reported an error"
+      break
+    fi
+  done
+fi
 where=""
 ((S > 1)) && [ -n "$failed" ] && [ -n "${RANK_SERVER[failed]:-}" ] && where=" (server ${RANK_SERVER[failed]})"
 if [ -n "$lost" ] && [ -z "$failed" ]; then

@@ -64,8 +64,12 @@ struct Options {
 
 // One input document: a JSONL line or a plain-text paragraph.
 struct Record {
-  int64_t line = 0;  // 1-based line where it starts
+  int64_t line = 0;  // 1-based line where it starts (the 1-based element of a JSON array)
   std::string text;
+  bool element = false;  // an element of a JSON array
+  std::string where(const std::string& input) const {
+    return input + (element ? " element " : ":") + std::to_string(line);
+  }
 };
 
 // Token ids of one document for one key, split into sentences as Megatron's Encoder.encode does.
@@ -84,15 +88,23 @@ bool is_blank(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); });
 }
 
-// Reads records: one per non-blank line (jsonl), or one per paragraph of lines separated by
-// blank lines (text; the paragraph's lines are joined with '\n').
+// Reads records: one per non-blank line (jsonl), one per element of a JSON array (a file whose first
+// non-blank character is `[`: Stanford's alpaca_data.json and MindFormers' alpaca_converter.py output),
+// or one per paragraph of lines separated by blank lines (text; the paragraph's lines are joined with '\n').
 class InputReader {
  public:
   InputReader(const std::string& path, bool text_mode) : in_(path, std::ios::binary), text_mode_(text_mode) {
     if (!in_) throw std::runtime_error(path + ": cannot open");
     total_bytes_ = std::filesystem::file_size(path);
+    if (!text_mode_ && (in_ >> std::ws).peek() == '[') read_array(path);
+    in_.clear();
+    in_.seekg(0);
   }
-  std::optional<Record> next() { return text_mode_ ? next_paragraph() : next_line(); }
+  std::optional<Record> next() {
+    if (array_) return next_element();
+    return text_mode_ ? next_paragraph() : next_line();
+  }
+  bool is_array() const { return array_; }
   uint64_t bytes_read() const { return bytes_read_; }
   uint64_t total_bytes() const { return total_bytes_; }
 
@@ -125,8 +137,28 @@ class InputReader {
     return std::nullopt;
   }
 
+  void read_array(const std::string& path) {
+    try {
+      elements_ = nlohmann::json::parse(in_);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::runtime_error(path + ": starts with `[` but is not one JSON array (" + e.what() +
+                               "); give a JSON array of objects, or JSON Lines (one object per line)");
+    }
+    array_ = true;
+  }
+  std::optional<Record> next_element() {
+    if (next_ >= elements_.size()) return std::nullopt;
+    Record rec{static_cast<int64_t>(next_ + 1), elements_[next_].dump(), true};
+    elements_[next_++] = nullptr;  // each element's text is all that is kept
+    bytes_read_ = total_bytes_ * next_ / elements_.size();
+    return rec;
+  }
+
   std::ifstream in_;
   bool text_mode_;
+  bool array_ = false;
+  nlohmann::json elements_;
+  size_t next_ = 0;
   uint64_t total_bytes_ = 0, bytes_read_ = 0;
   int64_t line_no_ = 0;
 };
@@ -236,7 +268,7 @@ std::vector<std::string> split_if_asked(const Options& opt, std::vector<std::str
 
 Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const Record& rec) {
   Encoded out;
-  const std::string where = opt.input + ":" + std::to_string(rec.line);
+  const std::string where = rec.where(opt.input);
   try {
     if (text_mode) {
       out.keys.push_back(encode_sentences(tok, split_if_asked(opt, {rec.text}), opt.append_eod));
@@ -246,9 +278,12 @@ Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, 
     try {
       doc = nlohmann::json::parse(rec.text);
     } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+      throw std::runtime_error(where + ": invalid JSON: " + e.what() +
+                               (opt.input_format == "auto" && rec.line == 1
+                                    ? " (a file not named .txt is read as JSON Lines; --input-format text for plain text)"
+                                    : ""));
     }
-    if (!doc.is_object()) throw std::runtime_error(where + ": line is not a JSON object");
+    if (!doc.is_object()) throw std::runtime_error(where + ": " + (rec.element ? "element" : "line") + " is not a JSON object");
     if (!opt.sft.empty()) {
       out.keys.push_back(encode_sft(opt, tok, doc, where));
       return out;
@@ -311,7 +346,8 @@ void run(const Options& opt) {
   const std::unique_ptr<Tokenizer> tokenizer = gf::data::make_tokenizer(files);
   const Tokenizer& tok = *tokenizer;
   const bool text_mode = resolve_text_mode(opt);
-  if (!opt.sft.empty() && text_mode) throw std::runtime_error("--sft reads JSONL (one example per line), not plain text");
+  if (!opt.sft.empty() && text_mode)
+    throw std::runtime_error("--sft reads JSON Lines (one example per line) or a JSON array of examples, not plain text");
   if (!opt.sft.empty() && opt.split_sentences) throw std::runtime_error("--sft writes one example a document: no --split-sentences");
   if (opt.keep_newlines && !opt.split_sentences) throw std::runtime_error("--keep-newlines needs --split-sentences");
   if (opt.split_sentences) (void)gf::data::sentence_split_locale(opt.lang);  // an unknown --lang fails here, naming the known ones
@@ -387,9 +423,10 @@ void run(const Options& opt) {
 int main(int argc, char** argv) {
   Options opt;
   CLI::App app{"Tokenize a JSONL or text corpus into Megatron indexed datasets ({prefix}_{key}_document.bin/.idx)"};
-  app.add_option("--input", opt.input, "input file: JSONL with one document per line, or plain text")->required()->check(CLI::ExistingFile);
+  app.add_option("--input", opt.input, "input file: JSON Lines with one document per line, a JSON array of documents, or plain text")->required()->check(CLI::ExistingFile);
   app.add_option("--input-format", opt.input_format,
-                 "jsonl, text (one document per blank-line separated paragraph) or auto (.txt is text, else jsonl)")
+                 "jsonl (JSON Lines, or a JSON array when the file starts with `[`), text (one document per blank-line "
+                 "separated paragraph) or auto (.txt is text, else jsonl)")
       ->check(CLI::IsMember({"auto", "jsonl", "text"}))->capture_default_str();
   app.add_option("--json-keys", opt.json_keys, "keys to extract from each JSON line")->capture_default_str();
   app.add_option("--output-prefix", opt.output_prefix, "output path without suffix")->required();
@@ -423,12 +460,19 @@ int main(int argc, char** argv) {
   app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");
-  CLI11_PARSE(app, argc, argv);
+  // Exit status 2 for a problem with the command or its input (README "Exit status"), as gridformer's.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "preprocess_data: error: %s (preprocess_data --help)\n", e.what());
+    return 2;
+  }
   try {
     run(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "preprocess_data: error: %s\n", e.what());
-    return 1;
+    return 2;
   }
   return 0;
 }

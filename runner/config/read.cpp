@@ -19,18 +19,25 @@ using config_tree::show;
 std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
 
 // The loss scale multiplies the fp32 loss before the backward and divides the gradients after it, as an
-// fp32 number: above FLT_MAX (3.4e38) it is infinite there and every gradient with it. (A dynamic scale
-// may grow past FLT_MAX by scale_factor: that step overflows, is skipped and the scale comes down.)
+// fp32 number: above FLT_MAX (3.4e38) it is infinite there and so is every gradient. A fixed scale that
+// large would skip every step; a dynamic one is divided by scale_factor at each overflow, so it costs
+// the steps it takes to come down, which are said.
 void check_loss_scale(ReadContext& x) {
   const LossScaleConfig& l = x.c.loss_scale;
   const double max = std::numeric_limits<float>::max();
-  if (!(l.value > 0 && l.value <= max))
+  if (!(l.value > 0 && std::isfinite(l.value)) || (!l.dynamic && l.value > max))
     x.refuse("`runner_wrapper.scale_sense` loss scale " + show(YAML::Node(l.value)) + ": must be in (0, 3.4e38], a finite "
-             "float32 (MindFormers' default 65536, Megatron's initial 2^32); 1 for none");
+             "float32 (MindFormers' default 65536, Megatron's initial 2^32; 1 for none)" +
+             std::string(l.dynamic ? "" : ": a fixed scale above it overflows every step"));
   if (l.dynamic && !(l.factor > 1 && l.factor <= max))
     x.refuse("`runner_wrapper.scale_sense.scale_factor: " + show(YAML::Node(l.factor)) + "`: must be in (1, 3.4e38] (the "
              "dynamic scale is divided by it after an overflow and multiplied after scale_window good steps; 2 by default)");
   if (l.window < 1) x.refuse("`runner_wrapper.scale_sense.scale_window: " + std::to_string(l.window) + "`: must be >= 1");
+  if (l.dynamic && std::isfinite(l.value) && l.value > max && l.factor > 1 && std::isfinite(l.factor))
+    x.warn("`runner_wrapper.scale_sense.loss_scale_value: " + show(YAML::Node(l.value)) + "` is above float32's largest "
+           "number (3.4e38): the first " + std::to_string(static_cast<int64_t>(std::ceil(std::log(l.value / max) / std::log(l.factor)))) +
+           " step(s) will overflow and be skipped while the dynamic scale comes down by scale_factor " +
+           show(YAML::Node(l.factor)) + " each");
 }
 
 void read_scale_sense(ReadContext& x) {

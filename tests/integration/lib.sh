@@ -15,7 +15,7 @@
 #   ok MSG...                   prints "ok: MSG"
 #   need_vocab | need_corpus    skip unless scripts/setup.sh's GPT-2 files / default corpus are there
 #   need_python MODULE...       skip unless /usr/bin/python3 imports every MODULE
-#   tiny_config FAMILY FILE     writes a tiny config over the default corpus: gpt2 | llama | mixtral
+#   tiny_config FAMILY FILE [--set K=V ...]  writes a tiny resolved config over the default corpus: gpt2 | llama | mixtral
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
@@ -50,20 +50,24 @@ need_python() {
   for m in "$@"; do "$PY" -c "import $m" 2>/dev/null || skip "$PY cannot import $m (scripts/setup.sh installs it)"; done
 }
 
-# tiny_config FAMILY FILE: the shipped tiny config of FAMILY, over the default corpus by absolute path,
-# shrunk to seconds a run: seq_length 32, 2 layers, 2 samples a rank, 4 steps, no warm-up past the run.
+# tiny_config FAMILY FILE [--set K=V ...]: the shipped tiny config of FAMILY resolved by `gridformer config`
+# (defaults filled in) into FILE, shrunk to seconds a run: seq_length 32, 2 layers, 2 samples a rank, 4 steps,
+# warm-up 1 step, a log line every step, the default corpus and the GPT-2 BPE files by their absolute paths;
+# then the caller's --set.
 tiny_config() {
   local family=$1 file=$2 src
+  shift 2
   case "$family" in
     gpt2) src="$SRC/configs/gpt2/run_gpt2_tiny.yaml" ;;
     llama) src="$SRC/configs/llama/run_llama_tiny.yaml" ;;
     mixtral) src="$SRC/configs/moe/run_mixtral_tiny.yaml" ;;
     *) fail "tiny_config: unknown family $family (gpt2, llama, mixtral)" ;;
   esac
-  sed -e "s|\./data/fortunes/fortunes_text_document|$CORPUS|" "$src" > "$file"
-  TINY_SETS=(--set model.model_config.seq_length=32 --set model.model_config.num_layers=2
-             --set runner_config.batch_size=2 --set runner_config.train_steps=4 --set lr_schedule.warmup_steps=1
-             --set callbacks.0.per_print_times=1)
+  "$BIN" config --config "$src" --set model.model_config.seq_length=32 --set model.model_config.num_layers=2 \
+    --set runner_config.batch_size=2 --set runner_config.train_steps=4 --set lr_schedule.warmup_steps=1 \
+    --set callbacks.0.per_print_times=1 --set train_dataset.data_loader.data_path="$CORPUS" --set output_dir=./output \
+    --set processor.tokenizer.vocab_file="$VOCAB" --set processor.tokenizer.merge_file="$MERGES" \
+    "$@" > "$file" 2> "$file.err" || { cat "$file.err"; fail "tiny_config $family: gridformer config failed"; }
 }
 
 run() {

@@ -236,7 +236,8 @@ void write_hf(ConvertSource& src, const std::string& dir, const std::string& fil
     }
     if (!dir.empty()) {  // transformers' from_pretrained reads the model's class and sizes from config.json
       std::string why;
-      if (const std::optional<nlohmann::json> config = config_json_for(src, why)) {
+      if (std::optional<nlohmann::json> config = config_json_for(src, why)) {
+        (*config)["torch_dtype"] = dt.name;  // the weights' dtype, as save_pretrained records it
         const std::string path = (fs::path(dir) / "config.json").string();
         write_text_atomically(path, config->dump(2) + "\n");
         written.push_back(path);
@@ -378,7 +379,7 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
       if (!fs::is_directory(opt.to)) fail("--to " + opt.to + " is a file; give a directory");
       if (!fs::is_empty(opt.to) && !opt.overwrite)
         fail("--to " + opt.to + " is a directory that is not empty; give a new or empty one, or --overwrite " +
-             (target == Target::kHfDir ? "to replace the weights in it (other files, such as config.json, are kept)"
+             (target == Target::kHfDir ? "to replace the weights in it (config.json too when the source says which model it is; other files, such as the tokenizer's, are kept)"
                                        : "to replace its `converted` checkpoint and point `latest` at it"));
     }
   }

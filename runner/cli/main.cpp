@@ -195,7 +195,7 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
     if (cfg.run_mode == gf::RunMode::kEval) {
       const double loss = trainer->evaluate();
       spdlog::info("eval: loss {:.6f}, perplexity {:.3f} over {} batches of the validation data", loss, std::exp(loss),
-                   cfg.eval_data.eval_iters);
+                   trainer->eval_batches());
       eval_line = {{"event", "eval"}, {"eval_loss", loss}, {"ppl", std::exp(loss)}};
     } else {
       status = trainer->run();

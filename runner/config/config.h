@@ -222,6 +222,9 @@ struct Settings {
   OptimizerType optimizer_type = OptimizerType::kAdamWeightDecay;
   AdamWConfig adamw;
   LrScheduleConfig lr;
+  // A resume whose schedule differs from the checkpoint's: this config's wins (override), the checkpoint's wins
+  // (use_checkpoint), or neither is set and the run is refused, as Megatron's OptimizerParamScheduler does.
+  bool lr_override_scheduler = false, lr_use_checkpoint_scheduler = false;
   DatasetConfig train_data, eval_data;
   bool do_eval = false;
   int64_t eval_step_interval = 100;  // -1: not by steps

@@ -259,6 +259,8 @@ std::vector<KeyRule> common_rules() {
       {"lr_schedule.warmup_ratio", kBuilt, "lr.warmup_ratio"},
       {"lr_schedule.total_steps", kBuilt, "lr.total_steps"},
       {"lr_schedule.power", kBuilt, "lr.power"},
+      {"lr_schedule.override_opt_param_scheduler", kBuilt, "lr_override_scheduler"},
+      {"lr_schedule.use_checkpoint_opt_param_scheduler", kBuilt, "lr_use_checkpoint_scheduler"},
       {"optimizer.type", kBuilt, "optimizer_type"},
       {"optimizer.beta1", kBuilt, "adamw.beta1"},
       {"optimizer.beta2", kBuilt, "adamw.beta2"},

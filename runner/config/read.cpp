@@ -447,6 +447,11 @@ void read_optimizer(ReadContext& x) {
   c.lr.warmup_ratio = rd.get<double>("lr_schedule.warmup_ratio");
   c.lr.total_steps = rd.get<int64_t>("lr_schedule.total_steps");
   c.lr.power = rd.get<double>("lr_schedule.power");
+  c.lr_override_scheduler = rd.get<bool>("lr_schedule.override_opt_param_scheduler");
+  c.lr_use_checkpoint_scheduler = rd.get<bool>("lr_schedule.use_checkpoint_opt_param_scheduler");
+  if (c.lr_override_scheduler && c.lr_use_checkpoint_scheduler)
+    x.refuse("`lr_schedule.override_opt_param_scheduler` and `lr_schedule.use_checkpoint_opt_param_scheduler` are both "
+             "True: a resume takes its schedule from the config or from the checkpoint, not both (as in Megatron)");
   if (c.lr.type == "CosineWithWarmUpLR") c.lr.type = "cosine";  // MindFormers' name: linear warmup, half cosine to lr_end
   try {
     check_lr_schedule_type(c.lr.type);

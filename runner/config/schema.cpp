@@ -284,6 +284,10 @@ lr_schedule:
   warmup_ratio: 0.0
   total_steps: -1
   power: 1.0
+  # A resumed run whose schedule differs from the checkpoint's (learning_rate, lr_end, warm-up, total, type, power)
+  # is refused unless one of these says which wins (Megatron's flags of the same names):
+  override_opt_param_scheduler: false        # this config's schedule (--override-opt_param-scheduler)
+  use_checkpoint_opt_param_scheduler: false  # the checkpoint's schedule (--use-checkpoint-opt_param-scheduler)
 optimizer:
   type: AdamWeightDecay
   beta1: 0.9

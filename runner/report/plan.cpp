@@ -195,6 +195,29 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
   return total;
 }
 
+// Tensor-parallel ranks whose memory lines are the same but for the rank are one line, "tensor-parallel ranks 0-7".
+std::string merge_equal_ranks(const std::vector<std::string>& lines) {
+  const auto label = [](int r) { return fmt::format("tensor-parallel rank {}", r); };
+  const auto rank_line = [&](size_t r) {  // the line after the label (rank 0 has others before and after it)
+    const std::string& s = lines[r];
+    const size_t at = s.find(label(static_cast<int>(r))) + label(static_cast<int>(r)).size();
+    return s.substr(at, s.find('\n', at) - at);
+  };
+  std::string out;
+  for (size_t r = 0; r < lines.size();) {
+    size_t e = r + 1;
+    while (e < lines.size() && rank_line(e) == rank_line(r) && lines[e].find('\n') + 1 == lines[e].size()) ++e;
+    std::string s = lines[r];
+    if (e - r > 1) {
+      const size_t at = s.find(label(static_cast<int>(r)));
+      s.replace(at, label(static_cast<int>(r)).size(), fmt::format("tensor-parallel ranks {}-{}", r, e - 1));
+    }
+    out += s;
+    r = e;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string plan_report(const Config& cfg, int ranks) {
@@ -223,8 +246,11 @@ std::string plan_report(const Config& cfg, int ranks) {
     for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, sched, shape, st));
   }
   double worst = 0;
-  for (size_t st = 0; st < stages.size(); ++st)
-    for (int r = 0; r < tp; ++r) worst = std::max(worst, rank_lines(cfg, entry, spec, stages[st], st, r, ranks, out));
+  for (size_t st = 0; st < stages.size(); ++st) {
+    std::vector<std::string> lines(static_cast<size_t>(tp));
+    for (int r = 0; r < tp; ++r) worst = std::max(worst, rank_lines(cfg, entry, spec, stages[st], st, r, ranks, lines[r]));
+    out += merge_equal_ranks(lines);
+  }
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",
                      human_bytes(worst));

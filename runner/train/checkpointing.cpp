@@ -202,6 +202,7 @@ void Trainer::load_initial_state() {
       }
     }
   }
+  reconcile_schedule(st, r.dir());
   start_step_ = last_saved_step_ = step;
   consumed_base_ = consumed;
   skipped_steps_ = st.at("skipped_steps").get<int64_t>();
@@ -294,6 +295,49 @@ void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
       pieces.push_back(std::move(piece));
 }
 
+// The learning-rate schedule as it runs (warm-up and total in steps, resolved), saved with every checkpoint.
+nlohmann::json Trainer::schedule_state() const {
+  return {{"type", cfg_.lr.type}, {"learning_rate", cfg_.lr.learning_rate}, {"lr_end", cfg_.lr.lr_end},
+          {"warmup", lr_->warmup()}, {"total", lr_->total()}, {"power", cfg_.lr.power}};
+}
+
+// A resume's schedule against the checkpoint's, as Megatron's OptimizerParamScheduler.load_state_dict: equal, or
+// lr_schedule.override_opt_param_scheduler (this config's wins) or use_checkpoint_opt_param_scheduler (the
+// checkpoint's wins, rebuilt from its saved figures); neither set and a value differs: refused, naming each.
+// ("Train 20 steps, then resume for 10 more" with total_steps -1 is such a difference: the cosine's total moves
+// from 20 to 30, which is neither run's curve unless one of them is chosen.) Checkpoints from before the schedule
+// was saved are taken as they are.
+void Trainer::reconcile_schedule(const nlohmann::json& st, const std::string& dir) {
+  if (!st.contains("lr_schedule")) return;
+  const nlohmann::json saved = st["lr_schedule"], now = schedule_state();
+  std::string diffs;
+  for (const auto& [key, value] : saved.items())
+    if (now.contains(key) && now[key] != value)
+      diffs += fmt::format("{}{} {} in the checkpoint, {} in this run", diffs.empty() ? "" : "; ", key, value.dump(), now[key].dump());
+  if (diffs.empty()) return;
+  if (cfg_.lr_override_scheduler) {
+    spdlog::info("learning-rate schedule: this config's replaces the checkpoint's (lr_schedule.override_opt_param_scheduler): {}",
+                 diffs);
+    return;
+  }
+  if (!cfg_.lr_use_checkpoint_scheduler)
+    throw std::runtime_error(
+        "resuming from " + dir + ": the learning-rate schedule differs from the checkpoint's (" + diffs +
+        "). Set lr_schedule.use_checkpoint_opt_param_scheduler: True to continue the checkpoint's schedule, or "
+        "lr_schedule.override_opt_param_scheduler: True to follow this config's from the resumed step on (Megatron's "
+        "--use-checkpoint-opt_param-scheduler / --override-opt_param-scheduler)");
+  LrScheduleConfig l;
+  l.type = saved.at("type").get<std::string>();
+  l.learning_rate = saved.at("learning_rate").get<double>();
+  l.lr_end = saved.at("lr_end").get<double>();
+  l.warmup_steps = saved.at("warmup").get<int64_t>();
+  l.total_steps = saved.at("total").get<int64_t>();
+  l.power = saved.at("power").get<double>();
+  lr_ = std::make_unique<LrSchedule>(l, total_steps_);
+  spdlog::info("learning-rate schedule: the checkpoint's (lr_schedule.use_checkpoint_opt_param_scheduler): {} peak {} "
+               "warmup {} total {}, lr_end {} ({})", l.type, l.learning_rate, lr_->warmup(), lr_->total(), l.lr_end, diffs);
+}
+
 // The index's state: where training stands after `step`, the model, the layout and the config.
 nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
   return {{"step", step},
@@ -305,6 +349,7 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
           {"good_steps", good_steps_},
           {"loss_scale", loss_scale_},
           {"lr", lr_->at(step)},
+          {"lr_schedule", schedule_state()},
           // Healthy: every step since the previous checkpoint finite (a non-finite one stops the run) and
           // without a spike; resume without load_checkpoint prefers the newest healthy checkpoint.
           {"healthy", !spike_since_save_},

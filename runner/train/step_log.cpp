@@ -36,7 +36,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
   const int64_t epochs = steps_per_epoch_ > 0 ? (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_ : 1;
   const double frac = static_cast<double>(step) / total_steps_;
   const double eta = steady_ms_per_step / 1000.0 * static_cast<double>(total_steps_ - step);
-  const std::string span = iv.startup                ? std::string("step 1 alone: start-up")
+  const std::string span = iv.startup                ? fmt::format("step {} alone: start-up", iv.last_step)
                            : iv.steps() == 1         ? fmt::format("step {}", iv.last_step)
                                                      : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
   // An overflowing fp16 step has no finite gradient norm to show (the sum of squares is inf or NaN).

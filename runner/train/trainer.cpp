@@ -289,7 +289,7 @@ double Trainer::forward_micro_batches(int64_t index) {
 double Trainer::evaluate() {
   const int64_t T = cfg_.model.seq_length;
   double sum = 0.0, targets = 0.0;
-  for (int64_t i = 0; i < cfg_.eval_data.eval_iters; ++i) {
+  for (int64_t i = 0; i < eval_batches_; ++i) {
     read_micro_batches(*eval_data_, i * global_batch_);
     targets += trained_targets_read(*eval_data_);
     sum += forward_micro_batches(i);
@@ -297,7 +297,7 @@ double Trainer::evaluate() {
   if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(&sum, 1);
   ctx_.data_like().allreduce_sum(&sum, 1);
   if (!eval_data_->has_loss_mask() && !cfg_.model.documents.eod_mask_loss)
-    return sum / static_cast<double>(cfg_.eval_data.eval_iters * global_batch_ * T);
+    return sum / static_cast<double>(eval_batches_ * global_batch_ * T);
   return sum / targets;
 }
 
@@ -494,7 +494,7 @@ void Trainer::evaluate_and_log(int64_t step) {
   span.arg("excluded", 1.0);  // not training time: the meter excludes it
   const double loss = evaluate();
   spdlog::info("eval at step {}: loss {:.6f}, perplexity {:.3f} ({} batches of the validation data)", step, loss,
-               std::exp(loss), cfg_.eval_data.eval_iters);
+               std::exp(loss), eval_batches_);
   if (metrics_) metrics_->write(nlohmann::json{{"step", step}, {"eval_loss", loss}, {"ppl", std::exp(loss)}});
 }
 

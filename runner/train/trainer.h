@@ -94,6 +94,7 @@ class Trainer {
   CausalLM& model() { return *model_; }
   const AdamW& optimizer() const { return *opts_.front(); }
   int64_t total_steps() const { return total_steps_; }
+  int64_t eval_batches() const { return eval_batches_; }
   // Writes the full weights (gathered over the tensor-parallel group; Hugging Face names, F32)
   // as a safetensors file from world rank 0. Collective: every rank calls.
   void save_weights(const std::string& path);
@@ -150,6 +151,9 @@ class Trainer {
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;
+  void log_training_plan() const;
+  nlohmann::json schedule_state() const;
+  void reconcile_schedule(const nlohmann::json& state, const std::string& dir);
   // The end-of-document id the document options act at, counted in the first kEodProbeSamples samples.
   void log_documents() const;
   static constexpr int64_t kEodProbeSamples = 64;
@@ -245,6 +249,7 @@ class Trainer {
   }
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchSource> data_, eval_data_;
+  int64_t eval_batches_ = 0;  // global batches an evaluation reads: eval_iters, at most the validation data once
   std::vector<int32_t> tokens_;
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;

@@ -63,6 +63,17 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
       e.shuffle = false;
     }
     eval_data_ = make_batch_source(e, cfg.model, cfg.eval_data.eval_iters * global_batch_, 1, "eval_dataset");
+    // eval_iters batches, but no sample scored twice: a validation split smaller than eval_iters global batches
+    // is read once (Megatron's --eval-iters reads on into further epochs; a perplexity over repeats says less).
+    const int64_t epoch = eval_data_->samples_per_epoch();
+    eval_batches_ = epoch < 0 ? cfg.eval_data.eval_iters : std::min(cfg.eval_data.eval_iters, std::max<int64_t>(1, epoch / global_batch_));
+    if (epoch >= 0 && epoch < global_batch_)
+      spdlog::warn("eval: the validation data holds {} samples, fewer than one global batch of {}: its batch repeats "
+                   "samples; give it more data (train_dataset.data_loader.split, or eval_dataset.data_loader.data_path)",
+                   epoch, global_batch_);
+    else if (eval_batches_ < cfg.eval_data.eval_iters)
+      spdlog::info("eval: {} batches of the validation data's {} samples (each once), not eval_iters {}", eval_batches_,
+                   epoch, cfg.eval_data.eval_iters);
   }
   sync_ = std::make_unique<GradientSync>(
       model_->params(), ctx_, cfg.parallel.gradient_aggregation_group,
@@ -334,18 +345,35 @@ void Trainer::log_setup() const {
                      sync_->stage(), chunk_units.size(), fmt::join(chunk_units, ", "));
     }
   }
+  if (cfg_.run_mode == RunMode::kEval)
+    spdlog::info("run_mode eval: the weights' loss and perplexity over {} global batches of {} validation samples; no step "
+                 "is trained (the optimizer and schedule are not used)", eval_batches_, global_batch_);
+  else
+    log_training_plan();
+  spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
+  if (const std::string slow = bf16_slower_note(L.compute, machine_); !slow.empty()) spdlog::warn("{}", slow);
+  spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
+}
+
+// The optimizer, the schedule (and a warm-up the run never leaves) and the steps the run trains.
+void Trainer::log_training_plan() const {
   spdlog::info("optimizer {} (AdamW: beta1 {}, beta2 {}, eps {}, weight decay {} on 2-D weights, {} moments); lr schedule {} "
                "peak {} warmup {} total {}; clip {}",
                optimizer_type_name(cfg_.optimizer_type), cfg_.adamw.beta1, cfg_.adamw.beta2, cfg_.adamw.eps, cfg_.adamw.weight_decay,
                moment_dtype_name(cfg_.adamw.moment_dtype),
                cfg_.lr.type, cfg_.lr.learning_rate, lr_->warmup(), lr_->total(),
                cfg_.use_clip_grad ? fmt::format("max_grad_norm {}", cfg_.max_grad_norm) : std::string("off"));
-  spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
-  if (const std::string slow = bf16_slower_note(L.compute, machine_); !slow.empty()) spdlog::warn("{}", slow);
-  spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
-  spdlog::info("training {} steps ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
-               "averages over the steps since the previous line (step 1, the start-up, alone; evaluation not counted)",
-               total_steps_, steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"));
+  if (lr_->warmup() >= total_steps_ && lr_->warmup() > 0)
+    spdlog::warn("lr_schedule warms up over {} steps and the run trains {}: the learning rate never reaches its peak {} "
+                 "(step {}: {:.6g}); lower lr_schedule.warmup_steps (or warmup_ratio) below the run's steps",
+                 lr_->warmup(), total_steps_, cfg_.lr.learning_rate, total_steps_, lr_->at(total_steps_));
+  spdlog::info("training {} ({} per epoch); the log lines' step time, tokens/s, samples/s, TFLOP/s and MFU are "
+               "averages over the steps since the previous line (the run's first step, the start-up, alone; evaluation "
+               "not counted)",
+               start_step_ > 0 ? fmt::format("steps {}-{} ({} steps; resumed after step {})", start_step_ + 1, total_steps_,
+                                             total_steps_ - start_step_, start_step_)
+                               : fmt::format("{} steps", total_steps_),
+               steps_per_epoch_ > 0 ? std::to_string(steps_per_epoch_) : std::string("unbounded"));
 }
 
 // One line before the first step: what ran, where, with what (metrics.jsonl readers select the

@@ -25,6 +25,15 @@ train own gpt2.yaml --set train_dataset.data_loader.data_path="$WORK/mydata_text
 grep -qF "data: MegatronDataset $WORK/mydata_text_document" own.log || fail "own data: the log does not name mydata"
 [ "$(losses own | wc -l)" -ge 4 ] || fail "own data: fewer than 4 logged steps"
 ok "own data: $(losses own | tail -1)"
+# run_mode eval on it: the validation split (50 of 1000 parts) holds a few samples, each scored once, and no step trains.
+run eval_own "$BIN" train --config gpt2.yaml --set output_dir=eval_own --set run_mode=eval \
+  --set train_dataset.data_loader.data_path="$WORK/mydata_text_document"
+((STATUS == 0)) || { tail -20 eval_own.log; fail "run_mode eval on own data: status $STATUS"; }
+grep -qE "eval: [0-9]+ batches of the validation data's [0-9]+ samples \(each once\), not eval_iters 10" eval_own.log ||
+  fail "eval: the small validation split was not read once: $(grep 'eval' eval_own.log | head -3)"
+grep -qF "no step is trained" eval_own.log && ! grep -qE "training [0-9]+ steps|step:\[" eval_own.log ||
+  fail "run_mode eval says it trains: $(grep -E 'training|step:' eval_own.log | head -2)"
+ok "run_mode eval: $(grep -o 'eval: loss.*' eval_own.log)"
 refused 2 "there is mydata_text_document.idx" own_prefix "$BIN" train --config gpt2.yaml \
   --set output_dir=own_prefix --set train_dataset.data_loader.data_path=mydata
 
@@ -87,6 +96,28 @@ run predicted "$BIN" predict --config llama.yaml --load_checkpoint "$WORK/tuned"
 ((STATUS == 0)) || { tail -20 predicted.log; fail "predict from the fine-tuned checkpoint: status $STATUS"; }
 grep -q "The quick fox" predicted.log || fail "predict printed no text: $(tail -5 predicted.log)"
 ok "fine-tuned from base, saved, predicted: $(grep -m1 "The quick fox" predicted.log | cut -c1-100)"
+
+# 3b. "Train 2 steps, then resume for 2 more": the cosine's total would move from 2 to 4 (neither run's curve), so the
+# resume is refused until the config says which schedule wins (Megatron's --use-checkpoint-opt_param-scheduler /
+# --override-opt_param-scheduler); with the checkpoint's, steps 3-4 run its schedule (past its end: lr_end).
+RESUME=(--set resume_training=True --set load_checkpoint="$WORK/base" --set runner_config.train_steps=4)
+refused 2 "the learning-rate schedule differs from the checkpoint's (total 2 in the checkpoint, 4 in this run)" \
+  resumed_refused "$BIN" train --config llama.yaml --set output_dir=resumed_refused "${SAVE[@]}" "${RESUME[@]}"
+train resumed_ckpt llama.yaml "${SAVE[@]}" "${RESUME[@]}" --set lr_schedule.use_checkpoint_opt_param_scheduler=True
+grep -qF "learning-rate schedule: the checkpoint's" resumed_ckpt.log || fail "use_checkpoint: not said"
+"$PY" - resumed_ckpt/metrics.jsonl "$(sed -n 's/^  lr_end: *//p' llama.yaml)" <<'EOF2' || fail "the checkpoint's schedule did not run"
+import json, sys
+lrs = [json.loads(l)["lr"] for l in open(sys.argv[1]) if '"loss"' in l]
+assert lrs and all(abs(x - float(sys.argv[2])) <= 1e-12 for x in lrs), (lrs, sys.argv[2])
+EOF2
+train resumed_override llama.yaml "${SAVE[@]}" "${RESUME[@]}" --set lr_schedule.override_opt_param_scheduler=True
+grep -qF "training steps 3-4 (2 steps; resumed after step 2)" resumed_override.log || fail "the resumed run's header"
+grep -qF "step 3 alone: start-up" resumed_override.log || fail "the resumed run's first line does not name step 3"
+ok "resume with another schedule: refused, then the checkpoint's or this config's as asked"
+grep -qF "lr_schedule warms up over 20 steps and the run trains 2" base.log && fail "base warned of a warm-up it does not have"
+run warm "$BIN" train --config llama.yaml --set output_dir=warm --set lr_schedule.warmup_steps=20 --set runner_config.train_steps=1
+grep -qF "lr_schedule warms up over 20 steps and the run trains 1: the learning rate never reaches its peak" warm.log ||
+  fail "a warm-up longer than the run is not warned"
 
 # 4. An output directory that cannot be written (a path under a regular file): refused before step 1.
 touch afile

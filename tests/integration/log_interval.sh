@@ -84,10 +84,13 @@ for (s0, t0, _, _), (s1, t1, ms, _), r in zip(lines, lines[1:], steps[1:]):
     assert abs(r["step_ms"] - ms) < 0.05 + 1e-6 * ms, (r["step_ms"], ms)
 PY
 
-# 3. Evaluation is not counted: after an eval line the next interval runs from its end.
+# 3. Evaluation is not counted: after an eval line the next interval runs from its end. (An evaluation reads each
+# validation sample once: 320 distinct samples make its 40 batches of 8.)
 rm -rf out
 GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_config.train_steps=15 --set do_eval=True \
-  --set eval_step_interval=5 --set eval_dataset.eval_iters=40 > b.txt 2>&1 || { cat b.txt; fail "run with evaluation"; }
+  --set eval_step_interval=5 --set eval_dataset.eval_iters=40 --set train_dataset.data_loader.num_samples=320 \
+  > b.txt 2>&1 || { cat b.txt; fail "run with evaluation"; }
+grep -qF "eval at step 5: loss" b.txt && grep -qF "(40 batches of the validation data)" b.txt || fail "the evaluation did not read 40 batches"
 python3 - b.txt <<'PY' || fail "evaluation time was counted"
 import re, sys
 from datetime import datetime

@@ -139,7 +139,7 @@ grep -qF "pipeline: 8 stages, layers per stage [10, 10, 10, 10, 10, 10, 10, 10]"
 # stage_acts PLAN STAGE: the activations of tensor-parallel rank 0 of that pipeline stage.
 stage_acts() {
   awk -v s="$2" '$1 == "pipeline" && $2 == "stage" { st = $3; sub(":", "", st) }
-    st == s && /tensor-parallel rank 0 / { match($0, /activations [0-9.]+ [KMG]iB/); print substr($0, RSTART + 12, RLENGTH - 12); exit }' "$1"
+    st == s && /tensor-parallel ranks? 0[ -]/ { match($0, /activations [0-9.]+ [KMG]iB/); print substr($0, RSTART + 12, RLENGTH - 12); exit }' "$1"
 }
 a0=$(stage_acts plan.txt 0); a7=$(stage_acts plan.txt 7)
 [ -n "$a0" ] && [ -n "$a7" ] || fail "no per-stage activations in the plan: $(cat plan.txt)"

@@ -26,7 +26,10 @@ units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 def field(line, key):
     v, u = re.search(key + r" ([0-9.]+) (\w+)", line).groups()
     return float(v) * units[u], 0.05 * units[u]  # printed to one decimal of its unit
-lines = {int(m.group(1)): m.group(0) for m in re.finditer(r"tensor-parallel rank (\d+).*", plan)}
+lines = {}  # tensor-parallel rank -> its line; "ranks 0-1" is one line for ranks whose figures are the same
+for m in re.finditer(r"tensor-parallel ranks? (\d+)(?:-(\d+))?.*", plan):
+    for r in range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1):
+        lines[r] = m.group(0)
 for r in ranks:
     tp_rank = r["rank"] % len(lines)   # ranks are tp-major within a data-parallel replica
     line = lines[tp_rank]

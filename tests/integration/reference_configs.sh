@@ -108,9 +108,12 @@ check() {
     exit !(n - p <= half && p - n <= half) }' || fail "$f: $params parameters do not round to $published"
 
   # per-rank lines: the layout's ZeRO shard, and totals that add up.
-  local ranks_lines
-  ranks_lines=$(grep -c "tensor-parallel rank [0-9]*.*; total " plan.txt || true)
-  [ "$ranks_lines" -eq $((mp * pp)) ] || fail "$f: $ranks_lines per-rank lines, expected $((mp * pp)) (one per tensor-parallel rank and stage)"
+  # A line per tensor-parallel rank and stage; ranks whose lines would be the same are one ("ranks 0-7").
+  local ranks_lines covered
+  ranks_lines=$(grep -cE "tensor-parallel ranks? [0-9]+(-[0-9]+)?.*; total " plan.txt || true)
+  covered=$(sed -nE 's/.*tensor-parallel ranks? ([0-9]+)(-([0-9]+))?.*; total .*/\1 \3/p' plan.txt |
+            awk '{ n += ($2 == "" ? 1 : $2 - $1 + 1) } END { print n + 0 }')
+  [ "$covered" -eq $((mp * pp)) ] || fail "$f: the per-rank lines cover $covered ranks, expected $((mp * pp)) (every tensor-parallel rank of every stage)"
   if [ "$zero" = zero ]; then
     [ "$(grep -c "a 1/$dp ZeRO-1 shard" plan.txt)" -eq "$ranks_lines" ] || fail "$f: not every rank holds a 1/$dp ZeRO-1 shard"
   else
@@ -124,7 +127,7 @@ check() {
       tol += bytes(0.05, a[2])                                  # printed to one decimal of its unit
       return bytes(a[1], a[2])
     }
-    /tensor-parallel rank [0-9]+.*; total / {
+    /tensor-parallel ranks? [0-9]+.*; total / {
       tol = 0
       p = field("parameters"); g = field("gradients"); o = field("optimizer state"); w = field("weight copy")
       a = field("activations"); t = field("total")

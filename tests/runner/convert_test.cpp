@@ -603,6 +603,18 @@ TEST(Convert, ConfigJsonGoesWithTheWeightsBothWays) {
     convert(d / "hf", d / "ckpt");
     convert(d / "ckpt", d / "hf2");
     EXPECT_EQ(read_json(d / "hf2" / "config.json"), written) << yaml;
+    // --dtype: config.json's torch_dtype names the dtype the weights were written in (save_pretrained's record).
+    for (const char* dtype : {"bfloat16", "float16"}) {
+      ConvertOptions o;
+      o.dtype = dtype;
+      const fs::path out = d / (std::string("hf_") + dtype);
+      convert(d / "run", out, o);
+      nlohmann::json want = written;
+      want["torch_dtype"] = dtype;
+      EXPECT_EQ(read_json(out / "config.json"), want) << yaml << " " << dtype;
+      EXPECT_EQ(SafeTensorsFile::open((out / "model.safetensors").string()).tensors().begin()->second.dtype,
+                std::string(dtype) == "bfloat16" ? StDtype::kBF16 : StDtype::kF16) << yaml;
+    }
   }
 }
 

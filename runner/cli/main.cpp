@@ -29,6 +29,7 @@
 #include "runner/cli/replay.h"
 #include "runner/infer/generate.h"
 #include "runner/config/layout_check.h"
+#include "runner/cli/megatron_cli.h"
 #include "runner/train/batch_source.h"
 #include "runner/train/output_paths.h"
 #include "runner/report/plan.h"
@@ -411,8 +412,9 @@ struct Cli {
   gf::ConvertOptions conv;
   // replay
   gf::ReplayRequest replay;
-  // config --from-hf
+  // config --from-hf; config --from-megatron
   std::string from_hf;
+  bool from_megatron = false;
 };
 
 CLI::App* add_train(CLI::App& app, Cli& c) {
@@ -493,7 +495,22 @@ CLI::App* add_config(CLI::App& app, Cli& c) {
                      "opens it (without --ranks a data problem is a warning), as the ranks do at start "
                      "(run_distribute.sh passes RANK_SIZE); a problem: its message, status 2")
       ->check(CLI::Range(1, 1 << 24));
+  config->add_flag("--from-megatron", c.from_megatron,
+                   "print the config that means the Megatron-LM / MindSpeed job whose pretrain_gpt.py arguments follow "
+                   "(all the words after this flag; --ranks N for its world size, else the launcher's); what "
+                   "`gridformer pretrain_gpt` with the same arguments trains");
+  config->allow_extras();
   return config;
+}
+
+CLI::App* add_pretrain_gpt(CLI::App& app) {
+  auto* m = app.add_subcommand(
+      "pretrain_gpt", "a Megatron-LM / MindSpeed job as written: the arguments of pretrain_gpt.py (torchrun ... "
+                      "pretrain_gpt.py ARGS becomes mpirun -np N gridformer pretrain_gpt ARGS), with Megatron's meaning and "
+                      "defaults, translated to the config `gridformer config --from-megatron ARGS` prints, then trained; "
+                      "log lines as Megatron's (docs/megatron.md)");
+  m->prefix_command();
+  return m;
 }
 
 CLI::App* add_plan(CLI::App& app, Cli& c) {
@@ -628,6 +645,28 @@ int run_config_or_plan(const Cli& c, bool plan) {
   }
 }
 
+// `gridformer pretrain_gpt ARGS...`: the translated config, trained as `train` trains any config.
+int run_pretrain_gpt(const std::vector<std::string>& args, int argc, char** argv) {
+  const int world = gf::launcher_world_size(), rank = gf::launcher_rank();
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  const std::string path = ((ec ? std::filesystem::path(".") : tmp) /
+                            ("gridformer_megatron." + std::to_string(::getpid()) + ".yaml")).string();
+  std::vector<std::string> options;
+  if (const std::string problems = gf::translate_megatron_job(args, world, rank == 0, path, options); !problems.empty()) {
+    if (rank == 0) std::cerr << "error: the Megatron arguments cannot run here:\n" << problems << "\n";
+    return kSetupError;
+  }
+  LambadaRequest lambada;
+  for (size_t i = 0; i < options.size(); ++i) {
+    if (options[i] == "--lambada_data" && i + 1 < options.size()) lambada.path = options[++i];
+    if (options[i] == "--strict_lambada") lambada.strict = true;
+  }
+  const int status = run_train(path, {}, "", "", lambada, argc, argv);
+  std::filesystem::remove(path, ec);
+  return status;
+}
+
 // predict's decoding options as overrides of model_config's keys, so the config checks them.
 std::vector<std::string> predict_overrides(const Cli& c) {
   std::vector<std::string> sets = c.sets;
@@ -660,11 +699,19 @@ int main(int argc, char** argv) {
   CLI::App* tok = add_tokenize(app, c);
   CLI::App* convert = add_convert(app, c);
   CLI::App* replay = add_replay(app, c);
+  CLI::App* megatron = add_pretrain_gpt(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::cerr << "error: " << e.what() << " (gridformer --help, gridformer SUBCOMMAND --help)\n";
+    return kSetupError;
+  }
+  if (*megatron) return run_pretrain_gpt(megatron->remaining(), argc, argv);
+  if (*config && c.from_megatron) return gf::run_config_from_megatron(config->remaining(), c.ranks);
+  if (*config && !config->remaining().empty()) {
+    std::cerr << "error: config: unexpected argument(s) " << config->remaining().front()
+              << " (Megatron-LM arguments go after --from-megatron)\n";
     return kSetupError;
   }
   if (*config && !c.from_hf.empty()) return run_config_from_hf(c.from_hf);

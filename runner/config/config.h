@@ -222,6 +222,7 @@ struct Settings {
   OptimizerType optimizer_type = OptimizerType::kAdamWeightDecay;
   AdamWConfig adamw;
   LrScheduleConfig lr;
+  bool megatron_log = false;  // log_format: megatron (the step lines as Megatron-LM's training_log prints them)
   // A resume whose schedule differs from the checkpoint's: this config's wins (override), the checkpoint's wins
   // (use_checkpoint), or neither is set and the run is refused, as Megatron's OptimizerParamScheduler does.
   bool lr_override_scheduler = false, lr_use_checkpoint_scheduler = false;

@@ -73,6 +73,7 @@ std::vector<KeyRule> common_rules() {
       {"seed", kBuilt, "seed"},
       {"run_mode", kBuilt, "run_mode"},
       {"output_dir", kBuilt, "output_dir"},
+      {"log_format", kBuilt, "log_format: the step lines' format (mindformers or megatron)"},
       {"load_checkpoint", kBuilt, "load_checkpoint (checked to exist)"},
       {"src_strategy_path_or_dir", kCpu, kStrategy},
       {"auto_trans_ckpt", kCpu, "MindSpore's distributed-checkpoint transformation has no counterpart here"},

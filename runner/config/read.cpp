@@ -225,6 +225,11 @@ void read_training(ReadContext& x) {
   const std::string run_mode = rd.get<std::string>("run_mode");
   if (!parse_run_mode(run_mode, c.run_mode)) x.refuse("`run_mode: " + run_mode + "`: expects train, finetune, eval or predict");
   c.output_dir = rd.get<std::string>("output_dir");
+  const std::string log_format = rd.get<std::string>("log_format");
+  c.megatron_log = log_format == "megatron";
+  if (log_format != "megatron" && log_format != "mindformers")
+    x.refuse("`log_format: " + log_format + "`: expects mindformers (MFLossMonitor's line) or megatron (Megatron-LM's "
+             "` iteration N/M | consumed samples: ... |` line)");
   c.resume_training = rd.get<bool>("resume_training");
   c.use_parallel = rd.get<bool>("use_parallel");
   c.model_name = rd.get<std::string>("trainer.model_name");

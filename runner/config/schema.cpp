@@ -20,6 +20,7 @@ const char* const kConfigDefaults = R"YAML(
 seed: 0
 run_mode: train
 output_dir: ./output
+log_format: mindformers  # ours: the step lines as MindFormers' MFLossMonitor prints them, or megatron (Megatron-LM's training_log)
 load_checkpoint: ""
 src_strategy_path_or_dir: ""
 auto_trans_ckpt: false

@@ -56,6 +56,22 @@ class MegatronSource : public BatchSource {
   std::string desc_;
 };
 
+// A blend of several prefixes (data_path [w1, p1, w2, p2, ...]) has no epoch: Megatron's BlendedDataset is built
+// for the samples the run reads (train_iters x global batch). Asked for one epoch's size, this stands for it:
+// unbounded (runner_config.train_steps sizes the run), and the Trainer builds the blend for the run's samples.
+class BlendForTheRun : public BatchSource {
+ public:
+  explicit BlendForTheRun(std::string desc) : desc_(std::move(desc)) {}
+  int64_t samples_per_epoch() const override { return -1; }
+  void read(int64_t, int64_t, int32_t*) const override {
+    throw std::logic_error("a blended data_path read before it was built for the run's samples");
+  }
+  std::string describe() const override { return desc_; }
+
+ private:
+  std::string desc_;
+};
+
 // "" when PREFIX.idx and PREFIX.bin exist; else what is missing, where a relative prefix was looked for,
 // and what would make it: the prefix preprocess_data wrote (it appends `_text_document` to --output-prefix),
 // scripts/setup.sh for the default corpus, preprocess_data for one's own text.
@@ -100,6 +116,9 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   for (const auto& [weight, prefix] : data.data_path)
     if (const std::string missing = missing_prefix(prefix); !missing.empty())
       throw std::runtime_error("`" + key + ".data_path`: " + missing);
+  if (data.data_path.size() > 1 && num_samples <= 0)
+    return std::make_unique<BlendForTheRun>("MegatronDataset blend of " + std::to_string(data.data_path.size()) +
+                                            " prefixes (sized by train_steps)");
   data::GPTDatasetConfig g;
   g.data_path = data.data_path;
   g.split = data.split;
@@ -108,11 +127,12 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   g.seed = data.seed;
   g.seq_length = model.seq_length;
   g.vocab_size = model.vocab_size;
-  g.num_samples = 0;
+  const bool blend = data.data_path.size() > 1;
+  g.num_samples = blend ? num_samples : 0;  // a blend is built for the samples asked; one prefix for one epoch first
   std::unique_ptr<data::SampleSource> src;
   int64_t epoch = 0;
   try {
-    src = data::build_gpt_dataset(g);  // one epoch: tells its size
+    src = data::build_gpt_dataset(g);  // one prefix: one epoch, which tells its size
     epoch = src->size();
     if (num_samples > epoch) {
       g.num_samples = num_samples;
@@ -121,9 +141,10 @@ std::unique_ptr<BatchSource> make_batch_source(const DatasetConfig& data, const 
   } catch (const std::runtime_error& e) {
     throw std::runtime_error("`" + key + ".data_path`: " + e.what());
   }
-  std::string desc = "MegatronDataset " + data.data_path.front().second + (data.data_path.size() > 1 ? " (blended)" : "") +
-                     ", split " + data.split + " part " + std::to_string(split_index) + ", " +
-                     std::to_string(epoch) + " samples per epoch" +
+  std::string desc = "MegatronDataset " + data.data_path.front().second +
+                     (blend ? " and " + std::to_string(data.data_path.size() - 1) + " more, blended by weight" : "") +
+                     ", split " + data.split + " part " + std::to_string(split_index) + ", " + std::to_string(epoch) +
+                     (blend ? " samples (built for the run)" : " samples per epoch") +
                      (src->has_loss_mask() ? ", with a loss mask (only its targets marked 1 are trained)" : "");
   return std::make_unique<MegatronSource>(std::move(src), epoch, model.seq_length, desc);
 }

@@ -28,6 +28,25 @@ std::string progress_bar(double frac, int width = 20) {
 
 }  // namespace
 
+// Megatron-LM's training_log line (megatron/training.py, core_r0.6.0), so that its users' log parsers read ours:
+// the loss is the mean over the interval's steps that updated (Megatron's total_loss_dict over advanced
+// iterations), the time the interval's mean, the learning rate and loss scale those of the step printed.
+// Megatron prints a loss only when it is > 0, and "number of nan iterations" counts steps whose loss was not
+// finite, which stop a run here (0).
+void Trainer::log_step_megatron(int64_t step, const StepResult& r, const IntervalRates& x) {
+  std::string line = fmt::format(" iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms): "
+                                 "{:.1f} | learning rate: {:.3E} | global batch size: {:5d} |",
+                                 step, total_steps_, consumed_after(step), x.step_ms, r.lr, global_batch_);
+  const double mean = interval_loss_steps_ > 0 ? interval_loss_sum_ / static_cast<double>(interval_loss_steps_) : 0.0;
+  if (mean > 0.0) line += fmt::format(" lm loss: {:.6E} |", mean);
+  line += fmt::format(" loss scale: {:.1f} |", r.loss_scale);
+  if (std::isfinite(r.grad_norm)) line += fmt::format(" grad norm: {:.3f} |", r.grad_norm);
+  line += fmt::format(" number of skipped iterations: {:3d} | number of nan iterations: {:3d} |", interval_skipped_, 0);
+  spdlog::info("{}", line);
+  interval_loss_sum_ = 0.0;
+  interval_loss_steps_ = interval_skipped_ = 0;
+}
+
 void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
   const IntervalRates x =
       interval_rates(iv, static_cast<double>(global_batch_ * cfg_.model.seq_length), static_cast<double>(global_batch_),
@@ -41,7 +60,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                                                      : fmt::format("mean of steps {}-{}", iv.first_step, iv.last_step);
   // An overflowing fp16 step has no finite gradient norm to show (the sum of squares is inf or NaN).
   const std::string grad_norm = std::isfinite(r.grad_norm) ? fmt::format("{:.4f}", r.grad_norm) : "overflow";
-  spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {}, "
+  if (cfg_.megatron_log) log_step_megatron(step, r, x);
+  else spdlog::info("{{ Epoch:[{:3d}/{:3d}], step:[{:5d}/{:5d}], loss: {:.6f}, lr: {:.6e}, grad_norm: {}, "
                "loss_scale: {}{}, per_step_time: {:.1f} ms ({}), tokens/s: {:.1f}, samples/s: {:.2f}, "
                "TFLOP/s: {:.4f}, MFU: {:.2f}% }}",
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
@@ -78,8 +98,9 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                  pipeline::scheduler_name(sched_), shape_.stages,
                  shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
                  100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
-  spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
-               x.samples_per_s / ctx_.world().size(), hms(eta));
+  if (!cfg_.megatron_log)
+    spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
+                 x.samples_per_s / ctx_.world().size(), hms(eta));
   const PerRank ranks = per_rank(r.local_loss);  // a collective: before the rank-0-only part
   if (metrics_) {
     nlohmann::json j = {{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},

@@ -371,6 +371,8 @@ int Trainer::train_loop() {
                       step, spikes_in_a_row_, cfg_.skip_data.count_threshold, final_checkpoint(step, saving));
       return 5;
     }
+    if (r.skipped) ++interval_skipped_;
+    else interval_loss_sum_ += r.loss, ++interval_loss_steps_;
     profile.before_interval_close(step);
     // The first step (start-up: first-touch allocation, oneDNN primitives, cold caches) is reported alone.
     const bool print = step == first || step % cfg_.per_print_times == 0 || step == total_steps_;

@@ -151,6 +151,7 @@ class Trainer {
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
   void log_setup() const;
+  void log_step_megatron(int64_t step, const StepResult& r, const IntervalRates& x);
   void log_training_plan() const;
   nlohmann::json schedule_state() const;
   void reconcile_schedule(const nlohmann::json& state, const std::string& dir);
@@ -249,7 +250,10 @@ class Trainer {
   }
   std::unique_ptr<LrSchedule> lr_;
   std::unique_ptr<BatchSource> data_, eval_data_;
-  int64_t eval_batches_ = 0;  // global batches an evaluation reads: eval_iters, at most the validation data once
+  int64_t eval_batches_ = 0;
+  // Since the last log line: the losses of the steps that updated, their count, the steps skipped (log_format megatron).
+  double interval_loss_sum_ = 0.0;
+  int64_t interval_loss_steps_ = 0, interval_skipped_ = 0;  // global batches an evaluation reads: eval_iters, at most the validation data once
   std::vector<int32_t> tokens_;
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   double loss_scale_ = 1.0;

@@ -49,11 +49,13 @@ void Trainer::setup(std::unique_ptr<BatchSource> given) {
   if (cfg.train_steps > 0) total_steps_ = cfg.train_steps;
   else if (steps_per_epoch_ > 0) total_steps_ = cfg.epochs * steps_per_epoch_;
   else throw std::runtime_error("runner_config.train_steps must be set when the data has no epoch size (RandomTokens)");
+  // Built again for the run's samples: more than one epoch, or data without an epoch (a blend of prefixes).
   const bool more_epochs = epoch_samples >= 0 && total_steps_ * global_batch_ > epoch_samples;
-  data_ = more_epochs && from_config
-              ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
-              : std::move(probe);
-  if (from_config && epoch_samples >= 0) built_samples_ = more_epochs ? total_steps_ * global_batch_ : epoch_samples;
+  const bool for_the_run = from_config && (more_epochs || (epoch_samples < 0 && cfg.train_data.data_path.size() > 1));
+  data_ = for_the_run ? make_batch_source(cfg.train_data, cfg.model, total_steps_ * global_batch_, 0, "train_dataset")
+                      : std::move(probe);
+  if (for_the_run) built_samples_ = total_steps_ * global_batch_;
+  else if (from_config && epoch_samples >= 0) built_samples_ = epoch_samples;
   tokens_.resize(static_cast<size_t>(micro_batches_ * cfg.batch_size * (cfg.model.seq_length + 1)));
   if (cfg.do_eval || cfg.run_mode == RunMode::kEval) {
     // eval_dataset names its own data, or (data_path empty) the validation split of the training data.

@@ -100,7 +100,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
       {"moe_config.token_dispatcher", "allgather"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
       {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"},
-      {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"},
+      {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"}, {"log_format", "megatron"},
   };
   if (auto it = chosen.find(path); it != chosen.end()) return it->second;
   if (v.IsScalar()) {

@@ -79,7 +79,7 @@ int run_tokenize(const TokenizerFiles& files, bool decode, std::istream& in, std
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "gridformer tokenize: " << e.what() << '\n';
-    return 1;
+    return 2;  // a problem with the input or the tokenizer files (README "Exit status")
   }
 }
 

@@ -582,11 +582,11 @@ TEST(TokenizeCli, RejectsBadIdsAndFiles) {
   for (const std::string bad : {"15496 hello\n", "15496 50257\n", "1 -1\n", "12x\n", "99999999999\n"}) {
     std::istringstream in("995\n" + bad);
     std::ostringstream out;
-    EXPECT_EQ(run_tokenize(kVocab, kMerges, true, in, out), 1) << bad;
+    EXPECT_EQ(run_tokenize(kVocab, kMerges, true, in, out), 2) << bad;  // README "Exit status": bad input is 2
   }
   std::istringstream in("Hello\n");
   std::ostringstream out;
-  EXPECT_EQ(run_tokenize(kVocab + ".missing", kMerges, false, in, out), 1);
+  EXPECT_EQ(run_tokenize(kVocab + ".missing", kMerges, false, in, out), 2);
   EXPECT_EQ(out.str(), "");
 }
 

@@ -11,8 +11,10 @@ tokens/s, grad norm), the runs overlaid in one colour each with a legend. A RUN_
 output_dir, which holds metrics.jsonl. The file's lines (README, "Using it"):
 
   * {"event": "run_start", ...} opens each run. `gridformer train` appends, so a file may hold
-    several runs (a rerun in the same output_dir, a resumed run): the last one is drawn, and
-    --all-runs draws each as its own curve. Other events (checkpoint) are skipped.
+    several runs (a rerun in the same output_dir, a resumed run). A run whose first step is past 1
+    resumed the one before it and continues its curve; a run from step 1 starts a new one. The last
+    curve is drawn (a resumed run with the run it resumed), and --all-runs draws each run as its own
+    curve. Other events (checkpoint) are skipped.
   * Step lines are the ones with "loss", as every reader of the file selects them
     (tests/integration/compare_runs.py, bench/*.py). Their timing figures (tokens_per_s) are means
     over the interval since the previous line; step 1's line ("startup": true) is start-up time
@@ -142,6 +144,17 @@ def curves(args):
             if not r["steps"]:
                 fail(f"{path}: its last run (run_start at line {r['start_line']}) has no step lines; "
                      "--all-runs draws the earlier runs")
+            # The runs the last one resumed, back to the one that started at step 1: one curve.
+            first = len(runs) - 1
+            while first > 0 and runs[first]["steps"] and number(runs[first]["steps"][0].get("step")) > 1 \
+                    and runs[first - 1]["steps"]:
+                first -= 1
+            if first < len(runs) - 1:
+                r = {"start_line": runs[first]["start_line"],
+                     "steps": [s for x in runs[first:] for s in x["steps"]],
+                     "evals": [e for x in runs[first:] for e in x["evals"]]}
+                print(f"plot_metrics: {path}: runs {first + 1}-{len(runs)} of {len(runs)} drawn as one curve "
+                      "(each resumed the one before)")
             out.append((label, path, len(runs), len(runs), r))
     return out
 
@@ -165,7 +178,11 @@ def main():
     drawn = curves(args)
 
     # Agg: no display on a build machine or over ssh; the PNG is all we want.
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        fail(f"matplotlib is not installed for {sys.executable}: run this with Debian's /usr/bin/python3 "
+             "(python3-matplotlib, which scripts/setup.sh installs)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np

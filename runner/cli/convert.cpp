@@ -192,6 +192,60 @@ std::optional<nlohmann::json> config_json_for(const ConvertSource& src, std::str
   return std::nullopt;
 }
 
+// The tokenizer beside Hugging Face weights written into `dir`, so that AutoTokenizer.from_pretrained(dir) reads it:
+// from one of our checkpoints, the GPT-2 BPE files its config's processor.tokenizer names (vocab_file, merge_file;
+// a relative path as the run saw it, from the working directory) as GPT2Tokenizer's vocab.json and merges.txt with
+// its tokenizer_config.json and special_tokens_map.json (transformers' names; <|endoftext|> is GPT-2's bos, eos and
+// unk); from Hugging Face weights, the tokenizer files beside them, copied. Returns the files written; a reason
+// why none were in `why`.
+std::vector<std::string> write_tokenizer_files(const ConvertSource& src, const std::string& dir, std::string& why) {
+  std::vector<std::pair<fs::path, std::string>> copies;  // (from, to's file name)
+  const nlohmann::json* state = src.checkpoint_state();
+  nlohmann::json tokenizer_config;
+  if (state == nullptr) {
+    const fs::path p(src.path());
+    const fs::path beside = fs::is_directory(p) ? p : p.parent_path();
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                          "tokenizer.model", "added_tokens.json"})
+      if (fs::is_regular_file(beside / f)) copies.emplace_back(beside / f, f);
+    if (copies.empty()) why = "none beside the source weights";
+  } else if (state->contains("config") && (*state)["config"].is_string()) {
+    const YAML::Node tok = YAML::Load((*state)["config"].get<std::string>())["processor"]["tokenizer"];
+    const std::string vocab = tok && tok["vocab_file"] ? tok["vocab_file"].as<std::string>() : "";
+    const std::string merges = tok && tok["merge_file"] ? tok["merge_file"].as<std::string>() : "";
+    if (vocab.empty() || merges.empty())
+      why = "the checkpoint's config names no processor.tokenizer vocab_file and merge_file";
+    else if (!fs::is_regular_file(vocab) || !fs::is_regular_file(merges))
+      why = "processor.tokenizer's " + (fs::is_regular_file(vocab) ? merges : vocab) + " is not there (from " +
+            fs::current_path().string() + ")";
+    else {
+      copies = {{vocab, "vocab.json"}, {merges, "merges.txt"}};
+      const std::string eot = "<|endoftext|>";
+      tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", false}, {"bos_token", eot},
+                          {"eos_token", eot}, {"unk_token", eot}};
+    }
+  } else {
+    why = "the checkpoint records no config";
+  }
+  std::vector<std::string> written;
+  for (const auto& [from, name] : copies) {
+    const fs::path to = fs::path(dir) / name;
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+    written.push_back(to.string());
+  }
+  if (!tokenizer_config.is_null()) {
+    const std::string eot = "<|endoftext|>";
+    for (const auto& [name, j] : {std::pair{"tokenizer_config.json", tokenizer_config},
+                                  std::pair{"special_tokens_map.json", nlohmann::json{{"bos_token", eot}, {"eos_token", eot},
+                                                                                      {"unk_token", eot}}}}) {
+      const std::string path = (fs::path(dir) / name).string();
+      write_text_atomically(path, j.dump(2) + "\n");
+      written.push_back(path);
+    }
+  }
+  return written;
+}
+
 void write_hf(ConvertSource& src, const std::string& dir, const std::string& file, int64_t max_shard, const OutDtype& dt,
               bool overwrite, Progress& progress, ConvertSummary& sum) {
   bool gpt2 = false;
@@ -253,6 +307,10 @@ void write_hf(ConvertSource& src, const std::string& dir, const std::string& fil
       } else {
         progress.note("no config.json written: " + why + "; transformers' from_pretrained needs one beside the weights");
       }
+      why.clear();
+      const std::vector<std::string> tok = write_tokenizer_files(src, dir, why);
+      written.insert(written.end(), tok.begin(), tok.end());
+      if (tok.empty()) progress.note("no tokenizer files written: " + why);
     }
     if (groups.size() > 1) {
       const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};

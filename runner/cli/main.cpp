@@ -30,6 +30,7 @@
 #include "runner/infer/generate.h"
 #include "runner/config/layout_check.h"
 #include "runner/cli/megatron_cli.h"
+#include "runner/report/run_info.h"
 #include "runner/train/batch_source.h"
 #include "runner/train/output_paths.h"
 #include "runner/report/plan.h"
@@ -437,6 +438,10 @@ CLI::App* add_train(CLI::App& app, Cli& c) {
   train->add_option("--rank_table", c.rank_table,
                     "MindFormers/HCCL rank table JSON; its rank count must equal the number of ranks (default: "
                     "$RANK_TABLE_FILE; neither: no table)");
+  train->add_option("--load_checkpoint", c.load_ckpt,
+                    "the weights to start from (the config's load_checkpoint, as MindFormers' run_mindformer.py "
+                    "--load_checkpoint): one of our checkpoints (its directory, a run's checkpoint/ or output_dir), Hugging "
+                    "Face safetensors or a MindSpore .ckpt; with --set resume_training=True the whole run continues");
   return train;
 }
 
@@ -691,6 +696,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gridformer: trains GPT-2, Llama and their Mixture-of-Experts forms (GPT-2 MoE, Mixtral) from MindFormers-style YAML, on one rank or several under mpirun (data, tensor, sequence, context, pipeline and expert parallel, ZeRO-1/2/3 and hybrid sharding, gradient accumulation)"};
   app.require_subcommand(1);
   app.footer(gf::environment_help());
+  app.set_version_flag("--version", std::string("gridformer ") + gf::build_git_commit());
   Cli c;
   add_train(app, c);
   CLI::App* pred = add_predict(app, c);
@@ -700,6 +706,18 @@ int main(int argc, char** argv) {
   CLI::App* convert = add_convert(app, c);
   CLI::App* replay = add_replay(app, c);
   CLI::App* megatron = add_pretrain_gpt(app);
+  // The environment paragraph is the top-level help's; each subcommand's help ends with an example instead.
+  const std::pair<CLI::App*, const char*> examples[] = {
+      {app.get_subcommand("train"), "example: gridformer train --config configs/gpt2/run_gpt2_tiny.yaml --set runner_config.train_steps=5"},
+      {pred, "example: gridformer predict --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --predict_data \"The\""},
+      {config, "example: gridformer config --config configs/reference/run_gpt2_13b.yaml --ranks 32"},
+      {plan, "example: gridformer plan --config configs/reference/run_gpt2_13b.yaml --ranks 32"},
+      {tok, "example: echo Hello | gridformer tokenize --vocab-file data/gpt2/gpt2-vocab.json --merge-file data/gpt2/gpt2-merges.txt"},
+      {convert, "example: gridformer convert --from output --to hf_model --dtype bfloat16"},
+      {replay, "example: mpirun -np 2 gridformer replay --checkpoint output --steps 21-25"},
+      {megatron, "example: mpirun -np 2 gridformer pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 ... "
+                 "(docs/megatron.md)"}};
+  for (const auto& [sub, example] : examples) sub->footer(std::string(example) + "\n(gridformer --help: the environment variables)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -728,5 +746,6 @@ int main(int argc, char** argv) {
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;
   // double-quoted YAML keeps any path a string.
   if (!c.tensorboard_dir.empty()) c.sets.push_back("tensorboard_dir=" + yaml_quoted(c.tensorboard_dir));
+  if (!c.load_ckpt.empty()) c.sets.push_back("load_checkpoint=" + yaml_quoted(c.load_ckpt));
   return run_train(c.config_path, c.sets, c.rank_table, c.save_weights, c.lambada, argc, argv);
 }

@@ -74,6 +74,9 @@ ReplayPlan plan_replay(const ReplayRequest& req) {
   p.sets.push_back("load_checkpoint=\"" + p.checkpoint + "\"");
   p.sets.push_back("resume_training=True");
   p.sets.push_back("runner_config.train_steps=" + std::to_string(p.last));
+  // The run's learning rates: the schedule the checkpoint saved, not one rebuilt for the replay's fewer steps (a
+  // cosine over `last` steps would give step `last` another rate than the run's, and every replayed update after it).
+  p.sets.push_back("lr_schedule.use_checkpoint_opt_param_scheduler=True");
   p.sets.push_back("output_dir=\"" + req.output_dir + "\"");
   return p;
 }

@@ -1,6 +1,7 @@
 #include "runner/config/tree.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "runner/config/config.h"
@@ -136,22 +137,32 @@ void set_path(YAML::Node root, const std::string& path, const std::string& value
   } catch (const YAML::Exception& e) {
     throw ConfigError("--set " + path + "=" + value + ": value is not valid YAML: " + e.msg);
   }
+  // A list item one past the end, or `+`, appends one (`--set callbacks.1.type=CheckpointMonitor` on a list of
+  // one callback, `--set "callbacks.+={type: CheckpointMonitor}"`); further past the end is an error.
+  const auto item = [&](const YAML::Node& list, const std::string& part) -> std::optional<size_t> {
+    if (part == "+") return list.size();
+    if (!is_index(part)) return std::nullopt;
+    const size_t idx = std::stoul(part);
+    if (idx > list.size())
+      throw ConfigError("--set " + path + ": list index " + part + " is past the end (size " + std::to_string(list.size()) +
+                        "; index " + std::to_string(list.size()) + " or `+` appends an item)");
+    return idx;
+  };
   YAML::Node n = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (n.IsSequence() && is_index(parts[i])) {
-      const size_t idx = std::stoul(parts[i]);
-      if (idx >= n.size())
-        throw ConfigError("--set " + path + ": list index " + parts[i] + " is past the end (size " + std::to_string(n.size()) + ")");
+    if (n.IsSequence() && item(n, parts[i])) {
+      const size_t idx = *item(n, parts[i]);
+      if (idx == n.size()) n.push_back(YAML::Node(YAML::NodeType::Map));
       n.reset(n[idx]);
     } else {
       if (!n[parts[i]] || n[parts[i]].IsNull() || n[parts[i]].IsScalar()) n[parts[i]] = YAML::Node(YAML::NodeType::Map);
       n.reset(n[parts[i]]);
     }
   }
-  if (n.IsSequence() && is_index(parts.back())) {
-    const size_t idx = std::stoul(parts.back());
-    if (idx >= n.size()) throw ConfigError("--set " + path + ": list index past the end");
-    n[idx] = parsed;
+  if (n.IsSequence() && item(n, parts.back())) {
+    const size_t idx = *item(n, parts.back());
+    if (idx == n.size()) n.push_back(parsed);
+    else n[idx] = parsed;
   } else {
     n[parts.back()] = parsed;
   }

@@ -305,16 +305,28 @@ nlohmann::json Trainer::schedule_state() const {
 // lr_schedule.override_opt_param_scheduler (this config's wins) or use_checkpoint_opt_param_scheduler (the
 // checkpoint's wins, rebuilt from its saved figures); neither set and a value differs: refused, naming each.
 // ("Train 20 steps, then resume for 10 more" with total_steps -1 is such a difference: the cosine's total moves
-// from 20 to 30, which is neither run's curve unless one of them is chosen.) Checkpoints from before the schedule
+// from 20 to 30, which is neither run's curve unless one of them is chosen.) A difference that changes no rate of
+// the steps this run trains (a constant schedule's total) needs no choice. Checkpoints from before the schedule
 // was saved are taken as they are.
 void Trainer::reconcile_schedule(const nlohmann::json& st, const std::string& dir) {
   if (!st.contains("lr_schedule")) return;
   const nlohmann::json saved = st["lr_schedule"], now = schedule_state();
+  LrScheduleConfig l;
+  l.type = saved.at("type").get<std::string>();
+  l.learning_rate = saved.at("learning_rate").get<double>();
+  l.lr_end = saved.at("lr_end").get<double>();
+  l.warmup_steps = saved.at("warmup").get<int64_t>();
+  l.total_steps = saved.at("total").get<int64_t>();
+  l.power = saved.at("power").get<double>();
+  const LrSchedule theirs(l, total_steps_);
+  // The same rates for every step this run trains (a constant rate's total, say, does not matter): nothing to choose.
+  bool same = true;
+  for (int64_t s = st.at("step").get<int64_t>() + 1; same && s <= total_steps_; ++s) same = theirs.at(s) == lr_->at(s);
+  if (same) return;
   std::string diffs;
   for (const auto& [key, value] : saved.items())
     if (now.contains(key) && now[key] != value)
       diffs += fmt::format("{}{} {} in the checkpoint, {} in this run", diffs.empty() ? "" : "; ", key, value.dump(), now[key].dump());
-  if (diffs.empty()) return;
   if (cfg_.lr_override_scheduler) {
     spdlog::info("learning-rate schedule: this config's replaces the checkpoint's (lr_schedule.override_opt_param_scheduler): {}",
                  diffs);
@@ -326,13 +338,6 @@ void Trainer::reconcile_schedule(const nlohmann::json& st, const std::string& di
         "). Set lr_schedule.use_checkpoint_opt_param_scheduler: True to continue the checkpoint's schedule, or "
         "lr_schedule.override_opt_param_scheduler: True to follow this config's from the resumed step on (Megatron's "
         "--use-checkpoint-opt_param-scheduler / --override-opt_param-scheduler)");
-  LrScheduleConfig l;
-  l.type = saved.at("type").get<std::string>();
-  l.learning_rate = saved.at("learning_rate").get<double>();
-  l.lr_end = saved.at("lr_end").get<double>();
-  l.warmup_steps = saved.at("warmup").get<int64_t>();
-  l.total_steps = saved.at("total").get<int64_t>();
-  l.power = saved.at("power").get<double>();
   lr_ = std::make_unique<LrSchedule>(l, total_steps_);
   spdlog::info("learning-rate schedule: the checkpoint's (lr_schedule.use_checkpoint_opt_param_scheduler): {} peak {} "
                "warmup {} total {}, lr_end {} ({})", l.type, l.learning_rate, lr_->warmup(), lr_->total(), l.lr_end, diffs);

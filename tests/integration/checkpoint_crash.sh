@@ -74,7 +74,9 @@ done
 # MPI's start-up writes shared-memory files of up to ~4 MB, so the limit is 8 MB, and the model here is wider:
 # ~0.93 M parameters, an 11 MB shard (weights and two moments).
 sed 's/hidden_size: 32, num_layers: 2/hidden_size: 128, num_layers: 4/; s/vocab_size: 101/vocab_size: 1000/' tiny.yaml > wide.yaml
-wide() { "$BIN" train --config wide.yaml --set output_dir=fsize "$@"; }
+# The schedule's total fixed at 10 steps: the first run's 5 and the resumed 10 run one curve (a resume that would
+# change the rates is refused unless the config says which schedule wins).
+wide() { "$BIN" train --config wide.yaml --set output_dir=fsize --set lr_schedule.total_steps=10 "$@"; }
 wide --set runner_config.train_steps=5 > fsize.log 2>&1 || { tail fsize.log; echo "FAIL: fsize first run"; exit 1; }
 status=0
 (ulimit -f 8192; wide --set resume_training=True --set runner_config.train_steps=10 > fsize2.log 2>&1) || status=$?

@@ -135,4 +135,22 @@ plot tail_run.jsonl --all-runs -o tail.png > p5.txt 2>&1 || { cat p5.txt; fail "
 grep -q "run 2 of 2 (line 10) has no step lines; skipped" p5.txt || fail "the empty run was not reported: $(cat p5.txt)"
 grep -q "^tail_run: tail_run.jsonl (run 1 of 2): steps 1-6" p5.txt || fail "--all-runs did not draw run 1: $(cat p5.txt)"
 
+# 6. A resumed run continues the curve of the run it resumed: run 2 of resumed.jsonl starts at step 7, so the
+# default draws steps 1-12 as one curve; --all-runs still draws each run.
+"$PY" - a/metrics.jsonl > resumed.jsonl <<'EOF2'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+for l in lines: print(json.dumps(l))
+for l in lines:
+    if "step" in l: l["step"] += 6
+    print(json.dumps(l))
+EOF2
+plot resumed.jsonl -o resumed.png > p6.txt 2>&1 || { cat p6.txt; fail "a resumed run"; }
+grep -q "runs 1-2 of 2 drawn as one curve (each resumed the one before)" p6.txt || fail "the resumed runs were not joined: $(cat p6.txt)"
+grep -q "steps 1-12: 12 loss points" p6.txt || fail "the joined curve's steps: $(cat p6.txt)"
+# 7. Without matplotlib (python -S leaves out the site packages): a message that says what to run, no traceback.
+set +e; "$PY" -S "$TOOL" a -o nomat.png > p7.txt 2>&1; status=$?; set -e
+[ "$status" -ne 0 ] && grep -q "plot_metrics: matplotlib is not installed" p7.txt && ! grep -q Traceback p7.txt ||
+  { cat p7.txt; fail "without matplotlib: status $status"; }
+
 echo "plot_metrics: OK"

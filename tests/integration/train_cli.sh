@@ -61,9 +61,10 @@ rm -rf out
   --set eval_epoch_interval=1 --set eval_dataset.eval_iters=1 > c2e.txt 2>&1 || { cat c2e.txt; fail "eval by epoch"; }
 [ "$(grep -c eval_loss out/metrics.jsonl)" -eq 3 ] || fail "expected evaluations at steps 2, 4, 5: $(grep eval_loss out/metrics.jsonl)"
 
-# 2c. run_mode: eval evaluates without training.
+# 2c. run_mode: eval evaluates without training: eval_iters batches, but each sample once (8 distinct samples, 2 batches).
 "$BIN" train --config tiny.yaml --set run_mode=eval --set eval_dataset.eval_iters=3 > c2c.txt 2>&1 || { cat c2c.txt; fail "eval mode"; }
-grep -q "eval: loss .* perplexity .* over 3 batches" c2c.txt || fail "eval mode printed no loss"
+grep -q "eval: loss .* perplexity .* over 2 batches" c2c.txt || fail "eval mode printed no loss"
+grep -qF "eval: 2 batches of the validation data's 8 samples (each once), not eval_iters 3" c2c.txt || fail "eval mode: not said"
 grep -q "step:\[" c2c.txt && fail "eval mode trained"
 
 # 3. A non-finite loss stops the run with status 3 and says what to do.

@@ -62,6 +62,37 @@ TEST(Config, SetOverridesAnyKey) {
   EXPECT_EQ(c.resolved["runner_config"]["train_steps"].as<int>(), 5);
 }
 
+// A list item one past the end, or `+`, appends one; further past the end says how to append.
+TEST(Config, SetAppendsAListItemOnePastTheEndOrWithPlus) {
+  const Config c = load_config_string(kMinimal, {"callbacks.1.type=CheckpointMonitor", "callbacks.1.save_checkpoint_steps=7"});
+  EXPECT_TRUE(c.checkpoint.enabled);
+  EXPECT_EQ(c.checkpoint.save_steps, 7);
+  EXPECT_EQ(c.resolved["callbacks"].size(), 2u);
+  const Config d = load_config_string(kMinimal, {"callbacks.+={type: CheckpointMonitor, save_checkpoint_steps: 3}"});
+  EXPECT_EQ(d.checkpoint.save_steps, 3);
+  EXPECT_EQ(d.resolved["callbacks"].size(), 2u);
+  const std::string e = error_of(kMinimal, {"callbacks.3.type=CheckpointMonitor"});
+  EXPECT_NE(e.find("list index 3 is past the end (size 1; index 1 or `+` appends an item)"), std::string::npos) << e;
+}
+
+// Values that would spin, climb the loss or overflow are refused with their range (the Journeys issue's mutations).
+TEST(Config, OutOfRangeValuesAreRefusedWithTheirRange) {
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.num_layers=2147483648"}).find("at most 1024"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.vocab_size=1073741824"}).find("at most 1073741823"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.lr_end=-1e12"}).find("must be a finite number >= 0"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.learning_rate=.nan"}).find("must be a finite number >= 0"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.warmup_ratio=1.5"}).find("must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"runner_wrapper.scale_sense=1e308"}).find("a fixed scale above it overflows every step"),
+            std::string::npos);
+  // A dynamic scale above float32's range comes down by scale_factor at each overflow: said, with the steps it costs.
+  const Config c = load_config_string(kMinimal, {"runner_wrapper.scale_sense={type: DynamicLossScaleUpdateCell, "
+                                                 "loss_scale_value: 1.36e39, scale_factor: 2, scale_window: 3}"});
+  EXPECT_TRUE(has_warning(c, "the first 2 step(s) will overflow and be skipped")) << c.warnings.front();
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.override_opt_param_scheduler=True",
+                                "lr_schedule.use_checkpoint_opt_param_scheduler=True"}).find("not both"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"log_format=json"}).find("expects mindformers"), std::string::npos);
+}
+
 TEST(Config, SetWithUnknownKeyOrBadValueFails) {
   EXPECT_NE(error_of(kMinimal, {"runner_config.train_step=5"}).find("did you mean `train_steps`?"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"runner_config.batch_size=abc"}).find("--set runner_config.batch_size=abc: expects an integer"),

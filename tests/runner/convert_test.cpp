@@ -618,6 +618,45 @@ TEST(Convert, ConfigJsonGoesWithTheWeightsBothWays) {
   }
 }
 
+// The tokenizer goes with the weights: the GPT-2 BPE files the checkpoint's config names, as GPT2Tokenizer's
+// vocab.json and merges.txt with its tokenizer_config.json; a config whose files are not there gets the reason.
+TEST(Convert, TheTokenizerGoesWithTheWeights) {
+  const std::string vocab = std::string(GF_SOURCE_DIR) + "/data/gpt2/gpt2-vocab.json";
+  const std::string merges = std::string(GF_SOURCE_DIR) + "/data/gpt2/gpt2-merges.txt";
+  if (!fs::exists(vocab) || !fs::exists(merges)) GTEST_SKIP() << "no GPT-2 vocabulary (scripts/setup.sh fetches it)";
+  const fs::path d = work_dir();
+  const Config cfg = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",
+                                 {"model.model_config.vocab_size=1000", "processor.tokenizer.vocab_file=" + vocab,
+                                  "processor.tokenizer.merge_file=" + merges});
+  write_seeded_checkpoint(cfg, d / "run");
+  convert(d / "run", d / "hf");
+  const auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(d / "hf" / "vocab.json"), bytes(vocab));
+  EXPECT_EQ(bytes(d / "hf" / "merges.txt"), bytes(merges));
+  const nlohmann::json tc = read_json(d / "hf" / "tokenizer_config.json");
+  EXPECT_EQ(tc.value("tokenizer_class", ""), "GPT2Tokenizer");
+  EXPECT_EQ(tc.value("eos_token", ""), "<|endoftext|>");
+  EXPECT_EQ(read_json(d / "hf" / "special_tokens_map.json").value("bos_token", ""), "<|endoftext|>");
+  // Hugging Face weights -> Hugging Face: the tokenizer files beside them, copied.
+  convert(d / "hf" / "model.safetensors", d / "again", [] { ConvertOptions o; o.format = "hf"; return o; }());
+  EXPECT_EQ(bytes(d / "again" / "vocab.json"), bytes(vocab));
+  // Files the config names that are not there: none written, and the note says which.
+  const Config missing = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",
+                                     {"model.model_config.vocab_size=1000", "processor.tokenizer.vocab_file=/nonexistent/v.json"});
+  write_seeded_checkpoint(missing, d / "run2");
+  ConvertOptions o;
+  o.from = (d / "run2").string();
+  o.to = (d / "hf2").string();
+  std::ostringstream progress;
+  convert_weights(o, progress);
+  EXPECT_FALSE(fs::exists(d / "hf2" / "vocab.json"));
+  EXPECT_NE(progress.str().find("no tokenizer files written: processor.tokenizer's /nonexistent/v.json is not there"),
+            std::string::npos) << progress.str();
+}
+
 TEST(Convert, AModelHuggingFaceCannotExpressGetsNoConfigJsonAndTheReason) {
   const fs::path d = work_dir();
   const Config cfg = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",

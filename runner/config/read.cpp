@@ -10,6 +10,7 @@
 
 #include "core/optim/lr_schedule.h"
 #include "runner/config/read.h"
+#include "runner/config/schema.h"
 
 namespace gf::config_read {
 namespace {
@@ -543,6 +544,14 @@ void read_callbacks(ReadContext& x) {
         x.warn("`" + at + "." + key + ": " + show(v) + "`: ignored: a checkpoint holds every tensor's slices as boxes of "
                "the global tensor, loads under any layout, and `gridformer convert` writes one whole file");
     }
+    // The resolved config (gridformer config) shows what runs: the keys of this callback that are read, with their
+    // defaults where the file leaves them out (save_checkpoint_steps 1 is a checkpoint every step).
+    static const YAML::Node templates = YAML::Load(kItemTemplates)["callbacks"];
+    for (const char* key : {"per_print_times", "prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})
+      if (std::find(kind->keys.begin(), kind->keys.end(), key) != kind->keys.end() && !cbs[i][key] && templates[key]) {
+        YAML::Node item = cbs[i];  // a handle on the resolved tree's item
+        item[key] = YAML::Clone(templates[key]);
+      }
     if (type == "CheckpointMonitor") {
       c.checkpoint.enabled = true;
       if (c.checkpoint.save_steps <= 0)

@@ -6,6 +6,8 @@
 // are ignored. Every model parameter must be present with its global shape, and every other
 // tensor must be one of the ignored ones.
 //
+// A Megatron-LM checkpoint directory (models/weights/megatron_checkpoint.h) is read by its own loader.
+//
 // A MindSpore .ckpt holding MindFormers' GPT-2 (models/weights/mindspore_checkpoint.h maps its names and
 // layouts to the ones above) goes through the same checks: every parameter present with its global
 // shape, every weight of the file a parameter of the model.
@@ -22,6 +24,7 @@
 #include "models/causal_lm.h"
 #include "models/registry.h"
 #include "models/weights/hf_checkpoint.h"
+#include "models/weights/megatron_checkpoint.h"
 #include "models/weights/mindspore_checkpoint.h"
 
 namespace gf {
@@ -52,6 +55,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 std::string resolve_checkpoint_path(const std::string& given, const std::string& key) {
   namespace fs = std::filesystem;
+  if (is_megatron_checkpoint(given)) return given;  // its reader finds the iteration and the shards
   if (fs::is_directory(given)) {
     const fs::path one = fs::path(given) / "model.safetensors", index = fs::path(given) / "model.safetensors.index.json";
     if (fs::exists(one)) return one.string();
@@ -162,6 +166,9 @@ std::vector<StHeaderEntry> read_safetensors_header(const std::string& path) {
 
 std::vector<HfTensorFile> hf_checkpoint_tensors(const std::string& path) {
   namespace fs = std::filesystem;
+  if (is_megatron_checkpoint(path))
+    throw std::runtime_error(path + ": a Megatron-LM checkpoint, not Hugging Face safetensors: its tensors are read by "
+                             "loading it into a model of its shape (load_checkpoint)");
   std::vector<HfTensorFile> out;
   if (!ends_with(path, ".index.json")) {
     for (StHeaderEntry& e : read_safetensors_header(path)) out.push_back({std::move(e.name), path});
@@ -188,6 +195,7 @@ std::vector<HfTensorFile> hf_checkpoint_tensors(const std::string& path) {
 
 std::string CausalLM::load_hf_checkpoint(const std::string& given) {
   const std::string path = resolve_checkpoint_path(given);
+  if (is_megatron_checkpoint(path)) return load_megatron(*this, path);
   if (is_mindspore_ckpt(path)) return load_mindformers_gpt2(*this, path);
   const ParamTable& table = params().table();
   // Every tensor of the checkpoint is a parameter (or a buffer we ignore); every parameter is there.

@@ -110,6 +110,12 @@ bool model_sizes_within_bounds(const ModelConfig& m) {
 }
 
 void check_model_bounds(ReadContext& x) {
+  // The initial weights' standard deviation: GPT-2's and Megatron's 0.02. Above 1 a 64-wide layer's outputs
+  // already spread past the softmax's useful range (a std of 1e12 gives a loss that is not finite at step 1).
+  const float init = x.c.model.initializer_range;
+  if (!(init > 0.0f && init <= 1.0f))
+    x.refuse(kv("model.model_config.initializer_range", show(x.rd.node("model.model_config.initializer_range"))) +
+             ": must be in (0, 1] (the initial weights' standard deviation; GPT-2's and Megatron's 0.02)");
   for (const SizeBound& b : kSizeBounds) {
     const int64_t v = x.c.model.*b.field;
     if (v > b.max)

@@ -55,12 +55,14 @@ void check_factors(ReadContext& x) {
   if (!std::isfinite(e.capacity_factor))
     x.refuse(kv("capacity_factor", show(x.rd.node(k + "capacity_factor"))) +
              ": expects a number (> 0: the capacity factor; <= 0: dropless)");
-  if (!(e.aux_loss_factor >= 0.0) || !std::isfinite(e.aux_loss_factor))
+  // Both losses are added to the LM loss and their gradients scaled by the factor in fp32: published factors are
+  // 1e-3 to 1e-1; at 1000 the router's terms outweigh the LM loss a thousandfold, and 1e308 overflows at step 1.
+  if (!(e.aux_loss_factor >= 0.0 && e.aux_loss_factor <= 1000.0))
     x.refuse(kv("aux_loss_factor", show(x.rd.node(k + "aux_loss_factor"))) +
-             ": must be >= 0 (0: no load-balancing loss; MindFormers' default: 0.05)");
-  if (!(e.z_loss_factor >= 0.0) || !std::isfinite(e.z_loss_factor))
+             ": must be in [0, 1000] (0: no load-balancing loss; MindFormers' default: 0.05)");
+  if (!(e.z_loss_factor >= 0.0 && e.z_loss_factor <= 1000.0))
     x.refuse(kv("z_loss_factor", show(x.rd.node(k + "z_loss_factor"))) +
-             ": must be >= 0 (0: no router z-loss; ST-MoE's: 0.001)");
+             ": must be in [0, 1000] (0: no router z-loss; ST-MoE's: 0.001)");
 }
 
 // MindFormers' TopkRouterV2 sizes an expert's capacity differently from the rule here: said once,

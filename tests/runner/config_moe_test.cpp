@@ -146,8 +146,9 @@ TEST(MoeConfigKeys, ValuesThatCannotBeBuiltAreRefusedNamingTheKeyAndAValueThatWo
       {{"moe_config.expert_num=4", "moe_config.moe_layer_freq=0"},
        "`moe_config.moe_layer_freq: 0`: must be >= 1 (layer i is MoE when i % moe_layer_freq == 0; 1: every layer, 2: "
        "every other layer)"},
-      {{"moe_config.aux_loss_factor=-0.1"}, "`moe_config.aux_loss_factor: -0.1`: must be >= 0 (0: no load-balancing loss"},
-      {{"moe_config.z_loss_factor=-1"}, "`moe_config.z_loss_factor: -1`: must be >= 0 (0: no router z-loss"},
+      {{"moe_config.aux_loss_factor=-0.1"}, "`moe_config.aux_loss_factor: -0.1`: must be in [0, 1000] (0: no load-balancing loss"},
+      {{"moe_config.aux_loss_factor=1e308"}, "`moe_config.aux_loss_factor: 1e308`: must be in [0, 1000]"},
+      {{"moe_config.z_loss_factor=-1"}, "`moe_config.z_loss_factor: -1`: must be in [0, 1000] (0: no router z-loss"},
       {{"moe_config.capacity_factor=.nan"}, "`moe_config.capacity_factor: .nan`: expects a number (> 0: the capacity "
                                             "factor; <= 0: dropless)"},
       {{"moe_config.router_dense_type=float16"},

@@ -82,6 +82,7 @@ TEST(Config, OutOfRangeValuesAreRefusedWithTheirRange) {
   EXPECT_NE(error_of(kMinimal, {"lr_schedule.lr_end=-1e12"}).find("must be a finite number >= 0"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"lr_schedule.learning_rate=.nan"}).find("must be a finite number >= 0"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"lr_schedule.warmup_ratio=1.5"}).find("must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.initializer_range=-1"}).find("must be in (0, 1]"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"runner_wrapper.scale_sense=1e308"}).find("a fixed scale above it overflows every step"),
             std::string::npos);
   // A dynamic scale above float32's range comes down by scale_factor at each overflow: said, with the steps it costs.

@@ -325,8 +325,9 @@ void translate_output(Job& j) {
       j.differ("--load " + load + " names a directory that must exist: gridformer refuses a load_checkpoint that does not, "
                "where Megatron starts from random weights unless --exit-on-missing-checkpoint");
     }
-    j.differ("--load: gridformer reads its own checkpoints (and Hugging Face or MindSpore weights); Megatron's "
-             "iter_*/mp_rank_* checkpoint files are not read yet");
+    j.differ("--load: a Megatron-LM checkpoint (iter_*/mp_rank_*/model_optim_rng.pt) gives its weights (--finetune, "
+             "--no-load-optim); resuming its optimizer state, step and consumed samples is not read yet: resume from "
+             "gridformer's own checkpoints (--save)");
   }
   if (a.flag("--no-load-optim")) {
     if (j.training && !finetune && !load.empty())

@@ -16,6 +16,13 @@ need_vocab
 need_corpus
 command -v mpirun > /dev/null || fail "mpirun missing (openmpi-bin)"
 
+# 0. The binary says what it is, and each subcommand's help ends with an example (the environment paragraph is the
+# top-level help's alone).
+"$BIN" --version | grep -qE "^gridformer [0-9a-f]+(-dirty)?$|^gridformer unknown$" || fail "--version: $("$BIN" --version)"
+"$BIN" train --help | tail -3 | grep -qF "example: gridformer train --config" || fail "train --help has no example"
+! "$BIN" train --help | grep -q "^Environment:" || fail "train --help repeats the environment paragraph"
+"$BIN" --help | grep -q "^Environment:" || fail "the top-level help lost the environment paragraph"
+
 # 1. Own data.
 head -300 "$SRC/data/fortunes/fortunes.jsonl" > mine.jsonl
 run pre_mine "$PRE" --input mine.jsonl --output-prefix mydata --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod

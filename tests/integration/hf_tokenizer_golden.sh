@@ -6,7 +6,7 @@
 # with the post-processor's special tokens (ids_with_specials.txt, or ids.txt where the file adds none),
 # and preprocess_data writes those ids plus eos_token_id per document.
 #   bash tests/integration/hf_tokenizer_golden.sh BUILD_DIR SOURCE_DIR
-# Skips (exit 0) when no python3 with the `regex` module is found (Debian: python3-regex).
+# Skips (exit 77, ctest's SKIP_RETURN_CODE) when no python3 with the `regex` module is found (Debian: python3-regex).
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$(cd "$2" && pwd)"
@@ -16,7 +16,7 @@ PY=""
 for candidate in /usr/bin/python3 python3; do
   if command -v "${candidate}" > /dev/null && "${candidate}" -c "import regex" 2> /dev/null; then PY="${candidate}"; break; fi
 done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the regex module (apt-get install python3-regex)"; exit 0; }
+[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the regex module (apt-get install python3-regex)"; exit 77; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
 

@@ -10,7 +10,7 @@
 # 2. Bytes for the same tokens: preprocess_data --dump-ids records the ids of every document;
 #    tools/megatron_index_writer_check.py (Megatron's IndexedDatasetBuilder/_IndexWriter,
 #    transcribed) writes them again; cmp compares. Skipped without python3 + numpy.
-# Skips (exit 0) without the GPT-2 vocabulary.
+# Skips (exit 77, ctest's SKIP_RETURN_CODE) without the GPT-2 vocabulary.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$(cd "$2" && pwd)"
@@ -19,7 +19,7 @@ VOCAB="${SRC}/data/gpt2/gpt2-vocab.json"
 MERGES="${SRC}/data/gpt2/gpt2-merges.txt"
 [[ -x "${TOOL}" ]] || { echo "FAIL: ${TOOL} not built"; exit 1; }
 if [[ ! -s "${VOCAB}" || ! -s "${MERGES}" ]]; then
-  echo "SKIP: GPT-2 vocabulary missing (run scripts/fetch_gpt2_vocab.sh)"; exit 0
+  echo "SKIP: GPT-2 vocabulary missing (run scripts/fetch_gpt2_vocab.sh)"; exit 77
 fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
@@ -46,7 +46,7 @@ PY=""
 for candidate in python3 /usr/bin/python3; do
   if command -v "${candidate}" >/dev/null && "${candidate}" -c 'import numpy' 2>/dev/null; then PY="${candidate}"; break; fi
 done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with numpy for the writer check"; exit 0; }
+[[ -n "${PY}" ]] || { echo "SKIP: no python3 with numpy for the writer check"; exit 77; }
 
 cat > "${WORK}/in.jsonl" <<'JSON'
 {"text": "Hello world!", "title": "Greeting"}

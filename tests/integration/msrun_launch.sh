@@ -203,7 +203,7 @@ nothing_left "(e)"
 echo "(e) 12 wrong arguments refused with status 2 and a message, nothing started; --help; run_mindformer.py's arguments as --set"
 
 # ---- (c) two nodes in two network namespaces, over ssh -----------------------------------------------------------
-skip_c() { echo "SKIP: (c) two nodes in network namespaces: $*"; echo "msrun_launch: checks passed ((c) skipped)"; exit 0; }
+skip_c() { echo "SKIP: (c) two nodes in network namespaces: $*"; echo "msrun_launch: checks passed ((c) skipped)"; exit 77; }
 command -v ip >/dev/null || skip_c "no ip command (Debian: iproute2)"
 command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || skip_c "no ssh client (Debian: openssh-client)"
 [ -x /usr/sbin/sshd ] || skip_c "no /usr/sbin/sshd (Debian: openssh-server)"

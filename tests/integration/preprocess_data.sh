@@ -2,7 +2,7 @@
 # preprocess_data end to end: the output bytes do not depend on --workers (JSONL and plain text),
 # progress lines are printed, bad input fails with the line number.
 #   bash tests/integration/preprocess_data.sh BUILD_DIR SOURCE_DIR
-# Skips (exit 0) when the GPT-2 vocabulary is missing (scripts/fetch_gpt2_vocab.sh).
+# Skips (exit 77, ctest's SKIP_RETURN_CODE) when the GPT-2 vocabulary is missing (scripts/fetch_gpt2_vocab.sh).
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$(cd "$2" && pwd)"
@@ -12,7 +12,7 @@ MERGES="${SRC}/data/gpt2/gpt2-merges.txt"
 [[ -x "${TOOL}" ]] || { echo "FAIL: ${TOOL} not built"; exit 1; }
 if [[ ! -s "${VOCAB}" || ! -s "${MERGES}" ]]; then
   echo "SKIP: GPT-2 vocabulary missing (run scripts/fetch_gpt2_vocab.sh)"
-  exit 0
+  exit 77
 fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT

@@ -14,7 +14,7 @@
 #    reference, and --decode gives sp.decode;
 #  * the output does not depend on --workers; a SentencePiece type without --tokenizer-model is refused.
 # Then prints the encode throughput of preprocess_data on a larger generated input and the CPU.
-# Skips (exit 0, "SKIP: ...") when spm_train or python3-sentencepiece is missing.
+# Skips (exit 77, "SKIP: ...": ctest's SKIP_RETURN_CODE) when spm_train or python3-sentencepiece is missing.
 #   bash tests/integration/preprocess_sentencepiece.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
@@ -22,12 +22,12 @@ SRC="$(cd "$2" && pwd)"
 TOOL="${BUILD}/bin/preprocess_data"
 [[ -x "${TOOL}" ]] || TOOL="${BUILD}/preprocess_data"
 [[ -x "${TOOL}" ]] || { echo "FAIL: preprocess_data not built in ${BUILD}"; exit 1; }
-command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian package sentencepiece)"; exit 0; }
+command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian package sentencepiece)"; exit 77; }
 PY=""
 for p in python3 /usr/bin/python3; do
   if command -v "$p" > /dev/null && "$p" -c "import sentencepiece" 2> /dev/null; then PY="$p"; break; fi
 done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the sentencepiece module (Debian package python3-sentencepiece)"; exit 0; }
+[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the sentencepiece module (Debian package python3-sentencepiece)"; exit 77; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "${WORK}"' EXIT
 cd "${WORK}"

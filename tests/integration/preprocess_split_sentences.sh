@@ -13,7 +13,7 @@ TOOL="${BUILD}/bin/preprocess_data"
 DATA="${SRC}/tests/data/sentence_split"
 VOCAB="${SRC}/tests/data/wordpiece/vocab.txt"
 PY=/usr/bin/python3
-"$PY" -c "import numpy" 2> /dev/null || { echo "SKIP: /usr/bin/python3 without numpy (python3-numpy)"; exit 0; }
+"$PY" -c "import numpy" 2> /dev/null || { echo "SKIP: /usr/bin/python3 without numpy (python3-numpy)"; exit 77; }
 WORK="$(mktemp -d)"; trap 'rm -rf "${WORK}"' EXIT
 cd "${WORK}"
 # The corpus's documents that its unit test splits with other settings (a "lang" or a small

@@ -18,9 +18,9 @@ set -euo pipefail
 BUILD="$(cd "$1" && pwd)"; SRC="$(cd "$2" && pwd)"
 BIN="$BUILD/bin/gridformer"; PRE="$BUILD/bin/preprocess_data"
 VOCAB="$SRC/data/gpt2/gpt2-vocab.json"; MERGES="$SRC/data/gpt2/gpt2-merges.txt"
-[[ -s "$VOCAB" ]] || { echo "SKIP: $VOCAB missing (scripts/fetch_gpt2_vocab.sh)"; exit 0; }
+[[ -s "$VOCAB" ]] || { echo "SKIP: $VOCAB missing (scripts/fetch_gpt2_vocab.sh)"; exit 77; }
 PY=/usr/bin/python3
-"$PY" -c "import torch, regex" 2>/dev/null || { echo "SKIP: /usr/bin/python3 without torch and regex (python3-torch, python3-regex)"; exit 0; }
+"$PY" -c "import torch, regex" 2>/dev/null || { echo "SKIP: /usr/bin/python3 without torch and regex (python3-torch, python3-regex)"; exit 77; }
 command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1

@@ -22,7 +22,7 @@ RUN="$SRC/scripts/run_distribute.sh"
 command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE MPIRUN_ARGS GF_PROBE GF_DRY_RUN GF_JOIN_TIMEOUT
 unset OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
-skip() { echo "SKIP: two_servers: $*"; exit 0; }
+skip() { echo "SKIP: two_servers: $*"; exit 77; }
 command -v ip >/dev/null || skip "no ip command (Debian: iproute2)"
 command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || skip "no ssh client (Debian: openssh-client)"
 [ -x /usr/sbin/sshd ] || skip "no /usr/sbin/sshd (Debian: apt-get install openssh-server; scripts/setup.sh installs it)"

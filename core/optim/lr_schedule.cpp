@@ -19,7 +19,8 @@ LrSchedule::LrSchedule(const LrScheduleConfig& cfg, int64_t run_steps) : cfg_(cf
                                  : static_cast<int64_t>(std::llround(cfg.warmup_ratio * total_));
 }
 
-double LrSchedule::at(int64_t step) const {
+double LrSchedule::at(int64_t optimizer_step) const {
+  const int64_t step = cfg_.from_steps_done ? optimizer_step - 1 : optimizer_step;
   const double peak = cfg_.learning_rate;
   if (warmup_ > 0 && step <= warmup_) return peak * static_cast<double>(step) / warmup_;
   if (cfg_.type == "constant") return peak;

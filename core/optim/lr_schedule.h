@@ -18,6 +18,9 @@ struct LrScheduleConfig {
   double warmup_ratio = 0.0;  // used when warmup_steps is 0: W = round(ratio * total)
   int64_t total_steps = -1;   // -1: the run's number of steps
   double power = 1.0;         // polynomial
+  // Step s runs at the rate above for s - 1: Megatron's OptimizerParamScheduler steps after each update, so
+  // iteration k uses the rate of the k - 1 steps done (its first update in warm-up has rate 0).
+  bool from_steps_done = false;
   bool operator==(const LrScheduleConfig&) const = default;
 };
 

@@ -261,6 +261,7 @@ std::vector<KeyRule> common_rules() {
       {"lr_schedule.total_steps", kBuilt, "lr.total_steps"},
       {"lr_schedule.power", kBuilt, "lr.power"},
       {"lr_schedule.override_opt_param_scheduler", kBuilt, "lr_override_scheduler"},
+      {"lr_schedule.from_steps_done", kBuilt, "lr.from_steps_done"},
       {"lr_schedule.use_checkpoint_opt_param_scheduler", kBuilt, "lr_use_checkpoint_scheduler"},
       {"optimizer.type", kBuilt, "optimizer_type"},
       {"optimizer.beta1", kBuilt, "adamw.beta1"},

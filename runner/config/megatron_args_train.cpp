@@ -186,21 +186,18 @@ void translate_schedule(Job& j) {
   if (style == "inverse-square-root") j.error("--lr-decay-style inverse-square-root", "not built (constant, linear, cosine are)");
   if (!lr) return;
   // Megatron sets the rate of iteration k (from 1) before its update from the samples consumed before it,
-  // (k - 1) x G: warmup lr (k-1)/W up to k = W + 1, then the decay at ratio (k - 1 - W) / (D - W). Our
-  // schedule gives step k warmup lr k/W' and ratio (k - W') / (T' - W'); W' = W + 1 and T' = D + 1 make the
-  // decay, its end and its start (the peak at step W + 1) Megatron's exactly.
+  // (k - 1) x G: warmup lr (k-1)/W up to k = W + 1, then the decay at ratio (k - 1 - W) / (D - W).
+  // lr_schedule.from_steps_done gives step k the schedule's rate for k - 1 steps: with W and D as they are,
+  // the warm-up (its first update at rate 0), the peak at step W + 1, the decay and its end are Megatron's.
   YAML::Node s = j.lr_schedule;
   s["type"] = style == "constant" ? "constant" : style == "cosine" ? "cosine" : "polynomial";
   s["learning_rate"] = num(*lr);
   s["lr_end"] = num(min_lr);
-  s["warmup_steps"] = W == 0 && style == "constant" ? 0 : W + 1;
-  s["total_steps"] = Dn + 1;
+  s["warmup_steps"] = W;
+  s["total_steps"] = Dn;
+  s["from_steps_done"] = true;
   if (style == "linear") s["power"] = num(1.0);
   j.runner_config["train_steps"] = steps;
-  if (W > 0)
-    j.differ("the warmup (" + warmup_arg + ": " + str(W) + " steps): Megatron's rate for step k is lr x (k - 1) / " + str(W) +
-             " (its first update uses 0), gridformer's lr x k / " + str(W + 1) + "; equal from step " + str(W + 1) +
-             " (the peak) on, and at most lr / " + str(W + 1) + " apart before");
 }
 
 // ---- data and evaluation ----

@@ -453,6 +453,7 @@ void read_optimizer(ReadContext& x) {
   c.lr.warmup_ratio = rd.get<double>("lr_schedule.warmup_ratio");
   c.lr.total_steps = rd.get<int64_t>("lr_schedule.total_steps");
   c.lr.power = rd.get<double>("lr_schedule.power");
+  c.lr.from_steps_done = rd.get<bool>("lr_schedule.from_steps_done");
   c.lr_override_scheduler = rd.get<bool>("lr_schedule.override_opt_param_scheduler");
   c.lr_use_checkpoint_scheduler = rd.get<bool>("lr_schedule.use_checkpoint_opt_param_scheduler");
   if (c.lr_override_scheduler && c.lr_use_checkpoint_scheduler)

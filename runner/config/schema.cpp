@@ -289,6 +289,7 @@ lr_schedule:
   # is refused unless one of these says which wins (Megatron's flags of the same names):
   override_opt_param_scheduler: false        # this config's schedule (--override-opt_param-scheduler)
   use_checkpoint_opt_param_scheduler: false  # the checkpoint's schedule (--use-checkpoint-opt_param-scheduler)
+  from_steps_done: false  # ours: step s runs at the rate for s - 1 steps done, as Megatron's scheduler (0 at its first warm-up step)
 optimizer:
   type: AdamWeightDecay
   beta1: 0.9

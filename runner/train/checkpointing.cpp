@@ -298,7 +298,8 @@ void Trainer::checkpoint_pieces(std::vector<ckpt::Piece>& pieces, bool live) {
 // The learning-rate schedule as it runs (warm-up and total in steps, resolved), saved with every checkpoint.
 nlohmann::json Trainer::schedule_state() const {
   return {{"type", cfg_.lr.type}, {"learning_rate", cfg_.lr.learning_rate}, {"lr_end", cfg_.lr.lr_end},
-          {"warmup", lr_->warmup()}, {"total", lr_->total()}, {"power", cfg_.lr.power}};
+          {"warmup", lr_->warmup()}, {"total", lr_->total()}, {"power", cfg_.lr.power},
+          {"from_steps_done", cfg_.lr.from_steps_done}};
 }
 
 // A resume's schedule against the checkpoint's, as Megatron's OptimizerParamScheduler.load_state_dict: equal, or
@@ -318,6 +319,7 @@ void Trainer::reconcile_schedule(const nlohmann::json& st, const std::string& di
   l.warmup_steps = saved.at("warmup").get<int64_t>();
   l.total_steps = saved.at("total").get<int64_t>();
   l.power = saved.at("power").get<double>();
+  l.from_steps_done = saved.value("from_steps_done", false);
   const LrSchedule theirs(l, total_steps_);
   // The same rates for every step this run trains (a constant rate's total, say, does not matter): nothing to choose.
   bool same = true;

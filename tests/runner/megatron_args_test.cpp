@@ -170,8 +170,9 @@ TEST(MegatronArgs, DistributedScriptTranslatesKeyByKey) {
   EXPECT_EQ(lr["type"].as<std::string>(), "cosine");
   EXPECT_DOUBLE_EQ(lr["learning_rate"].as<double>(), 0.375e-5);
   EXPECT_DOUBLE_EQ(lr["lr_end"].as<double>(), 0.375e-6);
-  EXPECT_EQ(lr["warmup_steps"].as<int>(), 3201);  // .01 x 320000 = 3200 iterations: the peak at step 3201
-  EXPECT_EQ(lr["total_steps"].as<int>(), 320001);
+  EXPECT_EQ(lr["warmup_steps"].as<int>(), 3200);  // .01 x 320000 iterations: the peak at step 3201
+  EXPECT_EQ(lr["total_steps"].as<int>(), 320000);
+  EXPECT_TRUE(lr["from_steps_done"].as<bool>());  // step k at the rate of k - 1 steps done, as Megatron's scheduler
   const YAML::Node o = y["optimizer"];
   EXPECT_EQ(o["type"].as<std::string>(), "AdamWeightDecay");
   EXPECT_DOUBLE_EQ(o["beta1"].as<double>(), 0.9);
@@ -196,8 +197,8 @@ TEST(MegatronArgs, DistributedScriptTranslatesKeyByKey) {
   EXPECT_EQ(y["processor"]["tokenizer"]["vocab_file"].as<std::string>(), "gpt2-vocab.json");
   EXPECT_EQ(y["processor"]["tokenizer"]["merge_file"].as<std::string>(), "gpt2-merges.txt");
   EXPECT_EQ(y["trainer"]["model_name"].as<std::string>(), "megatron_gpt");
-  // What stays approximate is said: the warmup's first steps, fp16's hysteresis, the padding logits.
-  EXPECT_TRUE(any_contains(t.differences, "the warmup")) << joined(t.differences);
+  // What stays approximate is said: fp16's hysteresis, the padding logits (the warm-up is Megatron's exactly).
+  EXPECT_FALSE(any_contains(t.differences, "the warmup")) << joined(t.differences);
   EXPECT_TRUE(any_contains(t.differences, "--hysteresis 2")) << joined(t.differences);
   EXPECT_TRUE(any_contains(t.differences, "vocabulary padding (50257 -> 51200)")) << joined(t.differences);
 }
@@ -300,8 +301,8 @@ TEST(MegatronArgs, MoeScriptMatchesTheHandWrittenConfig) {
   EXPECT_EQ(lr["type"].as<std::string>(), "cosine");
   EXPECT_DOUBLE_EQ(lr["learning_rate"].as<double>(), 5.0e-7);
   EXPECT_DOUBLE_EQ(lr["lr_end"].as<double>(), 0.0);
-  EXPECT_EQ(lr["warmup_steps"].as<int>(), 1);  // no warmup: step 1 at the peak, as Megatron's first iteration
-  EXPECT_EQ(lr["total_steps"].as<int>(), 320001);
+  EXPECT_EQ(lr["warmup_steps"].as<int>(), 0);  // no warmup: step 1 at the peak, as Megatron's first iteration
+  EXPECT_EQ(lr["total_steps"].as<int>(), 320000);
   EXPECT_FALSE(any_contains(t.differences, "the warmup"));  // without warmup the schedule is Megatron's exactly
   EXPECT_EQ(y["optimizer"]["weight_decay"].as<double>(), 0.1);
   EXPECT_EQ(y["train_dataset"]["data_loader"]["data_path"].as<std::string>(), "/home/dataset/enwiki/my-t5_text_sentence");
@@ -413,24 +414,24 @@ LrSchedule schedule_of(const YAML::Node& y) {
   c.warmup_steps = s["warmup_steps"].as<int64_t>();
   c.total_steps = s["total_steps"].as<int64_t>();
   if (s["power"]) c.power = s["power"].as<double>();
+  if (s["from_steps_done"]) c.from_steps_done = s["from_steps_done"].as<bool>();
   return LrSchedule(c, y["runner_config"]["train_steps"].as<int64_t>());
 }
 
-TEST(MegatronArgs, ScheduleIsMegatronsAfterTheWarmup) {
-  // A warmup fraction: .1 of 40 decay iterations = 4 warmup steps; peak at step 5 as in Megatron.
+TEST(MegatronArgs, ScheduleIsMegatronsWarmupIncluded) {
+  // A warmup fraction: .1 of 40 decay iterations = 4 warmup steps; the first update at rate 0, the peak at step 5,
+  // as in Megatron (lr_schedule.from_steps_done).
   for (const std::string style : {"cosine", "linear", "constant"}) {
     const MegatronTranslation t = ok(tiny("--global-batch-size 8 --train-iters 50 --lr-decay-iters 40 --lr-warmup-fraction .1 "
                                           "--min-lr 1e-4 --lr-decay-style " + style), 4);
     const YAML::Node y = YAML::Load(t.yaml);
-    EXPECT_EQ(y["lr_schedule"]["warmup_steps"].as<int>(), 5);
-    EXPECT_EQ(y["lr_schedule"]["total_steps"].as<int>(), 41);
+    EXPECT_EQ(y["lr_schedule"]["warmup_steps"].as<int>(), 4);
+    EXPECT_EQ(y["lr_schedule"]["total_steps"].as<int>(), 40);
     const LrSchedule ours = schedule_of(y);
-    for (int64_t k = 1; k <= 50; ++k) {
-      const double m = megatron_lr(k, 8, 1e-3, 1e-4, 0.1 * 40 * 8, 40 * 8, style);
-      if (k >= 5) EXPECT_NEAR(ours.at(k), m, 1e-15) << style << " step " << k;
-      else EXPECT_LE(std::fabs(ours.at(k) - m), 1e-3 / 5 + 1e-15) << style << " step " << k;  // the difference said
-    }
-    EXPECT_TRUE(any_contains(t.differences, "the warmup (--lr-warmup-fraction .1: 4 steps)")) << joined(t.differences);
+    for (int64_t k = 1; k <= 50; ++k)
+      EXPECT_NEAR(ours.at(k), megatron_lr(k, 8, 1e-3, 1e-4, 0.1 * 40 * 8, 40 * 8, style), 1e-15) << style << " step " << k;
+    EXPECT_EQ(ours.at(1), 0.0) << style;
+    EXPECT_FALSE(any_contains(t.differences, "the warmup")) << joined(t.differences);
   }
 }
 
@@ -448,10 +449,10 @@ TEST(MegatronArgs, ScheduleCountedInSamples) {
                                         "--lr-warmup-samples 80 --lr-decay-style cosine --min-lr 1e-5", false), 4);
   const YAML::Node y = YAML::Load(t.yaml);
   EXPECT_EQ(y["runner_config"]["train_steps"].as<int>(), 125);
-  EXPECT_EQ(y["lr_schedule"]["warmup_steps"].as<int>(), 11);
-  EXPECT_EQ(y["lr_schedule"]["total_steps"].as<int>(), 101);
+  EXPECT_EQ(y["lr_schedule"]["warmup_steps"].as<int>(), 10);
+  EXPECT_EQ(y["lr_schedule"]["total_steps"].as<int>(), 100);
   const LrSchedule ours = schedule_of(y);
-  for (int64_t k = 11; k <= 125; ++k) EXPECT_NEAR(ours.at(k), megatron_lr(k, 8, 1e-3, 1e-5, 80, 800, "cosine"), 1e-15) << k;
+  for (int64_t k = 1; k <= 125; ++k) EXPECT_NEAR(ours.at(k), megatron_lr(k, 8, 1e-3, 1e-5, 80, 800, "cosine"), 1e-15) << k;
   // Not whole steps: refused rather than rounded.
   const MegatronTranslation w = translate_megatron_args(
       tiny("--global-batch-size 8 --train-samples 1000 --lr-decay-samples 800 --lr-warmup-samples 84", false), kNoEnv, 4);

@@ -26,6 +26,7 @@
 #include "runner/report/logging.h"
 #include "runner/report/metrics_log.h"
 #include "runner/report/run_info.h"
+#include "runner/train/output_paths.h"
 #include "runner/train/trainer.h"
 
 namespace gf {
@@ -63,9 +64,7 @@ struct Trainer::PendingSave {
   std::string fragment, error;
 };
 
-std::string Trainer::checkpoint_root() const {
-  return cfg_.checkpoint.directory.empty() ? (fs::path(cfg_.output_dir) / "checkpoint").string() : cfg_.checkpoint.directory;
-}
+std::string Trainer::checkpoint_root() const { return checkpoint_directory(cfg_); }
 
 void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg) {
   // Every tensor of the checkpoint is one of the model's (a checkpoint of a deeper model is refused,

@@ -10,13 +10,16 @@ namespace gf {
 
 namespace fs = std::filesystem;
 
+std::string checkpoint_directory(const Config& cfg) {
+  return cfg.checkpoint.directory.empty() ? (fs::path(cfg.output_dir) / "checkpoint").string() : cfg.checkpoint.directory;
+}
+
 std::vector<std::pair<std::string, std::string>> output_directories(const Config& cfg) {
   std::vector<std::pair<std::string, std::string>> dirs{{"output_dir (--set output_dir=DIR)", cfg.output_dir}};
   if (cfg.checkpoint.enabled)
     dirs.emplace_back(cfg.checkpoint.directory.empty() ? "the checkpoints (CheckpointMonitor's default, <output_dir>/checkpoint)"
                                                        : "the checkpoints (CheckpointMonitor's directory key)",
-                      cfg.checkpoint.directory.empty() ? (fs::path(cfg.output_dir) / "checkpoint").string()
-                                                       : cfg.checkpoint.directory);
+                      checkpoint_directory(cfg));
   if (!cfg.tensorboard_dir.empty()) dirs.emplace_back("TensorBoard's events (" + cfg.tensorboard_dir_from + ")", cfg.tensorboard_dir);
   if (cfg.profile.enabled) dirs.emplace_back("the step timeline (profile: True, <output_dir>/profile)", (fs::path(cfg.output_dir) / "profile").string());
   return dirs;

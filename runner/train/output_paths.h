@@ -10,6 +10,9 @@
 
 namespace gf {
 
+// Where CheckpointMonitor saves: its `directory`, or <output_dir>/checkpoint.
+std::string checkpoint_directory(const Config& cfg);
+
 // (what the directory is, with its key; the path) for each directory this config's run writes.
 std::vector<std::pair<std::string, std::string>> output_directories(const Config& cfg);
 

@@ -43,8 +43,6 @@ void Trainer::log_step_megatron(int64_t step, const StepResult& r, const Interva
   if (std::isfinite(r.grad_norm)) line += fmt::format(" grad norm: {:.3f} |", r.grad_norm);
   line += fmt::format(" number of skipped iterations: {:3d} | number of nan iterations: {:3d} |", interval_skipped_, 0);
   spdlog::info("{}", line);
-  interval_loss_sum_ = 0.0;
-  interval_loss_steps_ = interval_skipped_ = 0;
 }
 
 void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, double steady_ms_per_step) {
@@ -67,6 +65,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
                epoch, epochs, step, total_steps_, r.loss, r.lr, grad_norm, r.loss_scale,
                r.spike ? (r.skipped ? " (spike, step skipped)" : " (spike)") : r.skipped ? " (overflow, step skipped)" : "", x.step_ms, span, x.tokens_per_s, x.samples_per_s, x.tflops,
                100.0 * x.mfu);
+  interval_loss_sum_ = 0.0;  // the next line's interval starts here (Megatron's line means over it)
+  interval_loss_steps_ = interval_skipped_ = 0;
   if (!iv.startup && x.mfu > 1.0 && !mfu_warned_) {
     // Not a share of anything: the peak is below what the run reaches. Said once, with what to do.
     mfu_warned_ = true;

@@ -41,7 +41,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   if (any_moe_) md_ = MoeBlock::dims(spec_, opt_.max_rows, tp, ep);
   if (spec_.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
-        ops::make_rope_table<float>(opt_.capacity, spec_.head_dim(), spec_.rope_theta));
+        rope_table(spec_, opt_.capacity));
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
   const Placement& params = model.params();
   if (first_) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/ops/rope_scaling.h"
+
 namespace gf {
 
 // `use_flash_attention: auto` (the default) uses the fused attention from this seq_length on: it
@@ -118,6 +120,16 @@ struct ModelConfig {
   // sliding_window - 1 tokens before it (keys j with i - j < sliding_window); 0: the whole prefix.
   // Ascend's pre_tokens P is sliding_window P + 1 (runner/config reads both).
   int64_t sliding_window = 0;
+  // Heads of an explicit width (Hugging Face's head_dim, Megatron's kv_channels): Llama 3.2 3B, Qwen3 and
+  // Gemma have num_heads x head_dim != hidden_size; q, k, v project to heads x head_dim and o back to
+  // hidden_size. 0: hidden_size / num_heads.
+  int64_t head_dim_explicit = 0;
+  // Qwen3's q_norm and k_norm (Megatron's --qk-layernorm): an RMSNorm of head_dim with its own weight on
+  // each query head and each key head after the projection, before RoPE.
+  bool qk_layernorm = false;
+  // Hugging Face's rope_scaling (modeling_rope_utils.py: linear, dynamic, yarn, llama3, longrope) and
+  // partial_rotary_factor; the default leaves RoPE as rope_theta alone gives it.
+  ops::RopeScaling rope_scaling;
   int64_t eod_id() const { return documents.eod_token_id >= 0 ? documents.eod_token_id : eos_token_id; }
   // How the run splits and recomputes the model, and the dtype of its products, are not here: they are
   // the run's ModelLayout (models/layout.h), passed beside this config.
@@ -127,7 +139,7 @@ struct ModelConfig {
   // The FFN width of its architecture (the registry's spec: models/registry.cpp): GPT-2's hidden_size x
   // expand_ratio, Llama's intermediate_size or MindFormers' derivation (models/arch/llama.cpp).
   int64_t ffn_hidden() const;
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return head_dim_explicit > 0 ? head_dim_explicit : hidden_size / num_heads; }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (so each rank's share is a
   // multiple of vocab_pad_multiple).
   int64_t padded_vocab(int tp = 1) const {

@@ -29,6 +29,18 @@ std::vector<ModelEntry>& entries() {
          return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
        },
        llama_spec, llama_name, "Mixtral", true, false, llama_hf_config, read_llama_hf_config, "mixtral"},
+      // Qwen2 / Qwen2.5 and Qwen3 (models/arch/qwen.cpp): the Llama model with q/k/v biases, or with q/k norms
+      // and heads of their own width; a LlamaConfig whose qkv_has_bias / qk_layernorm say so.
+      {"Qwen2ForCausalLM", "LlamaConfig",
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
+       },
+       llama_spec, llama_name, "Qwen2", false, false, qwen2_hf_config, read_qwen2_hf_config, "qwen2"},
+      {"Qwen3ForCausalLM", "LlamaConfig",
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
+       },
+       llama_spec, llama_name, "Qwen3", false, false, qwen3_hf_config, read_qwen3_hf_config, "qwen3"},
   };
   return e;
 }

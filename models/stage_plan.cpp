@@ -40,7 +40,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.low_precision = layout.low_precision();
   d.flash = s.flash;
   d.document_resets = cfg.documents.resets() || cfg.sliding_window > 0;
-  if (s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
+  if (s.head_width <= 0 && s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
   if (s.heads % tp != 0 || s.ffn % tp != 0)
     throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");
   if (s.kv_heads % tp != 0)
@@ -63,6 +63,11 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.norm_bf16 = TransformerLayer::ln1_keeps_bf16(layout.compute);
   d.ln_floats = MlpBlock::act_floats(layout.compute, d.Nl * s.hidden);
   d.rope = s.rope;
+  d.qk_norm = s.qk_norm;
+  if (s.qk_norm) {
+    d.qk_pre_floats = d.N * (d.qkv_width / d.head_dim - s.kv_heads / tp) * d.head_dim;
+    d.qk_rstd_floats = d.qk_pre_floats / d.head_dim;
+  }
   d.core_bf16 = AttentionBlock::keeps_core_bf16(s.flash, layout.compute, d.cp > 1);
   d.qkv_floats = d.core_bf16 ? (d.N * d.qkv_width + 1) / 2 : d.N * d.qkv_width;
   d.attn_y_floats = d.core_bf16 ? (d.N * d.attn_width + 1) / 2 : d.N * d.attn_width;
@@ -175,6 +180,10 @@ struct TransformerLM::LayoutBuilder {
     a.n1 = norm_acts(n + ".norm1");
     a.attn.qkv = p.take(n + ".qkv", d.qkv_floats);
     a.attn.y = p.take(n + ".attn_y", d.attn_y_floats);
+    if (d.qk_norm) {
+      a.attn.qk_pre = p.take(n + ".qk_pre", d.qk_pre_floats);
+      a.attn.qk_rstd = p.take(n + ".qk_rstd", d.qk_rstd_floats);
+    }
     a.res2 = p.take(n + ".res2", Nl * C);
     a.ln2 = p.take(n + ".ln2", ln2_low ? d.ln_floats : Nl * C);
     a.n2 = norm_acts(n + ".norm2");

@@ -119,7 +119,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   }
   if (spec.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
-        ops::make_rope_table<float>(spec.rope_positions, spec.head_dim(), spec.rope_theta));
+        rope_table(spec, spec.rope_positions));
   if (d.first) {
     embedding_ = EmbeddingBlock(spec, d.vocab);
     embedding_.bind(params_, names_);
@@ -167,7 +167,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   // RoPE's fp32 q|k|v before a layer keeps it in bf16: the backward's shared q|k|v gradient scratch, which
   // holds nothing between one layer's backward and the next (a layer's weight pass run apart reads its
   // stashed copy), so nothing is live in it while any layer's forward runs, a full recompute's included.
-  if (d.core_bf16 && d.rope) qkv_rope_ = b.scratch.attn.dqkv;
+  if (d.core_bf16 && (d.rope || d.qk_norm)) qkv_rope_ = b.scratch.attn.dqkv;
   if (d.flash) {
     flash_ws_.threads = omp_get_max_threads();
     flash_ws_.data = b.flash;
@@ -490,7 +490,7 @@ std::vector<MoeLayerStats> TransformerLM::moe_stats(int64_t slot) const {
 double TransformerLM::flops_per_step(int64_t batch) const {
   // Megatron's model FLOPs (Narayanan et al. 2021), generalised to grouped-query attention and a
   // gated MLP: 3 (forward + 2x backward) x 2 FLOPs per multiply-add, per token:
-  //   L (C (H + 2 Hkv) D + C H D + m C F + 2 T C) + C V,   m = 3 (SwiGLU) or 2 (GELU MLP);
+  //   L (C (H + 2 Hkv) D + C H D + m C F + 2 T H D) + C V,   m = 3 (SwiGLU) or 2 (GELU MLP);
   // for GPT-2 this is 72 B T L h^2 (1 + T/(6h) + V/(12 L h)).
   const TransformerSpec& s = spec_;
   const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
@@ -502,7 +502,7 @@ double TransformerLM::flops_per_step(int64_t batch) const {
   for (int64_t l = 0; l < s.layers; ++l) moe_layers += s.moe.is_moe(l) ? 1.0 : 0.0;
   const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
   const double mlp = (L - moe_layers) * m * C * F + moe_layers * (k * m * C * F + C * E);
-  const double per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + 2 * T * C) + mlp + C * V;
+  const double per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + 2 * T * H * D) + mlp + C * V;
   return 6.0 * static_cast<double>(batch) * T * per_token;
 }
 

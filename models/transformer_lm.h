@@ -75,7 +75,8 @@ struct StageDims {
   // The attention's kept q|k|v and core output: bf16 alone for the fused core under bf16 compute
   // (AttentionBlock::keeps_core_bf16), RoPE then working in the backward's q|k|v gradient scratch
   // (BlockEnv::qkv_rope).
-  bool core_bf16 = false, rope = false;
+  bool core_bf16 = false, rope = false, qk_norm = false;
+  int64_t qk_pre_floats = 0, qk_rstd_floats = 0;  // AttentionBlock::Acts::qk_pre, qk_rstd (q/k norms)
   int64_t qkv_floats = 0, attn_y_floats = 0;
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)

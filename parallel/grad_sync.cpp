@@ -68,10 +68,12 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
       if (lo < hi) (p.spec->is_expert() ? expert_norm_ranges_ : norm_ranges_).push_back({lo, hi});
     }
   }
-  if (sequence_parallel_) {
+  // Partial over the tensor group: under sequence parallel every replicated parameter (it saw this rank's
+  // rows), and always those read by this rank's heads alone (Qwen3's q_norm and k_norm).
+  if (ctx.group(GridAxis::kTp).size() > 1) {
     int64_t n = 0;
     for (const TensorPlacement& p : params.tensors())
-      if (p.replicated) {
+      if (p.replicated && (sequence_parallel_ || p.spec->grad_partial_over_tp)) {
         tp_partial_.push_back({p.offset, p.offset + p.numel()});
         n += p.numel();
       }
@@ -274,7 +276,7 @@ void GradientSync::finish() {
           replicas.allreduce_sum(grads_ + units[u].own_begin, units[u].own_end - units[u].own_begin);
       }
   }
-  if (sequence_parallel_) {
+  if (!tp_partial_.empty()) {
     // Pack the partial gradients of this shard, sum them over the tensor group, unpack.
     const std::vector<ArenaRange> shards = this->shards();
     auto each_range = [&](auto&& copy) {

@@ -12,7 +12,8 @@
 //    finished it, the other ranks' slices of its gradient given back; hybrid sharding reduce-scatters
 //    in the shard group and then all-reduces each slice over the replicas.
 //  * sequence parallel: replicated parameters (LayerNorms, row-parallel biases, position
-//    embedding) see only this rank's rows, so their gradients are summed over the tensor group.
+//    embedding) see only this rank's rows, so their gradients are summed over the tensor group;
+//    so are, under any tensor parallel, those read by this rank's heads alone (q_norm, k_norm).
 //
 //  * experts (MoE): the expert region of the arena [expert_begin, total) holds this rank's experts,
 //    which differ across the expert-parallel group; their gradients are summed over the
@@ -119,7 +120,7 @@ class GradientSync {
   std::deque<size_t> in_flight_;  // started, not yet reduced, oldest first
   int next_unit_ = -1;
   float* grads_ = nullptr;
-  std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP)
+  std::vector<Range> tp_partial_;         // replicated parameters whose gradients are partial (SP, q/k norms)
   std::vector<ArenaRange> norm_ranges_;   // what this rank adds to the gradient norm (dense)
   std::vector<ArenaRange> expert_norm_ranges_;
   const Communicator* pp_ = nullptr;

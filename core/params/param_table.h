@@ -60,6 +60,9 @@ struct ParamSpec {
   // divided over the expert-parallel group in contiguous runs: a rank holds experts
   // [r E / ep, (r + 1) E / ep) and no other expert's parameters.
   int64_t expert = -1, experts = 0;
+  // Held whole by every tensor-parallel rank but read by that rank's share of the heads alone (Qwen3's
+  // q_norm, k_norm): its gradient is partial and summed over the tensor group, with or without sequence parallel.
+  bool grad_partial_over_tp = false;
   bool is_expert() const { return expert >= 0; }
   int64_t global_numel() const;  // of shape
 };

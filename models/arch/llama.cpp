@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/ops/rope_scaling.h"
 #include "models/weights/hf_config.h"
 
 namespace gf {
@@ -42,6 +43,10 @@ TransformerSpec llama_spec(const ModelConfig& cfg) {
   s.rope = true;
   s.rope_theta = cfg.rope_theta;
   s.rope_positions = std::max(cfg.seq_length, cfg.max_position_embeddings);
+  s.rope_scaling = cfg.rope_scaling;
+  s.max_positions = cfg.max_position_embeddings;
+  s.head_width = cfg.head_dim_explicit;
+  s.qk_norm = cfg.qk_layernorm;
   s.mlp = MlpKind::kSwiGLU;
   s.tied_head = cfg.tie_word_embeddings;
   s.init_std = cfg.initializer_range;
@@ -68,6 +73,8 @@ std::string llama_name(Role role, int64_t l) {
     case Role::kKB: return p + "self_attn.k_proj.bias";
     case Role::kVB: return p + "self_attn.v_proj.bias";
     case Role::kOW: return p + "self_attn.o_proj.weight";
+    case Role::kQNormW: return p + "self_attn.q_norm.weight";
+    case Role::kKNormW: return p + "self_attn.k_norm.weight";
     case Role::kNorm2W: return p + "post_attention_layernorm.weight";
     case Role::kGateW: return p + "mlp.gate_proj.weight";
     case Role::kUpW: return p + "mlp.up_proj.weight";
@@ -81,38 +88,52 @@ std::string llama_name(Role role, int64_t l) {
   throw std::logic_error("Llama has no parameter for this role");
 }
 
+// The keys every Llama-like config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3) writes alike.
+nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, const std::string& model_type) {
+  nlohmann::json j{{"architectures", {cls}},
+                        {"model_type", model_type},
+                        {"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", llama_ffn_width(c)},
+                        {"num_hidden_layers", c.num_layers},
+                        {"num_attention_heads", c.num_heads},
+                        {"num_key_value_heads", c.kv_heads()},
+                        {"head_dim", c.head_dim()},
+                        {"hidden_act", "silu"},
+                        {"max_position_embeddings", std::max(c.max_position_embeddings, c.seq_length)},
+                        {"initializer_range", float_decimal(c.initializer_range)},
+                        {"rms_norm_eps", float_decimal(c.rms_norm_eps)},
+                        {"attention_dropout", float_decimal(c.attention_dropout_rate)},
+                        {"eos_token_id", c.eos_token_id},
+                        {"tie_word_embeddings", c.tie_word_embeddings},
+                        {"torch_dtype", "float32"}};
+  // transformers 4.x reads rope_theta and rope_scaling (partial_rotary_factor beside them), 5.x rope_parameters
+  // (and converts the former).
+  ops::write_rope_config(j, ops::RopeConfig{c.rope_theta, c.rope_scaling});
+  return j;
+}
+
 nlohmann::json llama_hf_config(const ModelConfig& c) {
+  // A Llama with q/k norms is Qwen3's, with q/k/v biases alone Qwen2's: Hugging Face's Llama has neither.
+  if (c.qk_layernorm) return qwen3_hf_config(c);
+  if (c.qkv_has_bias) return qwen2_hf_config(c);
   const bool moe = c.moe.enabled();
   const std::string cls = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   auto refuse = [&](const std::string& why) { throw std::invalid_argument("Hugging Face's " + cls + " has no " + why); };
-  if (c.qkv_has_bias)
-    refuse("q/k/v biases without an output-projection bias (model_config.qkv_has_bias: True; its attention_bias "
-           "biases all four projections)");
   if (moe && !c.moe.norm_topk_prob) refuse("router without renormalised top-k probabilities (moe_config.norm_topk_prob: False)");
   if (moe && c.moe.moe_layer_freq != 1)
     refuse("dense layers between the MoE layers (moe_config.moe_layer_freq: " + std::to_string(c.moe.moe_layer_freq) + ")");
-  nlohmann::json j{{"architectures", {cls}},
-                   {"model_type", moe ? "mixtral" : "llama"},
-                   {"vocab_size", c.vocab_size},
-                   {"hidden_size", c.hidden_size},
-                   {"intermediate_size", llama_ffn_width(c)},
-                   {"num_hidden_layers", c.num_layers},
-                   {"num_attention_heads", c.num_heads},
-                   {"num_key_value_heads", c.kv_heads()},
-                   {"head_dim", c.head_dim()},
-                   {"hidden_act", "silu"},
-                   {"max_position_embeddings", std::max(c.max_position_embeddings, c.seq_length)},
-                   {"initializer_range", float_decimal(c.initializer_range)},
-                   {"rms_norm_eps", float_decimal(c.rms_norm_eps)},
-                   // transformers 4.x reads rope_theta, 5.x rope_parameters (and converts the former).
-                   {"rope_theta", c.rope_theta},
-                   {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
-                   {"rope_scaling", nullptr},
-                   {"attention_bias", false},
-                   {"attention_dropout", float_decimal(c.attention_dropout_rate)},
-                   {"eos_token_id", c.eos_token_id},
-                   {"tie_word_embeddings", c.tie_word_embeddings},
-                   {"torch_dtype", "float32"}};
+  if (moe && c.rope_scaling.rope_type != "default")
+    refuse("rope_scaling in transformers 4.x (" + c.rope_scaling.describe() + "); Mixtral runs the default RoPE");
+  nlohmann::json j = llama_like_hf_json(c, cls, moe ? "mixtral" : "llama");
+  if (!moe) {  // transformers 5's form of the same: the scaling's keys with rope_type and rope_theta
+    nlohmann::json r = ops::rope_scaling_json(c.rope_scaling);
+    if (r.is_null()) r = {{"rope_type", "default"}};
+    r["rope_theta"] = c.rope_theta;
+    if (c.rope_scaling.partial_rotary_factor != 1.0) r["partial_rotary_factor"] = c.rope_scaling.partial_rotary_factor;
+    j["rope_parameters"] = r;
+  }
+  j["attention_bias"] = false;
   if (moe) {
     j["num_local_experts"] = c.moe.expert_num;
     j["num_experts_per_tok"] = c.moe.num_experts_chosen;
@@ -125,54 +146,62 @@ nlohmann::json llama_hf_config(const ModelConfig& c) {
   return j;
 }
 
+void read_llama_like_hf_config(const nlohmann::json& j, ModelConfig& c, const LlamaLikeDefaults& d) {
+  auto refuse = [](const std::string& why) { throw std::invalid_argument("config.json: " + why); };
+  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  auto get = [&](const char* key, auto def) { return has(key) ? j[key].get<decltype(def)>() : def; };
+  // The class's defaults for a key the file leaves out.
+  c.vocab_size = get("vocab_size", d.vocab_size);
+  c.hidden_size = get("hidden_size", d.hidden_size);
+  c.intermediate_size = get("intermediate_size", d.intermediate_size);
+  c.num_layers = get("num_hidden_layers", d.num_layers);
+  c.num_heads = get("num_attention_heads", d.num_heads);
+  c.num_kv_heads = get("num_key_value_heads", c.num_heads);
+  // head_dim: Llama's `getattr(config, "head_dim", hidden_size // num_attention_heads)`; Qwen3Config's default 128.
+  const int64_t head_dim = get("head_dim", d.head_dim > 0 ? d.head_dim : int64_t{0});
+  if (head_dim < 0 || head_dim % 2 != 0) refuse("head_dim " + std::to_string(head_dim) + ": RoPE needs an even head width");
+  c.head_dim_explicit = head_dim > 0 && (c.num_heads <= 0 || head_dim * c.num_heads != c.hidden_size) ? head_dim : 0;
+  if (get("hidden_act", std::string("silu")) != "silu")
+    refuse("hidden_act " + j["hidden_act"].get<std::string>() + ": gridformer's Llama MLP is SwiGLU (silu)");
+  c.max_position_embeddings = get("max_position_embeddings", d.max_position_embeddings);
+  c.initializer_range = get("initializer_range", 0.02f);
+  c.rms_norm_eps = get("rms_norm_eps", d.rms_norm_eps);
+  const ops::RopeConfig rope = ops::read_rope_config(j, d.rope_theta);
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
+  if (get("mlp_bias", false)) refuse("mlp_bias true: gridformer's Llama MLP has no biases");
+  c.attention_dropout_rate = get("attention_dropout", 0.0f);
+  if (has("eos_token_id"))
+    c.eos_token_id = j["eos_token_id"].is_array() ? j["eos_token_id"][0].get<int64_t>() : j["eos_token_id"].get<int64_t>();
+  c.tie_word_embeddings = get("tie_word_embeddings", d.tie_word_embeddings);
+  c.qkv_has_bias = false;
+  c.qk_layernorm = false;
+  c.moe.expert_num = 1;
+  c.sliding_window = 0;
+}
+
 void read_llama_hf_config(const nlohmann::json& j, ModelConfig& c) {
   auto refuse = [](const std::string& why) { throw std::invalid_argument("config.json: " + why); };
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   auto get = [&](const char* key, auto def) { return has(key) ? j[key].get<decltype(def)>() : def; };
   const bool moe = get("model_type", std::string()) == "mixtral" || has("num_local_experts");
-  // LlamaConfig's defaults, or MixtralConfig's, for a key the file leaves out.
-  c.vocab_size = get("vocab_size", int64_t{32000});
-  c.hidden_size = get("hidden_size", int64_t{4096});
-  c.intermediate_size = get("intermediate_size", int64_t{moe ? 14336 : 11008});
-  c.num_layers = get("num_hidden_layers", int64_t{32});
-  c.num_heads = get("num_attention_heads", int64_t{32});
-  c.num_kv_heads = get("num_key_value_heads", c.num_heads);
-  if (has("head_dim") && j["head_dim"].get<int64_t>() * c.num_heads != c.hidden_size)
-    refuse("head_dim " + std::to_string(j["head_dim"].get<int64_t>()) + " x num_attention_heads " +
-           std::to_string(c.num_heads) + " is not hidden_size " + std::to_string(c.hidden_size) +
-           ": gridformer's heads are hidden_size / num_heads wide");
-  if (get("hidden_act", std::string("silu")) != "silu")
-    refuse("hidden_act " + j["hidden_act"].get<std::string>() + ": gridformer's Llama MLP is SwiGLU (silu)");
-  c.max_position_embeddings = get("max_position_embeddings", int64_t{moe ? 4096 * 32 : 2048});
-  c.initializer_range = get("initializer_range", 0.02f);
-  c.rms_norm_eps = get("rms_norm_eps", moe ? 1e-5f : 1e-6f);
-  c.rope_theta = get("rope_theta", moe ? 1e6 : 10000.0);
-  if (has("rope_parameters")) {
-    const nlohmann::json& r = j["rope_parameters"];
-    if (r.contains("rope_theta")) c.rope_theta = r["rope_theta"].get<double>();
-    if (r.value("rope_type", std::string("default")) != "default")
-      refuse("rope_parameters.rope_type " + r["rope_type"].get<std::string>() + ": gridformer runs the default RoPE only");
-  }
-  if (has("rope_scaling"))
-    refuse("rope_scaling " + j["rope_scaling"].dump() + ": gridformer runs the default RoPE only");
+  // LlamaConfig's defaults, or MixtralConfig's.
+  LlamaLikeDefaults d;
+  d.intermediate_size = moe ? 14336 : 11008;
+  d.max_position_embeddings = moe ? 4096 * 32 : 2048;
+  d.rms_norm_eps = moe ? 1e-5f : 1e-6f;
+  d.rope_theta = moe ? 1e6 : 10000.0;
+  read_llama_like_hf_config(j, c, d);
   if (get("attention_bias", false))
     refuse("attention_bias true: gridformer's Llama has no bias on the output projection (qkv_has_bias biases q, k, v)");
-  if (get("mlp_bias", false)) refuse("mlp_bias true: gridformer's Llama MLP has no biases");
   c.sliding_window = has("sliding_window") ? j["sliding_window"].get<int64_t>() : 0;
   if (c.sliding_window < 0) refuse("sliding_window " + std::to_string(c.sliding_window) + ": expects a number of tokens or null");
-  c.attention_dropout_rate = get("attention_dropout", 0.0f);
-  if (has("eos_token_id"))
-    c.eos_token_id = j["eos_token_id"].is_array() ? j["eos_token_id"][0].get<int64_t>() : j["eos_token_id"].get<int64_t>();
-  c.tie_word_embeddings = get("tie_word_embeddings", false);
-  c.qkv_has_bias = false;
   if (moe) {
     c.moe.expert_num = get("num_local_experts", int64_t{8});
     c.moe.num_experts_chosen = get("num_experts_per_tok", int64_t{2});
     c.moe.aux_loss_factor = get("router_aux_loss_coef", 0.001);
     c.moe.norm_topk_prob = true;
     c.moe.moe_layer_freq = 1;
-  } else {
-    c.moe.expert_num = 1;
   }
 }
 

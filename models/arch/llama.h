@@ -23,6 +23,28 @@ std::string llama_name(Role role, int64_t layer);
 nlohmann::json llama_hf_config(const ModelConfig& cfg);
 void read_llama_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 
+// What the Llama-like families' config.json classes (LlamaConfig, MistralConfig, MixtralConfig,
+// Qwen2Config, Qwen3Config) share: the sizes, head_dim, RoPE with its scaling (ops::read_rope_config),
+// norm epsilon, eos and tying, each from the file or the class's default. Clears biases, q/k norms,
+// experts and the window, which each family's reader sets.
+struct LlamaLikeDefaults {
+  int64_t vocab_size = 32000, hidden_size = 4096, intermediate_size = 11008, num_layers = 32, num_heads = 32;
+  int64_t head_dim = 0;  // 0: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+};
+void read_llama_like_hf_config(const nlohmann::json& j, ModelConfig& cfg, const LlamaLikeDefaults& d);
+nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, const std::string& model_type);
+
+// Qwen2 and Qwen3 (models/arch/qwen.cpp): LlamaForCausalLM's model with q/k/v biases (Qwen2, MindFormers'
+// Qwen2.5 files: qkv_has_bias) or q/k norms and heads of their own width (Qwen3).
+nlohmann::json qwen2_hf_config(const ModelConfig& cfg);
+void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+nlohmann::json qwen3_hf_config(const ModelConfig& cfg);
+void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+
 class LlamaForCausalLM : public TransformerLM {
  public:
   LlamaForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,

@@ -10,8 +10,15 @@
 #include "core/math/mixed_precision.h"
 #include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
+#include "core/ops/rmsnorm.h"
 
 namespace gf {
+
+ops::RopeTable<float> rope_table(const TransformerSpec& s, int64_t rows) {
+  if (s.rope_scaling == ops::RopeScaling{}) return ops::make_rope_table<float>(rows, s.head_dim(), s.rope_theta);
+  return ops::make_rope_table<float>(rows, s.head_dim(),
+                                     ops::rope_frequencies(s.head_dim(), s.rope_theta, s.rope_scaling, s.max_positions, s.seq));
+}
 
 AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
                                const ops::FlashWorkspace<float>* flash)
@@ -47,6 +54,12 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
   if (spec_.out_in) t.add({n(Role::kOW), {C, spec_.heads * D}, split_dim(1), Init::kNormal, proj_std, true});
   else t.add({n(Role::kOW), {spec_.heads * D, C}, split_dim(0), Init::kNormal, proj_std, true});
   if (spec_.linear_bias) t.add({n(Role::kOB), {C}, no_split(), Init::kZeros, 0.0f, false});
+  if (spec_.qk_norm)  // whole on every rank, read by its heads alone: gradients summed over the tensor group
+    for (const Role r : {Role::kQNormW, Role::kKNormW}) {
+      ParamSpec p{n(r), {D}, no_split(), Init::kOnes, 0.0f, false};
+      p.grad_partial_over_tp = true;
+      t.add(p);
+    }
 }
 
 void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
@@ -65,6 +78,18 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   }
   o_.w = off(Role::kOW);
   o_.b = spec_.linear_bias ? off(Role::kOB) : -1;
+  q_norm_ = spec_.qk_norm ? off(Role::kQNormW) : -1;
+  k_norm_ = spec_.qk_norm ? off(Role::kKNormW) : -1;
+}
+
+void AttentionBlock::qk_norm_fwd(const BlockEnv& e, float* qkv, int64_t rows, const Acts* a) const {
+  ops::head_rmsnorm_fwd(qkv, a ? a->qk_pre : nullptr, a ? a->qk_rstd : nullptr, e.w(q_norm_), e.w(k_norm_), Hl_, rows,
+                        Hl_ + Hkvl_, D_, qkv_width(), spec_.norm_eps);
+}
+
+void AttentionBlock::qk_norm_bwd(const BlockEnv& e, float* dqkv, const Acts& a) const {
+  ops::head_rmsnorm_bwd(dqkv, e.g(q_norm_), e.g(k_norm_), a.qk_pre, e.w(q_norm_), e.w(k_norm_), a.qk_rstd, Hl_, e.N,
+                        Hl_ + Hkvl_, D_, qkv_width());
 }
 
 ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
@@ -115,10 +140,11 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
   const bool low = keeps_core_bf16(e);
   float* qkv = low ? e.qkv_rope : ulysses ? e.cps.local : a.qkv;
-  if (low && !rope_) {  // the projection writes the kept bf16 q|k|v itself (its fp32 accumulator rounded)
+  if (low && !rope_ && !spec_.qk_norm) {  // the projection writes the kept bf16 q|k|v itself (its fp32 accumulator rounded)
     qkv_.fwd_low(e, a.qkv, xn, xn_low);
   } else {
     qkv_.fwd(e, qkv, xn, xn_low);
+    if (spec_.qk_norm) qk_norm_fwd(e, qkv, e.N, &a);
     if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
     else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
     // Mixed precision: attention reads bf16 q, k, v (fp16 ones are rounded by the product already),
@@ -147,6 +173,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
                                 const RowPositions& rp, const void* xn_low) const {
   const int64_t W = qkv_width(), N = e.N, D = D_, Hl = Hl_, Hk = Hkvl_, cap = kv.capacity;
   qkv_.fwd(e, a.qkv, xn, xn_low);
+  if (spec_.qk_norm) qk_norm_fwd(e, a.qkv, N, nullptr);
   if (rope_) {
     // Runs of rows at consecutive positions (a prompt's rows) rotate in one call.
     for (int64_t r0 = 0; r0 < N;) {
@@ -252,6 +279,7 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   if (ulysses) e.cp->heads_to_seq(dqkv, g.dqkv, e.B, e.T, qkv_segments(), e.cps.send, e.cps.recv);
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
   else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
+  if (spec_.qk_norm) qk_norm_bwd(e, g.dqkv, a);  // q_norm's and k_norm's gradients in the input pass
   qkv_.bwd(e, pass, dxn, g.dqkv, xn, xn_low);
 }
 

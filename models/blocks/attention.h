@@ -34,6 +34,10 @@ struct RowPositions {
   const int64_t* pos = nullptr;
 };
 
+// The RoPE table of `rows` positions for a model: rope_theta alone, or with its rope_scaling
+// (core/ops/rope_scaling.h), whose frequencies are fixed at the run's seq_length (dynamic NTK's length).
+ops::RopeTable<float> rope_table(const TransformerSpec& s, int64_t rows);
+
 class AttentionBlock {
  public:
   struct Acts {
@@ -42,6 +46,10 @@ class AttentionBlock {
     float* probs = nullptr;  // [B, Hl, T, T] (unfused core; context parallel: [B, Hl / cp, cp T, cp T])
     float* lse = nullptr;    // [B, Hl, T] (fused core; context parallel: [B, Hl / cp, cp T])
     float* y = nullptr;      // [N, Hl D], the core's output (bf16 under keeps_core_bf16)
+    // q_norm/k_norm (TransformerSpec::qk_norm): q's and k's heads before the norm [N, Hl + Hkvl, D] and
+    // their 1/rms [N, Hl + Hkvl].
+    float* qk_pre = nullptr;
+    float* qk_rstd = nullptr;
   };
   // Backward scratch: the core's output gradient and the q|k|v gradient (kept for the weight pass).
   struct Grads {
@@ -56,6 +64,9 @@ class AttentionBlock {
   void bind(const Placement& t, const NameMap& names, int64_t layer);
 
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
+  // Floats of Acts::qk_pre and qk_rstd (0 without q/k norms).
+  int64_t qk_pre_floats(int64_t N) const { return spec_.qk_norm ? N * (Hl_ + Hkvl_) * D_ : 0; }
+  int64_t qk_rstd_floats(int64_t N) const { return spec_.qk_norm ? N * (Hl_ + Hkvl_) : 0; }
   // Under bf16 compute the fused core's input and output (no context parallel) are kept in bf16 alone, as
   // PyTorch's autocast keeps scaled_dot_product_attention's (Acts::qkv and Acts::y then hold bf16). q|k|v:
   // the core's bf16 products read nothing else of it, and the rounded values are what the layer kept as
@@ -101,9 +112,15 @@ class AttentionBlock {
     return e.dropout(layer, kDropAttnProbs, spec_.attention_dropout);
   }
 
+  // q_norm and k_norm on the q and k heads of q|k|v rows at `qkv` (fwd: in place, kept in a when given;
+  // bwd: the gradient in place, the weights' gradients accumulated).
+  void qk_norm_fwd(const BlockEnv& e, float* qkv, int64_t rows, const Acts* a) const;
+  void qk_norm_bwd(const BlockEnv& e, float* dqkv, const Acts& a) const;
+
   TransformerSpec spec_;
   int64_t Hl_ = 0, Hkvl_ = 0, D_ = 0;
   ParallelLinear qkv_, o_;
+  int64_t q_norm_ = -1, k_norm_ = -1;  // arena offsets of q_norm and k_norm (-1: none)
   const ops::RopeTable<float>* rope_ = nullptr;
   const ops::FlashWorkspace<float>* flash_ = nullptr;
 };

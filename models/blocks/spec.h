@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/ops/activation.h"
+#include "core/ops/rope_scaling.h"
 
 namespace gf {
 
@@ -36,6 +37,10 @@ struct TransformerSpec {
   bool rope = false;
   double rope_theta = 10000.0;
   int64_t rope_positions = 0;  // rows of the RoPE table
+  ops::RopeScaling rope_scaling;  // Hugging Face's rope_scaling (default: theta alone)
+  int64_t max_positions = 0;   // the config's max_position_embeddings (RoPE scaling's original context by default)
+  int64_t head_width = 0;      // ModelConfig::head_dim_explicit (0: hidden / heads)
+  bool qk_norm = false;        // per-head RMSNorm of q and k before RoPE (Qwen3)
   MlpKind mlp = MlpKind::kGelu;
   ops::Activation act = ops::Activation::kGeluNew;
   bool tied_head = true;       // the LM head reads the token embedding
@@ -45,13 +50,13 @@ struct TransformerSpec {
   bool flash = false;
   int64_t window = 0;  // ModelConfig::sliding_window (0: none)
   MoeSpec moe;
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_width > 0 ? head_width : hidden / heads; }
 };
 
 // Canonical parameter roles, mapped to a model's checkpoint names. Layer roles get the layer index.
 enum class Role {
   kEmbed, kPosEmbed, kFinalNormW, kFinalNormB, kLmHead,
-  kNorm1W, kNorm1B, kQkvW, kQkvB, kQW, kQB, kKW, kKB, kVW, kVB, kOW, kOB,
+  kNorm1W, kNorm1B, kQkvW, kQkvB, kQW, kQB, kKW, kKB, kVW, kVB, kOW, kOB, kQNormW, kKNormW,
   kNorm2W, kNorm2B, kFcW, kFcB, kGateW, kUpW, kDownW, kDownB,
   // An MoE layer's router and its experts' projections; the experts' names hold "{e}" where the
   // expert's index goes (expert_name).

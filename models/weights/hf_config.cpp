@@ -133,6 +133,10 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   differ(E, "learned position rows", "model_config.max_position_embeddings", a.positions, b.positions);
   differ(E, "tied LM head", "model_config.tie_word_embeddings", a.tied_head, b.tied_head);
   differ(E, "q/k/v biases", "model_config.qkv_has_bias", a.qkv_bias, b.qkv_bias);
+  differ(E, "head width", "model_config.head_dim or hidden_size / num_heads", a.head_dim(), b.head_dim());
+  differ(E, "q/k norms", "model_config.qk_layernorm", a.qk_norm, b.qk_norm);
+  if (a.rope && !(a.rope_scaling == b.rope_scaling))
+    differ(E, "RoPE scaling", "model_config.rope_scaling", a.rope_scaling.describe(), b.rope_scaling.describe());
   differ(E, "linear biases", "model_config.add_bias_linear", a.linear_bias, b.linear_bias);
   differ(E, "rotary positions", "model_config.position_embedding_type", a.rope, b.rope);
   differ(E, "experts", "moe_config.expert_num", a.moe.experts, b.moe.experts);

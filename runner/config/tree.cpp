@@ -322,4 +322,27 @@ void apply_rules(const YAML::Node& resolved, const ConfigSchema& schema, std::ve
   for (const auto& [why, keys] : walk.ignored) warnings.push_back(keys + ": " + why + "; ignored");
 }
 
+nlohmann::json to_json(const YAML::Node& v) {
+  if (!v || v.IsNull()) return nullptr;
+  if (v.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const YAML::Node& e : v) a.push_back(to_json(e));
+    return a;
+  }
+  if (v.IsMap()) {
+    nlohmann::json m = nlohmann::json::object();
+    for (const auto& kv : v) m[kv.first.as<std::string>()] = to_json(kv.second);
+    return m;
+  }
+  const std::string& s = v.Scalar();
+  if (v.Tag() == "!") return s;  // quoted: a string whatever it reads like
+  bool b = false;
+  if (YAML::convert<bool>::decode(v, b)) return b;
+  int64_t i = 0;
+  if (s.find_first_of(".eE") == std::string::npos && YAML::convert<int64_t>::decode(v, i)) return i;
+  double d = 0;
+  if (YAML::convert<double>::decode(v, d)) return d;
+  return s;
+}
+
 }  // namespace gf::config_tree

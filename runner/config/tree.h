@@ -3,6 +3,8 @@
 #pragma once
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -41,5 +43,9 @@ std::string show(const YAML::Node& v);
 
 // The node at dotted `path`, or an undefined node.
 YAML::Node find(const YAML::Node& root, const std::string& path);
+
+// The JSON of a YAML value (a map such as rope_scaling read with Hugging Face's config.json reader):
+// null, true/false (YAML's spellings), integers, numbers, strings, lists and maps.
+nlohmann::json to_json(const YAML::Node& v);
 
 }  // namespace gf::config_tree

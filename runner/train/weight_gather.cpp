@@ -1,10 +1,14 @@
 // Trainer::save_weights: the full weights assembled from the ranks' slices (--save-weights).
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "models/registry.h"
 
 #include "core/io/safetensors.h"
+#include "models/weights/hf_config.h"
 #include "runner/report/logging.h"
 #include "runner/train/trainer.h"
 
@@ -60,6 +64,17 @@ void Trainer::save_weights(const std::string& path) {
   if (ctx_.world_rank() == 0) {
     write_safetensors(path, out, {{"format", "pt"}});
     spdlog::info("weights written to {}", path);
+    // Hugging Face's config.json beside them, so that the file loads (and converts) as the model it is.
+    const std::filesystem::path json = std::filesystem::path(path).parent_path() / "config.json";
+    try {
+      const nlohmann::json config = hf_config_json(cfg_.model);
+      std::ofstream f(json);
+      f << config.dump(2) << "\n";
+      if (!f) throw std::runtime_error("cannot write " + json.string());
+      spdlog::info("its config.json written to {}", json.string());
+    } catch (const std::exception& e) {
+      spdlog::warn("no config.json beside {}: {}", path, e.what());
+    }
   }
 }
 

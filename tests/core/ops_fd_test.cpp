@@ -188,6 +188,37 @@ TEST(OpsFiniteDifference, RMSNorm) {
   expect_grad("rmsnorm dw", w, dw, loss);
 }
 
+// Qwen3's q_norm / k_norm: rows of 3 q heads and 2 k heads of 6 inside a row of 19 (a q|k|v row has more after
+// them, left alone), the q heads on w0 and the k heads on w1.
+TEST(OpsFiniteDifference, HeadRMSNorm) {
+  const int64_t R = 4, H = 5, split = 3, D = 6, ld = H * D + 4;
+  Vec x = randn(R * ld, 41), w0 = randn(D, 42), w1 = randn(D, 43), g = randn(R * ld, 44);
+  Vec y(R * ld), saved(R * H * D), rstd(R * H);
+  auto loss = [&] {
+    y = x;
+    head_rmsnorm_fwd<double>(y.data(), saved.data(), rstd.data(), w0.data(), w1.data(), split, R, H, D, ld, 1e-6f);
+    return dot(y, g);
+  };
+  loss();
+  for (int64_t r = 0; r < R; ++r)  // the rest of each row passes through
+    for (int64_t i = H * D; i < ld; ++i) EXPECT_EQ(y[r * ld + i], x[r * ld + i]);
+  Vec d = g, dw0(D, 0.0), dw1(D, 0.0);
+  head_rmsnorm_bwd<double>(d.data(), dw0.data(), dw1.data(), saved.data(), w0.data(), w1.data(), rstd.data(), split, R, H,
+                           D, ld);
+  // d is the input's gradient over the heads; past them the row's gradient is g's own (identity).
+  expect_grad("head rmsnorm dx", x, d, loss);
+  expect_grad("head rmsnorm dw0", w0, dw0, loss);
+  expect_grad("head rmsnorm dw1", w1, dw1, loss);
+  // Equal to rmsnorm_fwd head by head (at x itself: the checks above left y at a perturbed x).
+  loss();
+  Vec one(D), r1(1);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h) {
+      rmsnorm_fwd<double>(one.data(), r1.data(), x.data() + r * ld + h * D, (h < split ? w0 : w1).data(), 1, D, 1e-6f);
+      for (int64_t i = 0; i < D; ++i) EXPECT_EQ(y[r * ld + h * D + i], one[i]);
+    }
+}
+
 TEST(OpsFiniteDifference, SwiGLU) {
   // gate and up side by side in one [R, 2F] buffer, as one fused product would write them.
   const int64_t R = 4, F = 9;

@@ -91,10 +91,31 @@ def tensors(path):
     return out
 
 
+# --rope=THETA,HEAD_DIM,SEQ: the runs rotate keys with RoPE at base THETA over SEQ positions (a key bias is
+# then not exactly softmax-invariant, see ROPE_TURN below).
+ROPE = None
+# Under RoPE a key bias b enters query i's scores as q_i . R(f_p j) b for each rotary pair p, and since the score
+# gradients of a query sum to zero, b's gradient in pair p is sum_j (R(f_p j)^T - I) dL/dk_j: at most f_p (SEQ - 1)
+# times the size of its own terms, while its rounding stays theirs. A pair that turns less than ROPE_TURN radians
+# over the sequence has a gradient >= 100x below its terms, and AdamW turns a reordered sum there into a visible
+# fraction of each update (Qwen2, theta 1e6, head_dim 16, SEQ 32: pairs 5-7, f_p (SEQ - 1) = 5.5e-3, 9.8e-4,
+# 1.7e-4), as it does for the key third of GPT-2's c_attn.bias (exactly invariant). The same holds for the rows of
+# k_proj.weight in those pairs along the tokens' mean input x: their gradient sum_j (R_j^T dL/dk_j) x_j^T has the key
+# bias's gradient times mean(x) as a part (Qwen2's layer-1 row 29, pair 5: 8.8e-6 under mp2, 0.8e-6 under the GEMM
+# probe, every row outside the slow pairs <= 5.7e-6). Those elements are left to the model L2 criterion and printed
+# as the key-bias slice.
+ROPE_TURN = 1e-2
+
+
 def key_bias_slice(name, shape):
     if name.endswith("attn.c_attn.bias"):
         third = shape[0] // 3
         return range(third, 2 * third)
+    if ROPE and (name.endswith("self_attn.k_proj.bias") or name.endswith("self_attn.k_proj.weight")):
+        theta, d, seq = ROPE
+        cols = shape[1] if len(shape) == 2 else 1
+        return [i for i in range(shape[0] * cols)
+                if theta ** (-2.0 * (i // cols % d % (d // 2)) / d) * (seq - 1) < ROPE_TURN]
     return range(0)
 
 
@@ -154,6 +175,10 @@ FLOOR_CEILING = 1e-4
 
 
 def main(ref, others):
+    global ROPE
+    if others and others[0].startswith("--rope="):
+        theta, d, seq = others[0][len("--rope="):].split(",")
+        ROPE, others = (float(theta), int(d), int(seq)), others[1:]
     floor_dirs = []
     if others and others[0].startswith("--floor="):
         floor_dirs, others = others[0][len("--floor="):].split(","), others[1:]

@@ -10,8 +10,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/io/safetensors.h"
 #include "models/causal_lm.h"
+#include "models/weights/hf_config.h"
+#include "runner/config/arch_section.h"
 #include "runner/train/batch_source.h"
 #include "runner/config/config.h"
 
@@ -80,6 +84,18 @@ struct GoldenCase {
                              "output_dir: " +
                              std::string(GF_BINARY_DIR) +
                              "/test_output/golden\n";
+    // tools/make_family_golden.py: the model is the Hugging Face config.json the file carries, imported as
+    // `gridformer config --from-hf` imports it (model_config_from_hf, then the architecture's YAML section).
+    if (m.count("hf_config")) {
+      ModelConfig from_hf = model_config_from_hf(nlohmann::json::parse(m.at("hf_config")), file);
+      from_hf.seq_length = T;
+      const ArchConfigSection* section = find_arch_section(from_hf.type);
+      if (section == nullptr || !section->model_yaml) throw std::runtime_error(file + ": no YAML section for " + from_hf.type);
+      std::vector<std::string> sets = {"model.model_config.use_flash_attention=False"};
+      sets.insert(sets.end(), overrides.begin(), overrides.end());
+      cfg = load_config_string(runner_yaml + section->model_yaml(from_hf), sets, file);
+      return;
+    }
     if (is_llama(m)) {
       cfg = load_config_string(runner_yaml + llama_stand_in_yaml(m), overrides, file);
       set_llama_fields(m, cfg.model);

@@ -123,8 +123,8 @@ TEST(LlamaConfigKeys, BadValuesAreRefusedNamingTheKey) {
 
 TEST(LlamaConfigKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
   const std::pair<std::string, const char*> cases[] = {
-      {"extend_method=PI", "extending RoPE past the trained length (PI, NTK, YaRN, LLAMA3) is not built; use extend_method: \"None\""},
-      {"extend_method=NTK", "is not built"},
+      {"extend_method=PI", "MindFormers' names for RoPE scaling (PI, NTK, YaRN, LLAMA3) are not read; use extend_method: \"None\""},
+      {"extend_method=NTK", "give Hugging Face's rope_scaling map"},
       {"quant=w8a16", "quantization is not built yet; use quant: \"\""},
       {"quant_config={weight_dtype: int8}", "quantization is not built yet; remove model.model_config.quant_config"},
       {"pet_config={pet_type: lora, lora_rank: 8}", "remove model.model_config.pet_config"},

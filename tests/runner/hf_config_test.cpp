@@ -173,8 +173,8 @@ TEST(HfConfig, WhatTheModelDoesNotRunIsRefusedByName) {
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "rope_scaling")) << joined(check_hf_config(j, llama.model, "f").errors);
   j = hf_config_json(llama.model);
-  j["head_dim"] = 64;
-  EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "head_dim 64"));
+  j["head_dim"] = 64;  // heads of 64 where the config's are hidden_size / num_heads wide
+  EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "head width")) << joined(check_hf_config(j, llama.model, "f").errors);
   j = hf_config_json(llama.model);
   j["attention_bias"] = true;
   EXPECT_TRUE(has(check_hf_config(j, llama.model, "f").errors, "attention_bias"));

@@ -18,6 +18,9 @@
 #include <string>
 #include <type_traits>
 
+#include <nlohmann/json.hpp>
+
+#include "core/ops/rope_scaling.h"
 #include "models/registry.h"
 #include "models/weights/hf_config.h"
 #include "runner/config/arch/sections.h"
@@ -52,6 +55,9 @@ model:
     ffn_dim_multiplier: ~      # None: 1
     rms_norm_eps: 1.0e-5
     theta: 10000.0
+    rope_scaling: ~            # Hugging Face's rope_scaling map (rope_type linear, dynamic, yarn, llama3, longrope and their keys); None: RoPE from theta alone
+    head_dim: ~                # None: hidden_size / num_heads; else each head's width (Llama 3.2, Qwen3: num_heads x head_dim may differ from hidden_size)
+    qk_layernorm: false        # Qwen3's q_norm / k_norm: an RMSNorm on every query and key head before RoPE
     extend_method: "None"
     scaling_factor: 1.0
     qkv_has_bias: false
@@ -143,6 +149,11 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "rms_norm_eps", kBuilt, "model.rms_norm_eps"},
       {k + "theta", kBuilt, "model.rope_theta"},
       {k + "qkv_has_bias", kBuilt, "model.qkv_has_bias"},
+      {k + "rope_scaling", kBuilt,
+       "model.rope_scaling: Hugging Face's rope_scaling map (rope_type linear, dynamic, yarn, llama3 or longrope with "
+       "their keys, as modeling_rope_utils.py reads them; partial_rotary_factor in it); None: theta alone"},
+      {k + "head_dim", kBuilt, "model.head_dim_explicit (None: hidden_size / num_heads)"},
+      {k + "qk_layernorm", kBuilt, "model.qk_layernorm: q_norm and k_norm (Qwen3; Megatron's --qk-layernorm)"},
       {k + "tie_word_embeddings", kBuilt, "model.tie_word_embeddings"},
       {k + "initializer_range", kBuilt, "model.initializer_range"},
       {k + "param_init_type", kBuilt, "model.param_init_type"},
@@ -160,7 +171,8 @@ std::vector<KeyRule> llama_model_rules() {
        "run_mode eval/predict: a path loads like load_checkpoint, a hub name is refused, and a given load_checkpoint wins "
        "(warned, as MindFormers lets it win); train/finetune: warned (MindFormers does not load it there)"},
       {k + "extend_method", kRefused,
-       "extending RoPE past the trained length (PI, NTK, YaRN, LLAMA3) is not built; use extend_method: \"None\""},
+       "MindFormers' names for RoPE scaling (PI, NTK, YaRN, LLAMA3) are not read; use extend_method: \"None\" and "
+       "give Hugging Face's rope_scaling map (rope_type linear, dynamic, yarn, llama3, longrope)"},
       {k + "scaling_factor", kIgnored,
        "MindFormers' FreqsMgr reads scaling_factor only for an extend_method (PI, NTK, YaRN, LLAMA3), and extend_method "
        "other than \"None\" is refused here (not built)"},
@@ -269,6 +281,24 @@ void read_sizes(ReadContext& x) {
   m.ffn_dim_multiplier = optional_positive<double>(x, "ffn_dim_multiplier", 0.0, "1");
   m.rms_norm_eps = rd.get<float>(k + "rms_norm_eps");
   m.rope_theta = rd.get<double>(k + "theta");
+  m.head_dim_explicit = optional_positive<int64_t>(x, "head_dim", 0, "hidden_size / num_heads");
+  if (m.head_dim_explicit > 0 && m.num_heads > 0 && m.head_dim_explicit * m.num_heads == m.hidden_size)
+    m.head_dim_explicit = 0;  // the derived width: the same model
+  m.qk_layernorm = rd.get<bool>(k + "qk_layernorm");
+  const YAML::Node scaling = rd.node(k + "rope_scaling");
+  if (scaling && !scaling.IsNull()) {
+    if (!scaling.IsMap()) {
+      x.refuse(kv("rope_scaling", show(scaling)) + ": expects a map such as {rope_type: llama3, factor: 32.0, "
+               "low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192}, or ~");
+    } else {
+      try {
+        nlohmann::json hf{{"rope_scaling", config_tree::to_json(scaling)}, {"rope_theta", m.rope_theta}};
+        m.rope_scaling = ops::read_rope_config(hf, m.rope_theta).scaling;
+      } catch (const std::exception& e) {
+        x.refuse(kv("rope_scaling", show(scaling)) + ": " + e.what());
+      }
+    }
+  }
   m.qkv_has_bias = rd.get<bool>(k + "qkv_has_bias");
   m.tie_word_embeddings = rd.get<bool>(k + "tie_word_embeddings");
   m.initializer_range = rd.get<float>(k + "initializer_range");
@@ -291,13 +321,24 @@ void check_sizes(ReadContext& x) {
                                                    {"num_heads", m.num_heads},     {"multiple_of", m.multiple_of}};
   for (auto [key, v] : sizes)
     if (v <= 0) x.refuse(kv(key, std::to_string(v)) + ": must be > 0");
-  if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads != 0)
+  if (m.head_dim_explicit > 0 && m.head_dim_explicit % 2 != 0)
+    x.refuse(kv("head_dim", std::to_string(m.head_dim_explicit)) + ": RoPE rotates pairs, so the head width must be even");
+  else if (m.head_dim_explicit > 0)
+    ;  // heads of their own width: hidden_size need not divide
+  else if (m.hidden_size > 0 && m.num_heads > 0 && m.hidden_size % m.num_heads != 0)
     x.refuse(kv("hidden_size", std::to_string(m.hidden_size)) + " is not divisible by `num_heads: " +
-             std::to_string(m.num_heads) + "`; pick num_heads dividing hidden_size");
+             std::to_string(m.num_heads) + "`; pick num_heads dividing hidden_size, or give head_dim");
   else if (m.hidden_size > 0 && m.num_heads > 0 && m.head_dim() % 2 != 0)
     x.refuse(kv("hidden_size", std::to_string(m.hidden_size)) + " / `num_heads: " + std::to_string(m.num_heads) +
              "` gives heads of " + std::to_string(m.head_dim()) + " dimensions; RoPE rotates pairs of them, so the head "
              "size must be even");
+  // Hugging Face's Qwen classes always have what the name says.
+  if (m.arch == "Qwen2ForCausalLM" && !m.qkv_has_bias)
+    x.refuse("`model.arch.type: Qwen2ForCausalLM` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
+             " (or use LlamaForCausalLM)");
+  if (m.arch == "Qwen3ForCausalLM" && !m.qk_layernorm)
+    x.refuse("`model.arch.type: Qwen3ForCausalLM` has q/k norms: set " + kv("qk_layernorm", "True") +
+             " (or use LlamaForCausalLM)");
   if (m.num_kv_heads > 0 && m.num_heads > 0 && m.num_heads % m.num_kv_heads != 0)
     x.refuse(kv("n_kv_heads", std::to_string(m.num_kv_heads)) + ": must divide `num_heads` (" +
              std::to_string(m.num_heads) + "): each key/value head serves an equal group of query heads (~: num_heads)");
@@ -396,6 +437,16 @@ std::string llama_model_yaml(const ModelConfig& m) {
       m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads, m.intermediate_size, float_decimal(m.rms_norm_eps),
       m.rope_theta, m.tie_word_embeddings ? "True" : "False", float_decimal(m.initializer_range), m.eos_token_id);
   if (m.sliding_window > 0) y += fmt::format("    sliding_window: {}\n", m.sliding_window);
+  if (m.qkv_has_bias) y += "    qkv_has_bias: True\n";
+  if (m.head_dim_explicit > 0) y += fmt::format("    head_dim: {}\n", m.head_dim_explicit);
+  if (m.qk_layernorm) y += "    qk_layernorm: True\n";
+  if (m.rope_scaling.rope_type != "default" || m.rope_scaling.partial_rotary_factor != 1.0)
+  {
+    nlohmann::json r = ops::rope_scaling_json(m.rope_scaling);
+    if (r.is_null()) r = {{"rope_type", "default"}};
+    if (m.rope_scaling.partial_rotary_factor != 1.0) r["partial_rotary_factor"] = m.rope_scaling.partial_rotary_factor;
+    y += fmt::format("    rope_scaling: {}\n", r.dump());
+  }
   if (m.moe.expert_num > 1)
     y += fmt::format("moe_config:\n  expert_num: {}\n  num_experts_chosen: {}\n  aux_loss_factor: {}\n"
                      "  norm_topk_prob: {}\n  moe_layer_freq: {}\n",

@@ -1,0 +1,119 @@
+// Qwen2 / Qwen2.5 and Qwen3 (Hugging Face's Qwen2ForCausalLM and Qwen3ForCausalLM, transformers 4.57's
+// models/qwen2/configuration_qwen2.py, modeling_qwen2.py, models/qwen3/...): the Llama model (llama_spec,
+// llama_name) with
+//  * Qwen2: biases on q_proj, k_proj and v_proj, not o_proj (MindFormers' Qwen2.5 files: a LlamaConfig with
+//    qkv_has_bias: True);
+//  * Qwen3: no biases, an RMSNorm of head_dim with its own weight on every query head and every key head
+//    after the projection and before RoPE (self_attn.q_norm, self_attn.k_norm: qk_layernorm), and heads of
+//    head_dim (128 in the released models) whatever hidden_size / num_attention_heads is.
+// Both have a sliding window on the layers from max_window_layers on when use_sliding_window is true
+// (layer_types in transformers >= 4.53): all or none of the layers here; a mix is refused.
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "models/arch/llama.h"
+
+namespace gf {
+
+namespace {
+
+// Qwen2Config's and Qwen3Config's defaults (they agree but for head_dim).
+LlamaLikeDefaults qwen_defaults(bool qwen3) {
+  LlamaLikeDefaults d;
+  d.vocab_size = 151936;
+  d.hidden_size = 4096;
+  d.intermediate_size = 22016;
+  d.num_layers = 32;
+  d.num_heads = 32;
+  d.head_dim = qwen3 ? 128 : 0;
+  d.max_position_embeddings = 32768;
+  d.rms_norm_eps = 1e-6f;
+  d.rope_theta = 10000.0;
+  d.tie_word_embeddings = false;
+  return d;
+}
+
+// The window of every layer, or a refusal for a mix of sliding and full layers.
+int64_t qwen_window(const nlohmann::json& j, int64_t layers) {
+  auto refuse = [](const std::string& why) { throw std::invalid_argument("config.json: " + why); };
+  auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  const bool sliding = has("use_sliding_window") && j["use_sliding_window"].get<bool>();
+  const int64_t window = has("sliding_window") ? j["sliding_window"].get<int64_t>() : 4096;
+  int64_t sliding_layers = 0;
+  if (has("layer_types")) {
+    for (const auto& t : j["layer_types"]) {
+      const std::string s = t.get<std::string>();
+      if (s == "sliding_attention") ++sliding_layers;
+      else if (s != "full_attention") refuse("layer_types holds '" + s + "': expects full_attention or sliding_attention");
+    }
+  } else if (sliding) {
+    const int64_t from = has("max_window_layers") ? j["max_window_layers"].get<int64_t>() : 28;
+    sliding_layers = std::max<int64_t>(0, layers - std::max<int64_t>(0, from));
+  }
+  if (!sliding && !has("layer_types")) return 0;  // use_sliding_window false: sliding_window is not read
+  if (sliding_layers == 0) return 0;
+  if (sliding_layers != layers)
+    refuse(std::to_string(sliding_layers) + " of " + std::to_string(layers) +
+           " layers with a sliding window (use_sliding_window, max_window_layers / layer_types): gridformer runs one "
+           "window for every layer; a mix of sliding and full layers is not built");
+  if (window <= 0) refuse("sliding_window " + std::to_string(window) + ": expects a number of tokens");
+  return window;
+}
+
+void write_window(nlohmann::json& j, const ModelConfig& c) {
+  j["use_sliding_window"] = c.sliding_window > 0;
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
+  j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.num_layers;
+}
+
+void refuse_experts(const ModelConfig& c, const std::string& cls) {
+  if (c.moe.enabled())
+    throw std::invalid_argument("Hugging Face's " + cls + " has no experts (moe_config.expert_num " +
+                                std::to_string(c.moe.expert_num) + "); Qwen's MoE models are not built yet");
+}
+
+}  // namespace
+
+nlohmann::json qwen2_hf_config(const ModelConfig& c) {
+  refuse_experts(c, "Qwen2ForCausalLM");
+  if (!c.qkv_has_bias)
+    throw std::invalid_argument("Hugging Face's Qwen2ForCausalLM always has q/k/v biases (model_config.qkv_has_bias: False)");
+  if (c.qk_layernorm)
+    throw std::invalid_argument("Hugging Face's Qwen2ForCausalLM has no q/k norms (model_config.qk_layernorm: True)");
+  nlohmann::json j = llama_like_hf_json(c, "Qwen2ForCausalLM", "qwen2");
+  // Qwen2Config has no head_dim (transformers before 4.48 derive it and ignore the key): written only when it differs.
+  if (c.head_dim_explicit == 0) j.erase("head_dim");
+  write_window(j, c);
+  return j;
+}
+
+void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& c) {
+  read_llama_like_hf_config(j, c, qwen_defaults(false));
+  c.qkv_has_bias = true;  // Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without
+  c.sliding_window = qwen_window(j, c.num_layers);
+}
+
+nlohmann::json qwen3_hf_config(const ModelConfig& c) {
+  refuse_experts(c, "Qwen3ForCausalLM");
+  if (!c.qk_layernorm)
+    throw std::invalid_argument("Hugging Face's Qwen3ForCausalLM always has q/k norms (model_config.qk_layernorm: False)");
+  if (c.qkv_has_bias)
+    throw std::invalid_argument("Hugging Face's Qwen3ForCausalLM has no q/k/v biases without an output-projection bias "
+                                "(model_config.qkv_has_bias: True; its attention_bias biases all four projections)");
+  nlohmann::json j = llama_like_hf_json(c, "Qwen3ForCausalLM", "qwen3");
+  j["attention_bias"] = false;
+  write_window(j, c);
+  return j;
+}
+
+void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& c) {
+  read_llama_like_hf_config(j, c, qwen_defaults(true));
+  if (j.contains("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>())
+    throw std::invalid_argument("config.json: attention_bias true: Qwen3's biases all four attention projections; "
+                                "gridformer's Llama biases q, k and v alone");
+  c.qk_layernorm = true;  // Qwen3Attention: q_norm and k_norm, always
+  c.sliding_window = qwen_window(j, c.num_layers);
+}
+
+}  // namespace gf

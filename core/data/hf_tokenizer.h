@@ -1,6 +1,8 @@
-// Hugging Face byte-level BPE tokenizer: a `tokenizer.json` (Llama 3, Qwen2, GPT-2 layouts), the
-// files Megatron-LM's HuggingFaceTokenizer (--tokenizer-type HuggingFaceTokenizer) loads through
-// transformers' AutoTokenizer.
+// Hugging Face tokenizer: a `tokenizer.json`, the files Megatron-LM's HuggingFaceTokenizer
+// (--tokenizer-type HuggingFaceTokenizer) loads through transformers' AutoTokenizer. Byte-level BPE
+// (Llama 3, Qwen2, GPT-2, Command R layouts) as described in 1-5 below; SentencePiece-style BPE
+// (Llama 2, CodeLlama, Mistral v0.3, Gemma) and WordPiece (BERT) as "Models that are not
+// byte-level" says.
 //
 // encode() computes what the Rust crate `tokenizers` computes for Tokenizer::encode(text,
 // add_special_tokens = false), checked id for id against tools/hf_tokenizer_reference.py (a Python
@@ -53,21 +55,52 @@
 //       with a space; with use_regex the piece is split with GPT-2's pattern
 //       (core/data/gpt2_pattern.h, the same White_Space and Unicode 15.0 classes). Each piece's
 //       UTF-8 bytes then go to the model (the byte-to-character map is implied).
-//     ByteLevel must be the last step, and there must be one; other pre-tokenizers are refused.
-//  4. BPE model: with `ignore_merges`, a pre-token that is a vocab token is that token; otherwise
+//     * Digits {individual_digits}: each N* character alone, or runs of them (Command R).
+//     ByteLevel must be the last step; a file without one is not byte-level (below).
+//  4. BPE model (a ByteLevel pre-tokenizer with model.type other than BPE is refused): with `ignore_merges`, a pre-token that is a vocab token is that token; otherwise
 //     one symbol per byte, then the adjacent pair of lowest merge rank, leftmost first, is merged
 //     until none is left (models/bpe/word.rs). Merges are "a b" strings (the legacy format, split at
 //     the space; "#version" lines skipped) or [a, b] pairs; a pair listed twice keeps its last rank.
 //     Refused: a model type other than BPE, dropout other than null/0, continuing_subword_prefix or
 //     end_of_word_suffix other than null/"", a vocab lacking one of the 256 byte-level characters
-//     (tokenizers would drop that byte or use unk_token / byte_fallback; with all 256 present those
-//     fields never act and are accepted whatever they hold), a merge naming a token not in the
-//     vocab, two tokens with one id. Ids may leave gaps (o200k's added tokens do).
+//     (the message says that the file is then not byte-level BPE; tokenizers would drop that byte or
+//     use unk_token; with all 256 present unk_token and byte_fallback never act and are accepted
+//     whatever they hold), a merge naming a token not in the vocab, two tokens with one id. Ids may
+//     leave gaps (o200k's added tokens do).
 //  5. The decoder must be ByteLevel (others, or null, are refused); `truncation` and `padding` are
 //     ignored (transformers switches them off for a plain call); "version" must be "1.0".
 //  Invalid UTF-8 never throws: the text is cut into maximal valid runs and maximal runs of invalid
 //  bytes; each valid run goes through 1-4 on its own, each invalid run is one pre-token of raw
 //  bytes for the BPE. (Python cannot hold invalid UTF-8 in a str: Megatron stops with an error.)
+//
+// Models that are not byte-level (hf_tokenizer_sp.cpp, hf_tokenizer_sp_load.cpp), checked id for
+// id and decode() for decode() against tokenizers 0.23.2 itself (tests/golden/tokenizer/hf_real,
+// tests/integration/hf_tokenizer_real.sh: Llama 2, Gemma, Gemma 3, Metaspace and Digits variants,
+// BERT layouts). Added tokens work as in 1. Then:
+//  * Normalizer: a Sequence of NFC, Prepend (before a non-empty piece: Llama 2's "▁"), Replace with
+//    a String pattern (Llama 2 and Gemma: ' ' -> "▁"), BertNormalizer (clean_text, handle_chinese_
+//    chars, strip_accents with NFD, lowercase one character at a time; its category tests use the
+//    Unicode 8.0 tables of the crate unicode_categories, as tokenizers does, found equal on every
+//    code point below U+30000; lower-casing and Digits' N* use ICU 72's Unicode 15.0, where
+//    tokenizers' Rust std has 16.0: the 16.0 letters with case, e.g. U+A7CB, differ). Each piece between
+//    added tokens is normalized on its own (Prepend acts on each). Refused: NFKC, NFD, NFKD,
+//    Lowercase, Strip, StripAccents, Precompiled, Replace with a Regex.
+//  * Pre-tokenizer: none (the normalized piece is one pre-token), or a Sequence of Split (as in 3),
+//    Metaspace {replacement, prepend_scheme always / first (only the piece at the input's start)
+//    / never, split: cut before every replacement}, Digits, BertPreTokenizer (White_Space removed,
+//    ASCII and P* punctuation each alone).
+//  * BPE over characters: each character that is a vocab token is that token, else (byte_fallback)
+//    the <0xNN> tokens of its UTF-8 bytes when all exist, else unk_token (consecutive ones fused
+//    with fuse_unk), else it is dropped; then merges as in 4 (ignore_merges too). An unk_token
+//    not in the vocab is refused. Invalid UTF-8 bytes are each such a character (<0xNN>).
+//  * WordPiece: a pre-token of more than max_input_chars_per_word characters is unk_token; else
+//    the longest vocab token from the left, later pieces with continuing_subword_prefix; a rest
+//    no token starts makes the pre-token one unk_token.
+//  * decode(): the tokens (added ones as in decode() below) through the decoder: a Sequence of
+//    ByteFallback (<0xNN> runs to their bytes, U+FFFD per byte when not UTF-8), Fuse, Strip,
+//    Replace (String), Metaspace, WordPiece (prefix, cleanup); null joins the tokens with ' '.
+//    Refused: a ByteLevel decoder (its tokens are not byte-level), CTC, BPEDecoder.
+//  Other models (Unigram: T5, ALBERT; WordLevel) are refused.
 //
 // Special tokens around the text. Megatron's HuggingFaceTokenizer.tokenize(text) is transformers'
 // tokenizer(text).input_ids, i.e. add_special_tokens = true: the post_processor's specials are
@@ -88,8 +121,9 @@
 //    whether transformers rebuilds the post-processor or pre-tokenizer from these depends on the
 //    tokenizer class and the transformers version.
 // eod_id() is Megatron's eod, transformers' eos_token_id: eos_id(). When tokenizer_config.json is
-// absent or names no eos_token, eos is the one added token whose content is "<|endoftext|>",
-// "<|end_of_text|>" or "</s>"; none or more than one of those: refused (from_file throws).
+// absent or names no eos_token, eos is the post-processor's one special token after the text (BERT's
+// [SEP], RoBERTa's </s>), else the first of "<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>",
+// "<|im_end|>" that the file has (stderr says which was taken); none: refused (from_file throws).
 // bos_id(): tokenizer_config's bos_token; without one, the post_processor's one special token
 // before the text, if it has exactly one; else -1. adds_bos(): special_prefix() starts with
 // bos_id().

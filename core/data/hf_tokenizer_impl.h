@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -26,6 +27,13 @@ namespace gf::data {
 namespace hf {
 
 using nlohmann::json;
+
+// Lets an unordered_map<std::string, ...> be searched with a string_view.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 // ---------------------------------------------------------------------------------------
 // PCRE2.
@@ -113,8 +121,11 @@ struct AddedMatch {
 
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
+enum class PreKind { kSplit, kByteLevel, kMetaspace, kDigits, kBert };
+enum class Prepend { kAlways, kFirst, kNever };  // Metaspace's prepend_scheme
+
 struct PreStep {
-  bool byte_level = false;
+  PreKind kind = PreKind::kSplit;
   // Split
   Regex regex;
   Behavior behavior = Behavior::kIsolated;
@@ -122,6 +133,33 @@ struct PreStep {
   // ByteLevel
   bool add_prefix_space = false;
   bool use_regex = false;
+  // Metaspace: `replacement` (UTF-8 of one character) stands for ' ', prepended per `prepend`;
+  // `split` cuts before every replacement character.
+  std::string replacement;
+  Prepend prepend = Prepend::kAlways;
+  bool split = true;
+  // Digits
+  bool individual_digits = false;
+};
+
+// A normalizer step (NFC alone keeps the fast path of Impl::nfc instead).
+enum class NormKind { kNfc, kPrepend, kReplace, kBert };
+struct NormStep {
+  NormKind kind = NormKind::kNfc;
+  std::string text;     // Prepend: the prefix; Replace: the literal searched for
+  std::string content;  // Replace: what each match becomes
+  // BertNormalizer
+  bool clean_text = true, chinese_chars = true, strip_accents = true, lowercase = true;
+};
+
+// A decoder step (decoders/*.rs), for the models that are not byte-level.
+enum class DecKind { kByteFallback, kFuse, kStrip, kReplace, kMetaspace, kWordPiece };
+struct DecStep {
+  DecKind kind = DecKind::kFuse;
+  std::string text;     // Replace: the literal; Strip / Metaspace: the character; WordPiece: the prefix
+  std::string content;  // Replace: its replacement
+  size_t start = 0, stop = 0;  // Strip: at most this many characters off each end
+  bool flag = false;           // Metaspace: prepend_scheme is not never; WordPiece: cleanup
 };
 
 struct Span {
@@ -134,9 +172,26 @@ struct Span {
 // ---------------------------------------------------------------------------------------
 // The parsed tokenizer, immutable once loaded and shared by all copies of an HFTokenizer.
 
+enum class ModelKind {
+  kByteLevelBpe,  // a ByteLevel pre-tokenizer feeds bytes (as GPT-2's characters) to a BPE
+  kBpe,           // characters to a BPE with byte_fallback / unk_token (SentencePiece layouts)
+  kWordPiece,     // BERT's WordPiece
+};
+
 struct HFTokenizer::Impl {
   std::string path;
   // Model.
+  ModelKind model_kind = ModelKind::kByteLevelBpe;
+  // kBpe and kWordPiece: the model vocab as written (token -> id), the unknown token's id (-1:
+  // none), the <0xNN> token of each byte (-1: none or no byte_fallback).
+  hf::Vocab vocab;
+  int32_t unk_id = -1;
+  bool fuse_unk = false, byte_fallback = false;
+  std::array<int32_t, 256> fallback_ids{};
+  std::string wp_prefix;      // WordPiece continuing_subword_prefix
+  size_t wp_max_chars = 100;  // WordPiece max_input_chars_per_word
+  std::vector<hf::DecStep> decoders;
+  bool null_decoder = false;  // decode joins the tokens with ' '
   std::unordered_map<std::string, int32_t> model_bytes_to_id;  // byte string -> id (byte-level tokens)
   std::array<int32_t, 256> byte_ids{};
   byte_bpe::MergeTable merges;
@@ -149,14 +204,16 @@ struct HFTokenizer::Impl {
   // Added tokens.
   std::vector<hf::AddedToken> added;
   hf::TokenTrie raw_trie, normalized_trie;  // values: index into `added`
-  // Normalizer and pre-tokenizer.
+  // Normalizer and pre-tokenizer. `nfc`: the normalizer is NFC alone; otherwise norm_steps.
   bool nfc = false;
+  std::vector<hf::NormStep> norm_steps;
   const icu::Normalizer2* nfc_instance = nullptr;
   std::vector<hf::PreStep> steps;
   bool top_level_byte_level = false;  // pre_tokenizer is a ByteLevel itself
   // Specials.
   std::vector<int32_t> prefix, suffix;
   int32_t bos = -1, eos = -1;
+  std::string eos_source;  // how eos was chosen, when no tokenizer_config.json named it
   uint64_t serial = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -164,13 +221,31 @@ struct HFTokenizer::Impl {
   }
   void load(const hf::json& root);
   void load_model(const hf::json& model);
+  // hf_tokenizer_sp_load.cpp: the models, normalizers and decoders that are not byte-level.
+  void load_char_bpe(const hf::json& model);
+  void load_wordpiece(const hf::json& model);
+  bool load_other_normalizer(const hf::json& j, const std::string& type, const std::string& where);
+  bool load_other_pre_tokenizer(const hf::json& j, const std::string& type, const std::string& where, hf::PreStep& step);
+  void load_decoder(const hf::json& j, const std::string& where);
+  void choose_eos();
   void load_added_tokens(const hf::json& tokens, size_t model_size);
   void load_normalizer(const hf::json& j, const std::string& where);
   void load_pre_tokenizer(const hf::json& j, const std::string& where);
   void load_post_processor(const hf::json& j, const std::string& where, std::vector<int32_t>& pre,
                            std::vector<int32_t>& post);
   void load_config();
-  void normalize(std::string_view text, std::string& out) const;
+  void normalize(std::string_view text, std::string& out) const;  // NFC
+  // hf_tokenizer_sp.cpp. The normalizer steps over `text` into `out` (`scratch`: a buffer).
+  void normalize_steps(std::string_view text, std::string& out, std::string& scratch) const;
+  // The model's first symbols for one pre-token (kBpe): its characters, <0xNN> tokens, unk.
+  void char_symbols(std::string_view word, std::vector<int32_t>& ids) const;
+  void wordpiece(std::string_view word, std::vector<int32_t>& out) const;
+  // The decoder steps over the ids' tokens (model kinds other than kByteLevelBpe).
+  std::string decode_tokens(std::span<const int32_t> ids) const;
+  // Metaspace: ' ' -> replacement, prepended as its scheme says; `at_start`: the piece starts the input.
+  void metaspace(const hf::PreStep& step, std::string_view piece, bool at_start, std::string& out) const;
+  // Metaspace (split), Digits and BertPreTokenizer: the pieces of `piece`, grouped.
+  void char_split(const hf::PreStep& step, std::string_view piece, std::vector<hf::Span>& out) const;
 };
 
 }  // namespace gf::data

@@ -3,7 +3,9 @@
 // pre-tokenizer steps (Split patterns translated to PCRE2, core/data/oniguruma.h), the post-processor's
 // special tokens, and the config's bos / eos. What is not supported is refused with its JSON path.
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -86,30 +88,32 @@ void HFTokenizer::Impl::load_normalizer(const json& j, const std::string& where)
   if (j.is_null()) return;
   const std::string type = type_of(j);
   if (type == "NFC") {
-    nfc = true;
+    norm_steps.push_back(NormStep{});
   } else if (type == "Sequence") {
     const auto it = j.find("normalizers");
     if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'normalizers' list");
     for (size_t i = 0; i < it->size(); ++i) load_normalizer((*it)[i], where + ".normalizers[" + std::to_string(i) + "]");
-  } else {
-    fail(where + ": normalizer type '" + type + "' is not supported (supported: NFC, Sequence)");
+  } else if (!load_other_normalizer(j, type, where)) {
+    fail(where + ": normalizer type '" + type +
+         "' is not supported (supported: NFC, Prepend, Replace with a String pattern, BertNormalizer, Sequence)");
   }
 }
 
 void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& where) {
-  const std::string type = j.is_null() ? std::string("null") : type_of(j);
+  if (j.is_null()) return;  // the whole normalized piece is one pre-token
+  const std::string type = type_of(j);
   if (type == "Sequence") {
     const auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'pretokenizers' list");
     for (size_t i = 0; i < it->size(); ++i) load_pre_tokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]");
     return;
   }
-  if (!steps.empty() && steps.back().byte_level) {
+  if (!steps.empty() && steps.back().kind == PreKind::kByteLevel) {
     fail(where + ": pre-tokenizer '" + type + "' after ByteLevel is not supported (ByteLevel must be the last step)");
   }
   PreStep step;
   if (type == "ByteLevel") {
-    step.byte_level = true;
+    step.kind = PreKind::kByteLevel;
     step.add_prefix_space = bool_field(j, "add_prefix_space", true);
     step.use_regex = bool_field(j, "use_regex", true);
     if (step.use_regex) {
@@ -161,15 +165,25 @@ void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& whe
       fail(where + ".pattern: expected {\"Regex\": ...} or {\"String\": ...}");
     }
     step.regex.jit = jit_full && jit_plain;
-  } else {
-    fail(where + ": pre-tokenizer type '" + type + "' is not supported (supported: Split, ByteLevel, Sequence)");
+  } else if (!load_other_pre_tokenizer(j, type, where, step)) {
+    fail(where + ": pre-tokenizer type '" + type +
+         "' is not supported (supported: Split, ByteLevel, Metaspace, Digits, BertPreTokenizer, Sequence)");
   }
   steps.push_back(std::move(step));
 }
 
 void HFTokenizer::Impl::load_model(const json& model) {
   const std::string type = type_of(model);
-  if (type != "BPE") fail("model.type '" + type + "' is not supported (only BPE)");
+  const bool byte_level = model_kind == ModelKind::kByteLevelBpe;
+  if (type == "WordPiece" && !byte_level) {
+    model_kind = ModelKind::kWordPiece;
+    load_wordpiece(model);
+    return;
+  }
+  if (type != "BPE") {
+    fail("model.type '" + type + "' is not supported" +
+         (byte_level ? std::string(" with a ByteLevel pre-tokenizer (only BPE)") : " (only BPE and WordPiece)"));
+  }
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0))
     fail("model.dropout " + it->dump() + " is not supported (only null or 0)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -194,14 +208,25 @@ void HFTokenizer::Impl::load_model(const json& model) {
       fail("model.vocab: id " + std::to_string(id) + " is used by '" + it->second + "' and '" + token + "'");
     vocab_ids.emplace(token, id);
     token_to_id[token] = id;
-    if (token_to_bytes(token, bytes) && !bytes.empty()) model_bytes_to_id.emplace(bytes, id);
+    if (byte_level && token_to_bytes(token, bytes) && !bytes.empty()) model_bytes_to_id.emplace(bytes, id);
   }
-  for (int b = 0; b < 256; ++b) {
+  if (!byte_level) {
+    this->vocab.insert(vocab_ids.begin(), vocab_ids.end());
+    load_char_bpe(model);
+  }
+  for (int b = 0; byte_level && b < 256; ++b) {
     auto it = model_bytes_to_id.find(std::string(1, static_cast<char>(b)));
     if (it == model_bytes_to_id.end()) {
+      // The ByteLevel pre-tokenizer hands the model one GPT-2 character per byte; without that
+      // character tokenizers would fall back to unk_token or drop the byte.
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02X", b);
+      const bool fallback = bool_field(model, "byte_fallback", false);
       fail("model.vocab lacks the byte-level token of byte " + std::to_string(b) + " ('" +
-           byte_level_string(std::string(1, static_cast<char>(b))) +
-           "'): not supported (tokenizers would drop the byte or use unk_token/byte_fallback)");
+           byte_level_string(std::string(1, static_cast<char>(b))) + "'): the vocabulary has no token for byte " + hex +
+           (fallback ? " and byte_fallback does not apply to the characters a ByteLevel pre-tokenizer makes"
+                     : " and the model has no byte_fallback") +
+           ": it is not a byte-level BPE file, yet its pre-tokenizer is ByteLevel (not supported)");
     }
     byte_ids[b] = it->second;
   }
@@ -233,7 +258,7 @@ void HFTokenizer::Impl::load_model(const json& model) {
     auto merged = vocab_ids.find(a + b);
     if (merged == vocab_ids.end()) fail("model.merges: '" + a + b + "' (merge " + std::to_string(rank) + ") is not in model.vocab");
     // A merge of tokens outside the byte-level alphabet can never apply to byte-level symbols.
-    if (!token_to_bytes(a, left_bytes) || !token_to_bytes(b, right_bytes)) continue;
+    if (byte_level && (!token_to_bytes(a, left_bytes) || !token_to_bytes(b, right_bytes))) continue;
     merges.insert(vocab_ids[a], vocab_ids[b], Merge{static_cast<int32_t>(rank), merged->second});
   }
 }
@@ -245,6 +270,7 @@ void HFTokenizer::Impl::load_added_tokens(const json& tokens, size_t model_size)
   // counted from the model vocab's size.
   int64_t next_id = static_cast<int64_t>(model_size);
   std::unordered_map<std::string, size_t> by_content;  // content -> index in `added`
+  std::string scratch;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const json& t = tokens[i];
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
@@ -275,6 +301,7 @@ void HFTokenizer::Impl::load_added_tokens(const json& tokens, size_t model_size)
     token.id = static_cast<int32_t>(id);
     token.pattern = token.content;
     if (token.normalized && nfc) normalize(token.content, token.pattern);
+    if (token.normalized && !norm_steps.empty()) normalize_steps(token.content, token.pattern, scratch);
     if (auto it = by_content.find(token.content); it != by_content.end()) {
       added[it->second] = token;  // the later entry's flags win
     } else {
@@ -347,26 +374,39 @@ void HFTokenizer::Impl::load(const json& root) {
     fail("version " + v->dump() + " is not supported (only \"1.0\")");
   const auto model = root.find("model");
   if (model == root.end()) fail("no 'model'");
-  load_model(*model);
   const json null_json;
   auto field = [&](const char* key) -> const json& {
     auto it = root.find(key);
     return it == root.end() ? null_json : *it;
   };
+  // The normalizer: NFC alone keeps the `nfc` fast path; anything else runs as norm_steps.
   load_normalizer(field("normalizer"), "normalizer");
-  if (nfc) {
+  auto is_nfc = [](const NormStep& n) { return n.kind == NormKind::kNfc; };
+  const bool any_nfc = std::any_of(norm_steps.begin(), norm_steps.end(), is_nfc);
+  if (std::all_of(norm_steps.begin(), norm_steps.end(), is_nfc)) {
+    nfc = !norm_steps.empty();
+    norm_steps.clear();
+  }
+  if (any_nfc) {
     UErrorCode status = U_ZERO_ERROR;
     nfc_instance = icu::Normalizer2::getNFCInstance(status);
     if (U_FAILURE(status)) fail(std::string("ICU's NFC normalizer is unavailable: ") + u_errorName(status));
   }
+  // A ByteLevel step makes the model byte-level; without one it sees characters.
   const json& pre_tokenizer = field("pre_tokenizer");
   load_pre_tokenizer(pre_tokenizer, "pre_tokenizer");
-  if (steps.empty() || !steps.back().byte_level)
-    fail("pre_tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
+  const bool byte_level = !steps.empty() && steps.back().kind == PreKind::kByteLevel;
+  model_kind = byte_level ? ModelKind::kByteLevelBpe : ModelKind::kBpe;
   top_level_byte_level = type_of(pre_tokenizer) == "ByteLevel";
+  load_model(*model);
   const json& decoder = field("decoder");
-  if (type_of(decoder) != "ByteLevel")
-    fail("decoder type '" + (decoder.is_null() ? std::string("null") : type_of(decoder)) + "' is not supported (only ByteLevel)");
+  const std::string decoder_type = decoder.is_null() ? std::string("null") : type_of(decoder);
+  if (byte_level && decoder_type != "ByteLevel")
+    fail("decoder type '" + decoder_type + "' is not supported with a ByteLevel pre-tokenizer (only ByteLevel)");
+  if (!byte_level && decoder_type == "ByteLevel")
+    fail("pre_tokenizer '" + (pre_tokenizer.is_null() ? std::string("null") : type_of(pre_tokenizer)) +
+         "' has no ByteLevel step, yet the decoder is ByteLevel (not supported: the model's tokens are not byte-level)");
+  if (!byte_level) load_decoder(decoder, "decoder");
 
   const size_t model_size = token_to_id.size();
   load_added_tokens(field("added_tokens"), model_size);
@@ -390,7 +430,8 @@ void HFTokenizer::Impl::load(const json& root) {
   for (size_t id = 0; id < limit; ++id) {
     if (id_to_token[id] == nullptr) continue;
     has_id[id] = true;
-    id_to_bytes[id] = token_to_bytes(*id_to_token[id], bytes) ? bytes : *id_to_token[id];
+    // Byte-level: the token's bytes; otherwise the token itself, for the decoder steps.
+    id_to_bytes[id] = byte_level && token_to_bytes(*id_to_token[id], bytes) ? bytes : *id_to_token[id];
   }
   for (const std::vector<int32_t>* specials : {&prefix, &suffix})
     for (int32_t id : *specials)
@@ -454,19 +495,7 @@ void HFTokenizer::Impl::load_config() {
                   "'s pre_tokenizer is not a ByteLevel with add_prefix_space (transformers may rebuild it; not supported)");
     if (flag("split_special_tokens") == 1) config_fail("split_special_tokens true is not supported");
   }
-  if (!named_eos) {
-    std::vector<const AddedToken*> candidates;
-    for (const AddedToken& t : added)
-      if (t.content == "<|endoftext|>" || t.content == "<|end_of_text|>" || t.content == "</s>") candidates.push_back(&t);
-    if (candidates.size() != 1) {
-      std::string names;
-      for (const AddedToken* t : candidates) names += (names.empty() ? "'" : ", '") + t->content + "'";
-      fail(std::string("no end-of-document token: tokenizer_config.json next to it names no eos_token, and ") +
-           (candidates.empty() ? std::string("no added token is '<|endoftext|>', '<|end_of_text|>' or '</s>'")
-                               : "more than one added token could be it (" + names + ")"));
-    }
-    eos = candidates.front()->id;
-  }
+  if (!named_eos) choose_eos();
   if (!named_bos && prefix.size() == 1) bos = prefix.front();
 }
 

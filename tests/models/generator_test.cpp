@@ -1,5 +1,6 @@
 // Generation with the KV cache (models/generator.h) against the golden files PyTorch wrote from
-// Hugging Face's semantics (tools/make_golden.py, make_llama_golden.py, make_moe_golden.py): the
+// Hugging Face's semantics (tools/make_golden.py, make_llama_golden.py, make_moe_golden.py, and
+// make_family_golden.py's Llama 3.2, Qwen2 and Qwen3 shapes with llama3 RoPE, q/k/v biases, q/k norms): the
 // logits of every position of the golden batch, whether the prompt goes in whole, in chunks, or
 // one token per call against the cache (teacher forcing), equal PyTorch's within 1e-5 relative.
 #include <gtest/gtest.h>
@@ -73,7 +74,8 @@ TEST_P(GeneratorGolden, LogitsOfEveryPositionMatchPyTorchWholeChunkedAndOneToken
 INSTANTIATE_TEST_SUITE_P(PyTorch, GeneratorGolden,
                          ::testing::Values("gpt2_tiny.safetensors", "llama_tiny.safetensors",
                                            "llama_tiny_tied.safetensors", "mixtral_tiny.safetensors",
-                                           "gpt2_moe_tiny.safetensors"));
+                                           "gpt2_moe_tiny.safetensors", "families/llama.safetensors",
+                                           "families/qwen2.safetensors", "families/qwen3.safetensors"));
 
 TEST(Generator, RefusesRowsAndLogitsBeyondItsPlanAndTokensOutsideTheVocabulary) {
   Fixture f("llama_tiny.safetensors");

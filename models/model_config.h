@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/ops/rope_scaling.h"
 
@@ -45,9 +46,18 @@ struct MoeConfig {
   // "alltoall" (MPI_Alltoallv of the routed tokens) or "allgather" (every rank of the expert group
   // sees every token), Megatron's moe_token_dispatcher_type.
   TokenDispatcher token_dispatcher = TokenDispatcher::kAllToAll;
+  // Hugging Face's Qwen2-MoE / Qwen3-MoE keys: each expert's SwiGLU width (moe_intermediate_size; 0: the model's
+  // FFN width), and which layers are MoE: with decoder_sparse_step S > 0, layer i when (i + 1) % S == 0, instead of
+  // moe_layer_freq's rule; never the layers of mlp_only_layers.
+  int64_t expert_ffn = 0;
+  int64_t sparse_step = 0;
+  std::vector<int64_t> dense_layers;
   bool enabled() const { return expert_num > 1; }
   bool dropless() const { return capacity_factor <= 0.0; }
-  bool is_moe_layer(int64_t layer) const { return enabled() && layer % std::max<int64_t>(1, moe_layer_freq) == 0; }
+  bool is_moe_layer(int64_t layer) const {
+    if (!enabled() || std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end()) return false;
+    return sparse_step > 0 ? (layer + 1) % sparse_step == 0 : layer % std::max<int64_t>(1, moe_layer_freq) == 0;
+  }
   bool operator==(const MoeConfig&) const = default;
 };
 

@@ -33,14 +33,19 @@ std::vector<ModelEntry>& entries() {
       // and heads of their own width; a LlamaConfig whose qkv_has_bias / qk_layernorm say so.
       {"Qwen2ForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
+         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name, "Qwen2", false, false, qwen2_hf_config, read_qwen2_hf_config, "qwen2"},
+       llama_spec, qwen_name, "Qwen2", false, false, qwen2_hf_config, read_qwen2_hf_config, "qwen2"},
       {"Qwen3ForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
+         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
        },
-       llama_spec, llama_name, "Qwen3", false, false, qwen3_hf_config, read_qwen3_hf_config, "qwen3"},
+       llama_spec, qwen_name, "Qwen3", false, false, qwen3_hf_config, read_qwen3_hf_config, "qwen3"},
+      {"Qwen3MoeForCausalLM", "LlamaConfig",
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
+       },
+       llama_spec, qwen_name, "Qwen3-MoE", true, false, qwen3_moe_hf_config, read_qwen3_moe_hf_config, "qwen3_moe"},
   };
   return e;
 }

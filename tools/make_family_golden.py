@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Golden files for three Hugging Face model families (llama with head_dim and llama3 RoPE, qwen2, qwen3),
-from the plain-torch references in tools/torch_hf_families.py (see its docstring for the Hugging Face
-modeling files and commits transcribed).
+"""Golden files for five Hugging Face model families (llama with head_dim and llama3 RoPE, qwen2, qwen3, and
+the mixtures of experts qwen2_moe (two variants) and qwen3_moe), from the plain-torch references in
+tools/torch_hf_families.py (see its docstring for the Hugging Face modeling files and commits transcribed,
+and for the MoE block's and the balancing loss's exact arithmetic).
 
 Run with Debian's Python (the pyenv `python3` on PATH has no torch), from the repository root:
 
-    /usr/bin/python3 tools/make_family_golden.py [--out tests/golden/families]
+    /usr/bin/python3 tools/make_family_golden.py [--out tests/golden/families] [--only VARIANT ...]
+    /usr/bin/python3 tools/make_family_golden.py --search VARIANT FIRST_SEED COUNT   (how the MoE seeds were picked)
 
-Writes, for each family F in llama, qwen2, qwen3:
+Writes, for each variant F in llama, qwen2, qwen3, qwen2_moe, qwen2_moe_mixed, qwen3_moe:
 
   tests/golden/families/F/config.json   a Hugging Face config.json (model_type, architectures,
                                         torch_dtype float32, every key of the config class that matters),
@@ -36,6 +38,40 @@ q / rms(q) and makes the model invariant to scaling q_proj / k_proj; the llama f
 hidden / heads and no rope_scaling is tools/torch_llama.py's model (bitwise, same weights); qwen2 with its
 biases zero is that model too; tools/hf_rope_reference.py's llama3 frequencies equal an independent
 transcription.
+
+The MoE variants (every key above, same meaning, plus the ones below; metadata keys appended after the dense
+ones, among them the variant's MoE settings, "sparse_layers", "moe_semantics", "aux_loss_formula"):
+
+  qwen2_moe        Qwen2MoeForCausalLM (Qwen1.5-MoE's keys): 2 layers, both sparse (decoder_sparse_step 1,
+                   mlp_only_layers []), 4 experts, top-2, moe_intermediate_size 32, shared expert of width 48
+                   with its sigmoid gate, norm_topk_prob false (Qwen2-MoE's default), q/k/v biases, head_dim 16
+  qwen2_moe_mixed  the same with 3 layers and mlp_only_layers [1]: layers 0 and 2 sparse, layer 1 the dense
+                   SwiGLU MLP of width intermediate_size 96
+  qwen3_moe        Qwen3MoeForCausalLM (Qwen3-30B-A3B's keys): qwen3's attention (q_norm/k_norm, head_dim 32),
+                   2 sparse layers, 4 experts, top-2, width 32, no shared expert, norm_topk_prob true (as the
+                   released Qwen3-MoE configs; Qwen3MoeConfig's default is false)
+  All three: untied lm_head (as the real configs), rope_theta 1e6, output_router_logits FALSE, so loss, grads
+  and train.* are of the plain LM loss (HF adds router_aux_loss_coef * aux only with output_router_logits).
+  Extra keys: aux_loss [1] and train.aux_losses [10] (load_balancing_loss_func of the batch at the initial
+  weights / at the weights before update s: recorded, not trained on), and for each sparse layer i, of the
+  first forward: moe.layer{i}.router_logits [B*T, E], moe.layer{i}.routing_weights [B*T, k] (after the
+  optional renormalisation), moe.layer{i}.experts int32 [B*T, k] (descending probability).
+  Initialisation (init_moe_golden_): init_golden_'s, plus routers mlp.gate.weight and mlp.shared_expert_gate
+  .weight N(0, 0.3) (decisive routing), expert e's weights N(0, 0.02) * (e + 1) / 2 (experts differ).
+  Asserted for each: every sparse layer of every forward written (logits64 and the 10 steps) keeps a gap
+  > 1e-4 between adjacent sorted router logits among each token's k + 1 largest (no near-tie can make the
+  routing ambiguous; the least gap is in the metadata "router_margin"), every expert gets tokens in every
+  layer at every step (an expert without tokens has no gradient and torch's AdamW would skip it, decay
+  included), every parameter has a gradient, clipping on some steps but not all, size < 1.5 MB.
+  Self-checks: the dense/sparse layer rule on several configs and HF's parameter names, order and shapes;
+  the sparse block against a per-token loop (outputs and every gradient, float64; top-1/2/3, norm_topk_prob
+  both ways, with and without the shared expert); load_balancing_loss_func against E * sum_e f_e * P_e pooled
+  over the layers (values, gradients); float64 finite differences of each variant (routers, experts, shared
+  expert and its gate, the dense layer, attention, norms, embeddings, lm_head), also with
+  output_router_logits true and coefficient 0.5 (the balancing loss's gradient), no routing decision
+  flipped by the perturbations; 1 expert, top-1, no shared expert (qwen2_moe: its down_proj zero) == the
+  dense qwen3 / qwen2 model (bitwise, logits and gradients); qwen2_moe with every layer in mlp_only_layers
+  == qwen2 (bitwise).
 """
 import os
 
@@ -59,6 +95,8 @@ import torch_llama as tl  # noqa: E402
 torch.set_num_threads(2)
 
 V, C, L, H, KV, FF, P = 96, 64, 2, 4, 2, 96, 64
+E, K, FF_MOE, FF_SHARED = 4, 2, 32, 48          # the MoE variants: experts, top-k, expert and shared-expert widths
+ROUTER_MARGIN = 1e-4                             # least gap between the sorted top-(k+1) router logits of a token
 
 # The config.json files, key for key as the real ones (Llama-3.2-1B, Qwen2.5-0.5B, Qwen3-0.6B) spell
 # them, with tiny sizes. Written with json.dumps(indent=2, sort_keys=True) as save_pretrained does.
@@ -141,19 +179,103 @@ CONFIGS = {
         "use_sliding_window": False,
         "vocab_size": V,
     },
+    # Qwen1.5-MoE-A2.7B's / Qwen2-57B-A14B's keys; output_router_logits false as theirs: the training loss is
+    # the plain LM loss (the balancing loss is recorded apart, train.aux_losses).
+    "qwen2_moe": {
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 95,
+        "decoder_sparse_step": 1,
+        "eos_token_id": 95,
+        "hidden_act": "silu",
+        "hidden_size": C,
+        "initializer_range": 0.02,
+        "intermediate_size": FF,
+        "max_position_embeddings": P,
+        "max_window_layers": L,
+        "mlp_only_layers": [],
+        "model_type": "qwen2_moe",
+        "moe_intermediate_size": FF_MOE,
+        "norm_topk_prob": False,
+        "num_attention_heads": H,
+        "num_experts": E,
+        "num_experts_per_tok": K,
+        "num_hidden_layers": L,
+        "num_key_value_heads": KV,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": FF_SHARED,
+        "sliding_window": P,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": V,
+    },
+    # Qwen3-30B-A3B's keys (norm_topk_prob true as the released Qwen3-MoE configs; the class default is false).
+    "qwen3_moe": {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 94,
+        "decoder_sparse_step": 1,
+        "eos_token_id": 95,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": C,
+        "initializer_range": 0.02,
+        "intermediate_size": FF,
+        "max_position_embeddings": P,
+        "max_window_layers": L,
+        "mlp_only_layers": [],
+        "model_type": "qwen3_moe",
+        "moe_intermediate_size": FF_MOE,
+        "norm_topk_prob": True,
+        "num_attention_heads": H,
+        "num_experts": E,
+        "num_experts_per_tok": K,
+        "num_hidden_layers": L,
+        "num_key_value_heads": KV,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": V,
+    },
 }
+# qwen2_moe with 3 layers, the middle one dense (mlp_only_layers [1]: mlp.gate_proj/up_proj/down_proj of
+# width intermediate_size 96), the other two sparse.
+CONFIGS["qwen2_moe_mixed"] = dict(CONFIGS["qwen2_moe"], num_hidden_layers=3, max_window_layers=3, mlp_only_layers=[1])
+
+VARIANTS = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen2_moe_mixed", "qwen3_moe")
+MOE_VARIANTS = ("qwen2_moe", "qwen2_moe_mixed", "qwen3_moe")
 
 # make_llama_golden.py's optimizer and schedule, T 32.
 HP = dict(B=2, T=32, learning_rate=1e-3, lr_end=1e-4, warmup_steps=3, total_steps=10, beta1=0.9, beta2=0.95,
           adam_eps=1e-8, weight_decay=0.1, lr_schedule="cosine")
 # Picked after looking at the printed pre-clip norms: clipping on some steps but not all (asserted).
-MAX_NORM = {"llama": 1.5, "qwen2": 1.5, "qwen3": 1.6}
-SEED = {"llama": 5151, "qwen2": 6262, "qwen3": 7373}
+MAX_NORM = {"llama": 1.5, "qwen2": 1.5, "qwen3": 1.6, "qwen2_moe": 1.6, "qwen2_moe_mixed": 1.8, "qwen3_moe": 1.9}
+SEED = {"llama": 5151, "qwen2": 6262, "qwen3": 7373, "qwen2_moe": 8007, "qwen2_moe_mixed": 8009, "qwen3_moe": 8006}
 # Spot checks of the weights after the 10 steps (those the family has).
 FINAL = ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.embed_tokens.weight",
          "model.norm.weight", "lm_head.weight", "model.layers.0.self_attn.q_proj.bias",
          "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.q_norm.weight",
          "model.layers.0.self_attn.k_norm.weight")
+# ... and for the MoE variants, after those (the ones the variant has).
+MOE_FINAL = ("model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate.weight", "model.layers.2.mlp.gate.weight",
+             "model.layers.0.mlp.experts.1.gate_proj.weight", "model.layers.0.mlp.experts.2.up_proj.weight",
+             "model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.2.mlp.experts.0.down_proj.weight",
+             "model.layers.0.mlp.shared_expert.down_proj.weight", "model.layers.1.mlp.shared_expert.gate_proj.weight",
+             "model.layers.2.mlp.shared_expert.up_proj.weight", "model.layers.0.mlp.shared_expert_gate.weight",
+             "model.layers.2.mlp.shared_expert_gate.weight", "model.layers.1.mlp.up_proj.weight")
 
 INIT = ("in named_parameters() order from one generator: RMSNorm weights (input_layernorm, "
         "post_attention_layernorm, model.norm, q_norm, k_norm) 1 + N(0, 0.1); q_proj and k_proj weights N(0, 0.08); "
@@ -172,6 +294,44 @@ def init_golden_(model, gen):
                 p.copy_(0.08 * noise)
             else:
                 p.copy_(0.02 * noise)
+
+
+MOE_INIT = ("in named_parameters() order from one generator: RMSNorm weights (input_layernorm, "
+            "post_attention_layernorm, model.norm, q_norm, k_norm) 1 + N(0, 0.1); q_proj and k_proj weights N(0, 0.08); "
+            "biases N(0, 0.05); routers mlp.gate.weight and mlp.shared_expert_gate.weight N(0, 0.3); expert e's "
+            "weights (mlp.experts.{e}.*) N(0, 0.02) * (e + 1) / 2; every other weight (shared expert, dense MLPs, "
+            "attention v/o, embeddings, lm_head) N(0, 0.02)")
+
+
+def init_moe_golden_(model, gen):
+    """init_golden_'s rules plus: routers N(0, 0.3) (decisive routing), expert e scaled by (e + 1) / 2."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if name.endswith((".mlp.gate.weight", ".mlp.shared_expert_gate.weight")):
+                p.copy_(0.3 * noise)
+            elif ".mlp.experts." in name:
+                e = int(name.split(".mlp.experts.")[1].split(".")[0])
+                p.copy_(0.02 * (e + 1) / 2 * noise)
+            elif name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.05 * noise)
+            elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.copy_(0.08 * noise)
+            else:
+                p.copy_(0.02 * noise)
+
+
+def router_gaps(model):
+    """Least gap between adjacent sorted router logits among each token's k + 1 largest, over the sparse layers
+    of the model's last forward (inf without sparse layers)."""
+    k, worst = model.cfg.num_experts_per_tok, math.inf
+    for rl in model.router_logits:
+        top = torch.sort(rl.detach().double(), dim=-1, descending=True).values[:, :min(k + 1, rl.shape[-1])]
+        if top.shape[-1] > 1:
+            worst = min(worst, (top[:, :-1] - top[:, 1:]).min().item())
+    return worst
 
 
 def make_tokens(gen, B, T, V):
@@ -211,7 +371,8 @@ def rope_bands(hf_cfg, head_dim):
         [i for i in range(len(wl)) if lo[i]]
 
 
-def make_family_golden(family, outdir, max_norm):
+def make_family_golden(family, outdir, max_norm, seed=None, search=False):
+    """search: a trial of `seed` (--search): no clipping assertions, nothing kept."""
     hf_cfg = CONFIGS[family]
     fam_dir = os.path.join(outdir, family)
     os.makedirs(fam_dir, exist_ok=True)
@@ -220,15 +381,19 @@ def make_family_golden(family, outdir, max_norm):
         f.write(text)
     cfg_back = json.loads(text)                  # the model is built from what was written
     hp = dict(HP, max_norm=max_norm)
-    seed = SEED[family]
+    seed = SEED[family] if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
     model = hf.FamilyForCausalLM(cfg_back)
     cfg = model.cfg
-    init_golden_(model, gen)
+    moe = family in MOE_VARIANTS
+    assert moe == (cfg.num_experts > 0)
+    (init_moe_golden_ if moe else init_golden_)(model, gen)
     B, T = hp["B"], hp["T"]
     tokens = make_tokens(gen, B, T, V)
     inputs, targets = tokens[:, :T], tokens[:, 1:]
     tokens64 = torch.randint(0, V, (1, P), generator=gen, dtype=torch.int64)
+    sparse = cfg.sparse_layers()
+    gaps = []                                                    # MoE: router margins of every forward
 
     out = {}
     for name, p in model.named_parameters():
@@ -236,6 +401,8 @@ def make_family_golden(family, outdir, max_norm):
     out["tokens"] = tokens.to(torch.int32)                       # [B, T+1]
     with torch.no_grad():
         logits64, _ = model(tokens64)
+    if moe:
+        gaps.append(router_gaps(model))
     out["logits64.tokens"] = tokens64.to(torch.int32)            # [1, 64]
     out["logits64.logits"] = logits64.reshape(P, V).clone()      # [64, V], row = position
     out["rope.inv_freq"] = model.model.inv_freq.clone()          # [head_dim / 2] float32
@@ -248,16 +415,39 @@ def make_family_golden(family, outdir, max_norm):
                             foreach=False)
     params = list(model.parameters())
 
-    lrs, losses, norms = [], [], []
+    lrs, losses, norms, auxs = [], [], [], []
     for s in range(1, hp["total_steps"] + 1):
         opt.zero_grad(set_to_none=True)
         logits, loss = model(inputs, targets)
+        if moe:
+            assert not cfg.output_router_logits          # the loss is the plain LM loss
+            with torch.no_grad():
+                aux = model.aux_loss()
+            auxs.append(aux.item())
+            gaps.append(router_gaps(model))
+            assert gaps[-1] > ROUTER_MARGIN, f"{family} step {s}: router logits within {gaps[-1]:.2e} (re-seed)"
+            for i, rl in zip(sparse, model.router_logits):
+                _, sel = torch.topk(torch.softmax(rl.detach().float(), -1), cfg.num_experts_per_tok, -1)
+                hit = torch.bincount(sel.reshape(-1), minlength=cfg.num_experts)
+                # An expert no token picks gets no gradient (None): torch's AdamW would skip it altogether
+                # (not even decay it), which a runner that zero-fills would not reproduce.
+                assert (hit > 0).all(), f"{family} step {s} layer {i}: an expert without tokens {hit.tolist()}"
+            if s == 1:
+                first = [(rl.detach().clone(), *model.model.layers[i].mlp.last_routing)
+                         for i, rl in zip(sparse, model.router_logits)]
         loss.backward()
         if s == 1:
             out["logits"] = logits.detach().reshape(B * T, V).clone()   # [B*T, V]
             out["loss"] = loss.detach().reshape(1).clone()
             for name, p in model.named_parameters():
+                assert p.grad is not None, f"{family}: {name} has no gradient"
                 out[f"grads.{name}"] = p.grad.detach().clone()
+            if moe:
+                out["aux_loss"] = torch.tensor([auxs[0]], dtype=torch.float32)
+                for i, (rl, w, sel) in zip(sparse, first):
+                    out[f"moe.layer{i}.router_logits"] = rl.float()                   # [B*T, E]
+                    out[f"moe.layer{i}.routing_weights"] = w.detach().float().clone()   # [B*T, k]
+                    out[f"moe.layer{i}.experts"] = sel.to(torch.int32)                 # [B*T, k]
             loss64, gerr = f64_grad_error(model, inputs, targets)
             print(f"  float64 cross-check at init: loss64 {loss64:.9f} (f32 {loss.item():.9f}), "
                   f"max grad err / max|grad| = {gerr:.2e}")
@@ -270,21 +460,27 @@ def make_family_golden(family, outdir, max_norm):
         losses.append(loss.item())
         norms.append(norm.item())
         print(f"  step {s:2d}  lr {lr:.6e}  loss {loss.item():.6f}  grad_norm {norm.item():.6f}"
-              f"  {'CLIPPED' if norm.item() > hp['max_norm'] else ''}")
+              + (f"  aux {auxs[-1]:.6f}  router margin {gaps[-1]:.2e}" if moe else "")
+              + f"  {'CLIPPED' if norm.item() > hp['max_norm'] else ''}")
     clipped = [s + 1 for s, n in enumerate(norms) if n > hp["max_norm"]]
+    if search:
+        return dict(norms=norms, margin=min(gaps) if gaps else None, aux=auxs)
     assert 0 < len(clipped) < len(norms), f"{family}: max_norm should clip on some steps but not all"
     assert all(abs(n / hp["max_norm"] - 1) > 1e-3 for n in norms), f"{family}: a norm is too close to max_norm"
 
     out["train.lr"] = torch.tensor(lrs, dtype=torch.float32)
     out["train.losses"] = torch.tensor(losses, dtype=torch.float32)
     out["train.grad_norms"] = torch.tensor(norms, dtype=torch.float32)
+    if moe:
+        out["train.aux_losses"] = torch.tensor(auxs, dtype=torch.float32)
     sd = dict(model.named_parameters())
-    finals = [n for n in FINAL if n in sd]
+    finals = [n for n in FINAL + (MOE_FINAL if moe else ()) if n in sd]
     for name in finals:
         out[f"train.final.{name}"] = sd[name].detach().clone()
 
     rope_type = (hf_cfg.get("rope_scaling") or {}).get("rope_type", "default")
-    tiny = dict(vocab_size=V, hidden_size=C, num_layers=L, num_heads=H, num_kv_heads=KV, intermediate_size=FF,
+    tiny = dict(vocab_size=V, hidden_size=C, num_layers=hf_cfg["num_hidden_layers"], num_heads=H, num_kv_heads=KV,
+                intermediate_size=hf_cfg["intermediate_size"],
                 rope_theta=float(hf_cfg["rope_theta"]), rms_norm_eps=hf_cfg["rms_norm_eps"], max_position_embeddings=P)
     meta = {k: str(v) for k, v in tiny.items()}
     meta.update({k: str(v) for k, v in hp.items()})
@@ -300,10 +496,19 @@ def make_family_golden(family, outdir, max_norm):
                  "viewed [B,T,KV,head_dim]): RMSNorm over each head's head_dim elements (float32, x*rsqrt(mean(x^2)+eps), "
                  "then weight*x, weight [head_dim] shared by all heads), then RoPE; v not normalised; no biases; "
                  "default RoPE; H*head_dim != hidden",
+        "qwen2_moe": "Hugging Face modeling_qwen2_moe.py: qwen2's attention (q/k/v biases added before RoPE, head_dim = "
+                     "hidden/heads, HF's scores / sqrt(16) == * 0.25 exactly), every layer sparse (Qwen2MoeSparseMoeBlock "
+                     "with the shared expert); untied lm_head",
+        "qwen2_moe_mixed": "Hugging Face modeling_qwen2_moe.py as qwen2_moe, 3 layers with mlp_only_layers [1]: layers 0 "
+                           "and 2 sparse, layer 1 the dense SwiGLU MLP (mlp.gate_proj/up_proj/down_proj, width "
+                           "intermediate_size); untied lm_head",
+        "qwen3_moe": "Hugging Face modeling_qwen3_moe.py: qwen3's attention (q_norm/k_norm per head before RoPE, no "
+                     "biases, head_dim 32 from config.json, H*head_dim != hidden), every layer sparse "
+                     "(Qwen3MoeSparseMoeBlock: no shared expert, norm_topk_prob true); untied lm_head",
     }[family]
     meta.update({
         "arch": hf_cfg["architectures"][0],
-        "model_type": family,
+        "model_type": hf_cfg["model_type"],
         "hf_config": text,
         "tie_word_embeddings": str(cfg.tie_word_embeddings),
         "hidden_act": "silu",
@@ -352,11 +557,72 @@ def make_family_golden(family, outdir, max_norm):
         "num_clipped_steps": str(len(clipped)),
         "clipped_steps": ",".join(map(str, clipped)),
     })
+    if moe:
+        meta.update(moe_metadata(family, cfg, sparse, min(gaps)))
     path = os.path.join(outdir, f"{family}.safetensors")
     write_safetensors(path, out, meta)
     size = os.path.getsize(path)
-    assert size < 1 << 20, f"{path}: {size} bytes"
-    return dict(loss1=losses[0], loss10=losses[-1], clipped=clipped, norms=norms, size=size)
+    assert size < (1_500_000 if moe else 1 << 20), f"{path}: {size} bytes"
+    return dict(loss1=losses[0], loss10=losses[-1], clipped=clipped, norms=norms, size=size,
+                aux=auxs, margin=min(gaps) if gaps else None)
+
+
+def moe_metadata(family, cfg, sparse, margin):
+    """The MoE variants' extra metadata (appended after the dense families' keys)."""
+    dense = [i for i in range(cfg.num_hidden_layers) if i not in sparse]
+    shared = cfg.shared_expert_intermediate_size > 0
+    return {
+        "variant": family,
+        "num_experts": str(cfg.num_experts),
+        "num_experts_per_tok": str(cfg.num_experts_per_tok),
+        "moe_intermediate_size": str(cfg.moe_intermediate_size),
+        "shared_expert_intermediate_size": str(cfg.shared_expert_intermediate_size),
+        "norm_topk_prob": str(cfg.norm_topk_prob),
+        "decoder_sparse_step": str(cfg.decoder_sparse_step),
+        "mlp_only_layers": ",".join(map(str, cfg.mlp_only_layers)),
+        "sparse_layers": ",".join(map(str, sparse)),
+        "dense_layers": ",".join(map(str, dense)),
+        "output_router_logits": str(cfg.output_router_logits),
+        "router_aux_loss_coef": str(cfg.router_aux_loss_coef),
+        "sparse_layer_rule": "layer i is sparse iff (i not in mlp_only_layers) and (num_experts > 0 and "
+                             "(i + 1) % decoder_sparse_step == 0); else the dense SwiGLU MLP of width intermediate_size",
+        "moe_semantics": "x = post_attention_layernorm(h) viewed [B*T, C]; router_logits = x @ mlp.gate.weight^T "
+                         "[B*T, E] (no bias); p = softmax(router_logits) in float32; (w, sel) = torch.topk(p, k) "
+                         "(descending); " + ("w /= sum(w) (norm_topk_prob true); " if cfg.norm_topk_prob else
+                                             "w NOT renormalised (norm_topk_prob false); ") +
+                         "y = sum_j w[:, j] * expert_{sel[:, j]}(x), expert_e = mlp.experts.{e}.down_proj(silu("
+                         "gate_proj(x)) * up_proj(x)) of width moe_intermediate_size; " +
+                         ("y += sigmoid(x @ mlp.shared_expert_gate.weight^T [1, C]) * shared_expert(x), shared_expert "
+                          "= mlp.shared_expert.{gate,up,down}_proj of width shared_expert_intermediate_size; "
+                          if shared else "no shared expert; ") +
+                         "then the residual add. The router gets gradient through w only (sel carries none); no "
+                         "capacity, no token dropping, no z-loss",
+        "aux_loss_formula": "load_balancing_loss_func (Switch Transformer eq. 4-6, no attention mask): Z = the router "
+                            "logits of all sparse layers concatenated [L_s*B*T, E] (layer-major); P = softmax(Z); "
+                            "sel = topk(P, k).indices; f[j, e] = mean over rows of one_hot(sel)[:, j, e]; "
+                            "Pbar[e] = mean over rows of P[:, e]; aux = E * sum_{j,e} f[j, e] * Pbar[e] = E * sum_e "
+                            "(#assignments to e / (L_s*B*T)) * Pbar[e]; pooled over the layers (not a sum of per-layer "
+                            "terms); balanced routing gives k. Added to the loss (times router_aux_loss_coef) only "
+                            "with output_router_logits true: false here, so loss/grads/train.* are of the plain LM loss",
+        "aux_loss": "aux_loss [1]: the aux_loss_formula value at the initial weights on the golden batch (not in the "
+                    "loss); train.aux_losses [steps]: the same at the weights before update s (as train.losses)",
+        "moe_records": "moe.layer{i}.router_logits [B*T, E] float32, moe.layer{i}.routing_weights [B*T, k] float32 "
+                       "(w after the optional renormalisation), moe.layer{i}.experts [B*T, k] int32 (sel, descending "
+                       "p): the first forward's, for each sparse layer i",
+        "router_margin": f"{margin:.3e}: the least gap between adjacent sorted router logits among each token's k + 1 "
+                         f"largest, over every sparse layer of every forward written here (logits64, the 10 steps); "
+                         f"asserted > {ROUTER_MARGIN:g}; every expert gets tokens in every layer at every step",
+        "init": MOE_INIT,
+        "weight_layout": "HF names; nn.Linear weights [out, in], y = x @ W^T + b; embed_tokens [V, C]; lm_head [V, C]; "
+                         "mlp.gate.weight [E, C]; mlp.experts.{e}.gate_proj/up_proj.weight [moe_intermediate_size, C], "
+                         "down_proj [C, moe_intermediate_size]" +
+                         ("; mlp.shared_expert.gate_proj/up_proj.weight [shared_expert_intermediate_size, C], "
+                          "down_proj [C, shared_expert_intermediate_size]; mlp.shared_expert_gate.weight [1, C]"
+                          if shared else "") + ("; q_norm/k_norm weights [head_dim]" if cfg.qk_norm else ""),
+        "weight_decay_applies_to": "2-D tensors only (embed_tokens, lm_head, every *_proj weight, mlp.gate.weight"
+                                   + (", mlp.shared_expert_gate.weight" if shared else "") +
+                                   "); 0 for the RMSNorm weights and the biases",
+    }
 
 
 # ----------------------------------------------------------------------------
@@ -524,33 +790,336 @@ def _shape_checks():
             assert sd["model.layers.0.self_attn.k_norm.weight"].shape == (32,)
 
 
+# ---- the mixtures of experts
+
+
+def _moe_cfg(base, **over):
+    """A MoE config dict: CONFIGS[base] with `over` applied."""
+    d = dict(CONFIGS[base])
+    d.update(over)
+    return d
+
+
+def _moe_shape_checks():
+    # The dense/sparse layer rule (an independent statement of Qwen2MoeDecoderLayer's condition).
+    cases = [(dict(num_experts=4, decoder_sparse_step=1, mlp_only_layers=[]), 4, [0, 1, 2, 3]),
+             (dict(num_experts=4, decoder_sparse_step=2, mlp_only_layers=[]), 4, [1, 3]),
+             (dict(num_experts=4, decoder_sparse_step=1, mlp_only_layers=[0, 3]), 4, [1, 2]),
+             (dict(num_experts=4, decoder_sparse_step=3, mlp_only_layers=[5]), 6, [2]),
+             (dict(num_experts=0, decoder_sparse_step=1, mlp_only_layers=[]), 3, []),
+             (dict(num_experts=4, decoder_sparse_step=1, mlp_only_layers=[1]), 3, [0, 2])]
+    for fam in hf.MOE_FAMILIES:
+        for over, layers, want in cases:
+            d = _moe_cfg(fam, num_hidden_layers=layers, **over)
+            if d["num_experts"] == 0:
+                d["num_experts_per_tok"] = 0
+            cfg = hf.FamilyConfig.from_hf(d)
+            assert cfg.sparse_layers() == want, (fam, over, cfg.sparse_layers())
+            sd = dict(hf.FamilyForCausalLM(d).named_parameters())
+            for i in range(layers):
+                assert (f"model.layers.{i}.mlp.gate.weight" in sd) == (i in want), (fam, over, i)
+                assert (f"model.layers.{i}.mlp.gate_proj.weight" in sd) == (i not in want), (fam, over, i)
+    # Names, order and shapes of a sparse layer (HF's registration order).
+    for variant in MOE_VARIANTS:
+        d = CONFIGS[variant]
+        cfg = hf.FamilyConfig.from_hf(d)
+        names = [(n, tuple(p.shape)) for n, p in hf.FamilyForCausalLM(d).named_parameters()]
+        D = cfg.head_dim
+        want = [("model.embed_tokens.weight", (V, C))]
+        for i in range(cfg.num_hidden_layers):
+            pre = f"model.layers.{i}."
+            want += [(pre + "self_attn.q_proj.weight", (H * D, C))]
+            want += [(pre + "self_attn.q_proj.bias", (H * D,))] if cfg.qkv_bias else []
+            want += [(pre + "self_attn.k_proj.weight", (KV * D, C))]
+            want += [(pre + "self_attn.k_proj.bias", (KV * D,))] if cfg.qkv_bias else []
+            want += [(pre + "self_attn.v_proj.weight", (KV * D, C))]
+            want += [(pre + "self_attn.v_proj.bias", (KV * D,))] if cfg.qkv_bias else []
+            want += [(pre + "self_attn.o_proj.weight", (C, H * D))]
+            if cfg.qk_norm:
+                want += [(pre + "self_attn.q_norm.weight", (D,)), (pre + "self_attn.k_norm.weight", (D,))]
+            if cfg.is_sparse(i):
+                want += [(pre + "mlp.gate.weight", (E, C))]
+                for e in range(E):
+                    want += [(pre + f"mlp.experts.{e}.gate_proj.weight", (FF_MOE, C)),
+                             (pre + f"mlp.experts.{e}.up_proj.weight", (FF_MOE, C)),
+                             (pre + f"mlp.experts.{e}.down_proj.weight", (C, FF_MOE))]
+                if d["model_type"] == "qwen2_moe":
+                    want += [(pre + "mlp.shared_expert.gate_proj.weight", (FF_SHARED, C)),
+                             (pre + "mlp.shared_expert.up_proj.weight", (FF_SHARED, C)),
+                             (pre + "mlp.shared_expert.down_proj.weight", (C, FF_SHARED)),
+                             (pre + "mlp.shared_expert_gate.weight", (1, C))]
+            else:
+                want += [(pre + "mlp.gate_proj.weight", (FF, C)), (pre + "mlp.up_proj.weight", (FF, C)),
+                         (pre + "mlp.down_proj.weight", (C, FF))]
+            want += [(pre + "input_layernorm.weight", (C,)), (pre + "post_attention_layernorm.weight", (C,))]
+        want += [("model.norm.weight", (C,)), ("lm_head.weight", (V, C))]
+        assert names == want, (variant, [a for a, b in zip(names, want) if a != b][:3])
+    print("  self-check MoE: the dense/sparse layer rule on 6 configs x 2 families; HF's parameter names, order "
+          "and shapes for " + ", ".join(MOE_VARIANTS))
+
+
+def _naive_moe(block, x2, k, norm, shared):
+    """Per-token loop (float64): p = softmax(x W_g^T); the k largest p (stable descending sort); weights p (or
+    renormalised); y = sum_j w_j expert_{e_j}(x) (+ sigmoid(g . x) * shared(x))."""
+    rows = []
+    for t in range(x2.shape[0]):
+        xt = x2[t:t + 1]
+        p = torch.softmax(xt @ block.gate.weight.T, -1)[0]
+        order = sorted(range(p.shape[0]), key=lambda e: -p[e].item())[:k]
+        w = torch.stack([p[e] for e in order])
+        if norm:
+            w = w / w.sum()
+        y = sum(w[j] * block.experts[e](xt)[0] for j, e in enumerate(order))
+        if shared:
+            y = y + torch.sigmoid(xt @ block.shared_expert_gate.weight.T)[0] * block.shared_expert(xt)[0]
+        rows.append(y)
+    return torch.stack(rows)
+
+
+def _moe_block_vs_naive(gen):
+    n = 0
+    for fam in hf.MOE_FAMILIES:
+        for k in (1, 2, 3):
+            for norm in (False, True):
+                cfg = hf.FamilyConfig.from_hf(_moe_cfg(fam, num_experts_per_tok=k, norm_topk_prob=norm))
+                block = hf.FamilySparseMoeBlock(cfg).double()
+                shared = cfg.shared_expert_intermediate_size > 0
+                assert shared == (fam == "qwen2_moe")
+                with torch.no_grad():
+                    for name, p in block.named_parameters():
+                        std = 0.3 if name in ("gate.weight", "shared_expert_gate.weight") else 0.1
+                        p.copy_(std * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+                x = torch.randn(2, 7, C, generator=gen, dtype=torch.float64, requires_grad=True)
+                R = torch.randn(2, 7, C, generator=gen, dtype=torch.float64)
+                y, rl = block(x)
+                yn = _naive_moe(block, x.reshape(-1, C), k, norm, shared).reshape(2, 7, C)
+                assert torch.allclose(rl, x.reshape(-1, C) @ block.gate.weight.T, rtol=0, atol=1e-13)
+                err = (y - yn).abs().max().item()
+                assert err < 1e-13, (fam, k, norm, err)
+                params = [x] + list(block.parameters())
+                g1 = torch.autograd.grad((y * R).sum(), params, allow_unused=True)
+                g2 = torch.autograd.grad((yn * R).sum(), params, allow_unused=True)
+                for a, b in zip(g1, g2):
+                    if a is None and b is None:          # an expert no token picked
+                        continue
+                    a = torch.zeros_like(b) if a is None else a
+                    b = torch.zeros_like(a) if b is None else b
+                    assert (a - b).abs().max().item() < 1e-12, (fam, k, norm)
+                # norm_topk_prob: the k weights sum to 1; else they are the raw top-k probabilities.
+                w, sel = block.last_routing
+                p = torch.softmax(rl, -1)
+                if norm:
+                    assert torch.allclose(w.sum(-1), torch.ones_like(w[:, 0]), rtol=0, atol=1e-14)
+                else:
+                    assert torch.equal(w, p.gather(1, sel))
+                n += 1
+    print(f"  self-check MoE block == a per-token loop ({n} cases: qwen2_moe with the shared expert, qwen3_moe "
+          f"without; top-1/2/3; norm_topk_prob false/true): outputs, router logits and every gradient (float64)")
+
+
+def _aux_vs_naive(gen):
+    for k in (1, 2):
+        layers = tuple(torch.randn(13, E, generator=gen, dtype=torch.float64).mul(2).requires_grad_() for _ in range(3))
+        aux = hf.load_balancing_loss_func(layers, E, k)
+        # explicit: f_e = #assignments to e / rows, P_e = mean prob, pooled over the layers
+        Z = torch.cat(layers)
+        P = torch.softmax(Z, -1)
+        counts = [0] * E
+        for r in range(Z.shape[0]):
+            for e in sorted(range(E), key=lambda e: -P[r, e].item())[:k]:
+                counts[e] += 1
+        want = E * sum(counts[e] / Z.shape[0] * P[:, e].mean() for e in range(E))
+        # HF's tokens_per_expert is mean(expert_mask.float()): float32 fractions even here (count / 39 rounded)
+        assert abs(aux.item() - want.item()) < 1e-7, (aux.item(), want.item())
+        g1 = torch.autograd.grad(aux, layers)
+        g2 = torch.autograd.grad(want, layers)
+        assert all((a - b).abs().max().item() < 1e-8 for a, b in zip(g1, g2))
+        # not the sum (nor the mean) of the per-layer values
+        per = [hf.load_balancing_loss_func((l,), E, k).item() for l in layers]
+        assert abs(sum(per) / len(per) - aux.item()) > 1e-6 and abs(sum(per) - aux.item()) > 1e-6
+    # Balanced routing (every expert chosen equally often, uniform mean probabilities) gives k.
+    Z = torch.zeros(8, E, dtype=torch.float64)
+    for r in range(8):
+        Z[r, r % E] = 1.0
+        Z[r, (r + 1) % E] = 0.5
+    assert abs(hf.load_balancing_loss_func((Z,), E, 2).item() - 2.0) < 1e-12
+    print("  self-check load_balancing_loss_func == E * sum_e f_e * P_e pooled over the layers' tokens (values and "
+          "gradients, float64), != the sum or mean of per-layer values; balanced routing gives k")
+
+
+def _moe_fd_check(variant, gen, loud_aux=False):
+    """Finite differences in float64 on a tiny instance (T 9) of a MoE variant, decisive routers; with loud_aux
+    also output_router_logits true and router_aux_loss_coef 0.5 (the balancing loss's gradient)."""
+    over = dict(output_router_logits=True, router_aux_loss_coef=0.5) if loud_aux else {}
+    model = hf.FamilyForCausalLM(tiny_cfg(variant, **over))
+    init_moe_golden_(model, gen)
+    model = model.double()
+    B, T = 2, 9
+    toks = torch.randint(0, V, (B, T + 1), generator=gen)
+    inputs, targets = toks[:, :T], toks[:, 1:]
+    _, loss = model(inputs, targets)
+    sparse = model.cfg.sparse_layers()
+
+    def selections():
+        return [model.model.layers[i].mlp.last_routing[1].clone() for i in sparse]
+    sel0 = selections()
+    if loud_aux:
+        ce = torch.nn.functional.cross_entropy(model(inputs)[0].reshape(-1, V), targets.reshape(-1))
+        assert abs(loss.item() - (ce.item() + 0.5 * model.aux_loss().item())) < 1e-12
+    loss.backward()
+    sd = dict(model.named_parameters())
+    picks = [("model.layers.0.self_attn.q_proj.weight", (5, 7)),
+             ("model.layers.1.self_attn.k_proj.weight", (20, 3)),
+             ("model.layers.0.self_attn.v_proj.weight", (11, 60)),
+             ("model.layers.1.self_attn.o_proj.weight", (2, 40)),
+             ("model.layers.0.self_attn.q_proj.bias", (9,)),
+             ("model.layers.1.self_attn.k_proj.bias", (21,)),
+             ("model.layers.0.self_attn.q_norm.weight", (13,)),
+             ("model.layers.1.self_attn.k_norm.weight", (30,)),
+             ("model.layers.0.mlp.gate.weight", (1, 10)),
+             ("model.layers.0.mlp.gate.weight", (3, 50)),
+             ("model.layers.1.mlp.gate.weight", (0, 33)),
+             ("model.layers.2.mlp.gate.weight", (2, 5)),
+             ("model.layers.0.mlp.experts.0.gate_proj.weight", (7, 12)),
+             ("model.layers.0.mlp.experts.1.up_proj.weight", (30, 63)),
+             ("model.layers.0.mlp.experts.3.down_proj.weight", (40, 9)),
+             ("model.layers.1.mlp.experts.2.gate_proj.weight", (1, 2)),
+             ("model.layers.2.mlp.experts.1.down_proj.weight", (8, 31)),
+             ("model.layers.0.mlp.shared_expert.gate_proj.weight", (47, 3)),
+             ("model.layers.1.mlp.shared_expert.down_proj.weight", (5, 20)),
+             ("model.layers.0.mlp.shared_expert_gate.weight", (0, 17)),
+             ("model.layers.2.mlp.shared_expert_gate.weight", (0, 60)),
+             ("model.layers.1.mlp.gate_proj.weight", (90, 11)),
+             ("model.layers.1.mlp.down_proj.weight", (63, 95)),
+             ("model.layers.0.post_attention_layernorm.weight", (3,)),
+             ("model.norm.weight", (42,)),
+             ("model.embed_tokens.weight", (int(inputs[1, 2]), 30)),
+             ("lm_head.weight", (int(targets[0, 0]), 8))]
+    worst, n = 0.0, 0
+    for name, idx in picks:
+        if name not in sd:
+            continue
+        p, h = sd[name], 1e-5
+        with torch.no_grad():
+            old = p[idx].item()
+            p[idx] = old + h
+            lp = model(inputs, targets)[1].item()
+            assert all(torch.equal(a, b) for a, b in zip(selections(), sel0)), f"{name}{idx}: +h changes the routing"
+            p[idx] = old - h
+            lm = model(inputs, targets)[1].item()
+            assert all(torch.equal(a, b) for a, b in zip(selections(), sel0)), f"{name}{idx}: -h changes the routing"
+            p[idx] = old
+        fd, an = (lp - lm) / (2 * h), (0.0 if p.grad is None else p.grad[idx].item())
+        worst = max(worst, abs(fd - an) / max(abs(an), 1e-8))
+        n += 1
+        assert abs(fd - an) <= 1e-7 + 1e-5 * abs(an), f"{variant}: finite differences {name}{idx}: fd {fd} vs {an}"
+    print(f"  self-check {variant}{' (output_router_logits, aux coef 0.5)' if loud_aux else ''}: finite differences "
+          f"(float64) agree with autograd on {n} elements, worst rel err {worst:.1e}")
+
+
+def _moe_equals_dense(gen):
+    """One expert, top-1 (weight softmax = 1), no shared expert (qwen2_moe: its down_proj zero): the MoE model is
+    the dense family with mlp.experts.0.* as mlp.*. And qwen2_moe with every layer in mlp_only_layers is qwen2."""
+    toks = torch.randint(0, V, (2, 33), generator=gen)
+    for fam, dense in (("qwen3_moe", "qwen3"), ("qwen2_moe", "qwen2")):
+        for norm in (False, True):
+            d = dict(CONFIGS[dense], model_type=fam, architectures=CONFIGS[fam]["architectures"], num_experts=1,
+                     num_experts_per_tok=1, moe_intermediate_size=FF, norm_topk_prob=norm, decoder_sparse_step=1,
+                     mlp_only_layers=[], shared_expert_intermediate_size=FF_SHARED)
+            m = hf.FamilyForCausalLM(d)
+            ref = hf.FamilyForCausalLM(CONFIGS[dense])
+            init_golden_(ref, gen)
+            init_moe_golden_(m, gen)
+            rsd = ref.state_dict()
+            mapped = {}
+            with torch.no_grad():
+                for name, p in m.named_parameters():
+                    rn = name.replace(".mlp.experts.0.", ".mlp.")
+                    if rn in rsd:
+                        p.copy_(rsd[rn])
+                        mapped[name] = rn
+                    elif name.endswith("shared_expert.down_proj.weight"):
+                        p.zero_()
+            assert len(mapped) == len(rsd), (fam, len(mapped), len(rsd))
+            lm, sm = m(toks[:, :32], toks[:, 1:])
+            lr_, sr = ref(toks[:, :32], toks[:, 1:])
+            sm.backward()
+            sr.backward()
+            err = (lm - lr_).abs().max().item()
+            rp = dict(ref.named_parameters())
+            gerr = max((p.grad - rp[mapped[n]].grad).abs().max().item() for n, p in m.named_parameters() if n in mapped)
+            assert err <= 1e-6 and gerr <= 1e-6, (fam, err, gerr)
+            print(f"  self-check {fam}, 1 expert, top-1, norm_topk_prob {norm}, no shared expert == {dense}: max |logits "
+                  f"diff| {err:.1e}{' (bitwise)' if err == 0 else ''}, max |grad diff| {gerr:.1e}")
+    # qwen2_moe with mlp_only_layers = every layer: qwen2 itself (same names, bitwise).
+    d = dict(CONFIGS["qwen2_moe"], mlp_only_layers=[0, 1], tie_word_embeddings=True)
+    m = hf.FamilyForCausalLM(d)
+    ref = hf.FamilyForCausalLM(CONFIGS["qwen2"])
+    init_golden_(ref, gen)
+    assert [n for n, _ in m.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    m.load_state_dict(ref.state_dict())
+    assert torch.equal(m(toks[:, :32])[0], ref(toks[:, :32])[0]) and m.router_logits == ()
+    assert m.aux_loss() == 0
+    print("  self-check qwen2_moe with every layer in mlp_only_layers == qwen2 (bitwise), no router logits")
+
+
 def self_checks():
     gen = torch.Generator().manual_seed(99)
     _shape_checks()
-    for fam in hf.FAMILIES:
+    for fam in hf.DENSE_FAMILIES:
         _fd_check(fam, gen)
     _llama_equals_torch_llama(gen)
     _qwen3_qk_norm(gen)
     _rope_checks()
+    # the mixtures of experts (after the dense checks: their generator draws are unchanged)
+    _moe_shape_checks()
+    _moe_block_vs_naive(gen)
+    _aux_vs_naive(gen)
+    for variant in MOE_VARIANTS:
+        _moe_fd_check(variant, gen)
+    _moe_fd_check("qwen2_moe_mixed", gen, loud_aux=True)
+    _moe_fd_check("qwen3_moe", gen, loud_aux=True)
+    _moe_equals_dense(gen)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden",
                                                   "families"))
+    ap.add_argument("--only", nargs="*", choices=VARIANTS, help="write these variants only (default: all)")
+    ap.add_argument("--no-self-checks", action="store_true")
+    ap.add_argument("--search", nargs=3, metavar=("VARIANT", "FIRST_SEED", "COUNT"),
+                    help="try COUNT seeds from FIRST_SEED for VARIANT: which keep the router margins (how SEED was picked)")
     args = ap.parse_args()
+    if args.search:
+        import contextlib
+        import io
+        import tempfile
+        variant, first, count = args.search[0], int(args.search[1]), int(args.search[2])
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in range(first, first + count):
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        r = make_family_golden(variant, tmp, MAX_NORM[variant], seed=seed, search=True)
+                    print(f"seed {seed}: ok, router margin {r['margin']:.2e}, grad norms (max_norm {MAX_NORM[variant]}) "
+                          f"{' '.join(f'{n:.4f}' for n in r['norms'])}")
+                except AssertionError as e:
+                    print(f"seed {seed}: {e}")
+        return
     out = os.path.normpath(args.out)
     os.makedirs(out, exist_ok=True)
-    print("self checks")
-    self_checks()
+    if not args.no_self_checks:
+        print("self checks")
+        self_checks()
     summary = {}
-    for fam in hf.FAMILIES:
+    for fam in (args.only or VARIANTS):
         print(f"{fam} ({CONFIGS[fam]['architectures'][0]})")
         summary[fam] = make_family_golden(fam, out, MAX_NORM[fam])
     print("summary")
     for fam, s in summary.items():
         print(f"  {fam:6s} loss step 1 {s['loss1']:.6f}  step 10 {s['loss10']:.6f}  max_norm {MAX_NORM[fam]}  "
-              f"clipped steps {s['clipped']}  ({s['size']} bytes)")
+              f"clipped steps {s['clipped']}  ({s['size']} bytes)"
+              + (f"  aux step 1 {s['aux'][0]:.6f}  router margin {s['margin']:.2e}" if s["aux"] else ""))
 
 
 if __name__ == "__main__":

@@ -115,14 +115,14 @@ nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, 
 
 nlohmann::json llama_hf_config(const ModelConfig& c) {
   // A Llama with q/k norms is Qwen3's, with q/k/v biases alone Qwen2's: Hugging Face's Llama has neither.
-  if (c.qk_layernorm) return qwen3_hf_config(c);
+  if (c.qk_layernorm) return c.moe.enabled() ? qwen3_moe_hf_config(c) : qwen3_hf_config(c);
   if (c.qkv_has_bias) return qwen2_hf_config(c);
   const bool moe = c.moe.enabled();
   const std::string cls = moe ? "MixtralForCausalLM" : "LlamaForCausalLM";
   auto refuse = [&](const std::string& why) { throw std::invalid_argument("Hugging Face's " + cls + " has no " + why); };
   if (moe && !c.moe.norm_topk_prob) refuse("router without renormalised top-k probabilities (moe_config.norm_topk_prob: False)");
-  if (moe && c.moe.moe_layer_freq != 1)
-    refuse("dense layers between the MoE layers (moe_config.moe_layer_freq: " + std::to_string(c.moe.moe_layer_freq) + ")");
+  if (moe && (c.moe.moe_layer_freq != 1 || c.moe.sparse_step > 1 || !c.moe.dense_layers.empty()))
+    refuse("dense layers between the MoE layers (moe_config.moe_layer_freq, decoder_sparse_step, mlp_only_layers)");
   if (moe && c.rope_scaling.rope_type != "default")
     refuse("rope_scaling in transformers 4.x (" + c.rope_scaling.describe() + "); Mixtral runs the default RoPE");
   nlohmann::json j = llama_like_hf_json(c, cls, moe ? "mixtral" : "llama");
@@ -135,15 +135,35 @@ nlohmann::json llama_hf_config(const ModelConfig& c) {
   }
   j["attention_bias"] = false;
   if (moe) {
+    if (c.moe.expert_ffn > 0 && c.moe.expert_ffn != llama_ffn_width(c))
+      refuse("experts of another width than intermediate_size (moe_config.moe_intermediate_size)");
     j["num_local_experts"] = c.moe.expert_num;
     j["num_experts_per_tok"] = c.moe.num_experts_chosen;
-    j["router_aux_loss_coef"] = c.moe.aux_loss_factor;
+    write_hf_router_loss(j, c);
   } else {
     j["mlp_bias"] = false;
   }
   // Mistral's and Mixtral's key (null: the whole prefix); LlamaConfig has none.
   if (moe || c.sliding_window > 0) j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
   return j;
+}
+
+void read_hf_router_loss(const nlohmann::json& j, ModelConfig& c) {
+  // transformers adds router_aux_loss_coef x its load-balancing loss to the training loss only when
+  // output_router_logits is true (false in the released Mixtral and Qwen MoE files); every token reaches its
+  // experts (no capacity).
+  const bool added = j.contains("output_router_logits") && j["output_router_logits"].is_boolean() &&
+                     j["output_router_logits"].get<bool>();
+  c.moe.aux_loss_factor = added ? j.value("router_aux_loss_coef", 0.001) : 0.0;
+  c.moe.z_loss_factor = 0.0;
+  c.moe.capacity_factor = 0.0;  // dropless
+}
+
+// The weights are the model whatever capacity and router losses trained them (transformers routes every token):
+// written as they are, the balancing loss counted only when it was trained with.
+void write_hf_router_loss(nlohmann::json& j, const ModelConfig& c) {
+  j["output_router_logits"] = c.moe.aux_loss_factor > 0;
+  j["router_aux_loss_coef"] = c.moe.aux_loss_factor;
 }
 
 void read_llama_like_hf_config(const nlohmann::json& j, ModelConfig& c, const LlamaLikeDefaults& d) {
@@ -199,7 +219,7 @@ void read_llama_hf_config(const nlohmann::json& j, ModelConfig& c) {
   if (moe) {
     c.moe.expert_num = get("num_local_experts", int64_t{8});
     c.moe.num_experts_chosen = get("num_experts_per_tok", int64_t{2});
-    c.moe.aux_loss_factor = get("router_aux_loss_coef", 0.001);
+    read_hf_router_loss(j, c);
     c.moe.norm_topk_prob = true;
     c.moe.moe_layer_freq = 1;
   }

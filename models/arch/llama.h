@@ -44,6 +44,24 @@ nlohmann::json qwen2_hf_config(const ModelConfig& cfg);
 void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 nlohmann::json qwen3_hf_config(const ModelConfig& cfg);
 void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+// Qwen3-MoE: Qwen3's attention with MoE layers (experts of moe_intermediate_size, decoder_sparse_step,
+// mlp_only_layers), Hugging Face's names under mlp.gate / mlp.experts.{e} (qwen_name).
+nlohmann::json qwen3_moe_hf_config(const ModelConfig& cfg);
+void read_qwen3_moe_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+std::string qwen_name(Role role, int64_t layer);
+
+// The router's loss and capacity in transformers' MoE classes (Mixtral, Qwen-MoE): router_aux_loss_coef counts
+// only under output_router_logits; every token reaches its experts (read as dropless).
+void read_hf_router_loss(const nlohmann::json& j, ModelConfig& cfg);
+void write_hf_router_loss(nlohmann::json& j, const ModelConfig& cfg);
+
+// Qwen2 / Qwen3 (and their MoE): the Llama model under Qwen's MoE names.
+class QwenForCausalLM : public TransformerLM {
+ public:
+  QwenForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,
+                  const StageOptions& stage = {})
+      : TransformerLM(llama_spec(cfg), qwen_name, cfg, layout, micro_batch, ctx, stage) {}
+};
 
 class LlamaForCausalLM : public TransformerLM {
  public:

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "models/arch/llama.h"
 
@@ -70,7 +71,7 @@ void write_window(nlohmann::json& j, const ModelConfig& c) {
 void refuse_experts(const ModelConfig& c, const std::string& cls) {
   if (c.moe.enabled())
     throw std::invalid_argument("Hugging Face's " + cls + " has no experts (moe_config.expert_num " +
-                                std::to_string(c.moe.expert_num) + "); Qwen's MoE models are not built yet");
+                                std::to_string(c.moe.expert_num) + "); Qwen2-MoE's shared expert is not built yet");
 }
 
 }  // namespace
@@ -95,7 +96,7 @@ void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& c) {
 }
 
 nlohmann::json qwen3_hf_config(const ModelConfig& c) {
-  refuse_experts(c, "Qwen3ForCausalLM");
+  if (c.moe.enabled()) return qwen3_moe_hf_config(c);
   if (!c.qk_layernorm)
     throw std::invalid_argument("Hugging Face's Qwen3ForCausalLM always has q/k norms (model_config.qk_layernorm: False)");
   if (c.qkv_has_bias)
@@ -114,6 +115,59 @@ void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& c) {
                                 "gridformer's Llama biases q, k and v alone");
   c.qk_layernorm = true;  // Qwen3Attention: q_norm and k_norm, always
   c.sliding_window = qwen_window(j, c.num_layers);
+}
+
+std::string qwen_name(Role role, int64_t l) {
+  const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+  switch (role) {
+    case Role::kRouterW: return p + "gate.weight";
+    case Role::kExpertGateW: return p + "experts.{e}.gate_proj.weight";
+    case Role::kExpertUpW: return p + "experts.{e}.up_proj.weight";
+    case Role::kExpertDownW: return p + "experts.{e}.down_proj.weight";
+    default: return llama_name(role, l);
+  }
+}
+
+nlohmann::json qwen3_moe_hf_config(const ModelConfig& c) {
+  const std::string cls = "Qwen3MoeForCausalLM";
+  if (!c.qk_layernorm)
+    throw std::invalid_argument("Hugging Face's " + cls + " always has q/k norms (model_config.qk_layernorm: False)");
+  if (c.qkv_has_bias)
+    throw std::invalid_argument("Hugging Face's " + cls + " has no q/k/v biases without an output-projection bias "
+                                "(model_config.qkv_has_bias: True)");
+  if (c.moe.sparse_step == 0 && c.moe.moe_layer_freq != 1)
+    throw std::invalid_argument("Hugging Face's " + cls + " picks its MoE layers by decoder_sparse_step ((i + 1) % S == 0) "
+                                "and mlp_only_layers, not moe_config.moe_layer_freq " +
+                                std::to_string(c.moe.moe_layer_freq) + " (i % N == 0)");
+  nlohmann::json j = llama_like_hf_json(c, cls, "qwen3_moe");
+  j["attention_bias"] = false;
+  write_window(j, c);
+  j["num_experts"] = c.moe.expert_num;
+  j["num_experts_per_tok"] = c.moe.num_experts_chosen;
+  j["norm_topk_prob"] = c.moe.norm_topk_prob;
+  j["moe_intermediate_size"] = c.moe.expert_ffn > 0 ? c.moe.expert_ffn : c.ffn_hidden();
+  j["decoder_sparse_step"] = c.moe.sparse_step > 0 ? c.moe.sparse_step : 1;
+  j["mlp_only_layers"] = c.moe.dense_layers;
+  write_hf_router_loss(j, c);
+  return j;
+}
+
+void read_qwen3_moe_hf_config(const nlohmann::json& j, ModelConfig& c) {
+  read_qwen3_hf_config(j, c);
+  auto get = [&](const char* key, auto def) {
+    return j.contains(key) && !j[key].is_null() ? j[key].get<decltype(def)>() : def;
+  };
+  // Qwen3MoeConfig's defaults.
+  c.moe.expert_num = get("num_experts", int64_t{128});
+  c.moe.num_experts_chosen = get("num_experts_per_tok", int64_t{8});
+  c.moe.norm_topk_prob = get("norm_topk_prob", false);
+  c.moe.expert_ffn = get("moe_intermediate_size", int64_t{768});
+  c.moe.sparse_step = get("decoder_sparse_step", int64_t{1});
+  if (c.moe.sparse_step < 1)
+    throw std::invalid_argument("config.json: decoder_sparse_step " + std::to_string(c.moe.sparse_step) + ": expects >= 1");
+  c.moe.dense_layers = get("mlp_only_layers", std::vector<int64_t>{});
+  c.moe.moe_layer_freq = 1;
+  read_hf_router_loss(j, c);
 }
 
 }  // namespace gf

@@ -27,7 +27,11 @@ MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int e
     throw std::invalid_argument("moe_config.expert_num " + std::to_string(d.E) + " is not divisible by expert_parallel " +
                                 std::to_string(ep));
   d.El = d.E / ep;
-  d.Fl = s.ffn / tp;
+  const int64_t F = s.moe.ffn > 0 ? s.moe.ffn : s.ffn;  // each expert's width
+  if (F % tp != 0)
+    throw std::invalid_argument("the experts' FFN width " + std::to_string(F) + " is not divisible by model_parallel " +
+                                std::to_string(tp));
+  d.Fl = F / tp;
   d.up = s.mlp == MlpKind::kSwiGLU ? 2 * d.Fl : d.Fl;
   d.S = N * d.k;
   // Rows this rank's experts can receive: every choice of every rank of the group, or what
@@ -47,7 +51,7 @@ MoeBlock::MoeBlock(const TransformerSpec& s, int tp, int ep, int64_t layer, int6
     : spec_(s), layer_(layer), d_(dims(s, rows, tp, ep)) {}
 
 void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
-  const int64_t C = spec_.hidden, F = spec_.ffn, E = spec_.moe.experts, l = layer_;
+  const int64_t C = spec_.hidden, F = spec_.moe.ffn > 0 ? spec_.moe.ffn : spec_.ffn, E = spec_.moe.experts, l = layer_;
   const float std = spec_.init_std;
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
   t.add({names(Role::kRouterW, l), {E, C}, no_split(), Init::kNormal, std, true});

@@ -2,9 +2,11 @@
 // blocks read a TransformerSpec (GPT-2 and Llama each fill one from their config) and declare
 // their parameters under the names the model's NameMap gives them.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/ops/activation.h"
 #include "core/ops/rope_scaling.h"
@@ -22,7 +24,13 @@ struct MoeSpec {
   float aux_factor = 0.0f, z_factor = 0.0f;
   bool router_low_precision = false;  // router_dense_type: the router product in the compute dtype
   bool allgather_dispatch = false;    // token_dispatcher: allgather (else alltoall)
-  bool is_moe(int64_t layer) const { return experts > 1 && layer % (layer_freq < 1 ? 1 : layer_freq) == 0; }
+  int64_t ffn = 0;                    // each expert's FFN width (0: the model's)
+  int64_t sparse_step = 0;            // MoeConfig::sparse_step (Qwen's decoder_sparse_step; 0: layer_freq's rule)
+  std::vector<int64_t> dense_layers;  // MoeConfig::dense_layers (Qwen's mlp_only_layers)
+  bool is_moe(int64_t layer) const {
+    if (experts <= 1 || std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end()) return false;
+    return sparse_step > 0 ? (layer + 1) % sparse_step == 0 : layer % (layer_freq < 1 ? 1 : layer_freq) == 0;
+  }
 };
 
 struct TransformerSpec {

@@ -143,7 +143,14 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   if (a.moe.experts > 1 && b.moe.experts > 1) {
     differ(E, "experts per token", "moe_config.num_experts_chosen", a.moe.topk, b.moe.topk);
     differ(E, "top-k probabilities renormalised", "moe_config.norm_topk_prob", a.moe.norm_topk, b.moe.norm_topk);
-    differ(E, "MoE layer every", "moe_config.moe_layer_freq", a.moe.layer_freq, b.moe.layer_freq);
+    std::string la, lb;  // the MoE layers, as "0 1 3"
+    for (int64_t l = 0; l < std::min(a.layers, b.layers); ++l) {
+      if (a.moe.is_moe(l)) la += (la.empty() ? "" : " ") + std::to_string(l);
+      if (b.moe.is_moe(l)) lb += (lb.empty() ? "" : " ") + std::to_string(l);
+    }
+    differ(E, "MoE layers", "moe_config.moe_layer_freq, decoder_sparse_step, mlp_only_layers", la, lb);
+    differ(E, "experts' FFN width", "moe_config.moe_intermediate_size", a.moe.ffn > 0 ? a.moe.ffn : a.ffn,
+           b.moe.ffn > 0 ? b.moe.ffn : b.ffn);
   }
   differ_real("norm epsilon", "model_config.layernorm_epsilon or rms_norm_eps", a.norm_eps, b.norm_eps);
   if (a.rope) differ_real("RoPE base", "model_config.rope_theta or theta", a.rope_theta, b.rope_theta);

@@ -48,6 +48,10 @@ std::vector<KeyRule> moe_rules() {
       {k + "router_dense_type", kBuilt, "model.moe.router_dense_type (float32 or bfloat16; others refused)"},
       {k + "token_drop_policy", kBuilt, "model.moe.token_drop_policy (position or probs; Megatron's moe_token_drop_policy)"},
       {k + "moe_layer_freq", kBuilt, "model.moe.moe_layer_freq (>= 1: layer i is MoE when i % moe_layer_freq == 0)"},
+      {k + "decoder_sparse_step", kBuilt,
+       "model.moe.sparse_step (Hugging Face's Qwen-MoE key; > 0: layer i is MoE when (i + 1) % decoder_sparse_step == 0, "
+       "in place of moe_layer_freq's rule; 0: moe_layer_freq's)"},
+      {k + "mlp_only_layers", kBuilt, "model.moe.dense_layers (Hugging Face's Qwen-MoE key): layers that stay dense"},
       {k + "token_dispatcher", kBuilt,
        "model.moe.token_dispatcher (alltoall or allgather; Megatron's moe_token_dispatcher_type)"},
       {k + "enable_sdrop", kIgnored,
@@ -88,8 +92,12 @@ std::vector<KeyRule> moe_rules() {
        "MindFormers reads it in DeepSeek-V2 only (its first k layers dense); here moe_config.moe_layer_freq picks the "
        "MoE layers (layer i when i % moe_layer_freq == 0)"},
       {k + "moe_intermediate_size", kIgnored,
-       "MindFormers uses it for DeepSeek-style models (their experts' and shared experts' width); the experts here have "
-       "the model's own FFN width (GPT-2: hidden_size x expand_ratio; Llama: intermediate_size, or its derivation)"},
+       "MindFormers uses it for DeepSeek-style models only (its files carry the default 1407 for every other model); "
+       "the experts here have the model's own FFN width (GPT-2: hidden_size x expand_ratio; Llama: intermediate_size, "
+       "or its derivation) unless moe_config.moe_ffn_hidden_size gives theirs"},
+      {k + "moe_ffn_hidden_size", kBuilt,
+       "model.moe.expert_ffn: each expert's FFN width (Megatron's --moe-ffn-hidden-size, Hugging Face's "
+       "moe_intermediate_size); None: the model's own"},
       {k + "aux_loss_types", kRefused, kAuxLosses},
       {k + "aux_loss_factors", kRefused, kAuxLosses},
       {k + "enable_cold_hot_expert", kRefused,

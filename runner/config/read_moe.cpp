@@ -90,6 +90,30 @@ void read_moe(ReadContext& x) {
   e.z_loss_factor = rd.get<double>(k + "z_loss_factor");
   e.norm_topk_prob = rd.get<bool>(k + "norm_topk_prob");
   e.moe_layer_freq = rd.get<int64_t>(k + "moe_layer_freq");
+  {
+    const YAML::Node width = rd.node(k + "moe_ffn_hidden_size");
+    int64_t w = 0;
+    if (width && !width.IsNull() && !(width.IsScalar() && YAML::convert<int64_t>::decode(width, w) && w > 0))
+      x.refuse(kv("moe_ffn_hidden_size", show(width)) + ": expects an FFN width > 0, or ~ (the model's own)");
+    e.expert_ffn = w;
+  }
+  e.sparse_step = rd.get<int64_t>(k + "decoder_sparse_step");
+  if (e.sparse_step < 0)
+    x.refuse(kv("decoder_sparse_step", std::to_string(e.sparse_step)) +
+             ": must be >= 0 (> 0: layer i is MoE when (i + 1) % decoder_sparse_step == 0; 0: moe_layer_freq's rule)");
+  e.dense_layers.clear();
+  const YAML::Node only = rd.node(k + "mlp_only_layers");
+  if (only && only.IsSequence()) {
+    for (const YAML::Node& n : only) {
+      int64_t l = -1;
+      if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, l) || l < 0 || l >= x.c.model.num_layers)
+        x.refuse(kv("mlp_only_layers", show(only)) + ": expects layer indices in [0, num_layers " +
+                 std::to_string(x.c.model.num_layers) + ")");
+      else e.dense_layers.push_back(l);
+    }
+  } else if (only && !only.IsNull()) {
+    x.refuse(kv("mlp_only_layers", show(only)) + ": expects a list of layer indices, e.g. [0, 1], or []");
+  }
   e.routing_policy = one_of(x, "routing_policy", {"TopkRouterV1", "TopkRouterV2"},
                             "MindFormers' routers: softmax over the experts, then top-k; both are that router here");
   const std::string dense = rd.get<std::string>(k + "router_dense_type");

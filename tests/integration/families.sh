@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Today's Llama-like families from their Hugging Face config.json under every layout: Llama 3.2's shape
 # (llama3 RoPE scaling, tied embeddings, heads wider than hidden_size / num_heads), Qwen2.5's (q/k/v biases)
-# and Qwen3's (q_norm / k_norm, head_dim x heads != hidden_size), each from tests/golden/families/FAMILY/
-# config.json through `gridformer config --from-hf`. Per family, 10 steps from the same random start:
+# Qwen3's (q_norm / k_norm, head_dim x heads != hidden_size) and Qwen3-MoE's (4 experts of their own width, top-2
+# renormalised), each from tests/golden/families/FAMILY/config.json through `gridformer config --from-hf`. Per
+# family, 10 steps from the same random start (the MoE one also at dp2 x ep2 and dp2 x ep2 x mp2 + sp):
 #   dp2, mp2 + sequence parallel (vocabulary split), cp2 ring (colossalai_cp) and Ulysses, dp2 ZeRO-1/2/3,
 #   one rank accumulating two micro-batches and pp2 (1F1B): losses within 1e-5 relative of one rank at every
 #   step, gathered weights as compare_runs.py holds them; pp2 ZB-H1 bitwise 1F1B;
@@ -59,7 +60,7 @@ S=--set
 DP2=($S parallel_config.data_parallel=2)
 MP2SP=($S parallel_config.model_parallel=2 $S parallel_config.use_seq_parallel=True $S parallel_config.vocab_emb_dp=False)
 PP2=($S parallel_config.pipeline_stage=2 $S parallel_config.micro_batch_num=2)
-for fam in llama qwen2 qwen3; do
+for fam in llama qwen2 qwen3 qwen3_moe; do
   base "$fam" "$fam.yaml"
   fam_train $fam one 1
   fam_train $fam dp2 2 "${DP2[@]}"
@@ -75,6 +76,12 @@ for fam in llama qwen2 qwen3; do
   fam_train $fam cp2_ring 2 $S parallel_config.context_parallel=2 $S parallel_config.context_parallel_algo=colossalai_cp
   fam_train $fam cp2_ulysses 2 $S parallel_config.context_parallel=2 $S parallel_config.context_parallel_algo=ulysses_cp
   for z in 1 2 3; do fam_train $fam dp2_zero$z 2 "${DP2[@]}" $S parallel.zero_stage=$z; done
+  ep=()
+  if [[ $fam == *moe* ]]; then  # experts split over 2 ranks, and over 2 ranks with tensor parallel on top (4 ranks)
+    fam_train $fam dp2_ep2 2 "${DP2[@]}" $S parallel_config.expert_parallel=2
+    fam_train $fam dp2_ep2_mp2_sp 4 "${DP2[@]}" $S parallel_config.expert_parallel=2 "${MP2SP[@]}"
+    ep=($fam.dp2_ep2 $fam.dp2_ep2_mp2_sp)
+  fi
   # compare_runs.py --rope: a key bias in rotary pairs that hardly turn over the sequence is held by the model's L2
   # norm alone (its docstring says why).
   rope=$("$PY" -c "import json; c = json.load(open('$SRC/tests/golden/families/$fam/config.json'))
@@ -83,8 +90,8 @@ print(f\"{c['rope_theta']},{c.get('head_dim') or c['hidden_size'] // c['num_atte
   # with each weight gradient's token sum in two pieces (acc2); each tensor held to max(1e-5, twice the larger).
   GF_GEMM=eigen fam_train $fam eigen 1
   "$PY" "$SRC/tests/integration/compare_runs.py" $fam.one --rope=$rope --floor=$fam.eigen,$fam.acc2 $fam.dp2 $fam.mp2_sp $fam.acc2 $fam.pp2 $fam.cp2_ring \
-    $fam.cp2_ulysses $fam.dp2_zero1 $fam.dp2_zero2 $fam.dp2_zero3 || fail "$fam: a layout differs from one rank"
-  ok "$fam: dp2, mp2+sp, accumulation, pp2 (ZB-H1 bitwise 1F1B), cp2 ring and Ulysses, ZeRO 1-3 within 1e-5 of one rank"
+    $fam.cp2_ulysses $fam.dp2_zero1 $fam.dp2_zero2 $fam.dp2_zero3 "${ep[@]}" || fail "$fam: a layout differs from one rank"
+  ok "$fam: dp2, mp2+sp, accumulation, pp2 (ZB-H1 bitwise 1F1B), cp2 ring and Ulysses, ZeRO 1-3${ep:+, ep2, ep2 x mp2+sp} within 1e-5 of one rank"
 
   fam_train $fam recompute 1 $S recompute_config.recompute=True
   same_losses $fam.one $fam.recompute

@@ -157,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, FamilyGolden,
                                            Family{"families/qwen2.safetensors", false},
                                            Family{"families/qwen2.safetensors", true},
                                            Family{"families/qwen3.safetensors", false},
-                                           Family{"families/qwen3.safetensors", true}),
+                                           Family{"families/qwen3.safetensors", true},
+                                           Family{"families/qwen3_moe.safetensors", false},
+                                           Family{"families/qwen3_moe.safetensors", true}),
                          family_name);
 
 }  // namespace

@@ -75,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, GeneratorGolden,
                          ::testing::Values("gpt2_tiny.safetensors", "llama_tiny.safetensors",
                                            "llama_tiny_tied.safetensors", "mixtral_tiny.safetensors",
                                            "gpt2_moe_tiny.safetensors", "families/llama.safetensors",
-                                           "families/qwen2.safetensors", "families/qwen3.safetensors"));
+                                           "families/qwen2.safetensors", "families/qwen3.safetensors",
+                                           "families/qwen3_moe.safetensors"));
 
 TEST(Generator, RefusesRowsAndLogitsBeyondItsPlanAndTokensOutsideTheVocabulary) {
   Fixture f("llama_tiny.safetensors");

@@ -14,6 +14,7 @@
 // LlamaConfig that the rules above mark built or checked, with the values MindFormers gives
 // their None. MindFormers' Llama has no dropout, so the dropout rates are 0.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <type_traits>
@@ -336,8 +337,8 @@ void check_sizes(ReadContext& x) {
   if (m.arch == "Qwen2ForCausalLM" && !m.qkv_has_bias)
     x.refuse("`model.arch.type: Qwen2ForCausalLM` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
              " (or use LlamaForCausalLM)");
-  if (m.arch == "Qwen3ForCausalLM" && !m.qk_layernorm)
-    x.refuse("`model.arch.type: Qwen3ForCausalLM` has q/k norms: set " + kv("qk_layernorm", "True") +
+  if ((m.arch == "Qwen3ForCausalLM" || m.arch == "Qwen3MoeForCausalLM") && !m.qk_layernorm)
+    x.refuse("`model.arch.type: " + m.arch + "` has q/k norms: set " + kv("qk_layernorm", "True") +
              " (or use LlamaForCausalLM)");
   if (m.num_kv_heads > 0 && m.num_heads > 0 && m.num_heads % m.num_kv_heads != 0)
     x.refuse(kv("n_kv_heads", std::to_string(m.num_kv_heads)) + ": must divide `num_heads` (" +
@@ -447,11 +448,15 @@ std::string llama_model_yaml(const ModelConfig& m) {
     if (m.rope_scaling.partial_rotary_factor != 1.0) r["partial_rotary_factor"] = m.rope_scaling.partial_rotary_factor;
     y += fmt::format("    rope_scaling: {}\n", r.dump());
   }
-  if (m.moe.expert_num > 1)
-    y += fmt::format("moe_config:\n  expert_num: {}\n  num_experts_chosen: {}\n  aux_loss_factor: {}\n"
-                     "  norm_topk_prob: {}\n  moe_layer_freq: {}\n",
-                     m.moe.expert_num, m.moe.num_experts_chosen, m.moe.aux_loss_factor,
-                     m.moe.norm_topk_prob ? "True" : "False", m.moe.moe_layer_freq);
+  if (m.moe.expert_num > 1) {
+    y += fmt::format("moe_config:\n  expert_num: {}\n  num_experts_chosen: {}\n  capacity_factor: {}\n"
+                     "  aux_loss_factor: {}\n  z_loss_factor: {}\n  norm_topk_prob: {}\n  moe_layer_freq: {}\n",
+                     m.moe.expert_num, m.moe.num_experts_chosen, m.moe.capacity_factor, m.moe.aux_loss_factor,
+                     m.moe.z_loss_factor, m.moe.norm_topk_prob ? "True" : "False", m.moe.moe_layer_freq);
+    if (m.moe.expert_ffn > 0) y += fmt::format("  moe_ffn_hidden_size: {}\n", m.moe.expert_ffn);
+    if (m.moe.sparse_step > 0) y += fmt::format("  decoder_sparse_step: {}\n", m.moe.sparse_step);
+    if (!m.moe.dense_layers.empty()) y += fmt::format("  mlp_only_layers: [{}]\n", fmt::join(m.moe.dense_layers, ", "));
+  }
   return y;
 }
 

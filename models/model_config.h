@@ -50,6 +50,11 @@ struct MoeConfig {
   // FFN width), and which layers are MoE: with decoder_sparse_step S > 0, layer i when (i + 1) % S == 0, instead of
   // moe_layer_freq's rule; never the layers of mlp_only_layers.
   int64_t expert_ffn = 0;
+  // A shared expert of this width beside the routed ones (Megatron's --moe-shared-expert-intermediate-size,
+  // Hugging Face's shared_expert_intermediate_size; 0: none), its output gated by sigmoid(x . w) when
+  // shared_expert_gate (MindFormers' use_shared_expert_gating, Qwen2-MoE's shared_expert_gate).
+  int64_t shared_expert_ffn = 0;
+  bool shared_expert_gate = false;
   int64_t sparse_step = 0;
   std::vector<int64_t> dense_layers;
   bool enabled() const { return expert_num > 1; }

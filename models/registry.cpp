@@ -41,6 +41,11 @@ std::vector<ModelEntry>& entries() {
          return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
        },
        llama_spec, qwen_name, "Qwen3", false, false, qwen3_hf_config, read_qwen3_hf_config, "qwen3"},
+      {"Qwen2MoeForCausalLM", "LlamaConfig",
+       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
+         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
+       },
+       llama_spec, qwen_name, "Qwen2-MoE", true, false, qwen2_moe_hf_config, read_qwen2_moe_hf_config, "qwen2_moe"},
       {"Qwen3MoeForCausalLM", "LlamaConfig",
        [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
          return std::make_unique<QwenForCausalLM>(c, l, b, ctx);

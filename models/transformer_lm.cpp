@@ -28,6 +28,8 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   m.router_low_precision = c.router_bf16;
   m.allgather_dispatch = c.token_dispatcher == TokenDispatcher::kAllGather;
   m.ffn = c.expert_ffn;
+  m.shared_ffn = c.shared_expert_ffn;
+  m.shared_gate = c.shared_expert_gate;
   m.sparse_step = c.sparse_step;
   m.dense_layers = c.dense_layers;
   return m;
@@ -505,7 +507,8 @@ double TransformerLM::flops_per_step(int64_t batch) const {
   for (int64_t l = 0; l < s.layers; ++l) moe_layers += s.moe.is_moe(l) ? 1.0 : 0.0;
   const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
   const double Fe = s.moe.ffn > 0 ? static_cast<double>(s.moe.ffn) : F;
-  const double mlp = (L - moe_layers) * m * C * F + moe_layers * (k * m * C * Fe + C * E);
+  const double Fs = static_cast<double>(s.moe.shared_ffn);
+  const double mlp = (L - moe_layers) * m * C * F + moe_layers * (k * m * C * Fe + C * E + m * C * Fs);
   const double per_token = L * (C * (H + 2 * Hkv) * D + C * H * D + 2 * T * H * D) + mlp + C * V;
   return 6.0 * static_cast<double>(batch) * T * per_token;
 }

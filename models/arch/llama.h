@@ -44,8 +44,11 @@ nlohmann::json qwen2_hf_config(const ModelConfig& cfg);
 void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 nlohmann::json qwen3_hf_config(const ModelConfig& cfg);
 void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
-// Qwen3-MoE: Qwen3's attention with MoE layers (experts of moe_intermediate_size, decoder_sparse_step,
-// mlp_only_layers), Hugging Face's names under mlp.gate / mlp.experts.{e} (qwen_name).
+// Qwen2-MoE (Qwen2's attention; a shared expert with its sigmoid gate beside the routed ones) and Qwen3-MoE
+// (Qwen3's attention): MoE layers with experts of moe_intermediate_size, picked by decoder_sparse_step and
+// mlp_only_layers, Hugging Face's names under mlp.gate / mlp.experts.{e} / mlp.shared_expert (qwen_name).
+nlohmann::json qwen2_moe_hf_config(const ModelConfig& cfg);
+void read_qwen2_moe_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 nlohmann::json qwen3_moe_hf_config(const ModelConfig& cfg);
 void read_qwen3_moe_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 std::string qwen_name(Role role, int64_t layer);

@@ -68,16 +68,11 @@ void write_window(nlohmann::json& j, const ModelConfig& c) {
   j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.num_layers;
 }
 
-void refuse_experts(const ModelConfig& c, const std::string& cls) {
-  if (c.moe.enabled())
-    throw std::invalid_argument("Hugging Face's " + cls + " has no experts (moe_config.expert_num " +
-                                std::to_string(c.moe.expert_num) + "); Qwen2-MoE's shared expert is not built yet");
-}
 
 }  // namespace
 
 nlohmann::json qwen2_hf_config(const ModelConfig& c) {
-  refuse_experts(c, "Qwen2ForCausalLM");
+  if (c.moe.enabled()) return qwen2_moe_hf_config(c);
   if (!c.qkv_has_bias)
     throw std::invalid_argument("Hugging Face's Qwen2ForCausalLM always has q/k/v biases (model_config.qkv_has_bias: False)");
   if (c.qk_layernorm)
@@ -117,6 +112,74 @@ void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& c) {
   c.sliding_window = qwen_window(j, c.num_layers);
 }
 
+namespace {
+
+// The MoE keys Qwen2-MoE and Qwen3-MoE share (their config classes' names).
+void write_qwen_moe(nlohmann::json& j, const ModelConfig& c, const std::string& cls) {
+  if (c.moe.sparse_step == 0 && c.moe.moe_layer_freq != 1)
+    throw std::invalid_argument("Hugging Face's " + cls + " picks its MoE layers by decoder_sparse_step ((i + 1) % S == 0) "
+                                "and mlp_only_layers, not moe_config.moe_layer_freq " +
+                                std::to_string(c.moe.moe_layer_freq) + " (i % N == 0)");
+  j["num_experts"] = c.moe.expert_num;
+  j["num_experts_per_tok"] = c.moe.num_experts_chosen;
+  j["norm_topk_prob"] = c.moe.norm_topk_prob;
+  j["moe_intermediate_size"] = c.moe.expert_ffn > 0 ? c.moe.expert_ffn : c.ffn_hidden();
+  j["decoder_sparse_step"] = c.moe.sparse_step > 0 ? c.moe.sparse_step : 1;
+  j["mlp_only_layers"] = c.moe.dense_layers;
+  write_hf_router_loss(j, c);
+}
+
+void read_qwen_moe(const nlohmann::json& j, ModelConfig& c, int64_t experts, int64_t topk, int64_t width) {
+  auto get = [&](const char* key, auto def) {
+    return j.contains(key) && !j[key].is_null() ? j[key].get<decltype(def)>() : def;
+  };
+  c.moe.expert_num = get("num_experts", experts);
+  c.moe.num_experts_chosen = get("num_experts_per_tok", topk);
+  c.moe.norm_topk_prob = get("norm_topk_prob", false);
+  c.moe.expert_ffn = get("moe_intermediate_size", width);
+  c.moe.sparse_step = get("decoder_sparse_step", int64_t{1});
+  if (c.moe.sparse_step < 1)
+    throw std::invalid_argument("config.json: decoder_sparse_step " + std::to_string(c.moe.sparse_step) + ": expects >= 1");
+  c.moe.dense_layers = get("mlp_only_layers", std::vector<int64_t>{});
+  c.moe.moe_layer_freq = 1;
+  c.moe.shared_expert_ffn = 0;
+  c.moe.shared_expert_gate = false;
+  read_hf_router_loss(j, c);
+}
+
+}  // namespace
+
+nlohmann::json qwen2_moe_hf_config(const ModelConfig& c) {
+  const std::string cls = "Qwen2MoeForCausalLM";
+  if (!c.qkv_has_bias)
+    throw std::invalid_argument("Hugging Face's " + cls + " always has q/k/v biases (model_config.qkv_has_bias: False)");
+  if (c.qk_layernorm)
+    throw std::invalid_argument("Hugging Face's " + cls + " has no q/k norms (model_config.qk_layernorm: True)");
+  if (c.moe.shared_expert_ffn <= 0 || !c.moe.shared_expert_gate)
+    throw std::invalid_argument("Hugging Face's " + cls + " always has a shared expert with its sigmoid gate "
+                                "(moe_config.moe_shared_expert_intermediate_size, use_shared_expert_gating: True)");
+  nlohmann::json j = llama_like_hf_json(c, cls, "qwen2_moe");
+  if (c.head_dim_explicit == 0) j.erase("head_dim");
+  write_window(j, c);
+  write_qwen_moe(j, c, cls);
+  j["shared_expert_intermediate_size"] = c.moe.shared_expert_ffn;
+  return j;
+}
+
+void read_qwen2_moe_hf_config(const nlohmann::json& j, ModelConfig& c) {
+  read_llama_like_hf_config(j, c, qwen_defaults(false));
+  c.qkv_has_bias = true;
+  c.sliding_window = qwen_window(j, c.num_layers);
+  read_qwen_moe(j, c, 60, 4, 1408);  // Qwen2MoeConfig's defaults
+  c.moe.shared_expert_ffn = j.contains("shared_expert_intermediate_size") && !j["shared_expert_intermediate_size"].is_null()
+                                ? j["shared_expert_intermediate_size"].get<int64_t>()
+                                : 5632;
+  if (c.moe.shared_expert_ffn <= 0)
+    throw std::invalid_argument("config.json: shared_expert_intermediate_size " + std::to_string(c.moe.shared_expert_ffn) +
+                                ": Qwen2-MoE's shared expert needs a width > 0");
+  c.moe.shared_expert_gate = true;  // Qwen2MoeSparseMoeBlock's shared_expert_gate, always
+}
+
 std::string qwen_name(Role role, int64_t l) {
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
   switch (role) {
@@ -124,6 +187,10 @@ std::string qwen_name(Role role, int64_t l) {
     case Role::kExpertGateW: return p + "experts.{e}.gate_proj.weight";
     case Role::kExpertUpW: return p + "experts.{e}.up_proj.weight";
     case Role::kExpertDownW: return p + "experts.{e}.down_proj.weight";
+    case Role::kSharedGateProjW: return p + "shared_expert.gate_proj.weight";
+    case Role::kSharedUpProjW: return p + "shared_expert.up_proj.weight";
+    case Role::kSharedDownProjW: return p + "shared_expert.down_proj.weight";
+    case Role::kSharedExpertGateW: return p + "shared_expert_gate.weight";
     default: return llama_name(role, l);
   }
 }
@@ -135,39 +202,18 @@ nlohmann::json qwen3_moe_hf_config(const ModelConfig& c) {
   if (c.qkv_has_bias)
     throw std::invalid_argument("Hugging Face's " + cls + " has no q/k/v biases without an output-projection bias "
                                 "(model_config.qkv_has_bias: True)");
-  if (c.moe.sparse_step == 0 && c.moe.moe_layer_freq != 1)
-    throw std::invalid_argument("Hugging Face's " + cls + " picks its MoE layers by decoder_sparse_step ((i + 1) % S == 0) "
-                                "and mlp_only_layers, not moe_config.moe_layer_freq " +
-                                std::to_string(c.moe.moe_layer_freq) + " (i % N == 0)");
+  if (c.moe.shared_expert_ffn > 0)
+    throw std::invalid_argument("Hugging Face's " + cls + " has no shared expert (moe_config.moe_shared_expert_intermediate_size)");
   nlohmann::json j = llama_like_hf_json(c, cls, "qwen3_moe");
   j["attention_bias"] = false;
   write_window(j, c);
-  j["num_experts"] = c.moe.expert_num;
-  j["num_experts_per_tok"] = c.moe.num_experts_chosen;
-  j["norm_topk_prob"] = c.moe.norm_topk_prob;
-  j["moe_intermediate_size"] = c.moe.expert_ffn > 0 ? c.moe.expert_ffn : c.ffn_hidden();
-  j["decoder_sparse_step"] = c.moe.sparse_step > 0 ? c.moe.sparse_step : 1;
-  j["mlp_only_layers"] = c.moe.dense_layers;
-  write_hf_router_loss(j, c);
+  write_qwen_moe(j, c, cls);
   return j;
 }
 
 void read_qwen3_moe_hf_config(const nlohmann::json& j, ModelConfig& c) {
   read_qwen3_hf_config(j, c);
-  auto get = [&](const char* key, auto def) {
-    return j.contains(key) && !j[key].is_null() ? j[key].get<decltype(def)>() : def;
-  };
-  // Qwen3MoeConfig's defaults.
-  c.moe.expert_num = get("num_experts", int64_t{128});
-  c.moe.num_experts_chosen = get("num_experts_per_tok", int64_t{8});
-  c.moe.norm_topk_prob = get("norm_topk_prob", false);
-  c.moe.expert_ffn = get("moe_intermediate_size", int64_t{768});
-  c.moe.sparse_step = get("decoder_sparse_step", int64_t{1});
-  if (c.moe.sparse_step < 1)
-    throw std::invalid_argument("config.json: decoder_sparse_step " + std::to_string(c.moe.sparse_step) + ": expects >= 1");
-  c.moe.dense_layers = get("mlp_only_layers", std::vector<int64_t>{});
-  c.moe.moe_layer_freq = 1;
-  read_hf_router_loss(j, c);
+  read_qwen_moe(j, c, 128, 8, 768);  // Qwen3MoeConfig's defaults
 }
 
 }  // namespace gf

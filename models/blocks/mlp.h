@@ -39,6 +39,7 @@ class MlpBlock {
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
   int64_t width() const { return Fl_; }
+  int64_t first_offset() const { return up_.w; }
   int64_t up_width() const { return spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl_ : Fl_; }
 
   // xn_low: xn's bf16 copy where the layer keeps the norm's output only so (xn is then null), else null.

@@ -32,6 +32,10 @@ MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int e
     throw std::invalid_argument("the experts' FFN width " + std::to_string(F) + " is not divisible by model_parallel " +
                                 std::to_string(tp));
   d.Fl = F / tp;
+  if (s.moe.shared_ffn % tp != 0)
+    throw std::invalid_argument("the shared expert's FFN width " + std::to_string(s.moe.shared_ffn) +
+                                " is not divisible by model_parallel " + std::to_string(tp));
+  d.Fs = s.moe.shared_ffn / tp;
   d.up = s.mlp == MlpKind::kSwiGLU ? 2 * d.Fl : d.Fl;
   d.S = N * d.k;
   // Rows this rank's experts can receive: every choice of every rank of the group, or what
@@ -47,13 +51,40 @@ MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int e
   return d;
 }
 
+namespace {
+TransformerSpec shared_expert_spec(TransformerSpec s) {
+  s.ffn = s.moe.shared_ffn;
+  return s;
+}
+}  // namespace
+
 MoeBlock::MoeBlock(const TransformerSpec& s, int tp, int ep, int64_t layer, int64_t rows)
-    : spec_(s), layer_(layer), d_(dims(s, rows, tp, ep)) {}
+    : spec_(s), layer_(layer), d_(dims(s, rows, tp, ep)) {
+  if (s.moe.shared_ffn > 0) {
+    if (s.mlp != MlpKind::kSwiGLU) throw std::invalid_argument("a shared expert is built for SwiGLU models only");
+    shared_ = MlpBlock(shared_expert_spec(s), tp);
+  }
+}
+
+NameMap MoeBlock::shared_names(const NameMap& names) const {
+  return [names](Role r, int64_t l) {
+    switch (r) {
+      case Role::kGateW: return names(Role::kSharedGateProjW, l);
+      case Role::kUpW: return names(Role::kSharedUpProjW, l);
+      case Role::kDownW: return names(Role::kSharedDownProjW, l);
+      default: return names(r, l);
+    }
+  };
+}
 
 void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
   const int64_t C = spec_.hidden, F = spec_.moe.ffn > 0 ? spec_.moe.ffn : spec_.ffn, E = spec_.moe.experts, l = layer_;
   const float std = spec_.init_std;
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
+  if (spec_.moe.shared_ffn > 0) {  // dense parameters, before the router (the experts' region comes last)
+    shared_.declare(t, shared_names(names), l);
+    if (spec_.moe.shared_gate) t.add({names(Role::kSharedExpertGateW, l), {1, C}, no_split(), Init::kNormal, std, true});
+  }
   t.add({names(Role::kRouterW, l), {E, C}, no_split(), Init::kNormal, std, true});
   // Each kind of expert tensor for experts 0..E-1 back to back (packed), so a rank's local experts
   // form one stack the grouped product reads at a stride.
@@ -91,6 +122,10 @@ void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
 void MoeBlock::bind(const Placement& t, const NameMap& names) {
   const int64_t l = layer_;
   router_ = t.at(names(Role::kRouterW, l)).offset;
+  if (spec_.moe.shared_ffn > 0) {
+    shared_.bind(t, shared_names(names), l);
+    shared_gate_ = spec_.moe.shared_gate ? t.at(names(Role::kSharedExpertGateW, l)).offset : -1;
+  }
   const int64_t e0 = static_cast<int64_t>(t.ep_rank()) * d_.El;
   // The local experts' tensors of one kind must lie at a constant stride.
   auto first = [&](Role r, int64_t stride) {
@@ -131,6 +166,12 @@ MoeBlock::Acts MoeBlock::take_acts(BufferPlan& p, const std::string& n, const Di
     m.src = ints(n + ".experts_src", md.R);
     m.row_w = p.take(n + ".experts_gate_weight", md.R);
   }
+  if (md.Fs > 0) {  // fp32 sizes (a bf16 MLP keeps half of them)
+    m.shared_h = p.take(n + ".shared_expert_h", N * 2 * md.Fs);
+    m.shared_act = p.take(n + ".shared_expert_act", N * md.Fs);
+    m.shared_out = p.take(n + ".shared_expert_out", N * md.C);
+    m.shared_score = p.take(n + ".shared_expert_gate", N);
+  }
   return m;
 }
 
@@ -150,7 +191,71 @@ MoeBlock::Scratch MoeBlock::take_scratch(BufferPlan& p, const Dims& md, int tp_s
     m.all_experts = p.take("moe.gathered_experts", md.ep * N * md.k);
     m.all_weights = p.take("moe.gathered_weights", md.ep * N * md.k);
   }
+  if (md.Fs > 0) {
+    m.shared_dact = p.take("moe.shared_expert_dact", N * md.Fs);
+    m.shared_dh = p.take("moe.shared_expert_dh", N * 2 * md.Fs);
+    m.shared_dout = p.take("moe.shared_expert_dout", N * C);
+    m.shared_dx = p.take("moe.shared_expert_dx", N * C);
+  }
   return m;
+}
+
+// Hugging Face's Qwen2MoeSparseMoeBlock: final = routed + sigmoid(shared_expert_gate(x)) * shared_expert(x), the
+// gate's dot product in float32, the product with the shared output rounded before the add.
+void MoeBlock::shared_fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
+  const int64_t Nl = e.Nl, C = d_.C;
+  shared_.fwd(e, a.shared_out, xn, MlpBlock::Acts{a.shared_h, a.shared_act});
+  const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
+#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
+  for (int64_t t = 0; t < Nl; ++t) {
+    float s = 1.0f;
+    if (wg) {
+      float z = 0.0f;
+      for (int64_t c = 0; c < C; ++c) z += xn[t * C + c] * wg[c];
+      s = 1.0f / (1.0f + std::exp(-z));
+    }
+    a.shared_score[t] = s;
+    float* o = out + t * C;
+    const float* h = a.shared_out + t * C;
+    for (int64_t c = 0; c < C; ++c) o[c] += s * h[c];
+  }
+}
+
+// d shared_out = s dout; the gate: ds = dout . shared_out (this rank's whole rows), dz = ds s (1 - s),
+// dw += sum_t dz x_t (this rank's rows: under sequence parallel the gradient sync sums the replicated w),
+// dx += dz w plus the shared MLP's input gradient.
+void MoeBlock::shared_bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
+                          const Scratch& sc) const {
+  const int64_t Nl = e.Nl, C = d_.C;
+  const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
+  std::vector<float> dz(static_cast<size_t>(wg ? Nl : 0));
+#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
+  for (int64_t t = 0; t < Nl; ++t) {
+    const float s = a.shared_score[t];
+    const float* g = dout + t * C;
+    const float* h = a.shared_out + t * C;
+    float* d = sc.shared_dout + t * C;
+    float ds = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      ds += g[c] * h[c];
+      d[c] = s * g[c];
+    }
+    if (wg) dz[static_cast<size_t>(t)] = ds * s * (1.0f - s);
+  }
+  shared_.bwd(e, BwdPass::kBoth, sc.shared_dx, sc.shared_dout, xn, MlpBlock::Acts{a.shared_h, a.shared_act},
+              MlpBlock::Grads{sc.shared_dact, sc.shared_dh});
+  if (wg) {
+    float* dw = e.g(shared_gate_);
+    for (int64_t c = 0; c < C; ++c) {  // each column summed in row order
+      float acc = 0.0f;
+      for (int64_t t = 0; t < Nl; ++t) acc += dz[static_cast<size_t>(t)] * xn[t * C + c];
+      dw[c] += acc;
+    }
+  }
+#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
+  for (int64_t t = 0; t < Nl; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      dxn[t * C + c] += sc.shared_dx[t * C + c] + (wg ? dz[static_cast<size_t>(t)] * wg[c] : 0.0f);
 }
 
 ops::RouterShape MoeBlock::shape(const BlockEnv& e) const {
@@ -291,6 +396,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
     float* y = tp.size() > 1 ? sc.sum : out;
     allgather_fwd(e, y, x, a, sc);
     if (tp.size() > 1) tp.reduce_rows(sc.sum, out, C);
+    if (d_.Fs > 0) shared_fwd(e, out, xn, a);
     return;
   }
   // Send order: global expert, token, choice.
@@ -324,6 +430,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   float* y = tp.size() > 1 ? sc.sum : out;
   sum_choices(y, a.ret, a, tp.size() > 1 ? N : e.Nl, C, true);
   if (tp.size() > 1) tp.reduce_rows(sc.sum, out, C);
+  if (d_.Fs > 0) shared_fwd(e, out, xn, a);
 }
 
 void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
@@ -338,6 +445,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
       tp.reduce_rows(sc.sum, dxn, C);
     }
     router_bwd_and_input(e, dxn, xn, a, sc);
+    if (d_.Fs > 0) shared_bwd(e, dxn, dout, xn, a, sc);
     return;
   }
   const int64_t* sent = a.counts;
@@ -376,6 +484,7 @@ void MoeBlock::bwd(const BlockEnv& e, float* dxn, const float* dout, const float
   sum_choices(dx, sc.send, a, tp.size() > 1 ? N : e.Nl, C, false);
   if (tp.size() > 1) tp.reduce_rows(sc.sum, dxn, C);
   router_bwd_and_input(e, dxn, xn, a, sc);
+  if (d_.Fs > 0) shared_bwd(e, dxn, dout, xn, a, sc);
 }
 
 void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* xn, const Acts& a,

@@ -32,6 +32,7 @@
 #include "core/ops/router.h"
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
+#include "models/blocks/mlp.h"
 #include "models/blocks/spec.h"
 
 namespace gf {
@@ -41,6 +42,7 @@ class MoeBlock {
   // Sizes of one rank's buffers.
   struct Dims {
     int64_t N = 0, C = 0, E = 0, k = 1, El = 0, ep = 1, Fl = 0, up = 0;
+    int64_t Fs = 0;  // the shared expert's local width (0: none)
     int64_t S = 0;  // rows this rank sends at most (N k)
     int64_t R = 0;  // rows its experts receive at most
     bool allgather = false;  // the allgather dispatcher (S: at least R, its outputs stay here)
@@ -62,6 +64,8 @@ class MoeBlock {
     int32_t* src = nullptr;       // allgather: [R], each expert row's (source rank, token, choice) as s N k + t k + j
     float* row_w = nullptr;       // allgather: [R], each expert row's gate weight
     double* stats = nullptr;      // aux_sum, z_sum, dropped, E tokens per expert, E kept per expert (as doubles)
+    // The shared expert: its MLP's [N, 2 Fs] and [N, Fs], its output [Nl, C] and gate value per row [Nl].
+    float *shared_h = nullptr, *shared_act = nullptr, *shared_out = nullptr, *shared_score = nullptr;
   };
   // Shared by the layers (forward and backward).
   struct Scratch {
@@ -75,6 +79,8 @@ class MoeBlock {
     float* sum = nullptr;    // [N, C]: the weighted sum of partial outputs (forward) or input gradients
     // allgather: the expert group's rows [ep N, C], choices [ep N k] (expert, -1 if dropped) and weights
     float *all = nullptr, *all_experts = nullptr, *all_weights = nullptr;
+    // The shared expert's backward: its MLP's gradients [N, Fs], [N, 2 Fs], its output's [Nl, C], its input's [Nl, C].
+    float *shared_dact = nullptr, *shared_dh = nullptr, *shared_dout = nullptr, *shared_dx = nullptr;
   };
   static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
   // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
@@ -89,7 +95,7 @@ class MoeBlock {
 
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
-  int64_t first_offset() const { return router_; }
+  int64_t first_offset() const { return spec_.moe.shared_ffn > 0 ? shared_.first_offset() : router_; }
   // The first of this rank's experts' parameters (the experts' region of the arena).
   int64_t expert_offset() const {
     int64_t o = -1;
@@ -118,9 +124,18 @@ class MoeBlock {
   // The router's backward and its input gradient added to dxn (this rank's rows).
   void router_bwd_and_input(const BlockEnv& e, float* dxn, const float* xn, const Acts& a, const Scratch& sc) const;
 
+  // The shared expert beside the routed ones (TransformerSpec::moe.shared_ffn > 0): out += gate x shared(xn),
+  // the gate sigmoid(xn . w) per row or 1.
+  void shared_fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const;
+  void shared_bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
+                  const Scratch& sc) const;
+  NameMap shared_names(const NameMap& names) const;
+
   TransformerSpec spec_;
   int64_t layer_ = 0;
   Dims d_;
+  MlpBlock shared_;
+  int64_t shared_gate_ = -1;  // [1, C]
   int64_t router_ = -1;          // [E, C]
   int64_t up_w_ = -1, up_b_ = -1, down_w_ = -1, down_b_ = -1;  // the first local expert's; experts follow at a stride
   int64_t up_stride_ = 0, down_stride_ = 0;

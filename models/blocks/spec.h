@@ -25,6 +25,8 @@ struct MoeSpec {
   bool router_low_precision = false;  // router_dense_type: the router product in the compute dtype
   bool allgather_dispatch = false;    // token_dispatcher: allgather (else alltoall)
   int64_t ffn = 0;                    // each expert's FFN width (0: the model's)
+  int64_t shared_ffn = 0;             // a shared expert of this width beside the routed ones (0: none; Qwen2-MoE)
+  bool shared_gate = false;           // the shared expert's output times sigmoid(x . w) (Qwen2-MoE's shared_expert_gate)
   int64_t sparse_step = 0;            // MoeConfig::sparse_step (Qwen's decoder_sparse_step; 0: layer_freq's rule)
   std::vector<int64_t> dense_layers;  // MoeConfig::dense_layers (Qwen's mlp_only_layers)
   bool is_moe(int64_t layer) const {
@@ -69,6 +71,8 @@ enum class Role {
   // An MoE layer's router and its experts' projections; the experts' names hold "{e}" where the
   // expert's index goes (expert_name).
   kRouterW, kExpertUpW, kExpertUpB, kExpertGateW, kExpertDownW, kExpertDownB,
+  // An MoE layer's shared expert (a SwiGLU MLP every token runs) and the [1, C] weight of its sigmoid gate.
+  kSharedGateProjW, kSharedUpProjW, kSharedDownProjW, kSharedExpertGateW,
 };
 using NameMap = std::function<std::string(Role, int64_t layer)>;
 

@@ -77,10 +77,14 @@ std::vector<KeyRule> moe_rules() {
       {k + "noisy_policy", kIgnored, kJitter},
       {k + "noisy_epsilon", kIgnored, kJitter},
       {k + "shared_expert_num", kRefused,
-       "shared experts (run on every token beside the routed ones, as in Qwen2-MoE and DeepSeek) are not built; use "
-       "shared_expert_num: 0"},
-      {k + "use_shared_expert_gating", kIgnored,
-       "a sigmoid gate on the shared experts' output (Qwen2-57B), used only with shared_expert_num > 0 (not built)"},
+       "MindFormers' count of shared experts (DeepSeek's, each moe_intermediate_size wide) is not read; a shared expert "
+       "is given by its width, moe_config.moe_shared_expert_intermediate_size (Qwen2-MoE's); use shared_expert_num: 0"},
+      {k + "use_shared_expert_gating", kBuilt,
+       "model.moe.shared_expert_gate: the shared expert's output times sigmoid(x . w) (Qwen2-MoE's shared_expert_gate), "
+       "with moe_shared_expert_intermediate_size > 0"},
+      {k + "moe_shared_expert_intermediate_size", kBuilt,
+       "model.moe.shared_expert_ffn: a shared expert (a SwiGLU MLP every token runs, beside the routed ones) of this "
+       "width (Megatron's --moe-shared-expert-intermediate-size, Qwen2-MoE's shared_expert_intermediate_size); 0: none"},
       {k + "routed_scaling_factor", kRefused,
        "scaling the routed experts' weights (DeepSeek-V2's, applied where norm_topk_prob does not renormalise) is not "
        "built; use routed_scaling_factor: 1.0"},

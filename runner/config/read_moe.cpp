@@ -97,6 +97,11 @@ void read_moe(ReadContext& x) {
       x.refuse(kv("moe_ffn_hidden_size", show(width)) + ": expects an FFN width > 0, or ~ (the model's own)");
     e.expert_ffn = w;
   }
+  e.shared_expert_ffn = rd.get<int64_t>(k + "moe_shared_expert_intermediate_size");
+  if (e.shared_expert_ffn < 0)
+    x.refuse(kv("moe_shared_expert_intermediate_size", std::to_string(e.shared_expert_ffn)) +
+             ": expects a width > 0 for a shared expert, or 0 for none");
+  e.shared_expert_gate = rd.get<bool>(k + "use_shared_expert_gating");
   e.sparse_step = rd.get<int64_t>(k + "decoder_sparse_step");
   if (e.sparse_step < 0)
     x.refuse(kv("decoder_sparse_step", std::to_string(e.sparse_step)) +

@@ -167,6 +167,7 @@ moe_config:  # MindFormers' MoEConfig (r0.8-r1.3) with its defaults, r0.8's rout
   token_drop_policy: position  # ours (Megatron's moe_token_drop_policy): position or probs
   moe_layer_freq: 1            # ours (Megatron's --moe-layer-freq N): layer i is MoE when i % N == 0
   token_dispatcher: alltoall   # ours (Megatron's moe_token_dispatcher_type): alltoall or allgather
+  moe_shared_expert_intermediate_size: 0  # ours (Megatron's --moe-shared-expert-intermediate-size, Qwen2-MoE's shared_expert_intermediate_size): a shared expert's width; 0: none
   moe_ffn_hidden_size: ~       # ours (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size): each expert's FFN width; None: the model's
   decoder_sparse_step: 0       # ours (Hugging Face's Qwen-MoE): > 0: layer i is MoE when (i + 1) % N == 0, instead of moe_layer_freq
   mlp_only_layers: []          # ours (Hugging Face's Qwen-MoE): layers that stay dense

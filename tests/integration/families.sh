@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Today's Llama-like families from their Hugging Face config.json under every layout: Llama 3.2's shape
 # (llama3 RoPE scaling, tied embeddings, heads wider than hidden_size / num_heads), Qwen2.5's (q/k/v biases)
-# Qwen3's (q_norm / k_norm, head_dim x heads != hidden_size) and Qwen3-MoE's (4 experts of their own width, top-2
-# renormalised), each from tests/golden/families/FAMILY/config.json through `gridformer config --from-hf`. Per
+# Qwen3's (q_norm / k_norm, head_dim x heads != hidden_size), Qwen3-MoE's (4 experts of their own width, top-2
+# renormalised) and Qwen2-MoE's (top-2 not renormalised, a shared expert under a sigmoid gate), each from tests/golden/families/FAMILY/config.json through `gridformer config --from-hf`. Per
 # family, 10 steps from the same random start (the MoE one also at dp2 x ep2 and dp2 x ep2 x mp2 + sp):
 #   dp2, mp2 + sequence parallel (vocabulary split), cp2 ring (colossalai_cp) and Ulysses, dp2 ZeRO-1/2/3,
 #   one rank accumulating two micro-batches and pp2 (1F1B): losses within 1e-5 relative of one rank at every
@@ -60,7 +60,7 @@ S=--set
 DP2=($S parallel_config.data_parallel=2)
 MP2SP=($S parallel_config.model_parallel=2 $S parallel_config.use_seq_parallel=True $S parallel_config.vocab_emb_dp=False)
 PP2=($S parallel_config.pipeline_stage=2 $S parallel_config.micro_batch_num=2)
-for fam in llama qwen2 qwen3 qwen3_moe; do
+for fam in llama qwen2 qwen3 qwen3_moe qwen2_moe; do
   base "$fam" "$fam.yaml"
   fam_train $fam one 1
   fam_train $fam dp2 2 "${DP2[@]}"

@@ -90,7 +90,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {k + "layernorm_compute_type", "bfloat16"}, {k + "softmax_compute_type", "bfloat16"},
       {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"}, {k + "extend_method", "PI"},
       {k + "rope_scaling", "{rope_type: linear, factor: 2.0}"}, {k + "head_dim", "32"},
-      {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
+      {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
       {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8}"},
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
       {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},

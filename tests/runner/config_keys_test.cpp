@@ -99,6 +99,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
       {"moe_config.token_dispatcher", "allgather"}, {"moe_config.moe_ffn_hidden_size", "32"},
+      {"moe_config.moe_shared_expert_intermediate_size", "32"},
       {"moe_config.mlp_only_layers", "[0]"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
       {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"},
       {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"}, {"log_format", "megatron"},

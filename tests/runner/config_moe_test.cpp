@@ -192,7 +192,6 @@ TEST(MoeConfigKeys, KeysThatMeanNothingHereAreWarnedWithTheirReason) {
       {"moe_module_name=feed_forward", "MindFormers sets it for each layer inside the model"},
       {"noisy_policy=jitter", "jitter on the router's input is not built"},
       {"noisy_epsilon=0.01", "jitter on the router's input is not built"},
-      {"use_shared_expert_gating=True", "used only with shared_expert_num > 0 (not built)"},
       {"first_k_dense_replace=1", "here moe_config.moe_layer_freq picks the MoE layers"},
       {"first_k_dense_replace=True", "MindFormers reads it in DeepSeek-V2 only"},
       {"moe_intermediate_size=1536", "the experts here have the model's own FFN width"},
@@ -219,8 +218,8 @@ moe_config: {expert_num: 4, enable_sdrop: False, use_fused_ops_topkrouter: False
 
 TEST(MoeConfigKeys, FeaturesNotBuiltAreRefusedWithWhatToDo) {
   const std::pair<const char*, const char*> cases[] = {
-      {"shared_expert_num=2", "shared experts (run on every token beside the routed ones, as in Qwen2-MoE and DeepSeek) "
-                              "are not built; use shared_expert_num: 0"},
+      {"shared_expert_num=2", "a shared expert is given by its width, moe_config.moe_shared_expert_intermediate_size "
+                              "(Qwen2-MoE's); use shared_expert_num: 0"},
       {"routed_scaling_factor=16.0", "is not built; use routed_scaling_factor: 1.0"},
       {"topk_method=group_limited_greedy", "use topk_method: greedy (plain top-k)"},
       {"topk_group=3", "group-limited routing"},

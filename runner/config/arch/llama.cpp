@@ -334,8 +334,8 @@ void check_sizes(ReadContext& x) {
              "` gives heads of " + std::to_string(m.head_dim()) + " dimensions; RoPE rotates pairs of them, so the head "
              "size must be even");
   // Hugging Face's Qwen classes always have what the name says.
-  if (m.arch == "Qwen2ForCausalLM" && !m.qkv_has_bias)
-    x.refuse("`model.arch.type: Qwen2ForCausalLM` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
+  if ((m.arch == "Qwen2ForCausalLM" || m.arch == "Qwen2MoeForCausalLM") && !m.qkv_has_bias)
+    x.refuse("`model.arch.type: " + m.arch + "` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
              " (or use LlamaForCausalLM)");
   if ((m.arch == "Qwen3ForCausalLM" || m.arch == "Qwen3MoeForCausalLM") && !m.qk_layernorm)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k norms: set " + kv("qk_layernorm", "True") +
@@ -455,6 +455,9 @@ std::string llama_model_yaml(const ModelConfig& m) {
                      m.moe.z_loss_factor, m.moe.norm_topk_prob ? "True" : "False", m.moe.moe_layer_freq);
     if (m.moe.expert_ffn > 0) y += fmt::format("  moe_ffn_hidden_size: {}\n", m.moe.expert_ffn);
     if (m.moe.sparse_step > 0) y += fmt::format("  decoder_sparse_step: {}\n", m.moe.sparse_step);
+    if (m.moe.shared_expert_ffn > 0)
+      y += fmt::format("  moe_shared_expert_intermediate_size: {}\n  use_shared_expert_gating: {}\n",
+                       m.moe.shared_expert_ffn, m.moe.shared_expert_gate ? "True" : "False");
     if (!m.moe.dense_layers.empty()) y += fmt::format("  mlp_only_layers: [{}]\n", fmt::join(m.moe.dense_layers, ", "));
   }
   return y;

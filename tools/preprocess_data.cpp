@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/data/chat_template.h"
 #include "core/data/gpt_dataset.h"
 #include "core/data/indexed_dataset.h"
 #include "core/data/sentence_split.h"
@@ -56,6 +57,7 @@ struct Options {
   std::string dump_ids;  // optional JSONL dump of the ids written (used by the Megatron check)
   bool append_eod = false;
   std::string sft;  // "" | alpaca | chat
+  std::string chat_template;  // --sft chat, HuggingFaceTokenizer: a --chat-template name, not the file's template
   bool split_sentences = false, keep_newlines = false;  // Megatron's --split-sentences, --keep-newlines
   std::string lang = "english";                         // Megatron's --lang (punkt's language name)
   int workers = 1;
@@ -215,40 +217,70 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
          instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
 }
 
-// One fine-tuning example as one document: the prompt's tokens (not trained), the answers' tokens and
-// the end-of-document token (trained). Prompt and answer are encoded apart, so no token spans both.
-//  alpaca: {"instruction", "input" (optional), "output"} through alpaca_prompt.
-//  chat:   {"conversations": [{"from": "system"|"human"|"gpt", "value"}]} (ShareGPT, what MindFormers'
-//          alpaca_converter writes) or {"messages": [{"role": "system"|"user"|"assistant", "content"}]},
-//          each turn in ChatML: "<|im_start|>ROLE\n" (not trained) + CONTENT + "<|im_end|>\n" (trained
-//          for the assistant's turns only).
-EncodedKey encode_sft(const Options& opt, const Tokenizer& tok, const nlohmann::json& doc, const std::string& where) {
+// --sft chat: the turns of one conversation, ShareGPT's {"conversations": [{"from": "system"|"human"|"gpt",
+// "value"}]} (what MindFormers' alpaca_converter writes) or {"messages": [{"role": "system"|"user"|"assistant",
+// "content", "reasoning_content" (optional: Qwen3's templates render it)}]}. Tool calls are not supported.
+std::vector<gf::data::ChatMessage> chat_messages(const nlohmann::json& doc, const std::string& where) {
+  const bool sharegpt = doc.contains("conversations");
+  const auto it = doc.find(sharegpt ? "conversations" : "messages");
+  if (it == doc.end() || !it->is_array())
+    throw std::runtime_error(where +
+                             ": --sft chat expects \"conversations\" (ShareGPT) or \"messages\" as a list of turns");
+  std::vector<gf::data::ChatMessage> turns;
+  bool answered = false;
+  for (size_t t = 0; t < it->size(); ++t) {
+    const nlohmann::json& turn = (*it)[t];
+    const std::string at = where + ": turn " + std::to_string(t + 1);
+    if (!turn.is_object()) throw std::runtime_error(at + " is not an object");
+    gf::data::ChatMessage m;
+    m.role = field(turn, sharegpt ? "from" : "role", at);
+    m.content = field(turn, sharegpt ? "value" : "content", at);
+    if (m.role == "human") m.role = "user";
+    if (m.role == "gpt") m.role = "assistant";
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      throw std::runtime_error(at + ": role \"" + m.role + "\" is not system, user/human or assistant/gpt");
+    if (turn.contains("tool_calls")) throw std::runtime_error(at + ": tool calls are not supported");
+    if (const auto r = turn.find("reasoning_content"); r != turn.end() && !r->is_null()) {
+      if (!r->is_string()) throw std::runtime_error(at + ": key \"reasoning_content\" is not a string");
+      m.reasoning_content = r->get<std::string>();
+    }
+    answered = answered || m.role == "assistant";
+    turns.push_back(std::move(m));
+  }
+  if (!answered) throw std::runtime_error(where + ": no assistant turn: nothing to train");
+  return turns;
+}
+
+// One fine-tuning example as one document.
+//  alpaca: {"instruction", "input" (optional), "output"} through alpaca_prompt: the prompt's tokens (not
+//          trained), the answer's tokens and the end-of-document token (trained). Prompt and answer are
+//          encoded apart, so no token spans both.
+//  chat with HuggingFaceTokenizer: the model's chat template (core/data/chat_template.h): the tokens of
+//          apply_chat_template's text, the assistant turns' content and end-of-turn tokens trained, then
+//          the end-of-document token (trained) unless the rendering ends with it.
+//  chat with the other tokenizers: each turn in gridformer's ChatML, "<|im_start|>ROLE\n" (not trained) +
+//          CONTENT + "<|im_end|>\n" (trained for the assistant's turns only), encoded apart, then the
+//          end-of-document token (trained).
+EncodedKey encode_sft(const Options& opt, const Tokenizer& tok, const gf::data::ChatEncoder* chat,
+                      const nlohmann::json& doc, const std::string& where) {
   EncodedKey out;
   if (opt.sft == "alpaca") {
     add_piece(tok, alpaca_prompt(field(doc, "instruction", where), field(doc, "input", where, true)), 0, out);
     add_piece(tok, field(doc, "output", where), 1, out);
-  } else {
-    const bool sharegpt = doc.contains("conversations");
-    const auto it = doc.find(sharegpt ? "conversations" : "messages");
-    if (it == doc.end() || !it->is_array())
-      throw std::runtime_error(where + ": --sft chat expects \"conversations\" (ShareGPT) or \"messages\" as a list of turns");
-    bool answered = false;
-    for (size_t t = 0; t < it->size(); ++t) {
-      const nlohmann::json& turn = (*it)[t];
-      const std::string at = where + ": turn " + std::to_string(t + 1);
-      if (!turn.is_object()) throw std::runtime_error(at + " is not an object");
-      std::string role = field(turn, sharegpt ? "from" : "role", at);
-      const std::string content = field(turn, sharegpt ? "value" : "content", at);
-      if (role == "human") role = "user";
-      if (role == "gpt") role = "assistant";
-      if (role != "system" && role != "user" && role != "assistant")
-        throw std::runtime_error(at + ": role \"" + role + "\" is not system, user/human or assistant/gpt");
-      const int32_t trained = role == "assistant" ? 1 : 0;
-      answered = answered || trained;
-      add_piece(tok, std::string("<|im_start|>") + role + "\n", 0, out);
-      add_piece(tok, content + "<|im_end|>\n", trained, out);
+  } else if (chat) {
+    const std::vector<gf::data::ChatMessage> turns = chat_messages(doc, where);
+    try {
+      chat->encode(turns, out.ids, out.loss_mask);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(where + ": " + e.what());
     }
-    if (!answered) throw std::runtime_error(where + ": no assistant turn: nothing to train");
+    out.lengths.push_back(static_cast<int32_t>(out.ids.size()));
+    return out;
+  } else {
+    for (const gf::data::ChatMessage& turn : chat_messages(doc, where)) {
+      add_piece(tok, std::string("<|im_start|>") + turn.role + "\n", 0, out);
+      add_piece(tok, turn.content + "<|im_end|>\n", turn.role == "assistant" ? 1 : 0, out);
+    }
   }
   out.ids.push_back(tok.eod_id());
   out.loss_mask.push_back(1);
@@ -266,7 +298,8 @@ std::vector<std::string> split_if_asked(const Options& opt, std::vector<std::str
   return gf::data::split_sentences(texts.front(), so);
 }
 
-Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const Record& rec) {
+Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, const gf::data::ChatEncoder* chat,
+                      const Record& rec) {
   Encoded out;
   const std::string where = rec.where(opt.input);
   try {
@@ -285,7 +318,7 @@ Encoded encode_record(const Options& opt, bool text_mode, const Tokenizer& tok, 
     }
     if (!doc.is_object()) throw std::runtime_error(where + ": " + (rec.element ? "element" : "line") + " is not a JSON object");
     if (!opt.sft.empty()) {
-      out.keys.push_back(encode_sft(opt, tok, doc, where));
+      out.keys.push_back(encode_sft(opt, tok, chat, doc, where));
       return out;
     }
     for (const std::string& key : opt.json_keys) {
@@ -350,7 +383,17 @@ void run(const Options& opt) {
     throw std::runtime_error("--sft reads JSON Lines (one example per line) or a JSON array of examples, not plain text");
   if (!opt.sft.empty() && opt.split_sentences) throw std::runtime_error("--sft writes one example a document: no --split-sentences");
   if (opt.keep_newlines && !opt.split_sentences) throw std::runtime_error("--keep-newlines needs --split-sentences");
-  if (opt.split_sentences) (void)gf::data::sentence_split_locale(opt.lang);  // an unknown --lang fails here, naming the known ones
+  if (opt.split_sentences) (void)gf::data::sentence_split_locale(opt.lang);
+  // --sft chat with a Hugging Face tokenizer renders the model's chat template (or --chat-template's).
+  if (!opt.chat_template.empty() && opt.sft != "chat") throw std::runtime_error("--chat-template needs --sft chat");
+  std::unique_ptr<gf::data::ChatEncoder> chat;
+  if (opt.sft == "chat" && opt.tokenizer_type == "HuggingFaceTokenizer") {
+    chat = std::make_unique<gf::data::ChatEncoder>(gf::data::ChatEncoder::load(opt.tokenizer_model, opt.chat_template));
+    std::printf("chat template: %s (%s)\n", chat->chat_template().description.c_str(), chat->source().c_str());
+  } else if (!opt.chat_template.empty()) {
+    throw std::runtime_error("--chat-template needs --tokenizer-type HuggingFaceTokenizer (a template's special tokens "
+                             "are added tokens of the model's tokenizer.json)");
+  }  // an unknown --lang fails here, naming the known ones
   // Megatron's output name: {prefix}_{key}_sentence with --split-sentences, else _document.
   const std::string level = opt.split_sentences ? "_sentence" : "_document";
   const std::vector<std::string> keys = text_mode || !opt.sft.empty() ? std::vector<std::string>{"text"} : opt.json_keys;
@@ -384,7 +427,7 @@ void run(const Options& opt) {
     encoded.assign(batch.size(), {});
     const int64_t n = static_cast<int64_t>(batch.size());
 #pragma omp parallel for num_threads(opt.workers) schedule(dynamic, 8)
-    for (int64_t i = 0; i < n; ++i) encoded[i] = encode_record(opt, text_mode, tok, batch[i]);
+    for (int64_t i = 0; i < n; ++i) encoded[i] = encode_record(opt, text_mode, tok, chat.get(), batch[i]);
     int64_t tokens = 0;
     for (const Encoded& doc : encoded) {  // written in input order
       if (!doc.error.empty()) throw std::runtime_error(doc.error);
@@ -410,10 +453,10 @@ void run(const Options& opt) {
   }
   if (mask) {
     mask->finalize();
-    std::printf("wrote %s.{bin,idx}: the loss mask, %lld of %lld tokens trained as targets (the answers and each "
+    std::printf("wrote %s.{bin,idx}: the loss mask, %lld of %lld tokens trained as targets (the answers%s and each "
                 "example's end-of-document token)\n",
                 gf::data::loss_mask_prefix(opt.output_prefix + "_text_document").c_str(), static_cast<long long>(trained),
-                static_cast<long long>(mask->num_tokens()));
+                static_cast<long long>(mask->num_tokens()), opt.sft == "chat" ? ", their end-of-turn tokens" : "");
   }
   if (dump.is_open() && !dump.flush()) throw std::runtime_error(opt.dump_ids + ": write failed");
 }
@@ -453,10 +496,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sft", opt.sft,
                  "supervised fine-tuning data: alpaca ({instruction, input, output}, Stanford Alpaca's prompt) or chat "
-                 "(ShareGPT conversations or messages, ChatML turns); writes {prefix}_text_document and its loss mask "
-                 "{prefix}_text_document_loss_mask (only the answers and each example's end-of-document token are "
-                 "trained); each example is one document ending with the end-of-document token")
+                 "(ShareGPT conversations or messages: with HuggingFaceTokenizer in the model's chat template from "
+                 "tokenizer_config.json, else in ChatML turns); writes {prefix}_text_document and its loss mask "
+                 "{prefix}_text_document_loss_mask (only the answers, their end-of-turn tokens and each example's "
+                 "end-of-document token are trained); each example is one document ending with the end-of-document "
+                 "token")
       ->check(CLI::IsMember({"alpaca", "chat"}));
+  app.add_option("--chat-template", opt.chat_template,
+                 "--sft chat with HuggingFaceTokenizer: render this template instead of tokenizer_config.json's "
+                 "chat_template (which must otherwise be a known one): chatml, qwen2, qwen2.5, qwen3, llama3, llama3.1 "
+                 "or gemma (docs/data.md)")
+      ->check(CLI::IsMember(gf::data::chat_template_names()));
   app.add_option("--workers", opt.workers, "encoding threads (output does not depend on it)")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--log-interval", opt.log_interval, "documents between progress lines")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dump-ids", opt.dump_ids, "also write each document's ids as JSON lines {key, ids, lengths} (for checks)");

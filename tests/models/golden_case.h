@@ -2,6 +2,8 @@
 // Llama; tools/make_moe_golden.py: GPT-2 with MoE MLPs and Mixtral): their config as a gridformer
 // Config, their initial weights, and the batch they replay every step.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -169,6 +171,22 @@ struct GoldenCase {
     c.hidden_act = m.at("hidden_act");  // silu (SwiGLU's gate); not a GPT-2 activation
     c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
     c.use_flash_attention = false;
+  }
+
+  // Trains every step of the golden run on its batch and holds each step's loss (1e-5), learning rate (1e-6)
+  // and pre-clip gradient norm (1e-4), relative, to PyTorch's (train.losses, train.lr, train.grad_norms).
+  template <typename TrainerT>
+  void expect_steps_match(TrainerT& trainer) const {
+    const auto losses = f.floats("train.losses"), lrs = f.floats("train.lr"), norms = f.floats("train.grad_norms");
+    ASSERT_EQ(trainer.total_steps(), static_cast<int64_t>(losses.size()));
+    for (int64_t s = 1; s <= trainer.total_steps(); ++s) {
+      const auto r = trainer.train_step(s);
+      const size_t i = static_cast<size_t>(s - 1);
+      EXPECT_LE(std::abs(r.loss - losses[i]) / std::abs(losses[i]), 1e-5) << "step " << s << ": " << r.loss << " vs "
+                                                                          << losses[i];
+      EXPECT_LE(std::abs(r.lr - lrs[i]) / lrs[i], 1e-6) << "lr at step " << s;
+      EXPECT_LE(std::abs(r.grad_norm - norms[i]) / norms[i], 1e-4) << "grad norm at step " << s;
+    }
   }
 
   void load_weights(CausalLM& model) const {

@@ -48,15 +48,7 @@ TEST_P(Gpt2Golden, TenAdamWStepsWithClippingMatchPyTorch) {
   ParallelContext ctx = ParallelContext::single();
   Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
   g.load_weights(trainer.model());
-  const auto losses = g.f.floats("train.losses"), lrs = g.f.floats("train.lr"), norms = g.f.floats("train.grad_norms");
-  ASSERT_EQ(trainer.total_steps(), static_cast<int64_t>(losses.size()));
-  for (int64_t s = 1; s <= trainer.total_steps(); ++s) {
-    const StepResult r = trainer.train_step(s);
-    const size_t i = static_cast<size_t>(s - 1);
-    EXPECT_LE(std::abs(r.loss - losses[i]) / std::abs(losses[i]), 1e-5) << "step " << s << ": " << r.loss << " vs " << losses[i];
-    EXPECT_LE(std::abs(r.lr - lrs[i]) / lrs[i], 1e-6) << "lr at step " << s;
-    EXPECT_LE(std::abs(r.grad_norm - norms[i]) / norms[i], 1e-4) << "grad norm at step " << s;
-  }
+  g.expect_steps_match(trainer);
   for (const char* name : {"h.1.mlp.c_fc.weight", "wpe.weight", "ln_f.weight"}) {
     const TensorPlacement& p = trainer.model().params().at(name);
     EXPECT_LE(param_rel_err(p, trainer.model().weights(), g.f.floats(std::string("train.final.") + name)), 1e-4)

@@ -256,6 +256,28 @@ def clip_grad_norm_exact(params, max_norm):
     return norm.to(torch.float32)
 
 
+def golden_adamw(model, hp):
+    """The goldens' optimizer: torch's AdamW (foreach=False) with hp's betas and eps, weight decay on the 2-D
+    tensors only (group 0) and none on the rest (group 1), in parameters() order. Returns (opt, parameters)."""
+    params = list(model.parameters())
+    groups = [dict(params=[p for p in params if p.dim() >= 2], weight_decay=hp["weight_decay"]),
+              dict(params=[p for p in params if p.dim() < 2], weight_decay=0.0)]
+    opt = torch.optim.AdamW(groups, lr=hp["learning_rate"], betas=(hp["beta1"], hp["beta2"]), eps=hp["adam_eps"],
+                            foreach=False)
+    return opt, params
+
+
+def golden_step(opt, params, s, hp):
+    """Optimizer step s (1-based) on the gradients in place: clip_grad_norm_exact to hp["max_norm"], the lr of
+    lr_at(s, hp) on every group, opt.step(). Returns (pre-clip norm, lr)."""
+    norm = clip_grad_norm_exact(params, hp["max_norm"])
+    lr = lr_at(s, hp)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    return norm, lr
+
+
 def f64_grad_error(model, inputs, targets):
     """Max |grad_f32 - grad_f64| / max|grad_f64| per parameter at the current weights (diagnostic)."""
     import copy

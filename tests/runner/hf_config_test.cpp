@@ -117,6 +117,24 @@ TEST(HfConfig, FromHfPrintsASectionThatReadsBackAsThePublishedModel) {
                              "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_act",
                              "max_position_embeddings", "rms_norm_eps", "rope_theta", "num_local_experts",
                              "num_experts_per_tok", "tie_word_embeddings", "eos_token_id"}},
+      // Today's families' published files (tests/data/hf_configs/README.md says where each came from): Llama 3.2's
+      // llama3 RoPE and head_dim, Qwen2.5's q/k/v biases, Qwen3's q/k norms and head_dim, and a Qwen3 file written
+      // by transformers 5 (rope_parameters, layer_types, dtype).
+      {"llama3.2_1b_instruct.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                                     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                     "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+                                     "tie_word_embeddings", "eos_token_id"}},
+      {"qwen2.5_3b_instruct.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                                    "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                    "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                                    "use_sliding_window", "eos_token_id"}},
+      {"qwen3_0.6b.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                           "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                           "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "attention_bias",
+                           "tie_word_embeddings", "eos_token_id"}},
+      {"qwen3_1.7b_transformers5.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                                         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                         "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "eos_token_id"}},
   };
   for (const auto& [name, keys] : files) {
     const nlohmann::json hf = published(name);

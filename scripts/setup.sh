@@ -74,7 +74,7 @@ echo "setup: build done"
 # This machine's GEMM figures (README, "The machine probe"): measured once per CPU into
 # $BUILD/machine_probe.json, where runs take their fp32 GEMM backend default and MFU peak from.
 "$BUILD/bin/machine_probe" --if-stale --out "$BUILD/machine_probe.json" \
-  || echo "setup: machine_probe failed; runs keep the built-in defaults (OpenBLAS, MFU peak 0.33 TFLOP/s)"
+  || echo "setup: machine_probe failed; runs keep the built-in defaults (OpenBLAS; MFU against a nominal peak from the CPU's instructions at 5 GHz)"
 
 if [ "${GF_SKIP_DATA:-0}" != "1" ]; then
   bash "$ROOT/scripts/fetch_gpt2_vocab.sh" "$ROOT/data/gpt2"

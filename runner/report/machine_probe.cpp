@@ -1,11 +1,13 @@
 #include "runner/report/machine_probe.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "core/math/gemm.h"
 #include "runner/report/run_info.h"
@@ -140,37 +142,97 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
   return m;
 }
 
+PeakIsa this_cpu_peak_isa() {
+  PeakIsa isa;
+#if defined(__x86_64__) || defined(__i386__)
+  isa.avx512f = __builtin_cpu_supports("avx512f");
+  isa.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  isa.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  isa.amx_bf16 = __builtin_cpu_supports("amx-bf16");
+#endif
+  return isa;
+}
+
+BuiltinPeak builtin_peak(ComputeDtype compute_dtype, const PeakIsa& isa) {
+  BuiltinPeak b;
+  if (compute_dtype == ComputeDtype::kBFloat16 && isa.amx_bf16) {
+    b.flop_per_cycle = 1024.0;
+    b.isa = "amx_bf16";
+  } else if (compute_dtype == ComputeDtype::kBFloat16 && isa.avx512_bf16) {
+    b.flop_per_cycle = 128.0;
+    b.isa = "avx512_bf16";
+  } else if (isa.avx512f) {
+    b.flop_per_cycle = 64.0;
+    b.isa = "avx512f";
+  } else if (isa.avx2_fma) {
+    b.flop_per_cycle = 32.0;
+    b.isa = "avx2";
+  } else {
+    b.flop_per_cycle = 16.0;
+    b.isa = "sse";
+  }
+  b.tflops_per_thread = b.flop_per_cycle * kBuiltinPeakGhz * 1e9 / 1e12;
+  return b;
+}
+
 PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const MachineSetup& machine) {
   PeakChoice c;
+  const bool bf16 = compute_dtype == ComputeDtype::kBFloat16;
+  // The probe's GEMM ceiling: a figure of its own beside the peak, whichever peak is chosen.
+  if (machine.probe) {
+    const MachineProbe& p = *machine.probe;
+    const int threads = machine.threads > 0 ? machine.threads : p.threads;
+    const bool bf16_gemm = bf16 && p.peak_tflops_bf16 > 0.0;
+    c.gemm_ceiling_tflops = (bf16_gemm ? p.peak_tflops_bf16 : p.peak_tflops_fp32) * threads / p.threads;
+    c.gemm_ceiling_what = bf16_gemm ? "machine_probe's fastest bf16 product, oneDNN"
+                                    : "machine_probe's fastest fp32 product, " + p.fp32_backend;
+  }
   if (config_peak > 0.0) {
     c.tflops = config_peak;
     c.source = "set by runner_config.peak_tflops";
     return c;
   }
-  if (!machine.probe) {
-    c.tflops = kDefaultPeakTflops;
-    c.source = "the built-in default, the fp32 GEMM ceiling of a 2-core AVX-512 Xeon (" + machine.probe_note + ")";
+  const char* fp16_note = compute_dtype == ComputeDtype::kFloat16 ? "; float16 runs on the fp32 GEMM" : "";
+  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0) {
+    const MachineProbe& p = *machine.probe;
+    const int threads = machine.threads > 0 ? machine.threads : p.threads;
+    const bool bf16_hw = bf16 && p.fma_tflops_bf16 > 0.0;
+    const double at_probe = bf16_hw ? p.fma_tflops_bf16 : p.fma_tflops_fp32;
+    c.tflops = at_probe * threads / p.threads;
+    c.measured = true;
+    const std::string what =
+        bf16_hw ? fmt::format("the bf16 peak ({})", p.fma_isa_bf16)
+                : fmt::format("the FMA peak (fp32, {}{}{})", p.fma_isa_fp32,
+                              bf16 ? "; this CPU has no bf16 instructions (AMX, AVX-512 BF16): bfloat16 runs on fp32 FMAs"
+                                   : "",
+                              fp16_note);
+    c.source = fmt::format("{} measured by machine_probe on {} ({}){}", what, p.cpu, p.date,
+                           threads == p.threads ? std::string()
+                                                : fmt::format(", {} TFLOP/s at the probe's {} thread(s) scaled to "
+                                                              "this rank's {}", trim_number(at_probe), p.threads, threads));
     return c;
   }
-  const MachineProbe& p = *machine.probe;
-  const bool bf16 = compute_dtype == ComputeDtype::kBFloat16 && p.peak_tflops_bf16 > 0.0;
-  const double at_probe = bf16 ? p.peak_tflops_bf16 : p.peak_tflops_fp32;
-  const int threads = machine.threads > 0 ? machine.threads : p.threads;
-  c.tflops = at_probe * threads / p.threads;
-  c.measured = true;
-  std::string what = bf16 ? "bf16 (oneDNN)" : "fp32 (" + p.fp32_backend + ")";
-  if (compute_dtype == ComputeDtype::kBFloat16 && !bf16) what += ", the probe has no bf16 figure (built without oneDNN)";
-  if (compute_dtype == ComputeDtype::kFloat16) what += ", float16 runs on the fp32 GEMM";
-  const double hw = bf16 ? p.fma_tflops_bf16 : p.fma_tflops_fp32;
-  const std::string& hw_isa = bf16 ? p.fma_isa_bf16 : p.fma_isa_fp32;
-  c.source = fmt::format("measured by machine_probe on {} ({}): the {} GEMM ceiling{}{}", p.cpu, p.date, what,
-                         threads == p.threads ? std::string()
-                                              : fmt::format(", {} TFLOP/s at the probe's {} thread(s) scaled to this "
-                                                            "rank's {}", trim_number(at_probe), p.threads, threads),
-                         hw > 0 ? fmt::format("; the hardware's {} peak (machine_probe's own kernel) is {} TFLOP/s "
-                                              "per rank", hw_isa, trim_number(hw * threads / p.threads))
-                                : std::string());
+  // No probe's hardware peak: the nominal one of this CPU's instructions.
+  const int threads = machine.threads > 0 ? machine.threads : std::max(1, omp_get_max_threads());
+  const BuiltinPeak b = builtin_peak(compute_dtype, this_cpu_peak_isa());
+  c.tflops = b.tflops_per_thread * threads;
+  const std::string why =
+      machine.probe ? fmt::format("the machine probe at {} has no hardware peaks (a version-1 file): re-run "
+                                  "build/bin/machine_probe", machine.probe->path)
+                    : machine.probe_note;
+  c.source = fmt::format("the built-in nominal peak, {} TFLOP/s per thread ({} FLOP/cycle of {} at {} GHz, above "
+                         "what a core reaches{}) x {} thread(s), since no machine probe measured this CPU's ({})",
+                         trim_number(b.tflops_per_thread), b.flop_per_cycle, b.isa, kBuiltinPeakGhz, fp16_note, threads,
+                         why);
   return c;
+}
+
+std::string describe_peak(const PeakChoice& peak) {
+  std::string s = fmt::format("{:.4g} TFLOP/s per rank, {}", peak.tflops, peak.source);
+  if (peak.gemm_ceiling_tflops > 0.0)
+    s += fmt::format("; the GEMM ceiling ({}) is {} TFLOP/s per rank, {:.0f}% of that peak", peak.gemm_ceiling_what,
+                     trim_number(peak.gemm_ceiling_tflops), 100.0 * peak.gemm_ceiling_tflops / peak.tflops);
+  return s;
 }
 
 std::string bf16_slower_note(ComputeDtype compute_dtype, const MachineSetup& machine) {

@@ -4,12 +4,16 @@
 // the build (build/machine_probe.json; scripts/setup.sh runs it after building when the file is
 // missing or names another CPU). A run reads it to
 //   - pick the fp32 GEMM backend default (the probe's faster one; GF_GEMM still overrides), and
-//   - take the MFU peak per rank (the probe's GEMM ceiling for the compute dtype, scaled to the
-//     rank's thread count; runner_config.peak_tflops > 0 still overrides).
+//   - take the MFU peak per rank: the hardware's peak for the compute dtype that the probe measured
+//     with our own kernels (the fp32 FMA peak; for bfloat16 the AMX or AVX-512 BF16 peak), scaled to
+//     the rank's thread count, so that MFU is PaLM's and Megatron's model FLOPs over the hardware's
+//     peak and cannot pass 100%; runner_config.peak_tflops > 0 still overrides. The probe's GEMM
+//     ceiling (its fastest product) is logged beside it as a figure of its own.
 // Without the file (a binary run from elsewhere, or the probe never run) a run keeps the built-in
-// defaults (OpenBLAS, 0.33 TFLOP/s) and says so in its log. A probe of another CPU, or of other
-// OpenBLAS kernels (OPENBLAS_CORETYPE picks them: on a 2-vCPU AMD EPYC its Haswell kernels ran at
-// 0.55x its SkylakeX ones, which reversed the OpenBLAS/Eigen order), is ignored the same way.
+// defaults (OpenBLAS, and a nominal peak from the CPU's instruction set: builtin_peak) and says so in
+// its log. A probe of another CPU, or of other OpenBLAS kernels (OPENBLAS_CORETYPE picks them: on a
+// 2-vCPU AMD EPYC its Haswell kernels ran at 0.55x its SkylakeX ones, which reversed the
+// OpenBLAS/Eigen order), is ignored the same way.
 //
 // Where a run looks: $GF_MACHINE_PROBE if set (a path; "off" for no probe), else
 // <directory of the running binary>/../machine_probe.json (build/bin/.. = build/).
@@ -80,13 +84,47 @@ MachineSetup apply_machine_probe_at(const std::string& path, int threads);
 // The MFU peak per rank and where it comes from, for the log line "MFU relative to ...".
 struct PeakChoice {
   double tflops = 0.0;
-  std::string source;  // "measured by machine_probe on <CPU> (<date>)", "set by runner_config.peak_tflops", ...
-  bool measured = false;
+  // "the FMA peak (fp32, avx512f) measured by machine_probe on <CPU> (<date>)", "set by
+  // runner_config.peak_tflops", "the built-in nominal peak ...": what the peak is and why.
+  std::string source;
+  bool measured = false;  // the probe's measured hardware peak
+  // The probe's GEMM ceiling for the compute dtype (its fastest product), per rank, and which
+  // product: logged beside the peak as a figure of its own, not divided by. 0: no probe.
+  double gemm_ceiling_tflops = 0.0;
+  std::string gemm_ceiling_what;
 };
-// config_peak > 0 wins; else the probe's peak for compute_dtype (bfloat16: the bf16 figure when
-// measured; float32 and the emulated float16: the fp32 one) scaled by threads / the probe's
-// threads; else the built-in 0.33.
+// config_peak > 0 wins. Else the probe's hardware peak for compute_dtype (core/math/cpu_peak.h:
+// float32 and the emulated float16 the fp32 FMA peak; bfloat16 the bf16 peak, AMX where measured
+// else AVX-512 BF16, or the fp32 FMA peak on a CPU with neither) scaled by threads / the probe's
+// threads. Else (no probe, or a version-1 probe without hardware figures) the built-in nominal peak
+// for this CPU's instruction set times the rank's threads.
 PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const MachineSetup& machine);
+// The log line's text after "MFU relative to ": the peak, what it is, and the GEMM ceiling if any.
+std::string describe_peak(const PeakChoice& peak);
+
+// The instructions the built-in peak counts (cpuid): the widest fp32 FMA and the bf16 ones.
+struct PeakIsa {
+  bool avx512f = false, avx2_fma = false, avx512_bf16 = false, amx_bf16 = false;
+};
+PeakIsa this_cpu_peak_isa();
+// The built-in MFU peak per thread, for a run without a probe's measured peak: the FLOPs per cycle of
+// one core's widest instructions for the dtype at kBuiltinPeakGhz, a nominal peak above what a core
+// reaches, so that MFU stays under 100% with nothing measured (server AVX-512 and AMX parts run their
+// vector units below 5 GHz; a desktop part boosting past it could pass it, and then the run's warning
+// of an MFU above 100% says to run the probe):
+//   fp32 (and float16): AVX-512 2 FMA units x 16 lanes x 2 FLOP = 64 FLOP/cycle (0.32 TFLOP/s),
+//     AVX2+FMA 32 (0.16), otherwise 16 (0.08: SSE's 4 lanes, a multiply and an add unit);
+//   bfloat16: AMX tdpbf16ps, 16x16x32 multiply-adds per 16 cycles = 1024 FLOP/cycle (5.12),
+//     AVX-512 BF16 vdpbf16ps, 2 units x 16 lanes x 2 pairs x 2 FLOP = 128 (0.64), otherwise fp32's.
+// Measured against it (machine_probe, per thread): a 2-vCPU AMX Xeon 0.239 fp32 and 3.40 AMX, a
+// 2-vCPU EPYC 0.22 fp32 and 0.44 AVX-512 BF16.
+struct BuiltinPeak {
+  double tflops_per_thread = 0.0;
+  double flop_per_cycle = 0.0;
+  std::string isa;  // "avx512f", "avx2", "sse", "amx_bf16", "avx512_bf16"
+};
+inline constexpr double kBuiltinPeakGhz = 5.0;
+BuiltinPeak builtin_peak(ComputeDtype compute_dtype, const PeakIsa& isa);
 
 // Under compute_dtype bfloat16: a warning when the probe measured this CPU's bf16 products slower than its
 // fp32 ones (measured on a 2-vCPU Xeon VM of CPU model 207, whose CPUID shows AVX-512 BF16 but no AMX:
@@ -94,8 +132,5 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
 // 0.28), naming both GEMM ceilings and the hardware peaks; "" when bf16 is not slower, or without a probe
 // or a bf16 figure.
 std::string bf16_slower_note(ComputeDtype compute_dtype, const MachineSetup& machine);
-
-// The built-in MFU peak without a probe: the fp32 GEMM ceiling once measured on a 2-core AVX-512 Xeon.
-inline constexpr double kDefaultPeakTflops = 0.33;
 
 }  // namespace gf

@@ -71,9 +71,10 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
     // Not a share of anything: the peak is below what the run reaches. Said once, with what to do.
     mfu_warned_ = true;
     const std::string fix = peak_.measured
-        ? "the probe measured a slow moment (other processes, a throttled CPU): re-run build/bin/machine_probe on a "
-          "quiet machine, or set runner_config.peak_tflops"
-        : cfg_.peak_tflops > 0 ? "raise runner_config.peak_tflops to this machine's GEMM ceiling"
+        ? "the probe measured its FMA kernel in a slow moment (other processes, a throttled CPU): re-run "
+          "build/bin/machine_probe on a quiet machine, or set runner_config.peak_tflops"
+        : cfg_.peak_tflops > 0 ? "raise runner_config.peak_tflops to this machine's hardware peak (build/bin/machine_probe "
+                                 "measures it)"
                                : "run build/bin/machine_probe, or set runner_config.peak_tflops";
     spdlog::warn("MFU {:.1f}% is above 100%: this run reaches {:.4f} TFLOP/s per rank, more than the peak it divides by "
                  "({:.4g} TFLOP/s, {}); {}",

@@ -354,7 +354,7 @@ void Trainer::log_setup() const {
     log_training_plan();
   spdlog::info("fp32 GEMM backend: {} ({})", machine_.gemm_backend, machine_.gemm_reason);
   if (const std::string slow = bf16_slower_note(L.compute, machine_); !slow.empty()) spdlog::warn("{}", slow);
-  spdlog::info("MFU relative to {:.4g} TFLOP/s per rank {}", peak_.tflops, peak_.source);
+  spdlog::info("MFU relative to {}", describe_peak(peak_));
 }
 
 // The optimizer, the schedule (and a warm-up the run never leaves) and the steps the run trains.
@@ -397,6 +397,7 @@ void Trainer::write_run_start() {
       {"gemm_backend_reason", machine_.gemm_reason},
       {"peak_tflops", peak_.tflops},
       {"peak_source", peak_.source},
+      {"gemm_ceiling_tflops", peak_.gemm_ceiling_tflops > 0 ? nlohmann::json(peak_.gemm_ceiling_tflops) : nlohmann::json(nullptr)},
       {"machine_probe", machine_.probe ? nlohmann::json(machine_.probe->path) : nlohmann::json(nullptr)},
       {"train_steps", total_steps_},
       {"global_batch", global_batch_},

@@ -2,9 +2,10 @@
 # The log line is honest: with per_print_times 5, step 1 is reported alone and each later line's
 # per_step_time times its steps matches the wall clock between the lines (evaluation left out);
 # metrics.jsonl holds the same interval figures and one run_start line per run; the machine probe
-# is read (the log names it, its peak is the MFU's, its backend the fp32 default) and
+# is read (the log names it, its FMA peak is the MFU's, its GEMM ceiling is named beside it, its backend
+# the fp32 default) and
 # runner_config.peak_tflops and GF_GEMM override it; without a probe (or with another CPU's) the
-# run says so and keeps the built-in defaults.
+# run says so and keeps the built-in defaults (the nominal peak of the CPU's instructions).
 set -euo pipefail
 BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
 BIN="$BUILD/bin/gridformer"
@@ -34,16 +35,18 @@ write_probe() {  # write_probe FILE CPU BACKEND
   python3 - "$1" "$2" "$3" <<'PY'
 import json, sys
 path, cpu, backend = sys.argv[1:]
-json.dump({"tool": "machine_probe", "version": 1, "cpu": cpu, "date": "2026-11-23T09:08:07Z", "threads": 1,
+json.dump({"tool": "machine_probe", "version": 2, "cpu": cpu, "date": "2026-11-23T09:08:07Z", "threads": 1,
            "fp32_backend": backend, "gflops": {"blas": 111.0, "eigen": 222.0, "bf16": 333.0},
-           "peak_tflops": {"float32": 0.0123, "bfloat16": 0.0456}}, open(path, "w"))
+           "peak_tflops": {"float32": 0.0111, "bfloat16": 0.0456},
+           "limits": {"fp32_fma_tflops": 0.0123, "fp32_fma_isa": "avx512f", "bf16_tflops": 0.0789,
+                      "bf16_isa": "amx_bf16", "triad_gbs": 1.0}}, open(path, "w"))
 PY
 }
 write_probe probe.json "$CPU" eigen
 
-# 1. The probe is read: its fp32 backend and its peak, named in the log.
+# 1. The probe is read: its fp32 backend and its FMA peak, named in the log with its GEMM ceiling beside it.
 GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml > a.txt 2>&1 || { cat a.txt; fail "run with the probe"; }
-grep -qF "MFU relative to 0.0123 TFLOP/s per rank measured by machine_probe on $CPU (2026-11-23T09:08:07Z)" a.txt \
+grep -qF "MFU relative to 0.0123 TFLOP/s per rank, the FMA peak (fp32, avx512f) measured by machine_probe on $CPU (2026-11-23T09:08:07Z); the GEMM ceiling (machine_probe's fastest fp32 product, eigen) is 0.0111 TFLOP/s per rank" a.txt \
   || fail "the log does not name the probe's peak: $(grep 'MFU relative' a.txt)"
 grep -q "fp32 GEMM backend: eigen (the faster one here: machine_probe measured blas 111 and eigen 222 GFLOP/s" a.txt \
   || fail "the probe's backend was not taken: $(grep 'GEMM backend' a.txt)"
@@ -116,7 +119,7 @@ PY
 # 4. runner_config.peak_tflops overrides the probe; a second run appends its own run_start line.
 GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_config.train_steps=5 \
   --set runner_config.peak_tflops=0.5 > c.txt 2>&1 || { cat c.txt; fail "run with peak_tflops"; }
-grep -q "MFU relative to 0.5 TFLOP/s per rank set by runner_config.peak_tflops" c.txt \
+grep -q "MFU relative to 0.5 TFLOP/s per rank, set by runner_config.peak_tflops" c.txt \
   || fail "peak_tflops did not override: $(grep 'MFU relative' c.txt)"
 python3 - c.txt <<'PY' || fail "an MFU warning without an MFU above 100%"
 import re, sys
@@ -164,7 +167,8 @@ grep -q "fp32 GEMM backend: blas (GF_GEMM=blas in the environment; machine_probe
 GF_MACHINE_PROBE="$WORK/nowhere.json" "$BIN" train --config run.yaml --set runner_config.train_steps=1 > f.txt 2>&1 || fail "no probe"
 grep -q "fp32 GEMM backend: blas (the built-in default (no machine probe at $WORK/nowhere.json" f.txt \
   || fail "no-probe backend line: $(grep 'GEMM backend' f.txt)"
-grep -q "MFU relative to 0.33 TFLOP/s per rank the built-in default" f.txt || fail "no-probe peak: $(grep 'MFU relative' f.txt)"
+grep -q "MFU relative to [0-9.]* TFLOP/s per rank, the built-in nominal peak, .* x 1 thread(s), since no machine probe" f.txt \
+  || fail "no-probe peak: $(grep 'MFU relative' f.txt)"
 write_probe other.json "Not This CPU 9000" eigen
 GF_MACHINE_PROBE="$WORK/other.json" "$BIN" train --config run.yaml --set runner_config.train_steps=1 > g.txt 2>&1 || fail "other CPU"
 grep -q "was measured on \"Not This CPU 9000\".*ignored" g.txt || fail "another CPU's probe was not refused: $(grep 'MFU relative' g.txt)"
@@ -175,7 +179,7 @@ mkdir -p copy/bin
 cp "$BIN" copy/bin/gridformer
 write_probe copy/machine_probe.json "$CPU" eigen
 copy/bin/gridformer train --config run.yaml --set runner_config.train_steps=1 > h.txt 2>&1 || { cat h.txt; fail "copied binary"; }
-grep -q "MFU relative to 0.0123 TFLOP/s per rank measured by machine_probe" h.txt \
+grep -q "MFU relative to 0.0123 TFLOP/s per rank, the FMA peak (fp32, avx512f) measured by machine_probe" h.txt \
   || fail "the probe next to the binary was not read: $(grep 'MFU relative' h.txt)"
 rm copy/machine_probe.json
 copy/bin/gridformer train --config run.yaml --set runner_config.train_steps=1 > i.txt 2>&1 || fail "copied binary, no probe"

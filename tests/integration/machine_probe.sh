@@ -101,7 +101,7 @@ backend="$(python3 -c 'import json; print(json.load(open("real.json"))["fp32_bac
 OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BUILD/bin/gridformer" train --config run.yaml > g.txt 2>&1 \
   || { cat g.txt; fail "a run with the probe"; }
 grep -q "fp32 GEMM backend: $backend (the faster one here: machine_probe measured" g.txt || fail "$(grep 'GEMM backend' g.txt)"
-grep -q "MFU relative to .* TFLOP/s per rank measured by machine_probe on" g.txt || fail "$(grep 'MFU relative' g.txt)"
+grep -q "MFU relative to .* TFLOP/s per rank, the FMA peak (fp32, .*) measured by machine_probe on" g.txt || fail "$(grep 'MFU relative' g.txt)"
 # The same file with other OpenBLAS kernels recorded (as if OPENBLAS_CORETYPE had differed) is not used.
 python3 -c 'import json; j = json.load(open("real.json")); j["blas_core"] = "NotACore"; json.dump(j, open("other.json", "w"))'
 OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/other.json" "$BUILD/bin/gridformer" train --config run.yaml > h.txt 2>&1 \

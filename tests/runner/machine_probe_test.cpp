@@ -1,7 +1,8 @@
 // The machine probe file as a run reads it: its fields, where it is looked for, a probe of another
 // CPU or an unreadable one ignored, the GEMM backend it picks unless GF_GEMM says otherwise, and
-// the MFU peak (runner_config.peak_tflops first, then the probe for the compute dtype, scaled to
-// the rank's threads, then the built-in default).
+// the MFU peak (runner_config.peak_tflops first, then the probe's hardware peak for the compute
+// dtype, scaled to the rank's threads, then the built-in nominal peak of the CPU's instructions),
+// with the probe's GEMM ceiling beside it, never divided by.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -73,40 +74,106 @@ TEST(MachineProbe, LooksNextToTheBuildOfTheBinary) {
   EXPECT_EQ(machine_probe_path_for("/work/main/build/bin/gridformer"), "/work/main/build/machine_probe.json");
 }
 
+// A version-2 file: the hardware's limits from the probe's own kernels beside the GEMM ceilings.
+nlohmann::json probe_v2_json(const std::string& cpu) {
+  nlohmann::json j = probe_json(cpu);
+  j["version"] = 2;
+  j["limits"] = {{"fp32_fma_tflops", 0.43}, {"fp32_fma_isa", "avx512f"}, {"bf16_tflops", 0.87},
+                 {"bf16_isa", "avx512_bf16"}, {"triad_gbs", 70.3}};
+  return j;
+}
+
 TEST(MachineProbe, APeakFromTheConfigWins) {
   MachineSetup m;
   m.threads = 2;
-  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  m.probe = machine_probe_from_json(probe_v2_json("Some CPU"));
   const PeakChoice c = choose_peak(0.5, ComputeDtype::kFloat32, m);
   EXPECT_DOUBLE_EQ(c.tflops, 0.5);
   EXPECT_EQ(c.source, "set by runner_config.peak_tflops");
   EXPECT_FALSE(c.measured);
+  EXPECT_DOUBLE_EQ(c.gemm_ceiling_tflops, 0.26);  // still reported beside it
 }
 
-TEST(MachineProbe, ThePeakOfTheComputeDtypeScaledToTheRanksThreads) {
+// MFU is the model's FLOPs over the hardware's peak of the compute dtype (PaLM's, Megatron's): the
+// probe's FMA peak for fp32 (and the emulated fp16), its bf16 peak for bf16, never the GEMM ceiling.
+TEST(MachineProbe, TheHardwarePeakOfTheComputeDtypeScaledToTheRanksThreads) {
   MachineSetup m;
   m.threads = 2;
-  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  m.probe = machine_probe_from_json(probe_v2_json("Some CPU"));
   PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
-  EXPECT_DOUBLE_EQ(c.tflops, 0.26);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.43);
   EXPECT_TRUE(c.measured);
-  EXPECT_EQ(c.source.rfind("measured by machine_probe on Some CPU (2026-11-23T10:00:00Z)", 0), 0u) << c.source;
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kBFloat16, m).tflops, 0.7);
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kFloat16, m).tflops, 0.26);  // emulated on the fp32 GEMM
+  EXPECT_EQ(c.source, "the FMA peak (fp32, avx512f) measured by machine_probe on Some CPU (2026-11-23T10:00:00Z)");
+  EXPECT_DOUBLE_EQ(c.gemm_ceiling_tflops, 0.26);
+  EXPECT_EQ(c.gemm_ceiling_what, "machine_probe's fastest fp32 product, eigen");
+  c = choose_peak(0.0, ComputeDtype::kBFloat16, m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.87);
+  EXPECT_EQ(c.source.rfind("the bf16 peak (avx512_bf16) measured by machine_probe on Some CPU", 0), 0u) << c.source;
+  EXPECT_DOUBLE_EQ(c.gemm_ceiling_tflops, 0.7);
+  c = choose_peak(0.0, ComputeDtype::kFloat16, m);  // emulated on the fp32 GEMM
+  EXPECT_DOUBLE_EQ(c.tflops, 0.43);
+  EXPECT_NE(c.source.find("float16 runs on the fp32 GEMM"), std::string::npos) << c.source;
   m.threads = 1;  // one of the probe's two threads
   c = choose_peak(0.0, ComputeDtype::kFloat32, m);
-  EXPECT_DOUBLE_EQ(c.tflops, 0.13);
-  EXPECT_NE(c.source.find("scaled to this rank's 1"), std::string::npos) << c.source;
-  m.probe->peak_tflops_bf16 = 0.0;  // built without oneDNN: bf16 runs the fp32 GEMM
-  EXPECT_DOUBLE_EQ(choose_peak(0.0, ComputeDtype::kBFloat16, m).tflops, 0.13);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.215);
+  EXPECT_DOUBLE_EQ(c.gemm_ceiling_tflops, 0.13);
+  EXPECT_NE(c.source.find("0.43 TFLOP/s at the probe's 2 thread(s) scaled to this rank's 1"), std::string::npos)
+      << c.source;
+  m.probe->fma_tflops_bf16 = 0.0;  // a CPU without AMX or AVX-512 BF16: bf16 runs on the fp32 FMAs
+  c = choose_peak(0.0, ComputeDtype::kBFloat16, m);
+  EXPECT_DOUBLE_EQ(c.tflops, 0.215);
+  EXPECT_NE(c.source.find("this CPU has no bf16 instructions"), std::string::npos) << c.source;
+  EXPECT_EQ(describe_peak(choose_peak(0.0, ComputeDtype::kFloat32, m)),
+            "0.215 TFLOP/s per rank, the FMA peak (fp32, avx512f) measured by machine_probe on Some CPU "
+            "(2026-11-23T10:00:00Z), 0.43 TFLOP/s at the probe's 2 thread(s) scaled to this rank's 1; the GEMM ceiling "
+            "(machine_probe's fastest fp32 product, eigen) is 0.13 TFLOP/s per rank, 60% of that peak");
+}
+
+// The built-in nominal peak: the FLOPs per cycle of one core's widest instructions at 5 GHz.
+TEST(MachineProbe, TheBuiltInPeakOfEachInstructionSet) {
+  PeakIsa none, avx2, avx512, cooper, amx;
+  avx2.avx2_fma = true;
+  avx512 = avx2;
+  avx512.avx512f = true;
+  cooper = avx512;
+  cooper.avx512_bf16 = true;
+  amx = cooper;
+  amx.amx_bf16 = true;
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kFloat32, none).tflops_per_thread, 0.08);
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kFloat32, avx2).tflops_per_thread, 0.16);
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kFloat32, amx).tflops_per_thread, 0.32);  // fp32: the FMAs
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kFloat16, amx).tflops_per_thread, 0.32);
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kBFloat16, avx512).tflops_per_thread, 0.32);
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kBFloat16, cooper).tflops_per_thread, 0.64);
+  EXPECT_DOUBLE_EQ(builtin_peak(ComputeDtype::kBFloat16, amx).tflops_per_thread, 5.12);
+  EXPECT_EQ(builtin_peak(ComputeDtype::kBFloat16, amx).isa, "amx_bf16");
+  // Above what the probe's kernels measured per thread: the 2-vCPU AMX Xeon (fp32 0.478, AMX 6.807
+  // at 2 threads) and the 2-vCPU EPYC (fp32 0.44, AVX-512 BF16 0.88).
+  EXPECT_GT(builtin_peak(ComputeDtype::kFloat32, amx).tflops_per_thread, 0.478 / 2);
+  EXPECT_GT(builtin_peak(ComputeDtype::kBFloat16, amx).tflops_per_thread, 6.807 / 2);
+  EXPECT_GT(builtin_peak(ComputeDtype::kBFloat16, cooper).tflops_per_thread, 0.88 / 2);
 }
 
 TEST(MachineProbe, WithoutAProbeTheBuiltInPeak) {
   MachineSetup m;
+  m.threads = 2;
   m.probe_note = "no machine probe at /nowhere";
   const PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
-  EXPECT_DOUBLE_EQ(c.tflops, kDefaultPeakTflops);
-  EXPECT_NE(c.source.find("no machine probe at /nowhere"), std::string::npos);
+  const BuiltinPeak b = builtin_peak(ComputeDtype::kFloat32, this_cpu_peak_isa());
+  EXPECT_DOUBLE_EQ(c.tflops, 2 * b.tflops_per_thread);
+  EXPECT_FALSE(c.measured);
+  EXPECT_EQ(c.gemm_ceiling_tflops, 0.0);
+  EXPECT_EQ(c.source.rfind("the built-in nominal peak, ", 0), 0u) << c.source;
+  EXPECT_NE(c.source.find("FLOP/cycle of " + b.isa + " at 5 GHz"), std::string::npos) << c.source;
+  EXPECT_NE(c.source.find("no machine probe at /nowhere"), std::string::npos) << c.source;
+  // A version-1 probe has no hardware peaks: the built-in one, and the probe's GEMM ceiling beside it.
+  m.probe = machine_probe_from_json(probe_json("Some CPU"));
+  m.probe->path = "/old/machine_probe.json";
+  const PeakChoice v1 = choose_peak(0.0, ComputeDtype::kFloat32, m);
+  EXPECT_DOUBLE_EQ(v1.tflops, 2 * b.tflops_per_thread);
+  EXPECT_NE(v1.source.find("the machine probe at /old/machine_probe.json has no hardware peaks"), std::string::npos)
+      << v1.source;
+  EXPECT_DOUBLE_EQ(v1.gemm_ceiling_tflops, 0.26);
 }
 
 TEST(MachineProbe, AppliedOnlyForThisCpuAndSetsTheBackendUnlessGfGemmIsSet) {
@@ -161,13 +228,11 @@ TEST(MachineProbe, AppliedOnlyForThisCpuAndSetsTheBackendUnlessGfGemmIsSet) {
 }
 
 // Version 2: oneDNN's fp32 figure, onednn as the chosen backend, and the hardware's limits, which
-// the MFU line names beside the GEMM ceiling it divides by.
+// the MFU divides by (the GEMM ceiling named beside them).
 TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
-  nlohmann::json j = probe_json("Some CPU", gemm_backend_available(GemmBackend::kOnednn) ? "onednn" : "blas");
-  j["version"] = 2;
+  nlohmann::json j = probe_v2_json("Some CPU");
+  j["fp32_backend"] = gemm_backend_available(GemmBackend::kOnednn) ? "onednn" : "blas";
   j["gflops"]["onednn"] = 390.0;
-  j["limits"] = {{"fp32_fma_tflops", 0.43}, {"fp32_fma_isa", "avx512f"}, {"bf16_tflops", 0.87},
-                 {"bf16_isa", "avx512_bf16"}, {"triad_gbs", 70.3}};
   MachineSetup m;
   m.threads = 1;
   m.probe = machine_probe_from_json(j);
@@ -177,17 +242,16 @@ TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
   EXPECT_DOUBLE_EQ(m.probe->triad_gbs, 70.3);
   EXPECT_EQ(m.probe->fma_isa_bf16, "avx512_bf16");
   PeakChoice c = choose_peak(0.0, ComputeDtype::kFloat32, m);
-  EXPECT_DOUBLE_EQ(c.tflops, 0.13);  // the GEMM ceiling, scaled to one of the probe's two threads
-  EXPECT_NE(c.source.find("GEMM ceiling"), std::string::npos) << c.source;
-  EXPECT_NE(c.source.find("the hardware's avx512f peak (machine_probe's own kernel) is 0.215 TFLOP/s per rank"),
-            std::string::npos)
-      << c.source;
+  EXPECT_DOUBLE_EQ(c.tflops, 0.215);  // the FMA peak, scaled to one of the probe's two threads
+  EXPECT_DOUBLE_EQ(c.gemm_ceiling_tflops, 0.13);
+  EXPECT_NE(describe_peak(c).find("the GEMM ceiling (machine_probe's fastest fp32 product, "), std::string::npos)
+      << describe_peak(c);
   c = choose_peak(0.0, ComputeDtype::kBFloat16, m);
-  EXPECT_NE(c.source.find("avx512_bf16 peak (machine_probe's own kernel) is 0.435"), std::string::npos) << c.source;
-  // A version-1 file has none of them: the source names the ceiling alone.
+  EXPECT_DOUBLE_EQ(c.tflops, 0.435);
+  // A version-1 file has none of them: onednn unmeasured, the peak the built-in one.
   m.probe = machine_probe_from_json(probe_json("Some CPU"));
   EXPECT_EQ(m.probe->gflops_onednn, 0.0);
-  EXPECT_EQ(choose_peak(0.0, ComputeDtype::kFloat32, m).source.find("hardware"), std::string::npos);
+  EXPECT_FALSE(choose_peak(0.0, ComputeDtype::kFloat32, m).measured);
 }
 
 // A CPU whose bf16 products are slower than its fp32 ones (AVX-512 BF16 without AMX: 0.161 against 0.314

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# MFU is the model's FLOPs over the hardware's peak of the compute dtype (PaLM's and Megatron's
+# definition), so it can never pass 100%, and the log names the peak it divides by:
+#   (a) with a machine probe measured here (build/bin/machine_probe, one thread), an fp32 run divides by
+#       the probe's FMA peak (limits.fp32_fma_tflops) and a bf16 run by its bf16 peak (limits.bf16_tflops:
+#       AMX, else AVX-512 BF16; the FMA peak on a CPU with neither), never by the probe's GEMM ceiling
+#       (peak_tflops), which the line names beside it as a figure of its own;
+#   (b) without a probe (GF_MACHINE_PROBE=off) the run divides by the built-in nominal peak: the FLOPs per
+#       cycle of the CPU's widest instructions for the dtype at 5 GHz (runner/report/machine_probe.h,
+#       builtin_peak: AVX-512 64, AVX2 32, SSE 16; bf16 AMX 1024, AVX-512 BF16 128), times the threads;
+#       no probe measured this CPU, so a bound above what a core reaches is what keeps MFU under 100%;
+#   (c) the check fails when the peak is wrong: a probe whose FMA peak is far below what the run reaches
+#       gives MFU above 100%, and the same check reports it.
+# Each run: every logged MFU (the log's "MFU: x%" and metrics.jsonl's mfu) is at most 1, mfu equals tflops
+# over run_start's peak_tflops, and the "MFU relative to" line names that peak and says what it is.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_corpus
+need_vocab
+unset GF_MACHINE_PROBE GF_GEMM
+
+"$BUILD/bin/machine_probe" --out probe.json --threads 1 --budget-ms 60 > probe.log 2>&1 \
+  || { cat probe.log; fail "machine_probe exited non-zero"; }
+tiny_config gpt2 fp32.yaml --set runner_config.train_steps=6
+tiny_config gpt2 bf16.yaml --set runner_config.train_steps=6 --set model.model_config.compute_dtype=bfloat16
+
+# check_mfu NAME KIND [PROBE]: KIND is probe (the peak must be PROBE's hardware peak for the run's dtype) or
+# builtin (the built-in nominal peak of this CPU's instructions).
+check_mfu() {
+  "$PY" - "$1" "$2" "${3:-}" <<'EOF'
+import json, re, sys
+name, kind, probe_path = sys.argv[1:]
+log = open(f"{name}.log").read()
+rows = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
+start = [r for r in rows if r.get("event") == "run_start"][-1]
+steps = [r for r in rows if "loss" in r]
+assert steps, "no step lines"
+peak, threads, dtype = start["peak_tflops"], start["threads"], start["compute_dtype"]
+line = re.search(r"MFU relative to (\S+) TFLOP/s per rank, (.*)", log)
+assert line, "no 'MFU relative to' line"
+named, what = float(line.group(1)), line.group(2)
+assert abs(named - peak) <= 5e-4 * peak, f"the log names {named}, metrics.jsonl divides by {peak}"
+if kind == "probe":
+    p = json.load(open(probe_path))
+    lim, scale = p["limits"], threads / p["threads"]
+    if dtype == "bfloat16" and lim["bf16_tflops"] > 0:
+        want, label = lim["bf16_tflops"] * scale, f"the bf16 peak ({lim['bf16_isa']}) measured by machine_probe on {p['cpu']}"
+    else:
+        want, label = lim["fp32_fma_tflops"] * scale, f"the FMA peak (fp32, {lim['fp32_fma_isa']}"
+    assert abs(peak - want) <= 1e-9 * want, f"peak {peak}, the probe's hardware peak for {dtype} is {want}"
+    assert what.startswith(label), f"the line says '{what}', not '{label}...'"
+    gemm = (p["peak_tflops"]["bfloat16"] if dtype == "bfloat16" and p["peak_tflops"].get("bfloat16")
+            else p["peak_tflops"]["float32"]) * scale
+    assert re.search(r"the GEMM ceiling \(machine_probe's fastest .*\) is ", what), f"no GEMM ceiling beside it: {what}"
+    print(f"{name}: peak {peak:.4g} TFLOP/s, {label.split(' measured')[0].rstrip(',')} of probe.json; its GEMM ceiling "
+          f"{gemm:.4g} named beside it")
+else:
+    flags = set(re.search(r"^flags\s*:(.*)$", open("/proc/cpuinfo").read(), re.M).group(1).split())
+    fp32 = (64, "avx512f") if "avx512f" in flags else (32, "avx2") if {"avx2", "fma"} <= flags else (16, "sse")
+    table = fp32
+    if dtype == "bfloat16":
+        table = (1024, "amx_bf16") if "amx_bf16" in flags else (128, "avx512_bf16") if "avx512_bf16" in flags else fp32
+    per_thread = table[0] * 5e9 / 1e12
+    want = per_thread * threads
+    assert abs(peak - want) <= 1e-9 * want, f"peak {peak}, the built-in nominal peak of {table[1]} x {threads} is {want}"
+    label = f"the built-in nominal peak, {per_thread:.3g} TFLOP/s per thread ({table[0]} FLOP/cycle of {table[1]}"
+    assert what.startswith(label), f"the line says '{what}', not '{label}...'"
+    assert "since no machine probe measured this CPU's (GF_MACHINE_PROBE=off)" in what, what
+    print(f"{name}: peak {peak:.4g} TFLOP/s = the built-in {table[1]} x {threads} thread(s)")
+printed = [float(m) for m in re.findall(r"MFU: ([0-9.]+)%", log)]
+assert len(printed) == len(steps), (len(printed), len(steps))
+for r, pct in zip(steps, printed):
+    assert abs(r["mfu"] - r["tflops"] / peak) <= 1e-9 * max(r["mfu"], 1e-12), f"step {r['step']}: mfu {r['mfu']}, tflops {r['tflops']}"
+    assert r["mfu"] <= 1.0 and pct <= 100.0, f"step {r['step']}: MFU {100 * r['mfu']:.2f}% above 100% of {peak} TFLOP/s"
+assert "is above 100%" not in log, "the run warned of MFU above 100%"
+print(f"{name}: {len(steps)} logged steps, MFU {min(printed):.2f}-{max(printed):.2f}% (<= 100%), tflops / {peak:.4g}")
+EOF
+}
+
+# (a) The probe measured here.
+for dtype in fp32 bf16; do
+  GF_MACHINE_PROBE="$WORK/probe.json" train "p_$dtype" "$dtype.yaml"
+  check_mfu "p_$dtype" probe probe.json || fail "p_$dtype: $(grep 'MFU relative' "p_$dtype.log")"
+done
+
+# (b) No probe: the built-in nominal peak.
+for dtype in fp32 bf16; do
+  GF_MACHINE_PROBE=off train "b_$dtype" "$dtype.yaml"
+  check_mfu "b_$dtype" builtin || fail "b_$dtype: $(grep 'MFU relative' "b_$dtype.log")"
+done
+
+# (c) A probe whose FMA peak is 1 GFLOP/s, far below any run: MFU above 100%, and the check says so.
+"$PY" -c 'import json; j = json.load(open("probe.json")); j["limits"]["fp32_fma_tflops"] = 0.001; json.dump(j, open("low.json", "w"))'
+GF_MACHINE_PROBE="$WORK/low.json" train low fp32.yaml
+grep -q "is above 100%: this run reaches" low.log || fail "no warning for a peak below the run"
+if check_mfu low probe low.json > low_check.txt 2>&1; then fail "the check passed a run with MFU above 100%: $(cat low_check.txt)"; fi
+grep -q "above 100% of 0.001 TFLOP/s" low_check.txt || fail "the check failed for another reason: $(cat low_check.txt)"
+ok "a peak below the run is caught: $(grep -o 'step [0-9]*: MFU [0-9.]*% above 100% of 0.001 TFLOP/s' low_check.txt)"
+echo "mfu_peak: all checks passed"

@@ -20,7 +20,7 @@
 //     false). Token ids are assigned as tokenizers assigns them (a content already in the model
 //     vocab keeps that id, others take the next free id from the model vocab's size); a file whose
 //     `id` fields disagree is refused.
-//  2. Normalizer: null, NFC (ICU 72, Unicode 15.0), or a Sequence of those.
+//  2. Normalizer: null, NFC (see "NFC tables" below), or a Sequence of those.
 //  3. Pre-tokenizer: a Sequence (or one) of Split steps followed by one ByteLevel, applied piece by
 //     piece as tokenizers does:
 //     * Split {pattern: {Regex: R} or {String: S}, behavior, invert}: every behavior (Removed,
@@ -101,6 +101,21 @@
 //    Replace (String), Metaspace, WordPiece (prefix, cleanup); null joins the tokens with ' '.
 //    Refused: a ByteLevel decoder (its tokens are not byte-level), CTC, BPEDecoder.
 //  Other models (Unigram: T5, ALBERT; WordLevel) are refused.
+//
+// NFC tables. tokenizers normalizes NFC with the crate unicode-normalization-alignments 0.1.12 (the
+// only release; its src/tables.rs: UNICODE_VERSION = (9, 0, 0)), whose tables lack the characters
+// Unicode 10.0 and later added: to it those have combining class 0, no decomposition and no
+// composition, so it is wrong on 648 of the 19,074 lines of Unicode 15.0's NormalizationTest.txt
+// (e.g. the Telugu nukta U+0C3C is not reordered before a virama, Quranic Arabic marks U+08D3...
+// stay where they are, U+11938 is not composed). By default NFC here does the same (ICU's NFC over
+// the characters of Unicode 9.0, each later character copied as it is, the text on each side
+// normalized on its own), so ids equal transformers' there too. The environment variable
+// GF_HF_NFC=unicode (read when a file is loaded; e.g. `GF_HF_NFC=unicode gridformer tokenize ...`
+// or preprocess_data) selects Unicode's own NFC (ICU 72, Unicode 15.0) instead; GF_HF_NFC unset,
+// empty or `tokenizers` is the default; another value is refused when the file has an NFC
+// normalizer. Both checked on all 19,074 lines (tools/hf_nfc_check.py, Qwen2 layout and Qwen2.5's
+// file): the default equals tokenizers 0.23.2's ids on every line, `unicode` equals the ids of the
+// test file's NFC column. The NFC of added tokens with `normalized: true` follows the same choice.
 //
 // Special tokens around the text. Megatron's HuggingFaceTokenizer.tokenize(text) is transformers'
 // tokenizer(text).input_ids, i.e. add_special_tokens = true: the post_processor's specials are

@@ -142,6 +142,17 @@ struct PreStep {
   bool individual_digits = false;
 };
 
+// Which Unicode tables NFC uses (hf_tokenizer.h, "NFC tables"): kTokenizers, those of the crate
+// unicode-normalization-alignments 0.1.12 that tokenizers uses (Unicode 9.0.0): ICU's NFC restricted
+// to the code points assigned by Unicode 9.0, the others passed through as starters that neither
+// decompose nor compose; kUnicode: ICU's own (Unicode 15.0).
+enum class NfcTables { kTokenizers, kUnicode };
+// From the environment variable GF_HF_NFC: unset, empty or "tokenizers": kTokenizers; "unicode":
+// kUnicode; anything else throws std::runtime_error.
+NfcTables nfc_tables_from_environment();
+// The NFC normalizer for `tables` (lives as long as the process).
+const icu::Normalizer2& nfc_normalizer(NfcTables tables);
+
 // A normalizer step (NFC alone keeps the fast path of Impl::nfc instead).
 enum class NormKind { kNfc, kPrepend, kReplace, kBert };
 struct NormStep {
@@ -207,7 +218,8 @@ struct HFTokenizer::Impl {
   // Normalizer and pre-tokenizer. `nfc`: the normalizer is NFC alone; otherwise norm_steps.
   bool nfc = false;
   std::vector<hf::NormStep> norm_steps;
-  const icu::Normalizer2* nfc_instance = nullptr;
+  const icu::Normalizer2* nfc_instance = nullptr;  // nfc_normalizer(nfc_tables), when any step is NFC
+  hf::NfcTables nfc_tables = hf::NfcTables::kTokenizers;
   std::vector<hf::PreStep> steps;
   bool top_level_byte_level = false;  // pre_tokenizer is a ByteLevel itself
   // Specials.

@@ -142,10 +142,12 @@ def tensor_error(name, shape, a, b, budget):
     return diff / max(norm, math.sqrt(len(keep)) * budget), diff / norm
 
 
-# The tensors check_can_fail perturbs: GPT-2's zero-initialised MLP bias, and the Llama-like models' largest kinds
-# (an MLP or expert down projection, a q/k/v bias, a q/k norm, a router).
-CAN_FAIL_KINDS = ("c_fc.bias", "mlp.down_proj.weight", "down_proj.weight", "k_proj.bias", "q_norm.weight",
-                  "mlp.gate.weight", "block_sparse_moe.gate.weight")
+# The tensors check_can_fail perturbs: the final norm (every model has one), GPT-2's zero-initialised MLP bias,
+# attention output and MoE router, and the Llama-like models' kinds (an MLP or expert down projection, a q/k/v bias,
+# a q/k norm, a router).
+CAN_FAIL_KINDS = ("ln_f.weight", "model.norm.weight", "c_fc.bias", "attn.c_proj.weight", "mlp.router.weight",
+                  "mlp.down_proj.weight", "down_proj.weight", "k_proj.bias", "q_norm.weight", "mlp.gate.weight",
+                  "block_sparse_moe.gate.weight")
 
 
 def check_can_fail(wa, budget, la):

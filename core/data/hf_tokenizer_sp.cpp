@@ -5,6 +5,7 @@
 // Rust crate `tokenizers` (normalizers/*.rs, pre_tokenizers/*.rs, models/bpe/model.rs merge_word,
 // models/wordpiece/mod.rs tokenize, decoders/*.rs).
 #include <unicode/bytestream.h>
+#include "core/data/byte_bpe.h"
 #include <unicode/stringpiece.h>
 #include <unicode/uchar.h>
 #include <unicode/ustring.h>
@@ -20,23 +21,6 @@ using namespace byte_bpe;
 using namespace hf;
 namespace {
 
-void append_utf8(char32_t c, std::string& out) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
 
 // The length of the character at s[i]: its UTF-8 length, or 1 for a byte that starts no valid
 // sequence (bytes of an invalid run are each a character the vocabulary cannot hold).

@@ -1,5 +1,6 @@
 // BERT WordPiece tokenizer (see wordpiece.h). Unicode properties, lower-casing and NFD: ICU.
 #include "core/data/wordpiece.h"
+#include "core/data/byte_bpe.h"
 
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
@@ -58,23 +59,7 @@ void decode_utf8(std::string_view s, std::u32string& out) {
   }
 }
 
-void append_utf8(char32_t c, std::string& out) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
+using byte_bpe::append_utf8;
 
 bool is_cjk(char32_t cp) {
   return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||

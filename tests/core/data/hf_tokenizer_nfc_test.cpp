@@ -9,6 +9,7 @@
 // normalizer removed (Unicode's NFC, tokenized the same way). On the other 18,426 lines both agree,
 // and tools/hf_nfc_check.py checks all 19,074 lines in both modes against the Rust library itself.
 #include <gtest/gtest.h>
+#include "core/data/byte_bpe.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -49,23 +50,7 @@ class NfcEnv {
   std::optional<std::string> old_;
 };
 
-void append_utf8(char32_t c, std::string& out) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
+using gf::data::byte_bpe::append_utf8;
 
 std::string from_hex(const std::string& hex) {
   std::istringstream in(hex);

@@ -13,6 +13,7 @@
 //    order, pre-token boundaries (against `regex`'s classes for every code point) and file
 //    errors without the real files.
 #include <gtest/gtest.h>
+#include "core/data/byte_bpe.h"
 
 #include <array>
 #include <filesystem>
@@ -198,23 +199,7 @@ TEST(GPT2Tokenizer, DecodeRoundTripsCorpus) {
   }
 }
 
-void append_utf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using gf::data::byte_bpe::append_utf8;
 
 // A random code point, mostly from ranges real text uses, never a surrogate.
 char32_t random_code_point(std::mt19937& rng) {

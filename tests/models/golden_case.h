@@ -173,6 +173,25 @@ struct GoldenCase {
     c.use_flash_attention = false;
   }
 
+  // One forward and backward of the golden batch on `model` (its weights loaded): the loss (1e-5 relative) and
+  // the logits (1e-5 of the largest) against PyTorch's, then every parameter's gradient (1e-4). Returns the
+  // number of gradients checked.
+  int expect_forward_backward_match(CausalLM& model) const {
+    const std::vector<int32_t> tokens = f.ints("tokens");
+    std::fill(model.grads(), model.grads() + model.params().total_floats(), 0.0f);
+    const double loss = model.forward(tokens.data(), StepInfo{1, 0, true}) / static_cast<double>(B * T);
+    const double ref_loss = f.floats("loss")[0];
+    EXPECT_LE(std::abs(loss - ref_loss) / std::abs(ref_loss), 1e-5) << "loss " << loss << " vs PyTorch " << ref_loss;
+    EXPECT_LE(rel_err(model.logits(), f.floats("logits"), B * T, V, model.logits_ld()), 1e-5) << "logits";
+    model.backward(1.0f / static_cast<float>(B * T));
+    int checked = 0;
+    for (const TensorPlacement& p : model.params().tensors()) {
+      EXPECT_LE(param_rel_err(p, model.grads(), f.floats("grads." + p.spec->name)), 1e-4) << "gradient of " << p.spec->name;
+      ++checked;
+    }
+    return checked;
+  }
+
   // Trains every step of the golden run on its batch and holds each step's loss (1e-5), learning rate (1e-6)
   // and pre-clip gradient norm (1e-4), relative, to PyTorch's (train.losses, train.lr, train.grad_norms).
   template <typename TrainerT>

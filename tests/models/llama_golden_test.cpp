@@ -70,20 +70,7 @@ TEST_P(LlamaGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   ParallelContext ctx = ParallelContext::single();
   const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   g.load_weights(*model);
-  const std::vector<int32_t> tokens = g.f.ints("tokens");
-  std::fill(model->grads(), model->grads() + model->params().total_floats(), 0.0f);
-  const double loss = model->forward(tokens.data(), StepInfo{1, 0, true}) / static_cast<double>(g.B * g.T);
-  const double ref_loss = g.f.floats("loss")[0];
-  EXPECT_LE(std::abs(loss - ref_loss) / std::abs(ref_loss), 1e-5) << "loss " << loss << " vs PyTorch " << ref_loss;
-  const double logit_err = rel_err(model->logits(), g.f.floats("logits"), g.B * g.T, g.V, model->logits_ld());
-  EXPECT_LE(logit_err, 1e-5) << "logits";
-  model->backward(1.0f / static_cast<float>(g.B * g.T));
-  int checked = 0;
-  for (const TensorPlacement& p : model->params().tensors()) {
-    const double e = param_rel_err(p, model->grads(), g.f.floats("grads." + p.spec->name));
-    EXPECT_LE(e, 1e-4) << "gradient of " << p.spec->name;
-    ++checked;
-  }
+  const int checked = g.expect_forward_backward_match(*model);
   EXPECT_EQ(checked, 2 + 9 * g.cfg.model.num_layers + (g.cfg.model.tie_word_embeddings ? 0 : 1));
   // The vocabulary padding rows get no gradient.
   for (const char* name : kVocabParams)

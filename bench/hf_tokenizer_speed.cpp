@@ -1,6 +1,10 @@
 // Single-thread throughput of HFTokenizer::encode (core/data/hf_tokenizer.h), document by document.
 //
 //   hf_tokenizer_speed [--tokenizer tokenizer.json]... [--corpus corpus.jsonl | --text FILE] [--mb 10] [--runs 5]
+//   hf_tokenizer_speed --load-only [--tokenizer tokenizer.json]... [--runs 5]
+//
+// --load-only times HFTokenizer::from_file instead (reading, parsing and loading the file, then
+// destroying the tokenizer): the median of --runs loads of each tokenizer, in seconds.
 //
 // Run from the repository root. Defaults: the four fixtures of tests/data/hf_tokenizer (gpt2,
 // llama3, qwen2, features) and their corpus.jsonl (one {"text": ...} per line: every script and
@@ -37,6 +41,7 @@ struct Options {
   std::string text;
   double mb = 10;
   int runs = 5;
+  bool load_only = false;
 };
 
 Options parse_args(int argc, char** argv) {
@@ -52,6 +57,7 @@ Options parse_args(int argc, char** argv) {
     else if (arg == "--text") opt.text = value();
     else if (arg == "--mb") opt.mb = std::stod(value());
     else if (arg == "--runs") opt.runs = std::max(1, std::stoi(value()));
+    else if (arg == "--load-only") opt.load_only = true;
     else throw std::runtime_error("unknown argument " + arg);
   }
   if (opt.tokenizers.empty())
@@ -84,6 +90,24 @@ double thread_cpu_seconds() {
 int main(int argc, char** argv) {
   try {
     const Options opt = parse_args(argc, argv);
+    if (opt.load_only) {
+      for (const std::string& path : opt.tokenizers) {
+        std::vector<double> wall;
+        int32_t size = 0;
+        for (int run = 0; run < opt.runs; ++run) {
+          const auto w0 = std::chrono::steady_clock::now();
+          {
+            const HFTokenizer tok = HFTokenizer::from_file(path);
+            size = tok.vocab_size();
+          }
+          wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+        }
+        std::sort(wall.begin(), wall.end());
+        std::printf("%-48s load %.3f s (median of %d; min %.3f, max %.3f; %d tokens)\n", path.c_str(),
+                    gf::bench::median(wall), opt.runs, wall.front(), wall.back(), size);
+      }
+      return 0;
+    }
     const std::vector<std::string> base = read_documents(opt);
     std::vector<std::string> docs;
     size_t bytes = 0;

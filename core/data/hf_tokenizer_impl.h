@@ -211,7 +211,7 @@ struct HFTokenizer::Impl {
   std::vector<std::string> id_to_bytes;  // indexed by id, up to the largest id
   std::vector<bool> has_id;               // false: no token has this id (a gap)
   int32_t vocab_size = 0;                 // tokens (model vocab plus added tokens not in it)
-  std::unordered_map<std::string, int32_t> token_to_id;
+  hf::Vocab token_to_id;
   // Added tokens.
   std::vector<hf::AddedToken> added;
   hf::TokenTrie raw_trie, normalized_trie;  // values: index into `added`

@@ -10,46 +10,38 @@ namespace gf {
 
 namespace {
 
+// The factory of an architecture whose model class takes (config, layout, micro batch, context).
+template <typename Model>
+std::unique_ptr<CausalLM> factory(const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) {
+  return std::make_unique<Model>(c, l, b, ctx);
+}
+
 std::vector<ModelEntry>& entries() {
   static std::vector<ModelEntry> e = {
       {"GPT2LMHeadModel", "GPT2Config",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<GPT2LMHeadModel>(c, l, b, ctx);
-       },
+       factory<GPT2LMHeadModel>,
        gpt2_spec, gpt2_name, "GPT-2", false, true, gpt2_hf_config, read_gpt2_hf_config, "gpt2"},
       {"LlamaForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
-       },
+       factory<LlamaForCausalLM>,
        llama_spec, llama_name, "Llama", false, false, llama_hf_config, read_llama_hf_config, "llama"},
       // Hugging Face's name for Mixtral: a LlamaConfig with moe_config.expert_num > 1 (MindFormers' own Mixtral
       // files say LlamaForCausalLM, with the same meaning). The same model, spec and names as LlamaForCausalLM.
       {"MixtralForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<LlamaForCausalLM>(c, l, b, ctx);
-       },
+       factory<LlamaForCausalLM>,
        llama_spec, llama_name, "Mixtral", true, false, llama_hf_config, read_llama_hf_config, "mixtral"},
-      // Qwen2 / Qwen2.5 and Qwen3 (models/arch/qwen.cpp): the Llama model with q/k/v biases, or with q/k norms
+      // Qwen2 / Qwen2.5, Qwen3 and their MoE (models/arch/qwen.cpp): the Llama model with q/k/v biases, or with q/k norms
       // and heads of their own width; a LlamaConfig whose qkv_has_bias / qk_layernorm say so.
       {"Qwen2ForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
-       },
+       factory<QwenForCausalLM>,
        llama_spec, qwen_name, "Qwen2", false, false, qwen2_hf_config, read_qwen2_hf_config, "qwen2"},
       {"Qwen3ForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
-       },
+       factory<QwenForCausalLM>,
        llama_spec, qwen_name, "Qwen3", false, false, qwen3_hf_config, read_qwen3_hf_config, "qwen3"},
       {"Qwen2MoeForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
-       },
+       factory<QwenForCausalLM>,
        llama_spec, qwen_name, "Qwen2-MoE", true, false, qwen2_moe_hf_config, read_qwen2_moe_hf_config, "qwen2_moe"},
       {"Qwen3MoeForCausalLM", "LlamaConfig",
-       [](const ModelConfig& c, const ModelLayout& l, int64_t b, const ParallelContext& ctx) -> std::unique_ptr<CausalLM> {
-         return std::make_unique<QwenForCausalLM>(c, l, b, ctx);
-       },
+       factory<QwenForCausalLM>,
        llama_spec, qwen_name, "Qwen3-MoE", true, false, qwen3_moe_hf_config, read_qwen3_moe_hf_config, "qwen3_moe"},
   };
   return e;

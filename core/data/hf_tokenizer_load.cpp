@@ -2,9 +2,6 @@
 // HFTokenizer::Impl: the model's vocabulary and merges, the added tokens, the normalizer, the
 // pre-tokenizer steps (Split patterns translated to PCRE2, core/data/oniguruma.h), the post-processor's
 // special tokens, and the config's bos / eos. What is not supported is refused with its JSON path.
-#include <unicode/normalizer2.h>
-#include <unicode/uniset.h>
-
 #include <atomic>
 #include <algorithm>
 #include <cerrno>
@@ -24,49 +21,6 @@ using namespace byte_bpe;
 using namespace hf;
 
 namespace hf {
-
-NfcTables nfc_tables_from_environment() {
-  const char* env = std::getenv("GF_HF_NFC");
-  const std::string value = env == nullptr ? "" : env;
-  if (value.empty() || value == "tokenizers") return NfcTables::kTokenizers;
-  if (value == "unicode") return NfcTables::kUnicode;
-  throw std::runtime_error("GF_HF_NFC='" + value + "' is not known (tokenizers: NFC as Hugging Face's tokenizers computes it, "
-                           "with Unicode 9.0 tables, the default; unicode: Unicode's NFC, ICU's tables)");
-}
-
-namespace {
-
-// ICU's NFC over the characters Unicode 9.0 had assigned. A character outside the set is copied as
-// it is and the text on each side of it is normalized on its own: what the crate does with a
-// character its tables lack (combining class 0, no decomposition, no composition). For the
-// characters in the set the crate's 9.0 tables and ICU's agree (Unicode's normalization stability
-// policy); checked on NormalizationTest.txt against tokenizers 0.23.2 (tools/hf_nfc_check.py).
-struct TokenizersNfc {
-  UErrorCode status = U_ZERO_ERROR;
-  icu::UnicodeSet unicode_9_0{icu::UnicodeString(u"[:Age=9.0:]"), status};
-  std::unique_ptr<icu::FilteredNormalizer2> normalizer;
-  TokenizersNfc() {
-    const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-    if (U_FAILURE(status)) return;
-    unicode_9_0.freeze();
-    normalizer = std::make_unique<icu::FilteredNormalizer2>(*nfc, unicode_9_0);
-  }
-};
-
-}  // namespace
-
-const icu::Normalizer2& nfc_normalizer(NfcTables tables) {
-  if (tables == NfcTables::kUnicode) {
-    UErrorCode status = U_ZERO_ERROR;
-    const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-    if (U_FAILURE(status)) throw std::runtime_error(std::string("ICU's NFC normalizer is unavailable: ") + u_errorName(status));
-    return *nfc;
-  }
-  static const TokenizersNfc instance;
-  if (U_FAILURE(instance.status) || !instance.normalizer)
-    throw std::runtime_error(std::string("ICU's NFC normalizer is unavailable: ") + u_errorName(instance.status));
-  return *instance.normalizer;
-}
 
 // Compiles; on failure returns null and sets `error`.
 CodePtr compile_pcre2(const std::string& pattern, uint32_t options, std::string& error, bool& jit) {

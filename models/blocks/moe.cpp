@@ -66,16 +66,6 @@ MoeBlock::MoeBlock(const TransformerSpec& s, int tp, int ep, int64_t layer, int6
   }
 }
 
-NameMap MoeBlock::shared_names(const NameMap& names) const {
-  return [names](Role r, int64_t l) {
-    switch (r) {
-      case Role::kGateW: return names(Role::kSharedGateProjW, l);
-      case Role::kUpW: return names(Role::kSharedUpProjW, l);
-      case Role::kDownW: return names(Role::kSharedDownProjW, l);
-      default: return names(r, l);
-    }
-  };
-}
 
 void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
   const int64_t C = spec_.hidden, F = spec_.moe.ffn > 0 ? spec_.moe.ffn : spec_.ffn, E = spec_.moe.experts, l = layer_;
@@ -196,67 +186,11 @@ MoeBlock::Scratch MoeBlock::take_scratch(BufferPlan& p, const Dims& md, int tp_s
     m.shared_dh = p.take("moe.shared_expert_dh", N * 2 * md.Fs);
     m.shared_dout = p.take("moe.shared_expert_dout", N * C);
     m.shared_dx = p.take("moe.shared_expert_dx", N * C);
+    m.shared_dz = p.take("moe.shared_expert_dz", N);
   }
   return m;
 }
 
-// Hugging Face's Qwen2MoeSparseMoeBlock: final = routed + sigmoid(shared_expert_gate(x)) * shared_expert(x), the
-// gate's dot product in float32, the product with the shared output rounded before the add.
-void MoeBlock::shared_fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const {
-  const int64_t Nl = e.Nl, C = d_.C;
-  shared_.fwd(e, a.shared_out, xn, MlpBlock::Acts{a.shared_h, a.shared_act});
-  const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
-#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
-  for (int64_t t = 0; t < Nl; ++t) {
-    float s = 1.0f;
-    if (wg) {
-      float z = 0.0f;
-      for (int64_t c = 0; c < C; ++c) z += xn[t * C + c] * wg[c];
-      s = 1.0f / (1.0f + std::exp(-z));
-    }
-    a.shared_score[t] = s;
-    float* o = out + t * C;
-    const float* h = a.shared_out + t * C;
-    for (int64_t c = 0; c < C; ++c) o[c] += s * h[c];
-  }
-}
-
-// d shared_out = s dout; the gate: ds = dout . shared_out (this rank's whole rows), dz = ds s (1 - s),
-// dw += sum_t dz x_t (this rank's rows: under sequence parallel the gradient sync sums the replicated w),
-// dx += dz w plus the shared MLP's input gradient.
-void MoeBlock::shared_bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
-                          const Scratch& sc) const {
-  const int64_t Nl = e.Nl, C = d_.C;
-  const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
-  std::vector<float> dz(static_cast<size_t>(wg ? Nl : 0));
-#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
-  for (int64_t t = 0; t < Nl; ++t) {
-    const float s = a.shared_score[t];
-    const float* g = dout + t * C;
-    const float* h = a.shared_out + t * C;
-    float* d = sc.shared_dout + t * C;
-    float ds = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      ds += g[c] * h[c];
-      d[c] = s * g[c];
-    }
-    if (wg) dz[static_cast<size_t>(t)] = ds * s * (1.0f - s);
-  }
-  shared_.bwd(e, BwdPass::kBoth, sc.shared_dx, sc.shared_dout, xn, MlpBlock::Acts{a.shared_h, a.shared_act},
-              MlpBlock::Grads{sc.shared_dact, sc.shared_dh});
-  if (wg) {
-    float* dw = e.g(shared_gate_);
-    for (int64_t c = 0; c < C; ++c) {  // each column summed in row order
-      float acc = 0.0f;
-      for (int64_t t = 0; t < Nl; ++t) acc += dz[static_cast<size_t>(t)] * xn[t * C + c];
-      dw[c] += acc;
-    }
-  }
-#pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
-  for (int64_t t = 0; t < Nl; ++t)
-    for (int64_t c = 0; c < C; ++c)
-      dxn[t * C + c] += sc.shared_dx[t * C + c] + (wg ? dz[static_cast<size_t>(t)] * wg[c] : 0.0f);
-}
 
 ops::RouterShape MoeBlock::shape(const BlockEnv& e) const {
   ops::RouterShape s{e.B, e.T, d_.E, d_.k};

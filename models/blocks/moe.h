@@ -81,6 +81,7 @@ class MoeBlock {
     float *all = nullptr, *all_experts = nullptr, *all_weights = nullptr;
     // The shared expert's backward: its MLP's gradients [N, Fs], [N, 2 Fs], its output's [Nl, C], its input's [Nl, C].
     float *shared_dact = nullptr, *shared_dh = nullptr, *shared_dout = nullptr, *shared_dx = nullptr;
+    float* shared_dz = nullptr;  // [N]: the gate's pre-sigmoid gradient per row
   };
   static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
   // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
@@ -124,8 +125,8 @@ class MoeBlock {
   // The router's backward and its input gradient added to dxn (this rank's rows).
   void router_bwd_and_input(const BlockEnv& e, float* dxn, const float* xn, const Acts& a, const Scratch& sc) const;
 
-  // The shared expert beside the routed ones (TransformerSpec::moe.shared_ffn > 0): out += gate x shared(xn),
-  // the gate sigmoid(xn . w) per row or 1.
+  // The shared expert beside the routed ones (TransformerSpec::moe.shared_ffn > 0; models/blocks/moe_shared.cpp):
+  // out += gate x shared(xn), the gate sigmoid(xn . w) per row or 1.
   void shared_fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a) const;
   void shared_bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a,
                   const Scratch& sc) const;

@@ -42,6 +42,8 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   if (spec_.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         rope_table(spec_, opt_.capacity));
+  if (spec_.rope && spec_.local_rope_theta > 0)
+    rope_local_ = std::make_unique<ops::RopeTable<float>>(rope_table_local(spec_, opt_.capacity));
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
   const Placement& params = model.params();
   if (first_) {
@@ -49,7 +51,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
     embedding_.bind(params, model.names());
   }
   for (int64_t l = l0_; l < l1_; ++l) {
-    layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows);
+    layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows, rope_local_.get());
     layers_.back().bind(params, model.names());
   }
   if (last_) {
@@ -61,8 +63,10 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
     make_low_copy(cdt_, low_.data(), model.weight_values(), params.total_floats());
   }
   // A sliding window's cache rolls: a call's rows read at most window - 1 positions before its first row,
-  // so window + rows per call - 1 positions are enough whatever the sequence's length.
-  cache_positions_ = spec_.window > 0 ? std::min(opt_.capacity, spec_.window + opt_.max_rows - 1) : opt_.capacity;
+  // so window + rows per call - 1 positions are enough whatever the sequence's length. Windowed layers beside
+  // full ones keep the whole capacity, as the full layers do (one cache shape for every layer).
+  cache_positions_ = spec_.window > 0 && !spec_.mixed_windows() ? std::min(opt_.capacity, spec_.window + opt_.max_rows - 1)
+                                                                : opt_.capacity;
   cache_floats_ = 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * cache_positions_ * spec_.head_dim();
   Buffers b;
   lay_out(plan_, b);
@@ -75,7 +79,7 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   const int64_t R = opt_.max_rows, C = C_, L = l1_ - l0_, tp = ctx_->size(GridAxis::kTp);
   const int64_t Hl = spec_.heads / tp, Hkvl = spec_.kv_heads / tp, D = spec_.head_dim();
   const int64_t qkv = (Hl + 2 * Hkvl) * D, Fl = spec_.ffn / tp;
-  const int64_t up = spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl : Fl, NL = opt_.max_logit_rows;
+  const int64_t up = gated_mlp(spec_.mlp) ? 2 * Fl : Fl, NL = opt_.max_logit_rows;
   const bool layer_norm = spec_.norm == NormKind::kLayerNorm;
   auto norm = [&](const std::string& n, int64_t rows) {
     NormBlock::Acts a;
@@ -93,6 +97,12 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   a.res2 = p.take("res2", R * C);
   a.ln2 = p.take("ln2", R * C);
   a.n2 = norm("norm2", R);
+  if (spec_.sandwich_norm) {
+    a.attn_out = p.take("attn_out", R * C);
+    a.n3 = norm("post_attn_norm", R);
+    a.mlp_out = p.take("mlp_out", R * C);
+    a.n4 = norm("post_mlp_norm", R);
+  }
   if (any_dense_) {
     a.mlp.h = p.take("mlp_h", MlpBlock::act_floats(cdt_, R * up));
     a.mlp.act = p.take("mlp_act", MlpBlock::act_floats(cdt_, R * Fl));

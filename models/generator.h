@@ -86,7 +86,7 @@ class Generator {
   MoeBlock::Dims md_;
   bool any_moe_ = false, any_dense_ = false, first_ = true, last_ = true;
   int64_t l0_ = 0, l1_ = 0;
-  std::unique_ptr<ops::RopeTable<float>> rope_;
+  std::unique_ptr<ops::RopeTable<float>> rope_, rope_local_;
   ExpertParallel ep_;
   EmbeddingBlock embedding_;
   std::vector<TransformerLayer> layers_;

@@ -135,6 +135,13 @@ struct ModelConfig {
   // sliding_window - 1 tokens before it (keys j with i - j < sliding_window); 0: the whole prefix.
   // Ascend's pre_tokens P is sliding_window P + 1 (runner/config reads both).
   int64_t sliding_window = 0;
+  // The layers sliding_window applies to (Hugging Face's layer_types: "sliding_attention" true, "full_attention"
+  // false; Gemma 3's five local layers to one global); empty: every layer.
+  std::vector<bool> window_layers;
+  // The windowed layers' RoPE base (Gemma 3's rope_local_base_freq: default RoPE, no rope_scaling); 0: theta.
+  double rope_local_theta = 0.0;
+  // Gemma's query_pre_attn_scalar: the scores are scaled by its -1/2 power instead of head_dim's; 0: head_dim.
+  double query_pre_attn_scalar = 0.0;
   // Heads of an explicit width (Hugging Face's head_dim, Megatron's kv_channels): Llama 3.2 3B, Qwen3 and
   // Gemma have num_heads x head_dim != hidden_size; q, k, v project to heads x head_dim and o back to
   // hidden_size. 0: hidden_size / num_heads.

@@ -43,6 +43,11 @@ std::vector<ModelEntry>& entries() {
       {"Qwen3MoeForCausalLM", "LlamaConfig",
        factory<QwenForCausalLM>,
        llama_spec, qwen_name, "Qwen3-MoE", true, false, qwen3_moe_hf_config, read_qwen3_moe_hf_config, "qwen3_moe"},
+      // Gemma 3's text model (models/arch/gemma.cpp): a LlamaConfig with q/k norms, query_pre_attn_scalar, and
+      // local and global layers (layer_types, rope_local_base_freq); the rest is the architecture's.
+      {"Gemma3ForCausalLM", "LlamaConfig",
+       factory<Gemma3ForCausalLM>,
+       gemma3_spec, gemma3_name, "Gemma 3", false, false, gemma3_hf_config, read_gemma3_hf_config, "gemma3_text"},
   };
   return e;
 }

@@ -40,6 +40,9 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.low_precision = layout.low_precision();
   d.flash = s.flash;
   d.document_resets = cfg.documents.resets() || cfg.sliding_window > 0;
+  d.mixed_windows = s.mixed_windows();
+  d.reset_mask = cfg.documents.reset_attention_mask;
+  d.sandwich_norm = s.sandwich_norm;
   if (s.head_width <= 0 && s.hidden % s.heads != 0) throw std::invalid_argument("hidden_size must be divisible by num_heads");
   if (s.heads % tp != 0 || s.ffn % tp != 0)
     throw std::invalid_argument("num_heads and the FFN width must be divisible by model_parallel");
@@ -57,7 +60,7 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.qkv_width = (s.heads + 2 * s.kv_heads) / tp * d.head_dim;
   d.attn_width = d.heads_local * d.head_dim;
   d.ffn_local = s.ffn / tp;
-  d.up_width = s.mlp == MlpKind::kSwiGLU ? 2 * d.ffn_local : d.ffn_local;
+  d.up_width = gated_mlp(s.mlp) ? 2 * d.ffn_local : d.ffn_local;
   d.act_floats = MlpBlock::act_floats(layout.compute, d.N * d.ffn_local);
   d.h_floats = MlpBlock::act_floats(layout.compute, d.N * d.up_width);
   d.norm_bf16 = TransformerLayer::ln1_keeps_bf16(layout.compute);
@@ -188,6 +191,12 @@ struct TransformerLM::LayoutBuilder {
     a.ln2 = p.take(n + ".ln2", ln2_low ? d.ln_floats : Nl * C);
     a.n2 = norm_acts(n + ".norm2");
     if (dense) a.mlp.h = p.take(n + ".mlp_h", d.h_floats);
+    if (d.sandwich_norm) {  // the sublayers' outputs, their norms' inputs
+      a.attn_out = p.take(n + ".attn_out", Nl * C);
+      a.n3 = norm_acts(n + ".post_attn_norm");
+      a.mlp_out = p.take(n + ".mlp_out", Nl * C);
+      a.n4 = norm_acts(n + ".post_mlp_norm");
+    }
     return a;
   }
   TransformerLayer::Grads stash(const std::string& n) {
@@ -198,6 +207,10 @@ struct TransformerLM::LayoutBuilder {
     g.dln1 = p.take(n + ".dln1", Nl * C);
     g.attn.dqkv = p.take(n + ".dqkv", N * d.qkv_width);
     g.mlp.dh = p.take(n + ".dmlp_h", d.h_floats);  // bf16 under MlpBlock::keeps_bf16, as h
+    if (d.sandwich_norm) {
+      g.dpost_mlp = p.take(n + ".dpost_mlp", Nl * C);
+      g.dpost_attn = p.take(n + ".dpost_attn", Nl * C);
+    }
     return g;
   }
   // An MoE layer's buffers: per layer, or (full recompute) one set shared; the statistics stay per layer.
@@ -272,6 +285,7 @@ struct TransformerLM::LayoutBuilder {
     s.targets = ints(sn + ".targets", N);
     if (d.document_resets || d.cp > 1) s.positions = ints(sn + ".positions", N);
     if (d.document_resets) s.key_lo = ints(sn + ".key_lo", d.B * d.T_full);
+    if (d.mixed_windows && d.reset_mask) s.key_lo_full = ints(sn + ".key_lo_full", d.B * d.T_full);
     if (d.first) s.emb = p.take(sn + ".embedding", Nl * C);
     else s.xin = p.take(sn + ".hidden_in", Nl * C);
     if (d.first && d.defer) s.demb = p.take(sn + ".embedding_grad", Nl * C);
@@ -289,6 +303,7 @@ struct TransformerLM::LayoutBuilder {
     g.dres = p.take("bwd.dres", Nl * C);
     g.dout_mlp = g.dout_attn = p.take("bwd.dout", Nl * C);
     g.dln1 = g.dln2 = p.take("bwd.dln", Nl * C);
+    if (d.sandwich_norm) g.dpost_mlp = g.dpost_attn = p.take("bwd.dpost", Nl * C);
     g.attn.dy = p.take("bwd.attn_dy", N * d.attn_width);
     g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
     g.mlp.dact = p.take("bwd.mlp_dact", d.act_floats);  // bf16 under MlpBlock::keeps_bf16, as act

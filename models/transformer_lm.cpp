@@ -125,12 +125,14 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   if (spec.rope)
     rope_ = std::make_unique<ops::RopeTable<float>>(
         rope_table(spec, spec.rope_positions));
+  if (spec.rope && spec.local_rope_theta > 0)
+    rope_local_ = std::make_unique<ops::RopeTable<float>>(rope_table_local(spec, spec.rope_positions));
   if (d.first) {
     embedding_ = EmbeddingBlock(spec, d.vocab);
     embedding_.bind(params_, names_);
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
-    layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N);
+    layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N, rope_local_.get());
     layers_.back().bind(params_, names_);
   }
   if (d.last) {
@@ -205,6 +207,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.info = s.info;
   if (cfg_.documents.reset_position_ids || cp_.on()) e.positions = s.positions;
   if (cfg_.documents.reset_attention_mask || cfg_.sliding_window > 0) e.key_lo = s.key_lo;
+  if (dims_.mixed_windows && cfg_.documents.reset_attention_mask) e.key_lo_full = s.key_lo_full;
   return e;
 }
 
@@ -223,6 +226,8 @@ TransformerLayer::Grads TransformerLM::layer_grads(const Slot& s, int64_t l) con
   g.dln2 = k.dln2;
   g.attn.dqkv = k.attn.dqkv;
   g.mlp.dh = k.mlp.dh;
+  g.dpost_mlp = k.dpost_mlp;
+  g.dpost_attn = k.dpost_attn;
   return g;
 }
 
@@ -250,8 +255,10 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     if (s.inputs[i] < 0 || s.inputs[i] >= V || s.targets[i] < -1 || s.targets[i] >= V)
       throw std::out_of_range("token id " + std::to_string(s.inputs[i] < 0 || s.inputs[i] >= V ? s.inputs[i] : s.targets[i]) +
                               " outside the vocabulary [0, " + std::to_string(V) + ")");
-  if (d.document_resets && !cp_.on())
+  if (d.document_resets && !cp_.on()) {
     document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo, cfg_.sliding_window);
+    if (s.key_lo_full) document_layout(cfg_.documents, cfg_.eod_id(), s.inputs, d.B, d.T, s.positions, s.key_lo_full);
+  }
   const BlockEnv e = env(s);
   // The step timeline's spans (core/trace/trace.h; nothing when not profiling): the embedding, each layer, the head.
   const int64_t rows = d.Nl * d.C;  // the residual stream's elements on this rank
@@ -348,6 +355,7 @@ void TransformerLM::context_rows(Slot& s, const int32_t* tokens) {
   }
   split_targets(cfg_, in, tg, n);
   if (d.document_resets) document_layout(cfg_.documents, cfg_.eod_id(), in, d.B, Tf, pos, s.key_lo, cfg_.sliding_window);
+  if (d.document_resets && s.key_lo_full) document_layout(cfg_.documents, cfg_.eod_id(), in, d.B, Tf, pos, s.key_lo_full);
   const bool reset_positions = d.document_resets && cfg_.documents.reset_position_ids;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t t = 0; t < d.T; ++t) {
@@ -501,7 +509,7 @@ double TransformerLM::flops_per_step(int64_t batch) const {
   const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
                H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads),
                F = static_cast<double>(s.ffn), T = static_cast<double>(s.seq), L = static_cast<double>(s.layers),
-               V = static_cast<double>(s.vocab), m = s.mlp == MlpKind::kSwiGLU ? 3.0 : 2.0;
+               V = static_cast<double>(s.vocab), m = gated_mlp(s.mlp) ? 3.0 : 2.0;
   // An MoE layer counts the FLOPs its tokens run (active): k experts' MLPs and the router's C E.
   double moe_layers = 0;
   for (int64_t l = 0; l < s.layers; ++l) moe_layers += s.moe.is_moe(l) ? 1.0 : 0.0;

@@ -64,6 +64,9 @@ struct StageDims {
   bool keeps_lse() const { return flash || cp_ring; }
   bool first = true, last = true, defer = false, low_precision = false, flash = false, share_logits = false;
   bool document_resets = false;  // documents.resets() or a sliding window: per-row positions and attention bounds
+  bool mixed_windows = false;    // TransformerSpec::mixed_windows: with reset_attention_mask, two bounds per row
+  bool reset_mask = false;       // documents.reset_attention_mask
+  bool sandwich_norm = false;    // TransformerSpec::sandwich_norm: each sublayer's output and its norm's kept
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
   // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
@@ -200,6 +203,7 @@ class TransformerLM : public CausalLM {
     // ModelConfig::documents resets (and always under context parallel: the rows' global positions).
     // key_lo covers the whole sequence (B x T_full): the attention core sees all of it.
     int32_t *positions = nullptr, *key_lo = nullptr;
+    int32_t* key_lo_full = nullptr;  // windowed and full layers with documents: the full layers' bounds
     float *xin = nullptr, *emb = nullptr;
     float* demb = nullptr;  // defer_weight_grads, first stage: the embedding's output gradient
     std::vector<TransformerLayer::Acts> layers;
@@ -243,7 +247,7 @@ class TransformerLM : public CausalLM {
   float *w_ = nullptr, *g_ = nullptr;
   std::byte* lowp_ = nullptr;
   bool* low_current_ = &own_low_current_;
-  std::unique_ptr<ops::RopeTable<float>> rope_;
+  std::unique_ptr<ops::RopeTable<float>> rope_, rope_local_;  // rope_local_: TransformerSpec::local_rope_theta's
   ops::FlashWorkspace<float> flash_ws_;
   EmbeddingBlock embedding_;
   std::vector<TransformerLayer> layers_;  // layers [l0, l1)

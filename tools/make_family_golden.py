@@ -1,15 +1,15 @@
 #!/usr/bin/python3
-"""Golden files for five Hugging Face model families (llama with head_dim and llama3 RoPE, qwen2, qwen3, and
-the mixtures of experts qwen2_moe (two variants) and qwen3_moe), from the plain-torch references in
-tools/torch_hf_families.py (see its docstring for the Hugging Face modeling files and commits transcribed,
-and for the MoE block's and the balancing loss's exact arithmetic).
+"""Golden files for six Hugging Face model families (llama with head_dim and llama3 RoPE, qwen2, qwen3, the
+mixtures of experts qwen2_moe (two variants) and qwen3_moe, and gemma3), from the plain-torch references in
+tools/torch_hf_families.py and tools/torch_hf_gemma3.py (see their docstrings for the Hugging Face modeling files
+and commits transcribed, the MoE block's and the balancing loss's exact arithmetic, and Gemma 3's).
 
 Run with Debian's Python (the pyenv `python3` on PATH has no torch), from the repository root:
 
     /usr/bin/python3 tools/make_family_golden.py [--out tests/golden/families] [--only VARIANT ...]
     /usr/bin/python3 tools/make_family_golden.py --search VARIANT FIRST_SEED COUNT   (how the MoE seeds were picked)
 
-Writes, for each variant F in llama, qwen2, qwen3, qwen2_moe, qwen2_moe_mixed, qwen3_moe:
+Writes, for each variant F in llama, qwen2, qwen3, qwen2_moe, qwen2_moe_mixed, qwen3_moe, gemma3:
 
   tests/golden/families/F/config.json   a Hugging Face config.json (model_type, architectures,
                                         torch_dtype float32, every key of the config class that matters),
@@ -73,6 +73,23 @@ ones, among them the variant's MoE settings, "sparse_layers", "moe_semantics", "
   flipped by the perturbations; 1 expert, top-1, no shared expert (qwen2_moe: its down_proj zero) == the
   dense qwen3 / qwen2 model (bitwise, logits and gradients); qwen2_moe with every layer in mlp_only_layers
   == qwen2 (bitwise).
+
+gemma3 (Gemma3ForCausalLM, model_type gemma3_text, google/gemma-3-1b-it's keys; every dense key above, same
+meaning, the dense metadata keys hidden_act, semantics, init, weight_layout, weight_decay_applies_to and
+rope_inv_freq replaced by Gemma's text, then gemma3_metadata's keys appended: layer_types, sliding_window,
+attention_mask_rule, query_pre_attn_scalar, attention_scale, embed_scale, ...): vocab 96, hidden 72 (sqrt(72) not
+exact in float32), intermediate 96, 4 layers (sliding_window_pattern 3: sliding, sliding, full, sliding), 4 heads,
+2 key/value heads, head_dim 32, query_pre_attn_scalar 24, sliding_window 8 (< T 32: the window matters),
+rope_theta 1e6 with rope_scaling linear factor 8 on the full layer, rope_local_base_freq 1e4 (default RoPE) on the
+sliding ones, gelu_pytorch_tanh, tied embeddings, no softcapping, pad_token_id null. Extra key rope.inv_freq_local
+[head_dim/2] (the sliding layers' frequencies; rope.inv_freq is the full layers'). Initialisation GEMMA3_INIT: the
+norm weights are offsets (Gemma3RMSNorm scales by 1 + weight), drawn 0.1 * N(0, 1). Size limit 2 MB (MAX_BYTES:
+202k parameters, weights and gradients alone are 1.6 MB). Self-checks (torch_hf_gemma3.self_checks): layer types
+from the pattern; the 5.x rope_parameters form gives the same frequencies; softcapping, pad ids, bidirectional
+attention refused; HF's names, order and shapes; inv_freq per layer type; Gemma3RMSNorm with zero weights ==
+RMSNorm (bitwise); the embedding scale float32(sqrt(72)); the mask inequalities; each attention type == a
+per-query loop (float64); sliding window 8 vs none: logits bitwise equal before position 8, different after;
+float64 finite differences (_fd_check).
 """
 import os
 
@@ -91,6 +108,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_golden import golden_adamw, golden_step, write_safetensors  # noqa: E402
 from make_llama_golden import f64_grad_error, make_tokens  # noqa: E402
 import torch_hf_families as hf  # noqa: E402
+import torch_hf_gemma3 as g3  # noqa: E402
 import torch_llama as tl  # noqa: E402
 
 torch.set_num_threads(2)
@@ -142,21 +160,43 @@ CONFIGS["qwen3_moe"] = moe_config("qwen3", "Qwen3MoeForCausalLM", "qwen3_moe", n
 # qwen2_moe with 3 layers, the middle one dense (mlp_only_layers [1]: mlp.gate_proj/up_proj/down_proj of
 # width intermediate_size 96), the other two sparse.
 CONFIGS["qwen2_moe_mixed"] = dict(CONFIGS["qwen2_moe"], num_hidden_layers=3, max_window_layers=3, mlp_only_layers=[1])
+# Gemma3ForCausalLM (google/gemma-3-1b-it's keys; its own set, not hf_config's: no hidden_act, no pad id): hidden 72
+# (sqrt(72) is not exact in float32), head_dim 32 (H*D = 128 != 72), scores * 24**-0.5 (not head_dim**-0.5), layers
+# sliding, sliding, full, sliding (sliding_window_pattern 3) with a window of 8 < T, linear RoPE scaling on the full
+# layer as Gemma 3 4B+ ship it.
+CONFIGS["gemma3"] = {
+    "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": None, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": None, "head_dim": 32, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 72,
+    "initializer_range": 0.02, "intermediate_size": FF, "max_position_embeddings": P, "model_type": "gemma3_text",
+    "num_attention_heads": H, "num_hidden_layers": 4, "num_key_value_heads": KV, "pad_token_id": None,
+    "query_pre_attn_scalar": 24, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0, "sliding_window": 8,
+    "sliding_window_pattern": 3, "tie_word_embeddings": True, "torch_dtype": "float32", "use_cache": True,
+    "vocab_size": V}
 
-VARIANTS = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen2_moe_mixed", "qwen3_moe")
+VARIANTS = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen2_moe_mixed", "qwen3_moe", "gemma3")
 MOE_VARIANTS = ("qwen2_moe", "qwen2_moe_mixed", "qwen3_moe")
 
 # make_llama_golden.py's optimizer and schedule, T 32.
 HP = dict(B=2, T=32, learning_rate=1e-3, lr_end=1e-4, warmup_steps=3, total_steps=10, beta1=0.9, beta2=0.95,
           adam_eps=1e-8, weight_decay=0.1, lr_schedule="cosine")
 # Picked after looking at the printed pre-clip norms: clipping on some steps but not all (asserted).
-MAX_NORM = {"llama": 1.5, "qwen2": 1.5, "qwen3": 1.6, "qwen2_moe": 1.6, "qwen2_moe_mixed": 1.8, "qwen3_moe": 1.9}
-SEED = {"llama": 5151, "qwen2": 6262, "qwen3": 7373, "qwen2_moe": 8007, "qwen2_moe_mixed": 8009, "qwen3_moe": 8006}
+MAX_NORM = {"llama": 1.5, "qwen2": 1.5, "qwen3": 1.6, "qwen2_moe": 1.6, "qwen2_moe_mixed": 1.8, "qwen3_moe": 1.9,
+            "gemma3": 3.0}
+SEED = {"llama": 5151, "qwen2": 6262, "qwen3": 7373, "qwen2_moe": 8007, "qwen2_moe_mixed": 8009, "qwen3_moe": 8006,
+        "gemma3": 9191}
+# Size limit of a variant's file (default: 1 MiB dense, 1.5 MB MoE). gemma3's 4 layers of width 72 hold 202k
+# parameters: weights and gradients alone are 1.6 MB in float32.
+MAX_BYTES = {"gemma3": 2_000_000}
 # Spot checks of the weights after the 10 steps (those the family has).
 FINAL = ("model.layers.1.mlp.gate_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.embed_tokens.weight",
          "model.norm.weight", "lm_head.weight", "model.layers.0.self_attn.q_proj.bias",
          "model.layers.1.self_attn.k_proj.bias", "model.layers.1.self_attn.q_norm.weight",
-         "model.layers.0.self_attn.k_norm.weight")
+         "model.layers.0.self_attn.k_norm.weight",
+         # gemma3's own: the norms around the MLP, and its 4th layer (sliding, after the full one)
+         "model.layers.0.pre_feedforward_layernorm.weight", "model.layers.1.post_feedforward_layernorm.weight",
+         "model.layers.3.self_attn.o_proj.weight", "model.layers.3.mlp.down_proj.weight")
 # ... and for the MoE variants, after those (the ones the variant has).
 MOE_FINAL = ("model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate.weight", "model.layers.2.mlp.gate.weight",
              "model.layers.0.mlp.experts.1.gate_proj.weight", "model.layers.0.mlp.experts.2.up_proj.weight",
@@ -177,9 +217,26 @@ MOE_INIT = ("in named_parameters() order from one generator: RMSNorm weights (in
             "attention v/o, embeddings, lm_head) N(0, 0.02)")
 
 
+GEMMA3_INIT = ("in named_parameters() order from one generator: Gemma3RMSNorm weights (input_layernorm, "
+               "post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm, model.norm, q_norm, "
+               "k_norm) are offsets (the norm scales by 1 + weight; HF inits them to 0): 0.1 * N(0, 1), not 1 + ...; "
+               "q_proj and k_proj weights N(0, 0.08); every other weight (v_proj, o_proj, gate/up/down_proj, "
+               "embed_tokens) N(0, 0.02)")
+
+
+def build_model(config):
+    """The reference model of a config.json dict: tools/torch_hf_gemma3.py for gemma3_text, else
+    tools/torch_hf_families.py."""
+    if config.get("model_type") == g3.MODEL_TYPE:
+        return g3.Gemma3ForCausalLM(config)
+    return hf.FamilyForCausalLM(config)
+
+
 def init_golden_(model, gen):
     """INIT; in the MoE variants also MOE_INIT's routers N(0, 0.3) (decisive routing) and expert e's weights scaled
-    by (e + 1) / 2 (the experts differ). A dense model has neither: its draws are INIT's."""
+    by (e + 1) / 2 (the experts differ). A dense model has neither: its draws are INIT's. Gemma 3's norm weights are
+    offsets (GEMMA3_INIT): 0.1 * N(0, 1) instead of 1 + 0.1 * N(0, 1)."""
+    offset_norms = getattr(model.cfg, "model_type", None) == g3.MODEL_TYPE
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen)
@@ -189,7 +246,7 @@ def init_golden_(model, gen):
                 e = int(name.split(".mlp.experts.")[1].split(".")[0])
                 p.copy_(0.02 * (e + 1) / 2 * noise)
             elif name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * noise)
+                p.copy_(0.1 * noise if offset_norms else 1.0 + 0.1 * noise)
             elif name.endswith(".bias"):
                 p.copy_(0.05 * noise)
             elif name.endswith(("q_proj.weight", "k_proj.weight")):
@@ -239,7 +296,7 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
     hp = dict(HP, max_norm=max_norm)
     seed = SEED[family] if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
-    model = hf.FamilyForCausalLM(cfg_back)
+    model = build_model(cfg_back)
     cfg = model.cfg
     moe = family in MOE_VARIANTS
     assert moe == (cfg.num_experts > 0)
@@ -262,6 +319,8 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
     out["logits64.tokens"] = tokens64.to(torch.int32)            # [1, 64]
     out["logits64.logits"] = logits64.reshape(P, V).clone()      # [64, V], row = position
     out["rope.inv_freq"] = model.model.inv_freq.clone()          # [head_dim / 2] float32
+    if hasattr(model.model, "inv_freq_local"):                   # gemma3: the sliding layers' frequencies
+        out["rope.inv_freq_local"] = model.model.inv_freq_local.clone()
 
     # weight decay on the embeddings and projection weights; none on the RMSNorm weights (q_norm/k_norm too), biases
     opt, params = golden_adamw(model, hp)
@@ -311,7 +370,7 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
               + f"  {'CLIPPED' if norm.item() > hp['max_norm'] else ''}")
     clipped = [s + 1 for s, n in enumerate(norms) if n > hp["max_norm"]]
     if search:
-        return dict(norms=norms, margin=min(gaps) if gaps else None, aux=auxs)
+        return dict(norms=norms, margin=min(gaps) if gaps else None, aux=auxs, losses=losses)
     assert 0 < len(clipped) < len(norms), f"{family}: max_norm should clip on some steps but not all"
     assert all(abs(n / hp["max_norm"] - 1) > 1e-3 for n in norms), f"{family}: a norm is too close to max_norm"
 
@@ -326,7 +385,8 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
         out[f"train.final.{name}"] = sd[name].detach().clone()
 
     rope_type = (hf_cfg.get("rope_scaling") or {}).get("rope_type", "default")
-    tiny = dict(vocab_size=V, hidden_size=C, num_layers=hf_cfg["num_hidden_layers"], num_heads=H, num_kv_heads=KV,
+    tiny = dict(vocab_size=V, hidden_size=hf_cfg["hidden_size"], num_layers=hf_cfg["num_hidden_layers"],
+                num_heads=hf_cfg["num_attention_heads"], num_kv_heads=hf_cfg["num_key_value_heads"],
                 intermediate_size=hf_cfg["intermediate_size"],
                 rope_theta=float(hf_cfg["rope_theta"]), rms_norm_eps=hf_cfg["rms_norm_eps"], max_position_embeddings=P)
     meta = {k: str(v) for k, v in tiny.items()}
@@ -352,6 +412,7 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
         "qwen3_moe": "Hugging Face modeling_qwen3_moe.py: qwen3's attention (q_norm/k_norm per head before RoPE, no "
                      "biases, head_dim 32 from config.json, H*head_dim != hidden), every layer sparse "
                      "(Qwen3MoeSparseMoeBlock: no shared expert, norm_topk_prob true); untied lm_head",
+        "gemma3": "Hugging Face modeling_gemma3.py (replaced by gemma3_metadata's text)",
     }[family]
     meta.update({
         "arch": hf_cfg["architectures"][0],
@@ -406,10 +467,12 @@ def make_family_golden(family, outdir, max_norm, seed=None, search=False):
     })
     if moe:
         meta.update(moe_metadata(family, cfg, sparse, min(gaps)))
+    if cfg.model_type == g3.MODEL_TYPE:
+        meta.update(gemma3_metadata(cfg, model))
     path = os.path.join(outdir, f"{family}.safetensors")
     write_safetensors(path, out, meta)
     size = os.path.getsize(path)
-    assert size < (1_500_000 if moe else 1 << 20), f"{path}: {size} bytes"
+    assert size < MAX_BYTES.get(family, 1_500_000 if moe else 1 << 20), f"{path}: {size} bytes"
     return dict(loss1=losses[0], loss10=losses[-1], clipped=clipped, norms=norms, size=size,
                 aux=auxs, margin=min(gaps) if gaps else None)
 
@@ -472,6 +535,61 @@ def moe_metadata(family, cfg, sparse, margin):
     }
 
 
+def gemma3_metadata(cfg, model):
+    """gemma3's metadata: its own semantics, init, layout and RoPE text (replacing the dense keys of those names, in
+    place), then its keys (appended)."""
+    s32 = model.model.embed_tokens.embed_scale.item()
+    W = cfg.sliding_window
+    return {
+        "hidden_act": "gelu_pytorch_tanh",
+        "semantics": "Hugging Face modeling_gemma3.py (Gemma3ForCausalLM, eager), tools/torch_hf_gemma3.py: "
+                     "x = embed_tokens.weight[ids] * embed_scale; per layer x = x + post_attention_layernorm("
+                     "self_attn(input_layernorm(x))), then x = x + post_feedforward_layernorm(mlp("
+                     "pre_feedforward_layernorm(x))); logits = model.norm(x) @ embed_tokens.weight^T (tied, NOT "
+                     "scaled). Gemma3RMSNorm(x) = (h * rsqrt(mean(h^2) + eps)) * (1 + w) with h = x in float32 and "
+                     "1 + w rounded to float32 first (w an offset). Attention: q = q_norm(q_proj(x) per head), k = "
+                     "k_norm(k_proj(x) per head) (Gemma3RMSNorm over head_dim, weight [head_dim] shared by the heads), "
+                     "v plain; RoPE of the layer's type; repeat_kv; scores = (q k^T) * query_pre_attn_scalar**-0.5 "
+                     "(float32); additive finfo.min mask (attention_mask_rule); softmax float32; o_proj; no biases, "
+                     "no softcapping. MLP down(gelu_tanh(gate(x)) * up(x)), gelu_tanh = "
+                     "torch.nn.functional.gelu(x, approximate='tanh')",
+        "init": GEMMA3_INIT,
+        "generator": "tools/make_family_golden.py (model: tools/torch_hf_gemma3.py, RoPE: tools/hf_rope_reference.py)",
+        "weight_layout": "HF names; nn.Linear weights [out, in]; embed_tokens [V, C] (also the head); per layer "
+                         "self_attn.q_proj [H*head_dim, C], k_proj/v_proj [KV*head_dim, C], o_proj [C, H*head_dim], "
+                         "self_attn.q_norm/k_norm [head_dim], mlp.gate_proj/up_proj [F, C], down_proj [C, F], "
+                         "input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, "
+                         "post_feedforward_layernorm [C]; model.norm [C]; every norm weight an offset (scale 1 + w)",
+        "weight_decay_applies_to": "2-D tensors only (embed_tokens, every *_proj weight); 0 for the Gemma3RMSNorm "
+                                   "weights (the four per-layer norms, q_norm, k_norm, model.norm)",
+        "rope_inv_freq": "rope.inv_freq: the full_attention layers' float32 inv_freq (rope_theta, rope_scaling linear: "
+                         "default inv_freq / factor); rope.inv_freq_local: the sliding_attention layers' "
+                         "(rope_local_base_freq, default RoPE, unscaled); cos = cos(pos*inv_freq) * attention scaling "
+                         "(1.0 for both)",
+        "variant": "gemma3",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "layer_types": ",".join(cfg.layer_types),
+        "layer_types_rule": "config layer_types if present, else layer i is 'sliding_attention' if (i + 1) % "
+                            "sliding_window_pattern else 'full_attention' (Gemma3TextConfig)",
+        "sliding_window": str(W),
+        "attention_mask_rule": f"full_attention: key j visible to query i iff j <= i; sliding_attention: iff j <= i "
+                               f"and j > i - sliding_window (masking_utils sliding_window_overlay: kv_idx > q_idx - "
+                               f"sliding_window), i.e. masked iff j <= i - sliding_window: a query sees itself and the "
+                               f"{W - 1} keys before it",
+        "rope_local_base_freq": str(float(cfg.hf["rope_local_base_freq"])),
+        "rope_attention_scaling_local": str(model.model.attention_scaling_local),
+        "query_pre_attn_scalar": str(cfg.query_pre_attn_scalar),
+        "attention_scale": f"{cfg.query_pre_attn_scalar}**-0.5 = {cfg.query_pre_attn_scalar ** -0.5!r}, float32 "
+                           f"{torch.tensor(cfg.query_pre_attn_scalar ** -0.5).item()!r} (head_dim**-0.5 would be "
+                           f"{cfg.head_dim ** -0.5!r})",
+        "embed_scale": f"torch.tensor(hidden_size**0.5) = float32 {s32!r} (sqrt({cfg.hidden_size}) = "
+                       f"{cfg.hidden_size ** 0.5!r}), cast to the weight's dtype; not applied to the tied head",
+        "norm_weight": "offset: Gemma3RMSNorm multiplies by (1 + weight); weight 0 is the plain RMSNorm",
+        "final_logit_softcapping": "None",
+        "attn_logit_softcapping": "None",
+    }
+
+
 # ----------------------------------------------------------------------------
 # the references check themselves
 
@@ -507,7 +625,13 @@ def _fd_picks(inputs, targets):
             ("model.layers.0.post_attention_layernorm.weight", (3,)),
             ("model.layers.1.post_attention_layernorm.weight", (3,)),
             ("model.norm.weight", (42,)), ("model.embed_tokens.weight", (int(inputs[1, 2]), 30)),
-            ("model.embed_tokens.weight", (int(targets[0, 0]), 8)), ("lm_head.weight", (int(targets[0, 0]), 8))]
+            ("model.embed_tokens.weight", (int(targets[0, 0]), 8)), ("lm_head.weight", (int(targets[0, 0]), 8)),
+            # gemma3's own: the norms around the MLP, the full layer's q/k norms, the last (sliding) layer
+            ("model.layers.0.pre_feedforward_layernorm.weight", (5,)),
+            ("model.layers.1.post_feedforward_layernorm.weight", (70,)),
+            ("model.layers.2.self_attn.q_norm.weight", (3,)), ("model.layers.2.self_attn.k_norm.weight", (29,)),
+            ("model.layers.3.self_attn.q_proj.weight", (100, 71)), ("model.layers.3.self_attn.v_proj.weight", (63, 0)),
+            ("model.layers.3.mlp.up_proj.weight", (50, 20)), ("model.layers.3.post_attention_layernorm.weight", (66,))]
 
 
 def _fd_check(variant, gen, loud_aux=False):
@@ -515,7 +639,7 @@ def _fd_check(variant, gen, loud_aux=False):
     decision flipped by the perturbations. With loud_aux also output_router_logits true and router_aux_loss_coef
     0.5 (the balancing loss's gradient)."""
     over = dict(output_router_logits=True, router_aux_loss_coef=0.5) if loud_aux else {}
-    model = hf.FamilyForCausalLM(tiny_cfg(variant, **over))
+    model = build_model(tiny_cfg(variant, **over))
     init_golden_(model, gen)
     model = model.double()
     B, T = 2, 9
@@ -875,6 +999,9 @@ def self_checks():
     _fd_check("qwen2_moe_mixed", gen, loud_aux=True)
     _fd_check("qwen3_moe", gen, loud_aux=True)
     _moe_equals_dense(gen)
+    # gemma3 (tools/torch_hf_gemma3.py's checks: masks, RoPE per layer type, Gemma3RMSNorm, embedding scale, ...)
+    g3.self_checks(CONFIGS["gemma3"], init_golden_, gen)
+    _fd_check("gemma3", gen)
 
 
 def search_seeds(variant, first, count):
@@ -888,8 +1015,9 @@ def search_seeds(variant, first, count):
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     r = make_family_golden(variant, tmp, MAX_NORM[variant], seed=seed, search=True)
-                print(f"seed {seed}: ok, router margin {r['margin']:.2e}, grad norms (max_norm {MAX_NORM[variant]}) "
-                      f"{' '.join(f'{n:.4f}' for n in r['norms'])}")
+                margin = "none (dense)" if r["margin"] is None else f"{r['margin']:.2e}"
+                print(f"seed {seed}: ok, router margin {margin}, grad norms (max_norm {MAX_NORM[variant]}) "
+                      f"{' '.join(f'{n:.4f}' for n in r['norms'])}, losses {' '.join(f'{x:.4f}' for x in r['losses'])}")
             except AssertionError as e:
                 print(f"seed {seed}: {e}")
 

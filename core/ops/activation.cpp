@@ -181,6 +181,23 @@ void activation_bwd_bf16(Activation a, bf16* dx, const bf16* dy, const bf16* x, 
   });
 }
 
+template <typename T>
+void activation_fwd_block(Activation a, T* y, const T* x, int64_t n) {
+  static_assert(kActivationBlock <= kBwdBlock && kActivationBlock <= kFwdBlock);
+  if (n > kActivationBlock) throw std::invalid_argument("activation_fwd_block: more than kActivationBlock elements");
+  fwd_block(a, y, x, n);
+}
+
+template <typename T>
+void activation_bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t n, bool accumulate) {
+  if (n > kActivationBlock) throw std::invalid_argument("activation_bwd_block: more than kActivationBlock elements");
+  bwd_block(a, dx, dy, x, n, accumulate);
+}
+
+template void activation_fwd_block<float>(Activation, float*, const float*, int64_t);
+template void activation_fwd_block<double>(Activation, double*, const double*, int64_t);
+template void activation_bwd_block<float>(Activation, float*, const float*, const float*, int64_t, bool);
+template void activation_bwd_block<double>(Activation, double*, const double*, const double*, int64_t, bool);
 template void activation_fwd<float>(Activation, float*, const float*, int64_t);
 template void activation_fwd<double>(Activation, double*, const double*, int64_t);
 template void activation_bwd<float>(Activation, float*, const float*, const float*, int64_t, bool);

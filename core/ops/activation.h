@@ -27,5 +27,12 @@ void activation_bwd_bf16(Activation a, bf16* dx, const bf16* dy, const bf16* x, 
 // into zeros (but a zero's sign), without the pass that zeroes dx.
 template <typename T>
 void activation_bwd(Activation a, T* dx, const T* dy, const T* x, int64_t n, bool accumulate = true);
+// The same on the calling thread alone for one block of n <= kActivationBlock elements (the gated MLPs'
+// chunks: core/ops/swiglu.h); the values are activation_fwd's and activation_bwd's.
+constexpr int64_t kActivationBlock = 2048;
+template <typename T>
+void activation_fwd_block(Activation a, T* y, const T* x, int64_t n);
+template <typename T>
+void activation_bwd_block(Activation a, T* dx, const T* dy, const T* x, int64_t n, bool accumulate);
 
 }  // namespace gf::ops

@@ -61,7 +61,7 @@ void attention_fwd(S* y, S* probs, const S* qkv, const AttentionShape& s,
                    const DropoutKey& drop) {
   GF_OP_SPAN("attention", "attention fwd");
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
-  const S scale = S(1) / std::sqrt(static_cast<S>(D));
+  const S scale = s.score_scale<S>();
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
 #pragma omp parallel for schedule(static)
@@ -87,7 +87,7 @@ void attention_bwd(S* dqkv, const S* dy, const S* qkv, const S* probs,
   GF_OP_SPAN("attention", "attention bwd");
   const int64_t T = s.seq, D = s.head_dim, H = s.heads, C = H * D, W = HeadQKV<const S*>::width(s);
   const int64_t G = s.kv(), rep = H / G;
-  const S scale = S(1) / std::sqrt(static_cast<S>(D));
+  const S scale = s.score_scale<S>();
   // One thread per (batch, kv head): the query heads that share a kv head add into its dK, dV in
   // head order, so there is no race and the sums do not depend on the thread count.
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own

@@ -278,7 +278,7 @@ template <typename S>
 Ctx<S> make_ctx(const AttentionShape& s, const DropoutKey& drop, const FlashWorkspace<S>& ws) {
   const FlashTiles t = ws.tiles;
   if (t.rows < 1 || t.cols < 1) throw std::invalid_argument("flash attention: tiles must be at least 1 x 1");
-  return {s, drop, t, tile_ld(t), S(1) / std::sqrt(static_cast<S>(s.head_dim)), ws.bf16_products};
+  return {s, drop, t, tile_ld(t), s.template score_scale<S>(), ws.bf16_products};
 }
 
 // Kept out of make_ctx and never inlined: with the check inside it, GCC generated the kernels

@@ -68,7 +68,7 @@ void ring_attention_fwd_block(float* o, float* m, float* l, const float* q, int6
                               const DropoutKey& drop) {
   GF_OP_SPAN("attention", "ring attention fwd block");
   const int64_t H = s.heads, D = s.head_dim, R = s.rows, C = H * D, group = H / s.kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(D));
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own
   // (core/math/parallel_worth.h).
 #pragma omp parallel
@@ -150,7 +150,7 @@ void ring_attention_bwd_block(float* dq, int64_t lddq, float* dk, float* dv, int
                               const DropoutKey& drop) {
   GF_OP_SPAN("attention", "ring attention bwd block");
   const int64_t H = s.heads, Hk = s.kv_heads, D = s.head_dim, R = s.rows, C = H * D, group = H / Hk;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(D));
   // One (sample, kv head) per item: its query heads' dq columns and its dk, dv columns are written
   // by one thread, in a fixed order.
   // Not gated by parallel_worth: each item calls a GEMM, which outside a team could take threads of its own

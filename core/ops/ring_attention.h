@@ -29,6 +29,7 @@ struct RingShape {
   // ([batch, seq]: the first key each position sees; null: 0).
   int64_t batch_offset = 0, head_offset = 0, heads_global = 0;
   const int32_t* key_lo = nullptr;
+  float scale = 0.0f;  // the scores' scale (AttentionShape::scale); 0: 1 / sqrt(head_dim)
   // Called (when set) from the master thread after each of its tiles: lets the ring's transfers
   // advance during the products (parallel/context_parallel.cpp).
   void (*progress)(void*) = nullptr;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/math/gemm_bf16.h"
+#include "core/ops/activation.h"
 
 namespace gf::ops {
 
@@ -23,5 +24,17 @@ void swiglu_bwd_bf16(bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf
 template <typename T>
 void swiglu_bwd(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
                 bool accumulate = true);
+
+// Gated activations other than silu (Gemma's GeGLU: h = gelu_tanh(g) * u), the layout and passes as above:
+// h = act(g) * u; du = dh * act(g), dg = act'(g) * (dh * u), in the order torch's autograd of
+// `act(g) * u` computes them (the activation's own values: core/ops/activation.h).
+template <typename T>
+void glu_fwd(Activation a, T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in);
+template <typename T>
+void glu_bwd(Activation a, T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
+             bool accumulate = true);
+void glu_fwd_bf16(Activation a, bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in);
+void glu_bwd_bf16(Activation a, bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf16* u, int64_t rows,
+                  int64_t cols, int64_t ld_in);
 
 }  // namespace gf::ops

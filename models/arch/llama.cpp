@@ -1,6 +1,7 @@
 #include "models/arch/llama.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -55,6 +56,9 @@ TransformerSpec llama_spec(const ModelConfig& cfg) {
   s.attention_dropout = cfg.attention_dropout_rate;
   s.flash = cfg.use_flash_attention;
   s.window = cfg.sliding_window;
+  s.window_layers = cfg.window_layers;
+  s.local_rope_theta = cfg.rope_local_theta;
+  if (cfg.query_pre_attn_scalar > 0) s.attn_scale = static_cast<float>(std::pow(cfg.query_pre_attn_scalar, -0.5));
   s.moe = moe_spec(cfg);  // Mixtral: SwiGLU experts
   return s;
 }
@@ -90,6 +94,15 @@ std::string llama_name(Role role, int64_t l) {
 
 // The keys every Llama-like config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3) writes alike.
 nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, const std::string& model_type) {
+  // Gemma 3's own keys (models/arch/gemma.cpp), which the other classes cannot say.
+  if (model_type != "gemma3_text") {
+    auto refuse = [&](const std::string& why) { throw std::invalid_argument("Hugging Face's " + cls + " has no " + why); };
+    if (c.query_pre_attn_scalar > 0) refuse("query_pre_attn_scalar (model_config.query_pre_attn_scalar)");
+    if (c.rope_local_theta > 0) refuse("local layers' RoPE base (model_config.rope_local_base_freq)");
+    bool mixed = false;
+    for (bool w : c.window_layers) mixed = mixed || !w;
+    if (mixed) refuse("mix of windowed and full layers (model_config.layer_types)");
+  }
   nlohmann::json j{{"architectures", {cls}},
                         {"model_type", model_type},
                         {"vocab_size", c.vocab_size},

@@ -53,6 +53,21 @@ nlohmann::json qwen3_moe_hf_config(const ModelConfig& cfg);
 void read_qwen3_moe_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 std::string qwen_name(Role role, int64_t layer);
 
+// Gemma 3, text (models/arch/gemma.cpp): the Llama model with a scaled embedding, (1 + w) RMSNorms, a norm on
+// each sublayer's output, q/k norms, query_pre_attn_scalar, a GeGLU MLP, and local (windowed, own RoPE base)
+// and global layers; Hugging Face's names (pre_feedforward_layernorm, post_feedforward_layernorm, ...).
+TransformerSpec gemma3_spec(const ModelConfig& cfg);
+std::string gemma3_name(Role role, int64_t layer);
+nlohmann::json gemma3_hf_config(const ModelConfig& cfg);
+void read_gemma3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+
+class Gemma3ForCausalLM : public TransformerLM {
+ public:
+  Gemma3ForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,
+                    const StageOptions& stage = {})
+      : TransformerLM(gemma3_spec(cfg), gemma3_name, cfg, layout, micro_batch, ctx, stage) {}
+};
+
 // The router's loss and capacity in transformers' MoE classes (Mixtral, Qwen-MoE): router_aux_loss_coef counts
 // only under output_router_logits; every token reaches its experts (read as dropless).
 void read_hf_router_loss(const nlohmann::json& j, ModelConfig& cfg);

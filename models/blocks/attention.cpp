@@ -20,10 +20,17 @@ ops::RopeTable<float> rope_table(const TransformerSpec& s, int64_t rows) {
                                      ops::rope_frequencies(s.head_dim(), s.rope_theta, s.rope_scaling, s.max_positions, s.seq));
 }
 
+ops::RopeTable<float> rope_table_local(const TransformerSpec& s, int64_t rows) {
+  return ops::make_rope_table<float>(rows, s.head_dim(), s.local_rope_theta);
+}
+
 AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
-                               const ops::FlashWorkspace<float>* flash)
+                               const ops::FlashWorkspace<float>* flash, int64_t layer)
     : spec_(s), Hl_(s.heads / tp_size), Hkvl_(s.kv_heads / tp_size), D_(s.head_dim()), rope_(rope),
       flash_(flash) {
+  window_ = layer >= 0 ? s.layer_window(layer) : s.window;
+  full_bounds_ = layer >= 0 && s.mixed_windows() && window_ == 0;
+  if (s.qk_norm && s.norm_offset != 0.0f) qk_w_.resize(static_cast<size_t>(2 * D_));
   qkv_ = {ParallelLinear::Kind::kColumn, s.hidden, qkv_width(), s.out_in};
   o_ = {ParallelLinear::Kind::kRow, width(), s.hidden, s.out_in};
 }
@@ -56,7 +63,7 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
   if (spec_.linear_bias) t.add({n(Role::kOB), {C}, no_split(), Init::kZeros, 0.0f, false});
   if (spec_.qk_norm)  // whole on every rank, read by its heads alone: gradients summed over the tensor group
     for (const Role r : {Role::kQNormW, Role::kKNormW}) {
-      ParamSpec p{n(r), {D}, no_split(), Init::kOnes, 0.0f, false};
+      ParamSpec p{n(r), {D}, no_split(), spec_.norm_offset != 0.0f ? Init::kZeros : Init::kOnes, 0.0f, false};
       p.grad_partial_over_tp = true;
       t.add(p);
     }
@@ -82,14 +89,27 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   k_norm_ = spec_.qk_norm ? off(Role::kKNormW) : -1;
 }
 
+std::pair<const float*, const float*> AttentionBlock::qk_weights(const BlockEnv& e) const {
+  if (qk_w_.empty()) return {e.w(q_norm_), e.w(k_norm_)};
+  // Gemma's (1 + w): the scale each norm multiplies by, rounded as torch's `1.0 + weight` rounds it.
+  for (int64_t i = 0; i < D_; ++i) {
+    qk_w_[static_cast<size_t>(i)] = spec_.norm_offset + e.w(q_norm_)[i];
+    qk_w_[static_cast<size_t>(D_ + i)] = spec_.norm_offset + e.w(k_norm_)[i];
+  }
+  return {qk_w_.data(), qk_w_.data() + D_};
+}
+
 void AttentionBlock::qk_norm_fwd(const BlockEnv& e, float* qkv, int64_t rows, const Acts* a) const {
-  ops::head_rmsnorm_fwd(qkv, a ? a->qk_pre : nullptr, a ? a->qk_rstd : nullptr, e.w(q_norm_), e.w(k_norm_), Hl_, rows,
-                        Hl_ + Hkvl_, D_, qkv_width(), spec_.norm_eps);
+  const auto [wq, wk] = qk_weights(e);
+  ops::head_rmsnorm_fwd(qkv, a ? a->qk_pre : nullptr, a ? a->qk_rstd : nullptr, wq, wk, Hl_, rows, Hl_ + Hkvl_, D_,
+                        qkv_width(), spec_.norm_eps);
 }
 
 void AttentionBlock::qk_norm_bwd(const BlockEnv& e, float* dqkv, const Acts& a) const {
-  ops::head_rmsnorm_bwd(dqkv, e.g(q_norm_), e.g(k_norm_), a.qk_pre, e.w(q_norm_), e.w(k_norm_), a.qk_rstd, Hl_, e.N,
-                        Hl_ + Hkvl_, D_, qkv_width());
+  // The weights' gradients do not depend on the offset: d(offset + w) / dw = 1.
+  const auto [wq, wk] = qk_weights(e);
+  ops::head_rmsnorm_bwd(dqkv, e.g(q_norm_), e.g(k_norm_), a.qk_pre, wq, wk, a.qk_rstd, Hl_, e.N, Hl_ + Hkvl_, D_,
+                        qkv_width());
 }
 
 ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
@@ -98,7 +118,8 @@ ops::AttentionShape AttentionBlock::shape(const BlockEnv& e) const {
                 c = e.context_parallel() ? e.cp->ulysses_rank() : 0;
   ops::AttentionShape s{e.B, e.seq_full(), H, D_, e.info.sample_offset, e.tp->rank() * Hl_ + c * H, spec_.heads};
   if (Hkvl_ != Hl_) s.kv_heads = Hkvl_ / P;
-  s.key_lo = e.key_lo;
+  s.key_lo = full_bounds_ ? e.key_lo_full : e.key_lo;
+  s.scale = spec_.attn_scale;
   return s;
 }
 
@@ -115,7 +136,8 @@ ops::RingShape AttentionBlock::ring_shape(const BlockEnv& e) const {
   s.batch_offset = e.info.sample_offset;
   s.head_offset = e.tp->rank() * Hl_ + e.cp->ulysses_rank() * s.heads;
   s.heads_global = spec_.heads;
-  s.key_lo = e.key_lo;
+  s.key_lo = full_bounds_ ? e.key_lo_full : e.key_lo;
+  s.scale = spec_.attn_scale;
   return s;
 }
 
@@ -190,7 +212,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     if (rp.pos[r] < 0 || rp.pos[r] >= reach)
       throw std::out_of_range("generation: position " + std::to_string(rp.pos[r]) + " outside the KV cache's " +
                               std::to_string(reach));
-    keys += spec_.window > 0 ? std::min<int64_t>(rp.pos[r] + 1, spec_.window) : rp.pos[r] + 1;
+    keys += window_ > 0 ? std::min<int64_t>(rp.pos[r] + 1, window_) : rp.pos[r] + 1;
   }
 #pragma omp parallel for schedule(static) if (parallel_worth(N * Hk * 2 * D))
   for (int64_t r = 0; r < N; ++r)
@@ -201,7 +223,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     }
   // The core of attention_fwd (core/ops/attention.cpp) for one query row against the cached keys:
   // scaled dot products, the softmax with its maximum subtracted, the probabilities times values.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = spec_.attn_scale > 0.0f ? spec_.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t group = Hl / Hk, Y = Hl * D;
   // Per key: two dot products of D and an exp. Each (row, head) is computed alike on any thread.
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (parallel_worth(keys * Hl * (2 * D + kTranscendentalWork)))
@@ -209,9 +231,9 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
     for (int64_t h = 0; h < Hl; ++h) {
       float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;
       const float* q = a.qkv + r * W + h * D;
-      // Keys [t0, pos]: the whole prefix, or the sliding window's last spec_.window positions, position t
+      // Keys [t0, pos]: the whole prefix, or the sliding window's last window_ positions, position t
       // at t % cap (a rolling cache holds them in order from t0 % cap, wrapping at cap).
-      const int64_t t0 = spec_.window > 0 ? std::max<int64_t>(0, rp.pos[r] - spec_.window + 1) : 0;
+      const int64_t t0 = window_ > 0 ? std::max<int64_t>(0, rp.pos[r] - window_ + 1) : 0;
       const int64_t base = (rp.seq[r] * Hk + h / group) * cap * D, len = rp.pos[r] + 1 - t0, s0 = t0 % cap;
       const float *K = kv.k + base, *V = kv.v + base;
       auto row = [&](int64_t t) { return (s0 + t < cap ? s0 + t : s0 + t - cap) * D; };

@@ -4,6 +4,7 @@
 // projection's, before the residual dropout and add.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops/attention.h"
@@ -37,6 +38,8 @@ struct RowPositions {
 // The RoPE table of `rows` positions for a model: rope_theta alone, or with its rope_scaling
 // (core/ops/rope_scaling.h), whose frequencies are fixed at the run's seq_length (dynamic NTK's length).
 ops::RopeTable<float> rope_table(const TransformerSpec& s, int64_t rows);
+// The windowed layers' own table where they have one (TransformerSpec::local_rope_theta: default RoPE, no scaling).
+ops::RopeTable<float> rope_table_local(const TransformerSpec& s, int64_t rows);
 
 class AttentionBlock {
  public:
@@ -57,8 +60,9 @@ class AttentionBlock {
     float* dqkv = nullptr;
   };
   AttentionBlock() = default;
+  // layer: the model's layer (its window: TransformerSpec::layer_window); -1: the spec's window.
   AttentionBlock(const TransformerSpec& s, int tp_size, const ops::RopeTable<float>* rope,
-                 const ops::FlashWorkspace<float>* flash);
+                 const ops::FlashWorkspace<float>* flash, int64_t layer = -1);
 
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
@@ -116,11 +120,16 @@ class AttentionBlock {
   // bwd: the gradient in place, the weights' gradients accumulated).
   void qk_norm_fwd(const BlockEnv& e, float* qkv, int64_t rows, const Acts* a) const;
   void qk_norm_bwd(const BlockEnv& e, float* dqkv, const Acts& a) const;
+  // q_norm's and k_norm's weights as they scale: the parameters, or (TransformerSpec::norm_offset) offset + w.
+  std::pair<const float*, const float*> qk_weights(const BlockEnv& e) const;
 
   TransformerSpec spec_;
   int64_t Hl_ = 0, Hkvl_ = 0, D_ = 0;
   ParallelLinear qkv_, o_;
   int64_t q_norm_ = -1, k_norm_ = -1;  // arena offsets of q_norm and k_norm (-1: none)
+  mutable std::vector<float> qk_w_;    // norm_offset: offset + q_norm, offset + k_norm ([2 D], refreshed per call)
+  int64_t window_ = 0;                 // this layer's sliding window (0: the whole prefix)
+  bool full_bounds_ = false;           // windowed layers beside it: its bounds are BlockEnv::key_lo_full
   const ops::RopeTable<float>* rope_ = nullptr;
   const ops::FlashWorkspace<float>* flash_ = nullptr;
 };

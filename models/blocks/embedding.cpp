@@ -8,6 +8,8 @@
 namespace gf {
 
 void EmbeddingBlock::declare(ParamTable& t, const NameMap& names) const {
+  if (spec_.embed_scale != 0.0f && spec_.positions > 0)
+    throw std::logic_error("embedding: a scale (TransformerSpec::embed_scale) with learned positions is not built");
   ParamSpec wte{names(Role::kEmbed, -1), {spec_.vocab, spec_.hidden}, vocab_rows(), Init::kNormal, spec_.init_std,
                 true};
   wte.tied = spec_.tied_head;  // the LM head reads it too
@@ -22,8 +24,17 @@ void EmbeddingBlock::bind(const Placement& t, const NameMap& names) {
   wpe_ = spec_.positions > 0 ? t.at(names(Role::kPosEmbed, -1)).offset : -1;
 }
 
+void EmbeddingBlock::scale_rows(float* y, int64_t rows) const {
+  if (spec_.embed_scale == 0.0f) return;
+  const float k = spec_.embed_scale;
+  const int64_t n = rows * spec_.hidden;
+#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
+  for (int64_t i = 0; i < n; ++i) y[i] *= k;
+}
+
 void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens, const VocabChunks* chunks) const {
   embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial, chunks);
+  scale_rows(y, e.Nl);
   e.dropout_rows(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
 }
 
@@ -33,6 +44,7 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
   // each row's learned position: the same sum as embedding_parallel_fwd's for a training row.
   embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), nullptr, {e.N, e.N, C, v_.begin, v_.begin + v_.local, v_.parallel},
                          e.partial);
+  scale_rows(y, e.N);
   if (wpe_ < 0) return;
   for (int64_t r = 0; r < e.N; ++r)
     if (pos[r] < 0 || pos[r] >= spec_.positions)
@@ -46,12 +58,14 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
+  scale_rows(dy, e.Nl);
   embedding_parallel_bwd(*e.tp, e.g(wte_), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
 }
 
 void EmbeddingBlock::bwd_rows(const BlockEnv& e, float* dy, const int32_t* tokens,
                               const std::function<void(const int32_t*, const float*, int64_t)>& rows) const {
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
+  scale_rows(dy, e.Nl);
   embedding_parallel_bwd_rows(*e.tp, wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather, rows);
 }
 

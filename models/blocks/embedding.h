@@ -42,6 +42,9 @@ class EmbeddingBlock {
   EmbeddingShape shape(const BlockEnv& e) const {
     return {e.N, e.T, spec_.hidden, v_.begin, v_.begin + v_.local, v_.parallel, e.positions};
   }
+  // The token rows times TransformerSpec::embed_scale (Gemma's sqrt(hidden), torch's `embed(ids) * scale`), in
+  // place; the backward scales the output gradient alike. Nothing without a scale.
+  void scale_rows(float* y, int64_t rows) const;
   TransformerSpec spec_;
   VocabSlice v_;
   int64_t wte_ = 0, wpe_ = -1;

@@ -51,6 +51,9 @@ struct BlockEnv {
   // table and RoPE) and first visible key (the attention mask); null: row % T and 0.
   const int32_t* positions = nullptr;
   const int32_t* key_lo = nullptr;
+  // Windowed layers beside full ones (TransformerSpec::mixed_windows): key_lo holds the windowed layers' bounds,
+  // key_lo_full the others' (documents alone; null: causal over the whole prefix).
+  const int32_t* key_lo_full = nullptr;
   float grad_scale = 0.0f;  // backward: the loss's gradient scale (the router losses' coefficients)
 
   const float* w(int64_t offset) const { return weights + offset; }

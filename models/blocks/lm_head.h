@@ -25,7 +25,7 @@ class LmHeadBlock {
   };
   LmHeadBlock() = default;
   LmHeadBlock(const TransformerSpec& s, const VocabSlice& v, int64_t rows)
-      : spec_(s), v_(v), rows_(rows), norm_(s.norm, s.hidden, s.norm_eps) {}
+      : spec_(s), v_(v), rows_(rows), norm_(s.norm, s.hidden, s.norm_eps, s.norm_offset) {}
   void declare_norm(ParamTable& t, const NameMap& names) const;
   void declare_head(ParamTable& t, const NameMap& names) const;  // untied: lm_head.weight
   // wte: the token embedding's offset when tied and this table holds it, else -1.

@@ -19,7 +19,7 @@ void MlpBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
   const float std = spec_.init_std;
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
   auto n = [&](Role r) { return names(r, l); };
-  if (spec_.mlp == MlpKind::kSwiGLU) {  // gate_proj, up_proj [F, C] packed: one [gate | up, C] matrix
+  if (gated_mlp(spec_.mlp)) {  // gate_proj, up_proj [F, C] packed: one [gate | up, C] matrix
     ParamSpec gate{n(Role::kGateW), {F, C}, split_dim(0), Init::kNormal, std, true};
     gate.packed_with_next = true;
     t.add(gate);
@@ -35,7 +35,7 @@ void MlpBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
 
 void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
-  if (spec_.mlp == MlpKind::kSwiGLU) {
+  if (gated_mlp(spec_.mlp)) {
     up_.w = off(Role::kGateW);
     const TensorPlacement& gate = t.at(names(Role::kGateW, l));
     if (off(Role::kUpW) != gate.offset + gate.numel())
@@ -53,10 +53,12 @@ void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
     auto* act = reinterpret_cast<bf16*>(a.act);
     const auto* h = reinterpret_cast<const bf16*>(a.h);
     if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd_bf16(act, h, h + Fl_, e.N, Fl_, 2 * Fl_);
+    else if (spec_.mlp == MlpKind::kGeGLU) ops::glu_fwd_bf16(spec_.act, act, h, h + Fl_, e.N, Fl_, 2 * Fl_);
     else ops::activation_fwd_bf16(spec_.act, act, h, e.N * Fl_);
     return;
   }
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
+  else if (spec_.mlp == MlpKind::kGeGLU) ops::glu_fwd(spec_.act, a.act, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_);
   else ops::activation_fwd(spec_.act, a.act, a.h, e.N * Fl_);
 }
 
@@ -92,6 +94,7 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
     const auto* h = reinterpret_cast<const bf16*>(a.h);
     down_.bwd(e, pass, nullptr, dout, act, act_low, nullptr, dact);
     if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd_bf16(dh, dh + Fl_, dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
+    else if (spec_.mlp == MlpKind::kGeGLU) ops::glu_bwd_bf16(spec_.act, dh, dh + Fl_, dact, h, h + Fl_, e.N, Fl_, 2 * Fl_);
     else ops::activation_bwd_bf16(spec_.act, dh, dact, h, e.N * Fl_);
     up_.bwd(e, pass, dxn, nullptr, xn, xn_low, dh);
     return;
@@ -101,6 +104,8 @@ void MlpBlock::bwd(const BlockEnv& e, BwdPass pass, float* dxn, const float* dou
   constexpr bool kWrite = false;
   if (spec_.mlp == MlpKind::kSwiGLU) {
     ops::swiglu_bwd(g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
+  } else if (spec_.mlp == MlpKind::kGeGLU) {
+    ops::glu_bwd(spec_.act, g.dh, g.dh + Fl_, g.dact, a.h, a.h + Fl_, e.N, Fl_, 2 * Fl_, kWrite);
   } else {
     ops::activation_bwd(spec_.act, g.dh, g.dact, a.h, e.N * Fl_, kWrite);
   }

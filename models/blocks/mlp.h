@@ -40,7 +40,7 @@ class MlpBlock {
   void bind(const Placement& t, const NameMap& names, int64_t layer);
   int64_t width() const { return Fl_; }
   int64_t first_offset() const { return up_.w; }
-  int64_t up_width() const { return spec_.mlp == MlpKind::kSwiGLU ? 2 * Fl_ : Fl_; }
+  int64_t up_width() const { return gated_mlp(spec_.mlp) ? 2 * Fl_ : Fl_; }
 
   // xn_low: xn's bf16 copy where the layer keeps the norm's output only so (xn is then null), else null.
   void fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const void* xn_low = nullptr) const;

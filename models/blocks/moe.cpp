@@ -60,6 +60,7 @@ TransformerSpec shared_expert_spec(TransformerSpec s) {
 
 MoeBlock::MoeBlock(const TransformerSpec& s, int tp, int ep, int64_t layer, int64_t rows)
     : spec_(s), layer_(layer), d_(dims(s, rows, tp, ep)) {
+  if (s.mlp == MlpKind::kGeGLU) throw std::invalid_argument("MoE layers of GeGLU experts are not built (SwiGLU or GELU)");
   if (s.moe.shared_ffn > 0) {
     if (s.mlp != MlpKind::kSwiGLU) throw std::invalid_argument("a shared expert is built for SwiGLU models only");
     shared_ = MlpBlock(shared_expert_spec(s), tp);

@@ -2,6 +2,7 @@
 // dimension of this rank's residual rows.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
@@ -16,7 +17,11 @@ class NormBlock {
     float* rstd = nullptr;
   };
   NormBlock() = default;
-  NormBlock(NormKind kind, int64_t dim, float eps) : kind_(kind), dim_(dim), eps_(eps) {}
+  // offset (RMSNorm): the norm scales by offset + w (Gemma's 1 + w, its weights starting at 0).
+  NormBlock(NormKind kind, int64_t dim, float eps, float offset = 0.0f)
+      : kind_(kind), dim_(dim), eps_(eps), offset_(offset) {
+    if (offset_ != 0.0f) scale_.resize(static_cast<size_t>(dim_));
+  }
 
   void declare(ParamTable& t, const std::string& weight, const std::string& bias) const;
   void bind(const Placement& t, const std::string& weight, const std::string& bias);
@@ -31,9 +36,14 @@ class NormBlock {
   int64_t first_offset() const { return w_; }
 
  private:
+  // The weight as the norm scales by it: the parameter, or offset + w (computed into scale_ per call, rounded as
+  // torch's `1.0 + weight`); its gradient is the parameter's (d(offset + w) / dw = 1).
+  const float* scale(const BlockEnv& e) const;
   NormKind kind_ = NormKind::kLayerNorm;
   int64_t dim_ = 0;
   float eps_ = 1e-5f;
+  float offset_ = 0.0f;
+  mutable std::vector<float> scale_;
   int64_t w_ = 0, b_ = -1;
 };
 

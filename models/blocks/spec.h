@@ -14,7 +14,10 @@
 namespace gf {
 
 enum class NormKind { kLayerNorm, kRMSNorm };
-enum class MlpKind { kGelu, kSwiGLU };
+// kGelu: GPT-2's act(c_fc(x)); the gated ones down(act(gate(x)) * up(x)): SwiGLU (silu; Llama) and GeGLU
+// (TransformerSpec::act, Gemma's gelu_pytorch_tanh).
+enum class MlpKind { kGelu, kSwiGLU, kGeGLU };
+inline bool gated_mlp(MlpKind k) { return k != MlpKind::kGelu; }
 
 // Mixture of Experts (models/blocks/moe.h; the arithmetic in core/ops/router.h). experts 0: dense.
 struct MoeSpec {
@@ -59,8 +62,32 @@ struct TransformerSpec {
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   bool flash = false;
   int64_t window = 0;  // ModelConfig::sliding_window (0: none)
+  // The layers the window applies to (ModelConfig::window_layers; empty: every layer), and the RoPE base of
+  // those layers (Gemma 3's rope_local_base_freq, default RoPE without scaling; 0: the model's RoPE).
+  std::vector<bool> window_layers;
+  double local_rope_theta = 0.0;
+  float attn_scale = 0.0f;   // the scores' scale (Gemma's query_pre_attn_scalar^-1/2; 0: head_dim^-1/2)
+  float norm_offset = 0.0f;  // RMSNorms scale by (offset + w) (Gemma's 1 + w; its weights start at 0)
+  bool sandwich_norm = false;  // a norm on each sublayer's output before the residual add (Gemma 2/3's
+                               // post_attention_layernorm, post_feedforward_layernorm)
+  float embed_scale = 0.0f;  // the token embedding's output times this (Gemma's sqrt(hidden)); 0: none
   MoeSpec moe;
   int64_t head_dim() const { return head_width > 0 ? head_width : hidden / heads; }
+  // Layer l's window (0: the whole prefix).
+  int64_t layer_window(int64_t l) const {
+    return window > 0 && (window_layers.empty() || (l >= 0 && l < static_cast<int64_t>(window_layers.size()) &&
+                                                     window_layers[static_cast<size_t>(l)]))
+               ? window
+               : 0;
+  }
+  // Some layers windowed, others not: two attention bounds per row (BlockEnv::key_lo_full).
+  bool mixed_windows() const {
+    if (window <= 0 || window_layers.empty()) return false;
+    for (int64_t l = 0; l < layers; ++l)
+      if (layer_window(l) == 0) return true;
+    return false;
+  }
+  bool local_rope(int64_t l) const { return local_rope_theta > 0 && layer_window(l) > 0; }
 };
 
 // Canonical parameter roles, mapped to a model's checkpoint names. Layer roles get the layer index.
@@ -73,6 +100,8 @@ enum class Role {
   kRouterW, kExpertUpW, kExpertUpB, kExpertGateW, kExpertDownW, kExpertDownB,
   // An MoE layer's shared expert (a SwiGLU MLP every token runs) and the [1, C] weight of its sigmoid gate.
   kSharedGateProjW, kSharedUpProjW, kSharedDownProjW, kSharedExpertGateW,
+  // TransformerSpec::sandwich_norm: the norms of the attention's and the MLP's outputs.
+  kPostAttnNormW, kPostMlpNormW,
 };
 using NameMap = std::function<std::string(Role, int64_t layer)>;
 

@@ -3,6 +3,8 @@
 #include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
 
+#include <stdexcept>
+
 namespace gf {
 namespace {
 
@@ -28,9 +30,17 @@ void norm_fwd(const NormBlock& n, const BlockEnv& e, float* y, const NormBlock::
 
 TransformerLayer::TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer,
                                    const ops::RopeTable<float>* rope, const ops::FlashWorkspace<float>* flash,
-                                   int ep_size, int64_t rows)
-    : spec_(s), layer_(layer), norm1_(s.norm, s.hidden, s.norm_eps), norm2_(s.norm, s.hidden, s.norm_eps),
-      attn_(s, tp_size, rope, flash), mlp_(s, tp_size) {
+                                   int ep_size, int64_t rows, const ops::RopeTable<float>* rope_local)
+    : spec_(s), layer_(layer), norm1_(s.norm, s.hidden, s.norm_eps, s.norm_offset),
+      norm2_(s.norm, s.hidden, s.norm_eps, s.norm_offset),
+      attn_(s, tp_size, s.local_rope(layer) && rope_local ? rope_local : rope, flash, layer), mlp_(s, tp_size) {
+  if (s.local_rope(layer) && rope && !rope_local)
+    throw std::logic_error("TransformerLayer: a windowed layer of its own RoPE base without its table");
+  if (s.sandwich_norm) {
+    if (s.norm != NormKind::kRMSNorm) throw std::invalid_argument("sandwich norms are built for RMSNorm models only");
+    post_attn_ = NormBlock(s.norm, s.hidden, s.norm_eps, s.norm_offset);
+    post_mlp_ = NormBlock(s.norm, s.hidden, s.norm_eps, s.norm_offset);
+  }
   if (is_moe()) moe_ = MoeBlock(s, tp_size, ep_size, layer, rows > 0 ? rows : s.seq);
 }
 
@@ -44,30 +54,38 @@ std::string norm_bias(const TransformerSpec& s, const NameMap& names, Role r, in
 void TransformerLayer::declare(ParamTable& t, const NameMap& names) const {
   norm1_.declare(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.declare(t, names, layer_);
+  if (spec_.sandwich_norm) post_attn_.declare(t, names(Role::kPostAttnNormW, layer_), "");
   norm2_.declare(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
   if (is_moe()) moe_.declare(t, names);
   else mlp_.declare(t, names, layer_);
+  if (spec_.sandwich_norm) post_mlp_.declare(t, names(Role::kPostMlpNormW, layer_), "");
 }
 
 void TransformerLayer::bind(const Placement& t, const NameMap& names) {
   norm1_.bind(t, names(Role::kNorm1W, layer_), norm_bias(spec_, names, Role::kNorm1B, layer_));
   attn_.bind(t, names, layer_);
+  if (spec_.sandwich_norm) post_attn_.bind(t, names(Role::kPostAttnNormW, layer_), "");
   norm2_.bind(t, names(Role::kNorm2W, layer_), norm_bias(spec_, names, Role::kNorm2B, layer_));
   if (is_moe()) moe_.bind(t, names);
   else mlp_.bind(t, names, layer_);
+  if (spec_.sandwich_norm) post_mlp_.bind(t, names(Role::kPostMlpNormW, layer_), "");
 }
 
 void TransformerLayer::fwd(const BlockEnv& e, const float* x, const Acts& a, const std::function<void()>* between) const {
   const int64_t Nl = e.Nl, C = spec_.hidden;
   const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
+  const bool post = spec_.sandwich_norm;
   norm_fwd(norm1_, e, a.ln1, a.n1, x, Nl, in1.low != nullptr);
-  attn_.fwd(e, layer_, a.res2, in1.f32, a.attn, in1.low);
+  attn_.fwd(e, layer_, post ? a.attn_out : a.res2, in1.f32, a.attn, in1.low);
+  if (post) post_attn_.fwd(e, a.res2, a.n3, a.attn_out, Nl);
   e.dropout_rows(a.res2, e.dropout(layer_, kDropAttnOut, spec_.hidden_dropout), C);
   add_inplace(a.res2, x, Nl * C);
   if (between) (*between)();
   norm_fwd(norm2_, e, a.ln2, a.n2, a.res2, Nl, in2.low != nullptr);
-  if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
-  else mlp_.fwd(e, a.out, in2.f32, a.mlp, in2.low);
+  float* mlp_out = post ? a.mlp_out : a.out;
+  if (is_moe()) moe_.fwd(e, mlp_out, a.ln2, a.moe, a.moe_sc);
+  else mlp_.fwd(e, mlp_out, in2.f32, a.mlp, in2.low);
+  if (post) post_mlp_.fwd(e, a.out, a.n4, a.mlp_out, Nl);
   e.dropout_rows(a.out, e.dropout(layer_, kDropMlpOut, spec_.hidden_dropout), C);
   add_inplace(a.out, a.res2, Nl * C);
 }
@@ -76,12 +94,16 @@ void TransformerLayer::fwd_cached(const BlockEnv& e, const float* x, const Acts&
                                   const RowPositions& rp) const {
   const int64_t N = e.N, C = spec_.hidden;
   const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
+  const bool post = spec_.sandwich_norm;
   norm_fwd(norm1_, e, a.ln1, a.n1, x, N, in1.low != nullptr);
-  attn_.fwd_cached(e, a.res2, in1.f32, a.attn, kv, rp, in1.low);
+  attn_.fwd_cached(e, post ? a.attn_out : a.res2, in1.f32, a.attn, kv, rp, in1.low);
+  if (post) post_attn_.fwd(e, a.res2, a.n3, a.attn_out, N);
   add_inplace(a.res2, x, N * C);
   norm_fwd(norm2_, e, a.ln2, a.n2, a.res2, N, in2.low != nullptr);
-  if (is_moe()) moe_.fwd(e, a.out, a.ln2, a.moe, a.moe_sc);
-  else mlp_.fwd(e, a.out, in2.f32, a.mlp, in2.low);
+  float* mlp_out = post ? a.mlp_out : a.out;
+  if (is_moe()) moe_.fwd(e, mlp_out, a.ln2, a.moe, a.moe_sc);
+  else mlp_.fwd(e, mlp_out, in2.f32, a.mlp, in2.low);
+  if (post) post_mlp_.fwd(e, a.out, a.n4, a.mlp_out, N);
   add_inplace(a.out, a.res2, N * C);
 }
 
@@ -112,21 +134,35 @@ void TransformerLayer::bwd(const BlockEnv& e, BwdPass pass, const float* x, cons
   const NormOut in1(a.ln1, ln1_keeps_bf16(e.cdt)), in2(a.ln2, ln2_keeps_bf16(e.cdt));
   // An MoE block has no passes apart: its whole backward (the experts' and router's weight
   // gradients too) runs in the input pass, and the weight pass skips it.
+  const bool post = spec_.sandwich_norm;
+  const int64_t C = spec_.hidden;
   if (pass == BwdPass::kWeight) {
-    if (!is_moe()) mlp_.bwd(e, pass, nullptr, g.dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
+    if (post) post_mlp_.bwd(e, pass, nullptr, g.dout_mlp, a.mlp_out, a.n4, Nl);
+    if (!is_moe()) mlp_.bwd(e, pass, nullptr, post ? g.dpost_mlp : g.dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
     norm2_.bwd(e, pass, nullptr, g.dln2, a.res2, a.n2, Nl);
-    attn_.bwd(e, pass, layer_, nullptr, g.dout_attn, in1.f32, a.attn, g.attn, in1.low);
+    if (post) post_attn_.bwd(e, pass, nullptr, g.dout_attn, a.attn_out, a.n3, Nl);
+    attn_.bwd(e, pass, layer_, nullptr, post ? g.dpost_attn : g.dout_attn, in1.f32, a.attn, g.attn, in1.low);
     norm1_.bwd(e, pass, nullptr, g.dln1, x, a.n1, Nl);
     return;
   }
-  // MLP: out = res2 + dropout(mlp(norm2(res2)))
+  // MLP: out = res2 + dropout(mlp(norm2(res2))) (sandwich: dropout(norm4(mlp(...))), its input gradient in dpost_mlp)
   const float* dout_mlp = output_grad(e, pass, g.dout_mlp, g.dres, kDropMlpOut);
+  if (post) {
+    parallel_zero(g.dpost_mlp, Nl * C);
+    post_mlp_.bwd(e, pass, g.dpost_mlp, dout_mlp, a.mlp_out, a.n4, Nl);
+    dout_mlp = g.dpost_mlp;
+  }
   if (is_moe()) moe_.bwd(e, g.dln2, dout_mlp, a.ln2, a.moe, a.moe_sc);
   else mlp_.bwd(e, pass, g.dln2, dout_mlp, in2.f32, a.mlp, g.mlp, in2.low);
   norm2_.bwd(e, pass, g.dres, g.dln2, a.res2, a.n2, Nl);
   if (between) (*between)();
   // Attention: res2 = x + dropout(attention(norm1(x)))
   const float* dout_attn = output_grad(e, pass, g.dout_attn, g.dres, kDropAttnOut);
+  if (post) {
+    parallel_zero(g.dpost_attn, Nl * C);
+    post_attn_.bwd(e, pass, g.dpost_attn, dout_attn, a.attn_out, a.n3, Nl);
+    dout_attn = g.dpost_attn;
+  }
   attn_.bwd(e, pass, layer_, g.dln1, dout_attn, in1.f32, a.attn, g.attn, in1.low);
   norm1_.bwd(e, pass, g.dres, g.dln1, x, a.n1, Nl);
 }

@@ -1,5 +1,7 @@
 // A pre-norm transformer layer composed of the blocks:
-//   res2 = x + dropout(attention(norm1(x))),   out = res2 + dropout(mlp(norm2(res2))).
+//   res2 = x + dropout(attention(norm1(x))),   out = res2 + dropout(mlp(norm2(res2))),
+// or with TransformerSpec::sandwich_norm (Gemma 2 and 3) a norm on each sublayer's output as well:
+//   res2 = x + dropout(norm3(attention(norm1(x)))), out = res2 + dropout(norm4(mlp(norm2(res2)))).
 // Its activations live in planned storage (TransformerLayer::Acts, laid out by the model for its
 // recompute mode); its backward runs fused or as an input pass and a later weight pass.
 #pragma once
@@ -24,6 +26,9 @@ class TransformerLayer {
     NormBlock::Acts n1, n2;
     // ln1, ln2: the norms' outputs; bf16 alone where only bf16 products read them (ln1_keeps_bf16, ln2_keeps_bf16).
     float *ln1 = nullptr, *res2 = nullptr, *ln2 = nullptr, *out = nullptr;
+    // TransformerSpec::sandwich_norm: the attention's and the MLP's outputs before their norms, and those norms'.
+    float *attn_out = nullptr, *mlp_out = nullptr;
+    NormBlock::Acts n3, n4;
     AttentionBlock::Acts attn;
     MlpBlock::Acts mlp;
     MoeBlock::Acts moe;         // an MoE layer's, in place of mlp
@@ -35,14 +40,19 @@ class TransformerLayer {
   struct Grads {
     float* dres = nullptr;
     float *dout_mlp = nullptr, *dout_attn = nullptr, *dln1 = nullptr, *dln2 = nullptr;
+    // sandwich_norm: the sublayers' output gradients out of their norms (the MLP's and the attention's weight
+    // passes read them)
+    float *dpost_mlp = nullptr, *dpost_attn = nullptr;
     AttentionBlock::Grads attn;
     MlpBlock::Grads mlp;
   };
 
   TransformerLayer() = default;
   // ep_size, rows: an MoE layer's expert-parallel size and micro-batch rows N = B T.
+  // rope_local: the table of the windowed layers where they have their own (TransformerSpec::local_rope).
   TransformerLayer(const TransformerSpec& s, int tp_size, int64_t layer, const ops::RopeTable<float>* rope,
-                   const ops::FlashWorkspace<float>* flash, int ep_size = 1, int64_t rows = 0);
+                   const ops::FlashWorkspace<float>* flash, int ep_size = 1, int64_t rows = 0,
+                   const ops::RopeTable<float>* rope_local = nullptr);
   bool is_moe() const { return spec_.moe.is_moe(layer_); }
   // Under bf16 compute a norm output that only bf16 products read is kept as its bf16 rounding alone, as
   // autocast keeps the bf16 cast a linear layer saves: ln1 (the q|k|v projection's input) always, ln2 in a
@@ -81,6 +91,7 @@ class TransformerLayer {
   TransformerSpec spec_;
   int64_t layer_ = 0;
   NormBlock norm1_, norm2_;
+  NormBlock post_attn_, post_mlp_;  // sandwich_norm
   AttentionBlock attn_;
   MlpBlock mlp_;
   MoeBlock moe_;

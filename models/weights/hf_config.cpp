@@ -135,6 +135,18 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   differ(E, "q/k/v biases", "model_config.qkv_has_bias", a.qkv_bias, b.qkv_bias);
   differ(E, "head width", "model_config.head_dim or hidden_size / num_heads", a.head_dim(), b.head_dim());
   differ(E, "q/k norms", "model_config.qk_layernorm", a.qk_norm, b.qk_norm);
+  auto layers_text = [](const TransformerSpec& s) {  // the windowed layers, as "0 1 3"
+    std::string t;
+    for (int64_t l = 0; l < s.layers; ++l) {
+      if (s.layer_window(l) <= 0) continue;
+      if (!t.empty()) t.push_back(' ');
+      t.append(std::to_string(l));
+    }
+    return t;
+  };
+  differ(E, "windowed layers", "model_config.layer_types, sliding_window", layers_text(a), layers_text(b));
+  differ_real("attention score scale", "model_config.query_pre_attn_scalar", a.attn_scale, b.attn_scale);
+  differ_real("local layers' RoPE base", "model_config.rope_local_base_freq", a.local_rope_theta, b.local_rope_theta);
   if (a.rope && !(a.rope_scaling == b.rope_scaling))
     differ(E, "RoPE scaling", "model_config.rope_scaling", a.rope_scaling.describe(), b.rope_scaling.describe());
   differ(E, "linear biases", "model_config.add_bias_linear", a.linear_bias, b.linear_bias);

@@ -6,7 +6,7 @@
 #   BUILD SRC         the build and source directories (absolute)
 #   BIN PRE PY        build/bin/gridformer, build/bin/preprocess_data, /usr/bin/python3 (Debian's, with torch)
 #   VOCAB MERGES      the GPT-2 BPE files scripts/setup.sh fetched; CORPUS the default corpus's prefix
-#   WORK              a fresh directory, the working directory, removed when the script exits
+#   WORK              a fresh directory, the working directory, removed when the script exits (kept with KEEP_WORK=1)
 #   the MPI environment (root allowed, no single-copy mechanism, one OpenMP thread a rank)
 #
 # Functions:
@@ -35,7 +35,7 @@ CORPUS="$SRC/data/fortunes/fortunes_text_document"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gf_it.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 cd "$WORK"
 STATUS=0
 

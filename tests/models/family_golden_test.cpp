@@ -3,7 +3,9 @@
 //  * llama3: Llama 3.2's shape (llama3 RoPE scaling past its original context, tied embeddings, heads of
 //    head_dim wider than hidden_size / num_heads);
 //  * qwen2: Qwen2.5's (q/k/v biases, tied embeddings);
-//  * qwen3: Qwen3's (q_norm / k_norm before RoPE, head_dim x heads != hidden_size, tied).
+//  * qwen3: Qwen3's (q_norm / k_norm before RoPE, head_dim x heads != hidden_size, tied);
+//  * gemma3: Gemma 3's (a scaled embedding, (1 + w) norms, four per layer, GeGLU, query_pre_attn_scalar, local
+//    layers with a window of 8 and their own RoPE base beside a global one with linear RoPE scaling).
 // Each file carries its config.json; the model is built from it as `gridformer config --from-hf` builds
 // one. Checked: Hugging Face's parameter names and shapes, logits of the batch and of 64 positions, the
 // loss and every gradient, ten AdamW steps with clipping, with the unfused and the fused attention core.
@@ -143,7 +145,9 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, FamilyGolden,
                                            Family{"families/qwen2_moe.safetensors", true},
                                            Family{"families/qwen2_moe_mixed.safetensors", false},
                                            Family{"families/qwen3_moe.safetensors", false},
-                                           Family{"families/qwen3_moe.safetensors", true}),
+                                           Family{"families/qwen3_moe.safetensors", true},
+                                           Family{"families/gemma3.safetensors", false},
+                                           Family{"families/gemma3.safetensors", true}),
                          family_name);
 
 }  // namespace

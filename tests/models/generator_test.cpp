@@ -172,7 +172,8 @@ namespace {
 // cache rewritten, nothing reused). The same 64 tokens, and every step's logits within 1e-5.
 TEST(GeneratorFamilies, GreedySixtyFourTokensWithTheCacheEqualRecomputation) {
   for (const char* file : {"families/llama.safetensors", "families/qwen2.safetensors", "families/qwen3.safetensors",
-                           "families/qwen3_moe.safetensors", "families/qwen2_moe.safetensors"}) {
+                           "families/qwen3_moe.safetensors", "families/qwen2_moe.safetensors",
+                           "families/gemma3.safetensors"}) {
     golden_case::GoldenCase g(file);
     ParallelContext ctx = ParallelContext::single();
     auto model = build_model(g.cfg.model, model_layout(g.cfg), 1, ctx);
@@ -210,6 +211,44 @@ TEST(GeneratorFamilies, GreedySixtyFourTokensWithTheCacheEqualRecomputation) {
     }
     EXPECT_EQ(seq_cached, seq_again) << file;
     EXPECT_LE(worst, 1e-5) << file << ": logits of a cached step against the recomputed one";
+  }
+}
+
+}  // namespace
+}  // namespace gf
+
+namespace gf {
+namespace {
+
+// Gemma 3's local layers (a window of 8, their own RoPE base) beside a global one, generated against the KV
+// cache: the 64 positions of the golden's logits64 sequence fed one token per call (the cache holds every
+// position: the global layer reads them all) and in one call give PyTorch's logits (tools/torch_hf_gemma3.py)
+// within 1e-5, row by row.
+TEST(GeneratorFamilies, GemmaLocalAndGlobalLayersWithTheCacheMatchPyTorch) {
+  golden_case::GoldenCase g("families/gemma3.safetensors", {"model.model_config.seq_length=64"});
+  ParallelContext ctx = ParallelContext::single();
+  auto model = build_model(g.cfg.model, model_layout(g.cfg), 1, ctx);
+  g.load_weights(*model);
+  const auto& lm = dynamic_cast<const TransformerLM&>(*model);
+  ASSERT_TRUE(lm.spec().mixed_windows()) << "the golden should mix windowed and full layers";
+  const std::vector<int32_t> tokens = g.f.ints("logits64.tokens");
+  const std::vector<float> ref = g.f.floats("logits64.logits");
+  constexpr int64_t kT = 64;
+  ASSERT_EQ(static_cast<int64_t>(tokens.size()), kT);
+  for (const int64_t chunk : {int64_t{1}, kT}) {
+    Generator gen(lm, ctx, {1, kT, chunk, chunk});
+    EXPECT_EQ(gen.cache_positions(), kT) << "windowed layers beside full ones keep every position";
+    std::vector<float> got(static_cast<size_t>(kT * g.V));
+    for (int64_t t0 = 0; t0 < kT; t0 += chunk) {
+      std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)), rows(static_cast<size_t>(chunk));
+      for (int64_t i = 0; i < chunk; ++i) {
+        pos[static_cast<size_t>(i)] = t0 + i;
+        rows[static_cast<size_t>(i)] = i;
+      }
+      const float* l = gen.forward(tokens.data() + t0, seq.data(), pos.data(), chunk, rows.data(), chunk);
+      std::copy_n(l, chunk * g.V, got.begin() + t0 * g.V);
+    }
+    EXPECT_LE(golden_case::rel_err(got.data(), ref, kT, g.V, g.V), 1e-5) << "rows per call " << chunk;
   }
 }
 

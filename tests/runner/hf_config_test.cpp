@@ -132,6 +132,13 @@ TEST(HfConfig, FromHfPrintsASectionThatReadsBackAsThePublishedModel) {
                            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                            "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "attention_bias",
                            "tie_word_embeddings", "eos_token_id"}},
+      // Gemma 3 1B: local and global layers by sliding_window_pattern, query_pre_attn_scalar, rope_local_base_freq.
+      {"gemma3_1b_it.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
+                             "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                             "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+                             "query_pre_attn_scalar", "sliding_window", "sliding_window_pattern",
+                             "rope_local_base_freq", "hidden_activation", "attention_bias",
+                             "attn_logit_softcapping", "final_logit_softcapping"}},
       {"qwen3_1.7b_transformers5.json", {"architectures", "model_type", "vocab_size", "hidden_size", "intermediate_size",
                                          "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                                          "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings", "eos_token_id"}},

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -59,6 +60,9 @@ model:
     rope_scaling: ~            # Hugging Face's rope_scaling map (rope_type linear, dynamic, yarn, llama3, longrope and their keys); None: RoPE from theta alone
     head_dim: ~                # None: hidden_size / num_heads; else each head's width (Llama 3.2, Qwen3: num_heads x head_dim may differ from hidden_size)
     qk_layernorm: false        # Qwen3's q_norm / k_norm: an RMSNorm on every query and key head before RoPE
+    query_pre_attn_scalar: ~   # Gemma's: the scores scaled by its -1/2 power; None: head_dim's
+    layer_types: ~             # per layer sliding_attention (sliding_window applies) or full_attention (Hugging Face's, Gemma 3's five local to one global); None: sliding_window on every layer
+    rope_local_base_freq: ~    # Gemma 3's: the RoPE base of the sliding_attention layers (default RoPE, no rope_scaling); None: theta
     extend_method: "None"
     scaling_factor: 1.0
     qkv_has_bias: false
@@ -155,6 +159,12 @@ std::vector<KeyRule> llama_model_rules() {
        "their keys, as modeling_rope_utils.py reads them; partial_rotary_factor in it); None: theta alone"},
       {k + "head_dim", kBuilt, "model.head_dim_explicit (None: hidden_size / num_heads)"},
       {k + "qk_layernorm", kBuilt, "model.qk_layernorm: q_norm and k_norm (Qwen3; Megatron's --qk-layernorm)"},
+      {k + "query_pre_attn_scalar", kBuilt, "model.query_pre_attn_scalar: the scores times its -1/2 power (Gemma; None: head_dim)"},
+      {k + "layer_types", kBuilt,
+       "model.window_layers: sliding_attention layers see sliding_window keys, full_attention the whole prefix "
+       "(Hugging Face's layer_types; None: every layer windowed when sliding_window is set)"},
+      {k + "rope_local_base_freq", kBuilt,
+       "model.rope_local_theta: the sliding_attention layers' RoPE base, default RoPE (Gemma 3; None: theta)"},
       {k + "tie_word_embeddings", kBuilt, "model.tie_word_embeddings"},
       {k + "initializer_range", kBuilt, "model.initializer_range"},
       {k + "param_init_type", kBuilt, "model.param_init_type"},
@@ -286,6 +296,27 @@ void read_sizes(ReadContext& x) {
   if (m.head_dim_explicit > 0 && m.num_heads > 0 && m.head_dim_explicit * m.num_heads == m.hidden_size)
     m.head_dim_explicit = 0;  // the derived width: the same model
   m.qk_layernorm = rd.get<bool>(k + "qk_layernorm");
+  m.query_pre_attn_scalar = optional_positive<double>(x, "query_pre_attn_scalar", 0.0, "head_dim");
+  m.rope_local_theta = optional_positive<double>(x, "rope_local_base_freq", 0.0, "theta");
+  m.window_layers.clear();
+  if (const YAML::Node types = rd.node(k + "layer_types"); types && !types.IsNull()) {
+    const std::string want = ": expects a list of sliding_attention / full_attention, one per layer, or ~";
+    if (!types.IsSequence()) {
+      x.refuse(kv("layer_types", show(types)) + want);
+    } else {
+      for (const YAML::Node& t : types) {
+        const std::string v = t.IsScalar() ? t.Scalar() : show(t);
+        if (v != "sliding_attention" && v != "full_attention") {
+          x.refuse(kv("layer_types", show(types)) + ": '" + v + "'" + want);
+          break;
+        }
+        m.window_layers.push_back(v == "sliding_attention");
+      }
+      if (static_cast<int64_t>(m.window_layers.size()) != m.num_layers && m.num_layers > 0)
+        x.refuse(kv("layer_types", show(types)) + ": " + std::to_string(m.window_layers.size()) + " entries for `num_layers: " +
+                 std::to_string(m.num_layers) + "`" + want);
+    }
+  }
   const YAML::Node scaling = rd.node(k + "rope_scaling");
   if (scaling && !scaling.IsNull()) {
     if (!scaling.IsMap()) {
@@ -337,6 +368,15 @@ void check_sizes(ReadContext& x) {
   if ((m.arch == "Qwen2ForCausalLM" || m.arch == "Qwen2MoeForCausalLM") && !m.qkv_has_bias)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
              " (or use LlamaForCausalLM)");
+  if (m.arch == "Gemma3ForCausalLM" && !m.qk_layernorm)
+    x.refuse("`model.arch.type: " + m.arch + "` has q/k norms: set " + kv("qk_layernorm", "True"));
+  if (m.arch == "Gemma3ForCausalLM" && m.sliding_window <= 0)
+    x.refuse("`model.arch.type: " + m.arch + "` has local layers with a window: set `model.model_config.sliding_window` "
+             "(Gemma 3 1B: 512) and layer_types");
+  if (m.sliding_window <= 0 && (m.rope_local_theta > 0 || std::find(m.window_layers.begin(), m.window_layers.end(), true) !=
+                                                              m.window_layers.end()))
+    x.warn("`model.model_config.layer_types` / `rope_local_base_freq` name the sliding_attention layers, but "
+           "`sliding_window` is None: every layer sees the whole prefix with theta's RoPE");
   if ((m.arch == "Qwen3ForCausalLM" || m.arch == "Qwen3MoeForCausalLM") && !m.qk_layernorm)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k norms: set " + kv("qk_layernorm", "True") +
              " (or use LlamaForCausalLM)");
@@ -441,6 +481,13 @@ std::string llama_model_yaml(const ModelConfig& m) {
   if (m.qkv_has_bias) y += "    qkv_has_bias: True\n";
   if (m.head_dim_explicit > 0) y += fmt::format("    head_dim: {}\n", m.head_dim_explicit);
   if (m.qk_layernorm) y += "    qk_layernorm: True\n";
+  if (m.query_pre_attn_scalar > 0) y += fmt::format("    query_pre_attn_scalar: {}\n", m.query_pre_attn_scalar);
+  if (m.rope_local_theta > 0) y += fmt::format("    rope_local_base_freq: {}\n", m.rope_local_theta);
+  if (!m.window_layers.empty()) {
+    std::vector<std::string> types;
+    for (bool w : m.window_layers) types.push_back(w ? "sliding_attention" : "full_attention");
+    y += fmt::format("    layer_types: [{}]\n", fmt::join(types, ", "));
+  }
   if (m.rope_scaling.rope_type != "default" || m.rope_scaling.partial_rotary_factor != 1.0)
   {
     nlohmann::json r = ops::rope_scaling_json(m.rope_scaling);

@@ -97,6 +97,11 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   a.res2 = p.take("res2", R * C);
   a.ln2 = p.take("ln2", R * C);
   a.n2 = norm("norm2", R);
+  if (spec_.mla.on()) {
+    a.attn.mla = p.take("mla_latents", R * MlaProjection::kept_per_row(spec_));
+    a.attn.y_v = p.take("attn_y_v", R * Hl * spec_.mla.v);
+    b.mla = p.take("mla.scratch", R * MlaProjection::scratch_per_row(spec_));
+  }
   if (spec_.sandwich_norm) {
     a.attn_out = p.take("attn_out", R * C);
     a.n3 = norm("post_attn_norm", R);
@@ -164,6 +169,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   e.N = e.Nl = rows;
   e.gather = b_.gather;
   e.partial = b_.partial;
+  e.mla_scratch = b_.mla;
   e.info.training = false;
   const RowPositions rp{seq, pos};
   // The previous stage's hidden rows, or the embedding.

@@ -73,6 +73,7 @@ class Generator {
     float *sel = nullptr, *ln = nullptr, *logits = nullptr, *gathered = nullptr, *full = nullptr;
     NormBlock::Acts head_norm;
     float *gather = nullptr, *partial = nullptr;
+    float* mla = nullptr;  // MLA's projections' scratch
   };
   void lay_out(BufferPlan& p, Buffers& b) const;
 

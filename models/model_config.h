@@ -142,6 +142,9 @@ struct ModelConfig {
   double rope_local_theta = 0.0;
   // Gemma's query_pre_attn_scalar: the scores are scaled by its -1/2 power instead of head_dim's; 0: head_dim.
   double query_pre_attn_scalar = 0.0;
+  // Multi-head latent attention (DeepSeek-V2/V3; MindFormers' and Hugging Face's keys): q_lora_rank (0: q_proj),
+  // kv_lora_rank (0: no MLA), qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   // Heads of an explicit width (Hugging Face's head_dim, Megatron's kv_channels): Llama 3.2 3B, Qwen3 and
   // Gemma have num_heads x head_dim != hidden_size; q, k, v project to heads x head_dim and o back to
   // hidden_size. 0: hidden_size / num_heads.
@@ -161,7 +164,10 @@ struct ModelConfig {
   // The FFN width of its architecture (the registry's spec: models/registry.cpp): GPT-2's hidden_size x
   // expand_ratio, Llama's intermediate_size or MindFormers' derivation (models/arch/llama.cpp).
   int64_t ffn_hidden() const;
-  int64_t head_dim() const { return head_dim_explicit > 0 ? head_dim_explicit : hidden_size / num_heads; }
+  int64_t head_dim() const {
+    return kv_lora_rank > 0 ? qk_nope_head_dim + qk_rope_head_dim
+                            : head_dim_explicit > 0 ? head_dim_explicit : hidden_size / num_heads;
+  }
   // Vocabulary padded up to a multiple of vocab_pad_multiple * tp (so each rank's share is a
   // multiple of vocab_pad_multiple).
   int64_t padded_vocab(int tp = 1) const {

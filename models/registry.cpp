@@ -48,6 +48,11 @@ std::vector<ModelEntry>& entries() {
       {"Gemma3ForCausalLM", "LlamaConfig",
        factory<Gemma3ForCausalLM>,
        gemma3_spec, gemma3_name, "Gemma 3", false, false, gemma3_hf_config, read_gemma3_hf_config, "gemma3_text"},
+      // DeepSeek-V2 (models/arch/deepseek.cpp): a LlamaConfig with kv_lora_rank and the other MLA keys.
+      {"DeepseekV2ForCausalLM", "LlamaConfig",
+       factory<DeepseekV2ForCausalLM>,
+       deepseek_v2_spec, deepseek_v2_name, "DeepSeek-V2", false, false, deepseek_v2_hf_config,
+       read_deepseek_v2_hf_config, "deepseek_v2"},
   };
   return e;
 }

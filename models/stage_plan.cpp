@@ -71,7 +71,17 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
     d.qk_pre_floats = d.N * (d.qkv_width / d.head_dim - s.kv_heads / tp) * d.head_dim;
     d.qk_rstd_floats = d.qk_pre_floats / d.head_dim;
   }
-  d.core_bf16 = AttentionBlock::keeps_core_bf16(s.flash, layout.compute, d.cp > 1);
+  d.core_bf16 = AttentionBlock::keeps_core_bf16(s.flash, layout.compute, d.cp > 1, s.mla.on());
+  if (s.mla.on()) {
+    if (tp > 1)
+      throw std::invalid_argument("parallel_config.model_parallel " + std::to_string(tp) +
+                                  ": multi-head latent attention (model_config.kv_lora_rank) is built for one tensor-"
+                                  "parallel rank: its latents' projections would be replicated and their gradients "
+                                  "summed over the group, not built yet; use data, pipeline, context or expert parallel");
+    d.mla_kept_floats = d.N * MlaProjection::kept_per_row(s);
+    d.y_v_floats = d.N * d.heads_local * s.mla.v;
+    d.mla_scratch_floats = d.N * MlaProjection::scratch_per_row(s);
+  }
   d.qkv_floats = d.core_bf16 ? (d.N * d.qkv_width + 1) / 2 : d.N * d.qkv_width;
   d.attn_y_floats = d.core_bf16 ? (d.N * d.attn_width + 1) / 2 : d.N * d.attn_width;
   d.layer_norm = s.norm == NormKind::kLayerNorm;
@@ -183,6 +193,10 @@ struct TransformerLM::LayoutBuilder {
     a.n1 = norm_acts(n + ".norm1");
     a.attn.qkv = p.take(n + ".qkv", d.qkv_floats);
     a.attn.y = p.take(n + ".attn_y", d.attn_y_floats);
+    if (d.mla_kept_floats > 0) {
+      a.attn.mla = p.take(n + ".mla_latents", d.mla_kept_floats);
+      a.attn.y_v = p.take(n + ".attn_y_v", d.y_v_floats);
+    }
     if (d.qk_norm) {
       a.attn.qk_pre = p.take(n + ".qk_pre", d.qk_pre_floats);
       a.attn.qk_rstd = p.take(n + ".qk_rstd", d.qk_rstd_floats);
@@ -308,6 +322,7 @@ struct TransformerLM::LayoutBuilder {
     g.attn.dqkv = p.take("bwd.dqkv", N * d.qkv_width);
     g.mlp.dact = p.take("bwd.mlp_dact", d.act_floats);  // bf16 under MlpBlock::keeps_bf16, as act
     g.mlp.dh = p.take("bwd.mlp_dh", d.h_floats);
+    if (d.mla_scratch_floats > 0) b.mla = p.take("mla.scratch", d.mla_scratch_floats);
     if (d.last && !d.defer) {
       std::byte* low = reinterpret_cast<std::byte*>(p.take("bwd.dlogits_low", d.dlogits_low_floats));
       for (Slot& s : b.slots) {

@@ -171,6 +171,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   cp_ints_ = b.cp_ints;
   partial_ = b.partial;
   dfull_ = b.dfull;
+  mla_scratch_ = b.mla;
   // RoPE's fp32 q|k|v before a layer keeps it in bf16: the backward's shared q|k|v gradient scratch, which
   // holds nothing between one layer's backward and the next (a layer's weight pass run apart reads its
   // stashed copy), so nothing is live in it while any layer's forward runs, a full recompute's included.
@@ -204,6 +205,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.partial = partial_;
   e.dfull = dfull_;
   e.qkv_rope = qkv_rope_;
+  e.mla_scratch = mla_scratch_;
   e.info = s.info;
   if (cfg_.documents.reset_position_ids || cp_.on()) e.positions = s.positions;
   if (cfg_.documents.reset_attention_mask || cfg_.sliding_window > 0) e.key_lo = s.key_lo;

@@ -80,6 +80,7 @@ struct StageDims {
   // (BlockEnv::qkv_rope).
   bool core_bf16 = false, rope = false, qk_norm = false;
   int64_t qk_pre_floats = 0, qk_rstd_floats = 0;  // AttentionBlock::Acts::qk_pre, qk_rstd (q/k norms)
+  int64_t mla_kept_floats = 0, y_v_floats = 0, mla_scratch_floats = 0;  // MLA: Acts::mla, y_v, BlockEnv::mla_scratch
   int64_t qkv_floats = 0, attn_y_floats = 0;
   int64_t flash_bf16_floats = 0;  // the fused core's bf16 scratch (ops::flash_bf16_scratch_floats), bf16 compute only
   ops::FlashTiles flash_tiles;  // the fused core's tiles (ops::flash_tiles for the compute dtype)
@@ -218,6 +219,7 @@ class TransformerLM : public CausalLM {
     float* flash = nullptr;
     float* flash_bf16 = nullptr;
     float *gather = nullptr, *partial = nullptr, *dfull = nullptr;
+    float* mla = nullptr;  // BlockEnv::mla_scratch
     ContextScratch cp;
     int32_t* cp_ints = nullptr;  // context parallel: the micro-batch's whole inputs, targets and positions
   };
@@ -257,6 +259,7 @@ class TransformerLM : public CausalLM {
   TransformerLayer::Grads scratch_;
   float *gather_ = nullptr, *partial_ = nullptr, *dfull_ = nullptr;
   float* qkv_rope_ = nullptr;
+  float* mla_scratch_ = nullptr;
   std::function<void()> progress_;
   bool check_finite_ = false;
   std::string first_nonfinite_;

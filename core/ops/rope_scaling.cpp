@@ -266,8 +266,8 @@ json rope_scaling_json(const RopeScaling& s) {
     m["original_max_position_embeddings"] = s.original_max_position_embeddings;
   if (s.rope_type == "llama3") m["low_freq_factor"] = s.low_freq_factor, m["high_freq_factor"] = s.high_freq_factor;
   if (s.rope_type == "yarn") {
-    if (s.beta_fast != 32.0) m["beta_fast"] = s.beta_fast;
-    if (s.beta_slow != 1.0) m["beta_slow"] = s.beta_slow;
+    m["beta_fast"] = s.beta_fast;  // written at their defaults too, as DeepSeek's and gpt-oss's files spell them
+    m["beta_slow"] = s.beta_slow;
     if (s.mscale != 0) m["mscale"] = s.mscale;
     if (s.mscale_all_dim != 0) m["mscale_all_dim"] = s.mscale_all_dim;
     if (!s.truncate) m["truncate"] = false;

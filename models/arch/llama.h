@@ -61,6 +61,20 @@ std::string gemma3_name(Role role, int64_t layer);
 nlohmann::json gemma3_hf_config(const ModelConfig& cfg);
 void read_gemma3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 
+// DeepSeek-V2 (models/arch/deepseek.cpp): multi-head latent attention (models/blocks/mla.h) and MoE layers from
+// first_k_dense_replace on with ungated shared experts; Hugging Face's names (self_attn.kv_a_proj_with_mqa, ...).
+TransformerSpec deepseek_v2_spec(const ModelConfig& cfg);
+std::string deepseek_v2_name(Role role, int64_t layer);
+nlohmann::json deepseek_v2_hf_config(const ModelConfig& cfg);
+void read_deepseek_v2_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+
+class DeepseekV2ForCausalLM : public TransformerLM {
+ public:
+  DeepseekV2ForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch,
+                        const ParallelContext& ctx, const StageOptions& stage = {})
+      : TransformerLM(deepseek_v2_spec(cfg), deepseek_v2_name, cfg, layout, micro_batch, ctx, stage) {}
+};
+
 class Gemma3ForCausalLM : public TransformerLM {
  public:
   Gemma3ForCausalLM(const ModelConfig& cfg, const ModelLayout& layout, int64_t micro_batch, const ParallelContext& ctx,

@@ -15,6 +15,10 @@
 namespace gf {
 
 ops::RopeTable<float> rope_table(const TransformerSpec& s, int64_t rows) {
+  // MLA: the frequencies of its qk_rope_head_dim part, which leads each assembled q/k head (models/blocks/mla.h).
+  if (s.mla.on())
+    return ops::make_rope_table<float>(
+        rows, s.head_dim(), ops::rope_frequencies(s.mla.rope, s.rope_theta, s.rope_scaling, s.max_positions, s.seq));
   if (s.rope_scaling == ops::RopeScaling{}) return ops::make_rope_table<float>(rows, s.head_dim(), s.rope_theta);
   return ops::make_rope_table<float>(rows, s.head_dim(),
                                      ops::rope_frequencies(s.head_dim(), s.rope_theta, s.rope_scaling, s.max_positions, s.seq));
@@ -33,6 +37,12 @@ AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops:
   if (s.qk_norm && s.norm_offset != 0.0f) qk_w_.resize(static_cast<size_t>(2 * D_));
   qkv_ = {ParallelLinear::Kind::kColumn, s.hidden, qkv_width(), s.out_in};
   o_ = {ParallelLinear::Kind::kRow, width(), s.hidden, s.out_in};
+  if (s.mla.on()) {
+    if (tp_size != 1) throw std::invalid_argument("multi-head latent attention under model_parallel > 1 is not built");
+    if (s.qk_norm || s.qkv_bias) throw std::invalid_argument("MLA with q/k norms or q/k/v biases is not built");
+    mla_ = MlaProjection(s);
+    o_ = {ParallelLinear::Kind::kRow, Hl_ * s.mla.v, s.hidden, s.out_in};
+  }
 }
 
 void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) const {
@@ -40,6 +50,11 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
   const float std = spec_.init_std;
   const float proj_std = spec_.scaled_proj_init ? std / std::sqrt(2.0f * static_cast<float>(spec_.layers)) : std;
   auto n = [&](Role r) { return names(r, l); };
+  if (spec_.mla.on()) {  // the latents' projections, then o_proj from the heads' values
+    mla_.declare(t, names, l);
+    t.add({n(Role::kOW), {C, spec_.heads * spec_.mla.v}, split_dim(1), Init::kNormal, proj_std, true});
+    return;
+  }
   if (spec_.fused_qkv_param) {  // GPT-2's c_attn: [C, 3C], each third split by heads
     t.add({n(Role::kQkvW), {C, 3 * C}, split_dim(1, 3), Init::kNormal, std, true});
     if (spec_.qkv_bias) t.add({n(Role::kQkvB), {3 * C}, split_dim(0, 3), Init::kZeros, 0.0f, false});
@@ -71,6 +86,11 @@ void AttentionBlock::declare(ParamTable& t, const NameMap& names, int64_t l) con
 
 void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   auto off = [&](Role r) { return t.at(names(r, l)).offset; };
+  if (spec_.mla.on()) {
+    mla_.bind(t, names, l);
+    o_.w = off(Role::kOW);
+    return;
+  }
   if (spec_.fused_qkv_param) {
     qkv_.w = off(Role::kQkvW);
     qkv_.b = spec_.qkv_bias ? off(Role::kQkvB) : -1;
@@ -165,7 +185,8 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
   if (low && !rope_ && !spec_.qk_norm) {  // the projection writes the kept bf16 q|k|v itself (its fp32 accumulator rounded)
     qkv_.fwd_low(e, a.qkv, xn, xn_low);
   } else {
-    qkv_.fwd(e, qkv, xn, xn_low);
+    if (spec_.mla.on()) mla_.fwd(e, qkv, xn, a.mla, e.mla_scratch, xn_low);
+    else qkv_.fwd(e, qkv, xn, xn_low);
     if (spec_.qk_norm) qk_norm_fwd(e, qkv, e.N, &a);
     if (rope_ && e.positions) ops::rope_fwd_at(qkv, qkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, W);
     else if (rope_) ops::rope_fwd(qkv, qkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, W);  // q and k heads are adjacent
@@ -188,13 +209,23 @@ void AttentionBlock::fwd(const BlockEnv& e, int64_t l, float* out, const float* 
     core_fwd(e, l, a, a.y);
   }
   if (low) o_.fwd(e, out, nullptr, a.y);  // the kept bf16 y, the output projection's low operand
+  else if (spec_.mla.on()) o_.fwd(e, out, values_of(e.N, a.y, a.y_v));
   else o_.fwd(e, out, a.y);
+}
+
+const float* AttentionBlock::values_of(int64_t N, const float* y, float* y_v) const {
+  const int64_t D = D_, V = spec_.mla.v, H = Hl_;
+#pragma omp parallel for schedule(static) if (parallel_worth(N * H * V))
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) std::copy_n(y + (n * H + h) * D, V, y_v + (n * H + h) * V);
+  return y_v;
 }
 
 void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
                                 const RowPositions& rp, const void* xn_low) const {
   const int64_t W = qkv_width(), N = e.N, D = D_, Hl = Hl_, Hk = Hkvl_, cap = kv.capacity;
-  qkv_.fwd(e, a.qkv, xn, xn_low);
+  if (spec_.mla.on()) mla_.fwd(e, a.qkv, xn, a.mla, e.mla_scratch, xn_low);
+  else qkv_.fwd(e, a.qkv, xn, xn_low);
   if (spec_.qk_norm) qk_norm_fwd(e, a.qkv, N, nullptr);
   if (rope_) {
     // Runs of rows at consecutive positions (a prompt's rows) rotate in one call.
@@ -261,7 +292,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
         for (int64_t i = 0; i < D; ++i) y[i] += w * v[i];
       }
     }
-  o_.fwd(e, out, a.y);
+  o_.fwd(e, out, spec_.mla.on() ? values_of(N, a.y, a.y_v) : a.y);
 }
 
 void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a, float* y_scratch) const {
@@ -273,12 +304,21 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   const bool low = keeps_core_bf16(e);
   const float* y_f32 = low ? nullptr : a.y;  // y as the output projection reads it: fp32, or its kept bf16 alone
   const void* y_low = low ? a.y : nullptr;
+  const bool mla = spec_.mla.on();
+  if (mla) y_f32 = a.y_v;  // the output projection's input: the values' part of y
   if (pass == BwdPass::kWeight) {
     o_.bwd(e, pass, nullptr, dout, y_f32, y_low);
-    qkv_.bwd(e, pass, nullptr, g.dqkv, xn, xn_low);
+    if (!mla) qkv_.bwd(e, pass, nullptr, g.dqkv, xn, xn_low);  // MLA's projections finished in the input pass
     return;
   }
   o_.bwd(e, pass, g.dy, dout, y_f32, y_low);
+  if (mla) {  // [N, Hl v] -> [N, Hl D] in place, each head's D - v padding columns 0 (from the last head back)
+    const int64_t D = D_, V = spec_.mla.v, H = Hl_;
+    for (int64_t i = e.N * H - 1; i >= 0; --i) {
+      std::copy_backward(g.dy + i * V, g.dy + (i + 1) * V, g.dy + i * D + V);
+      std::fill(g.dy + i * D + V, g.dy + (i + 1) * D, 0.0f);
+    }
+  }
   // Context parallel: the output and its gradient exchanged into head-split form, the core's
   // backward there, and the q|k|v gradient exchanged back to this rank's rows.
   const bool ulysses = e.context_parallel() && e.cp->ulysses(), ring = e.context_parallel() && e.cp->ring();
@@ -302,7 +342,9 @@ void AttentionBlock::bwd(const BlockEnv& e, BwdPass pass, int64_t l, float* dxn,
   if (rope_ && e.positions) ops::rope_bwd_at(g.dqkv, g.dqkv, *rope_, e.N, Hl_ + Hkvl_, e.positions, qkv_width());
   else if (rope_) ops::rope_bwd(g.dqkv, g.dqkv, *rope_, e.N, e.T, Hl_ + Hkvl_, 0, qkv_width());
   if (spec_.qk_norm) qk_norm_bwd(e, g.dqkv, a);  // q_norm's and k_norm's gradients in the input pass
-  qkv_.bwd(e, pass, dxn, g.dqkv, xn, xn_low);
+  // MLA: the projections' whole backward here (weights too, in an input pass: the weight pass skips them).
+  if (mla) mla_.bwd(e, dxn, g.dqkv, xn, a.mla, e.mla_scratch, xn_low);
+  else qkv_.bwd(e, pass, dxn, g.dqkv, xn, xn_low);
 }
 
 }  // namespace gf

@@ -14,6 +14,7 @@
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
 #include "models/blocks/linear.h"
+#include "models/blocks/mla.h"
 #include "models/blocks/spec.h"
 
 namespace gf {
@@ -53,6 +54,10 @@ class AttentionBlock {
     // their 1/rms [N, Hl + Hkvl].
     float* qk_pre = nullptr;
     float* qk_rstd = nullptr;
+    // MLA (TransformerSpec::mla): the latents the projections' backward reads (MlaProjection::kept_per_row per
+    // token), and the core's output's value part [N, Hl v] that the output projection reads.
+    float* mla = nullptr;
+    float* y_v = nullptr;
   };
   // Backward scratch: the core's output gradient and the q|k|v gradient (kept for the weight pass).
   struct Grads {
@@ -78,11 +83,17 @@ class AttentionBlock {
   // RoPE the projection and the rotation run in fp32 in BlockEnv::qkv_rope first. y: the core writes it
   // rounded, the output projection reads it as its low operand (it rounded y itself before), and the
   // core's backward computes rowsum(dY * Y) from the rounded values, as autocast's does.
-  static bool keeps_core_bf16(bool flash, ComputeDtype d, bool context_parallel) {
-    return flash && d == ComputeDtype::kBFloat16 && !context_parallel;
+  // Not for MLA, whose q|k|v the projections assemble in fp32 and whose output projection reads y's value part.
+  static bool keeps_core_bf16(bool flash, ComputeDtype d, bool context_parallel, bool mla = false) {
+    return flash && d == ComputeDtype::kBFloat16 && !context_parallel && !mla;
   }
-  bool keeps_core_bf16(const BlockEnv& e) const { return keeps_core_bf16(spec_.flash, e.cdt, e.context_parallel()); }
+  bool keeps_core_bf16(const BlockEnv& e) const {
+    return keeps_core_bf16(spec_.flash, e.cdt, e.context_parallel(), spec_.mla.on());
+  }
   int64_t width() const { return Hl_ * D_; }
+  // MLA: floats of Acts::mla and Acts::y_v for N rows (0 without), of BlockEnv::mla_scratch.
+  int64_t mla_kept_floats(int64_t N) const { return spec_.mla.on() ? N * MlaProjection::kept_per_row(spec_) : 0; }
+  int64_t y_v_floats(int64_t N) const { return spec_.mla.on() ? N * Hl_ * spec_.mla.v : 0; }
 
   // out [Nl, C] = o_proj(core(rope(qkv_proj(xn)))). xn_low: xn's bf16 copy where the layer keeps the norm's
   // output only so (xn is then null; TransformerLayer::ln1_keeps_bf16), else null; the same in fwd_cached and bwd.
@@ -100,7 +111,7 @@ class AttentionBlock {
   // dxn [Nl, C] (written) from dout [Nl, C]; the weight pass reads dout and g.dqkv again.
   void bwd(const BlockEnv& e, BwdPass pass, int64_t layer, float* dxn, const float* dout, const float* xn,
            const Acts& a, const Grads& g, const void* xn_low = nullptr) const;
-  int64_t first_offset() const { return qkv_.w; }
+  int64_t first_offset() const { return spec_.mla.on() ? mla_.first_offset() : qkv_.w; }
 
  private:
   ops::AttentionShape shape(const BlockEnv& e) const;
@@ -122,10 +133,13 @@ class AttentionBlock {
   void qk_norm_bwd(const BlockEnv& e, float* dqkv, const Acts& a) const;
   // q_norm's and k_norm's weights as they scale: the parameters, or (TransformerSpec::norm_offset) offset + w.
   std::pair<const float*, const float*> qk_weights(const BlockEnv& e) const;
+  // MLA: y_v [N, Hl v] from the core's output y [N, Hl D] (each head's first v columns); returns y_v.
+  const float* values_of(int64_t N, const float* y, float* y_v) const;
 
   TransformerSpec spec_;
   int64_t Hl_ = 0, Hkvl_ = 0, D_ = 0;
   ParallelLinear qkv_, o_;
+  MlaProjection mla_;  // TransformerSpec::mla: in place of qkv_
   int64_t q_norm_ = -1, k_norm_ = -1;  // arena offsets of q_norm and k_norm (-1: none)
   mutable std::vector<float> qk_w_;    // norm_offset: offset + q_norm, offset + k_norm ([2 D], refreshed per call)
   int64_t window_ = 0;                 // this layer's sliding window (0: the whole prefix)

@@ -46,6 +46,9 @@ struct BlockEnv {
   // q|k|v (AttentionBlock::keeps_core_bf16; the backward's q|k|v gradient scratch, dead during a forward);
   // null where no layer keeps it so.
   float* qkv_rope = nullptr;
+  // MLA's projections' scratch (MlaProjection::scratch_per_row per row; the backward's, dead during a forward,
+  // which uses it too); null without MLA.
+  float* mla_scratch = nullptr;
   StepInfo info;
   // Documents packed into a sample (ModelConfig::documents): each of the N rows' position (learned
   // table and RoPE) and first visible key (the attention mask); null: row % T and 0.

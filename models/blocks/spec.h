@@ -38,6 +38,16 @@ struct MoeSpec {
   }
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3; Hugging Face's DeepseekV2Attention): q from x (q_proj) or through a
+// low-rank latent (q_a_proj, q_a_layernorm, q_b_proj); keys and values from one latent of kv_rank per token
+// (kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj) plus one RoPE key of rope dims shared by every head. Each head's
+// query and key are nope + rope wide, its value v wide. kv_rank 0: off.
+struct MlaSpec {
+  int64_t q_rank = 0, kv_rank = 0, nope = 0, rope = 0, v = 0;
+  bool on() const { return kv_rank > 0; }
+  int64_t qk() const { return nope + rope; }
+};
+
 struct TransformerSpec {
   int64_t vocab = 0, seq = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0;
   int64_t positions = 0;       // learned position table rows (0: none)
@@ -72,7 +82,8 @@ struct TransformerSpec {
                                // post_attention_layernorm, post_feedforward_layernorm)
   float embed_scale = 0.0f;  // the token embedding's output times this (Gemma's sqrt(hidden)); 0: none
   MoeSpec moe;
-  int64_t head_dim() const { return head_width > 0 ? head_width : hidden / heads; }
+  MlaSpec mla;  // MLA in place of q, k, v projections (then kv_heads == heads, head_dim() the query/key width)
+  int64_t head_dim() const { return mla.on() ? mla.qk() : head_width > 0 ? head_width : hidden / heads; }
   // Layer l's window (0: the whole prefix).
   int64_t layer_window(int64_t l) const {
     return window > 0 && (window_layers.empty() || (l >= 0 && l < static_cast<int64_t>(window_layers.size()) &&
@@ -102,6 +113,9 @@ enum class Role {
   kSharedGateProjW, kSharedUpProjW, kSharedDownProjW, kSharedExpertGateW,
   // TransformerSpec::sandwich_norm: the norms of the attention's and the MLP's outputs.
   kPostAttnNormW, kPostMlpNormW,
+  // MLA (MlaSpec): the query latent's projection, norm and up-projection, the key/value latent's (with the shared
+  // RoPE key) projection, norm and up-projection.
+  kQAW, kQANormW, kQBW, kKvAW, kKvANormW, kKvBW,
 };
 using NameMap = std::function<std::string(Role, int64_t layer)>;
 

@@ -147,7 +147,9 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, FamilyGolden,
                                            Family{"families/qwen3_moe.safetensors", false},
                                            Family{"families/qwen3_moe.safetensors", true},
                                            Family{"families/gemma3.safetensors", false},
-                                           Family{"families/gemma3.safetensors", true}),
+                                           Family{"families/gemma3.safetensors", true},
+                                           Family{"families/deepseek_v2_lite.safetensors", false},
+                                           Family{"families/deepseek_v2_lite.safetensors", true}),
                          family_name);
 
 }  // namespace

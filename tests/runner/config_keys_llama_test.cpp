@@ -91,6 +91,8 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"}, {k + "extend_method", "PI"},
       {k + "rope_scaling", "{rope_type: linear, factor: 2.0}"}, {k + "head_dim", "32"}, {k + "query_pre_attn_scalar", "64"},
       {k + "layer_types", "[sliding_attention, full_attention]"}, {k + "rope_local_base_freq", "10000.0"},
+      {k + "q_lora_rank", "24"}, {k + "kv_lora_rank", "48"}, {k + "qk_nope_head_dim", "8"},
+      {k + "qk_rope_head_dim", "4"}, {k + "v_head_dim", "8"},
       {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
       {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8}"},
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
@@ -142,6 +144,13 @@ std::string probe(const std::string& path) {
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
   } else if (path.rfind("moe_config.", 0) == 0 && path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
+  } else if (path == "model.model_config.q_lora_rank" || path == "model.model_config.kv_lora_rank" ||
+             path == "model.model_config.qk_nope_head_dim" || path == "model.model_config.qk_rope_head_dim" ||
+             path == "model.model_config.v_head_dim") {
+    // The latent-attention keys on a DeepSeek-V2 model (the others set).
+    base_sets = {"model.arch.type=DeepseekV2ForCausalLM", "model.model_config.kv_lora_rank=32",
+                 "model.model_config.qk_nope_head_dim=16", "model.model_config.qk_rope_head_dim=8",
+                 "model.model_config.v_head_dim=16"};
   } else if (path == "parallel_config.context_parallel") {
     base_sets = {"parallel_config.context_parallel_algo=ulysses_cp"};  // MindFormers' default algorithm is not built
   } else if (path == "parallel.pipeline_config.pipeline_interleave") {

@@ -62,6 +62,11 @@ model:
     qk_layernorm: false        # Qwen3's q_norm / k_norm: an RMSNorm on every query and key head before RoPE
     query_pre_attn_scalar: ~   # Gemma's: the scores scaled by its -1/2 power; None: head_dim's
     layer_types: ~             # per layer sliding_attention (sliding_window applies) or full_attention (Hugging Face's, Gemma 3's five local to one global); None: sliding_window on every layer
+    q_lora_rank: ~             # DeepSeek-V2/V3's multi-head latent attention (arch DeepseekV2ForCausalLM): the query latent's width; None: q_proj
+    kv_lora_rank: ~            # the key/value latent's width (MLA on when set)
+    qk_nope_head_dim: ~        # each query/key head's part without RoPE
+    qk_rope_head_dim: ~        # each query/key head's RoPE part (one RoPE key shared by the heads)
+    v_head_dim: ~              # each value head's width
     rope_local_base_freq: ~    # Gemma 3's: the RoPE base of the sliding_attention layers (default RoPE, no rope_scaling); None: theta
     extend_method: "None"
     scaling_factor: 1.0
@@ -163,6 +168,11 @@ std::vector<KeyRule> llama_model_rules() {
       {k + "layer_types", kBuilt,
        "model.window_layers: sliding_attention layers see sliding_window keys, full_attention the whole prefix "
        "(Hugging Face's layer_types; None: every layer windowed when sliding_window is set)"},
+      {k + "q_lora_rank", kBuilt, "model.q_lora_rank: MLA's query latent (DeepSeek-V2/V3; None: q_proj)"},
+      {k + "kv_lora_rank", kBuilt, "model.kv_lora_rank: MLA's key/value latent (DeepseekV2ForCausalLM)"},
+      {k + "qk_nope_head_dim", kBuilt, "model.qk_nope_head_dim (MLA)"},
+      {k + "qk_rope_head_dim", kBuilt, "model.qk_rope_head_dim (MLA)"},
+      {k + "v_head_dim", kBuilt, "model.v_head_dim (MLA)"},
       {k + "rope_local_base_freq", kBuilt,
        "model.rope_local_theta: the sliding_attention layers' RoPE base, default RoPE (Gemma 3; None: theta)"},
       {k + "tie_word_embeddings", kBuilt, "model.tie_word_embeddings"},
@@ -298,6 +308,11 @@ void read_sizes(ReadContext& x) {
   m.qk_layernorm = rd.get<bool>(k + "qk_layernorm");
   m.query_pre_attn_scalar = optional_positive<double>(x, "query_pre_attn_scalar", 0.0, "head_dim");
   m.rope_local_theta = optional_positive<double>(x, "rope_local_base_freq", 0.0, "theta");
+  m.q_lora_rank = optional_positive<int64_t>(x, "q_lora_rank", 0, "q_proj");
+  m.kv_lora_rank = optional_positive<int64_t>(x, "kv_lora_rank", 0, "no latent attention");
+  m.qk_nope_head_dim = optional_positive<int64_t>(x, "qk_nope_head_dim", 0, "unset");
+  m.qk_rope_head_dim = optional_positive<int64_t>(x, "qk_rope_head_dim", 0, "unset");
+  m.v_head_dim = optional_positive<int64_t>(x, "v_head_dim", 0, "unset");
   m.window_layers.clear();
   if (const YAML::Node types = rd.node(k + "layer_types"); types && !types.IsNull()) {
     const std::string want = ": expects a list of sliding_attention / full_attention, one per layer, or ~";
@@ -368,6 +383,18 @@ void check_sizes(ReadContext& x) {
   if ((m.arch == "Qwen2ForCausalLM" || m.arch == "Qwen2MoeForCausalLM") && !m.qkv_has_bias)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
              " (or use LlamaForCausalLM)");
+  const bool mla_arch = m.arch == "DeepseekV2ForCausalLM";
+  if (mla_arch && (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.qk_rope_head_dim <= 0 || m.v_head_dim <= 0))
+    x.refuse("`model.arch.type: " + m.arch + "` is multi-head latent attention: set `model.model_config.kv_lora_rank`, "
+             "`qk_nope_head_dim`, `qk_rope_head_dim` and `v_head_dim` (DeepSeek-V2-Lite: 512, 128, 64, 128)");
+  if (!mla_arch && (m.kv_lora_rank > 0 || m.q_lora_rank > 0 || m.qk_nope_head_dim > 0 || m.qk_rope_head_dim > 0 ||
+                    m.v_head_dim > 0))
+    x.refuse("`model.model_config.kv_lora_rank` and the other latent-attention keys are DeepSeek's: use "
+             "`model.arch.type: DeepseekV2ForCausalLM`, or remove them");
+  if (mla_arch && m.qk_rope_head_dim % 2 != 0)
+    x.refuse(kv("qk_rope_head_dim", std::to_string(m.qk_rope_head_dim)) + ": RoPE rotates pairs, so it must be even");
+  if (mla_arch && m.v_head_dim > m.qk_nope_head_dim + m.qk_rope_head_dim)
+    x.refuse(kv("v_head_dim", std::to_string(m.v_head_dim)) + ": wider than qk_nope_head_dim + qk_rope_head_dim, not built");
   if (m.arch == "Gemma3ForCausalLM" && !m.qk_layernorm)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k norms: set " + kv("qk_layernorm", "True"));
   if (m.arch == "Gemma3ForCausalLM" && m.sliding_window <= 0)
@@ -482,6 +509,11 @@ std::string llama_model_yaml(const ModelConfig& m) {
   if (m.head_dim_explicit > 0) y += fmt::format("    head_dim: {}\n", m.head_dim_explicit);
   if (m.qk_layernorm) y += "    qk_layernorm: True\n";
   if (m.query_pre_attn_scalar > 0) y += fmt::format("    query_pre_attn_scalar: {}\n", m.query_pre_attn_scalar);
+  if (m.kv_lora_rank > 0)
+    y += fmt::format("    q_lora_rank: {}\n    kv_lora_rank: {}\n    qk_nope_head_dim: {}\n    qk_rope_head_dim: {}\n"
+                     "    v_head_dim: {}\n",
+                     m.q_lora_rank > 0 ? std::to_string(m.q_lora_rank) : std::string("~"), m.kv_lora_rank,
+                     m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
   if (m.rope_local_theta > 0) y += fmt::format("    rope_local_base_freq: {}\n", m.rope_local_theta);
   if (!m.window_layers.empty()) {
     std::vector<std::string> types;

@@ -1,0 +1,176 @@
+#include "models/blocks/mla.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/math/parallel_memory.h"
+#include "core/math/parallel_worth.h"
+#include "core/ops/rmsnorm.h"
+
+namespace gf {
+
+namespace {
+constexpr float kLatentNormEps = 1e-6f;  // DeepseekV2RMSNorm(kv_lora_rank) / (q_lora_rank): its default eps
+}  // namespace
+
+MlaProjection::MlaProjection(const TransformerSpec& s) : spec_(s), m_(s.mla), H_(s.heads), D_(s.mla.qk()) {
+  if (m_.rope % 2 != 0 || m_.rope <= 0) throw std::invalid_argument("MLA: qk_rope_head_dim must be even and > 0");
+  if (m_.v > D_) throw std::invalid_argument("MLA: v_head_dim larger than qk_nope_head_dim + qk_rope_head_dim is not built");
+  if (s.kv_heads != s.heads) throw std::logic_error("MLA: every head has its own key and value");
+  const int64_t C = s.hidden;
+  if (m_.q_rank > 0) {
+    qa_ = {ParallelLinear::Kind::kColumn, C, m_.q_rank, true};
+    qb_ = {ParallelLinear::Kind::kColumn, m_.q_rank, H_ * D_, true};
+  } else {
+    q_ = {ParallelLinear::Kind::kColumn, C, H_ * D_, true};
+  }
+  kva_ = {ParallelLinear::Kind::kColumn, C, m_.kv_rank + m_.rope, true};
+  kvb_ = {ParallelLinear::Kind::kColumn, m_.kv_rank, H_ * (m_.nope + m_.v), true};
+}
+
+void MlaProjection::declare(ParamTable& t, const NameMap& names, int64_t l) const {
+  const int64_t C = spec_.hidden;
+  const float std = spec_.init_std;
+  auto n = [&](Role r) { return names(r, l); };
+  if (m_.q_rank > 0) {
+    t.add({n(Role::kQAW), {m_.q_rank, C}, no_split(), Init::kNormal, std, true});
+    t.add({n(Role::kQANormW), {m_.q_rank}, no_split(), Init::kOnes, 0.0f, false});
+    t.add({n(Role::kQBW), {H_ * D_, m_.q_rank}, no_split(), Init::kNormal, std, true});
+  } else {
+    t.add({n(Role::kQW), {H_ * D_, C}, no_split(), Init::kNormal, std, true});
+  }
+  t.add({n(Role::kKvAW), {m_.kv_rank + m_.rope, C}, no_split(), Init::kNormal, std, true});
+  t.add({n(Role::kKvANormW), {m_.kv_rank}, no_split(), Init::kOnes, 0.0f, false});
+  t.add({n(Role::kKvBW), {H_ * (m_.nope + m_.v), m_.kv_rank}, no_split(), Init::kNormal, std, true});
+}
+
+void MlaProjection::bind(const Placement& t, const NameMap& names, int64_t l) {
+  auto off = [&](Role r) { return t.at(names(r, l)).offset; };
+  if (m_.q_rank > 0) {
+    qa_.w = off(Role::kQAW);
+    qa_norm_ = off(Role::kQANormW);
+    qb_.w = off(Role::kQBW);
+  } else {
+    q_.w = off(Role::kQW);
+  }
+  kva_.w = off(Role::kKvAW);
+  kva_norm_ = off(Role::kKvANormW);
+  kvb_.w = off(Role::kKvBW);
+}
+
+int64_t MlaProjection::kept_per_row(const TransformerSpec& s) {
+  const MlaSpec& m = s.mla;
+  return (m.kv_rank + m.rope) + 2 * m.kv_rank + 1 + (m.q_rank > 0 ? 2 * m.q_rank + 1 : 0);
+}
+
+int64_t MlaProjection::scratch_per_row(const TransformerSpec& s) {
+  const MlaSpec& m = s.mla;
+  return s.heads * m.qk() + s.heads * (m.nope + m.v) + (m.kv_rank + m.rope) + 2 * m.kv_rank + s.hidden + 2 * m.q_rank;
+}
+
+MlaProjection::Kept MlaProjection::kept_of(float* kept, int64_t N) const {
+  const int64_t r = m_.kv_rank, qr = m_.q_rank;
+  Kept k{};
+  k.kv_a = kept;
+  k.c = k.kv_a + N * (r + m_.rope);
+  k.cn = k.c + N * r;
+  k.qa = k.cn + N * r;
+  k.qan = k.qa + N * qr;
+  k.c_rstd = k.qan + N * qr;
+  k.qa_rstd = k.c_rstd + N;
+  return k;
+}
+
+void MlaProjection::fwd(const BlockEnv& e, float* qkv, const float* xn, float* kept, float* scratch,
+                        const void* xn_low) const {
+  const int64_t N = e.N, H = H_, D = D_, dn = m_.nope, dr = m_.rope, dv = m_.v, r = m_.kv_rank, A = r + dr;
+  const int64_t half = dr / 2, W = 3 * H * D, KV = dn + dv;
+  const Kept k = kept_of(kept, N);
+  float* q = scratch;           // [N, H D]: Hugging Face's q, each head nope | pe
+  float* kv = q + N * H * D;    // [N, H (nope + v)]
+  if (m_.q_rank > 0) {
+    qa_.fwd(e, k.qa, xn, xn_low);
+    ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
+    qb_.fwd(e, q, k.qan);
+  } else {
+    q_.fwd(e, q, xn, xn_low);
+  }
+  kva_.fwd(e, k.kv_a, xn, xn_low);
+#pragma omp parallel for schedule(static) if (parallel_worth(N * r))
+  for (int64_t n = 0; n < N; ++n) std::copy_n(k.kv_a + n * A, r, k.c + n * r);
+  ops::rmsnorm_fwd(k.cn, k.c_rstd, k.c, e.w(kva_norm_), N, r, kLatentNormEps);
+  kvb_.fwd(e, kv, k.cn);
+#pragma omp parallel for schedule(static) if (parallel_worth(N * W))
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = qkv + n * W;
+    const float* kpe = k.kv_a + n * A + r;
+    for (int64_t h = 0; h < H; ++h) {
+      float *qh = row + h * D, *kh = row + (H + h) * D, *vh = row + (2 * H + h) * D;
+      const float* qs = q + (n * H + h) * D;
+      const float* kvs = kv + (n * H + h) * KV;
+      for (int64_t j = 0; j < half; ++j) {
+        qh[j] = qs[dn + 2 * j];
+        qh[half + j] = qs[dn + 2 * j + 1];
+        kh[j] = kpe[2 * j];
+        kh[half + j] = kpe[2 * j + 1];
+      }
+      std::copy_n(qs, dn, qh + dr);
+      std::copy_n(kvs, dn, kh + dr);
+      std::copy_n(kvs + dn, dv, vh);
+      std::fill(vh + dv, vh + D, 0.0f);
+    }
+  }
+}
+
+void MlaProjection::bwd(const BlockEnv& e, float* dxn, const float* dqkv, const float* xn, const float* kept,
+                        float* scratch, const void* xn_low) const {
+  const int64_t N = e.N, H = H_, D = D_, dn = m_.nope, dr = m_.rope, dv = m_.v, r = m_.kv_rank, A = r + dr;
+  const int64_t half = dr / 2, W = 3 * H * D, KV = dn + dv, C = spec_.hidden, qr = m_.q_rank;
+  const Kept k = kept_of(const_cast<float*>(kept), N);
+  float* dq = scratch;             // [N, H D]
+  float* dkv = dq + N * H * D;     // [N, H (nope + v)]
+  float* dkva = dkv + N * H * KV;  // [N, r + rope]
+  float* dcn = dkva + N * A;       // [N, r]
+  float* dc = dcn + N * r;         // [N, r]
+  float* dx2 = dc + N * r;         // [N, C]
+  float* dqan = dx2 + N * C;       // [N, q_rank]
+  float* dqa = dqan + N * qr;      // [N, q_rank]
+#pragma omp parallel for schedule(static) if (parallel_worth(N * W))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = dqkv + n * W;
+    float* dkpe = dkva + n * A + r;
+    std::fill(dkpe, dkpe + dr, 0.0f);
+    for (int64_t h = 0; h < H; ++h) {
+      const float *qh = row + h * D, *kh = row + (H + h) * D, *vh = row + (2 * H + h) * D;
+      float* qd = dq + (n * H + h) * D;
+      float* kvd = dkv + (n * H + h) * KV;
+      for (int64_t j = 0; j < half; ++j) {
+        qd[dn + 2 * j] = qh[j];
+        qd[dn + 2 * j + 1] = qh[half + j];
+        dkpe[2 * j] += kh[j];  // the shared RoPE key: every head's gradient, summed in head order
+        dkpe[2 * j + 1] += kh[half + j];
+      }
+      std::copy_n(qh + dr, dn, qd);
+      std::copy_n(kh + dr, dn, kvd);
+      std::copy_n(vh, dv, kvd + dn);
+    }
+  }
+  kvb_.bwd(e, BwdPass::kBoth, dcn, dkv, k.cn);
+  parallel_zero(dc, N * r);
+  ops::rmsnorm_bwd(dc, e.g(kva_norm_), dcn, k.c, e.w(kva_norm_), k.c_rstd, N, r);
+#pragma omp parallel for schedule(static) if (parallel_worth(N * r))
+  for (int64_t n = 0; n < N; ++n) std::copy_n(dc + n * r, r, dkva + n * A);
+  kva_.bwd(e, BwdPass::kBoth, dxn, dkva, xn, xn_low);
+  if (qr > 0) {
+    qb_.bwd(e, BwdPass::kBoth, dqan, dq, k.qan);
+    parallel_zero(dqa, N * qr);
+    ops::rmsnorm_bwd(dqa, e.g(qa_norm_), dqan, k.qa, e.w(qa_norm_), k.qa_rstd, N, qr);
+    qa_.bwd(e, BwdPass::kBoth, dx2, dqa, xn, xn_low);
+  } else {
+    q_.bwd(e, BwdPass::kBoth, dx2, dq, xn, xn_low);
+  }
+#pragma omp parallel for simd schedule(static) if (parallel_worth(N * C))
+  for (int64_t i = 0; i < N * C; ++i) dxn[i] += dx2[i];
+}
+
+}  // namespace gf

@@ -1,0 +1,56 @@
+// Multi-head latent attention's projections (DeepSeek-V2/V3; Hugging Face's DeepseekV2Attention, transcribed in
+// tools/torch_hf_deepseek.py): the q|k|v rows the attention core reads, made from x through latents.
+//   q    = q_proj(x), or q_b_proj(q_a_layernorm(q_a_proj(x)))          [H, nope + rope] per token
+//   kv_a = kv_a_proj_with_mqa(x) = [c | k_pe]                            c: kv_rank, k_pe: rope (one head)
+//   kv   = kv_b_proj(kv_a_layernorm(c))                                  [H, nope + v] per token
+//   key_h = [k_nope_h | k_pe], query_h = [q_nope_h | q_pe_h], value_h = v_h; RoPE on q_pe and k_pe.
+// The core (AttentionBlock's, every variant: unfused, fused, ring, Ulysses) sees heads of D = nope + rope: a query
+// or key head is laid out [pe | nope], its RoPE part first with its pairs de-interleaved (DeepSeek rotates the
+// pairs (2i, 2i + 1); as the evens then the odds they are the rotate-half pairs (i, i + rope/2) of the RoPE table
+// with head stride D and rotary_dim rope, and a dot product does not see one permutation applied to both q and k);
+// a value head is [v | 0] (D - v zeros), so the core's output head is [y_v | 0] and the output projection reads
+// the y_v part. The norms' epsilon is 1e-6 (DeepseekV2RMSNorm's default; the config's rms_norm_eps is not theirs).
+// One tensor-parallel rank only (the latents' projections would be replicated, their gradients summed: not built).
+#pragma once
+#include <cstdint>
+
+#include "core/params/placement.h"
+#include "models/blocks/env.h"
+#include "models/blocks/linear.h"
+#include "models/blocks/spec.h"
+
+namespace gf {
+
+class MlaProjection {
+ public:
+  MlaProjection() = default;
+  explicit MlaProjection(const TransformerSpec& s);
+  void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
+  void bind(const Placement& t, const NameMap& names, int64_t layer);
+  int64_t first_offset() const { return q_.w >= 0 ? q_.w : qa_.w; }
+
+  // What a layer keeps per token for the backward (kv_a, c, its norm and 1/rms; with a query latent its output,
+  // norm and 1/rms), and the scratch a forward or backward uses per token.
+  static int64_t kept_per_row(const TransformerSpec& s);
+  static int64_t scratch_per_row(const TransformerSpec& s);
+
+  // qkv [N, 3 H D]: the assembled q|k|v before RoPE. kept: N kept_per_row() floats; scratch: N scratch_per_row().
+  void fwd(const BlockEnv& e, float* qkv, const float* xn, float* kept, float* scratch, const void* xn_low) const;
+  // From dqkv (the gradient of the assembled q|k|v before RoPE): dxn [N, C] written, every weight's gradient added.
+  void bwd(const BlockEnv& e, float* dxn, const float* dqkv, const float* xn, const float* kept, float* scratch,
+           const void* xn_low) const;
+
+ private:
+  // The per-token layout of `kept`: kv_a | c | c normed | (q_a | q_a normed) | 1/rms of c | (1/rms of q_a).
+  struct Kept {
+    float *kv_a, *c, *cn, *qa, *qan, *c_rstd, *qa_rstd;
+  };
+  Kept kept_of(float* kept, int64_t N) const;
+  TransformerSpec spec_;
+  MlaSpec m_;
+  int64_t H_ = 0, D_ = 0;
+  ParallelLinear q_, qa_, qb_, kva_, kvb_;
+  int64_t qa_norm_ = -1, kva_norm_ = -1;
+};
+
+}  // namespace gf

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/math/aligned_buffer.h"
@@ -89,6 +90,9 @@ class CausalLM {
   virtual void backward(float grad_scale) = 0;
   // The MoE layers' router statistics of the last forward (empty for a dense model).
   virtual std::vector<MoeLayerStats> moe_stats() const { return {}; }
+  // The MoE layers' aux-loss-free balancing biases held here (moe_config.moe_router_enable_expert_bias): (layer,
+  // arena offset of its [experts] bias), which the trainer moves after each step.
+  virtual std::vector<std::pair<int64_t, int64_t>> expert_bias_offsets() const { return {}; }
   // Logits of the last forward, [B*T, padded vocab / tp] row-major (valid until backward).
   virtual const float* logits() const = 0;
   virtual int64_t logits_ld() const = 0;

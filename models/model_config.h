@@ -57,6 +57,17 @@ struct MoeConfig {
   bool shared_expert_gate = false;
   int64_t sparse_step = 0;
   std::vector<int64_t> dense_layers;
+  // DeepSeek's routing, Megatron's keys: moe_router_score_function sigmoid (else softmax), the experts in
+  // moe_router_num_groups groups of which moe_router_group_topk are open to each token (a group scored by the sum
+  // of its group_score_topk best scores: Hugging Face's V2 1, V3 2; 0: Megatron's k / group_topk),
+  // moe_router_topk_scaling_factor on the weights, and moe_router_enable_expert_bias: a per-expert bias added to
+  // the scores for the choice alone, moved after every step by moe_router_bias_update_rate x sign(mean load -
+  // expert's load) (the aux-loss-free balancing of DeepSeek-V3).
+  bool router_sigmoid = false;
+  int64_t router_groups = 1, router_group_topk = 1, router_group_score_topk = 0;
+  double router_scaling = 1.0;
+  bool expert_bias = false;
+  double expert_bias_rate = 1e-3;
   bool enabled() const { return expert_num > 1; }
   bool dropless() const { return capacity_factor <= 0.0; }
   bool is_moe_layer(int64_t layer) const {

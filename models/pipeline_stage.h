@@ -43,6 +43,12 @@ class PipelineStage : public CausalLM {
   void weight_copy_is_current() override { low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override { return chunks_.front()->flops_per_step(batch); }
   bool whole_model() const override { return false; }
+  std::vector<std::pair<int64_t, int64_t>> expert_bias_offsets() const override {
+    std::vector<std::pair<int64_t, int64_t>> v;
+    for (const auto& c : chunks_)
+      for (const auto& o : c->expert_bias_offsets()) v.push_back(o);
+    return v;
+  }
   std::vector<int64_t> weight_unit_starts() const override;
   void set_weight_gate(WeightGate* gate) override;
   void set_fine_units(bool on) override;

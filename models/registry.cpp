@@ -53,6 +53,10 @@ std::vector<ModelEntry>& entries() {
        factory<DeepseekV2ForCausalLM>,
        deepseek_v2_spec, deepseek_v2_name, "DeepSeek-V2", false, false, deepseek_v2_hf_config,
        read_deepseek_v2_hf_config, "deepseek_v2"},
+      {"DeepseekV3ForCausalLM", "LlamaConfig",
+       factory<DeepseekV2ForCausalLM>,
+       deepseek_v2_spec, deepseek_v2_name, "DeepSeek-V3", false, false, deepseek_v3_hf_config,
+       read_deepseek_v3_hf_config, "deepseek_v3"},
   };
   return e;
 }

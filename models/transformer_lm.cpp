@@ -32,6 +32,13 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
   m.shared_gate = c.shared_expert_gate;
   m.sparse_step = c.sparse_step;
   m.dense_layers = c.dense_layers;
+  m.sigmoid = c.router_sigmoid;
+  m.groups = c.router_groups;
+  m.group_topk = c.router_group_topk;
+  m.group_score_k = c.router_group_score_topk > 0 ? c.router_group_score_topk
+                                                   : std::max<int64_t>(1, c.num_experts_chosen / std::max<int64_t>(1, c.router_group_topk));
+  m.scale = static_cast<float>(c.router_scaling);
+  m.expert_bias = c.expert_bias;
   return m;
 }
 

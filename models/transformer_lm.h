@@ -171,6 +171,12 @@ class TransformerLM : public CausalLM {
   void weight_copy_is_current() override { *low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
   std::vector<MoeLayerStats> moe_stats() const override;
+  std::vector<std::pair<int64_t, int64_t>> expert_bias_offsets() const override {
+    std::vector<std::pair<int64_t, int64_t>> v;
+    for (const TransformerLayer& l : layers_)
+      if (l.expert_bias_offset() >= 0) v.emplace_back(l.layer(), l.expert_bias_offset());
+    return v;
+  }
   // Diagnostics (gridformer replay): with `on`, every forward and backward checks, in execution order,
   // the outputs of the embedding, of each layer's attention (its residual sum, when the layer is not
   // recomputed) and of the whole layer, the loss, and the residual gradient out of the head and each

@@ -35,6 +35,15 @@ void router_softmax(float* probs, float* lse, const float* logits, int64_t N, in
   }
 }
 
+void router_sigmoid(float* probs, float* lse, const float* logits, int64_t N, int64_t E) {
+  GF_OP_SPAN("moe", "router sigmoid");
+#pragma omp parallel for schedule(static) if (parallel_worth(N * E * kTranscendentalWork))
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t e = 0; e < E; ++e) probs[t * E + e] = 1.0f / (1.0f + std::exp(-logits[t * E + e]));
+    lse[t] = 0.0f;
+  }
+}
+
 namespace {
 
 // The k largest of p[0..E), descending, ties to the lower index.
@@ -97,16 +106,44 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
   GF_OP_SPAN("moe", "router route");
   const int64_t N = s.N(), E = s.E, k = s.k, T = s.T;
   if (k < 1 || k > E) throw std::invalid_argument("router: top-k must be in [1, experts]");
-#pragma omp parallel for schedule(static) if (parallel_worth(N * E * k))
-  for (int64_t t = 0; t < N; ++t) {
-    const float* p = probs + t * E;
-    int32_t* ex = experts + t * k;
-    top_k(ex, p, E, k);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      weights[t * k + j] = o.norm_topk ? p[ex[j]] / sum : p[ex[j]];
-      kept[t * k + j] = 1;
+  const int64_t G = o.groups, per = G > 0 ? E / G : E;
+  if (G < 1 || E % G != 0 || o.group_topk < 1 || o.group_topk > G || o.group_score_k < 1 || o.group_score_k > per)
+    throw std::invalid_argument("router: groups must divide the experts, group_topk be in [1, groups] and the group "
+                                "score's top count in [1, experts per group]");
+  const bool plain = o.bias == nullptr && G == 1;
+#pragma omp parallel if (parallel_worth(N * E * k))
+  {
+    std::vector<float> sel(plain ? 0 : static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
+    std::vector<int32_t> gtop(static_cast<size_t>(std::max(o.group_topk, o.group_score_k)));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      const float* p = probs + t * E;
+      int32_t* ex = experts + t * k;
+      if (plain) {
+        top_k(ex, p, E, k);
+      } else {  // the biased scores, the best groups, and the top k of the experts in them
+        for (int64_t e = 0; e < E; ++e) sel[static_cast<size_t>(e)] = p[e] + (o.bias ? o.bias[e] : 0.0f);
+        if (G > 1) {
+          for (int64_t g = 0; g < G; ++g) {
+            top_k(gtop.data(), sel.data() + g * per, per, o.group_score_k);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < o.group_score_k; ++j) sum += sel[static_cast<size_t>(g * per + gtop[static_cast<size_t>(j)])];
+            gscore[static_cast<size_t>(g)] = sum;
+          }
+          top_k(gtop.data(), gscore.data(), G, o.group_topk);
+          std::vector<bool> chosen(static_cast<size_t>(G), false);
+          for (int64_t j = 0; j < o.group_topk; ++j) chosen[static_cast<size_t>(gtop[static_cast<size_t>(j)])] = true;
+          for (int64_t e = 0; e < E; ++e)
+            if (!chosen[static_cast<size_t>(e / per)]) sel[static_cast<size_t>(e)] = -INFINITY;
+        }
+        top_k(ex, sel.data(), E, k);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        weights[t * k + j] = (o.norm_topk ? p[ex[j]] / sum : p[ex[j]]) * o.scale;
+        kept[t * k + j] = 1;
+      }
     }
   }
   RouteStats st;
@@ -147,9 +184,12 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
 }
 
 void router_bwd(float* dlogits, const float* dweights, const float* probs, const float* lse, const int32_t* experts,
-                const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef) {
+                const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef, bool sigmoid,
+                float scale) {
   GF_OP_SPAN("moe", "router bwd");
   const int64_t E = s.E, k = s.k, T = s.T;
+  if (sigmoid && (aux_coef != 0.0f || z_coef != 0.0f))
+    throw std::invalid_argument("router: sigmoid scores with a balancing or z-loss are not built");
   // The aux loss's gradient with respect to p[t, e] is aux_coef E f_{s,e} / T for every token of s.
   std::vector<float> daux(static_cast<size_t>(s.B * E), 0.0f);
   if (s.seq_sum) {  // f from the whole sequence's counts (context parallel)
@@ -174,16 +214,22 @@ void router_bwd(float* dlogits, const float* dweights, const float* probs, const
       const float* dw = dweights + t * k;
       const uint8_t* kp = kept + t * k;
       std::copy(daux.begin() + (t / T) * E, daux.begin() + (t / T + 1) * E, dp.begin());
+      // w_j = scale p_j / S (norm_topk; S the chosen scores' sum) or scale p_j.
       if (norm_topk) {
         float sum = 0.0f;
         for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
-        float g = 0.0f;  // sum over kept j of dw_j w_j
+        float g = 0.0f;  // sum over kept j of dw_j w_j / scale
         for (int64_t j = 0; j < k; ++j)
           if (kp[j]) g += dw[j] * (p[ex[j]] / sum);
-        for (int64_t j = 0; j < k; ++j) dp[static_cast<size_t>(ex[j])] += ((kp[j] ? dw[j] : 0.0f) - g) / sum;
+        for (int64_t j = 0; j < k; ++j)
+          dp[static_cast<size_t>(ex[j])] += scale * (((kp[j] ? dw[j] : 0.0f) - g) / sum);
       } else {
         for (int64_t j = 0; j < k; ++j)
-          if (kp[j]) dp[static_cast<size_t>(ex[j])] += dw[j];
+          if (kp[j]) dp[static_cast<size_t>(ex[j])] += dw[j] * scale;
+      }
+      if (sigmoid) {  // each expert's score its own: d logit = d score p (1 - p)
+        for (int64_t e = 0; e < E; ++e) dlogits[t * E + e] = dp[static_cast<size_t>(e)] * (p[e] * (1.0f - p[e]));
+        continue;
       }
       float dot = 0.0f;
       for (int64_t e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];

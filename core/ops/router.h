@@ -33,6 +33,14 @@ struct RouterOptions {
   bool norm_topk = true;
   double capacity_factor = 0.0;  // <= 0: dropless
   bool drop_by_probs = false;    // capacity drops the lowest probabilities first (else the latest positions)
+  // DeepSeek's routing (Megatron's moe_router_*): the experts are chosen by score + bias (bias: [E], the
+  // aux-loss-free balancing bias, e_score_correction_bias; null: none) within the group_topk best of `groups`
+  // equal groups of experts (a group's score: the sum of its group_score_k best biased scores; HF's V2
+  // group_limited_greedy takes 1, V3's noaux_tc 2, Megatron's k / group_topk), the other groups' experts never
+  // chosen; the weights are the unbiased scores (normalised under norm_topk) times `scale` (routed_scaling_factor).
+  const float* bias = nullptr;
+  int64_t groups = 1, group_topk = 1, group_score_k = 1;
+  float scale = 1.0f;
 };
 
 // ceil(cf T k / E), or T k when dropless (no expert can get more from one sequence).
@@ -40,6 +48,9 @@ int64_t expert_capacity(const RouterShape& s, double capacity_factor);
 
 // probs, lse from logits [N, E] (probs may alias logits).
 void router_softmax(float* probs, float* lse, const float* logits, int64_t N, int64_t E);
+// DeepSeek-V3's (Megatron's moe_router_score_function sigmoid): probs = sigmoid(logits) in float32, each expert
+// scored alone (probs may alias logits); lse is written 0 (no z-loss).
+void router_sigmoid(float* probs, float* lse, const float* logits, int64_t N, int64_t E);
 
 // What routing decided for the micro-batch.
 struct RouteStats {
@@ -56,7 +67,10 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
 //   sum_{t, j kept} dweights[t, j] w[t, j] + aux_coef sum_s aux_s + z_coef sum_t lse[t]^2
 // with respect to the logits (dweights: the gradient of the output with respect to each kept
 // weight; dropped entries are ignored).
+// sigmoid: the scores are router_sigmoid's (each dlogit = dscore p (1 - p); aux and z coefficients must be 0);
+// scale: RouterOptions::scale, which every weight carries.
 void router_bwd(float* dlogits, const float* dweights, const float* probs, const float* lse, const int32_t* experts,
-                const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef);
+                const uint8_t* kept, const RouterShape& s, bool norm_topk, float aux_coef, float z_coef,
+                bool sigmoid = false, float scale = 1.0f);
 
 }  // namespace gf::ops

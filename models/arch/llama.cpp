@@ -103,7 +103,7 @@ nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, 
     for (bool w : c.window_layers) mixed = mixed || !w;
     if (mixed) refuse("mix of windowed and full layers (model_config.layer_types)");
   }
-  if (model_type != "deepseek_v2" && c.kv_lora_rank > 0)
+  if (model_type != "deepseek_v2" && model_type != "deepseek_v3" && c.kv_lora_rank > 0)
     throw std::invalid_argument("Hugging Face's " + cls + " has no latent attention (model_config.kv_lora_rank)");
   nlohmann::json j{{"architectures", {cls}},
                         {"model_type", model_type},

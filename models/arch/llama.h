@@ -67,6 +67,10 @@ TransformerSpec deepseek_v2_spec(const ModelConfig& cfg);
 std::string deepseek_v2_name(Role role, int64_t layer);
 nlohmann::json deepseek_v2_hf_config(const ModelConfig& cfg);
 void read_deepseek_v2_hf_config(const nlohmann::json& j, ModelConfig& cfg);
+// DeepSeek-V3: the same model (deepseek_v2_spec, deepseek_v2_name) with sigmoid routing over groups and the
+// aux-loss-free expert bias; DeepseekV3ForCausalLM's config.json.
+nlohmann::json deepseek_v3_hf_config(const ModelConfig& cfg);
+void read_deepseek_v3_hf_config(const nlohmann::json& j, ModelConfig& cfg);
 
 class DeepseekV2ForCausalLM : public TransformerLM {
  public:

@@ -77,6 +77,8 @@ void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
     if (spec_.moe.shared_gate) t.add({names(Role::kSharedExpertGateW, l), {1, C}, no_split(), Init::kNormal, std, true});
   }
   t.add({names(Role::kRouterW, l), {E, C}, no_split(), Init::kNormal, std, true});
+  // The aux-loss-free bias: no gradient ever (AdamW leaves it: a zero gradient and no decay); the trainer moves it.
+  if (spec_.moe.expert_bias) t.add({names(Role::kRouterBias, l), {E}, no_split(), Init::kZeros, 0.0f, false});
   // Each kind of expert tensor for experts 0..E-1 back to back (packed), so a rank's local experts
   // form one stack the grouped product reads at a stride.
   auto stack = [&](Role r, std::vector<int64_t> shape, SplitSpec split, Init init, float sd, bool decay,
@@ -113,6 +115,7 @@ void MoeBlock::declare(ParamTable& t, const NameMap& names) const {
 void MoeBlock::bind(const Placement& t, const NameMap& names) {
   const int64_t l = layer_;
   router_ = t.at(names(Role::kRouterW, l)).offset;
+  bias_ = spec_.moe.expert_bias ? t.at(names(Role::kRouterBias, l)).offset : -1;
   if (spec_.moe.shared_ffn > 0) {
     shared_.bind(t, shared_names(names), l);
     shared_gate_ = spec_.moe.shared_gate ? t.at(names(Role::kSharedExpertGateW, l)).offset : -1;
@@ -311,11 +314,17 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   // Router.
   const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
   ops::linear_fwd(a.probs, x, wr, nullptr, N, C, E);
-  ops::router_softmax(a.probs, a.lse, a.probs, N, E);
+  if (spec_.moe.sigmoid) ops::router_sigmoid(a.probs, a.lse, a.probs, N, E);
+  else ops::router_softmax(a.probs, a.lse, a.probs, N, E);
   ops::RouterOptions o;
   o.norm_topk = spec_.moe.norm_topk;
   o.capacity_factor = spec_.moe.capacity_factor;
   o.drop_by_probs = spec_.moe.drop_by_probs;
+  o.bias = bias_ >= 0 ? e.w(bias_) : nullptr;
+  o.groups = spec_.moe.groups;
+  o.group_topk = spec_.moe.group_topk;
+  o.group_score_k = spec_.moe.group_score_k;
+  o.scale = spec_.moe.scale;
   std::vector<int64_t> tokens(static_cast<size_t>(E));
   const ops::RouteStats st = ops::router_route(a.experts, a.weights, a.kept, tokens.data(), a.probs, a.lse, shape(e), o);
   a.stats[0] = st.aux_sum;
@@ -429,7 +438,8 @@ void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* 
   // Router: its losses' coefficients follow from the loss's gradient scale (causal_lm.h).
   const float aux_coef = e.grad_scale * spec_.moe.aux_factor * static_cast<float>(e.seq_full());
   const float z_coef = e.grad_scale * spec_.moe.z_factor;
-  ops::router_bwd(sc.dlogits, sc.dw, a.probs, a.lse, a.experts, a.kept, shape(e), spec_.moe.norm_topk, aux_coef, z_coef);
+  ops::router_bwd(sc.dlogits, sc.dw, a.probs, a.lse, a.experts, a.kept, shape(e), spec_.moe.norm_topk, aux_coef, z_coef,
+                  spec_.moe.sigmoid, spec_.moe.scale);
   // This rank's rows of the router's input and weight gradients (all rows without SP; under SP
   // the replicated router's gradient is summed over the tensor group by the gradient sync).
   const float* dl = sc.dlogits + tp.row_begin() * E;

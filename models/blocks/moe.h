@@ -98,6 +98,7 @@ class MoeBlock {
   void bind(const Placement& t, const NameMap& names);
   int64_t first_offset() const { return spec_.moe.shared_ffn > 0 ? shared_.first_offset() : router_; }
   // The first of this rank's experts' parameters (the experts' region of the arena).
+  int64_t bias_offset() const { return bias_; }  // MoeSpec::expert_bias (-1: none)
   int64_t expert_offset() const {
     int64_t o = -1;
     for (int64_t x : {up_w_, up_b_, down_w_, down_b_})
@@ -138,6 +139,7 @@ class MoeBlock {
   MlpBlock shared_;
   int64_t shared_gate_ = -1;  // [1, C]
   int64_t router_ = -1;          // [E, C]
+  int64_t bias_ = -1;            // [E]: MoeSpec::expert_bias's selection bias (-1: none)
   int64_t up_w_ = -1, up_b_ = -1, down_w_ = -1, down_b_ = -1;  // the first local expert's; experts follow at a stride
   int64_t up_stride_ = 0, down_stride_ = 0;
 };

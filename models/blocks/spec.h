@@ -31,6 +31,12 @@ struct MoeSpec {
   int64_t shared_ffn = 0;             // a shared expert of this width beside the routed ones (0: none; Qwen2-MoE)
   bool shared_gate = false;           // the shared expert's output times sigmoid(x . w) (Qwen2-MoE's shared_expert_gate)
   int64_t sparse_step = 0;            // MoeConfig::sparse_step (Qwen's decoder_sparse_step; 0: layer_freq's rule)
+  // DeepSeek's routing (MoeConfig): sigmoid scores, groups of experts, the weights' scale, and the aux-loss-free
+  // balancing bias (a [E] parameter of each router, e_score_correction_bias, that the trainer moves).
+  bool sigmoid = false;
+  int64_t groups = 1, group_topk = 1, group_score_k = 1;
+  float scale = 1.0f;
+  bool expert_bias = false;
   std::vector<int64_t> dense_layers;  // MoeConfig::dense_layers (Qwen's mlp_only_layers)
   bool is_moe(int64_t layer) const {
     if (experts <= 1 || std::find(dense_layers.begin(), dense_layers.end(), layer) != dense_layers.end()) return false;
@@ -116,6 +122,7 @@ enum class Role {
   // MLA (MlaSpec): the query latent's projection, norm and up-projection, the key/value latent's (with the shared
   // RoPE key) projection, norm and up-projection.
   kQAW, kQANormW, kQBW, kKvAW, kKvANormW, kKvBW,
+  kRouterBias,  // MoeSpec::expert_bias: the router's [E] selection bias
 };
 using NameMap = std::function<std::string(Role, int64_t layer)>;
 

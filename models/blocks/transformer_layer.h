@@ -68,6 +68,8 @@ class TransformerLayer {
   int64_t mlp_offset() const { return norm2_.first_offset(); }
   // An MoE layer's experts' first parameter (-1 for a dense layer).
   int64_t expert_offset() const { return is_moe() ? moe_.expert_offset() : -1; }
+  int64_t expert_bias_offset() const { return is_moe() ? moe_.bias_offset() : -1; }  // -1: none
+  int64_t layer() const { return layer_; }
 
   // between (ZeRO-3's layer halves): called after the attention's residual sum, before the second
   // norm reads anything of the MLP half.

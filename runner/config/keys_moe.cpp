@@ -52,6 +52,17 @@ std::vector<KeyRule> moe_rules() {
        "model.moe.sparse_step (Hugging Face's Qwen-MoE key; > 0: layer i is MoE when (i + 1) % decoder_sparse_step == 0, "
        "in place of moe_layer_freq's rule; 0: moe_layer_freq's)"},
       {k + "mlp_only_layers", kBuilt, "model.moe.dense_layers (Hugging Face's Qwen-MoE key): layers that stay dense"},
+      {k + "moe_router_score_function", kBuilt, "model.moe.router_sigmoid (softmax or sigmoid; Megatron's key)"},
+      {k + "moe_router_num_groups", kBuilt, "model.moe.router_groups (>= 1, dividing expert_num; Megatron's key)"},
+      {k + "moe_router_group_topk", kBuilt, "model.moe.router_group_topk (1 to moe_router_num_groups; Megatron's key)"},
+      {k + "moe_router_group_score_topk", kBuilt,
+       "model.moe.router_group_score_topk (a group's score: the sum of its best N; None: num_experts_chosen / "
+       "moe_router_group_topk, Megatron's)"},
+      {k + "moe_router_topk_scaling_factor", kBuilt, "model.moe.router_scaling (> 0; Megatron's key)"},
+      {k + "moe_router_enable_expert_bias", kBuilt,
+       "model.moe.expert_bias: the aux-loss-free balancing bias (a parameter mlp.gate.e_score_correction_bias moved "
+       "after each step; Megatron's key)"},
+      {k + "moe_router_bias_update_rate", kBuilt, "model.moe.expert_bias_rate (>= 0; Megatron's key)"},
       {k + "token_dispatcher", kBuilt,
        "model.moe.token_dispatcher (alltoall or allgather; Megatron's moe_token_dispatcher_type)"},
       {k + "enable_sdrop", kIgnored,

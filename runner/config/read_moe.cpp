@@ -119,6 +119,36 @@ void read_moe(ReadContext& x) {
   } else if (only && !only.IsNull()) {
     x.refuse(kv("mlp_only_layers", show(only)) + ": expects a list of layer indices, e.g. [0, 1], or []");
   }
+  e.router_sigmoid = one_of(x, "moe_router_score_function", {"softmax", "sigmoid"},
+                            "how the router scores the experts: a softmax over them, or each one's sigmoid") == "sigmoid";
+  e.router_groups = rd.get<int64_t>(k + "moe_router_num_groups");
+  e.router_group_topk = rd.get<int64_t>(k + "moe_router_group_topk");
+  if (e.router_groups < 1 || (e.expert_num > 1 && e.expert_num % e.router_groups != 0))
+    x.refuse(kv("moe_router_num_groups", std::to_string(e.router_groups)) + ": must be >= 1 and divide expert_num (" +
+             std::to_string(e.expert_num) + ")");
+  else if (e.router_group_topk < 1 || e.router_group_topk > e.router_groups)
+    x.refuse(kv("moe_router_group_topk", std::to_string(e.router_group_topk)) + ": must be between 1 and "
+             "moe_router_num_groups (" + std::to_string(e.router_groups) + ")");
+  {
+    const YAML::Node n = rd.node(k + "moe_router_group_score_topk");
+    int64_t v = 0;
+    const int64_t per = e.router_groups >= 1 && e.expert_num % e.router_groups == 0 ? e.expert_num / e.router_groups : 1;
+    if (n && !n.IsNull() && !(n.IsScalar() && YAML::convert<int64_t>::decode(n, v) && v >= 1 && v <= per))
+      x.refuse(kv("moe_router_group_score_topk", show(n)) + ": expects 1 to the experts per group (" +
+               std::to_string(per) + "), or ~");
+    e.router_group_score_topk = v;
+  }
+  e.router_scaling = rd.get<double>(k + "moe_router_topk_scaling_factor");
+  if (!(e.router_scaling > 0))
+    x.refuse(kv("moe_router_topk_scaling_factor", show(rd.node(k + "moe_router_topk_scaling_factor"))) + ": must be > 0");
+  e.expert_bias = rd.get<bool>(k + "moe_router_enable_expert_bias");
+  e.expert_bias_rate = rd.get<double>(k + "moe_router_bias_update_rate");
+  if (!(e.expert_bias_rate >= 0))
+    x.refuse(kv("moe_router_bias_update_rate", show(rd.node(k + "moe_router_bias_update_rate"))) + ": must be >= 0");
+  if (e.router_sigmoid && (e.aux_loss_factor != 0.0 || e.z_loss_factor != 0.0) && e.expert_num > 1)
+    x.refuse("`moe_config.moe_router_score_function: sigmoid` with aux_loss_factor or z_loss_factor > 0: a balancing "
+             "or z-loss on sigmoid scores is not built; set both to 0 (DeepSeek-V3 balances by "
+             "moe_router_enable_expert_bias)");
   e.routing_policy = one_of(x, "routing_policy", {"TopkRouterV1", "TopkRouterV2"},
                             "MindFormers' routers: softmax over the experts, then top-k; both are that router here");
   const std::string dense = rd.get<std::string>(k + "router_dense_type");

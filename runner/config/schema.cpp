@@ -171,6 +171,13 @@ moe_config:  # MindFormers' MoEConfig (r0.8-r1.3) with its defaults, r0.8's rout
   moe_ffn_hidden_size: ~       # ours (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size): each expert's FFN width; None: the model's
   decoder_sparse_step: 0       # ours (Hugging Face's Qwen-MoE): > 0: layer i is MoE when (i + 1) % N == 0, instead of moe_layer_freq
   mlp_only_layers: []          # ours (Hugging Face's Qwen-MoE): layers that stay dense
+  moe_router_score_function: softmax  # ours (Megatron's): softmax over the experts, or sigmoid of each (DeepSeek-V3)
+  moe_router_num_groups: 1     # ours (Megatron's; DeepSeek's n_group): the experts in this many equal groups
+  moe_router_group_topk: 1     # ours (Megatron's; DeepSeek's topk_group): the groups open to each token
+  moe_router_group_score_topk: ~  # ours: a group's score is the sum of its best N scores (Hugging Face's DeepSeek-V2 1, V3 2); None: Megatron's num_experts_chosen / moe_router_group_topk
+  moe_router_topk_scaling_factor: 1.0  # ours (Megatron's; DeepSeek's routed_scaling_factor): the routed experts' weights times this
+  moe_router_enable_expert_bias: false  # ours (Megatron's): DeepSeek-V3's aux-loss-free balancing bias (e_score_correction_bias), added to the scores for the choice alone
+  moe_router_bias_update_rate: 1.0e-3  # ours (Megatron's): after each step the bias moves by this x sign(mean load - the expert's load)
 recompute_config:
   recompute: false
   select_recompute: false

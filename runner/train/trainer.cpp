@@ -225,6 +225,7 @@ void Trainer::optimizer_update(int64_t step, const StepResult& r) {
   }
   for (const auto& o : opts_) o->step(weights, grads, r.lr, step - skipped_steps_, extras);
   opt_span.end();
+  if (cfg_.model.moe.expert_bias) update_expert_bias(weights, r);
   {
     trace::Span span("step", "param all-gather");  // ZeRO: the updated shards to every rank
     sync_->allgather_params(weights);
@@ -233,6 +234,26 @@ void Trainer::optimizer_update(int64_t step, const StepResult& r) {
   if (cfg_.loss_scale.dynamic && ++good_steps_ >= cfg_.loss_scale.window) {
     loss_scale_ *= cfg_.loss_scale.factor;
     good_steps_ = 0;
+  }
+}
+
+// Megatron's moe_router_enable_expert_bias (moe_utils.py get_updated_expert_bias): each MoE layer's bias moves by
+// rate x sign(mean - load) per expert, the load its assignments in the step over every rank and micro-batch
+// (StepResult::moe, summed by gather_moe_stats); written where this rank's optimizer shards hold the bias, which the
+// parameter all-gather then spreads as it spreads the update. The bias has no gradient, so AdamW left it as it was.
+void Trainer::update_expert_bias(float* weights, const StepResult& r) const {
+  const float rate = static_cast<float>(cfg_.model.moe.expert_bias_rate);
+  const int64_t E = cfg_.model.moe.expert_num;
+  for (const auto& [layer, offset] : model_->expert_bias_offsets()) {
+    const auto m = std::find_if(r.moe.begin(), r.moe.end(), [&](const StepResult::MoeLayer& x) { return x.layer == layer; });
+    if (m == r.moe.end()) continue;
+    const double mean = static_cast<double>(m->assignments) / static_cast<double>(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const double gap = mean - static_cast<double>(m->tokens[static_cast<size_t>(e)]);
+      const float step = gap > 0 ? rate : gap < 0 ? -rate : 0.0f;
+      for (const ArenaRange& s : sync_->shards())
+        if (offset + e >= s.begin && offset + e < s.end) weights[offset + e] += step;
+    }
   }
 }
 

@@ -150,6 +150,7 @@ class Trainer {
   PerRank per_rank(double local_loss) const;
   // The MoE layers' router figures of the step just run, summed over the data-parallel group.
   void gather_moe_stats(StepResult& r) const;
+  void update_expert_bias(float* weights, const StepResult& r) const;
   void log_setup() const;
   void log_step_megatron(int64_t step, const StepResult& r, const IntervalRates& x);
   void log_training_plan() const;

@@ -73,12 +73,12 @@ DP2=($S parallel_config.data_parallel=2)
 MP2SP=($S parallel_config.model_parallel=2 $S parallel_config.use_seq_parallel=True $S parallel_config.vocab_emb_dp=False)
 PP2=($S parallel_config.pipeline_stage=2 $S parallel_config.micro_batch_num=2)
 # FAMILIES: a subset to run (all by default).
-for fam in ${FAMILIES:-llama qwen2 qwen3 qwen3_moe qwen2_moe gemma3 deepseek_v2_lite}; do
+for fam in ${FAMILIES:-llama qwen2 qwen3 qwen3_moe qwen2_moe gemma3 deepseek_v2_lite deepseek_v3}; do
   base "$fam" "$fam.yaml"
   fam_train $fam one 1
   fam_train $fam dp2 2 "${DP2[@]}"
   mp=($fam.mp2_sp)
-  if [ "$fam" = deepseek_v2_lite ]; then  # latent attention under tensor parallel: refused by name before any work
+  if [[ $fam == deepseek* ]]; then  # latent attention under tensor parallel: refused by name before any work
     refused 2 "multi-head latent attention (model_config.kv_lora_rank) is built for one tensor-parallel rank" \
       $fam.mp2_refused mpirun -np 2 --oversubscribe "$BIN" train --config $fam.yaml "${MP2SP[@]}"
     mp=()

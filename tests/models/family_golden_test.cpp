@@ -55,7 +55,8 @@ TEST_P(FamilyGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
   std::set<std::string> in_file, in_model;
   for (const auto& [name, t] : g.f.tensors())
-    if (name.rfind("weights.", 0) == 0) in_file.insert(name.substr(8));
+    if (name.rfind("weights.", 0) == 0 || name.rfind("buffers.", 0) == 0)  // buffers: DeepSeek-V3's expert bias
+      in_file.insert(name.substr(8));
   for (const ParamSpec& p : model->params().table().specs()) {
     in_model.insert(p.name);
     if (g.f.has("weights." + p.name)) {
@@ -130,6 +131,20 @@ TEST_P(FamilyGolden, TenAdamWStepsWithClippingMatchPyTorch) {
     ++checked;
   }
   EXPECT_LE(std::sqrt(diff2 / ref2), 1e-5) << "the spot-checked weights after 10 steps, together";
+  // DeepSeek-V3's aux-loss-free expert bias after the 10 updates (Megatron's rule: the step's global loads), exactly:
+  // every update adds +-rate or 0 to the same float32 values in both.
+  for (int64_t l = 0; l < mc.num_layers; ++l) {
+    const std::string key = "train.expert_bias.layer" + std::to_string(l);
+    if (!g.f.has(key)) continue;
+    const std::vector<float> rows = g.f.floats(key);
+    const int64_t E = mc.moe.expert_num;
+    const TensorPlacement& p = trainer.model().params().at("model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias");
+    const float* w = trainer.model().weights() + p.offset;
+    const std::vector<float> first(rows.begin(), rows.begin() + E), last(rows.end() - E, rows.end());
+    EXPECT_NE(first, last) << key << ": the bias did not move";
+    for (int64_t e = 0; e < E; ++e) EXPECT_EQ(w[e], last[static_cast<size_t>(e)]) << key << " expert " << e;
+    ++checked;
+  }
   if (slow_pairs_max > 0) std::printf("key-bias elements of slowly turning rotary pairs: max |diff| %.3g\n", slow_pairs_max);
   EXPECT_GE(checked, 3);
 }
@@ -149,7 +164,9 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, FamilyGolden,
                                            Family{"families/gemma3.safetensors", false},
                                            Family{"families/gemma3.safetensors", true},
                                            Family{"families/deepseek_v2_lite.safetensors", false},
-                                           Family{"families/deepseek_v2_lite.safetensors", true}),
+                                           Family{"families/deepseek_v2_lite.safetensors", true},
+                                           Family{"families/deepseek_v3.safetensors", false},
+                                           Family{"families/deepseek_v3.safetensors", true}),
                          family_name);
 
 }  // namespace

@@ -173,7 +173,8 @@ namespace {
 TEST(GeneratorFamilies, GreedySixtyFourTokensWithTheCacheEqualRecomputation) {
   for (const char* file : {"families/llama.safetensors", "families/qwen2.safetensors", "families/qwen3.safetensors",
                            "families/qwen3_moe.safetensors", "families/qwen2_moe.safetensors",
-                           "families/gemma3.safetensors", "families/deepseek_v2_lite.safetensors"}) {
+                           "families/gemma3.safetensors", "families/deepseek_v2_lite.safetensors",
+                           "families/deepseek_v3.safetensors"}) {
     golden_case::GoldenCase g(file);
     ParallelContext ctx = ParallelContext::single();
     auto model = build_model(g.cfg.model, model_layout(g.cfg), 1, ctx);

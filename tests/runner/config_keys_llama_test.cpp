@@ -93,7 +93,8 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {k + "layer_types", "[sliding_attention, full_attention]"}, {k + "rope_local_base_freq", "10000.0"},
       {k + "q_lora_rank", "24"}, {k + "kv_lora_rank", "48"}, {k + "qk_nope_head_dim", "8"},
       {k + "qk_rope_head_dim", "4"}, {k + "v_head_dim", "8"},
-      {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
+      {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},
+      {"moe_config.moe_router_group_score_topk", "1"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
       {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8}"},
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
       {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
@@ -142,6 +143,10 @@ std::string probe(const std::string& path) {
   } else if (path == "eval_callbacks.0.type") {
     base_sets = {"eval_callbacks=[{type: ObsMonitor}]"};
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
+  } else if (path == "moe_config.moe_router_score_function") {  // sigmoid scores train no balancing loss
+    base_sets = {"moe_config.expert_num=4", "moe_config.aux_loss_factor=0", "moe_config.z_loss_factor=0"};
+  } else if (path == "moe_config.moe_router_group_topk") {  // the groups it picks from
+    base_sets = {"moe_config.expert_num=4", "moe_config.moe_router_num_groups=2"};
   } else if (path.rfind("moe_config.", 0) == 0 && path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
   } else if (path == "model.model_config.q_lora_rank" || path == "model.model_config.kv_lora_rank" ||

@@ -98,7 +98,8 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
       {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
-      {"moe_config.token_dispatcher", "allgather"}, {"moe_config.moe_ffn_hidden_size", "32"},
+      {"moe_config.token_dispatcher", "allgather"}, {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},
+      {"moe_config.moe_router_group_score_topk", "1"},
       {"moe_config.moe_shared_expert_intermediate_size", "32"},
       {"moe_config.mlp_only_layers", "[0]"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
       {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"},
@@ -158,6 +159,10 @@ std::string probe(const Leaf& leaf) {
   } else if (leaf.path == "eval_callbacks.0.type") {
     base_sets = {"eval_callbacks=[{type: ObsMonitor}]"};
     sets = {"eval_callbacks=[{type: SummaryMonitor}]"};
+  } else if (leaf.path == "moe_config.moe_router_score_function") {  // sigmoid scores train no balancing loss
+    base_sets = {"moe_config.expert_num=4", "moe_config.aux_loss_factor=0", "moe_config.z_loss_factor=0"};
+  } else if (leaf.path == "moe_config.moe_router_group_topk") {  // the groups it picks from
+    base_sets = {"moe_config.expert_num=4", "moe_config.moe_router_num_groups=2"};
   } else if (leaf.path.rfind("moe_config.", 0) == 0 && leaf.path != "moe_config.expert_num") {
     base_sets = {"moe_config.expert_num=4"};  // the other moe keys on a MoE model (so top-k up to 4 loads)
   } else if (leaf.path == "parallel_config.context_parallel") {

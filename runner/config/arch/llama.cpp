@@ -383,7 +383,7 @@ void check_sizes(ReadContext& x) {
   if ((m.arch == "Qwen2ForCausalLM" || m.arch == "Qwen2MoeForCausalLM") && !m.qkv_has_bias)
     x.refuse("`model.arch.type: " + m.arch + "` has q/k/v biases: set " + kv("qkv_has_bias", "True") +
              " (or use LlamaForCausalLM)");
-  const bool mla_arch = m.arch == "DeepseekV2ForCausalLM";
+  const bool mla_arch = m.arch == "DeepseekV2ForCausalLM" || m.arch == "DeepseekV3ForCausalLM";
   if (mla_arch && (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.qk_rope_head_dim <= 0 || m.v_head_dim <= 0))
     x.refuse("`model.arch.type: " + m.arch + "` is multi-head latent attention: set `model.model_config.kv_lora_rank`, "
              "`qk_nope_head_dim`, `qk_rope_head_dim` and `v_head_dim` (DeepSeek-V2-Lite: 512, 128, 64, 128)");
@@ -538,6 +538,14 @@ std::string llama_model_yaml(const ModelConfig& m) {
       y += fmt::format("  moe_shared_expert_intermediate_size: {}\n  use_shared_expert_gating: {}\n",
                        m.moe.shared_expert_ffn, m.moe.shared_expert_gate ? "True" : "False");
     if (!m.moe.dense_layers.empty()) y += fmt::format("  mlp_only_layers: [{}]\n", fmt::join(m.moe.dense_layers, ", "));
+    if (m.moe.router_sigmoid) y += "  moe_router_score_function: sigmoid\n";
+    if (m.moe.router_groups > 1)
+      y += fmt::format("  moe_router_num_groups: {}\n  moe_router_group_topk: {}\n", m.moe.router_groups,
+                       m.moe.router_group_topk);
+    if (m.moe.router_group_score_topk > 0) y += fmt::format("  moe_router_group_score_topk: {}\n", m.moe.router_group_score_topk);
+    if (m.moe.router_scaling != 1.0) y += fmt::format("  moe_router_topk_scaling_factor: {}\n", m.moe.router_scaling);
+    if (m.moe.expert_bias)
+      y += fmt::format("  moe_router_enable_expert_bias: True\n  moe_router_bias_update_rate: {}\n", m.moe.expert_bias_rate);
   }
   return y;
 }

@@ -67,7 +67,8 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   // full ones keep the whole capacity, as the full layers do (one cache shape for every layer).
   cache_positions_ = spec_.window > 0 && !spec_.mixed_windows() ? std::min(opt_.capacity, spec_.window + opt_.max_rows - 1)
                                                                 : opt_.capacity;
-  cache_floats_ = 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * cache_positions_ * spec_.head_dim();
+  cache_floats_ = spec_.mla.on() ? (l1_ - l0_) * opt_.slots * cache_positions_ * MlaProjection::cached_floats_per_position(spec_)
+                                 : 2 * (l1_ - l0_) * opt_.slots * (spec_.kv_heads / tp) * cache_positions_ * spec_.head_dim();
   Buffers b;
   lay_out(plan_, b);
   plan_.allocate();
@@ -100,7 +101,8 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
   if (spec_.mla.on()) {
     a.attn.mla = p.take("mla_latents", R * MlaProjection::kept_per_row(spec_));
     a.attn.y_v = p.take("attn_y_v", R * Hl * spec_.mla.v);
-    b.mla = p.take("mla.scratch", R * MlaProjection::scratch_per_row(spec_));
+    b.mla = p.take("mla.scratch", R * std::max(MlaProjection::scratch_per_row(spec_),
+                                                MlaProjection::cached_scratch_per_row(spec_)));
   }
   if (spec_.sandwich_norm) {
     a.attn_out = p.take("attn_out", R * C);
@@ -117,12 +119,14 @@ void Generator::lay_out(BufferPlan& p, Buffers& b) const {
     a.moe.stats = reinterpret_cast<double*>(p.take("moe.stats", 2 * MoeBlock::stats_doubles(md_.E)));
     a.moe_sc = MoeBlock::take_scratch(p, md_, static_cast<int>(tp));
   }
-  const int64_t per_layer = opt_.slots * Hkvl * cache_positions_ * D;
+  const bool mla = spec_.mla.on();  // the latent per position (MlaProjection::fwd_cached), no values
+  const int64_t per_layer = opt_.slots * cache_positions_ *
+                            (mla ? MlaProjection::cached_floats_per_position(spec_) : Hkvl * D);
   b.kv.assign(static_cast<size_t>(L), KvCache{});
   for (int64_t l = 0; l < L; ++l) {
     KvCache& kv = b.kv[static_cast<size_t>(l)];
-    kv.k = p.take("layer" + std::to_string(l0_ + l) + ".keys", per_layer);
-    kv.v = p.take("layer" + std::to_string(l0_ + l) + ".values", per_layer);
+    kv.k = p.take("layer" + std::to_string(l0_ + l) + (mla ? ".latents" : ".keys"), per_layer);
+    kv.v = mla ? nullptr : p.take("layer" + std::to_string(l0_ + l) + ".values", per_layer);
     kv.capacity = cache_positions_;
     kv.positions = opt_.capacity;
   }

@@ -223,9 +223,14 @@ const float* AttentionBlock::values_of(int64_t N, const float* y, float* y_v) co
 
 void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, const Acts& a, const KvCache& kv,
                                 const RowPositions& rp, const void* xn_low) const {
+  if (spec_.mla.on()) {  // attention in the latent space against the cached latents (MlaProjection::fwd_cached)
+    const float scale = spec_.attn_scale > 0.0f ? spec_.attn_scale : 1.0f / std::sqrt(static_cast<float>(D_));
+    mla_.fwd_cached(e, a.y_v, xn, a.mla, e.mla_scratch, kv, rp, *rope_, scale, xn_low);
+    o_.fwd(e, out, a.y_v);
+    return;
+  }
   const int64_t W = qkv_width(), N = e.N, D = D_, Hl = Hl_, Hk = Hkvl_, cap = kv.capacity;
-  if (spec_.mla.on()) mla_.fwd(e, a.qkv, xn, a.mla, e.mla_scratch, xn_low);
-  else qkv_.fwd(e, a.qkv, xn, xn_low);
+  qkv_.fwd(e, a.qkv, xn, xn_low);
   if (spec_.qk_norm) qk_norm_fwd(e, a.qkv, N, nullptr);
   if (rope_) {
     // Runs of rows at consecutive positions (a prompt's rows) rotate in one call.
@@ -292,7 +297,7 @@ void AttentionBlock::fwd_cached(const BlockEnv& e, float* out, const float* xn, 
         for (int64_t i = 0; i < D; ++i) y[i] += w * v[i];
       }
     }
-  o_.fwd(e, out, spec_.mla.on() ? values_of(N, a.y, a.y_v) : a.y);
+  o_.fwd(e, out, a.y);
 }
 
 void AttentionBlock::recompute_core(const BlockEnv& e, int64_t l, const Acts& a, float* y_scratch) const {

@@ -13,28 +13,12 @@
 #include "core/ops/rope.h"
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
+#include "models/blocks/kv_cache.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/spec.h"
 
 namespace gf {
-
-// The keys and values of one layer for generation (models/generator.h): per sequence slot, per
-// local key/value head, `capacity` positions of head_dim floats ([slots, Hkvl, capacity, D] each).
-// `scores`: scratch of `capacity` floats per OpenMP thread.
-struct KvCache {
-  float *k = nullptr, *v = nullptr;
-  int64_t capacity = 0;   // positions stored per slot; position p is stored at p % capacity
-  int64_t positions = 0;  // positions a sequence may reach (0: capacity). A sliding window's cache rolls:
-                          // it stores window + rows per call - 1 positions, fewer than it may reach
-  float* scores = nullptr;
-};
-
-// Where each row of a cached forward belongs: its sequence slot and its position in that sequence.
-struct RowPositions {
-  const int64_t* seq = nullptr;
-  const int64_t* pos = nullptr;
-};
 
 // The RoPE table of `rows` positions for a model: rope_theta alone, or with its rope_scaling
 // (core/ops/rope_scaling.h), whose frequencies are fixed at the run's seq_length (dynamic NTK's length).

@@ -1,6 +1,9 @@
 #include "models/blocks/mla.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "core/math/parallel_memory.h"
@@ -171,6 +174,110 @@ void MlaProjection::bwd(const BlockEnv& e, float* dxn, const float* dqkv, const 
   }
 #pragma omp parallel for simd schedule(static) if (parallel_worth(N * C))
   for (int64_t i = 0; i < N * C; ++i) dxn[i] += dx2[i];
+}
+
+int64_t MlaProjection::cached_scratch_per_row(const TransformerSpec& s) {
+  const MlaSpec& m = s.mla;
+  // q (HF's layout), then per head the absorbed query, the rotated RoPE query and the latent output.
+  return s.heads * m.qk() + s.heads * (2 * m.kv_rank + m.rope) + std::max<int64_t>(m.q_rank, 1);
+}
+
+void MlaProjection::fwd_cached(const BlockEnv& e, float* y_v, const float* xn, float* kept, float* scratch,
+                               const KvCache& kv, const RowPositions& rp, const ops::RopeTable<float>& rope, float scale,
+                               const void* xn_low) const {
+  const int64_t N = e.N, H = H_, D = D_, dn = m_.nope, dr = m_.rope, dv = m_.v, r = m_.kv_rank, A = r + dr;
+  const int64_t half = dr / 2, KV = dn + dv, cap = kv.capacity;
+  const Kept k = kept_of(kept, N);
+  float* q = scratch;                 // [N, H D]
+  float* qabs = q + N * H * D;        // [N, H, r]
+  float* qpe = qabs + N * H * r;      // [N, H, rope] rotated, de-interleaved
+  float* olat = qpe + N * H * dr;     // [N, H, r]
+  if (m_.q_rank > 0) {
+    qa_.fwd(e, k.qa, xn, xn_low);
+    ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
+    qb_.fwd(e, q, k.qan);
+  } else {
+    q_.fwd(e, q, xn, xn_low);
+  }
+  kva_.fwd(e, k.kv_a, xn, xn_low);
+  for (int64_t n = 0; n < N; ++n) std::copy_n(k.kv_a + n * A, r, k.c + n * r);
+  ops::rmsnorm_fwd(k.cn, k.c_rstd, k.c, e.w(kva_norm_), N, r, kLatentNormEps);
+  const int64_t reach = kv.positions > 0 ? kv.positions : cap;
+  // A pair (x[2i], x[2i + 1]) de-interleaved to (out[i], out[half + i]) and rotated at position p (rotate-half).
+  auto rotate = [&](float* out, const float* x, int64_t p) {
+    const float* c = rope.cos.data() + p * rope.half;
+    const float* s = rope.sin.data() + p * rope.half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      out[i] = a * c[i] - b * s[i];
+      out[half + i] = b * c[i] + a * s[i];
+    }
+  };
+  for (int64_t n = 0; n < N; ++n) {
+    if (rp.pos[n] < 0 || rp.pos[n] >= reach || rp.pos[n] >= rope.max_positions)
+      throw std::out_of_range("generation: position " + std::to_string(rp.pos[n]) + " outside the KV cache's " +
+                              std::to_string(reach));
+    float* at = kv.k + (rp.seq[n] * cap + rp.pos[n] % cap) * A;  // [c normed | k_pe rotated]
+    std::copy_n(k.cn + n * r, r, at);
+    rotate(at + r, k.kv_a + n * A + r, rp.pos[n]);
+  }
+  const float* wkv = e.w(kvb_.w);  // [H (nope + v), r]
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(N * H * (dn + dv) * r))
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q + (n * H + h) * D;
+      float* qa = qabs + (n * H + h) * r;
+      std::fill(qa, qa + r, 0.0f);
+      for (int64_t i = 0; i < dn; ++i) {
+        const float a = qh[i];
+        const float* row = wkv + (h * KV + i) * r;
+#pragma omp simd
+        for (int64_t j = 0; j < r; ++j) qa[j] += a * row[j];
+      }
+      rotate(qpe + (n * H + h) * dr, qh + dn, rp.pos[n]);
+    }
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(N * H * reach * (r + dr)))
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      float* p = kv.scores + static_cast<int64_t>(omp_get_thread_num()) * cap;
+      const float* qa = qabs + (n * H + h) * r;
+      const float* qp = qpe + (n * H + h) * dr;
+      const int64_t len = rp.pos[n] + 1;
+      const float* base = kv.k + rp.seq[n] * cap * A;
+      float mx = -INFINITY;
+      for (int64_t t = 0; t < len; ++t) {
+        const float* ct = base + t * A;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j < r; ++j) dot += qa[j] * ct[j];
+        float dpe = 0.0f;
+        for (int64_t j = 0; j < dr; ++j) dpe += qp[j] * ct[r + j];
+        p[t] = scale * (dot + dpe);
+        mx = std::max(mx, p[t]);
+      }
+      float sum = 0.0f;
+      for (int64_t t = 0; t < len; ++t) {
+        p[t] = std::exp(p[t] - mx);
+        sum += p[t];
+      }
+      const float inv = 1.0f / sum;
+      float* o = olat + (n * H + h) * r;
+      std::fill(o, o + r, 0.0f);
+      for (int64_t t = 0; t < len; ++t) {
+        const float w = p[t] * inv;
+        const float* ct = base + t * A;
+#pragma omp simd
+        for (int64_t j = 0; j < r; ++j) o[j] += w * ct[j];
+      }
+      float* y = y_v + (n * H + h) * dv;
+      for (int64_t i = 0; i < dv; ++i) {
+        const float* row = wkv + (h * KV + dn + i) * r;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t j = 0; j < r; ++j) acc += row[j] * o[j];
+        y[i] = acc;
+      }
+    }
 }
 
 }  // namespace gf

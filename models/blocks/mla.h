@@ -14,8 +14,10 @@
 #pragma once
 #include <cstdint>
 
+#include "core/ops/rope.h"
 #include "core/params/placement.h"
 #include "models/blocks/env.h"
+#include "models/blocks/kv_cache.h"
 #include "models/blocks/linear.h"
 #include "models/blocks/spec.h"
 
@@ -39,6 +41,18 @@ class MlaProjection {
   // From dqkv (the gradient of the assembled q|k|v before RoPE): dxn [N, C] written, every weight's gradient added.
   void bwd(const BlockEnv& e, float* dxn, const float* dqkv, const float* xn, const float* kept, float* scratch,
            const void* xn_low) const;
+
+  // Generation against a cache of the latent (DeepSeek's inference form): per position and layer the normed latent
+  // c and the rotated RoPE key, kv_rank + rope floats, where full attention keeps 2 x heads x head_dim. Each row's
+  // latent is written at its position, then each head attends in the latent space: its query's nope part taken
+  // through kv_b_proj's key rows (q_abs = W_UK^T q_nope, kv_rank wide), scores scale (q_abs . c_t + q_pe . k_pe_t),
+  // the probabilities' sum of latents taken through kv_b_proj's value rows into y_v [N, H v]. The same attention
+  // as the training forward's, its products in another order. kept, scratch: cached_kept_per_row and
+  // cached_scratch_per_row floats per row; rope: the model's table (head stride nope + rope, rope rotated).
+  static int64_t cached_floats_per_position(const TransformerSpec& s) { return s.mla.kv_rank + s.mla.rope; }
+  static int64_t cached_scratch_per_row(const TransformerSpec& s);
+  void fwd_cached(const BlockEnv& e, float* y_v, const float* xn, float* kept, float* scratch, const KvCache& kv,
+                  const RowPositions& rp, const ops::RopeTable<float>& rope, float scale, const void* xn_low) const;
 
  private:
   // The per-token layout of `kept`: kv_a | c | c normed | (q_a | q_a normed) | 1/rms of c | (1/rms of q_a).

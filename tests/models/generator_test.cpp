@@ -255,3 +255,46 @@ TEST(GeneratorFamilies, GemmaLocalAndGlobalLayersWithTheCacheMatchPyTorch) {
 
 }  // namespace
 }  // namespace gf
+
+namespace gf {
+namespace {
+
+// DeepSeek's latent cache: generation keeps kv_lora_rank + qk_rope_head_dim floats per position and layer (the
+// latent and the rotated RoPE key) and attends in the latent space (MlaProjection::fwd_cached); the 64 positions of
+// the golden's logits64 sequence, one token per call and in one call, give PyTorch's logits (tools/
+// torch_hf_deepseek.py, which attends over full keys and values) within 1e-5, for V2-Lite's shape and V3's.
+TEST(GeneratorFamilies, LatentAttentionCacheMatchesPyTorch) {
+  for (const char* file : {"families/deepseek_v2_lite.safetensors", "families/deepseek_v3.safetensors"}) {
+    golden_case::GoldenCase g(file, {"model.model_config.seq_length=64"});
+    ParallelContext ctx = ParallelContext::single();
+    auto model = build_model(g.cfg.model, model_layout(g.cfg), 1, ctx);
+    g.load_weights(*model);
+    const auto& lm = dynamic_cast<const TransformerLM&>(*model);
+    const MlaSpec& m = lm.spec().mla;
+    ASSERT_TRUE(m.on()) << file;
+    const std::vector<int32_t> tokens = g.f.ints("logits64.tokens");
+    const std::vector<float> ref = g.f.floats("logits64.logits");
+    constexpr int64_t kT = 64;
+    for (const int64_t chunk : {int64_t{1}, kT}) {
+      Generator gen(lm, ctx, {1, kT, chunk, chunk});
+      // Per position: (kv_rank + rope) floats a layer, where full attention's cache would hold 2 heads x head_dim.
+      const int64_t L = lm.spec().layers;
+      EXPECT_EQ(gen.cache_bytes(), 4 * L * kT * (m.kv_rank + m.rope)) << file;
+      EXPECT_LT(gen.cache_bytes(), 4 * L * kT * 2 * lm.spec().heads * m.qk()) << file;
+      std::vector<float> got(static_cast<size_t>(kT * g.V));
+      for (int64_t t0 = 0; t0 < kT; t0 += chunk) {
+        std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)), rows(static_cast<size_t>(chunk));
+        for (int64_t i = 0; i < chunk; ++i) {
+          pos[static_cast<size_t>(i)] = t0 + i;
+          rows[static_cast<size_t>(i)] = i;
+        }
+        const float* l = gen.forward(tokens.data() + t0, seq.data(), pos.data(), chunk, rows.data(), chunk);
+        std::copy_n(l, chunk * g.V, got.begin() + t0 * g.V);
+      }
+      EXPECT_LE(golden_case::rel_err(got.data(), ref, kT, g.V, g.V), 1e-5) << file << ", rows per call " << chunk;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gf

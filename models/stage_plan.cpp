@@ -73,11 +73,6 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   }
   d.core_bf16 = AttentionBlock::keeps_core_bf16(s.flash, layout.compute, d.cp > 1, s.mla.on());
   if (s.mla.on()) {
-    if (tp > 1)
-      throw std::invalid_argument("parallel_config.model_parallel " + std::to_string(tp) +
-                                  ": multi-head latent attention (model_config.kv_lora_rank) is built for one tensor-"
-                                  "parallel rank: its latents' projections would be replicated and their gradients "
-                                  "summed over the group, not built yet; use data, pipeline, context or expert parallel");
     d.mla_kept_floats = d.N * MlaProjection::kept_per_row(s);
     d.y_v_floats = d.N * d.heads_local * s.mla.v;
     d.mla_scratch_floats = d.N * MlaProjection::scratch_per_row(s);

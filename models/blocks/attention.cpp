@@ -38,9 +38,8 @@ AttentionBlock::AttentionBlock(const TransformerSpec& s, int tp_size, const ops:
   qkv_ = {ParallelLinear::Kind::kColumn, s.hidden, qkv_width(), s.out_in};
   o_ = {ParallelLinear::Kind::kRow, width(), s.hidden, s.out_in};
   if (s.mla.on()) {
-    if (tp_size != 1) throw std::invalid_argument("multi-head latent attention under model_parallel > 1 is not built");
     if (s.qk_norm || s.qkv_bias) throw std::invalid_argument("MLA with q/k norms or q/k/v biases is not built");
-    mla_ = MlaProjection(s);
+    mla_ = MlaProjection(s, tp_size);
     o_ = {ParallelLinear::Kind::kRow, Hl_ * s.mla.v, s.hidden, s.out_in};
   }
 }

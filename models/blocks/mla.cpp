@@ -8,6 +8,7 @@
 
 #include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
+#include "core/ops/linear.h"
 #include "core/ops/rmsnorm.h"
 
 namespace gf {
@@ -16,7 +17,8 @@ namespace {
 constexpr float kLatentNormEps = 1e-6f;  // DeepseekV2RMSNorm(kv_lora_rank) / (q_lora_rank): its default eps
 }  // namespace
 
-MlaProjection::MlaProjection(const TransformerSpec& s) : spec_(s), m_(s.mla), H_(s.heads), D_(s.mla.qk()) {
+MlaProjection::MlaProjection(const TransformerSpec& s, int tp_size)
+    : spec_(s), m_(s.mla), H_(s.heads / tp_size), D_(s.mla.qk()) {
   if (m_.rope % 2 != 0 || m_.rope <= 0) throw std::invalid_argument("MLA: qk_rope_head_dim must be even and > 0");
   if (m_.v > D_) throw std::invalid_argument("MLA: v_head_dim larger than qk_nope_head_dim + qk_rope_head_dim is not built");
   if (s.kv_heads != s.heads) throw std::logic_error("MLA: every head has its own key and value");
@@ -35,16 +37,21 @@ void MlaProjection::declare(ParamTable& t, const NameMap& names, int64_t l) cons
   const int64_t C = spec_.hidden;
   const float std = spec_.init_std;
   auto n = [&](Role r) { return names(r, l); };
+  const int64_t H = spec_.heads;  // the global shapes: q and kv_b split by heads, the latents whole on every rank
+  auto whole = [&](ParamSpec p) {
+    p.grad_partial_over_tp = true;
+    t.add(p);
+  };
   if (m_.q_rank > 0) {
-    t.add({n(Role::kQAW), {m_.q_rank, C}, no_split(), Init::kNormal, std, true});
-    t.add({n(Role::kQANormW), {m_.q_rank}, no_split(), Init::kOnes, 0.0f, false});
-    t.add({n(Role::kQBW), {H_ * D_, m_.q_rank}, no_split(), Init::kNormal, std, true});
+    whole({n(Role::kQAW), {m_.q_rank, C}, no_split(), Init::kNormal, std, true});
+    whole({n(Role::kQANormW), {m_.q_rank}, no_split(), Init::kOnes, 0.0f, false});
+    t.add({n(Role::kQBW), {H * D_, m_.q_rank}, split_dim(0), Init::kNormal, std, true});
   } else {
-    t.add({n(Role::kQW), {H_ * D_, C}, no_split(), Init::kNormal, std, true});
+    t.add({n(Role::kQW), {H * D_, C}, split_dim(0), Init::kNormal, std, true});
   }
-  t.add({n(Role::kKvAW), {m_.kv_rank + m_.rope, C}, no_split(), Init::kNormal, std, true});
-  t.add({n(Role::kKvANormW), {m_.kv_rank}, no_split(), Init::kOnes, 0.0f, false});
-  t.add({n(Role::kKvBW), {H_ * (m_.nope + m_.v), m_.kv_rank}, no_split(), Init::kNormal, std, true});
+  whole({n(Role::kKvAW), {m_.kv_rank + m_.rope, C}, no_split(), Init::kNormal, std, true});
+  whole({n(Role::kKvANormW), {m_.kv_rank}, no_split(), Init::kOnes, 0.0f, false});
+  t.add({n(Role::kKvBW), {H * (m_.nope + m_.v), m_.kv_rank}, split_dim(0), Init::kNormal, std, true});
 }
 
 void MlaProjection::bind(const Placement& t, const NameMap& names, int64_t l) {
@@ -94,7 +101,7 @@ void MlaProjection::fwd(const BlockEnv& e, float* qkv, const float* xn, float* k
   if (m_.q_rank > 0) {
     qa_.fwd(e, k.qa, xn, xn_low);
     ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
-    qb_.fwd(e, q, k.qan);
+    ops::linear_fwd(q, k.qan, e.wt(qb_.w, true), nullptr, N, m_.q_rank, H * D);  // every token's rows already
   } else {
     q_.fwd(e, q, xn, xn_low);
   }
@@ -102,7 +109,7 @@ void MlaProjection::fwd(const BlockEnv& e, float* qkv, const float* xn, float* k
 #pragma omp parallel for schedule(static) if (parallel_worth(N * r))
   for (int64_t n = 0; n < N; ++n) std::copy_n(k.kv_a + n * A, r, k.c + n * r);
   ops::rmsnorm_fwd(k.cn, k.c_rstd, k.c, e.w(kva_norm_), N, r, kLatentNormEps);
-  kvb_.fwd(e, kv, k.cn);
+  ops::linear_fwd(kv, k.cn, e.wt(kvb_.w, true), nullptr, N, r, H * KV);
 #pragma omp parallel for schedule(static) if (parallel_worth(N * W))
   for (int64_t n = 0; n < N; ++n) {
     float* row = qkv + n * W;
@@ -158,22 +165,24 @@ void MlaProjection::bwd(const BlockEnv& e, float* dxn, const float* dqkv, const 
       std::copy_n(vh, dv, kvd + dn);
     }
   }
-  kvb_.bwd(e, BwdPass::kBoth, dcn, dkv, k.cn);
+  // kv_b's input gradient is this rank's heads' share: kv_a's backward (column-parallel) sums it over the group.
+  ops::linear_bwd(dcn, e.g(kvb_.w), nullptr, dkv, k.cn, e.wt(kvb_.w, true), N, r, H * KV, 0.0f);
   parallel_zero(dc, N * r);
   ops::rmsnorm_bwd(dc, e.g(kva_norm_), dcn, k.c, e.w(kva_norm_), k.c_rstd, N, r);
 #pragma omp parallel for schedule(static) if (parallel_worth(N * r))
   for (int64_t n = 0; n < N; ++n) std::copy_n(dc + n * r, r, dkva + n * A);
   kva_.bwd(e, BwdPass::kBoth, dxn, dkva, xn, xn_low);
   if (qr > 0) {
-    qb_.bwd(e, BwdPass::kBoth, dqan, dq, k.qan);
+    ops::linear_bwd(dqan, e.g(qb_.w), nullptr, dq, k.qan, e.wt(qb_.w, true), N, m_.q_rank, H * D, 0.0f);
     parallel_zero(dqa, N * qr);
     ops::rmsnorm_bwd(dqa, e.g(qa_norm_), dqan, k.qa, e.w(qa_norm_), k.qa_rstd, N, qr);
     qa_.bwd(e, BwdPass::kBoth, dx2, dqa, xn, xn_low);
   } else {
     q_.bwd(e, BwdPass::kBoth, dx2, dq, xn, xn_low);
   }
-#pragma omp parallel for simd schedule(static) if (parallel_worth(N * C))
-  for (int64_t i = 0; i < N * C; ++i) dxn[i] += dx2[i];
+  const int64_t Nl = e.Nl;  // dxn: this rank's rows (the column-parallel layers' reductions)
+#pragma omp parallel for simd schedule(static) if (parallel_worth(Nl * C))
+  for (int64_t i = 0; i < Nl * C; ++i) dxn[i] += dx2[i];
 }
 
 int64_t MlaProjection::cached_scratch_per_row(const TransformerSpec& s) {
@@ -195,7 +204,7 @@ void MlaProjection::fwd_cached(const BlockEnv& e, float* y_v, const float* xn, f
   if (m_.q_rank > 0) {
     qa_.fwd(e, k.qa, xn, xn_low);
     ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
-    qb_.fwd(e, q, k.qan);
+    ops::linear_fwd(q, k.qan, e.wt(qb_.w, true), nullptr, N, m_.q_rank, H * D);
   } else {
     q_.fwd(e, q, xn, xn_low);
   }

@@ -10,7 +10,10 @@
 // with head stride D and rotary_dim rope, and a dot product does not see one permutation applied to both q and k);
 // a value head is [v | 0] (D - v zeros), so the core's output head is [y_v | 0] and the output projection reads
 // the y_v part. The norms' epsilon is 1e-6 (DeepseekV2RMSNorm's default; the config's rms_norm_eps is not theirs).
-// One tensor-parallel rank only (the latents' projections would be replicated, their gradients summed: not built).
+// Tensor parallel: q_proj / q_b_proj and kv_b_proj split by heads (column-parallel), the latents' projections and
+// norms (q_a_proj, q_a_layernorm, kv_a_proj_with_mqa, kv_a_layernorm) whole on every rank; those read every token's
+// rows (gathered under SP), and their gradients, partial (each rank's heads' share), are summed over the group
+// (ParamSpec::grad_partial_over_tp), as is their input's (the column-parallel layer's reduction).
 #pragma once
 #include <cstdint>
 
@@ -26,7 +29,7 @@ namespace gf {
 class MlaProjection {
  public:
   MlaProjection() = default;
-  explicit MlaProjection(const TransformerSpec& s);
+  MlaProjection(const TransformerSpec& s, int tp_size);
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
   int64_t first_offset() const { return q_.w >= 0 ? q_.w : qa_.w; }

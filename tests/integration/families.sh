@@ -5,7 +5,8 @@
 # renormalised), Qwen2-MoE's (top-2 not renormalised, a shared expert under a sigmoid gate) and Gemma 3's (local
 # layers with a window of 8 and their own RoPE base beside a global one, four (1 + w) norms per layer, GeGLU, a scaled
 # embedding) and DeepSeek-V2-Lite's (multi-head latent attention with yarn RoPE, a dense first layer, then 4 experts
-# top-2 beside an ungated shared expert; refused under model_parallel, by name), each from
+# top-2 beside an ungated shared expert) and DeepSeek-V3's (a query latent, sigmoid routing over groups with the
+# aux-loss-free expert bias), each from
 # tests/golden/families/FAMILY/config.json through `gridformer config --from-hf`. Per
 # family, 10 steps from the same random start (the MoE one also at dp2 x ep2 and dp2 x ep2 x mp2 + sp):
 #   dp2, mp2 + sequence parallel (vocabulary split), cp2 ring (colossalai_cp) and Ulysses, dp2 ZeRO-1/2/3,
@@ -78,13 +79,7 @@ for fam in ${FAMILIES:-llama qwen2 qwen3 qwen3_moe qwen2_moe gemma3 deepseek_v2_
   fam_train $fam one 1
   fam_train $fam dp2 2 "${DP2[@]}"
   mp=($fam.mp2_sp)
-  if [[ $fam == deepseek* ]]; then  # latent attention under tensor parallel: refused by name before any work
-    refused 2 "multi-head latent attention (model_config.kv_lora_rank) is built for one tensor-parallel rank" \
-      $fam.mp2_refused mpirun -np 2 --oversubscribe "$BIN" train --config $fam.yaml "${MP2SP[@]}"
-    mp=()
-  else
-    fam_train $fam mp2_sp 2 "${MP2SP[@]}"
-  fi
+  fam_train $fam mp2_sp 2 "${MP2SP[@]}"
   # A pipeline runs micro-batches, as one rank accumulating two does; with the embedding tied, the first and last
   # stages' copies add their gradients in another order than one rank, so both are held to one rank within 1e-5,
   # and ZB-H1 to 1F1B bitwise.

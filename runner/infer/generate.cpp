@@ -348,12 +348,12 @@ Predictor::Predictor(const Config& cfg, const ParallelContext& ctx, const Predic
   s_->gen = std::make_unique<Generator>(*lm, ctx, go);
   const Generator& gen = *s_->gen;
   spdlog::info("predict: {} prompt(s) in batches of {}, up to {} tokens each (prompt + generated), {} ({}); "
-               "KV cache {:.1f} MiB, buffers {:.1f} MiB",
+               "KV cache {:.1f} MiB ({} bytes), buffers {:.1f} MiB",
                n, batch, capacity, gc.use_past ? "KV cache (use_past)" : "prefix recomputed (use_past: False)",
                so.do_sample ? fmt::format("sampling: top_k {}, top_p {}, temperature {}, seed {}", so.top_k, so.top_p,
                                           so.temperature, cfg.seed)
                             : std::string("greedy"),
-               gen.cache_bytes() / 1048576.0, gen.bytes() / 1048576.0);
+               gen.cache_bytes() / 1048576.0, gen.cache_bytes(), gen.bytes() / 1048576.0);
 }
 
 // The prompts' sequence so far: the prompt and what has been generated.

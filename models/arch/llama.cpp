@@ -95,13 +95,14 @@ std::string llama_name(Role role, int64_t l) {
 // The keys every Llama-like config.json (Llama, Mistral, Mixtral, Qwen2, Qwen3) writes alike.
 nlohmann::json llama_like_hf_json(const ModelConfig& c, const std::string& cls, const std::string& model_type) {
   // Gemma 3's own keys (models/arch/gemma.cpp), which the other classes cannot say.
+  const bool layer_types = model_type == "gemma3_text" || model_type.rfind("qwen", 0) == 0;  // they can say a mix
   if (model_type != "gemma3_text") {
     auto refuse = [&](const std::string& why) { throw std::invalid_argument("Hugging Face's " + cls + " has no " + why); };
     if (c.query_pre_attn_scalar > 0) refuse("query_pre_attn_scalar (model_config.query_pre_attn_scalar)");
     if (c.rope_local_theta > 0) refuse("local layers' RoPE base (model_config.rope_local_base_freq)");
     bool mixed = false;
     for (bool w : c.window_layers) mixed = mixed || !w;
-    if (mixed) refuse("mix of windowed and full layers (model_config.layer_types)");
+    if (mixed && !layer_types) refuse("mix of windowed and full layers (model_config.layer_types)");
   }
   if (model_type != "deepseek_v2" && model_type != "deepseek_v3" && c.kv_lora_rank > 0)
     throw std::invalid_argument("Hugging Face's " + cls + " has no latent attention (model_config.kv_lora_rank)");

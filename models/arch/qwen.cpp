@@ -7,7 +7,9 @@
 //    after the projection and before RoPE (self_attn.q_norm, self_attn.k_norm: qk_layernorm), and heads of
 //    head_dim (128 in the released models) whatever hidden_size / num_attention_heads is.
 // Both have a sliding window on the layers from max_window_layers on when use_sliding_window is true
-// (layer_types in transformers >= 4.53): all or none of the layers here; a mix is refused.
+// (layer_types in transformers >= 4.53); a mix of windowed and full layers runs as Gemma 3's does
+// (model_config.layer_types).
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -35,39 +37,62 @@ LlamaLikeDefaults qwen_defaults(bool qwen3) {
   return d;
 }
 
-// The window of every layer, or a refusal for a mix of sliding and full layers.
-int64_t qwen_window(const nlohmann::json& j, int64_t layers) {
+// The window and the layers it applies to, as Qwen2Config / Qwen3Config (transformers >= 4.53) decide them: no
+// window unless use_sliding_window (sliding_window is then None, whatever layer_types says); the windowed layers are
+// layer_types' "sliding_attention" ones, or (no layer_types) those from max_window_layers on.
+void read_qwen_window(const nlohmann::json& j, ModelConfig& c) {
   auto refuse = [](const std::string& why) { throw std::invalid_argument("config.json: " + why); };
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
-  const bool sliding = has("use_sliding_window") && j["use_sliding_window"].get<bool>();
-  const int64_t window = has("sliding_window") ? j["sliding_window"].get<int64_t>() : 4096;
-  int64_t sliding_layers = 0;
+  const int64_t layers = c.num_layers;
+  std::vector<bool> sliding(static_cast<size_t>(std::max<int64_t>(layers, 0)), false);
   if (has("layer_types")) {
+    size_t i = 0;
     for (const auto& t : j["layer_types"]) {
       const std::string s = t.get<std::string>();
-      if (s == "sliding_attention") ++sliding_layers;
-      else if (s != "full_attention") refuse("layer_types holds '" + s + "': expects full_attention or sliding_attention");
+      if (s != "sliding_attention" && s != "full_attention")
+        refuse("layer_types holds '" + s + "': expects full_attention or sliding_attention");
+      if (i < sliding.size()) sliding[i] = s == "sliding_attention";
+      ++i;
     }
-  } else if (sliding) {
+    if (static_cast<int64_t>(i) != layers)
+      refuse("layer_types has " + std::to_string(i) + " entries for " + std::to_string(layers) + " layers");
+  } else {
     const int64_t from = has("max_window_layers") ? j["max_window_layers"].get<int64_t>() : 28;
-    sliding_layers = std::max<int64_t>(0, layers - std::max<int64_t>(0, from));
+    for (int64_t l = 0; l < layers; ++l) sliding[static_cast<size_t>(l)] = l >= from;
   }
-  if (!sliding && !has("layer_types")) return 0;  // use_sliding_window false: sliding_window is not read
-  if (sliding_layers == 0) return 0;
-  if (sliding_layers != layers)
-    refuse(std::to_string(sliding_layers) + " of " + std::to_string(layers) +
-           " layers with a sliding window (use_sliding_window, max_window_layers / layer_types): gridformer runs one "
-           "window for every layer; a mix of sliding and full layers is not built");
+  c.sliding_window = 0;
+  c.window_layers.clear();
+  const bool on = has("use_sliding_window") && j["use_sliding_window"].get<bool>();
+  const int64_t n = std::count(sliding.begin(), sliding.end(), true);
+  if (!on || n == 0) return;
+  const int64_t window = has("sliding_window") ? j["sliding_window"].get<int64_t>() : 4096;
   if (window <= 0) refuse("sliding_window " + std::to_string(window) + ": expects a number of tokens");
-  return window;
+  c.sliding_window = window;
+  if (n != layers) c.window_layers = sliding;  // a mix: the windowed layers named
 }
 
+// use_sliding_window, sliding_window, max_window_layers and (a mix) layer_types for the window and its layers.
 void write_window(nlohmann::json& j, const ModelConfig& c) {
   j["use_sliding_window"] = c.sliding_window > 0;
   j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
-  j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.num_layers;
+  bool mixed = false;
+  for (bool w : c.window_layers) mixed = mixed || !w;
+  if (c.sliding_window <= 0 || !mixed) {
+    j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.num_layers;
+    return;
+  }
+  // transformers before 4.53 read max_window_layers alone: the windowed layers must be those from it on.
+  int64_t from = 0;
+  while (from < c.num_layers && !c.window_layers[static_cast<size_t>(from)]) ++from;
+  for (int64_t l = from; l < c.num_layers; ++l)
+    if (!c.window_layers[static_cast<size_t>(l)])
+      throw std::invalid_argument("Hugging Face's Qwen configs window the layers from max_window_layers on; "
+                                  "model_config.layer_types windows others");
+  j["max_window_layers"] = from;
+  nlohmann::json types = nlohmann::json::array();
+  for (bool w : c.window_layers) types.push_back(w ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
 }
-
 
 }  // namespace
 
@@ -87,7 +112,7 @@ nlohmann::json qwen2_hf_config(const ModelConfig& c) {
 void read_qwen2_hf_config(const nlohmann::json& j, ModelConfig& c) {
   read_llama_like_hf_config(j, c, qwen_defaults(false));
   c.qkv_has_bias = true;  // Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without
-  c.sliding_window = qwen_window(j, c.num_layers);
+  read_qwen_window(j, c);
 }
 
 nlohmann::json qwen3_hf_config(const ModelConfig& c) {
@@ -109,7 +134,7 @@ void read_qwen3_hf_config(const nlohmann::json& j, ModelConfig& c) {
     throw std::invalid_argument("config.json: attention_bias true: Qwen3's biases all four attention projections; "
                                 "gridformer's Llama biases q, k and v alone");
   c.qk_layernorm = true;  // Qwen3Attention: q_norm and k_norm, always
-  c.sliding_window = qwen_window(j, c.num_layers);
+  read_qwen_window(j, c);
 }
 
 namespace {
@@ -169,7 +194,7 @@ nlohmann::json qwen2_moe_hf_config(const ModelConfig& c) {
 void read_qwen2_moe_hf_config(const nlohmann::json& j, ModelConfig& c) {
   read_llama_like_hf_config(j, c, qwen_defaults(false));
   c.qkv_has_bias = true;
-  c.sliding_window = qwen_window(j, c.num_layers);
+  read_qwen_window(j, c);
   read_qwen_moe(j, c, 60, 4, 1408);  // Qwen2MoeConfig's defaults
   c.moe.shared_expert_ffn = j.contains("shared_expert_intermediate_size") && !j["shared_expert_intermediate_size"].is_null()
                                 ? j["shared_expert_intermediate_size"].get<int64_t>()

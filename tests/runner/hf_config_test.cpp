@@ -184,6 +184,42 @@ TEST(HfConfig, SlidingWindowComesInAndGoesOut) {
             std::string::npos) << joined(check.errors);
 }
 
+// Qwen's sliding window on the layers from max_window_layers on (Qwen2Config / Qwen3Config, transformers >= 4.53:
+// or by layer_types), the others full: read as model_config.layer_types, printed in the section, written back (both
+// keys), and no window at all unless use_sliding_window, whatever layer_types says.
+TEST(HfConfig, QwenWindowedAndFullLayersComeInAndGoOut) {
+  nlohmann::json hf = published("qwen3_0.6b.json");
+  const int64_t L = hf["num_hidden_layers"].get<int64_t>();
+  hf["use_sliding_window"] = true;
+  hf["sliding_window"] = 64;
+  hf["max_window_layers"] = 20;
+  const ModelConfig m = model_config_from_hf(hf, "qwen3_window.json");
+  ASSERT_EQ(static_cast<int64_t>(m.window_layers.size()), L);
+  for (int64_t l = 0; l < L; ++l) EXPECT_EQ(m.window_layers[static_cast<size_t>(l)], l >= 20) << l;
+  EXPECT_EQ(m.sliding_window, 64);
+  const std::string yaml = find_arch_section(m.type)->model_yaml(m);
+  const Config back = load_config_string(yaml + "train_dataset: {data_loader: {type: RandomTokens}}\n", {}, "w");
+  EXPECT_EQ(back.model.window_layers, m.window_layers);
+  const nlohmann::json out = hf_config_json(back.model);
+  EXPECT_EQ(out["max_window_layers"], 20);
+  EXPECT_EQ(out["layer_types"][19], "full_attention");
+  EXPECT_EQ(out["layer_types"][20], "sliding_attention");
+  EXPECT_TRUE(check_hf_config(hf, back.model, "w").errors.empty()) << joined(check_hf_config(hf, back.model, "w").errors);
+  // The same by layer_types (transformers 5 writes them), and with use_sliding_window false: no window.
+  nlohmann::json typed = hf;
+  typed.erase("max_window_layers");
+  typed["layer_types"] = out["layer_types"];
+  EXPECT_EQ(model_config_from_hf(typed, "typed.json").window_layers, m.window_layers);
+  typed["use_sliding_window"] = false;
+  const ModelConfig off = model_config_from_hf(typed, "off.json");
+  EXPECT_EQ(off.sliding_window, 0);
+  EXPECT_TRUE(off.window_layers.empty());
+  // A windowed layer before a full one is not Qwen's rule (transformers before 4.53 read max_window_layers alone).
+  ModelConfig odd = back.model;
+  odd.window_layers[0] = true;
+  EXPECT_THROW((void)hf_config_json(odd), std::invalid_argument);
+}
+
 TEST(HfConfig, DifferencesNameTheKeyAndBothValues) {
   const Config c = load_config(src("configs/llama/run_llama_tiny.yaml"), {"model.model_config.num_layers=2"});
   const nlohmann::json file = hf_config_json(load_config(src("configs/llama/run_llama_tiny.yaml")).model);

@@ -5,7 +5,6 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <functional>
 
 namespace gf::ops {
 
@@ -118,20 +117,9 @@ void swiglu_bwd_bf16(bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf
 
 namespace {
 
-// The gated forms' chunks (at most kGluChunk columns: activation_fwd_block's limit): act(g) into a stack array,
-// then its product with u.
-constexpr int64_t kGluChunk = kActivationBlock;
-
-template <typename T>
-void glu_chunks(int64_t rows, int64_t cols, const std::function<void(int64_t, int64_t, int64_t)>& body) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t per_row = (cols + kGluChunk - 1) / kGluChunk;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * cols * kTranscendentalWork))
-  for (int64_t t = 0; t < rows * per_row; ++t) {
-    const int64_t r = t / per_row, c0 = (t % per_row) * kGluChunk;
-    body(r, c0, std::min(kGluChunk, cols - c0));
-  }
-}
+// The gated forms' stack arrays: over_chunks' chunks (kChunk columns) fit the activation's block kernels.
+constexpr int64_t kGluChunk = kChunk;
+static_assert(kGluChunk <= kActivationBlock);
 
 template <typename T>
 void glu_values(Activation a, T* h, const T* g, const T* u, int64_t m) {
@@ -156,7 +144,7 @@ void glu_grads(Activation a, T* dg, T* du, const T* dh, const T* g, const T* u, 
 template <typename T>
 void glu_fwd(Activation a, T* h, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "glu fwd");
-  glu_chunks<T>(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
+  over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     glu_values(a, h + r * cols + c0, g + r * ld_in + c0, u + r * ld_in + c0, m);
   });
 }
@@ -165,7 +153,7 @@ template <typename T>
 void glu_bwd(Activation a, T* dg, T* du, const T* dh, const T* g, const T* u, int64_t rows, int64_t cols, int64_t ld_in,
              bool accumulate) {
   GF_OP_SPAN("elementwise", "glu bwd");
-  glu_chunks<T>(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
+  over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     const int64_t i = r * ld_in + c0;
     alignas(64) T vg[kGluChunk], vu[kGluChunk];
     glu_grads(a, vg, vu, dh + r * cols + c0, g + i, u + i, m);
@@ -178,7 +166,7 @@ void glu_bwd(Activation a, T* dg, T* du, const T* dh, const T* g, const T* u, in
 
 void glu_fwd_bf16(Activation a, bf16* h, const bf16* g, const bf16* u, int64_t rows, int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "glu fwd");
-  glu_chunks<float>(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
+  over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     alignas(64) float g32[kGluChunk], u32[kGluChunk], h32[kGluChunk];
     widen_bf16(g32, g + r * ld_in + c0, m);
     widen_bf16(u32, u + r * ld_in + c0, m);
@@ -190,7 +178,7 @@ void glu_fwd_bf16(Activation a, bf16* h, const bf16* g, const bf16* u, int64_t r
 void glu_bwd_bf16(Activation a, bf16* dg, bf16* du, const bf16* dh, const bf16* g, const bf16* u, int64_t rows,
                   int64_t cols, int64_t ld_in) {
   GF_OP_SPAN("elementwise", "glu bwd");
-  glu_chunks<float>(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
+  over_chunks(rows, cols, [&](int64_t r, int64_t c0, int64_t m) {
     alignas(64) float g32[kGluChunk], u32[kGluChunk], dh32[kGluChunk], vg[kGluChunk], vu[kGluChunk];
     const int64_t i = r * ld_in + c0;
     widen_bf16(g32, g + i, m);

@@ -221,6 +221,22 @@ TEST(GeneratorFamilies, GreedySixtyFourTokensWithTheCacheEqualRecomputation) {
 namespace gf {
 namespace {
 
+// The logits of every position of one sequence (slot 0) fed to `gen` `chunk` tokens a call, [tokens, V].
+std::vector<float> logits_in_chunks(Generator& gen, const std::vector<int32_t>& tokens, int64_t chunk, int64_t V) {
+  const auto T = static_cast<int64_t>(tokens.size());
+  std::vector<float> got(static_cast<size_t>(T * V));
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)), rows(static_cast<size_t>(chunk));
+    for (int64_t i = 0; i < chunk; ++i) {
+      pos[static_cast<size_t>(i)] = t0 + i;
+      rows[static_cast<size_t>(i)] = i;
+    }
+    const float* l = gen.forward(tokens.data() + t0, seq.data(), pos.data(), chunk, rows.data(), chunk);
+    std::copy_n(l, chunk * V, got.begin() + t0 * V);
+  }
+  return got;
+}
+
 // Gemma 3's local layers (a window of 8, their own RoPE base) beside a global one, generated against the KV
 // cache: the 64 positions of the golden's logits64 sequence fed one token per call (the cache holds every
 // position: the global layer reads them all) and in one call give PyTorch's logits (tools/torch_hf_gemma3.py)
@@ -239,16 +255,7 @@ TEST(GeneratorFamilies, GemmaLocalAndGlobalLayersWithTheCacheMatchPyTorch) {
   for (const int64_t chunk : {int64_t{1}, kT}) {
     Generator gen(lm, ctx, {1, kT, chunk, chunk});
     EXPECT_EQ(gen.cache_positions(), kT) << "windowed layers beside full ones keep every position";
-    std::vector<float> got(static_cast<size_t>(kT * g.V));
-    for (int64_t t0 = 0; t0 < kT; t0 += chunk) {
-      std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)), rows(static_cast<size_t>(chunk));
-      for (int64_t i = 0; i < chunk; ++i) {
-        pos[static_cast<size_t>(i)] = t0 + i;
-        rows[static_cast<size_t>(i)] = i;
-      }
-      const float* l = gen.forward(tokens.data() + t0, seq.data(), pos.data(), chunk, rows.data(), chunk);
-      std::copy_n(l, chunk * g.V, got.begin() + t0 * g.V);
-    }
+    const std::vector<float> got = logits_in_chunks(gen, tokens, chunk, g.V);
     EXPECT_LE(golden_case::rel_err(got.data(), ref, kT, g.V, g.V), 1e-5) << "rows per call " << chunk;
   }
 }
@@ -281,16 +288,7 @@ TEST(GeneratorFamilies, LatentAttentionCacheMatchesPyTorch) {
       const int64_t L = lm.spec().layers;
       EXPECT_EQ(gen.cache_bytes(), 4 * L * kT * (m.kv_rank + m.rope)) << file;
       EXPECT_LT(gen.cache_bytes(), 4 * L * kT * 2 * lm.spec().heads * m.qk()) << file;
-      std::vector<float> got(static_cast<size_t>(kT * g.V));
-      for (int64_t t0 = 0; t0 < kT; t0 += chunk) {
-        std::vector<int64_t> seq(static_cast<size_t>(chunk), 0), pos(static_cast<size_t>(chunk)), rows(static_cast<size_t>(chunk));
-        for (int64_t i = 0; i < chunk; ++i) {
-          pos[static_cast<size_t>(i)] = t0 + i;
-          rows[static_cast<size_t>(i)] = i;
-        }
-        const float* l = gen.forward(tokens.data() + t0, seq.data(), pos.data(), chunk, rows.data(), chunk);
-        std::copy_n(l, chunk * g.V, got.begin() + t0 * g.V);
-      }
+      const std::vector<float> got = logits_in_chunks(gen, tokens, chunk, g.V);
       EXPECT_LE(golden_case::rel_err(got.data(), ref, kT, g.V, g.V), 1e-5) << file << ", rows per call " << chunk;
     }
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/io/checkpoint.h"
 #include "core/params/placement.h"
 
@@ -16,6 +18,7 @@ namespace gf::ckpt::detail {
 inline constexpr const char* kFormat = "gridformer-checkpoint";
 inline constexpr int kVersion = 1;
 inline constexpr mode_t kFileMode = 0640, kDirMode = 0750;
+inline constexpr const char* kLatest = "latest";  // the file under a checkpoint root naming the newest one
 inline constexpr const char* kIndex = "index.json";
 
 // `err` is errno, read by the caller before it builds the message (which may allocate).
@@ -58,6 +61,19 @@ int64_t end_of(const TensorPlacement& t, int64_t lo, int64_t hi, const char* wha
 // The global boxes of a tensor's local elements [lo, hi), with where each starts locally.
 std::vector<SlicePiece> wanted_boxes(const TensorPlacement& t, int64_t lo, int64_t hi);
 std::string read_text(const std::string& path);
+// The directory steps' helpers (core/io/checkpoint_dir.cpp): fsync of a directory, a new file written whole and
+// synced, the file system's questions, mkdir -p and rm -r, a checkpoint name's check, its temporary's path, the
+// checkpoint `latest` names under root, and an index.json read (null when there is none).
+void fsync_dir(const std::string& dir);
+void write_new_file(const std::string& path, const std::string& text);
+bool is_dir(const std::string& path);
+bool exists(const std::string& path);
+void make_dirs(const std::string& path);
+void remove_tree(const std::string& path);
+void check_name(const std::string& name);
+std::string tmp_of(const std::string& root, const std::string& name);
+std::string follow_latest(const std::string& root);
+nlohmann::json read_index_or_null(const std::string& path);
 // write(2) of all n bytes, and fsync, throwing with the path, the errno text and what to do.
 void write_all(int fd, const std::string& path, const void* data, size_t n);
 void fsync_fd(const Fd& fd, const std::string& path);

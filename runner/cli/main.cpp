@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runner/cli/env_defaults.h"
+#include "runner/cli/rank_start.h"
 #include "runner/cli/omp_threads.h"
 #include "runner/cli/tokenize_cli.h"
 #include "core/io/checkpoint.h"
@@ -44,120 +45,16 @@
 
 namespace {
 
-// Exit statuses (README "Exit status"): 0 done; 1 a failure during training; 2 a problem found
-// before training (usage, config, layout, rank table, output_dir, data, weights); 3 a NaN/Inf loss;
-// 6 a hang (parallel.hang_timeout, gf::hang::kExitStatus); 130/143 stopped by SIGINT/SIGTERM.
-constexpr int kSetupError = 2;
-
-// What an exception says, as one line for the user: out-of-memory and filesystem errors get what to do.
-std::string describe(const std::exception& e) {
-  if (dynamic_cast<const std::bad_alloc*>(&e))
-    return "out of memory: the model, batch or data does not fit in this host's memory; lower "
-           "runner_config.batch_size or the model size, raise parallel_config.model_parallel, or run fewer ranks per host";
-  if (const auto* f = dynamic_cast<const std::filesystem::filesystem_error*>(&e))
-    return fmt::format("{}: {}", f->path1().string(), f->code().message());
-  return e.what();
-}
-
-// The rank table (--rank_table, else $RANK_TABLE_FILE as in MindFormers; neither: no table). Every rank loads and
-// validates it and the ranks agree on the outcome (hosts may see different files). Returns "" when there is no
-// table or it fits, else the problem (the same text on every rank).
-std::string check_rank_table(std::string path, const gf::Communicator& world) {
-  if (path.empty())
-    if (const char* e = std::getenv("RANK_TABLE_FILE"); e && *e) path = e;
-  if (path.empty()) return "";
-  std::string problem;
-  gf::RankTable table;
-  try {
-    table = gf::load_rank_table(path);
-    if (table.rank_count() != world.size())
-      problem = fmt::format("rank table {} has {} rank(s) but {} rank(s) are running; start {} ranks (mpirun -np {}, or "
-                            "RANK_SIZE {} for run_distribute.sh), or use a table for {} (rank_table --device_num \"[0,{})\")",
-                            path, table.rank_count(), world.size(), table.rank_count(), table.rank_count(),
-                            table.rank_count(), world.size(), world.size());
-  } catch (const std::exception& e) {
-    problem = e.what();
-  }
-  problem = gf::first_problem(world, problem);
-  if (problem.empty()) {
-    const gf::RankLocation here = table.locate(world.rank());
-    spdlog::info("rank table {}: {} ranks on {} server(s); this rank: server {} device {}", path, table.rank_count(),
-                 table.servers.size(), here.server_id, here.device.device_id);
-  }
-  return problem;
-}
-
-// Everything a run needs is checked on every rank before any work: the config, the output directory, the rank
-// table, the layout. Returns "" or the one problem every rank agrees on (rank 0 prints it).
-std::string check_before_work(const std::string& config_path, const std::vector<std::string>& sets,
-                              const std::string& rank_table, const gf::Communicator& world, gf::Config& cfg,
-                              bool predicting = false) {
-  const int rank = world.rank();
-  std::string problem;
-  try {
-    cfg = gf::load_config(config_path, sets);
-    if (cfg.run_mode == gf::RunMode::kPredict && !predicting)
-      problem = "run_mode: predict generates text from prompts: run `gridformer predict --config " + config_path +
-                " --predict_data \"TEXT\"` (or --predict_file FILE), as MindFormers' run_mindformer.py --predict_data";
-  } catch (const std::exception& e) {
-    problem = describe(e);
-  }
-  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
-  try {
-    gf::setup_logging(cfg.output_dir, rank, rank == 0);
-  } catch (const std::exception& e) {
-    problem = fmt::format("output_dir `{}`: cannot create the log directory ({}); set output_dir to a directory this "
-                          "user can write (--set output_dir=...)", cfg.output_dir, describe(e));
-  }
-  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
-  if (!predicting) problem = gf::unwritable_output(cfg, rank);
-  if (problem = gf::first_problem(world, problem); !problem.empty()) return problem;
-  for (const auto& w : cfg.warnings) if (rank == 0) spdlog::warn("{}", w);
-  for (const auto& w : gf::layout_warnings(cfg, world.size())) if (rank == 0) spdlog::warn("{}", w);
-  if (problem = check_rank_table(rank_table, world); !problem.empty()) return problem;
-  return gf::layout_error_message(cfg, world.size());  // the same arithmetic on every rank
-}
+using gf::cli::check_before_work;
+using gf::cli::describe;
+using gf::cli::kSetupError;
+using gf::cli::run_replay;
+using gf::cli::start_rank;
 
 struct LambadaRequest {
   std::string path;  // --lambada_data ("": none)
   bool strict = false;
 };
-
-// A rank's start, for train and predict (inside an MpiEnvironment): console logging, the threads, the
-// config and layout checked on every rank (check_before_work), the ParallelContext of the layout.
-// Empty after a problem, which rank 0 has printed.
-std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, const std::vector<std::string>& sets,
-                                                const std::string& rank_table, bool predicting, gf::Config& cfg,
-                                                int& threads) {
-  gf::Communicator world = gf::Communicator::world();
-  const int rank = world.rank();
-  gf::setup_console_logging(rank);
-  threads = gf::threads_per_rank();
-  omp_set_num_threads(threads);
-  gf::gemm_set_threads(threads);
-  if (const std::string problem = check_before_work(config_path, sets, rank_table, world, cfg, predicting);
-      !problem.empty()) {
-    if (rank == 0) spdlog::error("{}", problem);
-    return nullptr;
-  }
-  const auto& p = cfg.parallel;
-  world.set_mpi_collectives(p.mpi_collectives);  // every group split from the world inherits it
-  // parallel.hang_timeout: from here on a wait without progress ends the job with a report (status 6). The report's
-  // lines go to the rank's log, and to the console from every rank (only rank 0's log has a console).
-  gf::hang::set_report_sink([rank](const std::string& line) {
-    spdlog::error("{}", line);
-    spdlog::default_logger()->flush();
-    if (rank != 0) std::fprintf(stderr, "[rank %d] %s\n", rank, line.c_str());
-  });
-  gf::hang::install(p.hang_timeout);
-  return std::make_unique<gf::ParallelContext>(gf::ParallelContext::build(
-      std::move(world), gf::ProcessGrid({{gf::GridAxis::kTp, static_cast<int>(p.model_parallel)},
-                                         {gf::GridAxis::kCp, static_cast<int>(p.context_parallel)},
-                                         {gf::GridAxis::kDp, static_cast<int>(p.data_parallel)},
-                                         {gf::GridAxis::kPp, static_cast<int>(p.pipeline_stage)},
-                                         {gf::GridAxis::kEp, static_cast<int>(p.expert_parallel)}}),
-      p.context_parallel_algo == "hybrid_cp" ? static_cast<int>(p.ulysses_degree_in_cp) : 1));
-}
 
 int run_train(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
               const std::string& save_weights, const LambadaRequest& lambada, int argc, char** argv) {
@@ -223,131 +120,6 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
   return status;
 }
 
-// `gridformer replay` (runner/cli/replay.h): the checkpoint's config and state, the steps re-run one by one with
-// the model's finite checks on, each compared with the run's metrics (on every rank alike: the per-rank losses
-// are all-reduced), then the verdict. Status 0: every step has the run's bits; 7: a step's bits differ; 2: set-up.
-struct ReplayPass {
-  std::vector<gf::StepCompare> steps;
-  std::string first_nonfinite;  // "rank R: what", of the first step that was not finite
-  int64_t nonfinite_step = 0;
-  bool low_precision = false;  // the pass computed in bf16/fp16
-};
-
-// One pass: a trainer resumed from the checkpoint (fp32: computing in fp32), its steps up to the last asked for
-// or the first that is not finite. Returns false after a set-up problem (printed by rank 0).
-bool replay_pass(const gf::ReplayPlan& p, const std::map<int64_t, gf::RunStep>& run, bool fp32, ReplayPass& out) {
-  std::vector<std::string> sets = p.sets;
-  if (fp32) sets.push_back("model.model_config.compute_dtype=float32");
-  gf::Config cfg;
-  int threads = 1;
-  const std::unique_ptr<gf::ParallelContext> ctx = start_rank(p.config_path, sets, "", false, cfg, threads);
-  if (!ctx) return false;
-  out.low_precision = cfg.compute_dtype != gf::ComputeDtype::kFloat32;
-  cfg.checkpoint.enabled = false;  // the replay writes nothing into the run's checkpoints
-  cfg.do_eval = false;
-  std::unique_ptr<gf::Trainer> trainer;
-  std::string problem;
-  try {
-    trainer = std::make_unique<gf::Trainer>(cfg, *ctx, gf::apply_machine_probe(threads));
-  } catch (const std::exception& e) {
-    problem = describe(e);
-  }
-  const int rank = ctx->world_rank();
-  if (problem = gf::first_problem(ctx->world(), problem); !problem.empty()) {
-    if (rank == 0) spdlog::error("{}", problem);
-    return false;
-  }
-  if (rank == 0)
-    spdlog::info("replaying steps {}-{} from {} (step {}){}, compared with {}", p.checkpoint_step + 1, p.last,
-                 p.checkpoint, p.checkpoint_step, fp32 ? " in fp32" : "", p.metrics);
-  trainer->set_finite_check(true);
-  for (int64_t step = p.checkpoint_step + 1; step <= p.last; ++step) {
-    const gf::StepResult r = trainer->train_step(step);
-    gf::StepCompare c = gf::compare_step(step, run, r.loss, r.grad_norm, trainer->rank_losses(r));
-    if (rank == 0) spdlog::info("{}{}", fp32 ? "fp32: " : "", c.line);
-    const bool stop = c.nonfinite;  // the run stopped here (status 3): so does the replay
-    out.steps.push_back(std::move(c));
-    if (!stop) continue;
-    out.nonfinite_step = step;
-    const std::vector<std::string> found = ctx->world().gather_strings(trainer->first_nonfinite(), 0);
-    for (size_t k = 0; k < found.size() && out.first_nonfinite.empty(); ++k)
-      if (!found[k].empty()) out.first_nonfinite = fmt::format("rank {}: {}", k, found[k]);
-    break;
-  }
-  return true;
-}
-
-int run_replay(const gf::ReplayRequest& req, int argc, char** argv) {
-  gf::MpiEnvironment mpi(&argc, &argv);
-  const gf::Communicator world = gf::Communicator::world();
-  gf::setup_console_logging(world.rank());
-  gf::ReplayPlan p;
-  std::string problem;
-  try {
-    p = gf::plan_replay(req);
-  } catch (const std::exception& e) {
-    problem = describe(e);
-  }
-  if (problem = gf::first_problem(world, problem); !problem.empty()) {
-    if (world.rank() == 0) spdlog::error("{}", problem);
-    return kSetupError;
-  }
-  const bool rank0 = world.rank() == 0;
-  if (!p.damage.empty()) {
-    if (rank0)
-      spdlog::warn("the checkpoint differs from what was saved: {}; replayed as it is, so that the damage's effect on "
-                   "the steps shows", p.damage);
-    gf::ckpt::set_crc_checks(false);
-  }
-  const std::map<int64_t, gf::RunStep> run = gf::read_run_steps(p.metrics);
-  ReplayPass main_pass, fp32_pass;
-  const bool ok = replay_pass(p, run, false, main_pass);
-  const auto differ = std::find_if(main_pass.steps.begin(), main_pass.steps.end(),
-                                   [&](const gf::StepCompare& c) { return c.recorded && !c.same && c.step >= p.first; });
-  // A step that was not finite with the run's bits: a deterministic fault. In bf16/fp16, again in fp32.
-  const bool low_precision = main_pass.low_precision;
-  const bool ok32 = !ok || differ != main_pass.steps.end() || main_pass.nonfinite_step == 0 || !low_precision ||
-                    replay_pass(p, run, true, fp32_pass);
-  std::remove(p.config_path.c_str());
-  if (!ok || !ok32) return kSetupError;
-  int status = 0;
-  std::string verdict;
-  if (differ != main_pass.steps.end()) {
-    status = 7;
-    const std::string ranks =
-        differ->ranks.empty() ? std::string() : fmt::format("; the ranks whose own loss differs: {}", fmt::join(differ->ranks, ", "));
-    verdict = p.damage.empty()
-                  ? fmt::format("DIFFERENT bits from step {}: the same state, data and order gave other numbers, so the "
-                                "machine (a transient fault: memory, a core, the network), not the data or the arithmetic{}",
-                                differ->step, ranks)
-                  : fmt::format("DIFFERENT bits from step {}{}: the checkpoint's bits changed after its save ({}), which the "
-                                "steps replayed from it show",
-                                differ->step, ranks, p.damage);
-  } else {
-    verdict = fmt::format("same bits in every compared step ({}-{}): the steps are deterministic, so a fault seen in them is "
-                          "the data's or the arithmetic's, not the machine's", p.first, p.last);
-    if (main_pass.nonfinite_step > 0)
-      verdict += fmt::format("; step {} is not finite again: the first output that is not: {}", main_pass.nonfinite_step,
-                             main_pass.first_nonfinite.empty() ? "none found by the layer checks (the optimizer's or the norm's)"
-                                                               : main_pass.first_nonfinite);
-    if (!fp32_pass.steps.empty())
-      verdict += fmt::format("; in fp32: {}", fp32_pass.nonfinite_step > 0
-                                                   ? fmt::format("step {} is not finite either, first at {}", fp32_pass.nonfinite_step,
-                                                                 fp32_pass.first_nonfinite)
-                                                   : std::string("the steps are finite (the fault is the low precision's)"));
-  }
-  if (rank0) {
-    spdlog::info("replay verdict: {}", verdict);
-    nlohmann::json j = {{"checkpoint", p.checkpoint}, {"checkpoint_step", p.checkpoint_step}, {"first", p.first},
-                        {"last", p.last}, {"metrics", p.metrics}, {"verdict", verdict}, {"status", status},
-                        {"damage", p.damage}, {"first_nonfinite", main_pass.first_nonfinite},
-                        {"fp32_first_nonfinite", fp32_pass.first_nonfinite}};
-    for (const gf::StepCompare& c : main_pass.steps) j["steps"].push_back({{"step", c.step}, {"same", c.same}, {"line", c.line}});
-    std::filesystem::create_directories(req.output_dir);
-    std::ofstream(std::filesystem::path(req.output_dir) / "replay.json") << j.dump(1) << "\n";
-  }
-  return status;
-}
 
 // `gridformer predict`: set-up as for training, then generation (runner/infer/generate.h).
 int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,

@@ -38,7 +38,7 @@ struct TorchStorage {
 // A strided view of a storage, as _rebuild_tensor_v2 describes it; also a numpy array (which owns
 // its bytes). Shape, strides and offset were checked against the storage: no read goes outside.
 // (Its members, like the value tree's accessors, are defined in torch_file.cpp beside the storage
-// binding; torch_pickle.cpp holds only the stack machine.)
+// binding; torch_pickle.cpp holds only the stack machine, torch_pickle_globals.cpp the callables it allows.)
 class TorchTensor {
  public:
   TorchDtype dtype = TorchDtype::kF32;

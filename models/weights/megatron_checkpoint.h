@@ -22,7 +22,8 @@
 // Megatron-core's flat GPTModel dict (embedding.*, decoder.layers.N.self_attention.linear_qkv, mlp.*,
 // output_layer; Transformer Engine's fused layer_norm_weight names or the local spec's; MoE routers and
 // experts, per expert or GroupedMLP's weight1 / weight2). megatron_checkpoint.cpp finds the files and
-// checks the args; megatron_checkpoint_map.cpp holds the table of names and the layout of each.
+// checks the args; megatron_checkpoint_map.cpp holds the table of names and the layout of each,
+// megatron_checkpoint_map_join.cpp how the pieces of a tensor are joined.
 #pragma once
 #include <cstdint>
 #include <functional>

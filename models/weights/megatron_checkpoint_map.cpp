@@ -8,6 +8,10 @@
 // dense_4h_to_h / linear_fc2) on dim 1, and the rest (norms, row-parallel biases, the router, the
 // position table) taken from tensor-parallel rank 0. Pieces are strided views of the files' storages
 // (core/io/torch_pickle.h TorchTensor), converted only when a parameter is assembled.
+//
+// This file: the table, the names read (aliases, layer prefixes, experts) and the pieces collected
+// (MegatronTensorMap). The strided views and the joining of the shards are in
+// megatron_checkpoint_map_join.cpp; the types both use in megatron_checkpoint_map_detail.h.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -17,24 +21,13 @@
 
 #include "core/io/torch_pickle.h"
 #include "models/weights/megatron_checkpoint.h"
+#include "models/weights/megatron_checkpoint_map_detail.h"
 
 namespace gf {
+
+using namespace megatron_detail;
+
 namespace {
-
-// How a tensor's tensor-parallel shards make the full tensor.
-enum class Join { kWhole, kRows, kCols };
-
-// What the full Megatron tensor needs to become ours.
-enum class Layout {
-  kPlain,     // as it is (norms, biases, the router, the position table)
-  kLinear,    // an nn.Linear [out, in] weight: transposed for a model that stores [in, out] (GPT-2's Conv1D)
-  kVocab,     // vocabulary rows: Megatron's padding rows (past our vocab_size) dropped
-  kHead,      // the output layer: lm_head (as kVocab) when untied; the tied embedding's copy skipped
-  kQkv,       // q, k, v rows per query group (below), split into ours
-  kFc1,       // the MLP's first projection: SwiGLU's gate and up halves of each shard (kLinear)
-  kGrouped1,  // GroupedMLP's weight1: the local experts' fc1, packed (below)
-  kGrouped2,  // GroupedMLP's weight2: their fc2
-};
 
 struct Rule {
   const char* name;  // after the aliases; layer rules after the layer prefix, "{e}" a local expert
@@ -42,10 +35,6 @@ struct Rule {
   Join join;
   Layout layout;
 };
-
-constexpr Join kWhole = Join::kWhole, kRows = Join::kRows, kCols = Join::kCols;
-constexpr Layout kPlain = Layout::kPlain, kLinear = Layout::kLinear, kVocab = Layout::kVocab, kHead = Layout::kHead,
-                 kQkv = Layout::kQkv, kFc1 = Layout::kFc1;
 
 // Tensors of the whole model. Legacy (megatron/model/gpt_model.py, language_model.py at 285068c,
 // nested dicts joined by '.') and Megatron-core (megatron/core/models/gpt/gpt_model.py, core_r0.6.0).
@@ -148,57 +137,11 @@ bool matches(std::string_view pattern, std::string_view name, int64_t* e) {
          rest == pattern.substr(at + 3);
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 std::string version_str(double v) {
   std::string s = std::to_string(v);
   while (s.size() > 1 && s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
   return s;
 }
-
-// ---- strided views (no data is read) ----
-
-TorchTensor rows_of(TorchTensor t, int64_t begin, int64_t n) {
-  t.storage_offset += begin * t.strides[0];
-  t.shape[0] = n;
-  return t;
-}
-
-TorchTensor transposed(TorchTensor t) {
-  std::swap(t.shape[0], t.shape[1]);
-  std::swap(t.strides[0], t.strides[1]);
-  return t;
-}
-
-// A contiguous tensor seen with another shape of the same element count (torch's view).
-TorchTensor viewed(TorchTensor t, std::vector<int64_t> shape) {
-  t.shape = std::move(shape);
-  t.strides.assign(t.shape.size(), 1);
-  for (size_t d = t.shape.size(); d-- > 1;)
-    t.strides[d - 1] = t.strides[d] * t.shape[d];
-  return t;
-}
-
-TorchTensor permuted(const TorchTensor& t, const std::vector<size_t>& order) {
-  TorchTensor p = t;
-  for (size_t d = 0; d < order.size(); ++d) {
-    p.shape[d] = t.shape[order[d]];
-    p.strides[d] = t.strides[order[d]];
-  }
-  return p;
-}
-
-// One tensor-parallel shard of a tensor: a view whose row-major elements are `shape`'s.
-struct Piece {
-  TorchTensor view;
-  std::vector<int64_t> shape;
-  std::string where;  // "'key' in FILE"
-};
 
 // (role, SwiGLU half, layer, expert): one of ours, or q|k|v for kQkv.
 struct Key {
@@ -208,106 +151,12 @@ struct Key {
   auto operator<=>(const Key&) const = default;
 };
 
-struct Entry {
-  Join join = kWhole;
-  Layout layout = kPlain;                    // kPlain, kLinear, kVocab or kQkv by now
-  std::vector<std::string> names;            // ours, in the order the layout makes them
-  std::vector<std::optional<Piece>> shards;  // by tensor-parallel rank
-};
-
 // SwiGLU's gate (part 1) and up (part 2) halves of a first projection; none for a bias (our SwiGLU
 // projections have none).
 std::optional<Role> glu_role(Role fc1, int part) {
   if (fc1 == Role::kFcW) return part == 1 ? Role::kGateW : Role::kUpW;
   if (fc1 == Role::kExpertUpW) return part == 1 ? Role::kExpertGateW : Role::kExpertUpW;
   return std::nullopt;
-}
-
-std::vector<float> transpose2d(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  std::vector<float> t(v.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
-  return t;
-}
-
-// ---- joining the shards ----
-
-// The full tensor's shape (checking that the shards fit together).
-std::vector<int64_t> joined_shape(const Entry& e, const std::string& what) {
-  if (e.join == kWhole) return e.shards[0]->shape;
-  std::vector<int64_t> s = e.shards[0]->shape;
-  const size_t dim = e.join == kRows ? 0 : 1;
-  if (dim >= s.size()) throw std::runtime_error(what + " is a vector; a row-parallel weight is a matrix");
-  s[dim] = 0;
-  for (const std::optional<Piece>& p : e.shards) {
-    std::vector<int64_t> a = p->shape, b = e.shards[0]->shape;
-    a[dim] = b[dim] = 0;
-    if (a != b)
-      throw std::runtime_error(what + ": its tensor-parallel shards do not fit together (" + p->where + " has shape " +
-                               shape_str(p->shape) + ", " + e.shards[0]->where + " " + shape_str(e.shards[0]->shape) + ")");
-    s[dim] += p->shape[dim];
-  }
-  return s;
-}
-
-// The full tensor, row-major: the shards' elements joined on the entry's dim.
-std::vector<float> join(const Entry& e, const std::vector<int64_t>& shape) {
-  if (e.join != kCols) {
-    std::vector<float> out;
-    for (const std::optional<Piece>& p : e.shards) {
-      const std::vector<float> v = p->view.to_float();
-      out.insert(out.end(), v.begin(), v.end());
-      if (e.join == kWhole) break;
-    }
-    return out;
-  }
-  const int64_t rows = shape[0], cols = shape[1];
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  int64_t at = 0;
-  for (const std::optional<Piece>& p : e.shards) {
-    const std::vector<float> v = p->view.to_float();
-    const int64_t w = p->shape[1];
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(v.begin() + r * w, w, out.begin() + r * cols + at);
-    at += w;
-  }
-  return out;
-}
-
-// Our tensors from the full Megatron tensor (group()'s names and shapes, in order).
-std::vector<std::vector<float>> assemble(const Entry& e, const std::vector<int64_t>& full, const TransformerSpec& s) {
-  std::vector<float> v = join(e, full);
-  const bool matrix = full.size() == 2;
-  const int64_t cols = matrix ? full[1] : 1;
-  auto ours = [&](std::vector<float> x, int64_t rows) {  // an [out, in] matrix in the model's layout
-    return matrix && !s.out_in ? transpose2d(x, rows, cols) : x;
-  };
-  switch (e.layout) {
-    case kLinear:
-      return {ours(std::move(v), full[0])};
-    case kVocab:
-      v.resize(static_cast<size_t>(s.vocab * cols));
-      return {std::move(v)};
-    case kQkv: {
-      // Per query group: heads / groups q heads, then one k head, then one v head (the rows of
-      // get_query_key_value_tensors' [ng, (np/ng + 2) * hn] view; legacy [np, 3, hn] has ng = np).
-      const int64_t H = s.heads, G = s.kv_heads, D = s.head_dim(), per = H / G;
-      std::vector<float> q, k, val;
-      for (int64_t g = 0; g < G; ++g) {
-        const auto at = v.begin() + g * (per + 2) * D * cols;
-        q.insert(q.end(), at, at + per * D * cols);
-        k.insert(k.end(), at + per * D * cols, at + (per + 1) * D * cols);
-        val.insert(val.end(), at + (per + 1) * D * cols, at + (per + 2) * D * cols);
-      }
-      if (!s.fused_qkv_param) return {ours(std::move(q), H * D), ours(std::move(k), G * D), ours(std::move(val), G * D)};
-      q.insert(q.end(), k.begin(), k.end());
-      q.insert(q.end(), val.begin(), val.end());
-      return {ours(std::move(q), (H + 2 * G) * D)};
-    }
-    default:
-      return {std::move(v)};
-  }
 }
 
 }  // namespace

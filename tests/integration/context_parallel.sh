@@ -17,7 +17,8 @@
 #    hybrid 2 x 2; held to one rank's floor (floor_check.py, as the documents).
 #  The context group's bytes per rank equal the analytic counts of the cores' exchanges.
 #  A checkpoint does not depend on the context degree: cp2's step-10 checkpoint (exit_interval 10)
-#    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5.
+#    resumes at cp1 and one rank's at cp2 (ring), each giving the uninterrupted run's steps 11-20 within 1e-5, and
+#    its weights after step 20 as compare_runs.py holds a layout's.
 #  Refused before any work, naming the key: hybrid_cp with a Ulysses degree that does not divide
 #    context_parallel, or whose heads do not split over it, ulysses_cp with heads not
 #    divisible by model_parallel x context_parallel, a ring whose sequence does not cut into 2 cp chunks,
@@ -207,6 +208,8 @@ for d in sys.argv[2:]:
     assert worst <= 1e-5, f"{d}: step losses differ from the uninterrupted run by {worst:.3g} relative"
     print(f"{d}: steps 11-20 within {worst:.2g} relative of one uninterrupted rank")
 PY
+# ... and their weights after step 20 as compare_runs.py holds a layout's (it compares a resumed run's logged steps).
+python3 "$SRC/tests/integration/compare_runs.py" one res_cp1 res_cp2 || fail "a resumed run's weights differ"
 
 # ---- refusals -----------------------------------------------------------------------------------------
 refused() {  # refused NAME RANKS PATTERN [--set ...]

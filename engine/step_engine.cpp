@@ -1,6 +1,8 @@
 #include "engine/step_engine.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <optional>
 #include <cstring>
 #include <stdexcept>
@@ -11,6 +13,21 @@
 #include "models/pipeline_stage.h"
 
 namespace gf {
+
+namespace {
+
+// The hang test's fault (tests/integration/hang_timeout.sh): with GF_PIPELINE_FAULT=stop-before-send and
+// GF_PIPELINE_FAULT_STEP=N, a rank stops itself (SIGSTOP) just before its pipeline send of micro-batch 1 at step N,
+// so that the next stage waits in the matching receive. Nothing without the variables.
+void send_fault_point(int64_t step, int64_t micro_batch) {
+  static const char* const want = std::getenv("GF_PIPELINE_FAULT");
+  if (want == nullptr || std::strcmp(want, "stop-before-send") != 0 || micro_batch != 1) return;
+  const char* at = std::getenv("GF_PIPELINE_FAULT_STEP");
+  if (at == nullptr || std::to_string(step) != at) return;
+  std::raise(SIGSTOP);
+}
+
+}  // namespace
 
 using pipeline::Action;
 using pipeline::Op;
@@ -245,6 +262,7 @@ double StepEngine::run(const std::vector<Action>& actions, const std::function<M
         break;
       }
       case Op::kSendForward: {
+        send_fault_point(micro(a.micro).info.step, a.micro);
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
         const int to_chunk = stage_ == p - 1 ? a.chunk + 1 : a.chunk;
         slot_send_[static_cast<size_t>(a.chunk)][static_cast<size_t>(slot)] =

@@ -5,8 +5,11 @@
 #      margin with status 6; one summary line names world rank 2, and only it, and the call (group, op,
 #      sequence number) that a live rank reports it waits in for rank 2; every live rank reports what it
 #      waits for and its last calls; no rank of the run is left;
-#  (b) 2 ranks, pp2 (point-to-point), world rank 0 stopped: the same, the summary written by rank 1
-#      (the lowest live rank) and naming the message of its pipeline send or receive.
+#  (b) 2 ranks, pp2 (point-to-point), world rank 0 stopped by itself just before its pipeline send of micro-batch
+#      1 at step 25 (GF_PIPELINE_FAULT, engine/step_engine.cpp), so that rank 1 waits in the matching receive: the
+#      same, the summary written by rank 1 (the lowest live rank) and naming that message: the send matching
+#      world rank 1's pp recv, its tag and bytes. (Frozen at a random moment, rank 1 waited in the step's world
+#      all-reduce 3 times of 3.)
 set -euo pipefail
 BUILD="$1"
 BIN="$BUILD/bin/gridformer"
@@ -59,7 +62,8 @@ pid_of_rank() {  # OUT R: world rank R's pid, from its log ("rank R of N, pid P"
   return 0
 }
 
-# hang CASE NP STOP [--set ...]: NP ranks into CASE, world rank STOP frozen after step 20; checks the end.
+# hang CASE NP STOP [--set ...]: NP ranks into CASE, world rank STOP frozen after step 20 (SELF_STOP=1: the
+# rank stops itself, by the pipeline fault, and this waits for its stopped state); checks the end.
 hang() {
   local c=$1 np=$2 stop=$3; shift 3
   mpirun -np "$np" --oversubscribe "$BIN" train --config tiny.yaml --set "output_dir=$WORK/$c" \
@@ -68,8 +72,19 @@ hang() {
   wait_step "$c" 20
   pid=$(pid_of_rank "$WORK/$c" "$stop")
   [ -n "$pid" ] || fail "($c) no running rank $stop"
-  t0=$(date +%s.%N)
-  kill -STOP "$pid"
+  if [ -n "${SELF_STOP:-}" ]; then
+    local state=""
+    for _ in $(seq 1 1200); do
+      state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+      [ "$state" = T ] && break
+      sleep 0.01
+    done
+    [ "$state" = T ] || fail "($c) rank $stop did not stop itself (state '$state')"
+    t0=$(date +%s.%N)
+  else
+    t0=$(date +%s.%N)
+    kill -STOP "$pid"
+  fi
   wait "$job" || status=$?
   t1=$(date +%s.%N)
   kill -CONT "$pid" 2>/dev/null || true
@@ -112,10 +127,11 @@ call=$(printf '%s' "$SUMMARY" | sed -n 's/.*did not arrive at \([a-z-]* [a-z-]* 
 grep -q "has waited [0-9.]* s in $call \(tag [0-9]* \)\?(.*, for world rank 2 " a.log || { grep "hang:" a.log; fail "(a) no live rank waits for rank 2 in $call"; }
 echo "(a) ranks 0, 1, 3 reported their waits and last calls; rank 2 named at $call, where a live rank waits for it"
 
-# (b) pp2, world rank 0 stopped: rank 1 reports alone and writes the summary.
-hang b 2 0 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4
+# (b) pp2, world rank 0 stopped by itself before a pipeline send: rank 1 reports alone and writes the summary.
+GF_PIPELINE_FAULT=stop-before-send GF_PIPELINE_FAULT_STEP=25 SELF_STOP=1 \
+  hang b 2 0 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4
 reported b 1
-printf '%s' "$SUMMARY" | grep -Eq "did not arrive at the (send|receive) matching world rank 1's pp (recv|send) #[0-9]+ \(tag [0-9]+, [0-9]+ bytes\)|did not arrive at [a-z-]+ [a-z-]+ #[0-9]+ \(" \
-  || fail "(b) the summary names no call: $SUMMARY"
+printf '%s' "$SUMMARY" | grep -Eq "did not arrive at the send matching world rank 1's pp recv #[0-9]+ \(tag [0-9]+, [0-9]+ bytes\)" \
+  || fail "(b) the summary does not name the pipeline receive rank 1 waits in: $SUMMARY"
 grep -q "^\[rank 1\] hang: world rank 0 " b.log || fail "(b) the summary was not written by rank 1"
 echo "(b) rank 1 reported and wrote the summary"

@@ -2,8 +2,9 @@
 # parallel.collectives: mpi (MPI's own non-blocking collectives instead of our rings) trains the same
 # 20 steps of a Llama (grouped-query heads, RoPE) as one rank under dp2, mp2 + sequence parallel,
 # dp2 x mp2 + SP + ZeRO, pp2 and dp4 x mp2 (8 ranks): losses within 1e-5 relative and gathered weights
-# as compare_runs.py holds them; the same layouts with the rings beside them. A value other than ring
-# or mpi is refused naming the key.
+# as compare_runs.py holds them; the same layouts with the rings beside them; under mpi the rings send no byte in
+# any data- or tensor-parallel group (resources.json), with the rings they do. A value other than ring or mpi is
+# refused naming the key.
 set -euo pipefail
 BUILD="$1"; SRC="$2"
 BIN="$BUILD/bin/gridformer"
@@ -50,6 +51,19 @@ train dp4_mp2_mpi mpi 4 2
 train dp4_mp2_ring ring 4 2
 python3 "$SRC/tests/integration/compare_runs.py" one dp2_mpi mp2_sp_mpi dp2_mp2_sp_zero_mpi pp2_mpi dp4_mp2_mpi \
   dp2_ring mp2_sp_ring dp2_mp2_sp_zero_ring dp4_mp2_ring
+# The setting reached the communicators: the bytes our rings send (resources.json, each rank's data- and
+# tensor-parallel groups) are 0 under mpi, where MPI's own collectives move them, and > 0 with the rings.
+python3 - dp2 mp2_sp dp2_mp2_sp_zero dp4_mp2 <<'PY'
+import json, sys
+for layout in sys.argv[1:]:
+    sent = {}
+    for c in ("mpi", "ring"):
+        ranks = json.load(open(f"{layout}_{c}/resources.json"))["ranks"]
+        sent[c] = [r["dp_bytes_sent"] + r["tp_bytes_sent"] for r in ranks]
+    assert all(b == 0 for b in sent["mpi"]), f"{layout}_mpi: our rings sent {sent['mpi']} bytes under collectives: mpi"
+    assert all(b > 0 for b in sent["ring"]), f"{layout}_ring: the rings sent {sent['ring']} bytes"
+    print(f"{layout}: data- and tensor-parallel bytes sent by the rings: mpi 0 on every rank, ring {min(sent['ring']):.0f}+")
+PY
 
 set +e
 "$BIN" train --config llama.yaml --set parallel.collectives=nccl --set output_dir=bad > bad.log 2>&1

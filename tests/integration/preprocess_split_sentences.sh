@@ -5,7 +5,8 @@
 # (tools/megatron_index_writer_check.py, its IndexedDatasetBuilder transcribed) writes for the golden
 # sentences (tools/sentence_split_reference.py: ICU through PyICU with the same rules) encoded with
 # the transcription of BERT's tokenization.py, one sequence per sentence, [EOS] after each
-# document's last; with and without --keep-newlines; the output does not depend on --workers; an
+# document's last; with and without --keep-newlines (with GPT-2's BPE too, which keeps the newlines WordPiece
+# drops: both modes against the reference GPT-2 encoder); the output does not depend on --workers; an
 # unknown --lang and --keep-newlines alone are refused.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"; SRC="$(cd "$2" && pwd)"
@@ -68,17 +69,42 @@ t = bt.FullTokenizer('${VOCAB}', do_lower_case=True); bt.megatron_eod(t); print(
   cmp "${mode}_w1_text_sentence.idx" "${mode}_megatron_text_sentence.idx" || { echo "FAIL: ${mode}: .idx differs from Megatron's"; exit 1; }
   echo "${mode}: $(grep -c . corpus.jsonl) documents, $("$PY" -c "import json; print(sum(len(json.loads(l)['lengths']) for l in open('${mode}.dump')))") sentences: .bin/.idx byte for byte Megatron's"
 done
-# WordPiece drops whitespace, so the two modes write the same ids above; GPT-2's BPE keeps the newlines
-# that --keep-newlines leaves at the end of a sentence.
+# WordPiece drops whitespace, so the two modes write the same ids above (they check the sentences, not the
+# newlines); GPT-2's BPE keeps the newlines that --keep-newlines leaves at the end of a sentence, so there each
+# mode's .bin/.idx is held byte for byte to Megatron's writer over the golden sentences of that mode encoded by the
+# reference GPT-2 encoder (tools/gpt2_encoder_reference.py), and the two modes must differ.
 GPT2="${SRC}/data/gpt2"
 if [ -s "${GPT2}/gpt2-vocab.json" ]; then
+  "$PY" -c "import regex" 2> /dev/null || { echo "SKIP: /usr/bin/python3 without regex (python3-regex)"; exit 77; }
   for mode in plain keep; do
     flags=(--split-sentences); [ "$mode" = keep ] && flags+=(--keep-newlines)
     "${TOOL}" --input corpus.jsonl --output-prefix "gpt2_${mode}" --vocab-file "${GPT2}/gpt2-vocab.json" \
       --merge-file "${GPT2}/gpt2-merges.txt" "${flags[@]}" > /dev/null
+    "$PY" - "${SRC}" . "${GPT2}" "${mode}" <<'PY' > "gpt2_${mode}.dump"
+import json, sys
+sys.path.insert(0, sys.argv[1] + "/tools")
+import gpt2_encoder_reference as g
+data, gpt2, mode = sys.argv[2:]
+enc = g.Encoder.from_files(gpt2 + "/gpt2-vocab.json", gpt2 + "/gpt2-merges.txt")
+for line in open(data + "/sentences.jsonl", encoding="utf-8"):
+    sentences = json.loads(line)["sentences_keep_newlines" if mode == "keep" else "sentences"]
+    ids, lengths = [], []
+    for s in sentences:  # Megatron's Encoder.encode, no --append-eod
+        t = enc.encode(s)
+        if t:
+            ids += t
+            lengths.append(len(t))
+    print(json.dumps({"key": "text", "ids": ids, "lengths": lengths}))
+PY
+    "$PY" "${SRC}/tools/megatron_index_writer_check.py" --ids "gpt2_${mode}.dump" --output-prefix "gpt2_${mode}_megatron" \
+      --vocab-size 50257 --level sentence > /dev/null
+    cmp "gpt2_${mode}_text_sentence.bin" "gpt2_${mode}_megatron_text_sentence.bin" \
+      || { echo "FAIL: GPT-2 ${mode}: .bin differs from Megatron's"; exit 1; }
+    cmp "gpt2_${mode}_text_sentence.idx" "gpt2_${mode}_megatron_text_sentence.idx" \
+      || { echo "FAIL: GPT-2 ${mode}: .idx differs from Megatron's"; exit 1; }
   done
   cmp -s gpt2_plain_text_sentence.bin gpt2_keep_text_sentence.bin && { echo "FAIL: --keep-newlines changed nothing"; exit 1; }
-  echo "GPT-2 BPE: --keep-newlines keeps the newlines between sentences ($(stat -c %s gpt2_plain_text_sentence.bin) -> $(stat -c %s gpt2_keep_text_sentence.bin) bytes)"
+  echo "GPT-2 BPE: both modes byte for byte Megatron's; --keep-newlines keeps the newlines between sentences ($(stat -c %s gpt2_plain_text_sentence.bin) -> $(stat -c %s gpt2_keep_text_sentence.bin) bytes)"
 fi
 
 if "${TOOL}" --input "${DATA}/corpus.jsonl" --output-prefix bad --vocab-file "${VOCAB}" --tokenizer-type BertWordPieceLowerCase \

@@ -247,6 +247,7 @@ echo "(a) first server then second: job $job, both scripts exit 0 after $((SECON
 
 # ---- (b) the second server's command first: it waits for the job (the earlier one in out/log/job is not it)
 start=$SECONDS
+logged_a=$(grep -c '"loss"' out/metrics.jsonl)  # (b) appends to (a)'s metrics: its own lines come after these
 server_b b2.txt "$WORK/job.yaml"
 wait_for 30 b2.txt "waiting up to 300 s (GF_JOIN_TIMEOUT) for that job"
 sleep 1
@@ -259,6 +260,8 @@ job2=$(sed -n 's/^job=//p' out/log/job)
 [ "$job2" != "$job" ] || fail "(b) no new job"
 grep -q "the job already in $WORK/out/log/job ($job, finished) is an earlier run's: waiting for a new one" b2.txt || { cat b2.txt; fail "(b) the earlier job"; }
 grep -q "job $job2 finished (server $IP_A's report): all 4 rank(s) finished" b2.txt || { cat b2.txt; fail "(b) the second server's report"; }
+logged_b=$(grep -c '"loss"' out/metrics.jsonl)
+((logged_b - logged_a == STEPS)) || fail "(b) logged $((logged_b - logged_a)) steps after (a)'s $logged_a, expected $STEPS"
 losses_match "(b)"
 nothing_left "(b)" $((SECONDS + 10))
 echo "(b) second server then first: job $job2, both scripts exit 0 after $((SECONDS - start)) s; nothing left"

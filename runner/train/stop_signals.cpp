@@ -48,7 +48,14 @@ void* take_signals(void*) {
       _exit(128 + sig);  // not reached: SIGINT's and SIGTERM's default action ends the process
     }
     int expected = 0;
-    if (!g_stop_signal.compare_exchange_strong(expected, sig)) _exit(128 + sig);  // the second one
+    if (!g_stop_signal.compare_exchange_strong(expected, sig)) {  // the second one: at once, and said
+      static const char kSecond[] =
+          "gridformer: a second stop signal: stopping at once (a checkpoint under way is left unfinished; the last "
+          "committed one stands)\n";
+      const ssize_t written = write(STDERR_FILENO, kSecond, sizeof kSecond - 1);
+      (void)written;
+      _exit(128 + sig);
+    }
   }
   return nullptr;
 }

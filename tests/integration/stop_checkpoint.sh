@@ -7,8 +7,9 @@
 #  (b) runner_config.exit_interval: 7: status 0 after step 7 with its checkpoint; the resume is bitwise too.
 #  (c) runner_config.exit_duration_in_mins (a few milliseconds): status 0 after the step that outlasts it,
 #      with its checkpoint.
-#  (d) two SIGTERMs in quick succession: the run stops (143) and the newest committed checkpoint still
-#      reads back whole (its CRCs; `gridformer convert` reads every tensor).
+#  (d) two SIGTERMs in quick succession: the run stops (143), a rank says the second stopped it at once,
+#      and the newest committed checkpoint still reads back whole (its CRCs; `gridformer convert` reads
+#      every tensor).
 set -euo pipefail
 BUILD="$1"
 BIN="$BUILD/bin/gridformer"
@@ -115,8 +116,10 @@ k=$(echo "$line" | sed -n 's/.*exiting after step \([0-9]*\) of 200.*/\1/p')
 [[ "$(cat c/checkpoint/latest)" == tiny-*_"$k" ]] || fail "(c) latest is $(cat c/checkpoint/latest), not step $k's"
 echo "(c) exit_duration_in_mins: status 0 after step $k with its checkpoint"
 
-# (d) two SIGTERMs 50 ms apart: the second stops at once; what is committed still reads whole.
-train d > d.log 2>&1 &
+# (d) two SIGTERMs 50 ms apart: the second stops at once (said on stderr); what is committed still reads whole.
+# A model of 8 layers of 256 (6.3M parameters) makes the first signal's work (the step, the checkpoint under way,
+# the final one) outlast 50 ms, so that the second meets a live run: (d) cannot quietly become (a).
+train d --set model.model_config.hidden_size=256 --set model.model_config.num_layers=8 > d.log 2>&1 &
 job=$!
 wait_step d 20
 signal_ranks d TERM
@@ -124,6 +127,8 @@ sleep 0.05
 for p in $(ranks_of d); do kill -TERM "$p" 2>/dev/null || true; done  # the second, unless the first was done
 status=0; wait "$job" || status=$?
 [ "$status" -eq 143 ] || { tail -20 d.log; fail "(d) status $status, expected 143"; }
+grep -q "gridformer: a second stop signal: stopping at once" d.log \
+  || { tail -20 d.log; fail "(d) no rank says it met the second signal: the run ended on the first, as (a)"; }
 "$BIN" convert --from d/checkpoint --to d.safetensors > d.convert.log 2>&1 \
   || { cat d.convert.log; fail "(d) the latest committed checkpoint ($(cat d/checkpoint/latest)) does not read back"; }
 echo "(d) two SIGTERMs: status 143; the latest committed checkpoint ($(cat d/checkpoint/latest)) reads back whole"

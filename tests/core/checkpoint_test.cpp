@@ -29,12 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using checkpoint_test::Model;
-using checkpoint_test::placement_of;
-using checkpoint_test::random_model;
-using checkpoint_test::save;
-using checkpoint_test::TempDir;
-using checkpoint_test::zero_cut;
+using namespace checkpoint_test;  // the helpers both halves share (checkpoint_test_util.h)
 using test::gpt2_small;
 using test::SmallConfig;
 

@@ -36,10 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace golden_case;
-using convert_test::convert;
-using convert_test::expect_bitwise_equal;
-using convert_test::read_hf;
-using convert_test::work_dir;
+using namespace convert_test;  // the helpers both halves share (convert_test_util.h)
 
 bool is_gpt2(const SafeTensorsFile& f) { return f.has("weights.wte.weight"); }
 

@@ -21,15 +21,7 @@
 namespace gf {
 namespace {
 
-using megatron_test::any_contains;
-using megatron_test::joined;
-using megatron_test::kDistributed;
-using megatron_test::kDistributedBf16;
-using megatron_test::kLambada;
-using megatron_test::kMoe;
-using megatron_test::kNoEnv;
-using megatron_test::noted;
-using megatron_test::words;
+using namespace megatron_test;  // the helpers both halves share (megatron_args_test_util.h)
 
 // A small GPT job to vary (--train-iters 100 unless `iters` is false).
 std::vector<std::string> tiny(const std::string& more = "", bool iters = true) {

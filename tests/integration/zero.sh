@@ -21,15 +21,8 @@
 #  Refused before any work, naming the keys: a zero_stage outside 0-3, zero_stage 0 with
 #    enable_parallel_optimizer, a shard group that does not divide the data-parallel group (and with
 #    experts their data-parallel group).
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 cat > gpt2.yaml <<YAML
 seed: 7
 runner_config: {train_steps: 20, batch_size: 8}
@@ -57,12 +50,11 @@ model:
                  n_kv_heads: 4, intermediate_size: 48, theta: 10000.0, rms_norm_eps: 1.0e-5}
 YAML
 
-# train CONFIG NAME RANKS [--set ...]: gathered weights in NAME/weights.safetensors, metrics in NAME/.
-train() {
+# ztrain CONFIG NAME RANKS [--set ...]: lib.sh's train / mpi_train, the gathered weights in NAME/weights.safetensors.
+ztrain() {
   local cfg=$1 name=$2 np=$3; shift 3
-  local cmd=("$BIN" train --config "$cfg" --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@")
-  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name"; }
-  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name"; }
+  if [ "$np" -eq 1 ]; then train "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
+  else mpi_train "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
   fi
 }
 z() { echo "--set parallel.zero_stage=$1"; }
@@ -70,20 +62,20 @@ DP4="--set parallel_config.data_parallel=4 --set runner_config.batch_size=2"
 HYB="--set parallel_config.hybrid_shard_degree=2"
 
 # ---- GPT-2 ---------------------------------------------------------------------------------------
-train gpt2.yaml one 1
-train gpt2.yaml z1 4 $DP4 $(z 1)
-train gpt2.yaml z2 4 $DP4 $(z 2)
-train gpt2.yaml z3 4 $DP4 $(z 3)
-train gpt2.yaml h1 4 $DP4 $(z 1) --set parallel.parallel_optimizer_config.optimizer_weight_shard_size=2
-train gpt2.yaml h2 4 $DP4 $(z 2) $HYB
-train gpt2.yaml h3 4 $DP4 $(z 3) $HYB
-train gpt2.yaml z3_mp2_sp 4 --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 \
+ztrain gpt2.yaml one 1
+ztrain gpt2.yaml z1 4 $DP4 $(z 1)
+ztrain gpt2.yaml z2 4 $DP4 $(z 2)
+ztrain gpt2.yaml z3 4 $DP4 $(z 3)
+ztrain gpt2.yaml h1 4 $DP4 $(z 1) --set parallel.parallel_optimizer_config.optimizer_weight_shard_size=2
+ztrain gpt2.yaml h2 4 $DP4 $(z 2) $HYB
+ztrain gpt2.yaml h3 4 $DP4 $(z 3) $HYB
+ztrain gpt2.yaml z3_mp2_sp 4 --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 \
   --set parallel_config.use_seq_parallel=True --set runner_config.batch_size=4 $(z 3)
-train gpt2.yaml z3_pp2 4 --set parallel_config.data_parallel=2 --set parallel_config.pipeline_stage=2 \
+ztrain gpt2.yaml z3_pp2 4 --set parallel_config.data_parallel=2 --set parallel_config.pipeline_stage=2 \
   --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2 $(z 3)
-train gpt2.yaml z3_recompute 4 $DP4 $(z 3) --set recompute_config.recompute=True
-train gpt2.yaml z3_noprefetch 4 $DP4 $(z 3) --set parallel.zero_prefetch=False
-python3 "$SRC/tests/integration/compare_runs.py" one z1 z2 z3 h1 h2 h3 z3_mp2_sp z3_pp2 z3_recompute
+ztrain gpt2.yaml z3_recompute 4 $DP4 $(z 3) --set recompute_config.recompute=True
+ztrain gpt2.yaml z3_noprefetch 4 $DP4 $(z 3) --set parallel.zero_prefetch=False
+"$PY" "$SRC/tests/integration/compare_runs.py" one z1 z2 z3 h1 h2 h3 z3_mp2_sp z3_pp2 z3_recompute
 # parallel.zero_prefetch False: the same gathers, only later; the same bits.
 cmp <(grep -o '"loss":[^,]*' z3/metrics.jsonl) <(grep -o '"loss":[^,]*' z3_noprefetch/metrics.jsonl) || fail "z3_noprefetch: losses differ from z3's"
 cmp z3/weights.safetensors z3_noprefetch/weights.safetensors || fail "z3_noprefetch: weights differ from z3's"
@@ -92,10 +84,10 @@ echo "z3_noprefetch: losses and weights bitwise equal to z3's"
 
 # Gradient accumulation: the gradient is held whole until the last micro-batch's backward reduce-scatters it.
 ACC="--set runner_config.gradient_accumulation_steps=2"
-train gpt2.yaml acc_one 1 $ACC --set runner_config.batch_size=4
-train gpt2.yaml acc_z2 2 --set parallel_config.data_parallel=2 $ACC --set runner_config.batch_size=2 $(z 2)
-train gpt2.yaml acc_z3 2 --set parallel_config.data_parallel=2 $ACC --set runner_config.batch_size=2 $(z 3)
-python3 "$SRC/tests/integration/compare_runs.py" acc_one acc_z2 acc_z3
+ztrain gpt2.yaml acc_one 1 $ACC --set runner_config.batch_size=4
+ztrain gpt2.yaml acc_z2 2 --set parallel_config.data_parallel=2 $ACC --set runner_config.batch_size=2 $(z 2)
+ztrain gpt2.yaml acc_z3 2 --set parallel_config.data_parallel=2 $ACC --set runner_config.batch_size=2 $(z 3)
+"$PY" "$SRC/tests/integration/compare_runs.py" acc_one acc_z2 acc_z3
 
 # ---- MoE -----------------------------------------------------------------------------------------
 # Held as tests/integration/moe_equivalence.sh and context_parallel.sh hold layouts: every run on OpenBLAS
@@ -113,14 +105,14 @@ python3 "$SRC/tests/integration/compare_runs.py" acc_one acc_z2 acc_z3
 # gradients nearly cancel) by 7.7e-5 and 5.2e-5, while the probe above reaches 2.6e-6 there. One rank against
 # itself with oneDNN's sgemm in place of OpenBLAS moves the same two rows by 5.5e-5 and 3.6e-5 (8.3e-6 on the
 # tensor): the layout's figure is rounding of that size, so that probe is a second floor (each tensor: the larger).
-GF_GEMM=blas train moe.yaml moe_one 1
-GF_GEMM=blas train moe.yaml moe_one_acc 1 --set runner_config.batch_size=4 --set runner_config.gradient_accumulation_steps=2
-GF_GEMM=onednn train moe.yaml moe_one_onednn 1
-GF_GEMM=blas train moe.yaml moe_z3_ep2 4 $DP4 --set parallel_config.expert_parallel=2 $(z 3)
+GF_GEMM=blas ztrain moe.yaml moe_one 1
+GF_GEMM=blas ztrain moe.yaml moe_one_acc 1 --set runner_config.batch_size=4 --set runner_config.gradient_accumulation_steps=2
+GF_GEMM=onednn ztrain moe.yaml moe_one_onednn 1
+GF_GEMM=blas ztrain moe.yaml moe_z3_ep2 4 $DP4 --set parallel_config.expert_parallel=2 $(z 3)
 # dp2 x pp2: the untied lm_head cut into chunks on the last stage
-GF_GEMM=blas train moe.yaml moe_z3_pp2 4 --set parallel_config.data_parallel=2 --set parallel_config.pipeline_stage=2 \
+GF_GEMM=blas ztrain moe.yaml moe_z3_pp2 4 --set parallel_config.data_parallel=2 --set parallel_config.pipeline_stage=2 \
   --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2 $(z 3)
-python3 "$SRC/tests/integration/compare_runs.py" moe_one --floor=moe_one_acc,moe_one_onednn moe_z3_ep2 moe_z3_pp2
+"$PY" "$SRC/tests/integration/compare_runs.py" moe_one --floor=moe_one_acc,moe_one_onednn moe_z3_ep2 moe_z3_pp2
 # The head's weight was cut into vocabulary chunks wherever a stage holds it whole with its embedding
 # (tied) or holds an untied lm_head: not under pipeline stages with a tied embedding (its two copies).
 for run in z2 z3 h2 h3 z3_mp2_sp z3_recompute acc_z2 acc_z3 moe_z3_ep2; do
@@ -130,9 +122,9 @@ grep -q "vocabulary chunks, each a unit" z3_pp2.log && fail "z3_pp2: a tied head
 echo "the head's weight in vocabulary chunks: $(grep -o 'in [0-9]* vocabulary chunks[^:]*: units \[[^]]*\]' z3.log | head -1)"
 # ---- bf16: ZeRO-3 gathers each unit and converts it to bf16 there; the same sums as ZeRO-2 ---------------
 BF="--set model.model_config.compute_dtype=bfloat16"
-train gpt2.yaml bf_one 1 $BF
-train gpt2.yaml bf_z2 4 $DP4 $(z 2) $BF
-train gpt2.yaml bf_z3 4 $DP4 $(z 3) $BF
+ztrain gpt2.yaml bf_one 1 $BF
+ztrain gpt2.yaml bf_z2 4 $DP4 $(z 2) $BF
+ztrain gpt2.yaml bf_z3 4 $DP4 $(z 3) $BF
 cmp <(grep -o '"loss":[^,]*' bf_z2/metrics.jsonl) <(grep -o '"loss":[^,]*' bf_z3/metrics.jsonl) || fail "bf_z3: losses differ from bf_z2's"
 cmp bf_z2/weights.safetensors bf_z3/weights.safetensors || fail "bf_z3: weights differ from bf_z2's"
 echo "bf_z3: losses and weights bitwise equal to bf_z2 (the same units reduce-scattered)"
@@ -143,8 +135,8 @@ echo "bf_z3: losses and weights bitwise equal to bf_z2 (the same units reduce-sc
 # unit and converts it to bf16 itself, and every sample's forward is its own, so step 1's loss differs only by
 # the order of the loss's sum over ranks (a unit conversion or gather gone wrong moves it by far more than 1e-6).
 # The later steps' distance is printed beside plain data parallel's for the record.
-train gpt2.yaml bf_z0 4 $DP4 $BF
-python3 - bf_one bf_z0 bf_z3 <<'PY'
+ztrain gpt2.yaml bf_z0 4 $DP4 $BF
+"$PY" - bf_one bf_z0 bf_z3 <<'PY'
 import json, sys
 def losses(d):
     return [r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r]
@@ -159,15 +151,15 @@ PY
 
 # ---- checkpoints: ZeRO-3's slices resume on one rank and at mp2 ----------------------------------------
 CK=(--set callbacks='[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: z, save_checkpoint_steps: 10}]')
-train gpt2.yaml ck_z3 4 $DP4 $(z 3) "${CK[@]}" --set runner_config.exit_interval=10
-train gpt2.yaml res_one 1 --set load_checkpoint="$WORK/ck_z3/checkpoint" --set resume_training=True
-train gpt2.yaml res_mp2 4 --set parallel_config.model_parallel=2 --set parallel_config.data_parallel=2 \
+ztrain gpt2.yaml ck_z3 4 $DP4 $(z 3) "${CK[@]}" --set runner_config.exit_interval=10
+ztrain gpt2.yaml res_one 1 --set load_checkpoint="$WORK/ck_z3/checkpoint" --set resume_training=True
+ztrain gpt2.yaml res_mp2 4 --set parallel_config.model_parallel=2 --set parallel_config.data_parallel=2 \
   --set runner_config.batch_size=4 $(z 1) --set load_checkpoint="$WORK/ck_z3/checkpoint" --set resume_training=True
 grep -q "zero_stage 1\|ZeRO-1" res_mp2.log || fail "res_mp2: the log does not name ZeRO-1"
 grep -q "model_parallel=2" res_mp2.log || fail "res_mp2: the log does not name model_parallel=2"
-train gpt2.yaml ck_one 1 "${CK[@]}" --set runner_config.exit_interval=10
-train gpt2.yaml res_z3 4 $DP4 $(z 3) $HYB --set load_checkpoint="$WORK/ck_one/checkpoint" --set resume_training=True
-python3 - one res_one res_mp2 res_z3 <<'PY'
+ztrain gpt2.yaml ck_one 1 "${CK[@]}" --set runner_config.exit_interval=10
+ztrain gpt2.yaml res_z3 4 $DP4 $(z 3) $HYB --set load_checkpoint="$WORK/ck_one/checkpoint" --set resume_training=True
+"$PY" - one res_one res_mp2 res_z3 <<'PY'
 import json, sys
 def steps(d):
     return {r["step"]: r["loss"] for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r}
@@ -180,7 +172,7 @@ for d in sys.argv[2:]:
     print(f"{d}: steps 11-20 within {worst:.2g} relative of one uninterrupted rank")
 PY
 # ... and their weights after step 20 as compare_runs.py holds a layout's (it compares a resumed run's logged steps).
-python3 "$SRC/tests/integration/compare_runs.py" one res_one res_mp2 res_z3 || fail "a resumed run's weights differ"
+"$PY" "$SRC/tests/integration/compare_runs.py" one res_one res_mp2 res_z3 || fail "a resumed run's weights differ"
 
 # ---- bytes: the data-parallel group's bytes per rank per step equal the analytic counts ----------------
 # Per step on the data-parallel group of 4: the loss and the gradient norm (one double each, all-reduced
@@ -192,7 +184,7 @@ python3 "$SRC/tests/integration/compare_runs.py" one res_one res_mp2 res_z3 || f
 # the ranks that own them: the most rows of any rank all-reduced (one double), then every rank's rows
 # (64 here: 2 x 32 tokens, each its id and 64 values) all-gathered in one round. The unit sizes and the
 # chunks' indices are the ones the run logs ("ZeRO-N units (floats): [...]", "units [...]").
-python3 - z1 z2 z3 <<'PY'
+"$PY" - z1 z2 z3 <<'PY'
 import json, re, sys
 def cnt(n, d, k):  # shard k of n elements over d ranks: the first n % d shards hold one more (shard_begin)
     k %= d
@@ -259,21 +251,14 @@ print(f"h3: shard-group, replica-group and data-parallel bytes per rank equal th
 PY
 
 # ---- refusals -----------------------------------------------------------------------------------------
-refused() {  # [CFG=moe.yaml] refused NAME RANKS PATTERN [--set ...]
+zrefused() {  # [CFG=moe.yaml] zrefused NAME RANKS PATTERN [--set ...]: lib.sh's refused (status 2, the message)
   local name=$1 np=$2 pat=$3 cfg=${CFG:-gpt2.yaml}; shift 3
-  set +e
-  mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@" > "$name.log" 2>&1
-  local status=$?
-  set -e
-  [ "$status" -ne 0 ] || fail "$name ran"
-  grep -q -- "$pat" "$name.log" || { tail -20 "$name.log"; fail "$name: the message does not say '$pat'"; }
-  [ -e "$name/metrics.jsonl" ] && fail "$name started training"
-  echo "$name refused: $(grep -m1 -- "$pat" "$name.log" | cut -c1-200)"
+  refused 2 "$pat" "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@"
 }
-refused stage4 1 "zero_stage=4: expects 0" $(z 4)
-refused stage0 1 "drop one of them" $(z 0) --set parallel.enable_parallel_optimizer=True
-refused degree 4 "use 2" $DP4 $(z 3) --set parallel_config.hybrid_shard_degree=3
-refused both 4 "set one" $DP4 $(z 3) $HYB --set parallel.parallel_optimizer_config.optimizer_weight_shard_size=4
-CFG=moe.yaml refused moe_degree 4 "experts' data-parallel group" $DP4 --set parallel_config.expert_parallel=2 \
+zrefused stage4 1 "zero_stage=4: expects 0" $(z 4)
+zrefused stage0 1 "drop one of them" $(z 0) --set parallel.enable_parallel_optimizer=True
+zrefused degree 4 "use 2" $DP4 $(z 3) --set parallel_config.hybrid_shard_degree=3
+zrefused both 4 "set one" $DP4 $(z 3) $HYB --set parallel.parallel_optimizer_config.optimizer_weight_shard_size=4
+CFG=moe.yaml zrefused moe_degree 4 "experts' data-parallel group" $DP4 --set parallel_config.expert_parallel=2 \
   $(z 3) --set parallel_config.hybrid_shard_degree=4
 echo "PASS"

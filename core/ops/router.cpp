@@ -115,6 +115,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
   {
     std::vector<float> sel(plain ? 0 : static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
     std::vector<int32_t> gtop(static_cast<size_t>(std::max(o.group_topk, o.group_score_k)));
+    std::vector<uint8_t> chosen(static_cast<size_t>(G));  // per thread, reused by every token
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < N; ++t) {
       const float* p = probs + t * E;
@@ -131,8 +132,8 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
             gscore[static_cast<size_t>(g)] = sum;
           }
           top_k(gtop.data(), gscore.data(), G, o.group_topk);
-          std::vector<bool> chosen(static_cast<size_t>(G), false);
-          for (int64_t j = 0; j < o.group_topk; ++j) chosen[static_cast<size_t>(gtop[static_cast<size_t>(j)])] = true;
+          std::fill(chosen.begin(), chosen.end(), uint8_t{0});
+          for (int64_t j = 0; j < o.group_topk; ++j) chosen[static_cast<size_t>(gtop[static_cast<size_t>(j)])] = 1;
           for (int64_t e = 0; e < E; ++e)
             if (!chosen[static_cast<size_t>(e / per)]) sel[static_cast<size_t>(e)] = -INFINITY;
         }

@@ -146,6 +146,10 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   };
   differ(E, "windowed layers", "model_config.layer_types, sliding_window", layers_text(a), layers_text(b));
   differ_real("attention score scale", "model_config.query_pre_attn_scalar", a.attn_scale, b.attn_scale);
+  differ(E, "key/value latent", "model_config.kv_lora_rank", a.mla.kv_rank, b.mla.kv_rank);
+  differ(E, "query latent", "model_config.q_lora_rank", a.mla.q_rank, b.mla.q_rank);
+  differ(E, "heads' RoPE part", "model_config.qk_rope_head_dim", a.mla.rope, b.mla.rope);
+  differ(E, "value head width", "model_config.v_head_dim", a.mla.v, b.mla.v);
   differ_real("local layers' RoPE base", "model_config.rope_local_base_freq", a.local_rope_theta, b.local_rope_theta);
   if (a.rope && !(a.rope_scaling == b.rope_scaling))
     differ(E, "RoPE scaling", "model_config.rope_scaling", a.rope_scaling.describe(), b.rope_scaling.describe());
@@ -155,6 +159,11 @@ HfConfigCheck check_hf_config(const nlohmann::json& hf, const ModelConfig& cfg, 
   if (a.moe.experts > 1 && b.moe.experts > 1) {
     differ(E, "experts per token", "moe_config.num_experts_chosen", a.moe.topk, b.moe.topk);
     differ(E, "top-k probabilities renormalised", "moe_config.norm_topk_prob", a.moe.norm_topk, b.moe.norm_topk);
+    differ(E, "sigmoid router scores", "moe_config.moe_router_score_function", a.moe.sigmoid, b.moe.sigmoid);
+    differ(E, "expert groups", "moe_config.moe_router_num_groups", a.moe.groups, b.moe.groups);
+    differ(E, "groups open to a token", "moe_config.moe_router_group_topk", a.moe.group_topk, b.moe.group_topk);
+    differ(E, "expert bias", "moe_config.moe_router_enable_expert_bias", a.moe.expert_bias, b.moe.expert_bias);
+    differ_real("routed experts' scale", "moe_config.moe_router_topk_scaling_factor", a.moe.scale, b.moe.scale);
     std::string la, lb;  // the MoE layers, as "0 1 3"
     for (int64_t l = 0; l < std::min(a.layers, b.layers); ++l) {
       if (a.moe.is_moe(l)) la += (la.empty() ? "" : " ") + std::to_string(l);

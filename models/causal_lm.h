@@ -138,6 +138,12 @@ class CausalLM {
   virtual std::vector<int64_t> vocab_chunk_offsets() const { return {}; }
 
   void init_weights(uint64_t seed) { params().initialize(weights(), seed); }
+  // LoRA (models/lora.h): the frozen base model of each model chunk as a CausalLM whose params() and weights()
+  // are the base's (what a checkpoint of the base model is loaded into); empty without LoRA. Its forward and
+  // backward are the owner's, not its own.
+  virtual std::vector<CausalLM*> frozen_bases() { return {}; }
+  // LoRA: the frozen base's initial values from the seed (a run that loads no base model).
+  virtual void init_frozen(uint64_t seed) { (void)seed; }
   // ZeRO-2 and 3 (parallel/zero.h): the arena offsets where the blocks' parameters start (the
   // embedding, each layer, an MoE layer's experts, the final norm and head), which cut it into units.
   virtual std::vector<int64_t> weight_unit_starts() const { return {}; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ops/rope_scaling.h"
+#include "models/lora_config.h"
 
 namespace gf {
 
@@ -166,6 +167,8 @@ struct ModelConfig {
   // Hugging Face's rope_scaling (modeling_rope_utils.py: linear, dynamic, yarn, llama3, longrope) and
   // partial_rotary_factor; the default leaves RoPE as rope_theta alone gives it.
   ops::RopeScaling rope_scaling;
+  // model_config.pet_config: LoRA (models/lora.h); off by default.
+  LoraConfig lora;
   int64_t eod_id() const { return documents.eod_token_id >= 0 ? documents.eod_token_id : eos_token_id; }
   // How the run splits and recomputes the model, and the dtype of its products, are not here: they are
   // the run's ModelLayout (models/layout.h), passed beside this config.

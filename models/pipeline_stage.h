@@ -50,6 +50,15 @@ class PipelineStage : public CausalLM {
     return v;
   }
   std::vector<int64_t> weight_unit_starts() const override;
+  std::vector<CausalLM*> frozen_bases() override {
+    std::vector<CausalLM*> v;
+    for (const auto& c : chunks_)
+      for (CausalLM* b : c->frozen_bases()) v.push_back(b);
+    return v;
+  }
+  void init_frozen(uint64_t seed) override {
+    for (const auto& c : chunks_) c->init_frozen(seed);
+  }
   void set_weight_gate(WeightGate* gate) override;
   void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;

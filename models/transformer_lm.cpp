@@ -10,6 +10,8 @@
 
 #include "core/math/parallel_memory.h"
 #include "core/trace/trace.h"
+#include "models/frozen_base.h"
+#include "models/lora.h"
 
 namespace gf {
 
@@ -43,6 +45,12 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
 }
 
 ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
+  if (!s.lora.on) return make_base_table(s, names, st);
+  const bool whole = st.layer_begin == 0 && (st.layer_end < 0 || st.layer_end == s.layers);
+  return lora_table(s.lora, names, make_base_table(s, names, st), s.layers, whole);
+}
+
+ParamTable TransformerLM::make_base_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
   ParamTable t;
   const int64_t l1 = st.layer_end < 0 ? s.layers : st.layer_end;
   const bool first = st.layer_begin == 0, last = l1 == s.layers;
@@ -82,6 +90,31 @@ ParamLayout TransformerLM::param_layout(const ModelConfig& cfg, const ModelLayou
 Placement TransformerLM::make_placement(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
                                         const ModelLayout& layout, int tp_rank, const StageOptions& st, int ep_rank) {
   return Placement(make_param_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
+}
+
+Placement TransformerLM::make_placement_base(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
+                                             const ModelLayout& layout, int tp_rank, const StageOptions& st,
+                                             int ep_rank) {
+  return Placement(make_base_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
+}
+
+int64_t TransformerLM::lora_unit_offset(int64_t l, bool mlp) const { return lora_half_offset(names_, params_, l, mlp); }
+
+int64_t TransformerLM::lora_half_offset(const NameMap& names, const Placement& adapters, int64_t l, bool mlp) {
+  // The first adapter of layer l's attention (q, k, v, o; GPT-2's c_attn, c_proj) or MLP, -1 where it has none.
+  const Role attn[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
+  const Role dense[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
+  int64_t at = -1;
+  for (Role r : mlp ? std::vector<Role>(std::begin(dense), std::end(dense)) : std::vector<Role>(std::begin(attn), std::end(attn))) {
+    std::string n;
+    try {
+      n = names(r, l);
+    } catch (const std::logic_error&) {
+      continue;
+    }
+    if (const TensorPlacement* t = adapters.find(lora_a_name(n)); t && (at < 0 || t->offset < at)) at = t->offset;
+  }
+  return at;
 }
 
 
@@ -134,26 +167,51 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
         rope_table(spec, spec.rope_positions));
   if (spec.rope && spec.local_rope_theta > 0)
     rope_local_ = std::make_unique<ops::RopeTable<float>>(rope_table_local(spec, spec.rope_positions));
+  if (spec.lora.on) {
+    // LoRA: the blocks read the frozen base (this chunk's own weights); params_ are the adapters.
+    if (cdt_ != ComputeDtype::kFloat32)
+      throw std::invalid_argument("LoRA (model_config.pet_config) computes in float32: set model_config.compute_dtype: float32");
+    base_params_ = make_placement_base(spec, names_, cfg, layout, ctx.index(GridAxis::kTp), stage, ctx.index(GridAxis::kEp));
+    base_weights_ = AlignedBuffer<float>(static_cast<size_t>(base_params_.total_floats()), kOnDemand);
+    bw_ = base_weights_.data();
+    lora_scratch_ = AlignedBuffer<float>(static_cast<size_t>(2 * d.N * spec.lora.rank));
+    base_view_ = std::make_unique<FrozenBaseView>(*this, base_params_, bw_, d.first && d.last);
+  }
+  const Placement& bound = spec.lora.on ? base_params_ : params_;
   if (d.first) {
     embedding_ = EmbeddingBlock(spec, d.vocab);
-    embedding_.bind(params_, names_);
+    embedding_.bind(bound, names_);
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
     layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N, rope_local_.get());
-    layers_.back().bind(params_, names_);
+    layers_.back().bind(bound, names_);
+    if (spec.lora.on)
+      layers_.back().bind_lora(params_, names_, spec.lora.rank, static_cast<float>(spec.lora.scale()));
   }
   if (d.last) {
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
-    head_.bind(params_, names_);
+    head_.bind(bound, names_);
   }
-  if (d.first) emb_reads_ = {embedding_.first_offset()};
-  for (const TransformerLayer& l : layers_) {
-    layer_reads_.push_back({l.first_offset(), l.mlp_offset(), l.expert_offset()});
-    attn_reads_.push_back({l.first_offset()});
-    mlp_reads_.push_back({l.mlp_offset(), l.expert_offset()});
+  if (spec.lora.on) {
+    // ZeRO-3's units are the adapters of each layer's attention and MLP (the base is whole on every rank).
+    for (int64_t l = d.l0; l < d.l1; ++l) {
+      const int64_t a = lora_unit_offset(l, false), m = lora_unit_offset(l, true);
+      layer_reads_.push_back({a, m});
+      attn_reads_.push_back({a});
+      mlp_reads_.push_back({m});
+    }
+    emb_reads_ = {-1};
+    head_reads_ = {-1};
+  } else {
+    if (d.first) emb_reads_ = {embedding_.first_offset()};
+    for (const TransformerLayer& l : layers_) {
+      layer_reads_.push_back({l.first_offset(), l.mlp_offset(), l.expert_offset()});
+      attn_reads_.push_back({l.first_offset()});
+      mlp_reads_.push_back({l.mlp_offset(), l.expert_offset()});
+    }
+    if (d.last) head_reads_ = {head_.first_offset(), head_.weight_offset()};
   }
-  if (d.last) head_reads_ = {head_.first_offset(), head_.weight_offset()};
-  if (d.last) {
+  if (d.last && !spec.lora.on) {
     std::vector<int64_t> dense, experts;
     for (const TransformerLayer& l : layers_) {
       dense.push_back(l.first_offset());
@@ -204,6 +262,14 @@ BlockEnv TransformerLM::env(const Slot& s) {
   e.weights = w_;
   e.grads = g_;
   e.low = lowp_;
+  if (spec_.lora.on) {  // the blocks read the frozen base; the adapters are the arena that trains
+    e.weights = bw_;
+    e.grads = nullptr;
+    e.low = nullptr;
+    e.lora_w = w_;
+    e.lora_g = g_;
+    e.lora_scratch = lora_scratch_.data();
+  }
   e.B = dims_.B;
   e.T = dims_.T;
   e.N = dims_.N;
@@ -427,7 +493,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
       }
       if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
     }
-    if (pass == BwdPass::kBoth) grads_ready_from(head_.first_offset());
+    if (pass == BwdPass::kBoth && !spec_.lora.on) grads_ready_from(head_.first_offset());
   } else if (input) {
     parallel_copy(scratch_.dres, dhidden_out, d.Nl * d.C);
   }
@@ -445,7 +511,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
       need(mlp_reads_[i], attn_reads_[i]);
       const std::function<void()> between = [&] {
         done(mlp_reads_[i]);
-        grads_ready_from(layer.mlp_offset());
+        grads_ready_from(ready_offset(layer, true));
         need(attn_reads_[i], before);
       };
       layer.bwd(e, pass, x, a, layer_grads(s, l), &between);
@@ -457,7 +523,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
       done(layer_reads_[i]);
     }
     if (input) check_finite(scratch_.dres, d.Nl * d.C, "layer " + std::to_string(l) + "'s backward (the gradient into its input)");
-    if (pass == BwdPass::kBoth) grads_ready_from(layer.first_offset());
+    if (pass == BwdPass::kBoth) grads_ready_from(ready_offset(layer, false));
     progress();
   }
   // The embedding has only a weight gradient: it runs in the weight pass, from its output
@@ -480,6 +546,17 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     }
   }
   if (pass != BwdPass::kInput) grads_ready_from(0);
+}
+
+int64_t TransformerLM::ready_offset(const TransformerLayer& layer, bool mlp) const {
+  if (!spec_.lora.on) return mlp ? layer.mlp_offset() : layer.first_offset();
+  // The adapters lie in layer order, each layer's attention's before its MLP's: the first of this half or after.
+  for (int64_t l = layer.layer(); l < dims_.l1; ++l)
+    for (bool half : {false, true}) {
+      if (l == layer.layer() && mlp && !half) continue;
+      if (const int64_t at = lora_unit_offset(l, half); at >= 0) return at;
+    }
+  return params_.total_floats();
 }
 
 double TransformerLM::forward(const int32_t* tokens, const StepInfo& info) {

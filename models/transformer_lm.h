@@ -113,8 +113,12 @@ class TransformerLM : public CausalLM {
   // The parameters of this spec under these names, whatever the layout: the stage's (its layers,
   // the embedding on the first stage, the final norm and head on the last, the token embedding
   // on a last stage whose head is tied to it).
+  // With LoRA (spec.lora.on) these are the adapters' (models/lora.h), the parameters that train; the frozen
+  // base model's are make_base_table's.
   static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
                                      const StageOptions& stage = {});
+  // The model's own parameters, whether or not LoRA freezes them.
+  static ParamTable make_base_table(const TransformerSpec& spec, const NameMap& names, const StageOptions& stage = {});
   // Those of several stages (model chunks) in one table, in chunk order, each name once.
   static ParamTable make_param_table(const TransformerSpec& spec, const NameMap& names,
                                      const std::vector<StageOptions>& chunks);
@@ -126,6 +130,10 @@ class TransformerLM : public CausalLM {
   static Placement make_placement(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
                                   const ModelLayout& layout, int tp_rank, const StageOptions& stage = {},
                                   int ep_rank = 0);
+  // The frozen base's placement under LoRA (make_base_table's).
+  static Placement make_placement_base(const TransformerSpec& spec, const NameMap& names, const ModelConfig& cfg,
+                                       const ModelLayout& layout, int tp_rank, const StageOptions& stage = {},
+                                       int ep_rank = 0);
   // Every activation, workspace and scratch buffer of a rank of this layout, sized but not allocated.
   static BufferPlan activation_plan(const TransformerSpec& spec, const ModelConfig& cfg, const ModelLayout& layout,
                                     int64_t micro_batch, int tp_rank, const StageOptions& stage = {});
@@ -164,7 +172,19 @@ class TransformerLM : public CausalLM {
   void release_low(int64_t begin, int64_t end) override;
   const float* logits() const override { return slots_[0].head.logits; }
   int64_t logits_ld() const override { return dims_.vocab.local; }
-  int64_t activation_bytes() const override { return plan_.bytes(); }
+  int64_t activation_bytes() const override {
+    return plan_.bytes() + static_cast<int64_t>(lora_scratch_.size() * sizeof(float));
+  }
+  std::vector<CausalLM*> frozen_bases() override {
+    return base_view_ ? std::vector<CausalLM*>{base_view_.get()} : std::vector<CausalLM*>{};
+  }
+  void init_frozen(uint64_t seed) override {
+    if (base_view_) base_params_.initialize(bw_, seed);
+  }
+  // LoRA: the frozen base's parameters and weights (params() and weights() are the adapters').
+  bool frozen() const { return spec_.lora.on; }
+  const Placement& base_params() const { return spec_.lora.on ? base_params_ : params_; }
+  const float* base_weights() const { return spec_.lora.on ? bw_ : w_; }
   int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }
   void* weight_copy() override { return cdt_ == ComputeDtype::kFloat32 ? nullptr : lowp_; }
   ComputeDtype weight_copy_dtype() const override { return cdt_; }
@@ -232,6 +252,10 @@ class TransformerLM : public CausalLM {
   static void lay_out(const StageDims& d, BufferPlan& p, Buffers& b);
   struct LayoutBuilder;  // lay_out's parts (transformer_lm.cpp)
   BlockEnv env(const Slot& s);
+  int64_t lora_unit_offset(int64_t layer, bool mlp) const;
+  // Where the gradients final after `layer`'s backward (its MLP half's alone: mlp) begin in the arena.
+  int64_t ready_offset(const TransformerLayer& layer, bool mlp) const;  // LoRA: ZeRO-3's unit of a layer's half (-1: none)
+  static int64_t lora_half_offset(const NameMap& names, const Placement& adapters, int64_t layer, bool mlp);
   void context_rows(Slot& s, const int32_t* tokens);
   const float* layer_input(const Slot& s, int64_t l) const;
   TransformerLayer::Grads layer_grads(const Slot& s, int64_t l) const;
@@ -247,6 +271,12 @@ class TransformerLM : public CausalLM {
   ContextScratch cps_;
   int32_t* cp_ints_ = nullptr;
   Placement params_;
+  // LoRA: the frozen base's placement and weights (this chunk's own), the adapters' product scratch
+  // [N, 2 r], and the base as a CausalLM for the loaders (frozen_bases).
+  Placement base_params_;
+  AlignedBuffer<float> base_weights_, lora_scratch_;
+  float* bw_ = nullptr;
+  std::unique_ptr<CausalLM> base_view_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   AlignedBuffer<float> weights_, grads_;
   AlignedBuffer<std::byte> low_;  // the weights' low-precision copy (see CausalLM::weight_copy)

@@ -106,8 +106,8 @@ void head_rmsnorm_bwd(T* d, T* dw0, T* dw1, const T* saved, const T* w0, const T
   // The weights' gradients first (they read the output's gradient): sum over rows and heads of d * xhat,
   // columns in chunks across threads, each column's sum in (row, head) order.
   constexpr int64_t kCols = 8;
-#pragma omp parallel for schedule(static) if (parallel_worth(rows * heads * dim))
-  for (int64_t c0 = 0; c0 < dim; c0 += kCols) {
+#pragma omp parallel for schedule(static) if (dw0 != nullptr && parallel_worth(rows * heads * dim))
+  for (int64_t c0 = 0; c0 < (dw0 != nullptr ? dim : 0); c0 += kCols) {
     const int64_t nc = std::min(kCols, dim - c0);
     T acc0[kCols] = {}, acc1[kCols] = {};
     for (int64_t r = 0; r < rows; ++r)

@@ -33,6 +33,7 @@ void head_rmsnorm_fwd(T* x, T* saved, T* rstd, const T* w0, const T* w1, int64_t
 // The backward in place: d (the output's gradient, laid out as x) becomes the input's; dw0 and dw1
 // accumulate (+=) the weights' gradients, each column summed in row order (independent of the thread count).
 template <typename T>
+// dw0, dw1 null: the input gradient alone (a frozen model's).
 void head_rmsnorm_bwd(T* d, T* dw0, T* dw1, const T* saved, const T* w0, const T* w1, const T* rstd, int64_t split,
                       int64_t rows, int64_t heads, int64_t dim, int64_t ld);
 

@@ -20,6 +20,8 @@ float InitialValues::operator()(int64_t global_index) const {
     case Init::kZeros: return 0.0f;
     case Init::kOnes: return 1.0f;
     case Init::kNormal: break;
+    case Init::kUniform:
+      return static_cast<float>(std_ * (2.0 * counter_uniform(seed_, stream_, static_cast<uint64_t>(global_index)) - 1.0));
   }
   return static_cast<float>(std_ * counter_normal(seed_, stream_, static_cast<uint64_t>(global_index)));
 }

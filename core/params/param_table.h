@@ -42,14 +42,15 @@ inline SplitSpec split_dim(int dim, int64_t parts = 1) { return {dim, Axis::kTen
 // Dimension 0 is the vocabulary.
 inline SplitSpec vocab_rows() { return {0, Axis::kVocab, 1}; }
 
-enum class Init { kNormal, kZeros, kOnes };
+// kUniform: uniform in [-std, std) (LoRA's A, PEFT's kaiming_uniform_ with a = sqrt(5): bound 1/sqrt(fan_in)).
+enum class Init { kNormal, kZeros, kOnes, kUniform };
 
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;  // global, logical (what a checkpoint holds)
   SplitSpec split;
   Init init = Init::kNormal;
-  float std = 0.02f;           // for kNormal
+  float std = 0.02f;           // for kNormal; kUniform's bound
   bool weight_decay = false;   // AdamW decays 2-D weights only
   // Read in a second place besides its own (GPT-2's wte by the tied LM head). Informational.
   bool tied = false;

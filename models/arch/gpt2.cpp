@@ -11,6 +11,7 @@ namespace gf {
 
 TransformerSpec gpt2_spec(const ModelConfig& cfg) {
   TransformerSpec s;
+  s.lora = cfg.lora;
   s.vocab = cfg.vocab_size;
   s.seq = cfg.seq_length;
   s.hidden = cfg.hidden_size;

@@ -27,6 +27,7 @@ int64_t llama_ffn_width(const ModelConfig& cfg) {
 
 TransformerSpec llama_spec(const ModelConfig& cfg) {
   TransformerSpec s;
+  s.lora = cfg.lora;
   s.vocab = cfg.vocab_size;
   s.seq = cfg.seq_length;
   s.hidden = cfg.hidden_size;

@@ -108,6 +108,18 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   k_norm_ = spec_.qk_norm ? off(Role::kKNormW) : -1;
 }
 
+void AttentionBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, int64_t rank, float scale) {
+  if (spec_.mla.on()) return;  // lora_targets gives latent attention none
+  if (spec_.fused_qkv_param) {
+    bind_adapter(qkv_, lora, names(Role::kQkvW, l), 0, qkv_width(), rank, scale);
+  } else {
+    bind_adapter(qkv_, lora, names(Role::kQW, l), 0, Hl_ * D_, rank, scale);
+    bind_adapter(qkv_, lora, names(Role::kKW, l), Hl_ * D_, Hkvl_ * D_, rank, scale);
+    bind_adapter(qkv_, lora, names(Role::kVW, l), (Hl_ + Hkvl_) * D_, Hkvl_ * D_, rank, scale);
+  }
+  bind_adapter(o_, lora, names(Role::kOW, l), 0, 0, rank, scale);
+}
+
 std::pair<const float*, const float*> AttentionBlock::qk_weights(const BlockEnv& e) const {
   if (qk_w_.empty()) return {e.w(q_norm_), e.w(k_norm_)};
   // Gemma's (1 + w): the scale each norm multiplies by, rounded as torch's `1.0 + weight` rounds it.

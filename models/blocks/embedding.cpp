@@ -57,6 +57,7 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
 }
 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {
+  if (e.frozen()) return;  // LoRA: the embedding is frozen and nothing comes before it
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   scale_rows(dy, e.Nl);
   embedding_parallel_bwd(*e.tp, e.g(wte_), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
@@ -64,6 +65,7 @@ void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) co
 
 void EmbeddingBlock::bwd_rows(const BlockEnv& e, float* dy, const int32_t* tokens,
                               const std::function<void(const int32_t*, const float*, int64_t)>& rows) const {
+  if (e.frozen()) return;
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   scale_rows(dy, e.Nl);
   embedding_parallel_bwd_rows(*e.tp, wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather, rows);

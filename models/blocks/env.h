@@ -58,9 +58,15 @@ struct BlockEnv {
   // key_lo_full the others' (documents alone; null: causal over the whole prefix).
   const int32_t* key_lo_full = nullptr;
   float grad_scale = 0.0f;  // backward: the loss's gradient scale (the router losses' coefficients)
+  // LoRA (models/lora.h): the adapters' arena and its gradients, and [N, 2 r] scratch for their products. The
+  // base weights are then frozen: `grads` is null, and no block writes a gradient of them.
+  const float* lora_w = nullptr;
+  float* lora_g = nullptr;
+  float* lora_scratch = nullptr;
+  bool frozen() const { return grads == nullptr; }
 
   const float* w(int64_t offset) const { return weights + offset; }
-  float* g(int64_t offset) const { return grads + offset; }
+  float* g(int64_t offset) const { return grads ? grads + offset : nullptr; }
   // The weight at `offset` as the products read it (with its low-precision copy under bf16/fp16).
   Weight wt(int64_t offset, bool out_in) const {
     Weight r = cdt == ComputeDtype::kFloat32

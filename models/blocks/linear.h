@@ -5,7 +5,11 @@
 #pragma once
 #include <cstdint>
 #include <stdexcept>
+#include <vector>
 
+#include <string>
+
+#include "core/params/placement.h"
 #include "models/blocks/env.h"
 #include "parallel/tensor_parallel.h"
 
@@ -17,10 +21,21 @@ struct ParallelLinear {
   int64_t in = 0, out = 0;  // local: column [in, out_local], row [in_local, out]
   bool out_in = false;      // weight stored [out, in]
   int64_t w = -1, b = -1;   // arena offsets (b < 0: no bias)
+  // LoRA adapters (models/lora.h) on runs of this layer's local outputs: offsets of A and B in the adapters'
+  // arena (BlockEnv::lora_w), and (column-parallel) the local output columns [col0, col0 + cols) they add to
+  // (q, k, v of one q|k|v product; a row-parallel layer's adapter covers every output). The base weight is
+  // then frozen (BlockEnv::frozen).
+  struct Adapter {
+    int64_t a = -1, b = -1, col0 = 0, cols = 0;
+  };
+  std::vector<Adapter> adapters;
+  int64_t rank = 0;    // r
+  float scale = 0.0f;  // alpha / r (alpha / sqrt(r) with rsLoRA)
 
   // x_low: x's bf16 copy where the block keeps x only so (x is then null; a column-parallel layer
   // gathers it under SP in bf16), else null.
   void fwd(const BlockEnv& e, float* y, const float* x, const void* x_low = nullptr) const {
+    if (!adapters.empty()) return fwd_lora(e, y, x, x_low);
     const float* bias = b >= 0 ? e.w(b) : nullptr;
     if (kind == Kind::kColumn) column_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.gather, x_low);
     else row_parallel_fwd(*e.tp, y, x, e.wt(w, out_in), bias, in, out, e.partial, x_low);
@@ -28,6 +43,7 @@ struct ParallelLinear {
   // Column-parallel only: y written as its bf16 copy alone (column_parallel_fwd_low).
   void fwd_low(const BlockEnv& e, void* y_low, const float* x, const void* x_low = nullptr) const {
     if (kind != Kind::kColumn) throw std::logic_error("ParallelLinear::fwd_low: column-parallel layers only");
+    if (!adapters.empty()) throw std::logic_error("ParallelLinear::fwd_low: LoRA adapters compute in fp32");
     column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather, x_low);
   }
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
@@ -37,6 +53,7 @@ struct ParallelLinear {
   // null; row_parallel_bwd_low).
   void bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const void* x_low = nullptr,
            const void* dy_low = nullptr, void* dx_low = nullptr) const {
+    if (e.frozen()) return bwd_frozen(e, pass, dx, dy, x, x_low, dy_low, dx_low);
     const Weight wt = e.wt(w, out_in);
     float* db = b >= 0 ? e.g(b) : nullptr;
     if (kind == Kind::kColumn) {
@@ -59,6 +76,20 @@ struct ParallelLinear {
       if (pass == BwdPass::kWeight) row_parallel_bwd_weight(*e.tp, e.g(w), db, dy, x, wt, in, out, e.gather, x_low);
     }
   }
+
+ private:
+  // With adapters (models/blocks/linear_lora.cpp): y = W x (+ b) + scale B (A x), one reduction for both.
+  void fwd_lora(const BlockEnv& e, float* y, const float* x, const void* x_low) const;
+  // The base frozen: its input gradient (kBoth, kInput) with the adapters' added before the reduction, and
+  // the adapters' weight gradients (kBoth, kWeight); no gradient of W or b.
+  void bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const void* x_low,
+                  const void* dy_low, void* dx_low) const;
 };
+
+// LoRA: binds the adapter of the module whose base weight is named `weight`, where the adapters' placement
+// `lora` holds one (models/lora.h names), to output columns [col0, col0 + cols) of `lin` (a row-parallel
+// layer's: all of them). Returns whether it had one.
+bool bind_adapter(ParallelLinear& lin, const Placement& lora, const std::string& weight, int64_t col0, int64_t cols,
+                  int64_t rank, float scale);
 
 }  // namespace gf

@@ -115,7 +115,8 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
   const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;
   const Weight w = e.wt(w_, false);
   float* dw = e.g(w_);
-  const bool input = pass != BwdPass::kWeight, weight = pass != BwdPass::kInput;
+  // LoRA: the head is frozen; its input gradient alone (in the input pass, or the fused one).
+  const bool input = pass != BwdPass::kWeight, weight = pass != BwdPass::kInput && !e.frozen();
   // The rows the forward multiplied: under vocabulary-parallel SP the gathered ones, which the
   // gather buffer still holds right after the forward (fused backward) and are gathered again for
   // a weight pass run apart.
@@ -126,6 +127,7 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
   float* dh = v_.parallel ? e.dfull : a.dln;
   if (chunks && chunks->count() > 0) {
     if (!input || !weight) throw std::logic_error("lm head: a vocabulary-chunked backward runs its two passes fused");
+    if (e.frozen()) throw std::logic_error("lm head: a frozen head is not cut into vocabulary chunks");
     chunked_bwd(e, dh, h, grad_scale, targets, a, *chunks);
   } else if (e.cdt == ComputeDtype::kFloat32) {
     if (input) {

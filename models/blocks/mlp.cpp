@@ -48,6 +48,16 @@ void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   down_.b = spec_.linear_bias ? off(Role::kDownB) : -1;
 }
 
+void MlpBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, int64_t rank, float scale) {
+  if (gated_mlp(spec_.mlp)) {
+    bind_adapter(up_, lora, names(Role::kGateW, l), 0, Fl_, rank, scale);
+    bind_adapter(up_, lora, names(Role::kUpW, l), Fl_, Fl_, rank, scale);
+  } else {
+    bind_adapter(up_, lora, names(Role::kFcW, l), 0, Fl_, rank, scale);
+  }
+  bind_adapter(down_, lora, names(Role::kDownW, l), 0, 0, rank, scale);
+}
+
 void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {
   if (keeps_bf16(e.cdt)) {
     auto* act = reinterpret_cast<bf16*>(a.act);

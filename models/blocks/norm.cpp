@@ -38,6 +38,10 @@ void NormBlock::fwd_bf16(const BlockEnv& e, bf16* y, const Acts& a, const float*
 
 void NormBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const Acts& a,
                     int64_t rows) const {
+  if (e.frozen()) {  // LoRA: the weights are frozen, only the input gradient flows
+    if (pass == BwdPass::kWeight) return;
+    pass = BwdPass::kInput;
+  }
   if (kind_ == NormKind::kLayerNorm) {
     const ops::LayerNormCache<float> c{a.mean, a.rstd};
     if (pass == BwdPass::kBoth) ops::layernorm_bwd(dx, e.g(w_), e.g(b_), dy, x, e.w(w_), c, rows, dim_);

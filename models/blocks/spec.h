@@ -10,6 +10,7 @@
 
 #include "core/ops/activation.h"
 #include "core/ops/rope_scaling.h"
+#include "models/lora_config.h"
 
 namespace gf {
 
@@ -88,6 +89,7 @@ struct TransformerSpec {
                                // post_attention_layernorm, post_feedforward_layernorm)
   float embed_scale = 0.0f;  // the token embedding's output times this (Gemma's sqrt(hidden)); 0: none
   MoeSpec moe;
+  LoraConfig lora;  // LoRA adapters on the projections it targets, the rest frozen (models/lora.h)
   MlaSpec mla;  // MLA in place of q, k, v projections (then kv_heads == heads, head_dim() the query/key width)
   int64_t head_dim() const { return mla.on() ? mla.qk() : head_width > 0 ? head_width : hidden / heads; }
   // Layer l's window (0: the whole prefix).

@@ -62,6 +62,11 @@ class TransformerLayer {
   bool ln2_keeps_bf16(ComputeDtype d) const { return MlpBlock::keeps_bf16(d) && !is_moe(); }
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
+  // LoRA (models/lora.h): this layer's adapters in the adapters' placement `lora`.
+  void bind_lora(const Placement& lora, const NameMap& names, int64_t rank, float scale) {
+    attn_.bind_lora(lora, names, layer_, rank, scale);
+    if (!is_moe()) mlp_.bind_lora(lora, names, layer_, rank, scale);
+  }
   int64_t first_offset() const { return norm1_.first_offset(); }
   // The second half's first parameter (the second norm, then the MLP or the MoE router): ZeRO-2 and 3
   // cut a layer there into two units, its attention's and its MLP's.

@@ -133,6 +133,7 @@ Resolution resolve(const YAML::Node& user, const std::vector<Override>& override
     config_read::read_model(x);
     config_read::read_pipeline(x);
     config_read::read_moe(x);
+    config_read::read_lora(x);
     config_read::read_weights(x);
     config_read::read_generation(x);
     config_read::read_callbacks(x);

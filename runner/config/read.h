@@ -60,6 +60,8 @@ void read_model(ReadContext& x);
 bool model_sizes_within_bounds(const ModelConfig& m);  // the model section, by its type's reader (runner/config/arch_section.h)
 void read_weights(ReadContext& x);  // load_checkpoint and model_config.checkpoint_name_or_path; after read_training
 void read_moe(ReadContext& x);
+// model_config.pet_config into model.lora (runner/config/read_lora.cpp); after read_model and read_moe.
+void read_lora(ReadContext& x);
 void read_generation(ReadContext& x);  // model_config's decoding keys, processor.tokenizer (runner/config/read_generation.cpp)      // moe_config into model.moe (runner/config/read_moe.cpp)
 // The pipeline keys into ParallelConfig: scheduler, model chunks, offset and the layers of each stage
 // (runner/config/read_pipeline.cpp); after read_parallel and read_model.

@@ -125,6 +125,34 @@ std::string Trainer::own_resume_checkpoint() const {
 }
 
 // The seed's weights; under ZeRO-3 only this rank's slices (the rest is never resident).
+// LoRA: the frozen base of every model chunk from `path` (Hugging Face safetensors, a MindSpore .ckpt, a
+// Megatron checkpoint, or one of our checkpoints of the base model), and the name saved with the adapters.
+void Trainer::load_lora_base(const std::string& path) {
+  const std::vector<CausalLM*> bases = model_->frozen_bases();
+  std::string note;
+  if (ckpt::is_checkpoint(path)) {
+    ckpt::Reader r = ckpt::Reader::open(path);
+    if (r.state().contains("lora") && !r.state()["lora"].is_null())
+      throw std::runtime_error(path + " holds LoRA adapters, not a base model: give the base model it names (" +
+                               r.state()["lora"].value("base", std::string("?")) + ")");
+    const ModelEntry& entry = find_model(cfg_.model.arch, cfg_.model.type);
+    const ParamTable whole = TransformerLM::make_base_table(entry.spec(cfg_.model), entry.names);
+    for (const std::string& n : r.names())
+      if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
+        throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured base model does not have");
+    for (CausalLM* b : bases) {
+      float* w = b->weights();
+      for (const TensorPlacement& t : b->params().tensors()) r.read(t.spec->name, t, w + t.offset);
+    }
+  } else {
+    for (CausalLM* b : bases) note = b->load_hf_checkpoint(path);
+  }
+  lora_base_ = fs::absolute(path).lexically_normal().string();
+  spdlog::info("LoRA: base model loaded from {}{} (frozen); adapters rank {}, alpha {}, scale {:g}", path,
+               note.empty() ? "" : " (" + note + ")", cfg_.model.lora.rank, cfg_.model.lora.alpha,
+               cfg_.model.lora.scale());
+}
+
 void Trainer::init_weights() {
   const auto seed = static_cast<uint64_t>(cfg_.seed);
   if (!stream_) return model_->init_weights(seed);
@@ -148,8 +176,35 @@ void Trainer::load_initial_state() {
     }
   }
   if (path.empty()) {
+    if (lora()) {
+      model_->init_frozen(static_cast<uint64_t>(cfg_.seed));
+      spdlog::warn("LoRA without load_checkpoint: the frozen base model is the seed's random initialisation");
+    }
     init_weights();
     return;
+  }
+  if (lora()) {
+    // A LoRA checkpoint of ours names its base and holds the adapters; anything else is the base itself.
+    const bool adapters = ckpt::is_checkpoint(path) && [&] {
+      const nlohmann::json& st = ckpt::Reader::open(path).state();
+      return st.contains("lora") && !st["lora"].is_null();
+    }();
+    if (!adapters) {
+      if (cfg.resume_training)
+        throw std::runtime_error("`resume_training: True` with LoRA needs a LoRA checkpoint of a run (its adapters and "
+                                 "their optimizer state), and `load_checkpoint: " + path + "` is a base model: drop "
+                                 "resume_training to start training adapters on it");
+      load_lora_base(path);
+      init_weights();
+      return;
+    }
+    load_lora_base(ckpt::Reader::open(path).state()["lora"].at("base").get<std::string>());
+  } else if (ckpt::is_checkpoint(path) && [&] {
+               const nlohmann::json& st = ckpt::Reader::open(path).state();
+               return st.contains("lora") && !st["lora"].is_null();
+             }()) {
+    throw std::runtime_error(path + " holds LoRA adapters: set model.model_config.pet_config as the run that saved it "
+                             "did (or merge them into the base: gridformer convert --merge-lora)");
   }
   if (!ckpt::is_checkpoint(path)) {
     if (cfg.resume_training)
@@ -368,6 +423,11 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
                       {"ep", ctx_.size(GridAxis::kEp)}, {"cp", ctx_.size(GridAxis::kCp)}, {"sp", cfg_.parallel.use_seq_parallel},
                       {"zero", sync_->sharded()},
                       {"ranks", ctx_.world().size()}}},
+          // LoRA: the checkpoint holds the adapters; the frozen base is named, not copied.
+          {"lora", lora_base_.empty() ? nlohmann::json() : nlohmann::json{{"base", lora_base_},
+                                                                           {"rank", cfg_.model.lora.rank},
+                                                                           {"alpha", cfg_.model.lora.alpha},
+                                                                           {"use_rslora", cfg_.model.lora.rslora}}},
           {"time", iso8601_utc_now()},
           {"git_commit", build_git_commit()},
           {"config", dump_resolved(cfg_)}};

@@ -177,6 +177,11 @@ class Trainer {
   // No collective: it runs while the trainer is built. Called after the optimizers exist.
   void load_initial_state();
   void init_weights();
+  // LoRA (model_config.pet_config): the model trains adapters over a frozen base; load_lora_base fills the base and
+  // records its path (lora_base_), which checkpoints name instead of copying the base.
+  bool lora() const { return cfg_.model.lora.on; }
+  void load_lora_base(const std::string& path);
+  std::string lora_base_;
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;
   // save_checkpoint's parts (runner/train/checkpointing.cpp).

@@ -95,7 +95,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {k + "qk_rope_head_dim", "4"}, {k + "v_head_dim", "8"},
       {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},
       {"moe_config.moe_router_group_score_topk", "1"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
-      {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8}"},
+      {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8, lora_dropout: 0.0, target_modules: '.*wq|.*wv'}"},
       {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
       {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
       {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},

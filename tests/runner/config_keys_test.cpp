@@ -95,7 +95,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"train_dataset.input_columns", "[input_ids, labels]"}, {"eval_dataset.input_columns", "[input_ids, labels]"},
       {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
       {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
-      {"model.model_config.pet_config", "{pet_type: lora, lora_rank: 8}"}, {"callbacks.0.type", "CheckpointMonitor"},
+      {"model.model_config.pet_config", "{r: 4, target_modules: [c_attn]}"}, {"callbacks.0.type", "CheckpointMonitor"},
       {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
       {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
       {"moe_config.token_dispatcher", "allgather"}, {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},

@@ -69,8 +69,8 @@ std::vector<KeyRule> gpt2_model_rules() {
        "MindFormers' batch size for prediction; the training batch is runner_config.batch_size"},
       {"model.model_config.use_prompt_flash_attention", kCpu, "an Ascend kernel for prediction"},
       {"model.model_config.num_labels", kIgnored, "sequence classification (GPT2ForSequenceClassification) is not built"},
-      {"model.model_config.pet_config", kRefused,
-       "parameter-efficient fine-tuning (LoRA, pet_config) is not built yet; remove model.model_config.pet_config"},
+      {"model.model_config.pet_config", kBuilt,
+       "model.lora: LoRA adapters (PEFT's names c_attn, c_proj, c_fc; models/lora.h), the rest frozen"},
       {"model.arch.type", kBuilt, "model.arch"},
   };
 }

@@ -1,0 +1,167 @@
+#include "models/lora.h"
+
+#include <cmath>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+namespace gf {
+
+double LoraConfig::scale() const {
+  const double r = static_cast<double>(rank);
+  return rslora ? alpha / std::sqrt(r) : alpha / r;
+}
+
+namespace {
+
+std::string module_of(const std::string& weight) {
+  const std::string suffix = ".weight";
+  return weight.size() > suffix.size() && weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? weight.substr(0, weight.size() - suffix.size())
+             : weight;
+}
+
+std::string last_part(const std::string& module) {
+  const size_t dot = module.rfind('.');
+  return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+
+// Python's re.match: the pattern matched from the start of `s` (not necessarily to its end).
+bool re_match(const std::regex& re, const std::string& s) {
+  return std::regex_search(s, re, std::regex_constants::match_continuous);
+}
+
+std::regex compile(const std::string& pattern, const std::string& key) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument("`model.model_config.pet_config." + key + ": " + pattern + "`: not a regular expression (" +
+                                e.what() + ")");
+  }
+}
+
+// The linear layers an adapter can sit on: (role, the base's [out, in] or [in, out] weight).
+constexpr Role kLinearRoles[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW,
+                                 Role::kFcW,  Role::kGateW, Role::kUpW, Role::kDownW};
+
+}  // namespace
+
+std::string lora_a_name(const std::string& weight_name) { return module_of(weight_name) + ".lora_A.weight"; }
+std::string lora_b_name(const std::string& weight_name) { return module_of(weight_name) + ".lora_B.weight"; }
+
+const char* mindformers_module_name(Role r) {
+  switch (r) {
+    case Role::kQW: return "wq";
+    case Role::kKW: return "wk";
+    case Role::kVW: return "wv";
+    case Role::kOW: return "wo";
+    case Role::kGateW: return "w1";
+    case Role::kDownW: return "w2";
+    case Role::kUpW: return "w3";
+    default: return "";
+  }
+}
+
+std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,
+                                     bool whole) {
+  std::vector<LoraTarget> out;
+  if (!c.on) return out;
+  const std::string tkey = "target_modules";
+  std::regex target;
+  if (c.target_is_regex) target = compile(c.target_regex, tkey);
+  std::vector<std::regex> exclude;
+  for (const std::string& x : c.exclude) exclude.push_back(compile(x, "exclude_layers"));
+  // PEFT's rule on the Hugging Face module name, or MindFormers' on its own short name.
+  auto targeted = [&](const std::string& module, const std::string& mf_name) {
+    if (c.peft_names) {
+      if (c.target_is_regex) return std::regex_match(module, target);
+      for (const std::string& t : c.target_list)
+        if (module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
+                            module[module.size() - t.size() - 1] == '.'))
+          return true;
+      return false;
+    }
+    if (mf_name.empty()) return false;
+    for (const std::regex& x : exclude)
+      if (re_match(x, mf_name)) return false;
+    if (c.target_is_regex) return re_match(target, mf_name);
+    for (const std::string& t : c.target_list)
+      if (mf_name == t) return true;
+    return false;
+  };
+  // Every linear layer the model has, by its weight's name.
+  std::set<std::string> linear;
+  for (int64_t l = 0; l < layers; ++l)
+    for (Role r : kLinearRoles) {
+      std::string n;
+      try {
+        n = names(r, l);
+      } catch (const std::logic_error&) {
+        continue;  // the architecture has no such role
+      }
+      if (!base.find(n)) continue;
+      linear.insert(n);
+      if (targeted(module_of(n), mindformers_module_name(r))) out.push_back({r, l, n});
+    }
+  // A target naming a module that is no such layer: PEFT applies LoRA to embeddings and other layers too; here
+  // only the attention's and the dense MLP's projections carry adapters.
+  if (c.peft_names) {
+    for (const ParamSpec& p : base.specs()) {
+      if (linear.count(p.name) || p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0) continue;
+      const std::string m = module_of(p.name);
+      if (targeted(m, "") || (!c.target_is_regex && targeted(m, last_part(m))))
+        throw std::invalid_argument("`model.model_config.pet_config.target_modules` names '" + m +
+                                    "', which has no LoRA adapter here: adapters sit on the attention's projections and "
+                                    "the dense MLP's (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; "
+                                    "GPT-2's c_attn, c_proj, c_fc), not on embeddings, the head, norms, routers or "
+                                    "experts");
+    }
+  }
+  if (whole && out.empty()) {
+    std::string what = c.target_is_regex ? c.target_regex : "";
+    for (const std::string& t : c.target_list) what += (what.empty() ? "" : ", ") + t;
+    throw std::invalid_argument(
+        "`model.model_config.pet_config.target_modules: " + what + "` matches no module of the model: " +
+        (c.peft_names ? std::string("PEFT's names are Hugging Face's (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                                    "down_proj; GPT-2: c_attn, c_proj, c_fc), a regex matching the whole name "
+                                    "(.*\\.(q_proj|v_proj))")
+                      : std::string("MindFormers' names are the layers' own (wq, wk, wv, wo, w1, w2, w3; Llama family "
+                                    "only), matched from the start ('.*wq|.*wv')")));
+  }
+  return out;
+}
+
+ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole) {
+  ParamTable t;
+  for (const LoraTarget& x : lora_targets(c, names, base, layers, whole)) {
+    const ParamSpec& w = base.at(x.weight);
+    if (w.shape.size() != 2) throw std::logic_error("lora: " + x.weight + " is not a matrix");
+    // Our weights are stored [out, in] (nn.Linear) or [in, out] (GPT-2's Conv1D); which is which follows from
+    // the split: a projection is split by its outputs (column-parallel) or its inputs (row-parallel).
+    const bool column = x.role == Role::kQkvW || x.role == Role::kQW || x.role == Role::kKW || x.role == Role::kVW ||
+                        x.role == Role::kFcW || x.role == Role::kGateW || x.role == Role::kUpW;
+    const int out_dim = w.split.axis == Axis::kTensor ? (column ? w.split.dim : 1 - w.split.dim) : 0;
+    const int64_t out = w.shape[static_cast<size_t>(out_dim)], in = w.shape[static_cast<size_t>(1 - out_dim)];
+    const int64_t parts = w.split.parts;
+    ParamSpec a{lora_a_name(x.weight), {c.rank, in}, no_split(), Init::kUniform, 0.0f, true};
+    ParamSpec b{lora_b_name(x.weight), {out, c.rank}, no_split(), Init::kZeros, 0.0f, true};
+    if (c.a_init == "normal") {
+      a.init = Init::kNormal;
+      a.std = 0.01f;
+    } else {
+      a.std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
+    }
+    if (column) {
+      a.grad_partial_over_tp = true;
+      b.split = split_dim(0, parts);
+    } else {
+      a.split = split_dim(1, parts);
+      b.grad_partial_over_tp = true;
+    }
+    t.add(a);
+    t.add(b);
+  }
+  return t;
+}
+
+}  // namespace gf

@@ -1,0 +1,45 @@
+// LoRA (Hu et al. 2021, as PEFT's tuners/lora/layer.py and MindFormers' LoRADense compute it): a targeted
+// linear layer y = W x (+ b) gains (alpha / r) * B (A x), A [r, in] and B [out, r] trained, W frozen.
+// Here: which modules a LoraConfig targets, and the adapters' parameter table, derived from the base
+// model's table so that one rule serves every architecture and layout:
+//
+//   the base weight split by its outputs (column-parallel: q, k, v, gate, up, GPT-2's c_attn, c_fc):
+//     A [r, in] whole on every tensor-parallel rank, its gradient summed over the group (each rank's outputs
+//     contribute a part); B [out, r] split as the weight's outputs are (the same parts: q|k|v of c_attn);
+//   the base weight split by its inputs (row-parallel: o, down, GPT-2's c_proj):
+//     A [r, in] split as the weight's inputs are; B [out, r] whole, its gradient summed over the group
+//     (each rank's A x is a partial sum of the whole A x).
+//
+// Adapter names are PEFT's without its base_model.model. prefix: <module>.lora_A.weight, <module>.lora_B.weight.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/params/param_table.h"
+#include "models/blocks/spec.h"
+#include "models/lora_config.h"
+
+namespace gf {
+
+// A targeted module: its role and layer, and its base weight's name (<module>.weight).
+struct LoraTarget {
+  Role role;
+  int64_t layer;
+  std::string weight;
+};
+
+std::string lora_a_name(const std::string& weight_name);  // x.weight -> x.lora_A.weight
+std::string lora_b_name(const std::string& weight_name);  // x.weight -> x.lora_B.weight
+// MindFormers' own name for a module of this role (wq, wk, wv, wo, w1, w2, w3), or "" where it has none here.
+const char* mindformers_module_name(Role r);
+
+// The modules of the base table `base` (a stage's or the whole model's) that `c` targets, in table order.
+// Throws std::invalid_argument naming the key when the config targets a module that has no adapter here (the
+// embedding, the head, a norm, an expert, a router, latent attention's projections) or, with `whole` (the
+// base is the whole model), when it targets nothing.
+std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,
+                                     bool whole);
+// The adapters' table: for each target, A then B (module order of the base table).
+ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole);
+
+}  // namespace gf

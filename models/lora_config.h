@@ -1,0 +1,34 @@
+// LoRA's settings (model.model_config.pet_config, MindFormers' LoraConfig keys or PEFT's LoraConfig names;
+// read by runner/config/read_lora.cpp). What they build is in models/lora.h.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gf {
+
+struct LoraConfig {
+  bool on = false;
+  int64_t rank = 8;       // lora_rank (MindFormers) / r (PEFT)
+  double alpha = 16.0;    // lora_alpha: the update is scaled by alpha / rank (alpha / sqrt(rank) with rslora)
+  bool rslora = false;    // PEFT's use_rslora
+  // Which modules get adapters. peft_names: PEFT's rule on Hugging Face's module names (a string is a regex
+  // that must match the whole name, model.layers.0.self_attn.q_proj; a list names modules by their
+  // name or its last dotted parts). Else MindFormers' rule: the regex matched from the start (Python's
+  // re.match) against each module's own name in MindFormers' model (wq, wk, wv, wo, w1, w2, w3).
+  bool peft_names = false;
+  bool target_is_regex = true;
+  std::string target_regex;
+  std::vector<std::string> target_list;
+  // MindFormers' exclude_layers: modules whose own name a regex in it matches (re.match) get none.
+  std::vector<std::string> exclude;
+  // A's initial values: PEFT's kaiming_uniform_(a = sqrt(5)), uniform in +-1/sqrt(in) ("kaiming"), or
+  // MindSpore's Normal(0.01) ("normal", MindFormers' lora_a_init default); B starts at zero.
+  std::string a_init = "kaiming";
+  // MindFormers' / PEFT's adapter dropout on the adapter's input (B(A(dropout(x)))); 0 only here.
+  float dropout = 0.0f;
+  double scale() const;
+  bool operator==(const LoraConfig&) const = default;
+};
+
+}  // namespace gf

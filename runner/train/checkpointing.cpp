@@ -37,6 +37,13 @@ namespace {
 
 constexpr const char* kMomentPrefix[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
+// One of our checkpoints of a LoRA run: its adapters, and the base it names (Trainer::checkpoint_state's "lora").
+bool holds_lora_adapters(const std::string& path) {
+  if (!ckpt::is_checkpoint(path)) return false;
+  const ckpt::Reader r = ckpt::Reader::open(path);
+  return r.state().contains("lora") && !r.state()["lora"].is_null();
+}
+
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -185,10 +192,7 @@ void Trainer::load_initial_state() {
   }
   if (lora()) {
     // A LoRA checkpoint of ours names its base and holds the adapters; anything else is the base itself.
-    const bool adapters = ckpt::is_checkpoint(path) && [&] {
-      const nlohmann::json& st = ckpt::Reader::open(path).state();
-      return st.contains("lora") && !st["lora"].is_null();
-    }();
+    const bool adapters = holds_lora_adapters(path);
     if (!adapters) {
       if (cfg.resume_training)
         throw std::runtime_error("`resume_training: True` with LoRA needs a LoRA checkpoint of a run (its adapters and "
@@ -198,11 +202,9 @@ void Trainer::load_initial_state() {
       init_weights();
       return;
     }
-    load_lora_base(ckpt::Reader::open(path).state()["lora"].at("base").get<std::string>());
-  } else if (ckpt::is_checkpoint(path) && [&] {
-               const nlohmann::json& st = ckpt::Reader::open(path).state();
-               return st.contains("lora") && !st["lora"].is_null();
-             }()) {
+    const ckpt::Reader r = ckpt::Reader::open(path);
+    load_lora_base(r.state()["lora"].at("base").get<std::string>());
+  } else if (holds_lora_adapters(path)) {
     throw std::runtime_error(path + " holds LoRA adapters: set model.model_config.pet_config as the run that saved it "
                              "did (or merge them into the base: gridformer convert --merge-lora)");
   }

@@ -143,11 +143,11 @@ def tensor_error(name, shape, a, b, budget):
 
 
 # The tensors check_can_fail perturbs: the final norm (every model has one), GPT-2's zero-initialised MLP bias,
-# attention output and MoE router, and the Llama-like models' kinds (an MLP or expert down projection, a q/k/v bias,
-# a q/k norm, a router).
+# attention output and MoE router, the Llama-like models' kinds (an MLP or expert down projection, a q/k/v bias,
+# a q/k norm, a router), and LoRA's adapters (a run that trains nothing else).
 CAN_FAIL_KINDS = ("ln_f.weight", "model.norm.weight", "c_fc.bias", "attn.c_proj.weight", "mlp.router.weight",
                   "mlp.down_proj.weight", "down_proj.weight", "k_proj.bias", "q_norm.weight", "mlp.gate.weight",
-                  "block_sparse_moe.gate.weight")
+                  "block_sparse_moe.gate.weight", "lora_A.weight", "lora_B.weight")
 
 
 def check_can_fail(wa, budget, la):

@@ -415,9 +415,46 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
     fail("--to " + opt.to + " is a .safetensors file; --format checkpoint writes a directory");
   const int64_t max_shard = opt.max_shard_size.empty() ? 5000000000 : parse_byte_size(opt.max_shard_size);
 
-  ConvertSource src(opt.from, progress);
+  // LoRA adapters: exported as PEFT's directory, or (--merge-lora) merged into their base, which is then the source.
+  LoraAdapters lora;
+  const bool adapters = lora.load(opt.from);
+  if (opt.merge_lora && !adapters)
+    fail("--merge-lora: --from " + opt.from + " holds no LoRA adapters (one of our LoRA checkpoints, or a PEFT adapter "
+         "directory with adapter_config.json and adapter_model.safetensors)");
+  if (!opt.base.empty() && !opt.merge_lora) fail("--base names the base model of --merge-lora; add --merge-lora");
+  if (adapters && !opt.merge_lora) {
+    if (to_file || opt.format == "checkpoint")
+      fail("--from " + opt.from + " holds LoRA adapters: they are written as PEFT's adapter directory (--to DIR), or "
+           "merged into their base with --merge-lora");
+    if (!ConvertSource::is_ours(opt.from)) fail("--from " + opt.from + " is a PEFT adapter directory already; --merge-lora merges it");
+    ConvertSummary sum;
+    sum.source = "LoRA adapters " + opt.from;
+    write_peft_adapter(lora, opt.to, opt.overwrite, sum);
+    sum.target = "PEFT adapter " + opt.to + " (float32; base " + lora.base + ")";
+    return sum;
+  }
+  const std::string from = opt.merge_lora ? (opt.base.empty() ? lora.base : opt.base) : opt.from;
+  if (opt.merge_lora && from.empty())
+    fail("--merge-lora: " + opt.from + " names no base model (adapter_config.json's base_model_name_or_path); give --base");
+  ConvertSource src(from, progress);
+  OutDtype out_dt = dt;
+  if (opt.merge_lora) {
+    // Every adapted module's weight must be in the base, in the adapter's shape (checked again as it is merged).
+    std::set<std::string> have;
+    for (const SourceTensor& t : src.tensors) have.insert(t.name);
+    for (const auto& [name, t] : lora.adapters) {
+      const size_t at = name.rfind(".lora_");
+      if (at != std::string::npos && !have.count(name.substr(0, at) + ".weight"))
+        fail("--merge-lora: the base " + from + " has no '" + name.substr(0, at) + ".weight' for the adapter '" + name +
+             "': the adapters are of another model");
+    }
+    src.after_read = [&lora](const SourceTensor& t, std::vector<float>& w) { lora.merge_into(t.name, t.shape, w); };
+    const std::string& d = src.tensors.front().dtype;  // the base file's dtype, as PEFT's merge keeps W's
+    if (!opt.dtype_given) out_dt = parse_dtype(d == "BF16" ? "bfloat16" : d == "F16" ? "float16" : "float32");
+  }
   // By default the other kind than the source; a .safetensors --to is Hugging Face's.
-  const std::string format = !opt.format.empty() ? opt.format : to_file || src.ours() ? "hf" : "checkpoint";
+  const std::string format =
+      !opt.format.empty() ? opt.format : to_file || src.ours() || opt.merge_lora ? "hf" : "checkpoint";
   const Target target = format == "checkpoint" ? Target::kCheckpoint : to_file ? Target::kHfFile : Target::kHfDir;
   if (target == Target::kCheckpoint && dt.st != StDtype::kF32)
     fail("--dtype " + opt.dtype + ": our checkpoints hold float32; --dtype applies to Hugging Face output (--format hf)");
@@ -451,12 +488,18 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
     write_checkpoint(src, opt.to, bar, sum);
     sum.target = "checkpoint " + (fs::path(opt.to) / "converted").string() + " (float32)";
   } else {
-    write_hf(src, target == Target::kHfDir ? opt.to : "", target == Target::kHfFile ? opt.to : "", max_shard, dt,
+    write_hf(src, target == Target::kHfDir ? opt.to : "", target == Target::kHfFile ? opt.to : "", max_shard, out_dt,
              opt.overwrite, bar, sum);
     sum.target = std::string("Hugging Face ") + (target == Target::kHfFile ? "file " : "weights ") + opt.to + " (" +
-                 dt.name + ")";
+                 out_dt.name + ")";
   }
   sum.skipped = src.skipped;
+  if (opt.merge_lora) {
+    const int64_t want = static_cast<int64_t>(lora.adapters.size() / 2);
+    if (lora.merged != want) fail("--merge-lora: merged " + std::to_string(lora.merged) + " of " + std::to_string(want));
+    sum.source = "base " + src.describe() + " with the LoRA adapters of " + opt.from + " merged (" +
+                 std::to_string(want) + " weights)";
+  }
   return sum;
 }
 

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <iosfwd>
 #include <map>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,11 @@ struct ConvertOptions {
   std::string max_shard_size;  // Hugging Face directory output; "" is save_pretrained's default, 5GB
   std::string dtype = "float32";  // of Hugging Face output: float32, bfloat16, float16
   bool overwrite = false;      // write into a non-empty --to (see convert_weights)
+  bool dtype_given = false;    // --dtype was given (else a merge keeps the base's dtype)
+  // LoRA (runner/cli/convert_lora.cpp): --merge-lora writes the base with the adapters merged; --base names the base
+  // (default: the one the LoRA checkpoint or adapter_config.json names).
+  bool merge_lora = false;
+  std::string base;
 };
 
 struct ConvertSummary {
@@ -56,6 +63,28 @@ struct ConvertSummary {
 // their place), and a checkpoint directory gets its `converted` checkpoint replaced and `latest`
 // pointed at it. On failure the files written so far are removed.
 ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress);
+
+// LoRA adapters as convert reads them (runner/cli/convert_lora.cpp): from one of our LoRA checkpoints or a PEFT
+// adapter directory, by our names (<module>.lora_A.weight [r, in], <module>.lora_B.weight [out, r]).
+struct LoraAdapters {
+  struct Tensor {
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+  };
+  std::map<std::string, Tensor> adapters;
+  double scale = 0;            // alpha / r (alpha / sqrt(r) with rsLoRA)
+  bool fan_in_fan_out = false; // the base stores [in, out] (GPT-2's Conv1D)
+  std::string base;            // the base model it names ("" when it names none)
+  int64_t rank_ = 0;           // our checkpoint's rank, alpha and rsLoRA (for PEFT's adapter_config.json)
+  double alpha_ = 0;
+  bool rslora_ = false;
+  nlohmann::json targets_;     // the run's target_modules under PEFT's names (null: name the modules adapted)
+  mutable int64_t merged = 0;  // weights merge_into changed
+  // False when `from` is neither; throws for a damaged or unreadable one.
+  bool load(const std::string& from);
+  void merge_into(const std::string& weight, const std::vector<int64_t>& shape, std::vector<float>& w) const;
+};
+void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool overwrite, ConvertSummary& sum);
 
 // The subcommand: convert_weights with progress on stderr and the summary on stdout; returns the
 // exit status (0 done; 2 nothing converted, the message printed as `error: ...`).

@@ -77,6 +77,11 @@ std::vector<fs::path> ConvertSource::locations(const std::string& from) const {
 }
 
 void ConvertSource::read(const SourceTensor& t, std::vector<float>& out) {
+  read_raw(t, out);
+  if (after_read) after_read(t, out);
+}
+
+void ConvertSource::read_raw(const SourceTensor& t, std::vector<float>& out) {
   out.resize(static_cast<size_t>(numel_of(t.shape)));
   if (ours_) {
     std::vector<float> v = reader_->read_full(t.name);
@@ -138,7 +143,7 @@ void ConvertSource::open_hf(const std::string& from, std::ostream& log) {
         fail(file + ": tensors '" + s->second + "' and '" + t.name + "' are both the parameter '" + name +
              "'; keep one of them");
       seen[name] = t.name;
-      tensors.push_back({name, h->second.shape, file, t.name});
+      tensors.push_back({name, h->second.shape, file, t.name, dt});
     }
   }
   drop_tied_head(log);

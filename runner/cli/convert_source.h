@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -36,6 +37,7 @@ struct SourceTensor {
   std::string name;  // gridformer's name (Hugging Face's without GPT-2's `transformer.`)
   std::vector<int64_t> shape;
   std::string file, stored;  // Hugging Face: the file that holds it and its name there
+  std::string dtype = "F32"; // as stored (Hugging Face: F32, F16, BF16, F64; ours: F32)
 };
 
 // Names in the order a reader expects (layer 2 before layer 10): runs of digits compare as numbers.
@@ -60,6 +62,8 @@ class ConvertSource {
   std::map<std::string, std::vector<std::string>> skipped;  // reason -> tensors
 
   void read(const SourceTensor& t, std::vector<float>& out);
+  // Called on every tensor read (its values in float32) before the caller sees it: --merge-lora's merge.
+  std::function<void(const SourceTensor&, std::vector<float>&)> after_read;
   // Drops what has been read (the checkpoint's shards are read whole and kept until then).
   void release();
   // One of our checkpoints: its saved state (step, config, ...); nullptr for Hugging Face weights.
@@ -67,6 +71,7 @@ class ConvertSource {
 
  private:
   void open_checkpoint(const std::string& from);
+  void read_raw(const SourceTensor& t, std::vector<float>& out);
 
   void open_hf(const std::string& from, std::ostream& log);
 

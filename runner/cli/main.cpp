@@ -340,11 +340,17 @@ CLI::App* add_convert(CLI::App& app, Cli& c) {
                                                 "shards with model.safetensors.index.json) and one full .safetensors file");
   convert->add_option("--from", c.conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
                                              "or Hugging Face weights (a .safetensors file, or a directory with "
-                                             "model.safetensors or model.safetensors.index.json)")->required();
+                                             "model.safetensors or model.safetensors.index.json); a LoRA run's "
+                                             "checkpoint is written as PEFT's adapter directory")->required();
   convert->add_option("--to", c.conv.to, "a directory, or a .safetensors file for one full file")->required();
   convert->add_option("--format", c.conv.format, "hf | checkpoint (default: the other kind than --from's)");
   convert->add_option("--max-shard-size", c.conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
-  convert->add_option("--dtype", c.conv.dtype, "Hugging Face output dtype: float32 (default), bfloat16, float16");
+  convert->add_option("--dtype", c.conv.dtype, "Hugging Face output dtype: float32 (default; --merge-lora: the base's), "
+                                               "bfloat16, float16");
+  convert->add_flag("--merge-lora", c.conv.merge_lora,
+                    "--from a LoRA checkpoint or PEFT adapter directory: write its base with W + (alpha/r) B A in every "
+                    "adapted weight (docs/finetune.md#lora)");
+  convert->add_option("--base", c.conv.base, "--merge-lora's base model (default: the one the adapters name)");
   convert->add_flag("--overwrite", c.conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
   return convert;
 }
@@ -513,7 +519,10 @@ int main(int argc, char** argv) {
   if (*plan) return run_config_or_plan(c, true);
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
   if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
-  if (*convert) return gf::run_convert(c.conv);
+  if (*convert) {
+    c.conv.dtype_given = convert->count("--dtype") > 0;
+    return gf::run_convert(c.conv);
+  }
   if (*replay) return run_replay(c.replay, argc, argv);
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;
   // double-quoted YAML keeps any path a string.

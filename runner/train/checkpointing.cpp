@@ -160,6 +160,14 @@ void Trainer::load_lora_base(const std::string& path) {
                cfg_.model.lora.scale());
 }
 
+// pet_config.target_modules as PEFT would save it: the regex or the list given under PEFT's names; under MindFormers'
+// names (wq, w1, ...) none, and the export names the modules adapted.
+nlohmann::json Trainer::lora_targets_json() const {
+  const LoraConfig& l = cfg_.model.lora;
+  if (!l.peft_names) return nullptr;
+  return l.target_is_regex ? nlohmann::json(l.target_regex) : nlohmann::json(l.target_list);
+}
+
 void Trainer::init_weights() {
   const auto seed = static_cast<uint64_t>(cfg_.seed);
   if (!stream_) return model_->init_weights(seed);
@@ -203,7 +211,14 @@ void Trainer::load_initial_state() {
       return;
     }
     const ckpt::Reader r = ckpt::Reader::open(path);
-    load_lora_base(r.state()["lora"].at("base").get<std::string>());
+    const std::string base = r.state()["lora"].at("base").get<std::string>();
+    if (base.empty()) {  // its run trained over the seed's random base (no load_checkpoint): the same again
+      model_->init_frozen(static_cast<uint64_t>(r.state().value("seed", cfg_.seed)));
+      spdlog::warn("{} names no base model (its run trained over the seed's random initialisation): the same base again",
+                   path);
+    } else {
+      load_lora_base(base);
+    }
   } else if (holds_lora_adapters(path)) {
     throw std::runtime_error(path + " holds LoRA adapters: set model.model_config.pet_config as the run that saved it "
                              "did (or merge them into the base: gridformer convert --merge-lora)");
@@ -426,10 +441,11 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
                       {"zero", sync_->sharded()},
                       {"ranks", ctx_.world().size()}}},
           // LoRA: the checkpoint holds the adapters; the frozen base is named, not copied.
-          {"lora", lora_base_.empty() ? nlohmann::json() : nlohmann::json{{"base", lora_base_},
+          {"lora", !lora() ? nlohmann::json() : nlohmann::json{{"base", lora_base_},
                                                                            {"rank", cfg_.model.lora.rank},
                                                                            {"alpha", cfg_.model.lora.alpha},
-                                                                           {"use_rslora", cfg_.model.lora.rslora}}},
+                                                                           {"use_rslora", cfg_.model.lora.rslora},
+                                                                           {"target_modules", lora_targets_json()}}},
           {"time", iso8601_utc_now()},
           {"git_commit", build_git_commit()},
           {"config", dump_resolved(cfg_)}};

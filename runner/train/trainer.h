@@ -181,6 +181,7 @@ class Trainer {
   // records its path (lora_base_), which checkpoints name instead of copying the base.
   bool lora() const { return cfg_.model.lora.on; }
   void load_lora_base(const std::string& path);
+  nlohmann::json lora_targets_json() const;
   std::string lora_base_;
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;

@@ -12,7 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
 #include "models/lora.h"
+#include "runner/cli/convert.h"
 #include "models/registry.h"
 #include "parallel/parallel_context.h"
 #include "runner/train/trainer.h"
@@ -46,6 +53,8 @@ class LoraGolden : public ::testing::TestWithParam<Variant> {
  protected:
   GoldenCase make(std::vector<std::string> more = {}) const {
     more.push_back(std::string("model.model_config.pet_config=") + GetParam().pet_config);
+    // Each variant its own output (ctest may run them at once): the checkpoint the export reads.
+    more.push_back(std::string("output_dir=") + GF_BINARY_DIR + "/test_output/lora_golden_" + variant_name({GetParam(), 0}));
     return GoldenCase(GetParam().file, more);
   }
   // The golden's base into every frozen base, its initial adapters into the arena that trains.
@@ -124,6 +133,42 @@ TEST_P(LoraGolden, TenAdamWStepsOfTheAdaptersMatchPeft) {
   trainer.model().forward(tokens.data(), StepInfo{11, 0, false});
   EXPECT_LE(rel_err(trainer.model().logits(), g.f.floats("logits.final"), g.B * g.T, g.V, trainer.model().logits_ld()),
             1e-5);
+
+  // Exported as PEFT's adapter directory (gridformer convert): PEFT's keys, shapes and float32 values (the trained
+  // adapters, bit for bit), and adapter_config.json's fields as PEFT writes them for this adapter. With
+  // GF_LORA_EXPORT set the directory goes there (tests/integration/lora_peft.sh applies it with PyTorch).
+  trainer.save_checkpoint(10);
+  trainer.finish_checkpoint(true);
+  const char* env = std::getenv("GF_LORA_EXPORT");
+  const std::string dir = env ? std::string(env) + "/" + variant_name({GetParam(), 0})
+                              : std::string(GF_BINARY_DIR) + "/test_output/lora_peft/" + variant_name({GetParam(), 0});
+  std::filesystem::remove_all(dir);
+  ConvertOptions opt;
+  opt.from = g.cfg.output_dir + "/checkpoint";
+  opt.to = dir;
+  std::ostringstream log;
+  convert_weights(opt, log);
+  const SafeTensorsFile peft = SafeTensorsFile::open(dir + "/adapter_model.safetensors");
+  EXPECT_EQ(peft.metadata().at("format"), "pt");
+  EXPECT_EQ(peft.tensors().size(), trainer.model().params().tensors().size());
+  for (const TensorPlacement& p : trainer.model().params().tensors()) {
+    const std::string key = "base_model.model." + p.spec->name;
+    ASSERT_TRUE(peft.has(key)) << key;
+    EXPECT_EQ(peft.get(key).shape, p.spec->shape) << key;
+    EXPECT_EQ(peft.get(key).dtype, StDtype::kF32) << key;
+    const std::vector<float> v = peft.floats(key);
+    EXPECT_TRUE(std::equal(v.begin(), v.end(), trainer.model().weights() + p.offset)) << key;
+  }
+  std::ifstream cin(dir + "/adapter_config.json");
+  const nlohmann::json c = nlohmann::json::parse(cin);
+  const nlohmann::json want = nlohmann::json::parse(g.f.metadata().at("lora_config"));
+  for (const char* k : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "use_rslora", "bias",
+                        "fan_in_fan_out", "init_lora_weights", "inference_mode", "use_dora"})
+    EXPECT_EQ(c.at(k), want.at(k)) << k;
+  // target_modules as PEFT saves what it was given: the regex, or the list (a set: compared as one).
+  const nlohmann::json& t = c.at("target_modules");
+  if (want.at("target_modules").is_string()) EXPECT_EQ(t, want.at("target_modules"));
+  else EXPECT_EQ(t.get<std::set<std::string>>(), want.at("target_modules").get<std::set<std::string>>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Peft, LoraGolden, ::testing::ValuesIn(kVariants), variant_name);

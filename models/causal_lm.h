@@ -144,6 +144,9 @@ class CausalLM {
   virtual std::vector<CausalLM*> frozen_bases() { return {}; }
   // LoRA: the frozen base's initial values from the seed (a run that loads no base model).
   virtual void init_frozen(uint64_t seed) { (void)seed; }
+  // LoRA: called once the frozen bases hold their weights (loaded or initialised): pet_config.base_dtype
+  // bfloat16 rounds the layers' weights to bf16 and gives their fp32 pages back.
+  virtual void frozen_loaded() {}
   // ZeRO-2 and 3 (parallel/zero.h): the arena offsets where the blocks' parameters start (the
   // embedding, each layer, an MoE layer's experts, the final norm and head), which cut it into units.
   virtual std::vector<int64_t> weight_unit_starts() const { return {}; }

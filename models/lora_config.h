@@ -27,6 +27,8 @@ struct LoraConfig {
   std::string a_init = "kaiming";
   // MindFormers' / PEFT's adapter dropout on the adapter's input (B(A(dropout(x)))); 0 only here.
   float dropout = 0.0f;
+  // Ours (pet_config.base_dtype: bfloat16): the frozen layers' weights held in bf16 (models/transformer_lm_lora.cpp).
+  bool base_bf16 = false;
   double scale() const;
   bool operator==(const LoraConfig&) const = default;
 };

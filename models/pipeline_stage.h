@@ -59,6 +59,9 @@ class PipelineStage : public CausalLM {
   void init_frozen(uint64_t seed) override {
     for (const auto& c : chunks_) c->init_frozen(seed);
   }
+  void frozen_loaded() override {
+    for (const auto& c : chunks_) c->frozen_loaded();
+  }
   void set_weight_gate(WeightGate* gate) override;
   void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;

@@ -192,6 +192,16 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
     head_.bind(bound, names_);
   }
+  if (spec.lora.on && spec.lora.base_bf16) {  // each layer's base range, from its first weight to the next block's
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const int64_t b = layers_[i].first_offset();
+      const int64_t e = i + 1 < layers_.size() ? layers_[i + 1].first_offset()
+                        : d.last               ? head_.first_offset()
+                                               : base_params_.total_floats();
+      base_ranges_.emplace_back(b, e);
+    }
+    base_low_ = AlignedBuffer<bf16>(static_cast<size_t>(base_params_.total_floats()), kOnDemand);
+  }
   if (spec.lora.on) {
     // ZeRO-3's units are the adapters of each layer's attention and MLP (the base is whole on every rank).
     for (int64_t l = d.l0; l < d.l1; ++l) {
@@ -372,6 +382,7 @@ double TransformerLM::stage_forward(int64_t slot, const int32_t* tokens, const f
     span.arg("layer", static_cast<double>(l));
     const TransformerLayer::Acts& a = s.layers[static_cast<size_t>(l - d.l0)];
     const size_t i = static_cast<size_t>(l - d.l0);
+    const BaseWeights held(*this, i);
     if (halves_) {  // ZeRO-2 and 3: the attention's half, then the MLP's (fetched meanwhile)
       need(attn_reads_[i], mlp_reads_[i]);
       const std::function<void()> between = [&] {
@@ -505,6 +516,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
     span.arg("layer", static_cast<double>(l));
     const size_t i = static_cast<size_t>(l - d.l0);
     const std::vector<int64_t>& before = l > d.l0 ? (halves_ ? mlp_reads_ : layer_reads_)[i - 1] : no_reads_;
+    const BaseWeights held(*this, input ? i : layers_.size());  // a weight pass reads no base weight
     if (halves_ && pass == BwdPass::kBoth && d.mode(l) == Recompute::kNone) {
       // ZeRO-2 and 3: the MLP's half (its gradients reduce-scattered as soon as they are final), then
       // the attention's (fetched meanwhile).

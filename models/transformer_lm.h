@@ -178,9 +178,8 @@ class TransformerLM : public CausalLM {
   std::vector<CausalLM*> frozen_bases() override {
     return base_view_ ? std::vector<CausalLM*>{base_view_.get()} : std::vector<CausalLM*>{};
   }
-  void init_frozen(uint64_t seed) override {
-    if (base_view_) base_params_.initialize(bw_, seed);
-  }
+  void init_frozen(uint64_t seed) override;
+  void frozen_loaded() override;
   // LoRA: the frozen base's parameters and weights (params() and weights() are the adapters').
   bool frozen() const { return spec_.lora.on; }
   const Placement& base_params() const { return spec_.lora.on ? base_params_ : params_; }
@@ -275,6 +274,18 @@ class TransformerLM : public CausalLM {
   // [N, 2 r], and the base as a CausalLM for the loaders (frozen_bases).
   Placement base_params_;
   AlignedBuffer<float> base_weights_, lora_scratch_;
+  // pet_config.base_dtype bfloat16: each layer's base weights held as bf16 alone (base_low_), widened into their fp32
+  // range of bw_ (base_ranges_[i], layer l0 + i) while the layer runs and given back after (BaseWeights).
+  AlignedBuffer<bf16> base_low_;
+  std::vector<std::pair<int64_t, int64_t>> base_ranges_;
+  struct BaseWeights {
+    BaseWeights(TransformerLM& m, size_t layer);
+    ~BaseWeights();
+    TransformerLM& m;
+    size_t i;
+  };
+  void narrow_base();
+  bool base_narrowed_ = false;  // base_low_ holds the layers' weights
   float* bw_ = nullptr;
   std::unique_ptr<CausalLM> base_view_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;

@@ -27,7 +27,9 @@ const std::set<std::string>& known_keys() {
       // PEFT
       "peft_type", "r", "use_rslora", "bias", "modules_to_save", "init_lora_weights", "fan_in_fan_out", "task_type",
       "base_model_name_or_path", "inference_mode", "revision", "layers_to_transform", "layers_pattern", "rank_pattern",
-      "alpha_pattern", "use_dora", "lora_bias"};
+      "alpha_pattern", "use_dora", "lora_bias",
+      // ours
+      "base_dtype"};
   return k;
 }
 
@@ -151,6 +153,11 @@ void read_lora(ReadContext& x) {
     if (const YAML::Node v = scalar(k); v && v.as<std::string>() != "float32")
       x.warn(at(k) + ": " + v.as<std::string>() + "`: the adapters and their products are float32 here (MindFormers' "
              "default float16 is an Ascend setting)");
+  if (const YAML::Node v = scalar("base_dtype")) {
+    const std::string s = v.as<std::string>();
+    if (s == "bfloat16") l.base_bf16 = true;
+    else if (s != "float32") x.refuse(at("base_dtype") + ": " + s + "`: float32 (default) or bfloat16 (the frozen layers held in bf16)");
+  }
   if (x.c.model.moe.expert_num > 1)
     x.refuse("`" + key + "` with a Mixture of Experts (moe_config.expert_num " + std::to_string(x.c.model.moe.expert_num) +
              "): LoRA on MoE models is not built yet");

@@ -154,6 +154,7 @@ void Trainer::load_lora_base(const std::string& path) {
   } else {
     for (CausalLM* b : bases) note = b->load_hf_checkpoint(path);
   }
+  model_->frozen_loaded();
   lora_base_ = fs::absolute(path).lexically_normal().string();
   spdlog::info("LoRA: base model loaded from {}{} (frozen); adapters rank {}, alpha {}, scale {:g}", path,
                note.empty() ? "" : " (" + note + ")", cfg_.model.lora.rank, cfg_.model.lora.alpha,
@@ -193,6 +194,7 @@ void Trainer::load_initial_state() {
   if (path.empty()) {
     if (lora()) {
       model_->init_frozen(static_cast<uint64_t>(cfg_.seed));
+      model_->frozen_loaded();
       spdlog::warn("LoRA without load_checkpoint: the frozen base model is the seed's random initialisation");
     }
     init_weights();
@@ -214,6 +216,7 @@ void Trainer::load_initial_state() {
     const std::string base = r.state()["lora"].at("base").get<std::string>();
     if (base.empty()) {  // its run trained over the seed's random base (no load_checkpoint): the same again
       model_->init_frozen(static_cast<uint64_t>(r.state().value("seed", cfg_.seed)));
+      model_->frozen_loaded();
       spdlog::warn("{} names no base model (its run trained over the seed's random initialisation): the same base again",
                    path);
     } else {

@@ -6,6 +6,7 @@
 #  * the checkpoint holds the adapters and their moments alone and names the base; resumed at step 5 (on one
 #    rank, and at mp2) it gives the uninterrupted run's steps 6-10 within 1e-5;
 #  * MindFormers' keys (lora_rank, target_modules '.*wq|.*wv', lora_a_init normal) train the q/v adapters alone;
+#  * pet_config.base_dtype bfloat16 gives the bits of an fp32 base whose layers were rounded to bf16;
 #  * refused before any step, naming the key: dropout on the adapters, bf16 compute, a target that names nothing,
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -109,6 +110,30 @@ w = sorted(n for n in names if not n.startswith("optimizer."))
 assert len(w) == 16 and all(".q_proj.lora_" in n or ".v_proj.lora_" in n for n in w), w
 print("ok: MindFormers' '.*wq|.*wv' targets q_proj and v_proj of the 4 layers")
 EOF
+
+# pet_config.base_dtype bfloat16: the layers' base weights held as bf16 (widened a layer at a time), the same bits as
+# an fp32 base whose layers were rounded to bf16 beforehand (the embedding, final norm and head stay fp32), on one
+# rank and at pp2.
+run tohf "$BIN" convert --from "$BASE" --to base_hf
+((STATUS == 0)) || { cat tohf.log; fail "convert of the base to Hugging Face failed"; }
+PYTHONPATH="$SRC/tests/integration" "$PY" - <<'EOF' || fail "rounding the base's layers"
+import os, st_io, torch
+t, meta = st_io.read("base_hf/model.safetensors")
+r = {k: (v.to(torch.bfloat16).float() if ".layers." in k else v) for k, v in t.items()}
+assert any(not torch.equal(r[k], t[k]) for k in t), "nothing to round"
+os.makedirs("base_hf_r")
+st_io.write("base_hf_r/model.safetensors", r)
+open("base_hf_r/config.json", "w").write(open("base_hf/config.json").read())
+EOF
+ltrain bf16_base 1 --set load_checkpoint=base_hf --set model.model_config.pet_config.base_dtype=bfloat16
+ltrain rounded_base 1 --set load_checkpoint=base_hf_r
+same_losses rounded_base bf16_base
+cmp bf16_base/weights.safetensors rounded_base/weights.safetensors || fail "bf16 base: adapters differ from the rounded fp32 base's"
+ltrain bf16_base_pp2 2 --set load_checkpoint=base_hf --set model.model_config.pet_config.base_dtype=bfloat16 $PP2
+ltrain rounded_base_pp2 2 --set load_checkpoint=base_hf_r $PP2
+same_losses rounded_base_pp2 bf16_base_pp2
+cmp bf16_base_pp2/weights.safetensors rounded_base_pp2/weights.safetensors || fail "bf16 base at pp2: adapters differ"
+ok "base_dtype bfloat16: bitwise the fp32 base with its layers rounded to bf16, on one rank and at pp2 (each stage's layers)"
 
 # Refused before any step.
 refused 2 "dropout on the adapters' input is not built yet" dropout "$BIN" train --config lora.yaml \

@@ -1,0 +1,57 @@
+// TransformerLM's frozen LoRA base (models/lora.h): its initial values, and pet_config.base_dtype bfloat16, which
+// holds each layer's base weights as bf16 alone (2 bytes a weight instead of 4) and widens one layer at a time into
+// its fp32 range while that layer runs, so every product and the adapters compute in fp32 on the rounded weights
+// (what a bf16 base is: its weights rounded once). The embedding, final norm and head stay fp32.
+#include "core/math/gemm_bf16.h"
+#include "core/math/mixed_precision.h"
+#include "core/math/parallel_memory.h"
+#include "models/transformer_lm.h"
+
+namespace gf {
+
+TransformerLM::BaseWeights::BaseWeights(TransformerLM& model, size_t layer) : m(model), i(layer) {
+  if (m.base_ranges_.empty() || i >= m.base_ranges_.size()) return;
+  const auto [b, e] = m.base_ranges_[i];
+  float* w = m.bw_;
+  const bf16* low = m.base_low_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t k = b; k < e; ++k) w[k] = bf16_to_float(low[k]);
+}
+
+TransformerLM::BaseWeights::~BaseWeights() {
+  if (m.base_ranges_.empty() || i >= m.base_ranges_.size()) return;
+  const auto [b, e] = m.base_ranges_[i];
+  release_pages(m.bw_ + b, m.bw_ + e);
+}
+
+void TransformerLM::narrow_base() {
+  for (const auto& [b, e] : base_ranges_) {
+    make_low_copy(ComputeDtype::kBFloat16, base_low_.data() + b, bw_ + b, e - b);
+    release_pages(bw_ + b, bw_ + e);
+  }
+}
+
+void TransformerLM::init_frozen(uint64_t seed) {
+  if (!base_view_) return;
+  if (base_ranges_.empty()) return base_params_.initialize(bw_, seed);
+  // Layer by layer, each rounded and its fp32 pages given back before the next: no moment holds the whole base.
+  std::vector<std::pair<int64_t, int64_t>> rest;
+  int64_t at = 0;
+  for (const auto& [b, e] : base_ranges_) {
+    if (at < b) rest.emplace_back(at, b);
+    base_params_.initialize(bw_, seed, {{b, e}});
+    make_low_copy(ComputeDtype::kBFloat16, base_low_.data() + b, bw_ + b, e - b);
+    release_pages(bw_ + b, bw_ + e);
+    at = e;
+  }
+  if (at < base_params_.total_floats()) rest.emplace_back(at, base_params_.total_floats());
+  base_params_.initialize(bw_, seed, rest);
+  base_narrowed_ = true;
+}
+
+void TransformerLM::frozen_loaded() {
+  if (!base_ranges_.empty() && !base_narrowed_) narrow_base();  // (init_frozen rounds as it goes)
+  base_narrowed_ = true;
+}
+
+}  // namespace gf

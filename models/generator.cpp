@@ -45,7 +45,14 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   if (spec_.rope && spec_.local_rope_theta > 0)
     rope_local_ = std::make_unique<ops::RopeTable<float>>(rope_table_local(spec_, opt_.capacity));
   ep_ = ExpertParallel(&ctx.group(GridAxis::kEp));
-  const Placement& params = model.params();
+  // LoRA: the blocks read the frozen base, the projections' adapters (unmerged, PEFT's forward) the model's arena.
+  const Placement& params = model.base_params();
+  if (model.frozen()) {
+    if (model.base_in_bf16())
+      throw std::invalid_argument("generation from pet_config.base_dtype bfloat16 is not built: generate with base_dtype "
+                                  "float32 (the same adapters), or merge them (gridformer convert --merge-lora)");
+    lora_scratch_ = AlignedBuffer<float>(static_cast<size_t>(2 * opt_.max_rows * spec_.lora.rank));
+  }
   if (first_) {
     embedding_ = EmbeddingBlock(spec_, vocab_);
     embedding_.bind(params, model.names());
@@ -53,6 +60,8 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   for (int64_t l = l0_; l < l1_; ++l) {
     layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows, rope_local_.get());
     layers_.back().bind(params, model.names());
+    if (model.frozen())
+      layers_.back().bind_lora(model.params(), model.names(), spec_.lora.rank, static_cast<float>(spec_.lora.scale()));
   }
   if (last_) {
     head_ = LmHeadBlock(spec_, vocab_, opt_.max_logit_rows);
@@ -166,8 +175,12 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
   e.tp = &tp;
   e.ep = &ep_;
   e.cdt = cdt_;
-  e.weights = const_cast<float*>(model_->weight_values());  // read only: no gradient is computed here
+  e.weights = const_cast<float*>(model_->base_weights());  // read only: no gradient is computed here
   e.low = low_.data();
+  if (model_->frozen()) {  // LoRA: the adapters of the model's arena (their products' scratch here)
+    e.lora_w = model_->weight_values();
+    e.lora_scratch = lora_scratch_.data();
+  }
   e.B = rows;
   e.T = 1;
   e.N = e.Nl = rows;

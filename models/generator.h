@@ -80,6 +80,7 @@ class Generator {
   Options opt_;
   const ParallelContext* ctx_;
   const TransformerLM* model_;
+  AlignedBuffer<float> lora_scratch_;  // LoRA: the adapters' products, [max_rows, 2 r]
   TransformerSpec spec_;
   ComputeDtype cdt_ = ComputeDtype::kFloat32;
   int64_t V_ = 0, C_ = 0, Vl_ = 0, cache_floats_ = 0, cache_positions_ = 0;

@@ -182,6 +182,7 @@ class TransformerLM : public CausalLM {
   void frozen_loaded() override;
   // LoRA: the frozen base's parameters and weights (params() and weights() are the adapters').
   bool frozen() const { return spec_.lora.on; }
+  bool base_in_bf16() const { return !base_ranges_.empty(); }
   const Placement& base_params() const { return spec_.lora.on ? base_params_ : params_; }
   const float* base_weights() const { return spec_.lora.on ? bw_ : w_; }
   int64_t weight_copy_bytes() const override { return static_cast<int64_t>(low_.size()); }

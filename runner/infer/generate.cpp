@@ -141,6 +141,20 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
     spdlog::warn("no load_checkpoint: generating from the seed's random weights (seed {}); set load_checkpoint "
                  "(--load_checkpoint) to a checkpoint, Hugging Face weights or a --save-weights file",
                  cfg.seed);
+  } else if (cfg.model.lora.on) {  // LoRA: the base the checkpoint names (or the base itself), then its adapters
+    const std::string base = lora_base_of(path);
+    if (base.empty()) {
+      if (ckpt::is_checkpoint(path) && !ckpt::Reader::open(path).state().value("lora", nlohmann::json()).is_null())
+        throw std::runtime_error(path + " names no base model (its run trained over the seed's random initialisation)");
+      load_lora_base(*model, cfg, path);
+      model->init_weights(static_cast<uint64_t>(cfg.seed));
+      spdlog::warn("LoRA: {} is a base model: generating with the adapters' initial values (B = 0: the base itself)", path);
+    } else {
+      load_lora_base(*model, cfg, base);
+      ckpt::Reader r = ckpt::Reader::open(path);
+      read_checkpoint_weights(r, *model, cfg);
+      spdlog::info("loaded LoRA adapters from checkpoint {} (step {})", r.dir(), r.state().value("step", int64_t{0}));
+    }
   } else if (ckpt::is_checkpoint(path)) {
     ckpt::Reader r = ckpt::Reader::open(path);
     read_checkpoint_weights(r, *model, cfg);

@@ -133,17 +133,17 @@ std::string Trainer::own_resume_checkpoint() const {
 
 // The seed's weights; under ZeRO-3 only this rank's slices (the rest is never resident).
 // LoRA: the frozen base of every model chunk from `path` (Hugging Face safetensors, a MindSpore .ckpt, a
-// Megatron checkpoint, or one of our checkpoints of the base model), and the name saved with the adapters.
-void Trainer::load_lora_base(const std::string& path) {
-  const std::vector<CausalLM*> bases = model_->frozen_bases();
+// Megatron checkpoint, or one of our checkpoints of the base model). Returns a note for the log.
+std::string load_lora_base(CausalLM& model, const Config& cfg, const std::string& path) {
+  const std::vector<CausalLM*> bases = model.frozen_bases();
   std::string note;
   if (ckpt::is_checkpoint(path)) {
     ckpt::Reader r = ckpt::Reader::open(path);
     if (r.state().contains("lora") && !r.state()["lora"].is_null())
       throw std::runtime_error(path + " holds LoRA adapters, not a base model: give the base model it names (" +
                                r.state()["lora"].value("base", std::string("?")) + ")");
-    const ModelEntry& entry = find_model(cfg_.model.arch, cfg_.model.type);
-    const ParamTable whole = TransformerLM::make_base_table(entry.spec(cfg_.model), entry.names);
+    const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
+    const ParamTable whole = TransformerLM::make_base_table(entry.spec(cfg.model), entry.names);
     for (const std::string& n : r.names())
       if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
         throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured base model does not have");
@@ -154,11 +154,22 @@ void Trainer::load_lora_base(const std::string& path) {
   } else {
     for (CausalLM* b : bases) note = b->load_hf_checkpoint(path);
   }
-  model_->frozen_loaded();
-  lora_base_ = fs::absolute(path).lexically_normal().string();
+  model.frozen_loaded();
   spdlog::info("LoRA: base model loaded from {}{} (frozen); adapters rank {}, alpha {}, scale {:g}", path,
-               note.empty() ? "" : " (" + note + ")", cfg_.model.lora.rank, cfg_.model.lora.alpha,
-               cfg_.model.lora.scale());
+               note.empty() ? "" : " (" + note + ")", cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.scale());
+  return note;
+}
+
+std::string lora_base_of(const std::string& path) {
+  if (!ckpt::is_checkpoint(path)) return "";
+  const ckpt::Reader r = ckpt::Reader::open(path);
+  if (!r.state().contains("lora") || r.state()["lora"].is_null()) return "";
+  return r.state()["lora"].value("base", std::string());
+}
+
+void Trainer::load_lora_base(const std::string& path) {
+  gf::load_lora_base(*model_, cfg_, path);
+  lora_base_ = fs::absolute(path).lexically_normal().string();
 }
 
 // pet_config.target_modules as PEFT would save it: the regex or the list given under PEFT's names; under MindFormers'

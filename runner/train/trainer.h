@@ -43,6 +43,10 @@ using LocalReader = std::function<void(int64_t i0, int64_t n, float* dst)>;
 // The weights of one of our checkpoints into `model`, under its layout (runner/train/checkpointing.cpp):
 // refuses a checkpoint with a tensor the configured model lacks, or without one it needs.
 void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg);
+// LoRA (models/lora.h): the frozen bases of `model` from a base model at `path` (any format the trainer reads);
+// and the base one of our LoRA checkpoints names ("" for another path, or a LoRA run over the seed's base).
+std::string load_lora_base(CausalLM& model, const Config& cfg, const std::string& path);
+std::string lora_base_of(const std::string& path);
 
 struct StepResult {
   double loss = 0.0;       // mean token loss over the global batch

@@ -7,6 +7,7 @@
 #    rank, and at mp2) it gives the uninterrupted run's steps 6-10 within 1e-5;
 #  * MindFormers' keys (lora_rank, target_modules '.*wq|.*wv', lora_a_init normal) train the q/v adapters alone;
 #  * pet_config.base_dtype bfloat16 gives the bits of an fp32 base whose layers were rounded to bf16;
+#  * `predict` from the LoRA checkpoint (its base, then the adapters) gives the tokens of the merged weights;
 #  * refused before any step, naming the key: dropout on the adapters, bf16 compute, a target that names nothing,
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -38,7 +39,7 @@ lr_schedule: {type: cosine, learning_rate: 0.01, lr_end: 0.001, warmup_steps: 2}
 # of a step. With eps 1e-8 mp2 + SP and cp2 moved one element of layer 1's q_proj A by 2.6e-5 at step 2 and no
 # further (2.2e-5 of the tensor by compare_runs.py's figure, the loss within 1e-8), the one-rank run under the
 # fused core or Eigen's GEMMs moved another A element as far (1.8e-5); with 1e-6 every layout and those two
-# probes stay within 4.4e-6 (AMX Xeon).
+# probes stay within 4.4e-6 (2-vCPU AMD EPYC).
 optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, eps: 1.0e-6, weight_decay: 0.1}
 train_dataset: {data_loader: {type: RandomTokens, seed: 7, num_samples: 64}}
 callbacks: [{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: lora, save_checkpoint_steps: 5}]
@@ -98,6 +99,23 @@ mpi_train 2 resumed_mp2 lora.yaml --set resume_training=True --set load_checkpoi
 grep -q "LoRA: base model loaded from $BASE" resumed.log || fail "resumed: the base its checkpoint names is not loaded"
 "$PY" "$SRC/tests/integration/compare_runs.py" one resumed resumed_mp2 || fail "a resumed run is not the uninterrupted one"
 ok "resumed at step 5 on one rank and at mp2: steps 6-10 as the uninterrupted run's"
+
+# Generation with the adapters (unmerged, PEFT's forward) gives the tokens of the merged model (convert --merge-lora,
+# base named by the checkpoint), and not the base's.
+gen() {  # gen NAME CHECKPOINT [--set ...]
+  local name=$1 ck=$2; shift 2
+  run "$name" "$BIN" predict --config lora.yaml --load_checkpoint "$ck" --predict_ids "5 17 300 42" \
+    --max_new_tokens 12 --ids_out "$name.jsonl" "$@"
+  ((STATUS == 0)) || { tail -20 "$name.log"; fail "$name: predict failed"; }
+}
+run merge "$BIN" convert --from one/checkpoint/lora-1_10 --merge-lora --to merged10
+((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of our checkpoint failed"; }
+gen gen_lora one/checkpoint/lora-1_10
+gen gen_merged merged10 --set model.model_config.pet_config=null
+gen gen_base "$BASE" --set model.model_config.pet_config=null
+cmp gen_lora.jsonl gen_merged.jsonl || fail "generation with the adapters differs from the merged model's"
+! cmp -s gen_lora.jsonl gen_base.jsonl || fail "generation with the adapters is the base's"
+ok "predict with the adapters = predict with them merged: $(cat gen_lora.jsonl)"
 
 # MindFormers' keys: q and v of every layer, A from Normal(0.01).
 train mf lora.yaml --set "model.model_config.pet_config={pet_type: lora, lora_rank: 4, lora_alpha: 16, lora_dropout: 0.0, target_modules: '.*wq|.*wv'}"

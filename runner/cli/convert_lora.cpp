@@ -88,7 +88,7 @@ bool LoraAdapters::load(const std::string& from) {
   const double rank = l.at("rank").get<double>(), alpha = l.at("alpha").get<double>();
   scale = l.value("use_rslora", false) ? alpha / std::sqrt(rank) : alpha / rank;
   base = l.at("base").get<std::string>();
-  fan_in_fan_out = st.contains("model") && st["model"].value("arch", std::string()) == "GPT2LMHeadModel";
+  fan_in_fan_out = l.value("fan_in_fan_out", false);  // the base stores [in, out] (GPT-2's Conv1D)
   rank_ = static_cast<int64_t>(rank);
   alpha_ = alpha;
   rslora_ = l.value("use_rslora", false);

@@ -29,6 +29,7 @@
 #include "runner/cli/convert.h"
 #include "runner/cli/replay.h"
 #include "runner/infer/generate.h"
+#include "runner/infer/harness_run.h"
 #include "runner/config/layout_check.h"
 #include "runner/cli/megatron_cli.h"
 #include "runner/report/run_info.h"
@@ -185,6 +186,8 @@ struct Cli {
   gf::ConvertOptions conv;
   // replay
   gf::ReplayRequest replay;
+  // eval
+  gf::HarnessOptions harness;
   // config --from-hf; config --from-megatron
   std::string from_hf;
   bool from_megatron = false;
@@ -215,6 +218,45 @@ CLI::App* add_train(CLI::App& app, Cli& c) {
                     "--load_checkpoint): one of our checkpoints (its directory, a run's checkpoint/ or output_dir), Hugging "
                     "Face safetensors or a MindSpore .ckpt; with --set resume_training=True the whole run continues");
   return train;
+}
+
+CLI::App* add_eval(CLI::App& app, Cli& c) {
+  auto* ev = app.add_subcommand("eval", "score lm-evaluation-harness's tasks (hellaswag, arc_easy, arc_challenge, piqa, "
+                                        "winogrande, lambada_openai, wikitext) zero-shot, as the harness does, from local "
+                                        "JSONL files; results as its JSON and table (docs/evaluation.md)");
+  ev->add_option("--config", c.config_path, "YAML config (MindFormers layout)")->required()->check(CLI::ExistingFile);
+  ev->add_option("--set", c.sets, "override a key (repeatable)");
+  ev->add_option("--load_checkpoint", c.load_ckpt, "the weights (as predict's; a LoRA run's checkpoint: its base, then "
+                                                   "the adapters)");
+  ev->add_option("--tasks", c.harness.tasks, "comma-separated task names")->required();
+  ev->add_option("--data", c.harness.data, "a directory of <task>.jsonl files in the Hugging Face datasets' fields")
+      ->required()->check(CLI::ExistingDirectory);
+  ev->add_option("--output", c.harness.output, "write the harness's results JSON here (samples_<task>.jsonl beside it)");
+  ev->add_option("--batch_size", c.harness.batch, "requests scored side by side in one model call (default 8)")
+      ->check(CLI::PositiveNumber);
+  ev->add_option("--rank_table", c.rank_table, "MindFormers/HCCL rank table JSON (as train's)");
+  return ev;
+}
+
+// `gridformer eval`: set-up as for predict, then the harness's tasks (runner/infer/harness_run.h).
+int run_eval(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+             const gf::HarnessOptions& opt, int argc, char** argv) {
+  gf::MpiEnvironment mpi(&argc, &argv);
+  gf::Config cfg;
+  int threads = 1;
+  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
+  if (!started) return kSetupError;
+  gf::ParallelContext& ctx = *started;
+  gf::apply_machine_probe(threads);
+  try {
+    return gf::run_harness(cfg, ctx, opt);
+  } catch (const std::exception& e) {
+    spdlog::error("{}{}", ctx.world().size() == 1 ? "" : fmt::format("on rank {}: ", ctx.world_rank()), describe(e));
+    spdlog::default_logger()->flush();
+    if (ctx.world().size() == 1) return kSetupError;
+    gf::MpiEnvironment::abort(kSetupError);
+  }
+  return kSetupError;
 }
 
 CLI::App* add_predict(CLI::App& app, Cli& c) {
@@ -483,6 +525,7 @@ int main(int argc, char** argv) {
   CLI::App* tok = add_tokenize(app, c);
   CLI::App* convert = add_convert(app, c);
   CLI::App* replay = add_replay(app, c);
+  CLI::App* ev = add_eval(app, c);
   CLI::App* megatron = add_pretrain_gpt(app);
   // The environment paragraph is the top-level help's; each subcommand's help ends with an example instead.
   const std::pair<CLI::App*, const char*> examples[] = {
@@ -493,6 +536,8 @@ int main(int argc, char** argv) {
       {tok, "example: echo Hello | gridformer tokenize --vocab-file data/gpt2/gpt2-vocab.json --merge-file data/gpt2/gpt2-merges.txt"},
       {convert, "example: gridformer convert --from output --to hf_model --dtype bfloat16"},
       {replay, "example: mpirun -np 2 gridformer replay --checkpoint output --steps 21-25"},
+      {ev, "example: gridformer eval --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --tasks "
+           "hellaswag,arc_easy --data tests/data/harness --output eval/results.json"},
       {megatron, "example: mpirun -np 2 gridformer pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 ... "
                  "(docs/megatron.md)"}};
   for (const auto& [sub, example] : examples) sub->footer(std::string(example) + "\n(gridformer --help: the environment variables)");
@@ -524,6 +569,11 @@ int main(int argc, char** argv) {
     return gf::run_convert(c.conv);
   }
   if (*replay) return run_replay(c.replay, argc, argv);
+  if (*ev) {
+    std::vector<std::string> sets = c.sets;
+    if (!c.load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(c.load_ckpt));
+    return run_eval(c.config_path, sets, c.rank_table, c.harness, argc, argv);
+  }
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;
   // double-quoted YAML keeps any path a string.
   if (!c.tensorboard_dir.empty()) c.sets.push_back("tensorboard_dir=" + yaml_quoted(c.tensorboard_dir));

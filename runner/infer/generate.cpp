@@ -110,6 +110,9 @@ class Printer {
   size_t cursor_ = 0;
 };
 
+
+}  // namespace
+
 // The model for generation: built with the training layout's tensor and expert split, but for one
 // token per row (its training activations are not used), and its weights loaded.
 std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const ParallelContext& ctx) {
@@ -199,7 +202,6 @@ std::unique_ptr<data::TextTokenizer> text_tokenizer(const GenerationConfig& gc, 
   return data::make_tokenizer(f);
 }
 
-}  // namespace
 
 std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict) {
   const auto tok = text_tokenizer(cfg.generation, "", "", "LAMBADA is tokenized");

@@ -55,6 +55,13 @@ struct PredictStats {
 // and the tokenizer before any work; evaluate_lambada is collective over ctx (tensor and expert
 // groups), logs `lambada: accuracy ...` and returns the count.
 std::vector<ClozeItem> read_lambada_for(const Config& cfg, const std::string& path, bool strict);
+// The model for generation and evaluation: the training layout's tensor and expert split, one token per row of
+// training activations (the generator plans its own), load_checkpoint's weights (a LoRA run: its base, then the
+// adapters). And processor.tokenizer's tokenizer (vocab_given / merges_given override the GPT-2 files; `what` names
+// the use in messages).
+std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const ParallelContext& ctx);
+std::unique_ptr<data::TextTokenizer> text_tokenizer(const GenerationConfig& gc, const std::string& vocab_given,
+                                                    const std::string& merges_given, const std::string& what);
 ClozeResult evaluate_lambada(const CausalLM& model, const ParallelContext& ctx, const Config& cfg,
                              const std::vector<ClozeItem>& items, const std::string& path);
 

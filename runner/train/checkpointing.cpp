@@ -174,6 +174,11 @@ void Trainer::load_lora_base(const std::string& path) {
 
 // pet_config.target_modules as PEFT would save it: the regex or the list given under PEFT's names; under MindFormers'
 // names (wq, w1, ...) none, and the export names the modules adapted.
+// PEFT's fan_in_fan_out: the model stores its projections [in, out] (GPT-2's Conv1D), not [out, in].
+bool Trainer::lora_fan_in_fan_out() const {
+  return !find_model(cfg_.model.arch, cfg_.model.type).spec(cfg_.model).out_in;
+}
+
 nlohmann::json Trainer::lora_targets_json() const {
   const LoraConfig& l = cfg_.model.lora;
   if (!l.peft_names) return nullptr;
@@ -459,7 +464,8 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
                                                                            {"rank", cfg_.model.lora.rank},
                                                                            {"alpha", cfg_.model.lora.alpha},
                                                                            {"use_rslora", cfg_.model.lora.rslora},
-                                                                           {"target_modules", lora_targets_json()}}},
+                                                                           {"target_modules", lora_targets_json()},
+                                                                           {"fan_in_fan_out", lora_fan_in_fan_out()}}},
           {"time", iso8601_utc_now()},
           {"git_commit", build_git_commit()},
           {"config", dump_resolved(cfg_)}};

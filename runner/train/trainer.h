@@ -186,6 +186,7 @@ class Trainer {
   bool lora() const { return cfg_.model.lora.on; }
   void load_lora_base(const std::string& path);
   nlohmann::json lora_targets_json() const;
+  bool lora_fan_in_fan_out() const;
   std::string lora_base_;
   std::string checkpoint_root() const;
   std::string own_resume_checkpoint() const;

@@ -2,7 +2,7 @@
 # The docs' commands run as written (docs/finetune.md, "Doc commands"): every fenced ```bash block of README.md
 # and docs/*.md after a `<!-- runnable -->` comment (`<!-- runnable: exit N -->`: the block's last command exits
 # N) runs, one file's blocks in order as one script, in a fresh directory linking the repository's build,
-# configs, scripts, tools, tests and data files, with tiny sizes appended to gridformer train and predict. A block
+# configs, scripts, tools, tests and data files, with tiny sizes appended to gridformer train, predict and eval. A block
 # that fails fails this test. First the harness's own check: a deliberately broken block must fail it.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_vocab
@@ -36,7 +36,7 @@ fresh() {
 #!/usr/bin/env bash
 case "\$1" in
   train) exec "$BIN" "\$@" ${TINY[*]} --set runner_config.train_steps=3 --set lr_schedule.warmup_steps=1 ;;
-  predict) exec "$BIN" "\$@" ${TINY[*]} ;;
+  predict|eval) exec "$BIN" "\$@" ${TINY[*]} ;;
   *) exec "$BIN" "\$@" ;;
 esac
 EOF

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdlib>
 #include <algorithm>
 #include <cstdio>
@@ -122,19 +123,44 @@ int run_train(const std::string& config_path, const std::vector<std::string>& se
 }
 
 
-// `gridformer predict`: set-up as for training, then generation (runner/infer/generate.h).
-int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
-                const gf::PredictRequest& req, int argc, char** argv) {
+// Set-up as for training without the trainer (MPI, the config, this rank's context, the machine probe's GEMM
+// backend), then `body`; an exception out of it is logged with the rank and ends the run with `failed` (under
+// MPI, every rank).
+int on_ranks(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+             int argc, char** argv, int failed, const std::function<int(gf::Config&, gf::ParallelContext&)>& body) {
   gf::MpiEnvironment mpi(&argc, &argv);
   gf::Config cfg;
   int threads = 1;
   const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
   if (!started) return kSetupError;
   gf::ParallelContext& ctx = *started;
-  const int rank = ctx.world_rank();
   gf::apply_machine_probe(threads);  // the fp32 GEMM backend
-  if (rank == 0)
+  if (ctx.world_rank() == 0)
     spdlog::info("{} thread(s) per rank, {}; OpenBLAS kernels {}", threads, gf::omp_wait_text(), gf::openblas_kernels_text());
+  try {
+    return body(cfg, ctx);
+  } catch (const std::exception& e) {
+    spdlog::error("{}{}", ctx.world().size() == 1 ? "" : fmt::format("on rank {}: ", ctx.world_rank()), describe(e));
+    spdlog::default_logger()->flush();
+    if (ctx.world().size() == 1) return failed;
+    gf::MpiEnvironment::abort(failed);
+  }
+  return failed;
+}
+
+int predict_on(gf::Config& cfg, gf::ParallelContext& ctx, const gf::PredictRequest& req);
+
+// `gridformer predict`: set-up as for training, then generation (runner/infer/generate.h).
+int run_predict(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
+                const gf::PredictRequest& req, int argc, char** argv) {
+  return on_ranks(config_path, sets, rank_table, argc, argv, 1, [&](gf::Config& cfg, gf::ParallelContext& ctx) {
+    return predict_on(cfg, ctx, req);
+  });
+}
+
+// predict's body: everything that can be refused is checked on every rank before any collective, then generation.
+int predict_on(gf::Config& cfg, gf::ParallelContext& ctx, const gf::PredictRequest& req) {
+  const int rank = ctx.world_rank();
   std::unique_ptr<gf::Predictor> predictor;
   std::string problem;
   try {
@@ -146,14 +172,7 @@ int run_predict(const std::string& config_path, const std::vector<std::string>& 
     if (rank == 0) spdlog::error("{}", problem);
     return kSetupError;
   }
-  try {
-    predictor->run();
-  } catch (const std::exception& e) {
-    spdlog::error("{}{}", ctx.world().size() == 1 ? "" : fmt::format("on rank {}: ", rank), describe(e));
-    spdlog::default_logger()->flush();
-    if (ctx.world().size() == 1) return 1;
-    gf::MpiEnvironment::abort(1);
-  }
+  predictor->run();
   return 0;
 }
 
@@ -241,22 +260,8 @@ CLI::App* add_eval(CLI::App& app, Cli& c) {
 // `gridformer eval`: set-up as for predict, then the harness's tasks (runner/infer/harness_run.h).
 int run_eval(const std::string& config_path, const std::vector<std::string>& sets, const std::string& rank_table,
              const gf::HarnessOptions& opt, int argc, char** argv) {
-  gf::MpiEnvironment mpi(&argc, &argv);
-  gf::Config cfg;
-  int threads = 1;
-  const std::unique_ptr<gf::ParallelContext> started = start_rank(config_path, sets, rank_table, true, cfg, threads);
-  if (!started) return kSetupError;
-  gf::ParallelContext& ctx = *started;
-  gf::apply_machine_probe(threads);
-  try {
-    return gf::run_harness(cfg, ctx, opt);
-  } catch (const std::exception& e) {
-    spdlog::error("{}{}", ctx.world().size() == 1 ? "" : fmt::format("on rank {}: ", ctx.world_rank()), describe(e));
-    spdlog::default_logger()->flush();
-    if (ctx.world().size() == 1) return kSetupError;
-    gf::MpiEnvironment::abort(kSetupError);
-  }
-  return kSetupError;
+  return on_ranks(config_path, sets, rank_table, argc, argv, kSetupError,
+                  [&](gf::Config& cfg, gf::ParallelContext& ctx) { return gf::run_harness(cfg, ctx, opt); });
 }
 
 CLI::App* add_predict(CLI::App& app, Cli& c) {

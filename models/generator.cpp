@@ -61,7 +61,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
     layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows, rope_local_.get());
     layers_.back().bind(params, model.names());
     if (model.frozen())
-      layers_.back().bind_lora(model.params(), model.names(), spec_.lora.rank, static_cast<float>(spec_.lora.scale()));
+      layers_.back().bind_lora(model.params(), model.names(), spec_.lora);
   }
   if (last_) {
     head_ = LmHeadBlock(spec_, vocab_, opt_.max_logit_rows);

@@ -25,7 +25,7 @@ struct LoraConfig {
   // A's initial values: PEFT's kaiming_uniform_(a = sqrt(5)), uniform in +-1/sqrt(in) ("kaiming"), or
   // MindSpore's Normal(0.01) ("normal", MindFormers' lora_a_init default); B starts at zero.
   std::string a_init = "kaiming";
-  // MindFormers' / PEFT's adapter dropout on the adapter's input (B(A(dropout(x)))); 0 only here.
+  // MindFormers' / PEFT's adapter dropout on the adapter's input (B(A(dropout(x)))), a mask per adapter keyed as the model's.
   float dropout = 0.0f;
   // Ours (pet_config.base_dtype: bfloat16): the frozen layers' weights held in bf16 (models/transformer_lm_lora.cpp).
   bool base_bf16 = false;

@@ -175,6 +175,9 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     base_weights_ = AlignedBuffer<float>(static_cast<size_t>(base_params_.total_floats()), kOnDemand);
     bw_ = base_weights_.data();
     lora_scratch_ = AlignedBuffer<float>(static_cast<size_t>(2 * d.N * spec.lora.rank));
+    if (spec.lora.dropout > 0.0f)  // the widest adapted input: hidden, the local FFN width or the local heads' width
+      lora_drop_ = AlignedBuffer<float>(static_cast<size_t>(
+          d.N * std::max({spec.hidden, spec.ffn / d.tp, spec.heads * spec.head_dim() / d.tp})));
     base_view_ = std::make_unique<FrozenBaseView>(*this, base_params_, bw_, d.first && d.last);
   }
   const Placement& bound = spec.lora.on ? base_params_ : params_;
@@ -186,7 +189,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N, rope_local_.get());
     layers_.back().bind(bound, names_);
     if (spec.lora.on)
-      layers_.back().bind_lora(params_, names_, spec.lora.rank, static_cast<float>(spec.lora.scale()));
+      layers_.back().bind_lora(params_, names_, spec.lora);
   }
   if (d.last) {
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
@@ -279,6 +282,7 @@ BlockEnv TransformerLM::env(const Slot& s) {
     e.lora_w = w_;
     e.lora_g = g_;
     e.lora_scratch = lora_scratch_.data();
+    e.lora_drop = lora_drop_.data();
   }
   e.B = dims_.B;
   e.T = dims_.T;

@@ -173,7 +173,7 @@ class TransformerLM : public CausalLM {
   const float* logits() const override { return slots_[0].head.logits; }
   int64_t logits_ld() const override { return dims_.vocab.local; }
   int64_t activation_bytes() const override {
-    return plan_.bytes() + static_cast<int64_t>(lora_scratch_.size() * sizeof(float));
+    return plan_.bytes() + static_cast<int64_t>((lora_scratch_.size() + lora_drop_.size()) * sizeof(float));
   }
   std::vector<CausalLM*> frozen_bases() override {
     return base_view_ ? std::vector<CausalLM*>{base_view_.get()} : std::vector<CausalLM*>{};
@@ -274,7 +274,7 @@ class TransformerLM : public CausalLM {
   // LoRA: the frozen base's placement and weights (this chunk's own), the adapters' product scratch
   // [N, 2 r], and the base as a CausalLM for the loaders (frozen_bases).
   Placement base_params_;
-  AlignedBuffer<float> base_weights_, lora_scratch_;
+  AlignedBuffer<float> base_weights_, lora_scratch_, lora_drop_;
   // pet_config.base_dtype bfloat16: each layer's base weights held as bf16 alone (base_low_), widened into their fp32
   // range of bw_ (base_ranges_[i], layer l0 + i) while the layer runs and given back after (BaseWeights).
   AlignedBuffer<bf16> base_low_;

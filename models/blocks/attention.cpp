@@ -108,16 +108,17 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   k_norm_ = spec_.qk_norm ? off(Role::kKNormW) : -1;
 }
 
-void AttentionBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, int64_t rank, float scale) {
+void AttentionBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, AdapterSite at) {
   if (spec_.mla.on()) return;  // lora_targets gives latent attention none
+  auto site = [&](int64_t s) { return at.site = s, at; };
   if (spec_.fused_qkv_param) {
-    bind_adapter(qkv_, lora, names(Role::kQkvW, l), 0, qkv_width(), rank, scale);
+    bind_adapter(qkv_, lora, names(Role::kQkvW, l), 0, qkv_width(), site(4));
   } else {
-    bind_adapter(qkv_, lora, names(Role::kQW, l), 0, Hl_ * D_, rank, scale);
-    bind_adapter(qkv_, lora, names(Role::kKW, l), Hl_ * D_, Hkvl_ * D_, rank, scale);
-    bind_adapter(qkv_, lora, names(Role::kVW, l), (Hl_ + Hkvl_) * D_, Hkvl_ * D_, rank, scale);
+    bind_adapter(qkv_, lora, names(Role::kQW, l), 0, Hl_ * D_, site(0));
+    bind_adapter(qkv_, lora, names(Role::kKW, l), Hl_ * D_, Hkvl_ * D_, site(1));
+    bind_adapter(qkv_, lora, names(Role::kVW, l), (Hl_ + Hkvl_) * D_, Hkvl_ * D_, site(2));
   }
-  bind_adapter(o_, lora, names(Role::kOW, l), 0, 0, rank, scale);
+  bind_adapter(o_, lora, names(Role::kOW, l), 0, 0, site(3));
 }
 
 std::pair<const float*, const float*> AttentionBlock::qk_weights(const BlockEnv& e) const {

@@ -56,7 +56,7 @@ class AttentionBlock {
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
   // LoRA: the adapters `lora` holds for this layer's projections (q, k, v or GPT-2's c_attn; o).
-  void bind_lora(const Placement& lora, const NameMap& names, int64_t layer, int64_t rank, float scale);
+  void bind_lora(const Placement& lora, const NameMap& names, int64_t layer, AdapterSite at);
 
   int64_t qkv_width() const { return (Hl_ + 2 * Hkvl_) * D_; }
   // Floats of Acts::qk_pre and qk_rstd (0 without q/k norms).

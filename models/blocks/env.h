@@ -63,6 +63,7 @@ struct BlockEnv {
   const float* lora_w = nullptr;
   float* lora_g = nullptr;
   float* lora_scratch = nullptr;
+  float* lora_drop = nullptr;  // [N, widest adapted input]: the adapters' dropped input (pet_config.lora_dropout)
   bool frozen() const { return grads == nullptr; }
 
   const float* w(int64_t offset) const { return weights + offset; }
@@ -91,17 +92,23 @@ struct BlockEnv {
   // (sample x seq_full + position), so the masks do not depend on the layout: one run of rows, or
   // under context parallel a run per sample's chunk.
   void dropout_rows(float* x, const ops::DropoutKey& k, int64_t cols) const {
+    dropout_row_range(x, k, tp->row_begin(), Nl, cols, 0, cols);
+  }
+  // The same for rows [r0, r0 + n) of the N rows (a column-parallel layer's gathered input: 0, N), of a block that
+  // is columns [col0, col0 + cols) of rows of global_cols (a row-parallel layer's input columns).
+  void dropout_row_range(float* x, const ops::DropoutKey& k, int64_t r0, int64_t n, int64_t cols, int64_t col0,
+                         int64_t global_cols) const {
     if (k.rate <= 0.0f) return;
     if (!context_parallel()) {
-      ops::dropout_apply(x, k, Nl, cols, global_row0(), 0, cols);
+      ops::dropout_apply(x, k, n, cols, info.sample_offset * T + r0, col0, global_cols);
       return;
     }
     const int64_t Tf = seq_full();
     const ops::RowChunks at = cp->rows(T);
-    for (int64_t r = tp->row_begin(), end = r + Nl; r < end;) {
+    for (int64_t r = r0, end = r0 + n; r < end;) {
       const int64_t b = r / T, t = r % T, run = std::min(end - r, at.chunk - t % at.chunk);
-      ops::dropout_apply(x + (r - tp->row_begin()) * cols, k, run, cols, (info.sample_offset + b) * Tf + at.position(t), 0,
-                         cols);
+      ops::dropout_apply(x + (r - r0) * cols, k, run, cols, (info.sample_offset + b) * Tf + at.position(t), col0,
+                         global_cols);
       r += run;
     }
   }

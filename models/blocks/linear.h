@@ -27,10 +27,13 @@ struct ParallelLinear {
   // then frozen (BlockEnv::frozen).
   struct Adapter {
     int64_t a = -1, b = -1, col0 = 0, cols = 0;
+    int64_t site = 0;  // its dropout site (BlockEnv::dropout's, with the layer)
   };
   std::vector<Adapter> adapters;
   int64_t rank = 0;    // r
   float scale = 0.0f;  // alpha / r (alpha / sqrt(r) with rsLoRA)
+  float dropout = 0.0f;  // on the adapters' input (PEFT's B(A(dropout(x)))), a mask per adapter
+  int64_t layer = 0;
 
   // x_low: x's bf16 copy where the block keeps x only so (x is then null; a column-parallel layer
   // gathers it under SP in bf16), else null.
@@ -84,12 +87,22 @@ struct ParallelLinear {
   // the adapters' weight gradients (kBoth, kWeight); no gradient of W or b.
   void bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x, const void* x_low,
                   const void* dy_low, void* dx_low) const;
+  // The adapter's input: x itself, or (dropout) x with its mask applied in e.lora_drop; rows: all N.
+  const float* adapter_input(const BlockEnv& e, const Adapter& ad, const float* x) const;
+  void add_input_grad(const BlockEnv& e, const Adapter& ad, const float* dv, const float* A, float* dx) const;
+  ops::DropoutKey adapter_dropout(const BlockEnv& e, const Adapter& ad) const;
 };
 
 // LoRA: binds the adapter of the module whose base weight is named `weight`, where the adapters' placement
 // `lora` holds one (models/lora.h names), to output columns [col0, col0 + cols) of `lin` (a row-parallel
 // layer's: all of them). Returns whether it had one.
+// Its dropout (pet_config.lora_dropout) keys the masks by (layer, site).
+struct AdapterSite {
+  int64_t rank = 0;
+  float scale = 0.0f, dropout = 0.0f;
+  int64_t layer = 0, site = 0;
+};
 bool bind_adapter(ParallelLinear& lin, const Placement& lora, const std::string& weight, int64_t col0, int64_t cols,
-                  int64_t rank, float scale);
+                  const AdapterSite& at);
 
 }  // namespace gf

@@ -25,17 +25,49 @@ void fp32_only(const BlockEnv& e, const void* a, const void* b, const void* c) {
 }  // namespace
 
 bool bind_adapter(ParallelLinear& lin, const Placement& lora, const std::string& weight, int64_t col0, int64_t cols,
-                  int64_t rank, float scale) {
+                  const AdapterSite& at) {
   const TensorPlacement* a = lora.find(lora_a_name(weight));
   if (a == nullptr) return false;
   const TensorPlacement& b = lora.at(lora_b_name(weight));
   if (lin.kind == ParallelLinear::Kind::kRow) cols = lin.out, col0 = 0;
   if (b.local_shape.at(0) != cols || a->local_shape.at(1) != lin.in)
     throw std::logic_error("lora: the adapter of " + weight + " does not fit its layer");
-  lin.adapters.push_back({a->offset, b.offset, col0, cols});
-  lin.rank = rank;
-  lin.scale = scale;
+  lin.adapters.push_back({a->offset, b.offset, col0, cols, at.site});
+  lin.rank = at.rank;
+  lin.scale = at.scale;
+  lin.dropout = at.dropout;
+  lin.layer = at.layer;
   return true;
+}
+
+// Sites above the blocks' own (DropSite): each adapter's mask is its own, as each PEFT module has its dropout.
+ops::DropoutKey ParallelLinear::adapter_dropout(const BlockEnv& e, const Adapter& ad) const {
+  return e.dropout(layer, 16 + ad.site, dropout);
+}
+
+const float* ParallelLinear::adapter_input(const BlockEnv& e, const Adapter& ad, const float* x) const {
+  const ops::DropoutKey k = adapter_dropout(e, ad);
+  if (!k.active()) return x;
+  const int64_t N = e.tp->rows();
+  std::copy(x, x + N * in, e.lora_drop);
+  // A column-parallel layer's input is whole; a row-parallel one's holds this rank's columns of the whole.
+  const int64_t col0 = kind == Kind::kColumn ? 0 : e.tp->rank() * in, global = kind == Kind::kColumn ? in : in * e.tp->size();
+  e.dropout_row_range(e.lora_drop, k, 0, N, in, col0, global);
+  return e.lora_drop;
+}
+
+// dx += dropout'(dv A): the adapter's part of the input gradient (through its mask when it has dropout).
+void ParallelLinear::add_input_grad(const BlockEnv& e, const Adapter& ad, const float* dv, const float* A, float* dx) const {
+  const int64_t N = e.tp->rows();
+  const ops::DropoutKey k = adapter_dropout(e, ad);
+  if (!k.active()) {
+    gemm(Trans::kNo, Trans::kNo, N, in, rank, 1.0f, dv, rank, A, in, 1.0f, dx, in);
+    return;
+  }
+  gemm(Trans::kNo, Trans::kNo, N, in, rank, 1.0f, dv, rank, A, in, 0.0f, e.lora_drop, in);
+  const int64_t col0 = kind == Kind::kColumn ? 0 : e.tp->rank() * in, global = kind == Kind::kColumn ? in : in * e.tp->size();
+  e.dropout_row_range(e.lora_drop, k, 0, N, in, col0, global);
+  for (int64_t i = 0, n = N * in; i < n; ++i) dx[i] += e.lora_drop[i];
 }
 
 void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const void* x_low) const {
@@ -49,7 +81,7 @@ void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const
     const float* xf = tp.gather_rows(x, e.gather, in);
     ops::linear_fwd(y, xf, W, bias, N, in, out);
     for (const Adapter& ad : adapters) {
-      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xf, in, e.lora_w + ad.a, in, 0.0f, u, r);
+      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, adapter_input(e, ad, xf), in, e.lora_w + ad.a, in, 0.0f, u, r);
       gemm(Trans::kNo, Trans::kYes, N, ad.cols, r, scale, u, r, e.lora_w + ad.b, r, 1.0f, y + ad.col0, out);
     }
     return;
@@ -57,7 +89,7 @@ void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const
   float* part = tp.size() == 1 ? y : e.partial;
   ops::linear_fwd(part, x, W, tp.rank() == 0 ? bias : nullptr, N, in, out);
   for (const Adapter& ad : adapters) {
-    gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, x, in, e.lora_w + ad.a, in, 0.0f, u, r);
+    gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, adapter_input(e, ad, x), in, e.lora_w + ad.a, in, 0.0f, u, r);
     gemm(Trans::kNo, Trans::kYes, N, out, r, scale, u, r, e.lora_w + ad.b, r, 1.0f, part, out);
   }
   if (tp.size() > 1) tp.reduce_rows(part, y, out);
@@ -79,11 +111,12 @@ void ParallelLinear::bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, cons
     for (const Adapter& ad : adapters) {
       const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b;
       gemm(Trans::kNo, Trans::kNo, N, r, ad.cols, scale, dy + ad.col0, out, B, r, 0.0f, dv, r);
-      if (input) gemm(Trans::kNo, Trans::kNo, N, in, r, 1.0f, dv, r, A, in, 1.0f, dfull, in);
+      if (input) add_input_grad(e, ad, dv, A, dfull);
       if (weight) {
-        gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xf, in, A, in, 0.0f, u, r);
+        const float* xa = adapter_input(e, ad, xf);
+        gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xa, in, A, in, 0.0f, u, r);
         gemm(Trans::kYes, Trans::kNo, ad.cols, r, N, scale, dy + ad.col0, out, u, r, 1.0f, e.lora_g + ad.b, r);
-        gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, xf, in, 1.0f, e.lora_g + ad.a, in);
+        gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, xa, in, 1.0f, e.lora_g + ad.a, in);
       }
     }
     if (input) tp.reduce_rows(dfull, dx, in);
@@ -94,10 +127,11 @@ void ParallelLinear::bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, cons
   for (const Adapter& ad : adapters) {
     const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b;
     gemm(Trans::kNo, Trans::kNo, N, r, out, scale, dyf, out, B, r, 0.0f, dv, r);
-    if (input) gemm(Trans::kNo, Trans::kNo, N, in, r, 1.0f, dv, r, A, in, 1.0f, dx, in);
+    if (input) add_input_grad(e, ad, dv, A, dx);
     if (weight) {
-      gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, x, in, 1.0f, e.lora_g + ad.a, in);
-      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, x, in, A, in, 0.0f, u, r);
+      const float* xa = adapter_input(e, ad, x);
+      gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, xa, in, 1.0f, e.lora_g + ad.a, in);
+      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xa, in, A, in, 0.0f, u, r);
       gemm(Trans::kYes, Trans::kNo, out, r, N, scale, dyf, out, u, r, 1.0f, e.lora_g + ad.b, r);
     }
   }

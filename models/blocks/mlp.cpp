@@ -48,14 +48,15 @@ void MlpBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
   down_.b = spec_.linear_bias ? off(Role::kDownB) : -1;
 }
 
-void MlpBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, int64_t rank, float scale) {
+void MlpBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, AdapterSite at) {
+  auto site = [&](int64_t s) { return at.site = s, at; };
   if (gated_mlp(spec_.mlp)) {
-    bind_adapter(up_, lora, names(Role::kGateW, l), 0, Fl_, rank, scale);
-    bind_adapter(up_, lora, names(Role::kUpW, l), Fl_, Fl_, rank, scale);
+    bind_adapter(up_, lora, names(Role::kGateW, l), 0, Fl_, site(5));
+    bind_adapter(up_, lora, names(Role::kUpW, l), Fl_, Fl_, site(6));
   } else {
-    bind_adapter(up_, lora, names(Role::kFcW, l), 0, Fl_, rank, scale);
+    bind_adapter(up_, lora, names(Role::kFcW, l), 0, Fl_, site(7));
   }
-  bind_adapter(down_, lora, names(Role::kDownW, l), 0, 0, rank, scale);
+  bind_adapter(down_, lora, names(Role::kDownW, l), 0, 0, site(8));
 }
 
 void MlpBlock::activation_fwd(const BlockEnv& e, const Acts& a) const {

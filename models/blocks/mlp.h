@@ -39,7 +39,7 @@ class MlpBlock {
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
   // LoRA: the adapters `lora` holds for this layer's projections (gate, up or GPT-2's c_fc; down).
-  void bind_lora(const Placement& lora, const NameMap& names, int64_t layer, int64_t rank, float scale);
+  void bind_lora(const Placement& lora, const NameMap& names, int64_t layer, AdapterSite at);
   int64_t width() const { return Fl_; }
   int64_t first_offset() const { return up_.w; }
   int64_t up_width() const { return gated_mlp(spec_.mlp) ? 2 * Fl_ : Fl_; }

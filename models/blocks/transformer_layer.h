@@ -63,9 +63,10 @@ class TransformerLayer {
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
   // LoRA (models/lora.h): this layer's adapters in the adapters' placement `lora`.
-  void bind_lora(const Placement& lora, const NameMap& names, int64_t rank, float scale) {
-    attn_.bind_lora(lora, names, layer_, rank, scale);
-    if (!is_moe()) mlp_.bind_lora(lora, names, layer_, rank, scale);
+  void bind_lora(const Placement& lora, const NameMap& names, const LoraConfig& c) {
+    const AdapterSite at{c.rank, static_cast<float>(c.scale()), c.dropout, layer_, 0};
+    attn_.bind_lora(lora, names, layer_, at);
+    if (!is_moe()) mlp_.bind_lora(lora, names, layer_, at);
   }
   int64_t first_offset() const { return norm1_.first_offset(); }
   // The second half's first parameter (the second norm, then the MLP or the MoE router): ZeRO-2 and 3

@@ -4,7 +4,7 @@
 // exclude_layers, freeze_include / freeze_exclude, param_init_type / compute_dtype) or PEFT's LoraConfig names
 // (peft/tuners/lora/config.py: peft_type LORA, r, lora_alpha, lora_dropout, target_modules a regex on the whole
 // module name or a list of names, use_rslora, bias 'none', modules_to_save, init_lora_weights, fan_in_fan_out,
-// task_type), plus ours: none yet. A map that mixes the two sets' rank keys is refused.
+// task_type), plus ours: base_dtype. A map that mixes the two sets' rank keys is refused.
 #include <cmath>
 #include <set>
 
@@ -92,11 +92,7 @@ void read_lora(ReadContext& x) {
   number("lora_alpha", l.alpha, true);
   number("lora_dropout", dropout, false);
   if (dropout >= 1.0) x.refuse(at("lora_dropout") + ": " + std::to_string(dropout) + "`: expects a rate in [0, 1)");
-  else if (dropout > 0.0)
-    x.refuse(at("lora_dropout") + ": " + show(scalar("lora_dropout") ? scalar("lora_dropout") : YAML::Node(dropout)) +
-             "`: dropout on the adapters' input is not built yet; set lora_dropout: 0.0" +
-             (scalar("lora_dropout") ? "" : " (MindFormers' default is 0.01)"));
-  l.dropout = 0.0f;
+  l.dropout = static_cast<float>(dropout);
   if (const YAML::Node v = scalar("use_rslora")) {
     if (!YAML::convert<bool>::decode(v, l.rslora)) x.refuse(at("use_rslora") + ": " + show(v) + "`: expects True or False");
   }

@@ -8,7 +8,8 @@
 #  * MindFormers' keys (lora_rank, target_modules '.*wq|.*wv', lora_a_init normal) train the q/v adapters alone;
 #  * pet_config.base_dtype bfloat16 gives the bits of an fp32 base whose layers were rounded to bf16;
 #  * `predict` from the LoRA checkpoint (its base, then the adapters) gives the tokens of the merged weights;
-#  * refused before any step, naming the key: dropout on the adapters, bf16 compute, a target that names nothing,
+#  * lora_dropout: the same masks at dp2, mp2 + SP, pp2 and cp2 as on one rank (within 1e-5);
+#  * refused before any step, naming the key: bf16 compute, a target that names nothing,
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
@@ -153,9 +154,19 @@ same_losses rounded_base_pp2 bf16_base_pp2
 cmp bf16_base_pp2/weights.safetensors rounded_base_pp2/weights.safetensors || fail "bf16 base at pp2: adapters differ"
 ok "base_dtype bfloat16: bitwise the fp32 base with its layers rounded to bf16, on one rank and at pp2 (each stage's layers)"
 
+# Dropout on the adapters' input (lora_dropout 0.1): the masks are keyed by the step, the layer, the adapter and each
+# element's global row and column, so every layout draws the same ones.
+DROP="--set model.model_config.pet_config.lora_dropout=0.1"
+ltrain d_one 1 $DROP
+ltrain d_mp2_sp 2 $DROP --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+ltrain d_pp2 2 $DROP $PP2
+ltrain d_cp2 2 $DROP --set parallel_config.context_parallel=2
+ltrain d_dp2 2 $DROP $DP2
+"$PY" "$SRC/tests/integration/compare_runs.py" d_one d_mp2_sp d_pp2 d_cp2 d_dp2 || fail "LoRA dropout: a layout is not one rank's"
+! cmp -s <(losses one) <(losses d_one) || fail "lora_dropout 0.1 changed no loss"
+ok "lora_dropout: mp2 + SP, pp2, cp2, dp2 within 1e-5 of one rank"
+
 # Refused before any step.
-refused 2 "dropout on the adapters' input is not built yet" dropout "$BIN" train --config lora.yaml \
-  --set output_dir=dropout --set model.model_config.pet_config.lora_dropout=0.05
 refused 2 "LoRA computes in float32 here" bf16 "$BIN" train --config lora.yaml --set output_dir=bf16 \
   --set model.model_config.compute_dtype=bfloat16
 refused 2 "matches no module of the model" nothing "$BIN" train --config lora.yaml --set output_dir=nothing \

@@ -127,8 +127,8 @@ TEST(LlamaConfigKeys, UnbuiltFeaturesAreRefusedWithWhatToDo) {
       {"extend_method=NTK", "give Hugging Face's rope_scaling map"},
       {"quant=w8a16", "quantization is not built yet; use quant: \"\""},
       {"quant_config={weight_dtype: int8}", "quantization is not built yet; remove model.model_config.quant_config"},
-      {"pet_config={pet_type: lora, lora_rank: 8, lora_dropout: 0.1, target_modules: '.*wq'}",
-       "dropout on the adapters' input is not built yet; set lora_dropout: 0.0"},
+      {"pet_config={pet_type: lora, lora_rank: 8, lora_dropout: 1.5, target_modules: '.*wq'}",
+       "expects a rate in [0, 1)"},
       {"pet_config={pet_type: prefix_tuning}", "only LoRA is built (pet_type: lora)"},
   };
   for (const auto& [set, fix] : cases) {

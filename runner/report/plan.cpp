@@ -165,7 +165,27 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
   const double snapshot = cfg.checkpoint.enabled && cfg.checkpoint.async_save
                               ? 4.0 * static_cast<double>(f.weights) + 8.0 * static_cast<double>(f.moments)
                               : 0.0;
-  const double total = params + grads + moments + copy + activations + snapshot;
+  // LoRA: the frozen base, whole on every data-parallel rank (its tensor-parallel share), fp32 or (base_dtype
+  // bfloat16) bf16 for the layers with fp32 embedding, final norm and head; the arena above is the adapters'.
+  double frozen = 0;
+  if (spec.lora.on) {
+    const Placement b(TransformerLM::make_base_table(spec, entry.names, chunks.front()), TransformerLM::param_layout(m, L), r);
+    for (size_t c = 1; c < chunks.size(); ++c) {
+      const Placement more(TransformerLM::make_base_table(spec, entry.names, chunks[c]), TransformerLM::param_layout(m, L), r);
+      frozen += 4.0 * static_cast<double>(more.total_floats());
+    }
+    frozen += 4.0 * static_cast<double>(b.total_floats());
+    if (spec.lora.base_bf16) {
+      double layer_floats = 0;
+      for (const StageOptions& c : chunks) {
+        const Placement p(TransformerLM::make_base_table(spec, entry.names, c), TransformerLM::param_layout(m, L), r);
+        for (const TensorPlacement& x : p.tensors())
+          if (x.spec->name.find("layers.") != std::string::npos) layer_floats += static_cast<double>(x.numel());
+      }
+      frozen -= 2.0 * layer_floats;
+    }
+  }
+  const double total = params + grads + moments + copy + activations + snapshot + frozen;
   std::string zero;
   if (stage >= 1) {
     zero = stage == 1 ? fmt::format(", a 1/{} ZeRO-1 shard", f.shard)
@@ -176,12 +196,15 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
                           human_bytes(4.0 * static_cast<double>(f.working)));
   }
   out += fmt::format("{}tensor-parallel rank {}{}: parameters {}, gradients {}, optimizer state {} (AdamW moments{}{}), "
-                     "weight copy {}, activations {}{}; total {}\n",
+                     "weight copy {}, activations {}{}{}; total {}\n",
                      pp > 1 ? "  " : "", r, tp > 1 ? fmt::format(" ({} of the {} ranks)", ranks / tp / pp, ranks) : std::string(),
                      human_bytes(params), human_bytes(grads), human_bytes(moments),
                      cfg.adamw.moment_dtype == MomentDtype::kBFloat16 ? " in bfloat16" : "", zero, human_bytes(copy),
                      human_bytes(activations),
                      snapshot > 0 ? fmt::format(", checkpoint snapshot {} (async_save)", human_bytes(snapshot)) : std::string(),
+                     frozen > 0 ? fmt::format(", frozen base {} (LoRA{})", human_bytes(frozen),
+                                              spec.lora.base_bf16 ? "; its layers in bf16" : "")
+                                : std::string(),
                      human_bytes(total));
   if (r == 0 && st == 0) {
     std::vector<BufferPlan::Entry> top = acts.entries();
@@ -228,9 +251,18 @@ std::string plan_report(const Config& cfg, int ranks) {
   const ParamTable whole = TransformerLM::make_param_table(spec, entry.names);
   int64_t global = 0;
   for (const ParamSpec& p : whole.specs()) global += p.global_numel();
+  std::string trained;
+  if (spec.lora.on) {  // the parameters that train are the adapters; the model's own are the base's
+    const int64_t adapters = global;
+    global = 0;
+    const ParamTable base = TransformerLM::make_base_table(spec, entry.names);
+    for (const ParamSpec& p : base.specs()) global += p.global_numel();
+    trained = fmt::format("; LoRA trains {} ({:.2f}%): r {}, alpha {}", adapters,
+                          100.0 * static_cast<double>(adapters) / static_cast<double>(global), spec.lora.rank, spec.lora.alpha);
+  }
   out += fmt::format("parameters: {} in the model ({} layers, hidden {}, {} heads / {} key-value heads, FFN {}, "
-                     "vocabulary {})\n",
-                     global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab);
+                     "vocabulary {}){}\n",
+                     global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab, trained);
   if (spec.moe.experts > 1) out += moe_line(cfg, spec);
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);

@@ -285,6 +285,18 @@ void Trainer::log_setup() const {
                    ? fmt::format("; {} recompute of {} layer(s)", L.recompute == RecomputePolicy::kFull ? "full" : "selective",
                                  L.recomputed_layers(m.num_layers))
                    : std::string("; no recompute"));
+  if (lora()) {  // the arena above is the adapters'; the frozen base is held beside it
+    double frozen = 0;
+    int64_t base_params = 0;
+    for (CausalLM* b : model_->frozen_bases()) frozen += 4.0 * static_cast<double>(b->params().total_floats());
+    const ParamTable base = TransformerLM::make_base_table(find_model(m.arch, m.type).spec(m), find_model(m.arch, m.type).names);
+    for (const ParamSpec& p : base.specs()) base_params += p.global_numel();
+    int64_t adapters = 0;
+    for (const ParamSpec& p : model_->params().table().specs()) adapters += p.global_numel();
+    spdlog::info("LoRA: {} adapter parameters train ({:.2f}% of the model's {}), the base frozen: {} on this rank{}",
+                 adapters, 100.0 * static_cast<double>(adapters) / static_cast<double>(base_params), base_params,
+                 human_bytes(frozen), m.lora.base_bf16 ? " before its layers are held in bf16 (half of theirs)" : "");
+  }
   if (L.low_precision())
     spdlog::info("mixed precision: matrix products in {} ({}), {}; master weights, gradients, gradient reduction, "
                  "AdamW, the norms' statistics and softmax in float32; a {} copy of the weights ({}) is {}; "

@@ -72,6 +72,9 @@ bool check_weights_path(ReadContext& x, const std::string& key, const std::strin
     return false;
   }
   if (ckpt::is_checkpoint(value)) return true;  // one of ours (core/io/checkpoint.h): its index is read at start
+  // PEFT's LoRA adapter directory: its adapter_config.json and base are checked where it is loaded.
+  if (fs::exists(fs::path(value) / "adapter_config.json") && fs::exists(fs::path(value) / "adapter_model.safetensors"))
+    return true;
   try {
     const std::string file = resolve_checkpoint_path(value, key);
     if (file.size() < 5 || file.compare(file.size() - 5, 5, ".ckpt") != 0) check_hf_config_beside(x, key, value);

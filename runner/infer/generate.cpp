@@ -144,6 +144,8 @@ std::unique_ptr<CausalLM> build_for_generation(const Config& cfg, const Parallel
     spdlog::warn("no load_checkpoint: generating from the seed's random weights (seed {}); set load_checkpoint "
                  "(--load_checkpoint) to a checkpoint, Hugging Face weights or a --save-weights file",
                  cfg.seed);
+  } else if (is_peft_adapter_dir(path)) {  // PEFT's adapter directory: its base, then its adapters
+    load_peft_adapters(*model, cfg, path);
   } else if (cfg.model.lora.on) {  // LoRA: the base the checkpoint names (or the base itself), then its adapters
     const std::string base = lora_base_of(path);
     if (base.empty()) {

@@ -216,6 +216,14 @@ void Trainer::load_initial_state() {
     init_weights();
     return;
   }
+  if (lora() && is_peft_adapter_dir(path)) {  // PEFT's adapters (no optimizer state): training starts from them
+    if (cfg.resume_training)
+      throw std::runtime_error("`resume_training: True` needs one of our LoRA checkpoints (adapters, moments and the step); " +
+                               path + " is PEFT's adapter directory: drop resume_training to train on from its adapters");
+    lora_base_ = fs::absolute(load_peft_adapters(*model_, cfg, path)).lexically_normal().string();
+    return;
+  }
+  if (!lora() && is_peft_adapter_dir(path)) load_peft_adapters(*model_, cfg, path);  // refused: it says what to set
   if (lora()) {
     // A LoRA checkpoint of ours names its base and holds the adapters; anything else is the base itself.
     const bool adapters = holds_lora_adapters(path);

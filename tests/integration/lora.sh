@@ -7,7 +7,8 @@
 #    rank, and at mp2) it gives the uninterrupted run's steps 6-10 within 1e-5;
 #  * MindFormers' keys (lora_rank, target_modules '.*wq|.*wv', lora_a_init normal) train the q/v adapters alone;
 #  * pet_config.base_dtype bfloat16 gives the bits of an fp32 base whose layers were rounded to bf16;
-#  * `predict` from the LoRA checkpoint (its base, then the adapters) gives the tokens of the merged weights;
+#  * `predict` from the LoRA checkpoint (its base, then the adapters) gives the tokens of the merged weights, and so
+#    does its PEFT export read back as load_checkpoint (training starts from it too);
 #  * lora_dropout: the same masks at dp2, mp2 + SP, pp2 and cp2 as on one rank (within 1e-5);
 #  * refused before any step, naming the key: bf16 compute, a target that names nothing,
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
@@ -117,6 +118,19 @@ gen gen_base "$BASE" --set model.model_config.pet_config=null
 cmp gen_lora.jsonl gen_merged.jsonl || fail "generation with the adapters differs from the merged model's"
 ! cmp -s gen_lora.jsonl gen_base.jsonl || fail "generation with the adapters is the base's"
 ok "predict with the adapters = predict with them merged: $(cat gen_lora.jsonl)"
+# The same adapters as PEFT's directory (convert), read back as load_checkpoint: its base_model_name_or_path is the
+# base, the adapters by PEFT's keys; predict gives the same tokens, training starts from them, a different r is refused.
+run topeft "$BIN" convert --from one/checkpoint/lora-1_10 --to peft10
+((STATUS == 0)) || { cat topeft.log; fail "convert to PEFT's directory failed"; }
+gen gen_peft peft10
+cmp gen_lora.jsonl gen_peft.jsonl || fail "predict from PEFT's directory differs from our checkpoint's"
+train from_peft lora.yaml --set load_checkpoint=peft10 --set runner_config.train_steps=2
+grep -q "LoRA: adapters loaded from PEFT's peft10 (56 tensors; base $BASE)" from_peft.log || fail "from_peft: not loaded"
+refused 2 "make them the same" peft_r "$BIN" predict --config lora.yaml --load_checkpoint peft10 \
+  --set model.model_config.pet_config.r=8 --predict_ids "1 2" --max_new_tokens 2
+refused 2 "holds LoRA adapters (PEFT's): set model.model_config.pet_config" peft_nopet "$BIN" train --config lora.yaml \
+  --set output_dir=peft_nopet --set model.model_config.pet_config=null --set load_checkpoint=peft10
+ok "PEFT's directory as load_checkpoint: the same tokens; training starts from it; refusals"
 
 # MindFormers' keys: q and v of every layer, A from Normal(0.01).
 train mf lora.yaml --set "model.model_config.pet_config={pet_type: lora, lora_rank: 4, lora_alpha: 16, lora_dropout: 0.0, target_modules: '.*wq|.*wv'}"

@@ -80,15 +80,20 @@ TEST(Harness, MultipleChoiceContextsContinuationsAndGold) {
   EXPECT_EQ(l.docs[0].requests[0].continuation, " d");
 }
 
-TEST(Harness, EncodePairMovesTrailingSpacesAndTruncatesFromTheLeft) {
+// One request of `kind` encoded with the byte tokenizer for a model of max_length positions.
+std::vector<TokenRequest> encode_one(HarnessKind kind, const HarnessRequest& req, int64_t max_length, int32_t eot) {
   HarnessTask t;
-  t.kind = HarnessKind::kMultipleChoice;
+  t.kind = kind;
   HarnessDoc d;
-  d.requests = {{"ab ", "cd"}};
+  d.requests = {req};
   t.docs = {d};
   ByteTokenizer tok;
   std::vector<int64_t> of;
-  std::vector<TokenRequest> r = encode_task(t, tok, 3, 0, of);
+  return encode_task(t, tok, max_length, eot, of);
+}
+
+TEST(Harness, EncodePairMovesTrailingSpacesAndTruncatesFromTheLeft) {
+  const std::vector<TokenRequest> r = encode_one(HarnessKind::kMultipleChoice, {"ab ", "cd"}, 3, 0);
   ASSERT_EQ(r.size(), 1u);
   // context "ab", continuation " cd"; ab + " cd" = 5 tokens; the last max_length + 1 = 4 without the last: "b c".
   EXPECT_EQ(r[0].continuation, (std::vector<int32_t>{' ', 'c', 'd'}));
@@ -96,14 +101,7 @@ TEST(Harness, EncodePairMovesTrailingSpacesAndTruncatesFromTheLeft) {
 }
 
 TEST(Harness, RollingWindowsAsGetRollingTokenWindows) {
-  HarnessTask t;
-  t.kind = HarnessKind::kRolling;
-  HarnessDoc d;
-  d.requests = {{"", "0123456789"}};
-  t.docs = {d};
-  ByteTokenizer tok;
-  std::vector<int64_t> of;
-  const std::vector<TokenRequest> r = encode_task(t, tok, 4, 'E', of);
+  const std::vector<TokenRequest> r = encode_one(HarnessKind::kRolling, {"", "0123456789"}, 4, 'E');
   auto s = [](const std::vector<int32_t>& v) { return std::string(v.begin(), v.end()); };
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(s(r[0].input), "E012");

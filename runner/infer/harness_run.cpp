@@ -102,6 +102,26 @@ std::vector<Scored> score_requests(Generator& gen, const std::vector<TokenReques
   return out;
 }
 
+// Under data parallel the requests are dealt round-robin over the group's ranks (each tensor group scores its share),
+// then every rank holds every score (a sum over the group of each rank's share, zeros elsewhere).
+std::vector<Scored> score_shared(Generator& gen, const std::vector<TokenRequest>& reqs, int64_t slots, int64_t max_rows,
+                                 const Communicator& dp) {
+  if (dp.size() <= 1) return score_requests(gen, reqs, slots, max_rows);
+  std::vector<TokenRequest> mine;
+  for (size_t i = static_cast<size_t>(dp.rank()); i < reqs.size(); i += static_cast<size_t>(dp.size())) mine.push_back(reqs[i]);
+  const std::vector<Scored> part = score_requests(gen, mine, slots, max_rows);
+  std::vector<double> all(2 * reqs.size(), 0.0);
+  for (size_t k = 0; k < part.size(); ++k) {
+    const size_t i = static_cast<size_t>(dp.rank()) + k * static_cast<size_t>(dp.size());
+    all[2 * i] = part[k].loglikelihood;
+    all[2 * i + 1] = part[k].greedy ? 1.0 : 0.0;
+  }
+  dp.allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+  std::vector<Scored> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) out[i] = {all[2 * i], all[2 * i + 1] > 0.5};
+  return out;
+}
+
 int run_harness(const Config& cfg, const ParallelContext& ctx, const HarnessOptions& opt) {
   const bool lead = ctx.world_rank() == 0;
   std::vector<std::string> names;
@@ -137,7 +157,7 @@ int run_harness(const Config& cfg, const ParallelContext& ctx, const HarnessOpti
       for (int32_t id : r.input)
         if (id < 0 || id >= cfg.model.vocab_size)
           throw std::runtime_error(t.name + ": token id " + std::to_string(id) + " is outside the model's vocabulary");
-    const std::vector<Scored> s = score_requests(gen, reqs, go.slots, go.max_rows);
+    const std::vector<Scored> s = score_shared(gen, reqs, go.slots, go.max_rows, ctx.group(GridAxis::kDp));
     std::vector<json> samples;
     results["results"][t.name] = harness_metrics(t, of_doc, s, samples);
     results["versions"][t.name] = t.name == "wikitext" ? 2.0 : 1.0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LoRA (model_config.pet_config) end to end, on a tiny Llama whose base is a checkpoint of 3 full steps:
 #  * every layout trains the same 10 steps of the adapters as one rank: dp2, mp2 + sequence parallel, pp2 (1F1B),
-#    pp2 under ZB-H1 (the adapters' weight pass deferred), cp2, ZeRO-1/2/3 over the adapters at dp2; losses within
+#    pp2 under ZB-H1 (the adapters' weight pass deferred), pp2 interleaved over 2 chunks a stage (each chunk its
+#    own frozen base), cp2, ZeRO-1/2/3 over the adapters at dp2; losses within
 #    1e-5 relative at every step and the adapters after step 10 as compare_runs.py holds a layout's;
 #  * the checkpoint holds the adapters and their moments alone and names the base; resumed at step 5 (on one
 #    rank, and at mp2) it gives the uninterrupted run's steps 6-10 within 1e-5;
@@ -67,11 +68,12 @@ ltrain dp2 2 $DP2
 ltrain mp2_sp 2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
 ltrain pp2 2 $PP2
 ltrain pp2_zb 2 $PP2 --set parallel.pipeline_config.pipeline_scheduler=zero_bubble_h1
+ltrain pp2_int 2 $PP2 --set parallel.pipeline_config.pipeline_interleave=True --set model.model_config.pp_interleave_num=2
 ltrain cp2 2 --set parallel_config.context_parallel=2
 ltrain z1 2 $DP2 --set parallel.zero_stage=1
 ltrain z2 2 $DP2 --set parallel.zero_stage=2
 ltrain z3 2 $DP2 --set parallel.zero_stage=3
-"$PY" "$SRC/tests/integration/compare_runs.py" one dp2 mp2_sp pp2 pp2_zb cp2 z1 z2 z3 || fail "a layout is not one rank's"
+"$PY" "$SRC/tests/integration/compare_runs.py" one dp2 mp2_sp pp2 pp2_zb pp2_int cp2 z1 z2 z3 || fail "a layout is not one rank's"
 
 # The adapters moved, the base did not come along: the checkpoint holds lora_A/lora_B tensors (and their moments)
 # alone, and names the base.

@@ -92,30 +92,6 @@ Placement TransformerLM::make_placement(const TransformerSpec& s, const NameMap&
   return Placement(make_param_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
 }
 
-Placement TransformerLM::make_placement_base(const TransformerSpec& s, const NameMap& names, const ModelConfig& cfg,
-                                             const ModelLayout& layout, int tp_rank, const StageOptions& st,
-                                             int ep_rank) {
-  return Placement(make_base_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
-}
-
-int64_t TransformerLM::lora_unit_offset(int64_t l, bool mlp) const { return lora_half_offset(names_, params_, l, mlp); }
-
-int64_t TransformerLM::lora_half_offset(const NameMap& names, const Placement& adapters, int64_t l, bool mlp) {
-  // The first adapter of layer l's attention (q, k, v, o; GPT-2's c_attn, c_proj) or MLP, -1 where it has none.
-  const Role attn[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
-  const Role dense[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
-  int64_t at = -1;
-  for (Role r : mlp ? std::vector<Role>(std::begin(dense), std::end(dense)) : std::vector<Role>(std::begin(attn), std::end(attn))) {
-    std::string n;
-    try {
-      n = names(r, l);
-    } catch (const std::logic_error&) {
-      continue;
-    }
-    if (const TensorPlacement* t = adapters.find(lora_a_name(n)); t && (at < 0 || t->offset < at)) at = t->offset;
-  }
-  return at;
-}
 
 
 TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const ModelConfig& cfg,
@@ -564,16 +540,6 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
   if (pass != BwdPass::kInput) grads_ready_from(0);
 }
 
-int64_t TransformerLM::ready_offset(const TransformerLayer& layer, bool mlp) const {
-  if (!spec_.lora.on) return mlp ? layer.mlp_offset() : layer.first_offset();
-  // The adapters lie in layer order, each layer's attention's before its MLP's: the first of this half or after.
-  for (int64_t l = layer.layer(); l < dims_.l1; ++l)
-    for (bool half : {false, true}) {
-      if (l == layer.layer() && mlp && !half) continue;
-      if (const int64_t at = lora_unit_offset(l, half); at >= 0) return at;
-    }
-  return params_.total_floats();
-}
 
 double TransformerLM::forward(const int32_t* tokens, const StepInfo& info) {
   return stage_forward(0, tokens, nullptr, info);

@@ -37,12 +37,6 @@ namespace {
 
 constexpr const char* kMomentPrefix[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
-// One of our checkpoints of a LoRA run: its adapters, and the base it names (Trainer::checkpoint_state's "lora").
-bool holds_lora_adapters(const std::string& path) {
-  if (!ckpt::is_checkpoint(path)) return false;
-  const ckpt::Reader r = ckpt::Reader::open(path);
-  return r.state().contains("lora") && !r.state()["lora"].is_null();
-}
 
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
 
@@ -132,58 +126,9 @@ std::string Trainer::own_resume_checkpoint() const {
 }
 
 // The seed's weights; under ZeRO-3 only this rank's slices (the rest is never resident).
-// LoRA: the frozen base of every model chunk from `path` (Hugging Face safetensors, a MindSpore .ckpt, a
-// Megatron checkpoint, or one of our checkpoints of the base model). Returns a note for the log.
-std::string load_lora_base(CausalLM& model, const Config& cfg, const std::string& path) {
-  const std::vector<CausalLM*> bases = model.frozen_bases();
-  std::string note;
-  if (ckpt::is_checkpoint(path)) {
-    ckpt::Reader r = ckpt::Reader::open(path);
-    if (r.state().contains("lora") && !r.state()["lora"].is_null())
-      throw std::runtime_error(path + " holds LoRA adapters, not a base model: give the base model it names (" +
-                               r.state()["lora"].value("base", std::string("?")) + ")");
-    const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
-    const ParamTable whole = TransformerLM::make_base_table(entry.spec(cfg.model), entry.names);
-    for (const std::string& n : r.names())
-      if (n.rfind("optimizer.", 0) != 0 && !whole.find(n))
-        throw std::runtime_error(r.dir() + ": holds tensor '" + n + "', which the configured base model does not have");
-    for (CausalLM* b : bases) {
-      float* w = b->weights();
-      for (const TensorPlacement& t : b->params().tensors()) r.read(t.spec->name, t, w + t.offset);
-    }
-  } else {
-    for (CausalLM* b : bases) note = b->load_hf_checkpoint(path);
-  }
-  model.frozen_loaded();
-  spdlog::info("LoRA: base model loaded from {}{} (frozen); adapters rank {}, alpha {}, scale {:g}", path,
-               note.empty() ? "" : " (" + note + ")", cfg.model.lora.rank, cfg.model.lora.alpha, cfg.model.lora.scale());
-  return note;
-}
-
-std::string lora_base_of(const std::string& path) {
-  if (!ckpt::is_checkpoint(path)) return "";
-  const ckpt::Reader r = ckpt::Reader::open(path);
-  if (!r.state().contains("lora") || r.state()["lora"].is_null()) return "";
-  return r.state()["lora"].value("base", std::string());
-}
-
-void Trainer::load_lora_base(const std::string& path) {
-  gf::load_lora_base(*model_, cfg_, path);
-  lora_base_ = fs::absolute(path).lexically_normal().string();
-}
 
 // pet_config.target_modules as PEFT would save it: the regex or the list given under PEFT's names; under MindFormers'
 // names (wq, w1, ...) none, and the export names the modules adapted.
-// PEFT's fan_in_fan_out: the model stores its projections [in, out] (GPT-2's Conv1D), not [out, in].
-bool Trainer::lora_fan_in_fan_out() const {
-  return !find_model(cfg_.model.arch, cfg_.model.type).spec(cfg_.model).out_in;
-}
-
-nlohmann::json Trainer::lora_targets_json() const {
-  const LoraConfig& l = cfg_.model.lora;
-  if (!l.peft_names) return nullptr;
-  return l.target_is_regex ? nlohmann::json(l.target_regex) : nlohmann::json(l.target_list);
-}
 
 void Trainer::init_weights() {
   const auto seed = static_cast<uint64_t>(cfg_.seed);

@@ -47,6 +47,7 @@ void read_checkpoint_weights(ckpt::Reader& r, CausalLM& model, const Config& cfg
 // and the base one of our LoRA checkpoints names ("" for another path, or a LoRA run over the seed's base).
 std::string load_lora_base(CausalLM& model, const Config& cfg, const std::string& path);
 std::string lora_base_of(const std::string& path);
+bool holds_lora_adapters(const std::string& path);  // one of our checkpoints of a LoRA run
 // A PEFT adapter directory (adapter_config.json + adapter_model.safetensors; runner/train/lora_peft_in.cpp): its
 // base (base_model_name_or_path, a local path) into the frozen bases, then its adapters into the model's arena.
 // Throws naming the key for an r, lora_alpha or use_rslora that differ from pet_config's, a missing or extra adapter.

@@ -218,7 +218,7 @@ CLI::App* add_train(CLI::App& app, Cli& c) {
   train->add_option("--set", c.sets, "override a key: --set runner_config.train_steps=5 (repeatable)");
   train->add_option("--save-weights", c.save_weights,
                     "after training, write the full weights (gathered from every rank) to this .safetensors file "
-                    "(the model's Hugging Face names; load_checkpoint reads it)");
+                    "(the model's Hugging Face names; load_checkpoint reads it; a LoRA run: its adapters alone)");
   train->add_option("--tensorboard-dir", c.tensorboard_dir,
                     "write TensorBoard event files (the scalars of metrics.jsonl: loss, lr, grad norm, throughput, "
                     "eval loss, ...) to this directory; as the config's tensorboard_dir (Megatron's name), which it "

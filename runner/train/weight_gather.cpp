@@ -63,6 +63,12 @@ void Trainer::save_weights(const std::string& path) {
   }
   if (ctx_.world_rank() == 0) {
     write_safetensors(path, out, {{"format", "pt"}});
+    if (lora()) {  // the adapters alone: no config.json, which would make the file read as the whole model
+      spdlog::info("LoRA adapters (not the frozen base) written to {}; `gridformer convert --from {}` writes the run's "
+                   "checkpoint as PEFT's adapter directory, `--merge-lora` the merged model",
+                   path, checkpoint_root());
+      return;
+    }
     spdlog::info("weights written to {}", path);
     // Hugging Face's config.json beside them, so that the file loads (and converts) as the model it is.
     const std::filesystem::path json = std::filesystem::path(path).parent_path() / "config.json";

@@ -64,6 +64,7 @@ DP2="--set parallel_config.data_parallel=2 --set runner_config.batch_size=2"
 PP2="--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2"
 ltrain one 1
 grep -q "LoRA: base model loaded from $BASE" one.log || fail "one: the base load is not logged"
+[[ ! -e one/config.json ]] || fail "--save-weights of a LoRA run wrote a config.json beside its adapters"
 ltrain dp2 2 $DP2
 ltrain mp2_sp 2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
 ltrain pp2 2 $PP2

@@ -40,9 +40,6 @@ std::regex compile(const std::string& pattern, const std::string& key) {
   }
 }
 
-// The linear layers an adapter can sit on: (role, the base's [out, in] or [in, out] weight).
-constexpr Role kLinearRoles[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW,
-                                 Role::kFcW,  Role::kGateW, Role::kUpW, Role::kDownW};
 
 }  // namespace
 
@@ -91,8 +88,10 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
   };
   // Every linear layer the model has, by its weight's name.
   std::set<std::string> linear;
+  std::vector<Role> roles(std::begin(kLoraAttentionRoles), std::end(kLoraAttentionRoles));
+  roles.insert(roles.end(), std::begin(kLoraMlpRoles), std::end(kLoraMlpRoles));
   for (int64_t l = 0; l < layers; ++l)
-    for (Role r : kLinearRoles) {
+    for (Role r : roles) {
       std::string n;
       try {
         n = names(r, l);

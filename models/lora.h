@@ -28,6 +28,11 @@ struct LoraTarget {
   std::string weight;
 };
 
+// The projections an adapter can sit on: the attention's (q, k, v, o; GPT-2's c_attn, c_proj) and the dense MLP's
+// (gate, up, down; GPT-2's c_fc, c_proj), the halves ZeRO-3 cuts a layer into.
+inline constexpr Role kLoraAttentionRoles[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
+inline constexpr Role kLoraMlpRoles[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
+
 std::string lora_a_name(const std::string& weight_name);  // x.weight -> x.lora_A.weight
 std::string lora_b_name(const std::string& weight_name);  // x.weight -> x.lora_B.weight
 // MindFormers' own name for a module of this role (wq, wk, wv, wo, w1, w2, w3), or "" where it has none here.

@@ -2,6 +2,8 @@
 // holds each layer's base weights as bf16 alone (2 bytes a weight instead of 4) and widens one layer at a time into
 // its fp32 range while that layer runs, so every product and the adapters compute in fp32 on the rounded weights
 // (what a bf16 base is: its weights rounded once). The embedding, final norm and head stay fp32.
+#include <span>
+
 #include "core/math/gemm_bf16.h"
 #include "core/math/mixed_precision.h"
 #include "core/math/parallel_memory.h"
@@ -20,10 +22,9 @@ int64_t TransformerLM::lora_unit_offset(int64_t l, bool mlp) const { return lora
 
 int64_t TransformerLM::lora_half_offset(const NameMap& names, const Placement& adapters, int64_t l, bool mlp) {
   // The first adapter of layer l's attention (q, k, v, o; GPT-2's c_attn, c_proj) or MLP, -1 where it has none.
-  const Role attn[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
-  const Role dense[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
+  const std::span<const Role> roles = mlp ? std::span<const Role>(kLoraMlpRoles) : std::span<const Role>(kLoraAttentionRoles);
   int64_t at = -1;
-  for (Role r : mlp ? std::vector<Role>(std::begin(dense), std::end(dense)) : std::vector<Role>(std::begin(attn), std::end(attn))) {
+  for (Role r : roles) {
     std::string n;
     try {
       n = names(r, l);

@@ -67,7 +67,9 @@ void ParallelLinear::add_input_grad(const BlockEnv& e, const Adapter& ad, const 
   gemm(Trans::kNo, Trans::kNo, N, in, rank, 1.0f, dv, rank, A, in, 0.0f, e.lora_drop, in);
   const int64_t col0 = kind == Kind::kColumn ? 0 : e.tp->rank() * in, global = kind == Kind::kColumn ? in : in * e.tp->size();
   e.dropout_row_range(e.lora_drop, k, 0, N, in, col0, global);
-  for (int64_t i = 0, n = N * in; i < n; ++i) dx[i] += e.lora_drop[i];
+  const float* t = e.lora_drop;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * in; ++i) dx[i] += t[i];
 }
 
 void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const void* x_low) const {

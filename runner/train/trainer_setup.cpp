@@ -289,7 +289,8 @@ void Trainer::log_setup() const {
     double frozen = 0;
     int64_t base_params = 0;
     for (CausalLM* b : model_->frozen_bases()) frozen += 4.0 * static_cast<double>(b->params().total_floats());
-    const ParamTable base = TransformerLM::make_base_table(find_model(m.arch, m.type).spec(m), find_model(m.arch, m.type).names);
+    const ModelEntry& entry = find_model(m.arch, m.type);
+    const ParamTable base = TransformerLM::make_base_table(entry.spec(m), entry.names);
     for (const ParamSpec& p : base.specs()) base_params += p.global_numel();
     int64_t adapters = 0;
     for (const ParamSpec& p : model_->params().table().specs()) adapters += p.global_numel();

@@ -1,6 +1,8 @@
 // What the trainer needs of a causal language model: its parameters in a flat arena, a forward
 // that returns the summed token loss of a micro-batch, and a backward that accumulates gradients.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,6 +33,7 @@ struct MoeLayerStats {
   std::vector<int64_t> tokens_per_expert;  // (token, slot) assignments per expert, before capacity
   std::vector<int64_t> kept_per_expert;    // the same after capacity: the rows each expert computes
   int64_t dropped = 0;                     // assignments that capacity dropped
+  double margin = INFINITY;                // the routing choice nearest a tie (ops::RouteStats::margin)
 };
 
 // Adds `add`'s figures to `into`'s layer by layer (a layer new to `into` is appended): the router
@@ -47,6 +50,7 @@ inline void accumulate_moe_stats(std::vector<MoeLayerStats>& into, const std::ve
     x->aux_sum += m.aux_sum;
     x->z_sum += m.z_sum;
     x->dropped += m.dropped;
+    x->margin = std::min(x->margin, m.margin);
     for (size_t e = 0; e < m.tokens_per_expert.size(); ++e) x->tokens_per_expert[e] += m.tokens_per_expert[e];
     for (size_t e = 0; e < m.kept_per_expert.size(); ++e) x->kept_per_expert[e] += m.kept_per_expert[e];
   }

@@ -563,6 +563,7 @@ std::vector<MoeLayerStats> TransformerLM::moe_stats(int64_t slot) const {
     const int64_t E = spec_.moe.experts;
     for (int64_t e = 0; e < E; ++e) m.tokens_per_expert.push_back(static_cast<int64_t>(st[3 + e]));
     for (int64_t e = 0; e < E; ++e) m.kept_per_expert.push_back(static_cast<int64_t>(st[3 + E + e]));
+    m.margin = st[3 + 2 * E];
     out.push_back(m);
   }
   return out;

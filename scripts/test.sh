@@ -86,4 +86,14 @@ rm -f "$JUNIT"
 status=0
 ctest --output-on-failure -j "${GF_TEST_JOBS:-2}" --output-junit "$JUNIT" "$@" || status=$?
 report_skips "$JUNIT" || true
+# The last lines of each failed test's output, again at the end, where a reader of only the log's tail sees why.
+[ "$status" -eq 0 ] || python3 - "$JUNIT" <<'EOF' || true
+import sys
+import xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    if case.get("status") == "fail" or case.find("failure") is not None:
+        lines = (case.findtext("system-out") or "").rstrip().splitlines()
+        print(f"--- {case.get('name')} failed; its last {min(len(lines), 15)} lines:")
+        print("\n".join(lines[-15:]))
+EOF
 exit "$status"

@@ -61,6 +61,15 @@ void top_k(int32_t* out, const float* p, int64_t E, int64_t k) {
   }
 }
 
+// How far the k chosen of p[0..E) (top_k's `out`) are from a tie: the k-th's value minus the best of the
+// others (-inf ones, the experts of groups not chosen, are no candidates); +inf when there is no other.
+float choice_margin(const int32_t* out, const float* p, int64_t E, int64_t k) {
+  float other = -INFINITY;
+  for (int64_t e = 0; e < E; ++e)
+    if (std::find(out, out + k, static_cast<int32_t>(e)) == out + k) other = std::max(other, p[e]);
+  return other == -INFINITY ? INFINITY : p[out[k - 1]] - other;
+}
+
 // Per sequence b: [0, B E) the assignments to each expert, [B E, 2 B E) the sum of its probabilities,
 // over this rank's rows, then (seq_sum) over the whole sequence.
 std::vector<double> sequence_sums(const int32_t* experts, const float* probs, const RouterShape& s, bool with_probs) {
@@ -111,7 +120,8 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
     throw std::invalid_argument("router: groups must divide the experts, group_topk be in [1, groups] and the group "
                                 "score's top count in [1, experts per group]");
   const bool plain = o.bias == nullptr && G == 1;
-#pragma omp parallel if (parallel_worth(N * E * k))
+  float margin = INFINITY;
+#pragma omp parallel if (parallel_worth(N * E * k)) reduction(min : margin)
   {
     std::vector<float> sel(plain ? 0 : static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
     std::vector<int32_t> gtop(static_cast<size_t>(std::max(o.group_topk, o.group_score_k)));
@@ -122,6 +132,7 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
       int32_t* ex = experts + t * k;
       if (plain) {
         top_k(ex, p, E, k);
+        margin = std::min(margin, choice_margin(ex, p, E, k));
       } else {  // the biased scores, the best groups, and the top k of the experts in them
         for (int64_t e = 0; e < E; ++e) sel[static_cast<size_t>(e)] = p[e] + (o.bias ? o.bias[e] : 0.0f);
         if (G > 1) {
@@ -132,12 +143,14 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
             gscore[static_cast<size_t>(g)] = sum;
           }
           top_k(gtop.data(), gscore.data(), G, o.group_topk);
+          margin = std::min(margin, choice_margin(gtop.data(), gscore.data(), G, o.group_topk));
           std::fill(chosen.begin(), chosen.end(), uint8_t{0});
           for (int64_t j = 0; j < o.group_topk; ++j) chosen[static_cast<size_t>(gtop[static_cast<size_t>(j)])] = 1;
           for (int64_t e = 0; e < E; ++e)
             if (!chosen[static_cast<size_t>(e / per)]) sel[static_cast<size_t>(e)] = -INFINITY;
         }
         top_k(ex, sel.data(), E, k);
+        margin = std::min(margin, choice_margin(ex, sel.data(), E, k));
       }
       float sum = 0.0f;
       for (int64_t j = 0; j < k; ++j) sum += p[ex[j]];
@@ -149,7 +162,12 @@ RouteStats router_route(int32_t* experts, float* weights, uint8_t* kept, int64_t
   }
   RouteStats st;
   std::fill(tokens_per_expert, tokens_per_expert + E, 0);
-  if (s.seq_sum) return route_stats_split(experts, tokens_per_expert, probs, lse, s, o);
+  if (s.seq_sum) {
+    st = route_stats_split(experts, tokens_per_expert, probs, lse, s, o);
+    st.margin = margin;
+    return st;
+  }
+  st.margin = margin;
   const int64_t cap = expert_capacity(s, o.capacity_factor);
   std::vector<std::vector<int64_t>> lists(static_cast<size_t>(E));  // per expert: t * k + j
   std::vector<double> P(static_cast<size_t>(E));

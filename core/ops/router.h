@@ -14,6 +14,7 @@
 // capacity) / (T k), P_e = mean over s's tokens of p[t, e], aux_s = E sum_e f_e P_e; f is a
 // constant of the backward. z-loss of token t: lse[t]^2.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 
@@ -57,6 +58,10 @@ struct RouteStats {
   double aux_sum = 0;  // sum over the B sequences of aux_s
   double z_sum = 0;    // sum over the N tokens of lse^2
   int64_t dropped = 0;
+  // The choice nearest a tie over the micro-batch's tokens: the smallest gap between the last chosen and the best
+  // not chosen, of the experts' scores (biased, within the chosen groups) and of the group scores (+inf: there
+  // was no choice, k = E). Below the scores' rounding, other summation orders may choose otherwise.
+  double margin = INFINITY;
 };
 // experts [N, k]: e_j; weights [N, k]: w (0 where dropped); kept [N, k]: 1/0.
 // tokens_per_expert [E] gets the assignments per expert before capacity (overwritten).

@@ -331,6 +331,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   a.stats[1] = st.z_sum;
   a.stats[2] = static_cast<double>(st.dropped);
   for (int64_t i = 0; i < E; ++i) a.stats[3 + i] = static_cast<double>(tokens[static_cast<size_t>(i)]);
+  a.stats[3 + 2 * E] = st.margin;
   if (d_.allgather) {
     int64_t* kept_rows = a.counts;
     std::fill(kept_rows, kept_rows + E, 0);

@@ -63,7 +63,7 @@ class MoeBlock {
     float* ret = nullptr;         // [S, C]: the experts' (partial) outputs back in send order
     int32_t* src = nullptr;       // allgather: [R], each expert row's (source rank, token, choice) as s N k + t k + j
     float* row_w = nullptr;       // allgather: [R], each expert row's gate weight
-    double* stats = nullptr;      // aux_sum, z_sum, dropped, E tokens per expert, E kept per expert (as doubles)
+    double* stats = nullptr;      // aux_sum, z_sum, dropped, E tokens per expert, E kept per expert (as doubles), margin
     // The shared expert: its MLP's [N, 2 Fs] and [N, Fs], its output [Nl, C] and gate value per row [Nl].
     float *shared_h = nullptr, *shared_act = nullptr, *shared_out = nullptr, *shared_score = nullptr;
   };
@@ -83,7 +83,7 @@ class MoeBlock {
     float *shared_dact = nullptr, *shared_dh = nullptr, *shared_dout = nullptr, *shared_dx = nullptr;
     float* shared_dz = nullptr;  // [N]: the gate's pre-sigmoid gradient per row
   };
-  static int64_t stats_doubles(int64_t E) { return 3 + 2 * E; }
+  static int64_t stats_doubles(int64_t E) { return 4 + 2 * E; }
   // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
   // (core/params/buffer_plan.h) for these dims; tp_size > 1 adds the partial-sum buffer.
   static Acts take_acts(BufferPlan& p, const std::string& name, const Dims& d);

@@ -119,7 +119,8 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
       for (const StepResult::MoeLayer& m : r.moe)
         layers.push_back({{"layer", m.layer}, {"aux_loss", m.aux}, {"z_loss", m.z}, {"tokens_max", m.tokens_max},
                           {"tokens_mean", m.tokens_mean}, {"dropped", m.dropped}, {"assignments", m.assignments},
-                          {"tokens_per_expert", m.tokens}});
+                          {"tokens_per_expert", m.tokens},
+                          {"margin", std::isfinite(m.margin) ? nlohmann::json(m.margin) : nlohmann::json()}});
       j["moe"] = layers;
     }
     if (cfg_.skip_data.enabled || cfg_.spikes.enabled()) j["spike"] = r.spike;

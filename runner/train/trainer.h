@@ -6,6 +6,7 @@
 #pragma once
 #include <atomic>
 #include <nlohmann/json_fwd.hpp>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,6 +75,7 @@ struct StepResult {
     int64_t tokens_max = 0, dropped = 0, assignments = 0;
     double tokens_mean = 0;
     std::vector<int64_t> tokens;  // assignments per expert (before capacity)
+    double margin = INFINITY;     // the routing choice nearest a tie over every rank (MoeLayerStats::margin)
   };
   std::vector<MoeLayer> moe;
   double aux_loss = 0.0, z_loss = 0.0;

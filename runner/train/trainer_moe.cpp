@@ -1,6 +1,7 @@
 // The trainer's Mixture-of-Experts bookkeeping after each step (runner/train/trainer.h): the routers' statistics
 // summed over the ranks, and DeepSeek-V3's aux-loss-free expert bias moved by them.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "runner/train/trainer.h"
@@ -36,8 +37,9 @@ void Trainer::gather_moe_stats(StepResult& r) const {
   // data-parallel group and the pipeline stages.
   const size_t E = static_cast<size_t>(cfg_.model.moe.expert_num), per = 4 + E;
   const size_t L = static_cast<size_t>(cfg_.model.num_layers);
-  std::vector<double> v(L * per, 0.0);
+  std::vector<double> v(L * per, 0.0), neg_margin(L, -INFINITY);  // the least margin, as a max
   for (const MoeLayerStats& m : st) {
+    neg_margin[static_cast<size_t>(m.layer)] = -m.margin;
     double* x = v.data() + static_cast<size_t>(m.layer) * per;
     x[0] = 1;
     x[1] = m.aux_sum;
@@ -46,7 +48,11 @@ void Trainer::gather_moe_stats(StepResult& r) const {
     for (size_t e = 0; e < E; ++e) x[4 + e] = static_cast<double>(m.tokens_per_expert[e]);
   }
   ctx_.data_like().allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
-  if (pipelined()) ctx_.group(GridAxis::kPp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+  ctx_.data_like().allreduce_max(neg_margin.data(), static_cast<int64_t>(L));
+  if (pipelined()) {
+    ctx_.group(GridAxis::kPp).allreduce_sum(v.data(), static_cast<int64_t>(v.size()));
+    ctx_.group(GridAxis::kPp).allreduce_max(neg_margin.data(), static_cast<int64_t>(L));
+  }
   const double seqs = static_cast<double>(global_batch_), tokens = seqs * static_cast<double>(cfg_.model.seq_length);
   for (size_t l = 0; l < L; ++l) {
     const double* x = v.data() + l * per;
@@ -56,6 +62,7 @@ void Trainer::gather_moe_stats(StepResult& r) const {
     m.aux = x[1] / seqs;
     m.z = x[2] / tokens;
     m.dropped = static_cast<int64_t>(x[3]);
+    m.margin = -neg_margin[l];
     for (size_t e = 0; e < E; ++e) {
       const auto c = static_cast<int64_t>(x[4 + e]);
       m.tokens_max = std::max(m.tokens_max, c);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace gf::ops {
@@ -56,6 +57,54 @@ TEST(Router, TopKWithTiesAndRenormalisedWeights) {
   o.norm_topk = false;
   const Routed raw = route(1, o);
   EXPECT_EQ(raw.weights, (std::vector<float>{0.5f, 0.3f, 0.6f, 0.3f, 0.4f, 0.4f, 0.7f, 0.2f}));
+}
+
+// RouteStats::margin: the least gap between the last chosen and the best not chosen. kProbs top-2: t0 0.3 - 0.2,
+// t1 0.3 - 0.1, t2 0.4 - 0.2 (its tie is inside the chosen pair, which no rounding can change), t3 0.2 - 0.1.
+TEST(Router, MarginIsTheChoiceNearestATie) {
+  const Routed r = route(1, RouterOptions{});
+  EXPECT_NEAR(r.st.margin, 0.1, 1e-7);
+  // Top-1 meets t2's tie at the boundary: margin 0. Top-3 of 3 experts chooses nothing: +inf.
+  for (const auto& [k, want] : {std::pair<int64_t, double>{1, 0.0}, {3, INFINITY}}) {
+    const RouterShape s{1, 4, 3, k};
+    std::vector<int32_t> ex(static_cast<size_t>(4 * k));
+    std::vector<float> w(ex.size()), lse(4, 0.0f);
+    std::vector<uint8_t> kept(ex.size());
+    std::vector<int64_t> tokens(3);
+    const RouteStats st = router_route(ex.data(), w.data(), kept.data(), tokens.data(), kProbs.data(), lse.data(), s,
+                                       RouterOptions{});
+    EXPECT_EQ(st.margin, want) << "top-" << k;
+  }
+  // Two groups of two, the best group chosen by its best score (0.30 against 0.28): the group choice's margin 0.02;
+  // top-2 then takes the whole group (no expert choice), top-1 its better expert (0.30 - 0.25).
+  const std::vector<float> p = {0.30f, 0.25f, 0.28f, 0.17f};
+  for (const auto& [k, want] : {std::pair<int64_t, double>{2, 0.02}, {1, 0.02}}) {
+    RouterOptions o;
+    o.groups = 2;
+    o.group_topk = 1;
+    o.group_score_k = 1;
+    const RouterShape s{1, 1, 4, k};
+    std::vector<int32_t> ex(static_cast<size_t>(k));
+    std::vector<float> w(ex.size()), lse(1, 0.0f);
+    std::vector<uint8_t> kept(ex.size());
+    std::vector<int64_t> tokens(4);
+    const RouteStats st = router_route(ex.data(), w.data(), kept.data(), tokens.data(), p.data(), lse.data(), s, o);
+    EXPECT_NEAR(st.margin, want, 1e-7) << "top-" << k;
+    EXPECT_EQ(ex[0], 0);
+  }
+  // A group tie (0.30 and 0.30): margin 0, whatever the experts' gaps.
+  RouterOptions o;
+  o.groups = 2;
+  o.bias = nullptr;
+  const std::vector<float> q = {0.30f, 0.10f, 0.30f, 0.05f};
+  const RouterShape s{1, 1, 4, 1};
+  int32_t ex = -1;
+  float w = 0;
+  uint8_t kept = 0;
+  float lse = 0;
+  std::vector<int64_t> tokens(4);
+  EXPECT_EQ(router_route(&ex, &w, &kept, tokens.data(), q.data(), &lse, s, o).margin, 0.0);
+  EXPECT_EQ(ex, 0);
 }
 
 TEST(Router, CapacityDropsPerSequenceByPositionOrProbability) {

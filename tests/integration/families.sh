@@ -30,9 +30,17 @@ base() {  # FAMILY FILE: the model section of FAMILY's config.json over a tiny r
   # steps (about 15% of a row's norm per step at 3e-3) rotate them fast and the trajectory amplifies any reordering.
   # At 1e-3 one rank agrees with itself within them (the probes' figures below) and so must every layout.
   [ "$fam" = gemma3 ] && lr=${GEMMA_LR:-0.001}
+  # DeepSeek-V2-Lite on the data of seed 5: at step 9 one rank's group choice for a token is an exact tie (margin 0,
+  # compare_runs.py's nearest_tie), which every layout but dp2 resolved the other way. Seed 6's nearest choice is
+  # 2.6e-5 from a tie, 26 times the most any layout in the suite moved a run's nearest choice (1.0e-6). Of seeds 6-16
+  # (an EPYC, OpenBLAS): 7, 8, 9, 13 and 14 keep theirs over 5e-6 and pass too; 11, 12, 15 and 16 have one within
+  # 1.3e-6 to 4.4e-6; 10's ten steps amplify rounding with every choice clear of a tie (one rank on the other GEMM
+  # backend moves an expert's down_proj by 2.4e-4, past the floor's ceiling): no seed to prove layouts with.
+  local data_seed=5
+  [ "$fam" = deepseek_v2_lite ] && data_seed=6
   "$BIN" config --from-hf "$SRC/tests/golden/families/$fam" > "$fam.model.yaml" 2> "$fam.from_hf.err" \
     || { cat "$fam.from_hf.err"; fail "$fam: config --from-hf failed"; }
-  "$PY" - "$fam.model.yaml" "$out" "$lr" <<'EOF'
+  "$PY" - "$fam.model.yaml" "$out" "$lr" "$data_seed" <<'EOF'
 import sys, yaml
 model = yaml.safe_load(open(sys.argv[1]))
 run = yaml.safe_load("""
@@ -48,6 +56,7 @@ run.update(model)
 run["model"]["model_config"]["seq_length"] = 32
 run["lr_schedule"]["learning_rate"] = float(sys.argv[3])
 run["lr_schedule"]["lr_end"] = float(sys.argv[3]) / 10
+run["train_dataset"]["data_loader"]["seed"] = int(sys.argv[4])
 yaml.safe_dump(run, open(sys.argv[2], "w"), sort_keys=False)
 EOF
 }

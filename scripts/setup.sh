@@ -18,6 +18,7 @@ cd "$ROOT"
 # libicu-dev: Unicode categories, case mapping and NFD for the BERT WordPiece tokenizer (core/data/wordpiece.cpp).
 # sentencepiece: Megatron's SentencePieceTokenizer in preprocess_data (libsentencepiece-dev), spm_train and python3-sentencepiece for its test.
 # python3-torch: tools/lambada_torch.py, the PyTorch reference the LAMBADA test counts against (and the benchmarks).
+# libcpp-httplib-dev: the HTTP server of `gridformer serve` (cpp-httplib 0.11).
 # python3-yaml: tests/integration/config_fuzz.py reads and mutates the shipped configs (python3-torch depends on it too).
 # slurmctld slurmd slurm-client (Debian's slurm-wlm without its -dev and database/monitoring plugin packages; munge
 # comes with them): tests/integration/slurm.sh starts a one-node Slurm of its own and runs scripts/gridformer.sbatch;
@@ -26,7 +27,7 @@ PACKAGES=(build-essential cmake pkg-config libyaml-cpp-dev libopenmpi-dev openmp
           libspdlog-dev libcli11-dev nlohmann-json3-dev googletest libgtest-dev libpcre2-dev
           libopenblas-openmp-dev libdnnl-dev fortunes python3-numpy nodejs npm openssh-client openssh-server iproute2
           libprotobuf-dev protobuf-compiler python3-protobuf python3-matplotlib python3-regex python3-torch python3-yaml libicu-dev
-          libsentencepiece-dev sentencepiece python3-sentencepiece slurmctld slurmd slurm-client)
+          libsentencepiece-dev sentencepiece python3-sentencepiece libcpp-httplib-dev slurmctld slurmd slurm-client)
 missing=()
 for p in "${PACKAGES[@]}"; do
   # node and npm may be installed outside Debian's packages: working binaries are enough.

@@ -384,6 +384,31 @@ std::string rendered_text(const std::vector<ChatPiece>& pieces) {
   return s;
 }
 
+void append_generation_prompt(const ChatTemplate& t, std::vector<ChatPiece>& pieces) {
+  using K = ChatTemplate::Kind;
+  const auto special = [&](const char* x) { pieces.push_back({x, false, true}); };
+  const auto text = [&](const char* x) { pieces.push_back({x, false, false}); };
+  switch (t.kind) {
+    case K::kChatML:
+    case K::kQwen3:
+      special("<|im_start|>");
+      text("assistant\n");
+      break;
+    case K::kLlama3:
+    case K::kLlama31:
+      if (t.generation_prompt_always) break;
+      special("<|start_header_id|>");
+      text("assistant");
+      special("<|end_header_id|>");
+      text("\n\n");
+      break;
+    case K::kGemma:
+      special("<start_of_turn>");
+      text("model\n");
+      break;
+  }
+}
+
 ChatEncoder ChatEncoder::load(const std::string& tokenizer, const std::string& chat_template) {
   namespace fs = std::filesystem;
   const bool dir = fs::is_directory(tokenizer);
@@ -518,6 +543,24 @@ void ChatEncoder::encode(const std::vector<ChatMessage>& messages, std::vector<i
     ids.push_back(tok_.eod_id());
     mask.push_back(1);
   }
+}
+
+std::vector<int32_t> ChatEncoder::prompt(const std::vector<ChatMessage>& messages) const {
+  std::vector<ChatPiece> pieces = render_chat(t_, messages, bos_);
+  append_generation_prompt(t_, pieces);
+  std::vector<int32_t> ids;
+  std::string run;  // the text between two special tokens, tokenized as one stretch
+  for (const ChatPiece& p : pieces) {
+    if (!p.special) {
+      run += p.text;
+      continue;
+    }
+    if (!run.empty()) tok_.encode_append(run, ids);
+    run.clear();
+    ids.push_back(special_id(p.text));
+  }
+  if (!run.empty()) tok_.encode_append(run, ids);
+  return ids;
 }
 
 }  // namespace gf::data

@@ -81,6 +81,10 @@ struct ChatPiece {
 std::vector<ChatPiece> render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
                                    const std::string& bos_token);
 std::string rendered_text(const std::vector<ChatPiece>& pieces);
+// apply_chat_template(add_generation_prompt=True)'s ending: the assistant's header after the conversation
+// (ChatML and Qwen3 "<|im_start|>assistant\n", Llama 3 "<|start_header_id|>assistant<|end_header_id|>\n\n"
+// unless the template always writes it, Gemma "<start_of_turn>model\n").
+void append_generation_prompt(const ChatTemplate& t, std::vector<ChatPiece>& pieces);
 
 // Python's str.strip() (Jinja's `trim`): removes leading and trailing Unicode White_Space as Python's
 // str.isspace() knows it (U+0009-000D, U+001C-001F, U+0020, U+0085, U+00A0, U+1680, U+2000-200A,
@@ -100,6 +104,10 @@ class ChatEncoder {
 
   // Replaces ids and mask with the conversation's tokens and loss mask (1 = trained), eod included.
   void encode(const std::vector<ChatMessage>& messages, std::vector<int32_t>& ids, std::vector<int32_t>& mask) const;
+
+  // The tokens of the conversation and the generation prompt, for the model to continue (no eod): what
+  // apply_chat_template(messages, add_generation_prompt=True, tokenize=True) gives.
+  std::vector<int32_t> prompt(const std::vector<ChatMessage>& messages) const;
 
   const ChatTemplate& chat_template() const { return t_; }
   const std::string& source() const { return source_; }  // where the template came from, for the log

@@ -20,6 +20,7 @@
 #include "runner/cli/rank_start.h"
 #include "runner/cli/omp_threads.h"
 #include "runner/cli/tokenize_cli.h"
+#include "runner/cli/serve_cli.h"
 #include "core/io/checkpoint.h"
 #include "core/math/gemm.h"
 #include "parallel/communicator.h"
@@ -207,6 +208,8 @@ struct Cli {
   gf::ReplayRequest replay;
   // eval
   gf::HarnessOptions harness;
+  // serve
+  gf::ServeCli serve;
   // config --from-hf; config --from-megatron
   std::string from_hf;
   bool from_megatron = false;
@@ -531,6 +534,7 @@ int main(int argc, char** argv) {
   CLI::App* convert = add_convert(app, c);
   CLI::App* replay = add_replay(app, c);
   CLI::App* ev = add_eval(app, c);
+  CLI::App* serve = gf::add_serve(app, c.serve);
   CLI::App* megatron = add_pretrain_gpt(app);
   // The environment paragraph is the top-level help's; each subcommand's help ends with an example instead.
   const std::pair<CLI::App*, const char*> examples[] = {
@@ -543,6 +547,7 @@ int main(int argc, char** argv) {
       {replay, "example: mpirun -np 2 gridformer replay --checkpoint output --steps 21-25"},
       {ev, "example: gridformer eval --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --tasks "
            "hellaswag,arc_easy --data tests/data/harness --output eval/results.json"},
+      {serve, "example: gridformer serve --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --port 8000"},
       {megatron, "example: mpirun -np 2 gridformer pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 ... "
                  "(docs/megatron.md)"}};
   for (const auto& [sub, example] : examples) sub->footer(std::string(example) + "\n(gridformer --help: the environment variables)");
@@ -578,6 +583,12 @@ int main(int argc, char** argv) {
     std::vector<std::string> sets = c.sets;
     if (!c.load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(c.load_ckpt));
     return run_eval(c.config_path, sets, c.rank_table, c.harness, argc, argv);
+  }
+  if (*serve) {
+    std::vector<std::string> sets = c.serve.sets;
+    if (!c.serve.load_ckpt.empty()) sets.push_back("load_checkpoint=" + yaml_quoted(c.serve.load_ckpt));
+    return on_ranks(c.serve.config_path, sets, "", argc, argv, kSetupError,
+                    [&](gf::Config& cfg, gf::ParallelContext& ctx) { return gf::run_serve(cfg, ctx, c.serve.opt); });
   }
   // --tensorboard-dir is an override of tensorboard_dir, so the resolved config (and its hash) records it;
   // double-quoted YAML keeps any path a string.

@@ -133,6 +133,29 @@ TEST(ChatTemplate, RendersAsTransformers) {
   EXPECT_EQ(trained_text(g), "Hello<end_of_turn>");
 }
 
+// apply_chat_template(add_generation_prompt=True): each template's `if add_generation_prompt` branch (Qwen3's with
+// enable_thinking undefined), after the conversation.
+TEST(ChatTemplate, GenerationPromptAsTheTemplatesWriteIt) {
+  const auto hi = conv({{"user", "Hi"}});
+  const auto with_prompt = [&](const char* name, const std::string& bos) {
+    std::vector<ChatPiece> p = render_chat(chat_template_named(name), hi, bos);
+    append_generation_prompt(chat_template_named(name), p);
+    return rendered_text(p);
+  };
+  EXPECT_EQ(with_prompt("chatml", ""), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(with_prompt("qwen3", ""), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(with_prompt("llama3", "<|begin_of_text|>"),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+            "<|end_header_id|>\n\n");
+  EXPECT_EQ(with_prompt("gemma", "<bos>"), "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  // The header is written once, whether or not the template always writes it.
+  ChatTemplate always = chat_template_named("llama3");
+  always.generation_prompt_always = true;
+  std::vector<ChatPiece> p = render_chat(always, hi, "<|begin_of_text|>");
+  append_generation_prompt(always, p);
+  EXPECT_EQ(rendered_text(p), with_prompt("llama3", "<|begin_of_text|>"));
+}
+
 TEST(ChatTemplate, Qwen3KeepsReasoningAfterTheLastQueryOnly) {
   std::vector<ChatMessage> m = conv({{"user", "q1"}, {"assistant", "<think>\nr1\n</think>\n\na1"}, {"user", "q2"},
                                      {"assistant", "a2"}, {"assistant", "a3"}});

@@ -18,6 +18,7 @@
 #include "runner/launch/rank_table.h"
 #include "runner/report/logging.h"
 #include "runner/train/output_paths.h"
+#include "core/trace/fault.h"
 
 namespace gf::cli {
 
@@ -109,7 +110,8 @@ std::unique_ptr<gf::ParallelContext> start_rank(const std::string& config_path, 
     return nullptr;
   }
   const auto& p = cfg.parallel;
-  world.set_mpi_collectives(p.mpi_collectives);  // every group split from the world inherits it
+  // Every group split from the world inherits it (unless the suite injects the fault of its not being wired).
+  if (!gf::injected_fault("collectives-unwired")) world.set_mpi_collectives(p.mpi_collectives);
   // parallel.hang_timeout: from here on a wait without progress ends the job with a report (status 6). The report's
   // lines go to the rank's log, and to the console from every rank (only rank 0's log has a console).
   gf::hang::set_report_sink([rank](const std::string& line) {

@@ -3,6 +3,8 @@
 //   collectives-unwired   parallel.collectives: mpi never reaches the communicators (runner/cli/rank_start.cpp)
 //   zero-unit-dropped     ZeRO-2/3: the first unit's reduce-scattered gradient slice is discarded on every rank
 //                         (parallel/grad_sync.cpp), a bug both stages share
+//   resume-drops-moment   a resume leaves AdamW's second moment (exp_avg_sq) at zero instead of reading it
+//                         (runner/train/checkpointing.cpp)
 #pragma once
 #include <cstdlib>
 #include <cstring>

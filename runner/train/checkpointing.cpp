@@ -28,6 +28,7 @@
 #include "runner/report/run_info.h"
 #include "runner/train/output_paths.h"
 #include "runner/train/trainer.h"
+#include "core/trace/fault.h"
 
 namespace gf {
 
@@ -239,6 +240,7 @@ void Trainer::load_initial_state() {
       int64_t lo, hi;
       if (!shard_part(t, b, e, lo, hi)) continue;
       for (int k = 0; k < 2; ++k) {  // read as F32, stored in the optimizer's moment dtype
+        if (k == 1 && injected_fault("resume-drops-moment")) continue;  // the suite's injected bug (core/trace/fault.h)
         part.assign(static_cast<size_t>(t.numel()), 0.0f);
         r.read(kMomentPrefix[k] + t.spec->name, t, part.data(), lo, hi);
         o->write_moments(k, t.offset + lo - b, hi - lo, part.data() + lo);

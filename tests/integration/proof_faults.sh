@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Proof issue's injected faults that need no change to gridformer: the comparisons every layout test relies on
-# must fail when the fault is there.
+# The Proof issue's injected faults: the checks the suite relies on must fail when the fault is there. (a) and (b)
+# need no change to gridformer; (c)-(e) turn on a fault with GF_FAULT (core/trace/fault.h; nothing without it).
 #  (a) A Llama tensor perturbed: a tiny Llama's dp2 run passes compare_runs.py against one rank; the same run with
 #      element 0 of one tensor moved by the mean step's learning rate (one wrong update, as compare_runs'
 #      self-check makes it) fails it, naming the tensor,
@@ -14,6 +14,8 @@
 #  (d) A ZeRO-2/3 bug both stages share (GF_FAULT=zero-unit-dropped: the first unit's reduce-scattered gradient slice
 #      discarded): in bf16 ZeRO-3 stays bitwise ZeRO-2, and zero_bf16_check.py (zero.sh's hold on bf16 sharding
 #      against one bf16 rank) fails it.
+#  (e) A dropped resume moment (GF_FAULT=resume-drops-moment: a resume leaves AdamW's exp_avg_sq at zero):
+#      checkpoint_resume.sh, run whole, fails on its first bitwise resume.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 CMP="$SRC/tests/integration/compare_runs.py"
 FLOOR="$SRC/tests/integration/floor_check.py"
@@ -93,3 +95,7 @@ done
 cmp <(grep -o '"loss":[^,]*' bf_z2/metrics.jsonl) <(grep -o '"loss":[^,]*' bf_z3/metrics.jsonl) \
   || fail "bf_z3 with the fault differs from bf_z2 with it: the fault is not one they share"
 expect_fail zero_unit_dropped "FAIL: bf_z3: step" "$PY" "$SRC/tests/integration/zero_bf16_check.py" bf_one bf_z3
+
+# (e)
+expect_fail resume_moment "losses are not bitwise those of" \
+  env GF_FAULT=resume-drops-moment bash "$SRC/tests/integration/checkpoint_resume.sh" "$BUILD" "$SRC"

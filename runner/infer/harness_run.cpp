@@ -61,6 +61,7 @@ std::vector<Scored> score_requests(Generator& gen, const std::vector<TokenReques
           if (a + k >= first_scored) rows.push_back(k);
         }
         const float* logits = gen.forward(tokens.data(), seq.data(), pos.data(), m, rows.data(), static_cast<int64_t>(rows.size()));
+        if (logits == nullptr) continue;  // a pipeline stage before the last: the last one scores
         for (size_t k = 0; k < rows.size(); ++k) {
           const int64_t c = a + rows[k] - first_scored;
           const Scored s = score_row(logits + static_cast<int64_t>(k) * V, V, r.continuation[static_cast<size_t>(c)]);
@@ -91,7 +92,7 @@ std::vector<Scored> score_requests(Generator& gen, const std::vector<TokenReques
     const float* logits = gen.forward(tokens.data(), seq.data(), pos.data(), static_cast<int64_t>(tokens.size()), rows.data(),
                                       static_cast<int64_t>(rows.size()));
     for (size_t k = i; k < j; ++k) out[k] = {0, true};
-    for (size_t k = 0; k < rows.size(); ++k) {
+    for (size_t k = 0; logits != nullptr && k < rows.size(); ++k) {
       const auto [req, c] = owner[k];
       const Scored s = score_row(logits + static_cast<int64_t>(k) * V, V, reqs[req].continuation[static_cast<size_t>(c)]);
       out[req].loglikelihood += s.loglikelihood;
@@ -102,21 +103,24 @@ std::vector<Scored> score_requests(Generator& gen, const std::vector<TokenReques
   return out;
 }
 
-// Under data parallel the requests are dealt round-robin over the group's ranks (each tensor group scores its share),
-// then every rank holds every score (a sum over the group of each rank's share, zeros elsewhere).
+// Under data parallel the requests are dealt round-robin over the group's ranks (each tensor group, or pipeline,
+// scores its share), then every rank holds every score: a sum over the pipeline group of the last stage's scores
+// (zeros on the others, which have no logits) and over the data-parallel group of each rank's share.
 std::vector<Scored> score_shared(Generator& gen, const std::vector<TokenRequest>& reqs, int64_t slots, int64_t max_rows,
-                                 const Communicator& dp) {
-  if (dp.size() <= 1) return score_requests(gen, reqs, slots, max_rows);
+                                 const Communicator& dp, const Communicator& pp) {
+  if (dp.size() <= 1 && pp.size() <= 1) return score_requests(gen, reqs, slots, max_rows);
   std::vector<TokenRequest> mine;
   for (size_t i = static_cast<size_t>(dp.rank()); i < reqs.size(); i += static_cast<size_t>(dp.size())) mine.push_back(reqs[i]);
   const std::vector<Scored> part = score_requests(gen, mine, slots, max_rows);
   std::vector<double> all(2 * reqs.size(), 0.0);
-  for (size_t k = 0; k < part.size(); ++k) {
-    const size_t i = static_cast<size_t>(dp.rank()) + k * static_cast<size_t>(dp.size());
-    all[2 * i] = part[k].loglikelihood;
-    all[2 * i + 1] = part[k].greedy ? 1.0 : 0.0;
-  }
-  dp.allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+  if (gen.last_stage())
+    for (size_t k = 0; k < part.size(); ++k) {
+      const size_t i = static_cast<size_t>(dp.rank()) + k * static_cast<size_t>(dp.size());
+      all[2 * i] = part[k].loglikelihood;
+      all[2 * i + 1] = part[k].greedy ? 1.0 : 0.0;
+    }
+  if (pp.size() > 1) pp.allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+  if (dp.size() > 1) dp.allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
   std::vector<Scored> out(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) out[i] = {all[2 * i], all[2 * i + 1] > 0.5};
   return out;
@@ -136,14 +140,16 @@ int run_harness(const Config& cfg, const ParallelContext& ctx, const HarnessOpti
   const auto tok = text_tokenizer(cfg.generation, "", "", "the tasks' text is tokenized");
   std::unique_ptr<CausalLM> model = build_for_generation(cfg, ctx);
   const auto* lm = dynamic_cast<const TransformerLM*>(model.get());
-  if (lm == nullptr || !lm->whole_model())
-    throw std::runtime_error("eval runs the whole model on each rank: pipeline_stage > 1 is not supported");
+  if (lm == nullptr) throw std::logic_error("eval: the model is not a TransformerLM");
   const int64_t max_length = cfg.model.seq_length;
   Generator::Options go;
   go.slots = std::max<int64_t>(1, opt.batch);
   go.capacity = max_length;
   go.max_rows = go.max_logit_rows = std::max<int64_t>(opt.max_rows, max_length);
   Generator gen(*lm, ctx, go);
+  if (lead && ctx.size(GridAxis::kPp) > 1)
+    spdlog::info("eval: {} pipeline stages, each running its layers with their cache; the last one scores",
+                 ctx.size(GridAxis::kPp));
   json results = {{"results", json::object()}, {"versions", json::object()}, {"n-shot", json::object()},
                   {"config", {{"model", "gridformer"}, {"model_args", cfg.load_checkpoint}, {"max_length", max_length},
                               {"batch_size", go.slots}}}};
@@ -157,7 +163,7 @@ int run_harness(const Config& cfg, const ParallelContext& ctx, const HarnessOpti
       for (int32_t id : r.input)
         if (id < 0 || id >= cfg.model.vocab_size)
           throw std::runtime_error(t.name + ": token id " + std::to_string(id) + " is outside the model's vocabulary");
-    const std::vector<Scored> s = score_shared(gen, reqs, go.slots, go.max_rows, ctx.group(GridAxis::kDp));
+    const std::vector<Scored> s = score_shared(gen, reqs, go.slots, go.max_rows, ctx.group(GridAxis::kDp), ctx.group(GridAxis::kPp));
     std::vector<json> samples;
     results["results"][t.name] = harness_metrics(t, of_doc, s, samples);
     results["versions"][t.name] = t.name == "wikitext" ? 2.0 : 1.0;

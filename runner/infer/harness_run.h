@@ -21,11 +21,13 @@ struct HarnessOptions {
 };
 
 // Scores token requests with the generator: up to `slots` requests side by side, `max_rows` rows a call; a request
-// longer than max_rows alone, in chunks. Collective over the generator's tensor group.
+// longer than max_rows alone, in chunks. Collective over the generator's tensor and pipeline groups; on a pipeline
+// stage before the last (no logits) the scores are left at {0, true}.
 std::vector<Scored> score_requests(Generator& gen, const std::vector<TokenRequest>& reqs, int64_t slots, int64_t max_rows);
-// score_requests over a data-parallel group: the requests dealt round-robin, every rank given every score.
+// score_requests over a data-parallel group (the requests dealt round-robin) and a pipeline group (the last stage
+// scores): every rank given every score.
 std::vector<Scored> score_shared(Generator& gen, const std::vector<TokenRequest>& reqs, int64_t slots, int64_t max_rows,
-                                 const Communicator& dp);
+                                 const Communicator& dp, const Communicator& pp);
 // Reads the tasks, builds and loads the model (build_for_generation), scores, prints the harness's table on stdout
 // (rank 0) and writes the results JSON and samples. Throws for bad input before any scoring.
 int run_harness(const Config& cfg, const ParallelContext& ctx, const HarnessOptions& opt);

@@ -5,7 +5,8 @@
 #  * every task's acc and acc_norm equal, perplexities and bits per byte within 1e-5 relative, every request's
 #    loglikelihood within 1e-5 (of max(1, |ll|)) and its greedy flag equal; the JSON in the harness's shape;
 #  * the same under model_parallel 2 (the heads and vocabulary split), data_parallel 2 (the requests dealt over the
-#    ranks) and with one request per call;
+#    ranks), pipeline_stage 2 (each stage its layers and their cache, the last stage scoring) and with one request
+#    per call;
 #  * refused with the reason: an unknown task, a line without a field, a missing task file.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_vocab
@@ -81,6 +82,10 @@ mpirun -np 2 --oversubscribe "$BIN" eval --config gpt2.yaml --load_checkpoint ru
   --output ev_dp2/results.json --set parallel_config.data_parallel=2 --set runner_config.batch_size=2 > ev_dp2.log 2>&1 ||
   { tail -20 ev_dp2.log; fail "eval at dp2"; }
 compare ev_dp2 || fail "eval at dp2 (the requests dealt over the ranks) differs from the reference"
+mpirun -np 2 --oversubscribe "$BIN" eval --config gpt2.yaml --load_checkpoint run --tasks $TASKS --data "$DATA" \
+  --output ev_pp2/results.json --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 > ev_pp2.log 2>&1 || { tail -20 ev_pp2.log; fail "eval at pp2"; }
+grep -q "eval: 2 pipeline stages" ev_pp2.log || { tail -20 ev_pp2.log; fail "eval at pp2 ran no pipeline"; }
+compare ev_pp2 || fail "eval at pp2 (each stage its layers, the last one scoring) differs from the reference"
 run ev_b1 "$BIN" eval --config gpt2.yaml --load_checkpoint run --tasks $TASKS --data "$DATA" --output ev_b1/results.json \
   --batch_size 1
 ((STATUS == 0)) || { tail -20 ev_b1.log; fail "eval --batch_size 1"; }
@@ -90,4 +95,4 @@ refused 2 "unknown task 'hellaswg'" unknown "$BIN" eval --config gpt2.yaml --loa
 mkdir bad && printf '%s\n' '{"goal": "x", "sol1": "a", "label": 0}' > bad/piqa.jsonl
 refused 2 "piqa.jsonl line 1: no field \"sol2\"" nofield "$BIN" eval --config gpt2.yaml --load_checkpoint run --tasks piqa --data bad
 refused 2 "cannot read" nofile "$BIN" eval --config gpt2.yaml --load_checkpoint run --tasks arc_easy --data bad
-ok "eval: seven tasks equal the PyTorch reference, at mp2, dp2 and one request a call; refusals"
+ok "eval: seven tasks equal the PyTorch reference, at mp2, dp2, pp2 and one request a call; refusals"

@@ -8,19 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 GLOBAL_BATCH=8
-cat > llama.yaml <<YAML
-seed: 11
-runner_config: {train_steps: 20}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 160}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
-YAML
+random_llama llama.yaml
 # coll_train NAME COLLECTIVES DP MP [extra key=value ...]: lib.sh's train / mpi_train, weights saved
 coll_train() {
   local name=$1 coll=$2 dp=$3 mp=$4; shift 4

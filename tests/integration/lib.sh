@@ -16,6 +16,9 @@
 #   need_vocab | need_corpus    skip unless scripts/setup.sh's GPT-2 files / default corpus are there
 #   need_python MODULE...       skip unless /usr/bin/python3 imports every MODULE
 #   tiny_config FAMILY FILE [--set K=V ...]  writes a tiny resolved config over the default corpus: gpt2 | llama | mixtral
+#   random_llama FILE           writes a tiny Llama on random tokens (vocabulary 101, 2 layers of 64, grouped-query heads,
+#                               RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
+#                               layout tests' model
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
@@ -68,6 +71,22 @@ tiny_config() {
     --set callbacks.0.per_print_times=1 --set train_dataset.data_loader.data_path="$CORPUS" --set output_dir=./output \
     --set processor.tokenizer.vocab_file="$VOCAB" --set processor.tokenizer.merge_file="$MERGES" \
     "$@" > "$file" 2> "$file.err" || { cat "$file.err"; fail "tiny_config $family: gridformer config failed"; }
+}
+
+random_llama() {
+  cat > "$1" <<YAML
+seed: 11
+runner_config: {train_steps: 20}
+runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
+lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
+optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 160}}
+callbacks: [{type: MFLossMonitor, per_print_times: 1}]
+model:
+  arch: {type: LlamaForCausalLM}
+  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 64, num_layers: 2, num_heads: 4,
+                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
+YAML
 }
 
 run() {

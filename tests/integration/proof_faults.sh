@@ -21,22 +21,12 @@ CMP="$SRC/tests/integration/compare_runs.py"
 FLOOR="$SRC/tests/integration/floor_check.py"
 PERTURB="$SRC/tests/integration/perturb_run.py"
 
-cat > llama.yaml <<YAML
-seed: 11
-runner_config: {train_steps: 8, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
-YAML
-train one llama.yaml --save-weights one/weights.safetensors
-mpi_train 2 dp2 llama.yaml --set parallel_config.data_parallel=2 --set runner_config.batch_size=2 \
+random_llama llama.yaml
+STEPS=(--set runner_config.train_steps=8)
+train one llama.yaml "${STEPS[@]}" --set runner_config.batch_size=4 --save-weights one/weights.safetensors
+mpi_train 2 dp2 llama.yaml "${STEPS[@]}" --set parallel_config.data_parallel=2 --set runner_config.batch_size=2 \
   --save-weights dp2/weights.safetensors
-GF_GEMM=eigen train eigen llama.yaml --save-weights eigen/weights.safetensors
+GF_GEMM=eigen train eigen llama.yaml "${STEPS[@]}" --set runner_config.batch_size=4 --save-weights eigen/weights.safetensors
 
 # expect_fail NAME PATTERN CMD...: CMD must exit 1 and print PATTERN (fixed string)
 expect_fail() {

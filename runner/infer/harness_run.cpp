@@ -16,6 +16,7 @@
 #include "models/generator.h"
 #include "runner/infer/generate.h"
 #include "runner/infer/harness.h"
+#include "runner/infer/sampling.h"
 
 namespace gf {
 
@@ -25,13 +26,8 @@ using json = nlohmann::json;
 
 // Row r's loglikelihood of `target` and whether it is the argmax (the first on a tie, as torch's argmax).
 Scored score_row(const float* row, int64_t V, int32_t target) {
-  float mx = row[0];
-  int64_t arg = 0;
-  for (int64_t v = 1; v < V; ++v)
-    if (row[v] > mx) mx = row[v], arg = v;
-  double sum = 0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  return {static_cast<double>(row[target]) - mx - std::log(sum), arg == target};
+  const int64_t arg = std::max_element(row, row + V) - row;  // the first largest
+  return {static_cast<double>(row[target]) - log_sum_exp({row, static_cast<size_t>(V)}), arg == target};
 }
 
 }  // namespace

@@ -34,6 +34,13 @@ float kth_largest(std::span<const float> logits, int64_t k) {
 
 }  // namespace
 
+double log_sum_exp(std::span<const float> row) {
+  const float mx = *std::max_element(row.begin(), row.end());
+  double sum = 0;
+  for (const float x : row) sum += std::exp(static_cast<double>(x) - mx);
+  return static_cast<double>(mx) + std::log(sum);
+}
+
 int32_t draw_candidates(std::span<const int32_t> order, std::span<const float> logits, const SamplingOptions& o,
                         uint64_t stream, uint64_t index) {
   int64_t keep = static_cast<int64_t>(order.size());

@@ -26,6 +26,10 @@ struct SamplingOptions {
 int32_t draw_candidates(std::span<const int32_t> order, std::span<const float> logits, const SamplingOptions& o,
                         uint64_t stream, uint64_t index);
 
+// log(sum exp(row)): the largest entry taken out, the exponentials summed in double. The log-softmax of entry t is
+// row[t] - log_sum_exp(row), as eval scores a loglikelihood and serve reports a logprob.
+double log_sum_exp(std::span<const float> row);
+
 // logits: [vocab], changed in place. history: the sequence's tokens so far (prompt and generated).
 // stream, index: the draw's counter (the prompt's index, the generated token's index).
 int32_t next_token(std::span<float> logits, std::span<const int32_t> history, const SamplingOptions& o,

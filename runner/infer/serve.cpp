@@ -362,10 +362,10 @@ struct Server {
                            {"finish_reason", j.finish_reason}});
       }
     }
-    res.set_content(dump({{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
-                          {"model", model_name}, {"choices", choices}, {"usage", usage(jobs)}}),
-                    "application/json");
     const json u = usage(jobs);
+    res.set_content(dump({{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                          {"model", model_name}, {"choices", choices}, {"usage", u}}),
+                    "application/json");
     spdlog::info("serve: {}: {} prompt(s), {} prompt + {} generated tokens in {:.3f} s", id, jobs.size(),
                  u["prompt_tokens"].get<int64_t>(), u["completion_tokens"].get<int64_t>(),
                  std::chrono::duration<double>(Clock::now() - t0).count());

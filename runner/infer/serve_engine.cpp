@@ -9,14 +9,10 @@ namespace gf {
 
 namespace {
 
-// The log-softmax of `row` at `token` (as eval's score_row: float32 logits, the sum in double) and, when top >
+// The log-softmax of `row` at `token` (sampling.h's log_sum_exp, as eval scores) and, when top >
 // 0, the `top` largest entries (ties to the lower id, as torch.topk of a sorted search gives them).
 TokenLogprob logprob_of(const float* row, int64_t V, int32_t token, int64_t top) {
-  float mx = row[0];
-  for (int64_t v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-  double sum = 0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  const double lse = static_cast<double>(mx) + std::log(sum);
+  const double lse = log_sum_exp({row, static_cast<size_t>(V)});
   TokenLogprob r;
   r.token = token;
   r.logprob = static_cast<double>(row[token]) - lse;

@@ -178,3 +178,11 @@ TEST(GenerationConfig, MindFormersRunGpt2KeysAreRead) {
 
 }  // namespace
 }  // namespace gf
+
+// log_sum_exp: exact on a hand case, and stable where exp would overflow float and double alike.
+TEST(Sampling, LogSumExp) {
+  const std::vector<float> a = {0.0f, std::log(3.0f)};
+  EXPECT_NEAR(gf::log_sum_exp(a), std::log(4.0), 1e-7);
+  const std::vector<float> big = {1000.0f, 1000.0f, -1e30f};
+  EXPECT_NEAR(gf::log_sum_exp(big), 1000.0 + std::log(2.0), 1e-9);
+}

@@ -80,8 +80,8 @@ void install_checkpoint_signal_handling();
 void write_index(const std::string& dir, const std::vector<std::string>& fragments, const nlohmann::json& state);
 
 // The directory steps, on rank 0 only (the other ranks wait at a barrier the trainer places):
-// begin_save creates root (0750, parents too) and a fresh temporary root/.<name>.tmp (removing a
-// stale one), and returns the temporary's path; commit_save renames it to root/<name> (replacing an
+// begin_save creates root (0750, parents too) and a fresh temporary root/.<name>.tmp (removing every
+// stale .<any name>.tmp, .old and .removing directory a killed save or commit left), and returns the temporary's path; commit_save renames it to root/<name> (replacing an
 // existing directory of that name), fsyncs root, points `latest` at it, and removes the oldest
 // complete checkpoints (directories of root with an index.json, ordered by their index's
 // state.step, then name) so that at most keep_max remain (keep_max <= 0: keep all); `latest` is
@@ -173,7 +173,8 @@ class Reader {
 // any), the process that reaches fault_point(<point>) kills itself with SIGKILL, as a power cut or
 // the OOM killer would. Points: "begin" (before anything is written), "shard" (a rank's shard
 // written, no index), "index" (the index written, not renamed), "renamed" (renamed into place,
-// `latest` not changed), "latest" (`latest` changed). Unset, it costs one getenv per call.
+// `latest` not changed), "replaced" (`latest` changed, the older checkpoint of the name that a commit
+// exchanged out not yet removed), "latest" (the commit done). Unset, it costs one getenv per call.
 void set_fault_step(int64_t step);
 void fault_point(const char* point);
 

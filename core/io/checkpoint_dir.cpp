@@ -22,11 +22,45 @@ using namespace detail;
 
 // ---- the directory steps --------------------------------------------------------------------
 
+namespace {
+
+// Whether `entry` (a name in a checkpoint root) is one of our directory steps' dot-directories:
+// ".<name>.tmp" (a save's temporary, or the old checkpoint an exchange swapped out), ".<name>.old"
+// (moved aside where the file system cannot exchange) or ".<name>.removing" (a pruned one), with
+// <name> a name check_name accepts.
+bool is_our_leftover(const std::string& entry) {
+  if (entry.size() < 2 || entry[0] != '.') return false;
+  for (const char* suffix : {".tmp", ".old", ".removing"}) {
+    const std::string s(suffix);
+    if (entry.size() <= s.size() + 1 || entry.compare(entry.size() - s.size(), s.size(), s) != 0) continue;
+    const std::string name = entry.substr(1, entry.size() - 1 - s.size());
+    try {
+      check_name(name);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string begin_save(const std::string& root, const std::string& name) {
   check_name(name);
   make_dirs(root);
+  // Saves run one at a time, so every leftover of ours is from a save or commit that died half way
+  // (a kill after an exchange leaves the replaced checkpoint under another name's .tmp, which no
+  // later save of that name would clear); other dot-entries are not ours to remove.
+  std::vector<std::string> leftovers;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::error_code dir_ec;
+    if (is_our_leftover(e.path().filename().string()) && e.is_directory(dir_ec)) leftovers.push_back(e.path());
+  }
+  if (ec) throw std::runtime_error(root + ": cannot list: " + ec.message());
+  for (const std::string& l : leftovers) remove_tree(l);
   const std::string tmp = tmp_of(root, name);
-  if (exists(tmp)) remove_tree(tmp);  // a save that died half way
   if (::mkdir(tmp.c_str(), kDirMode) != 0) {
     const int err = errno;
     sys_fail(err, tmp, "cannot create the checkpoint's temporary directory");
@@ -131,6 +165,7 @@ std::vector<std::string> commit_save(const std::string& root, const std::string&
   fsync_dir(root);
   fault_point("renamed");  // the crash tests' kill point: in place, `latest` not changed
   point_latest(root, name);
+  fault_point("replaced");  // `latest` changed; an exchange's replaced checkpoint not yet removed
   if (exists(tmp)) remove_tree(tmp);  // the checkpoint the exchange replaced
   return prune(root, name, keep_max);
 }

@@ -327,6 +327,29 @@ TEST(CheckpointDirs, StaleTemporaryIsReplacedAndAbortKeepsThePrevious) {
   EXPECT_TRUE(contains(message_of([&] { begin_save(root, "../x"); }), "../x"));
 }
 
+// A kill after a commit exchanged a checkpoint over an older one of its name, before the old one was
+// removed, leaves it as that name's .tmp; the run goes on under other names, so the next save clears
+// every leftover of ours (and leaves the dot-entries that are not).
+TEST(CheckpointDirs, TheNextSaveClearsLeftoversOfOtherNames) {
+  TempDir dir;
+  const std::string root = dir.path();
+  save_small(root, "step_1", 1, 1.0f, 0);
+  for (const char* left : {"/.step_1.tmp", "/.step_0.old", "/.step_0.removing", "/.notes.d", "/.git"}) {
+    fs::create_directories(root + left);
+    std::ofstream(root + left + "/rank_00000.safetensors") << "left by a kill";
+  }
+  std::ofstream(root + "/.x.tmp") << "a file, not a save's directory";
+  save_small(root, "step_2", 2, 2.0f, 0);
+  EXPECT_FALSE(fs::exists(root + "/.step_1.tmp"));
+  EXPECT_FALSE(fs::exists(root + "/.step_0.old"));
+  EXPECT_FALSE(fs::exists(root + "/.step_0.removing"));
+  EXPECT_TRUE(fs::exists(root + "/.notes.d/rank_00000.safetensors"));
+  EXPECT_TRUE(fs::exists(root + "/.git/rank_00000.safetensors"));
+  EXPECT_TRUE(fs::exists(root + "/.x.tmp"));
+  EXPECT_EQ(small_value(root + "/step_1"), 1.0f);
+  EXPECT_EQ(small_value(root), 2.0f);
+}
+
 mode_t mode_of(const std::string& path) {
   struct stat st;
   EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;

@@ -58,6 +58,18 @@ for np in 1 2; do
     grep -q '"step":11' "$out/metrics.jsonl" 2>/dev/null && { echo "FAIL: np=$np $point: trained past the kill"; exit 1; }
     want=tiny-1_5; [ "$point" = latest ] && want=tiny-1_10
     [ "$(cat "$out/checkpoint/latest")" = "$want" ] || { echo "FAIL: np=$np $point: latest is $(cat "$out/checkpoint/latest"), expected $want"; exit 1; }
+    if [ "$point" = renamed ]; then
+      # step 10 is in place but not `latest`: the resume from step 5 saves step 10 again, exchanged over it, and
+      # is killed before the replaced copy (now .tiny-1_10.tmp) is removed. No later save is named tiny-1_10,
+      # so the next save must clear it (the leftover kill_resume.sh once found at its end).
+      status=0
+      GF_CHECKPOINT_FAULT=replaced GF_CHECKPOINT_FAULT_STEP=10 launch "$np" "$out" "$out.replaced.log" "${args[@]}" \
+        --set resume_training=True || status=$?
+      [ "$status" -ne 0 ] || { echo "FAIL: np=$np replaced: the run was not killed"; exit 1; }
+      want=tiny-1_10
+      [ "$(cat "$out/checkpoint/latest")" = "$want" ] || { echo "FAIL: np=$np replaced: latest is not $want"; exit 1; }
+      [ -d "$out/checkpoint/.tiny-1_10.tmp" ] || { echo "FAIL: np=$np replaced: no replaced copy left: $(ls -A "$out/checkpoint")"; exit 1; }
+    fi
     launch "$np" "$out" "$out.resume.log" "${args[@]}" --set resume_training=True \
       || { tail -20 "$out.resume.log"; echo "FAIL: np=$np $point: resume"; exit 1; }
     grep -q "resumed from .*$want" "$out.resume.log" || { echo "FAIL: np=$np $point: did not resume from $want"; exit 1; }
@@ -66,7 +78,8 @@ for np in 1 2; do
     cmp "ref$np.losses" "$out.losses" || { echo "FAIL: np=$np $point: resumed losses differ from the uninterrupted run"; exit 1; }
     cmp "ref$np/weights.safetensors" "$out/weights.safetensors" || { echo "FAIL: np=$np $point: weights differ"; exit 1; }
     [ -z "$(ls -A "$out/checkpoint" | grep '\.tmp$' || true)" ] || { echo "FAIL: np=$np $point: a temporary directory is left: $(ls -A "$out/checkpoint")"; exit 1; }
-    echo "np=$np killed at '$point' of step 10's save: resumed from $want, losses and weights bitwise those of the uninterrupted run"
+    via=""; [ "$point" = renamed ] && via=" (then killed at 'replaced' of its second save, whose leftover the next save cleared)"
+    echo "np=$np killed at '$point' of step 10's save$via: resumed from $want, losses and weights bitwise those of the uninterrupted run"
   done
 done
 

@@ -235,7 +235,12 @@ std::vector<std::string> shard_problems(const Config& cfg) {
 }
 
 std::vector<std::string> config_layout_problems(const Config& cfg) {
-  std::vector<std::string> out = pipeline_problems(cfg);
+  std::vector<std::string> out;
+  for (const auto& [key, v] : {std::pair{"data_parallel", cfg.parallel.data_parallel},
+                               std::pair{"model_parallel", cfg.parallel.model_parallel}})
+    if (v < 1) out.push_back(fmt::format("`parallel_config.{}: {}`: must be >= 1 (1: no split)", key, v));
+  if (!out.empty()) return out;
+  out = pipeline_problems(cfg);
   for (auto& s : expert_parallel_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : shard_problems(cfg)) out.push_back(std::move(s));
   for (auto& s : recompute_list_problems(cfg)) out.push_back(std::move(s));

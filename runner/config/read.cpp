@@ -363,6 +363,9 @@ void read_parallel(ReadContext& x) {
   p.micro_batch_num = rd.get<int64_t>("parallel_config.micro_batch_num");
   p.vocab_emb_dp = rd.get<bool>("parallel_config.vocab_emb_dp");
   p.gradient_aggregation_group = rd.get<int64_t>("parallel_config.gradient_aggregation_group");
+  if (p.gradient_aggregation_group < 1)
+    x.refuse("`parallel_config.gradient_aggregation_group: " + std::to_string(p.gradient_aggregation_group) +
+             "`: must be >= 1 (about that many gradient buckets, each all-reduced as backward completes it)");
   read_zero_stage(x);
   const std::string coll = rd.get<std::string>("parallel.collectives");
   if (coll != "ring" && coll != "mpi")
@@ -452,6 +455,9 @@ void read_optimizer(ReadContext& x) {
   c.lr.warmup_steps = rd.get<int64_t>("lr_schedule.warmup_steps");
   c.lr.warmup_ratio = rd.get<double>("lr_schedule.warmup_ratio");
   c.lr.total_steps = rd.get<int64_t>("lr_schedule.total_steps");
+  if (c.lr.total_steps < -1)
+    x.refuse("`lr_schedule.total_steps: " + std::to_string(c.lr.total_steps) +
+             "`: expects the schedule's steps (>= 1), or -1 (or 0): the run's steps");
   c.lr.power = rd.get<double>("lr_schedule.power");
   c.lr.from_steps_done = rd.get<bool>("lr_schedule.from_steps_done");
   c.lr_override_scheduler = rd.get<bool>("lr_schedule.override_opt_param_scheduler");
@@ -558,6 +564,9 @@ void read_callbacks(ReadContext& x) {
       if (c.checkpoint.save_steps <= 0)
         x.refuse("`" + at + ".save_checkpoint_steps: " + std::to_string(c.checkpoint.save_steps) +
                  "`: must be > 0 (a checkpoint every that many steps)");
+      if (c.checkpoint.keep_max < 0)  // MindSpore's CheckpointConfig refuses a negative one too
+        x.refuse("`" + at + ".keep_checkpoint_max: " + std::to_string(c.checkpoint.keep_max) +
+                 "`: must be >= 0 (the newest that many checkpoints are kept; 0: all)");
     } else if (type == "SummaryMonitor") {
       read_summary_monitor(x, at);
     } else if (type != "MFLossMonitor" && type != "ObsMonitor") {

@@ -21,6 +21,8 @@ void read_generation(ReadContext& x) {
   // A list of end ids (Hugging Face allows one) takes its first; null: none.
   if (eos.IsSequence()) g.eos_token_id = eos.size() > 0 ? eos[0].as<int64_t>() : -1;
   else g.eos_token_id = eos.IsNull() ? -1 : eos.as<int64_t>();
+  if (g.eos_token_id < -1)
+    x.refuse("`" + k + "eos_token_id: " + std::to_string(g.eos_token_id) + "`: expects a token id (>= 0), or -1: none");
   // The model's own record of it (the config.json convert writes, the check of Hugging Face weights).
   if (g.eos_token_id >= 0) x.c.model.eos_token_id = g.eos_token_id;
   if (has("processor.tokenizer.type")) {

@@ -1,6 +1,7 @@
 #include "runner/config/tree.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <sstream>
 
@@ -211,8 +212,14 @@ void check_node(const YAML::Node& user, const YAML::Node& schema, const ConfigSc
     if (!whole.polymorphic(path)) errors.push_back("`" + path + "`: expects " + kind_name(k));
     return;
   }
-  if (!scalar_fits(user, k))
+  if (!scalar_fits(user, k)) {
     errors.push_back("`" + path + ": " + user.Scalar() + "`: expects " + kind_name(k));
+    return;
+  }
+  // No key of ours means anything by NaN, and every comparison a reader makes with it is false, so a
+  // bound written as `v <= 0` would let it through.
+  if (double v = 0; k == Kind::kFloat && YAML::convert<double>::decode(user, v) && std::isnan(v))
+    errors.push_back("`" + path + ": " + user.Scalar() + "`: not a number; expects " + kind_name(k));
 }
 
 }  // namespace

@@ -149,7 +149,8 @@ TEST(MoeConfigKeys, ValuesThatCannotBeBuiltAreRefusedNamingTheKeyAndAValueThatWo
       {{"moe_config.aux_loss_factor=-0.1"}, "`moe_config.aux_loss_factor: -0.1`: must be in [0, 1000] (0: no load-balancing loss"},
       {{"moe_config.aux_loss_factor=1e308"}, "`moe_config.aux_loss_factor: 1e308`: must be in [0, 1000]"},
       {{"moe_config.z_loss_factor=-1"}, "`moe_config.z_loss_factor: -1`: must be in [0, 1000] (0: no router z-loss"},
-      {{"moe_config.capacity_factor=.nan"}, "`moe_config.capacity_factor: .nan`: expects a number (> 0: the capacity "
+      // (NaN is refused for every number key by the schema check: Config.OutOfRangeValuesAreRefusedWithTheirRange.)
+      {{"moe_config.capacity_factor=.inf"}, "`moe_config.capacity_factor: .inf`: expects a number (> 0: the capacity "
                                             "factor; <= 0: dropless)"},
       {{"moe_config.router_dense_type=float16"},
        "`moe_config.router_dense_type: float16`: expects float32 or bfloat16 (the dtype of the router's product); "

@@ -80,7 +80,19 @@ TEST(Config, OutOfRangeValuesAreRefusedWithTheirRange) {
   EXPECT_NE(error_of(kMinimal, {"model.model_config.num_layers=2147483648"}).find("at most 1024"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"model.model_config.vocab_size=1073741824"}).find("at most 1073741823"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"lr_schedule.lr_end=-1e12"}).find("must be a finite number >= 0"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"lr_schedule.learning_rate=.nan"}).find("must be a finite number >= 0"), std::string::npos);
+  // NaN passes every `v <= 0` bound, so the schema check refuses it for every number key first.
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.learning_rate=.nan"}).find("not a number"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"runner_wrapper.max_grad_norm=.nan"}).find("not a number"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optimizer.weight_decay=.NaN"}).find("not a number"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"moe_config.capacity_factor=.nan"}).find("not a number"), std::string::npos);
+  // The special values are -1 (and 0 for keys that say so); below them is refused, not read as them.
+  EXPECT_NE(error_of(kMinimal, {"lr_schedule.total_steps=-1000000000000"}).find("or -1 (or 0): the run's steps"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.eos_token_id=-2"}).find("or -1: none"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.model_config.max_position_embeddings=-2"}).find("or -1: seq_length"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"callbacks.0.type=CheckpointMonitor", "callbacks.0.keep_checkpoint_max=-1"})
+                .find("must be >= 0"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"lr_schedule.warmup_ratio=1.5"}).find("must be in [0, 1]"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"model.model_config.initializer_range=-1"}).find("must be in (0, 1]"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"runner_wrapper.scale_sense=1e308"}).find("a fixed scale above it overflows every step"),

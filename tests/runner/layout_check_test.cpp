@@ -27,6 +27,18 @@ TEST(LayoutCheck, AFittingLayoutPasses) {
   EXPECT_EQ(problems(3, {"parallel_config.model_parallel=3", "parallel_config.use_seq_parallel=True"}), "");
 }
 
+// Without a rank count (`gridformer config`, `plan`), a degree below 1 is refused by name; 0 and -1 do not
+// mean "derive it" here.
+TEST(LayoutCheck, DegreesBelowOneAreRefusedWithoutARankCount) {
+  for (const char* set : {"parallel_config.data_parallel=0", "parallel_config.model_parallel=-1"}) {
+    std::string all;
+    for (const auto& p : config_layout_problems(load_config_string(kModel, {set}))) all += p + "\n";
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    const std::string value = std::string(set).substr(key.size() + 1);
+    EXPECT_NE(all.find("`" + key + ": " + value + "`: must be >= 1"), std::string::npos) << all;
+  }
+}
+
 TEST(LayoutCheck, GridMustCoverTheRanks) {
   const std::string p = problems(4, {"parallel_config.data_parallel=3"});
   EXPECT_NE(p.find("`parallel_config.data_parallel` (3) x `model_parallel` (1) x `pipeline_stage` (1) = 3, but 4 rank(s)"),

@@ -165,7 +165,10 @@ void read_gpt2_model(ReadContext& x) {
   YAML::Node mc = rd.root()["model"]["model_config"];  // resolved values are written back, so the dump says what runs
   read_flash_attention(x, m.seq_length >= kFlashAttentionAutoMinSeq);
   read_attention_window(x);
-  if (m.max_position_embeddings < 0) {
+  if (m.max_position_embeddings == 0 || m.max_position_embeddings < -1) {
+    x.refuse("`" + k + "max_position_embeddings: " + std::to_string(m.max_position_embeddings) +
+             "`: expects the position table's length (>= seq_length), or -1: seq_length");
+  } else if (m.max_position_embeddings < 0) {
     m.max_position_embeddings = m.seq_length;  // MindFormers' GPT-2 sizes its position table by seq_length
     mc["max_position_embeddings"] = m.seq_length;
   } else if (m.seq_length > m.max_position_embeddings) {

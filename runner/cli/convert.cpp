@@ -55,7 +55,7 @@ using namespace convert_detail;
 
 // ---- output ----
 
-enum class Target { kHfDir, kHfFile, kCheckpoint };
+enum class Target { kHfDir, kHfFile, kCheckpoint, kMegatron };
 
 struct OutDtype {
   StDtype st;
@@ -407,12 +407,14 @@ int64_t parse_byte_size(const std::string& text) {
 ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress) {
   if (opt.from.empty()) fail("--from: give the checkpoint or Hugging Face weights to convert");
   if (opt.to.empty()) fail("--to: give where to write");
-  if (!opt.format.empty() && opt.format != "hf" && opt.format != "checkpoint")
-    fail("--format " + opt.format + ": expected hf or checkpoint");
+  if (!opt.format.empty() && opt.format != "hf" && opt.format != "checkpoint" && opt.format != "megatron")
+    fail("--format " + opt.format + ": expected hf, checkpoint or megatron");
+  if (opt.format != "megatron" && (opt.megatron_tp != 1 || opt.megatron_pp != 1))
+    fail("--tensor-model-parallel-size and --pipeline-model-parallel-size split Megatron output: add --format megatron");
   const OutDtype dt = parse_dtype(opt.dtype);
   const bool to_file = ends_with(opt.to, ".safetensors");
-  if (to_file && opt.format == "checkpoint")
-    fail("--to " + opt.to + " is a .safetensors file; --format checkpoint writes a directory");
+  if (to_file && (opt.format == "checkpoint" || opt.format == "megatron"))
+    fail("--to " + opt.to + " is a .safetensors file; --format " + opt.format + " writes a directory");
   const int64_t max_shard = opt.max_shard_size.empty() ? 5000000000 : parse_byte_size(opt.max_shard_size);
 
   // LoRA adapters: exported as PEFT's directory, or (--merge-lora) merged into their base, which is then the source.
@@ -423,7 +425,7 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
          "directory with adapter_config.json and adapter_model.safetensors)");
   if (!opt.base.empty() && !opt.merge_lora) fail("--base names the base model of --merge-lora; add --merge-lora");
   if (adapters && !opt.merge_lora) {
-    if (to_file || opt.format == "checkpoint")
+    if (to_file || opt.format == "checkpoint" || opt.format == "megatron")
       fail("--from " + opt.from + " holds LoRA adapters: they are written as PEFT's adapter directory (--to DIR), or "
            "merged into their base with --merge-lora");
     if (!ConvertSource::is_ours(opt.from)) fail("--from " + opt.from + " is a PEFT adapter directory already; --merge-lora merges it");
@@ -455,7 +457,12 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
   // By default the other kind than the source; a .safetensors --to is Hugging Face's.
   const std::string format =
       !opt.format.empty() ? opt.format : to_file || src.ours() || opt.merge_lora ? "hf" : "checkpoint";
-  const Target target = format == "checkpoint" ? Target::kCheckpoint : to_file ? Target::kHfFile : Target::kHfDir;
+  const Target target = format == "checkpoint" ? Target::kCheckpoint
+                        : format == "megatron"  ? Target::kMegatron
+                        : to_file               ? Target::kHfFile
+                                                : Target::kHfDir;
+  if (target == Target::kMegatron && opt.merge_lora)
+    fail("--merge-lora with --format megatron: merge into Hugging Face weights first, then convert those");
   if (target == Target::kCheckpoint && dt.st != StDtype::kF32)
     fail("--dtype " + opt.dtype + ": our checkpoints hold float32; --dtype applies to Hugging Face output (--format hf)");
   if (target != Target::kHfDir && !opt.max_shard_size.empty())
@@ -474,9 +481,21 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
       if (!fs::is_directory(opt.to)) fail("--to " + opt.to + " is a file; give a directory");
       if (!fs::is_empty(opt.to) && !opt.overwrite)
         fail("--to " + opt.to + " is a directory that is not empty; give a new or empty one, or --overwrite " +
-             (target == Target::kHfDir ? "to replace the weights in it (config.json too when the source says which model it is; other files, such as the tokenizer's, are kept)"
-                                       : "to replace its `converted` checkpoint and point `latest` at it"));
+             (target == Target::kHfDir      ? "to replace the weights in it (config.json too when the source says which model it is; other files, such as the tokenizer's, are kept)"
+              : target == Target::kMegatron ? "to replace its release/ iteration and latest_checkpointed_iteration.txt"
+                                            : "to replace its `converted` checkpoint and point `latest` at it"));
     }
+  }
+
+  if (format == "megatron") {
+    std::string why;
+    const std::optional<nlohmann::json> config = config_json_for(src, why);
+    if (!config) fail("--format megatron: the model must be known to write Megatron's args: " + why);
+    ConvertSummary sum;
+    sum.source = src.describe();
+    write_megatron_target(src, model_config_from_hf(*config, src.path() + "'s config"), opt, sum);
+    sum.skipped = src.skipped;
+    return sum;
   }
 
   int64_t total = 0;

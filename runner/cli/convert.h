@@ -29,11 +29,16 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace gf {
 
 struct ConvertOptions {
   std::string from, to;
-  std::string format;          // "hf", "checkpoint", or "" (the other kind than --from's)
+  std::string format;          // "hf", "checkpoint", "megatron", or "" (the other kind than --from's)
+  int64_t megatron_tp = 1, megatron_pp = 1;  // --format megatron: the shards' tensor- and pipeline-parallel sizes
   std::string max_shard_size;  // Hugging Face directory output; "" is save_pretrained's default, 5GB
   std::string dtype = "float32";  // of Hugging Face output: float32, bfloat16, float16
   bool overwrite = false;      // write into a non-empty --to (see convert_weights)
@@ -63,6 +68,16 @@ struct ConvertSummary {
 // their place), and a checkpoint directory gets its `converted` checkpoint replaced and `latest`
 // pointed at it. On failure the files written so far are removed.
 ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress);
+
+// `gridformer convert`'s options (runner/cli/convert_cli.cpp).
+CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o);
+
+class ConvertSource;
+struct ModelConfig;
+// --format megatron (runner/cli/convert_megatron.cpp): the source's weights, of the model `model`, in Megatron-LM's
+// layout under opt.to (models/weights/megatron_save.h), `release/` split opt.megatron_tp x opt.megatron_pp ways in
+// --dtype.
+void write_megatron_target(ConvertSource& src, const ModelConfig& model, const ConvertOptions& opt, ConvertSummary& sum);
 
 // LoRA adapters as convert reads them (runner/cli/convert_lora.cpp): from one of our LoRA checkpoints or a PEFT
 // adapter directory, by our names (<module>.lora_A.weight [r, in], <module>.lora_B.weight [out, r]).

@@ -385,25 +385,7 @@ CLI::App* add_tokenize(CLI::App& app, Cli& c) {
   return tok;
 }
 
-CLI::App* add_convert(CLI::App& app, Cli& c) {
-  auto* convert = app.add_subcommand("convert", "weights between our checkpoints, Hugging Face safetensors (one file or "
-                                                "shards with model.safetensors.index.json) and one full .safetensors file");
-  convert->add_option("--from", c.conv.from, "one of our checkpoints (its directory, a run's checkpoint/ or output_dir), "
-                                             "or Hugging Face weights (a .safetensors file, or a directory with "
-                                             "model.safetensors or model.safetensors.index.json); a LoRA run's "
-                                             "checkpoint is written as PEFT's adapter directory")->required();
-  convert->add_option("--to", c.conv.to, "a directory, or a .safetensors file for one full file")->required();
-  convert->add_option("--format", c.conv.format, "hf | checkpoint (default: the other kind than --from's)");
-  convert->add_option("--max-shard-size", c.conv.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
-  convert->add_option("--dtype", c.conv.dtype, "Hugging Face output dtype: float32 (default; --merge-lora: the base's), "
-                                               "bfloat16, float16");
-  convert->add_flag("--merge-lora", c.conv.merge_lora,
-                    "--from a LoRA checkpoint or PEFT adapter directory: write its base with W + (alpha/r) B A in every "
-                    "adapted weight (docs/finetune.md#lora)");
-  convert->add_option("--base", c.conv.base, "--merge-lora's base model (default: the one the adapters name)");
-  convert->add_flag("--overwrite", c.conv.overwrite, "write into an existing non-empty --to (README: Converting weights)");
-  return convert;
-}
+CLI::App* add_convert(CLI::App& app, Cli& c) { return gf::add_convert_command(app, c.conv); }
 
 // The layout's problems for `ranks` ranks (all of them when ranks > 0, else those that hold whatever the
 // rank count), as the message `config` and `plan` print; empty when there are none.

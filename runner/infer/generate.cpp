@@ -251,6 +251,16 @@ ClozeResult evaluate_lambada(const CausalLM& model, const ParallelContext& ctx, 
   const ClozeResult r = cloze_accuracy(items, greedy, max_len, 8, path);
   spdlog::info("lambada: accuracy {:.4f} ({}/{}) on {} in {:.1f} s", r.accuracy(), r.correct, r.items, path,
                seconds_since(t0));
+  if (cfg.megatron_log && ctx.world_rank() == 0) {
+    // Megatron-LM's result box (tasks/zeroshot_gpt/evaluate.py evaluate_and_print_results at 285068c, eval_metric
+    // 'accuracy'), printed as its print_rank_0 prints it, for the log parsers of tasks/main.py's users.
+    const std::string line = fmt::format(
+        " validation results on LAMBADA | number correct: {:.4E} | total examples: {:.4E} | avg accuracy: {:.4E}",
+        static_cast<double>(r.correct), static_cast<double>(r.items), r.accuracy());
+    const std::string rule(line.size() + 1, '-');
+    std::printf("%s\n%s\n%s\n", rule.c_str(), line.c_str(), rule.c_str());
+    std::fflush(stdout);
+  }
   return r;
 }
 

@@ -14,16 +14,17 @@ need_vocab
 need_corpus
 command -v mpirun > /dev/null || fail "mpirun missing (openmpi-bin)"
 REF="$SRC/tests/data/megatron"
+LAMBADA="$SRC/tests/data/lambada_tiny.jsonl"
 
 # shrink SCRIPT OUT: the launcher line, the paths and the sizes; nothing else of the script changes.
 shrink() {
   sed -e 's|^torchrun $DISTRIBUTED_ARGS pretrain_gpt.py|$LAUNCH -np $NPUS_PER_NODE|' \
       -e 's|^python3 -m torch.distributed.launch $DISTRIBUTED_ARGS \\|$LAUNCH -np $GPUS_PER_NODE \\|' \
-      -e '/^       \.\.\/\.\.\/pretrain_gpt.py \\$/d' \
+      -e '/^       \.\.\/\.\.\/pretrain_gpt.py \\$/d' -e '/^       \.\.\/\.\.\/main.py \\$/d' \
       -e 's|^NPUS_PER_NODE=8|NPUS_PER_NODE=4|' \
       -e "s|^VOCAB_FILE=.*|VOCAB_FILE=$VOCAB|" -e "s|^MERGE_FILE=.*|MERGE_FILE=$MERGES|" \
       -e "s|--vocab-file gpt2-vocab.json|--vocab-file $VOCAB|" -e "s|--merge-file gpt2-merges.txt|--merge-file $MERGES|" \
-      -e "s|^DATA_PATH=.*|DATA_PATH=$CORPUS|" \
+      -e "s|^DATA_PATH=.*|DATA_PATH=$CORPUS|" -e "s|^VALID_DATA=.*|VALID_DATA=$LAMBADA|" \
       -e 's|--hidden-size [0-9]*|--hidden-size 64|' -e 's|--num-attention-heads [0-9]*|--num-attention-heads 8|' \
       -e 's|--seq-length [0-9]*|--seq-length 32|' -e 's|--max-position-embeddings [0-9]*|--max-position-embeddings 32|' \
       -e 's|--micro-batch-size 4|--micro-batch-size 2|' -e 's|--global-batch-size 96|--global-batch-size 8|' \
@@ -102,3 +103,74 @@ train blend_run blend.yaml
 grep -qF "blended by weight" blend_run.log || fail "the weighted data path was not blended"
 refused 2 "--num-layer" unknown_arg "$BIN" config --from-megatron --num-layer 2
 grep -qF "num-layers" unknown_arg.log || fail "an unknown argument without the nearest real one: $(cat unknown_arg.log)"
+
+# 5. Ascend's LAMBADA script (tasks/main.py --task LAMBADA --strict-lambada off, --load a Megatron checkpoint,
+# --no-load-optim --no-load-rng) on a Megatron checkpoint converted from our tiny GPT-2: a model of the shrunk
+# scripts' shape (64 wide, 8 heads, 32 positions) trained on the LAMBADA passages themselves so that it gets some
+# right, written by `convert --format megatron` at the script's TP8 (its PP8 lowered to PP1 on 8 ranks) as
+# ./checkpoint_dist. The script, run with its launcher line changed, prints Megatron's result box; its count is
+# the one `train --lambada_data` gives on our own checkpoint and the one config --from-megatron's YAML gives.
+"$PRE" --input "$LAMBADA" --output-prefix lambada --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod > prep.log 2>&1 ||
+  { cat prep.log; fail "preprocess the LAMBADA passages"; }
+cat > lam.yaml <<YAML
+seed: 5
+runner_config: {train_steps: 500, batch_size: 4}
+lr_schedule: {type: cosine, learning_rate: 0.0025, lr_end: 0.001, warmup_steps: 5}
+optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.0}
+train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/lambada_text_document, split: "100,0,0"}}
+callbacks: [{type: MFLossMonitor, per_print_times: 100}, {type: CheckpointMonitor, save_checkpoint_steps: 500}]
+processor: {tokenizer: {type: GPT2Tokenizer, vocab_file: $VOCAB, merge_file: $MERGES}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 50257, seq_length: 32, hidden_size: 64, num_layers: 8, num_heads: 8,
+                 max_position_embeddings: 32}
+YAML
+train lam lam.yaml --lambada_data "$LAMBADA"
+lambada_count() { "$PY" -c "
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1]) if 'lambada_correct' in x][-1]
+print('%d/%d' % (l['lambada_correct'], l['lambada_items']))" "$1"; }
+OURS=$(lambada_count lam/metrics.jsonl)
+[ "$OURS" != "0/11" ] && [ "$OURS" != "11/11" ] || echo "note: the model counts $OURS (a weaker check than a count between)"
+mkdir -p lambada_job
+run lam_convert "$BIN" convert --from lam --to lambada_job/checkpoint_dist --format megatron --tensor-model-parallel-size 8
+((STATUS == 0)) || { cat lam_convert.log; fail "convert --format megatron at TP8"; }
+cp env_npu.sh lambada_job/
+shrink "$REF/test_gpt_distributed.sh" lambada_job/job.sh
+(cd lambada_job && LAUNCH="$WORK/run_job" bash job.sh) > lambada_job.log 2>&1 || { tail -30 lambada_job.log; fail "test_gpt_distributed.sh"; }
+grep -q "loaded weights from ./checkpoint_dist (Megatron-LM checkpoint, iteration release" lambada_job.log ||
+  { grep -i "load" lambada_job.log | head; fail "the LAMBADA job did not load the Megatron checkpoint"; }
+# The box, as Megatron's evaluate_and_print_results prints it: a rule one longer than the line, the line, the rule.
+"$PY" - lambada_job.log "$OURS" <<'EOF2' || fail "the LAMBADA job's result box"
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+at = [i for i, l in enumerate(lines) if l.startswith(" validation results on LAMBADA | ")]
+assert len(at) == 1, f"{len(at)} result lines"
+i = at[0]
+box = lines[i]
+assert lines[i - 1] == lines[i + 1] == "-" * (len(box) + 1), "the rules around the result line"
+m = re.fullmatch(r" validation results on LAMBADA \| number correct: (\S+) \| total examples: (\S+) \| avg accuracy: (\S+)", box)
+assert m, box
+correct, total = (int(x) for x in sys.argv[2].split("/"))
+want = (f"{float(correct):.4E}", f"{float(total):.4E}", f"{correct / total:.4E}")  # Python's own '{:.4E}'
+assert m.groups() == want, f"{m.groups()}, expected {want} ({sys.argv[2]} from train --lambada_data)"
+print(f"ok: {box.strip()}")
+EOF2
+ok "test_gpt_distributed.sh on 8 ranks: $OURS correct, as train --lambada_data counts on our checkpoint"
+same_as_yaml_args() {  # the job's arguments as config --from-megatron YAML (the shrunk script, its launcher captured)
+  mkdir -p lambada_args/y; cp env_npu.sh lambada_args/
+  shrink "$REF/test_gpt_distributed.sh" lambada_args/job.sh
+  (cd lambada_args && LAUNCH="$WORK/capture_args" bash job.sh) || fail "capturing the LAMBADA job's arguments"
+  mapfile -t args < lambada_args/args.txt
+  cp -r lambada_job/checkpoint_dist lambada_args/y/
+  local np
+  np=$(cat lambada_args/np.txt)
+  (cd lambada_args/y && "$BIN" config --ranks "$np" --from-megatron "${args[@]}") > lambada.yaml 2> lambada.yaml.err ||
+    { cat lambada.yaml.err; fail "config --from-megatron of the LAMBADA job"; }
+}
+same_as_yaml_args
+run lam_yaml bash -c "cd lambada_args/y && mpirun -np 8 --oversubscribe $BIN train --config ../../lambada.yaml --lambada_data $LAMBADA"
+((STATUS == 0)) || { tail -20 lam_yaml.log; fail "the LAMBADA job's YAML"; }
+[ "$(lambada_count lambada_args/y/output/metrics.jsonl)" = "$OURS" ] || fail "the LAMBADA job's YAML counts $(lambada_count lambada_args/y/output/metrics.jsonl), ours $OURS"
+ok "config --from-megatron's YAML of the LAMBADA job counts the same: $OURS"
+echo PASS

@@ -1,0 +1,278 @@
+// Megatron-LM checkpoints written (models/weights/megatron_save.h). The layout is the one
+// megatron_checkpoint*.cpp reads back and tools/make_megatron_golden.py writes with PyTorch; the names and
+// cuts are transcribed from megatron/model/transformer.py, language_model.py and gpt_model.py (285068c) and
+// tools/checkpoint/saver_megatron.py (core_r0.6.0).
+#include "models/weights/megatron_save.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "core/io/torch_save.h"
+#include "models/registry.h"
+#include "models/weights/hf_config.h"
+
+namespace gf {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Mat {
+  std::vector<int64_t> shape;
+  std::vector<float> v;
+  int64_t rows() const { return shape[0]; }
+  int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
+};
+
+// [in, out] (GPT-2's Conv1D) -> [out, in] (nn.Linear).
+Mat transposed(const Mat& m) {
+  Mat t{{m.cols(), m.rows()}, std::vector<float>(m.v.size())};
+  for (int64_t r = 0; r < m.rows(); ++r)
+    for (int64_t c = 0; c < m.cols(); ++c) t.v[c * m.rows() + r] = m.v[r * m.cols() + c];
+  return t;
+}
+
+// torch.chunk(m, n, dim=0)[k] and [..., dim=1][k], for n dividing the dimension (checked by the caller).
+Mat row_chunk(const Mat& m, int64_t n, int64_t k) {
+  const int64_t rows = m.rows() / n, width = m.cols();
+  Mat out{m.shape, {}};
+  out.shape[0] = rows;
+  out.v.assign(m.v.begin() + k * rows * width, m.v.begin() + (k + 1) * rows * width);
+  return out;
+}
+Mat col_chunk(const Mat& m, int64_t n, int64_t k) {
+  const int64_t cols = m.cols() / n;
+  Mat out{{m.rows(), cols}, {}};
+  out.v.reserve(static_cast<size_t>(m.rows() * cols));
+  for (int64_t r = 0; r < m.rows(); ++r)
+    out.v.insert(out.v.end(), m.v.begin() + r * m.cols() + k * cols, m.v.begin() + r * m.cols() + (k + 1) * cols);
+  return out;
+}
+
+// q | k | v rows ([3 H, ...], each block `heads` heads of hn rows) regrouped per head: for each head its q, k
+// and v rows ([np, 3, hn]: megatron/model/transformer.py ParallelAttention's query_key_value, checkpoint
+// version 2.0 and later), so that a row chunk of it is a tensor-parallel rank's heads.
+Mat qkv_per_head(const Mat& m, int64_t heads) {
+  const int64_t hidden = m.rows() / 3, hn = hidden / heads, width = m.cols();
+  Mat out{m.shape, std::vector<float>(m.v.size())};
+  int64_t dst = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t r = 0; r < hn; ++r, ++dst) {
+        const int64_t src = part * hidden + h * hn + r;
+        std::copy_n(m.v.begin() + src * width, width, out.v.begin() + dst * width);
+      }
+  return out;
+}
+
+int64_t padded_vocab(int64_t vocab, int64_t multiple) { return (vocab + multiple - 1) / multiple * multiple; }
+
+std::string rank_dir(int64_t tp, int64_t pp, int64_t pp_size) {
+  char buf[64];
+  if (pp_size > 1) std::snprintf(buf, sizeof buf, "mp_rank_%02lld_%03lld", static_cast<long long>(tp), static_cast<long long>(pp));
+  else std::snprintf(buf, sizeof buf, "mp_rank_%02lld", static_cast<long long>(tp));
+  return buf;
+}
+
+TorchOut state_dict_of(std::vector<std::pair<std::string, TorchOut>> entries) {
+  TorchOut d = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+  for (auto& [k, v] : entries) d.set(k, std::move(v));
+  return d;
+}
+
+}  // namespace
+
+std::string megatron_save_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
+  const ModelEntry& entry = find_model(m.arch, m.type);
+  const TransformerSpec s = entry.spec(m);
+  std::string why;
+  auto no = [&](bool bad, const std::string& what) {
+    if (bad) why += (why.empty() ? "" : "; ") + what;
+  };
+  no(s.rope, "rotary positions");
+  no(s.norm != NormKind::kLayerNorm, "RMSNorm");
+  no(s.mlp != MlpKind::kGelu, "a gated MLP (SwiGLU)");
+  no(s.kv_heads != s.heads, "grouped-query attention");
+  no(!s.tied_head, "an untied output layer");
+  no(s.moe.experts > 1, "experts");
+  no(s.mla.on(), "latent attention");
+  no(!s.linear_bias || !s.qkv_bias, "projections without biases");
+  no(!s.fused_qkv_param || s.out_in, "separate q, k, v projections");
+  no(s.qk_norm || s.sandwich_norm || s.window > 0 || s.embed_scale != 0.0f || s.head_width > 0,
+     "q/k norms, sandwich norms, a sliding window, a scaled embedding or explicit head widths");
+  if (!why.empty())
+    return entry.family + " (" + m.arch + ") has " + why +
+           ": Megatron-core's layout, which this writer does not write yet (it writes megatron/model's GPT-2)";
+  if (m.hidden_act == "fast_gelu")
+    return "`hidden_act: fast_gelu` (x sigmoid(1.702 x)) has no Megatron counterpart (its GELU is erf's, or tanh's "
+           "with openai_gelu)";
+  if (opt.tp < 1 || opt.pp < 1) return "the tensor- and pipeline-parallel sizes must be >= 1";
+  if (s.heads % opt.tp != 0)
+    return "num_heads " + std::to_string(s.heads) + " is not divisible by the tensor-parallel size " + std::to_string(opt.tp);
+  if (s.ffn % opt.tp != 0)
+    return "the FFN width " + std::to_string(s.ffn) + " is not divisible by the tensor-parallel size " + std::to_string(opt.tp);
+  if (s.layers % opt.pp != 0)
+    return "num_layers " + std::to_string(s.layers) + " is not divisible by the pipeline-parallel size " +
+           std::to_string(opt.pp) + " (megatron/model splits layers evenly)";
+  if (opt.dtype != TorchDtype::kF32 && opt.dtype != TorchDtype::kF16 && opt.dtype != TorchDtype::kBF16)
+    return "the weights' dtype must be float32, float16 or bfloat16";
+  return "";
+}
+
+std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig& m,
+                                       const std::function<std::vector<float>(const std::string&)>& weight,
+                                       const MegatronSaveOptions& opt) {
+  if (const std::string p = megatron_save_problem(m, opt); !p.empty()) throw std::invalid_argument(p);
+  const ModelEntry& entry = find_model(m.arch, m.type);
+  const TransformerSpec s = entry.spec(m);
+  const int64_t H = s.hidden, L = s.layers, tp = opt.tp, pp = opt.pp;
+  const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);
+  auto get = [&](Role role, int64_t layer, std::vector<int64_t> shape) {
+    const std::string name = entry.names(role, layer);
+    Mat t{std::move(shape), weight(name)};
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    if (n != static_cast<int64_t>(t.v.size()))
+      throw std::runtime_error(name + ": " + std::to_string(t.v.size()) + " values, expected " + std::to_string(n));
+    return t;
+  };
+  auto out = [&](const Mat& t) { return TorchOut::tensor(opt.dtype, t.shape, t.v); };
+
+  // The args: what check_checkpoint_args compares (num_layers, hidden_size, num_attention_heads,
+  // add_position_embedding, max_position_embeddings, make_vocab_size_divisible_by, padded_vocab_size,
+  // tokenizer_type, the parallel sizes) and what the model builder reads, as megatron/arguments.py leaves
+  // them for this model.
+  auto args = [&] {
+    TorchOut a = TorchOut::dict(TorchOut::Kind::kNamespace);
+    a.set("num_layers", TorchOut::integer(L))
+        .set("hidden_size", TorchOut::integer(H))
+        .set("ffn_hidden_size", TorchOut::integer(s.ffn))
+        .set("num_attention_heads", TorchOut::integer(s.heads))
+        .set("kv_channels", TorchOut::integer(H / s.heads))
+        .set("max_position_embeddings", TorchOut::integer(s.positions))
+        .set("seq_length", TorchOut::integer(s.seq))
+        .set("add_position_embedding", TorchOut::boolean(true))
+        .set("position_embedding_type", TorchOut::string("learned_absolute"))
+        .set("make_vocab_size_divisible_by", TorchOut::integer(opt.make_vocab_size_divisible_by))
+        .set("padded_vocab_size", TorchOut::integer(padded))
+        .set("tokenizer_type", TorchOut::string(opt.tokenizer_type))
+        .set("tensor_model_parallel_size", TorchOut::integer(tp))
+        .set("pipeline_model_parallel_size", TorchOut::integer(pp))
+        .set("virtual_pipeline_model_parallel_size", TorchOut::none())
+        .set("layernorm_epsilon", TorchOut::real(float_decimal(s.norm_eps)))
+        .set("normalization", TorchOut::string("LayerNorm"))
+        .set("swiglu", TorchOut::boolean(false))
+        .set("add_bias_linear", TorchOut::boolean(true))
+        .set("untie_embeddings_and_output_weights", TorchOut::boolean(false))
+        // gelu_new (tanh's approximation) is Megatron's openai_gelu; gelu is F.gelu (erf). bias_gelu_fusion
+        // would run the tanh form whatever openai_gelu says, so it is off.
+        .set("openai_gelu", TorchOut::boolean(m.hidden_act == "gelu_new"))
+        .set("bias_gelu_fusion", TorchOut::boolean(false))
+        .set("apply_residual_connection_post_layernorm", TorchOut::boolean(false))
+        .set("hidden_dropout", TorchOut::real(float_decimal(s.hidden_dropout)))
+        .set("attention_dropout", TorchOut::real(float_decimal(s.attention_dropout)))
+        .set("init_method_std", TorchOut::real(float_decimal(s.init_std)))
+        .set("fp16", TorchOut::boolean(opt.dtype == TorchDtype::kF16))
+        .set("bf16", TorchOut::boolean(opt.dtype == TorchDtype::kBF16))
+        .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
+        .set("consumed_train_samples", TorchOut::integer(opt.consumed_train_samples))
+        .set("consumed_valid_samples", TorchOut::integer(0));
+    return a;
+  };
+
+  // The full (TP 1) tensors of Megatron's, once; each rank's cut below.
+  Mat word = get(Role::kEmbed, -1, {s.vocab, H});
+  word.v.reserve(static_cast<size_t>(padded * H));
+  const std::vector<float> last_row(word.v.end() - H, word.v.end());
+  for (int64_t r = s.vocab; r < padded; ++r)  // saver_megatron.py: the padding rows replicate the last entry
+    word.v.insert(word.v.end(), last_row.begin(), last_row.end());
+  word.shape[0] = padded;
+  const Mat position = get(Role::kPosEmbed, -1, {s.positions, H});
+  struct Layer {
+    Mat n1w, n1b, qkvw, qkvb, projw, projb, n2w, n2b, fc1w, fc1b, fc2w, fc2b;
+  };
+  const std::string it_name =
+      opt.iteration < 0 ? "release" : [&] {
+        char b[32];
+        std::snprintf(b, sizeof b, "iter_%07lld", static_cast<long long>(opt.iteration));
+        return std::string(b);
+      }();
+  const fs::path it_dir = fs::path(dir) / it_name;
+  std::error_code ec;
+  fs::remove_all(it_dir, ec);
+  fs::create_directories(it_dir, ec);
+  if (ec) throw std::runtime_error(it_dir.string() + ": cannot create: " + ec.message());
+
+  std::vector<std::string> files;
+  const int64_t per_stage = L / pp;
+  for (int64_t p = 0; p < pp; ++p) {
+    std::vector<Layer> layers;
+    for (int64_t l = p * per_stage; l < (p + 1) * per_stage; ++l) {
+      Mat qkvw = qkv_per_head(transposed(get(Role::kQkvW, l, {H, 3 * H})), s.heads);
+      Mat qkvb = get(Role::kQkvB, l, {3 * H});
+      qkvb.shape = {3 * H, 1};
+      qkvb = qkv_per_head(qkvb, s.heads);
+      qkvb.shape = {3 * H};
+      layers.push_back({get(Role::kNorm1W, l, {H}), get(Role::kNorm1B, l, {H}), std::move(qkvw), std::move(qkvb),
+                        transposed(get(Role::kOW, l, {H, H})), get(Role::kOB, l, {H}), get(Role::kNorm2W, l, {H}),
+                        get(Role::kNorm2B, l, {H}), transposed(get(Role::kFcW, l, {H, s.ffn})), get(Role::kFcB, l, {s.ffn}),
+                        transposed(get(Role::kDownW, l, {s.ffn, H})), get(Role::kDownB, l, {H})});
+    }
+    const bool first = p == 0, last = p == pp - 1;
+    for (int64_t t = 0; t < tp; ++t) {
+      TorchOut encoder = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+      for (size_t k = 0; k < layers.size(); ++k) {
+        const Layer& y = layers[k];
+        const std::string n = "layers." + std::to_string(k) + ".";
+        encoder.set(n + "input_layernorm.weight", out(y.n1w))
+            .set(n + "input_layernorm.bias", out(y.n1b))
+            .set(n + "self_attention.query_key_value.weight", out(row_chunk(y.qkvw, tp, t)))
+            .set(n + "self_attention.query_key_value.bias", out(row_chunk(y.qkvb, tp, t)))
+            .set(n + "self_attention.dense.weight", out(col_chunk(y.projw, tp, t)))
+            .set(n + "self_attention.dense.bias", out(y.projb))
+            .set(n + "post_attention_layernorm.weight", out(y.n2w))
+            .set(n + "post_attention_layernorm.bias", out(y.n2b))
+            .set(n + "mlp.dense_h_to_4h.weight", out(row_chunk(y.fc1w, tp, t)))
+            .set(n + "mlp.dense_h_to_4h.bias", out(row_chunk(y.fc1b, tp, t)))
+            .set(n + "mlp.dense_4h_to_h.weight", out(col_chunk(y.fc2w, tp, t)))
+            .set(n + "mlp.dense_4h_to_h.bias", out(y.fc2b));
+      }
+      if (last) {
+        encoder.set("final_layernorm.weight", out(get(Role::kFinalNormW, -1, {H})))
+            .set("final_layernorm.bias", out(get(Role::kFinalNormB, -1, {H})));
+      }
+      TorchOut lm = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+      if (first) {
+        TorchOut embedding = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+        embedding.set("word_embeddings", state_dict_of({{"weight", out(row_chunk(word, tp, t))}}))
+            .set("position_embeddings", state_dict_of({{"weight", out(position)}}));
+        lm.set("embedding", std::move(embedding));
+      }
+      lm.set("encoder", std::move(encoder));
+      TorchOut model = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+      model.set("language_model", std::move(lm));
+      if (last && !first)  // the last stage's copy of the tied embedding (GPTModel's word_embeddings_for_head)
+        model.set("word_embeddings_for_head", state_dict_of({{"weight", out(row_chunk(word, tp, t))}}));
+      TorchOut root = TorchOut::dict();
+      root.set("args", args())
+          .set("checkpoint_version", TorchOut::real(3.0))
+          .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
+          .set("model", std::move(model));
+      const fs::path d = it_dir / rank_dir(t, p, pp);
+      fs::create_directories(d, ec);
+      if (ec) throw std::runtime_error(d.string() + ": cannot create: " + ec.message());
+      const std::string file = (d / "model_optim_rng.pt").string();
+      torch_save(file, root);
+      files.push_back(file);
+    }
+  }
+  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  std::ofstream tr(tracker, std::ios::trunc);
+  tr << (opt.iteration < 0 ? std::string("release") : std::to_string(opt.iteration));
+  if (!tr.flush()) throw std::runtime_error(tracker.string() + ": cannot write");
+  return files;
+}
+
+}  // namespace gf

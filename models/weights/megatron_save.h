@@ -1,0 +1,54 @@
+// Megatron-LM checkpoints out: a model's weights written in the layout Megatron-LM's save_checkpoint writes
+// (megatron/checkpointing.py and megatron/model/gpt_model.py at 285068c, the version the Ascend reference
+// scripts run), so that Megatron-LM and its tools/checkpoint converters load what gridformer trained:
+//   DIR/latest_checkpointed_iteration.txt                  `release`, or the iteration
+//   DIR/release/ (or iter_NNNNNNN/)mp_rank_TT[_PPP]/model_optim_rng.pt
+// each a torch.save'd dict {'args': argparse.Namespace, 'checkpoint_version': 3.0, 'iteration', 'model':
+// {'language_model': {'embedding': {'word_embeddings': {'weight'}, 'position_embeddings': {'weight'}},
+// 'encoder': {'layers.N.input_layernorm.weight', ..., 'final_layernorm.bias'}}, 'word_embeddings_for_head':
+// {'weight'} on a last pipeline stage that is not also the first}}. Tensors as Megatron holds them
+// (nn.Linear's [out, in]; query_key_value's rows per head [np, 3, hn], checkpoint version 3.0's order), cut
+// for tensor parallelism as tools/checkpoint/saver_megatron.py cuts them (column-parallel weights and biases
+// and the padded vocabulary by rows, row-parallel weights by columns, the rest whole), layers numbered from 0
+// on each pipeline stage. The vocabulary is padded to a multiple of make_vocab_size_divisible_by x TP with
+// copies of its last row (saver_megatron.py's rule). `release/` (the default) is what NVIDIA publishes its
+// GPT-345M as: Megatron loads it with the model alone (no optimizer or RNG state is needed or written).
+// The args hold what Megatron's check_checkpoint_args compares and what its model builder reads.
+//
+// Written: GPT-2 (learned positions, LayerNorm, GELU MLP, biases, tied head): megatron/model's GPTModel.
+// Refused, naming what differs: other architectures (rotary positions, RMSNorm, SwiGLU, grouped-query
+// attention, untied heads, experts: Megatron-core's layout, not written yet), fast_gelu (Megatron has no such
+// activation), and sizes Megatron cannot split (heads or the FFN width not divisible by TP, layers not
+// divisible by PP).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/io/torch_pickle.h"
+#include "models/model_config.h"
+
+namespace gf {
+
+struct MegatronSaveOptions {
+  int64_t tp = 1, pp = 1;                    // --tensor-model-parallel-size, --pipeline-model-parallel-size
+  TorchDtype dtype = TorchDtype::kF32;       // the weights' dtype (args.fp16 / args.bf16 say which)
+  int64_t iteration = -1;                    // -1: release/; else iter_NNNNNNN with that iteration
+  int64_t consumed_train_samples = 0;        // args.consumed_train_samples
+  int64_t make_vocab_size_divisible_by = 128;
+  std::string tokenizer_type = "GPT2BPETokenizer";  // args.tokenizer_type (check_checkpoint_args compares it)
+};
+
+// Why `model` cannot be written in Megatron's layout ("" when it can).
+std::string megatron_save_problem(const ModelConfig& model, const MegatronSaveOptions& opt);
+
+// Writes the checkpoint under `dir` (created; its iteration directory and tracker file replaced). `weight`
+// returns a parameter of the model by our name (Hugging Face's), row-major float32 in our layout. Returns
+// the shard files written. Throws std::invalid_argument for what megatron_save_problem names, and
+// std::runtime_error for a file that cannot be written.
+std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig& model,
+                                       const std::function<std::vector<float>(const std::string& name)>& weight,
+                                       const MegatronSaveOptions& opt);
+
+}  // namespace gf

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Megatron checkpoints out (the Megatron issue's item 4): `convert --format megatron` writes Megatron-LM's layout
+# (release/mp_rank_TT[_PPP]/model_optim_rng.pt, checkpoint version 3.0, models/weights/megatron_save.h) from one of
+# our checkpoints, and
+#   - PyTorch's torch.load reads every shard, and each holds exactly what tools/make_megatron_golden.py's
+#     transcription of Megatron's layout makes of the same weights (megatron_out_check.py: keys in Megatron's
+#     order, dtypes, shapes, bits; the args check_checkpoint_args compares), at TP2 x PP2 in float32, TP1 in
+#     bfloat16 and TP4 in float16;
+#   - read back as load_checkpoint, it evaluates to bitwise the loss of the checkpoint it came from, on one rank
+#     and at model_parallel 2 (ours -> Megatron -> ours);
+#   - what Megatron's layout cannot hold is refused by name before anything is written.
+# (tests/integration/megatron_jobs.sh runs Ascend's LAMBADA script on such a checkpoint.)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_vocab
+need_corpus
+need_python torch
+tiny_config gpt2 gpt2.yaml
+train run gpt2.yaml
+run hf "$BIN" convert --from run --to hf.safetensors
+((STATUS == 0)) || { cat hf.log; fail "convert to Hugging Face"; }
+
+# out NAME TP PP DTYPE: converted, then checked with PyTorch.
+out() {
+  run "$1" "$BIN" convert --from run --to "$1" --format megatron --tensor-model-parallel-size "$2" \
+    --pipeline-model-parallel-size "$3" --dtype "$4"
+  ((STATUS == 0)) || { cat "$1.log"; fail "$1: convert --format megatron"; }
+  grep -qF "to Megatron-LM checkpoint $1/release ($4, TP $2 x PP $3, checkpoint version 3.0)" "$1.log" || { cat "$1.log"; fail "$1: the summary line"; }
+  "$PY" "$SRC/tests/integration/megatron_out_check.py" "$1" hf.safetensors 4 "$2" "$3" "$4" || fail "$1: not Megatron's layout"
+}
+out meg22 2 2 float32
+out meg_bf16 1 1 bfloat16
+out meg_f16 4 1 float16
+
+# ours -> Megatron -> ours: the same evaluation loss, bit for bit (the float32 shards hold the weights exactly).
+eval_loss() { "$PY" -c "
+import json, sys
+print(repr([json.loads(l) for l in open(sys.argv[1]) if 'eval_loss' in l][-1]['eval_loss']))" "$1/metrics.jsonl"; }
+for np in 1 2; do
+  layout=(); [ "$np" = 2 ] && layout=(--set parallel_config.model_parallel=2)
+  for src in run meg22; do
+    run "ev${np}_$src" mpirun -np "$np" --oversubscribe "$BIN" train --config gpt2.yaml --set output_dir="ev${np}_$src" \
+      --set run_mode=eval --set load_checkpoint="$src" "${layout[@]}"
+    ((STATUS == 0)) || { tail -20 "ev${np}_$src.log"; fail "ev${np}_$src: evaluation"; }
+  done
+  grep -q "loaded weights from meg22 (Megatron-LM checkpoint" "ev${np}_meg22.log" || fail "ev${np}_meg22 did not read the Megatron checkpoint"
+  [ "$(eval_loss "ev${np}_run")" = "$(eval_loss "ev${np}_meg22")" ] ||
+    fail "$np rank(s): eval loss $(eval_loss "ev${np}_meg22") from the Megatron checkpoint, $(eval_loss "ev${np}_run") from ours"
+  ok "$np rank(s): the Megatron checkpoint evaluates to ours' loss bit for bit: $(eval_loss "ev${np}_run")"
+done
+
+# Refused before anything is written.
+tiny_config llama llama.yaml
+train lrun llama.yaml
+refused 2 "Megatron-core's layout, which this writer does not write yet" llama_out "$BIN" convert --from lrun --to lmeg --format megatron
+[ ! -e lmeg ] || fail "the refused Llama conversion wrote $(ls lmeg)"
+refused 2 "num_heads 4 is not divisible by the tensor-parallel size 3" tp3 "$BIN" convert --from run --to m3 --format megatron \
+  --tensor-model-parallel-size 3
+refused 2 "add --format megatron" tp_without "$BIN" convert --from run --to m4 --tensor-model-parallel-size 2
+echo PASS

@@ -124,6 +124,7 @@ struct PickleNode {
   std::unordered_map<int64_t, size_t> int_index;
   std::shared_ptr<TorchTensor> tensor;    // tensor, ndarray (null until an ndarray's BUILD)
   std::shared_ptr<TorchStorage> storage;  // storage
+  bool bytes_io = false;  // bytes made by NEWOBJ of io.BytesIO, waiting for their BUILD (then false)
 };
 }  // namespace detail
 

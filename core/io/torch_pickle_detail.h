@@ -32,7 +32,7 @@ T load(const uint8_t* p) { T v; std::memcpy(&v, p, sizeof(T)); return v; }
 enum class Callable : int64_t {
   kOrderedDict, kRebuildTensor, kRebuildTensorV2, kRebuildTensorV3, kRebuildParameter, kStorageType, kSize,
   kDevice, kNamespace, kReconstructor, kObject, kNpScalar, kNpDtype, kNpReconstruct, kNpNdarray, kCodecsEncode,
-  kEnumClass, kGetattr
+  kEnumClass, kGetattr, kBytesIO
 };
 
 // "0x" and the two hex digits of v's low byte (defined in torch_pickle.cpp).

@@ -61,6 +61,9 @@ constexpr AllowedGlobal kAllowed[] = {
     {"numpy._core.multiarray._reconstruct", Callable::kNpReconstruct},
     {"numpy.dtype", Callable::kNpDtype}, {"numpy.ndarray", Callable::kNpNdarray},
     {"_codecs.encode", Callable::kCodecsEncode},  // numpy's bytes under protocol 2; latin1 only
+    // Transformer Engine's get_extra_state (its fp8 metadata torch.save'd into an io.BytesIO): read as opaque
+    // bytes (NEWOBJ with no arguments, then BUILD with (bytes, position, None or dict)); never parsed here.
+    {"_io.BytesIO", Callable::kBytesIO},
 };
 
 // Non-printable bytes as \xNN, so a hostile name cannot garble the message.
@@ -190,10 +193,17 @@ PickleValue PickleReader::reduce(const PickleValue& fn, const PickleValue& args)
 }
 
 PickleValue PickleReader::newobj(const PickleValue& cls, const PickleValue& args) {
-  if (cls.kind_ != Kind::kGlobal || cls.int_ != static_cast<int64_t>(Callable::kNamespace))
+  const bool bytes_io = cls.kind_ == Kind::kGlobal && cls.int_ == static_cast<int64_t>(Callable::kBytesIO);
+  if (!bytes_io && (cls.kind_ != Kind::kGlobal || cls.int_ != static_cast<int64_t>(Callable::kNamespace)))
     fail(std::string("NEWOBJ of a ") + (cls.kind_ == Kind::kGlobal ? "'" + cls.node_->text + "'" : cls.kind_name()) +
-         " (only argparse.Namespace)");
+         " (only argparse.Namespace and io.BytesIO)");
   expect(args, Kind::kTuple, "NEWOBJ arguments");
+  if (bytes_io) {
+    if (!args.node_->items.empty()) fail("io.BytesIO made with arguments");
+    PickleValue v = make(Kind::kBytes);
+    v.node_->bytes_io = true;
+    return v;
+  }
   if (!args.node_->items.empty()) fail("argparse.Namespace made with arguments");
   return make(Kind::kNamespace);
 }
@@ -221,6 +231,17 @@ void PickleReader::build(PickleValue& inst, const PickleValue& state) {
       return;
     }
     case Kind::kNdArray: return ndarray_state(inst, state);
+    case Kind::kBytes: {  // io.BytesIO.__setstate__: (the buffer's bytes, the position, None or the __dict__)
+      if (!inst.node_->bytes_io) fail("BUILD on bytes is not allowed (only on a new io.BytesIO)");
+      expect(state, Kind::kTuple, "io.BytesIO state");
+      const Items& s = state.node_->items;
+      if (s.size() != 3 || s[0].kind_ != Kind::kBytes || s[0].node_->bytes_io || s[1].kind_ != Kind::kInt ||
+          !(s[2].is_none() || s[2].kind_ == Kind::kDict))
+        fail("io.BytesIO state is not (bytes, position, None or dict)");
+      inst.node_->text = s[0].node_->text;
+      inst.node_->bytes_io = false;
+      return;
+    }
     default: fail(std::string("BUILD on a ") + inst.kind_name() + " is not allowed");
   }
 }

@@ -309,6 +309,37 @@ TEST(TorchFile, EnumMembersNeedTheirClassOptedIn) {
             }).find("only allowed on an opted-in enum class"), std::string::npos);
 }
 
+// Transformer Engine's get_extra_state returns its fp8 metadata torch.save'd into an io.BytesIO; Megatron-core
+// checkpoints of TE models pickle it as _io.BytesIO, NEWOBJ, BUILD((bytes, position, None)). It is read as
+// opaque bytes (never parsed); BytesIO with arguments, and BUILD on plain bytes, are refused.
+TEST(TorchPickle, TransformerEnginesBytesIOExtraStateIsReadAsBytes) {
+  // pickle.dumps(OrderedDict([('decoder.layers.0.self_attention.linear_qkv._extra_state',
+  //                            io.BytesIO(b'\x80\x02}q\x00.'))]), protocol=2), by Python 3's pickle module.
+  static const char kPy[] =
+      "\x80\x02\x63\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f\x6e\x73\x0a\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x0a"
+      "\x71\x00\x29\x52\x71\x01\x58\x37\x00\x00\x00\x64\x65\x63\x6f\x64\x65\x72\x2e\x6c\x61\x79\x65\x72\x73\x2e\x30"
+      "\x2e\x73\x65\x6c\x66\x5f\x61\x74\x74\x65\x6e\x74\x69\x6f\x6e\x2e\x6c\x69\x6e\x65\x61\x72\x5f\x71\x6b\x76\x2e"
+      "\x5f\x65\x78\x74\x72\x61\x5f\x73\x74\x61\x74\x65\x71\x02\x63\x5f\x69\x6f\x0a\x42\x79\x74\x65\x73\x49\x4f\x0a"
+      "\x71\x03\x29\x81\x71\x04\x63\x5f\x63\x6f\x64\x65\x63\x73\x0a\x65\x6e\x63\x6f\x64\x65\x0a\x71\x05\x58\x07\x00"
+      "\x00\x00\xc2\x80\x02\x7d\x71\x00\x2e\x71\x06\x58\x06\x00\x00\x00\x6c\x61\x74\x69\x6e\x31\x71\x07\x86\x71\x08"
+      "\x52\x71\x09\x4b\x00\x4e\x87\x71\x0a\x62\x73\x2e";
+  const std::string bytes(kPy, sizeof kPy - 1);
+  const PickleValue v = read_pickle(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), PickleOptions{});
+  const PickleValue& extra = v.at("decoder.layers.0.self_attention.linear_qkv._extra_state");
+  ASSERT_EQ(extra.kind(), Kind::kBytes);
+  EXPECT_EQ(extra.as_bytes(), std::string("\x80\x02}q\x00.", 6));
+  Pickle with_args;  // io.BytesIO(b'...') made with an argument: not how pickle writes it
+  with_args.global("_io", "BytesIO").str("x").op('\x85').op('\x81').op('.');
+  EXPECT_NE(pickle_error(with_args.s).find("io.BytesIO made with arguments"), std::string::npos);
+  Pickle build_on_bytes;  // BUILD on bytes that are not a new BytesIO
+  build_on_bytes.global("_codecs", "encode").str("ab").str("latin1").op('\x86').op('R');
+  build_on_bytes.str("ab").num(0).op('N').op('\x87').op('b').op('.');
+  EXPECT_NE(pickle_error(build_on_bytes.s).find("BUILD on bytes is not allowed"), std::string::npos);
+  Pickle bad_state;  // a BytesIO whose state is not (bytes, position, None or dict)
+  bad_state.global("_io", "BytesIO").op(')').op('\x81').str("text").num(0).op('N').op('\x87').op('b').op('.');
+  EXPECT_NE(pickle_error(bad_state.s).find("io.BytesIO state is not"), std::string::npos);
+}
+
 TEST(TorchFile, RefusesCompressedEntries) {
   const std::string msg = error_of([] { TorchFile::open((kDir / "megatron_deflated.pt").string()); });
   EXPECT_NE(msg.find("is compressed"), std::string::npos) << msg;

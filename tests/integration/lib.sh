@@ -16,15 +16,31 @@
 #   need_vocab | need_corpus    skip unless scripts/setup.sh's GPT-2 files / default corpus are there
 #   need_python MODULE...       skip unless /usr/bin/python3 imports every MODULE
 #   tiny_config FAMILY FILE [--set K=V ...]  writes a tiny resolved config over the default corpus: gpt2 | llama | mixtral
-#   random_llama FILE           writes a tiny Llama on random tokens (vocabulary 101, 2 layers of 64, grouped-query heads,
-#                               RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
-#                               layout tests' model
+#   random_llama FILE [FIELD=VALUE ...]  writes a tiny Llama on random tokens (vocabulary 101, 2 layers of 64, grouped-query
+#                               heads, RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
+#                               layout tests' model. FIELD=VALUE changes one field of it (see random_gpt2; an empty VALUE
+#                               leaves an optional one out): the run's fields, and arch (LlamaForCausalLM) vocab (101)
+#                               seq (16) hidden (64) layers (2) kv (n_kv_heads 2) theta (1000000.0) eps (1.0e-5) model
+#                               (more of model_config, YAML: "use_flash_attention: True")
+#   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
+#                               The run's fields, with their defaults: seed (11) steps (20) batch (none) clip
+#                               (max_grad_norm 0.5; empty: no clipping) lr_end (0.0003) optimizer (AdamW, betas 0.9 and
+#                               0.95, decay 0.1; empty: the default) samples (RandomTokens seed 5 of 160) ckpt (a
+#                               CheckpointMonitor's fields, YAML: "prefix: tiny, save_checkpoint_steps: 10"; none) top
+#                               (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101) layers (2)
+#                               model (the rest of model_config, YAML; "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1")
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
+#   layout_train NP NAME CONFIG ARGS...  train (NP 1) or mpi_train NP, the gathered weights saved in NAME/weights.safetensors
 #   refused STATUS PATTERN NAME CMD...  CMD must exit STATUS and print PATTERN (fixed string); nothing trained
 #   losses DIR                  the step losses of DIR/metrics.jsonl, "step loss" per line
 #   same_losses A B [REL]       the losses of A and B agree step for step (bitwise, or within REL relative)
+#   logged DIR N                DIR/metrics.jsonl logs exactly N steps
+#   close_losses REL REF RUN... each RUN's losses agree with REF's step for step within REL relative; prints the worst
+#   same_bits REF RUN...        each RUN's losses (as same_losses) and weights.safetensors (cmp) are REF's, bit for bit
+#   same_after K REF RUN...     each RUN (resumed after step K) logs REF's steps after K, loss and loss scale bit for bit
+#                               and none else, and its weights.safetensors is REF's (cmp)
 set -euo pipefail
 
 BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
@@ -73,20 +89,47 @@ tiny_config() {
     "$@" > "$file" 2> "$file.err" || { cat "$file.err"; fail "tiny_config $family: gridformer config failed"; }
 }
 
+# The fields of random_gpt2 and random_llama (see the top), set in the caller's locals by random_fields.
+random_fields() {
+  local kv name
+  for kv in "$@"; do
+    name=${kv%%=*}
+    [[ "$kv" == *=* && " seed steps batch clip lr_end optimizer samples ckpt top arch vocab seq hidden layers kv theta eps model " == *" $name "* ]] \
+      || fail "random model: unknown field '$kv'"
+    printf -v "$name" '%s' "${kv#*=}"
+  done
+}
+# random_yaml ARCH MODEL_CONFIG: the run of random_gpt2 / random_llama, from the caller's fields, with that model
+random_yaml() {
+  echo "seed: $seed"
+  echo "runner_config: {train_steps: $steps${batch:+, batch_size: $batch}}"
+  [ -z "$clip" ] || echo "runner_wrapper: {use_clip_grad: True, max_grad_norm: $clip}"
+  echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: 2}"
+  [ -z "$optimizer" ] || echo "optimizer: $optimizer"
+  echo "train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: $samples}}"
+  if [ -z "$ckpt" ]; then echo "callbacks: [{type: MFLossMonitor, per_print_times: 1}]"
+  else printf '%s\n' "callbacks:" "  - {type: MFLossMonitor, per_print_times: 1}" "  - {type: CheckpointMonitor, $ckpt}"
+  fi
+  [ -z "$top" ] || printf '%s\n' "$top"
+  printf '%s\n' "model:" "  arch: {type: $1}" "  model_config: {$2}"
+}
+RANDOM_RUN='local seed=11 steps=20 batch="" clip=0.5 lr_end=0.0003 samples=160 ckpt="" top=""
+  local optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
+
 random_llama() {
-  cat > "$1" <<YAML
-seed: 11
-runner_config: {train_steps: 20}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 160}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 16, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 2, intermediate_size: 48, theta: 1000000.0, rms_norm_eps: 1.0e-5}
-YAML
+  local file=$1; shift
+  eval "$RANDOM_RUN"
+  local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 kv=2 theta=1000000.0 eps=1.0e-5 model=""
+  random_fields "$@"
+  random_yaml "$arch" "type: LlamaConfig, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: 4, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
+}
+
+random_gpt2() {
+  local file=$1; shift
+  eval "$RANDOM_RUN"
+  local vocab=101 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
+  random_fields "$@"
+  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: 16, hidden_size: 32, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
 }
 
 run() {
@@ -104,6 +147,14 @@ mpi_train() {
   local np=$1 name=$2 cfg=$3; shift 3
   run "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@"
   ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: $np ranks exited with status $STATUS"; }
+}
+
+layout_train() {
+  local np=$1 name=$2 cfg=$3; shift 3
+  mkdir -p "$(dirname "$name")"
+  if ((np == 1)); then train "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
+  else mpi_train "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
+  fi
 }
 
 refused() {
@@ -139,4 +190,52 @@ for (sa, la), (sb, lb) in zip(a, b):
     assert (x == y) if rel == 0 else abs(x - y) <= rel * abs(x), f"step {sa}: {a_name} {la}, {b_name} {lb}"
 print(f"{len(a)} steps: {'bitwise' if rel == 0 else f'within {rel:g} relative'}")
 EOF
+}
+
+logged() {
+  local n; n=$(losses "$1" | wc -l)
+  ((n == $2)) || fail "$1: $n logged steps, $2 expected"
+}
+
+close_losses() {
+  local rel=$1 ref=$2 r; shift 2
+  for r in "$@"; do
+    "$PY" - "$ref" "$r" "$rel" <(losses "$ref") <(losses "$r") <<'EOF' || fail "$r: losses differ from $ref's by more than $rel relative"
+import sys
+ref_name, name, rel = sys.argv[1], sys.argv[2], float(sys.argv[3])
+a = [l.split() for l in open(sys.argv[4])]
+b = [l.split() for l in open(sys.argv[5])]
+assert a and [s for s, _ in a] == [s for s, _ in b], f"{ref_name} logs steps {[s for s, _ in a]}, {name} {[s for s, _ in b]}"
+worst = max(abs(float(x) - float(y)) / abs(float(x)) for (_, x), (_, y) in zip(a, b))
+print(f"{name}: {len(b)} steps' losses within {worst:.1e} relative of {ref_name}")
+assert worst <= rel, f"{name}: losses differ from {ref_name}'s by {worst:.2e} relative, more than {rel:g}"
+EOF
+  done
+}
+
+same_bits() {
+  local ref=$1 r; shift
+  for r in "$@"; do
+    local out
+    out=$(same_losses "$ref" "$r") || fail "$r: losses are not bitwise those of $ref ($out)"
+    cmp "$ref/weights.safetensors" "$r/weights.safetensors" || fail "$r: weights are not bitwise those of $ref"
+    echo "$r: losses and weights bitwise equal to $ref"
+  done
+}
+
+same_after() {
+  local k=$1 ref=$2 r; shift 2
+  for r in "$@"; do
+    "$PY" - "$ref/metrics.jsonl" "$r/metrics.jsonl" "$k" <<'EOF' || fail "$r: losses are not bitwise those of $ref after step $k"
+import json, sys
+def steps(p):
+    return [(r["step"], r["loss"], r.get("loss_scale")) for r in map(json.loads, open(p)) if "loss" in r and "step" in r]
+ref, got, k = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
+after = [s for s in ref if s[0] > k]
+assert after and [s for s, _, _ in got] == [s for s, _, _ in after], ([s for s, _, _ in got], [s for s, _, _ in after])
+assert got == after, (got, after)  # JSON floats round-trip: equal values are equal bits
+EOF
+    cmp "$ref/weights.safetensors" "$r/weights.safetensors" || fail "$r: weights differ from $ref's"
+    echo "$r: steps $((k + 1))-$(losses "$r" | tail -1 | cut -d' ' -f1) and final weights bitwise equal to $ref"
+  done
 }

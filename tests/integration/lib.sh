@@ -34,6 +34,9 @@
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
 #   layout_train NP NAME CONFIG ARGS...  train (NP 1) or mpi_train NP, the gathered weights saved in NAME/weights.safetensors
 #   refused STATUS PATTERN NAME CMD...  CMD must exit STATUS and print PATTERN (fixed string); nothing trained
+#   mpi_refused NP NAME PATTERN CONFIG ARGS...  `gridformer train --config CONFIG --set output_dir=NAME ARGS...` on NP ranks
+#                               (mpirun) is refused as refused 2 holds it, without even a NAME/metrics.jsonl; prints the
+#                               message's line
 #   losses DIR                  the step losses of DIR/metrics.jsonl, "step loss" per line
 #   same_losses A B [REL]       the losses of A and B agree step for step (bitwise, or within REL relative)
 #   logged DIR N                DIR/metrics.jsonl logs exactly N steps
@@ -91,12 +94,12 @@ tiny_config() {
 
 # The fields of random_gpt2 and random_llama (see the top), set in the caller's locals by random_fields.
 random_fields() {
-  local kv name
-  for kv in "$@"; do
-    name=${kv%%=*}
-    [[ "$kv" == *=* && " seed steps batch clip lr_end optimizer samples ckpt top arch vocab seq hidden layers kv theta eps model " == *" $name "* ]] \
-      || fail "random model: unknown field '$kv'"
-    printf -v "$name" '%s' "${kv#*=}"
+  local _field _name  # names no field has: printf -v sets the caller's variable
+  for _field in "$@"; do
+    _name=${_field%%=*}
+    [[ "$_field" == *=* && " seed steps batch clip lr_end optimizer samples ckpt top arch vocab seq hidden layers kv theta eps model " == *" $_name "* ]] \
+      || fail "random model: unknown field '$_field'"
+    printf -v "$_name" '%s' "${_field#*=}"
   done
 }
 # random_yaml ARCH MODEL_CONFIG: the run of random_gpt2 / random_llama, from the caller's fields, with that model
@@ -164,6 +167,13 @@ refused() {
   grep -qF -- "$pattern" "$name.log" || { tail -30 "$name.log"; fail "$name: no '$pattern' in its output"; }
   ! grep -qs '"loss"' "$name/metrics.jsonl" || fail "$name: trained a step before refusing"
   ok "$name refused (status $want): $(grep -oF -- "$pattern" "$name.log" | head -1)"
+}
+
+mpi_refused() {
+  local np=$1 name=$2 pattern=$3 cfg=$4; shift 4
+  refused 2 "$pattern" "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@"
+  [ ! -e "$name/metrics.jsonl" ] || fail "$name started training"
+  echo "  $(grep -m1 -F -- "$pattern" "$name.log" | cut -c1-220)"
 }
 
 losses() {

@@ -67,15 +67,7 @@ grep -q "wpe.weight" <("$PY" -c "import json,struct,sys; b=open(sys.argv[1],'rb'
   && fail "the rope model has a learned position table"
 
 # The expert-parallel rules, on every rank before any work.
-# mrefused NAME NP PATTERN [--set ...]: lib.sh's refused (status 2, naming PATTERN) of gpt2_moe.yaml on NP ranks, which
-# write no metrics.jsonl either
-mrefused() {
-  local name=$1 np=$2 pattern=$3; shift 3
-  refused 2 "$pattern" "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config gpt2_moe.yaml --set output_dir="$name" "$@"
-  [ ! -e "$name/metrics.jsonl" ] || fail "$name started training"
-  echo "  $(grep -m1 -F -- "$pattern" "$name.log" | cut -c1-220)"
-}
-mrefused ep3_of_4_experts 3 "expert_parallel" --set parallel_config.data_parallel=3 --set parallel_config.expert_parallel=3
-mrefused ep2_of_dp1 2 "expert_parallel" --set parallel_config.model_parallel=2 --set parallel_config.expert_parallel=2
-mrefused top5_of_4 1 "num_experts_chosen" --set moe_config.num_experts_chosen=5
+mpi_refused 3 ep3_of_4_experts "expert_parallel" gpt2_moe.yaml --set parallel_config.data_parallel=3 --set parallel_config.expert_parallel=3
+mpi_refused 2 ep2_of_dp1 "expert_parallel" gpt2_moe.yaml --set parallel_config.model_parallel=2 --set parallel_config.expert_parallel=2
+mpi_refused 1 top5_of_4 "num_experts_chosen" gpt2_moe.yaml --set moe_config.num_experts_chosen=5
 echo "PASS"

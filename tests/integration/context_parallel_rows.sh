@@ -87,70 +87,43 @@
 #  - the online softmax's rescale of the running output forgotten when a later block raises a row's
 #    maximum: step-1 gradients 5.4e-3 (5.1e3 x, layers.1.self_attn.o_proj); 10 steps fp32 7.9e-3
 #    (the tightest figure 700 x its allowance); bf16 7.7e-3, 4.8 x (the bf16 case is the coarse one).
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 unset GF_GEMM
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-cat > llama.yaml <<YAML
-seed: 11
-runner_config: {train_steps: 10, batch_size: 2}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 101, seq_length: 256, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 4, intermediate_size: 48, theta: 10000.0, rms_norm_eps: 1.0e-5, use_flash_attention: True}
-YAML
+random_llama llama.yaml steps=10 batch=2 samples=16 seq=256 kv=4 theta=10000.0 model="use_flash_attention: True"
 
-# train CONFIG NAME RANKS [--set ...]: gathered weights in NAME/weights.safetensors, metrics in NAME/.
-train() {
-  local cfg=$1 name=$2 np=$3; shift 3
-  local cmd=("$BIN" train --config "$cfg" --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@")
-  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name"; }
-  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "$name"; }
-  fi
-}
 # cp_ ALGO N: the --set arguments of context parallel N under ALGO (u: ulysses_cp, r: colossalai_cp)
 cp_() { local a=ulysses_cp; [ "$1" = r ] && a=colossalai_cp; echo "--set parallel_config.context_parallel=$2 --set parallel_config.context_parallel_algo=$a"; }
 # probes PREFIX [--set ...]: the reference PREFIXone and its four reorderings PREFIXunf, PREFIXe, PREFIXeu, PREFIXacc.
 probes() {
   local p=$1; shift
-  train llama.yaml ${p}one 1 "$@"
-  train llama.yaml ${p}unf 1 "$@" --set model.model_config.use_flash_attention=False
-  GF_GEMM=eigen train llama.yaml ${p}e 1 "$@"
-  GF_GEMM=eigen train llama.yaml ${p}eu 1 "$@" --set model.model_config.use_flash_attention=False
-  train llama.yaml ${p}acc 1 "$@" --set runner_config.batch_size=1 --set runner_config.gradient_accumulation_steps=2
+  layout_train 1 ${p}one llama.yaml "$@"
+  layout_train 1 ${p}unf llama.yaml "$@" --set model.model_config.use_flash_attention=False
+  GF_GEMM=eigen layout_train 1 ${p}e llama.yaml "$@"
+  GF_GEMM=eigen layout_train 1 ${p}eu llama.yaml "$@" --set model.model_config.use_flash_attention=False
+  layout_train 1 ${p}acc llama.yaml "$@" --set runner_config.batch_size=1 --set runner_config.gradient_accumulation_steps=2
 }
 
-check() { python3 "$SRC/tests/integration/floor_check.py" "$@"; }
+check() { "$PY" "$SRC/tests/integration/floor_check.py" "$@"; }
 
 # ---- step-1 gradients, fp32 -----------------------------------------------------------------------
 G=(--set runner_config.train_steps=1 --set runner_wrapper.use_clip_grad=False --set optimizer.weight_decay=0.0
    --set optimizer.eps=1.0e6 --set lr_schedule.type=constant --set lr_schedule.learning_rate=1.0e9
    --set lr_schedule.warmup_steps=0)
-train llama.yaml g_w0 1 "${G[@]}" --set lr_schedule.learning_rate=0.0
+layout_train 1 g_w0 llama.yaml "${G[@]}" --set lr_schedule.learning_rate=0.0
 probes g_ "${G[@]}"
-for a in r u; do for n in 2 4; do train llama.yaml g_${a}${n} $n "${G[@]}" $(cp_ $a $n); done; done
+for a in r u; do for n in 2 4; do layout_train $n g_${a}${n} llama.yaml "${G[@]}" $(cp_ $a $n); done; done
 check grad g_one g_unf,g_e,g_eu,g_acc g_r2,g_u2,g_r4,g_u4 g_w0
 
 # ---- 10 steps, fp32 ----------------------------------------------------------------------------------
 probes ""
-for a in r u; do for n in 2 4; do train llama.yaml ${a}${n} $n $(cp_ $a $n); done; done
+for a in r u; do for n in 2 4; do layout_train $n ${a}${n} llama.yaml $(cp_ $a $n); done; done
 check train one unf,e,eu,acc r2,u2,r4,u4
 
 # ---- 10 steps, bf16 ----------------------------------------------------------------------------------
 BF=(--set model.model_config.compute_dtype=bfloat16)
 probes b_ "${BF[@]}"
-for a in r u; do train llama.yaml b_${a}2 2 "${BF[@]}" $(cp_ $a 2); done
+for a in r u; do layout_train 2 b_${a}2 llama.yaml "${BF[@]}" $(cp_ $a 2); done
 check train-bf16 b_one b_unf,b_e,b_eu,b_acc b_r2,b_u2
 grep -q '"compute_dtype":"bfloat16"' b_r2/metrics.jsonl || fail "b_r2 did not run in bfloat16"
 echo "PASS"

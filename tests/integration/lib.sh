@@ -42,8 +42,8 @@
 #   logged DIR N                DIR/metrics.jsonl logs exactly N steps
 #   close_losses REL REF RUN... each RUN's losses agree with REF's step for step within REL relative; prints the worst
 #   same_bits REF RUN...        each RUN's losses (as same_losses) and weights.safetensors (cmp) are REF's, bit for bit
-#   same_after K REF RUN...     each RUN (resumed after step K) logs REF's steps after K, loss and loss scale bit for bit
-#                               and none else, and its weights.safetensors is REF's (cmp)
+#   same_after K REF RUN...     each RUN (resumed after step K) logs REF's steps after K (REF logs every step from 1), loss
+#                               and loss scale bit for bit, and none else, and its weights.safetensors is REF's (cmp)
 set -euo pipefail
 
 BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
@@ -241,7 +241,8 @@ import json, sys
 def steps(p):
     return [(r["step"], r["loss"], r.get("loss_scale")) for r in map(json.loads, open(p)) if "loss" in r and "step" in r]
 ref, got, k = steps(sys.argv[1]), steps(sys.argv[2]), int(sys.argv[3])
-after = [s for s in ref if s[0] > k]
+assert [s for s, _, _ in ref] == list(range(1, len(ref) + 1)), f"the reference logs steps {[s for s, _, _ in ref]}, not every step from 1"
+after = ref[k:]
 assert after and [s for s, _, _ in got] == [s for s, _, _ in after], ([s for s, _, _ in got], [s for s, _, _ in after])
 assert got == after, (got, after)  # JSON floats round-trip: equal values are equal bits
 EOF

@@ -11,66 +11,29 @@
 #    (bf16 -> f32 -> bf16 is exact), on one rank and with ZeRO over dp2 (moment shards that cut
 #    tensors);
 #  * a bf16-moment checkpoint resumes under float32 moments and a float32 one under bf16 moments.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-cat > tiny.yaml <<YAML
-seed: 11
-runner_config: {train_steps: 20, batch_size: 8}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 10, keep_checkpoint_max: 3}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 4, num_heads: 4}
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+random_gpt2 tiny.yaml batch=8 clip=1.0 samples=16 layers=4 model= ckpt="prefix: tiny, save_checkpoint_steps: 10, keep_checkpoint_max: 3"
 BF="--set optimizer.moment_dtype=bfloat16"
 DP2Z="--set parallel_config.data_parallel=2 --set runner_config.batch_size=4 --set parallel.enable_parallel_optimizer=True"
 
-run() {  # NAME NP [--set ...]: trains into NAME, the final weights in NAME/weights.safetensors
-  local name=$1 np=$2; shift 2
-  local cmd=("$BIN" train --config tiny.yaml --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@")
-  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; echo "FAIL: $name"; exit 1; }
-  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; echo "FAIL: $name"; exit 1; }
-  fi
-}
 ckpt10() { ls -d "$1"/checkpoint/tiny-*_10; }  # RUN's step-10 checkpoint (tiny-<epoch>_<step>)
-resume() {  # REF NAME NP [--set ...]: steps 11-20 from REF's step-10 checkpoint
+resume() {  # REF NAME NP [--set ...]: steps 11-20 from REF's step-10 checkpoint, by lib.sh's layout_train
   local ref=$1 name=$2 np=$3; shift 3
-  run "$name" "$np" --set resume_training=True --set load_checkpoint="$(ckpt10 "$ref")" "$@"
-  grep -q "resumed from .*tiny-[0-9]*_10: step 10" "$name.log" || { tail -30 "$name.log"; echo "FAIL: $name did not resume"; exit 1; }
-}
-bitwise() {  # REF RUN: steps 11-20 and the final weights bitwise equal
-  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY' || { echo "FAIL: $2's losses are not bitwise $1's after step 10"; exit 1; }
-import json, sys
-def steps(p): return [(r["step"], r["loss"]) for r in map(json.loads, open(p)) if "loss" in r]
-ref, got = steps(sys.argv[1]), steps(sys.argv[2])
-assert [s for s, _ in got] == list(range(11, 21)), got
-assert got == ref[10:], (got, ref[10:])  # JSON floats round-trip: equal values are equal bits
-PY
-  cmp "$1/weights.safetensors" "$2/weights.safetensors" || { echo "FAIL: $2's weights differ from $1's"; exit 1; }
-  echo "$2: steps 11-20 and final weights bitwise equal to $1"
+  layout_train "$np" "$name" tiny.yaml --set resume_training=True --set load_checkpoint="$(ckpt10 "$ref")" "$@"
+  grep -q "resumed from .*tiny-[0-9]*_10: step 10" "$name.log" || { tail -30 "$name.log"; fail "$name did not resume"; }
 }
 state_bytes() {  # RUN: optimizer_state_bytes of each rank, space-separated
-  python3 -c 'import json,sys; print(" ".join("%d" % r["optimizer_state_bytes"] for r in json.load(open(sys.argv[1]))["ranks"]))' \
+  "$PY" -c 'import json,sys; print(" ".join("%d" % r["optimizer_state_bytes"] for r in json.load(open(sys.argv[1]))["ranks"]))' \
     "$(find "$1" -name resources.json | head -1)"
 }
 
 # One rank: float32 and bf16 moments from the same start.
-run f32 1
-run bf16 1 $BF
-grep -q "bfloat16 moments" bf16.log || { grep optimizer bf16.log; echo "FAIL: the log does not say bfloat16 moments"; exit 1; }
-grep -q "float32 moments" f32.log || { echo "FAIL: the log does not say float32 moments"; exit 1; }
-python3 - f32/metrics.jsonl bf16/metrics.jsonl <<'PY'
+layout_train 1 f32 tiny.yaml
+layout_train 1 bf16 tiny.yaml $BF
+grep -q "bfloat16 moments" bf16.log || { grep optimizer bf16.log; fail "the log does not say bfloat16 moments"; }
+grep -q "float32 moments" f32.log || fail "the log does not say float32 moments"
+"$PY" - f32/metrics.jsonl bf16/metrics.jsonl <<'PY' || fail "float32 against bfloat16 moments"
 import json, sys
 def losses(p): return [r["loss"] for r in map(json.loads, open(p)) if "loss" in r]
 f, b = losses(sys.argv[1]), losses(sys.argv[2])
@@ -84,11 +47,11 @@ assert d[0] == 0.0, "step 1's loss comes before any update: the same weights, th
 assert b[-1] < b[0], "the bf16-moment run does not train: last loss %g, first %g" % (b[-1], b[0])
 PY
 f=$(state_bytes f32); b=$(state_bytes bf16)
-[ "$((f))" -eq "$((2 * b))" ] || { echo "FAIL: optimizer state bytes float32 $f, bfloat16 $b (not half)"; exit 1; }
+[ "$((f))" -eq "$((2 * b))" ] || fail "optimizer state bytes float32 $f, bfloat16 $b (not half)"
 echo "optimizer state on one rank: float32 moments $f bytes, bfloat16 moments $b bytes"
 
 # Checkpoints: F32 moments under either dtype.
-python3 - "$(ckpt10 bf16)/rank_00000.safetensors" <<'PY'
+"$PY" - "$(ckpt10 bf16)/rank_00000.safetensors" <<'PY' || fail "the bf16-moment run's checkpoint"
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
@@ -99,10 +62,10 @@ PY
 
 # Resumes: bitwise under the same dtype; across dtypes they load and train.
 resume bf16 bf16_resumed 1 $BF
-bitwise bf16 bf16_resumed
+same_after 10 bf16 bf16_resumed
 resume bf16 bf16_to_f32 1
 resume f32 f32_to_bf16 1 $BF
-python3 - bf16/metrics.jsonl bf16_to_f32/metrics.jsonl f32/metrics.jsonl f32_to_bf16/metrics.jsonl <<'PY'
+"$PY" - bf16/metrics.jsonl bf16_to_f32/metrics.jsonl f32/metrics.jsonl f32_to_bf16/metrics.jsonl <<'PY' || fail "resumes across moment dtypes"
 import json, sys
 def losses(p): return [r["loss"] for r in map(json.loads, open(p)) if "loss" in r]
 bf16, bf16_to_f32, f32, f32_to_bf16 = map(losses, sys.argv[1:])
@@ -114,18 +77,18 @@ print("bf16 checkpoint under float32 moments: step 20 loss %.6f (bf16 run %.6f);
 PY
 
 # ZeRO over dp2: each rank's moment shard (cutting tensors) in bf16, saved and resumed bitwise.
-run z_f32 2 $DP2Z
-run z_bf16 2 $DP2Z $BF
+layout_train 2 z_f32 tiny.yaml $DP2Z
+layout_train 2 z_bf16 tiny.yaml $DP2Z $BF
 resume z_bf16 z_bf16_resumed 2 $DP2Z $BF
-bitwise z_bf16 z_bf16_resumed
+same_after 10 z_bf16 z_bf16_resumed
 zf=($(state_bytes z_f32)); zb=($(state_bytes z_bf16))
 for r in 0 1; do
-  [ "${zf[$r]}" -eq "$((2 * ${zb[$r]}))" ] || { echo "FAIL: rank $r: ZeRO optimizer state float32 ${zf[$r]}, bfloat16 ${zb[$r]}"; exit 1; }
+  [ "${zf[$r]}" -eq "$((2 * ${zb[$r]}))" ] || fail "rank $r: ZeRO optimizer state float32 ${zf[$r]}, bfloat16 ${zb[$r]}"
 done
 echo "optimizer state per rank, ZeRO over dp2: float32 moments ${zf[*]} bytes, bfloat16 moments ${zb[*]} bytes"
 # `gridformer plan` says what the run held.
 "$BIN" plan --config tiny.yaml $DP2Z $BF --ranks 2 > z_bf16.plan
-python3 - z_bf16.plan "$(printf '%s\n' "${zb[@]}" | sort -n | tail -1)" <<'PY'
+"$PY" - z_bf16.plan "$(printf '%s\n' "${zb[@]}" | sort -n | tail -1)" <<'PY' || fail "the plan's optimizer state"
 import re, sys
 plan = open(sys.argv[1]).read()
 m = re.search(r"optimizer state ([0-9.]+) (B|KiB|MiB) \(AdamW moments in bfloat16, a 1/2 ZeRO-1 shard\)", plan)

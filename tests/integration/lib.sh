@@ -27,8 +27,9 @@
 #                               (max_grad_norm 0.5; empty: no clipping) lr_end (0.0003) optimizer (AdamW, betas 0.9 and
 #                               0.95, decay 0.1; empty: the default) samples (RandomTokens seed 5 of 160) ckpt (a
 #                               CheckpointMonitor's fields, YAML: "prefix: tiny, save_checkpoint_steps: 10"; none) top
-#                               (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101) layers (2)
-#                               model (the rest of model_config, YAML; "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1")
+#                               (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101) hidden (32)
+#                               layers (2) model (the rest of model_config, YAML; "hidden_dropout_rate: 0.1,
+#                               attention_dropout_rate: 0.1")
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
@@ -130,9 +131,9 @@ random_llama() {
 random_gpt2() {
   local file=$1; shift
   eval "$RANDOM_RUN"
-  local vocab=101 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
+  local vocab=101 hidden=32 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
   random_fields "$@"
-  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: 16, hidden_size: 32, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
+  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: 16, hidden_size: $hidden, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
 }
 
 run() {

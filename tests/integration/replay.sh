@@ -12,37 +12,15 @@
 #      replay; replayed, step 9 is again not finite with the same bits (a deterministic fault), the first
 #      output that is not finite is layer 1's output (its MLP: the attention before it is finite), and the
 #      fp32 re-run finds the same.
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap "rm -rf $WORK" EXIT; [ -n "${KEEP:-}" ] && trap - EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
-cat > tiny.yaml <<YAML
-seed: 3
-runner_config: {train_steps: 12, batch_size: 2}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
-parallel_config: {data_parallel: 2}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 4, keep_checkpoint_max: 3}
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+random_gpt2 tiny.yaml seed=3 steps=12 batch=2 lr_end= optimizer= samples=400 top="parallel_config: {data_parallel: 2}" \
+  ckpt="prefix: tiny, save_checkpoint_steps: 4, keep_checkpoint_max: 3"
 mp() { mpirun -np 2 --oversubscribe "$BIN" "$@"; }
 # Edits element 37 of the first piece of h.1.mlp.c_fc.weight in a checkpoint's rank-0 shard: MODE flip (one
 # mantissa bit, CRCs left as saved) or nan (a NaN, the piece's and the file's CRC-32C rewritten in index.json).
 edit() {  # CHECKPOINT_DIR MODE
-  python3 - "$1" "$2" <<'PY'
+  "$PY" - "$1" "$2" <<'PY' || fail "editing $1"
 import json, struct, sys
 d, mode = sys.argv[1], sys.argv[2]
 def crc32c(data, crc=0):
@@ -72,20 +50,22 @@ if mode == "nan":
 PY
 }
 
-mp train --config tiny.yaml --set output_dir=run > run.log 2>&1 || fail "the run: $(tail -3 run.log)"
+mpi_train 2 run tiny.yaml
 
 # (a)
-mp replay --checkpoint run/checkpoint/tiny-1_8 --steps 9-12 --output_dir rp_a > a.log 2>&1 || fail "(a) status $?: $(tail -3 a.log)"
+run a mp replay --checkpoint run/checkpoint/tiny-1_8 --steps 9-12 --output_dir rp_a
+((STATUS == 0)) || fail "(a) status $STATUS: $(tail -3 a.log)"
 [ "$(grep -c "same bits as the run" a.log)" = 4 ] || fail "(a) $(grep 'step [0-9]*:' a.log)"
 grep -q "replay verdict: same bits in every compared step (9-12)" a.log || fail "(a) verdict: $(grep verdict a.log)"
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["status"] == 0 and all(s["same"] for s in j["steps"]), j' rp_a/replay.json
+"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["status"] == 0 and all(s["same"] for s in j["steps"]), j' rp_a/replay.json \
+  || fail "(a) replay.json"
 echo "(a) steps 9-12 from the step-8 checkpoint: same bits"
 
 # (b)
 cp -r run flipped
 edit flipped/checkpoint/tiny-1_8 flip
-status=0; mp replay --checkpoint flipped/checkpoint/tiny-1_8 --steps 9-12 --metrics run/metrics.jsonl --output_dir rp_b > b.log 2>&1 || status=$?
-[ "$status" = 7 ] || fail "(b) status $status, expected 7: $(tail -3 b.log)"
+run b mp replay --checkpoint flipped/checkpoint/tiny-1_8 --steps 9-12 --metrics run/metrics.jsonl --output_dir rp_b
+((STATUS == 7)) || fail "(b) status $STATUS, expected 7: $(tail -3 b.log)"
 grep -q "the checkpoint differs from what was saved: .*damaged: tensor h.1.mlp.c_fc.weight box" b.log || fail "(b) the tensor is not named: $(grep -m1 warn b.log)"
 [ "$(grep -c "step [0-9]*: DIFFERENT bits: .*the ranks whose own loss differs: 0, 1" b.log)" = 4 ] || fail "(b) $(grep 'step [0-9]*:' b.log)"
 grep -q "replay verdict: DIFFERENT bits from step 9.*: the checkpoint's bits changed after its save" b.log || fail "(b) verdict: $(grep verdict b.log)"
@@ -94,12 +74,12 @@ echo "(b) a flipped bit: $(grep -o 'damaged: tensor h.1.mlp.c_fc.weight box[^)]*
 # (c)
 cp -r run nan
 edit nan/checkpoint/tiny-1_8 nan
-status=0; mp train --config tiny.yaml --set output_dir=nan --set resume_training=True --set load_checkpoint=nan/checkpoint/tiny-1_8 \
-  --set model.model_config.compute_dtype=bfloat16 > nan.log 2>&1 || status=$?
-[ "$status" = 3 ] || fail "(c) the resumed run: status $status, expected 3: $(tail -3 nan.log)"
+run nan mp train --config tiny.yaml --set output_dir=nan --set resume_training=True --set load_checkpoint=nan/checkpoint/tiny-1_8 \
+  --set model.model_config.compute_dtype=bfloat16
+((STATUS == 3)) || fail "(c) the resumed run: status $STATUS, expected 3: $(tail -3 nan.log)"
 grep -q "gridformer replay --checkpoint .* --steps 9" nan.log || fail "(c) the error does not suggest the replay"
-status=0; mp replay --checkpoint nan/checkpoint/tiny-1_8 --steps 9 --set model.model_config.compute_dtype=bfloat16 --output_dir rp_c > c.log 2>&1 || status=$?
-[ "$status" = 0 ] || fail "(c) replay status $status: $(tail -3 c.log)"
+run c mp replay --checkpoint nan/checkpoint/tiny-1_8 --steps 9 --set model.model_config.compute_dtype=bfloat16 --output_dir rp_c
+((STATUS == 0)) || fail "(c) replay status $STATUS: $(tail -3 c.log)"
 grep -q "step 9: loss nan grad_norm nan: same bits as the run" c.log || fail "(c) $(grep 'step [0-9]*:' c.log)"
 grep -q "step 9 is not finite again: the first output that is not: rank 0: layer 1's output (MLP + residual)" c.log || fail "(c) verdict: $(grep verdict c.log)"
 grep -q "in fp32: step 9 is not finite either, first at rank 0: layer 1's output (MLP + residual)" c.log || fail "(c) fp32: $(grep verdict c.log)"

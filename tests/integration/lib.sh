@@ -6,7 +6,8 @@
 #   BUILD SRC         the build and source directories (absolute)
 #   BIN PRE PY        build/bin/gridformer, build/bin/preprocess_data, /usr/bin/python3 (Debian's, with torch)
 #   VOCAB MERGES      the GPT-2 BPE files scripts/setup.sh fetched; CORPUS the default corpus's prefix
-#   WORK              a fresh directory, the working directory, removed when the script exits (kept with KEEP_WORK=1)
+#   WORK              a fresh directory, the working directory, removed when the script exits (kept with KEEP_WORK=1);
+#                     KILL_AT_EXIT=1 kills what is left of the script's runs first (kill_ours)
 #   the MPI environment (root allowed, no single-copy mechanism, one OpenMP thread a rank)
 #
 # Functions:
@@ -40,6 +41,11 @@
 #                               message's line
 #   losses DIR                  the step losses of DIR/metrics.jsonl, "step loss" per line
 #   same_losses A B [REL]       the losses of A and B agree step for step (bitwise, or within REL relative)
+#   ranks_of OUT                the pids of the gridformer processes training into output_dir OUT (from their command
+#                               lines: other tests' processes may come and go meanwhile; one that ends is skipped; never fails)
+#   wait_step OUT N [TRIES]     waits until OUT/metrics.jsonl logs N steps, polling every 50 ms, at most TRIES (600) times
+#   kill_ours                   SIGCONT and SIGKILL to every process whose command line names $WORK/ (a script's runs
+#                               into absolute output_dirs); KILL_AT_EXIT=1 has the exit do it
 #   logged DIR N                DIR/metrics.jsonl logs exactly N steps
 #   close_losses REL REF RUN... each RUN's losses agree with REF's step for step within REL relative; prints the worst
 #   same_bits REF RUN...        each RUN's losses (as same_losses) and weights.safetensors (cmp) are REF's, bit for bit
@@ -58,7 +64,8 @@ CORPUS="$SRC/data/fortunes/fortunes_text_document"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gf_it.XXXXXX")"
-trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+KILL_AT_EXIT=""
+trap '[ -z "$KILL_AT_EXIT" ] || kill_ours; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 cd "$WORK"
 STATUS=0
 
@@ -250,4 +257,27 @@ EOF
     cmp "$ref/weights.safetensors" "$r/weights.safetensors" || fail "$r: weights differ from $ref's"
     echo "$r: steps $((k + 1))-$(losses "$r" | tail -1 | cut -d' ' -f1) and final weights bitwise equal to $ref"
   done
+}
+
+ranks_of() {
+  local p
+  for p in $(pgrep -x gridformer || true); do
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
+  done
+  return 0
+}
+
+wait_step() {
+  local n
+  for _ in $(seq 1 "${3:-600}"); do
+    n=$(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  fail "$1 did not reach step $2"
+}
+
+kill_ours() {
+  local p
+  for p in $(pgrep -f -- "$WORK/" || true); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
 }

@@ -10,59 +10,22 @@
 #  (d) two SIGTERMs in quick succession: the run stops (143), a rank says the second stopped it at once,
 #      and the newest committed checkpoint still reads back whole (its CRCs; `gridformer convert` reads
 #      every tensor).
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-# The ranks of the run into OUT (other tests' gridformer processes may come and go meanwhile: a
-# process that ends between pgrep and reading its cmdline is skipped, and the function never fails).
-ranks_of() {
-  local p
-  for p in $(pgrep -x gridformer || true); do
-    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
-  done
-  return 0
-}
-cleanup() { for p in $(pgrep -f -- "$WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
-cat > tiny.yaml <<YAML
-seed: 3
-runner_config: {train_steps: 200, batch_size: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
-parallel_config: {data_parallel: 2}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 4, keep_checkpoint_max: 2, async_save: True}
-YAML
-train() {  # OUT [--set ...]: 2 ranks into OUT, the final weights in OUT/w.safetensors
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+KILL_AT_EXIT=1
+random_gpt2 tiny.yaml seed=3 steps=200 batch=4 lr_end= optimizer= samples=400 top="parallel_config: {data_parallel: 2}" \
+  ckpt="prefix: tiny, save_checkpoint_steps: 4, keep_checkpoint_max: 2, async_save: True"
+# start OUT [--set ...]: 2 ranks into OUT in the background (mpirun's pid in $job), the output in OUT.log, the final
+# weights in OUT/weights.safetensors (as lib.sh's layout_train 2 OUT tiny.yaml writes them in the foreground)
+start() {
   local out=$1; shift
   mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --set "output_dir=$out" \
-    --save-weights "$out/w.safetensors" "$@"
+    --save-weights "$out/weights.safetensors" "$@" > "$out.log" 2>&1 &
+  job=$!
 }
-last_step() { python3 -c 'import json,sys; print(max([j["step"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j] or [0]))' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+last_step() { "$PY" -c 'import json,sys; print(max([j["step"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j] or [0]))' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
 losses_after() {  # METRICS K: "step loss grad_norm" of the steps after K, as printed
-  python3 -c 'import json,sys; [print(j["step"], repr(j["loss"]), repr(j["grad_norm"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j and j["step"] > int(sys.argv[2])]' "$1" "$2"
-}
-wait_step() {  # OUT N: until OUT's metrics show step N (a line per step: grep, quicker than python)
-  local n
-  for _ in $(seq 1 600); do
-    n=$(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || true)
-    [ "${n:-0}" -ge "$2" ] && return 0
-    sleep 0.05
-  done
-  fail "$1 did not reach step $2"
+  "$PY" -c 'import json,sys; [print(j["step"], repr(j["loss"]), repr(j["grad_norm"])) for j in map(json.loads, open(sys.argv[1])) if "loss" in j and j["step"] > int(sys.argv[2])]' "$1" "$2"
 }
 # signal_ranks OUT SIG: OUT's ranks frozen (SIGSTOP) at once, so the run cannot finish meanwhile,
 # sent SIG, and let go on: they see it at the next step boundary.
@@ -75,19 +38,17 @@ signal_ranks() {
 resume_and_compare() {
   local c=$1 k=$2
   [[ "$(cat "$c/checkpoint/latest")" == tiny-*_"$k" ]] || fail "($c) latest is $(cat "$c/checkpoint/latest"), not step $k's"
-  train "$c.resumed" --set resume_training=True --set "load_checkpoint=$c/checkpoint" > "$c.resumed.log" 2>&1 \
-    || { tail -20 "$c.resumed.log"; fail "($c) the resume failed"; }
+  layout_train 2 "$c.resumed" tiny.yaml --set resume_training=True --set "load_checkpoint=$c/checkpoint"
   [ "$(losses_after "$c.resumed/metrics.jsonl" "$k")" = "$(losses_after ref/metrics.jsonl "$k")" ] \
     || { diff <(losses_after "$c.resumed/metrics.jsonl" "$k") <(losses_after ref/metrics.jsonl "$k") | head; fail "($c) resumed losses differ"; }
   [ "$(losses_after "$c.resumed/metrics.jsonl" "$k" | wc -l)" -eq $((200 - k)) ] || fail "($c) the resume did not train steps $((k + 1))-200"
-  cmp -s "$c.resumed/w.safetensors" ref/w.safetensors || fail "($c) resumed final weights differ from the reference"
+  cmp -s "$c.resumed/weights.safetensors" ref/weights.safetensors || fail "($c) resumed final weights differ from the reference"
 }
 
-train ref > ref.log 2>&1 || { tail -20 ref.log; fail "the reference run failed"; }
+layout_train 2 ref tiny.yaml
 
 # (a) SIGTERM to both ranks (as scripts/run_distribute.sh sends it) once step 20 is done.
-train a > a.log 2>&1 &
-job=$!
+start a
 wait_step a 20
 signal_ranks a TERM
 status=0; wait "$job" || status=$?
@@ -100,7 +61,7 @@ resume_and_compare a "$k"
 echo "(a) SIGTERM after step $k: status 143, checkpoint $(cat a/checkpoint/latest) committed, resumed bitwise to step 200"
 
 # (b) exit_interval: 7 (a step the every-4-steps saves do not cover).
-train b --set runner_config.exit_interval=7 > b.log 2>&1 || { tail -20 b.log; fail "(b) exit_interval: status $?"; }
+layout_train 2 b tiny.yaml --set runner_config.exit_interval=7
 grep -q "exiting after step 7 of 200 (runner_config.exit_interval: 7); checkpoint .* of step 7 committed" b.log \
   || { tail -5 b.log; fail "(b) no exit line"; }
 [ "$(last_step b)" -eq 7 ] || fail "(b) trained to step $(last_step b)"
@@ -108,7 +69,7 @@ resume_and_compare b 7
 echo "(b) exit_interval 7: status 0 after step 7, checkpoint committed, resumed bitwise to step 200"
 
 # (c) exit_duration_in_mins: 0.0001 (6 ms): a few steps at most (how many depends on the machine).
-train c --set runner_config.exit_duration_in_mins=0.0001 > c.log 2>&1 || { tail -20 c.log; fail "(c) status $?"; }
+layout_train 2 c tiny.yaml --set runner_config.exit_duration_in_mins=0.0001
 line=$(grep -m1 "exiting after step [0-9]* of 200 (runner_config.exit_duration_in_mins: 0.0001; .* minutes of training); checkpoint .* of step [0-9]* committed" c.log) \
   || { tail -5 c.log; fail "(c) no exit line"; }
 k=$(echo "$line" | sed -n 's/.*exiting after step \([0-9]*\) of 200.*/\1/p')
@@ -119,8 +80,7 @@ echo "(c) exit_duration_in_mins: status 0 after step $k with its checkpoint"
 # (d) two SIGTERMs 50 ms apart: the second stops at once (said on stderr); what is committed still reads whole.
 # A model of 8 layers of 256 (6.3M parameters) makes the first signal's work (the step, the checkpoint under way,
 # the final one) outlast 50 ms, so that the second meets a live run: (d) cannot quietly become (a).
-train d --set model.model_config.hidden_size=256 --set model.model_config.num_layers=8 > d.log 2>&1 &
-job=$!
+start d --set model.model_config.hidden_size=256 --set model.model_config.num_layers=8
 wait_step d 20
 signal_ranks d TERM
 sleep 0.05

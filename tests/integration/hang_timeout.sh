@@ -10,51 +10,11 @@
 #      same, the summary written by rank 1 (the lowest live rank) and naming that message: the send matching
 #      world rank 1's pp recv, its tag and bytes. (Frozen at a random moment, rank 1 waited in the step's world
 #      all-reduce 3 times of 3.)
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+KILL_AT_EXIT=1  # a frozen rank left by a failure is woken and killed
 TIMEOUT=5   # parallel.hang_timeout, seconds
-# The ranks of the run into OUT (other tests' gridformer processes may come and go meanwhile: a
-# process that ends between pgrep and reading its cmdline is skipped, and the function never fails).
-ranks_of() {
-  local p
-  for p in $(pgrep -x gridformer || true); do
-    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
-  done
-  return 0
-}
-cleanup() {
-  for p in $(pgrep -f -- "$WORK/" || true); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
-cat > tiny.yaml <<YAML
-seed: 3
-runner_config: {train_steps: 1000000, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-YAML
-wait_step() {  # OUT N: until OUT's metrics show step N
-  local n
-  for _ in $(seq 1 1200); do
-    n=$(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || true)
-    [ "${n:-0}" -ge "$2" ] && return 0
-    sleep 0.05
-  done
-  fail "$1 did not reach step $2"
-}
+random_gpt2 tiny.yaml seed=3 steps=1000000 batch=4 clip= lr_end= optimizer= samples=400 model=
 pid_of_rank() {  # OUT R: world rank R's pid, from its log ("rank R of N, pid P"), if it is one of the run's ranks
   local p
   p=$(sed -n "s/.*\] rank $2 of [0-9]*, pid \([0-9]*\),.*/\1/p" "$1/log/rank_$2/gridformer.log" | head -1)
@@ -69,7 +29,7 @@ hang() {
   mpirun -np "$np" --oversubscribe "$BIN" train --config tiny.yaml --set "output_dir=$WORK/$c" \
     --set parallel.hang_timeout=$TIMEOUT "$@" > "$c.log" 2>&1 &
   local job=$! pid t0 t1 status=0
-  wait_step "$c" 20
+  wait_step "$c" 20 1200
   pid=$(pid_of_rank "$WORK/$c" "$stop")
   [ -n "$pid" ] || fail "($c) no running rank $stop"
   if [ -n "${SELF_STOP:-}" ]; then
@@ -88,11 +48,11 @@ hang() {
   wait "$job" || status=$?
   t1=$(date +%s.%N)
   kill -CONT "$pid" 2>/dev/null || true
-  local took; took=$(python3 -c "print(round($t1 - $t0, 1))")
+  local took; took=$("$PY" -c "print(round($t1 - $t0, 1))")
   [ "$status" -eq 6 ] || { tail -30 "$c.log"; fail "($c) status $status, expected 6 (a hang)"; }
-  python3 -c "import sys; sys.exit(0 if $took <= $TIMEOUT + 20 else 1)" \
+  "$PY" -c "import sys; sys.exit(0 if $took <= $TIMEOUT + 20 else 1)" \
     || fail "($c) the job ended $took s after the stop (hang_timeout $TIMEOUT s + 20 s allowed)"
-  python3 -c "import sys; sys.exit(0 if $took >= $TIMEOUT else 1)" || fail "($c) the job ended $took s after the stop, before hang_timeout"
+  "$PY" -c "import sys; sys.exit(0 if $took >= $TIMEOUT else 1)" || fail "($c) the job ended $took s after the stop, before hang_timeout"
   # Nothing of the run is left (mpirun has killed the stopped rank too).
   for _ in $(seq 1 100); do [ -z "$(ranks_of "$WORK/$c")" ] && break; sleep 0.1; done
   [ -z "$(ranks_of "$WORK/$c")" ] || fail "($c) ranks left running: $(ranks_of "$WORK/$c")"

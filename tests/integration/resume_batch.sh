@@ -8,29 +8,10 @@
 #  - the resumed run's step 5 starts at sample 32 (the first not consumed), each of its steps reads 16
 #    samples, and metrics.jsonl's consumed_samples is 32 + 16 (s - 4) after step s;
 #  - the resume's log names the change of global batch.
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
-cat > tiny.yaml <<YAML
-seed: 3
-runner_config: {train_steps: 10, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 1000}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 100}
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+random_gpt2 tiny.yaml seed=3 steps=10 batch=4 clip= lr_end= optimizer= samples=1000 model= \
+  ckpt="prefix: tiny, save_checkpoint_steps: 100"
 # The trace's micro-batches as sample indices, one per line, sorted numerically.
 samples() { awk '{for (i = 0; i < $7; ++i) print $6 + i}' "$@" | sort -n; }
 
@@ -60,7 +41,7 @@ for s in 5 6 7 8 9 10; do
   lo=$(awk -v s=$s '$2 == s {print $6}' b.trace | sort -n | head -1)
   [ "$lo" = $((32 + 16 * (s - 5))) ] || fail "step $s starts at sample $lo, not $((32 + 16 * (s - 5)))"
 done
-python3 - run/metrics.jsonl <<'PY' || fail "consumed_samples in metrics.jsonl"
+"$PY" - run/metrics.jsonl <<'PY' || fail "consumed_samples in metrics.jsonl"
 import json, sys
 want = {s: 8 * s for s in range(1, 5)} | {s: 32 + 16 * (s - 4) for s in range(5, 11)}
 got = {j["step"]: j["consumed_samples"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j}

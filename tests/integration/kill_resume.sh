@@ -23,39 +23,19 @@
 # Printed: the seed (KILL_RESUME_SEED=N draws another plan; the machine's timing still varies), each
 # kill (rank, moment, the last step logged and `latest` when it landed, any `.tmp` in checkpoint/,
 # what the next start resumed from), and the time taken.
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-cleanup() { for p in $(pgrep -f -- "$WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-cd "$WORK"
-fail() { [ "${#SUMMARY[@]}" -eq 0 ] || printf '%s\n' "${SUMMARY[@]}"; echo "FAIL: $*"; exit 1; }
-KILLS=20 STEPS=200
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+KILL_AT_EXIT=1
 declare -a SUMMARY=()
+fail() { [ "${#SUMMARY[@]}" -eq 0 ] || printf '%s\n' "${SUMMARY[@]}"; echo "FAIL: $*"; exit 1; }  # lib.sh's fail, the kills so far printed first
+KILLS=20 STEPS=200
 SEED="${KILL_RESUME_SEED:-20250611}"
 RANDOM="$SEED"
 T0=$SECONDS
 
 for a in True False; do
-  cat > "async_$a.yaml" <<YAML
-seed: 3
-runner_config: {train_steps: $STEPS, batch_size: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
-parallel_config: {data_parallel: 2}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 2, keep_checkpoint_max: 2, async_save: $a}
-YAML
+  random_gpt2 "async_$a.yaml" seed=3 steps=$STEPS batch=4 lr_end= optimizer= samples=400 top="parallel_config: {data_parallel: 2}" \
+    ckpt="prefix: tiny, save_checkpoint_steps: 2, keep_checkpoint_max: 2, async_save: $a"
 done
 # The run's output directories are absolute paths under WORK, so that the ranks found by their
 # command line are this test's (other tests' gridformer processes may come and go meanwhile).
@@ -64,13 +44,6 @@ start() {  # OUT ASYNC [--set ...]: 2 ranks into OUT in the background (pid in $
   mpirun -np 2 --oversubscribe "$BIN" train --config "async_$a.yaml" --set "output_dir=$out" \
     --save-weights "$out/w.safetensors" "$@" >> "$out.log" 2>&1 &
   job=$!
-}
-ranks_of() {  # OUT: the pids of its ranks (a process ending meanwhile is skipped; never fails)
-  local p
-  for p in $(pgrep -x gridformer || true); do
-    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
-  done
-  return 0
 }
 last_step() { { grep '"loss":' "$1/metrics.jsonl" 2>/dev/null || true; } | tail -1 | sed -n 's/.*"step":\([0-9]*\).*/\1/p'; }
 # The timing-critical waits below use bash builtins only: on 2 cores beside 2 ranks that spin in MPI,
@@ -207,7 +180,7 @@ mapfile -t FROM < <(awk '/^=== start /{n++} /resumed from |no checkpoint under .
 [[ ${FROM[starts - 1]} == tiny-* ]] || fail "the last start did not resume from a checkpoint (${FROM[starts - 1]})"
 
 # The last line of each step against the reference.
-python3 - "$RUN/metrics.jsonl" "$WORK/ref/metrics.jsonl" "$STEPS" <<'PY' || fail "the losses differ from the uninterrupted run's (above)"
+"$PY" - "$RUN/metrics.jsonl" "$WORK/ref/metrics.jsonl" "$STEPS" <<'PY' || fail "the losses differ from the uninterrupted run's (above)"
 import json, sys
 def steps(path):
     last = {}

@@ -24,17 +24,23 @@
 #                               seq (16) hidden (64) layers (2) kv (n_kv_heads 2) theta (1000000.0) eps (1.0e-5) model
 #                               (more of model_config, YAML: "use_flash_attention: True")
 #   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
-#                               The run's fields, with their defaults: seed (11) steps (20) batch (none) clip
-#                               (max_grad_norm 0.5; empty: no clipping) lr_end (0.0003) optimizer (AdamW, betas 0.9 and
-#                               0.95, decay 0.1; empty: the default) samples (RandomTokens seed 5 of 160) ckpt (a
-#                               CheckpointMonitor's fields, YAML: "prefix: tiny, save_checkpoint_steps: 10"; none) top
-#                               (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101) hidden (32)
-#                               layers (2) model (the rest of model_config, YAML; "hidden_dropout_rate: 0.1,
-#                               attention_dropout_rate: 0.1")
+#                               The run's fields, with their defaults: seed (11) out (output_dir; none) steps (20) batch
+#                               (none) clip (max_grad_norm 0.5; empty: no clipping) lr_end (0.0003) warmup (2) optimizer
+#                               (AdamW, betas 0.9 and 0.95, decay 0.1; empty: the default) data_seed (5) samples (160:
+#                               RandomTokens) print (per_print_times 1) ckpt (a CheckpointMonitor's fields, YAML:
+#                               "prefix: tiny, save_checkpoint_steps: 10"; none) callbacks (the whole list, YAML, in
+#                               place of print and ckpt) top (more top-level YAML lines: "moe_config: {...}"); the
+#                               model's: vocab (101) seq (16) hidden (32) layers (2) model (the rest of model_config,
+#                               YAML; "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"). Later fields win.
+#   cli_gpt2 FILE [FIELD=VALUE ...]  random_gpt2's fields set for the command-line tests' model: seed 7, output_dir ./out,
+#                               batch 4, clipping at 1.0, AdamWeightDecay (betas 0.9 and 0.95, decay 0.01), RandomTokens
+#                               seed 3, a GPT-2 of vocabulary 64, rows of 32, 2 layers of 64, gelu_new, dropout 0.1; then
+#                               the caller's fields
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
-#   layout_train NP NAME CONFIG ARGS...  train (NP 1) or mpi_train NP, the gathered weights saved in NAME/weights.safetensors
+#   train_on NP NAME CONFIG ARGS...      train (NP 1) or mpi_train NP
+#   layout_train NP NAME CONFIG ARGS...  train_on, the gathered weights saved in NAME/weights.safetensors
 #   refused STATUS PATTERN NAME CMD...  CMD must exit STATUS and print PATTERN (fixed string); nothing trained
 #   mpi_refused NP NAME PATTERN CONFIG ARGS...  `gridformer train --config CONFIG --set output_dir=NAME ARGS...` on NP ranks
 #                               (mpirun) is refused as refused 2 holds it, without even a NAME/metrics.jsonl; prints the
@@ -105,7 +111,7 @@ random_fields() {
   local _field _name  # names no field has: printf -v sets the caller's variable
   for _field in "$@"; do
     _name=${_field%%=*}
-    [[ "$_field" == *=* && " seed steps batch clip lr_end optimizer samples ckpt top arch vocab seq hidden layers kv theta eps model " == *" $_name "* ]] \
+    [[ "$_field" == *=* && " $RANDOM_FIELDS " == *" $_name "* ]] \
       || fail "random model: unknown field '$_field'"
     printf -v "$_name" '%s' "${_field#*=}"
   done
@@ -113,19 +119,22 @@ random_fields() {
 # random_yaml ARCH MODEL_CONFIG: the run of random_gpt2 / random_llama, from the caller's fields, with that model
 random_yaml() {
   echo "seed: $seed"
+  [ -z "$out" ] || echo "output_dir: $out"
   echo "runner_config: {train_steps: $steps${batch:+, batch_size: $batch}}"
   [ -z "$clip" ] || echo "runner_wrapper: {use_clip_grad: True, max_grad_norm: $clip}"
-  echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: 2}"
+  echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: $warmup}"
   [ -z "$optimizer" ] || echo "optimizer: $optimizer"
-  echo "train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: $samples}}"
-  if [ -z "$ckpt" ]; then echo "callbacks: [{type: MFLossMonitor, per_print_times: 1}]"
-  else printf '%s\n' "callbacks:" "  - {type: MFLossMonitor, per_print_times: 1}" "  - {type: CheckpointMonitor, $ckpt}"
+  echo "train_dataset: {data_loader: {type: RandomTokens, seed: $data_seed, num_samples: $samples}}"
+  if [ -n "$callbacks" ]; then echo "callbacks: $callbacks"
+  elif [ -z "$ckpt" ]; then echo "callbacks: [{type: MFLossMonitor, per_print_times: $print}]"
+  else printf '%s\n' "callbacks:" "  - {type: MFLossMonitor, per_print_times: $print}" "  - {type: CheckpointMonitor, $ckpt}"
   fi
   [ -z "$top" ] || printf '%s\n' "$top"
   printf '%s\n' "model:" "  arch: {type: $1}" "  model_config: {$2}"
 }
-RANDOM_RUN='local seed=11 steps=20 batch="" clip=0.5 lr_end=0.0003 samples=160 ckpt="" top=""
-  local optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
+RANDOM_FIELDS="seed out steps batch clip lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers kv theta eps model"
+RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr_end=0.0003 warmup=2 data_seed=5 samples=160 print=1 ckpt=""
+  local callbacks="" top="" optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
 
 random_llama() {
   local file=$1; shift
@@ -138,9 +147,15 @@ random_llama() {
 random_gpt2() {
   local file=$1; shift
   eval "$RANDOM_RUN"
-  local vocab=101 hidden=32 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
+  local vocab=101 seq=16 hidden=32 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
   random_fields "$@"
-  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: 16, hidden_size: $hidden, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
+  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
+}
+
+cli_gpt2() {
+  local file=$1; shift
+  random_gpt2 "$file" seed=7 out=./out batch=4 clip=1.0 optimizer="{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}" \
+    data_seed=3 vocab=64 seq=32 hidden=64 model="hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1" "$@"
 }
 
 run() {
@@ -160,12 +175,17 @@ mpi_train() {
   ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: $np ranks exited with status $STATUS"; }
 }
 
-layout_train() {
+train_on() {
   local np=$1 name=$2 cfg=$3; shift 3
   mkdir -p "$(dirname "$name")"
-  if ((np == 1)); then train "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
-  else mpi_train "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
+  if ((np == 1)); then train "$name" "$cfg" "$@"
+  else mpi_train "$np" "$name" "$cfg" "$@"
   fi
+}
+
+layout_train() {
+  local np=$1 name=$2 cfg=$3; shift 3
+  train_on "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
 }
 
 refused() {

@@ -2,27 +2,8 @@
 # End to end: `gridformer train` on a tiny model with synthetic tokens. The loss falls, the log
 # line and metrics.jsonl carry their fields, train_steps bounds the run, a non-finite loss stops
 # it with status 3, SIGINT stops it cleanly between steps, and a bad config fails before work.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
-cat > tiny.yaml <<'YAML'
-seed: 7
-output_dir: ./out
-runner_config: {batch_size: 4, train_steps: 40}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
-optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 5}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 8}}
-callbacks: [{type: MFLossMonitor, per_print_times: 5}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 32, hidden_size: 64, num_layers: 2,
-                 num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+cli_gpt2 tiny.yaml steps=40 warmup=5 samples=8 print=5
 
 # 1. Trains; uniform random tokens over 64 ids: the loss must fall from ~ln(64)+ towards ln(64) = 4.16.
 OMP_NUM_THREADS=1 "$BIN" train --config tiny.yaml > console.txt 2>&1 || { cat console.txt; fail "train exited non-zero"; }
@@ -33,7 +14,7 @@ done
 [ -s out/log/rank_0/gridformer.log ] || fail "no per-rank log file"
 [ "$(grep -c '"loss"' out/metrics.jsonl)" -eq 9 ] || fail "metrics.jsonl should have 9 step lines (step 1, then every 5 steps of 40)"
 [ "$(grep -c '"event": *"run_start"' out/metrics.jsonl)" -eq 1 ] || fail "metrics.jsonl should have one run_start line"
-python3 - <<'PY' || fail "metrics.jsonl check"
+"$PY" - <<'PY' || fail "metrics.jsonl check"
 import json
 rows = [json.loads(l) for l in open("out/metrics.jsonl") if '"loss"' in l]
 for k in ["step", "loss", "lr", "grad_norm", "loss_scale", "step_ms", "tokens_per_s", "tflops", "mfu", "interval_steps"]:
@@ -68,13 +49,10 @@ grep -qF "eval: 2 batches of the validation data's 8 samples (each once), not ev
 grep -q "step:\[" c2c.txt && fail "eval mode trained"
 
 # 3. A non-finite loss stops the run with status 3 and says what to do.
-set +e
-"$BIN" train --config tiny.yaml --set lr_schedule.type=constant --set lr_schedule.learning_rate=1e30 \
-  --set runner_wrapper.use_clip_grad=False --set lr_schedule.warmup_steps=0 > c3.txt 2>&1
-status=$?
-set -e
-[ "$status" -eq 3 ] || { cat c3.txt; fail "non-finite loss gave status $status, expected 3"; }
-grep -q "training stopped" c3.txt || fail "no message for the non-finite loss"
+run c3 "$BIN" train --config tiny.yaml --set lr_schedule.type=constant --set lr_schedule.learning_rate=1e30 \
+  --set runner_wrapper.use_clip_grad=False --set lr_schedule.warmup_steps=0
+((STATUS == 3)) || { cat c3.log; fail "non-finite loss gave status $STATUS, expected 3"; }
+grep -q "training stopped" c3.log || fail "no message for the non-finite loss"
 
 # 3b. Dynamic loss scaling: after scale_window good steps the scale grows past float range, that
 # step overflows, is skipped (no update) and the scale comes back down; training goes on.
@@ -82,7 +60,7 @@ rm -rf out
 "$BIN" train --config tiny.yaml --set runner_config.train_steps=6 --set callbacks.0.per_print_times=1 \
   --set "runner_wrapper.scale_sense={type: DynamicLossScaleUpdateCell, loss_scale_value: 1.0e38, scale_factor: 1.0e6, scale_window: 2}" \
   > c3b.txt 2>&1 || { cat c3b.txt; fail "dynamic loss scale run"; }
-python3 - <<'PY' || fail "dynamic loss scaling"
+"$PY" - <<'PY' || fail "dynamic loss scaling"
 import json
 rows = [json.loads(l) for l in open("out/metrics.jsonl") if '"loss"' in l]
 assert [r["skipped"] for r in rows] == [False, False, True, False, False, True], [r["skipped"] for r in rows]
@@ -109,16 +87,9 @@ set +e; wait "$pid"; status=$?; set -e
 grep -q "stopped by signal 15" c4b.txt || fail "no clean-stop message for SIGTERM"
 
 # 5. A bad config fails before any work, naming the key.
-set +e
-"$BIN" train --config tiny.yaml --set parallel_config.model_paralel=2 > c5.txt 2>&1; status=$?
-set -e
-[ "$status" -eq 2 ] || fail "bad key gave status $status"
-grep -q "did you mean \`model_parallel\`" c5.txt || fail "no suggestion in: $(cat c5.txt)"
-set +e
-"$BIN" train --config tiny.yaml --set parallel_config.data_parallel=2 > c6.txt 2>&1; status=$?
-set -e
-[ "$status" -eq 2 ] || fail "dp=2 on one rank gave status $status"
-grep -q "a layout that fits 1 rank(s): parallel_config: {data_parallel: 1, model_parallel: 1, pipeline_stage: 1}" c6.txt || fail "layout error lacks the fix: $(cat c6.txt)"
+refused 2 "did you mean \`model_parallel\`" c5 "$BIN" train --config tiny.yaml --set parallel_config.model_paralel=2
+refused 2 "a layout that fits 1 rank(s): parallel_config: {data_parallel: 1, model_parallel: 1, pipeline_stage: 1}" c6 \
+  "$BIN" train --config tiny.yaml --set parallel_config.data_parallel=2
 
 # 6a. OMP_NUM_THREADS is honoured.
 OMP_NUM_THREADS=1 "$BIN" train --config tiny.yaml --set runner_config.train_steps=1 > c6a.txt 2>&1 || fail "1-thread run"
@@ -139,12 +110,8 @@ YAML
 "$BIN" train --config hf.yaml --set load_checkpoint="$SRC/tests/golden/hf_tiny_f32.safetensors" > c6b.txt 2>&1 \
   || { cat c6b.txt; fail "training from a HF checkpoint"; }
 grep -q "loaded weights from .*hf_tiny_f32.safetensors" c6b.txt || fail "no weights-loaded line"
-set +e
-"$BIN" train --config hf.yaml --set model.model_config.num_layers=3 --set load_checkpoint="$SRC/tests/golden/hf_tiny_f32.safetensors" > c6c.txt 2>&1
-status=$?
-set -e
-[ "$status" -ne 0 ] || fail "a checkpoint with too few layers was accepted"
-grep -q "tensor 'h.2.ln_1.weight' is missing" c6c.txt || fail "refusal does not name the tensor: $(tail -1 c6c.txt)"
+refused 2 "tensor 'h.2.ln_1.weight' is missing" c6c \
+  "$BIN" train --config hf.yaml --set model.model_config.num_layers=3 --set load_checkpoint="$SRC/tests/golden/hf_tiny_f32.safetensors"
 
 # 6d. fp16 with a loss scale of 2^32 overflows: the step is skipped and its line says so, with no NaN
 # for the gradient norm; metrics.jsonl holds null there (JSON has no NaN) and skipped: true.

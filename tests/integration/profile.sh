@@ -11,54 +11,21 @@
 #   9. profile_ops: a span per op inside the layers' spans (bench/step_breakdown.py reads them);
 # and check_trace.py must refuse doctored traces (a step missing, a partial overlap, a rank missing,
 # a child removed), so that it can fail.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-export OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-check() { /usr/bin/python3 "$SRC/tools/check_trace.py" "$@"; }
-
-cat > tiny.yaml <<'YAML'
-seed: 7
-output_dir: ./out
-runner_config: {batch_size: 4, train_steps: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
-optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-profile: True
-profile_start_step: 2
-profile_stop_step: 3
-profile_communication: True
-profile_memory: True
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 64, hidden_size: 128, num_layers: 4,
-                 num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
-
-run() {  # run NAME NP [--set ...]
-  local name=$1 np=$2; shift 2
-  local cmd=("$BIN" train --config tiny.yaml --set output_dir="$name" "$@")
-  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "run $name"; }
-  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; fail "run $name"; }
-  fi
-}
+check() { "$PY" "$SRC/tools/check_trace.py" "$@"; }
+cli_gpt2 tiny.yaml steps=4 samples=64 seq=64 hidden=128 layers=4 \
+  top=$'profile: True\nprofile_start_step: 2\nprofile_stop_step: 3\nprofile_communication: True\nprofile_memory: True'
 
 # 1. One rank; evaluation after step 2 and a checkpoint after step 2 fall inside step 3's interval.
-run one 1 --set do_eval=True --set eval_step_interval=2 --set eval_dataset.eval_iters=1 \
+train_on 1 one tiny.yaml --set do_eval=True --set eval_step_interval=2 --set eval_dataset.eval_iters=1 \
   --set 'callbacks=[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, save_checkpoint_steps: 2, keep_checkpoint_max: 1}]'
 grep -q "profile: steps 2-3: [0-9]* events of rank 0 written to one/profile/rank_0/trace.json" one.log \
   || fail "no log line for rank 0's trace: $(grep profile one.log)"
 grep -q "profile: steps 2-3: [0-9]* events of 1 ranks merged into one/profile/trace.json" one.log \
   || fail "no log line for the merged trace"
 check one --ranks 1 --steps 2 3 --layers 4 --clip --memory || fail "run 1's trace"
-/usr/bin/python3 - one/profile/trace.json <<'PY' || fail "run 1: no excluded eval and checkpoint spans"
+"$PY" - one/profile/trace.json <<'PY' || fail "run 1: no excluded eval and checkpoint spans"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 ex = {e["cat"] for e in ev if e.get("ph") == "X" and e["args"].get("excluded")}
@@ -66,16 +33,16 @@ assert ex == {"eval", "checkpoint"}, ex
 PY
 
 # 2, 3. Two ranks: dp2 (the gradient buckets' all-reduces), mp2 (tensor-parallel collectives).
-run dp2 2 --set parallel_config.data_parallel=2 --set runner_config.batch_size=2
+train_on 2 dp2 tiny.yaml --set parallel_config.data_parallel=2 --set runner_config.batch_size=2
 check dp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --comm-group dp --comm-group world || fail "dp2's trace"
-run mp2 2 --set parallel_config.model_parallel=2
+train_on 2 mp2 tiny.yaml --set parallel_config.model_parallel=2
 check mp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --comm-group tp || fail "mp2's trace"
 
 # 4, 5. Two pipeline stages: 1F1B, then zero-bubble H1 (BackwardInput / BackwardWeight).
 PP=(--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4 --set runner_config.batch_size=1)
-run pp2 2 "${PP[@]}"
+train_on 2 pp2 tiny.yaml "${PP[@]}"
 check pp2 --ranks 2 --steps 2 3 --layers 4 --clip --memory --pipeline --comm-group pp || fail "pp2's trace"
-run zb 2 "${PP[@]}" --set parallel.pipeline_config.pipeline_scheduler=zbh1
+train_on 2 zb tiny.yaml "${PP[@]}" --set parallel.pipeline_config.pipeline_scheduler=zbh1
 check zb --ranks 2 --steps 2 3 --layers 4 --clip --pipeline --split-backward --comm-group pp || fail "zbh1's trace"
 
 # 6. Mixtral, 4 experts over ep2 (dp2): the dispatch all-to-alls.
@@ -98,15 +65,15 @@ model:
                  n_kv_heads: 2, intermediate_size: 96, theta: 1000000.0, rms_norm_eps: 1.0e-5}
 moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: True}
 YAML
-mpirun -np 2 --oversubscribe "$BIN" train --config mixtral.yaml > mix.log 2>&1 || { tail -30 mix.log; fail "run mixtral"; }
+mpi_train 2 mix mixtral.yaml
 check mix --ranks 2 --steps 2 3 --layers 2 --clip --all-to-all --comm-group dp || fail "Mixtral ep2's trace"
 
 # 7. init_start_profile: from the first step, whatever profile_start_step says.
-run init 1 --set init_start_profile=True --set profile_start_step=3 --set profile_stop_step=2
+train_on 1 init tiny.yaml --set init_start_profile=True --set profile_start_step=3 --set profile_stop_step=2
 check init --ranks 1 --steps 1 2 --layers 4 --clip --memory || fail "init_start_profile's trace"
 
 # 8. Off: nothing written, no trace line; the profile_* keys left on are warned about.
-run off 1 --set profile=False
+train_on 1 off tiny.yaml --set profile=False
 [ -e off/profile ] && fail "profile: False wrote off/profile"
 grep -q "profile: steps" off.log && fail "profile: False logged a trace line: $(grep 'profile: steps' off.log)"
 grep -q "\`profile_communication: True\` without \`profile: True\`: nothing is profiled" off.log \
@@ -115,11 +82,11 @@ grep -q "\`profile_communication: True\` without \`profile: True\`: nothing is p
 # 9. profile_ops: a span per op (GEMMs, attention, norms, elementwise), each inside a layer's, the
 # embedding's or the head's span; the trace still passes every check; bench/step_breakdown.py's
 # exclusive times cover the steps; without profile_ops (run 1) no op span is written.
-run ops 1 --set profile_ops=True
+train_on 1 ops tiny.yaml --set profile_ops=True
 grep -q "profile: steps 2-3 will be recorded, with communication, with memory counters, with a span per op" ops.log \
   || fail "profile_ops: no log line naming it: $(grep 'profile: steps' ops.log)"
 check ops --ranks 1 --steps 2 3 --layers 4 --clip --memory || fail "profile_ops' trace"
-/usr/bin/python3 - ops/profile/trace.json one/profile/trace.json "$SRC/bench" <<'PY' || fail "profile_ops' spans"
+"$PY" - ops/profile/trace.json one/profile/trace.json "$SRC/bench" <<'PY' || fail "profile_ops' spans"
 import json, sys
 sys.path.insert(0, sys.argv[3])
 import step_breakdown as sb
@@ -142,7 +109,7 @@ PY
 # The checker refuses what it must: doctored copies of run 2's trace.
 doctor() {  # doctor NAME PYTHON-EXPRESSION-ON-EVENTS: a copy of dp2 with the merged file's events changed
   rm -rf "bad_$1"; cp -r dp2 "bad_$1"
-  /usr/bin/python3 - "bad_$1/profile/trace.json" "$2" <<'PY'
+  "$PY" - "bad_$1/profile/trace.json" "$2" <<'PY'
 import json, sys
 path, expr = sys.argv[1], sys.argv[2]
 doc = json.load(open(path))

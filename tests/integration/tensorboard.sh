@@ -9,22 +9,12 @@
 #   3. `--tensorboard-dir` on 2 ranks in 2 pipeline stages with MoE layers: the bubble, each MoE
 #      layer's figures and both ranks' peak RSS;
 #   4. a run killed with SIGKILL: every line but possibly the last is already in the file.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-export OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 umask 022
 
 command -v protoc >/dev/null || fail "protoc missing (scripts/setup.sh installs protobuf-compiler)"
 # The decoder needs google.protobuf (Debian's python3-protobuf, for the system Python).
-PY=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c "import google.protobuf" 2>/dev/null; then PY="$p"; break; fi
-done
-[ -n "$PY" ] || fail "no python3 with google.protobuf (scripts/setup.sh installs python3-protobuf)"
+"$PY" -c "import google.protobuf" 2>/dev/null || fail "$PY cannot import google.protobuf (scripts/setup.sh installs python3-protobuf)"
 mkdir pb
 (cd "$SRC/tests/data/tensorboard_proto" && protoc --python_out="$WORK/pb" tensorboard/compat/proto/*.proto) \
   || fail "protoc cannot compile TensorBoard's .proto files"
@@ -32,24 +22,8 @@ mkdir pb
 touch pb/tensorboard/__init__.py pb/tensorboard/compat/__init__.py pb/tensorboard/compat/proto/__init__.py
 check() { "$PY" "$SRC/tests/integration/tensorboard_check.py" "$WORK/pb" "$@"; }
 
-cat > tiny.yaml <<'YAML'
-seed: 7
-output_dir: ./out
-runner_config: {batch_size: 4, train_steps: 6}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
-optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
-do_eval: True
-eval_step_interval: 3
-eval_dataset: {eval_iters: 1}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}, {type: SummaryMonitor},
-            {type: CheckpointMonitor, save_checkpoint_steps: 4, keep_checkpoint_max: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 32, hidden_size: 64, num_layers: 2,
-                 num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+cli_gpt2 tiny.yaml steps=6 samples=64 top=$'do_eval: True\neval_step_interval: 3\neval_dataset: {eval_iters: 1}' \
+  callbacks="[{type: MFLossMonitor, per_print_times: 1}, {type: SummaryMonitor}, {type: CheckpointMonitor, save_checkpoint_steps: 4, keep_checkpoint_max: 1}]"
 
 # 1. The SummaryMonitor's default directory, one file.
 "$BIN" train --config tiny.yaml > run1.txt 2>&1 || { cat run1.txt; fail "run 1"; }
@@ -77,7 +51,6 @@ check "$second" out/metrics.jsonl 2 || fail "run 2's event file"
 
 # 3. --tensorboard-dir on 2 ranks: 2 pipeline stages of a GPT-2 MoE (expert load, bubble, 2 ranks' RSS).
 if command -v mpirun >/dev/null; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
   mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --tensorboard-dir "tb dir" --set output_dir=out3 \
     --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2 \
     --set moe_config.expert_num=4 --set moe_config.num_experts_chosen=2 > run3.txt 2>&1 || { tail -30 run3.txt; fail "run 3"; }

@@ -6,40 +6,14 @@
 # step, evaluation and throughput point counts (5 of 6: step 1's start-up line is left out). Then
 # the refusals: a missing file, a directory without metrics.jsonl, a file with no step lines, a
 # last run with no step lines, --labels of the wrong length, an unknown option, a garbled line.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 TOOL="$SRC/tools/plot_metrics.py"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-export OMP_NUM_THREADS=1
 
 # The tool needs matplotlib (Debian's python3-matplotlib, for the system Python).
-PY=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c "import matplotlib" 2>/dev/null; then PY="$p"; break; fi
-done
-[ -n "$PY" ] || fail "no python3 with matplotlib (scripts/setup.sh installs python3-matplotlib)"
+"$PY" -c "import matplotlib" 2>/dev/null || fail "$PY cannot import matplotlib (scripts/setup.sh installs python3-matplotlib)"
 plot() { "$PY" "$TOOL" "$@"; }
 
-cat > tiny.yaml <<'YAML'
-seed: 7
-output_dir: ./out
-runner_config: {batch_size: 4, train_steps: 6}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 1.0}
-optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
-do_eval: True
-eval_step_interval: 3
-eval_dataset: {eval_iters: 1}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 64, seq_length: 32, hidden_size: 64, num_layers: 2,
-                 num_heads: 4, hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+cli_gpt2 tiny.yaml steps=6 samples=64 top=$'do_eval: True\neval_step_interval: 3\neval_dataset: {eval_iters: 1}'
 
 "$BIN" train --config tiny.yaml --set output_dir=a > ta.txt 2>&1 || { cat ta.txt; fail "training run a"; }
 # b's two runs differ (learning rate), or the first run's curves would hide under the second's.

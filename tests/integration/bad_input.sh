@@ -3,15 +3,7 @@
 # documented exit status (README "Exit status": 2 for a problem found before training), on one rank
 # and under mpirun on two, with no `terminate called`, `Signal:`, `Aborted`, backtrace or MPI_ABORT
 # banner, and with the message printed once (rank 0), not once per rank.
-set -uo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 cat > ok.yaml <<'YAML'
 output_dir: ./out
 runner_config: {train_steps: 2, batch_size: 2}
@@ -28,16 +20,16 @@ expect() {
   local np=$1 want=$2 msg=$3; shift 3
   local cmd=("$BIN" "$@")
   if [ "$np" -gt 1 ]; then cmd=(mpirun -np "$np" --oversubscribe "${cmd[@]}"); fi
-  timeout 120 "${cmd[@]}" > out.txt 2>&1; local status=$?
+  run out timeout 120 "${cmd[@]}"; local status=$STATUS
   [ "$status" -ne 124 ] || fail "np $np, $*: hung"
-  [ "$status" -eq "$want" ] || fail "np $np, $*: exit status $status, expected $want: $(cat out.txt)"
-  grep -qF -- "$msg" out.txt || fail "np $np, $*: no '$msg' in: $(cat out.txt)"
+  [ "$status" -eq "$want" ] || fail "np $np, $*: exit status $status, expected $want: $(cat out.log)"
+  grep -qF -- "$msg" out.log || fail "np $np, $*: no '$msg' in: $(cat out.log)"
   for crash in "terminate called" "Signal:" "Aborted" "Backtrace" "backtrace" "MPI_ABORT" "core dumped" "what():"; do
-    ! grep -qF -- "$crash" out.txt || fail "np $np, $*: output shows '$crash': $(cat out.txt)"
+    ! grep -qF -- "$crash" out.log || fail "np $np, $*: output shows '$crash': $(cat out.log)"
   done
-  [ "$(grep -c '\[error\]\|^error:' out.txt)" -eq 1 ] || fail "np $np, $*: expected exactly one error line: $(cat out.txt)"
-  ! grep -q "step:\[" out.txt || fail "np $np, $*: training started"
-  echo "ok: np $np, status $status: $(grep -m1 '\[error\]\|^error:' out.txt | cut -c1-160)"
+  [ "$(grep -c '\[error\]\|^error:' out.log)" -eq 1 ] || fail "np $np, $*: expected exactly one error line: $(cat out.log)"
+  ! grep -q "step:\[" out.log || fail "np $np, $*: training started"
+  echo "ok: np $np, status $status: $(grep -m1 '\[error\]\|^error:' out.log | cut -c1-160)"
 }
 
 for np in 1 2; do

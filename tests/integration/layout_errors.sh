@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # A layout that cannot run stops every rank before any work with one message from rank 0 naming
-# the keys and a layout that fits; the exit status is non-zero. One case per rule.
-set -uo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
+# the keys and a layout that fits; the exit status is 2 (README "Exit status"). One case per rule.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 cat > m.yaml <<'YAML'
 runner_config: {train_steps: 2, batch_size: 2}
 train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
@@ -19,13 +12,13 @@ YAML
 # expect NP "message" --set ...
 expect() {
   local np=$1 msg=$2 fit=$3; shift 3
-  timeout 60 mpirun -np "$np" --oversubscribe "$BIN" train --config m.yaml "$@" > out.txt 2>&1; local status=$?
-  [ "$status" -ne 0 ] || fail "$* on $np ranks ran (status 0)"
-  [ "$status" -ne 124 ] || fail "$* on $np ranks hung"
-  grep -qF -- "$msg" out.txt || fail "$* on $np ranks: no '$msg' in: $(cat out.txt)"
-  grep -qF -- "$fit" out.txt || fail "$* on $np ranks: no '$fit' in: $(cat out.txt)"
-  [ "$(grep -c 'does not fit' out.txt)" -eq 1 ] || fail "$*: the message is not printed exactly once: $(cat out.txt)"
-  ! grep -q "step:\[" out.txt || fail "$*: training started"
+  run out timeout 60 mpirun -np "$np" --oversubscribe "$BIN" train --config m.yaml "$@"
+  [ "$STATUS" -ne 124 ] || fail "$* on $np ranks hung"
+  [ "$STATUS" -eq 2 ] || fail "$* on $np ranks: exit status $STATUS, expected 2: $(cat out.log)"
+  grep -qF -- "$msg" out.log || fail "$* on $np ranks: no '$msg' in: $(cat out.log)"
+  grep -qF -- "$fit" out.log || fail "$* on $np ranks: no '$fit' in: $(cat out.log)"
+  [ "$(grep -c 'does not fit' out.log)" -eq 1 ] || fail "$*: the message is not printed exactly once: $(cat out.log)"
+  ! grep -q "step:\[" out.log || fail "$*: training started"
   echo "ok: $np ranks, $*"
 }
 expect 4 "\`parallel_config.data_parallel\` (2) x \`model_parallel\` (1) x \`pipeline_stage\` (1) = 2, but 4 rank(s)" \

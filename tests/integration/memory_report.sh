@@ -3,13 +3,8 @@
 # state is at most 0.3x that of one rank (ideal 0.25x); sequence parallelism lowers the planned
 # activation bytes per rank below tensor parallelism alone; every rank logs its parameter,
 # gradient and optimizer-state bytes at start, and rank 0 logs peak RSS and bytes sent per group.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 cat > m.yaml <<'YAML'
 runner_config: {train_steps: 2, batch_size: 2}
 train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
@@ -17,20 +12,17 @@ model:
   arch: {type: GPT2LMHeadModel}
   model_config: {type: GPT2Config, vocab_size: 1000, seq_length: 64, hidden_size: 64, num_layers: 2, num_heads: 4}
 YAML
-run() { local name=$1 np=$2; shift 2
-  mpirun -np "$np" --oversubscribe "$BIN" train --config m.yaml --set output_dir="$name" "$@" > "$name.txt" 2>&1 \
-    || { tail -20 "$name.txt"; echo "FAIL: $name"; exit 1; }; }
-run one 1
-run zero4 4 --set parallel_config.data_parallel=4 --set runner_config.batch_size=1 --set parallel.enable_parallel_optimizer=True
-run mp2 2 --set parallel_config.model_parallel=2
-run mp2sp 2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+mpi_train 1 one m.yaml
+mpi_train 4 zero4 m.yaml --set parallel_config.data_parallel=4 --set runner_config.batch_size=1 --set parallel.enable_parallel_optimizer=True
+mpi_train 2 mp2 m.yaml --set parallel_config.model_parallel=2
+mpi_train 2 mp2sp m.yaml --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
 for r in 0 1 2 3; do
   grep -q "memory on rank $r: parameters .*, gradients .*, optimizer state .* (AdamW moments of a 1/4 shard, ZeRO-1)" \
-    "zero4/log/rank_$r/gridformer.log" || { echo "FAIL: rank $r does not log its memory"; exit 1; }
+    "zero4/log/rank_$r/gridformer.log" || fail "rank $r does not log its memory"
   grep -q "rank $r: peak RSS .* sent .* in the tensor group, .* in the data group" zero4/log/rank_0/gridformer.log \
-    || { echo "FAIL: rank 0 does not report rank $r's peak RSS and bytes"; exit 1; }
+    || fail "rank 0 does not report rank $r's peak RSS and bytes"
 done
-python3 - <<'PY'
+"$PY" - <<'PY' || fail "the resources"
 import json
 one = json.load(open("one/resources.json"))["ranks"]
 zero = json.load(open("zero4/resources.json"))["ranks"]

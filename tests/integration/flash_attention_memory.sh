@@ -16,13 +16,8 @@
 #
 # And attention memory is O(T): doubling T (4096 -> 8192) doubles the planned activation bytes
 # (ratio 2 within 2%) instead of roughly quadrupling them as the T x T probabilities would.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 export OMP_NUM_THREADS=2
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
 cat > long.yaml <<'YAML'
 runner_config: {train_steps: 1, batch_size: 1}
 train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 4}}
@@ -33,13 +28,14 @@ model:
                  hidden_size: 64, num_layers: 2, num_heads: 2, use_flash_attention: True,
                  hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
 YAML
-run() { local name=$1; shift
-  "$BIN" train --config long.yaml --set output_dir="$name" "$@" > "$name.txt" 2>&1 \
-    || { tail -20 "$name.txt"; echo "FAIL: $name"; exit 1; }
-  grep -q "step:\[    1/    1\], loss: [0-9]" "$name.txt" || { tail -5 "$name.txt"; echo "FAIL: $name: no step"; exit 1; }; }
-run t8192
-run t4096 --set model.model_config.seq_length=4096
-python3 - <<'PY'
+# ltrain NAME CONFIG [--set ...]: lib.sh's train, whose one step must be logged
+ltrain() {
+  train "$@"
+  grep -q "step:\[    1/    1\], loss: [0-9]" "$1.log" || { tail -5 "$1.log"; fail "$1: no step"; }
+}
+ltrain t8192 long.yaml
+ltrain t4096 long.yaml --set model.model_config.seq_length=4096
+"$PY" - <<'PY' || fail "the memory bound"
 import json
 MiB = 2.0 ** 20
 long = json.load(open("t8192/resources.json"))["ranks"][0]

@@ -4,14 +4,7 @@
 # and under mpirun on two, with no `terminate called`, `Signal:`, `Aborted`, backtrace or MPI_ABORT
 # banner, and with the message printed once (rank 0), not once per rank.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
-cat > ok.yaml <<'YAML'
-output_dir: ./out
-runner_config: {train_steps: 2, batch_size: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 1, num_heads: 4}
-YAML
+bare_gpt2 ok.yaml out=./out
 echo "not a directory" > a_file
 printf 'MMIDIDX\0\0garbage' > corrupt.idx; : > corrupt.bin
 

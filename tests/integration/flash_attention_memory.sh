@@ -18,16 +18,8 @@
 # (ratio 2 within 2%) instead of roughly quadrupling them as the T x T probabilities would.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 export OMP_NUM_THREADS=2
-cat > long.yaml <<'YAML'
-runner_config: {train_steps: 1, batch_size: 1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 4}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 1000, seq_length: 8192, max_position_embeddings: 8192,
-                 hidden_size: 64, num_layers: 2, num_heads: 2, use_flash_attention: True,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+bare_gpt2 long.yaml steps=1 batch=1 samples=4 print=1 vocab=1000 seq=8192 hidden=64 layers=2 heads=2 \
+  model="max_position_embeddings: 8192, use_flash_attention: True, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
 # ltrain NAME CONFIG [--set ...]: lib.sh's train, whose one step must be logged
 ltrain() {
   train "$@"

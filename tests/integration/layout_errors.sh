@@ -2,13 +2,7 @@
 # A layout that cannot run stops every rank before any work with one message from rank 0 naming
 # the keys and a layout that fits; the exit status is 2 (README "Exit status"). One case per rule.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
-cat > m.yaml <<'YAML'
-runner_config: {train_steps: 2, batch_size: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 18, hidden_size: 48, num_layers: 1, num_heads: 6}
-YAML
+bare_gpt2 m.yaml seq=18 hidden=48 heads=6
 # expect NP "message" --set ...
 expect() {
   local np=$1 msg=$2 fit=$3; shift 3

@@ -21,17 +21,21 @@
 #                               heads, RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
 #                               layout tests' model. FIELD=VALUE changes one field of it (see random_gpt2; an empty VALUE
 #                               leaves an optional one out): the run's fields, and arch (LlamaForCausalLM) vocab (101)
-#                               seq (16) hidden (64) layers (2) kv (n_kv_heads 2) theta (1000000.0) eps (1.0e-5) model
+#                               seq (16) hidden (64) layers (2) heads (4) kv (n_kv_heads 2) theta (1000000.0) eps (1.0e-5) model
 #                               (more of model_config, YAML: "use_flash_attention: True")
 #   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
-#                               The run's fields, with their defaults: seed (11) out (output_dir; none) steps (20) batch
-#                               (none) clip (max_grad_norm 0.5; empty: no clipping) lr_end (0.0003) warmup (2) optimizer
-#                               (AdamW, betas 0.9 and 0.95, decay 0.1; empty: the default) data_seed (5) samples (160:
-#                               RandomTokens) print (per_print_times 1) ckpt (a CheckpointMonitor's fields, YAML:
-#                               "prefix: tiny, save_checkpoint_steps: 10"; none) callbacks (the whole list, YAML, in
-#                               place of print and ckpt) top (more top-level YAML lines: "moe_config: {...}"); the
-#                               model's: vocab (101) seq (16) hidden (32) layers (2) model (the rest of model_config,
-#                               YAML; "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"). Later fields win.
+#                               The run's fields, with their defaults (empty: the key left out, the default's): seed
+#                               (11) out (output_dir; none) steps (20) batch (none) clip (max_grad_norm 0.5) lr_end
+#                               (0.0003) warmup (2; empty: no lr_schedule) optimizer (AdamW, betas 0.9 and 0.95, decay
+#                               0.1) data_seed (5) samples (160: RandomTokens) print (per_print_times 1; empty: no
+#                               callbacks) ckpt (a CheckpointMonitor's fields, YAML: "prefix: tiny,
+#                               save_checkpoint_steps: 10"; none) callbacks (the whole list, YAML, in place of print
+#                               and ckpt) top (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101)
+#                               seq (16) hidden (32) layers (2) heads (4) model (the rest of model_config, YAML;
+#                               "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"). Later fields win.
+#   bare_gpt2 FILE [FIELD=VALUE ...] random_gpt2 with only what a config must say: 2 steps of batch 2 over RandomTokens
+#                               seed 5 of 16 samples, a GPT-2 of 1 layer, everything else the defaults (no seed, lr
+#                               schedule, optimizer, callbacks or dropout keys); then the caller's fields
 #   cli_gpt2 FILE [FIELD=VALUE ...]  random_gpt2's fields set for the command-line tests' model: seed 7, output_dir ./out,
 #                               batch 4, clipping at 1.0, AdamWeightDecay (betas 0.9 and 0.95, decay 0.01), RandomTokens
 #                               seed 3, a GPT-2 of vocabulary 64, rows of 32, 2 layers of 64, gelu_new, dropout 0.1; then
@@ -57,6 +61,8 @@
 #   same_bits REF RUN...        each RUN's losses (as same_losses) and weights.safetensors (cmp) are REF's, bit for bit
 #   same_after K REF RUN...     each RUN (resumed after step K) logs REF's steps after K (REF logs every step from 1), loss
 #                               and loss scale bit for bit, and none else, and its weights.safetensors is REF's (cmp)
+#   close_after K REL REF RUN...  each RUN (resumed after step K) logs REF's steps after K (REF logs every step from 1) and
+#                               none else, each loss within REL relative of REF's; prints the worst
 set -euo pipefail
 
 BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
@@ -118,38 +124,44 @@ random_fields() {
 }
 # random_yaml ARCH MODEL_CONFIG: the run of random_gpt2 / random_llama, from the caller's fields, with that model
 random_yaml() {
-  echo "seed: $seed"
+  [ -z "$seed" ] || echo "seed: $seed"
   [ -z "$out" ] || echo "output_dir: $out"
   echo "runner_config: {train_steps: $steps${batch:+, batch_size: $batch}}"
   [ -z "$clip" ] || echo "runner_wrapper: {use_clip_grad: True, max_grad_norm: $clip}"
-  echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: $warmup}"
+  [ -z "$warmup" ] || echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: $warmup}"
   [ -z "$optimizer" ] || echo "optimizer: $optimizer"
-  echo "train_dataset: {data_loader: {type: RandomTokens, seed: $data_seed, num_samples: $samples}}"
+  echo "train_dataset: {data_loader: {type: RandomTokens, seed: $data_seed${samples:+, num_samples: $samples}}}"
   if [ -n "$callbacks" ]; then echo "callbacks: $callbacks"
+  elif [ -z "$print" ]; then :
   elif [ -z "$ckpt" ]; then echo "callbacks: [{type: MFLossMonitor, per_print_times: $print}]"
   else printf '%s\n' "callbacks:" "  - {type: MFLossMonitor, per_print_times: $print}" "  - {type: CheckpointMonitor, $ckpt}"
   fi
   [ -z "$top" ] || printf '%s\n' "$top"
   printf '%s\n' "model:" "  arch: {type: $1}" "  model_config: {$2}"
 }
-RANDOM_FIELDS="seed out steps batch clip lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers kv theta eps model"
+RANDOM_FIELDS="seed out steps batch clip lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers heads kv theta eps model"
 RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr_end=0.0003 warmup=2 data_seed=5 samples=160 print=1 ckpt=""
   local callbacks="" top="" optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
 
 random_llama() {
   local file=$1; shift
   eval "$RANDOM_RUN"
-  local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 kv=2 theta=1000000.0 eps=1.0e-5 model=""
+  local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 heads=4 kv=2 theta=1000000.0 eps=1.0e-5 model=""
   random_fields "$@"
-  random_yaml "$arch" "type: LlamaConfig, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: 4, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
+  random_yaml "$arch" "type: LlamaConfig, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
 }
 
 random_gpt2() {
   local file=$1; shift
   eval "$RANDOM_RUN"
-  local vocab=101 seq=16 hidden=32 layers=2 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
+  local vocab=101 seq=16 hidden=32 layers=2 heads=4 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
   random_fields "$@"
-  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: 4${model:+, $model}" > "$file"
+  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads${model:+, $model}" > "$file"
+}
+
+bare_gpt2() {
+  local file=$1; shift
+  random_gpt2 "$file" seed= clip= warmup= optimizer= print= model= steps=2 batch=2 samples=16 layers=1 "$@"
 }
 
 cli_gpt2() {
@@ -300,4 +312,23 @@ wait_step() {
 kill_ours() {
   local p
   for p in $(pgrep -f -- "$WORK/" || true); do kill -CONT "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+}
+
+close_after() {
+  local k=$1 rel=$2 ref=$3 r; shift 3
+  for r in "$@"; do
+    "$PY" - "$ref" "$r" "$k" "$rel" <<'EOF' || fail "$r: losses after step $k differ from $ref's by more than $rel relative"
+import json, sys
+ref_name, name, k, rel = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+def steps(d):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r and "step" in r]
+ref, got = steps(ref_name), steps(name)
+assert [s for s, _ in ref] == list(range(1, len(ref) + 1)), f"{ref_name} logs steps {[s for s, _ in ref]}, not every step from 1"
+after = ref[k:]
+assert after and [s for s, _ in got] == [s for s, _ in after], f"{name}: resumed steps {[s for s, _ in got]}"
+worst = max(abs(y - x) / abs(x) for (_, x), (_, y) in zip(after, got))
+assert worst <= rel, f"{name}: step losses differ from {ref_name}'s by {worst:.3g} relative"
+print(f"{name}: steps {got[0][0]}-{got[-1][0]} within {worst:.2g} relative of {ref_name}")
+EOF
+  done
 }

@@ -5,13 +5,7 @@
 # gradient and optimizer-state bytes at start, and rank 0 logs peak RSS and bytes sent per group.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
-cat > m.yaml <<'YAML'
-runner_config: {train_steps: 2, batch_size: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 1000, seq_length: 64, hidden_size: 64, num_layers: 2, num_heads: 4}
-YAML
+bare_gpt2 m.yaml samples=64 vocab=1000 seq=64 hidden=64 layers=2
 mpi_train 1 one m.yaml
 mpi_train 4 zero4 m.yaml --set parallel_config.data_parallel=4 --set runner_config.batch_size=1 --set parallel.enable_parallel_optimizer=True
 mpi_train 2 mp2 m.yaml --set parallel_config.model_parallel=2

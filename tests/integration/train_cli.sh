@@ -68,23 +68,18 @@ assert rows[3]["loss_scale"] == 1e38 and rows[2]["loss_scale"] > 1e43, [r["loss_
 PY
 grep -q "overflow, step skipped" c3b.txt || fail "the log does not show the skipped step"
 
-# 4. SIGINT stops cleanly between steps with 128+2.
-rm -rf out
-"$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > c4.txt 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do grep -qs '"loss"' out/metrics.jsonl && break; sleep 0.2; done
-kill -INT "$pid"
-set +e; wait "$pid"; status=$?; set -e
-[ "$status" -eq 130 ] || { tail c4.txt; fail "SIGINT gave status $status, expected 130"; }
-grep -q "stopped by signal 2" c4.txt || fail "no clean-stop message"
-rm -rf out
-"$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > c4b.txt 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do grep -qs '"loss"' out/metrics.jsonl && break; sleep 0.2; done
-kill -TERM "$pid"
-set +e; wait "$pid"; status=$?; set -e
-[ "$status" -eq 143 ] || { tail c4b.txt; fail "SIGTERM gave status $status, expected 143"; }
-grep -q "stopped by signal 15" c4b.txt || fail "no clean-stop message for SIGTERM"
+# 4. SIGINT stops cleanly between steps with 128+2, SIGTERM with 128+15.
+for sig in INT:2:c4 TERM:15:c4b; do
+  IFS=: read -r name num log <<< "$sig"
+  rm -rf out
+  "$BIN" train --config tiny.yaml --set runner_config.train_steps=100000 --set callbacks.0.per_print_times=1 > "$log.txt" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do grep -qs '"loss"' out/metrics.jsonl && break; sleep 0.2; done
+  kill -"$name" "$pid"
+  status=0; wait "$pid" || status=$?
+  [ "$status" -eq $((128 + num)) ] || { tail "$log.txt"; fail "SIG$name gave status $status, expected $((128 + num))"; }
+  grep -q "stopped by signal $num" "$log.txt" || fail "no clean-stop message for SIG$name"
+done
 
 # 5. A bad config fails before any work, naming the key.
 refused 2 "did you mean \`model_parallel\`" c5 "$BIN" train --config tiny.yaml --set parallel_config.model_paralel=2
@@ -98,15 +93,8 @@ grep -q "1 thread(s)" c6a.txt || fail "OMP_NUM_THREADS=1 not honoured: $(grep th
 # 6b. load_checkpoint: training starts from a Hugging Face file (the tiny HF golden model; its
 # loss is close to that of random weights, so the check is the load message) and a file of another
 # shape is refused by tensor name.
-cat > hf.yaml <<'YAML'
-output_dir: ./out_hf
-runner_config: {batch_size: 1, train_steps: 1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 300, seq_length: 16, max_position_embeddings: 32, hidden_size: 32,
-                 num_layers: 2, num_heads: 2, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}
-YAML
+bare_gpt2 hf.yaml out=./out_hf steps=1 batch=1 data_seed=3 samples= vocab=300 seq=16 hidden=32 layers=2 heads=2 \
+  model="max_position_embeddings: 32, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0"
 "$BIN" train --config hf.yaml --set load_checkpoint="$SRC/tests/golden/hf_tiny_f32.safetensors" > c6b.txt 2>&1 \
   || { cat c6b.txt; fail "training from a HF checkpoint"; }
 grep -q "loaded weights from .*hf_tiny_f32.safetensors" c6b.txt || fail "no weights-loaded line"

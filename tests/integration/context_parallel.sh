@@ -26,18 +26,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 random_llama llama.yaml batch=4 samples=16 seq=32 kv=4 theta=10000.0 model="use_flash_attention: True"
-cat > gpt2.yaml <<YAML
-seed: 7
-runner_config: {train_steps: 20, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.002, lr_end: 0.0002, warmup_steps: 2}
-optimizer: {type: AdamW, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 96, seq_length: 32, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1, use_flash_attention: False}
-YAML
+random_gpt2 gpt2.yaml seed=7 batch=4 clip= lr=0.002 lr_end=0.0002 optimizer="{type: AdamW, weight_decay: 0.1}" data_seed=3 \
+  samples=16 vocab=96 seq=32 hidden=64 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1, use_flash_attention: False"
 
 # cp_ ALGO N: the --set arguments of context parallel N under ALGO (u: ulysses_cp, r: colossalai_cp)
 cp_() { local a=ulysses_cp; [ "$1" = r ] && a=colossalai_cp; echo "--set parallel_config.context_parallel=$2 --set parallel_config.context_parallel_algo=$a"; }

@@ -25,8 +25,8 @@
 #                               (more of model_config, YAML: "use_flash_attention: True")
 #   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
 #                               The run's fields, with their defaults (empty: the key left out, the default's): seed
-#                               (11) out (output_dir; none) steps (20) batch (none) clip (max_grad_norm 0.5) lr_end
-#                               (0.0003) warmup (2; empty: no lr_schedule) optimizer (AdamW, betas 0.9 and 0.95, decay
+#                               (11) out (output_dir; none) steps (20) batch (none) clip (max_grad_norm 0.5) lr (cosine
+#                               from 0.003) lr_end (0.0003) warmup (2; empty: no lr_schedule) optimizer (AdamW, betas 0.9 and 0.95, decay
 #                               0.1) data_seed (5) samples (160: RandomTokens) print (per_print_times 1; empty: no
 #                               callbacks) ckpt (a CheckpointMonitor's fields, YAML: "prefix: tiny,
 #                               save_checkpoint_steps: 10"; none) callbacks (the whole list, YAML, in place of print
@@ -128,7 +128,7 @@ random_yaml() {
   [ -z "$out" ] || echo "output_dir: $out"
   echo "runner_config: {train_steps: $steps${batch:+, batch_size: $batch}}"
   [ -z "$clip" ] || echo "runner_wrapper: {use_clip_grad: True, max_grad_norm: $clip}"
-  [ -z "$warmup" ] || echo "lr_schedule: {type: cosine, learning_rate: 0.003${lr_end:+, lr_end: $lr_end}, warmup_steps: $warmup}"
+  [ -z "$warmup" ] || echo "lr_schedule: {type: cosine, learning_rate: $lr${lr_end:+, lr_end: $lr_end}, warmup_steps: $warmup}"
   [ -z "$optimizer" ] || echo "optimizer: $optimizer"
   echo "train_dataset: {data_loader: {type: RandomTokens, seed: $data_seed${samples:+, num_samples: $samples}}}"
   if [ -n "$callbacks" ]; then echo "callbacks: $callbacks"
@@ -139,8 +139,8 @@ random_yaml() {
   [ -z "$top" ] || printf '%s\n' "$top"
   printf '%s\n' "model:" "  arch: {type: $1}" "  model_config: {$2}"
 }
-RANDOM_FIELDS="seed out steps batch clip lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers heads kv theta eps model"
-RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr_end=0.0003 warmup=2 data_seed=5 samples=160 print=1 ckpt=""
+RANDOM_FIELDS="seed out steps batch clip lr lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers heads kv theta eps model"
+RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr=0.003 lr_end=0.0003 warmup=2 data_seed=5 samples=160 print=1 ckpt=""
   local callbacks="" top="" optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
 
 random_llama() {

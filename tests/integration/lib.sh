@@ -19,20 +19,20 @@
 #   tiny_config FAMILY FILE [--set K=V ...]  writes a tiny resolved config over the default corpus: gpt2 | llama | mixtral
 #   random_llama FILE [FIELD=VALUE ...]  writes a tiny Llama on random tokens (vocabulary 101, 2 layers of 64, grouped-query
 #                               heads, RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
-#                               layout tests' model. FIELD=VALUE changes one field of it (see random_gpt2; an empty VALUE
-#                               leaves an optional one out): the run's fields, and arch (LlamaForCausalLM) vocab (101)
-#                               seq (16) hidden (64) layers (2) heads (4) kv (n_kv_heads 2) theta (1000000.0) eps (1.0e-5) model
-#                               (more of model_config, YAML: "use_flash_attention: True")
+#                               layout tests' model. FIELD=VALUE changes one field of it: the run's fields (random_gpt2's),
+#                               and arch (LlamaForCausalLM) vocab (101) seq (16) hidden (64) layers (2) heads (4) kv
+#                               (n_kv_heads 2) theta (1000000.0) eps (rms_norm_eps 1.0e-5) model (more of model_config, YAML:
+#                               "use_flash_attention: True"). An empty VALUE leaves an optional key out (the default's).
 #   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
-#                               The run's fields, with their defaults (empty: the key left out, the default's): seed
-#                               (11) out (output_dir; none) steps (20) batch (none) clip (max_grad_norm 0.5) lr (cosine
-#                               from 0.003) lr_end (0.0003) warmup (2; empty: no lr_schedule) optimizer (AdamW, betas 0.9 and 0.95, decay
-#                               0.1) data_seed (5) samples (160: RandomTokens) print (per_print_times 1; empty: no
-#                               callbacks) ckpt (a CheckpointMonitor's fields, YAML: "prefix: tiny,
-#                               save_checkpoint_steps: 10"; none) callbacks (the whole list, YAML, in place of print
-#                               and ckpt) top (more top-level YAML lines: "moe_config: {...}"); the model's: vocab (101)
-#                               seq (16) hidden (32) layers (2) heads (4) model (the rest of model_config, YAML;
-#                               "hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"). Later fields win.
+#                               The run's fields, with their defaults (empty: the key left out): seed (11) out (output_dir;
+#                               none) steps (20) batch (none) clip (max_grad_norm 0.5) lr (cosine from 0.003) lr_end
+#                               (0.0003) warmup (2; empty: no lr_schedule) optimizer (AdamW, betas 0.9 and 0.95, decay 0.1)
+#                               data_seed (5) samples (160: RandomTokens) print (per_print_times 1; empty: no callbacks)
+#                               ckpt (a CheckpointMonitor's fields, YAML: "prefix: tiny, save_checkpoint_steps: 10"; none)
+#                               callbacks (the whole list, YAML, in place of print and ckpt) top (more top-level YAML lines:
+#                               "moe_config: {...}"); the model's: vocab (101) seq (16) hidden (32) layers (2) heads (4)
+#                               model (the rest of model_config, YAML; "hidden_dropout_rate: 0.1, attention_dropout_rate:
+#                               0.1"). Later fields win; an unknown one fails.
 #   bare_gpt2 FILE [FIELD=VALUE ...] random_gpt2 with only what a config must say: 2 steps of batch 2 over RandomTokens
 #                               seed 5 of 16 samples, a GPT-2 of 1 layer, everything else the defaults (no seed, lr
 #                               schedule, optimizer, callbacks or dropout keys); then the caller's fields
@@ -112,12 +112,13 @@ tiny_config() {
     "$@" > "$file" 2> "$file.err" || { cat "$file.err"; fail "tiny_config $family: gridformer config failed"; }
 }
 
-# The fields of random_gpt2 and random_llama (see the top), set in the caller's locals by random_fields.
+# The fields of random_gpt2 and random_llama (see the top), set in the caller's locals by random_fields; the caller's
+# $fields names those it has.
 random_fields() {
   local _field _name  # names no field has: printf -v sets the caller's variable
   for _field in "$@"; do
     _name=${_field%%=*}
-    [[ "$_field" == *=* && " $RANDOM_FIELDS " == *" $_name "* ]] \
+    [[ "$_field" == *=* && " $fields " == *" $_name "* ]] \
       || fail "random model: unknown field '$_field'"
     printf -v "$_name" '%s' "${_field#*=}"
   done
@@ -139,7 +140,7 @@ random_yaml() {
   [ -z "$top" ] || printf '%s\n' "$top"
   printf '%s\n' "model:" "  arch: {type: $1}" "  model_config: {$2}"
 }
-RANDOM_FIELDS="seed out steps batch clip lr lr_end warmup optimizer data_seed samples print ckpt callbacks top arch vocab seq hidden layers heads kv theta eps model"
+RUN_FIELDS="seed out steps batch clip lr lr_end warmup optimizer data_seed samples print ckpt callbacks top"
 RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr=0.003 lr_end=0.0003 warmup=2 data_seed=5 samples=160 print=1 ckpt=""
   local callbacks="" top="" optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}"'
 
@@ -147,16 +148,20 @@ random_llama() {
   local file=$1; shift
   eval "$RANDOM_RUN"
   local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 heads=4 kv=2 theta=1000000.0 eps=1.0e-5 model=""
+  local fields="$RUN_FIELDS arch vocab seq hidden layers heads kv theta eps model"
   random_fields "$@"
-  random_yaml "$arch" "type: LlamaConfig, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
+  local shape="vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads"
+  random_yaml "$arch" "type: LlamaConfig, $shape, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
 }
 
 random_gpt2() {
   local file=$1; shift
   eval "$RANDOM_RUN"
   local vocab=101 seq=16 hidden=32 layers=2 heads=4 model="hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1"
+  local fields="$RUN_FIELDS vocab seq hidden layers heads model"
   random_fields "$@"
-  random_yaml GPT2LMHeadModel "type: GPT2Config, vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads${model:+, $model}" > "$file"
+  local shape="vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads"
+  random_yaml GPT2LMHeadModel "type: GPT2Config, $shape${model:+, $model}" > "$file"
 }
 
 bare_gpt2() {

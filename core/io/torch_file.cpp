@@ -354,7 +354,17 @@ TorchFile TorchFile::open(const std::string& path, const PickleOptions& limits) 
   if (addr == MAP_FAILED) fail(path, std::string("cannot map file: ") + std::strerror(errno));
   map->addr = addr;
   const auto* bytes = static_cast<const uint8_t*>(addr);
-  return parse(path, bytes, map->size, map, limits);
+  TorchFile f = parse(path, bytes, map->size, map, limits);
+  for (auto& [key, s] : f.storages_) s->file_mapped = true;
+  return f;
+}
+
+void TorchStorage::drop_pages() const {
+  if (!file_mapped || data == nullptr) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data), end = begin + static_cast<uintptr_t>(nbytes());
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 TorchFile TorchFile::parse(const std::string& path, const uint8_t* bytes, size_t size,

@@ -32,7 +32,12 @@ struct TorchStorage {
   std::string location;  // "cpu", "cuda:0", ...
   const uint8_t* data = nullptr;       // nbytes() bytes once the file reader bound them
   std::shared_ptr<const void> owner;   // keeps `data` alive (the file mapping, or owned bytes)
+  bool file_mapped = false;            // `data` lies in a read-only private mapping of the file (TorchFile::open)
   int64_t nbytes() const { return numel * torch_dtype_size(dtype); }  // checked when declared
+  // Gives the pages wholly inside the storage's bytes back to the kernel (madvise MADV_DONTNEED), so that a reader
+  // that has copied them out holds no second copy; a later read faults them in from the file again. Does nothing
+  // unless file_mapped (owned bytes would be lost).
+  void drop_pages() const;
 };
 
 // A strided view of a storage, as _rebuild_tensor_v2 describes it; also a numpy array (which owns

@@ -201,8 +201,10 @@ void Trainer::load_initial_state() {
       throw std::runtime_error("`resume_training: True` needs a gridformer checkpoint, and `load_checkpoint: " + path +
                                "` holds weights only (Hugging Face or MindSpore; no optimizer state or step): drop resume_training to "
                                "start training from these weights");
-    const std::string note = model_->load_hf_checkpoint(path);  // Hugging Face safetensors or a MindSpore .ckpt
-    spdlog::info("loaded weights from {}{}", path, note.empty() ? "" : " (" + note + ")");
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string note = model_->load_hf_checkpoint(path);  // Hugging Face, MindSpore or Megatron-LM weights
+    spdlog::info("loaded weights from {}{} in {:.2f} s", path, note.empty() ? "" : " (" + note + ")",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -133,5 +133,30 @@ TEST(TorchSave, RecordsAreAlignedAndChecksummed) {
   fs::remove_all(fs::path(path).parent_path());
 }
 
+// A reader that has converted a storage gives its file pages back (drop_pages); the values read again are the
+// same (they fault in from the file), and a storage over owned bytes (TorchFile::parse) keeps them.
+TEST(TorchSave, DroppedPagesReadBackFromTheFile) {
+  std::vector<float> v(3 * 4096);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * static_cast<float>(i) - 7.0f;
+  TorchOut root = TorchOut::dict();
+  root.set("w", TorchOut::tensor(TorchDtype::kF32, {3, 4096}, v));
+  const std::string path = temp_path("drop.pt");
+  torch_save(path, root);
+  const TorchFile f = TorchFile::open(path);
+  const TorchTensor& t = f.root().at("w").tensor();
+  EXPECT_TRUE(t.storage->file_mapped);
+  EXPECT_EQ(t.to_float(), v);
+  t.storage->drop_pages();
+  EXPECT_EQ(t.to_float(), v);
+  std::ifstream in(path, std::ios::binary);
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const TorchFile g = TorchFile::parse(path, reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), bytes);
+  const TorchTensor& u = g.root().at("w").tensor();
+  EXPECT_FALSE(u.storage->file_mapped);
+  u.storage->drop_pages();  // owned bytes: nothing given back, nothing lost
+  EXPECT_EQ(u.to_float(), v);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
 }  // namespace
 }  // namespace gf

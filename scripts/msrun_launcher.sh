@@ -41,6 +41,9 @@ COMMAND, one of:
                     [--train_dataset_dir D] [--KEY VALUE ...]   MindFormers' arguments, each becoming a --set
                     (--train_dataset_dir sets train_dataset.data_loader.data_path)
   X.yaml [gridformer train options]                            the config alone
+  gridformer pretrain_gpt ARGS...   a Megatron-LM job (docs/megatron.md; what scripts/torchrun runs): the ranks run
+                    it with torchrun's environment (RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR
+                    MASTER_PORT; LOCAL_RANK = RANK mod LOCAL_WORKER, so every node needs the same LOCAL_WORKER)
 `gridformer` is $GRIDFORMER_BIN, else a gridformer on PATH, else build/bin/gridformer next to this script; a path
 to the binary works too.
 
@@ -48,10 +51,14 @@ Several nodes: run it on each, in the same directory with the same paths (binary
 WORKER_NUM, MASTER_ADDR, MASTER_PORT and LOG_DIR, and each node's own LOCAL_WORKER and NODE_RANK; node 0 needs
 passwordless ssh to the others (mpirun starts their ranks). Node 0 writes LOG_DIR/rank_table.json (the nodes as
 servers) and runs scripts/run_distribute.sh with it: its environment (MPIRUN_ARGS, GF_CONNECT_TIMEOUT, ...) applies.
+A node is counted only when it proves the job's secret: GF_JOB_SECRET when set (the same on every node, 16 characters
+or more), else a random one node 0's launcher writes to LOG_DIR/.job_secret (mode 0600) and the other nodes read there
+(LOG_DIR on a directory they share). Node 0 refuses and logs any other connection.
 
 environment:
   GRIDFORMER_BIN    the gridformer binary; RANK_TABLE_BIN, MSRUN_RENDEZVOUS_BIN: the tools (default: next to it)
   MF_LOG_SUFFIX     appended to LOG_DIR as _SUFFIX (MindFormers)
+  GF_JOB_SECRET     several nodes: the job's secret, the same on every node (default: LOG_DIR/.job_secret, above)
   GF_DRY_RUN=1      check the arguments and the config, print what would run, start nothing
 exit status: 2 for a wrong argument or config (nothing started); with JOIN True the job's status (see
 run_distribute.sh), 1 if the nodes did not all register within CLUSTER_TIME_OUT.
@@ -212,7 +219,7 @@ fi
 [ -n "${MF_LOG_SUFFIX:-}" ] && LOG_DIR=${LOG_DIR}_$MF_LOG_SUFFIX
 
 # ---- the command ------------------------------------------------------------------------------------------------
-BIN="" CONFIG="" SETS=() TRAIN=() RUN_MODE=""
+BIN="" CONFIG="" SETS=() TRAIN=() RUN_MODE="" MEGATRON=()
 default_bin() {
   if [ -n "${GRIDFORMER_BIN:-}" ]; then echo "$GRIDFORMER_BIN"
   elif command -v gridformer >/dev/null; then command -v gridformer
@@ -236,8 +243,11 @@ case "$w0" in
     BIN=$(default_bin) style=mindformers ;;
   gridformer | */gridformer)
     if [ "$w0" = gridformer ]; then BIN=$(default_bin); else BIN=$w0; fi
-    [ "${CMDV[1]:-}" = train ] || die "\"${CMDV[*]}\": only \`gridformer train\` is launched this way (got '${CMDV[1]:-}'); $forms"
-    rest=("${CMDV[@]:2}") style=gridformer ;;
+    case "${CMDV[1]:-}" in
+      train) rest=("${CMDV[@]:2}") style=gridformer ;;
+      pretrain_gpt) rest=() MEGATRON=("${CMDV[@]:2}") style=megatron ;;
+      *) die "\"${CMDV[*]}\": only \`gridformer train\` and \`gridformer pretrain_gpt\` are launched this way (got '${CMDV[1]:-}'); $forms" ;;
+    esac ;;
   *) die "\"${CMDV[*]}\": $forms" ;;
 esac
 i=0
@@ -276,9 +286,11 @@ while ((i < ${#rest[@]})); do
   esac
   i=$((i + step))
 done
-[ -n "$CONFIG" ] || die "\"${CMDV[*]}\": no --config"
-[ -f "$CONFIG" ] || die "CONFIG '$CONFIG' is not a file"
-CONFIG=$(realpath "$CONFIG")
+if [ "$style" != megatron ]; then
+  [ -n "$CONFIG" ] || die "\"${CMDV[*]}\": no --config"
+  [ -f "$CONFIG" ] || die "CONFIG '$CONFIG' is not a file"
+  CONFIG=$(realpath "$CONFIG")
+fi
 [ -x "$BIN" ] || die "no gridformer binary at $BIN: build it (cmake -S . -B build && cmake --build build -j), or set GRIDFORMER_BIN"
 BIN=$(realpath "$BIN")
 TOOL=${RANK_TABLE_BIN:-$(dirname "$BIN")/rank_table}
@@ -289,12 +301,24 @@ RDV=${MSRUN_RENDEZVOUS_BIN:-$(dirname "$BIN")/msrun_rendezvous}
 
 # The config as the ranks will read it: valid, and its run mode (run_distribute.sh checks the layout on WORKER_NUM).
 err=$(mktemp "${TMPDIR:-/tmp}/gf_msrun.XXXXXX") || die "cannot create a temporary file"
-resolved=$("$BIN" config --config "$CONFIG" "${SETS[@]}" 2>"$err")
-st=$?
-problems=$(cat "$err"); rm -f "$err"
-if ((st != 0)); then
-  echo "$problems" >&2
-  die "CONFIG $CONFIG${SETS[*]:+ with ${SETS[*]}} has the problems above; nothing started"
+if [ "$style" = megatron ]; then
+  # The config the arguments mean on WORKER_NUM ranks (LOG_DIR/megatron_job.yaml): run_distribute.sh checks its
+  # layout and takes its output_dir; the ranks run pretrain_gpt with the arguments themselves.
+  resolved=$("$BIN" config --ranks "$WORKER_NUM" --from-megatron "${MEGATRON[@]}" 2>"$err")
+  st=$?
+  problems=$(grep -v '^note: \|^differs from Megatron-LM: ' "$err"); rm -f "$err"
+  if ((st != 0)); then
+    echo "$problems" >&2
+    die "the Megatron arguments have the problems above (gridformer config --from-megatron); nothing started"
+  fi
+else
+  resolved=$("$BIN" config --config "$CONFIG" "${SETS[@]}" 2>"$err")
+  st=$?
+  problems=$(cat "$err"); rm -f "$err"
+  if ((st != 0)); then
+    echo "$problems" >&2
+    die "CONFIG $CONFIG${SETS[*]:+ with ${SETS[*]}} has the problems above; nothing started"
+  fi
 fi
 RUN_MODE=$(sed -n 's/^run_mode:[[:space:]]*//p' <<<"$resolved" | head -1 | tr -d "\"'")
 case "$RUN_MODE" in
@@ -312,11 +336,18 @@ shell_words() { # the words as a shell would read them back
   done
   echo "$out"
 }
-RUNS=$(shell_words "$BIN" train --config "$CONFIG" "${SETS[@]}" "${TRAIN[@]}")
 mkdir -p "$LOG_DIR" || die "cannot create LOG_DIR $LOG_DIR"
 LOGABS=$(realpath "$LOG_DIR")
-# What every node must agree on, checked by node 0 at registration.
+if [ "$style" = megatron ]; then
+  RUNS=$(shell_words "$BIN" pretrain_gpt "${MEGATRON[@]}")
+  CONFIG=$LOGABS/megatron_job.yaml
+  echo "$resolved" >"$CONFIG.$$" && mv -f "$CONFIG.$$" "$CONFIG" || die "cannot write $CONFIG"
+else
+  RUNS=$(shell_words "$BIN" train --config "$CONFIG" "${SETS[@]}" "${TRAIN[@]}")
+fi
+# What every node must agree on, checked by node 0 at registration (pretrain_gpt: LOCAL_RANK needs LOCAL_WORKER).
 JOB="cwd=$PWD worker_num=$WORKER_NUM log_dir=$LOGABS command=$RUNS"
+[ "$style" = megatron ] && JOB+=" local_worker=$LOCAL_WORKER"
 
 if ((SINGLE)); then
   where="one node, $WORKER_NUM worker(s)"
@@ -337,13 +368,23 @@ WRAPPER=$LOGABS/gridformer_worker.sh
   echo '#!/usr/bin/env bash'
   echo "# written by scripts/msrun_launcher.sh for: $RUNS"
   echo "LOG=$(shell_words "$LOGABS") RANK_LOG_DIR=$(shell_words "$(realpath -m "$OUT")/log")"
-  declare -p BIN SETS TRAIN | sed 's/^declare -[a-zA-Z-]* /declare /'
+  TR_LOCAL=$LOCAL_WORKER TR_ADDR=$MASTER_ADDR TR_PORT=$MASTER_PORT
+  declare -p BIN SETS TRAIN MEGATRON TR_LOCAL TR_ADDR TR_PORT | sed 's/^declare -[a-zA-Z-]* /declare /'
   cat <<'EOF'
 case "${1:-}" in
   train)
     shift
     r=${OMPI_COMM_WORLD_RANK:-0}
     echo "# rank $r's stdout and stderr (rank 0: its console log; every rank: its errors); its whole log: $RANK_LOG_DIR/rank_$r/gridformer.log" >"$LOG/worker_$r.log"
+    if ((${#MEGATRON[@]})); then
+      # A Megatron job: torchrun's environment (node k holds ranks k*LOCAL..k*LOCAL+LOCAL-1), then pretrain_gpt with
+      # the job's arguments (run_distribute.sh's `--config ... --set run_mode=...` name its translation, not needed).
+      export RANK=$r WORLD_SIZE=${OMPI_COMM_WORLD_SIZE:-1} LOCAL_RANK=$((r % TR_LOCAL)) LOCAL_WORLD_SIZE=$TR_LOCAL \
+        GROUP_RANK=$((r / TR_LOCAL)) MASTER_ADDR=$TR_ADDR MASTER_PORT=$TR_PORT
+      echo "# torchrun's environment: RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT" >>"$LOG/worker_$r.log"
+      exec > >(exec tee -a "$LOG/worker_$r.log") 2>&1
+      exec "$BIN" pretrain_gpt "${MEGATRON[@]}"
+    fi
     exec > >(exec tee -a "$LOG/worker_$r.log") 2>&1
     exec "$BIN" train "$@" "${SETS[@]}" "${TRAIN[@]}" ;;
   config) shift; exec "$BIN" config "$@" "${SETS[@]}" ;;
@@ -385,6 +426,26 @@ if ((SINGLE)); then
 fi
 
 # ---- several nodes ----------------------------------------------------------------------------------------------
+# The job's secret, which a node proves before node 0 counts it (msrun_rendezvous reads it from the environment,
+# never argv): GF_JOB_SECRET, else node 0 writes a fresh random one to LOG_DIR/.job_secret before it serves, and the
+# other nodes read it there once node 0 answers.
+if [ -n "${GF_JOB_SECRET:-}" ]; then
+  export GF_JOB_SECRET
+  unset GF_JOB_SECRET_FILE
+  say "job secret: GF_JOB_SECRET (a node without it is refused)"
+else
+  export GF_JOB_SECRET_FILE=$LOGABS/.job_secret
+  if ((NODE_RANK == 0)); then
+    tmp=$(umask 077 && mktemp "$LOGABS/.job_secret.XXXXXX") || die "cannot write in $LOGABS"
+    token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    ((${#token} == 32)) && printf '%s\n' "$token" >"$tmp" && chmod 600 "$tmp" && mv -f "$tmp" "$GF_JOB_SECRET_FILE" ||
+      { rm -f "$tmp"; die "cannot write the job secret $GF_JOB_SECRET_FILE"; }
+    unset token
+    say "job secret: written to $GF_JOB_SECRET_FILE (mode 0600); the other nodes read it there (LOG_DIR shared), or set GF_JOB_SECRET on every node"
+  else
+    say "job secret: read from $GF_JOB_SECRET_FILE once node 0 answers (node 0's launcher writes it; LOG_DIR must be shared with node 0, else set GF_JOB_SECRET on every node)"
+  fi
+fi
 if ((NODE_RANK == 0)); then
   state=$LOGABS/.msrun_state
   { declare -p HERE LOGABS CONFIG RUN_MODE WORKER_NUM WRAPPER TOOL | sed 's/^declare -[a-zA-Z-]* /declare -g /'; } >"$state" || die "cannot write $state"

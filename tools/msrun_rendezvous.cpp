@@ -9,6 +9,8 @@
 //                          --job TEXT --nodes FILE [--end_message JOB_FILE] -- COMMAND ARGS...
 //   msrun_rendezvous join  --master_addr A --master_port P --worker_num N --local_worker_num L --node_rank R
 //                          --timeout S --job TEXT
+// Both need the job's secret in the environment: GF_JOB_SECRET, or GF_JOB_SECRET_FILE naming a file that holds it
+// (tools/msrun_rendezvous.h); serve refuses and logs a node without it.
 //
 // Exit status: serve: the command's (128 + signal if a signal ended it), 1 if the nodes did not all register within
 // --timeout s, 2 for bad arguments or an address that cannot be served; join: the job's status as node 0 reports
@@ -32,11 +34,14 @@ struct Node {
   LineReader in;
   std::string address, host;
   int node_rank = -1, local = 0;
-  bool registered = false;
+  bool proven = false, registered = false;  // proven: it sent the job's secret
   double connected_at = 0;
 };
 
 int serve(const Options& o) {
+  std::string no_secret;
+  const std::string secret = job_secret(no_secret);
+  if (secret.empty()) die(no_secret + " (node 0's launcher writes it before serving)");
   addrinfo* res = resolve(o.master_addr, o.master_port);
   int lfd = -1;
   std::string bind_error;
@@ -173,6 +178,18 @@ int serve(const Options& o) {
         const std::optional<std::string> line = nodes[fd].in.next();
         if (!line) break;
         Node& m = nodes[fd];
+        if (!m.proven) {
+          // Before anything else, and before anything of this job is told to the connection.
+          const bool sent = line->rfind("secret ", 0) == 0;
+          if (!sent || !same_secret(line->substr(7), secret)) {
+            refuse(fd, fmt::format("{} job secret: a node proves it belongs to this job with the job's secret (give "
+                                   "every node the same GF_JOB_SECRET, or LOG_DIR on a directory shared with node 0, "
+                                   "whose launcher writes LOG_DIR/.job_secret)", sent ? "a wrong" : "no"));
+            break;
+          }
+          m.proven = true;
+          continue;
+        }
         if (!m.registered && m.node_rank < 0) {
           const std::vector<std::string> w = words(*line, 5);
           long rank = 0, local = 0, num = 0;
@@ -268,6 +285,7 @@ int serve(const Options& o) {
     sa.sa_handler = SIG_DFL;
     sigemptyset(&sa.sa_mask);
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(s, &sa, nullptr);
+    unsetenv("GF_JOB_SECRET");  // the ranks have no use for it
     ::close(lfd);
     for (auto& [fd, n] : nodes) ::close(fd);
     std::vector<char*> argv;
@@ -346,7 +364,7 @@ int join(const Options& o) {
   say(fmt::format("node {} ({}): {} worker(s); registering with node 0's launcher at {} (waiting up to {}, "
                   "cluster_time_out)", o.node_rank, host_name(), o.local, where, limit));
   int fd = -1;
-  std::string why, last_why;
+  std::string why, last_why, secret;
   double next_note = t0 + 30;
   while (fd < 0) {
     if (g_signal) {
@@ -354,7 +372,23 @@ int join(const Options& o) {
       return g_signal == SIGINT ? 130 : 143;
     }
     fd = connect_once(o.master_addr, o.master_port, why);
-    if (fd >= 0) break;
+    if (fd >= 0) {
+      // Read once node 0 answers: its launcher wrote the secret file before it served, so a file left by an
+      // earlier job has been replaced by then.
+      secret = job_secret(why);
+      if (!secret.empty()) break;
+      ::close(fd);
+      fd = -1;
+      if (o.timeout >= 0 && now_s() - t0 >= static_cast<double>(o.timeout)) {
+        say(fmt::format("error: node 0's launcher answers at {}, but this node has had no job secret for {} s "
+                        "(cluster_time_out): {}; run the launchers with LOG_DIR on a directory every node shares, or "
+                        "set GF_JOB_SECRET to the same value (16 characters or more) on every node", where, o.timeout,
+                        why));
+        return 1;
+      }
+      why = fmt::format("node 0's launcher answers, but {} (is LOG_DIR a directory shared with node 0? If not, set "
+                        "GF_JOB_SECRET to the same value on every node)", why);
+    }
     if (why != last_why) say(fmt::format("{}: {}; trying again every second", where, why));
     last_why = why;
     const double now = now_s();
@@ -371,7 +405,8 @@ int join(const Options& o) {
     usleep(1000 * 1000);
   }
   keepalive(fd);
-  if (!send_line(fd, fmt::format("register {} {} {} {}", o.node_rank, o.local, o.worker_num, host_name())) ||
+  if (!send_line(fd, "secret " + secret) ||
+      !send_line(fd, fmt::format("register {} {} {} {}", o.node_rank, o.local, o.worker_num, host_name())) ||
       !send_line(fd, "job " + o.job)) {
     say(fmt::format("error: lost the connection to {} while registering", where));
     return 1;

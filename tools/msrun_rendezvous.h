@@ -4,10 +4,17 @@
 // One translation unit includes it: CMakeLists.txt builds one binary per tools/*.cpp.
 //
 // The protocol is lines of text over one TCP connection per node, held open for the whole job:
-//   node -> node 0:  "register NODE_RANK LOCAL_WORKERS WORKER_NUM HOSTNAME", then "job TEXT" (what the launcher runs:
-//                    the same on every node, or the node is refused)
+//   node -> node 0:  "secret TOKEN" first (the job's secret, below: a connection whose first line is not the right
+//                    secret is refused and logged with its address, never counted), then "register NODE_RANK
+//                    LOCAL_WORKERS WORKER_NUM HOSTNAME", then "job TEXT" (what the launcher runs: the same on every
+//                    node, or the node is refused)
 //   node 0 -> node:  "registered K N" (K of N workers so far; again whenever K changes), "refused WHY",
 //                    "start FIRST_RANK LAST_RANK JOB_ID here|ssh", "end STATUS MESSAGE", "abort WHY"
+// The job's secret: GF_JOB_SECRET (the same on every node), else the first line of the file GF_JOB_SECRET_FILE names
+// (scripts/msrun_launcher.sh: node 0's launcher writes a random one to LOG_DIR/.job_secret, mode 0600, before serving;
+// the other nodes read it from that shared directory after they reach node 0). Both come through the environment,
+// never argv (visible in ps); serve takes GF_JOB_SECRET out of its command's environment. The token goes over the
+// connection as written: it keeps out whoever reaches the port without it, not whoever can read the network.
 // A node whose connection drops before the start is forgotten; node 0's launcher gone after the start shows on the
 // other nodes as the connection's end (TCP keepalive: 6 s idle, 3 probes 3 s apart, for a host that drops off).
 #pragma once
@@ -166,6 +173,45 @@ inline bool parse_int(const std::string& s, long& v) {
   if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
   v = std::stol(s);
   return true;
+}
+
+// The job's secret (see the top of this file); "" when there is none yet (the file not there, or empty), with the
+// reason in `why`. A secret that is there but unfit (shorter than 16 characters, or with spaces) is an error.
+inline std::string job_secret(std::string& why) {
+  std::string token, from;
+  if (const char* e = std::getenv("GF_JOB_SECRET"); e && *e) {
+    token = e, from = "GF_JOB_SECRET";
+  } else if (const char* f = std::getenv("GF_JOB_SECRET_FILE"); f && *f) {
+    from = f;
+    FILE* in = std::fopen(f, "r");
+    if (!in) {
+      why = fmt::format("no job secret: cannot read {}: {}", f, std::strerror(errno));
+      return "";
+    }
+    char b[4096] = {};
+    if (std::fgets(b, sizeof b, in)) token = b;
+    std::fclose(in);
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    if (token.empty()) {
+      why = fmt::format("no job secret: {} is empty", f);
+      return "";
+    }
+  } else {
+    die("no job secret: set GF_JOB_SECRET (the same on every node) or GF_JOB_SECRET_FILE (scripts/msrun_launcher.sh "
+        "sets it to LOG_DIR/.job_secret)");
+  }
+  if (token.size() < 16 || token.find_first_of(" \t\r\n") != std::string::npos)
+    die(fmt::format("the job secret from {} is unfit: it needs 16 characters or more, without spaces (e.g. `head -c 16 "
+                    "/dev/urandom | od -An -tx1 | tr -d ' \\n'`)", from));
+  return token;
+}
+
+// Compares a sent token with the job's secret in a time that does not depend on where they differ.
+inline bool same_secret(const std::string& sent, const std::string& secret) {
+  unsigned char diff = sent.size() == secret.size() ? 0 : 1;
+  for (size_t i = 0; i < secret.size(); ++i)
+    diff |= static_cast<unsigned char>((i < sent.size() ? sent[i] : 0) ^ secret[i]);
+  return diff == 0;
 }
 
 struct Options {

@@ -13,7 +13,10 @@
 #  (f) SIGINT to node 0's launcher (Ctrl-C) mid-run: run_distribute.sh stops the ranks between steps, both
 #      launchers exit 130;
 #  (e) wrong arguments, a layout that does not fit, a MASTER_ADDR that is not this host's: status 2, a clear
-#      message, nothing started; --help; run_mindformer.py's arguments mapped to --set (GF_DRY_RUN=1).
+#      message, nothing started; --help; run_mindformer.py's arguments mapped to --set (GF_DRY_RUN=1);
+#  (g) the job's secret: while node 0 waits for node 1, this test's own client on loopback registers without the
+#      secret and with a wrong one: both refused, logged by node 0 with the peer's address, not counted; the token
+#      (LOG_DIR/.job_secret, mode 0600) is in no output; then node 1 joins and the job runs on nodes 0 and 1.
 set -euo pipefail
 BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
 BIN="$BUILD/bin/gridformer"
@@ -201,6 +204,42 @@ grep -qF "command: $BIN train --config $WORK/job.yaml --set run_mode=train --set
 grep -q "GF_DRY_RUN=1: nothing started" e_mf.txt || { cat e_mf.txt; fail "(e) the dry run"; }
 nothing_left "(e)"
 echo "(e) 12 wrong arguments refused with status 2 and a message, nothing started; --help; run_mindformer.py's arguments as --set"
+
+# ---- (g) a stranger without the job's secret ---------------------------------------------------------------------
+start=$SECONDS
+PORT=$(free_port)
+bash "$LAUNCH" "$C --set output_dir=g" 4 2 127.0.0.1 "$PORT" 0 "$WORK/logs_g" True 60 > g0.txt 2>&1 &
+PID0=$!
+for i in $(seq 1 300); do grep -q "waiting up to 60 s for the other nodes" g0.txt && break; sleep 0.1; done
+grep -q "waiting up to 60 s for the other nodes" g0.txt || { cat g0.txt; fail "(g) node 0 did not serve"; }
+# The stranger's registration is node 1's to the letter (its job line as node 0 prints its command) but the secret.
+job="cwd=$WORK worker_num=4 log_dir=$WORK/logs_g command=$(sed -n 's/^msrun_launcher.sh: command: //p' g0.txt)"
+/usr/bin/python3 - "$PORT" "$job" > g_stranger.txt <<'PY' || { cat g_stranger.txt g0.txt; fail "(g) a stranger was not refused"; }
+import socket, sys
+for first in ["", "secret " + "0123456789abcdef" * 2 + "\n"]:  # none, then a wrong one
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+    s.sendall((first + "register 1 2 4 stranger\njob " + sys.argv[2] + "\n").encode())
+    reply = s.makefile().readline()
+    print(repr(reply))
+    assert reply.startswith("refused ") and "job secret" in reply, reply
+PY
+grep -q "refused a connection (127.0.0.1): no job secret" g0.txt && grep -q "refused a connection (127.0.0.1): a wrong job secret" g0.txt \
+  || { cat g0.txt; fail "(g) node 0 did not log the refusals with the peer's address"; }
+! grep -q "registered 2 worker(s)" g0.txt || { cat g0.txt; fail "(g) a stranger was counted"; }
+[ "$(stat -c %a logs_g/.job_secret)" = 600 ] || fail "(g) logs_g/.job_secret has mode $(stat -c %a logs_g/.job_secret)"
+bash "$LAUNCH" "$C --set output_dir=g" 4 2 127.0.0.1 "$PORT" 1 "$WORK/logs_g" True 60 > g1.txt 2>&1 &
+PID1=$!
+wait_exit "$PID0" 100; s0=$STATUS
+wait_exit "$PID1" 20; s1=$STATUS
+[ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat g0.txt g1.txt; fail "(g) statuses $s0 and $s1 after the strangers"; }
+[ "$(cut -d' ' -f1-3 logs_g/nodes | paste -sd' ')" = "0 127.0.0.1 2 1 127.0.0.1 2" ] || fail "(g) the nodes: $(cat logs_g/nodes)"
+! grep -q stranger logs_g/nodes || fail "(g) the stranger is among the nodes"
+token=$(cat logs_g/.job_secret)
+[[ $token =~ ^[0-9a-f]{32}$ ]] || fail "(g) logs_g/.job_secret does not hold 32 hex digits"
+! grep -rqF --exclude=.job_secret -- "$token" g0.txt g1.txt g_stranger.txt g/log logs_g || fail "(g) the token was printed"
+losses_match "(g)" g
+nothing_left "(g)"
+echo "(g) two registrations without the job's secret (none, wrong) refused and logged with 127.0.0.1, not counted; then node 1 joined, the job ran: $((SECONDS - start)) s"
 
 # ---- (c) two nodes in two network namespaces, over ssh -----------------------------------------------------------
 skip_c() { echo "SKIP: (c) two nodes in network namespaces: $*"; echo "msrun_launch: checks passed ((c) skipped)"; exit 77; }

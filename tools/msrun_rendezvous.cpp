@@ -405,12 +405,10 @@ int join(const Options& o) {
     usleep(1000 * 1000);
   }
   keepalive(fd);
-  if (!send_line(fd, "secret " + secret) ||
-      !send_line(fd, fmt::format("register {} {} {} {}", o.node_rank, o.local, o.worker_num, host_name())) ||
-      !send_line(fd, "job " + o.job)) {
-    say(fmt::format("error: lost the connection to {} while registering", where));
-    return 1;
-  }
+  // One write for the three lines: node 0 may refuse after the first and close; its answer is read below even when
+  // the write failed.
+  const bool sent = send_lines(fd, {"secret " + secret, fmt::format("register {} {} {} {}", o.node_rank, o.local,
+                                                                     o.worker_num, host_name()), "job " + o.job});
   LineReader in{fd, {}};
   bool started = false;
   std::string job_id;
@@ -439,7 +437,8 @@ int join(const Options& o) {
                         "the network is down); the ranks here are stopped by their Open MPI daemon when it loses mpirun",
                         where, job_id));
       else
-        say(fmt::format("error: node 0's launcher at {} closed the connection before the job started", where));
+        say(fmt::format("error: node 0's launcher at {} closed the connection before the job started{}", where,
+                        sent ? "" : " (while this node registered)"));
       return 1;
     }
     while (std::optional<std::string> line = in.next()) {

@@ -119,10 +119,13 @@ inline void keepalive(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
-inline bool send_line(int fd, const std::string& line) {
-  std::string s = line;
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  s += '\n';
+inline bool send_lines(int fd, const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& line : lines) {
+    std::string l = line;
+    std::replace(l.begin(), l.end(), '\n', ' ');
+    s += l + '\n';
+  }
   size_t off = 0;
   while (off < s.size()) {
     const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
@@ -132,6 +135,7 @@ inline bool send_line(int fd, const std::string& line) {
   }
   return true;
 }
+inline bool send_line(int fd, const std::string& line) { return send_lines(fd, {line}); }
 
 // One connection's input, split into lines. read_some() returns false at the end of the stream or an error.
 struct LineReader {

@@ -59,6 +59,7 @@ environment:
   GRIDFORMER_BIN    the gridformer binary; RANK_TABLE_BIN, MSRUN_RENDEZVOUS_BIN: the tools (default: next to it)
   MF_LOG_SUFFIX     appended to LOG_DIR as _SUFFIX (MindFormers)
   GF_JOB_SECRET     several nodes: the job's secret, the same on every node (default: LOG_DIR/.job_secret, above)
+  GF_TORCHRUN_ENV=1 give every rank torchrun's environment, as for pretrain_gpt (scripts/torchrun sets it)
   GF_DRY_RUN=1      check the arguments and the config, print what would run, start nothing
 exit status: 2 for a wrong argument or config (nothing started); with JOIN True the job's status (see
 run_distribute.sh), 1 if the nodes did not all register within CLUSTER_TIME_OUT.
@@ -347,7 +348,9 @@ else
 fi
 # What every node must agree on, checked by node 0 at registration (pretrain_gpt: LOCAL_RANK needs LOCAL_WORKER).
 JOB="cwd=$PWD worker_num=$WORKER_NUM log_dir=$LOGABS command=$RUNS"
-[ "$style" = megatron ] && JOB+=" local_worker=$LOCAL_WORKER"
+# torchrun's environment for each rank: a Megatron job's, and any job scripts/torchrun launches (GF_TORCHRUN_ENV=1).
+TR_ENV=0
+{ [ "$style" = megatron ] || [ "${GF_TORCHRUN_ENV:-0}" = 1 ]; } && TR_ENV=1 JOB+=" local_worker=$LOCAL_WORKER"
 
 if ((SINGLE)); then
   where="one node, $WORKER_NUM worker(s)"
@@ -369,23 +372,23 @@ WRAPPER=$LOGABS/gridformer_worker.sh
   echo "# written by scripts/msrun_launcher.sh for: $RUNS"
   echo "LOG=$(shell_words "$LOGABS") RANK_LOG_DIR=$(shell_words "$(realpath -m "$OUT")/log")"
   TR_LOCAL=$LOCAL_WORKER TR_ADDR=$MASTER_ADDR TR_PORT=$MASTER_PORT
-  declare -p BIN SETS TRAIN MEGATRON TR_LOCAL TR_ADDR TR_PORT | sed 's/^declare -[a-zA-Z-]* /declare /'
+  declare -p BIN SETS TRAIN style MEGATRON TR_ENV TR_LOCAL TR_ADDR TR_PORT | sed 's/^declare -[a-zA-Z-]* /declare /'
   cat <<'EOF'
 case "${1:-}" in
   train)
     shift
     r=${OMPI_COMM_WORLD_RANK:-0}
     echo "# rank $r's stdout and stderr (rank 0: its console log; every rank: its errors); its whole log: $RANK_LOG_DIR/rank_$r/gridformer.log" >"$LOG/worker_$r.log"
-    if ((${#MEGATRON[@]})); then
-      # A Megatron job: torchrun's environment (node k holds ranks k*LOCAL..k*LOCAL+LOCAL-1), then pretrain_gpt with
-      # the job's arguments (run_distribute.sh's `--config ... --set run_mode=...` name its translation, not needed).
+    if ((TR_ENV)); then
+      # torchrun's environment: node k holds ranks k*LOCAL..k*LOCAL+LOCAL-1 (every node the same LOCAL_WORKER)
       export RANK=$r WORLD_SIZE=${OMPI_COMM_WORLD_SIZE:-1} LOCAL_RANK=$((r % TR_LOCAL)) LOCAL_WORLD_SIZE=$TR_LOCAL \
         GROUP_RANK=$((r / TR_LOCAL)) MASTER_ADDR=$TR_ADDR MASTER_PORT=$TR_PORT
       echo "# torchrun's environment: RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT" >>"$LOG/worker_$r.log"
-      exec > >(exec tee -a "$LOG/worker_$r.log") 2>&1
-      exec "$BIN" pretrain_gpt "${MEGATRON[@]}"
     fi
     exec > >(exec tee -a "$LOG/worker_$r.log") 2>&1
+    # A Megatron job runs pretrain_gpt with its arguments (run_distribute.sh's `--config ... --set run_mode=...` name
+    # their translation, which it checked).
+    [ "$style" = megatron ] && exec "$BIN" pretrain_gpt "${MEGATRON[@]}"
     exec "$BIN" train "$@" "${SETS[@]}" "${TRAIN[@]}" ;;
   config) shift; exec "$BIN" config "$@" "${SETS[@]}" ;;
   *) exec "$BIN" "$@" ;;

@@ -569,12 +569,13 @@ std::vector<MoeLayerStats> TransformerLM::moe_stats(int64_t slot) const {
   return out;
 }
 
-double TransformerLM::flops_per_step(int64_t batch) const {
+double TransformerLM::flops_per_step(int64_t batch) const { return model_flops(spec_, batch); }
+
+double TransformerLM::model_flops(const TransformerSpec& s, int64_t batch) {
   // Megatron's model FLOPs (Narayanan et al. 2021), generalised to grouped-query attention and a
   // gated MLP: 3 (forward + 2x backward) x 2 FLOPs per multiply-add, per token:
   //   L (C (H + 2 Hkv) D + C H D + m C F + 2 T H D) + C V,   m = 3 (SwiGLU) or 2 (GELU MLP);
   // for GPT-2 this is 72 B T L h^2 (1 + T/(6h) + V/(12 L h)).
-  const TransformerSpec& s = spec_;
   const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
                H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads),
                F = static_cast<double>(s.ffn), T = static_cast<double>(s.seq), L = static_cast<double>(s.layers),

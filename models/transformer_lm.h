@@ -190,6 +190,9 @@ class TransformerLM : public CausalLM {
   ComputeDtype weight_copy_dtype() const override { return cdt_; }
   void weight_copy_is_current() override { *low_current_ = cdt_ != ComputeDtype::kFloat32; }
   double flops_per_step(int64_t batch) const override;
+  // The same for a spec, before anything is built (`gridformer plan`): Megatron's model FLOPs of a step of
+  // `batch` sequences (forward and backward; recompute's second forward not counted).
+  static double model_flops(const TransformerSpec& s, int64_t batch);
   std::vector<MoeLayerStats> moe_stats() const override;
   std::vector<std::pair<int64_t, int64_t>> expert_bias_offsets() const override {
     std::vector<std::pair<int64_t, int64_t>> v;

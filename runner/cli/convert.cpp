@@ -386,11 +386,11 @@ std::string count_of(size_t n, const char* what) { return std::to_string(n) + " 
 
 }  // namespace
 
-int64_t parse_byte_size(const std::string& text) {
+int64_t parse_byte_size(const std::string& text, const std::string& option) {
   static const std::regex kSize(R"(\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]i?B|B)?\s*)", std::regex::icase);
   std::smatch m;
   if (!std::regex_match(text, m, kSize))
-    fail("--max-shard-size " + text + ": expected a size such as 5GB, 500MB, 2GiB or a number of bytes");
+    fail(option + " " + text + ": expected a size such as 5GB, 500MB, 2GiB or a number of bytes");
   std::string unit = m[2].str();
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double mult = 1;
@@ -400,7 +400,7 @@ int64_t parse_byte_size(const std::string& text) {
     for (int k = 0; k < 4; ++k)
       if (unit[0] == prefixes[k]) mult = std::pow(binary ? 1024.0 : 1000.0, k + 1);
   const double v = std::stod(m[1].str()) * mult;
-  if (v < 1 || v > 9.0e18) fail("--max-shard-size " + text + ": must be at least one byte");
+  if (v < 1 || v > 9.0e18) fail(option + " " + text + ": must be at least one byte");
   return static_cast<int64_t>(v);
 }
 

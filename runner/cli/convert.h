@@ -107,6 +107,6 @@ int run_convert(const ConvertOptions& opt);
 
 // "5GB", "500MB", "2GiB", "100KB", "4096": bytes, with huggingface_hub's decimal units
 // (KB 1e3 ... TB 1e12) and binary ones (KiB 2^10 ... TiB 2^40). Throws naming the text.
-int64_t parse_byte_size(const std::string& text);
+int64_t parse_byte_size(const std::string& text, const std::string& option = "--max-shard-size");
 
 }  // namespace gf

@@ -199,6 +199,7 @@ struct Cli {
   bool do_sample = false;
   // config, plan
   int ranks = 0;
+  std::string memory_per_rank;  // plan --memory-per-rank
   // tokenize
   gf::data::TokenizerFiles tok_files;
   bool decode = false;
@@ -347,6 +348,8 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
   plan->add_option("--set", c.sets, "override a key (repeatable)");
   plan->add_option("--ranks", c.ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
       ->check(CLI::Range(1, 1 << 24));
+  plan->add_option("--memory-per-rank", c.memory_per_rank,
+                   "the memory a rank has (64GB, 512GiB): says whether the largest rank fits; status 2 when it does not");
   return plan;
 }
 
@@ -452,7 +455,20 @@ int run_config_or_plan(const Cli& c, bool plan) {
       }
       std::cerr << "warning: train would refuse this config's data: " << data << "\n";
     }
-    std::cout << (plan ? gf::plan_report(cfg, n) : gf::dump_resolved(cfg));
+    if (!plan) {
+      std::cout << gf::dump_resolved(cfg);
+      return 0;
+    }
+    const double bound =
+        c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
+    bool fits = true;
+    std::cout << gf::plan_report(cfg, n, bound, &fits);
+    if (!fits) {
+      std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank
+                << ": more ranks, ZeRO (parallel.enable_parallel_optimizer, parallel_config.zero_stage), recompute or "
+                   "bfloat16 moments lower it\n";
+      return 2;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << describe(e) << "\n";

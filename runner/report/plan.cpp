@@ -243,7 +243,7 @@ std::string merge_equal_ranks(const std::vector<std::string>& lines) {
 
 }  // namespace
 
-std::string plan_report(const Config& cfg, int ranks) {
+std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bool* fits) {
   const ModelConfig& m = cfg.model;
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec spec = entry.spec(m);
@@ -264,6 +264,16 @@ std::string plan_report(const Config& cfg, int ranks) {
                      "vocabulary {}){}\n",
                      global, spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.ffn, spec.vocab, trained);
   if (spec.moe.experts > 1) out += moe_line(cfg, spec);
+  // The step's compute: Megatron's model FLOPs (what MFU divides by the step time and the peak), for the global
+  // batch; each rank runs about 1/ranks of it (data, tensor, pipeline and context parallel split the work).
+  // (the trainer's global batch: trainer_setup.cpp)
+  const int64_t micro = cfg.parallel.pipeline_stage > 1 ? cfg.parallel.micro_batch_num : cfg.gradient_accumulation_steps;
+  const int64_t global_batch = cfg.batch_size * cfg.parallel.data_parallel * micro;
+  const double flops = TransformerLM::model_flops(spec, global_batch);
+  out += fmt::format("compute: {:.4g} TFLOP a step (Megatron's model FLOPs, forward and backward, of the global batch of {} "
+                     "x {} tokens; the MFU numerator), {:.4g} TFLOP a rank{}\n",
+                     flops / 1e12, global_batch, spec.seq, flops / 1e12 / ranks,
+                     cfg.recompute ? "; full recompute runs the forward again: about 4/3 of that" : "");
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
@@ -286,6 +296,14 @@ std::string plan_report(const Config& cfg, int ranks) {
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",
                      human_bytes(worst));
+  if (memory_per_rank > 0) {
+    const bool ok = worst <= memory_per_rank;
+    out += ok ? fmt::format("fits: the largest rank needs {} of the {} a rank has ({:.0f}%)\n", human_bytes(worst),
+                            human_bytes(memory_per_rank), 100.0 * worst / memory_per_rank)
+              : fmt::format("does not fit: the largest rank needs {}, {} more than the {} a rank has\n", human_bytes(worst),
+                            human_bytes(worst - memory_per_rank), human_bytes(memory_per_rank));
+    if (fits) *fits = ok;
+  }
   return out;
 }
 

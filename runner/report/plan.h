@@ -10,7 +10,8 @@
 namespace gf {
 
 std::string human_bytes(double bytes);
-// The plan for `ranks` ranks (the config's layout must fit them: see layout_error_message).
-std::string plan_report(const Config& cfg, int ranks);
+// The plan for `ranks` ranks (the config's layout must fit them: see layout_error_message). With
+// memory_per_rank > 0 (bytes) it says whether the largest rank fits, and sets *fits.
+std::string plan_report(const Config& cfg, int ranks, double memory_per_rank = 0, bool* fits = nullptr);
 
 }  // namespace gf

@@ -1,5 +1,12 @@
 #include "core/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -84,16 +91,47 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+namespace {
+struct FileMapping {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~FileMapping() {
+    if (addr) munmap(addr, size);
+  }
+};
+}  // namespace
+
 SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open file");
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
-  in.seekg(0);
-  if (size < 8) fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  return parse(path, std::move(bytes));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open file");
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "not a regular file");
+  }
+  const int64_t size = st.st_size;
+  if (size < 8) {
+    ::close(fd);
+    fail(path, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  }
+  auto map = std::make_shared<FileMapping>();
+  map->size = static_cast<size_t>(size);
+  void* addr = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (addr == MAP_FAILED) fail(path, std::string("cannot map file: ") + std::strerror(errno));
+  map->addr = addr;
+  SafeTensorsFile f = parse(path, static_cast<const uint8_t*>(addr), map->size, map);
+  f.mapped_ = true;
+  return f;
+}
+
+void SafeTensorsFile::drop_pages(const std::string& name) const {
+  if (!mapped_) return;
+  const StTensor& t = get(name);
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.data), end = begin + static_cast<uintptr_t>(t.nbytes);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 SafeTensorsFile SafeTensorsFile::parse(const std::string& path, std::vector<uint8_t> bytes) {

@@ -23,9 +23,10 @@ struct StTensor {
 
 class SafeTensorsFile {
  public:
-  // Reads and validates the whole file; throws std::runtime_error naming the file, and the tensor
-  // where one is at fault (unknown dtype, size that does not match the shape, offsets outside the
-  // data or overlapping).
+  // Maps the file (read-only, private: POSIX mmap; its pages are read as tensors are converted) and
+  // validates it; throws std::runtime_error naming the file, and the tensor where one is at fault
+  // (unknown dtype, size that does not match the shape, offsets outside the data or overlapping).
+  // The file must not be truncated while the result (or a tensor's data pointer) is used.
   static SafeTensorsFile open(const std::string& path);
   // The same from a file's bytes already in memory (kept by the result; `path` names them in
   // errors): a checkpoint reader checksums the bytes it read before parsing them.
@@ -45,10 +46,15 @@ class SafeTensorsFile {
   std::vector<float> floats(const std::string& name) const;
   void to_floats(const std::string& name, float* out, int64_t n) const;
   std::vector<int32_t> ints(const std::string& name) const;  // I32 or I64
+  // Gives the mapped pages wholly inside tensor `name`'s bytes back to the kernel (madvise MADV_DONTNEED) once
+  // the caller has its own copy: reading a file tensor by tensor then holds one tensor beyond what it keeps. A
+  // later read faults them in from the file again. Nothing for a file opened from bytes in memory (parse).
+  void drop_pages(const std::string& name) const;
 
  private:
   std::string path_;
   std::shared_ptr<const void> owner_;  // keeps the bytes alive (a vector, or a file mapping)
+  bool mapped_ = false;                // bytes_ is open()'s private read-only mapping of the file
   const uint8_t* bytes_ = nullptr;
   size_t size_ = 0;
   std::map<std::string, StTensor> tensors_;

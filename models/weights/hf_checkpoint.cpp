@@ -231,6 +231,7 @@ std::string CausalLM::load_hf_checkpoint(const std::string& given) {
                                  ", the configured model needs " + shape_str(p.shape));
       full.resize(static_cast<size_t>(p.global_numel()));
       f.to_floats(key, full.data(), p.global_numel());
+      f.drop_pages(key);  // the copy is in `full`: the file's pages need not stay
       Placement::scatter(placed, full.data(), weights() + placed.offset);  // padding rows zero
     }
   }

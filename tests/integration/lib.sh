@@ -45,6 +45,8 @@
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
 #   train_on NP NAME CONFIG ARGS...      train (NP 1) or mpi_train NP
 #   layout_train NP NAME CONFIG ARGS...  train_on, the gathered weights saved in NAME/weights.safetensors
+#   preprocess NAME ARGS...     `preprocess_data --output-prefix NAME ARGS...` (lib's $PRE), its stdout in NAME.out and
+#                               stderr in NAME.err, must exit 0
 #   refused STATUS PATTERN NAME CMD...  CMD must exit STATUS and print PATTERN (fixed string); nothing trained
 #   mpi_refused NP NAME PATTERN CONFIG ARGS...  `gridformer train --config CONFIG --set output_dir=NAME ARGS...` on NP ranks
 #                               (mpirun) is refused as refused 2 holds it, without even a NAME/metrics.jsonl; prints the
@@ -203,6 +205,13 @@ train_on() {
 layout_train() {
   local np=$1 name=$2 cfg=$3; shift 3
   train_on "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
+}
+
+preprocess() {
+  local name=$1; shift
+  [[ -x "$PRE" ]] || fail "$PRE not built"
+  set +e; "$PRE" --output-prefix "$name" "$@" > "$name.out" 2> "$name.err"; STATUS=$?; set -e
+  ((STATUS == 0)) || { tail -30 "$name.err"; fail "$name: preprocess_data exited with status $STATUS"; }
 }
 
 refused() {

@@ -9,69 +9,54 @@
 #    regenerated and compared.
 # 2. Bytes for the same tokens: preprocess_data --dump-ids records the ids of every document;
 #    tools/megatron_index_writer_check.py (Megatron's IndexedDatasetBuilder/_IndexWriter,
-#    transcribed) writes them again; cmp compares. Skipped without python3 + numpy.
+#    transcribed) writes them again; cmp compares. Skipped without /usr/bin/python3 + numpy.
 # Skips (exit 77, ctest's SKIP_RETURN_CODE) without the GPT-2 vocabulary.
-set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-SRC="$(cd "$2" && pwd)"
-TOOL="${BUILD}/bin/preprocess_data"
-VOCAB="${SRC}/data/gpt2/gpt2-vocab.json"
-MERGES="${SRC}/data/gpt2/gpt2-merges.txt"
-[[ -x "${TOOL}" ]] || { echo "FAIL: ${TOOL} not built"; exit 1; }
-if [[ ! -s "${VOCAB}" || ! -s "${MERGES}" ]]; then
-  echo "SKIP: GPT-2 vocabulary missing (run scripts/fetch_gpt2_vocab.sh)"; exit 77
-fi
-WORK="$(mktemp -d)"
-trap 'rm -rf "${WORK}"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_vocab
 
 # 1. The Python-made golden for the characters where the regex engines differ.
-GOLDEN="${SRC}/tests/golden/tokenizer"
+GOLDEN="$SRC/tests/golden/tokenizer"
 for workers in 1 2; do
-  "${TOOL}" --input "${GOLDEN}/unicode_space.jsonl" --output-prefix "${WORK}/us${workers}" \
-    --vocab-file "${VOCAB}" --merge-file "${MERGES}" --append-eod --workers "${workers}" > /dev/null 2>&1
+  preprocess "us$workers" --input "$GOLDEN/unicode_space.jsonl" --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod \
+    --workers "$workers"
   for ext in bin idx; do
-    cmp "${WORK}/us${workers}_text_document.${ext}" "${GOLDEN}/unicode_space_text_document.${ext}" \
-      || { echo "FAIL: unicode_space.jsonl: .${ext} differs from Megatron's (Python regex) bytes"; exit 1; }
+    cmp "us${workers}_text_document.$ext" "$GOLDEN/unicode_space_text_document.$ext" \
+      || fail "unicode_space.jsonl: .$ext differs from Megatron's (Python regex) bytes"
   done
 done
 echo "PASS: unicode_space.jsonl gives Megatron's .bin/.idx bytes (committed Python golden)"
-if /usr/bin/python3 -c 'import regex, numpy' 2>/dev/null; then
-  /usr/bin/python3 "${SRC}/tools/make_tokenizer_golden_py.py" --check --vocab-file "${VOCAB}" --merge-file "${MERGES}"
+if "$PY" -c 'import regex, numpy' 2>/dev/null; then
+  "$PY" "$SRC/tools/make_tokenizer_golden_py.py" --check --vocab-file "$VOCAB" --merge-file "$MERGES"
 else
-  echo "NOTE: no /usr/bin/python3 with regex + numpy: the golden was not regenerated (apt-get install python3-regex)"
+  echo "NOTE: no $PY with regex + numpy: the golden was not regenerated (apt-get install python3-regex)"
 fi
 
 # 2. Megatron's writer on our ids.
-PY=""
-for candidate in python3 /usr/bin/python3; do
-  if command -v "${candidate}" >/dev/null && "${candidate}" -c 'import numpy' 2>/dev/null; then PY="${candidate}"; break; fi
-done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with numpy for the writer check"; exit 77; }
+need_python numpy
 
-cat > "${WORK}/in.jsonl" <<'JSON'
+cat > in.jsonl <<'JSON'
 {"text": "Hello world!", "title": "Greeting"}
 {"text": "", "title": "Empty text: no tokens, no EOD, still a document"}
 {"text": "Line one.\nLine two\twith a tab and  two spaces.", "title": ""}
 {"text": ["A list of sentences.", "", " Each non-empty one is a sequence."], "title": "Sentences"}
 {"text": "caf\u00e9 \u2014 na\u00efve \ud83d\ude00 <|endoftext|> 12345", "title": "Unicode"}
 JSON
-for i in $(seq 1 200); do echo "{\"text\": \"Document number ${i} repeats ${i} words.\", \"title\": \"T${i}\"}"; done >> "${WORK}/in.jsonl"
+for i in $(seq 1 200); do echo "{\"text\": \"Document number ${i} repeats ${i} words.\", \"title\": \"T${i}\"}"; done >> in.jsonl
 
 check() {  # check NAME EXTRA...
-  local name="$1"; shift
-  "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/${name}" --vocab-file "${VOCAB}" \
-    --merge-file "${MERGES}" --json-keys text title --dump-ids "${WORK}/${name}.ids" "$@" > /dev/null 2>&1
-  "${PY}" "${SRC}/tools/megatron_index_writer_check.py" --ids "${WORK}/${name}.ids" \
-    --output-prefix "${WORK}/${name}_megatron" --vocab-size 50257 > /dev/null
+  local name=$1; shift
+  preprocess "$name" --input in.jsonl --vocab-file "$VOCAB" --merge-file "$MERGES" --json-keys text title \
+    --dump-ids "$name.ids" "$@"
+  "$PY" "$SRC/tools/megatron_index_writer_check.py" --ids "$name.ids" --output-prefix "${name}_megatron" --vocab-size 50257 \
+    > /dev/null
   for key in text title; do
     for ext in bin idx; do
-      cmp "${WORK}/${name}_${key}_document.${ext}" "${WORK}/${name}_megatron_${key}_document.${ext}"
+      cmp "${name}_${key}_document.$ext" "${name}_megatron_${key}_document.$ext"
     done
   done
 }
 check eod --append-eod --workers 2
 check noeod --workers 1
 # The dump must hold what the files hold: the EOD run has one more token per non-empty document.
-[[ $(stat -c %s "${WORK}/eod_text_document.bin") -gt $(stat -c %s "${WORK}/noeod_text_document.bin") ]] \
-  || { echo "FAIL: --append-eod added no tokens"; exit 1; }
+[[ $(stat -c %s eod_text_document.bin) -gt $(stat -c %s noeod_text_document.bin) ]] || fail "--append-eod added no tokens"
 echo "PASS: .bin/.idx byte-identical to Megatron's writer (with and without --append-eod)"

@@ -1,6 +1,8 @@
 # The integration scripts' shared harness. A script starts with
 #     source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 # and holds only what its case says. ctest runs each script as `bash SCRIPT BUILD_DIR SOURCE_DIR`.
+# Its Python checks share lib.py, beside this file (Megatron's indexed dataset read and written):
+#     PYTHONPATH="$SRC/tests/integration" "$PY" - ... <<'EOF'   with   import lib
 #
 # After sourcing:
 #   BUILD SRC         the build and source directories (absolute)

@@ -16,25 +16,13 @@
 # Then prints the encode throughput of preprocess_data on a larger generated input and the CPU.
 # Skips (exit 77, "SKIP: ...": ctest's SKIP_RETURN_CODE) when spm_train or python3-sentencepiece is missing.
 #   bash tests/integration/preprocess_sentencepiece.sh BUILD_DIR SOURCE_DIR
-set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-SRC="$(cd "$2" && pwd)"
-TOOL="${BUILD}/bin/preprocess_data"
-[[ -x "${TOOL}" ]] || TOOL="${BUILD}/preprocess_data"
-[[ -x "${TOOL}" ]] || { echo "FAIL: preprocess_data not built in ${BUILD}"; exit 1; }
-command -v spm_train > /dev/null || { echo "SKIP: spm_train not found (Debian package sentencepiece)"; exit 77; }
-PY=""
-for p in python3 /usr/bin/python3; do
-  if command -v "$p" > /dev/null && "$p" -c "import sentencepiece" 2> /dev/null; then PY="$p"; break; fi
-done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the sentencepiece module (Debian package python3-sentencepiece)"; exit 77; }
-WORK="$(mktemp -d)"
-trap 'rm -rf "${WORK}"' EXIT
-cd "${WORK}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+command -v spm_train > /dev/null || skip "spm_train not found (Debian package sentencepiece)"
+need_python sentencepiece
 
 # Training text, test documents (JSONL; strings and lists of strings, empty ones, literal special
 # token strings, characters unseen in training) and a larger input for the throughput.
-"${PY}" - "${WORK}" <<'EOF'
+"$PY" - "$WORK" <<'EOF'
 import json, random, sys
 work = sys.argv[1]
 random.seed(1234)
@@ -98,25 +86,24 @@ with open(f"{work}/big.jsonl", "w", encoding="utf-8") as f:
         size += len(line.encode())
 EOF
 
-COMMON=(--input="${WORK}/train.txt" --character_coverage=0.9995 --num_threads=1
+COMMON=(--input=train.txt --character_coverage=0.9995 --num_threads=1
         --input_sentence_size=0 --shuffle_input_sentence=false --minloglevel=2)
-spm_train "${COMMON[@]}" --model_prefix="${WORK}/unigram" --model_type=unigram --vocab_size=500 > "${WORK}/spm_unigram.log" 2>&1 \
-  || { echo "FAIL: spm_train unigram: $(tail -5 "${WORK}/spm_unigram.log")"; exit 1; }
-spm_train "${COMMON[@]}" --model_prefix="${WORK}/bpe" --model_type=bpe --byte_fallback=true --vocab_size=800 \
-  --user_defined_symbols="<EOD>" > "${WORK}/spm_bpe.log" 2>&1 \
-  || { echo "FAIL: spm_train bpe: $(tail -5 "${WORK}/spm_bpe.log")"; exit 1; }
+spm_train "${COMMON[@]}" --model_prefix=unigram --model_type=unigram --vocab_size=500 > spm_unigram.log 2>&1 \
+  || fail "spm_train unigram: $(tail -5 spm_unigram.log)"
+spm_train "${COMMON[@]}" --model_prefix=bpe --model_type=bpe --byte_fallback=true --vocab_size=800 \
+  --user_defined_symbols="<EOD>" > spm_bpe.log 2>&1 \
+  || fail "spm_train bpe: $(tail -5 spm_bpe.log)"
 
 check() {  # check MODEL TYPE
-  local model="$1" type="$2" name="$1_$2"
+  local model=$1 type=$2 name=$1_$2
   for w in 1 3; do
-    "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/${name}_w${w}" --tokenizer-model "${WORK}/${model}.model" \
-      --tokenizer-type "${type}" --append-eod --workers "${w}" > "${WORK}/${name}_w${w}.out" 2> "${WORK}/${name}_w${w}.err" \
-      || { echo "FAIL: preprocess_data ${name} --workers ${w}: $(cat "${WORK}/${name}_w${w}.err")"; exit 1; }
+    preprocess "${name}_w$w" --input in.jsonl --tokenizer-model "$model.model" --tokenizer-type "$type" --append-eod --workers "$w"
   done
-  cmp "${WORK}/${name}_w1_text_document.bin" "${WORK}/${name}_w3_text_document.bin"
-  cmp "${WORK}/${name}_w1_text_document.idx" "${WORK}/${name}_w3_text_document.idx"
-  "${PY}" - "${WORK}/${name}_w1_text_document" "${WORK}/in.jsonl" "${WORK}/${model}.model" "${type}" "${name}" <<'EOF'
-import array, json, struct, sys
+  cmp "${name}_w1_text_document.bin" "${name}_w3_text_document.bin"
+  cmp "${name}_w1_text_document.idx" "${name}_w3_text_document.idx"
+  PYTHONPATH="$SRC/tests/integration" "$PY" - "${name}_w1_text_document" in.jsonl "$model.model" "$type" "$name" <<'EOF'
+import json, sys
+import lib
 import sentencepiece
 prefix, corpus, model, type_, name = sys.argv[1:]
 sp = sentencepiece.SentencePieceProcessor(model_file=model)
@@ -173,32 +160,14 @@ for line in open(corpus, encoding="utf-8"):
         ids.append(eod)  # --append-eod
     ref.append(ids)
 
-idx = open(prefix + ".idx", "rb").read()
-assert idx[:9] == b"MMIDIDX\x00\x00", "bad header"
-(version,) = struct.unpack_from("<Q", idx, 9)
-(code,) = struct.unpack_from("<B", idx, 17)
-seq_count, doc_count = struct.unpack_from("<QQ", idx, 18)
-assert version == 1 and code == 8, (version, code)  # vocab_size < 65500: uint16 (DType code 8), as Megatron picks
-off = 34
-lengths = struct.unpack_from(f"<{seq_count}i", idx, off); off += 4 * seq_count
-pointers = struct.unpack_from(f"<{seq_count}q", idx, off); off += 8 * seq_count
-doc_idx = struct.unpack_from(f"<{doc_count}q", idx, off); off += 8 * doc_count
-assert off == len(idx), f"{len(idx) - off} trailing bytes in the .idx"
-data = array.array("H")
-data.frombytes(open(prefix + ".bin", "rb").read())
-if sys.byteorder != "little":
-    data.byteswap()
-assert doc_count == len(ref) + 1, (doc_count, len(ref))
+docs = lib.documents(prefix)  # vocab_size < 65500: uint16 (DType code 8), as Megatron picks
+assert len(docs) == len(ref), (len(docs), len(ref))
 tokens = specials_inside = 0
-for d, want in enumerate(ref):
-    got = []
-    for s in range(doc_idx[d], doc_idx[d + 1]):
-        got += data[pointers[s] // 2:pointers[s] // 2 + lengths[s]].tolist()
+for d, (got, want) in enumerate(zip(docs, ref)):
     assert got == want, f"{name}: document {d + 1}: {got} != reference {want}"
     tokens += len(got)
     specials_inside += sum(1 for t in got[:-1] if t == eod or t >= len(sp))
-assert tokens == len(data), (tokens, len(data))
-assert max(data) < vocab_size, (max(data), vocab_size)
+assert max(max(d, default=0) for d in docs) < vocab_size, (max(max(d, default=0) for d in docs), vocab_size)
 if type_ == "SentencePieceTokenizer":
     assert specials_inside > 0, "no special token inside a document: the test does not exercise the split"
 print(f"{name}: {len(ref)} documents, {tokens} tokens equal to the reference "
@@ -212,27 +181,24 @@ check bpe GPTSentencePieceTokenizer
 check unigram Llama2Tokenizer
 
 # gridformer tokenize, line by line, against the same transcription of Megatron's tokenize().
-GF="${BUILD}/bin/gridformer"
-[[ -x "${GF}" ]] || GF="${BUILD}/gridformer"
-"${PY}" -c "
+"$PY" -c "
 import json, sys
 for line in open(sys.argv[1], encoding='utf-8'):
     t = json.loads(line)['text']
     t = ''.join(t) if isinstance(t, list) else t
     print(t.replace('\\n', ' ').replace('\\r', ' '))
-" "${WORK}/in.jsonl" > "${WORK}/lines.txt"
-"${PY}" -c "
+" in.jsonl > lines.txt
+"$PY" -c "
 import sentencepiece, sys
 sp = sentencepiece.SentencePieceProcessor(model_file=sys.argv[1])
 for line in open(sys.argv[2], encoding='utf-8'):
     print(' '.join(map(str, sp.encode(line.rstrip('\\n')))))
-" "${WORK}/bpe.model" "${WORK}/lines.txt" > "${WORK}/lines.spids"
-"${GF}" tokenize --tokenizer-type SentencePieceTokenizer --tokenizer-model "${WORK}/bpe.model" < "${WORK}/lines.txt" \
-  > "${WORK}/lines.ids" 2> "${WORK}/tok.err" || { echo "FAIL: gridformer tokenize: $(cat "${WORK}/tok.err")"; exit 1; }
-"${GF}" tokenize --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "${WORK}/bpe.model" --decode \
-  < "${WORK}/lines.spids" > "${WORK}/lines.decoded" 2> "${WORK}/tok.err" \
-  || { echo "FAIL: gridformer tokenize --decode: $(cat "${WORK}/tok.err")"; exit 1; }
-"${PY}" - "${WORK}/bpe.model" "${WORK}/lines.txt" "${WORK}/lines.ids" "${WORK}/lines.decoded" <<'EOF'
+" bpe.model lines.txt > lines.spids
+"$BIN" tokenize --tokenizer-type SentencePieceTokenizer --tokenizer-model bpe.model < lines.txt > lines.ids 2> tok.err \
+  || fail "gridformer tokenize: $(cat tok.err)"
+"$BIN" tokenize --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model bpe.model --decode < lines.spids \
+  > lines.decoded 2> tok.err || fail "gridformer tokenize --decode: $(cat tok.err)"
+"$PY" - bpe.model lines.txt lines.ids lines.decoded <<'EOF'
 import sys
 import sentencepiece
 sp = sentencepiece.SentencePieceProcessor(model_file=sys.argv[1])
@@ -269,7 +235,7 @@ EOF
 # predict with MindFormers' LlamaTokenizer (vocab_file: tokenizer.model): a tiny Llama trained 10 steps
 # on the Llama2Tokenizer data; each prompt is encoded as [bos] + sp.encode(prompt), and stdout is
 # sp.decode(prompt ids + generated ids) for each prompt, one a line.
-cat > "${WORK}/llama_sp.yaml" <<YAML
+cat > llama_sp.yaml <<YAML
 seed: 3
 runner_config: {train_steps: 10, batch_size: 4}
 lr_schedule: {type: cosine, learning_rate: 0.01, lr_end: 0.001, warmup_steps: 1}
@@ -281,12 +247,11 @@ model:
   model_config: {type: LlamaConfig, vocab_size: 500, seq_length: 32, hidden_size: 32, num_layers: 2, num_heads: 4,
                  n_kv_heads: 2, intermediate_size: 48, eos_token_id: 2, max_decode_length: 32}
 YAML
-(cd "${WORK}" && OMP_NUM_THREADS=1 "${GF}" train --config llama_sp.yaml --set output_dir=llama_sp > llama_sp.log 2>&1) \
-  || { tail -20 "${WORK}/llama_sp.log"; echo "FAIL: training the SentencePiece Llama"; exit 1; }
-(cd "${WORK}" && OMP_NUM_THREADS=1 "${GF}" predict --config llama_sp.yaml --load_checkpoint llama_sp \
-  --predict_data "Bo ka ma" --predict_data "$(printf '\u4e2d\u6587 12 caf\u00e9')" --max_new_tokens 8 \
-  --ids_out pred.jsonl > pred.out 2> pred.err) || { cat "${WORK}/pred.err"; echo "FAIL: predict with LlamaTokenizer"; exit 1; }
-"${PY}" - "${WORK}" <<'EOF'
+train llama_sp llama_sp.yaml
+"$BIN" predict --config llama_sp.yaml --load_checkpoint llama_sp --predict_data "Bo ka ma" \
+  --predict_data "$(printf '\u4e2d\u6587 12 caf\u00e9')" --max_new_tokens 8 --ids_out pred.jsonl > pred.out 2> pred.err \
+  || { cat pred.err; fail "predict with LlamaTokenizer"; }
+"$PY" - "$WORK" <<'EOF'
 import json, sys
 import sentencepiece
 w = sys.argv[1]
@@ -303,22 +268,17 @@ for p, r, o in zip(prompts, rows, out):
 print(f"predict with LlamaTokenizer: prompts encoded as [bos] + sp.encode, stdout = sp.decode of prompt and continuation")
 EOF
 
-if "${TOOL}" --input "${WORK}/in.jsonl" --output-prefix "${WORK}/bad" --tokenizer-type SentencePieceTokenizer \
-     > /dev/null 2> "${WORK}/bad.err"; then
-  echo "FAIL: SentencePieceTokenizer without --tokenizer-model was accepted"; exit 1
-fi
-grep -q -- "--tokenizer-model" "${WORK}/bad.err" || { echo "FAIL: $(cat "${WORK}/bad.err")"; exit 1; }
+refused 2 "--tokenizer-model" bad "$PRE" --input in.jsonl --output-prefix bad --tokenizer-type SentencePieceTokenizer
 
 # Throughput: the larger input with the unigram model (SentencePieceTokenizer, --append-eod).
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)"
-bytes=$(stat -c %s "${WORK}/big.jsonl")
+bytes=$(stat -c %s big.jsonl)
 for w in 1 2; do
   t0=$(date +%s.%N)
-  "${TOOL}" --input "${WORK}/big.jsonl" --output-prefix "${WORK}/big_w${w}" --tokenizer-model "${WORK}/unigram.model" \
-    --tokenizer-type SentencePieceTokenizer --append-eod --workers "${w}" --log-interval 1000000 > /dev/null 2> "${WORK}/big.err" \
-    || { echo "FAIL: preprocess_data on the throughput input: $(cat "${WORK}/big.err")"; exit 1; }
+  preprocess "big_w$w" --input big.jsonl --tokenizer-model unigram.model --tokenizer-type SentencePieceTokenizer --append-eod \
+    --workers "$w" --log-interval 1000000
   t1=$(date +%s.%N)
-  "${PY}" -c "import sys; b, s = int(sys.argv[1]), float(sys.argv[3]) - float(sys.argv[2]); print(f'throughput --workers ${w}: {b / 1048576:.1f} MB in {s:.2f} s = {b / 1048576 / s:.1f} MB/s (target >= 5 MB/s) on {sys.argv[4]} ({sys.argv[5]} CPUs)')" \
-    "${bytes}" "${t0}" "${t1}" "${cpu:-unknown CPU}" "$(nproc)"
+  "$PY" -c "import sys; b, s = int(sys.argv[1]), float(sys.argv[3]) - float(sys.argv[2]); print(f'throughput --workers ${w}: {b / 1048576:.1f} MB in {s:.2f} s = {b / 1048576 / s:.1f} MB/s (target >= 5 MB/s) on {sys.argv[4]} ({sys.argv[5]} CPUs)')" \
+    "${bytes}" "${t0}" "${t1}" "${cpu:-unknown CPU}" "$(env -u OMP_NUM_THREADS nproc)"  # lib sets OMP_NUM_THREADS=1, which nproc reports
 done
 echo "OK"

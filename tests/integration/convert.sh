@@ -5,19 +5,13 @@
 # training run from the export starts from the same loss as one from the original file; progress
 # goes to stderr and the summary to stdout; bad input ends with one `error:` line and status 2. A
 # converted checkpoint trains from the same loss too, and is refused for resume_training.
-set -uo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 GOLDEN="$SRC/tests/golden"
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
 
 # Every tensor of the Hugging Face weights $2 (file, directory or index) has the bytes, dtype and shape
 # it has in $1, and $2 holds nothing else but what $3 (a regex) says $1 may lose.
 same_tensors() {
-  python3 - "$@" <<'PY'
+  "$PY" - "$@" <<'PY'
 import json, os, re, struct, sys
 
 def files_of(path):
@@ -67,7 +61,7 @@ PY
 grep -q "^converted 21 tensors" o1.txt || fail "summary on stdout: $(cat o1.txt)"
 grep -q "convert: 100% (21 of 21 tensors" e1.txt || fail "progress on stderr: $(cat e1.txt)"
 [ -f ckpt/latest ] && [ -f ckpt/converted/index.json ] || fail "no checkpoint written: $(ls -R ckpt)"
-python3 - <<'PY' || fail "the checkpoint's state"
+"$PY" - <<'PY' || fail "the checkpoint's state"
 import json
 state = json.load(open("ckpt/converted/index.json"))["state"]
 assert state["weights_only"] is True and state["step"] == 0, state
@@ -83,7 +77,7 @@ same_tensors "$GOLDEN/llama_tiny_sharded" full.safetensors || fail "one file dif
 "$BIN" convert --from hf --to merged.safetensors > /dev/null 2>&1 || fail "shards to one file"
 same_tensors "$GOLDEN/llama_tiny_sharded" merged.safetensors || fail "merged file differs from the input"
 "$BIN" convert --from ckpt --to bf16.safetensors --dtype bfloat16 > /dev/null 2>&1 || fail "to bf16"
-python3 - <<'PY' || fail "bf16 export"
+"$PY" - <<'PY' || fail "bf16 export"
 import json, struct
 f = open("bf16.safetensors", "rb"); h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 h.pop("__metadata__")
@@ -98,40 +92,29 @@ grep -q "skipped 2 tensors: buffers" o3.txt || fail "the attention buffers not r
 grep -q "skipped 1 tensor: tied lm_head" o3.txt || fail "the tied head not reported: $(cat o3.txt)"
 "$BIN" convert --from gpt2_ckpt --to gpt2_hf > /dev/null 2>&1 || fail "GPT-2 to Hugging Face"
 same_tensors "$GOLDEN/hf_tiny_f32.safetensors" gpt2_hf '\.attn\.bias$|^lm_head\.weight$' || fail "GPT-2 export"
-cat > gpt2.yaml <<'YAML'
-output_dir: ./run
-runner_config: {batch_size: 2, train_steps: 1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 4}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 300, seq_length: 16, max_position_embeddings: 32, hidden_size: 32,
-                 num_layers: 2, num_heads: 2, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}
-YAML
+golden_gpt2 gpt2.yaml out=./run steps=1 samples=4
 # The original, its export, and the checkpoint converted from it (loaded as weights) start alike.
 for w in "$GOLDEN/hf_tiny_f32.safetensors" gpt2_hf gpt2_ckpt; do
-  rm -rf run
-  "$BIN" train --config gpt2.yaml --set "load_checkpoint=$w" > t.txt 2>&1 || { cat t.txt; fail "train from $w"; }
-  python3 -c 'import json; print([json.loads(l) for l in open("run/metrics.jsonl") if "\"loss\"" in l][0]["loss"])' >> losses.txt
+  train "from_$(basename "$w")" gpt2.yaml --set "load_checkpoint=$w"
+  losses "from_$(basename "$w")" | head -1 | cut -d' ' -f2 >> losses.txt
 done
 [ "$(wc -l < losses.txt)" -eq 3 ] && [ "$(sort -u losses.txt | wc -l)" -eq 1 ] ||
   fail "the export or the converted checkpoint trains from another loss: $(cat losses.txt)"
 # A converted checkpoint holds weights only (state weights_only, no optimizer moments): no resuming from it.
-rm -rf run
-"$BIN" train --config gpt2.yaml --set load_checkpoint=gpt2_ckpt --set resume_training=True > t.txt 2>&1
-[ $? -eq 2 ] && ! grep -q "step:\[" t.txt || fail "resumed from a converted checkpoint: $(cat t.txt)"
+run t "$BIN" train --config gpt2.yaml --set load_checkpoint=gpt2_ckpt --set resume_training=True
+((STATUS == 2)) && ! grep -q "step:\[" t.log || fail "resumed from a converted checkpoint: $(cat t.log)"
 
 # 3. Bad input: one error line naming what is wrong, status 2, nothing half-written.
 expect() {
   local msg=$1; shift
-  "$BIN" "$@" > out.txt 2>&1; local status=$?
-  [ "$status" -eq 2 ] || fail "$*: exit status $status, expected 2: $(cat out.txt)"
-  grep -qF -- "$msg" out.txt || fail "$*: no '$msg' in: $(cat out.txt)"
-  [ "$(grep -c '^error:' out.txt)" -eq 1 ] || fail "$*: expected one error line: $(cat out.txt)"
+  run out "$BIN" "$@"; local status=$STATUS
+  [ "$status" -eq 2 ] || fail "$*: exit status $status, expected 2: $(cat out.log)"
+  grep -qF -- "$msg" out.log || fail "$*: no '$msg' in: $(cat out.log)"
+  [ "$(grep -c '^error:' out.log)" -eq 1 ] || fail "$*: expected one error line: $(cat out.log)"
   for crash in "terminate called" "Aborted" "what():" "core dumped"; do
-    ! grep -qF -- "$crash" out.txt || fail "$*: output shows '$crash'"
+    ! grep -qF -- "$crash" out.log || fail "$*: output shows '$crash'"
   done
-  echo "ok: $(grep -m1 '^error:' out.txt | cut -c1-150)"
+  echo "ok: $(grep -m1 '^error:' out.log | cut -c1-150)"
 }
 expect "no_such: no such file or directory" convert --from no_such --to x
 expect "--to" convert --from ckpt

@@ -42,6 +42,9 @@
 #                               batch 4, clipping at 1.0, AdamWeightDecay (betas 0.9 and 0.95, decay 0.01), RandomTokens
 #                               seed 3, a GPT-2 of vocabulary 64, rows of 32, 2 layers of 64, gelu_new, dropout 0.1; then
 #                               the caller's fields
+#   golden_gpt2 FILE [FIELD=VALUE ...]  bare_gpt2 with the model of tests/golden/hf_tiny_*: a GPT-2 of vocabulary 300, rows of
+#                               16 (32 positions), 2 layers of 32, 2 heads, gelu_new, no dropout; RandomTokens seed 3, every
+#                               step logged; then the caller's fields
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
@@ -177,6 +180,12 @@ cli_gpt2() {
   local file=$1; shift
   random_gpt2 "$file" seed=7 out=./out batch=4 clip=1.0 optimizer="{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}" \
     data_seed=3 vocab=64 seq=32 hidden=64 model="hidden_act: gelu_new, hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1" "$@"
+}
+
+golden_gpt2() {
+  local file=$1; shift
+  bare_gpt2 "$file" data_seed=3 print=1 vocab=300 layers=2 heads=2 \
+    model="max_position_embeddings: 32, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0" "$@"
 }
 
 run() {

@@ -8,46 +8,26 @@
 # loss-scale state to skip; tensors cut into many chunks; save_checkpoint's CRC trailer), float16
 # and bfloat16 files of the float16 / bfloat16 goldens, and float16 rounded by the tool from the
 # float32 golden against the float16 golden (PyTorch's rounding of the same weights). A truncated
-# .ckpt and a Llama given a .ckpt are refused, naming the file and what to do.
-set -euo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
-PY=/usr/bin/python3  # numpy and python3-protobuf (the pyenv python3 on PATH has neither)
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-$PY -c 'import numpy, google.protobuf' 2>/dev/null ||
+# .ckpt and a Llama given a .ckpt are refused (status 2), naming the file and what to do.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+# lib's $PY, /usr/bin/python3: numpy and python3-protobuf (the pyenv python3 on PATH has neither)
+"$PY" -c 'import numpy, google.protobuf' 2>/dev/null ||
   fail "$PY lacks numpy or protobuf: apt-get install python3-numpy python3-protobuf (scripts/setup.sh does)"
 command -v protoc >/dev/null || fail "no protoc: apt-get install protobuf-compiler (scripts/setup.sh does)"
 G="$SRC/tests/golden"
 
-cat > hf.yaml <<'YAML'
-seed: 5
-runner_config: {batch_size: 2, train_steps: 3}
-optimizer: {type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}
-lr_schedule: {type: constant, learning_rate: 0.001, warmup_steps: 0}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 300, seq_length: 16, max_position_embeddings: 32, hidden_size: 32,
-                 num_layers: 2, num_heads: 2, hidden_act: gelu_new, hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0}
-YAML
+golden_gpt2 hf.yaml seed=5 steps=3 optimizer="{type: AdamWeightDecay, beta1: 0.9, beta2: 0.95, weight_decay: 0.01}" \
+  top="lr_schedule: {type: constant, learning_rate: 0.001, warmup_steps: 0}"
 
-# train NAME [load_checkpoint]: the run's console in NAME.txt, its per-step losses in NAME.loss.
-train() {
-  local name="$1"; shift
+# from NAME [load_checkpoint]: lib's train into out_NAME (console in out_NAME.log) logging steps 1, 2, 3; its
+# per-step losses in NAME.loss.
+from() {
+  local name=$1; shift
   local set=(); [ $# -gt 0 ] && set=(--set "load_checkpoint=$1")
-  OMP_NUM_THREADS=1 "$BIN" train --config hf.yaml --set "output_dir=./out_$name" "${set[@]}" > "$name.txt" 2>&1 ||
-    { cat "$name.txt"; fail "training $name"; }
-  python3 - "out_$name/metrics.jsonl" > "$name.loss" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-assert [r["step"] for r in rows] == [1, 2, 3], [r["step"] for r in rows]
-for r in rows:
-    print(r["step"], repr(r["loss"]))
-PY
-  grep -o 'loss: [^ ,]*' "$name.txt" >> "$name.loss"  # the console's figures too
+  train "out_$name" hf.yaml "${set[@]}"
+  losses "out_$name" > "$name.loss"
+  [ "$(cut -d' ' -f1 "$name.loss" | tr '\n' ' ')" = "1 2 3 " ] || fail "$name logs steps $(cut -d' ' -f1 "$name.loss" | tr '\n' ' ')"
+  grep -o 'loss: [^ ,]*' "out_$name.log" >> "$name.loss"  # the console's figures too
 }
 
 same() {  # same A B: identical losses at every step
@@ -56,41 +36,38 @@ same() {  # same A B: identical losses at every step
 }
 
 # 1. float32 as a training checkpoint, in 1000-byte chunks, with the CRC trailer.
-$PY "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_f32.safetensors" f32.ckpt \
+"$PY" "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_f32.safetensors" f32.ckpt \
   --with-optimizer-state --chunk-bytes 1000 --crc > w1.txt || { cat w1.txt; fail "writing f32.ckpt"; }
-train hf_f32 "$G/hf_tiny_f32.safetensors"
-train ms_f32 "$PWD/f32.ckpt"
+from hf_f32 "$G/hf_tiny_f32.safetensors"
+from ms_f32 "$PWD/f32.ckpt"
 same ms_f32 hf_f32
-train random
+from random
 ! cmp -s random.loss hf_f32.loss || fail "random weights give the loss of the loaded ones: nothing was loaded"
 # 38 weight entries (2 layers x 17, the final norm, wte, wpe): 38 adam_m + 38 adam_v + learning_rate,
 # global_step, scale_sense, current_iterator_step, last_overflow_iterator_step, epoch_num, step_num,
 # loss_scale; the two layers' attention.beta (Hugging Face's attn.bias buffers).
-grep -q "loaded weights from .*f32.ckpt (MindSpore .ckpt, MindFormers' GPT-2 names; skipped 84 optimizer-state and training-counter entries and 2 attention-mask buffers)" ms_f32.txt ||
-  fail "no load line with the skipped entries: $(grep 'loaded weights' ms_f32.txt)"
+grep -q "loaded weights from .*f32.ckpt (MindSpore .ckpt, MindFormers' GPT-2 names; skipped 84 optimizer-state and training-counter entries and 2 attention-mask buffers)" out_ms_f32.log ||
+  fail "no load line with the skipped entries: $(grep 'loaded weights' out_ms_f32.log)"
 
 # 2. float16 and bfloat16 files of the float16 / bfloat16 goldens: the same values, exactly.
 for dt in f16:float16 bf16:bfloat16; do
-  $PY "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_${dt%%:*}.safetensors" "${dt%%:*}.ckpt" --dtype "${dt##*:}" > /dev/null
-  train "hf_${dt%%:*}" "$G/hf_tiny_${dt%%:*}.safetensors"
-  train "ms_${dt%%:*}" "$PWD/${dt%%:*}.ckpt"
+  "$PY" "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_${dt%%:*}.safetensors" "${dt%%:*}.ckpt" --dtype "${dt##*:}" > /dev/null
+  from "hf_${dt%%:*}" "$G/hf_tiny_${dt%%:*}.safetensors"
+  from "ms_${dt%%:*}" "$PWD/${dt%%:*}.ckpt"
   same "ms_${dt%%:*}" "hf_${dt%%:*}"
 done
 ! cmp -s hf_f16.loss hf_f32.loss || fail "the float16 weights give the float32 loss: the comparison cannot tell them apart"
 
 # 3. float16 rounded by the tool from the float32 golden: the float16 golden is PyTorch's .half()
 # of the same weights (round to nearest even, as numpy's cast), so the runs agree exactly.
-$PY "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_f32.safetensors" f32_as_f16.ckpt --dtype float16 > /dev/null
-train ms_f32_as_f16 "$PWD/f32_as_f16.ckpt"
+"$PY" "$SRC/tools/write_mindspore_ckpt.py" "$G/hf_tiny_f32.safetensors" f32_as_f16.ckpt --dtype float16 > /dev/null
+from ms_f32_as_f16 "$PWD/f32_as_f16.ckpt"
 same ms_f32_as_f16 hf_f16
 
 # 4. Refusals, naming the file.
 head -c 20000 f32.ckpt > cut.ckpt
-set +e
-"$BIN" train --config hf.yaml --set load_checkpoint="$PWD/cut.ckpt" > cut.txt 2>&1; status=$?
-set -e
-[ "$status" -ne 0 ] || fail "a truncated .ckpt was accepted"
-grep -q "cut.ckpt: .*the file is truncated" cut.txt || fail "truncation not reported: $(tail -2 cut.txt)"
+refused 2 "the file is truncated" cut "$BIN" train --config hf.yaml --set load_checkpoint="$PWD/cut.ckpt" --set output_dir=cut
+grep -q "cut.ckpt: .*the file is truncated" cut.log || fail "truncation not reported: $(tail -2 cut.log)"
 cat > llama.yaml <<'YAML'
 runner_config: {batch_size: 1, train_steps: 1}
 train_dataset: {data_loader: {type: RandomTokens, seed: 3}}
@@ -98,9 +75,6 @@ model:
   arch: {type: LlamaForCausalLM}
   model_config: {type: LlamaConfig, vocab_size: 300, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 2}
 YAML
-set +e
-"$BIN" train --config llama.yaml --set load_checkpoint="$PWD/f32.ckpt" > llama.txt 2>&1; status=$?
-set -e
-[ "$status" -ne 0 ] || fail "a Llama started from a GPT-2 .ckpt"
-grep -q "f32.ckpt: a MindSpore .ckpt is read for a dense GPT-2 only" llama.txt || fail "Llama refusal: $(tail -2 llama.txt)"
+refused 2 "f32.ckpt: a MindSpore .ckpt is read for a dense GPT-2 only" llama "$BIN" train --config llama.yaml \
+  --set load_checkpoint="$PWD/f32.ckpt" --set output_dir=llama
 echo "mindspore_ckpt: all checks passed"

@@ -14,18 +14,10 @@
 #     with a sliding window (sliding_window, or Ascend's pre_tokens) too;
 #  3. the same 4 steps on 1 rank, dp2, mp2 + sequence parallel and pp2 give losses within 1e-5 relative
 #     (compare_runs.py).
-set -euo pipefail
-BUILD="$(cd "$1" && pwd)"; SRC="$(cd "$2" && pwd)"
-BIN="$BUILD/bin/gridformer"; PRE="$BUILD/bin/preprocess_data"
-VOCAB="$SRC/data/gpt2/gpt2-vocab.json"; MERGES="$SRC/data/gpt2/gpt2-merges.txt"
-[[ -s "$VOCAB" ]] || { echo "SKIP: $VOCAB missing (scripts/fetch_gpt2_vocab.sh)"; exit 77; }
-PY=/usr/bin/python3
-"$PY" -c "import torch, regex" 2>/dev/null || { echo "SKIP: /usr/bin/python3 without torch and regex (python3-torch, python3-regex)"; exit 77; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_vocab
+need_python torch regex
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 
 "$PY" - <<'EOF'
 import json, random
@@ -52,28 +44,17 @@ with open("chat.jsonl", "w", encoding="utf-8") as f:
 EOF
 
 for fmt in alpaca chat; do
-  "$PRE" --input "$fmt.jsonl" --output-prefix "$fmt" --vocab-file "$VOCAB" --merge-file "$MERGES" --sft "$fmt" \
-    > "$fmt.pre.log" 2>&1 || { cat "$fmt.pre.log"; echo "FAIL: preprocess_data --sft $fmt"; exit 1; }
-  grep -h "loss mask" "$fmt.pre.log"
+  preprocess "$fmt" --input "$fmt.jsonl" --vocab-file "$VOCAB" --merge-file "$MERGES" --sft "$fmt"
+  grep -h "loss mask" "$fmt.out" "$fmt.err"
 done
 
-"$PY" - "$SRC" "$VOCAB" "$MERGES" <<'EOF'
-import array, json, struct, sys
+PYTHONPATH="$SRC/tests/integration" "$PY" - "$SRC" "$VOCAB" "$MERGES" <<'EOF'
+import json, sys
+import lib
 sys.path.insert(0, sys.argv[1] + "/tools")
 from gpt2_encoder_reference import Encoder
 enc = Encoder.from_files(sys.argv[2], sys.argv[3])
 EOD = 50256
-
-def read(prefix, code, typecode):  # Megatron's MMapIndexedDataset layout
-    idx = open(prefix + ".idx", "rb").read()
-    assert idx[:9] == b"MMIDIDX\x00\x00" and struct.unpack_from("<Q", idx, 9)[0] == 1
-    assert idx[17] == code, (prefix, idx[17])
-    n, ndoc = struct.unpack_from("<QQ", idx, 18)
-    lengths = struct.unpack_from(f"<{n}i", idx, 34)
-    pointers = struct.unpack_from(f"<{n}q", idx, 34 + 4 * n)
-    data = array.array(typecode, open(prefix + ".bin", "rb").read())
-    size = data.itemsize
-    return [data[p // size:p // size + l].tolist() for p, l in zip(pointers, lengths)]
 
 # Stanford Alpaca's PROMPT_DICT (tatsu-lab/stanford_alpaca train.py)
 NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
@@ -96,8 +77,8 @@ def chat(ex):
         mask += [0] * len(h) + [1 if role == "assistant" else 0] * len(c)
     return ids + [EOD], mask + [1]
 for fmt, fn in (("alpaca", alpaca), ("chat", chat)):
-    docs = read(f"{fmt}_text_document", 8, "H")
-    masks = read(f"{fmt}_text_document_loss_mask", 1, "B")
+    docs, _ = lib.read(f"{fmt}_text_document", 8)  # Megatron's layout: uint16 ids, uint8 mask
+    masks, _ = lib.read(f"{fmt}_text_document_loss_mask", 1)
     exs = [json.loads(l) for l in open(f"{fmt}.jsonl", encoding="utf-8")]
     assert len(docs) == len(masks) == len(exs), (len(docs), len(masks), len(exs))
     trained = 0
@@ -139,15 +120,8 @@ model:
                  n_kv_heads: 2, intermediate_size: 48, theta: 10000.0, rms_norm_eps: 1.0e-5, eos_token_id: 50256,
                  use_flash_attention: False}
 YAML
-run() {  # NAME NP [--set ...]
-  local name=$1 np=$2; shift 2
-  local cmd=("$BIN" train --config sft.yaml --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@")
-  if [ "$np" -eq 1 ]; then "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; echo "FAIL: $name"; exit 1; }
-  else mpirun -np "$np" --oversubscribe "${cmd[@]}" > "$name.log" 2>&1 || { tail -30 "$name.log"; echo "FAIL: $name"; exit 1; }
-  fi
-}
-run one 1
-grep -q "with a loss mask" one.log || { grep -m3 MegatronDataset one.log; echo "FAIL: the run did not read the loss mask"; exit 1; }
+layout_train 1 one sft.yaml
+grep -q "with a loss mask" one.log || { grep -m3 MegatronDataset one.log; fail "the run did not read the loss mask"; }
 
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
 import sys, torch
@@ -177,7 +151,7 @@ EOF
 # g / (|g| + 1) (step 1's bias-corrected moments are g and g^2), so the weights after it give PyTorch's
 # masked gradient. Each tensor is held to 1e-5 of its largest update, plus the float32 rounding of the
 # new weight (2 ulp of its largest element).
-run grads 1 --set runner_config.train_steps=1 --set optimizer.eps=1.0 --set lr_schedule.learning_rate=1.0 \
+layout_train 1 grads sft.yaml --set runner_config.train_steps=1 --set optimizer.eps=1.0 --set lr_schedule.learning_rate=1.0 \
   --set lr_schedule.lr_end=1.0 --set lr_schedule.warmup_steps=0
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
 import sys, numpy as np
@@ -209,8 +183,8 @@ EOF
 
 # 2c. A sliding window (model_config.sliding_window: 8, Hugging Face's: keys j with i - j < 8) on top of the
 # document mask, and Ascend's pre_tokens: 7 for the same band: step 1 against PyTorch with that 4D mask.
-run window 1 --set runner_config.train_steps=1 --set model.model_config.sliding_window=8
-run pre_tokens 1 --set runner_config.train_steps=1 --set model.model_config.pre_tokens=7 --set model.model_config.next_tokens=0
+layout_train 1 window sft.yaml --set runner_config.train_steps=1 --set model.model_config.sliding_window=8
+layout_train 1 pre_tokens sft.yaml --set runner_config.train_steps=1 --set model.model_config.pre_tokens=7 --set model.model_config.next_tokens=0
 "$PY" - "$SRC" "$T" "$GB" <<'EOF'
 import sys
 sys.path.insert(0, sys.argv[1] + "/tests/integration")
@@ -228,8 +202,8 @@ print(f"sliding_window 8 and pre_tokens 7: step 1 loss {loss.item():.8f} and gra
 EOF
 
 # 3. The same steps under other layouts.
-run dp2 2 --set parallel_config.data_parallel=2 --set runner_config.batch_size=$((GB / 2))
-run mp2_sp 2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
-run pp2 2 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=$((GB / 2))
-python3 "$SRC/tests/integration/compare_runs.py" one dp2 mp2_sp pp2
+layout_train 2 dp2 sft.yaml --set parallel_config.data_parallel=2 --set runner_config.batch_size=$((GB / 2))
+layout_train 2 mp2_sp sft.yaml --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+layout_train 2 pp2 sft.yaml --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=$((GB / 2))
+"$PY" "$SRC/tests/integration/compare_runs.py" one dp2 mp2_sp pp2
 echo "PASS"

@@ -15,33 +15,16 @@
 #  (4) spike_action stop: status 5 before step 11's update, with step 10's checkpoint committed.
 #  (5) a damaged newest checkpoint (one byte of its shard flipped): the resume names the tensor whose
 #      piece fails its CRC, falls back to the checkpoint before, and ends bitwise as (1).
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 
-python3 - <<'PY'
-import random, struct
-def write(prefix, docs):  # Megatron's MMIDIDX layout, uint16 tokens (vocabulary < 65500)
-    with open(prefix + ".bin", "wb") as f:
-        for d in docs: f.write(struct.pack("<%dH" % len(d), *d))
-    with open(prefix + ".idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
-        f.write(struct.pack("<Q", len(docs)) + struct.pack("<Q", len(docs) + 1))
-        f.write(struct.pack("<%di" % len(docs), *[len(d) for d in docs]))
-        ptr, ptrs = 0, []
-        for d in docs: ptrs.append(ptr); ptr += 2 * len(d)
-        f.write(struct.pack("<%dq" % len(docs), *ptrs))
-        f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
+PYTHONPATH="$SRC/tests/integration" "$PY" - <<'PY'
+import random
+import lib
 clean = [[0] + [(3 * j + t) % 20 + 1 for t in range(1, 16)] for j in range(60)]
 rng = random.Random(7)
 garbage = [[0] + [rng.randrange(60, 101) for _ in range(15)] for _ in range(2)]
-write("clean", clean)
-write("planted", clean[:20] + garbage + clean[20:])
+lib.write("clean", clean)  # Megatron's MMIDIDX layout, uint16 tokens (vocabulary < 65500)
+lib.write("planted", clean[:20] + garbage + clean[20:])
 PY
 
 cat > tiny.yaml <<YAML
@@ -58,13 +41,11 @@ callbacks:
   - {type: MFLossMonitor, per_print_times: 1}
   - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 2, keep_checkpoint_max: 2}
 YAML
-run() {  # NAME [--set ...]
-  local name=$1; shift
-  "$BIN" train --config tiny.yaml --set "output_dir=$name" --save-weights "$name/w.safetensors" "$@" > "$name.log" 2>&1
-}
+# t NAME [--set ...]: lib's layout_train on one rank (console in NAME.log, weights in NAME/weights.safetensors)
+t() { local name=$1; shift; layout_train 1 "$name" tiny.yaml "$@"; }
 # "step loss grad_norm spike skipped" of the last line of each step in metrics.jsonl, from step FROM, shifted by SHIFT.
 rows() {  # NAME FROM SHIFT
-  python3 - "$1/metrics.jsonl" "$2" "$3" <<'PY'
+  "$PY" - "$1/metrics.jsonl" "$2" "$3" <<'PY'
 import json, sys
 last = {j["step"]: j for j in map(json.loads, open(sys.argv[1])) if "loss" in j}
 for s in sorted(last):
@@ -73,11 +54,11 @@ for s in sorted(last):
         print(s - int(sys.argv[3]), repr(j["loss"]), repr(j["grad_norm"]), j.get("spike"), j["skipped"])
 PY
 }
-healthy() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"]["healthy"])' "$1/index.json"; }
+healthy() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"]["healthy"])' "$1/index.json"; }
 
 # (1)
-run clean || fail "(1) clean run: $(tail -3 clean.log)"
-run planted --set train_dataset.data_loader.data_path=planted || fail "(1) planted run: $(tail -3 planted.log)"
+t clean
+t planted --set train_dataset.data_loader.data_path=planted
 [ -z "$(rows clean 1 0 | awk '$4 == "True"')" ] || fail "(1) the clean run has a spike: $(rows clean 1 0 | awk '$4 == "True"')"
 spikes=$(rows planted 1 0 | awk '$4 == "True" {print $1, $5}' | tr '\n' ' ')
 [ "$spikes" = "11 True " ] || fail "(1) spikes (step skipped) of the planted run: '$spikes', expected '11 True'"
@@ -91,45 +72,46 @@ for c in 14:True 16:True; do
 done
 
 # (2)
-run short --set train_dataset.data_loader.data_path=planted --set runner_config.train_steps=12 \
-  --set callbacks.1.keep_checkpoint_max=1 || fail "(2) $(tail -3 short.log)"
+t short --set train_dataset.data_loader.data_path=planted --set runner_config.train_steps=12 \
+  --set callbacks.1.keep_checkpoint_max=1
 [ "$(healthy short/checkpoint/tiny-1_12)" = False ] || fail "(2) step 12's checkpoint (steps 11-12, a spike) recorded healthy"
 [ "$(healthy short/checkpoint/tiny-1_10)" = True ] ||
   fail "(2) the newest healthy checkpoint (step 10) was not kept beyond keep_checkpoint_max 1: $(ls short/checkpoint)"
-run short --set train_dataset.data_loader.data_path=planted --set resume_training=True || fail "(2) $(tail -3 short.log)"
+t short --set train_dataset.data_loader.data_path=planted --set resume_training=True
 grep -q "tiny-1_12 (step 12) is not recorded healthy" short.log || fail "(2) the unhealthy checkpoint was not named"
 grep -q "resumed from .*tiny-1_10" short.log || fail "(2) did not resume from step 10: $(grep -m1 resumed short.log)"
 cmp <(rows planted 11 0) <(rows short 11 0) || fail "(2) the resumed steps 11-16 differ from the run's"
-cmp planted/w.safetensors short/w.safetensors || fail "(2) final weights differ"
+cmp planted/weights.safetensors short/weights.safetensors || fail "(2) final weights differ"
 echo "(2) step 12's checkpoint recorded not healthy, step 10's kept beyond keep_checkpoint_max 1; the resume passed over 12 for 10; steps 11-16 and the weights bitwise (1)'s"
 
 # (3)
-run warn --set train_dataset.data_loader.data_path=planted --set monitor_config.spike_action=warn || fail "(3) $(tail -3 warn.log)"
+t warn --set train_dataset.data_loader.data_path=planted --set monitor_config.spike_action=warn
 [ "$(rows warn 11 0 | sed -n 1p | cut -d' ' -f4,5)" = "True False" ] || fail "(3) step 11: $(rows warn 11 0 | sed -n 1p)"
 grep -q "step 11: spike: .*updated (spike_action: warn) (samples \[20, 22)" warn.log || fail "(3) no warning"
 echo "(3) warn: step 11 marked and updated"
 
 # (4)
-status=0; run stop --set train_dataset.data_loader.data_path=planted --set monitor_config.spike_action=stop || status=$?
-[ "$status" = 5 ] || fail "(4) status $status, expected 5: $(tail -3 stop.log)"
+run stop "$BIN" train --config tiny.yaml --set output_dir=stop --save-weights stop/weights.safetensors \
+  --set train_dataset.data_loader.data_path=planted --set monitor_config.spike_action=stop
+[ "$STATUS" = 5 ] || fail "(4) status $STATUS, expected 5: $(tail -3 stop.log)"
 grep -q "step 11: a spike (monitor_config.spike_action: stop); training stopped before its update; checkpoint .*tiny-1_10" stop.log ||
   fail "(4) $(grep -m1 'training stopped' stop.log)"
 [ "$(cat stop/checkpoint/latest)" = tiny-1_10 ] || fail "(4) latest is $(cat stop/checkpoint/latest)"
 echo "(4) stop: status 5 before step 11's update, checkpoint of step 10 committed"
 
 # (5)
-run damaged --set monitor_config.loss_spike_factor=0 --set runner_config.train_steps=12 || fail "(5) $(tail -3 damaged.log)"
-python3 - damaged/checkpoint/tiny-1_12/rank_00000.safetensors <<'PY'
+t damaged --set monitor_config.loss_spike_factor=0 --set runner_config.train_steps=12
+"$PY" - damaged/checkpoint/tiny-1_12/rank_00000.safetensors <<'PY'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read()); b[-5] ^= 0x10  # a bit of the last piece's data
 open(sys.argv[1], "wb").write(b)
 PY
-run damaged --set monitor_config.loss_spike_factor=0 --set resume_training=True || fail "(5) resume: $(tail -3 damaged.log)"
+t damaged --set monitor_config.loss_spike_factor=0 --set resume_training=True
 grep -q "tiny-1_12 (step 12) is damaged: .*CRC-32C .*damaged: tensor optimizer" damaged.log ||
   fail "(5) the damage is not named: $(grep -m1 damaged damaged.log)"
 grep -q "resumed from .*tiny-1_10" damaged.log || fail "(5) did not fall back to step 10"
-run whole --set monitor_config.loss_spike_factor=0 || fail "(5) the uninterrupted run"
+t whole --set monitor_config.loss_spike_factor=0
 cmp <(rows whole 1 0) <(rows damaged 1 0) || fail "(5) losses differ from the uninterrupted run"
-cmp whole/w.safetensors damaged/w.safetensors || fail "(5) weights differ from the uninterrupted run"
+cmp whole/weights.safetensors damaged/weights.safetensors || fail "(5) weights differ from the uninterrupted run"
 echo "(5) $(grep -o 'damaged: tensor [^ ]*' damaged.log | head -1); fell back to step 10, ended bitwise the uninterrupted run"
 echo "PASS: spikes and healthy checkpoints"

@@ -9,55 +9,40 @@
 #  (4) resumed at step 6 with a threshold between the norms of steps 7-9 and step 10's: steps 7-9
 #      update bitwise as without the skip, step 10 is skipped, and every step is skipped exactly when
 #      its norm exceeds the threshold.
-set -euo pipefail
-BUILD="$1"
-BIN="$BUILD/bin/gridformer"
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-cat > t.yaml <<YAML
-seed: 3
-runner_config: {train_steps: 12, batch_size: 4}
-lr_schedule: {type: constant, learning_rate: 0.003}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 400}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
-callbacks:
-  - {type: MFLossMonitor, per_print_times: 1}
-  - {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 100, keep_checkpoint_max: 2}
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+random_gpt2 t.yaml seed=3 steps=12 batch=4 clip= warmup= optimizer= top="lr_schedule: {type: constant, learning_rate: 0.003}" \
+  samples=400 model= ckpt="prefix: tiny, save_checkpoint_steps: 100, keep_checkpoint_max: 2"
 SKIP=(--set use_skip_data_by_global_norm=True)
-run() {  # NAME [--set ...]: one rank into NAME, weights in NAME.st
+sk() {  # NAME [--set ...]: lib's layout_train on one rank into NAME, weights in NAME/weights.safetensors
   local n=$1; shift
-  "$BIN" train --config t.yaml --set "output_dir=$n" --save-weights "$n.st" "$@" > "$n.log" 2>&1
+  layout_train 1 "$n" t.yaml "$@"
 }
 field() {  # NAME KEY: "step value" per step line
-  python3 -c 'import json,sys; [print(j["step"], repr(j.get(sys.argv[2]))) for j in map(json.loads, open(sys.argv[1])) if "loss" in j]' "$1/metrics.jsonl" "$2"
+  "$PY" -c 'import json,sys; [print(j["step"], repr(j.get(sys.argv[2]))) for j in map(json.loads, open(sys.argv[1])) if "loss" in j]' "$1/metrics.jsonl" "$2"
 }
 
 # (1)
-run plain || fail "(1) plain run: status $?"
-run high "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e9 || fail "(1) status $?"
+sk plain
+sk high "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e9
 [ "$(field high loss)" = "$(field plain loss)" ] || fail "(1) losses differ with a threshold no step reaches"
-cmp -s high.st plain.st || fail "(1) weights differ with a threshold no step reaches"
+cmp -s high/weights.safetensors plain/weights.safetensors || fail "(1) weights differ with a threshold no step reaches"
 [ -z "$(field high spike | grep True)" ] || fail "(1) a step was marked as a spike"
 echo "(1) threshold 1e9: bitwise the run without the skip"
 
 # (2)
-run lr0 --set lr_schedule.learning_rate=0 || fail "(2) lr 0 run: status $?"
-run all "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e-9 \
-  --set monitor_config.global_norm_spike_count_threshold=1000 || fail "(2) status $?"
-cmp -s all.st lr0.st || fail "(2) the weights moved although every step was skipped"
+sk lr0 --set lr_schedule.learning_rate=0
+sk all "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e-9 \
+  --set monitor_config.global_norm_spike_count_threshold=1000
+cmp -s all/weights.safetensors lr0/weights.safetensors || fail "(2) the weights moved although every step was skipped"
 [ "$(field all skipped | grep -c True)" -eq 12 ] || fail "(2) not every step is marked skipped"
 [ "$(grep -c "above monitor_config.global_norm_spike_threshold 1e-09; no update" all.log)" -eq 12 ] || fail "(2) warnings"
 echo "(2) threshold 1e-9: no step updates (weights bitwise those of learning rate 0), 12 warnings"
 
 # (3)
-status=0; run stop "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e-9 \
-  --set monitor_config.global_norm_spike_count_threshold=3 || status=$?
-[ "$status" -eq 5 ] || { tail -5 stop.log; fail "(3) status $status, expected 5"; }
+run stop "$BIN" train --config t.yaml --set output_dir=stop --save-weights stop/weights.safetensors "${SKIP[@]}" \
+  --set monitor_config.global_norm_spike_threshold=1e-9 \
+  --set monitor_config.global_norm_spike_count_threshold=3
+[ "$STATUS" -eq 5 ] || { tail -5 stop.log; fail "(3) status $STATUS, expected 5"; }
 grep -q "step 3: 3 steps in a row skipped for spikes (monitor_config.global_norm_spike_count_threshold 3); training stopped; checkpoint .* of step 3 committed" stop.log \
   || { tail -5 stop.log; fail "(3) no stop line"; }
 [ "$(cat stop/checkpoint/latest)" = "tiny-1_3" ] || fail "(3) latest is not step 3's"
@@ -66,10 +51,9 @@ echo "(3) 3 spikes in a row: status 5, checkpoint of step 3 committed"
 # (4) from the plain run's step-6 checkpoint, a threshold between the norms of steps 7-9 and step 10's:
 # steps 7-9 update exactly as in the plain run (same weights, same data: bitwise losses), step 10 is
 # skipped, and every later step is skipped exactly when its own norm exceeds the threshold.
-run base "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e9 \
-  --set "callbacks=[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 6}]" \
-  || fail "(4) base run: status $?"
-t=$(python3 - plain/metrics.jsonl <<'PY'
+sk base "${SKIP[@]}" --set monitor_config.global_norm_spike_threshold=1e9 \
+  --set "callbacks=[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: tiny, save_checkpoint_steps: 6}]"
+t=$("$PY" - plain/metrics.jsonl <<'PY'
 import json, sys
 n = {j["step"]: j["grad_norm"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j}
 low = max(n[7], n[8], n[9])
@@ -77,9 +61,9 @@ if not n[10] > low: sys.exit(f"step 10's norm {n[10]} is not above steps 7-9's (
 print((low + n[10]) / 2)
 PY
 ) || fail "(4) $t"
-run mid "${SKIP[@]}" --set "monitor_config.global_norm_spike_threshold=$t" --set resume_training=True \
-  --set load_checkpoint=base/checkpoint/tiny-1_6 --set monitor_config.global_norm_spike_count_threshold=1000 || { tail -5 mid.log; fail "(4) status $?"; }
-python3 - "$t" mid/metrics.jsonl plain/metrics.jsonl <<'PY' || fail "(4) see above"
+sk mid "${SKIP[@]}" --set "monitor_config.global_norm_spike_threshold=$t" --set resume_training=True \
+  --set load_checkpoint=base/checkpoint/tiny-1_6 --set monitor_config.global_norm_spike_count_threshold=1000
+"$PY" - "$t" mid/metrics.jsonl plain/metrics.jsonl <<'PY' || fail "(4) see above"
 import json, sys
 t = float(sys.argv[1])
 mid = {j["step"]: j for j in map(json.loads, open(sys.argv[2])) if "loss" in j}

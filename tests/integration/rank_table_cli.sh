@@ -4,13 +4,8 @@
 # a string, json.dump(indent=4), file name hccl_{N}p_{logical ids joined}_{server_ip}.json) and
 # must match byte for byte and field for field. Then the ranges, --visible_devices, merge, check,
 # and the errors.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 TOOL="$BUILD/bin/rank_table"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-PY=python3
 
 # expected DIR DEVICE_NUM SERVER_IP [VISIBLE]: what hccl_tools.py would write (without hccn_tool,
 # device_ip = the server's address, as the tool does on a CPU host).
@@ -111,12 +106,12 @@ grep -q "^server 0 10.0.0.2 devices 8 rank_ids 0,1,2,3,4,5,6,7 device_ids 0,1,2,
 grep -q "^server 1 10.0.0.1 devices 8 rank_ids 8,9,10,11,12,13,14,15 " check.txt || fail "check: $(cat check.txt)"
 "$TOOL" check "$SRC/tests/data/rank_table_4x8.json" | head -1 | grep -q "32 rank(s) on 4 server(s)" || fail "check 4x8"
 
-# 6. Errors name what to fix, with a non-zero status.
+# 6. Errors name what to fix, with status 2.
 refuses() {  # refuses "EXPECTED MESSAGE" ARGS...
   local want=$1; shift
-  set +e; "$TOOL" "$@" > err.txt 2>&1; local status=$?; set -e
-  [ "$status" -ne 0 ] || fail "rank_table $* was accepted"
-  grep -qF -- "$want" err.txt || fail "rank_table $*: expected '$want' in: $(cat err.txt)"
+  run err "$TOOL" "$@"
+  [ "$STATUS" -eq 2 ] || fail "rank_table $*: status $STATUS, expected 2: $(cat err.log)"
+  grep -qF -- "$want" err.log || fail "rank_table $*: expected '$want' in: $(cat err.log)"
 }
 refuses 'expected "[FIRST,END)"' --device_num "[0,8" --server_ip 1.2.3.4
 refuses 'expected "[FIRST,END)"' --device_num "0-8" --server_ip 1.2.3.4

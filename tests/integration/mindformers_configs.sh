@@ -8,15 +8,8 @@
 # whose weights are hub names, are refused without load_checkpoint and load with one. A config that cannot load stops with status 2 and a message naming its
 # cause: an empty file, a bad --set (named as the override, not the file), a load_checkpoint that
 # does not exist (under mpirun too, before any work).
-set -uo pipefail
-BUILD="$1"; SRC="$2"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 DATA="$SRC/tests/data/mindformers"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
 
 # MindFormers' files read MindDataset (MindRecord files), which gridformer does not; `config --ranks N`, the
 # launchers' pre-flight, refuses that as train would. Their layouts are checked with synthetic data in its place.
@@ -30,10 +23,12 @@ resolves() {
   ! grep -qi "unknown key" err.txt || fail "$f: an unknown key: $(cat err.txt)"
   echo "ok: $f $* ($(grep -c '^warning: ' err.txt) warning(s))"
 }
-# refused FILE MESSAGE [--set ...]: status 2 and MESSAGE on stderr.
-refused() {
+# config_refused FILE MESSAGE [--set ...]: `gridformer config` exits 2 with MESSAGE on stderr (err.txt, which the
+# checks after it read).
+config_refused() {
   local f=$1 msg=$2; shift 2
-  "$BIN" config --config "$f" "$@" > out.yaml 2> err.txt; local status=$?
+  local status=0
+  "$BIN" config --config "$f" "$@" > out.yaml 2> err.txt || status=$?
   [ "$status" -eq 2 ] || fail "$f $*: status $status, expected 2: $(cat err.txt)"
   grep -qF -- "$msg" err.txt || fail "$f $*: no '$msg' in: $(cat err.txt)"
   echo "ok: refused $(basename "$f") $*: $msg"
@@ -50,9 +45,9 @@ grep -qF "\`model.model_config.checkpoint_name_or_path: gpt2\` is not loaded for
 # r1.3 predict files name their weights by hub name (gpt2, llama2_7b): refused in run_mode predict with no
 # load_checkpoint (there is no hub at run time), and loaded with a load_checkpoint that exists, which wins as in
 # MindFormers (config checks only that the path exists).
-refused "$DATA/r1.3/predict_gpt2_small_fp16.yaml" \
+config_refused "$DATA/r1.3/predict_gpt2_small_fp16.yaml" \
   "\`model.model_config.checkpoint_name_or_path: gpt2\`: no hub at run time: convert/download weights (a Hugging Face GPT-2 .safetensors or its directory) and give a path in load_checkpoint"
-refused "$DATA/r1.3/predict_llama2_7b.yaml" \
+config_refused "$DATA/r1.3/predict_llama2_7b.yaml" \
   "\`model.model_config.checkpoint_name_or_path: llama2_7b\`: no hub at run time: convert/download weights (a Hugging Face Llama .safetensors or its directory) and give a path in load_checkpoint"
 # predict_loads FILE HUB_NAME WEIGHTS: FILE resolves with load_checkpoint=WEIGHTS, which wins over HUB_NAME.
 predict_loads() {
@@ -73,12 +68,12 @@ grep -qF "\`model.model_config.checkpoint_name_or_path: gpt2\` is not loaded for
 resolves r1.2/run_gpt2_52b.yaml
 grep -q "^    pipeline_scheduler: 1f1b$" out.yaml || fail "52b: the scheduler is not 1f1b: $(grep -n pipeline_scheduler out.yaml)"
 "$BIN" config --config "$DATA/r1.2/run_gpt2_52b.yaml" "${NO_DATA[@]}" --ranks 128 > /dev/null 2> err.txt || fail "52b on 128 ranks: $(cat err.txt)"
-refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`train_dataset.data_loader.type: MindDataset\` is a MindSpore/MindFormers loader that gridformer does not read" --ranks 128
+config_refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`train_dataset.data_loader.type: MindDataset\` is a MindSpore/MindFormers loader that gridformer does not read" --ranks 128
 grep -qF "preprocess_data" err.txt || fail "52b's MindDataset refusal does not say how to convert the data: $(cat err.txt)"
-refused "$DATA/r1.2/run_gpt2_52b.yaml" \
+config_refused "$DATA/r1.2/run_gpt2_52b.yaml" \
   "\`parallel_config.micro_batch_num\` (8) is less than \`parallel_config.pipeline_stage\` (16): every stage needs a micro-batch of its own in flight; use micro_batch_num: 16" \
   --set parallel_config.micro_batch_num=8
-refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`model.model_config.num_layers\` (8) is fewer than the \`parallel_config.pipeline_stage\` (16) stages" \
+config_refused "$DATA/r1.2/run_gpt2_52b.yaml" "\`model.model_config.num_layers\` (8) is fewer than the \`parallel_config.pipeline_stage\` (16) stages" \
   --set model.model_config.num_layers=8
 resolves r1.3/pretrain_llama2_7b_common.yaml  # gradient_accumulation_steps: 8
 # Their moe_config on GPT-2 blocks: a GPT-2 MoE of 8 experts over expert_parallel 8, in 2 pipeline stages.
@@ -97,7 +92,7 @@ resolves r1.0/run_llama2_7b.yaml
 resolves r1.3/pretrain_llama2_7b.yaml  # gradient_accumulation_steps: 8 at one stage
 grep -q "model.model_config.rotary_dtype: float16\`: RoPE's sin/cos tables" err.txt || fail "no rotary_dtype warning: $(cat err.txt)"
 grep -q "^    max_position_embedding: 4096$" out.yaml || fail "max_position_embedding None is not seq_length: $(grep -n max_pos out.yaml)"
-refused "$DATA/r1.3/finetune_llama2_7b.yaml" "\`load_checkpoint: {path}/llama2_7b.ckpt\`: no such file or directory"
+config_refused "$DATA/r1.3/finetune_llama2_7b.yaml" "\`load_checkpoint: {path}/llama2_7b.ckpt\`: no such file or directory"
 resolves r1.3/finetune_llama2_7b.yaml --set 'load_checkpoint=""'
 resolves r1.2/pretrain_llama2_70b.yaml  # 8 stages of 10 layers, 128 micro-batches
 # use_flash_attention: True with 8 key/value heads for 64 query heads: the fused core takes it, unwarned.
@@ -106,11 +101,11 @@ grep -q "^    use_flash_attention: True$" out.yaml || fail "use_flash_attention 
 "$BIN" config --config "$DATA/r1.2/pretrain_llama2_70b.yaml" "${NO_DATA[@]}" --ranks 64 > /dev/null 2> err.txt || fail "70b on 64 ranks: $(cat err.txt)"
 # Yi 34B (research/yi): a LlamaConfig in 4 stages split by offset [-1, 1, 1, -1] (14, 16, 16, 14 of 60 layers);
 # its optimizer is Yi's own.
-refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`optimizer.type: AdamWeightDecayX\`: unknown type"
+config_refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`optimizer.type: AdamWeightDecayX\`: unknown type"
 resolves r1.3/pretrain_yi_34b.yaml --set optimizer.type=AdamWeightDecay
 "$BIN" config --config "$DATA/r1.3/pretrain_yi_34b.yaml" --set optimizer.type=AdamWeightDecay "${NO_DATA[@]}" --ranks 16 > /dev/null \
   2> err.txt || fail "yi_34b on 16 ranks: $(cat err.txt)"
-refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`model.model_config.offset: [-1, 1, 1]\` has 3 entries, but \`parallel_config.pipeline_stage\` is 4" \
+config_refused "$DATA/r1.3/pretrain_yi_34b.yaml" "\`model.model_config.offset: [-1, 1, 1]\` has 3 entries, but \`parallel_config.pipeline_stage\` is 4" \
   --set optimizer.type=AdamWeightDecay --set "model.model_config.offset=[-1, 1, 1]"
 # r1.3 Llama 2 70B on 32 ranks (data_parallel 1 x model_parallel 4 x pipeline_stage 8, 10 layers a stage) with a
 # selective recompute per stage: select_recompute [8,4,4,1,1,1,1,1] (the first 8 layers of stage 0, the first 4 of
@@ -152,7 +147,7 @@ grep -q "^  largest activation buffers: .*layer[89]\.probs" plan.txt || fail "st
   || fail "stage 0 keeps probabilities of a recomputed layer: $(grep largest plan.txt)"
 echo "ok: pretrain_llama2_70b_bf16_32p plan on 32 ranks: stage 0 activations $a0 (8 layers recomputed), stage 7 $a7 (1 layer)"
 # Its 8 key/value heads do not split over 16 tensor-parallel ranks: the layout check names the key.
-refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
+config_refused "$DATA/r1.2/pretrain_llama2_70b.yaml" \
   "\`model.model_config.n_kv_heads\` (8) is not divisible by \`parallel_config.model_parallel\` (16)" \
   --set parallel_config.pipeline_stage=1 --set parallel_config.model_parallel=16 --ranks 32
 # Mixtral: a LlamaConfig with experts, its moe_config read as written; on 16 ranks (2 stages, expert_parallel 8),
@@ -162,7 +157,7 @@ for f in r1.3/pretrain_mixtral-8x7b.yaml r1.1/finetune_mixtral-8x7b.yaml; do
   "$BIN" config --config "$DATA/$f" "${NO_DATA[@]}" --ranks 16 > /dev/null 2> err.txt || fail "$f on 16 ranks: $(cat err.txt)"
   grep -q "moe_config.enable_sdrop: True\`: MindFormers' TopkRouterV2 drop order" err.txt || fail "$f: no enable_sdrop warning: $(cat err.txt)"
   "$BIN" config --config "$DATA/$f" --set parallel_config.pipeline_stage=1 "${NO_DATA[@]}" --ranks 8 > /dev/null 2>&1 || fail "$f on 8 ranks"
-  refused "$DATA/$f" "\`parallel_config.data_parallel\` (4) is not divisible by \`parallel_config.expert_parallel\` (8)" \
+  config_refused "$DATA/$f" "\`parallel_config.data_parallel\` (4) is not divisible by \`parallel_config.expert_parallel\` (8)" \
     --set parallel_config.pipeline_stage=1 --set parallel_config.data_parallel=4
   grep -qF "use expert_parallel: 4" err.txt || fail "$f: no expert_parallel that works: $(cat err.txt)"
 done
@@ -174,7 +169,7 @@ for f in "$SRC"/configs/moe/*.yaml; do
   echo "ok: configs/moe/$(basename "$f") resolves on $n rank(s)"
 done
 # A GPT-2 key under a LlamaConfig is refused with what a Llama uses instead.
-refused "$DATA/r1.0/run_llama2_7b.yaml" \
+config_refused "$DATA/r1.0/run_llama2_7b.yaml" \
   "--set model.model_config.hidden_dropout_rate=0.1: not a LlamaConfig key: MindFormers' LlamaConfig has no dropout rate" \
   --set model.model_config.hidden_dropout_rate=0.1
 # The tiny Llama loads without a warning (tensor-parallel on 2 ranks too), and its resolved config loads back to itself.
@@ -189,34 +184,28 @@ echo "ok: configs/llama/run_llama_tiny.yaml resolves without a warning, on 1 and
 
 # An empty config (or one with only comments) is refused.
 : > empty.yaml
-refused empty.yaml "config empty.yaml is empty"
+config_refused empty.yaml "config empty.yaml is empty"
 printf '# nothing but a comment\n' > comments.yaml
-refused comments.yaml "config comments.yaml is empty"
+config_refused comments.yaml "config comments.yaml is empty"
 
-cat > tiny.yaml <<'YAML'
-runner_config: {batch_size: 2, train_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 1, num_heads: 4}
-YAML
+bare_gpt2 tiny.yaml
 # A bad --set is named as the override, not the file.
-refused tiny.yaml "--set runner_config.train_step=5: unknown key; did you mean \`train_steps\`?" --set runner_config.train_step=5
+config_refused tiny.yaml "--set runner_config.train_step=5: unknown key; did you mean \`train_steps\`?" --set runner_config.train_step=5
 ! grep -q "tiny.yaml" err.txt || fail "the override's problem names the file: $(cat err.txt)"
-refused tiny.yaml "--set load_checkpoint=/x/y: no such file or directory" --set load_checkpoint=/x/y
+config_refused tiny.yaml "--set load_checkpoint=/x/y: no such file or directory" --set load_checkpoint=/x/y
 # A moe_config value that cannot be built names the key and a value that works (every rank, before any work).
-refused tiny.yaml "--set moe_config.num_experts_chosen=3: \`moe_config.num_experts_chosen: 3\` is larger than \`moe_config.expert_num: 2\`" \
+config_refused tiny.yaml "--set moe_config.num_experts_chosen=3: \`moe_config.num_experts_chosen: 3\` is larger than \`moe_config.expert_num: 2\`" \
   --set moe_config.expert_num=2 --set moe_config.num_experts_chosen=3
-timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --set moe_config.expert_num=2 \
-  --set moe_config.num_experts_chosen=3 > train.txt 2>&1; status=$?
-[ "$status" -eq 2 ] || fail "train with num_experts_chosen > expert_num: status $status: $(cat train.txt)"
-[ "$(grep -c 'is larger than' train.txt)" -eq 1 ] || fail "the message is not printed once: $(cat train.txt)"
+run train timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config tiny.yaml --set moe_config.expert_num=2 \
+  --set moe_config.num_experts_chosen=3
+[ "$STATUS" -eq 2 ] || fail "train with num_experts_chosen > expert_num: status $STATUS: $(cat train.log)"
+[ "$(grep -c 'is larger than' train.log)" -eq 1 ] || fail "the message is not printed once: $(cat train.log)"
 echo "ok: train on 2 ranks with num_experts_chosen > expert_num stops before work (status 2)"
 # A load_checkpoint that does not exist names the key, and stops every rank before any work.
 cp tiny.yaml missing.yaml; echo "load_checkpoint: /x/y.safetensors" >> missing.yaml
-refused missing.yaml "\`load_checkpoint: /x/y.safetensors\`: no such file or directory"
-timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config missing.yaml > train.txt 2>&1; status=$?
-[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "train with a missing load_checkpoint: status $status: $(cat train.txt)"
-[ "$(grep -c 'no such file or directory' train.txt)" -eq 1 ] || fail "the message is not printed once: $(cat train.txt)"
-! grep -q "step:\[" train.txt || fail "training started: $(cat train.txt)"
-echo "ok: train on 2 ranks with a missing load_checkpoint stops before work (status $status)"
+config_refused missing.yaml "\`load_checkpoint: /x/y.safetensors\`: no such file or directory"
+run train timeout 60 mpirun -np 2 --oversubscribe "$BIN" train --config missing.yaml
+[ "$STATUS" -eq 2 ] || fail "train with a missing load_checkpoint: status $STATUS, expected 2: $(cat train.log)"
+[ "$(grep -c 'no such file or directory' train.log)" -eq 1 ] || fail "the message is not printed once: $(cat train.log)"
+! grep -q "step:\[" train.log || fail "training started: $(cat train.log)"
+echo "ok: train on 2 ranks with a missing load_checkpoint stops before work (status $STATUS)"

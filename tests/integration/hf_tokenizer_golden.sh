@@ -6,19 +6,11 @@
 # with the post-processor's special tokens (ids_with_specials.txt, or ids.txt where the file adds none),
 # and preprocess_data writes those ids plus eos_token_id per document.
 #   bash tests/integration/hf_tokenizer_golden.sh BUILD_DIR SOURCE_DIR
-# Skips (exit 77, ctest's SKIP_RETURN_CODE) when no python3 with the `regex` module is found (Debian: python3-regex).
-set -euo pipefail
-BUILD="$(cd "$1" && pwd)"
-SRC="$(cd "$2" && pwd)"
-DATA="${SRC}/tests/data/hf_tokenizer"
-REF="${SRC}/tools/hf_tokenizer_reference.py"
-PY=""
-for candidate in /usr/bin/python3 python3; do
-  if command -v "${candidate}" > /dev/null && "${candidate}" -c "import regex" 2> /dev/null; then PY="${candidate}"; break; fi
-done
-[[ -n "${PY}" ]] || { echo "SKIP: no python3 with the regex module (apt-get install python3-regex)"; exit 77; }
-WORK="$(mktemp -d)"
-trap 'rm -rf "${WORK}"' EXIT
+# Skips (exit 77, ctest's SKIP_RETURN_CODE) when /usr/bin/python3 lacks the `regex` module (Debian: python3-regex).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_python regex
+DATA="$SRC/tests/data/hf_tokenizer"
+REF="$SRC/tools/hf_tokenizer_reference.py"
 
 checked=0
 for dir in "${DATA}"/*/; do
@@ -29,18 +21,14 @@ for dir in "${DATA}"/*/; do
     flags=()
     [[ "${golden}" == ids_with_specials.txt ]] && flags=(--add-special-tokens)
     "${PY}" "${REF}" "${dir}/tokenizer.json" "${flags[@]}" < "${DATA}/corpus.jsonl" > "${WORK}/${name}_${golden}"
-    if ! cmp -s "${WORK}/${name}_${golden}" "${dir}/${golden}"; then
-      echo "FAIL: ${name}/${golden} differs from what ${REF#"${SRC}/"} computes:"
-      diff "${dir}/${golden}" "${WORK}/${name}_${golden}" | head -20
-      exit 1
-    fi
+    cmp -s "${WORK}/${name}_${golden}" "${dir}/${golden}" \
+      || { diff "${dir}/${golden}" "${WORK}/${name}_${golden}" | head -20; fail "${name}/${golden} differs from what ${REF#"${SRC}/"} computes"; }
     checked=$((checked + 1))
   done
 done
-[[ "${checked}" -gt 0 ]] || { echo "FAIL: no goldens found in ${DATA}"; exit 1; }
+[[ "${checked}" -gt 0 ]] || fail "no goldens found in ${DATA}"
 echo "${checked} hf_tokenizer goldens match tools/hf_tokenizer_reference.py"
 
-GF="${BUILD}/bin/gridformer"; PRE="${BUILD}/bin/preprocess_data"
 # `tokenize` reads one text a line: the corpus's texts without a line break (their line numbers kept).
 "${PY}" -c "
 import json, sys
@@ -54,14 +42,14 @@ with open(sys.argv[2], 'w', encoding='utf-8') as out, open(sys.argv[3], 'w') as 
 for name in gpt2 llama3 qwen2; do
   dir="${DATA}/${name}"
   golden="${dir}/ids_with_specials.txt"; [[ -f "${golden}" ]] || golden="${dir}/ids.txt"
-  "${GF}" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "${dir}" < "${WORK}/lines.txt" > "${WORK}/${name}.ids" \
-    || { echo "FAIL: gridformer tokenize HuggingFaceTokenizer ${name}"; exit 1; }
+  "$BIN" tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "${dir}" < "${WORK}/lines.txt" > "${WORK}/${name}.ids" \
+    || fail "gridformer tokenize HuggingFaceTokenizer ${name}"
   awk 'NR == FNR { keep[$1] = 1; next } FNR in keep' "${WORK}/lines.nums" "${golden}" > "${WORK}/${name}.want"
-  cmp "${WORK}/${name}.ids" "${WORK}/${name}.want" || { echo "FAIL: ${name}: tokenize differs from ${golden#"${SRC}/"}"; exit 1; }
+  cmp "${WORK}/${name}.ids" "${WORK}/${name}.want" || fail "${name}: tokenize differs from ${golden#"${SRC}/"}"
   echo "${name}: gridformer tokenize = ${golden#"${DATA}/"} on $(wc -l < "${WORK}/lines.nums") one-line texts"
-  "${PRE}" --input "${DATA}/corpus.jsonl" --output-prefix "${WORK}/${name}" --tokenizer-type HuggingFaceTokenizer \
-    --tokenizer-model "${dir}/tokenizer.json" --append-eod --dump-ids "${WORK}/${name}.dump" > /dev/null \
-    || { echo "FAIL: preprocess_data HuggingFaceTokenizer ${name}"; exit 1; }
+  preprocess "${WORK}/${name}" --input "${DATA}/corpus.jsonl" --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model "${dir}/tokenizer.json" --append-eod --dump-ids "${WORK}/${name}.dump"
+  cat "${WORK}/${name}.err"  # its notes, as before
   "${PY}" - "${WORK}/${name}.dump" "${golden}" "${dir}/tokenizer.json" <<'PY'
 import json, sys
 dump, golden, tj = sys.argv[1:]

@@ -2,19 +2,15 @@
 # tools/machine_probe.cpp: with a tiny budget and small products it writes its JSON with every field
 # a run reads, consistent with itself; --if-stale leaves a file for this CPU alone and re-measures
 # one for another CPU; a run reads the file it wrote.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 PROBE="$BUILD/bin/machine_probe"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
 unset GF_GEMM GF_MACHINE_PROBE
 
 start=$SECONDS
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:128x128x128,NT:192x64x96,TN:64x128x256 > a.txt 2>&1 \
   || { cat a.txt; fail "machine_probe exited non-zero"; }
 grep -q "machine_probe: .* at 1 thread(s): blas .* eigen .* onednn .* GFLOP/s; fp32 backend .*hardware peak .* -> p.json" a.txt || fail "summary: $(cat a.txt)"
-python3 - p.json <<'PY' || fail "the probe's JSON"
+"$PY" - p.json <<'PY' || fail "the probe's JSON"
 import json, sys
 j = json.load(open(sys.argv[1]))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
@@ -55,25 +51,25 @@ cp p.json before.json
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > b.txt 2>&1 || fail "--if-stale"
 grep -q "is up to date for this CPU" b.txt || fail "--if-stale re-measured: $(cat b.txt)"
 cmp -s p.json before.json || fail "--if-stale changed the file"
-python3 -c 'import json; j = json.load(open("p.json")); j["cpu"] = "Not This CPU 9000"; json.dump(j, open("p.json", "w"))'
+"$PY" -c 'import json; j = json.load(open("p.json")); j["cpu"] = "Not This CPU 9000"; json.dump(j, open("p.json", "w"))'
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > c.txt 2>&1 || fail "--if-stale, other CPU"
 grep -q "is up to date" c.txt && fail "--if-stale kept another CPU's probe"
-python3 -c 'import json; j = json.load(open("p.json")); assert j["cpu"] != "Not This CPU 9000" and len(j["products"]) == 1'
-python3 -c 'import json; j = json.load(open("p.json")); j["blas_core"] = "NotACore"; json.dump(j, open("p.json", "w"))'
+"$PY" -c 'import json; j = json.load(open("p.json")); assert j["cpu"] != "Not This CPU 9000" and len(j["products"]) == 1'
+"$PY" -c 'import json; j = json.load(open("p.json")); j["blas_core"] = "NotACore"; json.dump(j, open("p.json", "w"))'
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > c2.txt 2>&1 || fail "--if-stale, other kernels"
 grep -q "is up to date" c2.txt && fail "--if-stale kept a probe of other OpenBLAS kernels"
-python3 -c 'import json; assert json.load(open("p.json"))["blas_core"] != "NotACore"'
+"$PY" -c 'import json; assert json.load(open("p.json"))["blas_core"] != "NotACore"'
 echo "{broken" > p.json
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > d.txt 2>&1 || fail "--if-stale, broken file"
-python3 -c 'import json; json.load(open("p.json"))' || fail "--if-stale did not replace a broken file"
+"$PY" -c 'import json; json.load(open("p.json"))' || fail "--if-stale did not replace a broken file"
 
 # A backend whose products fail the exactness check is never chosen, however fast.
-fastest="$(python3 -c 'import json; print(json.load(open("before.json"))["fp32_backend"])')"
+fastest="$("$PY" -c 'import json; print(json.load(open("before.json"))["fp32_backend"])')"
 GF_MACHINE_PROBE_FAULT="$fastest" "$PROBE" --out w.json --threads 1 --budget-ms 20 --shapes NN:128x128x128 > w.txt 2>&1 \
   || { cat w.txt; fail "machine_probe with a faulty backend"; }
 grep -q "the $fastest backend computes wrong products here (NN:128x128x128: C\[0,0\] = .*): it is not chosen" w.txt \
   || fail "the faulty backend was not named: $(cat w.txt)"
-python3 - w.json "$fastest" <<'PY' || fail "a faulty backend's record"
+"$PY" - w.json "$fastest" <<'PY' || fail "a faulty backend's record"
 import json, sys
 j, bad = json.load(open(sys.argv[1])), sys.argv[2]
 assert j["check"][bad]["ok"] is False and "C[0,0]" in j["check"][bad]["wrong"], j["check"]
@@ -81,30 +77,21 @@ assert j["fp32_backend"] != bad, j["fp32_backend"]
 PY
 
 # A bad --shapes is refused by name.
-set +e
-"$PROBE" --out x.json --shapes NX:1x2x3 > e.txt 2>&1; status=$?
-set -e
-[ "$status" -ne 0 ] && grep -q '"NX:1x2x3" is not op:MxNxK' e.txt || fail "bad --shapes: $status $(cat e.txt)"
+run e "$PROBE" --out x.json --shapes NX:1x2x3
+[ "$STATUS" -ne 0 ] && grep -q '"NX:1x2x3" is not op:MxNxK' e.log || fail "bad --shapes: $STATUS $(cat e.log)"
 
 # A run reads what the tool wrote (the default products, at one thread, a short budget).
 "$PROBE" --out real.json --threads 1 --budget-ms 100 > f.txt 2>&1 || { cat f.txt; fail "default products"; }
 cat f.txt
-cat > run.yaml <<'YAML'
-output_dir: ./out
-runner_config: {batch_size: 2, train_steps: 2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 1, num_heads: 2}
-YAML
-backend="$(python3 -c 'import json; print(json.load(open("real.json"))["fp32_backend"])')"
-OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BUILD/bin/gridformer" train --config run.yaml > g.txt 2>&1 \
+bare_gpt2 run.yaml out=./out data_seed=3 samples= heads=2
+backend="$("$PY" -c 'import json; print(json.load(open("real.json"))["fp32_backend"])')"
+OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BIN" train --config run.yaml > g.txt 2>&1 \
   || { cat g.txt; fail "a run with the probe"; }
 grep -q "fp32 GEMM backend: $backend (the faster one here: machine_probe measured" g.txt || fail "$(grep 'GEMM backend' g.txt)"
 grep -q "MFU relative to .* TFLOP/s per rank, the FMA peak (fp32, .*) measured by machine_probe on" g.txt || fail "$(grep 'MFU relative' g.txt)"
 # The same file with other OpenBLAS kernels recorded (as if OPENBLAS_CORETYPE had differed) is not used.
-python3 -c 'import json; j = json.load(open("real.json")); j["blas_core"] = "NotACore"; json.dump(j, open("other.json", "w"))'
-OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/other.json" "$BUILD/bin/gridformer" train --config run.yaml > h.txt 2>&1 \
+"$PY" -c 'import json; j = json.load(open("real.json")); j["blas_core"] = "NotACore"; json.dump(j, open("other.json", "w"))'
+OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/other.json" "$BIN" train --config run.yaml > h.txt 2>&1 \
   || { cat h.txt; fail "a run with another kernels' probe"; }
 grep -q "measured OpenBLAS's NotACore kernels, this run has its .* (OPENBLAS_CORETYPE): ignored" h.txt \
   || fail "another kernels' probe was used: $(grep 'MFU relative' h.txt)"

@@ -12,9 +12,7 @@
 # Bound: both paths sum the same products in float64 in different orders; each value carries at most
 # about K 2^-53 relative error for sums of K <= 256 terms here (3e-14), through a few layers; 1e-9 relative
 # (on each gradient's largest entry) is far above that and far below what a layout error gives (O(1)).
-set -euo pipefail
-SRC="$2"
-PY=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 "$PY" - "$SRC" <<'PY'
 import math, sys
 import torch

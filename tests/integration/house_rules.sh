@@ -8,11 +8,10 @@
 #     what differs between architectures is a field of their entries, not an `if (type == "...")`.
 # Each rule is checked here with grep over the product's sources (tests, tools and benchmarks may use
 # MPI and names freely), and the check is shown to fire on a planted violation.
-set -euo pipefail
-SRC="${2:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 cd "$SRC"
 PRODUCT=(core models parallel engine runner)
-fail=0
+broken=0  # every rule is checked and reported before the exit
 
 mpi_violations() {  # DIR...
   grep -rnE --include='*.h' --include='*.cpp' \
@@ -20,26 +19,26 @@ mpi_violations() {  # DIR...
     "$@" | grep -vE '^(parallel/|runner/launch/)' || true
 }
 v=$(mpi_violations "${PRODUCT[@]}")
-if [ -n "$v" ]; then echo "FAIL: MPI outside parallel/ and runner/launch/:"; echo "$v"; fail=1; fi
+if [ -n "$v" ]; then echo "FAIL: MPI outside parallel/ and runner/launch/:"; echo "$v"; broken=1; fi
 
 # The registered names: model.arch.type and model.model_config.type of the built-in entries.
 names=$(grep -hoE '\{"[A-Za-z0-9_]+", *"[A-Za-z0-9_]+Config"' models/registry.cpp | grep -oE '"[A-Za-z0-9_]+"' | sort -u | tr -d '"')
-[ -n "$names" ] || { echo "FAIL: found no registered architecture names in models/registry.cpp"; exit 1; }
+[ -n "$names" ] || fail "found no registered architecture names in models/registry.cpp"
 name_violations() {  # DIR...
   local alt; alt=$(echo "$names" | paste -sd'|')
   grep -rnE --include='*.h' --include='*.cpp' "(==|!=) *\"($alt)\"|\"($alt)\" *(==|!=)|is_llama\(\)" "$@" \
     | grep -vE '^(models/registry\.|models/arch/|runner/config/arch_section\.|runner/config/arch/)' || true
 }
 v=$(name_violations "${PRODUCT[@]}")
-if [ -n "$v" ]; then echo "FAIL: an architecture's name compared outside the registries:"; echo "$v"; fail=1; fi
+if [ -n "$v" ]; then echo "FAIL: an architecture's name compared outside the registries:"; echo "$v"; broken=1; fi
 
 # The checks fire: a planted file of each kind is found.
-plant="$(mktemp -d)"; trap 'rm -rf "$plant"' EXIT
+plant="$WORK/plant"
 mkdir -p "$plant/runner"
 printf '#include <mpi.h>\nvoid f() { MPI_Request r; MPI_Wait(&r, MPI_STATUS_IGNORE); }\n' > "$plant/runner/bad.cpp"
 printf 'bool g(const std::string& t) { return t == "%s"; }\n' "$(echo "$names" | head -1)" > "$plant/runner/bad2.cpp"
-(cd "$plant" && [ -n "$(mpi_violations runner)" ]) || { echo "FAIL: the MPI check misses a planted violation"; fail=1; }
-(cd "$plant" && [ -n "$(name_violations runner)" ]) || { echo "FAIL: the name check misses a planted violation"; fail=1; }
+(cd "$plant" && [ -n "$(mpi_violations runner)" ]) || { echo "FAIL: the MPI check misses a planted violation"; broken=1; }
+(cd "$plant" && [ -n "$(name_violations runner)" ]) || { echo "FAIL: the name check misses a planted violation"; broken=1; }
 
-[ "$fail" -eq 0 ] && echo "house rules hold (registered names: $(echo $names))"
-exit "$fail"
+[ "$broken" -eq 0 ] && echo "house rules hold (registered names: $(echo $names))"
+exit "$broken"

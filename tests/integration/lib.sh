@@ -9,7 +9,8 @@
 #   BIN PRE PY        build/bin/gridformer, build/bin/preprocess_data, /usr/bin/python3 (Debian's, with torch)
 #   VOCAB MERGES      the GPT-2 BPE files scripts/setup.sh fetched; CORPUS the default corpus's prefix
 #   WORK              a fresh directory, the working directory, removed when the script exits (kept with KEEP_WORK=1);
-#                     KILL_AT_EXIT=1 kills what is left of the script's runs first (kill_ours)
+#                     KILL_AT_EXIT=1 kills what is left of the script's runs first (kill_ours); AT_EXIT=FUNCTION runs
+#                     the script's own clean-up before that (daemons it started; its failures are ignored)
 #   the MPI environment (root allowed, no single-copy mechanism, one OpenMP thread a rank)
 #
 # Functions:
@@ -83,8 +84,8 @@ CORPUS="$SRC/data/fortunes/fortunes_text_document"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gf_it.XXXXXX")"
-KILL_AT_EXIT=""
-trap '[ -z "$KILL_AT_EXIT" ] || kill_ours; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
+KILL_AT_EXIT="" AT_EXIT=""
+trap '[ -z "$AT_EXIT" ] || "$AT_EXIT" || true; [ -z "$KILL_AT_EXIT" ] || kill_ours; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 cd "$WORK"
 STATUS=0
 

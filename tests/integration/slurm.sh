@@ -8,33 +8,28 @@
 #      ranks' layout message in its output, before srun starts anything.
 # The daemons are stopped on exit. Skipped, with the reason, where Slurm is not installed (Debian: slurm-wlm) or its
 # daemons cannot be started here.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 SBATCH_SCRIPT="$SRC/scripts/gridformer.sbatch"
-skip() { echo "SKIP: slurm: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 for b in slurmctld slurmd sbatch srun sinfo scancel; do
-  command -v "$b" >/dev/null || skip "no $b (Debian: apt-get install slurm-wlm; scripts/setup.sh installs it)"
+  command -v "$b" >/dev/null || skip "slurm: no $b (Debian: apt-get install slurm-wlm; scripts/setup.sh installs it)"
 done
+# Not lib's root permission for Open MPI: srun starts the ranks (the reference's mpirun says --allow-run-as-root).
 unset SLURM_CONF SLURM_JOB_ID SLURM_JOBID OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE
-export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none GRIDFORMER_BIN="$BIN"
-WORK="$(mktemp -d)"
+export GRIDFORMER_BIN="$BIN"
 PIDS=()
-cleanup() {
+# At exit: the jobs cancelled and the daemons stopped (SIGTERM, then lib's kill_ours: SIGKILL to whatever names $WORK/).
+stop_slurm() {
   [ -f "$WORK/slurm.conf" ] && SLURM_CONF="$WORK/slurm.conf" timeout 5 scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
   local p
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.5
-  for p in "${PIDS[@]}" $(pgrep -f -- "$WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 }
-trap cleanup EXIT
-cd "$WORK"
+AT_EXIT=stop_slurm KILL_AT_EXIT=1
 
 # ---- a cluster of one node ---------------------------------------------------------------------------------------
-ports=$(/usr/bin/python3 -c '
+ports=$("$PY" -c '
 import socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
@@ -45,10 +40,10 @@ plugins=$(dirname "$(find /usr/lib /usr/lib64 -name auth_munge.so -path '*slurm*
 if [ -e "$plugins/auth_none.so" ] && [ "${GF_SLURM_AUTH:-none}" = none ]; then
   AUTH=$'AuthType=auth/none\nCredType=cred/none' auth_note="auth/none"
 else
-  command -v munged >/dev/null || skip "this Slurm has no auth/none and munged is missing (Debian: munge)"
+  command -v munged >/dev/null || skip "slurm: this Slurm has no auth/none and munged is missing (Debian: munge)"
   head -c 1024 /dev/urandom > munge.key && chmod 400 munge.key
   munged --force --key-file="$WORK/munge.key" --socket="$WORK/munge.sock" --pid-file="$WORK/munge.pid" \
-    --log-file="$WORK/munge.log" --seed-file="$WORK/munge.seed" 2>munge.err || skip "munged did not start: $(head -2 munge.err)"
+    --log-file="$WORK/munge.log" --seed-file="$WORK/munge.seed" 2>munge.err || skip "slurm: munged did not start: $(head -2 munge.err)"
   for i in $(seq 1 50); do [ -s munge.pid ] && break; sleep 0.1; done
   PIDS+=("$(cat munge.pid)")
   AUTH="AuthType=auth/munge
@@ -97,26 +92,12 @@ for i in $(seq 1 150); do
   sleep 0.1
 done
 if [ "$state" != idle ]; then
-  skip "the Slurm daemons did not come up (node state '${state}'): $(cat slurmctld.out slurmd.out slurmctld.log slurmd.log 2>/dev/null | grep -iE 'error|fatal' | head -3 | tr '\n' ' ')"
+  skip "slurm: the Slurm daemons did not come up (node state '${state}'): $(cat slurmctld.out slurmd.out slurmctld.log slurmd.log 2>/dev/null | grep -iE 'error|fatal' | head -3 | tr '\n' ' ')"
 fi
-srun --mpi=list 2>&1 | grep -qw pmix || skip "this Slurm has no PMIx plugin (srun --mpi=list: $(srun --mpi=list 2>&1 | tr '\n' ' '))"
+srun --mpi=list 2>&1 | grep -qw pmix || skip "slurm: this Slurm has no PMIx plugin (srun --mpi=list: $(srun --mpi=list 2>&1 | tr '\n' ' '))"
 echo "a Slurm cluster of one node: slurmctld :$CTLD_PORT, slurmd $NODE :$SLURMD_PORT ($auth_note), srun --mpi=pmix"
 
-cat > job.yaml <<YAML
-seed: 11
-output_dir: ./out
-runner_config: {batch_size: 1, train_steps: 6}
-parallel_config: {data_parallel: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 32}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+random_gpt2 job.yaml out=./out batch=1 steps=6 samples=32 top="parallel_config: {data_parallel: 4}"
 ROOT_OPT=(); [ "$(id -u)" -eq 0 ] && ROOT_OPT=(--allow-run-as-root)
 start=$SECONDS
 mpirun -np 4 --oversubscribe "${ROOT_OPT[@]}" "$BIN" train --config job.yaml --set output_dir=ref > ref.txt 2>&1 \
@@ -135,7 +116,7 @@ grep -q 'step:\[' "$out" || { cat "$out"; fail "(a) no steps in the job's output
 for r in 0 1 2 3; do
   grep -q "rank $r of 4, pid" "a/log/rank_$r/gridformer.log" || fail "(a) rank $r's log: $(head -3 "a/log/rank_$r/gridformer.log" 2>&1)"
 done
-/usr/bin/python3 - <<'PY'
+"$PY" - <<'PY'
 import json
 ref = [json.loads(l)["loss"] for l in open("ref/metrics.jsonl") if '"loss"' in l]
 got = [json.loads(l)["loss"] for l in open("a/metrics.jsonl") if '"loss"' in l]

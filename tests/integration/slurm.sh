@@ -104,12 +104,17 @@ mpirun -np 4 --oversubscribe "${ROOT_OPT[@]}" "$BIN" train --config job.yaml --s
   || { cat ref.txt; fail "the mpirun -np 4 reference"; }
 echo "reference: mpirun -np 4 in $((SECONDS - start)) s"
 
+# job NAME TASKS LIMIT: `sbatch --wait` of job.yaml into output_dir NAME on TASKS tasks of the node, at most LIMIT s;
+# its status in st, its output file in out, its start in start.
+job() {
+  start=$SECONDS st=0
+  timeout "$3" sbatch --wait --quiet --nodes=1 --ntasks-per-node="$2" --cpus-per-task=1 --output="$WORK/$1-%j.out" \
+    "$SBATCH_SCRIPT" job.yaml --set output_dir="$1" > "$1.txt" 2>&1 || st=$?
+  out=$(ls "$1"-*.out 2>/dev/null | head -1)
+}
+
 # ---- (a) sbatch --wait, 4 ranks ----------------------------------------------------------------------------------
-start=$SECONDS
-st=0
-timeout 100 sbatch --wait --quiet --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --output="$WORK/a-%j.out" \
-  "$SBATCH_SCRIPT" job.yaml --set output_dir=a > a.txt 2>&1 || st=$?
-out=$(ls a-*.out 2>/dev/null | head -1)
+job a 4 100
 [ "$st" -eq 0 ] || { cat a.txt ${out:+"$out"} slurmd.log 2>/dev/null | tail -40; fail "(a) sbatch --wait: status $st"; }
 grep -q "gridformer.sbatch: job [0-9]*: 4 rank(s) on $NODE, 1 thread(s) each; srun --mpi=pmix" "$out" || { cat "$out"; fail "(a) the script's line"; }
 grep -q 'step:\[' "$out" || { cat "$out"; fail "(a) no steps in the job's output"; }
@@ -127,11 +132,7 @@ PY
 echo "(a) sbatch --wait of 4 ranks (srun --mpi=pmix): status 0 after $((SECONDS - start)) s; rank_0..3 logs, each its rank of 4"
 
 # ---- (b) a layout that does not fit the allocation ---------------------------------------------------------------
-start=$SECONDS
-st=0
-timeout 60 sbatch --wait --quiet --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --output="$WORK/b-%j.out" \
-  "$SBATCH_SCRIPT" job.yaml --set output_dir=b > b.txt 2>&1 || st=$?
-out=$(ls b-*.out 2>/dev/null | head -1)
+job b 2 60
 [ "$st" -eq 2 ] || { cat b.txt ${out:+"$out"}; fail "(b) status $st, expected 2"; }
 grep -q "the parallel layout does not fit 2 rank(s)" "$out" && grep -q "gridformer.sbatch: error: job.yaml does not run on this allocation's 2 rank(s)" "$out" \
   || { cat "$out"; fail "(b) message"; }

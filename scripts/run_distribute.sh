@@ -75,6 +75,12 @@ else
 fi
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The parts sourced below (scripts/lib/run_distribute_*.sh), beside the script itself even when it is run through a
+# symlink.
+LIB=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib
+for part in follow remote failure; do
+  [ -f "$LIB/run_distribute_$part.sh" ] || die "no $LIB/run_distribute_$part.sh: it belongs beside this script"
+done
 BIN=${GRIDFORMER_BIN:-$HERE/../build/bin/gridformer}
 TOOL=${RANK_TABLE_BIN:-$(dirname "$BIN")/rank_table}
 [ -x "$BIN" ] || die "no gridformer binary at $BIN: build it (cmake -S . -B build && cmake --build build -j) or set GRIDFORMER_BIN"
@@ -201,152 +207,8 @@ rank_pid() { this_run_log "$1" | sed -n 's/.*\] rank [0-9]* of [0-9]*, pid \([0-
 is_gridformer() { { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null | grep -q "gridformer train"; }
 
 # ---- another server's range: wait for the job, follow it, end with its status -------------------
-# The launcher on the server of rank 0 writes <output_dir>/log/job (key=value lines, replaced whole
-# with mv) when mpirun starts, bumps its `beat` every 2 s while the job runs, and writes the end
-# (state finished/failed/stopped, mpirun's status, a one-line message). The log directory is the
-# same path on every server (a shared file system, as the ranks' logs and the data need), so this
-# server reads it there. Liveness is judged by the beat moving, by this host's clock alone: the
-# servers' clocks need not agree.
-JOB_TEXT=""
-jf() { sed -n "s/^$1=//p" <<<"$JOB_TEXT" | head -1; }
-read_job() { JOB_TEXT=$(cat "$JOB_FILE" 2>/dev/null) || JOB_TEXT=""; }
-stop_here() { # stop_here PID...: TERM, then KILL after 2 s, whichever of PID... still runs
-  local pid i left=("$@")
-  kill -TERM "${left[@]}" 2>/dev/null
-  for i in 1 2 3 4 5 6 7 8 9 10; do
-    sleep 0.2
-    left=($(for pid in "${left[@]}"; do kill -0 "$pid" 2>/dev/null && echo "$pid"; done))
-    ((${#left[@]})) || return 0
-  done
-  kill -KILL "${left[@]}" 2>/dev/null
-}
-follow_job() {
-  local join=${GF_JOIN_TIMEOUT:-300} stale=${GF_JOB_STALE:-20} here=${SERVER_IDS[mine]} first=${SERVER_IDS[0]}
-  local job_path id state beat old_id="" old_beat="" old_state="" t0=$SECONDS seen_at=$SECONDS said_old=0
-  [[ $join =~ ^[1-9][0-9]*$ ]] || die "GF_JOIN_TIMEOUT '$join' is not a positive number of seconds"
-  [[ $stale =~ ^[1-9][0-9]*$ ]] || die "GF_JOB_STALE '$stale' is not a positive number of seconds"
-  job_path=$(realpath -m "$JOB_FILE")
-  local how_first="bash scripts/run_distribute.sh $TABLE $CONFIG \"[0,${SERVER_COUNTS[0]})\" $RUN_MODE $RANK_SIZE"
-  say "ranks $START..$((END - 1)) (server $here) are started by mpirun from the server of rank 0 ($first) over ssh, in one job with all $RANK_SIZE ranks; run this script there too, in this same directory, with DEVICE_RANGE [0,${SERVER_COUNTS[0]}) (either may start first)"
-  if [ "${GF_DRY_RUN:-0}" = 1 ]; then
-    say "GF_DRY_RUN=1: not waiting for the job; nothing to start here"
-    return 0
-  fi
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  read_job
-  old_id=$(jf job) old_beat=$(jf beat) old_state=$(jf state)
-  say "waiting up to $join s (GF_JOIN_TIMEOUT) for that job in $job_path"
-  # A job already in the file is followed only if it is running and its beat moves, or if it was
-  # running here and has ended since (a job shorter than the beat's 2 s); one that had ended before,
-  # or whose launcher stopped beating, is an earlier run's: wait for a new one.
-  while :; do
-    read_job
-    id=$(jf job) state=$(jf state) beat=$(jf beat)
-    if [ -n "$id" ] && [ "$id" != "$old_id" ]; then break; fi
-    if [ -n "$id" ] && [ "$state" = running ] && [ "$beat" != "$old_beat" ]; then break; fi
-    if [ -n "$id" ] && ((said_old == 0)) && [ "$old_state" = running ] && [ "$state" != running ]; then break; fi
-    if [ -n "$old_id" ] && ((said_old == 0)) && { [ "$old_state" != running ] || ((SECONDS - seen_at >= stale)); }; then
-      say "the job already in $job_path ($old_id, $old_state) is an earlier run's: waiting for a new one"
-      said_old=1
-    fi
-    if ((SECONDS - t0 >= join)); then
-      say "no job from server $first within $join s in $job_path; nothing ran here"
-      die "start it on $first, in this same directory (the same paths as here): $how_first  (or raise GF_JOIN_TIMEOUT)"
-    fi
-    sleep 0.5
-  done
-  local j_table j_config j_size j_mode
-  j_table=$(jf table) j_config=$(jf config) j_size=$(jf rank_size) j_mode=$(jf run_mode)
-  if [ "$j_table" != "$TABLE" ] || [ "$j_config" != "$CONFIG" ] || [ "$j_size" != "$RANK_SIZE" ] || [ "$j_mode" != "$RUN_MODE" ]; then
-    die "job $id in $job_path (from server $(jf server)) runs RANK_SIZE $j_size, run_mode $j_mode, table $j_table, config $j_config; this script was given RANK_SIZE $RANK_SIZE, run_mode $RUN_MODE, table $TABLE, config $CONFIG: give every server the same arguments (and its own DEVICE_RANGE)"
-  fi
-  read -r -a LOG_START <<<"$(jf log_start)"
-  say "job $id: launched by run_distribute.sh on server $(jf server) (host $(jf host), pid $(jf launcher_pid); mpirun pid $(jf mpirun_pid)); following ranks $START..$((END - 1)) here"
-
-  # Follow: this server's ranks (pids from this run's part of their logs, checked on this host),
-  # the daemon that started them (their parent, orted), the job file's beat and end.
-  local -A PID=() DAEMON=()
-  local r pid ppid running announced=0 last_beat=$beat beat_at=$SECONDS end="" next_progress=$((SECONDS + PROGRESS_INTERVAL))
-  # A signal here stops the following, not the job: the job is mpirun's, on the first server.
-  trap 'say "SIGINT: no longer following job $id; it goes on: stop it from server $first (Ctrl-C to run_distribute.sh there)"; exit 130' INT
-  trap 'say "SIGTERM: no longer following job $id; it goes on: stop it from server $first"; exit 143' TERM
-  while :; do
-    for r in "${LOCAL_RANKS[@]}"; do
-      [ -n "${PID[$r]:-}" ] && continue
-      pid=$(rank_pid "$r")
-      [ -n "$pid" ] && is_gridformer "$pid" || continue
-      PID[$r]=$pid
-      ppid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
-      [ -n "$ppid" ] && [ "$(ps -o comm= -p "$ppid" 2>/dev/null)" = orted ] && DAEMON[$ppid]=1
-    done
-    if ((!announced && ${#PID[@]} == ${#LOCAL_RANKS[@]})); then
-      say "all ${#LOCAL_RANKS[@]} rank(s) of this server running: $(for r in "${LOCAL_RANKS[@]}"; do printf 'rank %s pid %s, ' "$r" "${PID[$r]}"; done | sed 's/, $//')${DAEMON[*]:+ (under orted pid ${!DAEMON[*]})}"
-      announced=1
-    fi
-    read_job
-    if [ "$(jf job)" != "$id" ]; then end=replaced; break; fi
-    state=$(jf state) beat=$(jf beat)
-    case "$state" in finished | failed | stopped) end=$state; break ;; esac
-    if [ "$beat" != "$last_beat" ]; then last_beat=$beat beat_at=$SECONDS; fi
-    if ((SECONDS - beat_at >= stale)); then end=stale; break; fi
-    if ((SECONDS >= next_progress)); then
-      running=0
-      for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && running=$((running + 1)); done
-      local step
-      step=$(grep -a 'step:\[' "$LOGDIR/mpirun.log" 2>/dev/null | tail -1 | sed -n 's/.*\(step:\[[^]]*\]\), \(loss: [^,]*\).*/\1, \2/p')
-      say "$((SECONDS - t0)) s: $running of ${#LOCAL_RANKS[@]} rank(s) of this server running${step:+; rank 0 at $step}"
-      next_progress=$((SECONDS + PROGRESS_INTERVAL))
-    fi
-    sleep 0.5
-  done
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-
-  # Nothing of this job outlives it here: mpirun's daemon stops these ranks and exits; what is still
-  # running 10 s after the end (a daemon cut off from mpirun, say) is stopped and named.
-  local left=() names=() i
-  for i in $(seq 1 50); do
-    left=()
-    for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && is_gridformer "${PID[$r]}" && left+=("${PID[$r]}"); done
-    for pid in "${!DAEMON[@]}"; do [ "$(ps -o comm= -p "$pid" 2>/dev/null)" = orted ] && left+=("$pid"); done
-    ((${#left[@]})) || break
-    [ "$end" = stale ] && break # the ranks may still be running the job: leave them
-    sleep 0.2
-  done
-  if ((${#left[@]})) && [ "$end" != stale ]; then
-    names=()
-    for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && names+=("rank $r pid ${PID[$r]}"); done
-    for pid in "${!DAEMON[@]}"; do kill -0 "$pid" 2>/dev/null && names+=("orted pid $pid"); done
-    say "the job ended but these still ran on this server 10 s later: $(IFS=,; echo "${names[*]}" | sed 's/,/, /g'): stopping them"
-    stop_here "${left[@]}"
-  fi
-
-  local status message ran=""
-  status=$(jf status) message=$(jf message)
-  for r in "${LOCAL_RANKS[@]}"; do
-    pid=$(rank_pid "$r")
-    if [ -n "$pid" ]; then ran+="${ran:+, }rank $r pid $pid"; else ran+="${ran:+, }rank $r (no start logged)"; fi
-  done
-  say "this server's ranks, from their logs: $ran"
-  case "$end" in
-    finished)
-      say "job $id finished (server $first's report): ${message:-all ranks finished}; logs in $LOGDIR"
-      return "${status:-0}" ;;
-    failed | stopped)
-      say "job $id $end (server $first's report): $message (mpirun status $status); mpirun.log and the whole report on $first; logs in $LOGDIR"
-      [[ $status =~ ^[0-9]+$ ]] && ((status != 0)) && return "$status"
-      return 1 ;;
-    replaced)
-      say "job $id was replaced in $job_path by another job ($(jf job)) before its end was recorded"
-      return 1 ;;
-    stale)
-      running=0
-      for r in "${!PID[@]}"; do kill -0 "${PID[$r]}" 2>/dev/null && running=$((running + 1)); done
-      say "job $id: the launcher on server $first stopped updating $job_path $stale s ago (GF_JOB_STALE) without recording the job's end (it was killed, or that server or the shared file system is unreachable from here); $running rank(s) of this server still run; end status unknown"
-      return 1 ;;
-  esac
-}
+# shellcheck source=lib/run_distribute_follow.sh
+source "$LIB/run_distribute_follow.sh"
 
 if ((S > 1 && mine != 0)); then
   # Another server's range (MindFormers runs the script on every server): mpirun on the server of
@@ -410,96 +272,8 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 
 # ---- remote servers: mpirun's ssh with a connection timeout, and a probe of each ---------------
-# mpirun starts a daemon on every other server with its rsh agent, ssh by default. Without a
-# timeout, ssh to a host that never answers waits out the kernel's TCP retries (minutes), and
-# without BatchMode it may wait for a password nobody types. The agent is
-# "ssh -o ConnectTimeout=N -o BatchMode=yes" (OpenMPI splits plm_rsh_agent on spaces; ':' separates
-# alternatives). An agent the user set (MPIRUN_ARGS, OMPI_MCA_plm_rsh_agent or an mca-params.conf
-# file) is kept as it is: a second --mca plm_rsh_agent would be joined to it with a comma.
-OMPI_INFO_OUT="" # what ompi_info says of the rsh launcher's and the daemons' TCP parameters (environment and mca-params.conf files)
-user_mca() { # user_mca NAME SYNONYM...: "SOURCE<tab>VALUE" of an MCA parameter the user set, nothing if it is the default
-  local i n v src
-  for ((i = 0; i + 2 < ${#extra[@]}; i++)); do
-    case ${extra[i]} in -mca | --mca | -gmca | --gmca) ;; *) continue ;; esac
-    for n in "$@"; do [ "${extra[i + 1]}" = "$n" ] && { printf 'MPIRUN_ARGS\t%s\n' "${extra[i + 2]}"; return; }; done
-  done
-  for n in "$@"; do v=OMPI_MCA_$n; [ -n "${!v:-}" ] && { printf '%s\t%s\n' "$v" "${!v}"; return; }; done
-  src=$(sed -n "s/^mca:[a-z]*:[a-z]*:param:$1:source://p" <<<"$OMPI_INFO_OUT")
-  [ -n "$src" ] && [ "$src" != default ] || return 0
-  v=$(sed -n "s/^mca:[a-z]*:[a-z]*:param:$1:value://p" <<<"$OMPI_INFO_OUT")
-  v=${v#\"} v=${v%\"}
-  printf '%s\t%s\n' "$src" "$v"
-}
-REMOTE=() AGENT=() RSH_ARGS=() agent_opts=() alive_opts=()
-if ((S > 1)); then
-  THIS_HOST=$({ hostname; hostname -s; hostname -I | tr ' ' '\n'; ip -o addr show | awk '{sub(/\/.*/, "", $4); print $4}'; } 2>/dev/null | sed '/^$/d')
-  for id in "${SERVER_IDS[@]}"; do
-    case "$id" in localhost | 127.* | ::1) continue ;; esac
-    grep -qxF -- "$id" <<<"$THIS_HOST" || REMOTE+=("$id")
-  done
-  info=$(dirname "$(command -v "$MPIRUN")")/ompi_info
-  [ -x "$info" ] || info=$(command -v ompi_info) || info=""
-  [ -z "$info" ] || OMPI_INFO_OUT=$("$info" --parsable --level 9 --param plm rsh 2>/dev/null; "$info" --parsable --level 9 --param oob tcp 2>/dev/null)
-  IFS=$'\t' read -r agent_from agent_value <<<"$(user_mca plm_rsh_agent orte_rsh_agent pls_rsh_agent)"
-  IFS=$'\t' read -r _ args_value <<<"$(user_mca plm_rsh_args)"
-  read -r -a RSH_ARGS <<<"${args_value:-}"
-  if [ -n "${agent_value:-}" ]; then
-    read -r -a AGENT <<<"${agent_value%%:*}"
-    say "ssh agent: your plm_rsh_agent '$agent_value' (from $agent_from) is used as it is; GF_CONNECT_TIMEOUT is not added to it (add -o ConnectTimeout=$CONNECT_TIMEOUT -o BatchMode=yes yourself)"
-  else
-    AGENT=(ssh -o ConnectTimeout="$CONNECT_TIMEOUT" -o BatchMode=yes)
-    agent_opts=(--mca plm_rsh_agent "${AGENT[*]}")
-  fi
-  # A server that drops off the network (link down, power off) sends nothing more: no reset, no
-  # end of file. mpirun and each daemon (orted) hold a TCP connection to each other; Open MPI's
-  # keepalive on it (default: first probe after 300 s idle, then 9 probes 20 s apart, 8 minutes in
-  # all) is what notices. Here: after 6 s idle, 3 probes 3 s apart, so a lost server ends the job
-  # within about 15 s, mpirun names it ("lost communication with a remote daemon ... on node X"),
-  # and the daemon on the far side, cut off from mpirun, stops its ranks and exits. Values you set
-  # (MPIRUN_ARGS, OMPI_MCA_*, mca-params.conf) are kept.
-  for kv in oob_tcp_keepalive_time=6 oob_tcp_keepalive_intvl=3 oob_tcp_keepalive_probes=3; do
-    [ -n "$(user_mca "${kv%%=*}")" ] || alive_opts+=(--mca "${kv%%=*}" "${kv#*=}")
-  done
-  if ((${#REMOTE[@]})) && ! command -v "${AGENT[0]}" >/dev/null; then
-    [ "${GF_DRY_RUN:-0}" = 1 ] || die "${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
-    say "warning: ${AGENT[0]} not found: mpirun needs it to reach ${REMOTE[*]} (Debian: apt-get install openssh-client)"
-  fi
-fi
-
-# probe_remote: every remote server at once, with mpirun's own agent; names each one that does not
-# answer and says what to do. Each probe is bounded by timeout(1) as well, should ssh hang after
-# connecting.
-probe_reason() { # probe_reason HOST STATUS OUTPUT
-  case "$3" in
-    *"timed out"*) echo "no answer${agent_opts[*]:+ within $CONNECT_TIMEOUT s}: check the address (server_id in the rank table), that the host is up, and that its ssh port is open from here" ;;
-    *"No route to host"* | *"Network is unreachable"*) echo "no route to it from here: check the address (server_id in the rank table) and the network" ;;
-    *"Could not resolve hostname"* | *"Name or service not known"*) echo "the name does not resolve: check server_id in the rank table, or add it to /etc/hosts" ;;
-    *"Connection refused"*) echo "it answers but nothing listens on the ssh port: start sshd there" ;;
-    *"Host key verification failed"*) echo "its host key is not known here and BatchMode cannot ask: connect once by hand (ssh $1 true) or add it (ssh-keyscan $1 >> ~/.ssh/known_hosts)" ;;
-    *"Permission denied"*) echo "ssh wants a password: set up passwordless ssh for $(id -un) (ssh-keygen; ssh-copy-id $1)" ;;
-    *) if (($2 == 124 || $2 == 137)); then echo "ssh did not finish within $((CONNECT_TIMEOUT + 10)) s"; else echo "ssh failed with status $2"; fi ;;
-  esac
-}
-probe_remote() {
-  local dir i bad=0 statuses=() start=$SECONDS
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/gf_rd_probe.XXXXXX") || die "cannot create a temporary directory"
-  say "checking ssh to ${#REMOTE[@]} remote server(s) (${REMOTE[*]}): ${AGENT[*]}${RSH_ARGS[*]:+ ${RSH_ARGS[*]}} HOST true"
-  for i in "${!REMOTE[@]}"; do
-    timeout -k 2 $((CONNECT_TIMEOUT + 10)) "${AGENT[@]}" "${RSH_ARGS[@]}" "${REMOTE[i]}" true </dev/null >"$dir/$i" 2>&1 &
-    PROBE_PIDS+=($!)
-  done
-  for i in "${!REMOTE[@]}"; do wait "${PROBE_PIDS[i]}"; statuses[i]=$?; done
-  PROBE_PIDS=()
-  for i in "${!REMOTE[@]}"; do
-    ((statuses[i] == 0)) && continue
-    ((bad++ == 0)) && say "cannot reach these servers over ssh (mpirun starts a daemon on each this way):"
-    echo "  ${REMOTE[i]}: $(probe_reason "${REMOTE[i]}" "${statuses[i]}" "$(cat "$dir/$i")")" >&2
-    sed '/^[[:space:]]*$/d; s/^/      /' "$dir/$i" | tail -n 3 >&2
-  done
-  rm -rf "$dir"
-  ((bad == 0)) || die "$bad of ${#REMOTE[@]} remote server(s) unreachable (checked in $((SECONDS - start)) s); fix them or the rank table; nothing started (GF_PROBE=0 skips this check)"
-  say "ssh reaches all ${#REMOTE[@]} remote server(s) ($((SECONDS - start)) s)"
-}
+# shellcheck source=lib/run_distribute_remote.sh
+source "$LIB/run_distribute_remote.sh"
 
 cmd=("$MPIRUN" -np "$RANK_SIZE" "${placement[@]}" "${root_opts[@]}" --mca orte_abort_on_non_zero_status 1
   "${agent_opts[@]}" "${alive_opts[@]}" "${exports[@]}" "${extra[@]}" "$BIN" train --config "$CONFIG" --set run_mode="$RUN_MODE")
@@ -535,7 +309,8 @@ for ((r = 0; r < N; r++)); do
 done
 
 # The job file (several servers): what the other servers' run_distribute.sh wait for and follow
-# (follow_job above). Written when mpirun starts, its beat bumped every 2 s, its end recorded.
+# (follow_job, in scripts/lib/run_distribute_follow.sh). Written when mpirun starts, its beat bumped
+# every 2 s, its end recorded.
 JOB_BEAT=0 JOB_STATUS="" JOB_MESSAGE="" JOB_STARTED=""
 job_write() {
   [ -n "$JOB_ID" ] || return 0
@@ -678,95 +453,8 @@ if ((STATUS == 0)); then
   exit 0
 fi
 
-# error_blocks SEEN FILE: the [error]/[critical] records of gridformer's logs in FILE, each with all
-# its lines (a message may span several; a record ends at the next record, a blank line or mpirun's
-# own output), leaving out those also in SEEN and repeats (rank 0's console copy in mpirun.log and
-# its log file hold the same records); the last 10.
-error_blocks() {
-  awk '
-    function flush(key) {
-      if (block != "") {
-        key = block; sub(/^\[[^]]*\] /, "", key)
-        if (!(key in seen)) { seen[key] = 1; if (!quiet) out[++n] = block }
-      }
-      block = ""
-    }
-    FNR == 1 { flush(); quiet = (FILENAME == ARGV[1]) }
-    /^\[[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] / { flush(); if ($0 ~ /\] \[(error|critical)\] /) block = $0; next }
-    block != "" && (/^[[:space:]]*$/ || /^-----/ || /^\[[^] ]*:[0-9]+\] / || /^(mpirun|Primary job|prterun|ORTE) /) { flush(); next }
-    block != "" { block = block "\n" $0 }
-    END { flush(); for (i = (n > 10 ? n - 9 : 1); i <= n; i++) print out[i] }' "$@"
-}
-
-# A rank failed: mpirun names it ("process rank 3 with PID ... exited on signal 9 (Killed)", or
-# "The first process to do so was: Process name: [[jobid,1],3] Exit code: 2").
-MLOG=$LOGDIR/mpirun.log
-failed=$(sed -n 's/.*process rank \([0-9][0-9]*\) with PID.*/\1/p' "$MLOG" | head -1)
-how=$(sed -n 's/.*process rank [0-9]* with PID.* \(exited on signal .*\)\.$/\1/p' "$MLOG" | head -1)
-if [ -z "$failed" ]; then
-  failed=$(sed -n 's/.*Process name: \[\[[0-9]*,[0-9]*\],\([0-9][0-9]*\)\].*/\1/p' "$MLOG" | head -1)
-  code=$(sed -n 's/.*Exit code:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$MLOG" | head -1)
-  [ -n "$code" ] && how="exited with status $code"
-fi
-# A server lost (the network, the server itself, or its daemon): "ORTE has lost communication with
-# a remote daemon. ... Remote daemon: [[13280,0],1] on node 10.0.0.2".
-lost=$(sed -n 's/^[[:space:]]*Remote daemon:.* on node \([^[:space:]]*\).*/\1/p' "$MLOG" | head -1)
-rank_errors=""
-[ -n "$failed" ] && rank_errors=$(error_blocks /dev/null <(this_run_log "$failed"))
-# The rank mpirun names is the first to exit, not always the one that found the problem: a rank whose log
-# holds no error stopped because another did. Then the first rank (in rank order, of the logs this server
-# has) that logged an error is the one to show.
-if [ -n "$failed" ] && [ -z "$rank_errors" ]; then
-  for ((r = 0; r < N; r++)); do
-    [ "$r" = "$failed" ] && continue
-    e=$(error_blocks /dev/null <(this_run_log "$r"))
-    if [ -n "$e" ]; then
-      say "rank $failed exited first, without an error of its own; rank $r reported one"
-      failed=$r rank_errors=$e how="reported an error"
-      break
-    fi
-  done
-fi
-where=""
-((S > 1)) && [ -n "$failed" ] && [ -n "${RANK_SERVER[failed]:-}" ] && where=" (server ${RANK_SERVER[failed]})"
-if [ -n "$lost" ] && [ -z "$failed" ]; then
-  JOB_MESSAGE="lost server $lost: mpirun lost its connection to the daemon there (network link down, server down, or its orted killed) and stopped the job"
-  say "$JOB_MESSAGE (mpirun status $STATUS, $((SECONDS - T0)) s into the job); check $lost and the network between it and ${SERVER_IDS[0]}"
-  say "the ranks on $lost are stopped by its daemon, cut off from mpirun (Open MPI's TCP keepalive), or by run_distribute.sh following the job there"
-elif [ -n "$failed" ]; then
-  JOB_MESSAGE="rank $failed$where failed (${how:-see mpirun.log})"
-  say "rank $failed$where failed (${how:-see $MLOG}); mpirun stopped the other ranks (mpirun status $STATUS)"
-  if [ -n "$rank_errors" ]; then
-    say "the errors rank $failed logged ($LOGDIR/rank_$failed/gridformer.log):"
-    echo "$rank_errors" >&2
-  elif [ -n "$(this_run_log "$failed")" ]; then
-    say "last 20 lines of $LOGDIR/rank_$failed/gridformer.log:"
-    this_run_log "$failed" | tail -n 20 >&2
-  else
-    say "rank $failed wrote no log this run; last 20 lines of $MLOG:"
-    tail -n 20 "$MLOG" >&2
-  fi
-else
-  ssh_lines=$(grep -a -E '^ssh: |Permission denied|Host key verification failed|Could not resolve hostname' "$MLOG" | sort -u)
-  if [ -n "$ssh_lines" ]; then
-    say "mpirun could not start its daemons over ssh:"
-    echo "$ssh_lines" >&2
-    JOB_MESSAGE="mpirun could not start its daemons over ssh: $(head -1 <<<"$ssh_lines")"
-    say "every server needs passwordless ssh from this host ('${AGENT[*]:-ssh} HOST true' must work without a prompt) and its right address as server_id in the rank table"
-    say "mpirun failed with status $STATUS; its whole report: $MLOG"
-  else
-    say "mpirun failed with status $STATUS and named no rank; last 20 lines of $MLOG:"
-    tail -n 20 "$MLOG" >&2
-    JOB_MESSAGE="mpirun failed with status $STATUS and named no rank"
-  fi
-fi
-# The other errors the ranks reported, each whole (rank 0 reports the ones every rank shares, such
-# as a config or rank table problem, on its console, which mpirun.log holds).
-if [ -n "$failed" ]; then
-  errors=$(error_blocks <(this_run_log "$failed") "$MLOG")
-else
-  errors=$(error_blocks /dev/null "$MLOG")
-fi
-[ -n "$errors" ] && { say "errors reported by the ranks (from $MLOG):"; echo "$errors" >&2; }
+# ---- mpirun failed: which rank (or server), and the errors the ranks logged ----------------------
+# shellcheck source=lib/run_distribute_failure.sh
+source "$LIB/run_distribute_failure.sh"
 job_end failed "$STATUS" "$JOB_MESSAGE"
 exit "$STATUS"

@@ -28,6 +28,7 @@
 #include "models/weights/hf_config.h"
 #include "runner/config/arch_section.h"
 #include "runner/config/config.h"
+#include "runner/cli/config_cli.h"
 #include "runner/cli/convert.h"
 #include "runner/cli/replay.h"
 #include "runner/infer/generate.h"
@@ -200,6 +201,7 @@ struct Cli {
   // config, plan
   int ranks = 0;
   std::string memory_per_rank;  // plan --memory-per-rank
+  bool plan_json = false;        // plan --json
   // tokenize
   gf::data::TokenizerFiles tok_files;
   bool decode = false;
@@ -350,6 +352,8 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
       ->check(CLI::Range(1, 1 << 24));
   plan->add_option("--memory-per-rank", c.memory_per_rank,
                    "the memory a rank has (64GB, 512GiB): says whether the largest rank fits; status 2 when it does not");
+  plan->add_flag("--json", c.plan_json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
+                                        "the verdict) instead of the text");
   return plan;
 }
 
@@ -401,40 +405,6 @@ std::string layout_message(const gf::Config& cfg, const std::string& config_path
   return msg;
 }
 
-// `config --from-hf DIR`: the model section of a Hugging Face config.json, checked by reading it back.
-int run_config_from_hf(const std::string& path) {
-  try {
-    const std::filesystem::path file =
-        std::filesystem::is_directory(path) ? std::filesystem::path(path) / "config.json" : std::filesystem::path(path);
-    std::ifstream in(file);
-    if (!in) throw std::runtime_error(file.string() + ": cannot read (a Hugging Face model directory holds config.json)");
-    nlohmann::json hf;
-    try {
-      hf = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(file.string() + ": not JSON (" + e.what() + ")");
-    }
-    const gf::ModelConfig m = gf::model_config_from_hf(hf, file.string());
-    const gf::ArchConfigSection* section = gf::find_arch_section(m.type);
-    if (section == nullptr || !section->model_yaml)
-      throw std::runtime_error(file.string() + ": " + m.type + "'s model section cannot be written out");
-    const std::string yaml = section->model_yaml(m);
-    // Read back, the section must describe the model config.json describes.
-    const gf::Config back = gf::load_config_string(yaml + "train_dataset: {data_loader: {type: RandomTokens}}\n", {},
-                                                   "the model section of " + file.string());
-    const gf::HfConfigCheck check = gf::check_hf_config(hf, back.model, file.string());
-    if (!check.errors.empty() || !check.warnings.empty())
-      throw std::logic_error("the model section written for " + file.string() + " does not read back as it: " +
-                             (check.errors.empty() ? check.warnings : check.errors).front());
-    std::cout << "# From " << file.string() << " (gridformer config --from-hf); paste over your config's model section.\n"
-              << yaml;
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << describe(e) << "\n";
-    return kSetupError;
-  }
-}
-
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
 int run_config_or_plan(const Cli& c, bool plan) {
   try {
@@ -462,7 +432,9 @@ int run_config_or_plan(const Cli& c, bool plan) {
     const double bound =
         c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
     bool fits = true;
-    std::cout << gf::plan_report(cfg, n, bound, &fits);
+    nlohmann::json json;
+    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.plan_json ? &json : nullptr);
+    std::cout << (c.plan_json ? json.dump(1) + "\n" : text);
     if (!fits) {
       std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank
                 << ": more ranks, ZeRO (parallel.enable_parallel_optimizer, parallel_config.zero_stage), recompute or "
@@ -563,7 +535,7 @@ int main(int argc, char** argv) {
               << " (Megatron-LM arguments go after --from-megatron)\n";
     return kSetupError;
   }
-  if (*config && !c.from_hf.empty()) return run_config_from_hf(c.from_hf);
+  if (*config && !c.from_hf.empty()) return gf::cli::run_config_from_hf(c.from_hf);
   if ((*config || *plan) && c.config_path.empty()) {
     std::cerr << "error: --config is required" << (*config ? " (or --from-hf DIR)" : "") << "\n";
     return kSetupError;

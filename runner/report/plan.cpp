@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -135,7 +137,8 @@ ShardFloats shard_floats(const Config& cfg, int64_t n, int64_t expert_begin, std
 // One rank's memory: tensor-parallel rank r of pipeline stage `st` holding `chunks`. Appends its
 // lines (with the stage's layers, and for the first rank the largest activation buffers); returns its total bytes.
 double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerSpec& spec,
-                  const std::vector<StageOptions>& chunks, size_t st, int r, int ranks, std::string& out) {
+                  const std::vector<StageOptions>& chunks, size_t st, int r, int ranks, std::string& out,
+                  nlohmann::json* bytes) {
   const ModelConfig& m = cfg.model;
   const ModelLayout L = model_layout(cfg);
   const int tp = static_cast<int>(cfg.parallel.model_parallel), dp = static_cast<int>(cfg.parallel.data_parallel),
@@ -186,6 +189,10 @@ double rank_lines(const Config& cfg, const ModelEntry& entry, const TransformerS
     }
   }
   const double total = params + grads + moments + copy + activations + snapshot + frozen;
+  if (bytes)
+    *bytes = {{"pipeline_stage", st}, {"tensor_parallel_rank", r}, {"parameters", params}, {"gradients", grads},
+              {"optimizer_state", moments}, {"weight_copy", copy}, {"activations", activations},
+              {"checkpoint_snapshot", snapshot}, {"frozen_base", frozen}, {"total", total}};
   std::string zero;
   if (stage >= 1) {
     zero = stage == 1 ? fmt::format(", a 1/{} ZeRO-1 shard", f.shard)
@@ -243,7 +250,7 @@ std::string merge_equal_ranks(const std::vector<std::string>& lines) {
 
 }  // namespace
 
-std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bool* fits) {
+std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bool* fits, nlohmann::json* json) {
   const ModelConfig& m = cfg.model;
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec spec = entry.spec(m);
@@ -290,7 +297,11 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   double worst = 0;
   for (size_t st = 0; st < stages.size(); ++st) {
     std::vector<std::string> lines(static_cast<size_t>(tp));
-    for (int r = 0; r < tp; ++r) worst = std::max(worst, rank_lines(cfg, entry, spec, stages[st], st, r, ranks, lines[r]));
+    for (int r = 0; r < tp; ++r) {
+      nlohmann::json b;
+      worst = std::max(worst, rank_lines(cfg, entry, spec, stages[st], st, r, ranks, lines[r], json ? &b : nullptr));
+      if (json) (*json)["ranks"].push_back(std::move(b));
+    }
     out += merge_equal_ranks(lines);
   }
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
@@ -303,6 +314,20 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
               : fmt::format("does not fit: the largest rank needs {}, {} more than the {} a rank has\n", human_bytes(worst),
                             human_bytes(worst - memory_per_rank), human_bytes(memory_per_rank));
     if (fits) *fits = ok;
+  }
+  if (json) {
+    (*json)["world_size"] = ranks;
+    (*json)["layout"] = {{"data_parallel", cfg.parallel.data_parallel}, {"model_parallel", cfg.parallel.model_parallel},
+                         {"pipeline_stage", cfg.parallel.pipeline_stage}, {"context_parallel", cfg.parallel.context_parallel},
+                         {"expert_parallel", cfg.parallel.expert_parallel}};
+    (*json)["parameters"] = global;
+    (*json)["global_batch"] = global_batch;
+    (*json)["flops_per_step"] = flops;
+    (*json)["largest_rank_bytes"] = worst;
+    if (memory_per_rank > 0) {
+      (*json)["memory_per_rank"] = memory_per_rank;
+      (*json)["fits"] = worst <= memory_per_rank;
+    }
   }
   return out;
 }

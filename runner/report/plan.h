@@ -5,13 +5,18 @@
 #pragma once
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "runner/config/config.h"
 
 namespace gf {
 
 std::string human_bytes(double bytes);
 // The plan for `ranks` ranks (the config's layout must fit them: see layout_error_message). With
-// memory_per_rank > 0 (bytes) it says whether the largest rank fits, and sets *fits.
-std::string plan_report(const Config& cfg, int ranks, double memory_per_rank = 0, bool* fits = nullptr);
+// memory_per_rank > 0 (bytes) it says whether the largest rank fits, and sets *fits. With `json`, the same figures
+// as an object: world_size, layout, parameters, global_batch, flops_per_step, largest_rank_bytes, [memory_per_rank,
+// fits], and ranks: one entry per pipeline stage and tensor-parallel rank (bytes of each kind and their total).
+std::string plan_report(const Config& cfg, int ranks, double memory_per_rank = 0, bool* fits = nullptr,
+                        nlohmann::json* json = nullptr);
 
 }  // namespace gf

@@ -1,6 +1,7 @@
 // `gridformer plan`'s compute line and its --memory-per-rank verdict (runner/report/plan.h).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 
@@ -14,7 +15,7 @@ namespace {
 using config_test::kMinimal;
 
 double tflop_of(const std::string& plan, const char* what) {
-  const std::regex line(std::string("compute: ([0-9.e+]+) TFLOP a step .* ([0-9.e+]+) TFLOP a rank") );
+  const std::regex line(std::string("compute: ([0-9.eE+-]+) TFLOP a step .* ([0-9.eE+-]+) TFLOP a rank") );
   std::smatch m;
   EXPECT_TRUE(std::regex_search(plan, m, line)) << plan;
   return std::stod(m[std::string(what) == "step" ? 1 : 2].str());
@@ -50,6 +51,31 @@ TEST(PlanCompute, MemoryPerRankSaysWhetherTheLargestRankFits) {
   EXPECT_NE(tight.find("than the 1.0 KiB a rank has"), std::string::npos) << tight;
   fits = false;
   EXPECT_EQ(plan_report(c, 1).find("fits"), std::string::npos);  // no bound, no verdict
+}
+
+// --json: the text's figures as an object, one entry per pipeline stage and tensor-parallel rank.
+TEST(PlanCompute, JsonHoldsTheTextsFigures) {
+  const Config c = load_config_string(kMinimal, {"parallel_config.model_parallel=2", "parallel_config.pipeline_stage=2",
+                                                 "parallel_config.micro_batch_num=2"});
+  nlohmann::json j;
+  bool fits = true;
+  const std::string text = plan_report(c, 4, 1024.0, &fits, &j);
+  ASSERT_EQ(j.at("ranks").size(), 4u);  // 2 stages x 2 tensor-parallel ranks
+  double largest = 0;
+  for (const auto& r : j.at("ranks")) {
+    const double parts = r.at("parameters").get<double>() + r.at("gradients").get<double>() +
+                         r.at("optimizer_state").get<double>() + r.at("weight_copy").get<double>() +
+                         r.at("activations").get<double>() + r.at("checkpoint_snapshot").get<double>() +
+                         r.at("frozen_base").get<double>();
+    EXPECT_DOUBLE_EQ(parts, r.at("total").get<double>());
+    largest = std::max(largest, r.at("total").get<double>());
+  }
+  EXPECT_EQ(j.at("largest_rank_bytes").get<double>(), largest);
+  EXPECT_NEAR(j.at("flops_per_step").get<double>() / 1e12, tflop_of(text, "step"), 1e-3 * tflop_of(text, "step"));
+  EXPECT_EQ(j.at("fits").get<bool>(), fits);
+  EXPECT_FALSE(fits);
+  EXPECT_EQ(j.at("world_size").get<int>(), 4);
+  EXPECT_EQ(j.at("layout").at("pipeline_stage").get<int>(), 2);
 }
 
 }  // namespace

@@ -6,33 +6,16 @@
 # the fp32 default) and
 # runner_config.peak_tflops and GF_GEMM override it; without a probe (or with another CPU's) the
 # run says so and keeps the built-in defaults (the nominal peak of the CPU's instructions).
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
-WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-export OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 unset GF_GEMM GF_MACHINE_PROBE
-
-cat > run.yaml <<'YAML'
-seed: 5
-output_dir: ./out
-runner_config: {batch_size: 8, train_steps: 20}
-optimizer: {type: AdamW}
-lr_schedule: {type: constant, learning_rate: 0.001}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 5}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 1000, seq_length: 64, hidden_size: 128, num_layers: 2, num_heads: 4}
-YAML
+random_gpt2 run.yaml seed=5 out=./out steps=20 batch=8 clip= warmup= optimizer="{type: AdamW}" \
+  top="lr_schedule: {type: constant, learning_rate: 0.001}" data_seed=3 samples=16 print=5 vocab=1000 seq=64 hidden=128 model=
 
 # A probe file for this CPU with figures no machine has, so the log can only have taken them from it.
 CPU="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)"
 [ -n "$CPU" ] || CPU="unknown CPU"
 write_probe() {  # write_probe FILE CPU BACKEND
-  python3 - "$1" "$2" "$3" <<'PY'
+  "$PY" - "$1" "$2" "$3" <<'PY'
 import json, sys
 path, cpu, backend = sys.argv[1:]
 json.dump({"tool": "machine_probe", "version": 2, "cpu": cpu, "date": "2026-11-23T09:08:07Z", "threads": 1,
@@ -55,7 +38,7 @@ grep -q "fp32 GEMM backend: eigen (the faster one here: machine_probe measured b
 grep -q "re-run build/bin/machine_probe on a quiet machine" a.txt || fail "the MFU warning does not say what to do"
 
 # 2. Step 1 alone, then intervals: per_step_time x steps = the wall clock between the lines.
-python3 - a.txt out/metrics.jsonl <<'PY' || fail "interval timing"
+"$PY" - a.txt out/metrics.jsonl <<'PY' || fail "interval timing"
 import json, re, sys
 from datetime import datetime
 log, metrics = sys.argv[1:]
@@ -94,7 +77,7 @@ GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_
   --set eval_step_interval=5 --set eval_dataset.eval_iters=40 --set train_dataset.data_loader.num_samples=320 \
   > b.txt 2>&1 || { cat b.txt; fail "run with evaluation"; }
 grep -qF "eval at step 5: loss" b.txt && grep -qF "(40 batches of the validation data)" b.txt || fail "the evaluation did not read 40 batches"
-python3 - b.txt <<'PY' || fail "evaluation time was counted"
+"$PY" - b.txt <<'PY' || fail "evaluation time was counted"
 import re, sys
 from datetime import datetime
 ts = lambda l: datetime.strptime(l[1:24], "%Y-%m-%d %H:%M:%S.%f").timestamp()
@@ -121,14 +104,14 @@ GF_MACHINE_PROBE="$WORK/probe.json" "$BIN" train --config run.yaml --set runner_
   --set runner_config.peak_tflops=0.5 > c.txt 2>&1 || { cat c.txt; fail "run with peak_tflops"; }
 grep -q "MFU relative to 0.5 TFLOP/s per rank, set by runner_config.peak_tflops" c.txt \
   || fail "peak_tflops did not override: $(grep 'MFU relative' c.txt)"
-python3 - c.txt <<'PY' || fail "an MFU warning without an MFU above 100%"
+"$PY" - c.txt <<'PY' || fail "an MFU warning without an MFU above 100%"
 import re, sys
 log = open(sys.argv[1]).read()
 mfus = [float(m) for m in re.findall(r"MFU: ([0-9.]+)%", log)]
 # steps after the first: a warning exactly when one of them is above 100% of 0.5 TFLOP/s
 assert ("is above 100%" in log) == any(m > 100 for m in mfus[1:]), mfus
 PY
-python3 - out/metrics.jsonl "$BUILD/generated/gf_git_commit.h" <<'PY' || fail "run_start lines"
+"$PY" - out/metrics.jsonl "$BUILD/generated/gf_git_commit.h" <<'PY' || fail "run_start lines"
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 starts = [r for r in rows if r.get("event") == "run_start"]

@@ -71,6 +71,13 @@
 #                               and loss scale bit for bit, and none else, and its weights.safetensors is REF's (cmp)
 #   close_after K REL REF RUN...  each RUN (resumed after step K) logs REF's steps after K (REF logs every step from 1) and
 #                               none else, each loss within REL relative of REF's; prints the worst
+#   ours                        the processes ("PID COMMAND LINE" a line) whose command line names $WORK/ or matches the
+#                               extended regex OURS_ALSO (where set: a launch test's addresses), but for this shell and the
+#                               pids in the array OURS_BUT (daemons the script keeps, its sshd listeners)
+#   nothing_left WHAT [AFTER]   AFTER seconds on (0.3), ours lists nothing; else fails naming what is left
+#   wait_exit PID SECONDS       waits for the background job PID (so never in $(...)), its status in $STATUS; fails if it
+#                               still runs after SECONDS
+#   free_port                   a TCP port of 127.0.0.1 that nothing listens on now
 set -euo pipefail
 
 BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
@@ -84,7 +91,7 @@ CORPUS="$SRC/data/fortunes/fortunes_text_document"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMP_NUM_THREADS=1
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gf_it.XXXXXX")"
-KILL_AT_EXIT="" AT_EXIT=""
+KILL_AT_EXIT="" AT_EXIT="" OURS_ALSO="" OURS_BUT=()
 trap '[ -z "$AT_EXIT" ] || "$AT_EXIT" || true; [ -z "$KILL_AT_EXIT" ] || kill_ours; [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 cd "$WORK"
 STATUS=0
@@ -358,3 +365,27 @@ print(f"{name}: steps {got[0][0]}-{got[-1][0]} within {worst:.2g} relative of {r
 EOF
   done
 }
+
+ours() {
+  local p rest
+  pgrep -af -- "$WORK/${OURS_ALSO:+|$OURS_ALSO}" | while read -r p rest; do
+    [[ $p == "$$" || " ${OURS_BUT[*]} " == *" $p "* ]] || echo "$p $rest"
+  done || true
+}
+
+nothing_left() {
+  sleep "${2:-0.3}"
+  local left; left=$(ours)
+  [ -z "$left" ] || fail "$1: processes left running:"$'\n'"$left"
+}
+
+wait_exit() {
+  local pid=$1 limit=$2 start=$SECONDS
+  while kill -0 "$pid" 2>/dev/null; do
+    ((SECONDS - start < limit)) || fail "pid $pid did not exit within $limit s: $(ps -o args= -p "$pid" | cut -c1-200 || true)"
+    sleep 0.1
+  done
+  set +e; wait "$pid"; STATUS=$?; set -e
+}
+
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

@@ -11,51 +11,28 @@
 #      OMPI_ALLOW_RUN_AS_ROOT and warns once.
 # Every packet of (b) and (c) stays inside the two namespaces: the script runs in one of them, whose
 # only link is the veth to the other. (b) and (c) are skipped, with the reason, without CAP_NET_ADMIN.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 TOOL="$BUILD/bin/rank_table"
 RUN="$SRC/scripts/run_distribute.sh"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-# No OMPI_ALLOW_RUN_AS_ROOT: the script must allow root itself.
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+# No OMPI_ALLOW_RUN_AS_ROOT (lib's, unset here): the script must allow root itself.
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE MPIRUN_ARGS GF_PROBE GF_DRY_RUN
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 GRIDFORMER_BIN="$BIN"
-WORK="$(mktemp -d)"
+export GRIDFORMER_BIN="$BIN"
 # Addresses for (b) and (c): 10.X.Y.0/24, from this test's pid, used only inside its namespaces.
 X=$(($$ / 250 % 250 + 1)) Y=$(($$ % 250 + 1))
 NET="10.$X.$Y" NS_A="gf_launch_$$_a" NS_B="gf_launch_$$_b"
 MARK="10\\.$X\\.$Y\\.[0-9]"
-# Every process this test starts has $WORK or one of those addresses on its command line.
-ours() { pgrep -af -- "$WORK/|$MARK" || true; }
-cleanup() {
+# Every process this test starts has $WORK or one of those addresses on its command line (lib's ours).
+OURS_ALSO=$MARK
+# At exit: what is left of them killed, the namespaces deleted.
+drop_namespaces() {
   for p in $(ours | cut -d' ' -f1); do kill -KILL "$p" 2>/dev/null || true; done
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-nothing_left() { sleep 0.3; local left; left=$(ours); [ -z "$left" ] || fail "$1: processes left running:"$'\n'"$left"; }
-# wait_exit PID SECONDS: sets STATUS to PID's exit status, or fails if it runs longer.
-wait_exit() {
-  local pid=$1 limit=$2 start=$SECONDS
-  while kill -0 "$pid" 2>/dev/null; do
-    ((SECONDS - start < limit)) || fail "the script did not exit within $limit s"
-    sleep 0.1
-  done
-  set +e; wait "$pid"; STATUS=$?; set -e
-}
+AT_EXIT=drop_namespaces
 write_config() {  # write_config FILE DATA_PARALLEL TRAIN_STEPS
-  cat > "$1" <<YAML
-output_dir: ./out
-runner_config: {batch_size: 1, train_steps: $3}
-parallel_config: {data_parallel: $2}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
-YAML
+  bare_gpt2 "$1" out=./out steps="$3" batch=1 layers=2 top="parallel_config: {data_parallel: $2}"
 }
 
 # (a) Layout vs table, before launch. Stand-ins for ssh and mpirun record any call: there must be
@@ -126,7 +103,7 @@ nothing_left "(d)"
 echo "(d) the ranks' $(wc -l < expected_d.txt)-line layout error shown whole, once, in $((SECONDS - start)) s$([ "$(id -u)" -eq 0 ] && echo "; as root without OMPI_ALLOW_RUN_AS_ROOT, one warning")"
 
 # (b) and (c) need two network namespaces joined by a veth pair.
-skip_net() { echo "SKIP: (b) unreachable servers and (c) Ctrl-C during a launch: $*"; echo "run_distribute_launch: checks passed ((b) and (c) skipped)"; exit 77; }
+skip_net() { skip "(b) unreachable servers and (c) Ctrl-C during a launch: $*"$'\n'"run_distribute_launch: checks passed ((b) and (c) skipped)"; }
 command -v ssh >/dev/null || skip_net "no ssh client (Debian: openssh-client)"
 command -v ip >/dev/null || skip_net "no ip command (Debian: iproute2)"
 ip netns add "$NS_A" 2>netns.err || skip_net "ip netns add is not permitted here ($(head -1 netns.err)); needs root or CAP_NET_ADMIN"

@@ -4,35 +4,17 @@
 # a rank table of the wrong size is refused (by the script and by the runner); SIGINT to the
 # script stops every rank; bad arguments get usage messages; a multi-server table gets a hostfile;
 # scripts/run_standalone.sh runs one rank.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 TOOL="$BUILD/bin/rank_table"
 RUN="$SRC/scripts/run_distribute.sh"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMP_NUM_THREADS=1 GRIDFORMER_BIN="$BIN"
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+export GRIDFORMER_BIN="$BIN"
 unset RANK_TABLE_FILE
-WORK="$(mktemp -d)"
-# Every process this test starts has $WORK on its command line (the config path); none may outlive it.
-ours() { pgrep -f -- "$WORK/" || true; }
-cleanup() { for p in $(ours); do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
+# Every process this test starts has $WORK on its command line (the config path): lib's ours; none may outlive it.
+KILL_AT_EXIT=1
 
 write_config() {  # write_config FILE TRAIN_STEPS [DATA_PARALLEL]
-  cat > "$1" <<YAML
-seed: 11
-output_dir: ./out
-runner_config: {batch_size: 1, train_steps: $2}
-parallel_config: {data_parallel: ${3:-8}}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4}
-YAML
+  random_gpt2 "$1" out=./out steps="$2" batch=1 clip= warmup= optimizer= samples=16 model= top="parallel_config: {data_parallel: ${3:-8}}"
 }
 write_config "$WORK/short.yaml" 3
 write_config "$WORK/long.yaml" 100000
@@ -52,17 +34,6 @@ wait_for_steps() {
   done
   fail "not every rank logged a step within 30 s"
 }
-# wait_exit PID SECONDS: sets STATUS to PID's exit status, or fails if it runs longer.
-# (Not in $(...): a subshell cannot wait for its parent's child.)
-wait_exit() {
-  local pid=$1 limit=$2 start=$SECONDS
-  while kill -0 "$pid" 2>/dev/null; do
-    ((SECONDS - start < limit)) || fail "the script did not exit within $limit s"
-    sleep 0.2
-  done
-  set +e; wait "$pid"; STATUS=$?; set -e
-}
-
 # (a) 8 ranks on 2 cores train; each rank logs where the table puts it.
 start=$SECONDS
 bash "$RUN" "$T8" "$WORK/short.yaml" "[0,8]" train > a.txt 2>&1 || { cat a.txt; cat out/log/mpirun.log; fail "(a) 8-rank run"; }
@@ -90,33 +61,30 @@ pid=$(sed -n 's/.*rank 5 of 8, pid \([0-9]*\),.*/\1/p' out/log/rank_$victim/grid
 kill -9 "$pid"
 killed=$SECONDS
 wait_exit "$script" 30; status=$STATUS
-[ "$status" -ne 0 ] || fail "(b) the script exited 0 after a rank was killed"
+[ "$status" -eq 137 ] || { cat b.txt; fail "(b) the script exited $status after a rank was killed, expected 137 (mpirun's for a rank killed by signal 9)"; }
 grep -q "rank $victim failed (exited on signal 9 (Killed))" b.txt || { cat b.txt; fail "(b) the output does not name rank $victim"; }
 grep -q "last 20 lines of .*rank_$victim/gridformer.log" b.txt || fail "(b) no log tail"
 [ "$(grep -c "\[rank $victim\]" b.txt)" -ge 1 ] || fail "(b) the tail is not rank $victim's log"
-sleep 0.5
-[ -z "$(ours)" ] || { ps -fp "$(ours | paste -sd,)"; fail "(b) processes left running after the kill"; }
+nothing_left "(b) after the kill" 0.5
 echo "(b) kill -9 of rank $victim: script exited $status after $((SECONDS - killed)) s, nothing left running"
 
 # (c) a table of the wrong size: the script refuses before starting; the runner refuses under plain mpirun.
-set +e
-bash "$RUN" "$T4" "$WORK/short.yaml" "[0,8)" train > c1.txt 2>&1; s1=$?
-bash "$RUN" "$T4" "$WORK/short.yaml" "[0,4)" train 8 > c2.txt 2>&1; s2=$?
-RANK_TABLE_FILE="$T4" mpirun -np 8 --oversubscribe "$BIN" train --config "$WORK/short.yaml" > c3.txt 2>&1; s3=$?
-mpirun -np 8 --oversubscribe "$BIN" train --config "$WORK/short.yaml" --rank_table "$T4" > c4.txt 2>&1; s4=$?
-set -e
-[ "$s1" -eq 2 ] && grep -q 'DEVICE_RANGE \[0,8) has 8 device(s) but the rank table .* has 4 rank(s)' c1.txt || fail "(c) range vs table: $s1 $(cat c1.txt)"
-[ "$s2" -eq 2 ] && grep -q 'RANK_SIZE 8 but the rank table .* has 4 rank(s)' c2.txt || fail "(c) RANK_SIZE vs table: $s2 $(cat c2.txt)"
-for f in c3.txt c4.txt; do
+run c1 bash "$RUN" "$T4" "$WORK/short.yaml" "[0,8)" train; s1=$STATUS
+run c2 bash "$RUN" "$T4" "$WORK/short.yaml" "[0,4)" train 8; s2=$STATUS
+run c3 env RANK_TABLE_FILE="$T4" mpirun -np 8 --oversubscribe "$BIN" train --config "$WORK/short.yaml"; s3=$STATUS
+run c4 mpirun -np 8 --oversubscribe "$BIN" train --config "$WORK/short.yaml" --rank_table "$T4"; s4=$STATUS
+[ "$s1" -eq 2 ] && grep -q 'DEVICE_RANGE \[0,8) has 8 device(s) but the rank table .* has 4 rank(s)' c1.log || fail "(c) range vs table: $s1 $(cat c1.log)"
+[ "$s2" -eq 2 ] && grep -q 'RANK_SIZE 8 but the rank table .* has 4 rank(s)' c2.log || fail "(c) RANK_SIZE vs table: $s2 $(cat c2.log)"
+for f in c3.log c4.log; do
   grep -q "rank table $T4 has 4 rank(s) but 8 rank(s) are running; start 4 ranks" $f || fail "(c) runner message: $(head -3 $f)"
   [ "$(grep -c '\[error\]' $f)" -eq 1 ] || fail "(c) expected one error line in $f"
 done
 [ "$s3" -eq 2 ] && [ "$s4" -eq 2 ] || fail "(c) runner status $s3/$s4, expected 2"
 # One rank, a malformed table: the message names the entry.
 sed 's/"rank_id": "3"/"rank_id": "three"/' "$T8" > bad.json
-set +e; "$BIN" train --config "$WORK/short.yaml" --rank_table bad.json > c5.txt 2>&1; s5=$?; set -e
-[ "$s5" -eq 2 ] && grep -q 'rank table bad.json: server_list\[0\].device\[3\].rank_id "three" is not a number' c5.txt \
-  || fail "(c) malformed table: $s5 $(cat c5.txt)"
+run c5 "$BIN" train --config "$WORK/short.yaml" --rank_table bad.json; s5=$STATUS
+[ "$s5" -eq 2 ] && grep -q 'rank table bad.json: server_list\[0\].device\[3\].rank_id "three" is not a number' c5.log \
+  || fail "(c) malformed table: $s5 $(cat c5.log)"
 echo "(c) tables of the wrong size and malformed tables refused"
 
 # (d) SIGINT (and SIGTERM) to the script stops every rank cleanly between steps. (Job control on: a background job of a
@@ -134,8 +102,7 @@ grep -q "stopped by SIGINT; all ranks stopped" d.txt || fail "(d) no stop line"
 for r in 0 1 2 3 4 5 6 7; do
   grep -q "stopped by signal" "out/log/rank_$r/gridformer.log" || { tail -5 "out/log/rank_$r/gridformer.log"; tail -20 out/log/mpirun.log; cat d.txt; fail "(d) rank $r did not stop cleanly"; }
 done
-sleep 0.5
-[ -z "$(ours)" ] || fail "(d) processes left running after SIGINT"
+nothing_left "(d) after SIGINT" 0.5
 # SIGTERM likewise (status 143).
 rm -rf out
 bash "$RUN" "$T8" "$WORK/long.yaml" "[0,8)" train > d2.txt 2>&1 &
@@ -145,16 +112,15 @@ kill -TERM "$script"
 wait_exit "$script" 30; status=$STATUS
 [ "$status" -eq 143 ] || { cat d2.txt; fail "(d) SIGTERM gave status $status, expected 143"; }
 [ "$(grep -l "stopped by signal 15" out/log/rank_*/gridformer.log | wc -l)" -eq 8 ] || fail "(d) not every rank stopped on SIGTERM"
-sleep 0.5
-[ -z "$(ours)" ] || fail "(d) processes left running after SIGTERM"
+nothing_left "(d) after SIGTERM" 0.5
 echo "(d) SIGINT and SIGTERM stopped all 8 ranks"
 
 # (e) arguments: usage and what is wrong, before anything starts.
 usage_case() {  # usage_case "MESSAGE" ARGS...
   local want=$1; shift
-  set +e; bash "$RUN" "$@" > e.txt 2>&1; local s=$?; set -e
-  [ "$s" -eq 2 ] || fail "(e) run_distribute.sh $* gave status $s, expected 2"
-  grep -qF -- "$want" e.txt || fail "(e) run_distribute.sh $*: expected '$want' in: $(cat e.txt)"
+  run e bash "$RUN" "$@"
+  [ "$STATUS" -eq 2 ] || fail "(e) run_distribute.sh $* gave status $STATUS, expected 2"
+  grep -qF -- "$want" e.log || fail "(e) run_distribute.sh $*: expected '$want' in: $(cat e.log)"
 }
 usage_case "usage: bash scripts/run_distribute.sh RANK_TABLE CONFIG DEVICE_RANGE RUN_MODE [RANK_SIZE]"
 usage_case "expected 4 or 5 arguments, got 3" "$T8" short.yaml "[0,8)"
@@ -183,21 +149,21 @@ GF_DRY_RUN=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 
 grep -q "ranks 8..15 (server 10.0.0.2) are started by mpirun from the server of rank 0 (10.0.0.1) over ssh" f2.txt \
   && grep -q "GF_DRY_RUN=1: not waiting for the job; nothing to start here" f2.txt || fail "(f) the second server's range, dry run: $(cat f2.txt)"
 # Not a dry run: it waits for the job from 10.0.0.1 (tests/integration/two_servers.sh runs one); none comes here.
-set +e; GF_JOIN_TIMEOUT=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16 > f3.txt 2>&1; s3=$?; set -e
-[ "$s3" -eq 2 ] && grep -q "no job from server 10.0.0.1 within 1 s in $WORK/out/log/job; nothing ran here" f3.txt \
-  || fail "(f) the second server's range without a job: status $s3, $(cat f3.txt)"
+run f3 env GF_JOIN_TIMEOUT=1 bash "$RUN" tables/two.json "$WORK/sixteen.yaml" "[8,16)" train 16
+[ "$STATUS" -eq 2 ] && grep -q "no job from server 10.0.0.1 within 1 s in $WORK/out/log/job; nothing ran here" f3.log \
+  || fail "(f) the second server's range without a job: status $STATUS, $(cat f3.log)"
 usage_case "pass RANK_SIZE 16 as the 5th argument" tables/two.json short.yaml "[0,8)" train
 usage_case "DEVICE_RANGE [4,12) is not the rank range of any server" tables/two.json short.yaml "[4,12)" train 16
-[ -z "$(ours)" ] || fail "(f) a dry run started processes"
+nothing_left "(f) a dry run" 0
 echo "(f) two-server table: hostfile written, other servers start nothing"
 
 # (g) run_standalone.sh: one rank, RANK_TABLE_FILE ignored.
-RANK_TABLE_FILE="$T8" bash "$SRC/scripts/run_standalone.sh" "$WORK/short.yaml" train --bogus > g0.txt 2>&1 \
-  && fail "(g) run_standalone.sh took 3 arguments"
+run g0 env RANK_TABLE_FILE="$T8" bash "$SRC/scripts/run_standalone.sh" "$WORK/short.yaml" train --bogus
+((STATUS == 2)) && grep -qF "run_standalone.sh: expected 2 arguments, got 3" g0.log || fail "(g) run_standalone.sh took 3 arguments: status $STATUS, $(cat g0.log)"
 rm -rf out
-RANK_TABLE_FILE="$T8" bash "$SRC/scripts/run_standalone.sh" "$WORK/short.yaml" train > g.txt 2>&1 \
-  && fail "(g) data_parallel 8 on one rank should fail"
-grep -q "a layout that fits 1 rank(s): parallel_config: {data_parallel: 1, model_parallel: 1" g.txt || fail "(g) layout message: $(cat g.txt)"
+run g env RANK_TABLE_FILE="$T8" bash "$SRC/scripts/run_standalone.sh" "$WORK/short.yaml" train
+((STATUS == 2)) || fail "(g) data_parallel 8 on one rank: status $STATUS, expected 2"
+grep -q "a layout that fits 1 rank(s): parallel_config: {data_parallel: 1, model_parallel: 1" g.log || fail "(g) layout message: $(cat g.log)"
 sed 's/data_parallel: 8/data_parallel: 1/' "$WORK/short.yaml" > "$WORK/one.yaml"
 RANK_TABLE_FILE="$T8" bash "$SRC/scripts/run_standalone.sh" "$WORK/one.yaml" train > g.txt 2>&1 || { cat g.txt; fail "(g) standalone run"; }
 grep -q "rank table" out/log/rank_0/gridformer.log && fail "(g) the standalone run read RANK_TABLE_FILE"

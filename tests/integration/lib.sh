@@ -78,6 +78,16 @@
 #   wait_exit PID SECONDS       waits for the background job PID (so never in $(...)), its status in $STATUS; fails if it
 #                               still runs after SECONDS
 #   free_port                   a TCP port of 127.0.0.1 that nothing listens on now
+#   test_net NS VETH            the launch tests' private network: NET (10.X.Y, from this shell's pid), MARK (a regex of its
+#                               addresses, also OURS_ALSO), IP_A IP_B ($NET.1, $NET.2), namespace names NS_A NS_B
+#                               (gf_NS_PID_a, _b) and veth names VA VB (gfVETHPIDa, b); makes nothing
+#   ssh_nodes SKIP HOST_A HOST_B [SSHD_LINE...]  two "servers" on this host: namespaces NS_A and NS_B joined by the veth
+#                               pair VA-VB with IP_A and IP_B (/24), each with its own host name (on_node NS HOST CMD...: CMD
+#                               there, the cwd kept) and its own sshd (keys made in WORK/ssh, its pid added to OURS_BUT, more
+#                               sshd_config lines SSHD_LINE); `ssh -F $WORK/ssh/config` reaches either as this user. Where a
+#                               tool is missing or namespaces, host names or sshd cannot be made: SKIP REASON (the caller's
+#                               function, which ends with lib's skip)
+#   drop_namespaces             for AT_EXIT: SIGKILL to ours, OURS_BUT and this test's sshds; NS_A and NS_B deleted
 set -euo pipefail
 
 BUILD="$(cd "${1:?usage: SCRIPT BUILD_DIR SOURCE_DIR}" && pwd)"
@@ -389,3 +399,61 @@ wait_exit() {
 }
 
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+test_net() {
+  local x=$(($$ / 250 % 250 + 1)) y=$(($$ % 250 + 1))
+  NET="10.$x.$y" MARK="10\\.$x\\.$y\\.[0-9]" IP_A="10.$x.$y.1" IP_B="10.$x.$y.2"
+  NS_A="gf_$1_$$_a" NS_B="gf_$1_$$_b" VA="gf$2$$a" VB="gf$2$$b" OURS_ALSO="10\\.$x\\.$y\\.[0-9]"
+}
+
+on_node() { local ns=$1 name=$2; shift 2; ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"; }
+
+ssh_nodes() {
+  local skip_fn=$1 host_a=$2 host_b=$3 s ip ns name i; shift 3
+  command -v ip >/dev/null || "$skip_fn" "no ip command (Debian: iproute2)"
+  command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || "$skip_fn" "no ssh client (Debian: openssh-client)"
+  [ -x /usr/sbin/sshd ] || "$skip_fn" "no /usr/sbin/sshd (Debian: apt-get install openssh-server; scripts/setup.sh installs it)"
+  command -v unshare >/dev/null || "$skip_fn" "no unshare (util-linux)"
+  ip netns add "$NS_A" 2>netns.err || "$skip_fn" "ip netns add is not permitted here ($(head -1 netns.err)); needs root or CAP_NET_ADMIN"
+  ip netns add "$NS_B"
+  unshare --uts true 2>uts.err || "$skip_fn" "unshare --uts is not permitted here ($(head -1 uts.err)): each server needs its own host name"
+  ip link add "$VA" netns "$NS_A" type veth peer name "$VB" netns "$NS_B"
+  for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+  ip -n "$NS_A" addr add "$IP_A/24" dev "$VA"; ip -n "$NS_A" link set "$VA" up
+  ip -n "$NS_B" addr add "$IP_B/24" dev "$VB"; ip -n "$NS_B" link set "$VB" up
+  mkdir -m 700 ssh
+  ssh-keygen -q -t ed25519 -N '' -C gridformer-test -f ssh/client_key
+  cp ssh/client_key.pub ssh/authorized_keys
+  mkdir -p /run/sshd # sshd's privilege separation directory (Debian makes it at boot)
+  for s in a b; do
+    ip=$IP_A name=$host_a ns=$NS_A
+    [ $s = b ] && { ip=$IP_B; name=$host_b; ns=$NS_B; }
+    ssh-keygen -q -t ed25519 -N '' -f "ssh/host_key_$s"
+    echo "$ip $(cut -d' ' -f1,2 "ssh/host_key_$s.pub")" >> ssh/known_hosts
+    printf '%s\n' "ListenAddress $ip" "HostKey $WORK/ssh/host_key_$s" "AuthorizedKeysFile $WORK/ssh/authorized_keys" \
+      "PermitRootLogin prohibit-password" "PubkeyAuthentication yes" "PasswordAuthentication no" \
+      "KbdInteractiveAuthentication no" "UsePAM no" "StrictModes no" "PidFile $WORK/ssh/sshd_$s.pid" "$@" > "ssh/sshd_$s.conf"
+    on_node "$ns" "$name" /usr/sbin/sshd -D -e -f "$WORK/ssh/sshd_$s.conf" > "ssh/sshd_$s.log" 2>&1 &
+    disown $!
+  done
+  # mpirun's ssh (its plm_rsh_agent): this test's key and known hosts, no prompt, a connect timeout.
+  printf '%s\n' "Host *" "  User $(id -un)" "  IdentityFile $WORK/ssh/client_key" "  IdentitiesOnly yes" \
+    "  UserKnownHostsFile $WORK/ssh/known_hosts" "  GlobalKnownHostsFile /dev/null" "  StrictHostKeyChecking yes" \
+    "  BatchMode yes" "  ConnectTimeout 5" "  LogLevel ERROR" > ssh/config
+  for i in $(seq 1 50); do
+    on_node "$NS_A" "$host_a" ssh -F "$WORK/ssh/config" "$IP_B" hostname > ssh/check.txt 2>&1 && break
+    sleep 0.2
+  done
+  [ "$(cat ssh/check.txt)" = "$host_b" ] || { cat ssh/sshd_b.log; "$skip_fn" "sshd in a network namespace did not answer ssh: $(cat ssh/check.txt)"; }
+  for s in a b; do
+    for i in $(seq 1 50); do [ -s "ssh/sshd_$s.pid" ] && break; sleep 0.1; done
+    OURS_BUT+=("$(cat "ssh/sshd_$s.pid")")
+  done
+}
+
+drop_namespaces() {
+  local p
+  for p in $(ours | cut -d' ' -f1) "${OURS_BUT[@]}" $(pgrep -f -- "sshd -D -e -f $WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done
+  ip netns del "$NS_A" 2>/dev/null || true
+  ip netns del "$NS_B" 2>/dev/null || true
+}

@@ -17,64 +17,22 @@
 #  (g) the job's secret: while node 0 waits for node 1, this test's own client on loopback registers without the
 #      secret and with a wrong one: both refused, logged by node 0 with the peer's address, not counted; the token
 #      (LOG_DIR/.job_secret, mode 0600) is in no output; then node 1 joins and the job runs on nodes 0 and 1.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 LAUNCH="$SRC/scripts/msrun_launcher.sh"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
-[ -x "$BUILD/bin/msrun_rendezvous" ] || { echo "FAIL: $BUILD/bin/msrun_rendezvous not built"; exit 1; }
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+[ -x "$BUILD/bin/msrun_rendezvous" ] || fail "$BUILD/bin/msrun_rendezvous not built"
+# Not lib's root permission for Open MPI: the launcher's mpirun must allow root itself.
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE MPIRUN_ARGS GF_PROBE GF_DRY_RUN MF_LOG_SUFFIX
 unset OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
-export OMP_NUM_THREADS=1 GRIDFORMER_BIN="$BIN" GF_PROGRESS_INTERVAL=600 OMPI_MCA_btl_vader_single_copy_mechanism=none
-WORK="$(mktemp -d)"
-X=$(($$ / 250 % 250 + 1)) Y=$(($$ % 250 + 1))
-NET="10.$X.$Y" NS_A="gf_msrun_$$_a" NS_B="gf_msrun_$$_b" VA="gfms$$a" VB="gfms$$b" IP_A="10.$X.$Y.1" IP_B="10.$X.$Y.2"
-MARK="10\\.$X\\.$Y\\.[0-9]"
-SSHD_PIDS=()
-# Every process this test starts has $WORK or one of the namespaces' addresses on its command line (the ranks:
-# the config; the launchers and the rendezvous: the log directory or the master's address).
-ours() {
-  local p rest
-  pgrep -af -- "$WORK/|$MARK" | while read -r p rest; do
-    [[ " ${SSHD_PIDS[*]} " == *" $p "* ]] || echo "$p $rest"
-  done || true
-}
-cleanup() {
-  for p in $(ours | cut -d' ' -f1) "${SSHD_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  ip netns del "$NS_A" 2>/dev/null || true
-  ip netns del "$NS_B" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
-nothing_left() { sleep 0.3; local left; left=$(ours); [ -z "$left" ] || fail "$1: processes left running:"$'\n'"$left"; }
-wait_exit() { # wait_exit PID SECONDS: sets STATUS, or fails if PID runs longer
-  local pid=$1 limit=$2 start=$SECONDS
-  while kill -0 "$pid" 2>/dev/null; do
-    ((SECONDS - start < limit)) || fail "a launcher did not exit within $limit s"
-    sleep 0.1
-  done
-  set +e; wait "$pid"; STATUS=$?; set -e
-}
-free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-cat > job.yaml <<YAML
-seed: 11
-output_dir: ./out
-runner_config: {batch_size: 1, train_steps: 6}
-parallel_config: {data_parallel: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 32}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+export GRIDFORMER_BIN="$BIN" GF_PROGRESS_INTERVAL=600
+# Every process this test starts has $WORK or one of the namespaces' addresses on its command line (the ranks: the
+# config; the launchers and the rendezvous: the log directory or the master's address): lib's ours, but for (c)'s
+# sshds; at exit all killed and the namespaces deleted.
+test_net msrun ms
+AT_EXIT=drop_namespaces
+random_gpt2 job.yaml out=./out batch=1 steps=6 samples=32 top="parallel_config: {data_parallel: 4}"
 losses_match() { # losses_match NAME DIR: DIR/metrics.jsonl's losses are the mpirun reference's, bitwise
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  "$PY" - "$1" "$2" <<'PY'
 import json, sys
 name, d = sys.argv[1], sys.argv[2]
 ref = [json.loads(l)["loss"] for l in open("ref/metrics.jsonl") if '"loss"' in l]
@@ -214,7 +172,7 @@ for i in $(seq 1 300); do grep -q "waiting up to 60 s for the other nodes" g0.tx
 grep -q "waiting up to 60 s for the other nodes" g0.txt || { cat g0.txt; fail "(g) node 0 did not serve"; }
 # The stranger's registration is node 1's to the letter (its job line as node 0 prints its command) but the secret.
 job="cwd=$WORK worker_num=4 log_dir=$WORK/logs_g command=$(sed -n 's/^msrun_launcher.sh: command: //p' g0.txt)"
-/usr/bin/python3 "$SRC/tests/integration/rendezvous_stranger.py" "$PORT" "$job" g0.txt > g_stranger.txt 2>&1 || { cat g_stranger.txt; fail "(g) a stranger was not refused, logged and left out"; }
+"$PY" "$SRC/tests/integration/rendezvous_stranger.py" "$PORT" "$job" g0.txt > g_stranger.txt 2>&1 || { cat g_stranger.txt; fail "(g) a stranger was not refused, logged and left out"; }
 [ "$(stat -c %a logs_g/.job_secret)" = 600 ] || fail "(g) logs_g/.job_secret has mode $(stat -c %a logs_g/.job_secret)"
 bash "$LAUNCH" "$C --set output_dir=g" 4 2 127.0.0.1 "$PORT" 1 "$WORK/logs_g" True 60 > g1.txt 2>&1 &
 PID1=$!
@@ -231,42 +189,9 @@ nothing_left "(g)"
 echo "(g) two registrations without the job's secret (none, wrong) refused and logged with 127.0.0.1, not counted; then node 1 joined, the job ran: $((SECONDS - start)) s"
 
 # ---- (c) two nodes in two network namespaces, over ssh -----------------------------------------------------------
-skip_c() { echo "SKIP: (c) two nodes in network namespaces: $*"; echo "msrun_launch: checks passed ((c) skipped)"; exit 77; }
-command -v ip >/dev/null || skip_c "no ip command (Debian: iproute2)"
-command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || skip_c "no ssh client (Debian: openssh-client)"
-[ -x /usr/sbin/sshd ] || skip_c "no /usr/sbin/sshd (Debian: openssh-server)"
-ip netns add "$NS_A" 2>netns.err || skip_c "ip netns add is not permitted here ($(head -1 netns.err)); needs root or CAP_NET_ADMIN"
-ip netns add "$NS_B"
-unshare --uts true 2>uts.err || skip_c "unshare --uts is not permitted here ($(head -1 uts.err))"
-ip link add "$VA" netns "$NS_A" type veth peer name "$VB" netns "$NS_B"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" addr add "$IP_A/24" dev "$VA"; ip -n "$NS_A" link set "$VA" up
-ip -n "$NS_B" addr add "$IP_B/24" dev "$VB"; ip -n "$NS_B" link set "$VB" up
-on_node() { local ns=$1 name=$2; shift 2; ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"; }
-mkdir -m 700 ssh; mkdir -p /run/sshd tmp
-ssh-keygen -q -t ed25519 -N '' -f ssh/client_key; cp ssh/client_key.pub ssh/authorized_keys
-for s in a b; do
-  ip=$IP_A ns=$NS_A; [ $s = b ] && { ip=$IP_B; ns=$NS_B; }
-  ssh-keygen -q -t ed25519 -N '' -f "ssh/host_key_$s"
-  echo "$ip $(cut -d' ' -f1,2 "ssh/host_key_$s.pub")" >> ssh/known_hosts
-  printf '%s\n' "ListenAddress $ip" "HostKey $WORK/ssh/host_key_$s" "AuthorizedKeysFile $WORK/ssh/authorized_keys" \
-    "PermitRootLogin prohibit-password" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "UsePAM no" \
-    "StrictModes no" "PidFile $WORK/ssh/sshd_$s.pid" > "ssh/sshd_$s.conf"
-  on_node "$ns" "gfmsrun-$s" /usr/sbin/sshd -D -e -f "$WORK/ssh/sshd_$s.conf" > "ssh/sshd_$s.log" 2>&1 &
-  disown $!
-done
-printf '%s\n' "Host *" "  User $(id -un)" "  IdentityFile $WORK/ssh/client_key" "  IdentitiesOnly yes" \
-  "  UserKnownHostsFile $WORK/ssh/known_hosts" "  GlobalKnownHostsFile /dev/null" "  StrictHostKeyChecking yes" \
-  "  BatchMode yes" "  ConnectTimeout 5" "  LogLevel ERROR" > ssh/config
-for i in $(seq 1 50); do
-  on_node "$NS_A" gfmsrun-a ssh -F "$WORK/ssh/config" "$IP_B" hostname > ssh/check.txt 2>&1 && break
-  sleep 0.2
-done
-[ "$(cat ssh/check.txt)" = gfmsrun-b ] || { cat ssh/sshd_b.log; skip_c "sshd in a network namespace did not answer ssh: $(cat ssh/check.txt)"; }
-for s in a b; do
-  for i in $(seq 1 50); do [ -s "ssh/sshd_$s.pid" ] && break; sleep 0.1; done
-  SSHD_PIDS+=("$(cat "ssh/sshd_$s.pid")")
-done
+skip_c() { skip "(c) two nodes in network namespaces: $*"$'\n'"msrun_launch: checks passed ((c) skipped)"; }
+ssh_nodes skip_c gfmsrun-a gfmsrun-b
+mkdir tmp
 start=$SECONDS
 # Each node its own LOG_DIR path would differ; the same path on both (one file system here) with a node's own file
 # names is what a cluster's shared directory gives.

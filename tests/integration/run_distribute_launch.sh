@@ -19,17 +19,9 @@ command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE MPIRUN_ARGS GF_PROBE GF_DRY_RUN
 export GRIDFORMER_BIN="$BIN"
 # Addresses for (b) and (c): 10.X.Y.0/24, from this test's pid, used only inside its namespaces.
-X=$(($$ / 250 % 250 + 1)) Y=$(($$ % 250 + 1))
-NET="10.$X.$Y" NS_A="gf_launch_$$_a" NS_B="gf_launch_$$_b"
-MARK="10\\.$X\\.$Y\\.[0-9]"
-# Every process this test starts has $WORK or one of those addresses on its command line (lib's ours).
-OURS_ALSO=$MARK
-# At exit: what is left of them killed, the namespaces deleted.
-drop_namespaces() {
-  for p in $(ours | cut -d' ' -f1); do kill -KILL "$p" 2>/dev/null || true; done
-  ip netns del "$NS_A" 2>/dev/null || true
-  ip netns del "$NS_B" 2>/dev/null || true
-}
+# Every process this test starts has $WORK or one of those addresses on its command line (lib's ours); at exit what is
+# left of them is killed and the namespaces deleted.
+test_net launch l
 AT_EXIT=drop_namespaces
 write_config() {  # write_config FILE DATA_PARALLEL TRAIN_STEPS
   bare_gpt2 "$1" out=./out steps="$3" batch=1 layers=2 top="parallel_config: {data_parallel: $2}"
@@ -110,14 +102,14 @@ ip netns add "$NS_A" 2>netns.err || skip_net "ip netns add is not permitted here
 ip netns add "$NS_B"
 # A: this host's side, 10.X.Y.1. B: the peer, 10.X.Y.9. 10.X.Y.2 and .3 are servers with no host
 # behind them: A sends their frames to MAC addresses nobody has, so B drops every SYN unanswered.
-ip link add "gfl$$a" netns "$NS_A" type veth peer name "gfl$$b" netns "$NS_B"
+ip link add "$VA" netns "$NS_A" type veth peer name "$VB" netns "$NS_B"
 ip -n "$NS_A" link set lo up
-ip -n "$NS_A" addr add "$NET.1/24" dev "gfl$$a"
-ip -n "$NS_A" link set "gfl$$a" up
-ip -n "$NS_B" addr add "$NET.9/24" dev "gfl$$b"
-ip -n "$NS_B" link set "gfl$$b" up
-ip -n "$NS_A" neigh add "$NET.2" lladdr 02:00:00:00:00:02 dev "gfl$$a" nud permanent
-ip -n "$NS_A" neigh add "$NET.3" lladdr 02:00:00:00:00:03 dev "gfl$$a" nud permanent
+ip -n "$NS_A" addr add "$NET.1/24" dev "$VA"
+ip -n "$NS_A" link set "$VA" up
+ip -n "$NS_B" addr add "$NET.9/24" dev "$VB"
+ip -n "$NS_B" link set "$VB" up
+ip -n "$NS_A" neigh add "$NET.2" lladdr 02:00:00:00:00:02 dev "$VA" nud permanent
+ip -n "$NS_A" neigh add "$NET.3" lladdr 02:00:00:00:00:03 dev "$VA" nud permanent
 [ "$(ip -n "$NS_A" route | grep -c .)" -eq 1 ] || fail "namespace $NS_A has routes beyond $NET.0/24: $(ip -n "$NS_A" route)"
 in_ns() { ip netns exec "$NS_A" "$@"; }
 

@@ -14,114 +14,34 @@
 #      whole job stops within 30 s, both scripts exit non-zero naming the far server, and nothing
 #      is left running on either side (ranks, orted, mpirun, ssh, sshd sessions).
 # Skipped, with the reason, where namespaces or sshd cannot be made.
-set -euo pipefail
-BUILD="$(realpath "$1")"; SRC="$(realpath "$2")"
-BIN="$BUILD/bin/gridformer"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 TOOL="$BUILD/bin/rank_table"
 RUN="$SRC/scripts/run_distribute.sh"
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (openmpi-bin)"; exit 1; }
+command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+# Not lib's root permission for Open MPI (run_distribute.sh allows root itself), nor a transport or ssh of the caller's.
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM RANK_TABLE_FILE MPIRUN_ARGS GF_PROBE GF_DRY_RUN GF_JOIN_TIMEOUT
 unset OMPI_MCA_plm_rsh_agent OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
-skip() { echo "SKIP: two_servers: $*"; exit 77; }
-command -v ip >/dev/null || skip "no ip command (Debian: iproute2)"
-command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || skip "no ssh client (Debian: openssh-client)"
-[ -x /usr/sbin/sshd ] || skip "no /usr/sbin/sshd (Debian: apt-get install openssh-server; scripts/setup.sh installs it)"
-command -v unshare >/dev/null || skip "no unshare (util-linux)"
-
-WORK="$(mktemp -d)"
-X=$(($$ / 250 % 250 + 1)) Y=$(($$ % 250 + 1))
-NET="10.$X.$Y" NS_A="gf_2srv_$$_a" NS_B="gf_2srv_$$_b" VA="gf2s$$a" VB="gf2s$$b"
-IP_A="$NET.1" IP_B="$NET.2" HOST_A="gfsrv-$$-a" HOST_B="gfsrv-$$-b"
-MARK="10\\.$X\\.$Y\\.[0-9]"
-SSHD_PIDS=()
-# Every process of a job has $WORK or one of the addresses on its command line (ranks: the config;
-# orted and mpirun's ssh: the agent and mpirun's address); the two sshd listeners are the servers'
-# own and are left out.
-ours() {
-  local p
-  pgrep -af -- "$WORK/|$MARK" | while read -r p rest; do
-    [[ " ${SSHD_PIDS[*]} " == *" $p "* ]] || echo "$p $rest"
-  done || true
-}
-sessions() { local p; for p in "${SSHD_PIDS[@]}"; do pgrep -a -P "$p" || true; done; }
-cleanup() {
-  for p in $(ours | cut -d' ' -f1); do kill -KILL "$p" 2>/dev/null || true; done
-  for p in "${SSHD_PIDS[@]}" $(pgrep -f -- "sshd -D -e -f $WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done
-  ip netns del "$NS_A" 2>/dev/null || true
-  ip netns del "$NS_B" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-fail() { echo "FAIL: $*"; exit 1; }
+# Every process of a job has $WORK or one of the addresses on its command line (ranks: the config; orted and mpirun's
+# ssh: the agent and mpirun's address): lib's ours; the two sshd listeners are the servers' own and are left out (they,
+# and the namespaces, go at exit).
+test_net 2srv 2s
+HOST_A="gfsrv-$$-a" HOST_B="gfsrv-$$-b"
+AT_EXIT=drop_namespaces
+sessions() { local p; for p in "${OURS_BUT[@]}"; do pgrep -a -P "$p" || true; done; }
 
 # ---- the two servers ---------------------------------------------------------------------------
-ip netns add "$NS_A" 2>netns.err || skip "ip netns add is not permitted here ($(head -1 netns.err)); needs root or CAP_NET_ADMIN"
-ip netns add "$NS_B"
-unshare --uts true 2>uts.err || skip "unshare --uts is not permitted here ($(head -1 uts.err)): each server needs its own host name"
-ip link add "$VA" netns "$NS_A" type veth peer name "$VB" netns "$NS_B"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" addr add "$IP_A/24" dev "$VA"; ip -n "$NS_A" link set "$VA" up
-ip -n "$NS_B" addr add "$IP_B/24" dev "$VB"; ip -n "$NS_B" link set "$VB" up
-# on_server NS HOSTNAME CMD...: CMD on that server (its network, its host name; the cwd kept).
-on_server() { local ns=$1 name=$2; shift 2; ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"; }
-
-mkdir -m 700 ssh
-ssh-keygen -q -t ed25519 -N '' -C gridformer-test -f ssh/client_key
-cp ssh/client_key.pub ssh/authorized_keys
-mkdir -p /run/sshd # sshd's privilege separation directory (Debian makes it at boot)
-for s in a b; do
-  ip=$IP_A; name=$HOST_A; ns=$NS_A
-  [ $s = b ] && { ip=$IP_B; name=$HOST_B; ns=$NS_B; }
-  ssh-keygen -q -t ed25519 -N '' -f "ssh/host_key_$s"
-  echo "$ip $(cut -d' ' -f1,2 "ssh/host_key_$s.pub")" >> ssh/known_hosts
-  # ClientAlive: the server ends a session whose client is gone (its link down) within ~10 s.
-  cat > "ssh/sshd_$s.conf" <<EOF
-ListenAddress $ip
-HostKey $WORK/ssh/host_key_$s
-AuthorizedKeysFile $WORK/ssh/authorized_keys
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile $WORK/ssh/sshd_$s.pid
-ClientAliveInterval 3
-ClientAliveCountMax 3
-EOF
-  on_server "$ns" "$name" /usr/sbin/sshd -D -e -f "$WORK/ssh/sshd_$s.conf" > "ssh/sshd_$s.log" 2>&1 &
-  disown $!
-done
-# mpirun's ssh (its plm_rsh_agent): this test's key and known hosts, no prompt, a connect timeout.
-cat > ssh/config <<EOF
-Host *
-  User root
-  IdentityFile $WORK/ssh/client_key
-  IdentitiesOnly yes
-  UserKnownHostsFile $WORK/ssh/known_hosts
-  GlobalKnownHostsFile /dev/null
-  StrictHostKeyChecking yes
-  BatchMode yes
-  ConnectTimeout 5
-  LogLevel ERROR
-EOF
-for i in $(seq 1 50); do
-  on_server "$NS_A" "$HOST_A" ssh -F "$WORK/ssh/config" "$IP_B" hostname > ssh/check.txt 2>&1 && break
-  sleep 0.2
-done
-[ "$(cat ssh/check.txt)" = "$HOST_B" ] || { cat ssh/sshd_b.log; skip "sshd in a network namespace did not answer ssh: $(cat ssh/check.txt)"; }
-for s in a b; do
-  for i in $(seq 1 50); do [ -s "ssh/sshd_$s.pid" ] && break; sleep 0.1; done
-  SSHD_PIDS+=("$(cat "ssh/sshd_$s.pid")")
-done
+# on_node NS HOSTNAME CMD...: CMD on that server (its network, its host name; the cwd kept). mpirun's ssh (its
+# plm_rsh_agent): ssh -F $WORK/ssh/config, this test's key and known hosts, no prompt, a connect timeout.
+# ClientAlive: the server ends a session whose client is gone (its link down) within ~10 s.
+skip_servers() { skip "two_servers: $*"; }
+ssh_nodes skip_servers "$HOST_A" "$HOST_B" "ClientAliveInterval 3" "ClientAliveCountMax 3"
 echo "two servers: $HOST_A ($IP_A, namespace $NS_A) and $HOST_B ($IP_B, namespace $NS_B), each with its own sshd; ssh between them works"
 
 # The environment both servers give the job, as a cluster's profile would.
-export OMP_NUM_THREADS=1 GRIDFORMER_BIN="$BIN" RANK_TABLE_BIN="$TOOL" GF_PROGRESS_INTERVAL=600
+export GRIDFORMER_BIN="$BIN" RANK_TABLE_BIN="$TOOL" GF_PROGRESS_INTERVAL=600
 export OMPI_MCA_plm_rsh_agent="ssh -F $WORK/ssh/config"
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$NET.0/24" OMPI_MCA_oob_tcp_if_include="$NET.0/24"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_orte_tmpdir_base="$WORK/tmp"
+export OMPI_MCA_orte_tmpdir_base="$WORK/tmp"  # and lib's OMP_NUM_THREADS=1, OMPI_MCA_btl_vader_single_copy_mechanism=none
 mkdir tmp
 
 # ---- the table, the data, the config -----------------------------------------------------------
@@ -129,41 +49,21 @@ mkdir tmp
 "$TOOL" --device_num "[0,2)" --server_ip "$IP_B" --output_dir tables > /dev/null
 "$TOOL" merge tables/two.json "tables/hccl_2p_01_$IP_A.json" "tables/hccl_2p_01_$IP_B.json" > /dev/null
 mkdir data
-/usr/bin/python3 - <<'PY'
-import random, struct
+PYTHONPATH="$SRC/tests/integration" "$PY" - <<'PY'
+import random
+import lib
 rng = random.Random(3)
 # Learnable documents (each counts up in steps of its own from a random start), so the loss falls.
 docs = []
 for _ in range(120):
     a, k = rng.randrange(1, 101), rng.randrange(1, 4)
     docs.append([0] + [(a + k * t) % 100 + 1 for t in range(rng.randrange(8, 40))])
-with open("data/tiny_text_document.bin", "wb") as f:  # Megatron's MMIDIDX layout, uint16 tokens
-    for d in docs: f.write(struct.pack("<%dH" % len(d), *d))
-with open("data/tiny_text_document.idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
-    f.write(struct.pack("<Q", len(docs)) + struct.pack("<Q", len(docs) + 1))
-    f.write(struct.pack("<%di" % len(docs), *[len(d) for d in docs]))
-    ptr, ptrs = 0, []
-    for d in docs: ptrs.append(ptr); ptr += 2 * len(d)
-    f.write(struct.pack("<%dq" % len(docs), *ptrs))
-    f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
+lib.write("data/tiny_text_document", docs)  # Megatron's MMIDIDX layout, uint16 tokens
 PY
-write_config() {  # write_config FILE TRAIN_STEPS
-  cat > "$1" <<YAML
-seed: 11
-output_dir: ./out
-runner_config: {batch_size: 1, train_steps: $2}
-parallel_config: {data_parallel: 4}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/data/tiny_text_document, split: "1,0,0", seed: 7}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+write_config() {  # write_config FILE TRAIN_STEPS: random_gpt2's run on this test's Megatron data (split 1,0,0, seed 7)
+  random_gpt2 "$1" out=./out steps="$2" batch=1 top="parallel_config: {data_parallel: 4}"
+  sed -i "s|^train_dataset: .*|train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/data/tiny_text_document, split: \"1,0,0\", seed: 7}}|" "$1"
+  grep -q "^train_dataset: {data_loader: {type: MegatronDataset" "$1" || fail "write_config: $1 has no Megatron data"
 }
 STEPS=8
 write_config "$WORK/job.yaml" "$STEPS"
@@ -175,17 +75,8 @@ write_config "$WORK/long.yaml" 1000000
 # ---- helpers ------------------------------------------------------------------------------------
 # server_a OUT CONFIG [ENV...] / server_b ...: each server's own command, MindFormers' way, in the
 # background; PID_A / PID_B.
-server_a() { local out=$1 cfg=$2; shift 2; on_server "$NS_A" "$HOST_A" env "$@" bash "$RUN" tables/two.json "$cfg" "[0,2)" train 4 > "$out" 2>&1 & PID_A=$!; }
-server_b() { local out=$1 cfg=$2; shift 2; on_server "$NS_B" "$HOST_B" env "$@" bash "$RUN" tables/two.json "$cfg" "[2,4)" train 4 > "$out" 2>&1 & PID_B=$!; }
-# wait_exit PID SECONDS: sets STATUS, or fails if PID runs longer.
-wait_exit() {
-  local pid=$1 limit=$2 start=$SECONDS
-  while kill -0 "$pid" 2>/dev/null; do
-    ((SECONDS - start < limit)) || fail "a script did not exit within $limit s"
-    sleep 0.1
-  done
-  set +e; wait "$pid"; STATUS=$?; set -e
-}
+server_a() { local out=$1 cfg=$2; shift 2; on_node "$NS_A" "$HOST_A" env "$@" bash "$RUN" tables/two.json "$cfg" "[0,2)" train 4 > "$out" 2>&1 & PID_A=$!; }
+server_b() { local out=$1 cfg=$2; shift 2; on_node "$NS_B" "$HOST_B" env "$@" bash "$RUN" tables/two.json "$cfg" "[2,4)" train 4 > "$out" 2>&1 & PID_B=$!; }
 wait_for() {  # wait_for SECONDS FILE PATTERN
   local i
   for i in $(seq 1 $(($1 * 10))); do grep -q -- "$3" "$2" 2>/dev/null && return 0; sleep 0.1; done
@@ -193,7 +84,7 @@ wait_for() {  # wait_for SECONDS FILE PATTERN
 }
 tx() { echo $(($(ip netns exec "$NS_A" cat "/sys/class/net/$VA/statistics/tx_bytes") + $(ip netns exec "$NS_B" cat "/sys/class/net/$VB/statistics/tx_bytes"))); }
 losses_match() {  # losses_match NAME: the last $STEPS losses of out/metrics.jsonl against one rank's
-  /usr/bin/python3 - "$1" "$STEPS" <<'PY'
+  "$PY" - "$1" "$STEPS" <<'PY'
 import json, sys
 name, steps = sys.argv[1], int(sys.argv[2])
 one = [json.loads(l)["loss"] for l in open("one/metrics.jsonl") if '"loss"' in l]
@@ -206,7 +97,7 @@ assert one[-1] < one[0], one
 print(f"{name}: {steps} losses of 4 ranks on 2 servers = 1 rank's within {worst:.1e} relative ({one[0]:.5f} -> {one[-1]:.5f})")
 PY
 }
-nothing_left() {  # nothing_left WHAT DEADLINE: ours() and the sshd sessions all gone by SECONDS = DEADLINE
+all_gone() {  # all_gone WHAT DEADLINE: lib's ours and the sshd sessions all gone by SECONDS = DEADLINE
   local left
   while :; do
     left="$(ours)$(sessions)"
@@ -242,7 +133,7 @@ losses_match "(a)"
 # Each step's gradient all-reduce crosses the veth both ways: at least one copy of the gradients
 # (params x 4 bytes) per step; a job whose ranks all ran on one side would send almost nothing.
 ((bytes >= 2 * STEPS * params * 4)) || fail "(a) only $bytes bytes on the veth for $STEPS steps of $params parameters"
-nothing_left "(a)" $((SECONDS + 10))
+all_gone "(a)" $((SECONDS + 10))
 echo "(a) first server then second: job $job, both scripts exit 0 after $((SECONDS - start)) s; $bytes bytes on the veth; nothing left"
 
 # ---- (b) the second server's command first: it waits for the job (the earlier one in out/log/job is not it)
@@ -263,7 +154,7 @@ grep -q "job $job2 finished (server $IP_A's report): all 4 rank(s) finished" b2.
 logged_b=$(grep -c '"loss"' out/metrics.jsonl)
 ((logged_b - logged_a == STEPS)) || fail "(b) logged $((logged_b - logged_a)) steps after (a)'s $logged_a, expected $STEPS"
 losses_match "(b)"
-nothing_left "(b)" $((SECONDS + 10))
+all_gone "(b)" $((SECONDS + 10))
 echo "(b) second server then first: job $job2, both scripts exit 0 after $((SECONDS - start)) s; nothing left"
 
 # ---- (c) the second server's command alone --------------------------------------------------------
@@ -304,7 +195,7 @@ check_stop() {
   wait_exit "$PID_B" $((t0 + 30 - SECONDS)); sb=$STATUS; tb=$((SECONDS - t0))
   [ "$sa" -ne 0 ] || { cat "$name.1.txt"; fail "($name) the first server's script exited 0"; }
   [ "$sb" -ne 0 ] || { cat "$name.2.txt"; fail "($name) the second server's script exited 0"; }
-  nothing_left "($name)" $((t0 + 30))
+  all_gone "($name)" $((t0 + 30))
   STOPPED="first server's script exit $sa after $ta s, second's exit $sb after $tb s, nothing left after $((SECONDS - t0)) s"
 }
 

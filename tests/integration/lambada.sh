@@ -9,27 +9,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 DATA="$SRC/tests/data/lambada_tiny.jsonl"
 preprocess lambada --input "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod
-cat > gpt2.yaml <<YAML
-seed: 5
-runner_config: {train_steps: 300, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.001, warmup_steps: 5}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.0}
-train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/lambada_text_document, split: "100,0,0"}}
-callbacks: [{type: MFLossMonitor, per_print_times: 50}]
-processor: {tokenizer: {type: GPT2Tokenizer, vocab_file: $VOCAB, merge_file: $MERGES}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 50257, seq_length: 32, hidden_size: 128, num_layers: 2, num_heads: 4,
-                 max_position_embeddings: 64}
-YAML
+lambada_gpt2 gpt2.yaml 300 0.003 128 2 4 64
 train run gpt2.yaml --save-weights weights.safetensors --lambada_data "$DATA"
 
-count() {  # count METRICS: the last lambada line's correct/items
-  $PY -c "
-import json, sys
-l = [json.loads(x) for x in open(sys.argv[1]) if 'lambada_correct' in x][-1]
-print('%d/%d' % (l['lambada_correct'], l['lambada_items']))" "$1"
-}
 reference() {  # reference [--strict]
   $PY "$SRC/tools/lambada_torch.py" --weights weights.safetensors --num-heads 4 --seq-length 32 --data "$DATA" \
     --vocab-file "$VOCAB" --merge-file "$MERGES" "$@" | $PY -c "
@@ -40,7 +22,7 @@ print('%d/%d' % (r['correct'], r['items']))"
 REF=$(reference); REF_STRICT=$(reference --strict)
 echo "PyTorch: $REF non-strict, $REF_STRICT strict"
 [ "$REF" != "0/11" ] && [ "$REF" != "11/11" ] || echo "note: the reference count is $REF (a weaker check)"
-AFTER=$(count run/metrics.jsonl)
+AFTER=$(lambada_count run/metrics.jsonl)
 [ "$AFTER" = "$REF" ] || { cat run.log; fail "after training $AFTER, PyTorch $REF"; }
 grep -q "lambada: accuracy .* ($REF) on" run.log || fail "no lambada log line"
 
@@ -55,11 +37,11 @@ evaluate 1 eval1s --strict_lambada
 evaluate 2 eval2 --set parallel_config.model_parallel=2 --set parallel_config.vocab_emb_dp=False
 evaluate 2 eval2s --set parallel_config.model_parallel=2 --set parallel_config.vocab_emb_dp=False --strict_lambada
 for n in eval1 eval2; do
-  [ "$(count $n/metrics.jsonl)" = "$REF" ] || { cat $n.log; fail "$n: $(count $n/metrics.jsonl), PyTorch $REF"; }
+  [ "$(lambada_count $n/metrics.jsonl)" = "$REF" ] || { cat $n.log; fail "$n: $(lambada_count $n/metrics.jsonl), PyTorch $REF"; }
   grep -q '"eval_loss"' $n/metrics.jsonl || fail "$n: no eval loss beside the accuracy"
 done
 for n in eval1s eval2s; do
-  [ "$(count $n/metrics.jsonl)" = "$REF_STRICT" ] || { cat $n.log; fail "$n: $(count $n/metrics.jsonl), PyTorch $REF_STRICT"; }
+  [ "$(lambada_count $n/metrics.jsonl)" = "$REF_STRICT" ] || { cat $n.log; fail "$n: $(lambada_count $n/metrics.jsonl), PyTorch $REF_STRICT"; }
 done
 echo "ok: gridformer = PyTorch: $REF non-strict, $REF_STRICT strict (eval on 1 rank and mp2, and after training)"
 echo PASS

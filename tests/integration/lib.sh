@@ -46,6 +46,11 @@
 #   golden_gpt2 FILE [FIELD=VALUE ...]  bare_gpt2 with the model of tests/golden/hf_tiny_*: a GPT-2 of vocabulary 300, rows of
 #                               16 (32 positions), 2 layers of 32, 2 heads, gelu_new, no dropout; RandomTokens seed 3, every
 #                               step logged; then the caller's fields
+#   lambada_gpt2 FILE STEPS LR HIDDEN LAYERS HEADS POSITIONS [CALLBACK...]  a GPT-2 of GPT-2's vocabulary and 32-token
+#                               rows trained on the LAMBADA passages (WORK/lambada_text_document, made by the caller's
+#                               `preprocess lambada ...`), seed 5, cosine from LR, so that it gets some right; its
+#                               callbacks MFLossMonitor every 50 steps and each CALLBACK ("{type: CheckpointMonitor, ...}")
+#   lambada_count METRICS       the last LAMBADA line of a metrics.jsonl as CORRECT/ITEMS
 #   run NAME CMD...             runs CMD with its output in NAME.log; its status in $STATUS (never exits)
 #   train NAME CONFIG ARGS...   `gridformer train --config CONFIG --set output_dir=NAME ARGS...`, must exit 0
 #   mpi_train NP NAME CONFIG ARGS...   the same under mpirun -np NP --oversubscribe
@@ -456,4 +461,31 @@ drop_namespaces() {
   for p in $(ours | cut -d' ' -f1) "${OURS_BUT[@]}" $(pgrep -f -- "sshd -D -e -f $WORK/" || true); do kill -KILL "$p" 2>/dev/null || true; done
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
+}
+
+lambada_gpt2() {
+  local file=$1 steps=$2 lr=$3 hidden=$4 layers=$5 heads=$6 positions=$7 cb
+  shift 7
+  local callbacks="{type: MFLossMonitor, per_print_times: 50}"
+  for cb in "$@"; do callbacks+=", $cb"; done
+  cat > "$file" <<YAML
+seed: 5
+runner_config: {train_steps: $steps, batch_size: 4}
+lr_schedule: {type: cosine, learning_rate: $lr, lr_end: 0.001, warmup_steps: 5}
+optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.0}
+train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/lambada_text_document, split: "100,0,0"}}
+callbacks: [$callbacks]
+processor: {tokenizer: {type: GPT2Tokenizer, vocab_file: $VOCAB, merge_file: $MERGES}}
+model:
+  arch: {type: GPT2LMHeadModel}
+  model_config: {type: GPT2Config, vocab_size: 50257, seq_length: 32, hidden_size: $hidden, num_layers: $layers, num_heads: $heads,
+                 max_position_embeddings: $positions}
+YAML
+}
+
+lambada_count() {
+  "$PY" -c "
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1]) if 'lambada_correct' in x][-1]
+print('%d/%d' % (l['lambada_correct'], l['lambada_items']))" "$1"
 }

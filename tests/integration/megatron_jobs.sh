@@ -112,24 +112,8 @@ grep -qF "num-layers" unknown_arg.log || fail "an unknown argument without the n
 # the one `train --lambada_data` gives on our own checkpoint and the one config --from-megatron's YAML gives.
 "$PRE" --input "$LAMBADA" --output-prefix lambada --vocab-file "$VOCAB" --merge-file "$MERGES" --append-eod > prep.log 2>&1 ||
   { cat prep.log; fail "preprocess the LAMBADA passages"; }
-cat > lam.yaml <<YAML
-seed: 5
-runner_config: {train_steps: 500, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.0025, lr_end: 0.001, warmup_steps: 5}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.0}
-train_dataset: {data_loader: {type: MegatronDataset, data_path: $WORK/lambada_text_document, split: "100,0,0"}}
-callbacks: [{type: MFLossMonitor, per_print_times: 100}, {type: CheckpointMonitor, save_checkpoint_steps: 500}]
-processor: {tokenizer: {type: GPT2Tokenizer, vocab_file: $VOCAB, merge_file: $MERGES}}
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 50257, seq_length: 32, hidden_size: 64, num_layers: 8, num_heads: 8,
-                 max_position_embeddings: 32}
-YAML
+lambada_gpt2 lam.yaml 500 0.0025 64 8 8 32 "{type: CheckpointMonitor, save_checkpoint_steps: 500}"
 train lam lam.yaml --lambada_data "$LAMBADA"
-lambada_count() { "$PY" -c "
-import json, sys
-l = [json.loads(x) for x in open(sys.argv[1]) if 'lambada_correct' in x][-1]
-print('%d/%d' % (l['lambada_correct'], l['lambada_items']))" "$1"; }
 OURS=$(lambada_count lam/metrics.jsonl)
 [ "$OURS" != "0/11" ] && [ "$OURS" != "11/11" ] || echo "note: the model counts $OURS (a weaker check than a count between)"
 mkdir -p lambada_job

@@ -1,4 +1,5 @@
 #include "core/io/safetensors.h"
+#include "core/math/aligned_buffer.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -128,10 +129,7 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
 void SafeTensorsFile::drop_pages(const std::string& name) const {
   if (!mapped_) return;
   const StTensor& t = get(name);
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(t.data), end = begin + static_cast<uintptr_t>(t.nbytes);
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  release_pages(t.data, t.data + t.nbytes);
 }
 
 SafeTensorsFile SafeTensorsFile::parse(const std::string& path, std::vector<uint8_t> bytes) {

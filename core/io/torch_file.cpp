@@ -2,6 +2,7 @@
 // then the two file formats: the zip archive (central directory, ZIP64, stored entries) and the
 // legacy stream of pickles and raw storages.
 #include "core/io/torch_file.h"
+#include "core/math/aligned_buffer.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -360,11 +361,7 @@ TorchFile TorchFile::open(const std::string& path, const PickleOptions& limits) 
 }
 
 void TorchStorage::drop_pages() const {
-  if (!file_mapped || data == nullptr) return;
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data), end = begin + static_cast<uintptr_t>(nbytes());
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  if (file_mapped && data != nullptr) release_pages(data, data + nbytes());
 }
 
 TorchFile TorchFile::parse(const std::string& path, const uint8_t* bytes, size_t size,

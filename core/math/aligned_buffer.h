@@ -28,8 +28,10 @@ inline std::atomic<int64_t>& aligned_buffer_live_bytes() {
 
 enum OnDemand { kOnDemand };
 
-// The whole pages inside bytes [lo, hi) of an on-demand (anonymous, private) mapping are given back to
-// the kernel and read as zeros again; pages that hold a byte outside the range stay.
+// The whole pages inside bytes [lo, hi) of a private mapping are given back to the kernel: an on-demand
+// (anonymous) one reads them as zeros again, a read-only one of a file reads the file's bytes again (the
+// safetensors and torch.save readers drop what they have copied out). Pages that hold a byte outside the
+// range stay.
 inline void release_pages(const void* lo, const void* hi) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto a = (reinterpret_cast<uintptr_t>(lo) + page - 1) / page * page;

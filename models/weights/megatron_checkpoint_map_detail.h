@@ -65,6 +65,9 @@ TorchTensor permuted(const TorchTensor& t, const std::vector<size_t>& order);
 // The full tensor's shape (checking that the shards fit together).
 std::vector<int64_t> joined_shape(const Entry& e, const std::string& what);
 // Our tensors from the full Megatron tensor (group()'s names and shapes, in order).
+// A row-major rows x cols matrix transposed (tiled: the reader's and megatron_save.cpp's [out, in] <-> [in, out]).
+std::vector<float> transpose2d(const std::vector<float>& v, int64_t rows, int64_t cols);
+
 std::vector<std::vector<float>> assemble(const Entry& e, const std::vector<int64_t>& full, const TransformerSpec& s);
 
 }  // namespace megatron_detail

@@ -54,8 +54,6 @@ TorchTensor permuted(const TorchTensor& t, const std::vector<size_t>& order) {
   return p;
 }
 
-namespace {
-
 std::vector<float> transpose2d(const std::vector<float>& v, int64_t rows, int64_t cols) {
   std::vector<float> t(v.size());
   constexpr int64_t kTile = 32;  // tiles of 32 x 32: both sides' rows stay in cache (a plain loop strides through t)
@@ -66,8 +64,6 @@ std::vector<float> transpose2d(const std::vector<float>& v, int64_t rows, int64_
           t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
   return t;
 }
-
-}  // namespace
 
 // ---- joining the shards ----
 

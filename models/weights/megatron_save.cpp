@@ -11,6 +11,7 @@
 
 #include "core/io/torch_save.h"
 #include "models/registry.h"
+#include "models/weights/megatron_checkpoint_map_detail.h"
 #include "models/weights/hf_config.h"
 
 namespace gf {
@@ -26,13 +27,8 @@ struct Mat {
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
 };
 
-// [in, out] (GPT-2's Conv1D) -> [out, in] (nn.Linear).
-Mat transposed(const Mat& m) {
-  Mat t{{m.cols(), m.rows()}, std::vector<float>(m.v.size())};
-  for (int64_t r = 0; r < m.rows(); ++r)
-    for (int64_t c = 0; c < m.cols(); ++c) t.v[c * m.rows() + r] = m.v[r * m.cols() + c];
-  return t;
-}
+// [in, out] (GPT-2's Conv1D) -> [out, in] (nn.Linear), with the reader's transpose.
+Mat transposed(const Mat& m) { return Mat{{m.cols(), m.rows()}, megatron_detail::transpose2d(m.v, m.rows(), m.cols())}; }
 
 // torch.chunk(m, n, dim=0)[k] and [..., dim=1][k], for n dividing the dimension (checked by the caller).
 Mat row_chunk(const Mat& m, int64_t n, int64_t k) {

@@ -135,7 +135,8 @@ class Pickler {
     if (v.entries.empty()) return;
     op('(');
     for (const auto& [k, x] : v.entries) {
-      string(k);
+      if (v.int_keys) integer(std::stoll(k));
+      else string(k);
       value(x);
     }
     op('u');
@@ -350,6 +351,12 @@ TorchOut TorchOut::dict(Kind kind) {
 TorchOut& TorchOut::set(const std::string& key, TorchOut v) {
   entries.emplace_back(key, std::move(v));
   return *this;
+}
+
+TorchOut TorchOut::int_dict() {
+  TorchOut d = dict();
+  d.int_keys = true;
+  return d;
 }
 
 TorchOut TorchOut::tensor(TorchDtype dtype, std::vector<int64_t> shape, const std::vector<float>& values) {

@@ -27,6 +27,8 @@ struct TorchOut {
   std::string s;
   std::vector<TorchOut> items;                            // list, tuple
   std::vector<std::pair<std::string, TorchOut>> entries;  // dict, OrderedDict, Namespace (in this order)
+  bool int_keys = false;  // a dict keyed by integers (the keys above in decimal): torch optimizer's 'state'
+
   TorchDtype dtype = TorchDtype::kF32;                    // tensor: its element type, shape and bytes
   std::vector<int64_t> shape;
   std::shared_ptr<const std::vector<uint8_t>> bytes;
@@ -39,6 +41,7 @@ struct TorchOut {
   static TorchOut list(std::vector<TorchOut> v);
   static TorchOut tuple(std::vector<TorchOut> v);
   static TorchOut dict(Kind kind = Kind::kDict);  // kDict, kOrderedDict or kNamespace; add entries with set()
+  static TorchOut int_dict();                     // a kDict whose keys set() gives in decimal are pickled as ints
   // A tensor of `dtype` from float32 values (rounded to nearest even for float16 / bfloat16).
   static TorchOut tensor(TorchDtype dtype, std::vector<int64_t> shape, const std::vector<float>& values);
 

@@ -373,6 +373,16 @@ std::vector<std::string> megatron_args_differences(const PickleValue& args, cons
 }
 
 std::string load_megatron(CausalLM& model, const std::string& path) {
+  MegatronPart weights;  // read: none, the model's own state dicts
+  weights.what = "weights";
+  weights.place = [&model](const TensorPlacement& t, const std::vector<float>& full) {
+    Placement::scatter(t, full.data(), model.weights() + t.offset);
+  };
+  return load_megatron_parts(model, path, {weights});
+}
+
+std::string load_megatron_parts(CausalLM& model, const std::string& path, const std::vector<MegatronPart>& parts,
+                                const std::function<void(const TorchFile&, const MegatronCheckpointFiles&)>& on_file) {
   std::optional<TorchFile> rank0;
   const MegatronCheckpointFiles files = locate(path, &rank0);
   const ModelConfig& c = model.config();
@@ -401,8 +411,9 @@ std::string load_megatron(CausalLM& model, const std::string& path) {
                              std::to_string(sizes.pp) + " pipeline stages x " + std::to_string(sizes.vp) +
                              " virtual chunks (an uneven split is not read here)");
 
-  // Every shard's tensors, as views into its file (each file stays mapped while its views live).
-  MegatronTensorMap map(spec, entry.names, sizes);
+  // Every shard's tensors, as views into its file (each file stays mapped while its views live), one map a part.
+  std::vector<MegatronTensorMap> maps;
+  for (size_t k = 0; k < parts.size(); ++k) maps.emplace_back(spec, entry.names, sizes);
   double version = 0.0;
   for (const MegatronShard& shard : files.shards) {
     const TorchFile f = shard.file == rank0->path() ? *rank0 : TorchFile::open(shard.file, pickle_options());
@@ -411,48 +422,61 @@ std::string load_megatron(CausalLM& model, const std::string& path) {
       throw std::runtime_error(f.path() + ": holds " + std::to_string(chunks.size()) + " model chunk(s), " + rank0->path() +
                                " holds " + std::to_string(sizes.vp) + ": the shard files do not belong together");
     version = checkpoint_version(f);
-    for (size_t vp = 0; vp < chunks.size(); ++vp)
-      map.add({f.path(), chunks[vp], shard.tp, shard.pp, static_cast<int64_t>(vp), shard.ep, version});
+    if (on_file) on_file(f, files);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const std::vector<MegatronFlat> flat = parts[k].read ? parts[k].read(f, chunks) : std::vector<MegatronFlat>();
+      if (parts[k].read && flat.size() != chunks.size())
+        throw std::logic_error("load_megatron_parts: a part's reader must give one list a model chunk");
+      for (size_t vp = 0; vp < chunks.size(); ++vp) {
+        const MegatronChunk chunk{f.path(), chunks[vp], shard.tp, shard.pp, static_cast<int64_t>(vp), shard.ep, version};
+        if (parts[k].read) maps[k].add(chunk, flat[vp]);
+        else maps[k].add(chunk);  // the model's own state dicts (their skipped entries counted for the note)
+      }
+    }
   }
   rank0.reset();
 
   // Every tensor a parameter (a pipeline stage takes its own), every parameter given, with its shape.
-  const std::vector<MegatronTensorGroup> groups = map.groups();
   const ParamTable& table = model.params().table();
-  std::map<std::string, std::pair<size_t, size_t>> given;  // our name -> (group, index)
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (size_t i = 0; i < groups[g].names.size(); ++i) {
-      const std::string& name = groups[g].names[i];
-      const ParamSpec* p = table.find(name);
-      if (!p) {
-        if (!model.whole_model()) continue;  // another pipeline stage's
-        throw std::runtime_error(groups[g].source + " gives " + name + ", which is not a parameter of the configured " +
-                                 entry.family +
-                                 ": the checkpoint holds tensors this model has not (set the config to the "
-                                 "model the checkpoint was trained as)");
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const std::vector<MegatronTensorGroup> groups = maps[k].groups();
+    std::map<std::string, std::pair<size_t, size_t>> given;  // our name -> (group, index)
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t i = 0; i < groups[g].names.size(); ++i) {
+        const std::string& name = groups[g].names[i];
+        const ParamSpec* p = table.find(name);
+        if (!p) {
+          if (!model.whole_model()) continue;  // another pipeline stage's
+          throw std::runtime_error(groups[g].source + " gives " + name + ", which is not a parameter of the configured " +
+                                   entry.family +
+                                   ": the checkpoint holds tensors this model has not (set the config to the "
+                                   "model the checkpoint was trained as)");
+        }
+        if (groups[g].shapes[i] != p->shape)
+          throw std::runtime_error(groups[g].source + " gives " + name + " of shape " + shape_str(groups[g].shapes[i]) +
+                                   ", the configured model needs " + shape_str(p->shape));
+        given[name] = {g, i};
       }
-      if (groups[g].shapes[i] != p->shape)
-        throw std::runtime_error(groups[g].source + " gives " + name + " of shape " + shape_str(groups[g].shapes[i]) +
-                                 ", the configured model needs " + shape_str(p->shape));
-      given[name] = {g, i};
-    }
-  for (const ParamSpec& p : table.specs())
-    if (!given.count(p.name))
-      throw std::runtime_error(files.dir + ": no tensor of the checkpoint gives the configured " + entry.family + "'s " +
-                               p.name + " " + shape_str(p.shape) + " (" + std::to_string(files.shards.size()) +
-                               " shard file(s) read): the checkpoint holds another model, or its shards lost tensors");
+    for (const ParamSpec& p : table.specs())
+      if (!given.count(p.name))
+        throw std::runtime_error(files.dir + ": no tensor of the checkpoint gives the configured " + entry.family + "'s " +
+                                 p.name + " " + shape_str(p.shape) + " (" + std::to_string(files.shards.size()) +
+                                 " shard file(s) read" + (k == 0 ? "" : ", " + parts[k].what) +
+                                 "): the checkpoint holds another model, or its shards lost tensors");
 
-  // Each full tensor read once, scattered into this rank's slices (the vocabulary's padding rows zero).
-  for (const MegatronTensorGroup& g : groups) {
-    std::vector<const TensorPlacement*> placed;
-    for (const std::string& name : g.names)
-      placed.push_back(model.params().find(name));
-    if (std::all_of(placed.begin(), placed.end(), [](const TensorPlacement* t) { return t == nullptr; })) continue;
-    const std::vector<std::vector<float>> values = g.values();
-    for (size_t i = 0; i < placed.size(); ++i)
-      if (placed[i]) Placement::scatter(*placed[i], values[i].data(), model.weights() + placed[i]->offset);
+    // Each full tensor read once, placed into this rank's slices (the vocabulary's padding rows zero).
+    for (const MegatronTensorGroup& g : groups) {
+      std::vector<const TensorPlacement*> placed;
+      for (const std::string& name : g.names)
+        placed.push_back(model.params().find(name));
+      if (std::all_of(placed.begin(), placed.end(), [](const TensorPlacement* t) { return t == nullptr; })) continue;
+      const std::vector<std::vector<float>> values = g.values();
+      for (size_t i = 0; i < placed.size(); ++i)
+        if (placed[i]) parts[k].place(*placed[i], values[i]);
+    }
   }
-  const MegatronMapStats& st = map.stats();
+  const auto own = std::find_if(parts.begin(), parts.end(), [](const MegatronPart& p) { return !p.read; });
+  const MegatronMapStats& st = maps[own == parts.end() ? 0 : static_cast<size_t>(own - parts.begin())].stats();
   return "Megatron-LM checkpoint, iteration " + files.iteration + " (checkpoint_version " + num(version) + "), " +
          std::to_string(files.shards.size()) + " shard file(s) of TP " + std::to_string(files.tp) + " x PP " +
          std::to_string(files.pp) + (sizes.vp > 1 ? " x VP " + std::to_string(sizes.vp) : std::string()) +

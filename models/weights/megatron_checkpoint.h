@@ -38,6 +38,8 @@ namespace gf {
 
 class CausalLM;
 class PickleValue;
+class TorchFile;
+struct TensorPlacement;
 
 // Whether `path` is a Megatron checkpoint: a directory holding latest_checkpointed_iteration.txt, an
 // iter_NNNNNNN or release directory holding mp_rank_* directories, an mp_rank_* directory holding
@@ -89,6 +91,37 @@ std::vector<std::string> megatron_args_differences(const PickleValue& args, cons
 // global outside its allow-list, named).
 std::string load_megatron(CausalLM& model, const std::string& path);
 
+// A Megatron-LM run's training state beside its weights, for a resume (model_optim_rng.pt's 'iteration',
+// args.consumed_train_samples, 'optimizer' and 'opt_param_scheduler'; megatron/checkpointing.py at 285068c,
+// megatron/training/checkpointing.py at core_r0.6.0, megatron/optimizer/optimizer.py's state_dict). The optimizer
+// is Megatron's non-distributed one: torch's (or apex's FusedAdam's) Adam state dict, its parameters numbered in
+// the order of Megatron's get_param_groups (named_parameters order, split into the weight-decay and no-decay groups
+// the file's param_groups name), wrapped with 'grad_scaler' and 'fp32_from_fp16_params' under fp16 / bf16.
+struct MegatronTrainingState {
+  std::string dir, note;               // the iteration directory; a line for the log
+  int64_t iteration = 0;               // the file's 'iteration': the steps done
+  int64_t consumed_samples = 0;        // args.consumed_train_samples
+  int64_t global_batch = 0;            // args.global_batch_size (0 when absent)
+  int64_t adam_step = 0;               // Adam's step count (torch's per-parameter 'step', apex's group 'step')
+  bool master_weights = false;         // the weights came from fp32_from_fp16_params
+  bool grad_scaler = false;            // fp16's DynamicGradScaler state was read
+  double loss_scale = 1.0;
+  int64_t growth_tracker = 0, hysteresis_tracker = 0;
+  bool scheduler = false;              // opt_param_scheduler (or lr_scheduler) was read; its figures in samples
+  double max_lr = 0, min_lr = 0;
+  int64_t warmup_samples = 0, decay_samples = 0, scheduler_samples = 0;
+  std::string decay_style;
+};
+
+// Loads the weights (the fp32 master copies where the optimizer holds them) as load_megatron does, and hands every
+// parameter's Adam moments, full tensors in our layout, to `moment` (k 0: exp_avg, 1: exp_avg_sq) with the
+// parameter's placement on this rank (nullptr-free: only this rank's parameters). Throws std::runtime_error naming
+// the file and what to do for: a `release` checkpoint (weights only), a distributed optimizer's state
+// (distrib_optim.pt, not read here), a checkpoint saved without its optimizer (--no-save-optim), param groups that
+// do not number the model's parameters, moments whose shapes are not their parameters', step counts that differ.
+using MegatronMomentSink = std::function<void(int k, const TensorPlacement& t, const std::vector<float>& full)>;
+MegatronTrainingState load_megatron_training(CausalLM& model, const std::string& path, const MegatronMomentSink& moment);
+
 // ---- the mapping of names and layouts (megatron_checkpoint_map.cpp), which load_megatron drives ----
 
 // The checkpoint's model-parallel sizes and what numbers its layers and experts.
@@ -123,6 +156,12 @@ struct MegatronMapStats {
   int64_t rotary_buffers = 0;      // rotary_pos_emb.inv_freq (a buffer, recomputed by the model)
 };
 
+// A model state dict's tensors in its order, under their dotted names (nested dicts joined with '.'), without
+// `_extra_state` entries and rotary_pos_emb.inv_freq buffers: the parameters, in the order named_parameters()
+// gives them (the order Megatron's optimizer numbers them in). Throws for a non-string key or a non-tensor value.
+using MegatronFlat = std::vector<std::pair<std::string, const PickleValue*>>;
+MegatronFlat megatron_flatten(const PickleValue& state_dict, const std::string& file);
+
 // Megatron's tensors, by the table of names in megatron_checkpoint_map.cpp, collected from every chunk
 // and joined into our parameters. The spec and names are the configured model's (its registry entry).
 class MegatronTensorMap {
@@ -132,6 +171,9 @@ class MegatronTensorMap {
   // and the key for a tensor no rule maps or whose role the architecture lacks, a layer or expert number
   // outside the chunk, a shape its layout cannot have, and two tensors giving one parameter.
   void add(const MegatronChunk& chunk);
+  // The same for a chunk's tensors given flat (megatron_flatten's names; the values may be other tensors of those
+  // shapes, such as the optimizer's moments of each parameter).
+  void add(const MegatronChunk& chunk, const MegatronFlat& tensors);
   // After every add: the groups, one per full tensor. Throws for shards missing or not fitting together.
   std::vector<MegatronTensorGroup> groups() const;
   const MegatronMapStats& stats() const;
@@ -140,5 +182,19 @@ class MegatronTensorMap {
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
+
+// What load_megatron_parts reads: for each shard file, given it and its model chunks, the tensors of each chunk
+// (MegatronFlat: the model state dict's names, with these values); `read` empty: the model state dicts themselves.
+// Each tensor, joined whole, is handed to `place` with this rank's placement of the parameter.
+struct MegatronPart {
+  std::string what;  // for messages: "weights", "exp_avg", ...
+  std::function<std::vector<MegatronFlat>(const TorchFile& f, const std::vector<const PickleValue*>& chunks)> read;
+  std::function<void(const TensorPlacement& t, const std::vector<float>& full)> place;
+};
+// load_megatron's steps for several parts at once: the files found, the args checked, every shard file opened once
+// (`on_file` sees each first), each part's tensors mapped, checked (every parameter given, with its shape) and
+// placed. Returns load_megatron's note.
+std::string load_megatron_parts(CausalLM& model, const std::string& path, const std::vector<MegatronPart>& parts,
+                                const std::function<void(const TorchFile&, const MegatronCheckpointFiles&)>& on_file = {});
 
 }  // namespace gf

@@ -408,10 +408,21 @@ const Rule* find_rule(const Rule* begin, const Rule* end, std::string_view name,
 
 }  // namespace
 
+MegatronFlat megatron_flatten(const PickleValue& state_dict, const std::string& file) {
+  MegatronFlat tensors;
+  MegatronMapStats ignored;
+  flatten(state_dict, "", file, tensors, &ignored);
+  return tensors;
+}
+
 void MegatronTensorMap::add(const MegatronChunk& c) {
+  MegatronFlat tensors;
+  flatten(*c.state_dict, "", c.file, tensors, &impl_->stats);
+  add(c, tensors);
+}
+
+void MegatronTensorMap::add(const MegatronChunk& c, const MegatronFlat& tensors) {
   Impl& m = *impl_;
-  std::vector<std::pair<std::string, const PickleValue*>> tensors;
-  flatten(*c.state_dict, "", c.file, tensors, &m.stats);
   const int64_t chunk = m.sizes.layers / (m.sizes.pp * m.sizes.vp);
   const int64_t local_experts = m.sizes.experts / m.sizes.ep;
   for (const auto& [key, value] : tensors) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "core/io/torch_save.h"
@@ -78,6 +79,100 @@ TorchOut state_dict_of(std::vector<std::pair<std::string, TorchOut>> entries) {
   return d;
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A model state dict's tensors in its order (named_parameters order), with their dotted names.
+using FlatOut = std::vector<std::pair<std::string, const TorchOut*>>;
+void flatten_out(const TorchOut& d, const std::string& prefix, FlatOut& out) {
+  for (const auto& [k, v] : d.entries) {
+    const std::string name = prefix.empty() ? k : prefix + "." + k;
+    if (v.kind == TorchOut::Kind::kTensor) out.emplace_back(name, &v);
+    else flatten_out(v, name, out);
+  }
+}
+FlatOut flat(const TorchOut& d) {
+  FlatOut out;
+  flatten_out(d, "", out);
+  return out;
+}
+
+// Megatron's optimizer.state_dict() (see MegatronTrainState) for one shard file, from its model state dicts of
+// the fp32 weights and of the two moments.
+TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
+                         const TorchOut& v) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  std::vector<size_t> groups[2];  // get_param_groups at 285068c: the decay group, then the no-decay group
+  for (size_t i = 0; i < w.size(); ++i)
+    groups[ends_with(w[i].first, ".bias") || w[i].second->shape.size() == 1 ? 1 : 0].push_back(i);
+  TorchOut state = TorchOut::int_dict();
+  TorchOut param_groups = TorchOut::list({});
+  TorchOut masters = TorchOut::list({});
+  int64_t index = 0;
+  for (int g = 0; g < 2; ++g) {
+    if (groups[g].empty()) continue;
+    TorchOut ids = TorchOut::list({}), fp32 = TorchOut::list({});
+    for (size_t i : groups[g]) {
+      TorchOut st = TorchOut::dict();
+      st.set("step", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.adam_step)}))  // torch's AdamW
+          .set("exp_avg", *fm[i].second)
+          .set("exp_avg_sq", *fv[i].second);
+      state.set(std::to_string(index), std::move(st));
+      ids.items.push_back(TorchOut::integer(index++));
+      fp32.items.push_back(*w[i].second);
+    }
+    TorchOut group = TorchOut::dict();
+    group.set("wd_mult", TorchOut::real(g == 0 ? 1.0 : 0.0))
+        .set("lr_mult", TorchOut::real(1.0))
+        .set("lr", TorchOut::real(tr.lr))
+        .set("bias_correction", TorchOut::boolean(true))
+        .set("betas", TorchOut::tuple({TorchOut::real(tr.beta1), TorchOut::real(tr.beta2)}))
+        .set("eps", TorchOut::real(tr.eps))
+        .set("weight_decay", TorchOut::real(g == 0 ? tr.weight_decay : 0.0))
+        .set("amsgrad", TorchOut::boolean(false))
+        .set("maximize", TorchOut::boolean(false))
+        .set("foreach", TorchOut::none())
+        .set("capturable", TorchOut::boolean(false))
+        .set("differentiable", TorchOut::boolean(false))
+        .set("fused", TorchOut::none())
+        .set("step", TorchOut::integer(tr.adam_step))  // apex FusedAdam's count, per group
+        .set("params", std::move(ids));
+    param_groups.items.push_back(std::move(group));
+    masters.items.push_back(std::move(fp32));
+  }
+  TorchOut inner = TorchOut::dict();
+  inner.set("state", std::move(state)).set("param_groups", std::move(param_groups));
+  if (dtype == TorchDtype::kF32) return inner;  // FP32Optimizer.state_dict()
+  TorchOut wrapped = TorchOut::dict();  // Float16OptimizerWithFloat16Params.state_dict()
+  wrapped.set("optimizer", std::move(inner));
+  if (tr.grad_scaler) {
+    TorchOut gs = TorchOut::dict();
+    gs.set("scale", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.loss_scale)}))
+        .set("growth_tracker", TorchOut::integer(tr.growth_tracker))
+        .set("hysteresis_tracker", TorchOut::integer(tr.hysteresis_tracker));
+    wrapped.set("grad_scaler", std::move(gs));
+  }
+  wrapped.set("fp32_from_fp16_params", std::move(masters));
+  return wrapped;
+}
+
+// OptimizerParamScheduler.state_dict() (megatron/optimizer_param_scheduler.py), its steps counted in samples.
+TorchOut scheduler_state(const MegatronTrainState& tr) {
+  TorchOut d = TorchOut::dict();
+  d.set("max_lr", TorchOut::real(tr.max_lr))
+      .set("lr_warmup_steps", TorchOut::integer(tr.warmup_samples))
+      .set("num_steps", TorchOut::integer(tr.num_samples))
+      .set("lr_decay_style", TorchOut::string(tr.decay_style))
+      .set("lr_decay_steps", TorchOut::integer(tr.decay_samples))
+      .set("min_lr", TorchOut::real(tr.min_lr))
+      .set("start_wd", TorchOut::real(tr.weight_decay))
+      .set("end_wd", TorchOut::real(tr.weight_decay))
+      .set("wd_incr_style", TorchOut::string("constant"))
+      .set("wd_incr_steps", TorchOut::integer(tr.wd_incr_samples));
+  return d;
+}
+
 }  // namespace
 
 std::string megatron_save_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
@@ -125,17 +220,20 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   const TransformerSpec s = entry.spec(m);
   const int64_t H = s.hidden, L = s.layers, tp = opt.tp, pp = opt.pp;
   const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);
-  auto get = [&](Role role, int64_t layer, std::vector<int64_t> shape) {
-    const std::string name = entry.names(role, layer);
-    Mat t{std::move(shape), weight(name)};
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    if (n != static_cast<int64_t>(t.v.size()))
-      throw std::runtime_error(name + ": " + std::to_string(t.v.size()) + " values, expected " + std::to_string(n));
-    return t;
+  if (opt.train && opt.iteration < 0)
+    throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
+  using Source = std::function<std::vector<float>(const std::string&)>;
+  auto getter = [&](const Source& src) {
+    return [&entry, src](Role role, int64_t layer, std::vector<int64_t> shape) {
+      const std::string name = entry.names(role, layer);
+      Mat t{std::move(shape), src(name)};
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      if (n != static_cast<int64_t>(t.v.size()))
+        throw std::runtime_error(name + ": " + std::to_string(t.v.size()) + " values, expected " + std::to_string(n));
+      return t;
+    };
   };
-  auto out = [&](const Mat& t) { return TorchOut::tensor(opt.dtype, t.shape, t.v); };
-
   // The args: what check_checkpoint_args compares (num_layers, hidden_size, num_attention_heads,
   // add_position_embedding, max_position_embeddings, make_vocab_size_divisible_by, padded_vocab_size,
   // tokenizer_type, the parallel sizes) and what the model builder reads, as megatron/arguments.py leaves
@@ -174,20 +272,90 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
         .set("bf16", TorchOut::boolean(opt.dtype == TorchDtype::kBF16))
         .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
         .set("consumed_train_samples", TorchOut::integer(opt.consumed_train_samples))
-        .set("consumed_valid_samples", TorchOut::integer(0));
+        .set("consumed_valid_samples", TorchOut::integer(0))
+        .set("use_distributed_optimizer", TorchOut::boolean(false));
+    if (opt.train) a.set("global_batch_size", TorchOut::integer(opt.train->global_batch));
     return a;
   };
 
-  // The full (TP 1) tensors of Megatron's, once; each rank's cut below.
-  Mat word = get(Role::kEmbed, -1, {s.vocab, H});
-  word.v.reserve(static_cast<size_t>(padded * H));
-  const std::vector<float> last_row(word.v.end() - H, word.v.end());
-  for (int64_t r = s.vocab; r < padded; ++r)  // saver_megatron.py: the padding rows replicate the last entry
-    word.v.insert(word.v.end(), last_row.begin(), last_row.end());
-  word.shape[0] = padded;
-  const Mat position = get(Role::kPosEmbed, -1, {s.positions, H});
+  // One pipeline stage's tensors of a source (the weights, or a moment), whole (TP 1), in Megatron's layout.
   struct Layer {
     Mat n1w, n1b, qkvw, qkvb, projw, projb, n2w, n2b, fc1w, fc1b, fc2w, fc2b;
+  };
+  struct Stage {
+    Mat word, position, fw, fb;
+    std::vector<Layer> layers;
+  };
+  const int64_t per_stage = L / pp;
+  // pad_rows: the padded vocabulary's rows copy the last (saver_megatron.py's rule for weights); a moment's are 0.
+  auto stage_of = [&](const Source& src, int64_t p, bool pad_rows) {
+    auto get = getter(src);
+    Stage st;
+    const bool first = p == 0, last = p == pp - 1;
+    if (first || last) {
+      st.word = get(Role::kEmbed, -1, {s.vocab, H});
+      st.word.v.reserve(static_cast<size_t>(padded * H));
+      const std::vector<float> last_row(st.word.v.end() - H, st.word.v.end());
+      for (int64_t r = s.vocab; r < padded; ++r) {
+        if (pad_rows) st.word.v.insert(st.word.v.end(), last_row.begin(), last_row.end());
+        else st.word.v.insert(st.word.v.end(), static_cast<size_t>(H), 0.0f);
+      }
+      st.word.shape[0] = padded;
+    }
+    if (first) st.position = get(Role::kPosEmbed, -1, {s.positions, H});
+    if (last) {
+      st.fw = get(Role::kFinalNormW, -1, {H});
+      st.fb = get(Role::kFinalNormB, -1, {H});
+    }
+    for (int64_t l = p * per_stage; l < (p + 1) * per_stage; ++l) {
+      Mat qkvw = qkv_per_head(transposed(get(Role::kQkvW, l, {H, 3 * H})), s.heads);
+      Mat qkvb = get(Role::kQkvB, l, {3 * H});
+      qkvb.shape = {3 * H, 1};
+      qkvb = qkv_per_head(qkvb, s.heads);
+      qkvb.shape = {3 * H};
+      st.layers.push_back({get(Role::kNorm1W, l, {H}), get(Role::kNorm1B, l, {H}), std::move(qkvw), std::move(qkvb),
+                           transposed(get(Role::kOW, l, {H, H})), get(Role::kOB, l, {H}), get(Role::kNorm2W, l, {H}),
+                           get(Role::kNorm2B, l, {H}), transposed(get(Role::kFcW, l, {H, s.ffn})),
+                           get(Role::kFcB, l, {s.ffn}), transposed(get(Role::kDownW, l, {s.ffn, H})),
+                           get(Role::kDownB, l, {H})});
+    }
+    return st;
+  };
+  // Tensor-parallel rank t's model state dict of stage p, in `dtype`.
+  auto model_of = [&](const Stage& st, int64_t p, int64_t t, TorchDtype dtype) {
+    auto out = [dtype](const Mat& m) { return TorchOut::tensor(dtype, m.shape, m.v); };
+    const bool first = p == 0, last = p == pp - 1;
+    TorchOut encoder = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+    for (size_t k = 0; k < st.layers.size(); ++k) {
+      const Layer& y = st.layers[k];
+      const std::string n = "layers." + std::to_string(k) + ".";
+      encoder.set(n + "input_layernorm.weight", out(y.n1w))
+          .set(n + "input_layernorm.bias", out(y.n1b))
+          .set(n + "self_attention.query_key_value.weight", out(row_chunk(y.qkvw, tp, t)))
+          .set(n + "self_attention.query_key_value.bias", out(row_chunk(y.qkvb, tp, t)))
+          .set(n + "self_attention.dense.weight", out(col_chunk(y.projw, tp, t)))
+          .set(n + "self_attention.dense.bias", out(y.projb))
+          .set(n + "post_attention_layernorm.weight", out(y.n2w))
+          .set(n + "post_attention_layernorm.bias", out(y.n2b))
+          .set(n + "mlp.dense_h_to_4h.weight", out(row_chunk(y.fc1w, tp, t)))
+          .set(n + "mlp.dense_h_to_4h.bias", out(row_chunk(y.fc1b, tp, t)))
+          .set(n + "mlp.dense_4h_to_h.weight", out(col_chunk(y.fc2w, tp, t)))
+          .set(n + "mlp.dense_4h_to_h.bias", out(y.fc2b));
+    }
+    if (last) encoder.set("final_layernorm.weight", out(st.fw)).set("final_layernorm.bias", out(st.fb));
+    TorchOut lm = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+    if (first) {
+      TorchOut embedding = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+      embedding.set("word_embeddings", state_dict_of({{"weight", out(row_chunk(st.word, tp, t))}}))
+          .set("position_embeddings", state_dict_of({{"weight", out(st.position)}}));
+      lm.set("embedding", std::move(embedding));
+    }
+    lm.set("encoder", std::move(encoder));
+    TorchOut model = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+    model.set("language_model", std::move(lm));
+    if (last && !first)  // the last stage's copy of the tied embedding (GPTModel's word_embeddings_for_head)
+      model.set("word_embeddings_for_head", state_dict_of({{"weight", out(row_chunk(st.word, tp, t))}}));
+    return model;
   };
   const std::string it_name =
       opt.iteration < 0 ? "release" : [&] {
@@ -202,60 +370,24 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   if (ec) throw std::runtime_error(it_dir.string() + ": cannot create: " + ec.message());
 
   std::vector<std::string> files;
-  const int64_t per_stage = L / pp;
   for (int64_t p = 0; p < pp; ++p) {
-    std::vector<Layer> layers;
-    for (int64_t l = p * per_stage; l < (p + 1) * per_stage; ++l) {
-      Mat qkvw = qkv_per_head(transposed(get(Role::kQkvW, l, {H, 3 * H})), s.heads);
-      Mat qkvb = get(Role::kQkvB, l, {3 * H});
-      qkvb.shape = {3 * H, 1};
-      qkvb = qkv_per_head(qkvb, s.heads);
-      qkvb.shape = {3 * H};
-      layers.push_back({get(Role::kNorm1W, l, {H}), get(Role::kNorm1B, l, {H}), std::move(qkvw), std::move(qkvb),
-                        transposed(get(Role::kOW, l, {H, H})), get(Role::kOB, l, {H}), get(Role::kNorm2W, l, {H}),
-                        get(Role::kNorm2B, l, {H}), transposed(get(Role::kFcW, l, {H, s.ffn})), get(Role::kFcB, l, {s.ffn}),
-                        transposed(get(Role::kDownW, l, {s.ffn, H})), get(Role::kDownB, l, {H})});
-    }
-    const bool first = p == 0, last = p == pp - 1;
+    const Stage weights = stage_of(weight, p, true);
+    std::optional<Stage> moments[2];
+    if (opt.train)
+      for (int k = 0; k < 2; ++k)
+        moments[k] = stage_of([&, k](const std::string& n) { return opt.train->moment(k, n); }, p, false);
     for (int64_t t = 0; t < tp; ++t) {
-      TorchOut encoder = TorchOut::dict(TorchOut::Kind::kOrderedDict);
-      for (size_t k = 0; k < layers.size(); ++k) {
-        const Layer& y = layers[k];
-        const std::string n = "layers." + std::to_string(k) + ".";
-        encoder.set(n + "input_layernorm.weight", out(y.n1w))
-            .set(n + "input_layernorm.bias", out(y.n1b))
-            .set(n + "self_attention.query_key_value.weight", out(row_chunk(y.qkvw, tp, t)))
-            .set(n + "self_attention.query_key_value.bias", out(row_chunk(y.qkvb, tp, t)))
-            .set(n + "self_attention.dense.weight", out(col_chunk(y.projw, tp, t)))
-            .set(n + "self_attention.dense.bias", out(y.projb))
-            .set(n + "post_attention_layernorm.weight", out(y.n2w))
-            .set(n + "post_attention_layernorm.bias", out(y.n2b))
-            .set(n + "mlp.dense_h_to_4h.weight", out(row_chunk(y.fc1w, tp, t)))
-            .set(n + "mlp.dense_h_to_4h.bias", out(row_chunk(y.fc1b, tp, t)))
-            .set(n + "mlp.dense_4h_to_h.weight", out(col_chunk(y.fc2w, tp, t)))
-            .set(n + "mlp.dense_4h_to_h.bias", out(y.fc2b));
-      }
-      if (last) {
-        encoder.set("final_layernorm.weight", out(get(Role::kFinalNormW, -1, {H})))
-            .set("final_layernorm.bias", out(get(Role::kFinalNormB, -1, {H})));
-      }
-      TorchOut lm = TorchOut::dict(TorchOut::Kind::kOrderedDict);
-      if (first) {
-        TorchOut embedding = TorchOut::dict(TorchOut::Kind::kOrderedDict);
-        embedding.set("word_embeddings", state_dict_of({{"weight", out(row_chunk(word, tp, t))}}))
-            .set("position_embeddings", state_dict_of({{"weight", out(position)}}));
-        lm.set("embedding", std::move(embedding));
-      }
-      lm.set("encoder", std::move(encoder));
-      TorchOut model = TorchOut::dict(TorchOut::Kind::kOrderedDict);
-      model.set("language_model", std::move(lm));
-      if (last && !first)  // the last stage's copy of the tied embedding (GPTModel's word_embeddings_for_head)
-        model.set("word_embeddings_for_head", state_dict_of({{"weight", out(row_chunk(word, tp, t))}}));
       TorchOut root = TorchOut::dict();
       root.set("args", args())
           .set("checkpoint_version", TorchOut::real(3.0))
           .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
-          .set("model", std::move(model));
+          .set("model", model_of(weights, p, t, opt.dtype));
+      if (opt.train) {
+        const TorchOut master = model_of(weights, p, t, TorchDtype::kF32);
+        root.set("optimizer", optimizer_state(*opt.train, opt.dtype, master, model_of(*moments[0], p, t, TorchDtype::kF32),
+                                              model_of(*moments[1], p, t, TorchDtype::kF32)))
+            .set("opt_param_scheduler", scheduler_state(*opt.train));
+      }
       const fs::path d = it_dir / rank_dir(t, p, pp);
       fs::create_directories(d, ec);
       if (ec) throw std::runtime_error(d.string() + ": cannot create: " + ec.message());

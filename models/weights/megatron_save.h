@@ -31,6 +31,28 @@
 
 namespace gf {
 
+// The training state written beside the weights (save_checkpoint without --no-save-optim), so that Megatron-LM (and
+// gridformer) resume from it: 'optimizer' as Megatron's optimizer.state_dict() gives it (megatron/optimizer/
+// optimizer.py at 285068c): torch's Adam state dict {'state': {i: {'exp_avg', 'exp_avg_sq', 'step'}}, 'param_groups':
+// [decay group, no-decay group]} numbering the parameters as get_param_groups does (named_parameters order; '.bias'
+// or 1-D: no decay), also holding apex FusedAdam's group 'step'; under fp16 / bf16 wrapped as Float16Optimizer's
+// {'optimizer', 'grad_scaler' (fp16), 'fp32_from_fp16_params' (the fp32 weights, the file's model holding them
+// rounded)}; and 'opt_param_scheduler' (OptimizerParamScheduler.state_dict(), in samples). No 'rng_state': Megatron
+// resumes from it with --no-load-rng.
+struct MegatronTrainState {
+  // A parameter's AdamW moment by our name, in our layout like `weight`: k 0 exp_avg, 1 exp_avg_sq.
+  std::function<std::vector<float>(int k, const std::string& name)> moment;
+  int64_t adam_step = 0;  // Adam's steps (the iteration less the steps skipped for overflow)
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // the param groups' values
+  bool grad_scaler = false;  // fp16's DynamicGradScaler state
+  double loss_scale = 1;
+  int64_t growth_tracker = 0, hysteresis_tracker = 2;
+  double max_lr = 0, min_lr = 0;  // opt_param_scheduler, its steps in samples
+  int64_t warmup_samples = 0, decay_samples = 0, num_samples = 0, wd_incr_samples = 0;
+  std::string decay_style = "linear";
+  int64_t global_batch = 0;  // args.global_batch_size
+};
+
 struct MegatronSaveOptions {
   int64_t tp = 1, pp = 1;                    // --tensor-model-parallel-size, --pipeline-model-parallel-size
   TorchDtype dtype = TorchDtype::kF32;       // the weights' dtype (args.fp16 / args.bf16 say which)
@@ -38,6 +60,7 @@ struct MegatronSaveOptions {
   int64_t consumed_train_samples = 0;        // args.consumed_train_samples
   int64_t make_vocab_size_divisible_by = 128;
   std::string tokenizer_type = "GPT2BPETokenizer";  // args.tokenizer_type (check_checkpoint_args compares it)
+  const MegatronTrainState* train = nullptr;         // with the optimizer state (iteration >= 0)
 };
 
 // Why `model` cannot be written in Megatron's layout ("" when it can).

@@ -139,6 +139,10 @@ struct CheckpointConfig {
   int64_t save_steps = 1, keep_max = 5;
   std::string directory;
   bool async_save = false;
+  // megatron_format (ours; pretrain_gpt --save sets it): beside each checkpoint, rank 0 writes the same state in
+  // Megatron-LM's layout (iter_NNNNNNN/mp_rank_*/model_optim_rng.pt with the optimizer, and its tracker file) in
+  // `directory` (runner/train/megatron_state.cpp).
+  bool megatron_format = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -290,6 +290,8 @@ std::vector<KeyRule> common_rules() {
       {"processor.type", kIgnored, kProcessor},
       {"processor.return_tensors", kIgnored, kProcessor},
   };
+  r.push_back({"callbacks.*.megatron_format", kBuilt,
+               "ours: each checkpoint also in Megatron-LM's layout, with its optimizer state (runner/train/megatron_state.cpp)"});
   for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})
     r.push_back({std::string("callbacks.*.") + k, kBuilt, "checkpoint (CheckpointMonitor; runner/train/checkpointing.cpp)"});
   for (const char* k : {"integrated_save", "save_network_params", "save_trainable_params"})

@@ -308,6 +308,7 @@ void translate_output(Job& j) {
     ck["directory"] = save;
     ck["save_checkpoint_steps"] = a.i("--save-interval");
     ck["keep_checkpoint_max"] = 0;  // Megatron keeps every checkpoint
+    ck["megatron_format"] = true;   // and Megatron's own layout beside ours, for Megatron-LM to resume from
     j.callbacks.push_back(ck);
   } else if (a.has("--save-interval")) {
     j.note(j.given("--save-interval"), "no effect without --save");
@@ -322,9 +323,9 @@ void translate_output(Job& j) {
       j.differ("--load " + load + " names a directory that must exist: gridformer refuses a load_checkpoint that does not, "
                "where Megatron starts from random weights unless --exit-on-missing-checkpoint");
     }
-    j.differ("--load: a Megatron-LM checkpoint (iter_*/mp_rank_*/model_optim_rng.pt) gives its weights (--finetune, "
-             "--no-load-optim); resuming its optimizer state, step and consumed samples is not read yet: resume from "
-             "gridformer's own checkpoints (--save)");
+    j.differ("--load: a Megatron-LM checkpoint (iter_*/mp_rank_*/model_optim_rng.pt) resumes with its weights, Adam "
+             "moments, iteration, consumed samples, loss scale and schedule; the distributed optimizer's distrib_optim.pt "
+             "is not read yet (--finetune takes its weights alone)");
   }
   if (a.flag("--no-load-optim")) {
     if (j.training && !finetune && !load.empty())

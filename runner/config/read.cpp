@@ -513,7 +513,8 @@ void read_callbacks(ReadContext& x) {
   const struct { const char* type; std::vector<std::string> keys; } kinds[] = {
       {"MFLossMonitor", {"per_print_times"}},
       {"CheckpointMonitor", {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
-                             "save_network_params", "save_trainable_params", "async_save", "directory"}},
+                             "save_network_params", "save_trainable_params", "async_save", "directory",
+                             "megatron_format"}},
       {"ObsMonitor", {}}, {"SummaryMonitor", summary_monitor_keys()}, {"ProfileMonitor", {}}, {"EvalCallBack", {}}};
   Config& c = x.c;
   const YAML::Node cbs = config_tree::find(x.rd.root(), "callbacks");
@@ -545,6 +546,7 @@ void read_callbacks(ReadContext& x) {
       else if (key == "keep_checkpoint_max") c.checkpoint.keep_max = v.as<int64_t>();
       else if (key == "directory") c.checkpoint.directory = v.as<std::string>();
       else if (key == "async_save") c.checkpoint.async_save = v.as<bool>();
+      else if (key == "megatron_format") c.checkpoint.megatron_format = v.as<bool>();
       else if (key == "integrated_save" || key == "save_network_params" || key == "save_trainable_params")
         // MindSpore's integrated_save merges the sliced parameters into whole ones when saving; ours are
         // saved as boxes of the global tensors and load under any layout, so none of these changes the files.

@@ -352,6 +352,7 @@ callbacks:
   save_trainable_params: false
   async_save: false
   directory: ""
+  megatron_format: false
   summary_dir: ~  # SummaryMonitor's (MindSpore's SummaryCollector's arguments)
   collect_freq: 10
   collect_specified_data: ~

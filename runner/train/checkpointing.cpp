@@ -23,6 +23,7 @@
 
 #include "core/io/checkpoint.h"
 #include "models/registry.h"
+#include "models/weights/megatron_checkpoint.h"
 #include "runner/report/logging.h"
 #include "runner/report/metrics_log.h"
 #include "runner/report/run_info.h"
@@ -145,6 +146,7 @@ void Trainer::load_initial_state() {
   if (cfg.resume_training && path.empty()) {
     // A restarted job resumes from its own checkpoints when it has some.
     path = own_resume_checkpoint();
+    if (path.empty() && is_megatron_checkpoint(checkpoint_root())) return resume_megatron(checkpoint_root());
     if (path.empty()) {
       spdlog::warn("`resume_training: True` without load_checkpoint, and no checkpoint under {} yet: training starts "
                    "from step 1",
@@ -197,8 +199,9 @@ void Trainer::load_initial_state() {
                              "did (or merge them into the base: gridformer convert --merge-lora)");
   }
   if (!ckpt::is_checkpoint(path)) {
+    if (cfg.resume_training && is_megatron_checkpoint(path)) return resume_megatron(path);
     if (cfg.resume_training)
-      throw std::runtime_error("`resume_training: True` needs a gridformer checkpoint, and `load_checkpoint: " + path +
+      throw std::runtime_error("`resume_training: True` needs a training run's checkpoint (gridformer's, or Megatron-LM's), and `load_checkpoint: " + path +
                                "` holds weights only (Hugging Face or MindSpore; no optimizer state or step): drop resume_training to "
                                "start training from these weights");
     const auto t0 = std::chrono::steady_clock::now();
@@ -532,6 +535,13 @@ void Trainer::finish_checkpoint(bool wait) {
         ckpt::abort_save(checkpoint_root(), p.name);
       } catch (const std::exception& e) {
         problem += std::string(" (and its temporary directory could not be removed: ") + e.what() + ")";
+      }
+    }
+    if (problem.empty() && cfg_.checkpoint.megatron_format) {
+      try {
+        write_megatron_layout((fs::path(checkpoint_root()) / p.name).string(), p.step);
+      } catch (const std::exception& e) {
+        problem = "it is committed, but its Megatron-LM layout could not be written: " + std::string(e.what());
       }
     }
   }

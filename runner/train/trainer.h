@@ -190,6 +190,11 @@ class Trainer {
   // No collective: it runs while the trainer is built. Called after the optimizers exist.
   void load_initial_state();
   void init_weights();
+  // Megatron-LM's checkpoints (runner/train/megatron_state.cpp): resume_training from one (its weights, Adam moments,
+  // iteration, consumed samples, loss scale and schedule); and, with CheckpointMonitor's megatron_format, the state
+  // of our checkpoint `ours` (committed, of `step`) written in Megatron's layout beside it (world rank 0).
+  void resume_megatron(const std::string& path);
+  void write_megatron_layout(const std::string& ours, int64_t step);
   // LoRA (model_config.pet_config): the model trains adapters over a frozen base; load_lora_base fills the base and
   // records its path (lora_base_), which checkpoints name instead of copying the base.
   bool lora() const { return cfg_.model.lora.on; }

@@ -1,0 +1,274 @@
+// A Megatron-LM run's optimizer state read for a resume (megatron_checkpoint.h's load_megatron_training).
+//
+// What Megatron saves (megatron/checkpointing.py save_checkpoint at 285068c, megatron/training/checkpointing.py at
+// core_r0.6.0; the same for MindSpeed, which patches neither): beside 'model', without --no-save-optim,
+//   'optimizer': FP32Optimizer.state_dict(), which is torch's (or apex FusedAdam's) optimizer.state_dict():
+//                {'state': {i: {'exp_avg', 'exp_avg_sq'[, 'step']}}, 'param_groups': [{..., 'params': [i, ...]}]};
+//                under --fp16 / --bf16 Float16OptimizerWithFloat16Params.state_dict(): {'optimizer': that,
+//                'grad_scaler': DynamicGradScaler.state_dict() (fp16 only), 'fp32_from_fp16_params': the fp32 master
+//                copies, a list per param group in the group's order};
+//   'opt_param_scheduler': OptimizerParamScheduler.state_dict() ('lr_scheduler' before 2022), counted in samples.
+// torch numbers the parameters 0, 1, ... through the param groups in order; Megatron's get_param_groups builds the
+// groups from named_parameters() of every model chunk in turn: a parameter is "no weight decay" when its name ends in
+// '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter (allreduce False) goes to a group
+// with is_expert_parallel True. 285068c appends the decay group first; core_r0.6.0 orders groups by their first
+// parameter; 2020's Megatron had no wd_mult and put the no-decay group second. So each group's kind is read from its
+// own keys, and its indices are given to the model's parameters of that kind in named_parameters() order, which is
+// the order of the state dict's parameters (PyTorch's state_dict and named_parameters both walk the modules in
+// registration order; megatron_flatten leaves out the non-parameters).
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "core/io/torch_file.h"
+#include "models/causal_lm.h"
+#include "models/weights/megatron_checkpoint.h"
+
+namespace gf {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A number as Megatron stores it: a Python int or float, or a 0-d (or one-element) tensor.
+double number(const PickleValue& v, const std::string& where) {
+  if (v.kind() == PickleValue::Kind::kInt || v.kind() == PickleValue::Kind::kFloat || v.kind() == PickleValue::Kind::kBool)
+    return v.as_float();
+  if (v.kind() == PickleValue::Kind::kTensor && v.tensor().numel() == 1) return v.tensor().to_double()[0];
+  throw std::runtime_error(where + " holds a " + std::string(v.kind_name()) + ", not a number");
+}
+
+const PickleValue& need(const PickleValue& d, const char* key, const std::string& where) {
+  const PickleValue* v = d.is_dict() ? d.find(key) : nullptr;
+  if (!v || v->is_none()) throw std::runtime_error(where + " has no '" + key + "'");
+  return *v;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// One shard file's optimizer state, per model chunk in the model state dict's names.
+struct OptimizerView {
+  std::vector<MegatronFlat> master, exp_avg, exp_avg_sq;
+  double step = -1;
+  bool scaler = false;
+  double scale = 1.0;
+  int64_t growth = 0, hysteresis = 0;
+};
+
+OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+  const std::string file = f.path();
+  const PickleValue* opt = f.root().find("optimizer");
+  if (!opt || opt->is_none())
+    throw std::runtime_error(file + ": holds no optimizer state (saved with --no-save-optim?): a resume needs the Adam "
+                             "moments; --finetune loads its weights alone, from step 1");
+  if (!opt->is_dict()) throw std::runtime_error(file + ": 'optimizer' holds a " + std::string(opt->kind_name()) + ", not a dict");
+  OptimizerView out;
+  const PickleValue* inner = opt;
+  const PickleValue* masters = nullptr;
+  if (const PickleValue* wrapped = opt->find("optimizer"); wrapped && wrapped->is_dict()) {  // Float16Optimizer's
+    inner = wrapped;
+    masters = opt->find("fp32_from_fp16_params");
+    if (const PickleValue* gs = opt->find("grad_scaler"); gs && gs->is_dict()) {
+      out.scaler = true;
+      out.scale = number(need(*gs, "scale", file + ": optimizer.grad_scaler"), file + ": optimizer.grad_scaler.scale");
+      if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(number(*g, file));
+      if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(number(*h, file));
+    }
+  }
+  const PickleValue* state = inner->find("state");
+  const PickleValue& groups = need(*inner, "param_groups", file + ": the optimizer state dict");
+  if (!state || !state->is_dict())
+    throw std::runtime_error(file + ": the optimizer state dict has no per-parameter 'state': Megatron's distributed "
+                             "optimizer keeps its moments in distrib_optim.pt, which gridformer does not read yet; "
+                             "--finetune loads the weights alone, from step 1");
+  if (groups.kind() != PickleValue::Kind::kList)
+    throw std::runtime_error(file + ": optimizer param_groups holds a " + std::string(groups.kind_name()) + ", not a list");
+
+  // The model's parameters in named_parameters() order, each with its group kind.
+  struct Param {
+    std::string name;
+    const PickleValue* weight;
+    size_t chunk;
+    bool no_wd, expert, taken = false;
+  };
+  std::vector<Param> params;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (const auto& [name, w] : megatron_flatten(*chunks[c], file)) {
+      const bool no_wd = ends_with(name, ".bias") || w->tensor().shape.size() == 1;
+      params.push_back({name, w, c, no_wd, name.find(".experts.") != std::string::npos});
+    }
+  out.master.resize(chunks.size());
+  out.exp_avg.resize(chunks.size());
+  out.exp_avg_sq.resize(chunks.size());
+  const auto& list = groups.items();
+  size_t assigned = 0;
+  for (size_t g = 0; g < list.size(); ++g) {
+    const std::string where = file + ": optimizer param_groups[" + std::to_string(g) + "]";
+    const PickleValue& group = list[g];
+    const PickleValue& indices = need(group, "params", where);
+    bool no_wd;
+    if (const PickleValue* m = group.find("wd_mult")) no_wd = number(*m, where + ".wd_mult") == 0.0;
+    else if (list.size() == 2) no_wd = g == 1;  // 2020's Megatron: [decay, no decay]
+    else throw std::runtime_error(where + ": has no wd_mult, and there are " + std::to_string(list.size()) +
+                                  " groups: not Megatron's param groups");
+    const PickleValue* e = group.find("is_expert_parallel");
+    const bool expert = e && !e->is_none() && e->as_bool();
+    std::vector<Param*> kind;
+    for (Param& p : params)
+      if (p.no_wd == no_wd && p.expert == expert && !p.taken) kind.push_back(&p);
+    if (indices.items().size() != kind.size())
+      throw std::runtime_error(where + " (" + (no_wd ? "no weight decay" : "weight decay") + (expert ? ", experts" : "") +
+                               ") numbers " + std::to_string(indices.items().size()) + " parameters, the model state dict " +
+                               "has " + std::to_string(kind.size()) + " of that kind: the optimizer state is not this "
+                               "model's (or its groups are not Megatron's get_param_groups)");
+    const PickleValue* group_masters = nullptr;
+    if (masters && masters->kind() == PickleValue::Kind::kList) {
+      if (g >= masters->items().size() || masters->items()[g].items().size() != kind.size())
+        throw std::runtime_error(file + ": optimizer.fp32_from_fp16_params has no list of " + std::to_string(kind.size()) +
+                                 " master weights for param group " + std::to_string(g));
+      group_masters = &masters->items()[g];
+    }
+    for (size_t j = 0; j < kind.size(); ++j) {
+      Param& p = *kind[j];
+      p.taken = true;
+      ++assigned;
+      const int64_t index = indices.items()[j].as_int();
+      const std::string at = file + ": optimizer state " + std::to_string(index) + " (" + p.name + ")";
+      const PickleValue* s = state->find(index);
+      if (!s || !s->is_dict())
+        throw std::runtime_error(at + " is missing: the optimizer has not stepped this parameter (a checkpoint before "
+                                 "the first iteration holds no moments)");
+      const std::vector<int64_t>& shape = p.weight->tensor().shape;
+      const PickleValue* moments[2] = {&need(*s, "exp_avg", at), &need(*s, "exp_avg_sq", at)};
+      for (const PickleValue* m : moments)
+        if (m->kind() != PickleValue::Kind::kTensor || m->tensor().shape != shape)
+          throw std::runtime_error(at + ": a moment of shape " +
+                                   (m->kind() == PickleValue::Kind::kTensor ? shape_text(m->tensor().shape) : m->kind_name()) +
+                                   " for a parameter of shape " + shape_text(shape) + ": the state is not this model's");
+      out.exp_avg[p.chunk].emplace_back(p.name, moments[0]);
+      out.exp_avg_sq[p.chunk].emplace_back(p.name, moments[1]);
+      const PickleValue* st = s->find("step");
+      if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
+      if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
+      const double step = number(*st, at + ".step");
+      if (out.step >= 0 && step != out.step)
+        throw std::runtime_error(at + ": step " + std::to_string(step) + ", other parameters " + std::to_string(out.step) +
+                                 ": Adam's bias correction needs one step count");
+      out.step = step;
+      if (group_masters) {
+        const PickleValue& w = group_masters->items()[j];
+        if (w.kind() != PickleValue::Kind::kTensor || w.tensor().shape != shape)
+          throw std::runtime_error(file + ": optimizer.fp32_from_fp16_params[" + std::to_string(g) + "][" +
+                                   std::to_string(j) + "] is not a tensor of " + p.name + "'s shape " + shape_text(shape));
+        out.master[p.chunk].emplace_back(p.name, &w);
+      }
+    }
+  }
+  if (assigned != params.size())
+    throw std::runtime_error(file + ": the optimizer's param groups number " + std::to_string(assigned) + " of the model's " +
+                             std::to_string(params.size()) + " parameters");
+  return out;
+}
+
+}  // namespace
+
+MegatronTrainingState load_megatron_training(CausalLM& model, const std::string& path, const MegatronMomentSink& moment) {
+  MegatronTrainingState out;
+  std::map<std::string, OptimizerView> views;
+  bool first = true, masters = false;
+  auto on_file = [&](const TorchFile& f, const MegatronCheckpointFiles& files) {
+    out.dir = files.dir;
+    if (files.iteration == "release")
+      throw std::runtime_error(files.dir + ": a release checkpoint holds weights only (no step, no optimizer): "
+                               "--finetune loads them, from step 1");
+    const PickleValue& args = need(f.root(), "args", f.path());
+    if (const PickleValue* d = args.find("use_distributed_optimizer"); d && !d->is_none() && d->as_bool())
+      throw std::runtime_error(f.path() + ": saved by Megatron's distributed optimizer, whose moments are in "
+                               "distrib_optim.pt, which gridformer does not read yet: --finetune loads the weights "
+                               "alone, from step 1");
+    const int64_t iteration = static_cast<int64_t>(number(need(f.root(), "iteration", f.path()), f.path() + ": iteration"));
+    if (!first && iteration != out.iteration)
+      throw std::runtime_error(f.path() + ": iteration " + std::to_string(iteration) + ", rank 0's file says " +
+                               std::to_string(out.iteration) + ": the shard files are of different saves");
+    if (!first) return;
+    first = false;
+    out.iteration = iteration;
+    if (const PickleValue* c = args.find("consumed_train_samples"); c && !c->is_none())
+      out.consumed_samples = static_cast<int64_t>(number(*c, f.path() + ": args.consumed_train_samples"));
+    if (const PickleValue* g = args.find("global_batch_size"); g && !g->is_none())
+      out.global_batch = static_cast<int64_t>(number(*g, f.path() + ": args.global_batch_size"));
+    const PickleValue* sch = f.root().find("opt_param_scheduler");
+    if (!sch || sch->is_none()) sch = f.root().find("lr_scheduler");
+    if (sch && sch->is_dict()) {
+      const std::string w = f.path() + ": opt_param_scheduler";
+      auto field = [&](const char* now, const char* before) -> const PickleValue& {
+        const PickleValue* v = sch->find(now);
+        return v ? *v : need(*sch, before, w);
+      };
+      out.scheduler = true;
+      out.max_lr = number(field("max_lr", "start_lr"), w + ".max_lr");
+      out.min_lr = number(need(*sch, "min_lr", w), w + ".min_lr");
+      out.warmup_samples = static_cast<int64_t>(number(field("lr_warmup_steps", "warmup_steps"), w + ".lr_warmup_steps"));
+      out.decay_samples = static_cast<int64_t>(number(field("lr_decay_steps", "decay_steps"), w + ".lr_decay_steps"));
+      out.scheduler_samples = static_cast<int64_t>(number(need(*sch, "num_steps", w), w + ".num_steps"));
+      out.decay_style = field("lr_decay_style", "decay_style").as_string();
+    }
+  };
+  auto view = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) -> const OptimizerView& {
+    auto it = views.find(f.path());
+    if (it == views.end()) it = views.emplace(f.path(), optimizer_view(f, chunks)).first;
+    return it->second;
+  };
+  MegatronPart weights, m, v;
+  weights.what = "weights";
+  weights.read = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+    const OptimizerView& o = view(f, chunks);
+    std::vector<MegatronFlat> flat;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (!o.master[c].empty()) masters = true;
+      flat.push_back(o.master[c].empty() ? megatron_flatten(*chunks[c], f.path()) : o.master[c]);
+    }
+    return flat;
+  };
+  weights.place = [&model](const TensorPlacement& t, const std::vector<float>& full) {
+    Placement::scatter(t, full.data(), model.weights() + t.offset);
+  };
+  m.what = "exp_avg";
+  m.read = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+    const OptimizerView& o = view(f, chunks);
+    if (out.adam_step == 0 && o.step >= 0) out.adam_step = static_cast<int64_t>(o.step);
+    if (o.step >= 0 && static_cast<int64_t>(o.step) != out.adam_step)
+      throw std::runtime_error(f.path() + ": Adam's step " + std::to_string(static_cast<int64_t>(o.step)) +
+                               ", other shard files " + std::to_string(out.adam_step));
+    if (o.scaler && !out.grad_scaler) {
+      out.grad_scaler = true;
+      out.loss_scale = o.scale;
+      out.growth_tracker = o.growth;
+      out.hysteresis_tracker = o.hysteresis;
+    }
+    return o.exp_avg;
+  };
+  m.place = [&moment](const TensorPlacement& t, const std::vector<float>& full) { moment(0, t, full); };
+  v.what = "exp_avg_sq";
+  v.read = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+    std::vector<MegatronFlat> flat = view(f, chunks).exp_avg_sq;
+    views.erase(f.path());  // its pointers are into f, which the next file replaces
+    return flat;
+  };
+  v.place = [&moment](const TensorPlacement& t, const std::vector<float>& full) { moment(1, t, full); };
+  const std::string note = load_megatron_parts(model, path, {weights, m, v}, on_file);
+  out.master_weights = masters;
+  if (out.adam_step > out.iteration)
+    throw std::runtime_error(out.dir + ": Adam has taken " + std::to_string(out.adam_step) + " steps in " +
+                             std::to_string(out.iteration) + " iterations: the state is inconsistent");
+  out.note = note + "; Adam's moments at step " + std::to_string(out.adam_step) +
+             (masters ? ", fp32 master weights from fp32_from_fp16_params" : "");
+  return out;
+}
+
+}  // namespace gf

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Megatron-LM checkpoints as a run's whole state (the Megatron issue, items 3 and 4: "without --finetune a training run
+# resumes where Megatron stopped: the Adam moments, the step, the consumed samples and the schedule"; "--save under
+# the Megatron arguments writes the same format"):
+#   (a) Checkpoints PyTorch wrote (tools/megatron_resume_reference.py: torch's AdamW took 3 iterations of Megatron's
+#       steps and saved its state in Megatron's layout; torch's per-parameter step, apex's per-group step, TP 2) resume
+#       under `pretrain_gpt --load`: iterations 4 to 13 give PyTorch's losses within 1e-5 relative, on 1 rank, on 2 with
+#       the distributed optimizer (ZeRO-1: each rank takes its shard of the moments), and the TP 2 one on 2 ranks.
+#   (b) Ours out and back: `--save` writes Megatron's layout beside our checkpoints; a run resumed from the Megatron
+#       files alone logs the 10 steps of the run resumed from ours and of the uninterrupted run bit for bit (fp32; fp16
+#       with its fp32 master weights and loss scale; TP 2 with the distributed optimizer on 2 ranks).
+#   (c) What we wrote is Megatron's: torch.load reads it, and torch's AdamW over the model's parameters in Megatron's
+#       param groups takes its optimizer state dict, every moment of its parameter's shape.
+#   (d) What cannot resume is refused by name: a release checkpoint, one saved without its optimizer, one of the
+#       distributed optimizer (distrib_optim.pt is not read).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_python torch
+
+# Two datasets of NullTokenizer ids (< 99): period-8 documents, whose every sample is the same 33 tokens (for the
+# PyTorch reference), and random documents of random lengths (for the data's position across a resume).
+PYTHONPATH="$SRC/tests/integration" "$PY" - <<'EOF'
+import random
+import lib
+lib.write("period", [[5, 17, 42, 3, 88, 21, 60, 9] * 16 for _ in range(64)])
+rng = random.Random(3)
+lib.write("random", [[rng.randrange(99) for _ in range(rng.randrange(20, 90))] for _ in range(120)])
+EOF
+
+# pretrain NAME NP ARGS...: gridformer pretrain_gpt ARGS in directory NAME (its ./output) on NP ranks; must exit 0.
+pretrain() {
+  local name=$1 np=$2; shift 2
+  mkdir -p "$name"
+  if ((np == 1)); then run "$name" bash -c 'cd "$0" && exec "$@"' "$name" "$BIN" pretrain_gpt "$@"
+  else run "$name" bash -c 'cd "$0" && exec "$@"' "$name" mpirun -np "$np" --oversubscribe "$BIN" pretrain_gpt "$@"
+  fi
+  ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: pretrain_gpt exited with status $STATUS"; }
+}
+# resumed NAME STEP SAMPLES: NAME's log says it resumed a Megatron checkpoint after STEP, SAMPLES consumed.
+resumed() {
+  grep -qE "resumed from .*iter_0*$2 \(Megatron-LM checkpoint.*Adam's moments at step [0-9]+.*\): step $2 \($3 samples consumed\)" "$1.log" ||
+    { grep -i resum "$1.log"; fail "$1: no resume from the Megatron checkpoint's iteration $2 with $3 samples"; }
+}
+
+# ---- (a) PyTorch's checkpoints
+for form in "torch" "apex --apex" "tp2 --tp 2"; do
+  set -- $form
+  name=$1; shift
+  "$PY" "$SRC/tools/megatron_resume_reference.py" --data "$WORK/period" --out "$WORK/ref_$name" "$@" > "ref_$name.log" 2>&1 ||
+    { cat "ref_$name.log"; fail "the PyTorch reference ($name)"; }
+done
+mapfile -t ARGS < <("$PY" -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1]))["args"]))' ref_torch/expected.json)
+# from_pytorch NAME REF NP ARGS...: resumes REF's checkpoint for iterations 4 to 13; their losses are PyTorch's.
+from_pytorch() {
+  local name=$1 ref=$2 np=$3; shift 3
+  pretrain "$name" "$np" "${ARGS[@]}" --data-path "$WORK/period" --train-iters 13 --load "$WORK/$ref" "$@"
+  resumed "$name" 3 12
+  "$PY" - "$ref/expected.json" "$name/output/metrics.jsonl" <<'EOF' || fail "$name: the losses after the resume are not PyTorch's"
+import json, sys
+want = {int(k): v for k, v in json.load(open(sys.argv[1]))["losses"].items()}
+got = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r and "step" in r}
+assert sorted(got) == sorted(want), f"logged steps {sorted(got)}, PyTorch's {sorted(want)}"
+worst = max(abs(got[k] - want[k]) / abs(want[k]) for k in want)
+print(f"steps {min(want)}-{max(want)}: within {worst:.1e} relative of PyTorch's ({', '.join(f'{want[k]:.6f}' for k in sorted(want))})")
+assert worst <= 1e-5, f"{worst:.2e} relative"
+EOF
+  ok "$name: resumed PyTorch's Megatron checkpoint at iteration 3 on $np rank(s), its losses"
+}
+from_pytorch a_torch ref_torch 1
+from_pytorch a_apex ref_apex 1
+from_pytorch a_zero ref_torch 2 --use-distributed-optimizer
+from_pytorch a_tp2 ref_tp2 2 --tensor-model-parallel-size 2
+
+# ---- (b) ours -> Megatron's layout -> ours
+# roundtrip NAME NP ARGS...: 13 iterations in one run; 3 saved (ours and Megatron's layout); 10 more from ours, and 10
+# more from the Megatron files alone (copied away from ours): both log the uninterrupted run's iterations 4 to 13 bit for bit.
+roundtrip() {
+  local name=$1 np=$2; shift 2
+  local run=("${ARGS[@]}" --data-path "$WORK/random" "$@")
+  pretrain "$name.full" "$np" "${run[@]}" --train-iters 13
+  pretrain "$name.first" "$np" "${run[@]}" --train-iters 3 --save "$WORK/$name.ck" --save-interval 3
+  grep -q "Megatron-LM layout written" "$name.first.log" || fail "$name: no Megatron layout written beside the checkpoint"
+  [ -f "$name.ck/iter_0000003/mp_rank_00/model_optim_rng.pt" ] || [ -f "$name.ck/iter_0000003/mp_rank_00_000/model_optim_rng.pt" ] ||
+    fail "$name: no iter_0000003 in $(ls "$name.ck")"
+  [ "$(cat "$name.ck/latest_checkpointed_iteration.txt")" = 3 ] || fail "$name: the tracker does not name iteration 3"
+  mkdir -p "$name.meg"
+  cp -r "$name.ck/iter_0000003" "$name.ck/latest_checkpointed_iteration.txt" "$name.meg/"
+  pretrain "$name.ours" "$np" "${run[@]}" --train-iters 13 --load "$WORK/$name.ck" --save "$WORK/$name.ck" --save-interval 100
+  pretrain "$name.megatron" "$np" "${run[@]}" --train-iters 13 --load "$WORK/$name.meg"
+  grep -q "resumed from .*$name.ck/" "$name.ours.log" || fail "$name.ours: did not resume from our checkpoint"
+  resumed "$name.megatron" 3 12
+  close_after 3 0 "$name.full/output" "$name.ours/output" "$name.megatron/output"
+  ok "$name: resumed from Megatron's layout of our checkpoint, bit for bit the uninterrupted run's steps 4-13"
+}
+roundtrip b_fp32 1
+roundtrip b_fp16 1 --fp16 --initial-loss-scale 4096
+roundtrip b_tp2 2 --tensor-model-parallel-size 2 --use-distributed-optimizer
+
+# ---- (c) torch reads it as Megatron's: the optimizer state dict fits torch's AdamW over the model in Megatron's groups
+for d in b_fp32.ck b_fp16.ck b_tp2.ck; do
+  "$PY" - "$d" <<'EOF' || fail "$d: torch does not take its Megatron layout"
+import glob, sys
+import torch
+def flat(state, prefix=""):
+    out = []
+    for k, v in state.items():
+        out += flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
+    return out
+files = sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng.pt"))
+assert files, "no shard files"
+for f in files:
+    sd = torch.load(f)
+    assert sd["iteration"] == 3 and sd["checkpoint_version"] == 3.0 and sd["args"].consumed_train_samples == 12
+    named = [(n, torch.nn.Parameter(t.float())) for n, t in flat(sd["model"])]
+    no_wd = [n.endswith(".bias") or p.dim() == 1 for n, p in named]
+    groups = [dict(params=[p for (n, p), x in zip(named, no_wd) if not x]), dict(params=[p for (n, p), x in zip(named, no_wd) if x])]
+    opt = torch.optim.AdamW(groups, lr=0.0)
+    o = sd["optimizer"]
+    fp16 = "fp32_from_fp16_params" in o
+    opt.load_state_dict(o["optimizer"] if fp16 else o)
+    for n, p in named:
+        s = opt.state[p]
+        assert s["exp_avg"].shape == p.shape and s["exp_avg_sq"].shape == p.shape, n
+        assert float(s["step"]) == 3.0 and torch.all(s["exp_avg_sq"] >= 0), n
+    if fp16:
+        masters = [t for g in o["fp32_from_fp16_params"] for t in g]
+        ordered = [p for g in groups for p in g["params"]]
+        assert all(m.dtype == torch.float32 and m.shape == p.shape for m, p in zip(masters, ordered))
+        assert all(torch.equal(m.half().float(), p) for m, p in zip(masters, ordered)), "the model is not its masters rounded"
+        assert float(o["grad_scaler"]["scale"]) > 0
+    sch = sd["opt_param_scheduler"]
+    assert sch["num_steps"] == 12 and sch["lr_decay_steps"] == 13 * 4 and sch["lr_warmup_steps"] == 2 * 4, sch
+    print(f"{f}: {len(named)} parameters, {len(opt.state)} states, groups {[len(g['params']) for g in groups]}")
+EOF
+done
+ok "torch.load and torch's AdamW take the optimizer state we wrote"
+
+# ---- (d) refusals
+mkdir -p d_release && cp -r b_fp32.ck/iter_0000003 d_release/release && echo release > d_release/latest_checkpointed_iteration.txt
+"$PY" - ref_torch "$SRC/tools" <<'EOF'
+import os, shutil, sys
+sys.path.insert(0, sys.argv[2])
+import megatron_golden_state  # noqa: F401  (Megatron's enums, which the args hold, under their module names)
+import torch
+src = sys.argv[1]
+for name, change in [("d_no_optim", lambda sd: sd.pop("optimizer")),
+                     ("d_distrib", lambda sd: setattr(sd["args"], "use_distributed_optimizer", True))]:
+    shutil.copytree(src, name)
+    f = os.path.join(name, "iter_0000003", "mp_rank_00", "model_optim_rng.pt")
+    sd = torch.load(f)
+    change(sd)
+    torch.save(sd, f)
+EOF
+for c in "d_release:a release checkpoint holds weights only" "d_no_optim:holds no optimizer state" \
+         "d_distrib:distrib_optim.pt, which gridformer does not read yet"; do
+  dir=${c%%:*} pattern=${c#*:}
+  refused 2 "$pattern" "$dir.run" bash -c "cd $WORK && mkdir -p $dir.run && cd $dir.run && exec $BIN pretrain_gpt $(printf '%q ' "${ARGS[@]}") --data-path $WORK/period --train-iters 13 --load $WORK/$dir"
+done

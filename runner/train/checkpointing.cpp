@@ -27,6 +27,7 @@
 #include "runner/report/logging.h"
 #include "runner/report/metrics_log.h"
 #include "runner/report/run_info.h"
+#include "runner/train/arena_shard.h"
 #include "runner/train/output_paths.h"
 #include "runner/train/trainer.h"
 #include "core/trace/fault.h"
@@ -37,7 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kMomentPrefix[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
 
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
@@ -46,12 +46,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The local elements [lo, hi) of `t` that an optimizer shard [b, e) of the arena covers.
-bool shard_part(const TensorPlacement& t, int64_t b, int64_t e, int64_t& lo, int64_t& hi) {
-  lo = std::max(b, t.offset) - t.offset;
-  hi = std::min(e, t.offset + t.numel()) - t.offset;
-  return lo < hi;
-}
 
 }  // namespace
 

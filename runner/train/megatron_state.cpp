@@ -14,6 +14,7 @@
 #include "models/weights/megatron_checkpoint.h"
 #include "models/weights/megatron_save.h"
 #include "runner/report/logging.h"
+#include "runner/train/arena_shard.h"
 #include "runner/train/trainer.h"
 
 namespace gf {
@@ -21,8 +22,6 @@ namespace gf {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kMomentPrefix[2] = {"optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
 // Megatron's --lr-decay-style for our schedule (the translation's inverse: megatron_args_train.cpp).
 std::string megatron_style(const LrScheduleConfig& l) {
@@ -45,9 +44,9 @@ void Trainer::resume_megatron(const std::string& path) {
     Placement::scatter(t, full.data(), local.data());
     for (const auto& op : opts_) {
       AdamW* o = op.get();
-      const int64_t lo = std::max(o->shard_begin(), t.offset) - t.offset;
-      const int64_t hi = std::min(o->shard_end(), t.offset + t.numel()) - t.offset;
-      if (lo < hi) o->write_moments(k, t.offset + lo - o->shard_begin(), hi - lo, local.data() + lo);
+      int64_t lo, hi;
+      if (shard_part(t, o->shard_begin(), o->shard_end(), lo, hi))
+        o->write_moments(k, t.offset + lo - o->shard_begin(), hi - lo, local.data() + lo);
     }
   };
   const MegatronTrainingState s = load_megatron_training(*model_, path, sink);

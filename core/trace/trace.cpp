@@ -1,6 +1,8 @@
 #include "core/trace/trace.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -135,6 +137,16 @@ double current_rss_bytes() {
   long size = 0, resident = 0;
   if (std::sscanf(buf, "%ld %ld", &size, &resident) != 2) return 0;
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+void add_thread_times(int64_t index) {
+  // The CPU time from the thread's clock (the scheduler's exact runtime; getrusage's utime and stime are
+  // that split by tick samples), the count from getrusage.
+  timespec cpu{};
+  rusage u{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0 || getrusage(RUSAGE_THREAD, &u) != 0) return;
+  add_arg(index, "thread_cpu_us", 1e6 * static_cast<double>(cpu.tv_sec) + 1e-3 * static_cast<double>(cpu.tv_nsec));
+  add_arg(index, "preemptions", static_cast<double>(u.ru_nivcsw));
 }
 
 void memory_counter(double planned_activation_bytes) {

@@ -107,6 +107,13 @@ std::string thread_name_json(int pid, int tid, const std::string& name);
 // `s` as a JSON string literal (quotes and escapes).
 std::string json_string(const std::string& s);
 
+// This thread's CPU time (user + system) and its involuntary context switches so far (getrusage
+// RUSAGE_THREAD), written as args "thread_cpu_us" and "preemptions" on the event at `index`. Two such
+// readings tell time the kernel kept the thread off its CPU (preempted by another process on a busy
+// machine) from time the code spent: tools/check_trace.py uses them between a step's interval start
+// and its span.
+void add_thread_times(int64_t index);
+
 // A span: from construction to destruction, when the flags it needs are on. Off, the constructor
 // tests the flag word and returns (no clock read, no name formatted).
 class Span;
@@ -152,6 +159,10 @@ class Span {
   }
   Span& arg(const char* key, const char* value) {
     if (index_ >= 0) add_str_arg(index_, key, value);
+    return *this;
+  }
+  Span& thread_times() {
+    if (index_ >= 0) add_thread_times(index_);
     return *this;
   }
   // Ends the span before its scope does.

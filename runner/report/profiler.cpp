@@ -69,7 +69,9 @@ void StepProfiler::before_interval_close(int64_t done) {
 void StepProfiler::interval_opens(int64_t step, trace::Clock::time_point t) const {
   if (!recording_) return;
   const int64_t i = trace::instant("meter", "interval start", t);
-  if (i >= 0) trace::add_arg(i, "step", static_cast<double>(step));
+  if (i < 0) return;
+  trace::add_arg(i, "step", static_cast<double>(step));
+  trace::add_thread_times(i);
 }
 
 bool StepProfiler::after_step(int64_t step) {

@@ -20,7 +20,9 @@
 // "excluded": the runner does not count them as training time); and an instant "interval start" where
 // each metrics.jsonl timing interval begins (args.step: the step whose interval it opens), so a
 // checker can reconcile the trace with the per_step_time the runner measured
-// (tools/check_trace.py). The recorder starts just before the interval of the first profiled step
+// (tools/check_trace.py). The instant and each step span also carry the thread's CPU time and
+// involuntary context switches (args thread_cpu_us, preemptions), so that a preemption on a busy machine
+// between the two shows as time off the CPU, not as the runner's unaccounted work. The recorder starts just before the interval of the first profiled step
 // opens, so that interval is in the trace whole.
 #pragma once
 #include <cstdint>

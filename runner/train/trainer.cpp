@@ -295,7 +295,7 @@ int Trainer::train_loop() {
     // The step's span: from here to the close of its interval (the log line, evaluation and
     // checkpoint after it are spans of their own).
     trace::Span step_span(trace::kOn, "step", "step %lld", static_cast<long long>(step));
-    step_span.arg("step", static_cast<double>(step));
+    step_span.arg("step", static_cast<double>(step)).thread_times();
     trace::memory_counter(planned);
     if (const double stop = stop_signal(); stop != 0) {
       step_span.end();

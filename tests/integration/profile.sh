@@ -10,7 +10,7 @@
 #   7. init_start_profile: from step 1; 8. profile off: no profile directory, no trace line;
 #   9. profile_ops: a span per op inside the layers' spans (bench/step_breakdown.py reads them);
 # and check_trace.py must refuse doctored traces (a step missing, a partial overlap, a rank missing,
-# a child removed), so that it can fail.
+# a child removed, an interval opened 5 ms before its step with no preemption), so that it can fail.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 check() { "$PY" "$SRC/tools/check_trace.py" "$@"; }
@@ -127,5 +127,20 @@ doctor overlap "[dict(e, dur=e['dur'] * 50) if e.get('name') == 'layer 1 fwd' el
 doctor no_rank1 "[e for e in ev if e.get('pid') != 1]" "expected \[0, 1\]"
 doctor no_optimizer "[e for e in ev if e.get('name') not in ('optimizer', 'data')]" "children sum\|no 'optimizer' span"
 doctor no_dur "[{k: v for k, v in e.items() if not (k == 'dur' and e.get('name') == 'data')} for e in ev]" "needs numeric ts and dur"
+# Step 3's interval opened 5 ms earlier with the thread never preempted: unaccounted time, refused.
+doctor early_interval "[dict(e, ts=e['ts'] - 5000) if e.get('pid') == 0 and e.get('name') == 'interval start' and e['args']['step'] == 3 else e for e in ev]" "more than 5% unaccounted)"
+# The time a preemption kept the thread off its CPU before the step's span (wall less thread CPU time, when the
+# involuntary switches rose) is the allowance, and only then.
+"$PY" - "$SRC/tools" <<'PY' || fail "check_trace.preempted_us"
+import sys
+sys.path.insert(0, sys.argv[1])
+from check_trace import preempted_us
+m = {"ts": 1000.0, "args": {"thread_cpu_us": 500.0, "preemptions": 7}}
+s = {"ts": 5300.0, "args": {"thread_cpu_us": 800.0, "preemptions": 8}}
+assert preempted_us(m, s) == 4000.0, preempted_us(m, s)
+assert preempted_us(m, dict(s, args=dict(s["args"], preemptions=7))) == 0.0  # no involuntary switch: no allowance
+assert preempted_us({"ts": 1000.0, "args": {}}, s) == 0.0                     # a trace without thread times
+assert preempted_us(m, dict(s, args=dict(s["args"], thread_cpu_us=5000.0))) == 0.0  # on the CPU throughout
+PY
 
 echo "profile: OK"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "runner/infer/lambada.h"
+#include "tests/test_util.h"
 
 namespace gf {
 namespace {
@@ -56,9 +57,7 @@ std::string byte_token(int b) {
 class LambadaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gf_lambada_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    dir_ = test::temp_test_dir("lambada_test");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

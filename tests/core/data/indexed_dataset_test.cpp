@@ -1,4 +1,5 @@
 #include "core/data/indexed_dataset.h"
+#include "tests/test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,11 +20,7 @@ namespace fs = std::filesystem;
 class IndexedDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gf_indexed_dataset_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::temp_test_dir("indexed_dataset_test");
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string prefix(const std::string& name) const { return (dir_ / name).string(); }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 #include <system_error>
+#include <utility>
 
 namespace gf::test {
 
@@ -51,6 +52,21 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A fixture whose every test gets a fresh directory dir_ (temp_test_dir(tag)), removed after it.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string tag) : tag_(std::move(tag)) {}
+  void SetUp() override { dir_ = temp_test_dir(tag_); }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::filesystem::path dir_;
+
+ private:
+  std::string tag_;
 };
 
 // The message of the exception `f` throws, "(no exception)" when it returns.

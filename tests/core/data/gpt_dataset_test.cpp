@@ -18,12 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class GPTDatasetTest : public ::testing::Test {
+class GPTDatasetTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = test::temp_test_dir("gpt_dataset_test");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  GPTDatasetTest() : TempDirTest("gpt_dataset_test") {}
 
   // One sequence per document (Megatron's GPTDataset indexes sequences); token k of the corpus
   // is `base + k`, so a sample's tokens show exactly where they were cut from.
@@ -52,7 +49,6 @@ class GPTDatasetTest : public ::testing::Test {
     return c;
   }
 
-  fs::path dir_;
 };
 
 std::vector<int32_t> sample(const SampleSource& ds, int64_t i, int64_t seq_length) {

@@ -17,15 +17,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class IndexedDatasetTest : public ::testing::Test {
+class IndexedDatasetTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = test::temp_test_dir("indexed_dataset_test");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  IndexedDatasetTest() : TempDirTest("indexed_dataset_test") {}
   std::string prefix(const std::string& name) const { return (dir_ / name).string(); }
 
-  fs::path dir_;
 };
 
 std::vector<char> read_file(const std::string& path) {

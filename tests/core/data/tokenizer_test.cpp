@@ -298,12 +298,9 @@ std::string byte_token(int b) {  // GPT-2's byte -> unicode map, written out ind
   return out;
 }
 
-class GPT2TokenizerToyVocab : public ::testing::Test {
+class GPT2TokenizerToyVocab : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = test::temp_test_dir("tokenizer_test");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  GPT2TokenizerToyVocab() : TempDirTest("tokenizer_test") {}
 
   // 256 byte tokens, then `extra` tokens, then "<|endoftext|>".
   nlohmann::json vocab_json(const std::vector<std::string>& extra) const {
@@ -334,7 +331,6 @@ class GPT2TokenizerToyVocab : public ::testing::Test {
   std::string vocab_path() const { return (dir_ / "vocab.json").string(); }
   std::string merges_path() const { return (dir_ / "merges.txt").string(); }
 
-  fs::path dir_;
 };
 
 // Merges: rank 0 "b c", rank 1 "a b", rank 2 "a bc", rank 3 "a a", rank 4 "aa aa",

@@ -75,6 +75,7 @@ MachineProbe machine_probe_from_json(const nlohmann::json& j) {
     p.fma_isa_fp32 = text("fp32_fma_isa");
     p.fma_isa_bf16 = text("bf16_isa");
   }
+  if (j.contains("cores_share") && j["cores_share"].is_number()) p.cores_share = j["cores_share"].get<double>();
   return p;
 }
 
@@ -193,7 +194,7 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
     return c;
   }
   const char* fp16_note = compute_dtype == ComputeDtype::kFloat16 ? "; float16 runs on the fp32 GEMM" : "";
-  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0) {
+  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0 && machine.probe->cores_share >= kQuietCoresShare) {
     const MachineProbe& p = *machine.probe;
     const int threads = machine.threads > 0 ? machine.threads : p.threads;
     const bool bf16_hw = bf16 && p.fma_tflops_bf16 > 0.0;
@@ -216,10 +217,14 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
   const int threads = machine.threads > 0 ? machine.threads : std::max(1, omp_get_max_threads());
   const BuiltinPeak b = builtin_peak(compute_dtype, this_cpu_peak_isa());
   c.tflops = b.tflops_per_thread * threads;
-  const std::string why =
-      machine.probe ? fmt::format("the machine probe at {} has no hardware peaks (a version-1 file): re-run "
-                                  "build/bin/machine_probe", machine.probe->path)
-                    : machine.probe_note;
+  std::string why = machine.probe_note;
+  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0)
+    why = fmt::format("the machine probe at {} had {} of the cores (other processes ran while it measured), so its "
+                      "peaks are too low to divide by: re-run build/bin/machine_probe on a quiet machine",
+                      machine.probe->path, trim_number(machine.probe->cores_share));
+  else if (machine.probe)
+    why = fmt::format("the machine probe at {} has no hardware peaks (a version-1 file): re-run build/bin/machine_probe",
+                      machine.probe->path);
   c.source = fmt::format("the built-in nominal peak, {} TFLOP/s per thread ({} FLOP/cycle of {} at {} GHz, above "
                          "what a core reaches{}) x {} thread(s), since no machine probe measured this CPU's ({})",
                          trim_number(b.tflops_per_thread), b.flop_per_cycle, b.isa, kBuiltinPeakGhz, fp16_note, threads,

@@ -48,7 +48,16 @@ struct MachineProbe {
   // the fp32 FMA peak, the bf16 peak (AMX where measured, else AVX-512 BF16) and the triad.
   double fma_tflops_fp32 = 0.0, fma_tflops_bf16 = 0.0, triad_gbs = 0.0;
   std::string fma_isa_fp32, fma_isa_bf16;
+  // The share of the cores' time the probe had while it measured ("cores_share"; 1 in a file without it): below
+  // kQuietCoresShare other processes held the cores, and every figure is low.
+  double cores_share = 1.0;
 };
+
+// The share of the cores a probe must have had for its peaks to be the hardware's: below it the tool measures
+// again (tools/machine_probe.cpp), --if-stale measures again, and a run divides by no peak of that probe (on a
+// 2-vCPU AMX Xeon with four compilers running the probe had 0.19 of the cores and measured an FMA peak of 0.063
+// TFLOP/s, a seventh of the quiet machine's, and a quick start run at a quiet moment would have logged MFU ~500%).
+inline constexpr double kQuietCoresShare = 0.8;
 
 // OpenBLAS's kernel family in this process (openblas_get_corename(): "Haswell", "SkylakeX", "Zen",
 // ...; the environment's OPENBLAS_CORETYPE forces one).
@@ -93,10 +102,12 @@ struct PeakChoice {
   double gemm_ceiling_tflops = 0.0;
   std::string gemm_ceiling_what;
 };
-// config_peak > 0 wins. Else the probe's hardware peak for compute_dtype (core/math/cpu_peak.h:
+// config_peak > 0 wins. Else, from a probe that had at least kQuietCoresShare of the cores, its hardware peak for
+// compute_dtype (core/math/cpu_peak.h:
 // float32 and the emulated float16 the fp32 FMA peak; bfloat16 the bf16 peak, AMX where measured
 // else AVX-512 BF16, or the fp32 FMA peak on a CPU with neither) scaled by threads / the probe's
-// threads. Else (no probe, or a version-1 probe without hardware figures) the built-in nominal peak
+// threads. Else (no probe, a version-1 probe without hardware figures, or a probe that measured a busy machine) the
+// built-in nominal peak
 // for this CPU's instruction set times the rank's threads.
 PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const MachineSetup& machine);
 // The log line's text after "MFU relative to ": the peak, what it is, and the GEMM ceiling if any.

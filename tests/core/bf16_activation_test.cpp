@@ -21,6 +21,7 @@
 #include "core/ops/swiglu.h"
 #include "models/arch/gpt2.h"
 #include "tests/random_values.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -260,13 +261,7 @@ TEST(Bf16Activation, ALinearReadingAKeptBf16InputGivesTheSameBits) {
 // low-precision steps take (each buffer padded to 16 floats, BufferPlan). oneDNN writes the up product in
 // bf16 itself: no fp32 buffer holds it.
 TEST(Bf16Activation, ThePlanKeepsTheMlpAndNormBuffersAtTwoBytesAnElement) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 24;
-  c.max_position_embeddings = 24;
-  c.hidden_size = 32;
-  c.num_layers = 3;
-  c.num_heads = 4;
+  const ModelConfig c = test::tiny_model({.vocab = 97, .seq = 24, .hidden = 32, .layers = 3, .heads = 4});
   const int64_t B = 2, N = B * c.seq_length, F = 4 * c.hidden_size;
   ParallelContext ctx = ParallelContext::single();
   ModelLayout bf;

@@ -23,6 +23,7 @@
 #include "core/params/placement.h"
 #include "tests/core/checkpoint_test_util.h"
 #include "tests/core/small_model_config.h"
+#include "tests/test_util.h"
 
 namespace gf::ckpt {
 namespace {
@@ -30,16 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 
 using namespace checkpoint_test;  // the helpers both halves share (checkpoint_test_util.h)
-using test::gpt2_small;
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

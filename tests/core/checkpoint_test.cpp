@@ -30,25 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 
 using namespace checkpoint_test;  // the helpers both halves share (checkpoint_test_util.h)
-using test::gpt2_small;
-using test::SmallConfig;
-
-SmallConfig llama_small(bool vocab_emb_dp) {
-  SmallConfig c;
-  c.type = "LlamaConfig";
-  c.arch = "LlamaForCausalLM";
-  c.vocab_size = 1000;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 8;
-  c.num_kv_heads = 4;
-  c.intermediate_size = 96;
-  c.hidden_act = "silu";
-  c.vocab_emb_dp = vocab_emb_dp;
-  return c;
-}
 
 // pieces_of over flat ranges [lo, hi) of every tensor of `placement` (rank r): every piece lies
 // inside the global shape, holds the values of the local elements at its global positions, and

@@ -1,6 +1,6 @@
 // What tests/core/checkpoint_test.cpp and tests/core/checkpoint_errors_test.cpp share: a fresh directory per
-// test, the small models' placements, and a random model saved as tensor-parallel ranks and ZeRO shards would
-// save it.
+// test, the small models and their placements, the message of what a call throws, and a random model saved as
+// tensor-parallel ranks and ZeRO shards would save it.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,39 +19,23 @@
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
 #include "tests/core/small_model_config.h"
+#include "tests/test_util.h"
 
 namespace gf::ckpt::checkpoint_test {
 
 namespace fs = std::filesystem;
 
+using test::gpt2_small;
+using test::llama_small;
+using test::message_of;
+using test::placement_of;
 using test::SmallConfig;
 
 // A fresh directory per test, removed at the end.
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (fs::path(::testing::TempDir()) / ("gf_ckpt_" + std::string(info->test_suite_name()) + "_" + info->name() +
-                                               "_" + std::to_string(::getpid())))
-                .string();
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return (fs::path(path_) / rel).string(); }
-
- private:
-  std::string path_;
+  TempDir() : test::TempDir("ckpt") {}
 };
-
-inline Placement placement_of(const SmallConfig& c, int rank, int tp) {
-  return (c.type == "LlamaConfig") ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
-                      : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
-}
 
 // Full tensors of every parameter (random), and of two optimizer moments.
 struct Model {

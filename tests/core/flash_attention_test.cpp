@@ -18,6 +18,7 @@
 
 #include "core/ops/attention.h"
 #include "core/ops/flash_attention.h"
+#include "tests/core/finite_difference.h"
 
 namespace gf::ops {
 namespace {
@@ -134,21 +135,7 @@ void check_finite_differences(float rate) {
   loss();
   std::vector<double> dqkv(qkv.size(), 0.0);
   flash_attention_bwd(dqkv.data(), g.data(), qkv.data(), y.data(), lse.data(), s, drop, ws);
-  double max_diff = 0, max_ref = 0;
-  const double h = 1e-6;
-  for (size_t i = 0; i < qkv.size(); ++i) {
-    const double keep = qkv[i];
-    qkv[i] = keep + h;
-    const double up = loss();
-    qkv[i] = keep - h;
-    const double down = loss();
-    qkv[i] = keep;
-    const double num = (up - down) / (2 * h);
-    max_diff = std::max(max_diff, std::abs(num - dqkv[i]));
-    max_ref = std::max(max_ref, std::abs(num));
-  }
-  EXPECT_GT(max_ref, 0.0);
-  EXPECT_LE(max_diff, 1e-7 * std::max(1.0, max_ref)) << "max |numeric - analytic| " << max_diff;
+  test::expect_grad("flash attention's dqkv", qkv, dqkv, loss, 1e-6, 1e-7);
 }
 
 TEST(FlashAttention, DoubleBackwardMatchesFiniteDifferences) { check_finite_differences(0.0f); }

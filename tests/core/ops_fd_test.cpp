@@ -16,6 +16,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "tests/core/finite_difference.h"
 
 namespace gf::ops {
 namespace {
@@ -36,26 +37,7 @@ double dot(const Vec& a, const Vec& b) {
   return s;
 }
 
-// Checks `analytic` == d loss / d x by central differences; loss() reads x.
-void expect_grad(const char* what, Vec& x, const Vec& analytic, const std::function<double()>& loss,
-                 double h = 1e-6, double tol = 1e-7) {
-  ASSERT_EQ(x.size(), analytic.size());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double up = loss();
-    x[i] = keep - h;
-    const double down = loss();
-    x[i] = keep;
-    const double num = (up - down) / (2 * h);
-    max_diff = std::max(max_diff, std::abs(num - analytic[i]));
-    max_ref = std::max(max_ref, std::abs(num));
-  }
-  EXPECT_GT(max_ref, 0.0) << what << ": gradient is identically zero; the check would be vacuous";
-  EXPECT_LE(max_diff, tol * std::max(1.0, max_ref)) << what << ": max |numeric - analytic| = " << max_diff
-                                                     << " (max |numeric| = " << max_ref << ")";
-}
+using test::expect_grad;  // tests/core/finite_difference.h
 
 TEST(OpsFiniteDifference, LayerNorm) {
   const int64_t R = 5, D = 7;

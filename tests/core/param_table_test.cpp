@@ -9,19 +9,13 @@
 
 #include "core/math/aligned_buffer.h"
 #include "models/arch/gpt2.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
-ModelConfig small() {
-  ModelConfig c;
-  c.vocab_size = 1000;  // not a multiple of 128: the last rank holds padding rows
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  return c;
+ModelConfig small() {  // vocabulary 1000, not a multiple of 128: the last rank holds padding rows
+  return test::tiny_model({.vocab = 1000, .seq = 16, .hidden = 32, .layers = 2, .heads = 4});
 }
 
 // The layout of tp tensor-parallel ranks (vocab_emb_dp False: the vocabulary split over them).

@@ -22,31 +22,9 @@ namespace gf {
 namespace {
 
 using test::gpt2_small;
+using test::llama_small;
+using test::placement_of;
 using test::SmallConfig;
-
-SmallConfig llama_small(bool vocab_emb_dp, int64_t kv_heads, bool tied, bool qkv_bias) {
-  SmallConfig c;
-  c.type = "LlamaConfig";
-  c.arch = "LlamaForCausalLM";
-  c.vocab_size = 1000;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 8;
-  c.num_kv_heads = kv_heads;
-  c.intermediate_size = 96;
-  c.hidden_act = "silu";
-  c.tie_word_embeddings = tied;
-  c.qkv_has_bias = qkv_bias;
-  c.vocab_emb_dp = vocab_emb_dp;
-  return c;
-}
-
-Placement placement_of(const SmallConfig& c, int rank, int tp) {
-  return (c.type == "LlamaConfig") ? LlamaForCausalLM::make_placement(c, c.layout(tp), rank)
-                      : GPT2LMHeadModel::make_placement(c, c.layout(tp), rank);
-}
 
 // The layouts the model can run (layout_check refuses the others).
 bool splits(const ModelConfig& c, int tp) {

@@ -28,6 +28,7 @@
 #include "core/ops/swiglu.h"
 #include "core/math/parallel_memory.h"
 #include "models/arch/gpt2.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -170,13 +171,7 @@ TEST(GradSqSum, SameBitsOnAnyThreadCountAndCloseToAnExactSum) {
 }
 
 TEST(AdamW, UpdateRoundsAsWrittenOnAnyThreadCount) {
-  ModelConfig c;
-  c.vocab_size = 1000;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
+  const ModelConfig c = test::tiny_model({.vocab = 1000, .seq = 16, .hidden = 64, .layers = 2, .heads = 4});
   const Placement table = GPT2LMHeadModel::make_placement(c, ModelLayout{}, 0);
   const int64_t n = table.total_floats();
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};

@@ -4,19 +4,7 @@
 # 1e-5 relative at every step.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
-cat > dp.yaml <<'YAML'
-seed: 11
-runner_config: {train_steps: 10}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 16}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 101, seq_length: 16, hidden_size: 32, num_layers: 2, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
+random_gpt2 dp.yaml steps=10 samples=16
 train one dp.yaml --set runner_config.batch_size=4
 mpi_train 2 two dp.yaml --set runner_config.batch_size=2 --set parallel_config.data_parallel=2
 for r in 0 1; do [ -s "two/log/rank_$r/gridformer.log" ] || fail "no log file for rank $r"; done

@@ -24,7 +24,8 @@
 #                               heads, RoPE; 20 steps of AdamW, cosine lr, clipping; every step logged), no batch size: the
 #                               layout tests' model. FIELD=VALUE changes one field of it: the run's fields (random_gpt2's),
 #                               and arch (LlamaForCausalLM) vocab (101) seq (16) hidden (64) layers (2) heads (4) kv
-#                               (n_kv_heads 2) theta (1000000.0) eps (rms_norm_eps 1.0e-5) model (more of model_config, YAML:
+#                               (n_kv_heads 2) ffn (intermediate_size 48) theta (1000000.0) eps (rms_norm_eps 1.0e-5) model
+#                               (more of model_config, YAML:
 #                               "use_flash_attention: True"). An empty VALUE leaves an optional key out (the default's).
 #   random_gpt2 FILE [FIELD=VALUE ...]   the same run on a tiny GPT-2 (vocabulary 101, 2 layers of 32, 4 heads, dropout 0.1).
 #                               The run's fields, with their defaults (empty: the key left out): seed (11) out (output_dir;
@@ -177,11 +178,11 @@ RANDOM_RUN='local seed=11 out="" steps=20 batch="" clip=0.5 lr=0.003 lr_end=0.00
 random_llama() {
   local file=$1; shift
   eval "$RANDOM_RUN"
-  local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 heads=4 kv=2 theta=1000000.0 eps=1.0e-5 model=""
-  local fields="$RUN_FIELDS arch vocab seq hidden layers heads kv theta eps model"
+  local arch=LlamaForCausalLM vocab=101 seq=16 hidden=64 layers=2 heads=4 kv=2 ffn=48 theta=1000000.0 eps=1.0e-5 model=""
+  local fields="$RUN_FIELDS arch vocab seq hidden layers heads kv ffn theta eps model"
   random_fields "$@"
   local shape="vocab_size: $vocab, seq_length: $seq, hidden_size: $hidden, num_layers: $layers, num_heads: $heads"
-  random_yaml "$arch" "type: LlamaConfig, $shape, n_kv_heads: $kv, intermediate_size: 48${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
+  random_yaml "$arch" "type: LlamaConfig, $shape, n_kv_heads: $kv, intermediate_size: $ffn${theta:+, theta: $theta}${eps:+, rms_norm_eps: $eps}${model:+, $model}" > "$file"
 }
 
 random_gpt2() {

@@ -15,18 +15,8 @@
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
-cat > base.yaml <<YAML
-seed: 5
-runner_config: {train_steps: 3, batch_size: 4}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 1}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 1000, seq_length: 32, hidden_size: 64, num_layers: 4, num_heads: 4,
-                 n_kv_heads: 2, intermediate_size: 96, theta: 10000.0, rms_norm_eps: 1.0e-5}
-YAML
+random_llama base.yaml seed=5 steps=3 batch=4 clip= warmup=1 samples=64 vocab=1000 seq=32 layers=4 ffn=96 theta=10000.0 \
+  callbacks="[{type: MFLossMonitor, per_print_times: 1}, {type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]"
 train base base.yaml
 BASE=$WORK/base/checkpoint/base-1_3
 [[ -d "$BASE" ]] || fail "no base checkpoint at $BASE"

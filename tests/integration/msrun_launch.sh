@@ -43,6 +43,15 @@ print(f"{name}: 6 losses = mpirun -np 4's, bitwise ({ref[0]:.6f} -> {ref[-1]:.6f
 PY
 }
 C="gridformer train --config $WORK/job.yaml"
+# launch_node CASE RANK [SET...]: node RANK's launcher for case CASE in the background, MindFormers' nine-argument
+# form (4 workers, 2 here, master 127.0.0.1:$PORT, LOG_DIR $WORK/logs_CASE, JOIN True, 60 s) of $C into output_dir
+# CASE and the SETs ("--set K=V"); its output in CASE<RANK>.txt, its pid in PID<RANK>.
+launch_node() {
+  local case=$1 rank=$2; shift 2
+  bash "$LAUNCH" "$C --set output_dir=$case${*:+ $*}" 4 2 127.0.0.1 "$PORT" "$rank" "$WORK/logs_$case" True 60 \
+    > "$case$rank.txt" 2>&1 &
+  printf -v "PID$rank" '%s' "$!"
+}
 start=$SECONDS
 ROOT_OPT=(); [ "$(id -u)" -eq 0 ] && ROOT_OPT=(--allow-run-as-root)
 mpirun -np 4 --oversubscribe "${ROOT_OPT[@]}" "$BIN" train --config job.yaml --set output_dir=ref > ref.txt 2>&1 \
@@ -90,12 +99,9 @@ nothing_left "(b)"
 echo "(b) two nodes x 2 workers on 127.0.0.1:$PORT (node 1 first, flags; node 0 positional, JOIN True): one 4-rank job, both exit 0 after $((SECONDS - start)) s; nothing left"
 
 # ---- (f) Ctrl-C to node 0's launcher: the job stops, both launchers end with its status ---------------------------
-start=$SECONDS
-PORT=$(free_port)
-bash "$LAUNCH" "$C --set output_dir=f --set runner_config.train_steps=100000" 4 2 127.0.0.1 "$PORT" 1 "$WORK/logs_f" True 60 > f1.txt 2>&1 &
-PID1=$!
-bash "$LAUNCH" "$C --set output_dir=f --set runner_config.train_steps=100000" 4 2 127.0.0.1 "$PORT" 0 "$WORK/logs_f" True 60 > f0.txt 2>&1 &
-PID0=$!
+start=$SECONDS PORT=$(free_port)
+launch_node f 1 --set runner_config.train_steps=100000
+launch_node f 0 --set runner_config.train_steps=100000
 for i in $(seq 1 600); do
   n=0
   for r in 0 1 2 3; do grep -q "rank $r of 4, pid" "f/log/rank_$r/gridformer.log" 2>/dev/null && n=$((n + 1)); done
@@ -164,18 +170,15 @@ nothing_left "(e)"
 echo "(e) 12 wrong arguments refused with status 2 and a message, nothing started; --help; run_mindformer.py's arguments as --set"
 
 # ---- (g) a stranger without the job's secret ---------------------------------------------------------------------
-start=$SECONDS
-PORT=$(free_port)
-bash "$LAUNCH" "$C --set output_dir=g" 4 2 127.0.0.1 "$PORT" 0 "$WORK/logs_g" True 60 > g0.txt 2>&1 &
-PID0=$!
+start=$SECONDS PORT=$(free_port)
+launch_node g 0
 for i in $(seq 1 300); do grep -q "waiting up to 60 s for the other nodes" g0.txt && break; sleep 0.1; done
 grep -q "waiting up to 60 s for the other nodes" g0.txt || { cat g0.txt; fail "(g) node 0 did not serve"; }
 # The stranger's registration is node 1's to the letter (its job line as node 0 prints its command) but the secret.
 job="cwd=$WORK worker_num=4 log_dir=$WORK/logs_g command=$(sed -n 's/^msrun_launcher.sh: command: //p' g0.txt)"
 "$PY" "$SRC/tests/integration/rendezvous_stranger.py" "$PORT" "$job" g0.txt > g_stranger.txt 2>&1 || { cat g_stranger.txt; fail "(g) a stranger was not refused, logged and left out"; }
 [ "$(stat -c %a logs_g/.job_secret)" = 600 ] || fail "(g) logs_g/.job_secret has mode $(stat -c %a logs_g/.job_secret)"
-bash "$LAUNCH" "$C --set output_dir=g" 4 2 127.0.0.1 "$PORT" 1 "$WORK/logs_g" True 60 > g1.txt 2>&1 &
-PID1=$!
+launch_node g 1
 wait_exit "$PID0" 100; s0=$STATUS
 wait_exit "$PID1" 20; s1=$STATUS
 [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] || { cat g0.txt g1.txt; fail "(g) statuses $s0 and $s1 after the strangers"; }

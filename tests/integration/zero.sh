@@ -24,32 +24,10 @@
 #    experts their data-parallel group).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
-cat > gpt2.yaml <<YAML
-seed: 7
-runner_config: {train_steps: 20, batch_size: 8}
-runner_wrapper: {use_clip_grad: True, max_grad_norm: 0.5}
-lr_schedule: {type: cosine, learning_rate: 0.002, lr_end: 0.0002, warmup_steps: 2}
-optimizer: {type: AdamW, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 3, num_samples: 64}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-model:
-  arch: {type: GPT2LMHeadModel}
-  model_config: {type: GPT2Config, vocab_size: 2000, seq_length: 32, hidden_size: 64, num_layers: 3, num_heads: 4,
-                 hidden_dropout_rate: 0.1, attention_dropout_rate: 0.1}
-YAML
-cat > moe.yaml <<YAML
-seed: 11
-runner_config: {train_steps: 20, batch_size: 8}
-lr_schedule: {type: cosine, learning_rate: 0.003, lr_end: 0.0003, warmup_steps: 2}
-optimizer: {type: AdamW, beta1: 0.9, beta2: 0.95, weight_decay: 0.1}
-train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 64}}
-callbacks: [{type: MFLossMonitor, per_print_times: 1}]
-moe_config: {expert_num: 4, num_experts_chosen: 2, capacity_factor: 0}
-model:
-  arch: {type: LlamaForCausalLM}
-  model_config: {type: LlamaConfig, vocab_size: 1000, seq_length: 32, hidden_size: 64, num_layers: 2, num_heads: 4,
-                 n_kv_heads: 4, intermediate_size: 48, theta: 10000.0, rms_norm_eps: 1.0e-5}
-YAML
+random_gpt2 gpt2.yaml seed=7 batch=8 lr=0.002 lr_end=0.0002 optimizer="{type: AdamW, weight_decay: 0.1}" data_seed=3 \
+  samples=64 vocab=2000 seq=32 hidden=64 layers=3
+random_llama moe.yaml batch=8 clip= samples=64 top="moe_config: {expert_num: 4, num_experts_chosen: 2, capacity_factor: 0}" \
+  vocab=1000 seq=32 kv=4 theta=10000.0
 
 # ztrain CONFIG NAME RANKS [--set ...]: lib.sh's train / mpi_train, the gathered weights in NAME/weights.safetensors.
 ztrain() {

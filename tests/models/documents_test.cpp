@@ -18,6 +18,7 @@
 
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -25,22 +26,12 @@ namespace {
 constexpr int32_t kEod = 0;
 
 ModelConfig base_cfg(bool llama, bool flash) {
-  ModelConfig c;
-  c.vocab_size = 61;
-  c.seq_length = 24;
-  c.max_position_embeddings = 24;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.hidden_act = "gelu_new";
-  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
+  ModelConfig c = test::tiny_model({.vocab = 61, .seq = 24, .hidden = 32, .layers = 2, .heads = 4, .act = "gelu_new",
+                                    .dropout = 0.0f});
   c.eos_token_id = kEod;
   c.use_flash_attention = flash;
   if (llama) {
-    c.type = "LlamaConfig";
-    c.arch = "LlamaForCausalLM";
-    c.num_kv_heads = flash ? 0 : 2;  // the fused core reads multi-head shapes only
-    c.intermediate_size = 48;
+    test::make_llama(c, flash ? 0 : 2, 48);  // the fused core reads multi-head shapes only
     c.rope_theta = 1e4;
   }
   return c;

@@ -52,11 +52,9 @@ class FamilyGolden : public ::testing::TestWithParam<Family> {
 TEST_P(FamilyGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g = make();
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
-  std::set<std::string> in_file, in_model;
-  for (const auto& [name, t] : g.f.tensors())
-    if (name.rfind("weights.", 0) == 0 || name.rfind("buffers.", 0) == 0)  // buffers: DeepSeek-V3's expert bias
-      in_file.insert(name.substr(8));
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
+  const std::set<std::string> in_file = g.names_under({"weights.", "buffers."});  // buffers: DeepSeek-V3's expert bias
+  std::set<std::string> in_model;
   for (const ParamSpec& p : model->params().table().specs()) {
     in_model.insert(p.name);
     if (g.f.has("weights." + p.name)) {
@@ -69,7 +67,7 @@ TEST_P(FamilyGolden, ParametersHaveHuggingFacesNamesAndShapes) {
 TEST_P(FamilyGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   GoldenCase g = make();
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   g.load_weights(*model);
   const int checked = g.expect_forward_backward_match(*model);
   EXPECT_EQ(static_cast<size_t>(checked), model->params().table().specs().size());
@@ -92,9 +90,8 @@ TEST_P(FamilyGolden, LogitsOfSixtyFourPositionsMatchPyTorch) {
 TEST_P(FamilyGolden, TenAdamWStepsWithClippingMatchPyTorch) {
   GoldenCase g = make();
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
-  g.load_weights(trainer.model());
-  g.expect_steps_match(trainer);
+  Trainer trainer(g.cfg, ctx, g.batch());
+  g.load_and_expect_steps_match(trainer);
   // Each spot-checked tensor within 1e-4 of PyTorch's (max |a - b| / max |b|), but for the elements of a key
   // bias in a rotary pair that hardly turns over the sequence. Why: a key bias b enters the scores as
   // q_i . R(f j) b, and the score gradients of each query sum to zero (softmax), so without RoPE b's gradient is

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "runner/config/arch_section.h"
 #include "runner/train/batch_source.h"
 #include "runner/config/config.h"
+#include "models/registry.h"
 
 namespace gf::golden_case {
 
@@ -213,6 +216,53 @@ struct GoldenCase {
       EXPECT_LE(std::abs(r.lr - lrs[i]) / lrs[i], 1e-6) << "lr at step " << s;
       EXPECT_LE(std::abs(r.grad_norm - norms[i]) / norms[i], 1e-4) << "grad norm at step " << s;
     }
+  }
+
+  // The case's model on one rank of ctx (which must outlive it), its weights not loaded.
+  std::unique_ptr<CausalLM> build(const ParallelContext& ctx) const {
+    return build_model(cfg.model, model_layout(cfg), B, ctx);
+  }
+
+  // The golden batch, every step: a Trainer's batch source.
+  std::unique_ptr<FixedBatch> batch() const { return std::make_unique<FixedBatch>(f.ints("tokens")); }
+
+  // The trainer's model given the golden initial weights, then expect_steps_match.
+  template <typename TrainerT>
+  void load_and_expect_steps_match(TrainerT& trainer) const {
+    load_weights(trainer.model());
+    expect_steps_match(trainer);
+  }
+
+  // TP = 1: each of `names` that the model has (the vocabulary's parameters) is stored [padded vocab, C], the real
+  // rows first.
+  template <typename Names>
+  void expect_vocab_stored_padded(CausalLM& model, const Names& names) const {
+    for (const char* name : names)
+      if (const TensorPlacement* p = model.params().find(name)) {
+        EXPECT_EQ(p->local_shape, (std::vector<int64_t>{cfg.model.padded_vocab(), cfg.model.hidden_size})) << name;
+      }
+  }
+
+  // The names of the file's tensors under any of `prefixes` ("weights.", "adapter.", ...), each without it.
+  std::set<std::string> names_under(std::initializer_list<std::string> prefixes) const {
+    std::set<std::string> out;
+    for (const auto& [name, t] : f.tensors())
+      for (const std::string& prefix : prefixes)
+        if (name.rfind(prefix, 0) == 0) out.insert(name.substr(prefix.size()));
+    return out;
+  }
+
+  // The parameters PyTorch saved after the golden run: each one's name and its tensor's key (train.final.NAME), in
+  // the file's order.
+  struct FinalWeight {
+    std::string name, key;
+  };
+  std::vector<FinalWeight> final_weights() const {
+    const std::string prefix = "train.final.";
+    std::vector<FinalWeight> out;
+    for (const auto& [key, t] : f.tensors())
+      if (key.rfind(prefix, 0) == 0) out.push_back({key.substr(prefix.size()), key});
+    return out;
   }
 
   void load_weights(CausalLM& model) const {

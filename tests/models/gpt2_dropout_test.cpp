@@ -5,20 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "models/arch/gpt2.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig cfg(float drop) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.hidden_size = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.hidden_dropout_rate = c.attention_dropout_rate = drop;
-  return c;
+  return test::tiny_model({.vocab = 97, .seq = 8, .hidden = 16, .layers = 2, .heads = 2, .dropout = drop});
 }
 
 std::vector<int32_t> tokens(int64_t samples) {

@@ -12,6 +12,7 @@
 #include "core/ops/flash_attention.h"
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -19,15 +20,7 @@ namespace {
 constexpr int64_t kB = 2, kT = 80, kV = 97;
 
 ModelConfig cfg(bool flash) {
-  ModelConfig c;
-  c.vocab_size = kV;
-  c.seq_length = kT;
-  c.max_position_embeddings = kT;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.hidden_dropout_rate = 0.1f;
-  c.attention_dropout_rate = 0.1f;
+  ModelConfig c = test::tiny_model({.vocab = kV, .seq = kT, .hidden = 32, .layers = 2, .heads = 4, .dropout = 0.1f});
   c.use_flash_attention = flash;
   return c;
 }

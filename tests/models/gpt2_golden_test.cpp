@@ -46,9 +46,8 @@ TEST_P(Gpt2Golden, LogitsLossAndEveryGradientMatchPyTorch) {
 TEST_P(Gpt2Golden, TenAdamWStepsWithClippingMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
-  g.load_weights(trainer.model());
-  g.expect_steps_match(trainer);
+  Trainer trainer(g.cfg, ctx, g.batch());
+  g.load_and_expect_steps_match(trainer);
   for (const char* name : {"h.1.mlp.c_fc.weight", "wpe.weight", "ln_f.weight"}) {
     const TensorPlacement& p = trainer.model().params().at(name);
     EXPECT_LE(param_rel_err(p, trainer.model().weights(), g.f.floats(std::string("train.final.") + name)), 1e-4)

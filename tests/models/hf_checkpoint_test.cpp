@@ -11,24 +11,14 @@
 
 #include "core/io/safetensors.h"
 #include "models/arch/gpt2.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 std::string golden(const std::string& n) { return std::string(GF_SOURCE_DIR) + "/tests/golden/" + n; }
 
-ModelConfig hf_tiny_config() {
-  ModelConfig c;
-  c.vocab_size = 300;
-  c.seq_length = 16;
-  c.max_position_embeddings = 32;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.hidden_act = "gelu_new";
-  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
-  return c;
-}
+using test::hf_tiny_config;
 
 class HfCheckpoint : public ::testing::TestWithParam<const char*> {};
 

@@ -43,11 +43,10 @@ class LlamaGolden : public ::testing::TestWithParam<const char*> {};
 TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   const ParamTable& table = model->params().table();
-  std::set<std::string> in_file, in_model;
-  for (const auto& [name, t] : g.f.tensors())
-    if (name.rfind("weights.", 0) == 0) in_file.insert(name.substr(8));
+  const std::set<std::string> in_file = g.names_under({"weights."});
+  std::set<std::string> in_model;
   for (const ParamSpec& p : table.specs()) {
     in_model.insert(p.name);
     if (g.f.has("weights." + p.name)) {
@@ -58,17 +57,13 @@ TEST_P(LlamaGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   const bool tied = g.cfg.model.tie_word_embeddings;
   EXPECT_EQ(table.specs().size(), static_cast<size_t>(2 + 9 * g.cfg.model.num_layers + (tied ? 0 : 1)));
   EXPECT_EQ(table.find("lm_head.weight") != nullptr, !tied);
-  // TP = 1: the vocabulary parameters are stored [padded vocab, C], the real rows first.
-  for (const char* name : kVocabParams)
-    if (const TensorPlacement* p = model->params().find(name)) {
-      EXPECT_EQ(p->local_shape, (std::vector<int64_t>{g.cfg.model.padded_vocab(), g.cfg.model.hidden_size})) << name;
-    }
+  g.expect_vocab_stored_padded(*model, kVocabParams);  // TP = 1: [padded vocab, C], the real rows first
 }
 
 TEST_P(LlamaGolden, LogitsLossAndEveryGradientMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   g.load_weights(*model);
   const int checked = g.expect_forward_backward_match(*model);
   EXPECT_EQ(checked, 2 + 9 * g.cfg.model.num_layers + (g.cfg.model.tie_word_embeddings ? 0 : 1));
@@ -81,14 +76,10 @@ TEST_P(LlamaGolden, LogitsLossAndEveryGradientMatchPyTorch) {
 TEST_P(LlamaGolden, TenAdamWStepsWithClippingMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
-  g.load_weights(trainer.model());
-  g.expect_steps_match(trainer);
-  const std::string prefix = "train.final.";
+  Trainer trainer(g.cfg, ctx, g.batch());
+  g.load_and_expect_steps_match(trainer);
   int checked = 0;
-  for (const auto& [key, t] : g.f.tensors()) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    const std::string name = key.substr(prefix.size());
+  for (const auto& [name, key] : g.final_weights()) {
     const TensorPlacement& p = trainer.model().params().at(name);
     EXPECT_LE(param_rel_err(p, trainer.model().weights(), g.f.floats(key)), 1e-4) << "weights after 10 steps: " << name;
     ++checked;
@@ -107,8 +98,8 @@ INSTANTIATE_TEST_SUITE_P(PyTorch, LlamaGolden,
 TEST(LlamaGoldenSharded, ShardedCheckpointLoadsTheSameBitsAsTheGoldenWeights) {
   GoldenCase g("llama_tiny.safetensors");
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> sharded = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
-  const std::unique_ptr<CausalLM> direct = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> sharded = g.build(ctx);
+  const std::unique_ptr<CausalLM> direct = g.build(ctx);
   sharded->load_hf_checkpoint(golden("llama_tiny_sharded"));
   g.load_weights(*direct);
   for (const TensorPlacement& p : direct->params().tensors()) {

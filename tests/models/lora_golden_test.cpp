@@ -74,10 +74,9 @@ class LoraGolden : public ::testing::TestWithParam<Variant> {
 TEST_P(LoraGolden, AdaptersArePeftsTensorsAndTheBaseIsFrozenWhole) {
   GoldenCase g = make();
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
-  std::set<std::string> in_file, in_model;
-  for (const auto& [name, t] : g.f.tensors())
-    if (name.rfind("adapter.", 0) == 0) in_file.insert(name.substr(8));
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
+  const std::set<std::string> in_file = g.names_under({"adapter."});
+  std::set<std::string> in_model;
   for (const ParamSpec& p : model->params().table().specs()) {
     in_model.insert(p.name);
     ASSERT_TRUE(g.f.has("adapter." + p.name)) << p.name;
@@ -86,10 +85,9 @@ TEST_P(LoraGolden, AdaptersArePeftsTensorsAndTheBaseIsFrozenWhole) {
   EXPECT_EQ(in_model, in_file) << "the adapters are not PEFT's";
   // The trainable arena holds the adapters alone; the base (every Llama weight) is the frozen one's.
   ASSERT_EQ(model->frozen_bases().size(), 1u);
-  std::set<std::string> base, weights;
+  std::set<std::string> base;
   for (const ParamSpec& p : model->frozen_bases()[0]->params().table().specs()) base.insert(p.name);
-  for (const auto& [name, t] : g.f.tensors())
-    if (name.rfind("weights.", 0) == 0) weights.insert(name.substr(8));
+  const std::set<std::string> weights = g.names_under({"weights."});
   EXPECT_EQ(base, weights);
   int64_t adapters = 0, frozen = 0;
   for (const ParamSpec& p : model->params().table().specs()) adapters += p.global_numel();
@@ -101,7 +99,7 @@ TEST_P(LoraGolden, AdaptersArePeftsTensorsAndTheBaseIsFrozenWhole) {
 TEST_P(LoraGolden, TenAdamWStepsOfTheAdaptersMatchPeft) {
   GoldenCase g = make();
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
+  Trainer trainer(g.cfg, ctx, g.batch());
   load(g, trainer.model());
   CausalLM* base = trainer.model().frozen_bases().at(0);
   const std::vector<float> base_before(base->weight_values(), base->weight_values() + base->params().total_floats());

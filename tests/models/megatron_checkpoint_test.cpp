@@ -23,6 +23,7 @@
 #include "models/pipeline_stage.h"
 #include "models/registry.h"
 #include "runner/config/config.h"
+#include "tests/test_util.h"
 
 namespace gf {
 namespace {
@@ -34,25 +35,9 @@ std::string golden(const std::string& n) {
 }
 
 // A fresh directory per test (ctest runs the tests of this binary as concurrent processes).
-fs::path work_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  for (char& c : name)
-    if (c == '/') c = '_';
-  const fs::path d = fs::path(GF_BINARY_DIR) / "test_output" / "megatron" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path work_dir() { return test::fresh_dir(fs::path(GF_BINARY_DIR) / "test_output" / "megatron" / test::test_name()); }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
 // The model of `yaml` (tests/golden/megatron/*.yaml) with load_checkpoint set, as the trainer reads it.
 struct Loaded {

@@ -23,6 +23,8 @@
 #include "models/weights/mindspore_checkpoint.h"
 #include "models/pipeline_stage.h"
 #include "models/weights/proto/mindspore_checkpoint.pb.h"
+#include "tests/tiny_model.h"
+#include "tests/test_util.h"
 
 namespace gf {
 namespace {
@@ -64,14 +66,7 @@ std::string with_crc(const std::string& body) {
   return body + t;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::message_of;
 
 // A one-layer model's entries with values that say where they are: q, k, v's element (o, i) of
 // projection p is 1000 p + 10 o + i.
@@ -223,18 +218,7 @@ TEST(MindSporeCheckpoint, RefusesUnknownNamesAndDamagedFiles) {
   EXPECT_NE(m.find(scratch(".missing.ckpt") + ": cannot open"), std::string::npos) << m;
 }
 
-ModelConfig hf_tiny_config() {  // the golden hf_tiny_*.safetensors model
-  ModelConfig c;
-  c.vocab_size = 300;
-  c.seq_length = 16;
-  c.max_position_embeddings = 32;
-  c.hidden_size = 32;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.hidden_act = "gelu_new";
-  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
-  return c;
-}
+using test::hf_tiny_config;  // the golden hf_tiny_*.safetensors model
 
 // The golden Hugging Face file written as MindFormers' convert_weight.py would write it: names
 // mapped, c_attn split along its last dim into q, k, v and each transposed, lm_head dropped (tied),
@@ -334,10 +318,7 @@ TEST(MindSporeCheckpoint, ModelsThatDoNotFitAreRefusedByName) {
                    "[32, 32], the configured model needs [64, 32] (MindFormers' position table has seq_length rows: "
                    "set max_position_embeddings: 32)"), std::string::npos) << m;
   c = hf_tiny_config();
-  c.type = "LlamaConfig";
-  c.arch = "LlamaForCausalLM";
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
+  test::make_llama(c, 2, 48);
   m = refusal(c);
   EXPECT_NE(m.find(path + ": a MindSpore .ckpt is read for a dense GPT-2 only"), std::string::npos) << m;
 }

@@ -204,7 +204,7 @@ Curve train50(const std::vector<std::string>& overrides) {
   o.insert(o.end(), overrides.begin(), overrides.end());
   GoldenCase g("gpt2_tiny.safetensors", o);
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
+  Trainer trainer(g.cfg, ctx, g.batch());
   g.load_weights(trainer.model());
   Curve c;
   for (int64_t s = 1; s <= trainer.total_steps(); ++s) {

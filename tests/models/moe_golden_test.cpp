@@ -120,18 +120,15 @@ TEST_P(MoeGolden, ConfigFromTheFile) {
 TEST_P(MoeGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   EXPECT_TRUE(same_parameters(*model, g.f));
-  for (const char* name : kVocabParams)
-    if (const TensorPlacement* p = model->params().find(name)) {
-      EXPECT_EQ(p->local_shape, (std::vector<int64_t>{g.cfg.model.padded_vocab(), g.cfg.model.hidden_size})) << name;
-    }
+  g.expect_vocab_stored_padded(*model, kVocabParams);
 }
 
 TEST_P(MoeGolden, LogitsLossRouterStatsAndEveryGradientMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   ASSERT_TRUE(same_parameters(*model, g.f));
   g.load_weights(*model);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
@@ -173,7 +170,7 @@ TEST_P(MoeGolden, LogitsLossRouterStatsAndEveryGradientMatchPyTorch) {
 TEST_P(MoeGolden, TenAdamWStepsWithClippingMatchPyTorch) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
+  Trainer trainer(g.cfg, ctx, g.batch());
   ASSERT_TRUE(same_parameters(trainer.model(), g.f));
   g.load_weights(trainer.model());
   const auto losses = g.f.floats("train.losses"), objectives = g.f.floats("train.objectives");
@@ -209,11 +206,8 @@ TEST_P(MoeGolden, TenAdamWStepsWithClippingMatchPyTorch) {
     const double objective = r.loss + router_terms(stats, g.cfg.model.moe, g.B, g.T);
     EXPECT_LE(rel(objective, objectives[i]), kValueTol) << "objective at step " << s;
   }
-  const std::string prefix = "train.final.";
   int checked = 0;
-  for (const auto& [key, t] : g.f.tensors()) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    const std::string name = key.substr(prefix.size());
+  for (const auto& [name, key] : g.final_weights()) {
     const TensorPlacement& p = trainer.model().params().at(name);
     // The weights after 10 steps. The loss and the gradient norm agree with PyTorch to ~1e-7 at
     // every step (above), and every gradient at the start to 6e-7 of its tensor's largest. AdamW
@@ -260,7 +254,7 @@ TEST_P(MoeGolden, HuggingFaceCheckpointLoadsAndGivesPyTorchsLogits) {
   const std::string path = ::testing::TempDir() + "/moe_hf_" + std::string(GetParam());
   write_safetensors(path, out, {{"format", "pt"}});
   ParallelContext ctx = ParallelContext::single();
-  const std::unique_ptr<CausalLM> model = build_model(g.cfg.model, model_layout(g.cfg), g.B, ctx);
+  const std::unique_ptr<CausalLM> model = g.build(ctx);
   model->load_hf_checkpoint(path);
   const std::vector<int32_t> tokens = g.f.ints("tokens");
   model->forward(tokens.data(), StepInfo{1, 0, true});
@@ -272,7 +266,7 @@ TEST_P(MoeGolden, HuggingFaceCheckpointLoadsAndGivesPyTorchsLogits) {
 TEST_P(MoeGolden, NanInTheRouterStopsTheRun) {
   GoldenCase g(GetParam());
   ParallelContext ctx = ParallelContext::single();
-  Trainer trainer(g.cfg, ctx, std::make_unique<FixedBatch>(g.f.ints("tokens")));
+  Trainer trainer(g.cfg, ctx, g.batch());
   g.load_weights(trainer.model());
   const std::vector<int64_t> layers = moe_layers_of(g.f);
   ASSERT_FALSE(layers.empty());

@@ -15,25 +15,14 @@
 #include "models/blocks/spec.h"
 #include "models/registry.h"
 #include "parallel/parallel_context.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig tiny(bool llama) {
-  ModelConfig m;
-  if (llama) {
-    m.type = "LlamaConfig";
-    m.arch = "LlamaForCausalLM";
-    m.num_kv_heads = 2;
-    m.intermediate_size = 96;
-  }
-  m.vocab_size = 96;
-  m.seq_length = 16;
-  m.max_position_embeddings = 16;
-  m.hidden_size = 64;
-  m.num_layers = 2;
-  m.num_heads = 4;
-  m.hidden_dropout_rate = m.attention_dropout_rate = 0.0f;
+  ModelConfig m = test::tiny_model({.vocab = 96, .seq = 16, .hidden = 64, .layers = 2, .heads = 4, .dropout = 0.0f});
+  if (llama) test::make_llama(m, 2, 96);
   m.use_flash_attention = false;
   return m;
 }

@@ -7,22 +7,14 @@
 #include <vector>
 
 #include "models/arch/gpt2.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 24;
-  c.max_position_embeddings = 32;
-  c.hidden_size = 32;
-  c.num_layers = 3;
-  c.num_heads = 4;
-  c.hidden_act = "gelu_new";
-  c.hidden_dropout_rate = 0.1f;
-  c.attention_dropout_rate = 0.1f;
-  return c;
+  return test::tiny_model({.vocab = 97, .seq = 24, .positions = 32, .hidden = 32, .layers = 3, .heads = 4,
+                           .act = "gelu_new", .dropout = 0.1f});
 }
 
 struct StepsRun {
@@ -51,6 +43,13 @@ StepsRun run_steps(ModelConfig cfg, ModelLayout layout = {}) {
   return r;
 }
 
+// The layout that recomputes with `policy` (every layer).
+ModelLayout recompute(RecomputePolicy policy) {
+  ModelLayout l;
+  l.recompute = policy;
+  return l;
+}
+
 void expect_bitwise(const StepsRun& a, const StepsRun& b, const char* what) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << what << " step " << i + 1;
@@ -61,10 +60,7 @@ void expect_bitwise(const StepsRun& a, const StepsRun& b, const char* what) {
 TEST(Recompute, BitwiseIdenticalInEveryMode) {
   const ModelConfig base = tiny();
   const StepsRun none = run_steps(base);
-  ModelLayout full;
-  full.recompute = RecomputePolicy::kFull;
-  ModelLayout select;
-  select.recompute = RecomputePolicy::kSelective;
+  const ModelLayout full = recompute(RecomputePolicy::kFull), select = recompute(RecomputePolicy::kSelective);
   ModelLayout first_one = full;
   first_one.recompute_num_layers = 2;  // (one layer alone saves nothing: the shared set is one layer)
   ModelLayout select_two = select;
@@ -99,11 +95,8 @@ TEST(Recompute, BitwiseIdenticalWithFusedAttention) {
   ModelConfig base = tiny();
   base.use_flash_attention = true;
   const StepsRun none = run_steps(base);
-  ModelLayout full;
-  full.recompute = RecomputePolicy::kFull;
-  ModelLayout select;
-  select.recompute = RecomputePolicy::kSelective;
-  const StepsRun r_full = run_steps(base, full), r_select = run_steps(base, select);
+  const StepsRun r_full = run_steps(base, recompute(RecomputePolicy::kFull));
+  const StepsRun r_select = run_steps(base, recompute(RecomputePolicy::kSelective));
   expect_bitwise(none, r_full, "full recompute, fused attention");
   expect_bitwise(none, r_select, "selective recompute, fused attention");
   EXPECT_LT(r_full.activation_bytes, r_select.activation_bytes);
@@ -127,11 +120,8 @@ TEST(Recompute, BitwiseIdenticalWithMoeLayers) {
   base.moe.aux_loss_factor = 0.05;
   base.moe.z_loss_factor = 0.01;
   const StepsRun none = run_steps(base);
-  ModelLayout full;
-  full.recompute = RecomputePolicy::kFull;
-  ModelLayout select;
-  select.recompute = RecomputePolicy::kSelective;
-  const StepsRun r_full = run_steps(base, full), r_select = run_steps(base, select);
+  const StepsRun r_full = run_steps(base, recompute(RecomputePolicy::kFull));
+  const StepsRun r_select = run_steps(base, recompute(RecomputePolicy::kSelective));
   expect_bitwise(none, r_full, "full recompute, MoE");
   expect_bitwise(none, r_select, "selective recompute, MoE");
   EXPECT_LT(r_full.activation_bytes, none.activation_bytes);
@@ -151,8 +141,7 @@ namespace {
 TEST(Recompute, PerLayerMaskIsBitwiseAndSavesPerLayer) {
   const ModelConfig base = tiny();
   const StepsRun none = run_steps(base);
-  ModelLayout all;
-  all.recompute = RecomputePolicy::kSelective;
+  const ModelLayout all = recompute(RecomputePolicy::kSelective);
   const StepsRun r_all = run_steps(base, all);
   for (const std::vector<bool>& mask : {std::vector<bool>{true, false, true}, std::vector<bool>{false, true, true}}) {
     ModelLayout l = all;

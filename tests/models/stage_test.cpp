@@ -14,30 +14,19 @@
 
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig gpt2_cfg() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 16;
-  c.max_position_embeddings = 16;
-  c.hidden_size = 32;
-  c.num_layers = 3;
-  c.num_heads = 4;
-  c.hidden_act = "gelu_new";
-  c.hidden_dropout_rate = 0.1f;
-  c.attention_dropout_rate = 0.1f;
-  return c;
+  return test::tiny_model({.vocab = 97, .seq = 16, .hidden = 32, .layers = 3, .heads = 4, .act = "gelu_new",
+                           .dropout = 0.1f});
 }
 
 ModelConfig llama_cfg() {
   ModelConfig c = gpt2_cfg();
-  c.type = "LlamaConfig";
-  c.arch = "LlamaForCausalLM";
-  c.num_kv_heads = 2;
-  c.intermediate_size = 48;
+  test::make_llama(c, 2, 48);
   c.rope_theta = 1e6;
   c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;  // MindFormers' Llama has none
   return c;
@@ -149,10 +138,7 @@ TEST_P(Models, InputThenLaterWeightPassGivesTheFusedGradientsBitwise) {
     const double l1 = fused->forward(t1.data(), i1);
     fused->backward(0.05f);
 
-    StageOptions st;
-    st.slots = 2;
-    st.defer_weight_grads = true;
-    auto split = build(c, B, st, layout);
+    auto split = build(c, B, test::split_backward_stage(), layout);
     init(*split);
     // Both forwards, both input passes, then the weight passes (what a zero-bubble schedule may do).
     EXPECT_EQ(split->stage_forward(0, t0.data(), nullptr, i0), l0) << dtype;

@@ -9,27 +9,27 @@
 
 #include "models/arch/gpt2.h"
 #include "parallel/grad_sync.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 101;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.hidden_size = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  return c;
+  return test::tiny_model({.vocab = 101, .seq = 8, .hidden = 16, .layers = 2, .heads = 2});
+}
+
+// Every rank of the job on one axis of the grid.
+ParallelContext world_as(GridAxis axis) {
+  Communicator world = Communicator::world();
+  const int W = world.size();
+  return ParallelContext::build(std::move(world), ProcessGrid({{axis, W}}));
 }
 
 float grad_value(int rank, int64_t i) { return std::cos(0.01f * static_cast<float>(i)) * static_cast<float>(rank + 1); }
 
 TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
-  Communicator world = Communicator::world();
-  const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
+  ParallelContext ctx = world_as(GridAxis::kDp);
+  const int W = ctx.group(GridAxis::kDp).size();
   const Placement t = GPT2LMHeadModel::make_placement(tiny(), ModelLayout{}, 0);
   GradientSync sync(t, ctx, 4, false, false);
   const int64_t n = t.total_floats();
@@ -59,12 +59,11 @@ TEST(GradientSync, BucketsStartDuringBackwardAndSum) {
 }
 
 TEST(GradientSync, ShardedOptimizerReducesEachShard) {
-  Communicator world = Communicator::world();
-  const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kDp, W}}));
+  ParallelContext ctx = world_as(GridAxis::kDp);
+  const int W = ctx.group(GridAxis::kDp).size();
   const Placement t = GPT2LMHeadModel::make_placement(tiny(), ModelLayout{}, 0);
-  GradientSync sync(t, ctx, 4, true, false);
   const int64_t n = t.total_floats();
+  GradientSync sync(t, ctx, 4, true, false);
   EXPECT_EQ(sync.shard_begin(), shard_begin(n, W, ctx.group(GridAxis::kDp).rank()));
   EXPECT_EQ(sync.shard_end(), shard_begin(n, W, ctx.group(GridAxis::kDp).rank() + 1));
   std::vector<float> g(n), full(n);
@@ -86,9 +85,8 @@ TEST(GradientSync, ShardedOptimizerReducesEachShard) {
 // Tensor parallel across all ranks with sequence parallel: replicated parameters' gradients are
 // partial and get summed; split ones are left alone; the norm counts replicated ones once.
 TEST(GradientSync, SequenceParallelSumsReplicatedPartials) {
-  Communicator world = Communicator::world();
-  const int W = world.size();
-  ParallelContext ctx = ParallelContext::build(std::move(world), ProcessGrid({{GridAxis::kTp, W}}));
+  ParallelContext ctx = world_as(GridAxis::kTp);
+  const int W = ctx.group(GridAxis::kTp).size();
   ModelConfig cfg = tiny();
   cfg.num_heads = 4;
   cfg.hidden_size = 24;

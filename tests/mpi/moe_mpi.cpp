@@ -15,6 +15,7 @@
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
 #include "parallel/grad_sync.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -22,21 +23,9 @@ namespace {
 constexpr int64_t kB = 4;  // the global batch
 
 ModelConfig config(bool llama, double capacity) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 12;
-  c.max_position_embeddings = 12;
-  c.hidden_size = 48;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
+  ModelConfig c = test::tiny_model({.vocab = 97, .seq = 12, .hidden = 48, .layers = 2, .heads = 4, .dropout = 0.0f});
   c.use_flash_attention = false;
-  if (llama) {
-    c.type = "LlamaConfig";
-    c.arch = "LlamaForCausalLM";
-    c.num_kv_heads = 2;
-    c.intermediate_size = 64;
-  }
+  if (llama) test::make_llama(c, 2, 64);
   c.moe.expert_num = 4;
   c.moe.num_experts_chosen = 2;
   c.moe.capacity_factor = capacity;

@@ -18,6 +18,7 @@
 #include "models/arch/llama.h"
 #include "models/pipeline_stage.h"
 #include "engine/step_engine.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
@@ -25,19 +26,9 @@ namespace {
 enum class Kind { kGpt2, kLlama, kMoe };
 
 ModelConfig config(Kind k, int layers) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 12;
-  c.max_position_embeddings = 12;
-  c.hidden_size = 32;
-  c.num_layers = layers;
-  c.num_heads = 4;
-  c.hidden_dropout_rate = c.attention_dropout_rate = 0.1f;
+  ModelConfig c = test::tiny_model({.vocab = 97, .seq = 12, .hidden = 32, .layers = layers, .heads = 4, .dropout = 0.1f});
   if (k != Kind::kGpt2) {
-    c.type = "LlamaConfig";
-    c.arch = "LlamaForCausalLM";
-    c.num_kv_heads = 2;
-    c.intermediate_size = 48;
+    test::make_llama(c, 2, 48);
     c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
   }
   if (k == Kind::kMoe) {

@@ -12,23 +12,16 @@
 
 #include "models/arch/gpt2.h"
 #include "models/arch/llama.h"
+#include "tests/tiny_model.h"
 
 namespace gf {
 namespace {
 
 ModelConfig config(bool llama, int tp) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.seq_length = 12;  // divisible by 1-4 ranks (sequence parallel)
-  c.max_position_embeddings = 12;
-  c.hidden_size = 96;
-  c.num_layers = 2;
-  c.num_heads = 12;
+  // rows of 12: divisible by 1-4 ranks (sequence parallel)
+  ModelConfig c = test::tiny_model({.vocab = 97, .seq = 12, .hidden = 96, .layers = 2, .heads = 12});
   if (llama) {
-    c.type = "LlamaConfig";
-    c.arch = "LlamaForCausalLM";
-    c.num_kv_heads = tp == 3 ? 12 : 4;  // grouped-query where the kv heads divide over the ranks
-    c.intermediate_size = 96;
+    test::make_llama(c, tp == 3 ? 12 : 4, 96);  // grouped-query where the kv heads divide over the ranks
     c.hidden_dropout_rate = c.attention_dropout_rate = 0.0f;
   }
   return c;
@@ -68,10 +61,7 @@ TEST(SplitBackwardMpi, InputThenWeightPassesGiveTheFusedGradientsOnEveryRank) {
         fused->backward(0.1f);
         const double l1 = fused->forward(t1.data(), i1);
         fused->backward(0.1f);
-        StageOptions st;
-        st.slots = 2;
-        st.defer_weight_grads = true;
-        auto split = build(c, layout, ctx, st);
+        auto split = build(c, layout, ctx, test::split_backward_stage());
         split->init_weights(5);
         EXPECT_EQ(split->stage_forward(0, t0.data(), nullptr, i0), l0) << what;
         EXPECT_EQ(split->stage_forward(1, t1.data(), nullptr, i1), l1) << what;

@@ -18,14 +18,7 @@
 namespace gf {
 namespace {
 
-using config_test::names;
-using config_test::new_warning_names;
-using config_test::number;
-using config_test::Outcome;
-using config_test::pattern_matches;
-
-using config_test::error_of;
-using config_test::kMinimalLlama;
+using namespace config_test;  // the key-rule probes' helpers (config_test_util.h)
 
 const ConfigSchema& llama() { return config_schema("LlamaConfig"); }
 
@@ -72,57 +65,23 @@ TEST(ConfigKeysLlama, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   }
 }
 
-// An existing weights file for load_checkpoint (only its existence and name are checked at load).
-std::string weights_file() {
-  const std::string p = std::string(GF_BINARY_DIR) + "/config_keys_llama_probe.safetensors";
-  std::ofstream(p) << "";
-  return p;
-}
-
-// A value other than `v` that the loader should take (keys whose default is None, or whose
-// generic change the model cannot take, are chosen by hand).
+// A value other than `v` that the loader should take (keys whose default is None, or whose generic change the
+// model cannot take, are chosen by hand: these, and those of config_test_util.h's probe_value).
 std::string other_value(const std::string& path, const YAML::Node& v) {
   const std::string k = "model.model_config.";
   static const std::map<std::string, std::string> chosen = {
-      {k + "hidden_size", "128"}, {k + "num_heads", "8"}, {k + "n_kv_heads", "2"},
-      {k + "max_position_embedding", "64"}, {k + "intermediate_size", "96"}, {k + "ffn_dim_multiplier", "1.3"},
-      {k + "compute_dtype", "bfloat16"}, {k + "param_init_type", "bfloat16"},
-      {k + "layernorm_compute_type", "bfloat16"}, {k + "softmax_compute_type", "bfloat16"},
-      {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"}, {k + "extend_method", "PI"},
-      {k + "rope_scaling", "{rope_type: linear, factor: 2.0}"}, {k + "head_dim", "32"}, {k + "query_pre_attn_scalar", "64"},
-      {k + "layer_types", "[sliding_attention, full_attention]"}, {k + "rope_local_base_freq", "10000.0"},
-      {k + "q_lora_rank", "24"}, {k + "kv_lora_rank", "48"}, {k + "qk_nope_head_dim", "8"},
-      {k + "qk_rope_head_dim", "4"}, {k + "v_head_dim", "8"},
-      {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},
-      {"moe_config.moe_router_group_score_topk", "1"}, {"moe_config.moe_shared_expert_intermediate_size", "32"}, {"moe_config.mlp_only_layers", "[0]"},
-      {k + "quant_config", "{type: w8a16}"}, {k + "pet_config", "{pet_type: lora, lora_rank: 8, lora_dropout: 0.0, target_modules: '.*wq|.*wv'}"},
-      {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"lr_schedule.type", "cosine"},
-      {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
-      {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
-      {"optimizer.moment_dtype", "bfloat16"},
-      {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
-      {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},
-      {"train_dataset.data_loader.data_path", "probe/prefix"}, {"eval_dataset.data_loader.data_path", "probe/prefix"},
-      {"train_dataset.input_columns", "[input_ids, labels]"}, {"eval_dataset.input_columns", "[input_ids, labels]"},
-      {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
-      {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
-      {"model.model_config.checkpoint_name_or_path", "llama2_7b"}, {"callbacks.0.type", "CheckpointMonitor"},
-      {"load_checkpoint", weights_file()},
-      {"moe_config.routing_policy", "TopkRouterV2"}, {"moe_config.router_dense_type", "bfloat16"},
-      {"moe_config.token_drop_policy", "probs"}, {"moe_config.token_dispatcher", "allgather"},
-      {"parallel.pipeline_config.pipeline_scheduler", "gpipe"}, {"monitor_config.spike_action", "skip"},
-      {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"}, {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"}, {"log_format", "megatron"},
+      {k + "n_kv_heads", "2"}, {k + "max_position_embedding", "64"}, {k + "intermediate_size", "96"},
+      {k + "ffn_dim_multiplier", "1.3"}, {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"},
+      {k + "extend_method", "PI"}, {k + "rope_scaling", "{rope_type: linear, factor: 2.0}"}, {k + "head_dim", "32"},
+      {k + "query_pre_attn_scalar", "64"}, {k + "layer_types", "[sliding_attention, full_attention]"},
+      {k + "rope_local_base_freq", "10000.0"}, {k + "q_lora_rank", "24"}, {k + "kv_lora_rank", "48"},
+      {k + "qk_nope_head_dim", "8"}, {k + "qk_rope_head_dim", "4"}, {k + "v_head_dim", "8"},
+      {k + "quant_config", "{type: w8a16}"},
+      {k + "pet_config", "{pet_type: lora, lora_rank: 8, lora_dropout: 0.0, target_modules: '.*wq|.*wv'}"},
+      {k + "checkpoint_name_or_path", "llama2_7b"},
+      {"load_checkpoint", config_test::weights_file("config_keys_llama_probe.safetensors")},
   };
-  if (auto it = chosen.find(path); it != chosen.end()) return it->second;
-  if (v.IsScalar()) {
-    bool b;
-    long long i;
-    double d;
-    if (YAML::convert<bool>::decode(v, b)) return b ? "False" : "True";
-    if (YAML::convert<long long>::decode(v, i)) return std::to_string(i == -1 ? 2 : i + 1);
-    if (YAML::convert<double>::decode(v, d)) return number(d == 0 ? 0.5 : d * 1.5);
-  }
-  return "gf_probe";
+  return config_test::probe_value(chosen, path, v);
 }
 
 Outcome load(const std::vector<std::string>& sets) { return config_test::load_outcome(kMinimalLlama, sets); }

@@ -23,13 +23,7 @@
 namespace gf {
 namespace {
 
-using config_test::names;
-using config_test::new_warning_names;
-using config_test::number;
-using config_test::Outcome;
-using config_test::pattern_matches;
-
-using config_test::kMinimal;
+using namespace config_test;  // the key-rule probes' helpers (config_test_util.h)
 
 struct Leaf {
   std::string path;
@@ -71,50 +65,16 @@ TEST(ConfigKeys, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
   }
 }
 
-// An existing weights file for load_checkpoint (only its existence and name are checked at load).
-std::string weights_file() {
-  const std::string p = std::string(GF_BINARY_DIR) + "/config_keys_probe.safetensors";
-  std::ofstream(p) << "";
-  return p;
-}
-
-// A value other than `v` (the key's resolved value) that the loader should take.
+// A value other than `v` (the key's resolved value) that the loader should take: these keys' by hand, the others
+// as config_test_util.h's probe_value gives them.
 std::string other_value(const std::string& path, const YAML::Node& v) {
   static const std::map<std::string, std::string> chosen = {
-      {"run_mode", "eval"}, {"output_dir", "./probe_output"}, {"load_checkpoint", weights_file()},
-      {"model.model_config.hidden_size", "128"}, {"model.model_config.num_heads", "8"},
-      {"model.model_config.hidden_act", "gelu_new"}, {"model.model_config.compute_dtype", "bfloat16"},
-      {"model.model_config.param_init_type", "bfloat16"}, {"model.model_config.layernorm_compute_type", "bfloat16"},
-      {"model.model_config.softmax_compute_type", "bfloat16"}, {"lr_schedule.type", "cosine"},
-      {"optimizer.type", "AdamW"}, {"model.model_config.top_p", "0.9"}, {"optimizer.beta1", "0.8"}, {"optimizer.beta2", "0.95"},
-      {"optimizer.betas", "[0.8, 0.95]"}, {"optimizer.learning_rate", "0.002"},
-      {"optimizer.moment_dtype", "bfloat16"},
-      {"train_dataset.data_loader.type", "RandomTokens"}, {"eval_dataset.data_loader.type", "RandomTokens"},
-      {"train_dataset.data_loader.split", "90,5,5"}, {"eval_dataset.data_loader.split", "90,5,5"},
-      {"train_dataset.data_loader.data_path", "probe/prefix"}, {"eval_dataset.data_loader.data_path", "probe/prefix"},
-      {"train_dataset.input_columns", "[input_ids, labels]"}, {"eval_dataset.input_columns", "[input_ids, labels]"},
-      {"train_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
-      {"eval_dataset_task.dataset_config", "{data_loader: {type: RandomTokens}}"},
-      {"model.model_config.pet_config", "{r: 4, target_modules: [c_attn]}"}, {"callbacks.0.type", "CheckpointMonitor"},
-      {"model.model_config.position_embedding_type", "rope"}, {"moe_config.routing_policy", "TopkRouterV2"},
-      {"moe_config.router_dense_type", "bfloat16"}, {"moe_config.token_drop_policy", "probs"},
-      {"moe_config.token_dispatcher", "allgather"}, {"moe_config.moe_ffn_hidden_size", "32"}, {"moe_config.moe_router_score_function", "sigmoid"},
-      {"moe_config.moe_router_group_score_topk", "1"},
-      {"moe_config.moe_shared_expert_intermediate_size", "32"},
-      {"moe_config.mlp_only_layers", "[0]"}, {"parallel.pipeline_config.pipeline_scheduler", "gpipe"},
-      {"monitor_config.spike_action", "skip"}, {"parallel.collectives", "mpi"}, {"parallel_config.context_parallel_algo", "ulysses_cp"},
-      {"model.model_config.sliding_window", "64"}, {"model.model_config.pre_tokens", "63"}, {"log_format", "megatron"},
+      {"load_checkpoint", config_test::weights_file("config_keys_probe.safetensors")},
+      {"model.model_config.hidden_act", "gelu_new"},
+      {"model.model_config.pet_config", "{r: 4, target_modules: [c_attn]}"},
+      {"model.model_config.position_embedding_type", "rope"},
   };
-  if (auto it = chosen.find(path); it != chosen.end()) return it->second;
-  if (v.IsScalar()) {
-    bool b;
-    long long i;
-    double d;
-    if (YAML::convert<bool>::decode(v, b)) return b ? "False" : "True";
-    if (YAML::convert<long long>::decode(v, i)) return std::to_string(i == -1 ? 2 : i + 1);
-    if (YAML::convert<double>::decode(v, d)) return number(d == 0 ? 0.5 : d * 1.5);
-  }
-  return "gf_probe";
+  return config_test::probe_value(chosen, path, v);
 }
 
 YAML::Node resolved_value(const YAML::Node& root, const std::string& path) {

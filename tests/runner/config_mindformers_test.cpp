@@ -18,22 +18,9 @@ namespace {
 using config_test::error_of;
 using config_test::kMinimal;
 
-std::string data(const std::string& f) { return std::string(GF_SOURCE_DIR) + "/tests/data/mindformers/" + f; }
+using config_test::has_warning;
 
-std::string file_error(const std::string& f, const std::vector<std::string>& sets = {}) {
-  try {
-    const Config c = load_config(data(f), sets);
-    std::string all;
-    for (const auto& u : config_layout_problems(c)) all += u + "\n";
-    return all;
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-}
-
-bool has_warning(const Config& c, const std::string& needle) {
-  return std::any_of(c.warnings.begin(), c.warnings.end(), [&](const std::string& w) { return w.find(needle) != std::string::npos; });
-}
+std::string data(const std::string& f) { return config_test::mindformers_data(f); }
 
 int count_warnings(const Config& c, const std::string& needle) {
   return static_cast<int>(std::count_if(c.warnings.begin(), c.warnings.end(),
@@ -41,11 +28,7 @@ int count_warnings(const Config& c, const std::string& needle) {
 }
 
 // The file, what it refuses as it is (empty: nothing), and the overrides that make it load.
-struct MindFormersFile {
-  const char* file;
-  const char* refusal;
-  std::vector<std::string> sets;
-};
+using config_test::MindFormersFile;
 
 const MindFormersFile kFiles[] = {
     {"run_gpt2.yaml", "", {}},
@@ -60,18 +43,7 @@ const MindFormersFile kFiles[] = {
 };
 
 TEST(MindFormersConfigs, LoadWithWarningsOnlyOrANamedRefusalThenWithTheOverride) {
-  for (const auto& f : kFiles) {
-    const std::string e = file_error(f.file);
-    if (std::string(f.refusal).empty()) {
-      EXPECT_EQ(e, "") << f.file;
-    } else {
-      EXPECT_NE(e.find(f.refusal), std::string::npos) << f.file << ": " << e;
-      EXPECT_EQ(file_error(f.file, f.sets), "") << f.file;
-    }
-    const Config c = load_config(data(f.file), f.sets);
-    EXPECT_TRUE(has_warning(c, "`context.device_target: Ascend` has no meaning on a CPU")) << f.file;
-    for (const auto& w : c.warnings) EXPECT_EQ(w.find("unknown"), std::string::npos) << f.file << ": " << w;
-  }
+  for (const auto& f : kFiles) config_test::load_mindformers_file(f);
 }
 
 TEST(MindFormersConfigs, R13FilesReadAsMindFormersMeansThem) {

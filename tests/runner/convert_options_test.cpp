@@ -307,14 +307,11 @@ TEST(Convert, TheTokenizerGoesWithTheWeights) {
   const Config missing = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",
                                      {"model.model_config.vocab_size=1000", "processor.tokenizer.vocab_file=/nonexistent/v.json"});
   write_seeded_checkpoint(missing, d / "run2");
-  ConvertOptions o;
-  o.from = (d / "run2").string();
-  o.to = (d / "hf2").string();
-  std::ostringstream progress;
-  convert_weights(o, progress);
+  std::string progress;
+  convert(d / "run2", d / "hf2", {}, &progress);
   EXPECT_FALSE(fs::exists(d / "hf2" / "vocab.json"));
-  EXPECT_NE(progress.str().find("no tokenizer files written: processor.tokenizer's /nonexistent/v.json is not there"),
-            std::string::npos) << progress.str();
+  EXPECT_NE(progress.find("no tokenizer files written: processor.tokenizer's /nonexistent/v.json is not there"),
+            std::string::npos) << progress;
 }
 
 TEST(Convert, AModelHuggingFaceCannotExpressGetsNoConfigJsonAndTheReason) {
@@ -322,15 +319,12 @@ TEST(Convert, AModelHuggingFaceCannotExpressGetsNoConfigJsonAndTheReason) {
   const Config cfg = load_config(std::string(GF_SOURCE_DIR) + "/configs/gpt2/run_gpt2_tiny.yaml",
                                  {"model.model_config.position_embedding_type=rope", "model.model_config.vocab_size=1000"});
   write_seeded_checkpoint(cfg, d / "run");
-  ConvertOptions o;
-  o.from = (d / "run").string();
-  o.to = (d / "hf").string();
-  std::ostringstream progress;
-  convert_weights(o, progress);
+  std::string progress;
+  convert(d / "run", d / "hf", {}, &progress);
   EXPECT_FALSE(fs::exists(d / "hf" / "config.json"));
   EXPECT_FALSE(fs::exists(d / "hf" / "generation_config.json"));
-  EXPECT_NE(progress.str().find("no config.json written: Hugging Face's GPT2LMHeadModel has no rotary positions"),
-            std::string::npos) << progress.str();
+  EXPECT_NE(progress.find("no config.json written: Hugging Face's GPT2LMHeadModel has no rotary positions"),
+            std::string::npos) << progress;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // What tests/runner/convert_test.cpp and tests/runner/convert_options_test.cpp share: a fresh directory per
-// test, a conversion with its progress discarded, and Hugging Face weights read back and compared bit for bit.
+// test, a conversion (its progress kept or discarded), and Hugging Face weights read back and compared bit for bit.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -15,28 +15,24 @@
 #include "models/causal_lm.h"
 #include "models/weights/hf_checkpoint.h"
 #include "runner/cli/convert.h"
+#include "tests/test_util.h"
 
 namespace gf::convert_test {
 
 namespace fs = std::filesystem;
 
 // A fresh directory per test (ctest runs the tests of this binary as concurrent processes).
-inline fs::path work_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "." + info->name();
-  for (char& c : name)
-    if (c == '/') c = '_';
-  const fs::path d = fs::path(GF_BINARY_DIR) / "test_output" / "convert" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+inline fs::path work_dir() { return test::fresh_dir(fs::path(GF_BINARY_DIR) / "test_output" / "convert" / test::test_name()); }
 
-inline ConvertSummary convert(const fs::path& from, const fs::path& to, ConvertOptions o = {}) {
+// Converts `from` into `to` with o's other options; the progress lines in *progress when given, else discarded.
+inline ConvertSummary convert(const fs::path& from, const fs::path& to, ConvertOptions o = {},
+                              std::string* progress = nullptr) {
   o.from = from.string();
   o.to = to.string();
-  std::ostringstream progress;
-  return convert_weights(o, progress);
+  std::ostringstream lines;
+  ConvertSummary summary = convert_weights(o, lines);
+  if (progress) *progress = lines.str();
+  return summary;
 }
 
 // Every tensor of `f` (a .safetensors file or a Hugging Face directory / index) by name, as floats.

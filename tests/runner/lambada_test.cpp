@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "runner/infer/lambada.h"
+#include "tests/test_util.h"
 
 namespace gf {
 namespace {
@@ -53,14 +54,9 @@ std::string byte_token(int b) {
   return out;
 }
 
-class LambadaTest : public ::testing::Test {
+class LambadaTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gf_lambada_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  LambadaTest() : TempDirTest("lambada_test") {}
 
   // The 256 byte tokens (id = byte) and no merges: encode(text) is text's bytes.
   std::unique_ptr<data::TextTokenizer> byte_tokenizer() {
@@ -80,7 +76,6 @@ class LambadaTest : public ::testing::Test {
     return (dir_ / name).string();
   }
 
-  fs::path dir_;
 };
 
 bool have_gpt2_vocab() { return fs::exists(kGpt2Dir / "gpt2-vocab.json") && fs::exists(kGpt2Dir / "gpt2-merges.txt"); }

@@ -254,6 +254,36 @@ TEST(MachineProbe, VersionTwoFieldsAndTheHardwarePeakInTheMfuSource) {
   EXPECT_FALSE(choose_peak(0.0, ComputeDtype::kFloat32, m).measured);
 }
 
+// A probe that had under kQuietCoresShare of the cores measured other processes' leftovers: its peaks (here a
+// seventh of the hardware's, as a 2-vCPU Xeon's probe beside four compilers measured) are not divided by, or a run
+// on the quiet machine would log MFU far above 100%; the run takes the built-in nominal peak and says why. A file
+// without the field (older tools) counts as quiet.
+TEST(MachineProbe, ABusyProbesPeaksAreNotDividedBy) {
+  nlohmann::json j = probe_v2_json("Some CPU");
+  MachineSetup m;
+  m.threads = 2;
+  m.probe = machine_probe_from_json(j);
+  EXPECT_DOUBLE_EQ(m.probe->cores_share, 1.0);
+  EXPECT_TRUE(choose_peak(0.0, ComputeDtype::kFloat32, m).measured);
+  j["cores_share"] = 0.79;
+  m.probe = machine_probe_from_json(j);
+  m.probe->path = "/busy/machine_probe.json";
+  EXPECT_DOUBLE_EQ(m.probe->cores_share, 0.79);
+  for (ComputeDtype dt : {ComputeDtype::kFloat32, ComputeDtype::kBFloat16}) {
+    const PeakChoice c = choose_peak(0.0, dt, m);
+    EXPECT_FALSE(c.measured);
+    EXPECT_DOUBLE_EQ(c.tflops, 2 * builtin_peak(dt, this_cpu_peak_isa()).tflops_per_thread);
+    EXPECT_NE(c.source.find("the machine probe at /busy/machine_probe.json had 0.79 of the cores (other processes ran "
+                            "while it measured), so its peaks are too low to divide by: re-run build/bin/machine_probe "
+                            "on a quiet machine"),
+              std::string::npos)
+        << c.source;
+  }
+  j["cores_share"] = kQuietCoresShare;
+  m.probe = machine_probe_from_json(j);
+  EXPECT_TRUE(choose_peak(0.0, ComputeDtype::kFloat32, m).measured);
+}
+
 // A CPU whose bf16 products are slower than its fp32 ones (AVX-512 BF16 without AMX: 0.161 against 0.314
 // TFLOP/s measured on a 2-vCPU Xeon VM, CPU model 207) gets a warning under bf16 compute; others do not.
 TEST(MachineProbe, Bf16SlowerThanFp32IsSaidUnderBf16Only) {

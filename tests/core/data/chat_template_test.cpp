@@ -9,6 +9,7 @@
 // and tests/golden/chat/gemma_turns; tests/integration/chat_templates.sh checks them and the full
 // real tokenizers.
 #include "core/data/chat_template.h"
+#include "tests/core/data/text_test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -29,13 +30,7 @@ using nlohmann::json;
 const fs::path kSrc = fs::path(GF_SOURCE_DIR);
 const fs::path kGolden = kSrc / "tests" / "golden" / "chat";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_file;
 
 // The template of a fixture folder, as ChatEncoder::load finds it.
 std::string template_of(const std::string& name) {

@@ -1,4 +1,5 @@
 #include "core/data/gpt_dataset.h"
+#include "tests/test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,15 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class GPTDatasetTest : public ::testing::Test {
+class GPTDatasetTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gf_gpt_dataset_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  GPTDatasetTest() : TempDirTest("gpt_dataset_test") {}
 
   // One sequence per document (Megatron's GPTDataset indexes sequences); token k of the corpus
   // is `base + k`, so a sample's tokens show exactly where they were cut from.
@@ -54,7 +49,6 @@ class GPTDatasetTest : public ::testing::Test {
     return c;
   }
 
-  fs::path dir_;
 };
 
 std::vector<int32_t> sample(const SampleSource& ds, int64_t i, int64_t seq_length) {

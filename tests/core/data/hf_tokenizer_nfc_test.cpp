@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/data/hf_tokenizer.h"
+#include "tests/core/data/text_test_util.h"
 
 namespace gf::data {
 namespace {
@@ -59,12 +60,7 @@ std::string from_hex(const std::string& hex) {
   return out;
 }
 
-Ids parse_ids(const std::string& line) {
-  Ids ids;
-  std::istringstream in(line);
-  for (int32_t id; in >> id;) ids.push_back(id);
-  return ids;
-}
+using test::parse_ids;
 
 struct Row {
   std::string hex, text;

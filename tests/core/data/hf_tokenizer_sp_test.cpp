@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/data/hf_tokenizer.h"
+#include "tests/core/data/text_test_util.h"
 
 namespace gf::data {
 namespace {
@@ -30,20 +31,8 @@ using nlohmann::json;
 const fs::path kSrc = fs::path(GF_SOURCE_DIR);
 const fs::path kDir = kSrc / "tests" / "golden" / "tokenizer" / "hf_real";
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-Ids parse_ids(const std::string& line) {
-  Ids ids;
-  std::istringstream in(line);
-  for (int32_t id; in >> id;) ids.push_back(id);
-  return ids;
-}
+using test::parse_ids;
+using test::read_lines;
 
 // A fresh temporary directory, removed with the object.
 struct TempDir {
@@ -87,14 +76,8 @@ size_t check_case(const HFTokenizer& tok, const std::string& name, const std::ve
   return compared;
 }
 
-std::vector<std::string> corpus(const fs::path& path) {
-  std::vector<std::string> texts;
-  for (const std::string& line : read_lines(path)) texts.push_back(json::parse(line).at("text"));
-  return texts;
-}
-
 TEST(HFTokenizerSp, CutRealFilesMatchRust) {
-  const std::vector<std::string> texts = corpus(kDir / "corpus.jsonl");
+  const std::vector<std::string> texts = test::corpus_texts(kDir / "corpus.jsonl");
   for (const char* name : {"llama2_trim", "gemma_trim", "bert_uncased", "bert_cased"}) {
     const HFTokenizer tok = HFTokenizer::from_file((kDir / name / "tokenizer.json").string());
     EXPECT_GT(check_case(tok, name, texts, kDir / name), 1000u) << name;
@@ -102,7 +85,7 @@ TEST(HFTokenizerSp, CutRealFilesMatchRust) {
 }
 
 TEST(HFTokenizerSp, VariantsMatchRust) {
-  const std::vector<std::string> texts = corpus(kDir / "corpus.jsonl");
+  const std::vector<std::string> texts = test::corpus_texts(kDir / "corpus.jsonl");
   std::ifstream in(kDir / "variants.json");
   const json variants = json::parse(in);
   ASSERT_GE(variants.size(), 6u);
@@ -261,7 +244,7 @@ TEST(HFTokenizerReal, FromEnvironment) {
   const char* cases = std::getenv("GF_HF_REAL_CASES");
   const char* texts_path = std::getenv("GF_HF_REAL_CORPUS");
   if (cases == nullptr || texts_path == nullptr) GTEST_SKIP() << "GF_HF_REAL_CASES / GF_HF_REAL_CORPUS not set";
-  const std::vector<std::string> texts = corpus(texts_path);
+  const std::vector<std::string> texts = test::corpus_texts(texts_path);
   std::vector<fs::path> dirs;
   for (const auto& entry : fs::directory_iterator(cases)) dirs.push_back(entry.path());
   std::sort(dirs.begin(), dirs.end());

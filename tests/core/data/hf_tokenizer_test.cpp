@@ -18,6 +18,7 @@
 
 #include "core/data/hf_tokenizer.h"
 #include "core/data/tokenizer.h"
+#include "tests/core/data/text_test_util.h"
 
 namespace gf::data {
 namespace {
@@ -29,35 +30,11 @@ using nlohmann::json;
 const fs::path kDir = fs::path(GF_SOURCE_DIR) / "tests" / "data" / "hf_tokenizer";
 const fs::path kGpt2Dir = fs::path(GF_SOURCE_DIR) / "data" / "gpt2";
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using test::ids_str;
+using test::parse_ids;
+using test::read_lines;
 
-std::vector<std::string> corpus_texts() {
-  std::vector<std::string> texts;
-  for (const std::string& line : read_lines(kDir / "corpus.jsonl")) texts.push_back(json::parse(line).at("text"));
-  return texts;
-}
-
-Ids parse_ids(const std::string& line) {
-  Ids ids;
-  std::istringstream in(line);
-  for (int32_t id; in >> id;) ids.push_back(id);
-  return ids;
-}
-
-std::string ids_str(const Ids& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s;
-}
+std::vector<std::string> corpus_texts() { return test::corpus_texts(kDir / "corpus.jsonl"); }
 
 HFTokenizer load(const std::string& fixture) { return HFTokenizer::from_file((kDir / fixture / "tokenizer.json").string()); }
 

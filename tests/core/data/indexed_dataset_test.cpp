@@ -1,4 +1,5 @@
 #include "core/data/indexed_dataset.h"
+#include "tests/test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,19 +17,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class IndexedDatasetTest : public ::testing::Test {
+class IndexedDatasetTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gf_indexed_dataset_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  IndexedDatasetTest() : TempDirTest("indexed_dataset_test") {}
   std::string prefix(const std::string& name) const { return (dir_ / name).string(); }
 
-  fs::path dir_;
 };
 
 std::vector<char> read_file(const std::string& path) {

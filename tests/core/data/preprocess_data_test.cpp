@@ -15,6 +15,7 @@
 
 #include "core/data/indexed_dataset.h"
 #include "core/data/tokenizer.h"
+#include "tests/test_util.h"
 
 namespace gf::data {
 namespace {
@@ -30,10 +31,7 @@ class PreprocessDataTest : public ::testing::Test {
   void SetUp() override {
     if (!fs::exists(kBinary)) GTEST_SKIP() << kBinary << " not built";
     if (!fs::exists(kVocab) || !fs::exists(kMerges)) GTEST_SKIP() << "GPT-2 vocabulary missing: run scripts/fetch_gpt2_vocab.sh";
-    dir_ = fs::temp_directory_path() / ("gf_preprocess_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::temp_test_dir("preprocess_test");
   }
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);

@@ -26,6 +26,8 @@
 
 #include "runner/cli/tokenize_cli.h"
 #include "core/data/tokenizer.h"
+#include "tests/core/data/text_test_util.h"
+#include "tests/test_util.h"
 
 namespace gf::data {
 namespace {
@@ -38,13 +40,9 @@ const fs::path kGoldenDir = fs::path(GF_SOURCE_DIR) / "tests" / "golden" / "toke
 const std::string kVocab = (kGpt2Dir / "gpt2-vocab.json").string();
 const std::string kMerges = (kGpt2Dir / "gpt2-merges.txt").string();
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
+using test::parse_ids;
+using test::read_file;
+using test::split_lines;
 
 void write_file(const fs::path& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary);
@@ -53,20 +51,6 @@ void write_file(const fs::path& path, const std::string& contents) {
 }
 
 // Splits on '\n'; a final '\n' does not start another line.
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-Ids parse_ids(const std::string& line) {
-  Ids ids;
-  std::istringstream in(line);
-  for (int32_t id; in >> id;) ids.push_back(id);
-  return ids;
-}
-
 Ids concat(std::initializer_list<Ids> parts) {
   Ids all;
   for (const Ids& part : parts) all.insert(all.end(), part.begin(), part.end());
@@ -314,15 +298,9 @@ std::string byte_token(int b) {  // GPT-2's byte -> unicode map, written out ind
   return out;
 }
 
-class GPT2TokenizerToyVocab : public ::testing::Test {
+class GPT2TokenizerToyVocab : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gf_tokenizer_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  GPT2TokenizerToyVocab() : TempDirTest("tokenizer_test") {}
 
   // 256 byte tokens, then `extra` tokens, then "<|endoftext|>".
   nlohmann::json vocab_json(const std::vector<std::string>& extra) const {
@@ -353,7 +331,6 @@ class GPT2TokenizerToyVocab : public ::testing::Test {
   std::string vocab_path() const { return (dir_ / "vocab.json").string(); }
   std::string merges_path() const { return (dir_ / "merges.txt").string(); }
 
-  fs::path dir_;
 };
 
 // Merges: rank 0 "b c", rank 1 "a b", rank 2 "a bc", rank 3 "a a", rank 4 "aa aa",

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/data/wordpiece.h"
+#include "tests/core/data/text_test_util.h"
 
 namespace gf::data {
 namespace {
@@ -28,35 +29,11 @@ using Ids = std::vector<int32_t>;
 
 const fs::path kDir = fs::path(GF_SOURCE_DIR) / "tests" / "data" / "wordpiece";
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using test::ids_str;
+using test::parse_ids;
+using test::read_lines;
 
-std::vector<std::string> corpus_texts() {
-  std::vector<std::string> texts;
-  for (const std::string& line : read_lines(kDir / "corpus.jsonl")) texts.push_back(nlohmann::json::parse(line).at("text"));
-  return texts;
-}
-
-Ids parse_ids(const std::string& line) {
-  Ids ids;
-  std::istringstream in(line);
-  for (int32_t id; in >> id;) ids.push_back(id);
-  return ids;
-}
-
-std::string ids_str(const Ids& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s;
-}
+std::vector<std::string> corpus_texts() { return test::corpus_texts(kDir / "corpus.jsonl"); }
 
 void check_golden(bool lower, const std::string& golden) {
   const auto tok = WordPieceTokenizer::from_file((kDir / "vocab.txt").string(), lower);

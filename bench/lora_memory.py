@@ -3,9 +3,10 @@
 synthetic batches, trained in full (the reference: weights, gradients and AdamW moments of every parameter), with
 LoRA r 16 (alpha 32) on the attention's and the MLP's projections over an fp32 base, and the same over a bf16 base
 (pet_config.base_dtype: bfloat16). The Finetune issue's targets: LoRA's peak RSS <= 0.45x full fine-tuning's (fp32
-weights), <= 0.3x with the base in bf16.
+weights), <= 0.3x with the base in bf16. Both LoRA runs compute the frozen head's loss --loss-chunk vocabulary rows
+at a time (pet_config.loss_vocab_chunk; 0: the whole [tokens, vocabulary] logits at once, as full fine-tuning).
 
-    python3 bench/lora_memory.py [--build build] [--shapes gpt2-124M,llama-1B] [--steps 4] [--rounds 3]
+    python3 bench/lora_memory.py [--build build] [--shapes gpt2-124M,llama-1B] [--steps 4] [--rounds 3] [--loss-chunk 4096]
 
 Each run trains --steps steps on one rank (2 threads by default, OMP_NUM_THREADS), the first untimed; tokens/s is
 the median of the other steps' (metrics.jsonl), peak RSS the run's (resources.json, getrusage). Rounds interleave
@@ -34,7 +35,7 @@ SHAPES = {
 KINDS = ("full", "lora", "lora_bf16")
 
 
-def run(build, shape, kind, steps, recompute):
+def run(build, shape, kind, steps, recompute, loss_chunk):
     cfg, model, batch, targets = SHAPES[shape]
     with tempfile.TemporaryDirectory() as out:
         sets = [f"model.model_config.{k}={v}" for k, v in model.items()]
@@ -43,6 +44,7 @@ def run(build, shape, kind, steps, recompute):
                  f"recompute_config.recompute={recompute}"]
         if kind != "full":
             pet = f"{{r: 16, lora_alpha: 32, target_modules: {targets}"
+            pet += f", loss_vocab_chunk: {loss_chunk}"
             pet += ", base_dtype: bfloat16}" if kind == "lora_bf16" else "}"
             sets.append(f"model.model_config.pet_config={pet}")
         cmd = [os.path.join(build, "bin", "gridformer"), "train", "--config", os.path.join(ROOT, cfg)]
@@ -70,9 +72,12 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--recompute", default="False,True", help="recompute_config.recompute values to run (full recompute)")
+    ap.add_argument("--loss-chunk", type=int, default=4096,
+                    help="the LoRA runs' pet_config.loss_vocab_chunk (0: the whole logits at once)")
     a = ap.parse_args()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(f"CPU: {cpu}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+          f"LoRA's loss_vocab_chunk {a.loss_chunk}")
     print(f"{'shape':<10} {'recompute':<9} {'run':<10} {'tokens/s':>9} {'/ full':>7} {'peak RSS':>10} {'RSS / full':>11} "
           f"{'target':>7}")
     gib = 2.0 ** 30
@@ -81,7 +86,7 @@ def main():
             res = {k: ([], []) for k in KINDS}
             for _ in range(a.rounds):
                 for k in KINDS:
-                    t, r = run(a.build, shape, k, a.steps, rc)
+                    t, r = run(a.build, shape, k, a.steps, rc, a.loss_chunk)
                     res[k][0].append(t)
                     res[k][1].append(r)
             full_rss, full_t = max(res["full"][1]), statistics.median(res["full"][0])

@@ -29,6 +29,10 @@ struct LoraConfig {
   float dropout = 0.0f;
   // Ours (pet_config.base_dtype: bfloat16): the frozen layers' weights held in bf16 (models/transformer_lm_lora.cpp).
   bool base_bf16 = false;
+  // Ours (pet_config.loss_vocab_chunk: V > 0): the frozen head's logits and cross entropy V vocabulary rows at a
+  // time, its input gradient made in the forward (models/blocks/lm_head.h), so the [tokens, vocabulary] logits are
+  // never held; 0 (default): the whole logits at once.
+  int64_t loss_chunk = 0;
   double scale() const;
   bool operator==(const LoraConfig&) const = default;
 };

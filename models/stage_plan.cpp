@@ -87,6 +87,12 @@ StageDims StageDims::make(const TransformerSpec& s, const ModelConfig& cfg, cons
   d.vocab.begin = vocab_parallel ? tp_rank * d.vocab.local : 0;
   d.vocab.valid = std::clamp<int64_t>(s.vocab - d.vocab.begin, 0, d.vocab.local);
   d.head_rows = vocab_parallel ? d.N : d.Nl;
+  if (s.lora.on && s.lora.loss_chunk > 0) {
+    if (vocab_parallel)
+      throw std::invalid_argument("pet_config.loss_vocab_chunk with a vocabulary-parallel head is not built: set "
+                                  "parallel_config.vocab_emb_dp: True or loss_vocab_chunk: 0");
+    d.loss_chunk = std::min(s.lora.loss_chunk, std::max<int64_t>(d.vocab.valid, 1));
+  }
   if (d.low_precision) {
     const int64_t bytes = d.head_rows * d.vocab.local * low_copy_element_bytes(layout.compute);
     d.dlogits_low_floats = (bytes + 3) / 4;
@@ -276,8 +282,22 @@ struct TransformerLM::LayoutBuilder {
     LmHeadBlock::Acts& h = b.slots[static_cast<size_t>(k)].head;
     h.ln = p.take(sn + ".final_norm", Nl * C);
     h.norm = norm_acts(sn + ".final_norm");
-    if (!d.share_logits || k == 0) h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
-    else h.logits = b.slots[0].head.logits;
+    if (d.loss_chunk > 0) {
+      // A frozen head's chunked loss (LmHeadBlock::Acts::dh): one chunk of logits and the running sums, shared
+      // by the slots (used within a forward alone); each slot keeps its input gradient until its backward.
+      if (k == 0) {
+        h.logits = p.take("head.logits_chunk", d.head_rows * d.loss_chunk);
+        h.sum = p.take("head.chunk_sum", d.head_rows);
+      } else {
+        h.logits = b.slots[0].head.logits;
+        h.sum = b.slots[0].head.sum;
+      }
+      h.dh = p.take(sn + ".head_dh", d.head_rows * C);
+    } else if (!d.share_logits || k == 0) {
+      h.logits = p.take((d.share_logits ? "head" : sn) + ".logits", d.head_rows * d.vocab.local);
+    } else {
+      h.logits = b.slots[0].head.logits;
+    }
     h.losses = p.take(sn + ".losses", d.head_rows);
     h.lse = p.take(sn + ".lse", d.head_rows);
     if (!d.defer) return;

@@ -169,6 +169,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   }
   if (d.last) {
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
+    head_.set_loss_chunk(d.loss_chunk);
     head_.bind(bound, names_);
   }
   if (spec.lora.on && spec.lora.base_bf16) {  // each layer's base range, from its first weight to the next block's

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,8 @@ struct StageDims {
   bool sandwich_norm = false;    // TransformerSpec::sandwich_norm: each sublayer's output and its norm's kept
   int64_t qkv_width = 0, attn_width = 0, heads_local = 0, head_dim = 0, ffn_local = 0, up_width = 0;
   int64_t head_rows = 0, dlogits_low_floats = 0, flash_floats = 0;
+  // LoRA's pet_config.loss_vocab_chunk: the frozen head's logits this many vocabulary rows at a time (0: whole).
+  int64_t loss_chunk = 0;
   // A dense MLP's kept up product and activation (MlpBlock::act_floats: bf16 under bf16 compute, mlp_bf16).
   int64_t h_floats = 0, act_floats = 0;
   // A kept norm output that bf16 products alone read: bf16 alone under bf16 compute (norm_bf16;
@@ -170,7 +173,10 @@ class TransformerLM : public CausalLM {
                                                std::vector<int64_t> experts);
   void convert_low(int64_t begin, int64_t end) override;
   void release_low(int64_t begin, int64_t end) override;
-  const float* logits() const override { return slots_[0].head.logits; }
+  const float* logits() const override {
+    if (dims_.loss_chunk > 0) throw std::logic_error("the logits are not held under pet_config.loss_vocab_chunk");
+    return slots_[0].head.logits;
+  }
   int64_t logits_ld() const override { return dims_.vocab.local; }
   int64_t activation_bytes() const override {
     return plan_.bytes() + static_cast<int64_t>((lora_scratch_.size() + lora_drop_.size()) * sizeof(float));

@@ -1,6 +1,9 @@
 #include "models/blocks/lm_head.h"
 
+#include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "core/math/gemm.h"
@@ -31,7 +34,11 @@ double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* target
   const float* h = v_.parallel ? e.tp->gather_rows(a.ln, e.gather, C) : a.ln;
   const int32_t* tgt = local_targets(e, targets);
   // logits [rows, Vl] = h [rows, C] @ W[Vl, C]^T (padded rows of W are zero and masked below)
-  if (chunks && chunks->count() > 0) {
+  if (chunk_ > 0) {
+    if (!e.frozen() || e.cdt != ComputeDtype::kFloat32 || v_.parallel || (chunks && chunks->count() > 0))
+      throw std::logic_error("lm head: the chunked loss is built for a frozen fp32 head, whole on this rank");
+    chunked_loss_fwd(e, tgt, a);
+  } else if (chunks && chunks->count() > 0) {
     for (size_t c = 0; c < chunks->count(); ++c) {
       const int64_t v0 = chunks->at[c], vc = chunks->at[c + 1] - v0;
       chunks->enter(c);
@@ -45,15 +52,61 @@ double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* target
     gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, Vl, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f, a.logits, Vl,
                true);
   }
-  if (v_.parallel)
+  if (chunk_ > 0) {
+    // (the losses are made)
+  } else if (v_.parallel) {
     vocab_parallel_cross_entropy_fwd(*e.tp, a.losses, a.lse, a.logits, tgt, rows_, Vl, v_.begin, v_.valid, e.dfull);
-  else
+  } else {
     ops::cross_entropy_fwd(a.losses, a.lse, a.logits, tgt, rows_, Vl, v_.valid);
+  }
   double sum = 0.0;
   for (int64_t i = 0; i < rows_; ++i) sum += a.losses[i];
   // Replicated head under SP: each rank has the loss of its own rows.
   if (!v_.parallel && e.tp->sequence_parallel()) e.tp->allreduce_sum(&sum, 1);
   return sum;
+}
+
+// Per row r with maximum m (so far), denominator s = sum_v exp(z_v - m) and acc = sum_v exp(z_v - m) W_v: each
+// chunk's logits z = h W_c^T raise m to m' (both sums scaled by exp(m - m')), then add theirs. At the end
+// lse = m + log s, the loss lse - z_target, and the loss's gradient with respect to h is acc / s - W_target
+// (softmax minus the one-hot, times W), which bwd scales by grad_scale. Rows with a negative target: loss 0,
+// gradient 0, as ops::cross_entropy's.
+void LmHeadBlock::chunked_loss_fwd(const BlockEnv& e, const int32_t* tgt, const Acts& a) const {
+  using Row = Eigen::Map<Eigen::ArrayXf>;
+  const int64_t C = spec_.hidden, V = v_.valid, rows = rows_;
+  const float* h = a.ln;
+  const float* W = e.wt(w_, false).f32;
+  float *m = a.lse, *s = a.sum, *zt = a.losses, *acc = a.dh, *z = a.logits;
+  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+  std::fill(s, s + rows, 0.0f);
+  std::fill(zt, zt + rows, 0.0f);
+  for (int64_t v0 = 0; v0 < V; v0 += chunk_) {
+    const int64_t vc = std::min(chunk_, V - v0);
+    gemm(Trans::kNo, Trans::kYes, rows, vc, C, 1.0f, h, C, W + v0 * C, C, 0.0f, z, vc);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      Row x(z + r * vc, vc);
+      if (const int64_t t = tgt[r] - v0; t >= 0 && t < vc) zt[r] = x[t];
+      const float mx = std::max(m[r], x.maxCoeff()), scale = std::exp(m[r] - mx);  // exp(-inf) = 0 on the first
+      x = (x - mx).exp();
+      s[r] = s[r] * scale + x.sum();
+      if (v0 > 0 && scale != 1.0f) Row(acc + r * C, C) *= scale;
+      m[r] = mx;
+    }
+    gemm(Trans::kNo, Trans::kNo, rows, C, vc, 1.0f, z, vc, W + v0 * C, C, v0 == 0 ? 0.0f : 1.0f, acc, C);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    Row d(acc + r * C, C);
+    a.lse[r] = m[r] + std::log(s[r]);
+    if (tgt[r] < 0) {
+      a.losses[r] = 0.0f;
+      d.setZero();
+    } else {
+      a.losses[r] = a.lse[r] - zt[r];
+      d = d / s[r] - Eigen::Map<const Eigen::ArrayXf>(W + tgt[r] * C, C);
+    }
+  }
 }
 
 void LmHeadBlock::logits_fwd(const BlockEnv& e, float* logits, float* ln, const NormBlock::Acts& norm, const float* x,
@@ -125,7 +178,14 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
     h = pass == BwdPass::kBoth ? e.gather : (weight ? e.tp->gather_rows(a.ln, e.gather, C) : nullptr);
   // Vocabulary-parallel: a column-parallel layer with W^T, so dh is a partial sum over the slices.
   float* dh = v_.parallel ? e.dfull : a.dln;
-  if (chunks && chunks->count() > 0) {
+  if (chunk_ > 0) {  // the forward made the input gradient of the summed loss (chunked_loss_fwd)
+    if (!e.frozen()) throw std::logic_error("lm head: the chunked loss is built for a frozen head");
+    if (input) {
+      const float* g = a.dh;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < rows * C; ++i) dh[i] = grad_scale * g[i];
+    }
+  } else if (chunks && chunks->count() > 0) {
     if (!input || !weight) throw std::logic_error("lm head: a vocabulary-chunked backward runs its two passes fused");
     if (e.frozen()) throw std::logic_error("lm head: a frozen head is not cut into vocabulary chunks");
     chunked_bwd(e, dh, h, grad_scale, targets, a, *chunks);

@@ -22,6 +22,10 @@ class LmHeadBlock {
     float *losses = nullptr, *lse = nullptr;  // [rows]
     std::byte* dlogits_low = nullptr;  // bf16/fp16: the logits' gradient, column-chunked
     float* dln = nullptr;              // [Nl, C]: the final norm's output gradient (weight pass)
+    // A frozen fp32 head's chunked loss (set_loss_chunk; LoRA's pet_config.loss_vocab_chunk): logits is one
+    // chunk [rows, chunk], sum [rows] the softmax's running denominator, and dh [rows, C] the gradient of the
+    // summed loss with respect to the final norm's output, made by the forward (the backward scales it).
+    float *dh = nullptr, *sum = nullptr;
   };
   LmHeadBlock() = default;
   LmHeadBlock(const TransformerSpec& s, const VocabSlice& v, int64_t rows)
@@ -44,6 +48,12 @@ class LmHeadBlock {
   void logits_fwd(const BlockEnv& e, float* logits, float* ln, const NormBlock::Acts& norm, const float* x,
                   int64_t rows) const;
   const VocabSlice& vocab() const { return v_; }
+  // A frozen head (LoRA) whose fwd runs the vocabulary `chunk` rows at a time (0: the whole logits): online
+  // softmax (a running maximum and denominator per row, as flash attention's) and, in the same pass, the input
+  // gradient sum_v softmax_v W_v - W_target (the logits' gradient times W), rescaled as the maximum moves, so
+  // that no [rows, vocabulary] buffer is held; fp32 and a replicated (not vocabulary-parallel) head only.
+  void set_loss_chunk(int64_t chunk) { chunk_ = chunk; }
+  int64_t loss_chunk() const { return chunk_; }
   // dx [Nl, C] (written) from d(grad_scale * summed loss). Input pass: dx and the logits'
   // gradient; weight pass: the head's and the norm's weight gradients.
   // chunks (fused pass only): both products run one vocabulary chunk at a time, from the last chunk
@@ -55,6 +65,7 @@ class LmHeadBlock {
   const int32_t* local_targets(const BlockEnv& e, const int32_t* targets) const {
     return targets + (v_.parallel ? 0 : e.tp->row_begin());
   }
+  void chunked_loss_fwd(const BlockEnv& e, const int32_t* targets, const Acts& a) const;
   void chunked_bwd(const BlockEnv& e, float* dh, const float* h, float grad_scale, const int32_t* targets,
                    const Acts& a, const VocabChunks& chunks) const;
   TransformerSpec spec_;
@@ -62,6 +73,7 @@ class LmHeadBlock {
   int64_t rows_ = 0;
   NormBlock norm_;
   int64_t w_ = 0;  // the head's weight
+  int64_t chunk_ = 0;
 };
 
 }  // namespace gf

@@ -4,7 +4,7 @@
 // exclude_layers, freeze_include / freeze_exclude, param_init_type / compute_dtype) or PEFT's LoraConfig names
 // (peft/tuners/lora/config.py: peft_type LORA, r, lora_alpha, lora_dropout, target_modules a regex on the whole
 // module name or a list of names, use_rslora, bias 'none', modules_to_save, init_lora_weights, fan_in_fan_out,
-// task_type), plus ours: base_dtype. A map that mixes the two sets' rank keys is refused.
+// task_type), plus ours: base_dtype, loss_vocab_chunk. A map that mixes the two sets' rank keys is refused.
 #include <cmath>
 #include <set>
 
@@ -29,7 +29,7 @@ const std::set<std::string>& known_keys() {
       "base_model_name_or_path", "inference_mode", "revision", "layers_to_transform", "layers_pattern", "rank_pattern",
       "alpha_pattern", "use_dora", "lora_bias",
       // ours
-      "base_dtype"};
+      "base_dtype", "loss_vocab_chunk"};
   return k;
 }
 
@@ -153,6 +153,18 @@ void read_lora(ReadContext& x) {
     const std::string s = v.as<std::string>();
     if (s == "bfloat16") l.base_bf16 = true;
     else if (s != "float32") x.refuse(at("base_dtype") + ": " + s + "`: float32 (default) or bfloat16 (the frozen layers held in bf16)");
+  }
+  if (const YAML::Node v = scalar("loss_vocab_chunk")) {
+    int64_t c = -1;
+    if (!YAML::convert<int64_t>::decode(v, c) || c < 0)
+      x.refuse(at("loss_vocab_chunk") + ": " + show(v) + "`: the vocabulary rows of one chunk of the frozen head's "
+               "logits (e.g. 4096), or 0 for the whole logits at once");
+    else
+      l.loss_chunk = c;
+    if (c > 0 && model_layout(x.c).vocab_parallel())
+      x.refuse(at("loss_vocab_chunk") + ": " + show(v) + "` with a vocabulary-parallel head (model_parallel " +
+               std::to_string(x.c.parallel.model_parallel) + "): not built; set parallel_config.vocab_emb_dp: True "
+               "(the head whole on every tensor-parallel rank) or loss_vocab_chunk: 0");
   }
   if (x.c.model.moe.expert_num > 1)
     x.refuse("`" + key + "` with a Mixture of Experts (moe_config.expert_num " + std::to_string(x.c.model.moe.expert_num) +

@@ -1,5 +1,6 @@
 #include "engine/step_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -40,14 +41,25 @@ double now_s() {
 
 std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers, pipeline::Scheduler sched,
                                                  const pipeline::Shape& shape, int stage) {
+  return pipeline_chunk_options(stage_layers, pipeline::all_stage_actions(sched, shape), shape, stage);
+}
+
+std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers,
+                                                 const pipeline::StageLists& lists, const pipeline::Shape& shape,
+                                                 int stage) {
   if (static_cast<int64_t>(stage_layers.size()) != static_cast<int64_t>(shape.stages) * shape.chunks)
     throw std::invalid_argument("pipeline: " + std::to_string(stage_layers.size()) + " layer counts for " +
                                 std::to_string(shape.stages * shape.chunks) + " virtual stages");
-  const std::vector<int> slots = pipeline::slots_per_chunk(sched, shape, stage);
+  if (stage < 0 || stage >= static_cast<int>(lists.size()))
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " out of range");
+  // Slots: the simulated peaks per chunk (they depend on the lists' order only, not on the costs).
+  const pipeline::Simulation sim = pipeline::simulate(lists, shape);
+  if (!sim.ok) throw std::logic_error("pipeline schedule fails its simulation: " + sim.error);
+  const std::vector<int>& slots = sim.peak_live_chunk[static_cast<size_t>(stage)];
   // The chunk holding the last layer can share one logits buffer over its slots when the schedule
   // runs each micro-batch's backward (input pass) right after its forward there: no other forward
   // of that chunk in between.
-  const std::vector<pipeline::Action> list = pipeline::stage_actions(sched, shape, stage);
+  const std::vector<pipeline::Action>& list = lists[static_cast<size_t>(stage)];
   auto forward_then_backward = [&](int chunk) {
     int open = -1;
     for (const pipeline::Action& a : list) {
@@ -70,7 +82,9 @@ std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& sta
     st.layer_begin = bounds[static_cast<size_t>(k)];
     st.layer_end = bounds[static_cast<size_t>(k) + 1];
     st.slots = std::max(1, slots.at(static_cast<size_t>(c)));
-    st.defer_weight_grads = sched == pipeline::Scheduler::kZBH1;
+    st.defer_weight_grads = std::any_of(list.begin(), list.end(), [&](const pipeline::Action& a) {
+      return a.chunk == c && a.op == pipeline::Op::kBackwardWeight;
+    });
     st.share_logits = k == pipeline::virtual_stages(shape) - 1 && forward_then_backward(c);
     out.push_back(st);
   }
@@ -89,7 +103,11 @@ std::vector<TransformerLM*> engine_chunks(CausalLM& model) {
 
 StepEngine::StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, pipeline::Scheduler sched,
                        const pipeline::Shape& shape)
-    : chunks_(std::move(chunks)), link_(pp), sched_(sched), shape_(shape), stage_(pp.rank()) {
+    : StepEngine(std::move(chunks), pp, pipeline::stage_actions(sched, shape, pp.rank()), shape) {}
+
+StepEngine::StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, std::vector<pipeline::Action> actions,
+                       const pipeline::Shape& shape)
+    : chunks_(std::move(chunks)), link_(pp), shape_(shape), stage_(pp.rank()), actions_(std::move(actions)) {
   if (pp.size() != shape.stages)
     throw std::invalid_argument("pipeline: " + std::to_string(pp.size()) + " ranks in the pipeline group for " +
                                 std::to_string(shape.stages) + " stages");
@@ -98,7 +116,6 @@ StepEngine::StepEngine(std::vector<TransformerLM*> chunks, const Communicator& p
                                 std::to_string(shape.chunks));
   const StageDims& d = chunk(0).dims();
   floats_ = d.Nl * d.C;
-  actions_ = pipeline::stage_actions(sched, shape, stage_);
   const int64_t most = 2LL * shape.chunks * shape.micro_batches;
   if (most > link_.tag_upper_bound())
     throw std::invalid_argument("pipeline: " + std::to_string(most) + " message tags exceed MPI's limit " +

@@ -24,7 +24,13 @@
 namespace gf {
 
 // The model chunks stage `stage` runs for `stage_layers` (layers per virtual stage, virtual stage k =
-// chunk * stages + stage), with the slots and the deferred weight pass the schedule needs.
+// chunk * stages + stage), with the slots (the simulated peak live micro-batches per chunk) and the deferred
+// weight pass (a chunk with backward-weight actions) the schedule's lists need. `lists`: every stage's (a
+// schedule file's, pipeline/schedule_file.h); throws std::logic_error when they fail the simulation.
+std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers,
+                                                 const pipeline::StageLists& lists, const pipeline::Shape& shape,
+                                                 int stage);
+// The same for a built-in schedule (pipeline::all_stage_actions).
 std::vector<StageOptions> pipeline_chunk_options(const std::vector<int64_t>& stage_layers, pipeline::Scheduler sched,
                                                  const pipeline::Shape& shape, int stage);
 
@@ -37,6 +43,9 @@ class StepEngine {
   // pp: the pipeline communicator (rank = stage; one rank without a pipeline). With more than one
   // stage the chunks must be pipeline_chunk_options(...)'s.
   StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, pipeline::Scheduler sched,
+             const pipeline::Shape& shape);
+  // The same running `actions`, this stage's list (of a schedule file's lists, checked by the simulator).
+  StepEngine(std::vector<TransformerLM*> chunks, const Communicator& pp, std::vector<pipeline::Action> actions,
              const pipeline::Shape& shape);
 
   // `ready(offset)` is called during the last micro-batch's backward as the gradients at and after
@@ -93,7 +102,6 @@ class StepEngine {
 
   std::vector<TransformerLM*> chunks_;
   StageLink link_;
-  pipeline::Scheduler sched_;
   pipeline::Shape shape_;
   int stage_;
   int64_t floats_;  // one message: [Nl, C]

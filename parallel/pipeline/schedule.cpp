@@ -166,9 +166,10 @@ Scheduler parse_scheduler(const std::string& name) {
   if (n == "1f1b") return Scheduler::k1F1B;
   if (n == "interleaved") return Scheduler::kInterleaved;
   if (n == "zero_bubble_h1" || n == "zbh1" || n == "zb-h1" || n == "zero_bubble") return Scheduler::kZBH1;
+  if (n == "file") return Scheduler::kFile;
   throw std::invalid_argument("parallel.pipeline_config.pipeline_scheduler: unknown value '" + name +
                               "'; accepted: gpipe, 1f1b (default), interleaved, zero_bubble_h1 (also zbh1, zb-h1, "
-                              "zero_bubble)");
+                              "zero_bubble), file (with pipeline_schedule_file)");
 }
 
 std::string scheduler_name(Scheduler s) {
@@ -177,6 +178,7 @@ std::string scheduler_name(Scheduler s) {
     case Scheduler::k1F1B: return "1f1b";
     case Scheduler::kInterleaved: return "interleaved";
     case Scheduler::kZBH1: return "zero_bubble_h1";
+    case Scheduler::kFile: return "file";
   }
   return "?";
 }
@@ -205,6 +207,7 @@ std::string check_shape(Scheduler sched, const Shape& shape) {
            std::to_string(shape.stages);
   if (shape.chunks < 1)
     return "model.model_config.pp_interleave_num must be >= 1 (got " + std::to_string(shape.chunks) + "); e.g. 1";
+  if (sched == Scheduler::kFile) return "";  // any chunks and micro-batches: the file's simulation says what runs
   if (sched != Scheduler::kInterleaved) {
     if (shape.chunks > 1)
       return "model.model_config.pp_interleave_num: " + std::to_string(shape.chunks) +
@@ -238,8 +241,27 @@ std::vector<Action> stage_actions(Scheduler sched, const Shape& shape, int stage
     case Scheduler::k1F1B: return decorate(shape, stage, one_f_one_b(shape, stage));
     case Scheduler::kInterleaved: return decorate(shape, stage, interleaved(shape, stage));
     case Scheduler::kZBH1: return decorate(shape, stage, zb_h1(shape, stage));
+    case Scheduler::kFile: break;
   }
-  throw std::invalid_argument("unknown scheduler");
+  throw std::invalid_argument("a schedule file's lists come from the file (parallel/pipeline/schedule_file.h), not from "
+                              "stage_actions");
+}
+
+StageLists all_stage_actions(Scheduler sched, const Shape& shape) {
+  StageLists lists;
+  for (int s = 0; s < shape.stages; ++s) lists.push_back(stage_actions(sched, shape, s));
+  return lists;
+}
+
+std::vector<Action> derive_messages(const Shape& shape, int stage, const std::vector<Action>& computes) {
+  std::vector<Compute> c;
+  c.reserve(computes.size());
+  for (const Action& a : computes) {
+    if (a.op != Op::kForward && a.op != Op::kBackward && a.op != Op::kBackwardInput && a.op != Op::kBackwardWeight)
+      throw std::invalid_argument("derive_messages: " + describe(a) + " is not a compute");
+    c.push_back({a.op, a.micro, a.chunk});
+  }
+  return decorate(shape, stage, c);
 }
 
 }  // namespace gf::pipeline

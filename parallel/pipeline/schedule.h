@@ -21,11 +21,14 @@ enum class Scheduler {
   kInterleaved,  // Megatron's interleaved 1F1B over `chunks` model chunks per stage
   kZBH1,         // Qi et al. 2023 ZB-H1: backward split into input (B) and weight (W) passes, W deferred into the
                  // bubbles, min(p, m) micro-batches live at every stage (1F1B's first-stage peak)
+  kFile,         // the lists of a schedule file (parallel/pipeline/schedule_file.h), not built here: stage_actions,
+                 // analytic_bubble, live_bound and slots_per_chunk refuse it; simulate() the file's lists instead
 };
 
 // YAML value (parallel.pipeline_config.pipeline_scheduler) <-> scheduler. Names: "gpipe", "1f1b",
 // "interleaved" (also what "1f1b" becomes with pipeline_interleave and pp_interleave_num > 1),
-// "zero_bubble_h1" (alias "zbh1", "zb-h1", "zero_bubble"). Throws std::invalid_argument listing the names.
+// "zero_bubble_h1" (alias "zbh1", "zb-h1", "zero_bubble"), "file" (the lists of
+// parallel.pipeline_config.pipeline_schedule_file). Throws std::invalid_argument listing the names.
 Scheduler parse_scheduler(const std::string& name);
 std::string scheduler_name(Scheduler s);
 
@@ -53,6 +56,9 @@ struct Shape {
   int micro_batches = 1;  // m
   int chunks = 1;         // v (> 1 only for kInterleaved)
 };
+// Every stage's list, index = stage.
+using StageLists = std::vector<std::vector<Action>>;
+
 // Virtual stages (stages x chunks), and the virtual stage of `chunk` on `stage`.
 inline int virtual_stages(const Shape& sh) { return sh.stages * sh.chunks; }
 inline int vstage_of(const Shape& sh, int stage, int chunk) { return chunk * sh.stages + stage; }
@@ -74,6 +80,12 @@ std::string check_shape(Scheduler sched, const Shape& shape);
 // stage has no forward receive and no backward send; the last no forward send and no backward receive.
 // Throws std::invalid_argument when check_shape fails or `stage` is out of range.
 std::vector<Action> stage_actions(Scheduler sched, const Shape& shape, int stage);
+// Every stage's stage_actions.
+StageLists all_stage_actions(Scheduler sched, const Shape& shape);
+// `computes` (forwards and backward passes only, in order) with the receives and sends added by the
+// rule stage_actions uses (above): what a schedule file without messages runs. Throws
+// std::invalid_argument for an action that is not a compute.
+std::vector<Action> derive_messages(const Shape& shape, int stage, const std::vector<Action>& computes);
 
 // Costs of one micro-batch on one chunk, in any time unit. A fused backward costs b + w; a
 // backward-input b, a backward-weight w.
@@ -101,9 +113,14 @@ struct Simulation {
 // its input (the message the neighbouring stage sent, sent when that stage's compute finished);
 // sends never block (MPI_Isend); a receive matches the send of the same (direction, micro,
 // virtual stage). First each list is checked on its own (order, posted receives, sends after their
-// data, no compute missing or repeated), then the lists are run together (deadlock, matching).
-// `ok` false with `error` on the first problem; the figures are filled only when `ok`.
-Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs = {});
+// data, a SendBackward before the stage's next compute (the gradient it sends is the chunk's scratch
+// until then), no compute missing or repeated), then the sends whose receiver posts no receive for
+// them (unmatched sends), then the lists are run together (deadlock, matching).
+// `ok` false with `error` on the first problem; the figures are filled only when `ok`. `origins`
+// (optional, per stage, per action) is written after each action an error names, e.g. where a
+// schedule file holds it.
+Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs = {},
+                    const std::vector<std::vector<std::string>>* origins = nullptr);
 Simulation simulate(Scheduler sched, const Shape& shape, const Costs& costs = {});
 
 // The schedule's bubble fraction in closed form, for equal stages (the published figures), as

@@ -13,9 +13,18 @@ namespace gf::pipeline {
 
 namespace {
 
-std::string at(int stage, size_t index, const Action& a) {
-  return "stage " + std::to_string(stage) + ", action #" + std::to_string(index) + " " + describe(a);
-}
+// Names an action in an error: its stage, its index and, with origins (a schedule file's cells), where it
+// comes from.
+struct Namer {
+  const std::vector<std::vector<std::string>>* origins = nullptr;
+  std::string operator()(int stage, size_t index, const Action& a) const {
+    std::string s = "stage " + std::to_string(stage) + ", action #" + std::to_string(index) + " " + describe(a);
+    const size_t st = static_cast<size_t>(stage);
+    if (origins != nullptr && st < origins->size() && index < (*origins)[st].size() && !(*origins)[st][index].empty())
+      s += " [" + (*origins)[st][index] + "]";
+    return s;
+  }
+};
 
 // What one stage has done to one (micro, chunk), by action index (-1: not yet). Used by the per-list
 // checks; a second pass runs the lists against each other.
@@ -23,14 +32,29 @@ struct KeyState {
   int recv_f = -1, fwd = -1, send_f = -1, recv_b = -1, bwd = -1, bwd_in = -1, bwd_w = -1, send_b = -1;
 };
 
+// A compute at `i` with no receive posted before it for its input: an error when the receive comes later
+// in the list; when the list has none, "" and the compute's index in *missing (the first such one), for
+// simulate() to say whether a send nobody receives is behind it (an unmatched send) or the message is
+// missing on both sides.
+std::string receive_missing(const std::vector<Action>& list, size_t i, Op recv, const std::string& where,
+                            int* missing) {
+  const Action want{recv, list[i].micro, list[i].chunk};
+  for (size_t j = i + 1; j < list.size(); ++j)
+    if (list[j] == want)
+      return where + ": its " + describe(want) + " comes after it (action #" + std::to_string(j) +
+             "); post a receive before the compute that reads it";
+  if (*missing < 0) *missing = static_cast<int>(i);
+  return "";
+}
+
 // Checks one stage's list on its own: ranges, the order of each (micro, chunk)'s computes, a posted
 // receive before each compute that needs one, each send after the compute that produced its data, no
 // repeats, no compute missing; and counts the live activations. Returns the first problem.
-std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, const Costs& costs, double* busy,
-                       int* peak, std::vector<int>* peak_chunk) {
+std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, const Costs& costs, const Namer& at,
+                       double* busy, int* peak, std::vector<int>* peak_chunk, int* missing_recv) {
   const int m = sh.micro_batches, v = sh.chunks, last = virtual_stages(sh) - 1;
   std::vector<KeyState> st(static_cast<size_t>(m) * v);
-  int live = 0;
+  int live = 0, last_compute = -1;
   std::vector<int> live_chunk(v, 0);
   peak_chunk->assign(v, 0);
   *peak = 0;
@@ -56,7 +80,9 @@ std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, 
         if (k.bwd >= 0 || k.bwd_in >= 0)
           return where + ": after its backward (action #" + std::to_string(std::max(k.bwd, k.bwd_in)) + ")";
         if (k.fwd >= 0) return repeated(where, k.fwd);
-        if (vs > 0 && k.recv_f < 0) return where + ": no RecvForward posted before it for its input activation";
+        if (vs > 0 && k.recv_f < 0) {
+          if (std::string e = receive_missing(list, i, Op::kRecvForward, where, missing_recv); !e.empty()) return e;
+        }
         k.fwd = idx;
         *busy += costs.f;
         *peak = std::max(*peak, ++live);
@@ -83,7 +109,9 @@ std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, 
           return where + ": no Forward of this micro-batch and chunk on the stage";
         }
         if (k.bwd >= 0 || k.bwd_in >= 0) return repeated(where, std::max(k.bwd, k.bwd_in));
-        if (vs < last && k.recv_b < 0) return where + ": no RecvBackward posted before it for its output gradient";
+        if (vs < last && k.recv_b < 0) {
+          if (std::string e = receive_missing(list, i, Op::kRecvBackward, where, missing_recv); !e.empty()) return e;
+        }
         if (a.op == Op::kBackward) {
           k.bwd = idx;
           *busy += costs.b + costs.w;
@@ -109,9 +137,16 @@ std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, 
         if (k.bwd < 0 && k.bwd_in < 0)
           return where + ": before the Backward (or BackwardInput) that produces its gradient";
         if (k.send_b >= 0) return repeated(where, k.send_b);
+        if (last_compute != std::max(k.bwd, k.bwd_in))
+          return where + ": after action #" + std::to_string(last_compute) + " " +
+                 describe(list[static_cast<size_t>(last_compute)]) + ", which overwrites the gradient it sends (the " +
+                 "backward's scratch); send it before the stage's next compute, right after its action #" +
+                 std::to_string(std::max(k.bwd, k.bwd_in));
         k.send_b = idx;
         break;
     }
+    if (a.op == Op::kForward || a.op == Op::kBackward || a.op == Op::kBackwardInput || a.op == Op::kBackwardWeight)
+      last_compute = idx;
   }
   for (int mb = 0; mb < m; ++mb)
     for (int c = 0; c < v; ++c) {
@@ -149,7 +184,7 @@ bool input_message(const Shape& shape, int s, const Action& a, MsgKey* key, int*
 // Deadlock: every unfinished stage waits at a compute for a message never sent. Says, for each, what
 // it waits for and where the sender is.
 std::string deadlock_report(const std::vector<std::vector<Action>>& lists, const Shape& shape,
-                            const std::vector<size_t>& pc) {
+                            const std::vector<size_t>& pc, const Namer& at) {
   const int p = shape.stages;
   std::ostringstream e;
   e << "deadlock:";
@@ -178,6 +213,27 @@ std::string deadlock_report(const std::vector<std::vector<Action>>& lists, const
   return e.str();
 }
 
+// Stage s's compute at index i has no receive for its input anywhere in its list: an unmatched send when
+// the neighbour sends the message, else a message missing on both sides.
+std::string missing_receive_report(const std::vector<std::vector<Action>>& lists, const Shape& shape, int s, int i,
+                                   const Namer& at) {
+  const Action& a = lists[static_cast<size_t>(s)][static_cast<size_t>(i)];
+  MsgKey key{};
+  int from = 0;
+  input_message(shape, s, a, &key, &from);  // true: only a compute with an input is recorded as missing its receive
+  const bool activation = std::get<0>(key) == 0;
+  const Action recv{activation ? Op::kRecvForward : Op::kRecvBackward, a.micro, a.chunk};
+  const std::string own = at(s, static_cast<size_t>(i), a) + ": no " + op_name(recv.op) + " posted before it for its " +
+                          (activation ? "input activation" : "output gradient");
+  const int fs = from % shape.stages, fc = from / shape.stages;
+  const Action send{activation ? Op::kSendForward : Op::kSendBackward, a.micro, fc};
+  const auto& src = lists[static_cast<size_t>(fs)];
+  const auto it = std::find(src.begin(), src.end(), send);
+  if (it == src.end()) return own + " (and stage " + std::to_string(fs) + " has no " + describe(send) + ")";
+  return "unmatched send: " + at(fs, static_cast<size_t>(it - src.begin()), send) + " is received by no " +
+         describe(recv) + " on stage " + std::to_string(s) + " (" + own + ")";
+}
+
 // A send nobody receives or a receive nobody sends, described; "" when every message matches.
 std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::map<MsgKey, int>& posted, int p) {
   for (const auto& [key, time] : sent) {
@@ -198,8 +254,10 @@ std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::m
 
 }  // namespace
 
-Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs) {
+Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs,
+                    const std::vector<std::vector<std::string>>* origins) {
   Simulation r;
+  const Namer at{origins};
   const int p = shape.stages;
   if (p < 1 || shape.micro_batches < 1 || shape.chunks < 1) {
     r.error = "bad shape: stages, micro_batches and chunks must be >= 1";
@@ -212,10 +270,16 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
   r.busy.assign(p, 0.0);
   r.peak_live.assign(p, 0);
   r.peak_live_chunk.assign(p, {});
+  std::vector<int> missing(static_cast<size_t>(p), -1);
   for (int s = 0; s < p; ++s) {
-    r.error = check_list(lists[s], shape, s, costs, &r.busy[s], &r.peak_live[s], &r.peak_live_chunk[s]);
+    r.error = check_list(lists[s], shape, s, costs, at, &r.busy[s], &r.peak_live[s], &r.peak_live_chunk[s], &missing[s]);
     if (!r.error.empty()) return r;
   }
+  for (int s = 0; s < p; ++s)
+    if (missing[static_cast<size_t>(s)] >= 0) {
+      r.error = missing_receive_report(lists, shape, s, missing[static_cast<size_t>(s)], at);
+      return r;
+    }
 
   // Run the lists against each other. Time is data-driven: a compute starts at max(the stage's clock,
   // the arrival of its input), a send is stamped with the sender's clock (the end of the compute before
@@ -260,7 +324,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
     }
     if (done) break;
     if (!progress) {
-      r.error = deadlock_report(lists, shape, pc);
+      r.error = deadlock_report(lists, shape, pc, at);
       return r;
     }
   }
@@ -296,6 +360,7 @@ double analytic_bubble(Scheduler sched, const Shape& shape, const Costs& costs) 
       work *= v;
       break;
     case Scheduler::kZBH1: bubble = std::max(0.0, (p - 1) * (costs.f + costs.b - costs.w)); break;
+    case Scheduler::kFile: throw std::invalid_argument("a schedule file has no closed-form bubble: simulate its lists");
   }
   return bubble + work > 0 ? bubble / (bubble + work) : 0.0;
 }
@@ -313,6 +378,7 @@ int live_bound(Scheduler sched, const Shape& shape, int stage) {
     }
     // Every stage reaches 1F1B's first-stage peak: W lags so that F count - W count stays at p.
     case Scheduler::kZBH1: return std::min(p, m);
+    case Scheduler::kFile: throw std::invalid_argument("a schedule file's live micro-batches are its simulation's");
   }
   return 0;
 }

@@ -19,6 +19,7 @@
 #include "models/model_config.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_file.h"
 
 namespace gf {
 
@@ -71,6 +72,11 @@ struct ParallelConfig {
   // parallel.pipeline_config.pipeline_scheduler, parsed (pipeline::parse_scheduler: gpipe, 1f1b,
   // interleaved, which 1f1b becomes with pipeline_chunks > 1, zero_bubble_h1 and its aliases).
   pipeline::Scheduler pipeline_scheduler = pipeline::Scheduler::k1F1B;
+  // parallel.pipeline_config.pipeline_schedule_file, parsed (pipeline_scheduler is then kFile): its rows
+  // of actions, placed and simulated by the layout check (pipeline::check_schedule_file) against
+  // pipeline_schedule_max_live (0: pipeline::default_live_bound). path empty: no file.
+  pipeline::ScheduleFile pipeline_file;
+  int64_t pipeline_schedule_max_live = 0;
   // Model chunks per stage (virtual stages): model.model_config.pp_interleave_num when
   // parallel.pipeline_config.pipeline_interleave is True and pipeline_stage > 1, else 1.
   int64_t pipeline_chunks = 1;

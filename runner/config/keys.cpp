@@ -204,7 +204,17 @@ std::vector<KeyRule> common_rules() {
        "parallel.pipeline_scheduler, case-insensitive: 1f1b (default; with pipeline chunks > 1 it becomes interleaved), "
        "gpipe, interleaved (needs pipeline_interleave: True and pp_interleave_num > 1, and micro_batch_num a multiple "
        "of pipeline_stage), zero_bubble_h1 (zbh1, zb-h1, zero_bubble; not with recompute). MindSpore's seqpipe, seqvpp, "
-       "seqsmartvpp and zero_bubble_v are refused; warned at pipeline_stage 1 (nothing to schedule)"},
+       "seqsmartvpp and zero_bubble_v are refused; warned at pipeline_stage 1 (nothing to schedule); file: the lists of "
+       "pipeline_schedule_file"},
+      {"parallel.pipeline_config.pipeline_schedule_file", kBuilt,
+       "parallel.pipeline_file (ours): a pipeline schedule in torch.distributed.pipelining's CSV form, one row of "
+       "actions per stage (parallel/pipeline/schedule_file.h); read, placed and simulated before any work (deadlock, "
+       "unmatched messages, order, every forward and backward once, live micro-batches within "
+       "pipeline_schedule_max_live); pipeline_scheduler becomes file; warned at pipeline_stage 1"},
+      {"parallel.pipeline_config.pipeline_schedule_max_live", kBuilt,
+       "parallel.pipeline_schedule_max_live (ours, >= 0): with pipeline_schedule_file, the most micro-batch "
+       "activations a stage may hold at once (summed over its chunks); 0: what the built-in schedule of the shape "
+       "holds at its fullest stage (1F1B's min(pipeline_stage, micro_batch_num), interleaved's with chunks)"},
       {"parallel.auto_pipeline", kRefused,
        "MindSpore's automatic search for pipeline stages is not built; set parallel_config.pipeline_stage (and "
        "model.model_config.offset for an uneven split) yourself, and auto_pipeline: False"},

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule_file.h"
 #include "runner/config/arch_section.h"
 
 namespace gf {
@@ -101,6 +102,40 @@ std::vector<std::string> layout_problems(const Config& cfg, int world_size) {
   return out;
 }
 
+// The schedule file against the layout: placed on the stages, simulated, its live micro-batches within the bound
+// (pipeline::check_schedule_file), and its split backward (I and W cells) not under recompute, as ZB-H1's.
+static std::vector<std::string> schedule_file_problems(const Config& cfg) {
+  const auto& p = cfg.parallel;
+  const pipeline::ScheduleFile& f = p.pipeline_file;
+  const std::string key = "`parallel.pipeline_config.pipeline_schedule_file: " + f.path + "`: ";
+  // Each (micro-batch, chunk) takes a forward and a backward cell on every stage: a micro_batch_num the
+  // file cannot hold is refused before the simulator sizes its tables by it.
+  size_t cells = 0;
+  bool split = false;
+  for (const auto& row : f.rows) {
+    cells = std::max(cells, row.size());
+    for (const pipeline::FileCell& c : row) split = split || c.op == pipeline::Op::kBackwardWeight;
+  }
+  if (p.micro_batch_num > static_cast<int64_t>(cells / 2) || p.pipeline_chunks > static_cast<int64_t>(cells / 2) ||
+      p.micro_batch_num * p.pipeline_chunks > static_cast<int64_t>(cells / 2))
+    return {fmt::format("{}its longest row has {} actions, fewer than the forward and backward of each of "
+                        "`parallel_config.micro_batch_num` ({}) x {} model chunks on a stage",
+                        key, cells, p.micro_batch_num, p.pipeline_chunks)};
+  std::vector<std::string> out;
+  const pipeline::Shape shape{static_cast<int>(p.pipeline_stage), static_cast<int>(p.micro_batch_num),
+                              static_cast<int>(p.pipeline_chunks)};
+  const int max_live = static_cast<int>(std::min<int64_t>(p.pipeline_schedule_max_live, 1 << 30));
+  if (std::string e = pipeline::check_schedule_file(f, shape, max_live);
+      !e.empty())
+    out.push_back(key + e);
+  if (split && (cfg.recompute || cfg.select_recompute))
+    out.push_back(fmt::format("{}its backward-weight cells (W) with `recompute_config.{}: True`: the deferred weight "
+                              "pass reads activations that recompute overwrites; use fused backwards (B) with "
+                              "recompute, or turn recompute off",
+                              key, cfg.recompute ? "recompute" : "select_recompute"));
+  return out;
+}
+
 std::vector<std::string> pipeline_problems(const Config& cfg) {
   const auto& p = cfg.parallel;
   std::vector<std::string> out;
@@ -142,6 +177,8 @@ std::vector<std::string> pipeline_problems(const Config& cfg) {
                               "True`: the deferred weight pass reads activations that recompute overwrites; use "
                               "pipeline_scheduler: 1f1b with recompute, or turn recompute off",
                               cfg.recompute ? "recompute" : "select_recompute"));
+  if (p.pipeline_scheduler == pipeline::Scheduler::kFile && !p.pipeline_file.path.empty())
+    for (auto& s : schedule_file_problems(cfg)) out.push_back(std::move(s));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule_file.h"
 #include "runner/config/read.h"
 
 namespace gf::config_read {
@@ -20,10 +21,14 @@ namespace {
 using config_tree::show;
 
 const std::string kScheduler = "parallel.pipeline_config.pipeline_scheduler";
+const std::string kFileKey = "parallel.pipeline_config.pipeline_schedule_file";
+const std::string kMaxLive = "parallel.pipeline_config.pipeline_schedule_max_live";
 const std::string kInterleave = "parallel.pipeline_config.pipeline_interleave";
 const std::string kChunks = "model.model_config.pp_interleave_num";
 const std::string kOffsetKey = "model.model_config.offset";
-const char* const kSchedulers = "1f1b (the default), gpipe, interleaved, zero_bubble_h1 (or zbh1, zb-h1, zero_bubble)";
+const char* const kSchedulers =
+    "1f1b (the default), gpipe, interleaved, zero_bubble_h1 (or zbh1, zb-h1, zero_bubble), or file (with "
+    "parallel.pipeline_config.pipeline_schedule_file)";
 
 std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
 
@@ -90,6 +95,42 @@ int64_t read_chunks(ReadContext& x) {
   return v;
 }
 
+// pipeline_schedule_file and pipeline_schedule_max_live: the file read and parsed into
+// ParallelConfig::pipeline_file (its placement and simulation are the layout check's, which knows the
+// whole shape); the scheduler `s` becomes kFile. `raw`: pipeline_scheduler as resolved.
+void read_schedule_file(ReadContext& x, const std::string& raw, pipeline::Scheduler& s) {
+  auto& p = x.c.parallel;
+  p.pipeline_schedule_max_live = x.rd.get<int64_t>(kMaxLive);
+  if (p.pipeline_schedule_max_live < 0)
+    x.refuse(kv(kMaxLive, std::to_string(p.pipeline_schedule_max_live)) + ": must be >= 0 (the most micro-batch "
+             "activations a stage may hold under pipeline_schedule_file; 0: the built-in schedule's bound)");
+  const std::string path = x.rd.get<std::string>(kFileKey);
+  if (path.empty()) {
+    if (s == pipeline::Scheduler::kFile)
+      x.refuse(kv(kScheduler, raw) + " needs " + kv(kFileKey, "PATH") + ": a schedule in torch.distributed."
+               "pipelining's CSV form, one row of actions per stage (docs/distributed.md, Schedules from a file)");
+    return;
+  }
+  const YAML::Node written = config_tree::find(x.user, kScheduler);
+  if (s != pipeline::Scheduler::kFile && written.IsDefined() && !written.IsNull()) {
+    x.refuse(kv(kScheduler, raw) + " with " + kv(kFileKey, path) + ": the file is the schedule; set "
+             "pipeline_scheduler: file (or leave it out), or drop pipeline_schedule_file");
+    return;
+  }
+  if (p.pipeline_stage == 1) {  // the scheduler stays as written (1f1b unless told otherwise, warned then)
+    p.pipeline_file.path = path;  // named, not read: nothing runs it
+    x.warn(kv(kFileKey, path) + " with `parallel_config.pipeline_stage: 1`: there is no pipeline to schedule; "
+           "ignored");
+    return;
+  }
+  s = pipeline::Scheduler::kFile;
+  try {
+    p.pipeline_file = pipeline::read_schedule_file(path);
+  } catch (const std::invalid_argument& e) {
+    x.refuse(kv(kFileKey, path) + ": " + e.what());
+  }
+}
+
 // pipeline_scheduler, normalised; "1f1b" over several chunks is "interleaved" (written back, so the
 // resolved config says what runs).
 void read_scheduler(ReadContext& x) {
@@ -111,6 +152,7 @@ void read_scheduler(ReadContext& x) {
     return;
   }
   if (s == Scheduler::k1F1B && p.pipeline_chunks > 1) s = Scheduler::kInterleaved;
+  read_schedule_file(x, raw, s);
   const std::string name = pipeline::scheduler_name(s);
   if (p.pipeline_stage == 1) {
     if (s != Scheduler::k1F1B)
@@ -119,7 +161,7 @@ void read_scheduler(ReadContext& x) {
   } else if (s == Scheduler::kInterleaved && p.pipeline_chunks == 1) {
     x.refuse(kv(kScheduler, raw) + " needs several model chunks per stage: set " + kv(kInterleave, "True") + " and " +
              kv(kChunks, "2") + " (or more), or use pipeline_scheduler: 1f1b");
-  } else if (s != Scheduler::kInterleaved && p.pipeline_chunks > 1) {
+  } else if (s != Scheduler::kInterleaved && s != Scheduler::kFile && p.pipeline_chunks > 1) {
     x.refuse(kv(kScheduler, raw) + " runs one model chunk per stage, but " + kv(kInterleave, "True") + " and " +
              kv(kChunks, std::to_string(p.pipeline_chunks)) + " ask for " + std::to_string(p.pipeline_chunks) +
              ": use pipeline_scheduler: interleaved (or 1f1b, which interleaves then), or pipeline_interleave: False");

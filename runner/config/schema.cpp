@@ -113,6 +113,8 @@ parallel:
   pipeline_config:
     pipeline_interleave: false
     pipeline_scheduler: 1f1b
+    pipeline_schedule_file: ""   # ours: a schedule in torch.distributed.pipelining's CSV form (docs/distributed.md); pipeline_scheduler becomes file
+    pipeline_schedule_max_live: 0   # ours: with a schedule file, the most micro-batch activations a stage may hold; 0: the built-in schedule's
   auto_pipeline: false
 parallel_config:
   data_parallel: 1

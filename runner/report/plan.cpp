@@ -288,11 +288,25 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
     const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
                                 static_cast<int>(cfg.parallel.pipeline_chunks)};
-    out += fmt::format("schedule {}: analytic bubble {:.1f}% of the step (equal stages); each stage below holds its "
+    // A schedule file's lists (the layout check has simulated them), or the built-in schedule's.
+    pipeline::StageLists lists;
+    double bubble = 0;
+    if (sched == pipeline::Scheduler::kFile) {
+      const int max_live = static_cast<int>(std::min<int64_t>(cfg.parallel.pipeline_schedule_max_live, 1 << 30));
+      const std::string e = pipeline::check_schedule_file(cfg.parallel.pipeline_file, shape, max_live, &lists);
+      if (!e.empty()) throw std::invalid_argument(e);
+      bubble = pipeline::simulate(lists, shape).bubble_fraction;
+    } else {
+      lists = pipeline::all_stage_actions(sched, shape);
+      bubble = pipeline::analytic_bubble(sched, shape);
+    }
+    out += fmt::format("schedule {}{}: {} bubble {:.1f}% of the step (equal stages); each stage below holds its "
                        "chunks' parameters and activation slots\n",
-                       pipeline::scheduler_name(sched), 100.0 * pipeline::analytic_bubble(sched, shape));
+                       pipeline::scheduler_name(sched),
+                       sched == pipeline::Scheduler::kFile ? " " + cfg.parallel.pipeline_file.path : std::string(),
+                       sched == pipeline::Scheduler::kFile ? "simulated" : "analytic", 100.0 * bubble);
     stages.clear();
-    for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, sched, shape, st));
+    for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, lists, shape, st));
   }
   double worst = 0;
   for (size_t st = 0; st < stages.size(); ++st) {

@@ -95,10 +95,11 @@ void Trainer::log_step(int64_t step, const StepResult& r, const Interval& iv, do
   }
   if (r.bubble >= 0)
     spdlog::info("pipeline: {} over {} stages{}, {} micro-batches: bubble {:.1f}% measured (the time a stage did not compute "
-                 "over the slowest stage's time in the schedule, mean of the stages; worst stage {:.1f}%), {:.1f}% analytic (equal stages)",
+                 "over the slowest stage's time in the schedule, mean of the stages; worst stage {:.1f}%), {:.1f}% {} (equal stages)",
                  pipeline::scheduler_name(sched_), shape_.stages,
                  shape_.chunks > 1 ? fmt::format(" x {} chunks", shape_.chunks) : std::string(), shape_.micro_batches,
-                 100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic);
+                 100.0 * r.bubble, 100.0 * r.bubble_max, 100.0 * r.bubble_analytic,
+                 sched_ == pipeline::Scheduler::kFile ? "simulated" : "analytic");
   if (!cfg_.megatron_log)
     spdlog::info("{:5.1f}% |{}| {:.2f} samples/s/p  ETA {}", 100.0 * frac, progress_bar(frac),
                  x.samples_per_s / ctx_.world().size(), hms(eta));

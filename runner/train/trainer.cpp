@@ -99,7 +99,7 @@ double Trainer::run_micro_batches(int64_t step, float scale, StepResult& r) {
   pp.allreduce_max(&b[1], 1);
   r.bubble = b[0] / ctx_.size(GridAxis::kPp);
   r.bubble_max = b[1];
-  r.bubble_analytic = pipeline::analytic_bubble(sched_, shape_);
+  r.bubble_analytic = bubble_expected_;
   return loss_sum;
 }
 

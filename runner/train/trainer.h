@@ -254,6 +254,8 @@ class Trainer {
   std::unique_ptr<StepEngine> engine_;
   pipeline::Scheduler sched_ = pipeline::Scheduler::k1F1B;
   pipeline::Shape shape_;
+  pipeline::StageLists lists_;     // every stage's actions (built in, or the schedule file's)
+  double bubble_expected_ = 0;     // analytic (built in) or simulated (a file), both at equal stages
   std::vector<int64_t> stage_layers_;  // layers per virtual stage ({num_layers} without a pipeline)
   ArenaRange tied_{0, 0};   // the tied embedding on the first and last stage (GradientSync sums its gradient)
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation

@@ -156,6 +156,15 @@ void Trainer::setup_engine() {
   shape_ = {ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);
+  if (sched_ == pipeline::Scheduler::kFile) {  // checked by the layout check already: this only fills lists_
+    const int max_live = static_cast<int>(std::min<int64_t>(cfg.parallel.pipeline_schedule_max_live, 1 << 30));
+    const std::string e = pipeline::check_schedule_file(cfg.parallel.pipeline_file, shape_, max_live, &lists_);
+    if (!e.empty()) throw std::runtime_error(e);
+    bubble_expected_ = pipeline::simulate(lists_, shape_).bubble_fraction;
+  } else {
+    lists_ = pipeline::all_stage_actions(sched_, shape_);
+    bubble_expected_ = pipeline::analytic_bubble(sched_, shape_);
+  }
   std::vector<int64_t> layers = cfg.parallel.stage_layers;
   if (layers.empty()) {  // an even split (configs read from YAML always carry the resolved one)
     const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;
@@ -163,8 +172,9 @@ void Trainer::setup_engine() {
   }
   stage_layers_ = layers;
   auto stage = std::make_unique<PipelineStage>(spec, entry.names, cfg.model, model_layout(cfg), cfg.batch_size, ctx_,
-                                               pipeline_chunk_options(layers, sched_, shape_, ctx_.index(GridAxis::kPp)));
-  engine_ = std::make_unique<StepEngine>(engine_chunks(*stage), ctx_.group(GridAxis::kPp), sched_, shape_);
+                                               pipeline_chunk_options(layers, lists_, shape_, ctx_.index(GridAxis::kPp)));
+  engine_ = std::make_unique<StepEngine>(engine_chunks(*stage), ctx_.group(GridAxis::kPp),
+                                         lists_[static_cast<size_t>(ctx_.index(GridAxis::kPp))], shape_);
   // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
   if (spec.tied_head) {
     const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
@@ -183,13 +193,15 @@ void Trainer::log_pipeline_stages() const {
   ctx_.group(GridAxis::kPp).allreduce_sum(params.data(), P);
   if (ctx_.world_rank() != 0) return;
   const std::vector<int64_t>& layers = stage_layers_;
-  spdlog::info("pipeline: {} stages{}, schedule {}, {} micro-batches of {} per step and data-parallel rank; analytic bubble "
+  spdlog::info("pipeline: {} stages{}, schedule {}{}, {} micro-batches of {} per step and data-parallel rank; {} bubble "
                "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
-               pipeline::scheduler_name(sched_), shape_.micro_batches, cfg_.batch_size,
-               100.0 * pipeline::analytic_bubble(sched_, shape_));
+               pipeline::scheduler_name(sched_),
+               sched_ == pipeline::Scheduler::kFile ? " " + cfg_.parallel.pipeline_file.path : std::string(),
+               shape_.micro_batches, cfg_.batch_size, sched_ == pipeline::Scheduler::kFile ? "simulated" : "analytic",
+               100.0 * bubble_expected_);
   for (int s = 0; s < P; ++s) {
     std::string ranges;
-    for (const StageOptions& c : pipeline_chunk_options(layers, sched_, shape_, s))
+    for (const StageOptions& c : pipeline_chunk_options(layers, lists_, shape_, s))
         ranges += fmt::format("{}[{}, {}) x {} slot(s)", ranges.empty() ? "" : ", ", c.layer_begin, c.layer_end, c.slots);
     spdlog::info("pipeline stage {} (tensor-parallel rank 0): layers {}{}{}; parameters {}, activations {} (planned)", s,
                  ranges, s == 0 ? ", the embedding" : "",

@@ -139,14 +139,21 @@ double current_rss_bytes() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-void add_thread_times(int64_t index) {
+ThreadTimes read_thread_times() {
+  if (!enabled()) return {};
+  Span span("step", "thread times");
   // The CPU time from the thread's clock (the scheduler's exact runtime; getrusage's utime and stime are
   // that split by tick samples), the count from getrusage.
   timespec cpu{};
   rusage u{};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0 || getrusage(RUSAGE_THREAD, &u) != 0) return;
-  add_arg(index, "thread_cpu_us", 1e6 * static_cast<double>(cpu.tv_sec) + 1e-3 * static_cast<double>(cpu.tv_nsec));
-  add_arg(index, "preemptions", static_cast<double>(u.ru_nivcsw));
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) != 0 || getrusage(RUSAGE_THREAD, &u) != 0) return {};
+  return {1e6 * static_cast<double>(cpu.tv_sec) + 1e-3 * static_cast<double>(cpu.tv_nsec), static_cast<double>(u.ru_nivcsw)};
+}
+
+void add_thread_times(int64_t index, const ThreadTimes& t) {
+  if (t.cpu_us < 0) return;
+  add_arg(index, "thread_cpu_us", t.cpu_us);
+  add_arg(index, "preemptions", t.preemptions);
 }
 
 void memory_counter(double planned_activation_bytes) {

@@ -112,7 +112,13 @@ std::string json_string(const std::string& s);
 // readings tell time the kernel kept the thread off its CPU (preempted by another process on a busy
 // machine) from time the code spent: tools/check_trace.py uses them between a step's interval start
 // and its span.
-void add_thread_times(int64_t index);
+// Read them inside a span of their own ("thread times"), so that a preemption at the system call's return is time
+// accounted for; read before the clock reading an instant is stamped with, not after it.
+struct ThreadTimes {
+  double cpu_us = -1, preemptions = -1;  // -1: not read
+};
+ThreadTimes read_thread_times();
+void add_thread_times(int64_t index, const ThreadTimes& t);
 
 // A span: from construction to destruction, when the flags it needs are on. Off, the constructor
 // tests the flag word and returns (no clock read, no name formatted).
@@ -161,8 +167,9 @@ class Span {
     if (index_ >= 0) add_str_arg(index_, key, value);
     return *this;
   }
+  // This span's args from the thread's times read now, in a child span of their own.
   Span& thread_times() {
-    if (index_ >= 0) add_thread_times(index_);
+    if (index_ >= 0) add_thread_times(index_, read_thread_times());
     return *this;
   }
   // Ends the span before its scope does.

@@ -66,12 +66,16 @@ void StepProfiler::before_interval_close(int64_t done) {
   recording_ = true;
 }
 
+void StepProfiler::before_interval_opens() {
+  if (recording_) times_ = trace::read_thread_times();
+}
+
 void StepProfiler::interval_opens(int64_t step, trace::Clock::time_point t) const {
   if (!recording_) return;
   const int64_t i = trace::instant("meter", "interval start", t);
   if (i < 0) return;
   trace::add_arg(i, "step", static_cast<double>(step));
-  trace::add_thread_times(i);
+  trace::add_thread_times(i, times_);
 }
 
 bool StepProfiler::after_step(int64_t step) {

@@ -48,6 +48,10 @@ class StepProfiler {
   // recorder when the next step is the first profiled one (a world barrier; collective).
   void before_interval_close(int64_t done);
   // The meter closed an interval at `t` (or opened its first): the instant that opens `step`'s.
+  // Reads the thread's times (core/trace/trace.h) that the next interval_opens stamps its instant with: called just
+  // before the clock reading it is given, so that nothing with a system call lies between that reading and the end
+  // of the step's span.
+  void before_interval_opens();
   void interval_opens(int64_t step, trace::Clock::time_point t) const;
   // After step `step` and what follows it (log line, evaluation, checkpoint): writes the trace when
   // `step` is the last profiled one. Collective. Returns whether it wrote (its time is not training).
@@ -63,6 +67,7 @@ class StepProfiler {
   int64_t first_ = 0, last_ = 0;  // the profiled steps of this run; first_ 0: none
   size_t capacity_ = 0;
   bool recording_ = false;
+  trace::ThreadTimes times_;
 };
 
 // The recorder's capacity per profiled step for a model of `layers` layers run over `micro_batches`

@@ -288,6 +288,7 @@ int Trainer::train_loop() {
                                                cfg_.profile.ops));
   const auto planned = static_cast<double>(model_->activation_bytes());
   profile.before_interval_close(first - 1);
+  profile.before_interval_opens();
   Clock::time_point t = Clock::now();
   IntervalMeter meter(secs(t), first);
   profile.interval_opens(first, t);
@@ -336,6 +337,7 @@ int Trainer::train_loop() {
     const bool print = step == first || step % cfg_.per_print_times == 0 || step == total_steps_;
     Interval iv;
     if (print) {
+      profile.before_interval_opens();
       t = Clock::now();
       iv = meter.close(secs(t));
       profile.interval_opens(step + 1, t);

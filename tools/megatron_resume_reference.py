@@ -3,6 +3,7 @@
 resuming a Megatron checkpoint (tests/integration/megatron_resume.sh).
 
     /usr/bin/python3 tools/megatron_resume_reference.py --data PREFIX --out DIR [--tp 2] [--apex]
+        [--distributed per-bucket|bucket-sizes|coalesced [--dp 2] [--bucket 2000]]
 
 A GPT-2 of tools/make_golden.py (Hugging Face's names; 2 layers, 16 wide, 4 heads, 32 positions; the tanh GELU that
 Megatron's default bias_gelu_fusion computes; the 100 ids NullTokenizer --vocab-size 99 gives, their softmax over those
@@ -23,7 +24,13 @@ model_optim_rng.pt with 'args', 'checkpoint_version' 3.0, 'iteration', 'model' (
 tools/make_megatron_golden.py's Case, cut for --tp), 'optimizer' (the state_dict of a torch AdamW built over that
 shard's parameters in named_parameters order and Megatron's groups, holding the moments laid out as their parameters
 are: torch itself numbers and writes it), 'opt_param_scheduler'. --apex: the step counts as apex's FusedAdam keeps
-them (in each param group, none per parameter). Then the run goes on to ITERS_TOTAL; DIR/expected.json holds its
+them (in each param group, none per parameter). --distributed: as Megatron's distributed optimizer saves it (apex's
+group step, args.use_distributed_optimizer True): 'optimizer' is DistributedOptimizer.state_dict() (the inner
+state dict without 'state', each group without 'params'), and beside it distrib_optim.pt holds save_parameter_state's
+buffer (distrib_buffer below) in the FORM of a Megatron version: per-bucket (core_r0.6.0: a list of padded bucket
+tensors, per_bucket_numel and per_bucket_numel_unpadded), bucket-sizes (late 2023: the padded list and bucket_sizes
+alone), coalesced (core_r0.7.0 on: one tensor of the unpadded buckets, buckets_coalesced, numel_unpadded); padding
+holds NaN, so a reader that takes it diverges at once. Then the run goes on to ITERS_TOTAL; DIR/expected.json holds its
 losses of iterations ITERS_SAVED + 1 .. ITERS_TOTAL and the arguments the run had.
 """
 import argparse
@@ -122,7 +129,41 @@ def step(model, opt, tokens, k):
     return loss.item()
 
 
-def save(out, model, opt, tp, apex):
+def distrib_buffer(named, moments, form, dp, bucket_size):
+    """save_parameter_state's state for one shard: one grad buffer of fp32 parameters (core_r0.6.0
+    megatron/core/distributed/param_and_grad_buffer.py ParamAndGradBuffer: params[::-1], a bucket closed once it holds
+    bucket_size elements or more, its end padded to a multiple of the data-parallel size; the gathered world tensor of a
+    bucket is that whole padded bucket: "param" the main parameters, "exp_avg", "exp_avg_sq" Adam's moments)."""
+    buckets, cur, size = [], [], 0
+    for i in reversed(range(len(named))):
+        cur.append(i)
+        size += named[i][1].numel()
+        if bucket_size and size >= bucket_size:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    pick = {"param": lambda i: named[i][1].detach(), "exp_avg": lambda i: moments[0][i], "exp_avg_sq": lambda i: moments[1][i]}
+    unpadded = [sum(named[i][1].numel() for i in b) for b in buckets]
+
+    def padded(b, f):
+        data = torch.cat([f(i).reshape(-1).float() for i in b])
+        t = torch.full((-(-data.numel() // dp) * dp,), float("nan"))
+        t[:data.numel()] = data
+        return t
+    per_bucket = {k: [padded(b, f) for b in buckets] for k, f in pick.items()}
+    if form == "coalesced":
+        world = {k: torch.cat([t[:n] for t, n in zip(ts, unpadded)]) for k, ts in per_bucket.items()}
+        world["numel_unpadded"] = sum(unpadded)
+        return {"buckets_coalesced": True, 0: {(torch.float32, torch.float32): world}}
+    sizes = [t.numel() for t in per_bucket["param"]]
+    if form == "bucket-sizes":
+        return {"bucket_sizes": sizes, 0: {torch.float32: per_bucket}}
+    return {"per_bucket_numel": [{torch.float32: sizes}], "per_bucket_numel_unpadded": [{torch.float32: unpadded}],
+            0: {torch.float32: per_bucket}}
+
+
+def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
     hf = collections.OrderedDict((n, p.detach().clone()) for n, p in model.named_parameters())
     moments = [collections.OrderedDict((n, opt.state[p][key].clone()) for n, p in model.named_parameters())
                for key in ("exp_avg", "exp_avg_sq")]
@@ -136,7 +177,14 @@ def save(out, model, opt, tp, apex):
         for (n, p), (_, m), (_, v) in zip(named, flat(states[1]), flat(states[2])):
             shard_opt.state[p] = {"step": torch.tensor(float(ITERS_SAVED)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
         osd = shard_opt.state_dict()
-        if apex:  # FusedAdam: the count in each group, none per parameter
+        if distributed:  # DistributedOptimizer.state_dict(): the groups (apex's step in each), the state elsewhere
+            groups = [{k: v for k, v in g.items() if k != "params"} for g in osd["param_groups"]]
+            for g in groups:
+                g["step"] = ITERS_SAVED
+            shard_moments = [[m for _, m in flat(states[1])], [v for _, v in flat(states[2])]]
+            distrib = distrib_buffer(named, shard_moments, distributed, dp, bucket_size)
+            osd = {"optimizer": {"param_groups": groups}}
+        elif apex:  # FusedAdam: the count in each group, none per parameter
             for s in osd["state"].values():
                 del s["step"]
             for g in osd["param_groups"]:
@@ -148,6 +196,7 @@ def save(out, model, opt, tp, apex):
         args.consumed_train_samples = ITERS_SAVED * GLOBAL
         args.lr, args.min_lr, args.weight_decay, args.clip_grad = LR, MIN_LR, WD, CLIP
         args.ffn_hidden_size = 4 * mg.HIDDEN
+        args.use_distributed_optimizer = bool(distributed)
         sd = collections.OrderedDict([
             ("args", args), ("checkpoint_version", 3.0), ("iteration", ITERS_SAVED), ("model", states[0]),
             ("optimizer", osd),
@@ -158,6 +207,8 @@ def save(out, model, opt, tp, apex):
         d = os.path.join(it_dir, "mp_rank_%02d" % rank)
         os.makedirs(d, exist_ok=True)
         torch.save(sd, os.path.join(d, "model_optim_rng.pt"))
+        if distributed:
+            torch.save(distrib, os.path.join(d, "distrib_optim.pt"))
     with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(ITERS_SAVED))
 
@@ -168,6 +219,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--apex", action="store_true")
+    ap.add_argument("--distributed", choices=["per-bucket", "bucket-sizes", "coalesced"])
+    ap.add_argument("--dp", type=int, default=2, help="the data-parallel size the buckets are padded for")
+    ap.add_argument("--bucket", type=int, default=0, help="the bucket size in elements (0: one bucket)")
     a = ap.parse_args()
     cfg = dict(vocab_size=VOCAB_ARG + 1, n_positions=mg.POSITIONS, n_embd=mg.HIDDEN, n_head=mg.HEADS, n_layer=LAYERS,
                layer_norm_epsilon=1e-5, activation="gelu_new")
@@ -183,7 +237,7 @@ def main():
         if k > ITERS_SAVED:
             losses[k] = loss
         if k == ITERS_SAVED:
-            save(a.out, model, opt, a.tp, a.apex)
+            save(a.out, model, opt, a.tp, a.apex, a.distributed, a.dp, a.bucket)
     with open(os.path.join(a.out, "expected.json"), "w") as f:
         json.dump({"losses": losses, "args": ARGS, "iters": ITERS_TOTAL, "saved": ITERS_SAVED,
                    "padded_vocab": cfg["vocab_size"]}, f, indent=1)

@@ -211,6 +211,13 @@ const TorchTensor& PickleValue::tensor() const {
     value_error(std::string("expected a tensor, got ") + kind_name());
   return *node_->tensor;
 }
+PickleValue PickleValue::of_tensor(std::shared_ptr<TorchTensor> t) {
+  PickleValue v;
+  v.kind_ = Kind::kTensor;
+  v.node_ = std::make_shared<detail::PickleNode>();
+  v.node_->tensor = std::move(t);
+  return v;
+}
 const TorchStorage& PickleValue::storage() const {
   if (kind_ != Kind::kStorage) value_error(std::string("expected a storage, got ") + kind_name());
   return *node_->storage;

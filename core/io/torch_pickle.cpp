@@ -235,6 +235,30 @@ void PickleReader::step(uint8_t op) {
   }
 }
 
+// A dict key other than str and int that is read: a torch dtype, or a tuple of keys.
+bool PickleReader::key_like(const PickleValue& k) {
+  if (k.kind_ == Kind::kDtype || k.kind_ == Kind::kString || k.kind_ == Kind::kInt || k.kind_ == Kind::kBool) return true;
+  if (k.kind_ != Kind::kTuple) return false;
+  for (const PickleValue& i : k.node_->items)
+    if (!key_like(i)) return false;
+  return true;
+}
+
+bool PickleReader::same_key(const PickleValue& a, const PickleValue& b) {
+  if (a.kind_ != b.kind_) return false;
+  switch (a.kind_) {
+    case Kind::kDtype: case Kind::kInt: case Kind::kBool: return a.int_ == b.int_;
+    case Kind::kString: return a.node_->text == b.node_->text;
+    case Kind::kTuple: {
+      if (a.node_->items.size() != b.node_->items.size()) return false;
+      for (size_t i = 0; i < a.node_->items.size(); ++i)
+        if (!same_key(a.node_->items[i], b.node_->items[i])) return false;
+      return true;
+    }
+    default: return false;
+  }
+}
+
 void PickleReader::dict_set(detail::PickleNode& d, PickleValue key, PickleValue value) {
   size_t* slot = nullptr;
   if (key.kind_ == Kind::kString) {
@@ -243,8 +267,16 @@ void PickleReader::dict_set(detail::PickleNode& d, PickleValue key, PickleValue 
   } else if (key.kind_ == Kind::kInt || key.kind_ == Kind::kBool) {
     auto [it, fresh] = d.int_index.try_emplace(key.int_, d.entries.size());
     if (!fresh) slot = &it->second;
+  } else if (key_like(key)) {
+    // A torch dtype, or a tuple of keys (Megatron's distributed optimizer keys its buffers by dtype or by
+    // (param dtype, grad dtype)): few in a dict, found by a scan; not reachable through find().
+    for (auto& e : d.entries)
+      if (same_key(e.first, key)) {
+        e.second = std::move(value);
+        return;
+      }
   } else {
-    fail(std::string("dict key of type ") + key.kind_name() + " (only str and int keys are read)");
+    fail(std::string("dict key of type ") + key.kind_name() + " (only str, int, torch dtype and tuple keys are read)");
   }
   if (slot) d.entries[*slot].second = std::move(value);
   else d.entries.emplace_back(std::move(key), std::move(value));

@@ -106,6 +106,10 @@ class PickleValue {
   // name), which Python 3.11 writes): an int or str.
   const PickleValue& enum_value() const;
 
+  // A tensor value made by a reader, not a pickle: a view that one reads out of a flat tensor of the file (Megatron's
+  // distributed-optimizer buffers). The caller checks the view against its storage (view_of does).
+  static PickleValue of_tensor(std::shared_ptr<TorchTensor> t);
+
   // Dict / Namespace lookup: nullptr when the key is absent; at() throws naming the key.
   const PickleValue* find(std::string_view key) const;
   const PickleValue* find(int64_t key) const;

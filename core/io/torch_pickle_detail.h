@@ -127,6 +127,8 @@ class PickleReader {
   PickleValue numpy_scalar(const Items& a);
   void ndarray_state(PickleValue& inst, const PickleValue& state);
   void dict_set(detail::PickleNode& d, PickleValue key, PickleValue value);
+  static bool key_like(const PickleValue& k);
+  static bool same_key(const PickleValue& a, const PickleValue& b);
   void memo_put(uint64_t idx) { memo_[idx] = top(); }
   std::vector<int64_t> ints(const PickleValue& v, const char* what);
   void arity(const Items& a, size_t lo, size_t hi, const std::string& name) {

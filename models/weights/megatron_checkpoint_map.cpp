@@ -317,10 +317,11 @@ struct MegatronTensorMap::Impl {
       const std::optional<Piece>& p = e->shards[tp];
       if (p && !first) first = &*p;
       if (!p && (e->join != kWhole || tp == 0)) {
-        const std::optional<Piece>& other =
-            *std::find_if(e->shards.begin(), e->shards.end(), [](const std::optional<Piece>& s) { return s.has_value(); });
-        throw std::runtime_error("tensor-parallel rank " + std::to_string(tp) + " has no shard of " + other->where +
-                                 " (for " + e->names[0] + "): the checkpoint's shard files do not belong together");
+        const auto other =
+            std::find_if(e->shards.begin(), e->shards.end(), [](const std::optional<Piece>& s) { return s.has_value(); });
+        throw std::runtime_error("tensor-parallel rank " + std::to_string(tp) + " has no shard of " +
+                                 (other != e->shards.end() ? (*other)->where : std::string("the tensor")) + " (for " +
+                                 e->names[0] + "): the checkpoint's shard files do not belong together");
       }
     }
     g.source = "Megatron's " + first->where;

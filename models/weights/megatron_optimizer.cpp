@@ -8,6 +8,9 @@
 //                'grad_scaler': DynamicGradScaler.state_dict() (fp16 only), 'fp32_from_fp16_params': the fp32 master
 //                copies, a list per param group in the group's order};
 //   'opt_param_scheduler': OptimizerParamScheduler.state_dict() ('lr_scheduler' before 2022), counted in samples.
+// Under --use-distributed-optimizer 'optimizer' is DistributedOptimizer.state_dict(): {'optimizer': the inner state dict
+// without 'state' (its groups without 'params'), 'grad_scaler'}; the moments and main parameters are in
+// distrib_optim.pt beside the file (megatron_distrib_optim.h).
 // torch numbers the parameters 0, 1, ... through the param groups in order; Megatron's get_param_groups builds the
 // groups from named_parameters() of every model chunk in turn: a parameter is "no weight decay" when its name ends in
 // '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter (allreduce False) goes to a group
@@ -18,11 +21,13 @@
 // registration order; megatron_flatten leaves out the non-parameters).
 #include <cmath>
 #include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "core/io/torch_file.h"
 #include "models/causal_lm.h"
 #include "models/weights/megatron_checkpoint.h"
+#include "models/weights/megatron_distrib_optim.h"
 
 namespace gf {
 namespace {
@@ -54,13 +59,40 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // One shard file's optimizer state, per model chunk in the model state dict's names.
 struct OptimizerView {
   std::vector<MegatronFlat> master, exp_avg, exp_avg_sq;
+  std::shared_ptr<MegatronDistribState> distrib;  // what the flats point at, from distrib_optim.pt
+  std::string masters_from = "fp32_from_fp16_params";
   double step = -1;
   bool scaler = false;
   double scale = 1.0;
   int64_t growth = 0, hysteresis = 0;
 };
 
-OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+// The distributed optimizer's state: the moments and fp32 main parameters from distrib_optim.pt beside the file, the
+// step from the param groups (apex's FusedAdam, which Megatron's distributed optimizer runs, counts per group; its
+// state_dict drops the groups' 'params').
+void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& groups,
+                  const std::vector<MegatronDistribParam>& params, size_t chunks) {
+  const std::string file = f.path();
+  for (size_t g = 0; g < groups.items().size(); ++g) {
+    const std::string where = file + ": optimizer param_groups[" + std::to_string(g) + "]";
+    const PickleValue* st = groups.items()[g].is_dict() ? groups.items()[g].find("step") : nullptr;
+    if (!st || st->is_none())
+      throw std::runtime_error(where + " has no 'step': the distributed optimizer keeps no per-parameter state here, so "
+                               "Adam's step must be its group's (apex FusedAdam's)");
+    const double step = number(*st, where + ".step");
+    if (out.step >= 0 && step != out.step)
+      throw std::runtime_error(where + ": step " + std::to_string(step) + ", another group " + std::to_string(out.step) +
+                               ": Adam's bias correction needs one step count");
+    out.step = step;
+  }
+  out.distrib = std::make_shared<MegatronDistribState>(read_distrib_optim(file, params, chunks));
+  out.master = out.distrib->master;
+  out.exp_avg = out.distrib->exp_avg;
+  out.exp_avg_sq = out.distrib->exp_avg_sq;
+  out.masters_from = "distrib_optim.pt (" + out.distrib->form + " buffers)";
+}
+
+OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks, bool expert_parallel) {
   const std::string file = f.path();
   const PickleValue* opt = f.root().find("optimizer");
   if (!opt || opt->is_none())
@@ -82,10 +114,6 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
   }
   const PickleValue* state = inner->find("state");
   const PickleValue& groups = need(*inner, "param_groups", file + ": the optimizer state dict");
-  if (!state || !state->is_dict())
-    throw std::runtime_error(file + ": the optimizer state dict has no per-parameter 'state': Megatron's distributed "
-                             "optimizer keeps its moments in distrib_optim.pt, which gridformer does not read yet; "
-                             "--finetune loads the weights alone, from step 1");
   if (groups.kind() != PickleValue::Kind::kList)
     throw std::runtime_error(file + ": optimizer param_groups holds a " + std::string(groups.kind_name()) + ", not a list");
 
@@ -102,6 +130,12 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
       const bool no_wd = ends_with(name, ".bias") || w->tensor().shape.size() == 1;
       params.push_back({name, w, c, no_wd, name.find(".experts.") != std::string::npos});
     }
+  if (!state || !state->is_dict()) {  // Megatron's distributed optimizer: the state is in distrib_optim.pt
+    std::vector<MegatronDistribParam> dp;
+    for (const Param& p : params) dp.push_back({p.name, p.weight->tensor().shape, p.chunk, expert_parallel && p.expert});
+    distrib_view(out, f, groups, dp, chunks.size());
+    return out;
+  }
   out.master.resize(chunks.size());
   out.exp_avg.resize(chunks.size());
   out.exp_avg_sq.resize(chunks.size());
@@ -180,17 +214,16 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
 MegatronTrainingState load_megatron_training(CausalLM& model, const std::string& path, const MegatronMomentSink& moment) {
   MegatronTrainingState out;
   std::map<std::string, OptimizerView> views;
-  bool first = true, masters = false;
+  bool first = true, masters = false, expert_parallel = false;
+  std::string masters_from;
+  std::shared_ptr<MegatronDistribState> last_distrib;
   auto on_file = [&](const TorchFile& f, const MegatronCheckpointFiles& files) {
     out.dir = files.dir;
     if (files.iteration == "release")
       throw std::runtime_error(files.dir + ": a release checkpoint holds weights only (no step, no optimizer): "
                                "--finetune loads them, from step 1");
     const PickleValue& args = need(f.root(), "args", f.path());
-    if (const PickleValue* d = args.find("use_distributed_optimizer"); d && !d->is_none() && d->as_bool())
-      throw std::runtime_error(f.path() + ": saved by Megatron's distributed optimizer, whose moments are in "
-                               "distrib_optim.pt, which gridformer does not read yet: --finetune loads the weights "
-                               "alone, from step 1");
+    expert_parallel = files.ep > 1;
     const int64_t iteration = static_cast<int64_t>(number(need(f.root(), "iteration", f.path()), f.path() + ": iteration"));
     if (!first && iteration != out.iteration)
       throw std::runtime_error(f.path() + ": iteration " + std::to_string(iteration) + ", rank 0's file says " +
@@ -221,7 +254,7 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
   };
   auto view = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) -> const OptimizerView& {
     auto it = views.find(f.path());
-    if (it == views.end()) it = views.emplace(f.path(), optimizer_view(f, chunks)).first;
+    if (it == views.end()) it = views.emplace(f.path(), optimizer_view(f, chunks, expert_parallel)).first;
     return it->second;
   };
   MegatronPart weights, m, v;
@@ -230,7 +263,7 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
     const OptimizerView& o = view(f, chunks);
     std::vector<MegatronFlat> flat;
     for (size_t c = 0; c < chunks.size(); ++c) {
-      if (!o.master[c].empty()) masters = true;
+      if (!o.master[c].empty()) masters = true, masters_from = o.masters_from;
       flat.push_back(o.master[c].empty() ? megatron_flatten(*chunks[c], f.path()) : o.master[c]);
     }
     return flat;
@@ -256,8 +289,10 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
   m.place = [&moment](const TensorPlacement& t, const std::vector<float>& full) { moment(0, t, full); };
   v.what = "exp_avg_sq";
   v.read = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
-    std::vector<MegatronFlat> flat = view(f, chunks).exp_avg_sq;
-    views.erase(f.path());  // its pointers are into f, which the next file replaces
+    const OptimizerView& o = view(f, chunks);
+    std::vector<MegatronFlat> flat = o.exp_avg_sq;
+    last_distrib = o.distrib;  // the flat's tensors, when they are distrib_optim.pt's, live until this file's are placed
+    views.erase(f.path());     // its pointers are into f, which the next file replaces
     return flat;
   };
   v.place = [&moment](const TensorPlacement& t, const std::vector<float>& full) { moment(1, t, full); };
@@ -267,7 +302,7 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
     throw std::runtime_error(out.dir + ": Adam has taken " + std::to_string(out.adam_step) + " steps in " +
                              std::to_string(out.iteration) + " iterations: the state is inconsistent");
   out.note = note + "; Adam's moments at step " + std::to_string(out.adam_step) +
-             (masters ? ", fp32 master weights from fp32_from_fp16_params" : "");
+             (masters ? ", fp32 master weights from " + masters_from : "");
   return out;
 }
 

@@ -324,8 +324,8 @@ void translate_output(Job& j) {
                "where Megatron starts from random weights unless --exit-on-missing-checkpoint");
     }
     j.differ("--load: a Megatron-LM checkpoint (iter_*/mp_rank_*/model_optim_rng.pt) resumes with its weights, Adam "
-             "moments, iteration, consumed samples, loss scale and schedule; the distributed optimizer's distrib_optim.pt "
-             "is not read yet (--finetune takes its weights alone)");
+             "moments (the distributed optimizer's from distrib_optim.pt), iteration, consumed samples, loss scale and "
+             "schedule (--finetune takes its weights alone)");
   }
   if (a.flag("--no-load-optim")) {
     if (j.training && !finetune && !load.empty())

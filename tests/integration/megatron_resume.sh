@@ -5,14 +5,16 @@
 #   (a) Checkpoints PyTorch wrote (tools/megatron_resume_reference.py: torch's AdamW took 3 iterations of Megatron's
 #       steps and saved its state in Megatron's layout; torch's per-parameter step, apex's per-group step, TP 2) resume
 #       under `pretrain_gpt --load`: iterations 4 to 13 give PyTorch's losses within 1e-5 relative, on 1 rank, on 2 with
-#       the distributed optimizer (ZeRO-1: each rank takes its shard of the moments), and the TP 2 one on 2 ranks.
+#       the distributed optimizer (ZeRO-1: each rank takes its shard of the moments), and the TP 2 one on 2 ranks;
+#       and checkpoints of Megatron's distributed optimizer (distrib_optim.pt's buffers in the three forms Megatron
+#       versions write, padded for 7 data-parallel ranks with NaN in the padding, in buckets of 2000 elements; TP 2).
 #   (b) Ours out and back: `--save` writes Megatron's layout beside our checkpoints; a run resumed from the Megatron
 #       files alone logs the 10 steps of the run resumed from ours and of the uninterrupted run bit for bit (fp32; fp16
 #       with its fp32 master weights and loss scale; TP 2 with the distributed optimizer on 2 ranks).
 #   (c) What we wrote is Megatron's: torch.load reads it, and torch's AdamW over the model's parameters in Megatron's
 #       param groups takes its optimizer state dict, every moment of its parameter's shape.
 #   (d) What cannot resume is refused by name: a release checkpoint, one saved without its optimizer, one of the
-#       distributed optimizer (distrib_optim.pt is not read).
+#       distributed optimizer without its distrib_optim.pt, one whose buffer is not the model's.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_python torch
 
@@ -42,7 +44,9 @@ resumed() {
 }
 
 # ---- (a) PyTorch's checkpoints
-for form in "torch" "apex --apex" "tp2 --tp 2"; do
+DIST="--dp 7 --bucket 2000"
+for form in "torch" "apex --apex" "tp2 --tp 2" "dpb --distributed per-bucket $DIST" "dbs --distributed bucket-sizes $DIST" \
+            "dco --distributed coalesced $DIST" "dtp2 --tp 2 --distributed per-bucket --dp 7 --bucket 1000"; do
   set -- $form
   name=$1; shift
   "$PY" "$SRC/tools/megatron_resume_reference.py" --data "$WORK/period" --out "$WORK/ref_$name" "$@" > "ref_$name.log" 2>&1 ||
@@ -69,6 +73,12 @@ from_pytorch a_torch ref_torch 1
 from_pytorch a_apex ref_apex 1
 from_pytorch a_zero ref_torch 2 --use-distributed-optimizer
 from_pytorch a_tp2 ref_tp2 2 --tensor-model-parallel-size 2
+from_pytorch a_dpb ref_dpb 1
+grep -q "fp32 master weights from distrib_optim.pt (per-bucket buffers)" a_dpb.log || fail "a_dpb: the log does not name distrib_optim.pt"
+from_pytorch a_dbs ref_dbs 2 --use-distributed-optimizer
+from_pytorch a_dco ref_dco 1
+grep -q "distrib_optim.pt (coalesced buffers)" a_dco.log || fail "a_dco: the log does not name the coalesced form"
+from_pytorch a_dtp2 ref_dtp2 2 --tensor-model-parallel-size 2 --use-distributed-optimizer
 
 # ---- (b) ours -> Megatron's layout -> ours
 # roundtrip NAME NP ARGS...: 13 iterations in one run; 3 saved (ours and Megatron's layout); 10 more from ours, and 10
@@ -142,16 +152,23 @@ sys.path.insert(0, sys.argv[2])
 import megatron_golden_state  # noqa: F401  (Megatron's enums, which the args hold, under their module names)
 import torch
 src = sys.argv[1]
-for name, change in [("d_no_optim", lambda sd: sd.pop("optimizer")),
-                     ("d_distrib", lambda sd: setattr(sd["args"], "use_distributed_optimizer", True))]:
+for name, change in [("d_no_optim", lambda sd: sd.pop("optimizer"))]:
     shutil.copytree(src, name)
     f = os.path.join(name, "iter_0000003", "mp_rank_00", "model_optim_rng.pt")
     sd = torch.load(f)
     change(sd)
     torch.save(sd, f)
+# The distributed optimizer's: its distrib_optim.pt gone; a bucket one element short of what the model fills.
+shutil.copytree("ref_dpb", "d_distrib_gone")
+os.remove(os.path.join("d_distrib_gone", "iter_0000003", "mp_rank_00", "distrib_optim.pt"))
+shutil.copytree("ref_dpb", "d_distrib_other")
+f = os.path.join("d_distrib_other", "iter_0000003", "mp_rank_00", "distrib_optim.pt")
+sd = torch.load(f)
+sd["per_bucket_numel_unpadded"][0][torch.float32][1] -= 1
+torch.save(sd, f)
 EOF
 for c in "d_release:a release checkpoint holds weights only" "d_no_optim:holds no optimizer state" \
-         "d_distrib:distrib_optim.pt, which gridformer does not read yet"; do
+         "d_distrib_gone:distrib_optim.pt is missing" "d_distrib_other:bucket 1 holds 2191 elements, its parameters in Megatron's order fill"; do
   dir=${c%%:*} pattern=${c#*:}
   refused 2 "$pattern" "$dir.run" bash -c "cd $WORK && mkdir -p $dir.run && cd $dir.run && exec $BIN pretrain_gpt $(printf '%q ' "${ARGS[@]}") --data-path $WORK/period --train-iters 13 --load $WORK/$dir"
 done

@@ -1,0 +1,166 @@
+// distrib_optim.pt, Megatron's distributed optimizer state, cut into each parameter's tensors
+// (megatron_distrib_optim.h has the format).
+#include "models/weights/megatron_distrib_optim.h"
+
+#include <array>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include "core/io/torch_file.h"
+
+namespace gf {
+namespace {
+
+const char* const kKeys[3] = {"param", "exp_avg", "exp_avg_sq"};
+
+// A flat float buffer of the file: a contiguous 1-D tensor of a floating dtype.
+const TorchTensor& flat_buffer(const PickleValue& v, const std::string& where) {
+  if (v.kind() != PickleValue::Kind::kTensor)
+    throw std::runtime_error(where + " holds a " + std::string(v.kind_name()) + ", not a tensor");
+  const TorchTensor& t = v.tensor();
+  if (t.shape.size() != 1 || !t.is_contiguous())
+    throw std::runtime_error(where + " is not a flat (1-D, contiguous) buffer");
+  if (t.dtype != TorchDtype::kF32 && t.dtype != TorchDtype::kF16 && t.dtype != TorchDtype::kBF16 &&
+      t.dtype != TorchDtype::kF64)
+    throw std::runtime_error(where + " is not a floating-point buffer");
+  return t;
+}
+
+// The elements [offset, offset + numel) of `buf` as a tensor of `shape`.
+PickleValue view_of(const TorchTensor& buf, int64_t offset, const std::vector<int64_t>& shape) {
+  auto t = std::make_shared<TorchTensor>();
+  t->dtype = buf.dtype;
+  t->shape = shape;
+  t->strides.assign(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) t->strides[d - 1] = t->strides[d] * shape[d];
+  t->storage_offset = buf.storage_offset + offset;
+  t->storage = buf.storage;
+  return PickleValue::of_tensor(std::move(t));
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// core_r0.6.0's per_bucket_numel_unpadded for buffer g: a list (one element a buffer) of {dtype: [numel, ...]}; empty
+// when the file has none or it is not of that shape (the bucket's fill is then found from the parameters).
+std::vector<int64_t> unpadded_of(const PickleValue& root, size_t g, size_t buckets) {
+  const PickleValue* all = root.find("per_bucket_numel_unpadded");
+  if (!all || all->kind() != PickleValue::Kind::kList || g >= all->items().size()) return {};
+  const PickleValue& d = all->items()[g];
+  if (!d.is_dict() || d.entries().size() != 1) return {};
+  const PickleValue& list = d.entries()[0].second;
+  if (list.kind() != PickleValue::Kind::kList || list.items().size() != buckets) return {};
+  std::vector<int64_t> out;
+  for (const PickleValue& n : list.items()) {
+    if (n.kind() != PickleValue::Kind::kInt) return {};
+    out.push_back(n.as_int());
+  }
+  return out;
+}
+
+}  // namespace
+
+MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
+                                        size_t chunks) {
+  const std::string path = (std::filesystem::path(model_file).parent_path() / "distrib_optim.pt").string();
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(model_file + ": saved by Megatron's distributed optimizer (its 'optimizer' holds no "
+                             "per-parameter state), and " + path + " is missing: a resume needs the moments it holds; "
+                             "--finetune loads the weights alone, from step 1");
+  const TorchFile f = TorchFile::open(path);
+  const PickleValue& root = f.root();
+  if (!root.is_dict()) throw std::runtime_error(path + ": holds a " + std::string(root.kind_name()) + ", not a dict");
+  MegatronDistribState out;
+  out.master.resize(chunks);
+  out.exp_avg.resize(chunks);
+  out.exp_avg_sq.resize(chunks);
+
+  // The buffers in Megatron's order, each its parameters in reverse named_parameters order.
+  std::vector<std::vector<const MegatronDistribParam*>> buffers;
+  for (size_t c = 0; c < chunks; ++c)
+    for (const bool expert : {false, true}) {
+      std::vector<const MegatronDistribParam*> b;
+      for (auto it = params.rbegin(); it != params.rend(); ++it)
+        if (it->chunk == c && it->expert_buffer == expert) b.push_back(&*it);
+      if (!b.empty() || !expert) buffers.push_back(std::move(b));
+    }
+  // Each parameter's three tensors, in `params` order.
+  std::vector<std::array<PickleValue, 3>> slices(params.size());
+  std::vector<bool> seen(params.size(), false);
+
+  for (size_t g = 0; g < buffers.size(); ++g) {
+    const std::string where = path + ": buffer " + std::to_string(g);
+    const PickleValue* by_dtype = root.find(static_cast<int64_t>(g));
+    if (!by_dtype || !by_dtype->is_dict() || by_dtype->entries().size() != 1)
+      throw std::runtime_error(where + " is missing (or is not a dict with one dtype's state): the file holds " +
+                               "another model's buffers (this model has " + std::to_string(buffers.size()) + ")");
+    const PickleValue& state = by_dtype->entries()[0].second;
+    if (!state.is_dict()) throw std::runtime_error(where + ": its state is a " + std::string(state.kind_name()) + ", not a dict");
+    const std::vector<const MegatronDistribParam*>& ps = buffers[g];
+    for (int k = 0; k < 3; ++k) {
+      const std::string at = where + " '" + kKeys[k] + "'";
+      const PickleValue* v = state.find(kKeys[k]);
+      if (!v || v->is_none()) throw std::runtime_error(at + " is missing");
+      // Each bucket: its tensor and where its parameters end (the rest is padding).
+      std::vector<const TorchTensor*> tensors;
+      std::vector<int64_t> fill;
+      if (v->kind() == PickleValue::Kind::kList) {
+        out.form = "per-bucket";
+        for (size_t b = 0; b < v->items().size(); ++b)
+          tensors.push_back(&flat_buffer(v->items()[b], at + "[" + std::to_string(b) + "]"));
+        fill = unpadded_of(root, g, tensors.size());
+      } else {
+        out.form = "coalesced";
+        tensors.push_back(&flat_buffer(*v, at));
+        if (const PickleValue* n = state.find("numel_unpadded"); n && n->kind() == PickleValue::Kind::kInt)
+          fill.push_back(n->as_int());
+      }
+      size_t next = 0;
+      for (size_t b = 0; b < tensors.size(); ++b) {
+        const int64_t size = tensors[b]->numel();
+        if (!fill.empty() && (fill[b] < 0 || fill[b] > size))
+          throw std::runtime_error(at + ": bucket " + std::to_string(b) + " says " + std::to_string(fill[b]) +
+                                   " elements unpadded of its " + std::to_string(size));
+        const int64_t end = fill.empty() ? size : fill[b];
+        int64_t used = 0;
+        // A bucket takes parameters while they fit (one that crosses its end closes it in Megatron, so none spans two).
+        while (next < ps.size() && used + numel_of(ps[next]->shape) <= end) {
+          const MegatronDistribParam& p = *ps[next];
+          const size_t i = static_cast<size_t>(&p - params.data());
+          slices[i][k] = view_of(*tensors[b], used, p.shape);
+          seen[i] = true;
+          used += numel_of(p.shape);
+          ++next;
+        }
+        if (!fill.empty() && used != fill[b])
+          throw std::runtime_error(at + (tensors.size() > 1 ? ": bucket " + std::to_string(b) : std::string()) + " holds " +
+                                   std::to_string(fill[b]) + " elements, its parameters in Megatron's order fill " +
+                                   std::to_string(used) + (next < ps.size() ? " before " + ps[next]->name : std::string()) +
+                                   ": not this model's buffer, or a Megatron that pads each parameter's start "
+                                   "(core_r0.9 on), which gridformer does not read");
+      }
+      if (next != ps.size())
+        throw std::runtime_error(at + ": its " + std::to_string(tensors.size()) + " bucket(s) end before " +
+                                 ps[next]->name + " (" + std::to_string(ps.size() - next) + " of its " +
+                                 std::to_string(ps.size()) + " parameters left): not this model's buffer");
+    }
+  }
+  if (root.find(static_cast<int64_t>(buffers.size())))
+    throw std::runtime_error(path + ": holds more than the " + std::to_string(buffers.size()) +
+                             " buffer(s) this model's chunks make: another model's state");
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!seen[i]) throw std::logic_error("read_distrib_optim: a parameter in no buffer");
+    std::vector<MegatronFlat>* into[3] = {&out.master, &out.exp_avg, &out.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      out.views.push_back(slices[i][k]);  // a deque: earlier elements stay where they are
+      (*into[k])[params[i].chunk].emplace_back(params[i].name, &out.views.back());
+    }
+  }
+  return out;
+}
+
+}  // namespace gf

@@ -1,0 +1,47 @@
+// Megatron-LM's distributed optimizer state (distrib_optim.pt) read for a resume: megatron_optimizer.cpp's
+// load_megatron_training calls it for a shard whose 'optimizer' holds no per-parameter state.
+//
+// What Megatron writes (DistributedOptimizer.save_parameter_state, gathered on data-parallel rank 0 of each tensor x
+// pipeline rank, into the directory of that rank's model_optim_rng.pt): for each grad buffer g = 0, 1, ... (every model
+// chunk's dense buffer, then its expert-parallel buffer when it has one: core_r0.6.0's `self.buffers`; one per chunk
+// before experts), a dict with one entry, keyed by the buffer's dtype (285068c-era) or its (param dtype, grad dtype)
+// pair (core_r0.7+), holding "param" (the fp32 main parameters), "exp_avg", "exp_avg_sq" as
+//   - a list of per-bucket tensors, each the bucket's whole buffer with its padding to a multiple of the data-parallel
+//     size (megatron/optimizer/distrib_optimizer.py late 2023 and core_r0.6.0, beside "per_bucket_numel" or
+//     "bucket_sizes" and, from core_r0.6.0, "per_bucket_numel_unpadded"), or
+//   - one tensor of the buffer's unpadded elements, the buckets' paddings left out ("buckets_coalesced": True,
+//     core_r0.7.0 on, with "numel_unpadded").
+// A buffer holds its parameters in reverse named_parameters() order (ParamAndGradBuffer walks params[::-1], "roughly
+// the backward's order"), each contiguous, a bucket closing after the parameter that fills it. Later Megatron (core_r0.9
+// on) aligns each parameter's start to 64 elements: such a buffer's sizes do not add up, and it is refused by name.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "models/weights/megatron_checkpoint.h"
+
+namespace gf {
+
+struct MegatronDistribParam {
+  std::string name;             // the model state dict's name
+  std::vector<int64_t> shape;
+  size_t chunk = 0;             // the model chunk (virtual pipeline stage) it belongs to
+  bool expert_buffer = false;   // in the chunk's expert-parallel buffer (an expert's parameter with EP > 1)
+};
+
+struct MegatronDistribState {
+  std::vector<MegatronFlat> master, exp_avg, exp_avg_sq;  // per chunk, in the order `params` gave them
+  std::deque<PickleValue> views;                          // what the flats point at
+  std::string form;                                       // "per-bucket" or "coalesced", for the log
+};
+
+// Reads distrib_optim.pt in the directory of `model_file` (a shard's model_optim_rng.pt): each parameter's slice of
+// its buffer, as a tensor of its shape (a view of the file's mapped storage: nothing is copied). Throws naming the
+// file and what does not fit: a missing file, a buffer whose sizes do not add up to its parameters', a tensor that is
+// not a flat float buffer.
+MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
+                                        size_t chunks);
+
+}  // namespace gf

@@ -273,6 +273,19 @@ std::string check_schedule_file(const ScheduleFile& file, const Shape& shape, in
   return "";
 }
 
+std::string stage_lists(Scheduler sched, const Shape& shape, const ScheduleFile& file, int64_t max_live_config,
+                        StageLists* lists, double* bubble) {
+  if (sched != Scheduler::kFile) {
+    *lists = all_stage_actions(sched, shape);
+    *bubble = analytic_bubble(sched, shape);
+    return "";
+  }
+  const int max_live = static_cast<int>(std::min<int64_t>(max_live_config, 1 << 30));
+  const std::string e = check_schedule_file(file, shape, max_live, lists);
+  if (e.empty()) *bubble = simulate(*lists, shape).bubble_fraction;
+  return e;
+}
+
 std::string format_schedule_csv(const StageLists& lists, const Shape& shape, bool messages) {
   std::string out;
   for (size_t s = 0; s < lists.size(); ++s) {

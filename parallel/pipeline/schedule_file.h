@@ -19,6 +19,7 @@
 // forward and backward present once, messages matched, no deadlock), then the live micro-batches against
 // a bound. Each problem names the stage and the action, and the file, line and cell it comes from.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,12 @@ int default_live_bound(const Shape& shape);
 // (then *out, when given, holds the lists), else the first problem, naming the stage and the action.
 std::string check_schedule_file(const ScheduleFile& file, const Shape& shape, int max_live,
                                 StageLists* out = nullptr);
+
+// The lists every stage runs and the bubble expected: a schedule file's (checked as check_schedule_file checks it,
+// with `max_live_config` capped to an int; the bubble simulated) when sched is kFile, else the built-in schedule's
+// (its analytic bubble). "" or the file's first problem.
+std::string stage_lists(Scheduler sched, const Shape& shape, const ScheduleFile& file, int64_t max_live_config,
+                        StageLists* lists, double* bubble);
 
 // Lists as a schedule file: one row per stage, cells `<virtual stage><type><micro>`; with `messages`
 // false only the computes (torch's compute_only form; parsed back, the messages are derived again).

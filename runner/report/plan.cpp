@@ -291,15 +291,10 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     // A schedule file's lists (the layout check has simulated them), or the built-in schedule's.
     pipeline::StageLists lists;
     double bubble = 0;
-    if (sched == pipeline::Scheduler::kFile) {
-      const int max_live = static_cast<int>(std::min<int64_t>(cfg.parallel.pipeline_schedule_max_live, 1 << 30));
-      const std::string e = pipeline::check_schedule_file(cfg.parallel.pipeline_file, shape, max_live, &lists);
-      if (!e.empty()) throw std::invalid_argument(e);
-      bubble = pipeline::simulate(lists, shape).bubble_fraction;
-    } else {
-      lists = pipeline::all_stage_actions(sched, shape);
-      bubble = pipeline::analytic_bubble(sched, shape);
-    }
+    if (const std::string e = pipeline::stage_lists(sched, shape, cfg.parallel.pipeline_file,
+                                                    cfg.parallel.pipeline_schedule_max_live, &lists, &bubble);
+        !e.empty())
+      throw std::invalid_argument(e);
     out += fmt::format("schedule {}{}: {} bubble {:.1f}% of the step (equal stages); each stage below holds its "
                        "chunks' parameters and activation slots\n",
                        pipeline::scheduler_name(sched),

@@ -156,15 +156,11 @@ void Trainer::setup_engine() {
   shape_ = {ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);
-  if (sched_ == pipeline::Scheduler::kFile) {  // checked by the layout check already: this only fills lists_
-    const int max_live = static_cast<int>(std::min<int64_t>(cfg.parallel.pipeline_schedule_max_live, 1 << 30));
-    const std::string e = pipeline::check_schedule_file(cfg.parallel.pipeline_file, shape_, max_live, &lists_);
-    if (!e.empty()) throw std::runtime_error(e);
-    bubble_expected_ = pipeline::simulate(lists_, shape_).bubble_fraction;
-  } else {
-    lists_ = pipeline::all_stage_actions(sched_, shape_);
-    bubble_expected_ = pipeline::analytic_bubble(sched_, shape_);
-  }
+  // A schedule file was checked by the layout check already: this only fills lists_.
+  if (const std::string e = pipeline::stage_lists(sched_, shape_, cfg.parallel.pipeline_file,
+                                                  cfg.parallel.pipeline_schedule_max_live, &lists_, &bubble_expected_);
+      !e.empty())
+    throw std::runtime_error(e);
   std::vector<int64_t> layers = cfg.parallel.stage_layers;
   if (layers.empty()) {  // an even split (configs read from YAML always carry the resolved one)
     const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;

@@ -292,8 +292,11 @@ std::string format_schedule_csv(const StageLists& lists, const Shape& shape, boo
     bool first = true;
     for (const Action& a : lists[s]) {
       if (!messages && is_message(a.op)) continue;
-      out += (first ? "" : ",") + std::to_string(vstage_of(shape, static_cast<int>(s), a.chunk)) + type_name(a.op) +
-             std::to_string(a.micro);
+      // Appended piece by piece: GCC 12 reports a false -Wrestrict on `const char* + std::string`.
+      if (!first) out += ',';
+      out += std::to_string(vstage_of(shape, static_cast<int>(s), a.chunk));
+      out += type_name(a.op);
+      out += std::to_string(a.micro);
       first = false;
     }
     out += "\n";

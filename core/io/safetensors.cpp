@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 
 namespace gf {
@@ -63,6 +65,19 @@ int64_t StTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+int64_t first_float16_overflow(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (std::isfinite(v[i]) && std::isinf(static_cast<float>(static_cast<_Float16>(v[i])))) return static_cast<int64_t>(i);
+  return -1;
+}
+
+std::string float16_overflow_message(const std::string& name, int64_t index, float value) {
+  std::ostringstream o;
+  o << name << ": element " << index << " is " << value
+    << ", beyond float16's range (±65504): float16 would hold inf there; write bfloat16 or float32 instead";
+  return o.str();
 }
 
 float half_to_float(uint16_t h) {

@@ -84,4 +84,10 @@ const char* dtype_name(StDtype d);
 float half_to_float(uint16_t h);
 float bf16_to_float(uint16_t h);
 
+// The index of the first finite value that float16 cannot hold (|v| >= 65520 rounds to inf; up to that it
+// rounds to ±65504), or -1. A writer in float16 refuses such a tensor by name rather than write inf.
+int64_t first_float16_overflow(const float* v, size_t n);
+// "NAME: element I is V, beyond float16's range (±65504): ..." for that refusal.
+std::string float16_overflow_message(const std::string& name, int64_t index, float value);
+
 }  // namespace gf

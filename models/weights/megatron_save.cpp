@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "core/io/safetensors.h"
 #include "core/io/torch_save.h"
 #include "models/registry.h"
 #include "models/weights/megatron_checkpoint_map_detail.h"
@@ -223,10 +224,14 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   if (opt.train && opt.iteration < 0)
     throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
   using Source = std::function<std::vector<float>(const std::string&)>;
-  auto getter = [&](const Source& src) {
-    return [&entry, src](Role role, int64_t layer, std::vector<int64_t> shape) {
+  // float16 weights: a value beyond its range is refused by its name here, not written as inf.
+  auto getter = [&](const Source& src, bool f16) {
+    return [&entry, src, f16](Role role, int64_t layer, std::vector<int64_t> shape) {
       const std::string name = entry.names(role, layer);
       Mat t{std::move(shape), src(name)};
+      if (f16)
+        if (const int64_t i = first_float16_overflow(t.v.data(), t.v.size()); i >= 0)
+          throw std::runtime_error(float16_overflow_message(name, i, t.v[i]));
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
       if (n != static_cast<int64_t>(t.v.size()))
@@ -289,7 +294,7 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   const int64_t per_stage = L / pp;
   // pad_rows: the padded vocabulary's rows copy the last (saver_megatron.py's rule for weights); a moment's are 0.
   auto stage_of = [&](const Source& src, int64_t p, bool pad_rows) {
-    auto get = getter(src);
+    auto get = getter(src, pad_rows && opt.dtype == TorchDtype::kF16);  // pad_rows: the weights (moments stay fp32)
     Stage st;
     const bool first = p == 0, last = p == pp - 1;
     if (first || last) {
@@ -364,6 +369,11 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
         return std::string(b);
       }();
   const fs::path it_dir = fs::path(dir) / it_name;
+  // float16: every stage's weights are read once before anything is written (or removed), so that a weight
+  // beyond float16's range is refused with the old iteration directory still in place. Twice the reading,
+  // one stage's weights in memory at a time, as the writing below.
+  if (opt.dtype == TorchDtype::kF16)
+    for (int64_t p = 0; p < pp; ++p) (void)stage_of(weight, p, true);
   std::error_code ec;
   fs::remove_all(it_dir, ec);
   fs::create_directories(it_dir, ec);

@@ -107,8 +107,11 @@ struct Converted {
   const void* data() const { return f32.empty() ? static_cast<const void*>(half.data()) : f32.data(); }
 };
 
-Converted convert_to(std::vector<float>&& v, const OutDtype& dt) {
+Converted convert_to(std::vector<float>&& v, const OutDtype& dt, const std::string& name) {
   Converted c;
+  if (dt.st == StDtype::kF16)
+    if (const int64_t i = first_float16_overflow(v.data(), v.size()); i >= 0)
+      fail(float16_overflow_message(name, i, v[i]));
   if (dt.st == StDtype::kF32) {
     c.f32 = std::move(v);
     return c;
@@ -277,9 +280,9 @@ void write_hf(ConvertSource& src, const std::string& dir, const std::string& fil
         const SourceTensor& t = src.tensors[i];
         src.read(t, buf);
         progress.add(static_cast<int64_t>(buf.size() * sizeof(float)));
-        data.push_back(convert_to(std::move(buf), dt));
-        buf = {};
         const std::string name = hf_export_name(t.name, gpt2);
+        data.push_back(convert_to(std::move(buf), dt, name));
+        buf = {};
         out.push_back({name, dt.st, t.shape, data.back().data()});
         weight_map[name] = base;
         total += bytes[i];

@@ -122,6 +122,22 @@ expect "is a directory that is not empty" convert --from ckpt --to hf
 expect "--dtype float64" convert --from ckpt --to y.safetensors --dtype float64
 expect "our checkpoints hold float32" convert --from "$GOLDEN/llama_tiny_sharded" --to c2 --dtype float16
 expect "is where --from's weights are" convert --from hf --to hf --overwrite
+# float16 cannot hold a finite weight of 70000 (its largest is 65504): refused by the tensor's name, for
+# Hugging Face output (megatron_out.sh: Megatron's), rather than written as inf. 65510 rounds to 65504 and is written.
+"$PY" - "$GOLDEN/hf_tiny_f32.safetensors" <<'PY' || fail "doctoring the GPT-2 weights"
+import json, shutil, struct, sys
+for out, value in (("big.safetensors", 70000.0), ("edge.safetensors", 65510.0)):
+    shutil.copy(sys.argv[1], out)
+    with open(out, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        t = json.loads(f.read(n))["transformer.h.1.mlp.c_fc.weight"]
+        f.seek(8 + n + t["data_offsets"][0] + 4 * 5)
+        f.write(struct.pack("<f", value))
+PY
+expect "transformer.h.1.mlp.c_fc.weight: element 5 is 70000, beyond float16's range" \
+  convert --from big.safetensors --to big16 --format hf --dtype float16
+[ ! -e big16 ] || fail "a refused float16 export left output behind: $(ls -R big16)"
+"$BIN" convert --from edge.safetensors --to edge16.safetensors --dtype float16 > /dev/null 2>&1 || fail "65510 to float16"
 cp -r ckpt broken
 truncate -s 1000 broken/converted/rank_00000.safetensors
 expect "rank_00000.safetensors" convert --from broken --to z

@@ -8,7 +8,8 @@
 #     bfloat16 and TP4 in float16;
 #   - read back as load_checkpoint, it evaluates to bitwise the loss of the checkpoint it came from, on one rank
 #     and at model_parallel 2 (ours -> Megatron -> ours);
-#   - what Megatron's layout cannot hold is refused by name before anything is written.
+#   - what Megatron's layout cannot hold is refused by name before anything is written, and a weight beyond
+#     float16's range by its name, with nothing left behind.
 # (tests/integration/megatron_jobs.sh runs Ascend's LAMBADA script on such a checkpoint.)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_vocab
@@ -55,5 +56,23 @@ refused 2 "Megatron-core's layout, which this writer does not write yet" llama_o
 [ ! -e lmeg ] || fail "the refused Llama conversion wrote $(ls lmeg)"
 refused 2 "num_heads 4 is not divisible by the tensor-parallel size 3" tp3 "$BIN" convert --from run --to m3 --format megatron \
   --tensor-model-parallel-size 3
+# A weight float16 cannot hold (70000; its largest is 65504) is refused by its name, not written as inf.
+# (Doctored in Hugging Face form, whose shards carry no checksum, with the config.json beside it.)
+run big_hf "$BIN" convert --from run --to big_hf
+((STATUS == 0)) || { cat big_hf.log; fail "convert to a Hugging Face directory"; }
+"$PY" - big_hf/model.safetensors <<'PY' || fail "doctoring the weights"
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    t = json.loads(f.read(n))["transformer.h.0.mlp.c_fc.weight"]
+    assert t["dtype"] == "F32", t
+    f.seek(8 + n + t["data_offsets"][0] + 4 * 5)
+    f.write(struct.pack("<f", 70000.0))
+PY
+run big "$BIN" convert --from big_hf --to big
+((STATUS == 0)) || { cat big.log; fail "the doctored weights to a checkpoint"; }
+refused 2 "h.0.mlp.c_fc.weight: element 5 is 70000, beyond float16's range" f16_overflow \
+  "$BIN" convert --from big --to big_meg --format megatron --dtype float16
+[ ! -e big_meg ] || fail "the refused float16 conversion wrote $(ls -R big_meg)"
 refused 2 "add --format megatron" tp_without "$BIN" convert --from run --to m4 --tensor-model-parallel-size 2
 echo PASS

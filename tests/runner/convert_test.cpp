@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -97,6 +98,20 @@ void expect_golden_logits(const std::string& golden_file, const fs::path& path) 
 }
 
 class ConvertGolden : public ::testing::TestWithParam<const char*> {};
+
+// float16's range as PyTorch's .half() rounds (checked there: 65519.99 -> 65504, 65520 -> inf, -65520 -> -inf):
+// only a finite value that becomes inf counts; inf and NaN in the source are not overflows.
+TEST(Float16Overflow, IsTheFirstFiniteValueThatRoundsToInf) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> fits = {65504.0f, 65519.99f, -65519.99f, inf, -inf, nan, 0.0f, 1e-8f};
+  EXPECT_EQ(first_float16_overflow(fits.data(), fits.size()), -1);
+  const std::vector<float> over = {1.0f, inf, 65520.0f, -70000.0f};
+  EXPECT_EQ(first_float16_overflow(over.data(), over.size()), 2);
+  EXPECT_EQ(first_float16_overflow(over.data() + 3, 1), 0);
+  EXPECT_EQ(float16_overflow_message("w", 2, 65520.0f),
+            "w: element 2 is 65520, beyond float16's range (±65504): float16 would hold inf there; write bfloat16 or "
+            "float32 instead");
+}
 
 TEST_P(ConvertGolden, HuggingFaceToCheckpointToHuggingFaceIsExactAndGivesPyTorchsLogits) {
   const fs::path d = work_dir();
@@ -302,11 +317,28 @@ TEST(Convert, Float32ToHalfAndBfloatRoundsEveryValueToNearestEven) {
   for (int i = 0; i < 100000; ++i) edges.push_back(unit(rng) * std::exp2(exponent(rng)));
   write_safetensors((d / "in.safetensors").string(),
                     {{"edges", StDtype::kF32, {static_cast<int64_t>(edges.size())}, edges.data()}}, {{"format", "pt"}});
+  // float16 output refuses a finite value it would hold as inf (65520, -1e6, 3.4e38 here; the Float16Overflow
+  // test), so its rounding is checked on the other values; bfloat16 writes 3.4e38 as inf, as PyTorch does.
+  std::vector<float> fits16;
+  for (float v : edges)
+    if (!(std::abs(v) >= 65520.0f)) fits16.push_back(v);
+  write_safetensors((d / "in16.safetensors").string(),
+                    {{"edges", StDtype::kF32, {static_cast<int64_t>(fits16.size())}, fits16.data()}}, {{"format", "pt"}});
   for (const char* dt : {"float16", "bfloat16"}) {
     ConvertOptions o;
     o.dtype = dt;
     const bool half = std::string(dt) == "float16";
-    for (const std::string& in : {golden("llama_tiny_sharded"), (d / "in.safetensors").string()}) {
+    if (half) {
+      try {
+        convert(d / "in.safetensors", d / "refused.safetensors", o);
+        ADD_FAILURE() << "65520 was written as float16";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("edges: element 5 is 65520, beyond float16's range"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_FALSE(fs::exists(d / "refused.safetensors"));
+    }
+    for (const std::string& in : {golden("llama_tiny_sharded"), (d / (half ? "in16.safetensors" : "in.safetensors")).string()}) {
       const fs::path out = d / (std::string(dt) + "_" + fs::path(in).stem().string() + ".safetensors");
       convert(in, out, o);
       const SafeTensorsFile f = SafeTensorsFile::open(out.string());

@@ -386,19 +386,29 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes_text, "products instead of the model's: op:MxNxK,... (op NN, NT, TN, TT)");
   app.add_flag("--if-stale", if_stale, "do nothing if the file exists, parses and names this CPU and OpenBLAS kernels");
   app.add_flag("--print", print, "also print the JSON on stdout");
-  CLI11_PARSE(app, argc, argv);
+  // Bad arguments (the options, --shapes) are bad input: status 2, as gridformer's; a failed probe is 1.
+  std::vector<Shape> shapes = default_shapes();
+  try {
+    app.parse(argc, argv);
+    if (!shapes_text.empty()) {
+      shapes.clear();
+      std::stringstream ss(shapes_text);
+      for (std::string item; std::getline(ss, item, ',');) shapes.push_back(parse_shape(item));
+    }
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "machine_probe: " << e.what() << " (machine_probe --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "machine_probe: " << e.what() << "\n";
+    return 2;
+  }
   try {
     if (out.empty()) throw std::runtime_error("GF_MACHINE_PROBE=off and no --out: nowhere to write");
     if (if_stale && up_to_date(out)) {
       std::cout << "machine_probe: " << out << " is up to date for this CPU (" << gf::cpu_model_name()
                 << ", OpenBLAS " << gf::blas_core_name() << ")\n";
       return 0;
-    }
-    std::vector<Shape> shapes = default_shapes();
-    if (!shapes_text.empty()) {
-      shapes.clear();
-      std::stringstream ss(shapes_text);
-      for (std::string item; std::getline(ss, item, ',');) shapes.push_back(parse_shape(item));
     }
     omp_set_num_threads(threads);
     gf::gemm_set_threads(threads);

@@ -187,7 +187,14 @@ int main(int argc, char** argv) {
   check_cmd->add_option("TABLE", check_path, "rank table JSON")->required();
   app.require_subcommand(0, 1);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // Bad arguments are bad input, status 2 as every other refusal here (CLI11's own codes are 105-113).
+    std::cerr << "error: " << e.what() << " (rank_table --help)\n";
+    return 2;
+  }
   try {
     if (*merge_cmd) return merge(merge_out, merge_in);
     if (*check_cmd) return check(check_path);

@@ -95,4 +95,8 @@ OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/other.json" "$BIN" train --config run.
   || { cat h.txt; fail "a run with another kernels' probe"; }
 grep -q "measured OpenBLAS's NotACore kernels, this run has its .* (OPENBLAS_CORETYPE): ignored" h.txt \
   || fail "another kernels' probe was used: $(grep 'MFU relative' h.txt)"
+# Bad arguments are refused with status 2 (gridformer's), writing nothing.
+refused 2 '"bad" is not op:MxNxK' bad_shapes "$PROBE" --out bad.json --shapes bad
+refused 2 "The following argument was not expected: --bogus" bad_option "$PROBE" --out bad.json --bogus
+[ ! -e bad.json ] || fail "a refused probe wrote bad.json"
 echo "machine_probe: all checks passed"

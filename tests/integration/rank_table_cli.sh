@@ -123,4 +123,7 @@ sed 's/"rank_id": "3"/"rank_id": "x"/' in/hccl_8p_01234567_10.0.0.1.json > bad.j
 refuses 'rank table bad.json: server_list[0].device[3].rank_id "x" is not a number' check bad.json
 refuses 'rank table bad.json: server_list[0].device[3].rank_id "x" is not a number' merge m.json bad.json
 refuses "cannot open" check missing.json
+# Bad arguments too (CLI11's own statuses were 105-113): a missing input, an unknown option.
+refuses "IN: File does not exist: missing.json" merge m.json missing.json
+refuses "The following argument was not expected: --bogus" --bogus
 echo "rank_table_cli: all checks passed"

@@ -99,6 +99,7 @@ case "$PROBE" in "" | 0 | 1) ;; *) die "GF_PROBE '$PROBE': expected 0 (never pro
 # of its own. Ctrl-C at a terminal reaches only this script's group; the script decides what the
 # ranks get (SIGINT/SIGTERM below).
 MPI_PID="" PROBE_PIDS=()
+TEMP_PATHS=()  # this script's temporary files and directories, removed on exit (a Ctrl-C included)
 # session_pids: the live processes of mpirun's session (its id is mpirun's pid). Nothing if that pid
 # now belongs to another program (mpirun gone and the number reused).
 session_pids() {
@@ -129,6 +130,7 @@ cleanup_children() {
 on_exit() {
   local status=$1
   cleanup_children
+  ((${#TEMP_PATHS[@]} == 0)) || rm -rf -- "${TEMP_PATHS[@]}"
   [ -n "${JOB_ID:-}" ] && [ "$JOB_STATE" = running ] &&
     job_end failed "$status" "run_distribute.sh on server ${SERVER_IDS[0]} exited (status $status) before the job's end was known"
   return 0
@@ -178,6 +180,7 @@ fi
 # ---- the config: valid, laid out for RANK_SIZE ranks, and where its output goes --------------------
 # `gridformer config --ranks N` runs the check every rank runs at start and prints the same message.
 config_err=$(mktemp "${TMPDIR:-/tmp}/gf_rd_config.XXXXXX") || die "cannot create a temporary file"
+TEMP_PATHS+=("$config_err")
 resolved=$("$BIN" config --config "$CONFIG" --set run_mode="$RUN_MODE" --ranks "$RANK_SIZE" 2>"$config_err")
 config_status=$?
 config_problems=$(cat "$config_err"); rm -f "$config_err"

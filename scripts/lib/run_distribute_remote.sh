@@ -76,6 +76,7 @@ probe_reason() { # probe_reason HOST STATUS OUTPUT
 probe_remote() {
   local dir i bad=0 statuses=() start=$SECONDS
   dir=$(mktemp -d "${TMPDIR:-/tmp}/gf_rd_probe.XXXXXX") || die "cannot create a temporary directory"
+  TEMP_PATHS+=("$dir")  # removed by run_distribute.sh's EXIT trap should a signal end the probe
   say "checking ssh to ${#REMOTE[@]} remote server(s) (${REMOTE[*]}): ${AGENT[*]}${RSH_ARGS[*]:+ ${RSH_ARGS[*]}} HOST true"
   for i in "${!REMOTE[@]}"; do
     timeout -k 2 $((CONNECT_TIMEOUT + 10)) "${AGENT[@]}" "${RSH_ARGS[@]}" "${REMOTE[i]}" true </dev/null >"$dir/$i" 2>&1 &

@@ -182,7 +182,9 @@ ctrl_c() {  # ctrl_c NAME PATTERN ENV...: launch, wait for a process matching PA
   nothing_left "($name)"
   echo "($name) Ctrl-C while '$pattern' ran: exit 130 after $((SECONDS - t)) s, nothing left"
 }
-ctrl_c c1 "BatchMode=yes $MARK true" GF_CONNECT_TIMEOUT=60
+mkdir -p tmp_c1
+ctrl_c c1 "BatchMode=yes $MARK true" GF_CONNECT_TIMEOUT=60 TMPDIR="$WORK/tmp_c1"
+[ -z "$(ls -A tmp_c1)" ] || fail "(c1) Ctrl-C during the probe left temporary files: $(ls tmp_c1)"
 ctrl_c c2 "BatchMode=yes -x $MARK +orted" GF_CONNECT_TIMEOUT=60 GF_PROBE=0
 if grep -q "stopping what is left of mpirun's session: ssh" c2.txt; then
   echo "(c2) (mpirun, stopped, had left its ssh children running; the script stopped them)"

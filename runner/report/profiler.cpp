@@ -25,7 +25,8 @@ size_t profile_events_per_step(int64_t layers, int64_t micro_batches, int64_t ch
   // Per layer and micro-batch: forward, backward (or its input and weight passes), and with
   // profile_communication up to eight collectives (tensor-parallel all-reduces or gathers, MoE
   // all-to-alls, bucket all-reduce starts). Per micro-batch and chunk: the pipeline actions, their waits
-  // and memory counters. Per step: the trainer's phases and the step's own collectives.
+  // and memory counters. Per step (the 256): the trainer's phases, the step's own collectives, the interval's
+  // instant and the 'thread times' span read before it (trace::read_thread_times).
   // profile_ops: up to about 64 op spans per layer and micro-batch over its passes (GEMMs, attention,
   // norms, elementwise; recomputation repeats the forward ones).
   const int64_t per_layer = 3 * (1 + (communication ? 8 : 0)) + (ops ? 64 : 0);

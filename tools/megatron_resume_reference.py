@@ -3,7 +3,7 @@
 resuming a Megatron checkpoint (tests/integration/megatron_resume.sh).
 
     /usr/bin/python3 tools/megatron_resume_reference.py --data PREFIX --out DIR [--tp 2] [--apex]
-        [--distributed per-bucket|bucket-sizes|coalesced [--dp 2] [--bucket 2000]]
+        [--distributed per-bucket|bucket-sizes|coalesced|coalesced-aligned [--dp 2] [--bucket 2000]]
 
 A GPT-2 of tools/make_golden.py (Hugging Face's names; 2 layers, 16 wide, 4 heads, 32 positions; the tanh GELU that
 Megatron's default bias_gelu_fusion computes; the 100 ids NullTokenizer --vocab-size 99 gives, their softmax over those
@@ -29,7 +29,8 @@ group step, args.use_distributed_optimizer True): 'optimizer' is DistributedOpti
 state dict without 'state', each group without 'params'), and beside it distrib_optim.pt holds save_parameter_state's
 buffer (distrib_buffer below) in the FORM of a Megatron version: per-bucket (core_r0.6.0: a list of padded bucket
 tensors, per_bucket_numel and per_bucket_numel_unpadded), bucket-sizes (late 2023: the padded list and bucket_sizes
-alone), coalesced (core_r0.7.0 on: one tensor of the unpadded buckets, buckets_coalesced, numel_unpadded); padding
+alone), coalesced (core_r0.7.0 on: one tensor of the unpadded buckets, buckets_coalesced, numel_unpadded),
+coalesced-aligned (core_r0.9 on: the same with each parameter's start at a multiple of 64 elements); padding
 holds NaN, so a reader that takes it diverges at once. Then the run goes on to ITERS_TOTAL; DIR/expected.json holds its
 losses of iterations ITERS_SAVED + 1 .. ITERS_TOTAL and the arguments the run had.
 """
@@ -151,6 +152,8 @@ def distrib_buffer(named, moments, form, dp, bucket_size):
         t = torch.full((-(-data.numel() // dp) * dp,), float("nan"))
         t[:data.numel()] = data
         return t
+    if form == "coalesced-aligned":
+        return aligned_buffer(named, pick, bucket_size)
     per_bucket = {k: [padded(b, f) for b in buckets] for k, f in pick.items()}
     if form == "coalesced":
         world = {k: torch.cat([t[:n] for t, n in zip(ts, unpadded)]) for k, ts in per_bucket.items()}
@@ -161,6 +164,38 @@ def distrib_buffer(named, moments, form, dp, bucket_size):
         return {"bucket_sizes": sizes, 0: {torch.float32: per_bucket}}
     return {"per_bucket_numel": [{torch.float32: sizes}], "per_bucket_numel_unpadded": [{torch.float32: unpadded}],
             0: {torch.float32: per_bucket}}
+
+
+def aligned_buffer(named, pick, bucket_size):
+    """core_r0.9 on (megatron/core/distributed/param_and_grad_buffer.py, _pad_start_of_param_if_needed): each
+    parameter starts at a multiple of 64 elements, a bucket closes once it holds bucket_size elements or more (its
+    end, padded to lcm(dp, 128), is not saved), and get_parameter_state_dp_zero's coalesced tensor holds each bucket
+    up to its last parameter's end (numel_unpadded), one after another. The gaps before aligned starts are NaN here
+    (Megatron's are zeros) so that a reader that takes them is seen."""
+    world = {k: [] for k in pick}
+    used, total = 0, 0
+    pending = {k: [] for k in pick}
+
+    def close():
+        nonlocal used, total
+        for k in pick:
+            world[k].append(torch.cat(pending[k]) if pending[k] else torch.zeros(0))
+            pending[k] = []
+        total += used
+        used = 0
+    for i in reversed(range(len(named))):
+        start = -(-used // 64) * 64
+        for k, f in pick.items():
+            pending[k].append(torch.full((start - used,), float("nan")))
+            pending[k].append(f(i).reshape(-1).float())
+        used = start + named[i][1].numel()
+        if bucket_size and used >= bucket_size:
+            close()
+    if used:
+        close()
+    out = {k: torch.cat(ts) for k, ts in world.items()}
+    out["numel_unpadded"] = total
+    return {"buckets_coalesced": True, 0: {(torch.float32, torch.float32): out}}
 
 
 def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
@@ -197,6 +232,8 @@ def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
         args.lr, args.min_lr, args.weight_decay, args.clip_grad = LR, MIN_LR, WD, CLIP
         args.ffn_hidden_size = 4 * mg.HIDDEN
         args.use_distributed_optimizer = bool(distributed)
+        if distributed == "coalesced-aligned" and bucket_size:  # the bucket size DistributedDataParallel had
+            args.overlap_grad_reduce, args.ddp_bucket_size = True, bucket_size
         sd = collections.OrderedDict([
             ("args", args), ("checkpoint_version", 3.0), ("iteration", ITERS_SAVED), ("model", states[0]),
             ("optimizer", osd),
@@ -219,7 +256,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--apex", action="store_true")
-    ap.add_argument("--distributed", choices=["per-bucket", "bucket-sizes", "coalesced"])
+    ap.add_argument("--distributed", choices=["per-bucket", "bucket-sizes", "coalesced", "coalesced-aligned"])
     ap.add_argument("--dp", type=int, default=2, help="the data-parallel size the buckets are padded for")
     ap.add_argument("--bucket", type=int, default=0, help="the bucket size in elements (0: one bucket)")
     a = ap.parse_args()

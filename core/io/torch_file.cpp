@@ -87,6 +87,12 @@ std::vector<Out> convert(const TorchTensor& t, bool floats_allowed) {
 
 // ---- dtypes, views and element reading ----
 
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string r = "[";
+  for (size_t i = 0; i < shape.size(); ++i) r += (i ? ", " : "") + std::to_string(shape[i]);
+  return r + "]";
+}
+
 const char* torch_dtype_name(TorchDtype d) {
   switch (d) {
     case TorchDtype::kF32: return "float32";

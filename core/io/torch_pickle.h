@@ -22,6 +22,8 @@ namespace gf {
 // Element types of PyTorch tensors (and numpy arrays) this reader converts.
 enum class TorchDtype { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool, kU16, kU32, kU64 };
 const char* torch_dtype_name(TorchDtype d);  // PyTorch's name: "float32", "bfloat16", "int64", ...
+// A shape as messages print it: "[4, 64]", "[]" for a scalar.
+std::string shape_str(const std::vector<int64_t>& shape);
 int64_t torch_dtype_size(TorchDtype d);
 
 // One storage a pickle refers to by persistent id ('storage', type, key, location, numel[, view]).

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/io/safetensors.h"
+#include "core/io/torch_pickle.h"
 #include "models/causal_lm.h"
 #include "models/registry.h"
 #include "models/weights/hf_checkpoint.h"
@@ -30,28 +31,14 @@
 namespace gf {
 
 bool hf_ignored_tensor(const std::string& n) {
-  auto ends_with = [&](const char* s) {
-    const std::string suf(s);
-    return n.size() >= suf.size() && n.compare(n.size() - suf.size(), suf.size(), suf) == 0;
-  };
   // GPT-2's attention-mask buffers; Llama's rotary inv_freq buffers (older transformers saved
   // them). A tied lm_head is the caller's decision: an untied lm_head.weight is a parameter.
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq");
+  return n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias") || n.ends_with(".rotary_emb.inv_freq");
 }
 
 std::string hf_param_name(const std::string& name) {
   return name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
 }
-
-namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
-}  // namespace
 
 std::string resolve_checkpoint_path(const std::string& given, const std::string& key) {
   namespace fs = std::filesystem;
@@ -122,10 +109,6 @@ std::string load_mindformers_gpt2(CausalLM& model, const std::string& path) {
          " optimizer-state and training-counter entries and " + std::to_string(w.mask_buffers) + " attention-mask buffers";
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 // A sharded checkpoint's shards are listed before any is read, and a converter plans its output
@@ -170,7 +153,7 @@ std::vector<HfTensorFile> hf_checkpoint_tensors(const std::string& path) {
     throw std::runtime_error(path + ": a Megatron-LM checkpoint, not Hugging Face safetensors: its tensors are read by "
                              "loading it into a model of its shape (load_checkpoint)");
   std::vector<HfTensorFile> out;
-  if (!ends_with(path, ".index.json")) {
+  if (!path.ends_with(".index.json")) {
     for (StHeaderEntry& e : read_safetensors_header(path)) out.push_back({std::move(e.name), path});
     return out;
   }

@@ -240,13 +240,6 @@ double checkpoint_version(const TorchFile& f) {
   return v->as_float();
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 }  // namespace
 
 bool is_megatron_checkpoint(const std::string& path) {

@@ -113,10 +113,6 @@ std::string canonical(std::string name) {
   return name;
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // A decimal number at the start of `s` (at most 9 digits), and the rest after it.
 bool leading_number(std::string_view s, int64_t* n, std::string_view* rest) {
   size_t j = 0;
@@ -386,9 +382,9 @@ void flatten(const PickleValue& dict, const std::string& prefix, const std::stri
       throw std::runtime_error(file + ": the model state dict holds a key of kind " + k.kind_name() +
                                (prefix.empty() ? std::string() : " under '" + prefix + "'") + "; state dict keys are names");
     const std::string name = prefix.empty() ? k.as_string() : prefix + "." + k.as_string();
-    if (ends_with(name, "._extra_state") || name == "_extra_state") {
+    if (name.ends_with("._extra_state") || name == "_extra_state") {
       ++stats->extra_state;  // Transformer Engine's fp8 metadata, or None from core's parallel linears
-    } else if (ends_with(name, "rotary_pos_emb.inv_freq")) {
+    } else if (name.ends_with("rotary_pos_emb.inv_freq")) {
       ++stats->rotary_buffers;  // RoPE's frequencies, which RotaryEmbedding._load_from_state_dict drops
     } else if (v.is_dict()) {
       flatten(v, name, file, out, stats);

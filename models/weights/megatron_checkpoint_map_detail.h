@@ -51,9 +51,6 @@ struct Entry {
 
 // The functions below are defined in megatron_checkpoint_map_join.cpp.
 
-// "[a, b, ...]": a shape, for messages.
-std::string shape_str(const std::vector<int64_t>& s);
-
 // ---- strided views (no data is read) ----
 TorchTensor rows_of(TorchTensor t, int64_t begin, int64_t n);
 TorchTensor transposed(TorchTensor t);

@@ -15,13 +15,6 @@
 namespace gf {
 namespace megatron_detail {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // ---- strided views (no data is read) ----
 
 TorchTensor rows_of(TorchTensor t, int64_t begin, int64_t n) {

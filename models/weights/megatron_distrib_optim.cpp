@@ -2,6 +2,7 @@
 // (megatron_distrib_optim.h has the format).
 #include "models/weights/megatron_distrib_optim.h"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <memory>
@@ -62,10 +63,31 @@ std::vector<int64_t> unpadded_of(const PickleValue& root, size_t g, size_t bucke
   return out;
 }
 
+// core_r0.9 on (ParamAndGradBuffer's _pad_start_of_param_if_needed): with the distributed optimizer each parameter
+// starts at a multiple of 64 elements of its bucket (buckets start at multiples of lcm(dp, 128), so of the buffer
+// too), and a bucket closes after the parameter that brings it to `bucket_size` elements or more (0: one bucket).
+// The coalesced tensor holds each bucket's elements up to its last parameter's end, one bucket after another.
+// Each parameter's offset in it, in `numels` order; empty when the layout's total is not `total`.
+std::vector<int64_t> aligned_offsets(const std::vector<int64_t>& numels, int64_t bucket_size, int64_t total) {
+  std::vector<int64_t> offsets;
+  int64_t base = 0, used = 0;
+  for (int64_t n : numels) {
+    const int64_t start = (used + 63) / 64 * 64;
+    offsets.push_back(base + start);
+    used = start + n;
+    if (bucket_size > 0 && used >= bucket_size) {
+      base += used;
+      used = 0;
+    }
+  }
+  if (base + used != total) return {};
+  return offsets;
+}
+
 }  // namespace
 
 MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
-                                        size_t chunks) {
+                                        size_t chunks, int64_t bucket_size) {
   const std::string path = (std::filesystem::path(model_file).parent_path() / "distrib_optim.pt").string();
   if (!std::filesystem::exists(path))
     throw std::runtime_error(model_file + ": saved by Megatron's distributed optimizer (its 'optimizer' holds no "
@@ -136,12 +158,39 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
           used += numel_of(p.shape);
           ++next;
         }
+        // Not contiguous: a coalesced buffer of core_r0.9 on, whose parameters start at multiples of 64 elements
+        // (its first model chunk's buffers in buckets of bucket_size; later chunks' in one, as get_model's
+        // disable_bucketing has it).
+        if (!fill.empty() && used != fill[b] && out.form == "coalesced" && tensors.size() == 1) {
+          std::vector<int64_t> numels;
+          for (const MegatronDistribParam* q : ps) numels.push_back(numel_of(q->shape));
+          const int64_t chunk_buckets = !ps.empty() && ps[0]->chunk == 0 ? bucket_size : 0;
+          // At pp > 1 core gives a tied embedding's head copy, first in this order, a bucket of its own, which
+          // shifts where later buckets close: not modelled, so such a buffer in buckets is not read as aligned.
+          const bool head_bucket = chunk_buckets > 0 && std::any_of(ps.begin(), ps.end(), [](const auto* q) {
+                                     return q->name.ends_with("word_embeddings_for_head.weight") ||
+                                            q->name.ends_with("output_layer.weight");
+                                   });
+          const std::vector<int64_t> at = head_bucket ? std::vector<int64_t>{} : aligned_offsets(numels, chunk_buckets, fill[0]);
+          if (!at.empty()) {
+            for (size_t j = 0; j < ps.size(); ++j) {
+              const size_t i = static_cast<size_t>(ps[j] - params.data());
+              slices[i][k] = view_of(*tensors[0], at[j], ps[j]->shape);
+              seen[i] = true;
+            }
+            out.form = "coalesced, parameter-aligned";
+            used = fill[0];
+            next = ps.size();
+          }
+        }
         if (!fill.empty() && used != fill[b])
           throw std::runtime_error(at + (tensors.size() > 1 ? ": bucket " + std::to_string(b) : std::string()) + " holds " +
                                    std::to_string(fill[b]) + " elements, its parameters in Megatron's order fill " +
                                    std::to_string(used) + (next < ps.size() ? " before " + ps[next]->name : std::string()) +
-                                   ": not this model's buffer, or a Megatron that pads each parameter's start "
-                                   "(core_r0.9 on), which gridformer does not read");
+                                   (out.form == "coalesced"
+                                        ? " contiguously (nor as core_r0.9 on aligns them, to 64 elements)"
+                                        : std::string()) +
+                                   ": not this model's buffer");
       }
       if (next != ps.size())
         throw std::runtime_error(at + ": its " + std::to_string(tensors.size()) + " bucket(s) end before " +

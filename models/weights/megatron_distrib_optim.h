@@ -12,8 +12,9 @@
 //   - one tensor of the buffer's unpadded elements, the buckets' paddings left out ("buckets_coalesced": True,
 //     core_r0.7.0 on, with "numel_unpadded").
 // A buffer holds its parameters in reverse named_parameters() order (ParamAndGradBuffer walks params[::-1], "roughly
-// the backward's order"), each contiguous, a bucket closing after the parameter that fills it. Later Megatron (core_r0.9
-// on) aligns each parameter's start to 64 elements: such a buffer's sizes do not add up, and it is refused by name.
+// the backward's order"), each contiguous, a bucket closing after the parameter that fills it. Megatron from core_r0.9
+// on (with the coalesced form) starts each parameter at a multiple of 64 elements of its bucket; a coalesced buffer
+// whose parameters do not add up contiguously is read that way when the aligned layout adds up to its numel_unpadded.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -41,7 +42,9 @@ struct MegatronDistribState {
 // its buffer, as a tensor of its shape (a view of the file's mapped storage: nothing is copied). Throws naming the
 // file and what does not fit: a missing file, a buffer whose sizes do not add up to its parameters', a tensor that is
 // not a flat float buffer.
+// `bucket_size`: the DDP bucket size of the run that saved (0: one bucket per buffer), which only the aligned
+// layout needs (megatron_optimizer.cpp derives it from the checkpoint's args).
 MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
-                                        size_t chunks);
+                                        size_t chunks, int64_t bucket_size = 0);
 
 }  // namespace gf

@@ -19,6 +19,7 @@
 // own keys, and its indices are given to the model's parameters of that kind in named_parameters() order, which is
 // the order of the state dict's parameters (PyTorch's state_dict and named_parameters both walk the modules in
 // registration order; megatron_flatten leaves out the non-parameters).
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -32,10 +33,6 @@
 namespace gf {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A number as Megatron stores it: a Python int or float, or a 0-d (or one-element) tensor.
 double number(const PickleValue& v, const std::string& where) {
   if (v.kind() == PickleValue::Kind::kInt || v.kind() == PickleValue::Kind::kFloat || v.kind() == PickleValue::Kind::kBool)
@@ -48,12 +45,6 @@ const PickleValue& need(const PickleValue& d, const char* key, const std::string
   const PickleValue* v = d.is_dict() ? d.find(key) : nullptr;
   if (!v || v->is_none()) throw std::runtime_error(where + " has no '" + key + "'");
   return *v;
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 // One shard file's optimizer state, per model chunk in the model state dict's names.
@@ -85,7 +76,19 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
                                ": Adam's bias correction needs one step count");
     out.step = step;
   }
-  out.distrib = std::make_shared<MegatronDistribState>(read_distrib_optim(file, params, chunks));
+  // The DDP bucket size the run had (only a core_r0.9-on, parameter-aligned buffer needs it): none without
+  // --overlap-grad-reduce, else --ddp-bucket-size or max(40000000, 1000000 x dp) (DistributedDataParallel.__init__).
+  int64_t bucket_size = 0;
+  if (const PickleValue* args = f.root().find("args"); args && args->kind() == PickleValue::Kind::kNamespace) {
+    const PickleValue* overlap = args->find("overlap_grad_reduce");
+    if (overlap && overlap->kind() == PickleValue::Kind::kBool && overlap->as_bool()) {
+      const PickleValue* given = args->find("ddp_bucket_size");
+      const PickleValue* dp = args->find("data_parallel_size");
+      if (given && given->kind() == PickleValue::Kind::kInt) bucket_size = given->as_int();
+      else bucket_size = std::max<int64_t>(40000000, 1000000 * (dp && dp->kind() == PickleValue::Kind::kInt ? dp->as_int() : 1));
+    }
+  }
+  out.distrib = std::make_shared<MegatronDistribState>(read_distrib_optim(file, params, chunks, bucket_size));
   out.master = out.distrib->master;
   out.exp_avg = out.distrib->exp_avg;
   out.exp_avg_sq = out.distrib->exp_avg_sq;
@@ -127,7 +130,7 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
   std::vector<Param> params;
   for (size_t c = 0; c < chunks.size(); ++c)
     for (const auto& [name, w] : megatron_flatten(*chunks[c], file)) {
-      const bool no_wd = ends_with(name, ".bias") || w->tensor().shape.size() == 1;
+      const bool no_wd = name.ends_with(".bias") || w->tensor().shape.size() == 1;
       params.push_back({name, w, c, no_wd, name.find(".experts.") != std::string::npos});
     }
   if (!state || !state->is_dict()) {  // Megatron's distributed optimizer: the state is in distrib_optim.pt
@@ -182,8 +185,8 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
       for (const PickleValue* m : moments)
         if (m->kind() != PickleValue::Kind::kTensor || m->tensor().shape != shape)
           throw std::runtime_error(at + ": a moment of shape " +
-                                   (m->kind() == PickleValue::Kind::kTensor ? shape_text(m->tensor().shape) : m->kind_name()) +
-                                   " for a parameter of shape " + shape_text(shape) + ": the state is not this model's");
+                                   (m->kind() == PickleValue::Kind::kTensor ? shape_str(m->tensor().shape) : m->kind_name()) +
+                                   " for a parameter of shape " + shape_str(shape) + ": the state is not this model's");
       out.exp_avg[p.chunk].emplace_back(p.name, moments[0]);
       out.exp_avg_sq[p.chunk].emplace_back(p.name, moments[1]);
       const PickleValue* st = s->find("step");
@@ -198,7 +201,7 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
         const PickleValue& w = group_masters->items()[j];
         if (w.kind() != PickleValue::Kind::kTensor || w.tensor().shape != shape)
           throw std::runtime_error(file + ": optimizer.fp32_from_fp16_params[" + std::to_string(g) + "][" +
-                                   std::to_string(j) + "] is not a tensor of " + p.name + "'s shape " + shape_text(shape));
+                                   std::to_string(j) + "] is not a tensor of " + p.name + "'s shape " + shape_str(shape));
         out.master[p.chunk].emplace_back(p.name, &w);
       }
     }

@@ -80,10 +80,6 @@ TorchOut state_dict_of(std::vector<std::pair<std::string, TorchOut>> entries) {
   return d;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A model state dict's tensors in its order (named_parameters order), with their dotted names.
 using FlatOut = std::vector<std::pair<std::string, const TorchOut*>>;
 void flatten_out(const TorchOut& d, const std::string& prefix, FlatOut& out) {
@@ -106,7 +102,7 @@ TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const T
   const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
   std::vector<size_t> groups[2];  // get_param_groups at 285068c: the decay group, then the no-decay group
   for (size_t i = 0; i < w.size(); ++i)
-    groups[ends_with(w[i].first, ".bias") || w[i].second->shape.size() == 1 ? 1 : 0].push_back(i);
+    groups[w[i].first.ends_with(".bias") || w[i].second->shape.size() == 1 ? 1 : 0].push_back(i);
   TorchOut state = TorchOut::int_dict();
   TorchOut param_groups = TorchOut::list({});
   TorchOut masters = TorchOut::list({});

@@ -415,7 +415,7 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
   if (opt.format != "megatron" && (opt.megatron_tp != 1 || opt.megatron_pp != 1))
     fail("--tensor-model-parallel-size and --pipeline-model-parallel-size split Megatron output: add --format megatron");
   const OutDtype dt = parse_dtype(opt.dtype);
-  const bool to_file = ends_with(opt.to, ".safetensors");
+  const bool to_file = opt.to.ends_with(".safetensors");
   if (to_file && (opt.format == "checkpoint" || opt.format == "megatron"))
     fail("--to " + opt.to + " is a .safetensors file; --format " + opt.format + " writes a directory");
   const int64_t max_shard = opt.max_shard_size.empty() ? 5000000000 : parse_byte_size(opt.max_shard_size);

@@ -23,9 +23,7 @@
 namespace gf {
 
 namespace fs = std::filesystem;
-using convert_detail::ends_with;
 using convert_detail::fail;
-using convert_detail::starts_with;
 
 namespace {
 
@@ -33,7 +31,7 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 
 std::string module_of(const std::string& adapter) {  // x.lora_A.weight -> x
   for (const char* s : {".lora_A.weight", ".lora_B.weight"})
-    if (ends_with(adapter, s)) return adapter.substr(0, adapter.size() - std::string(s).size());
+    if (adapter.ends_with(s)) return adapter.substr(0, adapter.size() - std::string(s).size());
   return "";
 }
 
@@ -73,8 +71,8 @@ bool LoraAdapters::load(const std::string& from) {
       base = (fs::path(from) / base).string();
     const SafeTensorsFile f = SafeTensorsFile::open((fs::path(from) / "adapter_model.safetensors").string());
     for (const auto& [key, t] : f.tensors()) {
-      std::string name = starts_with(key, kPeftPrefix) ? key.substr(std::string(kPeftPrefix).size()) : key;
-      if (starts_with(name, "transformer.")) name = name.substr(12);  // GPT-2's modules are ours without it
+      std::string name = key.starts_with(kPeftPrefix) ? key.substr(std::string(kPeftPrefix).size()) : key;
+      if (name.starts_with("transformer.")) name = name.substr(12);  // GPT-2's modules are ours without it
       if (module_of(name).empty()) fail(from + ": tensor '" + key + "' is not a LoRA A or B (modules_to_save is not read)");
       adapters[name] = {t.shape, f.floats(key)};
     }
@@ -94,14 +92,14 @@ bool LoraAdapters::load(const std::string& from) {
   rslora_ = l.value("use_rslora", false);
   targets_ = l.value("target_modules", nlohmann::json());
   for (const std::string& n : r.names())
-    if (!starts_with(n, "optimizer.")) adapters[n] = {r.shape(n), r.read_full(n)};
+    if (!n.starts_with("optimizer.")) adapters[n] = {r.shape(n), r.read_full(n)};
   return true;
 }
 
 // W + scale B A into `w` (the base weight `weight`, shape `shape`): [out, in] as nn.Linear stores it, or (Conv1D,
 // fan_in_fan_out) [in, out]. The sum in float32, B A's elements accumulated in double then rounded once.
 void LoraAdapters::merge_into(const std::string& weight, const std::vector<int64_t>& shape, std::vector<float>& w) const {
-  const std::string module = ends_with(weight, ".weight") ? weight.substr(0, weight.size() - 7) : weight;
+  const std::string module = weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
   const auto a = adapters.find(module + ".lora_A.weight"), b = adapters.find(module + ".lora_B.weight");
   if (a == adapters.end() || b == adapters.end()) return;
   const int64_t r = a->second.shape.at(0), in = a->second.shape.at(1), out = b->second.shape.at(0);

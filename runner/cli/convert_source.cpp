@@ -54,8 +54,8 @@ bool ConvertSource::is_ours(const std::string& from) {
          "model.safetensors.index.json)");
   }
   if (p.filename() == "index.json") return true;
-  if (ends_with(from, ".safetensors") || ends_with(from, ".index.json")) return false;
-  if (ends_with(from, ".ckpt"))
+  if (from.ends_with(".safetensors") || from.ends_with(".index.json")) return false;
+  if (from.ends_with(".ckpt"))
     fail("--from " + from + ": a MindSpore .ckpt, which convert does not read; `load_checkpoint: " + from +
          "` trains from it (MindFormers' GPT-2, docs/weights.md), and a CheckpointMonitor or "
          "`gridformer train --save-weights FILE` writes its weights in our formats");
@@ -109,7 +109,7 @@ void ConvertSource::open_checkpoint(const std::string& from) {
   reader_ = ckpt::Reader::open(from);
   path_ = reader_->dir();
   for (const std::string& name : reader_->names()) {
-    if (starts_with(name, "optimizer.")) skipped[kOptimizerState].push_back(name);
+    if (name.starts_with("optimizer.")) skipped[kOptimizerState].push_back(name);
     else tensors.push_back({name, reader_->shape(name), "", ""});
   }
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return natural_less(a.name, b.name); });

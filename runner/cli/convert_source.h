@@ -18,10 +18,6 @@ namespace gf {
 
 namespace convert_detail {  // convert's small helpers, shared by convert.cpp and convert_source.cpp
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error(what); }
-inline bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-inline bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 inline int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

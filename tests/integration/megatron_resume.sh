@@ -6,7 +6,7 @@
 #       steps and saved its state in Megatron's layout; torch's per-parameter step, apex's per-group step, TP 2) resume
 #       under `pretrain_gpt --load`: iterations 4 to 13 give PyTorch's losses within 1e-5 relative, on 1 rank, on 2 with
 #       the distributed optimizer (ZeRO-1: each rank takes its shard of the moments), and the TP 2 one on 2 ranks;
-#       and checkpoints of Megatron's distributed optimizer (distrib_optim.pt's buffers in the three forms Megatron
+#       and checkpoints of Megatron's distributed optimizer (distrib_optim.pt's buffers in the four forms Megatron
 #       versions write, padded for 7 data-parallel ranks with NaN in the padding, in buckets of 2000 elements; TP 2).
 #   (b) Ours out and back: `--save` writes Megatron's layout beside our checkpoints; a run resumed from the Megatron
 #       files alone logs the 10 steps of the run resumed from ours and of the uninterrupted run bit for bit (fp32; fp16
@@ -46,7 +46,8 @@ resumed() {
 # ---- (a) PyTorch's checkpoints
 DIST="--dp 7 --bucket 2000"
 for form in "torch" "apex --apex" "tp2 --tp 2" "dpb --distributed per-bucket $DIST" "dbs --distributed bucket-sizes $DIST" \
-            "dco --distributed coalesced $DIST" "dtp2 --tp 2 --distributed per-bucket --dp 7 --bucket 1000"; do
+            "dco --distributed coalesced $DIST" "dtp2 --tp 2 --distributed per-bucket --dp 7 --bucket 1000" \
+            "dal --distributed coalesced-aligned $DIST"; do
   set -- $form
   name=$1; shift
   "$PY" "$SRC/tools/megatron_resume_reference.py" --data "$WORK/period" --out "$WORK/ref_$name" "$@" > "ref_$name.log" 2>&1 ||
@@ -79,6 +80,9 @@ from_pytorch a_dbs ref_dbs 2 --use-distributed-optimizer
 from_pytorch a_dco ref_dco 1
 grep -q "distrib_optim.pt (coalesced buffers)" a_dco.log || fail "a_dco: the log does not name the coalesced form"
 from_pytorch a_dtp2 ref_dtp2 2 --tensor-model-parallel-size 2 --use-distributed-optimizer
+# core_r0.9 on: each parameter's start aligned to 64 elements in buckets of args.ddp_bucket_size (NaN in the gaps).
+from_pytorch a_dal ref_dal 2 --use-distributed-optimizer
+grep -q "distrib_optim.pt (coalesced, parameter-aligned buffers)" a_dal.log || fail "a_dal: the log does not name the aligned form"
 
 # ---- (b) ours -> Megatron's layout -> ours
 # roundtrip NAME NP ARGS...: 13 iterations in one run; 3 saved (ours and Megatron's layout); 10 more from ours, and 10
@@ -166,9 +170,16 @@ f = os.path.join("d_distrib_other", "iter_0000003", "mp_rank_00", "distrib_optim
 sd = torch.load(f)
 sd["per_bucket_numel_unpadded"][0][torch.float32][1] -= 1
 torch.save(sd, f)
+# An aligned buffer one element short: neither contiguous nor aligned adds up.
+shutil.copytree("ref_dal", "d_aligned_other")
+f = os.path.join("d_aligned_other", "iter_0000003", "mp_rank_00", "distrib_optim.pt")
+sd = torch.load(f)
+sd[0][(torch.float32, torch.float32)]["numel_unpadded"] -= 1
+torch.save(sd, f)
 EOF
 for c in "d_release:a release checkpoint holds weights only" "d_no_optim:holds no optimizer state" \
-         "d_distrib_gone:distrib_optim.pt is missing" "d_distrib_other:bucket 1 holds 2191 elements, its parameters in Megatron's order fill"; do
+         "d_distrib_gone:distrib_optim.pt is missing" "d_distrib_other:bucket 1 holds 2191 elements, its parameters in Megatron's order fill" \
+         "d_aligned_other:contiguously (nor as core_r0.9 on aligns them, to 64 elements): not this model's buffer"; do
   dir=${c%%:*} pattern=${c#*:}
   refused 2 "$pattern" "$dir.run" bash -c "cd $WORK && mkdir -p $dir.run && cd $dir.run && exec $BIN pretrain_gpt $(printf '%q ' "${ARGS[@]}") --data-path $WORK/period --train-iters 13 --load $WORK/$dir"
 done

@@ -28,6 +28,7 @@
 #include "core/io/checkpoint_detail.h"
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
+#include "core/io/torch_pickle.h"
 
 namespace gf::ckpt {
 
@@ -46,13 +47,7 @@ void sys_fail(int err, const std::string& path, const std::string& what) {
 
 
 
-std::string show(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string show(const Box& b) { return "offset " + show(b.offset) + " extent " + show(b.extent); }
+std::string show(const Box& b) { return "offset " + shape_str(b.offset) + " extent " + shape_str(b.extent); }
 
 std::string hex8(uint32_t v) {
   char buf[9];
@@ -206,8 +201,8 @@ void flat_boxes(const std::vector<int64_t>& shape, size_t d, int64_t lo, int64_t
 int64_t end_of(const TensorPlacement& t, int64_t lo, int64_t hi, const char* what) {
   if (!t.spec) throw std::invalid_argument(std::string(what) + ": a TensorPlacement without its ParamSpec");
   if (t.local_shape.empty() || t.local_shape.size() != t.spec->shape.size())
-    throw std::invalid_argument(std::string(what) + ": " + t.spec->name + ": local shape " + show(t.local_shape) +
-                                " does not match the rank of the global shape " + show(t.spec->shape));
+    throw std::invalid_argument(std::string(what) + ": " + t.spec->name + ": local shape " + shape_str(t.local_shape) +
+                                " does not match the rank of the global shape " + shape_str(t.spec->shape));
   const int64_t n = t.numel();
   if (hi < 0) hi = n;
   if (lo < 0 || lo > hi || hi > n)
@@ -449,8 +444,8 @@ void merge_fragments(const std::string& path, const std::vector<std::string>& fr
         const std::string file = pieces.empty() ? frag_name : pieces[0].at("file").get<std::string>();
         auto [it, fresh] = tensors.try_emplace(name, Merged{shape, file, {}});
         if (!fresh && it->second.shape != shape)
-          throw std::runtime_error(path + ": tensor " + name + " has shape " + show(it->second.shape) + " in " +
-                                   it->second.shape_file + " but " + show(shape) + " in " + file +
+          throw std::runtime_error(path + ": tensor " + name + " has shape " + shape_str(it->second.shape) + " in " +
+                                   it->second.shape_file + " but " + shape_str(shape) + " in " + file +
                                    "; the ranks saved different models");
         for (const json& p : pieces) {
           MergedPiece mp{p.at("file").get<std::string>(), p.at("key").get<std::string>(), p.value("crc32c", ""), 0,
@@ -466,7 +461,7 @@ void merge_fragments(const std::string& path, const std::vector<std::string>& fr
           mp.number = std::stoll(mp.key.substr(at + 1));
           if (!inside(mp.box, shape))
             throw std::runtime_error(path + ": tensor " + name + ": box " + show(mp.box) + " in " + mp.file +
-                                     " is not inside its shape " + show(shape));
+                                     " is not inside its shape " + shape_str(shape));
           it->second.pieces.push_back(std::move(mp));
         }
       }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/checkpoint.h"
+#include "core/io/torch_pickle.h"  // shape_str
 #include "core/params/placement.h"
 
 namespace gf::ckpt::detail {
@@ -48,7 +49,6 @@ class Fd {
   std::string path_;
 };
 
-std::string show(const std::vector<int64_t>& v);
 std::string show(const Box& b);
 std::string hex8(uint32_t v);
 bool parse_hex8(const std::string& s, uint32_t* v);

@@ -107,7 +107,7 @@ Reader Reader::open(const std::string& path) {
           throw std::runtime_error(index_path + ": tensor " + name + ": file " + sp.file + " is not in \"files\"");
         if (!inside(sp.box, s.shape))
           throw std::runtime_error(index_path + ": tensor " + name + ": box " + show(sp.box) + " in " + sp.file +
-                                   " is not inside its shape " + show(s.shape));
+                                   " is not inside its shape " + shape_str(s.shape));
         holds.try_emplace(sp.file, name);
         boxes.push_back(sp.box);
         where.push_back(sp.file + " key " + sp.key);
@@ -268,7 +268,7 @@ void Reader::fill(const std::string& name, const SavedTensor& s, const std::vect
                                  ": the checkpoint is damaged");
       const StTensor& st = sh.st.get(p.key);
       if (st.dtype != StDtype::kF32 || st.shape != p.box.extent)
-        throw std::runtime_error(path + ": tensor '" + p.key + "' is not F32 of shape " + show(p.box.extent) +
+        throw std::runtime_error(path + ": tensor '" + p.key + "' is not F32 of shape " + shape_str(p.box.extent) +
                                  " as the index records for " + name + ": the checkpoint is damaged");
       std::vector<int64_t> soff(both.offset.size()), doff(both.offset.size());
       for (size_t k = 0; k < soff.size(); ++k) {
@@ -293,8 +293,8 @@ void Reader::fill(const std::string& name, const SavedTensor& s, const std::vect
         if (held) break;
       }
       if (!held)
-        throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + ": element " + show(g) + " of shape " +
-                                 show(s.shape) +
+        throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + ": element " + shape_str(g) + " of shape " +
+                                 shape_str(s.shape) +
                                  " is in no saved piece; the checkpoint does not hold everything this layout needs");
       size_t k = n;
       while (k > 0) {
@@ -319,8 +319,8 @@ void Reader::read(const std::string& name, const TensorPlacement& t, float* loca
   const SavedTensor& s = saved(name);
   hi = end_of(t, lo, hi, "Reader::read");
   if (s.shape != t.spec->shape)
-    throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + " has shape " + show(s.shape) +
-                             " in the checkpoint but " + show(t.spec->shape) +
+    throw std::runtime_error("checkpoint " + dir_ + ": tensor " + name + " has shape " + shape_str(s.shape) +
+                             " in the checkpoint but " + shape_str(t.spec->shape) +
                              " in this model; resume with the model config it was saved with");
   int64_t held = 0;
   for (const SlicePiece& p : t.pieces) held += p.global.numel();

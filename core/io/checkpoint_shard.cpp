@@ -122,7 +122,7 @@ std::string write_shard(const std::string& dir, int rank, const std::vector<Piec
   for (const Piece& p : pieces) {
     if (p.shape.empty() || !inside(p.box, p.shape))
       throw std::invalid_argument(path + ": tensor " + p.tensor + ": box " + show(p.box) + " is not inside its shape " +
-                                  show(p.shape));
+                                  shape_str(p.shape));
     if (p.read ? !p.data.empty() || p.local_shape.size() != p.shape.size() || p.local_offset.size() != p.shape.size()
                : static_cast<int64_t>(p.data.size()) != p.box.numel())
       throw std::invalid_argument(path + ": tensor " + p.tensor + ": " +
@@ -132,7 +132,7 @@ std::string write_shard(const std::string& dir, int rank, const std::vector<Piec
     json& entry = tensors[p.tensor];
     if (entry.contains("shape") && entry["shape"].get<std::vector<int64_t>>() != p.shape)
       throw std::invalid_argument(path + ": tensor " + p.tensor + ": pieces of shapes " + entry["shape"].dump() +
-                                  " and " + show(p.shape));
+                                  " and " + shape_str(p.shape));
     entry["shape"] = p.shape;
     const std::string key = p.tensor + "@" + std::to_string(count[p.tensor]++);
     entry["pieces"].push_back({{"file", file}, {"key", key}, {"offset", p.box.offset}, {"extent", p.box.extent}});

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/io/safetensors.h"
+#include "core/io/torch_pickle.h"
 #include "models/weights/proto/mindspore_checkpoint.pb.h"
 
 namespace gf {
@@ -28,12 +29,6 @@ static_assert(std::endian::native == std::endian::little, "the .ckpt reader assu
 namespace pb = google::protobuf;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw std::runtime_error(path + ": " + what); }
-
-std::string dims_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 // The file's crc_check trailer, as serialization.py's _exec_save writes it: "crc_num" then the
 // CRC-32 (zlib's, binascii.crc32) of all bytes before, as a 10-byte big-endian integer.
@@ -156,7 +151,7 @@ void read_mindspore_checkpoint(const std::string& path, const std::function<void
       e.type = t.tensor_type();
       e.dims.assign(t.dims().begin(), t.dims().end());
       for (int64_t d : e.dims)
-        if (d < 0) fail(path, where + ": tensor '" + e.tag + "' has dims " + dims_str(e.dims) + " (negative)");
+        if (d < 0) fail(path, where + ": tensor '" + e.tag + "' has dims " + shape_str(e.dims) + " (negative)");
       e.content = std::move(*v.mutable_tensor()->mutable_tensor_content());
     } else if (v.has_maptensor()) {
       e.map_tensor = true;
@@ -167,7 +162,7 @@ void read_mindspore_checkpoint(const std::string& path, const std::function<void
     if (pending && pending->tag == e.tag) {  // the next chunk of a tensor over 512 MiB
       if (pending->map_tensor != e.map_tensor || pending->type != e.type || pending->dims != e.dims)
         fail(path, where + ": chunk " + std::to_string(pending->chunks + 1) + " of tensor '" + e.tag + "' is " + e.type +
-                       " " + dims_str(e.dims) + ", its first chunk " + pending->type + " " + dims_str(pending->dims) +
+                       " " + shape_str(e.dims) + ", its first chunk " + pending->type + " " + shape_str(pending->dims) +
                        ": the file is damaged");
       pending->content += e.content;
       ++pending->chunks;
@@ -191,7 +186,7 @@ std::vector<float> mindspore_entry_floats(const MsCkptEntry& e, const std::strin
   const int64_t n = e.numel();
   if (static_cast<int64_t>(e.content.size()) != n * size)
     fail(path, "tensor '" + e.tag + "': " + std::to_string(e.content.size()) + " bytes of " + e.type +
-                   " do not match dims " + dims_str(e.dims) + " (" + std::to_string(n * size) + " bytes)");
+                   " do not match dims " + shape_str(e.dims) + " (" + std::to_string(n * size) + " bytes)");
   std::vector<float> out(static_cast<size_t>(n));
   const char* p = e.content.data();
   for (int64_t i = 0; i < n; ++i) {
@@ -292,11 +287,11 @@ MappedTensor fuse_qkv(const std::string& path, int64_t layer, bool weight, QkvPa
   const std::vector<int64_t>& d = parts[0]->dims;
   for (int p = 0; p < 3; ++p) {
     if (parts[p]->dims.size() != (weight ? 2u : 1u))
-      fail(path, "tensor '" + parts[p]->tag + "' has dims " + dims_str(parts[p]->dims) + ", expected " +
+      fail(path, "tensor '" + parts[p]->tag + "' has dims " + shape_str(parts[p]->dims) + ", expected " +
                      (weight ? "[out, in] (nn.Dense's layout)" : "[out]"));
     if (parts[p]->dims != d)
-      fail(path, "tensor '" + parts[p]->tag + "' has dims " + dims_str(parts[p]->dims) + " but '" + parts[0]->tag +
-                     "' has " + dims_str(d) + ": q, k and v must have one shape");
+      fail(path, "tensor '" + parts[p]->tag + "' has dims " + shape_str(parts[p]->dims) + " but '" + parts[0]->tag +
+                     "' has " + shape_str(d) + ": q, k and v must have one shape");
   }
   MappedTensor t;
   t.source = "backbone.blocks." + std::to_string(layer) + ".attention.dense1/2/3" + (weight ? ".weight" : ".bias");

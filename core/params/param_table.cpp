@@ -1,5 +1,6 @@
 #include "core/params/param_table.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/math/rng.h"
@@ -13,17 +14,27 @@ int64_t ParamSpec::global_numel() const {
 }
 
 InitialValues::InitialValues(const ParamSpec& p, uint64_t seed)
-    : init_(p.init), std_(p.std), seed_(seed), stream_(hash_name(p.name)) {}
+    : init_(p.init), std_(p.std), key_(counter_key(seed, hash_name(p.name))) {}
 
 float InitialValues::operator()(int64_t global_index) const {
+  float v = 0.0f;
+  fill(&v, global_index, 1);
+  return v;
+}
+
+void InitialValues::fill(float* out, int64_t global_index, int64_t n) const {
+  const uint64_t g = static_cast<uint64_t>(global_index);
   switch (init_) {
-    case Init::kZeros: return 0.0f;
-    case Init::kOnes: return 1.0f;
-    case Init::kNormal: break;
+    case Init::kZeros: std::fill(out, out + n, 0.0f); return;
+    case Init::kOnes: std::fill(out, out + n, 1.0f); return;
     case Init::kUniform:
-      return static_cast<float>(std_ * (2.0 * counter_uniform(seed_, stream_, static_cast<uint64_t>(global_index)) - 1.0));
+      for (int64_t k = 0; k < n; ++k)
+        out[k] = static_cast<float>(std_ * (2.0 * keyed_uniform(key_, g + static_cast<uint64_t>(k)) - 1.0));
+      return;
+    case Init::kNormal:
+      for (int64_t k = 0; k < n; ++k) out[k] = static_cast<float>(std_ * keyed_normal(key_, g + static_cast<uint64_t>(k)));
+      return;
   }
-  return static_cast<float>(std_ * counter_normal(seed_, stream_, static_cast<uint64_t>(global_index)));
 }
 
 void ParamTable::add(ParamSpec spec) {

@@ -74,11 +74,13 @@ class InitialValues {
  public:
   InitialValues(const ParamSpec& p, uint64_t seed);
   float operator()(int64_t global_index) const;
+  // out[k] = (*this)(global_index + k) for k < n, the stream's key computed once.
+  void fill(float* out, int64_t global_index, int64_t n) const;
 
  private:
   Init init_;
   float std_;
-  uint64_t seed_, stream_;
+  uint64_t key_;  // counter_key(seed, hash_name(name))
 };
 
 class ParamTable {

@@ -198,7 +198,7 @@ void Placement::initialize(float* arena, uint64_t seed, const std::vector<std::p
           int64_t li = 0, gi = 0;
           runs.at(r, li, gi);
           const int64_t a = std::max(li, lo), b = std::min(li + len, hi);
-          for (int64_t j = a; j < b; ++j) w[j] = value(gi + (j - li));
+          if (a < b) value.fill(w + a, gi + (a - li), b - a);
         }
       }
     }

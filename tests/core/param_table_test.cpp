@@ -137,6 +137,38 @@ TEST(ParamTable, InitialisationFollowsGpt2) {
   EXPECT_EQ(std::memcmp(w.data(), w3.data(), w.size() * sizeof(float)), 0);
 }
 
+// Every initial value is the formula the checkpoints and golden runs were made with, bit for bit:
+// splitmix64(splitmix64(seed ^ splitmix64(FNV-1a(name))) + index) for each of Box-Muller's two
+// uniforms, written out here rather than through rng.h (its keyed form computes the key once per tensor).
+TEST(ParamTable, InitialValuesAreTheCounterFormulaBitForBit) {
+  auto mix = [](uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  const Placement t = GPT2LMHeadModel::make_placement(small(), ModelLayout{}, 0);
+  AlignedBuffer<float> w(static_cast<size_t>(t.total_floats()));
+  t.initialize(w.data(), 42);
+  for (const char* name : {"wte.weight", "h.1.attn.c_proj.weight"}) {
+    const ParamSpec& spec = t.table().at(name);
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : std::string(name)) { h ^= c; h *= 1099511628211ull; }
+    const TensorPlacement& p = t.at(name);
+    // One rank: the local index is the global one (wte's padding rows come after the vocabulary's).
+    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{777}, spec.global_numel() - 1}) {
+      auto uniform = [&](uint64_t k) {
+        return (static_cast<double>(mix(mix(42 ^ mix(h)) + k) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+      };
+      const uint64_t u = static_cast<uint64_t>(i);
+      const float want = static_cast<float>(spec.std * (std::sqrt(-2.0 * std::log(uniform(2 * u))) *
+                                                        std::cos(6.283185307179586 * uniform(2 * u + 1))));
+      EXPECT_EQ(std::memcmp(&w[p.offset + i], &want, sizeof(float)), 0) << name << " element " << i;
+      EXPECT_EQ(InitialValues(spec, 42)(i), want);
+    }
+  }
+}
+
 TEST(ParamTable, VocabularyIsPaddedToAMultipleOf128PerRank) {
   ModelConfig cfg = small();
   cfg.vocab_size = 50257;

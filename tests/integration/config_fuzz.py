@@ -6,7 +6,7 @@
 A variant is one shipped config with one change of the kinds a user's typo or a broken tool makes: a
 value swapped for 0, -1, +-10^12, 2^31, 2^63, 1e308, NaN, "", 10,000 characters, an emoji, a list or a
 map; a key deleted; or the YAML text broken. Each variant is answered by `config`, `plan` and a one-step
-`train`, each within the bound: TIMEOUT seconds, or on a slower or busier machine three times what the
+`train` (of one sample: runner_config.batch_size set to 1 unless that is the leaf mutated or deleted), each within the bound: TIMEOUT seconds, or on a slower or busier machine three times what the
 unmutated configs' own one-step train takes there (measured first; a config that spins on a size runs for
 minutes, far beyond either). An answer is good when it is status 0 (taken) or 2 (refused before any work,
 with an `error` line); anything else (a signal, an abort, another status, no answer in time) is printed
@@ -79,7 +79,7 @@ def variants(configs, n, rng):
             t = texts[c]
             cut = rng.randrange(len(t))
             broken = rng.choice([t[:cut] + ":\n\t- [" + t[cut:], t[:cut] + '"' + t[cut:], t[:cut] + "\n  - }" + t[cut:]])
-            out.append((c, "broken YAML at character %d" % cut, broken, None))
+            out.append((c, "broken YAML at character %d" % cut, broken, None, None))
             continue
         tree = yaml.safe_load(texts[c])
         path, old = rng.choice(list(leaves(trees[c])))
@@ -95,12 +95,19 @@ def variants(configs, n, rng):
             what = "%s: %r -> %s" % (name, old, shown)
             mutated = (table_key(path), v)
         out.append((c, what, yaml.dump(tree, Dumper=Dumper, allow_unicode=True, sort_keys=False, width=1 << 20),
-                    mutated))
+                    mutated, name))
     return out
 
 
 # The keys the one-step train command sets itself (so a mutation of them is not what train took).
 TRAIN_SETS = ("runner_config.train_steps", "output_dir")
+# And the micro batch, set to 1 (a step of 1 sample, not 8: the suite's time) unless it is the leaf mutated.
+SMALL_BATCH = ("runner_config.batch_size", "1")
+
+
+def train_cmd(binary, config, out, leaf):
+    cmd = [binary, "train", "--config", config, "--set", "runner_config.train_steps=1", "--set", "output_dir=" + out]
+    return cmd if leaf == SMALL_BATCH[0] else cmd + ["--set", "=".join(SMALL_BATCH)]
 
 
 def value_table(path):
@@ -200,8 +207,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     baseline = 0.0
     for c in a.configs:
-        status, err, secs = ask([a.bin, "train", "--config", c, "--set", "runner_config.train_steps=1",
-                                 "--set", "output_dir=" + os.path.join(a.out, "baseline")], 600)
+        status, err, secs = ask(train_cmd(a.bin, c, os.path.join(a.out, "baseline"), None), 600)
         if status != 0:
             print(f"FAIL: the unmutated {c} does not train one step: status {status}; {err.strip()[-300:]}")
             return 1
@@ -209,13 +215,12 @@ def main():
     bound = max(a.timeout, 3 * baseline)
     print(f"one-step train of the unmutated configs: {baseline:.1f} s at most; each answer's bound {bound:.1f} s")
     bad, counts, slowest = [], {"taken": 0, "refused": 0}, (0.0, "")
-    for i, (src, what, text, mutated) in enumerate(variants(a.configs, a.variants, rng)):
+    for i, (src, what, text, mutated, leaf) in enumerate(variants(a.configs, a.variants, rng)):
         f = os.path.join(a.out, "v%03d.yaml" % i)
         with open(f, "w", encoding="utf-8") as fh:
             fh.write(text)
         cmds = [("config", [a.bin, "config", "--config", f]), ("plan", [a.bin, "plan", "--config", f]),
-                ("train", [a.bin, "train", "--config", f, "--set", "runner_config.train_steps=1",
-                           "--set", "output_dir=" + os.path.join(a.out, "run%03d" % i)])]
+                ("train", train_cmd(a.bin, f, os.path.join(a.out, "run%03d" % i), leaf))]
         for name, cmd in cmds:
             status, err, secs = ask(cmd, bound)
             if secs > slowest[0]:

@@ -107,6 +107,18 @@ int64_t shard_begin(int64_t n, int parts, int k) {
   return k * base + std::min<int64_t>(k, extra);
 }
 
+namespace {
+int64_t shard_size(int64_t n, int parts, int k) { return shard_begin(n, parts, k + 1) - shard_begin(n, parts, k); }
+}  // namespace
+
+int64_t ring_reduce_scatter_sent(int64_t n, int parts, int pos) {
+  return parts <= 1 ? 0 : n - shard_size(n, parts, pos);
+}
+
+int64_t ring_allgather_sent(int64_t n, int parts, int pos) {
+  return parts <= 1 ? 0 : n - shard_size(n, parts, (pos + 1) % parts);
+}
+
 // ---- Communicator ----
 
 Communicator Communicator::world() {

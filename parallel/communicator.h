@@ -42,6 +42,16 @@ enum class ReduceOp { kSum, kMax };
 // [shard_begin(n, parts, k), shard_begin(n, parts, k + 1)).
 int64_t shard_begin(int64_t n, int parts, int k);
 
+// The elements the rank at position `pos` of a ring of `parts` sends for an n-element collective, as the rings
+// below move them (parallel/communicator_ring.cpp; collectives: mpi sends through MPI and counts none): a
+// reduce-scatter sends every shard but its own, an all-gather every shard but the next position's, an all-reduce
+// is the two. What gridformer plan predicts a step's bytes from (runner/report/step_comm.h).
+int64_t ring_reduce_scatter_sent(int64_t n, int parts, int pos);
+int64_t ring_allgather_sent(int64_t n, int parts, int pos);
+inline int64_t ring_allreduce_sent(int64_t n, int parts, int pos) {
+  return ring_reduce_scatter_sent(n, parts, pos) + ring_allgather_sent(n, parts, pos);
+}
+
 class Communicator;
 
 // A non-blocking point-to-point message in flight (Communicator::isend / irecv). Move-only; a

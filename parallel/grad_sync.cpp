@@ -11,6 +11,33 @@
 
 namespace gf {
 
+// Cut from the end of the arena (where backward starts) at parameter boundaries into about `buckets`
+// buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte, whose gradient is
+// complete only at the very end) gets a bucket of its own, and the target size is taken over the rest,
+// so that the layers' gradients still go out during backward.
+std::vector<GradientSync::Bucket> gradient_buckets(const Placement& params, int64_t dense, int64_t buckets) {
+  std::vector<GradientSync::Bucket> out;
+  std::vector<TensorPlacement> tensors;  // the dense ones
+  for (const TensorPlacement& t : params.tensors())
+    if (t.offset < dense) tensors.push_back(t);
+  const int64_t groups = std::max<int64_t>(1, buckets);
+  auto span = [&](size_t i) { return (i + 1 < tensors.size() ? tensors[i + 1].offset : dense) - tensors[i].offset; };
+  auto big = [&](size_t i) { return span(i) > dense / groups; };
+  int64_t rest = dense;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (big(i)) rest -= span(i);
+  const int64_t target = std::max<int64_t>(1, rest / groups);
+  int64_t end = dense;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const int64_t b = i == 0 ? 0 : tensors[i].offset;
+    if (i == 0 || big(i) || big(i - 1) || end - b >= target) {
+      out.push_back({b, end});
+      end = b;
+    }
+  }
+  return out;
+}
+
 GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, int64_t buckets, ShardOptions shard,
                            bool sequence_parallel)
     : ctx_(ctx), layout_(std::make_unique<ShardLayout>(params, ctx, shard.stage, shard.degree, std::move(shard.cuts))),
@@ -36,30 +63,7 @@ GradientSync::GradientSync(const Placement& params, const ParallelContext& ctx, 
   }
   unit_pending_.resize(layout_->units().size());
   unit_released_.assign(layout_->units().size(), false);
-  if (!sharded_ && ctx.data_like().size() > 1) {
-    // Cut from the end of the arena (where backward starts) at parameter boundaries into about
-    // `buckets` buckets of equal size. A parameter larger than total/buckets (GPT-2's tied wte,
-    // whose gradient is complete only at the very end) gets a bucket of its own, and the target
-    // size is taken over the rest, so that the layers' gradients still go out during backward.
-    std::vector<TensorPlacement> tensors;  // the dense ones
-    for (const TensorPlacement& t : params.tensors())
-      if (t.offset < dense) tensors.push_back(t);
-    const int64_t groups = std::max<int64_t>(1, buckets);
-    auto span = [&](size_t i) { return (i + 1 < tensors.size() ? tensors[i + 1].offset : dense) - tensors[i].offset; };
-    auto big = [&](size_t i) { return span(i) > dense / groups; };
-    int64_t rest = dense;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (big(i)) rest -= span(i);
-    const int64_t target = std::max<int64_t>(1, rest / groups);
-    int64_t end = dense;
-    for (size_t i = tensors.size(); i-- > 0;) {
-      const int64_t b = i == 0 ? 0 : tensors[i].offset;
-      if (i == 0 || big(i) || big(i - 1) || end - b >= target) {
-        buckets_.push_back({b, end});
-        end = b;
-      }
-    }
-  }
+  if (!sharded_ && ctx.data_like().size() > 1) buckets_ = gradient_buckets(params, dense, buckets);
   // What this rank adds to the gradient norm: its shard of every parameter, replicated ones on
   // tensor-parallel rank 0 only.
   for (const TensorPlacement& p : params.tensors()) {

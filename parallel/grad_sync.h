@@ -128,4 +128,9 @@ class GradientSync {
   std::vector<float> staging_;
 };
 
+// The data-parallel all-reduce's buckets (without ZeRO) over the dense floats [0, dense) of `params`, from the
+// arena's end: about `buckets` (parallel_config.gradient_aggregation_group) of equal size, a parameter larger
+// than dense / buckets in one of its own. GradientSync's, and what plan counts a step's bytes by.
+std::vector<GradientSync::Bucket> gradient_buckets(const Placement& params, int64_t dense, int64_t buckets);
+
 }  // namespace gf

@@ -14,6 +14,7 @@
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
 #include "engine/step_engine.h"
+#include "runner/report/step_comm.h"
 
 namespace gf {
 
@@ -312,6 +313,22 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       if (json) (*json)["ranks"].push_back(std::move(b));
     }
     out += merge_equal_ranks(lines);
+  }
+  {
+    // The bytes a step sends, for tensor-parallel rank 0 at data-parallel position 0 (other positions differ by
+    // the scalars' few bytes); the trainer logs the same count beside what its communicators measured.
+    const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[0]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
+    const StepComm c = step_comm(cfg, t0, 0, 0);
+    if (!c.not_modelled.empty())
+      out += fmt::format("sent per step: not counted for {} yet\n", c.not_modelled);
+    else
+      out += fmt::format("sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group "
+                         "(ring all-reduces, reduce-scatters and all-gathers as counted by the run's log)\n",
+                         human_bytes(c.tensor), human_bytes(c.data));
+    if (json) {
+      if (c.not_modelled.empty()) (*json)["sent_per_step"] = {{"tensor", c.tensor}, {"data", c.data}};
+      else (*json)["sent_per_step"] = {{"not_modelled", c.not_modelled}};
+    }
   }
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",

@@ -309,7 +309,12 @@ int Trainer::train_loop() {
       trace::Span span("checkpoint", "checkpoint commit");
       finish_checkpoint(false);  // commits a save whose files are written
     }
+    const double tp_sent = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent),
+                 dp_sent = static_cast<double>(ctx_.data_like().stats().bytes_sent);
     const StepResult r = train_step(step);
+    step_sent_tp_ += static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent) - tp_sent;
+    step_sent_dp_ += static_cast<double>(ctx_.data_like().stats().bytes_sent) - dp_sent;
+    ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {
       step_span.end();

@@ -17,6 +17,7 @@
 #include "runner/report/metrics_log.h"
 #include "runner/report/run_info.h"
 #include "runner/report/plan.h"
+#include "runner/report/step_comm.h"
 #include "runner/train/trainer.h"
 
 namespace gf {
@@ -462,8 +463,16 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 13;
+  constexpr int K = 17;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
+  // A training step's bytes in the tensor and data groups, measured and as plan counts them (-1: not counted).
+  const StepComm planned = step_comm(cfg_, model_->params(), ctx_.group(GridAxis::kTp).rank(), ctx_.data_like().rank(),
+                                     data_->has_loss_mask());
+  const double counted = static_cast<double>(std::max<int64_t>(1, steps_counted_));
+  v[K * me + 13] = step_sent_tp_ / counted;
+  v[K * me + 14] = planned.not_modelled.empty() ? planned.tensor : -1.0;
+  v[K * me + 15] = step_sent_dp_ / counted;
+  v[K * me + 16] = planned.not_modelled.empty() ? planned.data : -1.0;
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
   v[K * me + 2] = static_cast<double>(ctx_.group(GridAxis::kDp).stats().bytes_sent);
@@ -508,6 +517,16 @@ void Trainer::log_resource_report() {
                                      : std::string(),
                  human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp + shard + replica) / steps));
   }
+  for (int r = 0; r < W && steps_counted_ > 0; ++r) {
+    const double* x = &v[K * r + 13];
+    if (x[1] < 0)
+      spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group and {:.0f} B in the data group "
+                   "(plan does not count {} yet)", r, x[0], x[2], planned.not_modelled);
+    else
+      spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group and {:.0f} B in the data group; plan counted "
+                   "{:.0f} B and {:.0f} B{}", r, x[0], x[2], x[1], x[3],
+                   x[0] == x[1] && x[2] == x[3] ? "" : " (they differ: the count misses a collective, please report it)");
+  }
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
   j["steps"] = total_steps_;
@@ -519,7 +538,9 @@ void Trainer::log_resource_report() {
                           {"weight_copy_bytes", v[K * r + 6]}, {"ep_bytes_sent", v[K * r + 7]},
                           {"edp_bytes_sent", v[K * r + 8]}, {"cp_bytes_sent", v[K * r + 9]},
                           {"dp_cp_bytes_sent", v[K * r + 10]}, {"shard_bytes_sent", v[K * r + 11]},
-                          {"replica_bytes_sent", v[K * r + 12]}});
+                          {"replica_bytes_sent", v[K * r + 12]}, {"tp_bytes_per_step", v[K * r + 13]},
+                          {"tp_bytes_per_step_plan", v[K * r + 14]}, {"dp_bytes_per_step", v[K * r + 15]},
+                          {"dp_bytes_per_step_plan", v[K * r + 16]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -134,6 +134,34 @@ TEST(Communicator, RingSendsTwoPMinusOneOverPOfTheBuffer) {
   EXPECT_EQ(world.stats().bytes_sent, (p - 1) * n / p * 4);
 }
 
+// What plan predicts a step's bytes from (ring_*_sent): every rank's count, shards uneven or empty, per dtype.
+TEST(Communicator, RingBytesAreTheFormulasPlanUses) {
+  Communicator world = Communicator::world();
+  const int p = world.size(), q = world.rank();
+  for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{4099}}) {
+    std::vector<double> d(static_cast<size_t>(n), 1.0);
+    std::vector<float> f(static_cast<size_t>(n), 1.0f);
+    std::vector<uint16_t> h(static_cast<size_t>(n), 1);
+    world.reset_stats();
+    world.allreduce_sum(d.data(), n);
+    EXPECT_EQ(world.stats().bytes_sent, 8 * ring_allreduce_sent(n, p, q)) << "n " << n;
+    world.reset_stats();
+    world.reduce_scatter_sum(f.data(), n);
+    EXPECT_EQ(world.stats().bytes_sent, 4 * ring_reduce_scatter_sent(n, p, q)) << "n " << n;
+    world.reset_stats();
+    world.allgather(f.data(), n);
+    EXPECT_EQ(world.stats().bytes_sent, 4 * ring_allgather_sent(n, p, q)) << "n " << n;
+    world.reset_stats();
+    world.allgather(h.data(), n);
+    EXPECT_EQ(world.stats().bytes_sent, 2 * ring_allgather_sent(n, p, q)) << "n " << n;
+  }
+  if (p == 4) {  // written out once: 5 elements in shards 2,1,1,1
+    EXPECT_EQ(ring_reduce_scatter_sent(5, 4, 0), 3);
+    EXPECT_EQ(ring_allgather_sent(5, 4, 3), 3);  // every shard but position 0's
+    EXPECT_EQ(ring_allreduce_sent(5, 4, 1), 4 + 4);
+  }
+}
+
 TEST_P(Modes, SplitGroupsAreIndependent) {
   Communicator world = make_world();
   Communicator half = world.split(world.rank() % 2, world.rank());

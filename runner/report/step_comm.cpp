@@ -1,0 +1,104 @@
+#include "runner/report/step_comm.h"
+
+#include <string>
+#include <vector>
+
+#include "core/math/mixed_precision.h"
+#include "models/registry.h"
+#include "parallel/communicator.h"
+#include "parallel/grad_sync.h"
+#include "runner/config/config.h"
+
+namespace gf {
+
+namespace {
+
+// What the count below does not follow yet: each names the config that leaves it.
+std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
+  const ParallelConfig& p = cfg.parallel;
+  std::vector<std::string> out;
+  if (p.pipeline_stage > 1) out.push_back("pipeline_stage > 1");
+  if (p.context_parallel > 1) out.push_back("context_parallel > 1");
+  if (p.expert_parallel > 1 || spec.moe.experts > 1) out.push_back("MoE layers");
+  if (spec.mla.on()) out.push_back("multi-head latent attention");
+  if (spec.lora.on) out.push_back("LoRA");
+  if (p.zero_stage >= 2) out.push_back("ZeRO-2/3");
+  if (p.shard_degree > 0) out.push_back("hybrid sharding");
+  if (cfg.select_recompute || !cfg.select_recompute_per_stage.empty()) out.push_back("selective recompute");
+  if (cfg.recompute && cfg.recompute_num_layers >= 0) out.push_back("recompute_num_layers");
+  if (p.mpi_collectives) out.push_back("collectives: mpi (MPI's own messages are not counted)");
+  std::string s;
+  for (const std::string& x : out) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int dp_pos, bool loss_mask) {
+  const ModelConfig& m = cfg.model;
+  const TransformerSpec spec = find_model(m.arch, m.type).spec(m);
+  StepComm c;
+  c.not_modelled = unmodelled(cfg, spec);
+  if (!c.not_modelled.empty()) return c;
+  const ParallelConfig& p = cfg.parallel;
+  const int t = static_cast<int>(p.model_parallel), d = static_cast<int>(p.data_parallel);
+  const bool sp = p.use_seq_parallel && t > 1, vocab_split = !p.vocab_emb_dp && t > 1;
+  // One micro-batch's rows, as every tensor-parallel collective of a layer moves them: [b * s, hidden].
+  const int64_t rows = cfg.batch_size * m.seq_length, n = rows * spec.hidden;
+  const double f32 = 4, f64 = 8;
+  // Under bf16 or fp16 compute a column-parallel layer's input is gathered as its 16-bit copy.
+  const double column_in = cfg.compute_dtype == ComputeDtype::kFloat32 ? f32 : 2;
+  auto AR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, t, tp_pos)); };
+  auto RS = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_reduce_scatter_sent(k, t, tp_pos)); };
+  auto AG = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allgather_sent(k, t, tp_pos)); };
+
+  // ---- the tensor-parallel group ----
+  if (t > 1) {
+    // A layer's forward: attention and MLP each a column-parallel projection in and a row-parallel one out.
+    // Without SP the row-parallel outputs are all-reduced; under SP the column inputs are gathered and the
+    // row outputs reduce-scattered. Backward: without SP the column inputs' gradients are all-reduced; under
+    // SP the row outputs' gradients are gathered, the column inputs gathered again (not kept), and their
+    // gradients reduce-scattered. Full recompute runs each layer's forward again.
+    const double fwd = sp ? 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
+    const double bwd = sp ? 2 * AG(n, f32) + 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
+    double micro = static_cast<double>(spec.layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd);
+    if (vocab_split) {
+      // The embedding's rows summed over the vocabulary shards (reduce-scattered to the sequence shards
+      // under SP, whose gradient comes back gathered); the head reads the gathered final norm under SP and
+      // its input gradient is summed; the cross entropy's row maxima and (sum of exponentials, target logit).
+      micro += sp ? RS(n, f32) + AG(n, f32) + AG(n, f32) + RS(n, f32) : AR(n, f32) + AR(n, f32);
+      micro += AR(rows, f32) + AR(2 * rows, f32);
+    } else if (sp) {
+      micro += AR(1, f64);  // each sequence shard's loss sum
+    }
+    c.tensor = micro * static_cast<double>(cfg.gradient_accumulation_steps);
+    // Once a step: the gradients of parameters every tensor-parallel rank holds whole but computed from its
+    // rows alone (under SP all replicated ones; always those read by this rank's heads, Qwen3's q/k norms),
+    // and the gradient norm's sum.
+    int64_t partial = 0;
+    for (const TensorPlacement& x : params.tensors())
+      if (x.replicated && (sp || x.spec->grad_partial_over_tp)) partial += x.numel();
+    if (partial > 0) c.tensor += AR(partial, f32);
+    c.tensor += AR(1, f64);
+  }
+
+  // ---- the data-parallel group ----
+  if (d > 1) {
+    auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, d, dp_pos)); };
+    const int64_t total = params.total_floats();
+    if (p.zero_stage >= 1) {
+      // ZeRO-1: the gradients reduce-scattered to their owners, the updated weights gathered back, and the
+      // gradient norm summed over the shards.
+      c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(total, d, dp_pos) + ring_allgather_sent(total, d, dp_pos));
+      c.data += dAR(1, f64);
+    } else {
+      for (const GradientSync::Bucket& b : gradient_buckets(params, total, p.gradient_aggregation_group))
+        c.data += dAR(b.end - b.begin, f32);
+    }
+    c.data += dAR(1, f64);  // the loss
+    if (loss_mask || m.documents.eod_mask_loss) c.data += dAR(1, f64);  // the trained targets counted
+  }
+  return c;
+}
+
+}  // namespace gf

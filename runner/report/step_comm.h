@@ -1,0 +1,29 @@
+// The bytes one rank sends in a training step, per process group, counted from the config: every collective
+// the step runs (the layers' tensor-parallel all-reduces or, under sequence parallel, their all-gathers and
+// reduce-scatters, the vocabulary-parallel head's, the gradient all-reduce's buckets or ZeRO-1's reduce-scatter
+// and all-gather, the scalars of the loss and the gradient norm) at the ring's bytes for the rank's position
+// (parallel/communicator.h ring_*_sent). `gridformer plan` prints it; the trainer logs it beside what its
+// communicators counted, so a difference shows (tests/integration/plan_bytes.sh holds them equal).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace gf {
+
+struct Config;
+class Placement;
+
+struct StepComm {
+  double tensor = 0;  // bytes sent in the tensor-parallel group
+  double data = 0;    // in the data-parallel group (the gradient reduction's, and the loss's)
+  // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
+  // parallelism, ZeRO-2/3, ...), and the figures above are not given.
+  std::string not_modelled;
+};
+
+// Rank at position tp_pos of its tensor-parallel group and dp_pos of its data-parallel group, holding `params`
+// (its tensor-parallel share of the model's parameter arena). loss_mask: the training data carries a loss mask
+// (SFT data), whose trained targets are counted over the data-parallel group every step, as eod_mask_loss's are.
+StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int dp_pos, bool loss_mask = false);
+
+}  // namespace gf

@@ -314,21 +314,34 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     }
     out += merge_equal_ranks(lines);
   }
-  {
-    // The bytes a step sends, for tensor-parallel rank 0 at data-parallel position 0 (other positions differ by
-    // the scalars' few bytes); the trainer logs the same count beside what its communicators measured.
-    const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[0]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
-    const StepComm c = step_comm(cfg, t0, 0, 0);
-    if (!c.not_modelled.empty())
+  // The bytes a step sends, for tensor-parallel rank 0 at data-parallel position 0 of each stage (other positions
+  // differ by the scalars' few bytes); the trainer logs the same count beside what its communicators measured.
+  std::vector<std::string> sent;  // each stage's line, merged below where consecutive stages send the same
+  for (size_t st = 0; st < stages.size(); ++st) {
+    const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[st]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
+    const StepComm c = step_comm(cfg, t0, stages[st], static_cast<int>(st), 0, 0);
+    if (!c.not_modelled.empty()) {
       out += fmt::format("sent per step: not counted for {} yet\n", c.not_modelled);
-    else
-      out += fmt::format("sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group "
-                         "(ring all-reduces, reduce-scatters and all-gathers as counted by the run's log)\n",
-                         human_bytes(c.tensor), human_bytes(c.data));
-    if (json) {
-      if (c.not_modelled.empty()) (*json)["sent_per_step"] = {{"tensor", c.tensor}, {"data", c.data}};
-      else (*json)["sent_per_step"] = {{"not_modelled", c.not_modelled}};
+      if (json) (*json)["sent_per_step"].push_back({{"not_modelled", c.not_modelled}});
+      break;
     }
+    sent.push_back(fmt::format(
+        "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{} (as counted by the "
+        "run's log)\n",
+        human_bytes(c.tensor), human_bytes(c.data),
+        pp > 1 ? fmt::format(", {} in the pipeline group{}", human_bytes(c.pipeline),
+                             c.embedding > 0 ? fmt::format(", {} summing the tied embedding's copies", human_bytes(c.embedding))
+                                             : std::string())
+               : std::string()));
+    if (json)
+      (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
+                                          {"embedding", c.embedding}});
+  }
+  for (size_t a = 0; a < sent.size();) {
+    size_t b = a + 1;
+    while (b < sent.size() && sent[b] == sent[a]) ++b;
+    out += (pp == 1 ? "" : b - a == 1 ? fmt::format("stage {}: ", a) : fmt::format("stages {}-{}: ", a, b - 1)) + sent[a];
+    a = b;
   }
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",

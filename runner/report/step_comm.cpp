@@ -5,6 +5,7 @@
 
 #include "core/math/mixed_precision.h"
 #include "models/registry.h"
+#include "models/transformer_lm.h"
 #include "parallel/communicator.h"
 #include "parallel/grad_sync.h"
 #include "runner/config/config.h"
@@ -17,7 +18,6 @@ namespace {
 std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   const ParallelConfig& p = cfg.parallel;
   std::vector<std::string> out;
-  if (p.pipeline_stage > 1) out.push_back("pipeline_stage > 1");
   if (p.context_parallel > 1) out.push_back("context_parallel > 1");
   if (p.expert_parallel > 1 || spec.moe.experts > 1) out.push_back("MoE layers");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
@@ -34,14 +34,23 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
 
 }  // namespace
 
-StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int dp_pos, bool loss_mask) {
+StepComm step_comm(const Config& cfg, const Placement& params, const std::vector<StageOptions>& chunks, int stage,
+                   int tp_pos, int dp_pos, bool loss_mask) {
   const ModelConfig& m = cfg.model;
-  const TransformerSpec spec = find_model(m.arch, m.type).spec(m);
+  const ModelEntry& entry = find_model(m.arch, m.type);
+  const TransformerSpec spec = entry.spec(m);
   StepComm c;
   c.not_modelled = unmodelled(cfg, spec);
   if (!c.not_modelled.empty()) return c;
   const ParallelConfig& p = cfg.parallel;
-  const int t = static_cast<int>(p.model_parallel), d = static_cast<int>(p.data_parallel);
+  const int t = static_cast<int>(p.model_parallel), d = static_cast<int>(p.data_parallel),
+            pp = static_cast<int>(p.pipeline_stage);
+  // This stage's layers; the embedding is on the first stage, the head on the last.
+  int64_t layers = 0;
+  for (const StageOptions& o : chunks) layers += (o.layer_end < 0 ? spec.layers : o.layer_end) - o.layer_begin;
+  const bool first = stage == 0, last = stage == pp - 1;
+  // Micro-batches a step: micro_batch_num through a pipeline, gradient_accumulation_steps without one.
+  const int64_t micro_batches = pp > 1 ? p.micro_batch_num : cfg.gradient_accumulation_steps;
   const bool sp = p.use_seq_parallel && t > 1, vocab_split = !p.vocab_emb_dp && t > 1;
   // One micro-batch's rows, as every tensor-parallel collective of a layer moves them: [b * s, hidden].
   const int64_t rows = cfg.batch_size * m.seq_length, n = rows * spec.hidden;
@@ -61,17 +70,17 @@ StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int d
     // gradients reduce-scattered. Full recompute runs each layer's forward again.
     const double fwd = sp ? 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
     const double bwd = sp ? 2 * AG(n, f32) + 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
-    double micro = static_cast<double>(spec.layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd);
+    double micro = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd);
     if (vocab_split) {
       // The embedding's rows summed over the vocabulary shards (reduce-scattered to the sequence shards
       // under SP, whose gradient comes back gathered); the head reads the gathered final norm under SP and
       // its input gradient is summed; the cross entropy's row maxima and (sum of exponentials, target logit).
-      micro += sp ? RS(n, f32) + AG(n, f32) + AG(n, f32) + RS(n, f32) : AR(n, f32) + AR(n, f32);
-      micro += AR(rows, f32) + AR(2 * rows, f32);
-    } else if (sp) {
+      if (first) micro += sp ? RS(n, f32) + AG(n, f32) : AR(n, f32);
+      if (last) micro += (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows, f32) + AR(2 * rows, f32);
+    } else if (sp && last) {
       micro += AR(1, f64);  // each sequence shard's loss sum
     }
-    c.tensor = micro * static_cast<double>(cfg.gradient_accumulation_steps);
+    c.tensor = micro * static_cast<double>(micro_batches);
     // Once a step: the gradients of parameters every tensor-parallel rank holds whole but computed from its
     // rows alone (under SP all replicated ones; always those read by this rank's heads, Qwen3's q/k norms),
     // and the gradient norm's sum.
@@ -80,6 +89,22 @@ StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int d
       if (x.replicated && (sp || x.spec->grad_partial_over_tp)) partial += x.numel();
     if (partial > 0) c.tensor += AR(partial, f32);
     c.tensor += AR(1, f64);
+  }
+
+  // ---- the pipeline group ----
+  if (pp > 1) {
+    // Each micro-batch's activations forward out of every chunk but the model's last, and its gradient
+    // backward out of every chunk but the first: this rank's rows (its sequence shard under SP) of hidden floats.
+    // Virtual chunk c * pp + stage is this stage's chunk c.
+    const int64_t v = static_cast<int64_t>(chunks.size());
+    const int64_t sends = micro_batches * ((v - (last ? 1 : 0)) + (v - (first ? 1 : 0)));
+    c.pipeline = f32 * static_cast<double>(sends * (sp ? rows / t : rows) * spec.hidden);
+    // The step's scalars: the loss, the schedule's makespan and bubble (sum and max), the gradient norm.
+    c.pipeline += 5 * f64 * static_cast<double>(ring_allreduce_sent(1, pp, stage));
+    // A tied embedding's two copies (the first stage's lookup, the last stage's head) summed into both.
+    if (spec.tied_head && (first || last))
+      if (const TensorPlacement* x = params.find(entry.names(Role::kEmbed, -1)))
+        c.embedding += f32 * static_cast<double>(ring_allreduce_sent(x->numel(), 2, first ? 0 : 1));
   }
 
   // ---- the data-parallel group ----

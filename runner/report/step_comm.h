@@ -7,23 +7,29 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gf {
 
 struct Config;
+struct StageOptions;
 class Placement;
 
 struct StepComm {
   double tensor = 0;  // bytes sent in the tensor-parallel group
   double data = 0;    // in the data-parallel group (the gradient reduction's, and the loss's)
+  double pipeline = 0;  // in the pipeline group: the stage-to-stage activations and gradients, the step's scalars
+  double embedding = 0;  // in the tied embedding's group (its copies on the first and last stage summed)
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;
 };
 
-// Rank at position tp_pos of its tensor-parallel group and dp_pos of its data-parallel group, holding `params`
-// (its tensor-parallel share of the model's parameter arena). loss_mask: the training data carries a loss mask
-// (SFT data), whose trained targets are counted over the data-parallel group every step, as eod_mask_loss's are.
-StepComm step_comm(const Config& cfg, const Placement& params, int tp_pos, int dp_pos, bool loss_mask = false);
+// The rank of pipeline stage `stage` running `chunks` (one StageOptions{} without a pipeline), at position tp_pos
+// of its tensor-parallel group and dp_pos of its data-parallel group, holding `params` (its stage's
+// tensor-parallel share of the parameter arena). loss_mask: the training data carries a loss mask (SFT data),
+// whose trained targets are counted over the data-parallel group every step, as eod_mask_loss's are.
+StepComm step_comm(const Config& cfg, const Placement& params, const std::vector<StageOptions>& chunks, int stage,
+                   int tp_pos, int dp_pos, bool loss_mask = false);
 
 }  // namespace gf

@@ -309,11 +309,11 @@ int Trainer::train_loop() {
       trace::Span span("checkpoint", "checkpoint commit");
       finish_checkpoint(false);  // commits a save whose files are written
     }
-    const double tp_sent = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent),
-                 dp_sent = static_cast<double>(ctx_.data_like().stats().bytes_sent);
+    const Communicator* groups[4] = {&ctx_.group(GridAxis::kTp), &ctx_.data_like(), &ctx_.group(GridAxis::kPp), &ctx_.embed()};
+    double before[4];
+    for (int g = 0; g < 4; ++g) before[g] = static_cast<double>(groups[g]->stats().bytes_sent);
     const StepResult r = train_step(step);
-    step_sent_tp_ += static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent) - tp_sent;
-    step_sent_dp_ += static_cast<double>(ctx_.data_like().stats().bytes_sent) - dp_sent;
+    for (int g = 0; g < 4; ++g) step_sent_[g] += static_cast<double>(groups[g]->stats().bytes_sent) - before[g];
     ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {

@@ -284,9 +284,9 @@ class Trainer {
   int64_t interval_loss_steps_ = 0, interval_skipped_ = 0;  // global batches an evaluation reads: eval_iters, at most the validation data once
   std::vector<int32_t> tokens_;
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
-  // What the tensor-parallel and data-parallel groups sent inside train_step (not evaluation or saving), and the
+  // What the tensor, data, pipeline and tied-embedding groups sent inside train_step (not evaluation or saving), and the
   // steps run: logged at the end beside plan's count (runner/report/step_comm.h).
-  double step_sent_tp_ = 0, step_sent_dp_ = 0;
+  double step_sent_[4] = {0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding groups
   int64_t steps_counted_ = 0;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;

@@ -463,16 +463,22 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 17;
+  constexpr int K = 21;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
-  // A training step's bytes in the tensor and data groups, measured and as plan counts them (-1: not counted).
-  const StepComm planned = step_comm(cfg_, model_->params(), ctx_.group(GridAxis::kTp).rank(), ctx_.data_like().rank(),
-                                     data_->has_loss_mask());
+  // A training step's bytes in the tensor, data, pipeline and tied-embedding groups, measured and as plan counts
+  // them (-1: not counted).
+  const int stage = ctx_.index(GridAxis::kPp);
+  const std::vector<StageOptions> chunks =
+      pipelined() ? pipeline_chunk_options(stage_layers_, lists_, shape_, stage) : std::vector<StageOptions>{StageOptions{}};
+  const StepComm planned = step_comm(cfg_, model_->params(), chunks, stage, ctx_.group(GridAxis::kTp).rank(),
+                                     ctx_.data_like().rank(), data_->has_loss_mask());
   const double counted = static_cast<double>(std::max<int64_t>(1, steps_counted_));
-  v[K * me + 13] = step_sent_tp_ / counted;
-  v[K * me + 14] = planned.not_modelled.empty() ? planned.tensor : -1.0;
-  v[K * me + 15] = step_sent_dp_ / counted;
-  v[K * me + 16] = planned.not_modelled.empty() ? planned.data : -1.0;
+  const bool plan_ok = planned.not_modelled.empty();
+  const double plan_of[4] = {planned.tensor, planned.data, planned.pipeline, planned.embedding};
+  for (int g = 0; g < 4; ++g) {
+    v[K * me + 13 + 2 * g] = step_sent_[g] / counted;
+    v[K * me + 14 + 2 * g] = plan_ok ? plan_of[g] : -1.0;
+  }
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
   v[K * me + 2] = static_cast<double>(ctx_.group(GridAxis::kDp).stats().bytes_sent);
@@ -518,14 +524,21 @@ void Trainer::log_resource_report() {
                  human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp + shard + replica) / steps));
   }
   for (int r = 0; r < W && steps_counted_ > 0; ++r) {
-    const double* x = &v[K * r + 13];
-    if (x[1] < 0)
-      spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group and {:.0f} B in the data group "
-                   "(plan does not count {} yet)", r, x[0], x[2], planned.not_modelled);
-    else
-      spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group and {:.0f} B in the data group; plan counted "
-                   "{:.0f} B and {:.0f} B{}", r, x[0], x[2], x[1], x[3],
-                   x[0] == x[1] && x[2] == x[3] ? "" : " (they differ: the count misses a collective, please report it)");
+    const double* x = &v[K * r + 13];  // measured, planned: tensor, data, pipeline, embedding
+    const std::string more = pipelined() ? fmt::format(", {:.0f} B in the pipeline group and {:.0f} B in the tied "
+                                                       "embedding's", x[4], x[6])
+                                         : std::string();
+    if (x[1] < 0) {
+      spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{} (plan does "
+                   "not count {} yet)", r, x[0], x[2], more, planned.not_modelled);
+      continue;
+    }
+    bool same = true;
+    for (int g = 0; g < 4; ++g) same = same && x[2 * g] == x[2 * g + 1];
+    spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}; plan counted "
+                 "{:.0f} B and {:.0f} B{}{}", r, x[0], x[2], more, x[1], x[3],
+                 pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string(),
+                 same ? "" : " (they differ: the count misses a collective, please report it)");
   }
   // The same, machine-readable, in output_dir/resources.json.
   nlohmann::json j;
@@ -540,7 +553,9 @@ void Trainer::log_resource_report() {
                           {"dp_cp_bytes_sent", v[K * r + 10]}, {"shard_bytes_sent", v[K * r + 11]},
                           {"replica_bytes_sent", v[K * r + 12]}, {"tp_bytes_per_step", v[K * r + 13]},
                           {"tp_bytes_per_step_plan", v[K * r + 14]}, {"dp_bytes_per_step", v[K * r + 15]},
-                          {"dp_bytes_per_step_plan", v[K * r + 16]}});
+                          {"dp_bytes_per_step_plan", v[K * r + 16]}, {"pp_bytes_per_step", v[K * r + 17]},
+                          {"pp_bytes_per_step_plan", v[K * r + 18]}, {"embed_bytes_per_step", v[K * r + 19]},
+                          {"embed_bytes_per_step_plan", v[K * r + 20]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

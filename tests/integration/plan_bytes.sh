@@ -3,8 +3,9 @@
 # `gridformer plan` counts it from the config (runner/report/step_comm.h), equals what the run's communicators counted,
 # byte for byte, on every rank: 2 steps of a tiny GPT-2 and Llama at dp2, dp2 ZeRO-1, dp4 (uneven ring shards, each
 # position its own scalar bytes), mp2 with and without sequence parallel, the vocabulary split or not, full recompute,
-# 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits) and dp2 x mp2. `plan --json` gives rank 0's
-# count. A layout the count does not follow yet (pp2 here) is said so by both plan and the run, with no figure.
+# 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits), dp2 x mp2, and pp2 (1F1B, ZB-H1, interleaved,
+# with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too. `plan --json`
+# gives rank 0's count. A layout the count does not follow yet (cp2 here) is said so by plan and the run, with no figure.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun > /dev/null || fail "mpirun missing (openmpi-bin)"
 
@@ -23,23 +24,24 @@ check() {
 import json, sys
 name = sys.argv[1]
 ranks = json.load(open(f"{name}/resources.json"))["ranks"]
-plan = json.load(open(f"{name}.plan.json"))["sent_per_step"]
+plan = json.load(open(f"{name}.plan.json"))["sent_per_step"][0]  # stage 0's, for its tensor rank 0, data position 0
 bad = 0
 for r in ranks:
-    for g in ("tp", "dp"):
+    for g in ("tp", "dp", "pp", "embed"):
         got, want = r[f"{g}_bytes_per_step"], r[f"{g}_bytes_per_step_plan"]
         if got != want:
             print(f"{name} rank {r['rank']}: {g} group sent {got:.0f} B a step, plan counted {want:.0f}")
             bad += 1
 r0 = ranks[0]
-if (plan["tensor"], plan["data"]) != (r0["tp_bytes_per_step_plan"], r0["dp_bytes_per_step_plan"]):
-    print(f"{name}: plan --json counted {plan}, the run's count for rank 0 was "
-          f"{r0['tp_bytes_per_step_plan']:.0f} and {r0['dp_bytes_per_step_plan']:.0f}")
+want0 = tuple(r0[f"{g}_bytes_per_step_plan"] for g in ("tp", "dp", "pp", "embed"))
+if (plan["tensor"], plan["data"], plan["pipeline"], plan["embedding"]) != want0:
+    print(f"{name}: plan --json counted {plan}, the run's count for rank 0 was {want0}")
     bad += 1
-if all(r["tp_bytes_per_step"] + r["dp_bytes_per_step"] == 0 for r in ranks):
+if all(r["tp_bytes_per_step"] + r["dp_bytes_per_step"] + r["pp_bytes_per_step"] == 0 for r in ranks):
     print(f"{name}: nothing sent: a layout that sends nothing proves nothing")
     bad += 1
-print(f"{name}: " + ", ".join(f"rank {r['rank']} tp {r['tp_bytes_per_step']:.0f} dp {r['dp_bytes_per_step']:.0f}" for r in ranks))
+print(f"{name}: " + ", ".join(f"rank {r['rank']} " + " ".join(f"{g} {r[g + '_bytes_per_step']:.0f}" for g in ("tp", "dp", "pp", "embed")
+                                                      if r[g + "_bytes_per_step"]) for r in ranks))
 sys.exit(1 if bad else 0)
 EOF
   grep -q "they differ" "$name.log" && fail "$name: the run's log says the count differs"
@@ -65,12 +67,22 @@ check 2 llama_mp2_sp llama.yaml $P.model_parallel=2 $P.use_seq_parallel=True
 check 2 llama_mp2_vocab_bf16 llama.yaml $P.model_parallel=2 $P.vocab_emb_dp=False model.model_config.compute_dtype=bfloat16
 check 2 llama_dp2_zero1 llama.yaml $P.data_parallel=2 $P.optimizer_shard=True
 
-# Not counted yet: said so, no figure.
-mpi_train 2 pp2 gpt2.yaml --set $P.pipeline_stage=2 --set $P.micro_batch_num=2
-grep -q "plan does not count pipeline_stage > 1 yet" pp2.log || fail "pp2: the run does not say plan leaves it out"
-"$BIN" plan --config gpt2.yaml --ranks 2 --set $P.pipeline_stage=2 --set $P.micro_batch_num=2 | grep -q "sent per step: not counted for pipeline_stage > 1 yet" \
-  || fail "pp2: plan does not say it leaves the pipeline out"
-ok "pp2: not counted yet, said by plan and the run"
+# Pipelines: the stage-to-stage activations and gradients (this rank's sequence shard under SP), the step's scalars,
+# and GPT-2's tied embedding summed between the first and last stage; Llama's head is its own.
+check 2 pp2 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2
+check 2 pp2_zbh1 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=3 parallel.pipeline_config.pipeline_scheduler=zbh1
+check 4 pp2_mp2_sp_vocab gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.model_parallel=2 $P.use_seq_parallel=True \
+  $P.vocab_emb_dp=False
+check 4 pp2_dp2_zero1 llama.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.data_parallel=2 $P.optimizer_shard=True
+check 2 pp2_interleaved llama.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 model.model_config.num_layers=4 model.model_config.pp_interleave_num=2 \
+  parallel.pipeline_config.pipeline_interleave=True
+
+# Not counted yet (context parallel here): said so, no figure.
+mpi_train 2 cp2 gpt2.yaml --set $P.context_parallel=2
+grep -q "plan does not count context_parallel > 1 yet" cp2.log || fail "cp2: the run does not say plan leaves it out"
+"$BIN" plan --config gpt2.yaml --ranks 2 --set $P.context_parallel=2 | grep -q "sent per step: not counted for context_parallel > 1 yet" \
+  || fail "cp2: plan does not say it leaves context parallelism out"
+ok "cp2: not counted yet, said by plan and the run"
 
 # docs/planning.md walks through the 13B plan as printed: it must be what plan prints today.
 (cd "$SRC" && "$BIN" plan --config configs/reference/run_gpt2_13b.yaml --ranks 32 --memory-per-rank 64GB) > plan13b.txt \

@@ -1,6 +1,8 @@
 #include "runner/report/step_comm.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/math/mixed_precision.h"
@@ -22,7 +24,7 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   if (p.expert_parallel > 1 || spec.moe.experts > 1) out.push_back("MoE layers");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
-  if (p.zero_stage >= 2) out.push_back("ZeRO-2/3");
+  if (p.zero_stage >= 3) out.push_back("ZeRO-3");
   if (p.shard_degree > 0) out.push_back("hybrid sharding");
   if (cfg.select_recompute || !cfg.select_recompute_per_stage.empty()) out.push_back("selective recompute");
   if (cfg.recompute && cfg.recompute_num_layers >= 0) out.push_back("recompute_num_layers");
@@ -57,6 +59,23 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const double f32 = 4, f64 = 8;
   // Under bf16 or fp16 compute a column-parallel layer's input is gathered as its 16-bit copy.
   const double column_in = cfg.compute_dtype == ComputeDtype::kFloat32 ? f32 : 2;
+  // ZeRO's units over this rank's arena (ShardLayout's: one without ZeRO and under ZeRO-1; under ZeRO-2 the
+  // embedding, each layer's two halves, the head and its vocabulary chunks), and the slices this rank owns.
+  const int64_t total = params.total_floats();
+  const int zero = d > 1 ? p.zero_stage : 0;
+  std::vector<int64_t> at{0};
+  if (zero >= 2)
+    for (int64_t o : TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks))
+      if (o > 0 && o < total) at.push_back(o);
+  std::sort(at.begin(), at.end());
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  at.push_back(total);
+  std::vector<std::pair<int64_t, int64_t>> owned;
+  for (size_t i = 0; i + 1 < at.size(); ++i) {
+    const int64_t k = at[i + 1] - at[i];
+    if (zero == 0) owned.emplace_back(at[i], at[i + 1]);
+    else owned.emplace_back(at[i] + shard_begin(k, d, dp_pos), at[i] + shard_begin(k, d, dp_pos + 1));
+  }
   auto AR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, t, tp_pos)); };
   auto RS = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_reduce_scatter_sent(k, t, tp_pos)); };
   auto AG = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allgather_sent(k, t, tp_pos)); };
@@ -84,9 +103,11 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     // Once a step: the gradients of parameters every tensor-parallel rank holds whole but computed from its
     // rows alone (under SP all replicated ones; always those read by this rank's heads, Qwen3's q/k norms),
     // and the gradient norm's sum.
+    // Under ZeRO, of this rank's own slices only.
     int64_t partial = 0;
     for (const TensorPlacement& x : params.tensors())
-      if (x.replicated && (sp || x.spec->grad_partial_over_tp)) partial += x.numel();
+      if (x.replicated && (sp || x.spec->grad_partial_over_tp))
+        for (const auto& [lo, hi] : owned) partial += std::max<int64_t>(0, std::min(hi, x.offset + x.numel()) - std::max(lo, x.offset));
     if (partial > 0) c.tensor += AR(partial, f32);
     c.tensor += AR(1, f64);
   }
@@ -110,11 +131,13 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   // ---- the data-parallel group ----
   if (d > 1) {
     auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, d, dp_pos)); };
-    const int64_t total = params.total_floats();
-    if (p.zero_stage >= 1) {
-      // ZeRO-1: the gradients reduce-scattered to their owners, the updated weights gathered back, and the
-      // gradient norm summed over the shards.
-      c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(total, d, dp_pos) + ring_allgather_sent(total, d, dp_pos));
+    if (zero >= 1) {
+      // ZeRO-1 and 2: each unit's gradients reduce-scattered to their owners (ZeRO-2: as its backward ends), the
+      // updated weights gathered back, and the gradient norm summed over the shards.
+      for (size_t i = 0; i + 1 < at.size(); ++i) {
+        const int64_t k = at[i + 1] - at[i];
+        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, d, dp_pos) + ring_allgather_sent(k, d, dp_pos));
+      }
       c.data += dAR(1, f64);
     } else {
       for (const GradientSync::Bucket& b : gradient_buckets(params, total, p.gradient_aggregation_group))

@@ -52,6 +52,10 @@ P=parallel_config
 check 2 dp2 gpt2.yaml $P.data_parallel=2
 check 2 dp2_zero1 gpt2.yaml $P.data_parallel=2 $P.optimizer_shard=True
 check 4 dp4 gpt2.yaml $P.data_parallel=4
+check 2 dp2_zero2 gpt2.yaml $P.data_parallel=2 parallel.zero_stage=2
+check 4 dp4_zero2 gpt2.yaml $P.data_parallel=4 parallel.zero_stage=2
+check 4 llama_dp4_zero2 llama.yaml $P.data_parallel=4 parallel.zero_stage=2
+check 4 dp2_mp2_sp_zero2 llama.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True parallel.zero_stage=2
 check 2 mp2 gpt2.yaml $P.model_parallel=2
 check 2 mp2_sp gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True
 check 2 mp2_vocab gpt2.yaml $P.model_parallel=2 $P.vocab_emb_dp=False
@@ -63,6 +67,7 @@ check 2 mp2_sp_bf16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True model
 check 2 mp2_sp_vocab_recompute_bf16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True $P.vocab_emb_dp=False \
   recompute_config.recompute=True model.model_config.compute_dtype=bfloat16
 check 4 dp2_mp2_sp gpt2.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True
+check 4 dp2_mp2_sp_zero1 gpt2.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True $P.optimizer_shard=True
 check 2 llama_mp2_sp llama.yaml $P.model_parallel=2 $P.use_seq_parallel=True
 check 2 llama_mp2_vocab_bf16 llama.yaml $P.model_parallel=2 $P.vocab_emb_dp=False model.model_config.compute_dtype=bfloat16
 check 2 llama_dp2_zero1 llama.yaml $P.data_parallel=2 $P.optimizer_shard=True

@@ -463,7 +463,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 21;
+  constexpr int K = 22;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   // A training step's bytes in the tensor, data, pipeline and tied-embedding groups, measured and as plan counts
   // them (-1: not counted).
@@ -478,6 +478,16 @@ void Trainer::log_resource_report() {
   for (int g = 0; g < 4; ++g) {
     v[K * me + 13 + 2 * g] = step_sent_[g] / counted;
     v[K * me + 14 + 2 * g] = plan_ok ? plan_of[g] : -1.0;
+  }
+  // What gridformer plan gives this rank (its stage and tensor-parallel rank), to set beside its peak RSS.
+  try {
+    nlohmann::json pj;
+    plan_report(cfg_, W, 0, nullptr, &pj);
+    for (const nlohmann::json& r : pj["ranks"])
+      if (r["pipeline_stage"].get<int>() == stage && r["tensor_parallel_rank"].get<int>() == ctx_.index(GridAxis::kTp))
+        v[K * me + 21] = r["total"].get<double>();
+  } catch (const std::exception& e) {
+    spdlog::warn("rank {}: plan could not size this run for the peak RSS comparison: {}", me, e.what());
   }
   v[K * me + 0] = 1024.0 * static_cast<double>(ru.ru_maxrss);
   v[K * me + 1] = static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
@@ -524,6 +534,9 @@ void Trainer::log_resource_report() {
                  human_bytes((v[K * r + 1] + v[K * r + 2] + v[K * r + 3] + ep + edp + cpb + dcp + shard + replica) / steps));
   }
   for (int r = 0; r < W && steps_counted_ > 0; ++r) {
+    if (v[K * r + 21] > 0)
+      spdlog::info("rank {}: peak RSS {}, {:.2f}x the {} plan gives it (plan leaves out the binary, its libraries and "
+                   "the data index)", r, human_bytes(v[K * r]), v[K * r] / v[K * r + 21], human_bytes(v[K * r + 21]));
     const double* x = &v[K * r + 13];  // measured, planned: tensor, data, pipeline, embedding
     const std::string more = pipelined() ? fmt::format(", {:.0f} B in the pipeline group and {:.0f} B in the tied "
                                                        "embedding's", x[4], x[6])
@@ -535,6 +548,7 @@ void Trainer::log_resource_report() {
     }
     bool same = true;
     for (int g = 0; g < 4; ++g) same = same && x[2 * g] == x[2 * g + 1];
+
     spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}; plan counted "
                  "{:.0f} B and {:.0f} B{}{}", r, x[0], x[2], more, x[1], x[3],
                  pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string(),
@@ -555,7 +569,7 @@ void Trainer::log_resource_report() {
                           {"tp_bytes_per_step_plan", v[K * r + 14]}, {"dp_bytes_per_step", v[K * r + 15]},
                           {"dp_bytes_per_step_plan", v[K * r + 16]}, {"pp_bytes_per_step", v[K * r + 17]},
                           {"pp_bytes_per_step_plan", v[K * r + 18]}, {"embed_bytes_per_step", v[K * r + 19]},
-                          {"embed_bytes_per_step_plan", v[K * r + 20]}});
+                          {"embed_bytes_per_step_plan", v[K * r + 20]}, {"planned_total_bytes", v[K * r + 21]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

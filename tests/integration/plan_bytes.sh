@@ -6,6 +6,7 @@
 # 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits), dp2 x mp2, and pp2 (1F1B, ZB-H1, interleaved,
 # with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too. `plan --json`
 # gives rank 0's count. A layout the count does not follow yet (cp2 here) is said so by plan and the run, with no figure.
+# Then each rank's peak RSS within 15% of what plan gives it (the shipped tiny GPT-2 at one rank, dp2 and mp2).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun > /dev/null || fail "mpirun missing (openmpi-bin)"
 
@@ -88,6 +89,28 @@ grep -q "plan does not count context_parallel > 1 yet" cp2.log || fail "cp2: the
 "$BIN" plan --config gpt2.yaml --ranks 2 --set $P.context_parallel=2 | grep -q "sent per step: not counted for context_parallel > 1 yet" \
   || fail "cp2: plan does not say it leaves context parallelism out"
 ok "cp2: not counted yet, said by plan and the run"
+
+# Peak RSS against what plan gives each rank (the Plan issue's bound: within 15%), on the shipped tiny GPT-2 (16M
+# parameters, 804 MiB planned on one rank: big enough that the binary and its libraries, which plan leaves out, stay
+# a few percent): one rank, dp2, mp2.
+need_vocab
+need_corpus
+ln -s "$SRC/data" data  # the shipped config names ./data/...
+for lay in "1 data_parallel=1" "2 data_parallel=2" "2 model_parallel=2"; do
+  set -- $lay
+  train_on "$1" "rss_$2" "$SRC/configs/gpt2/run_gpt2_tiny.yaml" --set runner_config.train_steps=2 --set "$P.$2"
+  "$PY" - "rss_$2" <<'EOF2' || fail "rss_$2: a rank's peak RSS is not within 15% of plan's bytes for it"
+import json, sys
+bad = 0
+for r in json.load(open(sys.argv[1] + "/resources.json"))["ranks"]:
+    ratio = r["peak_rss_bytes"] / r["planned_total_bytes"]
+    print(f"{sys.argv[1]} rank {r['rank']}: peak RSS {r['peak_rss_bytes'] / 2**20:.1f} MiB = {ratio:.3f} x plan's {r['planned_total_bytes'] / 2**20:.1f} MiB")
+    bad += not 0.85 <= ratio <= 1.15
+sys.exit(1 if bad else 0)
+EOF2
+  grep -q "rank 0: peak RSS .*x the .* plan gives it" "rss_$2.log" || fail "rss_$2: the log does not set peak RSS beside plan's"
+  ok "rss_$2: every rank's peak RSS within 15% of plan's"
+done
 
 # docs/planning.md walks through the 13B plan as printed: it must be what plan prints today.
 (cd "$SRC" && "$BIN" plan --config configs/reference/run_gpt2_13b.yaml --ranks 32 --memory-per-rank 64GB) > plan13b.txt \

@@ -326,16 +326,18 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       break;
     }
     sent.push_back(fmt::format(
-        "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{} (as counted by the "
+        "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{}{} (as counted by the "
         "run's log)\n",
         human_bytes(c.tensor), human_bytes(c.data),
+        cfg.parallel.context_parallel > 1 ? fmt::format(", {} in the context-parallel group", human_bytes(c.context))
+                                          : std::string(),
         pp > 1 ? fmt::format(", {} in the pipeline group{}", human_bytes(c.pipeline),
                              c.embedding > 0 ? fmt::format(", {} summing the tied embedding's copies", human_bytes(c.embedding))
                                              : std::string())
                : std::string()));
     if (json)
       (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
-                                          {"embedding", c.embedding}});
+                                          {"embedding", c.embedding}, {"context", c.context}});
   }
   for (size_t a = 0; a < sent.size();) {
     size_t b = a + 1;

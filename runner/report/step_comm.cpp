@@ -20,7 +20,8 @@ namespace {
 std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   const ParallelConfig& p = cfg.parallel;
   std::vector<std::string> out;
-  if (p.context_parallel > 1) out.push_back("context_parallel > 1");
+  if (p.context_parallel > 1 && p.context_parallel_algo == "hybrid_cp") out.push_back("context_parallel_algo hybrid_cp");
+  if (p.context_parallel > 1 && cfg.compute_dtype != ComputeDtype::kFloat32) out.push_back("context parallel in 16 bits");
   if (p.expert_parallel > 1 || spec.moe.experts > 1) out.push_back("MoE layers");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
@@ -54,15 +55,18 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   // Micro-batches a step: micro_batch_num through a pipeline, gradient_accumulation_steps without one.
   const int64_t micro_batches = pp > 1 ? p.micro_batch_num : cfg.gradient_accumulation_steps;
   const bool sp = p.use_seq_parallel && t > 1, vocab_split = !p.vocab_emb_dp && t > 1;
-  // One micro-batch's rows, as every tensor-parallel collective of a layer moves them: [b * s, hidden].
-  const int64_t rows = cfg.batch_size * m.seq_length, n = rows * spec.hidden;
+  // One micro-batch's rows on this rank (its share of each sample's positions under context parallel), as every
+  // tensor-parallel collective of a layer moves them: [b * s / cp, hidden].
+  const int cp = static_cast<int>(p.context_parallel);
+  const int64_t rows = cfg.batch_size * m.seq_length / cp, n = rows * spec.hidden;
   const double f32 = 4, f64 = 8;
   // Under bf16 or fp16 compute a column-parallel layer's input is gathered as its 16-bit copy.
   const double column_in = cfg.compute_dtype == ComputeDtype::kFloat32 ? f32 : 2;
   // ZeRO's units over this rank's arena (ShardLayout's: one without ZeRO and under ZeRO-1; under ZeRO-2 the
   // embedding, each layer's two halves, the head and its vocabulary chunks), and the slices this rank owns.
   const int64_t total = params.total_floats();
-  const int zero = d > 1 ? p.zero_stage : 0;
+  const int dc = d * cp;  // the data-like group: data x context
+  const int zero = dc > 1 ? p.zero_stage : 0;
   std::vector<int64_t> at{0};
   if (zero >= 2)
     for (int64_t o : TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks))
@@ -74,7 +78,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   for (size_t i = 0; i + 1 < at.size(); ++i) {
     const int64_t k = at[i + 1] - at[i];
     if (zero == 0) owned.emplace_back(at[i], at[i + 1]);
-    else owned.emplace_back(at[i] + shard_begin(k, d, dp_pos), at[i] + shard_begin(k, d, dp_pos + 1));
+    else owned.emplace_back(at[i] + shard_begin(k, dc, dp_pos), at[i] + shard_begin(k, dc, dp_pos + 1));
   }
   auto AR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, t, tp_pos)); };
   auto RS = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_reduce_scatter_sent(k, t, tp_pos)); };
@@ -128,15 +132,35 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
         c.embedding += f32 * static_cast<double>(ring_allreduce_sent(x->numel(), 2, first ? 0 : 1));
   }
 
-  // ---- the data-parallel group ----
-  if (d > 1) {
-    auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, d, dp_pos)); };
+  // ---- the context-parallel group (its Ulysses and ring subgroups) ----
+  if (cp > 1) {
+    const int64_t D = spec.head_dim(), q = spec.heads / t * D, kv = spec.kv_heads / t * D;
+    double fwd = 0, bwd = 0;
+    if (p.context_parallel_algo == "ulysses_cp") {
+      // All-to-all to whole heads: q|k|v in and the output back; backward the output and its gradient in, and
+      // the q|k|v gradient back; each sends the other ranks' share of this rank's rows.
+      auto a2a = [&](int64_t width) { return f32 * static_cast<double>((cp - 1) * rows * (width / cp)); };
+      fwd = a2a(q + 2 * kv) + a2a(q);
+      bwd = 2 * a2a(q) + a2a(q + 2 * kv);
+    } else {
+      // Ring attention: the keys and values go round (cp - 1 sends forward, again backward), and backward each
+      // block's key/value gradient is summed along the ring (cp sends).
+      const double block = f32 * static_cast<double>(rows * 2 * kv);
+      fwd = (cp - 1) * block;
+      bwd = (cp - 1) * block + cp * block;
+    }
+    c.context = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd) * static_cast<double>(micro_batches);
+  }
+
+  // ---- the data-parallel group (data x context under context parallel) ----
+  if (d * cp > 1) {
+    auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, dc, dp_pos)); };
     if (zero >= 1) {
       // ZeRO-1 and 2: each unit's gradients reduce-scattered to their owners (ZeRO-2: as its backward ends), the
       // updated weights gathered back, and the gradient norm summed over the shards.
       for (size_t i = 0; i + 1 < at.size(); ++i) {
         const int64_t k = at[i + 1] - at[i];
-        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, d, dp_pos) + ring_allgather_sent(k, d, dp_pos));
+        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, dc, dp_pos) + ring_allgather_sent(k, dc, dp_pos));
       }
       c.data += dAR(1, f64);
     } else {
@@ -144,7 +168,8 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
         c.data += dAR(b.end - b.begin, f32);
     }
     c.data += dAR(1, f64);  // the loss
-    if (loss_mask || m.documents.eod_mask_loss) c.data += dAR(1, f64);  // the trained targets counted
+    // The trained targets counted over the data-parallel group (under context parallel a group of its own).
+    if ((loss_mask || m.documents.eod_mask_loss) && cp == 1) c.data += dAR(1, f64);
   }
   return c;
 }

@@ -20,6 +20,7 @@ struct StepComm {
   double data = 0;    // in the data-parallel group (the gradient reduction's, and the loss's)
   double pipeline = 0;  // in the pipeline group: the stage-to-stage activations and gradients, the step's scalars
   double embedding = 0;  // in the tied embedding's group (its copies on the first and last stage summed)
+  double context = 0;    // in the context-parallel group and its Ulysses and ring subgroups (the attention's exchanges)
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;

@@ -309,11 +309,9 @@ int Trainer::train_loop() {
       trace::Span span("checkpoint", "checkpoint commit");
       finish_checkpoint(false);  // commits a save whose files are written
     }
-    const Communicator* groups[4] = {&ctx_.group(GridAxis::kTp), &ctx_.data_like(), &ctx_.group(GridAxis::kPp), &ctx_.embed()};
-    double before[4];
-    for (int g = 0; g < 4; ++g) before[g] = static_cast<double>(groups[g]->stats().bytes_sent);
+    const double before[5] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4)};
     const StepResult r = train_step(step);
-    for (int g = 0; g < 4; ++g) step_sent_[g] += static_cast<double>(groups[g]->stats().bytes_sent) - before[g];
+    for (int g = 0; g < 5; ++g) step_sent_[g] += sent_by(g) - before[g];
     ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {
@@ -375,6 +373,22 @@ int Trainer::train_loop() {
                                         : std::string());
   log_resource_report();
   return 0;
+}
+
+// The bytes group g has sent so far: 0 tensor, 1 data (x context), 2 pipeline, 3 tied embedding, 4 context (with its
+// Ulysses and ring subgroups, hybrid_cp's; groups of one otherwise).
+double Trainer::sent_by(int g) const {
+  switch (g) {
+    case 0: return static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
+    case 1: return static_cast<double>(ctx_.data_like().stats().bytes_sent);
+    case 2: return static_cast<double>(ctx_.group(GridAxis::kPp).stats().bytes_sent);
+    case 3: return static_cast<double>(ctx_.embed().stats().bytes_sent);
+    default:
+      return ctx_.size(GridAxis::kCp) > 1
+                 ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +
+                                       ctx_.context_ulysses().stats().bytes_sent + ctx_.context_ring().stats().bytes_sent)
+                 : 0.0;
+  }
 }
 
 // A stop request on any rank (SIGINT/SIGTERM), agreed by all: the signal, or 0.

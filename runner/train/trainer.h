@@ -220,6 +220,7 @@ class Trainer {
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
+  double sent_by(int group) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context
   // The global index of the first sample of step `step`'s global batch, by Megatron's consumed-samples
   // rule: the samples consumed before this run's first step (0, or the resumed checkpoint's), then one
   // global batch per step. Resumed with the global batch it was saved with, that is (step - 1) * G as
@@ -284,9 +285,9 @@ class Trainer {
   int64_t interval_loss_steps_ = 0, interval_skipped_ = 0;  // global batches an evaluation reads: eval_iters, at most the validation data once
   std::vector<int32_t> tokens_;
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
-  // What the tensor, data, pipeline and tied-embedding groups sent inside train_step (not evaluation or saving), and the
+  // What the tensor, data, pipeline, tied-embedding and context groups sent inside train_step (not evaluation or saving), and the
   // steps run: logged at the end beside plan's count (runner/report/step_comm.h).
-  double step_sent_[4] = {0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding groups
+  double step_sent_[5] = {0, 0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding, context (and its subgroups)
   int64_t steps_counted_ = 0;
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;

@@ -463,7 +463,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 22;
+  constexpr int K = 24;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   // A training step's bytes in the tensor, data, pipeline and tied-embedding groups, measured and as plan counts
   // them (-1: not counted).
@@ -474,10 +474,11 @@ void Trainer::log_resource_report() {
                                      ctx_.data_like().rank(), data_->has_loss_mask());
   const double counted = static_cast<double>(std::max<int64_t>(1, steps_counted_));
   const bool plan_ok = planned.not_modelled.empty();
-  const double plan_of[4] = {planned.tensor, planned.data, planned.pipeline, planned.embedding};
-  for (int g = 0; g < 4; ++g) {
-    v[K * me + 13 + 2 * g] = step_sent_[g] / counted;
-    v[K * me + 14 + 2 * g] = plan_ok ? plan_of[g] : -1.0;
+  const double plan_of[5] = {planned.tensor, planned.data, planned.pipeline, planned.embedding, planned.context};
+  for (int g = 0; g < 5; ++g) {  // group g at 13 + 2g (13-22), but the peak RSS plan's total at 21: context at 22, 23
+    const int at = g < 4 ? 13 + 2 * g : 22;
+    v[K * me + at] = step_sent_[g] / counted;
+    v[K * me + at + 1] = plan_ok ? plan_of[g] : -1.0;
   }
   // What gridformer plan gives this rank (its stage and tensor-parallel rank), to set beside its peak RSS.
   try {
@@ -538,20 +539,24 @@ void Trainer::log_resource_report() {
       spdlog::info("rank {}: peak RSS {}, {:.2f}x the {} plan gives it (plan leaves out the binary, its libraries and "
                    "the data index)", r, human_bytes(v[K * r]), v[K * r] / v[K * r + 21], human_bytes(v[K * r + 21]));
     const double* x = &v[K * r + 13];  // measured, planned: tensor, data, pipeline, embedding
-    const std::string more = pipelined() ? fmt::format(", {:.0f} B in the pipeline group and {:.0f} B in the tied "
-                                                       "embedding's", x[4], x[6])
-                                         : std::string();
+    const bool cp_on = ctx_.size(GridAxis::kCp) > 1;
+    const double* xc = &v[K * r + 22];  // the context group's, measured and planned
+    const std::string more = (pipelined() ? fmt::format(", {:.0f} B in the pipeline group and {:.0f} B in the tied "
+                                                        "embedding's", x[4], x[6])
+                                          : std::string()) +
+                             (cp_on ? fmt::format(", {:.0f} B in the context group", xc[0]) : std::string());
     if (x[1] < 0) {
       spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{} (plan does "
                    "not count {} yet)", r, x[0], x[2], more, planned.not_modelled);
       continue;
     }
-    bool same = true;
+    bool same = xc[0] == xc[1];
     for (int g = 0; g < 4; ++g) same = same && x[2 * g] == x[2 * g + 1];
 
     spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}; plan counted "
                  "{:.0f} B and {:.0f} B{}{}", r, x[0], x[2], more, x[1], x[3],
-                 pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string(),
+                 (pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string()) +
+                     (cp_on ? fmt::format(", {:.0f} B", xc[1]) : std::string()),
                  same ? "" : " (they differ: the count misses a collective, please report it)");
   }
   // The same, machine-readable, in output_dir/resources.json.
@@ -569,7 +574,8 @@ void Trainer::log_resource_report() {
                           {"tp_bytes_per_step_plan", v[K * r + 14]}, {"dp_bytes_per_step", v[K * r + 15]},
                           {"dp_bytes_per_step_plan", v[K * r + 16]}, {"pp_bytes_per_step", v[K * r + 17]},
                           {"pp_bytes_per_step_plan", v[K * r + 18]}, {"embed_bytes_per_step", v[K * r + 19]},
-                          {"embed_bytes_per_step_plan", v[K * r + 20]}, {"planned_total_bytes", v[K * r + 21]}});
+                          {"embed_bytes_per_step_plan", v[K * r + 20]}, {"planned_total_bytes", v[K * r + 21]},
+                          {"cp_bytes_per_step", v[K * r + 22]}, {"cp_bytes_per_step_plan", v[K * r + 23]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

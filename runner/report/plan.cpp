@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,10 @@
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
 #include "engine/step_engine.h"
+#include "core/optim/adamw.h"
+#include "runner/report/machine_probe.h"
 #include "runner/report/step_comm.h"
+#include "runner/report/step_time.h"
 
 namespace gf {
 
@@ -285,13 +290,13 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
+  double bubble = 0;  // the schedule's analytic (or simulated) bubble
   if (pp > 1) {
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
     const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
                                 static_cast<int>(cfg.parallel.pipeline_chunks)};
     // A schedule file's lists (the layout check has simulated them), or the built-in schedule's.
     pipeline::StageLists lists;
-    double bubble = 0;
     if (const std::string e = pipeline::stage_lists(sched, shape, cfg.parallel.pipeline_file,
                                                     cfg.parallel.pipeline_schedule_max_live, &lists, &bubble);
         !e.empty())
@@ -339,12 +344,44 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
                                           {"embedding", c.embedding}, {"context", c.context}});
   }
+  std::string step_line;
+  // The modelled step time (runner/report/step_time.h) of stage 0's tensor rank 0, on this machine's probe, at
+  // OMP_NUM_THREADS threads a rank or this machine's cores shared among the ranks.
+  {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const int threads = env && std::atoi(env) > 0 ? std::atoi(env) : std::max(1, hw / std::min(ranks, hw));
+    const MachineSetup machine = apply_machine_probe(threads);
+    const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[0]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
+    const StepComm c = step_comm(cfg, t0, stages[0], 0, 0, 0);
+    StepTimeInputs in;
+    in.flops = flops / ranks;
+    in.full_recompute = cfg.recompute;
+    in.bf16 = cfg.compute_dtype == ComputeDtype::kBFloat16;
+    in.moment_bytes = static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype));
+    const int64_t dc = cfg.parallel.data_parallel * cfg.parallel.context_parallel;
+    in.shard_floats = static_cast<double>(t0.total_floats()) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
+    in.sent_bytes = c.tensor + c.data + c.pipeline + c.embedding + c.context;
+    in.bubble = bubble;
+    in.threads = threads;
+    const StepTime st = model_step_time(in, machine.probe ? &*machine.probe : nullptr);
+    std::string why = !c.not_modelled.empty() ? "the bytes of " + c.not_modelled + " are not counted yet" : st.not_modelled;
+    step_line = why.empty() ? fmt::format("modelled step time: {:.4g} s (compute {:.4g}, optimizer {:.4g}, messages {:.4g}; "
+                                          "{}; on this machine's probe, {} thread(s) a rank; the run logs it beside the "
+                                          "measured one)\n",
+                                          st.seconds, st.compute, st.optimizer, st.communication, st.basis, threads)
+                            : fmt::format("modelled step time: none ({})\n", why);
+    if (json && why.empty())
+      (*json)["step_seconds_modelled"] = {{"total", st.seconds}, {"compute", st.compute}, {"optimizer", st.optimizer},
+                                          {"communication", st.communication}, {"threads", threads}};
+  }
   for (size_t a = 0; a < sent.size();) {
     size_t b = a + 1;
     while (b < sent.size() && sent[b] == sent[a]) ++b;
     out += (pp == 1 ? "" : b - a == 1 ? fmt::format("stage {}: ", a) : fmt::format("stages {}-{}: ", a, b - 1)) + sent[a];
     a = b;
   }
+  out += step_line;
   out += fmt::format("largest rank: {} (plus the binary, its libraries and the data index; peak RSS measured "
                      "1.02-1.08x of this, bench/memory_vs_plan.py)\n",
                      human_bytes(worst));

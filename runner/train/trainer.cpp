@@ -310,7 +310,9 @@ int Trainer::train_loop() {
       finish_checkpoint(false);  // commits a save whose files are written
     }
     const double before[5] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4)};
+    const auto step_t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(step);
+    step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
     for (int g = 0; g < 5; ++g) step_sent_[g] += sent_by(g) - before[g];
     ++steps_counted_;
     meter.step_done();

@@ -24,6 +24,8 @@
 #include "runner/config/config.h"
 #include "runner/report/interval_meter.h"
 #include "runner/report/machine_probe.h"
+#include "runner/report/step_comm.h"
+#include "runner/report/step_time.h"
 #include "engine/step_engine.h"
 
 namespace gf {
@@ -220,7 +222,9 @@ class Trainer {
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
-  double sent_by(int group) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context
+  double sent_by(int group) const;
+  double measured_step_seconds() const;                  // runner/train/trainer_report.cpp
+  StepTime log_step_time(const StepComm& sent) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context
   // The global index of the first sample of step `step`'s global batch, by Megatron's consumed-samples
   // rule: the samples consumed before this run's first step (0, or the resumed checkpoint's), then one
   // global batch per step. Resumed with the global batch it was saved with, that is (step - 1) * G as
@@ -289,6 +293,7 @@ class Trainer {
   // steps run: logged at the end beside plan's count (runner/report/step_comm.h).
   double step_sent_[5] = {0, 0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding, context (and its subgroups)
   int64_t steps_counted_ = 0;
+  std::vector<double> step_seconds_;  // each train_step's wall time, for the end's measured-beside-modelled line
   double loss_scale_ = 1.0;
   int64_t good_steps_ = 0, skipped_steps_ = 0;
   int64_t spikes_in_a_row_ = 0;  // spikes skipped one after another

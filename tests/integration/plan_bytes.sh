@@ -130,7 +130,10 @@ import sys
 doc = open(sys.argv[1]).read()
 start = doc.index("$ build/bin/gridformer plan --config configs/reference/run_gpt2_13b.yaml --ranks 32 --memory-per-rank 64GB\n")
 block = doc[start:].split("\n", 1)[1].split("```", 1)[0]
-if block != open(sys.argv[2]).read():
+# The modelled step time is this machine's probe's: the doc's line is the CPU it was written on.
+def fixed(text):
+    return "".join(l for l in text.splitlines(True) if not l.startswith("modelled step time: "))
+if "modelled step time: " not in block or fixed(block) != fixed(open(sys.argv[2]).read()):
     print("docs/planning.md:\n" + block + "\nplan:\n" + open(sys.argv[2]).read())
     sys.exit(1)
 EOF2

@@ -1,0 +1,49 @@
+#include "runner/report/step_time.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runner/report/machine_probe.h"
+
+namespace gf {
+
+StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
+  StepTime t;
+  if (probe == nullptr) {
+    t.not_modelled = "no machine probe of this CPU (build/bin/machine_probe writes it; scripts/setup.sh runs it)";
+    return t;
+  }
+  if (probe->cores_share < kQuietCoresShare) {
+    t.not_modelled = fmt::format("the machine probe measured a busy machine ({:.2f} of the cores): run "
+                                 "build/bin/machine_probe --if-stale", probe->cores_share);
+    return t;
+  }
+  const double gflops = in.bf16 ? probe->gflops_bf16
+                        : probe->fp32_backend == "onednn" ? probe->gflops_onednn
+                        : probe->fp32_backend == "eigen"  ? probe->gflops_eigen
+                                                          : probe->gflops_blas;
+  if (gflops <= 0 || probe->triad_gbs <= 0 || probe->threads <= 0) {
+    t.not_modelled = "the machine probe has no GEMM rate or triad bandwidth for this (a version-1 file: run it again)";
+    return t;
+  }
+  // The rank's share of the machine: its threads of the probe's (a rank with fewer threads has fewer cores).
+  const double share = std::min(1.0, static_cast<double>(in.threads) / probe->threads);
+  const double rate = gflops * 1e9 * share, triad = probe->triad_gbs * 1e9 * share;
+  t.compute = in.flops * (in.full_recompute ? 4.0 / 3.0 : 1.0) / rate;
+  // AdamW: weights, gradients and both moments read; weights and both moments written.
+  t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
+  const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
+  t.communication = in.sent_bytes / link;
+  const double bubble = std::clamp(in.bubble, 0.0, 0.99);
+  t.seconds = (t.compute + t.optimizer) / (1.0 - bubble) + t.communication;
+  t.basis = fmt::format("products at {:.0f} GFLOP/s ({} {} x {}/{} threads), AdamW at the {:.1f} GB/s triad x the same "
+                        "share, messages at {:.1f} GB/s{}{}",
+                        gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
+                        probe->threads, probe->triad_gbs, link / 1e9,
+                        in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)",
+                        bubble > 0 ? fmt::format(", bubble {:.1f}%", 100 * bubble) : std::string());
+  return t;
+}
+
+}  // namespace gf

@@ -1,0 +1,38 @@
+// A first model of a training step's time, from the config and this machine's probe (runner/report/machine_probe.h):
+//   compute       the rank's share of the step's model FLOPs (Megatron's count, a third more under full recompute)
+//                 at the probe's GEMM rate for the compute dtype, scaled to the rank's threads;
+//   optimizer     AdamW's pass over the rank's shard (weights, gradients and both moments read, three written)
+//                 at the probe's triad bandwidth;
+//   communication every byte the step sends (runner/report/step_comm.h) at a link bandwidth: given, or within a host
+//                 half the triad (a shared-memory message is written once and read once), none hidden behind compute;
+//   the pipeline  compute and optimizer stretched by the schedule's bubble.
+// `gridformer plan` prints it and every run logs it beside the measured step time, so its error is seen (attention's
+// softmax, the norms and the other memory-bound work are not in it: on small models it runs short).
+#pragma once
+#include <string>
+
+namespace gf {
+
+struct MachineProbe;
+
+struct StepTimeInputs {
+  double flops = 0;          // the rank's model FLOPs a step (without recompute's)
+  bool full_recompute = false;
+  bool bf16 = false;         // the products in bf16 (the probe's bf16 rate), else fp32 (its fp32 backend's)
+  double shard_floats = 0;   // the parameters this rank's optimizer updates
+  double moment_bytes = 4;   // per moment element
+  double sent_bytes = 0;     // all groups, a step
+  double bubble = 0;         // the pipeline schedule's, 0..1
+  int threads = 1;           // the rank's
+  double link_gbs = 0;       // GB/s; 0: within a host, half the probe's triad
+};
+
+struct StepTime {
+  double seconds = 0, compute = 0, optimizer = 0, communication = 0;
+  std::string basis;      // the rates used, for the log
+  std::string not_modelled;  // non-empty: no figure, and why (no probe, or one of a busy machine)
+};
+
+StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe);
+
+}  // namespace gf

@@ -15,10 +15,13 @@ machine's.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
+import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_binaries import cpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P = "parallel_config."
@@ -32,16 +35,6 @@ LAYOUTS = {
     "cp2 ring": (2, {P + "context_parallel": 2}),
     "dp2 ZeRO-2": (2, {P + "data_parallel": 2, "parallel.zero_stage": 2, "runner_config.batch_size": 4}),
 }
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def run(build, np, sets, steps, batch):
@@ -68,7 +61,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
     a = ap.parse_args()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {a.rounds} interleaved rounds of {a.steps} steps")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; {a.rounds} interleaved rounds of {a.steps} steps")
     measured = {k: [] for k in LAYOUTS}
     modelled = {}
     for r in range(a.rounds):

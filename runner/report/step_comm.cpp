@@ -60,8 +60,8 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const int cp = static_cast<int>(p.context_parallel);
   const int64_t rows = cfg.batch_size * m.seq_length / cp, n = rows * spec.hidden;
   const double f32 = 4, f64 = 8;
-  // Under bf16 or fp16 compute a column-parallel layer's input is gathered as its 16-bit copy.
-  const double column_in = cfg.compute_dtype == ComputeDtype::kFloat32 ? f32 : 2;
+  // Under bf16 compute a column-parallel layer's input is gathered as its bf16 copy (fp16's, emulated, in fp32).
+  const double column_in = cfg.compute_dtype == ComputeDtype::kBFloat16 ? 2 : f32;
   // ZeRO's units over this rank's arena (ShardLayout's: one without ZeRO and under ZeRO-1; under ZeRO-2 the
   // embedding, each layer's two halves, the head and its vocabulary chunks), and the slices this rank owns.
   const int64_t total = params.total_floats();

@@ -3,8 +3,8 @@
 # `gridformer plan` counts it from the config (runner/report/step_comm.h), equals what the run's communicators counted,
 # byte for byte, on every rank: 2 steps of a tiny GPT-2 and Llama at dp2, dp2 ZeRO-1, dp4 (uneven ring shards, each
 # position its own scalar bytes), mp2 with and without sequence parallel, the vocabulary split or not, full recompute,
-# 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits), dp2 x mp2, and pp2 (1F1B, ZB-H1, interleaved,
-# with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too. `plan --json`
+# 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits) and fp16 (in fp32), dp2 x mp2, and pp2 (1F1B,
+# ZB-H1, interleaved, with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too. `plan --json`
 # gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
 # Then each rank's peak RSS within 15% of what plan gives it (the shipped tiny GPT-2 at one rank, dp2 and mp2).
@@ -66,6 +66,7 @@ check 2 mp2_recompute gpt2.yaml $P.model_parallel=2 recompute_config.recompute=T
 check 2 mp2_sp_recompute gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True recompute_config.recompute=True
 check 2 mp2_accumulate gpt2.yaml $P.model_parallel=2 runner_config.gradient_accumulation_steps=2
 check 2 mp2_sp_bf16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True model.model_config.compute_dtype=bfloat16
+check 2 mp2_sp_fp16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True model.model_config.compute_dtype=float16
 check 2 mp2_sp_vocab_recompute_bf16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True $P.vocab_emb_dp=False \
   recompute_config.recompute=True model.model_config.compute_dtype=bfloat16
 check 4 dp2_mp2_sp gpt2.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True

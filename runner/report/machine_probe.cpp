@@ -94,33 +94,42 @@ std::string machine_probe_path() {
 
 MachineSetup apply_machine_probe(int threads) { return apply_machine_probe_at(machine_probe_path(), threads); }
 
+std::optional<MachineProbe> machine_probe_for_this_cpu(const std::string& path, std::string* note) {
+  std::string why;
+  std::optional<MachineProbe> out;
+  const std::string cpu = cpu_model_name();
+  if (path.empty()) {
+    why = "GF_MACHINE_PROBE=off";
+  } else if (std::ifstream in(path); !in) {
+    why = "no machine probe at " + path + " (run build/bin/machine_probe, or set GF_MACHINE_PROBE)";
+  } else {
+    try {
+      MachineProbe p = machine_probe_from_json(nlohmann::json::parse(in));
+      p.path = path;
+      if (p.cpu != cpu)
+        why = fmt::format("the machine probe at {} was measured on \"{}\", this CPU is \"{}\": ignored "
+                          "(re-run build/bin/machine_probe here)", path, p.cpu, cpu);
+      else if (!p.blas_core.empty() && p.blas_core != blas_core_name())
+        why = fmt::format("the machine probe at {} measured OpenBLAS's {} kernels, this run has its {} "
+                          "(OPENBLAS_CORETYPE): ignored (re-run build/bin/machine_probe in this environment)",
+                          path, p.blas_core, blas_core_name());
+      else
+        out = std::move(p);
+    } catch (const std::exception& e) {
+      why = fmt::format("the machine probe at {} is unreadable ({}): ignored (re-run build/bin/machine_probe)", path,
+                        e.what());
+    }
+  }
+  if (note) *note = why;
+  return out;
+}
+
 MachineSetup apply_machine_probe_at(const std::string& path, int threads) {
   MachineSetup m;
   m.cpu = cpu_model_name();
   m.threads = threads;
   m.probe_path = path;
-  if (path.empty()) {
-    m.probe_note = "GF_MACHINE_PROBE=off";
-  } else if (std::ifstream in(path); !in) {
-    m.probe_note = "no machine probe at " + path + " (run build/bin/machine_probe, or set GF_MACHINE_PROBE)";
-  } else {
-    try {
-      MachineProbe p = machine_probe_from_json(nlohmann::json::parse(in));
-      p.path = path;
-      if (p.cpu != m.cpu)
-        m.probe_note = fmt::format("the machine probe at {} was measured on \"{}\", this CPU is \"{}\": ignored "
-                                   "(re-run build/bin/machine_probe here)", path, p.cpu, m.cpu);
-      else if (!p.blas_core.empty() && p.blas_core != blas_core_name())
-        m.probe_note = fmt::format("the machine probe at {} measured OpenBLAS's {} kernels, this run has its {} "
-                                   "(OPENBLAS_CORETYPE): ignored (re-run build/bin/machine_probe in this environment)",
-                                   path, p.blas_core, blas_core_name());
-      else
-        m.probe = std::move(p);
-    } catch (const std::exception& e) {
-      m.probe_note = fmt::format("the machine probe at {} is unreadable ({}): ignored (re-run build/bin/machine_probe)",
-                                 path, e.what());
-    }
-  }
+  m.probe = machine_probe_for_this_cpu(path, &m.probe_note);
   const char* env = std::getenv("GF_GEMM");
   const bool from_env = env != nullptr && *env != '\0';
   if (!from_env && m.probe) gemm_set_backend(gemm_backend_from_name(m.probe->fp32_backend));

@@ -69,6 +69,9 @@ MachineProbe machine_probe_from_json(const nlohmann::json& j);
 // Where a run looks for the file: $GF_MACHINE_PROBE, else <binary dir>/../machine_probe.json.
 // Empty when GF_MACHINE_PROBE is "off".
 std::string machine_probe_path();
+// The probe at `path` if it was measured on this CPU with this process's OpenBLAS kernels (nothing else is set);
+// otherwise none, and *note (if given) says why.
+std::optional<MachineProbe> machine_probe_for_this_cpu(const std::string& path, std::string* note = nullptr);
 // The directory-relative default for a binary at `exe` (exe's directory /.. /machine_probe.json).
 std::string machine_probe_path_for(const std::string& exe);
 

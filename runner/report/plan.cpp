@@ -16,7 +16,6 @@
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
 #include "engine/step_engine.h"
-#include "core/optim/adamw.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/step_comm.h"
 #include "runner/report/step_time.h"
@@ -322,9 +321,15 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   // The bytes a step sends, for tensor-parallel rank 0 at data-parallel position 0 of each stage (other positions
   // differ by the scalars' few bytes); the trainer logs the same count beside what its communicators measured.
   std::vector<std::string> sent;  // each stage's line, merged below where consecutive stages send the same
+  StepComm first;                 // stage 0's, for the step time below
+  int64_t first_floats = 0;       // stage 0's tensor rank 0's arena
   for (size_t st = 0; st < stages.size(); ++st) {
     const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[st]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
     const StepComm c = step_comm(cfg, t0, stages[st], static_cast<int>(st), 0, 0);
+    if (st == 0) {
+      first = c;
+      first_floats = t0.total_floats();
+    }
     if (!c.not_modelled.empty()) {
       out += fmt::format("sent per step: not counted for {} yet\n", c.not_modelled);
       if (json) (*json)["sent_per_step"].push_back({{"not_modelled", c.not_modelled}});
@@ -351,21 +356,13 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     const char* env = std::getenv("OMP_NUM_THREADS");
     const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const int threads = env && std::atoi(env) > 0 ? std::atoi(env) : std::max(1, hw / std::min(ranks, hw));
-    const MachineSetup machine = apply_machine_probe(threads);
-    const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[0]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
-    const StepComm c = step_comm(cfg, t0, stages[0], 0, 0, 0);
-    StepTimeInputs in;
-    in.flops = flops / ranks;
-    in.full_recompute = cfg.recompute;
-    in.bf16 = cfg.compute_dtype == ComputeDtype::kBFloat16;
-    in.moment_bytes = static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype));
+    const std::optional<MachineProbe> probe = machine_probe_for_this_cpu(machine_probe_path());
     const int64_t dc = cfg.parallel.data_parallel * cfg.parallel.context_parallel;
-    in.shard_floats = static_cast<double>(t0.total_floats()) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
-    in.sent_bytes = c.tensor + c.data + c.pipeline + c.embedding + c.context;
-    in.bubble = bubble;
-    in.threads = threads;
-    const StepTime st = model_step_time(in, machine.probe ? &*machine.probe : nullptr);
-    std::string why = !c.not_modelled.empty() ? "the bytes of " + c.not_modelled + " are not counted yet" : st.not_modelled;
+    const double shard = static_cast<double>(first_floats) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
+    const StepTime st =
+        model_step_time(step_time_inputs(cfg, flops / ranks, shard, first, bubble, threads), probe ? &*probe : nullptr);
+    std::string why =
+        !first.not_modelled.empty() ? "the bytes of " + first.not_modelled + " are not counted yet" : st.not_modelled;
     step_line = why.empty() ? fmt::format("modelled step time: {:.4g} s (compute {:.4g}, optimizer {:.4g}, messages {:.4g}; "
                                           "{}; on this machine's probe, {} thread(s) a rank; the run logs it beside the "
                                           "measured one)\n",

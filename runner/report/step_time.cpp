@@ -4,7 +4,10 @@
 
 #include <algorithm>
 
+#include "core/optim/adamw.h"
+#include "runner/config/config.h"
 #include "runner/report/machine_probe.h"
+#include "runner/report/step_comm.h"
 
 namespace gf {
 
@@ -44,6 +47,20 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
                         in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)",
                         bubble > 0 ? fmt::format(", bubble {:.1f}%", 100 * bubble) : std::string());
   return t;
+}
+
+StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
+                                int threads) {
+  StepTimeInputs in;
+  in.flops = flops;
+  in.full_recompute = cfg.recompute;
+  in.bf16 = cfg.compute_dtype == ComputeDtype::kBFloat16;
+  in.moment_bytes = static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype));
+  in.shard_floats = shard_floats;
+  in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context;
+  in.bubble = bubble;
+  in.threads = threads;
+  return in;
 }
 
 }  // namespace gf

@@ -13,7 +13,9 @@
 
 namespace gf {
 
+struct Config;
 struct MachineProbe;
+struct StepComm;
 
 struct StepTimeInputs {
   double flops = 0;          // the rank's model FLOPs a step (without recompute's)
@@ -34,5 +36,10 @@ struct StepTime {
 };
 
 StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe);
+
+// The inputs the config gives (recompute, dtypes) with the rank's FLOPs, optimizer shard, counted bytes, bubble and
+// threads: what plan and the trainer's end-of-run line both model.
+StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
+                                int threads);
 
 }  // namespace gf

@@ -32,15 +32,10 @@ double Trainer::measured_step_seconds() const {
 // Rank 0's step time beside the model's (runner/report/step_time.h), from this rank's own figures.
 StepTime Trainer::log_step_time(const StepComm& sent) const {
   const ModelConfig& m = cfg_.model;
-  StepTimeInputs in;
-  in.flops = TransformerLM::model_flops(find_model(m.arch, m.type).spec(m), global_batch_) / ctx_.world().size();
-  in.full_recompute = cfg_.recompute;
-  in.bf16 = cfg_.compute_dtype == ComputeDtype::kBFloat16;
-  in.moment_bytes = static_cast<double>(moment_element_bytes(cfg_.adamw.moment_dtype));
-  in.shard_floats = static_cast<double>(optimizer_state_bytes()) / (2 * in.moment_bytes);
-  in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context;
-  in.bubble = pipelined() ? bubble_expected_ : 0.0;
-  in.threads = machine_.threads;
+  const double flops = TransformerLM::model_flops(find_model(m.arch, m.type).spec(m), global_batch_) / ctx_.world().size();
+  const double shard = static_cast<double>(optimizer_state_bytes()) /
+                       (2.0 * static_cast<double>(moment_element_bytes(cfg_.adamw.moment_dtype)));
+  const StepTimeInputs in = step_time_inputs(cfg_, flops, shard, sent, pipelined() ? bubble_expected_ : 0.0, machine_.threads);
   StepTime t = model_step_time(in, machine_.probe ? &*machine_.probe : nullptr);
   if (t.not_modelled.empty() && !sent.not_modelled.empty())
     t.not_modelled = "the bytes of " + sent.not_modelled + " are not counted yet";

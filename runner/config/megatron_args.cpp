@@ -175,7 +175,6 @@ const Spec* spec_of(const std::string& name) {
   return e == nullptr ? nullptr : e->spec;
 }
 
-std::string str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 

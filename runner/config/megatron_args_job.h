@@ -14,6 +14,8 @@
 
 namespace gf::megatron_args {
 
+inline std::string str(int64_t v) { return std::to_string(v); }
+
 // The arguments as argparse leaves them: each given one by its first spelling, the rest at the table's
 // default. Values were checked against their type and choices when parsed.
 class Args {

@@ -9,11 +9,6 @@
 #include "runner/config/megatron_args_job.h"
 
 namespace gf::megatron_args {
-namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-}  // namespace
 
 // ---- the model: GPT2Config (LayerNorm, GELU) or LlamaConfig (RMSNorm, SwiGLU) ----
 

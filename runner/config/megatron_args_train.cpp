@@ -8,7 +8,6 @@
 namespace gf::megatron_args {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
 std::string show(double v) { return num(v).Scalar(); }
 
 // A count of steps that must be whole: `v` within rounding of an integer.

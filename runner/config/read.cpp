@@ -17,8 +17,6 @@ namespace {
 
 using config_tree::show;
 
-std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
-
 // The loss scale multiplies the fp32 loss before the backward and divides the gradients after it, as an
 // fp32 number: above FLT_MAX (3.4e38) it is infinite there and so is every gradient. A fixed scale that
 // large would skip every step; a dynamic one is divided by scale_factor at each overflow, so it costs

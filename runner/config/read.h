@@ -14,6 +14,9 @@
 
 namespace gf::config_read {
 
+// `key: value`, as a message quotes a setting.
+inline std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
+
 class KeyReader {
  public:
   KeyReader(YAML::Node root, std::set<std::string>& consumed) : root_(root), consumed_(consumed) {}

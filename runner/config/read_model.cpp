@@ -17,8 +17,6 @@ namespace {
 
 using config_tree::show;
 
-std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
-
 }  // namespace
 
 void read_dtypes(ReadContext& x, const std::string& k, const std::string& norm) {

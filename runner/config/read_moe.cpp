@@ -17,7 +17,7 @@ using config_tree::show;
 
 const std::string k = "moe_config.";
 
-std::string kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
+std::string moe_kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
 
 // The value of `key`, which must be one of `accepted`; refused otherwise, with what they mean.
 std::string one_of(ReadContext& x, const char* key, std::initializer_list<const char*> accepted, const std::string& means,
@@ -30,38 +30,38 @@ std::string one_of(ReadContext& x, const char* key, std::initializer_list<const 
     list += std::string(i == 0 ? "" : i + 1 == accepted.size() ? " or " : ", ") + a;
     ++i;
   }
-  x.refuse(kv(key, v) + ": expects " + list + " (" + means + ")" + extra);
+  x.refuse(moe_kv(key, v) + ": expects " + list + " (" + means + ")" + extra);
   return v;
 }
 
 void check_counts(ReadContext& x) {
   const MoeConfig& e = x.c.model.moe;
   if (e.expert_num < 1)
-    x.refuse(kv("expert_num", std::to_string(e.expert_num)) + ": must be >= 1 (1: a dense model; Mixtral: 8)");
+    x.refuse(moe_kv("expert_num", std::to_string(e.expert_num)) + ": must be >= 1 (1: a dense model; Mixtral: 8)");
   if (e.num_experts_chosen < 1)
-    x.refuse(kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) +
+    x.refuse(moe_kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) +
              ": must be >= 1 (the experts each token is sent to; Mixtral: 2)");
   else if (e.expert_num >= 1 && e.num_experts_chosen > e.expert_num)
-    x.refuse(kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) + " is larger than `moe_config.expert_num: " +
+    x.refuse(moe_kv("num_experts_chosen", std::to_string(e.num_experts_chosen)) + " is larger than `moe_config.expert_num: " +
              std::to_string(e.expert_num) + "`: each token picks num_experts_chosen different experts; use at most " +
              std::to_string(e.expert_num) + (e.expert_num == 1 ? " (a dense model)" : ", or raise expert_num"));
   if (e.moe_layer_freq < 1)
-    x.refuse(kv("moe_layer_freq", std::to_string(e.moe_layer_freq)) +
+    x.refuse(moe_kv("moe_layer_freq", std::to_string(e.moe_layer_freq)) +
              ": must be >= 1 (layer i is MoE when i % moe_layer_freq == 0; 1: every layer, 2: every other layer)");
 }
 
 void check_factors(ReadContext& x) {
   const MoeConfig& e = x.c.model.moe;
   if (!std::isfinite(e.capacity_factor))
-    x.refuse(kv("capacity_factor", show(x.rd.node(k + "capacity_factor"))) +
+    x.refuse(moe_kv("capacity_factor", show(x.rd.node(k + "capacity_factor"))) +
              ": expects a number (> 0: the capacity factor; <= 0: dropless)");
   // Both losses are added to the LM loss and their gradients scaled by the factor in fp32: published factors are
   // 1e-3 to 1e-1; at 1000 the router's terms outweigh the LM loss a thousandfold, and 1e308 overflows at step 1.
   if (!(e.aux_loss_factor >= 0.0 && e.aux_loss_factor <= 1000.0))
-    x.refuse(kv("aux_loss_factor", show(x.rd.node(k + "aux_loss_factor"))) +
+    x.refuse(moe_kv("aux_loss_factor", show(x.rd.node(k + "aux_loss_factor"))) +
              ": must be in [0, 1000] (0: no load-balancing loss; MindFormers' default: 0.05)");
   if (!(e.z_loss_factor >= 0.0 && e.z_loss_factor <= 1000.0))
-    x.refuse(kv("z_loss_factor", show(x.rd.node(k + "z_loss_factor"))) +
+    x.refuse(moe_kv("z_loss_factor", show(x.rd.node(k + "z_loss_factor"))) +
              ": must be in [0, 1000] (0: no router z-loss; ST-MoE's: 0.001)");
 }
 
@@ -70,7 +70,7 @@ void check_factors(ReadContext& x) {
 void warn_capacity_rule(ReadContext& x) {
   const MoeConfig& e = x.c.model.moe;
   if (!e.enabled() || e.dropless() || e.routing_policy != "TopkRouterV2") return;
-  x.warn(kv("routing_policy", e.routing_policy) + " with `capacity_factor: " + show(x.rd.node(k + "capacity_factor")) +
+  x.warn(moe_kv("routing_policy", e.routing_policy) + " with `capacity_factor: " + show(x.rd.node(k + "capacity_factor")) +
          "`: capacity here is ceil(capacity_factor x seq_length x num_experts_chosen / expert_num) tokens per expert "
          "and sequence, the assignments over it dropped by token_drop_policy (" + token_drop_policy_name(e.token_drop_policy) +
          "); MindFormers' TopkRouterV2 counts it over all the tokens of a data-parallel shard of the batch (batch_size "
@@ -94,17 +94,17 @@ void read_moe(ReadContext& x) {
     const YAML::Node width = rd.node(k + "moe_ffn_hidden_size");
     int64_t w = 0;
     if (width && !width.IsNull() && !(width.IsScalar() && YAML::convert<int64_t>::decode(width, w) && w > 0))
-      x.refuse(kv("moe_ffn_hidden_size", show(width)) + ": expects an FFN width > 0, or ~ (the model's own)");
+      x.refuse(moe_kv("moe_ffn_hidden_size", show(width)) + ": expects an FFN width > 0, or ~ (the model's own)");
     e.expert_ffn = w;
   }
   e.shared_expert_ffn = rd.get<int64_t>(k + "moe_shared_expert_intermediate_size");
   if (e.shared_expert_ffn < 0)
-    x.refuse(kv("moe_shared_expert_intermediate_size", std::to_string(e.shared_expert_ffn)) +
+    x.refuse(moe_kv("moe_shared_expert_intermediate_size", std::to_string(e.shared_expert_ffn)) +
              ": expects a width > 0 for a shared expert, or 0 for none");
   e.shared_expert_gate = rd.get<bool>(k + "use_shared_expert_gating");
   e.sparse_step = rd.get<int64_t>(k + "decoder_sparse_step");
   if (e.sparse_step < 0)
-    x.refuse(kv("decoder_sparse_step", std::to_string(e.sparse_step)) +
+    x.refuse(moe_kv("decoder_sparse_step", std::to_string(e.sparse_step)) +
              ": must be >= 0 (> 0: layer i is MoE when (i + 1) % decoder_sparse_step == 0; 0: moe_layer_freq's rule)");
   e.dense_layers.clear();
   const YAML::Node only = rd.node(k + "mlp_only_layers");
@@ -112,39 +112,39 @@ void read_moe(ReadContext& x) {
     for (const YAML::Node& n : only) {
       int64_t l = -1;
       if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, l) || l < 0 || l >= x.c.model.num_layers)
-        x.refuse(kv("mlp_only_layers", show(only)) + ": expects layer indices in [0, num_layers " +
+        x.refuse(moe_kv("mlp_only_layers", show(only)) + ": expects layer indices in [0, num_layers " +
                  std::to_string(x.c.model.num_layers) + ")");
       else e.dense_layers.push_back(l);
     }
   } else if (only && !only.IsNull()) {
-    x.refuse(kv("mlp_only_layers", show(only)) + ": expects a list of layer indices, e.g. [0, 1], or []");
+    x.refuse(moe_kv("mlp_only_layers", show(only)) + ": expects a list of layer indices, e.g. [0, 1], or []");
   }
   e.router_sigmoid = one_of(x, "moe_router_score_function", {"softmax", "sigmoid"},
                             "how the router scores the experts: a softmax over them, or each one's sigmoid") == "sigmoid";
   e.router_groups = rd.get<int64_t>(k + "moe_router_num_groups");
   e.router_group_topk = rd.get<int64_t>(k + "moe_router_group_topk");
   if (e.router_groups < 1 || (e.expert_num > 1 && e.expert_num % e.router_groups != 0))
-    x.refuse(kv("moe_router_num_groups", std::to_string(e.router_groups)) + ": must be >= 1 and divide expert_num (" +
+    x.refuse(moe_kv("moe_router_num_groups", std::to_string(e.router_groups)) + ": must be >= 1 and divide expert_num (" +
              std::to_string(e.expert_num) + ")");
   else if (e.router_group_topk < 1 || e.router_group_topk > e.router_groups)
-    x.refuse(kv("moe_router_group_topk", std::to_string(e.router_group_topk)) + ": must be between 1 and "
+    x.refuse(moe_kv("moe_router_group_topk", std::to_string(e.router_group_topk)) + ": must be between 1 and "
              "moe_router_num_groups (" + std::to_string(e.router_groups) + ")");
   {
     const YAML::Node n = rd.node(k + "moe_router_group_score_topk");
     int64_t v = 0;
     const int64_t per = e.router_groups >= 1 && e.expert_num % e.router_groups == 0 ? e.expert_num / e.router_groups : 1;
     if (n && !n.IsNull() && !(n.IsScalar() && YAML::convert<int64_t>::decode(n, v) && v >= 1 && v <= per))
-      x.refuse(kv("moe_router_group_score_topk", show(n)) + ": expects 1 to the experts per group (" +
+      x.refuse(moe_kv("moe_router_group_score_topk", show(n)) + ": expects 1 to the experts per group (" +
                std::to_string(per) + "), or ~");
     e.router_group_score_topk = v;
   }
   e.router_scaling = rd.get<double>(k + "moe_router_topk_scaling_factor");
   if (!(e.router_scaling > 0))
-    x.refuse(kv("moe_router_topk_scaling_factor", show(rd.node(k + "moe_router_topk_scaling_factor"))) + ": must be > 0");
+    x.refuse(moe_kv("moe_router_topk_scaling_factor", show(rd.node(k + "moe_router_topk_scaling_factor"))) + ": must be > 0");
   e.expert_bias = rd.get<bool>(k + "moe_router_enable_expert_bias");
   e.expert_bias_rate = rd.get<double>(k + "moe_router_bias_update_rate");
   if (!(e.expert_bias_rate >= 0))
-    x.refuse(kv("moe_router_bias_update_rate", show(rd.node(k + "moe_router_bias_update_rate"))) + ": must be >= 0");
+    x.refuse(moe_kv("moe_router_bias_update_rate", show(rd.node(k + "moe_router_bias_update_rate"))) + ": must be >= 0");
   if (e.router_sigmoid && (e.aux_loss_factor != 0.0 || e.z_loss_factor != 0.0) && e.expert_num > 1)
     x.refuse("`moe_config.moe_router_score_function: sigmoid` with aux_loss_factor or z_loss_factor > 0: a balancing "
              "or z-loss on sigmoid scores is not built; set both to 0 (DeepSeek-V3 balances by "

@@ -30,8 +30,6 @@ const char* const kSchedulers =
     "1f1b (the default), gpipe, interleaved, zero_bubble_h1 (or zbh1, zb-h1, zero_bubble), or file (with "
     "parallel.pipeline_config.pipeline_schedule_file)";
 
-std::string kv(const std::string& key, const std::string& value) { return "`" + key + ": " + value + "`"; }
-
 // A YAML list of ints into `out`; false for anything else.
 bool int_list(const YAML::Node& n, std::vector<int64_t>& out) {
   if (!n.IsSequence()) return false;

@@ -46,7 +46,16 @@ print(f"probe: blas {g['blas']} eigen {g['eigen']} bf16 {g['bf16']} GFLOP/s -> {
 PY
 [ $((SECONDS - start)) -le 30 ] || fail "a 20 ms budget took $((SECONDS - start)) s"
 
-# --if-stale: a file for this CPU is kept as it is; one for another CPU (or a broken one) is measured again.
+# --if-stale: a file for this CPU, measured with the cores to itself, is kept as it is; one measured on a busy
+# machine, for another CPU (or a broken one) is measured again. The probe above may itself have run beside other
+# tests (its cores_share below 0.8, which --if-stale rightly measures again), so the kept case is given a quiet share.
+cp p.json measured.json
+"$PY" -c 'import json; j = json.load(open("p.json")); j["cores_share"] = 0.3; json.dump(j, open("p.json", "w"))'
+"$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > busy.txt 2>&1 || fail "--if-stale, busy"
+grep -q "is up to date" busy.txt && fail "--if-stale kept a probe measured on a busy machine (cores_share 0.3)"
+"$PY" -c 'import json; j = json.load(open("p.json")); assert len(j["products"]) == 1, j["products"]' || fail "--if-stale, busy: not re-measured"
+cp measured.json p.json
+"$PY" -c 'import json; j = json.load(open("p.json")); j["cores_share"] = max(j["cores_share"], 0.95); json.dump(j, open("p.json", "w"))'
 cp p.json before.json
 "$PROBE" --out p.json --threads 1 --budget-ms 20 --shapes NN:64x64x64 --if-stale > b.txt 2>&1 || fail "--if-stale"
 grep -q "is up to date for this CPU" b.txt || fail "--if-stale re-measured: $(cat b.txt)"
@@ -84,6 +93,14 @@ run e "$PROBE" --out x.json --shapes NX:1x2x3
 "$PROBE" --out real.json --threads 1 --budget-ms 100 > f.txt 2>&1 || { cat f.txt; fail "default products"; }
 cat f.txt
 bare_gpt2 run.yaml out=./out data_seed=3 samples= heads=2
+# A probe measured beside other work (cores_share below 0.8: this test may run beside others) gives a run no peak to
+# divide by; that case is checked on a copy marked busy, and the run's own reading on one marked quiet.
+"$PY" -c 'import json; j = json.load(open("real.json")); j["cores_share"] = 0.3; json.dump(j, open("busy.json", "w"))'
+OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/busy.json" "$BIN" train --config run.yaml > gb.txt 2>&1 \
+  || { cat gb.txt; fail "a run with a busy probe"; }
+grep -q "MFU relative to .* the built-in nominal peak, .* (the machine probe at $WORK/busy.json had 0.3 of the cores" gb.txt \
+  || fail "a busy probe's peak was divided by: $(grep 'MFU relative' gb.txt)"
+"$PY" -c 'import json; j = json.load(open("real.json")); j["cores_share"] = max(j["cores_share"], 0.95); json.dump(j, open("real.json", "w"))'
 backend="$("$PY" -c 'import json; print(json.load(open("real.json"))["fp32_backend"])')"
 OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BIN" train --config run.yaml > g.txt 2>&1 \
   || { cat g.txt; fail "a run with the probe"; }

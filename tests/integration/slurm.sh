@@ -115,7 +115,8 @@ job() {
 
 # ---- (a) sbatch --wait, 4 ranks ----------------------------------------------------------------------------------
 job a 4 100
-[ "$st" -eq 0 ] || { cat a.txt ${out:+"$out"} slurmd.log 2>/dev/null | tail -40; fail "(a) sbatch --wait: status $st"; }
+# On failure the job's own output comes last: the end of a failed test's output is what a CI log shows of it.
+[ "$st" -eq 0 ] || { tail -20 slurmd.log; cat a.txt; [ -n "$out" ] && tail -30 "$out"; fail "(a) sbatch --wait: status $st"; }
 grep -q "gridformer.sbatch: job [0-9]*: 4 rank(s) on $NODE, 1 thread(s) each; srun --mpi=pmix" "$out" || { cat "$out"; fail "(a) the script's line"; }
 grep -q 'step:\[' "$out" || { cat "$out"; fail "(a) no steps in the job's output"; }
 for r in 0 1 2 3; do

@@ -30,7 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string golden(const std::string& n) {
+// A file under tests/golden/megatron/ (named apart from golden_case::golden, which other files of its unity batch use).
+std::string megatron_golden(const std::string& n) {
   return std::string(GF_SOURCE_DIR) + "/tests/golden/megatron/" + n;
 }
 
@@ -48,7 +49,7 @@ struct Loaded {
 
   Loaded(const std::string& yaml, const std::string& checkpoint, std::vector<std::string> overrides = {}) {
     overrides.push_back("load_checkpoint=" + checkpoint);
-    cfg = load_config(golden(yaml), overrides);
+    cfg = load_config(megatron_golden(yaml), overrides);
     model = build_model(cfg.model, model_layout(cfg), 1, ctx);
     note = model->load_hf_checkpoint(cfg.load_checkpoint);
   }
@@ -81,8 +82,8 @@ class MegatronGolden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MegatronGolden, LoadsTheWeightsOfTheHuggingFaceFile) {
   const Case& k = GetParam();
-  Loaded megatron(k.yaml, golden(k.dir));
-  Loaded hf(k.yaml, golden(k.safetensors));
+  Loaded megatron(k.yaml, megatron_golden(k.dir));
+  Loaded hf(k.yaml, megatron_golden(k.safetensors));
   EXPECT_EQ(hf.note, "");
   expect_same_weights(*megatron.model, *hf.model, k.dir);
   EXPECT_NE(megatron.note.find(k.note), std::string::npos) << megatron.note;
@@ -110,16 +111,16 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.dir); });
 
 TEST(MegatronCheckpoint, AnIterationDirectoryARankDirectoryOrAShardFileNamesTheSameCheckpoint) {
-  const std::string root = golden("legacy_v2_tp2_pp2");
+  const std::string root = megatron_golden("legacy_v2_tp2_pp2");
   EXPECT_TRUE(is_megatron_checkpoint(root));
   EXPECT_TRUE(is_megatron_checkpoint(root + "/"));
   EXPECT_TRUE(is_megatron_checkpoint(root + "/iter_0002000"));
   EXPECT_TRUE(is_megatron_checkpoint(root + "/iter_0002000/mp_rank_01_001"));
   EXPECT_TRUE(is_megatron_checkpoint(root + "/iter_0002000/mp_rank_01_001/model_optim_rng.pt"));
-  EXPECT_TRUE(is_megatron_checkpoint(golden("legacy_v3_release_bf16/release")));
-  EXPECT_FALSE(is_megatron_checkpoint(golden("gpt2.safetensors")));
-  EXPECT_FALSE(is_megatron_checkpoint(golden("")));
-  EXPECT_FALSE(is_megatron_checkpoint(golden("no_such_dir")));
+  EXPECT_TRUE(is_megatron_checkpoint(megatron_golden("legacy_v3_release_bf16/release")));
+  EXPECT_FALSE(is_megatron_checkpoint(megatron_golden("gpt2.safetensors")));
+  EXPECT_FALSE(is_megatron_checkpoint(megatron_golden("")));
+  EXPECT_FALSE(is_megatron_checkpoint(megatron_golden("no_such_dir")));
 
   const MegatronCheckpointFiles f = find_megatron_shards(root + "/iter_0002000/mp_rank_01_001/model_optim_rng.pt");
   EXPECT_EQ(f.iteration, "2000");
@@ -138,12 +139,12 @@ TEST(MegatronCheckpoint, AnIterationDirectoryARankDirectoryOrAShardFileNamesTheS
 }
 
 TEST(MegatronCheckpoint, APipelineStageTakesItsShare) {
-  Loaded whole("gpt2.yaml", golden("core_gpt_te_tp2"));
+  Loaded whole("gpt2.yaml", megatron_golden("core_gpt_te_tp2"));
   const ModelConfig& cfg = whole.cfg.model;
   ParallelContext ctx = ParallelContext::single();
   // The last two layers, the final norm and the tied head.
   PipelineStage stage(gpt2_spec(cfg), gpt2_name, cfg, ModelLayout{}, 1, ctx, {StageOptions{2, 4}});
-  stage.load_hf_checkpoint(golden("legacy_v2_tp2_pp2"));
+  stage.load_hf_checkpoint(megatron_golden("legacy_v2_tp2_pp2"));
   for (const TensorPlacement& t : stage.params().tensors()) {
     const TensorPlacement& w = whole.model->params().at(t.spec->name);
     ASSERT_EQ(t.numel(), w.numel()) << t.spec->name;
@@ -153,7 +154,7 @@ TEST(MegatronCheckpoint, APipelineStageTakesItsShare) {
 }
 
 TEST(MegatronCheckpoint, ArgsThatDifferFromTheModelAreRefusedAllInOneMessage) {
-  const std::string path = golden("legacy_v2_tp2_pp2");
+  const std::string path = megatron_golden("legacy_v2_tp2_pp2");
   std::string m = message_of([&] { Loaded("gpt2.yaml", path, {"model.model_config.num_layers=3"}); });
   EXPECT_NE(m.find(path + "/iter_0002000/mp_rank_00_000/model_optim_rng.pt: the checkpoint's args describe another model"),
             std::string::npos)
@@ -177,7 +178,7 @@ TEST(MegatronCheckpoint, ArgsThatDifferFromTheModelAreRefusedAllInOneMessage) {
   EXPECT_NE(m.find("Set the config's keys to the checkpoint's values"), std::string::npos) << m;
 
   // A Llama checkpoint is not a GPT-2.
-  m = message_of([&] { Loaded("gpt2.yaml", golden("core_llama_te_tp2"), {"model.model_config.num_layers=2"}); });
+  m = message_of([&] { Loaded("gpt2.yaml", megatron_golden("core_llama_te_tp2"), {"model.model_config.num_layers=2"}); });
   for (const char* key : {"`normalization`: the checkpoint's RMSNorm, the configured model's LayerNorm",
                           "`swiglu`: the checkpoint's True", "`position_embedding_type`: the checkpoint's rope",
                           "`num_query_groups`: the checkpoint's 2, the configured model's 4", "`add_bias_linear`",
@@ -185,24 +186,24 @@ TEST(MegatronCheckpoint, ArgsThatDifferFromTheModelAreRefusedAllInOneMessage) {
     EXPECT_NE(m.find(key), std::string::npos) << key << "\n" << m;
 
   // Mixtral's experts and top-k.
-  m = message_of([&] { Loaded("mixtral.yaml", golden("core_moe_ep2"), {"moe_config.expert_num=8"}); });
+  m = message_of([&] { Loaded("mixtral.yaml", megatron_golden("core_moe_ep2"), {"moe_config.expert_num=8"}); });
   EXPECT_NE(m.find("`num_experts`: the checkpoint's 4, the configured model's 8 (moe_config.expert_num)"), std::string::npos)
       << m;
-  m = message_of([&] { Loaded("mixtral.yaml", golden("core_moe_ep2"), {"moe_config.num_experts_chosen=1"}); });
+  m = message_of([&] { Loaded("mixtral.yaml", megatron_golden("core_moe_ep2"), {"moe_config.num_experts_chosen=1"}); });
   EXPECT_NE(m.find("`moe_router_topk`: the checkpoint's 2, the configured model's 1"), std::string::npos) << m;
 }
 
 TEST(MegatronCheckpoint, APickleNamingOsSystemIsRefusedNamingTheGlobal) {
   const fs::path cwd = fs::current_path();
-  const std::string m = message_of([&] { Loaded("gpt2.yaml", golden("malicious")); });
-  EXPECT_NE(m.find(golden("malicious/iter_0000001/mp_rank_00/model_optim_rng.pt")), std::string::npos) << m;
+  const std::string m = message_of([&] { Loaded("gpt2.yaml", megatron_golden("malicious")); });
+  EXPECT_NE(m.find(megatron_golden("malicious/iter_0000001/mp_rank_00/model_optim_rng.pt")), std::string::npos) << m;
   EXPECT_NE(m.find("posix.system"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(cwd / "gf_megatron_MARKER"));
 }
 
 TEST(MegatronCheckpoint, AMissingShardIsRefusedNamingIt) {
   const fs::path dir = work_dir() / "ckpt";
-  fs::copy(golden("core_gpt_local_tp2"), dir, fs::copy_options::recursive);
+  fs::copy(megatron_golden("core_gpt_local_tp2"), dir, fs::copy_options::recursive);
   fs::remove_all(dir / "iter_0001000" / "mp_rank_01");
   const std::string m = message_of([&] { Loaded("gpt2.yaml", dir.string()); });
   EXPECT_NE(m.find((dir / "iter_0001000").string() + ": 1 of the 2 shard files are missing: " +
@@ -214,7 +215,7 @@ TEST(MegatronCheckpoint, AMissingShardIsRefusedNamingIt) {
 
 TEST(MegatronCheckpoint, ATrackerNamingAnotherIterationIsRefusedNamingIt) {
   const fs::path dir = work_dir() / "ckpt";
-  fs::copy(golden("legacy_v0_tp1"), dir, fs::copy_options::recursive);
+  fs::copy(megatron_golden("legacy_v0_tp1"), dir, fs::copy_options::recursive);
   std::ofstream(dir / "latest_checkpointed_iteration.txt") << "600\n";
   std::string m = message_of([&] { Loaded("gpt2.yaml", dir.string()); });
   EXPECT_NE(m.find("the checkpoint's iteration directory " + (dir / "iter_0000600").string() + " is missing"),
@@ -226,14 +227,14 @@ TEST(MegatronCheckpoint, ATrackerNamingAnotherIterationIsRefusedNamingIt) {
 }
 
 TEST(MegatronCheckpoint, ATensorThatMapsToNothingOrAParameterNothingGivesIsRefused) {
-  std::string m = message_of([&] { Loaded("gpt2.yaml", golden("unmapped")); });
+  std::string m = message_of([&] { Loaded("gpt2.yaml", megatron_golden("unmapped")); });
   EXPECT_NE(
-      m.find(golden("unmapped/iter_0000001/mp_rank_00/model_optim_rng.pt") +
+      m.find(megatron_golden("unmapped/iter_0000001/mp_rank_00/model_optim_rng.pt") +
              ": tensor 'decoder.layers.0.self_attention.q_layernorm.weight' is not a tensor Megatron's GPT models have"),
       std::string::npos)
       << m;
-  m = message_of([&] { Loaded("gpt2.yaml", golden("partial")); });
-  EXPECT_NE(m.find(golden("partial/iter_0000001") +
+  m = message_of([&] { Loaded("gpt2.yaml", megatron_golden("partial")); });
+  EXPECT_NE(m.find(megatron_golden("partial/iter_0000001") +
                    ": no tensor of the checkpoint gives the configured GPT-2's wpe.weight [32, 16]"),
             std::string::npos)
       << m;

@@ -66,7 +66,8 @@
 #   losses DIR                  the step losses of DIR/metrics.jsonl, "step loss" per line
 #   same_losses A B [REL]       the losses of A and B agree step for step (bitwise, or within REL relative)
 #   ranks_of OUT                the pids of the gridformer processes training into output_dir OUT (from their command
-#                               lines: other tests' processes may come and go meanwhile; one that ends is skipped; never fails)
+#                               lines: other tests' processes may come and go meanwhile; one that ends is skipped; never fails);
+#                               a relative OUT only of processes running in the caller's directory (tests/integration/ranks_of.sh)
 #   wait_step OUT N [TRIES]     waits until OUT/metrics.jsonl logs N steps, polling every 50 ms, at most TRIES (600) times
 #   kill_ours                   SIGCONT and SIGKILL to every process whose command line names $WORK/ (a script's runs
 #                               into absolute output_dirs); KILL_AT_EXIT=1 has the exit do it
@@ -341,9 +342,14 @@ EOF
 }
 
 ranks_of() {
-  local p
+  local p here
+  here=$(pwd -P)
   for p in $(pgrep -x gridformer || true); do
-    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " && echo "$p"
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -q -- "output_dir=$1 " || continue
+    # A relative OUT names this script's run only where the process runs in this directory: another test's run into
+    # its own ./a (slurm.sh's sbatch job, say) has the same command line, and once took stop_checkpoint.sh's SIGTERM.
+    [[ "$1" == /* ]] || [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$here" ] || continue
+    echo "$p"
   done
   return 0
 }

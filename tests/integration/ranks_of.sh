@@ -7,14 +7,15 @@
 # a training command line; one in this directory, one in another, one into an absolute output_dir.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 STAND_INS=()
-stop_stand_ins() { local p; for p in "${STAND_INS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
+# Their sleeps too (a sleep left running holds ctest's output pipe until it ends).
+stop_stand_ins() { local p; for p in "${STAND_INS[@]}"; do pkill -KILL -P "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; wait 2>/dev/null; }
 AT_EXIT=stop_stand_ins
 mkdir -p here_bin other/bin
 ln -s "$(command -v bash)" here_bin/gridformer
 ln -s "$(command -v bash)" other/bin/gridformer
-here_bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set output_dir=a & STAND_INS+=($!); mine=$!
-(cd other && exec bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set output_dir=a) & STAND_INS+=($!); theirs=$!
-(cd other && exec bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set "output_dir=$WORK/abs") & STAND_INS+=($!); abs=$!
+here_bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set output_dir=a > /dev/null 2>&1 & STAND_INS+=($!); mine=$!
+(cd other && exec bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set output_dir=a) > /dev/null 2>&1 & STAND_INS+=($!); theirs=$!
+(cd other && exec bin/gridformer -c 'sleep 60; :' gridformer train --config x.yaml --set "output_dir=$WORK/abs") > /dev/null 2>&1 & STAND_INS+=($!); abs=$!
 for _ in $(seq 1 50); do [ "$(pgrep -x gridformer | grep -cxE "$mine|$theirs|$abs")" -eq 3 ] && break; sleep 0.1; done
 [ "$(pgrep -x gridformer | grep -cxE "$mine|$theirs|$abs")" -eq 3 ] || fail "the stand-ins are not seen as gridformer processes"
 

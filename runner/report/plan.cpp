@@ -336,9 +336,11 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       break;
     }
     sent.push_back(fmt::format(
-        "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{}{} (as counted by the "
+        "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{}{}{} (as counted by the "
         "run's log)\n",
         human_bytes(c.tensor), human_bytes(c.data),
+        c.expert_data > 0 ? fmt::format(", {} in the expert-data group (the experts' gradients)", human_bytes(c.expert_data))
+                          : std::string(),
         cfg.parallel.context_parallel > 1 ? fmt::format(", {} in the context-parallel group", human_bytes(c.context))
                                           : std::string(),
         pp > 1 ? fmt::format(", {} in the pipeline group{}", human_bytes(c.pipeline),
@@ -347,7 +349,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
                : std::string()));
     if (json)
       (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
-                                          {"embedding", c.embedding}, {"context", c.context}});
+                                          {"embedding", c.embedding}, {"context", c.context},
+                                          {"expert_data", c.expert_data}});
   }
   std::string step_line;
   // The modelled step time (runner/report/step_time.h) of stage 0's tensor rank 0, on this machine's probe, at

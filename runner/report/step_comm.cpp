@@ -22,7 +22,11 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   std::vector<std::string> out;
   if (p.context_parallel > 1 && p.context_parallel_algo == "hybrid_cp") out.push_back("context_parallel_algo hybrid_cp");
   if (p.context_parallel > 1 && cfg.compute_dtype != ComputeDtype::kFloat32) out.push_back("context parallel in 16 bits");
-  if (p.expert_parallel > 1 || spec.moe.experts > 1) out.push_back("MoE layers");
+  // MoE layers on one expert-parallel rank, without tensor or context parallelism or ZeRO, are counted: every rank runs
+  // all its experts on its own rows; their gradients are summed over the expert-data group, their statistics below.
+  if (p.expert_parallel > 1 ||
+      (spec.moe.experts > 1 && (p.model_parallel > 1 || p.context_parallel > 1 || p.zero_stage >= 1)))
+    out.push_back("MoE layers at expert_parallel, model_parallel or context_parallel > 1, or with ZeRO");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
   if (p.zero_stage >= 3) out.push_back("ZeRO-3");
@@ -80,6 +84,14 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     if (zero == 0) owned.emplace_back(at[i], at[i + 1]);
     else owned.emplace_back(at[i] + shard_begin(k, dc, dp_pos), at[i] + shard_begin(k, dc, dp_pos + 1));
   }
+  // The MoE statistics a step sums over the data group, then the pipeline stages (Trainer::gather_moe_stats): per
+  // layer of the model whether it is MoE here, the aux and z losses, the dropped count and the tokens per expert,
+  // and the least routing margin (a max).
+  auto moe_stats = [&](int n, int pos) {
+    if (!m.moe.enabled() || n <= 1) return 0.0;
+    const int64_t L = m.num_layers, E = m.moe.expert_num;
+    return f64 * static_cast<double>(ring_allreduce_sent(L * (4 + E), n, pos) + ring_allreduce_sent(L, n, pos));
+  };
   auto AR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, t, tp_pos)); };
   auto RS = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_reduce_scatter_sent(k, t, tp_pos)); };
   auto AG = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allgather_sent(k, t, tp_pos)); };
@@ -126,6 +138,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     c.pipeline = f32 * static_cast<double>(sends * (sp ? rows / t : rows) * spec.hidden);
     // The step's scalars: the loss, the schedule's makespan and bubble (sum and max), the gradient norm.
     c.pipeline += 5 * f64 * static_cast<double>(ring_allreduce_sent(1, pp, stage));
+    c.pipeline += moe_stats(pp, stage);
     // A tied embedding's two copies (the first stage's lookup, the last stage's head) summed into both.
     if (spec.tied_head && (first || last))
       if (const TensorPlacement* x = params.find(entry.names(Role::kEmbed, -1)))
@@ -164,10 +177,15 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       }
       c.data += dAR(1, f64);
     } else {
-      for (const GradientSync::Bucket& b : gradient_buckets(params, total, p.gradient_aggregation_group))
+      // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
+      // the ranks holding the same experts: here, one expert-parallel rank, the data-parallel group.
+      const int64_t dense = std::min(params.expert_begin(), total);
+      for (const GradientSync::Bucket& b : gradient_buckets(params, dense, p.gradient_aggregation_group))
         c.data += dAR(b.end - b.begin, f32);
+      if (dense < total) c.expert_data = dAR(total - dense, f32);
     }
     c.data += dAR(1, f64);  // the loss
+    c.data += moe_stats(dc, dp_pos);
     // The trained targets counted over the data-parallel group (under context parallel a group of its own).
     if ((loss_mask || m.documents.eod_mask_loss) && cp == 1) c.data += dAR(1, f64);
   }

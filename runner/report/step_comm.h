@@ -21,6 +21,7 @@ struct StepComm {
   double pipeline = 0;  // in the pipeline group: the stage-to-stage activations and gradients, the step's scalars
   double embedding = 0;  // in the tied embedding's group (its copies on the first and last stage summed)
   double context = 0;    // in the context-parallel group and its Ulysses and ring subgroups (the attention's exchanges)
+  double expert_data = 0;  // in the expert-data group (the ranks holding the same experts): the experts' gradients
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;

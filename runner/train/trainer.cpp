@@ -309,11 +309,11 @@ int Trainer::train_loop() {
       trace::Span span("checkpoint", "checkpoint commit");
       finish_checkpoint(false);  // commits a save whose files are written
     }
-    const double before[5] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4)};
+    const double before[6] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4), sent_by(5)};
     const auto step_t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(step);
     step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
-    for (int g = 0; g < 5; ++g) step_sent_[g] += sent_by(g) - before[g];
+    for (int g = 0; g < 6; ++g) step_sent_[g] += sent_by(g) - before[g];
     ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {
@@ -378,13 +378,14 @@ int Trainer::train_loop() {
 }
 
 // The bytes group g has sent so far: 0 tensor, 1 data (x context), 2 pipeline, 3 tied embedding, 4 context (with its
-// Ulysses and ring subgroups, hybrid_cp's; groups of one otherwise).
+// Ulysses and ring subgroups, hybrid_cp's; groups of one otherwise), 5 expert-data (x context: the experts' gradients).
 double Trainer::sent_by(int g) const {
   switch (g) {
     case 0: return static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
     case 1: return static_cast<double>(ctx_.data_like().stats().bytes_sent);
     case 2: return static_cast<double>(ctx_.group(GridAxis::kPp).stats().bytes_sent);
     case 3: return static_cast<double>(ctx_.embed().stats().bytes_sent);
+    case 5: return static_cast<double>(ctx_.expert_data_like().stats().bytes_sent);
     default:
       return ctx_.size(GridAxis::kCp) > 1
                  ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +

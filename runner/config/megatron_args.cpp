@@ -175,7 +175,6 @@ const Spec* spec_of(const std::string& name) {
   return e == nullptr ? nullptr : e->spec;
 }
 
-
 }  // namespace
 
 // ---- values ----

@@ -17,7 +17,7 @@ using config_tree::show;
 
 const std::string k = "moe_config.";
 
-std::string moe_kv(const std::string& key, const std::string& value) { return "`" + k + key + ": " + value + "`"; }
+std::string moe_kv(const std::string& key, const std::string& value) { return kv(k + key, value); }
 
 // The value of `key`, which must be one of `accepted`; refused otherwise, with what they mean.
 std::string one_of(ReadContext& x, const char* key, std::initializer_list<const char*> accepted, const std::string& means,

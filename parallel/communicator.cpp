@@ -89,6 +89,11 @@ void Request::wait() {
 }
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
+  // A process started without a launcher (no mpirun, srun or PMIx around it) is an Open MPI singleton, which by
+  // default forks a supporting daemon (orted) so that it could spawn processes later: about 0.1 s of every one-rank
+  // start, and a second process. gridformer never spawns, so the singleton runs alone. Under a launcher the
+  // parameter names a component that is not used; a value the user set is kept.
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
 }

@@ -39,6 +39,7 @@
 #include "runner/train/batch_source.h"
 #include "runner/train/output_paths.h"
 #include "runner/report/plan.h"
+#include "runner/report/plan_search.h"
 #include "runner/report/logging.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/metrics_log.h"
@@ -202,6 +203,8 @@ struct Cli {
   int ranks = 0;
   std::string memory_per_rank;  // plan --memory-per-rank
   bool plan_json = false;        // plan --json
+  bool plan_search = false;      // plan --search
+  int plan_top = 5;              // plan --search --top
   // tokenize
   gf::data::TokenizerFiles tok_files;
   bool decode = false;
@@ -352,6 +355,11 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
       ->check(CLI::Range(1, 1 << 24));
   plan->add_option("--memory-per-rank", c.memory_per_rank,
                    "the memory a rank has (64GB, 512GiB): says whether the largest rank fits; status 2 when it does not");
+  plan->add_flag("--search", c.plan_search, "every layout of the model for --ranks ranks on this host (dp x mp x pp x cp, "
+                 "SP, the cp algorithm, ep, ZeRO 0-3, the pipeline schedule and micro-batches, the micro batch; full "
+                 "recompute where the layout does not fit otherwise), the global batch kept: the fastest by modelled step "
+                 "time among those that fit --memory-per-rank, each as config keys to paste");
+  plan->add_option("--top", c.plan_top, "with --search: how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
   plan->add_flag("--json", c.plan_json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
                                         "the verdict) instead of the text");
   return plan;
@@ -405,9 +413,26 @@ std::string layout_message(const gf::Config& cfg, const std::string& config_path
   return msg;
 }
 
+// `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
+int run_plan_search(const Cli& c) {
+  const gf::Config cfg = gf::load_config(c.config_path, c.sets);
+  const int n = c.ranks > 0 ? c.ranks : static_cast<int>(cfg.parallel.ranks());
+  const double bound =
+      c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
+  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound);
+  std::cout << (c.plan_json ? gf::search_json(r, c.plan_top).dump(1) + "\n" : gf::search_report(r, c.plan_top, bound));
+  if (r.ranked.empty() && r.unranked.empty()) {
+    std::cerr << "error: no layout of " << n << " rank(s) " << (bound > 0 ? "fits --memory-per-rank " + c.memory_per_rank : "passes the checks")
+              << "\n";
+    return 2;
+  }
+  return 0;
+}
+
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
 int run_config_or_plan(const Cli& c, bool plan) {
   try {
+    if (plan && c.plan_search) return run_plan_search(c);
     const gf::Config cfg = gf::load_config(c.config_path, c.sets);
     for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
     const int n = !plan || c.ranks > 0 ? c.ranks

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# `gridformer plan --search` on a tiny GPT-2 for 2 ranks: every layout it ranks is the plan of its own keys (plan --set
+# ... --json gives the same modelled time and largest rank), is taken by `config --ranks 2` (train's checks), keeps the
+# global batch, and comes in order of modelled time; the four shapes of 2 ranks (dp2, mp2, pp2, cp2) are all found; a
+# model whose heads mp2 cannot split gets no mp2 layout; under a memory bound below every layout without recompute,
+# each layout it keeps fits and recomputes; a bound nothing fits is refused (status 2); one worker process gives the
+# same answer as several.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+# A probe of this CPU with fixed figures, so that the modelled times do not depend on how busy the machine was when
+# scripts/setup.sh probed it (a busy probe gives no modelled time at all).
+CPU="$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -1)"
+"$PY" - "$CPU" <<'PY'
+import json, sys
+json.dump({"tool": "machine_probe", "version": 2, "cpu": sys.argv[1] or "unknown CPU", "date": "2026-12-03T00:00:00Z",
+           "threads": 2, "cores_share": 1.0, "fp32_backend": "blas", "gflops": {"blas": 100.0, "eigen": 90.0, "bf16": 300.0},
+           "peak_tflops": {"float32": 0.2, "bfloat16": 0.6},
+           "limits": {"fp32_fma_tflops": 0.2, "fp32_fma_isa": "avx512f", "bf16_tflops": 0.6, "bf16_isa": "amx_bf16",
+                      "triad_gbs": 10.0}}, open("probe.json", "w"))
+PY
+export GF_MACHINE_PROBE="$WORK/probe.json"
+random_gpt2 g.yaml batch=4 layers=4 seq=32
+random_gpt2 h3.yaml batch=4 layers=4 seq=32 heads=3 hidden=48
+"$BIN" plan --config g.yaml --search --ranks 2 --json --top 1000 > all.json
+GF_SEARCH_WORKERS=1 "$BIN" plan --config g.yaml --search --ranks 2 --json --top 1000 > one.json 2> one.err
+cmp -s all.json one.json || fail "one worker process and several disagree"
+ok "one worker process and several give the same search"
+"$BIN" plan --config h3.yaml --search --ranks 2 --json --top 1000 > h3.json
+"$PY" - "$BIN" <<'PY'
+import json, subprocess, sys
+bin_ = sys.argv[1]
+s = json.load(open("all.json"))
+ranked = s["ranked"]
+assert len(ranked) >= 10, f"only {len(ranked)} layouts ranked"
+times = [float(f"{c['step_seconds_modelled']['total']:.4g}") for c in ranked]
+assert times == sorted(times), f"not in order of modelled time: {times}"
+G = s["global_batch"]
+assert G == 4, G
+for c in ranked + s["unranked"]:
+    k = c["sets"]
+    micro = int(k["parallel_config.micro_batch_num"]) if int(k["parallel_config.pipeline_stage"]) > 1 \
+        else int(k["runner_config.gradient_accumulation_steps"])
+    got = int(k["runner_config.batch_size"]) * int(k["parallel_config.data_parallel"]) * micro
+    assert got == G, f"{c['label']}: global batch {got}, not {G}"
+    n = int(k["parallel_config.data_parallel"]) * int(k["parallel_config.model_parallel"]) * \
+        int(k["parallel_config.pipeline_stage"]) * int(k["parallel_config.context_parallel"])
+    assert n == 2, f"{c['label']}: {n} ranks"
+for c in ranked:
+    sets = [a for kv in c["sets"].items() for a in ("--set", f"{kv[0]}={kv[1]}")]
+    p = subprocess.run([bin_, "config", "--config", "g.yaml", "--ranks", "2"] + sets, capture_output=True, text=True)
+    assert p.returncode == 0, f"{c['label']}: config --ranks 2 says {p.returncode}: {p.stderr[-300:]}"
+    p = subprocess.run([bin_, "plan", "--config", "g.yaml", "--ranks", "2", "--json"] + sets, capture_output=True,
+                       text=True, check=True)
+    plan = json.loads(p.stdout)
+    assert plan["step_seconds_modelled"]["total"] == c["step_seconds_modelled"]["total"], (c["label"], plan)
+    assert plan["largest_rank_bytes"] == c["largest_rank_bytes"], (c["label"], plan["largest_rank_bytes"])
+print(f"ok: {len(ranked)} ranked layouts, each its own plan's figures, taken by config --ranks 2, global batch {G}, in order")
+shapes = {c["label"].split(";")[0].split(",")[0].split(" ")[0][:3] for c in s["best_per_shape"]}
+assert shapes == {"dp2", "mp2", "pp2", "cp2"}, shapes
+assert s["best_per_shape"][0] == ranked[0], "the best of the shapes is not the search's first"
+print(f"ok: best of each shape: " + "; ".join(f"{c['label']} {c['step_seconds_modelled']['total']:.4g} s"
+                                             for c in s["best_per_shape"]))
+h = json.load(open("h3.json"))
+assert h["refused"] > 0, "3 heads: nothing refused"
+assert not [c for c in h["ranked"] + h["unranked"] if c["sets"]["parallel_config.model_parallel"] != "1"], \
+    "3 heads: an mp2 layout was kept"
+print(f"ok: 3 heads: {h['refused']} layouts refused, none at mp2 kept")
+smallest = min(c["largest_rank_bytes"] for c in ranked + s["unranked"])
+json.dump({"bound": int(smallest) - 1}, open("bound.json", "w"))
+PY
+bound=$("$PY" -c 'import json; print(json.load(open("bound.json"))["bound"])')
+"$BIN" plan --config g.yaml --search --ranks 2 --json --top 1000 --memory-per-rank "${bound}B" > tight.json
+"$PY" - "$bound" <<'PY'
+import json, sys
+bound = int(sys.argv[1])
+t = json.load(open("tight.json"))
+kept = t["ranked"] + t["unranked"]
+assert kept, "nothing fits with recompute either"
+assert t["too_big"] > 0
+for c in kept:
+    assert c["largest_rank_bytes"] <= bound, (c["label"], c["largest_rank_bytes"], bound)
+    assert c["sets"]["recompute_config.recompute"] == "True", f"{c['label']} fits without recompute"
+print(f"ok: under {bound} B a rank: {len(kept)} layouts fit, each with full recompute; {t['too_big']} do not")
+PY
+refused 2 "error: no layout of 2 rank(s) fits --memory-per-rank 1KB" tiny "$BIN" plan --config g.yaml --search \
+  --ranks 2 --memory-per-rank 1KB

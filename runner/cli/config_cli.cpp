@@ -1,18 +1,99 @@
-// `gridformer config --from-hf` (runner/cli/config_cli.h).
+// `gridformer config` and `gridformer plan` (runner/cli/config_cli.h).
 #include "runner/cli/config_cli.h"
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "models/weights/hf_config.h"
+#include "runner/cli/convert.h"
 #include "runner/cli/rank_start.h"
 #include "runner/config/arch_section.h"
 #include "runner/config/config.h"
+#include "runner/config/layout_check.h"
+#include "runner/report/plan.h"
+#include "runner/report/plan_search.h"
+#include "runner/train/batch_source.h"
 
 namespace gf::cli {
+namespace {
+
+// The layout's problems for `ranks` ranks (all of them when ranks > 0, else those that hold whatever the
+// rank count), as the message `config` and `plan` print; empty when there are none.
+std::string layout_message(const gf::Config& cfg, const std::string& config_path, int ranks) {
+  std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
+  if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
+    msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
+    for (const auto& u : problems) msg += "\n  " + u;
+  }
+  return msg;
+}
+
+// `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
+int run_plan_search(const ConfigPlanRequest& c) {
+  const gf::Config cfg = gf::load_config(c.config_path, c.sets);
+  const int n = c.ranks > 0 ? c.ranks : static_cast<int>(cfg.parallel.ranks());
+  const double bound =
+      c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
+  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound);
+  std::cout << (c.json ? gf::search_json(r, c.top).dump(1) + "\n" : gf::search_report(r, c.top, bound));
+  if (r.ranked.empty() && r.unranked.empty()) {
+    std::cerr << "error: no layout of " << n << " rank(s) " << (bound > 0 ? "fits --memory-per-rank " + c.memory_per_rank : "passes the checks")
+              << "\n";
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
+int run_config_or_plan(const ConfigPlanRequest& c, bool plan) {
+  try {
+    if (plan && c.search) return run_plan_search(c);
+    const gf::Config cfg = gf::load_config(c.config_path, c.sets);
+    for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
+    const int n = !plan || c.ranks > 0 ? c.ranks
+                                       : static_cast<int>(cfg.parallel.ranks());
+    if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
+      std::cerr << "error: " << msg << "\n";
+      return 2;
+    }
+    // The data as train opens it: a problem is the pre-flight's error under --ranks (what run_distribute.sh
+    // and msrun_launcher.sh run before starting any rank), a warning otherwise (the config still prints).
+    if (const std::string data = plan ? "" : gf::data_problem(cfg); !data.empty()) {
+      if (c.ranks > 0) {
+        std::cerr << "error: " << data << "\n";
+        return kSetupError;
+      }
+      std::cerr << "warning: train would refuse this config's data: " << data << "\n";
+    }
+    if (!plan) {
+      std::cout << gf::dump_resolved(cfg);
+      return 0;
+    }
+    const double bound =
+        c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
+    bool fits = true;
+    nlohmann::json json;
+    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.json ? &json : nullptr);
+    std::cout << (c.json ? json.dump(1) + "\n" : text);
+    if (!fits) {
+      std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank
+                << ": more ranks, ZeRO (parallel.enable_parallel_optimizer, parallel_config.zero_stage), recompute or "
+                   "bfloat16 moments lower it\n";
+      return 2;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << describe(e) << "\n";
+    return kSetupError;
+  }
+}
+
 
 // `config --from-hf DIR`: the model section of a Hugging Face config.json, checked by reading it back.
 int run_config_from_hf(const std::string& path) {

@@ -33,13 +33,9 @@
 #include "runner/cli/replay.h"
 #include "runner/infer/generate.h"
 #include "runner/infer/harness_run.h"
-#include "runner/config/layout_check.h"
 #include "runner/cli/megatron_cli.h"
 #include "runner/report/run_info.h"
-#include "runner/train/batch_source.h"
 #include "runner/train/output_paths.h"
-#include "runner/report/plan.h"
-#include "runner/report/plan_search.h"
 #include "runner/report/logging.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/metrics_log.h"
@@ -402,76 +398,6 @@ CLI::App* add_tokenize(CLI::App& app, Cli& c) {
 
 CLI::App* add_convert(CLI::App& app, Cli& c) { return gf::add_convert_command(app, c.conv); }
 
-// The layout's problems for `ranks` ranks (all of them when ranks > 0, else those that hold whatever the
-// rank count), as the message `config` and `plan` print; empty when there are none.
-std::string layout_message(const gf::Config& cfg, const std::string& config_path, int ranks) {
-  std::string msg = ranks > 0 ? gf::layout_error_message(cfg, ranks) : "";
-  if (const auto problems = gf::config_layout_problems(cfg); msg.empty() && !problems.empty()) {
-    msg = config_path + ": " + std::to_string(problems.size()) + " problem(s) in the config:";
-    for (const auto& u : problems) msg += "\n  " + u;
-  }
-  return msg;
-}
-
-// `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
-int run_plan_search(const Cli& c) {
-  const gf::Config cfg = gf::load_config(c.config_path, c.sets);
-  const int n = c.ranks > 0 ? c.ranks : static_cast<int>(cfg.parallel.ranks());
-  const double bound =
-      c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
-  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound);
-  std::cout << (c.plan_json ? gf::search_json(r, c.plan_top).dump(1) + "\n" : gf::search_report(r, c.plan_top, bound));
-  if (r.ranked.empty() && r.unranked.empty()) {
-    std::cerr << "error: no layout of " << n << " rank(s) " << (bound > 0 ? "fits --memory-per-rank " + c.memory_per_rank : "passes the checks")
-              << "\n";
-    return 2;
-  }
-  return 0;
-}
-
-// `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
-int run_config_or_plan(const Cli& c, bool plan) {
-  try {
-    if (plan && c.plan_search) return run_plan_search(c);
-    const gf::Config cfg = gf::load_config(c.config_path, c.sets);
-    for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
-    const int n = !plan || c.ranks > 0 ? c.ranks
-                                       : static_cast<int>(cfg.parallel.ranks());
-    if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
-      std::cerr << "error: " << msg << "\n";
-      return 2;
-    }
-    // The data as train opens it: a problem is the pre-flight's error under --ranks (what run_distribute.sh
-    // and msrun_launcher.sh run before starting any rank), a warning otherwise (the config still prints).
-    if (const std::string data = plan ? "" : gf::data_problem(cfg); !data.empty()) {
-      if (c.ranks > 0) {
-        std::cerr << "error: " << data << "\n";
-        return kSetupError;
-      }
-      std::cerr << "warning: train would refuse this config's data: " << data << "\n";
-    }
-    if (!plan) {
-      std::cout << gf::dump_resolved(cfg);
-      return 0;
-    }
-    const double bound =
-        c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
-    bool fits = true;
-    nlohmann::json json;
-    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.plan_json ? &json : nullptr);
-    std::cout << (c.plan_json ? json.dump(1) + "\n" : text);
-    if (!fits) {
-      std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank
-                << ": more ranks, ZeRO (parallel.enable_parallel_optimizer, parallel_config.zero_stage), recompute or "
-                   "bfloat16 moments lower it\n";
-      return 2;
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << describe(e) << "\n";
-    return kSetupError;
-  }
-}
 
 // `gridformer pretrain_gpt ARGS...`: the translated config, trained as `train` trains any config.
 int run_pretrain_gpt(const std::vector<std::string>& args, int argc, char** argv) {
@@ -565,8 +491,9 @@ int main(int argc, char** argv) {
     std::cerr << "error: --config is required" << (*config ? " (or --from-hf DIR)" : "") << "\n";
     return kSetupError;
   }
-  if (*config) return run_config_or_plan(c, false);
-  if (*plan) return run_config_or_plan(c, true);
+  if (*config || *plan)
+    return gf::cli::run_config_or_plan(
+        {c.config_path, c.sets, c.ranks, c.memory_per_rank, c.plan_json, c.plan_search, c.plan_top}, plan->parsed());
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
   if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
   if (*convert) {

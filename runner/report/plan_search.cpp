@@ -97,8 +97,8 @@ struct Layout {
 };
 
 // The micro-batch splits of a data-parallel rank's `samples`: (micro batch, count). Without a pipeline: all at once,
-// and the config's own micro batch accumulated. With one: at least a micro-batch per stage, the counts pp, 2 pp and
-// 4 pp and the config's own micro batch's.
+// or accumulated over 2 or 4 micro-batches or the config's own micro batch. With one: the counts pp, 2 pp and 4 pp
+// and the config's own micro batch's, at least one micro-batch per stage.
 std::vector<std::pair<int64_t, int64_t>> batch_splits(int64_t samples, int64_t pp, int64_t own_micro_batch) {
   std::vector<std::pair<int64_t, int64_t>> out;
   const auto add = [&](int64_t micros) {

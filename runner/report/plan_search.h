@@ -5,7 +5,8 @@
 // What varies: data_parallel x model_parallel x pipeline_stage x context_parallel = N; sequence parallel (mp > 1);
 // the context-parallel algorithm (ring, Ulysses); expert_parallel (MoE: dividing the data-parallel degree and the
 // experts); ZeRO stage 0-3 (data x context > 1); for pipelines the schedule (1F1B, ZB-H1, interleaved with two
-// chunks a stage) and the micro-batch count; without one, the micro batch and its accumulation; full recompute,
+// chunks a stage) and the micro-batch count (pp, 2 pp, 4 pp or the config's micro batch); without one, the
+// micro batch (all of the rank's samples, or accumulated over 2, 4 or the config's micro batch); full recompute,
 // tried only where the same layout without it does not fit. The global batch stays the config's: a data-parallel
 // degree that does not divide it is skipped. What is not searched: hybrid sharding, selective recompute, several
 // hosts (every message is priced within a host), and the layouts whose bytes plan does not count yet (they are listed

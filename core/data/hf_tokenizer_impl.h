@@ -1,5 +1,5 @@
-// Private to core/data/hf_tokenizer.cpp (encoding, the public interface) and hf_tokenizer_load.cpp
-// (reading tokenizer.json and tokenizer_config.json): the parsed tokenizer, HFTokenizer::Impl, and the
+// Private to core/data/hf_tokenizer.cpp (encoding, the public interface) and hf_tokenizer_load.cpp,
+// hf_tokenizer_added.cpp and hf_tokenizer_sp*.cpp (reading tokenizer.json and tokenizer_config.json): the parsed tokenizer, HFTokenizer::Impl, and the
 // types it holds. Not for other includes.
 #pragma once
 #ifndef PCRE2_CODE_UNIT_WIDTH
@@ -59,6 +59,11 @@ struct Regex {
 
 // Compiles; on failure returns null and sets `error` (hf_tokenizer_load.cpp).
 CodePtr compile_pcre2(const std::string& pattern, uint32_t options, std::string& error, bool& jit);
+// tokenizer.json's helpers (hf_tokenizer_load.cpp): a file's bytes (`what` names it in the error); an object's
+// "type" string, or "(not an object)" / "(no type)"; a boolean field, `fallback` when absent, null or not a boolean.
+std::string read_whole_file(const std::string& path, const char* what);
+std::string json_type(const json& j);
+bool json_bool(const json& j, const char* key, bool fallback);
 
 // ---------------------------------------------------------------------------------------
 // Added tokens: a byte trie for leftmost-longest matching.

@@ -1,7 +1,7 @@
 // Reading a Hugging Face tokenizer.json (and the tokenizer_config.json beside it) into
-// HFTokenizer::Impl: the model's vocabulary and merges, the added tokens, the normalizer, the
-// pre-tokenizer steps (Split patterns translated to PCRE2, core/data/oniguruma.h), the post-processor's
-// special tokens, and the config's bos / eos. What is not supported is refused with its JSON path.
+// HFTokenizer::Impl: the model's vocabulary and merges, the normalizer, the pre-tokenizer steps (Split patterns
+// translated to PCRE2, core/data/oniguruma.h) and the post-processor's special tokens; the added tokens and the
+// config's bos / eos are hf_tokenizer_added.cpp. What is not supported is refused with its JSON path.
 #include <atomic>
 #include <algorithm>
 #include <cerrno>
@@ -41,13 +41,7 @@ CodePtr compile_pcre2(const std::string& pattern, uint32_t options, std::string&
   return CodePtr(code);
 }
 
-}  // namespace hf
-
-namespace {
-
-std::atomic<uint64_t> next_serial{1};
-
-std::string read_file(const std::string& path, const char* what) {
+std::string read_whole_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(std::string("HF ") + what + " '" + path + "': cannot open: " + std::strerror(errno));
   // A regular file is read in one piece into a string of its size; anything else through a stream.
@@ -67,18 +61,24 @@ std::string read_file(const std::string& path, const char* what) {
   return contents.str();
 }
 
-std::string type_of(const json& j) {
+std::string json_type(const json& j) {
   if (!j.is_object()) return "(not an object)";
   auto it = j.find("type");
   if (it == j.end() || !it->is_string()) return "(no type)";
   return it->get<std::string>();
 }
 
-bool bool_field(const json& j, const char* key, bool fallback) {
+bool json_bool(const json& j, const char* key, bool fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   return it->is_boolean() ? it->get<bool>() : fallback;
 }
+
+}  // namespace hf
+
+namespace {
+
+std::atomic<uint64_t> next_serial{1};
 
 std::string byte_level_string(std::string_view bytes) {
   const auto& map = byte_unicode_map();
@@ -99,7 +99,7 @@ std::string byte_level_string(std::string_view bytes) {
 
 void HFTokenizer::Impl::load_normalizer(const json& j, const std::string& where) {
   if (j.is_null()) return;
-  const std::string type = type_of(j);
+  const std::string type = json_type(j);
   if (type == "NFC") {
     norm_steps.push_back(NormStep{});
   } else if (type == "Sequence") {
@@ -114,7 +114,7 @@ void HFTokenizer::Impl::load_normalizer(const json& j, const std::string& where)
 
 void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& where) {
   if (j.is_null()) return;  // the whole normalized piece is one pre-token
-  const std::string type = type_of(j);
+  const std::string type = json_type(j);
   if (type == "Sequence") {
     const auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'pretokenizers' list");
@@ -127,8 +127,8 @@ void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& whe
   PreStep step;
   if (type == "ByteLevel") {
     step.kind = PreKind::kByteLevel;
-    step.add_prefix_space = bool_field(j, "add_prefix_space", true);
-    step.use_regex = bool_field(j, "use_regex", true);
+    step.add_prefix_space = json_bool(j, "add_prefix_space", true);
+    step.use_regex = json_bool(j, "use_regex", true);
     if (step.use_regex) {
       std::string error;
       bool jit_full = false, jit_plain = false;
@@ -186,7 +186,7 @@ void HFTokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& whe
 }
 
 void HFTokenizer::Impl::load_model(const json& model) {
-  const std::string type = type_of(model);
+  const std::string type = json_type(model);
   const bool byte_level = model_kind == ModelKind::kByteLevelBpe;
   if (type == "WordPiece" && !byte_level) {
     model_kind = ModelKind::kWordPiece;
@@ -203,7 +203,7 @@ void HFTokenizer::Impl::load_model(const json& model) {
     if (auto it = model.find(key); it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
       fail(std::string("model.") + key + " " + it->dump() + " is not supported (only null or \"\")");
   }
-  ignore_merges = bool_field(model, "ignore_merges", false);
+  ignore_merges = json_bool(model, "ignore_merges", false);
   const auto vocab = model.find("vocab");
   const auto merge_list = model.find("merges");
   if (vocab == model.end() || !vocab->is_object()) fail("model.vocab: expected an object (token -> id)");
@@ -258,7 +258,7 @@ void HFTokenizer::Impl::load_model(const json& model) {
       // character tokenizers would fall back to unk_token or drop the byte.
       char hex[8];
       std::snprintf(hex, sizeof(hex), "0x%02X", b);
-      const bool fallback = bool_field(model, "byte_fallback", false);
+      const bool fallback = json_bool(model, "byte_fallback", false);
       fail("model.vocab lacks the byte-level token of byte " + std::to_string(b) + " ('" +
            byte_level_string(std::string(1, static_cast<char>(b))) + "'): the vocabulary has no token for byte " + hex +
            (fallback ? " and byte_fallback does not apply to the characters a ByteLevel pre-tokenizer makes"
@@ -308,111 +308,6 @@ void HFTokenizer::Impl::load_model(const json& model) {
   }
 }
 
-void HFTokenizer::Impl::load_added_tokens(const json& tokens, size_t model_size) {
-  if (tokens.is_null()) return;
-  if (!tokens.is_array()) fail("added_tokens: expected a list");
-  // AddedVocabulary::add_tokens: a content already known keeps its id, others get the next id
-  // counted from the model vocab's size.
-  int64_t next_id = static_cast<int64_t>(model_size);
-  std::unordered_map<std::string, size_t> by_content;  // content -> index in `added`
-  std::string scratch;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const json& t = tokens[i];
-    const std::string where = "added_tokens[" + std::to_string(i) + "]";
-    if (!t.is_object() || !t.contains("content") || !t["content"].is_string() || !t.contains("id") ||
-        !t["id"].is_number_integer())
-      fail(where + ": expected an object with 'id' and 'content'");
-    AddedToken token;
-    token.content = t["content"].get<std::string>();
-    if (token.content.empty()) continue;
-    if (valid_utf8_prefix(token.content) != token.content.size()) fail(where + ": content is not valid UTF-8");
-    token.single_word = bool_field(t, "single_word", false);
-    token.lstrip = bool_field(t, "lstrip", false);
-    token.rstrip = bool_field(t, "rstrip", false);
-    token.normalized = bool_field(t, "normalized", true);
-    token.special = bool_field(t, "special", false);
-    int64_t id;
-    if (auto it = by_content.find(token.content); it != by_content.end()) {
-      id = added[it->second].id;
-    } else if (auto m = token_to_id.find(token.content); m != token_to_id.end()) {
-      id = m->second;
-    } else {
-      id = next_id++;
-    }
-    if (id != t["id"].get<int64_t>()) {
-      fail(where + " '" + token.content + "': its id is " + t["id"].dump() + " but tokenizers gives it " + std::to_string(id) +
-           " (a content in model.vocab keeps that id, others are numbered from the model vocab's size)");
-    }
-    token.id = static_cast<int32_t>(id);
-    token.pattern = token.content;
-    if (token.normalized && nfc) normalize(token.content, token.pattern);
-    if (token.normalized && !norm_steps.empty()) normalize_steps(token.content, token.pattern, scratch);
-    if (auto it = by_content.find(token.content); it != by_content.end()) {
-      added[it->second] = token;  // the later entry's flags win
-    } else {
-      by_content.emplace(token.content, added.size());
-      added.push_back(token);
-    }
-  }
-  for (size_t i = 0; i < added.size(); ++i) {
-    token_to_id[added[i].content] = added[i].id;
-    if (added[i].pattern.empty()) continue;
-    (added[i].normalized ? normalized_trie : raw_trie).insert(added[i].pattern, static_cast<int32_t>(i));
-  }
-}
-
-void HFTokenizer::Impl::load_post_processor(const json& j, const std::string& where, std::vector<int32_t>& pre,
-                                            std::vector<int32_t>& post) {
-  if (j.is_null()) return;
-  const std::string type = type_of(j);
-  auto id_of_pair = [&](const char* key) -> int32_t {
-    const auto it = j.find(key);
-    if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer())
-      fail(where + "." + key + ": expected [token, id]");
-    return static_cast<int32_t>((*it)[1].get<int64_t>());
-  };
-  if (type == "ByteLevel") return;
-  if (type == "RobertaProcessing" || type == "BertProcessing") {
-    pre.insert(pre.begin(), id_of_pair("cls"));
-    post.push_back(id_of_pair("sep"));
-  } else if (type == "TemplateProcessing") {
-    const auto single = j.find("single");
-    const auto specials = j.find("special_tokens");
-    if (single == j.end() || !single->is_array() || specials == j.end() || !specials->is_object())
-      fail(where + ": TemplateProcessing needs a 'single' list and a 'special_tokens' object");
-    std::vector<int32_t> before, after;
-    bool seen_a = false;
-    for (size_t i = 0; i < single->size(); ++i) {
-      const json& piece = (*single)[i];
-      const std::string piece_where = where + ".single[" + std::to_string(i) + "]";
-      if (piece.is_object() && piece.contains("Sequence")) {
-        if (seen_a || piece["Sequence"].value("id", std::string()) != "A")
-          fail(piece_where + ": the single template must hold sequence A once");
-        seen_a = true;
-      } else if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
-        const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-        const auto special = specials->find(name);
-        if (special == specials->end() || !special->contains("ids") || !(*special)["ids"].is_array())
-          fail(piece_where + ": special token '" + name + "' is not in special_tokens");
-        for (const json& id : (*special)["ids"]) (seen_a ? after : before).push_back(id.get<int32_t>());
-      } else {
-        fail(piece_where + ": expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, got " + piece.dump());
-      }
-    }
-    if (!seen_a) fail(where + ".single: no sequence A");
-    pre.insert(pre.begin(), before.begin(), before.end());
-    post.insert(post.end(), after.begin(), after.end());
-  } else if (type == "Sequence") {
-    const auto it = j.find("processors");
-    if (it == j.end() || !it->is_array()) fail(where + ": Sequence without a 'processors' list");
-    for (size_t i = 0; i < it->size(); ++i)
-      load_post_processor((*it)[i], where + ".processors[" + std::to_string(i) + "]", pre, post);
-  } else {
-    fail(where + ": post-processor type '" + type +
-         "' is not supported (supported: TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence)");
-  }
-}
-
 void HFTokenizer::Impl::load(const json& root) {
   if (!root.is_object()) fail("expected a JSON object");
   if (auto v = root.find("version"); v != root.end() && !(v->is_string() && v->get<std::string>() == "1.0"))
@@ -445,14 +340,14 @@ void HFTokenizer::Impl::load(const json& root) {
   load_pre_tokenizer(pre_tokenizer, "pre_tokenizer");
   const bool byte_level = !steps.empty() && steps.back().kind == PreKind::kByteLevel;
   model_kind = byte_level ? ModelKind::kByteLevelBpe : ModelKind::kBpe;
-  top_level_byte_level = type_of(pre_tokenizer) == "ByteLevel";
+  top_level_byte_level = json_type(pre_tokenizer) == "ByteLevel";
   load_model(*model);
   const json& decoder = field("decoder");
-  const std::string decoder_type = decoder.is_null() ? std::string("null") : type_of(decoder);
+  const std::string decoder_type = decoder.is_null() ? std::string("null") : json_type(decoder);
   if (byte_level && decoder_type != "ByteLevel")
     fail("decoder type '" + decoder_type + "' is not supported with a ByteLevel pre-tokenizer (only ByteLevel)");
   if (!byte_level && decoder_type == "ByteLevel")
-    fail("pre_tokenizer '" + (pre_tokenizer.is_null() ? std::string("null") : type_of(pre_tokenizer)) +
+    fail("pre_tokenizer '" + (pre_tokenizer.is_null() ? std::string("null") : json_type(pre_tokenizer)) +
          "' has no ByteLevel step, yet the decoder is ByteLevel (not supported: the model's tokens are not byte-level)");
   if (!byte_level) load_decoder(decoder, "decoder");
 
@@ -488,71 +383,12 @@ void HFTokenizer::Impl::load(const json& root) {
   load_config();
 }
 
-void HFTokenizer::Impl::load_config() {
-  const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  std::error_code ec;
-  bool named_eos = false, named_bos = false;
-  if (std::filesystem::exists(config_path, ec)) {
-    const std::string cpath = config_path.string();
-    json config;
-    try {
-      config = json::parse(read_file(cpath, "tokenizer config"));
-    } catch (const json::exception& e) {
-      throw std::runtime_error("HF tokenizer config '" + cpath + "': not valid JSON: " + e.what());
-    }
-    auto config_fail = [&](const std::string& what) {
-      throw std::runtime_error("HF tokenizer config '" + cpath + "': " + what);
-    };
-    if (!config.is_object()) config_fail("expected a JSON object");
-    auto token_id = [&](const char* key, bool& named) -> int32_t {
-      auto it = config.find(key);
-      if (it == config.end() || it->is_null()) return -1;
-      std::string content;
-      if (it->is_string()) content = it->get<std::string>();
-      else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) content = (*it)["content"].get<std::string>();
-      else config_fail(std::string(key) + ": expected a string or an object with 'content'");
-      auto found = token_to_id.find(content);
-      if (found == token_to_id.end())
-        config_fail(std::string(key) + " '" + content + "' is not a token of " + path +
-                    " (transformers would add it as a new token; not supported)");
-      named = true;
-      return found->second;
-    };
-    eos = token_id("eos_token", named_eos);
-    bos = token_id("bos_token", named_bos);
-    auto flag = [&](const char* key) -> int {
-      auto it = config.find(key);
-      return it == config.end() || !it->is_boolean() ? -1 : it->get<bool>() ? 1 : 0;
-    };
-    if (int add_bos = flag("add_bos_token"); add_bos >= 0) {
-      const bool template_bos = !prefix.empty() && bos >= 0 && prefix.front() == bos;
-      if (add_bos != static_cast<int>(template_bos))
-        config_fail(std::string("add_bos_token ") + (add_bos ? "true" : "false") + " disagrees with " + path +
-                    "'s post_processor, which " + (template_bos ? "adds" : "does not add") +
-                    " bos_token first (which one transformers uses depends on its version and tokenizer class; not supported)");
-    }
-    if (int add_eos = flag("add_eos_token"); add_eos >= 0) {
-      const bool template_eos = !suffix.empty() && eos >= 0 && suffix.back() == eos;
-      if (add_eos != static_cast<int>(template_eos))
-        config_fail(std::string("add_eos_token ") + (add_eos ? "true" : "false") + " disagrees with " + path +
-                    "'s post_processor, which " + (template_eos ? "adds" : "does not add") +
-                    " eos_token last (not supported)");
-    }
-    if (flag("add_prefix_space") == 1 && !(top_level_byte_level && steps.back().add_prefix_space))
-      config_fail("add_prefix_space true, but " + path +
-                  "'s pre_tokenizer is not a ByteLevel with add_prefix_space (transformers may rebuild it; not supported)");
-    if (flag("split_special_tokens") == 1) config_fail("split_special_tokens true is not supported");
-  }
-  if (!named_eos) choose_eos();
-  if (!named_bos && prefix.size() == 1) bos = prefix.front();
-}
-
 HFTokenizer HFTokenizer::from_file(const std::string& tokenizer_json) {
   auto impl = std::make_shared<Impl>();
   impl->path = tokenizer_json;
   json root;
   try {
-    root = json::parse(read_file(tokenizer_json, "tokenizer file"));
+    root = json::parse(read_whole_file(tokenizer_json, "tokenizer file"));
   } catch (const json::exception& e) {
     impl->fail(std::string("not valid JSON: ") + e.what());
   }

@@ -17,23 +17,11 @@ using namespace byte_bpe;
 using namespace hf;
 namespace {
 
-std::string type_of_json(const json& j) {
-  if (!j.is_object()) return "(not an object)";
-  auto it = j.find("type");
-  return it == j.end() || !it->is_string() ? std::string("(no type)") : it->get<std::string>();
-}
-
-bool bool_field(const json& j, const char* key, bool fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  return it->is_boolean() ? it->get<bool>() : fallback;
-}
-
 // A string field that must hold exactly one character (Rust's `char`), as UTF-8.
 std::string char_field(const HFTokenizer::Impl& impl, const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string())
-    impl.fail(where + ": '" + type_of_json(j) + "' needs '" + key + "', a one-character string");
+    impl.fail(where + ": '" + json_type(j) + "' needs '" + key + "', a one-character string");
   const std::string s = it->get<std::string>();
   size_t i = 0;
   if (s.empty() || valid_utf8_prefix(s) != s.size() || (next_code_point(s, i), i != s.size()))
@@ -77,8 +65,8 @@ std::string string_field(const json& j, const char* key, const std::string& fall
 }  // namespace
 
 void HFTokenizer::Impl::load_char_bpe(const json& model) {
-  fuse_unk = bool_field(model, "fuse_unk", false);
-  byte_fallback = bool_field(model, "byte_fallback", false);
+  fuse_unk = json_bool(model, "fuse_unk", false);
+  byte_fallback = json_bool(model, "byte_fallback", false);
   if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
     if (!it->is_string()) fail("model.unk_token: expected a string or null");
     auto found = vocab.find(it->get<std::string>());
@@ -130,10 +118,10 @@ bool HFTokenizer::Impl::load_other_normalizer(const json& j, const std::string& 
     step.content = string_field(j, "content", "");
   } else if (type == "BertNormalizer") {
     step.kind = NormKind::kBert;
-    step.clean_text = bool_field(j, "clean_text", true);
-    step.chinese_chars = bool_field(j, "handle_chinese_chars", true);
-    step.lowercase = bool_field(j, "lowercase", true);
-    step.strip_accents = bool_field(j, "strip_accents", step.lowercase);  // null: as lowercase
+    step.clean_text = json_bool(j, "clean_text", true);
+    step.chinese_chars = json_bool(j, "handle_chinese_chars", true);
+    step.lowercase = json_bool(j, "lowercase", true);
+    step.strip_accents = json_bool(j, "strip_accents", step.lowercase);  // null: as lowercase
   } else {
     return false;
   }
@@ -147,10 +135,10 @@ bool HFTokenizer::Impl::load_other_pre_tokenizer(const json& j, const std::strin
     step.kind = PreKind::kMetaspace;
     step.replacement = char_field(*this, j, "replacement", where);
     step.prepend = prepend_scheme(*this, j, where);
-    step.split = bool_field(j, "split", true);
+    step.split = json_bool(j, "split", true);
   } else if (type == "Digits") {
     step.kind = PreKind::kDigits;
-    step.individual_digits = bool_field(j, "individual_digits", false);
+    step.individual_digits = json_bool(j, "individual_digits", false);
   } else if (type == "BertPreTokenizer") {
     step.kind = PreKind::kBert;
   } else {
@@ -164,7 +152,7 @@ void HFTokenizer::Impl::load_decoder(const json& j, const std::string& where) {
     null_decoder = true;  // tokenizers joins the tokens with ' '
     return;
   }
-  const std::string type = type_of_json(j);
+  const std::string type = json_type(j);
   DecStep step;
   if (type == "Sequence") {
     const auto it = j.find("decoders");
@@ -197,7 +185,7 @@ void HFTokenizer::Impl::load_decoder(const json& j, const std::string& where) {
   } else if (type == "WordPiece") {
     step.kind = DecKind::kWordPiece;
     step.text = string_field(j, "prefix", "##");
-    step.flag = bool_field(j, "cleanup", true);
+    step.flag = json_bool(j, "cleanup", true);
   } else {
     fail(where + ": decoder type '" + type +
          "' is not supported (supported: ByteFallback, Fuse, Strip, Replace with a String pattern, Metaspace, WordPiece, "

@@ -32,13 +32,25 @@ std::string layout_message(const gf::Config& cfg, const std::string& config_path
   return msg;
 }
 
+// plan --hosts: the hosts must split the ranks evenly.
+std::string hosts_problem(const ConfigPlanRequest& c, int ranks) {
+  if (c.hosts > 1 && ranks % c.hosts != 0)
+    return "plan --hosts " + std::to_string(c.hosts) + ": " + std::to_string(ranks) +
+           " rank(s) do not split evenly over the hosts (each host runs ranks / hosts consecutive ranks)";
+  return "";
+}
+
 // `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
 int run_plan_search(const ConfigPlanRequest& c) {
   const gf::Config cfg = gf::load_config(c.config_path, c.sets);
   const int n = c.ranks > 0 ? c.ranks : static_cast<int>(cfg.parallel.ranks());
+  if (const std::string e = hosts_problem(c, n); !e.empty()) {
+    std::cerr << "error: " << e << "\n";
+    return 2;
+  }
   const double bound =
       c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
-  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound);
+  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound, {c.hosts, c.network_gbs});
   std::cout << (c.json ? gf::search_json(r, c.top).dump(1) + "\n" : gf::search_report(r, c.top, bound));
   if (r.ranked.empty() && r.unranked.empty()) {
     std::cerr << "error: no layout of " << n << " rank(s) " << (bound > 0 ? "fits --memory-per-rank " + c.memory_per_rank : "passes the checks")
@@ -53,11 +65,20 @@ int run_plan_search(const ConfigPlanRequest& c) {
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
 int run_config_or_plan(const ConfigPlanRequest& c, bool plan) {
   try {
+    if (plan && c.hosts > 1 && !(c.network_gbs > 0)) {
+      std::cerr << "error: plan --hosts " << c.hosts << " needs --network-gbs, the bandwidth between two hosts in GB/s "
+                << "(e.g. 12.5 for 100 Gb/s Ethernet): there is no network probe yet\n";
+      return 2;
+    }
     if (plan && c.search) return run_plan_search(c);
     const gf::Config cfg = gf::load_config(c.config_path, c.sets);
     for (const auto& w : cfg.warnings) std::cerr << "warning: " << w << "\n";
     const int n = !plan || c.ranks > 0 ? c.ranks
                                        : static_cast<int>(cfg.parallel.ranks());
+    if (const std::string e = plan ? hosts_problem(c, n) : ""; !e.empty()) {
+      std::cerr << "error: " << e << "\n";
+      return 2;
+    }
     if (const std::string msg = layout_message(cfg, c.config_path, n); !msg.empty()) {
       std::cerr << "error: " << msg << "\n";
       return 2;
@@ -79,7 +100,7 @@ int run_config_or_plan(const ConfigPlanRequest& c, bool plan) {
         c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
     bool fits = true;
     nlohmann::json json;
-    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.json ? &json : nullptr);
+    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.json ? &json : nullptr, {c.hosts, c.network_gbs});
     std::cout << (c.json ? json.dump(1) + "\n" : text);
     if (!fits) {
       std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank

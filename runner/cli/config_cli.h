@@ -14,6 +14,8 @@ struct ConfigPlanRequest {
   bool json = false;            // plan --json
   bool search = false;          // plan --search
   int top = 5;                  // plan --search --top
+  int hosts = 1;                // plan --hosts
+  double network_gbs = 0;       // plan --network-gbs
 };
 
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold, or with search the layouts for

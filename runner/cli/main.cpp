@@ -201,6 +201,8 @@ struct Cli {
   bool plan_json = false;        // plan --json
   bool plan_search = false;      // plan --search
   int plan_top = 5;              // plan --search --top
+  int plan_hosts = 1;            // plan --hosts
+  double network_gbs = 0;        // plan --network-gbs
   // tokenize
   gf::data::TokenizerFiles tok_files;
   bool decode = false;
@@ -356,6 +358,10 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
                  "recompute where the layout does not fit otherwise), the global batch kept: the fastest by modelled step "
                  "time among those that fit --memory-per-rank, each as config keys to paste");
   plan->add_option("--top", c.plan_top, "with --search: how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
+  plan->add_option("--hosts", c.plan_hosts, "the hosts the ranks run on, ranks / hosts consecutive ranks each: a group "
+                   "that spans two of them sends at --network-gbs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  plan->add_option("--network-gbs", c.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
+      ->check(CLI::PositiveNumber);
   plan->add_flag("--json", c.plan_json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
                                         "the verdict) instead of the text");
   return plan;
@@ -493,7 +499,9 @@ int main(int argc, char** argv) {
   }
   if (*config || *plan)
     return gf::cli::run_config_or_plan(
-        {c.config_path, c.sets, c.ranks, c.memory_per_rank, c.plan_json, c.plan_search, c.plan_top}, plan->parsed());
+        {c.config_path, c.sets, c.ranks, c.memory_per_rank, c.plan_json, c.plan_search, c.plan_top,
+         c.plan_hosts, c.network_gbs},
+        plan->parsed());
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
   if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
   if (*convert) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/math/mixed_precision.h"
@@ -255,7 +256,18 @@ std::string merge_equal_ranks(const std::vector<std::string>& lines) {
 
 }  // namespace
 
-std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bool* fits, nlohmann::json* json) {
+bool group_spans_hosts(int ranks, int per_host, int stride, int size) {
+  if (size <= 1 || per_host <= 0 || per_host >= ranks) return false;
+  for (int r = 0; r < ranks; ++r) {
+    const int base = r - ((r / stride) % size) * stride;  // the group's first rank
+    for (int k = 1; k < size; ++k)
+      if ((base + k * stride) / per_host != base / per_host) return true;
+  }
+  return false;
+}
+
+std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bool* fits, nlohmann::json* json,
+                        const PlanHosts& where) {
   const ModelConfig& m = cfg.model;
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec spec = entry.spec(m);
@@ -362,14 +374,37 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     const std::optional<MachineProbe> probe = machine_probe_for_this_cpu(machine_probe_path());
     const int64_t dc = cfg.parallel.data_parallel * cfg.parallel.context_parallel;
     const double shard = static_cast<double>(first_floats) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
-    const StepTime st =
-        model_step_time(step_time_inputs(cfg, flops / ranks, shard, first, bubble, threads), probe ? &*probe : nullptr);
+    StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, bubble, threads);
+    if (where.hosts > 1) {  // the groups that span hosts send at the bandwidth given between them
+      const ParallelConfig& p = cfg.parallel;
+      const int mp = static_cast<int>(p.model_parallel), cp = static_cast<int>(p.context_parallel),
+                dp = static_cast<int>(p.data_parallel), pps = static_cast<int>(p.pipeline_stage),
+                ep = static_cast<int>(p.expert_parallel), per = ranks / where.hosts;
+      const std::pair<double, bool> groups[] = {
+          {first.tensor, group_spans_hosts(ranks, per, 1, mp)},
+          {first.context, group_spans_hosts(ranks, per, mp, cp)},
+          {first.data, group_spans_hosts(ranks, per, mp, cp * dp)},  // the gradients' data x context group
+          {first.pipeline + first.embedding, group_spans_hosts(ranks, per, mp * cp * dp, pps)},
+          {first.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))}};
+      for (const auto& [bytes, spans] : groups)
+        if (spans) {
+          in.sent_bytes -= bytes;
+          in.cross_bytes += bytes;
+        }
+      in.cross_gbs = where.gbs;
+      if (json) (*json)["cross_host_bytes_per_step"] = in.cross_bytes;
+    }
+    const StepTime st = model_step_time(in, probe ? &*probe : nullptr);
     std::string why =
         !first.not_modelled.empty() ? "the bytes of " + first.not_modelled + " are not counted yet" : st.not_modelled;
     step_line = why.empty() ? fmt::format("modelled step time: {:.4g} s (compute {:.4g}, optimizer {:.4g}, messages {:.4g}; "
-                                          "{}; on this machine's probe, {} thread(s) a rank; the run logs it beside the "
+                                          "{}; on this machine's probe, {} thread(s) a rank{}; the run logs it beside the "
                                           "measured one)\n",
-                                          st.seconds, st.compute, st.optimizer, st.communication, st.basis, threads)
+                                          st.seconds, st.compute, st.optimizer, st.communication, st.basis, threads,
+                                          where.hosts > 1 ? fmt::format(", {} hosts of {} ranks: {} a step between them",
+                                                                        where.hosts, ranks / where.hosts,
+                                                                        human_bytes(in.cross_bytes))
+                                                          : std::string())
                             : fmt::format("modelled step time: none ({})\n", why);
     if (json && why.empty())
       (*json)["step_seconds_modelled"] = {{"total", st.seconds}, {"compute", st.compute}, {"optimizer", st.optimizer},

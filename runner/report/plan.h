@@ -16,7 +16,16 @@ std::string human_bytes(double bytes);
 // memory_per_rank > 0 (bytes) it says whether the largest rank fits, and sets *fits. With `json`, the same figures
 // as an object: world_size, layout, parameters, global_batch, flops_per_step, largest_rank_bytes, [memory_per_rank,
 // fits], and ranks: one entry per pipeline stage and tensor-parallel rank (bytes of each kind and their total).
+// Where the ranks run: `hosts` hosts of ranks / hosts consecutive ranks each (mpirun's default placement), and the
+// bandwidth between them in GB/s (given: no network probe yet). A group whose ranks span two hosts sends at `gbs`.
+struct PlanHosts {
+  int hosts = 1;
+  double gbs = 0;
+};
+// Whether some group of `size` ranks, `stride` apart in the grid's rank order (parallel/grid.h), spans two hosts of
+// `per_host` consecutive ranks.
+bool group_spans_hosts(int ranks, int per_host, int stride, int size);
 std::string plan_report(const Config& cfg, int ranks, double memory_per_rank = 0, bool* fits = nullptr,
-                        nlohmann::json* json = nullptr);
+                        nlohmann::json* json = nullptr, const PlanHosts& where = {});
 
 }  // namespace gf

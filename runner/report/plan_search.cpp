@@ -263,11 +263,12 @@ std::string snippet(const std::vector<std::pair<std::string, std::string>>& sets
 }  // namespace
 
 SearchResult search_layouts(const std::string& config_path, const std::vector<std::string>& sets, int ranks,
-                            double memory_per_rank) {
+                            double memory_per_rank, const PlanHosts& where) {
   const std::string text = read_file(config_path);
   const Config base = load_config_string(text, sets, config_path);
   SearchResult r;
   r.ranks = ranks;
+  r.where = where;
   r.global_batch = global_batch_size(base);
   r.resolved = base.resolved;
   const int64_t experts = base.model.moe.expert_num;
@@ -309,12 +310,13 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
         }
         nlohmann::json j;
         bool fits = true;
-        plan_report(cfg, ranks, memory_per_rank, &fits, &j);
+        plan_report(cfg, ranks, memory_per_rank, &fits, &j, where);
         if (again && !fits) return out;  // the first plan's figures stand
         out["recompute"] = again;
         out["largest_rank_bytes"] = j["largest_rank_bytes"];
         out["fits"] = memory_per_rank <= 0 || fits;
         if (j.contains("step_seconds_modelled")) out["modelled"] = j["step_seconds_modelled"];
+        out["cross"] = j.value("cross_host_bytes_per_step", 0.0);
         out["not_counted"] = "";
         for (const nlohmann::json& s : j.value("sent_per_step", nlohmann::json::array()))
           if (s.contains("not_modelled")) out["not_counted"] = s["not_modelled"];
@@ -343,6 +345,7 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
     c.micro_batch = l.micro_batch;
     c.shape = fmt::format("dp{} mp{} pp{} cp{} ep{}", l.dp, l.mp, l.pp, l.cp, l.ep);
     c.largest_rank_bytes = o["largest_rank_bytes"].get<double>();
+    c.cross_host_bytes = o["cross"].get<double>();
     c.fits = o["fits"].get<bool>();
     if (o.contains("modelled")) {
       c.seconds = o["modelled"]["total"].get<double>();
@@ -383,9 +386,13 @@ std::vector<const SearchCandidate*> best_per_shape(const SearchResult& r) {
 
 std::string search_report(const SearchResult& r, int top, double memory_per_rank) {
   std::string out = fmt::format(
-      "search: {} rank(s) on one host, the global batch kept at {} samples; {} layouts checked: {} refused by the "
+      "search: {} rank(s) on {}, the global batch kept at {} samples; {} layouts checked: {} refused by the "
       "config or layout check, {} fit{}, {} ranked by modelled step time\n",
-      r.ranks, r.global_batch, r.tried, r.refused, r.ranked.size() + r.unranked.size(),
+      r.ranks,
+      r.where.hosts > 1 ? fmt::format("{} hosts of {} ({} GB/s between them)", r.where.hosts, r.ranks / r.where.hosts,
+                                      r.where.gbs)
+                        : std::string("one host"),
+      r.global_batch, r.tried, r.refused, r.ranked.size() + r.unranked.size(),
       memory_per_rank > 0 ? fmt::format(" in {} a rank ({} do not)", human_bytes(memory_per_rank), r.too_big.size())
                           : std::string(),
       r.ranked.size());
@@ -418,7 +425,10 @@ std::string search_report(const SearchResult& r, int top, double memory_per_rank
   if (r.ranked.empty() && r.unranked.empty() && !r.too_big.empty())
     out += fmt::format("the smallest layout needs {} a rank: {}\n", human_bytes(r.too_big.front().largest_rank_bytes),
                        r.too_big.front().label);
-  out += "(modelled on this machine's probe: products, AdamW and messages within a host; see docs/planning.md)\n";
+  out += r.where.hosts > 1 ? "(modelled on this machine's probe: products, AdamW and messages within a host, and the "
+                            "bandwidth given between hosts; see docs/planning.md)\n"
+                          : "(modelled on this machine's probe: products, AdamW and messages within a host; see "
+                            "docs/planning.md)\n";
   return out;
 }
 
@@ -426,7 +436,8 @@ nlohmann::json search_json(const SearchResult& r, int top) {
   const auto one = [](const SearchCandidate& c) {
     nlohmann::json s = nlohmann::json::object();
     for (const auto& [k, v] : c.sets) s[k] = v;
-    nlohmann::json j = {{"label", c.label}, {"sets", s}, {"largest_rank_bytes", c.largest_rank_bytes}, {"fits", c.fits}};
+    nlohmann::json j = {{"label", c.label}, {"sets", s}, {"largest_rank_bytes", c.largest_rank_bytes}, {"fits", c.fits},
+                        {"cross_host_bytes_per_step", c.cross_host_bytes}};
     if (c.not_modelled.empty())
       j["step_seconds_modelled"] = {{"total", c.seconds}, {"compute", c.compute}, {"optimizer", c.optimizer},
                                     {"communication", c.communication}};

@@ -9,8 +9,8 @@
 // micro batch (all of the rank's samples, or accumulated over 2, 4 or the config's micro batch); full recompute,
 // tried only where the same layout without it does not fit. The global batch stays the config's: a data-parallel
 // degree that does not divide it is skipped. What is not searched: hybrid sharding, selective recompute, several
-// hosts (every message is priced within a host), and the layouts whose bytes plan does not count yet (they are listed
-// apart, unranked).
+// hosts beyond the bandwidth given between them (a group that spans hosts sends at it: PlanHosts), and the layouts
+// whose bytes plan does not count yet (they are listed apart, unranked).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+#include "runner/report/plan.h"
 #include <yaml-cpp/yaml.h>
 
 namespace gf {
@@ -29,6 +30,7 @@ struct SearchCandidate {
   double compute = 0, optimizer = 0, communication = 0;
   std::string not_modelled;                               // why it has no modelled time
   double largest_rank_bytes = 0;
+  double cross_host_bytes = 0;                            // a step's bytes in groups that span hosts
   int64_t micro_batch = 1;
   std::string shape;                                      // "dp2 mp1 pp1 cp1 ep1"
   bool fits = true;
@@ -36,6 +38,7 @@ struct SearchCandidate {
 
 struct SearchResult {
   int ranks = 0;
+  PlanHosts where;
   int64_t global_batch = 0;
   YAML::Node resolved;      // the config's own resolved tree (the snippets show what differs from it)
   int tried = 0;            // layouts checked
@@ -50,7 +53,7 @@ struct SearchResult {
 // Searches the layouts of `config_path` (with the user's `sets` applied first) for `ranks` ranks. Throws ConfigError
 // when the config itself does not load.
 SearchResult search_layouts(const std::string& config_path, const std::vector<std::string>& sets, int ranks,
-                            double memory_per_rank);
+                            double memory_per_rank, const PlanHosts& where = {});
 
 // The report: a summary line, the best `top` as parallel_config snippets with their memory and modelled time, then the
 // fitting layouts it could not rank.

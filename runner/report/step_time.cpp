@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/optim/adamw.h"
 #include "runner/config/config.h"
@@ -37,14 +38,15 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
   const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
-  t.communication = in.sent_bytes / link;
+  t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0);
   const double bubble = std::clamp(in.bubble, 0.0, 0.99);
   t.seconds = (t.compute + t.optimizer) / (1.0 - bubble) + t.communication;
   t.basis = fmt::format("products at {:.0f} GFLOP/s ({} {} x {}/{} threads), AdamW at the {:.1f} GB/s triad x the same "
                         "share, messages at {:.1f} GB/s{}{}",
                         gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
                         probe->threads, probe->triad_gbs, link / 1e9,
-                        in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)",
+                        std::string(in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)") +
+                            (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts (given)", in.cross_gbs) : ""),
                         bubble > 0 ? fmt::format(", bubble {:.1f}%", 100 * bubble) : std::string());
   return t;
 }

@@ -5,6 +5,7 @@
 //                 at the probe's triad bandwidth;
 //   communication every byte the step sends (runner/report/step_comm.h) at a link bandwidth: given, or within a host
 //                 half the triad (a shared-memory message is written once and read once), none hidden behind compute;
+//                 the bytes of groups that span hosts (plan --hosts) at the bandwidth given between hosts;
 //   the pipeline  compute and optimizer stretched by the schedule's bubble.
 // `gridformer plan` prints it and every run logs it beside the measured step time, so its error is seen (attention's
 // softmax, the norms and the other memory-bound work are not in it: on small models it runs short).
@@ -27,6 +28,8 @@ struct StepTimeInputs {
   double bubble = 0;         // the pipeline schedule's, 0..1
   int threads = 1;           // the rank's
   double link_gbs = 0;       // GB/s; 0: within a host, half the probe's triad
+  double cross_bytes = 0;    // a step's bytes in groups that span hosts (not in sent_bytes)
+  double cross_gbs = 0;      // GB/s between hosts (given: plan --network-gbs)
 };
 
 struct StepTime {

@@ -83,3 +83,37 @@ print(f"ok: under {bound} B a rank: {len(kept)} layouts fit, each with full reco
 PY
 refused 2 "error: no layout of 2 rank(s) fits --memory-per-rank 1KB" tiny "$BIN" plan --config g.yaml --search \
   --ranks 2 --memory-per-rank 1KB
+
+# Hosts: on 2 hosts of 2 ranks, dp2 x mp2 keeps its tensor groups (ranks 0-1, 2-3) inside a host and its data groups
+# (0 and 2, 1 and 3) across them; mp4's tensor group spans both. The bytes of the spanning groups are priced at the
+# bandwidth given, the rest at half the probe's triad (10 GB/s here), and the search ranks with the same figures.
+plan_json() { "$BIN" plan --config g.yaml --ranks 4 --json --hosts 2 --network-gbs 0.5 "$@"; }
+plan_json --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 > dpmp.json
+plan_json --set parallel_config.model_parallel=4 > mp4.json
+"$BIN" plan --config g.yaml --search --ranks 4 --hosts 2 --network-gbs 0.5 --json --top 1000 > hosts.json
+refused 2 "needs --network-gbs" nogbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2
+refused 2 "do not split evenly over the hosts" uneven "$BIN" plan --config g.yaml --ranks 4 --hosts 3 --network-gbs 1
+"$PY" - "$BIN" <<'PY'
+import json, subprocess, sys
+def check(name, spanning):
+    p = json.load(open(name))
+    sent = p["sent_per_step"][0]
+    total = sum(sent[k] for k in ("tensor", "data", "pipeline", "embedding", "context", "expert_data"))
+    cross = sum(sent[k] for k in spanning)
+    assert p["cross_host_bytes_per_step"] == cross, (name, p["cross_host_bytes_per_step"], cross)
+    want = (total - cross) / 5e9 + cross / 0.5e9
+    got = p["step_seconds_modelled"]["communication"]
+    assert abs(got - want) <= 1e-12 * want, (name, got, want)
+    print(f"ok: {name}: {cross:.0f} B a step between the hosts ({', '.join(spanning)}), messages {got:.6f} s as priced")
+check("dpmp.json", ["data"])
+check("mp4.json", ["tensor"])
+h = json.load(open("hosts.json"))
+assert h["ranked"], "nothing ranked on 2 hosts"
+for c in h["ranked"][:8]:
+    sets = [a for kv in c["sets"].items() for a in ("--set", f"{kv[0]}={kv[1]}")]
+    plan = json.loads(subprocess.run([sys.argv[1], "plan", "--config", "g.yaml", "--ranks", "4", "--json", "--hosts", "2",
+                                      "--network-gbs", "0.5"] + sets, capture_output=True, text=True, check=True).stdout)
+    assert plan["step_seconds_modelled"]["total"] == c["step_seconds_modelled"]["total"], (c["label"], plan)
+    assert plan["cross_host_bytes_per_step"] == c["cross_host_bytes_per_step"], c["label"]
+print(f"ok: the 2-host search's first 8 layouts are their plans' figures; its first: {h['ranked'][0]['label']}")
+PY

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reference configs (configs/reference/*.yaml: GPT-2 124M/355M/774M/1.5B, MindFormers' GPT-2
-# 13B and 52B, Llama 2 7B/13B/70B, Mixtral 8x7B; docs/reference_configs.md) resolve and plan on the
-# rank count their layout asks for, nothing trained. For each one:
+# 13B and 52B, Llama 2 7B/13B/70B, Mixtral 8x7B, DeepSeek-V2-Lite; docs/reference_configs.md) resolve and
+# plan on the rank count their layout asks for, nothing trained (and MindSpeed's GPT MoE test shape,
+# configs/moe/pretrain_mindspeed_gpt_moe.yaml, plans on its 8). For each of the table's:
 #   - `gridformer config --config F --ranks N` succeeds, with no warning but the ones the file's
 #     header names, and half the ranks are refused (status 2) naming the layout's product; the Llama
 #     and Mixtral files are refused (status 2) over the default corpus, whose ids their vocabulary lacks;
@@ -161,7 +162,50 @@ check pretrain_llama2_70b.yaml   64  "$(llama_params 32000 8192 80 64 8 28672 1 
 check pretrain_mixtral_8x7b.yaml 16  "$(llama_params 32000 4096 32 32 8 14336 8 $((4096*8)))" 46.7e9 8 1 2 8 1 4096 16 1 full  zero   32 4096   32    8  14336 32000 \
   "$SDROP" "$TOPKV2"
 
+# DeepSeek-V2-Lite, planned on 8 ranks (its layout is a shape, not a published one; the table's checks assume one MoE
+# shape and float16, so its own lines here). Per layer: two RMSNorms 2d; the query d x H(n+r) (no query latent), the
+# key/value latent d x (c+r) and its RMSNorm c, its up-projection c x H(n+v), the output Hv x d; the first layer's
+# SwiGLU 3dF; every other layer's router dE, E experts of 3df and the shared experts' 3dS; then the embedding and the
+# untied head V*d each and the final RMSNorm d.
+deepseek_params() {
+  local V=$1 d=$2 L=$3 H=$4 n=$5 r=$6 v=$7 c=$8 F=$9 E=${10} f=${11} S=${12}
+  echo $(( 2*V*d + d + L*(2*d + d*H*(n+r) + d*(c+r) + c + c*H*(n+v) + H*v*d) + 3*d*F + (L-1)*(d*E + E*3*d*f + 3*d*S) ))
+}
+f=pretrain_deepseek_v2_lite.yaml
+params=$(deepseek_params 102400 2048 27 16 128 64 128 512 10944 64 1408 2816)
+(cd "$SRC" && "$BIN" config --config "$REF/$f" --ranks 8) > out.yaml 2> err.txt || fail "$f: config --ranks 8: $(cat err.txt)"
+status=0; "$BIN" config --config "$REF/$f" --ranks 4 > /dev/null 2> err.txt || status=$?
+[ "$status" -eq 2 ] || fail "$f: config --ranks 4: status $status, expected 2"
+t0=$(date +%s.%N)
+(cd "$SRC" && "$BIN" plan --config "$REF/$f" --ranks 8) > plan.txt 2> err.txt || fail "$f: plan --ranks 8: $(cat err.txt)"
+t1=$(date +%s.%N)
+grep -qF "on 8 rank(s): data_parallel=8 model_parallel=1 expert_parallel=8; micro batch 1 x 4096 tokens per rank, bfloat16, full recompute" plan.txt \
+  || fail "$f: the layout line: $(head -1 plan.txt)"
+grep -qxF "parameters: $params in the model (27 layers, hidden 2048, 16 heads / 16 key-value heads, FFN 10944, vocabulary 102400)" plan.txt \
+  || fail "$f: expected $params parameters: $(grep '^parameters' plan.txt)"
+awk -v n="$params" 'BEGIN { exit !(n >= 15.65e9 && n < 15.75e9) }' || fail "$f: $params does not round to DeepSeek's 15.7B"
+grep -q "^MoE: 26 of 27 layers, 64 experts, top-6, dropless; expert_parallel=8: 8 experts per rank" plan.txt \
+  || fail "$f: the MoE line: $(grep '^MoE' plan.txt)"
+grep -q "^largest rank: " plan.txt || fail "$f: no largest rank"
+echo "ok: $f on 8 ranks: $params parameters (15.7B), $(grep '^largest rank' plan.txt | cut -d'(' -f1)($(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s)"
+
+# MindSpeed's GPT MoE test shape (configs/moe/pretrain_mindspeed_gpt_moe.yaml: GPT layers with rotary positions and no
+# linear biases, 4 experts of width 4d, top-2, in every layer, the head tied), planned on its 8 ranks: per layer two
+# LayerNorms 4d, q|k|v and the output 4d^2, the router dE and E experts of 2dF; then the embedding V*d and the final
+# LayerNorm 2d.
+f="$SRC/configs/moe/pretrain_mindspeed_gpt_moe.yaml"
+d=12288
+params=$(( 50257*d + 2*d + 2*(4*d + 4*d*d + d*4 + 4*2*d*4*d) ))
+"$BIN" plan --config "$f" --ranks 8 > plan.txt 2> err.txt || fail "MindSpeed MoE: plan --ranks 8: $(cat err.txt)"
+grep -qxF "parameters: $params in the model (2 layers, hidden 12288, 96 heads / 96 key-value heads, FFN 49152, vocabulary 50257)" plan.txt \
+  || fail "MindSpeed MoE: expected $params parameters: $(grep '^parameters' plan.txt)"
+grep -q "^MoE: 2 of 2 layers, 4 experts, top-2, dropless; expert_parallel=2: 2 experts per rank" plan.txt \
+  || fail "MindSpeed MoE: the MoE line: $(grep '^MoE' plan.txt)"
+grep -qF "on 8 rank(s): data_parallel=4 model_parallel=2 expert_parallel=2; micro batch 1 x 8192 tokens per rank, bfloat16" plan.txt \
+  || fail "MindSpeed MoE: the layout line: $(head -1 plan.txt)"
+echo "ok: MindSpeed's GPT MoE shape on 8 ranks: $params parameters, $(grep '^largest rank' plan.txt | cut -d'(' -f1)"
+
 # Every file in configs/reference/ is one of the above.
 count=$(find "$REF" -name '*.yaml' | wc -l)
-[ "$count" -eq 10 ] || fail "configs/reference holds $count files, the test checks 10: add the new one to the table"
+[ "$count" -eq 11 ] || fail "configs/reference holds $count files, the test checks 11: add the new one to the table"
 echo "PASS ($(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s)"

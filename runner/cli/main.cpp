@@ -367,40 +367,9 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
   return plan;
 }
 
-CLI::App* add_replay(CLI::App& app, Cli& c) {
-  auto* rep = app.add_subcommand(
-      "replay", "re-run steps of a run from one of its checkpoints (same samples, dropout masks and order) and compare "
-                "each step's loss, gradient norm and per-rank losses bit for bit with the run's metrics.jsonl: same bits "
-                "(a deterministic fault: the data or the arithmetic; a step that is not finite is traced to the first "
-                "layer output that is not, and re-run in fp32 when the run was in bf16/fp16) or different bits (the "
-                "machine, status 7, with the ranks that differ). Run under mpirun with the run's rank count");
-  rep->add_option("--checkpoint", c.replay.checkpoint, "one of the run's checkpoints (its directory, the run's "
-                                                        "checkpoint/ or output_dir: the latest)")->required();
-  rep->add_option("--steps", c.replay.steps, "N or N-M: the steps to compare (the checkpoint's step < N; the steps "
-                                             "between are run too)")->required();
-  rep->add_option("--set", c.replay.sets, "override a key of the checkpoint's config (repeatable)");
-  rep->add_option("--metrics", c.replay.metrics, "the run's metrics.jsonl (default: the one of the output_dir the "
-                                                 "checkpoint is in, else of the config's output_dir)");
-  rep->add_option("--output_dir", c.replay.output_dir, "the replay's log and replay.json (default output/replay)");
-  return rep;
-}
+CLI::App* add_replay(CLI::App& app, Cli& c) { return gf::add_replay_command(app, c.replay); }
 
-CLI::App* add_tokenize(CLI::App& app, Cli& c) {
-  auto* tok = app.add_subcommand("tokenize", "each stdin line -> its ids space-separated (or back with --decode), with "
-                                             "GPT-2 BPE, BERT WordPiece or SentencePiece (--tokenizer-type)");
-  tok->add_option("--vocab-file", c.tok_files.vocab_file,
-                  "gpt2-vocab.json (encoder.json), or a BERT vocab.txt for the WordPiece types")->check(CLI::ExistingFile);
-  tok->add_option("--merge-file", c.tok_files.merge_file, "gpt2-merges.txt (vocab.bpe); GPT2BPETokenizer only")
-      ->check(CLI::ExistingFile);
-  tok->add_option("--tokenizer-model", c.tok_files.tokenizer_model,
-                  "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer), or a "
-                  "Hugging Face tokenizer.json or its directory (HuggingFaceTokenizer)")->check(CLI::ExistingPath);
-  tok->add_option("--tokenizer-type", c.tok_files.type,
-                  "Megatron's name: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, "
-                  "GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer (--tokenizer-model tokenizer.json)")->capture_default_str();
-  tok->add_flag("--decode", c.decode, "read ids, print text");
-  return tok;
-}
+CLI::App* add_tokenize(CLI::App& app, Cli& c) { return gf::data::add_tokenize_command(app, c.tok_files, c.decode); }
 
 CLI::App* add_convert(CLI::App& app, Cli& c) { return gf::add_convert_command(app, c.conv); }
 

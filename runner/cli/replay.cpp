@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <yaml-cpp/yaml.h>
@@ -139,6 +140,25 @@ StepCompare compare_step(int64_t step, const std::map<int64_t, RunStep>& run, do
   if (!c.ranks.empty()) c.line += fmt::format("; the ranks whose own loss differs: {}", fmt::join(c.ranks, ", "));
   else if (!s.rank_loss.empty()) c.line += "; every rank's own loss agrees (the difference is in the backward or the reductions)";
   return c;
+}
+
+// `gridformer replay`'s options.
+CLI::App* add_replay_command(CLI::App& app, ReplayRequest& r) {
+  auto* rep = app.add_subcommand(
+      "replay", "re-run steps of a run from one of its checkpoints (same samples, dropout masks and order) and compare "
+                "each step's loss, gradient norm and per-rank losses bit for bit with the run's metrics.jsonl: same bits "
+                "(a deterministic fault: the data or the arithmetic; a step that is not finite is traced to the first "
+                "layer output that is not, and re-run in fp32 when the run was in bf16/fp16) or different bits (the "
+                "machine, status 7, with the ranks that differ). Run under mpirun with the run's rank count");
+  rep->add_option("--checkpoint", r.checkpoint, "one of the run's checkpoints (its directory, the run's "
+                                                        "checkpoint/ or output_dir: the latest)")->required();
+  rep->add_option("--steps", r.steps, "N or N-M: the steps to compare (the checkpoint's step < N; the steps "
+                                             "between are run too)")->required();
+  rep->add_option("--set", r.sets, "override a key of the checkpoint's config (repeatable)");
+  rep->add_option("--metrics", r.metrics, "the run's metrics.jsonl (default: the one of the output_dir the "
+                                                 "checkpoint is in, else of the config's output_dir)");
+  rep->add_option("--output_dir", r.output_dir, "the replay's log and replay.json (default output/replay)");
+  return rep;
 }
 
 }  // namespace gf

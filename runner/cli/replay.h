@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace gf {
 
 struct ReplayRequest {
@@ -52,5 +56,8 @@ struct StepCompare {
 };
 StepCompare compare_step(int64_t step, const std::map<int64_t, RunStep>& run, double loss, double grad_norm,
                          const std::vector<double>& rank_loss);
+
+// `gridformer replay`'s options, filling `r` (runner/cli/replay.cpp).
+CLI::App* add_replay_command(CLI::App& app, ReplayRequest& r);
 
 }  // namespace gf

@@ -1,5 +1,7 @@
 #include "runner/cli/tokenize_cli.h"
 
+#include <CLI/CLI.hpp>
+
 #include <charconv>
 #include <cstdint>
 #include <iostream>
@@ -88,6 +90,24 @@ int run_tokenize(const std::string& vocab, const std::string& merges, bool decod
   files.vocab_file = vocab;
   files.merge_file = merges;
   return run_tokenize(files, decode, in, out);
+}
+
+// `gridformer tokenize`'s options.
+CLI::App* add_tokenize_command(CLI::App& app, TokenizerFiles& files, bool& decode) {
+  auto* tok = app.add_subcommand("tokenize", "each stdin line -> its ids space-separated (or back with --decode), with "
+                                             "GPT-2 BPE, BERT WordPiece or SentencePiece (--tokenizer-type)");
+  tok->add_option("--vocab-file", files.vocab_file,
+                  "gpt2-vocab.json (encoder.json), or a BERT vocab.txt for the WordPiece types")->check(CLI::ExistingFile);
+  tok->add_option("--merge-file", files.merge_file, "gpt2-merges.txt (vocab.bpe); GPT2BPETokenizer only")
+      ->check(CLI::ExistingFile);
+  tok->add_option("--tokenizer-model", files.tokenizer_model,
+                  "SentencePiece tokenizer.model (SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer), or a "
+                  "Hugging Face tokenizer.json or its directory (HuggingFaceTokenizer)")->check(CLI::ExistingPath);
+  tok->add_option("--tokenizer-type", files.type,
+                  "Megatron's name: GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, SentencePieceTokenizer, "
+                  "GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer (--tokenizer-model tokenizer.json)")->capture_default_str();
+  tok->add_flag("--decode", decode, "read ids, print text");
+  return tok;
 }
 
 }  // namespace gf::data

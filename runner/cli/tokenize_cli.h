@@ -7,6 +7,10 @@
 
 #include "core/data/text_tokenizer.h"
 
+namespace CLI {
+class App;
+}
+
 namespace gf::data {
 
 // Loads the tokenizer `files` names (make_tokenizer), then reads `in` line by line (lines end at '\n'; a
@@ -21,5 +25,8 @@ namespace gf::data {
 int run_tokenize(const TokenizerFiles& files, bool decode, std::istream& in, std::ostream& out);
 // GPT2BPETokenizer from its two files.
 int run_tokenize(const std::string& vocab, const std::string& merges, bool decode, std::istream& in, std::ostream& out);
+
+// `gridformer tokenize`'s options, filling `files` and `decode` (runner/cli/tokenize_cli.cpp).
+CLI::App* add_tokenize_command(CLI::App& app, TokenizerFiles& files, bool& decode);
 
 }  // namespace gf::data

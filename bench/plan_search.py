@@ -48,7 +48,7 @@ def search(a):
 def train(a, sets):
     with tempfile.TemporaryDirectory() as out:
         cmd = [os.path.join(a.build, "bin", "gridformer"), "train", "--config", a.config, "--set", f"output_dir={out}",
-               "--set", f"runner_config.train_steps={a.steps}", "--set", "callbacks.1.save_checkpoint_steps=100000"]
+               "--set", f"runner_config.train_steps={a.steps}"]
         for s in a.sets:
             cmd += ["--set", s]
         for k, v in sets.items():

@@ -197,12 +197,7 @@ struct Cli {
   bool do_sample = false;
   // config, plan
   int ranks = 0;
-  std::string memory_per_rank;  // plan --memory-per-rank
-  bool plan_json = false;        // plan --json
-  bool plan_search = false;      // plan --search
-  int plan_top = 5;              // plan --search --top
-  int plan_hosts = 1;            // plan --hosts
-  double network_gbs = 0;        // plan --network-gbs
+  gf::cli::ConfigPlanRequest plan;  // plan's own options (config_path, sets and ranks are copied in when it runs)
   // tokenize
   gf::data::TokenizerFiles tok_files;
   bool decode = false;
@@ -351,18 +346,18 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
   plan->add_option("--set", c.sets, "override a key (repeatable)");
   plan->add_option("--ranks", c.ranks, "the number of ranks (default: data_parallel x model_parallel x pipeline_stage)")
       ->check(CLI::Range(1, 1 << 24));
-  plan->add_option("--memory-per-rank", c.memory_per_rank,
+  plan->add_option("--memory-per-rank", c.plan.memory_per_rank,
                    "the memory a rank has (64GB, 512GiB): says whether the largest rank fits; status 2 when it does not");
-  plan->add_flag("--search", c.plan_search, "every layout of the model for --ranks ranks on this host (dp x mp x pp x cp, "
+  plan->add_flag("--search", c.plan.search, "every layout of the model for --ranks ranks (on --hosts hosts) (dp x mp x pp x cp, "
                  "SP, the cp algorithm, ep, ZeRO 0-3, the pipeline schedule and micro-batches, the micro batch; full "
                  "recompute where the layout does not fit otherwise), the global batch kept: the fastest by modelled step "
                  "time among those that fit --memory-per-rank, each as config keys to paste");
-  plan->add_option("--top", c.plan_top, "with --search: how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
-  plan->add_option("--hosts", c.plan_hosts, "the hosts the ranks run on, ranks / hosts consecutive ranks each: a group "
+  plan->add_option("--top", c.plan.top, "with --search: how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
+  plan->add_option("--hosts", c.plan.hosts, "the hosts the ranks run on, ranks / hosts consecutive ranks each: a group "
                    "that spans two of them sends at --network-gbs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  plan->add_option("--network-gbs", c.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
+  plan->add_option("--network-gbs", c.plan.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
       ->check(CLI::PositiveNumber);
-  plan->add_flag("--json", c.plan_json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
+  plan->add_flag("--json", c.plan.json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
                                         "the verdict) instead of the text");
   return plan;
 }
@@ -466,11 +461,12 @@ int main(int argc, char** argv) {
     std::cerr << "error: --config is required" << (*config ? " (or --from-hf DIR)" : "") << "\n";
     return kSetupError;
   }
-  if (*config || *plan)
-    return gf::cli::run_config_or_plan(
-        {c.config_path, c.sets, c.ranks, c.memory_per_rank, c.plan_json, c.plan_search, c.plan_top,
-         c.plan_hosts, c.network_gbs},
-        plan->parsed());
+  if (*config || *plan) {
+    c.plan.config_path = c.config_path;
+    c.plan.sets = c.sets;
+    c.plan.ranks = c.ranks;
+    return gf::cli::run_config_or_plan(c.plan, plan->parsed());
+  }
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
   if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
   if (*convert) {

@@ -14,11 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -219,13 +217,6 @@ std::vector<nlohmann::json> run_workers(size_t n, const std::function<nlohmann::
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The keys whose value differs from the config's (`resolved`, defaults included) as YAML sections to paste:
 // "parallel_config: {data_parallel: 2, ...}", nested keys as nested flow maps.
 std::string snippet(const std::vector<std::pair<std::string, std::string>>& sets, const YAML::Node& resolved) {
@@ -264,8 +255,7 @@ std::string snippet(const std::vector<std::pair<std::string, std::string>>& sets
 
 SearchResult search_layouts(const std::string& config_path, const std::vector<std::string>& sets, int ranks,
                             double memory_per_rank, const PlanHosts& where) {
-  const std::string text = read_file(config_path);
-  const Config base = load_config_string(text, sets, config_path);
+  const Config base = load_config(config_path, sets);
   SearchResult r;
   r.ranks = ranks;
   r.where = where;
@@ -293,40 +283,39 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
                       todo.push_back(Layout{dp, mp, pp, cp, ep, sp, algo, zero, sched, mb, micros, false});
       }
   }
-  // Plans one layout as `train` would check it and `plan` would plan it: the outcome as one JSON line (what a worker
-  // process sends back). A layout that does not fit is planned again with full recompute.
-  const auto evaluate = [&](Layout l) {
-    nlohmann::json out = {{"planned", 0}};
-    for (bool again = false;; again = true) {
-      l.recompute = again;
-      out["planned"] = out["planned"].get<int>() + 1;
-      std::vector<std::string> all = sets;
-      for (const auto& [k, v] : l.sets()) all.push_back(k + "=" + v);
-      try {
-        const Config cfg = load_config_string(text, all, config_path);
-        if (std::string msg = layout_error_message(cfg, ranks); !msg.empty()) {
-          if (!again) out["refused"] = msg;
-          return out;
-        }
-        nlohmann::json j;
-        bool fits = true;
-        plan_report(cfg, ranks, memory_per_rank, &fits, &j, where);
-        if (again && !fits) return out;  // the first plan's figures stand
-        out["recompute"] = again;
-        out["largest_rank_bytes"] = j["largest_rank_bytes"];
-        out["fits"] = memory_per_rank <= 0 || fits;
-        if (j.contains("step_seconds_modelled")) out["modelled"] = j["step_seconds_modelled"];
-        out["cross"] = j.value("cross_host_bytes_per_step", 0.0);
-        out["not_counted"] = "";
-        for (const nlohmann::json& s : j.value("sent_per_step", nlohmann::json::array()))
-          if (s.contains("not_modelled")) out["not_counted"] = s["not_modelled"];
-        if (out["fits"].get<bool>()) return out;
-      } catch (const std::exception& e) {
-        if (!again) out["refused"] = std::string(e.what()).substr(0, 300);
-        return out;
-      }
-      if (again) return out;
+  // One layout checked as `train` would check it and planned as `plan` plans it: its outcome as one JSON object
+  // (what a worker process sends back): "refused" with the reason, or its figures.
+  const auto plan_one = [&](const Layout& l) {
+    std::vector<std::string> all = sets;
+    for (const auto& [k, v] : l.sets()) all.push_back(k + "=" + v);
+    nlohmann::json out;
+    try {
+      const Config cfg = load_config(config_path, all);
+      if (std::string msg = layout_error_message(cfg, ranks); !msg.empty()) return nlohmann::json{{"refused", msg}};
+      nlohmann::json j;
+      bool fits = true;
+      plan_report(cfg, ranks, memory_per_rank, &fits, &j, where);
+      out = {{"recompute", l.recompute}, {"largest_rank_bytes", j["largest_rank_bytes"]},
+             {"fits", memory_per_rank <= 0 || fits}, {"cross", j.value("cross_host_bytes_per_step", 0.0)},
+             {"not_counted", ""}};
+      if (j.contains("step_seconds_modelled")) out["modelled"] = j["step_seconds_modelled"];
+      for (const nlohmann::json& s : j.value("sent_per_step", nlohmann::json::array()))
+        if (s.contains("not_modelled")) out["not_counted"] = s["not_modelled"];
+    } catch (const std::exception& e) {
+      return nlohmann::json{{"refused", std::string(e.what()).substr(0, 300)}};
     }
+    return out;
+  };
+  // A layout that does not fit is planned again with full recompute; where that fits, it stands for the layout.
+  const auto evaluate = [&](Layout l) {
+    nlohmann::json first = plan_one(l);
+    first["planned"] = 1;
+    if (first.contains("refused") || first["fits"].get<bool>()) return first;
+    l.recompute = true;
+    nlohmann::json again = plan_one(l);
+    nlohmann::json& kept = !again.contains("refused") && again["fits"].get<bool>() ? again : first;
+    kept["planned"] = 2;
+    return kept;
   };
   const std::vector<nlohmann::json> outcomes = run_workers(todo.size(), [&](size_t i) { return evaluate(todo[i]); });
   for (size_t i = 0; i < todo.size(); ++i) {

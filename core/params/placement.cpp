@@ -22,6 +22,9 @@ int64_t TensorPlacement::numel() const {
 
 namespace {
 
+// The elements one thread initializes at a time (a 4,096-element block: 16 KiB, about 0.1 ms of normals).
+constexpr int64_t kInitBlock = 4096;
+
 // p's local shape under the layout: the split dim divided over the tensor group (each part when
 // it is cut into parts), a vocabulary dim padded first.
 std::vector<int64_t> local_shape_of(const ParamSpec& p, const ParamLayout& layout) {
@@ -192,12 +195,15 @@ void Placement::initialize(float* arena, uint64_t seed, const std::vector<std::p
       for (const SlicePiece& s : t.pieces) {
         const Runs runs(t, s);
         const int64_t len = runs.len();
-        // A counter-based normal per element (a logarithm and a cosine).
+        // A counter-based normal per element (a logarithm and a cosine), so any split of the work gives the same
+        // values: the threads share blocks of a run, not whole runs (an unsplit embedding is one run).
+        const int64_t blocks = (len + kInitBlock - 1) / kInitBlock;
 #pragma omp parallel for schedule(static) if (parallel_worth(runs.count() * len * kTranscendentalWork))
-        for (int64_t r = 0; r < runs.count(); ++r) {
+        for (int64_t rb = 0; rb < runs.count() * blocks; ++rb) {
           int64_t li = 0, gi = 0;
-          runs.at(r, li, gi);
-          const int64_t a = std::max(li, lo), b = std::min(li + len, hi);
+          runs.at(rb / blocks, li, gi);
+          const int64_t first = li + (rb % blocks) * kInitBlock;
+          const int64_t a = std::max(first, lo), b = std::min({first + kInitBlock, li + len, hi});
           if (a < b) value.fill(w + a, gi + (a - li), b - a);
         }
       }

@@ -13,7 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/torch_save.h"
 #include "models/registry.h"
-#include "models/weights/megatron_checkpoint_map_detail.h"
+#include "models/weights/megatron_save_detail.h"
 #include "models/weights/hf_config.h"
 
 namespace gf {
@@ -21,33 +21,7 @@ namespace gf {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Mat {
-  std::vector<int64_t> shape;
-  std::vector<float> v;
-  int64_t rows() const { return shape[0]; }
-  int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
-};
-
-// [in, out] (GPT-2's Conv1D) -> [out, in] (nn.Linear), with the reader's transpose.
-Mat transposed(const Mat& m) { return Mat{{m.cols(), m.rows()}, megatron_detail::transpose2d(m.v, m.rows(), m.cols())}; }
-
-// torch.chunk(m, n, dim=0)[k] and [..., dim=1][k], for n dividing the dimension (checked by the caller).
-Mat row_chunk(const Mat& m, int64_t n, int64_t k) {
-  const int64_t rows = m.rows() / n, width = m.cols();
-  Mat out{m.shape, {}};
-  out.shape[0] = rows;
-  out.v.assign(m.v.begin() + k * rows * width, m.v.begin() + (k + 1) * rows * width);
-  return out;
-}
-Mat col_chunk(const Mat& m, int64_t n, int64_t k) {
-  const int64_t cols = m.cols() / n;
-  Mat out{{m.rows(), cols}, {}};
-  out.v.reserve(static_cast<size_t>(m.rows() * cols));
-  for (int64_t r = 0; r < m.rows(); ++r)
-    out.v.insert(out.v.end(), m.v.begin() + r * m.cols() + k * cols, m.v.begin() + r * m.cols() + (k + 1) * cols);
-  return out;
-}
+using namespace megatron_save_detail;
 
 // q | k | v rows ([3 H, ...], each block `heads` heads of hn rows) regrouped per head: for each head its q, k
 // and v rows ([np, 3, hn]: megatron/model/transformer.py ParallelAttention's query_key_value, checkpoint
@@ -63,21 +37,6 @@ Mat qkv_per_head(const Mat& m, int64_t heads) {
         std::copy_n(m.v.begin() + src * width, width, out.v.begin() + dst * width);
       }
   return out;
-}
-
-int64_t padded_vocab(int64_t vocab, int64_t multiple) { return (vocab + multiple - 1) / multiple * multiple; }
-
-std::string rank_dir(int64_t tp, int64_t pp, int64_t pp_size) {
-  char buf[64];
-  if (pp_size > 1) std::snprintf(buf, sizeof buf, "mp_rank_%02lld_%03lld", static_cast<long long>(tp), static_cast<long long>(pp));
-  else std::snprintf(buf, sizeof buf, "mp_rank_%02lld", static_cast<long long>(tp));
-  return buf;
-}
-
-TorchOut state_dict_of(std::vector<std::pair<std::string, TorchOut>> entries) {
-  TorchOut d = TorchOut::dict(TorchOut::Kind::kOrderedDict);
-  for (auto& [k, v] : entries) d.set(k, std::move(v));
-  return d;
 }
 
 // A model state dict's tensors in its order (named_parameters order), with their dotted names.
@@ -172,27 +131,15 @@ TorchOut scheduler_state(const MegatronTrainState& tr) {
 
 }  // namespace
 
+bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) {
+  return writes_core(find_model(m.arch, m.type).spec(m), opt);
+}
+
 std::string megatron_save_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec s = entry.spec(m);
-  std::string why;
-  auto no = [&](bool bad, const std::string& what) {
-    if (bad) why += (why.empty() ? "" : "; ") + what;
-  };
-  no(s.rope, "rotary positions");
-  no(s.norm != NormKind::kLayerNorm, "RMSNorm");
-  no(s.mlp != MlpKind::kGelu, "a gated MLP (SwiGLU)");
-  no(s.kv_heads != s.heads, "grouped-query attention");
-  no(!s.tied_head, "an untied output layer");
-  no(s.moe.experts > 1, "experts");
-  no(s.mla.on(), "latent attention");
-  no(!s.linear_bias || !s.qkv_bias, "projections without biases");
-  no(!s.fused_qkv_param || s.out_in, "separate q, k, v projections");
-  no(s.qk_norm || s.sandwich_norm || s.window > 0 || s.embed_scale != 0.0f || s.head_width > 0,
-     "q/k norms, sandwich norms, a sliding window, a scaled embedding or explicit head widths");
-  if (!why.empty())
-    return entry.family + " (" + m.arch + ") has " + why +
-           ": Megatron-core's layout, which this writer does not write yet (it writes megatron/model's GPT-2)";
+  if (writes_core(s, opt))
+    if (std::string why = core_problem(m, s, opt); !why.empty()) return why;
   if (m.hidden_act == "fast_gelu")
     return "`hidden_act: fast_gelu` (x sigmoid(1.702 x)) has no Megatron counterpart (its GELU is erf's, or tanh's "
            "with openai_gelu)";
@@ -203,7 +150,7 @@ std::string megatron_save_problem(const ModelConfig& m, const MegatronSaveOption
     return "the FFN width " + std::to_string(s.ffn) + " is not divisible by the tensor-parallel size " + std::to_string(opt.tp);
   if (s.layers % opt.pp != 0)
     return "num_layers " + std::to_string(s.layers) + " is not divisible by the pipeline-parallel size " +
-           std::to_string(opt.pp) + " (megatron/model splits layers evenly)";
+           std::to_string(opt.pp) + " (Megatron splits layers evenly)";
   if (opt.dtype != TorchDtype::kF32 && opt.dtype != TorchDtype::kF16 && opt.dtype != TorchDtype::kBF16)
     return "the weights' dtype must be float32, float16 or bfloat16";
   return "";
@@ -215,69 +162,18 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   if (const std::string p = megatron_save_problem(m, opt); !p.empty()) throw std::invalid_argument(p);
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec s = entry.spec(m);
+  if (writes_core(s, opt)) return save_core(dir, m, weight, opt);
   const int64_t H = s.hidden, L = s.layers, tp = opt.tp, pp = opt.pp;
   const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);
   if (opt.train && opt.iteration < 0)
     throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
-  using Source = std::function<std::vector<float>(const std::string&)>;
   // float16 weights: a value beyond its range is refused by its name here, not written as inf.
   auto getter = [&](const Source& src, bool f16) {
     return [&entry, src, f16](Role role, int64_t layer, std::vector<int64_t> shape) {
-      const std::string name = entry.names(role, layer);
-      Mat t{std::move(shape), src(name)};
-      if (f16)
-        if (const int64_t i = first_float16_overflow(t.v.data(), t.v.size()); i >= 0)
-          throw std::runtime_error(float16_overflow_message(name, i, t.v[i]));
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      if (n != static_cast<int64_t>(t.v.size()))
-        throw std::runtime_error(name + ": " + std::to_string(t.v.size()) + " values, expected " + std::to_string(n));
-      return t;
+      return read_weight(src, entry.names(role, layer), std::move(shape), f16);
     };
   };
-  // The args: what check_checkpoint_args compares (num_layers, hidden_size, num_attention_heads,
-  // add_position_embedding, max_position_embeddings, make_vocab_size_divisible_by, padded_vocab_size,
-  // tokenizer_type, the parallel sizes) and what the model builder reads, as megatron/arguments.py leaves
-  // them for this model.
-  auto args = [&] {
-    TorchOut a = TorchOut::dict(TorchOut::Kind::kNamespace);
-    a.set("num_layers", TorchOut::integer(L))
-        .set("hidden_size", TorchOut::integer(H))
-        .set("ffn_hidden_size", TorchOut::integer(s.ffn))
-        .set("num_attention_heads", TorchOut::integer(s.heads))
-        .set("kv_channels", TorchOut::integer(H / s.heads))
-        .set("max_position_embeddings", TorchOut::integer(s.positions))
-        .set("seq_length", TorchOut::integer(s.seq))
-        .set("add_position_embedding", TorchOut::boolean(true))
-        .set("position_embedding_type", TorchOut::string("learned_absolute"))
-        .set("make_vocab_size_divisible_by", TorchOut::integer(opt.make_vocab_size_divisible_by))
-        .set("padded_vocab_size", TorchOut::integer(padded))
-        .set("tokenizer_type", TorchOut::string(opt.tokenizer_type))
-        .set("tensor_model_parallel_size", TorchOut::integer(tp))
-        .set("pipeline_model_parallel_size", TorchOut::integer(pp))
-        .set("virtual_pipeline_model_parallel_size", TorchOut::none())
-        .set("layernorm_epsilon", TorchOut::real(float_decimal(s.norm_eps)))
-        .set("normalization", TorchOut::string("LayerNorm"))
-        .set("swiglu", TorchOut::boolean(false))
-        .set("add_bias_linear", TorchOut::boolean(true))
-        .set("untie_embeddings_and_output_weights", TorchOut::boolean(false))
-        // gelu_new (tanh's approximation) is Megatron's openai_gelu; gelu is F.gelu (erf). bias_gelu_fusion
-        // would run the tanh form whatever openai_gelu says, so it is off.
-        .set("openai_gelu", TorchOut::boolean(m.hidden_act == "gelu_new"))
-        .set("bias_gelu_fusion", TorchOut::boolean(false))
-        .set("apply_residual_connection_post_layernorm", TorchOut::boolean(false))
-        .set("hidden_dropout", TorchOut::real(float_decimal(s.hidden_dropout)))
-        .set("attention_dropout", TorchOut::real(float_decimal(s.attention_dropout)))
-        .set("init_method_std", TorchOut::real(float_decimal(s.init_std)))
-        .set("fp16", TorchOut::boolean(opt.dtype == TorchDtype::kF16))
-        .set("bf16", TorchOut::boolean(opt.dtype == TorchDtype::kBF16))
-        .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
-        .set("consumed_train_samples", TorchOut::integer(opt.consumed_train_samples))
-        .set("consumed_valid_samples", TorchOut::integer(0))
-        .set("use_distributed_optimizer", TorchOut::boolean(false));
-    if (opt.train) a.set("global_batch_size", TorchOut::integer(opt.train->global_batch));
-    return a;
-  };
+  auto args = [&] { return megatron_args(m, s, opt, padded, false); };
 
   // One pipeline stage's tensors of a source (the weights, or a moment), whole (TP 1), in Megatron's layout.
   struct Layer {
@@ -358,22 +254,13 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
       model.set("word_embeddings_for_head", state_dict_of({{"weight", out(row_chunk(st.word, tp, t))}}));
     return model;
   };
-  const std::string it_name =
-      opt.iteration < 0 ? "release" : [&] {
-        char b[32];
-        std::snprintf(b, sizeof b, "iter_%07lld", static_cast<long long>(opt.iteration));
-        return std::string(b);
-      }();
-  const fs::path it_dir = fs::path(dir) / it_name;
   // float16: every stage's weights are read once before anything is written (or removed), so that a weight
   // beyond float16's range is refused with the old iteration directory still in place. Twice the reading,
   // one stage's weights in memory at a time, as the writing below.
   if (opt.dtype == TorchDtype::kF16)
     for (int64_t p = 0; p < pp; ++p) (void)stage_of(weight, p, true);
+  const fs::path it_dir = iteration_dir(dir, opt.iteration);
   std::error_code ec;
-  fs::remove_all(it_dir, ec);
-  fs::create_directories(it_dir, ec);
-  if (ec) throw std::runtime_error(it_dir.string() + ": cannot create: " + ec.message());
 
   std::vector<std::string> files;
   for (int64_t p = 0; p < pp; ++p) {
@@ -402,11 +289,30 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
       files.push_back(file);
     }
   }
-  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-  std::ofstream tr(tracker, std::ios::trunc);
-  tr << (opt.iteration < 0 ? std::string("release") : std::to_string(opt.iteration));
-  if (!tr.flush()) throw std::runtime_error(tracker.string() + ": cannot write");
+  write_tracker(dir, opt.iteration);
   return files;
 }
+
+namespace megatron_save_detail {
+
+std::string iteration_dir(const std::string& dir, int64_t iteration) {
+  char b[32];
+  std::snprintf(b, sizeof b, "iter_%07lld", static_cast<long long>(iteration));
+  const fs::path it_dir = fs::path(dir) / (iteration < 0 ? std::string("release") : std::string(b));
+  std::error_code ec;
+  fs::remove_all(it_dir, ec);
+  fs::create_directories(it_dir, ec);
+  if (ec) throw std::runtime_error(it_dir.string() + ": cannot create: " + ec.message());
+  return it_dir.string();
+}
+
+void write_tracker(const std::string& dir, int64_t iteration) {
+  const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
+  std::ofstream tr(tracker, std::ios::trunc);
+  tr << (iteration < 0 ? std::string("release") : std::to_string(iteration));
+  if (!tr.flush()) throw std::runtime_error(tracker.string() + ": cannot write");
+}
+
+}  // namespace megatron_save_detail
 
 }  // namespace gf

@@ -15,11 +15,14 @@
 // GPT-345M as: Megatron loads it with the model alone (no optimizer or RNG state is needed or written).
 // The args hold what Megatron's check_checkpoint_args compares and what its model builder reads.
 //
-// Written: GPT-2 (learned positions, LayerNorm, GELU MLP, biases, tied head): megatron/model's GPTModel.
-// Refused, naming what differs: other architectures (rotary positions, RMSNorm, SwiGLU, grouped-query
-// attention, untied heads, experts: Megatron-core's layout, not written yet), fast_gelu (Megatron has no such
-// activation), and sizes Megatron cannot split (heads or the FFN width not divisible by TP, layers not
-// divisible by PP).
+// Written: GPT-2 (learned positions, LayerNorm, GELU MLP, biases, tied head) as megatron/model's GPTModel; every
+// other model, and GPT-2 with `core`, in Megatron-core's layout (megatron_save_core.cpp: decoder.layers.N.
+// self_attention.linear_qkv ..., Transformer Engine's or the local spec's norm names, experts split over _EEE shard
+// directories): rotary positions, RMSNorm, SwiGLU, grouped-query attention, untied heads, biases or none, experts
+// under core_r0.6.0's top-k router. Refused, naming what differs: what neither holds (latent attention, q/k norms,
+// sandwich norms, sliding windows, RoPE scaling, shared experts, DeepSeek's routing, ...), fast_gelu (Megatron has no
+// such activation), sizes Megatron cannot split (heads, query groups or the FFN width not divisible by TP, layers not
+// divisible by PP, experts not divisible by EP), and the optimizer state in core's layout (not written yet).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -61,7 +64,15 @@ struct MegatronSaveOptions {
   int64_t make_vocab_size_divisible_by = 128;
   std::string tokenizer_type = "GPT2BPETokenizer";  // args.tokenizer_type (check_checkpoint_args compares it)
   const MegatronTrainState* train = nullptr;         // with the optimizer state (iteration >= 0)
+  // Megatron-core's layout (megatron_save_core.cpp), which every model but megatron/model's GPT-2 is written in:
+  int64_t ep = 1;                   // --expert-model-parallel-size: experts split over _EEE shard directories
+  bool core = false;                // --use-mcore-models: GPT-2 in core's layout too
+  bool transformer_engine = true;   // --transformer-impl transformer_engine (core_r0.6.0's default) or local's names
+  bool grouped_gemm = false;        // --moe-grouped-gemm: experts as GroupedMLP's weight1 / weight2
 };
+
+// Whether `model` is written in Megatron-core's layout (megatron_save_core.cpp) rather than megatron/model's.
+bool megatron_writes_core(const ModelConfig& model, const MegatronSaveOptions& opt);
 
 // Why `model` cannot be written in Megatron's layout ("" when it can).
 std::string megatron_save_problem(const ModelConfig& model, const MegatronSaveOptions& opt);

@@ -412,8 +412,11 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
   if (opt.to.empty()) fail("--to: give where to write");
   if (!opt.format.empty() && opt.format != "hf" && opt.format != "checkpoint" && opt.format != "megatron")
     fail("--format " + opt.format + ": expected hf, checkpoint or megatron");
-  if (opt.format != "megatron" && (opt.megatron_tp != 1 || opt.megatron_pp != 1))
-    fail("--tensor-model-parallel-size and --pipeline-model-parallel-size split Megatron output: add --format megatron");
+  if (opt.format != "megatron" && (opt.megatron_tp != 1 || opt.megatron_pp != 1 || opt.megatron_ep != 1))
+    fail("--tensor-model-parallel-size, --pipeline-model-parallel-size and --expert-model-parallel-size split Megatron "
+         "output: add --format megatron");
+  if (opt.format != "megatron" && (opt.megatron_core || opt.moe_grouped_gemm || opt.transformer_impl != "transformer_engine"))
+    fail("--use-mcore-models, --transformer-impl and --moe-grouped-gemm shape Megatron output: add --format megatron");
   const OutDtype dt = parse_dtype(opt.dtype);
   const bool to_file = opt.to.ends_with(".safetensors");
   if (to_file && (opt.format == "checkpoint" || opt.format == "megatron"))

@@ -39,6 +39,10 @@ struct ConvertOptions {
   std::string from, to;
   std::string format;          // "hf", "checkpoint", "megatron", or "" (the other kind than --from's)
   int64_t megatron_tp = 1, megatron_pp = 1;  // --format megatron: the shards' tensor- and pipeline-parallel sizes
+  int64_t megatron_ep = 1;                    // and expert-parallel size (Megatron-core's layout)
+  bool megatron_core = false;                 // --use-mcore-models (GPT-2 in core's layout too)
+  std::string transformer_impl = "transformer_engine";  // --transformer-impl: core's norm names (or "local")
+  bool moe_grouped_gemm = false;              // --moe-grouped-gemm: GroupedMLP's weight1 / weight2
   std::string max_shard_size;  // Hugging Face directory output; "" is save_pretrained's default, 5GB
   std::string dtype = "float32";  // of Hugging Face output: float32, bfloat16, float16
   bool overwrite = false;      // write into a non-empty --to (see convert_weights)

@@ -15,12 +15,24 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
                                         "checkpoint is written as PEFT's adapter directory")->required();
   convert->add_option("--to", o.to, "a directory, or a .safetensors file for one full file")->required();
   convert->add_option("--format", o.format,
-                      "hf | checkpoint | megatron (Megatron-LM's release/mp_rank_*/model_optim_rng.pt; GPT-2) "
+                      "hf | checkpoint | megatron (Megatron-LM's release/mp_rank_*/model_optim_rng.pt: megatron/model's GPT-2, "
+                      "Megatron-core's layout for the others) "
                       "(default: the other kind than --from's)");
   convert->add_option("--tensor-model-parallel-size", o.megatron_tp, "--format megatron: tensor-parallel shards")
       ->capture_default_str()->check(CLI::Range(1, 1024));
   convert->add_option("--pipeline-model-parallel-size", o.megatron_pp, "--format megatron: pipeline stages")
       ->capture_default_str()->check(CLI::Range(1, 1024));
+  convert->add_option("--expert-model-parallel-size", o.megatron_ep,
+                      "--format megatron: expert-parallel shards (mp_rank_TT[_PPP]_EEE; Megatron-core's layout)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  convert->add_flag("--use-mcore-models", o.megatron_core,
+                    "--format megatron: GPT-2 in Megatron-core's layout too (other models always are)");
+  convert->add_option("--transformer-impl", o.transformer_impl,
+                      "--format megatron, Megatron-core's layout: transformer_engine (core_r0.6.0's default: the norms "
+                      "as linear_qkv.layer_norm_weight, ...) or local (input_layernorm, pre_mlp_layernorm)")
+      ->capture_default_str()->check(CLI::IsMember({"transformer_engine", "local"}));
+  convert->add_flag("--moe-grouped-gemm", o.moe_grouped_gemm,
+                    "--format megatron: experts as GroupedMLP's weight1 / weight2 (else local_experts.N)");
   convert->add_option("--max-shard-size", o.max_shard_size, "Hugging Face shards up to this size (default 5GB)");
   convert->add_option("--dtype", o.dtype, "Hugging Face and Megatron output dtype: float32 (default; --merge-lora: the "
                                           "base's), bfloat16, float16");

@@ -14,6 +14,10 @@ void write_megatron_target(ConvertSource& src, const ModelConfig& model, const C
   MegatronSaveOptions o;
   o.tp = opt.megatron_tp;
   o.pp = opt.megatron_pp;
+  o.ep = opt.megatron_ep;
+  o.core = opt.megatron_core;
+  o.transformer_engine = opt.transformer_impl != "local";
+  o.grouped_gemm = opt.moe_grouped_gemm;
   o.dtype = opt.dtype == "bfloat16" ? TorchDtype::kBF16 : opt.dtype == "float16" ? TorchDtype::kF16 : TorchDtype::kF32;
   if (const std::string why = megatron_save_problem(model, o); !why.empty()) fail("--format megatron: " + why);
   std::map<std::string, const SourceTensor*> by_name;
@@ -35,8 +39,13 @@ void write_megatron_target(ConvertSource& src, const ModelConfig& model, const C
   for (const SourceTensor& t : src.tensors)
     if (!read.count(t.name)) sum.skipped["not a weight of the model's Megatron layout"].push_back(t.name);
   sum.files.push_back((std::filesystem::path(opt.to) / "latest_checkpointed_iteration.txt").string());
+  const bool core = megatron_writes_core(model, o);
   sum.target = "Megatron-LM checkpoint " + opt.to + "/release (" + std::string(torch_dtype_name(o.dtype)) + ", TP " +
-               std::to_string(o.tp) + " x PP " + std::to_string(o.pp) + ", checkpoint version 3.0)";
+               std::to_string(o.tp) + " x PP " + std::to_string(o.pp) +
+               (core ? " x EP " + std::to_string(o.ep) + ", Megatron-core's layout with " +
+                           (o.transformer_engine ? "Transformer Engine's" : "the local spec's") + " names"
+                     : std::string()) +
+               ", checkpoint version 3.0)";
 }
 
 }  // namespace gf

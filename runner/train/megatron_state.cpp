@@ -100,6 +100,9 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
             : cfg_.compute_dtype == ComputeDtype::kFloat16 ? TorchDtype::kF16
                                                             : TorchDtype::kF32;
   std::string why = lora() ? "a LoRA run's checkpoints hold its adapters, not the model" : megatron_save_problem(cfg_.model, o);
+  if (why.empty() && megatron_writes_core(cfg_.model, o))
+    why = "this model is written in Megatron-core's layout, which `gridformer convert --format megatron` writes without "
+          "the optimizer state; with it (for Megatron-LM to resume from) it is not written yet";
   if (!why.empty()) {
     static bool warned = false;  // once a run: every save would say the same
     if (!warned) spdlog::warn("CheckpointMonitor megatron_format: Megatron-LM's layout is not written beside the checkpoints: {}", why);

@@ -8,6 +8,9 @@
 #     bfloat16 and TP4 in float16;
 #   - read back as load_checkpoint, it evaluates to bitwise the loss of the checkpoint it came from, on one rank
 #     and at model_parallel 2 (ours -> Megatron -> ours);
+#   - Llama and Mixtral (and GPT-2 with --use-mcore-models) in Megatron-core's layout: Transformer Engine's and the
+#     local spec's names, TP 2 x PP 2, experts over EP 2 per expert and grouped, each shard what the transcription's
+#     core flavour makes of the same weights, and evaluating to ours' loss bit for bit;
 #   - what Megatron's layout cannot hold is refused by name before anything is written, and a weight beyond
 #     float16's range by its name, with nothing left behind.
 # (tests/integration/megatron_jobs.sh runs Ascend's LAMBADA script on such a checkpoint.)
@@ -49,11 +52,64 @@ for np in 1 2; do
   ok "$np rank(s): the Megatron checkpoint evaluates to ours' loss bit for bit: $(eval_loss "ev${np}_run")"
 done
 
-# Refused before anything is written.
+# Megatron-core's layout (megatron_save_core.cpp), checked against the transcription's "core" flavour of the same
+# weights: Llama (8 heads in 2 query groups, SwiGLU, RMSNorm, RoPE, an untied head) at TP 2 with Transformer Engine's
+# names (core_r0.6.0's default) and at TP 2 x PP 2 in bfloat16 with the local spec's; Mixtral's 4 experts over EP 2,
+# as local_experts and as GroupedMLP's weight1/weight2; GPT-2 with --use-mcore-models at TP 2.
+# core_out NAME FROM HF HEADS TP PP DTYPE [convert's Megatron flags] -- [the check's flags]
+core_out() {
+  local name=$1 from=$2 hf=$3 heads=$4 tp=$5 pp=$6 dtype=$7 conv=() check=()
+  shift 7
+  while (($#)) && [ "$1" != -- ]; do conv+=("$1"); shift; done
+  (($#)) && shift
+  check=("$@")
+  run "$name" "$BIN" convert --from "$from" --to "$name" --format megatron --tensor-model-parallel-size "$tp" \
+    --pipeline-model-parallel-size "$pp" --dtype "$dtype" "${conv[@]}"
+  ((STATUS == 0)) || { cat "$name.log"; fail "$name: convert --format megatron"; }
+  grep -qF "Megatron-core's layout" "$name.log" || { cat "$name.log"; fail "$name: the summary line does not name core's layout"; }
+  "$PY" "$SRC/tests/integration/megatron_out_check.py" "$name" "$hf" "$heads" "$tp" "$pp" "$dtype" --core "${check[@]}" ||
+    fail "$name: not Megatron-core's layout"
+}
 tiny_config llama llama.yaml
 train lrun llama.yaml
-refused 2 "Megatron-core's layout, which this writer does not write yet" llama_out "$BIN" convert --from lrun --to lmeg --format megatron
-[ ! -e lmeg ] || fail "the refused Llama conversion wrote $(ls lmeg)"
+run lhf "$BIN" convert --from lrun --to lhf.safetensors
+((STATUS == 0)) || { cat lhf.log; fail "convert the Llama run to Hugging Face"; }
+core_out lcore_te lrun lhf.safetensors 8 2 1 float32 -- --te
+core_out lcore_local lrun lhf.safetensors 8 2 2 bfloat16 --transformer-impl local --
+tiny_config mixtral mixtral.yaml
+train mrun mixtral.yaml
+run mhf "$BIN" convert --from mrun --to mhf.safetensors
+((STATUS == 0)) || { cat mhf.log; fail "convert the Mixtral run to Hugging Face"; }
+core_out mcore_ep2 mrun mhf.safetensors 8 1 1 float32 --expert-model-parallel-size 2 --transformer-impl local -- --ep 2
+core_out mcore_grouped mrun mhf.safetensors 8 1 1 float32 --expert-model-parallel-size 2 --transformer-impl local \
+  --moe-grouped-gemm -- --ep 2 --grouped
+core_out gcore run hf.safetensors 4 2 1 float32 --use-mcore-models --transformer-impl local --
+
+# ours -> Megatron-core -> ours: the same evaluation loss, bit for bit, on one rank and at model_parallel 2.
+for np in 1 2; do
+  layout=(); [ "$np" = 2 ] && layout=(--set parallel_config.model_parallel=2)
+  for pair in "llama.yaml lrun lcore_te" "mixtral.yaml mrun mcore_grouped" "gpt2.yaml run gcore"; do
+    read -r cfg ours meg <<< "$pair"
+    for src in "$ours" "$meg"; do
+      run "cev${np}_$src" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="cev${np}_$src" \
+        --set run_mode=eval --set load_checkpoint="$src" "${layout[@]}"
+      ((STATUS == 0)) || { tail -20 "cev${np}_$src.log"; fail "cev${np}_$src: evaluation"; }
+    done
+    grep -q "loaded weights from $meg (Megatron-LM checkpoint" "cev${np}_$meg.log" || fail "cev${np}_$meg did not read the Megatron checkpoint"
+    [ "$(eval_loss "cev${np}_$ours")" = "$(eval_loss "cev${np}_$meg")" ] ||
+      fail "$np rank(s): eval loss $(eval_loss "cev${np}_$meg") from $meg, $(eval_loss "cev${np}_$ours") from ours"
+    ok "$np rank(s): $meg (Megatron-core) evaluates to ours' loss bit for bit: $(eval_loss "cev${np}_$ours")"
+  done
+done
+
+# Refused before anything is written.
+refused 2 "num_experts 4 is not divisible by the expert-parallel size 3" ep3 "$BIN" convert --from mrun --to m_ep3 \
+  --format megatron --expert-model-parallel-size 3
+[ ! -e m_ep3 ] || fail "the refused EP 3 conversion wrote $(ls m_ep3)"
+refused 2 "the 2 query groups (key/value heads) are not divisible by the tensor-parallel size 4" l_tp4 "$BIN" convert \
+  --from lrun --to l_tp4 --format megatron --tensor-model-parallel-size 4
+refused 2 "--expert-model-parallel-size 2 needs experts" l_ep2 "$BIN" convert --from lrun --to l_ep2 --format megatron \
+  --expert-model-parallel-size 2
 refused 2 "num_heads 4 is not divisible by the tensor-parallel size 3" tp3 "$BIN" convert --from run --to m3 --format megatron \
   --tensor-model-parallel-size 3
 # A weight float16 cannot hold (70000; its largest is 65504) is refused by its name, not written as inf.

@@ -1,0 +1,90 @@
+// What models/weights/megatron_save.cpp (megatron/model's GPT-2 layout) and megatron_save_core.cpp (Megatron-core's)
+// share: a float matrix and its tensor-parallel cuts, the shard directories' names, the args namespace.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/io/torch_pickle.h"
+#include "models/blocks/spec.h"
+#include "models/weights/megatron_checkpoint_map_detail.h"
+#include "models/weights/megatron_save.h"
+
+namespace gf::megatron_save_detail {
+
+using Source = std::function<std::vector<float>(const std::string&)>;
+
+struct Mat {
+  std::vector<int64_t> shape;
+  std::vector<float> v;
+  int64_t rows() const { return shape[0]; }
+  int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
+};
+
+// [in, out] (GPT-2's Conv1D) -> [out, in] (nn.Linear), with the reader's transpose.
+inline Mat transposed(const Mat& m) {
+  return Mat{{m.cols(), m.rows()}, megatron_detail::transpose2d(m.v, m.rows(), m.cols())};
+}
+
+// torch.chunk(m, n, dim=0)[k] and [..., dim=1][k], for n dividing the dimension (checked by the caller).
+inline Mat row_chunk(const Mat& m, int64_t n, int64_t k) {
+  const int64_t rows = m.rows() / n, width = m.cols();
+  Mat out{m.shape, {}};
+  out.shape[0] = rows;
+  out.v.assign(m.v.begin() + k * rows * width, m.v.begin() + (k + 1) * rows * width);
+  return out;
+}
+inline Mat col_chunk(const Mat& m, int64_t n, int64_t k) {
+  const int64_t cols = m.cols() / n;
+  Mat out{{m.rows(), cols}, {}};
+  out.v.reserve(static_cast<size_t>(m.rows() * cols));
+  for (int64_t r = 0; r < m.rows(); ++r)
+    out.v.insert(out.v.end(), m.v.begin() + r * m.cols() + k * cols, m.v.begin() + r * m.cols() + (k + 1) * cols);
+  return out;
+}
+
+inline int64_t padded_vocab(int64_t vocab, int64_t multiple) { return (vocab + multiple - 1) / multiple * multiple; }
+
+// megatron/training/checkpointing.py (core_r0.6.0) get_checkpoint_name: mp_rank_TT, then _PPP when pipeline-parallel
+// and _EEE when expert-parallel.
+inline std::string rank_dir(int64_t tp, int64_t pp, int64_t pp_size, int64_t ep = 0, int64_t ep_size = 1) {
+  char buf[64];
+  int n = std::snprintf(buf, sizeof buf, "mp_rank_%02lld", static_cast<long long>(tp));
+  if (pp_size > 1) n += std::snprintf(buf + n, sizeof buf - n, "_%03lld", static_cast<long long>(pp));
+  if (ep_size > 1) std::snprintf(buf + n, sizeof buf - n, "_%03lld", static_cast<long long>(ep));
+  return buf;
+}
+
+inline TorchOut state_dict_of(std::vector<std::pair<std::string, TorchOut>> entries) {
+  TorchOut d = TorchOut::dict(TorchOut::Kind::kOrderedDict);
+  for (auto& [k, v] : entries) d.set(k, std::move(v));
+  return d;
+}
+
+// The args namespace: what Megatron's check_checkpoint_args compares (num_layers, hidden_size, num_attention_heads,
+// add_position_embedding, max_position_embeddings, make_vocab_size_divisible_by, padded_vocab_size, tokenizer_type,
+// the parallel sizes) and what its model builders read, as megatron/arguments.py leaves them for this model; with
+// `core`, Megatron-core's (megatron/training/arguments.py at core_r0.6.0: --use-mcore-models and the model's
+// position, norm, MLP, attention and expert arguments) after them.
+TorchOut megatron_args(const ModelConfig& m, const TransformerSpec& s, const MegatronSaveOptions& opt, int64_t padded,
+                       bool core);
+
+// `name` from `src` as a tensor of `shape` (its size checked); with `f16`, a value beyond float16's range refused by
+// the tensor's name.
+Mat read_weight(const Source& src, const std::string& name, std::vector<int64_t> shape, bool f16);
+
+// Whether `m` is written in Megatron-core's layout (any model but megatron/model's GPT-2, or --use-mcore-models).
+bool writes_core(const TransformerSpec& s, const MegatronSaveOptions& opt);
+// Why Megatron-core's layout cannot hold `m` under `opt` ("" when it can); and the writer.
+std::string core_problem(const ModelConfig& m, const TransformerSpec& s, const MegatronSaveOptions& opt);
+std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m, const Source& weight,
+                                   const MegatronSaveOptions& opt);
+
+// `dir`/iter_NNNNNNN (or release/) emptied and created; and latest_checkpointed_iteration.txt written.
+std::string iteration_dir(const std::string& dir, int64_t iteration);
+void write_tracker(const std::string& dir, int64_t iteration);
+
+}  // namespace gf::megatron_save_detail

@@ -18,7 +18,8 @@
 // Written: GPT-2 (learned positions, LayerNorm, GELU MLP, biases, tied head) as megatron/model's GPTModel; every
 // other model, and GPT-2 with `core`, in Megatron-core's layout (megatron_save_core.cpp: decoder.layers.N.
 // self_attention.linear_qkv ..., Transformer Engine's or the local spec's norm names, experts split over _EEE shard
-// directories): rotary positions, RMSNorm, SwiGLU, grouped-query attention, untied heads, biases or none, experts
+// directories): rotary positions, RMSNorm, SwiGLU, grouped-query attention, untied heads, biases everywhere, on q, k
+// and v alone (--add-qkv-bias) or none, experts
 // under core_r0.6.0's top-k router. Refused, naming what differs: what neither holds (latent attention, q/k norms,
 // sandwich norms, sliding windows, RoPE scaling, shared experts, DeepSeek's routing, ...), fast_gelu (Megatron has no
 // such activation), sizes Megatron cannot split (heads, query groups or the FFN width not divisible by TP, layers not

@@ -126,7 +126,7 @@ std::string core_problem(const ModelConfig& m, const TransformerSpec& s, const M
   no(s.head_width > 0 && s.head_width * s.heads != s.hidden, "heads wider than hidden_size / num_heads");
   no(s.mlp == MlpKind::kGeGLU, "a GeGLU MLP");
   no(s.rope && s.rope_scaling.rope_type != "default", "RoPE scaling (" + s.rope_scaling.rope_type + ")");
-  no(s.linear_bias != s.qkv_bias, "biases on q, k and v alone");
+  no(s.linear_bias && !s.qkv_bias, "biases on every projection but q, k and v");
   no(s.attn_scale != 0.0f, "an attention scale other than 1 / sqrt(head_dim)");
   if (s.moe.experts > 1) {
     const MoeSpec& e = s.moe;
@@ -187,7 +187,7 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
       q = lin(Role::kQW, l, Hq, C), k = lin(Role::kKW, l, Gk, C), v = lin(Role::kVW, l, Gk, C);
     }
     t.push_back({"self_attention.linear_qkv.weight", qkv_grouped(q, k, v, s.heads, s.kv_heads), Cut::kRows});
-    if (bias) {
+    if (s.qkv_bias) {  // add_bias_linear's, or --add-qkv-bias's alone (Qwen2)
       Mat qb, kb, vb;
       if (s.fused_qkv_param) {
         Mat all = get(Role::kQkvB, l, {Hq + 2 * Gk});

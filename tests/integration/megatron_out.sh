@@ -10,7 +10,8 @@
 #     and at model_parallel 2 (ours -> Megatron -> ours);
 #   - Llama and Mixtral (and GPT-2 with --use-mcore-models) in Megatron-core's layout: Transformer Engine's and the
 #     local spec's names, TP 2 x PP 2, experts over EP 2 per expert and grouped, each shard what the transcription's
-#     core flavour makes of the same weights, and evaluating to ours' loss bit for bit;
+#     core flavour makes of the same weights, and evaluating to ours' loss bit for bit; Qwen2 (q, k, v biases alone)
+#     from its Hugging Face weights to the same loss;
 #   - what Megatron's layout cannot hold is refused by name before anything is written, and a weight beyond
 #     float16's range by its name, with nothing left behind.
 # (tests/integration/megatron_jobs.sh runs Ascend's LAMBADA script on such a checkpoint.)
@@ -101,6 +102,49 @@ for np in 1 2; do
     ok "$np rank(s): $meg (Megatron-core) evaluates to ours' loss bit for bit: $(eval_loss "cev${np}_$ours")"
   done
 done
+
+# Qwen2's biases on q, k and v alone (core's --add-qkv-bias; tied, 4 heads in 2 groups, RoPE base 1e6): its Hugging
+# Face weights (tests/golden/families/) to Megatron-core at TP 2 evaluate to the loss of the weights themselves.
+# (The golden file holds the family test's inputs and outputs beside its weights, which are prefixed `weights.`.)
+mkdir -p q2hf && cp "$SRC/tests/golden/families/qwen2/config.json" q2hf/
+"$PY" - "$SRC/tests/integration" "$SRC/tests/golden/families/qwen2.safetensors" q2hf/model.safetensors <<'PY' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import st_io
+t, _ = st_io.read(sys.argv[2])
+st_io.write(sys.argv[3], {k[len("weights."):]: v for k, v in t.items() if k.startswith("weights.")})
+PY
+  fail "Qwen2's golden weights"
+"$BIN" config --from-hf q2hf > q2.model.yaml 2> q2.err || { cat q2.err; fail "config --from-hf of Qwen2"; }
+"$PY" - q2.model.yaml q2.yaml <<'PY' || fail "the Qwen2 run's YAML"
+import sys, yaml
+run = yaml.safe_load(open(sys.argv[1]))
+run.update(yaml.safe_load("""
+runner_config: {train_steps: 1, batch_size: 2}
+train_dataset: {data_loader: {type: RandomTokens, seed: 5, num_samples: 8}}
+"""))
+run["model"]["model_config"]["seq_length"] = 32
+yaml.safe_dump(run, open(sys.argv[2], "w"), sort_keys=False)
+PY
+run q2meg "$BIN" convert --from q2hf --to q2meg --format megatron --tensor-model-parallel-size 2
+((STATUS == 0)) || { cat q2meg.log; fail "Qwen2 to Megatron-core"; }
+"$PY" - q2meg <<'PY' || fail "Qwen2's Megatron-core shards"
+import sys, torch
+d = torch.load(f"{sys.argv[1]}/release/mp_rank_00/model_optim_rng.pt", map_location="cpu")
+a, m = vars(d["args"]), d["model"]
+assert a["add_qkv_bias"] is True and a["add_bias_linear"] is False, (a["add_qkv_bias"], a["add_bias_linear"])
+assert a["rotary_base"] == 1000000 and a["num_query_groups"] == 2, (a["rotary_base"], a["num_query_groups"])
+assert tuple(m["decoder.layers.0.self_attention.linear_qkv.bias"].shape) == (64,)  # (4 + 2 x 2) x 16 / TP 2
+assert not any(k.endswith("linear_proj.bias") or k.endswith("linear_fc1.bias") for k in m), "a bias beyond q, k, v"
+print("ok: Qwen2 in core's layout: add_qkv_bias, linear_qkv.bias [64] on each TP rank, no other bias")
+PY
+for src in q2hf q2meg; do
+  run "q2ev_$src" "$BIN" train --config q2.yaml --set output_dir="q2ev_$src" --set run_mode=eval --set load_checkpoint="$src"
+  ((STATUS == 0)) || { tail -20 "q2ev_$src.log"; fail "q2ev_$src: evaluation"; }
+done
+[ "$(eval_loss q2ev_q2hf)" = "$(eval_loss q2ev_q2meg)" ] ||
+  fail "Qwen2: eval loss $(eval_loss q2ev_q2meg) from Megatron-core, $(eval_loss q2ev_q2hf) from its Hugging Face weights"
+ok "Qwen2 (q, k, v biases alone) through Megatron-core evaluates to its Hugging Face weights' loss bit for bit: $(eval_loss q2ev_q2hf)"
 
 # Refused before anything is written.
 refused 2 "num_experts 4 is not divisible by the expert-parallel size 3" ep3 "$BIN" convert --from mrun --to m_ep3 \

@@ -149,6 +149,9 @@ std::string core_problem(const ModelConfig& m, const TransformerSpec& s, const M
   if (s.kv_heads % opt.tp != 0)
     return "the " + std::to_string(s.kv_heads) + " query groups (key/value heads) are not divisible by the "
            "tensor-parallel size " + std::to_string(opt.tp) + " (core's linear_qkv is cut by whole groups)";
+  if (opt.grouped_gemm && s.moe.experts > 1 && s.linear_bias)
+    return "--moe-grouped-gemm: GroupedMLP's weight1 / weight2 hold no biases (core_r0.6.0 asserts add_bias_linear is "
+           "off), and these experts have them: write them as local_experts (without --moe-grouped-gemm)";
   if (opt.train) return "the optimizer state in Megatron-core's layout is not written yet (only megatron/model's GPT-2)";
   return "";
 }
@@ -248,10 +251,11 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
   // Engine's modules (without fp8 state).
   auto extra = [&](bool te_module) { return te_module ? TorchOut::tensor(TorchDtype::kU8, {0}, {}) : TorchOut::none(); };
   auto model_of = [&](const CoreStage& st, int64_t p, int64_t t, int64_t r) {
-    auto out = [&](const Part& x) {
-      const Mat c = cut(x.full, x.cut, tp, t);
+    auto shard = [&](const Mat& full, Cut how) {  // tensor-parallel rank t's cut, in the checkpoint's dtype
+      const Mat c = cut(full, how, tp, t);
       return TorchOut::tensor(opt.dtype, c.shape, c.v);
     };
+    auto out = [&](const Part& x) { return shard(x.full, x.cut); };
     TorchOut d = TorchOut::dict(TorchOut::Kind::kOrderedDict);
     for (const Part& x : st.head) d.set(x.name, out(x));
     const int64_t local = E / ep;
@@ -275,11 +279,11 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
         for (int64_t j = 0; j < local; ++j) {
           const CoreExpert& x = y.experts[static_cast<size_t>(r * local + j)];
           const std::string e = n + "mlp.experts.local_experts." + std::to_string(j) + ".";
-          d.set(e + "linear_fc1.weight", out({"", x.fc1, glu ? Cut::kRowsGlu : Cut::kRows}));
-          if (x.fc1_bias) d.set(e + "linear_fc1.bias", out({"", *x.fc1_bias, Cut::kRows}));
+          d.set(e + "linear_fc1.weight", shard(x.fc1, glu ? Cut::kRowsGlu : Cut::kRows));
+          if (x.fc1_bias) d.set(e + "linear_fc1.bias", shard(*x.fc1_bias, Cut::kRows));
           d.set(e + "linear_fc1._extra_state", extra(false));
-          d.set(e + "linear_fc2.weight", out({"", x.fc2, Cut::kCols}));
-          if (x.fc2_bias) d.set(e + "linear_fc2.bias", out({"", *x.fc2_bias, Cut::kWhole}));
+          d.set(e + "linear_fc2.weight", shard(x.fc2, Cut::kCols));
+          if (x.fc2_bias) d.set(e + "linear_fc2.bias", shard(*x.fc2_bias, Cut::kWhole));
           d.set(e + "linear_fc2._extra_state", extra(false));
         }
       }

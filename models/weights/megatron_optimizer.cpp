@@ -13,9 +13,12 @@
 // distrib_optim.pt beside the file (megatron_distrib_optim.h).
 // torch numbers the parameters 0, 1, ... through the param groups in order; Megatron's get_param_groups builds the
 // groups from named_parameters() of every model chunk in turn: a parameter is "no weight decay" when its name ends in
-// '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter (allreduce False) goes to a group
-// with is_expert_parallel True. 285068c appends the decay group first; core_r0.6.0 orders groups by their first
-// parameter; 2020's Megatron had no wd_mult and put the no-decay group second. So each group's kind is read from its
+// '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter goes to a group with
+// is_expert_parallel True when its allreduce is False, which tensor_parallel/layers.py sets to not (is_expert and
+// expert_model_parallel_size > 1): at EP 1 the experts share the dense groups. Those groups then have an optimizer of
+// their own, and 'optimizer' is ChainedOptimizer's list of the two state dicts, each numbering from 0. 285068c appends
+// the decay group first; core_r0.6.0 orders groups by their first parameter; 2020's Megatron had no wd_mult and put
+// the no-decay group second. So each group's kind is read from its
 // own keys, and its indices are given to the model's parameters of that kind in named_parameters() order, which is
 // the order of the state dict's parameters (PyTorch's state_dict and named_parameters both walk the modules in
 // registration order; megatron_flatten leaves out the non-parameters).
@@ -95,30 +98,53 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
   out.masters_from = "distrib_optim.pt (" + out.distrib->form + " buffers)";
 }
 
+// One optimizer's state dict: FP32Optimizer's (torch's), or Float16Optimizer's wrapping it.
+struct OneOptimizer {
+  const PickleValue* inner = nullptr;    // {'state', 'param_groups'}
+  const PickleValue* masters = nullptr;  // fp32_from_fp16_params
+  const PickleValue* groups = nullptr;
+};
+
 OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks, bool expert_parallel) {
   const std::string file = f.path();
   const PickleValue* opt = f.root().find("optimizer");
   if (!opt || opt->is_none())
     throw std::runtime_error(file + ": holds no optimizer state (saved with --no-save-optim?): a resume needs the Adam "
                              "moments; --finetune loads its weights alone, from step 1");
-  if (!opt->is_dict()) throw std::runtime_error(file + ": 'optimizer' holds a " + std::string(opt->kind_name()) + ", not a dict");
-  OptimizerView out;
-  const PickleValue* inner = opt;
-  const PickleValue* masters = nullptr;
-  if (const PickleValue* wrapped = opt->find("optimizer"); wrapped && wrapped->is_dict()) {  // Float16Optimizer's
-    inner = wrapped;
-    masters = opt->find("fp32_from_fp16_params");
-    if (const PickleValue* gs = opt->find("grad_scaler"); gs && gs->is_dict()) {
-      out.scaler = true;
-      out.scale = number(need(*gs, "scale", file + ": optimizer.grad_scaler"), file + ": optimizer.grad_scaler.scale");
-      if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(number(*g, file));
-      if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(number(*h, file));
-    }
+  // Megatron-core's ChainedOptimizer (the dense parameters' optimizer, then the expert-parallel ones') saves a list.
+  std::vector<const PickleValue*> list;
+  if (opt->kind() == PickleValue::Kind::kList) {
+    for (const PickleValue& o : opt->items()) list.push_back(&o);
+    if (list.empty()) throw std::runtime_error(file + ": 'optimizer' is an empty list (a ChainedOptimizer of none)");
+  } else {
+    list.push_back(opt);
   }
-  const PickleValue* state = inner->find("state");
-  const PickleValue& groups = need(*inner, "param_groups", file + ": the optimizer state dict");
-  if (groups.kind() != PickleValue::Kind::kList)
-    throw std::runtime_error(file + ": optimizer param_groups holds a " + std::string(groups.kind_name()) + ", not a list");
+  OptimizerView out;
+  std::vector<OneOptimizer> parts;
+  bool expert_groups = false;  // experts have groups of their own only when expert-parallel (allreduce False)
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = file + ": optimizer" + (list.size() > 1 ? "[" + std::to_string(i) + "]" : "");
+    const PickleValue* o = list[i];
+    if (!o->is_dict()) throw std::runtime_error(where + " holds a " + std::string(o->kind_name()) + ", not a dict");
+    OneOptimizer one{o, nullptr, nullptr};
+    if (const PickleValue* wrapped = o->find("optimizer"); wrapped && wrapped->is_dict()) {  // Float16Optimizer's
+      one.inner = wrapped;
+      one.masters = o->find("fp32_from_fp16_params");
+      if (const PickleValue* gs = o->find("grad_scaler"); gs && gs->is_dict()) {
+        out.scaler = true;
+        out.scale = number(need(*gs, "scale", where + ".grad_scaler"), where + ".grad_scaler.scale");
+        if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(number(*g, file));
+        if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(number(*h, file));
+      }
+    }
+    one.groups = &need(*one.inner, "param_groups", where + "'s state dict");
+    if (one.groups->kind() != PickleValue::Kind::kList)
+      throw std::runtime_error(where + " param_groups holds a " + std::string(one.groups->kind_name()) + ", not a list");
+    for (const PickleValue& g : one.groups->items())
+      if (const PickleValue* e = g.is_dict() ? g.find("is_expert_parallel") : nullptr; e && !e->is_none() && e->as_bool())
+        expert_groups = true;
+    parts.push_back(one);
+  }
 
   // The model's parameters in named_parameters() order, each with its group kind.
   struct Param {
@@ -131,78 +157,90 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
   for (size_t c = 0; c < chunks.size(); ++c)
     for (const auto& [name, w] : megatron_flatten(*chunks[c], file)) {
       const bool no_wd = name.ends_with(".bias") || w->tensor().shape.size() == 1;
-      params.push_back({name, w, c, no_wd, name.find(".experts.") != std::string::npos});
+      params.push_back({name, w, c, no_wd, expert_groups && name.find(".experts.") != std::string::npos});
     }
-  if (!state || !state->is_dict()) {  // Megatron's distributed optimizer: the state is in distrib_optim.pt
+  const PickleValue* state0 = parts[0].inner->find("state");
+  if (!state0 || !state0->is_dict()) {  // Megatron's distributed optimizer: the state is in distrib_optim.pt
+    if (parts.size() > 1)
+      throw std::runtime_error(file + ": a ChainedOptimizer of Megatron's distributed optimizers (expert parallelism "
+                               "with --use-distributed-optimizer): its distrib_optim.pt is not read; --finetune loads "
+                               "the weights alone");
     std::vector<MegatronDistribParam> dp;
-    for (const Param& p : params) dp.push_back({p.name, p.weight->tensor().shape, p.chunk, expert_parallel && p.expert});
-    distrib_view(out, f, groups, dp, chunks.size());
+    for (const Param& p : params)
+      dp.push_back({p.name, p.weight->tensor().shape, p.chunk, expert_parallel && p.name.find(".experts.") != std::string::npos});
+    distrib_view(out, f, *parts[0].groups, dp, chunks.size());
     return out;
   }
   out.master.resize(chunks.size());
   out.exp_avg.resize(chunks.size());
   out.exp_avg_sq.resize(chunks.size());
-  const auto& list = groups.items();
   size_t assigned = 0;
-  for (size_t g = 0; g < list.size(); ++g) {
-    const std::string where = file + ": optimizer param_groups[" + std::to_string(g) + "]";
-    const PickleValue& group = list[g];
-    const PickleValue& indices = need(group, "params", where);
-    bool no_wd;
-    if (const PickleValue* m = group.find("wd_mult")) no_wd = number(*m, where + ".wd_mult") == 0.0;
-    else if (list.size() == 2) no_wd = g == 1;  // 2020's Megatron: [decay, no decay]
-    else throw std::runtime_error(where + ": has no wd_mult, and there are " + std::to_string(list.size()) +
-                                  " groups: not Megatron's param groups");
-    const PickleValue* e = group.find("is_expert_parallel");
-    const bool expert = e && !e->is_none() && e->as_bool();
-    std::vector<Param*> kind;
-    for (Param& p : params)
-      if (p.no_wd == no_wd && p.expert == expert && !p.taken) kind.push_back(&p);
-    if (indices.items().size() != kind.size())
-      throw std::runtime_error(where + " (" + (no_wd ? "no weight decay" : "weight decay") + (expert ? ", experts" : "") +
-                               ") numbers " + std::to_string(indices.items().size()) + " parameters, the model state dict " +
-                               "has " + std::to_string(kind.size()) + " of that kind: the optimizer state is not this "
-                               "model's (or its groups are not Megatron's get_param_groups)");
-    const PickleValue* group_masters = nullptr;
-    if (masters && masters->kind() == PickleValue::Kind::kList) {
-      if (g >= masters->items().size() || masters->items()[g].items().size() != kind.size())
-        throw std::runtime_error(file + ": optimizer.fp32_from_fp16_params has no list of " + std::to_string(kind.size()) +
-                                 " master weights for param group " + std::to_string(g));
-      group_masters = &masters->items()[g];
-    }
-    for (size_t j = 0; j < kind.size(); ++j) {
-      Param& p = *kind[j];
-      p.taken = true;
-      ++assigned;
-      const int64_t index = indices.items()[j].as_int();
-      const std::string at = file + ": optimizer state " + std::to_string(index) + " (" + p.name + ")";
-      const PickleValue* s = state->find(index);
-      if (!s || !s->is_dict())
-        throw std::runtime_error(at + " is missing: the optimizer has not stepped this parameter (a checkpoint before "
-                                 "the first iteration holds no moments)");
-      const std::vector<int64_t>& shape = p.weight->tensor().shape;
-      const PickleValue* moments[2] = {&need(*s, "exp_avg", at), &need(*s, "exp_avg_sq", at)};
-      for (const PickleValue* m : moments)
-        if (m->kind() != PickleValue::Kind::kTensor || m->tensor().shape != shape)
-          throw std::runtime_error(at + ": a moment of shape " +
-                                   (m->kind() == PickleValue::Kind::kTensor ? shape_str(m->tensor().shape) : m->kind_name()) +
-                                   " for a parameter of shape " + shape_str(shape) + ": the state is not this model's");
-      out.exp_avg[p.chunk].emplace_back(p.name, moments[0]);
-      out.exp_avg_sq[p.chunk].emplace_back(p.name, moments[1]);
-      const PickleValue* st = s->find("step");
-      if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
-      if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
-      const double step = number(*st, at + ".step");
-      if (out.step >= 0 && step != out.step)
-        throw std::runtime_error(at + ": step " + std::to_string(step) + ", other parameters " + std::to_string(out.step) +
-                                 ": Adam's bias correction needs one step count");
-      out.step = step;
-      if (group_masters) {
-        const PickleValue& w = group_masters->items()[j];
-        if (w.kind() != PickleValue::Kind::kTensor || w.tensor().shape != shape)
-          throw std::runtime_error(file + ": optimizer.fp32_from_fp16_params[" + std::to_string(g) + "][" +
-                                   std::to_string(j) + "] is not a tensor of " + p.name + "'s shape " + shape_str(shape));
-        out.master[p.chunk].emplace_back(p.name, &w);
+  for (size_t o = 0; o < parts.size(); ++o) {
+    const std::string of = file + ": optimizer" + (parts.size() > 1 ? "[" + std::to_string(o) + "]" : "");
+    const PickleValue* state = parts[o].inner->find("state");
+    if (!state || !state->is_dict()) throw std::runtime_error(of + " has no 'state' dict");
+    const PickleValue* masters = parts[o].masters;
+    const auto& list = parts[o].groups->items();
+    for (size_t g = 0; g < list.size(); ++g) {
+      const std::string where = of + " param_groups[" + std::to_string(g) + "]";
+      const PickleValue& group = list[g];
+      const PickleValue& indices = need(group, "params", where);
+      bool no_wd;
+      if (const PickleValue* m = group.find("wd_mult")) no_wd = number(*m, where + ".wd_mult") == 0.0;
+      else if (list.size() == 2) no_wd = g == 1;  // 2020's Megatron: [decay, no decay]
+      else throw std::runtime_error(where + ": has no wd_mult, and there are " + std::to_string(list.size()) +
+                                    " groups: not Megatron's param groups");
+      const PickleValue* e = group.find("is_expert_parallel");
+      const bool expert = e && !e->is_none() && e->as_bool();
+      std::vector<Param*> kind;
+      for (Param& p : params)
+        if (p.no_wd == no_wd && p.expert == expert && !p.taken) kind.push_back(&p);
+      if (indices.items().size() != kind.size())
+        throw std::runtime_error(where + " (" + (no_wd ? "no weight decay" : "weight decay") + (expert ? ", experts" : "") +
+                                 ") numbers " + std::to_string(indices.items().size()) + " parameters, the model state " +
+                                 "dict has " + std::to_string(kind.size()) + " of that kind: the optimizer state is " +
+                                 "not this model's (or its groups are not Megatron's get_param_groups)");
+      const PickleValue* group_masters = nullptr;
+      if (masters && masters->kind() == PickleValue::Kind::kList) {
+        if (g >= masters->items().size() || masters->items()[g].items().size() != kind.size())
+          throw std::runtime_error(of + ".fp32_from_fp16_params has no list of " + std::to_string(kind.size()) +
+                                   " master weights for param group " + std::to_string(g));
+        group_masters = &masters->items()[g];
+      }
+      for (size_t j = 0; j < kind.size(); ++j) {
+        Param& p = *kind[j];
+        p.taken = true;
+        ++assigned;
+        const int64_t index = indices.items()[j].as_int();
+        const std::string at = of + " state " + std::to_string(index) + " (" + p.name + ")";
+        const PickleValue* s = state->find(index);
+        if (!s || !s->is_dict())
+          throw std::runtime_error(at + " is missing: the optimizer has not stepped this parameter (a checkpoint before "
+                                   "the first iteration holds no moments)");
+        const std::vector<int64_t>& shape = p.weight->tensor().shape;
+        const PickleValue* moments[2] = {&need(*s, "exp_avg", at), &need(*s, "exp_avg_sq", at)};
+        for (const PickleValue* m : moments)
+          if (m->kind() != PickleValue::Kind::kTensor || m->tensor().shape != shape)
+            throw std::runtime_error(at + ": a moment of shape " +
+                                     (m->kind() == PickleValue::Kind::kTensor ? shape_str(m->tensor().shape) : m->kind_name()) +
+                                     " for a parameter of shape " + shape_str(shape) + ": the state is not this model's");
+        out.exp_avg[p.chunk].emplace_back(p.name, moments[0]);
+        out.exp_avg_sq[p.chunk].emplace_back(p.name, moments[1]);
+        const PickleValue* st = s->find("step");
+        if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
+        if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
+        const double step = number(*st, at + ".step");
+        if (out.step >= 0 && step != out.step)
+          throw std::runtime_error(at + ": step " + std::to_string(step) + ", other parameters " + std::to_string(out.step) +
+                                   ": Adam's bias correction needs one step count");
+        out.step = step;
+        if (group_masters) {
+          const PickleValue& w = group_masters->items()[j];
+          if (w.kind() != PickleValue::Kind::kTensor || w.tensor().shape != shape)
+            throw std::runtime_error(of + ".fp32_from_fp16_params[" + std::to_string(g) + "][" + std::to_string(j) +
+                                     "] is not a tensor of " + p.name + "'s shape " + shape_str(shape));
+          out.master[p.chunk].emplace_back(p.name, &w);
+        }
       }
     }
   }

@@ -39,96 +39,6 @@ Mat qkv_per_head(const Mat& m, int64_t heads) {
   return out;
 }
 
-// A model state dict's tensors in its order (named_parameters order), with their dotted names.
-using FlatOut = std::vector<std::pair<std::string, const TorchOut*>>;
-void flatten_out(const TorchOut& d, const std::string& prefix, FlatOut& out) {
-  for (const auto& [k, v] : d.entries) {
-    const std::string name = prefix.empty() ? k : prefix + "." + k;
-    if (v.kind == TorchOut::Kind::kTensor) out.emplace_back(name, &v);
-    else flatten_out(v, name, out);
-  }
-}
-FlatOut flat(const TorchOut& d) {
-  FlatOut out;
-  flatten_out(d, "", out);
-  return out;
-}
-
-// Megatron's optimizer.state_dict() (see MegatronTrainState) for one shard file, from its model state dicts of
-// the fp32 weights and of the two moments.
-TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
-                         const TorchOut& v) {
-  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
-  std::vector<size_t> groups[2];  // get_param_groups at 285068c: the decay group, then the no-decay group
-  for (size_t i = 0; i < w.size(); ++i)
-    groups[w[i].first.ends_with(".bias") || w[i].second->shape.size() == 1 ? 1 : 0].push_back(i);
-  TorchOut state = TorchOut::int_dict();
-  TorchOut param_groups = TorchOut::list({});
-  TorchOut masters = TorchOut::list({});
-  int64_t index = 0;
-  for (int g = 0; g < 2; ++g) {
-    if (groups[g].empty()) continue;
-    TorchOut ids = TorchOut::list({}), fp32 = TorchOut::list({});
-    for (size_t i : groups[g]) {
-      TorchOut st = TorchOut::dict();
-      st.set("step", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.adam_step)}))  // torch's AdamW
-          .set("exp_avg", *fm[i].second)
-          .set("exp_avg_sq", *fv[i].second);
-      state.set(std::to_string(index), std::move(st));
-      ids.items.push_back(TorchOut::integer(index++));
-      fp32.items.push_back(*w[i].second);
-    }
-    TorchOut group = TorchOut::dict();
-    group.set("wd_mult", TorchOut::real(g == 0 ? 1.0 : 0.0))
-        .set("lr_mult", TorchOut::real(1.0))
-        .set("lr", TorchOut::real(tr.lr))
-        .set("bias_correction", TorchOut::boolean(true))
-        .set("betas", TorchOut::tuple({TorchOut::real(tr.beta1), TorchOut::real(tr.beta2)}))
-        .set("eps", TorchOut::real(tr.eps))
-        .set("weight_decay", TorchOut::real(g == 0 ? tr.weight_decay : 0.0))
-        .set("amsgrad", TorchOut::boolean(false))
-        .set("maximize", TorchOut::boolean(false))
-        .set("foreach", TorchOut::none())
-        .set("capturable", TorchOut::boolean(false))
-        .set("differentiable", TorchOut::boolean(false))
-        .set("fused", TorchOut::none())
-        .set("step", TorchOut::integer(tr.adam_step))  // apex FusedAdam's count, per group
-        .set("params", std::move(ids));
-    param_groups.items.push_back(std::move(group));
-    masters.items.push_back(std::move(fp32));
-  }
-  TorchOut inner = TorchOut::dict();
-  inner.set("state", std::move(state)).set("param_groups", std::move(param_groups));
-  if (dtype == TorchDtype::kF32) return inner;  // FP32Optimizer.state_dict()
-  TorchOut wrapped = TorchOut::dict();  // Float16OptimizerWithFloat16Params.state_dict()
-  wrapped.set("optimizer", std::move(inner));
-  if (tr.grad_scaler) {
-    TorchOut gs = TorchOut::dict();
-    gs.set("scale", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.loss_scale)}))
-        .set("growth_tracker", TorchOut::integer(tr.growth_tracker))
-        .set("hysteresis_tracker", TorchOut::integer(tr.hysteresis_tracker));
-    wrapped.set("grad_scaler", std::move(gs));
-  }
-  wrapped.set("fp32_from_fp16_params", std::move(masters));
-  return wrapped;
-}
-
-// OptimizerParamScheduler.state_dict() (megatron/optimizer_param_scheduler.py), its steps counted in samples.
-TorchOut scheduler_state(const MegatronTrainState& tr) {
-  TorchOut d = TorchOut::dict();
-  d.set("max_lr", TorchOut::real(tr.max_lr))
-      .set("lr_warmup_steps", TorchOut::integer(tr.warmup_samples))
-      .set("num_steps", TorchOut::integer(tr.num_samples))
-      .set("lr_decay_style", TorchOut::string(tr.decay_style))
-      .set("lr_decay_steps", TorchOut::integer(tr.decay_samples))
-      .set("min_lr", TorchOut::real(tr.min_lr))
-      .set("start_wd", TorchOut::real(tr.weight_decay))
-      .set("end_wd", TorchOut::real(tr.weight_decay))
-      .set("wd_incr_style", TorchOut::string("constant"))
-      .set("wd_incr_steps", TorchOut::integer(tr.wd_incr_samples));
-  return d;
-}
-
 }  // namespace
 
 bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) {
@@ -162,11 +72,11 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   if (const std::string p = megatron_save_problem(m, opt); !p.empty()) throw std::invalid_argument(p);
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec s = entry.spec(m);
+  if (opt.train && opt.iteration < 0)
+    throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
   if (writes_core(s, opt)) return save_core(dir, m, weight, opt);
   const int64_t H = s.hidden, L = s.layers, tp = opt.tp, pp = opt.pp;
   const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);
-  if (opt.train && opt.iteration < 0)
-    throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
   // float16 weights: a value beyond its range is refused by its name here, not written as inf.
   auto getter = [&](const Source& src, bool f16) {
     return [&entry, src, f16](Role role, int64_t layer, std::vector<int64_t> shape) {
@@ -278,7 +188,7 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
       if (opt.train) {
         const TorchOut master = model_of(weights, p, t, TorchDtype::kF32);
         root.set("optimizer", optimizer_state(*opt.train, opt.dtype, master, model_of(*moments[0], p, t, TorchDtype::kF32),
-                                              model_of(*moments[1], p, t, TorchDtype::kF32)))
+                                              model_of(*moments[1], p, t, TorchDtype::kF32), false, false))
             .set("opt_param_scheduler", scheduler_state(*opt.train));
       }
       const fs::path d = it_dir / rank_dir(t, p, pp);

@@ -23,7 +23,7 @@
 // under core_r0.6.0's top-k router. Refused, naming what differs: what neither holds (latent attention, q/k norms,
 // sandwich norms, sliding windows, RoPE scaling, shared experts, DeepSeek's routing, ...), fast_gelu (Megatron has no
 // such activation), sizes Megatron cannot split (heads, query groups or the FFN width not divisible by TP, layers not
-// divisible by PP, experts not divisible by EP), and the optimizer state in core's layout (not written yet).
+// divisible by PP, experts not divisible by EP).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,7 +42,9 @@ namespace gf {
 // or 1-D: no decay), also holding apex FusedAdam's group 'step'; under fp16 / bf16 wrapped as Float16Optimizer's
 // {'optimizer', 'grad_scaler' (fp16), 'fp32_from_fp16_params' (the fp32 weights, the file's model holding them
 // rounded)}; and 'opt_param_scheduler' (OptimizerParamScheduler.state_dict(), in samples). No 'rng_state': Megatron
-// resumes from it with --no-load-rng.
+// resumes from it with --no-load-rng. In Megatron-core's layout the groups are core_r0.6.0's (megatron_save_optim.cpp):
+// in the order their first parameter comes, and under expert parallelism the experts' groups in an optimizer of their
+// own ('optimizer' is then ChainedOptimizer's list of the two state dicts).
 struct MegatronTrainState {
   // A parameter's AdamW moment by our name, in our layout like `weight`: k 0 exp_avg, 1 exp_avg_sq.
   std::function<std::vector<float>(int k, const std::string& name)> moment;

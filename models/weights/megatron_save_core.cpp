@@ -83,9 +83,11 @@ Mat rows_of(const Mat& m, int64_t first, int64_t n) {
   return out;
 }
 
-// The vocabulary padded to `padded` rows with copies of its last (saver_mcore.py's rule).
-Mat pad_vocab(Mat m, int64_t padded) {
-  const std::vector<float> last(m.v.end() - m.cols(), m.v.end());
+// The vocabulary padded to `padded` rows with copies of its last (saver_mcore.py's rule for weights), or with zeros
+// (a moment: the padding rows' gradients are 0).
+Mat pad_vocab(Mat m, int64_t padded, bool copies) {
+  const std::vector<float> last = copies ? std::vector<float>(m.v.end() - m.cols(), m.v.end())
+                                         : std::vector<float>(static_cast<size_t>(m.cols()), 0.0f);
   for (int64_t r = m.rows(); r < padded; ++r) m.v.insert(m.v.end(), last.begin(), last.end());
   m.shape[0] = padded;
   return m;
@@ -152,7 +154,6 @@ std::string core_problem(const ModelConfig& m, const TransformerSpec& s, const M
   if (opt.grouped_gemm && s.moe.experts > 1 && s.linear_bias)
     return "--moe-grouped-gemm: GroupedMLP's weight1 / weight2 hold no biases (core_r0.6.0 asserts add_bias_linear is "
            "off), and these experts have them: write them as local_experts (without --moe-grouped-gemm)";
-  if (opt.train) return "the optimizer state in Megatron-core's layout is not written yet (only megatron/model's GPT-2)";
   return "";
 }
 
@@ -165,9 +166,12 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
   const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);
   const bool f16 = opt.dtype == TorchDtype::kF16, te = opt.transformer_engine, ln = s.norm == NormKind::kLayerNorm;
   const bool glu = s.mlp == MlpKind::kSwiGLU, bias = s.linear_bias;
+  // What stage() reads: the weights (float16's range checked), or a moment (opt.train's, zeros in the padding).
+  const Source* src = &weight;
+  bool weights = true;
   auto get = [&](Role r, int64_t l, std::vector<int64_t> shape, int64_t e = -1) {
     const std::string n = entry.names(r, l);
-    return read_weight(weight, e >= 0 ? expert_name(n, e) : n, std::move(shape), f16);
+    return read_weight(*src, e >= 0 ? expert_name(n, e) : n, std::move(shape), f16 && weights);
   };
   auto lin = [&](Role r, int64_t l, int64_t out, int64_t in, int64_t e = -1) {  // as [out, in]
     return s.out_in ? get(r, l, {out, in}, e) : transposed(get(r, l, {in, out}, e));
@@ -229,7 +233,7 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
     CoreStage st;
     const bool first = p == 0, last = p == pp - 1;
     std::optional<Mat> word;
-    if (first || (last && s.tied_head)) word = pad_vocab(get(Role::kEmbed, -1, {s.vocab, C}), padded);
+    if (first || (last && s.tied_head)) word = pad_vocab(get(Role::kEmbed, -1, {s.vocab, C}), padded, weights);
     if (first) {
       st.head.push_back({"embedding.word_embeddings.weight", *word, Cut::kRows});
       if (!s.rope) st.head.push_back({"embedding.position_embeddings.weight", get(Role::kPosEmbed, -1, {s.positions, C}), Cut::kWhole});
@@ -241,7 +245,7 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
       // gpt_model.py: the output layer's own weight when untied; a tied one's copy on a last stage that is not
       // also the first (which allocates none: skip_weight_param_allocation).
       if (!s.tied_head)
-        st.tail.push_back({"output_layer.weight", pad_vocab(get(Role::kLmHead, -1, {s.vocab, C}), padded), Cut::kRows});
+        st.tail.push_back({"output_layer.weight", pad_vocab(get(Role::kLmHead, -1, {s.vocab, C}), padded, weights), Cut::kRows});
       else if (!first)
         st.tail.push_back({"output_layer.weight", *word, Cut::kRows});
     }
@@ -250,10 +254,10 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
   // An `_extra_state`: None from core's parallel linears (get_extra_state), an empty uint8 tensor from Transformer
   // Engine's modules (without fp8 state).
   auto extra = [&](bool te_module) { return te_module ? TorchOut::tensor(TorchDtype::kU8, {0}, {}) : TorchOut::none(); };
-  auto model_of = [&](const CoreStage& st, int64_t p, int64_t t, int64_t r) {
-    auto shard = [&](const Mat& full, Cut how) {  // tensor-parallel rank t's cut, in the checkpoint's dtype
+  auto model_of = [&](const CoreStage& st, int64_t p, int64_t t, int64_t r, TorchDtype dtype) {
+    auto shard = [&](const Mat& full, Cut how) {  // tensor-parallel rank t's cut, in `dtype`
       const Mat c = cut(full, how, tp, t);
-      return TorchOut::tensor(opt.dtype, c.shape, c.v);
+      return TorchOut::tensor(dtype, c.shape, c.v);
     };
     auto out = [&](const Part& x) { return shard(x.full, x.cut); };
     TorchOut d = TorchOut::dict(TorchOut::Kind::kOrderedDict);
@@ -273,8 +277,8 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
           w1.v.insert(w1.v.end(), a.v.begin(), a.v.end());
           w2.v.insert(w2.v.end(), b.v.begin(), b.v.end());
         }
-        d.set(n + "mlp.experts.weight1", TorchOut::tensor(opt.dtype, w1.shape, w1.v));
-        d.set(n + "mlp.experts.weight2", TorchOut::tensor(opt.dtype, w2.shape, w2.v));
+        d.set(n + "mlp.experts.weight1", TorchOut::tensor(dtype, w1.shape, w1.v));
+        d.set(n + "mlp.experts.weight2", TorchOut::tensor(dtype, w2.shape, w2.v));
       } else {
         for (int64_t j = 0; j < local; ++j) {
           const CoreExpert& x = y.experts[static_cast<size_t>(r * local + j)];
@@ -304,13 +308,28 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
   std::vector<std::string> files;
   for (int64_t p = 0; p < pp; ++p) {
     const CoreStage st = stage(p);
+    std::optional<CoreStage> moments[2];
+    if (opt.train)
+      for (int k = 0; k < 2; ++k) {
+        const Source moment = [&, k](const std::string& n) { return opt.train->moment(k, n); };
+        src = &moment, weights = false;
+        moments[k] = stage(p);
+        src = &weight, weights = true;
+      }
     for (int64_t r = 0; r < ep; ++r)
       for (int64_t t = 0; t < tp; ++t) {
         TorchOut root = TorchOut::dict();
         root.set("args", megatron_args(m, s, opt, padded, true))
             .set("checkpoint_version", TorchOut::real(3.0))
             .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
-            .set("model", model_of(st, p, t, r));
+            .set("model", model_of(st, p, t, r, opt.dtype));
+        if (opt.train) {
+          const TorchDtype f32 = TorchDtype::kF32;
+          root.set("optimizer", optimizer_state(*opt.train, opt.dtype, model_of(st, p, t, r, f32),
+                                                model_of(*moments[0], p, t, r, f32), model_of(*moments[1], p, t, r, f32),
+                                                true, ep > 1))
+              .set("opt_param_scheduler", scheduler_state(*opt.train));
+        }
         const fs::path d = it_dir / rank_dir(t, p, pp, r, ep);
         std::error_code ec;
         fs::create_directories(d, ec);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/io/torch_pickle.h"
+#include "core/io/torch_save.h"
 #include "models/blocks/spec.h"
 #include "models/weights/megatron_checkpoint_map_detail.h"
 #include "models/weights/megatron_save.h"
@@ -82,6 +83,13 @@ bool writes_core(const TransformerSpec& s, const MegatronSaveOptions& opt);
 std::string core_problem(const ModelConfig& m, const TransformerSpec& s, const MegatronSaveOptions& opt);
 std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m, const Source& weight,
                                    const MegatronSaveOptions& opt);
+
+// The optimizer's state_dict() for one shard file from its model state dicts of the fp32 weights and of the two
+// moments (megatron_save_optim.cpp): megatron/model's param groups, or with `core` core_r0.6.0's, the expert-parallel
+// ones (experts under EP > 1) in an optimizer of their own (ChainedOptimizer's list). And OptimizerParamScheduler's.
+TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
+                         const TorchOut& v, bool core, bool expert_parallel);
+TorchOut scheduler_state(const MegatronTrainState& tr);
 
 // `dir`/iter_NNNNNNN (or release/) emptied and created; and latest_checkpointed_iteration.txt written.
 std::string iteration_dir(const std::string& dir, int64_t iteration);

@@ -147,8 +147,12 @@ struct CheckpointConfig {
   bool async_save = false;
   // megatron_format (ours; pretrain_gpt --save sets it): beside each checkpoint, rank 0 writes the same state in
   // Megatron-LM's layout (iter_NNNNNNN/mp_rank_*/model_optim_rng.pt with the optimizer, and its tracker file) in
-  // `directory` (runner/train/megatron_state.cpp).
+  // `directory` (runner/train/megatron_state.cpp). Megatron-core's layout (every model but GPT-2, or GPT-2 with
+  // megatron_use_mcore_models) takes its job's --transformer-impl (the norms' names) and --moe-grouped-gemm (the
+  // experts as GroupedMLP's weight1 / weight2): pretrain_gpt sets these three from its arguments.
   bool megatron_format = false;
+  std::string megatron_transformer_impl = "transformer_engine";  // or local
+  bool megatron_moe_grouped_gemm = false, megatron_use_mcore_models = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -302,6 +302,12 @@ std::vector<KeyRule> common_rules() {
   };
   r.push_back({"callbacks.*.megatron_format", kBuilt,
                "ours: each checkpoint also in Megatron-LM's layout, with its optimizer state (runner/train/megatron_state.cpp)"});
+  r.push_back({"callbacks.*.megatron_transformer_impl", kBuilt,
+               "ours: Megatron-core's norm names in that layout (--transformer-impl transformer_engine or local)"});
+  r.push_back({"callbacks.*.megatron_moe_grouped_gemm", kBuilt,
+               "ours: experts written as GroupedMLP's weight1 / weight2 in that layout (--moe-grouped-gemm)"});
+  r.push_back({"callbacks.*.megatron_use_mcore_models", kBuilt,
+               "ours: GPT-2 written in Megatron-core's layout too (--use-mcore-models)"});
   for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})
     r.push_back({std::string("callbacks.*.") + k, kBuilt, "checkpoint (CheckpointMonitor; runner/train/checkpointing.cpp)"});
   for (const char* k : {"integrated_save", "save_network_params", "save_trainable_params"})

@@ -79,7 +79,7 @@ const char* const kOtherArguments =
     "--rope-scaling-type= --sample-rate= --save-memory-ratio= --short-seq-prob= --skip-bias-add --smart-swap "
     "--sparse-mode= --spec* --square-alibi-mask --swap-models= --swap-modules= --swin-backbone-type= "
     "--titles-data-path= --tokenizer-name-or-path= --tokenizer-not-use-fast --tp-2d --tp-comm-overlap-cfg= "
-    "--tp-x= --tp-y= --train-data+ --train-hard-neg= --train-with-neg --transformer-impl= --use-ascend-coc "
+    "--tp-x= --tp-y= --train-data+ --train-hard-neg= --train-with-neg --use-ascend-coc "
     "--use-ascend-mc2 --use-cp-send-recv-overlap --use-fused-moe-token-permute-and-unpermute "
     "--use-fused-ring-attention-update --use-fusion-attn-v2 --use-multiparameter-pipeline-model-parallel "
     "--use-nanopipe --use-nanopipe-swap --use-nd-matmul --use-one-sent-docs --use-pipe-experts --v-head-dim= "
@@ -183,8 +183,12 @@ const std::vector<Spec>& table() {
       {"--sequence-parallel", M, F, nullptr, nullptr, "parallel_config.use_seq_parallel (Megatron drops it at TP 1)"},
       {"--no-gradient-accumulation-fusion", N, F, nullptr, nullptr,
        "a CUDA kernel that adds weight gradients into the fp32 gradient buffer; ours always accumulate in fp32"},
-      {"--use-mcore-models", N, F, nullptr, nullptr,
-       "Megatron core's GPTModel, the same model as the legacy one for the arguments translated here"},
+      {"--use-mcore-models", M, F, nullptr, nullptr,
+       "CheckpointMonitor's megatron_use_mcore_models: --save writes GPT-2 in Megatron-core's layout (every other "
+       "model is written in it anyway); core's GPTModel is the legacy one's model for the arguments translated here"},
+      {"--transformer-impl", M, S, "transformer_engine", "local|transformer_engine",
+       "CheckpointMonitor's megatron_transformer_impl: the norms' names in the Megatron-core layout --save writes "
+       "(Transformer Engine's linear_qkv.layer_norm_weight, or local's input_layernorm); the same layers"},
       {"--manual-gc", N, F, nullptr, nullptr, "Python's garbage collector: there is none in a C++ process"},
       {"--manual-gc-interval", N, I, "0", nullptr, "Python's garbage collector: there is none in a C++ process"},
       {"--no-manual-gc-eval", N, F, nullptr, nullptr, "Python's garbage collector: there is none in a C++ process"},
@@ -348,8 +352,9 @@ const std::vector<Spec>& table() {
       {"--moe-router-load-balancing-type", M, S, "aux_loss", "aux_loss|sinkhorn|none",
        "moe_config.aux_loss_factor (none: 0); sinkhorn refused"},
       {"--moe-router-topk", M, I, "2", nullptr, "moe_config.num_experts_chosen"},
-      {"--moe-grouped-gemm", N, F, nullptr, nullptr,
-       "one grouped GEMM kernel launch for a rank's experts (CUTLASS); the same products, computed expert by expert here"},
+      {"--moe-grouped-gemm", M, F, nullptr, nullptr,
+       "CheckpointMonitor's megatron_moe_grouped_gemm: --save writes the experts as GroupedMLP's weight1 / weight2; "
+       "one grouped GEMM kernel launch for a rank's experts (CUTLASS), the same products computed expert by expert here"},
       {"--moe-aux-loss-coeff", M, D, "0.0", nullptr, "moe_config.aux_loss_factor"},
       {"--moe-z-loss-coeff", M, D, nullptr, nullptr, "moe_config.z_loss_factor"},
       {"--moe-input-jitter-eps", R, D, nullptr, nullptr, "router input jitter is not built"},

@@ -308,6 +308,9 @@ void translate_output(Job& j) {
     ck["save_checkpoint_steps"] = a.i("--save-interval");
     ck["keep_checkpoint_max"] = 0;  // Megatron keeps every checkpoint
     ck["megatron_format"] = true;   // and Megatron's own layout beside ours, for Megatron-LM to resume from
+    ck["megatron_transformer_impl"] = a.s("--transformer-impl");  // core's layout as this job's Megatron builds it
+    ck["megatron_moe_grouped_gemm"] = a.flag("--moe-grouped-gemm");
+    ck["megatron_use_mcore_models"] = a.flag("--use-mcore-models");
     j.callbacks.push_back(ck);
   } else if (a.has("--save-interval")) {
     j.note(j.given("--save-interval"), "no effect without --save");

@@ -512,7 +512,8 @@ void read_callbacks(ReadContext& x) {
       {"MFLossMonitor", {"per_print_times"}},
       {"CheckpointMonitor", {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "integrated_save",
                              "save_network_params", "save_trainable_params", "async_save", "directory",
-                             "megatron_format"}},
+                             "megatron_format", "megatron_transformer_impl", "megatron_moe_grouped_gemm",
+                             "megatron_use_mcore_models"}},
       {"ObsMonitor", {}}, {"SummaryMonitor", summary_monitor_keys()}, {"ProfileMonitor", {}}, {"EvalCallBack", {}}};
   Config& c = x.c;
   const YAML::Node cbs = config_tree::find(x.rd.root(), "callbacks");
@@ -545,6 +546,14 @@ void read_callbacks(ReadContext& x) {
       else if (key == "directory") c.checkpoint.directory = v.as<std::string>();
       else if (key == "async_save") c.checkpoint.async_save = v.as<bool>();
       else if (key == "megatron_format") c.checkpoint.megatron_format = v.as<bool>();
+      else if (key == "megatron_transformer_impl") {
+        c.checkpoint.megatron_transformer_impl = v.as<std::string>();
+        if (v.as<std::string>() != "transformer_engine" && v.as<std::string>() != "local")
+          x.refuse("`" + at + ".megatron_transformer_impl: " + v.as<std::string>() + "`: Megatron's --transformer-impl is "
+                   "transformer_engine or local");
+      }
+      else if (key == "megatron_moe_grouped_gemm") c.checkpoint.megatron_moe_grouped_gemm = v.as<bool>();
+      else if (key == "megatron_use_mcore_models") c.checkpoint.megatron_use_mcore_models = v.as<bool>();
       else if (key == "integrated_save" || key == "save_network_params" || key == "save_trainable_params")
         // MindSpore's integrated_save merges the sliced parameters into whole ones when saving; ours are
         // saved as boxes of the global tensors and load under any layout, so none of these changes the files.

@@ -355,6 +355,9 @@ callbacks:
   async_save: false
   directory: ""
   megatron_format: false
+  megatron_transformer_impl: transformer_engine
+  megatron_moe_grouped_gemm: false
+  megatron_use_mcore_models: false
   summary_dir: ~  # SummaryMonitor's (MindSpore's SummaryCollector's arguments)
   collect_freq: 10
   collect_specified_data: ~

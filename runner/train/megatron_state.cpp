@@ -96,13 +96,14 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
   MegatronSaveOptions o;
   o.tp = ctx_.size(GridAxis::kTp);
   o.pp = ctx_.size(GridAxis::kPp);
+  o.ep = ctx_.size(GridAxis::kEp);
+  o.core = cfg_.checkpoint.megatron_use_mcore_models;
+  o.transformer_engine = cfg_.checkpoint.megatron_transformer_impl != "local";
+  o.grouped_gemm = cfg_.checkpoint.megatron_moe_grouped_gemm;
   o.dtype = cfg_.compute_dtype == ComputeDtype::kBFloat16 ? TorchDtype::kBF16
             : cfg_.compute_dtype == ComputeDtype::kFloat16 ? TorchDtype::kF16
                                                             : TorchDtype::kF32;
   std::string why = lora() ? "a LoRA run's checkpoints hold its adapters, not the model" : megatron_save_problem(cfg_.model, o);
-  if (why.empty() && megatron_writes_core(cfg_.model, o))
-    why = "this model is written in Megatron-core's layout, which `gridformer convert --format megatron` writes without "
-          "the optimizer state; with it (for Megatron-LM to resume from) it is not written yet";
   if (!why.empty()) {
     static bool warned = false;  // once a run: every save would say the same
     if (!warned) spdlog::warn("CheckpointMonitor megatron_format: Megatron-LM's layout is not written beside the checkpoints: {}", why);
@@ -135,9 +136,11 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
   const std::vector<std::string> files =
       save_megatron(checkpoint_root(), cfg_.model, [&r](const std::string& name) { return r.read_full(name); }, o);
   r.release();
-  spdlog::info("Megatron-LM layout written: {} ({} shard file(s) of TP {} x PP {}, {}, with the optimizer state; {:.2f} s)",
-               (fs::path(files.front()).parent_path().parent_path()).string(), files.size(), o.tp, o.pp,
-               torch_dtype_name(o.dtype), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  spdlog::info("Megatron-LM layout written: {} ({}, {} shard file(s) of TP {} x PP {}{}, {}, with the optimizer state; "
+               "{:.2f} s)", (fs::path(files.front()).parent_path().parent_path()).string(),
+               megatron_writes_core(cfg_.model, o) ? "Megatron-core's" : "megatron/model's", files.size(), o.tp, o.pp,
+               o.ep > 1 ? " x EP " + std::to_string(o.ep) : std::string(), torch_dtype_name(o.dtype),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace gf

@@ -232,6 +232,21 @@ train() {
   ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: train exited with status $STATUS"; }
 }
 
+# pretrain NAME NP ARGS...: gridformer pretrain_gpt ARGS in directory NAME (its ./output) on NP ranks; must exit 0.
+pretrain() {
+  local name=$1 np=$2; shift 2
+  mkdir -p "$name"
+  if ((np == 1)); then run "$name" bash -c 'cd "$0" && exec "$@"' "$name" "$BIN" pretrain_gpt "$@"
+  else run "$name" bash -c 'cd "$0" && exec "$@"' "$name" mpirun -np "$np" --oversubscribe "$BIN" pretrain_gpt "$@"
+  fi
+  ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: pretrain_gpt exited with status $STATUS"; }
+}
+# resumed NAME STEP SAMPLES: NAME's log says it resumed a Megatron checkpoint after STEP, SAMPLES consumed.
+resumed() {
+  grep -qE "resumed from .*iter_0*$2 \(Megatron-LM checkpoint.*Adam's moments at step [0-9]+.*\): step $2 \($3 samples consumed\)" "$1.log" ||
+    { grep -i resum "$1.log"; fail "$1: no resume from the Megatron checkpoint's iteration $2 with $3 samples"; }
+}
+
 mpi_train() {
   local np=$1 name=$2 cfg=$3; shift 3
   run "$name" mpirun -np "$np" --oversubscribe "$BIN" train --config "$cfg" --set output_dir="$name" "$@"

@@ -28,21 +28,6 @@ rng = random.Random(3)
 lib.write("random", [[rng.randrange(99) for _ in range(rng.randrange(20, 90))] for _ in range(120)])
 EOF
 
-# pretrain NAME NP ARGS...: gridformer pretrain_gpt ARGS in directory NAME (its ./output) on NP ranks; must exit 0.
-pretrain() {
-  local name=$1 np=$2; shift 2
-  mkdir -p "$name"
-  if ((np == 1)); then run "$name" bash -c 'cd "$0" && exec "$@"' "$name" "$BIN" pretrain_gpt "$@"
-  else run "$name" bash -c 'cd "$0" && exec "$@"' "$name" mpirun -np "$np" --oversubscribe "$BIN" pretrain_gpt "$@"
-  fi
-  ((STATUS == 0)) || { tail -30 "$name.log"; fail "$name: pretrain_gpt exited with status $STATUS"; }
-}
-# resumed NAME STEP SAMPLES: NAME's log says it resumed a Megatron checkpoint after STEP, SAMPLES consumed.
-resumed() {
-  grep -qE "resumed from .*iter_0*$2 \(Megatron-LM checkpoint.*Adam's moments at step [0-9]+.*\): step $2 \($3 samples consumed\)" "$1.log" ||
-    { grep -i resum "$1.log"; fail "$1: no resume from the Megatron checkpoint's iteration $2 with $3 samples"; }
-}
-
 # ---- (a) PyTorch's checkpoints
 DIST="--dp 7 --bucket 2000"
 for form in "torch" "apex --apex" "tp2 --tp 2" "dpb --distributed per-bucket $DIST" "dbs --distributed bucket-sizes $DIST" \

@@ -70,6 +70,7 @@ TEST(ConfigKeysLlama, EverySchemaKeyHasExactlyOneRuleAndEveryRuleAKey) {
 std::string other_value(const std::string& path, const YAML::Node& v) {
   const std::string k = "model.model_config.";
   static const std::map<std::string, std::string> chosen = {
+      {"callbacks.0.megatron_transformer_impl", "local"},  // Megatron's other --transformer-impl
       {k + "n_kv_heads", "2"}, {k + "max_position_embedding", "64"}, {k + "intermediate_size", "96"},
       {k + "ffn_dim_multiplier", "1.3"}, {k + "rotary_dtype", "float16"}, {k + "embedding_init_type", "bfloat16"},
       {k + "extend_method", "PI"}, {k + "rope_scaling", "{rope_type: linear, factor: 2.0}"}, {k + "head_dim", "32"},

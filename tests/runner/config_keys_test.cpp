@@ -73,6 +73,7 @@ std::string other_value(const std::string& path, const YAML::Node& v) {
       {"model.model_config.hidden_act", "gelu_new"},
       {"model.model_config.pet_config", "{r: 4, target_modules: [c_attn]}"},
       {"model.model_config.position_embedding_type", "rope"},
+      {"callbacks.0.megatron_transformer_impl", "local"},  // Megatron's other --transformer-impl
   };
   return config_test::probe_value(chosen, path, v);
 }

@@ -295,6 +295,17 @@ TEST(MegatronArgs, DataAndCheckpoints) {
   EXPECT_EQ(y["runner_config"]["exit_interval"].as<int>(), 8);
   EXPECT_EQ(y["tensorboard_dir"].as<std::string>(), "./tb");
   EXPECT_EQ(y["callbacks"][1]["directory"].as<std::string>(), "./ck");
+  // Megatron's layout beside ours: Megatron-core's as the job's own flags build it (core_r0.6.0's default names).
+  EXPECT_TRUE(y["callbacks"][1]["megatron_format"].as<bool>());
+  EXPECT_EQ(y["callbacks"][1]["megatron_transformer_impl"].as<std::string>(), "transformer_engine");
+  EXPECT_FALSE(y["callbacks"][1]["megatron_moe_grouped_gemm"].as<bool>());
+  EXPECT_FALSE(y["callbacks"][1]["megatron_use_mcore_models"].as<bool>());
+  const YAML::Node core = YAML::Load(ok(tiny("--save ./ck --save-interval 5 --transformer-impl local --use-mcore-models "
+                                             "--moe-grouped-gemm"), 1).yaml)["callbacks"][1];
+  EXPECT_EQ(core["megatron_transformer_impl"].as<std::string>(), "local");
+  EXPECT_TRUE(core["megatron_moe_grouped_gemm"].as<bool>());
+  EXPECT_TRUE(core["megatron_use_mcore_models"].as<bool>());
+  EXPECT_FALSE(translate_megatron_args(tiny("--transformer-impl te"), kNoEnv, 1).errors.empty());
   EXPECT_FALSE(translate_megatron_args(tiny("--save ./ck"), kNoEnv, 1).errors.empty());  // Megatron asserts --save-interval
   EXPECT_FALSE(translate_megatron_args(tiny("--load ./ck --no-load-optim"), kNoEnv, 1).errors.empty());
   EXPECT_FALSE(translate_megatron_args(tiny("--data-impl cached"), kNoEnv, 1).errors.empty());

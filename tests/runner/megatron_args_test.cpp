@@ -164,10 +164,10 @@ TEST(MegatronArgs, MoeScriptMatchesTheHandWrittenConfig) {
   const MegatronTranslation t = translate_megatron_args(kMoe, {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}}, 8);
   ASSERT_TRUE(t.errors.empty()) << joined(t.errors);
   EXPECT_EQ(noted(t),
-            (std::set<std::string>{"--reuse-fp32-param", "--use-mcore-models", "--overlap-grad-reduce",
+            (std::set<std::string>{"--reuse-fp32-param", "--overlap-grad-reduce",
                                    "--use-fused-rotary-pos-emb", "--no-gradient-accumulation-fusion",
                                    "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--moe-permutation-async-comm",
-                                   "--moe-grouped-gemm", "--recompute-activation-function", "--swap-attention",
+                                   "--recompute-activation-function", "--swap-attention",
                                    "--recompute-num-layers", "--vocab-size", "--num-workers", "--log-throughput",
                                    "--timing-log-option", "--no-barrier-with-level-1-timing", "--timing-log-level",
                                    "--distributed-backend", "--save-interval", "CUDA_DEVICE_MAX_CONNECTIONS"}))

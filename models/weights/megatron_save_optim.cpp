@@ -1,0 +1,148 @@
+// The training state written beside Megatron-LM's model (models/weights/megatron_save.h's MegatronTrainState): the
+// optimizer's state_dict() and OptimizerParamScheduler's, for megatron/model's layout (megatron_save.cpp) and
+// Megatron-core's (megatron_save_core.cpp).
+//
+// torch numbers an optimizer's parameters 0, 1, ... through its param groups in order; what differs is how Megatron
+// builds the groups from named_parameters():
+//   285068c (megatron/optimizer/__init__.py get_param_groups): the decay group, then the no-decay one ('.bias' or 1-D);
+//   core_r0.6.0 (megatron/core/optimizer/__init__.py _get_param_groups): a group per key (wd_mult, lr_mult,
+//     is_expert_parallel, is_decoupled_lr) in the order each key is first met, each holding also max_lr and min_lr.
+//     A parameter is expert-parallel when its `allreduce` is False, which tensor_parallel/layers.py sets to
+//     not (is_expert and expert_model_parallel_size > 1): experts at EP 1 share the dense groups. get_megatron_optimizer
+//     gives the expert-parallel groups an optimizer of their own, and then returns ChainedOptimizer([dense, experts]),
+//     whose state_dict() is the list of the two (each numbering its parameters from 0).
+// Each optimizer's state dict is FP32Optimizer's (torch's / apex FusedAdam's: {'state': {i: {'step', 'exp_avg',
+// 'exp_avg_sq'}}, 'param_groups': [...]}), or under fp16 / bf16 Float16OptimizerWithFloat16Params's ({'optimizer':
+// that, 'grad_scaler' (fp16), 'fp32_from_fp16_params': the fp32 weights, a list per group}).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/io/torch_save.h"
+#include "models/weights/megatron_save_detail.h"
+
+namespace gf::megatron_save_detail {
+
+namespace {
+
+using FlatOut = std::vector<std::pair<std::string, const TorchOut*>>;
+
+// A model state dict's parameters in its order (named_parameters order), with their dotted names; a module's
+// `_extra_state` (None, or Transformer Engine's empty uint8 tensor) is not a parameter.
+void flatten_out(const TorchOut& d, const std::string& prefix, FlatOut& out) {
+  for (const auto& [k, v] : d.entries) {
+    const std::string name = prefix.empty() ? k : prefix + "." + k;
+    if (name.ends_with("_extra_state")) continue;
+    if (v.kind == TorchOut::Kind::kTensor) out.emplace_back(name, &v);
+    else flatten_out(v, name, out);
+  }
+}
+FlatOut flat(const TorchOut& d) {
+  FlatOut out;
+  flatten_out(d, "", out);
+  return out;
+}
+
+struct Group {
+  bool no_wd = false, expert = false;
+  std::vector<size_t> params;  // indices into the flat lists
+};
+
+// One optimizer's state dict over `groups`, numbering their parameters from 0.
+TorchOut one_optimizer(const MegatronTrainState& tr, TorchDtype dtype, bool core, const std::vector<Group>& groups,
+                       const FlatOut& w, const FlatOut& m, const FlatOut& v) {
+  TorchOut state = TorchOut::int_dict();
+  TorchOut param_groups = TorchOut::list({});
+  TorchOut masters = TorchOut::list({});
+  int64_t index = 0;
+  for (const Group& g : groups) {
+    TorchOut ids = TorchOut::list({}), fp32 = TorchOut::list({});
+    for (size_t i : g.params) {
+      TorchOut st = TorchOut::dict();
+      st.set("step", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.adam_step)}))  // torch's AdamW
+          .set("exp_avg", *m[i].second)
+          .set("exp_avg_sq", *v[i].second);
+      state.set(std::to_string(index), std::move(st));
+      ids.items.push_back(TorchOut::integer(index++));
+      fp32.items.push_back(*w[i].second);
+    }
+    TorchOut group = TorchOut::dict();
+    group.set("wd_mult", TorchOut::real(g.no_wd ? 0.0 : 1.0)).set("lr_mult", TorchOut::real(1.0));
+    if (core)
+      group.set("is_expert_parallel", TorchOut::boolean(g.expert))
+          .set("is_decoupled_lr", TorchOut::boolean(false))
+          .set("max_lr", TorchOut::real(tr.max_lr))
+          .set("min_lr", TorchOut::real(tr.min_lr));
+    group.set("lr", TorchOut::real(tr.lr))
+        .set("bias_correction", TorchOut::boolean(true))
+        .set("betas", TorchOut::tuple({TorchOut::real(tr.beta1), TorchOut::real(tr.beta2)}))
+        .set("eps", TorchOut::real(tr.eps))
+        .set("weight_decay", TorchOut::real(g.no_wd ? 0.0 : tr.weight_decay))
+        .set("amsgrad", TorchOut::boolean(false))
+        .set("maximize", TorchOut::boolean(false))
+        .set("foreach", TorchOut::none())
+        .set("capturable", TorchOut::boolean(false))
+        .set("differentiable", TorchOut::boolean(false))
+        .set("fused", TorchOut::none())
+        .set("step", TorchOut::integer(tr.adam_step))  // apex FusedAdam's count, per group
+        .set("params", std::move(ids));
+    param_groups.items.push_back(std::move(group));
+    masters.items.push_back(std::move(fp32));
+  }
+  TorchOut inner = TorchOut::dict();
+  inner.set("state", std::move(state)).set("param_groups", std::move(param_groups));
+  if (dtype == TorchDtype::kF32) return inner;  // FP32Optimizer.state_dict()
+  TorchOut wrapped = TorchOut::dict();  // Float16OptimizerWithFloat16Params.state_dict()
+  wrapped.set("optimizer", std::move(inner));
+  if (tr.grad_scaler) {
+    TorchOut gs = TorchOut::dict();
+    gs.set("scale", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.loss_scale)}))
+        .set("growth_tracker", TorchOut::integer(tr.growth_tracker))
+        .set("hysteresis_tracker", TorchOut::integer(tr.hysteresis_tracker));
+    wrapped.set("grad_scaler", std::move(gs));
+  }
+  wrapped.set("fp32_from_fp16_params", std::move(masters));
+  return wrapped;
+}
+
+}  // namespace
+
+TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
+                         const TorchOut& v, bool core, bool expert_parallel) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  if (fm.size() != w.size() || fv.size() != w.size())
+    throw std::logic_error("optimizer_state: the moments' state dicts are not the weights'");
+  std::vector<Group> groups;
+  if (!core) groups = {Group{false, false, {}}, Group{true, false, {}}};  // 285068c: decay, then no decay
+  for (size_t i = 0; i < w.size(); ++i) {
+    const std::string& name = w[i].first;
+    const bool no_wd = name.ends_with(".bias") || w[i].second->shape.size() == 1;
+    const bool expert = core && expert_parallel && name.find(".experts.") != std::string::npos;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.no_wd == no_wd && x.expert == expert; });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{no_wd, expert, {}});  // core: in first-met order
+    g->params.push_back(i);
+  }
+  std::erase_if(groups, [](const Group& g) { return g.params.empty(); });
+  std::vector<Group> dense, experts;
+  for (const Group& g : groups) (g.expert ? experts : dense).push_back(g);
+  if (experts.empty()) return one_optimizer(tr, dtype, core, dense, w, fm, fv);
+  return TorchOut::list({one_optimizer(tr, dtype, core, dense, w, fm, fv),  // ChainedOptimizer.state_dict()
+                         one_optimizer(tr, dtype, core, experts, w, fm, fv)});
+}
+
+TorchOut scheduler_state(const MegatronTrainState& tr) {
+  TorchOut d = TorchOut::dict();
+  d.set("max_lr", TorchOut::real(tr.max_lr))
+      .set("lr_warmup_steps", TorchOut::integer(tr.warmup_samples))
+      .set("num_steps", TorchOut::integer(tr.num_samples))
+      .set("lr_decay_style", TorchOut::string(tr.decay_style))
+      .set("lr_decay_steps", TorchOut::integer(tr.decay_samples))
+      .set("min_lr", TorchOut::real(tr.min_lr))
+      .set("start_wd", TorchOut::real(tr.weight_decay))
+      .set("end_wd", TorchOut::real(tr.weight_decay))
+      .set("wd_incr_style", TorchOut::string("constant"))
+      .set("wd_incr_steps", TorchOut::integer(tr.wd_incr_samples));
+  return d;
+}
+
+}  // namespace gf::megatron_save_detail

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Megatron-core checkpoints as a run's whole state (the Megatron issue, item 4: "--save under the Megatron arguments
+# writes the same format, so Megatron-LM and its converters load what we trained"; item 3's resume): Llama and MoE
+# models, and GPT-2 under --use-mcore-models, are written in Megatron-core's layout with core_r0.6.0's optimizer state.
+# For each case, 13 iterations in one run; 3 with --save; then
+#   (a) the Megatron files alone (copied away from ours) resume to the uninterrupted run's iterations 4-13 bit for bit;
+#   (b) torch reads them as Megatron-core's: the param groups are those of core_r0.6.0's _get_param_groups as
+#       transcribed below (megatron/core/optimizer/__init__.py: a group per (wd_mult, lr_mult, is_expert_parallel,
+#       is_decoupled_lr) in the order each is first met; an expert's parameter is expert-parallel when its allreduce
+#       is False, which tensor_parallel/layers.py sets to not (is_expert and expert_model_parallel_size > 1); the
+#       expert-parallel groups in an optimizer of their own, ChainedOptimizer's state_dict() the list of the two), and
+#       torch's AdamW over them takes each optimizer's state dict, every moment of its parameter's shape;
+#   (c) the same state rebuilt by torch's own AdamW.state_dict() over the transcribed groups (for the PP 2 case in the
+#       fixed group order of early-2024 Megatron, decay groups first) resumes to the same iterations bit for bit.
+#   (d) a ChainedOptimizer of distributed optimizers (its moments in a distrib_optim.pt not read) is refused by name.
+# Cases: Llama (GQA, SwiGLU, RMSNorm, RoPE, untied head) fp32 with Transformer Engine's names; the same in bf16 at TP 2
+# with local names; GPT-2 under --use-mcore-models at PP 2 (the tied head's copy on the last stage, whose first
+# parameter is a norm); experts at EP 2 as GroupedMLP's weights (a ChainedOptimizer); experts at EP 1 as local_experts.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
+need_python torch
+
+PYTHONPATH="$SRC/tests/integration" "$PY" - <<'EOF'
+import random
+import lib
+rng = random.Random(3)
+lib.write("random", [[rng.randrange(99) for _ in range(rng.randrange(20, 90))] for _ in range(120)])
+EOF
+
+GPT2=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 2
+      --lr-decay-iters 13 --clip-grad 1.0 --weight-decay 0.1 --attention-dropout 0 --hidden-dropout 0
+      --tokenizer-type NullTokenizer --vocab-size 99 --split 100,0,0 --log-interval 1 --eval-iters 0 --seed 1234
+      --data-path "$WORK/random")
+LLAMA=("${GPT2[@]}" --group-query-attention --num-query-groups 2 --ffn-hidden-size 64 --swiglu --normalization RMSNorm
+       --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights --use-mcore-models)
+MOE=("${LLAMA[@]}" --num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall)
+
+# check DIR ORDER OUT: (b) on DIR's files; with OUT, (c): the state rebuilt by torch in the groups' ORDER
+# (first-met: core_r0.6.0's; fixed: early 2024's pre-seeded keys) written to a copy OUT.
+check() {
+  "$PY" - "$@" <<'EOF'
+import collections, glob, os, shutil, sys
+import torch
+src, order, out = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None
+if out:
+    shutil.copytree(src, out)
+
+def flat(state, prefix=""):
+    res = []
+    for k, v in state.items():
+        if k.endswith("_extra_state"):
+            continue  # a module's extra state (None, or Transformer Engine's uint8 tensor), not a parameter
+        res += flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
+    return res
+
+FIXED = [(1.0, 1.0, False, False), (1.0, 1.0, True, False), (0.0, 1.0, False, False), (0.0, 1.0, True, False)]
+
+def chain_of(groups):
+    """get_megatron_optimizer: the dense groups' optimizer, then the expert-parallel ones' (ChainedOptimizer)."""
+    dense = [g for g in groups if not g["key"][2]]
+    experts = [g for g in groups if g["key"][2]]
+    return [dense, experts] if experts else [dense]
+
+def param_groups(named, expert_parallel, order="first"):
+    """core_r0.6.0 _get_param_groups (no_weight_decay_cond and scale_lr_cond None, no decoupled lr)."""
+    params_map = collections.OrderedDict((k, []) for k in FIXED) if order == "fixed" else collections.OrderedDict()
+    for name, p in named:
+        is_expert = ".mlp.experts." in name            # SequentialMLP's / GroupedMLP's parameters
+        allreduce = not (is_expert and expert_parallel)  # tensor_parallel/layers.py
+        no_wd = name.endswith(".bias") or p.dim() == 1
+        key = (0.0 if no_wd else 1.0, 1.0, not allreduce, False)
+        params_map.setdefault(key, []).append((name, p))
+    return [dict(key=k, named=v) for k, v in params_map.items() if v]
+
+files = sorted(glob.glob(src + "/iter_0000003/mp_rank_*/model_optim_rng.pt"))
+assert files, "no shard files"
+for f in files:
+    sd = torch.load(f, weights_only=False)
+    args = sd["args"]
+    assert sd["iteration"] == 3 and sd["checkpoint_version"] == 3.0 and args.consumed_train_samples == 12
+    assert args.use_mcore_models, "not Megatron-core's args"
+    named = [(n, torch.nn.Parameter(t.float())) for n, t in flat(sd["model"])]
+    chain = chain_of(param_groups(named, args.expert_model_parallel_size > 1))
+    saved = sd["optimizer"]
+    parts = saved if isinstance(saved, list) else [saved]
+    assert isinstance(saved, list) == (len(chain) == 2), f"{f}: 'optimizer' is a {type(saved).__name__}, {len(chain)} optimizers"
+    assert len(parts) == len(chain), f"{f}: {len(parts)} optimizers, core's chain has {len(chain)}"
+    rebuilt = []
+    for part, gs in zip(parts, chain):
+        mixed = "fp32_from_fp16_params" in part
+        inner = part["optimizer"] if mixed else part
+        got = [(g["wd_mult"], g["lr_mult"], g["is_expert_parallel"], g["is_decoupled_lr"]) for g in inner["param_groups"]]
+        assert got == [g["key"] for g in gs], f"{f}: groups {got}, core_r0.6.0's {[g['key'] for g in gs]}"
+        opt = torch.optim.AdamW([dict(params=[p for _, p in g["named"]]) for g in gs], lr=0.0)
+        opt.load_state_dict(inner)
+        by_name = {}
+        for g in gs:
+            for n, p in g["named"]:
+                s = opt.state[p]
+                assert s["exp_avg"].shape == p.shape and s["exp_avg_sq"].shape == p.shape, n
+                assert float(s["step"]) == 3.0 and torch.all(s["exp_avg_sq"] >= 0), n
+                by_name[n] = (s["exp_avg"], s["exp_avg_sq"])
+        masters = {}
+        if mixed:
+            for g, ms in zip(gs, part["fp32_from_fp16_params"]):
+                for (n, p), m in zip(g["named"], ms):
+                    assert m.dtype == torch.float32 and m.shape == p.shape, n
+                    assert torch.equal(m.to(dict(sd["model"])[n].dtype).float(), p), f"{n}: the model is not its master rounded"
+                    masters[n] = m
+        hyper = dict(inner["param_groups"][0], weight_decay=max(g["weight_decay"] for g in inner["param_groups"]))
+        rebuilt.append((part, mixed, by_name, masters, hyper))
+    print(f"{f}: {len(named)} parameters; optimizers (wd_mult, expert-parallel, parameters) "
+          f"{[[(g['key'][0], g['key'][2], len(g['named'])) for g in gs] for gs in chain]}")
+    if not out:
+        continue
+    # (c): torch's own state dict over the transcribed groups (in ORDER), holding the moments read above by name.
+    new_parts = []
+    for (part, mixed, by_name, masters, g0), gs in zip(rebuilt, chain_of(param_groups(named, args.expert_model_parallel_size > 1, order))):
+        params = {n: torch.nn.Parameter(p.detach().clone()) for g in gs for n, p in g["named"]}
+        opt = torch.optim.AdamW([dict(params=[params[n] for n, _ in g["named"]], wd_mult=g["key"][0], lr_mult=g["key"][1],
+                                      is_expert_parallel=g["key"][2], is_decoupled_lr=g["key"][3],
+                                      weight_decay=g0["weight_decay"] * g["key"][0], lr=g0["lr"])
+                                 for g in gs], betas=g0["betas"], eps=g0["eps"])
+        for n, p in params.items():
+            opt.state[p] = {"step": torch.tensor(3.0), "exp_avg": by_name[n][0].clone(), "exp_avg_sq": by_name[n][1].clone()}
+        state = opt.state_dict()
+        if mixed:
+            w = dict(part)
+            w["optimizer"] = state
+            w["fp32_from_fp16_params"] = [[masters[n] for n, _ in g["named"]] for g in gs]
+            state = w
+        new_parts.append(state)
+    sd["optimizer"] = new_parts if isinstance(saved, list) else new_parts[0]
+    torch.save(sd, os.path.join(out, os.path.relpath(f, src)))
+EOF
+}
+
+# core NAME NP ORDER ARGS...: the case's runs and checks.
+core() {
+  local name=$1 np=$2 order=$3; shift 3
+  pretrain "$name.full" "$np" "$@" --train-iters 13
+  pretrain "$name.first" "$np" "$@" --train-iters 3 --save "$WORK/$name.ck" --save-interval 3
+  grep -q "Megatron-LM layout written: .*(Megatron-core's, .*with the optimizer state" "$name.first.log" ||
+    { grep -i megatron "$name.first.log"; fail "$name: no Megatron-core layout written beside the checkpoint"; }
+  mkdir -p "$name.meg"
+  cp -r "$name.ck/iter_0000003" "$name.ck/latest_checkpointed_iteration.txt" "$name.meg/"
+  check "$name.meg" "$order" "$WORK/$name.torch" > "$name.check.log" 2>&1 ||
+    { cat "$name.check.log"; fail "$name: torch does not take its Megatron-core layout as core_r0.6.0's"; }
+  sed "s|^|  |" "$name.check.log"
+  pretrain "$name.megatron" "$np" "$@" --train-iters 13 --load "$WORK/$name.meg"
+  pretrain "$name.from_torch" "$np" "$@" --train-iters 13 --load "$WORK/$name.torch"
+  resumed "$name.megatron" 3 12
+  resumed "$name.from_torch" 3 12
+  close_after 3 0 "$name.full/output" "$name.megatron/output" "$name.from_torch/output"
+  ok "$name: Megatron-core's layout of our checkpoint, and torch's rebuild of its optimizer, resume bit for bit"
+}
+
+core llama 1 first "${LLAMA[@]}"
+core llama_bf16_tp2 2 first "${LLAMA[@]}" --bf16 --tensor-model-parallel-size 2 --transformer-impl local
+core gpt2_pp2 2 fixed "${GPT2[@]}" --use-mcore-models --pipeline-model-parallel-size 2
+core moe_ep2 2 first "${MOE[@]}" --expert-model-parallel-size 2 --moe-grouped-gemm
+core moe_ep1 1 first "${MOE[@]}" --transformer-impl local
+
+# The names the job's flags chose: Transformer Engine's fused norms, local's, GroupedMLP's weights.
+"$PY" - <<'EOF' || fail "the layouts' names are not those the flags choose"
+import glob
+import torch
+def keys(case):
+    f = sorted(glob.glob(f"{case}.meg/iter_0000003/mp_rank_*/model_optim_rng.pt"))[0]
+    return set(torch.load(f, weights_only=False)["model"])
+assert "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight" in keys("llama")
+assert "decoder.layers.0.input_layernorm.weight" in keys("llama_bf16_tp2")
+assert "decoder.layers.0.mlp.experts.weight1" in keys("moe_ep2")
+assert "decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight" in keys("moe_ep1")
+assert "output_layer.weight" in set(torch.load("gpt2_pp2.meg/iter_0000003/mp_rank_00_001/model_optim_rng.pt", weights_only=False)["model"])
+print("names: TE's fused norms, local's, GroupedMLP's, SequentialMLP's, the tied head's copy on the last stage")
+EOF
+ok "the layouts' names follow --transformer-impl and --moe-grouped-gemm"
+
+# A ChainedOptimizer of distributed optimizers (EP 2 with --use-distributed-optimizer) keeps its moments in a
+# distrib_optim.pt whose chained form is not read: refused by name, before any step.
+"$PY" - <<'EOF2' || fail "writing the chained distributed optimizer's case"
+import glob, shutil
+import torch
+shutil.copytree("moe_ep2.meg", "chained_distrib")
+for f in glob.glob("chained_distrib/iter_0000003/mp_rank_*/model_optim_rng.pt"):
+    sd = torch.load(f, weights_only=False)
+    sd["optimizer"] = [{"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in o["param_groups"]]}
+                       for o in sd["optimizer"]]  # DistributedOptimizer.state_dict(): no 'state', no group 'params'
+    sd["args"].use_distributed_optimizer = True
+    torch.save(sd, f)
+EOF2
+mkdir -p chained_distrib.run
+refused 2 "a ChainedOptimizer of Megatron's distributed optimizers" chained_distrib.run \
+  bash -c 'cd "$0" && exec "$@"' chained_distrib.run "$BIN" pretrain_gpt "${MOE[@]}" --train-iters 13 --load "$WORK/chained_distrib"

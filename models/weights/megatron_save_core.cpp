@@ -208,7 +208,8 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
     if (bias) t.push_back({"self_attention.linear_proj.bias", get(Role::kOB, l, {C}), Cut::kWhole});
     norm(t, te && !E ? "mlp.linear_fc1.layer_norm_" : "pre_mlp_layernorm", Role::kNorm2W, Role::kNorm2B, l);
     if (E) {
-      t.push_back({"mlp.router.weight", lin(Role::kRouterW, l, E, C), Cut::kWhole});
+      // The router is [E, C] in every family (models/blocks/moe.cpp), GPT-2's Conv1D [in, out] convention aside.
+      t.push_back({"mlp.router.weight", get(Role::kRouterW, l, {E, C}), Cut::kWhole});
       for (int64_t e = 0; e < E; ++e) {
         CoreExpert x;
         x.fc1 = glu ? rows_cat(lin(Role::kExpertGateW, l, F, C, e), lin(Role::kExpertUpW, l, F, C, e))

@@ -15,7 +15,8 @@
 #   (d) a ChainedOptimizer of distributed optimizers (its moments in a distrib_optim.pt not read) is refused by name.
 # Cases: Llama (GQA, SwiGLU, RMSNorm, RoPE, untied head) fp32 with Transformer Engine's names; the same in bf16 at TP 2
 # with local names; GPT-2 under --use-mcore-models at PP 2 (the tied head's copy on the last stage, whose first
-# parameter is a norm); experts at EP 2 as GroupedMLP's weights (a ChainedOptimizer); experts at EP 1 as local_experts.
+# parameter is a norm); experts at EP 2 as GroupedMLP's weights (a ChainedOptimizer); experts at EP 1 as local_experts;
+# the MindSpeed MoE script's GPT-2 MoE at TP 2 x EP 2 in bf16.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_python torch
 
@@ -160,6 +161,11 @@ core llama_bf16_tp2 2 first "${LLAMA[@]}" --bf16 --tensor-model-parallel-size 2 
 core gpt2_pp2 2 fixed "${GPT2[@]}" --use-mcore-models --pipeline-model-parallel-size 2
 core moe_ep2 2 first "${MOE[@]}" --expert-model-parallel-size 2 --moe-grouped-gemm
 core moe_ep1 1 first "${MOE[@]}" --transformer-impl local
+# The MindSpeed MoE script's model and layout (GPT-2 MoE: LayerNorm, GELU experts, RoPE, no biases; TP 2 x EP 2 with
+# sequence parallelism, grouped GEMM, bf16) on 4 ranks.
+core mindspeed_tp2_ep2 4 first "${GPT2[@]}" --disable-bias-linear --position-embedding-type rope --use-mcore-models \
+  --num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 \
+  --tensor-model-parallel-size 2 --sequence-parallel --bf16
 
 # The names the job's flags chose: Transformer Engine's fused norms, local's, GroupedMLP's weights.
 "$PY" - <<'EOF' || fail "the layouts' names are not those the flags choose"

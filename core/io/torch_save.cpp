@@ -99,6 +99,11 @@ class Pickler {
         op('b');
         break;
       case K::kTensor: tensor(v); break;
+      case K::kGlobal: {
+        const size_t dot = v.s.rfind('.');
+        global(v.s.substr(0, dot).c_str(), v.s.substr(dot + 1).c_str());
+        break;
+      }
     }
   }
 
@@ -134,8 +139,10 @@ class Pickler {
   void setitems(const TorchOut& v) {
     if (v.entries.empty()) return;
     op('(');
-    for (const auto& [k, x] : v.entries) {
-      if (v.int_keys) integer(std::stoll(k));
+    for (size_t i = 0; i < v.entries.size(); ++i) {
+      const auto& [k, x] = v.entries[i];
+      if (!v.keys.empty()) value(v.keys[i]);
+      else if (v.int_keys) integer(std::stoll(k));
       else string(k);
       value(x);
     }
@@ -349,8 +356,24 @@ TorchOut TorchOut::dict(Kind kind) {
   return o;
 }
 TorchOut& TorchOut::set(const std::string& key, TorchOut v) {
+  if (!keys.empty()) throw std::invalid_argument("TorchOut::set: a dict keyed by set_key() too");
   entries.emplace_back(key, std::move(v));
   return *this;
+}
+
+TorchOut& TorchOut::set_key(TorchOut key, TorchOut v) {
+  if (keys.size() != entries.size()) throw std::invalid_argument("TorchOut::set_key: a dict keyed by set() too");
+  const std::string label = key.kind == Kind::kInt ? std::to_string(key.i) : key.s;
+  keys.push_back(std::move(key));
+  entries.emplace_back(label, std::move(v));
+  return *this;
+}
+
+TorchOut TorchOut::global(const std::string& module, const std::string& name) {
+  TorchOut o;
+  o.kind = Kind::kGlobal;
+  o.s = module + "." + name;
+  return o;
 }
 
 TorchOut TorchOut::int_dict() {

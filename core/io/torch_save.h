@@ -19,7 +19,7 @@
 namespace gf {
 
 struct TorchOut {
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kOrderedDict, kNamespace, kTensor };
+  enum class Kind { kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kOrderedDict, kNamespace, kTensor, kGlobal };
   Kind kind = Kind::kNone;
   bool b = false;
   int64_t i = 0;
@@ -28,6 +28,7 @@ struct TorchOut {
   std::vector<TorchOut> items;                            // list, tuple
   std::vector<std::pair<std::string, TorchOut>> entries;  // dict, OrderedDict, Namespace (in this order)
   bool int_keys = false;  // a dict keyed by integers (the keys above in decimal): torch optimizer's 'state'
+  std::vector<TorchOut> keys;  // when not empty, the pickled keys of `entries` (set_key): a dtype, an int, a string
 
   TorchDtype dtype = TorchDtype::kF32;                    // tensor: its element type, shape and bytes
   std::vector<int64_t> shape;
@@ -42,10 +43,15 @@ struct TorchOut {
   static TorchOut tuple(std::vector<TorchOut> v);
   static TorchOut dict(Kind kind = Kind::kDict);  // kDict, kOrderedDict or kNamespace; add entries with set()
   static TorchOut int_dict();                     // a kDict whose keys set() gives in decimal are pickled as ints
+  // A module-level name, as pickle's GLOBAL: torch.float32 (a dtype, as Megatron keys its grad buffers) is
+  // global("torch", "float32"); `s` holds "module.name".
+  static TorchOut global(const std::string& module, const std::string& name);
   // A tensor of `dtype` from float32 values (rounded to nearest even for float16 / bfloat16).
   static TorchOut tensor(TorchDtype dtype, std::vector<int64_t> shape, const std::vector<float>& values);
 
   TorchOut& set(const std::string& key, TorchOut v);  // appends (a dict's key order is the pickle's)
+  // Appends with `key` pickled as itself (an integer, a string or a global); a dict uses set() or set_key() alone.
+  TorchOut& set_key(TorchOut key, TorchOut v);
 };
 
 // The pickle and storages of `root` written to `path` (through `path`.tmp, renamed when complete). Throws

@@ -45,6 +45,18 @@ bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) 
   return writes_core(find_model(m.arch, m.type).spec(m), opt);
 }
 
+std::string megatron_distributed_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
+  const TransformerSpec s = find_model(m.arch, m.type).spec(m);
+  if (!writes_core(s, opt))
+    return "megatron/model's GPT-2 layout (285068c), whose distributed optimizer's files are not transcribed";
+  if (opt.ep > 1 && s.moe.experts > 1)
+    return "experts under expert parallelism (core_r0.6.0 chains a distributed optimizer for them to the dense one's)";
+  if (opt.pp > 1 && s.tied_head)
+    return "a tied output layer at pipeline-parallel size > 1 (core's shared embedding may take a grad bucket of its own)";
+  if (opt.dp < 1) return "the data-parallel size must be >= 1";
+  return "";
+}
+
 std::string megatron_save_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
   const ModelEntry& entry = find_model(m.arch, m.type);
   const TransformerSpec s = entry.spec(m);
@@ -74,6 +86,8 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
   const TransformerSpec s = entry.spec(m);
   if (opt.train && opt.iteration < 0)
     throw std::invalid_argument("save_megatron: the optimizer state is written with an iteration, not as a release");
+  if (opt.train && opt.distributed_optimizer)
+    if (const std::string why = megatron_distributed_problem(m, opt); !why.empty()) throw std::invalid_argument(why);
   if (writes_core(s, opt)) return save_core(dir, m, weight, opt);
   const int64_t H = s.hidden, L = s.layers, tp = opt.tp, pp = opt.pp;
   const int64_t padded = padded_vocab(s.vocab, opt.make_vocab_size_divisible_by * tp);

@@ -324,12 +324,19 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
             .set("checkpoint_version", TorchOut::real(3.0))
             .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
             .set("model", model_of(st, p, t, r, opt.dtype));
+        std::optional<TorchOut> distrib;
         if (opt.train) {
           const TorchDtype f32 = TorchDtype::kF32;
-          root.set("optimizer", optimizer_state(*opt.train, opt.dtype, model_of(st, p, t, r, f32),
-                                                model_of(*moments[0], p, t, r, f32), model_of(*moments[1], p, t, r, f32),
-                                                true, ep > 1))
-              .set("opt_param_scheduler", scheduler_state(*opt.train));
+          const TorchOut master = model_of(st, p, t, r, f32), m1 = model_of(*moments[0], p, t, r, f32),
+                         m2 = model_of(*moments[1], p, t, r, f32);
+          if (opt.distributed_optimizer) {
+            MegatronDistributedOut o = distributed_optimizer_state(*opt.train, opt.dtype, master, m1, m2, opt.dp, opt.bucket_size);
+            root.set("optimizer", std::move(o.optimizer));
+            distrib = std::move(o.distrib);
+          } else {
+            root.set("optimizer", optimizer_state(*opt.train, opt.dtype, master, m1, m2, true, ep > 1));
+          }
+          root.set("opt_param_scheduler", scheduler_state(*opt.train));
         }
         const fs::path d = it_dir / rank_dir(t, p, pp, r, ep);
         std::error_code ec;
@@ -337,6 +344,7 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
         if (ec) throw std::runtime_error(d.string() + ": cannot create: " + ec.message());
         files.push_back((d / "model_optim_rng.pt").string());
         torch_save(files.back(), root);
+        if (distrib) torch_save((d / "distrib_optim.pt").string(), *distrib);
       }
   }
   write_tracker(dir, opt.iteration);
@@ -379,7 +387,11 @@ TorchOut megatron_args(const ModelConfig& m, const TransformerSpec& s, const Meg
       .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
       .set("consumed_train_samples", TorchOut::integer(opt.consumed_train_samples))
       .set("consumed_valid_samples", TorchOut::integer(0))
-      .set("use_distributed_optimizer", TorchOut::boolean(false));
+      .set("use_distributed_optimizer", TorchOut::boolean(opt.train && opt.distributed_optimizer));
+  if (opt.train && opt.distributed_optimizer)
+    a.set("data_parallel_size", TorchOut::integer(opt.dp))
+        .set("overlap_grad_reduce", TorchOut::boolean(opt.bucket_size > 0))
+        .set("ddp_bucket_size", opt.bucket_size > 0 ? TorchOut::integer(opt.bucket_size) : TorchOut::none());
   if (opt.train) a.set("global_batch_size", TorchOut::integer(opt.train->global_batch));
   if (!core) return a;
   const bool experts = s.moe.experts > 1;

@@ -90,6 +90,16 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
 TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
                          const TorchOut& v, bool core, bool expert_parallel);
 TorchOut scheduler_state(const MegatronTrainState& tr);
+// Megatron's distributed optimizer (--use-distributed-optimizer) as core_r0.6.0 saves it for one shard file:
+// `optimizer`, DistributedOptimizer.state_dict() (the param groups, no per-parameter state), and `distrib`,
+// save_parameter_state's distrib_optim.pt beside it (the grad buffer gathered over `dp` data-parallel ranks, in
+// buckets of `bucket_size` elements (0: one), each a padded list entry: "per_bucket_numel", "per_bucket_numel_unpadded"
+// and {0: {grad dtype: {"param", "exp_avg", "exp_avg_sq"}}}); the fp32 main parameters are its "param".
+struct MegatronDistributedOut {
+  TorchOut optimizer, distrib;
+};
+MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
+                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size);
 
 // `dir`/iter_NNNNNNN (or release/) emptied and created; and latest_checkpointed_iteration.txt written.
 std::string iteration_dir(const std::string& dir, int64_t iteration);

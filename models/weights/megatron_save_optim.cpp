@@ -15,7 +15,8 @@
 // 'exp_avg_sq'}}, 'param_groups': [...]}), or under fp16 / bf16 Float16OptimizerWithFloat16Params's ({'optimizer':
 // that, 'grad_scaler' (fp16), 'fp32_from_fp16_params': the fp32 weights, a list per group}).
 #include <algorithm>
-#include <map>
+#include <cstring>
+#include <optional>
 #include <tuple>
 
 #include "core/io/torch_save.h"
@@ -48,6 +49,40 @@ struct Group {
   std::vector<size_t> params;  // indices into the flat lists
 };
 
+// A param group as the optimizer's state_dict() gives it: Megatron's keys, the optimizer's hyperparameters, apex
+// FusedAdam's step; `ids` its parameters' numbers (none in DistributedOptimizer.state_dict(), which drops them).
+TorchOut group_dict(const MegatronTrainState& tr, bool core, const Group& g, std::optional<TorchOut> ids) {
+  TorchOut group = TorchOut::dict();
+  group.set("wd_mult", TorchOut::real(g.no_wd ? 0.0 : 1.0)).set("lr_mult", TorchOut::real(1.0));
+  if (core)
+    group.set("is_expert_parallel", TorchOut::boolean(g.expert))
+        .set("is_decoupled_lr", TorchOut::boolean(false))
+        .set("max_lr", TorchOut::real(tr.max_lr))
+        .set("min_lr", TorchOut::real(tr.min_lr));
+  group.set("lr", TorchOut::real(tr.lr))
+      .set("bias_correction", TorchOut::boolean(true))
+      .set("betas", TorchOut::tuple({TorchOut::real(tr.beta1), TorchOut::real(tr.beta2)}))
+      .set("eps", TorchOut::real(tr.eps))
+      .set("weight_decay", TorchOut::real(g.no_wd ? 0.0 : tr.weight_decay))
+      .set("amsgrad", TorchOut::boolean(false))
+      .set("maximize", TorchOut::boolean(false))
+      .set("foreach", TorchOut::none())
+      .set("capturable", TorchOut::boolean(false))
+      .set("differentiable", TorchOut::boolean(false))
+      .set("fused", TorchOut::none())
+      .set("step", TorchOut::integer(tr.adam_step));  // apex FusedAdam's count, per group
+  if (ids) group.set("params", std::move(*ids));
+  return group;
+}
+
+TorchOut grad_scaler(const MegatronTrainState& tr) {  // DynamicGradScaler.state_dict()
+  TorchOut gs = TorchOut::dict();
+  gs.set("scale", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.loss_scale)}))
+      .set("growth_tracker", TorchOut::integer(tr.growth_tracker))
+      .set("hysteresis_tracker", TorchOut::integer(tr.hysteresis_tracker));
+  return gs;
+}
+
 // One optimizer's state dict over `groups`, numbering their parameters from 0.
 TorchOut one_optimizer(const MegatronTrainState& tr, TorchDtype dtype, bool core, const std::vector<Group>& groups,
                        const FlatOut& w, const FlatOut& m, const FlatOut& v) {
@@ -66,27 +101,7 @@ TorchOut one_optimizer(const MegatronTrainState& tr, TorchDtype dtype, bool core
       ids.items.push_back(TorchOut::integer(index++));
       fp32.items.push_back(*w[i].second);
     }
-    TorchOut group = TorchOut::dict();
-    group.set("wd_mult", TorchOut::real(g.no_wd ? 0.0 : 1.0)).set("lr_mult", TorchOut::real(1.0));
-    if (core)
-      group.set("is_expert_parallel", TorchOut::boolean(g.expert))
-          .set("is_decoupled_lr", TorchOut::boolean(false))
-          .set("max_lr", TorchOut::real(tr.max_lr))
-          .set("min_lr", TorchOut::real(tr.min_lr));
-    group.set("lr", TorchOut::real(tr.lr))
-        .set("bias_correction", TorchOut::boolean(true))
-        .set("betas", TorchOut::tuple({TorchOut::real(tr.beta1), TorchOut::real(tr.beta2)}))
-        .set("eps", TorchOut::real(tr.eps))
-        .set("weight_decay", TorchOut::real(g.no_wd ? 0.0 : tr.weight_decay))
-        .set("amsgrad", TorchOut::boolean(false))
-        .set("maximize", TorchOut::boolean(false))
-        .set("foreach", TorchOut::none())
-        .set("capturable", TorchOut::boolean(false))
-        .set("differentiable", TorchOut::boolean(false))
-        .set("fused", TorchOut::none())
-        .set("step", TorchOut::integer(tr.adam_step))  // apex FusedAdam's count, per group
-        .set("params", std::move(ids));
-    param_groups.items.push_back(std::move(group));
+    param_groups.items.push_back(group_dict(tr, core, g, std::move(ids)));
     masters.items.push_back(std::move(fp32));
   }
   TorchOut inner = TorchOut::dict();
@@ -94,24 +109,13 @@ TorchOut one_optimizer(const MegatronTrainState& tr, TorchDtype dtype, bool core
   if (dtype == TorchDtype::kF32) return inner;  // FP32Optimizer.state_dict()
   TorchOut wrapped = TorchOut::dict();  // Float16OptimizerWithFloat16Params.state_dict()
   wrapped.set("optimizer", std::move(inner));
-  if (tr.grad_scaler) {
-    TorchOut gs = TorchOut::dict();
-    gs.set("scale", TorchOut::tensor(TorchDtype::kF32, {}, {static_cast<float>(tr.loss_scale)}))
-        .set("growth_tracker", TorchOut::integer(tr.growth_tracker))
-        .set("hysteresis_tracker", TorchOut::integer(tr.hysteresis_tracker));
-    wrapped.set("grad_scaler", std::move(gs));
-  }
+  if (tr.grad_scaler) wrapped.set("grad_scaler", grad_scaler(tr));
   wrapped.set("fp32_from_fp16_params", std::move(masters));
   return wrapped;
 }
 
-}  // namespace
-
-TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
-                         const TorchOut& v, bool core, bool expert_parallel) {
-  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
-  if (fm.size() != w.size() || fv.size() != w.size())
-    throw std::logic_error("optimizer_state: the moments' state dicts are not the weights'");
+// Megatron's param groups over the flat parameters (see the file's comment).
+std::vector<Group> groups_of(const FlatOut& w, bool core, bool expert_parallel) {
   std::vector<Group> groups;
   if (!core) groups = {Group{false, false, {}}, Group{true, false, {}}};  // 285068c: decay, then no decay
   for (size_t i = 0; i < w.size(); ++i) {
@@ -123,11 +127,88 @@ TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const T
     g->params.push_back(i);
   }
   std::erase_if(groups, [](const Group& g) { return g.params.empty(); });
+  return groups;
+}
+
+std::vector<float> floats_of(const TorchOut& t) {  // an fp32 tensor's values
+  std::vector<float> out(t.bytes->size() / sizeof(float));
+  std::memcpy(out.data(), t.bytes->data(), t.bytes->size());
+  return out;
+}
+
+}  // namespace
+
+TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master, const TorchOut& m,
+                         const TorchOut& v, bool core, bool expert_parallel) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  if (fm.size() != w.size() || fv.size() != w.size())
+    throw std::logic_error("optimizer_state: the moments' state dicts are not the weights'");
+  const std::vector<Group> groups = groups_of(w, core, expert_parallel);
   std::vector<Group> dense, experts;
   for (const Group& g : groups) (g.expert ? experts : dense).push_back(g);
   if (experts.empty()) return one_optimizer(tr, dtype, core, dense, w, fm, fv);
   return TorchOut::list({one_optimizer(tr, dtype, core, dense, w, fm, fv),  // ChainedOptimizer.state_dict()
                          one_optimizer(tr, dtype, core, experts, w, fm, fv)});
+}
+
+MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
+                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  if (fm.size() != w.size() || fv.size() != w.size())
+    throw std::logic_error("distributed_optimizer_state: the moments' state dicts are not the weights'");
+  MegatronDistributedOut out;
+  // DistributedOptimizer.state_dict(): the inner optimizer's state dict without 'state', its groups without 'params'.
+  TorchOut groups = TorchOut::list({});
+  for (const Group& g : groups_of(w, true, false)) groups.items.push_back(group_dict(tr, true, g, std::nullopt));
+  TorchOut inner = TorchOut::dict();
+  inner.set("param_groups", std::move(groups));
+  out.optimizer = TorchOut::dict();
+  out.optimizer.set("optimizer", std::move(inner));
+  if (tr.grad_scaler) out.optimizer.set("grad_scaler", grad_scaler(tr));
+  // The grad buffer: the parameters in reverse order, a bucket closed once it holds bucket_size elements or more, each
+  // bucket's end padded to a multiple of the data-parallel size (zeros here: Megatron's padding holds whatever its
+  // buffers held); its dtype the gradients' (fp16 under --fp16, else fp32: bf16 accumulates in fp32).
+  std::vector<std::vector<size_t>> buckets(1);
+  int64_t size = 0;
+  for (size_t k = w.size(); k-- > 0;) {
+    buckets.back().push_back(k);
+    size += static_cast<int64_t>(w[k].second->bytes->size() / sizeof(float));
+    if (bucket_size > 0 && size >= bucket_size && k > 0) buckets.emplace_back(), size = 0;
+  }
+  const TorchOut grad_dtype = TorchOut::global("torch", dtype == TorchDtype::kF16 ? "float16" : "float32");
+  TorchOut padded = TorchOut::list({}), unpadded = TorchOut::list({});
+  TorchOut world = TorchOut::dict();
+  const char* keys[3] = {"param", "exp_avg", "exp_avg_sq"};
+  const FlatOut* from[3] = {&w, &fm, &fv};
+  TorchOut lists[3] = {TorchOut::list({}), TorchOut::list({}), TorchOut::list({})};
+  for (const std::vector<size_t>& b : buckets) {
+    int64_t n = 0;
+    for (size_t k : b) n += static_cast<int64_t>(w[k].second->bytes->size() / sizeof(float));
+    const int64_t total = (n + dp - 1) / dp * dp;
+    unpadded.items.push_back(TorchOut::integer(n));
+    padded.items.push_back(TorchOut::integer(total));
+    for (int j = 0; j < 3; ++j) {
+      std::vector<float> data;
+      data.reserve(static_cast<size_t>(total));
+      for (size_t k : b) {
+        const std::vector<float> x = floats_of(*(*from[j])[k].second);
+        data.insert(data.end(), x.begin(), x.end());
+      }
+      data.resize(static_cast<size_t>(total), 0.0f);
+      lists[j].items.push_back(TorchOut::tensor(TorchDtype::kF32, {total}, data));
+    }
+  }
+  for (int j = 0; j < 3; ++j) world.set(keys[j], std::move(lists[j]));
+  auto per_dtype = [&](TorchOut x) {
+    TorchOut d = TorchOut::dict();
+    d.set_key(grad_dtype, std::move(x));
+    return d;
+  };
+  out.distrib = TorchOut::dict();
+  out.distrib.set_key(TorchOut::string("per_bucket_numel"), TorchOut::list({per_dtype(std::move(padded))}))
+      .set_key(TorchOut::string("per_bucket_numel_unpadded"), TorchOut::list({per_dtype(std::move(unpadded))}))
+      .set_key(TorchOut::integer(0), per_dtype(std::move(world)));
+  return out;
 }
 
 TorchOut scheduler_state(const MegatronTrainState& tr) {

@@ -153,6 +153,9 @@ struct CheckpointConfig {
   bool megatron_format = false;
   std::string megatron_transformer_impl = "transformer_engine";  // or local
   bool megatron_moe_grouped_gemm = false, megatron_use_mcore_models = false;
+  // Megatron's grad bucket size for the distributed optimizer's distrib_optim.pt (0: one bucket; --overlap-grad-reduce
+  // makes it max(40000000, 1000000 x dp) elements).
+  int64_t megatron_ddp_bucket_size = 0;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -306,6 +306,8 @@ std::vector<KeyRule> common_rules() {
                "ours: Megatron-core's norm names in that layout (--transformer-impl transformer_engine or local)"});
   r.push_back({"callbacks.*.megatron_moe_grouped_gemm", kBuilt,
                "ours: experts written as GroupedMLP's weight1 / weight2 in that layout (--moe-grouped-gemm)"});
+  r.push_back({"callbacks.*.megatron_ddp_bucket_size", kBuilt,
+               "ours: the grad buckets of the distributed optimizer's distrib_optim.pt in that layout (0: one)"});
   r.push_back({"callbacks.*.megatron_use_mcore_models", kBuilt,
                "ours: GPT-2 written in Megatron-core's layout too (--use-mcore-models)"});
   for (const char* k : {"prefix", "save_checkpoint_steps", "keep_checkpoint_max", "async_save", "directory"})

@@ -274,7 +274,10 @@ const std::vector<Spec>& table() {
       {"--distributed-backend", N, S, "nccl", "nccl|gloo",
        "ranks talk over MPI here (the collectives: parallel.collectives)"},
       {"--distributed-timeout-minutes", M, I, "10", nullptr, "parallel.hang_timeout (seconds)"},
-      {"--overlap-grad-reduce", N, F, nullptr, nullptr, kOverlap},
+      {"--overlap-grad-reduce", M, F, nullptr, nullptr,
+       "CheckpointMonitor's megatron_ddp_bucket_size (max(40000000, 1000000 x dp) elements: the grad buckets of the "
+       "distrib_optim.pt --save writes); the reduction's overlap itself: ours always reduce in the background of "
+       "backward, and the numbers do not depend on it"},
       {"--no-delay-grad-reduce", N, F, nullptr, nullptr, kOverlap},
       {"--overlap-param-gather", N, F, nullptr, nullptr, kOverlap},
       {"--delay-param-gather", N, F, nullptr, nullptr, kOverlap},

@@ -311,6 +311,9 @@ void translate_output(Job& j) {
     ck["megatron_transformer_impl"] = a.s("--transformer-impl");  // core's layout as this job's Megatron builds it
     ck["megatron_moe_grouped_gemm"] = a.flag("--moe-grouped-gemm");
     ck["megatron_use_mcore_models"] = a.flag("--use-mcore-models");
+    // DistributedDataParallel's buckets (core_r0.6.0): one, or under --overlap-grad-reduce max(40000000, 1000000 x dp)
+    // elements, which the distributed optimizer's distrib_optim.pt is cut in.
+    ck["megatron_ddp_bucket_size"] = a.flag("--overlap-grad-reduce") ? std::max<int64_t>(40000000, 1000000 * j.dp) : 0;
     j.callbacks.push_back(ck);
   } else if (a.has("--save-interval")) {
     j.note(j.given("--save-interval"), "no effect without --save");

@@ -358,6 +358,7 @@ callbacks:
   megatron_transformer_impl: transformer_engine
   megatron_moe_grouped_gemm: false
   megatron_use_mcore_models: false
+  megatron_ddp_bucket_size: 0
   summary_dir: ~  # SummaryMonitor's (MindSpore's SummaryCollector's arguments)
   collect_freq: 10
   collect_specified_data: ~

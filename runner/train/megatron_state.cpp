@@ -104,6 +104,18 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
             : cfg_.compute_dtype == ComputeDtype::kFloat16 ? TorchDtype::kF16
                                                             : TorchDtype::kF32;
   std::string why = lora() ? "a LoRA run's checkpoints hold its adapters, not the model" : megatron_save_problem(cfg_.model, o);
+  if (why.empty() && cfg_.parallel.zero_stage >= 1) {  // Megatron's --use-distributed-optimizer
+    o.dp = ctx_.size(GridAxis::kDp) * ctx_.size(GridAxis::kCp);  // the distributed optimizer's group: dp x cp
+    o.bucket_size = cfg_.checkpoint.megatron_ddp_bucket_size;
+    const std::string problem = megatron_distributed_problem(cfg_.model, o);
+    o.distributed_optimizer = problem.empty();
+    static bool said = false;
+    if (!problem.empty() && !said)
+      spdlog::info("CheckpointMonitor megatron_format: the optimizer state is written in the non-distributed form (which "
+                   "Megatron-LM loads without --use-distributed-optimizer), not the distributed optimizer's "
+                   "distrib_optim.pt: {}", problem);
+    said = true;
+  }
   if (!why.empty()) {
     static bool warned = false;  // once a run: every save would say the same
     if (!warned) spdlog::warn("CheckpointMonitor megatron_format: Megatron-LM's layout is not written beside the checkpoints: {}", why);
@@ -136,10 +148,13 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
   const std::vector<std::string> files =
       save_megatron(checkpoint_root(), cfg_.model, [&r](const std::string& name) { return r.read_full(name); }, o);
   r.release();
-  spdlog::info("Megatron-LM layout written: {} ({}, {} shard file(s) of TP {} x PP {}{}, {}, with the optimizer state; "
+  spdlog::info("Megatron-LM layout written: {} ({}, {} shard file(s) of TP {} x PP {}{}, {}, with the optimizer state{}; "
                "{:.2f} s)", (fs::path(files.front()).parent_path().parent_path()).string(),
                megatron_writes_core(cfg_.model, o) ? "Megatron-core's" : "megatron/model's", files.size(), o.tp, o.pp,
                o.ep > 1 ? " x EP " + std::to_string(o.ep) : std::string(), torch_dtype_name(o.dtype),
+               o.distributed_optimizer ? " of the distributed optimizer (distrib_optim.pt for DP " + std::to_string(o.dp) +
+                                             (o.bucket_size > 0 ? ", buckets of " + std::to_string(o.bucket_size) : "") + ")"
+                                       : std::string(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

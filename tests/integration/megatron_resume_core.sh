@@ -12,7 +12,9 @@
 #       torch's AdamW over them takes each optimizer's state dict, every moment of its parameter's shape;
 #   (c) the same state rebuilt by torch's own AdamW.state_dict() over the transcribed groups (for the PP 2 case in the
 #       fixed group order of early-2024 Megatron, decay groups first) resumes to the same iterations bit for bit.
-#   (d) a ChainedOptimizer of distributed optimizers (its moments in a distrib_optim.pt not read) is refused by name.
+#   (d) a ChainedOptimizer of distributed optimizers (its moments in a distrib_optim.pt not read) is refused by name;
+#   (e) under --use-distributed-optimizer the files hold core_r0.6.0's DistributedOptimizer state and distrib_optim.pt
+#       (DP 2; bf16 at TP 2 x DP 2 with --overlap-grad-reduce; DP 3 in buckets of 5000 elements), which resume bit for bit.
 # Cases: Llama (GQA, SwiGLU, RMSNorm, RoPE, untied head) fp32 with Transformer Engine's names; the same in bf16 at TP 2
 # with local names; GPT-2 under --use-mcore-models at PP 2 (the tied head's copy on the last stage, whose first
 # parameter is a norm); experts at EP 2 as GroupedMLP's weights (a ChainedOptimizer); experts at EP 1 as local_experts;
@@ -166,6 +168,80 @@ core moe_ep1 1 first "${MOE[@]}" --transformer-impl local
 core mindspeed_tp2_ep2 4 first "${GPT2[@]}" --disable-bias-linear --position-embedding-type rope --use-mcore-models \
   --num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 \
   --tensor-model-parallel-size 2 --sequence-parallel --bf16
+
+# distributed NAME NP BUCKET ARGS...: with --use-distributed-optimizer, each shard's optimizer state is core_r0.6.0's
+# DistributedOptimizer's (its param groups alone in model_optim_rng.pt; the fp32 main parameters and moments in
+# distrib_optim.pt beside it), which resumes bit for bit; the buffer is the one tools/megatron_resume_reference.py's
+# transcription of ParamAndGradBuffer builds from the same parameters (reverse order, padded for DP ranks).
+# BUCKET > 0: the first run is config --from-megatron's YAML with CheckpointMonitor's megatron_ddp_bucket_size BUCKET.
+distributed() {
+  local name=$1 np=$2 bucket=$3; shift 3
+  pretrain "$name.full" "$np" "$@" --use-distributed-optimizer --train-iters 13
+  if ((bucket == 0)); then
+    pretrain "$name.first" "$np" "$@" --use-distributed-optimizer --train-iters 3 --save "$WORK/$name.ck" --save-interval 3
+  else
+    "$BIN" config --from-megatron "$@" --use-distributed-optimizer --train-iters 3 --save "$WORK/$name.ck" --save-interval 3 \
+      --ranks "$np" > "$name.yaml" 2> "$name.yaml.err" || { cat "$name.yaml.err"; fail "$name: config --from-megatron"; }
+    "$PY" - "$name.yaml" "$bucket" <<'EOF2' || fail "$name: the YAML's CheckpointMonitor"
+import sys, yaml
+y = yaml.safe_load(open(sys.argv[1]))
+[ck] = [c for c in y["callbacks"] if c["type"] == "CheckpointMonitor"]
+ck["megatron_ddp_bucket_size"] = int(sys.argv[2])
+yaml.safe_dump(y, open(sys.argv[1], "w"), sort_keys=False)
+EOF2
+    mkdir -p "$name.first"
+    run "$name.first" bash -c 'cd "$0" && exec "$@"' "$name.first" mpirun -np "$np" --oversubscribe "$BIN" train --config "$WORK/$name.yaml"
+    ((STATUS == 0)) || { tail -30 "$name.first.log"; fail "$name.first: train exited with status $STATUS"; }
+  fi
+  grep -q "Megatron-LM layout written: .*of the distributed optimizer (distrib_optim.pt for DP " "$name.first.log" ||
+    { grep -i megatron "$name.first.log"; fail "$name: no distributed optimizer's state written"; }
+  mkdir -p "$name.meg"
+  cp -r "$name.ck/iter_0000003" "$name.ck/latest_checkpointed_iteration.txt" "$name.meg/"
+  "$PY" - "$name.meg" "$SRC/tools" <<'EOF2' > "$name.check.log" 2>&1 || { cat "$name.check.log"; fail "$name: distrib_optim.pt"; }
+import glob, os, sys
+import torch
+sys.path.insert(0, sys.argv[2])
+from megatron_resume_reference import distrib_buffer
+for f in sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng.pt")):
+    sd = torch.load(f, weights_only=False)
+    args = sd["args"]
+    assert args.use_distributed_optimizer, "args.use_distributed_optimizer is not set"
+    o = sd["optimizer"]
+    assert "state" not in o["optimizer"] and all("params" not in g for g in o["optimizer"]["param_groups"]), \
+        "DistributedOptimizer.state_dict() keeps neither the state nor the groups' params"
+    assert all(g["step"] == 3 for g in o["optimizer"]["param_groups"]), "apex FusedAdam's step"
+    model = [(n, t) for n, t in sd["model"].items() if not n.endswith("_extra_state")]
+    d = torch.load(os.path.join(os.path.dirname(f), "distrib_optim.pt"), weights_only=False)
+    dp = args.data_parallel_size
+    bucket = (args.ddp_bucket_size or max(40000000, 1000000 * dp)) if args.overlap_grad_reduce else 0
+    zeros = [torch.zeros_like(t, dtype=torch.float32) for _, t in model]
+    want = distrib_buffer([(n, t.float()) for n, t in model], (zeros, zeros), "per-bucket", dp, bucket)
+    assert list(d.keys()) == list(want.keys()), f"keys {list(d.keys())}, core_r0.6.0's {list(want.keys())}"
+    assert d["per_bucket_numel"] == want["per_bucket_numel"], (d["per_bucket_numel"], want["per_bucket_numel"])
+    assert d["per_bucket_numel_unpadded"] == want["per_bucket_numel_unpadded"]
+    got, ref = d[0][torch.float32], want[0][torch.float32]
+    lo = torch.bfloat16 if args.bf16 else torch.float32
+    for t, r in zip(got["param"], ref["param"]):  # the main parameters, rounded, are the model's weights
+        n = int(torch.isfinite(r).sum())  # the reference pads with NaN, Megatron's buffers hold whatever was there
+        assert torch.equal(t[:n].to(lo).float(), r[:n]), "the main parameters are not the model's, in the buffer's order"
+    for k in ("exp_avg", "exp_avg_sq"):
+        assert [t.shape for t in got[k]] == [t.shape for t in ref[k]], k
+    assert all(torch.all(t >= 0) for t in got["exp_avg_sq"])
+    print(f"{f}: DP {dp}, buckets {d['per_bucket_numel']} (unpadded {d['per_bucket_numel_unpadded']})")
+EOF2
+  sed "s|^|  |" "$name.check.log"
+  pretrain "$name.megatron" "$np" "$@" --use-distributed-optimizer --train-iters 13 --load "$WORK/$name.meg"
+  grep -q "fp32 master weights from distrib_optim.pt (per-bucket buffers)" "$name.megatron.log" ||
+    { grep -i resum "$name.megatron.log"; fail "$name: the resume did not read distrib_optim.pt"; }
+  local global=4 prev=
+  for w in "$@"; do [[ $prev == --global-batch-size ]] && global=$w; prev=$w; done
+  resumed "$name.megatron" 3 $((3 * global))
+  close_after 3 0 "$name.full/output" "$name.megatron/output"
+  ok "$name: the distributed optimizer's Megatron-core files resume bit for bit"
+}
+distributed llama_distrib 2 0 "${LLAMA[@]}"
+distributed llama_distrib_bf16 4 0 "${LLAMA[@]}" --bf16 --tensor-model-parallel-size 2 --overlap-grad-reduce
+distributed llama_buckets 3 5000 "${LLAMA[@]}" --global-batch-size 6  # buckets of 5000 elements or more, padded for 3
 
 # The names the job's flags chose: Transformer Engine's fused norms, local's, GroupedMLP's weights.
 "$PY" - <<'EOF' || fail "the layouts' names are not those the flags choose"

@@ -164,7 +164,7 @@ TEST(MegatronArgs, MoeScriptMatchesTheHandWrittenConfig) {
   const MegatronTranslation t = translate_megatron_args(kMoe, {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}}, 8);
   ASSERT_TRUE(t.errors.empty()) << joined(t.errors);
   EXPECT_EQ(noted(t),
-            (std::set<std::string>{"--reuse-fp32-param", "--overlap-grad-reduce",
+            (std::set<std::string>{"--reuse-fp32-param",
                                    "--use-fused-rotary-pos-emb", "--no-gradient-accumulation-fusion",
                                    "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--moe-permutation-async-comm",
                                    "--recompute-activation-function", "--swap-attention",

@@ -108,6 +108,10 @@ struct OneOptimizer {
 OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks, bool expert_parallel) {
   const std::string file = f.path();
   const PickleValue* opt = f.root().find("optimizer");
+  if ((!opt || opt->is_none()) && file.ends_with("model_rng.pt"))
+    throw std::runtime_error(file + ": a mid-2023 Megatron checkpoint of the distributed optimizer, whose moments are in "
+                             "per-data-parallel-rank optim.pt files, which are not read: --finetune loads its weights "
+                             "alone, from step 1");
   if (!opt || opt->is_none())
     throw std::runtime_error(file + ": holds no optimizer state (saved with --no-save-optim?): a resume needs the Adam "
                              "moments; --finetune loads its weights alone, from step 1");

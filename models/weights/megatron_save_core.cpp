@@ -327,8 +327,9 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
         std::optional<TorchOut> distrib;
         if (opt.train) {
           const TorchDtype f32 = TorchDtype::kF32;
-          const TorchOut master = model_of(st, p, t, r, f32), m1 = model_of(*moments[0], p, t, r, f32),
-                         m2 = model_of(*moments[1], p, t, r, f32);
+          // The fp32 main parameters: under fp32 the model itself (its tensors' bytes are shared, not copied).
+          const TorchOut master = opt.dtype == f32 ? root.entries.back().second : model_of(st, p, t, r, f32);
+          const TorchOut m1 = model_of(*moments[0], p, t, r, f32), m2 = model_of(*moments[1], p, t, r, f32);
           if (opt.distributed_optimizer) {
             MegatronDistributedOut o = distributed_optimizer_state(*opt.train, opt.dtype, master, m1, m2, opt.dp, opt.bucket_size);
             root.set("optimizer", std::move(o.optimizer));

@@ -109,12 +109,13 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
     o.bucket_size = cfg_.checkpoint.megatron_ddp_bucket_size;
     const std::string problem = megatron_distributed_problem(cfg_.model, o);
     o.distributed_optimizer = problem.empty();
-    static bool said = false;
-    if (!problem.empty() && !said)
+    static bool said = false;  // once a run: every save would say the same
+    if (!problem.empty() && !said) {
       spdlog::info("CheckpointMonitor megatron_format: the optimizer state is written in the non-distributed form (which "
                    "Megatron-LM loads without --use-distributed-optimizer), not the distributed optimizer's "
                    "distrib_optim.pt: {}", problem);
-    said = true;
+      said = true;
+    }
   }
   if (!why.empty()) {
     static bool warned = false;  // once a run: every save would say the same

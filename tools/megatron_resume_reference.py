@@ -4,6 +4,7 @@ resuming a Megatron checkpoint (tests/integration/megatron_resume.sh).
 
     /usr/bin/python3 tools/megatron_resume_reference.py --data PREFIX --out DIR [--tp 2] [--apex]
         [--distributed per-bucket|bucket-sizes|coalesced|coalesced-aligned [--dp 2] [--bucket 2000]]
+        [--distributed per-dp-rank [--dp 3] [--bf16]]
 
 A GPT-2 of tools/make_golden.py (Hugging Face's names; 2 layers, 16 wide, 4 heads, 32 positions; the tanh GELU that
 Megatron's default bias_gelu_fusion computes; the 100 ids NullTokenizer --vocab-size 99 gives, their softmax over those
@@ -31,7 +32,10 @@ buffer (distrib_buffer below) in the FORM of a Megatron version: per-bucket (cor
 tensors, per_bucket_numel and per_bucket_numel_unpadded), bucket-sizes (late 2023: the padded list and bucket_sizes
 alone), coalesced (core_r0.7.0 on: one tensor of the unpadded buckets, buckets_coalesced, numel_unpadded),
 coalesced-aligned (core_r0.9 on: the same with each parameter's start at a multiple of 64 elements); padding
-holds NaN, so a reader that takes it diverges at once. Then the run goes on to ITERS_TOTAL; DIR/expected.json holds its
+holds NaN, so a reader that takes it diverges at once. per-dp-rank (Megatron from 2022 to mid-2023): model_rng.pt without
+'optimizer', and each data-parallel rank's DistributedOptimizer.state_dict() with the scheduler in
+mp_rank_TT_DDD/optim.pt (dp_rank_optims below); --bf16 saves the model in bf16 and the exact fp32 weights as the
+optimizer's main shards, which a reader must take (the bf16 weights alone continue ~1e-3 away). Then the run goes on to ITERS_TOTAL; DIR/expected.json holds its
 losses of iterations ITERS_SAVED + 1 .. ITERS_TOTAL and the arguments the run had.
 """
 import argparse
@@ -166,6 +170,58 @@ def distrib_buffer(named, moments, form, dp, bucket_size):
             0: {torch.float32: per_bucket}}
 
 
+def dp_rank_optims(named, moments, dp, bf16):
+    """Mid-2023's distributed optimizer (megatron/optimizer/distrib_optimizer.py and megatron/model/distributed.py of
+    2022 to mid-2023): DistributedOptimizer.state_dict() of each data-parallel rank. DDP's one grad buffer gives the
+    parameters, walked in parameters() order, the elements from its end down (type_num_elements -= numel); rank r owns
+    [r m, min(n, (r + 1) m)), m = ceil(n / dp) (build_model_gbuf_range); each parameter overlapping it is a 1-D shard of
+    its flattened elements there (build_model_gbuf_param_range_map); the inner optimizer's groups are Megatron's param
+    groups with the shards in buffer-map order (parameters() order), empty groups squeezed out
+    (build_optimizer_group_ranges); 'shard_fp32_from_float16_groups' the fp32 main shards of bf16 parameters (empty
+    lists for fp32 ones). apex's FusedAdam keeps the step in each group."""
+    n = sum(p.numel() for _, p in named)
+    start, below = [], n
+    for _, p in named:
+        below -= p.numel()
+        start.append(below)
+    size = -(-n // dp)
+    out = []
+    for r in range(dp):
+        lo, hi = r * size, min(n, (r + 1) * size)
+        shards = {}
+        for i, (_, p) in enumerate(named):
+            a, b = max(lo, start[i]), min(hi, start[i] + p.numel())
+            if b > a:
+                shards[i] = (a - start[i], b - start[i])
+        groups = []
+        for g in param_groups(named):
+            members = [i for i, (_, p) in enumerate(named) if any(p is q for q in g["params"]) and i in shards]
+            if members:
+                groups.append((g, members))
+        piece = {}
+        opt_groups = []
+        for g, members in groups:
+            params = []
+            for i in members:
+                a, b = shards[i]
+                params.append(torch.nn.Parameter(named[i][1].detach().reshape(-1)[a:b].clone()))
+                piece[params[-1]] = i
+            opt_groups.append(dict({k: v for k, v in g.items() if k != "params"}, params=params))
+        inner = torch.optim.AdamW(opt_groups, lr=0.0, betas=(0.9, BETA2), eps=EPS, foreach=False)
+        for grp in inner.param_groups:
+            for q in grp["params"]:
+                i = piece[q]
+                a, b = shards[i]
+                inner.state[q] = {"exp_avg": moments[0][i].reshape(-1)[a:b].clone(),
+                                  "exp_avg_sq": moments[1][i].reshape(-1)[a:b].clone()}
+        osd = inner.state_dict()
+        for grp in osd["param_groups"]:
+            grp["step"] = ITERS_SAVED
+        masters = [[q.detach().clone() for q in grp["params"]] if bf16 else [] for grp in inner.param_groups]
+        out.append({"optimizer": osd, "shard_fp32_from_float16_groups": masters})
+    return out
+
+
 def aligned_buffer(named, pick, bucket_size):
     """core_r0.9 on (megatron/core/distributed/param_and_grad_buffer.py, _pad_start_of_param_if_needed): each
     parameter starts at a multiple of 64 elements, a bucket closes once it holds bucket_size elements or more (its
@@ -198,7 +254,12 @@ def aligned_buffer(named, pick, bucket_size):
     return {"buckets_coalesced": True, 0: {(torch.float32, torch.float32): out}}
 
 
-def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
+def to_bf16(state):
+    return collections.OrderedDict((k, to_bf16(v) if isinstance(v, dict) else v.to(torch.bfloat16))
+                                   for k, v in state.items())
+
+
+def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0, bf16=False):
     hf = collections.OrderedDict((n, p.detach().clone()) for n, p in model.named_parameters())
     moments = [collections.OrderedDict((n, opt.state[p][key].clone()) for n, p in model.named_parameters())
                for key in ("exp_avg", "exp_avg_sq")]
@@ -212,7 +273,9 @@ def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
         for (n, p), (_, m), (_, v) in zip(named, flat(states[1]), flat(states[2])):
             shard_opt.state[p] = {"step": torch.tensor(float(ITERS_SAVED)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
         osd = shard_opt.state_dict()
-        if distributed:  # DistributedOptimizer.state_dict(): the groups (apex's step in each), the state elsewhere
+        if distributed == "per-dp-rank":  # mid-2023: model_rng.pt, and each data-parallel rank's optim.pt
+            per_rank = dp_rank_optims(named, [[m for _, m in flat(states[1])], [v for _, v in flat(states[2])]], dp, bf16)
+        elif distributed:  # DistributedOptimizer.state_dict(): the groups (apex's step in each), the state elsewhere
             groups = [{k: v for k, v in g.items() if k != "params"} for g in osd["param_groups"]]
             for g in groups:
                 g["step"] = ITERS_SAVED
@@ -234,15 +297,26 @@ def save(out, model, opt, tp, apex, distributed=None, dp=2, bucket_size=0):
         args.use_distributed_optimizer = bool(distributed)
         if distributed == "coalesced-aligned" and bucket_size:  # the bucket size DistributedDataParallel had
             args.overlap_grad_reduce, args.ddp_bucket_size = True, bucket_size
-        sd = collections.OrderedDict([
-            ("args", args), ("checkpoint_version", 3.0), ("iteration", ITERS_SAVED), ("model", states[0]),
-            ("optimizer", osd),
-            ("opt_param_scheduler", {"max_lr": LR, "lr_warmup_steps": WARMUP_ITERS * GLOBAL,
-                                     "num_steps": ITERS_SAVED * GLOBAL, "lr_decay_style": "cosine",
-                                     "lr_decay_steps": ITERS_TOTAL * GLOBAL, "min_lr": MIN_LR, "start_wd": WD,
-                                     "end_wd": WD, "wd_incr_style": "constant", "wd_incr_steps": ITERS_TOTAL * GLOBAL})])
+        sched = {"max_lr": LR, "lr_warmup_steps": WARMUP_ITERS * GLOBAL, "num_steps": ITERS_SAVED * GLOBAL,
+                 "lr_decay_style": "cosine", "lr_decay_steps": ITERS_TOTAL * GLOBAL, "min_lr": MIN_LR, "start_wd": WD,
+                 "end_wd": WD, "wd_incr_style": "constant", "wd_incr_steps": ITERS_TOTAL * GLOBAL}
         d = os.path.join(it_dir, "mp_rank_%02d" % rank)
         os.makedirs(d, exist_ok=True)
+        if distributed == "per-dp-rank":
+            args.data_parallel_size = dp
+            if bf16:  # the model's parameters in bf16; their fp32 main copies are the optimizer's
+                args.bf16, args.params_dtype = True, torch.bfloat16
+                states[0] = to_bf16(states[0])
+            torch.save(collections.OrderedDict([("args", args), ("checkpoint_version", 3.0), ("iteration", ITERS_SAVED),
+                                                ("model", states[0])]), os.path.join(d, "model_rng.pt"))
+            for r, rank_osd in enumerate(per_rank):
+                od = os.path.join(it_dir, "mp_rank_%02d_%03d" % (rank, r))
+                os.makedirs(od, exist_ok=True)
+                torch.save({"optimizer": rank_osd, "opt_param_scheduler": sched}, os.path.join(od, "optim.pt"))
+            continue
+        sd = collections.OrderedDict([
+            ("args", args), ("checkpoint_version", 3.0), ("iteration", ITERS_SAVED), ("model", states[0]),
+            ("optimizer", osd), ("opt_param_scheduler", sched)])
         torch.save(sd, os.path.join(d, "model_optim_rng.pt"))
         if distributed:
             torch.save(distrib, os.path.join(d, "distrib_optim.pt"))
@@ -256,7 +330,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--apex", action="store_true")
-    ap.add_argument("--distributed", choices=["per-bucket", "bucket-sizes", "coalesced", "coalesced-aligned"])
+    ap.add_argument("--distributed", choices=["per-bucket", "bucket-sizes", "coalesced", "coalesced-aligned",
+                                                  "per-dp-rank"])
+    ap.add_argument("--bf16", action="store_true", help="per-dp-rank: bf16 parameters, fp32 main shards")
     ap.add_argument("--dp", type=int, default=2, help="the data-parallel size the buckets are padded for")
     ap.add_argument("--bucket", type=int, default=0, help="the bucket size in elements (0: one bucket)")
     a = ap.parse_args()
@@ -274,7 +350,7 @@ def main():
         if k > ITERS_SAVED:
             losses[k] = loss
         if k == ITERS_SAVED:
-            save(a.out, model, opt, a.tp, a.apex, a.distributed, a.dp, a.bucket)
+            save(a.out, model, opt, a.tp, a.apex, a.distributed, a.dp, a.bucket, a.bf16)
     with open(os.path.join(a.out, "expected.json"), "w") as f:
         json.dump({"losses": losses, "args": ARGS, "iters": ITERS_TOTAL, "saved": ITERS_SAVED,
                    "padded_vocab": cfg["vocab_size"]}, f, indent=1)

@@ -116,9 +116,11 @@ struct MegatronTrainingState {
 // Loads the weights (the fp32 master copies where the optimizer holds them) as load_megatron does, and hands every
 // parameter's Adam moments, full tensors in our layout, to `moment` (k 0: exp_avg, 1: exp_avg_sq) with the
 // parameter's placement on this rank (nullptr-free: only this rank's parameters). Throws std::runtime_error naming
-// the file and what to do for: a `release` checkpoint (weights only), a distributed optimizer's state
-// (distrib_optim.pt, not read here), a checkpoint saved without its optimizer (--no-save-optim), param groups that
-// do not number the model's parameters, moments whose shapes are not their parameters', step counts that differ.
+// the file and what to do for: a `release` checkpoint (weights only), a checkpoint saved without its optimizer
+// (--no-save-optim), param groups that do not number the model's parameters, moments whose shapes are not their
+// parameters', step counts that differ, a distributed optimizer's file missing or not this model's. The distributed
+// optimizer's state is read from distrib_optim.pt beside each shard file (megatron_distrib_optim.cpp), or, for
+// mid-2023's model_rng.pt, from each data-parallel rank's mp_rank_TT[_PPP]_DDD/optim.pt (megatron_dp_optim.cpp).
 using MegatronMomentSink = std::function<void(int k, const TensorPlacement& t, const std::vector<float>& full)>;
 MegatronTrainingState load_megatron_training(CausalLM& model, const std::string& path, const MegatronMomentSink& moment);
 

@@ -48,3 +48,40 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
                                         size_t chunks, int64_t bucket_size = 0);
 
 }  // namespace gf
+
+namespace gf {
+
+// Mid-2023 Megatron-LM (the distributed optimizer from 2022 to mid-2023: megatron/checkpointing.py's
+// get_checkpoint_names gave `model_rng.pt` in mp_rank_TT[_PPP] and each data-parallel rank d its own
+// mp_rank_TT[_PPP]_DDD/optim.pt; megatron/optimizer/distrib_optimizer.py of that time): optim.pt holds
+// {'optimizer': DistributedOptimizer.state_dict(), 'opt_param_scheduler': ...}, that state dict being
+// {'optimizer': the inner (apex FusedAdam or torch Adam) state dict over rank d's shards, 'grad_scaler' (fp16),
+//  'shard_fp32_from_float16_groups': per inner group, the fp32 main copies of its shards (empty lists in fp32)}.
+// Each model chunk has one grad buffer of all its parameters, laid out in reverse parameters() order (DDP gives the
+// first parameter the buffer's last elements); rank d owns the elements [d m, min(n, (d + 1) m)) of it, m = ceil(n /
+// dp); a parameter overlapping that range is a 1-D shard of its flattened elements there. The inner optimizer's groups
+// are Megatron's param groups (weight decay, then no weight decay) with those of no shard on rank d left out, each
+// listing the shards in model chunk order, then parameters() order; torch numbers them 0, 1, ... through the groups.
+struct MegatronDpRankState {
+  MegatronDistribState tensors;  // each parameter's whole master (when saved), exp_avg and exp_avg_sq, assembled
+  double step = -1;              // Adam's step (apex's per group, or torch's per parameter)
+  bool scaler = false;
+  double scale = 1.0;
+  int64_t growth = 0, hysteresis = 0;
+};
+
+// Reads the `dp` optim.pt files beside `model_file` (a model_rng.pt). `params`: the model state dict's parameters in
+// order (their chunks; no expert buffers in that era). Throws naming the file for a missing rank's file, groups that
+// are not this model's on that rank, a shard of the wrong size, step counts that differ.
+MegatronDpRankState read_dp_rank_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
+                                       size_t chunks, int64_t dp);
+
+// A number as Megatron stores it (a Python int or float, or a one-element tensor); `d[key]`, present and not None.
+// Both throw naming `where`.
+double megatron_number(const PickleValue& v, const std::string& where);
+const PickleValue& megatron_need(const PickleValue& d, const char* key, const std::string& where);
+
+// The path of data-parallel rank `d`'s optim.pt beside `model_file`: mp_rank_TT[_PPP]_DDD.
+std::string megatron_dp_rank_optim_path(const std::string& model_file, int64_t d);
+
+}  // namespace gf

@@ -10,7 +10,9 @@
 //   'opt_param_scheduler': OptimizerParamScheduler.state_dict() ('lr_scheduler' before 2022), counted in samples.
 // Under --use-distributed-optimizer 'optimizer' is DistributedOptimizer.state_dict(): {'optimizer': the inner state dict
 // without 'state' (its groups without 'params'), 'grad_scaler'}; the moments and main parameters are in
-// distrib_optim.pt beside the file (megatron_distrib_optim.h).
+// distrib_optim.pt beside the file (megatron_distrib_optim.h). Mid-2023's distributed optimizer saved model_rng.pt without
+// 'optimizer', and each data-parallel rank's DistributedOptimizer.state_dict() and the scheduler in an optim.pt of its
+// own (megatron_dp_optim.cpp).
 // torch numbers the parameters 0, 1, ... through the param groups in order; Megatron's get_param_groups builds the
 // groups from named_parameters() of every model chunk in turn: a parameter is "no weight decay" when its name ends in
 // '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter goes to a group with
@@ -24,8 +26,10 @@
 // registration order; megatron_flatten leaves out the non-parameters).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "core/io/torch_file.h"
@@ -35,20 +39,6 @@
 
 namespace gf {
 namespace {
-
-// A number as Megatron stores it: a Python int or float, or a 0-d (or one-element) tensor.
-double number(const PickleValue& v, const std::string& where) {
-  if (v.kind() == PickleValue::Kind::kInt || v.kind() == PickleValue::Kind::kFloat || v.kind() == PickleValue::Kind::kBool)
-    return v.as_float();
-  if (v.kind() == PickleValue::Kind::kTensor && v.tensor().numel() == 1) return v.tensor().to_double()[0];
-  throw std::runtime_error(where + " holds a " + std::string(v.kind_name()) + ", not a number");
-}
-
-const PickleValue& need(const PickleValue& d, const char* key, const std::string& where) {
-  const PickleValue* v = d.is_dict() ? d.find(key) : nullptr;
-  if (!v || v->is_none()) throw std::runtime_error(where + " has no '" + key + "'");
-  return *v;
-}
 
 // One shard file's optimizer state, per model chunk in the model state dict's names.
 struct OptimizerView {
@@ -73,7 +63,7 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
     if (!st || st->is_none())
       throw std::runtime_error(where + " has no 'step': the distributed optimizer keeps no per-parameter state here, so "
                                "Adam's step must be its group's (apex FusedAdam's)");
-    const double step = number(*st, where + ".step");
+    const double step = megatron_number(*st, where + ".step");
     if (out.step >= 0 && step != out.step)
       throw std::runtime_error(where + ": step " + std::to_string(step) + ", another group " + std::to_string(out.step) +
                                ": Adam's bias correction needs one step count");
@@ -98,6 +88,33 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
   out.masters_from = "distrib_optim.pt (" + out.distrib->form + " buffers)";
 }
 
+// Mid-2023's distributed optimizer: model_rng.pt holds no optimizer; each data-parallel rank's optim.pt beside it
+// holds that rank's shards (megatron_distrib_optim.h), assembled here into whole tensors.
+OptimizerView dp_rank_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
+  const PickleValue* args = f.root().find("args");
+  const PickleValue* dp = args && args->kind() == PickleValue::Kind::kNamespace ? args->find("data_parallel_size") : nullptr;
+  if (!dp || dp->kind() != PickleValue::Kind::kInt)
+    throw std::runtime_error(f.path() + ": a mid-2023 Megatron checkpoint of the distributed optimizer (model_rng.pt, "
+                             "the moments in per-data-parallel-rank optim.pt files) whose args give no "
+                             "data_parallel_size: the number of optim.pt files is not known");
+  std::vector<MegatronDistribParam> params;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (const auto& [name, w] : megatron_flatten(*chunks[c], f.path())) params.push_back({name, w->tensor().shape, c, false});
+  MegatronDpRankState s = read_dp_rank_optim(f.path(), params, chunks.size(), dp->as_int());
+  OptimizerView out;
+  out.distrib = std::make_shared<MegatronDistribState>(std::move(s.tensors));
+  out.master = out.distrib->master;
+  out.exp_avg = out.distrib->exp_avg;
+  out.exp_avg_sq = out.distrib->exp_avg_sq;
+  out.masters_from = out.distrib->form;
+  out.step = s.step;
+  out.scaler = s.scaler;
+  out.scale = s.scale;
+  out.growth = s.growth;
+  out.hysteresis = s.hysteresis;
+  return out;
+}
+
 // One optimizer's state dict: FP32Optimizer's (torch's), or Float16Optimizer's wrapping it.
 struct OneOptimizer {
   const PickleValue* inner = nullptr;    // {'state', 'param_groups'}
@@ -108,10 +125,7 @@ struct OneOptimizer {
 OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks, bool expert_parallel) {
   const std::string file = f.path();
   const PickleValue* opt = f.root().find("optimizer");
-  if ((!opt || opt->is_none()) && file.ends_with("model_rng.pt"))
-    throw std::runtime_error(file + ": a mid-2023 Megatron checkpoint of the distributed optimizer, whose moments are in "
-                             "per-data-parallel-rank optim.pt files, which are not read: --finetune loads its weights "
-                             "alone, from step 1");
+  if ((!opt || opt->is_none()) && file.ends_with("model_rng.pt")) return dp_rank_view(f, chunks);
   if (!opt || opt->is_none())
     throw std::runtime_error(file + ": holds no optimizer state (saved with --no-save-optim?): a resume needs the Adam "
                              "moments; --finetune loads its weights alone, from step 1");
@@ -136,12 +150,12 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
       one.masters = o->find("fp32_from_fp16_params");
       if (const PickleValue* gs = o->find("grad_scaler"); gs && gs->is_dict()) {
         out.scaler = true;
-        out.scale = number(need(*gs, "scale", where + ".grad_scaler"), where + ".grad_scaler.scale");
-        if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(number(*g, file));
-        if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(number(*h, file));
+        out.scale = megatron_number(megatron_need(*gs, "scale", where + ".grad_scaler"), where + ".grad_scaler.scale");
+        if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(megatron_number(*g, file));
+        if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(megatron_number(*h, file));
       }
     }
-    one.groups = &need(*one.inner, "param_groups", where + "'s state dict");
+    one.groups = &megatron_need(*one.inner, "param_groups", where + "'s state dict");
     if (one.groups->kind() != PickleValue::Kind::kList)
       throw std::runtime_error(where + " param_groups holds a " + std::string(one.groups->kind_name()) + ", not a list");
     for (const PickleValue& g : one.groups->items())
@@ -188,9 +202,9 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
     for (size_t g = 0; g < list.size(); ++g) {
       const std::string where = of + " param_groups[" + std::to_string(g) + "]";
       const PickleValue& group = list[g];
-      const PickleValue& indices = need(group, "params", where);
+      const PickleValue& indices = megatron_need(group, "params", where);
       bool no_wd;
-      if (const PickleValue* m = group.find("wd_mult")) no_wd = number(*m, where + ".wd_mult") == 0.0;
+      if (const PickleValue* m = group.find("wd_mult")) no_wd = megatron_number(*m, where + ".wd_mult") == 0.0;
       else if (list.size() == 2) no_wd = g == 1;  // 2020's Megatron: [decay, no decay]
       else throw std::runtime_error(where + ": has no wd_mult, and there are " + std::to_string(list.size()) +
                                     " groups: not Megatron's param groups");
@@ -222,7 +236,7 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
           throw std::runtime_error(at + " is missing: the optimizer has not stepped this parameter (a checkpoint before "
                                    "the first iteration holds no moments)");
         const std::vector<int64_t>& shape = p.weight->tensor().shape;
-        const PickleValue* moments[2] = {&need(*s, "exp_avg", at), &need(*s, "exp_avg_sq", at)};
+        const PickleValue* moments[2] = {&megatron_need(*s, "exp_avg", at), &megatron_need(*s, "exp_avg_sq", at)};
         for (const PickleValue* m : moments)
           if (m->kind() != PickleValue::Kind::kTensor || m->tensor().shape != shape)
             throw std::runtime_error(at + ": a moment of shape " +
@@ -233,7 +247,7 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
         const PickleValue* st = s->find("step");
         if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
         if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
-        const double step = number(*st, at + ".step");
+        const double step = megatron_number(*st, at + ".step");
         if (out.step >= 0 && step != out.step)
           throw std::runtime_error(at + ": step " + std::to_string(step) + ", other parameters " + std::to_string(out.step) +
                                    ": Adam's bias correction needs one step count");
@@ -260,16 +274,16 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
   MegatronTrainingState out;
   std::map<std::string, OptimizerView> views;
   bool first = true, masters = false, expert_parallel = false;
-  std::string masters_from;
+  std::string masters_from, moments_from;
   std::shared_ptr<MegatronDistribState> last_distrib;
   auto on_file = [&](const TorchFile& f, const MegatronCheckpointFiles& files) {
     out.dir = files.dir;
     if (files.iteration == "release")
       throw std::runtime_error(files.dir + ": a release checkpoint holds weights only (no step, no optimizer): "
                                "--finetune loads them, from step 1");
-    const PickleValue& args = need(f.root(), "args", f.path());
+    const PickleValue& args = megatron_need(f.root(), "args", f.path());
     expert_parallel = files.ep > 1;
-    const int64_t iteration = static_cast<int64_t>(number(need(f.root(), "iteration", f.path()), f.path() + ": iteration"));
+    const int64_t iteration = static_cast<int64_t>(megatron_number(megatron_need(f.root(), "iteration", f.path()), f.path() + ": iteration"));
     if (!first && iteration != out.iteration)
       throw std::runtime_error(f.path() + ": iteration " + std::to_string(iteration) + ", rank 0's file says " +
                                std::to_string(out.iteration) + ": the shard files are of different saves");
@@ -277,23 +291,34 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
     first = false;
     out.iteration = iteration;
     if (const PickleValue* c = args.find("consumed_train_samples"); c && !c->is_none())
-      out.consumed_samples = static_cast<int64_t>(number(*c, f.path() + ": args.consumed_train_samples"));
+      out.consumed_samples = static_cast<int64_t>(megatron_number(*c, f.path() + ": args.consumed_train_samples"));
     if (const PickleValue* g = args.find("global_batch_size"); g && !g->is_none())
-      out.global_batch = static_cast<int64_t>(number(*g, f.path() + ": args.global_batch_size"));
+      out.global_batch = static_cast<int64_t>(megatron_number(*g, f.path() + ": args.global_batch_size"));
     const PickleValue* sch = f.root().find("opt_param_scheduler");
     if (!sch || sch->is_none()) sch = f.root().find("lr_scheduler");
+    // Mid-2023's distributed optimizer saved the scheduler in each data-parallel rank's optim.pt (rank 0's read).
+    std::optional<TorchFile> optim;
+    std::string sch_file = f.path();
+    if ((!sch || sch->is_none()) && f.path().ends_with("model_rng.pt") && !f.root().find("optimizer")) {
+      sch_file = megatron_dp_rank_optim_path(f.path(), 0);
+      if (std::filesystem::exists(sch_file)) {
+        optim.emplace(TorchFile::open(sch_file));
+        sch = optim->root().find("opt_param_scheduler");
+        if (!sch || sch->is_none()) sch = optim->root().find("lr_scheduler");
+      }
+    }
     if (sch && sch->is_dict()) {
-      const std::string w = f.path() + ": opt_param_scheduler";
+      const std::string w = sch_file + ": opt_param_scheduler";
       auto field = [&](const char* now, const char* before) -> const PickleValue& {
         const PickleValue* v = sch->find(now);
-        return v ? *v : need(*sch, before, w);
+        return v ? *v : megatron_need(*sch, before, w);
       };
       out.scheduler = true;
-      out.max_lr = number(field("max_lr", "start_lr"), w + ".max_lr");
-      out.min_lr = number(need(*sch, "min_lr", w), w + ".min_lr");
-      out.warmup_samples = static_cast<int64_t>(number(field("lr_warmup_steps", "warmup_steps"), w + ".lr_warmup_steps"));
-      out.decay_samples = static_cast<int64_t>(number(field("lr_decay_steps", "decay_steps"), w + ".lr_decay_steps"));
-      out.scheduler_samples = static_cast<int64_t>(number(need(*sch, "num_steps", w), w + ".num_steps"));
+      out.max_lr = megatron_number(field("max_lr", "start_lr"), w + ".max_lr");
+      out.min_lr = megatron_number(megatron_need(*sch, "min_lr", w), w + ".min_lr");
+      out.warmup_samples = static_cast<int64_t>(megatron_number(field("lr_warmup_steps", "warmup_steps"), w + ".lr_warmup_steps"));
+      out.decay_samples = static_cast<int64_t>(megatron_number(field("lr_decay_steps", "decay_steps"), w + ".lr_decay_steps"));
+      out.scheduler_samples = static_cast<int64_t>(megatron_number(megatron_need(*sch, "num_steps", w), w + ".num_steps"));
       out.decay_style = field("lr_decay_style", "decay_style").as_string();
     }
   };
@@ -319,6 +344,7 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
   m.what = "exp_avg";
   m.read = [&](const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
     const OptimizerView& o = view(f, chunks);
+    if (o.distrib) moments_from = o.distrib->form;
     if (out.adam_step == 0 && o.step >= 0) out.adam_step = static_cast<int64_t>(o.step);
     if (o.step >= 0 && static_cast<int64_t>(o.step) != out.adam_step)
       throw std::runtime_error(f.path() + ": Adam's step " + std::to_string(static_cast<int64_t>(o.step)) +
@@ -347,7 +373,8 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
     throw std::runtime_error(out.dir + ": Adam has taken " + std::to_string(out.adam_step) + " steps in " +
                              std::to_string(out.iteration) + " iterations: the state is inconsistent");
   out.note = note + "; Adam's moments at step " + std::to_string(out.adam_step) +
-             (masters ? ", fp32 master weights from " + masters_from : "");
+             (masters ? ", fp32 master weights from " + masters_from
+                      : moments_from.empty() ? "" : " from " + moments_from);
   return out;
 }
 

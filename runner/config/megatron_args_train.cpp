@@ -329,7 +329,8 @@ void translate_output(Job& j) {
                "where Megatron starts from random weights unless --exit-on-missing-checkpoint");
     }
     j.differ("--load: a Megatron-LM checkpoint (iter_*/mp_rank_*/model_optim_rng.pt) resumes with its weights, Adam "
-             "moments (the distributed optimizer's from distrib_optim.pt), iteration, consumed samples, loss scale and "
+             "moments (the distributed optimizer's from distrib_optim.pt, or mid-2023's from each data-parallel rank's "
+             "optim.pt), iteration, consumed samples, loss scale and "
              "schedule (--finetune takes its weights alone)");
   }
   if (a.flag("--no-load-optim")) {

@@ -7,14 +7,16 @@
 #       under `pretrain_gpt --load`: iterations 4 to 13 give PyTorch's losses within 1e-5 relative, on 1 rank, on 2 with
 #       the distributed optimizer (ZeRO-1: each rank takes its shard of the moments), and the TP 2 one on 2 ranks;
 #       and checkpoints of Megatron's distributed optimizer (distrib_optim.pt's buffers in the four forms Megatron
-#       versions write, padded for 7 data-parallel ranks with NaN in the padding, in buckets of 2000 elements; TP 2).
+#       versions write, padded for 7 data-parallel ranks with NaN in the padding, in buckets of 2000 elements; TP 2), and
+#       of mid-2023's (model_rng.pt, each data-parallel rank's shards in its own optim.pt; bf16 with fp32 main shards).
 #   (b) Ours out and back: `--save` writes Megatron's layout beside our checkpoints; a run resumed from the Megatron
 #       files alone logs the 10 steps of the run resumed from ours and of the uninterrupted run bit for bit (fp32; fp16
 #       with its fp32 master weights and loss scale; TP 2 with the distributed optimizer on 2 ranks).
 #   (c) What we wrote is Megatron's: torch.load reads it, and torch's AdamW over the model's parameters in Megatron's
 #       param groups takes its optimizer state dict, every moment of its parameter's shape.
 #   (d) What cannot resume is refused by name: a release checkpoint, one saved without its optimizer, one of the
-#       distributed optimizer without its distrib_optim.pt, one whose buffer is not the model's.
+#       distributed optimizer without its distrib_optim.pt, one whose buffer is not the model's, mid-2023's without one
+#       rank's optim.pt or with a shard of another size.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_python torch
 
@@ -32,7 +34,8 @@ EOF
 DIST="--dp 7 --bucket 2000"
 for form in "torch" "apex --apex" "tp2 --tp 2" "dpb --distributed per-bucket $DIST" "dbs --distributed bucket-sizes $DIST" \
             "dco --distributed coalesced $DIST" "dtp2 --tp 2 --distributed per-bucket --dp 7 --bucket 1000" \
-            "dal --distributed coalesced-aligned $DIST"; do
+            "dal --distributed coalesced-aligned $DIST" "dpr --distributed per-dp-rank --dp 7" \
+            "dprb --tp 2 --distributed per-dp-rank --dp 5 --bf16"; do
   set -- $form
   name=$1; shift
   "$PY" "$SRC/tools/megatron_resume_reference.py" --data "$WORK/period" --out "$WORK/ref_$name" "$@" > "ref_$name.log" 2>&1 ||
@@ -68,6 +71,14 @@ from_pytorch a_dtp2 ref_dtp2 2 --tensor-model-parallel-size 2 --use-distributed-
 # core_r0.9 on: each parameter's start aligned to 64 elements in buckets of args.ddp_bucket_size (NaN in the gaps).
 from_pytorch a_dal ref_dal 2 --use-distributed-optimizer
 grep -q "distrib_optim.pt (coalesced, parameter-aligned buffers)" a_dal.log || fail "a_dal: the log does not name the aligned form"
+# Mid-2023: model_rng.pt, and each of 7 (5) data-parallel ranks' shards in its own optim.pt, ranks whose shards are of
+# one kind holding one param group; TP 2 in bf16, the weights from the optimizer's fp32 main shards.
+from_pytorch a_dpr ref_dpr 1
+grep -q "Adam's moments at step 3 from per-data-parallel-rank optim.pt, 7 ranks)" a_dpr.log ||
+  fail "a_dpr: the log does not name the per-data-parallel-rank files"
+from_pytorch a_dprb ref_dprb 2 --tensor-model-parallel-size 2 --use-distributed-optimizer
+grep -q "fp32 master weights from per-data-parallel-rank optim.pt, 5 ranks" a_dprb.log ||
+  fail "a_dprb: the log does not say the weights came from the fp32 main shards"
 
 # ---- (b) ours -> Megatron's layout -> ours
 # roundtrip NAME NP ARGS...: 13 iterations in one run; 3 saved (ours and Megatron's layout); 10 more from ours, and 10
@@ -161,10 +172,21 @@ f = os.path.join("d_aligned_other", "iter_0000003", "mp_rank_00", "distrib_optim
 sd = torch.load(f)
 sd[0][(torch.float32, torch.float32)]["numel_unpadded"] -= 1
 torch.save(sd, f)
+# Mid-2023's: one data-parallel rank's optim.pt gone; one rank's shard a different size (a model of other widths).
+shutil.copytree("ref_dpr", "d_dp_gone")
+shutil.rmtree(os.path.join("d_dp_gone", "iter_0000003", "mp_rank_00_004"))
+shutil.copytree("ref_dpr", "d_dp_other")
+f = os.path.join("d_dp_other", "iter_0000003", "mp_rank_00_002", "optim.pt")
+sd = torch.load(f)
+st = sd["optimizer"]["optimizer"]["state"][0]
+st["exp_avg"] = st["exp_avg"][1:]
+torch.save(sd, f)
 EOF
 for c in "d_release:a release checkpoint holds weights only" "d_no_optim:holds no optimizer state" \
          "d_distrib_gone:distrib_optim.pt is missing" "d_distrib_other:bucket 1 holds 2191 elements, its parameters in Megatron's order fill" \
-         "d_aligned_other:contiguously (nor as core_r0.9 on aligns them, to 64 elements): not this model's buffer"; do
+         "d_aligned_other:contiguously (nor as core_r0.9 on aligns them, to 64 elements): not this model's buffer" \
+         "d_dp_gone:mp_rank_00_004/optim.pt is missing: a resume needs every rank's moments" \
+         "d_dp_other:its exp_avg is not a 1-D tensor of the shard's"; do
   dir=${c%%:*} pattern=${c#*:}
   refused 2 "$pattern" "$dir.run" bash -c "cd $WORK && mkdir -p $dir.run && cd $dir.run && exec $BIN pretrain_gpt $(printf '%q ' "${ARGS[@]}") --data-path $WORK/period --train-iters 13 --load $WORK/$dir"
 done

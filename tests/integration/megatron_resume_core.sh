@@ -276,8 +276,9 @@ mkdir -p chained_distrib.run
 refused 2 "a ChainedOptimizer of Megatron's distributed optimizers" chained_distrib.run \
   bash -c 'cd "$0" && exec "$@"' chained_distrib.run "$BIN" pretrain_gpt "${MOE[@]}" --train-iters 13 --load "$WORK/chained_distrib"
 
-# A mid-2023 checkpoint of the distributed optimizer (model_rng.pt, its moments in per-data-parallel-rank optim.pt files,
-# which are not read) is refused as that, not as one saved without its optimizer.
+# A mid-2023 checkpoint of the distributed optimizer (model_rng.pt, its moments in per-data-parallel-rank optim.pt files;
+# megatron_resume.sh resumes those) whose optim.pt files are gone is refused naming the first missing one, not as one
+# saved without its optimizer.
 "$PY" - <<'EOF2' || fail "writing the model_rng.pt case"
 import os, shutil
 import torch
@@ -285,9 +286,10 @@ shutil.copytree("llama.meg", "model_rng")
 d = "model_rng/iter_0000003/mp_rank_00"
 sd = torch.load(os.path.join(d, "model_optim_rng.pt"), weights_only=False)
 sd.pop("optimizer")
+sd["args"].use_distributed_optimizer, sd["args"].data_parallel_size = True, 2
 torch.save(sd, os.path.join(d, "model_rng.pt"))
 os.remove(os.path.join(d, "model_optim_rng.pt"))
 EOF2
 mkdir -p model_rng.run
-refused 2 "whose moments are in per-data-parallel-rank optim.pt files, which are not read" model_rng.run \
-  bash -c 'cd "$0" && exec "$@"' model_rng.run "$BIN" pretrain_gpt "${LLAMA[@]}" --train-iters 13 --load "$WORK/model_rng"
+refused 2 "over 2 data-parallel ranks (args.data_parallel_size), and $WORK/model_rng/iter_0000003/mp_rank_00_000/optim.pt is missing" \
+  model_rng.run bash -c 'cd "$0" && exec "$@"' model_rng.run "$BIN" pretrain_gpt "${LLAMA[@]}" --train-iters 13 --load "$WORK/model_rng"

@@ -47,11 +47,9 @@ bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) 
 
 std::string megatron_distributed_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
   const TransformerSpec s = find_model(m.arch, m.type).spec(m);
-  if (!writes_core(s, opt))
-    return "megatron/model's GPT-2 layout (285068c), whose distributed optimizer's files are not transcribed";
   if (opt.ep > 1 && s.moe.experts > 1)
     return "experts under expert parallelism (core_r0.6.0 chains a distributed optimizer for them to the dense one's)";
-  if (opt.pp > 1 && s.tied_head)
+  if (writes_core(s, opt) && opt.pp > 1 && s.tied_head)
     return "a tied output layer at pipeline-parallel size > 1 (core's shared embedding may take a grad bucket of its own)";
   if (opt.dp < 1) return "the data-parallel size must be >= 1";
   return "";
@@ -199,15 +197,36 @@ std::vector<std::string> save_megatron(const std::string& dir, const ModelConfig
           .set("checkpoint_version", TorchOut::real(3.0))
           .set("iteration", TorchOut::integer(std::max<int64_t>(0, opt.iteration)))
           .set("model", model_of(weights, p, t, opt.dtype));
+      const fs::path d = it_dir / rank_dir(t, p, pp);
+      fs::create_directories(d, ec);
+      if (ec) throw std::runtime_error(d.string() + ": cannot create: " + ec.message());
+      if (opt.train && opt.distributed_optimizer) {
+        // 285068c's distributed optimizer: model_rng.pt, and each data-parallel rank's optimizer state and scheduler
+        // in mp_rank_TT[_PPP]_DDD/optim.pt (megatron/checkpointing.py get_checkpoint_names at 285068c).
+        const std::vector<TorchOut> ranks = dp_rank_optimizer_states(
+            *opt.train, opt.dtype, model_of(weights, p, t, TorchDtype::kF32), model_of(*moments[0], p, t, TorchDtype::kF32),
+            model_of(*moments[1], p, t, TorchDtype::kF32), opt.dp);
+        const std::string file = (d / "model_rng.pt").string();
+        torch_save(file, root);
+        files.push_back(file);
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          char suffix[32];
+          std::snprintf(suffix, sizeof suffix, "_%03zu", r);
+          const fs::path od = it_dir / (rank_dir(t, p, pp) + suffix);
+          fs::create_directories(od, ec);
+          if (ec) throw std::runtime_error(od.string() + ": cannot create: " + ec.message());
+          TorchOut optim = TorchOut::dict();
+          optim.set("optimizer", ranks[r]).set("opt_param_scheduler", scheduler_state(*opt.train));
+          torch_save((od / "optim.pt").string(), optim);
+        }
+        continue;
+      }
       if (opt.train) {
         const TorchOut master = model_of(weights, p, t, TorchDtype::kF32);
         root.set("optimizer", optimizer_state(*opt.train, opt.dtype, master, model_of(*moments[0], p, t, TorchDtype::kF32),
                                               model_of(*moments[1], p, t, TorchDtype::kF32), false, false))
             .set("opt_param_scheduler", scheduler_state(*opt.train));
       }
-      const fs::path d = it_dir / rank_dir(t, p, pp);
-      fs::create_directories(d, ec);
-      if (ec) throw std::runtime_error(d.string() + ": cannot create: " + ec.message());
       const std::string file = (d / "model_optim_rng.pt").string();
       torch_save(file, root);
       files.push_back(file);

@@ -72,18 +72,19 @@ struct MegatronSaveOptions {
   bool core = false;                // --use-mcore-models: GPT-2 in core's layout too
   bool transformer_engine = true;   // --transformer-impl transformer_engine (core_r0.6.0's default) or local's names
   bool grouped_gemm = false;        // --moe-grouped-gemm: experts as GroupedMLP's weight1 / weight2
-  // --use-distributed-optimizer (with `train`, in Megatron-core's layout): the optimizer state as core_r0.6.0's
+  // --use-distributed-optimizer (with `train`): in Megatron-core's layout the optimizer state as core_r0.6.0's
   // DistributedOptimizer saves it, its moments and fp32 main parameters in distrib_optim.pt beside each shard file, the
   // grad buffer padded for `dp` data-parallel ranks in buckets of `bucket_size` elements (0: one bucket; Megatron's
-  // --overlap-grad-reduce makes them max(40000000, 1000000 x dp)). See megatron_distributed_problem.
+  // --overlap-grad-reduce makes them max(40000000, 1000000 x dp)); in megatron/model's layout as 285068c saves it,
+  // model_rng.pt and each of the `dp` ranks' shards in mp_rank_TT[_PPP]_DDD/optim.pt. See megatron_distributed_problem.
   bool distributed_optimizer = false;
   int64_t dp = 1, bucket_size = 0;
 };
 
-// Why the distributed optimizer's form cannot be written for `model` under `opt` ("" when it can): megatron/model's
-// GPT-2 layout (285068c's own form is not transcribed), experts under expert parallelism (a ChainedOptimizer of
-// distributed optimizers), a tied head at pp > 1 (core's shared embedding may take a bucket of its own). The
-// non-distributed form is written instead, which Megatron loads without --use-distributed-optimizer.
+// Why the distributed optimizer's form cannot be written for `model` under `opt` ("" when it can): experts under
+// expert parallelism (a ChainedOptimizer of distributed optimizers), a tied head at pp > 1 in Megatron-core's layout
+// (core's shared embedding may take a bucket of its own). The non-distributed form is written instead, which Megatron
+// loads without --use-distributed-optimizer.
 std::string megatron_distributed_problem(const ModelConfig& model, const MegatronSaveOptions& opt);
 
 // Whether `model` is written in Megatron-core's layout (megatron_save_core.cpp) rather than megatron/model's.

@@ -101,6 +101,15 @@ struct MegatronDistributedOut {
 MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
                                                    const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size);
 
+// 285068c's distributed optimizer (megatron/optimizer/distrib_optimizer.py at 285068c; megatron_distrib_optim.h has the
+// format) for one model file of megatron/model's layout: per data-parallel rank d < `dp`, DistributedOptimizer's
+// state_dict() over its shards of the one grad buffer (the parameters in reverse order, rank d's elements [d m,
+// min(n, (d + 1) m)), m = ceil(n / dp)): the inner (apex FusedAdam's) state dict over the decay then no-decay group,
+// one left out where rank d has no shard of it, the step in each group; fp16's grad_scaler; the fp32 main shards per
+// group under fp16 / bf16 (empty lists in fp32). Saved as mp_rank_TT[_PPP]_DDD/optim.pt with the scheduler.
+std::vector<TorchOut> dp_rank_optimizer_states(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
+                                               const TorchOut& m, const TorchOut& v, int64_t dp);
+
 // `dir`/iter_NNNNNNN (or release/) emptied and created; and latest_checkpointed_iteration.txt written.
 std::string iteration_dir(const std::string& dir, int64_t iteration);
 void write_tracker(const std::string& dir, int64_t iteration);

@@ -211,6 +211,60 @@ MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr,
   return out;
 }
 
+std::vector<TorchOut> dp_rank_optimizer_states(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
+                                               const TorchOut& m, const TorchOut& v, int64_t dp) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  if (fm.size() != w.size() || fv.size() != w.size() || dp < 1)
+    throw std::logic_error("dp_rank_optimizer_states: the moments' state dicts are not the weights'");
+  // DDP (megatron/model/distributed.py at 285068c) walks parameters() giving each the elements just below the
+  // previous one's: the first parameter ends the buffer.
+  std::vector<int64_t> start(w.size()), numel(w.size());
+  int64_t n = 0;
+  for (size_t i = 0; i < w.size(); ++i) n += numel[i] = static_cast<int64_t>(w[i].second->bytes->size() / sizeof(float));
+  for (int64_t below = n, i = 0; i < static_cast<int64_t>(w.size()); ++i) start[i] = below -= numel[i];
+  const std::vector<Group> groups = groups_of(w, false, false);  // decay, then no decay
+  const FlatOut* from[3] = {&w, &fm, &fv};
+  std::vector<std::vector<float>> values[3];
+  for (int k = 0; k < 3; ++k)
+    for (const auto& [name, t] : *from[k]) values[k].push_back(floats_of(*t));
+  const int64_t size = (n + dp - 1) / dp;
+  std::vector<TorchOut> out;
+  for (int64_t d = 0; d < dp; ++d) {
+    const int64_t lo = d * size, hi = std::min(n, lo + size);
+    TorchOut state = TorchOut::int_dict();
+    TorchOut param_groups = TorchOut::list({}), masters = TorchOut::list({});
+    int64_t index = 0;
+    for (const Group& g : groups) {
+      TorchOut ids = TorchOut::list({}), fp32 = TorchOut::list({});
+      for (size_t i : g.params) {
+        const int64_t a = std::max(lo, start[i]), b = std::min(hi, start[i] + numel[i]);
+        if (b <= a) continue;
+        auto shard = [&](int k) {
+          const std::vector<float>& x = values[k][i];
+          return TorchOut::tensor(TorchDtype::kF32, {b - a},
+                                  std::vector<float>(x.begin() + (a - start[i]), x.begin() + (b - start[i])));
+        };
+        TorchOut st = TorchOut::dict();  // apex FusedAdam's: the step is its group's
+        st.set("exp_avg", shard(1)).set("exp_avg_sq", shard(2));
+        state.set(std::to_string(index), std::move(st));
+        ids.items.push_back(TorchOut::integer(index++));
+        if (dtype != TorchDtype::kF32) fp32.items.push_back(shard(0));
+      }
+      if (ids.items.empty()) continue;  // build_optimizer_group_ranges squeezes out a group with no shard here
+      param_groups.items.push_back(group_dict(tr, false, g, std::move(ids)));
+      masters.items.push_back(std::move(fp32));
+    }
+    TorchOut inner = TorchOut::dict();
+    inner.set("state", std::move(state)).set("param_groups", std::move(param_groups));
+    TorchOut sd = TorchOut::dict();
+    sd.set("optimizer", std::move(inner));
+    if (tr.grad_scaler) sd.set("grad_scaler", grad_scaler(tr));
+    sd.set("shard_fp32_from_float16_groups", std::move(masters));
+    out.push_back(std::move(sd));
+  }
+  return out;
+}
+
 TorchOut scheduler_state(const MegatronTrainState& tr) {
   TorchOut d = TorchOut::dict();
   d.set("max_lr", TorchOut::real(tr.max_lr))

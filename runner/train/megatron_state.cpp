@@ -112,8 +112,8 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
     static bool said = false;  // once a run: every save would say the same
     if (!problem.empty() && !said) {
       spdlog::info("CheckpointMonitor megatron_format: the optimizer state is written in the non-distributed form (which "
-                   "Megatron-LM loads without --use-distributed-optimizer), not the distributed optimizer's "
-                   "distrib_optim.pt: {}", problem);
+                   "Megatron-LM loads without --use-distributed-optimizer), not the distributed optimizer's: {}",
+                   problem);
       said = true;
     }
   }
@@ -153,9 +153,12 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
                "{:.2f} s)", (fs::path(files.front()).parent_path().parent_path()).string(),
                megatron_writes_core(cfg_.model, o) ? "Megatron-core's" : "megatron/model's", files.size(), o.tp, o.pp,
                o.ep > 1 ? " x EP " + std::to_string(o.ep) : std::string(), torch_dtype_name(o.dtype),
-               o.distributed_optimizer ? " of the distributed optimizer (distrib_optim.pt for DP " + std::to_string(o.dp) +
-                                             (o.bucket_size > 0 ? ", buckets of " + std::to_string(o.bucket_size) : "") + ")"
-                                       : std::string(),
+               !o.distributed_optimizer ? std::string()
+               : megatron_writes_core(cfg_.model, o)
+                   ? " of the distributed optimizer (distrib_optim.pt for DP " + std::to_string(o.dp) +
+                         (o.bucket_size > 0 ? ", buckets of " + std::to_string(o.bucket_size) : "") + ")"
+                   : " of the distributed optimizer (285068c's: model_rng.pt, optim.pt for each of DP " +
+                         std::to_string(o.dp) + ")",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -11,9 +11,11 @@
 #       of mid-2023's (model_rng.pt, each data-parallel rank's shards in its own optim.pt; bf16 with fp32 main shards).
 #   (b) Ours out and back: `--save` writes Megatron's layout beside our checkpoints; a run resumed from the Megatron
 #       files alone logs the 10 steps of the run resumed from ours and of the uninterrupted run bit for bit (fp32; fp16
-#       with its fp32 master weights and loss scale; TP 2 with the distributed optimizer on 2 ranks).
+#       with its fp32 master weights and loss scale; with the distributed optimizer, as 285068c saves it, at TP 2 and in
+#       bf16 at DP 2).
 #   (c) What we wrote is Megatron's: torch.load reads it, and torch's AdamW over the model's parameters in Megatron's
-#       param groups takes its optimizer state dict, every moment of its parameter's shape.
+#       param groups takes its optimizer state dict, every moment of its parameter's shape; the distributed
+#       optimizer's files hold each data-parallel rank's shards as 285068c cuts them (transcribed in the check).
 #   (d) What cannot resume is refused by name: a release checkpoint, one saved without its optimizer, one of the
 #       distributed optimizer without its distrib_optim.pt, one whose buffer is not the model's, mid-2023's without one
 #       rank's optim.pt or with a shard of another size.
@@ -90,7 +92,7 @@ roundtrip() {
   pretrain "$name.first" "$np" "${run[@]}" --train-iters 3 --save "$WORK/$name.ck" --save-interval 3
   grep -q "Megatron-LM layout written" "$name.first.log" || fail "$name: no Megatron layout written beside the checkpoint"
   [ -f "$name.ck/iter_0000003/mp_rank_00/model_optim_rng.pt" ] || [ -f "$name.ck/iter_0000003/mp_rank_00_000/model_optim_rng.pt" ] ||
-    fail "$name: no iter_0000003 in $(ls "$name.ck")"
+    [ -f "$name.ck/iter_0000003/mp_rank_00/model_rng.pt" ] || fail "$name: no iter_0000003 in $(ls "$name.ck")"
   [ "$(cat "$name.ck/latest_checkpointed_iteration.txt")" = 3 ] || fail "$name: the tracker does not name iteration 3"
   mkdir -p "$name.meg"
   cp -r "$name.ck/iter_0000003" "$name.ck/latest_checkpointed_iteration.txt" "$name.meg/"
@@ -103,10 +105,15 @@ roundtrip() {
 }
 roundtrip b_fp32 1
 roundtrip b_fp16 1 --fp16 --initial-loss-scale 4096
+# Under --use-distributed-optimizer GPT-2 is written as 285068c's distributed optimizer saves it: model_rng.pt, and each
+# data-parallel rank's shards in mp_rank_TT_DDD/optim.pt (TP 2 at DP 1; bf16 at DP 2, the fp32 main shards beside).
 roundtrip b_tp2 2 --tensor-model-parallel-size 2 --use-distributed-optimizer
+roundtrip b_dp2 2 --use-distributed-optimizer --bf16
+grep -q "of the distributed optimizer (285068c's: model_rng.pt, optim.pt for each of DP 2)" b_dp2.first.log ||
+  fail "b_dp2: the log does not say 285068c's distributed optimizer files were written"
 
 # ---- (c) torch reads it as Megatron's: the optimizer state dict fits torch's AdamW over the model in Megatron's groups
-for d in b_fp32.ck b_fp16.ck b_tp2.ck; do
+for d in b_fp32.ck b_fp16.ck; do
   "$PY" - "$d" <<'EOF' || fail "$d: torch does not take its Megatron layout"
 import glob, sys
 import torch
@@ -143,6 +150,65 @@ for f in files:
 EOF
 done
 ok "torch.load and torch's AdamW take the optimizer state we wrote"
+# 285068c's distributed optimizer, transcribed here (megatron/model/distributed.py: parameters() given the buffer's
+# elements from its end down; distrib_optimizer.py: rank r owns [r m, min(n, (r + 1) m)), m = ceil(n / dp), its groups
+# the decay then no-decay shards in parameters() order, a group with none squeezed out): each rank's optim.pt holds
+# exactly those shards, numbered as torch numbers them (torch's own load_state_dict takes it over the shards), and
+# the shards piece together every element once; under bf16 the fp32 main shards round to the model's weights.
+for d in b_tp2.ck b_dp2.ck; do
+  "$PY" - "$d" <<'EOF' || fail "$d: not 285068c's distributed optimizer files"
+import glob, sys
+import torch
+def flat(state, prefix=""):
+    out = []
+    for k, v in state.items():
+        out += flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
+    return out
+files = sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_??/model_rng.pt"))
+assert files and not glob.glob(sys.argv[1] + "/iter_0000003/*/model_optim_rng.pt"), "no model_rng.pt (or a model_optim_rng.pt)"
+for f in files:
+    sd = torch.load(f)
+    assert "optimizer" not in sd and sd["iteration"] == 3 and sd["args"].use_distributed_optimizer
+    dp = sd["args"].data_parallel_size
+    named = flat(sd["model"])
+    n = sum(t.numel() for _, t in named)
+    start, below = [], n
+    for _, t in named:
+        below -= t.numel()
+        start.append(below)
+    m = -(-n // dp)
+    covered = [torch.zeros(t.numel(), dtype=torch.int32) for _, t in named]
+    for r in range(dp):
+        lo, hi = r * m, min(n, (r + 1) * m)
+        groups = []
+        for no_wd in (False, True):
+            g = [(i, max(lo, start[i]) - start[i], min(hi, start[i] + t.numel()) - start[i]) for i, (name, t) in enumerate(named)
+                 if (name.endswith(".bias") or t.dim() == 1) == no_wd and min(hi, start[i] + t.numel()) > max(lo, start[i])]
+            if g:
+                groups.append((no_wd, g))
+        o = torch.load(f.replace("/model_rng.pt", "_%03d/optim.pt" % r))
+        assert o["opt_param_scheduler"]["num_steps"] == 12, o["opt_param_scheduler"]
+        inner = o["optimizer"]["optimizer"]
+        assert [(g["wd_mult"], g["step"]) for g in inner["param_groups"]] == [(0.0 if k else 1.0, 3) for k, _ in groups]
+        shards = [[torch.nn.Parameter(torch.zeros(b - a)) for _, a, b in g] for _, g in groups]
+        torch.optim.SGD([{"params": p} for p in shards], lr=0.0).load_state_dict(inner)  # torch's numbering check
+        ids = [i for g in inner["param_groups"] for i in g["params"]]
+        assert ids == list(range(len(ids))), ids
+        masters = o["optimizer"]["shard_fp32_from_float16_groups"]
+        bf16 = sd["args"].bf16
+        for (_, g), got_ids, mg in zip(groups, [g["params"] for g in inner["param_groups"]], masters):
+            assert len(mg) == (len(g) if bf16 else 0)
+            for j, ((i, a, b), k) in enumerate(zip(g, got_ids)):
+                st = inner["state"][k]
+                assert st["exp_avg"].shape == st["exp_avg_sq"].shape == (b - a,) and torch.all(st["exp_avg_sq"] >= 0)
+                covered[i][a:b] += 1
+                if bf16:
+                    assert torch.equal(mg[j].bfloat16(), named[i][1].reshape(-1)[a:b]), named[i][0]
+    assert all(torch.all(c == 1) for c in covered), "the ranks' shards do not cover every element once"
+    print(f"{f}: DP {dp}, {len(named)} parameters in {dp} optim.pt file(s){', fp32 main shards' if sd['args'].bf16 else ''}")
+EOF
+done
+ok "285068c's distributed optimizer files: each rank's shards as Megatron cuts them"
 
 # ---- (d) refusals
 mkdir -p d_release && cp -r b_fp32.ck/iter_0000003 d_release/release && echo release > d_release/latest_checkpointed_iteration.txt

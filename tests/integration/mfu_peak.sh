@@ -47,7 +47,7 @@ assert abs(named - peak) <= 5e-4 * peak, f"the log names {named}, metrics.jsonl 
 if kind == "probe":
     p = json.load(open(arg))
     lim, scale = p["limits"], threads / p["threads"]
-    if dtype == "bfloat16" and lim["bf16_tflops"] > 0:
+    if dtype == "bfloat16" and (lim["bf16_tflops"] or 0) > 0:  # null: no bf16 instructions
         want, label = lim["bf16_tflops"] * scale, f"the bf16 peak ({lim['bf16_isa']}) measured by machine_probe on {p['cpu']}"
     else:
         want, label = lim["fp32_fma_tflops"] * scale, f"the FMA peak (fp32, {lim['fp32_fma_isa']}"

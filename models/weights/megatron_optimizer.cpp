@@ -51,6 +51,16 @@ struct OptimizerView {
   int64_t growth = 0, hysteresis = 0;
 };
 
+// The pipeline rank of a shard file: its directory mp_rank_TT_PPP[_EEE] names it when args give a pipeline > 1.
+int64_t pipeline_rank(const TorchFile& f, const PickleValue& args) {
+  const PickleValue* pp = args.find("pipeline_model_parallel_size");
+  if (!pp || pp->kind() != PickleValue::Kind::kInt || pp->as_int() <= 1) return 0;
+  const std::string dir = std::filesystem::path(f.path()).parent_path().filename().string();  // mp_rank_TT_PPP...
+  if (dir.size() < 14 || dir.compare(0, 8, "mp_rank_") != 0 || dir[10] != '_')
+    throw std::runtime_error(f.path() + ": a pipeline-parallel shard outside an mp_rank_TT_PPP directory");
+  return std::stoll(dir.substr(11, 3));
+}
+
 // The distributed optimizer's state: the moments and fp32 main parameters from distrib_optim.pt beside the file, the
 // step from the param groups (apex's FusedAdam, which Megatron's distributed optimizer runs, counts per group; its
 // state_dict drops the groups' 'params').
@@ -70,9 +80,11 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
     out.step = step;
   }
   // The DDP bucket size the run had (only a core_r0.9-on, parameter-aligned buffer needs it): none without
-  // --overlap-grad-reduce, else --ddp-bucket-size or max(40000000, 1000000 x dp) (DistributedDataParallel.__init__).
+  // --overlap-grad-reduce, else --ddp-bucket-size or max(40000000, 1000000 x dp) (DistributedDataParallel.__init__),
+  // and none on a pipeline stage after the first (DistributedDataParallel turns bucketing off there).
   int64_t bucket_size = 0;
-  if (const PickleValue* args = f.root().find("args"); args && args->kind() == PickleValue::Kind::kNamespace) {
+  if (const PickleValue* args = f.root().find("args");
+      args && args->kind() == PickleValue::Kind::kNamespace && pipeline_rank(f, *args) == 0) {
     const PickleValue* overlap = args->find("overlap_grad_reduce");
     if (overlap && overlap->kind() == PickleValue::Kind::kBool && overlap->as_bool()) {
       const PickleValue* given = args->find("ddp_bucket_size");

@@ -331,7 +331,9 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
           const TorchOut master = opt.dtype == f32 ? root.entries.back().second : model_of(st, p, t, r, f32);
           const TorchOut m1 = model_of(*moments[0], p, t, r, f32), m2 = model_of(*moments[1], p, t, r, f32);
           if (opt.distributed_optimizer) {
-            MegatronDistributedOut o = distributed_optimizer_state(*opt.train, opt.dtype, master, m1, m2, opt.dp, opt.bucket_size);
+            // DistributedDataParallel turns bucketing off on every pipeline stage but the first (core_r0.6.0 on).
+            MegatronDistributedOut o =
+                distributed_optimizer_state(*opt.train, opt.dtype, master, m1, m2, opt.dp, p == 0 ? opt.bucket_size : 0);
             root.set("optimizer", std::move(o.optimizer));
             distrib = std::move(o.distrib);
           } else {

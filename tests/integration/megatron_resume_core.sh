@@ -214,6 +214,9 @@ for f in sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng
     d = torch.load(os.path.join(os.path.dirname(f), "distrib_optim.pt"), weights_only=False)
     dp = args.data_parallel_size
     bucket = (args.ddp_bucket_size or max(40000000, 1000000 * dp)) if args.overlap_grad_reduce else 0
+    rank_dir = os.path.basename(os.path.dirname(f))  # mp_rank_TT[_PPP][_EEE]
+    if args.pipeline_model_parallel_size > 1 and int(rank_dir.split("_")[3]) > 0:
+        bucket = 0  # DistributedDataParallel turns bucketing off on every pipeline stage but the first
     zeros = [torch.zeros_like(t, dtype=torch.float32) for _, t in model]
     want = distrib_buffer([(n, t.float()) for n, t in model], (zeros, zeros), "per-bucket", dp, bucket)
     assert list(d.keys()) == list(want.keys()), f"keys {list(d.keys())}, core_r0.6.0's {list(want.keys())}"
@@ -242,6 +245,8 @@ EOF2
 distributed llama_distrib 2 0 "${LLAMA[@]}"
 distributed llama_distrib_bf16 4 0 "${LLAMA[@]}" --bf16 --tensor-model-parallel-size 2 --overlap-grad-reduce
 distributed llama_buckets 3 5000 "${LLAMA[@]}" --global-batch-size 6  # buckets of 5000 elements or more, padded for 3
+# At PP 2 the first stage's buffer in buckets of 5000, the second's in one (core's DistributedDataParallel).
+distributed llama_pp_buckets 4 5000 "${LLAMA[@]}" --pipeline-model-parallel-size 2 --global-batch-size 8
 
 # The names the job's flags chose: Transformer Engine's fused norms, local's, GroupedMLP's weights.
 "$PY" - <<'EOF' || fail "the layouts' names are not those the flags choose"

@@ -6,6 +6,7 @@
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <set>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/math/gemm.h"
 #include "models/lora.h"
 #include "runner/cli/convert.h"
 #include "models/registry.h"
@@ -104,23 +106,49 @@ TEST_P(LoraGolden, TenAdamWStepsOfTheAdaptersMatchPeft) {
   CausalLM* base = trainer.model().frozen_bases().at(0);
   const std::vector<float> base_before(base->weight_values(), base->weight_values() + base->params().total_floats());
   g.expect_steps_match(trainer);
-  // The final adapters, each tensor within 1e-5 of PEFT's in L2 norm (|ours - ref| / |ref|). Not element by
-  // element: AdamW divides each element's update by its own gradient's running magnitude, so the absolute rounding
-  // of a gradient (about 1e-7 of the largest terms it sums) becomes a relative change of the update of an element
-  // whose gradient is a thousand times smaller than its tensor's typical one. Measured on a 2-vCPU AMD EPYC: L2 errors
-  // 3e-8 to 4.4e-6, single elements up to 9e-5 of the tensor's largest (rsLoRA's layer-1 q_proj B, an element of
-  // 5e-4 against 5.4e-3); the logits below read every adapter and stay within 1e-5.
+  // The final adapters, each tensor within 1e-5 of PEFT's in L2 norm, relative to max(|ref|, sqrt(n) B), B the sum
+  // of the ten steps' lr: compare_runs.py's criterion, which derives it (AdamW's update of an element is lr times a
+  // scale-free ratio, so its rounding error is bounded by the distance AdamW could move it, not by its final value).
+  // Not element by element: AdamW divides each element's update by its own gradient's running magnitude, so the
+  // absolute rounding of a gradient (about 1e-7 of the largest terms it sums) becomes a relative change of the update
+  // of an element whose gradient is a thousand times smaller than its tensor's typical one.
+  // A floor, as compare_runs.py's --floor: the same ten steps with every fp32 product on another GEMM backend (only
+  // the order of float sums inside each product changes) is ours against ourselves; a tensor is held to the larger of
+  // 1e-5 and twice that (two independent reorderings: ours and PyTorch's), and a probe past 1e-4 is not rounding (a
+  // bug on its path) and fails. rsLoRA's layer-1 q_proj B is the one that needs it: against PyTorch 3.7e-6 (oneDNN),
+  // 9.9e-6 (OpenBLAS's Zen kernels), 4.1e-6 (Eigen) on an AVX2-only EPYC, every other tensor under 1.3e-6. One wrong
+  // update of one element (the last step's lr) is still 8e-4 of sqrt(n) B for a B of 4 x 128.
+  double budget = 0;
+  for (float lr : g.f.floats("train.lr")) budget += lr;
+  const GemmBackend ours = gemm_backend();
+  const GemmBackend other = ours == GemmBackend::kEigen ? GemmBackend::kBlas : GemmBackend::kEigen;
+  std::vector<float> probe;
+  {
+    gemm_set_backend(other);
+    Trainer again(g.cfg, ctx, g.batch());
+    load(g, again.model());
+    for (int64_t s = 1; s <= again.total_steps(); ++s) (void)again.train_step(s);
+    probe.assign(again.model().weights(), again.model().weights() + again.model().params().total_floats());
+    gemm_set_backend(ours);
+  }
   int checked = 0;
   for (const TensorPlacement& p : trainer.model().params().tensors()) {
     const std::vector<float> ref = g.f.floats("train.final." + p.spec->name);
     const float* w = trainer.model().weights() + p.offset;
-    double d2 = 0, r2 = 0;
+    double d2 = 0, f2 = 0, r2 = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
-      const double d = static_cast<double>(w[i]) - ref[i];
+      const double d = static_cast<double>(w[i]) - ref[i], f = static_cast<double>(w[i]) - probe[p.offset + i];
       d2 += d * d;
+      f2 += f * f;
       r2 += static_cast<double>(ref[i]) * ref[i];
     }
-    EXPECT_LE(std::sqrt(d2 / r2), 1e-5) << "after 10 steps: " << p.spec->name;
+    const double scale = std::max(std::sqrt(r2), std::sqrt(static_cast<double>(ref.size())) * budget);
+    const double floor = std::sqrt(f2) / scale;
+    EXPECT_LE(floor, 1e-4) << p.spec->name << ": ours on " << gemm_backend_name(other) << " moved it by " << floor
+                           << ", not rounding";
+    EXPECT_LE(std::sqrt(d2) / scale, std::max(1e-5, 2 * floor))
+        << "after 10 steps: " << p.spec->name << " (|ours - ref| / |ref| " << std::sqrt(d2 / r2) << "; ours on "
+        << gemm_backend_name(other) << " against ours " << floor << ")";
     ++checked;
   }
   EXPECT_GE(checked, 4);

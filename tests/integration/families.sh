@@ -20,6 +20,12 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 need_python yaml
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
+# Every run's fp32 products on OpenBLAS unless a probe names another backend. `train` would otherwise take the
+# machine probe's fastest, and on an AVX2-only EPYC OpenBLAS and oneDNN are within 2% of each other, so the reference
+# changed from one probe to the next; and with oneDNN's products as the reference Gemma 3's layouts land at
+# 1.05-1.7e-5 there (mp2 + sp on layer 3's up_proj, ring cp2 on layer 0's q_norm) with no probe reaching those tensors,
+# an open item of the Proof issue: the floors do not yet cover every backend's reordering on every machine.
+export GF_GEMM=blas
 
 GLOBAL_BATCH=4
 base() {  # FAMILY FILE: the model section of FAMILY's config.json over a tiny run of random tokens
@@ -38,7 +44,8 @@ base() {  # FAMILY FILE: the model section of FAMILY's config.json over a tiny r
   # within 2 x the probes' (mp2 + sp 7.7e-7, ring 8.6e-7, probes 7.1e-7: the step-1 check below). The figure scales
   # with lr (mp2 + sp on oneDNN: 2.7e-5, 8.6e-6, 4.4e-6, 2.7e-6 at 3e-3, 1e-3, 5e-4, 3e-4); at 3e-4 every layout stays
   # under 6.1e-6 on all three GEMM backends. A wrong reduction still moves the weights by a share of lr x steps.
-  [ "$fam" = qwen3 ] && lr=${QWEN3_LR:-0.0003}
+  # Qwen3-MoE has the same q_norm and k_norm: at 3e-3 mp2 + sp moved layer 1's k_proj by 2.1e-5 (OpenBLAS's Zen kernels).
+  [[ "$fam" = qwen3 || "$fam" = qwen3_moe ]] && lr=${QWEN3_LR:-0.0003}
   # DeepSeek-V2-Lite on the data of seed 5: at step 9 one rank's group choice for a token is an exact tie (margin 0,
   # compare_runs.py's nearest_tie), which every layout but dp2 resolved the other way. Seed 6's nearest choice is
   # 2.6e-5 from a tie, 26 times the most any layout in the suite moved a run's nearest choice (1.0e-6). Of seeds 6-16
@@ -129,9 +136,14 @@ print(f\"{c['rope_theta']},{c.get('head_dim') or c['hidden_size'] // c['num_atte
   # is ~1e-6 of the tensor's scale, so AdamW (lr g / (|g| + eps)) turns any reordering of the attention's backward
   # into a visible part of an update: after one step the fused core moves it by 1.2e-4, ring cp2 by 1.3e-4, the
   # GEMM and token-split probes by 3e-6 and 2e-6.
+  # The GEMM probe on both other backends (the reference's products are OpenBLAS's, GF_GEMM above): one backend's
+  # reordering may miss a tensor another's moves (an AVX2-only EPYC: DeepSeek-V3's mp2 + sp moved layer 1's expert 5
+  # down_proj by 1.2e-5 where the Eigen probe did not reach it and the oneDNN one moved it by 7.6e-6).
   GF_GEMM=eigen fam_train $fam eigen 1
+  GF_GEMM=onednn fam_train $fam gemm_onednn 1
   fam_train $fam fused 1 $S model.model_config.use_flash_attention=True
-  "$PY" "$SRC/tests/integration/compare_runs.py" $fam.one --rope=$rope --floor=$fam.eigen,$fam.acc2,$fam.fused $fam.dp2 "${mp[@]}" $fam.acc2 $fam.pp2 $fam.cp2_ring \
+  "$PY" "$SRC/tests/integration/compare_runs.py" $fam.one --rope=$rope --floor=$fam.eigen,$fam.gemm_onednn,$fam.acc2,$fam.fused \
+    $fam.dp2 "${mp[@]}" $fam.acc2 $fam.pp2 $fam.cp2_ring \
     $fam.cp2_ulysses $fam.dp2_zero1 $fam.dp2_zero2 $fam.dp2_zero3 "${ep[@]}" || fail "$fam: a layout differs from one rank"
   ok "$fam: dp2,${mp:+ mp2+sp,} accumulation, pp2 (ZB-H1 bitwise 1F1B), cp2 ring and Ulysses, ZeRO 1-3${ep:+, ep2}${mp:+${ep:+, ep2 x mp2+sp}} within 1e-5 of one rank"
   if [ "$fam" = qwen3 ]; then

@@ -6,6 +6,7 @@ MMIDIDX version 1), read and written.
                                 trailing bytes, and the sequences must cover the .bin exactly
   documents(prefix, code=8)  -> each document's tokens (its sequences joined); doc_idx must run from 0 to the last sequence
   write(prefix, docs)        one sequence a document, uint16 tokens (DType code 8: vocabulary < 65500, as Megatron picks)
+And state_flat(state): a nested (Megatron) state dict's leaves in order as (dotted name, value) pairs.
 """
 import array
 import struct
@@ -55,3 +56,11 @@ def write(prefix, docs):
             ptr += 2 * len(d)
         f.write(struct.pack("<%dq" % len(docs), *ptrs))
         f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
+
+
+def state_flat(state, prefix=""):
+    """A nested state dict's leaves in order, under dotted names (a Megatron model's named_parameters order)."""
+    out = []
+    for k, v in state.items():
+        out += state_flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
+    return out

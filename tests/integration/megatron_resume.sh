@@ -114,14 +114,10 @@ grep -q "of the distributed optimizer (285068c's: model_rng.pt, optim.pt for eac
 
 # ---- (c) torch reads it as Megatron's: the optimizer state dict fits torch's AdamW over the model in Megatron's groups
 for d in b_fp32.ck b_fp16.ck; do
-  "$PY" - "$d" <<'EOF' || fail "$d: torch does not take its Megatron layout"
+  PYTHONPATH="$SRC/tests/integration" "$PY" - "$d" <<'EOF' || fail "$d: torch does not take its Megatron layout"
 import glob, sys
 import torch
-def flat(state, prefix=""):
-    out = []
-    for k, v in state.items():
-        out += flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
-    return out
+from lib import state_flat as flat
 files = sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng.pt"))
 assert files, "no shard files"
 for f in files:
@@ -156,14 +152,10 @@ ok "torch.load and torch's AdamW take the optimizer state we wrote"
 # exactly those shards, numbered as torch numbers them (torch's own load_state_dict takes it over the shards), and
 # the shards piece together every element once; under bf16 the fp32 main shards round to the model's weights.
 for d in b_tp2.ck b_dp2.ck; do
-  "$PY" - "$d" <<'EOF' || fail "$d: not 285068c's distributed optimizer files"
+  PYTHONPATH="$SRC/tests/integration" "$PY" - "$d" <<'EOF' || fail "$d: not 285068c's distributed optimizer files"
 import glob, sys
 import torch
-def flat(state, prefix=""):
-    out = []
-    for k, v in state.items():
-        out += flat(v, prefix + k + ".") if isinstance(v, dict) else [(prefix + k, v)]
-    return out
+from lib import state_flat as flat
 files = sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_??/model_rng.pt"))
 assert files and not glob.glob(sys.argv[1] + "/iter_0000003/*/model_optim_rng.pt"), "no model_rng.pt (or a model_optim_rng.pt)"
 for f in files:

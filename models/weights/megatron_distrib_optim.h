@@ -51,9 +51,9 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
 
 namespace gf {
 
-// Mid-2023 Megatron-LM (the distributed optimizer from 2022 to mid-2023: megatron/checkpointing.py's
-// get_checkpoint_names gave `model_rng.pt` in mp_rank_TT[_PPP] and each data-parallel rank d its own
-// mp_rank_TT[_PPP]_DDD/optim.pt; megatron/optimizer/distrib_optimizer.py of that time): optim.pt holds
+// Megatron-LM from 2022 to mid-2023, 285068c (January 2023) among them (the distributed optimizer's
+// megatron/checkpointing.py get_checkpoint_names gave `model_rng.pt` in mp_rank_TT[_PPP] and each data-parallel rank d
+// its own mp_rank_TT[_PPP]_DDD/optim.pt; megatron/optimizer/distrib_optimizer.py of that time): optim.pt holds
 // {'optimizer': DistributedOptimizer.state_dict(), 'opt_param_scheduler': ...}, that state dict being
 // {'optimizer': the inner (apex FusedAdam or torch Adam) state dict over rank d's shards, 'grad_scaler' (fp16),
 //  'shard_fp32_from_float16_groups': per inner group, the fp32 main copies of its shards (empty lists in fp32)}.
@@ -62,12 +62,23 @@ namespace gf {
 // dp); a parameter overlapping that range is a 1-D shard of its flattened elements there. The inner optimizer's groups
 // are Megatron's param groups (weight decay, then no weight decay) with those of no shard on rank d left out, each
 // listing the shards in model chunk order, then parameters() order; torch numbers them 0, 1, ... through the groups.
+// fp16's DynamicGradScaler.state_dict() ({'scale', 'growth_tracker', 'hysteresis_tracker'}), as a state dict holds it.
+struct MegatronGradScaler {
+  bool present = false;
+  double scale = 1.0;
+  int64_t growth = 0, hysteresis = 0;
+};
+// `gs` read (throws naming `where` for a scale that is missing or not a number).
+MegatronGradScaler megatron_grad_scaler(const PickleValue& gs, const std::string& where);
+
+// A parameter's Adam step, from its state (torch's) or its param group (apex FusedAdam's), into `step`: throws naming
+// `at` when neither has one, or when it differs from `step` already read (>= 0): bias correction needs one count.
+void megatron_adam_step(const PickleValue& state, const PickleValue& group, const std::string& at, double& step);
+
 struct MegatronDpRankState {
   MegatronDistribState tensors;  // each parameter's whole master (when saved), exp_avg and exp_avg_sq, assembled
   double step = -1;              // Adam's step (apex's per group, or torch's per parameter)
-  bool scaler = false;
-  double scale = 1.0;
-  int64_t growth = 0, hysteresis = 0;
+  MegatronGradScaler scaler;     // fp16's, from the first file that holds one
 };
 
 // Reads the `dp` optim.pt files beside `model_file` (a model_rng.pt). `params`: the model state dict's parameters in

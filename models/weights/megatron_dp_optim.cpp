@@ -1,5 +1,6 @@
-// Mid-2023 Megatron-LM's distributed optimizer state: one optim.pt per data-parallel rank, each holding that rank's
-// shards of the grad buffer (megatron_distrib_optim.h has the format), assembled into each parameter's whole tensors.
+// The distributed optimizer's state as Megatron-LM saved it from 2022 to mid-2023 (285068c among them): one optim.pt
+// per data-parallel rank, each holding that rank's shards of the grad buffer (megatron_distrib_optim.h has the format),
+// assembled into each parameter's whole tensors.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -65,6 +66,27 @@ const PickleValue& megatron_need(const PickleValue& d, const char* key, const st
   return *v;
 }
 
+MegatronGradScaler megatron_grad_scaler(const PickleValue& gs, const std::string& where) {
+  MegatronGradScaler out;
+  out.present = true;
+  out.scale = megatron_number(megatron_need(gs, "scale", where), where + ".scale");
+  if (const PickleValue* g = gs.find("growth_tracker")) out.growth = static_cast<int64_t>(megatron_number(*g, where));
+  if (const PickleValue* h = gs.find("hysteresis_tracker"))
+    out.hysteresis = static_cast<int64_t>(megatron_number(*h, where));
+  return out;
+}
+
+void megatron_adam_step(const PickleValue& state, const PickleValue& group, const std::string& at, double& step) {
+  const PickleValue* st = state.find("step");
+  if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
+  if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
+  const double here = megatron_number(*st, at + ".step");
+  if (step >= 0 && here != step)
+    throw std::runtime_error(at + ": step " + std::to_string(here) + ", other parameters " + std::to_string(step) +
+                             ": Adam's bias correction needs one step count");
+  step = here;
+}
+
 std::string megatron_dp_rank_optim_path(const std::string& model_file, int64_t d) {
   const std::filesystem::path rank_dir = std::filesystem::path(model_file).parent_path();
   char suffix[16];
@@ -95,7 +117,7 @@ MegatronDpRankState read_dp_rank_optim(const std::string& model_file, const std:
   for (int64_t d = 0; d < dp; ++d) {
     const std::string path = megatron_dp_rank_optim_path(model_file, d);
     if (!std::filesystem::exists(path))
-      throw std::runtime_error(model_file + ": a mid-2023 Megatron checkpoint of the distributed optimizer over " +
+      throw std::runtime_error(model_file + ": a Megatron checkpoint of 2022 to mid-2023's distributed optimizer over " +
                                std::to_string(dp) + " data-parallel ranks (args.data_parallel_size), and " + path +
                                " is missing: a resume needs every rank's moments (copy the whole iteration directory); "
                                "--finetune loads the weights alone, from step 1");
@@ -107,13 +129,8 @@ MegatronDpRankState read_dp_rank_optim(const std::string& model_file, const std:
     const PickleValue& groups = megatron_need(inner, "param_groups", where + ".optimizer");
     if (!state.is_dict() || groups.kind() != PickleValue::Kind::kList)
       throw std::runtime_error(where + ".optimizer: not a torch optimizer state dict ('state' a dict, 'param_groups' a list)");
-    if (const PickleValue* gs = outer.find("grad_scaler"); gs && gs->is_dict() && !out.scaler) {
-      out.scaler = true;
-      out.scale = megatron_number(megatron_need(*gs, "scale", where + ".grad_scaler"), where + ".grad_scaler.scale");
-      if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(megatron_number(*g, path));
-      if (const PickleValue* h = gs->find("hysteresis_tracker"))
-        out.hysteresis = static_cast<int64_t>(megatron_number(*h, path));
-    }
+    if (const PickleValue* gs = outer.find("grad_scaler"); gs && gs->is_dict() && !out.scaler.present)
+      out.scaler = megatron_grad_scaler(*gs, where + ".grad_scaler");
     const PickleValue* shard_masters = outer.find("shard_fp32_from_float16_groups");
 
     // This rank's shards, per kind (0: weight decay, 1: none), in chunk order then parameters() order.
@@ -186,14 +203,7 @@ MegatronDpRankState read_dp_rank_optim(const std::string& model_file, const std:
           std::copy(v.begin(), v.end(), whole[s.param][k].data->begin() + s.start);
         }
         covered[s.param] += s.size;
-        const PickleValue* sp = st->find("step");
-        if (!sp || sp->is_none()) sp = group.find("step");  // apex FusedAdam counts per group
-        if (!sp || sp->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
-        const double step = megatron_number(*sp, at + ".step");
-        if (out.step >= 0 && step != out.step)
-          throw std::runtime_error(at + ": step " + std::to_string(step) + ", other shards " + std::to_string(out.step) +
-                                   ": Adam's bias correction needs one step count");
-        out.step = step;
+        megatron_adam_step(*st, group, at, out.step);
       }
     }
   }

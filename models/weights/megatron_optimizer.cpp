@@ -10,9 +10,9 @@
 //   'opt_param_scheduler': OptimizerParamScheduler.state_dict() ('lr_scheduler' before 2022), counted in samples.
 // Under --use-distributed-optimizer 'optimizer' is DistributedOptimizer.state_dict(): {'optimizer': the inner state dict
 // without 'state' (its groups without 'params'), 'grad_scaler'}; the moments and main parameters are in
-// distrib_optim.pt beside the file (megatron_distrib_optim.h). Mid-2023's distributed optimizer saved model_rng.pt without
-// 'optimizer', and each data-parallel rank's DistributedOptimizer.state_dict() and the scheduler in an optim.pt of its
-// own (megatron_dp_optim.cpp).
+// distrib_optim.pt beside the file (megatron_distrib_optim.h). From 2022 to mid-2023 (285068c) the distributed
+// optimizer saved model_rng.pt without 'optimizer', and each data-parallel rank's DistributedOptimizer.state_dict() and
+// the scheduler in an optim.pt of its own (megatron_dp_optim.cpp).
 // torch numbers the parameters 0, 1, ... through the param groups in order; Megatron's get_param_groups builds the
 // groups from named_parameters() of every model chunk in turn: a parameter is "no weight decay" when its name ends in
 // '.bias' or it is 1-D (wd_mult 0.0), and in Megatron-core an expert's parameter goes to a group with
@@ -46,9 +46,15 @@ struct OptimizerView {
   std::shared_ptr<MegatronDistribState> distrib;  // what the flats point at, from distrib_optim.pt
   std::string masters_from = "fp32_from_fp16_params";
   double step = -1;
-  bool scaler = false;
-  double scale = 1.0;
-  int64_t growth = 0, hysteresis = 0;
+  MegatronGradScaler scaler;
+
+  // The moments and main parameters are `d`'s (which the view keeps alive).
+  void adopt(std::shared_ptr<MegatronDistribState> d) {
+    distrib = std::move(d);
+    master = distrib->master;
+    exp_avg = distrib->exp_avg;
+    exp_avg_sq = distrib->exp_avg_sq;
+  }
 };
 
 // The pipeline rank of a shard file: its directory mp_rank_TT_PPP[_EEE] names it when args give a pipeline > 1.
@@ -93,20 +99,17 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& gro
       else bucket_size = std::max<int64_t>(40000000, 1000000 * (dp && dp->kind() == PickleValue::Kind::kInt ? dp->as_int() : 1));
     }
   }
-  out.distrib = std::make_shared<MegatronDistribState>(read_distrib_optim(file, params, chunks, bucket_size));
-  out.master = out.distrib->master;
-  out.exp_avg = out.distrib->exp_avg;
-  out.exp_avg_sq = out.distrib->exp_avg_sq;
+  out.adopt(std::make_shared<MegatronDistribState>(read_distrib_optim(file, params, chunks, bucket_size)));
   out.masters_from = "distrib_optim.pt (" + out.distrib->form + " buffers)";
 }
 
-// Mid-2023's distributed optimizer: model_rng.pt holds no optimizer; each data-parallel rank's optim.pt beside it
-// holds that rank's shards (megatron_distrib_optim.h), assembled here into whole tensors.
+// 2022 to mid-2023's distributed optimizer (285068c's): model_rng.pt holds no optimizer; each data-parallel rank's
+// optim.pt beside it holds that rank's shards (megatron_distrib_optim.h), assembled here into whole tensors.
 OptimizerView dp_rank_view(const TorchFile& f, const std::vector<const PickleValue*>& chunks) {
   const PickleValue* args = f.root().find("args");
   const PickleValue* dp = args && args->kind() == PickleValue::Kind::kNamespace ? args->find("data_parallel_size") : nullptr;
   if (!dp || dp->kind() != PickleValue::Kind::kInt)
-    throw std::runtime_error(f.path() + ": a mid-2023 Megatron checkpoint of the distributed optimizer (model_rng.pt, "
+    throw std::runtime_error(f.path() + ": a Megatron checkpoint of 2022 to mid-2023's distributed optimizer (model_rng.pt, "
                              "the moments in per-data-parallel-rank optim.pt files) whose args give no "
                              "data_parallel_size: the number of optim.pt files is not known");
   std::vector<MegatronDistribParam> params;
@@ -114,16 +117,10 @@ OptimizerView dp_rank_view(const TorchFile& f, const std::vector<const PickleVal
     for (const auto& [name, w] : megatron_flatten(*chunks[c], f.path())) params.push_back({name, w->tensor().shape, c, false});
   MegatronDpRankState s = read_dp_rank_optim(f.path(), params, chunks.size(), dp->as_int());
   OptimizerView out;
-  out.distrib = std::make_shared<MegatronDistribState>(std::move(s.tensors));
-  out.master = out.distrib->master;
-  out.exp_avg = out.distrib->exp_avg;
-  out.exp_avg_sq = out.distrib->exp_avg_sq;
+  out.adopt(std::make_shared<MegatronDistribState>(std::move(s.tensors)));
   out.masters_from = out.distrib->form;
   out.step = s.step;
   out.scaler = s.scaler;
-  out.scale = s.scale;
-  out.growth = s.growth;
-  out.hysteresis = s.hysteresis;
   return out;
 }
 
@@ -160,12 +157,8 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
     if (const PickleValue* wrapped = o->find("optimizer"); wrapped && wrapped->is_dict()) {  // Float16Optimizer's
       one.inner = wrapped;
       one.masters = o->find("fp32_from_fp16_params");
-      if (const PickleValue* gs = o->find("grad_scaler"); gs && gs->is_dict()) {
-        out.scaler = true;
-        out.scale = megatron_number(megatron_need(*gs, "scale", where + ".grad_scaler"), where + ".grad_scaler.scale");
-        if (const PickleValue* g = gs->find("growth_tracker")) out.growth = static_cast<int64_t>(megatron_number(*g, file));
-        if (const PickleValue* h = gs->find("hysteresis_tracker")) out.hysteresis = static_cast<int64_t>(megatron_number(*h, file));
-      }
+      if (const PickleValue* gs = o->find("grad_scaler"); gs && gs->is_dict())
+        out.scaler = megatron_grad_scaler(*gs, where + ".grad_scaler");
     }
     one.groups = &megatron_need(*one.inner, "param_groups", where + "'s state dict");
     if (one.groups->kind() != PickleValue::Kind::kList)
@@ -256,14 +249,7 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
                                      " for a parameter of shape " + shape_str(shape) + ": the state is not this model's");
         out.exp_avg[p.chunk].emplace_back(p.name, moments[0]);
         out.exp_avg_sq[p.chunk].emplace_back(p.name, moments[1]);
-        const PickleValue* st = s->find("step");
-        if (!st || st->is_none()) st = group.find("step");  // apex FusedAdam counts per group
-        if (!st || st->is_none()) throw std::runtime_error(at + ": no 'step' in its state nor in its param group");
-        const double step = megatron_number(*st, at + ".step");
-        if (out.step >= 0 && step != out.step)
-          throw std::runtime_error(at + ": step " + std::to_string(step) + ", other parameters " + std::to_string(out.step) +
-                                   ": Adam's bias correction needs one step count");
-        out.step = step;
+        megatron_adam_step(*s, group, at, out.step);
         if (group_masters) {
           const PickleValue& w = group_masters->items()[j];
           if (w.kind() != PickleValue::Kind::kTensor || w.tensor().shape != shape)
@@ -308,7 +294,7 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
       out.global_batch = static_cast<int64_t>(megatron_number(*g, f.path() + ": args.global_batch_size"));
     const PickleValue* sch = f.root().find("opt_param_scheduler");
     if (!sch || sch->is_none()) sch = f.root().find("lr_scheduler");
-    // Mid-2023's distributed optimizer saved the scheduler in each data-parallel rank's optim.pt (rank 0's read).
+    // 2022 to mid-2023's distributed optimizer saved the scheduler in each data-parallel rank's optim.pt (rank 0's read).
     std::optional<TorchFile> optim;
     std::string sch_file = f.path();
     if ((!sch || sch->is_none()) && f.path().ends_with("model_rng.pt") && !f.root().find("optimizer")) {
@@ -361,11 +347,11 @@ MegatronTrainingState load_megatron_training(CausalLM& model, const std::string&
     if (o.step >= 0 && static_cast<int64_t>(o.step) != out.adam_step)
       throw std::runtime_error(f.path() + ": Adam's step " + std::to_string(static_cast<int64_t>(o.step)) +
                                ", other shard files " + std::to_string(out.adam_step));
-    if (o.scaler && !out.grad_scaler) {
+    if (o.scaler.present && !out.grad_scaler) {
       out.grad_scaler = true;
-      out.loss_scale = o.scale;
-      out.growth_tracker = o.growth;
-      out.hysteresis_tracker = o.hysteresis;
+      out.loss_scale = o.scaler.scale;
+      out.growth_tracker = o.scaler.growth;
+      out.hysteresis_tracker = o.scaler.hysteresis;
     }
     return o.exp_avg;
   };

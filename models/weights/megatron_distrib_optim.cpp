@@ -84,36 +84,13 @@ std::vector<int64_t> aligned_offsets(const std::vector<int64_t>& numels, int64_t
   return offsets;
 }
 
-}  // namespace
-
-MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
-                                        size_t chunks, int64_t bucket_size) {
-  const std::string path = (std::filesystem::path(model_file).parent_path() / "distrib_optim.pt").string();
-  if (!std::filesystem::exists(path))
-    throw std::runtime_error(model_file + ": saved by Megatron's distributed optimizer (its 'optimizer' holds no "
-                             "per-parameter state), and " + path + " is missing: a resume needs the moments it holds; "
-                             "--finetune loads the weights alone, from step 1");
-  const TorchFile f = TorchFile::open(path);
-  const PickleValue& root = f.root();
+// The buffers of one DistributedOptimizer's get_parameter_state_dp_zero() (`root`, of the file `path`): each
+// parameter's three tensors into `slices` (indexed as `params`), `seen` marked; `form` the buffers' form.
+void read_buffers(const PickleValue& root, const std::string& path,
+                  const std::vector<std::vector<const MegatronDistribParam*>>& buffers,
+                  const std::vector<MegatronDistribParam>& params, std::vector<std::array<PickleValue, 3>>& slices,
+                  std::vector<bool>& seen, std::string& form, int64_t bucket_size) {
   if (!root.is_dict()) throw std::runtime_error(path + ": holds a " + std::string(root.kind_name()) + ", not a dict");
-  MegatronDistribState out;
-  out.master.resize(chunks);
-  out.exp_avg.resize(chunks);
-  out.exp_avg_sq.resize(chunks);
-
-  // The buffers in Megatron's order, each its parameters in reverse named_parameters order.
-  std::vector<std::vector<const MegatronDistribParam*>> buffers;
-  for (size_t c = 0; c < chunks; ++c)
-    for (const bool expert : {false, true}) {
-      std::vector<const MegatronDistribParam*> b;
-      for (auto it = params.rbegin(); it != params.rend(); ++it)
-        if (it->chunk == c && it->expert_buffer == expert) b.push_back(&*it);
-      if (!b.empty() || !expert) buffers.push_back(std::move(b));
-    }
-  // Each parameter's three tensors, in `params` order.
-  std::vector<std::array<PickleValue, 3>> slices(params.size());
-  std::vector<bool> seen(params.size(), false);
-
   for (size_t g = 0; g < buffers.size(); ++g) {
     const std::string where = path + ": buffer " + std::to_string(g);
     const PickleValue* by_dtype = root.find(static_cast<int64_t>(g));
@@ -131,12 +108,12 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
       std::vector<const TorchTensor*> tensors;
       std::vector<int64_t> fill;
       if (v->kind() == PickleValue::Kind::kList) {
-        out.form = "per-bucket";
+        form = "per-bucket";
         for (size_t b = 0; b < v->items().size(); ++b)
           tensors.push_back(&flat_buffer(v->items()[b], at + "[" + std::to_string(b) + "]"));
         fill = unpadded_of(root, g, tensors.size());
       } else {
-        out.form = "coalesced";
+        form = "coalesced";
         tensors.push_back(&flat_buffer(*v, at));
         if (const PickleValue* n = state.find("numel_unpadded"); n && n->kind() == PickleValue::Kind::kInt)
           fill.push_back(n->as_int());
@@ -161,7 +138,7 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
         // Not contiguous: a coalesced buffer of core_r0.9 on, whose parameters start at multiples of 64 elements
         // (its first model chunk's buffers in buckets of bucket_size; later chunks' in one, as get_model's
         // disable_bucketing has it).
-        if (!fill.empty() && used != fill[b] && out.form == "coalesced" && tensors.size() == 1) {
+        if (!fill.empty() && used != fill[b] && form == "coalesced" && tensors.size() == 1) {
           std::vector<int64_t> numels;
           for (const MegatronDistribParam* q : ps) numels.push_back(numel_of(q->shape));
           const int64_t chunk_buckets = !ps.empty() && ps[0]->chunk == 0 ? bucket_size : 0;
@@ -178,7 +155,7 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
               slices[i][k] = view_of(*tensors[0], at[j], ps[j]->shape);
               seen[i] = true;
             }
-            out.form = "coalesced, parameter-aligned";
+            form = "coalesced, parameter-aligned";
             used = fill[0];
             next = ps.size();
           }
@@ -187,7 +164,7 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
           throw std::runtime_error(at + (tensors.size() > 1 ? ": bucket " + std::to_string(b) : std::string()) + " holds " +
                                    std::to_string(fill[b]) + " elements, its parameters in Megatron's order fill " +
                                    std::to_string(used) + (next < ps.size() ? " before " + ps[next]->name : std::string()) +
-                                   (out.form == "coalesced"
+                                   (form == "coalesced"
                                         ? " contiguously (nor as core_r0.9 on aligns them, to 64 elements)"
                                         : std::string()) +
                                    ": not this model's buffer");
@@ -201,6 +178,87 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
   if (root.find(static_cast<int64_t>(buffers.size())))
     throw std::runtime_error(path + ": holds more than the " + std::to_string(buffers.size()) +
                              " buffer(s) this model's chunks make: another model's state");
+}
+
+}  // namespace
+
+MegatronDistribState read_distrib_optim(const std::string& model_file, const std::vector<MegatronDistribParam>& params,
+                                        size_t chunks, int64_t bucket_size) {
+  const std::string path = (std::filesystem::path(model_file).parent_path() / "distrib_optim.pt").string();
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(model_file + ": saved by Megatron's distributed optimizer (its 'optimizer' holds no "
+                             "per-parameter state), and " + path + " is missing: a resume needs the moments it holds; "
+                             "--finetune loads the weights alone, from step 1");
+  const TorchFile f = TorchFile::open(path);
+  const PickleValue& root = f.root();
+  MegatronDistribState out;
+  out.master.resize(chunks);
+  out.exp_avg.resize(chunks);
+  out.exp_avg_sq.resize(chunks);
+
+  // Each chunk's buffer of `expert` parameters (or not), in Megatron's order: reverse named_parameters order.
+  auto buffer_of = [&](size_t c, bool expert) {
+    std::vector<const MegatronDistribParam*> b;
+    for (auto it = params.rbegin(); it != params.rend(); ++it)
+      if (it->chunk == c && it->expert_buffer == expert) b.push_back(&*it);
+    return b;
+  };
+  // Each parameter's three tensors, in `params` order.
+  std::vector<std::array<PickleValue, 3>> slices(params.size());
+  std::vector<bool> seen(params.size(), false);
+
+  if (root.kind() != PickleValue::Kind::kList) {  // one DistributedOptimizer: each chunk's buffer, then its experts'
+    std::vector<std::vector<const MegatronDistribParam*>> buffers;
+    for (size_t c = 0; c < chunks; ++c)
+      for (const bool expert : {false, true})
+        if (std::vector<const MegatronDistribParam*> b = buffer_of(c, expert); !b.empty() || !expert)
+          buffers.push_back(std::move(b));
+    read_buffers(root, path, buffers, params, slices, seen, out.form, bucket_size);
+  } else {
+    // core_r0.6.0's ChainedOptimizer.save_parameter_state: [the dense parameters' state, the experts'], each a
+    // DistributedOptimizer's over its own data-parallel group (the experts' the data-modulo-expert-parallel ranks, its
+    // buffers padded for them), each saved by that group's rank 0 and None elsewhere. Expert-parallel rank e's experts
+    // are in its mp_rank_..._EEE directory; the dense state only in expert rank 0's (_000), where dense data-parallel
+    // rank 0 saves.
+    std::vector<std::vector<const MegatronDistribParam*>> dense, experts;
+    for (size_t c = 0; c < chunks; ++c) {
+      dense.push_back(buffer_of(c, false));
+      if (std::vector<const MegatronDistribParam*> b = buffer_of(c, true); !b.empty()) experts.push_back(std::move(b));
+    }
+    const size_t parts = experts.empty() ? 1 : 2;
+    if (root.items().size() != parts)
+      throw std::runtime_error(path + ": a ChainedOptimizer's list of " + std::to_string(root.items().size()) +
+                               " optimizers' states; this model's expert parallelism makes " + std::to_string(parts) +
+                               " (the dense parameters', then the experts')");
+    if (parts == 2) {
+      if (root.items()[1].is_none())
+        throw std::runtime_error(path + ": its experts' state is None: saved by a rank that is not the experts' "
+                                 "data-parallel rank 0 (not this directory's writer)");
+      read_buffers(root.items()[1], path + " [1] (the experts')", experts, params, slices, seen, out.form, bucket_size);
+    }
+    if (!root.items()[0].is_none()) {
+      read_buffers(root.items()[0], path + " [0] (the dense parameters')", dense, params, slices, seen, out.form,
+                   bucket_size);
+    } else {
+      // mp_rank_TT[_PPP]_EEE -> mp_rank_TT[_PPP]_000
+      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      const std::string name = dir.filename().string();
+      if (name.size() < 12 || name[name.size() - 4] != '_' || !name.starts_with("mp_rank_"))
+        throw std::runtime_error(path + ": its dense parameters' state is None, and its directory is not an "
+                                 "expert-parallel shard's mp_rank_TT[_PPP]_EEE, where expert rank 0's would be");
+      const std::string other = (dir.parent_path() / (name.substr(0, name.size() - 3) + "000") / "distrib_optim.pt").string();
+      if (!std::filesystem::exists(other))
+        throw std::runtime_error(path + ": its dense parameters' state is None (saved by dense data-parallel rank 0, "
+                                 "in expert rank 0's directory), and " + other + " is missing");
+      const TorchFile g = TorchFile::open(other);
+      if (g.root().kind() != PickleValue::Kind::kList || g.root().items().size() != parts || g.root().items()[0].is_none())
+        throw std::runtime_error(other + ": not a ChainedOptimizer's [dense, experts] states with the dense one saved, "
+                                 "which " + path + " needs");
+      read_buffers(g.root().items()[0], other + " [0] (the dense parameters')", dense, params, slices, seen, out.form,
+                   bucket_size);
+    }
+    out.form = "chained " + out.form;
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     if (!seen[i]) throw std::logic_error("read_distrib_optim: a parameter in no buffer");
     std::vector<MegatronFlat>* into[3] = {&out.master, &out.exp_avg, &out.exp_avg_sq};

@@ -11,6 +11,10 @@
 //     "bucket_sizes" and, from core_r0.6.0, "per_bucket_numel_unpadded"), or
 //   - one tensor of the buffer's unpadded elements, the buckets' paddings left out ("buckets_coalesced": True,
 //     core_r0.7.0 on, with "numel_unpadded").
+// Under expert parallelism core_r0.6.0 chains two distributed optimizers (ChainedOptimizer.save_parameter_state): the
+// file holds the list [the dense parameters' state as above, the experts'], each saved by its own data-parallel group's
+// rank 0 and None elsewhere: each expert rank's directory holds its experts' buffers (padded for the dp / ep
+// data-modulo-expert-parallel ranks), expert rank 0's (_000) alone the dense ones, read from there for the others.
 // A buffer holds its parameters in reverse named_parameters() order (ParamAndGradBuffer walks params[::-1], "roughly
 // the backward's order"), each contiguous, a bucket closing after the parameter that fills it. Megatron from core_r0.9
 // on (with the coalesced form) starts each parameter at a multiple of 64 elements of its bucket; a coalesced buffer

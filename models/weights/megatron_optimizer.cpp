@@ -70,20 +70,25 @@ int64_t pipeline_rank(const TorchFile& f, const PickleValue& args) {
 // The distributed optimizer's state: the moments and fp32 main parameters from distrib_optim.pt beside the file, the
 // step from the param groups (apex's FusedAdam, which Megatron's distributed optimizer runs, counts per group; its
 // state_dict drops the groups' 'params').
-void distrib_view(OptimizerView& out, const TorchFile& f, const PickleValue& groups,
+// `groups`: each optimizer's param groups (two for a ChainedOptimizer's dense and expert ones).
+void distrib_view(OptimizerView& out, const TorchFile& f, const std::vector<const PickleValue*>& groups,
                   const std::vector<MegatronDistribParam>& params, size_t chunks) {
   const std::string file = f.path();
-  for (size_t g = 0; g < groups.items().size(); ++g) {
-    const std::string where = file + ": optimizer param_groups[" + std::to_string(g) + "]";
-    const PickleValue* st = groups.items()[g].is_dict() ? groups.items()[g].find("step") : nullptr;
-    if (!st || st->is_none())
-      throw std::runtime_error(where + " has no 'step': the distributed optimizer keeps no per-parameter state here, so "
-                               "Adam's step must be its group's (apex FusedAdam's)");
-    const double step = megatron_number(*st, where + ".step");
-    if (out.step >= 0 && step != out.step)
-      throw std::runtime_error(where + ": step " + std::to_string(step) + ", another group " + std::to_string(out.step) +
-                               ": Adam's bias correction needs one step count");
-    out.step = step;
+  for (size_t o = 0; o < groups.size(); ++o) {
+    for (size_t g = 0; g < groups[o]->items().size(); ++g) {
+      const std::string where = file + ": optimizer" + (groups.size() > 1 ? std::string("[").append(std::to_string(o)) + "]" : std::string()) +
+                                " param_groups[" + std::to_string(g) + "]";
+      const PickleValue& group = groups[o]->items()[g];
+      const PickleValue* st = group.is_dict() ? group.find("step") : nullptr;
+      if (!st || st->is_none())
+        throw std::runtime_error(where + " has no 'step': the distributed optimizer keeps no per-parameter state here, so "
+                                 "Adam's step must be its group's (apex FusedAdam's)");
+      const double step = megatron_number(*st, where + ".step");
+      if (out.step >= 0 && step != out.step)
+        throw std::runtime_error(where + ": step " + std::to_string(step) + ", another group " + std::to_string(out.step) +
+                                 ": Adam's bias correction needs one step count");
+      out.step = step;
+    }
   }
   // The DDP bucket size the run had (only a core_r0.9-on, parameter-aligned buffer needs it): none without
   // --overlap-grad-reduce, else --ddp-bucket-size or max(40000000, 1000000 x dp) (DistributedDataParallel.__init__),
@@ -184,14 +189,12 @@ OptimizerView optimizer_view(const TorchFile& f, const std::vector<const PickleV
     }
   const PickleValue* state0 = parts[0].inner->find("state");
   if (!state0 || !state0->is_dict()) {  // Megatron's distributed optimizer: the state is in distrib_optim.pt
-    if (parts.size() > 1)
-      throw std::runtime_error(file + ": a ChainedOptimizer of Megatron's distributed optimizers (expert parallelism "
-                               "with --use-distributed-optimizer): its distrib_optim.pt is not read; --finetune loads "
-                               "the weights alone");
     std::vector<MegatronDistribParam> dp;
     for (const Param& p : params)
       dp.push_back({p.name, p.weight->tensor().shape, p.chunk, expert_parallel && p.name.find(".experts.") != std::string::npos});
-    distrib_view(out, f, *parts[0].groups, dp, chunks.size());
+    std::vector<const PickleValue*> groups;
+    for (const OneOptimizer& one : parts) groups.push_back(one.groups);
+    distrib_view(out, f, groups, dp, chunks.size());
     return out;
   }
   out.master.resize(chunks.size());

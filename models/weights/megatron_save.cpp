@@ -47,8 +47,9 @@ bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) 
 
 std::string megatron_distributed_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
   const TransformerSpec s = find_model(m.arch, m.type).spec(m);
-  if (opt.ep > 1 && s.moe.experts > 1)
-    return "experts under expert parallelism (core_r0.6.0 chains a distributed optimizer for them to the dense one's)";
+  if (opt.ep > 1 && s.moe.experts > 1 && opt.dp % opt.ep != 0)
+    return "the data-parallel size " + std::to_string(opt.dp) + " is not divisible by the expert-parallel size " +
+           std::to_string(opt.ep) + " (the experts' optimizer runs over dp / ep ranks)";
   if (writes_core(s, opt) && opt.pp > 1 && s.tied_head)
     return "a tied output layer at pipeline-parallel size > 1 (core's shared embedding may take a grad bucket of its own)";
   if (opt.dp < 1) return "the data-parallel size must be >= 1";

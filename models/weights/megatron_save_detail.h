@@ -95,11 +95,15 @@ TorchOut scheduler_state(const MegatronTrainState& tr);
 // save_parameter_state's distrib_optim.pt beside it (the grad buffer gathered over `dp` data-parallel ranks, in
 // buckets of `bucket_size` elements (0: one), each a padded list entry: "per_bucket_numel", "per_bucket_numel_unpadded"
 // and {0: {grad dtype: {"param", "exp_avg", "exp_avg_sq"}}}); the fp32 main parameters are its "param".
+// With experts under expert parallelism (`ep` > 1) core_r0.6.0 chains two distributed optimizers: `optimizer` is the list
+// of the dense parameters' state dict and the experts', `distrib` the list of their buffers, the dense one (over `dp`
+// ranks) on expert rank `ep_rank` 0 only (None elsewhere), the experts' over their dp / ep data-parallel ranks.
 struct MegatronDistributedOut {
   TorchOut optimizer, distrib;
 };
 MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
-                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size);
+                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size,
+                                                   int64_t ep = 1, int64_t ep_rank = 0);
 
 // 285068c's distributed optimizer (megatron/optimizer/distrib_optimizer.py at 285068c; megatron_distrib_optim.h has the
 // format) for one model file of megatron/model's layout: per data-parallel rank d < `dp`, DistributedOptimizer's

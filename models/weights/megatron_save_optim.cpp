@@ -151,29 +151,35 @@ TorchOut optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const T
                          one_optimizer(tr, dtype, core, experts, w, fm, fv)});
 }
 
-MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
-                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size) {
-  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
-  if (fm.size() != w.size() || fv.size() != w.size())
-    throw std::logic_error("distributed_optimizer_state: the moments' state dicts are not the weights'");
-  MegatronDistributedOut out;
-  // DistributedOptimizer.state_dict(): the inner optimizer's state dict without 'state', its groups without 'params'.
-  TorchOut groups = TorchOut::list({});
-  for (const Group& g : groups_of(w, true, false)) groups.items.push_back(group_dict(tr, true, g, std::nullopt));
+namespace {
+
+// DistributedOptimizer.state_dict() over `groups`: the inner optimizer's state dict without 'state', its groups without
+// 'params'; fp16's grad scaler.
+TorchOut distributed_state_dict(const MegatronTrainState& tr, const std::vector<Group>& groups) {
+  TorchOut list = TorchOut::list({});
+  for (const Group& g : groups) list.items.push_back(group_dict(tr, true, g, std::nullopt));
   TorchOut inner = TorchOut::dict();
-  inner.set("param_groups", std::move(groups));
-  out.optimizer = TorchOut::dict();
-  out.optimizer.set("optimizer", std::move(inner));
-  if (tr.grad_scaler) out.optimizer.set("grad_scaler", grad_scaler(tr));
-  // The grad buffer: the parameters in reverse order, a bucket closed once it holds bucket_size elements or more, each
-  // bucket's end padded to a multiple of the data-parallel size (zeros here: Megatron's padding holds whatever its
-  // buffers held); its dtype the gradients' (fp16 under --fp16, else fp32: bf16 accumulates in fp32).
+  inner.set("param_groups", std::move(list));
+  TorchOut out = TorchOut::dict();
+  out.set("optimizer", std::move(inner));
+  if (tr.grad_scaler) out.set("grad_scaler", grad_scaler(tr));
+  return out;
+}
+
+// get_parameter_state_dp_zero() of one DistributedOptimizer whose grad buffer holds the parameters `params` (indices
+// into the flat lists, in named_parameters order) for `dp` data-parallel ranks: the parameters in reverse order, a
+// bucket closed once it holds bucket_size elements or more, each bucket's end padded to a multiple of `dp` (zeros
+// here: Megatron's padding holds whatever its buffers held); its dtype the gradients' (fp16 under --fp16, else fp32:
+// bf16 accumulates in fp32).
+TorchOut buffer_state(TorchDtype dtype, const std::vector<size_t>& params, const FlatOut& w, const FlatOut& fm,
+                      const FlatOut& fv, int64_t dp, int64_t bucket_size) {
   std::vector<std::vector<size_t>> buckets(1);
   int64_t size = 0;
-  for (size_t k = w.size(); k-- > 0;) {
+  for (size_t j = params.size(); j-- > 0;) {
+    const size_t k = params[j];
     buckets.back().push_back(k);
     size += static_cast<int64_t>(w[k].second->bytes->size() / sizeof(float));
-    if (bucket_size > 0 && size >= bucket_size && k > 0) buckets.emplace_back(), size = 0;
+    if (bucket_size > 0 && size >= bucket_size && j > 0) buckets.emplace_back(), size = 0;
   }
   const TorchOut grad_dtype = TorchOut::global("torch", dtype == TorchDtype::kF16 ? "float16" : "float32");
   TorchOut padded = TorchOut::list({}), unpadded = TorchOut::list({});
@@ -204,10 +210,47 @@ MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr,
     d.set_key(grad_dtype, std::move(x));
     return d;
   };
-  out.distrib = TorchOut::dict();
-  out.distrib.set_key(TorchOut::string("per_bucket_numel"), TorchOut::list({per_dtype(std::move(padded))}))
+  TorchOut out = TorchOut::dict();
+  out.set_key(TorchOut::string("per_bucket_numel"), TorchOut::list({per_dtype(std::move(padded))}))
       .set_key(TorchOut::string("per_bucket_numel_unpadded"), TorchOut::list({per_dtype(std::move(unpadded))}))
       .set_key(TorchOut::integer(0), per_dtype(std::move(world)));
+  return out;
+}
+
+std::vector<size_t> params_of(const std::vector<Group>& groups, size_t n) {  // the groups' parameters, in flat order
+  std::vector<bool> in(n, false);
+  for (const Group& g : groups)
+    for (size_t i : g.params) in[i] = true;
+  std::vector<size_t> out;
+  for (size_t i = 0; i < n; ++i)
+    if (in[i]) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
+                                                   const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size,
+                                                   int64_t ep, int64_t ep_rank) {
+  const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
+  if (fm.size() != w.size() || fv.size() != w.size() || dp < 1 || ep < 1 || dp % ep != 0)
+    throw std::logic_error("distributed_optimizer_state: the moments' state dicts are not the weights', or dp % ep != 0");
+  std::vector<Group> dense, experts;
+  for (const Group& g : groups_of(w, true, ep > 1)) (g.expert ? experts : dense).push_back(g);
+  MegatronDistributedOut out;
+  const TorchOut dense_buffer = buffer_state(dtype, params_of(dense, w.size()), w, fm, fv, dp, bucket_size);
+  if (experts.empty()) {
+    out.optimizer = distributed_state_dict(tr, dense);
+    out.distrib = dense_buffer;
+    return out;
+  }
+  // ChainedOptimizer([dense, experts]): state_dict() the list of the two; save_parameter_state's list of their
+  // buffers, each saved by its data-parallel group's rank 0 (None elsewhere): the experts' group is the
+  // data-modulo-expert-parallel ranks (dp / ep of them), whose rank 0 every expert rank has; the dense group's rank 0
+  // is expert rank 0.
+  out.optimizer = TorchOut::list({distributed_state_dict(tr, dense), distributed_state_dict(tr, experts)});
+  out.distrib = TorchOut::list({ep_rank == 0 ? dense_buffer : TorchOut::none(),
+                                buffer_state(dtype, params_of(experts, w.size()), w, fm, fv, dp / ep, bucket_size)});
   return out;
 }
 

@@ -12,9 +12,9 @@
 #       torch's AdamW over them takes each optimizer's state dict, every moment of its parameter's shape;
 #   (c) the same state rebuilt by torch's own AdamW.state_dict() over the transcribed groups (for the PP 2 case in the
 #       fixed group order of early-2024 Megatron, decay groups first) resumes to the same iterations bit for bit.
-#   (d) a ChainedOptimizer of distributed optimizers (its moments in a distrib_optim.pt not read) is refused by name;
-#   (e) under --use-distributed-optimizer the files hold core_r0.6.0's DistributedOptimizer state and distrib_optim.pt
-#       (DP 2; bf16 at TP 2 x DP 2 with --overlap-grad-reduce; DP 3 in buckets of 5000 elements), which resume bit for bit.
+#   (d) under --use-distributed-optimizer the files hold core_r0.6.0's DistributedOptimizer state and distrib_optim.pt
+#       (DP 2; bf16 at TP 2 x DP 2 with --overlap-grad-reduce; DP 3 in buckets of 5000 elements; experts at EP 2 x DP 4,
+#       a ChainedOptimizer of two), which resume bit for bit.
 # Cases: Llama (GQA, SwiGLU, RMSNorm, RoPE, untied head) fp32 with Transformer Engine's names; the same in bf16 at TP 2
 # with local names; GPT-2 under --use-mcore-models at PP 2 (the tied head's copy on the last stage, whose first
 # parameter is a norm); experts at EP 2 as GroupedMLP's weights (a ChainedOptimizer); experts at EP 1 as local_experts;
@@ -202,39 +202,67 @@ import glob, os, sys
 import torch
 sys.path.insert(0, sys.argv[2])
 from megatron_resume_reference import distrib_buffer
+def check_buffer(d, named, dp, bucket, bf16, what):
+    """d: one DistributedOptimizer's get_parameter_state_dp_zero() over the parameters `named` (in named_parameters
+    order), against the buffer core_r0.6.0's ParamAndGradBuffer lays out for `dp` data-parallel ranks."""
+    zeros = [torch.zeros_like(t, dtype=torch.float32) for _, t in named]
+    want = distrib_buffer([(n, t.float()) for n, t in named], (zeros, zeros), "per-bucket", dp, bucket)
+    assert list(d.keys()) == list(want.keys()), f"{what}: keys {list(d.keys())}, core_r0.6.0's {list(want.keys())}"
+    assert d["per_bucket_numel"] == want["per_bucket_numel"], (what, d["per_bucket_numel"], want["per_bucket_numel"])
+    assert d["per_bucket_numel_unpadded"] == want["per_bucket_numel_unpadded"], what
+    got, ref = d[0][torch.float32], want[0][torch.float32]
+    lo = torch.bfloat16 if bf16 else torch.float32
+    for t, r in zip(got["param"], ref["param"]):  # the main parameters, rounded, are the model's weights
+        n = int(torch.isfinite(r).sum())  # the reference pads with NaN, Megatron's buffers hold whatever was there
+        assert torch.equal(t[:n].to(lo).float(), r[:n]), f"{what}: the main parameters are not the model's, in the buffer's order"
+    for k in ("exp_avg", "exp_avg_sq"):
+        assert [t.shape for t in got[k]] == [t.shape for t in ref[k]], (what, k)
+    assert all(torch.all(t >= 0) for t in got["exp_avg_sq"]), what
+    return f"{what} buckets {d['per_bucket_numel']} (unpadded {d['per_bucket_numel_unpadded']})"
+
 for f in sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng.pt")):
     sd = torch.load(f, weights_only=False)
     args = sd["args"]
     assert args.use_distributed_optimizer, "args.use_distributed_optimizer is not set"
-    o = sd["optimizer"]
-    assert "state" not in o["optimizer"] and all("params" not in g for g in o["optimizer"]["param_groups"]), \
-        "DistributedOptimizer.state_dict() keeps neither the state nor the groups' params"
-    assert all(g["step"] == 3 for g in o["optimizer"]["param_groups"]), "apex FusedAdam's step"
+    ep = args.expert_model_parallel_size
     model = [(n, t) for n, t in sd["model"].items() if not n.endswith("_extra_state")]
+    # core_r0.6.0's get_megatron_optimizer: with expert-parallel parameters (an expert's, allreduce False at EP > 1)
+    # a ChainedOptimizer of the dense parameters' distributed optimizer and the experts'.
+    experts = [(n, t) for n, t in model if ep > 1 and ".mlp.experts." in n]
+    dense = [(n, t) for n, t in model if not (ep > 1 and ".mlp.experts." in n)]
+    parts = sd["optimizer"] if experts else [sd["optimizer"]]
+    assert isinstance(sd["optimizer"], list) == bool(experts) and len(parts) == (2 if experts else 1), \
+        f"'optimizer' is a {type(sd['optimizer']).__name__} for {len(experts)} expert-parallel parameters"
+    for o in parts:
+        assert "state" not in o["optimizer"] and all("params" not in g for g in o["optimizer"]["param_groups"]), \
+            "DistributedOptimizer.state_dict() keeps neither the state nor the groups' params"
+        assert all(g["step"] == 3 for g in o["optimizer"]["param_groups"]), "apex FusedAdam's step"
+    if experts:
+        assert all(g["is_expert_parallel"] for g in parts[1]["optimizer"]["param_groups"]), "the experts' groups"
+        assert not any(g["is_expert_parallel"] for g in parts[0]["optimizer"]["param_groups"]), "the dense groups"
     d = torch.load(os.path.join(os.path.dirname(f), "distrib_optim.pt"), weights_only=False)
     dp = args.data_parallel_size
     bucket = (args.ddp_bucket_size or max(40000000, 1000000 * dp)) if args.overlap_grad_reduce else 0
-    rank_dir = os.path.basename(os.path.dirname(f))  # mp_rank_TT[_PPP][_EEE]
-    if args.pipeline_model_parallel_size > 1 and int(rank_dir.split("_")[3]) > 0:
+    rank_dir = os.path.basename(os.path.dirname(f)).split("_")  # mp_rank_TT[_PPP][_EEE]
+    if args.pipeline_model_parallel_size > 1 and int(rank_dir[3]) > 0:
         bucket = 0  # DistributedDataParallel turns bucketing off on every pipeline stage but the first
-    zeros = [torch.zeros_like(t, dtype=torch.float32) for _, t in model]
-    want = distrib_buffer([(n, t.float()) for n, t in model], (zeros, zeros), "per-bucket", dp, bucket)
-    assert list(d.keys()) == list(want.keys()), f"keys {list(d.keys())}, core_r0.6.0's {list(want.keys())}"
-    assert d["per_bucket_numel"] == want["per_bucket_numel"], (d["per_bucket_numel"], want["per_bucket_numel"])
-    assert d["per_bucket_numel_unpadded"] == want["per_bucket_numel_unpadded"]
-    got, ref = d[0][torch.float32], want[0][torch.float32]
-    lo = torch.bfloat16 if args.bf16 else torch.float32
-    for t, r in zip(got["param"], ref["param"]):  # the main parameters, rounded, are the model's weights
-        n = int(torch.isfinite(r).sum())  # the reference pads with NaN, Megatron's buffers hold whatever was there
-        assert torch.equal(t[:n].to(lo).float(), r[:n]), "the main parameters are not the model's, in the buffer's order"
-    for k in ("exp_avg", "exp_avg_sq"):
-        assert [t.shape for t in got[k]] == [t.shape for t in ref[k]], k
-    assert all(torch.all(t >= 0) for t in got["exp_avg_sq"])
-    print(f"{f}: DP {dp}, buckets {d['per_bucket_numel']} (unpadded {d['per_bucket_numel_unpadded']})")
+    if not experts:
+        print(f"{f}: DP {dp}, " + check_buffer(d, dense, dp, bucket, args.bf16, "the buffer"))
+        continue
+    # ChainedOptimizer.save_parameter_state: [dense, experts], each saved by its data-parallel group's rank 0: the
+    # dense group's (DP ranks) is expert rank 0, the experts' (the DP / EP data-modulo-expert-parallel ranks) each
+    # expert rank has.
+    e = int(rank_dir[-1])
+    assert isinstance(d, list) and len(d) == 2, f"distrib_optim.pt holds a {type(d).__name__}, not [dense, experts]"
+    assert (d[0] is None) == (e > 0), f"expert rank {e}: the dense state {'missing' if d[0] is None else 'saved'}"
+    line = f"{f}: DP {dp}, EP {ep}, " + check_buffer(d[1], experts, dp // ep, bucket, args.bf16, "experts'")
+    if e == 0:
+        line += ", " + check_buffer(d[0], dense, dp, bucket, args.bf16, "dense")
+    print(line)
 EOF2
   sed "s|^|  |" "$name.check.log"
   pretrain "$name.megatron" "$np" "$@" --use-distributed-optimizer --train-iters 13 --load "$WORK/$name.meg"
-  grep -q "fp32 master weights from distrib_optim.pt (per-bucket buffers)" "$name.megatron.log" ||
+  grep -qE "fp32 master weights from distrib_optim.pt \((chained )?per-bucket buffers\)" "$name.megatron.log" ||
     { grep -i resum "$name.megatron.log"; fail "$name: the resume did not read distrib_optim.pt"; }
   local global=4 prev=
   for w in "$@"; do [[ $prev == --global-batch-size ]] && global=$w; prev=$w; done
@@ -247,6 +275,29 @@ distributed llama_distrib_bf16 4 0 "${LLAMA[@]}" --bf16 --tensor-model-parallel-
 distributed llama_buckets 3 5000 "${LLAMA[@]}" --global-batch-size 6  # buckets of 5000 elements or more, padded for 3
 # At PP 2 the first stage's buffer in buckets of 5000, the second's in one (core's DistributedDataParallel).
 distributed llama_pp_buckets 4 5000 "${LLAMA[@]}" --pipeline-model-parallel-size 2 --global-batch-size 8
+# The MindSpeed MoE script's model (GPT-2 MoE: GELU experts) at EP 2 over DP 6 in bf16: core_r0.6.0 chains the dense
+# parameters' distributed optimizer (its buffer padded for 6 ranks, saved in expert rank 0's directory) and the
+# experts' (padded for the 3 data-modulo-expert-parallel ranks, one in each expert rank's directory).
+distributed mindspeed_distrib 6 0 "${GPT2[@]}" --disable-bias-linear --position-embedding-type rope --use-mcore-models \
+  --num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --expert-model-parallel-size 2 \
+  --bf16 --global-batch-size 12
+
+# A chained distrib_optim.pt whose dense state was saved in no directory (expert rank 0's holds None) is refused by
+# name, before any step.
+"$PY" - <<'EOF2' || fail "writing the chained case without a dense state"
+import shutil
+import torch
+shutil.copytree("mindspeed_distrib.meg", "no_dense")
+f = "no_dense/iter_0000003/mp_rank_00_000/distrib_optim.pt"
+d = torch.load(f, weights_only=False)
+d[0] = None
+torch.save(d, f)
+EOF2
+mkdir -p no_dense.run
+refused 2 "mp_rank_00_000/distrib_optim.pt: not a ChainedOptimizer's [dense, experts] states with the dense one saved" \
+  no_dense.run bash -c 'cd "$0" && exec "$@"' no_dense.run "$BIN" pretrain_gpt "${GPT2[@]}" --disable-bias-linear \
+  --position-embedding-type rope --use-mcore-models --num-experts 4 --moe-router-topk 2 --moe-grouped-gemm --bf16 \
+  --use-distributed-optimizer --train-iters 13 --load "$WORK/no_dense"
 
 # The names the job's flags chose: Transformer Engine's fused norms, local's, GroupedMLP's weights.
 "$PY" - <<'EOF' || fail "the layouts' names are not those the flags choose"
@@ -263,23 +314,6 @@ assert "output_layer.weight" in set(torch.load("gpt2_pp2.meg/iter_0000003/mp_ran
 print("names: TE's fused norms, local's, GroupedMLP's, SequentialMLP's, the tied head's copy on the last stage")
 EOF
 ok "the layouts' names follow --transformer-impl and --moe-grouped-gemm"
-
-# A ChainedOptimizer of distributed optimizers (EP 2 with --use-distributed-optimizer) keeps its moments in a
-# distrib_optim.pt whose chained form is not read: refused by name, before any step.
-"$PY" - <<'EOF2' || fail "writing the chained distributed optimizer's case"
-import glob, shutil
-import torch
-shutil.copytree("moe_ep2.meg", "chained_distrib")
-for f in glob.glob("chained_distrib/iter_0000003/mp_rank_*/model_optim_rng.pt"):
-    sd = torch.load(f, weights_only=False)
-    sd["optimizer"] = [{"param_groups": [{k: v for k, v in g.items() if k != "params"} for g in o["param_groups"]]}
-                       for o in sd["optimizer"]]  # DistributedOptimizer.state_dict(): no 'state', no group 'params'
-    sd["args"].use_distributed_optimizer = True
-    torch.save(sd, f)
-EOF2
-mkdir -p chained_distrib.run
-refused 2 "a ChainedOptimizer of Megatron's distributed optimizers" chained_distrib.run \
-  bash -c 'cd "$0" && exec "$@"' chained_distrib.run "$BIN" pretrain_gpt "${MOE[@]}" --train-iters 13 --load "$WORK/chained_distrib"
 
 # A mid-2023 checkpoint of the distributed optimizer (model_rng.pt, its moments in per-data-parallel-rank optim.pt files;
 # megatron_resume.sh resumes those) whose optim.pt files are gone is refused naming the first missing one, not as one

@@ -134,16 +134,22 @@ def step(model, opt, tokens, k):
     return loss.item()
 
 
-def distrib_buffer(named, moments, form, dp, bucket_size):
+def distrib_buffer(named, moments, form, dp, bucket_size, shared=()):
     """save_parameter_state's state for one shard: one grad buffer of fp32 parameters (core_r0.6.0
     megatron/core/distributed/param_and_grad_buffer.py ParamAndGradBuffer: params[::-1], a bucket closed once it holds
     bucket_size elements or more, its end padded to a multiple of the data-parallel size; the gathered world tensor of a
-    bucket is that whole padded bucket: "param" the main parameters, "exp_avg", "exp_avg_sq" Adam's moments)."""
+    bucket is that whole padded bucket: "param" the main parameters, "exp_avg", "exp_avg_sq" Adam's moments).
+    shared: the names of parameters whose `shared_embedding` is set (language_module.py: a tied embedding's copies at
+    pp > 1), each of which _does_param_require_new_bucket gives a bucket of its own."""
     buckets, cur, size = [], [], 0
     for i in reversed(range(len(named))):
+        own = named[i][0] in shared
+        if own and cur:
+            buckets.append(cur)
+            cur, size = [], 0
         cur.append(i)
         size += named[i][1].numel()
-        if bucket_size and size >= bucket_size:
+        if (bucket_size and size >= bucket_size) or own:
             buckets.append(cur)
             cur, size = [], 0
     if cur:

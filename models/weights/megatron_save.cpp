@@ -50,8 +50,6 @@ std::string megatron_distributed_problem(const ModelConfig& m, const MegatronSav
   if (opt.ep > 1 && s.moe.experts > 1 && opt.dp % opt.ep != 0)
     return "the data-parallel size " + std::to_string(opt.dp) + " is not divisible by the expert-parallel size " +
            std::to_string(opt.ep) + " (the experts' optimizer runs over dp / ep ranks)";
-  if (writes_core(s, opt) && opt.pp > 1 && s.tied_head)
-    return "a tied output layer at pipeline-parallel size > 1 (core's shared embedding may take a grad bucket of its own)";
   if (opt.dp < 1) return "the data-parallel size must be >= 1";
   return "";
 }

@@ -81,11 +81,10 @@ struct MegatronSaveOptions {
   int64_t dp = 1, bucket_size = 0;
 };
 
-// Why the distributed optimizer's form cannot be written for `model` under `opt` ("" when it can): a tied head at
-// pp > 1 in Megatron-core's layout (core's shared embedding may take a bucket of its own), a data-parallel size that
-// the expert-parallel size does not divide. The non-distributed form is written instead, which Megatron loads without
-// --use-distributed-optimizer. (Experts under expert parallelism are written as core_r0.6.0's ChainedOptimizer of two
-// distributed optimizers.)
+// Why the distributed optimizer's form cannot be written for `model` under `opt` ("" when it can): a data-parallel size
+// that the expert-parallel size does not divide. The non-distributed form is written instead, which Megatron loads
+// without --use-distributed-optimizer. (Experts under expert parallelism are written as core_r0.6.0's ChainedOptimizer
+// of two distributed optimizers; a tied head at pp > 1 with its copies in buckets of their own.)
 std::string megatron_distributed_problem(const ModelConfig& model, const MegatronSaveOptions& opt);
 
 // Whether `model` is written in Megatron-core's layout (megatron_save_core.cpp) rather than megatron/model's.

@@ -334,7 +334,7 @@ std::vector<std::string> save_core(const std::string& dir, const ModelConfig& m,
             // DistributedDataParallel turns bucketing off on every pipeline stage but the first (core_r0.6.0 on).
             MegatronDistributedOut o =
                 distributed_optimizer_state(*opt.train, opt.dtype, master, m1, m2, opt.dp, p == 0 ? opt.bucket_size : 0,
-                                            s.moe.experts > 1 ? ep : 1, r);
+                                            s.moe.experts > 1 ? ep : 1, r, pp > 1 && s.tied_head);
             root.set("optimizer", std::move(o.optimizer));
             distrib = std::move(o.distrib);
           } else {

@@ -98,12 +98,14 @@ TorchOut scheduler_state(const MegatronTrainState& tr);
 // With experts under expert parallelism (`ep` > 1) core_r0.6.0 chains two distributed optimizers: `optimizer` is the list
 // of the dense parameters' state dict and the experts', `distrib` the list of their buffers, the dense one (over `dp`
 // ranks) on expert rank `ep_rank` 0 only (None elsewhere), the experts' over their dp / ep data-parallel ranks.
+// `shared_embedding` (a tied head at pp > 1): the first stage's word embeddings and the last stage's output layer each
+// take a bucket of their own, as core_r0.6.0's ParamAndGradBuffer gives a shared_embedding parameter.
 struct MegatronDistributedOut {
   TorchOut optimizer, distrib;
 };
 MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
                                                    const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size,
-                                                   int64_t ep = 1, int64_t ep_rank = 0);
+                                                   int64_t ep, int64_t ep_rank, bool shared_embedding);
 
 // 285068c's distributed optimizer (megatron/optimizer/distrib_optimizer.py at 285068c; megatron_distrib_optim.h has the
 // format) for one model file of megatron/model's layout: per data-parallel rank d < `dp`, DistributedOptimizer's

@@ -171,15 +171,19 @@ TorchOut distributed_state_dict(const MegatronTrainState& tr, const std::vector<
 // bucket closed once it holds bucket_size elements or more, each bucket's end padded to a multiple of `dp` (zeros
 // here: Megatron's padding holds whatever its buffers held); its dtype the gradients' (fp16 under --fp16, else fp32:
 // bf16 accumulates in fp32).
+// `shared_embedding`: the tied embedding's copies at pp > 1 (the first stage's word embeddings, the last stage's output
+// layer: language_module.py's shared_embedding) take a bucket of their own, the parameters before them closing one.
 TorchOut buffer_state(TorchDtype dtype, const std::vector<size_t>& params, const FlatOut& w, const FlatOut& fm,
-                      const FlatOut& fv, int64_t dp, int64_t bucket_size) {
+                      const FlatOut& fv, int64_t dp, int64_t bucket_size, bool shared_embedding) {
   std::vector<std::vector<size_t>> buckets(1);
   int64_t size = 0;
   for (size_t j = params.size(); j-- > 0;) {
     const size_t k = params[j];
+    const bool own = shared_embedding && (w[k].first == "embedding.word_embeddings.weight" || w[k].first == "output_layer.weight");
+    if (own && !buckets.back().empty()) buckets.emplace_back(), size = 0;
     buckets.back().push_back(k);
     size += static_cast<int64_t>(w[k].second->bytes->size() / sizeof(float));
-    if (bucket_size > 0 && size >= bucket_size && j > 0) buckets.emplace_back(), size = 0;
+    if (((bucket_size > 0 && size >= bucket_size) || own) && j > 0) buckets.emplace_back(), size = 0;
   }
   const TorchOut grad_dtype = TorchOut::global("torch", dtype == TorchDtype::kF16 ? "float16" : "float32");
   TorchOut padded = TorchOut::list({}), unpadded = TorchOut::list({});
@@ -231,14 +235,14 @@ std::vector<size_t> params_of(const std::vector<Group>& groups, size_t n) {  // 
 
 MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr, TorchDtype dtype, const TorchOut& master,
                                                    const TorchOut& m, const TorchOut& v, int64_t dp, int64_t bucket_size,
-                                                   int64_t ep, int64_t ep_rank) {
+                                                   int64_t ep, int64_t ep_rank, bool shared_embedding) {
   const FlatOut w = flat(master), fm = flat(m), fv = flat(v);
   if (fm.size() != w.size() || fv.size() != w.size() || dp < 1 || ep < 1 || dp % ep != 0)
     throw std::logic_error("distributed_optimizer_state: the moments' state dicts are not the weights', or dp % ep != 0");
   std::vector<Group> dense, experts;
   for (const Group& g : groups_of(w, true, ep > 1)) (g.expert ? experts : dense).push_back(g);
   MegatronDistributedOut out;
-  const TorchOut dense_buffer = buffer_state(dtype, params_of(dense, w.size()), w, fm, fv, dp, bucket_size);
+  const TorchOut dense_buffer = buffer_state(dtype, params_of(dense, w.size()), w, fm, fv, dp, bucket_size, shared_embedding);
   if (experts.empty()) {
     out.optimizer = distributed_state_dict(tr, dense);
     out.distrib = dense_buffer;
@@ -250,7 +254,7 @@ MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr,
   // is expert rank 0.
   out.optimizer = TorchOut::list({distributed_state_dict(tr, dense), distributed_state_dict(tr, experts)});
   out.distrib = TorchOut::list({ep_rank == 0 ? dense_buffer : TorchOut::none(),
-                                buffer_state(dtype, params_of(experts, w.size()), w, fm, fv, dp / ep, bucket_size)});
+                                buffer_state(dtype, params_of(experts, w.size()), w, fm, fv, dp / ep, bucket_size, false)});
   return out;
 }
 

@@ -202,11 +202,11 @@ import glob, os, sys
 import torch
 sys.path.insert(0, sys.argv[2])
 from megatron_resume_reference import distrib_buffer
-def check_buffer(d, named, dp, bucket, bf16, what):
+def check_buffer(d, named, dp, bucket, bf16, what, shared=()):
     """d: one DistributedOptimizer's get_parameter_state_dp_zero() over the parameters `named` (in named_parameters
     order), against the buffer core_r0.6.0's ParamAndGradBuffer lays out for `dp` data-parallel ranks."""
     zeros = [torch.zeros_like(t, dtype=torch.float32) for _, t in named]
-    want = distrib_buffer([(n, t.float()) for n, t in named], (zeros, zeros), "per-bucket", dp, bucket)
+    want = distrib_buffer([(n, t.float()) for n, t in named], (zeros, zeros), "per-bucket", dp, bucket, shared)
     assert list(d.keys()) == list(want.keys()), f"{what}: keys {list(d.keys())}, core_r0.6.0's {list(want.keys())}"
     assert d["per_bucket_numel"] == want["per_bucket_numel"], (what, d["per_bucket_numel"], want["per_bucket_numel"])
     assert d["per_bucket_numel_unpadded"] == want["per_bucket_numel_unpadded"], what
@@ -244,10 +244,14 @@ for f in sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng
     dp = args.data_parallel_size
     bucket = (args.ddp_bucket_size or max(40000000, 1000000 * dp)) if args.overlap_grad_reduce else 0
     rank_dir = os.path.basename(os.path.dirname(f)).split("_")  # mp_rank_TT[_PPP][_EEE]
-    if args.pipeline_model_parallel_size > 1 and int(rank_dir[3]) > 0:
-        bucket = 0  # DistributedDataParallel turns bucketing off on every pipeline stage but the first
+    shared = ()
+    if args.pipeline_model_parallel_size > 1:
+        if int(rank_dir[3]) > 0:
+            bucket = 0  # DistributedDataParallel turns bucketing off on every pipeline stage but the first
+        if not args.untie_embeddings_and_output_weights:  # language_module.py: the tied copies' shared_embedding
+            shared = ("embedding.word_embeddings.weight", "output_layer.weight")
     if not experts:
-        print(f"{f}: DP {dp}, " + check_buffer(d, dense, dp, bucket, args.bf16, "the buffer"))
+        print(f"{f}: DP {dp}, " + check_buffer(d, dense, dp, bucket, args.bf16, "the buffer", shared))
         continue
     # ChainedOptimizer.save_parameter_state: [dense, experts], each saved by its data-parallel group's rank 0: the
     # dense group's (DP ranks) is expert rank 0, the experts' (the DP / EP data-modulo-expert-parallel ranks) each
@@ -257,7 +261,7 @@ for f in sorted(glob.glob(sys.argv[1] + "/iter_0000003/mp_rank_*/model_optim_rng
     assert (d[0] is None) == (e > 0), f"expert rank {e}: the dense state {'missing' if d[0] is None else 'saved'}"
     line = f"{f}: DP {dp}, EP {ep}, " + check_buffer(d[1], experts, dp // ep, bucket, args.bf16, "experts'")
     if e == 0:
-        line += ", " + check_buffer(d[0], dense, dp, bucket, args.bf16, "dense")
+        line += ", " + check_buffer(d[0], dense, dp, bucket, args.bf16, "dense", shared)
     print(line)
 EOF2
   sed "s|^|  |" "$name.check.log"
@@ -275,6 +279,10 @@ distributed llama_distrib_bf16 4 0 "${LLAMA[@]}" --bf16 --tensor-model-parallel-
 distributed llama_buckets 3 5000 "${LLAMA[@]}" --global-batch-size 6  # buckets of 5000 elements or more, padded for 3
 # At PP 2 the first stage's buffer in buckets of 5000, the second's in one (core's DistributedDataParallel).
 distributed llama_pp_buckets 4 5000 "${LLAMA[@]}" --pipeline-model-parallel-size 2 --global-batch-size 8
+# GPT-2's tied head at PP 2: the first stage's word embeddings and the last stage's output layer (the embedding's copy)
+# each in a bucket of their own (language_module.py's shared_embedding), the first stage's other parameters in buckets
+# of 5000 elements.
+distributed gpt2_pp2_distrib 4 5000 "${GPT2[@]}" --use-mcore-models --pipeline-model-parallel-size 2 --global-batch-size 8
 # The MindSpeed MoE script's model (GPT-2 MoE: GELU experts) at EP 2 over DP 6 in bf16: core_r0.6.0 chains the dense
 # parameters' distributed optimizer (its buffer padded for 6 ranks, saved in expert rank 0's directory) and the
 # experts' (padded for the 3 data-modulo-expert-parallel ranks, one in each expert rank's directory).

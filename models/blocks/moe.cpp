@@ -297,14 +297,16 @@ void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& 
   const bool down_bias_grad = down_b_ >= 0 && (!e.tp->sequence_parallel() || e.tp->rank() == 0);
   const Weight wd = e.wt(down_w_, out_in), wu = e.wt(up_w_, out_in);
   ops::grouped_linear_bwd_input(sc.dact, dy, wd, down_stride_, off, El, Fl, C);
-  ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
-                                 off, El, Fl, C);
+  if (!e.frozen())  // LoRA: the experts are frozen, only the input gradient flows
+    ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
+                                   off, El, Fl, C);
   constexpr bool kWrite = false;  // the activation's backward writes dh: no pass zeroes it first
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up, kWrite);
   else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl, kWrite);
   ops::grouped_linear_bwd_input(dx, sc.dh, wu, up_stride_, off, El, C, up);
-  ops::grouped_linear_bwd_weight(e.g(up_w_), up_b_ >= 0 ? e.g(up_b_) : nullptr, sc.dh, a.xperm, wu, up_stride_, off,
-                                 El, C, up);
+  if (!e.frozen())
+    ops::grouped_linear_bwd_weight(e.g(up_w_), up_b_ >= 0 ? e.g(up_b_) : nullptr, sc.dh, a.xperm, wu, up_stride_, off,
+                                   El, C, up);
 }
 
 void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const {
@@ -446,7 +448,7 @@ void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* 
   const float* dl = sc.dlogits + tp.row_begin() * E;
   const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
   ops::linear_bwd_input(dxn, dl, wr, e.Nl, C, E, 1.0f);
-  ops::linear_bwd_weight(e.g(router_), nullptr, dl, xn, wr, e.Nl, C, E);
+  if (!e.frozen()) ops::linear_bwd_weight(e.g(router_), nullptr, dl, xn, wr, e.Nl, C, E);  // LoRA: a frozen router
 }
 
 void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const {

@@ -62,7 +62,7 @@ void MoeBlock::shared_bwd(const BlockEnv& e, float* dxn, const float* dout, cons
   }
   shared_.bwd(e, BwdPass::kBoth, sc.shared_dx, sc.shared_dout, xn, MlpBlock::Acts{a.shared_h, a.shared_act},
               MlpBlock::Grads{sc.shared_dact, sc.shared_dh});
-  if (wg) {
+  if (wg && !e.frozen()) {  // LoRA: a frozen gate passes its input gradient alone
     float* dw = e.g(shared_gate_);
     for (int64_t c = 0; c < C; ++c) {  // each column summed in row order
       float acc = 0.0f;

@@ -166,9 +166,6 @@ void read_lora(ReadContext& x) {
                std::to_string(x.c.parallel.model_parallel) + "): not built; set parallel_config.vocab_emb_dp: True "
                "(the head whole on every tensor-parallel rank) or loss_vocab_chunk: 0");
   }
-  if (x.c.model.moe.expert_num > 1)
-    x.refuse("`" + key + "` with a Mixture of Experts (moe_config.expert_num " + std::to_string(x.c.model.moe.expert_num) +
-             "): LoRA on MoE models is not built yet");
   if (x.c.model.kv_lora_rank > 0)
     x.refuse("`" + key + "` with multi-head latent attention (DeepSeek): LoRA on it is not built yet");
   if (x.c.compute_dtype != ComputeDtype::kFloat32)

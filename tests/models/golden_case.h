@@ -101,6 +101,21 @@ struct GoldenCase {
       cfg = load_config_string(runner_yaml + section->model_yaml(from_hf), sets, file);
       return;
     }
+    if (is_llama(m) && std::any_of(overrides.begin(), overrides.end(), [](const std::string& o) {
+          return o.starts_with("model.model_config.pet_config=");
+        })) {
+      // LoRA's targets are checked against the model as the config is read: the Llama (or Mixtral) itself, written
+      // as `config --from-hf` writes its YAML, not the GPT-2 stand-in.
+      Config stand_in = load_config_string(runner_yaml + llama_stand_in_yaml(m), {}, file);
+      set_llama_fields(m, stand_in.model);
+      set_moe_fields(m, stand_in.model);
+      const ArchConfigSection* section = find_arch_section(stand_in.model.type);
+      std::vector<std::string> sets = {"model.model_config.use_flash_attention=False"};
+      sets.insert(sets.end(), overrides.begin(), overrides.end());
+      cfg = load_config_string(runner_yaml + section->model_yaml(stand_in.model), sets, file);
+      set_moe_fields(m, cfg.model);  // what moe_config's YAML does not carry (token_drop_policy)
+      return;
+    }
     if (is_llama(m)) {
       cfg = load_config_string(runner_yaml + llama_stand_in_yaml(m), overrides, file);
       set_llama_fields(m, cfg.model);

@@ -1,7 +1,8 @@
 // LoRA against a PyTorch transcription of PEFT's LoRA layer (tools/torch_peft_lora.py, golden files by
 // tools/make_lora_golden.py): the tiny Llama of tests/golden/families/llama.safetensors frozen, adapters on
 //  * llama_lora: q, k, v, o, gate, up and down (PEFT's target list), r 4, alpha 8 (scale 2);
-//  * llama_lora_qv_rslora: q and v (a regex on the whole name), r 4, alpha 8, use_rslora (scale 4).
+//  * llama_lora_qv_rslora: q and v (a regex on the whole name), r 4, alpha 8, use_rslora (scale 4);
+//  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
@@ -43,6 +44,9 @@ const Variant kVariants[] = {
      "target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}"},
     {"lora/llama_lora_qv_rslora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, use_rslora: True, target_modules: '.*\\.(q_proj|v_proj)'}"},
+    // tools/make_moe_lora_golden.py: a Mixtral (tests/golden/mixtral_tiny.safetensors) with the attention adapted,
+    // the router and experts frozen; its balancing loss's gradient reaches the adapters through the frozen router.
+    {"lora/mixtral_lora.safetensors", "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, k_proj, v_proj, o_proj]}"},
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& i) {

@@ -10,6 +10,7 @@
 
 #include "models/weights/hf_config.h"
 #include "runner/cli/convert.h"
+#include "runner/cli/probe_network.h"
 #include "runner/cli/rank_start.h"
 #include "runner/config/arch_section.h"
 #include "runner/config/config.h"
@@ -40,6 +41,11 @@ std::string hosts_problem(const ConfigPlanRequest& c, int ranks) {
   return "";
 }
 
+// Where the ranks run, and where the bandwidth between hosts came from.
+gf::PlanHosts hosts_of(const ConfigPlanRequest& c) {
+  return {c.hosts, c.network_gbs, c.network_probe.empty() ? "given" : "probe --network: " + c.network_probe};
+}
+
 // `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
 int run_plan_search(const ConfigPlanRequest& c) {
   const gf::Config cfg = gf::load_config(c.config_path, c.sets);
@@ -50,7 +56,7 @@ int run_plan_search(const ConfigPlanRequest& c) {
   }
   const double bound =
       c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
-  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound, {c.hosts, c.network_gbs});
+  const gf::SearchResult r = gf::search_layouts(c.config_path, c.sets, n, bound, hosts_of(c));
   std::cout << (c.json ? gf::search_json(r, c.top).dump(1) + "\n" : gf::search_report(r, c.top, bound));
   if (r.ranked.empty() && r.unranked.empty()) {
     std::cerr << "error: no layout of " << n << " rank(s) " << (bound > 0 ? "fits --memory-per-rank " + c.memory_per_rank : "passes the checks")
@@ -63,11 +69,20 @@ int run_plan_search(const ConfigPlanRequest& c) {
 }  // namespace
 
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold. Both check the layout first.
-int run_config_or_plan(const ConfigPlanRequest& c, bool plan) {
+int run_config_or_plan(const ConfigPlanRequest& given, bool plan) {
+  ConfigPlanRequest c = given;
   try {
+    if (plan && !c.network_probe.empty()) {
+      if (c.hosts <= 1) {
+        std::cerr << "error: plan --network-probe prices the links between hosts: give --hosts H (H > 1) too\n";
+        return 2;
+      }
+      c.network_gbs = network_probe_gbs(c.network_probe);
+    }
     if (plan && c.hosts > 1 && !(c.network_gbs > 0)) {
-      std::cerr << "error: plan --hosts " << c.hosts << " needs --network-gbs, the bandwidth between two hosts in GB/s "
-                << "(e.g. 12.5 for 100 Gb/s Ethernet): there is no network probe yet\n";
+      std::cerr << "error: plan --hosts " << c.hosts << " needs the bandwidth between two hosts: --network-probe FILE "
+                << "(what `mpirun -np 2 --host A,B gridformer probe --network` measured) or --network-gbs G in GB/s "
+                << "(e.g. 12.5 for 100 Gb/s Ethernet)\n";
       return 2;
     }
     if (plan && c.search) return run_plan_search(c);
@@ -100,7 +115,7 @@ int run_config_or_plan(const ConfigPlanRequest& c, bool plan) {
         c.memory_per_rank.empty() ? 0.0 : static_cast<double>(gf::parse_byte_size(c.memory_per_rank, "--memory-per-rank"));
     bool fits = true;
     nlohmann::json json;
-    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.json ? &json : nullptr, {c.hosts, c.network_gbs});
+    const std::string text = gf::plan_report(cfg, n, bound, &fits, c.json ? &json : nullptr, hosts_of(c));
     std::cout << (c.json ? json.dump(1) + "\n" : text);
     if (!fits) {
       std::cerr << "error: the largest rank does not fit in --memory-per-rank " << c.memory_per_rank

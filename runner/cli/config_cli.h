@@ -16,6 +16,7 @@ struct ConfigPlanRequest {
   int top = 5;                  // plan --search --top
   int hosts = 1;                // plan --hosts
   double network_gbs = 0;       // plan --network-gbs
+  std::string network_probe;    // plan --network-probe (probe --network's file; network_gbs from it)
 };
 
 // `config` (plan false) prints the resolved config; `plan` what each rank will hold, or with search the layouts for

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <thread>
 
+#include "runner/cli/probe_network.h"
 #include "runner/cli/env_defaults.h"
 #include "runner/cli/rank_start.h"
 #include "runner/cli/omp_threads.h"
@@ -209,6 +210,8 @@ struct Cli {
   gf::HarnessOptions harness;
   // serve
   gf::ServeCli serve;
+  // probe
+  gf::cli::NetworkProbeRequest probe;
   // config --from-hf; config --from-megatron
   std::string from_hf;
   bool from_megatron = false;
@@ -355,8 +358,10 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
   plan->add_option("--top", c.plan.top, "with --search: how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
   plan->add_option("--hosts", c.plan.hosts, "the hosts the ranks run on, ranks / hosts consecutive ranks each: a group "
                    "that spans two of them sends at --network-gbs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  plan->add_option("--network-gbs", c.plan.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
+  auto* gbs = plan->add_option("--network-gbs", c.plan.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--network-probe", c.plan.network_probe, "with --hosts: the bandwidth between two hosts as "
+                   "`gridformer probe --network` measured it (its JSON file)")->check(CLI::ExistingFile)->excludes(gbs);
   plan->add_flag("--json", c.plan.json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
                                         "the verdict) instead of the text");
   return plan;
@@ -426,6 +431,7 @@ int main(int argc, char** argv) {
   CLI::App* replay = add_replay(app, c);
   CLI::App* ev = add_eval(app, c);
   CLI::App* serve = gf::add_serve(app, c.serve);
+  CLI::App* probe = gf::cli::add_probe_command(app, c.probe);
   CLI::App* megatron = add_pretrain_gpt(app);
   // The environment paragraph is the top-level help's; each subcommand's help ends with an example instead.
   const std::pair<CLI::App*, const char*> examples[] = {
@@ -439,6 +445,7 @@ int main(int argc, char** argv) {
       {ev, "example: gridformer eval --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --tasks "
            "hellaswag,arc_easy --data tests/data/harness --output eval/results.json"},
       {serve, "example: gridformer serve --config configs/gpt2/run_gpt2_tiny.yaml --load_checkpoint output --port 8000"},
+      {probe, "example: mpirun -np 2 --host node1,node2 gridformer probe --network --out network_probe.json"},
       {megatron, "example: mpirun -np 2 gridformer pretrain_gpt --num-layers 2 --hidden-size 64 --num-attention-heads 4 ... "
                  "(docs/megatron.md)"}};
   for (const auto& [sub, example] : examples) sub->footer(std::string(example) + "\n(gridformer --help: the environment variables)");
@@ -467,6 +474,7 @@ int main(int argc, char** argv) {
     c.plan.ranks = c.ranks;
     return gf::cli::run_config_or_plan(c.plan, plan->parsed());
   }
+  if (*probe) return gf::cli::run_probe(c.probe, argc, argv);
   if (*pred) return run_predict(c.config_path, predict_overrides(c), c.rank_table, c.preq, argc, argv);
   if (*tok) return gf::data::run_tokenize(c.tok_files, c.decode, std::cin, std::cout);
   if (*convert) {

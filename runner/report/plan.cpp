@@ -392,6 +392,7 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
           in.cross_bytes += bytes;
         }
       in.cross_gbs = where.gbs;
+      in.cross_source = where.source;
       if (json) (*json)["cross_host_bytes_per_step"] = in.cross_bytes;
     }
     const StepTime st = model_step_time(in, probe ? &*probe : nullptr);

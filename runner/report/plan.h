@@ -17,10 +17,12 @@ std::string human_bytes(double bytes);
 // as an object: world_size, layout, parameters, global_batch, flops_per_step, largest_rank_bytes, [memory_per_rank,
 // fits], and ranks: one entry per pipeline stage and tensor-parallel rank (bytes of each kind and their total).
 // Where the ranks run: `hosts` hosts of ranks / hosts consecutive ranks each (mpirun's default placement), and the
-// bandwidth between them in GB/s (given: no network probe yet). A group whose ranks span two hosts sends at `gbs`.
+// bandwidth between them in GB/s (plan --network-gbs, or what `probe --network` measured). A group whose ranks span
+// two hosts sends at `gbs`; `source` says where it came from, for the report.
 struct PlanHosts {
   int hosts = 1;
   double gbs = 0;
+  std::string source = "given";
 };
 // Whether some group of `size` ranks, `stride` apart in the grid's rank order (parallel/grid.h), spans two hosts of
 // `per_host` consecutive ranks.

@@ -378,8 +378,8 @@ std::string search_report(const SearchResult& r, int top, double memory_per_rank
       "search: {} rank(s) on {}, the global batch kept at {} samples; {} layouts checked: {} refused by the "
       "config or layout check, {} fit{}, {} ranked by modelled step time\n",
       r.ranks,
-      r.where.hosts > 1 ? fmt::format("{} hosts of {} ({} GB/s between them)", r.where.hosts, r.ranks / r.where.hosts,
-                                      r.where.gbs)
+      r.where.hosts > 1 ? fmt::format("{} hosts of {} ({} GB/s between them, {})", r.where.hosts, r.ranks / r.where.hosts,
+                                      r.where.gbs, r.where.source)
                         : std::string("one host"),
       r.global_batch, r.tried, r.refused, r.ranked.size() + r.unranked.size(),
       memory_per_rank > 0 ? fmt::format(" in {} a rank ({} do not)", human_bytes(memory_per_rank), r.too_big.size())

@@ -46,7 +46,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
                         gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
                         probe->threads, probe->triad_gbs, link / 1e9,
                         std::string(in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)") +
-                            (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts (given)", in.cross_gbs) : ""),
+                            (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts ({})", in.cross_gbs, in.cross_source) : ""),
                         bubble > 0 ? fmt::format(", bubble {:.1f}%", 100 * bubble) : std::string());
   return t;
 }

@@ -29,7 +29,8 @@ struct StepTimeInputs {
   int threads = 1;           // the rank's
   double link_gbs = 0;       // GB/s; 0: within a host, half the probe's triad
   double cross_bytes = 0;    // a step's bytes in groups that span hosts (not in sent_bytes)
-  double cross_gbs = 0;      // GB/s between hosts (given: plan --network-gbs)
+  double cross_gbs = 0;      // GB/s between hosts (plan --network-gbs, or probe --network's file)
+  std::string cross_source = "given";  // where cross_gbs came from, for the basis
 };
 
 struct StepTime {

@@ -91,7 +91,7 @@ plan_json() { "$BIN" plan --config g.yaml --ranks 4 --json --hosts 2 --network-g
 plan_json --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 > dpmp.json
 plan_json --set parallel_config.model_parallel=4 > mp4.json
 "$BIN" plan --config g.yaml --search --ranks 4 --hosts 2 --network-gbs 0.5 --json --top 1000 > hosts.json
-refused 2 "needs --network-gbs" nogbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2
+refused 2 "needs the bandwidth between two hosts: --network-probe FILE" nogbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2
 refused 2 "do not split evenly over the hosts" uneven "$BIN" plan --config g.yaml --ranks 4 --hosts 3 --network-gbs 1
 "$PY" - "$BIN" <<'PY'
 import json, subprocess, sys

@@ -168,9 +168,15 @@ void read_lora(ReadContext& x) {
   }
   if (x.c.model.kv_lora_rank > 0)
     x.refuse("`" + key + "` with multi-head latent attention (DeepSeek): LoRA on it is not built yet");
-  if (x.c.compute_dtype != ComputeDtype::kFloat32)
-    x.refuse("`" + key + "` with `model.model_config.compute_dtype: " + compute_dtype_name(x.c.compute_dtype) +
-             "`: LoRA computes in float32 here; set compute_dtype: float32");
+  // MindFormers' own LoRA configs (lora_llama2_7b.yaml) set compute_dtype bfloat16 or float16 with param_init_type
+  // float32: taken as they are, the products then run in float32 (the adapters' and the frozen base's paths are
+  // fp32 here), which the log says; pet_config.base_dtype: bfloat16 is what keeps the base's memory low.
+  if (x.c.compute_dtype != ComputeDtype::kFloat32) {
+    x.warn("`model.model_config.compute_dtype: " + std::string(compute_dtype_name(x.c.compute_dtype)) + "` with `" + key +
+           "`: LoRA's products run in float32 here (the adapters and the frozen base compute in fp32), so this run "
+           "computes in float32; `" + key + ".base_dtype: bfloat16` holds the frozen base in bf16");
+    x.c.compute_dtype = ComputeDtype::kFloat32;
+  }
   // The targets against the model itself: a name that matches nothing, or a layer that cannot carry an adapter.
   try {
     const ModelEntry& entry = find_model(x.c.model.arch, x.c.model.type);

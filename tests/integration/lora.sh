@@ -11,7 +11,8 @@
 #  * `predict` from the LoRA checkpoint (its base, then the adapters) gives the tokens of the merged weights, and so
 #    does its PEFT export read back as load_checkpoint (training starts from it too);
 #  * lora_dropout: the same masks at dp2, mp2 + SP, pp2 and cp2 as on one rank (within 1e-5);
-#  * refused before any step, naming the key: bf16 compute, a target that names nothing,
+#  * compute_dtype bfloat16 (MindFormers' LoRA configs) runs in float32, bit for bit, and says so;
+#  * refused before any step, naming the key: a target that names nothing,
 #    an embedding as a target, resume from a base model, a LoRA checkpoint without pet_config.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
@@ -173,9 +174,15 @@ ltrain d_dp2 2 $DROP $DP2
 ! cmp -s <(losses one) <(losses d_one) || fail "lora_dropout 0.1 changed no loss"
 ok "lora_dropout: mp2 + SP, pp2, cp2, dp2 within 1e-5 of one rank"
 
+# MindFormers' own LoRA configs say compute_dtype: bfloat16; taken as they are, the run computes in float32 (as the
+# log says): the same bits as the float32 run.
+ltrain bf16_compute 1 --set model.model_config.compute_dtype=bfloat16 --set output_dir=bf16_compute
+grep -q "LoRA's products run in float32 here" bf16_compute.log || fail "bf16_compute: the log does not say it computes in float32"
+cmp -s <(losses bf16_compute) <(losses one) || fail "compute_dtype bfloat16 under LoRA: not the float32 run's losses"
+cmp bf16_compute/weights.safetensors one/weights.safetensors || fail "compute_dtype bfloat16 under LoRA: not the float32 run's adapters"
+ok "compute_dtype bfloat16 with LoRA: the float32 run's losses, bit for bit, and the log says why"
+
 # Refused before any step.
-refused 2 "LoRA computes in float32 here" bf16 "$BIN" train --config lora.yaml --set output_dir=bf16 \
-  --set model.model_config.compute_dtype=bfloat16
 refused 2 "matches no module of the model" nothing "$BIN" train --config lora.yaml --set output_dir=nothing \
   --set "model.model_config.pet_config.target_modules=[qproj]"
 refused 2 "names 'model.embed_tokens', which has no LoRA adapter here" embed "$BIN" train --config lora.yaml \

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -179,6 +180,19 @@ MegatronCheckpointFiles locate(const std::string& path, std::optional<TorchFile>
   std::string first;
   for (const char* d : {"mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000"})
     if (first.empty()) first = model_file_in(dir / d);
+  if (first.empty() && fs::exists(dir / "metadata.json", ec)) {
+    // Megatron-core's distributed checkpointing (megatron/core/dist_checkpointing: metadata.json naming the sharded
+    // backend, common.pt, the shards): --use-dist-ckpt, and --ckpt-format's default torch_dist from core_r0.9 on.
+    std::ifstream f(dir / "metadata.json");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (text.size() > 4096) text.resize(4096);
+    const std::string backend = text.find("zarr") != std::string::npos ? "zarr" : "torch_dist";
+    throw std::runtime_error(out.dir + ": a Megatron distributed checkpoint (metadata.json: " + backend + ", written " +
+                             "with --use-dist-ckpt or core_r0.9's default --ckpt-format torch_dist), not the torch " +
+                             "format read here (mp_rank_*/model_optim_rng.pt). Megatron-LM converts it: run the job's " +
+                             "pretrain_gpt.py with --load " + path + " --ckpt-convert-format torch --ckpt-convert-save " +
+                             "OUT (core_r0.9 on), then --load OUT here");
+  }
   if (first.empty())
     throw std::runtime_error(out.dir +
                              ": holds no mp_rank_00[_000][_000]/model_optim_rng.pt: not a Megatron iteration "

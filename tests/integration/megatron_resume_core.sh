@@ -340,3 +340,14 @@ EOF2
 mkdir -p model_rng.run
 refused 2 "over 2 data-parallel ranks (args.data_parallel_size), and $WORK/model_rng/iter_0000003/mp_rank_00_000/optim.pt is missing" \
   model_rng.run bash -c 'cd "$0" && exec "$@"' model_rng.run "$BIN" pretrain_gpt "${LLAMA[@]}" --train-iters 13 --load "$WORK/model_rng"
+
+# Megatron-core's distributed checkpointing (metadata.json naming torch_dist; --use-dist-ckpt, and core_r0.9's default
+# --ckpt-format) is not the torch format: refused naming it and how Megatron-LM converts it.
+mkdir -p dist_ckpt/iter_0000003 dist_ckpt.run
+echo 3 > dist_ckpt/latest_checkpointed_iteration.txt
+echo '{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch", "common_backend_version": 1}' \
+  > dist_ckpt/iter_0000003/metadata.json
+touch dist_ckpt/iter_0000003/common.pt dist_ckpt/iter_0000003/__0_0.distcp
+refused 2 "a Megatron distributed checkpoint (metadata.json: torch_dist" dist_ckpt.run \
+  bash -c 'cd "$0" && exec "$@"' dist_ckpt.run "$BIN" pretrain_gpt "${LLAMA[@]}" --train-iters 13 --load "$WORK/dist_ckpt"
+grep -qF -- "--ckpt-convert-format torch --ckpt-convert-save" dist_ckpt.run.log || fail "dist_ckpt: the refusal does not say how to convert"

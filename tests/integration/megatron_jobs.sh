@@ -5,8 +5,8 @@
 # pretrain_gpt`, the widths and lengths shrink to seconds on 2 cores. For each script:
 #   - the job trains and logs Megatron's line (` iteration N/M | consumed samples: ... | lm loss: ... |`);
 #   - `gridformer config --from-megatron` with the same arguments gives YAML whose `train` has bitwise the same losses;
-#   - the Ascend GPT script (TP8, its PP8 lowered to the 8 ranks' PP1 as Megatron does) saves, and run again with
-#     more iterations resumes from its checkpoint on the same schedule;
+#   - the Ascend GPT scripts (fp16: TP8, its PP8 lowered to the 8 ranks' PP1 as Megatron does; bf16) save, and run
+#     again with more iterations resume from their checkpoint on the same schedule;
 #   - the MindSpeed MoE script runs at TP2 x EP2 with its MoE arguments;
 # and a weighted --data-path (0.3 a 0.7 b) trains; an argument Megatron does not have is refused naming the nearest.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -87,6 +87,12 @@ grep -qE "iteration +21/ +22" gpt.log && ! grep -qE "iteration +1/ +22" gpt.log 
 job gpt_bf16 pretrain_gpt_distributed_bf16.sh 2 --pre=8 --next=0 --shape_order=SBH
 same_as_yaml gpt_bf16 pretrain_gpt_distributed_bf16.sh 2 --pre=8 --next=0 --shape_order=SBH
 grep -q "pre_tokens: 8" gpt_bf16.yaml || fail "gpt_bf16: --pre-tockens 8 is not the YAML's pre_tokens"
+# Run again with more iterations: its --load (= --save ./checkpoint_dist) resumes where it stopped, on the same schedule
+# (--lr-decay-iters and the warm-up fraction of it fixed by the script).
+mv gpt_bf16/output gpt_bf16/output_first
+job gpt_bf16 pretrain_gpt_distributed_bf16.sh 4 --pre=8 --next=0 --shape_order=SBH
+grep -qE "resumed from .*checkpoint_dist.*step 2" gpt_bf16.log || fail "gpt_bf16: the second run did not resume from step 2"
+grep -qE "iteration +3/ +4" gpt_bf16.log && ! grep -qE "iteration +1/ +4" gpt_bf16.log || fail "gpt_bf16: the resumed run's iterations"
 
 # 3. MindSpeed's MoE script: TP2 x EP2 on 4 ranks, 4 experts top-2, alltoall, grouped GEMM, RoPE, bf16.
 job moe pretrain_gpt_megatron_moe_8k.sh 4

@@ -4,7 +4,8 @@
 # against PyTorch's transcription of PEFT over the same model). Here the layouts: expert parallel 2 (over dp2), ep2 x
 # mp2 + sequence parallel, pp2 and ZeRO-3 at dp2 train the same 10 steps as one rank (losses within 1e-5 at every
 # step, the adapters as compare_runs.py holds a layout's), and so does a Qwen2-MoE (a gated shared expert, frozen) at
-# ep2; the checkpoint holds the adapters alone, and a target on the experts, the router or the shared expert is
+# ep2; the checkpoint holds the adapters alone; over a trained base, generation with the adapters gives the merged
+# model's tokens and the PEFT export has PEFT's keys; a target on the experts, the router or the shared expert is
 # refused, naming it.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
@@ -54,6 +55,41 @@ assert not bad, f"not adapters: {bad[:5]}"
 assert not any("block_sparse_moe" in n for n in names), "an adapter on the experts or router"
 print(f"ok: {len(names)} tensors in the checkpoint, all the attention's adapters and their moments")
 EOF2
+
+# Over a trained base: generation with the adapters (unmerged) gives the tokens of the merged model (convert
+# --merge-lora, the experts and router copied as they are), not the base's; the PEFT export holds the attention's
+# adapters under PEFT's keys.
+train base lora_moe.yaml --set output_dir=base --set model.model_config.pet_config=null --set runner_config.train_steps=3 \
+  --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]'
+train on_base lora_moe.yaml --set output_dir=on_base --set load_checkpoint=base/checkpoint/base-1_3
+run merge "$BIN" convert --from on_base/checkpoint/lora-1_10 --merge-lora --to merged
+((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of the MoE LoRA checkpoint"; }
+gen() {  # gen NAME CHECKPOINT [--set ...]
+  local name=$1 ck=$2; shift 2
+  run "$name" "$BIN" predict --config lora_moe.yaml --load_checkpoint "$ck" --predict_ids "5 17 30 42" \
+    --max_new_tokens 12 --ids_out "$name.jsonl" "$@"
+  ((STATUS == 0)) || { tail -20 "$name.log"; fail "$name: predict failed"; }
+}
+gen gen_lora on_base/checkpoint/lora-1_10
+gen gen_merged merged --set model.model_config.pet_config=null
+gen gen_base base/checkpoint/base-1_3 --set model.model_config.pet_config=null
+cmp gen_lora.jsonl gen_merged.jsonl || fail "MoE LoRA: the adapters' tokens are not the merged model's"
+! cmp -s gen_lora.jsonl gen_base.jsonl || fail "MoE LoRA: the adapters changed no generated token"
+run peft "$BIN" convert --from on_base/checkpoint --to peft
+((STATUS == 0)) || { cat peft.log; fail "convert of the MoE LoRA checkpoint to PEFT's directory"; }
+"$PY" - peft <<'EOF2' || fail "the MoE LoRA's PEFT directory"
+import json, struct, sys
+d = sys.argv[1]
+raw = open(d + "/adapter_model.safetensors", "rb").read()
+keys = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+want = {f"base_model.model.model.layers.{l}.self_attn.{m}.lora_{ab}.weight"
+        for l in range(2) for m in ("q_proj", "k_proj", "v_proj", "o_proj") for ab in "AB"}
+assert keys == want, sorted(keys ^ want)[:4]
+c = json.load(open(d + "/adapter_config.json"))
+assert set(c["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"} and c["r"] == 4, c
+print(f"ok: PEFT's directory: {len(keys)} adapters under PEFT's keys, none on the experts or router")
+EOF2
+ok "MoE LoRA: predict with the adapters = the merged model's tokens (not the base's); PEFT's keys"
 
 # Targets on the experts (PEFT's w1) or the router (gate) carry no adapter here: refused, naming the module.
 mpi_refused 1 experts_target "block_sparse_moe.experts.0.w1" lora_moe.yaml \

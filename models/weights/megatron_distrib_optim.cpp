@@ -246,15 +246,17 @@ MegatronDistribState read_distrib_optim(const std::string& model_file, const std
       if (name.size() < 12 || name[name.size() - 4] != '_' || !name.starts_with("mp_rank_"))
         throw std::runtime_error(path + ": its dense parameters' state is None, and its directory is not an "
                                  "expert-parallel shard's mp_rank_TT[_PPP]_EEE, where expert rank 0's would be");
-      const std::string other = (dir.parent_path() / (name.substr(0, name.size() - 3) + "000") / "distrib_optim.pt").string();
+      const std::string expert0 = name.substr(0, name.size() - 3) + "000";
+      const std::string other = (dir.parent_path() / expert0 / "distrib_optim.pt").string();
       if (!std::filesystem::exists(other))
         throw std::runtime_error(path + ": its dense parameters' state is None (saved by dense data-parallel rank 0, "
                                  "in expert rank 0's directory), and " + other + " is missing");
       const TorchFile g = TorchFile::open(other);
-      if (g.root().kind() != PickleValue::Kind::kList || g.root().items().size() != parts || g.root().items()[0].is_none())
+      const PickleValue& r0 = g.root();
+      if (r0.kind() != PickleValue::Kind::kList || r0.items().size() != parts || r0.items()[0].is_none())
         throw std::runtime_error(other + ": not a ChainedOptimizer's [dense, experts] states with the dense one saved, "
                                  "which " + path + " needs");
-      read_buffers(g.root().items()[0], other + " [0] (the dense parameters')", dense, params, slices, seen, out.form,
+      read_buffers(r0.items()[0], other + " [0] (the dense parameters')", dense, params, slices, seen, out.form,
                    bucket_size);
     }
     out.form = "chained " + out.form;

@@ -76,8 +76,8 @@ void distrib_view(OptimizerView& out, const TorchFile& f, const std::vector<cons
   const std::string file = f.path();
   for (size_t o = 0; o < groups.size(); ++o) {
     for (size_t g = 0; g < groups[o]->items().size(); ++g) {
-      const std::string where = file + ": optimizer" + (groups.size() > 1 ? std::string("[").append(std::to_string(o)) + "]" : std::string()) +
-                                " param_groups[" + std::to_string(g) + "]";
+      const std::string which = groups.size() > 1 ? std::string("[").append(std::to_string(o)) + "]" : std::string();
+      const std::string where = file + ": optimizer" + which + " param_groups[" + std::to_string(g) + "]";
       const PickleValue& group = groups[o]->items()[g];
       const PickleValue* st = group.is_dict() ? group.find("step") : nullptr;
       if (!st || st->is_none())

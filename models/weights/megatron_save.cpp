@@ -47,6 +47,9 @@ bool megatron_writes_core(const ModelConfig& m, const MegatronSaveOptions& opt) 
 
 std::string megatron_distributed_problem(const ModelConfig& m, const MegatronSaveOptions& opt) {
   const TransformerSpec s = find_model(m.arch, m.type).spec(m);
+  if (opt.ep > 1 && s.moe.experts > 1 && opt.cp > 1)
+    return "expert parallelism with context parallelism (core_r0.6.0 refuses the two together, so has no chained "
+           "distributed optimizer of them to write)";
   if (opt.ep > 1 && s.moe.experts > 1 && opt.dp % opt.ep != 0)
     return "the data-parallel size " + std::to_string(opt.dp) + " is not divisible by the expert-parallel size " +
            std::to_string(opt.ep) + " (the experts' optimizer runs over dp / ep ranks)";

@@ -79,12 +79,14 @@ struct MegatronSaveOptions {
   // model_rng.pt and each of the `dp` ranks' shards in mp_rank_TT[_PPP]_DDD/optim.pt. See megatron_distributed_problem.
   bool distributed_optimizer = false;
   int64_t dp = 1, bucket_size = 0;
+  int64_t cp = 1;  // the context-parallel size inside `dp` (core_r0.6.0 refuses it beside expert parallelism)
 };
 
 // Why the distributed optimizer's form cannot be written for `model` under `opt` ("" when it can): a data-parallel size
-// that the expert-parallel size does not divide. The non-distributed form is written instead, which Megatron loads
-// without --use-distributed-optimizer. (Experts under expert parallelism are written as core_r0.6.0's ChainedOptimizer
-// of two distributed optimizers; a tied head at pp > 1 with its copies in buckets of their own.)
+// that the expert-parallel size does not divide, or expert with context parallelism. The non-distributed form is
+// written instead, which Megatron loads without --use-distributed-optimizer. (Experts under expert parallelism are
+// written as core_r0.6.0's ChainedOptimizer of two distributed optimizers; a tied head at pp > 1 with its copies in
+// buckets of their own.)
 std::string megatron_distributed_problem(const ModelConfig& model, const MegatronSaveOptions& opt);
 
 // Whether `model` is written in Megatron-core's layout (megatron_save_core.cpp) rather than megatron/model's.

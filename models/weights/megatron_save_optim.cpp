@@ -179,7 +179,8 @@ TorchOut buffer_state(TorchDtype dtype, const std::vector<size_t>& params, const
   int64_t size = 0;
   for (size_t j = params.size(); j-- > 0;) {
     const size_t k = params[j];
-    const bool own = shared_embedding && (w[k].first == "embedding.word_embeddings.weight" || w[k].first == "output_layer.weight");
+    const std::string& name = w[k].first;
+    const bool own = shared_embedding && (name == "embedding.word_embeddings.weight" || name == "output_layer.weight");
     if (own && !buckets.back().empty()) buckets.emplace_back(), size = 0;
     buckets.back().push_back(k);
     size += static_cast<int64_t>(w[k].second->bytes->size() / sizeof(float));
@@ -242,10 +243,12 @@ MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr,
   std::vector<Group> dense, experts;
   for (const Group& g : groups_of(w, true, ep > 1)) (g.expert ? experts : dense).push_back(g);
   MegatronDistributedOut out;
-  const TorchOut dense_buffer = buffer_state(dtype, params_of(dense, w.size()), w, fm, fv, dp, bucket_size, shared_embedding);
+  auto dense_buffer = [&] {  // built only where it is saved
+    return buffer_state(dtype, params_of(dense, w.size()), w, fm, fv, dp, bucket_size, shared_embedding);
+  };
   if (experts.empty()) {
     out.optimizer = distributed_state_dict(tr, dense);
-    out.distrib = dense_buffer;
+    out.distrib = dense_buffer();
     return out;
   }
   // ChainedOptimizer([dense, experts]): state_dict() the list of the two; save_parameter_state's list of their
@@ -253,7 +256,7 @@ MegatronDistributedOut distributed_optimizer_state(const MegatronTrainState& tr,
   // data-modulo-expert-parallel ranks (dp / ep of them), whose rank 0 every expert rank has; the dense group's rank 0
   // is expert rank 0.
   out.optimizer = TorchOut::list({distributed_state_dict(tr, dense), distributed_state_dict(tr, experts)});
-  out.distrib = TorchOut::list({ep_rank == 0 ? dense_buffer : TorchOut::none(),
+  out.distrib = TorchOut::list({ep_rank == 0 ? dense_buffer() : TorchOut::none(),
                                 buffer_state(dtype, params_of(experts, w.size()), w, fm, fv, dp / ep, bucket_size, false)});
   return out;
 }

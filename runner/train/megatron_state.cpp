@@ -106,12 +106,9 @@ void Trainer::write_megatron_layout(const std::string& ours, int64_t step) {
   std::string why = lora() ? "a LoRA run's checkpoints hold its adapters, not the model" : megatron_save_problem(cfg_.model, o);
   if (why.empty() && cfg_.parallel.zero_stage >= 1) {  // Megatron's --use-distributed-optimizer
     o.dp = ctx_.size(GridAxis::kDp) * ctx_.size(GridAxis::kCp);  // the distributed optimizer's group: dp x cp
+    o.cp = ctx_.size(GridAxis::kCp);
     o.bucket_size = cfg_.checkpoint.megatron_ddp_bucket_size;
-    const std::string problem =
-        o.ep > 1 && ctx_.size(GridAxis::kCp) > 1
-            ? "expert parallelism with context parallelism (core_r0.6.0 refuses the two together, so has no chained "
-              "distributed optimizer of them to write)"
-            : megatron_distributed_problem(cfg_.model, o);
+    const std::string problem = megatron_distributed_problem(cfg_.model, o);
     o.distributed_optimizer = problem.empty();
     static bool said = false;  // once a run: every save would say the same
     if (!problem.empty() && !said) {

@@ -3,8 +3,8 @@
 # the experts and the rest of the base are frozen (tests/models/lora_golden_test.cpp's mixtral_lora checks ten steps
 # against PyTorch's transcription of PEFT over the same model). Here the layouts: expert parallel 2 (over dp2), ep2 x
 # mp2 + sequence parallel, pp2 and ZeRO-3 at dp2 train the same 10 steps as one rank (losses within 1e-5 at every
-# step, the adapters as compare_runs.py holds a layout's), and so does a Qwen2-MoE (a gated shared expert, frozen) at
-# ep2; the checkpoint holds the adapters alone; over a trained base, generation with the adapters gives the merged
+# step, the adapters as compare_runs.py holds a layout's), and so do a Qwen2-MoE (a gated shared expert, frozen) and
+# a GPT-2 MoE (biased experts) at ep2; the checkpoint holds the adapters alone; over a trained base, generation with the adapters gives the merged
 # model's tokens and the PEFT export has PEFT's keys; a target on the experts, the router or the shared expert is
 # refused, naming it.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -42,6 +42,16 @@ mpi_train 2 qmoe_ep2 lora_qmoe.yaml --save-weights qmoe_ep2/weights.safetensors 
 "$PY" "$SRC/tests/integration/compare_runs.py" qmoe_one qmoe_ep2 || fail "Qwen2-MoE's LoRA at ep2 is not one rank's"
 mpi_refused 1 shared_target "mlp.shared_expert.gate_proj" lora_qmoe.yaml \
   --set 'model.model_config.pet_config={peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, gate_proj]}'
+
+# GPT-2 MoE: experts with biases, frozen too; its attention's c_attn / c_proj adapted (a regex: the experts have a
+# c_proj of their own); one rank and ep2 alike.
+random_gpt2 lora_g2moe.yaml steps=10 batch=4 samples=64 lr=0.01 lr_end=0.001 \
+  optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, eps: 1.0e-6, weight_decay: 0.1}" \
+  top="moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.05, norm_topk_prob: False}" \
+  model="hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0, pet_config: {peft_type: LORA, r: 4, lora_alpha: 8, target_modules: '.*attn\\.(c_attn|c_proj)'}"
+train g2moe_one lora_g2moe.yaml --set output_dir=g2moe_one --save-weights g2moe_one/weights.safetensors
+mpi_train 2 g2moe_ep2 lora_g2moe.yaml --save-weights g2moe_ep2/weights.safetensors $DP2 --set parallel_config.expert_parallel=2
+"$PY" "$SRC/tests/integration/compare_runs.py" g2moe_one g2moe_ep2 || fail "GPT-2 MoE's LoRA at ep2 is not one rank's"
 
 # The checkpoint: adapters (and their moments) alone.
 "$PY" - one/checkpoint/lora-1_10 <<'EOF2' || fail "the LoRA checkpoint of the MoE model holds more than its adapters"

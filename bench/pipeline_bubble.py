@@ -8,7 +8,8 @@ against dp2 and one rank in throughput, in one run on this machine.
    AdamW + clipping: bench/train_vs_pytorch.py's YAML) but 8 layers, since 4 stages x 2 interleaved
    chunks are 8 virtual stages of one layer each; micro_batch_num 8 of batch_size 1 (global batch 8),
    OMP_NUM_THREADS=1 per rank, under each schedule: gpipe, 1f1b, interleaved (pipeline_interleave
-   True, pp_interleave_num 2) and zero_bubble_h1. Two vocabularies:
+   True, pp_interleave_num 2), zero_bubble_h1 and zero_bubble_v (ZB-V: two chunks a stage in a V; its
+   "analytic" is the simulator's figure at f = b = w, no closed form). Two vocabularies:
      gpt2-tiny  vocab 50257, the issue's shape. Its LM head (256 x 50257, forward and backward over
                 every token) costs about 14 transformer layers, all on the last stage, so the
                 measured bubble is mostly that stage's excess, not the schedule's;
@@ -56,7 +57,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SCHEDULES = ["1f1b", "interleaved", "zero_bubble_h1", "gpipe"]
+SCHEDULES = ["1f1b", "interleaved", "zero_bubble_h1", "zero_bubble_v", "gpipe"]
 VOCABS = {"gpt2-tiny": 50257, "balanced": 512}
 C, T, HEADS = 256, 256, 4
 GLOBAL_BATCH = 8
@@ -82,8 +83,8 @@ class Run:
              f"parallel_config.pipeline_stage={self.pp}", f"parallel_config.data_parallel={self.dp}",
              f"parallel_config.micro_batch_num={self.m}", f"runner_config.batch_size={self.batch}"]
         if self.pp > 1:
-            if self.sched == "interleaved":
-                s += ["parallel.pipeline_config.pipeline_scheduler=1f1b",
+            if self.sched in ("interleaved", "zero_bubble_v"):
+                s += [f"parallel.pipeline_config.pipeline_scheduler={'1f1b' if self.sched == 'interleaved' else self.sched}",
                       "parallel.pipeline_config.pipeline_interleave=True", "model.model_config.pp_interleave_num=2"]
             else:
                 s += [f"parallel.pipeline_config.pipeline_scheduler={self.sched}"]
@@ -404,12 +405,12 @@ def main():
     print(f"(analytic: equal stages, f = b = w. FLOP model: 1f1b and gpipe over the stages' FLOPs, a layer "
           f"{layer / 1e6:.3f} MFLOP/token forward + backward, the head 6CV on the last stage; zero_bubble_h1 equal "
           f"stages at a layer's f:b:w = {f / 1e6:.3f}:{b / 1e6:.3f}:{w / 1e6:.3f} MFLOP/token; interleaved none)")
-    print("\nZB-H1 / 1F1B and interleaved / 1F1B (ratios of the medians)")
+    print("\nZB-H1, ZB-V and interleaved against 1F1B (ratios of the medians)")
     ratios = {}
     for pp in (4, 2):
         for vname in VOCABS:
             a = res[f"pp{pp} {vname} 1f1b"]
-            for other in [x for x in ("zero_bubble_h1", "interleaved") if x in schedules(pp, vname)]:
+            for other in [x for x in ("zero_bubble_h1", "zero_bubble_v", "interleaved") if x in schedules(pp, vname)]:
                 z = res[f"pp{pp} {vname} {other}"]
                 k = f"pp{pp} {vname} {other}/1f1b"
                 ratios[k] = {"measured": z["bubble"] / a["bubble"], "analytic": z["bubble_analytic"] / a["bubble_analytic"],

@@ -257,14 +257,19 @@ double StepEngine::run(const std::vector<Action>& actions, const std::function<M
     span.arg("micro", a.micro).arg("chunk", a.chunk);
     switch (a.op) {
       case Op::kRecvForward: {
-        // From the previous virtual stage: stage - 1, or the last stage's previous chunk.
+        // From the previous virtual stage: stage - 1, or the last stage's previous chunk (interleaved), or under
+        // ZB-V's V the next stage's chunk 1. This stage's own chunk hands its output over in memory (SendForward).
+        const int from = pipeline::stage_of(shape_, virtual_stage(a.chunk) - 1);
+        if (from == stage_) break;
         float* b = take_buffer();
-        recv_fwd_[{a.micro, a.chunk}] = {b, link_.recv_forward(b, floats_, tag(0, a.micro, a.chunk))};
+        recv_fwd_[{a.micro, a.chunk}] = {b, link_.recv_from(from, b, floats_, tag(0, a.micro, a.chunk))};
         break;
       }
       case Op::kRecvBackward: {
+        const int from = pipeline::stage_of(shape_, virtual_stage(a.chunk) + 1);
+        if (from == stage_) break;
         float* b = take_buffer();
-        recv_bwd_[{a.micro, a.chunk}] = {b, link_.recv_backward(b, floats_, tag(1, a.micro, a.chunk))};
+        recv_bwd_[{a.micro, a.chunk}] = {b, link_.recv_from(from, b, floats_, tag(1, a.micro, a.chunk))};
         break;
       }
       case Op::kForward: {
@@ -281,9 +286,16 @@ double StepEngine::run(const std::vector<Action>& actions, const std::function<M
       case Op::kSendForward: {
         send_fault_point(micro(a.micro).info.step, a.micro);
         const int64_t slot = slot_of_.at({a.micro, a.chunk});
-        const int to_chunk = stage_ == p - 1 ? a.chunk + 1 : a.chunk;
-        slot_send_[static_cast<size_t>(a.chunk)][static_cast<size_t>(slot)] =
-            link_.send_forward(ch.stage_output(slot), floats_, tag(0, a.micro, to_chunk));
+        const int next = virtual_stage(a.chunk) + 1;
+        const int to = pipeline::stage_of(shape_, next), to_chunk = pipeline::chunk_of(shape_, next);
+        if (to == stage_) {  // ZB-V's turn of the V: this stage's next chunk reads a copy, no message
+          float* b = take_buffer();
+          std::memcpy(b, ch.stage_output(slot), sizeof(float) * static_cast<size_t>(floats_));
+          recv_fwd_[{a.micro, to_chunk}] = {b, Request{}};
+        } else {
+          slot_send_[static_cast<size_t>(a.chunk)][static_cast<size_t>(slot)] =
+              link_.send_to(to, ch.stage_output(slot), floats_, tag(0, a.micro, to_chunk));
+        }
         if (forward_only) free_slot(a.micro, a.chunk);
         break;
       }
@@ -312,8 +324,12 @@ double StepEngine::run(const std::vector<Action>& actions, const std::function<M
         // The input gradient is the chunk's scratch until its next backward: copied out to send.
         float* b = take_buffer();
         std::memcpy(b, ch.input_grad(), sizeof(float) * static_cast<size_t>(floats_));
-        const int to_chunk = stage_ == 0 ? a.chunk - 1 : a.chunk;
-        sends_.push_back({b, link_.send_backward(b, floats_, tag(1, a.micro, to_chunk))});
+        const int prev = virtual_stage(a.chunk) - 1;
+        const int to = pipeline::stage_of(shape_, prev), to_chunk = pipeline::chunk_of(shape_, prev);
+        if (to == stage_)
+          recv_bwd_[{a.micro, to_chunk}] = {b, Request{}};  // the V's turn, backward: handed over in memory
+        else
+          sends_.push_back({b, link_.send_to(to, b, floats_, tag(1, a.micro, to_chunk))});
         break;
       }
     }

@@ -1,4 +1,4 @@
-// Pipeline schedules as pure action lists (GPipe, 1F1B, interleaved 1F1B, ZB-H1); the simulator that
+// Pipeline schedules as pure action lists (GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V); the simulator that
 // runs every stage's list against the others, and the closed-form bubbles, are in simulate.cpp. No MPI
 // and no model: the
 // executor (engine/step_engine.h) runs what stage_actions() returns.
@@ -148,6 +148,57 @@ std::vector<Compute> zb_h1(const Shape& sh, int s) {
   return c;
 }
 
+// ZB-V, transcribed from PyTorch's ScheduleZBVZeroBubble._calculate_single_rank_operations
+// (torch/distributed/pipelining/schedules.py, pytorch/pytorch main of 2025; Qi et al. 2024, section 6): chunk 0
+// is virtual stage s, chunk 1 virtual stage 2p - 1 - s (the V). Warm-up: 2(p - s) - 1 forwards of chunk 0, then s
+// pairs (chunk 1's forward, chunk 0's), then p - s rounds of chunk 1's forward, input pass and weight pass; steady:
+// rounds of chunk 0's forward (while micro-batches remain), input and weight pass, then chunk 1's; cool-down: s
+// pairs of input passes (chunk 0's, chunk 1's), p - s of chunk 0's input pass and its oldest weight pass, then the
+// weight passes still owed, chunk 1's first. PyTorch plans over max(m, 2p - 1) micro-batches and drops the
+// actions of those past m (its idle slots are only waits here: the executor waits on the data); the dropped
+// ones leave every kept micro-batch's dependencies in order, which simulate() checks for every shape the unit
+// tests run.
+std::vector<Compute> zb_v(const Shape& sh, int s) {
+  const int p = sh.stages, m = sh.micro_batches, n = std::max(m, 2 * p - 1);
+  std::vector<Compute> c;
+  auto add = [&](Op op, int micro, int chunk) {
+    if (micro < m) c.push_back({op, micro, chunk});
+  };
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  for (int i = 0; i < 2 * (p - s) - 1; ++i) add(Op::kForward, f0++, 0);
+  for (int i = 0; i < s; ++i) {
+    add(Op::kForward, f1++, 1);
+    add(Op::kForward, f0++, 0);
+  }
+  for (int i = 0; i < p - s; ++i) {
+    add(Op::kForward, f1++, 1);
+    add(Op::kBackwardInput, b1, 1);
+    add(Op::kBackwardWeight, b1++, 1);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) add(Op::kForward, f0++, 0);
+    add(Op::kBackwardInput, b0, 0);
+    add(Op::kBackwardWeight, b0++, 0);
+    add(Op::kForward, f1++, 1);
+    add(Op::kBackwardInput, b1, 1);
+    add(Op::kBackwardWeight, b1++, 1);
+  }
+  int w0 = b0, w1 = b1;
+  for (int i = 0; i < s; ++i) {
+    add(Op::kBackwardInput, b0++, 0);
+    add(Op::kBackwardInput, b1++, 1);
+  }
+  for (int i = 0; i < p - s; ++i) {
+    add(Op::kBackwardInput, b0++, 0);
+    add(Op::kBackwardWeight, w0++, 0);
+  }
+  while (w1 < b1) add(Op::kBackwardWeight, w1++, 1);
+  while (w0 < b0) add(Op::kBackwardWeight, w0++, 0);
+  if (w0 != n || w1 != n || f0 != n || f1 != n)
+    throw std::logic_error("zb_v: the transcription left micro-batches unfinished");
+  return c;
+}
+
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
@@ -166,10 +217,11 @@ Scheduler parse_scheduler(const std::string& name) {
   if (n == "1f1b") return Scheduler::k1F1B;
   if (n == "interleaved") return Scheduler::kInterleaved;
   if (n == "zero_bubble_h1" || n == "zbh1" || n == "zb-h1" || n == "zero_bubble") return Scheduler::kZBH1;
+  if (n == "zero_bubble_v" || n == "zbv" || n == "zb-v" || n == "zbvzerobubble") return Scheduler::kZBV;
   if (n == "file") return Scheduler::kFile;
   throw std::invalid_argument("parallel.pipeline_config.pipeline_scheduler: unknown value '" + name +
                               "'; accepted: gpipe, 1f1b (default), interleaved, zero_bubble_h1 (also zbh1, zb-h1, "
-                              "zero_bubble), file (with pipeline_schedule_file)");
+                              "zero_bubble), zero_bubble_v (also zbv, zb-v, ZBVZeroBubble), file (with pipeline_schedule_file)");
 }
 
 std::string scheduler_name(Scheduler s) {
@@ -178,6 +230,7 @@ std::string scheduler_name(Scheduler s) {
     case Scheduler::k1F1B: return "1f1b";
     case Scheduler::kInterleaved: return "interleaved";
     case Scheduler::kZBH1: return "zero_bubble_h1";
+    case Scheduler::kZBV: return "zero_bubble_v";
     case Scheduler::kFile: return "file";
   }
   return "?";
@@ -208,6 +261,16 @@ std::string check_shape(Scheduler sched, const Shape& shape) {
   if (shape.chunks < 1)
     return "model.model_config.pp_interleave_num must be >= 1 (got " + std::to_string(shape.chunks) + "); e.g. 1";
   if (sched == Scheduler::kFile) return "";  // any chunks and micro-batches: the file's simulation says what runs
+  if (shape.v_shape != (sched == Scheduler::kZBV))
+    return std::string("pipeline shape: the V placement of the chunks is ZB-V's alone (") + name + " with v_shape " +
+           (shape.v_shape ? "true" : "false") + "); build the shape with schedule_shape()";
+  if (sched == Scheduler::kZBV) {
+    if (shape.chunks != 2)
+      return "the zero_bubble_v schedule runs two model chunks per stage in a V: set model.model_config."
+             "pp_interleave_num: 2 and parallel.pipeline_config.pipeline_interleave: true (got " +
+             std::to_string(shape.chunks) + " chunk(s))";
+    return "";
+  }
   if (sched != Scheduler::kInterleaved) {
     if (shape.chunks > 1)
       return "model.model_config.pp_interleave_num: " + std::to_string(shape.chunks) +
@@ -241,6 +304,7 @@ std::vector<Action> stage_actions(Scheduler sched, const Shape& shape, int stage
     case Scheduler::k1F1B: return decorate(shape, stage, one_f_one_b(shape, stage));
     case Scheduler::kInterleaved: return decorate(shape, stage, interleaved(shape, stage));
     case Scheduler::kZBH1: return decorate(shape, stage, zb_h1(shape, stage));
+    case Scheduler::kZBV: return decorate(shape, stage, zb_v(shape, stage));
     case Scheduler::kFile: break;
   }
   throw std::invalid_argument("a schedule file's lists come from the file (parallel/pipeline/schedule_file.h), not from "

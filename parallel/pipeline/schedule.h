@@ -7,7 +7,11 @@
 // Model chunks (virtual stages, Megatron's interleaving): with `chunks` = v, the model's layers are
 // cut into p * v virtual stages; stage s holds chunks c = 0..v-1, chunk c being virtual stage
 // c * p + s. Activations flow virtual stage k -> k + 1 (so stage p - 1, chunk c sends to stage 0,
-// chunk c + 1), gradients the other way.
+// chunk c + 1), gradients the other way. ZB-V places its two chunks in a V instead (Qi et al. 2024,
+// "Pipeline Parallelism with Controllable Memory", section 6; PyTorch's generate_stage_to_rank_mapping
+// style "v"): stage s holds virtual stages s (chunk 0) and 2p - 1 - s (chunk 1), so the last virtual
+// stage, with the head and the loss, is on stage 0 beside the embedding, and stage p - 1 hands its
+// chunk 0's output to its own chunk 1 without a message between ranks.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,13 +25,16 @@ enum class Scheduler {
   kInterleaved,  // Megatron's interleaved 1F1B over `chunks` model chunks per stage
   kZBH1,         // Qi et al. 2023 ZB-H1: backward split into input (B) and weight (W) passes, W deferred into the
                  // bubbles, min(p, m) micro-batches live at every stage (1F1B's first-stage peak)
+  kZBV,          // ZB-V (Qi et al. 2024, section 6; PyTorch's ScheduleZBVZeroBubble): two chunks per stage in a V,
+                 // the backward split as ZB-H1's, W passes filling the bubbles
   kFile,         // the lists of a schedule file (parallel/pipeline/schedule_file.h), not built here: stage_actions,
                  // analytic_bubble, live_bound and slots_per_chunk refuse it; simulate() the file's lists instead
 };
 
 // YAML value (parallel.pipeline_config.pipeline_scheduler) <-> scheduler. Names: "gpipe", "1f1b",
 // "interleaved" (also what "1f1b" becomes with pipeline_interleave and pp_interleave_num > 1),
-// "zero_bubble_h1" (alias "zbh1", "zb-h1", "zero_bubble"), "file" (the lists of
+// "zero_bubble_h1" (alias "zbh1", "zb-h1", "zero_bubble"), "zero_bubble_v" (MindSpore's name; alias "zbv",
+// "zb-v", "zbvzerobubble", torchtitan's ZBVZeroBubble), "file" (the lists of
 // parallel.pipeline_config.pipeline_schedule_file). Throws std::invalid_argument listing the names.
 Scheduler parse_scheduler(const std::string& name);
 std::string scheduler_name(Scheduler s);
@@ -54,20 +61,34 @@ struct Action {
 struct Shape {
   int stages = 1;         // p
   int micro_batches = 1;  // m
-  int chunks = 1;         // v (> 1 only for kInterleaved)
+  int chunks = 1;         // v (> 1 only for kInterleaved, kZBV and a schedule file)
+  bool v_shape = false;   // ZB-V's placement of the chunks (above); chunks == 2
 };
+// The shape a schedule runs: ZB-V's placement for kZBV, Megatron's interleaving otherwise.
+inline Shape schedule_shape(Scheduler sched, int stages, int micro_batches, int chunks) {
+  return {stages, micro_batches, chunks, sched == Scheduler::kZBV};
+}
 // Every stage's list, index = stage.
 using StageLists = std::vector<std::vector<Action>>;
 
 // Virtual stages (stages x chunks), and the virtual stage of `chunk` on `stage`.
 inline int virtual_stages(const Shape& sh) { return sh.stages * sh.chunks; }
-inline int vstage_of(const Shape& sh, int stage, int chunk) { return chunk * sh.stages + stage; }
+inline int vstage_of(const Shape& sh, int stage, int chunk) {
+  if (sh.v_shape) return chunk == 0 ? stage : 2 * sh.stages - 1 - stage;
+  return chunk * sh.stages + stage;
+}
+// The stage and the chunk that run virtual stage k.
+inline int stage_of(const Shape& sh, int k) {
+  if (sh.v_shape) return k < sh.stages ? k : 2 * sh.stages - 1 - k;
+  return k % sh.stages;
+}
+inline int chunk_of(const Shape& sh, int k) { return sh.v_shape ? (k < sh.stages ? 0 : 1) : k / sh.stages; }
 // "Forward(micro 2, chunk 0)", for messages.
 std::string describe(const Action& a);
 
 // Why `sched` cannot run `shape` (empty when it can): stages < 1, micro_batches < 1, chunks < 1;
-// chunks > 1 other than interleaved; interleaved with chunks < 2 or micro_batches % stages != 0
-// (Megatron's rule). Each message names the YAML keys (parallel_config.micro_batch_num,
+// chunks > 1 other than interleaved and ZB-V; interleaved with chunks < 2 or micro_batches % stages != 0
+// (Megatron's rule); ZB-V with chunks other than 2; a V placement (v_shape) under another schedule. Each message names the YAML keys (parallel_config.micro_batch_num,
 // parallel_config.pipeline_stage, model.model_config.pp_interleave_num) and a value that works.
 std::string check_shape(Scheduler sched, const Shape& shape);
 
@@ -133,13 +154,19 @@ Simulation simulate(Scheduler sched, const Shape& shape, const Costs& costs = {}
 // simulate() gives exactly these for GPipe and 1F1B at every m, for interleaved at every m it accepts
 // (m % p == 0), and for ZB-H1 when m >= p and w <= min(f, b) (the paper's T_W < T_F < T_B); below p
 // micro-batches ZB-H1's bubble per stage is larger ((p - 1)(f + b - w) + (p - m) w at f = b = w).
+//   ZB-V:          no closed form is used: the simulation's with these costs (per chunk, half a stage). At
+//                  f = b = w and m >= 2p it is (p - 1) f per stage, half of ZB-H1's at the same stage costs
+//                  (the unit tests check both).
 // Throws std::invalid_argument when check_shape fails.
 double analytic_bubble(Scheduler sched, const Shape& shape, const Costs& costs = {});
+// Whether analytic_bubble (or a schedule file's figure) is a simulation's rather than a closed form: ZB-V, a file.
+inline bool bubble_is_simulated(Scheduler s) { return s == Scheduler::kZBV || s == Scheduler::kFile; }
 
 // The most (micro, chunk) activations stage s of this schedule holds at once, by construction (the
 // warm-up forwards plus the first steady forward, before a backward frees one):
 //   GPipe m; 1F1B min(p - s, m); interleaved min(2 (p - s - 1) + (v - 1) p + 1, m v);
-//   ZB-H1 min(p, m) at every stage (a micro-batch stays live until its backward-weight).
+//   ZB-H1 min(p, m) at every stage (a micro-batch stays live until its backward-weight);
+//   ZB-V min(2p, m + s + 1, 2m) half-stage chunks: at most p whole stages' worth, 1F1B's first-stage peak.
 // The unit tests check that simulate()'s peak_live equals it. Throws std::invalid_argument when
 // check_shape fails.
 int live_bound(Scheduler sched, const Shape& shape, int stage);

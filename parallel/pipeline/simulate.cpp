@@ -195,7 +195,7 @@ std::string deadlock_report(const std::vector<std::vector<Action>>& lists, const
     MsgKey key{};
     int from = 0;
     input_message(shape, s, a, &key, &from);  // true: a stage only stops at a compute that waits for a message
-    const int fs = from % p, fc = from / p;
+    const int fs = stage_of(shape, from), fc = chunk_of(shape, from);
     const bool activation = std::get<0>(key) == 0;
     const Action want{activation ? Op::kSendForward : Op::kSendBackward, a.micro, fc};
     e << sep << at(s, pc[s], a) << " waits for the " << (activation ? "activation" : "gradient") << " from stage "
@@ -225,7 +225,7 @@ std::string missing_receive_report(const std::vector<std::vector<Action>>& lists
   const Action recv{activation ? Op::kRecvForward : Op::kRecvBackward, a.micro, a.chunk};
   const std::string own = at(s, static_cast<size_t>(i), a) + ": no " + op_name(recv.op) + " posted before it for its " +
                           (activation ? "input activation" : "output gradient");
-  const int fs = from % shape.stages, fc = from / shape.stages;
+  const int fs = stage_of(shape, from), fc = chunk_of(shape, from);
   const Action send{activation ? Op::kSendForward : Op::kSendBackward, a.micro, fc};
   const auto& src = lists[static_cast<size_t>(fs)];
   const auto it = std::find(src.begin(), src.end(), send);
@@ -235,19 +235,21 @@ std::string missing_receive_report(const std::vector<std::vector<Action>>& lists
 }
 
 // A send nobody receives or a receive nobody sends, described; "" when every message matches.
-std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::map<MsgKey, int>& posted, int p) {
+std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::map<MsgKey, int>& posted,
+                              const Shape& shape) {
   for (const auto& [key, time] : sent) {
     if (posted.count(key)) continue;
     const auto [dir, micro, to] = key;
     return std::string("unmatched send: the ") + (dir == 0 ? "activation" : "gradient") + " of micro " +
-           std::to_string(micro) + " for stage " + std::to_string(to % p) + " chunk " + std::to_string(to / p) +
+           std::to_string(micro) + " for stage " + std::to_string(stage_of(shape, to)) + " chunk " +
+           std::to_string(chunk_of(shape, to)) +
            " is never received there";
   }
   for (const auto& [key, stage] : posted) {
     if (sent.count(key)) continue;
     const auto [dir, micro, to] = key;
     return "unmatched receive: stage " + std::to_string(stage) + " posts " +
-           describe({dir == 0 ? Op::kRecvForward : Op::kRecvBackward, micro, to / p}) + " that nobody sends";
+           describe({dir == 0 ? Op::kRecvForward : Op::kRecvBackward, micro, chunk_of(shape, to)}) + " that nobody sends";
   }
   return "";
 }
@@ -328,7 +330,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
       return r;
     }
   }
-  r.error = unmatched_message(sent, posted, p);
+  r.error = unmatched_message(sent, posted, shape);
   if (!r.error.empty()) return r;
   r.makespan = *std::max_element(clock.begin(), clock.end());
   r.idle.resize(p);
@@ -360,6 +362,7 @@ double analytic_bubble(Scheduler sched, const Shape& shape, const Costs& costs) 
       work *= v;
       break;
     case Scheduler::kZBH1: bubble = std::max(0.0, (p - 1) * (costs.f + costs.b - costs.w)); break;
+    case Scheduler::kZBV: return simulate(sched, shape, costs).bubble_fraction;
     case Scheduler::kFile: throw std::invalid_argument("a schedule file has no closed-form bubble: simulate its lists");
   }
   return bubble + work > 0 ? bubble / (bubble + work) : 0.0;
@@ -378,6 +381,10 @@ int live_bound(Scheduler sched, const Shape& shape, int stage) {
     }
     // Every stage reaches 1F1B's first-stage peak: W lags so that F count - W count stays at p.
     case Scheduler::kZBH1: return std::min(p, m);
+    // Chunk 0's warm-up forwards (2(p - s) - 1, plus s paired with chunk 1's) and chunk 1's first until its first
+    // weight pass: m + s + 1 when the micro-batches run out first, never more than 2p (the paper's "same peak as
+    // 1F1B": 2p half-stage activations, p whole-stage ones) nor all 2m of the stage's.
+    case Scheduler::kZBV: return std::min({2 * p, m + stage + 1, 2 * m});
     case Scheduler::kFile: throw std::invalid_argument("a schedule file's live micro-batches are its simulation's");
   }
   return 0;

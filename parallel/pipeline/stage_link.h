@@ -18,6 +18,9 @@ class StageLink {
   int stages() const { return pp_->size(); }
   int prev() const { return (stage() + stages() - 1) % stages(); }
   int next() const { return (stage() + 1) % stages(); }
+  // To and from any stage (the step engine routes by virtual stage: ZB-V's V is not a ring).
+  Request send_to(int stage, const float* buf, int64_t n, int tag) const { return pp_->isend(buf, n, stage, tag); }
+  Request recv_from(int stage, float* buf, int64_t n, int tag) const { return pp_->irecv(buf, n, stage, tag); }
   // The largest tag the group allows.
   int tag_upper_bound() const { return pp_->tag_upper_bound(); }
 

@@ -172,10 +172,12 @@ std::vector<std::string> pipeline_problems(const Config& cfg) {
                               "per step); set gradient_accumulation_steps: 1 and micro_batch_num: {} for the same global "
                               "batch",
                               cfg.gradient_accumulation_steps, pp, m * cfg.gradient_accumulation_steps));
-  if (p.pipeline_scheduler == pipeline::Scheduler::kZBH1 && (cfg.recompute || cfg.select_recompute))
-    out.push_back(fmt::format("`parallel.pipeline_config.pipeline_scheduler: zero_bubble_h1` with `recompute_config.{}: "
+  if ((p.pipeline_scheduler == pipeline::Scheduler::kZBH1 || p.pipeline_scheduler == pipeline::Scheduler::kZBV) &&
+      (cfg.recompute || cfg.select_recompute))
+    out.push_back(fmt::format("`parallel.pipeline_config.pipeline_scheduler: {}` with `recompute_config.{}: "
                               "True`: the deferred weight pass reads activations that recompute overwrites; use "
                               "pipeline_scheduler: 1f1b with recompute, or turn recompute off",
+                              pipeline::scheduler_name(p.pipeline_scheduler),
                               cfg.recompute ? "recompute" : "select_recompute"));
   if (p.pipeline_scheduler == pipeline::Scheduler::kFile && !p.pipeline_file.path.empty())
     for (auto& s : schedule_file_problems(cfg)) out.push_back(std::move(s));

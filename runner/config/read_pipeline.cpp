@@ -27,7 +27,8 @@ const std::string kInterleave = "parallel.pipeline_config.pipeline_interleave";
 const std::string kChunks = "model.model_config.pp_interleave_num";
 const std::string kOffsetKey = "model.model_config.offset";
 const char* const kSchedulers =
-    "1f1b (the default), gpipe, interleaved, zero_bubble_h1 (or zbh1, zb-h1, zero_bubble), or file (with "
+    "1f1b (the default), gpipe, interleaved, zero_bubble_h1 (or zbh1, zb-h1, zero_bubble), zero_bubble_v (or zbv, "
+    "zb-v, ZBVZeroBubble; two model chunks per stage), or file (with "
     "parallel.pipeline_config.pipeline_schedule_file)";
 
 // A YAML list of ints into `out`; false for anything else.
@@ -136,7 +137,7 @@ void read_scheduler(ReadContext& x) {
   const std::string raw = x.rd.get<std::string>(kScheduler);
   std::string lower = raw;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (lower == "seqpipe" || lower == "seqvpp" || lower == "seqsmartvpp" || lower == "zero_bubble_v") {
+  if (lower == "seqpipe" || lower == "seqvpp" || lower == "seqsmartvpp") {
     x.refuse(kv(kScheduler, raw) + ": MindSpore's " + lower + " schedule is not built; gridformer schedules " +
              kSchedulers);
     return;
@@ -159,7 +160,11 @@ void read_scheduler(ReadContext& x) {
   } else if (s == Scheduler::kInterleaved && p.pipeline_chunks == 1) {
     x.refuse(kv(kScheduler, raw) + " needs several model chunks per stage: set " + kv(kInterleave, "True") + " and " +
              kv(kChunks, "2") + " (or more), or use pipeline_scheduler: 1f1b");
-  } else if (s != Scheduler::kInterleaved && s != Scheduler::kFile && p.pipeline_chunks > 1) {
+  } else if (s == Scheduler::kZBV && p.pipeline_chunks != 2) {
+    // MindSpore's zero_bubble_v, as MindFormers configures it: pipeline_interleave with pp_interleave_num 2.
+    x.refuse(kv(kScheduler, raw) + " runs two model chunks per stage, in a V: set " + kv(kInterleave, "True") +
+             " and " + kv(kChunks, "2") + " (got " + std::to_string(p.pipeline_chunks) + " chunk(s) per stage)");
+  } else if (s != Scheduler::kInterleaved && s != Scheduler::kZBV && s != Scheduler::kFile && p.pipeline_chunks > 1) {
     x.refuse(kv(kScheduler, raw) + " runs one model chunk per stage, but " + kv(kInterleave, "True") + " and " +
              kv(kChunks, std::to_string(p.pipeline_chunks)) + " ask for " + std::to_string(p.pipeline_chunks) +
              ": use pipeline_scheduler: interleaved (or 1f1b, which interleaves then), or pipeline_interleave: False");

@@ -304,8 +304,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   double bubble = 0;  // the schedule's analytic (or simulated) bubble
   if (pp > 1) {
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
-    const pipeline::Shape shape{pp, static_cast<int>(cfg.parallel.micro_batch_num),
-                                static_cast<int>(cfg.parallel.pipeline_chunks)};
+    const pipeline::Shape shape = pipeline::schedule_shape(sched, pp, static_cast<int>(cfg.parallel.micro_batch_num),
+                                                           static_cast<int>(cfg.parallel.pipeline_chunks));
     // A schedule file's lists (the layout check has simulated them), or the built-in schedule's.
     pipeline::StageLists lists;
     if (const std::string e = pipeline::stage_lists(sched, shape, cfg.parallel.pipeline_file,
@@ -316,7 +316,7 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
                        "chunks' parameters and activation slots\n",
                        pipeline::scheduler_name(sched),
                        sched == pipeline::Scheduler::kFile ? " " + cfg.parallel.pipeline_file.path : std::string(),
-                       sched == pipeline::Scheduler::kFile ? "simulated" : "analytic", 100.0 * bubble);
+                       pipeline::bubble_is_simulated(sched) ? "simulated" : "analytic", 100.0 * bubble);
     stages.clear();
     for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, lists, shape, st));
   }

@@ -43,13 +43,13 @@ struct Layout {
   bool sp = false;
   std::string cp_algo = "colossalai_cp";
   int zero = 0;
-  std::string schedule = "1f1b";  // 1f1b, zbh1 or interleaved (two chunks a stage)
+  std::string schedule = "1f1b";  // 1f1b, zbh1, interleaved or zero_bubble_v (two chunks a stage)
   int64_t micro_batch = 1, micros = 1;  // samples a micro-batch, micro-batches a step per data-parallel rank
   bool recompute = false;
 
   std::vector<std::pair<std::string, std::string>> sets() const {
     const auto b = [](bool v) { return std::string(v ? "True" : "False"); };
-    const bool interleaved = schedule == "interleaved";
+    const bool interleaved = schedule == "interleaved", two = interleaved || schedule == "zero_bubble_v";
     return {{"parallel_config.data_parallel", std::to_string(dp)},
             {"parallel_config.model_parallel", std::to_string(mp)},
             {"parallel_config.pipeline_stage", std::to_string(pp)},
@@ -64,8 +64,8 @@ struct Layout {
             {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", "-1"},
             {"parallel.zero_stage", std::to_string(zero)},
             {"parallel.pipeline_config.pipeline_scheduler", interleaved ? "1f1b" : schedule},
-            {"parallel.pipeline_config.pipeline_interleave", b(interleaved)},
-            {"model.model_config.pp_interleave_num", interleaved ? "2" : "1"},
+            {"parallel.pipeline_config.pipeline_interleave", b(two)},
+            {"model.model_config.pp_interleave_num", two ? "2" : "1"},
             {"model.model_config.offset", "0"},
             {"runner_config.batch_size", std::to_string(micro_batch)},
             {"runner_config.gradient_accumulation_steps", std::to_string(pp > 1 ? 1 : micros)},
@@ -78,9 +78,10 @@ struct Layout {
     if (dp > 1) parts.push_back(fmt::format("dp{}", dp));
     if (mp > 1) parts.push_back(fmt::format("mp{}{}", mp, sp ? " + SP" : ""));
     if (pp > 1)
-      parts.push_back(fmt::format("pp{} {}", pp, schedule == "zbh1"          ? "ZB-H1"
-                                                 : schedule == "interleaved" ? "interleaved (2 chunks a stage)"
-                                                                             : "1F1B"));
+      parts.push_back(fmt::format("pp{} {}", pp, schedule == "zbh1"            ? "ZB-H1"
+                                                 : schedule == "zero_bubble_v" ? "ZB-V (2 chunks a stage)"
+                                                 : schedule == "interleaved"   ? "interleaved (2 chunks a stage)"
+                                                                               : "1F1B"));
     if (cp > 1) parts.push_back(fmt::format("cp{} {}", cp, cp_algo == "ulysses_cp" ? "Ulysses" : "ring"));
     if (ep > 1) parts.push_back(fmt::format("ep{}", ep));
     if (zero > 0) parts.push_back(fmt::format("ZeRO-{}", zero));
@@ -277,7 +278,8 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
                                            : std::vector<const char*>{"colossalai_cp"})
               for (int64_t ep : experts > 1 ? divisors(dp) : std::vector<int64_t>{1})
                 for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero)
-                  for (const char* sched : pp > 1 ? std::vector<const char*>{"1f1b", "zbh1", "interleaved"}
+                  for (const char* sched : pp > 1 ? std::vector<const char*>{"1f1b", "zbh1", "interleaved",
+                                                                             "zero_bubble_v"}
                                                   : std::vector<const char*>{"1f1b"})
                     if (experts <= 1 || experts % ep == 0)
                       todo.push_back(Layout{dp, mp, pp, cp, ep, sp, algo, zero, sched, mb, micros, false});

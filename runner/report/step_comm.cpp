@@ -52,10 +52,16 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const ParallelConfig& p = cfg.parallel;
   const int t = static_cast<int>(p.model_parallel), d = static_cast<int>(p.data_parallel),
             pp = static_cast<int>(p.pipeline_stage);
-  // This stage's layers; the embedding is on the first stage, the head on the last.
+  // This stage's layers; the embedding is on the chunk with the first layer, the head on the one with the last (the
+  // first and last stages; both on stage 0 under ZB-V's V).
   int64_t layers = 0;
-  for (const StageOptions& o : chunks) layers += (o.layer_end < 0 ? spec.layers : o.layer_end) - o.layer_begin;
-  const bool first = stage == 0, last = stage == pp - 1;
+  auto end_of = [&](const StageOptions& o) { return o.layer_end < 0 ? spec.layers : o.layer_end; };
+  bool first = false, last = false;
+  for (const StageOptions& o : chunks) {
+    layers += end_of(o) - o.layer_begin;
+    first = first || o.layer_begin == 0;
+    last = last || end_of(o) == spec.layers;
+  }
   // Micro-batches a step: micro_batch_num through a pipeline, gradient_accumulation_steps without one.
   const int64_t micro_batches = pp > 1 ? p.micro_batch_num : cfg.gradient_accumulation_steps;
   const bool sp = p.use_seq_parallel && t > 1, vocab_split = !p.vocab_emb_dp && t > 1;
@@ -102,10 +108,17 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     // Without SP the row-parallel outputs are all-reduced; under SP the column inputs are gathered and the
     // row outputs reduce-scattered. Backward: without SP the column inputs' gradients are all-reduced; under
     // SP the row outputs' gradients are gathered, the column inputs gathered again (not kept), and their
-    // gradients reduce-scattered. Full recompute runs each layer's forward again.
+    // gradients reduce-scattered. Full recompute runs each layer's forward again. A split backward (ZB-H1's and
+    // ZB-V's deferred weight pass, a schedule file's W) gathers the column inputs once more under SP, in the weight
+    // pass, in fp32 under bf16 compute too (the weight product's input): measured by plan_bytes.sh and
+    // pipeline_zbv.sh.
     const double fwd = sp ? 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
     const double bwd = sp ? 2 * AG(n, f32) + 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
-    double micro = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd);
+    int64_t deferred = 0;  // layers whose weight pass is deferred
+    for (const StageOptions& o : chunks)
+      if (o.defer_weight_grads) deferred += end_of(o) - o.layer_begin;
+    double micro = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd) +
+                   (sp ? static_cast<double>(deferred) * 2 * AG(n, f32) : 0.0);
     if (vocab_split) {
       // The embedding's rows summed over the vocabulary shards (reduce-scattered to the sequence shards
       // under SP, whose gradient comes back gathered); the head reads the gathered final norm under SP and
@@ -132,15 +145,27 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   if (pp > 1) {
     // Each micro-batch's activations forward out of every chunk but the model's last, and its gradient
     // backward out of every chunk but the first: this rank's rows (its sequence shard under SP) of hidden floats.
-    // Virtual chunk c * pp + stage is this stage's chunk c.
-    const int64_t v = static_cast<int64_t>(chunks.size());
-    const int64_t sends = micro_batches * ((v - (last ? 1 : 0)) + (v - (first ? 1 : 0)));
+    // A chunk whose neighbour chunk is on this stage too (ZB-V's turn of the V, at the last stage) hands over in
+    // memory, no message.
+    auto starts_here = [&](int64_t layer) {
+      return std::any_of(chunks.begin(), chunks.end(), [&](const StageOptions& o) { return o.layer_begin == layer; });
+    };
+    auto ends_here = [&](int64_t layer) {
+      return std::any_of(chunks.begin(), chunks.end(), [&](const StageOptions& o) { return end_of(o) == layer; });
+    };
+    int64_t per_micro = 0;
+    for (const StageOptions& o : chunks) {
+      if (end_of(o) != spec.layers && !starts_here(end_of(o))) ++per_micro;  // the activation out
+      if (o.layer_begin != 0 && !ends_here(o.layer_begin)) ++per_micro;      // the gradient back
+    }
+    const int64_t sends = micro_batches * per_micro;
     c.pipeline = f32 * static_cast<double>(sends * (sp ? rows / t : rows) * spec.hidden);
     // The step's scalars: the loss, the schedule's makespan and bubble (sum and max), the gradient norm.
     c.pipeline += 5 * f64 * static_cast<double>(ring_allreduce_sent(1, pp, stage));
     c.pipeline += moe_stats(pp, stage);
-    // A tied embedding's two copies (the first stage's lookup, the last stage's head) summed into both.
-    if (spec.tied_head && (first || last))
+    // A tied embedding's two copies (the first stage's lookup, the last stage's head) summed into both; one tensor
+    // when both are on this stage (ZB-V).
+    if (spec.tied_head && (first != last))
       if (const TensorPlacement* x = params.find(entry.names(Role::kEmbed, -1)))
         c.embedding += f32 * static_cast<double>(ring_allreduce_sent(x->numel(), 2, first ? 0 : 1));
   }

@@ -154,7 +154,8 @@ void Trainer::setup_engine() {
   const ModelEntry& entry = find_model(cfg.model.arch, cfg.model.type);
   const TransformerSpec spec = entry.spec(cfg.model);
   sched_ = cfg.parallel.pipeline_scheduler;
-  shape_ = {ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_), static_cast<int>(cfg.parallel.pipeline_chunks)};
+  shape_ = pipeline::schedule_shape(sched_, ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_),
+                                    static_cast<int>(cfg.parallel.pipeline_chunks));
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);
   // A schedule file was checked by the layout check already: this only fills lists_.
@@ -172,8 +173,9 @@ void Trainer::setup_engine() {
                                                pipeline_chunk_options(layers, lists_, shape_, ctx_.index(GridAxis::kPp)));
   engine_ = std::make_unique<StepEngine>(engine_chunks(*stage), ctx_.group(GridAxis::kPp),
                                          lists_[static_cast<size_t>(ctx_.index(GridAxis::kPp))], shape_);
-  // A tied embedding has a copy on the first stage (the lookup) and the last (the head).
-  if (spec.tied_head) {
+  // A tied embedding has a copy on the first stage (the lookup) and the last (the head). ZB-V's V puts both on
+  // stage 0, where the two chunks share the one tensor (make_param_table declares it once): nothing to sum.
+  if (spec.tied_head && !shape_.v_shape) {
     const TensorPlacement* t = stage->params().find(entry.names(Role::kEmbed, -1));
     if (t != nullptr) tied_ = {t->offset, t->offset + t->numel()};
   }
@@ -194,7 +196,7 @@ void Trainer::log_pipeline_stages() const {
                "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
                pipeline::scheduler_name(sched_),
                sched_ == pipeline::Scheduler::kFile ? " " + cfg_.parallel.pipeline_file.path : std::string(),
-               shape_.micro_batches, cfg_.batch_size, sched_ == pipeline::Scheduler::kFile ? "simulated" : "analytic",
+               shape_.micro_batches, cfg_.batch_size, pipeline::bubble_is_simulated(sched_) ? "simulated" : "analytic",
                100.0 * bubble_expected_);
   for (int s = 0; s < P; ++s) {
     std::string ranges;
@@ -202,7 +204,9 @@ void Trainer::log_pipeline_stages() const {
         ranges += fmt::format("{}[{}, {}) x {} slot(s)", ranges.empty() ? "" : ", ", c.layer_begin, c.layer_end, c.slots);
     spdlog::info("pipeline stage {} (tensor-parallel rank 0): layers {}{}{}; parameters {}, activations {} (planned)", s,
                  ranges, s == 0 ? ", the embedding" : "",
-                 s == P - 1 ? ", the final norm, head and loss" : "", human_bytes(params[static_cast<size_t>(s)]),
+                 s == pipeline::stage_of(shape_, pipeline::virtual_stages(shape_) - 1) ? ", the final norm, head and loss"
+                                                                                      : "",
+                 human_bytes(params[static_cast<size_t>(s)]),
                  human_bytes(acts[static_cast<size_t>(s)]));
   }
 }

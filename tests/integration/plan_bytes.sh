@@ -85,6 +85,9 @@ check 2 llama_dp2_zero1 llama.yaml $P.data_parallel=2 $P.optimizer_shard=True
 # and GPT-2's tied embedding summed between the first and last stage; Llama's head is its own.
 check 2 pp2 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2
 check 2 pp2_zbh1 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=3 parallel.pipeline_config.pipeline_scheduler=zbh1
+# The deferred weight pass gathers each column-parallel input again under SP, in fp32 under bf16 compute too.
+check 4 pp2_mp2_sp_zbh1_bf16 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.model_parallel=2 $P.use_seq_parallel=True \
+  parallel.pipeline_config.pipeline_scheduler=zbh1 model.model_config.compute_dtype=bfloat16
 check 4 pp2_mp2_sp_vocab gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.model_parallel=2 $P.use_seq_parallel=True \
   $P.vocab_emb_dp=False
 check 4 pp2_dp2_zero1 llama.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.data_parallel=2 $P.optimizer_shard=True

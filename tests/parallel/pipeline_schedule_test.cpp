@@ -499,15 +499,20 @@ TEST(PipelineSchedule, ParseScheduler) {
   for (const char* n : {"zero_bubble_h1", "ZBH1", "zb-h1", "Zero_Bubble"}) {
     EXPECT_EQ(parse_scheduler(n), Scheduler::kZBH1) << n;
   }
+  for (const char* n : {"zero_bubble_v", "ZBV", "zb-v", "ZBVZeroBubble"}) {
+    EXPECT_EQ(parse_scheduler(n), Scheduler::kZBV) << n;
+  }
   for (Scheduler s : kAll) EXPECT_EQ(parse_scheduler(scheduler_name(s)), s);
+  EXPECT_EQ(parse_scheduler(scheduler_name(Scheduler::kZBV)), Scheduler::kZBV);
   try {
-    parse_scheduler("zb-v");
-    FAIL() << "zb-v accepted";
+    parse_scheduler("dualpipev");
+    FAIL() << "dualpipev accepted";
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_TRUE(has(what, "pipeline_scheduler")) << what;
-    EXPECT_TRUE(has(what, "'zb-v'")) << what;
-    for (const char* n : {"gpipe", "1f1b", "interleaved", "zero_bubble_h1", "zbh1", "zb-h1", "zero_bubble"})
+    EXPECT_TRUE(has(what, "'dualpipev'")) << what;
+    for (const char* n : {"gpipe", "1f1b", "interleaved", "zero_bubble_h1", "zbh1", "zb-h1", "zero_bubble",
+                          "zero_bubble_v", "zbv", "zb-v", "ZBVZeroBubble"})
       EXPECT_TRUE(has(what, n)) << what;
   }
   EXPECT_STREQ(op_name(Op::kBackwardWeight), "BackwardWeight");

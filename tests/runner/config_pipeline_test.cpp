@@ -116,6 +116,22 @@ TEST(ConfigPipeline, InterleavingTakesBothKeysAndOneFOneBBecomesInterleaved) {
   }
 }
 
+// ZB-V as MindFormers sets MindSpore's zero_bubble_v (pipeline_interleave, pp_interleave_num 2), or under torchtitan's
+// name: the resolved config names it zero_bubble_v, and the layers are split by virtual stage, as interleaving's.
+TEST(ConfigPipeline, ZeroBubbleVRunsTwoChunksPerStage) {
+  for (const char* given : {"zero_bubble_v", "ZBVZeroBubble", "zbv"}) {
+    const std::vector<std::string> sets = with({kPC + "pipeline_stage=2", kPC + "micro_batch_num=4", kInterleave,
+                                                kMC + "pp_interleave_num=2", kSched + given});
+    const Config c = load_config_string(kMinimalLlama, sets);
+    EXPECT_EQ(pipeline::scheduler_name(c.parallel.pipeline_scheduler), "zero_bubble_v") << given;
+    EXPECT_EQ(c.parallel.pipeline_chunks, 2) << given;
+    EXPECT_EQ(static_cast<int64_t>(c.parallel.stage_layers.size()), 4) << given;
+    EXPECT_TRUE(c.warnings.empty()) << given;
+    EXPECT_EQ(problems(kMinimalLlama, sets), "") << given;
+    EXPECT_NE(dump_resolved(c).find("pipeline_scheduler: zero_bubble_v"), std::string::npos) << given;
+  }
+}
+
 TEST(ConfigPipeline, SchedulerNamesAreCaseInsensitiveWithAliases) {
   const std::pair<const char*, const char*> names[] = {
       {"1f1b", "1f1b"}, {"1F1B", "1f1b"}, {"gpipe", "gpipe"}, {"GPipe", "gpipe"}, {"zero_bubble_h1", "zero_bubble_h1"},
@@ -135,11 +151,21 @@ TEST(ConfigPipeline, SchedulesThatCannotRunAreRefusedByTheLoader) {
     sets.insert(sets.end(), extra.begin(), extra.end());
     return error_of(kMinimalLlama, sets);
   };
-  for (const char* ms : {"seqpipe", "seqvpp", "seqsmartvpp", "zero_bubble_v"}) {
+  for (const char* ms : {"seqpipe", "seqvpp", "seqsmartvpp"}) {
     const std::string e = error({kSched + ms});
     EXPECT_NE(e.find(std::string("--set parallel.pipeline_config.pipeline_scheduler=") + ms + ": MindSpore's " + ms +
                      " schedule is not built; gridformer schedules 1f1b (the default), gpipe, interleaved, zero_bubble_h1 "
-                     "(or zbh1, zb-h1, zero_bubble)"), std::string::npos) << e;
+                     "(or zbh1, zb-h1, zero_bubble), zero_bubble_v (or zbv, zb-v, ZBVZeroBubble; two model chunks per "
+                     "stage)"), std::string::npos) << e;
+  }
+  // MindSpore's zero_bubble_v as MindFormers configures it: pipeline_interleave with pp_interleave_num 2.
+  for (const std::string& chunks : {std::string("1"), std::string("3")}) {
+    const std::string e = error({kSched + "zero_bubble_v", "parallel.pipeline_config.pipeline_interleave=True",
+                                 "model.model_config.pp_interleave_num=" + chunks});
+    EXPECT_NE(e.find("`parallel.pipeline_config.pipeline_scheduler: zero_bubble_v` runs two model chunks per stage, in "
+                     "a V: set `parallel.pipeline_config.pipeline_interleave: True` and "
+                     "`model.model_config.pp_interleave_num: 2` (got " + chunks + " chunk(s) per stage)"),
+              std::string::npos) << e;
   }
   std::string e = error({kSched + "pipedream"});
   EXPECT_NE(e.find("pipeline_scheduler=pipedream: unknown pipeline schedule; expects 1f1b (the default), gpipe"),

@@ -143,6 +143,9 @@ struct Simulation {
 Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs = {},
                     const std::vector<std::vector<std::string>>* origins = nullptr);
 Simulation simulate(Scheduler sched, const Shape& shape, const Costs& costs = {});
+// The same with costs per virtual stage (index = virtual stage: stages of unequal work, e.g. the head's on the last).
+Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape,
+                    const std::vector<Costs>& per_vstage, const std::vector<std::vector<std::string>>* origins = nullptr);
 
 // The schedule's bubble fraction in closed form, for equal stages (the published figures), as
 // bubble / (work + bubble) per stage, with Costs per micro-batch per chunk:

@@ -244,7 +244,7 @@ std::string check_schedule_file(const ScheduleFile& file, const Shape& shape, in
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
-  const Simulation sim = simulate(fl.lists, shape, {}, &fl.origins);
+  const Simulation sim = simulate(fl.lists, shape, Costs{}, &fl.origins);
   if (!sim.ok) return file.path + ": " + sim.error;
   const bool given = max_live > 0;
   const int bound = given ? max_live : default_live_bound(shape);

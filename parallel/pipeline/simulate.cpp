@@ -50,8 +50,8 @@ std::string receive_missing(const std::vector<Action>& list, size_t i, Op recv, 
 // Checks one stage's list on its own: ranges, the order of each (micro, chunk)'s computes, a posted
 // receive before each compute that needs one, each send after the compute that produced its data, no
 // repeats, no compute missing; and counts the live activations. Returns the first problem.
-std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, const Costs& costs, const Namer& at,
-                       double* busy, int* peak, std::vector<int>* peak_chunk, int* missing_recv) {
+std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, const std::vector<Costs>& per_vstage,
+                       const Namer& at, double* busy, int* peak, std::vector<int>* peak_chunk, int* missing_recv) {
   const int m = sh.micro_batches, v = sh.chunks, last = virtual_stages(sh) - 1;
   std::vector<KeyState> st(static_cast<size_t>(m) * v);
   int live = 0, last_compute = -1;
@@ -70,6 +70,7 @@ std::string check_list(const std::vector<Action>& list, const Shape& sh, int s, 
       return where + ": out of range (micro_batches " + std::to_string(m) + ", chunks " + std::to_string(v) + ")";
     KeyState& k = st[static_cast<size_t>(a.micro) * v + a.chunk];
     const int vs = vstage_of(sh, s, a.chunk);
+    const Costs& costs = per_vstage[static_cast<size_t>(vs)];
     switch (a.op) {
       case Op::kRecvForward:
         if (vs == 0) return where + ": the first virtual stage receives no activation";
@@ -258,6 +259,12 @@ std::string unmatched_message(const std::map<MsgKey, double>& sent, const std::m
 
 Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape, const Costs& costs,
                     const std::vector<std::vector<std::string>>* origins) {
+  const int vs = std::max(0, virtual_stages(shape));
+  return simulate(lists, shape, std::vector<Costs>(static_cast<size_t>(vs), costs), origins);
+}
+
+Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& shape,
+                    const std::vector<Costs>& per_vstage, const std::vector<std::vector<std::string>>* origins) {
   Simulation r;
   const Namer at{origins};
   const int p = shape.stages;
@@ -269,12 +276,18 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
     r.error = std::to_string(lists.size()) + " action lists for " + std::to_string(p) + " stages";
     return r;
   }
+  if (static_cast<int>(per_vstage.size()) != virtual_stages(shape)) {
+    r.error = std::to_string(per_vstage.size()) + " costs for " + std::to_string(virtual_stages(shape)) +
+              " virtual stages";
+    return r;
+  }
   r.busy.assign(p, 0.0);
   r.peak_live.assign(p, 0);
   r.peak_live_chunk.assign(p, {});
   std::vector<int> missing(static_cast<size_t>(p), -1);
   for (int s = 0; s < p; ++s) {
-    r.error = check_list(lists[s], shape, s, costs, at, &r.busy[s], &r.peak_live[s], &r.peak_live_chunk[s], &missing[s]);
+    r.error = check_list(lists[s], shape, s, per_vstage, at, &r.busy[s], &r.peak_live[s], &r.peak_live_chunk[s],
+                         &missing[s]);
     if (!r.error.empty()) return r;
   }
   for (int s = 0; s < p; ++s)
@@ -313,6 +326,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& lists, const Shape& 
             if (it == sent.end()) break;  // blocked: the neighbour has not sent it yet
             start = std::max(start, it->second);
           }
+          const Costs& costs = per_vstage[static_cast<size_t>(vs)];
           const double cost = a.op == Op::kForward         ? costs.f
                               : a.op == Op::kBackward      ? costs.b + costs.w
                               : a.op == Op::kBackwardInput ? costs.b

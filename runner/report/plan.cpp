@@ -301,7 +301,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
-  double bubble = 0;  // the schedule's analytic (or simulated) bubble
+  double bubble = 0;  // the schedule's analytic (or simulated) bubble, at equal stages
+  double priced = 0;  // the same lists simulated with each virtual stage's FLOPs (the step-time model's)
   if (pp > 1) {
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
     const pipeline::Shape shape = pipeline::schedule_shape(sched, pp, static_cast<int>(cfg.parallel.micro_batch_num),
@@ -312,11 +313,13 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
                                                     cfg.parallel.pipeline_schedule_max_live, &lists, &bubble);
         !e.empty())
       throw std::invalid_argument(e);
-    out += fmt::format("schedule {}{}: {} bubble {:.1f}% of the step (equal stages); each stage below holds its "
-                       "chunks' parameters and activation slots\n",
+    priced = priced_bubble(cfg, lists, shape);
+    out += fmt::format("schedule {}{}: {} bubble {:.1f}% of the step (equal stages), {:.1f}% simulated with each "
+                       "virtual stage's FLOPs (the step time below); each stage below holds its chunks' parameters and "
+                       "activation slots\n",
                        pipeline::scheduler_name(sched),
                        sched == pipeline::Scheduler::kFile ? " " + cfg.parallel.pipeline_file.path : std::string(),
-                       pipeline::bubble_is_simulated(sched) ? "simulated" : "analytic", 100.0 * bubble);
+                       pipeline::bubble_is_simulated(sched) ? "simulated" : "analytic", 100.0 * bubble, 100.0 * priced);
     stages.clear();
     for (int st = 0; st < pp; ++st) stages.push_back(pipeline_chunk_options(cfg.parallel.stage_layers, lists, shape, st));
   }
@@ -374,7 +377,7 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     const std::optional<MachineProbe> probe = machine_probe_for_this_cpu(machine_probe_path());
     const int64_t dc = cfg.parallel.data_parallel * cfg.parallel.context_parallel;
     const double shard = static_cast<double>(first_floats) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
-    StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, bubble, threads);
+    StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, priced, threads);
     if (where.hosts > 1) {  // the groups that span hosts send at the bandwidth given between them
       const ParallelConfig& p = cfg.parallel;
       const int mp = static_cast<int>(p.model_parallel), cp = static_cast<int>(p.context_parallel),

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <string>
 
+#include <stdexcept>
+
 #include "core/optim/adamw.h"
+#include "models/registry.h"
 #include "runner/config/config.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/step_comm.h"
@@ -63,6 +66,44 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
   in.bubble = bubble;
   in.threads = threads;
   return in;
+}
+
+std::vector<pipeline::Costs> pipeline_stage_costs(const Config& cfg, const std::vector<int64_t>& stage_layers) {
+  const ModelConfig& mc = cfg.model;
+  const TransformerSpec s = find_model(mc.arch, mc.type).spec(mc);
+  const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
+               H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads), F = static_cast<double>(s.ffn),
+               T = static_cast<double>(s.seq), V = static_cast<double>(s.vocab);
+  const double m = gated_mlp(s.mlp) ? 3.0 : 2.0;
+  const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
+  const double Fe = s.moe.ffn > 0 ? static_cast<double>(s.moe.ffn) : F, Fs = static_cast<double>(s.moe.shared_ffn);
+  const double tokens = static_cast<double>(cfg.batch_size) * T;  // a micro-batch's
+  std::vector<pipeline::Costs> out;
+  int64_t layer = 0;
+  for (size_t v = 0; v < stage_layers.size(); ++v) {
+    double P = 0, A = 0;  // multiply-adds per token
+    for (int64_t i = 0; i < stage_layers[v]; ++i, ++layer) {
+      const double mlp = s.moe.is_moe(layer) ? k * m * C * Fe + C * E + m * C * Fs : m * C * F;
+      P += C * (H + 2 * Hkv) * D + C * H * D + mlp;
+      A += 2 * T * H * D;
+    }
+    if (v + 1 == stage_layers.size()) P += C * V;
+    const double f = 2 * tokens;  // FLOPs per multiply-add, over the micro-batch's tokens
+    out.push_back({f * (P + A), f * (P + 2 * A), f * P});
+  }
+  return out;
+}
+
+double priced_bubble(const Config& cfg, const pipeline::StageLists& lists, const pipeline::Shape& shape) {
+  std::vector<int64_t> layers = cfg.parallel.stage_layers;
+  const int64_t n = static_cast<int64_t>(shape.stages) * shape.chunks;
+  if (static_cast<int64_t>(layers.size()) != n) {  // an even split (a config read from YAML carries its own)
+    layers.clear();
+    for (int64_t i = 0; i < n; ++i) layers.push_back(cfg.model.num_layers / n + (i < cfg.model.num_layers % n ? 1 : 0));
+  }
+  const pipeline::Simulation sim = pipeline::simulate(lists, shape, pipeline_stage_costs(cfg, layers));
+  if (!sim.ok) throw std::logic_error("the pipeline's lists fail their simulation: " + sim.error);
+  return sim.bubble_fraction;
 }
 
 }  // namespace gf

@@ -6,11 +6,15 @@
 //   communication every byte the step sends (runner/report/step_comm.h) at a link bandwidth: given, or within a host
 //                 half the triad (a shared-memory message is written once and read once), none hidden behind compute;
 //                 the bytes of groups that span hosts (plan --hosts) at the bandwidth given between hosts;
-//   the pipeline  compute and optimizer stretched by the schedule's bubble.
+//   the pipeline  compute and optimizer stretched by the schedule's bubble, priced by its simulator with each virtual
+//                 stage's own work (priced_bubble below): unequal stages (the head on the last) idle the others.
 // `gridformer plan` prints it and every run logs it beside the measured step time, so its error is seen (attention's
 // softmax, the norms and the other memory-bound work are not in it: on small models it runs short).
 #pragma once
 #include <string>
+#include <vector>
+
+#include "parallel/pipeline/schedule.h"
 
 namespace gf {
 
@@ -45,5 +49,14 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe);
 // threads: what plan and the trainer's end-of-run line both model.
 StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
                                 int threads);
+
+// Each virtual stage's work on one micro-batch in Megatron's FLOPs (TransformerLM::model_flops's terms, per layer:
+// the projections' products P, the attention's score and context products A), split as a split backward runs it:
+// forward P + A, input gradient P + 2A, weight gradient P (the attention's products have no weights); the LM head's
+// C V products on the last virtual stage (P only). `stage_layers`: the layers of each virtual stage, in order.
+std::vector<pipeline::Costs> pipeline_stage_costs(const Config& cfg, const std::vector<int64_t>& stage_layers);
+// The bubble of `lists` (every stage's) simulated with those costs: what plan and the end-of-run line stretch the
+// compute by. Throws std::logic_error when the lists fail their simulation.
+double priced_bubble(const Config& cfg, const pipeline::StageLists& lists, const pipeline::Shape& shape);
 
 }  // namespace gf

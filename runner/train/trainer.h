@@ -261,6 +261,7 @@ class Trainer {
   pipeline::Shape shape_;
   pipeline::StageLists lists_;     // every stage's actions (built in, or the schedule file's)
   double bubble_expected_ = 0;     // analytic (built in) or simulated (a file), both at equal stages
+  double bubble_priced_ = 0;       // the lists simulated with each virtual stage's FLOPs (the modelled step time's)
   std::vector<int64_t> stage_layers_;  // layers per virtual stage ({num_layers} without a pipeline)
   ArenaRange tied_{0, 0};   // the tied embedding on the first and last stage (GradientSync sums its gradient)
   int64_t micro_batches_ = 1;  // per step per data-parallel rank: micro_batch_num (pipeline) or gradient accumulation

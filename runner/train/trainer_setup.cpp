@@ -163,6 +163,7 @@ void Trainer::setup_engine() {
                                                   cfg.parallel.pipeline_schedule_max_live, &lists_, &bubble_expected_);
       !e.empty())
     throw std::runtime_error(e);
+  bubble_priced_ = priced_bubble(cfg, lists_, shape_);
   std::vector<int64_t> layers = cfg.parallel.stage_layers;
   if (layers.empty()) {  // an even split (configs read from YAML always carry the resolved one)
     const int64_t k = static_cast<int64_t>(shape_.stages) * shape_.chunks;
@@ -193,11 +194,11 @@ void Trainer::log_pipeline_stages() const {
   if (ctx_.world_rank() != 0) return;
   const std::vector<int64_t>& layers = stage_layers_;
   spdlog::info("pipeline: {} stages{}, schedule {}{}, {} micro-batches of {} per step and data-parallel rank; {} bubble "
-               "{:.1f}%", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
+               "{:.1f}% (equal stages), {:.1f}% simulated with each virtual stage's FLOPs", P, shape_.chunks > 1 ? fmt::format(" x {} model chunks", shape_.chunks) : std::string(),
                pipeline::scheduler_name(sched_),
                sched_ == pipeline::Scheduler::kFile ? " " + cfg_.parallel.pipeline_file.path : std::string(),
                shape_.micro_batches, cfg_.batch_size, pipeline::bubble_is_simulated(sched_) ? "simulated" : "analytic",
-               100.0 * bubble_expected_);
+               100.0 * bubble_expected_, 100.0 * bubble_priced_);
   for (int s = 0; s < P; ++s) {
     std::string ranges;
     for (const StageOptions& c : pipeline_chunk_options(layers, lists_, shape_, s))

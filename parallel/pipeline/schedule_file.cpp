@@ -197,16 +197,20 @@ FileLists file_lists(const ScheduleFile& file, const Shape& shape) {
         throw std::invalid_argument(at + ": stage " + std::to_string(k) + " is past the last virtual stage " +
                                     std::to_string(vs - 1) + " (parallel_config.pipeline_stage " + std::to_string(p) +
                                     " x " + std::to_string(shape.chunks) + " model chunks)");
-      if (k % p != r)
-        throw std::invalid_argument(at + ": stage " + std::to_string(k) + " runs on pipeline rank " +
-                                    std::to_string(k % p) + ", not on this row's rank " + std::to_string(r) +
-                                    " (virtual stage k is chunk k / " + std::to_string(p) + " of rank k % " +
-                                    std::to_string(p) + ", Megatron's interleaved placement)");
+      if (stage_of(shape, k) != r)
+        throw std::invalid_argument(
+            at + ": stage " + std::to_string(k) + " runs on pipeline rank " + std::to_string(stage_of(shape, k)) +
+            ", not on this row's rank " + std::to_string(r) +
+            (shape.v_shape ? " (the file's V: virtual stage k is chunk 0 of rank k below " + std::to_string(p) +
+                                 ", else chunk 1 of rank " + std::to_string(2 * p - 1) + " - k)"
+                           : " (virtual stage k is chunk k / " + std::to_string(p) + " of rank k % " +
+                                 std::to_string(p) + ", Megatron's interleaved placement; with two chunks a stage a " +
+                                 "file may place them in a V instead, torch's style \"v\")"));
       if (c.micro >= shape.micro_batches)
         throw std::invalid_argument(at + ": micro-batch " + std::to_string(c.micro) + " of " +
                                     std::to_string(shape.micro_batches) + " (parallel_config.micro_batch_num; "
                                     "micro-batches count from 0)");
-      const Action a{c.op, c.micro, k / p};
+      const Action a{c.op, c.micro, chunk_of(shape, k)};
       const std::string origin = where(file.path, c.line, c.cell) + " '" + c.text + "'";
       (file.messages ? out.lists[static_cast<size_t>(r)] : computes).push_back(a);
       origins.push_back(origin);
@@ -231,8 +235,23 @@ FileLists file_lists(const ScheduleFile& file, const Shape& shape) {
   return out;
 }
 
+Shape file_shape(const ScheduleFile& file, Shape shape) {
+  const int p = shape.stages;
+  if (shape.chunks != 2 || static_cast<int>(file.rows.size()) != p) return shape;
+  bool v_fits = true, loop_fits = true;
+  for (int r = 0; r < p; ++r)
+    for (const FileCell& c : file.rows[static_cast<size_t>(r)]) {
+      if (c.vstage < 0) continue;
+      v_fits = v_fits && (c.vstage == r || c.vstage == 2 * p - 1 - r);
+      loop_fits = loop_fits && c.vstage % p == r;
+    }
+  shape.v_shape = v_fits && !loop_fits;
+  return shape;
+}
+
 int default_live_bound(const Shape& shape) {
   const int p = shape.stages, m = shape.micro_batches, v = shape.chunks;
+  if (shape.v_shape) return std::min({2 * p, m + p, 2 * m});
   if (v == 1) return std::min(p, m);
   return std::min(2 * (p - 1) + (v - 1) * p + 1, m * v);
 }

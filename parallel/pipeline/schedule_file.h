@@ -8,7 +8,9 @@
 //   "compute_comms" form); e.g. `0F0,0F1,0B0,0F2` or `1RECV_F0,1F0,1B0,1SEND_B0`.
 //
 // <stage> is torch's stage index, the virtual stage k: it must run on rank k % pipeline_stage as chunk
-// k / pipeline_stage (the placement the engine runs, Megatron's interleaving). An empty cell is an idle
+// k / pipeline_stage (Megatron's interleaving, torch's "loop" style), or, with two chunks a stage, on rank k
+// (k < pipeline_stage) or 2 pipeline_stage - 1 - k as chunk 0 or 1 (torch's "v" style: ZB-V's and DualPipe-V's
+// placement), when every row's stages are that rank's under the V (file_shape). An empty cell is an idle
 // step (torch writes them) and is skipped; UNSHARD, RESHARD and REDUCE_GRAD (torch's FSDP lowering) are
 // skipped too (ZeRO gathers and reduces by itself here); `(a;b)OVERLAP_F_B` runs a then b. Without any
 // SEND/RECV cell (torch's "compute_only" form) the messages are derived by the built-in schedules' rule
@@ -61,10 +63,15 @@ struct FileLists {
 };
 FileLists file_lists(const ScheduleFile& file, const Shape& shape);
 
+// `shape` with the file's placement: the V (v_shape) when there are two chunks a stage, the file has a row per
+// stage and every cell's stage is its row's under the V but some is not under the loop; else `shape` as it is.
+Shape file_shape(const ScheduleFile& file, Shape shape);
+
 // The most micro-batch activations (summed over its chunks) a stage may hold under a schedule file when
 // the config sets no bound: what the built-in schedule of the same shape holds at its fullest stage,
 // stage 0: 1F1B's min(p, m) with one chunk (ZB-H1's too), interleaved's min(2 (p - 1) + (v - 1) p + 1, m v)
-// with v > 1 (live_bound). So a file may reorder, not hold more activations than the built-in schedules.
+// with v > 1 (live_bound); under the V, ZB-V's at its fullest stage, min(2p, m + p, 2m). So a file may
+// reorder, not hold more activations than the built-in schedules.
 int default_live_bound(const Shape& shape);
 
 // Everything checked before any work, in order: file_lists, simulate() with the file's origins, and each

@@ -122,8 +122,8 @@ static std::vector<std::string> schedule_file_problems(const Config& cfg) {
                         "`parallel_config.micro_batch_num` ({}) x {} model chunks on a stage",
                         key, cells, p.micro_batch_num, p.pipeline_chunks)};
   std::vector<std::string> out;
-  const pipeline::Shape shape{static_cast<int>(p.pipeline_stage), static_cast<int>(p.micro_batch_num),
-                              static_cast<int>(p.pipeline_chunks)};
+  const pipeline::Shape shape = pipeline::file_shape(
+      f, {static_cast<int>(p.pipeline_stage), static_cast<int>(p.micro_batch_num), static_cast<int>(p.pipeline_chunks)});
   const int max_live = static_cast<int>(std::min<int64_t>(p.pipeline_schedule_max_live, 1 << 30));
   if (std::string e = pipeline::check_schedule_file(f, shape, max_live);
       !e.empty())

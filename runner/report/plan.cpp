@@ -305,8 +305,9 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   double priced = 0;  // the same lists simulated with each virtual stage's FLOPs (the step-time model's)
   if (pp > 1) {
     const pipeline::Scheduler sched = cfg.parallel.pipeline_scheduler;
-    const pipeline::Shape shape = pipeline::schedule_shape(sched, pp, static_cast<int>(cfg.parallel.micro_batch_num),
-                                                           static_cast<int>(cfg.parallel.pipeline_chunks));
+    pipeline::Shape shape = pipeline::schedule_shape(sched, pp, static_cast<int>(cfg.parallel.micro_batch_num),
+                                                     static_cast<int>(cfg.parallel.pipeline_chunks));
+    if (sched == pipeline::Scheduler::kFile) shape = pipeline::file_shape(cfg.parallel.pipeline_file, shape);
     // A schedule file's lists (the layout check has simulated them), or the built-in schedule's.
     pipeline::StageLists lists;
     if (const std::string e = pipeline::stage_lists(sched, shape, cfg.parallel.pipeline_file,

@@ -156,6 +156,7 @@ void Trainer::setup_engine() {
   sched_ = cfg.parallel.pipeline_scheduler;
   shape_ = pipeline::schedule_shape(sched_, ctx_.size(GridAxis::kPp), static_cast<int>(micro_batches_),
                                     static_cast<int>(cfg.parallel.pipeline_chunks));
+  if (sched_ == pipeline::Scheduler::kFile) shape_ = pipeline::file_shape(cfg.parallel.pipeline_file, shape_);
   const std::string bad = pipeline::check_shape(sched_, shape_);
   if (!bad.empty()) throw std::runtime_error(bad);
   // A schedule file was checked by the layout check already: this only fills lists_.

@@ -10,6 +10,7 @@
 #     schedule's order rather than micro-batch by micro-batch: compare_runs.py's criteria (1e-5) against the same
 #     one rank, and its pipelined twin under 1F1B (the copies summed across stages) held to them too;
 #   - with data and tensor parallelism and ZeRO around it (pp2 x dp2 x mp2 + SP + ZeRO on 8 ranks): compare_runs.py.
+# DualPipe-V's order (docs/schedules, from tools/dualpipev_schedule.py) runs from a file in the same V, bitwise too.
 # The run's plan is held to account: the bytes the pipeline group sent (stage p - 1's turn of the V sends nothing)
 # equal what `plan` counts, which the end-of-run line prints beside them. And what cannot run is refused before any
 # work: one chunk per stage, three, and recompute (the deferred weight pass reads the activations it overwrites).
@@ -51,6 +52,26 @@ ptrain mixtral pp4_zbv 1 1 4 4 $ZBV
 (cd mixtral && same_bits gas4 pp2_zbv pp4_zbv) || fail "mixtral under ZB-V"
 cmp <(grep -o '"aux_loss":[^,]*' mixtral/gas4/metrics.jsonl) <(grep -o '"aux_loss":[^,]*' mixtral/pp4_zbv/metrics.jsonl) \
   || fail "ZB-V's router figures differ from one rank's"
+
+# DualPipe-V (DeepSeek's order in its V form) as the schedule file docs/schedules ships, written by
+# tools/dualpipev_schedule.py from PyTorch's ScheduleDualPipeV: the file reader places torch's "v"-style stages in the
+# V, and the run is bitwise one rank's at pp2 (4 micro-batches) and pp4 (8 of batch 1). It holds one more chunk
+# activation on stage 0 than ZB-V (2P + 1), so without pipeline_schedule_max_live it is refused naming that figure.
+for pm in 2:4 4:8; do
+  cmp <("$PY" "$SRC/tools/dualpipev_schedule.py" --stages "${pm%%:*}" --micro-batches "${pm##*:}") \
+    "$SRC/docs/schedules/dualpipev_pp${pm%%:*}_m${pm##*:}.csv" || fail "docs/schedules/dualpipev_pp${pm%%:*}_m${pm##*:}.csv is not the tool's"
+done
+DPV="--set parallel.pipeline_config.pipeline_interleave=True --set model.model_config.pp_interleave_num=2"
+ptrain llama gas8 1 1 1 8 --set runner_config.gradient_accumulation_steps=8
+ptrain llama pp2_dualpipev 1 1 2 4 $DPV --set parallel.pipeline_config.pipeline_schedule_file="$SRC/docs/schedules/dualpipev_pp2_m4.csv" \
+  --set parallel.pipeline_config.pipeline_schedule_max_live=5
+ptrain llama pp4_dualpipev 1 1 4 8 $DPV --set parallel.pipeline_config.pipeline_schedule_file="$SRC/docs/schedules/dualpipev_pp4_m8.csv" \
+  --set parallel.pipeline_config.pipeline_schedule_max_live=9
+(cd llama && same_bits gas4 pp2_dualpipev && same_bits gas8 pp4_dualpipev) || fail "DualPipe-V's file"
+mkdir -p llama/bad
+mpi_refused 4 llama/bad/dualpipev_live "holds 9 micro-batch activations at once (peak 9), over the bound 8" llama.yaml \
+  --set parallel_config.pipeline_stage=4 --set parallel_config.micro_batch_num=8 --set runner_config.batch_size=1 $DPV \
+  --set parallel.pipeline_config.pipeline_schedule_file="$SRC/docs/schedules/dualpipev_pp4_m8.csv"
 
 random_gpt2 gpt2.yaml layers=4
 ptrain gpt2 gas4 1 1 1 4 $GAS4

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/schedule_file.h"
 
 namespace gf::pipeline {
 namespace {
@@ -141,6 +142,34 @@ TEST(PipelineZbv, ShapesItCannotRunAreNamed) {
   EXPECT_THROW(stage_actions(Scheduler::kZBV, Shape{4, 8, 2}, 0), std::invalid_argument);
   EXPECT_TRUE(bubble_is_simulated(Scheduler::kZBV));
   EXPECT_FALSE(bubble_is_simulated(Scheduler::kZBH1));
+}
+
+// A schedule file in torch's "v" style (rank r's cells name stages r and 2P - 1 - r) is placed in the V: ZB-V's own
+// lists written as a file (computes only, or with every message) read back as the same lists; an interleaved file
+// keeps Megatron's placement; a V cell on another rank is refused naming the V.
+TEST(PipelineZbv, AFileInTheVIsPlacedInTheV) {
+  for (int p : {2, 3, 4})
+    for (bool messages : {false, true}) {
+      const Shape v = zbv(p, 2 * p);
+      const StageLists lists = all_stage_actions(Scheduler::kZBV, v);
+      const ScheduleFile f = parse_schedule_file(format_schedule_csv(lists, v, messages), "zbv.csv");
+      const Shape placed = file_shape(f, {p, 2 * p, 2});
+      EXPECT_TRUE(placed.v_shape) << p;
+      EXPECT_EQ(file_lists(f, placed).lists, lists) << p << " messages " << messages;
+      EXPECT_EQ(check_schedule_file(f, placed, 0), "") << p;
+      const Shape il{p, 2 * p, 2};
+      const ScheduleFile g = parse_schedule_file(format_schedule_csv(all_stage_actions(Scheduler::kInterleaved, il), il,
+                                                                     false), "il.csv");
+      EXPECT_FALSE(file_shape(g, il).v_shape) << p;
+    }
+  // Rank 0 of 2 holds stages 0 and 3 in the V; stage 2 is rank 1's.
+  const ScheduleFile bad = parse_schedule_file("0F0,3F0,2F0\n1F0,2F0\n", "bad.csv");
+  try {
+    file_lists(bad, {2, 1, 2, true});
+    FAIL() << "stage 2 on rank 0 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the file's V"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

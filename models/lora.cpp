@@ -52,9 +52,12 @@ const char* mindformers_module_name(Role r) {
     case Role::kKW: return "wk";
     case Role::kVW: return "wv";
     case Role::kOW: return "wo";
-    case Role::kGateW: return "w1";
-    case Role::kDownW: return "w2";
+    case Role::kGateW:
+    case Role::kExpertGateW: return "w1";
+    case Role::kDownW:
+    case Role::kExpertDownW: return "w2";
     case Role::kUpW: return "w3";
+    case Role::kExpertUpW: return "";  // GELU experts' c_fc (SwiGLU's up is w3: its role is kExpertUpW too, below)
     default: return "";
   }
 }
@@ -102,6 +105,37 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
       linear.insert(n);
       if (targeted(module_of(n), mindformers_module_name(r))) out.push_back({r, l, n});
     }
+  // The routed experts' projections, expert by expert (the base table holds every expert's, whatever the layout).
+  for (int64_t l = 0; l < layers; ++l)
+    for (Role r : kLoraExpertRoles) {
+      std::string pattern;
+      try {
+        pattern = names(r, l);
+      } catch (const std::logic_error&) {
+        continue;
+      }
+      // MindFormers' name of a SwiGLU expert's up projection is w3; a GELU expert's (c_fc) has none.
+      const ParamSpec* gate = nullptr;
+      try {
+        gate = base.find(expert_name(names(Role::kExpertGateW, l), 0));
+      } catch (const std::logic_error&) {
+      }
+      const char* mf = r == Role::kExpertUpW ? (gate ? "w3" : "") : mindformers_module_name(r);
+      for (int64_t e = 0;; ++e) {
+        const std::string n = expert_name(pattern, e);
+        const ParamSpec* p = base.find(n);
+        if (p == nullptr) break;
+        linear.insert(n);
+        if (targeted(module_of(n), mf)) out.push_back({r, l, n, e, p->experts});
+      }
+    }
+  if (c.dropout > 0.0f)
+    for (const LoraTarget& t : out)
+      if (t.expert >= 0)
+        throw std::invalid_argument("`model.model_config.pet_config.lora_dropout: " + std::to_string(c.dropout) +
+                                    "` with an adapter on the expert projection " + module_of(t.weight) +
+                                    ": the experts' rows are permuted by the routing, so the adapters' dropout on "
+                                    "them is not built; set lora_dropout: 0.0, or target the attention alone");
   // A target naming a module that is no such layer: PEFT applies LoRA to embeddings and other layers too; here
   // only the attention's and the dense MLP's projections carry adapters.
   if (c.peft_names) {
@@ -110,10 +144,10 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
       const std::string m = module_of(p.name);
       if (targeted(m, "") || (!c.target_is_regex && targeted(m, last_part(m))))
         throw std::invalid_argument("`model.model_config.pet_config.target_modules` names '" + m +
-                                    "', which has no LoRA adapter here: adapters sit on the attention's projections and "
-                                    "the dense MLP's (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; "
-                                    "GPT-2's c_attn, c_proj, c_fc), not on embeddings, the head, norms, routers or "
-                                    "experts");
+                                    "', which has no LoRA adapter here: adapters sit on the attention's projections, "
+                                    "the dense MLP's and the routed experts' (q_proj, k_proj, v_proj, o_proj, "
+                                    "gate_proj, up_proj, down_proj; Mixtral's experts' w1, w2, w3; GPT-2's c_attn, "
+                                    "c_proj, c_fc), not on embeddings, the head, norms, routers or shared experts");
     }
   }
   if (whole && out.empty()) {
@@ -138,7 +172,8 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
     // Our weights are stored [out, in] (nn.Linear) or [in, out] (GPT-2's Conv1D); which is which follows from
     // the split: a projection is split by its outputs (column-parallel) or its inputs (row-parallel).
     const bool column = x.role == Role::kQkvW || x.role == Role::kQW || x.role == Role::kKW || x.role == Role::kVW ||
-                        x.role == Role::kFcW || x.role == Role::kGateW || x.role == Role::kUpW;
+                        x.role == Role::kFcW || x.role == Role::kGateW || x.role == Role::kUpW ||
+                        x.role == Role::kExpertGateW || x.role == Role::kExpertUpW;
     const int out_dim = w.split.axis == Axis::kTensor ? (column ? w.split.dim : 1 - w.split.dim) : 0;
     const int64_t out = w.shape[static_cast<size_t>(out_dim)], in = w.shape[static_cast<size_t>(1 - out_dim)];
     const int64_t parts = w.split.parts;
@@ -157,6 +192,8 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
       a.split = split_dim(1, parts);
       b.grad_partial_over_tp = true;
     }
+    a.expert = b.expert = x.expert;  // a routed expert's adapters go with its expert
+    a.experts = b.experts = x.experts;
     t.add(a);
     t.add(b);
   }

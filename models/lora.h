@@ -21,17 +21,22 @@
 
 namespace gf {
 
-// A targeted module: its role and layer, and its base weight's name (<module>.weight).
+// A targeted module: its role and layer, its base weight's name (<module>.weight), and for a routed expert's
+// projection its expert and the layer's experts (ParamSpec::expert, experts; -1 and 0 otherwise).
 struct LoraTarget {
   Role role;
   int64_t layer;
   std::string weight;
+  int64_t expert = -1, experts = 0;
 };
 
 // The projections an adapter can sit on: the attention's (q, k, v, o; GPT-2's c_attn, c_proj) and the dense MLP's
 // (gate, up, down; GPT-2's c_fc, c_proj), the halves ZeRO-3 cuts a layer into.
 inline constexpr Role kLoraAttentionRoles[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
 inline constexpr Role kLoraMlpRoles[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
+// A routed expert's projections (Mixtral's w1, w3, w2; Qwen-MoE's gate_proj, up_proj, down_proj; GPT-2 MoE's c_fc,
+// c_proj), each expert's adapters its own, placed with its expert (expert parallelism) in the adapters' expert region.
+inline constexpr Role kLoraExpertRoles[] = {Role::kExpertGateW, Role::kExpertUpW, Role::kExpertDownW};
 
 std::string lora_a_name(const std::string& weight_name);  // x.weight -> x.lora_A.weight
 std::string lora_b_name(const std::string& weight_name);  // x.weight -> x.lora_B.weight
@@ -40,8 +45,9 @@ const char* mindformers_module_name(Role r);
 
 // The modules of the base table `base` (a stage's or the whole model's) that `c` targets, in table order.
 // Throws std::invalid_argument naming the key when the config targets a module that has no adapter here (the
-// embedding, the head, a norm, an expert, a router, latent attention's projections) or, with `whole` (the
-// base is the whole model), when it targets nothing.
+// embedding, the head, a norm, a router, a shared expert, latent attention's projections), targets an expert with
+// lora_dropout (the experts' rows are permuted by the routing, a mask could not follow PEFT's) or, with `whole`
+// (the base is the whole model), when it targets nothing.
 std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,
                                      bool whole);
 // The adapters' table: for each target, A then B (module order of the base table).

@@ -186,9 +186,10 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     // ZeRO-3's units are the adapters of each layer's attention and MLP (the base is whole on every rank).
     for (int64_t l = d.l0; l < d.l1; ++l) {
       const int64_t a = lora_unit_offset(l, false), m = lora_unit_offset(l, true);
-      layer_reads_.push_back({a, m});
+      const int64_t x = layers_[static_cast<size_t>(l - d.l0)].lora_expert_offset();  // its experts' adapters
+      layer_reads_.push_back({a, m, x});
       attn_reads_.push_back({a});
-      mlp_reads_.push_back({m});
+      mlp_reads_.push_back({m, x});
     }
     emb_reads_ = {-1};
     head_reads_ = {-1};

@@ -10,9 +10,11 @@ namespace gf {
 
 std::vector<int64_t> TransformerLM::weight_unit_starts() const {
   std::vector<int64_t> at;
-  if (spec_.lora.on) {  // the adapters of each layer's two halves
-    for (const TransformerLayer& l : layers_)
+  if (spec_.lora.on) {  // the adapters of each layer's two halves, and of its experts (in the expert region)
+    for (const TransformerLayer& l : layers_) {
       for (bool mlp : {false, true}) at.push_back(lora_unit_offset(l.layer(), mlp));
+      at.push_back(l.lora_expert_offset());
+    }
     return at;
   }
   if (dims_.first) at.push_back(embedding_.first_offset());
@@ -67,8 +69,12 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
   for (const StageOptions& st : chunks) {
     const int64_t l1 = st.layer_end < 0 ? spec.layers : st.layer_end;
     if (spec.lora.on) {  // weight_unit_starts' adapters
-      for (int64_t l = st.layer_begin; l < l1; ++l)
+      for (int64_t l = st.layer_begin; l < l1; ++l) {
         for (bool mlp : {false, true}) at.push_back(lora_half_offset(names, t, l, mlp));
+        TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
+        layer.bind_lora(t, names, spec.lora);
+        at.push_back(layer.lora_expert_offset());
+      }
       continue;
     }
     if (st.layer_begin == 0) {

@@ -5,11 +5,14 @@ PEFT v0.20.0 that tools/make_lora_golden.py uses) on the attention of tests/gold
 
 Run with Debian's Python (the pyenv `python3` on PATH has no torch), from the repository root:
 
-    /usr/bin/python3 tools/make_moe_lora_golden.py [--out tests/golden/lora]
+    /usr/bin/python3 tools/make_moe_lora_golden.py [--out tests/golden/lora] [--variant attention|experts]
 
-Writes tests/golden/lora/mixtral_lora.safetensors (< 1 MB): r 4, lora_alpha 8 (scaling 2), target_modules the list
+Writes tests/golden/lora/mixtral_lora.safetensors (< 2 MB): r 4, lora_alpha 8 (scaling 2), target_modules the list
 ["q_proj", "k_proj", "v_proj", "o_proj"] (PEFT's default for Mixtral is q_proj and v_proj: its
-TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), use_rslora false, lora_dropout 0. Its keys are
+TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), use_rslora false, lora_dropout 0. --variant experts writes
+mixtral_experts_lora.safetensors instead (with --seed 1235: the default seed's adapters put a top-2 routing margin at 6.3e-4, under MIN_LOGIT_GAP): target_modules ["q_proj", "v_proj", "w1", "w2", "w3"], so that PEFT wraps
+every expert's three nn.Linear (block_sparse_moe.experts.E.w1 / w2 / w3) beside the attention's q and v; the router
+stays frozen. Its keys are
 tools/make_lora_golden.py's: weights.<HF name> and tokens copied from mixtral_tiny.safetensors, adapter.<module>.lora_A
 / lora_B.weight (A kaiming_uniform_(a=sqrt(5)) from torch.Generator().manual_seed(1234), B zeros), train.lr,
 train.losses (mean cross-entropy before update s), train.objectives, train.grad_norms (pre-clip, of the objective's
@@ -46,8 +49,11 @@ torch.set_num_threads(2)
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SOURCE = os.path.join(ROOT, "tests", "golden", "mixtral_tiny.safetensors")
 CASE = "mixtral_tiny"
-R, ALPHA, TARGETS, ADAPTER_SEED = 4, 8, ["q_proj", "k_proj", "v_proj", "o_proj"], 1234
-MAX_BYTES = 1_000_000
+R, ALPHA, ADAPTER_SEED = 4, 8, 1234
+VARIANTS = {"attention": (["q_proj", "k_proj", "v_proj", "o_proj"], "mixtral_lora.safetensors"),
+            "experts": (["q_proj", "v_proj", "w1", "w2", "w3"], "mixtral_experts_lora.safetensors")}
+TARGETS, FILE = VARIANTS["attention"]
+MAX_BYTES = 2_000_000  # the experts variant: 1.6 MB (its merged.* holds the 24 experts' weights)
 
 
 def read_source():
@@ -108,7 +114,12 @@ def run(tensors, meta, max_norm):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "golden", "lora"))
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="attention")
+    ap.add_argument("--seed", type=int, default=1234, help="the adapters' A generator's seed (default 1234)")
     a = ap.parse_args()
+    global TARGETS, FILE, ADAPTER_SEED
+    ADAPTER_SEED = a.seed
+    TARGETS, FILE = VARIANTS[a.variant]
     tensors, meta = read_source()
     free = run(tensors, meta, math.inf)
     ranked = sorted(free["norms"])
@@ -165,8 +176,10 @@ def main():
         "generator": "tools/make_moe_lora_golden.py (LoRA: tools/torch_peft_lora.py, model: tools/torch_moe.py)",
         "base_golden": "tests/golden/mixtral_tiny.safetensors (weights.* and tokens copied as they are)",
         "torch_version": torch.__version__,
-        "trainable": f"the A and B of the {len(r['names'])} attention projections only; every base weight frozen, "
-                     "the router and experts among them",
+        "trainable": (f"the A and B of the {len(r['names'])} attention projections only; every base weight frozen, "
+                      "the router and experts among them") if FILE == "mixtral_lora.safetensors" else
+                     (f"the A and B of the {len(r['names'])} targeted projections ({', '.join(TARGETS)}) only; every "
+                      "base weight frozen, the router among them"),
         "grad_clip": "as torch.nn.utils.clip_grad_norm_ over the adapters' gradients of the objective: global L2 in "
                      "float64; g *= min(1, max_norm / (norm + 1e-6))",
         "train_steps_description": "train.losses[s-1] = mean CE before update s; train.objectives[s-1] = the objective "
@@ -176,7 +189,7 @@ def main():
         "routing_min_logit_gap": f"{r['gap']:.6e}",
     })
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "mixtral_lora.safetensors")
+    path = os.path.join(a.out, FILE)
     write_safetensors(path, out, m)
     size = os.path.getsize(path)
     assert size < MAX_BYTES, size

@@ -47,6 +47,7 @@ MoeBlock::Dims MoeBlock::dims(const TransformerSpec& s, int64_t N, int tp, int e
     d.R = std::min(d.R, d.El * ops::expert_capacity(rs, s.moe.capacity_factor) * rs.B * ep);
   }
   d.allgather = s.moe.allgather_dispatch;
+  d.lora_r = s.lora.on ? s.lora.rank : 0;
   if (d.allgather) d.S = std::max(d.S, d.R);  // the experts' outputs stay on the expert's rank
   return d;
 }
@@ -192,6 +193,7 @@ MoeBlock::Scratch MoeBlock::take_scratch(BufferPlan& p, const Dims& md, int tp_s
     m.shared_dx = p.take("moe.shared_expert_dx", N * C);
     m.shared_dz = p.take("moe.shared_expert_dz", N);
   }
+  if (md.lora_r > 0) m.lora = p.take("moe.lora", md.R * 2 * md.lora_r);
   return m;
 }
 
@@ -274,7 +276,7 @@ void MoeBlock::sum_choices(float* y, const float* rows_in_send_order, const Acts
   }
 }
 
-void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* off) const {
+void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const Scratch& sc, const int64_t* off) const {
   const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, El = d_.El;
   const bool out_in = spec_.out_in;
   const bool bias_here = down_b_ >= 0 && e.tp->rank() == 0;  // the row-parallel bias, once
@@ -282,10 +284,12 @@ void MoeBlock::experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int
   ops::grouped_linear_fwd(a.h, a.xperm, e.wt(up_w_, out_in), up_stride_, up_b_ >= 0 ? e.w(up_b_) : nullptr, off, El,
                           C, up);
   const int64_t R = off[El];
+  if (!adapters_.empty()) lora_up_fwd(e, a, sc.lora, off);
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_fwd(a.act, a.h, a.h + Fl, R, Fl, up);
   else ops::activation_fwd(spec_.act, a.act, a.h, R * Fl);
   ops::grouped_linear_fwd(y, a.act, e.wt(down_w_, out_in), down_stride_, bias_here ? e.w(down_b_) : nullptr, off, El,
                           Fl, C);
+  if (!adapters_.empty()) lora_down_fwd(e, y, a, sc.lora, off);
 }
 
 void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
@@ -300,6 +304,7 @@ void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& 
   if (!e.frozen())  // LoRA: the experts are frozen, only the input gradient flows
     ops::grouped_linear_bwd_weight(e.g(down_w_), down_bias_grad ? e.g(down_b_) : nullptr, dy, a.act, wd, down_stride_,
                                    off, El, Fl, C);
+  if (!adapters_.empty()) lora_down_bwd(e, dy, a, sc, off);
   constexpr bool kWrite = false;  // the activation's backward writes dh: no pass zeroes it first
   if (spec_.mlp == MlpKind::kSwiGLU) ops::swiglu_bwd(sc.dh, sc.dh + Fl, sc.dact, a.h, a.h + Fl, R, Fl, up, kWrite);
   else ops::activation_bwd(spec_.act, sc.dh, sc.dact, a.h, R * Fl, kWrite);
@@ -307,6 +312,7 @@ void MoeBlock::experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& 
   if (!e.frozen())
     ops::grouped_linear_bwd_weight(e.g(up_w_), up_b_ >= 0 ? e.g(up_b_) : nullptr, sc.dh, a.xperm, wu, up_stride_, off,
                                    El, C, up);
+  if (!adapters_.empty()) lora_up_bwd(e, dx, a, sc, off);
 }
 
 void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a, const Scratch& sc) const {
@@ -370,7 +376,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   if (off[static_cast<size_t>(El)] > d_.R) throw std::logic_error("moe: more rows received than planned");
   e.ep->exchange_rows(sc.send, send_rows.data(), sc.recv, recv_rows.data(), C);
   permute(a.xperm, sc.recv, recvd, ep, El, C, false);
-  experts_fwd(e, sc.perm, a, off.data());
+  experts_fwd(e, sc.perm, a, sc, off.data());
   permute(sc.recv, sc.perm, recvd, ep, El, C, true);
   e.ep->exchange_rows(sc.recv, recv_rows.data(), a.ret, send_rows.data(), C);
   // The weighted sum per token, choices in order (a partial sum over the tensor group).
@@ -479,7 +485,7 @@ void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const 
       }
   }
   off[El] = R;
-  experts_fwd(e, a.ret, a, off);
+  experts_fwd(e, a.ret, a, sc, off);
   // Each token's weighted sum over its choices that ran here (in choice order), then over the group.
   std::vector<int32_t> row_of(static_cast<size_t>(ep * Nk), -1);
   for (int64_t r = 0; r < R; ++r) row_of[static_cast<size_t>(a.src[r])] = static_cast<int32_t>(r);

@@ -25,8 +25,10 @@
 // sum is a partial sum that leaves through the row-parallel reduction. The gradient of each gate
 // weight (a dot product with that partial output) is summed over the group.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/params/buffer_plan.h"
 #include "core/ops/router.h"
@@ -46,6 +48,7 @@ class MoeBlock {
     int64_t S = 0;  // rows this rank sends at most (N k)
     int64_t R = 0;  // rows its experts receive at most
     bool allgather = false;  // the allgather dispatcher (S: at least R, its outputs stay here)
+    int64_t lora_r = 0;      // LoRA's rank when the model has adapters (the experts' adapter scratch), else 0
   };
   // Kept per layer and micro-batch for the backward.
   struct Acts {
@@ -82,6 +85,7 @@ class MoeBlock {
     // The shared expert's backward: its MLP's gradients [N, Fs], [N, 2 Fs], its output's [Nl, C], its input's [Nl, C].
     float *shared_dact = nullptr, *shared_dh = nullptr, *shared_dout = nullptr, *shared_dx = nullptr;
     float* shared_dz = nullptr;  // [N]: the gate's pre-sigmoid gradient per row
+    float* lora = nullptr;       // [R, 2 r]: the experts' adapters' u = x A^T and dv = s dy B (LoRA)
   };
   static int64_t stats_doubles(int64_t E) { return 4 + 2 * E; }
   // The buffers of one layer's Acts (without stats) and the shared Scratch, taken from a plan
@@ -96,6 +100,18 @@ class MoeBlock {
 
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
+  // LoRA on the routed experts (models/lora.h): the local experts' adapters in `lora` (the adapters' placement),
+  // scaled by s = alpha / r; an expert without them keeps its base alone.
+  void bind_lora(const Placement& lora, const NameMap& names, float scale, int64_t rank);
+  // The first of this layer's local experts' adapters in the adapters' arena (their ZeRO unit), -1: none.
+  int64_t lora_offset() const {
+    int64_t o = -1;
+    for (const auto& x : adapters_)
+      for (const ExpertAdapter& ad : x)
+        for (int64_t v : {ad.a, ad.b})
+          if (v >= 0 && (o < 0 || v < o)) o = v;
+    return o;
+  }
   int64_t first_offset() const { return spec_.moe.shared_ffn > 0 ? shared_.first_offset() : router_; }
   // The first of this rank's experts' parameters (the experts' region of the arena).
   int64_t bias_offset() const { return bias_; }  // MoeSpec::expert_bias (-1: none)
@@ -112,9 +128,23 @@ class MoeBlock {
   void bwd(const BlockEnv& e, float* dxn, const float* dout, const float* xn, const Acts& a, const Scratch& sc) const;
 
  private:
-  void experts_fwd(const BlockEnv& e, float* y, const Acts& a, const int64_t* offsets) const;
+  void experts_fwd(const BlockEnv& e, float* y, const Acts& a, const Scratch& sc, const int64_t* offsets) const;
   void experts_bwd(const BlockEnv& e, float* dx, float* dy, const Acts& a, const Scratch& sc,
                    const int64_t* offsets) const;
+  // The experts' adapters (models/blocks/moe_lora.cpp): after the up (gate|up) product, h += s (x A^T) B^T on each
+  // adapted projection's columns, and after the down product y += s (act A^T) B^T (a partial sum under tensor
+  // parallelism, as the base's); backward: their input gradients added to dact and dx, their A and B gradients.
+  void lora_up_fwd(const BlockEnv& e, const Acts& a, float* scratch, const int64_t* off) const;
+  void lora_down_fwd(const BlockEnv& e, float* y, const Acts& a, float* scratch, const int64_t* off) const;
+  void lora_down_bwd(const BlockEnv& e, const float* dy, const Acts& a, const Scratch& sc, const int64_t* off) const;
+  void lora_up_bwd(const BlockEnv& e, float* dx, const Acts& a, const Scratch& sc, const int64_t* off) const;
+  struct ExpertAdapter {
+    int64_t a = -1, b = -1;  // offsets in the adapters' arena (-1: none)
+  };
+  // Per local expert: its gate's (SwiGLU; a GELU expert's up), its up's (SwiGLU) and its down's adapters.
+  std::vector<std::array<ExpertAdapter, 3>> adapters_;
+  float lora_scale_ = 0.0f;
+  int64_t lora_r_ = 0;
   ops::RouterShape shape(const BlockEnv& e) const;
   // y[t] (rows t < rows, overwritten) = sum over t's kept choices j, in order, of (w[t, j] if
   // weighted, else 1) times row pos[t, j] of rows_in_send_order.

@@ -67,6 +67,7 @@ class TransformerLayer {
     const AdapterSite at{c.rank, static_cast<float>(c.scale()), c.dropout, layer_, 0};
     attn_.bind_lora(lora, names, layer_, at);
     if (!is_moe()) mlp_.bind_lora(lora, names, layer_, at);
+    else moe_.bind_lora(lora, names, at.scale, c.rank);
   }
   int64_t first_offset() const { return norm1_.first_offset(); }
   // The second half's first parameter (the second norm, then the MLP or the MoE router): ZeRO-2 and 3
@@ -74,6 +75,8 @@ class TransformerLayer {
   int64_t mlp_offset() const { return norm2_.first_offset(); }
   // An MoE layer's experts' first parameter (-1 for a dense layer).
   int64_t expert_offset() const { return is_moe() ? moe_.expert_offset() : -1; }
+  // LoRA: the first of its experts' adapters in the adapters' arena (bind_lora's), -1: none.
+  int64_t lora_expert_offset() const { return is_moe() ? moe_.lora_offset() : -1; }
   int64_t expert_bias_offset() const { return is_moe() ? moe_.bias_offset() : -1; }  // -1: none
   int64_t layer() const { return layer_; }
 

@@ -2,7 +2,8 @@
 // tools/make_lora_golden.py): the tiny Llama of tests/golden/families/llama.safetensors frozen, adapters on
 //  * llama_lora: q, k, v, o, gate, up and down (PEFT's target list), r 4, alpha 8 (scale 2);
 //  * llama_lora_qv_rslora: q and v (a regex on the whole name), r 4, alpha 8, use_rslora (scale 4);
-//  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py).
+//  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py);
+//  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
@@ -47,6 +48,9 @@ const Variant kVariants[] = {
     // tools/make_moe_lora_golden.py: a Mixtral (tests/golden/mixtral_tiny.safetensors) with the attention adapted,
     // the router and experts frozen; its balancing loss's gradient reaches the adapters through the frozen router.
     {"lora/mixtral_lora.safetensors", "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, k_proj, v_proj, o_proj]}"},
+    // The same Mixtral with every expert's w1, w2 and w3 adapted beside the attention's q and v (--variant experts).
+    {"lora/mixtral_experts_lora.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, w1, w2, w3]}"},
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& i) {

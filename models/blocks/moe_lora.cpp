@@ -1,0 +1,119 @@
+// LoRA on the routed experts (models/lora.h): each expert's projection y = W x gains s B (A x), s = alpha / r, with
+// W frozen, as PEFT's LoraLayer wraps each expert's nn.Linear (Mixtral's experts.E.w1, w3, w2). The experts' rows
+// arrive expert-major (models/blocks/moe.h), so each local expert's adapters run on its own block of rows
+// [off[j], off[j + 1]), after the grouped products of the base:
+//
+//   gate | up (column-parallel: A [r, C] whole, B this rank's Fl output rows): u = x_j A^T, h_j[:, cols] += s u B^T;
+//     backward from dh_j: dv = s dh_j[:, cols] B, dx_j += dv A, dA += dv^T x_j (partial over the tensor group: the
+//     gradient sync sums it, ParamSpec::grad_partial_over_tp), dB += s dh_j[:, cols]^T u.
+//   down (row-parallel: A this rank's Fl input columns, B [C, r] whole): u_p = act_j A_p^T, y_j += s u_p B^T, a part
+//     of the partial output the base's reduction sums; backward from dy_j: dv = s dy_j B, dact_j += dv A_p,
+//     dA_p += dv^T act_j, dB += s dy_j^T u_p (partial, summed).
+//
+// All in fp32 (LoRA computes in fp32). The adapters' dropout is refused on experts (models/lora.cpp).
+#include <stdexcept>
+
+#include "core/math/gemm.h"
+#include "models/blocks/moe.h"
+#include "models/lora.h"
+
+namespace gf {
+
+void MoeBlock::bind_lora(const Placement& lora, const NameMap& names, float scale, int64_t rank) {
+  adapters_.clear();
+  const int64_t l = layer_, e0 = static_cast<int64_t>(lora.ep_rank()) * d_.El;
+  const bool swiglu = spec_.mlp == MlpKind::kSwiGLU;
+  const Role roles[3] = {swiglu ? Role::kExpertGateW : Role::kExpertUpW, Role::kExpertUpW, Role::kExpertDownW};
+  bool any = false;
+  std::vector<std::array<ExpertAdapter, 3>> found(static_cast<size_t>(d_.El));
+  for (int64_t j = 0; j < d_.El; ++j)
+    for (int k = 0; k < 3; ++k) {
+      if (k == 1 && !swiglu) continue;
+      const std::string w = expert_name(names(roles[k], l), e0 + j);
+      const TensorPlacement* a = lora.find(lora_a_name(w));
+      if (a == nullptr) continue;
+      const TensorPlacement& b = lora.at(lora_b_name(w));
+      const int64_t in = k == 2 ? d_.Fl : d_.C, out = k == 2 ? d_.C : d_.Fl;
+      if (a->local_shape.at(0) != rank || a->local_shape.at(1) != in || b.local_shape.at(0) != out ||
+          b.local_shape.at(1) != rank)
+        throw std::logic_error("lora: the adapter of " + w + " does not fit its expert");
+      found[static_cast<size_t>(j)][static_cast<size_t>(k)] = {a->offset, b.offset};
+      any = true;
+    }
+  if (!any) return;
+  adapters_ = std::move(found);
+  lora_scale_ = scale;
+  lora_r_ = rank;
+  if (d_.lora_r != rank) throw std::logic_error("lora: the experts' adapter scratch is not sized for rank " +
+                                                std::to_string(rank));
+}
+
+void MoeBlock::lora_up_fwd(const BlockEnv& e, const Acts& a, float* u, const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, r = lora_r_;
+  for (int64_t j = 0; j < d_.El; ++j) {
+    const int64_t n = off[j + 1] - off[j];
+    if (n == 0) continue;
+    const float* x = a.xperm + off[j] * C;
+    float* h = a.h + off[j] * up;
+    for (int k = 0; k < 2; ++k) {
+      const ExpertAdapter& ad = adapters_[static_cast<size_t>(j)][static_cast<size_t>(k)];
+      if (ad.a < 0) continue;
+      gemm(Trans::kNo, Trans::kYes, n, r, C, 1.0f, x, C, e.lora_w + ad.a, C, 0.0f, u, r);
+      gemm(Trans::kNo, Trans::kYes, n, Fl, r, lora_scale_, u, r, e.lora_w + ad.b, r, 1.0f, h + k * Fl, up);
+    }
+  }
+}
+
+void MoeBlock::lora_down_fwd(const BlockEnv& e, float* y, const Acts& a, float* u, const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, r = lora_r_;
+  for (int64_t j = 0; j < d_.El; ++j) {
+    const int64_t n = off[j + 1] - off[j];
+    const ExpertAdapter& ad = adapters_[static_cast<size_t>(j)][2];
+    if (n == 0 || ad.a < 0) continue;
+    gemm(Trans::kNo, Trans::kYes, n, r, Fl, 1.0f, a.act + off[j] * Fl, Fl, e.lora_w + ad.a, Fl, 0.0f, u, r);
+    gemm(Trans::kNo, Trans::kYes, n, C, r, lora_scale_, u, r, e.lora_w + ad.b, r, 1.0f, y + off[j] * C, C);
+  }
+}
+
+void MoeBlock::lora_down_bwd(const BlockEnv& e, const float* dy, const Acts& a, const Scratch& sc,
+                             const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, r = lora_r_;
+  float* u = sc.lora;
+  float* dv = sc.lora + d_.R * r;
+  for (int64_t j = 0; j < d_.El; ++j) {
+    const int64_t n = off[j + 1] - off[j];
+    const ExpertAdapter& ad = adapters_[static_cast<size_t>(j)][2];
+    if (n == 0 || ad.a < 0) continue;
+    const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b, *act = a.act + off[j] * Fl, *dyj = dy + off[j] * C;
+    gemm(Trans::kNo, Trans::kNo, n, r, C, lora_scale_, dyj, C, B, r, 0.0f, dv, r);
+    gemm(Trans::kNo, Trans::kNo, n, Fl, r, 1.0f, dv, r, A, Fl, 1.0f, sc.dact + off[j] * Fl, Fl);
+    if (e.lora_g == nullptr) continue;
+    gemm(Trans::kYes, Trans::kNo, r, Fl, n, 1.0f, dv, r, act, Fl, 1.0f, e.lora_g + ad.a, Fl);
+    gemm(Trans::kNo, Trans::kYes, n, r, Fl, 1.0f, act, Fl, A, Fl, 0.0f, u, r);
+    gemm(Trans::kYes, Trans::kNo, C, r, n, lora_scale_, dyj, C, u, r, 1.0f, e.lora_g + ad.b, r);
+  }
+}
+
+void MoeBlock::lora_up_bwd(const BlockEnv& e, float* dx, const Acts& a, const Scratch& sc, const int64_t* off) const {
+  const int64_t C = d_.C, Fl = d_.Fl, up = d_.up, r = lora_r_;
+  float* u = sc.lora;
+  float* dv = sc.lora + d_.R * r;
+  for (int64_t j = 0; j < d_.El; ++j) {
+    const int64_t n = off[j + 1] - off[j];
+    if (n == 0) continue;
+    const float* x = a.xperm + off[j] * C;
+    for (int k = 0; k < 2; ++k) {
+      const ExpertAdapter& ad = adapters_[static_cast<size_t>(j)][static_cast<size_t>(k)];
+      if (ad.a < 0) continue;
+      const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b, *dh = sc.dh + off[j] * up + k * Fl;
+      gemm(Trans::kNo, Trans::kNo, n, r, Fl, lora_scale_, dh, up, B, r, 0.0f, dv, r);
+      gemm(Trans::kNo, Trans::kNo, n, C, r, 1.0f, dv, r, A, C, 1.0f, dx + off[j] * C, C);
+      if (e.lora_g == nullptr) continue;
+      gemm(Trans::kYes, Trans::kNo, r, C, n, 1.0f, dv, r, x, C, 1.0f, e.lora_g + ad.a, C);
+      gemm(Trans::kNo, Trans::kYes, n, r, C, 1.0f, x, C, A, C, 0.0f, u, r);
+      gemm(Trans::kYes, Trans::kNo, Fl, r, n, lora_scale_, dh, up, u, r, 1.0f, e.lora_g + ad.b, r);
+    }
+  }
+}
+
+}  // namespace gf

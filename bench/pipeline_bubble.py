@@ -84,7 +84,8 @@ class Run:
              f"parallel_config.micro_batch_num={self.m}", f"runner_config.batch_size={self.batch}"]
         if self.pp > 1:
             if self.sched in ("interleaved", "zero_bubble_v"):
-                s += [f"parallel.pipeline_config.pipeline_scheduler={'1f1b' if self.sched == 'interleaved' else self.sched}",
+                name = "1f1b" if self.sched == "interleaved" else self.sched  # 1f1b over two chunks interleaves
+                s += [f"parallel.pipeline_config.pipeline_scheduler={name}",
                       "parallel.pipeline_config.pipeline_interleave=True", "model.model_config.pp_interleave_num=2"]
             else:
                 s += [f"parallel.pipeline_config.pipeline_scheduler={self.sched}"]

@@ -266,6 +266,44 @@ layout_train() {
   train_on "$np" "$name" "$cfg" --save-weights "$name/weights.safetensors" "$@"
 }
 
+# lora_on_base CFG: a LoRA config's run over a trained base, in ./base, ./on_base (CFG's checkpoint monitor: prefix
+# lora, saving at step 10), ./merged (convert --merge-lora) and ./peft (the PEFT directory of on_base's checkpoint);
+# generation of the same prompts with the adapters (unmerged) must give the merged model's tokens, not the base's.
+lora_on_base() {
+  local cfg=$1
+  train base "$cfg" --set output_dir=base --set model.model_config.pet_config=null --set runner_config.train_steps=3 \
+    --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]'
+  train on_base "$cfg" --set output_dir=on_base --set load_checkpoint=base/checkpoint/base-1_3
+  run merge "$BIN" convert --from on_base/checkpoint/lora-1_10 --merge-lora --to merged
+  ((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of $cfg's adapters"; }
+  local name ck
+  for name in gen_lora gen_merged gen_base; do
+    case $name in
+      gen_lora) ck=(on_base/checkpoint/lora-1_10) ;;
+      gen_merged) ck=(merged --set model.model_config.pet_config=null) ;;
+      gen_base) ck=(base/checkpoint/base-1_3 --set model.model_config.pet_config=null) ;;
+    esac
+    run "$name" "$BIN" predict --config "$cfg" --load_checkpoint "${ck[@]:0:1}" --predict_ids "5 17 30 42" \
+      --max_new_tokens 12 --ids_out "$name.jsonl" "${ck[@]:1}"
+    ((STATUS == 0)) || { tail -20 "$name.log"; fail "$name: predict failed"; }
+  done
+  cmp gen_lora.jsonl gen_merged.jsonl || fail "$cfg: the adapters' tokens are not the merged model's"
+  ! cmp -s gen_lora.jsonl gen_base.jsonl || fail "$cfg: the adapters changed no generated token"
+  run peft "$BIN" convert --from on_base/checkpoint --to peft
+  ((STATUS == 0)) || { cat peft.log; fail "convert of $cfg's LoRA checkpoint to PEFT's directory"; }
+}
+
+# ptrain MODEL NAME DP MP PP MICRO [--set ...]: layout_train of MODEL.yaml into MODEL/NAME on DP x MP x PP ranks, with
+# batch_size GLOBAL_BATCH / (DP x MICRO) (the caller sets GLOBAL_BATCH) and, with a pipeline, micro_batch_num MICRO:
+# the same global batch under every layout (pipeline_equivalence.sh, pipeline_zbv.sh).
+ptrain() {
+  local model=$1 name=$2 dp=$3 mp=$4 pp=$5 micro=$6; shift 6
+  local args=(--set parallel_config.data_parallel="$dp" --set parallel_config.model_parallel="$mp"
+              --set parallel_config.pipeline_stage="$pp" --set runner_config.batch_size=$((GLOBAL_BATCH / dp / micro)) "$@")
+  if [ "$pp" -gt 1 ]; then args+=(--set parallel_config.micro_batch_num="$micro"); fi
+  layout_train $((dp * mp * pp)) "$model/$name" "$model.yaml" "${args[@]}"
+}
+
 preprocess() {
   local name=$1; shift
   [[ -x "$PRE" ]] || fail "$PRE not built"

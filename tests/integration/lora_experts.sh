@@ -63,24 +63,7 @@ grep -c "experts\.[0-9]*\.c_fc\.lora_A" <(strings g_one/weights.safetensors | tr
   || fail "GPT-2 MoE: no adapter on the experts' c_fc"
 
 # Over a trained base: the adapters' tokens are the merged model's; PEFT's export holds every expert's adapters.
-train base lx.yaml --set output_dir=base --set model.model_config.pet_config=null --set runner_config.train_steps=3 \
-  --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]'
-train on_base lx.yaml --set output_dir=on_base --set load_checkpoint=base/checkpoint/base-1_3
-run merge "$BIN" convert --from on_base/checkpoint/lora-1_10 --merge-lora --to merged
-((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of the experts' adapters"; }
-gen() {  # gen NAME CHECKPOINT [--set ...]
-  local name=$1 ck=$2; shift 2
-  run "$name" "$BIN" predict --config lx.yaml --load_checkpoint "$ck" --predict_ids "5 17 30 42" \
-    --max_new_tokens 12 --ids_out "$name.jsonl" "$@"
-  ((STATUS == 0)) || { tail -20 "$name.log"; fail "$name: predict failed"; }
-}
-gen gen_lora on_base/checkpoint/lora-1_10
-gen gen_merged merged --set model.model_config.pet_config=null
-gen gen_base base/checkpoint/base-1_3 --set model.model_config.pet_config=null
-cmp gen_lora.jsonl gen_merged.jsonl || fail "the experts' adapters' tokens are not the merged model's"
-! cmp -s gen_lora.jsonl gen_base.jsonl || fail "the adapters changed no generated token"
-run peft "$BIN" convert --from on_base/checkpoint --to peft
-((STATUS == 0)) || { cat peft.log; fail "convert of the experts' LoRA checkpoint to PEFT's directory"; }
+lora_on_base lx.yaml
 "$PY" - peft <<'PY' || fail "the experts' PEFT directory"
 import json, struct, sys
 d = sys.argv[1]

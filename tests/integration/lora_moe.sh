@@ -69,24 +69,7 @@ EOF2
 # Over a trained base: generation with the adapters (unmerged) gives the tokens of the merged model (convert
 # --merge-lora, the experts and router copied as they are), not the base's; the PEFT export holds the attention's
 # adapters under PEFT's keys.
-train base lora_moe.yaml --set output_dir=base --set model.model_config.pet_config=null --set runner_config.train_steps=3 \
-  --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]'
-train on_base lora_moe.yaml --set output_dir=on_base --set load_checkpoint=base/checkpoint/base-1_3
-run merge "$BIN" convert --from on_base/checkpoint/lora-1_10 --merge-lora --to merged
-((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of the MoE LoRA checkpoint"; }
-gen() {  # gen NAME CHECKPOINT [--set ...]
-  local name=$1 ck=$2; shift 2
-  run "$name" "$BIN" predict --config lora_moe.yaml --load_checkpoint "$ck" --predict_ids "5 17 30 42" \
-    --max_new_tokens 12 --ids_out "$name.jsonl" "$@"
-  ((STATUS == 0)) || { tail -20 "$name.log"; fail "$name: predict failed"; }
-}
-gen gen_lora on_base/checkpoint/lora-1_10
-gen gen_merged merged --set model.model_config.pet_config=null
-gen gen_base base/checkpoint/base-1_3 --set model.model_config.pet_config=null
-cmp gen_lora.jsonl gen_merged.jsonl || fail "MoE LoRA: the adapters' tokens are not the merged model's"
-! cmp -s gen_lora.jsonl gen_base.jsonl || fail "MoE LoRA: the adapters changed no generated token"
-run peft "$BIN" convert --from on_base/checkpoint --to peft
-((STATUS == 0)) || { cat peft.log; fail "convert of the MoE LoRA checkpoint to PEFT's directory"; }
+lora_on_base lora_moe.yaml
 "$PY" - peft <<'EOF2' || fail "the MoE LoRA's PEFT directory"
 import json, struct, sys
 d = sys.argv[1]

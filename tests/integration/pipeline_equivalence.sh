@@ -30,14 +30,6 @@ GLOBAL_BATCH=8
 random_gpt2 gpt2.yaml layers=4
 random_llama llama.yaml layers=4
 
-# ptrain MODEL NAME DP MP PP MICRO [extra --set ...]: lib.sh's layout_train into MODEL/NAME, batch_size = 8 / (DP x MICRO)
-ptrain() {
-  local model=$1 name=$2 dp=$3 mp=$4 pp=$5 micro=$6; shift 6
-  local args=(--set parallel_config.data_parallel="$dp" --set parallel_config.model_parallel="$mp"
-              --set parallel_config.pipeline_stage="$pp" --set runner_config.batch_size=$((GLOBAL_BATCH / dp / micro)) "$@")
-  if [ "$pp" -gt 1 ]; then args+=(--set parallel_config.micro_batch_num="$micro"); fi
-  layout_train $((dp * mp * pp)) "$model/$name" "$model.yaml" "${args[@]}"
-}
 SP="--set parallel_config.use_seq_parallel=True"
 ZERO="--set parallel.enable_parallel_optimizer=True"
 sched() { echo "--set parallel.pipeline_config.pipeline_scheduler=$1"; }

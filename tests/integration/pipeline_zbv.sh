@@ -19,14 +19,6 @@ command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 GLOBAL_BATCH=8
 ZBV="--set parallel.pipeline_config.pipeline_scheduler=zero_bubble_v --set parallel.pipeline_config.pipeline_interleave=True --set model.model_config.pp_interleave_num=2"
 
-# ptrain MODEL NAME DP MP PP MICRO [extra --set ...]: layout_train into MODEL/NAME, batch_size = 8 / (DP x MICRO)
-ptrain() {
-  local model=$1 name=$2 dp=$3 mp=$4 pp=$5 micro=$6; shift 6
-  local args=(--set parallel_config.data_parallel="$dp" --set parallel_config.model_parallel="$mp"
-              --set parallel_config.pipeline_stage="$pp" --set runner_config.batch_size=$((GLOBAL_BATCH / dp / micro)) "$@")
-  if [ "$pp" -gt 1 ]; then args+=(--set parallel_config.micro_batch_num="$micro"); fi
-  layout_train $((dp * mp * pp)) "$model/$name" "$model.yaml" "${args[@]}"
-}
 GAS4="--set runner_config.gradient_accumulation_steps=4"
 BF16="--set model.model_config.compute_dtype=bfloat16"
 

@@ -16,21 +16,14 @@ random_llama lx.yaml arch=MixtralForCausalLM hidden=32 steps=10 batch=4 samples=
   top="moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: True}" \
   model="$PET"
 
-# ltrain NAME RANKS [--set ...]: the adapters after the last step in NAME/weights.safetensors.
-ltrain() {
-  local name=$1 np=$2; shift 2
-  if [ "$np" -eq 1 ]; then train "$name" lx.yaml --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@"
-  else mpi_train "$np" "$name" lx.yaml --save-weights "$name/weights.safetensors" "$@"
-  fi
-}
 DP2="--set parallel_config.data_parallel=2 --set runner_config.batch_size=2"
 EP2="--set parallel_config.expert_parallel=2"
-ltrain one 1
-ltrain ep2 2 $DP2 $EP2
-ltrain ep2_mp2_sp 4 $DP2 $EP2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
-ltrain ep2_allgather 2 $DP2 $EP2 --set moe_config.token_dispatcher=allgather
-ltrain pp2 2 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
-ltrain z3 2 $DP2 --set parallel.zero_stage=3
+layout_train 1 one lx.yaml
+layout_train 2 ep2 lx.yaml $DP2 $EP2
+layout_train 4 ep2_mp2_sp lx.yaml $DP2 $EP2 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
+layout_train 2 ep2_allgather lx.yaml $DP2 $EP2 --set moe_config.token_dispatcher=allgather
+layout_train 2 pp2 lx.yaml --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
+layout_train 2 z3 lx.yaml $DP2 --set parallel.zero_stage=3
 "$PY" "$SRC/tests/integration/compare_runs.py" one ep2 ep2_mp2_sp ep2_allgather pp2 z3 || fail "a layout is not one rank's"
 "$PY" - one/weights.safetensors <<'PY' || fail "the experts' adapters did not train"
 import json, struct, sys

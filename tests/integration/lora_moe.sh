@@ -15,21 +15,14 @@ random_llama lora_moe.yaml arch=MixtralForCausalLM hidden=32 steps=10 batch=4 sa
   top="moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: True}" \
   model="pet_config: {peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, k_proj, v_proj, o_proj]}"
 
-# ltrain NAME RANKS [--set ...]: the adapters after the last step in NAME/weights.safetensors.
-ltrain() {
-  local name=$1 np=$2; shift 2
-  if [ "$np" -eq 1 ]; then train "$name" lora_moe.yaml --set output_dir="$name" --save-weights "$name/weights.safetensors" "$@"
-  else mpi_train "$np" "$name" lora_moe.yaml --save-weights "$name/weights.safetensors" "$@"
-  fi
-}
 DP2="--set parallel_config.data_parallel=2 --set runner_config.batch_size=2"
-ltrain one 1
+layout_train 1 one lora_moe.yaml
 grep -q "LoRA: .* adapter parameters train" one.log || fail "one: no LoRA line in the log"
-ltrain ep2 2 $DP2 --set parallel_config.expert_parallel=2
-ltrain ep2_mp2_sp 4 $DP2 --set parallel_config.expert_parallel=2 --set parallel_config.model_parallel=2 \
+layout_train 2 ep2 lora_moe.yaml $DP2 --set parallel_config.expert_parallel=2
+layout_train 4 ep2_mp2_sp lora_moe.yaml $DP2 --set parallel_config.expert_parallel=2 --set parallel_config.model_parallel=2 \
   --set parallel_config.use_seq_parallel=True
-ltrain pp2 2 --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
-ltrain z3 2 $DP2 --set parallel.zero_stage=3
+layout_train 2 pp2 lora_moe.yaml --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
+layout_train 2 z3 lora_moe.yaml $DP2 --set parallel.zero_stage=3
 "$PY" "$SRC/tests/integration/compare_runs.py" one ep2 ep2_mp2_sp pp2 z3 || fail "a layout is not one rank's"
 
 # Qwen2-MoE: a gated shared expert beside the routed ones, frozen too; one rank and ep2 alike.

@@ -5,7 +5,8 @@
 # 20 steps as one rank accumulating the same micro-batches (gradient_accumulation_steps 4 of batch 2, global batch 8):
 #   - bitwise where the order allows: every weight gradient is summed over the micro-batches in their order (the
 #     weight passes of a chunk run in micro-batch order), and so is the loss: Llama (untied head) at pp2 and pp4, fp32
-#     and bf16, and Mixtral (top-2 of 4 experts, its router losses through the objective) at pp2 and pp4;
+#     and bf16, and Mixtral (top-2 of 4 experts, its router losses through the objective) at pp2 and pp4, and at pp4
+#     in bf16;
 #   - GPT-2's tied embedding is one tensor on stage 0 under the V, and its lookup's and head's gradients add up in the
 #     schedule's order rather than micro-batch by micro-batch: compare_runs.py's criteria (1e-5) against the same
 #     one rank, and its pipelined twin under 1F1B (the copies summed across stages) held to them too;
@@ -41,7 +42,9 @@ random_llama mixtral.yaml arch=MixtralForCausalLM hidden=32 layers=8 \
 ptrain mixtral gas4 1 1 1 4 $GAS4
 ptrain mixtral pp2_zbv 1 1 2 4 $ZBV
 ptrain mixtral pp4_zbv 1 1 4 4 $ZBV
-(cd mixtral && same_bits gas4 pp2_zbv pp4_zbv) || fail "mixtral under ZB-V"
+ptrain mixtral gas4_bf16 1 1 1 4 $GAS4 $BF16
+ptrain mixtral pp4_zbv_bf16 1 1 4 4 $ZBV $BF16
+(cd mixtral && same_bits gas4 pp2_zbv pp4_zbv && same_bits gas4_bf16 pp4_zbv_bf16) || fail "mixtral under ZB-V"
 cmp <(grep -o '"aux_loss":[^,]*' mixtral/gas4/metrics.jsonl) <(grep -o '"aux_loss":[^,]*' mixtral/pp4_zbv/metrics.jsonl) \
   || fail "ZB-V's router figures differ from one rank's"
 

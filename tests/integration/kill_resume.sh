@@ -90,7 +90,15 @@ wait_lines() {
 wait_exit() {
   local i
   for i in $(seq 1 1200); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$1" 2>/dev/null && { kill -KILL "$1" 2>/dev/null || true; fail "mpirun did not exit within 60 s of a rank's SIGKILL"; }
+  if kill -0 "$1" 2>/dev/null; then
+    # What mpirun and its children were doing (state, kernel wait channel), for the report: a rank in D state (an
+    # fsync under load) cannot die until its syscall returns; mpirun in S waits for its children or their output.
+    echo "mpirun $1 still running 60 s after the kill; its process tree:"
+    ps -o pid,ppid,stat,wchan:24,etime,args --ppid "$1" -p "$1" 2>/dev/null | cut -c1-200 || true
+    for c in $(pgrep -P "$1" || true); do ps -o pid,ppid,stat,wchan:24,etime,args --ppid "$c" 2>/dev/null | tail -n +2 | cut -c1-200; done
+    kill -KILL "$1" 2>/dev/null || true
+    fail "mpirun did not exit within 60 s of a rank's SIGKILL"
+  fi
   status=0; wait "$1" || status=$?
 }
 # no_ranks_left OUT: any rank mpirun left behind is killed, and gone

@@ -160,6 +160,19 @@ class TransformerLM : public CausalLM {
   // embedding, each layer, each MoE layer's experts and the head start.
   static std::vector<int64_t> unit_starts(const TransformerSpec& spec, const NameMap& names, const Placement& t,
                                           int tp, int ep, const std::vector<StageOptions>& chunks);
+  // ZeRO-3's weight gathers (parallel/zero.h's WeightStream, as stage_forward and stage_backward ask for the units),
+  // for `plan`: the arena ranges these chunks' blocks read, each with how many times one micro-batch gathers it. The
+  // embedding's lookup once (its backward reads no weight); a layer's units in its forward and again in its backward
+  // (twice when the backward is split into input and weight passes; recompute reruns the forward inside the
+  // backward's gather); the head's likewise (its backward whole in the input pass under share_logits); and a tied
+  // embedding's token table by the head as well, where the head is on this stage. A unit is gathered the sum of the
+  // times of the ranges it meets. Empty under LoRA (the adapters' units are not streamed).
+  struct GatherRange {
+    int64_t begin = 0, end = 0;
+    int times = 0;
+  };
+  static std::vector<GatherRange> gather_ranges(const TransformerSpec& spec, const NameMap& names, const Placement& t,
+                                                int tp, int ep, const std::vector<StageOptions>& chunks);
   void set_weight_gate(WeightGate* gate) override { gate_ = gate; }
   void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;

@@ -108,6 +108,43 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
   return at;
 }
 
+std::vector<TransformerLM::GatherRange> TransformerLM::gather_ranges(const TransformerSpec& spec, const NameMap& names,
+                                                                   const Placement& t, int tp, int ep,
+                                                                   const std::vector<StageOptions>& chunks) {
+  if (spec.lora.on) return {};
+  std::vector<std::pair<int64_t, int>> starts;  // each block's first offset, and its gathers a micro-batch
+  int head_times = 0;
+  for (const StageOptions& st : chunks) {
+    const int64_t l1 = st.layer_end < 0 ? spec.layers : st.layer_end;
+    const int layer_times = st.defer_weight_grads ? 3 : 2;
+    if (st.layer_begin == 0) {
+      EmbeddingBlock e(spec, VocabSlice{});
+      e.bind(t, names);
+      starts.emplace_back(e.first_offset(), 1);
+    }
+    for (int64_t l = st.layer_begin; l < l1; ++l) {
+      TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
+      layer.bind(t, names);
+      starts.emplace_back(layer.first_offset(), layer_times);
+      starts.emplace_back(layer.mlp_offset(), layer_times);
+      if (layer.expert_offset() >= 0) starts.emplace_back(layer.expert_offset(), layer_times);
+    }
+    if (l1 == spec.layers) {
+      LmHeadBlock h(spec, VocabSlice{}, 0);
+      h.bind(t, names);
+      head_times = st.defer_weight_grads && !st.share_logits ? 3 : 2;
+      starts.emplace_back(h.first_offset(), head_times);
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  std::vector<GatherRange> out;
+  for (size_t i = 0; i < starts.size(); ++i)
+    out.push_back({starts[i].first, i + 1 < starts.size() ? starts[i + 1].first : t.total_floats(), starts[i].second});
+  if (spec.tied_head && head_times > 0)
+    if (const TensorPlacement* x = t.find(names(Role::kEmbed, -1))) out.push_back({x->offset, x->offset + x->numel(), head_times});
+  return out;
+}
+
 void TransformerLM::convert_low(int64_t begin, int64_t end) {
   if (cdt_ == ComputeDtype::kFloat32 || begin >= end) return;
   make_low_copy(cdt_, lowp_ + begin * low_copy_element_bytes(cdt_), w_ + begin, end - begin);

@@ -29,8 +29,6 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
     out.push_back("MoE layers at expert_parallel, model_parallel or context_parallel > 1, or with ZeRO");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
-  if (p.zero_stage >= 3) out.push_back("ZeRO-3");
-  if (p.shard_degree > 0) out.push_back("hybrid sharding");
   if (cfg.select_recompute || !cfg.select_recompute_per_stage.empty()) out.push_back("selective recompute");
   if (cfg.recompute && cfg.recompute_num_layers >= 0) out.push_back("recompute_num_layers");
   if (p.mpi_collectives) out.push_back("collectives: mpi (MPI's own messages are not counted)");
@@ -77,10 +75,15 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const int64_t total = params.total_floats();
   const int dc = d * cp;  // the data-like group: data x context
   const int zero = dc > 1 ? p.zero_stage : 0;
+  // Hybrid sharding: the state sharded over groups of H consecutive ranks of it (the shard group: this rank at
+  // dp_pos % H), replicated across them (the replica group of the ranks at the same place in each).
+  const int H = p.shard_degree > 0 && p.shard_degree < dc ? static_cast<int>(p.shard_degree) : dc;
+  const int sh_pos = dp_pos % H, rep = dc / H, rep_pos = dp_pos / H;
+  std::vector<int64_t> cuts;
+  if (zero >= 2) cuts = TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks);
   std::vector<int64_t> at{0};
-  if (zero >= 2)
-    for (int64_t o : TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks))
-      if (o > 0 && o < total) at.push_back(o);
+  for (int64_t o : cuts)
+    if (o > 0 && o < total) at.push_back(o);
   std::sort(at.begin(), at.end());
   at.erase(std::unique(at.begin(), at.end()), at.end());
   at.push_back(total);
@@ -88,7 +91,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   for (size_t i = 0; i + 1 < at.size(); ++i) {
     const int64_t k = at[i + 1] - at[i];
     if (zero == 0) owned.emplace_back(at[i], at[i + 1]);
-    else owned.emplace_back(at[i] + shard_begin(k, dc, dp_pos), at[i] + shard_begin(k, dc, dp_pos + 1));
+    else owned.emplace_back(at[i] + shard_begin(k, H, sh_pos), at[i] + shard_begin(k, H, sh_pos + 1));
   }
   // The MoE statistics a step sums over the data group, then the pipeline stages (Trainer::gather_moe_stats): per
   // layer of the model whether it is MoE here, the aux and z losses, the dropped count and the tokens per expert,
@@ -194,13 +197,41 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   if (d * cp > 1) {
     auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, dc, dp_pos)); };
     if (zero >= 1) {
-      // ZeRO-1 and 2: each unit's gradients reduce-scattered to their owners (ZeRO-2: as its backward ends), the
-      // updated weights gathered back, and the gradient norm summed over the shards.
+      // ZeRO-1 and 2: each unit's gradients reduce-scattered to their owners in the shard group (ZeRO-2: as its
+      // backward ends), each owned slice summed over the replicas (hybrid sharding), the updated weights gathered
+      // back, and the gradient norm summed over the shards. ZeRO-3 gathers no weights after the update: each unit
+      // is gathered whenever a pass reads it, the times gather_ranges gives a micro-batch.
+      std::vector<TransformerLM::GatherRange> reads;
+      if (zero >= 3) reads = TransformerLM::gather_ranges(spec, entry.names, params, t, 1, chunks);
       for (size_t i = 0; i + 1 < at.size(); ++i) {
         const int64_t k = at[i + 1] - at[i];
-        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, dc, dp_pos) + ring_allgather_sent(k, dc, dp_pos));
+        int64_t gathers = 1;
+        if (zero >= 3) {
+          gathers = 0;
+          for (const TransformerLM::GatherRange& r : reads)
+            if (r.begin < at[i + 1] && at[i] < r.end) gathers += r.times;
+          gathers *= micro_batches;
+        }
+        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
+                                            gathers * ring_allgather_sent(k, H, sh_pos));
+        if (rep > 1)
+          c.data += f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos));
       }
-      c.data += dAR(1, f64);
+      c.data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+      // ZeRO-2 and 3 with a tied embedding whose head is cut into vocabulary chunks, the lookup and the head in one
+      // model chunk: the head's chunks are reduce-scattered before the lookup's backward, whose gradient rows
+      // (id, values) are then all-gathered to their owners, after a max of the row counts, in blocks of 2^20 floats
+      // a rank (GradientSync::add_rows), once a step (its last micro-batch).
+      const TensorPlacement* wte = spec.tied_head ? params.find(entry.names(Role::kEmbed, -1)) : nullptr;
+      const bool both = std::any_of(chunks.begin(), chunks.end(),
+                                    [&](const StageOptions& o) { return o.layer_begin == 0 && end_of(o) == spec.layers; });
+      if (zero >= 2 && wte != nullptr && both &&
+          std::any_of(cuts.begin(), cuts.end(), [&](int64_t o) { return o > wte->offset && o < wte->offset + wte->numel(); })) {
+        const int64_t n_rows = vocab_split || !sp ? rows : rows / t, stride = spec.hidden + 1;
+        const int64_t per = std::max<int64_t>(1, std::min<int64_t>(n_rows, (int64_t{1} << 20) / stride));
+        c.data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+        c.data += f32 * static_cast<double>((n_rows + per - 1) / per * ring_allgather_sent(H * per * stride, H, sh_pos));
+      }
     } else {
       // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
       // the ranks holding the same experts: here, one expert-parallel rank, the data-parallel group.

@@ -379,13 +379,21 @@ int Trainer::train_loop() {
 
 // The bytes group g has sent so far: 0 tensor, 1 data (x context), 2 pipeline, 3 tied embedding, 4 context (with its
 // Ulysses and ring subgroups, hybrid_cp's; groups of one otherwise), 5 expert-data (x context: the experts' gradients).
+// Hybrid sharding's own communicators (parallel/zero.h): the shard groups' and the replica groups' bytes, which plan
+// counts in the data group (the experts': in the expert-data group).
+double Trainer::hybrid_sent(bool expert) const {
+  const ShardLayout& zl = sync_->layout();
+  if (!zl.replicated(expert)) return 0.0;
+  return static_cast<double>(zl.shard_group(expert).stats().bytes_sent + zl.replica_group(expert).stats().bytes_sent);
+}
+
 double Trainer::sent_by(int g) const {
   switch (g) {
     case 0: return static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
-    case 1: return static_cast<double>(ctx_.data_like().stats().bytes_sent);
+    case 1: return static_cast<double>(ctx_.data_like().stats().bytes_sent) + hybrid_sent(false);
     case 2: return static_cast<double>(ctx_.group(GridAxis::kPp).stats().bytes_sent);
     case 3: return static_cast<double>(ctx_.embed().stats().bytes_sent);
-    case 5: return static_cast<double>(ctx_.expert_data_like().stats().bytes_sent);
+    case 5: return static_cast<double>(ctx_.expert_data_like().stats().bytes_sent) + hybrid_sent(true);
     default:
       return ctx_.size(GridAxis::kCp) > 1
                  ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +

@@ -222,6 +222,7 @@ class Trainer {
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
+  double hybrid_sent(bool expert) const;
   double sent_by(int group) const;
   double measured_step_seconds() const;                  // runner/train/trainer_report.cpp
   StepTime log_step_time(const StepComm& sent) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context

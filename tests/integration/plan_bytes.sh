@@ -4,8 +4,9 @@
 # byte for byte, on every rank: 2 steps of a tiny GPT-2 and Llama at dp2, dp2 ZeRO-1, dp4 (uneven ring shards, each
 # position its own scalar bytes), mp2 with and without sequence parallel, the vocabulary split or not, full recompute,
 # 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits) and fp16 (in fp32), dp2 x mp2, and pp2 (1F1B,
-# ZB-H1, interleaved, with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too. `plan --json`
-# gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
+# ZB-H1, interleaved, with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too;
+# ZeRO-2 and 3 with the head cut into vocabulary chunks, ZeRO-3 under accumulation, recompute, mp + SP, cp and a split
+# pipeline backward, and hybrid sharding at ZeRO-1, 2 and 3. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
 # Mixtral at dp2, dp4 with accumulation and dp2 x pp2 the expert-data group's (the experts' gradients) and the MoE
 # statistics in the data and pipeline groups; expert_parallel 2 (its all-to-all follows the routing) is said not counted.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
@@ -64,6 +65,23 @@ check 2 dp2_zero2 gpt2.yaml $P.data_parallel=2 parallel.zero_stage=2
 check 4 dp4_zero2 gpt2.yaml $P.data_parallel=4 parallel.zero_stage=2
 check 4 llama_dp4_zero2 llama.yaml $P.data_parallel=4 parallel.zero_stage=2
 check 4 dp2_mp2_sp_zero2 llama.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True parallel.zero_stage=2
+# A vocabulary of 5000 cuts the head's weight into chunks under ZeRO-2 and 3: a tied embedding's lookup gradient then
+# goes to its owners as rows (GradientSync::add_rows).
+V=model.model_config.vocab_size=5000
+check 2 dp2_zero2_chunks gpt2.yaml $P.data_parallel=2 parallel.zero_stage=2 $V
+# ZeRO-3: each unit gathered as often as the passes read it (the tied table by the lookup and the head, a split
+# backward's layers three times a micro-batch), on every layout it runs under.
+check 2 dp2_zero3_chunks_acc_recompute gpt2.yaml $P.data_parallel=2 parallel.zero_stage=3 $V \
+  runner_config.gradient_accumulation_steps=2 recompute_config.recompute=True
+check 4 llama_dp2_mp2_sp_zero3_chunks llama.yaml $P.data_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True \
+  parallel.zero_stage=3 $V
+check 4 pp2_dp2_zero3_zbh1 gpt2.yaml $P.pipeline_stage=2 $P.micro_batch_num=2 $P.data_parallel=2 parallel.zero_stage=3 \
+  parallel.pipeline_config.pipeline_scheduler=zbh1
+check 4 llama_cp2_dp2_zero3 llama.yaml $P.context_parallel=2 $P.data_parallel=2 parallel.zero_stage=3
+# Hybrid sharding: the shard groups' and the replica groups' bytes, counted in the data group.
+check 4 dp4_zero3_hybrid2 gpt2.yaml $P.data_parallel=4 parallel.zero_stage=3 $P.hybrid_shard_degree=2
+check 4 dp4_zero2_hybrid2_chunks gpt2.yaml $P.data_parallel=4 parallel.zero_stage=2 $P.hybrid_shard_degree=2 $V
+check 4 llama_dp4_zero1_hybrid2 llama.yaml $P.data_parallel=4 $P.optimizer_shard=True $P.hybrid_shard_degree=2
 check 2 mp2 gpt2.yaml $P.model_parallel=2
 check 2 mp2_sp gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True
 check 2 mp2_vocab gpt2.yaml $P.model_parallel=2 $P.vocab_emb_dp=False

@@ -297,7 +297,11 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   out += fmt::format("compute: {:.4g} TFLOP a step (Megatron's model FLOPs, forward and backward, of the global batch of {} "
                      "x {} tokens; the MFU numerator), {:.4g} TFLOP a rank{}\n",
                      flops / 1e12, global_batch, spec.seq, flops / 1e12 / ranks,
-                     cfg.recompute ? "; full recompute runs the forward again: about 4/3 of that" : "");
+                     recompute_share(cfg) > 0
+                         ? fmt::format("; {} recompute runs {:.1f}% more (the recomputed layers' forwards again{})",
+                                       cfg.recompute ? "full" : "selective", 100 * recompute_share(cfg),
+                                       cfg.recompute ? "" : ", the attention's core alone")
+                         : std::string());
   // Pipeline stages: each holds its chunks' parameters and their micro-batch slots' activations.
   const int pp = static_cast<int>(cfg.parallel.pipeline_stage), tp = static_cast<int>(cfg.parallel.model_parallel);
   std::vector<std::vector<StageOptions>> stages(1, std::vector<StageOptions>{StageOptions{}});
@@ -366,7 +370,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     if (json)
       (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
                                           {"embedding", c.embedding}, {"context", c.context},
-                                          {"expert_data", c.expert_data}});
+                                          {"expert_data", c.expert_data}, {"data_shard", c.data_shard},
+                                          {"data_replica", c.data_replica}});
   }
   std::string step_line;
   // The modelled step time (runner/report/step_time.h) of stage 0's tensor rank 0, on this machine's probe, at
@@ -384,10 +389,15 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       const int mp = static_cast<int>(p.model_parallel), cp = static_cast<int>(p.context_parallel),
                 dp = static_cast<int>(p.data_parallel), pps = static_cast<int>(p.pipeline_stage),
                 ep = static_cast<int>(p.expert_parallel), per = ranks / where.hosts;
+      const int H = p.shard_degree > 0 && p.shard_degree < cp * dp ? static_cast<int>(p.shard_degree) : cp * dp;
       const std::pair<double, bool> groups[] = {
           {first.tensor, group_spans_hosts(ranks, per, 1, mp)},
           {first.context, group_spans_hosts(ranks, per, mp, cp)},
-          {first.data, group_spans_hosts(ranks, per, mp, cp * dp)},  // the gradients' data x context group
+          // the gradients' data x context group; under hybrid sharding its shard groups of H consecutive ranks of it,
+          // and its replica groups (the ranks H apart)
+          {first.data - first.data_shard - first.data_replica, group_spans_hosts(ranks, per, mp, cp * dp)},
+          {first.data_shard, group_spans_hosts(ranks, per, mp, H)},
+          {first.data_replica, group_spans_hosts(ranks, per, mp * H, cp * dp / H)},
           {first.pipeline + first.embedding, group_spans_hosts(ranks, per, mp * cp * dp, pps)},
           {first.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))}};
       for (const auto& [bytes, spans] : groups)

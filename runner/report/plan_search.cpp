@@ -36,6 +36,15 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+// Hybrid sharding's choices for a data x context group of n ranks: 0 (the whole group), and every shard group of
+// H consecutive ranks with 1 < H < n dividing n.
+std::vector<int64_t> shard_degrees(int64_t n) {
+  std::vector<int64_t> out{0};
+  for (int64_t h : divisors(n))
+    if (h > 1 && h < n) out.push_back(h);
+  return out;
+}
+
 // One layout's keys. Every searched key is set, so that what the config had for another layout (an offset per stage,
 // a schedule, optimizer sharding) does not leak into this one.
 struct Layout {
@@ -45,7 +54,8 @@ struct Layout {
   int zero = 0;
   std::string schedule = "1f1b";  // 1f1b, zbh1, interleaved or zero_bubble_v (two chunks a stage)
   int64_t micro_batch = 1, micros = 1;  // samples a micro-batch, micro-batches a step per data-parallel rank
-  bool recompute = false;
+  int recompute = 0;   // 0 none, 1 selective (the attention's core), 2 full
+  int64_t hybrid = 0;  // hybrid sharding's shard group (0: the whole data x context group)
 
   std::vector<std::pair<std::string, std::string>> sets() const {
     const auto b = [](bool v) { return std::string(v ? "True" : "False"); };
@@ -59,7 +69,7 @@ struct Layout {
             {"parallel_config.use_seq_parallel", b(sp)},
             {"parallel_config.micro_batch_num", std::to_string(pp > 1 ? micros : 1)},
             {"parallel_config.optimizer_shard", "False"},
-            {"parallel_config.hybrid_shard_degree", "0"},
+            {"parallel_config.hybrid_shard_degree", std::to_string(hybrid)},
             {"parallel.enable_parallel_optimizer", "False"},
             {"parallel.parallel_optimizer_config.optimizer_weight_shard_size", "-1"},
             {"parallel.zero_stage", std::to_string(zero)},
@@ -69,8 +79,8 @@ struct Layout {
             {"model.model_config.offset", "0"},
             {"runner_config.batch_size", std::to_string(micro_batch)},
             {"runner_config.gradient_accumulation_steps", std::to_string(pp > 1 ? 1 : micros)},
-            {"recompute_config.recompute", b(recompute)},
-            {"recompute_config.select_recompute", "False"}};
+            {"recompute_config.recompute", b(recompute == 2)},
+            {"recompute_config.select_recompute", b(recompute == 1)}};
   }
 
   std::string label() const {
@@ -84,8 +94,8 @@ struct Layout {
                                                                                : "1F1B"));
     if (cp > 1) parts.push_back(fmt::format("cp{} {}", cp, cp_algo == "ulysses_cp" ? "Ulysses" : "ring"));
     if (ep > 1) parts.push_back(fmt::format("ep{}", ep));
-    if (zero > 0) parts.push_back(fmt::format("ZeRO-{}", zero));
-    if (recompute) parts.push_back("full recompute");
+    if (zero > 0) parts.push_back(fmt::format("ZeRO-{}{}", zero, hybrid > 0 ? fmt::format(" sharded over {} (hybrid)", hybrid) : ""));
+    if (recompute > 0) parts.push_back(recompute == 2 ? "full recompute" : "selective recompute");
     std::string s;
     for (const std::string& p : parts) s += (s.empty() ? "" : ", ") + p;
     if (s.empty()) s = "one rank";
@@ -281,8 +291,9 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
                   for (const char* sched : pp > 1 ? std::vector<const char*>{"1f1b", "zbh1", "interleaved",
                                                                              "zero_bubble_v"}
                                                   : std::vector<const char*>{"1f1b"})
-                    if (experts <= 1 || experts % ep == 0)
-                      todo.push_back(Layout{dp, mp, pp, cp, ep, sp, algo, zero, sched, mb, micros, false});
+                    for (int64_t hybrid : zero > 0 ? shard_degrees(dp * cp) : std::vector<int64_t>{0})
+                      if (experts <= 1 || experts % ep == 0)
+                        todo.push_back(Layout{dp, mp, pp, cp, ep, sp, algo, zero, sched, mb, micros, 0, hybrid});
       }
   }
   // One layout checked as `train` would check it and planned as `plan` plans it: its outcome as one JSON object
@@ -308,16 +319,22 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
     }
     return out;
   };
-  // A layout that does not fit is planned again with full recompute; where that fits, it stands for the layout.
+  // A layout that does not fit is planned again with selective recompute, then full; the first that fits stands for
+  // the layout.
   const auto evaluate = [&](Layout l) {
     nlohmann::json first = plan_one(l);
     first["planned"] = 1;
     if (first.contains("refused") || first["fits"].get<bool>()) return first;
-    l.recompute = true;
-    nlohmann::json again = plan_one(l);
-    nlohmann::json& kept = !again.contains("refused") && again["fits"].get<bool>() ? again : first;
-    kept["planned"] = 2;
-    return kept;
+    for (int mode : {1, 2}) {
+      l.recompute = mode;
+      nlohmann::json again = plan_one(l);
+      if (!again.contains("refused") && again["fits"].get<bool>()) {
+        again["planned"] = 1 + mode;
+        return again;
+      }
+    }
+    first["planned"] = 3;
+    return first;
   };
   const std::vector<nlohmann::json> outcomes = run_workers(todo.size(), [&](size_t i) { return evaluate(todo[i]); });
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -329,7 +346,7 @@ SearchResult search_layouts(const std::string& config_path, const std::vector<st
       continue;
     }
     Layout l = todo[i];
-    l.recompute = o["recompute"].get<bool>();
+    l.recompute = o["recompute"].get<int>();
     SearchCandidate c;
     c.sets = l.sets();
     c.label = l.label();

@@ -29,8 +29,6 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
     out.push_back("MoE layers at expert_parallel, model_parallel or context_parallel > 1, or with ZeRO");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
-  if (cfg.select_recompute || !cfg.select_recompute_per_stage.empty()) out.push_back("selective recompute");
-  if (cfg.recompute && cfg.recompute_num_layers >= 0) out.push_back("recompute_num_layers");
   if (p.mpi_collectives) out.push_back("collectives: mpi (MPI's own messages are not counted)");
   std::string s;
   for (const std::string& x : out) s += (s.empty() ? "" : ", ") + x;
@@ -55,10 +53,16 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   int64_t layers = 0;
   auto end_of = [&](const StageOptions& o) { return o.layer_end < 0 ? spec.layers : o.layer_end; };
   bool first = false, last = false;
+  // Of them, those whose forward runs again in the backward: all of it (full recompute: the first
+  // recompute_num_layers, or all), or the attention's core alone (selective, or a per-stage list).
+  const ModelLayout L = model_layout(cfg);
+  int64_t full = 0, selective = 0;
   for (const StageOptions& o : chunks) {
     layers += end_of(o) - o.layer_begin;
     first = first || o.layer_begin == 0;
     last = last || end_of(o) == spec.layers;
+    for (int64_t l = o.layer_begin; l < end_of(o); ++l)
+      if (L.recomputes(l)) ++(L.recompute == RecomputePolicy::kFull ? full : selective);
   }
   // Micro-batches a step: micro_batch_num through a pipeline, gradient_accumulation_steps without one.
   const int64_t micro_batches = pp > 1 ? p.micro_batch_num : cfg.gradient_accumulation_steps;
@@ -120,7 +124,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     int64_t deferred = 0;  // layers whose weight pass is deferred
     for (const StageOptions& o : chunks)
       if (o.defer_weight_grads) deferred += end_of(o) - o.layer_begin;
-    double micro = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd) +
+    double micro = static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd +
                    (sp ? static_cast<double>(deferred) * 2 * AG(n, f32) : 0.0);
     if (vocab_split) {
       // The embedding's rows summed over the vocabulary shards (reduce-scattered to the sequence shards
@@ -190,7 +194,8 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       fwd = (cp - 1) * block;
       bwd = (cp - 1) * block + cp * block;
     }
-    c.context = static_cast<double>(layers) * (fwd * (cfg.recompute ? 2 : 1) + bwd) * static_cast<double>(micro_batches);
+    c.context = (static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd) *
+                static_cast<double>(micro_batches);
   }
 
   // ---- the data-parallel group (data x context under context parallel) ----
@@ -212,12 +217,12 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
             if (r.begin < at[i + 1] && at[i] < r.end) gathers += r.times;
           gathers *= micro_batches;
         }
-        c.data += f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
-                                            gathers * ring_allgather_sent(k, H, sh_pos));
+        c.data_shard += f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
+                                                  gathers * ring_allgather_sent(k, H, sh_pos));
         if (rep > 1)
-          c.data += f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos));
+          c.data_replica += f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos));
       }
-      c.data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+      c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
       // ZeRO-2 and 3 with a tied embedding whose head is cut into vocabulary chunks, the lookup and the head in one
       // model chunk: the head's chunks are reduce-scattered before the lookup's backward, whose gradient rows
       // (id, values) are then all-gathered to their owners, after a max of the row counts, in blocks of 2^20 floats
@@ -229,9 +234,11 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
           std::any_of(cuts.begin(), cuts.end(), [&](int64_t o) { return o > wte->offset && o < wte->offset + wte->numel(); })) {
         const int64_t n_rows = vocab_split || !sp ? rows : rows / t, stride = spec.hidden + 1;
         const int64_t per = std::max<int64_t>(1, std::min<int64_t>(n_rows, (int64_t{1} << 20) / stride));
-        c.data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
-        c.data += f32 * static_cast<double>((n_rows + per - 1) / per * ring_allgather_sent(H * per * stride, H, sh_pos));
+        c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+        c.data_shard += f32 * static_cast<double>((n_rows + per - 1) / per * ring_allgather_sent(H * per * stride, H, sh_pos));
       }
+      c.data += c.data_shard + c.data_replica;
+      if (rep == 1) c.data_shard = 0;  // no hybrid sharding: the shard group is the data group
     } else {
       // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
       // the ranks holding the same experts: here, one expert-parallel rank, the data-parallel group.

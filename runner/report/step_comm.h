@@ -22,6 +22,9 @@ struct StepComm {
   double embedding = 0;  // in the tied embedding's group (its copies on the first and last stage summed)
   double context = 0;    // in the context-parallel group and its Ulysses and ring subgroups (the attention's exchanges)
   double expert_data = 0;  // in the expert-data group (the ranks holding the same experts): the experts' gradients
+  // Of `data`, under hybrid sharding: what goes in the shard groups (the reduce-scatters, gathers and norm) and
+  // across the replicas (each slice's sum); the rest of `data` in the whole data group.
+  double data_shard = 0, data_replica = 0;
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;

@@ -37,7 +37,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
   // The rank's share of the machine: its threads of the probe's (a rank with fewer threads has fewer cores).
   const double share = std::min(1.0, static_cast<double>(in.threads) / probe->threads);
   const double rate = gflops * 1e9 * share, triad = probe->triad_gbs * 1e9 * share;
-  t.compute = in.flops * (in.full_recompute ? 4.0 / 3.0 : 1.0) / rate;
+  t.compute = in.flops * (1.0 + in.recompute) / rate;
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
   const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
@@ -58,7 +58,7 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
                                 int threads) {
   StepTimeInputs in;
   in.flops = flops;
-  in.full_recompute = cfg.recompute;
+  in.recompute = recompute_share(cfg);
   in.bf16 = cfg.compute_dtype == ComputeDtype::kBFloat16;
   in.moment_bytes = static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype));
   in.shard_floats = shard_floats;
@@ -68,26 +68,56 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
   return in;
 }
 
+namespace {
+
+// A layer's multiply-adds per token (TransformerLM::model_flops's terms): its projections' products P, and its
+// attention's score and context products A; and the head's C V.
+struct LayerTerms {
+  TransformerSpec s;
+  double head = 0;
+  explicit LayerTerms(const Config& cfg) : s(find_model(cfg.model.arch, cfg.model.type).spec(cfg.model)) {
+    head = static_cast<double>(s.hidden) * static_cast<double>(s.vocab);
+  }
+  std::pair<double, double> operator()(int64_t layer) const {
+    const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
+                 H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads), F = static_cast<double>(s.ffn),
+                 T = static_cast<double>(s.seq);
+    const double m = gated_mlp(s.mlp) ? 3.0 : 2.0;
+    const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
+    const double Fe = s.moe.ffn > 0 ? static_cast<double>(s.moe.ffn) : F, Fs = static_cast<double>(s.moe.shared_ffn);
+    const double mlp = s.moe.is_moe(layer) ? k * m * C * Fe + C * E + m * C * Fs : m * C * F;
+    return {C * (H + 2 * Hkv) * D + C * H * D + mlp, 2 * T * H * D};
+  }
+};
+
+}  // namespace
+
+double recompute_share(const Config& cfg) {
+  const ModelLayout L = model_layout(cfg);
+  if (L.recompute == RecomputePolicy::kNone) return 0.0;
+  const LayerTerms terms(cfg);
+  double extra = 0, all = terms.head;
+  for (int64_t l = 0; l < terms.s.layers; ++l) {
+    const auto [P, A] = terms(l);
+    all += P + A;
+    if (L.recomputes(l)) extra += L.recompute == RecomputePolicy::kFull ? P + A : A;
+  }
+  return extra / (3 * all);
+}
+
 std::vector<pipeline::Costs> pipeline_stage_costs(const Config& cfg, const std::vector<int64_t>& stage_layers) {
-  const ModelConfig& mc = cfg.model;
-  const TransformerSpec s = find_model(mc.arch, mc.type).spec(mc);
-  const double C = static_cast<double>(s.hidden), D = static_cast<double>(s.head_dim()),
-               H = static_cast<double>(s.heads), Hkv = static_cast<double>(s.kv_heads), F = static_cast<double>(s.ffn),
-               T = static_cast<double>(s.seq), V = static_cast<double>(s.vocab);
-  const double m = gated_mlp(s.mlp) ? 3.0 : 2.0;
-  const double k = static_cast<double>(s.moe.topk), E = static_cast<double>(s.moe.experts);
-  const double Fe = s.moe.ffn > 0 ? static_cast<double>(s.moe.ffn) : F, Fs = static_cast<double>(s.moe.shared_ffn);
-  const double tokens = static_cast<double>(cfg.batch_size) * T;  // a micro-batch's
+  const LayerTerms terms(cfg);
+  const double tokens = static_cast<double>(cfg.batch_size) * static_cast<double>(terms.s.seq);  // a micro-batch's
   std::vector<pipeline::Costs> out;
   int64_t layer = 0;
   for (size_t v = 0; v < stage_layers.size(); ++v) {
     double P = 0, A = 0;  // multiply-adds per token
     for (int64_t i = 0; i < stage_layers[v]; ++i, ++layer) {
-      const double mlp = s.moe.is_moe(layer) ? k * m * C * Fe + C * E + m * C * Fs : m * C * F;
-      P += C * (H + 2 * Hkv) * D + C * H * D + mlp;
-      A += 2 * T * H * D;
+      const auto [p, a] = terms(layer);
+      P += p;
+      A += a;
     }
-    if (v + 1 == stage_layers.size()) P += C * V;
+    if (v + 1 == stage_layers.size()) P += terms.head;
     const double f = 2 * tokens;  // FLOPs per multiply-add, over the micro-batch's tokens
     out.push_back({f * (P + A), f * (P + 2 * A), f * P});
   }

@@ -1,5 +1,6 @@
 // A first model of a training step's time, from the config and this machine's probe (runner/report/machine_probe.h):
-//   compute       the rank's share of the step's model FLOPs (Megatron's count, a third more under full recompute)
+//   compute       the rank's share of the step's model FLOPs (Megatron's count), with the forwards recompute runs
+//                 again (recompute_share)
 //                 at the probe's GEMM rate for the compute dtype, scaled to the rank's threads;
 //   optimizer     AdamW's pass over the rank's shard (weights, gradients and both moments read, three written)
 //                 at the probe's triad bandwidth;
@@ -24,7 +25,7 @@ struct StepComm;
 
 struct StepTimeInputs {
   double flops = 0;          // the rank's model FLOPs a step (without recompute's)
-  bool full_recompute = false;
+  double recompute = 0;      // recompute's FLOPs as a share of them (recompute_share)
   bool bf16 = false;         // the products in bf16 (the probe's bf16 rate), else fp32 (its fp32 backend's)
   double shard_floats = 0;   // the parameters this rank's optimizer updates
   double moment_bytes = 4;   // per moment element
@@ -49,6 +50,10 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe);
 // threads: what plan and the trainer's end-of-run line both model.
 StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
                                 int threads);
+
+// The FLOPs recompute adds to a step, as a share of its model FLOPs: each recomputed layer's forward again (full
+// recompute: its products P and attention A; selective: A alone), over three forwards of every layer and the head.
+double recompute_share(const Config& cfg);
 
 // Each virtual stage's work on one micro-batch in Megatron's FLOPs (TransformerLM::model_flops's terms, per layer:
 // the projections' products P, the attention's score and context products A), split as a split backward runs it:

@@ -6,7 +6,8 @@
 # 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits) and fp16 (in fp32), dp2 x mp2, and pp2 (1F1B,
 # ZB-H1, interleaved, with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too;
 # ZeRO-2 and 3 with the head cut into vocabulary chunks, ZeRO-3 under accumulation, recompute, mp + SP, cp and a split
-# pipeline backward, and hybrid sharding at ZeRO-1, 2 and 3. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
+# pipeline backward, and hybrid sharding at ZeRO-1, 2 and 3; selective recompute, recompute_num_layers and a per-stage
+# select_recompute list. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
 # Mixtral at dp2, dp4 with accumulation and dp2 x pp2 the expert-data group's (the experts' gradients) and the MoE
 # statistics in the data and pipeline groups; expert_parallel 2 (its all-to-all follows the routing) is said not counted.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
@@ -88,6 +89,12 @@ check 2 mp2_vocab gpt2.yaml $P.model_parallel=2 $P.vocab_emb_dp=False
 check 2 mp2_sp_vocab gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True $P.vocab_emb_dp=False
 check 2 mp2_recompute gpt2.yaml $P.model_parallel=2 recompute_config.recompute=True
 check 2 mp2_sp_recompute gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True recompute_config.recompute=True
+# Selective recompute reruns the attention's core alone (no message); recompute_num_layers and a per-stage list
+# rerun only some layers' forwards.
+check 2 mp2_sp_select_recompute gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True recompute_config.select_recompute=True
+check 2 mp2_recompute_layers1 gpt2.yaml $P.model_parallel=2 recompute_config.recompute=True recompute_config.recompute_num_layers=1
+check 4 llama_pp2_cp2_select_list llama.yaml $P.context_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2 \
+  "recompute_config.select_recompute=[1,0]"
 check 2 mp2_accumulate gpt2.yaml $P.model_parallel=2 runner_config.gradient_accumulation_steps=2
 check 2 mp2_sp_bf16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True model.model_config.compute_dtype=bfloat16
 check 2 mp2_sp_fp16 gpt2.yaml $P.model_parallel=2 $P.use_seq_parallel=True model.model_config.compute_dtype=float16

@@ -69,17 +69,29 @@ json.dump({"bound": int(smallest) - 1}, open("bound.json", "w"))
 PY
 bound=$("$PY" -c 'import json; print(json.load(open("bound.json"))["bound"])')
 "$BIN" plan --config g.yaml --search --ranks 2 --json --top 1000 --memory-per-rank "${bound}B" > tight.json
-"$PY" - "$bound" <<'PY'
-import json, sys
+"$PY" - "$bound" "$BIN" <<'PY'
+import json, subprocess, sys
 bound = int(sys.argv[1])
 t = json.load(open("tight.json"))
 kept = t["ranked"] + t["unranked"]
 assert kept, "nothing fits with recompute either"
 assert t["too_big"] > 0
+full = []
 for c in kept:
     assert c["largest_rank_bytes"] <= bound, (c["label"], c["largest_rank_bytes"], bound)
-    assert c["sets"]["recompute_config.recompute"] == "True", f"{c['label']} fits without recompute"
-print(f"ok: under {bound} B a rank: {len(kept)} layouts fit, each with full recompute; {t['too_big']} do not")
+    modes = (c["sets"]["recompute_config.select_recompute"], c["sets"]["recompute_config.recompute"])
+    assert modes in (("True", "False"), ("False", "True")), f"{c['label']} fits without recompute ({modes})"
+    if modes[1] == "True":
+        full.append(c)
+assert full, "no layout needed full recompute under the bound (the retry's second step goes untested)"
+# Selective recompute is tried first: a layout kept with full recompute does not fit with selective.
+for c in full[:4]:
+    sets = [a for k, v in c["sets"].items() for a in ("--set", f"{k}={v}")]
+    sets += ["--set", "recompute_config.recompute=False", "--set", "recompute_config.select_recompute=True"]
+    p = subprocess.run([sys.argv[2], "plan", "--config", "g.yaml", "--ranks", "2", "--json"] + sets, capture_output=True, text=True)
+    assert p.returncode != 0 or json.loads(p.stdout)["largest_rank_bytes"] > bound, f"{c['label']}: selective recompute fits"
+print(f"ok: under {bound} B a rank: {len(kept)} layouts fit, each with recompute ({len(kept) - len(full)} selective, "
+      f"{len(full)} full, where selective does not fit); {t['too_big']} do not")
 PY
 refused 2 "error: no layout of 2 rank(s) fits --memory-per-rank 1KB" tiny "$BIN" plan --config g.yaml --search \
   --ranks 2 --memory-per-rank 1KB
@@ -90,6 +102,9 @@ refused 2 "error: no layout of 2 rank(s) fits --memory-per-rank 1KB" tiny "$BIN"
 plan_json() { "$BIN" plan --config g.yaml --ranks 4 --json --hosts 2 --network-gbs 0.5 "$@"; }
 plan_json --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 > dpmp.json
 plan_json --set parallel_config.model_parallel=4 > mp4.json
+# dp4 with ZeRO-2 sharded over 2 (hybrid): the shard groups (0-1, 2-3) stay inside a host, the replica groups (0 and
+# 2, 1 and 3) and the data group's own scalars span them.
+plan_json --set parallel_config.data_parallel=4 --set parallel.zero_stage=2 --set parallel_config.hybrid_shard_degree=2 > hybrid.json
 "$BIN" plan --config g.yaml --search --ranks 4 --hosts 2 --network-gbs 0.5 --json --top 1000 > hosts.json
 refused 2 "needs the bandwidth between two hosts: --network-probe FILE" nogbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2
 refused 2 "do not split evenly over the hosts" uneven "$BIN" plan --config g.yaml --ranks 4 --hosts 3 --network-gbs 1
@@ -98,6 +113,8 @@ import json, subprocess, sys
 def check(name, spanning):
     p = json.load(open(name))
     sent = p["sent_per_step"][0]
+    if name == "hybrid.json":
+        sent = hy
     total = sum(sent[k] for k in ("tensor", "data", "pipeline", "embedding", "context", "expert_data"))
     cross = sum(sent[k] for k in spanning)
     assert p["cross_host_bytes_per_step"] == cross, (name, p["cross_host_bytes_per_step"], cross)
@@ -107,6 +124,10 @@ def check(name, spanning):
     print(f"ok: {name}: {cross:.0f} B a step between the hosts ({', '.join(spanning)}), messages {got:.6f} s as priced")
 check("dpmp.json", ["data"])
 check("mp4.json", ["tensor"])
+hy = json.load(open("hybrid.json"))["sent_per_step"][0]
+assert hy["data_shard"] > 0 and hy["data_replica"] > 0, hy
+hy["data_rest"] = hy["data"] - hy["data_shard"]
+check("hybrid.json", ["data_rest"])
 h = json.load(open("hosts.json"))
 assert h["ranked"], "nothing ranked on 2 hosts"
 for c in h["ranked"][:8]:

@@ -24,9 +24,8 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   if (p.context_parallel > 1 && cfg.compute_dtype != ComputeDtype::kFloat32) out.push_back("context parallel in 16 bits");
   // MoE layers on one expert-parallel rank, without tensor or context parallelism or ZeRO, are counted: every rank runs
   // all its experts on its own rows; their gradients are summed over the expert-data group, their statistics below.
-  if (p.expert_parallel > 1 ||
-      (spec.moe.experts > 1 && (p.model_parallel > 1 || p.context_parallel > 1 || p.zero_stage >= 1)))
-    out.push_back("MoE layers at expert_parallel, model_parallel or context_parallel > 1, or with ZeRO");
+  if (p.expert_parallel > 1) out.push_back("MoE layers at expert_parallel > 1");
+  if (spec.moe.shared_ffn > 0 && p.model_parallel > 1) out.push_back("MoE shared experts at model_parallel > 1");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
   if (p.mpi_collectives) out.push_back("collectives: mpi (MPI's own messages are not counted)");
@@ -85,7 +84,10 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const int sh_pos = dp_pos % H, rep = dc / H, rep_pos = dp_pos / H;
   std::vector<int64_t> cuts;
   if (zero >= 2) cuts = TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks);
+  // The experts' region (from expert_begin) is a unit of its own at ZeRO-1, its units over the experts' groups.
+  const int64_t dense = std::min(params.expert_begin(), total);
   std::vector<int64_t> at{0};
+  if (zero >= 1) at.push_back(dense);
   for (int64_t o : cuts)
     if (o > 0 && o < total) at.push_back(o);
   std::sort(at.begin(), at.end());
@@ -119,13 +121,23 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     // ZB-V's deferred weight pass, a schedule file's W) gathers the column inputs once more under SP, in the weight
     // pass, in fp32 under bf16 compute too (the weight product's input): measured by plan_bytes.sh and
     // pipeline_zbv.sh.
-    const double fwd = sp ? 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
-    const double bwd = sp ? 2 * AG(n, f32) + 2 * AG(n, column_in) + 2 * RS(n, f32) : 2 * AR(n, f32);
-    int64_t deferred = 0;  // layers whose weight pass is deferred
+    const double half_fwd = sp ? AG(n, column_in) + RS(n, f32) : AR(n, f32);
+    const double half_bwd = sp ? AG(n, f32) + AG(n, column_in) + RS(n, f32) : AR(n, f32);
+    // An MoE layer's MLP half (models/blocks/moe.cpp): its input gathered in fp32 (the router reads it), its output
+    // reduced; backward, its output's gradient gathered, the gate weights' gradients [rows, top-k] summed and the
+    // input gradient reduced. The experts keep their permuted inputs (nothing gathered again) and have no weight
+    // pass apart.
+    const double moe_fwd = sp ? AG(n, f32) + RS(n, f32) : AR(n, f32);
+    const double moe_bwd = (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows * spec.moe.topk, f32);
+    double micro = 0;
     for (const StageOptions& o : chunks)
-      if (o.defer_weight_grads) deferred += end_of(o) - o.layer_begin;
-    double micro = static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd +
-                   (sp ? static_cast<double>(deferred) * 2 * AG(n, f32) : 0.0);
+      for (int64_t l = o.layer_begin; l < end_of(o); ++l) {
+        const bool moe = spec.moe.is_moe(l);
+        const double f = half_fwd + (moe ? moe_fwd : half_fwd);
+        micro += f + half_bwd + (moe ? moe_bwd : half_bwd);
+        if (L.recompute == RecomputePolicy::kFull && L.recomputes(l)) micro += f;
+        if (sp && o.defer_weight_grads) micro += (moe ? 1 : 2) * AG(n, f32);
+      }
     if (vocab_split) {
       // The embedding's rows summed over the vocabulary shards (reduce-scattered to the sequence shards
       // under SP, whose gradient comes back gathered); the head reads the gathered final norm under SP and
@@ -145,7 +157,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       if (x.replicated && (sp || x.spec->grad_partial_over_tp))
         for (const auto& [lo, hi] : owned) partial += std::max<int64_t>(0, std::min(hi, x.offset + x.numel()) - std::max(lo, x.offset));
     if (partial > 0) c.tensor += AR(partial, f32);
-    c.tensor += AR(1, f64);
+    c.tensor += AR(1, f64) * (dense < total ? 2 : 1);  // the experts' part of the norm summed apart
   }
 
   // ---- the pipeline group ----
@@ -194,7 +206,20 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       fwd = (cp - 1) * block;
       bwd = (cp - 1) * block + cp * block;
     }
-    c.context = (static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd) *
+    // An MoE layer's router sums each sequence's expert counts and probabilities over the context group for its
+    // balancing loss (2 B E doubles), and the counts again in its backward (B E).
+    double moe = 0;
+    if (spec.moe.experts > 1) {
+      const int64_t BE = cfg.batch_size * spec.moe.experts;
+      const int cpos = dp_pos % cp;
+      const double route = f64 * static_cast<double>(ring_allreduce_sent(2 * BE, cp, cpos)),
+                   back = f64 * static_cast<double>(ring_allreduce_sent(BE, cp, cpos));
+      for (const StageOptions& o : chunks)
+        for (int64_t l = o.layer_begin; l < end_of(o); ++l)
+          if (spec.moe.is_moe(l))
+            moe += route + back + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? route : 0.0);
+    }
+    c.context = (static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd + moe) *
                 static_cast<double>(micro_batches);
   }
 
@@ -217,12 +242,19 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
             if (r.begin < at[i + 1] && at[i] < r.end) gathers += r.times;
           gathers *= micro_batches;
         }
-        c.data_shard += f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
-                                                  gathers * ring_allgather_sent(k, H, sh_pos));
-        if (rep > 1)
-          c.data_replica += f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos));
+        const double sent = f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
+                                                      gathers * ring_allgather_sent(k, H, sh_pos));
+        const double summed =
+            rep > 1 ? f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos)) : 0.0;
+        if (at[i] >= dense) {  // the experts' units: over the ranks holding the same experts
+          c.expert_data += sent + summed;
+        } else {
+          c.data_shard += sent;
+          c.data_replica += summed;
+        }
       }
       c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+      if (dense < total) c.expert_data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
       // ZeRO-2 and 3 with a tied embedding whose head is cut into vocabulary chunks, the lookup and the head in one
       // model chunk: the head's chunks are reduce-scattered before the lookup's backward, whose gradient rows
       // (id, values) are then all-gathered to their owners, after a max of the row counts, in blocks of 2^20 floats
@@ -242,7 +274,6 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     } else {
       // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
       // the ranks holding the same experts: here, one expert-parallel rank, the data-parallel group.
-      const int64_t dense = std::min(params.expert_begin(), total);
       for (const GradientSync::Bucket& b : gradient_buckets(params, dense, p.gradient_aggregation_group))
         c.data += dAR(b.end - b.begin, f32);
       if (dense < total) c.expert_data = dAR(total - dense, f32);

@@ -9,7 +9,8 @@
 # pipeline backward, and hybrid sharding at ZeRO-1, 2 and 3; selective recompute, recompute_num_layers and a per-stage
 # select_recompute list. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
 # Mixtral at dp2, dp4 with accumulation and dp2 x pp2 the expert-data group's (the experts' gradients) and the MoE
-# statistics in the data and pipeline groups; expert_parallel 2 (its all-to-all follows the routing) is said not counted.
+# statistics in the data and pipeline groups, and under mp (with SP, recompute, ZB-H1), cp (ring, Ulysses), ZeRO 1-3
+# and hybrid sharding; expert_parallel 2 (its all-to-all follows the routing) is said not counted.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
 # Then each rank's peak RSS within 15% of what plan gives it (the shipped tiny GPT-2 at one rank, dp2 and mp2).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -129,6 +130,20 @@ check 4 llama_cp2_ulysses_dp2_zero1 llama.yaml $P.context_parallel=2 $P.context_
 check 2 mixtral_dp2 mixtral.yaml $P.data_parallel=2
 check 4 mixtral_dp4_acc2 mixtral.yaml $P.data_parallel=4 runner_config.gradient_accumulation_steps=2
 check 4 mixtral_dp2_pp2 mixtral.yaml $P.data_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2
+# MoE layers under tensor parallel (the gate weights' gradients summed; the input gathered in fp32, not again for the
+# weight pass), context parallel (the router's per-sequence sums), ZeRO 1-3 (the experts' units over the expert-data
+# group, the experts' norm summed apart) and hybrid sharding.
+check 2 mixtral_mp2 mixtral.yaml $P.model_parallel=2
+check 2 mixtral_mp2_sp_recompute mixtral.yaml $P.model_parallel=2 $P.use_seq_parallel=True recompute_config.recompute=True
+check 4 mixtral_pp2_mp2_sp_zbh1 mixtral.yaml $P.model_parallel=2 $P.use_seq_parallel=True $P.pipeline_stage=2 \
+  $P.micro_batch_num=2 parallel.pipeline_config.pipeline_scheduler=zbh1
+check 2 mixtral_cp2_ring mixtral.yaml $P.context_parallel=2
+check 4 mixtral_cp2_ulysses_dp2_zero2_recompute mixtral.yaml $P.context_parallel=2 $P.context_parallel_algo=ulysses_cp \
+  $P.data_parallel=2 parallel.zero_stage=2 recompute_config.recompute=True
+check 4 mixtral_dp2_mp2_zero1 mixtral.yaml $P.data_parallel=2 $P.model_parallel=2 $P.optimizer_shard=True
+check 4 mixtral_dp4_zero3_hybrid2 mixtral.yaml $P.data_parallel=4 parallel.zero_stage=3 $P.hybrid_shard_degree=2
+check 4 mixtral_pp2_dp2_zero3_zbh1 mixtral.yaml $P.data_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2 \
+  parallel.zero_stage=3 parallel.pipeline_config.pipeline_scheduler=zbh1
 # The MoE layers' all-to-all at expert_parallel 2 depends on the routing: not counted, and said so.
 "$BIN" plan --config mixtral.yaml --ranks 2 --set $P.data_parallel=2 --set $P.expert_parallel=2 |
   grep -q "sent per step: not counted for MoE layers at expert_parallel" || fail "mixtral ep2: plan does not say it leaves it out"

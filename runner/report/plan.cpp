@@ -359,8 +359,11 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
         "sent per step by a rank: {} in the tensor-parallel group, {} in the data-parallel group{}{}{} (as counted by the "
         "run's log)\n",
         human_bytes(c.tensor), human_bytes(c.data),
-        c.expert_data > 0 ? fmt::format(", {} in the expert-data group (the experts' gradients)", human_bytes(c.expert_data))
-                          : std::string(),
+        (c.expert_data > 0 ? fmt::format(", {} in the expert-data group (the experts' gradients)", human_bytes(c.expert_data))
+                           : std::string()) +
+            (c.expert > 0 ? fmt::format(", {} in the expert-parallel group (the MoE dispatch{})", human_bytes(c.expert),
+                                        c.expert_expected ? "'s all-to-all under balanced routing" : "")
+                          : std::string()),
         cfg.parallel.context_parallel > 1 ? fmt::format(", {} in the context-parallel group", human_bytes(c.context))
                                           : std::string(),
         pp > 1 ? fmt::format(", {} in the pipeline group{}", human_bytes(c.pipeline),
@@ -370,7 +373,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     if (json)
       (*json)["sent_per_step"].push_back({{"stage", st}, {"tensor", c.tensor}, {"data", c.data}, {"pipeline", c.pipeline},
                                           {"embedding", c.embedding}, {"context", c.context},
-                                          {"expert_data", c.expert_data}, {"data_shard", c.data_shard},
+                                          {"expert_data", c.expert_data}, {"expert", c.expert},
+                                          {"expert_expected", c.expert_expected}, {"data_shard", c.data_shard},
                                           {"data_replica", c.data_replica}});
   }
   std::string step_line;
@@ -399,7 +403,8 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
           {first.data_shard, group_spans_hosts(ranks, per, mp, H)},
           {first.data_replica, group_spans_hosts(ranks, per, mp * H, cp * dp / H)},
           {first.pipeline + first.embedding, group_spans_hosts(ranks, per, mp * cp * dp, pps)},
-          {first.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))}};
+          {first.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))},
+          {first.expert, group_spans_hosts(ranks, per, mp * cp, ep)}};
       for (const auto& [bytes, spans] : groups)
         if (spans) {
           in.sent_bytes -= bytes;

@@ -24,7 +24,6 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   if (p.context_parallel > 1 && cfg.compute_dtype != ComputeDtype::kFloat32) out.push_back("context parallel in 16 bits");
   // MoE layers on one expert-parallel rank, without tensor or context parallelism or ZeRO, are counted: every rank runs
   // all its experts on its own rows; their gradients are summed over the expert-data group, their statistics below.
-  if (p.expert_parallel > 1) out.push_back("MoE layers at expert_parallel > 1");
   if (spec.moe.shared_ffn > 0 && p.model_parallel > 1) out.push_back("MoE shared experts at model_parallel > 1");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
@@ -82,8 +81,14 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   // dp_pos % H), replicated across them (the replica group of the ranks at the same place in each).
   const int H = p.shard_degree > 0 && p.shard_degree < dc ? static_cast<int>(p.shard_degree) : dc;
   const int sh_pos = dp_pos % H, rep = dc / H, rep_pos = dp_pos / H;
+  // The experts' gradients and state over the ranks holding the same experts: the expert-data x context group
+  // (dc / ep ranks; this rank at its data coordinate / ep, parallel/grid.cpp), sharded the same way.
+  const int ep = static_cast<int>(p.expert_parallel), edc = dc / ep;
+  const int edc_pos = (dp_pos / cp / ep) * cp + dp_pos % cp;
+  const int He = p.shard_degree > 0 && p.shard_degree < edc ? static_cast<int>(p.shard_degree) : edc;
+  const int esh_pos = edc_pos % He, erep = edc / He, erep_pos = edc_pos / He;
   std::vector<int64_t> cuts;
-  if (zero >= 2) cuts = TransformerLM::unit_starts(spec, entry.names, params, t, 1, chunks);
+  if (zero >= 2) cuts = TransformerLM::unit_starts(spec, entry.names, params, t, ep, chunks);
   // The experts' region (from expert_begin) is a unit of its own at ZeRO-1, its units over the experts' groups.
   const int64_t dense = std::min(params.expert_begin(), total);
   std::vector<int64_t> at{0};
@@ -96,8 +101,9 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   std::vector<std::pair<int64_t, int64_t>> owned;
   for (size_t i = 0; i + 1 < at.size(); ++i) {
     const int64_t k = at[i + 1] - at[i];
+    const int n = at[i] >= dense ? He : H, pos = at[i] >= dense ? esh_pos : sh_pos;
     if (zero == 0) owned.emplace_back(at[i], at[i + 1]);
-    else owned.emplace_back(at[i] + shard_begin(k, H, sh_pos), at[i] + shard_begin(k, H, sh_pos + 1));
+    else owned.emplace_back(at[i] + shard_begin(k, n, pos), at[i] + shard_begin(k, n, pos + 1));
   }
   // The MoE statistics a step sums over the data group, then the pipeline stages (Trainer::gather_moe_stats): per
   // layer of the model whether it is MoE here, the aux and z losses, the dropped count and the tokens per expert,
@@ -158,6 +164,35 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
         for (const auto& [lo, hi] : owned) partial += std::max<int64_t>(0, std::min(hi, x.offset + x.numel()) - std::max(lo, x.offset));
     if (partial > 0) c.tensor += AR(partial, f32);
     c.tensor += AR(1, f64) * (dense < total ? 2 : 1);  // the experts' part of the norm summed apart
+  }
+
+  // ---- the expert-parallel group ----
+  if (ep > 1) {
+    const int ep_pos = (dp_pos / cp) % ep;  // the data coordinate's place in its expert group (parallel/grid.cpp)
+    const int64_t C = spec.hidden, k = spec.moe.topk, El = spec.moe.experts / ep;
+    double fwd = 0, bwd = 0;  // an MoE layer's, a micro-batch
+    if (spec.moe.allgather_dispatch) {
+      // Every rank's rows, choices and gate weights gathered; the outputs' sums reduce-scattered back. Backward: the
+      // output gradients gathered, the input gradients and the gate weights' reduce-scattered.
+      const auto ag = [&](int64_t x) { return 4.0 * static_cast<double>(ring_allgather_sent(ep * x, ep, ep_pos)); };
+      const auto rs = [&](int64_t x) { return 4.0 * static_cast<double>(ring_reduce_scatter_sent(ep * x, ep, ep_pos)); };
+      fwd = ag(rows * C) + 2 * ag(rows * k) + rs(rows * C);
+      bwd = ag(rows * C) + rs(rows * C) + rs(rows * k);
+    } else {
+      // The all-to-all: the counts of each expert's rows, then the rows to the experts' ranks and the outputs back;
+      // backward the output gradients there and the input gradients back. Under balanced routing a rank's rows * k
+      // choices go (ep - 1) / ep to other ranks.
+      c.expert_expected = true;
+      const double away = 4.0 * static_cast<double>(rows * k) * C * (ep - 1) / ep;
+      fwd = 8.0 * static_cast<double>(El * (ep - 1)) + 2 * away;
+      bwd = 2 * away;
+    }
+    double micro = 0;
+    for (const StageOptions& o : chunks)
+      for (int64_t l = o.layer_begin; l < end_of(o); ++l)
+        if (spec.moe.is_moe(l)) micro += fwd + bwd + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? fwd : 0.0);
+    c.expert = micro * static_cast<double>(micro_batches);
+    if (dense < total) c.expert += f64 * static_cast<double>(ring_allreduce_sent(1, ep, ep_pos));  // the experts' norm
   }
 
   // ---- the pipeline group ----
@@ -232,7 +267,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       // back, and the gradient norm summed over the shards. ZeRO-3 gathers no weights after the update: each unit
       // is gathered whenever a pass reads it, the times gather_ranges gives a micro-batch.
       std::vector<TransformerLM::GatherRange> reads;
-      if (zero >= 3) reads = TransformerLM::gather_ranges(spec, entry.names, params, t, 1, chunks);
+      if (zero >= 3) reads = TransformerLM::gather_ranges(spec, entry.names, params, t, ep, chunks);
       for (size_t i = 0; i + 1 < at.size(); ++i) {
         const int64_t k = at[i + 1] - at[i];
         int64_t gathers = 1;
@@ -242,11 +277,13 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
             if (r.begin < at[i + 1] && at[i] < r.end) gathers += r.times;
           gathers *= micro_batches;
         }
-        const double sent = f32 * static_cast<double>(ring_reduce_scatter_sent(k, H, sh_pos) +
-                                                      gathers * ring_allgather_sent(k, H, sh_pos));
+        const bool x = at[i] >= dense;  // the experts' units: over the ranks holding the same experts
+        const int n = x ? He : H, pos = x ? esh_pos : sh_pos, r = x ? erep : rep, r_pos = x ? erep_pos : rep_pos;
+        const double sent = f32 * static_cast<double>(ring_reduce_scatter_sent(k, n, pos) +
+                                                      gathers * ring_allgather_sent(k, n, pos));
         const double summed =
-            rep > 1 ? f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, rep, rep_pos)) : 0.0;
-        if (at[i] >= dense) {  // the experts' units: over the ranks holding the same experts
+            r > 1 ? f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, r, r_pos)) : 0.0;
+        if (x) {
           c.expert_data += sent + summed;
         } else {
           c.data_shard += sent;
@@ -254,7 +291,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
         }
       }
       c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
-      if (dense < total) c.expert_data += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
+      if (dense < total) c.expert_data += f64 * static_cast<double>(ring_allreduce_sent(1, He, esh_pos));
       // ZeRO-2 and 3 with a tied embedding whose head is cut into vocabulary chunks, the lookup and the head in one
       // model chunk: the head's chunks are reduce-scattered before the lookup's backward, whose gradient rows
       // (id, values) are then all-gathered to their owners, after a max of the row counts, in blocks of 2^20 floats
@@ -273,10 +310,10 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       if (rep == 1) c.data_shard = 0;  // no hybrid sharding: the shard group is the data group
     } else {
       // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
-      // the ranks holding the same experts: here, one expert-parallel rank, the data-parallel group.
+      // the ranks holding the same experts.
       for (const GradientSync::Bucket& b : gradient_buckets(params, dense, p.gradient_aggregation_group))
         c.data += dAR(b.end - b.begin, f32);
-      if (dense < total) c.expert_data = dAR(total - dense, f32);
+      if (dense < total) c.expert_data = f32 * static_cast<double>(ring_allreduce_sent(total - dense, edc, edc_pos));
     }
     c.data += dAR(1, f64);  // the loss
     c.data += moe_stats(dc, dp_pos);

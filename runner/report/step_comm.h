@@ -22,6 +22,11 @@ struct StepComm {
   double embedding = 0;  // in the tied embedding's group (its copies on the first and last stage summed)
   double context = 0;    // in the context-parallel group and its Ulysses and ring subgroups (the attention's exchanges)
   double expert_data = 0;  // in the expert-data group (the ranks holding the same experts): the experts' gradients
+  // In the expert-parallel group: the MoE layers' dispatch and the experts' part of the gradient norm. The allgather
+  // dispatcher's is exact; the all-to-all's follows the routing, and is the count under balanced routing (each
+  // token's choices spread evenly over the experts): expert_expected says so.
+  double expert = 0;
+  bool expert_expected = false;
   // Of `data`, under hybrid sharding: what goes in the shard groups (the reduce-scatters, gathers and norm) and
   // across the replicas (each slice's sum); the rest of `data` in the whole data group.
   double data_shard = 0, data_replica = 0;

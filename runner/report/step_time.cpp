@@ -62,7 +62,7 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
   in.bf16 = cfg.compute_dtype == ComputeDtype::kBFloat16;
   in.moment_bytes = static_cast<double>(moment_element_bytes(cfg.adamw.moment_dtype));
   in.shard_floats = shard_floats;
-  in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context + sent.expert_data;
+  in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context + sent.expert_data + sent.expert;
   in.bubble = bubble;
   in.threads = threads;
   return in;

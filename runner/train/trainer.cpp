@@ -309,11 +309,11 @@ int Trainer::train_loop() {
       trace::Span span("checkpoint", "checkpoint commit");
       finish_checkpoint(false);  // commits a save whose files are written
     }
-    const double before[6] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4), sent_by(5)};
+    const double before[7] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4), sent_by(5), sent_by(6)};
     const auto step_t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(step);
     step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
-    for (int g = 0; g < 6; ++g) step_sent_[g] += sent_by(g) - before[g];
+    for (int g = 0; g < 7; ++g) step_sent_[g] += sent_by(g) - before[g];
     ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {
@@ -394,6 +394,7 @@ double Trainer::sent_by(int g) const {
     case 2: return static_cast<double>(ctx_.group(GridAxis::kPp).stats().bytes_sent);
     case 3: return static_cast<double>(ctx_.embed().stats().bytes_sent);
     case 5: return static_cast<double>(ctx_.expert_data_like().stats().bytes_sent) + hybrid_sent(true);
+    case 6: return static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
     default:
       return ctx_.size(GridAxis::kCp) > 1
                  ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +

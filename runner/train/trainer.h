@@ -293,8 +293,8 @@ class Trainer {
   int64_t global_batch_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   // What the tensor, data, pipeline, tied-embedding and context groups sent inside train_step (not evaluation or saving), and the
   // steps run: logged at the end beside plan's count (runner/report/step_comm.h).
-  double step_sent_[6] = {0, 0, 0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding, context (and its subgroups),
-                                              // expert-data
+  double step_sent_[7] = {0, 0, 0, 0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding, context (and its
+                                                 // subgroups), expert-data, expert (the MoE dispatch)
   int64_t steps_counted_ = 0;
   std::vector<double> step_seconds_;  // each train_step's wall time, for the end's measured-beside-modelled line
   double loss_scale_ = 1.0;

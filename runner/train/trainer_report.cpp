@@ -61,7 +61,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 26;
+  constexpr int K = 28;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   // A training step's bytes in the tensor, data, pipeline and tied-embedding groups, measured and as plan counts
   // them (-1: not counted).
@@ -72,10 +72,10 @@ void Trainer::log_resource_report() {
                                      ctx_.data_like().rank(), data_->has_loss_mask());
   const double counted = static_cast<double>(std::max<int64_t>(1, steps_counted_));
   const bool plan_ok = planned.not_modelled.empty();
-  const double plan_of[6] = {planned.tensor,  planned.data,    planned.pipeline,
-                             planned.embedding, planned.context, planned.expert_data};
-  for (int g = 0; g < 6; ++g) {  // group g at 13 + 2g (13-20), but the peak RSS plan's total at 21: context at 22, 23,
-    const int at = g < 4 ? 13 + 2 * g : 22 + 2 * (g - 4);  // expert-data at 24, 25
+  const double plan_of[7] = {planned.tensor,    planned.data,    planned.pipeline,   planned.embedding,
+                             planned.context, planned.expert_data, planned.expert};
+  for (int g = 0; g < 7; ++g) {  // group g at 13 + 2g (13-20), but the peak RSS plan's total at 21: context at 22, 23,
+    const int at = g < 4 ? 13 + 2 * g : 22 + 2 * (g - 4);  // expert-data at 24, 25, expert at 26, 27
     v[K * me + at] = step_sent_[g] / counted;
     v[K * me + at + 1] = plan_ok ? plan_of[g] : -1.0;
   }
@@ -142,24 +142,34 @@ void Trainer::log_resource_report() {
     const double* xc = &v[K * r + 22];  // the context group's, measured and planned
     const double* xe = &v[K * r + 24];  // the expert-data group's
     const bool edp_on = xe[0] > 0 || xe[1] > 0;
+    const double* xx = &v[K * r + 26];  // the expert group's (the MoE dispatch)
+    const bool ep_on = ctx_.size(GridAxis::kEp) > 1;
     const std::string more = (pipelined() ? fmt::format(", {:.0f} B in the pipeline group and {:.0f} B in the tied "
                                                         "embedding's", x[4], x[6])
                                           : std::string()) +
                              (cp_on ? fmt::format(", {:.0f} B in the context group", xc[0]) : std::string()) +
-                             (edp_on ? fmt::format(", {:.0f} B in the expert-data group", xe[0]) : std::string());
+                             (edp_on ? fmt::format(", {:.0f} B in the expert-data group", xe[0]) : std::string()) +
+                             (ep_on ? fmt::format(", {:.0f} B in the expert group", xx[0]) : std::string());
     if (x[1] < 0) {
       spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{} (plan does "
                    "not count {} yet)", r, x[0], x[2], more, planned.not_modelled);
       continue;
     }
-    bool same = xc[0] == xc[1] && xe[0] == xe[1];
+    // The all-to-all's count is the one balanced routing would send: its ratio is the routing's, not a miscount.
+    bool same = xc[0] == xc[1] && xe[0] == xe[1] && (planned.expert_expected || xx[0] == xx[1]);
     for (int g = 0; g < 4; ++g) same = same && x[2 * g] == x[2 * g + 1];
 
     spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}; plan counted "
                  "{:.0f} B and {:.0f} B{}{}", r, x[0], x[2], more, x[1], x[3],
                  (pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string()) +
                      (cp_on ? fmt::format(", {:.0f} B", xc[1]) : std::string()) +
-                     (edp_on ? fmt::format(", {:.0f} B", xe[1]) : std::string()),
+                     (edp_on ? fmt::format(", {:.0f} B", xe[1]) : std::string()) +
+                     (ep_on ? fmt::format(", {:.0f} B{}", xx[1],
+                                          planned.expert_expected
+                                              ? fmt::format(" (the all-to-all under balanced routing: this routing sent "
+                                                            "{:.3f}x)", xx[1] > 0 ? xx[0] / xx[1] : 0.0)
+                                              : "")
+                            : std::string()),
                  same ? "" : " (they differ: the count misses a collective, please report it)");
   }
   const StepTime st = log_step_time(planned);
@@ -183,7 +193,9 @@ void Trainer::log_resource_report() {
                           {"pp_bytes_per_step_plan", v[K * r + 18]}, {"embed_bytes_per_step", v[K * r + 19]},
                           {"embed_bytes_per_step_plan", v[K * r + 20]}, {"planned_total_bytes", v[K * r + 21]},
                           {"cp_bytes_per_step", v[K * r + 22]}, {"cp_bytes_per_step_plan", v[K * r + 23]},
-                          {"edp_bytes_per_step", v[K * r + 24]}, {"edp_bytes_per_step_plan", v[K * r + 25]}});
+                          {"edp_bytes_per_step", v[K * r + 24]}, {"edp_bytes_per_step_plan", v[K * r + 25]},
+                          {"ep_bytes_per_step", v[K * r + 26]}, {"ep_bytes_per_step_plan", v[K * r + 27]},
+                          {"ep_plan_expected", planned.expert_expected}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -10,7 +10,8 @@
 # select_recompute list. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
 # Mixtral at dp2, dp4 with accumulation and dp2 x pp2 the expert-data group's (the experts' gradients) and the MoE
 # statistics in the data and pipeline groups, and under mp (with SP, recompute, ZB-H1), cp (ring, Ulysses), ZeRO 1-3
-# and hybrid sharding; expert_parallel 2 (its all-to-all follows the routing) is said not counted.
+# and hybrid sharding; expert_parallel 2's dispatch (the allgather dispatcher's exactly; the all-to-all's as balanced
+# routing sends it, exact where every token chooses every expert) beside ZeRO-3, mp2 + SP, cp2 and pp2.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
 # Then each rank's peak RSS within 15% of what plan gives it (the shipped tiny GPT-2 at one rank, dp2 and mp2).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -37,21 +38,28 @@ name = sys.argv[1]
 ranks = json.load(open(f"{name}/resources.json"))["ranks"]
 plan = json.load(open(f"{name}.plan.json"))["sent_per_step"][0]  # stage 0's, for its tensor rank 0, data position 0
 bad = 0
+import os
+# The expert group's all-to-all follows the routing: plan gives what balanced routing sends, held exact only where
+# every token chooses every expert (ROUTED=all); otherwise its ratio is printed.
+all_routed = os.environ.get("ROUTED") == "all"
 for r in ranks:
-    for g in ("tp", "dp", "pp", "embed", "cp", "edp"):
+    for g in ("tp", "dp", "pp", "embed", "cp", "edp", "ep"):
         got, want = r[f"{g}_bytes_per_step"], r[f"{g}_bytes_per_step_plan"]
+        if g == "ep" and r["ep_plan_expected"] and not all_routed:
+            print(f"{name} rank {r['rank']}: the all-to-all sent {got:.0f} B, {got / want:.3f}x balanced routing's {want:.0f}")
+            continue
         if got != want:
             print(f"{name} rank {r['rank']}: {g} group sent {got:.0f} B a step, plan counted {want:.0f}")
             bad += 1
 r0 = ranks[0]
-want0 = tuple(r0[f"{g}_bytes_per_step_plan"] for g in ("tp", "dp", "pp", "embed", "cp", "edp"))
-if (plan["tensor"], plan["data"], plan["pipeline"], plan["embedding"], plan["context"], plan["expert_data"]) != want0:
+want0 = tuple(r0[f"{g}_bytes_per_step_plan"] for g in ("tp", "dp", "pp", "embed", "cp", "edp", "ep"))
+if (plan["tensor"], plan["data"], plan["pipeline"], plan["embedding"], plan["context"], plan["expert_data"], plan["expert"]) != want0:
     print(f"{name}: plan --json counted {plan}, the run's count for rank 0 was {want0}")
     bad += 1
 if all(r["tp_bytes_per_step"] + r["dp_bytes_per_step"] + r["pp_bytes_per_step"] + r["cp_bytes_per_step"] + r["edp_bytes_per_step"] == 0 for r in ranks):
     print(f"{name}: nothing sent: a layout that sends nothing proves nothing")
     bad += 1
-print(f"{name}: " + ", ".join(f"rank {r['rank']} " + " ".join(f"{g} {r[g + '_bytes_per_step']:.0f}" for g in ("tp", "dp", "pp", "embed", "cp", "edp")
+print(f"{name}: " + ", ".join(f"rank {r['rank']} " + " ".join(f"{g} {r[g + '_bytes_per_step']:.0f}" for g in ("tp", "dp", "pp", "embed", "cp", "edp", "ep")
                                                       if r[g + "_bytes_per_step"]) for r in ranks))
 sys.exit(1 if bad else 0)
 EOF
@@ -144,9 +152,22 @@ check 4 mixtral_dp2_mp2_zero1 mixtral.yaml $P.data_parallel=2 $P.model_parallel=
 check 4 mixtral_dp4_zero3_hybrid2 mixtral.yaml $P.data_parallel=4 parallel.zero_stage=3 $P.hybrid_shard_degree=2
 check 4 mixtral_pp2_dp2_zero3_zbh1 mixtral.yaml $P.data_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2 \
   parallel.zero_stage=3 parallel.pipeline_config.pipeline_scheduler=zbh1
-# The MoE layers' all-to-all at expert_parallel 2 depends on the routing: not counted, and said so.
+# Expert parallel: the allgather dispatcher's bytes are exact; the all-to-all's follow the routing, so plan gives what
+# balanced routing sends, exact where every token chooses every expert (mixall: top-4 of 4), and said so.
+random_llama mixall.yaml arch=MixtralForCausalLM steps=2 batch=2 layers=2 seq=32 print= \
+  top="moe_config: {expert_num: 4, num_experts_chosen: 4, capacity_factor: -1, aux_loss_factor: 0.05}"
+check 2 mixtral_ep2_allgather mixtral.yaml $P.data_parallel=2 $P.expert_parallel=2 moe_config.token_dispatcher=allgather
+check 2 mixtral_ep2 mixtral.yaml $P.data_parallel=2 $P.expert_parallel=2
+grep -q "the all-to-all under balanced routing: this routing sent" mixtral_ep2.log || fail "mixtral_ep2: the log does not say the all-to-all's count is balanced routing's"
 "$BIN" plan --config mixtral.yaml --ranks 2 --set $P.data_parallel=2 --set $P.expert_parallel=2 |
-  grep -q "sent per step: not counted for MoE layers at expert_parallel" || fail "mixtral ep2: plan does not say it leaves it out"
+  grep -q "in the expert-parallel group (the MoE dispatch's all-to-all under balanced routing)" || fail "mixtral ep2: plan does not say its count is balanced routing's"
+export ROUTED=all
+check 4 mixall_dp4_ep2_zero3 mixall.yaml $P.data_parallel=4 $P.expert_parallel=2 parallel.zero_stage=3
+check 4 mixall_ep2_mp2_sp mixall.yaml $P.data_parallel=2 $P.expert_parallel=2 $P.model_parallel=2 $P.use_seq_parallel=True
+check 4 mixall_ep2_cp2_recompute mixall.yaml $P.data_parallel=2 $P.expert_parallel=2 $P.context_parallel=2 \
+  recompute_config.recompute=True
+check 4 mixall_ep2_pp2 mixall.yaml $P.data_parallel=2 $P.expert_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2
+unset ROUTED
 
 # Not counted yet (hybrid_cp here): said so, no figure.
 HYB=(--set $P.context_parallel=4 --set $P.context_parallel_algo=hybrid_cp --set $P.ulysses_degree_in_cp=2)

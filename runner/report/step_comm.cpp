@@ -33,6 +33,38 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   return s;
 }
 
+// What a rank sends: bytes, and messages (a ring step, a point-to-point send, an all-to-all's send to each other rank).
+struct Sent {
+  double bytes = 0, messages = 0;
+  Sent& operator+=(const Sent& o) {
+    bytes += o.bytes;
+    messages += o.messages;
+    return *this;
+  }
+  friend Sent operator+(Sent a, const Sent& b) { return a += b; }
+  friend Sent operator*(double k, Sent a) {
+    a.bytes *= k;
+    a.messages *= k;
+    return a;
+  }
+};
+
+// The rings of parallel/communicator.h: k elements of `size` bytes over n ranks, from position pos; a message a step.
+Sent ring_ar(int64_t k, int n, int pos, double size) {
+  if (n <= 1) return {};
+  return {size * static_cast<double>(ring_allreduce_sent(k, n, pos)), 2.0 * (n - 1)};
+}
+Sent ring_rs(int64_t k, int n, int pos, double size) {
+  if (n <= 1) return {};
+  return {size * static_cast<double>(ring_reduce_scatter_sent(k, n, pos)), 1.0 * (n - 1)};
+}
+Sent ring_ag(int64_t k, int n, int pos, double size) {
+  if (n <= 1) return {};
+  return {size * static_cast<double>(ring_allgather_sent(k, n, pos)), 1.0 * (n - 1)};
+}
+// An all-to-all over n ranks that sends `bytes` to the others in all.
+Sent alltoall(double bytes, int n) { return n > 1 ? Sent{bytes, 1.0 * (n - 1)} : Sent{}; }
+
 }  // namespace
 
 StepComm step_comm(const Config& cfg, const Placement& params, const std::vector<StageOptions>& chunks, int stage,
@@ -92,7 +124,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   // The experts' region (from expert_begin) is a unit of its own at ZeRO-1, its units over the experts' groups.
   const int64_t dense = std::min(params.expert_begin(), total);
   std::vector<int64_t> at{0};
-  if (zero >= 1) at.push_back(dense);
+  if (zero >= 1 && dense < total) at.push_back(dense);
   for (int64_t o : cuts)
     if (o > 0 && o < total) at.push_back(o);
   std::sort(at.begin(), at.end());
@@ -109,13 +141,14 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   // layer of the model whether it is MoE here, the aux and z losses, the dropped count and the tokens per expert,
   // and the least routing margin (a max).
   auto moe_stats = [&](int n, int pos) {
-    if (!m.moe.enabled() || n <= 1) return 0.0;
+    if (!m.moe.enabled() || n <= 1) return Sent{};
     const int64_t L = m.num_layers, E = m.moe.expert_num;
-    return f64 * static_cast<double>(ring_allreduce_sent(L * (4 + E), n, pos) + ring_allreduce_sent(L, n, pos));
+    return ring_ar(L * (4 + E), n, pos, f64) + ring_ar(L, n, pos, f64);
   };
-  auto AR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, t, tp_pos)); };
-  auto RS = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_reduce_scatter_sent(k, t, tp_pos)); };
-  auto AG = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allgather_sent(k, t, tp_pos)); };
+  auto AR = [&](int64_t k, double bytes) { return ring_ar(k, t, tp_pos, bytes); };
+  auto RS = [&](int64_t k, double bytes) { return ring_rs(k, t, tp_pos, bytes); };
+  auto AG = [&](int64_t k, double bytes) { return ring_ag(k, t, tp_pos, bytes); };
+  Sent tensor, data, data_shard, data_replica, pipeline, embedding, context, expert_data, expert;
 
   // ---- the tensor-parallel group ----
   if (t > 1) {
@@ -127,19 +160,19 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     // ZB-V's deferred weight pass, a schedule file's W) gathers the column inputs once more under SP, in the weight
     // pass, in fp32 under bf16 compute too (the weight product's input): measured by plan_bytes.sh and
     // pipeline_zbv.sh.
-    const double half_fwd = sp ? AG(n, column_in) + RS(n, f32) : AR(n, f32);
-    const double half_bwd = sp ? AG(n, f32) + AG(n, column_in) + RS(n, f32) : AR(n, f32);
+    const Sent half_fwd = sp ? AG(n, column_in) + RS(n, f32) : AR(n, f32);
+    const Sent half_bwd = sp ? AG(n, f32) + AG(n, column_in) + RS(n, f32) : AR(n, f32);
     // An MoE layer's MLP half (models/blocks/moe.cpp): its input gathered in fp32 (the router reads it), its output
     // reduced; backward, its output's gradient gathered, the gate weights' gradients [rows, top-k] summed and the
     // input gradient reduced. The experts keep their permuted inputs (nothing gathered again) and have no weight
     // pass apart.
-    const double moe_fwd = sp ? AG(n, f32) + RS(n, f32) : AR(n, f32);
-    const double moe_bwd = (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows * spec.moe.topk, f32);
-    double micro = 0;
+    const Sent moe_fwd = sp ? AG(n, f32) + RS(n, f32) : AR(n, f32);
+    const Sent moe_bwd = (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows * spec.moe.topk, f32);
+    Sent micro;
     for (const StageOptions& o : chunks)
       for (int64_t l = o.layer_begin; l < end_of(o); ++l) {
         const bool moe = spec.moe.is_moe(l);
-        const double f = half_fwd + (moe ? moe_fwd : half_fwd);
+        const Sent f = half_fwd + (moe ? moe_fwd : half_fwd);
         micro += f + half_bwd + (moe ? moe_bwd : half_bwd);
         if (L.recompute == RecomputePolicy::kFull && L.recomputes(l)) micro += f;
         if (sp && o.defer_weight_grads) micro += (moe ? 1 : 2) * AG(n, f32);
@@ -153,7 +186,7 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     } else if (sp && last) {
       micro += AR(1, f64);  // each sequence shard's loss sum
     }
-    c.tensor = micro * static_cast<double>(micro_batches);
+    tensor = static_cast<double>(micro_batches) * micro;
     // Once a step: the gradients of parameters every tensor-parallel rank holds whole but computed from its
     // rows alone (under SP all replicated ones; always those read by this rank's heads, Qwen3's q/k norms),
     // and the gradient norm's sum.
@@ -162,21 +195,21 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     for (const TensorPlacement& x : params.tensors())
       if (x.replicated && (sp || x.spec->grad_partial_over_tp))
         for (const auto& [lo, hi] : owned) partial += std::max<int64_t>(0, std::min(hi, x.offset + x.numel()) - std::max(lo, x.offset));
-    if (partial > 0) c.tensor += AR(partial, f32);
-    c.tensor += AR(1, f64) * (dense < total ? 2 : 1);  // the experts' part of the norm summed apart
+    if (partial > 0) tensor += AR(partial, f32);
+    tensor += (dense < total ? 2.0 : 1.0) * AR(1, f64);  // the experts' part of the norm summed apart
   }
 
   // ---- the expert-parallel group ----
   if (ep > 1) {
     const int ep_pos = (dp_pos / cp) % ep;  // the data coordinate's place in its expert group (parallel/grid.cpp)
     const int64_t C = spec.hidden, k = spec.moe.topk, El = spec.moe.experts / ep;
-    double fwd = 0, bwd = 0;  // an MoE layer's, a micro-batch
+    Sent fwd, bwd;  // an MoE layer's, a micro-batch
     if (spec.moe.allgather_dispatch) {
       // Every rank's rows, choices and gate weights gathered; the outputs' sums reduce-scattered back. Backward: the
       // output gradients gathered, the input gradients and the gate weights' reduce-scattered.
-      const auto ag = [&](int64_t x) { return 4.0 * static_cast<double>(ring_allgather_sent(ep * x, ep, ep_pos)); };
-      const auto rs = [&](int64_t x) { return 4.0 * static_cast<double>(ring_reduce_scatter_sent(ep * x, ep, ep_pos)); };
-      fwd = ag(rows * C) + 2 * ag(rows * k) + rs(rows * C);
+      const auto ag = [&](int64_t x) { return ring_ag(ep * x, ep, ep_pos, f32); };
+      const auto rs = [&](int64_t x) { return ring_rs(ep * x, ep, ep_pos, f32); };
+      fwd = ag(rows * C) + 2.0 * ag(rows * k) + rs(rows * C);
       bwd = ag(rows * C) + rs(rows * C) + rs(rows * k);
     } else {
       // The all-to-all: the counts of each expert's rows, then the rows to the experts' ranks and the outputs back;
@@ -184,15 +217,15 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       // choices go (ep - 1) / ep to other ranks.
       c.expert_expected = true;
       const double away = 4.0 * static_cast<double>(rows * k) * C * (ep - 1) / ep;
-      fwd = 8.0 * static_cast<double>(El * (ep - 1)) + 2 * away;
-      bwd = 2 * away;
+      fwd = alltoall(8.0 * static_cast<double>(El * (ep - 1)), ep) + 2.0 * alltoall(away, ep);
+      bwd = 2.0 * alltoall(away, ep);
     }
-    double micro = 0;
+    Sent micro;
     for (const StageOptions& o : chunks)
       for (int64_t l = o.layer_begin; l < end_of(o); ++l)
-        if (spec.moe.is_moe(l)) micro += fwd + bwd + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? fwd : 0.0);
-    c.expert = micro * static_cast<double>(micro_batches);
-    if (dense < total) c.expert += f64 * static_cast<double>(ring_allreduce_sent(1, ep, ep_pos));  // the experts' norm
+        if (spec.moe.is_moe(l)) micro += fwd + bwd + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? fwd : Sent{});
+    expert = static_cast<double>(micro_batches) * micro;
+    if (dense < total) expert += ring_ar(1, ep, ep_pos, f64);  // the experts' norm
   }
 
   // ---- the pipeline group ----
@@ -213,54 +246,53 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
       if (o.layer_begin != 0 && !ends_here(o.layer_begin)) ++per_micro;      // the gradient back
     }
     const int64_t sends = micro_batches * per_micro;
-    c.pipeline = f32 * static_cast<double>(sends * (sp ? rows / t : rows) * spec.hidden);
+    pipeline = {f32 * static_cast<double>(sends * (sp ? rows / t : rows) * spec.hidden), static_cast<double>(sends)};
     // The step's scalars: the loss, the schedule's makespan and bubble (sum and max), the gradient norm.
-    c.pipeline += 5 * f64 * static_cast<double>(ring_allreduce_sent(1, pp, stage));
-    c.pipeline += moe_stats(pp, stage);
+    pipeline += 5.0 * ring_ar(1, pp, stage, f64);
+    pipeline += moe_stats(pp, stage);
     // A tied embedding's two copies (the first stage's lookup, the last stage's head) summed into both; one tensor
     // when both are on this stage (ZB-V).
     if (spec.tied_head && (first != last))
       if (const TensorPlacement* x = params.find(entry.names(Role::kEmbed, -1)))
-        c.embedding += f32 * static_cast<double>(ring_allreduce_sent(x->numel(), 2, first ? 0 : 1));
+        embedding += ring_ar(x->numel(), 2, first ? 0 : 1, f32);
   }
 
   // ---- the context-parallel group (its Ulysses and ring subgroups) ----
   if (cp > 1) {
     const int64_t D = spec.head_dim(), q = spec.heads / t * D, kv = spec.kv_heads / t * D;
-    double fwd = 0, bwd = 0;
+    Sent fwd, bwd;
     if (p.context_parallel_algo == "ulysses_cp") {
       // All-to-all to whole heads: q|k|v in and the output back; backward the output and its gradient in, and
       // the q|k|v gradient back; each sends the other ranks' share of this rank's rows.
-      auto a2a = [&](int64_t width) { return f32 * static_cast<double>((cp - 1) * rows * (width / cp)); };
+      auto a2a = [&](int64_t width) { return alltoall(f32 * static_cast<double>((cp - 1) * rows * (width / cp)), cp); };
       fwd = a2a(q + 2 * kv) + a2a(q);
-      bwd = 2 * a2a(q) + a2a(q + 2 * kv);
+      bwd = 2.0 * a2a(q) + a2a(q + 2 * kv);
     } else {
       // Ring attention: the keys and values go round (cp - 1 sends forward, again backward), and backward each
       // block's key/value gradient is summed along the ring (cp sends).
-      const double block = f32 * static_cast<double>(rows * 2 * kv);
-      fwd = (cp - 1) * block;
-      bwd = (cp - 1) * block + cp * block;
+      const Sent block{f32 * static_cast<double>(rows * 2 * kv), 1};  // one send
+      fwd = (cp - 1.0) * block;
+      bwd = (cp - 1.0) * block + static_cast<double>(cp) * block;
     }
     // An MoE layer's router sums each sequence's expert counts and probabilities over the context group for its
     // balancing loss (2 B E doubles), and the counts again in its backward (B E).
-    double moe = 0;
+    Sent moe;
     if (spec.moe.experts > 1) {
       const int64_t BE = cfg.batch_size * spec.moe.experts;
       const int cpos = dp_pos % cp;
-      const double route = f64 * static_cast<double>(ring_allreduce_sent(2 * BE, cp, cpos)),
-                   back = f64 * static_cast<double>(ring_allreduce_sent(BE, cp, cpos));
+      const Sent route = ring_ar(2 * BE, cp, cpos, f64), back = ring_ar(BE, cp, cpos, f64);
       for (const StageOptions& o : chunks)
         for (int64_t l = o.layer_begin; l < end_of(o); ++l)
           if (spec.moe.is_moe(l))
-            moe += route + back + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? route : 0.0);
+            moe += route + back + (L.recompute == RecomputePolicy::kFull && L.recomputes(l) ? route : Sent{});
     }
-    c.context = (static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd + moe) *
-                static_cast<double>(micro_batches);
+    context = static_cast<double>(micro_batches) *
+              (static_cast<double>(layers) * (fwd + bwd) + static_cast<double>(full) * fwd + moe);
   }
 
   // ---- the data-parallel group (data x context under context parallel) ----
   if (d * cp > 1) {
-    auto dAR = [&](int64_t k, double bytes) { return bytes * static_cast<double>(ring_allreduce_sent(k, dc, dp_pos)); };
+    auto dAR = [&](int64_t k, double bytes) { return ring_ar(k, dc, dp_pos, bytes); };
     if (zero >= 1) {
       // ZeRO-1 and 2: each unit's gradients reduce-scattered to their owners in the shard group (ZeRO-2: as its
       // backward ends), each owned slice summed over the replicas (hybrid sharding), the updated weights gathered
@@ -279,19 +311,17 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
         }
         const bool x = at[i] >= dense;  // the experts' units: over the ranks holding the same experts
         const int n = x ? He : H, pos = x ? esh_pos : sh_pos, r = x ? erep : rep, r_pos = x ? erep_pos : rep_pos;
-        const double sent = f32 * static_cast<double>(ring_reduce_scatter_sent(k, n, pos) +
-                                                      gathers * ring_allgather_sent(k, n, pos));
-        const double summed =
-            r > 1 ? f32 * static_cast<double>(ring_allreduce_sent(owned[i].second - owned[i].first, r, r_pos)) : 0.0;
+        const Sent sent = ring_rs(k, n, pos, f32) + static_cast<double>(gathers) * ring_ag(k, n, pos, f32);
+        const Sent summed = ring_ar(owned[i].second - owned[i].first, r, r_pos, f32);
         if (x) {
-          c.expert_data += sent + summed;
+          expert_data += sent + summed;
         } else {
-          c.data_shard += sent;
-          c.data_replica += summed;
+          data_shard += sent;
+          data_replica += summed;
         }
       }
-      c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
-      if (dense < total) c.expert_data += f64 * static_cast<double>(ring_allreduce_sent(1, He, esh_pos));
+      data_shard += ring_ar(1, H, sh_pos, f64);
+      if (dense < total) expert_data += ring_ar(1, He, esh_pos, f64);
       // ZeRO-2 and 3 with a tied embedding whose head is cut into vocabulary chunks, the lookup and the head in one
       // model chunk: the head's chunks are reduce-scattered before the lookup's backward, whose gradient rows
       // (id, values) are then all-gathered to their owners, after a max of the row counts, in blocks of 2^20 floats
@@ -303,23 +333,33 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
           std::any_of(cuts.begin(), cuts.end(), [&](int64_t o) { return o > wte->offset && o < wte->offset + wte->numel(); })) {
         const int64_t n_rows = vocab_split || !sp ? rows : rows / t, stride = spec.hidden + 1;
         const int64_t per = std::max<int64_t>(1, std::min<int64_t>(n_rows, (int64_t{1} << 20) / stride));
-        c.data_shard += f64 * static_cast<double>(ring_allreduce_sent(1, H, sh_pos));
-        c.data_shard += f32 * static_cast<double>((n_rows + per - 1) / per * ring_allgather_sent(H * per * stride, H, sh_pos));
+        data_shard += ring_ar(1, H, sh_pos, f64);
+        data_shard += static_cast<double>((n_rows + per - 1) / per) * ring_ag(H * per * stride, H, sh_pos, f32);
       }
-      c.data += c.data_shard + c.data_replica;
-      if (rep == 1) c.data_shard = 0;  // no hybrid sharding: the shard group is the data group
+      data += data_shard + data_replica;
+      if (rep == 1) data_shard = {};  // no hybrid sharding: the shard group is the data group
     } else {
       // The dense parameters' buckets; the experts' gradients (the arena from expert_begin) are summed at once over
       // the ranks holding the same experts.
       for (const GradientSync::Bucket& b : gradient_buckets(params, dense, p.gradient_aggregation_group))
-        c.data += dAR(b.end - b.begin, f32);
-      if (dense < total) c.expert_data = f32 * static_cast<double>(ring_allreduce_sent(total - dense, edc, edc_pos));
+        data += dAR(b.end - b.begin, f32);
+      if (dense < total) expert_data = ring_ar(total - dense, edc, edc_pos, f32);
     }
-    c.data += dAR(1, f64);  // the loss
-    c.data += moe_stats(dc, dp_pos);
+    data += dAR(1, f64);  // the loss
+    data += moe_stats(dc, dp_pos);
     // The trained targets counted over the data-parallel group (under context parallel a group of its own).
-    if ((loss_mask || m.documents.eod_mask_loss) && cp == 1) c.data += dAR(1, f64);
+    if ((loss_mask || m.documents.eod_mask_loss) && cp == 1) data += dAR(1, f64);
   }
+  c.tensor = tensor.bytes;
+  c.data = data.bytes;
+  c.data_shard = data_shard.bytes;
+  c.data_replica = data_replica.bytes;
+  c.pipeline = pipeline.bytes;
+  c.embedding = embedding.bytes;
+  c.context = context.bytes;
+  c.expert_data = expert_data.bytes;
+  c.expert = expert.bytes;
+  for (const Sent* x : {&tensor, &data, &pipeline, &embedding, &context, &expert_data, &expert}) c.messages += x->messages;
   return c;
 }
 

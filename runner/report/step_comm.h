@@ -30,6 +30,10 @@ struct StepComm {
   // Of `data`, under hybrid sharding: what goes in the shard groups (the reduce-scatters, gathers and norm) and
   // across the replicas (each slice's sum); the rest of `data` in the whole data group.
   double data_shard = 0, data_replica = 0;
+  // The messages of all of the above: a step of a ring collective, a point-to-point send (a pipeline hand-off, a ring
+  // attention block), an all-to-all's send to each other rank (MPI's own, one a peer). The step-time model prices
+  // each at the link's latency.
+  double messages = 0;
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;

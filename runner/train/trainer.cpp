@@ -310,10 +310,12 @@ int Trainer::train_loop() {
       finish_checkpoint(false);  // commits a save whose files are written
     }
     const double before[7] = {sent_by(0), sent_by(1), sent_by(2), sent_by(3), sent_by(4), sent_by(5), sent_by(6)};
+    const double messages_before = messages_sent();
     const auto step_t0 = std::chrono::steady_clock::now();
     const StepResult r = train_step(step);
     step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_t0).count());
     for (int g = 0; g < 7; ++g) step_sent_[g] += sent_by(g) - before[g];
+    step_messages_ += messages_sent() - messages_before;
     ++steps_counted_;
     meter.step_done();
     if (!finite_step(r)) {
@@ -385,6 +387,21 @@ double Trainer::hybrid_sent(bool expert) const {
   const ShardLayout& zl = sync_->layout();
   if (!zl.replicated(expert)) return 0.0;
   return static_cast<double>(zl.shard_group(expert).stats().bytes_sent + zl.replica_group(expert).stats().bytes_sent);
+}
+
+// The messages of the groups sent_by counts (hybrid sharding's shard and replica groups, the context group's subgroups).
+double Trainer::messages_sent() const {
+  int64_t n = 0;
+  const ShardLayout& zl = sync_->layout();
+  for (bool x : {false, true})
+    if (zl.replicated(x)) n += zl.shard_group(x).stats().messages + zl.replica_group(x).stats().messages;
+  if (ctx_.size(GridAxis::kCp) > 1)
+    n += ctx_.group(GridAxis::kCp).stats().messages + ctx_.context_ulysses().stats().messages +
+         ctx_.context_ring().stats().messages;
+  for (const Communicator* g : std::initializer_list<const Communicator*>{&ctx_.group(GridAxis::kTp), &ctx_.data_like(), &ctx_.group(GridAxis::kPp), &ctx_.embed(),
+                                &ctx_.expert_data_like(), &ctx_.group(GridAxis::kEp)})
+    n += g->stats().messages;
+  return static_cast<double>(n);
 }
 
 double Trainer::sent_by(int g) const {

@@ -223,6 +223,7 @@ class Trainer {
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
   double hybrid_sent(bool expert) const;
+  double messages_sent() const;
   double sent_by(int group) const;
   double measured_step_seconds() const;                  // runner/train/trainer_report.cpp
   StepTime log_step_time(const StepComm& sent) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context
@@ -295,6 +296,7 @@ class Trainer {
   // steps run: logged at the end beside plan's count (runner/report/step_comm.h).
   double step_sent_[7] = {0, 0, 0, 0, 0, 0, 0};  // tensor, data, pipeline, tied-embedding, context (and its
                                                  // subgroups), expert-data, expert (the MoE dispatch)
+  double step_messages_ = 0;  // the same groups' messages
   int64_t steps_counted_ = 0;
   std::vector<double> step_seconds_;  // each train_step's wall time, for the end's measured-beside-modelled line
   double loss_scale_ = 1.0;

@@ -61,7 +61,7 @@ void Trainer::log_resource_report() {
   const int W = ctx_.world().size(), me = ctx_.world_rank();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  constexpr int K = 28;
+  constexpr int K = 30;
   std::vector<double> v(static_cast<size_t>(K * W), 0.0);
   // A training step's bytes in the tensor, data, pipeline and tied-embedding groups, measured and as plan counts
   // them (-1: not counted).
@@ -79,6 +79,8 @@ void Trainer::log_resource_report() {
     v[K * me + at] = step_sent_[g] / counted;
     v[K * me + at + 1] = plan_ok ? plan_of[g] : -1.0;
   }
+  v[K * me + 28] = step_messages_ / counted;
+  v[K * me + 29] = plan_ok ? planned.messages : -1.0;
   // What gridformer plan gives this rank (its stage and tensor-parallel rank), to set beside its peak RSS.
   try {
     nlohmann::json pj;
@@ -156,11 +158,12 @@ void Trainer::log_resource_report() {
       continue;
     }
     // The all-to-all's count is the one balanced routing would send: its ratio is the routing's, not a miscount.
-    bool same = xc[0] == xc[1] && xe[0] == xe[1] && (planned.expert_expected || xx[0] == xx[1]);
+    const double* xm = &v[K * r + 28];  // messages, measured and counted
+    bool same = xc[0] == xc[1] && xe[0] == xe[1] && (planned.expert_expected || xx[0] == xx[1]) && xm[0] == xm[1];
     for (int g = 0; g < 4; ++g) same = same && x[2 * g] == x[2 * g + 1];
 
-    spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}; plan counted "
-                 "{:.0f} B and {:.0f} B{}{}", r, x[0], x[2], more, x[1], x[3],
+    spdlog::info("rank {}: a training step sent {:.0f} B in the tensor group, {:.0f} B in the data group{}, in {:.0f} "
+                 "messages; plan counted {:.0f} B and {:.0f} B{}, in {:.0f} messages{}", r, x[0], x[2], more, xm[0], x[1], x[3],
                  (pipelined() ? fmt::format(", {:.0f} B and {:.0f} B", x[5], x[7]) : std::string()) +
                      (cp_on ? fmt::format(", {:.0f} B", xc[1]) : std::string()) +
                      (edp_on ? fmt::format(", {:.0f} B", xe[1]) : std::string()) +
@@ -170,7 +173,7 @@ void Trainer::log_resource_report() {
                                                             "{:.3f}x)", xx[1] > 0 ? xx[0] / xx[1] : 0.0)
                                               : "")
                             : std::string()),
-                 same ? "" : " (they differ: the count misses a collective, please report it)");
+                 xm[1], same ? "" : " (they differ: the count misses a collective, please report it)");
   }
   const StepTime st = log_step_time(planned);
   // The same, machine-readable, in output_dir/resources.json.
@@ -195,7 +198,8 @@ void Trainer::log_resource_report() {
                           {"cp_bytes_per_step", v[K * r + 22]}, {"cp_bytes_per_step_plan", v[K * r + 23]},
                           {"edp_bytes_per_step", v[K * r + 24]}, {"edp_bytes_per_step_plan", v[K * r + 25]},
                           {"ep_bytes_per_step", v[K * r + 26]}, {"ep_bytes_per_step_plan", v[K * r + 27]},
-                          {"ep_plan_expected", planned.expert_expected}});
+                          {"ep_plan_expected", planned.expert_expected}, {"messages_per_step", v[K * r + 28]},
+                          {"messages_per_step_plan", v[K * r + 29]}});
   std::ofstream(std::filesystem::path(cfg_.output_dir) / "resources.json") << j.dump(1) << "\n";
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Plan (51) held to account on bytes: what a training step sends in the tensor-parallel and data-parallel groups, as
 # `gridformer plan` counts it from the config (runner/report/step_comm.h), equals what the run's communicators counted,
-# byte for byte, on every rank: 2 steps of a tiny GPT-2 and Llama at dp2, dp2 ZeRO-1, dp4 (uneven ring shards, each
+# byte for byte and message for message, on every rank: 2 steps of a tiny GPT-2 and Llama at dp2, dp2 ZeRO-1, dp4 (uneven ring shards, each
 # position its own scalar bytes), mp2 with and without sequence parallel, the vocabulary split or not, full recompute,
 # 2 accumulated micro-batches, bf16 (column inputs gathered in 16 bits) and fp16 (in fp32), dp2 x mp2, and pp2 (1F1B,
 # ZB-H1, interleaved, with mp2 + SP and with dp2 ZeRO-1), where the pipeline group's and the tied embedding's bytes are held too;
@@ -51,6 +51,10 @@ for r in ranks:
         if got != want:
             print(f"{name} rank {r['rank']}: {g} group sent {got:.0f} B a step, plan counted {want:.0f}")
             bad += 1
+    # Messages (ring steps, sends, all-to-all sends to each peer): exact, the all-to-all's too (one to each peer).
+    if r["messages_per_step"] != r["messages_per_step_plan"]:
+        print(f"{name} rank {r['rank']}: {r['messages_per_step']:.0f} messages a step, plan counted {r['messages_per_step_plan']:.0f}")
+        bad += 1
 r0 = ranks[0]
 want0 = tuple(r0[f"{g}_bytes_per_step_plan"] for g in ("tp", "dp", "pp", "embed", "cp", "edp", "ep"))
 if (plan["tensor"], plan["data"], plan["pipeline"], plan["embedding"], plan["context"], plan["expert_data"], plan["expert"]) != want0:

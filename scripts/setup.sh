@@ -77,6 +77,14 @@ echo "setup: build done"
 # $BUILD/machine_probe.json, where runs take their fp32 GEMM backend default and MFU peak from.
 "$BUILD/bin/machine_probe" --if-stale --out "$BUILD/machine_probe.json" \
   || echo "setup: machine_probe failed; runs keep the built-in defaults (OpenBLAS; MFU against a nominal peak from the CPU's instructions at 5 GHz)"
+# The link between two ranks of this host (docs/planning.md, "Messages"): its latency prices each message of a step in
+# plan's step-time model and every run's end-of-run line. Measured again when the machine probe is newer.
+if command -v mpirun > /dev/null && ! [ "$BUILD/network_probe_host.json" -nt "$BUILD/machine_probe.json" ]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 --oversubscribe \
+    "$BUILD/bin/gridformer" probe --network --max-bytes 4194304 --out "$BUILD/network_probe_host.json" \
+    > "$BUILD/network_probe_host.log" 2>&1 \
+    || echo "setup: probe --network on this host failed (see $BUILD/network_probe_host.log); plan prices no latency a message"
+fi
 
 if [ "${GF_SKIP_DATA:-0}" != "1" ]; then
   bash "$ROOT/scripts/fetch_gpt2_vocab.sh" "$ROOT/data/gpt2"

@@ -43,7 +43,8 @@ std::string hosts_problem(const ConfigPlanRequest& c, int ranks) {
 
 // Where the ranks run, and where the bandwidth between hosts came from.
 gf::PlanHosts hosts_of(const ConfigPlanRequest& c) {
-  return {c.hosts, c.network_gbs, c.network_probe.empty() ? "given" : "probe --network: " + c.network_probe};
+  return {c.hosts, c.network_gbs, c.network_latency_us,
+          c.network_probe.empty() ? "given" : "probe --network: " + c.network_probe};
 }
 
 // `plan --search`: the layouts for --ranks (or the config's own count) ranked by modelled step time.
@@ -77,7 +78,9 @@ int run_config_or_plan(const ConfigPlanRequest& given, bool plan) {
         std::cerr << "error: plan --network-probe prices the links between hosts: give --hosts H (H > 1) too\n";
         return 2;
       }
-      c.network_gbs = network_probe_gbs(c.network_probe);
+      const gf::NetworkLink l = network_probe_link(c.network_probe);
+      c.network_gbs = l.gbs;
+      c.network_latency_us = l.latency_us;
     }
     if (plan && c.hosts > 1 && !(c.network_gbs > 0)) {
       std::cerr << "error: plan --hosts " << c.hosts << " needs the bandwidth between two hosts: --network-probe FILE "

@@ -16,6 +16,7 @@ struct ConfigPlanRequest {
   int top = 5;                  // plan --search --top
   int hosts = 1;                // plan --hosts
   double network_gbs = 0;       // plan --network-gbs
+  double network_latency_us = 0;  // from --network-probe's file (none with --network-gbs alone)
   std::string network_probe;    // plan --network-probe (probe --network's file; network_gbs from it)
 };
 

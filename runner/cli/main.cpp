@@ -360,8 +360,11 @@ CLI::App* add_plan(CLI::App& app, Cli& c) {
                    "that spans two of them sends at --network-gbs")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   auto* gbs = plan->add_option("--network-gbs", c.plan.network_gbs, "with --hosts: the bandwidth between two hosts, GB/s")
       ->check(CLI::PositiveNumber);
-  plan->add_option("--network-probe", c.plan.network_probe, "with --hosts: the bandwidth between two hosts as "
-                   "`gridformer probe --network` measured it (its JSON file)")->check(CLI::ExistingFile)->excludes(gbs);
+  auto* lat = plan->add_option("--network-latency-us", c.plan.network_latency_us, "with --network-gbs: a message's latency "
+                               "between two hosts, microseconds (default 0: none)")->check(CLI::NonNegativeNumber)->needs(gbs);
+  plan->add_option("--network-probe", c.plan.network_probe, "with --hosts: the bandwidth and latency between two hosts as "
+                   "`gridformer probe --network` measured them (its JSON file)")->check(CLI::ExistingFile)->excludes(gbs)
+      ->excludes(lat);
   plan->add_flag("--json", c.plan.json, "the plan's figures as one JSON object on stdout (bytes per rank and kind, FLOPs, "
                                         "the verdict) instead of the text");
   return plan;

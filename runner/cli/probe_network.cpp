@@ -143,28 +143,13 @@ int run_probe(const NetworkProbeRequest& r, int argc, char** argv) {
   return probe_network(r, world);
 }
 
-double network_probe_gbs(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("--network-probe " + path + ": cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("--network-probe " + path + ": not JSON (" + e.what() + ")");
-  }
-  if (!j.is_object() || j.value("probe", "") != "network")
-    throw std::runtime_error("--network-probe " + path + ": not a probe --network file (no \"probe\": \"network\")");
-  const auto g = j.find("bandwidth_gbs");
-  if (g == j.end() || !g->is_number() || !std::isfinite(g->get<double>()) || g->get<double>() <= 0)
-    throw std::runtime_error("--network-probe " + path + ": \"bandwidth_gbs\" is not a positive number");
-  const auto same = j.find("same_host");
-  if (same == j.end() || !same->is_boolean())
-    throw std::runtime_error("--network-probe " + path + ": \"same_host\" is not true or false");
-  if (same->get<bool>())
+NetworkLink network_probe_link(const std::string& path) {
+  NetworkLink l = read_network_probe(path, "--network-probe");
+  if (l.same_host)
     throw std::runtime_error("--network-probe " + path + ": its two ranks ran on one host, so it measured a link " +
                              "within a host, not between hosts; run the probe with ranks on two hosts (mpirun -np 2 " +
                              "--host A,B gridformer probe --network), or give --network-gbs");
-  return g->get<double>();
+  return l;
 }
 
 }  // namespace gf::cli

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runner/report/network_link.h"
+
 namespace CLI {
 class App;
 }
@@ -26,9 +28,9 @@ struct NetworkProbeRequest {
 CLI::App* add_probe_command(CLI::App& app, NetworkProbeRequest& r);
 int run_probe(const NetworkProbeRequest& r, int argc, char** argv);
 
-// What `plan --network-probe FILE` reads: the bandwidth between hosts in GB/s. Throws std::runtime_error naming the
-// file and the key for a file that is not a probe's, a figure that is not a positive number, or a probe whose two
-// ranks were on one host (not a link between hosts).
-double network_probe_gbs(const std::string& path);
+// What `plan --network-probe FILE` reads: the link between hosts (its bandwidth in GB/s and latency). Throws
+// std::runtime_error naming the file and the key for a file that is not a probe's, a figure that is not a positive
+// number, or a probe whose two ranks were on one host (not a link between hosts).
+NetworkLink network_probe_link(const std::string& path);
 
 }  // namespace gf::cli

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <tuple>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -375,7 +376,7 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
                                           {"embedding", c.embedding}, {"context", c.context},
                                           {"expert_data", c.expert_data}, {"expert", c.expert},
                                           {"expert_expected", c.expert_expected}, {"data_shard", c.data_shard},
-                                          {"data_replica", c.data_replica}});
+                                          {"data_replica", c.data_replica}, {"messages", c.messages}});
   }
   std::string step_line;
   // The modelled step time (runner/report/step_time.h) of stage 0's tensor rank 0, on this machine's probe, at
@@ -394,25 +395,33 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
                 dp = static_cast<int>(p.data_parallel), pps = static_cast<int>(p.pipeline_stage),
                 ep = static_cast<int>(p.expert_parallel), per = ranks / where.hosts;
       const int H = p.shard_degree > 0 && p.shard_degree < cp * dp ? static_cast<int>(p.shard_degree) : cp * dp;
-      const std::pair<double, bool> groups[] = {
-          {first.tensor, group_spans_hosts(ranks, per, 1, mp)},
-          {first.context, group_spans_hosts(ranks, per, mp, cp)},
+      const StepComm::Messages& n = first.group_messages;
+      const std::tuple<double, double, bool> groups[] = {
+          {first.tensor, n.tensor, group_spans_hosts(ranks, per, 1, mp)},
+          {first.context, n.context, group_spans_hosts(ranks, per, mp, cp)},
           // the gradients' data x context group; under hybrid sharding its shard groups of H consecutive ranks of it,
           // and its replica groups (the ranks H apart)
-          {first.data - first.data_shard - first.data_replica, group_spans_hosts(ranks, per, mp, cp * dp)},
-          {first.data_shard, group_spans_hosts(ranks, per, mp, H)},
-          {first.data_replica, group_spans_hosts(ranks, per, mp * H, cp * dp / H)},
-          {first.pipeline + first.embedding, group_spans_hosts(ranks, per, mp * cp * dp, pps)},
-          {first.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))},
-          {first.expert, group_spans_hosts(ranks, per, mp * cp, ep)}};
-      for (const auto& [bytes, spans] : groups)
+          {first.data - first.data_shard - first.data_replica, n.data - n.data_shard - n.data_replica,
+           group_spans_hosts(ranks, per, mp, cp * dp)},
+          {first.data_shard, n.data_shard, group_spans_hosts(ranks, per, mp, H)},
+          {first.data_replica, n.data_replica, group_spans_hosts(ranks, per, mp * H, cp * dp / H)},
+          {first.pipeline + first.embedding, n.pipeline + n.embedding, group_spans_hosts(ranks, per, mp * cp * dp, pps)},
+          {first.expert_data, n.expert_data, group_spans_hosts(ranks, per, mp * cp * ep, dp / std::max(1, ep))},
+          {first.expert, n.expert, group_spans_hosts(ranks, per, mp * cp, ep)}};
+      for (const auto& [bytes, messages, spans] : groups)
         if (spans) {
           in.sent_bytes -= bytes;
           in.cross_bytes += bytes;
+          in.messages -= messages;
+          in.cross_messages += messages;
         }
       in.cross_gbs = where.gbs;
+      in.cross_latency_us = where.latency_us;
       in.cross_source = where.source;
-      if (json) (*json)["cross_host_bytes_per_step"] = in.cross_bytes;
+      if (json) {
+        (*json)["cross_host_bytes_per_step"] = in.cross_bytes;
+        (*json)["cross_host_messages_per_step"] = in.cross_messages;
+      }
     }
     const StepTime st = model_step_time(in, probe ? &*probe : nullptr);
     std::string why =

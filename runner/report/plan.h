@@ -22,6 +22,7 @@ std::string human_bytes(double bytes);
 struct PlanHosts {
   int hosts = 1;
   double gbs = 0;
+  double latency_us = 0;  // a message between hosts (probe --network's; 0 with --network-gbs alone)
   std::string source = "given";
 };
 // Whether some group of `size` ranks, `stride` apart in the grid's rank order (parallel/grid.h), spans two hosts of

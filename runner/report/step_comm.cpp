@@ -360,6 +360,8 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   c.expert_data = expert_data.bytes;
   c.expert = expert.bytes;
   for (const Sent* x : {&tensor, &data, &pipeline, &embedding, &context, &expert_data, &expert}) c.messages += x->messages;
+  c.group_messages = {tensor.messages,   data.messages,    data_shard.messages,  data_replica.messages, pipeline.messages,
+                      embedding.messages, context.messages, expert_data.messages, expert.messages};
   return c;
 }
 

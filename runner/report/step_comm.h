@@ -34,6 +34,11 @@ struct StepComm {
   // attention block), an all-to-all's send to each other rank (MPI's own, one a peer). The step-time model prices
   // each at the link's latency.
   double messages = 0;
+  // The same per group (with `data_shard` and `data_replica` the parts of `data`, as for the bytes).
+  struct Messages {
+    double tensor = 0, data = 0, data_shard = 0, data_replica = 0, pipeline = 0, embedding = 0, context = 0,
+           expert_data = 0, expert = 0;
+  } group_messages;
   // Empty where the count is the step's; otherwise what the count leaves out (pipeline, context or expert
   // parallelism, ZeRO-2/3, ...), and the figures above are not given.
   std::string not_modelled;

@@ -11,6 +11,7 @@
 #include "models/registry.h"
 #include "runner/config/config.h"
 #include "runner/report/machine_probe.h"
+#include "runner/report/network_link.h"
 #include "runner/report/step_comm.h"
 
 namespace gf {
@@ -41,7 +42,8 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
   const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
-  t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0);
+  t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0) +
+                    (in.messages * in.latency_us + in.cross_messages * in.cross_latency_us) * 1e-6;
   const double bubble = std::clamp(in.bubble, 0.0, 0.99);
   t.seconds = (t.compute + t.optimizer) / (1.0 - bubble) + t.communication;
   t.basis = fmt::format("products at {:.0f} GFLOP/s ({} {} x {}/{} threads), AdamW at the {:.1f} GB/s triad x the same "
@@ -49,7 +51,13 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
                         gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
                         probe->threads, probe->triad_gbs, link / 1e9,
                         std::string(in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)") +
-                            (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts ({})", in.cross_gbs, in.cross_source) : ""),
+                            (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts ({})", in.cross_gbs, in.cross_source) : "") +
+                            (in.latency_us > 0 ? fmt::format(", {:.3g} us a message ({:.0f} a step; {})", in.latency_us,
+                                                             in.messages, in.latency_source)
+                                               : fmt::format(", no latency a message ({})", in.latency_source)) +
+                            (in.cross_messages > 0 ? fmt::format(", {:.3g} us a message between hosts ({:.0f} a step)",
+                                                                 in.cross_latency_us, in.cross_messages)
+                                                   : std::string()),
                         bubble > 0 ? fmt::format(", bubble {:.1f}%", 100 * bubble) : std::string());
   return t;
 }
@@ -65,6 +73,14 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
   in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context + sent.expert_data + sent.expert;
   in.bubble = bubble;
   in.threads = threads;
+  in.messages = sent.messages;
+  std::string why;
+  if (const std::optional<NetworkLink> l = host_network_link(&why)) {
+    in.latency_us = l->latency_us;
+    in.latency_source = "probe --network within this host: " + l->path;
+  } else {
+    in.latency_source = why;
+  }
   return in;
 }
 

@@ -6,7 +6,8 @@
 //                 at the probe's triad bandwidth;
 //   communication every byte the step sends (runner/report/step_comm.h) at a link bandwidth: given, or within a host
 //                 half the triad (a shared-memory message is written once and read once), none hidden behind compute;
-//                 the bytes of groups that span hosts (plan --hosts) at the bandwidth given between hosts;
+//                 the bytes of groups that span hosts (plan --hosts) at the bandwidth given between hosts; and each
+//                 message at its link's latency (probe --network's: this host's, and between hosts the one plan names);
 //   the pipeline  compute and optimizer stretched by the schedule's bubble, priced by its simulator with each virtual
 //                 stage's own work (priced_bubble below): unequal stages (the head on the last) idle the others.
 // `gridformer plan` prints it and every run logs it beside the measured step time, so its error is seen (attention's
@@ -36,6 +37,11 @@ struct StepTimeInputs {
   double cross_bytes = 0;    // a step's bytes in groups that span hosts (not in sent_bytes)
   double cross_gbs = 0;      // GB/s between hosts (plan --network-gbs, or probe --network's file)
   std::string cross_source = "given";  // where cross_gbs came from, for the basis
+  // Messages: each costs its link's latency (runner/report/network_link.h): within a host the host's network probe
+  // (none without one, and the basis says so), between hosts probe --network's (none with --network-gbs alone).
+  double messages = 0, cross_messages = 0;
+  double latency_us = 0, cross_latency_us = 0;
+  std::string latency_source;  // the host's probe file, or why there is none
 };
 
 struct StepTime {

@@ -43,16 +43,18 @@ json.dump(j, open(sys.argv[2], "w"))
 print(repr(j["bandwidth_gbs"]))
 PY
 GBS=$("$PY" -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["bandwidth_gbs"]))' two.json)
+LAT=$("$PY" -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["latency_us"]))' two.json)
 LAYOUT=(--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2)
 run by_probe "$BIN" plan --config g.yaml --ranks 4 --hosts 2 --network-probe two.json "${LAYOUT[@]}"
 ((STATUS == 0)) || { cat by_probe.log; fail "plan --network-probe"; }
-run by_gbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2 --network-gbs "$GBS" "${LAYOUT[@]}"
+run by_gbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2 --network-gbs "$GBS" --network-latency-us "$LAT" "${LAYOUT[@]}"
 ((STATUS == 0)) || { cat by_gbs.log; fail "plan --network-gbs"; }
 grep -q "GB/s between hosts (probe --network: two.json)" by_probe.log || fail "plan does not name the probe as its source"
 grep -q "GB/s between hosts (given)" by_gbs.log || fail "plan does not say the bandwidth was given"
 diff <(sed 's/(probe --network: two.json)/(given)/' by_probe.log) by_gbs.log > probe_vs_gbs.diff ||
   { cat probe_vs_gbs.diff; fail "plan with the probe's file differs from plan with --network-gbs of its figure"; }
-ok "plan --network-probe prices as --network-gbs $GBS does"
+grep -q "us a message between hosts" by_probe.log || fail "plan does not price a message between hosts at the probe's latency"
+ok "plan --network-probe prices as --network-gbs $GBS --network-latency-us $LAT does"
 run search "$BIN" plan --config g.yaml --search --ranks 4 --hosts 2 --network-probe two.json --top 2
 ((STATUS == 0)) || { cat search.log; fail "plan --search --network-probe"; }
 grep -q "GB/s between them, probe --network: two.json)" search.log || fail "the search does not name the probe"

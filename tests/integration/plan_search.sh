@@ -18,6 +18,8 @@ json.dump({"tool": "machine_probe", "version": 2, "cpu": sys.argv[1] or "unknown
                       "triad_gbs": 10.0}}, open("probe.json", "w"))
 PY
 export GF_MACHINE_PROBE="$WORK/probe.json"
+# The link within this host, beside the machine probe, as scripts/setup.sh's probe --network writes it: 2 us a message.
+echo '{"probe": "network", "same_host": true, "latency_us": 2.0, "bandwidth_gbs": 4.0}' > network_probe_host.json
 random_gpt2 g.yaml batch=4 layers=4 seq=32
 random_gpt2 h3.yaml batch=4 layers=4 seq=32 heads=3 hidden=48
 "$BIN" plan --config g.yaml --search --ranks 2 --json --top 1000 > all.json
@@ -105,20 +107,27 @@ plan_json --set parallel_config.model_parallel=4 > mp4.json
 # dp4 with ZeRO-2 sharded over 2 (hybrid): the shard groups (0-1, 2-3) stay inside a host, the replica groups (0 and
 # 2, 1 and 3) and the data group's own scalars span them.
 plan_json --set parallel_config.data_parallel=4 --set parallel.zero_stage=2 --set parallel_config.hybrid_shard_degree=2 > hybrid.json
+# Between the hosts as probe --network measured them: 0.5 GB/s and 50 us a message.
+echo '{"probe": "network", "same_host": false, "latency_us": 50.0, "bandwidth_gbs": 0.5}' > between.json
+"$BIN" plan --config g.yaml --ranks 4 --json --hosts 2 --network-probe between.json \
+  --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 > dpmp_probe.json
 "$BIN" plan --config g.yaml --search --ranks 4 --hosts 2 --network-gbs 0.5 --json --top 1000 > hosts.json
 refused 2 "needs the bandwidth between two hosts: --network-probe FILE" nogbs "$BIN" plan --config g.yaml --ranks 4 --hosts 2
 refused 2 "do not split evenly over the hosts" uneven "$BIN" plan --config g.yaml --ranks 4 --hosts 3 --network-gbs 1
 "$PY" - "$BIN" <<'PY'
 import json, subprocess, sys
-def check(name, spanning):
+def check(name, spanning, cross_latency=0.0):
     p = json.load(open(name))
     sent = p["sent_per_step"][0]
     if name == "hybrid.json":
         sent = hy
-    total = sum(sent[k] for k in ("tensor", "data", "pipeline", "embedding", "context", "expert_data"))
+    total = sum(sent[k] for k in ("tensor", "data", "pipeline", "embedding", "context", "expert_data", "expert"))
     cross = sum(sent[k] for k in spanning)
     assert p["cross_host_bytes_per_step"] == cross, (name, p["cross_host_bytes_per_step"], cross)
-    want = (total - cross) / 5e9 + cross / 0.5e9
+    # Each message at its link's latency: 2 us within a host (network_probe_host.json), cross_latency between them.
+    msgs, cross_msgs = sent["messages"], p["cross_host_messages_per_step"]
+    assert msgs > 0 and (cross_msgs > 0) == (cross > 0), (name, msgs, cross_msgs)
+    want = (total - cross) / 5e9 + cross / 0.5e9 + (msgs - cross_msgs) * 2e-6 + cross_msgs * cross_latency
     got = p["step_seconds_modelled"]["communication"]
     assert abs(got - want) <= 1e-12 * want, (name, got, want)
     print(f"ok: {name}: {cross:.0f} B a step between the hosts ({', '.join(spanning)}), messages {got:.6f} s as priced")
@@ -128,6 +137,7 @@ hy = json.load(open("hybrid.json"))["sent_per_step"][0]
 assert hy["data_shard"] > 0 and hy["data_replica"] > 0, hy
 hy["data_rest"] = hy["data"] - hy["data_shard"]
 check("hybrid.json", ["data_rest"])
+check("dpmp_probe.json", ["data"], 50e-6)
 h = json.load(open("hosts.json"))
 assert h["ranked"], "nothing ranked on 2 hosts"
 for c in h["ranked"][:8]:

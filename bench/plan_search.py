@@ -10,7 +10,8 @@ shape it lists (`best_per_shape`, the first of which is its choice). Each round 
 time is the median over the rounds of its run's own step time (resources.json `step_seconds_measured`: the median of
 steps 2..), its noise the spread of the rounds. The script prints each layout's modelled and measured time and the
 search's choice against the best measured: the issue's bar is within 10%. Nothing asserts: it is a benchmark, and
-the figures are this machine's.
+the figures are this machine's. With more ranks than cores it first measures the link within the host with that
+many ranks (probe --network), as the search's model reads it.
 
 The default is MindFormers' GPT-2 124M made to fit two cores: 256-token sequences, fp32, a global batch of 4.
 """
@@ -75,6 +76,17 @@ def main():
         a.sets = DEFAULT_SETS
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; {a.config} on {a.ranks} ranks with {' '.join(a.sets)}; "
           f"{a.rounds} interleaved rounds of {a.steps} steps")
+    cores = os.cpu_count() or 1
+    if a.ranks > cores:
+        # The latency a message sees when the ranks share cores: probe --network with as many ranks (two exchange,
+        # the others spin), where plan's model reads it (runner/report/network_link.h).
+        out = os.path.join(a.build, f"network_probe_host_{a.ranks}.json")
+        subprocess.run(["mpirun", "-np", str(a.ranks), "--oversubscribe", os.path.join(a.build, "bin", "gridformer"),
+                        "probe", "--network", "--max-bytes", "4194304", "--out", out], check=True, capture_output=True,
+                       text=True, cwd=ROOT, env=env())
+        link = json.load(open(out))
+        print(f"host link with {a.ranks} ranks on {cores} cores (probe --network): {link['latency_us']:.1f} us a message, "
+              f"{link['bandwidth_gbs']:.2f} GB/s")
     found = search(a)
     cands = found["best_per_shape"][:a.shapes]
     print(f"search: {found['checked']} layouts checked, {found['refused']} refused; measuring its best of each of "

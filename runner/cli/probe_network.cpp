@@ -92,6 +92,7 @@ int probe_network(const NetworkProbeRequest& r, const Communicator& world) {
     const bool same = hosts[static_cast<size_t>(peer)] == hosts[0];
     nlohmann::json j = {{"probe", "network"},
                         {"ranks", {0, peer}},
+                        {"world_ranks", world.size()},  // the others wait, spinning, as a run's ranks share cores
                         {"hosts", {hosts[0], hosts[static_cast<size_t>(peer)]}},
                         {"same_host", same},
                         {"latency_us", latency * 1e6},

@@ -11,6 +11,7 @@ namespace gf {
 struct NetworkLink {
   double latency_us = 0, gbs = 0;
   bool same_host = false;
+  int world_ranks = 2;  // the ranks the probe ran (the others spinning while two exchange)
   std::string path;
 };
 
@@ -18,11 +19,14 @@ struct NetworkLink {
 // key, for a file that is not a probe's or a figure that is not a positive number (a latency may be 0).
 NetworkLink read_network_probe(const std::string& path, const std::string& what);
 
-// Where the link within this host is read: $GF_NETWORK_PROBE ("off": nowhere), or network_probe_host.json beside the
-// machine probe (build/).
-std::string host_network_probe_path();
-// The link within this host, read once a process; none (and why, in *note) when the file is missing, is not a probe's,
-// or measured two hosts.
-std::optional<NetworkLink> host_network_link(std::string* note = nullptr);
+// Where the link within this host is read: $GF_NETWORK_PROBE ("off": nowhere), or beside the machine probe (build/):
+// network_probe_host.json (two ranks), or for `ranks` ranks on a host of fewer cores network_probe_host_<ranks>.json,
+// the probe run with that many ranks (mpirun -np R --oversubscribe): a message then waits for its peer to get a core,
+// which two ranks on an idle host never do.
+std::string host_network_probe_path(int ranks = 2);
+// The link within this host for `ranks` ranks on it, each file read once a process; none (and why, in *note) when the
+// file is missing, is not a probe's, or measured two hosts. With more ranks than cores and no probe of that many, the
+// two-rank link, and *note says so.
+std::optional<NetworkLink> host_network_link(int ranks, std::string* note = nullptr);
 
 }  // namespace gf

@@ -344,12 +344,14 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
   std::vector<std::string> sent;  // each stage's line, merged below where consecutive stages send the same
   StepComm first;                 // stage 0's, for the step time below
   int64_t first_floats = 0;       // stage 0's tensor rank 0's arena
+  int64_t first_dense = 0;        // of it, before the experts' region
   for (size_t st = 0; st < stages.size(); ++st) {
     const Placement t0(TransformerLM::make_param_table(spec, entry.names, stages[st]), TransformerLM::param_layout(m, model_layout(cfg)), 0);
     const StepComm c = step_comm(cfg, t0, stages[st], static_cast<int>(st), 0, 0);
     if (st == 0) {
       first = c;
       first_floats = t0.total_floats();
+      first_dense = std::min(t0.expert_begin(), first_floats);
     }
     if (!c.not_modelled.empty()) {
       out += fmt::format("sent per step: not counted for {} yet\n", c.not_modelled);
@@ -387,8 +389,15 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     const int threads = env && std::atoi(env) > 0 ? std::atoi(env) : std::max(1, hw / std::min(ranks, hw));
     const std::optional<MachineProbe> probe = machine_probe_for_this_cpu(machine_probe_path());
     const int64_t dc = cfg.parallel.data_parallel * cfg.parallel.context_parallel;
-    const double shard = static_cast<double>(first_floats) / static_cast<double>(cfg.parallel.zero_stage >= 1 ? dc : 1);
-    StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, priced, threads);
+    // The optimizer's shard: under ZeRO the dense parameters over the shard group (data x context, or hybrid sharding's
+    // H of it), the experts' over theirs (data x context / ep, or H of it).
+    double shard = static_cast<double>(first_floats);
+    if (cfg.parallel.zero_stage >= 1 && dc > 1) {
+      const int64_t edc = dc / std::max<int64_t>(1, cfg.parallel.expert_parallel), H = cfg.parallel.shard_degree;
+      const auto group = [&](int64_t n) { return static_cast<double>(H > 0 && H < n ? H : n); };
+      shard = static_cast<double>(first_dense) / group(dc) + static_cast<double>(first_floats - first_dense) / group(edc);
+    }
+    StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, priced, threads, ranks / std::max(1, where.hosts));
     if (where.hosts > 1) {  // the groups that span hosts send at the bandwidth given between them
       const ParallelConfig& p = cfg.parallel;
       const int mp = static_cast<int>(p.model_parallel), cp = static_cast<int>(p.context_parallel),

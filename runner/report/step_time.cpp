@@ -35,13 +35,17 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
     t.not_modelled = "the machine probe has no GEMM rate or triad bandwidth for this (a version-1 file: run it again)";
     return t;
   }
-  // The rank's share of the machine: its threads of the probe's (a rank with fewer threads has fewer cores).
-  const double share = std::min(1.0, static_cast<double>(in.threads) / probe->threads);
+  // The rank's share of the machine: its threads of the probe's (a rank with fewer threads has fewer cores), and no
+  // more than the cores over the ranks that share them.
+  const double share = std::min({1.0, static_cast<double>(in.threads) / probe->threads,
+                                 1.0 / std::max(1, in.ranks_per_host)});
   const double rate = gflops * 1e9 * share, triad = probe->triad_gbs * 1e9 * share;
   t.compute = in.flops * (1.0 + in.recompute) / rate;
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
-  const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
+  // Within a host a message is a copy through memory, written once and read once: half the triad, at the rank's share
+  // of it (the ranks' messages and AdamW share the memory system as their products share the cores).
+  const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : triad / 2;
   t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0) +
                     (in.messages * in.latency_us + in.cross_messages * in.cross_latency_us) * 1e-6;
   const double bubble = std::clamp(in.bubble, 0.0, 0.99);
@@ -50,7 +54,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
                         "share, messages at {:.1f} GB/s{}{}",
                         gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
                         probe->threads, probe->triad_gbs, link / 1e9,
-                        std::string(in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)") +
+                        std::string(in.link_gbs > 0 ? " (given)" : " (half the triad x the share: within a host)") +
                             (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts ({})", in.cross_gbs, in.cross_source) : "") +
                             (in.latency_us > 0 ? fmt::format(", {:.3g} us a message ({:.0f} a step; {})", in.latency_us,
                                                              in.messages, in.latency_source)
@@ -63,7 +67,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
 }
 
 StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
-                                int threads) {
+                                int threads, int ranks_per_host) {
   StepTimeInputs in;
   in.flops = flops;
   in.recompute = recompute_share(cfg);
@@ -73,11 +77,13 @@ StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_fl
   in.sent_bytes = sent.tensor + sent.data + sent.pipeline + sent.embedding + sent.context + sent.expert_data + sent.expert;
   in.bubble = bubble;
   in.threads = threads;
+  in.ranks_per_host = ranks_per_host;
   in.messages = sent.messages;
   std::string why;
-  if (const std::optional<NetworkLink> l = host_network_link(&why)) {
+  if (const std::optional<NetworkLink> l = host_network_link(ranks_per_host, &why)) {
     in.latency_us = l->latency_us;
-    in.latency_source = "probe --network within this host: " + l->path;
+    in.latency_source = fmt::format("probe --network within this host, {} ranks: {}{}", l->world_ranks, l->path,
+                                    why.empty() ? "" : "; " + why);
   } else {
     in.latency_source = why;
   }

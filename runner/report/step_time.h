@@ -3,7 +3,7 @@
 //                 again (recompute_share)
 //                 at the probe's GEMM rate for the compute dtype, scaled to the rank's threads;
 //   optimizer     AdamW's pass over the rank's shard (weights, gradients and both moments read, three written)
-//                 at the probe's triad bandwidth;
+//                 at the probe's triad bandwidth, scaled to the rank's share of the cores as the products are;
 //   communication every byte the step sends (runner/report/step_comm.h) at a link bandwidth: given, or within a host
 //                 half the triad (a shared-memory message is written once and read once), none hidden behind compute;
 //                 the bytes of groups that span hosts (plan --hosts) at the bandwidth given between hosts; and each
@@ -33,6 +33,7 @@ struct StepTimeInputs {
   double sent_bytes = 0;     // all groups, a step
   double bubble = 0;         // the pipeline schedule's, 0..1
   int threads = 1;           // the rank's
+  int ranks_per_host = 1;    // the ranks sharing this host's cores (more than its cores: each gets cores / ranks)
   double link_gbs = 0;       // GB/s; 0: within a host, half the probe's triad
   double cross_bytes = 0;    // a step's bytes in groups that span hosts (not in sent_bytes)
   double cross_gbs = 0;      // GB/s between hosts (plan --network-gbs, or probe --network's file)
@@ -55,7 +56,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe);
 // The inputs the config gives (recompute, dtypes) with the rank's FLOPs, optimizer shard, counted bytes, bubble and
 // threads: what plan and the trainer's end-of-run line both model.
 StepTimeInputs step_time_inputs(const Config& cfg, double flops, double shard_floats, const StepComm& sent, double bubble,
-                                int threads);
+                                int threads, int ranks_per_host);
 
 // The FLOPs recompute adds to a step, as a share of its model FLOPs: each recomputed layer's forward again (full
 // recompute: its products P and attention A; selective: A alone), over three forwards of every layer and the head.

@@ -43,9 +43,10 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
   t.compute = in.flops * (1.0 + in.recompute) / rate;
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
-  // Within a host a message is a copy through memory, written once and read once: half the triad, at the rank's share
-  // of it (the ranks' messages and AdamW share the memory system as their products share the cores).
-  const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : triad / 2;
+  // Within a host a message is a copy through memory, written once and read once: half the triad (the machine's: a
+  // ring's sends take turns more than they overlap; at the rank's share, GPT-2 124M's dp2 was priced above mp2, which
+  // measured 15% slower, bench/plan_search.py).
+  const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
   t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0) +
                     (in.messages * in.latency_us + in.cross_messages * in.cross_latency_us) * 1e-6;
   const double bubble = std::clamp(in.bubble, 0.0, 0.99);
@@ -54,7 +55,7 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
                         "share, messages at {:.1f} GB/s{}{}",
                         gflops * share, in.bf16 ? "bf16" : "fp32", in.bf16 ? "oneDNN" : probe->fp32_backend, in.threads,
                         probe->threads, probe->triad_gbs, link / 1e9,
-                        std::string(in.link_gbs > 0 ? " (given)" : " (half the triad x the share: within a host)") +
+                        std::string(in.link_gbs > 0 ? " (given)" : " (half the triad: within a host)") +
                             (in.cross_bytes > 0 ? fmt::format(", {:.3g} GB/s between hosts ({})", in.cross_gbs, in.cross_source) : "") +
                             (in.latency_us > 0 ? fmt::format(", {:.3g} us a message ({:.0f} a step; {})", in.latency_us,
                                                              in.messages, in.latency_source)

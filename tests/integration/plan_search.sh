@@ -100,8 +100,7 @@ refused 2 "error: no layout of 2 rank(s) fits --memory-per-rank 1KB" tiny "$BIN"
 
 # Hosts: on 2 hosts of 2 ranks, dp2 x mp2 keeps its tensor groups (ranks 0-1, 2-3) inside a host and its data groups
 # (0 and 2, 1 and 3) across them; mp4's tensor group spans both. The bytes of the spanning groups are priced at the
-# bandwidth given, the rest at half the probe's triad (10 GB/s here) at the rank's share, and the search ranks with the
-# same figures.
+# bandwidth given, the rest at half the probe's triad (10 GB/s here), and the search ranks with the same figures.
 plan_json() { "$BIN" plan --config g.yaml --ranks 4 --json --hosts 2 --network-gbs 0.5 "$@"; }
 plan_json --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 > dpmp.json
 plan_json --set parallel_config.model_parallel=4 > mp4.json
@@ -109,13 +108,14 @@ plan_json --set parallel_config.model_parallel=4 > mp4.json
 # 2, 1 and 3) and the data group's own scalars span them.
 plan_json --set parallel_config.data_parallel=4 --set parallel.zero_stage=2 --set parallel_config.hybrid_shard_degree=2 > hybrid.json
 # More ranks than this host's cores: a message's latency is the probe's with as many ranks (network_probe_host_R.json,
-# 100 us here), each rank's share of the machine 1 / R.
+# 100 us here), and each rank's share of the machine (its products', AdamW's) 1 / R.
 CORES=$(getconf _NPROCESSORS_ONLN)
 R=$((2 * CORES))
 echo "{\"probe\": \"network\", \"same_host\": true, \"latency_us\": 100.0, \"bandwidth_gbs\": 4.0, \"world_ranks\": $R}" \
   > "network_probe_host_$R.json"
 "$BIN" plan --config g.yaml --ranks "$R" --json --set parallel_config.data_parallel="$R" --set runner_config.batch_size=1 > over.json
 "$BIN" plan --config g.yaml --ranks "$R" --set parallel_config.data_parallel="$R" --set runner_config.batch_size=1 > over.txt
+OMP_NUM_THREADS=2 "$BIN" plan --config g.yaml --ranks 1 --json --set runner_config.batch_size="$R" > one_rank.json
 grep -q "100 us a message (.* a step; probe --network within this host, $R ranks: .*network_probe_host_$R.json)" over.txt \
   || { grep "modelled step" over.txt; fail "$R ranks on $CORES cores: plan does not price a message at the probe of $R ranks"; }
 "$PY" - "$R" <<'PY' || fail "$R ranks on $CORES cores: the messages are not priced at 100 us and 1 / $R of the machine"
@@ -124,9 +124,13 @@ R = int(sys.argv[1])
 p = json.load(open("over.json"))
 sent, m = p["sent_per_step"][0], p["step_seconds_modelled"]
 total = sum(sent[k] for k in ("tensor", "data", "pipeline", "embedding", "context", "expert_data", "expert"))
-want = total / (5e9 * min(m["threads"] / 2, 1 / R)) + sent["messages"] * 100e-6
+want = total / 5e9 + sent["messages"] * 100e-6
 assert abs(m["communication"] - want) <= 1e-12 * want, (m["communication"], want)
-print(f"ok: {R} ranks on this host: {sent['messages']:.0f} messages at 100 us, the bytes at 1/{R} of the machine")
+assert m["threads"] == 1, m
+# Each of the R ranks runs 1/R of the step at 1/R of the machine: one rank with the whole machine takes as long.
+one = json.load(open("one_rank.json"))["step_seconds_modelled"]
+assert abs(m["compute"] - one["compute"]) <= 1e-9 * one["compute"], (m["compute"], one["compute"])
+print(f"ok: {R} ranks on this host: {sent['messages']:.0f} messages at 100 us, each rank's products at 1/{R} of the machine")
 PY
 # Between the hosts as probe --network measured them: 0.5 GB/s and 50 us a message.
 echo '{"probe": "network", "same_host": false, "latency_us": 50.0, "bandwidth_gbs": 0.5}' > between.json
@@ -148,10 +152,8 @@ def check(name, spanning, cross_latency=0.0):
     # Each message at its link's latency: 2 us within a host (network_probe_host.json), cross_latency between them.
     msgs, cross_msgs = sent["messages"], p["cross_host_messages_per_step"]
     assert msgs > 0 and (cross_msgs > 0) == (cross > 0), (name, msgs, cross_msgs)
-    # Within a host: half the probe's 10 GB/s triad at the rank's share of the machine (its threads of the probe's 2,
-    # at most 1 / the 2 ranks on a host).
-    share = min(1.0, p["step_seconds_modelled"]["threads"] / 2, 1 / 2)
-    want = (total - cross) / (5e9 * share) + cross / 0.5e9 + (msgs - cross_msgs) * 2e-6 + cross_msgs * cross_latency
+    # Within a host: half the probe's 10 GB/s triad.
+    want = (total - cross) / 5e9 + cross / 0.5e9 + (msgs - cross_msgs) * 2e-6 + cross_msgs * cross_latency
     got = p["step_seconds_modelled"]["communication"]
     assert abs(got - want) <= 1e-12 * want, (name, got, want)
     print(f"ok: {name}: {cross:.0f} B a step between the hosts ({', '.join(spanning)}), messages {got:.6f} s as priced")

@@ -43,9 +43,9 @@ StepTime model_step_time(const StepTimeInputs& in, const MachineProbe* probe) {
   t.compute = in.flops * (1.0 + in.recompute) / rate;
   // AdamW: weights, gradients and both moments read; weights and both moments written.
   t.optimizer = in.shard_floats * (3 * 4.0 + 4 * in.moment_bytes) / triad;
-  // Within a host a message is a copy through memory, written once and read once: half the triad (the machine's: a
-  // ring's sends take turns more than they overlap; at the rank's share, GPT-2 124M's dp2 was priced above mp2, which
-  // measured 15% slower, bench/plan_search.py).
+  // Within a host a message is a copy through memory, written once and read once: half the machine's triad. (Priced at
+  // the rank's share of it instead, GPT-2 124M's search on 2 ranks chose mp2, which measured 15% slower than its dp2
+  // choice: bench/plan_search.py, 2026-12-05.)
   const double link = in.link_gbs > 0 ? in.link_gbs * 1e9 : probe->triad_gbs * 1e9 / 2;
   t.communication = in.sent_bytes / link + (in.cross_bytes > 0 ? in.cross_bytes / (in.cross_gbs * 1e9) : 0.0) +
                     (in.messages * in.latency_us + in.cross_messages * in.cross_latency_us) * 1e-6;

@@ -24,7 +24,6 @@ std::string unmodelled(const Config& cfg, const TransformerSpec& spec) {
   if (p.context_parallel > 1 && cfg.compute_dtype != ComputeDtype::kFloat32) out.push_back("context parallel in 16 bits");
   // MoE layers on one expert-parallel rank, without tensor or context parallelism or ZeRO, are counted: every rank runs
   // all its experts on its own rows; their gradients are summed over the expert-data group, their statistics below.
-  if (spec.moe.shared_ffn > 0 && p.model_parallel > 1) out.push_back("MoE shared experts at model_parallel > 1");
   if (spec.mla.on()) out.push_back("multi-head latent attention");
   if (spec.lora.on) out.push_back("LoRA");
   if (p.mpi_collectives) out.push_back("collectives: mpi (MPI's own messages are not counted)");
@@ -167,12 +166,17 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
     // input gradient reduced. The experts keep their permuted inputs (nothing gathered again) and have no weight
     // pass apart.
     const Sent moe_fwd = sp ? AG(n, f32) + RS(n, f32) : AR(n, f32);
-    const Sent moe_bwd = (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows * spec.moe.topk, f32);
+    // A shared expert (Qwen2-MoE) is a tensor-parallel MLP of its own on the layer's local rows: its input gathered
+    // again (fp32), its output reduced; backward, as the dense MLP's whole backward.
+    const bool shared = spec.moe.shared_ffn > 0;
+    const Sent moe_fwd_all = moe_fwd + (shared ? (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) : Sent{});
+    const Sent moe_bwd = (sp ? AG(n, f32) + RS(n, f32) : AR(n, f32)) + AR(rows * spec.moe.topk, f32) +
+                         (shared ? (sp ? 2.0 * AG(n, f32) + RS(n, f32) : AR(n, f32)) : Sent{});
     Sent micro;
     for (const StageOptions& o : chunks)
       for (int64_t l = o.layer_begin; l < end_of(o); ++l) {
         const bool moe = spec.moe.is_moe(l);
-        const Sent f = half_fwd + (moe ? moe_fwd : half_fwd);
+        const Sent f = half_fwd + (moe ? moe_fwd_all : half_fwd);
         micro += f + half_bwd + (moe ? moe_bwd : half_bwd);
         if (L.recompute == RecomputePolicy::kFull && L.recomputes(l)) micro += f;
         if (sp && o.defer_weight_grads) micro += (moe ? 1 : 2) * AG(n, f32);

@@ -10,7 +10,7 @@
 # select_recompute list. `plan --json` gives rank 0's count; cp2 (ring and Ulysses, with mp2 + SP, dp2 ZeRO-1, recompute) holds the context group's bytes too;
 # Mixtral at dp2, dp4 with accumulation and dp2 x pp2 the expert-data group's (the experts' gradients) and the MoE
 # statistics in the data and pipeline groups, and under mp (with SP, recompute, ZB-H1), cp (ring, Ulysses), ZeRO 1-3
-# and hybrid sharding; expert_parallel 2's dispatch (the allgather dispatcher's exactly; the all-to-all's as balanced
+# and hybrid sharding; Qwen2-MoE's shared expert under mp; expert_parallel 2's dispatch (the allgather dispatcher's exactly; the all-to-all's as balanced
 # routing sends it, exact where every token chooses every expert) beside ZeRO-3, mp2 + SP, cp2 and pp2.
 # A layout the count does not follow yet (hybrid_cp here) is said so by plan and the run, with no figure.
 # Then each rank's peak RSS within 15% of what plan gives it (the shipped tiny GPT-2 at one rank, dp2 and mp2).
@@ -156,6 +156,16 @@ check 4 mixtral_dp2_mp2_zero1 mixtral.yaml $P.data_parallel=2 $P.model_parallel=
 check 4 mixtral_dp4_zero3_hybrid2 mixtral.yaml $P.data_parallel=4 parallel.zero_stage=3 $P.hybrid_shard_degree=2
 check 4 mixtral_pp2_dp2_zero3_zbh1 mixtral.yaml $P.data_parallel=2 $P.pipeline_stage=2 $P.micro_batch_num=2 \
   parallel.zero_stage=3 parallel.pipeline_config.pipeline_scheduler=zbh1
+# Qwen2-MoE's gated shared expert: a tensor-parallel MLP of its own beside the routed experts (its input gathered
+# again in fp32 under SP, bf16 compute too).
+random_llama qmoe.yaml arch=Qwen2MoeForCausalLM hidden=32 steps=2 batch=4 samples=64 layers=2 print= \
+  top="moe_config: {expert_num: 4, num_experts_chosen: 2, aux_loss_factor: 0.02, norm_topk_prob: False, moe_shared_expert_intermediate_size: 48, use_shared_expert_gating: True}" \
+  model="qkv_has_bias: True"
+check 2 qmoe_mp2 qmoe.yaml $P.model_parallel=2
+check 2 qmoe_mp2_sp_bf16_recompute qmoe.yaml $P.model_parallel=2 $P.use_seq_parallel=True \
+  model.model_config.compute_dtype=bfloat16 recompute_config.recompute=True
+check 4 qmoe_pp2_mp2_sp_zbh1 qmoe.yaml $P.model_parallel=2 $P.use_seq_parallel=True $P.pipeline_stage=2 \
+  $P.micro_batch_num=2 parallel.pipeline_config.pipeline_scheduler=zbh1
 # Expert parallel: the allgather dispatcher's bytes are exact; the all-to-all's follow the routing, so plan gives what
 # balanced routing sends, exact where every token chooses every expert (mixall: top-4 of 4), and said so.
 random_llama mixall.yaml arch=MixtralForCausalLM steps=2 batch=2 layers=2 seq=32 print= \

@@ -29,7 +29,7 @@ ShardLayout::ShardLayout(const Placement& params, const ParallelContext& ctx, in
   // Hybrid sharding: groups of H consecutive ranks of the data-parallel group shard the state, the
   // ranks at the same place in each group hold the same slice and sum their gradients.
   auto split = [](const Communicator& dp, int64_t H, Communicator& shard, Communicator& replica) {
-    if (H <= 0 || H >= dp.size()) return false;
+    if (shard_group_size(H, dp.size()) == dp.size()) return false;
     if (dp.size() % H != 0)
       throw std::invalid_argument("the shard group's size " + std::to_string(H) + " does not divide the group of " +
                                   std::to_string(dp.size()) + " ranks");

@@ -33,6 +33,11 @@ struct ShardUnit {
 };
 
 // The shard and replica groups of one region (dense or experts) and the units.
+// The shard group's size for a group of n ranks: hybrid sharding's shard_degree H when 0 < H < n, else all n.
+inline int shard_group_size(int64_t shard_degree, int n) {
+  return shard_degree > 0 && shard_degree < n ? static_cast<int>(shard_degree) : n;
+}
+
 class ShardLayout {
  public:
   // `cuts`: arena offsets where units start (stages 2 and 3; ignored at stage 1). shard_degree 0: the

@@ -2,6 +2,7 @@
 #include "runner/cli/omp_threads.h"
 
 #include "runner/cli/env_defaults.h"
+#include "runner/report/machine_probe.h"
 
 #include <fmt/format.h>
 
@@ -36,10 +37,8 @@ std::string omp_wait_text() {
 // Threads per rank: OMP_NUM_THREADS if set, else the cores shared evenly among this host's ranks.
 int threads_per_rank() {
   if (const char* e = std::getenv("OMP_NUM_THREADS"); e && std::atoi(e) > 0) return std::atoi(e);
-  int local = 1;
-  if (const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); e && std::atoi(e) > 0) local = std::atoi(e);
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, hw / local);
+  return std::max(1, hw / ranks_on_this_host());
 }
 
 std::string environment_help() {

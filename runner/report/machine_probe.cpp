@@ -84,6 +84,11 @@ std::string machine_probe_path_for(const std::string& exe) {
   return (dir / ".." / "machine_probe.json").lexically_normal().string();
 }
 
+int ranks_on_this_host() {
+  const char* e = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return e && std::atoi(e) > 0 ? std::atoi(e) : 1;
+}
+
 std::string machine_probe_path() {
   if (const char* e = std::getenv("GF_MACHINE_PROBE"); e && *e) return std::string(e) == "off" ? std::string() : e;
   std::error_code ec;

@@ -69,6 +69,8 @@ MachineProbe machine_probe_from_json(const nlohmann::json& j);
 // Where a run looks for the file: $GF_MACHINE_PROBE, else <binary dir>/../machine_probe.json.
 // Empty when GF_MACHINE_PROBE is "off".
 std::string machine_probe_path();
+// The ranks sharing this host: Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, or 1 where it is not set.
+int ranks_on_this_host();
 // The probe at `path` if it was measured on this CPU with this process's OpenBLAS kernels (nothing else is set);
 // otherwise none, and *note (if given) says why.
 std::optional<MachineProbe> machine_probe_for_this_cpu(const std::string& path, std::string* note = nullptr);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +10,6 @@
 #include <map>
 #include <stdexcept>
 #include <thread>
-#include <algorithm>
 
 #include "runner/report/machine_probe.h"
 

@@ -17,6 +17,7 @@
 #include "models/registry.h"
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
+#include "parallel/zero.h"
 #include "engine/step_engine.h"
 #include "runner/report/machine_probe.h"
 #include "runner/report/step_comm.h"
@@ -393,9 +394,9 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
     // H of it), the experts' over theirs (data x context / ep, or H of it).
     double shard = static_cast<double>(first_floats);
     if (cfg.parallel.zero_stage >= 1 && dc > 1) {
-      const int64_t edc = dc / std::max<int64_t>(1, cfg.parallel.expert_parallel), H = cfg.parallel.shard_degree;
-      const auto group = [&](int64_t n) { return static_cast<double>(H > 0 && H < n ? H : n); };
-      shard = static_cast<double>(first_dense) / group(dc) + static_cast<double>(first_floats - first_dense) / group(edc);
+      const int edc = static_cast<int>(dc / std::max<int64_t>(1, cfg.parallel.expert_parallel));
+      shard = static_cast<double>(first_dense) / shard_group_size(cfg.parallel.shard_degree, static_cast<int>(dc)) +
+              static_cast<double>(first_floats - first_dense) / shard_group_size(cfg.parallel.shard_degree, edc);
     }
     StepTimeInputs in = step_time_inputs(cfg, flops / ranks, shard, first, priced, threads, ranks / std::max(1, where.hosts));
     if (where.hosts > 1) {  // the groups that span hosts send at the bandwidth given between them
@@ -403,7 +404,7 @@ std::string plan_report(const Config& cfg, int ranks, double memory_per_rank, bo
       const int mp = static_cast<int>(p.model_parallel), cp = static_cast<int>(p.context_parallel),
                 dp = static_cast<int>(p.data_parallel), pps = static_cast<int>(p.pipeline_stage),
                 ep = static_cast<int>(p.expert_parallel), per = ranks / where.hosts;
-      const int H = p.shard_degree > 0 && p.shard_degree < cp * dp ? static_cast<int>(p.shard_degree) : cp * dp;
+      const int H = shard_group_size(p.shard_degree, cp * dp);
       const StepComm::Messages& n = first.group_messages;
       const std::tuple<double, double, bool> groups[] = {
           {first.tensor, n.tensor, group_spans_hosts(ranks, per, 1, mp)},

@@ -10,6 +10,7 @@
 #include "models/transformer_lm.h"
 #include "parallel/communicator.h"
 #include "parallel/grad_sync.h"
+#include "parallel/zero.h"
 #include "runner/config/config.h"
 
 namespace gf {
@@ -110,13 +111,13 @@ StepComm step_comm(const Config& cfg, const Placement& params, const std::vector
   const int zero = dc > 1 ? p.zero_stage : 0;
   // Hybrid sharding: the state sharded over groups of H consecutive ranks of it (the shard group: this rank at
   // dp_pos % H), replicated across them (the replica group of the ranks at the same place in each).
-  const int H = p.shard_degree > 0 && p.shard_degree < dc ? static_cast<int>(p.shard_degree) : dc;
+  const int H = shard_group_size(p.shard_degree, dc);
   const int sh_pos = dp_pos % H, rep = dc / H, rep_pos = dp_pos / H;
   // The experts' gradients and state over the ranks holding the same experts: the expert-data x context group
   // (dc / ep ranks; this rank at its data coordinate / ep, parallel/grid.cpp), sharded the same way.
   const int ep = static_cast<int>(p.expert_parallel), edc = dc / ep;
   const int edc_pos = (dp_pos / cp / ep) * cp + dp_pos % cp;
-  const int He = p.shard_degree > 0 && p.shard_degree < edc ? static_cast<int>(p.shard_degree) : edc;
+  const int He = shard_group_size(p.shard_degree, edc);
   const int esh_pos = edc_pos % He, erep = edc / He, erep_pos = edc_pos / He;
   std::vector<int64_t> cuts;
   if (zero >= 2) cuts = TransformerLM::unit_starts(spec, entry.names, params, t, ep, chunks);

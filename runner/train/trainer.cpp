@@ -379,45 +379,43 @@ int Trainer::train_loop() {
   return 0;
 }
 
-// The bytes group g has sent so far: 0 tensor, 1 data (x context), 2 pipeline, 3 tied embedding, 4 context (with its
-// Ulysses and ring subgroups, hybrid_cp's; groups of one otherwise), 5 expert-data (x context: the experts' gradients).
-// Hybrid sharding's own communicators (parallel/zero.h): the shard groups' and the replica groups' bytes, which plan
-// counts in the data group (the experts': in the expert-data group).
-double Trainer::hybrid_sent(bool expert) const {
+// The communicators of group g, as plan counts its bytes (runner/report/step_comm.h): 0 tensor, 1 data (x context,
+// with hybrid sharding's shard and replica groups), 2 pipeline, 3 tied embedding, 4 context (with its Ulysses and ring
+// subgroups, hybrid_cp's), 5 expert-data (x context: the experts' gradients, with their hybrid groups), 6 expert (the
+// MoE dispatch). A group of one sends nothing.
+Trainer::GroupComms Trainer::group_comms(int g) const {
   const ShardLayout& zl = sync_->layout();
-  if (!zl.replicated(expert)) return 0.0;
-  return static_cast<double>(zl.shard_group(expert).stats().bytes_sent + zl.replica_group(expert).stats().bytes_sent);
+  const auto with_hybrid = [&](const Communicator& whole, bool expert) -> GroupComms {
+    if (!zl.replicated(expert)) return {&whole};
+    return {&whole, &zl.shard_group(expert), &zl.replica_group(expert)};
+  };
+  switch (g) {
+    case 0: return {&ctx_.group(GridAxis::kTp)};
+    case 1: return with_hybrid(ctx_.data_like(), false);
+    case 2: return {&ctx_.group(GridAxis::kPp)};
+    case 3: return {&ctx_.embed()};
+    case 4:
+      if (ctx_.size(GridAxis::kCp) <= 1) return {};
+      return {&ctx_.group(GridAxis::kCp), &ctx_.context_ulysses(), &ctx_.context_ring()};
+    case 5: return with_hybrid(ctx_.expert_data_like(), true);
+    default: return {&ctx_.group(GridAxis::kEp)};
+  }
 }
 
-// The messages of the groups sent_by counts (hybrid sharding's shard and replica groups, the context group's subgroups).
-double Trainer::messages_sent() const {
+// The bytes group g has sent so far, and the messages of all seven groups.
+double Trainer::sent_by(int g) const {
   int64_t n = 0;
-  const ShardLayout& zl = sync_->layout();
-  for (bool x : {false, true})
-    if (zl.replicated(x)) n += zl.shard_group(x).stats().messages + zl.replica_group(x).stats().messages;
-  if (ctx_.size(GridAxis::kCp) > 1)
-    n += ctx_.group(GridAxis::kCp).stats().messages + ctx_.context_ulysses().stats().messages +
-         ctx_.context_ring().stats().messages;
-  for (const Communicator* g : std::initializer_list<const Communicator*>{&ctx_.group(GridAxis::kTp), &ctx_.data_like(), &ctx_.group(GridAxis::kPp), &ctx_.embed(),
-                                &ctx_.expert_data_like(), &ctx_.group(GridAxis::kEp)})
-    n += g->stats().messages;
+  for (const Communicator* c : group_comms(g))
+    if (c) n += c->stats().bytes_sent;
   return static_cast<double>(n);
 }
 
-double Trainer::sent_by(int g) const {
-  switch (g) {
-    case 0: return static_cast<double>(ctx_.group(GridAxis::kTp).stats().bytes_sent);
-    case 1: return static_cast<double>(ctx_.data_like().stats().bytes_sent) + hybrid_sent(false);
-    case 2: return static_cast<double>(ctx_.group(GridAxis::kPp).stats().bytes_sent);
-    case 3: return static_cast<double>(ctx_.embed().stats().bytes_sent);
-    case 5: return static_cast<double>(ctx_.expert_data_like().stats().bytes_sent) + hybrid_sent(true);
-    case 6: return static_cast<double>(ctx_.group(GridAxis::kEp).stats().bytes_sent);
-    default:
-      return ctx_.size(GridAxis::kCp) > 1
-                 ? static_cast<double>(ctx_.group(GridAxis::kCp).stats().bytes_sent +
-                                       ctx_.context_ulysses().stats().bytes_sent + ctx_.context_ring().stats().bytes_sent)
-                 : 0.0;
-  }
+double Trainer::messages_sent() const {
+  int64_t n = 0;
+  for (int g = 0; g < 7; ++g)
+    for (const Communicator* c : group_comms(g))
+      if (c) n += c->stats().messages;
+  return static_cast<double>(n);
 }
 
 // A stop request on any rank (SIGINT/SIGTERM), agreed by all: the signal, or 0.

@@ -4,6 +4,7 @@
 // (construction, the set-up and resource reports), runner/train/step_log.cpp (the step lines) and
 // runner/train/weight_gather.cpp (save_weights).
 #pragma once
+#include <array>
 #include <atomic>
 #include <nlohmann/json_fwd.hpp>
 #include <cmath>
@@ -222,7 +223,8 @@ class Trainer {
   // The model (this rank's PipelineStage with a pipeline, the whole model without) and the engine.
   void setup_engine();
   bool pipelined() const { return shape_.stages > 1; }
-  double hybrid_sent(bool expert) const;
+  using GroupComms = std::array<const Communicator*, 3>;  // unused places nullptr
+  GroupComms group_comms(int group) const;
   double messages_sent() const;
   double sent_by(int group) const;
   double measured_step_seconds() const;                  // runner/train/trainer_report.cpp

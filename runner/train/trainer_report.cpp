@@ -4,7 +4,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -36,11 +35,8 @@ StepTime Trainer::log_step_time(const StepComm& sent) const {
   const double flops = TransformerLM::model_flops(find_model(m.arch, m.type).spec(m), global_batch_) / ctx_.world().size();
   const double shard = static_cast<double>(optimizer_state_bytes()) /
                        (2.0 * static_cast<double>(moment_element_bytes(cfg_.adamw.moment_dtype)));
-  // The ranks on this host: Open MPI's local size (the world's where it is not set).
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int here = local && std::atoi(local) > 0 ? std::atoi(local) : ctx_.world().size();
-  const StepTimeInputs in =
-      step_time_inputs(cfg_, flops, shard, sent, pipelined() ? bubble_priced_ : 0.0, machine_.threads, here);
+  const StepTimeInputs in = step_time_inputs(cfg_, flops, shard, sent, pipelined() ? bubble_priced_ : 0.0,
+                                             machine_.threads, ranks_on_this_host());
   StepTime t = model_step_time(in, machine_.probe ? &*machine_.probe : nullptr);
   if (t.not_modelled.empty() && !sent.not_modelled.empty())
     t.not_modelled = "the bytes of " + sent.not_modelled + " are not counted yet";

@@ -379,44 +379,6 @@ int Trainer::train_loop() {
   return 0;
 }
 
-// The communicators of group g, as plan counts its bytes (runner/report/step_comm.h): 0 tensor, 1 data (x context,
-// with hybrid sharding's shard and replica groups), 2 pipeline, 3 tied embedding, 4 context (with its Ulysses and ring
-// subgroups, hybrid_cp's), 5 expert-data (x context: the experts' gradients, with their hybrid groups), 6 expert (the
-// MoE dispatch). A group of one sends nothing.
-Trainer::GroupComms Trainer::group_comms(int g) const {
-  const ShardLayout& zl = sync_->layout();
-  const auto with_hybrid = [&](const Communicator& whole, bool expert) -> GroupComms {
-    if (!zl.replicated(expert)) return {&whole};
-    return {&whole, &zl.shard_group(expert), &zl.replica_group(expert)};
-  };
-  switch (g) {
-    case 0: return {&ctx_.group(GridAxis::kTp)};
-    case 1: return with_hybrid(ctx_.data_like(), false);
-    case 2: return {&ctx_.group(GridAxis::kPp)};
-    case 3: return {&ctx_.embed()};
-    case 4:
-      if (ctx_.size(GridAxis::kCp) <= 1) return {};
-      return {&ctx_.group(GridAxis::kCp), &ctx_.context_ulysses(), &ctx_.context_ring()};
-    case 5: return with_hybrid(ctx_.expert_data_like(), true);
-    default: return {&ctx_.group(GridAxis::kEp)};
-  }
-}
-
-// The bytes group g has sent so far, and the messages of all seven groups.
-double Trainer::sent_by(int g) const {
-  int64_t n = 0;
-  for (const Communicator* c : group_comms(g))
-    if (c) n += c->stats().bytes_sent;
-  return static_cast<double>(n);
-}
-
-double Trainer::messages_sent() const {
-  int64_t n = 0;
-  for (int g = 0; g < 7; ++g)
-    for (const Communicator* c : group_comms(g))
-      if (c) n += c->stats().messages;
-  return static_cast<double>(n);
-}
 
 // A stop request on any rank (SIGINT/SIGTERM), agreed by all: the signal, or 0.
 double Trainer::stop_signal() const {

@@ -226,7 +226,7 @@ class Trainer {
   using GroupComms = std::array<const Communicator*, 3>;  // unused places nullptr
   GroupComms group_comms(int group) const;
   double messages_sent() const;
-  double sent_by(int group) const;
+  double sent_by(int group) const;                       // runner/train/trainer_report.cpp
   double measured_step_seconds() const;                  // runner/train/trainer_report.cpp
   StepTime log_step_time(const StepComm& sent) const;  // bytes sent so far: 0 tensor, 1 data, 2 pipeline, 3 tied embedding, 4 context
   // The global index of the first sample of step `step`'s global batch, by Megatron's consumed-samples

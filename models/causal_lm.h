@@ -151,6 +151,10 @@ class CausalLM {
   // LoRA: called once the frozen bases hold their weights (loaded or initialised): pet_config.base_dtype
   // bfloat16 rounds the layers' weights to bf16 and gives their fp32 pages back.
   virtual void frozen_loaded() {}
+  // LoRA with PEFT's modules_to_save: each module trained whole starts as the frozen base's copy (PEFT deep-copies
+  // the module): its values in weights() set from the base's, within the arena ranges `only` (ZeRO-3: this rank's
+  // slices; empty: everywhere). Nothing without such modules.
+  virtual void lora_saved_from_base(const std::vector<std::pair<int64_t, int64_t>>& only) { (void)only; }
   // ZeRO-2 and 3 (parallel/zero.h): the arena offsets where the blocks' parameters start (the
   // embedding, each layer, an MoE layer's experts, the final norm and head), which cut it into units.
   virtual std::vector<int64_t> weight_unit_starts() const { return {}; }

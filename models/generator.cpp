@@ -56,6 +56,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   if (first_) {
     embedding_ = EmbeddingBlock(spec_, vocab_);
     embedding_.bind(params, model.names());
+    if (model.frozen()) embedding_.bind_saved(model.params(), model.names());  // modules_to_save's copy
   }
   for (int64_t l = l0_; l < l1_; ++l) {
     layers_.emplace_back(spec_, tp, l, rope_.get(), nullptr, ep, opt_.max_rows, rope_local_.get());
@@ -66,6 +67,7 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   if (last_) {
     head_ = LmHeadBlock(spec_, vocab_, opt_.max_logit_rows);
     head_.bind(params, model.names());
+    if (model.frozen()) head_.bind_saved(model.params(), model.names());
   }
   if (cdt_ != ComputeDtype::kFloat32) {
     low_ = AlignedBuffer<std::byte>(static_cast<size_t>(params.total_floats() * low_copy_element_bytes(cdt_)));

@@ -1,5 +1,6 @@
 #include "models/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -164,8 +165,43 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
   return out;
 }
 
-ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole) {
+std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bool tied_head) {
+  std::vector<Role> out;
+  if (!c.on) return out;
+  const std::string key = "`model.model_config.pet_config.modules_to_save: ";
+  for (const std::string& s : c.modules_to_save) {
+    bool found = false;
+    for (Role r : {Role::kEmbed, Role::kLmHead}) {
+      const std::string m = module_of(names(r, -1));
+      if (m != s && !(m.size() > s.size() && m.compare(m.size() - s.size(), s.size(), s) == 0 && m[m.size() - s.size() - 1] == '.'))
+        continue;
+      found = true;
+      if (tied_head)
+        throw std::invalid_argument(key + s + "`: the head and the token embedding are one tensor in this model "
+                                    "(tie_word_embeddings); training a copy of either (PEFT unties them) is not built: "
+                                    "remove it, or train the full model");
+      if (r == Role::kLmHead && c.loss_chunk > 0)
+        throw std::invalid_argument(key + s + "` with `loss_vocab_chunk: " + std::to_string(c.loss_chunk) +
+                                    "`: the chunked loss is built for a frozen head; set loss_vocab_chunk: 0");
+      if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+    }
+    if (!found)
+      throw std::invalid_argument(key + s + "`: names no module that trains whole here; built are the token embedding (" +
+                                  module_of(names(Role::kEmbed, -1)) + ") and the head (" +
+                                  module_of(names(Role::kLmHead, -1)) + ")");
+  }
+  return out;
+}
+
+ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole,
+                      bool tied_head) {
   ParamTable t;
+  const std::vector<Role> saved = lora_saved_roles(c, names, tied_head);
+  auto save = [&](Role r) {
+    if (std::find(saved.begin(), saved.end(), r) == saved.end()) return;
+    if (const ParamSpec* p = base.find(names(r, -1))) t.add(*p);
+  };
+  save(Role::kEmbed);
   for (const LoraTarget& x : lora_targets(c, names, base, layers, whole)) {
     const ParamSpec& w = base.at(x.weight);
     if (w.shape.size() != 2) throw std::logic_error("lora: " + x.weight + " is not a matrix");
@@ -197,6 +233,7 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
     t.add(a);
     t.add(b);
   }
+  save(Role::kLmHead);
   return t;
 }
 

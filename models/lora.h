@@ -50,7 +50,16 @@ const char* mindformers_module_name(Role r);
 // (the base is the whole model), when it targets nothing.
 std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,
                                      bool whole);
-// The adapters' table: for each target, A then B (module order of the base table).
-ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole);
+// PEFT's modules_to_save as built here: Role::kEmbed (embed_tokens) and Role::kLmHead (lm_head), each trained whole
+// as PEFT's ModulesToSaveWrapper trains its copy of the module (the base's frozen original is not read while the copy
+// exists). Throws std::invalid_argument naming the entry for a module that is neither, or either of them when the
+// head is tied to the embedding (one tensor: PEFT would untie them; not built).
+std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bool tied_head);
+// The adapters' table: the saved embedding (if this table's base holds it), then for each target A then B (module
+// order of the base table), then the saved head: the order their gradients are final in, last to first. A saved
+// module keeps its base name and spec (its split, its decay), so it is placed, synchronised and checkpointed as the
+// full model's would be, and its seed values are the base's (InitialValues keys on the name).
+ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole,
+                      bool tied_head);
 
 }  // namespace gf

@@ -33,6 +33,10 @@ struct LoraConfig {
   // time, its input gradient made in the forward (models/blocks/lm_head.h), so the [tokens, vocabulary] logits are
   // never held; 0 (default): the whole logits at once.
   int64_t loss_chunk = 0;
+  // PEFT's modules_to_save: modules trained whole beside the adapters, each a copy of the base's (its name or its
+  // last dotted parts, as target_modules' list). Built: the token embedding (embed_tokens) and an untied head
+  // (lm_head); models/lora.h lora_saved_roles.
+  std::vector<std::string> modules_to_save;
   double scale() const;
   bool operator==(const LoraConfig&) const = default;
 };

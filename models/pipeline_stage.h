@@ -62,6 +62,9 @@ class PipelineStage : public CausalLM {
   void frozen_loaded() override {
     for (const auto& c : chunks_) c->frozen_loaded();
   }
+  void lora_saved_from_base(const std::vector<std::pair<int64_t, int64_t>>& only) override {
+    for (const auto& c : chunks_) c->lora_saved_from_base(only);
+  }
   void set_weight_gate(WeightGate* gate) override;
   void set_fine_units(bool on) override;
   std::vector<int64_t> vocab_chunk_offsets() const override;

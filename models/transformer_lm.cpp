@@ -47,7 +47,7 @@ MoeSpec moe_spec(const ModelConfig& cfg) {
 ParamTable TransformerLM::make_param_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
   if (!s.lora.on) return make_base_table(s, names, st);
   const bool whole = st.layer_begin == 0 && (st.layer_end < 0 || st.layer_end == s.layers);
-  return lora_table(s.lora, names, make_base_table(s, names, st), s.layers, whole);
+  return lora_table(s.lora, names, make_base_table(s, names, st), s.layers, whole, s.tied_head);
 }
 
 ParamTable TransformerLM::make_base_table(const TransformerSpec& s, const NameMap& names, const StageOptions& st) {
@@ -160,6 +160,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
   if (d.first) {
     embedding_ = EmbeddingBlock(spec, d.vocab);
     embedding_.bind(bound, names_);
+    if (spec.lora.on) embedding_.bind_saved(params_, names_);  // PEFT's modules_to_save embed_tokens
   }
   for (int64_t l = d.l0; l < d.l1; ++l) {
     layers_.emplace_back(spec, d.tp, l, rope_.get(), &flash_ws_, d.ep, d.N, rope_local_.get());
@@ -171,6 +172,7 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     head_ = LmHeadBlock(spec, d.vocab, d.head_rows);
     head_.set_loss_chunk(d.loss_chunk);
     head_.bind(bound, names_);
+    if (spec.lora.on) head_.bind_saved(params_, names_);  // PEFT's modules_to_save lm_head
   }
   if (spec.lora.on && spec.lora.base_bf16) {  // each layer's base range, from its first weight to the next block's
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -191,8 +193,9 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
       attn_reads_.push_back({a});
       mlp_reads_.push_back({m, x});
     }
-    emb_reads_ = {-1};
-    head_reads_ = {-1};
+    // A module trained whole (modules_to_save) is a unit of its own: the embedding's first, the head's last.
+    emb_reads_ = {d.first && embedding_.saved() ? embedding_.token_offset() : -1};
+    head_reads_ = {d.last && head_.saved() ? head_.weight_offset() : -1};
   } else {
     if (d.first) emb_reads_ = {embedding_.first_offset()};
     for (const TransformerLayer& l : layers_) {
@@ -487,6 +490,7 @@ void TransformerLM::stage_backward(int64_t slot, BwdPass pass, const float* dhid
       if (head_pass != BwdPass::kWeight) check_finite(scratch_.dres, d.Nl * d.C, "the head's backward (the gradient into the last layer)");
     }
     if (pass == BwdPass::kBoth && !spec_.lora.on) grads_ready_from(head_.first_offset());
+    if (pass == BwdPass::kBoth && spec_.lora.on && head_.saved()) grads_ready_from(head_.weight_offset());
   } else if (input) {
     parallel_copy(scratch_.dres, dhidden_out, d.Nl * d.C);
   }

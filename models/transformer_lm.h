@@ -199,6 +199,7 @@ class TransformerLM : public CausalLM {
   }
   void init_frozen(uint64_t seed) override;
   void frozen_loaded() override;
+  void lora_saved_from_base(const std::vector<std::pair<int64_t, int64_t>>& only) override;
   // LoRA: the frozen base's parameters and weights (params() and weights() are the adapters').
   bool frozen() const { return spec_.lora.on; }
   bool base_in_bf16() const { return !base_ranges_.empty(); }

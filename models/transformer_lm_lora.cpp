@@ -2,7 +2,10 @@
 // holds each layer's base weights as bf16 alone (2 bytes a weight instead of 4) and widens one layer at a time into
 // its fp32 range while that layer runs, so every product and the adapters compute in fp32 on the rounded weights
 // (what a bf16 base is: its weights rounded once). The embedding, final norm and head stay fp32.
+#include <algorithm>
+#include <cstring>
 #include <span>
+#include <stdexcept>
 
 #include "core/math/gemm_bf16.h"
 #include "core/math/mixed_precision.h"
@@ -86,6 +89,21 @@ void TransformerLM::init_frozen(uint64_t seed) {
   if (at < base_params_.total_floats()) rest.emplace_back(at, base_params_.total_floats());
   base_params_.initialize(bw_, seed, rest);
   base_narrowed_ = true;
+}
+
+void TransformerLM::lora_saved_from_base(const std::vector<std::pair<int64_t, int64_t>>& only) {
+  if (!spec_.lora.on) return;
+  for (const TensorPlacement& t : params_.tensors()) {
+    const TensorPlacement* b = base_params_.find(t.spec->name);
+    if (b == nullptr) continue;  // an adapter
+    if (b->numel() != t.numel()) throw std::logic_error("lora: " + t.spec->name + " is laid out apart from its base");
+    const int64_t n = t.numel();
+    auto copy = [&](int64_t lo, int64_t hi) {  // arena range [lo, hi) of t
+      if (lo < hi) std::memcpy(w_ + lo, bw_ + b->offset + (lo - t.offset), sizeof(float) * static_cast<size_t>(hi - lo));
+    };
+    if (only.empty()) copy(t.offset, t.offset + n);
+    for (const auto& [lo, hi] : only) copy(std::max(lo, t.offset), std::min(hi, t.offset + n));
+  }
 }
 
 void TransformerLM::frozen_loaded() {

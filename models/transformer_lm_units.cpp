@@ -11,10 +11,12 @@ namespace gf {
 std::vector<int64_t> TransformerLM::weight_unit_starts() const {
   std::vector<int64_t> at;
   if (spec_.lora.on) {  // the adapters of each layer's two halves, and of its experts (in the expert region)
+    if (dims_.first && embedding_.saved()) at.push_back(embedding_.token_offset());  // modules_to_save's
     for (const TransformerLayer& l : layers_) {
       for (bool mlp : {false, true}) at.push_back(lora_unit_offset(l.layer(), mlp));
       at.push_back(l.lora_expert_offset());
     }
+    if (dims_.last && head_.saved()) at.push_back(head_.weight_offset());
     return at;
   }
   if (dims_.first) at.push_back(embedding_.first_offset());
@@ -69,12 +71,17 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
   for (const StageOptions& st : chunks) {
     const int64_t l1 = st.layer_end < 0 ? spec.layers : st.layer_end;
     if (spec.lora.on) {  // weight_unit_starts' adapters
+      // modules_to_save's embedding and head: units of their own, where this chunk's table holds them.
+      const TensorPlacement* emb = st.layer_begin == 0 ? t.find(names(Role::kEmbed, -1)) : nullptr;
+      const TensorPlacement* head = l1 == spec.layers && !spec.tied_head ? t.find(names(Role::kLmHead, -1)) : nullptr;
+      if (emb) at.push_back(emb->offset);
       for (int64_t l = st.layer_begin; l < l1; ++l) {
         for (bool mlp : {false, true}) at.push_back(lora_half_offset(names, t, l, mlp));
         TransformerLayer layer(spec, tp, l, nullptr, nullptr, ep, 1);
         layer.bind_lora(t, names, spec.lora);
         at.push_back(layer.lora_expert_offset());
       }
+      if (head) at.push_back(head->offset);
       continue;
     }
     if (st.layer_begin == 0) {

@@ -7,7 +7,7 @@ Run with Debian's Python (the pyenv `python3` on PATH has no torch), from the re
 
     /usr/bin/python3 tools/make_moe_lora_golden.py [--out tests/golden/lora] [--variant attention|experts]
 
-Writes tests/golden/lora/mixtral_lora.safetensors (< 2 MB): r 4, lora_alpha 8 (scaling 2), target_modules the list
+Writes tests/golden/lora/mixtral_lora.safetensors (< 2 MB; --variant saved --seed 1241: mixtral_saved_lora.safetensors (the default seed's run routes within 4.1e-4 of a tie), q_proj and v_proj adapted and modules_to_save [lm_head, embed_tokens], PEFT's trained copies of the untied head and the token embedding): r 4, lora_alpha 8 (scaling 2), target_modules the list
 ["q_proj", "k_proj", "v_proj", "o_proj"] (PEFT's default for Mixtral is q_proj and v_proj: its
 TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING), use_rslora false, lora_dropout 0. --variant experts writes
 mixtral_experts_lora.safetensors instead (with --seed 1235: the default seed's adapters put a top-2 routing margin at 6.3e-4, under MIN_LOGIT_GAP): target_modules ["q_proj", "v_proj", "w1", "w2", "w3"], so that PEFT wraps
@@ -50,9 +50,11 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 SOURCE = os.path.join(ROOT, "tests", "golden", "mixtral_tiny.safetensors")
 CASE = "mixtral_tiny"
 R, ALPHA, ADAPTER_SEED = 4, 8, 1234
-VARIANTS = {"attention": (["q_proj", "k_proj", "v_proj", "o_proj"], "mixtral_lora.safetensors"),
-            "experts": (["q_proj", "v_proj", "w1", "w2", "w3"], "mixtral_experts_lora.safetensors")}
-TARGETS, FILE = VARIANTS["attention"]
+VARIANTS = {"attention": (["q_proj", "k_proj", "v_proj", "o_proj"], "mixtral_lora.safetensors", None),
+            "experts": (["q_proj", "v_proj", "w1", "w2", "w3"], "mixtral_experts_lora.safetensors", None),
+            # PEFT's modules_to_save: the untied head and the token embedding trained whole beside q and v's adapters.
+            "saved": (["q_proj", "v_proj"], "mixtral_saved_lora.safetensors", ["lm_head", "embed_tokens"])}
+TARGETS, FILE, SAVED = VARIANTS["attention"]
 MAX_BYTES = 2_000_000  # the experts variant: 1.6 MB (its merged.* holds the 24 experts' weights)
 
 
@@ -75,9 +77,11 @@ def run(tensors, meta, max_norm):
     del missing, unexpected
     gen = torch.Generator().manual_seed(ADAPTER_SEED)
     names = pl.apply_lora(model, TARGETS, R, ALPHA, False, 0.0, gen)
+    saved = pl.apply_modules_to_save(model, SAVED) if SAVED else []
+    assert len(saved) == len(SAVED or []), saved
     params = pl.trainable_parameters(model)
-    assert len(params) == 2 * len(names) and all(p.dim() == 2 for p in params)
-    initial = pl.adapter_state(model)
+    assert len(params) == 2 * len(names) + len(saved) and all(p.dim() == 2 for p in params)
+    initial = dict(pl.adapter_state(model), **pl.saved_state(model))
     opt = torch.optim.AdamW([dict(params=params, weight_decay=hp["weight_decay"])], lr=hp["learning_rate"],
                             betas=(hp["beta1"], hp["beta2"]), eps=hp["adam_eps"], foreach=False)
     B, T = hp["B"], hp["T"]
@@ -94,7 +98,7 @@ def run(tensors, meta, max_norm):
             assert err <= 1e-6 and abs(obj.item() - tensors["objective"].item()) <= 1e-6, (err, obj.item())
         obj.backward()
         assert all(p.grad is not None for p in params)
-        assert all(p.grad is None for n, p in model.named_parameters() if ".lora_" not in n)
+        assert all(p.grad is None for n, p in model.named_parameters() if ".lora_" not in n and ".modules_to_save." not in n)
         gap = min(gap, routing_margins(stats, moe, T)[0])
         norm = clip_grad_norm_exact(params, max_norm)
         lr = lr_at(s, hp)
@@ -107,7 +111,8 @@ def run(tensors, meta, max_norm):
         norms.append(norm.item())
     with torch.no_grad():
         logits_final = model(inputs)[0].reshape(B * T, V).clone()
-    return dict(model=model, names=names, initial=initial, final=pl.adapter_state(model), lrs=lrs, losses=losses,
+    return dict(model=model, names=names, saved=saved, initial=initial,
+                final=dict(pl.adapter_state(model), **pl.saved_state(model)), lrs=lrs, losses=losses,
                 objs=objs, norms=norms, gap=gap, logits_final=logits_final, weights=weights, hp=hp, moe=moe)
 
 
@@ -117,9 +122,9 @@ def main():
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="attention")
     ap.add_argument("--seed", type=int, default=1234, help="the adapters' A generator's seed (default 1234)")
     a = ap.parse_args()
-    global TARGETS, FILE, ADAPTER_SEED
+    global TARGETS, FILE, SAVED, ADAPTER_SEED
     ADAPTER_SEED = a.seed
-    TARGETS, FILE = VARIANTS[a.variant]
+    TARGETS, FILE, SAVED = VARIANTS[a.variant]
     tensors, meta = read_source()
     free = run(tensors, meta, math.inf)
     ranked = sorted(free["norms"])
@@ -136,6 +141,8 @@ def main():
     scaling = pl.lora_scaling(R, ALPHA, False)
     merged = pl.merge(r["weights"], r["final"], scaling)
     assert sorted(merged) == sorted(n + ".weight" for n in r["names"])
+    # PEFT's merge_and_unload puts each saved module's trained copy in the original's place.
+    merged.update({f"{n}.weight": r["final"][f"{n}.weight"] for n in r["saved"]})
     kind, moe, _, _ = CASES[CASE]
     plain = build(kind, moe, torch.Generator().manual_seed(0))
     plain.load_state_dict(dict(r["weights"], **merged), strict=True)
@@ -159,6 +166,7 @@ def main():
     for k, t in merged.items():
         out[f"merged.{k}"] = t
     cfg = pl.adapter_config(R, ALPHA, TARGETS, False, 0.0, "tests/golden/mixtral_tiny")
+    cfg["modules_to_save"] = SAVED
     skip = ("generator", "train_steps_description", "grad_clip", "seed")
     m = {k: v for k, v in meta.items() if k not in skip}
     m.update({
@@ -171,6 +179,8 @@ def main():
         "lora_dropout": "0.0",
         "target_modules": json.dumps(TARGETS),
         "targeted_modules": ",".join(r["names"]),
+        "modules_to_save": json.dumps(SAVED),
+        "saved_modules": ",".join(r["saved"]),
         "peft_source": pl.PEFT_SOURCE,
         "format": "gridformer golden v1",
         "generator": "tools/make_moe_lora_golden.py (LoRA: tools/torch_peft_lora.py, model: tools/torch_moe.py)",
@@ -178,6 +188,9 @@ def main():
         "torch_version": torch.__version__,
         "trainable": (f"the A and B of the {len(r['names'])} attention projections only; every base weight frozen, "
                       "the router and experts among them") if FILE == "mixtral_lora.safetensors" else
+                     (f"the A and B of q_proj and v_proj ({len(r['names'])} modules) and the trained copies of "
+                      f"{', '.join(r['saved'])} (PEFT's modules_to_save, initially the base's; adapter.<module>.weight, "
+                      "train.final.<module>.weight); every other base weight frozen") if SAVED else
                      (f"the A and B of the {len(r['names'])} targeted projections ({', '.join(TARGETS)}) only; every "
                       "base weight frozen, the router among them"),
         "grad_clip": "as torch.nn.utils.clip_grad_norm_ over the adapters' gradients of the objective: global L2 in "

@@ -34,6 +34,11 @@ point below:
   src/peft/utils/save_and_load.py  get_peft_model_state_dict with bias "none": the keys containing "lora_" of the
       PeftModel's state_dict, adapter name removed: base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight.
   src/peft/tuners/lora/model.py / tuners_utils.py: every parameter but the adapters' is frozen (requires_grad False).
+  src/peft/utils/other.py          modules_to_save: _set_trainable wraps every module whose name ends with an entry in
+      a ModulesToSaveWrapper: the original frozen, copy.deepcopy(original) as modules_to_save[adapter] trained, and
+      forward runs the copy (ModulesToSave here). save_and_load.py get_peft_model_state_dict then saves the copy
+      under the module's own key: key.replace("modules_to_save.", "") and the adapter name removed
+      (base_model.model.lm_head.weight); LoraConfig.modules_to_save is saved as the list given.
 
 The adapters here are named as the golden files store them: HF module name + ".lora_A.weight" / ".lora_B.weight"
 ("model.layers.0.self_attn.q_proj.lora_A.weight"); PEFT's file adds the prefix "base_model.model." (PEFT_PREFIX).
@@ -41,6 +46,7 @@ A is drawn with a seeded torch.Generator (uniform(-1/sqrt(in), 1/sqrt(in)) = kai
 bitwise against torch's), one draw per targeted module in named_modules() order; PEFT itself draws from the global
 RNG and also consumes draws for nn.Linear's own init first, so equal seeds do not give PEFT's numbers.
 """
+import copy
 import json
 import math
 import os
@@ -158,6 +164,44 @@ def apply_lora(model, target_modules, r, lora_alpha, use_rslora=False, lora_drop
         parent = model.get_submodule(parent_name)
         setattr(parent, child, LoraLinear(getattr(parent, child), r, lora_alpha, use_rslora, lora_dropout, gen))
     return names
+
+
+class ModulesToSave(nn.Module):
+    """PEFT's ModulesToSaveWrapper (peft/utils/other.py): the original module frozen and kept, a deep copy of it
+    (modules_to_save["default"]) trained and used by forward. `weight` is the copy's too, for the models of
+    tools/torch_moe.py that read a head's weight directly (F.linear(h, self.lm_head.weight))."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.original_module = module
+        self.modules_to_save = nn.ModuleDict({"default": copy.deepcopy(module)})
+        self.original_module.requires_grad_(False)
+        self.modules_to_save["default"].requires_grad_(True)
+
+    @property
+    def weight(self):
+        return self.modules_to_save["default"].weight
+
+    def forward(self, *args, **kwargs):
+        return self.modules_to_save["default"](*args, **kwargs)
+
+
+def apply_modules_to_save(model, modules_to_save):
+    """PEFT's _set_trainable: every module whose named_modules() name is an entry or ends with '.' + entry is wrapped
+    (call after apply_lora, which freezes the rest). Returns the wrapped names, named_modules() order."""
+    names = [n for n, _ in model.named_modules()
+             if n and any(n == t or n.endswith("." + t) for t in modules_to_save)]
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, ModulesToSave(getattr(parent, child)))
+    return names
+
+
+def saved_state(model):
+    """{module + ".weight": the trained copy} for every ModulesToSave, as get_peft_model_state_dict saves them (the
+    key without "modules_to_save.default": base_model.model.lm_head.weight in the file)."""
+    return {f"{n}.weight": m.weight.detach().clone() for n, m in model.named_modules() if isinstance(m, ModulesToSave)}
 
 
 def lora_modules(model):

@@ -24,6 +24,13 @@ void EmbeddingBlock::bind(const Placement& t, const NameMap& names) {
   wpe_ = spec_.positions > 0 ? t.at(names(Role::kPosEmbed, -1)).offset : -1;
 }
 
+void EmbeddingBlock::bind_saved(const Placement& adapters, const NameMap& names) {
+  if (const TensorPlacement* t = adapters.find(names(Role::kEmbed, -1))) {
+    wte_ = t->offset;
+    saved_ = true;
+  }
+}
+
 void EmbeddingBlock::scale_rows(float* y, int64_t rows) const {
   if (spec_.embed_scale == 0.0f) return;
   const float k = spec_.embed_scale;
@@ -33,7 +40,7 @@ void EmbeddingBlock::scale_rows(float* y, int64_t rows) const {
 }
 
 void EmbeddingBlock::fwd(const BlockEnv& e, float* y, const int32_t* tokens, const VocabChunks* chunks) const {
-  embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial, chunks);
+  embedding_parallel_fwd(*e.tp, y, tokens, token_weight(e), wpe_ >= 0 ? e.w(wpe_) : nullptr, shape(e), e.partial, chunks);
   scale_rows(y, e.Nl);
   e.dropout_rows(y, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
 }
@@ -42,7 +49,7 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
   const int64_t C = spec_.hidden;
   // The token rows (summed over a vocabulary-parallel group, where one rank holds each row), then
   // each row's learned position: the same sum as embedding_parallel_fwd's for a training row.
-  embedding_parallel_fwd(*e.tp, y, tokens, e.w(wte_), nullptr, {e.N, e.N, C, v_.begin, v_.begin + v_.local, v_.parallel},
+  embedding_parallel_fwd(*e.tp, y, tokens, token_weight(e), nullptr, {e.N, e.N, C, v_.begin, v_.begin + v_.local, v_.parallel},
                          e.partial);
   scale_rows(y, e.N);
   if (wpe_ < 0) return;
@@ -57,15 +64,16 @@ void EmbeddingBlock::fwd_at(const BlockEnv& e, float* y, const int32_t* tokens, 
 }
 
 void EmbeddingBlock::bwd(const BlockEnv& e, float* dy, const int32_t* tokens) const {
-  if (e.frozen()) return;  // LoRA: the embedding is frozen and nothing comes before it
+  // LoRA: the embedding is frozen and nothing comes before it, unless modules_to_save trains its copy.
+  if (token_grad(e) == nullptr) return;
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   scale_rows(dy, e.Nl);
-  embedding_parallel_bwd(*e.tp, e.g(wte_), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
+  embedding_parallel_bwd(*e.tp, token_grad(e), wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather);
 }
 
 void EmbeddingBlock::bwd_rows(const BlockEnv& e, float* dy, const int32_t* tokens,
                               const std::function<void(const int32_t*, const float*, int64_t)>& rows) const {
-  if (e.frozen()) return;
+  if (e.frozen()) return;  // (a frozen embedding's saved copy is never cut into a tied head's chunks)
   e.dropout_rows(dy, e.dropout(-1, kDropEmbedding, spec_.hidden_dropout), spec_.hidden);
   scale_rows(dy, e.Nl);
   embedding_parallel_bwd_rows(*e.tp, wpe_ >= 0 ? e.g(wpe_) : nullptr, dy, tokens, shape(e), e.gather, rows);

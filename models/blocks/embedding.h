@@ -21,6 +21,10 @@ class EmbeddingBlock {
   EmbeddingBlock(const TransformerSpec& s, const VocabSlice& v) : spec_(s), v_(v) {}
   void declare(ParamTable& t, const NameMap& names) const;
   void bind(const Placement& t, const NameMap& names);
+  // LoRA with PEFT's modules_to_save embed_tokens: the token embedding is the trained copy in the adapters' arena
+  // (BlockEnv::lora_w, lora_g) when `adapters` holds it; learned positions stay the base's, frozen.
+  void bind_saved(const Placement& adapters, const NameMap& names);
+  bool saved() const { return saved_; }
   // Its first parameter in the arena (ZeRO's units start at the blocks' first parameters).
   int64_t first_offset() const { return wpe_ >= 0 && wpe_ < wte_ ? wpe_ : wte_; }
   int64_t token_offset() const { return wte_; }
@@ -45,9 +49,12 @@ class EmbeddingBlock {
   // The token rows times TransformerSpec::embed_scale (Gemma's sqrt(hidden), torch's `embed(ids) * scale`), in
   // place; the backward scales the output gradient alike. Nothing without a scale.
   void scale_rows(float* y, int64_t rows) const;
+  const float* token_weight(const BlockEnv& e) const { return saved_ ? e.lora_w + wte_ : e.w(wte_); }
+  float* token_grad(const BlockEnv& e) const { return saved_ ? (e.lora_g ? e.lora_g + wte_ : nullptr) : e.g(wte_); }
   TransformerSpec spec_;
   VocabSlice v_;
   int64_t wte_ = 0, wpe_ = -1;
+  bool saved_ = false;  // wte_ is in the adapters' arena (bind_saved)
 };
 
 }  // namespace gf

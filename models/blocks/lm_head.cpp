@@ -27,6 +27,14 @@ void LmHeadBlock::bind(const Placement& t, const NameMap& names) {
   w_ = t.at(names(spec_.tied_head ? Role::kEmbed : Role::kLmHead, -1)).offset;
 }
 
+void LmHeadBlock::bind_saved(const Placement& adapters, const NameMap& names) {
+  if (spec_.tied_head) return;
+  if (const TensorPlacement* t = adapters.find(names(Role::kLmHead, -1))) {
+    w_ = t->offset;
+    saved_ = true;
+  }
+}
+
 double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* targets, const Acts& a,
                         const VocabChunks* chunks) const {
   const int64_t C = spec_.hidden, Vl = v_.local;
@@ -35,7 +43,7 @@ double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* target
   const int32_t* tgt = local_targets(e, targets);
   // logits [rows, Vl] = h [rows, C] @ W[Vl, C]^T (padded rows of W are zero and masked below)
   if (chunk_ > 0) {
-    if (!e.frozen() || e.cdt != ComputeDtype::kFloat32 || v_.parallel || (chunks && chunks->count() > 0))
+    if (!e.frozen() || saved_ || e.cdt != ComputeDtype::kFloat32 || v_.parallel || (chunks && chunks->count() > 0))
       throw std::logic_error("lm head: the chunked loss is built for a frozen fp32 head, whole on this rank");
     chunked_loss_fwd(e, tgt, a);
   } else if (chunks && chunks->count() > 0) {
@@ -48,7 +56,7 @@ double LmHeadBlock::fwd(const BlockEnv& e, const float* x, const int32_t* target
       chunks->leave(c);
     }
   } else {
-    const Weight w = e.wt(w_, false);
+    const Weight w = head_weight(e);
     gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows_, Vl, C, 1.0f, h, nullptr, C, w.f32, w.low, C, 0.0f, a.logits, Vl,
                true);
   }
@@ -75,7 +83,7 @@ void LmHeadBlock::chunked_loss_fwd(const BlockEnv& e, const int32_t* tgt, const 
   using Row = Eigen::Map<Eigen::ArrayXf>;
   const int64_t C = spec_.hidden, V = v_.valid, rows = rows_;
   const float* h = a.ln;
-  const float* W = e.wt(w_, false).f32;
+  const float* W = head_weight(e).f32;
   float *m = a.lse, *s = a.sum, *zt = a.losses, *acc = a.dh, *z = a.logits;
   std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
   std::fill(s, s + rows, 0.0f);
@@ -113,7 +121,7 @@ void LmHeadBlock::logits_fwd(const BlockEnv& e, float* logits, float* ln, const 
                              int64_t rows) const {
   const int64_t C = spec_.hidden, Vl = v_.local;
   norm_.fwd(e, ln, norm, x, rows);
-  const Weight w = e.wt(w_, false);
+  const Weight w = head_weight(e);
   gemm_mixed(e.cdt, Trans::kNo, Trans::kYes, rows, Vl, C, 1.0f, ln, nullptr, C, w.f32, w.low, C, 0.0f, logits, Vl, true);
 }
 
@@ -166,10 +174,11 @@ void LmHeadBlock::chunked_bwd(const BlockEnv& e, float* dh, const float* h, floa
 void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_scale, const float* x,
                       const int32_t* targets, const Acts& a, const VocabChunks* chunks) const {
   const int64_t C = spec_.hidden, Vl = v_.local, rows = rows_;
-  const Weight w = e.wt(w_, false);
-  float* dw = e.g(w_);
-  // LoRA: the head is frozen; its input gradient alone (in the input pass, or the fused one).
-  const bool input = pass != BwdPass::kWeight, weight = pass != BwdPass::kInput && !e.frozen();
+  const Weight w = head_weight(e);
+  float* dw = weight_grad(e);
+  // LoRA: the head is frozen (its input gradient alone, in the input pass or the fused one) unless modules_to_save
+  // trains its copy.
+  const bool input = pass != BwdPass::kWeight, weight = pass != BwdPass::kInput && dw != nullptr;
   // The rows the forward multiplied: under vocabulary-parallel SP the gathered ones, which the
   // gather buffer still holds right after the forward (fused backward) and are gathered again for
   // a weight pass run apart.
@@ -179,7 +188,7 @@ void LmHeadBlock::bwd(const BlockEnv& e, BwdPass pass, float* dx, float grad_sca
   // Vocabulary-parallel: a column-parallel layer with W^T, so dh is a partial sum over the slices.
   float* dh = v_.parallel ? e.dfull : a.dln;
   if (chunk_ > 0) {  // the forward made the input gradient of the summed loss (chunked_loss_fwd)
-    if (!e.frozen()) throw std::logic_error("lm head: the chunked loss is built for a frozen head");
+    if (!e.frozen() || saved_) throw std::logic_error("lm head: the chunked loss is built for a frozen head");
     if (input) {
       const float* g = a.dh;
 #pragma omp parallel for schedule(static)

@@ -34,6 +34,10 @@ class LmHeadBlock {
   void declare_head(ParamTable& t, const NameMap& names) const;  // untied: lm_head.weight
   // wte: the token embedding's offset when tied and this table holds it, else -1.
   void bind(const Placement& t, const NameMap& names);
+  // LoRA with PEFT's modules_to_save lm_head: the head's weight is the trained copy in the adapters' arena
+  // (BlockEnv::lora_w, lora_g) when `adapters` holds it; the final norm stays the base's.
+  void bind_saved(const Placement& adapters, const NameMap& names);
+  bool saved() const { return saved_; }
   int64_t rows() const { return rows_; }
   int64_t first_offset() const { return norm_.first_offset(); }
   // The head's weight: lm_head.weight, or the token embedding it is tied to.
@@ -65,6 +69,9 @@ class LmHeadBlock {
   const int32_t* local_targets(const BlockEnv& e, const int32_t* targets) const {
     return targets + (v_.parallel ? 0 : e.tp->row_begin());
   }
+  // The head's weight as the products read it, and its gradient (null where nothing trains it).
+  Weight head_weight(const BlockEnv& e) const { return saved_ ? Weight(e.lora_w + w_) : e.wt(w_, false); }
+  float* weight_grad(const BlockEnv& e) const { return saved_ ? (e.lora_g ? e.lora_g + w_ : nullptr) : e.g(w_); }
   void chunked_loss_fwd(const BlockEnv& e, const int32_t* targets, const Acts& a) const;
   void chunked_bwd(const BlockEnv& e, float* dh, const float* h, float grad_scale, const int32_t* targets,
                    const Acts& a, const VocabChunks& chunks) const;
@@ -73,6 +80,7 @@ class LmHeadBlock {
   int64_t rows_ = 0;
   NormBlock norm_;
   int64_t w_ = 0;  // the head's weight
+  bool saved_ = false;  // w_ is in the adapters' arena (bind_saved)
   int64_t chunk_ = 0;
 };
 

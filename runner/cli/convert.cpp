@@ -456,6 +456,10 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
         fail("--merge-lora: the base " + from + " has no '" + name.substr(0, at) + ".weight' for the adapter '" + name +
              "': the adapters are of another model");
     }
+    for (const auto& [name, t] : lora.saved)
+      if (!have.count(name))
+        fail("--merge-lora: the base " + from + " has no '" + name + "' for the trained copy (modules_to_save) of it: "
+             "the adapters are of another model (or its head is tied to its embedding)");
     src.after_read = [&lora](const SourceTensor& t, std::vector<float>& w) { lora.merge_into(t.name, t.shape, w); };
     const std::string& d = src.tensors.front().dtype;  // the base file's dtype, as PEFT's merge keeps W's
     if (!opt.dtype_given) out_dt = parse_dtype(d == "BF16" ? "bfloat16" : d == "F16" ? "float16" : "float32");
@@ -522,8 +526,12 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
   if (opt.merge_lora) {
     const int64_t want = static_cast<int64_t>(lora.adapters.size() / 2);
     if (lora.merged != want) fail("--merge-lora: merged " + std::to_string(lora.merged) + " of " + std::to_string(want));
+    if (lora.replaced != static_cast<int64_t>(lora.saved.size()))
+      fail("--merge-lora: wrote " + std::to_string(lora.replaced) + " of " + std::to_string(lora.saved.size()) +
+           " trained copies (modules_to_save)");
     sum.source = "base " + src.describe() + " with the LoRA adapters of " + opt.from + " merged (" +
-                 std::to_string(want) + " weights)";
+                 std::to_string(want) + " weights" +
+                 (lora.saved.empty() ? std::string() : ", " + std::to_string(lora.saved.size()) + " replaced by their trained copies") + ")";
   }
   return sum;
 }

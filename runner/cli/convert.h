@@ -91,6 +91,10 @@ struct LoraAdapters {
     std::vector<float> data;
   };
   std::map<std::string, Tensor> adapters;
+  // PEFT's modules_to_save: whole weights trained beside the adapters (lm_head.weight, model.embed_tokens.weight),
+  // which replace the base's in a merge; saved_list_ is the config's list (null: none).
+  std::map<std::string, Tensor> saved;
+  nlohmann::json saved_list_;
   double scale = 0;            // alpha / r (alpha / sqrt(r) with rsLoRA)
   bool fan_in_fan_out = false; // the base stores [in, out] (GPT-2's Conv1D)
   std::string base;            // the base model it names ("" when it names none)
@@ -99,6 +103,7 @@ struct LoraAdapters {
   bool rslora_ = false;
   nlohmann::json targets_;     // the run's target_modules under PEFT's names (null: name the modules adapted)
   mutable int64_t merged = 0;  // weights merge_into changed
+  mutable int64_t replaced = 0;  // saved weights merge_into wrote instead of the base's
   // False when `from` is neither; throws for a damaged or unreadable one.
   bool load(const std::string& from);
   void merge_into(const std::string& weight, const std::vector<int64_t>& shape, std::vector<float>& w) const;

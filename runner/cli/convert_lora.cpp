@@ -8,6 +8,9 @@
 //  * --merge-lora: the base (--base, or the one the checkpoint or adapter_config.json names) written with every
 //    adapted weight W + scale B A (Conv1D: its transpose), summed in float32, then written in --dtype (by default
 //    the base file's own dtype, as PEFT's merge keeps W's). --from is our LoRA checkpoint or a PEFT directory.
+//  * PEFT's modules_to_save (lm_head, embed_tokens): the trained copies, saved under the module's own key
+//    (base_model.model.lm_head.weight, as get_peft_model_state_dict strips modules_to_save.default), and in a merge
+//    written instead of the base's.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -53,8 +56,22 @@ nlohmann::json read_json(const fs::path& p) {
 
 }  // namespace
 
+// PEFT's rule for modules_to_save (and a list target_modules): the module's name, or its last dotted parts.
+bool names_module(const nlohmann::json& list, const std::string& weight) {
+  if (!list.is_array()) return false;
+  const std::string m = weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
+  for (const nlohmann::json& e : list) {
+    if (!e.is_string()) continue;
+    const std::string s = e.get<std::string>();
+    if (m == s || (m.size() > s.size() && m.ends_with(s) && m[m.size() - s.size() - 1] == '.')) return true;
+  }
+  return false;
+}
+
 bool LoraAdapters::load(const std::string& from) {
   adapters.clear();
+  saved.clear();
+  saved_list_ = nullptr;
   if (is_peft_dir(from)) {
     const nlohmann::json c = read_json(fs::path(from) / "adapter_config.json");
     if (c.value("peft_type", std::string()) != "LORA")
@@ -69,12 +86,14 @@ bool LoraAdapters::load(const std::string& from) {
     base = c.value("base_model_name_or_path", std::string());
     if (!base.empty() && fs::path(base).is_relative() && !fs::exists(base) && fs::exists(fs::path(from) / base))
       base = (fs::path(from) / base).string();
+    if (c.contains("modules_to_save") && !c["modules_to_save"].is_null()) saved_list_ = c["modules_to_save"];
     const SafeTensorsFile f = SafeTensorsFile::open((fs::path(from) / "adapter_model.safetensors").string());
     for (const auto& [key, t] : f.tensors()) {
       std::string name = key.starts_with(kPeftPrefix) ? key.substr(std::string(kPeftPrefix).size()) : key;
       if (name.starts_with("transformer.")) name = name.substr(12);  // GPT-2's modules are ours without it
-      if (module_of(name).empty()) fail(from + ": tensor '" + key + "' is not a LoRA A or B (modules_to_save is not read)");
-      adapters[name] = {t.shape, f.floats(key)};
+      if (!module_of(name).empty()) adapters[name] = {t.shape, f.floats(key)};
+      else if (names_module(saved_list_, name)) saved[name] = {t.shape, f.floats(key)};
+      else fail(from + ": tensor '" + key + "' is not a LoRA A or B, nor a module adapter_config.json's modules_to_save names");
     }
     return true;
   }
@@ -91,14 +110,23 @@ bool LoraAdapters::load(const std::string& from) {
   alpha_ = alpha;
   rslora_ = l.value("use_rslora", false);
   targets_ = l.value("target_modules", nlohmann::json());
-  for (const std::string& n : r.names())
-    if (!n.starts_with("optimizer.")) adapters[n] = {r.shape(n), r.read_full(n)};
+  saved_list_ = l.value("modules_to_save", nlohmann::json());
+  for (const std::string& n : r.names()) {
+    if (n.starts_with("optimizer.")) continue;
+    (module_of(n).empty() ? saved : adapters)[n] = {r.shape(n), r.read_full(n)};
+  }
   return true;
 }
 
 // W + scale B A into `w` (the base weight `weight`, shape `shape`): [out, in] as nn.Linear stores it, or (Conv1D,
 // fan_in_fan_out) [in, out]. The sum in float32, B A's elements accumulated in double then rounded once.
 void LoraAdapters::merge_into(const std::string& weight, const std::vector<int64_t>& shape, std::vector<float>& w) const {
+  if (const auto s = saved.find(weight); s != saved.end()) {  // modules_to_save: the trained copy replaces the base's
+    if (s->second.shape != shape) fail(weight + ": the trained copy (modules_to_save) has another shape than the base's");
+    w = s->second.data;
+    ++replaced;
+    return;
+  }
   const std::string module = weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
   const auto a = adapters.find(module + ".lora_A.weight"), b = adapters.find(module + ".lora_B.weight");
   if (a == adapters.end() || b == adapters.end()) return;
@@ -134,6 +162,12 @@ void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool over
     sum.tensors++;
     sum.bytes += static_cast<int64_t>(t.data.size() * sizeof(float));
   }
+  for (const auto& [name, t] : l.saved) {  // PEFT's key of a saved module: its own, without modules_to_save.default
+    out.push_back({kPeftPrefix + std::string(l.fan_in_fan_out ? "transformer." : "") + name, StDtype::kF32, t.shape,
+                   t.data.data()});
+    sum.tensors++;
+    sum.bytes += static_cast<int64_t>(t.data.size() * sizeof(float));
+  }
   const std::string weights = (fs::path(dir) / "adapter_model.safetensors").string();
   write_safetensors(weights, out, {{"format", "pt"}});
   nlohmann::json c = {{"peft_type", "LORA"},
@@ -150,7 +184,7 @@ void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool over
                       {"base_model_name_or_path", l.base},
                       {"inference_mode", true},
                       {"init_lora_weights", true},
-                      {"modules_to_save", nullptr},
+                      {"modules_to_save", l.saved_list_},
                       {"layers_to_transform", nullptr},
                       {"layers_pattern", nullptr},
                       {"rank_pattern", nlohmann::json::object()},

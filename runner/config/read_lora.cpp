@@ -133,7 +133,19 @@ void read_lora(ReadContext& x) {
   }
   if (const YAML::Node v = scalar("bias"); v && v.as<std::string>() != "none")
     x.refuse(at("bias") + ": " + show(v) + "`: none only (the biases stay frozen)");
-  for (const char* k : {"modules_to_save", "freeze_include", "freeze_exclude", "layers_to_transform", "layers_pattern",
+  // PEFT's modules_to_save: a list of module names (or their last dotted parts); which are built, lora_saved_roles says.
+  if (const YAML::Node v = scalar("modules_to_save")) {
+    if (!v.IsSequence())
+      x.refuse(at("modules_to_save") + ": " + show(v) + "`: expects a list of module names, such as [lm_head, embed_tokens]");
+    else
+      for (const YAML::Node& e : v) {
+        if (!e.IsScalar() || e.Scalar().empty())
+          x.refuse(at("modules_to_save") + ": " + show(v) + "`: expects a list of module names, such as [lm_head, embed_tokens]");
+        else
+          l.modules_to_save.push_back(e.Scalar());
+      }
+  }
+  for (const char* k : {"freeze_include", "freeze_exclude", "layers_to_transform", "layers_pattern",
                         "rank_pattern", "alpha_pattern"}) {
     const YAML::Node v = scalar(k);
     if (v && !(v.IsSequence() && v.size() == 0) && !(v.IsMap() && v.size() == 0))
@@ -183,6 +195,7 @@ void read_lora(ReadContext& x) {
     if (model_sizes_within_bounds(x.c.model) && x.errors.empty()) {
       const TransformerSpec s = entry.spec(x.c.model);
       lora_targets(l, entry.names, TransformerLM::make_base_table(s, entry.names), s.layers, true);
+      lora_saved_roles(l, entry.names, s.tied_head);
     }
   } catch (const std::invalid_argument& e) {
     x.refuse(e.what());

@@ -128,10 +128,13 @@ std::string Trainer::own_resume_checkpoint() const {
 
 void Trainer::init_weights() {
   const auto seed = static_cast<uint64_t>(cfg_.seed);
-  if (!stream_) return model_->init_weights(seed);
-  std::vector<std::pair<int64_t, int64_t>> own;
-  for (const ArenaRange& s : sync_->shards()) own.emplace_back(s.begin, s.end);
-  model_->params().initialize(model_->weights(), seed, own);
+  std::vector<std::pair<int64_t, int64_t>> own;  // ZeRO-3: this rank's slices alone (empty: the whole arena)
+  if (stream_)
+    for (const ArenaRange& s : sync_->shards()) own.emplace_back(s.begin, s.end);
+  if (stream_) model_->params().initialize(model_->weights(), seed, own);
+  else model_->init_weights(seed);
+  // LoRA's modules_to_save start as copies of the base just loaded (or initialised).
+  if (lora()) model_->lora_saved_from_base(own);
 }
 
 void Trainer::load_initial_state() {
@@ -419,6 +422,7 @@ nlohmann::json Trainer::checkpoint_state(int64_t step, int64_t epoch) const {
                                                                            {"alpha", cfg_.model.lora.alpha},
                                                                            {"use_rslora", cfg_.model.lora.rslora},
                                                                            {"target_modules", lora_targets_json()},
+                                                                           {"modules_to_save", cfg_.model.lora.modules_to_save.empty() ? nlohmann::json() : nlohmann::json(cfg_.model.lora.modules_to_save)},
                                                                            {"fan_in_fan_out", lora_fan_in_fan_out()}}},
           {"time", iso8601_utc_now()},
           {"git_commit", build_git_commit()},

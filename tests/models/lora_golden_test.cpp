@@ -3,7 +3,8 @@
 //  * llama_lora: q, k, v, o, gate, up and down (PEFT's target list), r 4, alpha 8 (scale 2);
 //  * llama_lora_qv_rslora: q and v (a regex on the whole name), r 4, alpha 8, use_rslora (scale 4);
 //  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py);
-//  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts).
+//  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts);
+//  * mixtral_saved_lora: the same Mixtral, q and v, and PEFT's modules_to_save [lm_head, embed_tokens] (--variant saved).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
@@ -51,6 +52,10 @@ const Variant kVariants[] = {
     // The same Mixtral with every expert's w1, w2 and w3 adapted beside the attention's q and v (--variant experts).
     {"lora/mixtral_experts_lora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, w1, w2, w3]}"},
+    // The same Mixtral with q and v adapted and PEFT's modules_to_save: the untied head and the token embedding
+    // trained whole, each from a copy of the base's (--variant saved).
+    {"lora/mixtral_saved_lora.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj], modules_to_save: [lm_head, embed_tokens]}"},
 };
 
 std::string variant_name(const ::testing::TestParamInfo<Variant>& i) {
@@ -100,7 +105,8 @@ TEST_P(LoraGolden, AdaptersArePeftsTensorsAndTheBaseIsFrozenWhole) {
   const std::set<std::string> weights = g.names_under({"weights."});
   EXPECT_EQ(base, weights);
   int64_t adapters = 0, frozen = 0;
-  for (const ParamSpec& p : model->params().table().specs()) adapters += p.global_numel();
+  for (const ParamSpec& p : model->params().table().specs())
+    if (p.name.find(".lora_") != std::string::npos) adapters += p.global_numel();  // (modules_to_save's train whole)
   for (const ParamSpec& p : model->frozen_bases()[0]->params().table().specs()) frozen += p.global_numel();
   EXPECT_EQ(model->params().total_floats() >= adapters, true);
   EXPECT_LT(adapters * 5, frozen) << "LoRA trains a small share of the weights";
@@ -197,7 +203,7 @@ TEST_P(LoraGolden, TenAdamWStepsOfTheAdaptersMatchPeft) {
   const nlohmann::json c = nlohmann::json::parse(cin);
   const nlohmann::json want = nlohmann::json::parse(g.f.metadata().at("lora_config"));
   for (const char* k : {"peft_type", "task_type", "r", "lora_alpha", "lora_dropout", "use_rslora", "bias",
-                        "fan_in_fan_out", "init_lora_weights", "inference_mode", "use_dora"})
+                        "fan_in_fan_out", "init_lora_weights", "inference_mode", "use_dora", "modules_to_save"})
     EXPECT_EQ(c.at(k), want.at(k)) << k;
   // target_modules as PEFT saves what it was given: the regex, or the list (a set: compared as one).
   const nlohmann::json& t = c.at("target_modules");

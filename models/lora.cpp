@@ -172,7 +172,12 @@ std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bo
   for (const std::string& s : c.modules_to_save) {
     bool found = false;
     for (Role r : {Role::kEmbed, Role::kLmHead}) {
-      const std::string m = module_of(names(r, -1));
+      std::string m = "lm_head";  // a tied head has no weight of its own (GPT-2's names have none): HF's module name
+      try {
+        m = module_of(names(r, -1));
+      } catch (const std::logic_error&) {
+        if (r != Role::kLmHead) continue;
+      }
       if (m != s && !(m.size() > s.size() && m.compare(m.size() - s.size(), s.size(), s) == 0 && m[m.size() - s.size() - 1] == '.'))
         continue;
       found = true;
@@ -187,8 +192,7 @@ std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bo
     }
     if (!found)
       throw std::invalid_argument(key + s + "`: names no module that trains whole here; built are the token embedding (" +
-                                  module_of(names(Role::kEmbed, -1)) + ") and the head (" +
-                                  module_of(names(Role::kLmHead, -1)) + ")");
+                                  module_of(names(Role::kEmbed, -1)) + ") and an untied head (lm_head)");
   }
   return out;
 }

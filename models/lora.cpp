@@ -131,14 +131,20 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
       }
     }
   if (c.dropout > 0.0f)
-    for (const LoraTarget& t : out)
-      if (t.expert >= 0)
+    for (const LoraTarget& t : out) {
+      if (t.role == Role::kRouterW)
+        throw std::invalid_argument("`model.model_config.pet_config.lora_dropout: " + std::to_string(c.dropout) +
+                                    "` with an adapter on the router " + module_of(t.weight) +
+                                    ": the adapters' dropout on a router is not built; set lora_dropout: 0.0, or "
+                                    "leave the router out of target_modules");
+      else if (t.expert >= 0)
         throw std::invalid_argument("`model.model_config.pet_config.lora_dropout: " + std::to_string(c.dropout) +
                                     "` with an adapter on the expert projection " + module_of(t.weight) +
                                     ": the experts' rows are permuted by the routing, so the adapters' dropout on "
                                     "them is not built; set lora_dropout: 0.0, or target the attention alone");
+    }
   // A target naming a module that is no such layer: PEFT applies LoRA to embeddings and other layers too; here
-  // only the attention's and the dense MLP's projections carry adapters.
+  // only the projections above carry adapters.
   if (c.peft_names) {
     for (const ParamSpec& p : base.specs()) {
       if (linear.count(p.name) || p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0) continue;
@@ -146,9 +152,10 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
       if (targeted(m, "") || (!c.target_is_regex && targeted(m, last_part(m))))
         throw std::invalid_argument("`model.model_config.pet_config.target_modules` names '" + m +
                                     "', which has no LoRA adapter here: adapters sit on the attention's projections, "
-                                    "the dense MLP's and the routed experts' (q_proj, k_proj, v_proj, o_proj, "
-                                    "gate_proj, up_proj, down_proj; Mixtral's experts' w1, w2, w3; GPT-2's c_attn, "
-                                    "c_proj, c_fc), not on embeddings, the head, norms, routers or shared experts");
+                                    "the dense MLP's, the routers, the shared experts' and the routed experts' "
+                                    "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, gate; Mixtral's "
+                                    "experts' w1, w2, w3; GPT-2's c_attn, c_proj, c_fc), not on embeddings, the head "
+                                    "(modules_to_save trains those whole), norms or a shared expert's sigmoid gate");
     }
   }
   if (whole && out.empty()) {
@@ -213,7 +220,8 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
     // the split: a projection is split by its outputs (column-parallel) or its inputs (row-parallel).
     const bool column = x.role == Role::kQkvW || x.role == Role::kQW || x.role == Role::kKW || x.role == Role::kVW ||
                         x.role == Role::kFcW || x.role == Role::kGateW || x.role == Role::kUpW ||
-                        x.role == Role::kExpertGateW || x.role == Role::kExpertUpW;
+                        x.role == Role::kExpertGateW || x.role == Role::kExpertUpW ||
+                        x.role == Role::kSharedGateProjW || x.role == Role::kSharedUpProjW;
     const int out_dim = w.split.axis == Axis::kTensor ? (column ? w.split.dim : 1 - w.split.dim) : 0;
     const int64_t out = w.shape[static_cast<size_t>(out_dim)], in = w.shape[static_cast<size_t>(1 - out_dim)];
     const int64_t parts = w.split.parts;
@@ -225,7 +233,10 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
     } else {
       a.std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
     }
-    if (column) {
+    if (w.split.axis != Axis::kTensor) {
+      // A weight whole on every tensor-parallel rank (a router): so are its adapters; under sequence parallel their
+      // gradients are partial over the group's rows and the gradient sync sums them, as the router's own.
+    } else if (column) {
       a.grad_partial_over_tp = true;
       b.split = split_dim(0, parts);
     } else {

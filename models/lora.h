@@ -30,10 +30,13 @@ struct LoraTarget {
   int64_t expert = -1, experts = 0;
 };
 
-// The projections an adapter can sit on: the attention's (q, k, v, o; GPT-2's c_attn, c_proj) and the dense MLP's
-// (gate, up, down; GPT-2's c_fc, c_proj), the halves ZeRO-3 cuts a layer into.
+// The projections an adapter can sit on: the attention's (q, k, v, o; GPT-2's c_attn, c_proj) and the MLP half's
+// (the dense MLP's gate, up, down, GPT-2's c_fc, c_proj; an MoE layer's router and its shared expert's gate, up,
+// down), the halves ZeRO-3 cuts a layer into.
 inline constexpr Role kLoraAttentionRoles[] = {Role::kQkvW, Role::kQW, Role::kKW, Role::kVW, Role::kOW};
-inline constexpr Role kLoraMlpRoles[] = {Role::kFcW, Role::kGateW, Role::kUpW, Role::kDownW};
+inline constexpr Role kLoraMlpRoles[] = {Role::kFcW,            Role::kGateW,          Role::kUpW,
+                                         Role::kDownW,          Role::kRouterW,        Role::kSharedGateProjW,
+                                         Role::kSharedUpProjW,  Role::kSharedDownProjW};
 // A routed expert's projections (Mixtral's w1, w3, w2; Qwen-MoE's gate_proj, up_proj, down_proj; GPT-2 MoE's c_fc,
 // c_proj), each expert's adapters its own, placed with its expert (expert parallelism) in the adapters' expert region.
 inline constexpr Role kLoraExpertRoles[] = {Role::kExpertGateW, Role::kExpertUpW, Role::kExpertDownW};
@@ -45,8 +48,8 @@ const char* mindformers_module_name(Role r);
 
 // The modules of the base table `base` (a stage's or the whole model's) that `c` targets, in table order.
 // Throws std::invalid_argument naming the key when the config targets a module that has no adapter here (the
-// embedding, the head, a norm, a router, a shared expert, latent attention's projections), targets an expert with
-// lora_dropout (the experts' rows are permuted by the routing, a mask could not follow PEFT's) or, with `whole`
+// embedding, the head, a norm, a shared expert's sigmoid gate, latent attention's projections), targets an expert or
+// a router with lora_dropout (not built: the experts' rows are permuted by the routing) or, with `whole`
 // (the base is the whole model), when it targets nothing.
 std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,
                                      bool whole);

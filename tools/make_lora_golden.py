@@ -44,6 +44,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "2"
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -68,13 +69,20 @@ VARIANTS = {
                        peft_dir="llama_lora_peft"),
     "llama_lora_qv_rslora": dict(r=4, lora_alpha=8, use_rslora=True, target_modules=r".*\.(q_proj|v_proj)",
                                  peft_dir=None),
+    # Qwen2-MoE (tests/golden/families/qwen2_moe.safetensors): PEFT's list names every router (mlp.gate), every
+    # shared expert's projections (mlp.shared_expert.{gate,up,down}_proj) and every routed expert's
+    # (mlp.experts.E.{gate,up,down}_proj) beside the attention's q and v; the shared expert's sigmoid gate
+    # (mlp.shared_expert_gate) stays frozen (no entry matches it).
+    "qwen2_moe_lora": dict(r=4, lora_alpha=8, use_rslora=False,
+                           target_modules=["q_proj", "v_proj", "gate", "gate_proj", "up_proj", "down_proj"],
+                           peft_dir=None, family="qwen2_moe"),
 }
 # The family's max_norm (1.5) clips no step of the adapters' gradients (pre-clip norms 0.2997 .. 0.3078 for
 # llama_lora, 0.405 .. 0.446 for llama_lora_qv_rslora: nearly flat, B starts at 0 and lr is small). Picked after
 # looking at them: clipping some steps but not all, every norm > 1e-3 relative away from max_norm (asserted).
 # Adam is nearly blind to a gradient scale, so the clipping moves the final adapters by ~5.7e-5 and logits.final by
 # ~4.6e-5 (llama_lora) / ~2.6e-4 (qv_rslora) against no clipping: above the 1e-5 tolerance, not by much.
-MAX_NORM = {"llama_lora": 0.303, "llama_lora_qv_rslora": 0.42}
+MAX_NORM = {"llama_lora": 0.303, "llama_lora_qv_rslora": 0.42, "qwen2_moe_lora": None}
 MAX_BYTES = 1_000_000
 
 
@@ -98,10 +106,11 @@ def read_family(path):
 
 
 def semantics(v, scaling, names):
+    family = v.get("family", FAMILY)
     tm = v["target_modules"]
     rule = ("a list: a module is targeted iff its name equals an entry or ends with '.' + entry" if isinstance(tm, list)
             else "a str: a module is targeted iff re.fullmatch(target_modules, name)")
-    return (f"PEFT LoRA (vanilla, one adapter, unmerged) on the llama of hf_config: every nn.Linear whose "
+    return (f"PEFT LoRA (vanilla, one adapter, unmerged) on the {family} model of hf_config: every nn.Linear whose "
             f"named_modules() name is targeted ({rule}; here {len(names)} modules: {','.join(names)}) computes "
             f"y = x @ W^T + ((x @ A^T) @ B^T) * scaling, i.e. result = base_layer(x) + lora_B(lora_A(dropout(x))) * "
             f"scaling in that order of operations, float32, with A = lora_A.weight [r, in], B = lora_B.weight "
@@ -116,8 +125,8 @@ def semantics(v, scaling, names):
             f"same logits (to ~1e-6). Saved by PEFT as base_model.model.<module>.lora_A.weight / .lora_B.weight.")
 
 
-def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir):
-    max_norm = MAX_NORM[name]
+def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, max_norm=None, dry=False):
+    max_norm = max_norm or MAX_NORM[name]
     hp = dict(HP, max_norm=max_norm)
     B, T = hp["B"], hp["T"]
     tokens = family_tensors["tokens"]
@@ -149,6 +158,9 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir):
     for s in range(1, hp["total_steps"] + 1):
         opt.zero_grad(set_to_none=True)
         logits, loss = model(inputs, targets)
+        if hf_cfg.get("num_experts"):   # MoE: no token's choice of experts within float reordering of a tie
+            gap = mfg.router_gaps(model)
+            assert gap > mfg.ROUTER_MARGIN, f"{name} step {s}: router logits within {gap:.2e}"
         if s == 1:   # B = 0: the base model's forward, as the family golden recorded it
             err = (logits.reshape(B * T, V) - family_tensors["logits"]).abs().max().item()
             assert err <= 1e-6 and abs(loss.item() - family_tensors["loss"].item()) <= 1e-6, (err, loss.item())
@@ -163,6 +175,8 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir):
         norms.append(norm.item())
         print(f"  step {s:2d}  lr {lr:.6e}  loss {loss.item():.6f}  grad_norm {norm.item():.6f}"
               f"  {'CLIPPED' if norm.item() > max_norm else ''}")
+    if dry:   # the unclipped norms alone (main picks max_norm from them)
+        return dict(norms=norms)
     clipped = [s + 1 for s, n in enumerate(norms) if n > max_norm]
     print(f"  pre-clip norms {min(norms):.4f} .. {max(norms):.4f}; the family's max_norm {mfg.MAX_NORM[FAMILY]} "
           f"would clip {sum(n > mfg.MAX_NORM[FAMILY] for n in norms)} steps; max_norm {max_norm} clips {clipped}")
@@ -274,6 +288,7 @@ def main():
     ap.add_argument("--family", default=os.path.join(ROOT, "tests", "golden", "families", "llama.safetensors"))
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "golden", "lora"))
     ap.add_argument("--no-self-checks", action="store_true")
+    ap.add_argument("--only", help="write this variant alone")
     args = ap.parse_args()
     out = os.path.normpath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -282,7 +297,21 @@ def main():
         print("self checks")
         pl.self_checks(hf_cfg, weights, tensors["tokens"])
     summary = {}
+    families = {FAMILY: (tensors, meta, hf_cfg, weights)}
     for name, v in VARIANTS.items():
+        if args.only and name != args.only:
+            continue
+        fam = v.get("family", FAMILY)
+        if fam not in families:
+            families[fam] = read_family(os.path.join(os.path.dirname(args.family), fam + ".safetensors"))
+        tensors, meta, hf_cfg, weights = families[fam]
+        if MAX_NORM[name] is None:
+            # The pre-clip norms of an unclipped run, sorted: max_norm the middle of the widest gap between
+            # neighbours from the third to the eighth (tools/make_moe_lora_golden.py's rule).
+            free = make_variant(name, v, tensors, meta, hf_cfg, weights, out, max_norm=math.inf, dry=True)
+            ranked = sorted(free["norms"])
+            i = max(range(2, 7), key=lambda j: ranked[j + 1] - ranked[j])
+            MAX_NORM[name] = float(f"{(ranked[i] + ranked[i + 1]) / 2:.4g}")
         print(f"{name} (r {v['r']}, lora_alpha {v['lora_alpha']}, use_rslora {v['use_rslora']}, target_modules "
               f"{v['target_modules']!r})")
         summary[name] = make_variant(name, v, tensors, meta, hf_cfg, weights, out)

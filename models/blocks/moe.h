@@ -102,7 +102,8 @@ class MoeBlock {
   void bind(const Placement& t, const NameMap& names);
   // LoRA on the routed experts (models/lora.h): the local experts' adapters in `lora` (the adapters' placement),
   // scaled by s = alpha / r; an expert without them keeps its base alone.
-  void bind_lora(const Placement& lora, const NameMap& names, float scale, int64_t rank);
+  // The router's adapter and the shared expert's (PEFT's `gate`; `shared_expert.gate_proj`, ...) too.
+  void bind_lora(const Placement& lora, const NameMap& names, const AdapterSite& at);
   // The first of this layer's local experts' adapters in the adapters' arena (their ZeRO unit), -1: none.
   int64_t lora_offset() const {
     int64_t o = -1;
@@ -143,6 +144,10 @@ class MoeBlock {
   };
   // Per local expert: its gate's (SwiGLU; a GELU expert's up), its up's (SwiGLU) and its down's adapters.
   std::vector<std::array<ExpertAdapter, 3>> adapters_;
+  ExpertAdapter router_lora_;  // the router's adapter (a < 0: none)
+  // logits [rows, E] += s (x A^T) B^T; its backward from dl [rows, E] into dx and the adapter's gradients.
+  void router_lora_fwd(const BlockEnv& e, float* logits, const float* x, int64_t rows) const;
+  void router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, const float* x, int64_t rows) const;
   float lora_scale_ = 0.0f;
   int64_t lora_r_ = 0;
   ops::RouterShape shape(const BlockEnv& e) const;

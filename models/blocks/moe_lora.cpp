@@ -11,6 +11,10 @@
 //     dA_p += dv^T act_j, dB += s dy_j^T u_p (partial, summed).
 //
 // All in fp32 (LoRA computes in fp32). The adapters' dropout is refused on experts (models/lora.cpp).
+//
+// The router's adapter (PEFT wraps its nn.Linear as any other): logits [N, E] += s (x A^T) B^T on the gathered rows
+// every rank routes; backward from this rank's rows' dlogits: dv = s dl B, dx += dv A, dA += dv^T x, dB += s dl^T (x A^T)
+// (under sequence parallel partial over the tensor group and summed by the gradient sync, as the router's own).
 #include <stdexcept>
 
 #include "core/math/gemm.h"
@@ -19,8 +23,21 @@
 
 namespace gf {
 
-void MoeBlock::bind_lora(const Placement& lora, const NameMap& names, float scale, int64_t rank) {
+void MoeBlock::bind_lora(const Placement& lora, const NameMap& names, const AdapterSite& at) {
   adapters_.clear();
+  const float scale = at.scale;
+  const int64_t rank = at.rank;
+  // The router's adapter (whole on every rank, as the router) and the shared expert's (split as its MLP is).
+  router_lora_ = {};
+  if (const TensorPlacement* a = lora.find(lora_a_name(names(Role::kRouterW, layer_)))) {
+    const TensorPlacement& b = lora.at(lora_b_name(names(Role::kRouterW, layer_)));
+    if (a->local_shape != std::vector<int64_t>{rank, d_.C} || b.local_shape != std::vector<int64_t>{d_.E, rank})
+      throw std::logic_error("lora: the router's adapter of layer " + std::to_string(layer_) + " does not fit it");
+    router_lora_ = {a->offset, b.offset};
+    lora_scale_ = scale;
+    lora_r_ = rank;
+  }
+  if (spec_.moe.shared_ffn > 0) shared_.bind_lora(lora, shared_names(names), layer_, at);
   const int64_t l = layer_, e0 = static_cast<int64_t>(lora.ep_rank()) * d_.El;
   const bool swiglu = spec_.mlp == MlpKind::kSwiGLU;
   const Role roles[3] = {swiglu ? Role::kExpertGateW : Role::kExpertUpW, Role::kExpertUpW, Role::kExpertDownW};
@@ -114,6 +131,30 @@ void MoeBlock::lora_up_bwd(const BlockEnv& e, float* dx, const Acts& a, const Sc
       gemm(Trans::kYes, Trans::kNo, Fl, r, n, lora_scale_, dh, up, u, r, 1.0f, e.lora_g + ad.b, r);
     }
   }
+}
+
+}  // namespace gf
+
+namespace gf {
+
+void MoeBlock::router_lora_fwd(const BlockEnv& e, float* logits, const float* x, int64_t rows) const {
+  const int64_t C = d_.C, E = d_.E, r = lora_r_;
+  float* u = e.lora_scratch;  // [rows, r]
+  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, e.lora_w + router_lora_.a, C, 0.0f, u, r);
+  gemm(Trans::kNo, Trans::kYes, rows, E, r, lora_scale_, u, r, e.lora_w + router_lora_.b, r, 1.0f, logits, E);
+}
+
+void MoeBlock::router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, const float* x, int64_t rows) const {
+  const int64_t C = d_.C, E = d_.E, r = lora_r_;
+  const float *A = e.lora_w + router_lora_.a, *B = e.lora_w + router_lora_.b;
+  float* dv = e.lora_scratch;  // [rows, r]
+  float* u = e.lora_scratch + rows * r;
+  gemm(Trans::kNo, Trans::kNo, rows, r, E, lora_scale_, dl, E, B, r, 0.0f, dv, r);
+  gemm(Trans::kNo, Trans::kNo, rows, C, r, 1.0f, dv, r, A, C, 1.0f, dx, C);
+  if (e.lora_g == nullptr) return;
+  gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, x, C, 1.0f, e.lora_g + router_lora_.a, C);
+  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, A, C, 0.0f, u, r);
+  gemm(Trans::kYes, Trans::kNo, E, r, rows, lora_scale_, dl, E, u, r, 1.0f, e.lora_g + router_lora_.b, r);
 }
 
 }  // namespace gf

@@ -67,7 +67,7 @@ class TransformerLayer {
     const AdapterSite at{c.rank, static_cast<float>(c.scale()), c.dropout, layer_, 0};
     attn_.bind_lora(lora, names, layer_, at);
     if (!is_moe()) mlp_.bind_lora(lora, names, layer_, at);
-    else moe_.bind_lora(lora, names, at.scale, c.rank);
+    else moe_.bind_lora(lora, names, at);
   }
   int64_t first_offset() const { return norm1_.first_offset(); }
   // The second half's first parameter (the second norm, then the MLP or the MoE router): ZeRO-2 and 3

@@ -273,15 +273,18 @@ lora_on_base() {
   local cfg=$1
   train base "$cfg" --set output_dir=base --set model.model_config.pet_config=null --set runner_config.train_steps=3 \
     --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 3}]'
-  train on_base "$cfg" --set output_dir=on_base --set load_checkpoint=base/checkpoint/base-1_3
-  run merge "$BIN" convert --from on_base/checkpoint/lora-1_10 --merge-lora --to merged
+  local base_ck lora_ck  # (epoch E of the step's name: base-E_3, lora-E_10, whatever the data's size)
+  base_ck=$(ls -d base/checkpoint/base-*_3) || fail "$cfg: the base run saved no step-3 checkpoint"
+  train on_base "$cfg" --set output_dir=on_base --set load_checkpoint="$base_ck"
+  lora_ck=$(ls -d on_base/checkpoint/lora-*_10) || fail "$cfg: the LoRA run saved no step-10 checkpoint"
+  run merge "$BIN" convert --from "$lora_ck" --merge-lora --to merged
   ((STATUS == 0)) || { cat merge.log; fail "convert --merge-lora of $cfg's adapters"; }
   local name ck
   for name in gen_lora gen_merged gen_base; do
     case $name in
-      gen_lora) ck=(on_base/checkpoint/lora-1_10) ;;
+      gen_lora) ck=("$lora_ck") ;;
       gen_merged) ck=(merged --set model.model_config.pet_config=null) ;;
-      gen_base) ck=(base/checkpoint/base-1_3 --set model.model_config.pet_config=null) ;;
+      gen_base) ck=("$base_ck" --set model.model_config.pet_config=null) ;;
     esac
     run "$name" "$BIN" predict --config "$cfg" --load_checkpoint "${ck[@]:0:1}" --predict_ids "5 17 30 42" \
       --max_new_tokens 12 --ids_out "$name.jsonl" "${ck[@]:1}"

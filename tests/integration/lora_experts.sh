@@ -6,7 +6,7 @@
 # experts' widths are), the allgather dispatcher, pp2 and ZeRO-3 (compare_runs.py's criteria); a GPT-2 MoE's biased
 # experts (c_fc, c_proj) at ep2 alike. The checkpoint and the PEFT export hold every expert's adapters under PEFT's
 # keys; over a trained base, generation with the adapters gives the merged model's tokens (convert --merge-lora into
-# each expert's weights). The router and the shared expert stay refused, and so is lora_dropout on an expert.
+# each expert's weights). lora_dropout on an expert is refused.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 PET="pet_config: {peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, w1, w2, w3]}"
@@ -73,8 +73,6 @@ print(f"ok: PEFT's directory: {len(keys)} adapters under PEFT's keys, 48 of them
 PY
 ok "expert LoRA: predict with the adapters = the merged model's tokens (not the base's); PEFT's keys"
 
-mpi_refused 1 router_target "block_sparse_moe.gate" lx.yaml \
-  --set 'model.model_config.pet_config={peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [gate]}'
 mpi_refused 1 expert_dropout "lora_dropout: 0.100000\` with an adapter on the expert projection" lx.yaml \
   --set 'model.model_config.pet_config={peft_type: LORA, r: 4, lora_alpha: 8, lora_dropout: 0.1, target_modules: [w1]}'
 ok "LoRA on the experts"

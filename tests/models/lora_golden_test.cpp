@@ -4,7 +4,9 @@
 //  * llama_lora_qv_rslora: q and v (a regex on the whole name), r 4, alpha 8, use_rslora (scale 4);
 //  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py);
 //  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts);
-//  * mixtral_saved_lora: the same Mixtral, q and v, and PEFT's modules_to_save [lm_head, embed_tokens] (--variant saved).
+//  * mixtral_saved_lora: the same Mixtral, q and v, and PEFT's modules_to_save [lm_head, embed_tokens] (--variant saved);
+//  * qwen2_moe_lora: tests/golden/families/qwen2_moe.safetensors' Qwen2-MoE, q, v, the routers, the shared experts' and
+//    the routed experts' projections (tools/make_lora_golden.py).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
@@ -52,6 +54,10 @@ const Variant kVariants[] = {
     // The same Mixtral with every expert's w1, w2 and w3 adapted beside the attention's q and v (--variant experts).
     {"lora/mixtral_experts_lora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, w1, w2, w3]}"},
+    // tools/make_lora_golden.py's Qwen2-MoE (tests/golden/families/qwen2_moe.safetensors): q and v, every router
+    // (mlp.gate), every shared expert's and every routed expert's gate_proj, up_proj and down_proj.
+    {"lora/qwen2_moe_lora.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, gate, gate_proj, up_proj, down_proj]}"},
     // The same Mixtral with q and v adapted and PEFT's modules_to_save: the untied head and the token embedding
     // trained whole, each from a copy of the base's (--variant saved).
     {"lora/mixtral_saved_lora.safetensors",

@@ -221,7 +221,8 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
     const bool column = x.role == Role::kQkvW || x.role == Role::kQW || x.role == Role::kKW || x.role == Role::kVW ||
                         x.role == Role::kFcW || x.role == Role::kGateW || x.role == Role::kUpW ||
                         x.role == Role::kExpertGateW || x.role == Role::kExpertUpW ||
-                        x.role == Role::kSharedGateProjW || x.role == Role::kSharedUpProjW;
+                        x.role == Role::kSharedGateProjW || x.role == Role::kSharedUpProjW || x.role == Role::kQAW ||
+                        x.role == Role::kQBW || x.role == Role::kKvAW || x.role == Role::kKvBW;
     const int out_dim = w.split.axis == Axis::kTensor ? (column ? w.split.dim : 1 - w.split.dim) : 0;
     const int64_t out = w.shape[static_cast<size_t>(out_dim)], in = w.shape[static_cast<size_t>(1 - out_dim)];
     const int64_t parts = w.split.parts;
@@ -234,8 +235,10 @@ ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTabl
       a.std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in)));
     }
     if (w.split.axis != Axis::kTensor) {
-      // A weight whole on every tensor-parallel rank (a router): so are its adapters; under sequence parallel their
-      // gradients are partial over the group's rows and the gradient sync sums them, as the router's own.
+      // A weight whole on every tensor-parallel rank (a router, latent attention's q_a_proj and kv_a_proj_with_mqa):
+      // so are its adapters, and their gradients are summed over the group where the weight's are: always when each
+      // rank's heads give a part (ParamSpec::grad_partial_over_tp), else under sequence parallel (each rank's rows).
+      a.grad_partial_over_tp = b.grad_partial_over_tp = w.grad_partial_over_tp;
     } else if (column) {
       a.grad_partial_over_tp = true;
       b.split = split_dim(0, parts);

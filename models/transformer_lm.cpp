@@ -153,7 +153,8 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     lora_scratch_ = AlignedBuffer<float>(static_cast<size_t>(2 * d.N * spec.lora.rank));
     if (spec.lora.dropout > 0.0f)  // the widest adapted input: hidden, the local FFN width or the local heads' width
       lora_drop_ = AlignedBuffer<float>(static_cast<size_t>(
-          d.N * std::max({spec.hidden, spec.ffn / d.tp, spec.heads * spec.head_dim() / d.tp})));
+          d.N * std::max({spec.hidden, spec.ffn / d.tp, spec.heads * spec.head_dim() / d.tp, spec.mla.kv_rank,
+                          spec.mla.q_rank})));
     base_view_ = std::make_unique<FrozenBaseView>(*this, base_params_, bw_, d.first && d.last);
   }
   const Placement& bound = spec.lora.on ? base_params_ : params_;

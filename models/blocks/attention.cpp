@@ -109,8 +109,12 @@ void AttentionBlock::bind(const Placement& t, const NameMap& names, int64_t l) {
 }
 
 void AttentionBlock::bind_lora(const Placement& lora, const NameMap& names, int64_t l, AdapterSite at) {
-  if (spec_.mla.on()) return;  // lora_targets gives latent attention none
   auto site = [&](int64_t s) { return at.site = s, at; };
+  if (spec_.mla.on()) {  // latent attention's projections, then o_proj as any attention's
+    mla_.bind_lora(lora, names, l, at);
+    bind_adapter(o_, lora, names(Role::kOW, l), 0, 0, site(3));
+    return;
+  }
   if (spec_.fused_qkv_param) {
     bind_adapter(qkv_, lora, names(Role::kQkvW, l), 0, qkv_width(), site(4));
   } else {

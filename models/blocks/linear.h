@@ -49,6 +49,12 @@ struct ParallelLinear {
     if (!adapters.empty()) throw std::logic_error("ParallelLinear::fwd_low: LoRA adapters compute in fp32");
     column_parallel_fwd_low(*e.tp, y_low, x, e.wt(w, out_in), b >= 0 ? e.w(b) : nullptr, in, out, e.gather, x_low);
   }
+  // A column-parallel layer's adapters on an input that holds every row already (no gather; latent attention's
+  // q_b_proj and kv_b_proj): y [N, out] += s B (A x) on each adapter's columns; backward from dy: dx [N, in] += the
+  // adapters' input gradient (input), and their A and B gradients (weight; x may be null without). fwd_lora and
+  // bwd_frozen run their column-parallel adapters through these.
+  void adapters_fwd(const BlockEnv& e, float* y, const float* x) const;
+  void adapters_bwd(const BlockEnv& e, float* dx, const float* dy, const float* x, bool input, bool weight) const;
   // kBoth / kInput write dx (local rows for column-parallel); kBoth / kWeight accumulate the
   // weight and bias gradients. Under bf16 weights a gradient may be kept as its bf16 copy alone (the
   // MLP's, MlpBlock::keeps_bf16): dy_low, a column-parallel layer's dy (dy is then null;

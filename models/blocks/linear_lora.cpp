@@ -82,10 +82,7 @@ void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const
   if (kind == Kind::kColumn) {
     const float* xf = tp.gather_rows(x, e.gather, in);
     ops::linear_fwd(y, xf, W, bias, N, in, out);
-    for (const Adapter& ad : adapters) {
-      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, adapter_input(e, ad, xf), in, e.lora_w + ad.a, in, 0.0f, u, r);
-      gemm(Trans::kNo, Trans::kYes, N, ad.cols, r, scale, u, r, e.lora_w + ad.b, r, 1.0f, y + ad.col0, out);
-    }
+    adapters_fwd(e, y, xf);
     return;
   }
   float* part = tp.size() == 1 ? y : e.partial;
@@ -95,6 +92,33 @@ void ParallelLinear::fwd_lora(const BlockEnv& e, float* y, const float* x, const
     gemm(Trans::kNo, Trans::kYes, N, out, r, scale, u, r, e.lora_w + ad.b, r, 1.0f, part, out);
   }
   if (tp.size() > 1) tp.reduce_rows(part, y, out);
+}
+
+void ParallelLinear::adapters_fwd(const BlockEnv& e, float* y, const float* x) const {
+  const int64_t N = e.tp->rows(), r = rank;
+  float* u = e.lora_scratch;
+  for (const Adapter& ad : adapters) {
+    gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, adapter_input(e, ad, x), in, e.lora_w + ad.a, in, 0.0f, u, r);
+    gemm(Trans::kNo, Trans::kYes, N, ad.cols, r, scale, u, r, e.lora_w + ad.b, r, 1.0f, y + ad.col0, out);
+  }
+}
+
+void ParallelLinear::adapters_bwd(const BlockEnv& e, float* dx, const float* dy, const float* x, bool input,
+                                  bool weight) const {
+  const int64_t N = e.tp->rows(), r = rank;
+  float* u = e.lora_scratch;
+  float* dv = e.lora_scratch + N * r;
+  for (const Adapter& ad : adapters) {
+    const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b;
+    gemm(Trans::kNo, Trans::kNo, N, r, ad.cols, scale, dy + ad.col0, out, B, r, 0.0f, dv, r);
+    if (input) add_input_grad(e, ad, dv, A, dx);
+    if (weight) {
+      const float* xa = adapter_input(e, ad, x);
+      gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xa, in, A, in, 0.0f, u, r);
+      gemm(Trans::kYes, Trans::kNo, ad.cols, r, N, scale, dy + ad.col0, out, u, r, 1.0f, e.lora_g + ad.b, r);
+      gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, xa, in, 1.0f, e.lora_g + ad.a, in);
+    }
+  }
 }
 
 void ParallelLinear::bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, const float* dy, const float* x,
@@ -110,17 +134,7 @@ void ParallelLinear::bwd_frozen(const BlockEnv& e, BwdPass pass, float* dx, cons
     float* dfull = tp.sequence_parallel() ? e.dfull : dx;
     if (input) ops::linear_bwd_input(dfull, dy, W, N, in, out, 0.0f);
     const float* xf = weight ? tp.gather_rows(x, e.gather, in) : nullptr;
-    for (const Adapter& ad : adapters) {
-      const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b;
-      gemm(Trans::kNo, Trans::kNo, N, r, ad.cols, scale, dy + ad.col0, out, B, r, 0.0f, dv, r);
-      if (input) add_input_grad(e, ad, dv, A, dfull);
-      if (weight) {
-        const float* xa = adapter_input(e, ad, xf);
-        gemm(Trans::kNo, Trans::kYes, N, r, in, 1.0f, xa, in, A, in, 0.0f, u, r);
-        gemm(Trans::kYes, Trans::kNo, ad.cols, r, N, scale, dy + ad.col0, out, u, r, 1.0f, e.lora_g + ad.b, r);
-        gemm(Trans::kYes, Trans::kNo, r, in, N, 1.0f, dv, r, xa, in, 1.0f, e.lora_g + ad.a, in);
-      }
-    }
+    adapters_bwd(e, dfull, dy, xf, input, weight);
     if (input) tp.reduce_rows(dfull, dx, in);
     return;
   }

@@ -8,6 +8,7 @@
 
 #include "core/math/parallel_memory.h"
 #include "core/math/parallel_worth.h"
+#include "core/math/gemm.h"
 #include "core/ops/linear.h"
 #include "core/ops/rmsnorm.h"
 
@@ -68,6 +69,31 @@ void MlaProjection::bind(const Placement& t, const NameMap& names, int64_t l) {
   kvb_.w = off(Role::kKvBW);
 }
 
+void MlaProjection::bind_lora(const Placement& lora, const NameMap& names, int64_t l, AdapterSite at) {
+  auto site = [&](int64_t s) { return at.site = s, at; };
+  if (m_.q_rank > 0) {
+    bind_adapter(qa_, lora, names(Role::kQAW, l), 0, m_.q_rank, site(9));
+    bind_adapter(qb_, lora, names(Role::kQBW, l), 0, H_ * D_, site(10));
+  } else {
+    bind_adapter(q_, lora, names(Role::kQW, l), 0, H_ * D_, site(0));
+  }
+  bind_adapter(kva_, lora, names(Role::kKvAW, l), 0, m_.kv_rank + m_.rope, site(11));
+  bind_adapter(kvb_, lora, names(Role::kKvBW, l), 0, H_ * (m_.nope + m_.v), site(12));
+}
+
+// kv_b_proj's weight with its adapters merged, W + s B A (rows [H (nope + v), kv_rank]): the absorbed form of
+// generation reads the weight itself, not its products.
+const float* MlaProjection::kv_b_weight(const BlockEnv& e) const {
+  const float* w = e.w(kvb_.w);
+  if (kvb_.adapters.empty()) return w;
+  const int64_t rows = H_ * (m_.nope + m_.v), r = m_.kv_rank, rl = kvb_.rank;
+  kvb_merged_.assign(w, w + rows * r);
+  for (const ParallelLinear::Adapter& ad : kvb_.adapters)
+    gemm(Trans::kNo, Trans::kNo, ad.cols, r, rl, kvb_.scale, e.lora_w + ad.b, rl, e.lora_w + ad.a, r, 1.0f,
+         kvb_merged_.data() + ad.col0 * r, r);
+  return kvb_merged_.data();
+}
+
 int64_t MlaProjection::kept_per_row(const TransformerSpec& s) {
   const MlaSpec& m = s.mla;
   return (m.kv_rank + m.rope) + 2 * m.kv_rank + 1 + (m.q_rank > 0 ? 2 * m.q_rank + 1 : 0);
@@ -102,6 +128,7 @@ void MlaProjection::fwd(const BlockEnv& e, float* qkv, const float* xn, float* k
     qa_.fwd(e, k.qa, xn, xn_low);
     ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
     ops::linear_fwd(q, k.qan, e.wt(qb_.w, true), nullptr, N, m_.q_rank, H * D);  // every token's rows already
+    qb_.adapters_fwd(e, q, k.qan);
   } else {
     q_.fwd(e, q, xn, xn_low);
   }
@@ -110,6 +137,7 @@ void MlaProjection::fwd(const BlockEnv& e, float* qkv, const float* xn, float* k
   for (int64_t n = 0; n < N; ++n) std::copy_n(k.kv_a + n * A, r, k.c + n * r);
   ops::rmsnorm_fwd(k.cn, k.c_rstd, k.c, e.w(kva_norm_), N, r, kLatentNormEps);
   ops::linear_fwd(kv, k.cn, e.wt(kvb_.w, true), nullptr, N, r, H * KV);
+  kvb_.adapters_fwd(e, kv, k.cn);
 #pragma omp parallel for schedule(static) if (parallel_worth(N * W))
   for (int64_t n = 0; n < N; ++n) {
     float* row = qkv + n * W;
@@ -166,16 +194,24 @@ void MlaProjection::bwd(const BlockEnv& e, float* dxn, const float* dqkv, const 
     }
   }
   // kv_b's input gradient is this rank's heads' share: kv_a's backward (column-parallel) sums it over the group.
-  ops::linear_bwd(dcn, e.g(kvb_.w), nullptr, dkv, k.cn, e.wt(kvb_.w, true), N, r, H * KV, 0.0f);
+  // LoRA: the base frozen (no weight gradient), the adapters' input and weight gradients added.
+  const bool frozen = e.frozen();
+  if (frozen) ops::linear_bwd_input(dcn, dkv, e.wt(kvb_.w, true), N, r, H * KV, 0.0f);
+  else ops::linear_bwd(dcn, e.g(kvb_.w), nullptr, dkv, k.cn, e.wt(kvb_.w, true), N, r, H * KV, 0.0f);
+  kvb_.adapters_bwd(e, dcn, dkv, k.cn, true, true);
   parallel_zero(dc, N * r);
-  ops::rmsnorm_bwd(dc, e.g(kva_norm_), dcn, k.c, e.w(kva_norm_), k.c_rstd, N, r);
+  if (frozen) ops::rmsnorm_bwd_input(dc, dcn, k.c, e.w(kva_norm_), k.c_rstd, N, r);
+  else ops::rmsnorm_bwd(dc, e.g(kva_norm_), dcn, k.c, e.w(kva_norm_), k.c_rstd, N, r);
 #pragma omp parallel for schedule(static) if (parallel_worth(N * r))
   for (int64_t n = 0; n < N; ++n) std::copy_n(dc + n * r, r, dkva + n * A);
   kva_.bwd(e, BwdPass::kBoth, dxn, dkva, xn, xn_low);
   if (qr > 0) {
-    ops::linear_bwd(dqan, e.g(qb_.w), nullptr, dq, k.qan, e.wt(qb_.w, true), N, m_.q_rank, H * D, 0.0f);
+    if (frozen) ops::linear_bwd_input(dqan, dq, e.wt(qb_.w, true), N, m_.q_rank, H * D, 0.0f);
+    else ops::linear_bwd(dqan, e.g(qb_.w), nullptr, dq, k.qan, e.wt(qb_.w, true), N, m_.q_rank, H * D, 0.0f);
+    qb_.adapters_bwd(e, dqan, dq, k.qan, true, true);
     parallel_zero(dqa, N * qr);
-    ops::rmsnorm_bwd(dqa, e.g(qa_norm_), dqan, k.qa, e.w(qa_norm_), k.qa_rstd, N, qr);
+    if (frozen) ops::rmsnorm_bwd_input(dqa, dqan, k.qa, e.w(qa_norm_), k.qa_rstd, N, qr);
+    else ops::rmsnorm_bwd(dqa, e.g(qa_norm_), dqan, k.qa, e.w(qa_norm_), k.qa_rstd, N, qr);
     qa_.bwd(e, BwdPass::kBoth, dx2, dqa, xn, xn_low);
   } else {
     q_.bwd(e, BwdPass::kBoth, dx2, dq, xn, xn_low);
@@ -205,6 +241,7 @@ void MlaProjection::fwd_cached(const BlockEnv& e, float* y_v, const float* xn, f
     qa_.fwd(e, k.qa, xn, xn_low);
     ops::rmsnorm_fwd(k.qan, k.qa_rstd, k.qa, e.w(qa_norm_), N, m_.q_rank, kLatentNormEps);
     ops::linear_fwd(q, k.qan, e.wt(qb_.w, true), nullptr, N, m_.q_rank, H * D);
+    qb_.adapters_fwd(e, q, k.qan);
   } else {
     q_.fwd(e, q, xn, xn_low);
   }
@@ -230,7 +267,7 @@ void MlaProjection::fwd_cached(const BlockEnv& e, float* y_v, const float* xn, f
     std::copy_n(k.cn + n * r, r, at);
     rotate(at + r, k.kv_a + n * A + r, rp.pos[n]);
   }
-  const float* wkv = e.w(kvb_.w);  // [H (nope + v), r]
+  const float* wkv = kv_b_weight(e);  // [H (nope + v), r]
 #pragma omp parallel for collapse(2) schedule(static) if (parallel_worth(N * H * (dn + dv) * r))
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h) {

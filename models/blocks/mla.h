@@ -16,6 +16,7 @@
 // (ParamSpec::grad_partial_over_tp), as is their input's (the column-parallel layer's reduction).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/ops/rope.h"
 #include "core/params/placement.h"
@@ -32,6 +33,9 @@ class MlaProjection {
   MlaProjection(const TransformerSpec& s, int tp_size);
   void declare(ParamTable& t, const NameMap& names, int64_t layer) const;
   void bind(const Placement& t, const NameMap& names, int64_t layer);
+  // LoRA (models/lora.h): the adapters `lora` holds for q_proj, or q_a_proj and q_b_proj, kv_a_proj_with_mqa and
+  // kv_b_proj. q_b_proj's and kv_b_proj's run on the latents' rows (every token's, as their base products).
+  void bind_lora(const Placement& lora, const NameMap& names, int64_t layer, AdapterSite at);
   int64_t first_offset() const { return q_.w >= 0 ? q_.w : qa_.w; }
 
   // What a layer keeps per token for the backward (kv_a, c, its norm and 1/rms; with a query latent its output,
@@ -67,6 +71,8 @@ class MlaProjection {
   MlaSpec m_;
   int64_t H_ = 0, D_ = 0;
   ParallelLinear q_, qa_, qb_, kva_, kvb_;
+  const float* kv_b_weight(const BlockEnv& e) const;
+  mutable std::vector<float> kvb_merged_;  // generation: kv_b_proj with its adapters merged (kv_b_weight)
   int64_t qa_norm_ = -1, kva_norm_ = -1;
 };
 

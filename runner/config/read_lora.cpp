@@ -178,8 +178,6 @@ void read_lora(ReadContext& x) {
                std::to_string(x.c.parallel.model_parallel) + "): not built; set parallel_config.vocab_emb_dp: True "
                "(the head whole on every tensor-parallel rank) or loss_vocab_chunk: 0");
   }
-  if (x.c.model.kv_lora_rank > 0)
-    x.refuse("`" + key + "` with multi-head latent attention (DeepSeek): LoRA on it is not built yet");
   // MindFormers' own LoRA configs (lora_llama2_7b.yaml) set compute_dtype bfloat16 or float16 with param_init_type
   // float32: taken as they are, the products then run in float32 (the adapters' and the frozen base's paths are
   // fp32 here), which the log says; pet_config.base_dtype: bfloat16 is what keeps the base's memory low.

@@ -6,7 +6,9 @@
 //  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts);
 //  * mixtral_saved_lora: the same Mixtral, q and v, and PEFT's modules_to_save [lm_head, embed_tokens] (--variant saved);
 //  * qwen2_moe_lora: tests/golden/families/qwen2_moe.safetensors' Qwen2-MoE, q, v, the routers, the shared experts' and
-//    the routed experts' projections (tools/make_lora_golden.py).
+//    the routed experts' projections (tools/make_lora_golden.py);
+//  * deepseek_v2_lite_lora, deepseek_v3_lora: DeepSeek's latent attention (q_proj, or q_a_proj and q_b_proj;
+//    kv_a_proj_with_mqa, kv_b_proj, o_proj) over tests/golden/families/deepseek_* (tools/make_mla_lora_golden.py).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
 // the final adapters within 1e-5, the final logits within 1e-5; the base untouched; no gradient memory for it.
 #include <gtest/gtest.h>
@@ -58,6 +60,11 @@ const Variant kVariants[] = {
     // (mlp.gate), every shared expert's and every routed expert's gate_proj, up_proj and down_proj.
     {"lora/qwen2_moe_lora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, gate, gate_proj, up_proj, down_proj]}"},
+    // tools/make_mla_lora_golden.py: DeepSeek's latent attention (tests/golden/families/deepseek_v2_lite and v3).
+    {"lora/deepseek_v2_lite_lora.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]}"},
+    {"lora/deepseek_v3_lora.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]}"},
     // The same Mixtral with q and v adapted and PEFT's modules_to_save: the untied head and the token embedding
     // trained whole, each from a copy of the base's (--variant saved).
     {"lora/mixtral_saved_lora.safetensors",
@@ -82,7 +89,9 @@ class LoraGolden : public ::testing::TestWithParam<Variant> {
   static void load(const GoldenCase& g, CausalLM& model) {
     for (CausalLM* base : model.frozen_bases())
       for (const TensorPlacement& p : base->params().tensors()) {
-        const std::vector<float> w = g.f.floats("weights." + p.spec->name);
+        // (DeepSeek-V3's expert bias is a buffer in Hugging Face's model, a parameter of ours)
+        const std::string key = (g.f.has("weights." + p.spec->name) ? "weights." : "buffers.") + p.spec->name;
+        const std::vector<float> w = g.f.floats(key);
         Placement::scatter(p, w.data(), base->weights() + p.offset);
       }
     for (const TensorPlacement& p : model.params().tensors()) {
@@ -108,7 +117,7 @@ TEST_P(LoraGolden, AdaptersArePeftsTensorsAndTheBaseIsFrozenWhole) {
   ASSERT_EQ(model->frozen_bases().size(), 1u);
   std::set<std::string> base;
   for (const ParamSpec& p : model->frozen_bases()[0]->params().table().specs()) base.insert(p.name);
-  const std::set<std::string> weights = g.names_under({"weights."});
+  const std::set<std::string> weights = g.names_under({"weights.", "buffers."});
   EXPECT_EQ(base, weights);
   int64_t adapters = 0, frozen = 0;
   for (const ParamSpec& p : model->params().table().specs())

@@ -172,26 +172,25 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
   return out;
 }
 
-std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bool tied_head) {
+std::string lora_head_name(const NameMap& names) {
+  try {
+    return names(Role::kLmHead, -1);
+  } catch (const std::logic_error&) {
+    return "lm_head.weight";  // GPT-2's names have no head of its own
+  }
+}
+
+std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names) {
   std::vector<Role> out;
   if (!c.on) return out;
   const std::string key = "`model.model_config.pet_config.modules_to_save: ";
   for (const std::string& s : c.modules_to_save) {
     bool found = false;
     for (Role r : {Role::kEmbed, Role::kLmHead}) {
-      std::string m = "lm_head";  // a tied head has no weight of its own (GPT-2's names have none): HF's module name
-      try {
-        m = module_of(names(r, -1));
-      } catch (const std::logic_error&) {
-        if (r != Role::kLmHead) continue;
-      }
+      const std::string m = module_of(r == Role::kLmHead ? lora_head_name(names) : names(r, -1));
       if (m != s && !(m.size() > s.size() && m.compare(m.size() - s.size(), s.size(), s) == 0 && m[m.size() - s.size() - 1] == '.'))
         continue;
       found = true;
-      if (tied_head)
-        throw std::invalid_argument(key + s + "`: the head and the token embedding are one tensor in this model "
-                                    "(tie_word_embeddings); training a copy of either (PEFT unties them) is not built: "
-                                    "remove it, or train the full model");
       if (r == Role::kLmHead && c.loss_chunk > 0)
         throw std::invalid_argument(key + s + "` with `loss_vocab_chunk: " + std::to_string(c.loss_chunk) +
                                     "`: the chunked loss is built for a frozen head; set loss_vocab_chunk: 0");
@@ -199,7 +198,7 @@ std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bo
     }
     if (!found)
       throw std::invalid_argument(key + s + "`: names no module that trains whole here; built are the token embedding (" +
-                                  module_of(names(Role::kEmbed, -1)) + ") and an untied head (lm_head)");
+                                  module_of(names(Role::kEmbed, -1)) + ") and the head (lm_head)");
   }
   return out;
 }
@@ -207,10 +206,19 @@ std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bo
 ParamTable lora_table(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers, bool whole,
                       bool tied_head) {
   ParamTable t;
-  const std::vector<Role> saved = lora_saved_roles(c, names, tied_head);
+  const std::vector<Role> saved = lora_saved_roles(c, names);
   auto save = [&](Role r) {
     if (std::find(saved.begin(), saved.end(), r) == saved.end()) return;
-    if (const ParamSpec* p = base.find(names(r, -1))) t.add(*p);
+    const std::string name = r == Role::kLmHead ? lora_head_name(names) : names(r, -1);
+    const ParamSpec* p = base.find(name);
+    // A tied head: the copy of the embedding the head reads, where this table's base holds the head (its final norm).
+    if (p == nullptr && r == Role::kLmHead && tied_head && base.find(names(Role::kFinalNormW, -1)))
+      p = base.find(names(Role::kEmbed, -1));
+    if (p == nullptr) return;
+    ParamSpec copy = *p;
+    copy.name = name;
+    copy.tied = false;  // the copies train apart, as PEFT's
+    t.add(copy);
   };
   save(Role::kEmbed);
   for (const LoraTarget& x : lora_targets(c, names, base, layers, whole)) {

@@ -57,9 +57,11 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
                                      bool whole);
 // PEFT's modules_to_save as built here: Role::kEmbed (embed_tokens) and Role::kLmHead (lm_head), each trained whole
 // as PEFT's ModulesToSaveWrapper trains its copy of the module (the base's frozen original is not read while the copy
-// exists). Throws std::invalid_argument naming the entry for a module that is neither, or either of them when the
-// head is tied to the embedding (one tensor: PEFT would untie them; not built).
-std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names, bool tied_head);
+// exists). A head tied to the embedding is copied from the embedding and trains untied from it, as PEFT's deep copy of
+// lm_head unties it. Throws std::invalid_argument naming the entry for a module that is neither.
+std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names);
+// The head's weight name (lm_head.weight: Hugging Face's module, whose weight a tied model shares with the embedding).
+std::string lora_head_name(const NameMap& names);
 // The adapters' table: the saved embedding (if this table's base holds it), then for each target A then B (module
 // order of the base table), then the saved head: the order their gradients are final in, last to first. A saved
 // module keeps its base name and spec (its split, its decay), so it is placed, synchronised and checkpointed as the

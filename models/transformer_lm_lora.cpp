@@ -95,6 +95,8 @@ void TransformerLM::lora_saved_from_base(const std::vector<std::pair<int64_t, in
   if (!spec_.lora.on) return;
   for (const TensorPlacement& t : params_.tensors()) {
     const TensorPlacement* b = base_params_.find(t.spec->name);
+    if (b == nullptr && spec_.tied_head && t.spec->name == lora_head_name(names_))
+      b = base_params_.find(names_(Role::kEmbed, -1));  // a tied head's copy: of the embedding it reads
     if (b == nullptr) continue;  // an adapter
     if (b->numel() != t.numel()) throw std::logic_error("lora: " + t.spec->name + " is laid out apart from its base");
     const int64_t n = t.numel();

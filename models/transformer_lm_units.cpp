@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/math/aligned_buffer.h"
+#include "models/lora.h"
 #include "models/transformer_lm.h"
 
 namespace gf {
@@ -73,7 +74,7 @@ std::vector<int64_t> TransformerLM::unit_starts(const TransformerSpec& spec, con
     if (spec.lora.on) {  // weight_unit_starts' adapters
       // modules_to_save's embedding and head: units of their own, where this chunk's table holds them.
       const TensorPlacement* emb = st.layer_begin == 0 ? t.find(names(Role::kEmbed, -1)) : nullptr;
-      const TensorPlacement* head = l1 == spec.layers && !spec.tied_head ? t.find(names(Role::kLmHead, -1)) : nullptr;
+      const TensorPlacement* head = l1 == spec.layers ? t.find(lora_head_name(names)) : nullptr;
       if (emb) at.push_back(emb->offset);
       for (int64_t l = st.layer_begin; l < l1; ++l) {
         for (bool mlp : {false, true}) at.push_back(lora_half_offset(names, t, l, mlp));

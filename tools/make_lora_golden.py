@@ -73,6 +73,11 @@ VARIANTS = {
     # shared expert's projections (mlp.shared_expert.{gate,up,down}_proj) and every routed expert's
     # (mlp.experts.E.{gate,up,down}_proj) beside the attention's q and v; the shared expert's sigmoid gate
     # (mlp.shared_expert_gate) stays frozen (no entry matches it).
+    # The family's tied Llama with PEFT's modules_to_save [lm_head, embed_tokens] beside q and v's adapters: as in
+    # Hugging Face's model, lm_head's weight is embed_tokens' (tie_weights); PEFT deep-copies each module, so the head's
+    # copy (from the shared weight) and the embedding's copy train apart, untied.
+    "llama_saved_tied": dict(r=4, lora_alpha=8, use_rslora=False, target_modules=["q_proj", "v_proj"],
+                             modules_to_save=["lm_head", "embed_tokens"], peft_dir=None),
     "qwen2_moe_lora": dict(r=4, lora_alpha=8, use_rslora=False,
                            target_modules=["q_proj", "v_proj", "gate", "gate_proj", "up_proj", "down_proj"],
                            peft_dir=None, family="qwen2_moe"),
@@ -82,7 +87,7 @@ VARIANTS = {
 # looking at them: clipping some steps but not all, every norm > 1e-3 relative away from max_norm (asserted).
 # Adam is nearly blind to a gradient scale, so the clipping moves the final adapters by ~5.7e-5 and logits.final by
 # ~4.6e-5 (llama_lora) / ~2.6e-4 (qv_rslora) against no clipping: above the 1e-5 tolerance, not by much.
-MAX_NORM = {"llama_lora": 0.303, "llama_lora_qv_rslora": 0.42, "qwen2_moe_lora": None}
+MAX_NORM = {"llama_lora": 0.303, "llama_lora_qv_rslora": 0.42, "qwen2_moe_lora": None, "llama_saved_tied": None}
 MAX_BYTES = 1_000_000
 
 
@@ -135,12 +140,20 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
     V = hf_cfg["vocab_size"]
 
     model = pl.build_model(hf_cfg, weights)
+    saved_names = v.get("modules_to_save") or []
+    if saved_names and model.lm_head is None:   # tied: Hugging Face's lm_head, its weight the embedding's (tie_weights)
+        model.lm_head = torch.nn.Linear(hf_cfg["hidden_size"], V, bias=False)
+        model.lm_head.weight = model.model.embed_tokens.weight
     gen = torch.Generator().manual_seed(ADAPTER_SEED)
     names = pl.apply_lora(model, v["target_modules"], v["r"], v["lora_alpha"], v["use_rslora"], 0.0, gen)
+    saved = pl.apply_modules_to_save(model, saved_names) if saved_names else []
+    assert len(saved) == len(saved_names), saved
     scaling = pl.lora_scaling(v["r"], v["lora_alpha"], v["use_rslora"])
     params = pl.trainable_parameters(model)
-    assert len(params) == 2 * len(names)
+    assert len(params) == 2 * len(names) + len(saved)
     cfg = pl.adapter_config(v["r"], v["lora_alpha"], v["target_modules"], v["use_rslora"], 0.0, BASE_MODEL_NAME)
+    if saved_names:
+        cfg["modules_to_save"] = saved_names
     cfg_text = pl.config_text(cfg)
 
     out = {}
@@ -148,12 +161,12 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
         if k.startswith("weights."):
             out[k] = t.clone()
     out["tokens"] = tokens.clone()
-    initial = pl.adapter_state(model)
+    initial = dict(pl.adapter_state(model), **pl.saved_state(model))
     for k, t in initial.items():
         out[f"adapter.{k}"] = t
 
     opt, params = golden_adamw(_Params(params), hp)
-    assert [len(g["params"]) for g in opt.param_groups] == [len(params), 0]    # every A and B is 2-D: all decay
+    assert [len(g["params"]) for g in opt.param_groups] == [len(params), 0]    # every A, B and copy is 2-D: all decay
     lrs, losses, norms = [], [], []
     for s in range(1, hp["total_steps"] + 1):
         opt.zero_grad(set_to_none=True)
@@ -168,7 +181,8 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
                   f"({'bitwise' if loss.item() == family_tensors['loss'].item() else 'within 1e-6'})")
         loss.backward()
         assert all(p.grad is not None for p in params)
-        assert all(p.grad is None for n, p in model.named_parameters() if ".lora_" not in n)
+        assert all(p.grad is None for n, p in model.named_parameters()
+                   if ".lora_" not in n and ".modules_to_save." not in n)
         norm, lr = golden_step(opt, params, s, hp)
         lrs.append(lr)
         losses.append(loss.item())
@@ -183,12 +197,15 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
     assert 0 < len(clipped) < len(norms), f"{name}: max_norm should clip on some steps but not all"
     assert all(abs(n / max_norm - 1) > 1e-3 for n in norms), f"{name}: a norm is too close to max_norm"
 
-    final = pl.adapter_state(model)
+    final = dict(pl.adapter_state(model), **pl.saved_state(model))
     with torch.no_grad():
         logits_final = model(inputs)[0].reshape(B * T, V).clone()
     merged = pl.merge(weights, final, scaling)
     assert sorted(merged) == sorted(n + ".weight" for n in names)
-    plain = pl.build_model(hf_cfg, dict(weights, **merged))
+    merged.update({f"{n}.weight": final[f"{n}.weight"] for n in saved})   # PEFT's merge_and_unload: the copies
+    # A trained copy of a tied head: the merged model's head is its own (untied).
+    plain_cfg = dict(hf_cfg, tie_word_embeddings=False) if "lm_head.weight" in merged else hf_cfg
+    plain = pl.build_model(plain_cfg, dict(weights, **merged))
     with torch.no_grad():
         merr = (plain(inputs)[0].reshape(B * T, V) - logits_final).abs().max().item()
     assert merr <= 1e-5, merr
@@ -219,6 +236,7 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
         "lora_dropout": "0.0",
         "target_modules": json.dumps(v["target_modules"]),
         "targeted_modules": ",".join(names),
+        "modules_to_save": json.dumps(saved_names or None),
         "peft_source": pl.PEFT_SOURCE,
         "semantics": semantics(v, scaling, names),
         "format": "gridformer golden v1",
@@ -273,7 +291,9 @@ def make_variant(name, v, family_tensors, family_meta, hf_cfg, weights, outdir, 
     with tempfile.TemporaryDirectory() as tmp:
         mpath = os.path.join(tmp, "merged.safetensors")
         pl.write_safetensors_st(mpath, merged, {"format": "pt"})
-        checks = [("merged", cpa.check_merged(mpath, golden))]
+        # (a trained copy of a tied head is no parameter of the tied base check_merged builds: the merged model
+        # above, untied, is its check)
+        checks = [] if saved else [("merged", cpa.check_merged(mpath, golden))]
         if v["peft_dir"]:
             checks.append((v["peft_dir"], cpa.check_adapter_dir(os.path.join(outdir, v["peft_dir"]), golden)))
         for what, (problems, _, err) in checks:

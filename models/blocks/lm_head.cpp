@@ -10,6 +10,7 @@
 #include "core/math/mixed_precision.h"
 #include "core/math/parallel_memory.h"
 #include "core/ops/cross_entropy.h"
+#include "models/lora.h"
 
 namespace gf {
 
@@ -28,8 +29,7 @@ void LmHeadBlock::bind(const Placement& t, const NameMap& names) {
 }
 
 void LmHeadBlock::bind_saved(const Placement& adapters, const NameMap& names) {
-  if (spec_.tied_head) return;
-  if (const TensorPlacement* t = adapters.find(names(Role::kLmHead, -1))) {
+  if (const TensorPlacement* t = adapters.find(lora_head_name(names))) {  // (a tied head's copy too)
     w_ = t->offset;
     saved_ = true;
   }

@@ -459,7 +459,8 @@ ConvertSummary convert_weights(const ConvertOptions& opt, std::ostream& progress
     for (const auto& [name, t] : lora.saved)
       if (!have.count(name))
         fail("--merge-lora: the base " + from + " has no '" + name + "' for the trained copy (modules_to_save) of it: "
-             "the adapters are of another model (or its head is tied to its embedding)");
+             "the adapters are of another model, or its head is tied to its embedding, and a merge that unties them "
+             "is not built (generate, evaluate and serve with the adapters unmerged, or merge with PEFT)");
     src.after_read = [&lora](const SourceTensor& t, std::vector<float>& w) { lora.merge_into(t.name, t.shape, w); };
     const std::string& d = src.tensors.front().dtype;  // the base file's dtype, as PEFT's merge keeps W's
     if (!opt.dtype_given) out_dt = parse_dtype(d == "BF16" ? "bfloat16" : d == "F16" ? "float16" : "float32");

@@ -163,8 +163,9 @@ void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool over
     sum.bytes += static_cast<int64_t>(t.data.size() * sizeof(float));
   }
   for (const auto& [name, t] : l.saved) {  // PEFT's key of a saved module: its own, without modules_to_save.default
-    out.push_back({kPeftPrefix + std::string(l.fan_in_fan_out ? "transformer." : "") + name, StDtype::kF32, t.shape,
-                   t.data.data()});
+    // (GPT-2's modules sit under transformer., its head beside it)
+    const bool under = l.fan_in_fan_out && !name.starts_with("lm_head.");
+    out.push_back({kPeftPrefix + std::string(under ? "transformer." : "") + name, StDtype::kF32, t.shape, t.data.data()});
     sum.tensors++;
     sum.bytes += static_cast<int64_t>(t.data.size() * sizeof(float));
   }

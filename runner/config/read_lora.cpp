@@ -193,7 +193,7 @@ void read_lora(ReadContext& x) {
     if (model_sizes_within_bounds(x.c.model) && x.errors.empty()) {
       const TransformerSpec s = entry.spec(x.c.model);
       lora_targets(l, entry.names, TransformerLM::make_base_table(s, entry.names), s.layers, true);
-      lora_saved_roles(l, entry.names, s.tied_head);
+      lora_saved_roles(l, entry.names);
     }
   } catch (const std::invalid_argument& e) {
     x.refuse(e.what());

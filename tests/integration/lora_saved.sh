@@ -7,8 +7,9 @@
 # copy a unit of its own), cp2, and a Mixtral at ep2. Over a trained base the copies start from the base's weights;
 # generation with the adapters gives the merged model's tokens (convert --merge-lora writes the trained copies in
 # place of the base's), and the PEFT export holds them under PEFT's keys (base_model.model.lm_head.weight) with
-# modules_to_save in adapter_config.json, which load_checkpoint reads back. A tied head, an unknown module and the
-# chunked loss over a trained head are refused by name.
+# modules_to_save in adapter_config.json, which load_checkpoint reads back. A tied head (GPT-2) trains a copy apart
+# from the embedding's at pp2, mp2 + SP and ZeRO-3 as one rank; its merge (which would untie them), an unknown module
+# and the chunked loss over a trained head are refused by name.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 command -v mpirun >/dev/null || fail "mpirun missing (openmpi-bin)"
 PET="pet_config: {peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, down_proj], modules_to_save: [lm_head, embed_tokens]}"
@@ -74,6 +75,40 @@ mpi_refused 1 unknown_module "modules_to_save: score\`: names no module" lx.yaml
   --set 'model.model_config.pet_config={peft_type: LORA, r: 4, target_modules: [q_proj], modules_to_save: [score]}'
 mpi_refused 1 chunked_head "loss_vocab_chunk: 32\`: the chunked loss is built for a frozen head" lx.yaml \
   --set 'model.model_config.pet_config={peft_type: LORA, r: 4, target_modules: [q_proj], modules_to_save: [lm_head], loss_vocab_chunk: 32}'
-random_gpt2 g.yaml steps=2 model="pet_config: {peft_type: LORA, r: 4, target_modules: [c_attn], modules_to_save: [lm_head]}"
-mpi_refused 1 tied_head "one tensor in this model (tie_word_embeddings)" g.yaml
+
+# A tied head (GPT-2): the head's copy starts as the embedding it shares and trains apart from the embedding's copy
+# (PEFT's deep copies), on the last stage under pp2, vocabulary-parallel under mp2 + SP, sharded under ZeRO-3.
+random_gpt2 g.yaml steps=10 batch=4 samples=16 lr=0.003 lr_end=0.0003 ckpt="prefix: lora, save_checkpoint_steps: 10" \
+  optimizer="{type: AdamW, beta1: 0.9, beta2: 0.95, eps: 1.0e-6, weight_decay: 0.1}" \
+  model="hidden_dropout_rate: 0.0, attention_dropout_rate: 0.0, pet_config: {peft_type: LORA, r: 4, target_modules: [c_attn], modules_to_save: [lm_head, wte]}"
+layout_train 1 g_one g.yaml
+layout_train 2 g_pp2 g.yaml --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
+layout_train 2 g_mp2_sp g.yaml $MP2 --set parallel_config.vocab_emb_dp=False
+layout_train 2 g_z3 g.yaml $DP2 --set parallel.zero_stage=3
+"$PY" "$SRC/tests/integration/compare_runs.py" g_one g_pp2 g_mp2_sp g_z3 || fail "GPT-2's tied head copy: a layout is not one rank's"
+"$PY" - g_one/weights.safetensors <<'PY' || fail "the tied head's copy"
+import array, json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+def t(k):
+    a, b = head[k]["data_offsets"]
+    return array.array("f", raw[8 + n + a:8 + n + b])
+assert "lm_head.weight" in head and "wte.weight" in head, sorted(head)[:6]
+assert t("lm_head.weight") != t("wte.weight"), "the head's and the embedding's copies trained as one"
+print("ok: lm_head.weight and wte.weight trained apart")
+PY
+run g_peft "$BIN" convert --from g_one/checkpoint --to g_peft
+((STATUS == 0)) || { cat g_peft.log; fail "GPT-2's PEFT export"; }
+"$PY" - g_peft <<'PY' || fail "GPT-2's PEFT keys"
+import json, struct, sys
+raw = open(sys.argv[1] + "/adapter_model.safetensors", "rb").read()
+keys = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+assert "base_model.model.lm_head.weight" in keys and "base_model.model.transformer.wte.weight" in keys, sorted(keys)[:6]
+print("ok: PEFT's keys lm_head.weight and transformer.wte.weight")
+PY
+train g_base g.yaml --set output_dir=g_base --set model.model_config.pet_config=null --set runner_config.train_steps=2 \
+  --set 'callbacks=[{type: CheckpointMonitor, prefix: base, save_checkpoint_steps: 2}]'
+run g_merge "$BIN" convert --from g_one/checkpoint --merge-lora --base g_base/checkpoint --to g_merged
+((STATUS == 2)) && grep -qF "a merge that unties them is not built" g_merge.log || { cat g_merge.log; fail "a tied head's merge is not refused"; }
 ok "modules_to_save"

@@ -5,6 +5,7 @@
 //  * mixtral_lora: tests/golden/mixtral_tiny.safetensors' Mixtral, q, k, v and o, r 4, alpha 8 (tools/make_moe_lora_golden.py);
 //  * mixtral_experts_lora: the same Mixtral, q and v and every expert's w1, w2, w3 (its --variant experts);
 //  * mixtral_saved_lora: the same Mixtral, q and v, and PEFT's modules_to_save [lm_head, embed_tokens] (--variant saved);
+//  * llama_saved_tied: the tied Llama, q and v, modules_to_save [lm_head, embed_tokens] (copies untied, as PEFT's);
 //  * qwen2_moe_lora: tests/golden/families/qwen2_moe.safetensors' Qwen2-MoE, q, v, the routers, the shared experts' and
 //    the routed experts' projections (tools/make_lora_golden.py);
 //  * deepseek_v2_lite_lora, deepseek_v3_lora: DeepSeek's latent attention (q_proj, or q_a_proj and q_b_proj;
@@ -56,6 +57,10 @@ const Variant kVariants[] = {
     // The same Mixtral with every expert's w1, w2 and w3 adapted beside the attention's q and v (--variant experts).
     {"lora/mixtral_experts_lora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj, w1, w2, w3]}"},
+    // tools/make_lora_golden.py's tied Llama with modules_to_save: the head's copy (of the embedding it shares) and the
+    // embedding's copy train apart.
+    {"lora/llama_saved_tied.safetensors",
+     "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj], modules_to_save: [lm_head, embed_tokens]}"},
     // tools/make_lora_golden.py's Qwen2-MoE (tests/golden/families/qwen2_moe.safetensors): q and v, every router
     // (mlp.gate), every shared expert's and every routed expert's gate_proj, up_proj and down_proj.
     {"lora/qwen2_moe_lora.safetensors",

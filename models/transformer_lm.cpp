@@ -175,28 +175,8 @@ TransformerLM::TransformerLM(const TransformerSpec& spec, NameMap names, const M
     head_.bind(bound, names_);
     if (spec.lora.on) head_.bind_saved(params_, names_);  // PEFT's modules_to_save lm_head
   }
-  if (spec.lora.on && spec.lora.base_bf16) {  // each layer's base range, from its first weight to the next block's
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const int64_t b = layers_[i].first_offset();
-      const int64_t e = i + 1 < layers_.size() ? layers_[i + 1].first_offset()
-                        : d.last               ? head_.first_offset()
-                                               : base_params_.total_floats();
-      base_ranges_.emplace_back(b, e);
-    }
-    base_low_ = AlignedBuffer<bf16>(static_cast<size_t>(base_params_.total_floats()), kOnDemand);
-  }
   if (spec.lora.on) {
-    // ZeRO-3's units are the adapters of each layer's attention and MLP (the base is whole on every rank).
-    for (int64_t l = d.l0; l < d.l1; ++l) {
-      const int64_t a = lora_unit_offset(l, false), m = lora_unit_offset(l, true);
-      const int64_t x = layers_[static_cast<size_t>(l - d.l0)].lora_expert_offset();  // its experts' adapters
-      layer_reads_.push_back({a, m, x});
-      attn_reads_.push_back({a});
-      mlp_reads_.push_back({m, x});
-    }
-    // A module trained whole (modules_to_save) is a unit of its own: the embedding's first, the head's last.
-    emb_reads_ = {d.first && embedding_.saved() ? embedding_.token_offset() : -1};
-    head_reads_ = {d.last && head_.saved() ? head_.weight_offset() : -1};
+    lora_layout();  // the bf16 base's layer ranges, ZeRO-3's adapter units (models/transformer_lm_lora.cpp)
   } else {
     if (d.first) emb_reads_ = {embedding_.first_offset()};
     for (const TransformerLayer& l : layers_) {

@@ -276,6 +276,8 @@ class TransformerLM : public CausalLM {
   struct LayoutBuilder;  // lay_out's parts (transformer_lm.cpp)
   BlockEnv env(const Slot& s);
   int64_t lora_unit_offset(int64_t layer, bool mlp) const;
+  // LoRA's part of the constructor: the bf16 base's layer ranges, the adapters' ZeRO-3 units (the blocks bound).
+  void lora_layout();
   // Where the gradients final after `layer`'s backward (its MLP half's alone: mlp) begin in the arena.
   int64_t ready_offset(const TransformerLayer& layer, bool mlp) const;  // LoRA: ZeRO-3's unit of a layer's half (-1: none)
   static int64_t lora_half_offset(const NameMap& names, const Placement& adapters, int64_t layer, bool mlp);

@@ -21,6 +21,31 @@ Placement TransformerLM::make_placement_base(const TransformerSpec& s, const Nam
   return Placement(make_base_table(s, names, st), param_layout(cfg, layout), tp_rank, ep_rank);
 }
 
+void TransformerLM::lora_layout() {
+  const StageDims& d = dims_;
+  if (spec_.lora.base_bf16) {  // each layer's base range, from its first weight to the next block's
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const int64_t b = layers_[i].first_offset();
+      const int64_t e = i + 1 < layers_.size() ? layers_[i + 1].first_offset()
+                        : d.last               ? head_.first_offset()
+                                               : base_params_.total_floats();
+      base_ranges_.emplace_back(b, e);
+    }
+    base_low_ = AlignedBuffer<bf16>(static_cast<size_t>(base_params_.total_floats()), kOnDemand);
+  }
+  // ZeRO-3's units are the adapters of each layer's attention and MLP (the base is whole on every rank).
+  for (int64_t l = d.l0; l < d.l1; ++l) {
+    const int64_t a = lora_unit_offset(l, false), m = lora_unit_offset(l, true);
+    const int64_t x = layers_[static_cast<size_t>(l - d.l0)].lora_expert_offset();  // its experts' adapters
+    layer_reads_.push_back({a, m, x});
+    attn_reads_.push_back({a});
+    mlp_reads_.push_back({m, x});
+  }
+  // A module trained whole (modules_to_save) is a unit of its own: the embedding's first, the head's last.
+  emb_reads_ = {d.first && embedding_.saved() ? embedding_.token_offset() : -1};
+  head_reads_ = {d.last && head_.saved() ? head_.weight_offset() : -1};
+}
+
 int64_t TransformerLM::lora_unit_offset(int64_t l, bool mlp) const { return lora_half_offset(names_, params_, l, mlp); }
 
 int64_t TransformerLM::lora_half_offset(const NameMap& names, const Placement& adapters, int64_t l, bool mlp) {

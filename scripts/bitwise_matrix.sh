@@ -2,7 +2,7 @@
 # The refactor check: 20 steps of the tiny GPT-2 (dropout on), Llama and Mixtral configs (clipping on)
 # in fp32 and bf16, on 1 rank and at dp2, dp2 with 2 accumulated micro-batches, mp2+sp, pp2 (1F1B and ZB-H1),
 # the fused attention at T 160 on 2 threads (causal, and over packed documents) and at mp2+sp, and, for
-# Mixtral, ep2; each
+# Mixtral, ep2; LoRA on the Llama and the Mixtral (one rank, mp2+sp, pp2); each
 # run's metrics.jsonl and gathered final weights (--save-weights) under OUT/<model>_<dtype>_<layout>/.
 #   bash scripts/bitwise_matrix.sh BIN OUT            # runs the matrix with BIN (build/bin/gridformer)
 #   bash scripts/bitwise_matrix.sh --compare A B      # every run of A against B: losses, gradient
@@ -93,5 +93,18 @@ for model in gpt2:configs/gpt2/run_gpt2_tiny.yaml llama:configs/llama/run_llama_
       --set model.model_config.seq_length=160 --set model.model_config.use_flash_attention=True \
       --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=True
   done
+done
+# LoRA (fp32, as LoRA computes): adapters on every projection of the Llama (with lora_dropout) and on the Mixtral's
+# attention and experts, on one rank, at mp2 + SP and at pp2 (1F1B)
+for model in llama:configs/llama/run_llama_tiny.yaml mixtral:configs/moe/run_mixtral_tiny.yaml; do
+  m=${model%%:*}; cfg=${model#*:}
+  T='[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]'; DR=0.05
+  if [ "$m" = mixtral ]; then T='[q_proj, v_proj, w1, w2, w3]'; DR=0.0; fi
+  L=(--set "model.model_config.pet_config={peft_type: LORA, r: 4, lora_alpha: 8, lora_dropout: $DR, target_modules: $T}")
+  run "${m}_lora_one" "$cfg" 1 "${L[@]}" --set runner_config.batch_size=8
+  run "${m}_lora_mp2sp" "$cfg" 2 "${L[@]}" --set runner_config.batch_size=8 --set parallel_config.model_parallel=2 \
+    --set parallel_config.use_seq_parallel=True
+  run "${m}_lora_pp2_1f1b" "$cfg" 2 "${L[@]}" --set runner_config.batch_size=2 $PP \
+    --set parallel.pipeline_config.pipeline_scheduler=1f1b
 done
 echo "matrix written to $OUT"

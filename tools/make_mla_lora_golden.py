@@ -133,18 +133,7 @@ def make(variant, outdir):
     assert merr <= 1e-5, merr
     print(f"{variant}: {len(r['names'])} modules, max_norm {max_norm} clips {clipped}; merged model logits vs the "
           f"adapter model's: max diff {merr:.1e}")
-    out = {k: t.clone() for k, t in tensors.items() if k.startswith("weights.") or k.startswith("buffers.")}
-    out["tokens"] = tensors["tokens"].clone()
-    for k, t in r["initial"].items():
-        out[f"adapter.{k}"] = t
-    out["train.lr"] = torch.tensor(r["lrs"], dtype=torch.float32)
-    out["train.losses"] = torch.tensor(r["losses"], dtype=torch.float32)
-    out["train.grad_norms"] = torch.tensor(r["norms"], dtype=torch.float32)
-    for k, t in r["final"].items():
-        out[f"train.final.{k}"] = t
-    out["logits.final"] = r["logits_final"]
-    for k, t in merged.items():
-        out[f"merged.{k}"] = t
+    out = pl.golden_tensors(tensors, r, merged, copied=("weights.", "buffers."))
     cfg = pl.adapter_config(R, ALPHA, TARGETS[variant], False, 0.0, f"tests/golden/families/{variant}")
     skip = ("generator", "train_steps_description", "grad_clip", "seed", "max_norm")
     m = {k: v for k, v in meta.items() if k not in skip and not k.startswith("train")}

@@ -152,19 +152,8 @@ def main():
     assert merr <= 1e-5, merr
     print(f"routing margin {r['gap']:.3e}; merged model logits vs the adapter model's: max diff {merr:.1e}")
 
-    out = {k: t.clone() for k, t in tensors.items() if k.startswith("weights.")}
-    out["tokens"] = tensors["tokens"].clone()
-    for k, t in r["initial"].items():
-        out[f"adapter.{k}"] = t
-    out["train.lr"] = torch.tensor(r["lrs"], dtype=torch.float32)
-    out["train.losses"] = torch.tensor(r["losses"], dtype=torch.float32)
-    out["train.objectives"] = torch.tensor(r["objs"], dtype=torch.float32)
-    out["train.grad_norms"] = torch.tensor(r["norms"], dtype=torch.float32)
-    for k, t in r["final"].items():
-        out[f"train.final.{k}"] = t
-    out["logits.final"] = r["logits_final"]
-    for k, t in merged.items():
-        out[f"merged.{k}"] = t
+    out = pl.golden_tensors(tensors, r, merged,
+                            after_losses={"train.objectives": torch.tensor(r["objs"], dtype=torch.float32)})
     cfg = pl.adapter_config(R, ALPHA, TARGETS, False, 0.0, "tests/golden/mixtral_tiny")
     cfg["modules_to_save"] = SAVED
     skip = ("generator", "train_steps_description", "grad_clip", "seed")

@@ -204,6 +204,26 @@ def saved_state(model):
     return {f"{n}.weight": m.weight.detach().clone() for n, m in model.named_modules() if isinstance(m, ModulesToSave)}
 
 
+def golden_tensors(source, r, merged, copied=("weights.",), after_losses=None):
+    """A LoRA golden's tensors (tools/make_moe_lora_golden.py's and make_mla_lora_golden.py's layout): the source
+    golden's `copied` keys and tokens, adapter.* (r["initial"]), train.lr / losses / (after_losses) / grad_norms,
+    train.final.* (r["final"]), logits.final, merged.*."""
+    out = {k: t.clone() for k, t in source.items() if k.startswith(copied)}
+    out["tokens"] = source["tokens"].clone()
+    for k, t in r["initial"].items():
+        out[f"adapter.{k}"] = t
+    out["train.lr"] = torch.tensor(r["lrs"], dtype=torch.float32)
+    out["train.losses"] = torch.tensor(r["losses"], dtype=torch.float32)
+    out.update(after_losses or {})
+    out["train.grad_norms"] = torch.tensor(r["norms"], dtype=torch.float32)
+    for k, t in r["final"].items():
+        out[f"train.final.{k}"] = t
+    out["logits.final"] = r["logits_final"]
+    for k, t in merged.items():
+        out[f"merged.{k}"] = t
+    return out
+
+
 def lora_modules(model):
     return {n: m for n, m in model.named_modules() if isinstance(m, LoraLinear)}
 

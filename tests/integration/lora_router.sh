@@ -25,22 +25,17 @@ layout_train 4 ep2_mp2_sp qx.yaml $DP2 $EP2 --set parallel_config.model_parallel
 layout_train 2 pp2 qx.yaml --set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 --set runner_config.batch_size=2
 layout_train 2 z3 qx.yaml $DP2 --set parallel.zero_stage=3
 "$PY" "$SRC/tests/integration/compare_runs.py" one dp2 ep2 ep2_mp2_sp pp2 z3 || fail "a layout is not one rank's"
-"$PY" - one/weights.safetensors <<'PY' || fail "the routers' and shared experts' adapters"
-import array, json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-def moved(k):
-    a, b = head[k]["data_offsets"]
-    return any(v != 0.0 for v in array.array("f", raw[8 + n + a:8 + n + b]))
+PYTHONPATH="$SRC/tests/integration" "$PY" - one/weights.safetensors <<'PY' || fail "the routers' and shared experts' adapters"
+import st_io, sys
+t, _ = st_io.read(sys.argv[1])
 want = [f"model.layers.{l}.mlp.{m}.lora_B.weight" for l in range(2)
         for m in ("gate", "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj")]
-missing = [k for k in want if k not in head]
+missing = [k for k in want if k not in t]
 assert not missing, missing
-assert head["model.layers.0.mlp.gate.lora_B.weight"]["shape"] == [4, 4], head["model.layers.0.mlp.gate.lora_B.weight"]
-still = [k for k in want if not moved(k)]
+assert list(t["model.layers.0.mlp.gate.lora_B.weight"].shape) == [4, 4], t["model.layers.0.mlp.gate.lora_B.weight"].shape
+still = [k for k in want if not t[k].any()]
 assert not still, f"B's that did not move from zero: {still}"
-assert not any("shared_expert_gate" in k for k in head), "an adapter on the shared expert's sigmoid gate"
+assert not any("shared_expert_gate" in k for k in t), "an adapter on the shared expert's sigmoid gate"
 print(f"ok: {len(want)} router and shared-expert adapters, every B moved from zero")
 PY
 
@@ -55,11 +50,9 @@ layout_train 2 m_ep2 mx.yaml $DP2 $EP2
 
 # Over a trained base: the adapters' tokens are the merged model's; PEFT's export holds the routers' and shared experts'.
 lora_on_base qx.yaml
-"$PY" - peft <<'PY' || fail "PEFT's directory"
-import json, struct, sys
-d = sys.argv[1]
-raw = open(d + "/adapter_model.safetensors", "rb").read()
-keys = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+PYTHONPATH="$SRC/tests/integration" "$PY" - peft <<'PY' || fail "PEFT's directory"
+import st_io, sys
+keys = set(st_io.read(sys.argv[1] + "/adapter_model.safetensors")[0])
 want = {f"base_model.model.model.layers.{l}.mlp.{m}.lora_{ab}.weight" for l in range(2)
         for m in ["gate", "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"] +
                  [f"experts.{e}.{p}" for e in range(4) for p in ("gate_proj", "up_proj", "down_proj")]

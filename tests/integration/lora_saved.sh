@@ -28,16 +28,11 @@ layout_train 2 z2 lx.yaml $DP2 --set parallel.zero_stage=2
 layout_train 2 z3 lx.yaml $DP2 --set parallel.zero_stage=3
 layout_train 2 cp2 lx.yaml --set parallel_config.context_parallel=2
 "$PY" "$SRC/tests/integration/compare_runs.py" one dp2 mp2_sp mp2_sp_replicated pp2 z2 z3 cp2 || fail "a layout is not one rank's"
-"$PY" - one/weights.safetensors <<'PY' || fail "the saved modules did not train"
-import array, json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-def tensor(k):
-    a, b = head[k]["data_offsets"]
-    return array.array("f", raw[8 + n + a:8 + n + b])
+PYTHONPATH="$SRC/tests/integration" "$PY" - one/weights.safetensors <<'PY' || fail "the saved modules are not in the run's weights"
+import st_io, sys
+t, _ = st_io.read(sys.argv[1])
 for k in ("lm_head.weight", "model.embed_tokens.weight"):
-    assert k in head and head[k]["shape"] == [101, 64], (k, head.get(k))
+    assert k in t and list(t[k].shape) == [101, 64], (k, t.get(k))
 print("ok: the trained copies lm_head.weight and model.embed_tokens.weight are in the run's weights")
 PY
 
@@ -51,11 +46,10 @@ layout_train 2 m_ep2 mx.yaml $DP2 --set parallel_config.expert_parallel=2
 
 # Over a trained base: the merged model (the copies written in place of the base's) generates the adapters' tokens.
 lora_on_base lx.yaml
-"$PY" - peft base/checkpoint/base-1_3 <<'PY' || fail "PEFT's directory with modules_to_save"
-import json, struct, sys
+PYTHONPATH="$SRC/tests/integration" "$PY" - peft <<'PY' || fail "PEFT's directory with modules_to_save"
+import json, st_io, sys
 d = sys.argv[1]
-raw = open(d + "/adapter_model.safetensors", "rb").read()
-keys = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+keys = set(st_io.read(d + "/adapter_model.safetensors")[0])
 want = {f"base_model.model.model.layers.{l}.{m}.lora_{ab}.weight" for l in range(2)
         for m in ("self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj") for ab in "AB"}
 want |= {"base_model.model.lm_head.weight", "base_model.model.model.embed_tokens.weight"}
@@ -86,24 +80,18 @@ layout_train 2 g_pp2 g.yaml --set parallel_config.pipeline_stage=2 --set paralle
 layout_train 2 g_mp2_sp g.yaml $MP2 --set parallel_config.vocab_emb_dp=False
 layout_train 2 g_z3 g.yaml $DP2 --set parallel.zero_stage=3
 "$PY" "$SRC/tests/integration/compare_runs.py" g_one g_pp2 g_mp2_sp g_z3 || fail "GPT-2's tied head copy: a layout is not one rank's"
-"$PY" - g_one/weights.safetensors <<'PY' || fail "the tied head's copy"
-import array, json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head = json.loads(raw[8:8 + n])
-def t(k):
-    a, b = head[k]["data_offsets"]
-    return array.array("f", raw[8 + n + a:8 + n + b])
-assert "lm_head.weight" in head and "wte.weight" in head, sorted(head)[:6]
-assert t("lm_head.weight") != t("wte.weight"), "the head's and the embedding's copies trained as one"
+PYTHONPATH="$SRC/tests/integration" "$PY" - g_one/weights.safetensors <<'PY' || fail "the tied head's copy"
+import st_io, sys, torch
+t, _ = st_io.read(sys.argv[1])
+assert "lm_head.weight" in t and "wte.weight" in t, sorted(t)[:6]
+assert not torch.equal(t["lm_head.weight"], t["wte.weight"]), "the head's and the embedding's copies trained as one"
 print("ok: lm_head.weight and wte.weight trained apart")
 PY
 run g_peft "$BIN" convert --from g_one/checkpoint --to g_peft
 ((STATUS == 0)) || { cat g_peft.log; fail "GPT-2's PEFT export"; }
-"$PY" - g_peft <<'PY' || fail "GPT-2's PEFT keys"
-import json, struct, sys
-raw = open(sys.argv[1] + "/adapter_model.safetensors", "rb").read()
-keys = set(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) - {"__metadata__"}
+PYTHONPATH="$SRC/tests/integration" "$PY" - g_peft <<'PY' || fail "GPT-2's PEFT keys"
+import st_io, sys
+keys = set(st_io.read(sys.argv[1] + "/adapter_model.safetensors")[0])
 assert "base_model.model.lm_head.weight" in keys and "base_model.model.transformer.wte.weight" in keys, sorted(keys)[:6]
 print("ok: PEFT's keys lm_head.weight and transformer.wte.weight")
 PY

@@ -65,6 +65,20 @@ run gen_peft "$BIN" predict --config lx.yaml --load_checkpoint peft --predict_id
 cmp gen_peft.jsonl gen_lora.jsonl || fail "PEFT's directory (modules_to_save) does not give the run's tokens"
 ok "modules_to_save over a trained base: merged = adapters' tokens, PEFT's directory read back alike"
 
+# A resumed run (resume_training from the step-3 checkpoint, over a bf16 base) continues the copies with their moments:
+# steps 4-6 bit for bit the uninterrupted run's.
+random_llama lr.yaml steps=6 batch=4 samples=64 layers=2 ckpt="prefix: lora, save_checkpoint_steps: 3, keep_checkpoint_max: 5" \
+  model="pet_config: {peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj], modules_to_save: [lm_head, embed_tokens], base_dtype: bfloat16}"
+train full6 lr.yaml --set output_dir=full6
+train res6 lr.yaml --set output_dir=res6 --set load_checkpoint="$(ls -d full6/checkpoint/lora-*_3)" --set resume_training=True
+"$PY" - <<'PY' || fail "the resumed run is not the uninterrupted one"
+import json
+full = {j["step"]: j["loss"] for j in map(json.loads, open("full6/metrics.jsonl")) if "loss" in j}
+res = {j["step"]: j["loss"] for j in map(json.loads, open("res6/metrics.jsonl")) if "loss" in j}
+assert sorted(res) == [4, 5, 6] and all(res[s] == full[s] for s in res), (full, res)
+print("ok: resumed at step 4, steps 4-6 bit for bit the uninterrupted run's")
+PY
+
 mpi_refused 1 unknown_module "modules_to_save: score\`: names no module" lx.yaml \
   --set 'model.model_config.pet_config={peft_type: LORA, r: 4, target_modules: [q_proj], modules_to_save: [score]}'
 mpi_refused 1 chunked_head "loss_vocab_chunk: 32\`: the chunked loss is built for a frozen head" lx.yaml \

@@ -1,6 +1,7 @@
 #include "models/lora.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -25,6 +26,11 @@ std::string module_of(const std::string& weight) {
 std::string last_part(const std::string& module) {
   const size_t dot = module.rfind('.');
   return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 // Python's re.match: the pattern matched from the start of `s` (not necessarily to its end).
@@ -73,7 +79,11 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
   std::vector<std::regex> exclude;
   for (const std::string& x : c.exclude) exclude.push_back(compile(x, "exclude_layers"));
   // PEFT's rule on the Hugging Face module name, or MindFormers' on its own short name.
+  // PEFT's target_modules 'all-linear' (tuners_utils.py _maybe_include_all_linear_layers): every nn.Linear but the
+  // output embedding (lm_head), so every projection that carries an adapter here.
+  const bool all_linear = c.peft_names && c.target_is_regex && lower(c.target_regex) == "all-linear";
   auto targeted = [&](const std::string& module, const std::string& mf_name) {
+    if (all_linear) return true;
     if (c.peft_names) {
       if (c.target_is_regex) return std::regex_match(module, target);
       for (const std::string& t : c.target_list)
@@ -145,7 +155,7 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
     }
   // A target naming a module that is no such layer: PEFT applies LoRA to embeddings and other layers too; here
   // only the projections above carry adapters.
-  if (c.peft_names) {
+  if (c.peft_names && !all_linear) {
     for (const ParamSpec& p : base.specs()) {
       if (linear.count(p.name) || p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0) continue;
       const std::string m = module_of(p.name);
@@ -153,9 +163,10 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
         throw std::invalid_argument("`model.model_config.pet_config.target_modules` names '" + m +
                                     "', which has no LoRA adapter here: adapters sit on the attention's projections, "
                                     "the dense MLP's, the routers, the shared experts' and the routed experts' "
-                                    "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, gate; Mixtral's "
+                                    "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, gate, "
+                                    "shared_expert_gate; Mixtral's "
                                     "experts' w1, w2, w3; GPT-2's c_attn, c_proj, c_fc), not on embeddings, the head "
-                                    "(modules_to_save trains those whole), norms or a shared expert's sigmoid gate");
+                                    "(modules_to_save trains those whole) or norms");
     }
   }
   if (whole && out.empty()) {

@@ -32,13 +32,13 @@ struct LoraTarget {
 
 // The projections an adapter can sit on: the attention's (q, k, v, o; GPT-2's c_attn, c_proj) and the MLP half's
 // (the dense MLP's gate, up, down, GPT-2's c_fc, c_proj; an MoE layer's router and its shared expert's gate, up,
-// down), the halves ZeRO-3 cuts a layer into.
+// down and sigmoid gate), the halves ZeRO-3 cuts a layer into.
 // Latent attention's (DeepSeek: q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj) are the attention's.
 inline constexpr Role kLoraAttentionRoles[] = {Role::kQkvW, Role::kQW,  Role::kKW,   Role::kVW, Role::kOW,
                                                Role::kQAW,  Role::kQBW, Role::kKvAW, Role::kKvBW};
-inline constexpr Role kLoraMlpRoles[] = {Role::kFcW,            Role::kGateW,          Role::kUpW,
-                                         Role::kDownW,          Role::kRouterW,        Role::kSharedGateProjW,
-                                         Role::kSharedUpProjW,  Role::kSharedDownProjW};
+inline constexpr Role kLoraMlpRoles[] = {Role::kFcW,           Role::kGateW,           Role::kUpW,
+                                         Role::kDownW,          Role::kRouterW,         Role::kSharedGateProjW,
+                                         Role::kSharedUpProjW,  Role::kSharedDownProjW, Role::kSharedExpertGateW};
 // A routed expert's projections (Mixtral's w1, w3, w2; Qwen-MoE's gate_proj, up_proj, down_proj; GPT-2 MoE's c_fc,
 // c_proj), each expert's adapters its own, placed with its expert (expert parallelism) in the adapters' expert region.
 inline constexpr Role kLoraExpertRoles[] = {Role::kExpertGateW, Role::kExpertUpW, Role::kExpertDownW};
@@ -50,7 +50,7 @@ const char* mindformers_module_name(Role r);
 
 // The modules of the base table `base` (a stage's or the whole model's) that `c` targets, in table order.
 // Throws std::invalid_argument naming the key when the config targets a module that has no adapter here (the
-// embedding, the head, a norm, a shared expert's sigmoid gate), targets an expert or
+// embedding, the head, a norm), targets an expert or
 // a router with lora_dropout (not built: the experts' rows are permuted by the routing) or, with `whole`
 // (the base is the whole model), when it targets nothing.
 std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, const ParamTable& base, int64_t layers,

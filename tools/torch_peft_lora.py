@@ -106,9 +106,18 @@ def target_matches(target_modules, key):
     return key in target_modules or any(key.endswith(f".{t}") for t in target_modules)
 
 
+def all_linear(model):
+    """tuners_utils.py _maybe_include_all_linear_layers for target_modules 'all-linear': the full names of every
+    nn.Linear of the model but its output embedding (the PreTrainedModel's lm_head; these models' tied head is no
+    module of its own), a set (PEFT saves it as the list of these names)."""
+    return {name for name, mod in model.named_modules() if isinstance(mod, nn.Linear) and name != "lm_head"}
+
+
 def find_targets(model, target_modules):
     """Names (named_modules() order) of the modules PEFT would wrap; a match that is not an nn.Linear is refused, as
-    PEFT refuses a target of an unsupported type."""
+    PEFT refuses a target of an unsupported type. 'all-linear' (any case) is expanded first, as PEFT does."""
+    if isinstance(target_modules, str) and target_modules.lower() == "all-linear":
+        target_modules = all_linear(model)
     names = []
     for name, mod in model.named_modules():
         if name and target_matches(target_modules, name):

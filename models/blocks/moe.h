@@ -145,6 +145,10 @@ class MoeBlock {
   // Per local expert: its gate's (SwiGLU; a GELU expert's up), its up's (SwiGLU) and its down's adapters.
   std::vector<std::array<ExpertAdapter, 3>> adapters_;
   ExpertAdapter router_lora_;  // the router's adapter (a < 0: none)
+  ExpertAdapter shared_gate_lora_;  // the shared expert's sigmoid gate's (a < 0: none)
+  // z [rows] = s (x A^T) B^T (the adapter's part of the gate's logit); its backward from dz [rows] into dxn and the adapter's gradients.
+  void shared_gate_lora_fwd(const BlockEnv& e, float* z, const float* xn, int64_t rows) const;
+  void shared_gate_lora_bwd(const BlockEnv& e, float* dxn, const float* dz, const float* xn, int64_t rows) const;
   // logits [rows, E] += s (x A^T) B^T; its backward from dl [rows, E] into dx and the adapter's gradients.
   void router_lora_fwd(const BlockEnv& e, float* logits, const float* x, int64_t rows) const;
   void router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, const float* x, int64_t rows) const;

@@ -38,6 +38,16 @@ void MoeBlock::bind_lora(const Placement& lora, const NameMap& names, const Adap
     lora_r_ = rank;
   }
   if (spec_.moe.shared_ffn > 0) shared_.bind_lora(lora, shared_names(names), layer_, at);
+  shared_gate_lora_ = {};
+  if (spec_.moe.shared_gate)
+    if (const TensorPlacement* a = lora.find(lora_a_name(names(Role::kSharedExpertGateW, layer_)))) {
+      const TensorPlacement& b = lora.at(lora_b_name(names(Role::kSharedExpertGateW, layer_)));
+      if (a->local_shape != std::vector<int64_t>{rank, d_.C} || b.local_shape != std::vector<int64_t>{1, rank})
+        throw std::logic_error("lora: the shared expert gate's adapter of layer " + std::to_string(layer_) + " does not fit it");
+      shared_gate_lora_ = {a->offset, b.offset};
+      lora_scale_ = scale;
+      lora_r_ = rank;
+    }
   const int64_t l = layer_, e0 = static_cast<int64_t>(lora.ep_rank()) * d_.El;
   const bool swiglu = spec_.mlp == MlpKind::kSwiGLU;
   const Role roles[3] = {swiglu ? Role::kExpertGateW : Role::kExpertUpW, Role::kExpertUpW, Role::kExpertDownW};
@@ -155,6 +165,33 @@ void MoeBlock::router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, co
   gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, x, C, 1.0f, e.lora_g + router_lora_.a, C);
   gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, A, C, 0.0f, u, r);
   gemm(Trans::kYes, Trans::kNo, E, r, rows, lora_scale_, dl, E, u, r, 1.0f, e.lora_g + router_lora_.b, r);
+}
+
+}  // namespace gf
+
+namespace gf {
+
+// The shared expert's sigmoid gate's adapter (Qwen2-MoE's shared_expert_gate, [1, C]): z[t] = s (x_t A^T) . B, on this
+// rank's rows; backward from dz: dB += s dz^T u, dv = s dz B, dA += dv^T x, dx += dv A (the gate's rows are each
+// rank's own, so under sequence parallel the gradient sync sums the replicated adapter's, as the gate's).
+void MoeBlock::shared_gate_lora_fwd(const BlockEnv& e, float* z, const float* xn, int64_t rows) const {
+  const int64_t C = d_.C, r = lora_r_;
+  float* u = e.lora_scratch;  // [rows, r]
+  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, xn, C, e.lora_w + shared_gate_lora_.a, C, 0.0f, u, r);
+  gemm(Trans::kNo, Trans::kYes, rows, 1, r, lora_scale_, u, r, e.lora_w + shared_gate_lora_.b, r, 0.0f, z, 1);
+}
+
+void MoeBlock::shared_gate_lora_bwd(const BlockEnv& e, float* dxn, const float* dz, const float* xn, int64_t rows) const {
+  const int64_t C = d_.C, r = lora_r_;
+  const float *A = e.lora_w + shared_gate_lora_.a, *B = e.lora_w + shared_gate_lora_.b;
+  float* dv = e.lora_scratch;  // [rows, r]
+  float* u = e.lora_scratch + rows * r;
+  gemm(Trans::kNo, Trans::kNo, rows, r, 1, lora_scale_, dz, 1, B, r, 0.0f, dv, r);
+  gemm(Trans::kNo, Trans::kNo, rows, C, r, 1.0f, dv, r, A, C, 1.0f, dxn, C);
+  if (e.lora_g == nullptr) return;
+  gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, xn, C, 1.0f, e.lora_g + shared_gate_lora_.a, C);
+  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, xn, C, A, C, 0.0f, u, r);
+  gemm(Trans::kYes, Trans::kNo, 1, r, rows, lora_scale_, dz, 1, u, r, 1.0f, e.lora_g + shared_gate_lora_.b, r);
 }
 
 }  // namespace gf

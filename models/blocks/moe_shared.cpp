@@ -24,12 +24,16 @@ void MoeBlock::shared_fwd(const BlockEnv& e, float* out, const float* xn, const 
   const int64_t Nl = e.Nl, C = d_.C;
   shared_.fwd(e, a.shared_out, xn, MlpBlock::Acts{a.shared_h, a.shared_act});
   const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
+  // LoRA on the gate: its part of each row's logit, held in shared_score until the row's sigmoid replaces it.
+  const bool gate_lora = wg && shared_gate_lora_.a >= 0;
+  if (gate_lora) shared_gate_lora_fwd(e, a.shared_score, xn, Nl);
 #pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
   for (int64_t t = 0; t < Nl; ++t) {
     float s = 1.0f;
     if (wg) {
       float z = 0.0f;
       for (int64_t c = 0; c < C; ++c) z += xn[t * C + c] * wg[c];
+      if (gate_lora) z += a.shared_score[t];
       s = 1.0f / (1.0f + std::exp(-z));
     }
     a.shared_score[t] = s;
@@ -74,6 +78,7 @@ void MoeBlock::shared_bwd(const BlockEnv& e, float* dxn, const float* dout, cons
   for (int64_t t = 0; t < Nl; ++t)
     for (int64_t c = 0; c < C; ++c)
       dxn[t * C + c] += sc.shared_dx[t * C + c] + (wg ? dz[t] * wg[c] : 0.0f);
+  if (wg && shared_gate_lora_.a >= 0) shared_gate_lora_bwd(e, dxn, dz, xn, Nl);
 }
 
 }  // namespace gf

@@ -11,6 +11,7 @@
 //  * PEFT's modules_to_save (lm_head, embed_tokens): the trained copies, saved under the module's own key
 //    (base_model.model.lm_head.weight, as get_peft_model_state_dict strips modules_to_save.default), and in a merge
 //    written instead of the base's.
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -56,8 +57,16 @@ nlohmann::json read_json(const fs::path& p) {
 
 }  // namespace
 
+// PEFT's 'all-linear', which PEFT saves as what it became: the full names of the modules adapted.
+static bool all_linear(const nlohmann::json& t) {
+  if (!t.is_string()) return false;
+  std::string s = t.get<std::string>();
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s == "all-linear";
+}
+
 // PEFT's rule for modules_to_save (and a list target_modules): the module's name, or its last dotted parts.
-bool names_module(const nlohmann::json& list, const std::string& weight) {
+static bool names_module(const nlohmann::json& list, const std::string& weight) {
   if (!list.is_array()) return false;
   const std::string m = weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
   for (const nlohmann::json& e : list) {
@@ -153,10 +162,11 @@ void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool over
     fail("--to " + dir + " is a directory that is not empty; give a new or empty one, or --overwrite");
   fs::create_directories(dir);
   std::vector<StWriteTensor> out;
-  std::set<std::string> modules;
+  std::set<std::string> modules, full;
   for (const auto& [name, t] : l.adapters) {
     const std::string module = module_of(name);
     modules.insert(module.substr(module.rfind('.') + 1));
+    full.insert((l.fan_in_fan_out ? "transformer." : "") + module);
     const std::string key = kPeftPrefix + std::string(l.fan_in_fan_out ? "transformer." : "") + name;
     out.push_back({key, StDtype::kF32, t.shape, t.data.data()});
     sum.tensors++;
@@ -179,7 +189,8 @@ void write_peft_adapter(const LoraAdapters& l, const std::string& dir, bool over
                       {"lora_dropout", 0.0},
                       {"use_rslora", l.rslora_},
                       {"target_modules", l.targets_.is_null() ? nlohmann::json(std::vector<std::string>(modules.begin(), modules.end()))
-                                                              : l.targets_},
+                                         : all_linear(l.targets_) ? nlohmann::json(std::vector<std::string>(full.begin(), full.end()))
+                                                                  : l.targets_},
                       {"fan_in_fan_out", l.fan_in_fan_out},
                       {"bias", "none"},
                       {"base_model_name_or_path", l.base},

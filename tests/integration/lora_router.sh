@@ -5,7 +5,7 @@
 # against PyTorch's transcription of PEFT over the same model). Here the layouts train the same 10 steps as one rank
 # (compare_runs.py's criteria): dp2, ep2, ep2 x mp2 + sequence parallel (the router's adapter whole on every rank, its
 # gradient summed over the tensor group's rows; the shared expert's split as its MLP is), pp2 and ZeRO-3; a Mixtral's
-# router (block_sparse_moe.gate) alone at ep2. Over a trained base, generation with the adapters gives the merged
+# router (block_sparse_moe.gate) alone at ep2; PEFT's 'all-linear' at ep2 x mp2 + SP. Over a trained base, generation with the adapters gives the merged
 # model's tokens (convert --merge-lora into the routers and shared experts), and the PEFT export holds their
 # adapters under PEFT's keys.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
@@ -37,6 +37,27 @@ still = [k for k in want if not t[k].any()]
 assert not still, f"B's that did not move from zero: {still}"
 assert not any("shared_expert_gate" in k for k in t), "an adapter on the shared expert's sigmoid gate"
 print(f"ok: {len(want)} router and shared-expert adapters, every B moved from zero")
+PY
+
+# PEFT's 'all-linear' (every projection but the head, the shared experts' sigmoid gates among them): ep2 x mp2 + SP as
+# one rank (the gates' adapters whole on every rank, their gradients summed over the group's rows); the PEFT export's
+# adapter_config.json names the modules it became, as PEFT saves it.
+ALL=(--set "model.model_config.pet_config={peft_type: LORA, r: 4, lora_alpha: 8, target_modules: all-linear}")
+layout_train 1 al_one qx.yaml "${ALL[@]}"
+layout_train 4 al_ep2_mp2_sp qx.yaml "${ALL[@]}" $DP2 $EP2 --set parallel_config.model_parallel=2 \
+  --set parallel_config.use_seq_parallel=True
+"$PY" "$SRC/tests/integration/compare_runs.py" al_one al_ep2_mp2_sp || fail "all-linear at ep2 x mp2 + SP is not one rank's"
+run al_peft "$BIN" convert --from al_one/checkpoint --to al_peft
+((STATUS == 0)) || { cat al_peft.log; fail "all-linear's PEFT export"; }
+"$PY" - al_peft <<'PY' || fail "all-linear's adapter_config.json"
+import json, sys
+t = json.load(open(sys.argv[1] + "/adapter_config.json"))["target_modules"]
+want = {f"model.layers.{l}.{m}" for l in range(2)
+        for m in ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate",
+                  "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj",
+                  "mlp.shared_expert_gate"] + [f"mlp.experts.{e}.{p}" for e in range(4) for p in ("gate_proj", "up_proj", "down_proj")]}
+assert isinstance(t, list) and set(t) == want, sorted(set(t) ^ want)[:4]
+print(f"ok: all-linear saved as the {len(t)} modules it became")
 PY
 
 # Mixtral: the router's adapter alone (block_sparse_moe.gate) at ep2.

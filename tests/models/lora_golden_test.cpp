@@ -8,6 +8,7 @@
 //  * llama_saved_tied: the tied Llama, q and v, modules_to_save [lm_head, embed_tokens] (copies untied, as PEFT's);
 //  * qwen2_moe_lora: tests/golden/families/qwen2_moe.safetensors' Qwen2-MoE, q, v, the routers, the shared experts' and
 //    the routed experts' projections (tools/make_lora_golden.py);
+//  * qwen2_moe_all_linear: the same Qwen2-MoE, target_modules 'all-linear' (the shared experts' gates among them);
 //  * deepseek_v2_lite_lora, deepseek_v3_lora: DeepSeek's latent attention (q_proj, or q_a_proj and q_b_proj;
 //    kv_a_proj_with_mqa, kv_b_proj, o_proj) over tests/golden/families/deepseek_* (tools/make_mla_lora_golden.py).
 // Ten AdamW steps with clipping over the adapters alone: losses, learning rates and gradient norms within 1e-5,
@@ -70,6 +71,8 @@ const Variant kVariants[] = {
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]}"},
     {"lora/deepseek_v3_lora.safetensors",
      "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: [q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]}"},
+    // The Qwen2-MoE with PEFT's 'all-linear': every projection but the head, the shared experts' sigmoid gates too.
+    {"lora/qwen2_moe_all_linear.safetensors", "{peft_type: LORA, r: 4, lora_alpha: 8, target_modules: all-linear}"},
     // The same Mixtral with q and v adapted and PEFT's modules_to_save: the untied head and the token embedding
     // trained whole, each from a copy of the base's (--variant saved).
     {"lora/mixtral_saved_lora.safetensors",

@@ -322,7 +322,7 @@ void MoeBlock::fwd(const BlockEnv& e, float* out, const float* xn, const Acts& a
   // Router.
   const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
   ops::linear_fwd(a.probs, x, wr, nullptr, N, C, E);
-  if (router_lora_.a >= 0) router_lora_fwd(e, a.probs, x, N);
+  if (router_lora_.a >= 0) rows_lora_fwd(e, router_lora_, E, a.probs, 1.0f, x, N);
   if (spec_.moe.sigmoid) ops::router_sigmoid(a.probs, a.lse, a.probs, N, E);
   else ops::router_softmax(a.probs, a.lse, a.probs, N, E);
   ops::RouterOptions o;
@@ -456,7 +456,7 @@ void MoeBlock::router_bwd_and_input(const BlockEnv& e, float* dxn, const float* 
   const Weight wr = spec_.moe.router_low_precision ? e.wt(router_, true) : Weight(e.w(router_)).transposed_layout(true);
   ops::linear_bwd_input(dxn, dl, wr, e.Nl, C, E, 1.0f);
   if (!e.frozen()) ops::linear_bwd_weight(e.g(router_), nullptr, dl, xn, wr, e.Nl, C, E);  // LoRA: a frozen router
-  if (router_lora_.a >= 0) router_lora_bwd(e, dxn, dl, xn, e.Nl);
+  if (router_lora_.a >= 0) rows_lora_bwd(e, router_lora_, E, dxn, dl, xn, e.Nl);
 }
 
 void MoeBlock::allgather_fwd(const BlockEnv& e, float* y, const float* x, const Acts& a, const Scratch& sc) const {

@@ -146,12 +146,13 @@ class MoeBlock {
   std::vector<std::array<ExpertAdapter, 3>> adapters_;
   ExpertAdapter router_lora_;  // the router's adapter (a < 0: none)
   ExpertAdapter shared_gate_lora_;  // the shared expert's sigmoid gate's (a < 0: none)
-  // z [rows] = s (x A^T) B^T (the adapter's part of the gate's logit); its backward from dz [rows] into dxn and the adapter's gradients.
-  void shared_gate_lora_fwd(const BlockEnv& e, float* z, const float* xn, int64_t rows) const;
-  void shared_gate_lora_bwd(const BlockEnv& e, float* dxn, const float* dz, const float* xn, int64_t rows) const;
-  // logits [rows, E] += s (x A^T) B^T; its backward from dl [rows, E] into dx and the adapter's gradients.
-  void router_lora_fwd(const BlockEnv& e, float* logits, const float* x, int64_t rows) const;
-  void router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, const float* x, int64_t rows) const;
+  // The router's and the gate's adapters (moe_lora.cpp): y [rows, out] = beta y + s (x A^T) B^T, and its backward
+  // from dy into dx and the adapter's gradients.
+  void rows_lora_fwd(const BlockEnv& e, const ExpertAdapter& ad, int64_t out, float* y, float beta, const float* x,
+                     int64_t rows) const;
+  void rows_lora_bwd(const BlockEnv& e, const ExpertAdapter& ad, int64_t out, float* dx, const float* dy,
+                     const float* x, int64_t rows) const;
+
   float lora_scale_ = 0.0f;
   int64_t lora_r_ = 0;
   ops::RouterShape shape(const BlockEnv& e) const;

@@ -145,53 +145,33 @@ void MoeBlock::lora_up_bwd(const BlockEnv& e, float* dx, const Acts& a, const Sc
 
 }  // namespace gf
 
+
 namespace gf {
 
-void MoeBlock::router_lora_fwd(const BlockEnv& e, float* logits, const float* x, int64_t rows) const {
-  const int64_t C = d_.C, E = d_.E, r = lora_r_;
+// An adapter on a layer whose weight is whole on every rank and whose rows are given (the router: out E, on the
+// gathered rows; the shared expert's sigmoid gate: out 1, on this rank's rows): y [rows, out] = beta y + s (x A^T) B^T.
+void MoeBlock::rows_lora_fwd(const BlockEnv& e, const ExpertAdapter& ad, int64_t out, float* y, float beta, const float* x,
+                             int64_t rows) const {
+  const int64_t C = d_.C, r = lora_r_;
   float* u = e.lora_scratch;  // [rows, r]
-  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, e.lora_w + router_lora_.a, C, 0.0f, u, r);
-  gemm(Trans::kNo, Trans::kYes, rows, E, r, lora_scale_, u, r, e.lora_w + router_lora_.b, r, 1.0f, logits, E);
+  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, e.lora_w + ad.a, C, 0.0f, u, r);
+  gemm(Trans::kNo, Trans::kYes, rows, out, r, lora_scale_, u, r, e.lora_w + ad.b, r, beta, y, out);
 }
 
-void MoeBlock::router_lora_bwd(const BlockEnv& e, float* dx, const float* dl, const float* x, int64_t rows) const {
-  const int64_t C = d_.C, E = d_.E, r = lora_r_;
-  const float *A = e.lora_w + router_lora_.a, *B = e.lora_w + router_lora_.b;
+// Its backward from dy [rows, out]: dv = s dy B, dx += dv A, dA += dv^T x, dB += s dy^T (x A^T). Under sequence parallel
+// the rows are this rank's and the gradient sync sums the replicated adapter's gradients, as the weight's.
+void MoeBlock::rows_lora_bwd(const BlockEnv& e, const ExpertAdapter& ad, int64_t out, float* dx, const float* dy,
+                             const float* x, int64_t rows) const {
+  const int64_t C = d_.C, r = lora_r_;
+  const float *A = e.lora_w + ad.a, *B = e.lora_w + ad.b;
   float* dv = e.lora_scratch;  // [rows, r]
   float* u = e.lora_scratch + rows * r;
-  gemm(Trans::kNo, Trans::kNo, rows, r, E, lora_scale_, dl, E, B, r, 0.0f, dv, r);
+  gemm(Trans::kNo, Trans::kNo, rows, r, out, lora_scale_, dy, out, B, r, 0.0f, dv, r);
   gemm(Trans::kNo, Trans::kNo, rows, C, r, 1.0f, dv, r, A, C, 1.0f, dx, C);
   if (e.lora_g == nullptr) return;
-  gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, x, C, 1.0f, e.lora_g + router_lora_.a, C);
+  gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, x, C, 1.0f, e.lora_g + ad.a, C);
   gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, x, C, A, C, 0.0f, u, r);
-  gemm(Trans::kYes, Trans::kNo, E, r, rows, lora_scale_, dl, E, u, r, 1.0f, e.lora_g + router_lora_.b, r);
-}
-
-}  // namespace gf
-
-namespace gf {
-
-// The shared expert's sigmoid gate's adapter (Qwen2-MoE's shared_expert_gate, [1, C]): z[t] = s (x_t A^T) . B, on this
-// rank's rows; backward from dz: dB += s dz^T u, dv = s dz B, dA += dv^T x, dx += dv A (the gate's rows are each
-// rank's own, so under sequence parallel the gradient sync sums the replicated adapter's, as the gate's).
-void MoeBlock::shared_gate_lora_fwd(const BlockEnv& e, float* z, const float* xn, int64_t rows) const {
-  const int64_t C = d_.C, r = lora_r_;
-  float* u = e.lora_scratch;  // [rows, r]
-  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, xn, C, e.lora_w + shared_gate_lora_.a, C, 0.0f, u, r);
-  gemm(Trans::kNo, Trans::kYes, rows, 1, r, lora_scale_, u, r, e.lora_w + shared_gate_lora_.b, r, 0.0f, z, 1);
-}
-
-void MoeBlock::shared_gate_lora_bwd(const BlockEnv& e, float* dxn, const float* dz, const float* xn, int64_t rows) const {
-  const int64_t C = d_.C, r = lora_r_;
-  const float *A = e.lora_w + shared_gate_lora_.a, *B = e.lora_w + shared_gate_lora_.b;
-  float* dv = e.lora_scratch;  // [rows, r]
-  float* u = e.lora_scratch + rows * r;
-  gemm(Trans::kNo, Trans::kNo, rows, r, 1, lora_scale_, dz, 1, B, r, 0.0f, dv, r);
-  gemm(Trans::kNo, Trans::kNo, rows, C, r, 1.0f, dv, r, A, C, 1.0f, dxn, C);
-  if (e.lora_g == nullptr) return;
-  gemm(Trans::kYes, Trans::kNo, r, C, rows, 1.0f, dv, r, xn, C, 1.0f, e.lora_g + shared_gate_lora_.a, C);
-  gemm(Trans::kNo, Trans::kYes, rows, r, C, 1.0f, xn, C, A, C, 0.0f, u, r);
-  gemm(Trans::kYes, Trans::kNo, 1, r, rows, lora_scale_, dz, 1, u, r, 1.0f, e.lora_g + shared_gate_lora_.b, r);
+  gemm(Trans::kYes, Trans::kNo, out, r, rows, lora_scale_, dy, out, u, r, 1.0f, e.lora_g + ad.b, r);
 }
 
 }  // namespace gf

@@ -26,7 +26,7 @@ void MoeBlock::shared_fwd(const BlockEnv& e, float* out, const float* xn, const 
   const float* wg = shared_gate_ >= 0 ? e.w(shared_gate_) : nullptr;
   // LoRA on the gate: its part of each row's logit, held in shared_score until the row's sigmoid replaces it.
   const bool gate_lora = wg && shared_gate_lora_.a >= 0;
-  if (gate_lora) shared_gate_lora_fwd(e, a.shared_score, xn, Nl);
+  if (gate_lora) rows_lora_fwd(e, shared_gate_lora_, 1, a.shared_score, 0.0f, xn, Nl);
 #pragma omp parallel for schedule(static) if (parallel_worth(Nl * C))
   for (int64_t t = 0; t < Nl; ++t) {
     float s = 1.0f;
@@ -78,7 +78,7 @@ void MoeBlock::shared_bwd(const BlockEnv& e, float* dxn, const float* dout, cons
   for (int64_t t = 0; t < Nl; ++t)
     for (int64_t c = 0; c < C; ++c)
       dxn[t * C + c] += sc.shared_dx[t * C + c] + (wg ? dz[t] * wg[c] : 0.0f);
-  if (wg && shared_gate_lora_.a >= 0) shared_gate_lora_bwd(e, dxn, dz, xn, Nl);
+  if (wg && shared_gate_lora_.a >= 0) rows_lora_bwd(e, shared_gate_lora_, 1, dxn, dz, xn, Nl);
 }
 
 }  // namespace gf

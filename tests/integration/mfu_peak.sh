@@ -89,14 +89,8 @@ BUSY="had $(share probe.json) of the cores (other processes ran while it measure
 # (a) The probe measured here: its peaks where it had the cores, else (this machine busy) the built-in one.
 for dtype in fp32 bf16; do
   GF_MACHINE_PROBE="$WORK/probe.json" train "p_$dtype" "$dtype.yaml"
-  if "$PY" -c 'import json, sys; j = json.load(open("probe.json"))
-sys.exit(j["cores_share"] < 0.8 or j["limits"]["fp32_fma_tflops"] < j["peak_tflops"]["float32"])'; then
+  if "$PY" -c 'import json, sys; sys.exit(json.load(open("probe.json"))["cores_share"] < 0.8)'; then
     check_mfu "p_$dtype" probe probe.json || fail "p_$dtype: $(grep 'MFU relative' "p_$dtype.log")"
-  elif "$PY" -c 'import json, sys; j = json.load(open("probe.json")); sys.exit(j["cores_share"] < 0.8)'; then
-    # an FMA peak below the probe's own fastest product (the suite's other tests ran while it measured the peak)
-    echo "the probe's FMA peak is below its own fastest fp32 product: (a) is a disturbed probe's case"
-    check_mfu "p_$dtype" builtin "the machine probe at $WORK/probe.json measured an FMA peak" \
-      || fail "p_$dtype: $(grep 'MFU relative' "p_$dtype.log")"
   else
     echo "the probe had $(share probe.json) of the cores: (a) is a busy probe's case"
     check_mfu "p_$dtype" builtin "the machine probe at $WORK/probe.json $BUSY" || fail "p_$dtype: $(grep 'MFU relative' "p_$dtype.log")"
@@ -109,10 +103,8 @@ for dtype in fp32 bf16; do
   check_mfu "b_$dtype" builtin || fail "b_$dtype: $(grep 'MFU relative' "b_$dtype.log")"
 done
 
-# (c) A probe whose FMA peak is 1 GFLOP/s, far below any run (and its fastest product below that, so that it reads as
-# consistent): MFU above 100%, and the check says so.
+# (c) A probe whose FMA peak is 1 GFLOP/s, far below any run: MFU above 100%, and the check says so.
 "$PY" -c 'import json; j = json.load(open("probe.json")); j["limits"]["fp32_fma_tflops"] = 0.001; j["cores_share"] = 1.0
-j["peak_tflops"]["float32"] = 0.0005
 json.dump(j, open("low.json", "w"))'
 GF_MACHINE_PROBE="$WORK/low.json" train low fp32.yaml
 grep -q "is above 100%: this run reaches" low.log || fail "no warning for a peak below the run"

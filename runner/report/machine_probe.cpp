@@ -208,7 +208,11 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
     return c;
   }
   const char* fp16_note = compute_dtype == ComputeDtype::kFloat16 ? "; float16 runs on the fp32 GEMM" : "";
-  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0 && machine.probe->cores_share >= kQuietCoresShare) {
+  // A hardware peak below a rate the same probe reached (its fastest fp32 product) was measured while something else
+  // ran, whatever share of the cores the probe saw: not a peak to divide by.
+  const bool consistent = machine.probe && machine.probe->fma_tflops_fp32 >= machine.probe->peak_tflops_fp32;
+  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0 && machine.probe->cores_share >= kQuietCoresShare &&
+      consistent) {
     const MachineProbe& p = *machine.probe;
     const int threads = machine.threads > 0 ? machine.threads : p.threads;
     const bool bf16_hw = bf16 && p.fma_tflops_bf16 > 0.0;
@@ -232,7 +236,13 @@ PeakChoice choose_peak(double config_peak, ComputeDtype compute_dtype, const Mac
   const BuiltinPeak b = builtin_peak(compute_dtype, this_cpu_peak_isa());
   c.tflops = b.tflops_per_thread * threads;
   std::string why = machine.probe_note;
-  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0)
+  if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0 && machine.probe->cores_share >= kQuietCoresShare)
+    why = fmt::format("the machine probe at {} measured an FMA peak ({} TFLOP/s) below its own fastest fp32 product "
+                      "({} TFLOP/s): other processes ran while it measured, so its peaks are too low to divide by: "
+                      "re-run build/bin/machine_probe on a quiet machine",
+                      machine.probe->path, trim_number(machine.probe->fma_tflops_fp32),
+                      trim_number(machine.probe->peak_tflops_fp32));
+  else if (machine.probe && machine.probe->fma_tflops_fp32 > 0.0)
     why = fmt::format("the machine probe at {} had {} of the cores (other processes ran while it measured), so its "
                       "peaks are too low to divide by: re-run build/bin/machine_probe on a quiet machine",
                       machine.probe->path, trim_number(machine.probe->cores_share));

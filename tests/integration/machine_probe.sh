@@ -100,7 +100,11 @@ OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/busy.json" "$BIN" train --config run.y
   || { cat gb.txt; fail "a run with a busy probe"; }
 grep -q "MFU relative to .* the built-in nominal peak, .* (the machine probe at $WORK/busy.json had 0.3 of the cores" gb.txt \
   || fail "a busy probe's peak was divided by: $(grep 'MFU relative' gb.txt)"
-"$PY" -c 'import json; j = json.load(open("real.json")); j["cores_share"] = max(j["cores_share"], 0.95); json.dump(j, open("real.json", "w"))'
+# (Quiet also means an FMA peak at or above the probe's own fastest product: one measured below it under the suite's
+# load is mfu_peak.sh's disturbed case.)
+"$PY" -c 'import json; j = json.load(open("real.json")); j["cores_share"] = max(j["cores_share"], 0.95)
+j["limits"]["fp32_fma_tflops"] = max(j["limits"]["fp32_fma_tflops"], j["peak_tflops"]["float32"])
+json.dump(j, open("real.json", "w"))'
 backend="$("$PY" -c 'import json; print(json.load(open("real.json"))["fp32_backend"])')"
 OMP_NUM_THREADS=1 GF_MACHINE_PROBE="$WORK/real.json" "$BIN" train --config run.yaml > g.txt 2>&1 \
   || { cat g.txt; fail "a run with the probe"; }

@@ -127,11 +127,14 @@ run lam_convert "$BIN" convert --from lam --to lambada_job/checkpoint_dist --for
 ((STATUS == 0)) || { cat lam_convert.log; fail "convert --format megatron at TP8"; }
 cp env_npu.sh lambada_job/
 shrink "$REF/test_gpt_distributed.sh" lambada_job/job.sh
-(cd lambada_job && LAUNCH="$WORK/run_job" bash job.sh) > lambada_job.log 2>&1 || { tail -30 lambada_job.log; fail "test_gpt_distributed.sh"; }
+# Its standard output apart from the log (standard error): Megatron's print_rank_0 prints the box to stdout, where log
+# parsers read it; merged by mpirun with another pipe, their lines' order in one file is not the ranks' to keep.
+(cd lambada_job && LAUNCH="$WORK/run_job" bash job.sh) > lambada_job.out 2> lambada_job.log ||
+  { tail -30 lambada_job.log lambada_job.out; fail "test_gpt_distributed.sh"; }
 grep -q "loaded weights from ./checkpoint_dist (Megatron-LM checkpoint, iteration release" lambada_job.log ||
   { grep -i "load" lambada_job.log | head; fail "the LAMBADA job did not load the Megatron checkpoint"; }
 # The box, as Megatron's evaluate_and_print_results prints it: a rule one longer than the line, the line, the rule.
-"$PY" - lambada_job.log "$OURS" <<'EOF2' || fail "the LAMBADA job's result box"
+"$PY" - lambada_job.out "$OURS" <<'EOF2' || fail "the LAMBADA job's result box (its stdout: $(head -c 2000 lambada_job.out))"
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 at = [i for i, l in enumerate(lines) if l.startswith(" validation results on LAMBADA | ")]

@@ -50,6 +50,13 @@ std::regex compile(const std::string& pattern, const std::string& key) {
 
 }  // namespace
 
+bool peft_names_module(const std::string& entry, const std::string& module) {
+  return module == entry || (module.size() > entry.size() && module.ends_with(entry) &&
+                             module[module.size() - entry.size() - 1] == '.');
+}
+
+bool is_all_linear(const std::string& target) { return lower(target) == "all-linear"; }
+
 std::string lora_a_name(const std::string& weight_name) { return module_of(weight_name) + ".lora_A.weight"; }
 std::string lora_b_name(const std::string& weight_name) { return module_of(weight_name) + ".lora_B.weight"; }
 
@@ -81,15 +88,13 @@ std::vector<LoraTarget> lora_targets(const LoraConfig& c, const NameMap& names, 
   // PEFT's rule on the Hugging Face module name, or MindFormers' on its own short name.
   // PEFT's target_modules 'all-linear' (tuners_utils.py _maybe_include_all_linear_layers): every nn.Linear but the
   // output embedding (lm_head), so every projection that carries an adapter here.
-  const bool all_linear = c.peft_names && c.target_is_regex && lower(c.target_regex) == "all-linear";
+  const bool all_linear = c.peft_names && c.target_is_regex && is_all_linear(c.target_regex);
   auto targeted = [&](const std::string& module, const std::string& mf_name) {
     if (all_linear) return true;
     if (c.peft_names) {
       if (c.target_is_regex) return std::regex_match(module, target);
       for (const std::string& t : c.target_list)
-        if (module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
-                            module[module.size() - t.size() - 1] == '.'))
-          return true;
+        if (peft_names_module(t, module)) return true;
       return false;
     }
     if (mf_name.empty()) return false;
@@ -199,8 +204,7 @@ std::vector<Role> lora_saved_roles(const LoraConfig& c, const NameMap& names) {
     bool found = false;
     for (Role r : {Role::kEmbed, Role::kLmHead}) {
       const std::string m = module_of(r == Role::kLmHead ? lora_head_name(names) : names(r, -1));
-      if (m != s && !(m.size() > s.size() && m.compare(m.size() - s.size(), s.size(), s) == 0 && m[m.size() - s.size() - 1] == '.'))
-        continue;
+      if (!peft_names_module(s, m)) continue;
       found = true;
       if (r == Role::kLmHead && c.loss_chunk > 0)
         throw std::invalid_argument(key + s + "` with `loss_vocab_chunk: " + std::to_string(c.loss_chunk) +

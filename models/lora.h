@@ -45,6 +45,11 @@ inline constexpr Role kLoraExpertRoles[] = {Role::kExpertGateW, Role::kExpertUpW
 
 std::string lora_a_name(const std::string& weight_name);  // x.weight -> x.lora_A.weight
 std::string lora_b_name(const std::string& weight_name);  // x.weight -> x.lora_B.weight
+// PEFT's rule for a list of target_modules and for modules_to_save (tuners_utils.py check_target_module_exists): the
+// entry is the module's whole name or its last dotted parts ("q_proj" names "model.layers.0.self_attn.q_proj").
+bool peft_names_module(const std::string& entry, const std::string& module);
+// PEFT's target_modules 'all-linear' (any case), a string of its own rather than a regular expression.
+bool is_all_linear(const std::string& target);
 // MindFormers' own name for a module of this role (wq, wk, wv, wo, w1, w2, w3), or "" where it has none here.
 const char* mindformers_module_name(Role r);
 

@@ -11,7 +11,6 @@
 //  * PEFT's modules_to_save (lm_head, embed_tokens): the trained copies, saved under the module's own key
 //    (base_model.model.lm_head.weight, as get_peft_model_state_dict strips modules_to_save.default), and in a merge
 //    written instead of the base's.
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "models/lora.h"
 #include "runner/cli/convert.h"
 #include "runner/cli/convert_source.h"
 
@@ -58,22 +58,14 @@ nlohmann::json read_json(const fs::path& p) {
 }  // namespace
 
 // PEFT's 'all-linear', which PEFT saves as what it became: the full names of the modules adapted.
-static bool all_linear(const nlohmann::json& t) {
-  if (!t.is_string()) return false;
-  std::string s = t.get<std::string>();
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s == "all-linear";
-}
+static bool all_linear(const nlohmann::json& t) { return t.is_string() && is_all_linear(t.get<std::string>()); }
 
 // PEFT's rule for modules_to_save (and a list target_modules): the module's name, or its last dotted parts.
 static bool names_module(const nlohmann::json& list, const std::string& weight) {
   if (!list.is_array()) return false;
   const std::string m = weight.ends_with(".weight") ? weight.substr(0, weight.size() - 7) : weight;
-  for (const nlohmann::json& e : list) {
-    if (!e.is_string()) continue;
-    const std::string s = e.get<std::string>();
-    if (m == s || (m.size() > s.size() && m.ends_with(s) && m[m.size() - s.size() - 1] == '.')) return true;
-  }
+  for (const nlohmann::json& e : list)
+    if (e.is_string() && peft_names_module(e.get<std::string>(), m)) return true;
   return false;
 }
 

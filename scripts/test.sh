@@ -85,7 +85,8 @@ JUNIT="$BUILD/Testing/Temporary/junit.xml"
 rm -f "$JUNIT"
 status=0
 # One more test at a time than cores (GF_TEST_JOBS overrides): the tests wait for a fifth of their time (MPI's start-up,
-# fsync, the launch tests' daemons), and on 2 cores -j3 ran the suite in 856 s where -j2 took 1056 s, all passing.
+# fsync, the launch tests' daemons), and on 2 cores -j3 ran the suite in 856 s where -j2 took 1056 s, all passing; with
+# every test's OpenMP threads passive (CMakeLists.txt's GF_TEST_ENV) -j3 took 735 s and -j4 758 s (2-vCPU EPYC).
 ctest --output-on-failure -j "${GF_TEST_JOBS:-$(($(nproc) + 1))}" --output-junit "$JUNIT" "$@" || status=$?
 report_skips "$JUNIT" || true
 # The last lines of each failed test's output, again at the end, where a reader of only the log's tail sees why.

@@ -143,11 +143,6 @@ void MoeBlock::lora_up_bwd(const BlockEnv& e, float* dx, const Acts& a, const Sc
   }
 }
 
-}  // namespace gf
-
-
-namespace gf {
-
 // An adapter on a layer whose weight is whole on every rank and whose rows are given (the router: out E, on the
 // gathered rows; the shared expert's sigmoid gate: out 1, on this rank's rows): y [rows, out] = beta y + s (x A^T) B^T.
 void MoeBlock::rows_lora_fwd(const BlockEnv& e, const ExpertAdapter& ad, int64_t out, float* y, float beta, const float* x,

@@ -1,5 +1,7 @@
 #include "models/generator.h"
 
+#include "core/math/gemm.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -32,6 +34,9 @@ Generator::Generator(const TransformerLM& model, const ParallelContext& ctx, con
   spec_.moe.capacity_factor = 0.0;
   spec_.flash = false;
   cdt_ = model.layout().compute;
+  if (opt_.batch_invariant && cdt_ != ComputeDtype::kFloat32)
+    throw std::invalid_argument("batch-invariant generation computes in float32: its products are fp32 matrix-vector "
+                                "products (core/math/gemm.h); drop it, or generate with compute_dtype float32");
   V_ = spec_.vocab;
   C_ = spec_.hidden;
   vocab_ = d.vocab;
@@ -172,6 +177,7 @@ const float* Generator::forward(const int32_t* tokens, const int64_t* seq, const
     if (seq[r] < 0 || seq[r] >= opt_.slots)
       throw std::out_of_range("generation: sequence slot " + std::to_string(seq[r]) + " of " + std::to_string(opt_.slots));
   }
+  const RowInvariantProducts invariant(opt_.batch_invariant ? RowInvariance::kEveryRow : RowInvariance::kOff);
   const TensorParallel tp(&ctx_->group(GridAxis::kTp), false, rows);
   BlockEnv e;
   e.tp = &tp;

@@ -40,6 +40,10 @@ class Generator {
     int64_t capacity = 0;        // positions per sequence (prompt + generated)
     int64_t max_rows = 0;        // rows per forward call (0: max(slots, capacity))
     int64_t max_logit_rows = 0;  // rows whose logits one call returns (0: max(slots, 1))
+    // Every row's products computed alone (core/math/gemm.h, RowInvariance::kEveryRow): a row's logits are
+    // bitwise the same whatever rows share its call, on any thread count. fp32 compute only. Without it
+    // the products are OpenBLAS's, whose last bits move with the call's rows and threads.
+    bool batch_invariant = false;
   };
   // The model must be whole (not a pipeline stage) and outlive the generator; its weights are read
   // as they are at each call (a bf16/fp16 run's low-precision copy is made once, here).

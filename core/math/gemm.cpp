@@ -1,5 +1,6 @@
 #include <algorithm>
 #include "core/math/gemm.h"
+#include "core/math/gemv_fixed.h"
 #include "core/math/progress.h"
 #include "core/trace/trace.h"
 
@@ -118,16 +119,17 @@ GemmBackend backend_from_env() {
 // which reads B once, where both GEMMs would first copy B into their packed panels (for the LM
 // head that is the whole embedding, per token). beta == 0 overwrites C without reading it.
 template <typename T>
-void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, int64_t ldb, T beta, T* c) {
+void gemv_blas(Trans tb, int64_t N, int64_t K, T alpha, const T* x, int64_t incx, const T* B, int64_t ldb, T beta,
+               T* c) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   if (beta == T(0)) std::fill(c, c + N, T(0));
-  // c = alpha op(B)^T a: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
+  // c = alpha op(B)^T x: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
   const CBLAS_TRANSPOSE t = tb == Trans::kNo ? CblasTrans : CblasNoTrans;
   const int rows = tb == Trans::kNo ? i(K) : i(N), cols = tb == Trans::kNo ? i(N) : i(K);
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), x, i(incx), beta, c, 1);
   else
-    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), x, i(incx), beta, c, 1);
 }
 
 // Threads of Eigen's GEMM as gemm_set_threads pinned them (0: Eigen follows omp_get_max_threads()).
@@ -163,14 +165,23 @@ class SmallProductOnOneThread {
   bool on_;
 };
 
+std::atomic<int> g_row_invariance{static_cast<int>(RowInvariance::kOff)};
 template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   GF_OP_SPAN("gemm", "gemm");
   progress::point();  // a pipeline stage's messages move between its products (core/math/progress.h)
+  const auto rows = static_cast<RowInvariance>(g_row_invariance.load(std::memory_order_relaxed));
+  if (rows == RowInvariance::kEveryRow && N > 0 && K > 0) {
+    const SmallProductOnOneThread one_thread(N * K / 4);  // each row as a matrix-vector product
+    for (int64_t m = 0; m < M; ++m)
+      gemv_fixed(tb, N, K, alpha, ta == Trans::kNo ? A + m * lda : A + m, ta == Trans::kNo ? 1 : lda, B, ldb, beta,
+                 C + m * ldc);
+    return;
+  }
   const SmallProductOnOneThread one_thread(M == 1 ? N * K / 4 : M * N * K / 16);
   if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
-    gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
+    gemv_blas(tb, N, K, alpha, A, int64_t{1}, B, ldb, beta, C);
     return;
   }
   if (backend == GemmBackend::kEigen)
@@ -258,5 +269,10 @@ void gemm_set_threads(int n) {
 }
 
 int gemm_eigen_threads() { return Eigen::nbThreads(); }
+
+RowInvariantProducts::RowInvariantProducts(RowInvariance mode)
+    : before_(static_cast<RowInvariance>(g_row_invariance.exchange(static_cast<int>(mode)))) {}
+RowInvariantProducts::~RowInvariantProducts() { g_row_invariance.store(static_cast<int>(before_)); }
+RowInvariance row_invariance() { return static_cast<RowInvariance>(g_row_invariance.load()); }
 
 }  // namespace gf

@@ -70,4 +70,35 @@ void gemm_set_threads(int n);
 // What Eigen will use for one product (Eigen::nbThreads(); 1 if Eigen was built without OpenMP).
 int gemm_eigen_threads();
 
+// Products whose rows do not depend on how they are called (`serve --batch-invariant`, models/generator.h).
+//
+// OpenBLAS rounds an output element by where it falls in the call: its kernels take rows and columns
+// in blocks, the remainders by other code, and its threads split the output at boundaries that move
+// with the thread count. Measured with OpenBLAS 0.3.21 (Zen kernels, 2-vCPU EPYC), K = 64: of a
+// 50257-column one-row product (the LM head), 1 (weights [N, K]) and 13 (weights [K, N]) outputs
+// differ between 1 and 2 threads; and of the first row of an 8-row product, 258 differ from the same
+// row computed alone. So a served request's logits move in their last bits with the requests beside it
+// in a call, and a decode step's with the team a timing tuner chose (core/math/team_tuner.h).
+//
+//   kEveryRow: every row of every product is core/math/gemv_fixed.h's matrix-vector product, each
+//              output one fixed sequence of fused multiply-adds whichever thread computes it: a row's
+//              result is bitwise the same whatever other rows share its call and on any thread count.
+//              It reads the weights once per row, not once per call, and its one-row products are
+//              slower than OpenBLAS's (a trial build with them in predict's decode: gpt2-124M batch 1 at
+//              42 against 48 tokens/s, medians of 3 rounds on the 2-vCPU EPYC, bench/decode.py): an opt-in.
+// Process-wide for the scope's lifetime (the products of OpenMP workers included); the scope puts
+// back what was in force before it. Products of the fp32 backends only (gemm_bf16.h is not covered).
+enum class RowInvariance { kOff, kEveryRow };
+class RowInvariantProducts {
+ public:
+  explicit RowInvariantProducts(RowInvariance mode);
+  ~RowInvariantProducts();
+  RowInvariantProducts(const RowInvariantProducts&) = delete;
+  RowInvariantProducts& operator=(const RowInvariantProducts&) = delete;
+
+ private:
+  RowInvariance before_;
+};
+RowInvariance row_invariance();
+
 }  // namespace gf

@@ -20,9 +20,12 @@
 // team that a quiet moment chose, once the busy process is back, costs one or two of its time-slice
 // calls instead of the 32 to 512 left before the next probe.
 //
-// The results of a call must not depend on its thread count (the caller's concern): a decode step of
+// The results of a call should not depend on its thread count (the caller's concern): a decode step of
 // one row is matrix-vector products and per-row or per-head loops, each output computed whole by one
-// thread.
+// thread. OpenBLAS's matrix-vector product falls short in the last bits: its threads split the output at
+// boundaries that move with the thread count, and a few of the LM head's logits round differently on 1
+// and 2 threads (core/math/gemm.h). core/math/gemv_fixed.h's does not (RowInvariance::kEveryRow, which
+// `serve --batch-invariant` sets); predict's tuned decode keeps OpenBLAS's for its speed.
 #pragma once
 #include <vector>
 

@@ -23,6 +23,10 @@ CLI::App* add_serve(CLI::App& app, ServeCli& c) {
                 "seq_length for a rotary model)")->check(CLI::PositiveNumber);
   s->add_option("--max-rows", c.opt.max_rows, "token rows per model call (default: min(context, 512))")
       ->check(CLI::PositiveNumber);
+  s->add_flag("--batch-invariant", c.opt.batch_invariant,
+             "compute every request's rows alone, so its tokens and logprobs are bitwise the same whatever requests "
+             "share its model calls (as sent alone; with a seed, repeatable); float32 compute only. It reads the "
+             "weights once per row instead of once per call: slower with many requests at once");
   s->add_option("--served-model-name", c.opt.served_model_name,
                 "the model's name in /v1/models and responses (default: --load_checkpoint, else the arch)");
   s->add_option("--chat-template", c.opt.chat_template,

@@ -474,6 +474,7 @@ int run_serve(const Config& cfg, const ParallelContext& ctx, const ServeOptions&
   eo.max_rows = opt.max_rows;
   eo.max_queue = opt.max_queue;
   eo.eos = static_cast<int32_t>(cfg.generation.eos_token_id);
+  eo.batch_invariant = opt.batch_invariant;
   ServeEngine engine(*lm, ctx, tok.get(), eo);
   std::string name = opt.served_model_name;
   if (name.empty()) name = cfg.load_checkpoint.empty() ? cfg.model.arch : cfg.load_checkpoint;
@@ -514,9 +515,9 @@ int run_serve(const Config& cfg, const ParallelContext& ctx, const ServeOptions&
   const int port = opt.port == 0 ? http.bind_to_any_port(opt.host) : (http.bind_to_port(opt.host, opt.port) ? opt.port : -1);
   if (port < 0) throw std::runtime_error("serve: cannot listen on " + opt.host + ":" + std::to_string(opt.port));
   spdlog::info("serve: {} on http://{}:{}/v1 ({} slots of {} positions, KV cache {:.1f} MiB, buffers {:.1f} MiB; "
-               "queue {})",
+               "queue {}{})",
                name, opt.host, port, engine.slots(), capacity, engine.cache_bytes() / 1048576.0,
-               engine.bytes() / 1048576.0, engine.max_queue());
+               engine.bytes() / 1048576.0, engine.max_queue(), opt.batch_invariant ? "; batch-invariant" : "");
   spdlog::default_logger()->flush();
   install_stop_handlers();
   std::thread listener([&] { http.listen_after_bind(); });

@@ -35,6 +35,7 @@ struct ServeOptions {
   int64_t max_queue = 64;           // prompts waiting for a slot before 429
   int64_t max_rows = 0;             // rows per model call (0: min(context, 512), at least the slots)
   int64_t max_model_len = 0;        // positions per sequence, prompt + generated (0: the model's)
+  bool batch_invariant = false;     // a request's tokens bitwise the same whatever requests share its calls
   std::string served_model_name, chat_template;
 };
 

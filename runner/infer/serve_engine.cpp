@@ -39,6 +39,7 @@ ServeEngine::ServeEngine(const TransformerLM& model, const ParallelContext& ctx,
   go.capacity = o_.capacity;
   go.max_rows = o_.max_rows;
   go.max_logit_rows = o_.max_rows;  // a prompt scored (echo with logprobs) has every row's logits
+  go.batch_invariant = o_.batch_invariant;
   gen_ = std::make_unique<Generator>(model, ctx, go);
   V_ = gen_->vocab();
 }

@@ -6,7 +6,11 @@
 // max_rows rows: one row for each job that is decoding (its newest token) and then the prompt rows of jobs that
 // are starting (a long prompt in chunks over several calls, the cache carrying the earlier ones). A job's next
 // token is chosen from its last row's logits by runner/infer/sampling.h (the draw a function of the job's seed
-// and stream and the token's index, so a job's output does not depend on the others in its calls); it ends at
+// and stream and the token's index). Its logits are the model's for its rows, rounded as the call's product
+// kernels round them: OpenBLAS's differ by the call's row count, so with other jobs in the call a logit may
+// differ in its last bits from the same job's alone (and a near-tied greedy or sampled token with it). With
+// batch_invariant every row's products are computed alone (core/math/gemm.h, RowInvariance::kEveryRow) and a
+// job's output does not depend on the others in its calls, bit for bit. It ends at
 // the end-of-text token, at max_tokens, at the cache's capacity or at one of its stop strings, and its slot is
 // free for the next job. Each new token wakes the job's waiter (the HTTP thread, which may stream it).
 //
@@ -63,6 +67,7 @@ class ServeEngine {
   struct Options {
     int64_t slots = 8, capacity = 0, max_rows = 0, max_queue = 64;
     int32_t eos = -1;
+    bool batch_invariant = false;  // Generator::Options::batch_invariant
   };
   // The generator is planned here for the slots, the capacity (positions per sequence) and max_rows.
   ServeEngine(const TransformerLM& model, const ParallelContext& ctx, const data::TextTokenizer* tok, const Options& o);

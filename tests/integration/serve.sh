@@ -4,7 +4,9 @@
 #    prompts, as token ids), usage and finish_reason included; /v1/models names the model;
 #  * a chat turn (--chat-template chatml) equals predict's continuation of the ChatML rendering, streamed (server-sent
 #    events) and not;
-#  * 32 concurrent requests (a quarter sampled with a seed) are all answered, each as when sent alone;
+#  * 32 concurrent requests (a quarter sampled with a seed) are all answered, and sent alone twice answered the same;
+#    on a --batch-invariant server each answer among the 32 is bitwise the one alone (its log says the mode), and
+#    --batch-invariant with bfloat16 compute is refused by name;
 #  * malformed, mistyped, oversized and unknown requests get 400 / 404 / 413 with the reason, the server serving on;
 #  * echo + logprobs through lm-evaluation-harness's local-completions payload equal `eval`'s loglikelihoods;
 #  * a server of one slot and a queue of one answers 429 beyond them; SIGTERM with two requests in flight: both
@@ -53,12 +55,22 @@ run eval "$BIN" eval --config gpt2.yaml --set output_dir=gpt2 --set model.model_
 serve main --config gpt2.yaml --set output_dir=gpt2 --load_checkpoint gpt2 --chat-template chatml
 "$PY" "$CLIENT" greedy "$URL" prompts.txt predict.jsonl "$VOCAB" "$MERGES" $N || fail "greedy completions"
 "$PY" "$CLIENT" chat "$URL" predict_chat.jsonl "$VOCAB" "$MERGES" $N || fail "chat"
-"$PY" "$CLIENT" concurrent "$URL" 32 || fail "concurrent requests"
+"$PY" "$CLIENT" concurrent "$URL" 32 answered || fail "concurrent requests"
 "$PY" "$CLIENT" errors "$URL" 64 || fail "bad requests"
 "$PY" "$CLIENT" harness "$URL" ev/samples_arc_easy.jsonl "$VOCAB" "$MERGES" || fail "loglikelihoods"
 kill -TERM "$PID"
 wait "$PID" || fail "the server exited with status $? on SIGTERM"
 grep -q "serve: stopped after" main.log || { tail main.log; fail "no 'stopped' line after SIGTERM"; }
+
+# Batch-invariant: each of the 32 answered among the others exactly as alone (the default server's batched rows may
+# round differently from a row alone: OpenBLAS's kernels by the call's row count, core/math/gemm.h).
+serve inv --config gpt2.yaml --set output_dir=gpt2 --load_checkpoint gpt2 --batch-invariant
+grep -q "; batch-invariant)" inv.log || { head -5 inv.log; fail "the batch-invariant server's log does not say so"; }
+"$PY" "$CLIENT" concurrent "$URL" 32 exact || fail "concurrent requests, batch-invariant"
+kill -TERM "$PID"
+wait "$PID" || fail "the batch-invariant server exited with status $? on SIGTERM"
+refused 2 "batch-invariant generation computes in float32" inv_bf16 "$BIN" serve --config gpt2.yaml --set output_dir=gpt2 \
+  --load_checkpoint gpt2 --batch-invariant --port 0 --set model.model_config.compute_dtype=bfloat16
 
 # A slower model (the seed's weights, 4 layers of 256) behind one slot and a queue of one.
 tiny_config gpt2 big.yaml --set model.model_config.num_layers=4

@@ -46,7 +46,7 @@ using namespace golden_case;
 constexpr double kValueTol = 1e-5;
 constexpr double kGradTol = 1e-4;
 
-const char* const kVocabParams[] = {"wte.weight", "model.embed_tokens.weight", "lm_head.weight"};
+const char* const kMoeVocabParams[] = {"wte.weight", "model.embed_tokens.weight", "lm_head.weight"};
 
 std::vector<int64_t> moe_layers_of(const SafeTensorsFile& f) {
   std::vector<int64_t> layers;
@@ -122,7 +122,7 @@ TEST_P(MoeGolden, ParametersHaveHuggingFacesNamesAndShapes) {
   ParallelContext ctx = ParallelContext::single();
   const std::unique_ptr<CausalLM> model = g.build(ctx);
   EXPECT_TRUE(same_parameters(*model, g.f));
-  g.expect_vocab_stored_padded(*model, kVocabParams);
+  g.expect_vocab_stored_padded(*model, kMoeVocabParams);
 }
 
 TEST_P(MoeGolden, LogitsLossRouterStatsAndEveryGradientMatchPyTorch) {

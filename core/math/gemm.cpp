@@ -119,17 +119,16 @@ GemmBackend backend_from_env() {
 // which reads B once, where both GEMMs would first copy B into their packed panels (for the LM
 // head that is the whole embedding, per token). beta == 0 overwrites C without reading it.
 template <typename T>
-void gemv_blas(Trans tb, int64_t N, int64_t K, T alpha, const T* x, int64_t incx, const T* B, int64_t ldb, T beta,
-               T* c) {
+void gemv_row(Trans tb, int64_t N, int64_t K, T alpha, const T* a, const T* B, int64_t ldb, T beta, T* c) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   if (beta == T(0)) std::fill(c, c + N, T(0));
-  // c = alpha op(B)^T x: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
+  // c = alpha op(B)^T a: B stored [K, N] (no transpose) is read transposed, [N, K] as it is.
   const CBLAS_TRANSPOSE t = tb == Trans::kNo ? CblasTrans : CblasNoTrans;
   const int rows = tb == Trans::kNo ? i(K) : i(N), cols = tb == Trans::kNo ? i(N) : i(K);
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), x, i(incx), beta, c, 1);
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
   else
-    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), x, i(incx), beta, c, 1);
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, B, i(ldb), a, 1, beta, c, 1);
 }
 
 // Threads of Eigen's GEMM as gemm_set_threads pinned them (0: Eigen follows omp_get_max_threads()).
@@ -165,7 +164,9 @@ class SmallProductOnOneThread {
   bool on_;
 };
 
+// gemm.h's RowInvariance, in force for every thread's products.
 std::atomic<int> g_row_invariance{static_cast<int>(RowInvariance::kOff)};
+
 template <typename T>
 void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
              int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -181,7 +182,7 @@ void gemm_on(GemmBackend backend, Trans ta, Trans tb, int64_t M, int64_t N, int6
   }
   const SmallProductOnOneThread one_thread(M == 1 ? N * K / 4 : M * N * K / 16);
   if (M == 1 && ta == Trans::kNo && N > 0 && K > 0) {
-    gemv_blas(tb, N, K, alpha, A, int64_t{1}, B, ldb, beta, C);
+    gemv_row(tb, N, K, alpha, A, B, ldb, beta, C);
     return;
   }
   if (backend == GemmBackend::kEigen)
